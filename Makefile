@@ -1,0 +1,69 @@
+# isopod - plain Makefile (see STYLE: sbase/config.mk style).
+.POSIX:
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/lib/isopod
+MANDIR ?= $(PREFIX)/share/man
+DESTDIR ?=
+
+CC = cc
+MUSLCC ?= musl-gcc
+WARN = -Wall -Wextra -Werror=format=2 -Werror=missing-prototypes -Werror=shadow \
+       -Wswitch-enum -Wno-switch-enum -Werror=implicit-function-declaration
+CFLAGS = -O2 -g
+ALL_CFLAGS = $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Ilib
+LDLIBS_HOST = -ljansson -lsodium
+
+TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/isopod-gc
+HOSTLIB = lib/util.o lib/frame.o lib/host.o
+LIBHDR = lib/util.h lib/frame.h lib/host.h
+
+all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out
+
+lib/%.o: lib/%.c $(LIBHDR)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+bin/isopod-%: bin/isopod-%.c $(HOSTLIB) $(LIBHDR)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(HOSTLIB) $(LDLIBS_HOST)
+
+# The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
+agent/isopod-agent: agent/agent.c lib/frame.c lib/frame.h
+	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ agent/agent.c lib/frame.c
+
+build/initramfs.cpio: agent/isopod-agent images/mkinitramfs
+	mkdir -p build
+	sh images/mkinitramfs agent/isopod-agent $@
+
+sh/isopod.out: sh/isopod
+	cp sh/isopod $@ && chmod 755 $@
+
+# Kernel (cached by input hash outside the repo), base image, registration in $ISOPOD_HOME.
+images: all
+	sh images/build-kernel
+	sh images/build-base base
+	sh images/register
+
+check: all
+	sh t/run-unit
+	sh t/run-bats
+
+fuzz:
+	sh fuzz/run
+
+bench: all
+	sh bench/run
+
+install: all
+	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1
+	for t in $(TOOLS); do cp $$t $(DESTDIR)$(BINDIR)/; done
+	cp sh/isopod $(DESTDIR)$(BINDIR)/isopod
+	cp agent/isopod-agent build/initramfs.cpio $(DESTDIR)$(LIBEXECDIR)/
+	cp -R images $(DESTDIR)$(LIBEXECDIR)/
+	cp man/*.1 $(DESTDIR)$(MANDIR)/man1/
+
+clean:
+	rm -f $(TOOLS) lib/*.o agent/isopod-agent sh/isopod.out
+	rm -rf build
+
+.PHONY: all images check fuzz bench install clean

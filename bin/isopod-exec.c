@@ -1,0 +1,700 @@
+/* isopod-exec - run one command in a booted VM through its guest agent.
+ *
+ * Copy-in, the command, copy-out, over one agent connection.  The complete
+ * output goes byte-exact to vms/<id>/exec-<n>.{stdout,stderr}; the result
+ * JSON carries at most 64 KiB of each, cut on a UTF-8 boundary. */
+#include "frame.h"
+#include "host.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define USAGE "usage: isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
+	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
+	"                   [--copy-out GUEST:HOST]... [--shell] -- CMD [ARG]...\n"
+
+#define INBAND_MAX (64u * 1024u)
+#define MAX_ITEMS 256
+
+struct copy {
+	char *host, *guest;
+};
+
+struct outstream {
+	const char *name;
+	int fd;                 /* the complete log */
+	char path[PATH_MAX];
+	uint8_t *inband;        /* first INBAND_MAX bytes */
+	size_t inlen;
+	uint64_t bytes;
+	int eof;
+};
+
+static struct {
+	char id[64], name[128], dir[PATH_MAX], agent_sock[PATH_MAX], qmp_sock[PATH_MAX];
+	long long timeout_ms;
+	char *env[MAX_ITEMS];
+	int nenv;
+	const char *cwd, *stdin_file;
+	struct copy in[MAX_ITEMS], out[MAX_ITEMS];
+	int nin, nout;
+	int shell;
+	char **argv;
+	int argc;
+	int64_t watchdog_ms, ping_ms;
+} o = {.watchdog_ms = 30000, .ping_ms = 5000};
+
+static struct conn c;
+static json_t *warnings;
+
+/* Emit {"ok":false,...} on stdout and exit: stdout stays JSON even when the
+ * infrastructure fails, so a caller can always parse it. */
+__attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const char *kind,
+								  const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	json_t *j;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s: fatal: %s\n", progname, msg);
+	j = json_pack("{s:b, s:s, s:s, s:{s:s, s:s}}", "ok", 0, "error", msg, "error_kind", kind,
+		      "vm", "id", o.id, "name", o.name);
+	if (j && warnings)
+		json_object_set(j, "warnings", warnings);
+	if (j)
+		json_emit(j);
+	exit(code);
+}
+
+/* Kill a VM whose agent stopped answering: nothing else can end it. */
+static void kill_vm(void)
+{
+	char err[256];
+
+	if (qmp_simple(o.qmp_sock, "quit", mono_ms() + 5000, err, sizeof err) < 0)
+		warn("unable to stop vm %s after the watchdog fired: %s", o.id, err);
+}
+
+static void load_vm(const char *ref)
+{
+	char p[PATH_MAX];
+	json_t *m;
+	const char *s;
+
+	vm_resolve(ref, o.id, sizeof o.id);
+	pathf(o.dir, sizeof o.dir, "%s/vms/%s", store_home(), o.id);
+	pathf(p, sizeof p, "%s/meta.json", o.dir);
+	m = json_load_path(p);
+	if (!m)
+		die(EX_SYS, "unable to read %s:", p);
+	s = json_string_value(json_object_get(m, "name"));
+	snprintf(o.name, sizeof o.name, "%s", s ? s : "");
+	s = json_string_value(json_object_get(m, "agent_sock"));
+	pathf(o.agent_sock, sizeof o.agent_sock, "%s", s ? s : "");
+	s = json_string_value(json_object_get(m, "qmp_sock"));
+	pathf(o.qmp_sock, sizeof o.qmp_sock, "%s", s ? s : "");
+	json_decref(m);
+	if (!o.agent_sock[0])
+		fail(EX_CONFLICT, "not_running", "vm %s (%s) has not been booted", o.id, o.name);
+}
+
+static void split_copy(char *spec, const char *opt, struct copy *cp, int host_first)
+{
+	/* HOST:GUEST — the guest side is absolute, so split at the last ':'
+	 * that is followed by '/' on the guest side. */
+	char *colon = host_first ? strstr(spec, ":/") : strchr(spec, ':');
+
+	if (!colon || colon == spec || !colon[1])
+		die(EX_USAGE, "%s %s: expected %s", opt, spec,
+		    host_first ? "HOST:/GUEST/PATH" : "/GUEST/PATH:HOST");
+	*colon = 0;
+	cp->host = host_first ? spec : colon + 1;
+	cp->guest = host_first ? colon + 1 : spec;
+	if (cp->guest[0] != '/')
+		die(EX_USAGE, "%s: guest path %s must be absolute", opt, cp->guest);
+	if (strlen(cp->guest) >= 4096)
+		die(EX_USAGE, "%s: guest path too long", opt);
+}
+
+static void check_env(const char *kv)
+{
+	const char *eq = strchr(kv, '=');
+
+	if (!eq)
+		die(EX_USAGE, "--env %s: expected NAME=VALUE", kv);
+	if (eq == kv)
+		die(EX_USAGE, "--env %s: the name is empty", kv);
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"vm", required_argument, 0, 'v'},
+		{"timeout-ms", required_argument, 0, 't'},
+		{"env", required_argument, 0, 'e'},
+		{"cwd", required_argument, 0, 'C'},
+		{"stdin-file", required_argument, 0, 'i'},
+		{"copy-in", required_argument, 0, 'I'},
+		{"copy-out", required_argument, 0, 'O'},
+		{"shell", no_argument, 0, 's'},
+		{"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0}};
+	const char *vm = NULL;
+	int ch;
+	long long v;
+	const char *w;
+
+	while ((ch = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'v': vm = optarg; break;
+		case 't':
+			if (parse_ll(optarg, 1, 86400000, &o.timeout_ms) < 0)
+				die(EX_USAGE, "--timeout-ms %s: expected 1..86400000", optarg);
+			break;
+		case 'e':
+			if (o.nenv == MAX_ITEMS)
+				die(EX_USAGE, "too many --env");
+			check_env(optarg);
+			o.env[o.nenv++] = optarg;
+			break;
+		case 'C':
+			if (optarg[0] != '/')
+				die(EX_USAGE, "--cwd %s: must be an absolute path", optarg);
+			o.cwd = optarg;
+			break;
+		case 'i': o.stdin_file = optarg; break;
+		case 'I':
+			if (o.nin == MAX_ITEMS)
+				die(EX_USAGE, "too many --copy-in");
+			split_copy(optarg, "--copy-in", &o.in[o.nin++], 1);
+			break;
+		case 'O':
+			if (o.nout == MAX_ITEMS)
+				die(EX_USAGE, "too many --copy-out");
+			split_copy(optarg, "--copy-out", &o.out[o.nout++], 0);
+			break;
+		case 's': o.shell = 1; break;
+		case 'h': fputs(USAGE, stdout); exit(0);
+		default: fputs(USAGE, stderr); exit(EX_USAGE);
+		}
+	}
+	o.argv = argv + optind;
+	o.argc = argc - optind;
+	if (o.argc < 1)
+		die(EX_USAGE, "no command given\n%s", USAGE);
+	if (o.shell && o.argc != 1)
+		die(EX_USAGE, "--shell takes exactly one script argument");
+	if ((w = getenv("ISOPOD_WATCHDOG_MS")) && parse_ll(w, 100, 86400000, &v) == 0)
+		o.watchdog_ms = v;
+	o.ping_ms = o.watchdog_ms / 6 > 0 ? o.watchdog_ms / 6 : 1;
+	/* Copy-in sources are checked before anything touches the VM. */
+	for (int i = 0; i < o.nin; i++) {
+		struct stat st;
+
+		if (stat(o.in[i].host, &st) < 0)
+			die(EX_USAGE, "--copy-in %s:", o.in[i].host);
+		if (!S_ISREG(st.st_mode))
+			die(EX_USAGE, "--copy-in %s: only regular files can be copied", o.in[i].host);
+	}
+	if (vm) {
+		load_vm(vm);
+	} else {
+		json_t *j = json_read_stdin();
+		const char *id = json_string_value(json_object_get(json_object_get(j, "vm"), "id"));
+
+		if (!id)
+			die(EX_USAGE, "standard input has no vm.id (expected isopod-boot's output)");
+		load_vm(id);
+		json_decref(j);
+	}
+}
+
+/* Wait for a frame; a silent agent gets PINGs and, after watchdog_ms of
+ * silence, the VM is killed: a hung guest must not hang the caller. */
+static int64_t last_rx;
+
+static int wait_frame(struct frame *fr)
+{
+	for (;;) {
+		int64_t now = mono_ms();
+		int64_t until = now + o.ping_ms;
+		int r;
+
+		if (until > last_rx + o.watchdog_ms)
+			until = last_rx + o.watchdog_ms;
+		r = conn_wait(&c, fr, until);
+		if (r == 1) {
+			last_rx = mono_ms();
+			if (fr->type == F_PONG)
+				continue;
+			return 1;
+		}
+		if (r != -3)
+			fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+		if (mono_ms() >= last_rx + o.watchdog_ms) {
+			kill_vm();
+			fail(EX_SYS, "unresponsive",
+			     "vm %s: the guest agent stopped answering for %lld ms; the vm was stopped",
+			     o.id, (long long)o.watchdog_ms);
+		}
+		conn_queue(&c, F_PING, STREAM_CTL, NULL, 0);
+	}
+}
+
+static __attribute__((noreturn)) void fail_frame(const struct frame *fr, const char *what)
+{
+	char kind[64], msg[512];
+
+	if (fr->type != F_ERROR)
+		fail(EX_SYS, "protocol", "vm %s: %s: unexpected frame type %u", o.id, what, fr->type);
+	frame_error_text(fr, kind, sizeof kind, msg, sizeof msg);
+	fail(!strcmp(kind, "bad_request") ? EX_USAGE : EX_SYS, kind, "vm %s: %s: %s", o.id, what,
+	     msg);
+}
+
+/* Send a file's bytes on `stream` under the agent's credit. */
+static void send_stream(int fd, uint32_t stream, const char *what)
+{
+	static uint8_t buf[FRAME_DATA_CHUNK];
+	uint64_t credit = FRAME_INITIAL_CREDIT;
+	struct frame fr;
+
+	for (;;) {
+		size_t want = credit < sizeof buf ? (size_t)credit : sizeof buf;
+		ssize_t r;
+
+		if (want == 0 || c.wlen - c.woff > 4 * FRAME_DATA_CHUNK) {
+			if (wait_frame(&fr) && fr.type == F_CREDIT && fr.stream == stream) {
+				uint64_t b = 0;
+				struct tlv_r rd;
+				uint8_t tag;
+				const uint8_t *v;
+				uint32_t l;
+
+				tlv_rinit(&rd, fr.payload, fr.len);
+				while (tlv_next(&rd, &tag, &v, &l) == 1)
+					if (tag == T_BYTES)
+						tlv_u64(v, l, &b);
+				credit += b;
+				continue;
+			}
+			if (fr.type == F_ERROR)
+				fail_frame(&fr, what);
+			fail(EX_SYS, "protocol", "vm %s: %s: unexpected frame %u", o.id, what, fr.type);
+		}
+		r = read(fd, buf, want);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			fail(EX_SYS, "io", "%s: read: %s", what, strerror(errno));
+		if (r == 0)
+			break;
+		if (conn_queue(&c, F_DATA, stream, buf, (size_t)r) < 0)
+			fail(EX_SYS, "io", "out of memory");
+		credit -= (uint64_t)r;
+		if (conn_flush_some(&c) < 0)
+			fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+	}
+	conn_queue(&c, F_EOF, stream, NULL, 0);
+}
+
+static uint64_t tlv_get_u64(const struct frame *fr, uint8_t want)
+{
+	struct tlv_r rd;
+	uint8_t tag;
+	const uint8_t *v;
+	uint32_t l, v32;
+	uint64_t v64 = 0;
+
+	tlv_rinit(&rd, fr->payload, fr->len);
+	while (tlv_next(&rd, &tag, &v, &l) == 1) {
+		if (tag != want)
+			continue;
+		if (tlv_u64(v, l, &v64) == 0)
+			return v64;
+		if (tlv_u32(v, l, &v32) == 0)
+			return v32;
+	}
+	return 0;
+}
+
+static void copy_in(json_t *list)
+{
+	for (int i = 0; i < o.nin; i++) {
+		uint8_t buf[4200];
+		struct tlv_w w;
+		struct stat st;
+		struct frame fr;
+		char sha[65];
+		int fd = open(o.in[i].host, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0 || fstat(fd, &st) < 0)
+			fail(EX_USAGE, "io", "--copy-in %s: %s", o.in[i].host, strerror(errno));
+		tlv_init(&w, buf, sizeof buf);
+		tlv_put_str(&w, T_PATH, o.in[i].guest);
+		tlv_put_u32(&w, T_MODE, st.st_mode & 0777);
+		conn_queue(&c, F_FILE_PUT, STREAM_CTL, buf, w.len);
+		send_stream(fd, STREAM_FILE, o.in[i].host);
+		close(fd);
+		do
+			wait_frame(&fr);
+		while (fr.type == F_CREDIT);
+		if (fr.type != F_FILE_DONE)
+			fail_frame(&fr, o.in[i].guest);
+		if (sha256_file(o.in[i].host, sha) < 0)
+			sha[0] = 0;
+		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "host", o.in[i].host,
+						      "guest", o.in[i].guest,
+						      "bytes", (json_int_t)tlv_get_u64(&fr, T_BYTES),
+						      "sha256", sha));
+	}
+}
+
+static void copy_out(json_t *list)
+{
+	for (int i = 0; i < o.nout; i++) {
+		char dst[PATH_MAX], tmp[PATH_MAX], sha[65];
+		const char *base = strrchr(o.out[i].guest, '/') + 1;
+		uint8_t buf[4200];
+		unsigned char h[crypto_hash_sha256_BYTES];
+		crypto_hash_sha256_state st;
+		struct tlv_w w;
+		struct stat sb;
+		struct frame fr;
+		uint64_t bytes = 0;
+		int fd;
+
+		if (stat(o.out[i].host, &sb) == 0 && S_ISDIR(sb.st_mode))
+			pathf(dst, sizeof dst, "%s/%s", o.out[i].host, *base ? base : "out");
+		else
+			pathf(dst, sizeof dst, "%s", o.out[i].host);
+		pathf(tmp, sizeof tmp, "%s.isopod-tmp.%ld", dst, (long)getpid());
+		tlv_init(&w, buf, sizeof buf);
+		tlv_put_str(&w, T_PATH, o.out[i].guest);
+		conn_queue(&c, F_FILE_GET, STREAM_CTL, buf, w.len);
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		crypto_hash_sha256_init(&st);
+		for (;;) {
+			wait_frame(&fr);
+			if (fr.type == F_DATA && fr.stream == STREAM_FILE) {
+				if (fd >= 0 && write_all(fd, fr.payload, fr.len) < 0) {
+					close(fd);
+					fd = -1;
+				}
+				crypto_hash_sha256_update(&st, fr.payload, fr.len);
+				bytes += fr.len;
+				continue;
+			}
+			if (fr.type == F_EOF)
+				continue;
+			break;
+		}
+		if (fr.type != F_FILE_DONE) {
+			char kind[64], msg[512];
+
+			frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
+			if (fd >= 0)
+				close(fd);
+			unlink(tmp);
+			json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", o.out[i].guest,
+							      "host", dst, "error", msg));
+			json_array_append_new(warnings, json_sprintf("copy-out %s failed: %s",
+								     o.out[i].guest, msg));
+			continue;
+		}
+		if (fd < 0 || fchmod(fd, (mode_t)tlv_get_u64(&fr, T_MODE) & 0777) < 0 || fsync(fd) < 0 ||
+		    close(fd) < 0 || rename(tmp, dst) < 0) {
+			unlink(tmp);
+			json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", o.out[i].guest,
+							      "host", dst, "error", strerror(errno)));
+			json_array_append_new(warnings, json_sprintf("copy-out %s to %s failed: %s",
+								     o.out[i].guest, dst, strerror(errno)));
+			continue;
+		}
+		crypto_hash_sha256_final(&st, h);
+		for (int k = 0; k < 32; k++)
+			sprintf(sha + 2 * k, "%02x", h[k]);
+		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "guest", o.out[i].guest,
+						      "host", dst, "bytes", (json_int_t)bytes,
+						      "sha256", sha));
+	}
+}
+
+static void open_logs(struct outstream *s)
+{
+	int n, lk;
+	char lp[PATH_MAX];
+
+	/* Exec numbers come from the files already there, under a lock that
+	 * also serialises execs in one VM (one agent client at a time). */
+	pathf(lp, sizeof lp, "%s/exec.lock", o.dir);
+	lk = lock_open(lp, LOCK_EX | LOCK_NB);
+	if (lk < 0) {
+		if (errno == EWOULDBLOCK)
+			fail(EX_CONFLICT, "busy", "vm %s: another isopod-exec is running in it", o.id);
+		fail(EX_SYS, "io", "%s: %s", lp, strerror(errno));
+	}
+	for (n = 1;; n++) {
+		pathf(s[0].path, sizeof s[0].path, "%s/exec-%d.stdout", o.dir, n);
+		pathf(s[1].path, sizeof s[1].path, "%s/exec-%d.stderr", o.dir, n);
+		s[0].fd = open(s[0].path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (s[0].fd >= 0)
+			break;
+		if (errno != EEXIST || n > 100000)
+			fail(EX_SYS, "io", "%s: %s", s[0].path, strerror(errno));
+	}
+	s[1].fd = open(s[1].path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (s[1].fd < 0)
+		fail(EX_SYS, "io", "%s: %s", s[1].path, strerror(errno));
+	for (int i = 0; i < 2; i++) {
+		s[i].inband = malloc(INBAND_MAX);
+		if (!s[i].inband)
+			fail(EX_SYS, "io", "out of memory");
+	}
+	/* lk stays open (CLOEXEC) until we exit. */
+}
+
+static void take_output(struct outstream *s, const struct frame *fr)
+{
+	if (s->inlen < INBAND_MAX) {
+		size_t k = fr->len < INBAND_MAX - s->inlen ? fr->len : INBAND_MAX - s->inlen;
+
+		memcpy(s->inband + s->inlen, fr->payload, k);
+		s->inlen += k;
+	}
+	s->bytes += fr->len;
+	if (write_all(s->fd, fr->payload, fr->len) < 0)
+		fail(EX_SYS, "io", "%s: %s", s->path, strerror(errno));
+}
+
+int main(int argc, char **argv)
+{
+	struct outstream s[2] = {{.name = "stdout", .fd = -1}, {.name = "stderr", .fd = -1}};
+	json_t *copied_in, *copied_out, *res;
+	uint8_t *req;
+	struct tlv_w w;
+	struct hello h = {0};
+	struct frame fr;
+	int stdin_fd = -1, stdin_eof = 1, done = 0;
+	uint64_t credit = FRAME_INITIAL_CREDIT;
+	int64_t t0 = mono_ms(), t_exec;
+	int32_t exit_code = -1;
+	uint32_t sig = 0, timed_out = 0;
+	char kind[64] = "", msg[1024] = "";
+
+	progname = "isopod-exec";
+	signal(SIGPIPE, SIG_IGN);
+	if (sodium_init() < 0)
+		die(EX_SYS, "unable to initialise libsodium");
+	warnings = json_array();
+	parse_args(argc, argv);
+	if (o.stdin_file) {
+		stdin_fd = strcmp(o.stdin_file, "-") ? open(o.stdin_file, O_RDONLY | O_CLOEXEC)
+						     : dup(0);
+		if (stdin_fd < 0)
+			fail(EX_USAGE, "io", "--stdin-file %s: %s", o.stdin_file, strerror(errno));
+		fcntl(stdin_fd, F_SETFL, fcntl(stdin_fd, F_GETFL) | O_NONBLOCK);
+		stdin_eof = 0;
+	}
+	open_logs(s);
+
+	if (conn_open(&c, o.agent_sock, mono_ms() + 10000) < 0)
+		fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+	last_rx = mono_ms();
+	if (conn_hello(&c, &h, mono_ms() + o.watchdog_ms) < 0)
+		fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+	last_rx = mono_ms();
+
+	copied_in = json_array();
+	copy_in(copied_in);
+
+	/* The request: argv, env, cwd, timeout, stdin.  Sized from the
+	 * arguments; the frame cap bounds it. */
+	req = malloc(FRAME_MAX_PAYLOAD);
+	if (!req)
+		fail(EX_SYS, "io", "out of memory");
+	tlv_init(&w, req, FRAME_MAX_PAYLOAD);
+	if (o.shell) {
+		tlv_put_str(&w, T_ARG, "/bin/sh");
+		tlv_put_str(&w, T_ARG, "-c");
+	}
+	for (int i = 0; i < o.argc; i++)
+		tlv_put_str(&w, T_ARG, o.argv[i]);
+	for (int i = 0; i < o.nenv; i++)
+		tlv_put_str(&w, T_ENV, o.env[i]);
+	if (o.cwd)
+		tlv_put_str(&w, T_CWD, o.cwd);
+	if (o.timeout_ms) {
+		int64_t left = o.timeout_ms - (mono_ms() - t0);
+
+		tlv_put_u64(&w, T_TIMEOUT_MS, (uint64_t)(left > 1 ? left : 1));
+	}
+	tlv_put_u32(&w, T_STDIN, stdin_fd >= 0);
+	if (w.err)
+		fail(EX_USAGE, "bad_request", "the command line and environment exceed %u bytes",
+		     FRAME_MAX_PAYLOAD);
+	conn_queue(&c, F_EXEC, STREAM_CTL, req, w.len);
+	free(req);
+	t_exec = mono_ms();
+
+	while (!done) {
+		struct pollfd p[2];
+		int np = 1;
+		int64_t now = mono_ms();
+		int r;
+
+		while ((r = conn_next(&c, &fr)) == 1) {
+			last_rx = mono_ms();
+			switch (fr.type) {
+			case F_DATA:
+				if (fr.stream == STREAM_STDOUT || fr.stream == STREAM_STDERR)
+					take_output(&s[fr.stream - STREAM_STDOUT], &fr);
+				break;
+			case F_EOF:
+				if (fr.stream == STREAM_STDOUT || fr.stream == STREAM_STDERR)
+					s[fr.stream - STREAM_STDOUT].eof = 1;
+				break;
+			case F_CREDIT:
+				if (fr.stream == STREAM_STDIN)
+					credit += tlv_get_u64(&fr, T_BYTES);
+				break;
+			case F_PONG:
+				break;
+			case F_EXIT: {
+				struct tlv_r rd;
+				uint8_t tag;
+				const uint8_t *v;
+				uint32_t l, u;
+
+				tlv_rinit(&rd, fr.payload, fr.len);
+				while (tlv_next(&rd, &tag, &v, &l) == 1) {
+					if (tag == T_EXIT_CODE && tlv_u32(v, l, &u) == 0)
+						exit_code = (int32_t)u;
+					else if (tag == T_SIGNAL)
+						tlv_u32(v, l, &sig);
+					else if (tag == T_TIMED_OUT)
+						tlv_u32(v, l, &timed_out);
+					else if (tag == T_ERROR_KIND && tlv_str(v, l, kind, sizeof kind) < 0)
+						kind[0] = 0;
+					else if (tag == T_MESSAGE && tlv_str(v, l, msg, sizeof msg) < 0)
+						msg[0] = 0;
+				}
+				done = 1;
+				break;
+			}
+			case F_ERROR:
+				fail_frame(&fr, "exec");
+			default:
+				fail(EX_SYS, "protocol", "vm %s: unexpected frame type %u during exec",
+				     o.id, fr.type);
+			}
+			if (done)
+				break;
+		}
+		if (r < 0)
+			fail(EX_SYS, "protocol", "vm %s: %s", o.id, c.err);
+		if (done)
+			break;
+		/* stdin, under credit, and only while our queue is short. */
+		if (!stdin_eof && credit > 0 && c.wlen - c.woff < 4 * FRAME_DATA_CHUNK) {
+			p[1].fd = stdin_fd;
+			p[1].events = POLLIN;
+			p[1].revents = 0;
+			np = 2;
+		}
+		if (conn_flush_some(&c) < 0)
+			fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+		p[0].fd = c.fd;
+		p[0].events = POLLIN | (c.woff < c.wlen ? POLLOUT : 0);
+		p[0].revents = 0;
+		if (now - last_rx >= o.watchdog_ms) {
+			kill_vm();
+			fail(EX_SYS, "unresponsive",
+			     "vm %s: the guest agent stopped answering for %lld ms; the vm was stopped",
+			     o.id, (long long)o.watchdog_ms);
+		}
+		if (poll(p, (nfds_t)np, (int)o.ping_ms) < 0 && errno != EINTR)
+			fail(EX_SYS, "io", "poll: %s", strerror(errno));
+		if (mono_ms() - last_rx >= o.ping_ms)
+			conn_queue(&c, F_PING, STREAM_CTL, NULL, 0);
+		if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+			r = conn_fill(&c);
+			if (r == -2)
+				fail(EX_SYS, "agent", "vm %s: the guest agent closed the connection "
+				     "during exec (did the vm stop?)", o.id);
+			if (r < 0)
+				fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+		}
+		if (np == 2 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+			uint8_t buf[FRAME_DATA_CHUNK];
+			size_t want = credit < sizeof buf ? (size_t)credit : sizeof buf;
+			ssize_t n = read(stdin_fd, buf, want);
+
+			if (n > 0) {
+				conn_queue(&c, F_DATA, STREAM_STDIN, buf, (size_t)n);
+				credit -= (uint64_t)n;
+			} else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+				if (n < 0)
+					json_array_append_new(warnings,
+						json_sprintf("stdin: read: %s", strerror(errno)));
+				conn_queue(&c, F_EOF, STREAM_STDIN, NULL, 0);
+				stdin_eof = 1;
+			}
+		}
+	}
+	int64_t exec_ms = mono_ms() - t_exec;
+
+	copied_out = json_array();
+	copy_out(copied_out);
+	if (conn_flush(&c, mono_ms() + 5000) < 0)
+		json_array_append_new(warnings, json_sprintf("agent: %s", c.err));
+	conn_close(&c);
+
+	for (int i = 0; i < 2; i++)
+		if (fsync(s[i].fd) < 0 && errno != EINVAL)
+			fail(EX_SYS, "io", "%s: %s", s[i].path, strerror(errno));
+	res = json_pack("{s:b, s:{s:s, s:s}, s:i, s:o, s:b}", "ok", 1, "vm", "id", o.id, "name",
+			o.name, "exit_code", (int)exit_code,
+			"signal", sig ? json_integer(sig) : json_null(),
+			"timed_out", (int)timed_out);
+	if (kind[0]) {
+		json_object_set_new(res, "error_kind", json_string(kind));
+		json_object_set_new(res, "error", utf8_json((const uint8_t *)msg, strlen(msg), 0));
+	}
+	for (int i = 0; i < 2; i++) {
+		char k[32];
+
+		json_object_set_new(res, s[i].name, utf8_json(s[i].inband, s[i].inlen, s[i].bytes > s[i].inlen));
+		snprintf(k, sizeof k, "%s_bytes", s[i].name);
+		json_object_set_new(res, k, json_integer((json_int_t)s[i].bytes));
+		snprintf(k, sizeof k, "%s_truncated", s[i].name);
+		json_object_set_new(res, k, json_boolean(s[i].bytes > s[i].inlen));
+		snprintf(k, sizeof k, "%s_log", s[i].name);
+		json_object_set_new(res, k, json_string(s[i].path));
+		if (!s[i].eof)
+			json_array_append_new(warnings, json_sprintf("%s: no end-of-stream from the agent",
+								     s[i].name));
+	}
+	json_object_set_new(res, "copied_in", copied_in);
+	json_object_set_new(res, "copied_out", copied_out);
+	json_object_set(res, "warnings", warnings);
+	json_object_set_new(res, "exec_ms", json_integer(exec_ms));
+	json_emit(res);
+	return exit_code == 0 && !timed_out ? EX_OK : EX_GUEST;
+}

@@ -1,0 +1,99 @@
+/* util.h - shared helpers of the host tools (glibc, jansson, libsodium).
+ * Not linked into the agent: the agent must never call die(). */
+#ifndef ISOPOD_UTIL_H
+#define ISOPOD_UTIL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Exit codes, the same in every tool and man page (doc/INTERFACES.md). */
+enum {
+	EX_OK = 0,
+	EX_GUEST = 1,     /* the guest command failed: data, not a tool failure */
+	EX_TIMEOUT = 99,  /* infrastructure timed out */
+	EX_USAGE = 100,   /* usage / bad input */
+	EX_NOTFOUND = 101,/* vm, stage, image not found */
+	EX_CONFLICT = 102,/* busy / conflict / lock held */
+	EX_SYS = 111      /* system or infrastructure failure */
+};
+
+extern const char *progname;
+
+/* die(code, fmt, ...): "isopod-X: fatal: <msg>" on stderr, exit code.
+ * A message ending in ':' gets ": strerror(errno)" appended (sbase eprintf). */
+__attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) void warnx_(const char *fmt, ...);
+#define warn warnx_
+
+/* Store root: $ISOPOD_HOME, else /var/lib/isopod as root, ~/.isopod otherwise. */
+const char *store_home(void);
+/* snprintf into a static-ish caller buffer; dies on truncation. */
+__attribute__((format(printf, 3, 4))) char *pathf(char *buf, size_t sz, const char *fmt, ...);
+/* mkdir -p with mode; dies on failure. */
+void mkdirs(const char *path, mode_t mode);
+
+/* Atomic write: tmp + fsync + rename + fsync(dir).  Returns 0 or -1 (errno). */
+int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
+/* Write a JSON object atomically (pretty, sorted keys off, trailing newline). */
+int json_write_atomic(const char *path, json_t *obj);
+/* Load a JSON object from a file; NULL with errno (ENOENT) or EINVAL on bad JSON. */
+json_t *json_load_path(const char *path);
+/* Read one JSON object from a stream (stdin); dies with EX_USAGE on bad input. */
+json_t *json_read_stdin(void);
+/* Print obj compactly + "\n" to stdout and check the write (dies EX_SYS). */
+void json_emit(json_t *obj);
+
+/* Lock helpers: open (O_CREAT|O_CLOEXEC) and flock.  op = LOCK_EX / LOCK_SH,
+ * optionally | LOCK_NB.  Returns the fd, or -1 with errno (EWOULDBLOCK = held). */
+int lock_open(const char *path, int op);
+/* The store-wide lock for read-decide-write mutations. */
+int store_lock(void);
+
+/* Milliseconds: monotonic and wall clock (epoch). */
+int64_t mono_ms(void);
+int64_t wall_ms(void);
+/* ISO-8601 UTC timestamp of now, into buf (>= 32 bytes). */
+char *iso_now(char *buf, size_t sz);
+
+/* Random bytes (getrandom), dies on failure. */
+void rand_bytes(void *buf, size_t n);
+/* Lower-case hex of n random bytes into out (2n+1). */
+void rand_hex(char *out, size_t nbytes);
+
+/* sha256 of a file, lower-case hex into out[65].  -1 with errno on failure. */
+int sha256_file(const char *path, char out[65]);
+void sha256_hex(const void *data, size_t n, char out[65]);
+
+/* Parse a decimal integer in [lo, hi]; -1 if not a number or out of range. */
+int parse_ll(const char *s, long long lo, long long hi, long long *out);
+
+/* VM records: resolve an id, unique id prefix, or vanity name to the
+ * directory vms/<id>.  Dies 101 naming ref when nothing matches, 102 listing
+ * candidates when ambiguous.  id_out gets the full id (>= 64 bytes). */
+void vm_resolve(const char *ref, char *id_out, size_t idsz);
+/* Is the VM's supervisor alive (its lock on vms/<id>/lock is held)? */
+int vm_running(const char *id);
+
+/* Write all of buf to fd, retrying on EINTR/short writes; -1 on error. */
+int write_all(int fd, const void *buf, size_t n);
+
+/* A JSON string from guest bytes: invalid UTF-8 and NUL become U+FFFD; with
+ * `cut`, a character split by a size cap at the end is dropped. */
+json_t *utf8_json(const uint8_t *p, size_t n, int cut);
+
+/* Conditional read-modify-write of vms/<id>/meta.json under the per-VM
+ * vms/<id>/meta.lock: when if_states is NULL or lists the record's current
+ * state (NULL-terminated), every member of set is merged into the record and
+ * it is written atomically.  1 updated, 0 state did not match, -1 errno.
+ * set is not stolen. */
+int vm_meta_update(const char *id, const char *const *if_states, json_t *set);
+/* Wait until vms/<id>/lock is free (poll LOCK_EX|LOCK_NB every 20 ms) or the
+ * monotonic deadline passes.  0 free, -1 still held (errno ETIMEDOUT). */
+int vm_wait_stopped(const char *id, int64_t deadline_ms);
+/* pidfd_open(2) / pidfd_send_signal(2) through syscall(2). */
+int pidfd_open_(pid_t pid);
+int pidfd_kill(int pidfd, int sig);
+
+#endif
