@@ -15,11 +15,14 @@ CFLAGS = -O2 -g
 ALL_CFLAGS = $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Ilib
 LDLIBS_HOST = -ljansson -lsodium
 
-TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/isopod-gc
-HOSTLIB = lib/util.o lib/frame.o lib/host.o
-LIBHDR = lib/util.h lib/frame.h lib/host.h
+TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/isopod-gc \
+	bin/isopod-fork bin/isopod-commit bin/isopod-stage
+HOSTLIB = lib/util.o lib/frame.o lib/host.o lib/stage.o
+LIBHDR = lib/util.h lib/frame.h lib/host.h lib/stage.h
 
 all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out
+
+$(HOSTLIB): $(LIBHDR)
 
 lib/%.o: lib/%.c $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -31,14 +34,16 @@ bin/isopod-%: bin/isopod-%.c $(HOSTLIB) $(LIBHDR)
 agent/isopod-agent: agent/agent.c lib/frame.c lib/frame.h
 	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ agent/agent.c lib/frame.c
 
-build/initramfs.cpio: agent/isopod-agent images/mkinitramfs
+# Reproducible, no root needed, works before any kernel is built (images/mkinitramfs).
+build/initramfs.cpio: agent/isopod-agent images/mkinitramfs images/lib.sh
 	mkdir -p build
 	sh images/mkinitramfs agent/isopod-agent $@
 
 sh/isopod.out: sh/isopod
 	cp sh/isopod $@ && chmod 755 $@
 
-# Kernel (cached by input hash outside the repo), base image, registration in $ISOPOD_HOME.
+# Kernel and base image (each cached by input hash outside the repo, in
+# $ISOPOD_CACHE), then registration in the store $ISOPOD_HOME (images/register).
 images: all
 	sh images/build-kernel
 	sh images/build-base base

@@ -1,0 +1,201 @@
+/* isopod-claim - reserve a new VM record: id, vanity name, directory. */
+
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define USAGE "isopod-claim [--name NAME]"
+
+static const char *const adjectives[] = {
+	"amber", "brave", "calm", "dapper", "eager", "fancy", "gentle", "happy",
+	"icy", "jolly", "keen", "lively", "mellow", "nimble", "odd", "plucky",
+	"quiet", "rapid", "shy", "tidy", "upbeat", "vivid", "witty", "young",
+	"zesty", "bold", "crisp", "dusty", "fuzzy", "glossy", "humble", "lucky",
+	"misty", "proud", "rusty", "sunny",
+};
+
+static const char *const nouns[] = {
+	"otter", "badger", "crane", "dingo", "egret", "ferret", "gecko", "heron",
+	"ibis", "jackal", "koala", "lemur", "marmot", "newt", "ocelot", "panda",
+	"quail", "raven", "stoat", "tapir", "urchin", "vole", "walrus", "yak",
+	"zebra", "bison", "cobra", "finch", "gopher", "hare", "lynx", "moose",
+	"puffin", "shrew", "toad", "wombat",
+};
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Names already taken by records in the store. */
+struct names {
+	char **v;
+	size_t n, cap;
+};
+
+static void names_load(struct names *ns, const char *vmsdir)
+{
+	char p[PATH_MAX];
+	struct dirent *de;
+	DIR *d = opendir(vmsdir);
+
+	if (!d)
+		die(EX_SYS, "unable to open %s:", vmsdir);
+	while ((de = readdir(d))) {
+		const char *name;
+		json_t *j;
+
+		if (strncmp(de->d_name, "vm-", 3))
+			continue;
+		pathf(p, sizeof p, "%s/%s/meta.json", vmsdir, de->d_name);
+		j = json_load_path(p);
+		name = j ? json_string_value(json_object_get(j, "name")) : NULL;
+		if (name) {
+			if (ns->n == ns->cap) {
+				ns->cap = ns->cap ? 2 * ns->cap : 64;
+				ns->v = realloc(ns->v, ns->cap * sizeof *ns->v);
+				if (!ns->v)
+					die(EX_SYS, "unable to allocate memory:");
+			}
+			if (!(ns->v[ns->n++] = strdup(name)))
+				die(EX_SYS, "unable to allocate memory:");
+		}
+		json_decref(j);
+	}
+	closedir(d);
+}
+
+static int names_has(const struct names *ns, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < ns->n; i++)
+		if (!strcmp(ns->v[i], name))
+			return 1;
+	return 0;
+}
+
+static unsigned rnd(unsigned n)
+{
+	uint32_t r;
+
+	rand_bytes(&r, sizeof r);
+	return r % n; /* the bias of a 32-bit modulo by < 64 does not matter here */
+}
+
+/* adjective-noun, unique; after 20 collisions adjective-noun-N.  Words are
+ * at most 8 letters, so out (64 bytes) always has room. */
+static void vanity(const struct names *ns, char *out, size_t sz)
+{
+	const char *a = NULL, *b = NULL;
+	int i, n;
+
+	for (i = 0; i < 20; i++) {
+		a = adjectives[rnd(NELEM(adjectives))];
+		b = nouns[rnd(NELEM(nouns))];
+		snprintf(out, sz, "%s-%s", a, b);
+		if (!names_has(ns, out))
+			return;
+	}
+	for (n = 2; n < 1000000; n++) {
+		snprintf(out, sz, "%s-%s-%d", a, b, n);
+		if (!names_has(ns, out))
+			return;
+	}
+	die(EX_CONFLICT, "unable to find a free name");
+}
+
+/* 1..63 of [a-z0-9-], not starting with '-'.  "vm-" is reserved: a name
+ * must never read as an id (prefix) to vm_resolve. */
+static int valid_name(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (n < 1 || n > 63 || s[0] == '-' || !strncmp(s, "vm-", 3))
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+			return 0;
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "name", required_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct names ns = { 0 };
+	char vmsdir[PATH_MAX], dir[PATH_MAX], meta[PATH_MAX];
+	char id[3 + 12 + 1], name[64], hex[13], now[32];
+	const char *want = NULL;
+	json_t *rec, *out;
+	int c, tries;
+
+	progname = "isopod-claim";
+	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			want = optarg;
+			break;
+		case 'h':
+			puts("usage: " USAGE);
+			return 0;
+		default:
+			die(EX_USAGE, "usage: %s", USAGE);
+		}
+	}
+	if (optind != argc)
+		die(EX_USAGE, "usage: %s", USAGE);
+	if (want && !valid_name(want))
+		die(EX_USAGE, "invalid name %.80s: want 1..63 of [a-z0-9-], not starting with '-' or 'vm-'",
+		    want);
+
+	/* Name uniqueness is read-decide-write: hold the store lock. */
+	store_lock();
+	pathf(vmsdir, sizeof vmsdir, "%s/vms", store_home());
+	mkdirs(vmsdir, 0700);
+	names_load(&ns, vmsdir);
+	if (want) {
+		if (names_has(&ns, want))
+			die(EX_CONFLICT, "name %s is taken", want);
+		snprintf(name, sizeof name, "%s", want);
+	} else {
+		vanity(&ns, name, sizeof name);
+	}
+
+	for (tries = 0;; tries++) {
+		rand_hex(hex, 6);
+		snprintf(id, sizeof id, "vm-%s", hex);
+		pathf(dir, sizeof dir, "%s/%s", vmsdir, id);
+		if (mkdir(dir, 0700) == 0)
+			break;
+		if (errno != EEXIST || tries > 100)
+			die(EX_SYS, "unable to create %s:", dir);
+	}
+
+	rec = json_pack("{s:s, s:s, s:s, s:s}", "id", id, "name", name, "created",
+			iso_now(now, sizeof now), "state", "claimed");
+	if (!rec)
+		die(EX_SYS, "unable to build the VM record");
+	pathf(meta, sizeof meta, "%s/meta.json", dir);
+	if (json_write_atomic(meta, rec) < 0) {
+		int e = errno;
+
+		rmdir(dir);
+		errno = e;
+		die(EX_SYS, "unable to write %s:", meta);
+	}
+	out = json_pack("{s:{s:s, s:s, s:s}, s:n}", "vm", "id", id, "name", name, "dir", dir,
+			"net");
+	if (!out)
+		die(EX_SYS, "unable to build the output");
+	json_emit(out);
+	return 0;
+}

@@ -1,0 +1,267 @@
+/* isopod-commit - freeze a VM's writable layer as an immutable stage.
+ *
+ * The guest syncs and remounts its root read-only (agent SHUTDOWN), the VM
+ * stops, and under the store lock the VM's overlay is renamed into a
+ * staging directory, rebased onto its parent by a relative path, made
+ * read-only, described, and the directory renamed into place.  The rename is
+ * the commit point: a kill before it leaves only stages/.tmp-* (never
+ * listed, reclaimed by isopod-gc), after it a complete stage.  O(1) in the
+ * bytes the VM wrote.
+ *
+ * --check validates a planned commit before anything boots. */
+#include "frame.h"
+#include "host.h"
+#include "stage.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define USAGE "usage: isopod-commit --check [--stage REF] LABEL\n" \
+	      "       isopod-commit [--label LABEL] VM\n"
+
+/* Tests kill the commit at each step: ISOPOD_TEST_KILL_AT=<point>. */
+static void test_point(const char *name)
+{
+	const char *k = getenv("ISOPOD_TEST_KILL_AT");
+
+	if (k && !strcmp(k, name))
+		raise(SIGKILL);
+}
+
+/* Depth the new stage would have on top of `parent` (NULL = on a base). */
+static int depth_on(const char *parent)
+{
+	json_t *m;
+	int d;
+
+	if (!parent)
+		return 1;
+	m = stage_meta(parent);
+	if (!m)
+		die(EX_NOTFOUND, "no such stage: %s", parent);
+	d = (int)json_integer_value(json_object_get(m, "depth")) + 1;
+	json_decref(m);
+	return d;
+}
+
+static void check_label(const char *label, const char *parent)
+{
+	const char *why = label ? label_invalid(label) : NULL;
+	char holder[64];
+	int d = depth_on(parent);
+
+	if (why)
+		die(EX_USAGE, "label %s: %s", label, why);
+	if (label && label_taken(label, holder, sizeof holder))
+		die(EX_CONFLICT, "label %s is taken by stage %s", label, holder);
+	if (d > stage_max_depth())
+		die(EX_CONFLICT,
+		    "stage %s is at the chain depth cap (%d); run `isopod stage flatten %s --as LABEL` "
+		    "and commit on top of the flattened stage", parent, stage_max_depth(), parent);
+}
+
+static void wait_unlocked(const char *id, int64_t deadline)
+{
+	while (vm_running(id)) {
+		struct timespec ts = {0, 20 * 1000000};
+
+		if (mono_ms() > deadline)
+			die(EX_TIMEOUT, "vm %s did not stop after its guest shut down", id);
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Ask the guest to sync and remount its root read-only, then power off. */
+static int64_t shutdown_guest(const char *id, const char *sock)
+{
+	struct conn c;
+	struct hello h = {0};
+	struct frame fr;
+	int64_t t0 = mono_ms(), dl = t0 + 120000;
+	char kind[64], msg[512];
+
+	if (conn_open(&c, sock, mono_ms() + 10000) < 0 || conn_hello(&c, &h, dl) < 0)
+		die(EX_SYS, "vm %s: %s", id, c.err);
+	conn_queue(&c, F_SHUTDOWN, STREAM_CTL, NULL, 0);
+	for (;;) {
+		int r = conn_wait(&c, &fr, dl);
+
+		if (r < 0)
+			die(r == -3 ? EX_TIMEOUT : EX_SYS, "vm %s: shutdown: %s", id, c.err);
+		if (fr.type == F_PONG)
+			continue;
+		if (fr.type == F_SHUTDOWN_ACK) {
+			if (fr.len) {
+				frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
+				die(EX_SYS, "vm %s: the guest could not unmount its root cleanly: %s", id,
+				    msg);
+			}
+			break;
+		}
+		if (fr.type == F_ERROR) {
+			frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
+			die(EX_SYS, "vm %s: shutdown refused: %s", id, msg);
+		}
+	}
+	conn_close(&c);
+	wait_unlocked(id, mono_ms() + 30000);
+	return mono_ms() - t0;
+}
+
+static int fsync_path(const char *p)
+{
+	int fd = open(p, O_RDONLY | O_CLOEXEC), r;
+
+	if (fd < 0)
+		return -1;
+	r = fsync(fd);
+	close(fd);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {{"check", no_argument, 0, 'c'},
+					   {"stage", required_argument, 0, 's'},
+					   {"label", required_argument, 0, 'l'},
+					   {"help", no_argument, 0, 'h'},
+					   {0, 0, 0, 0}};
+	const char *label = NULL, *sref = NULL, *parent, *vname;
+	char id[64], stid[64], hex[13], p[PATH_MAX], tmp[PATH_MAX], dst[PATH_MAX], layer[PATH_MAX],
+		rel[PATH_MAX], parent_id[64] = "", now[32];
+	int ch, check = 0, lk, depth;
+	json_t *vm, *sm, *base;
+	struct stat st;
+	int64_t shutdown_ms, t0;
+
+	progname = "isopod-commit";
+	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'c': check = 1; break;
+		case 's': sref = optarg; break;
+		case 'l': label = optarg; break;
+		case 'h': fputs(USAGE, stdout); return 0;
+		default: fputs(USAGE, stderr); return EX_USAGE;
+		}
+	}
+	if (argc - optind != 1)
+		die(EX_USAGE, "%s", USAGE);
+	if (check) {
+		/* A base flavor as --stage means depth 1 on that base. */
+		if (sref && stage_find(sref, parent_id, sizeof parent_id) == 0)
+			parent_id[0] = 0;
+		check_label(argv[optind], parent_id[0] ? parent_id : NULL);
+		json_emit(json_pack("{s:b, s:s, s:i}", "ok", 1, "label", argv[optind], "depth",
+				    depth_on(parent_id[0] ? parent_id : NULL)));
+		return 0;
+	}
+
+	vm_resolve(argv[optind], id, sizeof id);
+	pathf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
+	vm = json_load_path(p);
+	if (!vm)
+		die(EX_SYS, "unable to read %s:", p);
+	parent = json_string_value(json_object_get(vm, "stage"));
+	base = json_object_get(vm, "base");
+	vname = json_string_value(json_object_get(vm, "name"));
+	if (!json_string_value(json_object_get(base, "sha256")))
+		die(EX_SYS, "vm %s has no base recorded in its meta.json", id);
+	check_label(label, parent);
+	if (!vm_running(id))
+		die(EX_CONFLICT, "vm %s is not running; only a running VM's disk can be committed "
+		    "(its guest must unmount the root cleanly)", id);
+	pathf(layer, sizeof layer, "%s/vms/%s/disk.qcow2", store_home(), id);
+	if (access(layer, F_OK) < 0)
+		die(EX_NOTFOUND, "vm %s has no disk:", id);
+
+	test_point("before-shutdown");
+	shutdown_ms = shutdown_guest(id, json_string_value(json_object_get(vm, "agent_sock")));
+
+	t0 = mono_ms();
+	lk = store_lock();
+	check_label(label, parent); /* again, now that we hold the lock */
+	depth = depth_on(parent);
+	rand_hex(hex, 6);
+	snprintf(stid, sizeof stid, "st-%s", hex);
+	pathf(p, sizeof p, "%s/stages", store_home());
+	mkdirs(p, 0755);
+	pathf(tmp, sizeof tmp, "%s/stages/.tmp-%s.%ld", store_home(), stid, (long)getpid());
+	pathf(dst, sizeof dst, "%s/stages/%s", store_home(), stid);
+	if (mkdir(tmp, 0755) < 0)
+		die(EX_SYS, "unable to create %s:", tmp);
+	test_point("before-rename");
+	pathf(p, sizeof p, "%s/layer.qcow2", tmp);
+	if (rename(layer, p) < 0)
+		die(EX_SYS, "unable to move %s into the store:", layer);
+	test_point("after-disk-rename");
+	/* Relative backing: the store can move, the chain still resolves. */
+	if (parent)
+		pathf(rel, sizeof rel, "../%s/layer.qcow2", parent);
+	else
+		pathf(rel, sizeof rel, "../../images/base-%s.img",
+		      json_string_value(json_object_get(base, "sha256")));
+	{
+		char *qa[] = {"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", parent ? "qcow2" : "raw",
+			      "-b", rel, p, NULL};
+
+		if (run_prog(qa, 0) != 0 || chmod(p, 0444) < 0 || fsync_path(p) < 0) {
+			int e = errno;
+
+			rename(p, layer); /* give the VM its disk back */
+			rmdir(tmp);
+			errno = e;
+			die(EX_SYS, "unable to seal the layer of vm %s", id);
+		}
+	}
+	if (stat(p, &st) < 0)
+		die(EX_SYS, "unable to stat %s:", p);
+	sm = json_pack("{s:s, s:s, s:o, s:o, s:i, s:O, s:I, s:s, s:s}", "id", stid, "name",
+		       vname ? vname : stid, "label", label ? json_string(label) : json_null(),
+		       "parent", parent ? json_string(parent) : json_null(), "depth", depth,
+		       "base", base, "size", (json_int_t)st.st_blocks * 512, "created",
+		       iso_now(now, sizeof now), "from_vm", id);
+	json_object_set_new(sm, "commit_ms", json_integer(mono_ms() - t0));
+	json_object_set_new(sm, "shutdown_ms", json_integer(shutdown_ms));
+	pathf(p, sizeof p, "%s/meta.json", tmp);
+	if (json_write_atomic(p, sm) < 0) {
+		int e = errno;
+		char lp[PATH_MAX];
+
+		pathf(lp, sizeof lp, "%s/layer.qcow2", tmp);
+		chmod(lp, 0600);
+		rename(lp, layer);
+		unlink(p);
+		rmdir(tmp);
+		errno = e;
+		die(EX_SYS, "unable to write the stage's meta.json (nothing was committed):");
+	}
+	test_point("before-commit-rename");
+	if (rename(tmp, dst) < 0)
+		die(EX_SYS, "unable to rename %s to %s:", tmp, dst);
+	pathf(p, sizeof p, "%s/stages", store_home());
+	fsync_path(p);
+	test_point("after-commit-rename");
+	close(lk);
+
+	pathf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
+	json_decref(vm); /* the supervisor recorded the stop meanwhile: reload */
+	vm = json_load_path(p);
+	if (!vm)
+		vm = json_object();
+	json_object_set_new(vm, "committed_as", json_string(stid));
+	if (json_write_atomic(p, vm) < 0)
+		warn("unable to record the commit in %s:", p);
+	json_emit(json_pack("{s:O}", "stage", sm));
+	return 0;
+}

@@ -1,0 +1,131 @@
+/* isopod-fork - plan a claimed VM on a stage chain (or a base flavor).
+ *
+ * Reads isopod-claim's JSON, verifies the whole chain (every layer a sound
+ * qcow2, the base present), and creates the VM's empty copy-on-write
+ * overlay over the stage's top layer.  isopod-boot then boots that disk.
+ * O(1): nothing of the chain is copied. */
+#include "stage.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define USAGE "usage: isopod-fork --stage REF\n"
+
+static json_t *orjnull(json_t *j)
+{
+	return j ? j : json_null();
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {{"stage", required_argument, 0, 's'},
+					   {"help", no_argument, 0, 'h'},
+					   {0, 0, 0, 0}};
+	const char *ref = NULL, *vmid, *flavor = NULL, *bsha = NULL;
+	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX], meta[PATH_MAX];
+	json_t *in, *m = NULL, *vm, *layers, *out, *base;
+	int ch, depth = 0;
+	int64_t t0 = mono_ms();
+
+	progname = "isopod-fork";
+	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 's': ref = optarg; break;
+		case 'h': fputs(USAGE, stdout); return 0;
+		default: fputs(USAGE, stderr); return EX_USAGE;
+		}
+	}
+	if (!ref || optind != argc)
+		die(EX_USAGE, "%s", USAGE);
+	in = json_read_stdin();
+	vm = json_object_get(in, "vm");
+	vmid = json_string_value(json_object_get(vm, "id"));
+	if (!vmid || strncmp(vmid, "vm-", 3) || strchr(vmid, '/'))
+		die(EX_USAGE, "standard input has no vm.id (expected isopod-claim's output)");
+
+	layers = json_array();
+	if (stage_find(ref, stid, sizeof stid)) {
+		stage_verify_chain(stid);
+		m = stage_meta(stid);
+		if (!m)
+			die(EX_SYS, "unable to read stage %s:", stid);
+		depth = (int)json_integer_value(json_object_get(m, "depth"));
+		flavor = json_string_value(json_object_get(json_object_get(m, "base"), "flavor"));
+		bsha = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
+		/* layers, root first */
+		for (char cur[64] = ""; ;) {
+			json_t *cm;
+			const char *p;
+
+			if (!cur[0])
+				snprintf(cur, sizeof cur, "%s", stid);
+			cm = stage_meta(cur);
+			if (!cm)
+				die(EX_SYS, "stage %s is broken: meta.json unreadable", cur);
+			json_array_insert_new(layers, 0, json_string(cur));
+			p = json_string_value(json_object_get(cm, "parent"));
+			if (!p) {
+				json_decref(cm);
+				break;
+			}
+			snprintf(cur, sizeof cur, "%.63s", p);
+			json_decref(cm);
+		}
+		pathf(backing, sizeof backing, "%s/stages/%s/layer.qcow2", store_home(), stid);
+	} else if (base_current(ref, sha, sizeof sha) == 0) {
+		flavor = ref;
+		bsha = sha;
+		pathf(backing, sizeof backing, "%s/images/base-%s.img", store_home(), sha);
+		if (access(backing, R_OK) < 0)
+			die(EX_SYS, "base image %s:", backing);
+	} else {
+		die(EX_NOTFOUND, "no such stage or base flavor: %s", ref);
+	}
+	if (!flavor || !bsha)
+		die(EX_SYS, "stage %s has no base in its meta.json", stid);
+
+	pathf(disk, sizeof disk, "%s/vms/%s/disk.qcow2", store_home(), vmid);
+	if (access(disk, F_OK) == 0)
+		die(EX_CONFLICT, "vm %s already has a disk", vmid);
+	{
+		char *qa[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-F",
+			      stid[0] ? "qcow2" : "raw", "-b", backing, disk, NULL};
+
+		if (run_prog(qa, 0) != 0)
+			die(EX_SYS, "qemu-img create %s failed", disk);
+	}
+	base = json_pack("{s:s, s:s}", "flavor", flavor, "sha256", bsha);
+	/* The VM record learns what it runs on: boot reads it, commit
+	 * records it as the new stage's parent. */
+	pathf(meta, sizeof meta, "%s/vms/%s/meta.json", store_home(), vmid);
+	{
+		json_t *vmeta = json_load_path(meta);
+
+		if (!vmeta)
+			die(EX_NOTFOUND, "no such vm: %s", vmid);
+		json_object_set_new(vmeta, "stage", stid[0] ? json_string(stid) : json_null());
+		json_object_set(vmeta, "base", base);
+		json_object_set(vmeta, "layers", layers);
+		json_object_set_new(vmeta, "depth", json_integer(depth));
+		if (json_write_atomic(meta, vmeta) < 0)
+			die(EX_SYS, "unable to write %s:", meta);
+		json_decref(vmeta);
+	}
+	out = json_deep_copy(in);
+	json_object_set_new(out, "stage",
+			    stid[0] ? json_pack("{s:s, s:O, s:O, s:i}", "id", stid, "name",
+						orjnull(json_object_get(m, "name")), "label",
+						orjnull(json_object_get(m, "label")), "depth", depth)
+				    : json_null());
+	json_object_set_new(out, "base", base);
+	json_object_set_new(out, "layers", layers);
+	json_object_set_new(out, "fork_ms", json_integer(mono_ms() - t0));
+	json_emit(out);
+	return 0;
+}

@@ -1,0 +1,401 @@
+/* isopod-gc - remove old VM records; find and end what leaked.
+ *
+ * A running VM (its lock held) is never touched.  A process is only killed
+ * when the record says it should be gone (state booting/running with a free
+ * lock) and its /proc/<pid>/cmdline names the VM's directory. */
+
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--dry-run]"
+
+/* A claim is a VM about to boot; leave young ones alone. */
+#define CLAIM_GRACE_S 3600
+/* A staging file whose writer's pid is alive is left alone for this long. */
+#define TMP_GRACE_S 3600
+
+struct rec {
+	char id[64];
+	char state[16];
+	time_t created, ref; /* ref: stopped_at, else created */
+	long long qemu_pid;
+	int running, candidate;
+};
+
+static int dry_run;
+static long long reclaimed;
+static json_t *leaked;
+
+static time_t parse_iso(const char *s, time_t dflt)
+{
+	struct tm tm;
+	const char *e;
+
+	if (!s)
+		return dflt;
+	memset(&tm, 0, sizeof tm);
+	e = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (!e)
+		return dflt;
+	return timegm(&tm);
+}
+
+/* 30s, 10m, 2h, 7d -> seconds; -1 if malformed. */
+static long long parse_dur(const char *s)
+{
+	char num[32];
+	size_t n = strlen(s);
+	long long v, mul;
+
+	if (n < 2 || n >= sizeof num)
+		return -1;
+	switch (s[n - 1]) {
+	case 's': mul = 1; break;
+	case 'm': mul = 60; break;
+	case 'h': mul = 3600; break;
+	case 'd': mul = 86400; break;
+	default: return -1;
+	}
+	memcpy(num, s, n - 1);
+	num[n - 1] = 0;
+	if (parse_ll(num, 0, 100LL * 365 * 86400 / mul, &v) < 0)
+		return -1;
+	return v * mul;
+}
+
+static int pid_alive(long long pid)
+{
+	return pid > 0 && pid <= INT_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* Does /proc/<pid>/cmdline carry an argument containing dir + "/"? */
+static int cmdline_names(int pid, const char *dir)
+{
+	char p[64], needle[PATH_MAX], *buf;
+	size_t len = 0, cap = 1 << 16, nl;
+	ssize_t r;
+	int fd, found = 0;
+
+	snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
+	pathf(needle, sizeof needle, "%s/", dir);
+	nl = strlen(needle);
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+		return 0;
+	if (!(buf = malloc(cap)))
+		die(EX_SYS, "unable to allocate memory:");
+	while (len < cap && (r = read(fd, buf + len, cap - len)) > 0)
+		len += (size_t)r;
+	close(fd);
+	if (len >= nl) {
+		size_t i;
+
+		for (i = 0; i + nl <= len && !found; i++)
+			found = !memcmp(buf + i, needle, nl);
+	}
+	free(buf);
+	return found;
+}
+
+static int du_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)path;
+	(void)flag;
+	(void)ftw;
+	reclaimed += (long long)st->st_blocks * 512;
+	return 0;
+}
+
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
+		warn("unable to remove %s:", path);
+	return 0;
+}
+
+/* Count, then (unless dry run) remove a directory tree.  FTW_PHYS: never
+ * follow a symlink out of the store. */
+static void remove_tree(const char *dir)
+{
+	nftw(dir, du_cb, 16, FTW_PHYS);
+	if (!dry_run)
+		nftw(dir, rm_cb, 16, FTW_PHYS | FTW_DEPTH);
+}
+
+static void load_rec(struct rec *r, const char *vmsdir, const char *id)
+{
+	char p[PATH_MAX];
+	struct stat st;
+	json_t *j, *v;
+	const char *s;
+
+	memset(r, 0, sizeof *r);
+	snprintf(r->id, sizeof r->id, "%s", id);
+	pathf(p, sizeof p, "%s/%s", vmsdir, id);
+	r->created = stat(p, &st) == 0 ? st.st_mtime : 0;
+	pathf(p, sizeof p, "%s/%s/meta.json", vmsdir, id);
+	j = json_load_path(p);
+	s = j ? json_string_value(json_object_get(j, "state")) : NULL;
+	snprintf(r->state, sizeof r->state, "%s", s ? s : "broken");
+	if (j) {
+		r->created = parse_iso(json_string_value(json_object_get(j, "created")), r->created);
+		v = json_object_get(j, "qemu_pid");
+		r->qemu_pid = json_is_integer(v) ? json_integer_value(v) : 0;
+	}
+	r->ref = parse_iso(j ? json_string_value(json_object_get(j, "stopped_at")) : NULL,
+			   r->created);
+	r->running = vm_running(id);
+	json_decref(j);
+}
+
+/* A record that says booting/running but whose lock is free: its supervisor
+ * is gone.  Kill a surviving QEMU (verified by cmdline), mark it failed. */
+static void reap_stale(struct rec *r, const char *vmsdir)
+{
+	static const char *const live[] = { "booting", "running", NULL };
+	char dir[PATH_MAX], now[32];
+	json_t *m;
+	int pfd;
+
+	if (strcmp(r->state, "booting") && strcmp(r->state, "running"))
+		return;
+	pathf(dir, sizeof dir, "%s/%s", vmsdir, r->id);
+	/* pidfd first, then verify: a recycled pid cannot slip in between. */
+	pfd = r->qemu_pid > 0 && r->qemu_pid <= INT_MAX ? pidfd_open_((pid_t)r->qemu_pid) : -1;
+	if (pfd >= 0 && cmdline_names((int)r->qemu_pid, dir)) {
+		int killed = 0;
+
+		if (!dry_run) {
+			if (pidfd_kill(pfd, SIGKILL) == 0)
+				killed = 1;
+			else
+				warn("unable to kill leaked qemu %lld of %s:", r->qemu_pid, r->id);
+		}
+		json_array_append_new(leaked, json_pack("{s:s, s:s, s:I, s:b}", "kind", "qemu",
+							"vm", r->id, "pid",
+							(json_int_t)r->qemu_pid, "killed", killed));
+	}
+	if (pfd >= 0)
+		close(pfd);
+	if (dry_run)
+		return;
+	m = json_pack("{s:s, s:s, s:s}", "state", "failed", "error",
+		      "the supervisor vanished (found by isopod-gc)", "stopped_at",
+		      iso_now(now, sizeof now));
+	if (!m || vm_meta_update(r->id, live, m) < 0)
+		warn("unable to update the record of %s:", r->id);
+	json_decref(m);
+	snprintf(r->state, sizeof r->state, "failed");
+}
+
+static int newest_first(const void *a, const void *b)
+{
+	const struct rec *x = a, *y = b;
+
+	if (x->created != y->created)
+		return x->created < y->created ? 1 : -1;
+	return strcmp(y->id, x->id);
+}
+
+/* The writer's pid from a staging name: "<name>.tmp.<pid>" (util.c
+ * atomic_write, images/register files) or ".tmp-<name>.<pid>" (directories
+ * images/register renames into place).  0 when the name is not one. */
+static long long staging_pid(const char *b, int isdir)
+{
+	const char *t = NULL, *q;
+	long long pid;
+
+	if (isdir) {
+		if (strncmp(b, ".tmp-", 5) || !(t = strrchr(b, '.')) || t == b)
+			return 0;
+		return parse_ll(t + 1, 1, INT_MAX, &pid) < 0 ? 0 : pid;
+	}
+	for (q = b; (q = strstr(q, ".tmp.")); q++)
+		t = q;
+	if (!t || parse_ll(t + 5, 1, INT_MAX, &pid) < 0)
+		return 0;
+	return pid;
+}
+
+/* Staging files and directories whose writer is gone. */
+static int tmp_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	int isdir = flag == FTW_D;
+	long long pid;
+
+	if (flag != FTW_F && flag != FTW_SL && !isdir)
+		return FTW_CONTINUE;
+	if (!(pid = staging_pid(path + ftw->base, isdir)))
+		return FTW_CONTINUE;
+	if (pid_alive(pid) && time(NULL) - st->st_mtime < TMP_GRACE_S)
+		return isdir ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
+	if (isdir) {
+		remove_tree(path);
+	} else {
+		reclaimed += (long long)st->st_blocks * 512;
+		if (!dry_run && unlink(path) < 0 && errno != ENOENT)
+			warn("unable to remove %s:", path);
+	}
+	json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path", path,
+						"removed", !dry_run));
+	return isdir ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
+}
+
+/* accel/probe-<ksha>: the KVM probe's scratch dir, left by a killed boot. */
+static void stale_probes(void)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+
+	pathf(dir, sizeof dir, "%s/accel", store_home());
+	if (!(d = opendir(dir)))
+		return;
+	while ((de = readdir(d))) {
+		int fd;
+
+		if (strncmp(de->d_name, "probe-", 6))
+			continue;
+		pathf(p, sizeof p, "%s/%s.lock", dir, de->d_name + 6);
+		fd = lock_open(p, LOCK_EX | LOCK_NB);
+		if (fd < 0)
+			continue; /* a probe is running */
+		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		remove_tree(p);
+		json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "probe", "path",
+							p, "removed", !dry_run));
+		close(fd);
+	}
+	closedir(d);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "keep-last", required_argument, NULL, 'k' },
+		{ "older-than", required_argument, NULL, 'o' },
+		{ "dry-run", no_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char vmsdir[PATH_MAX], p[PATH_MAX];
+	long long keep_last = -1, older = -1, kept = 0;
+	struct rec *recs = NULL;
+	size_t nrec = 0, cap = 0, i, ncand;
+	json_t *removed, *out;
+	struct dirent *de;
+	time_t now = time(NULL);
+	DIR *d;
+	int c;
+
+	progname = "isopod-gc";
+	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'k':
+			if (parse_ll(optarg, 0, INT_MAX, &keep_last) < 0)
+				die(EX_USAGE, "--keep-last %s: want a count 0..%d", optarg, INT_MAX);
+			break;
+		case 'o':
+			if ((older = parse_dur(optarg)) < 0)
+				die(EX_USAGE, "--older-than %s: want a duration like 30s, 10m, 2h, 7d",
+				    optarg);
+			break;
+		case 'n':
+			dry_run = 1;
+			break;
+		case 'h':
+			puts("usage: " USAGE);
+			return 0;
+		default:
+			die(EX_USAGE, "usage: %s", USAGE);
+		}
+	}
+	if (optind != argc)
+		die(EX_USAGE, "usage: %s", USAGE);
+	if (!(removed = json_array()) || !(leaked = json_array()))
+		die(EX_SYS, "unable to allocate memory:");
+
+	store_lock();
+	pathf(vmsdir, sizeof vmsdir, "%s/vms", store_home());
+	if ((d = opendir(vmsdir))) {
+		while ((de = readdir(d))) {
+			if (strncmp(de->d_name, "vm-", 3) || strlen(de->d_name) >= 64)
+				continue;
+			if (nrec == cap) {
+				cap = cap ? 2 * cap : 64;
+				if (!(recs = realloc(recs, cap * sizeof *recs)))
+					die(EX_SYS, "unable to allocate memory:");
+			}
+			load_rec(&recs[nrec++], vmsdir, de->d_name);
+		}
+		closedir(d);
+	} else if (errno != ENOENT) {
+		die(EX_SYS, "unable to open %s:", vmsdir);
+	}
+
+	for (i = 0; i < nrec; i++) {
+		struct rec *r = &recs[i];
+
+		if (r->running)
+			continue;
+		reap_stale(r, vmsdir);
+		if (!strcmp(r->state, "claimed") && now - r->created < CLAIM_GRACE_S)
+			continue;
+		r->candidate = older < 0 || now - r->ref >= older;
+	}
+	/* --keep-last N: the N newest records that are not running survive. */
+	qsort(recs, nrec, sizeof *recs, newest_first);
+	for (i = 0, ncand = 0; i < nrec; i++) {
+		struct rec *r = &recs[i];
+		int fd;
+
+		if (r->running) {
+			kept++;
+			continue;
+		}
+		if (keep_last >= 0 && (long long)ncand++ < keep_last)
+			r->candidate = 0;
+		if (!r->candidate) {
+			kept++;
+			continue;
+		}
+		/* Hold the vm lock while removing: a boot racing with us then
+		 * fails with "busy" instead of running on a half-deleted dir. */
+		pathf(p, sizeof p, "%s/%s/lock", vmsdir, r->id);
+		fd = lock_open(p, LOCK_EX | LOCK_NB);
+		if (fd < 0) {
+			kept++;
+			continue;
+		}
+		pathf(p, sizeof p, "%s/%s", vmsdir, r->id);
+		remove_tree(p);
+		close(fd);
+		json_array_append_new(removed, json_string(r->id));
+	}
+
+	stale_probes();
+	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
+
+	out = json_pack("{s:o, s:I, s:o, s:I, s:b}", "removed", removed, "kept", (json_int_t)kept,
+			"leaked", leaked, "reclaimed_bytes", (json_int_t)reclaimed, "dry_run",
+			dry_run);
+	if (!out)
+		die(EX_SYS, "unable to build the output");
+	json_emit(out);
+	return 0;
+}

@@ -1,0 +1,157 @@
+/* isopod-stop - stop a VM: ask the agent, then QEMU, then the supervisor.
+ *
+ * "Stopped" means the VM's lock is free (its supervisor exited after QEMU);
+ * every step below waits for exactly that, never for a pid to vanish. */
+
+#include "host.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define USAGE "isopod-stop [--force] [--timeout-ms N] REF"
+
+static struct conn conn;
+
+/* HELLO, SHUTDOWN, wait for SHUTDOWN_ACK (at most 10 s), hang up: the agent
+ * then syncs, leaves the root read-only and powers off. */
+static int via_agent(const char *sock, int64_t deadline)
+{
+	struct hello h = { 0 };
+	struct frame fr;
+	int64_t ack = mono_ms() + 10000;
+	int r;
+
+	if (ack > deadline)
+		ack = deadline;
+	if (conn_open(&conn, sock, mono_ms() + 1000) < 0) {
+		warn("agent: %s", conn.err);
+		return -1;
+	}
+	/* A busy agent (another client holds the port) never answers: keep
+	 * this short and fall back to QMP. */
+	if (conn_hello(&conn, &h, mono_ms() + 2000) < 0 ||
+	    conn_queue(&conn, F_SHUTDOWN, STREAM_CTL, NULL, 0) < 0) {
+		warn("agent: %s", conn.err[0] ? conn.err : "unable to queue SHUTDOWN");
+		conn_close(&conn);
+		return -1;
+	}
+	for (;;) {
+		r = conn_wait(&conn, &fr, ack);
+		if (r < 0) {
+			warn("agent: %s", conn.err);
+			conn_close(&conn);
+			return -1;
+		}
+		if (fr.type == F_SHUTDOWN_ACK) {
+			char kind[32], msg[256];
+
+			if (fr.len) { /* ACK{ERROR}: the root may not be clean */
+				frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
+				warn("agent: shutdown: %s", msg);
+			}
+			break;
+		}
+		if (fr.type == F_ERROR) {
+			char kind[32], msg[256];
+
+			frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
+			warn("agent: shutdown refused: %s: %s", kind, msg);
+			conn_close(&conn);
+			return -1;
+		}
+	}
+	conn_close(&conn);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "force", no_argument, NULL, 'f' },
+		{ "timeout-ms", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char id[64], dir[PATH_MAX], p[PATH_MAX], err[256];
+	const char *name, *how = NULL;
+	long long timeout = 10000, spid;
+	json_t *meta, *out;
+	int c, force = 0, pfd;
+
+	progname = "isopod-stop";
+	signal(SIGPIPE, SIG_IGN);
+	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			force = 1;
+			break;
+		case 't':
+			if (parse_ll(optarg, 1, 86400000, &timeout) < 0)
+				die(EX_USAGE, "--timeout-ms %s: out of range 1..86400000", optarg);
+			break;
+		case 'h':
+			puts("usage: " USAGE);
+			return 0;
+		default:
+			die(EX_USAGE, "usage: %s", USAGE);
+		}
+	}
+	if (argc - optind != 1)
+		die(EX_USAGE, "usage: %s", USAGE);
+	vm_resolve(argv[optind], id, sizeof id);
+	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), id);
+	pathf(p, sizeof p, "%s/meta.json", dir);
+	meta = json_load_path(p);
+	name = meta ? json_string_value(json_object_get(meta, "name")) : NULL;
+
+	if (!vm_running(id)) {
+		out = json_pack("{s:{s:s, s:s?}, s:b, s:b}", "vm", "id", id, "name", name,
+				"stopped", 0, "was_running", 0);
+		if (!out)
+			die(EX_SYS, "unable to build the output");
+		json_emit(out);
+		return 0;
+	}
+
+	pathf(p, sizeof p, "%s/agent.sock", dir);
+	if (!force && via_agent(p, mono_ms() + timeout) == 0 &&
+	    vm_wait_stopped(id, mono_ms() + timeout) == 0)
+		how = "agent";
+	if (!how) {
+		pathf(p, sizeof p, "%s/qmp.sock", dir);
+		if (qmp_simple(p, "quit", mono_ms() + 3000, err, sizeof err) < 0)
+			warn("%s", err);
+		else if (vm_wait_stopped(id, mono_ms() + timeout) == 0)
+			how = "qmp";
+	}
+	if (!how) {
+		/* Last resort: the supervisor kills QEMU on SIGTERM.  Open a pidfd
+		 * first, then check the lock: a lock still held after the pidfd
+		 * was opened proves the pid was not recycled in between. */
+		json_t *v = meta ? json_object_get(meta, "supervisor_pid") : NULL;
+
+		spid = json_is_integer(v) ? json_integer_value(v) : 0;
+		if (spid <= 0 || spid > INT_MAX)
+			die(EX_TIMEOUT, "vm %s did not stop and its record names no supervisor", id);
+		pfd = pidfd_open_((pid_t)spid);
+		if (pfd >= 0 && vm_running(id)) {
+			if (pidfd_kill(pfd, SIGTERM) < 0 && errno != ESRCH)
+				die(EX_SYS, "unable to signal supervisor %lld:", spid);
+		}
+		if (vm_wait_stopped(id, mono_ms() + 5000) < 0)
+			die(EX_TIMEOUT, "vm %s did not stop (supervisor %lld)", id, spid);
+		how = "signal";
+	}
+	out = json_pack("{s:{s:s, s:s?}, s:b, s:b, s:s}", "vm", "id", id, "name", name, "stopped",
+			1, "was_running", 1, "how", how);
+	if (!out)
+		die(EX_SYS, "unable to build the output");
+	json_emit(out);
+	return 0;
+}

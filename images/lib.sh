@@ -1,0 +1,72 @@
+# shellcheck shell=sh
+# images/lib.sh - helpers shared by the images/ scripts (sourced, not run).
+# The sourcing script sets prog (its name) before sourcing this file.
+# shellcheck disable=SC2154 # prog is set by the sourcing script
+
+warn() {
+	printf '%s: %s\n' "$prog" "$*" >&2
+}
+
+# Exit codes as in doc/INTERFACES.md: 100 usage or bad input, 101 not found,
+# 111 system failure.
+die_with() {
+	_code=$1
+	shift
+	printf '%s: fatal: %s\n' "$prog" "$*" >&2
+	exit "$_code"
+}
+
+die() {
+	die_with 111 "$@"
+}
+
+usage() {
+	printf 'usage: %s\n' "$1" >&2
+	exit 100
+}
+
+# Build cache outside the repo (doc/INTERFACES.md).
+cache_dir() {
+	if [ -n "${ISOPOD_CACHE:-}" ]; then
+		printf '%s\n' "$ISOPOD_CACHE"
+	elif [ "$(id -u)" -eq 0 ]; then
+		printf '%s\n' /var/cache/isopod
+	else
+		printf '%s\n' "${XDG_CACHE_HOME:-$HOME/.cache}/isopod"
+	fi
+}
+
+# The store (doc/INTERFACES.md).
+home_dir() {
+	if [ -n "${ISOPOD_HOME:-}" ]; then
+		printf '%s\n' "$ISOPOD_HOME"
+	elif [ "$(id -u)" -eq 0 ]; then
+		printf '%s\n' /var/lib/isopod
+	else
+		printf '%s\n' "$HOME/.isopod"
+	fi
+}
+
+sha256_stdin() {
+	sha256sum | cut -d' ' -f1
+}
+
+sha256_file() {
+	sha256sum <"$1" | cut -d' ' -f1
+}
+
+# place SRC DST: make DST the same bytes as SRC, atomically (a reader sees the
+# old file or the new one, never a partial one).  Hard-link when SRC and DST
+# share a filesystem, else copy.  Nothing to do when DST already is SRC.
+place() {
+	if [ -e "$2" ] &&
+		[ "$(stat -Lc %d:%i "$1")" = "$(stat -Lc %d:%i "$2")" ]; then
+		return 0
+	fi
+	_tmp=$2.tmp.$$
+	rm -f "$_tmp"
+	if ! ln "$1" "$_tmp" 2>/dev/null; then
+		cp "$1" "$_tmp" || { rm -f "$_tmp"; die "unable to copy $1 to $_tmp"; }
+	fi
+	mv -f "$_tmp" "$2" || { rm -f "$_tmp"; die "unable to rename $_tmp to $2"; }
+}

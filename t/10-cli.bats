@@ -1,0 +1,337 @@
+#!/usr/bin/env bats
+# The front end (sh/isopod) without a VM: option checking before boot, exit
+# codes, the shell guard, vm/image/doctor verbs, and the run flow driven
+# through stand-in tools (t/fake/isopod-*) that speak the same JSON.
+
+load helpers
+
+setup_file() { isopod_setup_file; }
+
+teardown_file() {
+	# The fake supervisors (sleeping lock holders) are ours: end them by pid.
+	local f
+	for f in "$ISOPOD_HOME"/vms/*/holder.pid; do
+		[ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null
+	done
+	isopod_teardown_file
+}
+
+# Drive `isopod run` through t/fake: each test gets its own log and records.
+use_fake() {
+	export ISOPOD_LIBEXEC="$ISOPOD_SRC/t/fake"
+	export FAKE_DIR="$BATS_TEST_TMPDIR"
+	export FAKE_LOG="$BATS_TEST_TMPDIR/fake.log"
+}
+
+no_claim() {
+	[ ! -e "$FAKE_LOG" ] || ! grep -q '^claim' "$FAKE_LOG"
+}
+
+# ---- the shell guard ------------------------------------------------------------
+
+@test "shell: without pipefail, bash or busybox, a clear refusal" {
+	stub="$BATS_TEST_TMPDIR/stub"
+	mkdir -p "$stub"
+	run --separate-stderr env PATH="$stub" "$(command -v dash)" "$ISOPOD_SRC/sh/isopod" version
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"this shell lacks 'set -o pipefail'"* ]]
+	[[ "$stderr" == *"install bash"* ]]
+	[ -z "$output" ]
+}
+
+@test "shell: under dash, isopod starts again under bash" {
+	run --separate-stderr dash "$ISOPOD_SRC/sh/isopod" version
+	[ "$status" -eq 0 ]
+	[[ "$output" == "isopod "* ]]
+	run --separate-stderr dash "$ISOPOD_SRC/sh/isopod" doctor --quick
+	json_is '.shell.path | endswith("/bash")'
+	json_is '.shell.pipefail == true'
+}
+
+@test "shell: with busybox but no bash, isopod starts again under busybox sh" {
+	command -v busybox >/dev/null || skip "busybox not installed"
+	stub="$BATS_TEST_TMPDIR/stub"
+	mkdir -p "$stub"
+	ln -s "$(command -v busybox)" "$stub/busybox"
+	run --separate-stderr env PATH="$stub" "$(command -v dash)" "$ISOPOD_SRC/sh/isopod" version
+	[ "$status" -eq 0 ]
+	[[ "$output" == "isopod "* ]]
+}
+
+# ---- usage errors, all before anything boots ------------------------------------
+
+@test "run: bad env names are refused with 100 before boot, naming them" {
+	use_fake
+	for bad in '=x' '' 'noequals' '='; do
+		run_isopod -100 run --env "$bad" -- true
+		[[ "$stderr" == *"--env '$bad'"* ]]
+		json_is '.ok == false and .error_kind == "usage"'
+	done
+	[ ! -d "$ISOPOD_HOME/vms" ] || [ -z "$(ls -A "$ISOPOD_HOME/vms")" ]
+	no_claim
+}
+
+@test "run: --env A=B is accepted and reaches isopod-exec in order" {
+	use_fake
+	run_isopod -0 run --json-only --env A=B --env 'C=d e=f' --env 'E=' -- true
+	grep -A1 -x -- --env "$FAKE_DIR/args" | grep -vx -- --env | grep -vx -- -- >"$BATS_TEST_TMPDIR/envs"
+	[ "$(cat "$BATS_TEST_TMPDIR/envs")" = "A=B
+C=d e=f
+E=" ]
+}
+
+@test "run: a timeout out of 1..86400 is refused with 100 naming the range" {
+	use_fake
+	for t in 0 86401 abc -5 '' 1.5 99999999999; do
+		run_isopod -100 run --timeout-s "$t" -- true
+		[[ "$stderr" == *"1..86400"* ]]
+	done
+	run_isopod -100 run --timeout-s=0 -- true
+	no_claim
+}
+
+@test "run: other bad options are refused with 100 before boot" {
+	use_fake
+	run_isopod -100 run --vcpus 0 -- true
+	[[ "$stderr" == *"--vcpus"*"CPUs"* ]]
+	run_isopod -100 run --vcpus 100000 -- true
+	run_isopod -100 run --mem-mib 1 -- true
+	[[ "$stderr" == *"--mem-mib"*"available"* ]]
+	run_isopod -100 run --disk-mib 1 -- true
+	run_isopod -100 run --cwd relative/dir -- true
+	[[ "$stderr" == *"relative/dir"* ]]
+	run_isopod -100 run --stdin-file /no/such/file -- cat
+	[[ "$stderr" == *"/no/such/file"* ]]
+	run_isopod -100 run --copy-in /no/such/file:/root/x -- true
+	[[ "$stderr" == *"/no/such/file"* ]]
+	run_isopod -100 run --copy-in "$ISOPOD_SRC/Makefile:relative" -- true
+	run_isopod -100 run --copy-out /root/x:/no/such/dir/x -- true
+	[[ "$stderr" == *"/no/such/dir"* ]]
+	run_isopod -100 run --bogus -- true
+	[[ "$stderr" == *"--bogus"* ]]
+	run_isopod -100 run --timeout-s
+	run_isopod -100 run --keep=1 -- true
+	run_isopod -100 run --json-only
+	[[ "$stderr" == *"no command"* ]]
+	json_is '.ok == false and .error_kind == "usage"'
+	no_claim
+}
+
+@test "cli: unknown verb, no verb -> 100; help and version -> 0" {
+	run_isopod -100 frobnicate
+	[[ "$stderr" == *"frobnicate"* ]]
+	run_isopod -100
+	run_isopod -100 vm frob
+	run_isopod -0 help
+	[[ "$output" == *"isopod run"* ]]
+	run_isopod -0 version
+	[[ "$output" == "isopod "* ]]
+	run_isopod -0 run --help
+	[[ "$output" == "usage: isopod run"* ]]
+}
+
+# ---- vm, image, doctor ------------------------------------------------------------
+
+@test "vm ls: an empty store prints nothing and exits 0" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/empty"
+	run_isopod -0 vm ls
+	[ -z "$output" ]
+	mkdir -p "$ISOPOD_HOME/vms"
+	run_isopod -0 vm ls
+	[ -z "$output" ]
+}
+
+@test "vm rm: an unknown vm is 101 naming it; an ambiguous prefix is 102" {
+	run_isopod -101 vm rm nosuchvm
+	[[ "$stderr" == *"nosuchvm"* ]]
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	mkdir -p "$ISOPOD_HOME/vms/vm-abc000000001" "$ISOPOD_HOME/vms/vm-abc000000002"
+	echo '{"id":"vm-abc000000001","name":"one"}' >"$ISOPOD_HOME/vms/vm-abc000000001/meta.json"
+	echo '{"id":"vm-abc000000002","name":"two"}' >"$ISOPOD_HOME/vms/vm-abc000000002/meta.json"
+	run_isopod -102 vm rm abc
+	[[ "$stderr" == *"ambiguous"* ]]
+	# nothing removed when one of several references is unknown
+	run_isopod -101 vm rm one nosuchvm
+	[ -d "$ISOPOD_HOME/vms/vm-abc000000001" ]
+	run_isopod -0 vm rm two vm-abc000000001
+	json_is '.removed == ["vm-abc000000002", "vm-abc000000001"]'
+	[ -z "$(ls -A "$ISOPOD_HOME/vms")" ]
+}
+
+@test "image ls: one line per kernel and base image, the current ones marked" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	mkdir -p "$ISOPOD_HOME/images" "$ISOPOD_HOME/kernels/k1" "$ISOPOD_HOME/kernels/k2"
+	echo '{"flavor":"base","sha256":"aaa","size":1}' >"$ISOPOD_HOME/images/base-aaa.json"
+	echo '{"flavor":"base","sha256":"bbb","size":2}' >"$ISOPOD_HOME/images/base-bbb.json"
+	echo bbb >"$ISOPOD_HOME/images/current-base"
+	echo '{"note":"x"}' >"$ISOPOD_HOME/kernels/k1/meta.json"
+	echo k1 >"$ISOPOD_HOME/kernels/current"
+	run_isopod -0 image ls
+	[ "$(wc -l <<<"$output")" -eq 4 ]
+	[ "$(jq -s 'map(select(.current)) | map(.kind + ":" + .sha256) | sort | join(",")' <<<"$output")" = '"base:bbb,kernel:k1"' ]
+	[ "$(jq -s 'map(select(.current | not)) | length' <<<"$output")" -eq 2 ]
+}
+
+@test "doctor --quick: JSON with an accel field; 0 only when a run can work" {
+	run --separate-stderr isopod doctor --quick
+	[ "$status" -eq 0 ] || [ "$status" -eq 111 ]
+	json_is 'has("accel") and (.accel | type == "string")'
+	json_is '(.qemu | has("version")) and (.kernel | has("present")) and (.base | has("present"))'
+	json_is '.shell.pipefail == true'
+	if [ "$status" -eq 111 ]; then
+		json_is '.ok == false and (.missing | length > 0)'
+		[[ "$stderr" == *"missing"* ]]
+	else
+		json_is '.ok == true and .missing == []'
+	fi
+}
+
+# ---- the run flow, through stand-in tools -----------------------------------------
+
+@test "run: boot and exec JSON merged; exit status is the command's; VM stopped" {
+	use_fake
+	FAKE_EXIT=3 run_isopod -3 run --json-only -- sh -c 'exit 3'
+	json_is '.ok == true and .exit_code == 3 and .stdout == "fake out\n"'
+	json_is '(.vm.id | startswith("vm-")) and .vm.name == "fake-vm"'
+	json_is '.accel == "tcg" and .accel_reason == "fake: no usable KVM" and .path == "cold"'
+	json_is '.timings.boot_ms == 42 and .timings.exec_ms == 7 and (.timings.total_ms | type == "number")'
+	json_is '.warnings == []'
+	[ "$(wc -l <<<"$output")" -eq 1 ]
+	id=$(jq -r .vm.id <<<"$output")
+	grep -q "^boot --owner-pid [0-9]* --timeout-ms [0-9]*$" "$FAKE_LOG"
+	grep -qx "stop $id" "$FAKE_LOG"
+	! vm_locked "$id"
+	FAKE_EXIT=0 run_isopod -0 run --json-only -- true
+	FAKE_EXIT=137 run_isopod -137 run --json-only -- true
+	json_is '.signal == 9'
+}
+
+@test "run: resources and --keep reach isopod-boot; the owner pid is isopod's own" {
+	use_fake
+	run_isopod -0 run --json-only --vcpus 1 --mem-mib 128 --disk-mib 100 -- true
+	grep -q "^boot --owner-pid [0-9]* --vcpus 1 --mem-mib 128 --disk-mib 100 --timeout-ms [0-9]*$" "$FAKE_LOG"
+	owner=$(grep '^boot' "$FAKE_LOG" | sed 's/^boot --owner-pid \([0-9]*\).*/\1/')
+	[ "$owner" = "$(cat "$FAKE_DIR/boot.ppid")" ]
+	ISOPOD_MEM_MIB=96 run_isopod -0 run --json-only -- true
+	grep -q -- "--mem-mib 96 --timeout-ms" "$FAKE_LOG"
+	id=$(jq -r .vm.id <<<"$output")
+	! vm_locked "$id"
+}
+
+@test "run: exec output that is not JSON is an infrastructure failure (111)" {
+	use_fake
+	FAKE_EXEC=garbage run_isopod -111 run --json-only -- true
+	json_is '.ok == false and .error_kind == "infra"'
+	id=$(jq -r .vm.id <<<"$output")
+	! vm_locked "$id"
+}
+
+@test "run: the command's argv reaches isopod-exec intact, with or without --" {
+	use_fake
+	run_isopod -0 run --json-only -- sh -c 'echo "$1"' x 'a b' '*' --env ''
+	sed -n '/^--$/,$p' "$FAKE_DIR/args" | tail -n +2 >"$BATS_TEST_TMPDIR/got"
+	printf '%s\n' sh -c 'echo "$1"' x 'a b' '*' --env '' >"$BATS_TEST_TMPDIR/want"
+	diff "$BATS_TEST_TMPDIR/want" "$BATS_TEST_TMPDIR/got"
+	run_isopod -0 run --json-only --name box-1 echo hi
+	[ "$(cat "$FAKE_DIR/argv")" = "echo
+hi" ]
+	grep -qx "claim --name box-1" "$FAKE_LOG"
+}
+
+@test "run: the budget reaches boot and exec as remaining milliseconds" {
+	use_fake
+	run_isopod -0 run --json-only --timeout-s 2 -- true
+	ms=$(grep '^boot' "$FAKE_LOG" | sed 's/.*--timeout-ms \([0-9]*\).*/\1/')
+	[ "$ms" -gt 0 ] && [ "$ms" -le 2000 ]
+	ms2=$(grep -A1 -x -- --timeout-ms "$FAKE_DIR/args" | tail -n1)
+	[ "$ms2" -gt 0 ] && [ "$ms2" -le "$ms" ]
+}
+
+@test "run: stdin from a pipe is forwarded; --stdin-file passes; closed stdin is not" {
+	use_fake
+	run --separate-stderr bash -c 'printf "abc\n" | isopod run --json-only -- cat'
+	[ "$status" -eq 0 ]
+	[ "$(cat "$FAKE_DIR/stdin")" = abc ]
+	grep -A1 -x -- --stdin-file "$FAKE_DIR/args" | grep -qx -- -
+	printf 'from-file' >"$BATS_TEST_TMPDIR/in"
+	run_isopod -0 run --json-only --stdin-file "$BATS_TEST_TMPDIR/in" -- cat
+	grep -A1 -x -- --stdin-file "$FAKE_DIR/args" | grep -qx -- "$BATS_TEST_TMPDIR/in"
+	run --separate-stderr bash -c 'isopod run --json-only -- cat <&-'
+	[ "$status" -eq 0 ]
+	! grep -qx -- --stdin-file "$FAKE_DIR/args"
+}
+
+@test "run: a tool's failure JSON passes through with its exit code" {
+	use_fake
+	FAKE_BOOT=fail-json run_isopod -111 run --json-only -- true
+	json_is '.ok == false and .error == "fake boot failure" and .error_kind == "boot"'
+	json_is '.vm.id | startswith("vm-")'
+	[[ "$stderr" == *"isopod-boot: fatal: fake boot failure"* ]]
+	FAKE_BOOT=fail-text run_isopod -111 run --json-only -- true
+	json_is '.ok == false and .error == "isopod-boot: fatal: unable to start qemu: fake" and .error_kind == "infra"'
+	FAKE_BOOT=timeout run_isopod -99 run --json-only -- true
+	json_is '.ok == false and .error_kind == "timeout"'
+	FAKE_CLAIM_FAIL=1 run_isopod -102 run --json-only -- true
+	json_is '.ok == false and .error_kind == "busy" and (.error | contains("no free name"))'
+	! grep -q '^exec' "$FAKE_LOG"
+}
+
+@test "run: an exec infrastructure failure exits 111 and still stops the VM" {
+	use_fake
+	FAKE_EXEC=infra run_isopod -111 run --json-only -- true
+	json_is '.ok == false and .error_kind == "protocol"'
+	id=$(jq -r .vm.id <<<"$output")
+	grep -qx "stop --force $id" "$FAKE_LOG"
+	! vm_locked "$id"
+}
+
+@test "run --keep: the VM stays; vm ls says running; vm rm refuses unless --force" {
+	use_fake
+	run_isopod -0 run --json-only --keep --name kept-one -- true
+	id=$(jq -r .vm.id <<<"$output")
+	! grep -q '^stop' "$FAKE_LOG"
+	vm_locked "$id"
+	grep -q -- '--keep' <(grep '^boot' "$FAKE_LOG")
+	run_isopod -0 vm ls
+	[ "$(jq -r --arg id "$id" 'select(.id == $id) | .running' <<<"$output")" = true ]
+	run_isopod -102 vm rm kept-one
+	[[ "$stderr" == *"$id"*"running"* ]]
+	[ -d "$ISOPOD_HOME/vms/$id" ]
+	run_isopod -0 vm rm --force kept-one
+	grep -qx "stop --force $id" "$FAKE_LOG"
+	[ ! -d "$ISOPOD_HOME/vms/$id" ]
+	run_isopod -0 vm ls
+	[ "$(jq -r --arg id "$id" 'select(.id == $id) | .id' <<<"$output")" = "" ]
+}
+
+@test "run: SIGTERM during exec stops the VM and exits 143 with ok:false" {
+	use_fake
+	export FAKE_EXEC_SLEEP=30
+	start=$(date +%s)
+	isopod run --json-only -- sleep 30 >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 200); do
+		grep -q '^exec' "$FAKE_LOG" 2>/dev/null && break
+		sleep 0.05
+	done
+	sleep 0.3
+	kill -TERM "$pid"
+	st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 143 ]
+	[ $(($(date +%s) - start)) -lt 20 ]
+	output=$(cat "$BATS_TEST_TMPDIR/out")
+	json_is '.ok == false and .error_kind == "interrupted"'
+	id=$(jq -r .vm.id <<<"$output")
+	grep -qx "stop --force $id" "$FAKE_LOG"
+	! vm_locked "$id"
+}
+
+@test "lint: the shell scripts are shellcheck -s sh clean" {
+	command -v shellcheck >/dev/null || skip "shellcheck not installed"
+	cd "$ISOPOD_SRC"
+	run shellcheck -s sh sh/isopod t/run-bats t/run-unit t/fake/isopod-claim \
+		t/fake/isopod-boot t/fake/isopod-exec t/fake/isopod-stop .ci/setup
+	echo "$output"
+	[ "$status" -eq 0 ]
+}

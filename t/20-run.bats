@@ -1,0 +1,332 @@
+#!/usr/bin/env bats
+# isopod run: real microVM boots (TCG here).  Every behaviour of issue #2,
+# each failure path with a negative test.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	ROOT="$(cd "$BATS_TEST_DIRNAME/.." && pwd)"
+	export ROOT
+	ISOPOD_HOME="$(mktemp -d /tmp/isopod-t20.XXXXXX)"
+	export ISOPOD_HOME
+	sh "$ROOT/images/register" "$ISOPOD_HOME" >/dev/null
+	export PATH="$ROOT/bin:$PATH"
+	DATA="$(mktemp -d /tmp/isopod-t20-data.XXXXXX)"
+	export DATA
+}
+
+teardown_file() {
+	# Nothing this file started may survive it.
+	for d in "$ISOPOD_HOME"/vms/vm-*; do
+		[ -d "$d" ] || continue
+		isopod-stop --force "$(basename "$d")" >/dev/null 2>&1 || true
+	done
+	rm -rf "$ISOPOD_HOME" "$DATA"
+}
+
+isopod() { "$ROOT/sh/isopod" "$@"; }
+
+# The lock of a VM is held exactly while its supervisor lives.
+vm_locked() { ! flock -n "$ISOPOD_HOME/vms/$1/lock" true; }
+
+@test "run: echo prints a complete JSON result and exits 0" {
+	run --separate-stderr isopod run --json-only -- echo hello
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.ok == true and .exit_code == 0 and .signal == null and .timed_out == false'
+	echo "$output" | jq -e '.stdout == "hello\n" and .stdout_bytes == 6 and .stdout_truncated == false'
+	echo "$output" | jq -e '.stderr == "" and .stderr_bytes == 0'
+	echo "$output" | jq -e '.accel == "tcg" or .accel == "kvm"'
+	echo "$output" | jq -e 'if .accel == "tcg" then (.accel_reason | length > 0) else true end'
+	echo "$output" | jq -e '.path == "cold" and (.vm.id | startswith("vm-")) and (.vm.name | length > 0)'
+	echo "$output" | jq -e '.timings.boot_ms > 0 and .timings.exec_ms >= 0 and .timings.total_ms >= .timings.boot_ms'
+	echo "$output" | jq -e '.warnings == [] and .copied_out == []'
+	log=$(echo "$output" | jq -r .stdout_log)
+	[ "$(cat "$log")" = hello ]
+	# the VM is stopped after the run, and its record kept
+	id=$(echo "$output" | jq -r .vm.id)
+	! vm_locked "$id"
+	[ -f "$ISOPOD_HOME/vms/$id/meta.json" ]
+}
+
+@test "run: the guest's exit status is isopod's exit status" {
+	run --separate-stderr isopod run --json-only -- sh -c 'echo out; echo err >&2; exit 3'
+	[ "$status" -eq 3 ]
+	echo "$output" | jq -e '.ok == true and .exit_code == 3 and .stdout == "out\n" and .stderr == "err\n"'
+}
+
+@test "run: a signalled command exits 128+sig with signal set" {
+	run --separate-stderr isopod run --json-only -- sh -c 'kill -TERM $$'
+	[ "$status" -eq 143 ]
+	echo "$output" | jq -e '.exit_code == 143 and .signal == 15 and .timed_out == false'
+}
+
+@test "run: command not found is exit 127 with error_kind not_found, not ok:false" {
+	run --separate-stderr isopod run --json-only -- no-such-command-xyz
+	[ "$status" -eq 127 ]
+	echo "$output" | jq -e '.ok == true and .exit_code == 127 and .error_kind == "not_found"'
+	echo "$output" | jq -e '.error | contains("no-such-command-xyz")'
+}
+
+@test "run: a file that is not executable is exit 126" {
+	run --separate-stderr isopod run --json-only -- /etc/passwd
+	[ "$status" -eq 126 ]
+	echo "$output" | jq -e '.exit_code == 126 and .error_kind == "not_executable"'
+}
+
+@test "run: a missing --cwd names the directory, not /bin/sh" {
+	run --separate-stderr isopod run --json-only --cwd /no/such/dir -- pwd
+	[ "$status" -ne 0 ]
+	echo "$output" | jq -e '.error_kind == "cwd_missing" and (.error | contains("/no/such/dir"))'
+	! echo "$output" | jq -e '.error | contains("/bin/sh")'
+}
+
+@test "run: --cwd and --env reach the command" {
+	run --separate-stderr isopod run --json-only --cwd /tmp --env FOO=bar --env 'SP=a b' -- sh -c 'echo "$PWD $FOO $SP"'
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.stdout == "/tmp bar a b\n"'
+}
+
+@test "run: bad env names are refused before boot (exit 100), no VM record made" {
+	mkdir -p "$ISOPOD_HOME/vms"
+	before=$(ls "$ISOPOD_HOME/vms" | wc -l)
+	for bad in '=x' 'noequals' ''; do
+		run --separate-stderr isopod run --env "$bad" -- true
+		[ "$status" -eq 100 ]
+	done
+	[ "$(ls "$ISOPOD_HOME/vms" | wc -l)" -eq "$before" ]
+}
+
+@test "run: out-of-range resources are refused before boot naming the range" {
+	run --separate-stderr isopod run --vcpus 0 -- true
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"vcpus"* ]]
+	run --separate-stderr isopod run --vcpus 4096 -- true
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod run --mem-mib 1 -- true
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"mem"* ]]
+	run --separate-stderr isopod run --mem-mib 99999999 -- true
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod run --timeout-s 0 -- true
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod run --disk-mib 1 -- true
+	[ "$status" -eq 100 ]
+}
+
+@test "run: the hostname is the VM's vanity name; lo is up; /tmp is 1777" {
+	run --separate-stderr isopod run --json-only -- sh -c 'hostname; stat -c %a /tmp; ip -o link show lo 2>/dev/null || cat /sys/class/net/lo/operstate; ping -c1 -W2 127.0.0.1 >/dev/null && echo lo-ok'
+	[ "$status" -eq 0 ]
+	name=$(echo "$output" | jq -r .vm.name)
+	first=$(echo "$output" | jq -r .stdout | head -n1)
+	[ "$first" = "$name" ]
+	echo "$output" | jq -r .stdout | grep -qx 1777
+	echo "$output" | jq -r .stdout | grep -qx lo-ok
+}
+
+@test "run: timeout kills the whole process group, keeps output, reports signal 9" {
+	run --separate-stderr isopod run --json-only --timeout-s 8 -- sh -c 'echo started; sleep 1000 & sleep 1000'
+	[ "$status" -eq 137 ]
+	echo "$output" | jq -e '.timed_out == true and .signal == 9 and .exit_code == 137'
+	echo "$output" | jq -e '.stdout == "started\n"'
+}
+
+@test "run: background children die with the command; the run does not wait for them" {
+	start=$(date +%s)
+	run --separate-stderr isopod run --json-only -- sh -c '(sleep 60; echo late) & echo early'
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.stdout == "early\n"'
+	[ $(( $(date +%s) - start )) -lt 50 ]
+}
+
+@test "run: stdin is forwarded, from a pipe and from --stdin-file" {
+	run --separate-stderr bash -c 'printf "abc\ndef\n" | "$ROOT/sh/isopod" run --json-only -- wc -l'
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '(.stdout | gsub(" "; "")) == "2\n"'
+	printf 'from-file' > "$DATA/in.txt"
+	run --separate-stderr isopod run --json-only --stdin-file "$DATA/in.txt" -- cat
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.stdout == "from-file"'
+}
+
+@test "run: a missing --stdin-file or --copy-in source is refused before boot" {
+	run --separate-stderr isopod run --stdin-file /no/such/file -- cat
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod run --copy-in /no/such/file:/root/x -- true
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"/no/such/file"* ]]
+}
+
+@test "run: 8 MB on stdout and on stderr at once does not deadlock; logs are exact" {
+	run --separate-stderr isopod run --json-only -- sh -c 'head -c 8000000 /dev/zero | tr "\0" a & head -c 8000000 /dev/zero | tr "\0" b >&2; wait'
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.stdout_bytes == 8000000 and .stderr_bytes == 8000000'
+	echo "$output" | jq -e '.stdout_truncated == true and .stderr_truncated == true'
+	echo "$output" | jq -e '(.stdout | length) == 65536'
+	[ "$(stat -c %s "$(echo "$output" | jq -r .stdout_log)")" -eq 8000000 ]
+	[ "$(stat -c %s "$(echo "$output" | jq -r .stderr_log)")" -eq 8000000 ]
+	[ "$(tr -d a < "$(echo "$output" | jq -r .stdout_log)" | wc -c)" -eq 0 ]
+}
+
+@test "run: binary output is byte-exact in the log; in-band stdout stays valid UTF-8" {
+	head -c 300000 /dev/urandom > "$DATA/bin"
+	run --separate-stderr isopod run --json-only --copy-in "$DATA/bin:/root/bin" -- cat /root/bin
+	[ "$status" -eq 0 ]
+	log=$(echo "$output" | jq -r .stdout_log)
+	cmp "$log" "$DATA/bin"
+	echo "$output" | jq -e '.stdout_truncated == true and .stdout_bytes == 300000'
+	# jq parsed it, so it is valid JSON; invalid bytes became U+FFFD
+	echo "$output" | jq -e '.stdout | contains("\ufffd")'
+}
+
+@test "run: a multi-byte character cut by the 64 KiB cap is dropped, not split" {
+	# 65535 'a' then 'é' (2 bytes): the cap falls inside the character
+	run --separate-stderr isopod run --json-only -- sh -c 'head -c 65535 /dev/zero | tr "\0" a; printf "\303\251tail"'
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '(.stdout | length) == 65535 and .stdout_truncated == true and (.stdout | contains("\ufffd") | not)'
+}
+
+@test "run: copy-in, copy-out and stdin of 256 MiB each, sha256 equal" {
+	head -c $((256 * 1024 * 1024)) /dev/urandom > "$DATA/big"
+	want=$(sha256sum < "$DATA/big" | cut -d' ' -f1)
+	mkdir -p "$DATA/out"
+	run --separate-stderr isopod run --json-only --timeout-s 1800 --disk-mib 1024 \
+		--stdin-file "$DATA/big" --copy-in "$DATA/big:/root/in.bin" --copy-out "/root/out.bin:$DATA/out/" \
+		-- sh -c 'sha256sum | cut -d" " -f1; sha256sum < /root/in.bin | cut -d" " -f1; cp /root/in.bin /root/out.bin'
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | jq -r .stdout)" = "$want
+$want" ]
+	echo "$output" | jq -e --arg w "$want" '.copied_out[0].sha256 == $w and .copied_out[0].bytes == 268435456'
+	[ "$(sha256sum < "$DATA/out/out.bin" | cut -d' ' -f1)" = "$want" ]
+	rm -f "$DATA/big" "$DATA/out/out.bin"
+}
+
+@test "run: copy-out of a missing guest file is a warning and an error entry, not lost silently" {
+	run --separate-stderr isopod run --json-only --copy-out "/root/nope:$DATA/" -- true
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.copied_out[0].error | length > 0'
+	echo "$output" | jq -e '.warnings | length == 1'
+}
+
+@test "run --keep: a second command in the same VM; vm rm refuses a running VM unless forced" {
+	run --separate-stderr isopod run --json-only --keep -- sh -c 'echo one > /root/state'
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	vm_locked "$id"
+	run --separate-stderr isopod-exec --vm "$id" -- cat /root/state
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.stdout == "one\n"'
+	echo "$output" | jq -e '.stdout_log | endswith("exec-2.stdout")'
+	run --separate-stderr isopod vm rm "$id"
+	[ "$status" -eq 102 ]
+	vm_locked "$id"
+	run --separate-stderr isopod vm rm --force "$id"
+	[ "$status" -eq 0 ]
+	! vm_locked "$id"
+	[ ! -d "$ISOPOD_HOME/vms/$id" ]
+}
+
+@test "vm: a nonexistent VM name or id is exit 101 naming it" {
+	run --separate-stderr isopod vm rm no-such-vm-name
+	[ "$status" -eq 101 ]
+	[[ "$stderr" == *"no-such-vm-name"* ]]
+	run --separate-stderr isopod-exec --vm vm-000000000000 -- true
+	[ "$status" -eq 101 ]
+	[[ "$stderr" == *"vm-000000000000"* ]]
+}
+
+@test "run: SIGKILL of isopod run stops the VMM and leaves no lock; gc finds no leak" {
+	"$ROOT/sh/isopod" run --json-only -- sleep 300 > "$DATA/killed.json" 2>/dev/null &
+	pid=$!
+	id=""
+	for _ in $(seq 1 600); do
+		for d in "$ISOPOD_HOME"/vms/vm-*; do
+			[ -f "$d/meta.json" ] || continue
+			if [ "$(jq -r .state "$d/meta.json")" = running ] && [ "$(jq -r .owner_pid "$d/meta.json")" = "$pid" ]; then
+				id=$(basename "$d")
+			fi
+		done
+		[ -n "$id" ] && break
+		sleep 0.1
+	done
+	[ -n "$id" ]
+	qpid=$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$id/meta.json")
+	kill -KILL "$pid"
+	wait "$pid" || true
+	for _ in $(seq 1 100); do vm_locked "$id" || break; sleep 0.1; done
+	! vm_locked "$id"
+	! kill -0 "$qpid" 2>/dev/null
+	run --separate-stderr isopod gc --dry-run
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.leaked == []'
+}
+
+@test "run: a guest that stops answering is killed by the watchdog (infra failure)" {
+	run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	qmp="$ISOPOD_HOME/vms/$id/qmp.sock"
+	# freeze the guest while a command runs
+	( sleep 3; printf '{"execute":"qmp_capabilities"}\n{"execute":"stop"}\n' | python3 -c '
+import socket,sys,time
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.recv(4096)
+for l in sys.stdin: s.sendall(l.encode()); time.sleep(0.2); s.recv(4096)
+' "$qmp" ) &
+	run --separate-stderr env ISOPOD_WATCHDOG_MS=4000 isopod-exec --vm "$id" -- sleep 60
+	[ "$status" -eq 111 ]
+	echo "$output" | jq -e '.ok == false and .error_kind == "unresponsive"'
+	for _ in $(seq 1 100); do vm_locked "$id" || break; sleep 0.1; done
+	! vm_locked "$id"
+}
+
+@test "run: two and eight concurrent runs are isolated" {
+	for n in 2 8; do
+		pids=""
+		for i in $(seq 1 "$n"); do
+			isopod run --json-only -- sh -c "hostname; echo $i > /root/mine; sleep 1; cat /root/mine" > "$DATA/c$n-$i.json" 2>"$DATA/c$n-$i.err" &
+			pids="$pids $!"
+		done
+		for p in $pids; do wait "$p"; done
+		ids=$(for i in $(seq 1 "$n"); do jq -r .vm.id "$DATA/c$n-$i.json"; done | sort -u | wc -l)
+		names=$(for i in $(seq 1 "$n"); do jq -r .vm.name "$DATA/c$n-$i.json"; done | sort -u | wc -l)
+		[ "$ids" -eq "$n" ]
+		[ "$names" -eq "$n" ]
+		for i in $(seq 1 "$n"); do
+			j="$DATA/c$n-$i.json"
+			[ "$(jq -r '.stdout' "$j" | sed -n 1p)" = "$(jq -r .vm.name "$j")" ]
+			[ "$(jq -r '.stdout' "$j" | sed -n 2p)" = "$i" ]
+		done
+	done
+	run --separate-stderr isopod gc --dry-run
+	echo "$output" | jq -e '.leaked == []'
+}
+
+@test "exec: a malformed frame from the guest is an error, never an unbounded allocation" {
+	id=vm-badagent0001
+	mkdir -p "$ISOPOD_HOME/vms/$id"
+	sock="$ISOPOD_HOME/vms/$id/agent.sock"
+	jq -n --arg s "$sock" --arg q "$ISOPOD_HOME/vms/$id/qmp.sock" \
+		'{id:"vm-badagent0001",name:"bad-agent",state:"running",agent_sock:$s,qmp_sock:$q}' \
+		> "$ISOPOD_HOME/vms/$id/meta.json"
+	for kind in huge unknown truncated; do
+		python3 - "$sock" "$kind" <<'EOF' &
+import socket, struct, sys, os
+path, kind = sys.argv[1], sys.argv[2]
+try: os.unlink(path)
+except FileNotFoundError: pass
+s = socket.socket(socket.AF_UNIX); s.bind(path); s.listen(1)
+c, _ = s.accept(); c.recv(65536)
+if kind == "huge":     c.sendall(struct.pack("<IBI", 0xfffffff0, 2, 0))
+elif kind == "unknown": c.sendall(struct.pack("<IBI", 0, 200, 0))
+else:                   c.sendall(struct.pack("<IBI", 100, 2, 0) + b"x" * 10)
+c.close()
+EOF
+		srv=$!
+		for _ in $(seq 1 50); do [ -S "$sock" ] && break; sleep 0.1; done
+		run --separate-stderr env ISOPOD_WATCHDOG_MS=3000 isopod-exec --vm "$id" -- true
+		wait "$srv" || true
+		[ "$status" -eq 111 ]
+		echo "$output" | jq -e '.ok == false'
+		rm -f "$sock"
+	done
+	rm -rf "$ISOPOD_HOME/vms/$id"
+}

@@ -1,0 +1,78 @@
+# t/helpers.bash - common set-up of the bats files:  load helpers
+#
+#   setup_file()    { isopod_setup_file [--images]; }
+#   teardown_file() { isopod_teardown_file; }
+#
+# Each file gets its own store ($ISOPOD_HOME, a short path under /tmp: unix
+# socket paths are limited to 108 bytes) and, with --images, the built kernel
+# and base image registered in it.  PATH starts with bin/ and sh/.  The
+# teardown stops every VM still running in that store and asserts that
+# `isopod gc --dry-run` reports nothing leaked.
+
+bats_require_minimum_version 1.5.0
+
+ISOPOD_SRC=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
+export ISOPOD_SRC
+PATH="$ISOPOD_SRC/bin:$ISOPOD_SRC/sh:$PATH"
+export PATH
+
+isopod_setup_file() {
+	ISOPOD_HOME=$(mktemp -d "/tmp/isopod-t.$(basename "$BATS_TEST_FILENAME" .bats).XXXXXX")
+	export ISOPOD_HOME
+	if [ "${1-}" = --images ]; then
+		# make check runs after make images; a missing image is a failure here,
+		# not a skip: a suite that silently skips every boot proves nothing.
+		sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null || {
+			echo "# images/register failed: run make images first" >&3
+			return 1
+		}
+	fi
+}
+
+isopod_teardown_file() {
+	local id out st=0 stop gc
+	[ -n "${ISOPOD_HOME-}" ] && [ -d "$ISOPOD_HOME" ] || return 0
+	stop="${ISOPOD_LIBEXEC:-$ISOPOD_SRC/bin}/isopod-stop"
+	gc="${ISOPOD_LIBEXEC:-$ISOPOD_SRC/bin}/isopod-gc"
+	if [ -d "$ISOPOD_HOME/vms" ]; then
+		for id in $(isopod vm ls | jq -r 'select(.running) | .id'); do
+			echo "# teardown: stopping $id, left running by a test" >&3
+			"$stop" --force "$id" >/dev/null 2>&1 || st=1
+		done
+		if [ -x "$gc" ]; then
+			out=$("$gc" --dry-run) || st=1
+			if ! jq -e '(.leaked // []) == []' >/dev/null <<<"$out"; then
+				echo "# teardown: isopod gc --dry-run reports leaks: $out" >&3
+				st=1
+			fi
+		else
+			echo "# teardown: $gc not built; leak check skipped" >&3
+		fi
+	fi
+	rm -rf "$ISOPOD_HOME"
+	return "$st"
+}
+
+# run_isopod [-N|!] ARGS...: bats `run` of the front end, stderr kept apart
+# ($output is the JSON, $stderr the diagnostics).
+run_isopod() {
+	local expect=()
+	case "${1-}" in
+	-[0-9]* | '!') expect=("$1"); shift ;;
+	esac
+	run "${expect[@]}" --separate-stderr isopod "$@"
+}
+
+# The lock of a VM is held exactly while its supervisor lives.
+vm_locked() {
+	! flock -n -s "$ISOPOD_HOME/vms/$1/lock" true
+}
+
+# json_is FILTER: assert a jq filter holds on $output (shows both on failure).
+json_is() {
+	if ! jq -e "$1" >/dev/null <<<"$output"; then
+		echo "json_is failed: $1" >&2
+		echo "output: $output" >&2
+		return 1
+	fi
+}
