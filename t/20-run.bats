@@ -2,32 +2,22 @@
 # isopod run: real microVM boots (TCG here).  Every behaviour of issue #2,
 # each failure path with a negative test.
 
-bats_require_minimum_version 1.5.0
+load helpers
 
 setup_file() {
-	ROOT="$(cd "$BATS_TEST_DIRNAME/.." && pwd)"
+	isopod_setup_file --images
+	ROOT=$ISOPOD_SRC
 	export ROOT
-	ISOPOD_HOME="$(mktemp -d /tmp/isopod-t20.XXXXXX)"
-	export ISOPOD_HOME
-	sh "$ROOT/images/register" "$ISOPOD_HOME" >/dev/null
-	export PATH="$ROOT/bin:$PATH"
 	DATA="$(mktemp -d /tmp/isopod-t20-data.XXXXXX)"
 	export DATA
 }
 
 teardown_file() {
-	# Nothing this file started may survive it.
-	for d in "$ISOPOD_HOME"/vms/vm-*; do
-		[ -d "$d" ] || continue
-		isopod-stop --force "$(basename "$d")" >/dev/null 2>&1 || true
-	done
-	rm -rf "$ISOPOD_HOME" "$DATA"
+	rm -rf "$DATA"
+	isopod_teardown_file
 }
 
 isopod() { "$ROOT/sh/isopod" "$@"; }
-
-# The lock of a VM is held exactly while its supervisor lives.
-vm_locked() { ! flock -n "$ISOPOD_HOME/vms/$1/lock" true; }
 
 @test "run: echo prints a complete JSON result and exits 0" {
 	run --separate-stderr isopod run --json-only -- echo hello
@@ -61,7 +51,7 @@ vm_locked() { ! flock -n "$ISOPOD_HOME/vms/$1/lock" true; }
 }
 
 @test "run: command not found is exit 127 with error_kind not_found, not ok:false" {
-	run --separate-stderr isopod run --json-only -- no-such-command-xyz
+	run -127 --separate-stderr isopod run --json-only -- no-such-command-xyz
 	[ "$status" -eq 127 ]
 	echo "$output" | jq -e '.ok == true and .exit_code == 127 and .error_kind == "not_found"'
 	echo "$output" | jq -e '.error | contains("no-such-command-xyz")'
