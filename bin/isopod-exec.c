@@ -509,7 +509,9 @@ int main(int argc, char **argv)
 						     : dup(0);
 		if (stdin_fd < 0)
 			fail(EX_USAGE, "io", "--stdin-file %s: %s", o.stdin_file, strerror(errno));
-		fcntl(stdin_fd, F_SETFL, fcntl(stdin_fd, F_GETFL) | O_NONBLOCK);
+		/* No O_NONBLOCK: on a dup of fd 0 it would change the caller's
+		 * own stdin.  We read only after poll says readable, and one
+		 * read returns what a pipe or tty has without waiting for more. */
 		stdin_eof = 0;
 	}
 	open_logs(s);

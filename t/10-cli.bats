@@ -334,4 +334,7 @@ hi" ]
 		t/fake/isopod-boot t/fake/isopod-exec t/fake/isopod-stop .ci/setup
 	echo "$output"
 	[ "$status" -eq 0 ]
+	run shellcheck -s bash t/helpers.bash .ci/run
+	echo "$output"
+	[ "$status" -eq 0 ]
 }

@@ -275,7 +275,15 @@ for l in sys.stdin: s.sendall(l.encode()); time.sleep(0.2); s.recv(4096)
 			isopod run --json-only -- sh -c "hostname; echo $i > /root/mine; sleep 1; cat /root/mine" > "$DATA/c$n-$i.json" 2>"$DATA/c$n-$i.err" &
 			pids="$pids $!"
 		done
-		for p in $pids; do wait "$p"; done
+		bad=0
+		for p in $pids; do wait "$p" || bad=1; done
+		if [ "$bad" -ne 0 ]; then
+			# say which run failed and why before failing
+			for i in $(seq 1 "$n"); do
+				echo "run $i: $(cat "$DATA/c$n-$i.json") $(cat "$DATA/c$n-$i.err")" >&3
+			done
+			false
+		fi
 		ids=$(for i in $(seq 1 "$n"); do jq -r .vm.id "$DATA/c$n-$i.json"; done | sort -u | wc -l)
 		names=$(for i in $(seq 1 "$n"); do jq -r .vm.name "$DATA/c$n-$i.json"; done | sort -u | wc -l)
 		[ "$ids" -eq "$n" ]

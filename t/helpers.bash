@@ -69,6 +69,7 @@ vm_locked() {
 }
 
 # json_is FILTER: assert a jq filter holds on $output (shows both on failure).
+# shellcheck disable=SC2154  # $output is set by bats' run
 json_is() {
 	if ! jq -e "$1" >/dev/null <<<"$output"; then
 		echo "json_is failed: $1" >&2
