@@ -593,6 +593,10 @@ static void supervise(const char *id, const struct inst *in, char *const *av, in
 	pid_t q;
 	json_t *m;
 
+	/* A session of its own: a terminal's Ctrl-C reaches the front end,
+	 * which stops the VM cleanly, instead of killing QEMU under it.  The
+	 * owner pidfd still ends the VM when the front end dies. */
+	setsid();
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
