@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,6 +83,20 @@ static void wait_unlocked(const char *id, int64_t deadline)
 	}
 }
 
+/* A failed commit on a full store should say so: the guest only sees its
+ * writes fail, and QEMU's error stays in its log. */
+static const char *space_hint(void)
+{
+	static char buf[160];
+	struct statvfs sv;
+
+	buf[0] = 0;
+	if (statvfs(store_home(), &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < (64u << 20))
+		snprintf(buf, sizeof buf, " (the store's file system has only %llu KiB free: "
+			 "no space left?)", (unsigned long long)sv.f_bavail * sv.f_frsize / 1024);
+	return buf;
+}
+
 /* Ask the guest to sync and remount its root read-only, then power off. */
 static int64_t shutdown_guest(const char *id, const char *sock)
 {
@@ -92,20 +107,21 @@ static int64_t shutdown_guest(const char *id, const char *sock)
 	char kind[64], msg[512];
 
 	if (conn_open(&c, sock, mono_ms() + 10000) < 0 || conn_hello(&c, &h, dl) < 0)
-		die(EX_SYS, "vm %s: %s", id, c.err);
+		die(EX_SYS, "vm %s: %s; nothing was committed%s", id, c.err, space_hint());
 	conn_queue(&c, F_SHUTDOWN, STREAM_CTL, NULL, 0);
 	for (;;) {
 		int r = conn_wait(&c, &fr, dl);
 
 		if (r < 0)
-			die(r == -3 ? EX_TIMEOUT : EX_SYS, "vm %s: shutdown: %s", id, c.err);
+			die(r == -3 ? EX_TIMEOUT : EX_SYS, "vm %s: shutdown: %s; nothing was committed%s",
+			    id, c.err, space_hint());
 		if (fr.type == F_PONG)
 			continue;
 		if (fr.type == F_SHUTDOWN_ACK) {
 			if (fr.len) {
 				frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
-				die(EX_SYS, "vm %s: the guest could not unmount its root cleanly: %s", id,
-				    msg);
+				die(EX_SYS, "vm %s: the guest could not unmount its root cleanly: %s; "
+				    "nothing was committed%s", id, msg, space_hint());
 			}
 			break;
 		}

@@ -1,0 +1,244 @@
+#!/usr/bin/env bats
+# Stages (issue #3): commit, fork, chains, labels, rm, flatten, broken layers,
+# kills at every commit step, ENOSPC.  Real VM boots on the busybox base.
+
+load helpers
+
+setup_file() {
+	isopod_setup_file --images
+	DATA="$(mktemp -d /tmp/isopod-t30-data.XXXXXX)"
+	export DATA
+}
+
+teardown_file() {
+	if mountpoint -q "$DATA/small" 2>/dev/null; then umount "$DATA/small"; fi
+	rm -rf "$DATA"
+	isopod_teardown_file
+}
+
+isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
+nvms() { ls "$ISOPOD_HOME/vms" 2>/dev/null | wc -l; }
+stage_id() { isopod stage info "$1" | jq -r .id; }
+
+@test "stage: commit on exit 0, fork sees its files, the parent stays byte-identical" {
+	run --separate-stderr isopod run --json-only --commit-as first -- sh -c 'echo one > /root/one'
+	[ "$status" -eq 0 ]
+	json_is '.commit.stage.label == "first" and .commit.stage.depth == 1 and .commit.stage.parent == null'
+	json_is '.commit.stage.base.flavor == "base" and (.commit.stage.base.sha256 | length) == 64'
+	json_is '(.commit.stage.id | test("^st-[0-9a-f]{12}$")) and .commit.stage.commit_ms >= 0 and .commit.stage.size > 0'
+	id=$(echo "$output" | jq -r .commit.stage.id)
+	layer="$ISOPOD_HOME/stages/$id/layer.qcow2"
+	[ "$(stat -c %a "$layer")" = 444 ]
+	before=$(sha256sum < "$layer")
+	run --separate-stderr isopod run --json-only --stage first --commit-as second -- sh -c 'cat /root/one; echo changed > /root/one; echo two > /root/two'
+	[ "$status" -eq 0 ]
+	json_is '.stdout == "one\n" and .commit.stage.depth == 2'
+	[ "$(echo "$output" | jq -r .commit.stage.parent)" = "$id" ]
+	json_is '.on.stage.label == "first" and (.on.layers | length) == 1'
+	run --separate-stderr isopod run --json-only --stage first -- cat /root/one
+	json_is '.stdout == "one\n"'
+	[ "$(sha256sum < "$layer")" = "$before" ]
+	run --separate-stderr isopod run --json-only --stage second -- cat /root/one /root/two
+	json_is '.stdout == "changed\ntwo\n" and (.on.layers | length) == 2'
+}
+
+@test "stage: nothing is committed when the command fails; the result says why" {
+	run -2 --separate-stderr isopod run --json-only --commit-as failing -- sh -c 'echo x > /root/x; exit 2'
+	json_is '.commit.skipped == "exit_code 2" and .ok == true'
+	[ -z "$(isopod stage ls | jq -r 'select(.label == "failing") | .id')" ]
+	run -137 --separate-stderr isopod run --json-only --timeout-s 8 --commit-as slow -- sleep 100
+	json_is '.commit.skipped == "timed out"'
+	[ -z "$(isopod stage ls | jq -r 'select(.label == "slow") | .id')" ]
+}
+
+@test "stage: bad labels are refused before boot; no VM record is made" {
+	mkdir -p "$ISOPOD_HOME/vms"
+	before=$(nvms)
+	long=$(printf 'x%.0s' $(seq 1 129))
+	for bad in '' "$long" 'a/b' "$(printf 'a\nb')" '-x' '.x'; do
+		run --separate-stderr isopod run --commit-as "$bad" -- true
+		[ "$status" -eq 100 ]
+		[[ "$stderr" == *label* ]]
+	done
+	[ "$(nvms)" -eq "$before" ]
+}
+
+@test "stage: a Unicode label is metadata only; directories are ids" {
+	label='ünï ☃ stage'
+	run --separate-stderr isopod run --json-only --commit-as "$label" -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .commit.stage.id)
+	[ -d "$ISOPOD_HOME/stages/$id" ]
+	[ "$(isopod stage info "$label" | jq -r .id)" = "$id" ]
+	# nothing outside the store, nothing named after the label
+	[ -z "$(find "$ISOPOD_HOME" -name '*☃*')" ]
+}
+
+@test "stage: a taken label is refused before boot with 102" {
+	isopod run --json-only --commit-as taken -- true >/dev/null
+	before=$(nvms)
+	run --separate-stderr isopod run --commit-as taken -- true
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"taken"* ]]
+	[ "$(nvms)" -eq "$before" ]
+}
+
+@test "stage: two concurrent commits of one label give one stage and one clear 102" {
+	isopod run --json-only --commit-as race -- sh -c 'sleep 2' > "$DATA/r1.json" 2>"$DATA/r1.err" & p1=$!
+	isopod run --json-only --commit-as race -- sh -c 'sleep 2' > "$DATA/r2.json" 2>"$DATA/r2.err" & p2=$!
+	s1=0; s2=0
+	wait "$p1" || s1=$?
+	wait "$p2" || s2=$?
+	[ "$(isopod stage ls | jq -r 'select(.label == "race") | .id' | wc -l)" -eq 1 ]
+	[ $((s1 + s2)) -eq 102 ]
+	loser=$([ "$s1" -eq 102 ] && echo "$DATA/r1.json" || echo "$DATA/r2.json")
+	jq -e '.ok == false and .error_kind == "busy" and (.error | contains("taken"))' "$loser"
+}
+
+@test "stage: REF resolves id, id prefix, name and label; ambiguity lists candidates" {
+	run --separate-stderr isopod run --json-only --commit-as refs -- true
+	id=$(echo "$output" | jq -r .commit.stage.id)
+	name=$(echo "$output" | jq -r .commit.stage.name)
+	for ref in "$id" "${id:0:8}" "${id#st-}" "$name" refs; do
+		[ "$(isopod stage info "$ref" | jq -r .id)" = "$id" ]
+	done
+	run --separate-stderr isopod stage info st-
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"ambiguous"* ]]
+	[[ "$stderr" == *"$id"* ]]
+	run --separate-stderr isopod stage info no-such-stage
+	[ "$status" -eq 101 ]
+	[[ "$stderr" == *"no-such-stage"* ]]
+	run --separate-stderr isopod run --stage no-such-stage -- true
+	[ "$status" -eq 101 ]
+}
+
+@test "stage: rm refuses while dependents exist, naming each; --recursive removes leaves first" {
+	a=$(isopod run --json-only --commit-as rm-a -- true | jq -r .commit.stage.id)
+	b=$(isopod run --json-only --stage rm-a --commit-as rm-b -- true | jq -r .commit.stage.id)
+	c=$(isopod run --json-only --stage rm-a --commit-as rm-c -- true | jq -r .commit.stage.id)
+	run --separate-stderr isopod stage rm rm-a
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"$b"* && "$stderr" == *"$c"* ]]
+	[ -d "$ISOPOD_HOME/stages/$a" ]
+	run --separate-stderr isopod stage rm --recursive rm-a
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | jq -r '.removed[-1]')" = "$a" ]
+	[ ! -e "$ISOPOD_HOME/stages/$a" ] && [ ! -e "$ISOPOD_HOME/stages/$b" ] && [ ! -e "$ISOPOD_HOME/stages/$c" ]
+}
+
+@test "stage: a 12-deep chain shows every layer's file; the cap names flatten; after flatten the commit works" {
+	export ISOPOD_MAX_DEPTH=12
+	prev=
+	for i in $(seq 1 12); do
+		if [ -n "$prev" ]; then
+			out=$(isopod run --json-only --stage "$prev" --commit-as "deep$i" -- sh -c "echo $i > /root/f$i")
+		else
+			out=$(isopod run --json-only --commit-as "deep$i" -- sh -c "echo $i > /root/f$i")
+		fi
+		[ "$(echo "$out" | jq -r .commit.stage.depth)" -eq "$i" ]
+		prev=deep$i
+	done
+	run --separate-stderr isopod run --json-only --stage deep12 -- sh -c 'cat /root/f1 /root/f2 /root/f3 /root/f4 /root/f5 /root/f6 /root/f7 /root/f8 /root/f9 /root/f10 /root/f11 /root/f12 | tr "\n" " "'
+	json_is '.stdout == "1 2 3 4 5 6 7 8 9 10 11 12 " and (.on.layers | length) == 12'
+	run --separate-stderr isopod run --stage deep12 --commit-as deep13 -- true
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"isopod stage flatten"* ]]
+	run --separate-stderr isopod stage flatten deep12 --as flat12
+	[ "$status" -eq 0 ]
+	json_is '.stage.depth == 1 and .stage.parent == null and .stage.label == "flat12"'
+	run --separate-stderr isopod run --json-only --stage flat12 --commit-as deep13 -- sh -c 'cat /root/f1 /root/f12'
+	[ "$status" -eq 0 ]
+	json_is '.stdout == "1\n12\n" and .commit.stage.depth == 2'
+}
+
+@test "stage: a stage with a missing, truncated or non-qcow2 layer is refused before boot, named" {
+	id=$(isopod run --json-only --commit-as broken -- sh -c 'head -c 4000000 /dev/urandom > /root/r' | jq -r .commit.stage.id)
+	layer="$ISOPOD_HOME/stages/$id/layer.qcow2"
+	cp -p "$layer" "$DATA/layer.good"
+	for how in truncate garbage missing; do
+		chmod u+w "$layer" 2>/dev/null || true
+		case $how in
+		truncate) truncate -s 100000 "$layer" ;;
+		garbage) head -c 65536 /dev/zero > "$layer" ;;
+		missing) rm -f "$layer" ;;
+		esac
+		before=$(nvms)
+		run --separate-stderr isopod run --stage broken -- true
+		[ "$status" -eq 111 ]
+		[[ "$stderr" == *"$id"* ]]
+		# refused before boot: the record never got past "claimed"
+		! ls "$ISOPOD_HOME"/vms/*/console.log 2>/dev/null | xargs -r grep -l . >/dev/null 2>&1 || true
+		cp -p "$DATA/layer.good" "$layer"
+		chmod 444 "$layer"
+	done
+	run --separate-stderr isopod run --stage broken -- true
+	[ "$status" -eq 0 ]
+}
+
+@test "stage: SIGKILL at each commit step leaves no stage or a complete one; gc reclaims the rest" {
+	for point in before-rename after-disk-rename before-commit-rename after-commit-rename; do
+		label="kill-$point"
+		run --separate-stderr env ISOPOD_TEST_KILL_AT="$point" "$ISOPOD_SRC/sh/isopod" run --json-only --commit-as "$label" -- true
+		[ "$status" -ne 0 ]
+		n=$(isopod stage ls | jq -r --arg l "$label" 'select(.label == $l) | .id' | wc -l)
+		case $point in
+		after-commit-rename) [ "$n" -eq 1 ] ;;
+		*) [ "$n" -eq 0 ] ;;
+		esac
+		# whatever is listed is complete and usable
+		for id in $(isopod stage ls | jq -r .id); do
+			[ -f "$ISOPOD_HOME/stages/$id/layer.qcow2" ]
+		done
+	done
+	ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-'
+	run --separate-stderr isopod gc
+	[ "$status" -eq 0 ]
+	! ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-'
+	run --separate-stderr isopod run --json-only --stage kill-after-commit-rename -- true
+	[ "$status" -eq 0 ]
+}
+
+@test "stage: ENOSPC during commit and flatten is a clear error and the store stays intact" {
+	[ "$(id -u)" -eq 0 ]
+	# a small file system of our own (tmpfs: loop devices are scarce in
+	# containers), so that filling it harms nobody
+	mkdir -p "$DATA/small"
+	mount -t tmpfs -o size=600m,mode=0755 isopod-enospc "$DATA/small"
+	main_home=$ISOPOD_HOME
+	export ISOPOD_HOME="$DATA/small/home"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	run --separate-stderr isopod run --json-only --cold --disk-mib 512 --commit-as big -- sh -c 'head -c 150000000 /dev/urandom > /root/big'
+	json_is '.commit.stage.label == "big"'
+	# a running VM to commit once the disk is full
+	vm=$(isopod run --json-only --cold --keep -- true | jq -r .vm.id)
+	avail=$(df --output=avail -B1 "$DATA/small" | tail -n1)
+	fallocate -l "$((avail - 4096))" "$DATA/small/filler"
+	n0=$(isopod stage ls | wc -l)
+	run --separate-stderr isopod-commit --label full "$vm"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"nothing was committed"* ]]
+	[[ "$stderr" == *"no space left"* ]]
+	[ "$(isopod stage ls | wc -l)" -eq "$n0" ]
+	! ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-'
+	run --separate-stderr isopod stage flatten big --as flat-big
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"nothing was created"* ]]
+	[ "$(isopod stage ls | wc -l)" -eq "$n0" ]
+	! ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-'
+	# the existing stage still works once there is room again
+	rm -f "$DATA/small/filler"
+	run --separate-stderr isopod run --json-only --cold --stage big -- sh -c 'wc -c < /root/big'
+	json_is '.stdout == "150000000\n"'
+	isopod-stop --force "$vm" >/dev/null 2>&1 || true
+	export ISOPOD_HOME=$main_home
+	umount "$DATA/small"
+}
+
+@test "run: --disk-mib grows the root file system online" {
+	run --separate-stderr isopod run --json-only --disk-mib 1024 -- sh -c "df -k / | awk 'NR==2 {print \$2}'"
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | jq -r .stdout)" -gt 900000 ]
+	run --separate-stderr isopod run --json-only -- sh -c "df -k / | awk 'NR==2 {print \$2}'"
+	[ "$(echo "$output" | jq -r .stdout)" -lt 200000 ]
+}
