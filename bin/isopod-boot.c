@@ -9,7 +9,9 @@
  * PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
 
 #include "host.h"
+#include "qmp.h"
 #include "util.h"
+#include "warm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sodium.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -30,7 +33,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-boot [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
-	      "[--owner-pid PID] [--keep] [--accel kvm|tcg]"
+	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold]"
 
 #define QEMU "qemu-system-x86_64"
 #define PROBE_MS 10000
@@ -39,7 +42,8 @@
 struct cfg {
 	long long vcpus, mem_mib, disk_mib, timeout_ms;
 	long long owner;
-	int keep, disk_given;
+	int keep, disk_given, cold;
+	long long warm_wait_ms;   /* ISOPOD_WARM_WAIT_MS */
 	const char *accel;        /* forced accelerator or NULL */
 	const char *accel_src;    /* who forced it */
 };
@@ -271,39 +275,57 @@ static void close_except(int *keep, int n)
 /* ---- QEMU ------------------------------------------------------------- */
 
 /* The command line.  Device order is fixed: memory snapshots are only
- * restorable into an identical machine. */
+ * restorable into an identical machine.  With memfile, guest RAM is that
+ * file (memory-backend-file): share=1 for a warm template (its RAM lands
+ * in the file), share=0 for a clone (a private copy-on-write mapping of
+ * it: clones share its clean pages); incoming adds `-incoming defer`.
+ * Everything else is the same for cold boots, templates and clones.
+ * Never add a device that discards guest RAM (virtio-balloon, virtio-mem):
+ * QEMU 7.2 discards file-backed RAM with fallocate(PUNCH_HOLE) on the
+ * file even for share=off, i.e. a clone's guest could punch holes in the
+ * snapshot every clone maps (the ctime check would then retire it). */
 struct qargs {
-	char machine[128], mem[32], smp[32], con[PATH_MAX + 32], drive[PATH_MAX + 64];
-	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32];
+	char machine[160], mem[32], smp[32], con[PATH_MAX + 32], drive[PATH_MAX + 64];
+	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32], obj[PATH_MAX + 128];
 	char *av[64];
 };
 
 static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *im,
-		      const char *accel, long long mem, long long vcpus)
+		      const char *accel, long long mem, long long vcpus, const char *memfile,
+		      int share, int incoming)
 {
 	int tcg = !strcmp(accel, "tcg"), n = 0;
 
 	/* Under TCG the minimal kernel needs the PIT for its timer. */
-	snprintf(q->machine, sizeof q->machine, "microvm,acpi=off,x-option-roms=off%s",
-		 tcg ? ",pit=on" : "");
+	snprintf(q->machine, sizeof q->machine, "microvm,acpi=off,x-option-roms=off%s%s",
+		 tcg ? ",pit=on" : "", memfile ? ",memory-backend=mem0" : "");
 	snprintf(q->mem, sizeof q->mem, "%lld", mem);
 	snprintf(q->smp, sizeof q->smp, "%lld", vcpus);
 	pathf(q->con, sizeof q->con, "file,id=con,path=%s", in->console);
 	pathf(q->drive, sizeof q->drive,
-	      "id=root,file=%s,format=qcow2,if=none,discard=unmap", in->disk);
+	      "id=root,file=%s,format=qcow2,if=none,discard=unmap,werror=report,rerror=report",
+	      in->disk);
 	pathf(q->agent, sizeof q->agent, "socket,id=agent,path=%s,server=on,wait=off", in->agent);
 	pathf(q->qmp, sizeof q->qmp, "unix:%s,server=on,wait=off", in->qmp);
+	if (memfile)
+		pathf(q->obj, sizeof q->obj,
+		      "memory-backend-file,id=mem0,size=%lldM,mem-path=%s,share=%s", mem, memfile,
+		      share ? "on" : "off");
 #define A(s) (q->av[n++] = (char *)(s))
 	A(QEMU);
 	A("-M"); A(q->machine);
 	A("-accel"); A(tcg ? "tcg" : "kvm");
 	A("-cpu"); A(tcg ? "max" : "host");
 	A("-m"); A(q->mem);
+	if (memfile) {
+		A("-object"); A(q->obj);
+	}
 	A("-smp"); A(q->smp);
 	A("-nodefaults"); A("-no-user-config"); A("-nographic"); A("-no-reboot");
 	/* seccomp: no setuid/capset (QEMU may run as root), no affinity or
-	 * scheduler games; spawn stays allowed for `migrate exec:`. */
-	A("-sandbox"); A("on,elevateprivileges=deny,resourcecontrol=deny");
+	 * scheduler games, no fork/exec (snapshots travel over fds passed with
+	 * QMP getfd, never `migrate exec:`). */
+	A("-sandbox"); A("on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny");
 	A("-kernel"); A(im->vmlinux);
 	A("-initrd"); A(im->initrd);
 	A("-append");
@@ -317,14 +339,20 @@ static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *
 	A("-device"); A("virtserialport,chardev=agent,name=isopod.agent");
 	A("-device"); A("virtio-rng-device");
 	A("-qmp"); A(q->qmp);
+	if (incoming) {
+		A("-incoming"); A("defer");
+	}
 	q->av[n] = NULL;
 #undef A
 }
 
 /* Fork a child that execs av with stdin /dev/null and stdout+stderr on
- * outfd, umask 077 (the sockets QEMU creates are 0600), nothing else open.
- * With pdeath, the child is SIGKILLed when the calling thread dies. */
-static pid_t spawn(char *const av[], int outfd, int pdeath)
+ * outfd, umask 077 (the sockets QEMU creates are 0600), nothing else open
+ * but keepfd (when >= 0) as fd 3: a clone's memory file, which QEMU opens
+ * as /proc/self/fd/3 (the very inode boot verified, not a path that may
+ * have changed since).  With pdeath, the child is SIGKILLed when the
+ * calling thread dies. */
+static pid_t spawn(char *const av[], int outfd, int pdeath, int keepfd)
 {
 	pid_t parent = getpid(), pid;
 	sigset_t none;
@@ -348,7 +376,14 @@ static pid_t spawn(char *const av[], int outfd, int pdeath)
 
 	if (nul < 0 || dup2(nul, 0) < 0 || dup2(outfd, 1) < 0 || dup2(outfd, 2) < 0)
 		_exit(126);
-	close_range(3, ~0U, 0);
+	if (keepfd >= 0) {
+		/* dup2 onto itself keeps FD_CLOEXEC: clear it by hand */
+		if (keepfd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(keepfd, 3) < 0)
+			_exit(126);
+		close_range(4, ~0U, 0);
+	} else {
+		close_range(3, ~0U, 0);
+	}
 	execvp(av[0], av);
 	dprintf(2, "%s: fatal: unable to exec %s: %s\n", progname, av[0], strerror(errno));
 	_exit(127);
@@ -387,7 +422,7 @@ static int make_overlay(const struct img *im, const char *disk, long long bytes,
 
 	snprintf(size, sizeof size, "%lld", bytes);
 	unlink(disk);
-	pid = spawn(av, 2, 0);
+	pid = spawn(av, 2, 0, -1);
 	if (pid < 0) {
 		snprintf(err, errsz, "unable to fork qemu-img: %s", strerror(errno));
 		return -1;
@@ -414,7 +449,7 @@ static int grow_disk(const char *disk, long long bytes, char *err, size_t errsz)
 	int st;
 
 	snprintf(size, sizeof size, "%lld", bytes);
-	if ((pid = spawn(av, 2, 0)) < 0) {
+	if ((pid = spawn(av, 2, 0, -1)) < 0) {
 		snprintf(err, errsz, "unable to fork qemu-img: %s", strerror(errno));
 		return -1;
 	}
@@ -459,8 +494,8 @@ static int probe_kvm(const struct img *im, char *reason, size_t rsz)
 	logfd = open(in.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (logfd < 0)
 		die(EX_SYS, "unable to create %s:", in.qlog);
-	qemu_argv(&q, &in, im, "kvm", 256, 1);
-	pid = spawn(q.av, logfd, 1);
+	qemu_argv(&q, &in, im, "kvm", 256, 1, NULL, 0, 0);
+	pid = spawn(q.av, logfd, 1, -1);
 	if (pid < 0)
 		die(EX_SYS, "unable to fork:");
 	close(logfd);
@@ -582,7 +617,7 @@ static const char *choose_accel(const struct cfg *cf, const struct img *im, char
  * that = the boot failed or its process died: kill QEMU), repfd gets
  * "<qemu pid>\n" or an error line, ownerfd is the owner's pidfd or -1. */
 static void supervise(const char *id, const struct inst *in, char *const *av, int lockfd,
-		      int ctlfd, int repfd, int ownerfd)
+		      int ctlfd, int repfd, int ownerfd, int memfd)
 {
 	static const char *const live[] = { "booting", "running", NULL };
 	struct pollfd pf[4];
@@ -615,11 +650,13 @@ static void supervise(const char *id, const struct inst *in, char *const *av, in
 		_exit(111);
 	}
 	{
-		int keep[] = { lockfd, ctlfd, repfd, ownerfd, sfd };
+		int keep[] = { lockfd, ctlfd, repfd, ownerfd, sfd, memfd };
 
-		close_except(keep, 5); /* logfd too: it lives on as fd 2 */
+		close_except(keep, 6); /* logfd too: it lives on as fd 2 */
 	}
-	q = spawn(av, 2, 1);
+	q = spawn(av, 2, 1, memfd);
+	if (memfd >= 0)
+		close(memfd); /* QEMU has its own copy as fd 3 */
 	if (q < 0) {
 		dprintf(repfd, "error: unable to fork: %s\n", strerror(errno));
 		_exit(111);
@@ -724,18 +761,13 @@ static struct {
 	int supfd, ctlfd, lockfd;
 } B = { NULL, -1, -1, -1, -1 };
 
-/* Undo what was started, record state failed with the message, exit.
- * The supervisor is our child (not reaped), so signalling it by pid is safe. */
-__attribute__((noreturn, format(printf, 2, 3))) static void fail(int code, const char *fmt, ...)
+/* Stop what launch() started, before the boot was confirmed: EOF on ctl
+ * without 'r' makes the supervisor kill QEMU, and it reaps QEMU before it
+ * exits itself.  The supervisor is our child (not reaped), so signalling
+ * it by pid is safe. */
+static void abandon(void)
 {
-	char msg[1024];
-	va_list ap;
-	json_t *m;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	if (B.ctlfd >= 0) { /* EOF without 'r': the supervisor kills QEMU */
+	if (B.ctlfd >= 0) {
 		close(B.ctlfd);
 		B.ctlfd = -1;
 	}
@@ -751,14 +783,37 @@ __attribute__((noreturn, format(printf, 2, 3))) static void fail(int code, const
 		}
 		while (waitpid(B.sup, &st, 0) < 0 && errno == EINTR)
 			;
-		if (vm_wait_stopped(B.id, mono_ms() + 5000) < 0)
-			warn("vm %s: lock still held after its supervisor exited", B.id);
+		B.sup = -1;
 	}
+	if (B.supfd >= 0) {
+		close(B.supfd);
+		B.supfd = -1;
+	}
+}
+
+/* Undo what was started, record state failed with the message, exit. */
+__attribute__((noreturn, format(printf, 2, 3))) static void fail(int code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	json_t *m;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	abandon();
+	/* Our own hold on the vm lock goes last: the record is final first. */
 	if (B.id) {
 		m = json_pack("{s:s, s:s}", "state", "failed", "error", msg);
 		if (!m || vm_meta_update(B.id, NULL, m) < 0)
 			warn("unable to record the failure of %s:", B.id);
 		json_decref(m);
+	}
+	if (B.lockfd >= 0) {
+		close(B.lockfd);
+		B.lockfd = -1;
+		if (vm_wait_stopped(B.id, mono_ms() + 5000) < 0)
+			warn("vm %s: lock still held after its supervisor exited", B.id);
 	}
 	die(code, "%s", msg);
 }
@@ -785,6 +840,1146 @@ static int valid_id(const char *s)
 	return 1;
 }
 
+/* Fork the supervisor, which starts QEMU with av (keepfd, when >= 0,
+ * becomes QEMU's fd 3), and read back QEMU's pid.  The parent keeps its
+ * own hold on the vm lock (B.lockfd): a failed attempt's supervisor can
+ * exit without the VM ever looking free to gc.  0, or -1 with msg. */
+static int launch(const char *id, const struct inst *in, char *const *av, int ownerfd,
+		  int keepfd, char *msg, size_t msz)
+{
+	static const char *const booting[] = { "booting", NULL };
+	char line[256], *end;
+	int ctl[2], rep[2];
+	size_t got = 0;
+	long long v;
+	ssize_t n;
+	json_t *m;
+
+	if (pipe2(ctl, O_CLOEXEC) < 0) {
+		snprintf(msg, msz, "unable to create a pipe: %s", strerror(errno));
+		return -1;
+	}
+	if (pipe2(rep, O_CLOEXEC) < 0) {
+		snprintf(msg, msz, "unable to create a pipe: %s", strerror(errno));
+		close(ctl[0]);
+		close(ctl[1]);
+		return -1;
+	}
+	fflush(NULL);
+	B.sup = fork();
+	if (B.sup < 0) {
+		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
+		close(ctl[0]);
+		close(ctl[1]);
+		close(rep[0]);
+		close(rep[1]);
+		return -1;
+	}
+	if (B.sup == 0) {
+		close(ctl[1]);
+		close(rep[0]);
+		supervise(id, in, av, B.lockfd, ctl[0], rep[1], ownerfd, keepfd);
+	}
+	close(ctl[0]);
+	close(rep[1]);
+	B.ctlfd = ctl[1];
+	B.supfd = pidfd_open_(B.sup);
+
+	while (got < sizeof line - 1 && (n = read(rep[0], line + got, sizeof line - 1 - got)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		got += (size_t)n;
+	}
+	close(rep[0]);
+	line[got] = 0;
+	if (got > 0 && line[got - 1] == '\n')
+		line[got - 1] = 0;
+	errno = 0;
+	v = strtoll(line, &end, 10);
+	if (!got || errno || *end || v <= 0) {
+		snprintf(msg, msz, "supervisor failed to start qemu: %s", got ? line : "no report");
+		return -1;
+	}
+	m = json_pack("{s:I, s:I}", "supervisor_pid", (json_int_t)B.sup, "qemu_pid", (json_int_t)v);
+	if (!m || vm_meta_update(id, booting, m) < 0)
+		warn("unable to update the record of %s:", id);
+	json_decref(m);
+	return 0;
+}
+
+/* Is the supervisor (and so QEMU) gone? */
+static int sup_gone(void)
+{
+	struct pollfd p = { B.supfd, POLLIN, 0 };
+
+	return B.supfd >= 0 && poll(&p, 1, 0) > 0;
+}
+
+/* Connect to the agent of what launch() started and shake hands (h), by
+ * deadline.  0, or an exit code (EX_SYS, EX_TIMEOUT) with msg; `within`
+ * names the bound in the timeout message. */
+static int handshake(const struct inst *in, struct hello *h, int64_t deadline, long long within,
+		     char *msg, size_t msz)
+{
+	char l1[256], l2[256];
+	int r, st;
+
+	for (;;) {
+		int64_t slice = mono_ms() + 100;
+
+		if (conn_open(&conn, in->agent, slice < deadline ? slice : deadline) == 0)
+			break;
+		if (errno != ETIMEDOUT) {
+			snprintf(msg, msz, "unable to connect to the agent: %s", conn.err);
+			return EX_SYS;
+		}
+		if (sup_gone() || mono_ms() >= deadline)
+			break;
+	}
+	r = conn.fd >= 0 ? conn_hello(&conn, h, deadline) : -1;
+	if (r == 0) {
+		conn_close(&conn);
+		return 0;
+	}
+	{
+		struct pollfd p = { B.supfd, POLLIN, 0 };
+
+		/* QEMU gone?  Give the supervisor a moment to notice and exit. */
+		if (B.supfd >= 0 && poll(&p, 1, r == -3 ? 0 : 1000) > 0 &&
+		    waitpid(B.sup, &st, 0) == B.sup) {
+			B.sup = -1;
+			conn_close(&conn);
+			last_line(in->qlog, l1, sizeof l1);
+			last_line(in->console, l2, sizeof l2);
+			snprintf(msg, msz, "qemu exited with status %d before the agent answered%s%s%s%s",
+				 status_code(st), l1[0] ? ": " : "", l1, l2[0] ? "; console: " : "",
+				 l2);
+			return EX_SYS;
+		}
+	}
+	last_line(in->console, l2, sizeof l2);
+	if (h->guest_error[0])
+		snprintf(msg, msz, "the guest agent reported: %s", h->guest_error);
+	else if (r == -3 || conn.fd < 0)
+		snprintf(msg, msz, "the guest agent did not answer within %lld ms%s%s", within,
+			 l2[0] ? "; console: " : "", l2);
+	else
+		snprintf(msg, msz, "agent handshake failed: %s", conn.err);
+	conn_close(&conn);
+	return !h->guest_error[0] && (r == -3 || conn.fd < 0) ? EX_TIMEOUT : EX_SYS;
+}
+
+/* ---- the warm pool ---------------------------------------------------- */
+
+#define BUILD_MAX_MS 120000  /* a template boot, at most (bounded by --timeout-ms too) */
+#define RESUME_MAX_MS 20000  /* a resume, at most: then the snapshot is retired */
+#define RETIRE_WAIT_MS 5000
+#define STATE_FD "isopod-state"
+
+static struct {
+	int on;                  /* this boot consults the pool */
+	char key[65], dir[PATH_MAX], argv_fp[65];
+	char *text;              /* the canonical text hashed into key */
+	char qver[256];
+	json_t *layers;          /* the disk chain's stages, root first */
+	long long disk_bytes;
+	json_t *warnings;
+	const char *path;        /* "cold" | "warm" | "snapshot-build" */
+	long long resume_ms, build_ms;
+	dev_t dev;               /* the snapshot directory resumed from: */
+	ino_t ino;               /*   retire that one, never a newer build */
+} W = { .path = "cold", .resume_ms = -1, .build_ms = -1 };
+
+static int W_ownerfd = -1; /* the owner's pidfd (-1 with --keep) */
+
+/* Has the owner exited?  Then no run wants this VM: stop building or
+ * waiting for a snapshot. */
+static int owner_gone(void)
+{
+	struct pollfd p = { W_ownerfd, POLLIN, 0 };
+
+	return W_ownerfd >= 0 && poll(&p, 1, 0) > 0;
+}
+
+/* A warning for the result (and stderr, which the front end relays). */
+__attribute__((format(printf, 1, 2))) static void wwarn(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	warn("%s", msg);
+	json_array_append_new(W.warnings, json_string(msg));
+}
+
+/* The command line this isopod-boot gives QEMU, whatever the shape:
+ * recorded in warm/argv.json and in each snapshot, so that isopod-warm and
+ * isopod-gc can tell snapshots an older isopod-boot built (their key can
+ * never come up again) from live ones. */
+static void argv_fingerprint(const struct img *fim, const struct inst *fi)
+{
+	char p[PATH_MAX], **a;
+	const char *accels[] = { "tcg", "kvm" };
+	crypto_hash_sha256_state st;
+	unsigned char h[crypto_hash_sha256_BYTES];
+	struct qargs q;
+	json_t *cur;
+	size_t i;
+
+	crypto_hash_sha256_init(&st);
+	for (i = 0; i < 2; i++) {
+		qemu_argv(&q, fi, fim, accels[i], 64, 1, "@mem", 1, 0);
+		for (a = q.av; *a; a++)
+			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
+	}
+	crypto_hash_sha256_final(&st, h);
+	for (i = 0; i < sizeof h; i++)
+		sprintf(W.argv_fp + 2 * i, "%02x", h[i]);
+	pathf(p, sizeof p, "%s/argv.json", warm_root(1));
+	cur = json_load_path(p);
+	if (!cur || !json_is_string(json_object_get(cur, "fingerprint")) ||
+	    strcmp(json_string_value(json_object_get(cur, "fingerprint")), W.argv_fp)) {
+		json_decref(cur);
+		cur = json_pack("{s:s}", "fingerprint", W.argv_fp);
+		if (!cur || json_write_atomic(p, cur) < 0)
+			warn("unable to write %s:", p);
+	}
+	json_decref(cur);
+}
+
+/* The backing chain of a VM's qcow2 disk, from the images' headers: the
+ * stage ids root first (appended to layers) and the sha256 of the raw base
+ * image at its end (images/base-<sha>.img).  0, or -1 when it is not a
+ * chain of stage layers over a store base image. */
+static int disk_chain(const char *disk, json_t *layers, char bsha[65])
+{
+	char cur[PATH_MAX], name[PATH_MAX], nxt[PATH_MAX];
+	unsigned char hd[20];
+	int depth, i;
+
+	pathf(cur, sizeof cur, "%s", disk);
+	for (depth = 0; depth < 80; depth++) {
+		const char *b = strrchr(cur, '/') ? strrchr(cur, '/') + 1 : cur;
+		unsigned long long off = 0;
+		unsigned len = 0;
+		ssize_t n;
+		int fd = open(cur, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0)
+			return -1;
+		n = pread(fd, hd, sizeof hd, 0);
+		if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
+			/* raw: the base image */
+			close(fd);
+			if (depth == 0 || strncmp(b, "base-", 5) || strlen(b) != 5 + 64 + 4 ||
+			    strcmp(b + 69, ".img"))
+				return -1;
+			memcpy(bsha, b + 5, 64);
+			bsha[64] = 0;
+			for (i = 0; i < 64; i++)
+				if (!((bsha[i] >= '0' && bsha[i] <= '9') || (bsha[i] >= 'a' && bsha[i] <= 'f')))
+					return -1;
+			return 0;
+		}
+		if (depth > 0) {
+			/* .../stages/<id>/layer.qcow2 */
+			char d[PATH_MAX], *id;
+
+			pathf(d, sizeof d, "%s", cur);
+			if (strcmp(b, "layer.qcow2") || (b - cur) < 2) {
+				close(fd);
+				return -1;
+			}
+			d[b - cur - 1] = 0;
+			id = strrchr(d, '/') ? strrchr(d, '/') + 1 : d;
+			if (strncmp(id, "st-", 3)) {
+				close(fd);
+				return -1;
+			}
+			json_array_insert_new(layers, 0, json_string(id));
+		}
+		for (i = 8; i < 16; i++)
+			off = off << 8 | hd[i];
+		for (i = 16; i < 20; i++)
+			len = len << 8 | hd[i];
+		if (!off || !len || len >= sizeof name ||
+		    pread(fd, name, len, (off_t)off) != (ssize_t)len) {
+			close(fd);
+			return -1;
+		}
+		close(fd);
+		name[len] = 0;
+		if (name[0] == '/') {
+			pathf(nxt, sizeof nxt, "%s", name);
+		} else {
+			int dl = (int)(b - cur);
+
+			pathf(nxt, sizeof nxt, "%.*s%s", dl, cur, name);
+		}
+		pathf(cur, sizeof cur, "%s", nxt);
+	}
+	return -1;
+}
+
+/* The key: sha256 over everything a resume depends on.  The QEMU command
+ * line goes in whole, with this VM's paths replaced, so any change to the
+ * machine (a device, an option, the kernel command line) moves the key.
+ * 0, or -1 when this VM cannot be keyed (the pool is then off, with a
+ * warning). */
+static int warm_setup(const struct img *im, json_t *rec, const struct cfg *cf, const char *accel,
+		      long long disk_bytes, const char *forked_disk)
+{
+	char err[512], **a, bsha[65];
+	struct inst fi;
+	struct img fim = *im;
+	struct qargs q;
+	json_t *v, *l, *chain;
+	size_t i, tlen = 0;
+	FILE *f;
+
+	if (qemu_version(W.qver, sizeof W.qver, err, sizeof err) < 0) {
+		wwarn("warm pool not used: %s", err);
+		return -1;
+	}
+	v = json_object_get(rec, "layers");
+	if (json_object_get(rec, "stage") && json_is_string(json_object_get(rec, "stage")) &&
+	    !json_array_size(v)) {
+		wwarn("warm pool not used: the record names a stage but no layers");
+		return -1;
+	}
+	W.layers = json_array();
+	json_array_foreach(v, i, l) {
+		const char *s = json_string_value(l);
+
+		if (!s || strncmp(s, "st-", 3) || strchr(s, '/') || strchr(s, '\n') ||
+		    strlen(s) > 64) {
+			wwarn("warm pool not used: bad stage id in the record's layers");
+			return -1;
+		}
+		json_array_append_new(W.layers, json_string(s));
+	}
+	/* Resuming over another chain than the template's would show the
+	 * guest a disk that disagrees with the file system it has cached:
+	 * the key names the chain the disk really has, read from the qcow2
+	 * headers, and it must be the one the record says. */
+	if (forked_disk) {
+		chain = json_array();
+		if (disk_chain(forked_disk, chain, bsha) < 0 || !json_equal(chain, W.layers) ||
+		    strcmp(bsha, im->bsha)) {
+			wwarn("warm pool not used: the backing chain of %s is not the one its record "
+			      "names", forked_disk);
+			json_decref(chain);
+			return -1;
+		}
+		json_decref(chain);
+	} else if (json_array_size(W.layers)) {
+		wwarn("warm pool not used: the record names stages but boot makes the disk");
+		return -1;
+	}
+	W.disk_bytes = disk_bytes;
+	inst_paths(&fi, "@vm");
+	pathf(fim.vmlinux, sizeof fim.vmlinux, "@kernel/vmlinux");
+	pathf(fim.initrd, sizeof fim.initrd, "@kernel/initramfs.cpio");
+	qemu_argv(&q, &fi, &fim, accel, cf->mem_mib, cf->vcpus, "@mem", 1, 0);
+
+	if (!(f = open_memstream(&W.text, &tlen)))
+		die(EX_SYS, "unable to allocate memory:");
+	fprintf(f, "isopod-warm %d\nkernel %s\nbase %s\nlayers", WARM_FORMAT, im->ksha, im->bsha);
+	json_array_foreach(W.layers, i, v)
+		fprintf(f, " %s", json_string_value(v));
+	fprintf(f, "\ndisk_bytes %lld\nvcpus %lld\nmem_mib %lld\nnet none\naccel %s\nqemu %s\n",
+		disk_bytes, cf->vcpus, cf->mem_mib, accel, W.qver);
+	for (a = q.av; *a; a++)
+		fprintf(f, "arg %s\n", *a);
+	if (fclose(f) != 0)
+		die(EX_SYS, "unable to allocate memory:");
+	sha256_hex(W.text, tlen, W.key);
+	pathf(W.dir, sizeof W.dir, "%s/%s", warm_root(1), W.key);
+	argv_fingerprint(&fim, &fi);
+	if (strchr(W.dir, ','))
+		die(EX_USAGE, "store path %s contains ','; QEMU options cannot carry it", W.dir);
+	return 0;
+}
+
+static int published(void)
+{
+	char p[PATH_MAX];
+
+	pathf(p, sizeof p, "%s/meta.json", W.dir);
+	return access(p, F_OK) == 0;
+}
+
+/* Run qemu-img with av; 0 or -1 with msg. */
+static int qemu_img(char **av, char *msg, size_t msz)
+{
+	pid_t pid = spawn(av, 2, 0, -1);
+	int st;
+
+	if (pid < 0) {
+		snprintf(msg, msz, "unable to fork qemu-img: %s", strerror(errno));
+		return -1;
+	}
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR) {
+			snprintf(msg, msz, "unable to wait for qemu-img: %s", strerror(errno));
+			return -1;
+		}
+	if (st != 0) {
+		snprintf(msg, msz, "qemu-img %s failed (status %d)", av[1], status_code(st));
+		return -1;
+	}
+	return 0;
+}
+
+/* Poll query-migrate (template) until the migration is over.  0 or -1. */
+static int migrate_wait(struct qmp *qm, int64_t deadline, char *msg, size_t msz)
+{
+	for (;;) {
+		json_t *ret = NULL;
+		const char *s;
+		int r = qmp_call(qm, "query-migrate", NULL, -1, &ret, deadline);
+
+		if (r < 0) {
+			snprintf(msg, msz, "%s", qm->err);
+			return -1;
+		}
+		s = json_string_value(json_object_get(ret, "status"));
+		if (s && !strcmp(s, "completed")) {
+			json_decref(ret);
+			return 0;
+		}
+		if (s && (!strcmp(s, "failed") || !strcmp(s, "cancelled"))) {
+			const char *d = json_string_value(json_object_get(ret, "error-desc"));
+
+			snprintf(msg, msz, "migration %s: %s", s, d ? d : "no reason given");
+			json_decref(ret);
+			return -1;
+		}
+		json_decref(ret);
+		usleep(2000);
+	}
+}
+
+/* Copy a small file (a VM's empty overlay): 0 or -1. */
+static int copy_small(const char *from, const char *to)
+{
+	char buf[1 << 16];
+	int in = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), out, e;
+	ssize_t n;
+
+	if (in < 0)
+		return -1;
+	unlink(to);
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (out < 0) {
+		e = errno;
+		close(in);
+		errno = e;
+		return -1;
+	}
+	while ((n = read(in, buf, sizeof buf)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || write_all(out, buf, (size_t)n) < 0) {
+			e = errno;
+			close(in);
+			close(out);
+			unlink(to);
+			errno = e;
+			return -1;
+		}
+	}
+	close(in);
+	return close(out);
+}
+
+/* Tests kill the build at a given step: ISOPOD_TEST_KILL_AT=<point>. */
+static void test_point(const char *name)
+{
+	const char *k = getenv("ISOPOD_TEST_KILL_AT");
+
+	if (k && !strcmp(k, name))
+		raise(SIGKILL);
+}
+
+/* Wait until QEMU has seen our hang-up on the agent socket.  Its handling
+ * writes a control message into guest RAM; with share=on that must happen
+ * before the device state is saved, or the memory file and the state
+ * would disagree about the virtqueue.  0, or -1 (qm->err). */
+static int agent_hung_up(struct qmp *qm, int64_t deadline)
+{
+	for (;;) {
+		json_t *ret = NULL, *v;
+		size_t i;
+		int down = 0;
+
+		if (qmp_call(qm, "query-chardev", NULL, -1, &ret, deadline) < 0)
+			return -1;
+		json_array_foreach(ret, i, v) {
+			const char *l = json_string_value(json_object_get(v, "label"));
+			const char *f = json_string_value(json_object_get(v, "filename"));
+
+			if (l && f && !strcmp(l, "agent"))
+				down = !strncmp(f, "disconnected:", 13);
+		}
+		json_decref(ret);
+		if (down)
+			return 0;
+		if (mono_ms() >= deadline) {
+			snprintf(qm->err, sizeof qm->err, "the agent socket still looks connected");
+			return -1;
+		}
+		usleep(2000);
+	}
+}
+
+/* Boot the template of this shape in the staging directory sd and take
+ * its snapshot there.  The template runs as our own child (PDEATHSIG: it
+ * dies with us), on a throwaway overlay over this VM's still-empty disk
+ * (the same chain and size), with guest RAM in sd/mem (share=on).  Once
+ * its agent has answered a bare HELLO (root still read-only, nothing run)
+ * we hang up, stop it, migrate its device state into sd/state with
+ * x-ignore-shared (RAM stays in sd/mem) and quit it: a template is never
+ * resumed.  Then everything is fsynced and described in sd/meta.json.
+ * 0, or -1 with msg; sd is the caller's to remove. */
+static int build_template(const struct inst *vin, const struct img *im, const struct cfg *cf,
+			  const char *accel, int plain, const char *sd, int64_t deadline,
+			  char *msg, size_t msz)
+{
+	char blank[PATH_MAX], bsha[65] = "";
+	static struct qmp qm;
+	char memp[PATH_MAX], statep[PATH_MAX], metap[PATH_MAX], sha[65], now[32], l1[256];
+	char *av_img[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
+			   (char *)vin->disk, NULL, NULL };
+	struct inst t;
+	struct qargs q;
+	struct hello th = { 0 };
+	struct stat ms, ss;
+	int64_t t0 = mono_ms();
+	int logfd, sfd = -1, mfd = -1, r = -1, st;
+	pid_t pid = -1;
+	json_t *meta;
+
+	qm.fd = -1;
+	pathf(t.dir, sizeof t.dir, "%s", sd);
+	pathf(t.disk, sizeof t.disk, "%s/disk.qcow2", sd);
+	pathf(t.console, sizeof t.console, "%s/console.log", sd);
+	pathf(t.qlog, sizeof t.qlog, "%s/qemu.log", sd);
+	/* Its sockets beside the VM's (a short path, unlike sd); not the
+	 * VM's own, so an isopod-stop meanwhile cannot reach the template. */
+	pathf(t.agent, sizeof t.agent, "%s/tpl-agent.sock", vin->dir);
+	pathf(t.qmp, sizeof t.qmp, "%s/tpl-qmp.sock", vin->dir);
+	pathf(memp, sizeof memp, "%s/mem", sd);
+	pathf(statep, sizeof statep, "%s/state", sd);
+	pathf(metap, sizeof metap, "%s/meta.json", sd);
+	if (strlen(t.agent) >= sizeof ((struct sockaddr_un *)0)->sun_path ||
+	    strlen(t.qmp) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+		snprintf(msg, msz, "store path %.512s is too long for the template's sockets", vin->dir);
+		return -1;
+	}
+	av_img[9] = t.disk;
+	if (qemu_img(av_img, msg, msz) < 0)
+		return -1;
+	/* This VM's disk is still the empty overlay qemu-img made over the
+	 * base: later runs of this shape copy it instead of running qemu-img. */
+	pathf(blank, sizeof blank, "%s/blank.qcow2", sd);
+	if (plain) {
+		int bfd;
+
+		if (copy_small(vin->disk, blank) < 0 ||
+		    (bfd = open(blank, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+			snprintf(msg, msz, "unable to copy %.512s: %s", vin->disk, strerror(errno));
+			return -1;
+		}
+		if (fsync(bfd) < 0 || warm_sha256_fd(bfd, bsha) < 0) {
+			snprintf(msg, msz, "unable to read %.512s: %s", blank, strerror(errno));
+			close(bfd);
+			return -1;
+		}
+		close(bfd);
+	}
+	logfd = open(t.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (logfd < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", t.qlog, strerror(errno));
+		return -1;
+	}
+	unlink(t.agent);
+	unlink(t.qmp);
+	qemu_argv(&q, &t, im, accel, cf->mem_mib, cf->vcpus, memp, 1, 0);
+	pid = spawn(q.av, logfd, 1, -1);
+	close(logfd);
+	if (pid < 0) {
+		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
+		return -1;
+	}
+
+	for (;;) {
+		int64_t slice = mono_ms() + 100;
+
+		if (conn_open(&conn, t.agent, slice < deadline ? slice : deadline) == 0)
+			break;
+		if (errno != ETIMEDOUT) {
+			snprintf(msg, msz, "template: %s", conn.err);
+			goto out;
+		}
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			pid = -1;
+			snprintf(msg, msz, "template qemu exited with status %d: %s", status_code(st),
+				 last_line(t.qlog, l1, sizeof l1));
+			goto out;
+		}
+		if (owner_gone()) {
+			snprintf(msg, msz, "the owner exited");
+			goto out;
+		}
+		if (mono_ms() >= deadline) {
+			snprintf(msg, msz, "template: the guest agent did not answer in time");
+			goto out;
+		}
+	}
+	/* A bare HELLO: no hostname, clock or seed (each clone gets its own). */
+	if (conn_hello(&conn, &th, deadline) != 0) {
+		snprintf(msg, msz, "template: %s", th.guest_error[0] ? th.guest_error : conn.err);
+		conn_close(&conn);
+		goto out;
+	}
+	conn_close(&conn);
+	test_point("warm-template");
+	if (strcmp(th.root, "ro")) {
+		snprintf(msg, msz, "template: the agent reports its root as %s, not ro", th.root);
+		goto out;
+	}
+
+	if (qmp_open(&qm, t.qmp, deadline) < 0 || agent_hung_up(&qm, deadline) < 0 ||
+	    qmp_call(&qm, "stop", NULL, -1, NULL, deadline) < 0 ||
+	    qmp_call(&qm, "migrate-set-capabilities",
+		     json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared",
+			       "state", 1),
+		     -1, NULL, deadline) < 0) {
+		snprintf(msg, msz, "template: %s", qm.err);
+		goto out;
+	}
+	sfd = open(statep, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (sfd < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", statep, strerror(errno));
+		goto out;
+	}
+	if (qmp_call(&qm, "getfd", json_pack("{s:s}", "fdname", STATE_FD), sfd, NULL, deadline) < 0 ||
+	    qmp_call(&qm, "migrate", json_pack("{s:s}", "uri", "fd:" STATE_FD), -1, NULL,
+		     deadline) < 0) {
+		snprintf(msg, msz, "template: %s", qm.err);
+		goto out;
+	}
+	if (migrate_wait(&qm, deadline, msg, msz) < 0)
+		goto out;
+	qmp_call(&qm, "quit", NULL, -1, NULL, mono_ms() + 3000);
+	qmp_close(&qm);
+	if (!exited_within(pid, &st, 5000)) {
+		snprintf(msg, msz, "template qemu did not quit");
+		goto out;
+	}
+	pid = -1;
+
+	/* Durable before it is published. */
+	if ((mfd = open(memp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fsync(mfd) < 0 ||
+	    fstat(mfd, &ms) < 0 || fsync(sfd) < 0 || fstat(sfd, &ss) < 0 ||
+	    lseek(sfd, 0, SEEK_SET) < 0 || warm_sha256_fd(sfd, sha) < 0) {
+		snprintf(msg, msz, "unable to sync the snapshot in %.512s: %s", sd, strerror(errno));
+		goto out;
+	}
+	if (ms.st_size != cf->mem_mib * MIB || ss.st_size == 0) {
+		snprintf(msg, msz, "template: memory file of %lld bytes, state of %lld bytes",
+			 (long long)ms.st_size, (long long)ss.st_size);
+		goto out;
+	}
+	unlink(t.disk);
+	unlink(t.console);
+	unlink(t.qlog);
+	unlink(t.agent);
+	unlink(t.qmp);
+	W.build_ms = mono_ms() - t0;
+	/* mem: identified by inode and ctime, which every write, truncation
+	 * or hole punched changes (hashing 512 MiB per resume would cost
+	 * more than the resume); state: small, hashed on every resume. */
+	meta = json_pack("{s:i, s:s, s:s, s:{s:s, s:{s:s, s:s}, s:O, s:I, s:I, s:I, s:s, s:s, s:s},"
+			 " s:s, s:n, s:i, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:{s:I, s:s}, s:s}",
+			 "format", WARM_FORMAT, "key", W.key, "key_text", W.text, "shape", "kernel",
+			 im->ksha, "base", "flavor", im->flavor, "sha256", im->bsha, "layers",
+			 W.layers, "disk_bytes", (json_int_t)W.disk_bytes, "vcpus",
+			 (json_int_t)cf->vcpus, "mem_mib", (json_int_t)cf->mem_mib, "net", "none",
+			 "accel", accel, "qemu", W.qver, "created", iso_now(now, sizeof now),
+			 "last_used", "hits", 0, "size",
+			 (json_int_t)(((long long)ms.st_blocks + ss.st_blocks) * 512), "build_ms",
+			 (json_int_t)W.build_ms, "builder_pid", (json_int_t)getpid(), "mem", "bytes",
+			 (json_int_t)ms.st_size, "ino", (json_int_t)ms.st_ino, "ctime_s",
+			 (json_int_t)ms.st_ctim.tv_sec, "ctime_ns", (json_int_t)ms.st_ctim.tv_nsec, "state",
+			 "bytes", (json_int_t)ss.st_size, "sha256", sha, "argv_fingerprint",
+			 W.argv_fp);
+	if (!meta) {
+		snprintf(msg, msz, "out of memory");
+		goto out;
+	}
+	if (plain) {
+		json_t *b = json_pack("{s:s, s:I, s:s}", "backing", im->base, "bytes",
+				      (json_int_t)W.disk_bytes, "sha256", bsha);
+
+		if (!b || json_object_set_new(meta, "blank", b) < 0) {
+			snprintf(msg, msz, "out of memory");
+			json_decref(meta);
+			goto out;
+		}
+	}
+	if (json_write_atomic(metap, meta) < 0) {
+		snprintf(msg, msz, "unable to write %.512s: %s", metap, strerror(errno));
+		json_decref(meta);
+		goto out;
+	}
+	json_decref(meta);
+	r = 0;
+out:
+	if (pid > 0) { /* our own unreaped child */
+		kill(pid, SIGKILL);
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+	}
+	qmp_close(&qm);
+	if (sfd >= 0)
+		close(sfd);
+	if (mfd >= 0)
+		close(mfd);
+	if (r < 0) {
+		unlink(t.agent);
+		unlink(t.qmp);
+	}
+	return r;
+}
+
+/* Take warm/<key>.lock without blocking for longer than until.  fd or -1. */
+static int lock_until(int64_t until)
+{
+	for (;;) {
+		int fd = warm_lock(W.key, LOCK_EX | LOCK_NB);
+
+		if (fd >= 0 || errno != EWOULDBLOCK || mono_ms() >= until || owner_gone())
+			return fd;
+		usleep(20 * 1000);
+	}
+}
+
+enum { GOT_NONE, GOT_PUBLISHED, GOT_BUILT };
+
+/* Make sure a snapshot of this shape exists: one run builds it under the
+ * key's lock, runs that find the lock held wait for it (bounded) and then
+ * use what was published.  Returns GOT_BUILT (we built it), GOT_PUBLISHED
+ * (it exists), or GOT_NONE (boot cold; a warning says why). */
+static int warm_get(const struct inst *in, const struct img *im, const struct cfg *cf,
+		    const char *accel, int plain, int64_t deadline)
+{
+	char sd[PATH_MAX], msg[1024];
+	int64_t t0 = mono_ms(), until;
+	int lk, built = 0;
+
+	if (published())
+		return GOT_PUBLISHED;
+	lk = warm_lock(W.key, LOCK_EX | LOCK_NB);
+	if (lk < 0 && errno != EWOULDBLOCK) {
+		wwarn("warm pool not used: unable to lock %s.lock: %s", W.dir, strerror(errno));
+		return GOT_NONE;
+	}
+	if (lk < 0) {
+		/* Someone is building it: wait, then use theirs; half of
+		 * what is left at most, a cold boot may follow. */
+		until = t0 + cf->warm_wait_ms < t0 + (deadline - t0) / 2 ? t0 + cf->warm_wait_ms
+									   : t0 + (deadline - t0) / 2;
+		lk = lock_until(until);
+		if (lk >= 0)
+			close(lk);
+		if (published())
+			return GOT_PUBLISHED;
+		if (lk >= 0)
+			wwarn("the run that was building the warm snapshot %.12s failed; booted cold",
+			      W.key);
+		else
+			wwarn("waited %lld ms for another run to build the warm snapshot %.12s; "
+			      "booted cold", (long long)(mono_ms() - t0), W.key);
+		return GOT_NONE;
+	}
+	if (published()) { /* it was published while we took the lock */
+		close(lk);
+		return GOT_PUBLISHED;
+	}
+	/* A directory without meta.json was never published by us (that is
+	 * one rename of a complete one): whatever it is, it goes. */
+	if (access(W.dir, F_OK) == 0 && warm_remove(W.key, NULL) < 0 && errno != ENOENT)
+		warn("unable to remove the unpublished %s:", W.dir);
+	/* Ours to build.  The staging name carries our pid: no other run
+	 * ever writes or removes it, and gc knows when it is stale. */
+	pathf(sd, sizeof sd, "%s/.staging-%s.%ld", warm_root(1), W.key, (long)getpid());
+	tree_remove(sd, NULL);
+	if (mkdir(sd, 0700) < 0) {
+		wwarn("warm snapshot not built: unable to create %s: %s; booted cold", sd,
+		      strerror(errno));
+		close(lk);
+		return GOT_NONE;
+	}
+	/* Half of what is left at most, so that a failed build still leaves
+	 * the cold boot the other half. */
+	until = mono_ms() + (deadline - mono_ms()) / 2;
+	if (until > mono_ms() + BUILD_MAX_MS)
+		until = mono_ms() + BUILD_MAX_MS;
+	if (build_template(in, im, cf, accel, plain, sd, until, msg, sizeof msg) < 0) {
+		char a[PATH_MAX], b[PATH_MAX];
+
+		wwarn("warm snapshot %.12s not built: %s; booted cold", W.key, msg);
+		/* The template's logs stay with the VM, for whoever wonders why. */
+		pathf(a, sizeof a, "%s/qemu.log", sd);
+		pathf(b, sizeof b, "%s/template-qemu.log", in->dir);
+		rename(a, b);
+		pathf(a, sizeof a, "%s/console.log", sd);
+		pathf(b, sizeof b, "%s/template-console.log", in->dir);
+		rename(a, b);
+	} else if (test_point("warm-publish"), rename(sd, W.dir) < 0) {
+		/* Publishing is this one rename: whole or absent. */
+		wwarn("warm snapshot %.12s not published: rename %s: %s; booted cold", W.key, sd,
+		      strerror(errno));
+	} else {
+		int dfd = open(warm_root(1), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (dfd < 0 || fsync(dfd) < 0)
+			warn("unable to sync %s:", warm_root(1));
+		if (dfd >= 0)
+			close(dfd);
+		built = 1;
+	}
+	if (!built && tree_remove(sd, NULL) < 0)
+		warn("unable to remove %s:", sd);
+	close(lk);
+	return built ? GOT_BUILT : GOT_NONE;
+}
+
+/* Take the published snapshot out of use (the next run rebuilds it), but
+ * only the very one we resumed from or checked: under the key's lock, a
+ * newer build in its place is left alone. */
+static void warm_retire(void)
+{
+	struct stat st;
+	int lk = lock_until(mono_ms() + RETIRE_WAIT_MS);
+
+	if (lk < 0) {
+		wwarn("unable to retire the warm snapshot %.12s: its lock is busy", W.key);
+		return;
+	}
+	if (stat(W.dir, &st) == 0 && st.st_ino == W.ino && st.st_dev == W.dev &&
+	    warm_remove(W.key, NULL) < 0 && errno != ENOENT)
+		wwarn("unable to remove the warm snapshot %s: %s", W.dir, strerror(errno));
+	close(lk);
+}
+
+struct snap {
+	int memfd, statefd;
+};
+
+/* Open warm/<key> for a resume and check it: its meta, the memory file
+ * (size, inode, ctime, by fd: exactly what QEMU will map) and the state
+ * file (size and sha256, by fd: exactly what QEMU will read).  0, or -1
+ * with why (the caller retires it). */
+static int snap_open(struct snap *sn, const struct cfg *cf, char *why, size_t wsz)
+{
+	struct stat ds, ms, ss;
+	json_t *meta = NULL, *mm, *sm;
+	char sha[65];
+	const char *want;
+	int dfd, fd, r = -1;
+	FILE *f;
+
+	sn->memfd = sn->statefd = -1;
+	W.ino = 0;
+	dfd = open(W.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0 || fstat(dfd, &ds) < 0) {
+		snprintf(why, wsz, "unable to open %.512s: %s", W.dir, strerror(errno));
+		goto out;
+	}
+	W.dev = ds.st_dev;
+	W.ino = ds.st_ino;
+	if ((fd = openat(dfd, "meta.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
+	    !(f = fdopen(fd, "r"))) {
+		snprintf(why, wsz, "unable to read its meta.json: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		goto out;
+	}
+	meta = json_loadf(f, 0, NULL);
+	fclose(f);
+	mm = json_object_get(meta, "mem");
+	sm = json_object_get(meta, "state");
+	want = json_string_value(json_object_get(sm, "sha256"));
+	if (!json_is_object(meta) || json_integer_value(json_object_get(meta, "format")) != WARM_FORMAT ||
+	    !json_is_string(json_object_get(meta, "key")) ||
+	    strcmp(json_string_value(json_object_get(meta, "key")), W.key) || !want) {
+		snprintf(why, wsz, "its meta.json is unreadable or of another format");
+		goto out;
+	}
+	/* The key is a hash; the text it hashes must be ours too. */
+	if (!json_is_string(json_object_get(meta, "key_text")) ||
+	    strcmp(json_string_value(json_object_get(meta, "key_text")), W.text)) {
+		snprintf(why, wsz, "its key text is not this VM's");
+		goto out;
+	}
+	if (!json_is_string(json_object_get(meta, "argv_fingerprint")) ||
+	    strcmp(json_string_value(json_object_get(meta, "argv_fingerprint")), W.argv_fp)) {
+		snprintf(why, wsz, "it was built by an isopod-boot that gave QEMU another command line");
+		goto out;
+	}
+	sn->memfd = openat(dfd, "mem", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (sn->memfd < 0 || fstat(sn->memfd, &ms) < 0) {
+		snprintf(why, wsz, "unable to open its memory file: %s", strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(ms.st_mode) || ms.st_size != cf->mem_mib * MIB ||
+	    ms.st_size != json_integer_value(json_object_get(mm, "bytes"))) {
+		snprintf(why, wsz, "its memory file is %lld bytes, not %lld", (long long)ms.st_size,
+			 cf->mem_mib * MIB);
+		goto out;
+	}
+	if ((json_int_t)ms.st_ino != json_integer_value(json_object_get(mm, "ino")) ||
+	    (json_int_t)ms.st_ctim.tv_sec != json_integer_value(json_object_get(mm, "ctime_s")) ||
+	    (json_int_t)ms.st_ctim.tv_nsec != json_integer_value(json_object_get(mm, "ctime_ns"))) {
+		snprintf(why, wsz, "its memory file was modified or replaced after the build");
+		goto out;
+	}
+	sn->statefd = openat(dfd, "state", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (sn->statefd < 0 || fstat(sn->statefd, &ss) < 0) {
+		snprintf(why, wsz, "unable to open its state file: %s", strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(ss.st_mode) || ss.st_size != json_integer_value(json_object_get(sm, "bytes"))) {
+		snprintf(why, wsz, "its state file is %lld bytes, not %lld (truncated?)",
+			 (long long)ss.st_size, (long long)json_integer_value(json_object_get(sm, "bytes")));
+		goto out;
+	}
+	if (warm_sha256_fd(sn->statefd, sha) < 0 || lseek(sn->statefd, 0, SEEK_SET) < 0) {
+		snprintf(why, wsz, "unable to read its state file: %s", strerror(errno));
+		goto out;
+	}
+	if (strcmp(sha, want)) {
+		snprintf(why, wsz, "its state file does not match its sha256 (corrupted)");
+		goto out;
+	}
+	r = 0;
+out:
+	json_decref(meta);
+	if (dfd >= 0)
+		close(dfd);
+	if (r < 0) {
+		if (sn->memfd >= 0)
+			close(sn->memfd);
+		if (sn->statefd >= 0)
+			close(sn->statefd);
+		sn->memfd = sn->statefd = -1;
+	}
+	return r;
+}
+
+/* Resume this VM from the checked snapshot sn: the cold command line with
+ * RAM as a private mapping of the snapshot's memory file (QEMU's fd 3,
+ * from the supervisor) and `-incoming defer`; then over QMP
+ * x-ignore-shared, the state file passed by getfd, migrate-incoming,
+ * wait for "paused", cont; then the usual HELLO (hostname, clock, a fresh
+ * RNG seed) to the agent.  0 with h filled and the supervisor waiting for
+ * 'r', or an exit code with msg and nothing left running. */
+static int resume(const char *id, const struct inst *in, const struct img *im,
+		  const struct cfg *cf, const char *accel, struct snap *sn, struct hello *h,
+		  int ownerfd, int64_t deadline, char *msg, size_t msz)
+{
+	static struct qmp qm;
+	char l1[256], qerr[600];
+	struct qargs q;
+	json_t *ret;
+	int r;
+
+	qm.fd = -1;
+	qemu_argv(&q, in, im, accel, cf->mem_mib, cf->vcpus, "/proc/self/fd/3", 0, 1);
+	unlink(in->agent);
+	unlink(in->qmp);
+	unlink(in->console);
+	r = launch(id, in, q.av, ownerfd, sn->memfd, msg, msz);
+	close(sn->memfd);
+	sn->memfd = -1;
+	if (r < 0)
+		goto bad;
+	for (;;) {
+		int64_t slice = mono_ms() + 100;
+
+		r = qmp_open(&qm, in->qmp, slice < deadline ? slice : deadline);
+		if (r == 0 || r != -3 || sup_gone() || mono_ms() >= deadline)
+			break;
+	}
+	if (r < 0)
+		goto qbad;
+	if (qmp_call(&qm, "migrate-set-capabilities",
+		     json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared",
+			       "state", 1),
+		     -1, NULL, deadline) < 0 ||
+	    qmp_call(&qm, "getfd", json_pack("{s:s}", "fdname", STATE_FD), sn->statefd, NULL,
+		     deadline) < 0 ||
+	    qmp_call(&qm, "migrate-incoming", json_pack("{s:s}", "uri", "fd:" STATE_FD), -1, NULL,
+		     deadline) < 0)
+		goto qbad;
+	for (;;) {
+		const char *s;
+
+		if (qmp_call(&qm, "query-status", NULL, -1, &ret, deadline) < 0)
+			goto qbad;
+		s = json_string_value(json_object_get(ret, "status"));
+		if (s && !strcmp(s, "paused")) {
+			json_decref(ret);
+			break;
+		}
+		if (!s || strcmp(s, "inmigrate")) {
+			snprintf(qm.err, sizeof qm.err, "unexpected status %s after the state was loaded",
+				 s ? s : "(none)");
+			json_decref(ret);
+			goto qbad;
+		}
+		json_decref(ret);
+		usleep(2000);
+	}
+	if (qmp_call(&qm, "cont", NULL, -1, NULL, deadline) < 0)
+		goto qbad;
+	qmp_close(&qm);
+	close(sn->statefd);
+	sn->statefd = -1;
+	if ((r = handshake(in, h, deadline, RESUME_MAX_MS, msg, msz)) != 0)
+		goto bad2;
+	if (strcmp(h->root, "ro")) {
+		snprintf(msg, msz, "the resumed agent reports its root as %s, not ro", h->root);
+		r = EX_SYS;
+		goto bad2;
+	}
+	return 0;
+qbad:
+	snprintf(qerr, sizeof qerr, "%s", qm.err);
+	qmp_close(&qm);
+	abandon(); /* QEMU is gone after this: its log is complete */
+	last_line(in->qlog, l1, sizeof l1);
+	snprintf(msg, msz, "%s%s%s", qerr, l1[0] ? "; qemu: " : "", l1);
+	r = strstr(qerr, "timed out") ? EX_TIMEOUT : EX_SYS;
+	goto bad;
+bad2:
+	abandon();
+bad:
+	if (sn->statefd >= 0)
+		close(sn->statefd);
+	sn->statefd = -1;
+	return r ? r : EX_SYS;
+}
+
+/* Did the supervisor end the VM on purpose (owner gone, signal)? */
+static int killed_by_owner(const char *meta, char *why, size_t wsz)
+{
+	json_t *r = json_load_path(meta);
+	const char *b = json_string_value(json_object_get(r, "stopped_by"));
+	int yes = b && (!strcmp(b, "owner") || !strcmp(b, "signal"));
+
+	if (yes)
+		snprintf(why, wsz, "stopped_by %s", b);
+	json_decref(r);
+	return yes;
+}
+
+/* A failed resume left its QEMU's log and a record saying failed: keep the
+ * log beside the next one, put the record back to booting. */
+static void resume_undo(const char *id, const struct inst *in)
+{
+	char p[PATH_MAX];
+	json_t *m;
+
+	pathf(p, sizeof p, "%s/qemu-resume.log", in->dir);
+	rename(in->qlog, p);
+	m = json_pack("{s:s, s:n, s:n, s:n, s:n, s:n, s:n}", "state", "booting", "error",
+		      "stopped_at", "qemu_exit", "stopped_by", "supervisor_pid", "qemu_pid");
+	if (!m || vm_meta_update(id, NULL, m) < 0)
+		warn("unable to update the record of %s:", id);
+	json_decref(m);
+}
+
+/* Usage figures in meta.json, under a flock on the snapshot directory. */
+static void warm_touch(int hit)
+{
+	char p[PATH_MAX], now[32];
+	json_t *m;
+	int dfd = open(W.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+
+	if (dfd < 0)
+		return; /* retired meanwhile */
+	while (flock(dfd, LOCK_EX) < 0 && errno == EINTR)
+		;
+	pathf(p, sizeof p, "%s/meta.json", W.dir);
+	if ((m = json_load_path(p))) {
+		json_object_set_new(m, "last_used", json_string(iso_now(now, sizeof now)));
+		json_object_set_new(m, "hits",
+				    json_integer(json_integer_value(json_object_get(m, "hits")) + hit));
+		if (json_write_atomic(p, m) < 0)
+			warn("unable to update %s:", p);
+		json_decref(m);
+	}
+	close(dfd);
+}
+
+/* Make this VM's disk a copy of the published snapshot's empty overlay,
+ * when it is one over this very base path and of this size, and its bytes
+ * are the ones the build recorded.  0, or -1 (then qemu-img makes one). */
+static int blank_copy(const struct img *im, const char *disk, long long bytes)
+{
+	char p[PATH_MAX], sha[65];
+	json_t *m, *b;
+	int fd, r = -1;
+
+	pathf(p, sizeof p, "%s/meta.json", W.dir);
+	if (!(m = json_load_path(p)))
+		return -1;
+	b = json_object_get(m, "blank");
+	if (!json_is_string(json_object_get(b, "backing")) ||
+	    strcmp(json_string_value(json_object_get(b, "backing")), im->base) ||
+	    json_integer_value(json_object_get(b, "bytes")) != bytes ||
+	    !json_is_string(json_object_get(b, "sha256")))
+		goto out;
+	pathf(p, sizeof p, "%s/blank.qcow2", W.dir);
+	if (copy_small(p, disk) < 0)
+		goto out;
+	if ((fd = open(disk, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		goto out;
+	if (warm_sha256_fd(fd, sha) == 0 &&
+	    !strcmp(sha, json_string_value(json_object_get(b, "sha256"))) &&
+	    qcow2_size(disk) == bytes)
+		r = 0;
+	close(fd);
+out:
+	if (r < 0)
+		unlink(disk);
+	json_decref(m);
+	return r;
+}
+
+/* The pool's settings from the environment, checked before anything
+ * changes.  Is the pool wanted? */
+static int pool_wanted(struct cfg *cf)
+{
+	const char *e = getenv("ISOPOD_WARM"), *w = getenv("ISOPOD_WARM_WAIT_MS");
+
+	if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
+		die(EX_USAGE, "ISOPOD_WARM=%s: want 0 (no warm pool) or 1", e);
+	cf->warm_wait_ms = 60000;
+	if (w && *w && parse_ll(w, 0, 3600000, &cf->warm_wait_ms) < 0)
+		die(EX_USAGE, "ISOPOD_WARM_WAIT_MS=%s: want milliseconds 0..3600000", w);
+	return !cf->cold && !(e && !strcmp(e, "0"));
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -795,15 +1990,14 @@ int main(int argc, char **argv)
 		{ "owner-pid", required_argument, NULL, 'o' },
 		{ "keep", no_argument, NULL, 'k' },
 		{ "accel", required_argument, NULL, 'a' },
+		{ "cold", no_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	static const char *const booting[] = { "booting", NULL };
 	const char *a_vcpus = NULL, *a_mem = NULL, *a_disk = NULL, *a_to = NULL, *a_owner = NULL;
-	struct cfg cf = { 1, 512, 0, 60000, 0, 0, 0, NULL, NULL };
+	struct cfg cf = { 1, 512, 0, 60000, 0, 0, 0, 0, 60000, NULL, NULL };
 	char why[256], reason[512], meta[PATH_MAX], lockp[PATH_MAX], err[PATH_MAX + 128];
-	char l1[256], l2[256];
-	char line[64], *end;
+	char msg[2048], pristine[PATH_MAX];
 	const char *id, *name, *state, *accel, *env;
 	struct img im;
 	struct inst in;
@@ -811,16 +2005,16 @@ int main(int argc, char **argv)
 	struct hello h = { 0 };
 	json_t *claim, *rec, *m, *out;
 	long ncpu;
-	long long avail, memmax, disk_bytes, cur_bytes, v;
-	int forked;
+	long long avail, memmax, disk_bytes, cur_bytes;
+	int forked, resumed = 0;
 	int64_t t0 = mono_ms(), deadline;
-	int c, ownerfd = -1, ctl[2], rep[2], r, st;
-	ssize_t n;
-	size_t got = 0;
+	int c, ownerfd = -1, r;
 	struct sockaddr_un sa;
 
 	progname = "isopod-boot";
 	signal(SIGPIPE, SIG_IGN); /* a dead supervisor or reader is an error, not a kill */
+	if (!(W.warnings = json_array()))
+		die(EX_SYS, "unable to allocate memory:");
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'c': a_vcpus = optarg; break;
@@ -829,6 +2023,7 @@ int main(int argc, char **argv)
 		case 't': a_to = optarg; break;
 		case 'o': a_owner = optarg; break;
 		case 'k': cf.keep = 1; break;
+		case 'C': cf.cold = 1; break;
 		case 'a':
 			if (strcmp(optarg, "kvm") && strcmp(optarg, "tcg"))
 				die(EX_USAGE, "--accel %s: want kvm or tcg", optarg);
@@ -850,6 +2045,7 @@ int main(int argc, char **argv)
 		cf.accel = env;
 		cf.accel_src = "ISOPOD_ACCEL";
 	}
+	W.on = pool_wanted(&cf);
 
 	/* Ranges first, naming the host's headroom, before anything changes. */
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -876,7 +2072,7 @@ int main(int argc, char **argv)
 		cf.owner = getppid();
 	}
 	if (!cf.keep) {
-		ownerfd = pidfd_open_((pid_t)cf.owner);
+		ownerfd = W_ownerfd = pidfd_open_((pid_t)cf.owner);
 		if (ownerfd < 0) {
 			if (errno == ESRCH)
 				die(EX_USAGE, "owner pid %lld: no such process", cf.owner);
@@ -968,124 +2164,131 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to update %s:", meta);
 	json_decref(m);
 
-	if (!forked && make_overlay(&im, in.disk, disk_bytes, err, sizeof err) < 0)
+	/* The warm pool: resume a snapshot of this shape, building it first
+	 * when there is none.  Whatever goes wrong there ends in a cold boot
+	 * with a warning, never in a failed run. */
+	if (W.on && warm_setup(&im, rec, &cf, accel, disk_bytes, forked ? in.disk : NULL) < 0)
+		W.on = 0;
+	/* A published snapshot of a plain chain carries the empty overlay
+	 * qemu-img made for its build: a copy of it spares a qemu-img run. */
+	if (!forked && !(W.on && blank_copy(&im, in.disk, disk_bytes) == 0) &&
+	    make_overlay(&im, in.disk, disk_bytes, err, sizeof err) < 0)
 		fail(EX_SYS, "%s", err);
 	if (forked && disk_bytes > cur_bytes && grow_disk(in.disk, disk_bytes, err, sizeof err) < 0)
 		fail(EX_SYS, "%s", err);
-	unlink(in.agent);
-	unlink(in.qmp);
-	unlink(in.console);
-	qemu_argv(&q, &in, &im, accel, cf.mem_mib, cf.vcpus);
-
-	if (pipe2(ctl, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0)
-		fail(EX_SYS, "unable to create a pipe: %s", strerror(errno));
-	fflush(NULL);
-	B.sup = fork();
-	if (B.sup < 0)
-		fail(EX_SYS, "unable to fork: %s", strerror(errno));
-	if (B.sup == 0) {
-		close(ctl[1]);
-		close(rep[0]);
-		supervise(id, &in, q.av, B.lockfd, ctl[0], rep[1], ownerfd);
-	}
-	/* The supervisor's copy now carries the lock alone. */
-	close(B.lockfd);
-	B.lockfd = -1;
-	close(ctl[0]);
-	close(rep[1]);
-	if (ownerfd >= 0)
-		close(ownerfd);
-	B.ctlfd = ctl[1];
-	B.supfd = pidfd_open_(B.sup);
-
-	while (got < sizeof line - 1 && (n = read(rep[0], line + got, sizeof line - 1 - got)) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		got += (size_t)n;
-	}
-	close(rep[0]);
-	line[got] = 0;
-	if (got > 0 && line[got - 1] == '\n')
-		line[got - 1] = 0;
-	errno = 0;
-	v = strtoll(line, &end, 10);
-	if (!got || errno || *end || v <= 0)
-		fail(EX_SYS, "supervisor failed to start qemu: %s", got ? line : "no report");
-	m = json_pack("{s:I, s:I}", "supervisor_pid", (json_int_t)B.sup, "qemu_pid", (json_int_t)v);
-	if (!m || vm_meta_update(id, booting, m) < 0)
-		warn("unable to update %s:", meta);
-	json_decref(m);
-
-	/* Wait for the agent.  conn_open in short slices so that a QEMU that
-	 * died before creating its socket is noticed at once. */
 	deadline = t0 + cf.timeout_ms;
-	for (;;) {
-		struct pollfd p = { B.supfd, POLLIN, 0 };
-		int64_t slice = mono_ms() + 100;
-
-		if (conn_open(&conn, in.agent, slice < deadline ? slice : deadline) == 0)
-			break;
-		if (errno != ETIMEDOUT)
-			fail(EX_SYS, "unable to connect to the agent: %s", conn.err);
-		if (B.supfd >= 0 && poll(&p, 1, 0) > 0)
-			break;
-		if (mono_ms() >= deadline)
-			break;
-	}
 	h.hostname = name;
 	h.set_time = 1;
 	h.seed = 1;
 	h.grow = disk_bytes > cur_bytes;
-	r = conn.fd >= 0 ? conn_hello(&conn, &h, deadline) : -1;
-	if (r == 0) {
-		B.ctlfd = -1;
-		if (write(ctl[1], "r", 1) != 1) /* the supervisor is gone: QEMU is too */
-			r = -1;
-		close(ctl[1]);
-	}
-	if (r != 0) {
-		struct pollfd p = { B.supfd, POLLIN, 0 };
 
-		/* QEMU gone?  Give the supervisor a moment to notice and exit. */
-		if (B.supfd >= 0 && poll(&p, 1, r == -3 ? 0 : 1000) > 0 &&
-		    waitpid(B.sup, &st, 0) == B.sup) {
-			B.sup = -1;
-			last_line(in.qlog, l1, sizeof l1);
-			last_line(in.console, l2, sizeof l2);
-			fail(EX_SYS, "qemu exited with status %d before the agent answered%s%s%s%s",
-			     status_code(st), l1[0] ? ": " : "", l1, l2[0] ? "; console: " : "", l2);
+	if (W.on) {
+		int got = warm_get(&in, &im, &cf, accel, !forked, deadline);
+		struct snap sn;
+
+		/* A VM never outlives its owner: do not start one for nobody. */
+		if (owner_gone())
+			fail(EX_SYS, "the owner (pid %lld) exited while the warm snapshot was "
+			     "prepared", cf.owner);
+
+		if (got != GOT_NONE && snap_open(&sn, &cf, msg, sizeof msg) < 0) {
+			wwarn("warm snapshot %.12s refused: %s; retired, booted cold", W.key, msg);
+			warm_retire();
+		} else if (got != GOT_NONE) {
+			int64_t t1 = mono_ms();
+			int64_t bound = t1 + RESUME_MAX_MS < deadline ? t1 + RESUME_MAX_MS : deadline;
+
+			/* A resume that goes wrong may have let a broken guest
+			 * near the disk: the cold boot gets a pristine one (a
+			 * new overlay, or a copy of the fork's, kept now). */
+			pathf(pristine, sizeof pristine, "%s.pristine", in.disk);
+			if (forked && copy_small(in.disk, pristine) < 0)
+				fail(EX_SYS, "unable to copy %s to %s: %s", in.disk, pristine,
+				     strerror(errno));
+			r = resume(id, &in, &im, &cf, accel, &sn, &h, ownerfd, bound, msg, sizeof msg);
+			if (r == 0) {
+				resumed = 1;
+				W.resume_ms = mono_ms() - t1;
+				W.path = got == GOT_BUILT ? "snapshot-build" : "warm";
+				unlink(pristine);
+			} else if (r == EX_TIMEOUT && bound == deadline) {
+				/* The run's own budget ran out, not the snapshot. */
+				unlink(pristine);
+				fail(EX_TIMEOUT, "resuming the warm snapshot: %s (--timeout-ms %lld)",
+				     msg, cf.timeout_ms);
+			} else if (killed_by_owner(meta, why, sizeof why)) {
+				/* The supervisor ended it (its owner exited, or a
+				 * signal): not the snapshot's fault, and no run
+				 * wants this VM any more. */
+				unlink(pristine);
+				fail(EX_SYS, "the VM was stopped while it resumed (%s): %s", why, msg);
+			} else {
+				wwarn("warm snapshot %.12s failed to resume: %s; retired, booted cold",
+				      W.key, msg);
+				warm_retire();
+				resume_undo(id, &in);
+				if (forked && rename(pristine, in.disk) < 0)
+					fail(EX_SYS, "unable to restore %s: %s", in.disk,
+					     strerror(errno));
+				if (!forked && make_overlay(&im, in.disk, disk_bytes, err,
+							    sizeof err) < 0)
+					fail(EX_SYS, "%s", err);
+			}
 		}
-		last_line(in.console, l2, sizeof l2);
-		if (h.guest_error[0])
-			fail(EX_SYS, "the guest agent reported: %s", h.guest_error);
-		if (r == -3 || conn.fd < 0)
-			fail(EX_TIMEOUT, "the guest agent did not answer within %lld ms%s%s",
-			     cf.timeout_ms, l2[0] ? "; console: " : "", l2);
-		fail(EX_SYS, "agent handshake failed: %s", conn.err);
 	}
-	conn_close(&conn);
+
+	if (!resumed) {
+		if (mono_ms() >= deadline)
+			fail(EX_TIMEOUT, "the guest agent did not answer within %lld ms",
+			     cf.timeout_ms);
+		unlink(in.agent);
+		unlink(in.qmp);
+		unlink(in.console);
+		qemu_argv(&q, &in, &im, accel, cf.mem_mib, cf.vcpus, NULL, 0, 0);
+		if (launch(id, &in, q.av, ownerfd, -1, msg, sizeof msg) < 0)
+			fail(EX_SYS, "%s", msg);
+		/* Wait for the agent: bounded by --timeout-ms, counted from our
+		 * start. */
+		if ((r = handshake(&in, &h, deadline, cf.timeout_ms, msg, sizeof msg)) != 0)
+			fail(r, "%s", msg);
+	}
+	if (write(B.ctlfd, "r", 1) != 1) /* the supervisor is gone: QEMU is too */
+		fail(EX_SYS, "the supervisor exited before the boot was confirmed");
+	close(B.ctlfd);
+	B.ctlfd = -1;
+	if (ownerfd >= 0)
+		close(ownerfd);
+	if (resumed)
+		warm_touch(!strcmp(W.path, "warm"));
 
 	{
 		int64_t boot_ms = mono_ms() - t0;
 		static const char *const live[] = { "booting", NULL };
 
-		m = json_pack("{s:s, s:I}", "state", "running", "boot_ms", (json_int_t)boot_ms);
+		m = json_pack("{s:s, s:I, s:s, s:s?}", "state", "running", "boot_ms",
+			      (json_int_t)boot_ms, "path", W.path, "warm_key", W.on ? W.key : NULL);
+		if (m && W.resume_ms >= 0)
+			json_object_set_new(m, "resume_ms", json_integer(W.resume_ms));
 		if (!m || vm_meta_update(id, live, m) < 0)
 			warn("unable to update %s:", meta);
 		json_decref(m);
 		out = json_pack("{s:{s:s, s:s, s:s}, s:s, s:s, s:s, s:s, s:I, s:{s:s},"
 				" s:{s:s, s:s}, s:s}",
 				"vm", "id", id, "name", name, "dir", in.dir, "agent_sock", in.agent,
-				"qmp_sock", in.qmp, "path", "cold", "accel", accel, "boot_ms",
+				"qmp_sock", in.qmp, "path", W.path, "accel", accel, "boot_ms",
 				(json_int_t)boot_ms, "kernel", "sha256", im.ksha, "base", "flavor",
 				im.flavor, "sha256", im.bsha, "root", h.root[0] ? h.root : "ro");
 		if (!out)
 			die(EX_SYS, "unable to build the output");
 		if (!strcmp(accel, "tcg"))
 			json_object_set_new(out, "accel_reason", json_string(reason));
+		if (W.resume_ms >= 0)
+			json_object_set_new(out, "resume_ms", json_integer(W.resume_ms));
+		if (W.build_ms >= 0 && resumed && !strcmp(W.path, "snapshot-build"))
+			json_object_set_new(out, "build_ms", json_integer(W.build_ms));
+		if (W.on)
+			json_object_set_new(out, "warm_key", json_string(W.key));
+		json_object_set(out, "warnings", W.warnings);
 		json_emit(out);
 	}
 	return 0;

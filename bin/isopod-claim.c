@@ -1,5 +1,6 @@
 /* isopod-claim - reserve a new VM record: id, vanity name, directory. */
 
+#include "net.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -12,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "isopod-claim [--name NAME]"
+#define USAGE "isopod-claim [--name NAME] [--net none|open]"
 
 static const char *const adjectives[] = {
 	"amber", "brave", "calm", "dapper", "eager", "fancy", "gentle", "happy",
@@ -128,13 +129,14 @@ int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "name", required_argument, NULL, 'n' },
+		{ "net", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct names ns = { 0 };
 	char vmsdir[PATH_MAX], dir[PATH_MAX], meta[PATH_MAX];
 	char id[3 + 12 + 1], name[64], hex[13], now[32];
-	const char *want = NULL;
+	const char *want = NULL, *net = "none";
 	json_t *rec, *out;
 	int c, tries;
 
@@ -143,6 +145,9 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'n':
 			want = optarg;
+			break;
+		case 'N':
+			net = optarg;
 			break;
 		case 'h':
 			puts("usage: " USAGE);
@@ -156,6 +161,14 @@ int main(int argc, char **argv)
 	if (want && !valid_name(want))
 		die(EX_USAGE, "invalid name %.80s: want 1..63 of [a-z0-9-], not starting with '-' or 'vm-'",
 		    want);
+
+	if (!net_mode_valid(net))
+		die(EX_USAGE, "invalid --net %.40s: want none or open (filtered is not implemented yet)",
+		    net);
+	/* Fail fast, before any record exists: no taps, or every slot busy.
+	 * The slot itself is taken by isopod-boot, whose supervisor holds it. */
+	if (strcmp(net, "none"))
+		net_check_free();
 
 	/* Name uniqueness is read-decide-write: hold the store lock. */
 	store_lock();
@@ -184,6 +197,8 @@ int main(int argc, char **argv)
 			iso_now(now, sizeof now), "state", "claimed");
 	if (!rec)
 		die(EX_SYS, "unable to build the VM record");
+	if (strcmp(net, "none"))
+		json_object_set_new(rec, "net", json_pack("{s:s}", "mode", net));
 	pathf(meta, sizeof meta, "%s/meta.json", dir);
 	if (json_write_atomic(meta, rec) < 0) {
 		int e = errno;
@@ -192,8 +207,8 @@ int main(int argc, char **argv)
 		errno = e;
 		die(EX_SYS, "unable to write %s:", meta);
 	}
-	out = json_pack("{s:{s:s, s:s, s:s}, s:n}", "vm", "id", id, "name", name, "dir", dir,
-			"net");
+	out = json_pack("{s:{s:s, s:s, s:s}, s:o}", "vm", "id", id, "name", name, "dir", dir,
+			"net", strcmp(net, "none") ? json_pack("{s:s}", "mode", net) : json_null());
 	if (!out)
 		die(EX_SYS, "unable to build the output");
 	json_emit(out);

@@ -5,6 +5,7 @@
  * lock) and its /proc/<pid>/cmdline names the VM's directory. */
 
 #include "util.h"
+#include "warm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -284,6 +285,87 @@ static void stale_probes(void)
 	closedir(d);
 }
 
+/* The warm pool (lib/warm.h): snapshots that can never be resumed again
+ * (orphans), staging and retired directories whose writer is gone, lock
+ * files of keys that have no snapshot.  Everything is done holding the
+ * key's lock (LOCK_NB: a key busy building is left alone), so nothing a
+ * live builder or resumer uses is touched. */
+static void warm_sweep(json_t *warm_removed)
+{
+	char dir[PATH_MAX], p[PATH_MAX], key[65], qv[256], qerr[512];
+	const char *cur_qemu = NULL;
+	struct dirent *de;
+	struct stat st;
+	long long pid;
+	DIR *d;
+
+	pathf(dir, sizeof dir, "%s/warm", store_home());
+	if (!(d = opendir(dir)))
+		return;
+	if (qemu_version(qv, sizeof qv, qerr, sizeof qerr) == 0)
+		cur_qemu = qv;
+	while ((de = readdir(d))) {
+		const char *n = de->d_name;
+		int lk;
+
+		pathf(p, sizeof p, "%s/%s", dir, n);
+		if (warm_stale_name(n, key, &pid)) {
+			/* A builder or retirer holds the key's lock for as long
+			 * as its directory exists; a free lock or a dead pid
+			 * means nobody will ever finish or remove it. */
+			lk = warm_lock(key, LOCK_EX | LOCK_NB);
+			if (lk < 0 && pid_alive(pid))
+				continue;
+			reclaimed += tree_bytes(p);
+			if (!dry_run && tree_remove(p, NULL) < 0)
+				warn("unable to remove %s:", p);
+			json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "warm",
+								"path", p, "removed", !dry_run));
+			if (lk >= 0)
+				close(lk);
+		} else if (warm_key_valid(n)) {
+			json_t *m = warm_meta(n);
+			json_t *why = m ? warm_orphaned_by(m, cur_qemu)
+					: json_pack("[s]", "no readable meta.json");
+
+			json_decref(m);
+			if (!why || !json_array_size(why)) {
+				json_decref(why);
+				continue;
+			}
+			if ((lk = warm_lock(n, LOCK_EX | LOCK_NB)) < 0) {
+				json_decref(why);
+				continue;
+			}
+			reclaimed += tree_bytes(p);
+			if (!dry_run && warm_remove(n, NULL) < 0 && errno != ENOENT)
+				warn("unable to remove the warm snapshot %s:", p);
+			if (!dry_run) {
+				pathf(p, sizeof p, "%s/%s.lock", dir, n);
+				unlink(p);
+			}
+			close(lk);
+			json_array_append_new(warm_removed, json_pack("{s:s, s:o}", "key", n,
+								      "orphaned_by", why));
+		} else if (strlen(n) == 69 && !strcmp(n + 64, ".lock")) {
+			/* Litter of a key that has no snapshot (any more). */
+			memcpy(key, n, 64);
+			key[64] = 0;
+			pathf(p, sizeof p, "%s/%s", dir, key);
+			if (!warm_key_valid(key) || stat(p, &st) == 0 || dry_run)
+				continue;
+			if ((lk = warm_lock(key, LOCK_EX | LOCK_NB)) < 0)
+				continue;
+			/* Unlinked while held: whoever waits on it re-takes the
+			 * new file (lib/warm.c warm_lock). */
+			pathf(p, sizeof p, "%s/%s", dir, n);
+			unlink(p);
+			close(lk);
+		}
+	}
+	closedir(d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -297,7 +379,7 @@ int main(int argc, char **argv)
 	long long keep_last = -1, older = -1, kept = 0;
 	struct rec *recs = NULL;
 	size_t nrec = 0, cap = 0, i, ncand;
-	json_t *removed, *out;
+	json_t *removed, *out, *warm_removed;
 	struct dirent *de;
 	time_t now = time(NULL);
 	DIR *d;
@@ -327,7 +409,7 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		die(EX_USAGE, "usage: %s", USAGE);
-	if (!(removed = json_array()) || !(leaked = json_array()))
+	if (!(removed = json_array()) || !(leaked = json_array()) || !(warm_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
 	store_lock();
@@ -389,11 +471,12 @@ int main(int argc, char **argv)
 	}
 
 	stale_probes();
+	warm_sweep(warm_removed);
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
 
-	out = json_pack("{s:o, s:I, s:o, s:I, s:b}", "removed", removed, "kept", (json_int_t)kept,
-			"leaked", leaked, "reclaimed_bytes", (json_int_t)reclaimed, "dry_run",
-			dry_run);
+	out = json_pack("{s:o, s:I, s:o, s:o, s:I, s:b}", "removed", removed, "kept",
+			(json_int_t)kept, "leaked", leaked, "warm_removed", warm_removed,
+			"reclaimed_bytes", (json_int_t)reclaimed, "dry_run", dry_run);
 	if (!out)
 		die(EX_SYS, "unable to build the output");
 	json_emit(out);

@@ -256,14 +256,15 @@ void frame_error_text(const struct frame *fr, char *kind, size_t ksz, char *msg,
 	}
 }
 
-int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms)
+/* Queue one HELLO with a fresh cookie (and a fresh clock and seed). */
+static int hello_queue(struct conn *c, const struct hello *h, uint64_t *cookie_out)
 {
 	uint8_t buf[1024];
 	struct tlv_w w;
 	uint64_t cookie;
-	struct frame fr;
 
 	rand_bytes(&cookie, sizeof cookie);
+	*cookie_out = cookie;
 	tlv_init(&w, buf, sizeof buf);
 	tlv_put_u32(&w, T_VERSION, ISOPOD_PROTO_VERSION);
 	tlv_put_u64(&w, T_COOKIE, cookie);
@@ -291,21 +292,53 @@ int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms)
 		tlv_put_str(&w, T_NET_DNS, h->net_dns);
 	if (h->net_mtu)
 		tlv_put_u32(&w, T_NET_MTU, h->net_mtu);
+	if (h->net_mac)
+		tlv_put(&w, T_NET_MAC, h->net_mac, 6);
 	if (w.err || conn_queue(c, F_HELLO, STREAM_CTL, buf, w.len) < 0) {
 		snprintf(c->err, sizeof c->err, "HELLO does not fit");
 		return -1;
 	}
+	return 0;
+}
+
+/* First resend of an unanswered HELLO, and the longest gap between them. */
+#define HELLO_RESEND_MS 100
+#define HELLO_RESEND_MAX_MS 2000
+
+int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms)
+{
+	uint64_t cookie;
+	struct frame fr;
+	int64_t gap = HELLO_RESEND_MS, resend = mono_ms() + gap;
+
+	if (hello_queue(c, h, &cookie) < 0)
+		return -1;
 	h->root[0] = 0;
 	h->guest_error[0] = 0;
 	h->uptime_ms = 0;
 	for (;;) {
-		int r = conn_wait(c, &fr, deadline_ms);
+		int r = conn_wait(c, &fr, resend < deadline_ms ? resend : deadline_ms);
 		struct tlv_r rd;
 		uint8_t tag;
 		const uint8_t *v;
 		uint32_t l, ver = 0;
 		uint64_t ck = 0;
 
+		if (r == -3 && mono_ms() < deadline_ms) {
+			/* No answer yet: say HELLO again, with a new cookie (only
+			 * the newest one's HELLO_ACK counts, so an answer to an
+			 * older one can never be left behind in the stream).  A
+			 * guest may see a new connection's first bytes before
+			 * the port's "host connected" event, read EOF right after
+			 * them and drop its answer as meant for a vanished host
+			 * (seen on freshly resumed warm clones); a HELLO always
+			 * starts a new session, so saying it twice is harmless. */
+			if (hello_queue(c, h, &cookie) < 0)
+				return -1;
+			gap = gap * 2 < HELLO_RESEND_MAX_MS ? gap * 2 : HELLO_RESEND_MAX_MS;
+			resend = mono_ms() + gap;
+			continue;
+		}
 		if (r < 0)
 			return r;
 		/* Anything but our own HELLO_ACK is left over from an earlier

@@ -27,6 +27,8 @@ struct hello {
 	int grow;
 	const char *net_addr, *net_gw, *net_dns;
 	uint32_t net_mtu;
+	const uint8_t *net_mac;    /* 6 bytes, or NULL (a warm clone keeps the
+	                            * template's MAC unless told) */
 	/* filled from HELLO_ACK */
 	char root[8];
 	uint64_t uptime_ms;

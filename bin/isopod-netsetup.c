@@ -1,0 +1,925 @@
+/* isopod-netsetup - the host side of isopod's network: one persistent tap per
+ * slot, one /30 per slot, IPv4 forwarding, and the nftables table
+ * `inet isopod`, written in one netlink batch and read back to verify.
+ *
+ * Addressing (man isopod-netsetup): slot k uses the /30 at BASE + 4k;
+ * gateway (the tap's host address) = BASE + 4k + 1, guest = BASE + 4k + 2,
+ * guest MAC 02:69:73:00:KH:KL ("is", slot number big endian).
+ *
+ * The only tool that needs CAP_NET_ADMIN: it runs once per host boot, and the
+ * taps it leaves behind are owned by the user who runs VMs, so runs need no
+ * root. */
+
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/if_tun.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/rtnetlink.h>
+
+#include <libmnl/libmnl.h>
+#include <libnftnl/batch.h>
+#include <libnftnl/chain.h>
+#include <libnftnl/common.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <libnftnl/table.h>
+
+#define USAGE "isopod-netsetup [--slots N] [--base ADDR] [--user UID] [--no-docker-user] [--remove]"
+
+#define TABLE "isopod"
+#define TAP_PREFIX "isopod-tap"
+#define MAX_SLOTS 1024
+#define BATCH_BUF (4u << 20)
+
+/* Gateway services a guest may reach on its own gateway address (the only
+ * host address it can reach at all): ping, DNS, and the egress broker's
+ * port (filtered mode, not implemented yet).  Everything else is dropped. */
+static const uint16_t gw_tcp_ports[] = { 53, 3128 };
+static const uint16_t gw_udp_ports[] = { 53 };
+
+/* Destinations a guest never reaches through the host (forward path). The
+ * host's own addresses are local, so they meet the input chain instead. */
+static const struct {
+	const char *net;
+	int len;
+} deny[] = {
+	{ "0.0.0.0", 8 },       /* "this" network */
+	{ "10.0.0.0", 8 },      /* RFC 1918 (other slots included) */
+	{ "100.64.0.0", 10 },   /* carrier-grade NAT */
+	{ "127.0.0.0", 8 },     /* loopback */
+	{ "169.254.0.0", 16 },  /* link-local, cloud metadata 169.254.169.254 */
+	{ "172.16.0.0", 12 },   /* RFC 1918 */
+	{ "192.168.0.0", 16 },  /* RFC 1918 */
+	{ "224.0.0.0", 4 },     /* multicast */
+	{ "240.0.0.0", 4 },     /* reserved + limited broadcast */
+};
+#define NDENY (sizeof deny / sizeof deny[0])
+
+static unsigned nslots = 16;
+static uint32_t base = 0x0ad50000; /* 10.213.0.0, host order */
+static int prefix;                 /* of the whole slot range */
+static long owner = -1;
+
+static void slot_ip(unsigned k, unsigned host, char *out)
+{
+	struct in_addr a = { htonl(base + 4 * k + host) };
+
+	inet_ntop(AF_INET, &a, out, INET_ADDRSTRLEN);
+}
+
+static void slot_mac(unsigned k, uint8_t mac[6])
+{
+	mac[0] = 0x02, mac[1] = 0x69, mac[2] = 0x73, mac[3] = 0x00;
+	mac[4] = (uint8_t)(k >> 8), mac[5] = (uint8_t)k;
+}
+
+static void tap_name(unsigned k, char out[IFNAMSIZ])
+{
+	snprintf(out, IFNAMSIZ, TAP_PREFIX "%u", k % MAX_SLOTS);
+}
+
+/* ---- rtnetlink -------------------------------------------------------- */
+
+static struct mnl_socket *rtnl;
+static uint32_t rtnl_seq;
+
+/* Send one request and wait for its ack.  0 or -errno. */
+static int rtnl_talk(struct nlmsghdr *nlh)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	uint32_t portid = mnl_socket_get_portid(rtnl);
+	ssize_t n;
+	int r;
+
+	nlh->nlmsg_flags |= NLM_F_ACK;
+	nlh->nlmsg_seq = ++rtnl_seq;
+	if (mnl_socket_sendto(rtnl, nlh, nlh->nlmsg_len) < 0)
+		return -errno;
+	for (;;) {
+		n = mnl_socket_recvfrom(rtnl, buf, sizeof buf);
+		if (n < 0)
+			return -errno;
+		r = mnl_cb_run(buf, (size_t)n, rtnl_seq, portid, NULL, NULL);
+		if (r == MNL_CB_ERROR)
+			return -errno;
+		if (r == MNL_CB_STOP)
+			return 0;
+	}
+}
+
+static int link_up(int ifindex)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+	struct ifinfomsg *ifi;
+
+	nlh->nlmsg_type = RTM_NEWLINK;
+	nlh->nlmsg_flags = NLM_F_REQUEST;
+	ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
+	ifi->ifi_family = AF_UNSPEC;
+	ifi->ifi_index = ifindex;
+	ifi->ifi_change = IFF_UP;
+	ifi->ifi_flags = IFF_UP;
+	return rtnl_talk(nlh);
+}
+
+static int link_del(int ifindex)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+	struct ifinfomsg *ifi;
+
+	nlh->nlmsg_type = RTM_DELLINK;
+	nlh->nlmsg_flags = NLM_F_REQUEST;
+	ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
+	ifi->ifi_family = AF_UNSPEC;
+	ifi->ifi_index = ifindex;
+	return rtnl_talk(nlh);
+}
+
+/* gw/30 on the tap; NLM_F_REPLACE makes a second run a no-op. */
+static int addr_set(int ifindex, unsigned k)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+	struct ifaddrmsg *ifa;
+	uint32_t gw = htonl(base + 4 * k + 1), bc = htonl(base + 4 * k + 3);
+
+	nlh->nlmsg_type = RTM_NEWADDR;
+	nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE;
+	ifa = mnl_nlmsg_put_extra_header(nlh, sizeof *ifa);
+	ifa->ifa_family = AF_INET;
+	ifa->ifa_prefixlen = 30;
+	ifa->ifa_scope = RT_SCOPE_UNIVERSE;
+	ifa->ifa_index = (unsigned)ifindex;
+	mnl_attr_put_u32(nlh, IFA_LOCAL, gw);
+	mnl_attr_put_u32(nlh, IFA_ADDRESS, gw);
+	mnl_attr_put_u32(nlh, IFA_BROADCAST, bc);
+	return rtnl_talk(nlh);
+}
+
+/* ---- taps --------------------------------------------------------------- */
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* A persistent tap, owned by `owner`.  Returns 1 created, 0 existed,
+ * and sets *busy when a VM has it open now (TUNSETIFF says EBUSY: the
+ * existing device is left as it is). */
+static int tap_make(const char *name, int *busy)
+{
+	char p[PATH_MAX];
+	struct ifreq ifr;
+	int fd, existed;
+
+	*busy = 0;
+	pathf(p, sizeof p, "/sys/class/net/%s", name);
+	existed = is_dir(p);
+	if (existed) {
+		pathf(p, sizeof p, "/sys/class/net/%s/tun_flags", name);
+		if (access(p, F_OK))
+			die(EX_CONFLICT, "unable to use %s: an interface of that name exists and is not a tap",
+			    name);
+	}
+	fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		die(EX_SYS, "unable to open /dev/net/tun:");
+	memset(&ifr, 0, sizeof ifr);
+	snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name);
+	ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+	if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
+		if (errno == EBUSY && existed) {
+			close(fd);
+			*busy = 1;
+			return 0;
+		}
+		die(EX_SYS, "unable to create tap %s (TUNSETIFF):", name);
+	}
+	if (owner >= 0 && ioctl(fd, TUNSETOWNER, (unsigned long)owner) < 0)
+		die(EX_SYS, "unable to set the owner of %s:", name);
+	if (ioctl(fd, TUNSETPERSIST, 1L) < 0)
+		die(EX_SYS, "unable to make %s persistent:", name);
+	close(fd);
+	return !existed;
+}
+
+/* IPv6 off on the tap: no link-local address, nothing for a guest to talk
+ * to over v6 (the table drops it too).  Absent without IPv6: ignored. */
+static void tap_no_ipv6(const char *name)
+{
+	char p[PATH_MAX];
+	int fd;
+
+	pathf(p, sizeof p, "/proc/sys/net/ipv6/conf/%s/disable_ipv6", name);
+	fd = open(p, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (write(fd, "1", 1) != 1)
+		warn("unable to disable IPv6 on %s: %s", name, strerror(errno));
+	close(fd);
+}
+
+static void sysctl_write(const char *p, const char *v)
+{
+	int fd = open(p, O_WRONLY | O_CLOEXEC);
+
+	if (fd < 0 || write(fd, v, strlen(v)) != (ssize_t)strlen(v))
+		die(EX_SYS, "unable to write %s:", p);
+	close(fd);
+}
+
+/* ---- nftables: expressions ------------------------------------------------ */
+
+static struct nftnl_expr *expr_new(struct nftnl_rule *r, const char *name)
+{
+	struct nftnl_expr *e = nftnl_expr_alloc(name);
+
+	if (!e)
+		die(EX_SYS, "unable to allocate memory:");
+	nftnl_rule_add_expr(r, e);
+	return e;
+}
+
+static void x_meta(struct nftnl_rule *r, uint32_t key)
+{
+	struct nftnl_expr *e = expr_new(r, "meta");
+
+	nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, NFT_REG_1);
+}
+
+static void x_cmp(struct nftnl_rule *r, uint32_t op, const void *data, uint32_t len)
+{
+	struct nftnl_expr *e = expr_new(r, "cmp");
+
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, op);
+	nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len);
+}
+
+static void x_payload(struct nftnl_rule *r, uint32_t pbase, uint32_t off, uint32_t len)
+{
+	struct nftnl_expr *e = expr_new(r, "payload");
+
+	nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, pbase);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, off);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+}
+
+static void x_bitwise(struct nftnl_rule *r, const void *mask, uint32_t len)
+{
+	struct nftnl_expr *e = expr_new(r, "bitwise");
+	static const uint8_t zero[16];
+
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, len);
+	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, len);
+	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, zero, len);
+}
+
+static void x_counter(struct nftnl_rule *r)
+{
+	expr_new(r, "counter");
+}
+
+/* Terminal verdict; chain for jump/goto. */
+static void x_verdict(struct nftnl_rule *r, int verdict, const char *chain)
+{
+	struct nftnl_expr *e = expr_new(r, "immediate");
+
+	nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t)verdict);
+	if (chain)
+		nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain);
+}
+
+/* iifname/oifname: exact (16 bytes, NUL padded) or prefix ("isopod-tap*",
+ * compared without the NUL, which is how nft spells a wildcard). */
+static void m_ifname(struct nftnl_rule *r, uint32_t key, uint32_t op, const char *name, int wildcard)
+{
+	char b[IFNAMSIZ] = { 0 };
+
+	memcpy(b, name, strlen(name));
+	x_meta(r, key);
+	x_cmp(r, op, b, wildcard ? (uint32_t)strlen(name) : IFNAMSIZ);
+}
+
+static void m_nfproto(struct nftnl_rule *r, uint8_t proto)
+{
+	x_meta(r, NFT_META_NFPROTO);
+	x_cmp(r, NFT_CMP_EQ, &proto, 1);
+}
+
+static void m_l4proto(struct nftnl_rule *r, uint8_t proto)
+{
+	x_meta(r, NFT_META_L4PROTO);
+	x_cmp(r, NFT_CMP_EQ, &proto, 1);
+}
+
+/* ip saddr (off 12) / daddr (off 16) op net/len; addr in host order. */
+static void m_ip(struct nftnl_rule *r, uint32_t off, uint32_t op, uint32_t addr, int len)
+{
+	uint32_t mask = len ? htonl(~0u << (32 - len)) : 0, net = htonl(addr) & mask;
+
+	m_nfproto(r, NFPROTO_IPV4);
+	x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, off, 4);
+	if (len != 32)
+		x_bitwise(r, &mask, 4);
+	x_cmp(r, op, &net, 4);
+}
+
+/* ether saddr == mac, guarded by iiftype ether as nft does. */
+static void m_ether_saddr(struct nftnl_rule *r, const uint8_t mac[6])
+{
+	uint16_t type = ARPHRD_ETHER;
+
+	x_meta(r, NFT_META_IIFTYPE);
+	x_cmp(r, NFT_CMP_EQ, &type, 2);
+	x_payload(r, NFT_PAYLOAD_LL_HEADER, 6, 6);
+	x_cmp(r, NFT_CMP_EQ, mac, 6);
+}
+
+static void m_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port)
+{
+	uint16_t p = htons(port);
+
+	m_l4proto(r, proto);
+	x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+	x_cmp(r, NFT_CMP_EQ, &p, 2);
+}
+
+/* ---- nftables: the batch ------------------------------------------------- */
+
+static struct mnl_nlmsg_batch *batch;
+static uint32_t nft_seq;
+static unsigned nmsgs;            /* messages expecting an ack */
+
+/* What the table should contain, for the read-back. */
+#define MAX_CHAINS 16
+static struct {
+	const char *name;
+	unsigned rules, seen_rules;
+	int seen;
+} chains[MAX_CHAINS];
+static unsigned nchains, nrules;
+
+static void batch_next(void)
+{
+	if (!mnl_nlmsg_batch_next(batch))
+		die(EX_SYS, "unable to build the nftables batch: too large (%u slots)", nslots);
+}
+
+static struct nlmsghdr *batch_hdr(uint16_t type, uint16_t family, uint16_t flags)
+{
+	nmsgs++;
+	return nftnl_nlmsg_build_hdr(mnl_nlmsg_batch_current(batch), type, family,
+				     flags | NLM_F_ACK, nft_seq++);
+}
+
+static void put_table(uint16_t type, uint16_t flags)
+{
+	struct nftnl_table *t = nftnl_table_alloc();
+
+	if (!t)
+		die(EX_SYS, "unable to allocate memory:");
+	nftnl_table_set_str(t, NFTNL_TABLE_NAME, TABLE);
+	nftnl_table_nlmsg_build_payload(batch_hdr(type, NFPROTO_INET, flags), t);
+	nftnl_table_free(t);
+	batch_next();
+}
+
+/* A chain; hook < 0 for a regular (jump target) chain. */
+static void put_chain(const char *name, int hook, int prio, const char *type)
+{
+	struct nftnl_chain *c = nftnl_chain_alloc();
+
+	if (!c)
+		die(EX_SYS, "unable to allocate memory:");
+	if (nchains == MAX_CHAINS)
+		die(EX_SYS, "unable to build the table: too many chains");
+	chains[nchains++].name = name;
+	nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, TABLE);
+	nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name);
+	if (hook >= 0) {
+		nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, (uint32_t)hook);
+		nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, prio);
+		nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, type);
+		nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, NF_ACCEPT);
+	}
+	nftnl_chain_nlmsg_build_payload(batch_hdr(NFT_MSG_NEWCHAIN, NFPROTO_INET, NLM_F_CREATE), c);
+	nftnl_chain_free(c);
+	batch_next();
+}
+
+static struct nftnl_rule *rule_new(const char *chain)
+{
+	struct nftnl_rule *r = nftnl_rule_alloc();
+	unsigned i;
+
+	if (!r)
+		die(EX_SYS, "unable to allocate memory:");
+	nftnl_rule_set_str(r, NFTNL_RULE_TABLE, TABLE);
+	nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain);
+	nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+	for (i = 0; i < nchains; i++)
+		if (!strcmp(chains[i].name, chain))
+			chains[i].rules++;
+	nrules++;
+	return r;
+}
+
+static void rule_put(struct nftnl_rule *r)
+{
+	nftnl_rule_nlmsg_build_payload(batch_hdr(NFT_MSG_NEWRULE, NFPROTO_INET,
+						 NLM_F_CREATE | NLM_F_APPEND), r);
+	nftnl_rule_free(r);
+	batch_next();
+}
+
+/* `<iif|oif>name "isopod-tap*" [counter] verdict [chain]` */
+static void rule_taps(const char *chain, uint32_t key, int verdict, const char *target)
+{
+	struct nftnl_rule *r = rule_new(chain);
+
+	m_ifname(r, key, NFT_CMP_EQ, TAP_PREFIX, 1);
+	if (verdict == NF_DROP)
+		x_counter(r);
+	x_verdict(r, verdict, target);
+	rule_put(r);
+}
+
+static void rule_drop_all(const char *chain)
+{
+	struct nftnl_rule *r = rule_new(chain);
+
+	x_counter(r);
+	x_verdict(r, NF_DROP, NULL);
+	rule_put(r);
+}
+
+/* `[<key> "isopod-tap*"] ct state established,related accept` */
+static void rule_ct_reply(const char *chain, uint32_t key, const char *ifname)
+{
+	struct nftnl_rule *r = rule_new(chain);
+	struct nftnl_expr *e;
+	uint32_t ctmask = NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED);
+	uint32_t zero = 0;
+
+	if (ifname)
+		m_ifname(r, key, NFT_CMP_EQ, ifname, 1);
+	e = expr_new(r, "ct");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+	x_bitwise(r, &ctmask, 4);
+	x_cmp(r, NFT_CMP_NEQ, &zero, 4);
+	x_verdict(r, NF_ACCEPT, NULL);
+	rule_put(r);
+}
+
+/* The whole table.  Replacing it is atomic: add (so the delete cannot fail
+ * on a first run), delete, add again, then everything, in one batch. */
+static void build_table(void)
+{
+	struct nftnl_rule *r;
+	char name[IFNAMSIZ];
+	uint8_t mac[6];
+	unsigned k, i;
+
+	put_table(NFT_MSG_NEWTABLE, NLM_F_CREATE);
+	put_table(NFT_MSG_DELTABLE, 0);
+	put_table(NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL);
+
+	put_chain("prerouting", NF_INET_PRE_ROUTING, -150, "filter");
+	put_chain("vm_pre", -1, 0, NULL);
+	put_chain("input", NF_INET_LOCAL_IN, -10, "filter");
+	put_chain("vm_in", -1, 0, NULL);
+	put_chain("gw_services", -1, 0, NULL);
+	put_chain("forward", NF_INET_FORWARD, -10, "filter");
+	put_chain("vm_fwd", -1, 0, NULL);
+	put_chain("postrouting", NF_INET_POST_ROUTING, 100, "nat");
+
+	/* Anti-spoof, before routing so it covers input and forward alike:
+	 * a frame from tap K passes only with slot K's MAC and IPv4 source.
+	 * Everything else from any isopod tap — IPv6, spoofed addresses, a
+	 * tap left over from a larger --slots — is dropped. */
+	rule_taps("prerouting", NFT_META_IIFNAME, NFT_JUMP, "vm_pre");
+	for (k = 0; k < nslots; k++) {
+		tap_name(k, name);
+		slot_mac(k, mac);
+		r = rule_new("vm_pre");
+		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
+		m_ether_saddr(r, mac);
+		m_ip(r, 12, NFT_CMP_EQ, base + 4 * k + 2, 32);
+		x_verdict(r, NFT_RETURN, NULL);
+		rule_put(r);
+	}
+	rule_drop_all("vm_pre");
+
+	/* The host itself: only slot K's own gateway address, and there only
+	 * the gateway services.  Any other host address (uplink, docker0,
+	 * another slot's gateway, broadcast) is dropped. */
+	rule_taps("input", NFT_META_IIFNAME, NFT_JUMP, "vm_in");
+	/* Replies to what the host itself started (a test probing a guest's
+	 * listener, say) come back; the guest can start nothing this way. */
+	rule_ct_reply("vm_in", 0, NULL);
+	for (k = 0; k < nslots; k++) {
+		tap_name(k, name);
+		r = rule_new("vm_in");
+		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
+		m_ip(r, 16, NFT_CMP_EQ, base + 4 * k + 1, 32);
+		x_verdict(r, NFT_GOTO, "gw_services");
+		rule_put(r);
+	}
+	rule_drop_all("vm_in");
+	{
+		uint8_t type = 8; /* icmp echo-request */
+
+		r = rule_new("gw_services");
+		m_nfproto(r, NFPROTO_IPV4);
+		m_l4proto(r, IPPROTO_ICMP);
+		x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 1);
+		x_cmp(r, NFT_CMP_EQ, &type, 1);
+		x_verdict(r, NF_ACCEPT, NULL);
+		rule_put(r);
+	}
+	for (i = 0; i < sizeof gw_udp_ports / sizeof gw_udp_ports[0]; i++) {
+		r = rule_new("gw_services");
+		m_dport(r, IPPROTO_UDP, gw_udp_ports[i]);
+		x_verdict(r, NF_ACCEPT, NULL);
+		rule_put(r);
+	}
+	for (i = 0; i < sizeof gw_tcp_ports / sizeof gw_tcp_ports[0]; i++) {
+		r = rule_new("gw_services");
+		m_dport(r, IPPROTO_TCP, gw_tcp_ports[i]);
+		x_verdict(r, NF_ACCEPT, NULL);
+		rule_put(r);
+	}
+	rule_drop_all("gw_services");
+
+	/* Forwarding: from a VM never to another VM nor a denied range; to a
+	 * VM only replies. */
+	rule_taps("forward", NFT_META_IIFNAME, NFT_JUMP, "vm_fwd");
+	rule_ct_reply("forward", NFT_META_OIFNAME, TAP_PREFIX);
+	rule_taps("forward", NFT_META_OIFNAME, NF_DROP, NULL);
+	rule_taps("vm_fwd", NFT_META_OIFNAME, NF_DROP, NULL);
+	for (i = 0; i < NDENY; i++) {
+		struct in_addr a;
+
+		inet_pton(AF_INET, deny[i].net, &a);
+		r = rule_new("vm_fwd");
+		m_ip(r, 16, NFT_CMP_EQ, ntohl(a.s_addr), deny[i].len);
+		x_counter(r);
+		x_verdict(r, NF_DROP, NULL);
+		rule_put(r);
+	}
+
+	/* open mode: NAT out of the slot range to anything but a tap. */
+	r = rule_new("postrouting");
+	m_ip(r, 12, NFT_CMP_EQ, base, prefix);
+	m_ifname(r, NFT_META_OIFNAME, NFT_CMP_NEQ, TAP_PREFIX, 1);
+	expr_new(r, "masq");
+	rule_put(r);
+}
+
+/* Send the batch; read one ack (or error) per message.  0, or dies. */
+static void nft_send(struct mnl_socket *nl)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	unsigned replies = 0;
+	int err = 0;
+	uint32_t errseq = 0;
+	ssize_t n;
+
+	if (mnl_socket_sendto(nl, mnl_nlmsg_batch_head(batch), mnl_nlmsg_batch_size(batch)) < 0)
+		die(EX_SYS, "unable to send the nftables batch:");
+	while (replies < nmsgs) {
+		struct nlmsghdr *nlh;
+		int len;
+
+		n = mnl_socket_recvfrom(nl, buf, sizeof buf);
+		if (n < 0) {
+			if (errno == EAGAIN && err)
+				break; /* the kernel stops acking after an abort */
+			die(EX_SYS, "unable to read the nftables acks (%u of %u):", replies, nmsgs);
+		}
+		len = (int)n;
+		for (nlh = (struct nlmsghdr *)buf; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+			if (nlh->nlmsg_type == NLMSG_ERROR) {
+				struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
+
+				replies++;
+				if (e->error && !err)
+					err = -e->error, errseq = nlh->nlmsg_seq;
+			}
+		}
+	}
+	if (err) {
+		errno = err;
+		die(EX_SYS, "unable to load table inet " TABLE " (message %u of the batch):", errseq);
+	}
+}
+
+/* ---- nftables: read back ------------------------------------------------- */
+
+static int chain_cb(const struct nlmsghdr *nlh, void *data)
+{
+	struct nftnl_chain *c = nftnl_chain_alloc();
+	unsigned i;
+
+	(void)data;
+	if (!c || nftnl_chain_nlmsg_parse(nlh, c) < 0)
+		die(EX_SYS, "unable to parse a chain:");
+	if (!strcmp(nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE), TABLE))
+		for (i = 0; i < nchains; i++)
+			if (!strcmp(chains[i].name, nftnl_chain_get_str(c, NFTNL_CHAIN_NAME)))
+				chains[i].seen++;
+	nftnl_chain_free(c);
+	return MNL_CB_OK;
+}
+
+static int rule_cb(const struct nlmsghdr *nlh, void *data)
+{
+	struct nftnl_rule *r = nftnl_rule_alloc();
+	unsigned i, *total = data;
+
+	if (!r || nftnl_rule_nlmsg_parse(nlh, r) < 0)
+		die(EX_SYS, "unable to parse a rule:");
+	if (!strcmp(nftnl_rule_get_str(r, NFTNL_RULE_TABLE), TABLE)) {
+		++*total;
+		for (i = 0; i < nchains; i++)
+			if (!strcmp(chains[i].name, nftnl_rule_get_str(r, NFTNL_RULE_CHAIN)))
+				chains[i].seen_rules++;
+	}
+	nftnl_rule_free(r);
+	return MNL_CB_OK;
+}
+
+static void nft_dump(struct mnl_socket *nl, uint16_t type, mnl_cb_t cb, void *data)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	uint32_t seq = nft_seq++, portid = mnl_socket_get_portid(nl);
+	struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, NLM_F_DUMP, seq);
+	ssize_t n;
+	int r;
+
+	if (type == NFT_MSG_GETRULE) {
+		struct nftnl_rule *rr = nftnl_rule_alloc();
+
+		if (!rr)
+			die(EX_SYS, "unable to allocate memory:");
+		nftnl_rule_set_str(rr, NFTNL_RULE_TABLE, TABLE);
+		nftnl_rule_nlmsg_build_payload(nlh, rr);
+		nftnl_rule_free(rr);
+	}
+	if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+		die(EX_SYS, "unable to ask for the table back:");
+	do {
+		n = mnl_socket_recvfrom(nl, buf, sizeof buf);
+		if (n < 0)
+			die(EX_SYS, "unable to read the table back:");
+		r = mnl_cb_run(buf, (size_t)n, seq, portid, cb, data);
+		if (r == MNL_CB_ERROR)
+			die(EX_SYS, "unable to read the table back:");
+	} while (r > MNL_CB_STOP);
+}
+
+/* Chains and per-chain rule counts as built?  0 yes, else -1 (warned). */
+static int nft_verify(struct mnl_socket *nl)
+{
+	unsigned i, total = 0;
+	int ok = 0;
+
+	nft_dump(nl, NFT_MSG_GETCHAIN, chain_cb, NULL);
+	nft_dump(nl, NFT_MSG_GETRULE, rule_cb, &total);
+	for (i = 0; i < nchains; i++)
+		if (chains[i].seen != 1 || chains[i].seen_rules != chains[i].rules) {
+			warn("verify: chain %s: found %d, %u rules (want 1, %u)", chains[i].name,
+			     chains[i].seen, chains[i].seen_rules, chains[i].rules);
+			ok = -1;
+		}
+	if (total != nrules) {
+		warn("verify: table inet " TABLE " has %u rules, want %u", total, nrules);
+		ok = -1;
+	}
+	return ok;
+}
+
+static struct mnl_socket *nft_open(void)
+{
+	struct mnl_socket *nl = mnl_socket_open(NETLINK_NETFILTER);
+	struct timeval tv = { 5, 0 };
+	int sz = 8 << 20;
+
+	if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
+		die(EX_SYS, "unable to open a netfilter netlink socket:");
+	/* A big batch needs room; replies must not hang forever. */
+	setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
+	setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
+	setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	return nl;
+}
+
+static void batch_begin(void)
+{
+	static char *buf;
+
+	if (!buf && !(buf = malloc(BATCH_BUF)))
+		die(EX_SYS, "unable to allocate memory:");
+	batch = mnl_nlmsg_batch_start(buf, BATCH_BUF);
+	nft_seq = (uint32_t)time(NULL);
+	nftnl_batch_begin(mnl_nlmsg_batch_current(batch), nft_seq++);
+	batch_next();
+}
+
+static void batch_end(void)
+{
+	nftnl_batch_end(mnl_nlmsg_batch_current(batch), nft_seq++);
+	batch_next();
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+static void remove_all(void)
+{
+	struct mnl_socket *nl = nft_open();
+	json_t *out, *gone = json_array();
+	char name[IFNAMSIZ];
+	unsigned k;
+	int idx, r;
+
+	batch_begin();
+	put_table(NFT_MSG_NEWTABLE, NLM_F_CREATE);
+	put_table(NFT_MSG_DELTABLE, 0);
+	batch_end();
+	nft_send(nl);
+	mnl_socket_close(nl);
+	for (k = 0; k < MAX_SLOTS; k++) {
+		tap_name(k, name);
+		if (!(idx = (int)if_nametoindex(name)))
+			continue;
+		if ((r = link_del(idx)) < 0) {
+			errno = -r;
+			die(EX_SYS, "unable to delete %s:", name);
+		}
+		json_array_append_new(gone, json_string(name));
+	}
+	out = json_pack("{s:s, s:b, s:o}", "table", "inet " TABLE, "removed", 1, "taps", gone);
+	json_emit(out);
+	json_decref(out);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "slots", required_argument, NULL, 's' },
+		{ "base", required_argument, NULL, 'b' },
+		{ "user", required_argument, NULL, 'u' },
+		{ "no-docker-user", no_argument, NULL, 'D' },
+		{ "remove", no_argument, NULL, 'R' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct mnl_socket *nl;
+	struct in_addr a;
+	json_t *taps, *out;
+	char name[IFNAMSIZ], gw[INET_ADDRSTRLEN], guest[INET_ADDRSTRLEN], macs[18];
+	const char *e;
+	long long v;
+	unsigned k, created = 0;
+	int c, remove = 0, verified;
+	uint8_t mac[6];
+
+	progname = "isopod-netsetup";
+	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (parse_ll(optarg, 1, MAX_SLOTS, &v) < 0)
+				die(EX_USAGE, "bad --slots %.40s: want 1..%d", optarg, MAX_SLOTS);
+			nslots = (unsigned)v;
+			break;
+		case 'b':
+			if (inet_pton(AF_INET, optarg, &a) != 1)
+				die(EX_USAGE, "bad --base %.40s: want an IPv4 address", optarg);
+			base = ntohl(a.s_addr);
+			break;
+		case 'u':
+			if (parse_ll(optarg, 0, 0x7fffffff, &v) < 0)
+				die(EX_USAGE, "bad --user %.40s: want a numeric uid", optarg);
+			owner = (long)v;
+			break;
+		case 'D':
+			/* Docker integration is not implemented: nothing to opt out of. */
+			break;
+		case 'R':
+			remove = 1;
+			break;
+		case 'h':
+			puts("usage: " USAGE);
+			return 0;
+		default:
+			die(EX_USAGE, "usage: %s", USAGE);
+		}
+	}
+	if (optind != argc)
+		die(EX_USAGE, "usage: %s", USAGE);
+	if (owner < 0 && (e = getenv("SUDO_UID")) && parse_ll(e, 0, 0x7fffffff, &v) == 0)
+		owner = (long)v;
+	/* The slot range is one aligned prefix (for the NAT rule). */
+	for (prefix = 30; prefix > 0 && (1u << (32 - prefix)) < 4 * nslots; prefix--)
+		;
+	if (base & ~(~0u << (32 - prefix)))
+		die(EX_USAGE, "bad --base: %u slots need a /%d-aligned base", nslots, prefix);
+
+	if (!(rtnl = mnl_socket_open(NETLINK_ROUTE)) || mnl_socket_bind(rtnl, 0, MNL_SOCKET_AUTOPID) < 0)
+		die(EX_SYS, "unable to open a route netlink socket:");
+	if (remove) {
+		remove_all();
+		return 0;
+	}
+
+	taps = json_array();
+	for (k = 0; k < nslots; k++) {
+		int idx, busy, r, made;
+
+		tap_name(k, name);
+		made = tap_make(name, &busy);
+		created += (unsigned)made;
+		if (!(idx = (int)if_nametoindex(name)))
+			die(EX_SYS, "unable to find %s after creating it:", name);
+		tap_no_ipv6(name);
+		if ((r = addr_set(idx, k)) < 0) {
+			errno = -r;
+			die(EX_SYS, "unable to set the address of %s:", name);
+		}
+		if ((r = link_up(idx)) < 0) {
+			errno = -r;
+			die(EX_SYS, "unable to bring %s up:", name);
+		}
+		slot_ip(k, 1, gw);
+		slot_ip(k, 2, guest);
+		slot_mac(k, mac);
+		snprintf(macs, sizeof macs, "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2],
+			 mac[3], mac[4], mac[5]);
+		json_array_append_new(taps, json_pack("{s:s, s:i, s:s, s:s, s:s, s:i, s:b, s:b}",
+			"name", name, "slot", (int)k, "gateway", gw, "guest", guest, "mac", macs,
+			"prefix", 30, "created", made, "busy", busy));
+	}
+	/* Taps beyond --slots (left by a larger earlier run) go, unless busy. */
+	for (k = nslots; k < MAX_SLOTS; k++) {
+		int idx;
+
+		tap_name(k, name);
+		if ((idx = (int)if_nametoindex(name)) && link_del(idx) < 0)
+			warn("unable to delete the extra tap %s (in use?)", name);
+	}
+	sysctl_write("/proc/sys/net/ipv4/ip_forward", "1");
+
+	nl = nft_open();
+	batch_begin();
+	build_table();
+	batch_end();
+	nft_send(nl);
+	verified = nft_verify(nl) == 0;
+	mnl_socket_close(nl);
+	mnl_socket_close(rtnl);
+
+	a.s_addr = htonl(base);
+	inet_ntop(AF_INET, &a, gw, sizeof gw);
+	out = json_pack("{s:s, s:i, s:s, s:i, s:o, s:i, s:i, s:i, s:b, s:b, s:b}",
+		"table", "inet " TABLE, "slots", (int)nslots, "base", gw, "prefix", prefix,
+		"taps", taps, "taps_created", (int)created, "chains", (int)nchains,
+		"rules", (int)nrules, "verified", verified, "forwarding", 1, "docker_user", 0);
+	json_object_set_new(out, "owner", owner >= 0 ? json_integer(owner) : json_null());
+	json_emit(out);
+	json_decref(out);
+	if (!verified)
+		die(EX_SYS, "unable to verify table inet " TABLE " after loading it");
+	return 0;
+}

@@ -1,0 +1,250 @@
+/* qmp.c - a small QMP client (see qmp.h). */
+#include "qmp.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static int remaining(int64_t deadline_ms)
+{
+	int64_t r = deadline_ms - mono_ms();
+
+	if (r < 0)
+		return 0;
+	return r > 1000000 ? 1000000 : (int)r;
+}
+
+/* The next whole line as a JSON object (new reference), waiting for it.
+ * NULL with rc: -1 error, -2 closed, -3 timeout.  Lines that are not JSON
+ * objects are skipped (QEMU's socket is trusted, but never blindly). */
+static json_t *next_msg(struct qmp *q, int64_t deadline_ms, int *rc)
+{
+	for (;;) {
+		char *nl = memchr(q->buf, '\n', q->len);
+		struct pollfd p = { q->fd, POLLIN, 0 };
+		ssize_t r;
+
+		if (nl) {
+			size_t ll = (size_t)(nl - q->buf) + 1;
+			json_t *j = json_loadb(q->buf, ll, 0, NULL);
+
+			memmove(q->buf, q->buf + ll, q->len - ll);
+			q->len -= ll;
+			if (json_is_object(j))
+				return j;
+			json_decref(j);
+			continue;
+		}
+		if (q->len == sizeof q->buf) {
+			/* A line longer than 64 KiB: no reply we wait for is. */
+			snprintf(q->err, sizeof q->err, "qmp: over-long message");
+			*rc = -1;
+			return NULL;
+		}
+		if (mono_ms() >= deadline_ms) {
+			snprintf(q->err, sizeof q->err, "qmp: timed out");
+			*rc = -3;
+			return NULL;
+		}
+		if (poll(&p, 1, remaining(deadline_ms)) < 0 && errno != EINTR) {
+			snprintf(q->err, sizeof q->err, "qmp: poll: %s", strerror(errno));
+			*rc = -1;
+			return NULL;
+		}
+		if (!p.revents)
+			continue;
+		r = read(q->fd, q->buf + q->len, sizeof q->buf - q->len);
+		if (r < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (r <= 0) {
+			snprintf(q->err, sizeof q->err, "qmp: connection closed%s%s",
+				 r < 0 ? ": " : "", r < 0 ? strerror(errno) : "");
+			*rc = -2;
+			return NULL;
+		}
+		q->len += (size_t)r;
+	}
+}
+
+/* Write all of buf; the first chunk carries fd when fd >= 0. */
+static int send_all(struct qmp *q, const char *buf, size_t n, int fd, int64_t deadline_ms)
+{
+	while (n) {
+		struct iovec iov = { (void *)buf, n };
+		union {
+			char b[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} cm;
+		struct msghdr mh = { 0 };
+		struct pollfd p = { q->fd, POLLOUT, 0 };
+		ssize_t w;
+
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		if (fd >= 0) {
+			struct cmsghdr *c;
+
+			memset(&cm, 0, sizeof cm);
+			mh.msg_control = cm.b;
+			mh.msg_controllen = sizeof cm.b;
+			c = CMSG_FIRSTHDR(&mh);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(c), &fd, sizeof fd);
+		}
+		w = sendmsg(q->fd, &mh, MSG_NOSIGNAL);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN) {
+				snprintf(q->err, sizeof q->err, "qmp: write: %s", strerror(errno));
+				return -1;
+			}
+			if (mono_ms() >= deadline_ms) {
+				snprintf(q->err, sizeof q->err, "qmp: write timed out");
+				return -3;
+			}
+			poll(&p, 1, remaining(deadline_ms));
+			continue;
+		}
+		fd = -1; /* passed with the first bytes */
+		buf += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
+	     int64_t deadline_ms)
+{
+	json_t *req, *m;
+	char *s;
+	int rc = 0;
+	unsigned id = ++q->id;
+
+	if (ret)
+		*ret = NULL;
+	req = json_pack("{s:s, s:I}", "execute", cmd, "id", (json_int_t)id);
+	if (!req || (args && json_object_set_new(req, "arguments", args) < 0)) {
+		json_decref(req);
+		snprintf(q->err, sizeof q->err, "qmp: unable to build %s", cmd);
+		return -1;
+	}
+	s = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	if (!s) {
+		snprintf(q->err, sizeof q->err, "qmp: unable to build %s", cmd);
+		return -1;
+	}
+	rc = send_all(q, s, strlen(s), fd, deadline_ms);
+	if (!rc)
+		rc = send_all(q, "\n", 1, -1, deadline_ms);
+	free(s);
+	if (rc)
+		return rc;
+	for (;;) {
+		json_t *e, *v;
+
+		if (!(m = next_msg(q, deadline_ms, &rc))) {
+			if (rc == -2 && !strcmp(cmd, "quit"))
+				return 0; /* QEMU quit before it answered */
+			return rc;
+		}
+		v = json_object_get(m, "id");
+		if (!json_is_integer(v) || json_integer_value(v) != (json_int_t)id) {
+			json_decref(m); /* an event, or a stale reply */
+			continue;
+		}
+		if ((e = json_object_get(m, "error"))) {
+			const char *d = json_string_value(json_object_get(e, "desc"));
+
+			snprintf(q->err, sizeof q->err, "qmp %s: %.400s", cmd, d ? d : "error");
+			json_decref(m);
+			return -1;
+		}
+		if (ret) {
+			*ret = json_object_get(m, "return");
+			json_incref(*ret);
+		}
+		json_decref(m);
+		return 0;
+	}
+}
+
+int qmp_open(struct qmp *q, const char *sock_path, int64_t deadline_ms)
+{
+	struct sockaddr_un sa;
+	json_t *g;
+	int rc;
+
+	q->fd = -1;
+	q->id = 0;
+	q->len = 0;
+	q->err[0] = 0;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	if (strlen(sock_path) >= sizeof sa.sun_path) {
+		snprintf(q->err, sizeof q->err, "qmp: socket path too long: %s", sock_path);
+		return -1;
+	}
+	strcpy(sa.sun_path, sock_path);
+	for (;;) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e;
+		struct timespec ts = { 0, 5 * 1000000 };
+
+		if (fd < 0) {
+			snprintf(q->err, sizeof q->err, "qmp: socket: %s", strerror(errno));
+			return -1;
+		}
+		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+			q->fd = fd;
+			break;
+		}
+		e = errno;
+		close(fd);
+		/* Absent until QEMU has started; refused while another client
+		 * holds the monitor.  Both are transient. */
+		if (e != ENOENT && e != ECONNREFUSED && e != EAGAIN) {
+			snprintf(q->err, sizeof q->err, "qmp: connect %s: %s", sock_path, strerror(e));
+			return -1;
+		}
+		if (mono_ms() >= deadline_ms) {
+			snprintf(q->err, sizeof q->err, "qmp: connect %s: %s (timed out)", sock_path,
+				 strerror(e));
+			return -3;
+		}
+		nanosleep(&ts, NULL);
+	}
+	if (!(g = next_msg(q, deadline_ms, &rc))) {
+		qmp_close(q);
+		return rc;
+	}
+	if (!json_object_get(g, "QMP")) {
+		json_decref(g);
+		snprintf(q->err, sizeof q->err, "qmp: no greeting on %s", sock_path);
+		qmp_close(q);
+		return -1;
+	}
+	json_decref(g);
+	if ((rc = qmp_call(q, "qmp_capabilities", NULL, -1, NULL, deadline_ms)) < 0) {
+		qmp_close(q);
+		return rc;
+	}
+	return 0;
+}
+
+void qmp_close(struct qmp *q)
+{
+	if (q->fd >= 0)
+		close(q->fd);
+	q->fd = -1;
+}

@@ -1,0 +1,37 @@
+/* qmp.h - a small QMP client for commands with arguments (glibc tools only).
+ *
+ * One connection, commands sent one at a time, each built with jansson and
+ * tagged with an "id" so that its reply is told apart from events (which
+ * are skipped).  An fd can ride along with a command (SCM_RIGHTS), as QMP's
+ * getfd wants.  lib/host.c qmp_simple() remains for one-shot argument-less
+ * commands. */
+#ifndef ISOPOD_QMP_H
+#define ISOPOD_QMP_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct qmp {
+	int fd;
+	unsigned id;
+	size_t len;
+	char buf[1 << 16];
+	char err[512];
+};
+
+/* Connect to a QMP socket (retrying while it is absent or refuses, until
+ * deadline, mono ms), read the greeting and negotiate capabilities.
+ * 0, or -1 (q->err); -3 when the deadline passed. */
+int qmp_open(struct qmp *q, const char *sock_path, int64_t deadline_ms);
+void qmp_close(struct qmp *q);
+
+/* Execute cmd with args (stolen; NULL for none), optionally passing fd
+ * (-1 for none) in the same message.  On success *ret (when ret is not
+ * NULL) gets the "return" member (new reference).  0 ok, -1 error or QEMU
+ * replied "error" (q->err says which), -2 the connection closed, -3 timed
+ * out. */
+int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
+	     int64_t deadline_ms);
+
+#endif

@@ -1,0 +1,400 @@
+/* warm.c - the warm pool's store (see warm.h). */
+#include "warm.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define QEMU "qemu-system-x86_64"
+
+int warm_key_valid(const char *s)
+{
+	size_t i;
+
+	if (!s)
+		return 0;
+	for (i = 0; i < 64; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return s[64] == 0;
+}
+
+const char *warm_root(int mk)
+{
+	static char p[PATH_MAX];
+
+	pathf(p, sizeof p, "%s/warm", store_home());
+	if (mk)
+		mkdirs(p, 0700);
+	return p;
+}
+
+/* ---- the QEMU version, cached by the binary's identity --------------- */
+
+/* The binary execvp(QEMU) would run. */
+static int find_qemu(char *out, size_t sz)
+{
+	const char *path = getenv("PATH"), *p, *e;
+
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	for (p = path; ; p = e + 1) {
+		size_t n;
+
+		e = strchr(p, ':');
+		n = e ? (size_t)(e - p) : strlen(p);
+		if (n == 0 && snprintf(out, sz, "./%s", QEMU) < (int)sz && access(out, X_OK) == 0)
+			return 0;
+		if (n && snprintf(out, sz, "%.*s/%s", (int)n, p, QEMU) < (int)sz &&
+		    access(out, X_OK) == 0)
+			return 0;
+		if (!e)
+			break;
+	}
+	errno = ENOENT;
+	return -1;
+}
+
+static int run_version(const char *bin, char *out, size_t sz, char *err, size_t errsz)
+{
+	char buf[512];
+	size_t got = 0;
+	ssize_t n;
+	int pfd[2], st;
+	pid_t pid;
+	char *nl;
+
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
+		snprintf(err, errsz, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	pid = fork();
+	if (pid < 0) {
+		snprintf(err, errsz, "fork: %s", strerror(errno));
+		close(pfd[0]);
+		close(pfd[1]);
+		return -1;
+	}
+	if (pid == 0) {
+		int nul = open("/dev/null", O_RDWR);
+
+		if (nul < 0 || dup2(nul, 0) < 0 || dup2(pfd[1], 1) < 0 || dup2(nul, 2) < 0)
+			_exit(126);
+		close_range(3, ~0U, 0);
+		execl(bin, QEMU, "--version", (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (got < sizeof buf - 1 && (n = read(pfd[0], buf + got, sizeof buf - 1 - got)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		got += (size_t)n;
+	}
+	close(pfd[0]);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	buf[got] = 0;
+	if ((nl = strchr(buf, '\n')))
+		*nl = 0;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || strncmp(buf, "QEMU emulator version ", 22)) {
+		snprintf(err, errsz, "%s --version failed or printed no version", bin);
+		return -1;
+	}
+	snprintf(out, sz, "%s", buf);
+	return 0;
+}
+
+int qemu_version(char *out, size_t sz, char *err, size_t errsz)
+{
+	char bin[PATH_MAX], cache[PATH_MAX];
+	struct stat st;
+	json_t *c, *n;
+	const char *v;
+
+	if (find_qemu(bin, sizeof bin) < 0 || stat(bin, &st) < 0) {
+		snprintf(err, errsz, "%s not found in PATH", QEMU);
+		return -1;
+	}
+	pathf(cache, sizeof cache, "%s/qemu-version.json", warm_root(1));
+	/* The cache is valid for this very file: path, inode, size and both
+	 * times (a package upgrade replaces the inode; ctime cannot be set). */
+	n = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", bin, "dev", (json_int_t)st.st_dev,
+		      "ino", (json_int_t)st.st_ino, "size", (json_int_t)st.st_size, "mtime_ns",
+		      (json_int_t)(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec),
+		      "ctime_ns",
+		      (json_int_t)(st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec));
+	if (!n) {
+		snprintf(err, errsz, "out of memory");
+		return -1;
+	}
+	if ((c = json_load_path(cache))) {
+		json_t *id = json_object_get(c, "binary");
+
+		v = json_string_value(json_object_get(c, "version"));
+		if (v && id && json_equal(id, n) && !strncmp(v, "QEMU emulator version ", 22)) {
+			snprintf(out, sz, "%s", v);
+			json_decref(c);
+			json_decref(n);
+			return 0;
+		}
+		json_decref(c);
+	}
+	if (run_version(bin, out, sz, err, errsz) < 0) {
+		json_decref(n);
+		return -1;
+	}
+	c = json_pack("{s:o, s:s}", "binary", n, "version", out);
+	if (!c || json_write_atomic(cache, c) < 0)
+		warn("unable to cache the QEMU version in %s:", cache);
+	json_decref(c);
+	return 0;
+}
+
+/* ---- locks, meta, orphans --------------------------------------------- */
+
+int warm_lock(const char *key, int op)
+{
+	char p[PATH_MAX];
+	struct stat a, b;
+	int fd;
+
+	pathf(p, sizeof p, "%s/%s.lock", warm_root(1), key);
+	for (;;) {
+		if ((fd = lock_open(p, op)) < 0)
+			return -1;
+		/* A remover unlinks the lock file while holding it: a lock on
+		 * an unlinked file locks nothing.  Take the one there now. */
+		if (fstat(fd, &a) == 0 && stat(p, &b) == 0 && a.st_ino == b.st_ino &&
+		    a.st_dev == b.st_dev)
+			return fd;
+		close(fd);
+	}
+}
+
+json_t *warm_meta(const char *key)
+{
+	char p[PATH_MAX];
+
+	if (!warm_key_valid(key)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pathf(p, sizeof p, "%s/warm/%s/meta.json", store_home(), key);
+	return json_load_path(p);
+}
+
+/* "<64 hex>" from a pointer file, else out[0] = 0. */
+static void read_ptr(const char *path, char out[65])
+{
+	char buf[80];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+	out[0] = 0;
+	if (fd < 0)
+		return;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n < 64)
+		return;
+	buf[64] = 0;
+	if (warm_key_valid(buf))
+		memcpy(out, buf, 65);
+}
+
+static int safe_name(const char *s)
+{
+	return s && *s && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..") && strlen(s) < 128;
+}
+
+json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
+{
+	const char *h = store_home();
+	json_t *why = json_array(), *shape = json_object_get(meta, "shape"), *v;
+	const char *ksha = json_string_value(json_object_get(shape, "kernel"));
+	json_t *base = json_object_get(shape, "base"), *layers = json_object_get(shape, "layers");
+	const char *bsha = json_string_value(json_object_get(base, "sha256"));
+	const char *flavor = json_string_value(json_object_get(base, "flavor"));
+	const char *q = json_string_value(json_object_get(shape, "qemu"));
+	char p[PATH_MAX], cur[65];
+	struct stat st;
+	size_t i;
+
+	if (!why)
+		die(EX_SYS, "out of memory");
+	if (!warm_key_valid(ksha) || !warm_key_valid(bsha) || !json_is_array(layers)) {
+		json_array_append_new(why, json_string("unreadable shape"));
+		return why;
+	}
+	pathf(p, sizeof p, "%s/kernels/%s/vmlinux", h, ksha);
+	if (stat(p, &st) < 0) {
+		json_array_append_new(why, json_sprintf("kernel %.12s was removed", ksha));
+	} else {
+		/* Boots always take kernels/current: another one makes this
+		 * snapshot unreachable. */
+		pathf(p, sizeof p, "%s/kernels/current", h);
+		read_ptr(p, cur);
+		if (strcmp(cur, ksha))
+			json_array_append_new(why,
+					      json_sprintf("kernel %.12s is no longer current", ksha));
+	}
+	pathf(p, sizeof p, "%s/images/base-%s.img", h, bsha);
+	if (stat(p, &st) < 0) {
+		json_array_append_new(why, json_sprintf("base %.12s was removed", bsha));
+	} else if (json_array_size(layers) == 0 && safe_name(flavor)) {
+		/* A plain chain is the current image of its flavor; forks of
+		 * stages keep their own base. */
+		pathf(p, sizeof p, "%s/images/current-%s", h, flavor);
+		read_ptr(p, cur);
+		if (strcmp(cur, bsha))
+			json_array_append_new(why, json_sprintf("base %.12s is no longer the current %s image",
+								bsha, flavor));
+	}
+	json_array_foreach(layers, i, v) {
+		const char *s = json_string_value(v);
+
+		if (!s || strncmp(s, "st-", 3) || !safe_name(s)) {
+			json_array_append_new(why, json_string("unreadable stage id"));
+			continue;
+		}
+		pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", h, s);
+		if (stat(p, &st) < 0)
+			json_array_append_new(why, json_sprintf("stage %s was removed", s));
+	}
+	if (cur_qemu && (!q || strcmp(q, cur_qemu)))
+		json_array_append_new(why, json_sprintf("qemu changed (now %s)", cur_qemu));
+	/* isopod-boot records the command line it gives QEMU now: one built
+	 * by an older isopod-boot has a key that can never come up again. */
+	pathf(p, sizeof p, "%s/warm/argv.json", h);
+	if ((v = json_load_path(p))) {
+		const char *now = json_string_value(json_object_get(v, "fingerprint"));
+		const char *was = json_string_value(json_object_get(meta, "argv_fingerprint"));
+
+		if (now && (!was || strcmp(now, was)))
+			json_array_append_new(why, json_string("built by an isopod-boot that gave "
+							       "QEMU another command line"));
+		json_decref(v);
+	}
+	return why;
+}
+
+/* ---- removal ---------------------------------------------------------- */
+
+static long long nftw_bytes;
+static int nftw_err;
+
+static int du_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)path;
+	(void)flag;
+	(void)ftw;
+	nftw_bytes += (long long)st->st_blocks * 512;
+	return 0;
+}
+
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT && !nftw_err)
+		nftw_err = errno;
+	return 0;
+}
+
+long long tree_bytes(const char *path)
+{
+	nftw_bytes = 0;
+	nftw(path, du_cb, 16, FTW_PHYS);
+	return nftw_bytes;
+}
+
+int tree_remove(const char *path, long long *bytes)
+{
+	long long b = tree_bytes(path);
+
+	nftw_err = 0;
+	if (nftw(path, rm_cb, 16, FTW_PHYS | FTW_DEPTH) < 0 && errno != ENOENT)
+		return -1;
+	if (nftw_err) {
+		errno = nftw_err;
+		return -1;
+	}
+	if (bytes)
+		*bytes += b;
+	return 0;
+}
+
+int warm_remove(const char *key, long long *bytes)
+{
+	char from[PATH_MAX], to[PATH_MAX];
+
+	if (!warm_key_valid(key)) {
+		errno = EINVAL;
+		return -1;
+	}
+	pathf(from, sizeof from, "%s/%s", warm_root(1), key);
+	pathf(to, sizeof to, "%s/.retired-%s.%ld", warm_root(1), key, (long)getpid());
+	/* One rename takes it out of use; running clones keep their mapping
+	 * of the (now unlinked) memory file. */
+	if (rename(from, to) < 0)
+		return -1;
+	return tree_remove(to, bytes);
+}
+
+int warm_stale_name(const char *name, char key[65], long long *pid)
+{
+	const char *p;
+
+	if (!strncmp(name, ".staging-", 9))
+		p = name + 9;
+	else if (!strncmp(name, ".retired-", 9))
+		p = name + 9;
+	else
+		return 0;
+	if (strlen(p) < 66 || p[64] != '.')
+		return 0;
+	memcpy(key, p, 64);
+	key[64] = 0;
+	if (!warm_key_valid(key) || parse_ll(p + 65, 1, INT_MAX, pid) < 0)
+		return 0;
+	return 1;
+}
+
+int warm_sha256_fd(int fd, char out[65])
+{
+	crypto_hash_sha256_state st;
+	unsigned char h[crypto_hash_sha256_BYTES];
+	static unsigned char buf[1 << 16];
+	ssize_t n;
+	int i;
+
+	crypto_hash_sha256_init(&st);
+	for (;;) {
+		n = read(fd, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
+	}
+	crypto_hash_sha256_final(&st, h);
+	for (i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", h[i]);
+	out[64] = 0;
+	return 0;
+}

@@ -1,0 +1,64 @@
+/* warm.h - the warm pool's store: memory snapshots, one per VM shape.
+ *
+ * warm/<key>/mem          guest RAM of the template (the file its QEMU ran
+ *                         on with share=on); clones map it privately
+ * warm/<key>/state        the template's device state (QMP migrate with
+ *                         x-ignore-shared: RAM is not in it)
+ * warm/<key>/meta.json    {format, key, key_text, shape, created, last_used,
+ *                         hits, size, build_ms, mem:{bytes,ino,ctime_ns},
+ *                         state:{bytes,sha256}}
+ * warm/<key>.lock         flock: held by the one run building <key>, and by
+ *                         whoever publishes, retires or removes it
+ * warm/.staging-<key>.<pid>   a build in progress (or killed): only <pid>
+ *                         ever writes or removes it; gc reclaims it once
+ *                         <pid> is dead or the key's lock is free
+ * warm/.retired-<key>.<pid>   a snapshot being removed
+ * warm/qemu-version.json  the QEMU version string, cached by the binary's
+ *                         identity (running QEMU costs ~50 ms)
+ *
+ * The key is the sha256 of a canonical text naming everything a resume
+ * depends on (kernel, disk chain and size, vCPUs, memory, net mode,
+ * accelerator, QEMU version and the whole QEMU command line with its
+ * per-VM paths replaced).  Publishing is one rename(2) of a complete,
+ * fsynced staging directory: a snapshot is either whole or absent. */
+#ifndef ISOPOD_WARM_H
+#define ISOPOD_WARM_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define WARM_FORMAT 1
+
+/* 64 lower-case hex digits? */
+int warm_key_valid(const char *s);
+/* $ISOPOD_HOME/warm (created 0700 when mk). */
+const char *warm_root(int mk);
+/* The first line of `qemu-system-x86_64 --version` (cached).  0, or -1
+ * with the reason in err. */
+int qemu_version(char *out, size_t sz, char *err, size_t errsz);
+/* flock warm/<key>.lock with op (LOCK_EX [| LOCK_NB]); makes sure the file
+ * locked is still the one at that path (remover-safe).  fd, or -1 (errno:
+ * EWOULDBLOCK when held). */
+int warm_lock(const char *key, int op);
+/* Load warm/<key>/meta.json (NULL with errno). */
+json_t *warm_meta(const char *key);
+/* Why this snapshot can never be resumed again: an array of reasons
+ * ("kernel ...", "base ...", "stage st-...", "qemu ..."), empty when it
+ * still can.  New reference. */
+json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu);
+/* Bytes a tree takes on disk. */
+long long tree_bytes(const char *path);
+/* Remove a directory tree without following symlinks; adds its size to
+ * *bytes when not NULL.  0, or -1 (errno) on the first failure. */
+int tree_remove(const char *path, long long *bytes);
+/* Remove warm/<key>: rename it to warm/.retired-<key>.<pid>, then delete
+ * that.  The caller holds the key's lock.  0, or -1 (errno; ENOENT when
+ * there is nothing to remove). */
+int warm_remove(const char *key, long long *bytes);
+/* Parse ".staging-<key>.<pid>" / ".retired-<key>.<pid>": 1 and fills key
+ * and pid, else 0. */
+int warm_stale_name(const char *name, char key[65], long long *pid);
+/* sha256 of what is left to read on fd, hex into out.  0 or -1 (errno). */
+int warm_sha256_fd(int fd, char out[65]);
+
+#endif

@@ -1,0 +1,153 @@
+#!/usr/bin/env bats
+# The debian flavor (issue #3): pip without flags, venv, git, cc; a wheel
+# installed offline into a stage over the debian base; isopod building and
+# unit-testing itself inside a debian sandbox.  Real VM boots under TCG here:
+# the tests marked [slow] take minutes.  With ISOPOD_DEBIAN=0 (make images did
+# not build the flavor) the debian tests are skipped, and say so.
+
+load helpers
+
+setup_file() {
+	isopod_setup_file --images
+	DATA="$(mktemp -d /tmp/isopod-t35-data.XXXXXX)"
+	export DATA
+}
+
+teardown_file() {
+	rm -rf "$DATA"
+	isopod_teardown_file
+}
+
+isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
+
+# need_debian: skip when the flavor was not built on purpose; fail when it
+# should have been (a suite that silently skips proves nothing).
+need_debian() {
+	if [ "${ISOPOD_DEBIAN:-1}" = 0 ]; then
+		skip "ISOPOD_DEBIAN=0: make images did not build the debian flavor"
+	fi
+	if [ ! -f "$ISOPOD_HOME/images/current-debian" ]; then
+		echo "no debian image registered: run make images" >&2
+		return 1
+	fi
+	DEBIAN_IMG="$ISOPOD_HOME/images/base-$(head -n 1 "$ISOPOD_HOME/images/current-debian").img"
+}
+
+# show: the result and diagnostics of the last run, for a failing test.
+show() {
+	echo "status: $status" >&2
+	echo "output: $output" >&2
+	echo "stderr: $stderr" >&2
+}
+
+# make_wheel DIR: a pure-python wheel isopodprobe-1.0-py3-none-any.whl in DIR,
+# zipped by hand (no setuptools, no network): a .whl is a zip of the package
+# and a .dist-info with METADATA, WHEEL and a RECORD of sha256s.
+make_wheel() {
+	python3 - "$1" <<'EOF'
+import base64, hashlib, os, sys, zipfile
+out = sys.argv[1]
+files = {
+    "isopodprobe/__init__.py": b'VALUE = "probe-42"\n',
+    "isopodprobe-1.0.dist-info/METADATA":
+        b"Metadata-Version: 2.1\nName: isopodprobe\nVersion: 1.0\n"
+        b"Summary: isopod test wheel\n",
+    "isopodprobe-1.0.dist-info/WHEEL":
+        b"Wheel-Version: 1.0\nGenerator: isopod-t35\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+}
+rec = []
+for name, data in files.items():
+    d = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    rec.append("%s,sha256=%s,%d" % (name, d, len(data)))
+rec.append("isopodprobe-1.0.dist-info/RECORD,,")
+files["isopodprobe-1.0.dist-info/RECORD"] = ("\n".join(rec) + "\n").encode()
+path = os.path.join(out, "isopodprobe-1.0-py3-none-any.whl")
+with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+    for name, data in files.items():
+        z.writestr(name, data)
+EOF
+}
+
+@test "debian [slow]: pip installs a copied-in wheel offline into a stage; the base stays byte-identical" {
+	need_debian
+	mkdir -p "$DATA/whl"
+	make_wheel "$DATA/whl"
+	whl=isopodprobe-1.0-py3-none-any.whl
+	before=$(sha256sum <"$DEBIAN_IMG")
+	run --separate-stderr isopod run --json-only --timeout-s 1200 --mem-mib 1024 \
+		--stage debian --commit-as py --copy-in "$DATA/whl/$whl:/root/$whl" \
+		-- pip install "/root/$whl"
+	[ "$status" -eq 0 ] || { show; false; }
+	json_is '.commit.stage.label == "py" and .commit.stage.depth == 1'
+	json_is '.commit.stage.base.flavor == "debian" and .on.base.flavor == "debian"'
+	[[ "$(jq -r .stdout <<<"$output")" == *"Successfully installed isopodprobe-1.0"* ]]
+
+	run --separate-stderr isopod run --json-only --timeout-s 600 --mem-mib 1024 \
+		--stage py -- python3 -c 'import isopodprobe; print(isopodprobe.VALUE)'
+	[ "$status" -eq 0 ] || { show; false; }
+	json_is '.stdout == "probe-42\n"'
+	# The parent (the debian base) is untouched, byte for byte; so is its name.
+	[ "$(sha256sum <"$DEBIAN_IMG")" = "$before" ]
+	[ "${before%% *}" = "$(head -n 1 "$ISOPOD_HOME/images/current-debian")" ]
+}
+
+@test "debian [slow]: pip without flags, venv, git and cc work; no network device" {
+	need_debian
+	run --separate-stderr isopod run --json-only --timeout-s 1200 --mem-mib 1024 \
+		--stage debian -- sh -c 'set -e
+		git --version
+		cc --version | head -n 1
+		python3 -m pip --version
+		if ls /usr/lib/python3*/EXTERNALLY-MANAGED 2>/dev/null; then exit 9; fi
+		python3 -m venv /tmp/v
+		/tmp/v/bin/python -c "import sys; print(\"venv\", sys.prefix)"
+		/tmp/v/bin/pip --version >/dev/null
+		echo "net: $(ls /sys/class/net | tr "\n" " ")"
+		stat -c "%a %n" /tmp /var/tmp /root
+		test -f /etc/machine-id && test ! -s /etc/machine-id && echo machine-id empty'
+	[ "$status" -eq 0 ] || { show; false; }
+	out=$(jq -r .stdout <<<"$output")
+	[[ "$out" == *"git version "* ]]
+	[[ "$out" == *"cc (Debian 12."* ]]
+	[[ "$out" == *"pip "*"python 3."* ]]
+	[[ "$out" == *"venv /tmp/v"* ]]
+	[[ "$out" == *"net: lo "* ]]
+	[[ "$out" != *"eth"* ]]
+	[[ "$out" == *"1777 /tmp"*"1777 /var/tmp"*"700 /root"* ]]
+	[[ "$out" == *"machine-id empty"* ]]
+}
+
+@test "debian [slow]: isopod builds itself and passes its unit tests in a sandbox; the binary runs on the host" {
+	need_debian
+	mkdir -p "$DATA/out"
+	(cd "$ISOPOD_SRC" && tar --exclude='*.bin' --exclude='*.o' -czf "$DATA/src.tgz" \
+		Makefile lib/*.c lib/*.h bin/*.c agent/agent.c t/unit t/run-unit)
+	run --separate-stderr isopod run --json-only --timeout-s 3600 --mem-mib 1024 --disk-mib 3072 \
+		--stage debian --copy-in "$DATA/src.tgz:/root/src.tgz" \
+		--copy-out "/root/src/bin/isopod-exec:$DATA/out/" \
+		-- sh -c 'set -e
+		mkdir /root/src && cd /root/src && tar -xzf /root/src.tgz
+		make bin/isopod-exec agent/isopod-agent
+		sh t/run-unit
+		./bin/isopod-exec -h'
+	[ "$status" -eq 0 ] || { show; false; }
+	out=$(jq -r .stdout <<<"$output")
+	[[ "$out" == *" passed, 0 failed"* ]]
+	echo "# unit tests in the guest: $(grep -E '^[0-9]+ passed, [0-9]+ failed$' <<<"$out")" >&3
+	[[ "$out" != *"not ok"* ]]
+	json_is '.copied_out[0].error == null and .copied_out[0].bytes > 0'
+	[ -x "$DATA/out/isopod-exec" ]
+	run "$DATA/out/isopod-exec" -h
+	[ "$status" -eq 0 ]
+	[[ "$output" == "usage: isopod-exec "* ]]
+}
+
+@test "debian: isopod image build of an unknown flavor is refused with 100" {
+	run --separate-stderr isopod image build nosuch
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *nosuch* ]]
+	run --separate-stderr sh "$ISOPOD_SRC/images/build-base" nosuch
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"unknown flavor: nosuch"* ]]
+}

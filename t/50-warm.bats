@@ -1,0 +1,394 @@
+#!/usr/bin/env bats
+# The warm pool (issue #5): memory snapshots per VM shape, built once under a
+# per-key lock, resumed over a fresh overlay; corrupt, orphaned and killed
+# snapshots; isopod-warm ls/rm; the gc sweep.  Real VM boots (TCG here).
+#
+# Each test that needs a snapshot of its own picks a shape no other test uses
+# (a --mem-mib of its own): the key covers the memory size.
+
+load helpers
+
+setup_file() {
+	isopod_setup_file --images
+	DATA="$(mktemp -d /tmp/isopod-t50-data.XXXXXX)"
+	export DATA
+}
+
+teardown_file() {
+	rm -rf "$DATA"
+	isopod_teardown_file
+}
+
+isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
+W() { echo "$ISOPOD_HOME/warm"; }
+
+# boot_vm [BOOT-OPTIONS...]: claim + boot a VM owned by this test's shell; the
+# boot JSON in $output (stderr apart), its id in $vm.
+boot_vm() {
+	isopod-claim > "$DATA/claim.json"
+	run --separate-stderr isopod-boot --owner-pid $$ "$@" < "$DATA/claim.json"
+	vm=$(jq -r .vm.id "$DATA/claim.json")
+}
+
+stop_vm() { isopod-stop --force "$1" > /dev/null; }
+
+# jout [JQ-OPTIONS...] FILTER: json_is with jq options (--arg ...).
+jout() {
+	if ! jq -e "$@" >/dev/null <<<"$output"; then
+		echo "jout failed: $*" >&2
+		echo "output: $output" >&2
+		return 1
+	fi
+}
+
+# held FILE: wait until someone holds FILE's flock (at most 5 s).
+held() {
+	for _ in $(seq 1 50); do
+		flock -n "$1" true || return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# key_of MEM: the key of the one snapshot of that memory size.
+key_of() { isopod-warm ls | jq -r --argjson m "$1" 'select(.shape.mem_mib == $m) | .key'; }
+
+@test "warm: run -- true twice: first snapshot-build, then warm; the store holds one whole snapshot" {
+	run --separate-stderr isopod run --json-only -- true
+	[ "$status" -eq 0 ]
+	json_is '.ok == true and .path == "snapshot-build"'
+	id1=$(echo "$output" | jq -r .vm.id)
+	run --separate-stderr isopod run --json-only -- true
+	[ "$status" -eq 0 ]
+	json_is '.ok == true and .path == "warm"'
+	id2=$(echo "$output" | jq -r .vm.id)
+	# the records say how they booted, and from which snapshot
+	jq -e '.path == "snapshot-build" and .resume_ms > 0' "$ISOPOD_HOME/vms/$id1/meta.json"
+	jq -e '.path == "warm" and .resume_ms > 0' "$ISOPOD_HOME/vms/$id2/meta.json"
+	key=$(jq -r .warm_key "$ISOPOD_HOME/vms/$id2/meta.json")
+	[ "$key" = "$(jq -r .warm_key "$ISOPOD_HOME/vms/$id1/meta.json")" ]
+	run --separate-stderr isopod-warm ls
+	[ "$status" -eq 0 ]
+	jout -s --arg k "$key" '.[] | select(.key == $k) | .hits == 1 and .orphaned == false and .orphaned_by == [] and .size > 0'
+	jout -s --arg k "$key" '.[] | select(.key == $k) | .shape.mem_mib == 512 and .shape.vcpus == 1 and .shape.net == "none" and .shape.layers == []'
+	# guest RAM as a file of the guest's size (sparse), device state beside it
+	[ "$(stat -c %s "$(W)/$key/mem")" -eq $((512 * 1024 * 1024)) ]
+	[ "$(stat -c %a "$(W)/$key/mem")" = 600 ]
+	[ -s "$(W)/$key/state" ]
+	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
+}
+
+@test "warm: isopod-boot reports resume_ms, warm_key and warnings; --cold and ISOPOD_WARM=0 boot cold" {
+	boot_vm
+	[ "$status" -eq 0 ]
+	json_is '.path == "warm" and .resume_ms > 0 and (.warm_key | length) == 64 and .warnings == [] and .root == "ro"'
+	stop_vm "$vm"
+	boot_vm --cold
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (has("resume_ms") | not) and (has("warm_key") | not) and .warnings == []'
+	stop_vm "$vm"
+	run --separate-stderr env ISOPOD_WARM=0 "$ISOPOD_SRC/sh/isopod" run --json-only -- true
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold"'
+	run --separate-stderr isopod run --json-only --cold -- true
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold"'
+	# a bad ISOPOD_WARM is a usage error before anything starts
+	isopod-claim > "$DATA/claim.json"
+	run --separate-stderr env ISOPOD_WARM=maybe isopod-boot --owner-pid $$ < "$DATA/claim.json"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *ISOPOD_WARM* ]]
+	jq -e '.state == "claimed"' "$ISOPOD_HOME/vms/$(jq -r .vm.id "$DATA/claim.json")/meta.json"
+}
+
+@test "warm: two resumed VMs differ in hostname and /dev/urandom; the clock is the host's" {
+	cmd='hostname; head -c16 /dev/urandom | od -An -tx1 | tr -d " \n"; echo; date +%s'
+	run --separate-stderr isopod run --json-only -- sh -c "$cmd"
+	[ "$status" -eq 0 ]
+	json_is '.path == "warm"'
+	a=$output
+	host_now=$(date +%s)
+	run --separate-stderr isopod run --json-only -- sh -c "$cmd"
+	[ "$status" -eq 0 ]
+	json_is '.path == "warm"'
+	b=$output
+	[ "$(jq -r .stdout <<<"$a" | sed -n 1p)" = "$(jq -r .vm.name <<<"$a")" ]
+	[ "$(jq -r .stdout <<<"$b" | sed -n 1p)" = "$(jq -r .vm.name <<<"$b")" ]
+	[ "$(jq -r .vm.name <<<"$a")" != "$(jq -r .vm.name <<<"$b")" ]
+	ra=$(jq -r .stdout <<<"$a" | sed -n 2p)
+	rb=$(jq -r .stdout <<<"$b" | sed -n 2p)
+	[ ${#ra} -eq 32 ] && [ ${#rb} -eq 32 ]
+	[ "$ra" != "$rb" ]
+	# the snapshot's clock is minutes old by now; the resumed guest's is not
+	ta=$(jq -r .stdout <<<"$a" | sed -n 3p)
+	d=$((ta - host_now))
+	[ "${d#-}" -le 5 ]
+}
+
+@test "warm: 6 concurrent runs of a new shape: exactly one build, all 6 succeed, no leftovers" {
+	pids=""
+	for i in 1 2 3 4 5 6; do
+		isopod run --json-only --mem-mib 320 -- sh -c "echo $i" > "$DATA/c$i.json" 2> "$DATA/c$i.err" &
+		pids="$pids $!"
+	done
+	for p in $pids; do wait "$p"; done
+	for i in 1 2 3 4 5 6; do
+		jq -e --arg i "$i" '.ok == true and .exit_code == 0 and .stdout == "\($i)\n"' "$DATA/c$i.json"
+	done
+	[ "$(cat "$DATA"/c?.json | jq -s 'map(select(.path == "snapshot-build")) | length')" -eq 1 ]
+	[ "$(cat "$DATA"/c?.json | jq -s 'map(select(.path == "warm")) | length')" -eq 5 ]
+	[ "$(isopod-warm ls | jq -s 'map(select(.shape.mem_mib == 320)) | length')" -eq 1 ]
+	key=$(key_of 320)
+	[ "$(isopod-warm ls | jq --arg k "$key" 'select(.key == $k) | .hits')" -eq 5 ]
+	# nothing but whole snapshots and their lock files
+	[ -z "$(ls -A "$(W)" | grep -vE '^[0-9a-f]{64}(\.lock)?$|^(qemu-version|argv)\.json$')" ]
+	[ -z "$(find "$ISOPOD_HOME/vms" -name 'tpl-*' -o -name '*.pristine')" ]
+}
+
+@test "warm: a truncated or overwritten state file is refused, retired, and the run boots cold with a warning" {
+	boot_vm --mem-mib 336
+	[ "$status" -eq 0 ]
+	json_is '.path == "snapshot-build" and .build_ms > 0'
+	stop_vm "$vm"
+	key=$(key_of 336)
+	# truncated
+	truncate -s 1000 "$(W)/$key/state"
+	boot_vm --mem-mib 336
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings | length) == 1'
+	json_is '.warnings[0] | test("refused: its state file is 1000 bytes.*retired, booted cold")'
+	[[ "$stderr" == *"refused"* ]]
+	run isopod-exec --vm "$vm" -- true
+	[ "$status" -eq 0 ]
+	stop_vm "$vm"
+	[ ! -e "$(W)/$key" ]
+	[ -z "$(key_of 336)" ]
+	# the next run rebuilds it
+	boot_vm --mem-mib 336
+	json_is '.path == "snapshot-build" and .warnings == []'
+	stop_vm "$vm"
+	# same size, other bytes
+	key=$(key_of 336)
+	printf 'XXXXXXXXXXXXXXXX' | dd of="$(W)/$key/state" bs=1 seek=4000 conv=notrunc status=none
+	boot_vm --mem-mib 336
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("does not match its sha256"))'
+	stop_vm "$vm"
+	[ ! -e "$(W)/$key" ]
+}
+
+@test "warm: a modified memory file is refused; a state QEMU cannot load fails the resume: retired, cold" {
+	boot_vm --mem-mib 344
+	json_is '.path == "snapshot-build"'
+	stop_vm "$vm"
+	key=$(key_of 344)
+	printf 'garbage' | dd of="$(W)/$key/mem" bs=4096 seek=1000 conv=notrunc status=none
+	boot_vm --mem-mib 344
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("memory file was modified"))'
+	stop_vm "$vm"
+	[ ! -e "$(W)/$key" ]
+	# a forged snapshot: the checks pass (its sha256 updated), QEMU refuses the state
+	boot_vm --mem-mib 344
+	json_is '.path == "snapshot-build"'
+	stop_vm "$vm"
+	key=$(key_of 344)
+	head -c 20000 /dev/urandom | dd of="$(W)/$key/state" bs=1 seek=100 conv=notrunc status=none
+	sha=$(sha256sum < "$(W)/$key/state" | cut -d' ' -f1)
+	jq --arg s "$sha" '.state.sha256 = $s' "$(W)/$key/meta.json" > "$DATA/meta.json"
+	cat "$DATA/meta.json" > "$(W)/$key/meta.json"
+	boot_vm --mem-mib 344
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("failed to resume.*retired, booted cold"))'
+	# the failed resume's QEMU log is kept beside the cold boot's
+	[ -s "$ISOPOD_HOME/vms/$vm/qemu-resume.log" ]
+	run isopod-exec --vm "$vm" -- sh -c 'hostname; cat /proc/uptime'
+	[ "$status" -eq 0 ]
+	stop_vm "$vm"
+	[ ! -e "$(W)/$key" ]
+	jq -e '.state == "stopped" and .path == "cold"' "$ISOPOD_HOME/vms/$vm/meta.json"
+}
+
+@test "warm: SIGKILL of the builder never leaves a usable half snapshot; gc reclaims the staging" {
+	for point in warm-template warm-publish; do
+		isopod-claim > "$DATA/claim.json"
+		run env ISOPOD_TEST_KILL_AT=$point isopod-boot --owner-pid $$ --mem-mib 352 < "$DATA/claim.json"
+		[ "$status" -eq 137 ]
+		staging=$(ls -d "$(W)"/.staging-* 2>/dev/null)
+		[ -n "$staging" ]
+		[ -z "$(key_of 352)" ]
+		# the template QEMU died with its builder
+		for _ in $(seq 1 50); do pgrep -f "$staging" > /dev/null || break; sleep 0.1; done
+		! pgrep -f "$staging"
+		run --separate-stderr isopod-gc
+		[ "$status" -eq 0 ]
+		jout --arg p "$staging" '[.leaked[] | select(.kind == "warm" and .path == $p and .removed)] | length == 1'
+		[ ! -e "$staging" ]
+	done
+	# the shape still works, and is built afresh
+	run --separate-stderr isopod run --json-only --mem-mib 352 -- true
+	[ "$status" -eq 0 ]
+	json_is '.path == "snapshot-build"'
+	run --separate-stderr isopod-gc --dry-run
+	json_is '.leaked == [] and .warm_removed == []'
+}
+
+@test "warm: a run that waits for another's build boots cold with a warning when it never comes" {
+	boot_vm --mem-mib 360
+	json_is '.path == "snapshot-build"'
+	stop_vm "$vm"
+	key=$(key_of 360)
+	run --separate-stderr isopod-warm rm "$key"
+	[ "$status" -eq 0 ]
+	# someone holds the key's build lock and never publishes
+	flock -o "$(W)/$key.lock" sleep 30 >/dev/null 2>&1 3>&- &
+	holder=$!
+	held "$(W)/$key.lock"
+	run --separate-stderr isopod-warm rm "$key"
+	[ "$status" -eq 101 ]
+	export ISOPOD_WARM_WAIT_MS=1500
+	boot_vm --mem-mib 360
+	unset ISOPOD_WARM_WAIT_MS
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("waited [0-9]+ ms for another run"))'
+	stop_vm "$vm"
+	kill "$holder"
+	wait "$holder" || true
+}
+
+@test "warm: a stage chain forked with isopod-fork resumes with the stage's files visible; removing the stage orphans it" {
+	run --separate-stderr isopod run --json-only --commit-as warmstage -- sh -c 'echo staged > /root/f'
+	[ "$status" -eq 0 ]
+	st=$(echo "$output" | jq -r .commit.stage.id)
+	for expect in snapshot-build warm; do
+		isopod-claim | isopod-fork --stage warmstage > "$DATA/fork.json"
+		run --separate-stderr isopod-boot --owner-pid $$ < "$DATA/fork.json"
+		[ "$status" -eq 0 ]
+		jout --arg p "$expect" '.path == $p'
+		vm=$(jq -r .vm.id "$DATA/fork.json")
+		run --separate-stderr isopod-exec --vm "$vm" -- sh -c 'cat /root/f; echo more >> /root/f; cat /root/f'
+		[ "$status" -eq 0 ]
+		json_is '.stdout == "staged\nstaged\nmore\n"'
+		stop_vm "$vm"
+	done
+	key=$(isopod-warm ls | jq -r --arg s "$st" 'select(.shape.layers == [$s]) | .key')
+	[ -n "$key" ]
+	# a chain one stage longer is another shape: built afresh, both layers' files seen
+	run --separate-stderr isopod run --json-only --stage warmstage --commit-as warmstage2 -- sh -c 'echo second > /root/g'
+	[ "$status" -eq 0 ]
+	st2=$(echo "$output" | jq -r .commit.stage.id)
+	for expect in snapshot-build warm; do
+		isopod-claim | isopod-fork --stage warmstage2 > "$DATA/fork.json"
+		run --separate-stderr isopod-boot --owner-pid $$ < "$DATA/fork.json"
+		jout --arg p "$expect" '.path == $p'
+		vm=$(jq -r .vm.id "$DATA/fork.json")
+		run --separate-stderr isopod-exec --vm "$vm" -- cat /root/f /root/g
+		json_is '.exit_code == 0 and .stdout == "staged\nsecond\n"'
+		stop_vm "$vm"
+	done
+	jq -e --arg a "$st" --arg b "$st2" '.shape.layers == [$a, $b]' "$(W)/$(jq -r .warm_key "$ISOPOD_HOME/vms/$vm/meta.json")/meta.json"
+	# a record whose layers disagree with the disk's real backing chain is never resumed
+	isopod-claim | isopod-fork --stage warmstage2 > "$DATA/fork.json"
+	vm=$(jq -r .vm.id "$DATA/fork.json")
+	jq --arg s "$st" '.layers = [$s]' "$ISOPOD_HOME/vms/$vm/meta.json" > "$DATA/rec.json"
+	cat "$DATA/rec.json" > "$ISOPOD_HOME/vms/$vm/meta.json"
+	run --separate-stderr isopod-boot --owner-pid $$ < "$DATA/fork.json"
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("backing chain .* is not the one its record names"))'
+	run --separate-stderr isopod-exec --vm "$vm" -- cat /root/g
+	json_is '.stdout == "second\n"'
+	stop_vm "$vm"
+	# the front end's --stage takes the same snapshot
+	run --separate-stderr isopod run --json-only --stage warmstage -- cat /root/f
+	json_is '.path == "warm" and .stdout == "staged\n"'
+	run --separate-stderr isopod stage rm --recursive warmstage
+	[ "$status" -eq 0 ]
+	run --separate-stderr isopod-warm ls
+	jout -s --arg k "$key" --arg s "$st" '.[] | select(.key == $k) | .orphaned and any(.orphaned_by[]; . == "stage \($s) was removed")'
+	run --separate-stderr isopod-gc
+	jout --arg k "$key" '[.warm_removed[] | select(.key == $k)] | length == 1'
+	[ ! -e "$(W)/$key" ]
+}
+
+@test "warm: another kernel or base makes snapshots orphaned: never resumed, swept by gc" {
+	run --separate-stderr isopod run --json-only --mem-mib 368 -- true
+	json_is '.path == "snapshot-build"'
+	old=$(key_of 368)
+	ksha=$(cat "$ISOPOD_HOME/kernels/current")
+	# a new kernel: same files, another content address
+	new=$(echo "new $ksha" | sha256sum | cut -c1-64)
+	mkdir "$ISOPOD_HOME/kernels/$new"
+	ln "$ISOPOD_HOME/kernels/$ksha/vmlinux" "$ISOPOD_HOME/kernels/$ksha/initramfs.cpio" "$ISOPOD_HOME/kernels/$new/"
+	echo "$new" > "$ISOPOD_HOME/kernels/current"
+	run --separate-stderr isopod-warm ls
+	jout -s --arg k "$old" '.[] | select(.key == $k) | .orphaned and (.orphaned_by[0] | test("kernel .* is no longer current"))'
+	run --separate-stderr isopod run --json-only --mem-mib 368 -- true
+	json_is '.path == "snapshot-build"'
+	[ "$(isopod-warm ls | jq -s 'map(select(.shape.mem_mib == 368)) | length')" -eq 2 ]
+	run --separate-stderr isopod-gc --dry-run
+	jout --arg k "$old" '([.warm_removed[] | select(.key == $k)] | length == 1) and .leaked == []'
+	[ -d "$(W)/$old" ]
+	run --separate-stderr isopod-gc
+	jout --arg k "$old" 'any(.warm_removed[]; .key == $k)'
+	[ ! -e "$(W)/$old" ]
+	# back to the first kernel: the other one's snapshot is orphaned now
+	echo "$ksha" > "$ISOPOD_HOME/kernels/current"
+	rm -rf "$ISOPOD_HOME/kernels/$new"
+	run --separate-stderr isopod-warm ls
+	jout -s --arg k "$ksha" 'map(select(.shape.kernel != $k)) | length > 0 and all(.[]; .orphaned and (.orphaned_by[0] | test("was removed")))'
+	# a base that is no longer the current one orphans plain-chain snapshots
+	bsha=$(cat "$ISOPOD_HOME/images/current-base")
+	echo 0000000000000000000000000000000000000000000000000000000000000000 > "$ISOPOD_HOME/images/current-base"
+	run --separate-stderr isopod-warm ls
+	jout -s 'map(select(.shape.layers == [])) | length > 0 and all(.[]; .orphaned and (.orphaned_by | map(test("no longer the current base image")) | any))'
+	echo "$bsha" > "$ISOPOD_HOME/images/current-base"
+	run --separate-stderr isopod-gc
+	[ "$status" -eq 0 ]
+	[ -z "$(isopod-warm ls | jq -r 'select(.orphaned) | .key')" ]
+}
+
+@test "warm: isopod-warm rm KEY|--orphaned|--all, and its refusals" {
+	run --separate-stderr isopod-warm
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod-warm rm
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod-warm rm --all 0123
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod-warm rm XYZ
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod-warm rm 0000000000000000000000000000000000000000000000000000000000000000
+	[ "$status" -eq 101 ]
+	[[ "$stderr" == *"no such warm snapshot"* ]]
+	run --separate-stderr isopod-warm frobnicate
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod-warm -h
+	[ "$status" -eq 0 ]
+	[[ "$output" == "usage: isopod-warm ls"* ]]
+	run --separate-stderr isopod run --json-only --mem-mib 376 -- true
+	run --separate-stderr isopod run --json-only --mem-mib 384 -- true
+	key=$(key_of 376)
+	[ -n "$key" ]
+	# a unique prefix names it; a held lock makes it busy (102), not removed
+	flock -o "$(W)/$key.lock" sleep 30 >/dev/null 2>&1 3>&- &
+	holder=$!
+	held "$(W)/$key.lock"
+	run --separate-stderr isopod-warm rm "${key:0:12}"
+	[ "$status" -eq 102 ]
+	jout --arg k "$key" '.busy == [$k] and .removed == []'
+	[ -d "$(W)/$key" ]
+	kill "$holder"
+	wait "$holder" || true
+	run --separate-stderr isopod-warm rm "${key:0:12}"
+	[ "$status" -eq 0 ]
+	jout --arg k "$key" '.removed == [$k] and .reclaimed_bytes > 0'
+	[ ! -e "$(W)/$key" ] && [ ! -e "$(W)/$key.lock" ]
+	run --separate-stderr isopod-warm rm --orphaned
+	[ "$status" -eq 0 ]
+	json_is '.removed == []'
+	[ -n "$(key_of 384)" ]
+	run --separate-stderr isopod-warm rm --all
+	[ "$status" -eq 0 ]
+	json_is '(.removed | length) > 0 and .busy == []'
+	[ -z "$(isopod-warm ls)" ]
+	[ -z "$(ls -A "$(W)" | grep -vE '^(qemu-version|argv)\.json$')" ]
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bats
+# The host tools built with ASan + UBSan (make asan) driving real VMs through
+# the main paths: a sanitizer report anywhere fails the test.
+
+load helpers
+
+setup_file() {
+	isopod_setup_file --images
+	ASAN_BIN="$ISOPOD_SRC/build/asan/bin"
+	export ASAN_BIN
+	[ -x "$ASAN_BIN/isopod-exec" ] || {
+		echo "# build/asan/bin is missing: run make asan" >&3
+		return 1
+	}
+	export ISOPOD_LIBEXEC="$ASAN_BIN"
+	# leaks at exit of one-shot tools are not bugs; memory errors and UB are
+	export ASAN_OPTIONS=detect_leaks=0:exitcode=86:abort_on_error=0
+	export UBSAN_OPTIONS=halt_on_error=1:exitcode=87:print_stacktrace=1
+	DATA="$(mktemp -d /tmp/isopod-t60-data.XXXXXX)"
+	export DATA
+}
+
+teardown_file() {
+	rm -rf "$DATA"
+	isopod_teardown_file
+}
+
+isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
+
+clean_stderr() {
+	! grep -E 'AddressSanitizer|runtime error:|LeakSanitizer|UndefinedBehaviorSanitizer' <<<"$stderr"
+}
+
+@test "asan: the sanitizer build is what runs" {
+	run --separate-stderr isopod doctor --quick
+	nm -C "$ASAN_BIN/isopod-exec" | grep -q __asan_init
+}
+
+@test "asan: run with output on both streams, stdin, copy-in and copy-out" {
+	head -c 300000 /dev/urandom > "$DATA/in"
+	run --separate-stderr isopod run --json-only --cold --stdin-file "$DATA/in" \
+		--copy-in "$DATA/in:/root/in" --copy-out "/root/in:$DATA/out" \
+		-- sh -c 'wc -c; echo err >&2; printf "\377\376 bad utf8"; exit 3'
+	[ "$status" -eq 3 ]
+	clean_stderr
+	json_is '.exit_code == 3 and .stderr == "err\n" and .copied_out[0].bytes == 300000'
+	cmp "$DATA/in" "$DATA/out"
+}
+
+@test "asan: failures of every kind stay clean" {
+	run -127 --separate-stderr isopod run --json-only --cold -- no-such-cmd
+	clean_stderr
+	run --separate-stderr isopod run --json-only --cold --timeout-s 6 -- sleep 100
+	[ "$status" -eq 137 ]
+	clean_stderr
+	run --separate-stderr isopod run --cold --env '=x' -- true
+	[ "$status" -eq 100 ]
+	clean_stderr
+	run --separate-stderr isopod vm rm no-such-vm
+	[ "$status" -eq 101 ]
+	clean_stderr
+}
+
+@test "asan: keep, exec, commit, fork, stage tools, stop and gc" {
+	run --separate-stderr isopod run --json-only --cold --commit-as asan-st -- sh -c 'echo s > /root/s'
+	[ "$status" -eq 0 ]
+	clean_stderr
+	run --separate-stderr isopod run --json-only --cold --keep --stage asan-st -- cat /root/s
+	[ "$status" -eq 0 ]
+	clean_stderr
+	id=$(echo "$output" | jq -r .vm.id)
+	run --separate-stderr "$ASAN_BIN/isopod-exec" --vm "$id" -- sh -c 'head -c 2000000 /dev/zero'
+	[ "$status" -eq 0 ]
+	clean_stderr
+	run --separate-stderr "$ASAN_BIN/isopod-stop" "$id"
+	[ "$status" -eq 0 ]
+	clean_stderr
+	for v in ls "info asan-st"; do
+		# shellcheck disable=SC2086
+		run --separate-stderr "$ASAN_BIN/isopod-stage" $v
+		[ "$status" -eq 0 ]
+		clean_stderr
+	done
+	run --separate-stderr "$ASAN_BIN/isopod-gc" --dry-run
+	[ "$status" -eq 0 ]
+	clean_stderr
+	json_is '.leaked == []'
+}

@@ -1,0 +1,185 @@
+#!/bin/sh
+# t/lab/lab.sh - the sealed test world of the network tests.
+#
+#   lab.sh up NAME               build it (root)
+#   lab.sh down NAME             kill its servers, delete its namespaces
+#   lab.sh exec NAME CMD...      run CMD in NAME-host (where isopod runs)
+#   lab.sh fakevm NAME K [SEC]   a stand-in guest for slot K (no QEMU): netns
+#                                NAME-vmK with eth0 relayed to isopod-tapK
+#   lab.sh gexec NAME K CMD...   run CMD in that stand-in guest
+#
+# Two namespaces and one veth pair, created inside them; nothing is linked
+# to the root namespace, so nothing sent in the lab can leave this machine:
+#
+#   NAME-host  h0 203.0.113.1/24, default route via 203.0.113.254.  isopod's
+#              taps, nftables table and QEMU live here.  A live listener on
+#              203.0.113.1 (the host's own non-gateway address).
+#   NAME-inet  i0 203.0.113.254/24; on its lo the "internet":
+#              198.51.100.10 (public-looking, TEST-NET-2), 169.254.169.254
+#              (fake metadata), 10.99.0.5, 172.16.5.5, 192.168.5.5
+#              (private ranges).  A route back to 10.213.0.0/16 via the
+#              host netns; no default route: a packet for anything else
+#              dies here.  (On lo: this kernel has no dummy driver.)
+#
+# Every listed address serves TCP 80 (HTTP 200, body "lab ADDR") and UDP 7
+# (echo), logging each hit to $STATE/hits (serve.py), and answers ping.
+# `up` checks that every listener answers before it returns, so a blocked
+# probe in a test can never mean "nothing was there".
+set -eu
+
+LAB_DIR=$(cd "$(dirname "$0")" && pwd)
+STATE_ROOT=${ISOPOD_LAB_STATE:-/run/isopod-lab}
+INET_ADDRS='198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5'
+HOST_ADDR=203.0.113.1
+INET_GW=203.0.113.254
+BASE3=10.213 # slot k: 10.213.X.Y with X.Y = 4k (isopod-netsetup's default base)
+
+die() {
+	printf 'lab: fatal: %s\n' "$*" >&2
+	exit 111
+}
+
+check_name() {
+	case $1 in
+	'' | *[!a-z0-9-]* | -*) die "bad lab name '$1': want [a-z0-9-]" ;;
+	esac
+	[ ${#1} -le 20 ] || die "lab name '$1' longer than 20"
+}
+
+nsx() {
+	ns=$1
+	shift
+	ip netns exec "$ns" "$@"
+}
+
+# Wait (≤ 5 s) until CMD... succeeds.
+await() {
+	i=0
+	until "$@" >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ "$i" -le 50 ] || return 1
+		sleep 0.1
+	done
+}
+
+# Slot k's address with last part +h (1 gateway, 2 guest).
+slot_ip() {
+	n=$((4 * $1 + $2))
+	echo "$BASE3.$((n / 256)).$((n % 256))"
+}
+
+slot_mac() {
+	printf '02:69:73:00:%02x:%02x\n' $(($1 / 256)) $(($1 % 256))
+}
+
+# Start CMD... in netns NS in the background, its pid recorded for `down`.
+spawn() {
+	ns=$1
+	shift
+	ip netns exec "$ns" "$@" </dev/null >>"$STATE/log" 2>&1 3>&- &
+	echo $! >>"$STATE/pids"
+}
+
+probe_tcp() {
+	nsx "$1" python3 -c 'import socket,sys; s=socket.create_connection((sys.argv[1],80),2); s.sendall(b"GET / HTTP/1.0\r\n\r\n"); assert b"lab " in s.recv(4096)' "$2"
+}
+
+probe_udp() {
+	nsx "$1" python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(1); s.sendto(b"x",(sys.argv[1],7)); assert s.recv(100).startswith(b"lab ")' "$2"
+}
+
+cmd_up() {
+	name=$1
+	[ "$(id -u)" -eq 0 ] || die "needs root (network namespaces)"
+	if ip netns list | grep -q "^$name-host\b"; then
+		die "lab $name exists: lab.sh down $name first"
+	fi
+	mkdir -p "$STATE"
+	: >"$STATE/pids"
+	: >"$STATE/hits"
+	: >"$STATE/log"
+	ip netns add "$name-host"
+	ip netns add "$name-inet"
+	# The veth pair is born inside the lab: it never exists in the root netns.
+	nsx "$name-host" ip link add h0 type veth peer name i0 netns "$name-inet"
+	nsx "$name-host" ip link set lo up
+	nsx "$name-host" ip addr add "$HOST_ADDR/24" dev h0
+	nsx "$name-host" ip link set h0 up
+	nsx "$name-host" ip route add default via "$INET_GW" dev h0
+	nsx "$name-inet" ip link set lo up
+	nsx "$name-inet" ip addr add "$INET_GW/24" dev i0
+	nsx "$name-inet" ip link set i0 up
+	for a in $INET_ADDRS; do
+		nsx "$name-inet" ip addr add "$a/32" dev lo
+	done
+	# The internet can route back to the VMs' range: without isopod's table
+	# every lab address would be reachable from a guest (t/40-net.bats
+	# checks that too), so a blocked probe is the table's doing.
+	nsx "$name-inet" ip route add 10.213.0.0/16 via "$HOST_ADDR" dev i0
+	# shellcheck disable=SC2086 # a list of addresses
+	spawn "$name-inet" python3 "$LAB_DIR/serve.py" "$STATE/hits" $INET_ADDRS
+	spawn "$name-host" python3 "$LAB_DIR/serve.py" "$STATE/hits" "$HOST_ADDR"
+	# Every listener live, seen from the host netns (through the veth).
+	for a in $INET_ADDRS $HOST_ADDR; do
+		await probe_tcp "$name-host" "$a" || die "lab $name: no TCP listener on $a"
+		await probe_udp "$name-host" "$a" || die "lab $name: no UDP listener on $a"
+		nsx "$name-host" busybox ping -c1 -W1 "$a" >/dev/null || die "lab $name: $a does not answer ping"
+	done
+	: >"$STATE/hits"
+	echo "lab $name up: host netns $name-host, internet $name-inet, state $STATE"
+}
+
+cmd_down() {
+	name=$1
+	if [ -f "$STATE/pids" ]; then
+		while read -r pid; do
+			kill "$pid" 2>/dev/null || :
+		done <"$STATE/pids"
+	fi
+	for ns in $(ip netns list | awk '{print $1}'); do
+		case $ns in
+		"$name-host" | "$name-inet" | "$name"-vm[0-9]*) ip netns del "$ns" ;;
+		esac
+	done
+	rm -rf "$STATE"
+}
+
+# A stand-in guest on slot K: netns NAME-vmK whose eth0 (slot K's MAC and
+# address, default route via its gateway) is relayed to isopod-tapK in the
+# host netns by fakevm.py, for SEC seconds at most (default 120), with the
+# same TCP 80 / UDP 7 listeners on the guest address as the internet hosts.
+cmd_fakevm() {
+	name=$1 k=$2 sec=${3:-120}
+	g=$name-vm$k
+	ip netns add "$g"
+	nsx "$g" ip link set lo up
+	spawn "$name-host" python3 "$LAB_DIR/fakevm.py" "isopod-tap$k" "$g" "$sec"
+	await nsx "$g" ip link show eth0 || die "fakevm $k: no eth0 in $g"
+	nsx "$g" ip link set eth0 address "$(slot_mac "$k")"
+	nsx "$g" ip addr add "$(slot_ip "$k" 2)/30" dev eth0
+	nsx "$g" ip link set eth0 up
+	nsx "$g" ip route add default via "$(slot_ip "$k" 1)" dev eth0
+	await nsx "$g" busybox ping -c1 -W1 "$(slot_ip "$k" 1)" || die "fakevm $k: gateway does not answer"
+	# A live listener on the guest address, for "another VM" probes.
+	spawn "$g" python3 "$LAB_DIR/serve.py" "$STATE/hits" "$(slot_ip "$k" 2)"
+	await probe_tcp "$name-host" "$(slot_ip "$k" 2)" || die "fakevm $k: no listener"
+}
+
+[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec NAME [ARGS...]"
+verb=$1 name=$2
+shift 2
+check_name "$name"
+STATE=$STATE_ROOT/$name
+case $verb in
+up) cmd_up "$name" ;;
+down) cmd_down "$name" ;;
+exec) nsx "$name-host" "$@" ;;
+fakevm) cmd_fakevm "$name" "$@" ;;
+gexec)
+	k=$1
+	shift
+	nsx "$name-vm$k" "$@"
+	;;
+hits) cat "$STATE/hits" ;;
+*) die "unknown verb $verb" ;;
+esac
