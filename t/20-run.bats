@@ -20,7 +20,7 @@ teardown_file() {
 isopod() { "$ROOT/sh/isopod" "$@"; }
 
 @test "run: echo prints a complete JSON result and exits 0" {
-	run --separate-stderr isopod run --json-only -- echo hello
+	run --separate-stderr isopod run --json-only --cold -- echo hello
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -e '.ok == true and .exit_code == 0 and .signal == null and .timed_out == false'
 	echo "$output" | jq -e '.stdout == "hello\n" and .stdout_bytes == 6 and .stdout_truncated == false'
