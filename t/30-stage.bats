@@ -207,7 +207,7 @@ stage_id() { isopod stage info "$1" | jq -r .id; }
 	mount -t tmpfs -o size=600m,mode=0755 isopod-enospc "$DATA/small"
 	main_home=$ISOPOD_HOME
 	export ISOPOD_HOME="$DATA/small/home"
-	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
 	run --separate-stderr isopod run --json-only --cold --disk-mib 512 --commit-as big -- sh -c 'head -c 150000000 /dev/urandom > /root/big'
 	json_is '.commit.stage.label == "big"'
 	# a running VM to commit once the disk is full
