@@ -10,6 +10,7 @@
 
 #include "host.h"
 #include "qmp.h"
+#include "net.h"
 #include "util.h"
 #include "warm.h"
 
@@ -287,8 +288,14 @@ static void close_except(int *keep, int n)
 struct qargs {
 	char machine[160], mem[32], smp[32], con[PATH_MAX + 32], drive[PATH_MAX + 64];
 	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32], obj[PATH_MAX + 128];
+	char netdev[96], nic[96];
 	char *av[64];
 };
+
+/* The network slot of this VM (--net open): taken before QEMU starts, its
+ * lock held by the supervisor for the VM's whole life.  slot -1: no NIC,
+ * and then the command line is exactly the one without networking. */
+static struct netslot NET = { .slot = -1, .lock_fd = -1 };
 
 static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *im,
 		      const char *accel, long long mem, long long vcpus, const char *memfile,
@@ -338,6 +345,14 @@ static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *
 	A("-chardev"); A(q->agent);
 	A("-device"); A("virtserialport,chardev=agent,name=isopod.agent");
 	A("-device"); A("virtio-rng-device");
+	if (NET.slot >= 0) {
+		/* Last device: the order of the others never depends on it. */
+		snprintf(q->netdev, sizeof q->netdev,
+			 "tap,id=net0,ifname=%s,script=no,downscript=no", NET.tap);
+		snprintf(q->nic, sizeof q->nic, "virtio-net-device,netdev=net0,mac=%s", NET.macs);
+		A("-netdev"); A(q->netdev);
+		A("-device"); A(q->nic);
+	}
 	A("-qmp"); A(q->qmp);
 	if (incoming) {
 		A("-incoming"); A("defer");
@@ -650,9 +665,10 @@ static void supervise(const char *id, const struct inst *in, char *const *av, in
 		_exit(111);
 	}
 	{
-		int keep[] = { lockfd, ctlfd, repfd, ownerfd, sfd, memfd };
+		/* NET.lock_fd: the slot is busy exactly while we live. */
+		int keep[] = { lockfd, ctlfd, repfd, ownerfd, sfd, memfd, NET.lock_fd };
 
-		close_except(keep, 6); /* logfd too: it lives on as fd 2 */
+		close_except(keep, 7); /* logfd too: it lives on as fd 2 */
 	}
 	q = spawn(av, 2, 1, memfd);
 	if (memfd >= 0)
@@ -1998,7 +2014,7 @@ int main(int argc, char **argv)
 	struct cfg cf = { 1, 512, 0, 60000, 0, 0, 0, 0, 60000, NULL, NULL };
 	char why[256], reason[512], meta[PATH_MAX], lockp[PATH_MAX], err[PATH_MAX + 128];
 	char msg[2048], pristine[PATH_MAX];
-	const char *id, *name, *state, *accel, *env;
+	const char *id, *name, *state, *accel, *env, *net_mode;
 	struct img im;
 	struct inst in;
 	struct qargs q;
@@ -2153,6 +2169,20 @@ int main(int argc, char **argv)
 		name = id;
 	B.id = id;
 
+	/* The network slot, before anything boots: no taps (netsetup not run
+	 * since the host booted) or no free slot fail here, fast. */
+	net_mode = json_string_value(json_object_get(json_object_get(rec, "net"), "mode"));
+	if (!net_mode)
+		net_mode = "none";
+	if (!net_mode_valid(net_mode))
+		die(EX_USAGE, "vm %s: net mode %s is not supported", id, net_mode);
+	if (strcmp(net_mode, "none")) {
+		net_take_slot(&NET);
+		/* Warm snapshots are made without a NIC: networked VMs boot
+		 * cold (the pool key carries the net mode for when they don't). */
+		W.on = 0;
+	}
+
 	accel = choose_accel(&cf, &im, reason, sizeof reason);
 	m = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?, s:{s:s}, s:{s:s, s:s}, s:s, s:s, s:I, s:b}",
 		      "state", "booting", "vcpus", (json_int_t)cf.vcpus, "mem_mib",
@@ -2160,6 +2190,8 @@ int main(int argc, char **argv)
 		      "accel_reason", !strcmp(accel, "tcg") ? reason : NULL, "kernel", "sha256",
 		      im.ksha, "base", "flavor", im.flavor, "sha256", im.bsha, "agent_sock", in.agent,
 		      "qmp_sock", in.qmp, "owner_pid", (json_int_t)cf.owner, "keep", cf.keep);
+	if (m)
+		json_object_set_new(m, "net", net_json(&NET, net_mode));
 	if (!m || vm_meta_update(id, NULL, m) < 0)
 		die(EX_SYS, "unable to update %s:", meta);
 	json_decref(m);
@@ -2181,6 +2213,15 @@ int main(int argc, char **argv)
 	h.set_time = 1;
 	h.seed = 1;
 	h.grow = disk_bytes > cur_bytes;
+	if (NET.slot >= 0) {
+		h.net_addr = NET.addr;
+		h.net_gw = NET.gw;
+		h.net_mtu = NET.mtu;
+		h.net_mac = NET.mac;
+		/* No resolver on the gateway yet (that is the broker's job). */
+		if ((env = getenv("ISOPOD_NET_DNS")) && *env)
+			h.net_dns = env;
+	}
 
 	if (W.on) {
 		int got = warm_get(&in, &im, &cf, accel, !forked, deadline);
@@ -2288,6 +2329,7 @@ int main(int argc, char **argv)
 			json_object_set_new(out, "build_ms", json_integer(W.build_ms));
 		if (W.on)
 			json_object_set_new(out, "warm_key", json_string(W.key));
+		json_object_set_new(out, "net", net_json(&NET, net_mode));
 		json_object_set(out, "warnings", W.warnings);
 		json_emit(out);
 	}
