@@ -242,3 +242,38 @@ stage_id() { isopod stage info "$1" | jq -r .id; }
 	run --separate-stderr isopod run --json-only -- sh -c "df -k / | awk 'NR==2 {print \$2}'"
 	[ "$(echo "$output" | jq -r .stdout)" -lt 200000 ]
 }
+
+@test "stage: a rebuilt base never breaks an existing stage; image ls shows pins and the current base" {
+	old=$(cat "$ISOPOD_HOME/images/current-base")
+	run --separate-stderr isopod run --json-only --cold --commit-as on-old-base -- sh -c 'echo kept > /root/kept'
+	[ "$status" -eq 0 ]
+	st=$(echo "$output" | jq -r .commit.stage.id)
+	# "rebuild" the base: the same image with one more file is a new base
+	cp "$ISOPOD_HOME/images/base-$old.img" "$DATA/new.img"
+	chmod u+w "$DATA/new.img"
+	echo rebuilt > "$DATA/marker"
+	debugfs -w -R "write $DATA/marker /etc/rebuilt" "$DATA/new.img" >/dev/null 2>&1
+	new=$(sha256sum < "$DATA/new.img" | cut -d' ' -f1)
+	[ "$new" != "$old" ]
+	mv "$DATA/new.img" "$ISOPOD_HOME/images/base-$new.img"
+	chmod 0444 "$ISOPOD_HOME/images/base-$new.img"
+	jq -n --arg s "$new" '{flavor: "base", sha256: $s, size: 0, created: "now"}' > "$ISOPOD_HOME/images/base-$new.json"
+	echo "$new" > "$ISOPOD_HOME/images/current-base"
+	# new runs use the new base; the old stage still boots on its own base
+	run --separate-stderr isopod run --json-only --cold -- cat /etc/rebuilt
+	json_is '.stdout == "rebuilt\n"'
+	run --separate-stderr isopod run --json-only --cold --stage on-old-base -- sh -c 'cat /root/kept; cat /etc/rebuilt 2>/dev/null || echo no-marker'
+	json_is '.stdout == "kept\nno-marker\n"'
+	[ "$(echo "$output" | jq -r .on.base.sha256)" = "$old" ]
+	run --separate-stderr isopod image ls
+	# -s: jq 1.6's -e judges only the last input of a stream
+	echo "$output" | jq -s -e --arg o "$old" --arg s "$st" \
+		'[.[] | select(.kind == "base" and .sha256 == $o)] | length == 1 and .[0].current == false and any(.[0].stages[]; . == $s)'
+	echo "$output" | jq -s -e --arg n "$new" \
+		'[.[] | select(.kind == "base" and .sha256 == $n)] | length == 1 and .[0].current == true'
+	# a pinned base cannot be removed
+	run --separate-stderr isopod image rm "$old"
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"$st"* ]]
+	echo "$old" > "$ISOPOD_HOME/images/current-base"
+}

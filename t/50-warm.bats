@@ -98,6 +98,9 @@ key_of() { isopod-warm ls | jq -r --argjson m "$1" 'select(.shape.mem_mib == $m)
 	run --separate-stderr env ISOPOD_WARM=maybe isopod-boot --owner-pid $$ < "$DATA/claim.json"
 	[ "$status" -eq 100 ]
 	[[ "$stderr" == *ISOPOD_WARM* ]]
+	run --separate-stderr env ISOPOD_WARM_WAIT_MS=soon isopod-boot --owner-pid $$ < "$DATA/claim.json"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *ISOPOD_WARM_WAIT_MS* ]]
 	jq -e '.state == "claimed"' "$ISOPOD_HOME/vms/$(jq -r .vm.id "$DATA/claim.json")/meta.json"
 }
 
@@ -254,6 +257,57 @@ key_of() { isopod-warm ls | jq -r --argjson m "$1" 'select(.shape.mem_mib == $m)
 	stop_vm "$vm"
 	kill "$holder"
 	wait "$holder" || true
+	# the holder lets go without publishing: the waiter says so and boots cold
+	flock -o "$(W)/$key.lock" sleep 2 >/dev/null 2>&1 3>&- &
+	holder=$!
+	held "$(W)/$key.lock"
+	boot_vm --mem-mib 360
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("the run that was building the warm snapshot .* failed"))'
+	stop_vm "$vm"
+	wait "$holder" || true
+}
+
+@test "warm: a template build that fails boots cold with a warning and leaves nothing behind" {
+	# a qemu-img that refuses to make the template's overlay (in the staging dir)
+	mkdir -p "$DATA/bin"
+	printf '#!/bin/sh\ncase "$*" in *"/.staging-"*) echo "qemu-img: no" >&2; exit 1 ;; esac\nexec /usr/bin/qemu-img "$@"\n' > "$DATA/bin/qemu-img"
+	chmod 755 "$DATA/bin/qemu-img"
+	PATH="$DATA/bin:$PATH" boot_vm --mem-mib 392
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("warm snapshot .* not built: qemu-img create failed"))'
+	[ -z "$(key_of 392)" ]
+	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
+	run isopod-exec --vm "$vm" -- true
+	[ "$status" -eq 0 ]
+	stop_vm "$vm"
+	# a QEMU whose version cannot be read: no pool, a warning, a cold boot
+	printf '#!/bin/sh\n[ "$1" = --version ] && exit 1\nexec /usr/bin/qemu-system-x86_64 "$@"\n' > "$DATA/bin/qemu-system-x86_64"
+	chmod 755 "$DATA/bin/qemu-system-x86_64"
+	PATH="$DATA/bin:$PATH" boot_vm --mem-mib 392
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("warm pool not used: .*--version failed")) and (has("warm_key") | not)'
+	stop_vm "$vm"
+	rm -f "$DATA/bin/qemu-system-x86_64"
+	# the owner exits while the snapshot is built: no VM, no template, no staging
+	sleep 60 &
+	owner=$!
+	isopod-claim > "$DATA/claim.json"
+	isopod-boot --owner-pid "$owner" --mem-mib 400 < "$DATA/claim.json" > "$DATA/boot.json" 2> "$DATA/boot.err" &
+	boot=$!
+	for _ in $(seq 1 100); do [ -z "$(ls -d "$(W)"/.staging-* 2>/dev/null)" ] || break; sleep 0.1; done
+	staging=$(ls -d "$(W)"/.staging-*)
+	kill "$owner"
+	rc=0
+	wait "$boot" || rc=$?
+	[ "$rc" -eq 111 ]
+	grep -q "owner" "$DATA/boot.err"
+	[ ! -s "$DATA/boot.json" ]
+	[ ! -e "$staging" ]
+	! pgrep -f "$staging"
+	vm=$(jq -r .vm.id "$DATA/claim.json")
+	jq -e '.state == "failed"' "$ISOPOD_HOME/vms/$vm/meta.json"
+	! vm_locked "$vm"
 }
 
 @test "warm: a stage chain forked with isopod-fork resumes with the stage's files visible; removing the stage orphans it" {
