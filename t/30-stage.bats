@@ -11,6 +11,11 @@ setup_file() {
 }
 
 teardown_file() {
+	# the ENOSPC test's own store: stop its VMs even when the test failed
+	for d in "$DATA"/small/home/vms/vm-*; do
+		[ -d "$d" ] || continue
+		ISOPOD_HOME="$DATA/small/home" isopod-stop --force "$(basename "$d")" >/dev/null 2>&1 || true
+	done
 	if mountpoint -q "$DATA/small" 2>/dev/null; then umount "$DATA/small"; fi
 	rm -rf "$DATA"
 	isopod_teardown_file
