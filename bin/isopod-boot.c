@@ -424,46 +424,13 @@ static int exited_within(pid_t pid, int *st, int ms)
 	}
 }
 
-/* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <size>; qemu-img's
- * own messages go to our stderr, stdout stays JSON-only. */
-static int make_overlay(const struct img *im, const char *disk, long long bytes, char *err,
-			size_t errsz)
+/* Run qemu-img (av) to completion; its own messages go to our stderr,
+ * stdout stays JSON-only.  err names the verb (av[1]) and the disk. */
+static int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
 {
-	char size[32];
-	char *av[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
-		       (char *)im->base, (char *)disk, size, NULL };
 	pid_t pid;
 	int st;
 
-	snprintf(size, sizeof size, "%lld", bytes);
-	unlink(disk);
-	pid = spawn(av, 2, 0, -1);
-	if (pid < 0) {
-		snprintf(err, errsz, "unable to fork qemu-img: %s", strerror(errno));
-		return -1;
-	}
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR) {
-			snprintf(err, errsz, "unable to wait for qemu-img: %s", strerror(errno));
-			return -1;
-		}
-	if (st != 0) {
-		snprintf(err, errsz, "qemu-img create %s failed (status %d)", disk,
-			 status_code(st));
-		return -1;
-	}
-	return 0;
-}
-
-/* qemu-img resize -q <disk> <bytes>: a forked disk asked to be larger. */
-static int grow_disk(const char *disk, long long bytes, char *err, size_t errsz)
-{
-	char size[32];
-	char *av[] = { "qemu-img", "resize", "-q", (char *)disk, size, NULL };
-	pid_t pid;
-	int st;
-
-	snprintf(size, sizeof size, "%lld", bytes);
 	if ((pid = spawn(av, 2, 0, -1)) < 0) {
 		snprintf(err, errsz, "unable to fork qemu-img: %s", strerror(errno));
 		return -1;
@@ -474,11 +441,34 @@ static int grow_disk(const char *disk, long long bytes, char *err, size_t errsz)
 			return -1;
 		}
 	if (st != 0) {
-		snprintf(err, errsz, "qemu-img resize %s failed (status %d)", disk,
+		snprintf(err, errsz, "qemu-img %s %s failed (status %d)", av[1], disk,
 			 status_code(st));
 		return -1;
 	}
 	return 0;
+}
+
+/* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <size>. */
+static int make_overlay(const struct img *im, const char *disk, long long bytes, char *err,
+			size_t errsz)
+{
+	char size[32];
+	char *av[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
+		       (char *)im->base, (char *)disk, size, NULL };
+
+	snprintf(size, sizeof size, "%lld", bytes);
+	unlink(disk);
+	return qemu_img(av, disk, err, errsz);
+}
+
+/* qemu-img resize -q <disk> <bytes>: a forked disk asked to be larger. */
+static int grow_disk(const char *disk, long long bytes, char *err, size_t errsz)
+{
+	char size[32];
+	char *av[] = { "qemu-img", "resize", "-q", (char *)disk, size, NULL };
+
+	snprintf(size, sizeof size, "%lld", bytes);
+	return qemu_img(av, disk, err, errsz);
 }
 
 /* ---- accelerator ---------------------------------------------------- */
@@ -1230,28 +1220,6 @@ static int published(void)
 	return access(p, F_OK) == 0;
 }
 
-/* Run qemu-img with av; 0 or -1 with msg. */
-static int qemu_img(char **av, char *msg, size_t msz)
-{
-	pid_t pid = spawn(av, 2, 0, -1);
-	int st;
-
-	if (pid < 0) {
-		snprintf(msg, msz, "unable to fork qemu-img: %s", strerror(errno));
-		return -1;
-	}
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR) {
-			snprintf(msg, msz, "unable to wait for qemu-img: %s", strerror(errno));
-			return -1;
-		}
-	if (st != 0) {
-		snprintf(msg, msz, "qemu-img %s failed (status %d)", av[1], status_code(st));
-		return -1;
-	}
-	return 0;
-}
-
 /* Poll query-migrate (template) until the migration is over.  0 or -1. */
 static int migrate_wait(struct qmp *qm, int64_t deadline, char *msg, size_t msz)
 {
@@ -1399,7 +1367,7 @@ static int build_template(const struct inst *vin, const struct img *im, const st
 		return -1;
 	}
 	av_img[9] = t.disk;
-	if (qemu_img(av_img, msg, msz) < 0)
+	if (qemu_img(av_img, t.disk, msg, msz) < 0)
 		return -1;
 	/* This VM's disk is still the empty overlay qemu-img made over the
 	 * base: later runs of this shape copy it instead of running qemu-img. */
