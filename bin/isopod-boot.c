@@ -425,7 +425,8 @@ static int exited_within(pid_t pid, int *st, int ms)
 }
 
 /* Run qemu-img (av) to completion; its own messages go to our stderr,
- * stdout stays JSON-only.  err names the verb (av[1]) and the disk. */
+ * stdout stays JSON-only.  err names the verb (av[1]) and, when given,
+ * the disk. */
 static int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
 {
 	pid_t pid;
@@ -441,8 +442,8 @@ static int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
 			return -1;
 		}
 	if (st != 0) {
-		snprintf(err, errsz, "qemu-img %s %s failed (status %d)", av[1], disk,
-			 status_code(st));
+		snprintf(err, errsz, "qemu-img %s%s%s failed (status %d)", av[1], disk ? " " : "",
+			 disk ? disk : "", status_code(st));
 		return -1;
 	}
 	return 0;
@@ -1367,7 +1368,7 @@ static int build_template(const struct inst *vin, const struct img *im, const st
 		return -1;
 	}
 	av_img[9] = t.disk;
-	if (qemu_img(av_img, t.disk, msg, msz) < 0)
+	if (qemu_img(av_img, NULL, msg, msz) < 0)
 		return -1;
 	/* This VM's disk is still the empty overlay qemu-img made over the
 	 * base: later runs of this shape copy it instead of running qemu-img. */
