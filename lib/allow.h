@@ -1,0 +1,29 @@
+/* allow.h - egress allowlist patterns (libc only; used by isopod-claim,
+ * isopod-broker and their tests).
+ *
+ * A pattern is a host name ("pkg.example.org") or a wildcard "*.example.org",
+ * which matches every name strictly below example.org (a.example.org,
+ * a.b.example.org) and not example.org itself: list both to allow both.
+ * Names and patterns compare case-insensitively; one trailing dot is
+ * ignored.  IP literals are not names: an allowlist holds names only. */
+#ifndef ISOPOD_ALLOW_H
+#define ISOPOD_ALLOW_H
+
+#include <stddef.h>
+
+#define ALLOW_NAME_MAX 253
+
+/* Check a host name's syntax (labels of 1..63 [a-z0-9-], not starting or
+ * ending with '-', total <= 253, at least one letter somewhere so an IPv4
+ * literal is never a name) and write it lowercased, without a trailing dot.
+ * 0, or -1 when it is not a valid name (out is then "").  */
+int allow_name_norm(char *out, size_t outsz, const char *name);
+
+/* Same for a pattern ("name" or "*.name").  0, or -1 with *why set to a
+ * short reason (static string). */
+int allow_norm(char *out, size_t outsz, const char *pattern, const char **why);
+
+/* 1 when the normalised name matches the normalised pattern, else 0. */
+int allow_match(const char *pattern, const char *name);
+
+#endif
