@@ -7,6 +7,7 @@
 #   lab.sh fakevm NAME K [SEC]   a stand-in guest for slot K (no QEMU): netns
 #                                NAME-vmK with eth0 relayed to isopod-tapK
 #   lab.sh gexec NAME K CMD...   run CMD in that stand-in guest
+#   lab.sh hits NAME             the listeners' hit log
 #
 # Two namespaces and one veth pair, created inside them; nothing is linked
 # to the root namespace, so nothing sent in the lab can leave this machine:
@@ -20,9 +21,14 @@
 #              (private ranges).  A route back to 10.213.0.0/16 via the
 #              host netns; no default route: a packet for anything else
 #              dies here.  (On lo: this kernel has no dummy driver.)
+#              Also on its lo: 198.51.100.53, the lab's DNS server.
 #
 # Every listed address serves TCP 80 (HTTP 200, body "lab ADDR") and UDP 7
 # (echo), logging each hit to $STATE/hits (serve.py), and answers ping.
+# 198.51.100.53 serves DNS on UDP 53 (dns.py, authoritative for the zone
+# `test`), logging each query as "qname qtype" to $STATE/dns.log; and
+# /etc/netns/NAME-host/resolv.conf names it, so whatever runs in NAME-host
+# through `ip netns exec` (lab.sh exec) resolves through the lab.
 # `up` checks that every listener answers before it returns, so a blocked
 # probe in a test can never mean "nothing was there".
 set -eu
@@ -31,6 +37,7 @@ LAB_DIR=$(cd "$(dirname "$0")" && pwd)
 STATE_ROOT=${ISOPOD_LAB_STATE:-/run/isopod-lab}
 INET_ADDRS='198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5'
 HOST_ADDR=203.0.113.1
+DNS_ADDR=198.51.100.53
 INET_GW=203.0.113.254
 BASE3=10.213 # slot k: 10.213.X.Y with X.Y = 4k (isopod-netsetup's default base)
 
@@ -84,6 +91,13 @@ probe_tcp() {
 	nsx "$1" python3 -c 'import socket,sys; s=socket.create_connection((sys.argv[1],80),2); s.sendall(b"GET / HTTP/1.0\r\n\r\n"); assert b"lab " in s.recv(4096)' "$2"
 }
 
+probe_dns() {
+	nsx "$1" python3 -c 'import socket,sys
+s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(1)
+s.sendto(bytes.fromhex("abcd01000001000000000000")+b"\3pkg\4test\0\0\1\0\1",(sys.argv[1],53))
+r=s.recv(512); assert r[:2]==b"\xab\xcd" and r[3]&15==0 and r[-4:]==bytes([198,51,100,10])' "$2"
+}
+
 probe_udp() {
 	nsx "$1" python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(1); s.sendto(b"x",(sys.argv[1],7)); assert s.recv(100).startswith(b"lab ")' "$2"
 }
@@ -98,6 +112,7 @@ cmd_up() {
 	: >"$STATE/pids"
 	: >"$STATE/hits"
 	: >"$STATE/log"
+	: >"$STATE/dns.log"
 	ip netns add "$name-host"
 	ip netns add "$name-inet"
 	# The veth pair is born inside the lab: it never exists in the root netns.
@@ -109,7 +124,7 @@ cmd_up() {
 	nsx "$name-inet" ip link set lo up
 	nsx "$name-inet" ip addr add "$INET_GW/24" dev i0
 	nsx "$name-inet" ip link set i0 up
-	for a in $INET_ADDRS; do
+	for a in $INET_ADDRS $DNS_ADDR; do
 		nsx "$name-inet" ip addr add "$a/32" dev lo
 	done
 	# The internet can route back to the VMs' range: without isopod's table
@@ -119,13 +134,18 @@ cmd_up() {
 	# shellcheck disable=SC2086 # a list of addresses
 	spawn "$name-inet" python3 "$LAB_DIR/serve.py" "$STATE/hits" $INET_ADDRS
 	spawn "$name-host" python3 "$LAB_DIR/serve.py" "$STATE/hits" "$HOST_ADDR"
+	spawn "$name-inet" python3 "$LAB_DIR/dns.py" "$STATE/dns.log" "$DNS_ADDR"
+	mkdir -p "/etc/netns/$name-host"
+	echo "nameserver $DNS_ADDR" >"/etc/netns/$name-host/resolv.conf"
 	# Every listener live, seen from the host netns (through the veth).
 	for a in $INET_ADDRS $HOST_ADDR; do
 		await probe_tcp "$name-host" "$a" || die "lab $name: no TCP listener on $a"
 		await probe_udp "$name-host" "$a" || die "lab $name: no UDP listener on $a"
 		nsx "$name-host" busybox ping -c1 -W1 "$a" >/dev/null || die "lab $name: $a does not answer ping"
 	done
+	await probe_dns "$name-host" "$DNS_ADDR" || die "lab $name: no DNS server on $DNS_ADDR"
 	: >"$STATE/hits"
+	: >"$STATE/dns.log"
 	echo "lab $name up: host netns $name-host, internet $name-inet, state $STATE"
 }
 
@@ -141,7 +161,7 @@ cmd_down() {
 		"$name-host" | "$name-inet" | "$name"-vm[0-9]*) ip netns del "$ns" ;;
 		esac
 	done
-	rm -rf "$STATE"
+	rm -rf "$STATE" "/etc/netns/$name-host"
 }
 
 # A stand-in guest on slot K: netns NAME-vmK whose eth0 (slot K's MAC and

@@ -1,0 +1,616 @@
+#!/usr/bin/env bats
+# isopod-broker (filtered mode's egress broker), without VMs: the broker runs
+# in the sealed lab's host netns (t/lab/lab.sh) on 203.0.113.1, the host's own
+# address, and is driven with curl and python from there.  Its targets live
+# in the lab's "internet" netns; names resolve through the lab's DNS server
+# (t/lab/dns.py, zone `test`), whose query log proves what was forwarded, and
+# the lab listeners' hit log proves what was connected to.
+
+load helpers
+
+BRK=203.0.113.1
+
+setup_file() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
+	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
+	export LAB_NAME="t45b$$"
+	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
+	export LEDGER="$BATS_FILE_TMPDIR/ledger"
+	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
+	sh "$LAB" up "$LAB_NAME" >/dev/null
+	# The main broker: its resolver comes from the netns' resolv.conf.
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" \
+		--ledger "$LEDGER" --allow pkg.test --allow '*.wild.test' --allow rebind.test \
+		--allow meta.test --allow mixed.test --allow alias.test --allow nx.test --vm vm-t45 \
+		>"$BATS_FILE_TMPDIR/announce" 2>"$BATS_FILE_TMPDIR/broker.err" 3>&- </dev/null &
+	echo $! >"$BATS_FILE_TMPDIR/broker.pid"
+	await_announce "$BATS_FILE_TMPDIR/announce"
+	ip netns exec "$LAB_NAME-inet" python3 -c "$HOLDER" 3>&- </dev/null >/dev/null 2>&1 &
+	echo $! >"$BATS_FILE_TMPDIR/holder.pid"
+	local i
+	for i in $(seq 1 50); do
+		ip netns exec "$LAB_NAME-host" python3 -c 'import socket; socket.create_connection(("198.51.100.10", 8080), 1).recv(6)' 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "no holder on 198.51.100.10:8080" >&2
+	return 1
+}
+
+teardown_file() {
+	local pid
+	for pid in $(cat "$BATS_FILE_TMPDIR"/*.pid 2>/dev/null); do
+		kill "$pid" 2>/dev/null || :
+	done
+	[ -n "${LAB-}" ] && sh "$LAB" down "$LAB_NAME"
+}
+
+# Wait (≤ 5 s) for a broker's announce line in FILE.
+await_announce() {
+	local i
+	for i in $(seq 1 50); do
+		[ -s "$1" ] && return 0
+		sleep 0.1
+	done
+	echo "no announce line in $1" >&2
+	return 1
+}
+
+lab() { sh "$LAB" "$1" "$LAB_NAME" "${@:2}"; }
+hits() { grep -c " $1 " "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :; }
+dnslog() { cat "$ISOPOD_LAB_STATE/$LAB_NAME/dns.log"; }
+broker_pid() { cat "$BATS_FILE_TMPDIR/broker.pid"; }
+# The last ledger line, as $output for json_is.
+last_line() { output=$(tail -n 1 "$LEDGER"); }
+
+# curl through the broker (-i: with the response head).
+pcurl() { lab exec curl -sS -m 15 -x "http://$BRK:3128" "$@"; }
+
+# A DNS query to SERVER (default the broker): prints "rcode=N an=N ip=A.B.C.D|-".
+DNSQ='import socket, struct, sys
+name, qtype, host, port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+q = struct.pack(">HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0"
+q += struct.pack(">HH", qtype, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+s.sendto(q, (host, port))
+r = s.recv(4096)
+assert r[:2] == b"\x42\x42", "the answer has another id"
+assert r[2] & 0x80, "not a response"
+an = struct.unpack(">H", r[6:8])[0]
+ip = socket.inet_ntoa(r[-4:]) if an and qtype == 1 else "-"
+print("rcode=%d an=%d ip=%s" % (r[3] & 15, an, ip))'
+dnsq() { lab exec python3 -c "$DNSQ" "$1" "${2:-1}" "${3:-$BRK}" "${4:-1053}"; }
+
+# A long-lived service in the lab's internet: 198.51.100.10:8080 says
+# "hello" to each connection and holds it until the peer closes (the lab's
+# port 80 answers and closes at once).  Bounded: it exits after 300 s.
+HOLDER='import socket, threading, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("198.51.100.10", 8080))
+s.listen(16)
+s.settimeout(1)
+def hold(c):
+    c.settimeout(60)
+    try:
+        c.sendall(b"hello\n")
+        while c.recv(4096):
+            pass
+    except OSError:
+        pass
+    c.close()
+end = time.time() + 300
+while time.time() < end:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        continue
+    threading.Thread(target=hold, args=(c,), daemon=True).start()'
+
+# Open a CONNECT tunnel through the broker at $1:$2 to pkg.test:8080 (the
+# holder above), read its hello, send a ping, then hold the tunnel until
+# the broker closes it (≤ 20 s); prints "tunnel up" once data went both ways.
+HOLD='import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)
+c.sendall(b"CONNECT pkg.test:8080 HTTP/1.1\r\nHost: pkg.test:8080\r\n\r\n")
+c.settimeout(5)
+r = b""
+while b"hello" not in r:
+    k = c.recv(4096)
+    assert k, r
+    r += k
+assert r.startswith(b"HTTP/1.1 200 Connection established\r\n\r\n"), r
+c.sendall(b"ping\n")
+print("tunnel up", flush=True)
+c.settimeout(20)
+try:
+    c.recv(1)
+except OSError:
+    pass'
+
+@test "announce: one JSON line with the bound addresses, the resolver from resolv.conf" {
+	output=$(cat "$BATS_FILE_TMPDIR/announce")
+	[ "$(wc -l <"$BATS_FILE_TMPDIR/announce")" -eq 1 ]
+	json_is '.pid > 1 and .proxy == "203.0.113.1:3128" and .dns == "203.0.113.1:1053"'
+	json_is '.resolver == "198.51.100.53:53" and .allow_all == false and .vm == "vm-t45"'
+	json_is '.allow == ["pkg.test","*.wild.test","rebind.test","meta.test","mixed.test","alias.test","nx.test"]'
+	[ "$(jq .pid <<<"$output")" = "$(broker_pid)" ]
+	[ ! -s "$BATS_FILE_TMPDIR/broker.err" ]
+}
+
+@test "CONNECT to an allowed name works; its ledger line names the address and counts bytes" {
+	local before
+	before=$(hits 198.51.100.10)
+	run pcurl --proxytunnel http://pkg.test/
+	[ "$status" -eq 0 ]
+	[ "$output" = "lab 198.51.100.10" ]
+	[ "$(hits 198.51.100.10)" -eq $((before + 1)) ]
+	last_line
+	json_is '.kind == "connect" and .name == "pkg.test" and .port == 80 and .address == "198.51.100.10"'
+	json_is '.verdict == "allowed" and .reason == null and .up > 0 and .down > 0 and .vm == "vm-t45"'
+}
+
+@test "plain HTTP through the proxy works (absolute form rewritten)" {
+	local up
+	run pcurl 'http://pkg.test/some/path?q=1'
+	[ "$status" -eq 0 ]
+	[ "$output" = "lab 198.51.100.10" ]
+	last_line
+	json_is '.kind == "http" and .name == "pkg.test" and .address == "198.51.100.10" and .verdict == "allowed"'
+	up=$(jq .up <<<"$output")
+	# The guest's Host, Proxy-* and Connection headers are dropped (the
+	# broker writes Host from the target): the origin gets the same bytes.
+	run pcurl -H 'Host: other.test' -H 'Proxy-Authorization: Basic eDp5' -H 'Connection: x' \
+		-H 'Proxy-Foo: 1' 'http://pkg.test/some/path?q=1'
+	[ "$output" = "lab 198.51.100.10" ]
+	last_line
+	json_is ".kind == \"http\" and .up == $up"
+	# and an extra ordinary header does reach it
+	run pcurl -H 'X-Extra: 1' 'http://pkg.test/some/path?q=1'
+	last_line
+	json_is ".up == $up + 12"
+}
+
+@test "a name outside the allowlist: 403 naming the name and the allowlist; never resolved, never reached" {
+	local before
+	before=$(hits 198.51.100.10)
+	run pcurl -i http://other.test/
+	[ "$status" -eq 0 ]
+	[[ "$output" == "HTTP/1.1 403 Forbidden"* ]]
+	[[ "$output" == *$'X-Isopod-Refusal: not in the allowlist\r'* ]]
+	[[ "$output" == *"isopod-broker: other.test is not in the allowlist (pkg.test, *.wild.test, rebind.test"* ]]
+	run pcurl -i --proxytunnel https://other.test/
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"403"* ]]
+	[ "$(hits 198.51.100.10)" -eq "$before" ]
+	! dnslog | grep -q '^other.test '
+	last_line
+	json_is '.kind == "connect" and .name == "other.test" and .port == 443 and .address == null'
+	json_is '.verdict == "denied" and .reason == "not in the allowlist"'
+}
+
+@test "wildcard: *.wild.test allows a.wild.test and b.wild.test, not wild.test itself" {
+	run pcurl http://a.wild.test/
+	[ "$output" = "lab 198.51.100.10" ]
+	run pcurl --proxytunnel http://B.Wild.Test/
+	[ "$output" = "lab 198.51.100.10" ]
+	last_line
+	json_is '.name == "b.wild.test" and .verdict == "allowed"'
+	run pcurl -i http://wild.test/
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	last_line
+	json_is '.name == "wild.test" and .verdict == "denied" and .reason == "not in the allowlist"'
+}
+
+@test "IP literals are refused, plain and CONNECT, even a public one" {
+	local before
+	before=$(hits 198.51.100.10)
+	run pcurl -i http://198.51.100.10/
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	[[ "$output" == *"198.51.100.10 is an IP address, not a name in the allowlist"* ]]
+	last_line
+	json_is '.kind == "http" and .name == "198.51.100.10" and .verdict == "denied" and .reason == "an IP address, not a name"'
+	run pcurl -i --proxytunnel http://169.254.169.254/
+	[ "$status" -ne 0 ]
+	last_line
+	json_is '.kind == "connect" and .name == "169.254.169.254" and .verdict == "denied"'
+	run pcurl -i 'http://[::1]/'
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	[ "$(hits 198.51.100.10)" -eq "$before" ]
+	[ "$(hits 169.254.169.254)" -eq 0 ]
+}
+
+@test "DNS rebinding: a name resolving to private or metadata addresses is refused; mixed.test uses the public one" {
+	run pcurl -i http://rebind.test/
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	[[ "$output" == *$'X-Isopod-Refusal: resolves only to denied addresses\r'* ]]
+	last_line
+	json_is '.name == "rebind.test" and .verdict == "denied" and .reason == "resolves only to denied addresses"'
+	run pcurl -i --proxytunnel http://meta.test/
+	[ "$status" -ne 0 ]
+	last_line
+	json_is '.kind == "connect" and .name == "meta.test" and .verdict == "denied" and .reason == "resolves only to denied addresses"'
+	# both names were resolved (the check is on the answer, at connect time)
+	dnslog | grep -q '^rebind.test A$'
+	dnslog | grep -q '^meta.test A$'
+	run pcurl http://mixed.test/
+	[ "$output" = "lab 198.51.100.10" ]
+	last_line
+	json_is '.name == "mixed.test" and .address == "198.51.100.10" and .verdict == "allowed"'
+	[ "$(hits 10.99.0.5)" -eq 0 ]
+	[ "$(hits 169.254.169.254)" -eq 0 ]
+}
+
+@test "CNAME answers are followed; a name that does not exist gets 502" {
+	run pcurl --proxytunnel http://alias.test/
+	[ "$output" = "lab 198.51.100.10" ]
+	run pcurl -i http://nx.test/
+	[[ "$output" == "HTTP/1.1 502 Bad Gateway"* ]]
+	[[ "$output" == *$'X-Isopod-Refusal: no such name\r'* ]]
+	last_line
+	json_is '.name == "nx.test" and .verdict == "allowed" and .reason == "no such name" and .address == null'
+}
+
+@test "DNS: an allowed name is answered through the resolver; an unlisted one is REFUSED and never forwarded" {
+	run dnsq pkg.test
+	[ "$status" -eq 0 ]
+	[ "$output" = "rcode=0 an=1 ip=198.51.100.10" ]
+	last_line
+	json_is '.kind == "dns" and .name == "pkg.test" and .qtype == "A" and .port == 53'
+	json_is '.address == "198.51.100.53" and .verdict == "allowed" and .up > 0 and .down > 0'
+	run dnsq unlisted-secret.test
+	[ "$output" = "rcode=5 an=0 ip=-" ]
+	run dnsq unlisted-secret.test 16
+	[ "$output" = "rcode=5 an=0 ip=-" ]
+	last_line
+	json_is '.kind == "dns" and .name == "unlisted-secret.test" and .qtype == "TXT" and .verdict == "denied" and .reason == "not in the allowlist" and .address == null'
+	run dnsq a.wild.test
+	[ "$output" = "rcode=0 an=1 ip=198.51.100.10" ]
+	run dnsq nx.test
+	[ "$output" = "rcode=3 an=0 ip=-" ]
+	dnslog | grep -q '^pkg.test A$'
+	dnslog | grep -q '^a.wild.test A$'
+	! dnslog | grep -q 'unlisted-secret'
+	# the lab's DNS answers that name when asked directly (control)
+	run dnsq unlisted-secret.test 1 198.51.100.53 53
+	[ "$output" = "rcode=3 an=0 ip=-" ]
+}
+
+@test "malformed HTTP and DNS input gets 400 / FORMERR / nothing, and the broker keeps serving" {
+	run lab exec python3 - "$BRK" <<'EOF'
+import random, socket, struct, sys, time
+B = sys.argv[1]
+random.seed(45)
+def http(data, close_early=False):
+    c = socket.create_connection((B, 3128), 5)
+    c.settimeout(5)
+    c.sendall(data)
+    if close_early:
+        c.close()
+        return None
+    r = b""
+    try:
+        while True:
+            k = c.recv(65536)
+            if not k:
+                break
+            r += k
+    except OSError:
+        pass
+    c.close()
+    return r.split(b"\r\n", 1)[0]
+want = {
+    b"\r\n\r\n": b"400",
+    b"GET / HTTP/1.1\r\nHost: pkg.test\r\n\r\n": b"400",
+    b"CONNECT pkg.test HTTP/1.1\r\n\r\n": b"400",
+    b"CONNECT pkg.test:0 HTTP/1.1\r\n\r\n": b"400",
+    b"CONNECT pkg.test:99999 HTTP/1.1\r\n\r\n": b"400",
+    b"GET http://user@pkg.test/ HTTP/1.1\r\n\r\n": b"400",
+    b"GET https://pkg.test/ HTTP/1.1\r\n\r\n": b"400",
+    b"GET http://pkg.test/ HTTP/2.0\r\n\r\n": b"400",
+    b"GET http://pkg.test/ HTTP/1.1\r\nX: a\r\n folded\r\n\r\n": b"400",
+    b"GET http://pkg.test/ HTTP/1.1\r\nX: \x01\r\n\r\n": b"400",
+    b"GET http://pkg.test/ HTTP/1.1\rX: y\r\n\r\n": b"400",
+    b"GET http://pkg.test:/ HTTP/1.1\r\n\r\n": b"400",
+    b"GET http://pk\xffg.test/ HTTP/1.1\r\n\r\n": b"400",
+    b"\x00" * 100 + b"\r\n\r\n": b"400",
+    b"A" * 20000: b"400",
+    b"GET http://" + b"a" * 300 + b".test/ HTTP/1.1\r\n\r\n": b"400",
+    b"GET http://pkg_x.test/ HTTP/1.1\r\n\r\n": b"403",
+}
+bad = 0
+for data, code in want.items():
+    got = http(data)
+    if not got.startswith(b"HTTP/1.1 " + code):
+        print("HTTP %r: got %r, want %s" % (data[:40], got, code))
+        bad += 1
+for i in range(40):
+    http(bytes(random.randrange(256) for _ in range(random.randrange(1, 300))) + b"\r\n\r\n")
+for i in range(20):
+    http(b"CONNECT pkg.test:80 HTTP/1.1\r\nX: " + b"y" * random.randrange(50), close_early=True)
+# DNS
+def dns(data, wait=0.5):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(wait)
+    s.sendto(data, (B, 1053))
+    try:
+        return s.recv(4096)
+    except socket.timeout:
+        return None
+def hdr(flags=0x0100, qd=1, an=0, ns=0, ar=0):
+    return struct.pack(">HHHHHH", 0x1234, flags, qd, an, ns, ar)
+q = b"\3pkg\4test\0\0\1\0\1"
+cases = {
+    "short": (b"\x12\x34\x01", None),
+    "a response": (hdr(flags=0x8180) + q, None),
+    "two questions": (hdr(qd=2) + q + q, 1),
+    "no question": (hdr(qd=0), 1),
+    "an answer in a query": (hdr(an=1) + q, 1),
+    "opcode STATUS": (hdr(flags=0x1100) + q, 4),
+    "pointer loop": (hdr() + b"\xc0\x0c\0\1\0\1", 1),
+    "forward pointer": (hdr() + b"\xc0\x20\0\1\0\1" + b"\0" * 40, 1),
+    "label type 0x40": (hdr() + b"\x41a\0\0\1\0\1", 1),
+    "name over 255": (hdr() + b"\x3f" + b"a" * 63 + b"\x3f" + b"a" * 63 + b"\x3f" + b"a" * 63 + b"\x3f" + b"a" * 63 + b"\0\0\1\0\1", 1),
+    "cut question": (hdr() + b"\3pkg\4te", 1),
+    "no type": (hdr() + b"\3pkg\4test\0", 1),
+    "dot inside a label": (hdr() + b"\7pkg.tes\0\0\1\0\1", 5),
+}
+for what, (data, rc) in cases.items():
+    r = dns(data)
+    got = None if r is None else r[3] & 15
+    if got != rc or (r is not None and r[:2] != b"\x12\x34"):
+        print("DNS %s: got rcode %r, want %r" % (what, got, rc))
+        bad += 1
+for i in range(200):
+    dns(bytes(random.randrange(256) for _ in range(random.randrange(0, 600))), wait=0.01)
+print("bad=%d" % bad)
+EOF
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"bad=0" ]]
+	# still alive, still serving both
+	kill -0 "$(broker_pid)"
+	run pcurl --proxytunnel http://pkg.test/
+	[ "$output" = "lab 198.51.100.10" ]
+	run dnsq pkg.test
+	[ "$output" = "rcode=0 an=1 ip=198.51.100.10" ]
+	[ ! -s "$BATS_FILE_TMPDIR/broker.err" ]
+	run jq -c 'select(.reason == "malformed request")' "$LEDGER"
+	[ "$(grep -c . <<<"$output")" -ge 16 ]
+	run jq -c 'select(.kind == "dns" and .reason == "malformed query")' "$LEDGER"
+	[ "$(grep -c . <<<"$output")" -ge 7 ]
+}
+
+@test "bulk both ways through a tunnel: bytes intact, backpressure holds, counted in the ledger" {
+	# a service in the lab's internet: reads 3 MiB while sending 12 MiB, then
+	# answers with the count and sha256 of what it read (bounded: timeout 60)
+	ip netns exec "$LAB_NAME-inet" timeout 60 python3 -c 'import hashlib, socket, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("198.51.100.10", 8081))
+s.listen(1)
+s.settimeout(30)
+c, _ = s.accept()
+c.settimeout(30)
+h = hashlib.sha256()
+n = 0
+def rd():
+    global n
+    while n < 3 << 20:
+        k = c.recv(65536)
+        if not k:
+            break
+        n += len(k)
+        h.update(k)
+t = threading.Thread(target=rd)
+t.start()
+block = bytes(range(256)) * 4096
+for i in range(12):
+    c.sendall(block)
+t.join()
+c.sendall(("%d %s\n" % (n, h.hexdigest())).encode())
+c.close()' 3>&- &
+	local srv=$!
+	echo "$srv" >"$BATS_FILE_TMPDIR/bulk.pid"
+	run lab exec timeout 60 python3 -c 'import hashlib, socket, sys, threading, time
+for i in range(50):  # until the service listens (the broker answers 502 before)
+    c = socket.create_connection(("203.0.113.1", 3128), 5)
+    c.settimeout(30)
+    c.sendall(b"CONNECT pkg.test:8081 HTTP/1.1\r\n\r\n")
+    r = b""
+    while b"\r\n\r\n" not in r:
+        r += c.recv(4096)
+    if r.startswith(b"HTTP/1.1 200"):
+        break
+    c.close()
+    time.sleep(0.1)
+rest = [r.split(b"\r\n\r\n", 1)[1]]
+up = bytes(range(255, -1, -1)) * (3 << 12)
+t = threading.Thread(target=c.sendall, args=(up,))
+t.start()
+while True:
+    k = c.recv(65536)
+    if not k:
+        break
+    rest.append(k)
+t.join()
+data = b"".join(rest)
+body, tail = data[:12 << 20], data[12 << 20:]
+ok = body == (bytes(range(256)) * 4096) * 12
+print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdigest()))'
+	wait "$srv" || :
+	echo "$output"
+	[ "$output" = "True True" ]
+	# one tunnel carried it all (tries before the service listened got 502s)
+	output=$(jq -c 'select(.port == 8081 and .reason == null)' "$LEDGER")
+	json_is '.kind == "connect" and .verdict == "allowed" and .up == 3145728 and .down == 12582912 + 73'
+}
+
+@test "ledger: every line is one JSON object with the documented fields" {
+	local n
+	# one of each kind and verdict, on top of what the tests before left
+	pcurl --proxytunnel http://pkg.test/ >/dev/null
+	pcurl http://other.test/ >/dev/null
+	dnsq pkg.test >/dev/null
+	dnsq other.test >/dev/null
+	lab exec python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(bytes(12), ("203.0.113.1", 1053)); s.settimeout(2); s.recv(512)'
+	n=$(grep -c . "$LEDGER")
+	[ "$n" -ge 5 ]
+	# jq fails on a line that is not JSON
+	[ "$(jq -c . "$LEDGER" | wc -l)" -eq "$n" ]
+	run jq -sc '[.[] | select(
+		(.time | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$")) and
+		(.kind | IN("connect", "http", "dns")) and
+		(.name == null or (.name | type == "string")) and
+		(.port == null or (.port | type == "number")) and
+		(.address == null or (.address | test("^[0-9.]+$"))) and
+		(.up | type == "number") and (.down | type == "number") and (.ms | type == "number") and
+		(.verdict | IN("allowed", "denied")) and
+		(.reason == null or (.reason | type == "string")) and
+		((.kind == "dns") == has("qtype")) and .vm == "vm-t45"
+		)] | length' "$LEDGER"
+	[ "$output" -eq "$n" ]
+	# the allowed/denied verdicts the lead counts are both there
+	jq -se 'any(.[]; .verdict == "denied") and any(.[]; .verdict == "allowed" and .kind == "connect")' "$LEDGER"
+}
+
+@test "SIGTERM: an open tunnel gets its ledger line, then exit 0" {
+	local d="$BATS_TEST_TMPDIR" pid hold i st=0
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" --proxy-port 3129 --dns-port 1054 \
+		--ledger "$d/ledger" --allow pkg.test >"$d/announce" 2>"$d/err" 3>&- </dev/null &
+	pid=$!
+	echo "$pid" >"$BATS_FILE_TMPDIR/term.pid"
+	await_announce "$d/announce"
+	lab exec python3 -c "$HOLD" "$BRK" 3129 >"$d/hold" 3>&- &
+	hold=$!
+	for i in $(seq 1 50); do grep -q 'tunnel up' "$d/hold" && break; sleep 0.1; done
+	grep -q 'tunnel up' "$d/hold"
+	[ ! -s "$d/ledger" ] # the flow is open: no line yet
+	kill -TERM "$pid"
+	wait "$pid" || st=$?
+	[ "$st" -eq 0 ]
+	wait "$hold" || :
+	output=$(cat "$d/ledger")
+	json_is '.kind == "connect" and .name == "pkg.test" and .address == "198.51.100.10" and .reason == "broker stopped"'
+	json_is '.port == 8080 and .up == 5 and .down == 6'
+}
+
+@test "--parent: the broker ends when its parent dies, and flushes the ledger" {
+	local d="$BATS_TEST_TMPDIR" parent bpid hold i
+	# sh starts the broker with --parent $$, then becomes sleep (same pid)
+	ip netns exec "$LAB_NAME-host" sh -c '"$1" --listen "$2" --proxy-port 3130 --dns-port 1055 --ledger "$3" \
+		--allow pkg.test --parent $$ >"$4" 2>"$5" </dev/null & exec sleep 60' \
+		sh "$ISOPOD_SRC/bin/isopod-broker" "$BRK" "$d/ledger" "$d/announce" "$d/err" 3>&- &
+	parent=$!
+	echo "$parent" >"$BATS_FILE_TMPDIR/parent.pid"
+	await_announce "$d/announce"
+	bpid=$(jq .pid "$d/announce")
+	echo "$bpid" >"$BATS_FILE_TMPDIR/parent-broker.pid"
+	[ "$(awk '{print $4}' "/proc/$bpid/stat")" = "$parent" ]
+	lab exec python3 -c "$HOLD" "$BRK" 3130 >"$d/hold" 3>&- &
+	hold=$!
+	for i in $(seq 1 50); do grep -q 'tunnel up' "$d/hold" && break; sleep 0.1; done
+	grep -q 'tunnel up' "$d/hold"
+	kill -KILL "$parent"
+	wait "$parent" || :
+	for i in $(seq 1 50); do kill -0 "$bpid" 2>/dev/null || break; sleep 0.1; done
+	! kill -0 "$bpid" 2>/dev/null
+	wait "$hold" || :
+	output=$(cat "$d/ledger")
+	json_is '.kind == "connect" and .name == "pkg.test" and .reason == "broker stopped"'
+	# a parent that is already gone: the broker does not start
+	run --separate-stderr lab exec "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" \
+		--proxy-port 3131 --dns-port 1056 --ledger "$d/ledger2" --parent "$parent"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"parent $parent is gone"* ]]
+}
+
+@test "--no-proxy --allow-all (open mode): DNS only, every name answered" {
+	local d="$BATS_TEST_TMPDIR" pid st=0
+	# without --no-proxy it would bind TCP 3128, the main broker's port, and exit 102
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" --dns-port 1057 --no-proxy \
+		--allow-all --resolver 198.51.100.53:53 --ledger "$d/ledger" >"$d/announce" 3>&- </dev/null &
+	pid=$!
+	echo "$pid" >"$BATS_FILE_TMPDIR/open.pid"
+	await_announce "$d/announce"
+	output=$(cat "$d/announce")
+	json_is '.proxy == null and .dns == "203.0.113.1:1057" and .allow == [] and .allow_all == true'
+	run dnsq other.test 1 "$BRK" 1057
+	[ "$output" = "rcode=0 an=1 ip=198.51.100.10" ]
+	kill -TERM "$pid"
+	wait "$pid" || st=$?
+	[ "$st" -eq 0 ]
+	output=$(tail -n 1 "$d/ledger")
+	json_is '.kind == "dns" and .name == "other.test" and .verdict == "allowed"'
+}
+
+@test "ledger cap: refusals past ISOPOD_LEDGER_MAX are counted, not written; nothing new is served; one last line says so" {
+	local d="$BATS_TEST_TMPDIR" pid i st=0 size
+	ip netns exec "$LAB_NAME-host" env ISOPOD_LEDGER_MAX=2048 "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" \
+		--proxy-port 3132 --dns-port 1058 --allow pkg.test --resolver 198.51.100.53:53 \
+		--ledger "$d/ledger" >"$d/announce" 2>"$d/err" 3>&- </dev/null &
+	pid=$!
+	echo "$pid" >"$BATS_FILE_TMPDIR/cap.pid"
+	await_announce "$d/announce"
+	run dnsq pkg.test 1 "$BRK" 1058
+	[ "$output" = "rcode=0 an=1 ip=198.51.100.10" ]
+	for i in $(seq 1 40); do # ~100 bytes a line: well past 2 KiB
+		dnsq "flood$i.test" 1 "$BRK" 1058 >/dev/null
+	done
+	size=$(stat -c %s "$d/ledger")
+	[ "$size" -le 2048 ]
+	# full: an allowed name is not served any more (it could not be recorded)
+	run dnsq pkg.test 1 "$BRK" 1058
+	[ "$output" = "rcode=5 an=0 ip=-" ]
+	kill -TERM "$pid"
+	wait "$pid" || st=$?
+	[ "$st" -eq 0 ]
+	output=$(tail -n 1 "$d/ledger")
+	json_is '.kind == "ledger" and .verdict == "denied" and (.reason | test("^ledger full: [0-9]+ refusals not written$"))'
+	[ "$(grep -c '"name":"pkg.test"' "$d/ledger")" -eq 1 ]
+}
+
+@test "a port already bound exits 102; no resolver exits 111 naming --resolver; usage errors exit 100" {
+	run --separate-stderr lab exec "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" \
+		--ledger "$BATS_TEST_TMPDIR/l" --allow pkg.test
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"unable to bind TCP 203.0.113.1:3128: Address already in use"* ]]
+	# the UDP port alone (no proxy) conflicts too: no SO_REUSEADDR on UDP
+	run --separate-stderr lab exec "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" --no-proxy \
+		--ledger "$BATS_TEST_TMPDIR/l" --allow pkg.test
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"UDP 203.0.113.1:1053"* ]]
+	[ -z "$output" ]
+	# no nameserver in resolv.conf and no --resolver
+	run --separate-stderr unshare -m sh -c 'mount --bind /dev/null /etc/resolv.conf && exec "$@"' sh \
+		"$ISOPOD_SRC/bin/isopod-broker" --listen 127.0.0.1 --ledger "$BATS_TEST_TMPDIR/l"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"--resolver"* ]]
+	[ -z "$output" ]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-broker" --ledger /dev/null
+	[ "$status" -eq 100 ]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-broker" --listen 127.0.0.1 --ledger /dev/null \
+		--allow 'bad_name!' --resolver 127.0.0.1
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"--allow bad_name!"* ]]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-broker" --listen 127.0.0.1 --ledger /dev/null \
+		--resolver 127.0.0.1:99999
+	[ "$status" -eq 100 ]
+	run "$ISOPOD_SRC/bin/isopod-broker" -h
+	[ "$status" -eq 0 ]
+	[ "$output" = "usage: isopod-broker --listen ADDR --ledger FILE [--proxy-port N] [--dns-port N] [--allow PATTERN]... [--allow-all] [--no-proxy] [--resolver ADDR[:PORT]] [--parent PID] [--vm ID]" ]
+	# and the man page's SYNOPSIS says the same
+	local synopsis
+	synopsis=$(MANWIDTH=1000 man -l "$ISOPOD_SRC/man/isopod-broker.1" 2>/dev/null |
+		awk '/^SYNOPSIS/ { getline; sub(/^ +/, ""); print; exit }')
+	[ "$output" = "usage: $synopsis" ]
+}
+
+@test "lab: sealed — no route out of the internet netns, nothing linked to the root netns" {
+	run ip netns exec "${LAB_NAME}-inet" ip route show default
+	[ -z "$output" ]
+	run ip -o link show
+	[[ "$output" != *" i0@"* && "$output" != *" h0@"* ]]
+	[ "$(ip netns exec "$LAB_NAME-host" cat /etc/resolv.conf)" = "nameserver 198.51.100.53" ]
+}
