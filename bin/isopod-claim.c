@@ -1,5 +1,6 @@
 /* isopod-claim - reserve a new VM record: id, vanity name, directory. */
 
+#include "allow.h"
 #include "net.h"
 #include "util.h"
 
@@ -13,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "isopod-claim [--name NAME] [--net none|open]"
+#define USAGE "isopod-claim [--name NAME] [--net none|filtered|open] [--allow PATTERN]..."
 
 static const char *const adjectives[] = {
 	"amber", "brave", "calm", "dapper", "eager", "fancy", "gentle", "happy",
@@ -130,6 +131,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "name", required_argument, NULL, 'n' },
 		{ "net", required_argument, NULL, 'N' },
+		{ "allow", required_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -137,8 +139,11 @@ int main(int argc, char **argv)
 	char vmsdir[PATH_MAX], dir[PATH_MAX], meta[PATH_MAX];
 	char id[3 + 12 + 1], name[64], hex[13], now[32];
 	const char *want = NULL, *net = "none";
-	json_t *rec, *out;
-	int c, tries;
+	json_t *rec, *out, *netj = NULL, *allow = json_array();
+	char pat[ALLOW_NAME_MAX + 3];
+	const char *why;
+	size_t i;
+	int c, tries, nallow = 0;
 
 	progname = "isopod-claim";
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -148,6 +153,18 @@ int main(int argc, char **argv)
 			break;
 		case 'N':
 			net = optarg;
+			break;
+		case 'a':
+			/* Normalised here, once: the broker and the record read the
+			 * same spelling.  Duplicates are dropped. */
+			nallow++;
+			if (allow_norm(pat, sizeof pat, optarg, &why) < 0)
+				die(EX_USAGE, "invalid --allow %.80s: %s", optarg, why);
+			for (i = 0; i < json_array_size(allow); i++)
+				if (!strcmp(json_string_value(json_array_get(allow, i)), pat))
+					break;
+			if (i == json_array_size(allow))
+				json_array_append_new(allow, json_string(pat));
 			break;
 		case 'h':
 			puts("usage: " USAGE);
@@ -163,12 +180,20 @@ int main(int argc, char **argv)
 		    want);
 
 	if (!net_mode_valid(net))
-		die(EX_USAGE, "invalid --net %.40s: want none or open (filtered is not implemented yet)",
-		    net);
-	/* Fail fast, before any record exists: no taps, or every slot busy.
-	 * The slot itself is taken by isopod-boot, whose supervisor holds it. */
-	if (strcmp(net, "none"))
-		net_check_free();
+		die(EX_USAGE, "invalid --net %.40s: want none, filtered or open", net);
+	/* An allowlist means something only to the broker of a filtered VM:
+	 * with none there is no network, with open no filter to apply it. */
+	if (nallow && strcmp(net, "filtered"))
+		die(EX_USAGE, "--allow needs --net filtered (not %s)", net);
+	/* Fail fast, before any record exists: no taps, no slot of the mode,
+	 * or every such slot busy.  The slot itself is taken by isopod-boot,
+	 * whose supervisor holds it. */
+	if (strcmp(net, "none")) {
+		net_check_free(net);
+		netj = json_pack("{s:s, s:O}", "mode", net, "allow", allow);
+		if (!netj)
+			die(EX_SYS, "unable to build the net record");
+	}
 
 	/* Name uniqueness is read-decide-write: hold the store lock. */
 	store_lock();
@@ -197,8 +222,8 @@ int main(int argc, char **argv)
 			iso_now(now, sizeof now), "state", "claimed");
 	if (!rec)
 		die(EX_SYS, "unable to build the VM record");
-	if (strcmp(net, "none"))
-		json_object_set_new(rec, "net", json_pack("{s:s}", "mode", net));
+	if (netj)
+		json_object_set(rec, "net", netj);
 	pathf(meta, sizeof meta, "%s/meta.json", dir);
 	if (json_write_atomic(meta, rec) < 0) {
 		int e = errno;
@@ -208,7 +233,7 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to write %s:", meta);
 	}
 	out = json_pack("{s:{s:s, s:s, s:s}, s:o}", "vm", "id", id, "name", name, "dir", dir,
-			"net", strcmp(net, "none") ? json_pack("{s:s}", "mode", net) : json_null());
+			"net", netj ? netj : json_null());
 	if (!out)
 		die(EX_SYS, "unable to build the output");
 	json_emit(out);

@@ -1,15 +1,23 @@
 /* isopod-netsetup - the host side of isopod's network: one persistent tap per
- * slot, one /30 per slot, IPv4 forwarding, and the nftables table
- * `inet isopod`, written in one netlink batch and read back to verify.
+ * slot, one /30 per slot, IPv4 forwarding, and the nftables tables
+ * `inet isopod` and `arp isopod` (plus, where Docker's DOCKER-USER chain
+ * exists, two tagged rules there), written in one netlink batch and read
+ * back to verify.
  *
  * Addressing (man isopod-netsetup): slot k uses the /30 at BASE + 4k;
  * gateway (the tap's host address) = BASE + 4k + 1, guest = BASE + 4k + 2,
  * guest MAC 02:69:73:00:KH:KL ("is", slot number big endian).
  *
+ * Modes: slots 0..N-1 are filtered, N..N+M-1 open, fixed here and enforced
+ * by the kernel per tap, because runs have no privilege to change nftables.
+ * Each tap carries its mode in its ifalias ("isopod filtered"), which is
+ * how lib/net.c picks a slot of the mode a VM asks for.
+ *
  * The only tool that needs CAP_NET_ADMIN: it runs once per host boot, and the
  * taps it leaves behind are owned by the user who runs VMs, so runs need no
  * root. */
 
+#include "net.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -32,9 +40,13 @@
 
 #include <linux/if_tun.h>
 #include <linux/netfilter.h>
+#include <linux/netfilter/nf_nat.h>
 #include <linux/netfilter/nf_conntrack_common.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/x_tables.h>
+#include <linux/netfilter/xt_conntrack.h>
+#include <linux/netfilter_arp.h>
 #include <linux/rtnetlink.h>
 
 #include <libmnl/libmnl.h>
@@ -44,19 +56,31 @@
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/table.h>
+#include <libnftnl/udata.h>
 
-#define USAGE "isopod-netsetup [--slots N] [--base ADDR] [--user UID] [--no-docker-user] [--remove]"
+#define USAGE "isopod-netsetup [--slots N] [--open-slots M] [--base ADDR] [--user UID] [--no-docker-user] [--remove]"
 
 #define TABLE "isopod"
-#define TAP_PREFIX "isopod-tap"
-#define MAX_SLOTS 1024
+#define TAP_PREFIX NET_TAP_PREFIX
+#define MAX_SLOTS NET_MAX_SLOTS
 #define BATCH_BUF (4u << 20)
 
+/* Docker's hook for user rules (iptables-nft: table ip filter).  Its
+ * FORWARD policy is DROP, which would drop open slots' traffic after our
+ * table accepted it; our rules there carry this comment (rule userdata,
+ * as nft and iptables-nft store comments), so they are found again. */
+#define DOCKER_TABLE "filter"
+#define DOCKER_CHAIN "DOCKER-USER"
+#define DOCKER_TAG "isopod"
+
 /* Gateway services a guest may reach on its own gateway address (the only
- * host address it can reach at all): ping, DNS, and the egress broker's
- * port (filtered mode, not implemented yet).  Everything else is dropped. */
-static const uint16_t gw_tcp_ports[] = { 53, 3128 };
-static const uint16_t gw_udp_ports[] = { 53 };
+ * host address it can reach at all), served by its VM's egress broker, an
+ * unprivileged process: DNS on 1053 (guests ask port 53, which the dns
+ * chain redirects there) and, for filtered slots, the HTTP proxy on 3128;
+ * and ping.  Everything else is dropped. */
+#define PORT_DNS 53
+#define PORT_BROKER_DNS 1053
+#define PORT_BROKER_HTTP 3128
 
 /* Destinations a guest never reaches through the host (forward path). The
  * host's own addresses are local, so they meet the input chain instead. */
@@ -76,7 +100,10 @@ static const struct {
 };
 #define NDENY (sizeof deny / sizeof deny[0])
 
-static unsigned nslots = 16;
+static unsigned nslots = 16;       /* filtered: 0..nslots-1 */
+static unsigned nopen;             /* open: nslots..total-1 */
+static unsigned total;
+static int docker_opt = 1;         /* --no-docker-user clears it */
 static uint32_t base = 0x0ad50000; /* 10.213.0.0, host order */
 static int prefix;                 /* of the whole slot range */
 static long owner = -1;
@@ -97,6 +124,11 @@ static void slot_mac(unsigned k, uint8_t mac[6])
 static void tap_name(unsigned k, char out[IFNAMSIZ])
 {
 	snprintf(out, IFNAMSIZ, TAP_PREFIX "%u", k % MAX_SLOTS);
+}
+
+static const char *slot_mode(unsigned k)
+{
+	return k < nslots ? "filtered" : "open";
 }
 
 /* ---- rtnetlink -------------------------------------------------------- */
@@ -128,7 +160,8 @@ static int rtnl_talk(struct nlmsghdr *nlh)
 	}
 }
 
-static int link_up(int ifindex)
+/* Up, with its mode in its ifalias (readable by anybody in sysfs). */
+static int link_set(int ifindex, const char *alias)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
 	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
@@ -141,6 +174,7 @@ static int link_up(int ifindex)
 	ifi->ifi_index = ifindex;
 	ifi->ifi_change = IFF_UP;
 	ifi->ifi_flags = IFF_UP;
+	mnl_attr_put_strz(nlh, IFLA_IFALIAS, alias);
 	return rtnl_talk(nlh);
 }
 
@@ -375,25 +409,44 @@ static void m_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port)
 	x_cmp(r, NFT_CMP_EQ, &p, 2);
 }
 
+/* Raw bytes at a network header offset (the ARP header in family arp). */
+static void m_net_bytes(struct nftnl_rule *r, uint32_t off, const void *data, uint32_t len)
+{
+	x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, off, len);
+	x_cmp(r, NFT_CMP_EQ, data, len);
+}
+
 /* ---- nftables: the batch ------------------------------------------------- */
 
 static struct mnl_nlmsg_batch *batch;
 static uint32_t nft_seq;
 static unsigned nmsgs;            /* messages expecting an ack */
 
-/* What the table should contain, for the read-back. */
-#define MAX_CHAINS 16
+/* What our tables should contain, for the read-back. */
+#define MAX_CHAINS 24
 static struct {
+	uint16_t family;
 	const char *name;
 	unsigned rules, seen_rules;
 	int seen;
 } chains[MAX_CHAINS];
 static unsigned nchains, nrules;
 
+/* Our rules in Docker's DOCKER-USER chain: found before the batch (to be
+ * replaced), expected after it. */
+static uint64_t *dk_handles;
+static unsigned dk_n, dk_want, dk_seen;
+static int dk_chain;              /* DOCKER-USER exists */
+
+static const char *family_name(uint16_t f)
+{
+	return f == NFPROTO_ARP ? "arp" : f == NFPROTO_IPV4 ? "ip" : "inet";
+}
+
 static void batch_next(void)
 {
 	if (!mnl_nlmsg_batch_next(batch))
-		die(EX_SYS, "unable to build the nftables batch: too large (%u slots)", nslots);
+		die(EX_SYS, "unable to build the nftables batch: too large (%u slots)", total);
 }
 
 static struct nlmsghdr *batch_hdr(uint16_t type, uint16_t family, uint16_t flags)
@@ -403,20 +456,29 @@ static struct nlmsghdr *batch_hdr(uint16_t type, uint16_t family, uint16_t flags
 				     flags | NLM_F_ACK, nft_seq++);
 }
 
-static void put_table(uint16_t type, uint16_t flags)
+static void put_table(uint16_t family, uint16_t type, uint16_t flags)
 {
 	struct nftnl_table *t = nftnl_table_alloc();
 
 	if (!t)
 		die(EX_SYS, "unable to allocate memory:");
 	nftnl_table_set_str(t, NFTNL_TABLE_NAME, TABLE);
-	nftnl_table_nlmsg_build_payload(batch_hdr(type, NFPROTO_INET, flags), t);
+	nftnl_table_nlmsg_build_payload(batch_hdr(type, family, flags), t);
 	nftnl_table_free(t);
 	batch_next();
 }
 
+/* Replacing a table is atomic: add (so the delete cannot fail on a first
+ * run), delete, add again; its chains and rules follow in the batch. */
+static void put_fresh_table(uint16_t family)
+{
+	put_table(family, NFT_MSG_NEWTABLE, NLM_F_CREATE);
+	put_table(family, NFT_MSG_DELTABLE, 0);
+	put_table(family, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL);
+}
+
 /* A chain; hook < 0 for a regular (jump target) chain. */
-static void put_chain(const char *name, int hook, int prio, const char *type)
+static void put_chain(uint16_t family, const char *name, int hook, int prio, const char *type)
 {
 	struct nftnl_chain *c = nftnl_chain_alloc();
 
@@ -424,6 +486,7 @@ static void put_chain(const char *name, int hook, int prio, const char *type)
 		die(EX_SYS, "unable to allocate memory:");
 	if (nchains == MAX_CHAINS)
 		die(EX_SYS, "unable to build the table: too many chains");
+	chains[nchains].family = family;
 	chains[nchains++].name = name;
 	nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, TABLE);
 	nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name);
@@ -433,10 +496,12 @@ static void put_chain(const char *name, int hook, int prio, const char *type)
 		nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, type);
 		nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, NF_ACCEPT);
 	}
-	nftnl_chain_nlmsg_build_payload(batch_hdr(NFT_MSG_NEWCHAIN, NFPROTO_INET, NLM_F_CREATE), c);
+	nftnl_chain_nlmsg_build_payload(batch_hdr(NFT_MSG_NEWCHAIN, family, NLM_F_CREATE), c);
 	nftnl_chain_free(c);
 	batch_next();
 }
+
+static uint16_t cur_family = NFPROTO_INET; /* of the rules rule_new makes */
 
 static struct nftnl_rule *rule_new(const char *chain)
 {
@@ -447,9 +512,9 @@ static struct nftnl_rule *rule_new(const char *chain)
 		die(EX_SYS, "unable to allocate memory:");
 	nftnl_rule_set_str(r, NFTNL_RULE_TABLE, TABLE);
 	nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain);
-	nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+	nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, cur_family);
 	for (i = 0; i < nchains; i++)
-		if (!strcmp(chains[i].name, chain))
+		if (chains[i].family == cur_family && !strcmp(chains[i].name, chain))
 			chains[i].rules++;
 	nrules++;
 	return r;
@@ -457,7 +522,7 @@ static struct nftnl_rule *rule_new(const char *chain)
 
 static void rule_put(struct nftnl_rule *r)
 {
-	nftnl_rule_nlmsg_build_payload(batch_hdr(NFT_MSG_NEWRULE, NFPROTO_INET,
+	nftnl_rule_nlmsg_build_payload(batch_hdr(NFT_MSG_NEWRULE, cur_family,
 						 NLM_F_CREATE | NLM_F_APPEND), r);
 	nftnl_rule_free(r);
 	batch_next();
@@ -484,53 +549,107 @@ static void rule_drop_all(const char *chain)
 	rule_put(r);
 }
 
-/* `[<key> "isopod-tap*"] ct state established,related accept` */
-static void rule_ct_reply(const char *chain, uint32_t key, const char *ifname)
+/* `ct state established,related` */
+static void m_ct_reply(struct nftnl_rule *r)
 {
-	struct nftnl_rule *r = rule_new(chain);
-	struct nftnl_expr *e;
+	struct nftnl_expr *e = expr_new(r, "ct");
 	uint32_t ctmask = NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED);
 	uint32_t zero = 0;
 
-	if (ifname)
-		m_ifname(r, key, NFT_CMP_EQ, ifname, 1);
-	e = expr_new(r, "ct");
 	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
 	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
 	x_bitwise(r, &ctmask, 4);
 	x_cmp(r, NFT_CMP_NEQ, &zero, 4);
+}
+
+/* `[<key> "isopod-tap*"] ct state established,related accept` */
+static void rule_ct_reply(const char *chain, uint32_t key, const char *ifname)
+{
+	struct nftnl_rule *r = rule_new(chain);
+
+	if (ifname)
+		m_ifname(r, key, NFT_CMP_EQ, ifname, 1);
+	m_ct_reply(r);
 	x_verdict(r, NF_ACCEPT, NULL);
 	rule_put(r);
 }
 
-/* The whole table.  Replacing it is atomic: add (so the delete cannot fail
- * on a first run), delete, add again, then everything, in one batch. */
-static void build_table(void)
+static void rule_icmp_echo(const char *chain)
+{
+	struct nftnl_rule *r = rule_new(chain);
+	uint8_t type = 8; /* icmp echo-request */
+
+	m_nfproto(r, NFPROTO_IPV4);
+	m_l4proto(r, IPPROTO_ICMP);
+	x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 1);
+	x_cmp(r, NFT_CMP_EQ, &type, 1);
+	x_verdict(r, NF_ACCEPT, NULL);
+	rule_put(r);
+}
+
+static void rule_port(const char *chain, uint8_t proto, uint16_t port)
+{
+	struct nftnl_rule *r = rule_new(chain);
+
+	m_dport(r, proto, port);
+	x_verdict(r, NF_ACCEPT, NULL);
+	rule_put(r);
+}
+
+/* `iifname "isopod-tap*" meta nfproto ipv4 <proto> dport 53 redirect to :1053` */
+static void rule_dns_redirect(uint8_t proto)
+{
+	struct nftnl_rule *r = rule_new("dns");
+	struct nftnl_expr *e;
+	uint16_t port = htons(PORT_BROKER_DNS);
+
+	m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, TAP_PREFIX, 1);
+	m_nfproto(r, NFPROTO_IPV4);
+	m_dport(r, proto, PORT_DNS);
+	e = expr_new(r, "immediate");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+	nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &port, sizeof port);
+	e = expr_new(r, "redir");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MAX, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED);
+	rule_put(r);
+}
+
+/* The table `inet isopod`. */
+static void build_inet(void)
 {
 	struct nftnl_rule *r;
 	char name[IFNAMSIZ];
 	uint8_t mac[6];
 	unsigned k, i;
 
-	put_table(NFT_MSG_NEWTABLE, NLM_F_CREATE);
-	put_table(NFT_MSG_DELTABLE, 0);
-	put_table(NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL);
+	cur_family = NFPROTO_INET;
+	put_fresh_table(NFPROTO_INET);
 
-	put_chain("prerouting", NF_INET_PRE_ROUTING, -150, "filter");
-	put_chain("vm_pre", -1, 0, NULL);
-	put_chain("input", NF_INET_LOCAL_IN, -10, "filter");
-	put_chain("vm_in", -1, 0, NULL);
-	put_chain("gw_services", -1, 0, NULL);
-	put_chain("forward", NF_INET_FORWARD, -10, "filter");
-	put_chain("vm_fwd", -1, 0, NULL);
-	put_chain("postrouting", NF_INET_POST_ROUTING, 100, "nat");
+	/* Hook order for a packet from a tap: conntrack (-200), then
+	 * prerouting (-150, anti-spoof), then dns (-100, dstnat: the redirect
+	 * sees only what passed anti-spoof), routing, then input or forward
+	 * (-10, which see the redirected port 1053). */
+	put_chain(NFPROTO_INET, "prerouting", NF_INET_PRE_ROUTING, -150, "filter");
+	put_chain(NFPROTO_INET, "vm_pre", -1, 0, NULL);
+	put_chain(NFPROTO_INET, "dns", NF_INET_PRE_ROUTING, -100, "nat");
+	put_chain(NFPROTO_INET, "input", NF_INET_LOCAL_IN, -10, "filter");
+	put_chain(NFPROTO_INET, "vm_in", -1, 0, NULL);
+	put_chain(NFPROTO_INET, "gw_filtered", -1, 0, NULL);
+	put_chain(NFPROTO_INET, "gw_open", -1, 0, NULL);
+	put_chain(NFPROTO_INET, "forward", NF_INET_FORWARD, -10, "filter");
+	put_chain(NFPROTO_INET, "vm_fwd", -1, 0, NULL);
+	put_chain(NFPROTO_INET, "fwd_open", -1, 0, NULL);
+	put_chain(NFPROTO_INET, "postrouting", NF_INET_POST_ROUTING, 100, "nat");
 
 	/* Anti-spoof, before routing so it covers input and forward alike:
 	 * a frame from tap K passes only with slot K's MAC and IPv4 source.
-	 * Everything else from any isopod tap — IPv6, spoofed addresses, a
-	 * tap left over from a larger --slots — is dropped. */
+	 * Everything else from any isopod tap — IPv6 (no policy allows it
+	 * yet), spoofed addresses, a tap left over from a larger setup — is
+	 * dropped. */
 	rule_taps("prerouting", NFT_META_IIFNAME, NFT_JUMP, "vm_pre");
-	for (k = 0; k < nslots; k++) {
+	for (k = 0; k < total; k++) {
 		tap_name(k, name);
 		slot_mac(k, mac);
 		r = rule_new("vm_pre");
@@ -542,58 +661,62 @@ static void build_table(void)
 	}
 	rule_drop_all("vm_pre");
 
+	/* DNS: a guest asks port 53 of any address; it lands on its own
+	 * gateway's port 1053, where its broker (unprivileged, so not on
+	 * 53) answers.  `redirect` takes the tap's own address, the gateway,
+	 * and conntrack maps the replies back to port 53. */
+	rule_dns_redirect(IPPROTO_UDP);
+	rule_dns_redirect(IPPROTO_TCP);
+
 	/* The host itself: only slot K's own gateway address, and there only
-	 * the gateway services.  Any other host address (uplink, docker0,
-	 * another slot's gateway, broadcast) is dropped. */
+	 * the gateway services of the slot's mode.  Any other host address
+	 * (uplink, docker0, another slot's gateway, broadcast) is dropped. */
 	rule_taps("input", NFT_META_IIFNAME, NFT_JUMP, "vm_in");
 	/* Replies to what the host itself started (a test probing a guest's
 	 * listener, say) come back; the guest can start nothing this way. */
 	rule_ct_reply("vm_in", 0, NULL);
-	for (k = 0; k < nslots; k++) {
+	for (k = 0; k < total; k++) {
 		tap_name(k, name);
 		r = rule_new("vm_in");
 		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		m_ip(r, 16, NFT_CMP_EQ, base + 4 * k + 1, 32);
-		x_verdict(r, NFT_GOTO, "gw_services");
+		x_verdict(r, NFT_GOTO, k < nslots ? "gw_filtered" : "gw_open");
 		rule_put(r);
 	}
 	rule_drop_all("vm_in");
-	{
-		uint8_t type = 8; /* icmp echo-request */
+	/* filtered: the broker's DNS and HTTP proxy; open: DNS only (the
+	 * broker resolves for every VM; open VMs connect directly). */
+	rule_icmp_echo("gw_filtered");
+	rule_port("gw_filtered", IPPROTO_TCP, PORT_BROKER_HTTP);
+	rule_port("gw_filtered", IPPROTO_UDP, PORT_BROKER_DNS);
+	rule_port("gw_filtered", IPPROTO_TCP, PORT_BROKER_DNS);
+	rule_drop_all("gw_filtered");
+	rule_icmp_echo("gw_open");
+	rule_port("gw_open", IPPROTO_UDP, PORT_BROKER_DNS);
+	rule_port("gw_open", IPPROTO_TCP, PORT_BROKER_DNS);
+	rule_drop_all("gw_open");
 
-		r = rule_new("gw_services");
-		m_nfproto(r, NFPROTO_IPV4);
-		m_l4proto(r, IPPROTO_ICMP);
-		x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 1);
-		x_cmp(r, NFT_CMP_EQ, &type, 1);
-		x_verdict(r, NF_ACCEPT, NULL);
-		rule_put(r);
-	}
-	for (i = 0; i < sizeof gw_udp_ports / sizeof gw_udp_ports[0]; i++) {
-		r = rule_new("gw_services");
-		m_dport(r, IPPROTO_UDP, gw_udp_ports[i]);
-		x_verdict(r, NF_ACCEPT, NULL);
-		rule_put(r);
-	}
-	for (i = 0; i < sizeof gw_tcp_ports / sizeof gw_tcp_ports[0]; i++) {
-		r = rule_new("gw_services");
-		m_dport(r, IPPROTO_TCP, gw_tcp_ports[i]);
-		x_verdict(r, NF_ACCEPT, NULL);
-		rule_put(r);
-	}
-	rule_drop_all("gw_services");
-
-	/* Forwarding: from a VM never to another VM nor a denied range; to a
-	 * VM only replies. */
+	/* Forwarding: only open slots, listed one by one, so a filtered slot
+	 * (or any tap without a slot) falls to the final drop: filtered VMs
+	 * forward nothing at all, their egress is the broker's.  Open slots
+	 * never to another VM nor a denied range; to a VM only replies. */
 	rule_taps("forward", NFT_META_IIFNAME, NFT_JUMP, "vm_fwd");
 	rule_ct_reply("forward", NFT_META_OIFNAME, TAP_PREFIX);
 	rule_taps("forward", NFT_META_OIFNAME, NF_DROP, NULL);
-	rule_taps("vm_fwd", NFT_META_OIFNAME, NF_DROP, NULL);
+	for (k = nslots; k < total; k++) {
+		tap_name(k, name);
+		r = rule_new("vm_fwd");
+		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
+		x_verdict(r, NFT_GOTO, "fwd_open");
+		rule_put(r);
+	}
+	rule_drop_all("vm_fwd");
+	rule_taps("fwd_open", NFT_META_OIFNAME, NF_DROP, NULL);
 	for (i = 0; i < NDENY; i++) {
 		struct in_addr a;
 
 		inet_pton(AF_INET, deny[i].net, &a);
-		r = rule_new("vm_fwd");
+		r = rule_new("fwd_open");
 		m_ip(r, 16, NFT_CMP_EQ, ntohl(a.s_addr), deny[i].len);
 		x_counter(r);
 		x_verdict(r, NF_DROP, NULL);
@@ -606,6 +729,158 @@ static void build_table(void)
 	m_ifname(r, NFT_META_OIFNAME, NFT_CMP_NEQ, TAP_PREFIX, 1);
 	expr_new(r, "masq");
 	rule_put(r);
+}
+
+/* The table `arp isopod`.  ARP is not IP: the inet family's hooks (ingress
+ * included) never see it, so it needs a table of the arp family.  From tap
+ * K only slot K's own ARP passes — Ethernet/IPv4 ARP whose frame source and
+ * sender hardware address are slot K's MAC and whose sender IP is slot K's
+ * guest address — so a guest cannot claim its gateway's address, another
+ * slot's, or another MAC in the host's neighbour table. */
+static void build_arp(void)
+{
+	static const uint8_t eth_ipv4[6] = { 0, 1, 8, 0, 6, 4 }; /* htype ptype hlen plen */
+	struct nftnl_rule *r;
+	char name[IFNAMSIZ];
+	uint8_t sender[10];
+	unsigned k;
+
+	cur_family = NFPROTO_ARP;
+	put_fresh_table(NFPROTO_ARP);
+	put_chain(NFPROTO_ARP, "input", NF_ARP_IN, 0, "filter");
+	put_chain(NFPROTO_ARP, "vm_arp", -1, 0, NULL);
+	rule_taps("input", NFT_META_IIFNAME, NFT_JUMP, "vm_arp");
+	for (k = 0; k < total; k++) {
+		uint32_t ip = htonl(base + 4 * k + 2);
+
+		tap_name(k, name);
+		slot_mac(k, sender);
+		memcpy(sender + 6, &ip, 4);
+		r = rule_new("vm_arp");
+		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
+		m_ether_saddr(r, sender);
+		m_net_bytes(r, 0, eth_ipv4, sizeof eth_ipv4);
+		m_net_bytes(r, 8, sender, sizeof sender); /* sha, spa */
+		x_verdict(r, NF_ACCEPT, NULL);
+		rule_put(r);
+	}
+	rule_drop_all("vm_arp");
+	cur_family = NFPROTO_INET;
+}
+
+/* ---- Docker's DOCKER-USER ------------------------------------------------ */
+
+static void rule_tag(struct nftnl_rule *r)
+{
+	struct nftnl_udata_buf *u = nftnl_udata_buf_alloc(NFT_USERDATA_MAXLEN);
+
+	if (!u || !nftnl_udata_put_strz(u, NFTNL_UDATA_RULE_COMMENT, DOCKER_TAG))
+		die(EX_SYS, "unable to allocate memory:");
+	nftnl_rule_set_data(r, NFTNL_RULE_USERDATA, nftnl_udata_buf_data(u), nftnl_udata_buf_len(u));
+	nftnl_udata_buf_free(u);
+}
+
+static int tag_cb(const struct nftnl_udata *attr, void *data)
+{
+	const char *v = nftnl_udata_get(attr);
+	uint8_t len = nftnl_udata_len(attr);
+
+	if (nftnl_udata_type(attr) == NFTNL_UDATA_RULE_COMMENT && len == sizeof DOCKER_TAG &&
+	    !memcmp(v, DOCKER_TAG, sizeof DOCKER_TAG))
+		*(int *)data = 1;
+	return 0;
+}
+
+static int rule_tagged(const struct nftnl_rule *r)
+{
+	const void *d;
+	uint32_t len;
+	int tagged = 0;
+
+	if (!nftnl_rule_is_set(r, NFTNL_RULE_USERDATA))
+		return 0;
+	d = nftnl_rule_get_data(r, NFTNL_RULE_USERDATA, &len);
+	nftnl_udata_parse(d, len, tag_cb, &tagged);
+	return tagged;
+}
+
+static struct nftnl_rule *docker_rule(void)
+{
+	struct nftnl_rule *r = nftnl_rule_alloc();
+
+	if (!r)
+		die(EX_SYS, "unable to allocate memory:");
+	nftnl_rule_set_str(r, NFTNL_RULE_TABLE, DOCKER_TABLE);
+	nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, DOCKER_CHAIN);
+	nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_IPV4);
+	return r;
+}
+
+/* Delete our earlier rules there (by handle, found by docker_scan). */
+static void docker_del(void)
+{
+	unsigned i;
+
+	for (i = 0; i < dk_n; i++) {
+		struct nftnl_rule *r = docker_rule();
+
+		nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, dk_handles[i]);
+		nftnl_rule_nlmsg_build_payload(batch_hdr(NFT_MSG_DELRULE, NFPROTO_IPV4, 0), r);
+		nftnl_rule_free(r);
+		batch_next();
+	}
+}
+
+/* `-m conntrack --ctstate RELATED,ESTABLISHED` as iptables-nft writes it:
+ * an xtables match run by nft_compat.  (iptables-nft 1.8.9 cannot read
+ * nft's native `ct state` and then refuses the whole table: Docker's own
+ * iptables calls would fail.) */
+static void x_xt_ctstate(struct nftnl_rule *r)
+{
+	struct nftnl_expr *e = expr_new(r, "match");
+	size_t len = XT_ALIGN(sizeof(struct xt_conntrack_mtinfo3));
+	struct xt_conntrack_mtinfo3 *ct = calloc(1, len); /* the expr owns it */
+
+	if (!ct)
+		die(EX_SYS, "unable to allocate memory:");
+	ct->match_flags = XT_CONNTRACK_STATE;
+	ct->state_mask = XT_CONNTRACK_STATE_BIT(IP_CT_ESTABLISHED) |
+			 XT_CONNTRACK_STATE_BIT(IP_CT_RELATED);
+	nftnl_expr_set_str(e, NFTNL_EXPR_MT_NAME, "conntrack");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_MT_REV, 3);
+	nftnl_expr_set(e, NFTNL_EXPR_MT_INFO, ct, (uint32_t)len);
+}
+
+/* At the head of DOCKER-USER (Docker ends it with a RETURN), in the forms
+ * iptables-nft itself writes, so `iptables -S` still reads the chain:
+ *   -i isopod-tap+ -m comment --comment isopod -j ACCEPT
+ *   -o isopod-tap+ -m conntrack --ctstate RELATED,ESTABLISHED
+ *      -m comment --comment isopod -j ACCEPT
+ * (the comment is rule userdata, as both nft and iptables-nft keep it).
+ * Accepting there is safe: `inet isopod` (priority -10, before Docker's 0)
+ * has already dropped whatever a VM may not send or receive. */
+static void docker_add(void)
+{
+	struct nftnl_rule *r;
+
+	/* Each goes to the head: the second one first. */
+	r = docker_rule();
+	m_ifname(r, NFT_META_OIFNAME, NFT_CMP_EQ, TAP_PREFIX, 1);
+	x_xt_ctstate(r);
+	x_counter(r);
+	x_verdict(r, NF_ACCEPT, NULL);
+	rule_tag(r);
+	nftnl_rule_nlmsg_build_payload(batch_hdr(NFT_MSG_NEWRULE, NFPROTO_IPV4, NLM_F_CREATE), r);
+	nftnl_rule_free(r);
+	batch_next();
+	r = docker_rule();
+	m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, TAP_PREFIX, 1);
+	x_counter(r);
+	x_verdict(r, NF_ACCEPT, NULL);
+	rule_tag(r);
+	nftnl_rule_nlmsg_build_payload(batch_hdr(NFT_MSG_NEWRULE, NFPROTO_IPV4, NLM_F_CREATE), r);
+	nftnl_rule_free(r);
+	batch_next();
 }
 
 /* Send the batch; read one ack (or error) per message.  0, or dies. */
@@ -642,7 +917,7 @@ static void nft_send(struct mnl_socket *nl)
 	}
 	if (err) {
 		errno = err;
-		die(EX_SYS, "unable to load table inet " TABLE " (message %u of the batch):", errseq);
+		die(EX_SYS, "unable to load tables inet/arp " TABLE " (message %u of the batch):", errseq);
 	}
 }
 
@@ -651,15 +926,22 @@ static void nft_send(struct mnl_socket *nl)
 static int chain_cb(const struct nlmsghdr *nlh, void *data)
 {
 	struct nftnl_chain *c = nftnl_chain_alloc();
+	const char *t, *n;
+	uint32_t f;
 	unsigned i;
 
 	(void)data;
 	if (!c || nftnl_chain_nlmsg_parse(nlh, c) < 0)
 		die(EX_SYS, "unable to parse a chain:");
-	if (!strcmp(nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE), TABLE))
+	t = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
+	n = nftnl_chain_get_str(c, NFTNL_CHAIN_NAME);
+	f = nftnl_chain_get_u32(c, NFTNL_CHAIN_FAMILY);
+	if (!strcmp(t, TABLE))
 		for (i = 0; i < nchains; i++)
-			if (!strcmp(chains[i].name, nftnl_chain_get_str(c, NFTNL_CHAIN_NAME)))
+			if (chains[i].family == f && !strcmp(chains[i].name, n))
 				chains[i].seen++;
+	if (f == NFPROTO_IPV4 && !strcmp(t, DOCKER_TABLE) && !strcmp(n, DOCKER_CHAIN))
+		dk_chain = 1;
 	nftnl_chain_free(c);
 	return MNL_CB_OK;
 }
@@ -667,25 +949,51 @@ static int chain_cb(const struct nlmsghdr *nlh, void *data)
 static int rule_cb(const struct nlmsghdr *nlh, void *data)
 {
 	struct nftnl_rule *r = nftnl_rule_alloc();
-	unsigned i, *total = data;
+	unsigned i, *count = data;
+	uint32_t f;
 
 	if (!r || nftnl_rule_nlmsg_parse(nlh, r) < 0)
 		die(EX_SYS, "unable to parse a rule:");
+	f = nftnl_rule_get_u32(r, NFTNL_RULE_FAMILY);
 	if (!strcmp(nftnl_rule_get_str(r, NFTNL_RULE_TABLE), TABLE)) {
-		++*total;
+		++*count;
 		for (i = 0; i < nchains; i++)
-			if (!strcmp(chains[i].name, nftnl_rule_get_str(r, NFTNL_RULE_CHAIN)))
+			if (chains[i].family == f &&
+			    !strcmp(chains[i].name, nftnl_rule_get_str(r, NFTNL_RULE_CHAIN)))
 				chains[i].seen_rules++;
 	}
 	nftnl_rule_free(r);
 	return MNL_CB_OK;
 }
 
-static void nft_dump(struct mnl_socket *nl, uint16_t type, mnl_cb_t cb, void *data)
+/* Our tagged rules in DOCKER-USER: counted, their handles kept. */
+static int docker_cb(const struct nlmsghdr *nlh, void *data)
+{
+	struct nftnl_rule *r = nftnl_rule_alloc();
+
+	(void)data;
+	if (!r || nftnl_rule_nlmsg_parse(nlh, r) < 0)
+		die(EX_SYS, "unable to parse a rule:");
+	if (nftnl_rule_get_u32(r, NFTNL_RULE_FAMILY) == NFPROTO_IPV4 &&
+	    !strcmp(nftnl_rule_get_str(r, NFTNL_RULE_TABLE), DOCKER_TABLE) &&
+	    !strcmp(nftnl_rule_get_str(r, NFTNL_RULE_CHAIN), DOCKER_CHAIN) && rule_tagged(r)) {
+		if (!(dk_handles = realloc(dk_handles, (dk_seen + 1) * sizeof *dk_handles)))
+			die(EX_SYS, "unable to allocate memory:");
+		dk_handles[dk_seen++] = nftnl_rule_get_u64(r, NFTNL_RULE_HANDLE);
+	}
+	nftnl_rule_free(r);
+	return MNL_CB_OK;
+}
+
+/* Dump chains or rules of a family (rules: of table `table` only; the
+ * kernel's dump stops after the first table of that name, so one family
+ * per dump). */
+static void nft_dump(struct mnl_socket *nl, uint16_t type, uint16_t family, const char *table,
+		     mnl_cb_t cb, void *data)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
 	uint32_t seq = nft_seq++, portid = mnl_socket_get_portid(nl);
-	struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, NLM_F_DUMP, seq);
+	struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, type, family, NLM_F_DUMP, seq);
 	ssize_t n;
 	int r;
 
@@ -694,38 +1002,60 @@ static void nft_dump(struct mnl_socket *nl, uint16_t type, mnl_cb_t cb, void *da
 
 		if (!rr)
 			die(EX_SYS, "unable to allocate memory:");
-		nftnl_rule_set_str(rr, NFTNL_RULE_TABLE, TABLE);
+		nftnl_rule_set_str(rr, NFTNL_RULE_TABLE, table);
 		nftnl_rule_nlmsg_build_payload(nlh, rr);
 		nftnl_rule_free(rr);
 	}
 	if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
-		die(EX_SYS, "unable to ask for the table back:");
+		die(EX_SYS, "unable to ask for the tables back:");
 	do {
 		n = mnl_socket_recvfrom(nl, buf, sizeof buf);
 		if (n < 0)
-			die(EX_SYS, "unable to read the table back:");
+			die(EX_SYS, "unable to read the tables back:");
 		r = mnl_cb_run(buf, (size_t)n, seq, portid, cb, data);
 		if (r == MNL_CB_ERROR)
-			die(EX_SYS, "unable to read the table back:");
+			die(EX_SYS, "unable to read the tables back:");
 	} while (r > MNL_CB_STOP);
 }
 
-/* Chains and per-chain rule counts as built?  0 yes, else -1 (warned). */
+/* Does DOCKER-USER exist, and which of its rules are ours?  Sets
+ * dk_chain, dk_seen and dk_handles. */
+static void docker_scan(struct mnl_socket *nl)
+{
+	unsigned i;
+
+	dk_chain = 0, dk_seen = 0;
+	for (i = 0; i < nchains; i++)
+		chains[i].seen = 0;
+	nft_dump(nl, NFT_MSG_GETCHAIN, NFPROTO_UNSPEC, NULL, chain_cb, NULL);
+	if (dk_chain)
+		nft_dump(nl, NFT_MSG_GETRULE, NFPROTO_IPV4, DOCKER_TABLE, docker_cb, NULL);
+}
+
+/* Chains and per-chain rule counts as built, and our DOCKER-USER rules as
+ * wanted?  0 yes, else -1 (warned). */
 static int nft_verify(struct mnl_socket *nl)
 {
-	unsigned i, total = 0;
+	unsigned i, count = 0;
 	int ok = 0;
 
-	nft_dump(nl, NFT_MSG_GETCHAIN, chain_cb, NULL);
-	nft_dump(nl, NFT_MSG_GETRULE, rule_cb, &total);
+	docker_scan(nl); /* the chains too */
+	nft_dump(nl, NFT_MSG_GETRULE, NFPROTO_INET, TABLE, rule_cb, &count);
+	nft_dump(nl, NFT_MSG_GETRULE, NFPROTO_ARP, TABLE, rule_cb, &count);
 	for (i = 0; i < nchains; i++)
 		if (chains[i].seen != 1 || chains[i].seen_rules != chains[i].rules) {
-			warn("verify: chain %s: found %d, %u rules (want 1, %u)", chains[i].name,
-			     chains[i].seen, chains[i].seen_rules, chains[i].rules);
+			warn("verify: chain %s %s: found %d, %u rules (want 1, %u)",
+			     family_name(chains[i].family), chains[i].name, chains[i].seen,
+			     chains[i].seen_rules, chains[i].rules);
 			ok = -1;
 		}
-	if (total != nrules) {
-		warn("verify: table inet " TABLE " has %u rules, want %u", total, nrules);
+	if (count != nrules) {
+		warn("verify: tables inet/arp " TABLE " have %u rules, want %u", count, nrules);
+		ok = -1;
+	}
+	if (dk_seen != dk_want) {
+		warn("verify: chain ip " DOCKER_TABLE " " DOCKER_CHAIN " has %u isopod rules, want %u",
+		     dk_seen, dk_want);
 		ok = -1;
 	}
 	return ok;
@@ -774,9 +1104,14 @@ static void remove_all(void)
 	unsigned k;
 	int idx, r;
 
+	docker_scan(nl);
+	dk_n = dk_seen;
 	batch_begin();
-	put_table(NFT_MSG_NEWTABLE, NLM_F_CREATE);
-	put_table(NFT_MSG_DELTABLE, 0);
+	put_table(NFPROTO_INET, NFT_MSG_NEWTABLE, NLM_F_CREATE);
+	put_table(NFPROTO_INET, NFT_MSG_DELTABLE, 0);
+	put_table(NFPROTO_ARP, NFT_MSG_NEWTABLE, NLM_F_CREATE);
+	put_table(NFPROTO_ARP, NFT_MSG_DELTABLE, 0);
+	docker_del();
 	batch_end();
 	nft_send(nl);
 	mnl_socket_close(nl);
@@ -790,15 +1125,31 @@ static void remove_all(void)
 		}
 		json_array_append_new(gone, json_string(name));
 	}
-	out = json_pack("{s:s, s:b, s:o}", "table", "inet " TABLE, "removed", 1, "taps", gone);
+	out = json_pack("{s:s, s:[s, s], s:b, s:o, s:i}", "table", "inet " TABLE, "tables",
+			"inet " TABLE, "arp " TABLE, "removed", 1, "taps", gone,
+			"docker_user_rules_removed", (int)dk_n);
 	json_emit(out);
 	json_decref(out);
+}
+
+static int read_forwarding(void)
+{
+	char c = '0';
+	int fd = open("/proc/sys/net/ipv4/ip_forward", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (read(fd, &c, 1) != 1)
+			c = '0';
+		close(fd);
+	}
+	return c == '1';
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "slots", required_argument, NULL, 's' },
+		{ "open-slots", required_argument, NULL, 'o' },
 		{ "base", required_argument, NULL, 'b' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "no-docker-user", no_argument, NULL, 'D' },
@@ -809,20 +1160,27 @@ int main(int argc, char **argv)
 	struct mnl_socket *nl;
 	struct in_addr a;
 	json_t *taps, *out;
-	char name[IFNAMSIZ], gw[INET_ADDRSTRLEN], guest[INET_ADDRSTRLEN], macs[18];
+	char name[IFNAMSIZ], gw[INET_ADDRSTRLEN], guest[INET_ADDRSTRLEN], macs[18], alias[32];
+	char was[16];
 	const char *e;
 	long long v;
 	unsigned k, created = 0;
 	int c, remove = 0, verified;
 	uint8_t mac[6];
+	static int made[MAX_SLOTS], busy[MAX_SLOTS];
 
 	progname = "isopod-netsetup";
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (parse_ll(optarg, 1, MAX_SLOTS, &v) < 0)
-				die(EX_USAGE, "bad --slots %.40s: want 1..%d", optarg, MAX_SLOTS);
+			if (parse_ll(optarg, 0, MAX_SLOTS, &v) < 0)
+				die(EX_USAGE, "bad --slots %.40s: want 0..%d", optarg, MAX_SLOTS);
 			nslots = (unsigned)v;
+			break;
+		case 'o':
+			if (parse_ll(optarg, 0, MAX_SLOTS, &v) < 0)
+				die(EX_USAGE, "bad --open-slots %.40s: want 0..%d", optarg, MAX_SLOTS);
+			nopen = (unsigned)v;
 			break;
 		case 'b':
 			if (inet_pton(AF_INET, optarg, &a) != 1)
@@ -835,7 +1193,7 @@ int main(int argc, char **argv)
 			owner = (long)v;
 			break;
 		case 'D':
-			/* Docker integration is not implemented: nothing to opt out of. */
+			docker_opt = 0;
 			break;
 		case 'R':
 			remove = 1;
@@ -849,13 +1207,17 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		die(EX_USAGE, "usage: %s", USAGE);
+	total = nslots + nopen;
+	if (!remove && (total < 1 || total > MAX_SLOTS))
+		die(EX_USAGE, "bad --slots %u --open-slots %u: want 1..%d slots in all", nslots, nopen,
+		    MAX_SLOTS);
 	if (owner < 0 && (e = getenv("SUDO_UID")) && parse_ll(e, 0, 0x7fffffff, &v) == 0)
 		owner = (long)v;
 	/* The slot range is one aligned prefix (for the NAT rule). */
-	for (prefix = 30; prefix > 0 && (1u << (32 - prefix)) < 4 * nslots; prefix--)
+	for (prefix = 30; prefix > 0 && (1u << (32 - prefix)) < 4 * total; prefix--)
 		;
 	if (base & ~(~0u << (32 - prefix)))
-		die(EX_USAGE, "bad --base: %u slots need a /%d-aligned base", nslots, prefix);
+		die(EX_USAGE, "bad --base: %u slots need a /%d-aligned base", total, prefix);
 
 	if (!(rtnl = mnl_socket_open(NETLINK_ROUTE)) || mnl_socket_bind(rtnl, 0, MNL_SOCKET_AUTOPID) < 0)
 		die(EX_SYS, "unable to open a route netlink socket:");
@@ -864,13 +1226,21 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
+	/* The taps first; a running VM's tap keeps its mode: changing it
+	 * under the VM would change what that VM may reach mid-run. */
+	for (k = 0; k < total; k++) {
+		tap_name(k, name);
+		made[k] = tap_make(name, &busy[k]);
+		created += (unsigned)made[k];
+		if (busy[k] && *net_tap_mode((int)k, was, sizeof was) && strcmp(was, slot_mode(k)))
+			die(EX_CONFLICT, "unable to make %s %s: a VM is using it in %s mode now", name,
+			    slot_mode(k), was);
+	}
 	taps = json_array();
-	for (k = 0; k < nslots; k++) {
-		int idx, busy, r, made;
+	for (k = 0; k < total; k++) {
+		int idx, r;
 
 		tap_name(k, name);
-		made = tap_make(name, &busy);
-		created += (unsigned)made;
 		if (!(idx = (int)if_nametoindex(name)))
 			die(EX_SYS, "unable to find %s after creating it:", name);
 		tap_no_ipv6(name);
@@ -878,7 +1248,8 @@ int main(int argc, char **argv)
 			errno = -r;
 			die(EX_SYS, "unable to set the address of %s:", name);
 		}
-		if ((r = link_up(idx)) < 0) {
+		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
+		if ((r = link_set(idx, alias)) < 0) {
 			errno = -r;
 			die(EX_SYS, "unable to bring %s up:", name);
 		}
@@ -887,23 +1258,32 @@ int main(int argc, char **argv)
 		slot_mac(k, mac);
 		snprintf(macs, sizeof macs, "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2],
 			 mac[3], mac[4], mac[5]);
-		json_array_append_new(taps, json_pack("{s:s, s:i, s:s, s:s, s:s, s:i, s:b, s:b}",
-			"name", name, "slot", (int)k, "gateway", gw, "guest", guest, "mac", macs,
-			"prefix", 30, "created", made, "busy", busy));
+		json_array_append_new(taps, json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:b, s:b}",
+			"name", name, "slot", (int)k, "mode", slot_mode(k), "gateway", gw, "guest", guest,
+			"mac", macs, "prefix", 30, "created", made[k], "busy", busy[k]));
 	}
-	/* Taps beyond --slots (left by a larger earlier run) go, unless busy. */
-	for (k = nslots; k < MAX_SLOTS; k++) {
+	/* Taps beyond the slots (left by a larger earlier run) go, unless busy. */
+	for (k = total; k < MAX_SLOTS; k++) {
 		int idx;
 
 		tap_name(k, name);
 		if ((idx = (int)if_nametoindex(name)) && link_del(idx) < 0)
 			warn("unable to delete the extra tap %s (in use?)", name);
 	}
-	sysctl_write("/proc/sys/net/ipv4/ip_forward", "1");
+	/* Only open slots forward; filtered ones talk to the host alone. */
+	if (nopen)
+		sysctl_write("/proc/sys/net/ipv4/ip_forward", "1");
 
 	nl = nft_open();
+	docker_scan(nl);
+	dk_n = dk_seen;
+	dk_want = docker_opt && dk_chain ? 2 : 0;
 	batch_begin();
-	build_table();
+	build_inet();
+	build_arp();
+	docker_del();
+	if (dk_want)
+		docker_add();
 	batch_end();
 	nft_send(nl);
 	verified = nft_verify(nl) == 0;
@@ -912,14 +1292,15 @@ int main(int argc, char **argv)
 
 	a.s_addr = htonl(base);
 	inet_ntop(AF_INET, &a, gw, sizeof gw);
-	out = json_pack("{s:s, s:i, s:s, s:i, s:o, s:i, s:i, s:i, s:b, s:b, s:b}",
-		"table", "inet " TABLE, "slots", (int)nslots, "base", gw, "prefix", prefix,
-		"taps", taps, "taps_created", (int)created, "chains", (int)nchains,
-		"rules", (int)nrules, "verified", verified, "forwarding", 1, "docker_user", 0);
+	out = json_pack("{s:s, s:[s, s], s:i, s:i, s:s, s:i, s:o, s:i, s:i, s:i, s:b, s:b, s:b, s:s}",
+		"table", "inet " TABLE, "tables", "inet " TABLE, "arp " TABLE, "slots", (int)nslots,
+		"open_slots", (int)nopen, "base", gw, "prefix", prefix, "taps", taps, "taps_created",
+		(int)created, "chains", (int)nchains, "rules", (int)nrules, "verified", verified,
+		"forwarding", read_forwarding(), "docker_user", dk_want > 0, "ipv6", "dropped");
 	json_object_set_new(out, "owner", owner >= 0 ? json_integer(owner) : json_null());
 	json_emit(out);
 	json_decref(out);
 	if (!verified)
-		die(EX_SYS, "unable to verify table inet " TABLE " after loading it");
+		die(EX_SYS, "unable to verify the tables after loading them");
 	return 0;
 }

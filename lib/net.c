@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -17,7 +18,7 @@
 
 int net_mode_valid(const char *mode)
 {
-	return !strcmp(mode, "none") || !strcmp(mode, "open");
+	return !strcmp(mode, "none") || !strcmp(mode, "filtered") || !strcmp(mode, "open");
 }
 
 int net_ntaps(void)
@@ -69,17 +70,56 @@ static int try_slot(const char *dir, int k)
 	return fd;
 }
 
-void net_check_free(void)
+const char *net_tap_mode(int k, char *out, size_t sz)
+{
+	char p[PATH_MAX], buf[64];
+	size_t n = strlen(NET_ALIAS_PREFIX);
+	ssize_t r;
+	int fd;
+
+	*out = '\0';
+	pathf(p, sizeof p, "/sys/class/net/" NET_TAP_PREFIX "%d/ifalias", k);
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+		return out;
+	r = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (r <= 0)
+		return out;
+	buf[r] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	if (!strncmp(buf, NET_ALIAS_PREFIX, n) && net_mode_valid(buf + n) && strcmp(buf + n, "none"))
+		snprintf(out, sz, "%s", buf + n);
+	return out;
+}
+
+/* The first free slot of this mode, locked (its fd in *fd), or dies: 111
+ * when there is no slot of the mode, 102 when all of them are busy. */
+static int find_slot(const char *mode, int *fd)
 {
 	const char *dir = lock_dir();
-	int n = net_require_taps(), k, fd;
+	char m[16];
+	int n = net_require_taps(), k, nmode = 0;
 
-	for (k = 0; k < n; k++)
-		if ((fd = try_slot(dir, k)) >= 0) {
-			close(fd);
-			return;
-		}
-	die(EX_CONFLICT, "all %d network slots busy: wait for a networked VM to end, or use --net none", n);
+	for (k = 0; k < n; k++) {
+		if (strcmp(net_tap_mode(k, m, sizeof m), mode))
+			continue;
+		nmode++;
+		if ((*fd = try_slot(dir, k)) >= 0)
+			return k;
+	}
+	if (!nmode)
+		die(EX_SYS, "no %s slots: run `sudo isopod-netsetup %s N`, or use --net none",
+		    mode, strcmp(mode, "open") ? "--slots" : "--open-slots");
+	die(EX_CONFLICT, "all %d %s network slots busy: wait for a networked VM to end, or use --net none",
+	    nmode, mode);
+}
+
+void net_check_free(const char *mode)
+{
+	int fd;
+
+	find_slot(mode, &fd);
+	close(fd);
 }
 
 /* The IPv4 address and MTU of the tap (set by isopod-netsetup). */
@@ -106,19 +146,14 @@ static void tap_info(struct netslot *ns)
 	snprintf(ns->addr, sizeof ns->addr, "%s/30", ns->guest);
 }
 
-void net_take_slot(struct netslot *ns)
+void net_take_slot(struct netslot *ns, const char *mode)
 {
-	const char *dir = lock_dir();
-	int n = net_require_taps(), k, fd = -1;
+	int fd, k = find_slot(mode, &fd);
 
-	for (k = 0; k < n; k++)
-		if ((fd = try_slot(dir, k)) >= 0)
-			break;
-	if (fd < 0)
-		die(EX_CONFLICT, "all %d network slots busy: wait for a networked VM to end, or use --net none", n);
 	memset(ns, 0, sizeof *ns);
 	ns->slot = k;
 	ns->lock_fd = fd;
+	snprintf(ns->mode, sizeof ns->mode, "%s", mode);
 	snprintf(ns->tap, sizeof ns->tap, NET_TAP_PREFIX "%d", k % NET_MAX_SLOTS);
 	ns->mac[0] = 0x02, ns->mac[1] = 0x69, ns->mac[2] = 0x73, ns->mac[3] = 0x00;
 	ns->mac[4] = (uint8_t)(k >> 8), ns->mac[5] = (uint8_t)k;

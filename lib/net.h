@@ -1,9 +1,15 @@
 /* net.h - the VM side of isopod's network slots (host tools only).
  *
- * isopod-netsetup (root, once per host boot) makes the taps isopod-tap0..N-1
+ * isopod-netsetup (root, once per host boot) makes the taps isopod-tap0..
  * and one /30 per slot; everything here works without privilege from what
  * it left: slot k's gateway is the address on isopod-tapK, its guest the
  * next address, its MAC 02:69:73:00:KH:KL (man isopod-netsetup).
+ *
+ * The slots are partitioned by mode at netsetup time: the kernel enforces
+ * a slot's mode per tap, so a run (no root) picks a slot of its mode and
+ * cannot change what that tap may do.  A tap's mode is its ifalias,
+ * "isopod filtered" or "isopod open", readable by anybody in
+ * /sys/class/net/TAP/ifalias.
  *
  * A slot is in use exactly while its lock file is flock-held: the lock
  * lives on the VM supervisor's fd, so it dies with the VM (no pid files, no
@@ -18,11 +24,13 @@
 #include <stdint.h>
 
 #define NET_TAP_PREFIX "isopod-tap"
+#define NET_ALIAS_PREFIX "isopod " /* ifalias = prefix + mode */
 #define NET_MAX_SLOTS 1024
 
 struct netslot {
 	int slot;                 /* -1: none */
 	int lock_fd;              /* held flock on slot-K (O_CLOEXEC) */
+	char mode[16];            /* "filtered" or "open" (the tap's) */
 	char tap[IFNAMSIZ];
 	char gw[16], guest[16];
 	char addr[20];            /* guest/30, for HELLO's NET_ADDR */
@@ -31,19 +39,25 @@ struct netslot {
 	uint32_t mtu;
 };
 
-/* "none" or "open" (filtered: not implemented yet).  1 valid, 0 not. */
+/* "none", "filtered" or "open".  1 valid, 0 not. */
 int net_mode_valid(const char *mode);
 /* Number of consecutive taps isopod-tap0.. present (0: netsetup not run). */
 int net_ntaps(void);
 /* Dies 111 naming `sudo isopod-netsetup` and `--net none` when no tap is
- * there; returns the number of slots. */
+ * there; returns the number of slots (of every mode). */
 int net_require_taps(void);
-/* Dies 102 "all N slots busy" when every slot lock is held right now
- * (claim's early check; the slot itself is taken by net_take_slot). */
-void net_check_free(void);
-/* Take the first free slot (LOCK_EX|LOCK_NB, in order) and describe it;
- * dies 102 "all N slots busy", 111 when the tap has no address. */
-void net_take_slot(struct netslot *ns);
+/* The mode of tap k per its ifalias ("filtered", "open"), or "" when it
+ * has none (not made by this isopod-netsetup).  Returns out. */
+const char *net_tap_mode(int k, char *out, size_t sz);
+/* Dies 111 when no tap is there or none has this mode ("no open slots:
+ * run `sudo isopod-netsetup --open-slots N`"), 102 "all N open network
+ * slots busy" when every slot lock of the mode is held right now (claim's
+ * early check; the slot itself is taken by net_take_slot). */
+void net_check_free(const char *mode);
+/* Take the first free slot of that mode (LOCK_EX|LOCK_NB, in order) and
+ * describe it; dies as net_check_free, and 111 when the tap has no
+ * address. */
+void net_take_slot(struct netslot *ns, const char *mode);
 /* {"mode", "slot", "tap", "guest_ip", "gateway", "mac"} */
 json_t *net_json(const struct netslot *ns, const char *mode);
 

@@ -3,6 +3,10 @@
 # sealed lab of t/lab/lab.sh (network namespaces only; nothing is linked to
 # the root namespace, so no probe can leave this machine).
 #
+# Slots: 0..1 filtered, 2..19 open (--slots 2 --open-slots 18).  Stand-in
+# guests on 0 (filtered), 18 and 19 (open); real VMs (--net open) get the
+# 16 open slots 2..17.
+#
 # The policy tests use stand-in guests (t/lab/fakevm.py: a netns whose eth0
 # is relayed to isopod-tapK, probing with the same busybox the guest image
 # carries), so they run in seconds and test exactly the host side: taps,
@@ -20,29 +24,34 @@ setup_file() {
 	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
 	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
 	sh "$LAB" up "$LAB_NAME" >/dev/null
-	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 18 --user 0 \
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0 \
 		>"$BATS_FILE_TMPDIR/netsetup.json"
-	# Stand-in guests on slots 16 and 17; their slot locks are held for the
-	# whole file, so real VMs get exactly slots 0..15.
-	sh "$LAB" fakevm "$LAB_NAME" 16 900
-	sh "$LAB" fakevm "$LAB_NAME" 17 900
+	# Stand-in guests on slots 0 (filtered), 18 and 19 (open); their slot
+	# locks, and slot 1's, are held for the whole file, so real VMs get
+	# exactly the open slots 2..17.
+	sh "$LAB" fakevm "$LAB_NAME" 0 1800
+	sh "$LAB" fakevm "$LAB_NAME" 18 1800
+	sh "$LAB" fakevm "$LAB_NAME" 19 1800
 	isopod_setup_file --images
 	export ISOPOD_NET_LOCKS="$ISOPOD_HOME/locks"
 	mkdir -p "$ISOPOD_NET_LOCKS"
-	# One process holds both locks (on its fds 8, 9): killing it frees them.
+	# One process holds the four locks (on its fds 6..9): killing it frees them.
 	(
-		exec 8>>"$ISOPOD_NET_LOCKS/slot-16" 9>>"$ISOPOD_NET_LOCKS/slot-17"
-		flock -n 8 && flock -n 9 && exec sleep 900
+		exec 6>>"$ISOPOD_NET_LOCKS/slot-0" 7>>"$ISOPOD_NET_LOCKS/slot-1" \
+			8>>"$ISOPOD_NET_LOCKS/slot-18" 9>>"$ISOPOD_NET_LOCKS/slot-19"
+		flock -n 6 && flock -n 7 && flock -n 8 && flock -n 9 && exec sleep 1800
 	) 3>&- </dev/null >/dev/null 2>&1 &
 	echo $! >"$BATS_FILE_TMPDIR/holder.pid"
 	# Real VMs need isopod-boot with --net support; find out with one run.
 	NET_VM=0
 	if out=$(vrun --net open --timeout-s 60 -- true) &&
-		jq -e '.net.mode == "open" and .net.slot == 0' >/dev/null <<<"$out"; then
+		jq -e '.net.mode == "open" and .net.slot == 2' >/dev/null <<<"$out"; then
 		NET_VM=1
 	fi
 	export NET_VM
 }
+
+SLOTS=(--slots 2 --open-slots 18)
 
 vm_tests() { [ "$NET_VM" = 1 ] || skip "isopod-boot without --net support (see the report)"; }
 
@@ -50,6 +59,12 @@ vm_tests() { [ "$NET_VM" = 1 ] || skip "isopod-boot without --net support (see t
 vrun() {
 	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" \
 		ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" isopod run --json-only "$@"
+}
+
+# A test that made Docker's table in the lab host netns takes it out
+# again, even when it failed.
+teardown() {
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
 }
 
 teardown_file() {
@@ -96,41 +111,93 @@ assert_open() {
 	[ "$after" -ge $((before + 2)) ] || { echo "control: listener on $2 saw no hits" >&2; return 1; }
 }
 
-@test "netsetup: JSON report, taps owned and addressed, table verified" {
+netsetup() { lab exec "$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0 "$@"; }
+
+# Counter of the last rule (the catch-all drop) of chain FAMILY CHAIN.
+drops() {
+	lab exec nft list chain "$1" isopod "$2" | sed -n 's/^[[:space:]]*counter packets \([0-9]*\) .* drop$/\1/p' | tail -n 1
+}
+
+# Docker's table as iptables-nft makes it: FORWARD policy drop, DOCKER-USER
+# jumped to first, ending in a return.
+docker_nft() {
+	cat >"$BATS_TEST_TMPDIR/docker.nft" <<-'EOF'
+		table ip filter {
+			chain DOCKER-USER {
+				counter return
+			}
+			chain FORWARD {
+				type filter hook forward priority filter; policy drop;
+				jump DOCKER-USER
+			}
+		}
+	EOF
+	echo "$BATS_TEST_TMPDIR/docker.nft"
+}
+
+@test "netsetup: JSON report, taps owned, addressed and marked with their mode, tables verified" {
 	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
-	json_is '.table == "inet isopod" and .slots == 18 and .verified == true and .forwarding == true'
-	json_is '.docker_user == false and .owner == 0 and .chains == 8 and .prefix == 25'
-	json_is '[.taps[].name] == [range(18) | "isopod-tap\(.)"]'
-	json_is '.taps[17] | .gateway == "10.213.0.69" and .guest == "10.213.0.70" and .mac == "02:69:73:00:00:11"'
+	json_is '.table == "inet isopod" and .tables == ["inet isopod", "arp isopod"] and .verified == true'
+	json_is '.slots == 2 and .open_slots == 18 and .forwarding == true and .ipv6 == "dropped"'
+	json_is '.docker_user == false and .owner == 0 and .chains == 13 and .prefix == 25'
+	json_is '[.taps[].name] == [range(20) | "isopod-tap\(.)"]'
+	json_is '[.taps[].mode] == ["filtered", "filtered"] + [range(18) | "open"]'
+	json_is '.taps[19] | .gateway == "10.213.0.77" and .guest == "10.213.0.78" and .mac == "02:69:73:00:00:13"'
 	run lab exec ip -4 -o addr show dev isopod-tap3
 	[[ "$output" == *"10.213.0.13/30"* ]]
 	run lab exec cat /sys/class/net/isopod-tap2/owner
 	[ "$output" = 0 ]
 	run lab exec cat /proc/sys/net/ipv4/ip_forward
 	[ "$output" = 1 ]
+	# The mode, readable by anybody (runs have no privilege).
+	run lab exec setpriv --reuid=65534 --regid=65534 --clear-groups cat \
+		/sys/class/net/isopod-tap1/ifalias /sys/class/net/isopod-tap2/ifalias
+	[ "$output" = $'isopod filtered\nisopod open' ]
+	run lab exec cat /proc/sys/net/ipv6/conf/isopod-tap0/disable_ipv6
+	[ "$output" = 1 ]
 }
 
 @test "netsetup: a second run changes nothing and verifies again" {
 	local first second
-	first=$(lab exec nft list table inet isopod | grep -v counter)
-	run --separate-stderr lab exec "$ISOPOD_SRC/bin/isopod-netsetup" --slots 18 --user 0
+	first=$(lab exec nft list ruleset | grep -v counter)
+	run --separate-stderr netsetup
 	[ "$status" -eq 0 ]
 	json_is '.verified == true and .taps_created == 0'
-	json_is '[.taps[] | select(.busy) | .slot] == [16, 17]' # held by the stand-in guests
-	second=$(lab exec nft list table inet isopod | grep -v counter)
+	json_is '[.taps[] | select(.busy) | .slot] == [0, 18, 19]' # held by the stand-in guests
+	second=$(lab exec nft list ruleset | grep -v counter)
 	[ "$first" = "$second" ]
 	[ "$(lab exec nft list tables | grep -c 'inet isopod')" -eq 1 ]
+	[ "$(lab exec nft list tables | grep -c 'arp isopod')" -eq 1 ]
+}
+
+@test "netsetup: a tap a VM is using keeps its mode (102, nothing changed)" {
+	local first second
+	first=$(lab exec nft list ruleset | grep -v counter)
+	# slot 18 is busy (a stand-in guest) as an open slot
+	run --separate-stderr lab exec "$ISOPOD_SRC/bin/isopod-netsetup" --slots 19 --open-slots 1 --user 0
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"unable to make isopod-tap18 filtered: a VM is using it in open mode now"* ]]
+	second=$(lab exec nft list ruleset | grep -v counter)
+	[ "$first" = "$second" ]
+	run lab exec cat /sys/class/net/isopod-tap18/ifalias
+	[ "$output" = "isopod open" ]
 }
 
 @test "netsetup: usage errors exit 100, a non-tap isopod-tapN is a conflict (102)" {
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-netsetup" --slots 0
+	[ "$status" -eq 100 ]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-netsetup" --slots 0 --open-slots 0
+	[ "$status" -eq 100 ]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1000 --open-slots 25
+	[ "$status" -eq 100 ]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-netsetup" --open-slots -1
 	[ "$status" -eq 100 ]
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-netsetup" --base 10.213.0.4
 	[ "$status" -eq 100 ]
 	[[ "$stderr" == *"aligned"* ]]
 	run "$ISOPOD_SRC/bin/isopod-netsetup" -h
 	[ "$status" -eq 0 ]
-	[ "$output" = "usage: isopod-netsetup [--slots N] [--base ADDR] [--user UID] [--no-docker-user] [--remove]" ]
+	[ "$output" = "usage: isopod-netsetup [--slots N] [--open-slots M] [--base ADDR] [--user UID] [--no-docker-user] [--remove]" ]
 	# In a namespace of its own: a veth squatting on the name of slot 0.
 	local ns="${LAB_NAME}-c"
 	ip netns add "$ns"
@@ -141,15 +208,17 @@ assert_open() {
 	[[ "$stderr" == *"isopod-tap0"*"not a tap"* ]]
 }
 
-@test "netsetup --remove deletes the table and every tap; a rerun restores them" {
+@test "netsetup --remove deletes both tables and every tap; a rerun restores them" {
 	local ns="${LAB_NAME}-r"
 	ip netns add "$ns"
-	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 0 --open-slots 3
 	[ "$status" -eq 0 ]
-	json_is '.verified == true and .taps_created == 3 and .owner == null'
+	json_is '.verified == true and .taps_created == 3 and .owner == null and .slots == 0 and .open_slots == 3'
+	run ip netns exec "$ns" nft list tables
+	[ "$output" = $'table inet isopod\ntable arp isopod' ]
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
 	[ "$status" -eq 0 ]
-	json_is '.removed == true and (.taps | length) == 3'
+	json_is '.removed == true and (.taps | length) == 3 and .docker_user_rules_removed == 0'
 	run ip netns exec "$ns" nft list ruleset
 	[ -z "$output" ]
 	run ip netns exec "$ns" ip -o link show
@@ -161,71 +230,278 @@ assert_open() {
 }
 
 @test "open: the control target on the internet answers TCP, UDP and ICMP" {
-	assert_open 16 198.51.100.10
-	assert_open 17 198.51.100.10
+	assert_open 18 198.51.100.10
+	assert_open 19 198.51.100.10
 	# and it sees the host's address, not the guest's: masqueraded.
 	tail -n 3 "$ISOPOD_LAB_STATE/$LAB_NAME/hits" | grep -q '198.51.100.10 203.0.113.1$'
 }
 
+@test "filtered: nothing is forwarded — the control target answers an open slot, not a filtered one" {
+	local before
+	assert_open 18 198.51.100.10
+	before=$(drops inet vm_fwd)
+	assert_blocked 0 198.51.100.10
+	assert_blocked 0 169.254.169.254
+	# dropped by the filtered slots' forward rule, counted there
+	[ "$(drops inet vm_fwd)" -ge $((before + 6)) ]
+	# the other VMs, either way
+	assert_blocked 0 10.213.0.74
+	assert_blocked 18 10.213.0.2
+	# the own gateway answers ping
+	icmp_ok 0 10.213.0.1
+	assert_open 18 198.51.100.10
+}
+
+@test "gateway services: filtered reaches TCP 3128 and DNS (UDP and TCP 53, redirected to 1053), open only DNS, nothing else" {
+	local pids=() log="$BATS_TEST_TMPDIR/gw.log" i
+	: >"$log"
+	# Stand-in brokers on two gateways (filtered slot 0, open slot 18), with
+	# one port that is no gateway service (8080), for at most 60 s.
+	for a in 10.213.0.1 10.213.0.73; do
+		ip netns exec "$LAB_NAME-host" python3 "$BATS_TEST_DIRNAME/lab/fakevm.py" serve "$log" 60 \
+			"$a" 1053 3128 8080 </dev/null >/dev/null 2>&1 3>&- &
+		pids+=($!)
+	done
+	for i in $(seq 1 50); do # live, seen from the host itself (≤ 5 s)
+		lab exec busybox nc -w 1 10.213.0.1 8080 </dev/null | grep -q '^gw' &&
+			lab exec busybox nc -w 1 10.213.0.73 8080 </dev/null | grep -q '^gw' && break
+		sleep 0.1
+	done
+	: >"$log"
+	local p3128 pdns pdnst p8080 u8080 o3128 odns
+	p3128=$(lab gexec 0 busybox timeout 5 busybox nc -w 2 10.213.0.1 3128 </dev/null || :)
+	pdns=$(lab gexec 0 busybox nslookup -timeout=1 -retry=1 probe.test 10.213.0.1 || :)
+	# any resolver address: the redirect answers from the own gateway
+	pdnst=$(lab gexec 0 busybox timeout 5 busybox nc -w 2 198.51.100.10 53 </dev/null || :)
+	p8080=$(lab gexec 0 busybox timeout 5 busybox nc -w 2 10.213.0.1 8080 </dev/null || :)
+	u8080=$(lab gexec 0 busybox nslookup -port=8080 -timeout=1 -retry=1 probe.test 10.213.0.1 || :)
+	o3128=$(lab gexec 18 busybox timeout 5 busybox nc -w 2 10.213.0.73 3128 </dev/null || :)
+	odns=$(lab gexec 18 busybox nslookup -timeout=1 -retry=1 probe.test 10.213.0.73 || :)
+	kill "${pids[@]}"
+	cat "$log"
+	[ "$p3128" = "gw 10.213.0.1 3128" ]
+	[[ "$pdns" == *NXDOMAIN* ]]
+	grep -q '^udp 10.213.0.1:1053 10.213.0.2$' "$log"
+	[ "$pdnst" = "gw 10.213.0.1 1053" ]
+	[ -z "$p8080" ]
+	[[ "$u8080" != *NXDOMAIN* ]]
+	[[ "$odns" == *NXDOMAIN* ]]
+	grep -q '^udp 10.213.0.73:1053 10.213.0.74$' "$log"
+	[ -z "$o3128" ]
+	! grep -q ':8080 \|:3128 10.213.0.74' "$log" || false
+}
+
+@test "arp: a guest's own ARP passes; claiming the gateway, another address or another MAC is dropped" {
+	local mac=02:69:73:00:00:12 ip=10.213.0.74 gw=10.213.0.73 before
+	arp() { lab gexec 18 python3 "$BATS_TEST_DIRNAME/lab/fakevm.py" arp eth0 "$@"; }
+	neigh() { lab exec ip neigh show dev isopod-tap18 "$1"; }
+	lab exec ip neigh flush dev isopod-tap18
+	# the right one: the host learns the guest's MAC
+	arp $mac $mac $ip $gw
+	sleep 0.3
+	[[ "$(neigh $ip)" == *"lladdr $mac "* ]]
+	before=$(drops arp vm_arp)
+	arp $mac $mac 10.213.0.99 $gw               # another address
+	arp $mac 02:69:73:00:00:05 $ip $gw         # another MAC for its own address
+	arp 02:69:73:00:00:05 $mac $ip $gw         # another frame source
+	arp $mac $mac $gw $gw                       # its gateway's address
+	arp $mac $mac 10.213.0.1 $gw                # another slot's gateway
+	sleep 0.3
+	[ -z "$(neigh 10.213.0.99)" ]
+	[[ "$(neigh $ip)" == *"lladdr $mac "* ]]
+	[ "$(drops arp vm_arp)" -eq $((before + 5)) ]
+	# Mutation: without the arp table the same claims land in the neighbour
+	# table (so the checks above can fail); netsetup restores the filter.
+	lab exec nft delete table arp isopod
+	arp $mac $mac 10.213.0.99 $gw
+	arp $mac 02:69:73:00:00:05 $ip $gw
+	sleep 0.3
+	local poisoned_ip poisoned_mac
+	poisoned_ip=$(neigh 10.213.0.99)
+	poisoned_mac=$(neigh $ip)
+	netsetup >/dev/null
+	lab exec ip neigh flush dev isopod-tap18
+	[ -n "$poisoned_ip" ]
+	[[ "$poisoned_mac" == *"lladdr 02:69:73:00:00:05 "* ]]
+}
+
+@test "ipv6: dropped from a tap (ND included), even to a host address on it" {
+	local before v6 v6_without
+	# Give the host an IPv6 address on the tap (netsetup turns IPv6 off
+	# there; the table must drop it even when it is on).
+	lab exec sysctl -qw net.ipv6.conf.isopod-tap18.disable_ipv6=0
+	lab exec ip -6 addr add fd69::1/64 dev isopod-tap18 nodad
+	lab gexec 18 ip -6 addr add fd69::2/64 dev eth0 nodad
+	before=$(drops inet vm_pre)
+	run lab gexec 18 busybox ping6 -c1 -W1 fd69::1
+	v6=$status
+	[ "$(drops inet vm_pre)" -gt "$before" ]
+	# control: the same ping without the table gets through
+	lab exec nft delete table inet isopod
+	run lab gexec 18 busybox ping6 -c1 -W2 fd69::1
+	v6_without=$status
+	lab gexec 18 ip -6 addr del fd69::2/64 dev eth0
+	netsetup >/dev/null
+	[ "$v6" -ne 0 ] && [ "$v6_without" -eq 0 ]
+	run lab exec cat /proc/sys/net/ipv6/conf/isopod-tap18/disable_ipv6
+	[ "$output" = 1 ]
+}
+
+@test "docker: rules in DOCKER-USER let open slots through its FORWARD drop; reruns replace them; --no-docker-user takes them out" {
+	lab exec nft -f "$(docker_nft)"
+	# control: Docker's policy drops the open slot's traffic
+	assert_blocked 18 198.51.100.10
+	run --separate-stderr netsetup
+	[ "$status" -eq 0 ]
+	json_is '.docker_user == true and .verified == true'
+	assert_open 18 198.51.100.10
+	# filtered slots still forward nothing
+	assert_blocked 0 198.51.100.10
+	netsetup >/dev/null
+	[ "$(lab exec nft list chain ip filter DOCKER-USER | grep -c 'comment "isopod"')" -eq 2 ]
+	run --separate-stderr netsetup --no-docker-user
+	[ "$status" -eq 0 ]
+	json_is '.docker_user == false and .verified == true'
+	run lab exec nft list chain ip filter DOCKER-USER
+	[[ "$output" != *isopod* && "$output" == *"counter packets"*"return"* ]]
+	assert_blocked 18 198.51.100.10
+	lab exec nft delete table ip filter
+	netsetup >/dev/null
+	assert_open 18 198.51.100.10
+}
+
+@test "docker: --remove deletes only isopod's DOCKER-USER rules; iptables-nft still reads the chain" {
+	local ns="${LAB_NAME}-d" f
+	f=$(docker_nft)
+	ip netns add "$ns"
+	ip netns exec "$ns" nft -f "$f"
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1
+	[ "$status" -eq 0 ]
+	json_is '.docker_user == true'
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1
+	json_is '.docker_user == true and .verified == true'
+	[ "$(ip netns exec "$ns" nft list chain ip filter DOCKER-USER | grep -c 'comment "isopod"')" -eq 2 ]
+	if command -v iptables-nft >/dev/null; then
+		# Docker drives this chain with iptables-nft: it must still parse it.
+		run ip netns exec "$ns" iptables-nft -S DOCKER-USER
+		[ "$status" -eq 0 ]
+		[[ "$output" == *"-A DOCKER-USER -i isopod-tap+ -m comment --comment isopod -j ACCEPT"* ]]
+		[[ "$output" == *"-A DOCKER-USER -o isopod-tap+ -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment isopod -j ACCEPT"* ]]
+	fi
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
+	[ "$status" -eq 0 ]
+	json_is '.docker_user_rules_removed == 2'
+	run ip netns exec "$ns" nft list ruleset
+	ip netns del "$ns"
+	[[ "$output" != *isopod* && "$output" == *"chain DOCKER-USER"*"return"* ]]
+}
+
+@test "claim: --net filtered --allow is normalised into the record; bad patterns, --allow without filtered, no slot of the mode fail" {
+	local ns="${LAB_NAME}-a" home="$BATS_TEST_TMPDIR/home"
+	claim() { ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" isopod-claim "$@"; }
+	ip netns add "$ns"
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 >/dev/null
+	run --separate-stderr claim --net filtered --allow PKG.Example.ORG. --allow '*.Foo.test' --allow pkg.example.org
+	[ "$status" -eq 0 ]
+	json_is '.net == {"mode": "filtered", "allow": ["pkg.example.org", "*.foo.test"]}'
+	jq -e '.net == {"mode": "filtered", "allow": ["pkg.example.org", "*.foo.test"]}' \
+		"$(jq -r .vm.dir <<<"$output")/meta.json"
+	run --separate-stderr claim --net filtered
+	[ "$status" -eq 0 ]
+	json_is '.net == {"mode": "filtered", "allow": []}'
+	run --separate-stderr claim --net filtered --allow 'foo.*.test'
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"invalid --allow foo.*.test: "* ]]
+	run --separate-stderr claim --net filtered --allow 10.0.0.1
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"invalid --allow 10.0.0.1: "* ]]
+	run --separate-stderr claim --net filtered --allow 'a..test'
+	[ "$status" -eq 100 ]
+	run --separate-stderr claim --allow pkg.example.org
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"--allow needs --net filtered"* ]]
+	run --separate-stderr claim --net open --allow pkg.example.org
+	[ "$status" -eq 100 ]
+	run --separate-stderr claim --net bogus
+	[ "$status" -eq 100 ]
+	# only filtered slots here
+	run --separate-stderr claim --net open
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *'no open slots: run `sudo isopod-netsetup --open-slots N`'* ]]
+	ip netns del "$ns"
+	# no record was left by the refused claims
+	[ "$(ls "$home/vms" | wc -l)" -eq 2 ]
+	# The lab's two filtered slots are held (the stand-in guest, the holder).
+	run --separate-stderr ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$home" \
+		ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" isopod-claim --net filtered
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"all 2 filtered network slots busy"* ]]
+}
+
 @test "deny: cloud metadata 169.254.169.254" {
-	assert_open 16 198.51.100.10
-	assert_blocked 16 169.254.169.254
+	assert_open 18 198.51.100.10
+	assert_blocked 18 169.254.169.254
 }
 
 @test "deny: RFC 1918 10/8, 172.16/12, 192.168/16" {
-	assert_open 16 198.51.100.10
-	assert_blocked 16 10.99.0.5
-	assert_blocked 16 172.16.5.5
-	assert_blocked 16 192.168.5.5
+	assert_open 18 198.51.100.10
+	assert_blocked 18 10.99.0.5
+	assert_blocked 18 172.16.5.5
+	assert_blocked 18 192.168.5.5
 }
 
 @test "deny: the host's own non-gateway address, and another slot's gateway" {
-	assert_open 16 198.51.100.10
-	assert_blocked 16 203.0.113.1
-	! icmp_ok 16 10.213.0.69
+	assert_open 18 198.51.100.10
+	assert_blocked 18 203.0.113.1
+	assert_blocked 0 203.0.113.1
+	! icmp_ok 18 10.213.0.77 || false
+	! icmp_ok 0 10.213.0.77 || false
 	# the own gateway answers ping (a gateway service)
-	icmp_ok 16 10.213.0.65
+	icmp_ok 18 10.213.0.73
 }
 
 @test "deny: another VM, both ways" {
-	assert_open 16 198.51.100.10
-	assert_blocked 16 10.213.0.70
-	assert_blocked 17 10.213.0.66
+	assert_open 18 198.51.100.10
+	assert_blocked 18 10.213.0.78
+	assert_blocked 19 10.213.0.74
 	# both listeners are live: the host reaches them
-	printf 'GET / HTTP/1.0\r\n\r\n' | lab exec busybox nc -w 2 10.213.0.70 80 | grep -q '^lab 10.213.0.70$'
+	printf 'GET / HTTP/1.0\r\n\r\n' | lab exec busybox nc -w 2 10.213.0.78 80 | grep -q '^lab 10.213.0.78$'
 }
 
 @test "anti-spoof: another source IP is dropped, the own one passes" {
-	lab gexec 16 ip addr add 10.213.0.70/32 dev eth0
-	run lab gexec 16 busybox ping -c1 -W1 -I 10.213.0.70 198.51.100.10
+	lab gexec 18 ip addr add 10.213.0.78/32 dev eth0
+	run lab gexec 18 busybox ping -c1 -W1 -I 10.213.0.78 198.51.100.10
 	local spoofed=$status
-	lab gexec 16 ip addr del 10.213.0.70/32 dev eth0
+	lab gexec 18 ip addr del 10.213.0.78/32 dev eth0
 	[ "$spoofed" -ne 0 ]
-	lab gexec 16 busybox ping -c1 -W1 -I 10.213.0.66 198.51.100.10
+	lab gexec 18 busybox ping -c1 -W1 -I 10.213.0.74 198.51.100.10
 }
 
 @test "anti-spoof: another MAC is dropped, the own one passes" {
-	lab gexec 17 ip link set eth0 address 02:69:73:00:00:10
-	run lab gexec 17 busybox ping -c1 -W1 198.51.100.10
+	lab gexec 19 ip link set eth0 address 02:69:73:00:00:12
+	run lab gexec 19 busybox ping -c1 -W1 198.51.100.10
 	local spoofed=$status
-	lab gexec 17 ip link set eth0 address 02:69:73:00:00:11
+	lab gexec 19 ip link set eth0 address 02:69:73:00:00:13
 	[ "$spoofed" -ne 0 ]
-	lab gexec 17 busybox ping -c1 -W1 198.51.100.10
+	lab gexec 19 busybox ping -c1 -W1 198.51.100.10
 }
 
 @test "mutation: without the table every denied target answers; netsetup restores the block" {
 	lab exec nft delete table inet isopod
-	run assert_open 16 169.254.169.254
+	run assert_open 18 169.254.169.254
 	local open_meta=$status
-	run assert_open 16 10.99.0.5
+	run assert_open 18 10.99.0.5
 	local open_priv=$status
-	run assert_open 16 10.213.0.70
+	run assert_open 18 10.213.0.78
 	local open_vm=$status
-	lab exec "$ISOPOD_SRC/bin/isopod-netsetup" --slots 18 --user 0 >/dev/null
-	[ "$open_meta" -eq 0 ] && [ "$open_priv" -eq 0 ] && [ "$open_vm" -eq 0 ]
-	assert_blocked 16 169.254.169.254
-	assert_blocked 16 10.213.0.70
-	assert_open 16 198.51.100.10
+	run assert_open 0 198.51.100.10
+	local open_filtered=$status
+	netsetup >/dev/null
+	[ "$open_meta" -eq 0 ] && [ "$open_priv" -eq 0 ] && [ "$open_vm" -eq 0 ] && [ "$open_filtered" -eq 0 ]
+	assert_blocked 18 169.254.169.254
+	assert_blocked 18 10.213.0.78
+	assert_blocked 0 198.51.100.10
+	assert_open 18 198.51.100.10
 }
 
 @test "lab: sealed — no route out of the internet netns, nothing linked to the root netns" {
@@ -253,17 +529,17 @@ done'
 	json_is '.stdout == "lo-ok\n" and .net.mode == "none" and .net.slot == null'
 }
 
-@test "vm --net open: eth0 configured from HELLO; result reports net" {
+@test "vm --net open: eth0 configured from HELLO on the first open slot; result reports net" {
 	vm_tests
 	run --separate-stderr vrun --net open --timeout-s 60 -- sh -c 'ip -4 -o addr show eth0; ip route show default; cat /sys/class/net/eth0/address'
 	[ "$status" -eq 0 ]
-	json_is '.net.mode == "open" and .net.slot == 0 and .net.guest_ip == "10.213.0.2" and .net.gateway == "10.213.0.1"'
-	json_is '.stdout | test("inet 10.213.0.2/30") and test("default via 10.213.0.1") and test("02:69:73:00:00:00")'
+	json_is '.net.mode == "open" and .net.slot == 2 and .net.guest_ip == "10.213.0.10" and .net.gateway == "10.213.0.9"'
+	json_is '.stdout | test("inet 10.213.0.10/30") and test("default via 10.213.0.9") and test("02:69:73:00:00:02")'
 }
 
 @test "vm --net open: control reachable; metadata, RFC 1918, host, other VM blocked (TCP, UDP, ICMP)" {
 	vm_tests
-	local targets="198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5 203.0.113.1 10.213.0.66"
+	local targets="198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5 203.0.113.1 10.213.0.74 10.213.0.2"
 	local before after a
 	before=$(grep -vc ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
 	run --separate-stderr vrun --net open --timeout-s 170 -- sh -c "$GUEST_PROBE" probe $targets
@@ -283,9 +559,9 @@ done'
 @test "vm --net open: a spoofed source address is dropped, the own one passes" {
 	vm_tests
 	run --separate-stderr vrun --net open --timeout-s 60 -- sh -c '
-		ip addr add 10.213.0.70/32 dev eth0
-		ping -c1 -W2 -I 10.213.0.70 198.51.100.10 >/dev/null && echo spoof-passed
-		ping -c1 -W2 -I 10.213.0.2 198.51.100.10 >/dev/null && echo own-ok'
+		ip addr add 10.213.0.78/32 dev eth0
+		ping -c1 -W2 -I 10.213.0.78 198.51.100.10 >/dev/null && echo spoof-passed
+		ping -c1 -W2 -I 10.213.0.10 198.51.100.10 >/dev/null && echo own-ok'
 	[ "$status" -eq 0 ]
 	json_is '.stdout == "own-ok\n"'
 }
@@ -296,15 +572,17 @@ done'
 	ip netns add "$ns"
 	run --separate-stderr ip netns exec "$ns" env ISOPOD_HOME="$ISOPOD_HOME" PATH="$PATH" \
 		isopod run --json-only --net open -- true
+	local st=$status err=$stderr
+	run --separate-stderr ip netns exec "$ns" env ISOPOD_HOME="$ISOPOD_HOME" PATH="$PATH" \
+		isopod-claim --net filtered
 	ip netns del "$ns"
+	[ "$st" -eq 111 ]
+	[[ "$err" == *"sudo isopod-netsetup"*"--net none"* ]]
 	[ "$status" -eq 111 ]
 	[[ "$stderr" == *"sudo isopod-netsetup"*"--net none"* ]]
-	run --separate-stderr isopod run --json-only --net filtered -- true
-	[ "$status" -eq 100 ]
-	[[ "$stderr" == *"not implemented"* ]]
 }
 
-@test "vm: 18 concurrent networked runs on 16 slots: 16 run, 2 get 102 'slots busy', none leaks" {
+@test "vm: 18 concurrent networked runs on 16 open slots: 16 run, 2 get 102 'slots busy', none leaks" {
 	vm_tests
 	local d="$BATS_TEST_TMPDIR/conc" i pids=() ok=0 busy=0 other=0 rc k
 	mkdir -p "$d"
@@ -317,15 +595,15 @@ done'
 		wait "${pids[$((i - 1))]}" || rc=$?
 		case $rc in
 		0) ok=$((ok + 1)) ;;
-		102) grep -q 'slots busy' "$d/$i.err" && busy=$((busy + 1)) || other=$((other + 1)) ;;
+		102) grep -q 'open network slots busy' "$d/$i.err" && busy=$((busy + 1)) || other=$((other + 1)) ;;
 		*) other=$((other + 1)); echo "run $i: exit $rc: $(tail -n 2 "$d/$i.err")" >&2 ;;
 		esac
 	done
 	echo "ok=$ok busy=$busy other=$other" >&2
 	[ "$ok" -eq 16 ] && [ "$busy" -eq 2 ] && [ "$other" -eq 0 ]
-	# 16 distinct slots, and every one free again
-	[ "$(cat "$d"/*.json | jq -r 'select(.net) | .net.slot' | sort -un | wc -l)" -eq 16 ]
-	for k in $(seq 0 15); do
+	# 16 distinct open slots, and every one free again
+	[ "$(cat "$d"/*.json | jq -r 'select(.net) | .net.slot' | sort -un | tr '\n' ' ')" = "$(seq -s ' ' 2 17) " ]
+	for k in $(seq 2 17); do
 		flock -n "$ISOPOD_NET_LOCKS/slot-$k" true
 	done
 }
@@ -338,18 +616,18 @@ done'
 		>/dev/null 2>&1 3>&- &
 	pid=$!
 	for i in $(seq 1 300); do # ≤ 60 s for the boot
-		flock -n "$ISOPOD_NET_LOCKS/slot-0" true || break
+		flock -n "$ISOPOD_NET_LOCKS/slot-2" true || break
 		sleep 0.2
 	done
-	! flock -n "$ISOPOD_NET_LOCKS/slot-0" true # held by the running VM
+	! flock -n "$ISOPOD_NET_LOCKS/slot-2" true || false # held by the running VM
 	sleep 1
 	kill -9 "$pid"
 	wait "$pid" || :
 	for i in $(seq 1 50); do # the supervisor sees its owner die and ends QEMU
-		flock -n "$ISOPOD_NET_LOCKS/slot-0" true && break
+		flock -n "$ISOPOD_NET_LOCKS/slot-2" true && break
 		sleep 0.1
 	done
 	run --separate-stderr vrun --net open --timeout-s 60 -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 2 198.51.100.10 80 | tail -n 1'
 	[ "$status" -eq 0 ]
-	json_is '.net.slot == 0 and .stdout == "lab 198.51.100.10\n"'
+	json_is '.net.slot == 2 and .stdout == "lab 198.51.100.10\n"'
 }

@@ -1,24 +1,39 @@
 #!/usr/bin/env python3
 """t/lab/fakevm.py - a stand-in guest for testing the host-side network
-without QEMU: frames are relayed between an isopod tap (in the current
-netns, like QEMU would hold it) and a tap called eth0 inside the netns
-GUEST (/run/netns/GUEST), where the test configures eth0 and runs busybox
-probes as the "guest".
+without QEMU, and the small tools the network tests use around it.
 
-fakevm.py TAP GUEST MAXSECONDS - exits after MAXSECONDS, or when killed.
+fakevm.py TAP GUEST MAXSECONDS
+    Frames are relayed between an isopod tap (in the current netns, like
+    QEMU would hold it) and a tap called eth0 inside the netns GUEST
+    (/run/netns/GUEST), where the test configures eth0 and runs busybox
+    probes as the "guest".  Exits after MAXSECONDS, or when killed.
+
+fakevm.py arp IFACE ETHSRC SHA SPA TPA
+    Send one ARP request (who-has TPA tell SPA, sender hardware address
+    SHA) in an Ethernet frame from ETHSRC out of IFACE: a guest's ARP,
+    honest or claiming another address.
+
+fakevm.py serve LOG MAXSECONDS ADDR PORT...
+    A stand-in for the egress broker on a gateway address: on each PORT a
+    TCP listener that answers "gw ADDR PORT" and a UDP one that answers a
+    DNS-shaped datagram with NXDOMAIN (else "gw ADDR PORT"); every hit is
+    appended to LOG as "tcp|udp ADDR:PORT PEER".  Exits after MAXSECONDS.
 """
 import ctypes
 import fcntl
 import os
 import select
+import socket
 import struct
 import sys
+import threading
 import time
 
 TUNSETIFF = 0x400454CA
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 CLONE_NEWNET = 0x40000000
+ETH_P_ARP = 0x0806
 
 
 def tap(name):
@@ -27,8 +42,7 @@ def tap(name):
     return fd
 
 
-def main():
-    name, guest, maxs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+def relay(name, guest, maxs):
     host_fd = tap(name)                   # attached in the host netns
     libc = ctypes.CDLL(None, use_errno=True)
     nsfd = os.open("/run/netns/" + guest, os.O_RDONLY | os.O_CLOEXEC)
@@ -44,6 +58,70 @@ def main():
                 os.write(peer[fd], os.read(fd, 65536))
             except OSError:
                 pass  # no carrier yet, or a frame the other side refused
+
+
+def mac(s):
+    return bytes(int(x, 16) for x in s.split(":"))
+
+
+def arp(iface, ethsrc, sha, spa, tpa):
+    frame = (b"\xff" * 6 + mac(ethsrc) + struct.pack("!H", ETH_P_ARP)
+             + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
+             + mac(sha) + socket.inet_aton(spa) + b"\0" * 6 + socket.inet_aton(tpa))
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind((iface, 0))
+    s.send(frame)
+    s.close()
+
+
+def serve(log, maxs, addr, ports):
+    lock = threading.Lock()
+
+    def note(proto, port, peer):
+        with lock, open(log, "a") as f:
+            f.write("%s %s:%d %s\n" % (proto, addr, port, peer))
+
+    def tcp(port):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((addr, port))
+        s.listen(16)
+        while True:
+            c, peer = s.accept()
+            note("tcp", port, peer[0])
+            try:
+                c.sendall(("gw %s %d\n" % (addr, port)).encode())
+            except OSError:
+                pass
+            c.close()
+
+    def udp(port):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((addr, port))
+        while True:
+            data, peer = s.recvfrom(2048)
+            note("udp", port, peer[0])
+            if len(data) >= 12:  # DNS-shaped: NXDOMAIN to the same query
+                s.sendto(data[:2] + bytes([data[2] | 0x80, (data[3] & 0xF0) | 3]) + data[4:], peer)
+            else:
+                s.sendto(("gw %s %d" % (addr, port)).encode(), peer)
+
+    for p in ports:
+        for fn in (tcp, udp):
+            threading.Thread(target=fn, args=(p,), daemon=True).start()
+    time.sleep(maxs)
+
+
+def main():
+    a = sys.argv[1:]
+    if a[:1] == ["arp"] and len(a) == 6:
+        arp(*a[1:])
+    elif a[:1] == ["serve"] and len(a) >= 5:
+        serve(a[1], float(a[2]), a[3], [int(p) for p in a[4:]])
+    elif len(a) == 3:
+        relay(a[0], a[1], float(a[2]))
+    else:
+        sys.exit(__doc__)
 
 
 if __name__ == "__main__":
