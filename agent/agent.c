@@ -95,6 +95,9 @@
 #define DRAIN_MS 2000
 #define DRAIN_MAX_MS 30000
 #define WAIT_DEV_MS 10000
+/* A read of 0 right after data is a hang-up only once it has lasted this
+ * long (see port_read). */
+#define HANGUP_CONFIRM_MS 250
 
 /* ------------------------------------------------------------------ */
 /* diagnostics and time                                                */
@@ -191,6 +194,7 @@ static struct {
 	int active;      /* a host sent bytes since the last reset */
 	int poisoned;    /* malformed input: ignore all until hang-up or HELLO */
 	int helloed;     /* a HELLO with our version was answered */
+	int64_t eof_since; /* a read said "no host" after data: since when */
 	size_t rlen, roff;
 	uint8_t rbuf[RBUF_SZ];
 } port;
@@ -384,6 +388,7 @@ static void conn_reset(const char *why)
 	port.rlen = port.roff = 0;
 	memset(credit_due, 0, sizeof credit_due);
 	port.active = port.poisoned = port.helloed = 0;
+	port.eof_since = 0;
 }
 
 /* Length of the next write: whole queued frames, at most PORT_WRITE_MAX
@@ -792,9 +797,21 @@ static int parse_cidr(const char *s, in_addr_t *addr, in_addr_t *mask)
 	return 0;
 }
 
-/* eth0 from HELLO's NET_*: MAC (while down), MTU, address, up, default
- * route.  Failures go to err: a run that asked for a network and has none
- * must fail, not carry on. */
+/* eth0 from HELLO's NET_*: MAC, MTU, address, up, default route.  A warm
+ * clone wakes up with whatever its template had, and each of these
+ * replaces that rather than adding to it:
+ * - the MAC is set every time, even when eth0 has it already: Linux 6.1
+ *   hands every SIOCSIFHWADDR to virtio_net, which sends
+ *   VIRTIO_NET_CTRL_MAC_ADDR_SET on the control queue, and that is what
+ *   moves QEMU's receive filter (its MAC came with the template's device
+ *   state) to this VM's MAC; without it QEMU drops every unicast frame
+ *   sent to the new MAC.  The link goes down for a new MAC, so that
+ *   neighbours and the IPv6 link-local address are made afresh;
+ * - SIOCSIFADDR replaces eth0's primary address (the kernel moves its
+ *   prefix route along);
+ * - every default route is deleted before ours is added.
+ * Failures go to err: a run that asked for a network and has none must
+ * fail, not carry on. */
 static void net_config(const struct hello_req *h, char *err, size_t errsz)
 {
 	static char dev[] = "eth0";
@@ -802,7 +819,8 @@ static void net_config(const struct hello_req *h, char *err, size_t errsz)
 	struct rtentry rt;
 	in_addr_t addr, mask;
 	struct in_addr gw;
-	int s;
+	int s, i;
+	short flags;
 
 	if (parse_cidr(h->net_addr, &addr, &mask) < 0) {
 		errcat(err, errsz, "net: bad NET_ADDR \"%s\"", h->net_addr);
@@ -827,11 +845,11 @@ static void net_config(const struct hello_req *h, char *err, size_t errsz)
 		}                                                                 \
 	} while (0)
 	NET_IOCTL(SIOCGIFFLAGS, "get flags of");
+	flags = ifr.ifr_flags;
 	if (h->have_mac) {
-		/* A clone keeps its template's MAC; the kernel only takes a new
-		 * one while the link is down. */
-		if (ifr.ifr_flags & IFF_UP) {
-			ifr.ifr_flags &= ~IFF_UP;
+		NET_IOCTL(SIOCGIFHWADDR, "get MAC of");
+		if (memcmp(ifr.ifr_hwaddr.sa_data, h->net_mac, 6) && (flags & IFF_UP)) {
+			ifr.ifr_flags = (short)(flags & ~IFF_UP);
 			NET_IOCTL(SIOCSIFFLAGS, "down");
 		}
 		ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
@@ -850,6 +868,17 @@ static void net_config(const struct hello_req *h, char *err, size_t errsz)
 	ifr.ifr_flags |= IFF_UP;
 	NET_IOCTL(SIOCSIFFLAGS, "up");
 #undef NET_IOCTL
+	/* Whatever default route there is (a template's, or a previous
+	 * HELLO's) goes; ESRCH: none left.  Bounded: a route table that
+	 * keeps answering is not worth a hung PID 1. */
+	for (i = 0; i < 16; i++) {
+		memset(&rt, 0, sizeof rt);
+		set_sin(&rt.rt_dst, INADDR_ANY);
+		set_sin(&rt.rt_genmask, INADDR_ANY);
+		rt.rt_flags = RTF_UP;
+		if (ioctl(s, SIOCDELRT, &rt) < 0)
+			break;
+	}
 	if (h->net_gw[0]) {
 		memset(&rt, 0, sizeof rt);
 		set_sin(&rt.rt_dst, INADDR_ANY);
@@ -857,8 +886,7 @@ static void net_config(const struct hello_req *h, char *err, size_t errsz)
 		set_sin(&rt.rt_gateway, gw.s_addr);
 		rt.rt_flags = RTF_UP | RTF_GATEWAY;
 		rt.rt_dev = dev;
-		/* EEXIST: a second HELLO (reconnect) already set it. */
-		if (ioctl(s, SIOCADDRT, &rt) < 0 && errno != EEXIST)
+		if (ioctl(s, SIOCADDRT, &rt) < 0)
 			errcat(err, errsz, "net: default route via %s: %s", h->net_gw,
 			       strerror(errno));
 	}
@@ -2080,6 +2108,8 @@ static void port_read(void)
 
 	while (port.fd >= 0 && budget) {
 		n = read(port.fd, port.rbuf + port.rlen, sizeof port.rbuf - port.rlen);
+		if (n != 0)
+			port.eof_since = 0; /* a host is there after all */
 		if (n > 0) {
 			port.active = 1;
 			budget = (size_t)n < budget ? budget - (size_t)n : 0;
@@ -2094,9 +2124,24 @@ static void port_read(void)
 			return;
 		/* 0: no host (it hung up, or none came yet); the port keeps
 		 * saying so at once until one connects, so look again later
-		 * instead of spinning. */
-		if (n < 0)
+		 * instead of spinning.  A 0 right after a host's data may be
+		 * spurious: the guest can take in a new connection's bytes
+		 * before it has processed the port's host-connected event (seen
+		 * on freshly resumed warm clones), and reads 0 until it has.
+		 * Dropping the session then would drop the answer the host
+		 * waits for: it is a hang-up only when it lasts. */
+		if (n < 0) {
 			logm("read %s: %s", port.dev, strerror(errno));
+		} else if (port.active) {
+			int64_t now = mono_ms();
+
+			if (!port.eof_since)
+				port.eof_since = now ? now : 1;
+			if (now - port.eof_since < HANGUP_CONFIRM_MS) {
+				port.retry_at = now + 10;
+				return;
+			}
+		}
 		conn_reset("hung up");
 		port.retry_at = mono_ms() + 10;
 		return;

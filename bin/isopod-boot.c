@@ -10,6 +10,7 @@
 
 #include "host.h"
 #include "qmp.h"
+#include "egress.h"
 #include "net.h"
 #include "util.h"
 #include "warm.h"
@@ -297,9 +298,25 @@ struct qargs {
  * and then the command line is exactly the one without networking. */
 static struct netslot NET = { .slot = -1, .lock_fd = -1 };
 
+/* This VM's NIC, or NULL. */
+static const struct netslot *nic(void)
+{
+	return NET.slot >= 0 ? &NET : NULL;
+}
+
+/* Its egress broker (filtered: proxy + DNS for the allowlist; open: DNS),
+ * planned by boot, started and ended by the supervisor around QEMU. */
+static struct egress EG = { .pid = -1, .pidfd = -1 };
+
+/* Stands for any slot's tap and MAC where a command line must not depend
+ * on the slot: the warm key and the argv fingerprint. */
+static const struct netslot NIC_ANY = { .slot = 0, .lock_fd = -1, .tap = "@tap",
+					 .macs = "@mac" };
+
+/* ns: the NIC's slot (tap and MAC), or NULL for no NIC. */
 static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *im,
 		      const char *accel, long long mem, long long vcpus, const char *memfile,
-		      int share, int incoming)
+		      int share, int incoming, const struct netslot *ns)
 {
 	int tcg = !strcmp(accel, "tcg"), n = 0;
 
@@ -345,11 +362,17 @@ static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *
 	A("-chardev"); A(q->agent);
 	A("-device"); A("virtserialport,chardev=agent,name=isopod.agent");
 	A("-device"); A("virtio-rng-device");
-	if (NET.slot >= 0) {
-		/* Last device: the order of the others never depends on it. */
+	if (ns) {
+		/* Last device: the order of the others never depends on it.
+		 * Templates, clones and cold boots all have this very device;
+		 * only the tap and the MAC are the VM's own.  A clone's QEMU
+		 * takes the template's MAC and receive filter from the
+		 * migration stream, whatever mac= says: the agent's
+		 * SIOCSIFHWADDR moves it to the slot's (virtio-net
+		 * CTRL_MAC_ADDR_SET on the control queue). */
 		snprintf(q->netdev, sizeof q->netdev,
-			 "tap,id=net0,ifname=%s,script=no,downscript=no", NET.tap);
-		snprintf(q->nic, sizeof q->nic, "virtio-net-device,netdev=net0,mac=%s", NET.macs);
+			 "tap,id=net0,ifname=%s,script=no,downscript=no", ns->tap);
+		snprintf(q->nic, sizeof q->nic, "virtio-net-device,netdev=net0,mac=%s", ns->macs);
 		A("-netdev"); A(q->netdev);
 		A("-device"); A(q->nic);
 	}
@@ -500,7 +523,7 @@ static int probe_kvm(const struct img *im, char *reason, size_t rsz)
 	logfd = open(in.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (logfd < 0)
 		die(EX_SYS, "unable to create %s:", in.qlog);
-	qemu_argv(&q, &in, im, "kvm", 256, 1, NULL, 0, 0);
+	qemu_argv(&q, &in, im, "kvm", 256, 1, NULL, 0, 0, NULL);
 	pid = spawn(q.av, logfd, 1, -1);
 	if (pid < 0)
 		die(EX_SYS, "unable to fork:");
@@ -661,6 +684,23 @@ static void supervise(const char *id, const struct inst *in, char *const *av, in
 
 		close_except(keep, 7); /* logfd too: it lives on as fd 2 */
 	}
+	if (EG.argc) {
+		char bl[PATH_MAX], msg[512];
+		int blog;
+
+		pathf(bl, sizeof bl, "%s/broker.log", in->dir);
+		blog = open(bl, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (blog < 0 || egress_start(&EG, blog, NET.lock_fd, 5000, msg, sizeof msg) < 0) {
+			dprintf(repfd, "error: %s (see %s)\n", blog < 0 ? strerror(errno) : msg, bl);
+			_exit(111);
+		}
+		close(blog);
+		/* for isopod-gc, should a broker ever outlive us */
+		m = json_pack("{s:I}", "broker_pid", (json_int_t)EG.pid);
+		if (!m || vm_meta_update(id, NULL, m) < 0)
+			warn("supervisor: unable to record the broker's pid:");
+		json_decref(m);
+	}
 	q = spawn(av, 2, 1, memfd);
 	if (memfd >= 0)
 		close(memfd); /* QEMU has its own copy as fd 3 */
@@ -740,6 +780,9 @@ static void supervise(const char *id, const struct inst *in, char *const *av, in
 	}
 	while (waitpid(q, &st, 0) < 0 && errno == EINTR)
 		;
+	/* The broker ends after QEMU and before the lock goes: its ledger is
+	 * complete when isopod-stop sees the VM stopped. */
+	egress_stop(&EG);
 	m = json_pack("{s:s, s:i, s:s}", "stopped_at", iso_now(now, sizeof now), "qemu_exit",
 		      status_code(st), "stopped_by", why);
 	if (!m || vm_meta_update(id, NULL, m) < 0)
@@ -991,6 +1034,7 @@ static struct {
 	char key[65], dir[PATH_MAX], argv_fp[65];
 	char *text;              /* the canonical text hashed into key */
 	char qver[256];
+	const char *net;         /* the net mode: none, filtered or open */
 	json_t *layers;          /* the disk chain's stages, root first */
 	long long disk_bytes;
 	json_t *warnings;
@@ -1024,10 +1068,11 @@ __attribute__((format(printf, 1, 2))) static void wwarn(const char *fmt, ...)
 	json_array_append_new(W.warnings, json_string(msg));
 }
 
-/* The command line this isopod-boot gives QEMU, whatever the shape:
- * recorded in warm/argv.json and in each snapshot, so that isopod-warm and
- * isopod-gc can tell snapshots an older isopod-boot built (their key can
- * never come up again) from live ones. */
+/* The command line this isopod-boot gives QEMU, whatever the shape (each
+ * accelerator, with and without a NIC): recorded in warm/argv.json and in
+ * each snapshot, so that isopod-warm and isopod-gc can tell snapshots an
+ * older isopod-boot built (their key can never come up again) from live
+ * ones, whatever the net mode of the run that writes it. */
 static void argv_fingerprint(const struct img *fim, const struct inst *fi)
 {
 	char p[PATH_MAX], **a;
@@ -1039,8 +1084,8 @@ static void argv_fingerprint(const struct img *fim, const struct inst *fi)
 	size_t i;
 
 	crypto_hash_sha256_init(&st);
-	for (i = 0; i < 2; i++) {
-		qemu_argv(&q, fi, fim, accels[i], 64, 1, "@mem", 1, 0);
+	for (i = 0; i < 4; i++) {
+		qemu_argv(&q, fi, fim, accels[i % 2], 64, 1, "@mem", 1, 0, i < 2 ? NULL : &NIC_ANY);
 		for (a = q.av; *a; a++)
 			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
 	}
@@ -1134,12 +1179,13 @@ static int disk_chain(const char *disk, json_t *layers, char bsha[65])
 }
 
 /* The key: sha256 over everything a resume depends on.  The QEMU command
- * line goes in whole, with this VM's paths replaced, so any change to the
- * machine (a device, an option, the kernel command line) moves the key.
- * 0, or -1 when this VM cannot be keyed (the pool is then off, with a
- * warning). */
+ * line goes in whole, with this VM's paths, tap and MAC replaced, so any
+ * change to the machine (a device, an option, the kernel command line)
+ * moves the key.  The net mode goes in by name: filtered and open VMs have
+ * the same NIC but never share a snapshot.  0, or -1 when this VM cannot
+ * be keyed (the pool is then off, with a warning). */
 static int warm_setup(const struct img *im, json_t *rec, const struct cfg *cf, const char *accel,
-		      long long disk_bytes, const char *forked_disk)
+		      long long disk_bytes, const char *forked_disk, const char *net_mode)
 {
 	char err[512], **a, bsha[65];
 	struct inst fi;
@@ -1189,18 +1235,20 @@ static int warm_setup(const struct img *im, json_t *rec, const struct cfg *cf, c
 		return -1;
 	}
 	W.disk_bytes = disk_bytes;
+	W.net = net_mode;
 	inst_paths(&fi, "@vm");
 	pathf(fim.vmlinux, sizeof fim.vmlinux, "@kernel/vmlinux");
 	pathf(fim.initrd, sizeof fim.initrd, "@kernel/initramfs.cpio");
-	qemu_argv(&q, &fi, &fim, accel, cf->mem_mib, cf->vcpus, "@mem", 1, 0);
+	qemu_argv(&q, &fi, &fim, accel, cf->mem_mib, cf->vcpus, "@mem", 1, 0,
+		  nic() ? &NIC_ANY : NULL);
 
 	if (!(f = open_memstream(&W.text, &tlen)))
 		die(EX_SYS, "unable to allocate memory:");
 	fprintf(f, "isopod-warm %d\nkernel %s\nbase %s\nlayers", WARM_FORMAT, im->ksha, im->bsha);
 	json_array_foreach(W.layers, i, v)
 		fprintf(f, " %s", json_string_value(v));
-	fprintf(f, "\ndisk_bytes %lld\nvcpus %lld\nmem_mib %lld\nnet none\naccel %s\nqemu %s\n",
-		disk_bytes, cf->vcpus, cf->mem_mib, accel, W.qver);
+	fprintf(f, "\ndisk_bytes %lld\nvcpus %lld\nmem_mib %lld\nnet %s\naccel %s\nqemu %s\n",
+		disk_bytes, cf->vcpus, cf->mem_mib, net_mode, accel, W.qver);
 	for (a = q.av; *a; a++)
 		fprintf(f, "arg %s\n", *a);
 	if (fclose(f) != 0)
@@ -1395,7 +1443,7 @@ static int build_template(const struct inst *vin, const struct img *im, const st
 	}
 	unlink(t.agent);
 	unlink(t.qmp);
-	qemu_argv(&q, &t, im, accel, cf->mem_mib, cf->vcpus, memp, 1, 0);
+	qemu_argv(&q, &t, im, accel, cf->mem_mib, cf->vcpus, memp, 1, 0, nic());
 	pid = spawn(q.av, logfd, 1, -1);
 	close(logfd);
 	if (pid < 0) {
@@ -1496,7 +1544,7 @@ static int build_template(const struct inst *vin, const struct img *im, const st
 			 "format", WARM_FORMAT, "key", W.key, "key_text", W.text, "shape", "kernel",
 			 im->ksha, "base", "flavor", im->flavor, "sha256", im->bsha, "layers",
 			 W.layers, "disk_bytes", (json_int_t)W.disk_bytes, "vcpus",
-			 (json_int_t)cf->vcpus, "mem_mib", (json_int_t)cf->mem_mib, "net", "none",
+			 (json_int_t)cf->vcpus, "mem_mib", (json_int_t)cf->mem_mib, "net", W.net,
 			 "accel", accel, "qemu", W.qver, "created", iso_now(now, sizeof now),
 			 "last_used", "hits", 0, "size",
 			 (json_int_t)(((long long)ms.st_blocks + ss.st_blocks) * 512), "build_ms",
@@ -1788,7 +1836,7 @@ static int resume(const char *id, const struct inst *in, const struct img *im,
 	int r;
 
 	qm.fd = -1;
-	qemu_argv(&q, in, im, accel, cf->mem_mib, cf->vcpus, "/proc/self/fd/3", 0, 1);
+	qemu_argv(&q, in, im, accel, cf->mem_mib, cf->vcpus, "/proc/self/fd/3", 0, 1, nic());
 	unlink(in->agent);
 	unlink(in->qmp);
 	unlink(in->console);
@@ -2146,10 +2194,16 @@ int main(int argc, char **argv)
 	if (!net_mode_valid(net_mode))
 		die(EX_USAGE, "vm %s: net mode %s is not supported", id, net_mode);
 	if (strcmp(net_mode, "none")) {
-		net_take_slot(&NET);
-		/* Warm snapshots are made without a NIC: networked VMs boot
-		 * cold (the pool key carries the net mode for when they don't). */
-		W.on = 0;
+		char bp[PATH_MAX], ledger[PATH_MAX];
+
+		net_take_slot(&NET, net_mode);
+		pathf(ledger, sizeof ledger, "%s/ledger.jsonl", in.dir);
+		/* Both modes get a broker: filtered for everything, open for
+		 * DNS (netsetup redirects every guest port 53 to it). */
+		if (egress_plan(&EG, egress_broker_path(bp, sizeof bp), net_mode, NET.gw,
+				json_object_get(json_object_get(rec, "net"), "allow"), ledger, id, err,
+				sizeof err) < 0)
+			die(EX_USAGE, "vm %s: %s", id, err);
 	}
 
 	accel = choose_accel(&cf, &im, reason, sizeof reason);
@@ -2168,7 +2222,8 @@ int main(int argc, char **argv)
 	/* The warm pool: resume a snapshot of this shape, building it first
 	 * when there is none.  Whatever goes wrong there ends in a cold boot
 	 * with a warning, never in a failed run. */
-	if (W.on && warm_setup(&im, rec, &cf, accel, disk_bytes, forked ? in.disk : NULL) < 0)
+	if (W.on && warm_setup(&im, rec, &cf, accel, disk_bytes, forked ? in.disk : NULL,
+			       net_mode) < 0)
 		W.on = 0;
 	/* A published snapshot of a plain chain carries the empty overlay
 	 * qemu-img made for its build: a copy of it spares a qemu-img run. */
@@ -2187,7 +2242,9 @@ int main(int argc, char **argv)
 		h.net_gw = NET.gw;
 		h.net_mtu = NET.mtu;
 		h.net_mac = NET.mac;
-		/* No resolver on the gateway yet (that is the broker's job). */
+		/* The resolver is the broker, on the gateway (port 53 is
+		 * redirected to its 1053 by isopod-netsetup's table). */
+		h.net_dns = NET.gw;
 		if ((env = getenv("ISOPOD_NET_DNS")) && *env)
 			h.net_dns = env;
 	}
@@ -2254,7 +2311,7 @@ int main(int argc, char **argv)
 		unlink(in.agent);
 		unlink(in.qmp);
 		unlink(in.console);
-		qemu_argv(&q, &in, &im, accel, cf.mem_mib, cf.vcpus, NULL, 0, 0);
+		qemu_argv(&q, &in, &im, accel, cf.mem_mib, cf.vcpus, NULL, 0, 0, nic());
 		if (launch(id, &in, q.av, ownerfd, -1, msg, sizeof msg) < 0)
 			fail(EX_SYS, "%s", msg);
 		/* Wait for the agent: bounded by --timeout-ms, counted from our

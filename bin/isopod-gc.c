@@ -33,7 +33,7 @@ struct rec {
 	char id[64];
 	char state[16];
 	time_t created, ref; /* ref: stopped_at, else created */
-	long long qemu_pid;
+	long long qemu_pid, broker_pid;
 	int running, candidate;
 };
 
@@ -157,6 +157,8 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 		r->created = parse_iso(json_string_value(json_object_get(j, "created")), r->created);
 		v = json_object_get(j, "qemu_pid");
 		r->qemu_pid = json_is_integer(v) ? json_integer_value(v) : 0;
+		v = json_object_get(j, "broker_pid");
+		r->broker_pid = json_is_integer(v) ? json_integer_value(v) : 0;
 	}
 	r->ref = parse_iso(j ? json_string_value(json_object_get(j, "stopped_at")) : NULL,
 			   r->created);
@@ -164,35 +166,44 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 	json_decref(j);
 }
 
-/* A record that says booting/running but whose lock is free: its supervisor
- * is gone.  Kill a surviving QEMU (verified by cmdline), mark it failed. */
-static void reap_stale(struct rec *r, const char *vmsdir)
+/* Kill what pid names if it is still a process of the VM in dir (its
+ * cmdline names dir/): pidfd first, then verify, so a recycled pid cannot
+ * slip in between.  kind: "qemu" or "broker". */
+static void reap_pid(const char *kind, long long pid, const char *id, const char *dir)
 {
-	static const char *const live[] = { "booting", "running", NULL };
-	char dir[PATH_MAX], now[32];
-	json_t *m;
-	int pfd;
+	int pfd = pid > 0 && pid <= INT_MAX ? pidfd_open_((pid_t)pid) : -1;
 
-	if (strcmp(r->state, "booting") && strcmp(r->state, "running"))
-		return;
-	pathf(dir, sizeof dir, "%s/%s", vmsdir, r->id);
-	/* pidfd first, then verify: a recycled pid cannot slip in between. */
-	pfd = r->qemu_pid > 0 && r->qemu_pid <= INT_MAX ? pidfd_open_((pid_t)r->qemu_pid) : -1;
-	if (pfd >= 0 && cmdline_names((int)r->qemu_pid, dir)) {
+	if (pfd >= 0 && cmdline_names((int)pid, dir)) {
 		int killed = 0;
 
 		if (!dry_run) {
 			if (pidfd_kill(pfd, SIGKILL) == 0)
 				killed = 1;
 			else
-				warn("unable to kill leaked qemu %lld of %s:", r->qemu_pid, r->id);
+				warn("unable to kill leaked %s %lld of %s:", kind, pid, id);
 		}
-		json_array_append_new(leaked, json_pack("{s:s, s:s, s:I, s:b}", "kind", "qemu",
-							"vm", r->id, "pid",
-							(json_int_t)r->qemu_pid, "killed", killed));
+		json_array_append_new(leaked, json_pack("{s:s, s:s, s:I, s:b}", "kind", kind, "vm",
+							id, "pid", (json_int_t)pid, "killed",
+							killed));
 	}
 	if (pfd >= 0)
 		close(pfd);
+}
+
+/* A record that says booting/running but whose lock is free: its supervisor
+ * is gone.  Kill a surviving QEMU or egress broker (verified by cmdline),
+ * mark it failed. */
+static void reap_stale(struct rec *r, const char *vmsdir)
+{
+	static const char *const live[] = { "booting", "running", NULL };
+	char dir[PATH_MAX], now[32];
+	json_t *m;
+
+	if (strcmp(r->state, "booting") && strcmp(r->state, "running"))
+		return;
+	pathf(dir, sizeof dir, "%s/%s", vmsdir, r->id);
+	reap_pid("qemu", r->qemu_pid, r->id, dir);
+	reap_pid("broker", r->broker_pid, r->id, dir);
 	if (dry_run)
 		return;
 	m = json_pack("{s:s, s:s, s:s}", "state", "failed", "error",

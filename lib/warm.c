@@ -229,13 +229,15 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 	const char *bsha = json_string_value(json_object_get(base, "sha256"));
 	const char *flavor = json_string_value(json_object_get(base, "flavor"));
 	const char *q = json_string_value(json_object_get(shape, "qemu"));
+	const char *net = json_string_value(json_object_get(shape, "net"));
 	char p[PATH_MAX], cur[65];
 	struct stat st;
 	size_t i;
 
 	if (!why)
 		die(EX_SYS, "out of memory");
-	if (!warm_key_valid(ksha) || !warm_key_valid(bsha) || !json_is_array(layers)) {
+	if (!warm_key_valid(ksha) || !warm_key_valid(bsha) || !json_is_array(layers) || !net ||
+	    (strcmp(net, "none") && strcmp(net, "filtered") && strcmp(net, "open"))) {
 		json_array_append_new(why, json_string("unreadable shape"));
 		return why;
 	}

@@ -19,8 +19,12 @@
  * The key is the sha256 of a canonical text naming everything a resume
  * depends on (kernel, disk chain and size, vCPUs, memory, net mode,
  * accelerator, QEMU version and the whole QEMU command line with its
- * per-VM paths replaced).  Publishing is one rename(2) of a complete,
- * fsynced staging directory: a snapshot is either whole or absent. */
+ * per-VM paths, tap and MAC replaced).  The net mode (shape.net: none,
+ * filtered or open) is named as such: filtered and open VMs have the same
+ * NIC but never share a snapshot; a networked template runs with the NIC
+ * its clones get, each clone on its own slot's tap.  Publishing is one
+ * rename(2) of a complete, fsynced staging directory: a snapshot is either
+ * whole or absent. */
 #ifndef ISOPOD_WARM_H
 #define ISOPOD_WARM_H
 

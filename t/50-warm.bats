@@ -12,11 +12,33 @@ setup_file() {
 	isopod_setup_file --images
 	DATA="$(mktemp -d /tmp/isopod-t50-data.XXXXXX)"
 	export DATA
+	# Networked snapshots run inside the sealed lab of t/lab/lab.sh (network
+	# namespaces only: no packet can leave this machine), root only.
+	export LAB_NAME="t50w$$" ISOPOD_NET_LOCKS="$ISOPOD_HOME/locks" NETLAB=0
+	: >"$DATA/holders"
+	if [ "$(id -u)" -eq 0 ]; then
+		export LAB="$BATS_TEST_DIRNAME/lab/lab.sh" ISOPOD_LAB_STATE="$BATS_FILE_TMPDIR/lab"
+		sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
+		sh "$LAB" up "$LAB_NAME" >/dev/null
+		mkdir -p "$ISOPOD_NET_LOCKS"
+		# A failure here fails the networked tests (with its message), not
+		# the whole file.
+		if sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 --open-slots 4 \
+			--user 0 >"$DATA/netsetup.json" 2>"$DATA/netsetup.err"; then
+			NETLAB=1
+		else
+			NETLAB=failed
+		fi
+	fi
 }
 
 teardown_file() {
+	local pid
+	while read -r pid; do kill "$pid" 2>/dev/null || :; done <"$DATA/holders"
+	isopod_teardown_file || st=$?
+	[ -n "${LAB-}" ] && sh "$LAB" down "$LAB_NAME"
 	rm -rf "$DATA"
-	isopod_teardown_file
+	return "${st:-0}"
 }
 
 isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
@@ -52,6 +74,63 @@ held() {
 
 # key_of MEM: the key of the one snapshot of that memory size.
 key_of() { isopod-warm ls | jq -r --argjson m "$1" 'select(.shape.mem_mib == $m) | .key'; }
+
+# net_lab: skip without root; fail when isopod-netsetup failed in setup_file.
+net_lab() {
+	[ "$NETLAB" != 0 ] || skip "needs root: the network lab"
+	[ "$NETLAB" = 1 ] || { echo "isopod-netsetup failed: $(cat "$DATA/netsetup.err")" >&2; return 1; }
+}
+
+# vrun ARGS...: isopod run inside the lab's host netns (where the taps are).
+vrun() {
+	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" \
+		ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" isopod run --json-only "$@"
+}
+
+# hold_slot K: hold network slot K's lock (a background process, killed by
+# release_slots) so that the next networked run gets another slot.
+hold_slot() {
+	(
+		exec 8>>"$ISOPOD_NET_LOCKS/slot-$1"
+		# -w, not -n: held's probe takes the lock for an instant too
+		flock -w 10 8 && exec sleep 300
+	) 3>&- </dev/null >/dev/null 2>&1 &
+	echo $! >>"$DATA/holders"
+	held "$ISOPOD_NET_LOCKS/slot-$1"
+}
+
+release_slots() {
+	local pid
+	while read -r pid; do kill "$pid" 2>/dev/null || :; done <"$DATA/holders"
+	: >"$DATA/holders"
+}
+
+# What a networked clone says about itself, one item per line: hostname,
+# its IPv4 addresses (one line each), MAC, 16 random bytes, default routes,
+# then whether its gateway answers ping and the lab's internet host TCP 80.
+NETID='hostname
+ip -4 -o addr show dev eth0 | while read -r _ _ _ a _; do echo "addr $a"; done
+echo "mac $(cat /sys/class/net/eth0/address)"
+echo "rand $(head -c16 /dev/urandom | od -An -tx1 | tr -d " \n")"
+ip route | grep "^default" | while read -r _ _ gw _; do echo "gw $gw"; done
+gw=$(ip route | grep "^default" | cut -d" " -f3)
+ping -c1 -W2 "$gw" >/dev/null && echo gw-ping-ok
+printf "GET / HTTP/1.0\r\n\r\n" | nc -w 3 198.51.100.10 80 | tail -n 1'
+
+# net_identity: $output (a NETID run) is a clone that is its slot's and
+# nobody else's: hostname = vm name, exactly one address (the slot's), the
+# slot's MAC, exactly one default route (the slot's gateway), and the data
+# path works both ways.
+net_identity() {
+	jout '.ok and .exit_code == 0 and .net.mode == "open" and (.net.slot | type) == "number"'
+	jout '(.stdout | split("\n")) as $l | $l[0] == .vm.name and
+		([$l[] | select(startswith("addr "))] == ["addr \(.net.guest_ip)/30"]) and
+		([$l[] | select(startswith("mac "))] == ["mac \(.net.mac)"]) and
+		([$l[] | select(startswith("gw "))] == ["gw \(.net.gateway)"]) and
+		([$l[] | select(startswith("rand ") and length == 37)] | length == 1) and
+		any($l[]; . == "gw-ping-ok") and any($l[]; . == "lab 198.51.100.10")'
+}
+line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <<<"$1"; }
 
 @test "warm: run -- true twice: first snapshot-build, then warm; the store holds one whole snapshot" {
 	run --separate-stderr isopod run --json-only -- true
@@ -445,4 +524,62 @@ key_of() { isopod-warm ls | jq -r --argjson m "$1" 'select(.shape.mem_mib == $m)
 	json_is '(.removed | length) > 0 and .busy == []'
 	[ -z "$(isopod-warm ls)" ]
 	[ -z "$(ls -A "$(W)" | grep -vE '^(qemu-version|argv)\.json$')" ]
+}
+
+@test "warm, networked: clones of one --net open snapshot each take their own slot's MAC, address, route, name and RNG, and reach gateway and internet" {
+	net_lab
+	run --separate-stderr vrun --net open --mem-mib 424 --timeout-s 120 -- sh -c "$NETID"
+	[ "$status" -eq 0 ]
+	json_is '.path == "snapshot-build" and .warnings == []'
+	net_identity
+	a=$output
+	# the next runs take other slots: the lock of each slot used is held
+	hold_slot "$(jq -r .net.slot <<<"$a")"
+	run --separate-stderr vrun --net open --mem-mib 424 --timeout-s 120 -- sh -c "$NETID"
+	[ "$status" -eq 0 ]
+	json_is '.path == "warm" and .warnings == []'
+	net_identity
+	b=$output
+	hold_slot "$(jq -r .net.slot <<<"$b")"
+	run --separate-stderr vrun --net open --mem-mib 424 --timeout-s 120 -- sh -c "$NETID"
+	release_slots
+	[ "$status" -eq 0 ]
+	json_is '.path == "warm" and .warnings == []'
+	net_identity
+	c=$output
+	# one snapshot, three slots, three identities
+	[ "$(jq -r .warm_key <<<"$a")" = "$(jq -r .warm_key <<<"$b")" ]
+	[ "$(jq -r .warm_key <<<"$b")" = "$(jq -r .warm_key <<<"$c")" ]
+	[ "$(printf '%s\n' "$a" "$b" "$c" | jq -r .net.slot | sort -u | wc -l)" -eq 3 ]
+	for p in "addr " "mac " "rand " "gw "; do
+		[ "$(line "$b" "$p")" != "$(line "$c" "$p")" ]
+		[ "$(line "$a" "$p")" != "$(line "$b" "$p")" ]
+	done
+	[ "$(jq -r .vm.name <<<"$b")" != "$(jq -r .vm.name <<<"$c")" ]
+	run --separate-stderr isopod-warm ls
+	jout -s --arg k "$(jq -r .warm_key <<<"$a")" '.[] | select(.key == $k) | .shape.net == "open" and .hits == 2 and .orphaned == false'
+}
+
+@test "warm, networked: a --net none snapshot never serves a networked run, nor the reverse" {
+	net_lab
+	local k_none k_open expect
+	for expect in snapshot-build warm; do
+		run --separate-stderr vrun --net none --mem-mib 432 --timeout-s 120 -- \
+			sh -c 'ip link show eth0 >/dev/null 2>&1 && echo eth0; echo done'
+		[ "$status" -eq 0 ]
+		jout --arg p "$expect" '.path == $p and .stdout == "done\n" and .net.mode == "none"'
+		k_none=$(jq -r .warm_key <<<"$output")
+		run --separate-stderr vrun --net open --mem-mib 432 --timeout-s 120 -- \
+			sh -c 'ip link show eth0 >/dev/null 2>&1 && echo eth0; echo done'
+		[ "$status" -eq 0 ]
+		jout --arg p "$expect" '.path == $p and .stdout == "eth0\ndone\n" and .net.mode == "open"'
+		k_open=$(jq -r .warm_key <<<"$output")
+		[ "$k_none" != "$k_open" ]
+	done
+	run --separate-stderr isopod-warm ls
+	jout -s --arg k "$k_none" '.[] | select(.key == $k) | .shape.net == "none" and .hits == 1'
+	jout -s --arg k "$k_open" '.[] | select(.key == $k) | .shape.net == "open" and .hits == 1'
+	# the net mode is in the key's text by name
+	jq -e '.key_text | test("\nnet none\n")' "$(W)/$k_none/meta.json"
+	jq -e '.key_text | test("\nnet open\n") and test("ifname=@tap") and test("mac=@mac")' "$(W)/$k_open/meta.json"
 }

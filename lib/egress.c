@@ -1,0 +1,209 @@
+/* egress.c - start and stop a VM's isopod-broker (see egress.h). */
+
+#include "egress.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void add(struct egress *e, const char *s)
+{
+	if (e->argc < (int)(sizeof e->argv / sizeof e->argv[0]) - 1)
+		e->argv[e->argc++] = (char *)s;
+	e->argv[e->argc] = NULL;
+}
+
+int egress_plan(struct egress *e, const char *broker, const char *mode, const char *gw,
+		const json_t *allow, const char *ledger, const char *vmid, char *msg, size_t msz)
+{
+	size_t i;
+	json_t *v;
+
+	memset(e, 0, sizeof *e);
+	e->pid = -1;
+	e->pidfd = -1;
+	snprintf(e->arg[0], sizeof e->arg[0], "%s", broker);
+	snprintf(e->arg[1], sizeof e->arg[1], "%s", gw);
+	snprintf(e->arg[2], sizeof e->arg[2], "%s", ledger);
+	snprintf(e->arg[3], sizeof e->arg[3], "%ld", (long)getpid()); /* fixed up in start */
+	snprintf(e->arg[4], sizeof e->arg[4], "%s", vmid);
+	add(e, e->arg[0]);
+	add(e, "--listen");
+	add(e, e->arg[1]);
+	add(e, "--ledger");
+	add(e, e->arg[2]);
+	add(e, "--vm");
+	add(e, e->arg[4]);
+	if (getenv("ISOPOD_RESOLVER") && *getenv("ISOPOD_RESOLVER")) {
+		snprintf(e->arg[5], sizeof e->arg[5], "%s", getenv("ISOPOD_RESOLVER"));
+		add(e, "--resolver");
+		add(e, e->arg[5]);
+	}
+	if (!strcmp(mode, "open")) {
+		add(e, "--no-proxy");
+		add(e, "--allow-all");
+	} else if (json_is_array(allow)) {
+		json_array_foreach(allow, i, v) {
+			if (!json_is_string(v))
+				continue;
+			if (e->argc > (int)(sizeof e->argv / sizeof e->argv[0]) - 6) {
+				snprintf(msg, msz, "too many --allow patterns (at most %d)",
+					 (int)(sizeof e->argv / sizeof e->argv[0]) - 20);
+				return -1;
+			}
+			add(e, "--allow");
+			add(e, json_string_value(v)); /* lives as long as the record */
+		}
+	}
+	add(e, "--parent");
+	add(e, e->arg[3]);
+	return 0;
+}
+
+int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *msg, size_t msz)
+{
+	char line[512];
+	size_t got = 0;
+	int out[2], st;
+	int64_t deadline = mono_ms() + timeout_ms;
+	pid_t me = getpid();
+
+	snprintf(e->arg[3], sizeof e->arg[3], "%ld", (long)me);
+	if (pipe2(out, O_CLOEXEC) < 0) {
+		snprintf(msg, msz, "egress broker: pipe: %s", strerror(errno));
+		return -1;
+	}
+	e->pid = fork();
+	if (e->pid < 0) {
+		snprintf(msg, msz, "egress broker: fork: %s", strerror(errno));
+		close(out[0]);
+		close(out[1]);
+		return -1;
+	}
+	if (e->pid == 0) {
+		sigset_t none;
+		int nul = open("/dev/null", O_RDONLY);
+
+		/* SIGTERM, not SIGKILL: the broker writes its ledger lines. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != me)
+			_exit(126);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		if (nul < 0 || dup2(nul, 0) < 0 || dup2(out[1], 1) < 0 || dup2(logfd, 2) < 0)
+			_exit(126);
+		/* The slot lock, as fd 3: the slot is busy while the broker lives. */
+		if (lockfd >= 0) {
+			if (lockfd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(lockfd, 3) < 0)
+				_exit(126);
+			close_range(4, ~0U, 0);
+		} else {
+			close_range(3, ~0U, 0);
+		}
+		execv(e->argv[0], e->argv);
+		dprintf(2, "isopod-boot: fatal: unable to run %s: %s\n", e->argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(out[1]);
+	e->pidfd = (int)syscall(SYS_pidfd_open, e->pid, 0);
+	/* The ready line: one JSON object, then EOF (the broker closes its
+	 * stdout).  EOF without it: the broker failed; its reason is in the log. */
+	for (;;) {
+		struct pollfd p = { out[0], POLLIN, 0 };
+		int64_t left = deadline - mono_ms();
+		ssize_t n;
+
+		if (left <= 0) {
+			snprintf(msg, msz, "egress broker: not ready within %d ms", timeout_ms);
+			goto fail;
+		}
+		if (poll(&p, 1, (int)left) < 0) {
+			if (errno == EINTR)
+				continue;
+			snprintf(msg, msz, "egress broker: poll: %s", strerror(errno));
+			goto fail;
+		}
+		n = read(out[0], line + got, sizeof line - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || (got += (size_t)n) >= sizeof line - 1)
+			break;
+		if (memchr(line, '\n', got))
+			break;
+	}
+	line[got] = '\0';
+	close(out[0]);
+	out[0] = -1;
+	if (!strchr(line, '\n') || line[0] != '{') {
+		int code = -1;
+
+		if (waitpid(e->pid, &st, WNOHANG) == e->pid) {
+			code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			e->pid = -1;
+		}
+		snprintf(msg, msz, "egress broker failed to start (exit %d)%s", code,
+			 code == 102 ? ": its address is in use (another broker on this slot?)" : "");
+		goto fail;
+	}
+	return 0;
+fail:
+	if (out[0] >= 0)
+		close(out[0]);
+	egress_stop(e);
+	return -1;
+}
+
+void egress_stop(struct egress *e)
+{
+	int st;
+
+	if (e->pid > 0) {
+		/* Our unreaped child: its pid cannot have been recycled. */
+		struct pollfd p = { e->pidfd, POLLIN, 0 };
+
+		kill(e->pid, SIGTERM);
+		if (e->pidfd < 0 || poll(&p, 1, 3000) <= 0)
+			kill(e->pid, SIGKILL);
+		while (waitpid(e->pid, &st, 0) < 0 && errno == EINTR)
+			;
+		e->pid = -1;
+	}
+	if (e->pidfd >= 0) {
+		close(e->pidfd);
+		e->pidfd = -1;
+	}
+}
+
+const char *egress_broker_path(char *buf, size_t sz)
+{
+	const char *env = getenv("ISOPOD_BROKER");
+	char self[PATH_MAX];
+	ssize_t n;
+	char *slash;
+
+	if (env && *env) {
+		snprintf(buf, sz, "%s", env);
+		return buf;
+	}
+	n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0) {
+		snprintf(buf, sz, "isopod-broker");
+		return buf;
+	}
+	self[n] = '\0';
+	if ((slash = strrchr(self, '/')))
+		*slash = '\0';
+	snprintf(buf, sz, "%s/isopod-broker", self);
+	return buf;
+}

@@ -1,0 +1,41 @@
+/* egress.h - the VM supervisor's side of isopod-broker (host tools only).
+ *
+ * A networked VM's supervisor starts one isopod-broker on the slot's
+ * gateway before QEMU starts and ends it after QEMU is gone, so the
+ * ledger is complete when the VM lock is released (isopod-stop waits for
+ * exactly that).  The broker inherits the slot lock: the slot stays busy
+ * while any process of this VM uses its addresses. */
+#ifndef ISOPOD_EGRESS_H
+#define ISOPOD_EGRESS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct egress {
+	pid_t pid;     /* -1: none */
+	int pidfd;     /* -1: none */
+	char *argv[80];
+	char arg[8][4096];
+	int argc;
+};
+
+/* Plan the broker's command line (in the parent, before the supervisor
+ * forks): mode "filtered" (proxy + DNS for the allowlist) or "open" (DNS
+ * only, every name).  broker: the isopod-broker to run.  allow: the VM
+ * record's net.allow (array of normalised patterns) or NULL.  0, or -1
+ * with msg. */
+int egress_plan(struct egress *e, const char *broker, const char *mode, const char *gw,
+		const json_t *allow, const char *ledger, const char *vmid, char *msg, size_t msz);
+
+/* Start it (in the supervisor): stderr to logfd, lockfd inherited, pdeath
+ * to us; wait (<= timeout_ms) for its ready line.  0, or -1 with msg. */
+int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *msg, size_t msz);
+
+/* SIGTERM, wait <= 3 s for it to flush its ledger, then SIGKILL; reaps. */
+void egress_stop(struct egress *e);
+
+/* The isopod-broker next to the running program (or $ISOPOD_BROKER). */
+const char *egress_broker_path(char *buf, size_t sz);
+
+#endif
