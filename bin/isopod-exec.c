@@ -45,6 +45,8 @@ struct outstream {
 
 static struct {
 	char id[64], name[128], dir[PATH_MAX], agent_sock[PATH_MAX], qmp_sock[PATH_MAX];
+	char proxy_env[8][96]; /* filtered mode: the broker, before --env */
+	int nproxy;
 	long long timeout_ms;
 	char *env[MAX_ITEMS];
 	int nenv;
@@ -91,6 +93,8 @@ static void kill_vm(void)
 		warn("unable to stop vm %s after the watchdog fired: %s", o.id, err);
 }
 
+static void proxy_env(const json_t *net);
+
 static void load_vm(const char *ref)
 {
 	char p[PATH_MAX];
@@ -109,9 +113,33 @@ static void load_vm(const char *ref)
 	pathf(o.agent_sock, sizeof o.agent_sock, "%s", s ? s : "");
 	s = json_string_value(json_object_get(m, "qmp_sock"));
 	pathf(o.qmp_sock, sizeof o.qmp_sock, "%s", s ? s : "");
+	proxy_env(json_object_get(m, "net"));
 	json_decref(m);
 	if (!o.agent_sock[0])
 		fail(EX_CONFLICT, "not_running", "vm %s (%s) has not been booted", o.id, o.name);
+}
+
+/* A filtered VM reaches the outside only through the egress broker on its
+ * gateway: every command gets the proxy variables (both spellings: curl
+ * reads http_proxy lower-case only, others the upper case), ahead of the
+ * caller's --env, which may override them. */
+static void proxy_env(const json_t *net)
+{
+	static const char *const names[] = { "http_proxy", "HTTP_PROXY", "https_proxy",
+					     "HTTPS_PROXY" };
+	const char *mode = json_string_value(json_object_get(net, "mode"));
+	const char *gw = json_string_value(json_object_get(net, "gateway"));
+	size_t i;
+
+	if (!mode || strcmp(mode, "filtered") || !gw || strlen(gw) > 15)
+		return;
+	for (i = 0; i < sizeof names / sizeof names[0]; i++)
+		snprintf(o.proxy_env[o.nproxy++], sizeof o.proxy_env[0], "%s=http://%s:3128",
+			 names[i], gw);
+	snprintf(o.proxy_env[o.nproxy++], sizeof o.proxy_env[0],
+		 "no_proxy=localhost,127.0.0.1,::1");
+	snprintf(o.proxy_env[o.nproxy++], sizeof o.proxy_env[0],
+		 "NO_PROXY=localhost,127.0.0.1,::1");
 }
 
 static void split_copy(char *spec, const char *opt, struct copy *cp, int host_first)
@@ -538,6 +566,8 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < o.argc; i++)
 		tlv_put_str(&w, T_ARG, o.argv[i]);
+	for (int i = 0; i < o.nproxy; i++)
+		tlv_put_str(&w, T_ENV, o.proxy_env[i]);
 	for (int i = 0; i < o.nenv; i++)
 		tlv_put_str(&w, T_ENV, o.env[i]);
 	if (o.cwd)

@@ -338,3 +338,57 @@ hi" ]
 	echo "$output"
 	[ "$status" -eq 0 ]
 }
+
+@test "run --net: the default is filtered; config files, ISOPOD_NET and --net override in that order" {
+	use_fake
+	unset ISOPOD_NET
+	run_isopod -0 run --json-only -- true
+	grep -q '^claim --net filtered$' "$FAKE_LOG"
+	json_is '.egress == {allowed: [], denied: []}'
+	sys="$BATS_TEST_TMPDIR/sys.conf" user="$BATS_TEST_TMPDIR/user.conf"
+	printf '# host-wide\nnet = open\n' >"$sys"
+	: >"$FAKE_LOG"
+	ISOPOD_SYSCONFIG="$sys" run_isopod -0 run --json-only -- true
+	grep -q '^claim --net open$' "$FAKE_LOG"
+	printf 'net=none   # the user wins over the host\n' >"$user"
+	: >"$FAKE_LOG"
+	ISOPOD_SYSCONFIG="$sys" ISOPOD_CONFIG="$user" run_isopod -0 run --json-only -- true
+	grep -q '^claim *$' "$FAKE_LOG"
+	json_is 'has("egress") | not'
+	: >"$FAKE_LOG"
+	ISOPOD_NET=open ISOPOD_CONFIG="$user" run_isopod -0 run --json-only -- true
+	grep -q '^claim --net open$' "$FAKE_LOG"
+	: >"$FAKE_LOG"
+	ISOPOD_NET=open run_isopod -0 run --json-only --net filtered -- true
+	grep -q '^claim --net filtered$' "$FAKE_LOG"
+}
+
+@test "run --allow: config and option patterns reach claim verbatim (never globbed)" {
+	use_fake
+	conf="$BATS_TEST_TMPDIR/user.conf"
+	printf 'allow = pkg.test\nallow = *.wild.test\n' >"$conf"
+	cd "$BATS_TEST_TMPDIR"
+	touch a.wild.test x.other.test
+	ISOPOD_CONFIG="$conf" run_isopod -0 run --json-only --net filtered --allow '*.other.test' -- true
+	grep -qxF 'claim --net filtered --allow pkg.test --allow *.wild.test --allow *.other.test' "$FAKE_LOG"
+	# config patterns are not passed to a run that is not filtered
+	: >"$FAKE_LOG"
+	ISOPOD_CONFIG="$conf" run_isopod -0 run --json-only --net open -- true
+	grep -qx 'claim --net open' "$FAKE_LOG"
+}
+
+@test "run --allow without filtered, bad --net, bad config: usage errors (100), nothing claimed" {
+	use_fake
+	run_isopod -100 run --net none --allow pkg.test -- true
+	[[ "$stderr" == *"--allow needs --net filtered"* ]]
+	run_isopod -100 run --net closed -- true
+	[[ "$stderr" == *"want none, filtered or open"* ]]
+	conf="$BATS_TEST_TMPDIR/bad.conf"
+	printf 'net = open\ncolour = blue\n' >"$conf"
+	ISOPOD_CONFIG="$conf" run_isopod -100 run -- true
+	[[ "$stderr" == *"$conf:2: unknown key 'colour'"* ]]
+	printf 'just words\n' >"$conf"
+	ISOPOD_CONFIG="$conf" run_isopod -100 run -- true
+	[[ "$stderr" == *"$conf:1: expected 'key = value'"* ]]
+	no_claim
+}

@@ -15,6 +15,11 @@ ISOPOD_SRC=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
 export ISOPOD_SRC
 PATH="$ISOPOD_SRC/bin:$ISOPOD_SRC/sh:$PATH"
 export PATH
+# No host or user configuration leaks into a test; runs that do not ask for a
+# network mode get none (the built-in default, filtered, needs isopod-netsetup:
+# the network suites ask for it explicitly).
+ISOPOD_SYSCONFIG=/dev/null ISOPOD_CONFIG=/dev/null ISOPOD_NET=none
+export ISOPOD_SYSCONFIG ISOPOD_CONFIG ISOPOD_NET
 
 isopod_setup_file() {
 	ISOPOD_HOME=$(mktemp -d "/tmp/isopod-t.$(basename "$BATS_TEST_FILENAME" .bats).XXXXXX")

@@ -1,0 +1,208 @@
+#!/usr/bin/env bats
+# Filtered mode end to end (issue 4): real microVMs on filtered slots, each
+# with its own isopod-broker on the slot's gateway, inside the sealed lab of
+# t/lab/lab.sh (network namespaces only: nothing can leave this machine).
+#
+# The guest is the busybox base image: wget honours http_proxy for plain
+# HTTP, nc speaks CONNECT by hand, nslookup asks the resolver HELLO gave it
+# (the gateway; port 53 is redirected to the broker's 1053).  The lab's
+# authoritative DNS logs every query it receives (dns.log), and its web
+# listeners every hit (hits), so "refused" and "blocked" are checked where
+# the packets would have arrived, not only where they were sent.
+
+load helpers
+
+setup_file() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
+	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
+	export LAB_NAME="t46f$$"
+	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
+	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
+	sh "$LAB" up "$LAB_NAME" >/dev/null
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 \
+		>"$BATS_FILE_TMPDIR/netsetup.json"
+	isopod_setup_file --images
+	export ISOPOD_NET_LOCKS="$ISOPOD_HOME/locks"
+	mkdir -p "$ISOPOD_NET_LOCKS"
+}
+
+teardown_file() {
+	isopod_teardown_file
+	[ -n "${LAB-}" ] && sh "$LAB" down "$LAB_NAME"
+}
+
+# isopod run inside the lab's host netns (resolv.conf: the lab's DNS).
+vrun() {
+	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+		PATH="$PATH" ${ISOPOD_BROKER:+ISOPOD_BROKER="$ISOPOD_BROKER"} isopod run --json-only "$@"
+}
+
+hits() { grep -c " $1 " "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :; }
+dnslog() { cat "$ISOPOD_LAB_STATE/$LAB_NAME/dns.log" 2>/dev/null || :; }
+
+# shellcheck disable=SC2016 # guest scripts: expanded in the guest
+# In the guest: the gateway from the proxy variable isopod-exec set.
+GW='gw=${http_proxy#http://}; gw=${gw%:3128}'
+# get URL through the proxy by hand (plain HTTP, absolute form): the whole answer.
+PGET='pget() { printf "GET http://$1/ HTTP/1.0\r\nHost: $1\r\n\r\n" | nc -w 5 "$gw" 3128; }'
+# connect HOST: CONNECT HOST:80, then GET / inside the tunnel.
+PCONNECT='pconnect() { printf "CONNECT $1:80 HTTP/1.1\r\nHost: $1:80\r\n\r\nGET / HTTP/1.0\r\nHost: $1\r\n\r\n" | nc -w 5 "$gw" 3128; }'
+
+@test "filtered: an allowed name works through the proxy (HTTP and CONNECT); another is refused naming the allowlist; egress says both" {
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 90 -- sh -c "$GW; $PGET; $PCONNECT"'
+		wget -q -O- http://pkg.test/ | sed "s/^/wget: /"
+		pconnect pkg.test | sed "s/^/connect: /"
+		pget other.test | sed "s/^/refused: /"'
+	echo "$output" | jq -r .stdout
+	[ "$status" -eq 0 ]
+	json_is '.net.mode == "filtered" and .net.slot == 0'
+	json_is '.stdout | test("wget: lab 198.51.100.10")'
+	json_is '.stdout | test("connect: HTTP/1.1 200") and test("connect: lab 198.51.100.10")'
+	json_is '.stdout | test("refused: HTTP/1.[01] 403") and test("other.test is not in the allowlist \\(pkg.test\\)")'
+	json_is '[.egress.allowed[] | select(.name == "pkg.test" and .port == 80) | .kind] | sort == ["connect", "http"]'
+	json_is '.egress.allowed | all(.addresses == ["198.51.100.10"] and .down > 0)'
+	json_is '.egress.denied == [{kind: "http", name: "other.test", port: 80, reason: "not in the allowlist", count: 1}]'
+}
+
+@test "filtered: DNS answers allowed names through the gateway; an unlisted name is refused and never reaches the lab's DNS" {
+	local tag="x$$r$RANDOM"
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 90 -- sh -c '
+		cat /etc/resolv.conf
+		nslookup pkg.test && echo allowed-resolved
+		nslookup '"$tag"'.exfil.test || echo unlisted-failed'
+	echo "$output" | jq -r .stdout
+	[ "$status" -eq 0 ]
+	json_is '.stdout | test("nameserver 10.213.0.1") and test("198.51.100.10") and test("allowed-resolved") and test("unlisted-failed")'
+	dnslog | grep -q '^pkg.test '
+	if dnslog | grep -q "$tag"; then
+		echo "the lab DNS saw the unlisted name $tag" >&2
+		return 1
+	fi
+	json_is '[.egress.denied[] | select(.kind == "dns" and .name == "'"$tag"'.exfil.test")] | length == 1'
+	json_is '[.egress.allowed[] | select(.kind == "dns" and .name == "pkg.test")] | length == 1'
+}
+
+@test "filtered: nothing is forwarded — internet, metadata, RFC 1918, host, other VM all blocked (TCP, UDP, ICMP); the proxy control passes" {
+	local targets="198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5 203.0.113.1 10.213.0.6"
+	local b_pub b_other a_pub a_other a p
+	b_pub=$(hits 198.51.100.10)
+	b_other=$(grep -vc ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 170 -- sh -c "$GW; $PGET"'
+		for a in "$@"; do
+			if printf "GET / HTTP/1.0\r\n\r\n" | nc -w 2 "$a" 80 | grep -q "^lab $a\$"; then r=ok; else r=no; fi; echo "tcp $a $r"
+			if nslookup -port=7 -timeout=1 -retry=1 probe.test "$a" | grep -q NXDOMAIN; then r=ok; else r=no; fi; echo "udp $a $r"
+			if ping -c1 -W1 "$a" >/dev/null; then r=ok; else r=no; fi; echo "icmp $a $r"
+		done
+		pget pkg.test | tail -n 1 | sed "s/^/control: /"' probe $targets
+	echo "$output" | jq -r .stdout
+	[ "$status" -eq 0 ]
+	json_is '.stdout | test("control: lab 198.51.100.10")'
+	for p in tcp udp icmp; do
+		for a in $targets; do
+			echo "$output" | jq -e --arg l "$p $a no" '.stdout | split("\n") | index($l) != null'
+		done
+	done
+	# The public listener saw the proxied control only; no other listener saw anything.
+	a_pub=$(hits 198.51.100.10)
+	a_other=$(grep -vc ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
+	[ "$a_pub" -eq $((b_pub + 1)) ]
+	[ "$a_other" = "$b_other" ]
+}
+
+@test "filtered: names that resolve to denied addresses are refused at connect time (DNS rebinding); mixed answers use the public address" {
+	local b10 b169
+	b10=$(hits 10.99.0.5)
+	b169=$(hits 169.254.169.254)
+	run --separate-stderr vrun --net filtered --allow rebind.test --allow meta.test --allow mixed.test \
+		--timeout-s 90 -- sh -c "$GW; $PGET; $PCONNECT"'
+		pget rebind.test | sed "s/^/rebind: /"
+		pconnect meta.test | sed "s/^/meta: /"
+		pget mixed.test | sed "s/^/mixed: /"'
+	echo "$output" | jq -r .stdout
+	[ "$status" -eq 0 ]
+	json_is '.stdout | test("rebind: HTTP/1.[01] 403") and test("meta: HTTP/1.[01] 403") and test("mixed: lab 198.51.100.10")'
+	json_is '[.egress.denied[] | select(.reason == "resolves only to denied addresses") | .name] | sort == ["meta.test", "rebind.test"]'
+	json_is '[.egress.allowed[] | select(.name == "mixed.test") | .addresses] == [["198.51.100.10"]]'
+	[ "$(hits 10.99.0.5)" = "$b10" ]
+	[ "$(hits 169.254.169.254)" = "$b169" ]
+}
+
+@test "filtered: a wildcard allows names below it, not the name itself; IP literals are refused" {
+	run --separate-stderr vrun --net filtered --allow '*.wild.test' --timeout-s 90 -- sh -c "$GW; $PGET"'
+		pget a.wild.test | tail -n 1 | sed "s/^/a: /"
+		pget wild.test | sed "s/^/bare: /"
+		pget 198.51.100.10 | sed "s/^/literal: /"'
+	echo "$output" | jq -r .stdout
+	[ "$status" -eq 0 ]
+	json_is '.stdout | test("a: lab 198.51.100.10") and test("bare: HTTP/1.[01] 403") and test("literal: HTTP/1.[01] 403")'
+	json_is '[.egress.denied[] | .name] | sort == ["198.51.100.10", "wild.test"]'
+}
+
+@test "filtered: a bad --allow pattern is a usage error before anything boots" {
+	local before
+	before=$(ls "$ISOPOD_HOME/vms" 2>/dev/null | wc -l)
+	run --separate-stderr vrun --net filtered --allow 'pkg..test' -- true
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"pkg..test"* ]]
+	run --separate-stderr vrun --net filtered --allow '*.test' -- true
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"*.test"* ]]
+	# claim refused it: no VM record was made
+	[ "$(ls "$ISOPOD_HOME/vms" 2>/dev/null | wc -l)" -eq "$before" ]
+}
+
+@test "filtered: a broker that cannot start fails the run with its reason; the slot is free again" {
+	local pid
+	ISOPOD_BROKER=/bin/false run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
+	[ "$status" -eq 111 ]
+	json_is '.ok == false and (.error | test("egress broker"))'
+	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
+	# Someone else on slot 0's proxy port: the broker says so, the run fails.
+	ip netns exec "$LAB_NAME-host" python3 -c '
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("10.213.0.1", 3128)); s.listen(1); time.sleep(60)' &
+	pid=$!
+	sleep 0.5
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
+	kill "$pid"
+	wait "$pid" || :
+	[ "$status" -eq 111 ]
+	json_is '.error | test("in use")'
+	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
+}
+
+@test "filtered: SIGKILL of a run ends its broker with the VM; the next run gets the slot and a working broker at once" {
+	local pid i
+	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+		PATH="$PATH" isopod run --json-only --net filtered --allow pkg.test --timeout-s 120 -- sleep 100 \
+		>/dev/null 2>&1 3>&- &
+	pid=$!
+	for i in $(seq 1 300); do # ≤ 60 s for the boot
+		[ -n "$(broker_pids)" ] && break
+		sleep 0.2
+	done
+	[ -n "$(broker_pids)" ]
+	sleep 1
+	kill -9 "$pid"
+	wait "$pid" || :
+	for i in $(seq 1 50); do # the supervisor sees its owner die, ends QEMU, then the broker
+		flock -n "$ISOPOD_NET_LOCKS/slot-0" true && break
+		sleep 0.1
+	done
+	[ -z "$(broker_pids)" ]
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- wget -q -O- http://pkg.test/
+	[ "$status" -eq 0 ]
+	json_is '.net.slot == 0 and .stdout == "lab 198.51.100.10\n"'
+}
+
+# The pids of isopod-broker processes serving this file's store (read-only
+# look at /proc: nothing is signalled here).
+broker_pids() {
+	local d
+	for d in /proc/[0-9]*; do
+		tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q "isopod-broker .*--ledger $ISOPOD_HOME/" &&
+			echo "${d#/proc/}"
+	done
+	return 0
+}
