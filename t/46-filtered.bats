@@ -238,3 +238,22 @@ broker_pids() {
 	done
 	[ -z "$(broker_pids)" ]
 }
+
+@test "filtered, debian guest: curl https://pkg.test through CONNECT with the lab's test CA; https://other.test refused; the 403 names the allowlist" {
+	if [ "${ISOPOD_DEBIAN:-1}" = 0 ]; then
+		skip "ISOPOD_DEBIAN=0: make images did not build the debian flavor"
+	fi
+	[ -f "$ISOPOD_HOME/images/current-debian" ] || { echo "no debian image registered: run make images" >&2; return 1; }
+	run --separate-stderr vrun --net filtered --allow pkg.test --stage debian --mem-mib 512 --timeout-s 240 \
+		--copy-in "$ISOPOD_LAB_STATE/$LAB_NAME/tls/ca.pem:/root/ca.pem" -- sh -c '
+		curl -sS --cacert /root/ca.pem https://pkg.test/ | sed "s/^/https: /"
+		curl -sS --cacert /root/ca.pem https://other.test/ 2>&1 | sed "s/^/other-https: /"
+		curl -sS http://other.test/ | sed "s/^/other-http: /"'
+	echo "$output" | jq -r .stdout
+	[ "$status" -eq 0 ]
+	json_is '.stdout | test("https: lab tls 198.51.100.10")'
+	json_is '.stdout | test("other-https: curl: \\(56\\) CONNECT tunnel failed, response 403")'
+	json_is '.stdout | test("other-http: isopod-broker: other.test is not in the allowlist \\(pkg.test\\)")'
+	json_is '[.egress.allowed[] | select(.kind == "connect" and .name == "pkg.test" and .port == 443)] | length == 1'
+	json_is '[.egress.denied[] | select(.name == "other.test") | .kind] | sort == ["connect", "http"]'
+}

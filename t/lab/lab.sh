@@ -29,6 +29,9 @@
 # `test`), logging each query as "qname qtype" to $STATE/dns.log; and
 # /etc/netns/NAME-host/resolv.conf names it, so whatever runs in NAME-host
 # through `ip netns exec` (lab.sh exec) resolves through the lab.
+# 198.51.100.10 also serves HTTPS on 443 (tls.py, body "lab tls ADDR") with
+# a certificate for pkg.test, other.test and *.wild.test from the lab's own
+# test CA, $STATE/tls/ca.pem (made by `up` with openssl).
 # `up` checks that every listener answers before it returns, so a blocked
 # probe in a test can never mean "nothing was there".
 set -eu
@@ -98,6 +101,27 @@ s.sendto(bytes.fromhex("abcd01000001000000000000")+b"\3pkg\4test\0\0\1\0\1",(sys
 r=s.recv(512); assert r[:2]==b"\xab\xcd" and r[3]&15==0 and r[-4:]==bytes([198,51,100,10])' "$2"
 }
 
+probe_tls() {
+	nsx "$1" python3 -c 'import socket,ssl,sys
+c=ssl.create_default_context(cafile=sys.argv[2])
+s=c.wrap_socket(socket.create_connection((sys.argv[1],443),2),server_hostname="pkg.test")
+s.sendall(b"GET / HTTP/1.0\r\n\r\n"); assert b"lab tls " in s.recv(4096)' "$2" "$STATE/tls/ca.pem"
+}
+
+# The lab's test CA and one server certificate for the HTTPS listener
+# (names pkg.test, other.test, *.wild.test), made fresh for each lab.
+make_tls() {
+	d=$STATE/tls
+	mkdir -p "$d"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=isopod lab test CA" \
+		-keyout "$d/ca.key" -out "$d/ca.pem" >/dev/null 2>&1 || return 1
+	openssl req -newkey rsa:2048 -nodes -subj "/CN=pkg.test" \
+		-keyout "$d/server.key" -out "$d/server.csr" >/dev/null 2>&1 || return 1
+	printf 'subjectAltName=DNS:pkg.test,DNS:other.test,DNS:*.wild.test\nbasicConstraints=CA:FALSE\n' >"$d/ext"
+	openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+		-days 2 -extfile "$d/ext" -out "$d/server.pem" >/dev/null 2>&1 || return 1
+}
+
 probe_udp() {
 	nsx "$1" python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(1); s.sendto(b"x",(sys.argv[1],7)); assert s.recv(100).startswith(b"lab ")' "$2"
 }
@@ -133,6 +157,9 @@ cmd_up() {
 	nsx "$name-inet" ip route add 10.213.0.0/16 via "$HOST_ADDR" dev i0
 	# shellcheck disable=SC2086 # a list of addresses
 	spawn "$name-inet" python3 "$LAB_DIR/serve.py" "$STATE/hits" $INET_ADDRS
+	make_tls || die "lab $name: unable to make the test CA (openssl)"
+	spawn "$name-inet" python3 "$LAB_DIR/tls.py" "$STATE/hits" 198.51.100.10 \
+		"$STATE/tls/server.pem" "$STATE/tls/server.key"
 	spawn "$name-host" python3 "$LAB_DIR/serve.py" "$STATE/hits" "$HOST_ADDR"
 	spawn "$name-inet" python3 "$LAB_DIR/dns.py" "$STATE/dns.log" "$DNS_ADDR"
 	mkdir -p "/etc/netns/$name-host"
@@ -144,6 +171,7 @@ cmd_up() {
 		nsx "$name-host" busybox ping -c1 -W1 "$a" >/dev/null || die "lab $name: $a does not answer ping"
 	done
 	await probe_dns "$name-host" "$DNS_ADDR" || die "lab $name: no DNS server on $DNS_ADDR"
+	await probe_tls "$name-host" 198.51.100.10 || die "lab $name: no HTTPS listener on 198.51.100.10"
 	: >"$STATE/hits"
 	: >"$STATE/dns.log"
 	echo "lab $name up: host netns $name-host, internet $name-inet, state $STATE"
