@@ -393,7 +393,6 @@ static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *
 static pid_t spawn(char *const av[], int outfd, int pdeath, int keepfd)
 {
 	pid_t parent = getpid(), pid;
-	sigset_t none;
 
 	pid = fork();
 	if (pid < 0)
@@ -406,22 +405,9 @@ static pid_t spawn(char *const av[], int outfd, int pdeath, int keepfd)
 		if (getppid() != parent) /* the parent died before prctl */
 			_exit(126);
 	}
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGPIPE, SIG_DFL);
 	umask(077);
-	int nul = open("/dev/null", O_RDONLY);
-
-	if (nul < 0 || dup2(nul, 0) < 0 || dup2(outfd, 1) < 0 || dup2(outfd, 2) < 0)
+	if (child_fds(outfd, outfd, keepfd) < 0)
 		_exit(126);
-	if (keepfd >= 0) {
-		/* dup2 onto itself keeps FD_CLOEXEC: clear it by hand */
-		if (keepfd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(keepfd, 3) < 0)
-			_exit(126);
-		close_range(4, ~0U, 0);
-	} else {
-		close_range(3, ~0U, 0);
-	}
 	execvp(av[0], av);
 	dprintf(2, "%s: fatal: unable to exec %s: %s\n", progname, av[0], strerror(errno));
 	_exit(127);

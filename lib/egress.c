@@ -92,25 +92,11 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 		return -1;
 	}
 	if (e->pid == 0) {
-		sigset_t none;
-		int nul = open("/dev/null", O_RDONLY);
-
-		/* SIGTERM, not SIGKILL: the broker writes its ledger lines. */
-		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != me)
+		/* SIGTERM, not SIGKILL: the broker writes its ledger lines.
+		 * The slot lock as its fd 3: the slot is busy while it lives. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != me ||
+		    child_fds(out[1], logfd, lockfd) < 0)
 			_exit(126);
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_DFL);
-		if (nul < 0 || dup2(nul, 0) < 0 || dup2(out[1], 1) < 0 || dup2(logfd, 2) < 0)
-			_exit(126);
-		/* The slot lock, as fd 3: the slot is busy while the broker lives. */
-		if (lockfd >= 0) {
-			if (lockfd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(lockfd, 3) < 0)
-				_exit(126);
-			close_range(4, ~0U, 0);
-		} else {
-			close_range(3, ~0U, 0);
-		}
 		execv(e->argv[0], e->argv);
 		dprintf(2, "isopod-boot: fatal: unable to run %s: %s\n", e->argv[0], strerror(errno));
 		_exit(127);

@@ -199,7 +199,7 @@ E=" ]
 	[ "$(wc -l <<<"$output")" -eq 1 ]
 	id=$(jq -r .vm.id <<<"$output")
 	grep -q "^boot --owner-pid [0-9]* --timeout-ms [0-9]*$" "$FAKE_LOG"
-	grep -qx "stop $id" "$FAKE_LOG"
+	grep -qx "stop --force $id" "$FAKE_LOG"
 	! vm_locked "$id"
 	FAKE_EXIT=0 run_isopod -0 run --json-only -- true
 	FAKE_EXIT=137 run_isopod -137 run --json-only -- true

@@ -584,22 +584,8 @@ done'
 
 @test "vm: 18 concurrent networked runs on 16 open slots: 16 run, 2 get 102 'slots busy', none leaks" {
 	vm_tests
-	local d="$BATS_TEST_TMPDIR/conc" i pids=() ok=0 busy=0 other=0 rc k
-	mkdir -p "$d"
-	for i in $(seq 1 18); do
-		vrun --net open --mem-mib 192 --timeout-s 240 -- sleep 15 >"$d/$i.json" 2>"$d/$i.err" &
-		pids+=($!)
-	done
-	for i in $(seq 1 18); do
-		rc=0
-		wait "${pids[$((i - 1))]}" || rc=$?
-		case $rc in
-		0) ok=$((ok + 1)) ;;
-		102) grep -q 'open network slots busy' "$d/$i.err" && busy=$((busy + 1)) || other=$((other + 1)) ;;
-		*) other=$((other + 1)); echo "run $i: exit $rc: $(tail -n 2 "$d/$i.err")" >&2 ;;
-		esac
-	done
-	echo "ok=$ok busy=$busy other=$other" >&2
+	local d="$BATS_TEST_TMPDIR/conc" k ok busy other
+	run_many "$d" 18 'open network slots busy' vrun --net open --mem-mib 192 --timeout-s 240 -- sleep 15
 	[ "$ok" -eq 16 ] && [ "$busy" -eq 2 ] && [ "$other" -eq 0 ]
 	# 16 distinct open slots, and every one free again
 	[ "$(cat "$d"/*.json | jq -r 'select(.net) | .net.slot' | sort -un | tr '\n' ' ')" = "$(seq -s ' ' 2 17) " ]

@@ -208,25 +208,11 @@ broker_pids() {
 }
 
 @test "filtered: 18 concurrent runs on 16 filtered slots: 16 run with their own brokers, 2 get 102 'slots busy', none leaks" {
-	local d="$BATS_TEST_TMPDIR/conc" i pids=() ok=0 busy=0 other=0 rc k
-	mkdir -p "$d"
+	local d="$BATS_TEST_TMPDIR/conc" k ok busy other
 	# 16 filtered slots (and the open one) for this test; no VM runs now.
 	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 16 --open-slots 1 --user 0 >/dev/null
-	for i in $(seq 1 18); do
-		vrun --net filtered --allow pkg.test --mem-mib 192 --timeout-s 300 -- \
-			sh -c 'sleep 15; wget -q -O- http://pkg.test/' >"$d/$i.json" 2>"$d/$i.err" &
-		pids+=($!)
-	done
-	for i in $(seq 1 18); do
-		rc=0
-		wait "${pids[$((i - 1))]}" || rc=$?
-		case $rc in
-		0) ok=$((ok + 1)) ;;
-		102) grep -q 'slots busy' "$d/$i.err" && busy=$((busy + 1)) || other=$((other + 1)) ;;
-		*) other=$((other + 1)); echo "run $i: exit $rc: $(tail -n 2 "$d/$i.err")" >&2 ;;
-		esac
-	done
-	echo "ok=$ok busy=$busy other=$other" >&2
+	run_many "$d" 18 'filtered network slots busy' vrun --net filtered --allow pkg.test --mem-mib 192 \
+		--timeout-s 300 -- sh -c 'sleep 15; wget -q -O- http://pkg.test/'
 	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
 	[ "$ok" -eq 16 ] && [ "$busy" -eq 2 ] && [ "$other" -eq 0 ]
 	# 16 distinct slots, each run served by its own broker, and all of it gone again

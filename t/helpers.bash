@@ -68,6 +68,33 @@ run_isopod() {
 	run "${expect[@]}" --separate-stderr isopod "$@"
 }
 
+# run_many DIR N BUSY_TEXT CMD...: start CMD N times at once (output of run
+# i in DIR/i.json and DIR/i.err), wait for all, and count into ok, busy (exit
+# 102 with BUSY_TEXT on stderr) and other (anything else, shown on stderr).
+run_many() {
+	local d=$1 n=$2 text=$3 i rc pids=()
+	shift 3
+	mkdir -p "$d"
+	for i in $(seq 1 "$n"); do
+		"$@" >"$d/$i.json" 2>"$d/$i.err" &
+		pids+=($!)
+	done
+	ok=0 busy=0 other=0
+	for i in $(seq 1 "$n"); do
+		rc=0
+		wait "${pids[$((i - 1))]}" || rc=$?
+		case $rc in
+		0) ok=$((ok + 1)) ;;
+		102) if grep -q "$text" "$d/$i.err"; then busy=$((busy + 1)); else other=$((other + 1)); fi ;;
+		*)
+			other=$((other + 1))
+			echo "run $i: exit $rc: $(tail -n 2 "$d/$i.err")" >&2
+			;;
+		esac
+	done
+	echo "ok=$ok busy=$busy other=$other" >&2
+}
+
 # The lock of a VM is held exactly while its supervisor lives.
 vm_locked() {
 	! flock -n -s "$ISOPOD_HOME/vms/$1/lock" true
