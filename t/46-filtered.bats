@@ -24,9 +24,20 @@ setup_file() {
 	isopod_setup_file --images
 	export ISOPOD_NET_LOCKS="$ISOPOD_HOME/locks"
 	mkdir -p "$ISOPOD_NET_LOCKS"
+	# "Another VM" with a live listener: a stand-in guest on filtered slot 2
+	# (10.213.0.10), its slot lock held for the whole file so no real VM
+	# takes that slot.
+	sh "$LAB" fakevm "$LAB_NAME" 2 1800
+	(
+		exec 8>>"$ISOPOD_NET_LOCKS/slot-2"
+		flock -n 8 && exec sleep 1800
+	) 3>&- </dev/null >/dev/null 2>&1 &
+	echo $! >"$BATS_FILE_TMPDIR/holder.pid"
 }
 
 teardown_file() {
+	local pid
+	pid=$(cat "$BATS_FILE_TMPDIR/holder.pid" 2>/dev/null) && kill "$pid" 2>/dev/null
 	isopod_teardown_file
 	[ -n "${LAB-}" ] && sh "$LAB" down "$LAB_NAME"
 }
@@ -83,7 +94,7 @@ PCONNECT='pconnect() { printf "CONNECT $1:80 HTTP/1.1\r\nHost: $1:80\r\n\r\nGET 
 }
 
 @test "filtered: nothing is forwarded — internet, metadata, RFC 1918, host, other VM all blocked (TCP, UDP, ICMP); the proxy control passes" {
-	local targets="198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5 203.0.113.1 10.213.0.6"
+	local targets="198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5 203.0.113.1 10.213.0.10"
 	local b_pub b_other a_pub a_other a p
 	b_pub=$(hits 198.51.100.10)
 	b_other=$(grep -vc ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
@@ -209,8 +220,8 @@ broker_pids() {
 
 @test "filtered: 18 concurrent runs on 16 filtered slots: 16 run with their own brokers, 2 get 102 'slots busy', none leaks" {
 	local d="$BATS_TEST_TMPDIR/conc" k ok busy other
-	# 16 filtered slots (and the open one) for this test; no VM runs now.
-	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 16 --open-slots 1 --user 0 >/dev/null
+	# 17 filtered slots (slot 2 is the stand-in's: 16 free) and the open one.
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 17 --open-slots 1 --user 0 >/dev/null
 	run_many "$d" 18 'filtered network slots busy' vrun --net filtered --allow pkg.test --mem-mib 192 \
 		--timeout-s 300 -- sh -c 'sleep 15; wget -q -O- http://pkg.test/'
 	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
@@ -219,7 +230,7 @@ broker_pids() {
 	[ "$(cat "$d"/*.json | jq -r 'select(.net) | .net.slot' | sort -un | wc -l)" -eq 16 ]
 	[ "$(cat "$d"/*.json | jq -r 'select(.ok and .stdout == "lab 198.51.100.10\n" and
 		(.egress.allowed | map(select(.kind == "http" and .name == "pkg.test")) | length == 1)) | .vm.id' | wc -l)" -eq 16 ]
-	for k in $(seq 0 15); do
+	for k in 0 1 $(seq 3 16); do
 		flock -n "$ISOPOD_NET_LOCKS/slot-$k" true
 	done
 	[ -z "$(broker_pids)" ]
