@@ -392,3 +392,28 @@ hi" ]
 	[[ "$stderr" == *"$conf:1: expected 'key = value'"* ]]
 	no_claim
 }
+
+@test "run: egress sums the ledger per kind, name and port; a line that is not JSON is counted, not fatal" {
+	use_fake
+	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"
+	cat >"$FAKE_LEDGER" <<'L'
+{"time":"t","kind":"connect","name":"pkg.test","port":443,"address":"198.51.100.10","up":10,"down":100,"verdict":"allowed","reason":null,"ms":5}
+{"time":"t","kind":"connect","name":"pkg.test","port":443,"address":"198.51.100.11","up":1,"down":2,"verdict":"allowed","reason":null,"ms":5}
+{"time":"t","kind":"http","name":"pkg.test","port":80,"address":"198.51.100.10","up":3,"down":4,"verdict":"allowed","reason":null,"ms":5}
+{"time":"t","kind":"http","name":"other.test","port":80,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}
+{"time":"t","kind":"http","name":"other.test","port":80,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}
+{"time":"t","kind":"dns","name":"x.exfil.test","port":53,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0,"qtype":"TXT"}
+not json {
+L
+	run_isopod -0 run --json-only --net filtered -- true
+	json_is '.egress.allowed == [
+		{kind: "connect", name: "pkg.test", port: 443, addresses: ["198.51.100.10", "198.51.100.11"], flows: 2, up: 11, down: 102},
+		{kind: "http", name: "pkg.test", port: 80, addresses: ["198.51.100.10"], flows: 1, up: 3, down: 4}]'
+	json_is '.egress.denied == [
+		{kind: "dns", name: "x.exfil.test", port: 53, reason: "not in the allowlist", count: 1},
+		{kind: "http", name: "other.test", port: 80, reason: "not in the allowlist", count: 2},
+		{kind: "ledger", name: null, port: null, reason: "a ledger line is not JSON", count: 1}]'
+	# --net none: no egress at all, even with a ledger lying around
+	run_isopod -0 run --json-only --net none -- true
+	json_is 'has("egress") | not'
+}
