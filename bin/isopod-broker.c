@@ -81,7 +81,6 @@ struct flow {
 	struct ep eg, eu, er;
 	int g, u, r;              /* guest, upstream, resolver query fds (-1) */
 	uint32_t gev, uev;        /* their current epoll interest */
-	int gdel, udel;           /* removed from epoll (both directions over) */
 	enum fstate st;
 	int64_t start, deadline, last;
 	char head[HTTP_HEAD_MAX + 1];
@@ -266,21 +265,23 @@ static int range_denied(uint32_t a_net)
 	return 0;
 }
 
-/* The host's own IPv4 addresses, read now: an interface added since the
- * broker started counts too.  -1 when they cannot be read (then nothing is
- * connected: fail closed). */
-static int own_addrs(uint32_t *out, int max)
+/* Is a one of the host's own IPv4 addresses, as they are now?  An
+ * interface added since the broker started counts too, and so does every
+ * address however many the host has (a fixed-size copy of the list would
+ * let the ones past its end through).  -1 when they cannot be read (then
+ * nothing is connected: fail closed). */
+static int own_addr(uint32_t a)
 {
 	struct ifaddrs *ifa, *i;
-	int n = 0;
+	int own = 0;
 
 	if (getifaddrs(&ifa) < 0)
 		return -1;
-	for (i = ifa; i && n < max; i = i->ifa_next)
-		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
-			out[n++] = ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr;
+	for (i = ifa; i && !own; i = i->ifa_next)
+		own = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		      ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr == a;
 	freeifaddrs(ifa);
-	return n;
+	return own;
 }
 
 /* ---- epoll helpers ----------------------------------------------------- */
@@ -346,6 +347,14 @@ static void flow_end(struct flow *f, const char *reason)
 	B.nflows--;
 }
 
+static void set_interest(int fd, struct ep *e, uint32_t *cur, uint32_t want)
+{
+	if (fd >= 0 && want != *cur) {
+		ep_mod(fd, e, want);
+		*cur = want;
+	}
+}
+
 static void update_interest(struct flow *f)
 {
 	uint32_t ge = 0, ue = 0;
@@ -372,24 +381,18 @@ static void update_interest(struct flow *f)
 	case F_DEAD:
 		break;
 	}
-	/* A socket whose both directions are over reports EPOLLHUP whatever
-	 * the interest: take it out, or the loop would spin on it. */
-	if (f->st == F_RELAY && f->g >= 0 && !f->gdel && f->g_eof && f->g_shut) {
-		epoll_ctl(B.ep, EPOLL_CTL_DEL, f->g, NULL);
-		f->gdel = 1;
-	}
-	if (f->st == F_RELAY && f->u >= 0 && !f->udel && f->u_eof && f->u_shut) {
-		epoll_ctl(B.ep, EPOLL_CTL_DEL, f->u, NULL);
-		f->udel = 1;
-	}
-	if (f->g >= 0 && !f->gdel && ge != f->gev) {
-		ep_mod(f->g, &f->eg, ge);
-		f->gev = ge;
-	}
-	if (f->u >= 0 && !f->udel && ue != f->uev) {
-		ep_mod(f->u, &f->eu, ue);
-		f->uev = ue;
-	}
+	/* A socket reports EPOLLHUP and EPOLLERR whatever its interest.  In a
+	 * relay, pump() acts only on what the interest asks for, so a side that
+	 * waits for nothing (its peer reset after a half-close, or its FIN
+	 * unread behind a full buffer) would wake a level-triggered loop
+	 * forever with nothing to do.  Such a side is edge-triggered: a
+	 * hang-up or error is reported once (an error of the guest's side
+	 * ends the flow, see on_flow_event), and the level comes back with an
+	 * interest, when pump() meets what is left.  In the other states an
+	 * interest of 0 is level-triggered on purpose: a hang-up while
+	 * resolving or connecting ends the flow. */
+	set_interest(f->g, &f->eg, &f->gev, ge ? ge : f->st == F_RELAY ? EPOLLET : 0);
+	set_interest(f->u, &f->eu, &f->uev, ue ? ue : f->st == F_RELAY ? EPOLLET : 0);
 }
 
 /* An error response (403 refusal, 400, 502, 503) with the reason in a
@@ -509,22 +512,16 @@ static void start_relay(struct flow *f)
 /* Connect to the next resolved address that passes the deny checks. */
 static void try_next(struct flow *f)
 {
-	uint32_t own[128];
-	int nown = own_addrs(own, 128);
 	char ab[INET_ADDRSTRLEN];
 
-	closefd(&f->u);
+	closefd(&f->u); /* which takes it out of epoll */
 	f->uev = 0;
 	f->addr = 0;
 	while (f->ai < f->naddrs) {
 		uint32_t a = f->addrs[f->ai++];
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)f->req.port),
 					  .sin_addr.s_addr = a };
-		int denied = nown < 0 || range_denied(a);
-
-		for (int i = 0; i < nown && !denied; i++)
-			denied = own[i] == a;
-		if (denied) {
+		if (range_denied(a) || own_addr(a) != 0) {
 			f->ndenied++;
 			continue;
 		}
@@ -543,7 +540,6 @@ static void try_next(struct flow *f)
 		f->st = F_CONNECT;
 		f->deadline = mono_ms() + CONNECT_MS;
 		f->uev = EPOLLOUT;
-		f->udel = 0;
 		ep_add(f->u, &f->eu, EPOLLOUT);
 		update_interest(f);
 		return;
@@ -685,6 +681,7 @@ static void on_request(struct flow *f)
 static void on_head(struct flow *f)
 {
 	ssize_t n = read(f->g, f->head + f->headn, HTTP_HEAD_MAX - f->headn);
+	size_t seen = f->headn;
 
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
@@ -693,7 +690,9 @@ static void on_head(struct flow *f)
 		return;
 	}
 	f->headn += (size_t)n;
-	f->hlen = http_head_len(f->head, f->headn);
+	/* the new bytes only: a guest sending a byte at a time must not make
+	 * the broker scan 16 KiB per byte */
+	f->hlen = http_head_len_more(f->head, f->headn, seen);
 	if (f->hlen) {
 		on_request(f);
 		return;
@@ -861,7 +860,13 @@ static void on_flow_event(struct ep *e, uint32_t ev)
 			flow_end(f, "client went away");
 		break;
 	case F_RELAY:
-		pump(f);
+		/* The guest reset its connection: nothing more can reach it.
+		 * (With an interest in reading, pump() first reads what came
+		 * before the reset, then meets the error.) */
+		if (e->kind == E_GUEST && (ev & EPOLLERR) && !(f->gev & EPOLLIN))
+			flow_end(f, NULL);
+		else
+			pump(f);
 		break;
 	case F_DRAIN:
 		if (e->kind == E_GUEST)

@@ -46,6 +46,8 @@ static const char *name_norm(char *out, size_t outsz, const char *name)
 		out[i] = (char)c;
 	}
 	out[n] = '\0';
+	if (!label) /* "x..": one trailing dot is dropped, not two */
+		return "empty label";
 	if (out[n - 1] == '-')
 		return "label ends with '-'";
 	if (!letter)

@@ -31,6 +31,18 @@ size_t http_head_len(const char *p, size_t n)
 	return 0;
 }
 
+size_t http_head_len_more(const char *p, size_t n, size_t seen)
+{
+	/* an end ("\n\n" or "\n\r\n") not within p[0..seen) starts at
+	 * seen - 2 or later */
+	size_t from = seen > 2 ? seen - 2 : 0, k;
+
+	if (from >= n)
+		return 0;
+	k = http_head_len(p + from, n - from);
+	return k ? from + k : 0;
+}
+
 /* The end of the line starting at p (before "\r\n" or "\n"), its next
  * line in *next; NULL when there is no '\n' or a bare CR inside. */
 static const char *line_end(const char *p, const char *end, const char **next)

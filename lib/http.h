@@ -39,6 +39,12 @@ struct http_hdr {
  * is not complete yet. */
 size_t http_head_len(const char *p, size_t n);
 
+/* The same for a head read in pieces, when p[0..seen) held no end of head
+ * yet: only the bytes from seen - 2 on are looked at, so a guest that sends
+ * its head a byte at a time costs a constant amount of work per byte, not
+ * the whole head again. */
+size_t http_head_len_more(const char *p, size_t n, size_t seen);
+
 /* Parse a complete head (its length from http_head_len).  0, or -1 with
  * *why a short static reason.  r points into p. */
 int http_parse_request(const char *p, size_t n, struct http_req *r, const char **why);

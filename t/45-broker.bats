@@ -607,6 +607,90 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 	[ "$output" = "usage: $synopsis" ]
 }
 
+@test "a guest that resets a half-closed tunnel does not make the broker spin" {
+	local pid t0 t1
+	pid=$(broker_pid)
+	# an upstream that ignores the broker's FIN and holds on for 6 s
+	ip netns exec "$LAB_NAME-inet" timeout 20 python3 -c 'import socket, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("198.51.100.10", 8083))
+s.listen(4)
+s.settimeout(15)
+c, _ = s.accept()
+time.sleep(6)
+c.close()' 3>&- </dev/null >/dev/null 2>&1 &
+	echo $! >"$BATS_FILE_TMPDIR/spin.pid"
+	# the guest: a tunnel, its write side shut (the broker passes the FIN
+	# on), then an abortive close (RST) while the broker wants nothing from
+	# its socket: EPOLLHUP|EPOLLERR arrive whatever the interest
+	run lab exec timeout 20 python3 -c 'import socket, struct, time
+for i in range(50):
+    c = socket.create_connection(("203.0.113.1", 3128), 5)
+    c.settimeout(5)
+    c.sendall(b"CONNECT pkg.test:8083 HTTP/1.1\r\n\r\n")
+    r = b""
+    while b"\r\n\r\n" not in r:
+        k = c.recv(4096)
+        if not k:
+            break
+        r += k
+    if r.startswith(b"HTTP/1.1 200"):
+        break
+    c.close()
+    time.sleep(0.1)
+else:
+    raise SystemExit("no tunnel")
+c.shutdown(socket.SHUT_WR)
+time.sleep(0.3)
+c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+c.close()
+print("reset")'
+	[ "$output" = "reset" ]
+	# CPU time (utime + stime, clock ticks) over 2 s: a busy loop takes ~2 s
+	t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+	sleep 2
+	t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+	echo "cpu ticks: $((t1 - t0))"
+	[ $((t1 - t0)) -lt 40 ]
+	# and the reset ended the flow, with its line, while the upstream
+	# still holds on (it lets go 6 s after the connect)
+	output=$(jq -c 'select(.port == 8083 and .verdict == "allowed" and .reason == null)' "$LEDGER")
+	json_is '.kind == "connect" and .name == "pkg.test" and .address == "198.51.100.10" and .up == 0'
+	kill -0 "$pid"
+	wait "$(cat "$BATS_FILE_TMPDIR/spin.pid")" || :
+}
+
+@test "--allow-all: an IP literal of the host's own is denied, however many addresses the host has" {
+	local d="$BATS_TEST_TMPDIR" pid i st=0 before
+	before=$(hits 203.0.113.1)
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" --proxy-port 3133 \
+		--dns-port 1059 --allow-all --resolver 198.51.100.53:53 --ledger "$d/ledger" \
+		>"$d/announce" 2>"$d/err" 3>&- </dev/null &
+	pid=$!
+	echo "$pid" >"$BATS_FILE_TMPDIR/own.pid"
+	await_announce "$d/announce"
+	# 203.0.113.1 is public-looking: only the own-address check stops it
+	run lab exec curl -sS -m 15 -x "http://$BRK:3133" -i http://203.0.113.1/
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	[[ "$output" == *$'X-Isopod-Refusal: a denied address\r'* ]]
+	# the host grows 200 more addresses; the last one is its own as much
+	for i in $(seq 1 200); do echo "addr add 192.0.2.$i/32 dev lo"; done >"$d/add"
+	ip netns exec "$LAB_NAME-host" ip -batch "$d/add"
+	run lab exec curl -sS -m 15 -x "http://$BRK:3133" -i http://192.0.2.200/
+	sed 's/^addr add/addr del/' "$d/add" >"$d/del"
+	ip netns exec "$LAB_NAME-host" ip -batch "$d/del"
+	echo "$output"
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	[[ "$output" == *$'X-Isopod-Refusal: a denied address\r'* ]]
+	[ "$(hits 203.0.113.1)" -eq "$before" ]
+	kill -TERM "$pid"
+	wait "$pid" || st=$?
+	[ "$st" -eq 0 ]
+	output=$(tail -n 1 "$d/ledger")
+	json_is '.name == "192.0.2.200" and .verdict == "denied" and .reason == "a denied address" and .address == null'
+}
+
 @test "lab: sealed — no route out of the internet netns, nothing linked to the root netns" {
 	run ip netns exec "${LAB_NAME}-inet" ip route show default
 	[ -z "$output" ]

@@ -40,6 +40,8 @@ int main(void)
 	ok((why = norm_why("pkg.test/x")) && strstr(why, "not allowed"), "a slash: %s", why);
 	ok((why = norm_why("")) && strstr(why, "empty"), "empty: %s", why);
 	ok((why = norm_why(".")) && strstr(why, "empty"), "a lone dot: %s", why);
+	ok((why = norm_why("x..")) && strstr(why, "empty label"), "two trailing dots: %s", why);
+	ok(allow_name_norm(out, sizeof out, "pkg.test..") < 0, "a name with two trailing dots");
 	ok((why = norm_why("198.51.100.10")) && strstr(why, "IP address"), "an IPv4 literal: %s", why);
 	ok((why = norm_why("*.test")) && strstr(why, "two labels"), "a wildcard of a TLD: %s", why);
 	ok((why = norm_why("*pkg.test")) && strstr(why, "'*.'"), "a '*' not followed by '.': %s", why);

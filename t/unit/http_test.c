@@ -46,6 +46,44 @@ static void test_head_len(void)
 	ok(head_len("\n\n") == 2, "a bare empty line is a (malformed) head");
 }
 
+/* A head read in pieces: for every cut where the first piece has no end
+ * yet, the incremental scan finds the same end as a scan of the whole,
+ * reading nothing outside the buffer. */
+static void test_head_len_more(void)
+{
+	static const char *const heads[] = {
+		"GET http://a.test/ HTTP/1.1\r\nA: b\r\n\r\nBODY",
+		"GET http://a.test/ HTTP/1.1\nA: b\n\nBODY",
+		"GET http://a.test/ HTTP/1.1\r\nA: b\r\n\r",
+		"\n\n",
+		"\n\r\n",
+		"x\r\n\r\n\r\n",
+		"GET http://a.test/ HTTP/1.1\r\nA: \r\r\n\n",
+	};
+	int all = 1;
+
+	for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+		size_t n = strlen(heads[i]), want = head_len(heads[i]);
+		char *b = malloc(n ? n : 1);
+
+		if (!b)
+			abort();
+		memcpy(b, heads[i], n);
+		for (size_t seen = 0; seen <= n; seen++) {
+			if (http_head_len(b, seen))
+				break; /* the broker would have stopped reading */
+			for (size_t m = seen; m <= n; m++)
+				if (http_head_len_more(b, m, seen) != http_head_len(b, m) ||
+				    (m == n && http_head_len_more(b, m, seen) != want))
+					all = 0;
+		}
+		free(b);
+	}
+	ok(all, "incremental head scan: the same end at every cut");
+	ok(http_head_len_more("ab\n", 3, 3) == 0 && http_head_len_more("", 0, 5) == 0,
+	   "incremental head scan: nothing new, nothing found");
+}
+
 static void test_requests(void)
 {
 	struct http_req r;
@@ -142,6 +180,7 @@ static void test_requests(void)
 int main(void)
 {
 	test_head_len();
+	test_head_len_more();
 	test_requests();
 	free(buf);
 	return tap_done();
