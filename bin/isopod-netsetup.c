@@ -287,6 +287,31 @@ static void sysctl_write(const char *p, const char *v)
 	close(fd);
 }
 
+/* IPv4 settings of a tap.  ARP: answer only for the tap's own address
+ * (the gateway) and ask only from it, so a guest cannot list the host's
+ * other addresses (uplink, docker0, other gateways) by ARP, nor learn
+ * them from the host's requests.  The rest is kept by the kernel even
+ * without our tables: no ICMP redirects or source routes accepted from
+ * a guest, and strict reverse-path filtering (a source that does not
+ * route back through the tap is dropped). */
+static void tap_ipv4(const char *name)
+{
+	static const char *const set[][2] = {
+		{ "arp_ignore", "1" },
+		{ "arp_announce", "2" },
+		{ "accept_redirects", "0" },
+		{ "accept_source_route", "0" },
+		{ "rp_filter", "1" },
+	};
+	char p[PATH_MAX];
+	size_t i;
+
+	for (i = 0; i < sizeof set / sizeof set[0]; i++) {
+		pathf(p, sizeof p, "/proc/sys/net/ipv4/conf/%s/%s", name, set[i][0]);
+		sysctl_write(p, set[i][1]);
+	}
+}
+
 /* ---- nftables: expressions ------------------------------------------------ */
 
 static struct nftnl_expr *expr_new(struct nftnl_rule *r, const char *name)
@@ -549,17 +574,38 @@ static void rule_drop_all(const char *chain)
 	rule_put(r);
 }
 
-/* `ct state established,related` */
-static void m_ct_reply(struct nftnl_rule *r)
+/* `ct state MASK` (op NEQ: any of those states; EQ: none of them) */
+static void m_ct_state(struct nftnl_rule *r, uint32_t ctmask, uint32_t op)
 {
 	struct nftnl_expr *e = expr_new(r, "ct");
-	uint32_t ctmask = NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED);
 	uint32_t zero = 0;
 
 	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
 	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
 	x_bitwise(r, &ctmask, 4);
-	x_cmp(r, NFT_CMP_NEQ, &zero, 4);
+	x_cmp(r, op, &zero, 4);
+}
+
+#define CT_REPLY (NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED))
+
+/* `ct state established,related` */
+static void m_ct_reply(struct nftnl_rule *r)
+{
+	m_ct_state(r, CT_REPLY, NFT_CMP_NEQ);
+}
+
+/* `ct original ip daddr addr` (host order) */
+static void m_ct_orig_daddr(struct nftnl_rule *r, uint32_t addr)
+{
+	struct nftnl_expr *e;
+	uint32_t a = htonl(addr);
+
+	m_nfproto(r, NFPROTO_IPV4);
+	e = expr_new(r, "ct");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_DST_IP);
+	nftnl_expr_set_u8(e, NFTNL_EXPR_CT_DIR, IP_CT_DIR_ORIGINAL);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+	x_cmp(r, NFT_CMP_EQ, &a, 4);
 }
 
 /* `[<key> "isopod-tap*"] ct state established,related accept` */
@@ -672,9 +718,33 @@ static void build_inet(void)
 	 * the gateway services of the slot's mode.  Any other host address
 	 * (uplink, docker0, another slot's gateway, broadcast) is dropped. */
 	rule_taps("input", NFT_META_IIFNAME, NFT_JUMP, "vm_in");
-	/* Replies to what the host itself started (a test probing a guest's
-	 * listener, say) come back; the guest can start nothing this way. */
-	rule_ct_reply("vm_in", 0, NULL);
+	/* The gateway addresses belong to the taps: from anywhere else but
+	 * the host itself (lo) only replies to what the host started reach
+	 * them, so the brokers serve their guests, not the uplink's
+	 * neighbours (nothing is anti-spoofed there). */
+	r = rule_new("input");
+	m_ifname(r, NFT_META_IIFNAME, NFT_CMP_NEQ, "lo", 0);
+	m_ip(r, 16, NFT_CMP_EQ, base, prefix);
+	m_ct_state(r, CT_REPLY, NFT_CMP_EQ);
+	x_counter(r);
+	x_verdict(r, NF_DROP, NULL);
+	rule_put(r);
+	/* Replies to what the host itself started towards slot K's guest (a
+	 * test probing a guest's listener, say) come back, ICMP errors about
+	 * them included.  Only those: conntrack calls an ICMP error RELATED
+	 * to whatever connection its quoted header names, so an unbound
+	 * `ct state related accept` would let a guest inject errors into
+	 * any of the host's connections (uplink, loopback with
+	 * route_localnet, other slots). */
+	for (k = 0; k < total; k++) {
+		tap_name(k, name);
+		r = rule_new("vm_in");
+		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
+		m_ct_orig_daddr(r, base + 4 * k + 2);
+		m_ct_reply(r);
+		x_verdict(r, NF_ACCEPT, NULL);
+		rule_put(r);
+	}
 	for (k = 0; k < total; k++) {
 		tap_name(k, name);
 		r = rule_new("vm_in");
@@ -711,6 +781,14 @@ static void build_inet(void)
 		rule_put(r);
 	}
 	rule_drop_all("vm_fwd");
+	/* What conntrack cannot track (invalid: a SYN|FIN, an ICMP error
+	 * about nothing) is never masqueraded: it would leave with the
+	 * guest's own 10.x source. */
+	r = rule_new("fwd_open");
+	m_ct_state(r, NF_CT_STATE_INVALID_BIT | NF_CT_STATE_UNTRACKED_BIT, NFT_CMP_NEQ);
+	x_counter(r);
+	x_verdict(r, NF_DROP, NULL);
+	rule_put(r);
 	rule_taps("fwd_open", NFT_META_OIFNAME, NF_DROP, NULL);
 	for (i = 0; i < NDENY; i++) {
 		struct in_addr a;
@@ -1244,6 +1322,7 @@ int main(int argc, char **argv)
 		if (!(idx = (int)if_nametoindex(name)))
 			die(EX_SYS, "unable to find %s after creating it:", name);
 		tap_no_ipv6(name);
+		tap_ipv4(name);
 		if ((r = addr_set(idx, k)) < 0) {
 			errno = -r;
 			die(EX_SYS, "unable to set the address of %s:", name);

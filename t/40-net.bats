@@ -312,7 +312,9 @@ docker_nft() {
 	[ "$(drops arp vm_arp)" -eq $((before + 5)) ]
 	# Mutation: without the arp table the same claims land in the neighbour
 	# table (so the checks above can fail); netsetup restores the filter.
+	# (rp_filter on the tap, netsetup's too, would refuse 10.213.0.99.)
 	lab exec nft delete table arp isopod
+	lab exec sysctl -qw net.ipv4.conf.isopod-tap18.rp_filter=0
 	arp $mac $mac 10.213.0.99 $gw
 	arp $mac 02:69:73:00:00:05 $ip $gw
 	sleep 0.3
@@ -321,6 +323,7 @@ docker_nft() {
 	poisoned_mac=$(neigh $ip)
 	netsetup >/dev/null
 	lab exec ip neigh flush dev isopod-tap18
+	[ "$(lab exec sysctl -n net.ipv4.conf.isopod-tap18.rp_filter)" = 1 ]
 	[ -n "$poisoned_ip" ]
 	[[ "$poisoned_mac" == *"lladdr 02:69:73:00:00:05 "* ]]
 }
@@ -484,6 +487,71 @@ docker_nft() {
 	lab gexec 19 ip link set eth0 address 02:69:73:00:00:13
 	[ "$spoofed" -ne 0 ]
 	lab gexec 19 busybox ping -c1 -W1 198.51.100.10
+}
+
+@test "related: a guest's forged ICMP error about a host connection never reaches the host; its real one about the host's own probe does" {
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" uplink other own
+	# The host's UDP flow to the internet, and one to another VM (slot 19,
+	# from its gateway); guests 0 (filtered) and 18 (open) forge an ICMP
+	# port unreachable quoting the flow's exact header, as if its peer
+	# had refused it.  Conntrack calls that RELATED to the flow.
+	uplink=$(lab exec python3 "$fake" udpprobe 203.0.113.1 5555 198.51.100.10 7 \
+		sh "$LAB" gexec "$LAB_NAME" 0 python3 "$fake" icmperr 203.0.113.1 203.0.113.1 5555 198.51.100.10 7)
+	other=$(lab exec python3 "$fake" udpprobe 10.213.0.77 5556 10.213.0.78 7 \
+		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" icmperr 10.213.0.77 10.213.0.77 5556 10.213.0.78 7)
+	# control: the host probing a closed port of guest 18 hears its refusal
+	own=$(lab exec python3 "$fake" udpprobe 10.213.0.73 5557 10.213.0.74 9)
+	echo "uplink=$uplink other=$other own=$own"
+	[ "$uplink" = reply ] && [ "$other" = reply ] && [ "$own" = refused ]
+}
+
+@test "open: what conntrack cannot track (SYN|FIN, an ICMP error about nothing) is dropped, never forwarded un-NATed" {
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" seen="$BATS_TEST_TMPDIR/sniff" pid
+	ip netns exec "$LAB_NAME-inet" python3 "$fake" sniff i0 3 >"$seen" 2>&1 3>&- &
+	pid=$!
+	sleep 0.5
+	lab gexec 18 python3 "$fake" tcpraw 10.213.0.74 198.51.100.10 80 0x03
+	lab gexec 18 python3 "$fake" icmperr 198.51.100.10 198.51.100.10 7777 10.213.0.74 8888
+	lab gexec 18 python3 "$fake" tcpraw 10.213.0.74 198.51.100.10 80 0x02 # control: a SYN
+	wait "$pid"
+	cat "$seen"
+	grep -q '^203.0.113.1 198.51.100.10 6$' "$seen"
+	! grep -q '^10\.213\.' "$seen" || false
+}
+
+@test "gateway services: served to the slot's guest and the host, not to the uplink's neighbours" {
+	local log="$BATS_TEST_TMPDIR/gw.log" pid i out
+	: >"$log"
+	ip netns exec "$LAB_NAME-host" python3 "$BATS_TEST_DIRNAME/lab/fakevm.py" serve "$log" 30 \
+		10.213.0.1 1053 3128 </dev/null >/dev/null 2>&1 3>&- &
+	pid=$!
+	for i in $(seq 1 50); do
+		lab exec busybox nc -w 1 10.213.0.1 3128 </dev/null | grep -q '^gw' && break
+		sleep 0.1
+	done
+	: >"$log"
+	# The lab's internet routes 10.213.0.0/16 to the host, like a neighbour could.
+	out=$(ip netns exec "$LAB_NAME-inet" busybox timeout 5 busybox nc -w 2 10.213.0.1 3128 </dev/null || :)
+	run ip netns exec "$LAB_NAME-inet" busybox nslookup -port=1053 -timeout=1 -retry=1 probe.test 10.213.0.1
+	local udp=$output
+	# control: the slot's guest reaches it
+	[ "$(lab gexec 0 busybox timeout 5 busybox nc -w 2 10.213.0.1 3128 </dev/null)" = "gw 10.213.0.1 3128" ]
+	kill "$pid"
+	cat "$log"
+	[ -z "$out" ]
+	[[ "$udp" != *NXDOMAIN* ]]
+	! grep -q ' 203\.113\.254$' "$log" || false
+}
+
+@test "arp: the host answers a guest's ARP for its own gateway only; the taps' IPv4 sysctls" {
+	arping() { lab gexec 18 busybox arping -q -c1 -w1 -I eth0 "$1"; }
+	arping 10.213.0.73
+	! arping 203.0.113.1 || false  # the host's uplink address
+	! arping 10.213.0.77 || false  # another slot's gateway
+	run lab exec sysctl -n net.ipv4.conf.isopod-tap18.arp_ignore net.ipv4.conf.isopod-tap18.arp_announce \
+		net.ipv4.conf.isopod-tap18.accept_redirects net.ipv4.conf.isopod-tap18.accept_source_route \
+		net.ipv4.conf.isopod-tap18.rp_filter
+	[ "$output" = $'1\n2\n0\n0\n1' ]
 }
 
 @test "mutation: without the table every denied target answers; netsetup restores the block" {

@@ -13,6 +13,23 @@ fakevm.py arp IFACE ETHSRC SHA SPA TPA
     SHA) in an Ethernet frame from ETHSRC out of IFACE: a guest's ARP,
     honest or claiming another address.
 
+fakevm.py icmperr DST ISRC ISPORT IDST IDPORT
+    Send one ICMP port unreachable to DST quoting a UDP datagram
+    ISRC:ISPORT -> IDST:IDPORT: a guest forging an error about somebody
+    else's flow (or about nothing at all).
+
+fakevm.py tcpraw SRC DST DPORT FLAGS
+    Send one raw TCP segment (FLAGS, e.g. 0x03 for SYN|FIN, which
+    conntrack calls invalid) from SRC to DST:DPORT.
+
+fakevm.py sniff IFACE SECONDS
+    Print "SRC DST PROTO" for every IPv4 packet seen on IFACE.
+
+fakevm.py udpprobe SRC SPORT DST DPORT CMD...
+    A connected UDP socket SRC:SPORT -> DST:DPORT: one datagram, then
+    CMD, then another; prints "reply", "refused" (an ICMP error reached
+    the socket) or "timeout".
+
 fakevm.py serve LOG MAXSECONDS ADDR PORT...
     A stand-in for the egress broker on a gateway address: on each PORT a
     TCP listener that answers "gw ADDR PORT" and a UDP one that answers a
@@ -25,6 +42,7 @@ import os
 import select
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -74,6 +92,66 @@ def arp(iface, ethsrc, sha, spa, tpa):
     s.close()
 
 
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def icmperr(dst, isrc, isport, idst, idport):
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 1, 0, 64, socket.IPPROTO_UDP, 0,
+                     socket.inet_aton(isrc), socket.inet_aton(idst))
+    ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+    body = struct.pack("!BBHI", 3, 3, 0, 0) + ip + struct.pack("!HHHH", int(isport), int(idport), 8, 0)
+    body = body[:2] + struct.pack("!H", csum(body)) + body[4:]
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    s.sendto(body, (dst, 0))
+
+
+def tcpraw(src, dst, dport, flags):
+    tcp = struct.pack("!HHIIBBHHH", 40000, int(dport), 1, 0, 5 << 4, int(flags, 0), 1024, 0, 0)
+    ph = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, socket.IPPROTO_TCP, len(tcp))
+    tcp = tcp[:16] + struct.pack("!H", csum(ph + tcp)) + tcp[18:]
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+    s.sendto(tcp, (dst, 0))
+
+
+def sniff(iface, secs):
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+    s.bind((iface, 0))
+    s.settimeout(0.2)
+    end = time.monotonic() + float(secs)
+    while time.monotonic() < end:
+        try:
+            f = s.recv(2048)
+        except socket.timeout:
+            continue
+        print(socket.inet_ntoa(f[26:30]), socket.inet_ntoa(f[30:34]), f[23], flush=True)
+
+
+def udpprobe(src, sport, dst, dport, cmd):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((src, int(sport)))
+    s.connect((dst, int(dport)))
+    s.settimeout(2)
+    try:
+        s.send(b"1")
+        s.recv(100)
+        if cmd:
+            subprocess.run(cmd, check=False)
+            time.sleep(0.5)
+        s.send(b"2")
+        s.recv(100)
+        print("reply")
+    except ConnectionRefusedError:
+        print("refused")
+    except socket.timeout:
+        print("timeout")
+
+
 def serve(log, maxs, addr, ports):
     lock = threading.Lock()
 
@@ -116,6 +194,14 @@ def main():
     a = sys.argv[1:]
     if a[:1] == ["arp"] and len(a) == 6:
         arp(*a[1:])
+    elif a[:1] == ["icmperr"] and len(a) == 6:
+        icmperr(*a[1:])
+    elif a[:1] == ["tcpraw"] and len(a) == 5:
+        tcpraw(*a[1:])
+    elif a[:1] == ["sniff"] and len(a) == 3:
+        sniff(*a[1:])
+    elif a[:1] == ["udpprobe"] and len(a) >= 5:
+        udpprobe(*a[1:5], a[5:])
     elif a[:1] == ["serve"] and len(a) >= 5:
         serve(a[1], float(a[2]), a[3], [int(p) for p in a[4:]])
     elif len(a) == 3:
