@@ -1349,9 +1349,19 @@ int main(int argc, char **argv)
 		if ((idx = (int)if_nametoindex(name)) && link_del(idx) < 0)
 			warn("unable to delete the extra tap %s (in use?)", name);
 	}
-	/* Only open slots forward; filtered ones talk to the host alone. */
+	/* Only open slots forward; filtered ones talk to the host alone.  The
+	 * kernel keeps that even without our tables (a `flush ruleset`, say):
+	 * a filtered tap's own forwarding flag is off, so nothing it receives
+	 * is routed on.  After ip_forward, which sets every interface's flag. */
 	if (nopen)
 		sysctl_write("/proc/sys/net/ipv4/ip_forward", "1");
+	for (k = 0; k < total; k++) {
+		char p[PATH_MAX];
+
+		tap_name(k, name);
+		pathf(p, sizeof p, "/proc/sys/net/ipv4/conf/%s/forwarding", name);
+		sysctl_write(p, k < nslots ? "0" : "1");
+	}
 
 	nl = nft_open();
 	docker_scan(nl);
