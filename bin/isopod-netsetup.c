@@ -690,18 +690,24 @@ static void build_inet(void)
 	put_chain(NFPROTO_INET, "postrouting", NF_INET_POST_ROUTING, 100, "nat");
 
 	/* Anti-spoof, before routing so it covers input and forward alike:
-	 * a frame from tap K passes only with slot K's MAC and IPv4 source.
-	 * Everything else from any isopod tap — IPv6 (no policy allows it
-	 * yet), spoofed addresses, a tap left over from a larger setup — is
-	 * dropped. */
+	 * a frame from tap K passes only with slot K's MAC and IPv4 source,
+	 * and an IPv4 header without options (version 4, length 5 words:
+	 * no router alert reaching the host's raw sockets before any hook
+	 * of ours, no source routes).  Everything else from any isopod tap —
+	 * IPv6 (no policy allows it yet), spoofed addresses, IP options, a
+	 * tap left over from a larger setup — is dropped. */
 	rule_taps("prerouting", NFT_META_IIFNAME, NFT_JUMP, "vm_pre");
 	for (k = 0; k < total; k++) {
+		static const uint8_t v4ihl5 = 0x45;
+
 		tap_name(k, name);
 		slot_mac(k, mac);
 		r = rule_new("vm_pre");
 		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		m_ether_saddr(r, mac);
 		m_ip(r, 12, NFT_CMP_EQ, base + 4 * k + 2, 32);
+		x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 0, 1);
+		x_cmp(r, NFT_CMP_EQ, &v4ihl5, 1);
 		x_verdict(r, NFT_RETURN, NULL);
 		rule_put(r);
 	}

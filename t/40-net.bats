@@ -489,6 +489,16 @@ docker_nft() {
 	lab gexec 19 busybox ping -c1 -W1 198.51.100.10
 }
 
+@test "anti-spoof: a packet with IP options (router alert) is dropped, the same one without passes" {
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" before plain opt
+	before=$(drops inet vm_pre)
+	plain=$(lab gexec 18 python3 "$fake" optprobe 198.51.100.10 7 "")
+	opt=$(lab gexec 18 python3 "$fake" optprobe 198.51.100.10 7 94040000)
+	[ "$plain" = reply ]
+	[ "$opt" = timeout ]
+	[ "$(drops inet vm_pre)" -gt "$before" ]
+}
+
 @test "related: a guest's forged ICMP error about a host connection never reaches the host; its real one about the host's own probe does" {
 	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" uplink other own
 	# The host's UDP flow to the internet, and one to another VM (slot 19,

@@ -30,6 +30,10 @@ fakevm.py udpprobe SRC SPORT DST DPORT CMD...
     CMD, then another; prints "reply", "refused" (an ICMP error reached
     the socket) or "timeout".
 
+fakevm.py optprobe DST DPORT OPTHEX
+    One UDP datagram to DST:DPORT carrying the IP option OPTHEX (e.g.
+    94040000, router alert; "" for none); prints "reply" or "timeout".
+
 fakevm.py serve LOG MAXSECONDS ADDR PORT...
     A stand-in for the egress broker on a gateway address: on each PORT a
     TCP listener that answers "gw ADDR PORT" and a UDP one that answers a
@@ -152,6 +156,21 @@ def udpprobe(src, sport, dst, dport, cmd):
         print("timeout")
 
 
+def optprobe(dst, dport, opt):
+    """UDP "x" to DST:DPORT, with the IP option OPT (hex; "" for none):
+    prints "reply" or "timeout"."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if opt:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, bytes.fromhex(opt))
+    s.settimeout(2)
+    s.sendto(b"x", (dst, int(dport)))
+    try:
+        s.recv(100)
+        print("reply")
+    except socket.timeout:
+        print("timeout")
+
+
 def serve(log, maxs, addr, ports):
     lock = threading.Lock()
 
@@ -202,6 +221,8 @@ def main():
         sniff(*a[1:])
     elif a[:1] == ["udpprobe"] and len(a) >= 5:
         udpprobe(*a[1:5], a[5:])
+    elif a[:1] == ["optprobe"] and len(a) == 4:
+        optprobe(*a[1:])
     elif a[:1] == ["serve"] and len(a) >= 5:
         serve(a[1], float(a[2]), a[3], [int(p) for p in a[4:]])
     elif len(a) == 3:
