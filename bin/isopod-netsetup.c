@@ -58,7 +58,7 @@
 #include <libnftnl/table.h>
 #include <libnftnl/udata.h>
 
-#define USAGE "isopod-netsetup [--slots N] [--open-slots M] [--base ADDR] [--user UID] [--no-docker-user] [--remove]"
+#define USAGE "isopod-netsetup [--slots N] [--open-slots M] [--base ADDR] [--user UID] [--conn-limit N] [--no-docker-user] [--remove]"
 
 #define TABLE "isopod"
 #define TAP_PREFIX NET_TAP_PREFIX
@@ -102,6 +102,10 @@ static const struct {
 
 static unsigned nslots = 16;       /* filtered: 0..nslots-1 */
 static unsigned nopen;             /* open: nslots..total-1 */
+/* Connections one guest may have in the host's conntrack table at once:
+ * new ones beyond are dropped, so a flood from one VM cannot fill the
+ * table every other flow of the host needs. */
+static unsigned conn_limit = 4096;
 static unsigned total;
 static int docker_opt = 1;         /* --no-docker-user clears it */
 static uint32_t base = 0x0ad50000; /* 10.213.0.0, host order */
@@ -704,6 +708,18 @@ static void build_inet(void)
 		slot_mac(k, mac);
 		r = rule_new("vm_pre");
 		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
+		m_ct_state(r, NF_CT_STATE_BIT(IP_CT_NEW), NFT_CMP_NEQ);
+		{
+			struct nftnl_expr *e = expr_new(r, "connlimit");
+
+			nftnl_expr_set_u32(e, NFTNL_EXPR_CONNLIMIT_COUNT, conn_limit);
+			nftnl_expr_set_u32(e, NFTNL_EXPR_CONNLIMIT_FLAGS, NFT_CONNLIMIT_F_INV);
+		}
+		x_counter(r);
+		x_verdict(r, NF_DROP, NULL);
+		rule_put(r);
+		r = rule_new("vm_pre");
+		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		m_ether_saddr(r, mac);
 		m_ip(r, 12, NFT_CMP_EQ, base + 4 * k + 2, 32);
 		x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 0, 1);
@@ -1236,6 +1252,7 @@ int main(int argc, char **argv)
 		{ "open-slots", required_argument, NULL, 'o' },
 		{ "base", required_argument, NULL, 'b' },
 		{ "user", required_argument, NULL, 'u' },
+		{ "conn-limit", required_argument, NULL, 'c' },
 		{ "no-docker-user", no_argument, NULL, 'D' },
 		{ "remove", no_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
@@ -1275,6 +1292,11 @@ int main(int argc, char **argv)
 			if (parse_ll(optarg, 0, 0x7fffffff, &v) < 0)
 				die(EX_USAGE, "bad --user %.40s: want a numeric uid", optarg);
 			owner = (long)v;
+			break;
+		case 'c':
+			if (parse_ll(optarg, 1, 1000000, &v) < 0)
+				die(EX_USAGE, "bad --conn-limit %.40s: want 1..1000000", optarg);
+			conn_limit = (unsigned)v;
 			break;
 		case 'D':
 			docker_opt = 0;
@@ -1393,6 +1415,7 @@ int main(int argc, char **argv)
 		(int)created, "chains", (int)nchains, "rules", (int)nrules, "verified", verified,
 		"forwarding", read_forwarding(), "docker_user", dk_want > 0, "ipv6", "dropped");
 	json_object_set_new(out, "owner", owner >= 0 ? json_integer(owner) : json_null());
+	json_object_set_new(out, "conn_limit", json_integer(conn_limit));
 	json_emit(out);
 	json_decref(out);
 	if (!verified)

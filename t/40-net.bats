@@ -489,6 +489,23 @@ docker_nft() {
 	lab gexec 19 busybox ping -c1 -W1 198.51.100.10
 }
 
+@test "conntrack: a guest's new connections beyond --conn-limit are dropped; the default leaves room" {
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" limited restored
+	run --separate-stderr netsetup --conn-limit 10
+	[ "$status" -eq 0 ]
+	json_is '.conn_limit == 10 and .verified'
+	limited=$(lab gexec 18 python3 "$fake" udpmany 198.51.100.10 7 30)
+	run --separate-stderr netsetup
+	[ "$status" -eq 0 ]
+	json_is '.conn_limit == 4096'
+	restored=$(lab gexec 18 python3 "$fake" udpmany 198.51.100.10 7 30)
+	echo "limited $limited restored $restored" >&2
+	[ "$limited" -ge 5 ] && [ "$limited" -le 10 ]
+	[ "$restored" -eq 30 ]
+	run --separate-stderr netsetup --conn-limit 0
+	[ "$status" -eq 100 ]
+}
+
 @test "anti-spoof: a packet with IP options (router alert) is dropped, the same one without passes" {
 	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" before plain opt
 	before=$(drops inet vm_pre)

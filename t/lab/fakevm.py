@@ -34,6 +34,11 @@ fakevm.py optprobe DST DPORT OPTHEX
     One UDP datagram to DST:DPORT carrying the IP option OPTHEX (e.g.
     94040000, router alert; "" for none); prints "reply" or "timeout".
 
+fakevm.py udpmany DST DPORT N
+    N UDP datagrams to DST:DPORT from N sockets (N source ports, so N
+    conntrack entries), sent one every 20 ms; prints how many were answered
+    within 2 s of the last.
+
 fakevm.py serve LOG MAXSECONDS ADDR PORT...
     A stand-in for the egress broker on a gateway address: on each PORT a
     TCP listener that answers "gw ADDR PORT" and a UDP one that answers a
@@ -171,6 +176,26 @@ def optprobe(dst, dport, opt):
         print("timeout")
 
 
+def udpmany(dst, dport, n):
+    socks = []
+    for _ in range(int(n)):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setblocking(False)
+        s.sendto(b"x", (dst, int(dport)))
+        socks.append(s)
+        time.sleep(0.02)
+    got, end = set(), time.time() + 2
+    while time.time() < end and len(got) < len(socks):
+        r, _, _ = select.select([s for s in socks if s not in got], [], [], 0.2)
+        for s in r:
+            try:
+                s.recv(100)
+                got.add(s)
+            except OSError:
+                pass
+    print(len(got))
+
+
 def serve(log, maxs, addr, ports):
     lock = threading.Lock()
 
@@ -221,6 +246,8 @@ def main():
         sniff(*a[1:])
     elif a[:1] == ["udpprobe"] and len(a) >= 5:
         udpprobe(*a[1:5], a[5:])
+    elif a[:1] == ["udpmany"] and len(a) == 4:
+        udpmany(*a[1:])
     elif a[:1] == ["optprobe"] and len(a) == 4:
         optprobe(*a[1:])
     elif a[:1] == ["serve"] and len(a) >= 5:
