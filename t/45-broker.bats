@@ -55,6 +55,28 @@ await_announce() {
 	return 1
 }
 
+# test_broker TAG ARG...: a broker of the test's own in the lab's host netns
+# (ARG... its options but --ledger), its ledger, announce line and stderr in
+# $BATS_TEST_TMPDIR; sets $pid, also kept in TAG.pid for teardown_file, once
+# it has announced itself.  The caller's environment reaches it.
+test_broker() {
+	local tag=$1 d=$BATS_TEST_TMPDIR
+	shift
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" "$@" \
+		--ledger "$d/ledger" >"$d/announce" 2>"$d/err" 3>&- </dev/null &
+	pid=$!
+	echo "$pid" >"$BATS_FILE_TMPDIR/$tag.pid"
+	await_announce "$d/announce"
+}
+
+# stop_broker: SIGTERM to $pid, which must exit 0.
+stop_broker() {
+	local st=0
+	kill -TERM "$pid"
+	wait "$pid" || st=$?
+	[ "$st" -eq 0 ]
+}
+
 lab() { sh "$LAB" "$1" "$LAB_NAME" "${@:2}"; }
 hits() { grep -c " $1 " "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :; }
 dnslog() { cat "$ISOPOD_LAB_STATE/$LAB_NAME/dns.log"; }
@@ -476,20 +498,14 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 }
 
 @test "SIGTERM: an open tunnel gets its ledger line, then exit 0" {
-	local d="$BATS_TEST_TMPDIR" pid hold i st=0
-	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" --proxy-port 3129 --dns-port 1054 \
-		--ledger "$d/ledger" --allow pkg.test >"$d/announce" 2>"$d/err" 3>&- </dev/null &
-	pid=$!
-	echo "$pid" >"$BATS_FILE_TMPDIR/term.pid"
-	await_announce "$d/announce"
+	local d="$BATS_TEST_TMPDIR" pid hold i
+	test_broker term --proxy-port 3129 --dns-port 1054 --allow pkg.test
 	lab exec python3 -c "$HOLD" "$BRK" 3129 >"$d/hold" 3>&- &
 	hold=$!
 	for i in $(seq 1 50); do grep -q 'tunnel up' "$d/hold" && break; sleep 0.1; done
 	grep -q 'tunnel up' "$d/hold"
 	[ ! -s "$d/ledger" ] # the flow is open: no line yet
-	kill -TERM "$pid"
-	wait "$pid" || st=$?
-	[ "$st" -eq 0 ]
+	stop_broker
 	wait "$hold" || :
 	output=$(cat "$d/ledger")
 	json_is '.kind == "connect" and .name == "pkg.test" and .address == "198.51.100.10" and .reason == "broker stopped"'
@@ -527,32 +543,22 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 }
 
 @test "--no-proxy --allow-all (open mode): DNS only, every name answered" {
-	local d="$BATS_TEST_TMPDIR" pid st=0
+	local d="$BATS_TEST_TMPDIR" pid
 	# without --no-proxy it would bind TCP 3128, the main broker's port, and exit 102
-	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" --dns-port 1057 --no-proxy \
-		--allow-all --resolver 198.51.100.53:53 --ledger "$d/ledger" >"$d/announce" 3>&- </dev/null &
-	pid=$!
-	echo "$pid" >"$BATS_FILE_TMPDIR/open.pid"
-	await_announce "$d/announce"
+	test_broker open --dns-port 1057 --no-proxy --allow-all --resolver 198.51.100.53:53
 	output=$(cat "$d/announce")
 	json_is '.proxy == null and .dns == "203.0.113.1:1057" and .allow == [] and .allow_all == true'
 	run dnsq other.test 1 "$BRK" 1057
 	[ "$output" = "rcode=0 an=1 ip=198.51.100.10" ]
-	kill -TERM "$pid"
-	wait "$pid" || st=$?
-	[ "$st" -eq 0 ]
+	stop_broker
 	output=$(tail -n 1 "$d/ledger")
 	json_is '.kind == "dns" and .name == "other.test" and .verdict == "allowed"'
 }
 
 @test "ledger cap: refusals past ISOPOD_LEDGER_MAX are counted, not written; nothing new is served; one last line says so" {
-	local d="$BATS_TEST_TMPDIR" pid i st=0 size
-	ip netns exec "$LAB_NAME-host" env ISOPOD_LEDGER_MAX=2048 "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" \
-		--proxy-port 3132 --dns-port 1058 --allow pkg.test --resolver 198.51.100.53:53 \
-		--ledger "$d/ledger" >"$d/announce" 2>"$d/err" 3>&- </dev/null &
-	pid=$!
-	echo "$pid" >"$BATS_FILE_TMPDIR/cap.pid"
-	await_announce "$d/announce"
+	local d="$BATS_TEST_TMPDIR" pid i size
+	ISOPOD_LEDGER_MAX=2048 test_broker cap --proxy-port 3132 --dns-port 1058 --allow pkg.test \
+		--resolver 198.51.100.53:53
 	run dnsq pkg.test 1 "$BRK" 1058
 	[ "$output" = "rcode=0 an=1 ip=198.51.100.10" ]
 	for i in $(seq 1 40); do # ~100 bytes a line: well past 2 KiB
@@ -563,9 +569,7 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 	# full: an allowed name is not served any more (it could not be recorded)
 	run dnsq pkg.test 1 "$BRK" 1058
 	[ "$output" = "rcode=5 an=0 ip=-" ]
-	kill -TERM "$pid"
-	wait "$pid" || st=$?
-	[ "$st" -eq 0 ]
+	stop_broker
 	output=$(tail -n 1 "$d/ledger")
 	json_is '.kind == "ledger" and .verdict == "denied" and (.reason | test("^ledger full: [0-9]+ refusals not written$"))'
 	[ "$(grep -c '"name":"pkg.test"' "$d/ledger")" -eq 1 ]
@@ -662,14 +666,9 @@ print("reset")'
 }
 
 @test "--allow-all: an IP literal of the host's own is denied, however many addresses the host has" {
-	local d="$BATS_TEST_TMPDIR" pid i st=0 before
+	local d="$BATS_TEST_TMPDIR" pid i before
 	before=$(hits 203.0.113.1)
-	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" --proxy-port 3133 \
-		--dns-port 1059 --allow-all --resolver 198.51.100.53:53 --ledger "$d/ledger" \
-		>"$d/announce" 2>"$d/err" 3>&- </dev/null &
-	pid=$!
-	echo "$pid" >"$BATS_FILE_TMPDIR/own.pid"
-	await_announce "$d/announce"
+	test_broker own --proxy-port 3133 --dns-port 1059 --allow-all --resolver 198.51.100.53:53
 	# 203.0.113.1 is public-looking: only the own-address check stops it
 	run lab exec curl -sS -m 15 -x "http://$BRK:3133" -i http://203.0.113.1/
 	[[ "$output" == "HTTP/1.1 403"* ]]
@@ -684,9 +683,7 @@ print("reset")'
 	[[ "$output" == "HTTP/1.1 403"* ]]
 	[[ "$output" == *$'X-Isopod-Refusal: a denied address\r'* ]]
 	[ "$(hits 203.0.113.1)" -eq "$before" ]
-	kill -TERM "$pid"
-	wait "$pid" || st=$?
-	[ "$st" -eq 0 ]
+	stop_broker
 	output=$(tail -n 1 "$d/ledger")
 	json_is '.name == "192.0.2.200" and .verdict == "denied" and .reason == "a denied address" and .address == null'
 }
