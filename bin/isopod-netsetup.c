@@ -751,13 +751,13 @@ static void build_inet(void)
 	x_counter(r);
 	x_verdict(r, NF_DROP, NULL);
 	rule_put(r);
-	/* Replies to what the host itself started towards slot K's guest (a
-	 * test probing a guest's listener, say) come back, ICMP errors about
-	 * them included.  Only those: conntrack calls an ICMP error RELATED
-	 * to whatever connection its quoted header names, so an unbound
-	 * `ct state related accept` would let a guest inject errors into
-	 * any of the host's connections (uplink, loopback with
-	 * route_localnet, other slots). */
+	/* Per slot: replies to what the host itself started towards slot K's
+	 * guest (a test probing a guest's listener, say) come back, ICMP
+	 * errors about them included.  Only those: conntrack calls an ICMP
+	 * error RELATED to whatever connection its quoted header names, so an
+	 * unbound `ct state related accept` would let a guest inject errors
+	 * into any of the host's connections (uplink, loopback with
+	 * route_localnet, other slots).  Then its own gateway's services. */
 	for (k = 0; k < total; k++) {
 		tap_name(k, name);
 		r = rule_new("vm_in");
@@ -766,9 +766,6 @@ static void build_inet(void)
 		m_ct_reply(r);
 		x_verdict(r, NF_ACCEPT, NULL);
 		rule_put(r);
-	}
-	for (k = 0; k < total; k++) {
-		tap_name(k, name);
 		r = rule_new("vm_in");
 		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		m_ip(r, 16, NFT_CMP_EQ, base + 4 * k + 1, 32);
