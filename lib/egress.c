@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,7 +35,6 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	snprintf(e->arg[0], sizeof e->arg[0], "%s", broker);
 	snprintf(e->arg[1], sizeof e->arg[1], "%s", gw);
 	snprintf(e->arg[2], sizeof e->arg[2], "%s", ledger);
-	snprintf(e->arg[3], sizeof e->arg[3], "%ld", (long)getpid()); /* fixed up in start */
 	snprintf(e->arg[4], sizeof e->arg[4], "%s", vmid);
 	add(e, e->arg[0]);
 	add(e, "--listen");
@@ -67,7 +65,7 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 		}
 	}
 	add(e, "--parent");
-	add(e, e->arg[3]);
+	add(e, e->arg[3]); /* the supervisor's pid, written by egress_start */
 	return 0;
 }
 
@@ -102,7 +100,7 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 		_exit(127);
 	}
 	close(out[1]);
-	e->pidfd = (int)syscall(SYS_pidfd_open, e->pid, 0);
+	e->pidfd = pidfd_open_(e->pid);
 	/* The ready line: one JSON object, then EOF (the broker closes its
 	 * stdout).  EOF without it: the broker failed; its reason is in the log. */
 	for (;;) {
