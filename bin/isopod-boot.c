@@ -12,6 +12,7 @@
 #include "qmp.h"
 #include "egress.h"
 #include "net.h"
+#include "stage.h"
 #include "util.h"
 #include "warm.h"
 
@@ -2122,6 +2123,15 @@ int main(int argc, char **argv)
 
 		if (!fl || !sh)
 			die(EX_SYS, "vm %s has a disk but its record names no base", id);
+		/* isopod-fork checked the chain's seals; QEMU opens the layers
+		 * now, so check them again (stat only) right before. */
+		if (json_is_string(json_object_get(rec, "stage"))) {
+			char smsg[PATH_MAX + 512];
+
+			if (stage_chain_sealed(json_string_value(json_object_get(rec, "stage")), smsg,
+					       sizeof smsg) < 0)
+				die(EX_SYS, "%s", smsg);
+		}
 		resolve_base(&im, fl, sh);
 		if ((cur_bytes = qcow2_size(in.disk)) < 0)
 			die(EX_SYS, "unable to read the qcow2 header of %s:", in.disk);

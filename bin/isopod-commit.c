@@ -6,7 +6,8 @@
  * read-only, described, and the directory renamed into place.  The rename is
  * the commit point: a kill before it leaves only stages/.tmp-* (never
  * listed, reclaimed by isopod-gc), after it a complete stage.  O(1) in the
- * bytes the VM wrote.
+ * bytes the VM wrote: the layer is sealed by its stat after its last chmod,
+ * and its sha256 is added to the seal by a detached background process.
  *
  * --check validates a planned commit before anything boots. */
 #include "frame.h"
@@ -207,6 +208,14 @@ int main(int argc, char **argv)
 	t0 = mono_ms();
 	lk = store_lock();
 	check_label(label, parent); /* again, now that we hold the lock */
+	/* The VM ran on its parent's chain: a layer that changed meanwhile
+	 * must not become the base of a new stage. */
+	if (parent) {
+		char msg[PATH_MAX + 512];
+
+		if (stage_chain_sealed(parent, msg, sizeof msg) < 0)
+			die(EX_SYS, "%s; nothing was committed", msg);
+	}
 	depth = depth_on(parent);
 	rand_hex(hex, 6);
 	snprintf(stid, sizeof stid, "st-%s", hex);
@@ -240,6 +249,7 @@ int main(int argc, char **argv)
 			die(EX_SYS, "unable to seal the layer of vm %s", id);
 		}
 	}
+	/* The seal: after the last chmod and rebase, which move ctime. */
 	if (stat(p, &st) < 0)
 		die(EX_SYS, "unable to stat %s:", p);
 	sm = json_pack("{s:s, s:s, s:o, s:o, s:i, s:O, s:I, s:s, s:s}", "id", stid, "name",
@@ -247,6 +257,7 @@ int main(int argc, char **argv)
 		       "parent", parent ? json_string(parent) : json_null(), "depth", depth,
 		       "base", base, "size", (json_int_t)st.st_blocks * 512, "created",
 		       iso_now(now, sizeof now), "from_vm", id);
+	json_object_set_new(sm, "seal", seal_new(&st));
 	json_object_set_new(sm, "commit_ms", json_integer(mono_ms() - t0));
 	json_object_set_new(sm, "shutdown_ms", json_integer(shutdown_ms));
 	pathf(p, sizeof p, "%s/meta.json", tmp);
@@ -269,6 +280,9 @@ int main(int argc, char **argv)
 	fsync_path(p);
 	test_point("after-commit-rename");
 	close(lk);
+	if (stage_seal_spawn(stid) < 0)
+		warn("unable to start the background hash of stage %s: %s; `isopod stage verify %s` "
+		     "records it", stid, strerror(errno), stid);
 
 	pathf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
 	json_decref(vm); /* the supervisor recorded the stop meanwhile: reload */

@@ -6,11 +6,18 @@
  *                   removes the dependents first, leaves first
  *   flatten REF --as LABEL
  *                   a new one-layer stage with identical content on the
- *                   same base: the remedy for the depth cap */
+ *                   same base: the remedy for the depth cap
+ *   verify [--reseal] REF
+ *                   re-hash every layer of the chain (and the base) and
+ *                   compare with the seals; --reseal records the seal of
+ *                   a layer that has none, or whose bytes are proven the
+ *                   sealed ones but whose stat moved (a copied store) */
 #include "stage.h"
 #include "util.h"
+#include "warm.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -23,7 +30,8 @@
 #define USAGE "usage: isopod-stage ls\n" \
 	      "       isopod-stage info REF\n" \
 	      "       isopod-stage rm [--recursive] REF\n" \
-	      "       isopod-stage flatten REF --as LABEL\n"
+	      "       isopod-stage flatten REF --as LABEL\n" \
+	      "       isopod-stage verify [--reseal] REF\n"
 
 /* All complete stages, sorted by created then id. */
 static json_t *all_stages(void)
@@ -205,12 +213,25 @@ static void cmd_flatten(const char *ref, const char *label)
 			    id);
 		}
 	}
+	{
+		/* The chain was read for as long as the copy took: it must
+		 * still be the sealed one. */
+		char msg[PATH_MAX + 512];
+
+		if (stage_chain_sealed(id, msg, sizeof msg) < 0) {
+			unlink(out);
+			rmdir(tmp);
+			die(EX_SYS, "%s; nothing was created", msg);
+		}
+	}
+	/* The seal: after the last chmod. */
 	if (stat(out, &st) < 0)
 		die(EX_SYS, "unable to stat %s:", out);
 	sm = json_pack("{s:s, s:s, s:s, s:n, s:i, s:O, s:I, s:s, s:s}", "id", stid,
 		       "name", label, "label", label, "parent", "depth", 1, "base",
 		       json_object_get(m, "base"), "size", (json_int_t)st.st_blocks * 512, "created",
 		       iso_now(now, sizeof now), "flattened_from", id);
+	json_object_set_new(sm, "seal", seal_new(&st));
 	json_object_set_new(sm, "flatten_ms", json_integer(mono_ms() - t0));
 	pathf(src, sizeof src, "%s/meta.json", tmp);
 	lk = store_lock();
@@ -229,17 +250,189 @@ static void cmd_flatten(const char *ref, const char *label)
 		die(EX_SYS, "unable to complete the flattened stage (nothing was created):");
 	}
 	close(lk);
+	if (stage_seal_spawn(stid) < 0)
+		warn("unable to start the background hash of stage %s: %s; `isopod stage verify %s` "
+		     "records it", stid, strerror(errno), stid);
 	json_emit(json_pack("{s:o}", "stage", sm));
+}
+
+/* Seal a layer anew with the sha256 just computed, when the caller has
+ * decided its bytes may be sealed.  fd is the layer, `was` its stat when
+ * hashed.  The seal is taken after the chmod (a chmod moves ctime). */
+static const char *reseal(const char *id, json_t *old, int fd, const struct stat *was,
+			  const char *sha, char *why, size_t wsz)
+{
+	char now[32];
+	struct stat st;
+	json_t *ns;
+	int r;
+
+	if ((was->st_mode & 0222) && fchmod(fd, 0444) < 0)
+		die(EX_SYS, "unable to make the layer of stage %s read-only:", id);
+	if (fstat(fd, &st) < 0)
+		die(EX_SYS, "unable to stat the layer of stage %s:", id);
+	if (st.st_ino != was->st_ino || st.st_size != was->st_size ||
+	    st.st_mtim.tv_sec != was->st_mtim.tv_sec || st.st_mtim.tv_nsec != was->st_mtim.tv_nsec) {
+		snprintf(why, wsz, "the layer was written while it was verified");
+		return "mismatch";
+	}
+	ns = seal_new(&st);
+	json_object_set_new(ns, "hash", json_string("done"));
+	json_object_set_new(ns, "sha256", json_string(sha));
+	json_object_set_new(ns, "hashed", json_string(iso_now(now, sizeof now)));
+	json_object_set_new(ns, "resealed", json_string(now));
+	r = seal_store(id, old, ns);
+	json_decref(ns);
+	if (r < 0)
+		die(EX_SYS, "unable to record the seal of stage %s:", id);
+	if (r == 0) {
+		snprintf(why, wsz, "the stage was removed or resealed meanwhile");
+		return "error";
+	}
+	why[0] = 0;
+	return "resealed";
+}
+
+/* Re-hash one layer and judge it against its seal (see isopod-stage(1) for
+ * each status).  Sets *bad unless the layer is as sealed. */
+static json_t *verify_one(const char *id, int want_reseal, int *bad)
+{
+	char p[PATH_MAX], sha[65] = "", why[512] = "", now[32];
+	json_t *m = stage_meta(id), *seal, *r;
+	const char *rec, *hs, *status;
+	struct stat st;
+	int fd = -1, hr;
+
+	pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), id);
+	seal = json_object_get(m, "seal");
+	rec = json_string_value(json_object_get(seal, "sha256"));
+	hs = json_string_value(json_object_get(seal, "hash"));
+	if (!m) {
+		status = "missing";
+		snprintf(why, sizeof why, "its meta.json is missing or unreadable");
+	} else if ((fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		status = "missing";
+		snprintf(why, sizeof why, "%s", strerror(errno));
+	} else if ((hr = layer_hash(fd, sha, &st)) < 0) {
+		status = "error";
+		snprintf(why, sizeof why, "read: %s", strerror(errno));
+	} else if (hr > 0) {
+		status = "mismatch";
+		snprintf(why, sizeof why, "the layer was written while it was verified");
+	} else if (!json_is_object(seal)) {
+		/* Trust on first use, and only when asked. */
+		status = "unsealed";
+		snprintf(why, sizeof why, "no seal (committed before isopod sealed layers); "
+			 "--reseal seals it as it is now");
+		if (want_reseal)
+			status = reseal(id, NULL, fd, &st, sha, why, sizeof why);
+	} else if (hs && !strcmp(hs, "changed")) {
+		/* Known to have changed, and the committed bytes unknown:
+		 * nothing may be resealed. */
+		status = "mismatch";
+		snprintf(why, sizeof why, "it changed after it was committed, before it was hashed (%s)",
+			 json_string_value(json_object_get(seal, "hash_error")) ?: "changed");
+	} else if (rec && strcmp(rec, sha)) {
+		status = "mismatch";
+		snprintf(why, sizeof why, "its bytes no longer hash to the sealed sha256");
+	} else if (!seal_matches(seal, &st, why, sizeof why)) {
+		if (rec) {
+			/* The very bytes sealed, in a file that moved (a copied or
+			 * restored store): the seal's stat may follow. */
+			status = "moved";
+			if (want_reseal)
+				status = reseal(id, seal, fd, &st, sha, why, sizeof why);
+		} else {
+			status = "mismatch";
+			snprintf(why + strlen(why), sizeof why - strlen(why),
+				 "; it changed after it was sealed, before it was hashed");
+		}
+	} else {
+		status = "ok";
+		why[0] = 0;
+		if (!rec) {
+			/* Unchanged since the seal, as the stat proves: finish
+			 * the background hash's work. */
+			json_t *ns = json_deep_copy(seal);
+
+			json_object_set_new(ns, "hash", json_string("done"));
+			json_object_set_new(ns, "sha256", json_string(sha));
+			json_object_set_new(ns, "hashed", json_string(iso_now(now, sizeof now)));
+			json_object_del(ns, "hash_error");
+			if (seal_store(id, seal, ns) < 0)
+				die(EX_SYS, "unable to record the seal of stage %s:", id);
+			json_decref(ns);
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	if (strcmp(status, "ok") && strcmp(status, "resealed")) {
+		*bad = 1;
+	} else {
+		rec = sha; /* what the seal says now */
+		hs = "done";
+	}
+	r = json_pack("{s:s, s:O?, s:s, s:s, s:s?, s:s?, s:s?}", "stage", id, "label",
+		      json_object_get(m, "label"), "layer", p, "status", status, "sha256",
+		      sha[0] ? sha : NULL, "sealed_sha256", rec, "hash", hs);
+	if (why[0])
+		json_object_set_new(r, "why", json_string(why));
+	json_decref(m);
+	return r;
+}
+
+static void cmd_verify(const char *ref, int want_reseal)
+{
+	char id[64], cur[64], p[PATH_MAX], sha[65] = "", bsha[65] = "";
+	json_t *layers = json_array(), *base;
+	const char *status = "ok";
+	int bad = 0, fd;
+
+	stage_resolve(ref, id, sizeof id);
+	snprintf(cur, sizeof cur, "%s", id);
+	for (int hops = 0; cur[0]; hops++) {
+		json_t *cm = stage_meta(cur);
+		const char *par = json_string_value(json_object_get(cm, "parent"));
+		const char *b = json_string_value(json_object_get(json_object_get(cm, "base"), "sha256"));
+
+		if (hops >= 64)
+			die(EX_SYS, "stage %s: the chain is longer than 64 (a loop?)", id);
+		json_array_insert_new(layers, 0, verify_one(cur, want_reseal, &bad));
+		if (b && warm_key_valid(b))
+			snprintf(bsha, sizeof bsha, "%s", b);
+		snprintf(cur, sizeof cur, "%.63s", par ? par : "");
+		json_decref(cm);
+	}
+	/* The base is content-addressed: its name is its sha256. */
+	pathf(p, sizeof p, "%s/images/base-%s.img", store_home(), bsha[0] ? bsha : "none");
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		status = "missing";
+	} else {
+		if (warm_sha256_fd(fd, sha) < 0)
+			status = "error";
+		else if (strcmp(sha, bsha))
+			status = "mismatch";
+		close(fd);
+	}
+	if (strcmp(status, "ok"))
+		bad = 1;
+	base = json_pack("{s:s, s:s, s:s?, s:s}", "image", p, "status", status, "sha256",
+			 sha[0] ? sha : NULL, "named_sha256", bsha);
+	json_emit(json_pack("{s:s, s:b, s:o, s:o}", "stage", id, "ok", !bad, "layers", layers,
+			    "base", base));
+	if (bad)
+		exit(EX_GUEST);
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {{"recursive", no_argument, 0, 'r'},
 					   {"as", required_argument, 0, 'a'},
+					   {"reseal", no_argument, 0, 'R'},
 					   {"help", no_argument, 0, 'h'},
 					   {0, 0, 0, 0}};
 	const char *as = NULL, *verb;
-	int ch, recursive = 0;
+	int ch, recursive = 0, want_reseal = 0;
 
 	progname = "isopod-stage";
 	if (argc < 2)
@@ -250,6 +443,7 @@ int main(int argc, char **argv)
 		switch (ch) {
 		case 'r': recursive = 1; break;
 		case 'a': as = optarg; break;
+		case 'R': want_reseal = 1; break;
 		case 'h': fputs(USAGE, stdout); return 0;
 		default: fputs(USAGE, stderr); return EX_USAGE;
 		}
@@ -258,6 +452,8 @@ int main(int argc, char **argv)
 		fputs(USAGE, stdout);
 		return 0;
 	}
+	if (want_reseal && strcmp(verb, "verify"))
+		die(EX_USAGE, "%s", USAGE);
 	if (!strcmp(verb, "ls") && optind == argc)
 		cmd_ls();
 	else if (!strcmp(verb, "info") && argc - optind == 1)
@@ -266,6 +462,8 @@ int main(int argc, char **argv)
 		cmd_rm(argv[optind], recursive);
 	else if (!strcmp(verb, "flatten") && argc - optind == 1 && as)
 		cmd_flatten(argv[optind], as);
+	else if (!strcmp(verb, "verify") && argc - optind == 1)
+		cmd_verify(argv[optind], want_reseal);
 	else
 		die(EX_USAGE, "%s", USAGE);
 	return 0;

@@ -1,6 +1,7 @@
 /* stage.c - the stage store (see stage.h). */
 #include "stage.h"
 #include "util.h"
+#include "warm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -9,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -215,16 +218,22 @@ int base_current(const char *flavor, char *sha, size_t shasz)
 	return 0;
 }
 
-static void verify_layer(const char *id, const char *path)
+static void verify_layer(const char *id, json_t *meta, const char *path)
 {
 	unsigned char magic[4];
-	struct stat st;
+	char msg[PATH_MAX + 512];
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	char *argv[] = {"qemu-img", "check", "-q", "-f", "qcow2", (char *)path, NULL};
 
 	if (fd < 0)
 		die(EX_SYS, "stage %s is broken: its layer %s:", id, path);
-	if (fstat(fd, &st) < 0 || read(fd, magic, 4) != 4 || memcmp(magic, "QFI\xfb", 4)) {
+	/* The seal first: it is O(1), and a layer with flipped data bytes is
+	 * still a qcow2 that `qemu-img check` accepts. */
+	if (layer_sealed(id, meta, fd, path, msg, sizeof msg) < 0) {
+		close(fd);
+		die(EX_SYS, "%s", msg);
+	}
+	if (read(fd, magic, 4) != 4 || memcmp(magic, "QFI\xfb", 4)) {
 		close(fd);
 		die(EX_SYS, "stage %s is broken: its layer %s is not a qcow2 image", id, path);
 	}
@@ -247,7 +256,7 @@ void stage_verify_chain(const char *id)
 		if (!m)
 			die(EX_SYS, "stage %s is broken: its meta.json is missing or unreadable", cur);
 		pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur);
-		verify_layer(cur, p);
+		verify_layer(cur, m, p);
 		parent = json_string_value(json_object_get(m, "parent"));
 		if (!parent) {
 			bsha = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
@@ -263,4 +272,258 @@ void stage_verify_chain(const char *id)
 		if (++hops > 64)
 			die(EX_SYS, "stage %s: the chain is longer than 64 (a loop?)", id);
 	}
+}
+
+/* ---- seals ------------------------------------------------------------- */
+
+json_t *seal_new(const struct stat *st)
+{
+	char now[32];
+
+	/* The same identity as a warm snapshot's memory file (size, inode,
+	 * ctime), and mtime as well. */
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:n}", "bytes",
+			 (json_int_t)st->st_size, "ino", (json_int_t)st->st_ino, "ctime_s",
+			 (json_int_t)st->st_ctim.tv_sec, "ctime_ns", (json_int_t)st->st_ctim.tv_nsec,
+			 "mtime_s", (json_int_t)st->st_mtim.tv_sec, "mtime_ns",
+			 (json_int_t)st->st_mtim.tv_nsec, "sealed", iso_now(now, sizeof now), "hash",
+			 "pending", "sha256");
+}
+
+/* A seal member as an integer, or -1 when absent. */
+static long long seal_int(json_t *seal, const char *key)
+{
+	json_t *v = json_object_get(seal, key);
+
+	return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+}
+
+int seal_matches(json_t *seal, const struct stat *st, char *why, size_t wsz)
+{
+	if (seal_int(seal, "bytes") != (long long)st->st_size) {
+		snprintf(why, wsz, "it is %lld bytes, sealed at %lld", (long long)st->st_size,
+			 seal_int(seal, "bytes"));
+		return 0;
+	}
+	if (seal_int(seal, "ino") != (long long)st->st_ino) {
+		snprintf(why, wsz, "it is inode %lld, sealed as %lld (the file was replaced)",
+			 (long long)st->st_ino, seal_int(seal, "ino"));
+		return 0;
+	}
+	if (seal_int(seal, "ctime_s") != (long long)st->st_ctim.tv_sec ||
+	    seal_int(seal, "ctime_ns") != (long long)st->st_ctim.tv_nsec) {
+		snprintf(why, wsz, "its ctime is %lld.%09ld, sealed as %lld.%09lld (written, "
+			 "truncated, chmod'ed or chown'ed since)", (long long)st->st_ctim.tv_sec,
+			 st->st_ctim.tv_nsec, seal_int(seal, "ctime_s"), seal_int(seal, "ctime_ns"));
+		return 0;
+	}
+	if (seal_int(seal, "mtime_s") != (long long)st->st_mtim.tv_sec ||
+	    seal_int(seal, "mtime_ns") != (long long)st->st_mtim.tv_nsec) {
+		snprintf(why, wsz, "its mtime is %lld.%09ld, sealed as %lld.%09lld",
+			 (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec, seal_int(seal, "mtime_s"),
+			 seal_int(seal, "mtime_ns"));
+		return 0;
+	}
+	return 1;
+}
+
+int layer_sealed(const char *id, json_t *meta, int fd, const char *path, char *msg, size_t msz)
+{
+	json_t *seal = json_object_get(meta, "seal");
+	const char *h = json_string_value(json_object_get(seal, "hash"));
+	char why[256];
+	struct stat st;
+
+	if (!json_is_object(seal)) {
+		/* Trust on first use stays the owner's decision, never a side
+		 * effect of a fork. */
+		snprintf(msg, msz, "stage %s: its layer %s has no seal (committed before isopod sealed "
+			 "layers); check what it holds, then seal it as it is now with `isopod stage "
+			 "verify --reseal %s`", id, path, id);
+		return -1;
+	}
+	if (h && !strcmp(h, "changed")) {
+		snprintf(msg, msz, "stage %s is broken: its layer %s changed after it was committed, "
+			 "before its bytes were hashed (%s); remove the stage",
+			 id, path, json_string_value(json_object_get(seal, "hash_error")) ?: "changed");
+		return -1;
+	}
+	if (fstat(fd, &st) < 0) {
+		snprintf(msg, msz, "stage %s: unable to stat its layer %s: %s", id, path, strerror(errno));
+		return -1;
+	}
+	if (!seal_matches(seal, &st, why, sizeof why)) {
+		snprintf(msg, msz, "stage %s is broken: its layer %s changed after it was sealed: %s; "
+			 "`isopod stage verify %s` re-hashes the chain", id, path, why, id);
+		return -1;
+	}
+	return 0;
+}
+
+int stage_chain_sealed(const char *id, char *msg, size_t msz)
+{
+	char cur[64], p[PATH_MAX];
+
+	snprintf(cur, sizeof cur, "%.63s", id);
+	for (int hops = 0; hops <= 64; hops++) {
+		json_t *m = stage_meta(cur);
+		const char *parent;
+		int fd, r;
+
+		if (!m) {
+			snprintf(msg, msz, "stage %s is broken: its meta.json is missing or unreadable", cur);
+			return -1;
+		}
+		pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur);
+		fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0) {
+			snprintf(msg, msz, "stage %s is broken: its layer %s: %s", cur, p, strerror(errno));
+			json_decref(m);
+			return -1;
+		}
+		r = layer_sealed(cur, m, fd, p, msg, msz);
+		close(fd);
+		parent = json_string_value(json_object_get(m, "parent"));
+		if (r < 0 || !parent) {
+			json_decref(m);
+			return r;
+		}
+		snprintf(p, sizeof p, "%.63s", parent);
+		json_decref(m);
+		snprintf(cur, sizeof cur, "%.63s", p);
+	}
+	snprintf(msg, msz, "stage %s: the chain is longer than 64 (a loop?)", id);
+	return -1;
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+	       a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+int layer_hash(int fd, char sha[65], struct stat *after)
+{
+	struct stat before;
+
+	if (fstat(fd, &before) < 0 || lseek(fd, 0, SEEK_SET) < 0 || warm_sha256_fd(fd, sha) < 0 ||
+	    fstat(fd, after) < 0)
+		return -1;
+	return same_file(&before, after) ? 0 : 1;
+}
+
+int seal_store(const char *id, json_t *expect, json_t *seal)
+{
+	char p[PATH_MAX];
+	int lk = store_lock(), r = 0, e;
+	json_t *m = stage_meta(id);
+
+	if (!m) {
+		r = errno == ENOENT ? 0 : -1;
+		goto out;
+	}
+	if (expect && !json_equal(json_object_get(m, "seal"), expect))
+		goto out;
+	pathf(p, sizeof p, "%s/stages/%s/meta.json", store_home(), id);
+	if (json_object_set(m, "seal", seal) < 0 || json_write_atomic(p, m) < 0)
+		r = -1;
+	else
+		r = 1;
+out:
+	e = errno;
+	json_decref(m);
+	close(lk);
+	errno = e;
+	return r;
+}
+
+/* The background hasher's body (never returns). */
+__attribute__((noreturn)) static void seal_hasher(const char *id)
+{
+	char p[PATH_MAX], sha[65], why[256], now[32];
+	const char *delay = getenv("ISOPOD_TEST_SEAL_DELAY_MS");
+	json_t *m = stage_meta(id), *seal, *done;
+	struct stat st;
+	long long ms;
+	int fd, r;
+
+	if (!m || !json_is_object((seal = json_object_get(m, "seal"))))
+		_exit(0);
+	seal = json_deep_copy(seal);
+	json_decref(m);
+	done = json_deep_copy(seal);
+	/* Below the foreground's work: it is a check, not a step of a run. */
+	setpriority(PRIO_PROCESS, 0, 10);
+	syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, 2 << 13 | 7 /* best effort, lowest */);
+	/* Tests make the window between seal and hash wide enough to write
+	 * into. */
+	if (delay && parse_ll(delay, 0, 60000, &ms) == 0)
+		usleep((useconds_t)ms * 1000);
+	pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), id);
+	fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		json_object_set_new(done, "hash", json_string("failed"));
+		json_object_set_new(done, "hash_error", json_sprintf("open: %s", strerror(errno)));
+	} else if (!seal_matches(seal, &st, why, sizeof why)) {
+		/* Never seal bytes other than the committed ones. */
+		json_object_set_new(done, "hash", json_string("changed"));
+		json_object_set_new(done, "hash_error", json_sprintf("before the hash: %s", why));
+	} else if ((r = layer_hash(fd, sha, &st)) < 0) {
+		json_object_set_new(done, "hash", json_string("failed"));
+		json_object_set_new(done, "hash_error", json_sprintf("read: %s", strerror(errno)));
+	} else if (r > 0 || !seal_matches(seal, &st, why, sizeof why)) {
+		json_object_set_new(done, "hash", json_string("changed"));
+		json_object_set_new(done, "hash_error",
+				    json_string("the file was written while it was hashed"));
+	} else {
+		json_object_set_new(done, "hash", json_string("done"));
+		json_object_set_new(done, "sha256", json_string(sha));
+		json_object_set_new(done, "hashed", json_string(iso_now(now, sizeof now)));
+	}
+	/* Only over the seal it started from: a reseal meanwhile wins. */
+	seal_store(id, seal, done);
+	_exit(0);
+}
+
+int stage_seal_spawn(const char *id)
+{
+	pid_t pid;
+	int st;
+
+	if (strncmp(id, "st-", 3) || strchr(id, '/')) {
+		errno = EINVAL;
+		return -1;
+	}
+	fflush(NULL); /* nothing buffered is written twice */
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		/* The middle child: a session of its own (no terminal's
+		 * signals), forks the hasher and exits at once, so the caller
+		 * reaps it now and the hasher, re-parented, leaves no zombie
+		 * and outlives the caller. */
+		int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		pid_t g;
+
+		/* stdio /dev/null, every other fd closed: the store lock, a
+		 * pipe the caller's caller reads to EOF, ... */
+		if (nul < 0 || child_fds(nul, nul, -1) < 0 || setsid() < 0)
+			_exit(1);
+		g = fork();
+		if (g != 0)
+			_exit(g < 0 ? 1 : 0);
+		if (store_home()[0] == '/' && chdir("/") < 0)
+			_exit(1);
+		seal_hasher(id);
+	}
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		errno = ECHILD;
+		return -1;
+	}
+	return 0;
 }
