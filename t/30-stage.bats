@@ -24,6 +24,29 @@ teardown_file() {
 isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
 nvms() { ls "$ISOPOD_HOME/vms" 2>/dev/null | wc -l; }
 stage_id() { isopod stage info "$1" | jq -r .id; }
+# wait_hashed ID: until the background hash has settled the seal (<= 60 s)
+wait_hashed() {
+	local i
+	for i in $(seq 1 300); do
+		[ "$(jq -r .seal.hash "$ISOPOD_HOME/stages/$1/meta.json")" != pending ] && return 0
+		sleep 0.2
+	done
+	echo "the background hash of $1 did not finish in 60 s" >&2
+	return 1
+}
+# flip4 FILE: overwrite 4 data bytes inside the first SEALMARK the guest wrote
+# (far from the qcow2 header); the file stays a sound qcow2
+flip4() {
+	local off
+	off=$(grep -obUa SEALMARK0123456789 "$1" | head -n 1 | cut -d: -f1)
+	[ -n "$off" ] || return 1
+	[ "$off" -ge 65536 ] || return 1
+	printf XXXX | dd of="$1" bs=1 seek=$((off + 4)) conv=notrunc status=none
+	qemu-img check -q "$1"
+}
+# fork_on REF: isopod-claim | isopod-fork --stage REF (no boot), under bats' run
+# shellcheck disable=SC2016  # $1 of the inner sh
+fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"' fork_on "$1"; }
 
 @test "stage: commit on exit 0, fork sees its files, the parent stays byte-identical" {
 	run --separate-stderr isopod run --json-only --commit-as first -- sh -c 'echo one > /root/one'
@@ -160,6 +183,7 @@ stage_id() { isopod stage info "$1" | jq -r .id; }
 @test "stage: a stage with a missing, truncated or non-qcow2 layer is refused before boot, named" {
 	id=$(isopod run --json-only --commit-as broken -- sh -c 'head -c 4000000 /dev/urandom > /root/r' | jq -r .commit.stage.id)
 	layer="$ISOPOD_HOME/stages/$id/layer.qcow2"
+	wait_hashed "$id"
 	cp -p "$layer" "$DATA/layer.good"
 	for how in truncate garbage missing; do
 		chmod u+w "$layer" 2>/dev/null || true
@@ -177,7 +201,135 @@ stage_id() { isopod stage info "$1" | jq -r .id; }
 		cp -p "$DATA/layer.good" "$layer"
 		chmod 444 "$layer"
 	done
+	# the good bytes are back, in a file the seal does not know: refused
+	# until verify proves they are the sealed ones and reseals
 	run --separate-stderr isopod run --stage broken -- true
+	[ "$status" -eq 111 ]
+	wait_hashed "$id"
+	run --separate-stderr isopod stage verify --reseal broken
+	[ "$status" -eq 0 ]
+	json_is '.layers[0].status == "resealed"'
+	run --separate-stderr isopod run --stage broken -- true
+	[ "$status" -eq 0 ]
+}
+
+@test "stage: 4 data bytes flipped in a sealed layer: fork and run refuse, naming it; verify finds it; the seal is what stops it" {
+	run --separate-stderr isopod run --json-only --cold --commit-as seal-a -- sh -c 'echo a > /root/a'
+	[ "$status" -eq 0 ]
+	json_is '.commit.stage.seal.hash == "pending" and .commit.stage.seal.sha256 == null and .commit.stage.seal.bytes > 0'
+	a=$(echo "$output" | jq -r .commit.stage.id)
+	run --separate-stderr isopod run --json-only --cold --stage seal-a --commit-as seal-b -- \
+		sh -c 'yes SEALMARK0123456789 | head -c 65536 > /root/marker'
+	[ "$status" -eq 0 ]
+	b=$(echo "$output" | jq -r .commit.stage.id)
+	lb="$ISOPOD_HOME/stages/$b/layer.qcow2"
+	# the background hash finishes after the commit and records the layer's sha256
+	wait_hashed "$a"
+	wait_hashed "$b"
+	jq -e --arg s "$(sha256sum < "$lb" | cut -c1-64)" '.seal.hash == "done" and .seal.sha256 == $s' \
+		"$ISOPOD_HOME/stages/$b/meta.json"
+	# a clean chain verifies: each layer and the base re-hashed
+	run --separate-stderr isopod stage verify seal-b
+	[ "$status" -eq 0 ]
+	json_is '.ok and ([.layers[].stage] == ["'"$a"'", "'"$b"'"]) and all(.layers[]; .status == "ok" and .sha256 == .sealed_sha256) and .base.status == "ok"'
+	flip4 "$lb"
+	run --separate-stderr isopod run --json-only --cold --stage seal-b -- true
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"stage $b is broken: its layer $lb changed after it was sealed"* ]]
+	fork_on seal-b
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"$lb"* ]]
+	run --separate-stderr isopod stage verify seal-b
+	[ "$status" -eq 1 ]
+	json_is '(.ok | not) and .layers[0].status == "ok" and .layers[1].status == "mismatch" and .layers[1].sha256 != .layers[1].sealed_sha256'
+	# --reseal never seals bytes that differ from the sealed sha256
+	run --separate-stderr isopod stage verify --reseal seal-b
+	[ "$status" -eq 1 ]
+	json_is '.layers[1].status == "mismatch"'
+	# mutation: give the seal the flipped file's stat (what an isopod without
+	# the stat check would accept): the same layer then runs, and the guest
+	# reads the flipped bytes
+	meta="$ISOPOD_HOME/stages/$b/meta.json"
+	# shellcheck disable=SC2046  # four numbers
+	set -- $(stat -c '%s %i %.9Z %.9Y' "$lb")
+	jq --argjson sz "$1" --argjson ino "$2" --arg c "$3" --arg m "$4" \
+		'.seal += {bytes: $sz, ino: $ino, ctime_s: ($c | split(".")[0] | tonumber), ctime_ns: ($c | split(".")[1] | tonumber), mtime_s: ($m | split(".")[0] | tonumber), mtime_ns: ($m | split(".")[1] | tonumber)}' \
+		"$meta" > "$DATA/meta.json"
+	cat "$DATA/meta.json" > "$meta"
+	run --separate-stderr isopod run --json-only --cold --stage seal-b -- grep -c SEALXXXX /root/marker
+	[ "$status" -eq 0 ]
+	json_is '.stdout == "1\n"'
+	# and the hash still tells: the stat was forged, the bytes are not the sealed ones
+	run --separate-stderr isopod stage verify seal-b
+	[ "$status" -eq 1 ]
+	json_is '.layers[1].status == "mismatch"'
+}
+
+@test "stage: a write between the seal and the background hash is recorded as changed, never sealed" {
+	run --separate-stderr env ISOPOD_TEST_SEAL_DELAY_MS=10000 "$ISOPOD_SRC/sh/isopod" run --json-only --cold \
+		--commit-as seal-late -- sh -c 'yes SEALMARK0123456789 | head -c 65536 > /root/marker'
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .commit.stage.id)
+	layer="$ISOPOD_HOME/stages/$id/layer.qcow2"
+	[ "$(jq -r .seal.hash "$ISOPOD_HOME/stages/$id/meta.json")" = pending ]
+	flip4 "$layer"
+	wait_hashed "$id"
+	jq -e '.seal.hash == "changed" and .seal.sha256 == null and (.seal.hash_error | contains("before the hash"))' \
+		"$ISOPOD_HOME/stages/$id/meta.json"
+	fork_on seal-late
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"$id"* && "$stderr" == *"before its bytes were hashed"* ]]
+	run --separate-stderr isopod stage verify --reseal seal-late
+	[ "$status" -eq 1 ]
+	json_is '.layers[0].status == "mismatch" and .layers[0].sealed_sha256 == null'
+}
+
+@test "stage: a replaced layer (same bytes) fails a commit on it and fork until verify --reseal; an unsealed layer needs --reseal" {
+	run --separate-stderr isopod run --json-only --cold --commit-as seal-r -- sh -c 'echo r > /root/r'
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .commit.stage.id)
+	layer="$ISOPOD_HOME/stages/$id/layer.qcow2"
+	meta="$ISOPOD_HOME/stages/$id/meta.json"
+	wait_hashed "$id"
+	# replaced while a VM runs on it: the commit on top is refused
+	isopod run --json-only --cold --stage seal-r --commit-as seal-r2 -- sleep 6 > "$DATA/r2.json" 2>"$DATA/r2.err" &
+	pid=$!
+	for _ in $(seq 1 300); do
+		[ -n "$(isopod vm ls | jq -r 'select(.running) | .id')" ] && break
+		sleep 0.2
+	done
+	cp -p "$layer" "$DATA/r.layer"
+	rm -f "$layer"
+	cp -p "$DATA/r.layer" "$layer"
+	rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 111 ]
+	jq -e --arg l "$layer" '.commit.error | contains($l) and contains("nothing was committed") and contains("replaced")' "$DATA/r2.json"
+	[ -z "$(isopod stage ls | jq -r 'select(.label == "seal-r2") | .id')" ]
+	fork_on seal-r
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"replaced"* ]]
+	run --separate-stderr isopod stage verify seal-r
+	[ "$status" -eq 1 ]
+	json_is '.layers[0].status == "moved"'
+	run --separate-stderr isopod stage verify --reseal seal-r
+	[ "$status" -eq 0 ]
+	json_is '.ok and .layers[0].status == "resealed"'
+	fork_on seal-r
+	[ "$status" -eq 0 ]
+	# a layer committed before seals existed: refused, the remedy named
+	jq 'del(.seal)' "$meta" > "$DATA/meta.json"
+	cat "$DATA/meta.json" > "$meta"
+	fork_on seal-r
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"has no seal"* && "$stderr" == *"isopod stage verify --reseal $id"* ]]
+	run --separate-stderr isopod stage verify seal-r
+	[ "$status" -eq 1 ]
+	json_is '.layers[0].status == "unsealed"'
+	run --separate-stderr isopod stage verify --reseal seal-r
+	[ "$status" -eq 0 ]
+	jq -e --arg s "$(sha256sum < "$layer" | cut -c1-64)" '.seal.hash == "done" and .seal.sha256 == $s' "$meta"
+	fork_on seal-r
 	[ "$status" -eq 0 ]
 }
 
