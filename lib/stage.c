@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -416,9 +417,25 @@ int layer_hash(int fd, char sha[65], struct stat *after)
 int seal_store(const char *id, json_t *expect, json_t *seal)
 {
 	char p[PATH_MAX];
-	int lk = store_lock(), r = 0, e;
-	json_t *m = stage_meta(id);
+	int lk, r = 0, e;
+	json_t *m;
 
+	/* Not store_lock(): that makes the directories, and a late hasher
+	 * must not bring back a store removed meanwhile. */
+	pathf(p, sizeof p, "%s/locks", store_home());
+	if (access(p, F_OK) < 0) {
+		char mp[PATH_MAX];
+
+		pathf(mp, sizeof mp, "%s/stages/%s/meta.json", store_home(), id);
+		if (access(mp, F_OK) < 0)
+			return errno == ENOENT ? 0 : -1;
+		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+			return -1;
+	}
+	pathf(p, sizeof p, "%s/locks/store", store_home());
+	if ((lk = lock_open(p, LOCK_EX)) < 0)
+		return errno == ENOENT ? 0 : -1;
+	m = stage_meta(id);
 	if (!m) {
 		r = errno == ENOENT ? 0 : -1;
 		goto out;
