@@ -75,7 +75,7 @@ clean_stderr() {
 	run --separate-stderr "$ASAN_BIN/isopod-stop" "$id"
 	[ "$status" -eq 0 ]
 	clean_stderr
-	for v in ls "info asan-st"; do
+	for v in ls "info asan-st" "verify asan-st"; do
 		# shellcheck disable=SC2086
 		run --separate-stderr "$ASAN_BIN/isopod-stage" $v
 		[ "$status" -eq 0 ]
