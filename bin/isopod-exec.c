@@ -149,13 +149,13 @@ static void split_copy(char *spec, const char *opt, struct copy *cp, int host_fi
 	char *colon = host_first ? strstr(spec, ":/") : strchr(spec, ':');
 
 	if (!colon || colon == spec || !colon[1])
-		die(EX_USAGE, "%s %s: expected %s", opt, spec,
+		die(EX_USAGE, "%s %s: expected %s", opt, EXC(spec),
 		    host_first ? "HOST:/GUEST/PATH" : "/GUEST/PATH:HOST");
 	*colon = 0;
 	cp->host = host_first ? spec : colon + 1;
 	cp->guest = host_first ? colon + 1 : spec;
 	if (cp->guest[0] != '/')
-		die(EX_USAGE, "%s: guest path %s must be absolute", opt, cp->guest);
+		die(EX_USAGE, "%s: guest path %s must be absolute", opt, EXC(cp->guest));
 	if (strlen(cp->guest) >= 4096)
 		die(EX_USAGE, "%s: guest path too long", opt);
 }
@@ -165,9 +165,9 @@ static void check_env(const char *kv)
 	const char *eq = strchr(kv, '=');
 
 	if (!eq)
-		die(EX_USAGE, "--env %s: expected NAME=VALUE", kv);
+		die(EX_USAGE, "--env %s: expected NAME=VALUE", EXC(kv));
 	if (eq == kv)
-		die(EX_USAGE, "--env %s: the name is empty", kv);
+		die(EX_USAGE, "--env %s: the name is empty", EXC(kv));
 }
 
 static void parse_args(int argc, char **argv)
@@ -193,7 +193,7 @@ static void parse_args(int argc, char **argv)
 		case 'v': vm = optarg; break;
 		case 't':
 			if (parse_ll(optarg, 1, 86400000, &o.timeout_ms) < 0)
-				die(EX_USAGE, "--timeout-ms %s: expected 1..86400000", optarg);
+				die(EX_USAGE, "--timeout-ms %s: expected 1..86400000", EXC(optarg));
 			break;
 		case 'e':
 			if (o.nenv == MAX_ITEMS)
@@ -203,7 +203,7 @@ static void parse_args(int argc, char **argv)
 			break;
 		case 'C':
 			if (optarg[0] != '/')
-				die(EX_USAGE, "--cwd %s: must be an absolute path", optarg);
+				die(EX_USAGE, "--cwd %s: must be an absolute path", EXC(optarg));
 			o.cwd = optarg;
 			break;
 		case 'i': o.stdin_file = optarg; break;
@@ -236,9 +236,9 @@ static void parse_args(int argc, char **argv)
 		struct stat st;
 
 		if (stat(o.in[i].host, &st) < 0)
-			die(EX_USAGE, "--copy-in %s:", o.in[i].host);
+			die(EX_USAGE, "--copy-in %s:", EXC(o.in[i].host));
 		if (!S_ISREG(st.st_mode))
-			die(EX_USAGE, "--copy-in %s: only regular files can be copied", o.in[i].host);
+			die(EX_USAGE, "--copy-in %s: only regular files can be copied", EXC(o.in[i].host));
 	}
 	if (vm) {
 		load_vm(vm);
@@ -248,6 +248,8 @@ static void parse_args(int argc, char **argv)
 
 		if (!id)
 			die(EX_USAGE, "standard input has no vm.id (expected isopod-boot's output)");
+		if (!id_vm_ok(id))
+			die(EX_USAGE, "standard input: bad vm.id %s: want vm-<12 hex>", EXC(id));
 		load_vm(id);
 		json_decref(j);
 	}
@@ -373,7 +375,7 @@ static void copy_in(json_t *list)
 		int fd = open(o.in[i].host, O_RDONLY | O_CLOEXEC);
 
 		if (fd < 0 || fstat(fd, &st) < 0)
-			fail(EX_USAGE, "io", "--copy-in %s: %s", o.in[i].host, strerror(errno));
+			fail(EX_USAGE, "io", "--copy-in %s: %s", EXC(o.in[i].host), strerror(errno));
 		tlv_init(&w, buf, sizeof buf);
 		tlv_put_str(&w, T_PATH, o.in[i].guest);
 		tlv_put_u32(&w, T_MODE, st.st_mode & 0777);
@@ -536,7 +538,7 @@ int main(int argc, char **argv)
 		stdin_fd = strcmp(o.stdin_file, "-") ? open(o.stdin_file, O_RDONLY | O_CLOEXEC)
 						     : dup(0);
 		if (stdin_fd < 0)
-			fail(EX_USAGE, "io", "--stdin-file %s: %s", o.stdin_file, strerror(errno));
+			fail(EX_USAGE, "io", "--stdin-file %s: %s", EXC(o.stdin_file), strerror(errno));
 		/* No O_NONBLOCK: on a dup of fd 0 it would change the caller's
 		 * own stdin.  We read only after poll says readable, and one
 		 * read returns what a pipe or tty has without waiting for more. */

@@ -299,11 +299,11 @@ for l in sys.stdin: s.sendall(l.encode()); time.sleep(0.2); s.recv(4096)
 }
 
 @test "exec: a malformed frame from the guest is an error, never an unbounded allocation" {
-	id=vm-badagent0001
+	id=vm-bad0a9e00001
 	mkdir -p "$ISOPOD_HOME/vms/$id"
 	sock="$ISOPOD_HOME/vms/$id/agent.sock"
 	jq -n --arg s "$sock" --arg q "$ISOPOD_HOME/vms/$id/qmp.sock" \
-		'{id:"vm-badagent0001",name:"bad-agent",state:"running",agent_sock:$s,qmp_sock:$q}' \
+		'{id:"vm-bad0a9e00001",name:"bad-agent",state:"running",agent_sock:$s,qmp_sock:$q}' \
 		> "$ISOPOD_HOME/vms/$id/meta.json"
 	for kind in huge unknown truncated; do
 		python3 - "$sock" "$kind" <<'EOF' &
