@@ -94,6 +94,12 @@
  * (the clock only runs while the host keeps up), never longer than MAX. */
 #define DRAIN_MS 2000
 #define DRAIN_MAX_MS 30000
+/* The same after a timeout: the budget is spent, what the pipes hold is read
+ * at once, and a process that left the group is not waited for: EXIT must
+ * reach the host within its grace (1.5 s after the deadline, isopod-exec),
+ * or the host stops the VM. */
+#define DRAIN_TIMEOUT_MS 250
+#define DRAIN_TIMEOUT_MAX_MS 1000
 #define WAIT_DEV_MS 10000
 /* A read of 0 right after data is a hang-up only once it has lasted this
  * long (see port_read). */
@@ -1529,8 +1535,8 @@ static void reap(void)
 		kill(-pid, SIGKILL);
 		stdin_close();
 		now = mono_ms();
-		ex.drain_until = now + DRAIN_MS;
-		ex.drain_cap = now + DRAIN_MAX_MS;
+		ex.drain_until = now + (ex.timed_out ? DRAIN_TIMEOUT_MS : DRAIN_MS);
+		ex.drain_cap = now + (ex.timed_out ? DRAIN_TIMEOUT_MAX_MS : DRAIN_MAX_MS);
 	}
 }
 
@@ -1597,11 +1603,11 @@ static void exec_maybe_finish(int64_t now)
 	exec_read_status(); /* the child is gone: its report (or EOF) is there */
 	if (ex.out_fd >= 0 || ex.err_fd >= 0) {
 		if (out_pending() > OUT_HIGH && now < ex.drain_cap)
-			ex.drain_until = now + DRAIN_MS;
-		if (now < ex.drain_until)
+			ex.drain_until = now + (ex.timed_out ? DRAIN_TIMEOUT_MS : DRAIN_MS);
+		if (now < ex.drain_until && (!ex.timed_out || now < ex.drain_cap))
 			return;
 		logm("output of %.100s still open %d ms after it exited: closed",
-		     ex.argv0, DRAIN_MS);
+		     ex.argv0, ex.timed_out ? DRAIN_TIMEOUT_MS : DRAIN_MS);
 		pipe_close(&ex.out_fd, STREAM_STDOUT);
 		pipe_close(&ex.err_fd, STREAM_STDERR);
 	}

@@ -99,17 +99,14 @@ static int read_sha(const char *path, char out[65])
 {
 	char buf[80];
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), i;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
 	if (fd < 0)
 		return -1;
 	n = read(fd, buf, sizeof buf - 1);
 	close(fd);
-	if (n < 64)
+	if (n < 64 || hex_span(buf) < 64)
 		goto bad;
-	for (i = 0; i < 64; i++)
-		if (!((buf[i] >= '0' && buf[i] <= '9') || (buf[i] >= 'a' && buf[i] <= 'f')))
-			goto bad;
 	if (n > 64 && buf[64] != '\n')
 		goto bad;
 	memcpy(out, buf, 64);
@@ -145,17 +142,13 @@ static void resolve_base(struct img *im, const char *flavor, const char *sha)
 	const char *h = store_home();
 	char p[PATH_MAX];
 	struct stat st;
-	size_t i;
 
 	if (strlen(flavor) >= sizeof im->flavor || !*flavor || strchr(flavor, '/'))
 		die(EX_USAGE, "bad base flavor in the record: %.64s", flavor);
 	snprintf(im->flavor, sizeof im->flavor, "%s", flavor);
 	if (sha) {
-		for (i = 0; sha[i]; i++)
-			if (!((sha[i] >= '0' && sha[i] <= '9') || (sha[i] >= 'a' && sha[i] <= 'f')))
-				break;
-		if (i != 64 || sha[i])
-			die(EX_USAGE, "bad base sha256 in the record: %.80s", sha);
+		if (!hex64_ok(sha))
+			die(EX_USAGE, "bad base sha256 in the record: %s", EXC(sha));
 		memcpy(im->bsha, sha, 65);
 	} else {
 		pathf(p, sizeof p, "%s/images/current-%s", h, flavor);
@@ -860,21 +853,9 @@ static void range(const char *opt, const char *arg, long long lo, long long hi, 
 {
 	if (parse_ll(arg, lo, hi, out) < 0) {
 		if (lo > hi)
-			die(EX_USAGE, "%s %s: no valid value on this host (%s)", opt, arg, why);
-		die(EX_USAGE, "%s %s: out of range %lld..%lld (%s)", opt, arg, lo, hi, why);
+			die(EX_USAGE, "%s %s: no valid value on this host (%s)", opt, EXC(arg), why);
+		die(EX_USAGE, "%s %s: out of range %lld..%lld (%s)", opt, EXC(arg), lo, hi, why);
 	}
-}
-
-static int valid_id(const char *s)
-{
-	size_t i, n = s ? strlen(s) : 0;
-
-	if (n != 15 || strncmp(s, "vm-", 3))
-		return 0;
-	for (i = 3; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return 0;
-	return 1;
 }
 
 /* Fork the supervisor, which starts QEMU with av (keepfd, when >= 0,
@@ -1120,10 +1101,7 @@ static int disk_chain(const char *disk, json_t *layers, char bsha[65])
 				return -1;
 			memcpy(bsha, b + 5, 64);
 			bsha[64] = 0;
-			for (i = 0; i < 64; i++)
-				if (!((bsha[i] >= '0' && bsha[i] <= '9') || (bsha[i] >= 'a' && bsha[i] <= 'f')))
-					return -1;
-			return 0;
+			return hex64_ok(bsha) ? 0 : -1;
 		}
 		if (depth > 0) {
 			/* .../stages/<id>/layer.qcow2 */
@@ -1715,7 +1693,6 @@ static int snap_open(struct snap *sn, const struct cfg *cf, char *why, size_t ws
 	char sha[65];
 	const char *want;
 	int dfd, fd, r = -1;
-	FILE *f;
 
 	sn->memfd = sn->statefd = -1;
 	W.ino = 0;
@@ -1726,15 +1703,12 @@ static int snap_open(struct snap *sn, const struct cfg *cf, char *why, size_t ws
 	}
 	W.dev = ds.st_dev;
 	W.ino = ds.st_ino;
-	if ((fd = openat(dfd, "meta.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
-	    !(f = fdopen(fd, "r"))) {
+	if ((fd = openat(dfd, "meta.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
 		snprintf(why, wsz, "unable to read its meta.json: %s", strerror(errno));
-		if (fd >= 0)
-			close(fd);
 		goto out;
 	}
-	meta = json_loadf(f, 0, NULL);
-	fclose(f);
+	meta = json_load_fd(fd);
+	close(fd);
 	mm = json_object_get(meta, "mem");
 	sm = json_object_get(meta, "state");
 	want = json_string_value(json_object_get(sm, "sha256"));
@@ -1993,10 +1967,10 @@ static int pool_wanted(struct cfg *cf)
 	const char *e = getenv("ISOPOD_WARM"), *w = getenv("ISOPOD_WARM_WAIT_MS");
 
 	if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
-		die(EX_USAGE, "ISOPOD_WARM=%s: want 0 (no warm pool) or 1", e);
+		die(EX_USAGE, "ISOPOD_WARM=%s: want 0 (no warm pool) or 1", EXC(e));
 	cf->warm_wait_ms = 60000;
 	if (w && *w && parse_ll(w, 0, 3600000, &cf->warm_wait_ms) < 0)
-		die(EX_USAGE, "ISOPOD_WARM_WAIT_MS=%s: want milliseconds 0..3600000", w);
+		die(EX_USAGE, "ISOPOD_WARM_WAIT_MS=%s: want milliseconds 0..3600000", EXC(w));
 	return !cf->cold && !(e && !strcmp(e, "0"));
 }
 
@@ -2046,7 +2020,7 @@ int main(int argc, char **argv)
 		case 'C': cf.cold = 1; break;
 		case 'a':
 			if (strcmp(optarg, "kvm") && strcmp(optarg, "tcg"))
-				die(EX_USAGE, "--accel %s: want kvm or tcg", optarg);
+				die(EX_USAGE, "--accel %s: want kvm or tcg", EXC(optarg));
 			cf.accel = optarg;
 			cf.accel_src = "--accel";
 			break;
@@ -2061,7 +2035,7 @@ int main(int argc, char **argv)
 		die(EX_USAGE, "usage: %s", USAGE);
 	if (!cf.accel && (env = getenv("ISOPOD_ACCEL")) && *env) {
 		if (strcmp(env, "kvm") && strcmp(env, "tcg"))
-			die(EX_USAGE, "ISOPOD_ACCEL=%s: want kvm or tcg", env);
+			die(EX_USAGE, "ISOPOD_ACCEL=%s: want kvm or tcg", EXC(env));
 		cf.accel = env;
 		cf.accel_src = "ISOPOD_ACCEL";
 	}
@@ -2102,7 +2076,7 @@ int main(int argc, char **argv)
 
 	claim = json_read_stdin();
 	id = json_string_value(json_object_get(json_object_get(claim, "vm"), "id"));
-	if (!valid_id(id))
+	if (!id_vm_ok(id))
 		die(EX_USAGE, "standard input: want the JSON of isopod-claim with vm.id = vm-<12 hex>");
 	pathf(meta, sizeof meta, "%s/vms/%s", store_home(), id);
 	inst_paths(&in, meta);

@@ -1108,14 +1108,14 @@ static void parse_resolver(const char *s)
 	long long port = 53;
 
 	if (hn >= sizeof host)
-		die(EX_USAGE, "--resolver %s: not an IPv4 address", s);
+		die(EX_USAGE, "--resolver %s: not an IPv4 address", EXC(s));
 	memcpy(host, s, hn);
 	host[hn] = '\0';
 	B.resolver.sin_family = AF_INET;
 	if (inet_pton(AF_INET, host, &B.resolver.sin_addr) != 1)
-		die(EX_USAGE, "--resolver %s: not an IPv4 address", s);
+		die(EX_USAGE, "--resolver %s: not an IPv4 address", EXC(s));
 	if (colon && parse_ll(colon + 1, 1, 65535, &port) < 0)
-		die(EX_USAGE, "--resolver %s: bad port", s);
+		die(EX_USAGE, "--resolver %s: bad port", EXC(s));
 	B.resolver.sin_port = htons((uint16_t)port);
 }
 
@@ -1250,14 +1250,14 @@ int main(int argc, char **argv)
 		case 'd':
 			if (parse_ll(optarg, 0, 65535, &v) < 0)
 				die(EX_USAGE, "--%s %s: out of range 0..65535",
-				    c == 'p' ? "proxy-port" : "dns-port", optarg);
+				    c == 'p' ? "proxy-port" : "dns-port", EXC(optarg));
 			*(c == 'p' ? &B.proxy_port : &B.dns_port) = (unsigned)v;
 			break;
 		case 'a': {
 			char norm[ALLOW_NAME_MAX + 3];
 
 			if (allow_norm(norm, sizeof norm, optarg, &why) < 0)
-				die(EX_USAGE, "--allow %s: %s", optarg, why);
+				die(EX_USAGE, "--allow %s: %s", EXC(optarg), why);
 			if (B.nallow >= MAX_ALLOW)
 				die(EX_USAGE, "--allow: more than %d patterns", MAX_ALLOW);
 			if (!(B.allow[B.nallow++] = strdup(norm)))
@@ -1275,7 +1275,7 @@ int main(int argc, char **argv)
 			break;
 		case 'P':
 			if (parse_ll(optarg, 1, 0x7fffffff, &parent) < 0)
-				die(EX_USAGE, "--parent %s: not a pid", optarg);
+				die(EX_USAGE, "--parent %s: not a pid", EXC(optarg));
 			break;
 		case 'v':
 			B.vm = optarg;
@@ -1290,7 +1290,7 @@ int main(int argc, char **argv)
 	if (optind != argc || !listen_s || !ledger_s)
 		die(EX_USAGE, "usage: %s", USAGE);
 	if (inet_pton(AF_INET, listen_s, &B.listen) != 1)
-		die(EX_USAGE, "--listen %s: not an IPv4 address", listen_s);
+		die(EX_USAGE, "--listen %s: not an IPv4 address", EXC(listen_s));
 	if (resolver_s)
 		parse_resolver(resolver_s);
 	else

@@ -159,7 +159,7 @@ int main(int argc, char **argv)
 			 * same spelling.  Duplicates are dropped. */
 			nallow++;
 			if (allow_norm(pat, sizeof pat, optarg, &why) < 0)
-				die(EX_USAGE, "invalid --allow %.80s: %s", optarg, why);
+				die(EX_USAGE, "invalid --allow %s: %s", EXC(optarg), why);
 			for (i = 0; i < json_array_size(allow); i++)
 				if (!strcmp(json_string_value(json_array_get(allow, i)), pat))
 					break;
@@ -176,11 +176,11 @@ int main(int argc, char **argv)
 	if (optind != argc)
 		die(EX_USAGE, "usage: %s", USAGE);
 	if (want && !valid_name(want))
-		die(EX_USAGE, "invalid name %.80s: want 1..63 of [a-z0-9-], not starting with '-' or 'vm-'",
-		    want);
+		die(EX_USAGE, "invalid name %s: want 1..63 of [a-z0-9-], not starting with '-' or 'vm-'",
+		    EXC(want));
 
 	if (!net_mode_valid(net))
-		die(EX_USAGE, "invalid --net %.40s: want none, filtered or open", net);
+		die(EX_USAGE, "invalid --net %s: want none, filtered or open", EXC(net));
 	/* An allowlist means something only to the broker of a filtered VM:
 	 * with none there is no network, with open no filter to apply it. */
 	if (nallow && strcmp(net, "filtered"))

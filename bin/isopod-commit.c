@@ -51,7 +51,7 @@ static int depth_on(const char *parent)
 		return 1;
 	m = stage_meta(parent);
 	if (!m)
-		die(EX_NOTFOUND, "no such stage: %s", parent);
+		die(EX_NOTFOUND, "no such stage: %s", EXC(parent));
 	d = (int)json_integer_value(json_object_get(m, "depth")) + 1;
 	json_decref(m);
 	return d;
@@ -64,9 +64,9 @@ static void check_label(const char *label, const char *parent)
 	int d = depth_on(parent);
 
 	if (why)
-		die(EX_USAGE, "label %s: %s", label, why);
+		die(EX_USAGE, "label %s: %s", EXC(label), why);
 	if (label && label_taken(label, holder, sizeof holder))
-		die(EX_CONFLICT, "label %s is taken by stage %s", label, holder);
+		die(EX_CONFLICT, "label %s is taken by stage %s", EXC(label), holder);
 	if (d > stage_max_depth())
 		die(EX_CONFLICT,
 		    "stage %s is at the chain depth cap (%d); run `isopod stage flatten %s --as LABEL` "

@@ -57,10 +57,26 @@ static struct {
 	char **argv;
 	int argc;
 	int64_t watchdog_ms, ping_ms;
+	int64_t t0;          /* start of isopod-exec: --timeout-ms counts from here */
+	int64_t deadline_ms; /* t0 + --timeout-ms while the command may run; 0 = none */
 } o = {.watchdog_ms = 30000, .ping_ms = 5000};
+
+/* How long after the deadline the host waits for the agent's EXIT before it
+ * ends the exec itself.  The agent's own timer starts when it receives EXEC,
+ * after our t0 (copy-in, the frame's trip), then it kills the group, reaps and
+ * drains the pipes before EXIT (250 ms, 1 s at most, after a timeout): under
+ * TCG on a loaded 2-core host a healthy guest reported 90-160 ms after our
+ * deadline, 340-920 ms when a setsid() child held its pipes or output was
+ * pending.  1.5 s covers that and keeps the overrun of a starved guest (a
+ * fork bomb, a real-time hog) under 2 s; the agent cannot extend it. */
+#define DEADLINE_GRACE_MS 1500
 
 static struct conn c;
 static json_t *warnings;
+/* What the result is made of, also when the deadline cuts the exec short. */
+static struct outstream out[2] = {{.name = "stdout", .fd = -1}, {.name = "stderr", .fd = -1}};
+static json_t *copied_in;
+static int64_t t_exec;
 
 /* Emit {"ok":false,...} on stdout and exit: stdout stays JSON even when the
  * infrastructure fails, so a caller can always parse it. */
@@ -84,13 +100,17 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const
 	exit(code);
 }
 
-/* Kill a VM whose agent stopped answering: nothing else can end it. */
-static void kill_vm(void)
+/* Kill a VM whose agent stopped answering: nothing else can end it.
+ * 0, or -1 (said on stderr). */
+static int kill_vm(void)
 {
 	char err[256];
 
-	if (qmp_simple(o.qmp_sock, "quit", mono_ms() + 5000, err, sizeof err) < 0)
-		warn("unable to stop vm %s after the watchdog fired: %s", o.id, err);
+	if (qmp_simple(o.qmp_sock, "quit", mono_ms() + 5000, err, sizeof err) < 0) {
+		warn("unable to stop vm %s after its agent fell silent: %s", o.id, err);
+		return -1;
+	}
+	return 0;
 }
 
 static void proxy_env(const json_t *net);
@@ -149,13 +169,13 @@ static void split_copy(char *spec, const char *opt, struct copy *cp, int host_fi
 	char *colon = host_first ? strstr(spec, ":/") : strchr(spec, ':');
 
 	if (!colon || colon == spec || !colon[1])
-		die(EX_USAGE, "%s %s: expected %s", opt, spec,
+		die(EX_USAGE, "%s %s: expected %s", opt, EXC(spec),
 		    host_first ? "HOST:/GUEST/PATH" : "/GUEST/PATH:HOST");
 	*colon = 0;
 	cp->host = host_first ? spec : colon + 1;
 	cp->guest = host_first ? colon + 1 : spec;
 	if (cp->guest[0] != '/')
-		die(EX_USAGE, "%s: guest path %s must be absolute", opt, cp->guest);
+		die(EX_USAGE, "%s: guest path %s must be absolute", opt, EXC(cp->guest));
 	if (strlen(cp->guest) >= 4096)
 		die(EX_USAGE, "%s: guest path too long", opt);
 }
@@ -165,9 +185,9 @@ static void check_env(const char *kv)
 	const char *eq = strchr(kv, '=');
 
 	if (!eq)
-		die(EX_USAGE, "--env %s: expected NAME=VALUE", kv);
+		die(EX_USAGE, "--env %s: expected NAME=VALUE", EXC(kv));
 	if (eq == kv)
-		die(EX_USAGE, "--env %s: the name is empty", kv);
+		die(EX_USAGE, "--env %s: the name is empty", EXC(kv));
 }
 
 static void parse_args(int argc, char **argv)
@@ -193,7 +213,7 @@ static void parse_args(int argc, char **argv)
 		case 'v': vm = optarg; break;
 		case 't':
 			if (parse_ll(optarg, 1, 86400000, &o.timeout_ms) < 0)
-				die(EX_USAGE, "--timeout-ms %s: expected 1..86400000", optarg);
+				die(EX_USAGE, "--timeout-ms %s: expected 1..86400000", EXC(optarg));
 			break;
 		case 'e':
 			if (o.nenv == MAX_ITEMS)
@@ -203,7 +223,7 @@ static void parse_args(int argc, char **argv)
 			break;
 		case 'C':
 			if (optarg[0] != '/')
-				die(EX_USAGE, "--cwd %s: must be an absolute path", optarg);
+				die(EX_USAGE, "--cwd %s: must be an absolute path", EXC(optarg));
 			o.cwd = optarg;
 			break;
 		case 'i': o.stdin_file = optarg; break;
@@ -236,9 +256,9 @@ static void parse_args(int argc, char **argv)
 		struct stat st;
 
 		if (stat(o.in[i].host, &st) < 0)
-			die(EX_USAGE, "--copy-in %s:", o.in[i].host);
+			die(EX_USAGE, "--copy-in %s:", EXC(o.in[i].host));
 		if (!S_ISREG(st.st_mode))
-			die(EX_USAGE, "--copy-in %s: only regular files can be copied", o.in[i].host);
+			die(EX_USAGE, "--copy-in %s: only regular files can be copied", EXC(o.in[i].host));
 	}
 	if (vm) {
 		load_vm(vm);
@@ -248,6 +268,8 @@ static void parse_args(int argc, char **argv)
 
 		if (!id)
 			die(EX_USAGE, "standard input has no vm.id (expected isopod-boot's output)");
+		if (!id_vm_ok(id))
+			die(EX_USAGE, "standard input: bad vm.id %s: want vm-<12 hex>", EXC(id));
 		load_vm(id);
 		json_decref(j);
 	}
@@ -257,16 +279,39 @@ static void parse_args(int argc, char **argv)
  * silence, the VM is killed: a hung guest must not hang the caller. */
 static int64_t last_rx;
 
+static __attribute__((noreturn)) void deadline_passed(void);
+
+/* The watchdog fired: before the deadline it is the infrastructure's failure
+ * (unresponsive, 111); once the deadline has passed it is the command's
+ * timeout, whatever kept the agent from saying so. */
+static __attribute__((noreturn)) void watchdog_fired(void)
+{
+	if (o.deadline_ms && mono_ms() >= o.deadline_ms)
+		deadline_passed();
+	kill_vm();
+	fail(EX_SYS, "unresponsive",
+	     "vm %s: the guest agent stopped answering for %lld ms; the vm was stopped", o.id,
+	     (long long)o.watchdog_ms);
+}
+
+/* The next moment something must happen without the agent: a ping, the
+ * watchdog, the end of the deadline's grace. */
+static int64_t next_tick(void)
+{
+	int64_t until = mono_ms() + o.ping_ms;
+
+	if (until > last_rx + o.watchdog_ms)
+		until = last_rx + o.watchdog_ms;
+	if (o.deadline_ms && until > o.deadline_ms + DEADLINE_GRACE_MS)
+		until = o.deadline_ms + DEADLINE_GRACE_MS;
+	return until;
+}
+
 static int wait_frame(struct frame *fr)
 {
 	for (;;) {
-		int64_t now = mono_ms();
-		int64_t until = now + o.ping_ms;
-		int r;
+		int r = conn_wait(&c, fr, next_tick());
 
-		if (until > last_rx + o.watchdog_ms)
-			until = last_rx + o.watchdog_ms;
-		r = conn_wait(&c, fr, until);
 		if (r == 1) {
 			last_rx = mono_ms();
 			if (fr->type == F_PONG)
@@ -275,12 +320,10 @@ static int wait_frame(struct frame *fr)
 		}
 		if (r != -3)
 			fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
-		if (mono_ms() >= last_rx + o.watchdog_ms) {
-			kill_vm();
-			fail(EX_SYS, "unresponsive",
-			     "vm %s: the guest agent stopped answering for %lld ms; the vm was stopped",
-			     o.id, (long long)o.watchdog_ms);
-		}
+		if (o.deadline_ms && mono_ms() >= o.deadline_ms + DEADLINE_GRACE_MS)
+			deadline_passed();
+		if (mono_ms() >= last_rx + o.watchdog_ms)
+			watchdog_fired();
 		conn_queue(&c, F_PING, STREAM_CTL, NULL, 0);
 	}
 }
@@ -373,7 +416,7 @@ static void copy_in(json_t *list)
 		int fd = open(o.in[i].host, O_RDONLY | O_CLOEXEC);
 
 		if (fd < 0 || fstat(fd, &st) < 0)
-			fail(EX_USAGE, "io", "--copy-in %s: %s", o.in[i].host, strerror(errno));
+			fail(EX_USAGE, "io", "--copy-in %s: %s", EXC(o.in[i].host), strerror(errno));
 		tlv_init(&w, buf, sizeof buf);
 		tlv_put_str(&w, T_PATH, o.in[i].guest);
 		tlv_put_u32(&w, T_MODE, st.st_mode & 0777);
@@ -511,32 +554,101 @@ static void take_output(struct outstream *s, const struct frame *fr)
 		fail(EX_SYS, "io", "%s: %s", s->path, strerror(errno));
 }
 
+/* Print the result: the command's status and what came of its output. */
+static void emit_result(int32_t exit_code, uint32_t sig, uint32_t timed_out, const char *kind,
+			const char *msg, json_t *copied_out, int64_t exec_ms)
+{
+	json_t *res;
+
+	for (int i = 0; i < 2; i++)
+		if (fsync(out[i].fd) < 0 && errno != EINVAL)
+			fail(EX_SYS, "io", "%s: %s", out[i].path, strerror(errno));
+	res = json_pack("{s:b, s:{s:s, s:s}, s:i, s:o, s:b}", "ok", 1, "vm", "id", o.id, "name",
+			o.name, "exit_code", (int)exit_code,
+			"signal", sig ? json_integer(sig) : json_null(),
+			"timed_out", (int)timed_out);
+	if (kind[0]) {
+		json_object_set_new(res, "error_kind", json_string(kind));
+		json_object_set_new(res, "error", utf8_json((const uint8_t *)msg, strlen(msg), 0));
+	}
+	for (int i = 0; i < 2; i++) {
+		struct outstream *s = &out[i];
+		char k[32];
+
+		json_object_set_new(res, s->name, utf8_json(s->inband, s->inlen, s->bytes > s->inlen));
+		snprintf(k, sizeof k, "%s_bytes", s->name);
+		json_object_set_new(res, k, json_integer((json_int_t)s->bytes));
+		snprintf(k, sizeof k, "%s_truncated", s->name);
+		json_object_set_new(res, k, json_boolean(s->bytes > s->inlen));
+		snprintf(k, sizeof k, "%s_log", s->name);
+		json_object_set_new(res, k, json_string(s->path));
+		if (!s->eof)
+			json_array_append_new(warnings, json_sprintf("%s: no end-of-stream from the agent",
+								     s->name));
+	}
+	json_object_set_new(res, "copied_in", copied_in ? copied_in : json_array());
+	json_object_set_new(res, "copied_out", copied_out);
+	json_object_set(res, "warnings", warnings);
+	json_object_set_new(res, "exec_ms", json_integer(exec_ms));
+	json_emit(res);
+}
+
+/* The deadline passed and its grace too, with no EXIT from the agent: the
+ * guest is too starved (or too broken) to end the command, so the host ends
+ * it, by stopping the VM: a timeout like any other (timed_out, signal 9,
+ * 137, the output received so far), with a warning saying the guest did not
+ * answer.  Copy-outs are not attempted: their VM is gone. */
+static void deadline_passed(void)
+{
+	json_t *copied_out = json_array();
+	int stopped = kill_vm() == 0;
+
+	json_array_append_new(warnings,
+		json_sprintf("the guest did not report the command's end within %d ms of the "
+			     "--timeout-ms deadline; %s", DEADLINE_GRACE_MS,
+			     stopped ? "the host stopped the vm" : "the host could not stop the vm"));
+	for (int i = 0; i < o.nout; i++) {
+		json_array_append_new(copied_out, json_pack("{s:s, s:s, s:s}", "guest", o.out[i].guest,
+							    "host", o.out[i].host, "error",
+							    "not copied: the vm was stopped at the deadline"));
+		json_array_append_new(warnings, json_sprintf("copy-out %s not done: the vm was stopped "
+							     "at the deadline", o.out[i].guest));
+	}
+	emit_result(128 + 9, 9, 1, "", "", copied_out, t_exec ? mono_ms() - t_exec : 0);
+	exit(EX_GUEST);
+}
+
 int main(int argc, char **argv)
 {
-	struct outstream s[2] = {{.name = "stdout", .fd = -1}, {.name = "stderr", .fd = -1}};
-	json_t *copied_in, *copied_out, *res;
+	struct outstream *s = out;
+	json_t *copied_out;
 	uint8_t *req;
 	struct tlv_w w;
 	struct hello h = {0};
 	struct frame fr;
 	int stdin_fd = -1, stdin_eof = 1, done = 0;
 	uint64_t credit = FRAME_INITIAL_CREDIT;
-	int64_t t0 = mono_ms(), t_exec;
 	int32_t exit_code = -1;
 	uint32_t sig = 0, timed_out = 0;
 	char kind[64] = "", msg[1024] = "";
 
 	progname = "isopod-exec";
+	o.t0 = mono_ms();
 	signal(SIGPIPE, SIG_IGN);
 	if (sodium_init() < 0)
 		die(EX_SYS, "unable to initialise libsodium");
 	warnings = json_array();
 	parse_args(argc, argv);
+	/* The agent enforces the timeout in the guest; the host enforces it too,
+	 * from the same start: a guest too starved to act on its timer (a fork
+	 * bomb) must not stretch the caller's budget into the watchdog's. */
+	if (o.timeout_ms)
+		o.deadline_ms = o.t0 + o.timeout_ms;
 	if (o.stdin_file) {
 		stdin_fd = strcmp(o.stdin_file, "-") ? open(o.stdin_file, O_RDONLY | O_CLOEXEC)
 						     : dup(0);
 		if (stdin_fd < 0)
-			fail(EX_USAGE, "io", "--stdin-file %s: %s", o.stdin_file, strerror(errno));
+			fail(EX_USAGE, "io", "--stdin-file %s: %s", EXC(o.stdin_file), strerror(errno));
 		/* No O_NONBLOCK: on a dup of fd 0 it would change the caller's
 		 * own stdin.  We read only after poll says readable, and one
 		 * read returns what a pipe or tty has without waiting for more. */
@@ -573,7 +685,7 @@ int main(int argc, char **argv)
 	if (o.cwd)
 		tlv_put_str(&w, T_CWD, o.cwd);
 	if (o.timeout_ms) {
-		int64_t left = o.timeout_ms - (mono_ms() - t0);
+		int64_t left = o.timeout_ms - (mono_ms() - o.t0);
 
 		tlv_put_u64(&w, T_TIMEOUT_MS, (uint64_t)(left > 1 ? left : 1));
 	}
@@ -655,13 +767,12 @@ int main(int argc, char **argv)
 		p[0].fd = c.fd;
 		p[0].events = POLLIN | (c.woff < c.wlen ? POLLOUT : 0);
 		p[0].revents = 0;
-		if (now - last_rx >= o.watchdog_ms) {
-			kill_vm();
-			fail(EX_SYS, "unresponsive",
-			     "vm %s: the guest agent stopped answering for %lld ms; the vm was stopped",
-			     o.id, (long long)o.watchdog_ms);
-		}
-		if (poll(p, (nfds_t)np, (int)o.ping_ms) < 0 && errno != EINTR)
+		if (o.deadline_ms && now >= o.deadline_ms + DEADLINE_GRACE_MS)
+			deadline_passed();
+		if (now - last_rx >= o.watchdog_ms)
+			watchdog_fired();
+		if (poll(p, (nfds_t)np, (int)(next_tick() - now > 0 ? next_tick() - now : 0)) < 0 &&
+		    errno != EINTR)
 			fail(EX_SYS, "io", "poll: %s", strerror(errno));
 		if (mono_ms() - last_rx >= o.ping_ms)
 			conn_queue(&c, F_PING, STREAM_CTL, NULL, 0);
@@ -692,41 +803,13 @@ int main(int argc, char **argv)
 	}
 	int64_t exec_ms = mono_ms() - t_exec;
 
+	/* The command has ended: copy-out is not part of its budget. */
+	o.deadline_ms = 0;
 	copied_out = json_array();
 	copy_out(copied_out);
 	if (conn_flush(&c, mono_ms() + 5000) < 0)
 		json_array_append_new(warnings, json_sprintf("agent: %s", c.err));
 	conn_close(&c);
-
-	for (int i = 0; i < 2; i++)
-		if (fsync(s[i].fd) < 0 && errno != EINVAL)
-			fail(EX_SYS, "io", "%s: %s", s[i].path, strerror(errno));
-	res = json_pack("{s:b, s:{s:s, s:s}, s:i, s:o, s:b}", "ok", 1, "vm", "id", o.id, "name",
-			o.name, "exit_code", (int)exit_code,
-			"signal", sig ? json_integer(sig) : json_null(),
-			"timed_out", (int)timed_out);
-	if (kind[0]) {
-		json_object_set_new(res, "error_kind", json_string(kind));
-		json_object_set_new(res, "error", utf8_json((const uint8_t *)msg, strlen(msg), 0));
-	}
-	for (int i = 0; i < 2; i++) {
-		char k[32];
-
-		json_object_set_new(res, s[i].name, utf8_json(s[i].inband, s[i].inlen, s[i].bytes > s[i].inlen));
-		snprintf(k, sizeof k, "%s_bytes", s[i].name);
-		json_object_set_new(res, k, json_integer((json_int_t)s[i].bytes));
-		snprintf(k, sizeof k, "%s_truncated", s[i].name);
-		json_object_set_new(res, k, json_boolean(s[i].bytes > s[i].inlen));
-		snprintf(k, sizeof k, "%s_log", s[i].name);
-		json_object_set_new(res, k, json_string(s[i].path));
-		if (!s[i].eof)
-			json_array_append_new(warnings, json_sprintf("%s: no end-of-stream from the agent",
-								     s[i].name));
-	}
-	json_object_set_new(res, "copied_in", copied_in);
-	json_object_set_new(res, "copied_out", copied_out);
-	json_object_set(res, "warnings", warnings);
-	json_object_set_new(res, "exec_ms", json_integer(exec_ms));
-	json_emit(res);
+	emit_result(exit_code, sig, timed_out, kind, msg, copied_out, exec_ms);
 	return exit_code == 0 && !timed_out ? EX_OK : EX_GUEST;
 }

@@ -46,8 +46,8 @@ int main(int argc, char **argv)
 	in = json_read_stdin();
 	vm = json_object_get(in, "vm");
 	vmid = json_string_value(json_object_get(vm, "id"));
-	if (!vmid || strncmp(vmid, "vm-", 3) || strchr(vmid, '/'))
-		die(EX_USAGE, "standard input has no vm.id (expected isopod-claim's output)");
+	if (!id_vm_ok(vmid))
+		die(EX_USAGE, "standard input has no vm.id of vm-<12 hex> (expected isopod-claim's output)");
 
 	layers = json_array();
 	if (stage_find(ref, stid, sizeof stid)) {
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 		if (access(backing, R_OK) < 0)
 			die(EX_SYS, "base image %s:", backing);
 	} else {
-		die(EX_NOTFOUND, "no such stage or base flavor: %s", ref);
+		die(EX_NOTFOUND, "no such stage or base flavor: %s", EXC(ref));
 	}
 	if (!flavor || !bsha)
 		die(EX_SYS, "stage %s has no base in its meta.json", stid);

@@ -401,12 +401,12 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'k':
 			if (parse_ll(optarg, 0, INT_MAX, &keep_last) < 0)
-				die(EX_USAGE, "--keep-last %s: want a count 0..%d", optarg, INT_MAX);
+				die(EX_USAGE, "--keep-last %s: want a count 0..%d", EXC(optarg), INT_MAX);
 			break;
 		case 'o':
 			if ((older = parse_dur(optarg)) < 0)
 				die(EX_USAGE, "--older-than %s: want a duration like 30s, 10m, 2h, 7d",
-				    optarg);
+				    EXC(optarg));
 			break;
 		case 'n':
 			dry_run = 1;

@@ -179,7 +179,7 @@ static void cmd_flatten(const char *ref, const char *label)
 	int lk;
 
 	if (why)
-		die(EX_USAGE, "label %s: %s", label, why);
+		die(EX_USAGE, "label %s: %s", EXC(label), why);
 	stage_resolve(ref, id, sizeof id);
 	stage_verify_chain(id);
 	m = stage_meta(id);
@@ -187,7 +187,7 @@ static void cmd_flatten(const char *ref, const char *label)
 		die(EX_SYS, "unable to read stage %s:", id);
 	bsha = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
 	if (label_taken(label, holder, sizeof holder))
-		die(EX_CONFLICT, "label %s is taken by stage %s", label, holder);
+		die(EX_CONFLICT, "label %s is taken by stage %s", EXC(label), holder);
 	rand_hex(hex, 6);
 	snprintf(stid, sizeof stid, "st-%s", hex);
 	pathf(tmp, sizeof tmp, "%s/stages/.tmp-%s.%ld", store_home(), stid, (long)getpid());
@@ -238,7 +238,7 @@ static void cmd_flatten(const char *ref, const char *label)
 	if (label_taken(label, holder, sizeof holder)) {
 		unlink(out);
 		rmdir(tmp);
-		die(EX_CONFLICT, "label %s is taken by stage %s", label, holder);
+		die(EX_CONFLICT, "label %s is taken by stage %s", EXC(label), holder);
 	}
 	if (json_write_atomic(src, sm) < 0 || rename(tmp, dst) < 0) {
 		int e = errno;

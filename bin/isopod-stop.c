@@ -93,7 +93,7 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			if (parse_ll(optarg, 1, 86400000, &timeout) < 0)
-				die(EX_USAGE, "--timeout-ms %s: out of range 1..86400000", optarg);
+				die(EX_USAGE, "--timeout-ms %s: out of range 1..86400000", EXC(optarg));
 			break;
 		case 'h':
 			puts("usage: " USAGE);

@@ -166,7 +166,7 @@ int main(int argc, char **argv)
 		return cmd_ls();
 	}
 	if (strcmp(argv[1], "rm"))
-		die(EX_USAGE, "unknown command %s; usage: %s", argv[1], USAGE);
+		die(EX_USAGE, "unknown command %s; usage: %s", EXC(argv[1]), USAGE);
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
@@ -193,11 +193,10 @@ int main(int argc, char **argv)
 			const char *ref = argv[i], *hit = NULL;
 			size_t n = strlen(ref), hits = 0;
 
-			for (j = 0; j < n; j++)
-				if (!((ref[j] >= '0' && ref[j] <= '9') || (ref[j] >= 'a' && ref[j] <= 'f')))
-					die(EX_USAGE, "%s: a key is lower-case hex", ref);
+			if (hex_span(ref) != n)
+				die(EX_USAGE, "%s: a key is lower-case hex", EXC(ref));
 			if (n == 0 || n > 64)
-				die(EX_USAGE, "%s: a key is 1 to 64 hex digits", ref);
+				die(EX_USAGE, "%s: a key is 1 to 64 hex digits", EXC(ref));
 			json_array_foreach(keys, j, k)
 				if (!strncmp(json_string_value(k), ref, n)) {
 					hit = json_string_value(k);

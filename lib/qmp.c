@@ -34,13 +34,12 @@ static json_t *next_msg(struct qmp *q, int64_t deadline_ms, int *rc)
 
 		if (nl) {
 			size_t ll = (size_t)(nl - q->buf) + 1;
-			json_t *j = json_loadb(q->buf, ll, 0, NULL);
+			json_t *j = json_parse(q->buf, ll, 0, NULL, 0);
 
 			memmove(q->buf, q->buf + ll, q->len - ll);
 			q->len -= ll;
-			if (json_is_object(j))
+			if (j)
 				return j;
-			json_decref(j);
 			continue;
 		}
 		if (q->len == sizeof q->buf) {

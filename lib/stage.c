@@ -48,7 +48,7 @@ json_t *stage_meta(const char *id)
 {
 	char p[PATH_MAX];
 
-	if (strncmp(id, "st-", 3) || strchr(id, '/')) {
+	if (!id_stage_ok(id)) {
 		errno = ENOENT;
 		return NULL;
 	}
@@ -113,8 +113,10 @@ int stage_find(const char *ref, char *id, size_t idsz)
 
 	memset(&a, 0, sizeof a);
 	a.ref = ref;
-	if (!*ref)
-		return 0;
+	/* An id, id prefix, name and label all have a label's syntax: a ref
+	 * that has not is refused before anything is looked up. */
+	if (label_invalid(ref))
+		die(EX_USAGE, "bad stage reference %s: %s", EXC(ref), label_invalid(ref));
 	each_stage(find_one, &a);
 	if (a.exact[0]) {
 		snprintf(id, idsz, "%s", a.exact);
@@ -123,7 +125,8 @@ int stage_find(const char *ref, char *id, size_t idsz)
 	if (a.n == 0)
 		return 0;
 	if (a.n > 1) {
-		fprintf(stderr, "%s: fatal: stage reference %s is ambiguous; candidates:", progname, ref);
+		fprintf(stderr, "%s: fatal: stage reference %s is ambiguous; candidates:", progname,
+			EXC(ref));
 		for (int i = 0; i < a.n && i < 16; i++) {
 			json_t *m = stage_meta(a.cand[i]);
 			const char *l = m ? json_string_value(json_object_get(m, "label")) : NULL;
@@ -141,7 +144,7 @@ int stage_find(const char *ref, char *id, size_t idsz)
 void stage_resolve(const char *ref, char *id, size_t idsz)
 {
 	if (!stage_find(ref, id, idsz))
-		die(EX_NOTFOUND, "no such stage: %s", ref);
+		die(EX_NOTFOUND, "no such stage: %s", EXC(ref));
 }
 
 struct labelarg {
@@ -211,7 +214,7 @@ int base_current(const char *flavor, char *sha, size_t shasz)
 	}
 	fclose(f);
 	buf[strcspn(buf, "\n")] = 0;
-	if (strlen(buf) != 64) {
+	if (!hex64_ok(buf)) {
 		errno = EINVAL;
 		return -1;
 	}

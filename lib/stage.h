@@ -23,8 +23,8 @@ int stage_max_depth(void);
 const char *label_invalid(const char *label);
 
 /* Resolve REF (full id, unique id prefix, vanity name, label) to a stage
- * id.  Returns 1 and fills id; 0 when nothing matches; dies 102 listing the
- * candidates when ambiguous. */
+ * id.  Returns 1 and fills id; 0 when nothing matches; dies 100 when REF has
+ * not a label's syntax, 102 listing the candidates when ambiguous. */
 int stage_find(const char *ref, char *id, size_t idsz);
 /* stage_find, dying 101 naming REF when nothing matches. */
 void stage_resolve(const char *ref, char *id, size_t idsz);

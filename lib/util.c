@@ -27,9 +27,14 @@ static void vmsg(const char *kind, const char *fmt, va_list ap)
 {
 	int e = errno;
 	size_t n = strlen(fmt);
+	char msg[DIAG_MAX];
+	int len = vsnprintf(msg, sizeof msg, fmt, ap);
 
-	fprintf(stderr, "%s: %s: ", progname, kind);
-	vfprintf(stderr, fmt, ap);
+	/* Callers pass input through EXC(); this cut is the net for one
+	 * that does not: no diagnostic echoes a 100 MB argument whole. */
+	fprintf(stderr, "%s: %s: %s", progname, kind, len < 0 ? fmt : msg);
+	if (len >= (int)sizeof msg)
+		fprintf(stderr, "…(%d bytes)", len);
 	if (n && fmt[n - 1] == ':')
 		fprintf(stderr, " %s", strerror(e));
 	fputc('\n', stderr);
@@ -191,34 +196,215 @@ int json_write_atomic(const char *path, json_t *obj)
 	return r;
 }
 
-json_t *json_load_path(const char *path)
+/* The bytes handed to jansson, kept (at most JSON_MAX_BYTES of them) so that
+ * a duplicate key can be named from the error's position. */
+struct jin {
+	int fd;
+	char *buf;
+	size_t len;
+	int over, rerr;
+};
+
+static size_t jin_read(void *out, size_t n, void *arg)
+{
+	struct jin *in = arg;
+	ssize_t r;
+
+	if (in->len >= JSON_MAX_BYTES) {
+		char c;
+
+		/* Exactly JSON_MAX_BYTES then EOF is fine; one byte more is not. */
+		do
+			r = read(in->fd, &c, 1);
+		while (r < 0 && errno == EINTR);
+		if (r == 0)
+			return 0;
+		in->over = 1;
+		return (size_t)-1;
+	}
+	if (n > JSON_MAX_BYTES - in->len)
+		n = JSON_MAX_BYTES - in->len;
+	/* read(2), not stdio: a pipe's writer may keep it open after the
+	 * object, and jansson stops at the object's end (stdin). */
+	do
+		r = read(in->fd, out, n);
+	while (r < 0 && errno == EINTR);
+	if (r < 0) {
+		in->rerr = errno;
+		return (size_t)-1;
+	}
+	memcpy(in->buf + in->len, out, (size_t)r);
+	in->len += (size_t)r;
+	return (size_t)r;
+}
+
+/* The reason a parse failed, bounded: a duplicate key by name (its JSON
+ * text, which ends just before err->position). */
+static void json_why(const json_error_t *err, const char *buf, size_t len, char *why,
+		     size_t whysz)
+{
+	size_t end = err->position > 0 ? (size_t)err->position : 0, b, bs;
+
+	if (!why || !whysz)
+		return;
+	if (json_error_code(err) == json_error_duplicate_key && end >= 2 && end <= len &&
+	    buf[end - 1] == '"') {
+		/* back to the opening quote: one not escaped by an odd run of '\' */
+		for (b = end - 1; b-- > 0;) {
+			if (buf[b] != '"')
+				continue;
+			for (bs = 0; bs < b && buf[b - 1 - bs] == '\\'; bs++)
+				;
+			if (bs % 2 == 0) {
+				snprintf(why, whysz, "duplicate key \"%s\" (line %d, column %d)",
+					 excerpt((char[EXCERPT_SZ]){0}, buf + b + 1, end - 2 - b),
+					 err->line, err->column);
+				return;
+			}
+		}
+	}
+	snprintf(why, whysz, "%s (line %d, column %d)",
+		 json_error_code(err) == json_error_duplicate_key ? "duplicate key" : EXC(err->text),
+		 err->line, err->column);
+}
+
+static json_t *json_load_jin(struct jin *in, size_t flags, char *why, size_t whysz)
 {
 	json_error_t err;
 	json_t *j;
-	FILE *f = fopen(path, "re");
 
-	if (!f)
-		return NULL;
-	j = json_loadf(f, 0, &err);
-	fclose(f);
-	if (!j || !json_is_object(j)) {
-		json_decref(j);
-		errno = EINVAL;
+	in->buf = malloc(JSON_MAX_BYTES);
+	if (!in->buf) {
+		snprintf(why, whysz, "out of memory");
+		errno = ENOMEM;
 		return NULL;
 	}
+	j = json_load_callback(jin_read, in, flags | JSON_REJECT_DUPLICATES, &err);
+	if (!j) {
+		if (in->over) {
+			snprintf(why, whysz, "more than %u bytes of JSON", JSON_MAX_BYTES);
+			errno = EFBIG;
+		} else if (in->rerr) {
+			snprintf(why, whysz, "read: %s", strerror(in->rerr));
+			errno = in->rerr;
+		} else {
+			json_why(&err, in->buf, in->len, why, whysz);
+			errno = EINVAL;
+		}
+	} else if (!json_is_object(j)) {
+		snprintf(why, whysz, "not a JSON object");
+		json_decref(j);
+		j = NULL;
+		errno = EINVAL;
+	}
+	free(in->buf);
+	in->buf = NULL;
+	return j;
+}
+
+json_t *json_load_fd(int fd)
+{
+	struct jin in = {.fd = fd};
+	char why[512];
+
+	return json_load_jin(&in, 0, why, sizeof why);
+}
+
+json_t *json_load_path(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), e;
+	json_t *j;
+
+	if (fd < 0)
+		return NULL;
+	j = json_load_fd(fd);
+	e = errno;
+	close(fd);
+	errno = e;
 	return j;
 }
 
 json_t *json_read_stdin(void)
 {
-	json_error_t err;
-	json_t *j = json_loadf(stdin, JSON_DISABLE_EOF_CHECK, &err);
+	struct jin in = {.fd = STDIN_FILENO};
+	char why[512];
+	json_t *j = json_load_jin(&in, JSON_DISABLE_EOF_CHECK, why, sizeof why);
 
 	if (!j)
-		die(EX_USAGE, "bad JSON on standard input: %s (line %d)", err.text, err.line);
-	if (!json_is_object(j))
-		die(EX_USAGE, "bad JSON on standard input: not an object");
+		die(EX_USAGE, "bad JSON on standard input: %s", why);
 	return j;
+}
+
+json_t *json_parse(const char *buf, size_t n, size_t flags, char *why, size_t whysz)
+{
+	json_error_t err;
+	json_t *j;
+
+	if (n > JSON_MAX_BYTES) {
+		snprintf(why, whysz, "more than %u bytes of JSON", JSON_MAX_BYTES);
+		return NULL;
+	}
+	j = json_loadb(buf, n, flags | JSON_REJECT_DUPLICATES, &err);
+	if (!j) {
+		json_why(&err, buf, n, why, whysz);
+		return NULL;
+	}
+	if (!json_is_object(j)) {
+		if (why && whysz)
+			snprintf(why, whysz, "not a JSON object");
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+size_t hex_span(const char *s)
+{
+	size_t i = 0;
+
+	while (s && ((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+		i++;
+	return i;
+}
+
+int hex64_ok(const char *s)
+{
+	return s && hex_span(s) == 64 && !s[64];
+}
+
+int id_vm_ok(const char *s)
+{
+	return s && !strncmp(s, "vm-", 3) && hex_span(s + 3) == 12 && !s[15];
+}
+
+int id_stage_ok(const char *s)
+{
+	return s && !strncmp(s, "st-", 3) && hex_span(s + 3) == 12 && !s[15];
+}
+
+int vm_ref_ok(const char *s)
+{
+	size_t n = s ? strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-") : 0;
+
+	return n >= 1 && n <= 63 && !s[n];
+}
+
+char *excerpt(char buf[EXCERPT_SZ], const void *p, size_t n)
+{
+	const unsigned char *s = p;
+	size_t i, k = 0, m = n < EXCERPT_MAX ? n : EXCERPT_MAX;
+
+	for (i = 0; i < m; i++) {
+		if (s[i] >= 0x20 && s[i] < 0x7f && s[i] != '\\')
+			buf[k++] = (char)s[i];
+		else
+			k += (size_t)sprintf(buf + k, "\\x%02x", s[i]);
+	}
+	if (n > m)
+		snprintf(buf + k, EXCERPT_SZ - k, "…(%zu bytes)", n);
+	else
+		buf[k] = 0;
+	return buf;
 }
 
 void json_emit(json_t *obj)
@@ -377,12 +563,6 @@ int parse_ll(const char *s, long long lo, long long hi, long long *out)
 	return 0;
 }
 
-static int valid_ref(const char *ref)
-{
-	return *ref && !strchr(ref, '/') && strcmp(ref, ".") && strcmp(ref, "..") &&
-	       strlen(ref) < 64;
-}
-
 void vm_resolve(const char *ref, char *id_out, size_t idsz)
 {
 	char dir[PATH_MAX], meta[PATH_MAX];
@@ -391,8 +571,9 @@ void vm_resolve(const char *ref, char *id_out, size_t idsz)
 	DIR *d;
 	struct dirent *de;
 
-	if (!valid_ref(ref))
-		die(EX_NOTFOUND, "no such vm: %s", ref);
+	if (!vm_ref_ok(ref))
+		die(EX_USAGE, "bad vm reference %s: want an id, an id prefix or a name "
+		    "(1..63 of [a-z0-9-])", EXC(ref));
 	pathf(dir, sizeof dir, "%s/vms", store_home());
 	d = opendir(dir);
 	if (!d) {

@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 /* Exit codes, the same in every tool and man page (doc/INTERFACES.md). */
@@ -22,7 +23,9 @@ enum {
 extern const char *progname;
 
 /* die(code, fmt, ...): "isopod-X: fatal: <msg>" on stderr, exit code.
- * A message ending in ':' gets ": strerror(errno)" appended (sbase eprintf). */
+ * A message ending in ':' gets ": strerror(errno)" appended (sbase eprintf).
+ * A message over DIAG_MAX bytes is cut (a last net under EXC() below). */
+#define DIAG_MAX 4096
 __attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void warnx_(const char *fmt, ...);
 #define warn warnx_
@@ -38,10 +41,44 @@ void mkdirs(const char *path, mode_t mode);
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
 /* Write a JSON object atomically (pretty, sorted keys off, trailing newline). */
 int json_write_atomic(const char *path, json_t *obj);
-/* Load a JSON object from a file; NULL with errno (ENOENT) or EINVAL on bad JSON. */
+/* Every JSON document a host tool reads goes through the four loaders below,
+ * which refuse duplicate keys (JSON_REJECT_DUPLICATES: with "last one wins",
+ * {"vm":{"id":A},"vm":{"id":B}} reads as B here and as A in a reader that
+ * keeps the first) and anything over JSON_MAX_BYTES (each of our documents is
+ * a few KiB; a hostile 100 MB one never reaches memory).  Only objects. */
+#define JSON_MAX_BYTES (1u << 20)
+/* Load a JSON object from a file; NULL with errno (ENOENT...), EINVAL on bad
+ * JSON or a duplicate key, EFBIG over JSON_MAX_BYTES. */
 json_t *json_load_path(const char *path);
-/* Read one JSON object from a stream (stdin); dies with EX_USAGE on bad input. */
+/* The same from an open fd (read to its end, not closed). */
+json_t *json_load_fd(int fd);
+/* Read one JSON object from standard input (what follows it is left);
+ * dies with EX_USAGE naming the problem (a duplicate key by name). */
 json_t *json_read_stdin(void);
+/* Parse buf[0..n) (one object; trailing bytes are an error unless
+ * JSON_DISABLE_EOF_CHECK is in flags).  NULL with a reason in why (a bounded
+ * text, may be NULL). */
+json_t *json_parse(const char *buf, size_t n, size_t flags, char *why, size_t whysz);
+
+/* Syntax of the store's names, checked before anything is looked up.
+ * hex_span: how many lower-case hex digits s starts with. */
+size_t hex_span(const char *s);
+int hex64_ok(const char *s);      /* a sha256: kernel, base, warm key */
+int id_vm_ok(const char *s);      /* "vm-" + 12 lower-case hex */
+int id_stage_ok(const char *s);   /* "st-" + 12 lower-case hex */
+/* A VM reference: an id, a unique id prefix (with or without "vm-") or a
+ * vanity name: 1..63 of [a-z0-9-]. */
+int vm_ref_ok(const char *s);
+
+/* A diagnostic never echoes more than EXCERPT_MAX bytes of its input:
+ * excerpt() writes p[0..n) with every byte outside printable ASCII (and the
+ * backslash) as \xHH, cut after EXCERPT_MAX bytes with "…(N bytes)".
+ * EXC(s) is excerpt of a C string into a buffer that lives as long as the
+ * enclosing block: die(EX_USAGE, "bad id %s", EXC(id)). */
+#define EXCERPT_MAX 200
+#define EXCERPT_SZ (4 * EXCERPT_MAX + 40)
+char *excerpt(char buf[EXCERPT_SZ], const void *p, size_t n);
+#define EXC(s) excerpt((char[EXCERPT_SZ]){0}, (s), strlen(s))
 /* Print obj compactly + "\n" to stdout and check the write (dies EX_SYS). */
 void json_emit(json_t *obj);
 
@@ -70,8 +107,9 @@ void sha256_hex(const void *data, size_t n, char out[65]);
 int parse_ll(const char *s, long long lo, long long hi, long long *out);
 
 /* VM records: resolve an id, unique id prefix, or vanity name to the
- * directory vms/<id>.  Dies 101 naming ref when nothing matches, 102 listing
- * candidates when ambiguous.  id_out gets the full id (>= 64 bytes). */
+ * directory vms/<id>.  Dies 100 when ref is not of that syntax (vm_ref_ok),
+ * 101 naming ref when nothing matches, 102 listing candidates when
+ * ambiguous.  id_out gets the full id (>= 64 bytes). */
 void vm_resolve(const char *ref, char *id_out, size_t idsz);
 /* Is the VM's supervisor alive (its lock on vms/<id>/lock is held)? */
 int vm_running(const char *id);

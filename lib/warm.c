@@ -19,14 +19,7 @@
 
 int warm_key_valid(const char *s)
 {
-	size_t i;
-
-	if (!s)
-		return 0;
-	for (i = 0; i < 64; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return 0;
-	return s[64] == 0;
+	return hex64_ok(s);
 }
 
 const char *warm_root(int mk)
@@ -268,7 +261,7 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 	json_array_foreach(layers, i, v) {
 		const char *s = json_string_value(v);
 
-		if (!s || strncmp(s, "st-", 3) || !safe_name(s)) {
+		if (!id_stage_ok(s)) {
 			json_array_append_new(why, json_string("unreadable stage id"));
 			continue;
 		}

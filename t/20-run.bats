@@ -118,6 +118,75 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	[ "$status" -eq 137 ]
 	echo "$output" | jq -e '.timed_out == true and .signal == 9 and .exit_code == 137'
 	echo "$output" | jq -e '.stdout == "started\n"'
+	# a healthy agent reports the timeout itself, within the host's grace
+	echo "warnings: $(echo "$output" | jq -c .warnings)" >&3
+	echo "$output" | jq -e '.warnings | all(test("did not report") | not)'
+}
+
+# A guest process that starves the agent for good: SCHED_FIFO 99 on the one
+# vCPU with real-time throttling off never yields, so PID 1 cannot run its
+# timer (a deterministic stand-in for a fork bomb).  It prints, gives the
+# agent a second to forward that, then spins.  Built with musl-gcc, as the agent.
+rt_hog() {
+	[ -x "$DATA/rt-hog" ] && return 0
+	cat >"$DATA/rt-hog.c" <<'EOF_C'
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void)
+{
+	struct sched_param sp = {.sched_priority = 99};
+	int fd = open("/proc/sys/kernel/sched_rt_runtime_us", O_WRONLY);
+
+	if (fd < 0 || write(fd, "-1\n", 3) != 3)
+		return 2;
+	close(fd);
+	if (write(1, "hogging\n", 8) != 8)
+		return 3;
+	sleep(1);
+	/* the raw syscall: musl's sched_setscheduler() is ENOSYS by design */
+	if (syscall(SYS_sched_setscheduler, 0, SCHED_FIFO, &sp) < 0)
+		return 4;
+	for (;;)
+		;
+}
+EOF_C
+	musl-gcc -static -O1 -o "$DATA/rt-hog" "$DATA/rt-hog.c"
+}
+
+@test "exec: the host enforces --timeout-ms when the guest starves its agent (timed out, 137, VM stopped)" {
+	rt_hog
+	run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	t0=$(date +%s%N)
+	run --separate-stderr isopod-exec --vm "$id" --timeout-ms 5000 \
+		--copy-in "$DATA/rt-hog:/root/rt-hog" --copy-out /root/none:"$DATA" -- /root/rt-hog
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	echo "isopod-exec took $ms ms: $output" >&3
+	[ "$status" -eq 1 ]
+	echo "$output" | jq -e '.ok == true and .timed_out == true and .signal == 9 and .exit_code == 137'
+	echo "$output" | jq -e '.stdout == "hogging\n"'
+	echo "$output" | jq -e '.warnings | any(test("did not report the command.s end"))'
+	echo "$output" | jq -e '.copied_out[0].error | test("stopped at the deadline")'
+	# 5 s + the 1.5 s grace + QMP quit; the watchdog (30 s) never came into it
+	[ "$ms" -lt 8000 ]
+	for _ in $(seq 1 100); do vm_locked "$id" || break; sleep 0.1; done
+	run ! vm_locked "$id"
+}
+
+@test "run: a fork bomb under --timeout-s ends at the deadline with timed_out and 137, not unresponsive" {
+	t0=$(date +%s)
+	# the main process stays (its exit would end the group), the bomb grows
+	run --separate-stderr isopod run --json-only --timeout-s 15 -- sh -c 'echo bomb; b() { b | b & }; b; exec sleep 1000'
+	s=$(( $(date +%s) - t0 ))
+	echo "run took $s s: $(echo "$output" | jq -c 'del(.stdout, .stderr)')" >&3
+	[ "$status" -eq 137 ]
+	echo "$output" | jq -e '.ok == true and .timed_out == true and .signal == 9 and .exit_code == 137'
+	echo "$output" | jq -e '.stdout | startswith("bomb\n")'
+	# the budget, the grace and the VM's stop, in whole seconds
+	[ "$s" -le 19 ]
 }
 
 @test "run: background children die with the command; the run does not wait for them" {
@@ -298,12 +367,75 @@ for l in sys.stdin: s.sendall(l.encode()); time.sleep(0.2); s.recv(4096)
 	echo "$output" | jq -e '.leaked == []'
 }
 
+# fake_agent SOCK: an agent that answers HELLO, then on EXEC sends "partial\n"
+# on stdout and falls silent (no EXIT, no PONG): a guest starved right after
+# its command started.  Its pid in $agent.
+fake_agent() {
+	timeout 60 python3 - "$1" <<'EOF_PY' 3>&- &
+import socket, struct, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)
+c, _ = s.accept()
+def send(ty, st, p=b""): c.sendall(struct.pack("<IBI", len(p), ty, st) + p)
+def t(tag, v): return struct.pack("<BI", tag, len(v)) + v
+buf = b""
+while True:
+    d = c.recv(65536)
+    if not d: break
+    buf += d
+    while len(buf) >= 9:
+        ln, ty, st = struct.unpack("<IBI", buf[:9])
+        if len(buf) < 9 + ln: break
+        p, buf = buf[9:9 + ln], buf[9 + ln:]
+        if ty == 1:  # HELLO: echo its COOKIE (tag 2)
+            i, ck = 0, b""
+            while i + 5 <= len(p):
+                tag, l = struct.unpack("<BI", p[i:i + 5])
+                if tag == 2: ck = p[i + 5:i + 5 + l]
+                i += 5 + l
+            send(2, 0, t(1, struct.pack("<I", 1)) + t(2, ck) + t(6, b"rw") + t(7, struct.pack("<Q", 1)))
+        elif ty == 3:  # EXEC
+            send(4, 2, b"partial\n")
+            time.sleep(60)
+EOF_PY
+	agent=$!
+	for _ in $(seq 1 50); do [ -S "$1" ] && break; sleep 0.1; done
+}
+
+@test "exec: a silent agent past the deadline is a timeout (137) by the host; before it, unresponsive (111)" {
+	id=vm-fa4e0a9e0001
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "starved", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock"
+	t0=$(date +%s%N)
+	run --separate-stderr env ISOPOD_WATCHDOG_MS=8000 isopod-exec --vm "$id" --timeout-ms 1000 -- true
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	rm -f "$d/agent.sock"
+	echo "$ms ms: $output" >&3
+	[ "$status" -eq 1 ]
+	echo "$output" | jq -e '.ok == true and .timed_out == true and .signal == 9 and .exit_code == 137'
+	echo "$output" | jq -e '.stdout == "partial\n" and .stdout_bytes == 8'
+	echo "$output" | jq -e '.warnings | any(test("did not report the command.s end within 1500 ms"))'
+	[ "$ms" -ge 2400 ] && [ "$ms" -lt 4500 ]
+	# silence before the deadline stays the infrastructure's failure
+	fake_agent "$d/agent.sock"
+	run --separate-stderr env ISOPOD_WATCHDOG_MS=1500 isopod-exec --vm "$id" --timeout-ms 60000 -- true
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	[ "$status" -eq 111 ]
+	echo "$output" | jq -e '.ok == false and .error_kind == "unresponsive"'
+	rm -rf "$d"
+}
+
 @test "exec: a malformed frame from the guest is an error, never an unbounded allocation" {
-	id=vm-badagent0001
+	id=vm-bad0a9e00001
 	mkdir -p "$ISOPOD_HOME/vms/$id"
 	sock="$ISOPOD_HOME/vms/$id/agent.sock"
 	jq -n --arg s "$sock" --arg q "$ISOPOD_HOME/vms/$id/qmp.sock" \
-		'{id:"vm-badagent0001",name:"bad-agent",state:"running",agent_sock:$s,qmp_sock:$q}' \
+		'{id:"vm-bad0a9e00001",name:"bad-agent",state:"running",agent_sock:$s,qmp_sock:$q}' \
 		> "$ISOPOD_HOME/vms/$id/meta.json"
 	for kind in huge unknown truncated; do
 		python3 - "$sock" "$kind" <<'EOF' &

@@ -152,6 +152,113 @@ static void test_rand_hex(void)
 	ok(strlen(a) == 128 && all_hex(a), "rand_hex 64 bytes -> 128 digits");
 }
 
+/* The one JSON loader: duplicate keys refused (named), size bounded. */
+static void test_json_strict(void)
+{
+	char p[256], why[512];
+	json_t *j;
+	char *big;
+	size_t n;
+	const char dup[] = "{\"vm\":{\"id\":\"vm-aaaaaaaaaaaa\"},\"vm\":{\"id\":\"vm-bbbbbbbbbbbb\"}}";
+	const char deep[] = "{\"vm\":{\"id\":\"x\",\"id\":\"y\"}}";
+	const char esc[] = "{\"a\\\"b\":1,\"a\\\"b\":2}";
+
+	snprintf(p, sizeof p, "%s/dup.json", dir);
+	atomic_write(p, dup, sizeof dup - 1, 0644);
+	errno = 0;
+	ok(json_load_path(p) == NULL && errno == EINVAL, "json_load_path refuses a duplicate key");
+	ok(json_parse(dup, sizeof dup - 1, 0, why, sizeof why) == NULL &&
+	   strstr(why, "duplicate key \"vm\"") != NULL, "json_parse names the duplicate key: %s", why);
+	ok(json_parse(deep, sizeof deep - 1, 0, why, sizeof why) == NULL &&
+	   strstr(why, "duplicate key \"id\"") != NULL, "a nested duplicate is refused too: %s", why);
+	ok(json_parse(esc, sizeof esc - 1, 0, why, sizeof why) == NULL &&
+	   strstr(why, "duplicate key \"a\\x5c\"b\"") != NULL, "an escaped quote in the key: %s", why);
+	j = json_parse("{\"a\":1,\"b\":{\"a\":2}}", 19, 0, why, sizeof why);
+	ok(j != NULL, "the same key in two objects is not a duplicate");
+	json_decref(j);
+	ok(json_parse("[1]", 3, 0, why, sizeof why) == NULL && strstr(why, "not a JSON object"),
+	   "json_parse wants an object");
+	ok(json_parse("{} x", 4, 0, why, sizeof why) == NULL, "trailing bytes refused");
+	j = json_parse("{} x", 4, JSON_DISABLE_EOF_CHECK, why, sizeof why);
+	ok(j != NULL, "... unless JSON_DISABLE_EOF_CHECK");
+	json_decref(j);
+
+	/* the bound: an object of exactly JSON_MAX_BYTES loads, one byte more not */
+	big = malloc(JSON_MAX_BYTES + 2);
+	n = JSON_MAX_BYTES;
+	memcpy(big, "{\"a\":\"", 6);
+	memset(big + 6, 'x', n - 8);
+	memcpy(big + n - 2, "\"}", 2);
+	snprintf(p, sizeof p, "%s/big.json", dir);
+	atomic_write(p, big, n, 0644);
+	j = json_load_path(p);
+	ok(j != NULL, "a %u-byte object loads", JSON_MAX_BYTES);
+	json_decref(j);
+	memcpy(big + n - 2, "x\"}", 3);
+	atomic_write(p, big, n + 1, 0644);
+	errno = 0;
+	ok(json_load_path(p) == NULL && errno == EFBIG, "one byte more: EFBIG");
+	ok(json_parse(big, n + 1, 0, why, sizeof why) == NULL && strstr(why, "more than"),
+	   "json_parse has the same bound: %s", why);
+	free(big);
+	unlink(p);
+	snprintf(p, sizeof p, "%s/dup.json", dir);
+	unlink(p);
+}
+
+static void test_ids(void)
+{
+	char h64[66];
+
+	memset(h64, 'a', 64);
+	h64[64] = 0;
+	ok(hex64_ok(h64), "hex64_ok: 64 hex");
+	h64[63] = 'A';
+	ok(!hex64_ok(h64), "hex64_ok: upper case refused");
+	h64[63] = 'a';
+	h64[64] = 'a';
+	h64[65] = 0;
+	ok(!hex64_ok(h64), "hex64_ok: 65 digits refused");
+	h64[63] = 0;
+	ok(!hex64_ok(h64) && !hex64_ok(NULL) && !hex64_ok(""), "hex64_ok: 63 digits, NULL, empty");
+	ok(hex_span("0af9g") == 4 && hex_span("") == 0 && hex_span(NULL) == 0, "hex_span");
+	ok(id_vm_ok("vm-0123456789ab"), "id_vm_ok: vm- + 12 hex");
+	ok(!id_vm_ok("vm-0123456789a") && !id_vm_ok("vm-0123456789abc") &&
+	   !id_vm_ok("vm-0123456789aB") && !id_vm_ok("st-0123456789ab") &&
+	   !id_vm_ok("vm-badagent0001") && !id_vm_ok("vm-0123456789a/") && !id_vm_ok(NULL),
+	   "id_vm_ok: short, long, upper, stage, non-hex, slash, NULL refused");
+	ok(id_stage_ok("st-0123456789ab") && !id_stage_ok("vm-0123456789ab") &&
+	   !id_stage_ok("st-../../etc") && !id_stage_ok("st-"), "id_stage_ok");
+	ok(vm_ref_ok("vm-0123456789ab") && vm_ref_ok("0123") && vm_ref_ok("brave-otter") &&
+	   vm_ref_ok("vm-"), "vm_ref_ok: id, prefix, name");
+	ok(!vm_ref_ok("") && !vm_ref_ok("..") && !vm_ref_ok("a/b") && !vm_ref_ok("Brave") &&
+	   !vm_ref_ok("a b") && !vm_ref_ok(NULL) &&
+	   !vm_ref_ok("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+	   "vm_ref_ok: empty, dots, slash, upper case, space, NULL, 64 bytes refused");
+}
+
+static void test_excerpt(void)
+{
+	char b[EXCERPT_SZ], *big;
+	size_t n = 100u * 1024 * 1024;
+
+	ok(!strcmp(excerpt(b, "abc", 3), "abc"), "excerpt: short printable text as is");
+	ok(!strcmp(excerpt(b, "a\nb\x1b[2J\\\xc3\xa9", 10), "a\\x0ab\\x1b[2J\\x5c\\xc3\\xa9"),
+	   "excerpt: control, escape, backslash and non-ASCII bytes as \\xHH: %s", b);
+	ok(!strcmp(excerpt(b, "a\0b", 3), "a\\x00b"), "excerpt: NUL");
+	big = malloc(n);
+	memset(big, 'x', n);
+	excerpt(b, big, n);
+	ok(strlen(b) < 300 && strstr(b, "…(104857600 bytes)") && !strncmp(b, "xxxx", 4),
+	   "excerpt of 100 MB: %zu bytes, says how long the input was", strlen(b));
+	memset(big, '\x01', EXCERPT_MAX + 1);
+	excerpt(b, big, EXCERPT_MAX + 1);
+	ok(strlen(b) < EXCERPT_SZ && strstr(b, "(201 bytes)"), "worst case fits EXCERPT_SZ");
+	big[EXCERPT_MAX] = 0;
+	ok(strlen(EXC(big)) == 4 * EXCERPT_MAX, "EXC of a C string, no cut at EXCERPT_MAX");
+	free(big);
+}
+
 int main(void)
 {
 	umask(022);
@@ -163,6 +270,9 @@ int main(void)
 	test_json_write();
 	test_parse_ll();
 	test_rand_hex();
+	test_json_strict();
+	test_ids();
+	test_excerpt();
 	{
 		char cmd[300];
 
