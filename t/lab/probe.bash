@@ -21,25 +21,39 @@ PROBE_SECS=${PROBE_SECS:-1}
 # can cost half a second per start, and a probe starts four.
 PROBE_PY=${PROBE_PY:-$(command -v /usr/bin/python3 || command -v python3)}
 
-_probe_state() { echo "$ISOPOD_LAB_STATE/$LAB_NAME"; }
-
 # Slot K's address with last part +H (1 gateway, 2 guest), as lab.sh has it.
 _probe_slot_ip() {
 	local n=$((4 * $1 + $2))
 	echo "10.213.$((n / 256)).$((n % 256))"
 }
 
-# Hit-log lines "PROTO ADDR PEER" (PEER a regex, default any).
-_probe_hits() {
-	grep -c "^$1 ${2//./\\.} ${3:-[0-9.]*}\$" "$(_probe_state)/hits" || :
+# _probe_count KEY...: for each KEY, "PROTO ADDR" or "PROTO ADDR PEER", the
+# number of hit-log lines it matches, one a line (one pass: bats makes
+# every fork slow).
+_probe_count() {
+	awk -v keys="$(printf '%s\n' "$@")" '
+		BEGIN { n = split(keys, k, "\n") }
+		{ for (i = 1; i <= n; i++) if ($0 == k[i] || index($0, k[i] " ") == 1) c[i]++ }
+		END { for (i = 1; i <= n; i++) print c[i] + 0 }' "$ISOPOD_LAB_STATE/$LAB_NAME/hits"
 }
 
-# Wait (≤ 2 s) until the hit log has more than N lines "PROTO ADDR PEER".
-_probe_await_hit() {
-	local n=$1 i
+# Hit-log lines "PROTO ADDR [PEER]".
+_probe_hits() { _probe_count "$*"; }
+
+# _probe_await N KEY...: wait (≤ 2 s) until every KEY has more lines than
+# the matching one of the N counts ("a b c"), as _probe_count gave them.
+_probe_await() {
+	local -a was now
+	local i ok
+	read -r -a was <<<"$1"
 	shift
-	for i in $(seq 1 40); do
-		[ "$(_probe_hits "$@")" -gt "$n" ] && return 0
+	for _ in {1..40}; do
+		mapfile -t now < <(_probe_count "$@")
+		ok=1
+		for i in "${!was[@]}"; do
+			[ "${now[i]}" -gt "${was[i]}" ] || ok=0
+		done
+		[ "$ok" = 0 ] || return 0
 		sleep 0.05
 	done
 	return 1
@@ -58,47 +72,53 @@ _probe_run() {
 	echo "$out"
 }
 
+# "PROTO ADDR" of each SPEC, one a line.
+_probe_keys() {
+	local spec p a
+	for spec in "$@"; do
+		IFS=: read -r p a _ <<<"$spec"
+		echo "$p $a"
+	done
+}
+
 # target_live SPEC...: from the lab's host netns, every SPEC answers and its
 # listener logs the hit (so "no hit" later means "never arrived", not
 # "nobody there").
 target_live() {
-	local spec p a out
-	local -A n=()
-	for spec in "$@"; do
-		IFS=: read -r p a _ <<<"$spec"
-		n[$spec]=$(_probe_hits "$p" "$a")
-	done
+	local spec out n
+	local -a keys
+	mapfile -t keys < <(_probe_keys "$@")
+	n=$(_probe_count "${keys[@]}" | tr '\n' ' ')
 	out=$(_probe_run "$LAB_NAME-host" "$@") || return 1
 	for spec in "$@"; do
-		IFS=: read -r p a _ <<<"$spec"
 		if ! grep -qxF "$spec answered" <<<"$out"; then
 			echo "target $spec is not live from the host ($out): a blocked probe would prove nothing" >&2
 			return 1
 		fi
-		_probe_await_hit "${n[$spec]}" "$p" "$a" || {
-			echo "target $spec answered the host but its listener logged no hit" >&2
-			return 1
-		}
 	done
+	_probe_await "$n" "${keys[@]}" || {
+		echo "targets $* answered the host but their listeners did not log every hit" >&2
+		return 1
+	}
 }
 
 # guest_live K: stand-in guest K's relay runs, and the guest pings its own
 # gateway: answered, and the host's listener logged that very echo request.
 guest_live() {
 	local k=$1 pid gw ip n out
-	pid=$(head -n 1 "$(_probe_state)/vm$k.pid" 2>/dev/null) || :
-	if [ -z "$pid" ] || ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "fakevm.py isopod-tap$k "; then
+	pid=$(head -n 1 "$ISOPOD_LAB_STATE/$LAB_NAME/vm$k.pid" 2>/dev/null) || :
+	if [ -z "$pid" ] || ! tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q "fakevm.py isopod-tap$k "; then
 		echo "stand-in guest $k is dead: its relay (pid ${pid:-none}) is gone" >&2
 		return 1
 	fi
 	gw=$(_probe_slot_ip "$k" 1) ip=$(_probe_slot_ip "$k" 2)
-	n=$(_probe_hits icmp "$gw" "$ip")
+	n=$(_probe_count "icmp $gw $ip")
 	out=$(_probe_run "$LAB_NAME-vm$k" "icmp:$gw") || return 1
 	if [ "$out" != "icmp:$gw answered" ]; then
 		echo "stand-in guest $k does not reach its gateway ($out)" >&2
 		return 1
 	fi
-	_probe_await_hit "$n" icmp "$gw" "$ip" || {
+	_probe_await "$n" "icmp $gw $ip" || {
 		echo "stand-in guest $k: its ping got an answer, but the host logged no echo request" >&2
 		return 1
 	}
@@ -108,22 +128,24 @@ guest_live() {
 # blocked.  $PROBE_BETWEEN (tests of this helper only) is evaluated between
 # the liveness control and the probe.
 probe_blocked() {
-	local k=$1 st wire ip mark spec p a port x out outcome i
+	local k=$1 wire ip mark spec p a port x out outcome i
+	local -a keys before after sent
 	shift
-	st=$(_probe_state)
-	wire=$st/vm$k.wire
+	wire=$ISOPOD_LAB_STATE/$LAB_NAME/vm$k.wire
 	ip=$(_probe_slot_ip "$k" 2)
+	mapfile -t keys < <(_probe_keys "$@")
 	target_live "$@" || return 1
 	guest_live "$k" || return 1
 	if [ -n "${PROBE_BETWEEN-}" ]; then eval "$PROBE_BETWEEN"; fi
-	local -A before=()
-	for spec in "$@"; do
-		IFS=: read -r p a _ <<<"$spec"
-		before[$spec]=$(_probe_hits "$p" "$a")
-	done
+	mapfile -t before < <(_probe_count "${keys[@]}")
 	mark=$(wc -l <"$wire")
 	out=$(_probe_run "$LAB_NAME-vm$k" "$@") || return 1
 	guest_live "$k" || { echo "(after probing $*)" >&2; return 1; }
+	mapfile -t after < <(_probe_count "${keys[@]}")
+	# The relay logs a frame as it passes it on, before any answer can come
+	# back, and the tool waited for one: the lines are there by now.
+	mapfile -t sent < <(tail -n +"$((mark + 1))" "$wire" | grep "^out [a-z]* $ip ")
+	i=0
 	for spec in "$@"; do
 		IFS=: read -r p a port <<<"$spec"
 		outcome=$(sed -n "s/^${spec//./\\.} //p" <<<"$out")
@@ -138,21 +160,16 @@ probe_blocked() {
 			return 1
 			;;
 		esac
-		# the probe left the guest: the relay passed it on to the host
 		x=${port:-8} # ICMP: an echo request
-		i=0
-		until tail -n +"$((mark + 1))" "$wire" | grep -q "^out $p $ip ${a//./\\.} $x\$"; do
-			i=$((i + 1))
-			if [ "$i" -gt 20 ]; then
-				echo "$spec from guest $k never left the guest (no frame in $wire): the probe did not run" >&2
-				return 1
-			fi
-			sleep 0.05
-		done
-		if [ "$(_probe_hits "$p" "$a")" != "${before[$spec]}" ]; then
-			echo "$spec from guest $k got through: the listener logged $(($(_probe_hits "$p" "$a") - before[$spec])) hit(s)" >&2
+		if ! printf '%s\n' "${sent[@]}" | grep -qxF "out $p $ip $a $x"; then
+			echo "$spec from guest $k never left the guest (no frame in $wire): the probe did not run" >&2
 			return 1
 		fi
+		if [ "${after[i]}" != "${before[i]}" ]; then
+			echo "$spec from guest $k got through: the listener logged $((after[i] - before[i])) hit(s)" >&2
+			return 1
+		fi
+		i=$((i + 1))
 	done
 }
 
