@@ -379,7 +379,7 @@ static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *
 }
 
 /* Fork a child that execs av with stdin /dev/null and stdout+stderr on
- * outfd, umask 077 (the sockets QEMU creates are 0600), nothing else open
+ * outfd, umask 0177, nothing else open
  * but keepfd (when >= 0) as fd 3: a clone's memory file, which QEMU opens
  * as /proc/self/fd/3 (the very inode boot verified, not a path that may
  * have changed since).  With pdeath, the child is SIGKILLed when the
@@ -399,7 +399,11 @@ static pid_t spawn(char *const av[], int outfd, int pdeath, int keepfd)
 		if (getppid() != parent) /* the parent died before prctl */
 			_exit(126);
 	}
-	umask(077);
+	/* bind() makes a unix socket 0777 & ~umask: 0177 gives QEMU's sockets
+	 * (qmp.sock, agent.sock) 0600 from the start, with no window a chmod
+	 * after the bind would leave.  The files QEMU and qemu-img create are
+	 * 0600 under 077 too; neither makes a directory. */
+	umask(0177);
 	if (child_fds(outfd, outfd, keepfd) < 0)
 		_exit(126);
 	execvp(av[0], av);

@@ -10,12 +10,14 @@
 # The policy tests use stand-in guests (t/lab/fakevm.py: a netns whose eth0
 # is relayed to isopod-tapK, probing with the same busybox the guest image
 # carries), so they run in seconds and test exactly the host side: taps,
-# addresses, nftables.  Every deny class is probed with TCP (busybox nc),
-# UDP (busybox nslookup to the UDP echo) and ICMP (busybox ping) against a
-# live listener, next to a control probe that passes in the same test, and
-# the listeners' hit log proves a blocked probe never arrived.
+# addresses, nftables.  Every deny class is probed with TCP, UDP and ICMP
+# against a live listener by probe_blocked (t/lab/probe.bash): the guest's
+# liveness checked right before and after, the probe seen leaving the guest
+# on the wire, and the listeners' hit log proving it never arrived.  The
+# controls that must pass use the guest image's busybox (nc, nslookup, ping).
 
 load helpers
+load lab/probe
 
 setup_file() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
@@ -87,18 +89,6 @@ udp_ok() {
 }
 icmp_ok() {
 	lab gexec "$1" busybox ping -c1 -W1 "$2" >/dev/null
-}
-
-# assert_blocked K ADDR: no protocol gets through, and the listener at ADDR
-# (proven live by lab up / fakevm) saw nothing.
-assert_blocked() {
-	local before after
-	before=$(hits "$2")
-	! tcp_ok "$1" "$2" || { echo "TCP to $2 got through" >&2; return 1; }
-	! udp_ok "$1" "$2" || { echo "UDP to $2 got through" >&2; return 1; }
-	! icmp_ok "$1" "$2" || { echo "ICMP to $2 got through" >&2; return 1; }
-	after=$(hits "$2")
-	[ "$before" = "$after" ] || { echo "the listener on $2 saw $((after - before)) hits" >&2; return 1; }
 }
 
 assert_open() {
@@ -278,6 +268,9 @@ docker_nft() {
 	o3128=$(lab gexec 18 busybox timeout 5 busybox nc -w 2 10.213.0.73 3128 </dev/null || :)
 	odns=$(lab gexec 18 busybox nslookup -timeout=1 -retry=1 probe.test 10.213.0.73 || :)
 	kill "${pids[@]}"
+	# the refused probes were no dead guest's
+	guest_live 0
+	guest_live 18
 	cat "$log"
 	[ "$p3128" = "gw 10.213.0.1 3128" ]
 	[[ "$pdns" == *NXDOMAIN* ]]
@@ -457,8 +450,8 @@ docker_nft() {
 	assert_open 18 198.51.100.10
 	assert_blocked 18 203.0.113.1
 	assert_blocked 0 203.0.113.1
-	! icmp_ok 18 10.213.0.77 || false
-	! icmp_ok 0 10.213.0.77 || false
+	probe_blocked 18 icmp:10.213.0.77
+	probe_blocked 0 icmp:10.213.0.77
 	# the own gateway answers ping (a gateway service)
 	icmp_ok 18 10.213.0.73
 }
@@ -575,6 +568,7 @@ docker_nft() {
 	arping 10.213.0.73
 	! arping 203.0.113.1 || false  # the host's uplink address
 	! arping 10.213.0.77 || false  # another slot's gateway
+	guest_live 18                  # the refused probes were no dead guest's
 	run lab exec sysctl -n net.ipv4.conf.isopod-tap18.arp_ignore net.ipv4.conf.isopod-tap18.arp_announce \
 		net.ipv4.conf.isopod-tap18.accept_redirects net.ipv4.conf.isopod-tap18.accept_source_route \
 		net.ipv4.conf.isopod-tap18.rp_filter
@@ -615,14 +609,66 @@ docker_nft() {
 	[[ "$output" != *" i0@"* && "$output" != *" h0@"* ]]
 }
 
-# ---- real VMs (isopod run --net, QEMU in the lab's host netns) ----------------
+# ---- the probe helper itself (t/lab/probe.bash): it must be able to fail ----
 
-# The guest's own probe loop: "tcp|udp|icmp ADDR ok|no" per target.
-GUEST_PROBE='for a in "$@"; do
-	if printf "GET / HTTP/1.0\r\n\r\n" | nc -w 2 "$a" 80 | grep -q "^lab $a\$"; then r=ok; else r=no; fi; echo "tcp $a $r"
-	if nslookup -port=7 -timeout=1 -retry=1 probe.test "$a" | grep -q NXDOMAIN; then r=ok; else r=no; fi; echo "udp $a $r"
-	if ping -c1 -W1 "$a" >/dev/null; then r=ok; else r=no; fi; echo "icmp $a $r"
-done'
+@test "probe: a stand-in guest killed between its control and the probe fails the probe; a live one passes" {
+	local all="tcp:198.51.100.10:80 udp:198.51.100.10:7 icmp:198.51.100.10" st out naive
+	lab fakevm 1 120 # filtered slot 1: nothing is forwarded
+	# shellcheck disable=SC2086 # a list of probes
+	probe_blocked 1 $all
+	# shellcheck disable=SC2016,SC2086 # expanded by the helper; a list
+	PROBE_BETWEEN='kill -9 "$(head -n 1 "$ISOPOD_LAB_STATE/$LAB_NAME/vm1.pid")"' run probe_blocked 1 $all
+	st=$status out=$output
+	# what a tool's failure alone would have scored as "blocked"
+	run tcp_ok 1 198.51.100.10
+	naive=$status
+	lab rmvm 1
+	echo "$out"
+	[ "$st" -ne 0 ] && [[ "$out" == *"stand-in guest 1 is dead"* ]]
+	[ "$naive" -ne 0 ]
+}
+
+@test "probe: a missing probe tool, or a probe that never left the guest, fails the probe" {
+	PROBE_BETWEEN='PROBE_PY=/nonexistent/python3' run probe_blocked 18 tcp:169.254.169.254:80
+	echo "$output"
+	[ "$status" -ne 0 ] && [[ "$output" == *"the probe tool did not run"* ]]
+	# no default route: the probe fails in the guest, nothing reaches the wire
+	PROBE_BETWEEN='lab gexec 18 ip route del default' run probe_blocked 18 tcp:169.254.169.254:80 icmp:169.254.169.254
+	lab gexec 18 ip route add default via 10.213.0.73
+	echo "$output"
+	[ "$status" -ne 0 ] && [[ "$output" == *"never left the guest"* ]]
+	# a target with no live listener cannot prove a block
+	run probe_blocked 18 tcp:10.213.0.77:80
+	[ "$status" -ne 0 ] && [[ "$output" == *"tcp:10.213.0.77:80 is not live from the host"* ]]
+}
+
+@test "probe: a probe the policy lets through is caught — by its answer, and by the listener's hit log alone" {
+	local spec u uo i io
+	for spec in tcp:198.51.100.10:80 udp:198.51.100.10:7 icmp:198.51.100.10; do
+		run probe_blocked 18 "$spec"
+		[ "$status" -ne 0 ] && [[ "$output" == *"$spec from guest 18 got through (answered)"* ]]
+	done
+	# The answers lost on the way back (dropped in the guest's netns): the
+	# tool sees a timeout, only the hit log sees UDP and ICMP arrive.
+	lab gexec 18 nft -f - <<-'EOF'
+		table ip probedrop {
+			chain in {
+				type filter hook input priority 0
+				ip saddr 198.51.100.10 drop
+			}
+		}
+	EOF
+	run probe_blocked 18 udp:198.51.100.10:7
+	u=$status uo=$output
+	run probe_blocked 18 icmp:198.51.100.10
+	i=$status io=$output
+	lab gexec 18 nft delete table ip probedrop
+	echo "$uo"$'\n'"$io"
+	[ "$u" -ne 0 ] && [[ "$uo" == *"udp:198.51.100.10:7 from guest 18 got through: the listener logged 1 hit(s)"* ]]
+	[ "$i" -ne 0 ] && [[ "$io" == *"icmp:198.51.100.10 from guest 18 got through: the listener logged 1 hit(s)"* ]]
+}
+
+# ---- real VMs (isopod run --net, QEMU in the lab's host netns) ----------------
 
 @test "vm --net none: no eth0, lo works, result says mode none" {
 	vm_tests
@@ -641,20 +687,26 @@ done'
 
 @test "vm --net open: control reachable; metadata, RFC 1918, host, other VM blocked (TCP, UDP, ICMP)" {
 	vm_tests
-	local targets="198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5 203.0.113.1 10.213.0.74 10.213.0.2"
-	local before after a
-	before=$(grep -vc ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
-	run --separate-stderr vrun --net open --timeout-s 170 -- sh -c "$GUEST_PROBE" probe $targets
+	local denied="169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5 203.0.113.1 10.213.0.74 10.213.0.2"
+	local before after p verdict=0
+	# every line but the control's and the guest's liveness pings (t/lab/guestprobe.sh)
+	others() { grep -v ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" | grep -vc '^icmp 10.213.0.9 10.213.0.10$' || :; }
+	before=$(others)
+	# shellcheck disable=SC2086 # lists of addresses
+	vm_probe_start isopod-tap2 10.213.0.9 10.213.0.10 $denied
+	# shellcheck disable=SC2086
+	run --separate-stderr vrun --net open --timeout-s 170 -- \
+		sh -c "$(cat "$BATS_TEST_DIRNAME/lab/guestprobe.sh")" guestprobe 10.213.0.9 198.51.100.10 $denied
+	vm_probes_blocked "$(jq -r '.stdout // ""' <<<"$output")" || verdict=1
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -r .stdout
+	json_is '.net.slot == 2'
 	for p in tcp udp icmp; do
 		echo "$output" | jq -e --arg l "$p 198.51.100.10 ok" '.stdout | split("\n") | index($l) != null'
-		for a in ${targets#198.51.100.10 }; do
-			echo "$output" | jq -e --arg l "$p $a no" '.stdout | split("\n") | index($l) != null'
-		done
 	done
-	# No denied listener saw anything.
-	after=$(grep -vc ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
+	[ "$verdict" -eq 0 ]
+	# No other listener saw anything.
+	after=$(others)
 	[ "$before" = "$after" ]
 }
 

@@ -2,11 +2,24 @@
 """t/lab/fakevm.py - a stand-in guest for testing the host-side network
 without QEMU, and the small tools the network tests use around it.
 
-fakevm.py TAP GUEST MAXSECONDS
+fakevm.py TAP GUEST MAXSECONDS [WIRELOG]
     Frames are relayed between an isopod tap (in the current netns, like
     QEMU would hold it) and a tap called eth0 inside the netns GUEST
     (/run/netns/GUEST), where the test configures eth0 and runs busybox
     probes as the "guest".  Exits after MAXSECONDS, or when killed.
+    With WIRELOG, every IPv4 frame relayed is appended to it as
+    "out|in PROTO SRC DST X" (out: sent by the guest; PROTO tcp, udp, icmp
+    or the number; X the destination port, the ICMP type, or -): the
+    lab's own record that a probe left the guest.
+
+fakevm.py probe SECONDS SPEC...
+    Probe every SPEC at once (tcp:ADDR:PORT, udp:ADDR:PORT, icmp:ADDR) and
+    print "SPEC OUTCOME" for each: answered (TCP: the connection opened;
+    UDP, ICMP: a reply came), refused (a reset or port unreachable),
+    unreachable (an ICMP error or no route), or timeout (nothing within
+    SECONDS).  Exit 0 only when every SPEC got one of these; anything else
+    (a bad SPEC, an unexpected error) exits 1, so a probe that did not run
+    can never read as blocked.
 
 fakevm.py arp IFACE ETHSRC SHA SPA TPA
     Send one ARP request (who-has TPA tell SPA, sender hardware address
@@ -46,8 +59,10 @@ fakevm.py serve LOG MAXSECONDS ADDR PORT...
     appended to LOG as "tcp|udp ADDR:PORT PEER".  Exits after MAXSECONDS.
 """
 import ctypes
+import errno
 import fcntl
 import os
+import random
 import select
 import socket
 import struct
@@ -69,7 +84,27 @@ def tap(name):
     return fd
 
 
-def relay(name, guest, maxs):
+PROTOS = {1: "icmp", 6: "tcp", 17: "udp"}
+
+
+def wire_line(way, f):
+    """One wire-log line for an Ethernet frame, or None (not IPv4)."""
+    if len(f) < 34 or f[12:14] != b"\x08\x00":
+        return None
+    l4 = f[14 + (f[14] & 15) * 4:]
+    proto = f[23]
+    if proto in (6, 17) and len(l4) >= 4:
+        x = str(struct.unpack("!H", l4[2:4])[0])
+    elif proto == 1 and l4:
+        x = str(l4[0])
+    else:
+        x = "-"
+    return "%s %s %s %s %s\n" % (way, PROTOS.get(proto, proto), socket.inet_ntoa(f[26:30]),
+                                  socket.inet_ntoa(f[30:34]), x)
+
+
+def relay(name, guest, maxs, wirelog=None):
+    wire = open(wirelog, "a", buffering=1) if wirelog else None
     host_fd = tap(name)                   # attached in the host netns
     libc = ctypes.CDLL(None, use_errno=True)
     nsfd = os.open("/run/netns/" + guest, os.O_RDONLY | os.O_CLOEXEC)
@@ -82,9 +117,13 @@ def relay(name, guest, maxs):
         r, _, _ = select.select([host_fd, guest_fd], [], [], 0.5)
         for fd in r:
             try:
-                os.write(peer[fd], os.read(fd, 65536))
+                f = os.read(fd, 65536)
+                os.write(peer[fd], f)
             except OSError:
-                pass  # no carrier yet, or a frame the other side refused
+                continue  # no carrier yet, or a frame the other side refused
+            line = wire and wire_line("out" if fd == guest_fd else "in", f)
+            if line:
+                wire.write(line)
 
 
 def mac(s):
@@ -196,6 +235,105 @@ def udpmany(dst, dport, n):
     print(len(got))
 
 
+UNREACH = (errno.EHOSTUNREACH, errno.ENETUNREACH)
+
+
+def probe_tcp(addr, port, secs):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(secs)
+    try:
+        s.connect((addr, int(port)))
+        return "answered"  # the handshake completed: it got through
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.timeout:
+        return "timeout"
+    except OSError as e:
+        if e.errno in UNREACH:
+            return "unreachable"
+        raise
+    finally:
+        s.close()
+
+
+def probe_udp(addr, port, secs):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(secs)
+    try:
+        s.connect((addr, int(port)))
+        s.send(b"probe")
+        s.recv(2048)
+        return "answered"
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.timeout:
+        return "timeout"
+    except OSError as e:
+        if e.errno in UNREACH:
+            return "unreachable"
+        raise
+    finally:
+        s.close()
+
+
+def probe_icmp(addr, secs):
+    ident = random.randrange(1, 0xFFFF)
+    body = struct.pack("!BBHHH", 8, 0, 0, ident, 1) + b"isopod-probe"
+    body = body[:2] + struct.pack("!H", csum(body)) + body[4:]
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    end = time.monotonic() + secs
+    try:
+        try:
+            s.sendto(body, (addr, 0))
+        except OSError as e:
+            if e.errno in UNREACH:
+                return "unreachable"
+            raise
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            s.settimeout(left)
+            try:
+                p, src = s.recvfrom(2048)
+            except socket.timeout:
+                return "timeout"
+            ic = p[(p[0] & 15) * 4:]
+            if len(ic) < 8:
+                continue
+            if ic[0] == 0 and src[0] == addr and struct.unpack("!H", ic[4:6])[0] == ident:
+                return "answered"
+            if ic[0] == 3 and len(ic) >= 36:  # an error quoting our echo request
+                q = ic[8 + (ic[8] & 15) * 4:]
+                if len(q) >= 6 and q[0] == 8 and struct.unpack("!H", q[4:6])[0] == ident:
+                    return "unreachable"
+    finally:
+        s.close()
+
+
+def probe(secs, specs):
+    out = {}
+
+    def one(spec):
+        p = spec.split(":")
+        if p[0] == "tcp" and len(p) == 3:
+            out[spec] = probe_tcp(p[1], p[2], secs)
+        elif p[0] == "udp" and len(p) == 3:
+            out[spec] = probe_udp(p[1], p[2], secs)
+        elif p[0] == "icmp" and len(p) == 2:
+            out[spec] = probe_icmp(p[1], secs)
+
+    ts = [threading.Thread(target=one, args=(s,), daemon=True) for s in specs]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(secs + 2)
+    for s in specs:
+        print(s, out.get(s, "error"))
+    if len(out) != len(specs):
+        sys.exit("fakevm.py probe: some probes did not run (bad SPEC, or an error above)")
+
+
 def serve(log, maxs, addr, ports):
     lock = threading.Lock()
 
@@ -250,10 +388,12 @@ def main():
         udpmany(*a[1:])
     elif a[:1] == ["optprobe"] and len(a) == 4:
         optprobe(*a[1:])
+    elif a[:1] == ["probe"] and len(a) >= 3:
+        probe(float(a[1]), a[2:])
     elif a[:1] == ["serve"] and len(a) >= 5:
         serve(a[1], float(a[2]), a[3], [int(p) for p in a[4:]])
-    elif len(a) == 3:
-        relay(a[0], a[1], float(a[2]))
+    elif len(a) in (3, 4):
+        relay(a[0], a[1], float(a[2]), *a[3:])
     else:
         sys.exit(__doc__)
 

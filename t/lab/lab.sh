@@ -7,6 +7,7 @@
 #   lab.sh fakevm NAME K [SEC]   a stand-in guest for slot K (no QEMU): netns
 #                                NAME-vmK with eth0 relayed to isopod-tapK
 #   lab.sh gexec NAME K CMD...   run CMD in that stand-in guest
+#   lab.sh rmvm NAME K           stop that stand-in guest, delete its netns
 #   lab.sh hits NAME             the listeners' hit log
 #
 # Two namespaces and one veth pair, created inside them; nothing is linked
@@ -24,7 +25,8 @@
 #              Also on its lo: 198.51.100.53, the lab's DNS server.
 #
 # Every listed address serves TCP 80 (HTTP 200, body "lab ADDR") and UDP 7
-# (echo), logging each hit to $STATE/hits (serve.py), and answers ping.
+# (echo), logging each hit to $STATE/hits (serve.py), and answers ping; the
+# echo requests that reach any address of a lab netns are logged there too.
 # 198.51.100.53 serves DNS on UDP 53 (dns.py, authoritative for the zone
 # `test`), logging each query as "qname qtype" to $STATE/dns.log; and
 # /etc/netns/NAME-host/resolv.conf names it, so whatever runs in NAME-host
@@ -87,7 +89,8 @@ spawn() {
 	ns=$1
 	shift
 	ip netns exec "$ns" "$@" </dev/null >>"$STATE/log" 2>&1 3>&- &
-	echo $! >>"$STATE/pids"
+	spawned=$!
+	echo "$spawned" >>"$STATE/pids"
 }
 
 probe_tcp() {
@@ -196,12 +199,16 @@ cmd_down() {
 # address, default route via its gateway) is relayed to isopod-tapK in the
 # host netns by fakevm.py, for SEC seconds at most (default 120), with the
 # same TCP 80 / UDP 7 listeners on the guest address as the internet hosts.
+# $STATE/vmK.pid: the relay's pid (the guest lives while it does);
+# $STATE/vmK.wire: every IPv4 frame it relayed (fakevm.py's wire log).
 cmd_fakevm() {
 	name=$1 k=$2 sec=${3:-120}
 	g=$name-vm$k
 	ip netns add "$g"
 	nsx "$g" ip link set lo up
-	spawn "$name-host" python3 "$LAB_DIR/fakevm.py" "isopod-tap$k" "$g" "$sec"
+	: >"$STATE/vm$k.wire"
+	spawn "$name-host" python3 "$LAB_DIR/fakevm.py" "isopod-tap$k" "$g" "$sec" "$STATE/vm$k.wire"
+	echo "$spawned" >"$STATE/vm$k.pid"
 	await nsx "$g" ip link show eth0 || die "fakevm $k: no eth0 in $g"
 	nsx "$g" ip link set eth0 address "$(slot_mac "$k")"
 	nsx "$g" ip addr add "$(slot_ip "$k" 2)/30" dev eth0
@@ -210,10 +217,24 @@ cmd_fakevm() {
 	await nsx "$g" busybox ping -c1 -W1 "$(slot_ip "$k" 1)" || die "fakevm $k: gateway does not answer"
 	# A live listener on the guest address, for "another VM" probes.
 	spawn "$g" python3 "$LAB_DIR/serve.py" "$STATE/hits" "$(slot_ip "$k" 2)"
+	echo "$spawned" >>"$STATE/vm$k.pid"
 	await probe_tcp "$name-host" "$(slot_ip "$k" 2)" || die "fakevm $k: no listener"
 }
 
-[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec NAME [ARGS...]"
+# Stop stand-in guest K (its relay and listener, as far as they still run)
+# and delete its netns.
+cmd_rmvm() {
+	name=$1 k=$2
+	if [ -f "$STATE/vm$k.pid" ]; then
+		while read -r pid; do
+			kill "$pid" 2>/dev/null || :
+		done <"$STATE/vm$k.pid"
+		rm -f "$STATE/vm$k.pid"
+	fi
+	ip netns del "$name-vm$k" 2>/dev/null || :
+}
+
+[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec|rmvm|hits NAME [ARGS...]"
 verb=$1 name=$2
 shift 2
 check_name "$name"
@@ -223,6 +244,7 @@ up) cmd_up "$name" ;;
 down) cmd_down "$name" ;;
 exec) nsx "$name-host" "$@" ;;
 fakevm) cmd_fakevm "$name" "$@" ;;
+rmvm) cmd_rmvm "$name" "$@" ;;
 gexec)
 	k=$1
 	shift

@@ -6,6 +6,10 @@ request with an HTTP 200 whose body is "lab ADDR", and a UDP echo on port 7
 that answers "lab ADDR <data>" (a DNS-shaped datagram gets NXDOMAIN).  Every hit is appended to LOG as
 "tcp|udp ADDR PEER" so a test can prove a blocked probe never arrived.
 Bound to the given addresses only; runs until killed.
+Also "icmp DST PEER" for every ICMP echo request delivered to any address of
+this network namespace (the kernel answers it; a raw socket sees it after
+the firewall's input hooks), so a blocked ping is proven the same way: run
+one serve.py per namespace.
 """
 import socket
 import sys
@@ -61,6 +65,15 @@ def udp(log, addr):
             s.sendto(("lab %s " % addr).encode() + data, peer)
 
 
+def icmp(log):
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    while True:
+        p, peer = s.recvfrom(2048)
+        ihl = (p[0] & 15) * 4
+        if len(p) > ihl and p[ihl] == 8:  # echo request
+            note(log, "icmp", socket.inet_ntoa(p[16:20]), peer[0])
+
+
 def main():
     log, addrs = sys.argv[1], sys.argv[2:]
     ts = []
@@ -69,6 +82,9 @@ def main():
             t = threading.Thread(target=fn, args=(log, a), daemon=True)
             t.start()
             ts.append(t)
+    t = threading.Thread(target=icmp, args=(log,), daemon=True)
+    t.start()
+    ts.append(t)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     for t in ts:
