@@ -31,6 +31,7 @@
 #include <getopt.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,7 +49,7 @@
 #define USAGE                                                                              \
 	"isopod-broker --listen ADDR --ledger FILE [--proxy-port N] [--dns-port N] "       \
 	"[--allow PATTERN]... [--allow-all] [--no-proxy] [--resolver ADDR[:PORT]] "        \
-	"[--parent PID] [--vm ID]"
+	"[--parent PID] [--vm ID] [--canary PORT]"
 
 #define MAX_FLOWS 256
 #define MAX_PEND 256
@@ -61,6 +62,9 @@
 #define IDLE_MS 300000
 #define DRAIN_MS 2000
 #define TICK_MS 200
+#define CANARY_START_MS 2000 /* no answer before the announce: refuse to start */
+#define CANARY_EVERY_MS 1000
+#define CANARY_LOST_MS 3000  /* no answer for that long: the table is gone */
 
 enum ekind { E_LISTEN, E_DNS, E_SIG, E_GUEST, E_UP, E_RES, E_PEND };
 
@@ -133,7 +137,14 @@ static struct {
 	struct pend *pends, *dead_pends;
 	int nflows, npend;
 	struct ep elisten, edns, esig;
-} B = { .ledger = -1, .lfd = -1, .ufd = -1, .sfd = -1 };
+	/* The canary of isopod-netsetup's table (--canary, canary_*()):
+	 * nonces sent from cfd to listen:canary_port come back to ufd from
+	 * cfd's port only while `inet isopod` is loaded. */
+	unsigned canary_port, canary_src;
+	int cfd;
+	uint8_t nonce[2][16];     /* the last one sent, and the one before */
+	int64_t canary_sent, canary_ok;
+} B = { .ledger = -1, .lfd = -1, .ufd = -1, .sfd = -1, .cfd = -1 };
 
 /* ---- ledger ------------------------------------------------------------ */
 
@@ -879,6 +890,9 @@ static void on_flow_event(struct ep *e, uint32_t ev)
 
 /* ---- DNS --------------------------------------------------------------- */
 
+static int canary_match(const struct sockaddr_in *from, const uint8_t *buf, ssize_t n);
+static void shut_down(void);
+
 static void dns_answer(const struct sockaddr_in *to, const uint8_t *query,
 		       const struct dns_query *q, int rcode)
 {
@@ -995,6 +1009,8 @@ static void on_dns(void)
 			return;
 		if (fl != sizeof from || from.sin_family != AF_INET)
 			continue;
+		if (canary_match(&from, buf, n))
+			continue;
 		if ((size_t)n > sizeof buf)
 			n = sizeof buf;
 		rc = dns_parse_query(buf, (size_t)n, &q);
@@ -1031,6 +1047,130 @@ static void on_dns(void)
 		}
 		forward(&from, buf, &q, name);
 	}
+}
+
+/* ---- the canary -------------------------------------------------------
+ *
+ * The broker cannot read nftables (that needs CAP_NET_ADMIN), so it asks
+ * the table for positive evidence: `inet isopod` turns a datagram from the
+ * host to GW:canary into one to GW:1053, this broker's DNS socket
+ * (isopod-netsetup(8), FAIL CLOSED).  No answer before the announce: the
+ * broker refuses to start, naming isopod-netsetup.  No answer for
+ * CANARY_LOST_MS while serving: it writes a "policy" ledger line, stops
+ * serving and exits 111; the routing rules isopod-netsetup leaves outside
+ * the table cut what the table no longer filters. */
+
+/* A datagram from our canary socket carrying one of our nonces?  Nobody
+ * else can send it: a guest cannot use the gateway's address as its
+ * source (anti-spoof, and the kernel's martian check without the table),
+ * and the nonce never leaves the host's loopback path. */
+static int canary_match(const struct sockaddr_in *from, const uint8_t *buf, ssize_t n)
+{
+	if (!B.canary_port || from->sin_addr.s_addr != B.listen.s_addr ||
+	    ntohs(from->sin_port) != B.canary_src || n != (ssize_t)sizeof B.nonce[0])
+		return 0;
+	if (!memcmp(buf, B.nonce[0], sizeof B.nonce[0]) ||
+	    !memcmp(buf, B.nonce[1], sizeof B.nonce[1]))
+		B.canary_ok = mono_ms();
+	return 1;
+}
+
+static void canary_send(void)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_addr = B.listen,
+				  .sin_port = htons((uint16_t)B.canary_port) };
+
+	memcpy(B.nonce[1], B.nonce[0], sizeof B.nonce[0]);
+	rand_bytes(B.nonce[0], sizeof B.nonce[0]);
+	B.canary_sent = mono_ms();
+	/* a failure (EPERM from some output drop) is just no answer */
+	(void)!sendto(B.cfd, B.nonce[0], sizeof B.nonce[0], MSG_DONTWAIT,
+		      (const struct sockaddr *)&to, sizeof to);
+}
+
+static void canary_open(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = B.listen };
+	socklen_t sl = sizeof sa;
+
+	B.cfd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (B.cfd < 0 || bind(B.cfd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+	    getsockname(B.cfd, (struct sockaddr *)&sa, &sl) < 0)
+		die(EX_SYS, "unable to open the canary socket:");
+	B.canary_src = ntohs(sa.sin_port);
+}
+
+/* Before the announce: the table must answer within CANARY_START_MS. */
+static void canary_start(void)
+{
+	int64_t end = mono_ms() + CANARY_START_MS;
+	char ab[INET_ADDRSTRLEN];
+
+	canary_open();
+	B.canary_ok = 0;
+	while (!B.canary_ok && mono_ms() < end) {
+		struct pollfd p = { B.ufd, POLLIN, 0 };
+		int64_t until = mono_ms() + 200;
+
+		canary_send();
+		while (!B.canary_ok && mono_ms() < until &&
+		       poll(&p, 1, (int)(until - mono_ms())) > 0) {
+			uint8_t buf[64];
+			struct sockaddr_in from;
+			socklen_t fl = sizeof from;
+			ssize_t n = recvfrom(B.ufd, buf, sizeof buf, MSG_TRUNC,
+					     (struct sockaddr *)&from, &fl);
+
+			if (n >= 0 && fl == sizeof from) /* nothing else is served yet */
+				canary_match(&from, buf, n);
+		}
+	}
+	if (!B.canary_ok)
+		die(EX_SYS, "no network policy on %s: the canary of isopod-netsetup's table inet isopod "
+		    "(udp %u) did not answer; run isopod-netsetup",
+		    inet_ntop(AF_INET, &B.listen, ab, sizeof ab), B.canary_port);
+}
+
+/* The "policy" ledger line: written whatever the ledger's cap, once. */
+static void ledger_policy_lost(const char *reason)
+{
+	char ts[64];
+	json_t *o = json_pack("{s:s, s:s, s:n, s:i, s:s, s:s}", "time", iso_ms(ts, sizeof ts),
+			      "kind", "policy", "name", "port", (int)B.canary_port, "verdict", "lost",
+			      "reason", reason);
+	char *s;
+	size_t n;
+
+	if (o && B.vm)
+		json_object_set_new(o, "vm", json_string(B.vm));
+	if (!o || !(s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+		die(EX_SYS, "unable to build a ledger line");
+	json_decref(o);
+	n = strlen(s);
+	s[n] = '\n';
+	(void)!write(B.ledger, s, n + 1);
+	free(s);
+}
+
+/* Every tick while serving: probe, and give up when the table is gone. */
+static void canary_tick(void)
+{
+	int64_t now = mono_ms();
+	char ab[INET_ADDRSTRLEN], why[256];
+
+	if (!B.canary_port)
+		return;
+	if (now - B.canary_ok >= CANARY_LOST_MS) {
+		snprintf(why, sizeof why, "network policy lost: isopod-netsetup's table inet isopod "
+			 "stopped answering its canary on %s:%u; the VM's network is cut (run "
+			 "isopod-netsetup)", inet_ntop(AF_INET, &B.listen, ab, sizeof ab),
+			 B.canary_port);
+		ledger_policy_lost(why);
+		shut_down();
+		die(EX_SYS, "%s", why);
+	}
+	if (now - B.canary_sent >= CANARY_EVERY_MS)
+		canary_send();
 }
 
 /* ---- set-up and loop --------------------------------------------------- */
@@ -1225,6 +1365,7 @@ int main(int argc, char **argv)
 		{ "resolver", required_argument, NULL, 'r' },
 		{ "parent", required_argument, NULL, 'P' },
 		{ "vm", required_argument, NULL, 'v' },
+		{ "canary", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1279,6 +1420,11 @@ int main(int argc, char **argv)
 			break;
 		case 'v':
 			B.vm = optarg;
+			break;
+		case 'c':
+			if (parse_ll(optarg, 1, 65535, &v) < 0)
+				die(EX_USAGE, "--canary %s: out of range 1..65535", optarg);
+			B.canary_port = (unsigned)v;
 			break;
 		case 'h':
 			puts("usage: " USAGE);
@@ -1346,6 +1492,8 @@ int main(int argc, char **argv)
 		ep_add(B.lfd, &B.elisten, EPOLLIN);
 	ep_add(B.ufd, &B.edns, EPOLLIN);
 	ep_add(B.sfd, &B.esig, EPOLLIN);
+	if (B.canary_port)
+		canary_start();
 	announce();
 
 	while (!stop) {
@@ -1382,6 +1530,7 @@ int main(int argc, char **argv)
 		}
 		sweep();
 		reap();
+		canary_tick();
 	}
 	shut_down();
 	return 0;
