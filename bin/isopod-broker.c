@@ -138,9 +138,10 @@ static struct {
 	int nflows, npend;
 	struct ep elisten, edns, esig;
 	/* The canary of isopod-netsetup's table (--canary, canary_*()):
-	 * nonces sent from cfd to listen:canary_port come back to ufd from
-	 * cfd's port only while `inet isopod` is loaded. */
-	unsigned canary_port, canary_src;
+	 * nonces cfd (bound to listen:canary_port + 1) sends to
+	 * listen:canary_port come back to it only while `inet isopod` is
+	 * loaded. */
+	unsigned canary_port;
 	int cfd;
 	uint8_t nonce[2][16];     /* the last one sent, and the one before */
 	int64_t canary_sent, canary_ok;
@@ -890,8 +891,8 @@ static void on_flow_event(struct ep *e, uint32_t ev)
 
 /* ---- DNS --------------------------------------------------------------- */
 
-static int canary_match(const struct sockaddr_in *from, const uint8_t *buf, ssize_t n);
 static void shut_down(void);
+static int bind_sock(int type, unsigned *port);
 
 static void dns_answer(const struct sockaddr_in *to, const uint8_t *query,
 		       const struct dns_query *q, int rcode)
@@ -1009,8 +1010,6 @@ static void on_dns(void)
 			return;
 		if (fl != sizeof from || from.sin_family != AF_INET)
 			continue;
-		if (canary_match(&from, buf, n))
-			continue;
 		if ((size_t)n > sizeof buf)
 			n = sizeof buf;
 		rc = dns_parse_query(buf, (size_t)n, &q);
@@ -1053,27 +1052,15 @@ static void on_dns(void)
  *
  * The broker cannot read nftables (that needs CAP_NET_ADMIN), so it asks
  * the table for positive evidence: `inet isopod` turns a datagram from the
- * host to GW:canary into one to GW:1053, this broker's DNS socket
- * (isopod-netsetup(8), FAIL CLOSED).  No answer before the announce: the
- * broker refuses to start, naming isopod-netsetup.  No answer for
- * CANARY_LOST_MS while serving: it writes a "policy" ledger line, stops
- * serving and exits 111; the routing rules isopod-netsetup leaves outside
- * the table cut what the table no longer filters. */
-
-/* A datagram from our canary socket carrying one of our nonces?  Nobody
- * else can send it: a guest cannot use the gateway's address as its
- * source (anti-spoof, and the kernel's martian check without the table),
- * and the nonce never leaves the host's loopback path. */
-static int canary_match(const struct sockaddr_in *from, const uint8_t *buf, ssize_t n)
-{
-	if (!B.canary_port || from->sin_addr.s_addr != B.listen.s_addr ||
-	    ntohs(from->sin_port) != B.canary_src || n != (ssize_t)sizeof B.nonce[0])
-		return 0;
-	if (!memcmp(buf, B.nonce[0], sizeof B.nonce[0]) ||
-	    !memcmp(buf, B.nonce[1], sizeof B.nonce[1]))
-		B.canary_ok = mono_ms();
-	return 1;
-}
+ * host to GW:PORT into one to GW:PORT+1, where this broker's canary socket
+ * is bound and sends from (isopod-netsetup(8), FAIL CLOSED).  A socket of
+ * its own, not the DNS one: a guest flooding DNS cannot crowd the nonces
+ * out, and the table drops whatever a guest sends to PORT+1.  No answer
+ * before the announce: the broker refuses to start, naming
+ * isopod-netsetup.  No answer for CANARY_LOST_MS while serving: it writes
+ * a "policy" ledger line, stops serving and exits 111; the routing rules
+ * isopod-netsetup leaves outside the table cut what the table no longer
+ * filters. */
 
 static void canary_send(void)
 {
@@ -1088,16 +1075,23 @@ static void canary_send(void)
 		      (const struct sockaddr *)&to, sizeof to);
 }
 
-static void canary_open(void)
+/* Read what came back: a datagram counts only with one of the last two
+ * nonces (random, and they never leave the host's loopback path, so a
+ * guest cannot send one; the source is not checked: NAT on the way may
+ * rewrite it). */
+static void canary_drain(void)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = B.listen };
-	socklen_t sl = sizeof sa;
+	for (int k = 0; k < 64; k++) {
+		uint8_t buf[64];
+		ssize_t n = recv(B.cfd, buf, sizeof buf, MSG_TRUNC);
 
-	B.cfd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (B.cfd < 0 || bind(B.cfd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-	    getsockname(B.cfd, (struct sockaddr *)&sa, &sl) < 0)
-		die(EX_SYS, "unable to open the canary socket:");
-	B.canary_src = ntohs(sa.sin_port);
+		if (n < 0)
+			return;
+		if (n == (ssize_t)sizeof B.nonce[0] &&
+		    (!memcmp(buf, B.nonce[0], sizeof B.nonce[0]) ||
+		     !memcmp(buf, B.nonce[1], sizeof B.nonce[1])))
+			B.canary_ok = mono_ms();
+	}
 }
 
 /* Before the announce: the table must answer within CANARY_START_MS. */
@@ -1105,25 +1099,18 @@ static void canary_start(void)
 {
 	int64_t end = mono_ms() + CANARY_START_MS;
 	char ab[INET_ADDRSTRLEN];
+	unsigned port = B.canary_port + 1;
 
-	canary_open();
+	B.cfd = bind_sock(SOCK_DGRAM, &port);
 	B.canary_ok = 0;
 	while (!B.canary_ok && mono_ms() < end) {
-		struct pollfd p = { B.ufd, POLLIN, 0 };
+		struct pollfd p = { B.cfd, POLLIN, 0 };
 		int64_t until = mono_ms() + 200;
 
 		canary_send();
 		while (!B.canary_ok && mono_ms() < until &&
-		       poll(&p, 1, (int)(until - mono_ms())) > 0) {
-			uint8_t buf[64];
-			struct sockaddr_in from;
-			socklen_t fl = sizeof from;
-			ssize_t n = recvfrom(B.ufd, buf, sizeof buf, MSG_TRUNC,
-					     (struct sockaddr *)&from, &fl);
-
-			if (n >= 0 && fl == sizeof from) /* nothing else is served yet */
-				canary_match(&from, buf, n);
-		}
+		       poll(&p, 1, (int)(until - mono_ms())) > 0)
+			canary_drain();
 	}
 	if (!B.canary_ok)
 		die(EX_SYS, "no network policy on %s: the canary of isopod-netsetup's table inet isopod "
@@ -1160,6 +1147,7 @@ static void canary_tick(void)
 
 	if (!B.canary_port)
 		return;
+	canary_drain();
 	if (now - B.canary_ok >= CANARY_LOST_MS) {
 		snprintf(why, sizeof why, "network policy lost: isopod-netsetup's table inet isopod "
 			 "stopped answering its canary on %s:%u; the VM's network is cut (run "
@@ -1422,8 +1410,8 @@ int main(int argc, char **argv)
 			B.vm = optarg;
 			break;
 		case 'c':
-			if (parse_ll(optarg, 1, 65535, &v) < 0)
-				die(EX_USAGE, "--canary %s: out of range 1..65535", optarg);
+			if (parse_ll(optarg, 1, 65534, &v) < 0)
+				die(EX_USAGE, "--canary %s: out of range 1..65534", optarg);
 			B.canary_port = (unsigned)v;
 			break;
 		case 'h':

@@ -834,10 +834,13 @@ static void build_inet(void)
 		rule_put(r);
 	}
 
-	/* open mode: NAT out of the slot range to anything but a tap. */
+	/* open mode: NAT out of the slot range to anything but a tap, nor
+	 * lo: the host's own datagrams from a gateway address to itself (the
+	 * brokers' canaries) stay as they are. */
 	r = rule_new("postrouting");
 	m_ip(r, 12, NFT_CMP_EQ, base, prefix);
 	m_ifname(r, NFT_META_OIFNAME, NFT_CMP_NEQ, TAP_PREFIX, 1);
+	m_ifname(r, NFT_META_OIFNAME, NFT_CMP_NEQ, "lo", 0);
 	expr_new(r, "masq");
 	rule_put(r);
 }
@@ -1250,13 +1253,14 @@ static void build_failclosed(void)
 		x_mark_or(r, FWMARK);
 		rule_put(r);
 	}
-	/* The canary: `ip daddr GW udp dport 1054 udp dport set 1053` per
-	 * slot, for the host's own datagrams only (output hook).  Stateless
+	/* The canary: `ip daddr GW udp dport 1054 udp dport set 1055` per
+	 * slot, for the host's own datagrams only (output hook; the input
+	 * chain drops a guest's to either port).  Stateless
 	 * on purpose: a NAT rule would be remembered by conntrack and keep
 	 * rewriting an old flow after the table is gone. */
 	put_chain(NFPROTO_INET, "canary", NF_INET_LOCAL_OUT, 0, "filter");
 	for (k = 0; k < total; k++) {
-		uint16_t port = htons(PORT_BROKER_DNS);
+		uint16_t port = htons(PORT_CANARY + 1);
 
 		r = rule_new("canary");
 		m_ip(r, 16, NFT_CMP_EQ, base + 4 * k + 1, 32);

@@ -661,7 +661,7 @@ restore() {
 	[[ "$output" != *'"isopod-tap0" meta mark'* && "$output" != *'"isopod-tap1" meta mark'* ]]
 	[ "$(grep -n 'jump vm_pre' <<<"$output" | cut -d: -f1)" -lt "$(grep -n 'meta mark' <<<"$output" | head -n 1 | cut -d: -f1)" ]
 	run lab exec nft list chain inet isopod canary
-	[ "$(grep -c 'ip daddr 10.213.0.[0-9]* udp dport 1054 udp dport set 1053$' <<<"$output")" -eq 20 ]
+	[ "$(grep -c 'ip daddr 10.213.0.[0-9]* udp dport 1054 udp dport set 1055$' <<<"$output")" -eq 20 ]
 	# a rerun adds none twice; a rule gone is back after one
 	lab exec ip rule del pref 10 iif isopod-tap5 fwmark 0/0x10000000 blackhole
 	[ "$(lab exec ip -4 rule show pref 10 | wc -l)" -eq 19 ]

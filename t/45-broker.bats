@@ -702,9 +702,8 @@ print("reset")'
 
 @test "--canary without isopod-netsetup's table: exit 111 naming isopod-netsetup, no announce; with it, a loss is noticed" {
 	local d=$BATS_TEST_TMPDIR st=0 pid
-	# On the host netns' loopback: the main broker holds $BRK:1053, and the
-	# canary's target port is fixed.  This lab has no isopod table: nothing
-	# turns 1054 into 1053.
+	# On the host netns' loopback (the main broker is on $BRK).  This lab
+	# has no isopod table: nothing turns 1054 into 1055.
 	run --separate-stderr ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" \
 		--listen 127.0.0.1 --ledger "$d/ledger" --canary 1054 --allow pkg.test 3>&- </dev/null
 	[ "$status" -eq 111 ]
@@ -718,7 +717,7 @@ print("reset")'
 		table inet t45canary {
 			chain canary {
 				type filter hook output priority filter;
-				ip daddr 127.0.0.1 udp dport 1054 udp dport set 1053
+				ip daddr 127.0.0.1 udp dport 1054 udp dport set 1055
 			}
 		}
 	EOF
