@@ -64,7 +64,7 @@
 #define TICK_MS 200
 #define CANARY_START_MS 2000 /* no answer before the announce: refuse to start */
 #define CANARY_EVERY_MS 1000
-#define CANARY_LOST_MS 3000  /* no answer for that long: the table is gone */
+#define CANARY_MISSES 3      /* that many probes unanswered: the table is gone */
 
 enum ekind { E_LISTEN, E_DNS, E_SIG, E_GUEST, E_UP, E_RES, E_PEND };
 
@@ -145,6 +145,7 @@ static struct {
 	int cfd;
 	uint8_t nonce[2][16];     /* the last one sent, and the one before */
 	int64_t canary_sent, canary_ok;
+	unsigned unanswered;      /* probes sent since the last answer */
 } B = { .ledger = -1, .lfd = -1, .ufd = -1, .sfd = -1, .cfd = -1 };
 
 /* ---- ledger ------------------------------------------------------------ */
@@ -1057,7 +1058,8 @@ static void on_dns(void)
  * its own, not the DNS one: a guest flooding DNS cannot crowd the nonces
  * out, and the table drops whatever a guest sends to PORT+1.  No answer
  * before the announce: the broker refuses to start, naming
- * isopod-netsetup.  No answer for CANARY_LOST_MS while serving: it writes
+ * isopod-netsetup.  CANARY_MISSES probes in a row unanswered, the last one
+ * for a whole CANARY_EVERY_MS, while serving: it writes
  * a "policy" ledger line, stops serving and exits 111; the routing rules
  * isopod-netsetup leaves outside the table cut what the table no longer
  * filters. */
@@ -1070,6 +1072,7 @@ static void canary_send(void)
 	memcpy(B.nonce[1], B.nonce[0], sizeof B.nonce[0]);
 	rand_bytes(B.nonce[0], sizeof B.nonce[0]);
 	B.canary_sent = mono_ms();
+	B.unanswered++;
 	/* a failure (EPERM from some output drop) is just no answer */
 	(void)!sendto(B.cfd, B.nonce[0], sizeof B.nonce[0], MSG_DONTWAIT,
 		      (const struct sockaddr *)&to, sizeof to);
@@ -1089,8 +1092,10 @@ static void canary_drain(void)
 			return;
 		if (n == (ssize_t)sizeof B.nonce[0] &&
 		    (!memcmp(buf, B.nonce[0], sizeof B.nonce[0]) ||
-		     !memcmp(buf, B.nonce[1], sizeof B.nonce[1])))
+		     !memcmp(buf, B.nonce[1], sizeof B.nonce[1]))) {
 			B.canary_ok = mono_ms();
+			B.unanswered = 0;
+		}
 	}
 }
 
@@ -1139,7 +1144,10 @@ static void ledger_policy_lost(const char *reason)
 	free(s);
 }
 
-/* Every tick while serving: probe, and give up when the table is gone. */
+/* Every tick while serving: probe, and give up when the table is gone.
+ * Counted in probes, not in time since the last answer: a broker that was
+ * not scheduled for a while (a loaded host) has sent nothing meanwhile,
+ * and the answer to a probe is there as soon as its sendto returns. */
 static void canary_tick(void)
 {
 	int64_t now = mono_ms();
@@ -1148,7 +1156,9 @@ static void canary_tick(void)
 	if (!B.canary_port)
 		return;
 	canary_drain();
-	if (now - B.canary_ok >= CANARY_LOST_MS) {
+	if (now - B.canary_sent < CANARY_EVERY_MS)
+		return;
+	if (B.unanswered >= CANARY_MISSES) {
 		snprintf(why, sizeof why, "network policy lost: isopod-netsetup's table inet isopod "
 			 "stopped answering its canary on %s:%u; the VM's network is cut (run "
 			 "isopod-netsetup)", inet_ntop(AF_INET, &B.listen, ab, sizeof ab),
@@ -1157,8 +1167,7 @@ static void canary_tick(void)
 		shut_down();
 		die(EX_SYS, "%s", why);
 	}
-	if (now - B.canary_sent >= CANARY_EVERY_MS)
-		canary_send();
+	canary_send();
 }
 
 /* ---- set-up and loop --------------------------------------------------- */
