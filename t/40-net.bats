@@ -891,6 +891,7 @@ vm_mutation() {
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.2
 	done
+	sleep 1.5 # the control's answer on its way back (the guest sleeps 10 s)
 	mutate "$1"
 	st=0
 	wait "$pid" || st=$?
