@@ -886,7 +886,7 @@ static int launch(const char *id, const struct inst *in, char *const *av, int ow
 		  int keepfd, char *msg, size_t msz)
 {
 	static const char *const booting[] = { "booting", NULL };
-	char line[256], *end;
+	char line[1024], *end; /* room for a broker's reason (egress_log_reason) */
 	int ctl[2], rep[2];
 	size_t got = 0;
 	long long v;
