@@ -675,6 +675,8 @@ static void supervise(const char *id, const struct inst *in, char *const *av, in
 		pathf(bl, sizeof bl, "%s/broker.log", in->dir);
 		blog = open(bl, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (blog < 0 || egress_start(&EG, blog, NET.lock_fd, 5000, msg, sizeof msg) < 0) {
+			if (blog >= 0)
+				egress_log_reason(bl, msg, sizeof msg);
 			dprintf(repfd, "error: %s (see %s)\n", blog < 0 ? strerror(errno) : msg, bl);
 			_exit(111);
 		}
@@ -870,7 +872,7 @@ static int launch(const char *id, const struct inst *in, char *const *av, int ow
 		  int keepfd, char *msg, size_t msz)
 {
 	static const char *const booting[] = { "booting", NULL };
-	char line[256], *end;
+	char line[1024], *end; /* room for a broker's reason (egress_log_reason) */
 	int ctl[2], rep[2];
 	size_t got = 0;
 	long long v;

@@ -31,6 +31,7 @@
 #include <getopt.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,7 +49,7 @@
 #define USAGE                                                                              \
 	"isopod-broker --listen ADDR --ledger FILE [--proxy-port N] [--dns-port N] "       \
 	"[--allow PATTERN]... [--allow-all] [--no-proxy] [--resolver ADDR[:PORT]] "        \
-	"[--parent PID] [--vm ID]"
+	"[--parent PID] [--vm ID] [--canary PORT]"
 
 #define MAX_FLOWS 256
 #define MAX_PEND 256
@@ -61,6 +62,9 @@
 #define IDLE_MS 300000
 #define DRAIN_MS 2000
 #define TICK_MS 200
+#define CANARY_START_MS 2000 /* no answer before the announce: refuse to start */
+#define CANARY_EVERY_MS 1000
+#define CANARY_MISSES 3      /* that many probes unanswered: the table is gone */
 
 enum ekind { E_LISTEN, E_DNS, E_SIG, E_GUEST, E_UP, E_RES, E_PEND };
 
@@ -133,7 +137,16 @@ static struct {
 	struct pend *pends, *dead_pends;
 	int nflows, npend;
 	struct ep elisten, edns, esig;
-} B = { .ledger = -1, .lfd = -1, .ufd = -1, .sfd = -1 };
+	/* The canary of isopod-netsetup's table (--canary, canary_*()):
+	 * nonces cfd (bound to listen:canary_port + 1) sends to
+	 * listen:canary_port come back to it only while `inet isopod` is
+	 * loaded. */
+	unsigned canary_port;
+	int cfd;
+	uint8_t nonce[2][16];     /* the last one sent, and the one before */
+	int64_t canary_sent, canary_ok;
+	unsigned unanswered;      /* probes sent since the last answer */
+} B = { .ledger = -1, .lfd = -1, .ufd = -1, .sfd = -1, .cfd = -1 };
 
 /* ---- ledger ------------------------------------------------------------ */
 
@@ -879,6 +892,9 @@ static void on_flow_event(struct ep *e, uint32_t ev)
 
 /* ---- DNS --------------------------------------------------------------- */
 
+static void shut_down(void);
+static int bind_sock(int type, unsigned *port);
+
 static void dns_answer(const struct sockaddr_in *to, const uint8_t *query,
 		       const struct dns_query *q, int rcode)
 {
@@ -1031,6 +1047,127 @@ static void on_dns(void)
 		}
 		forward(&from, buf, &q, name);
 	}
+}
+
+/* ---- the canary -------------------------------------------------------
+ *
+ * The broker cannot read nftables (that needs CAP_NET_ADMIN), so it asks
+ * the table for positive evidence: `inet isopod` turns a datagram from the
+ * host to GW:PORT into one to GW:PORT+1, where this broker's canary socket
+ * is bound and sends from (isopod-netsetup(8), FAIL CLOSED).  A socket of
+ * its own, not the DNS one: a guest flooding DNS cannot crowd the nonces
+ * out, and the table drops whatever a guest sends to PORT+1.  No answer
+ * before the announce: the broker refuses to start, naming
+ * isopod-netsetup.  CANARY_MISSES probes in a row unanswered, the last one
+ * for a whole CANARY_EVERY_MS, while serving: it writes
+ * a "policy" ledger line, stops serving and exits 111; the routing rules
+ * isopod-netsetup leaves outside the table cut what the table no longer
+ * filters. */
+
+static void canary_send(void)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_addr = B.listen,
+				  .sin_port = htons((uint16_t)B.canary_port) };
+
+	memcpy(B.nonce[1], B.nonce[0], sizeof B.nonce[0]);
+	rand_bytes(B.nonce[0], sizeof B.nonce[0]);
+	B.canary_sent = mono_ms();
+	B.unanswered++;
+	/* a failure (EPERM from some output drop) is just no answer */
+	(void)!sendto(B.cfd, B.nonce[0], sizeof B.nonce[0], MSG_DONTWAIT,
+		      (const struct sockaddr *)&to, sizeof to);
+}
+
+/* Read what came back: a datagram counts only with one of the last two
+ * nonces (random, and they never leave the host's loopback path, so a
+ * guest cannot send one; the source is not checked: NAT on the way may
+ * rewrite it). */
+static void canary_drain(void)
+{
+	for (int k = 0; k < 64; k++) {
+		uint8_t buf[64];
+		ssize_t n = recv(B.cfd, buf, sizeof buf, MSG_TRUNC);
+
+		if (n < 0)
+			return;
+		if (n == (ssize_t)sizeof B.nonce[0] &&
+		    (!memcmp(buf, B.nonce[0], sizeof B.nonce[0]) ||
+		     !memcmp(buf, B.nonce[1], sizeof B.nonce[1]))) {
+			B.canary_ok = mono_ms();
+			B.unanswered = 0;
+		}
+	}
+}
+
+/* Before the announce: the table must answer within CANARY_START_MS. */
+static void canary_start(void)
+{
+	int64_t end = mono_ms() + CANARY_START_MS;
+	char ab[INET_ADDRSTRLEN];
+	unsigned port = B.canary_port + 1;
+
+	B.cfd = bind_sock(SOCK_DGRAM, &port);
+	B.canary_ok = 0;
+	while (!B.canary_ok && mono_ms() < end) {
+		struct pollfd p = { B.cfd, POLLIN, 0 };
+		int64_t until = mono_ms() + 200;
+
+		canary_send();
+		while (!B.canary_ok && mono_ms() < until &&
+		       poll(&p, 1, (int)(until - mono_ms())) > 0)
+			canary_drain();
+	}
+	if (!B.canary_ok)
+		die(EX_SYS, "no network policy on %s: the canary of isopod-netsetup's table inet isopod "
+		    "(udp %u) did not answer; run isopod-netsetup",
+		    inet_ntop(AF_INET, &B.listen, ab, sizeof ab), B.canary_port);
+}
+
+/* The "policy" ledger line: written whatever the ledger's cap, once. */
+static void ledger_policy_lost(const char *reason)
+{
+	char ts[64];
+	json_t *o = json_pack("{s:s, s:s, s:n, s:i, s:s, s:s}", "time", iso_ms(ts, sizeof ts),
+			      "kind", "policy", "name", "port", (int)B.canary_port, "verdict", "lost",
+			      "reason", reason);
+	char *s;
+	size_t n;
+
+	if (o && B.vm)
+		json_object_set_new(o, "vm", json_string(B.vm));
+	if (!o || !(s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+		die(EX_SYS, "unable to build a ledger line");
+	json_decref(o);
+	n = strlen(s);
+	s[n] = '\n';
+	(void)!write(B.ledger, s, n + 1);
+	free(s);
+}
+
+/* Every tick while serving: probe, and give up when the table is gone.
+ * Counted in probes, not in time since the last answer: a broker that was
+ * not scheduled for a while (a loaded host) has sent nothing meanwhile,
+ * and the answer to a probe is there as soon as its sendto returns. */
+static void canary_tick(void)
+{
+	int64_t now = mono_ms();
+	char ab[INET_ADDRSTRLEN], why[256];
+
+	if (!B.canary_port)
+		return;
+	canary_drain();
+	if (now - B.canary_sent < CANARY_EVERY_MS)
+		return;
+	if (B.unanswered >= CANARY_MISSES) {
+		snprintf(why, sizeof why, "network policy lost: isopod-netsetup's table inet isopod "
+			 "stopped answering its canary on %s:%u; the VM's network is cut (run "
+			 "isopod-netsetup)", inet_ntop(AF_INET, &B.listen, ab, sizeof ab),
+			 B.canary_port);
+		ledger_policy_lost(why);
+		shut_down();
+		die(EX_SYS, "%s", why);
+	}
+	canary_send();
 }
 
 /* ---- set-up and loop --------------------------------------------------- */
@@ -1225,6 +1362,7 @@ int main(int argc, char **argv)
 		{ "resolver", required_argument, NULL, 'r' },
 		{ "parent", required_argument, NULL, 'P' },
 		{ "vm", required_argument, NULL, 'v' },
+		{ "canary", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1279,6 +1417,11 @@ int main(int argc, char **argv)
 			break;
 		case 'v':
 			B.vm = optarg;
+			break;
+		case 'c':
+			if (parse_ll(optarg, 1, 65534, &v) < 0)
+				die(EX_USAGE, "--canary %s: out of range 1..65534", optarg);
+			B.canary_port = (unsigned)v;
 			break;
 		case 'h':
 			puts("usage: " USAGE);
@@ -1346,6 +1489,8 @@ int main(int argc, char **argv)
 		ep_add(B.lfd, &B.elisten, EPOLLIN);
 	ep_add(B.ufd, &B.edns, EPOLLIN);
 	ep_add(B.sfd, &B.esig, EPOLLIN);
+	if (B.canary_port)
+		canary_start();
 	announce();
 
 	while (!stop) {
@@ -1382,6 +1527,7 @@ int main(int argc, char **argv)
 		}
 		sweep();
 		reap();
+		canary_tick();
 	}
 	shut_down();
 	return 0;

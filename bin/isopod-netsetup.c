@@ -47,6 +47,7 @@
 #include <linux/netfilter/x_tables.h>
 #include <linux/netfilter/xt_conntrack.h>
 #include <linux/netfilter_arp.h>
+#include <linux/fib_rules.h>
 #include <linux/rtnetlink.h>
 
 #include <libmnl/libmnl.h>
@@ -81,6 +82,19 @@
 #define PORT_DNS 53
 #define PORT_BROKER_DNS 1053
 #define PORT_BROKER_HTTP 3128
+#define PORT_CANARY NET_CANARY_PORT
+
+/* Fail closed (man isopod-netsetup, FAIL CLOSED): per tap, a policy
+ * routing rule at RULE_PREF blackholes everything from the tap unless its
+ * packet carries FWMARK, which only `inet isopod` sets (open slots, in its
+ * prerouting chain).  A flushed, deleted or replaced table leaves the
+ * rule, so nothing from a guest is routed on; the host's own addresses
+ * still come first (the `local` rule, priority 0).  RULE_PREF is low so
+ * that no ordinary rule of the host's routes a guest's packet before the
+ * blackhole; the bit is one that Docker, kube-proxy, Cilium, Tailscale
+ * and WireGuard leave alone. */
+#define RULE_PREF 10
+#define FWMARK 0x10000000u
 
 /* Destinations a guest never reaches through the host (forward path). The
  * host's own addresses are local, so they meet the input chain instead. */
@@ -820,10 +834,13 @@ static void build_inet(void)
 		rule_put(r);
 	}
 
-	/* open mode: NAT out of the slot range to anything but a tap. */
+	/* open mode: NAT out of the slot range to anything but a tap, nor
+	 * lo: the host's own datagrams from a gateway address to itself (the
+	 * brokers' canaries) stay as they are. */
 	r = rule_new("postrouting");
 	m_ip(r, 12, NFT_CMP_EQ, base, prefix);
 	m_ifname(r, NFT_META_OIFNAME, NFT_CMP_NEQ, TAP_PREFIX, 1);
+	m_ifname(r, NFT_META_OIFNAME, NFT_CMP_NEQ, "lo", 0);
 	expr_new(r, "masq");
 	rule_put(r);
 }
@@ -1191,6 +1208,260 @@ static void batch_end(void)
 	batch_next();
 }
 
+/* ---- fail closed ------------------------------------------------------------
+ *
+ * Two things that do not depend on `inet isopod` staying loaded (man
+ * isopod-netsetup, FAIL CLOSED): routing rules that blackhole every tap's
+ * traffic the table has not marked, and a canary in the table that each
+ * VM's broker (unprivileged: it cannot read nftables) sends a nonce
+ * through, so it notices within seconds that the table is gone. */
+
+/* `meta mark set meta mark | bit` */
+static void x_mark_or(struct nftnl_rule *r, uint32_t bit)
+{
+	struct nftnl_expr *e;
+	uint32_t mask = ~bit, xor = bit;
+
+	x_meta(r, NFT_META_MARK);
+	e = expr_new(r, "bitwise");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 4);
+	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 4);
+	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &xor, 4);
+	e = expr_new(r, "meta");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, NFT_META_MARK);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
+}
+
+/* The table's part, in the same batch as the rest of `inet isopod`. */
+static void build_failclosed(void)
+{
+	struct nftnl_rule *r;
+	struct nftnl_expr *e;
+	char name[IFNAMSIZ];
+	unsigned k;
+
+	/* Open slots: what passed anti-spoof (vm_pre returned) carries the
+	 * mark the routing rules ask for; the forward chain still decides
+	 * what may go.  Filtered slots are never marked: they forward
+	 * nothing, and now the routing says so too. */
+	for (k = nslots; k < total; k++) {
+		tap_name(k, name);
+		r = rule_new("prerouting");
+		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
+		x_mark_or(r, FWMARK);
+		rule_put(r);
+	}
+	/* The canary: `ip daddr GW udp dport 1054 udp dport set 1055` per
+	 * slot, for the host's own datagrams only (output hook; the input
+	 * chain drops a guest's to either port).  Stateless
+	 * on purpose: a NAT rule would be remembered by conntrack and keep
+	 * rewriting an old flow after the table is gone. */
+	put_chain(NFPROTO_INET, "canary", NF_INET_LOCAL_OUT, 0, "filter");
+	for (k = 0; k < total; k++) {
+		uint16_t port = htons(PORT_CANARY + 1);
+
+		r = rule_new("canary");
+		m_ip(r, 16, NFT_CMP_EQ, base + 4 * k + 1, 32);
+		m_dport(r, IPPROTO_UDP, PORT_CANARY);
+		e = expr_new(r, "immediate");
+		nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+		nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &port, sizeof port);
+		e = expr_new(r, "payload");
+		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_SREG, NFT_REG_1);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, NFT_PAYLOAD_TRANSPORT_HEADER);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, 2);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, 2);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_CSUM_TYPE, NFT_PAYLOAD_CSUM_INET);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_CSUM_OFFSET, 6); /* udp checksum */
+		rule_put(r);
+	}
+}
+
+/* A policy routing rule as the kernel reports it (ours: RULE_PREF, iif
+ * isopod-tap*). */
+struct frule {
+	uint8_t family, action;
+	int has_mark;
+	uint32_t mark, mask;
+	char ifname[IFNAMSIZ];
+};
+
+struct frules {
+	struct frule *v;
+	unsigned n;
+};
+
+static int frule_attr_cb(const struct nlattr *a, void *data)
+{
+	const struct nlattr **tb = data;
+
+	if (mnl_attr_type_valid(a, FRA_MAX) >= 0)
+		tb[mnl_attr_get_type(a)] = a;
+	return MNL_CB_OK;
+}
+
+static int frule_cb(const struct nlmsghdr *nlh, void *data)
+{
+	const struct nlattr *tb[FRA_MAX + 1] = { 0 };
+	const struct fib_rule_hdr *h = mnl_nlmsg_get_payload(nlh);
+	struct frules *fs = data;
+	struct frule f = { .family = h->family, .action = h->action };
+	size_t pl = strlen(TAP_PREFIX);
+
+	if (nlh->nlmsg_type != RTM_NEWRULE ||
+	    mnl_attr_parse(nlh, sizeof *h, frule_attr_cb, tb) != MNL_CB_OK)
+		return MNL_CB_OK;
+	if (!tb[FRA_PRIORITY] || mnl_attr_get_u32(tb[FRA_PRIORITY]) != RULE_PREF || !tb[FRA_IIFNAME])
+		return MNL_CB_OK;
+	snprintf(f.ifname, sizeof f.ifname, "%.*s", (int)mnl_attr_get_payload_len(tb[FRA_IIFNAME]),
+		 (const char *)mnl_attr_get_payload(tb[FRA_IIFNAME]));
+	if (strncmp(f.ifname, TAP_PREFIX, pl))
+		return MNL_CB_OK;
+	if (tb[FRA_FWMARK] || tb[FRA_FWMASK]) {
+		f.has_mark = 1;
+		f.mark = tb[FRA_FWMARK] ? mnl_attr_get_u32(tb[FRA_FWMARK]) : 0;
+		f.mask = tb[FRA_FWMASK] ? mnl_attr_get_u32(tb[FRA_FWMASK]) : 0;
+	}
+	if (!(fs->v = realloc(fs->v, (fs->n + 1) * sizeof *fs->v)))
+		die(EX_SYS, "unable to allocate memory:");
+	fs->v[fs->n++] = f;
+	return MNL_CB_OK;
+}
+
+/* Our rules of one family, appended to fs. */
+static void frule_dump(uint8_t family, struct frules *fs)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+	struct fib_rule_hdr *h;
+	uint32_t portid = mnl_socket_get_portid(rtnl);
+	ssize_t n;
+	int r;
+
+	nlh->nlmsg_type = RTM_GETRULE;
+	nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+	nlh->nlmsg_seq = ++rtnl_seq;
+	h = mnl_nlmsg_put_extra_header(nlh, sizeof *h);
+	h->family = family;
+	if (mnl_socket_sendto(rtnl, nlh, nlh->nlmsg_len) < 0)
+		die(EX_SYS, "unable to ask for the routing rules:");
+	do {
+		n = mnl_socket_recvfrom(rtnl, buf, sizeof buf);
+		if (n < 0)
+			die(EX_SYS, "unable to read the routing rules:");
+		r = mnl_cb_run(buf, (size_t)n, rtnl_seq, portid, frule_cb, fs);
+		if (r == MNL_CB_ERROR) {
+			if (errno == EAFNOSUPPORT) /* no IPv6 in this kernel */
+				return;
+			die(EX_SYS, "unable to read the routing rules:");
+		}
+	} while (r > MNL_CB_STOP);
+}
+
+/* `iif IFNAME [fwmark 0/FWMARK] blackhole pref RULE_PREF`, added or
+ * deleted.  0 or -errno. */
+static int frule_put(uint16_t type, uint16_t flags, const struct frule *f)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+	struct fib_rule_hdr *h;
+
+	nlh->nlmsg_type = type;
+	nlh->nlmsg_flags = NLM_F_REQUEST | flags;
+	h = mnl_nlmsg_put_extra_header(nlh, sizeof *h);
+	h->family = f->family;
+	h->action = f->action;
+	mnl_attr_put_u32(nlh, FRA_PRIORITY, RULE_PREF);
+	mnl_attr_put_strz(nlh, FRA_IIFNAME, f->ifname);
+	if (f->has_mark) {
+		mnl_attr_put_u32(nlh, FRA_FWMARK, f->mark);
+		mnl_attr_put_u32(nlh, FRA_FWMASK, f->mask);
+	}
+	return rtnl_talk(nlh);
+}
+
+/* The rule slot k of this family should have: IPv4 blackholed unless
+ * marked; IPv6 always (no policy allows it, and the table drops it too). */
+static struct frule frule_want(uint8_t family, unsigned k)
+{
+	struct frule f = { .family = family, .action = FR_ACT_BLACKHOLE };
+
+	tap_name(k, f.ifname);
+	if (family == AF_INET)
+		f.has_mark = 1, f.mark = 0, f.mask = FWMARK;
+	return f;
+}
+
+/* Is f one we want now (slot < total, exactly as frule_want makes it)? */
+static int frule_wanted(const struct frule *f)
+{
+	const char *d = f->ifname + strlen(TAP_PREFIX);
+	struct frule w;
+	long long k;
+
+	if (parse_ll(d, 0, MAX_SLOTS - 1, &k) < 0 || (unsigned)k >= total)
+		return 0;
+	w = frule_want(f->family, (unsigned)k);
+	return !strcmp(w.ifname, f->ifname) && w.action == f->action &&
+	       w.has_mark == f->has_mark && w.mark == f->mark && w.mask == f->mask;
+}
+
+/* Make the rules as wanted (remove: none of ours) and read them back.
+ * Adding first (NLM_F_EXCL: a rerun finds them there) and deleting only
+ * what is not wanted, so a rerun never opens a gap.  A rule of a tap
+ * beyond the slots that still exists (busy: netsetup left it to its VM)
+ * stays.  Returns the number deleted; *v4, *v6: wanted rules found. */
+static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
+{
+	static const uint8_t fams[] = { AF_INET, AF_INET6 };
+	struct frules fs = { 0 };
+	unsigned i, k, gone = 0;
+	int r;
+
+	for (k = 0; !remove && k < total; k++)
+		for (i = 0; i < sizeof fams; i++) {
+			struct frule w = frule_want(fams[i], k);
+
+			r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, &w);
+			if (r == -EAFNOSUPPORT && fams[i] == AF_INET6) {
+				*has_v6 = 0; /* a kernel without IPv6 routes none */
+				continue;
+			}
+			if (r < 0 && r != -EEXIST) {
+				errno = -r;
+				die(EX_SYS, "unable to add the routing rule of %s (%s):", w.ifname,
+				    fams[i] == AF_INET ? "IPv4" : "IPv6");
+			}
+		}
+	for (i = 0; i < sizeof fams; i++)
+		frule_dump(fams[i], &fs);
+	for (i = 0; i < fs.n; i++) {
+		long long k2;
+
+		if (!remove && (frule_wanted(&fs.v[i]) ||
+				(parse_ll(fs.v[i].ifname + strlen(TAP_PREFIX), total, MAX_SLOTS - 1,
+					  &k2) == 0 && if_nametoindex(fs.v[i].ifname))))
+			continue;
+		if ((r = frule_put(RTM_DELRULE, 0, &fs.v[i])) < 0 && r != -ENOENT) {
+			errno = -r;
+			die(EX_SYS, "unable to delete the routing rule of %s:", fs.v[i].ifname);
+		}
+		gone++;
+	}
+	free(fs.v);
+	fs = (struct frules){ 0 };
+	*v4 = *v6 = 0;
+	for (i = 0; i < sizeof fams; i++)
+		frule_dump(fams[i], &fs);
+	for (i = 0; i < fs.n; i++)
+		if (frule_wanted(&fs.v[i]))
+			++*(fs.v[i].family == AF_INET ? v4 : v6);
+	free(fs.v);
+	return gone;
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 static void remove_all(void)
@@ -1198,8 +1469,8 @@ static void remove_all(void)
 	struct mnl_socket *nl = nft_open();
 	json_t *out, *gone = json_array();
 	char name[IFNAMSIZ];
-	unsigned k;
-	int idx, r;
+	unsigned k, rules_gone, v4, v6;
+	int idx, r, has_v6 = 1;
 
 	docker_scan(nl);
 	dk_n = dk_seen;
@@ -1212,6 +1483,8 @@ static void remove_all(void)
 	batch_end();
 	nft_send(nl);
 	mnl_socket_close(nl);
+	/* After the tables: nothing of a tap is routed until both are gone. */
+	rules_gone = route_rules(1, &v4, &v6, &has_v6);
 	for (k = 0; k < MAX_SLOTS; k++) {
 		tap_name(k, name);
 		if (!(idx = (int)if_nametoindex(name)))
@@ -1225,6 +1498,7 @@ static void remove_all(void)
 	out = json_pack("{s:s, s:[s, s], s:b, s:o, s:i}", "table", "inet " TABLE, "tables",
 			"inet " TABLE, "arp " TABLE, "removed", 1, "taps", gone,
 			"docker_user_rules_removed", (int)dk_n);
+	json_object_set_new(out, "route_rules_removed", json_integer(rules_gone));
 	json_emit(out);
 	json_decref(out);
 }
@@ -1262,8 +1536,9 @@ int main(int argc, char **argv)
 	char was[16];
 	const char *e;
 	long long v;
-	unsigned k, created = 0;
-	int c, remove = 0, verified;
+	unsigned k, created = 0, rules_v4, rules_v6;
+	int c, remove = 0, verified, rules_ok, has_v6 = 1;
+	char markhex[16];
 	uint8_t mac[6];
 	static int made[MAX_SLOTS], busy[MAX_SLOTS];
 
@@ -1374,6 +1649,14 @@ int main(int argc, char **argv)
 		if ((idx = (int)if_nametoindex(name)) && link_del(idx) < 0)
 			warn("unable to delete the extra tap %s (in use?)", name);
 	}
+	/* The routing rules before the table: an open slot is blackholed
+	 * until the table that marks its packets is in. */
+	route_rules(0, &rules_v4, &rules_v6, &has_v6);
+	rules_ok = rules_v4 == total && rules_v6 == (has_v6 ? total : 0);
+	if (!rules_ok)
+		warn("verify: %u IPv4 and %u IPv6 routing rules at priority %d, want %u each",
+		     rules_v4, rules_v6, RULE_PREF, total);
+
 	/* Only open slots forward; filtered ones talk to the host alone.  The
 	 * kernel keeps that even without our tables (a `flush ruleset`, say):
 	 * a filtered tap's own forwarding flag is off, so nothing it receives
@@ -1394,13 +1677,14 @@ int main(int argc, char **argv)
 	dk_want = docker_opt && dk_chain ? 2 : 0;
 	batch_begin();
 	build_inet();
+	build_failclosed();
 	build_arp();
 	docker_del();
 	if (dk_want)
 		docker_add();
 	batch_end();
 	nft_send(nl);
-	verified = nft_verify(nl) == 0;
+	verified = nft_verify(nl) == 0 && rules_ok;
 	mnl_socket_close(nl);
 	mnl_socket_close(rtnl);
 
@@ -1413,9 +1697,13 @@ int main(int argc, char **argv)
 		"forwarding", read_forwarding(), "docker_user", dk_want > 0, "ipv6", "dropped");
 	json_object_set_new(out, "owner", owner >= 0 ? json_integer(owner) : json_null());
 	json_object_set_new(out, "conn_limit", json_integer(conn_limit));
+	snprintf(markhex, sizeof markhex, "0x%08x", FWMARK);
+	json_object_set_new(out, "fail_closed", json_pack("{s:i, s:s, s:{s:i, s:i}, s:i}",
+		"rule_priority", RULE_PREF, "fwmark", markhex, "route_rules", "ipv4", (int)rules_v4,
+		"ipv6", (int)rules_v6, "canary_port", PORT_CANARY));
 	json_emit(out);
 	json_decref(out);
 	if (!verified)
-		die(EX_SYS, "unable to verify the tables after loading them");
+		die(EX_SYS, "unable to verify the tables and routing rules after loading them");
 	return 0;
 }

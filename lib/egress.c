@@ -1,6 +1,7 @@
 /* egress.c - start and stop a VM's isopod-broker (see egress.h). */
 
 #include "egress.h"
+#include "net.h"
 #include "util.h"
 
 #include <errno.h>
@@ -43,6 +44,11 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	add(e, e->arg[2]);
 	add(e, "--vm");
 	add(e, e->arg[4]);
+	/* The broker proves isopod-netsetup's table is loaded before it
+	 * announces itself, and keeps checking (isopod-broker(1)). */
+	snprintf(e->arg[6], sizeof e->arg[6], "%d", NET_CANARY_PORT);
+	add(e, "--canary");
+	add(e, e->arg[6]);
 	if (getenv("ISOPOD_RESOLVER") && *getenv("ISOPOD_RESOLVER")) {
 		snprintf(e->arg[5], sizeof e->arg[5], "%s", getenv("ISOPOD_RESOLVER"));
 		add(e, "--resolver");
@@ -190,4 +196,31 @@ const char *egress_broker_path(char *buf, size_t sz)
 		*slash = '\0';
 	snprintf(buf, sz, "%s/isopod-broker", self);
 	return buf;
+}
+
+void egress_log_reason(const char *path, char *msg, size_t msz)
+{
+	char buf[1024], *line, *nl;
+	size_t len = strlen(msg);
+	ssize_t n;
+	off_t end;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+	if (fd < 0)
+		return;
+	end = lseek(fd, 0, SEEK_END);
+	if (end > (off_t)sizeof buf - 1)
+		end -= (off_t)sizeof buf - 1;
+	else
+		end = 0;
+	n = pread(fd, buf, sizeof buf - 1, end);
+	close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		buf[--n] = '\0';
+	line = (nl = strrchr(buf, '\n')) ? nl + 1 : buf;
+	if (*line && len + 3 < msz)
+		snprintf(msg + len, msz - len, ": %s", line);
 }

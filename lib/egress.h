@@ -35,6 +35,10 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 /* SIGTERM, wait <= 3 s for it to flush its ledger, then SIGKILL; reaps. */
 void egress_stop(struct egress *e);
 
+/* Append ": <the last line of the broker's log at path>" to msg (its reason
+ * for failing to start, e.g. no network policy: run isopod-netsetup). */
+void egress_log_reason(const char *path, char *msg, size_t msz);
+
 /* The isopod-broker next to the running program (or $ISOPOD_BROKER). */
 const char *egress_broker_path(char *buf, size_t sz);
 

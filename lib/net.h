@@ -26,6 +26,12 @@
 #define NET_TAP_PREFIX "isopod-tap"
 #define NET_ALIAS_PREFIX "isopod " /* ifalias = prefix + mode */
 #define NET_MAX_SLOTS 1024
+/* The canary of `inet isopod`: a UDP datagram a slot's broker sends from
+ * gateway:NET_CANARY_PORT+1 to gateway:NET_CANARY_PORT is turned by the
+ * table (output hook, stateless) into one to gateway:NET_CANARY_PORT+1,
+ * the broker's own canary socket.  It comes back only while the table is loaded: positive evidence
+ * an unprivileged process can get (isopod-netsetup(8), FAIL CLOSED). */
+#define NET_CANARY_PORT 1054
 
 struct netslot {
 	int slot;                 /* -1: none */

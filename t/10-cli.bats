@@ -417,3 +417,20 @@ L
 	run_isopod -0 run --json-only --net none -- true
 	json_is 'has("egress") | not'
 }
+
+@test "run: a policy line in the ledger (the broker lost isopod-netsetup's table) is a warning, not egress; ok stays true" {
+	use_fake
+	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"
+	cat >"$FAKE_LEDGER" <<'L'
+{"time":"t","kind":"dns","name":"pkg.test","port":53,"address":"198.51.100.53","up":30,"down":46,"verdict":"allowed","reason":null,"ms":1,"qtype":"A"}
+{"time":"t","kind":"policy","name":null,"port":1054,"verdict":"lost","reason":"network policy lost: isopod-netsetup's table inet isopod stopped answering its canary on 10.213.0.1:1054; the VM's network is cut (run isopod-netsetup)","vm":"vm-x"}
+L
+	run_isopod -0 run --json-only --net open -- true
+	json_is '.ok == true and .warnings == ["network policy lost: isopod-netsetup'"'"'s table inet isopod stopped answering its canary on 10.213.0.1:1054; the VM'"'"'s network is cut (run isopod-netsetup)"]'
+	json_is '.egress.denied == [] and (.egress.allowed | map(.kind)) == ["dns"]'
+	# without it: no warning
+	head -n 1 "$FAKE_LEDGER" >"$FAKE_LEDGER.1"
+	mv "$FAKE_LEDGER.1" "$FAKE_LEDGER"
+	run_isopod -0 run --json-only --net open -- true
+	json_is '.warnings == []'
+}

@@ -67,6 +67,7 @@ vrun() {
 # again, even when it failed.
 teardown() {
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table inet othertool 2>/dev/null || :
 }
 
 teardown_file() {
@@ -129,7 +130,7 @@ docker_nft() {
 	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
 	json_is '.table == "inet isopod" and .tables == ["inet isopod", "arp isopod"] and .verified == true'
 	json_is '.slots == 2 and .open_slots == 18 and .forwarding == true and .ipv6 == "dropped"'
-	json_is '.docker_user == false and .owner == 0 and .chains == 13 and .prefix == 25'
+	json_is '.docker_user == false and .owner == 0 and .chains == 14 and .prefix == 25'
 	json_is '[.taps[].name] == [range(20) | "isopod-tap\(.)"]'
 	json_is '[.taps[].mode] == ["filtered", "filtered"] + [range(18) | "open"]'
 	json_is '.taps[19] | .gateway == "10.213.0.77" and .guest == "10.213.0.78" and .mac == "02:69:73:00:00:13"'
@@ -209,13 +210,16 @@ docker_nft() {
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
 	[ "$status" -eq 0 ]
 	json_is '.removed == true and (.taps | length) == 3 and .docker_user_rules_removed == 0'
+	json_is '.route_rules_removed == 6'
 	run ip netns exec "$ns" nft list ruleset
 	[ -z "$output" ]
+	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 10)" ]
+	[ -z "$(ip netns exec "$ns" ip -6 rule show pref 10)" ]
 	run ip netns exec "$ns" ip -o link show
 	[[ "$output" != *isopod-tap* ]]
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
 	[ "$status" -eq 0 ]
-	json_is '.taps == []'
+	json_is '.taps == [] and .route_rules_removed == 0'
 	ip netns del "$ns"
 }
 
@@ -575,8 +579,12 @@ docker_nft() {
 	[ "$output" = $'1\n2\n0\n0\n1' ]
 }
 
-@test "mutation: without the table every denied target answers; netsetup restores the block" {
+@test "mutation: without the table and its routing rules every denied target answers; netsetup restores the block" {
 	lab exec nft delete table inet isopod
+	# The fail-closed routing rules (the next tests) would still hold: take
+	# those of slots 18 and 0 out too, to show what they hold.
+	lab exec ip rule del pref 10 iif isopod-tap18 fwmark 0/0x10000000 blackhole
+	lab exec ip rule del pref 10 iif isopod-tap0 fwmark 0/0x10000000 blackhole
 	run assert_open 18 169.254.169.254
 	local open_meta=$status
 	run assert_open 18 10.99.0.5
@@ -598,6 +606,148 @@ docker_nft() {
 	assert_blocked 18 10.213.0.78
 	assert_blocked 0 198.51.100.10
 	assert_open 18 198.51.100.10
+}
+
+# ---- fail closed: isopod's table flushed, deleted or replaced -----------------
+
+# mutate flush|delete|replace: take `inet isopod` away as an admin or another
+# tool would (replace: `flush ruleset` and another tool's table, forwarding
+# and masquerading the slot range, which is what made the leak usable).
+mutate() {
+	case $1 in
+	flush) lab exec nft flush table inet isopod ;;
+	delete) lab exec nft delete table inet isopod ;;
+	replace)
+		lab exec nft -f - <<-'EOF'
+			flush ruleset
+			table inet othertool {
+				chain forward {
+					type filter hook forward priority filter; policy accept;
+				}
+				chain postrouting {
+					type nat hook postrouting priority srcnat; policy accept;
+					ip saddr 10.213.0.0/16 masquerade
+				}
+			}
+		EOF
+		;;
+	*) return 1 ;;
+	esac
+}
+
+# restore: netsetup again, and the other tool's table out.
+restore() {
+	netsetup >/dev/null
+	lab exec nft delete table inet othertool 2>/dev/null || :
+}
+
+@test "fail closed: one routing rule per tap and family blackholes what the table did not mark; reruns keep them" {
+	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
+	json_is '.fail_closed == {rule_priority: 10, fwmark: "0x10000000", route_rules: {ipv4: 20, ipv6: 20}, canary_port: 1054}'
+	run lab exec ip -4 rule show pref 10
+	[ "$(grep -c '^10:	from all fwmark 0/0x10000000 iif isopod-tap[0-9]* blackhole$' <<<"$output")" -eq 20 ]
+	[[ "$output" == *"iif isopod-tap0 blackhole"* && "$output" == *"iif isopod-tap19 blackhole"* ]]
+	run lab exec ip -6 rule show pref 10
+	[ "$(grep -c '^10:	from all iif isopod-tap[0-9]* blackhole$' <<<"$output")" -eq 20 ]
+	# the table marks open slots only, after anti-spoof; the canary per slot
+	run lab exec nft list chain inet isopod prerouting
+	[ "$(grep -c '"isopod-tap[0-9]*" meta mark set meta mark | 0x10000000$' <<<"$output")" -eq 18 ]
+	[[ "$output" != *'"isopod-tap0" meta mark'* && "$output" != *'"isopod-tap1" meta mark'* ]]
+	[ "$(grep -n 'jump vm_pre' <<<"$output" | cut -d: -f1)" -lt "$(grep -n 'meta mark' <<<"$output" | head -n 1 | cut -d: -f1)" ]
+	run lab exec nft list chain inet isopod canary
+	[ "$(grep -c 'ip daddr 10.213.0.[0-9]* udp dport 1054 udp dport set 1055$' <<<"$output")" -eq 20 ]
+	# a rerun adds none twice; a rule gone is back after one
+	lab exec ip rule del pref 10 iif isopod-tap5 fwmark 0/0x10000000 blackhole
+	[ "$(lab exec ip -4 rule show pref 10 | wc -l)" -eq 19 ]
+	run --separate-stderr netsetup
+	json_is '.verified == true and .fail_closed.route_rules == {ipv4: 20, ipv6: 20}'
+	[ "$(lab exec ip -4 rule show pref 10 | wc -l)" -eq 20 ]
+	[ "$(lab exec ip -6 rule show pref 10 | wc -l)" -eq 20 ]
+}
+
+@test "fail closed: with the table flushed, deleted or replaced by another tool's, no guest packet is routed on; netsetup restores" {
+	local m
+	for m in flush delete replace; do
+		# the positive control, from the same guest, before
+		assert_open 18 198.51.100.10
+		mutate $m
+		assert_blocked 18 169.254.169.254
+		assert_blocked 18 10.99.0.5
+		assert_blocked 18 198.51.100.10
+		# the routing rules alone hold even a tap whose forwarding is on
+		lab exec sh -c 'echo 1 >/proc/sys/net/ipv4/conf/isopod-tap0/forwarding'
+		assert_blocked 0 198.51.100.10
+		# what is local stays local: the gateway answers (the `local` rule first)
+		icmp_ok 18 10.213.0.73
+		restore
+	done
+	[ "$(lab exec cat /proc/sys/net/ipv4/conf/isopod-tap0/forwarding)" = 0 ]
+	assert_open 18 198.51.100.10
+	assert_blocked 18 169.254.169.254
+}
+
+# canary_broker TAG: a real isopod-broker with its canary, on slot 1's
+# gateway (the slot's lock is held by this file's holder: no VM takes it);
+# sets $bpid once it has announced itself (which needs the canary).
+canary_broker() {
+	local d=$BATS_TEST_TMPDIR i
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen 10.213.0.5 \
+		--ledger "$d/$1.ledger" --vm vm-t40 --canary 1054 \
+		>"$d/$1.ann" 2>"$d/$1.err" 3>&- </dev/null &
+	bpid=$!
+	for i in $(seq 1 50); do
+		[ -s "$d/$1.ann" ] && return 0
+		kill -0 "$bpid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "broker $1 did not announce: $(cat "$d/$1.err")" >&2
+	return 1
+}
+
+@test "canary: a broker notices the table flushed, deleted or replaced within seconds (ledger, exit 111); a new one refuses naming isopod-netsetup; a netsetup rerun is no loss" {
+	local d=$BATS_TEST_TMPDIR m i st t0 t1 bpid
+	# control: a netsetup rerun (the table replaced in one batch) is no loss
+	canary_broker rerun
+	sleep 1.5
+	netsetup >/dev/null
+	sleep 4.5
+	kill -0 "$bpid"
+	kill -TERM "$bpid"
+	st=0
+	wait "$bpid" || st=$?
+	[ "$st" -eq 0 ]
+	! grep -q '"kind":"policy"' "$d/rerun.ledger" || false
+	for m in flush delete replace; do
+		canary_broker $m
+		sleep 1.5 # answered a few times
+		t0=$(date +%s%N)
+		mutate $m
+		for i in $(seq 1 100); do # ≤ 10 s
+			kill -0 "$bpid" 2>/dev/null || break
+			sleep 0.1
+		done
+		t1=$(date +%s%N)
+		st=0
+		kill -0 "$bpid" 2>/dev/null && kill -KILL "$bpid"
+		wait "$bpid" || st=$?
+		echo "$m: exit $st after $(((t1 - t0) / 1000000)) ms: $(cat "$d/$m.err")"
+		[ "$st" -eq 111 ]
+		[ $(((t1 - t0) / 1000000)) -le 6000 ]
+		[[ "$(cat "$d/$m.err")" == *"network policy lost"*"run isopod-netsetup"* ]]
+		jq -se 'map(select(.kind == "policy")) | length == 1 and (.[0] | .verdict == "lost"
+			and .vm == "vm-t40" and (.reason | test("isopod-netsetup")))' "$d/$m.ledger"
+		# a new broker refuses to start, naming isopod-netsetup, and never announces
+		run --separate-stderr ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" \
+			--listen 10.213.0.5 --ledger "$d/$m.new.ledger" --canary 1054 3>&- </dev/null
+		[ "$status" -eq 111 ]
+		[ -z "$output" ]
+		[[ "$stderr" == *"no network policy on 10.213.0.5"*"run isopod-netsetup"* ]]
+		restore
+	done
+	# and after netsetup a broker starts again
+	canary_broker again
+	kill -TERM "$bpid"
+	wait "$bpid"
 }
 
 @test "lab: sealed — no route out of the internet netns, nothing linked to the root netns" {
@@ -770,4 +920,67 @@ docker_nft() {
 	run --separate-stderr vrun --net open --timeout-s 60 -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 2 198.51.100.10 80 | tail -n 1'
 	[ "$status" -eq 0 ]
 	json_is '.net.slot == 2 and .stdout == "lab 198.51.100.10\n"'
+}
+
+# vm_mutation flush|delete|replace: a run on an open slot whose table goes
+# once the guest's control probe has arrived (the lab's hit log says when):
+# after that nothing from it is routed on (its probes fail and no listener
+# sees them), its broker notices and the result carries the warning; a new
+# run then refuses to start, naming isopod-netsetup, and frees its slot.
+vm_mutation() {
+	local d=$BATS_TEST_TMPDIR pub other pid st a p
+	pub=$(hits 198.51.100.10)
+	other=$(grep -vc ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
+	vrun --net open --timeout-s 240 -- sh -c '
+		if printf "GET / HTTP/1.0\r\n\r\n" | nc -w 5 198.51.100.10 80 | grep -q "^lab "; then
+			echo "control ok"; else echo "control no"; fi
+		sleep 10
+		'"$GUEST_PROBE" probe 169.254.169.254 10.99.0.5 198.51.100.10 \
+		>"$d/run.json" 2>"$d/run.err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 900); do # ≤ 180 s for the boot under TCG
+		[ "$(hits 198.51.100.10)" -gt "$pub" ] && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.2
+	done
+	sleep 1.5 # the control's answer on its way back (the guest sleeps 10 s)
+	mutate "$1"
+	st=0
+	wait "$pid" || st=$?
+	# a new run, the table still gone
+	run --separate-stderr vrun --net open --timeout-s 60 -- true
+	restore
+	echo "new run: $status $output"
+	[ "$status" -eq 111 ]
+	json_is '.ok == false and (.error | test("isopod-netsetup"))'
+	flock -n "$ISOPOD_NET_LOCKS/slot-2" true
+	output=$(cat "$d/run.json")
+	echo "$output" | jq -r .stdout
+	[ "$st" -eq 0 ]
+	json_is '.ok == true and .net.slot == 2 and (.stdout | test("^control ok\n"))'
+	for p in tcp udp icmp; do
+		for a in 169.254.169.254 10.99.0.5 198.51.100.10; do
+			echo "$output" | jq -e --arg l "$p $a no" '.stdout | split("\n") | index($l) != null'
+		done
+	done
+	# the lab saw the control only
+	[ "$(hits 198.51.100.10)" -eq $((pub + 1)) ]
+	[ "$(grep -vc ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)" -eq "$other" ]
+	json_is '.warnings | any(test("network policy lost") and test("isopod-netsetup"))'
+	json_is '[.egress.denied[], .egress.allowed[] | select(.kind == "policy")] == []'
+}
+
+@test "vm --net open: the table flushed during a run cuts it and warns; a new run refuses naming isopod-netsetup" {
+	vm_tests
+	vm_mutation flush
+}
+
+@test "vm --net open: the table deleted during a run cuts it and warns; a new run refuses naming isopod-netsetup" {
+	vm_tests
+	vm_mutation delete
+}
+
+@test "vm --net open: the ruleset replaced by another tool's during a run cuts it and warns; a new run refuses naming isopod-netsetup" {
+	vm_tests
+	vm_mutation replace
 }

@@ -601,9 +601,13 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-broker" --listen 127.0.0.1 --ledger /dev/null \
 		--resolver 127.0.0.1:99999
 	[ "$status" -eq 100 ]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-broker" --listen 127.0.0.1 --ledger /dev/null \
+		--resolver 127.0.0.1 --canary 0
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"--canary 0"* ]]
 	run "$ISOPOD_SRC/bin/isopod-broker" -h
 	[ "$status" -eq 0 ]
-	[ "$output" = "usage: isopod-broker --listen ADDR --ledger FILE [--proxy-port N] [--dns-port N] [--allow PATTERN]... [--allow-all] [--no-proxy] [--resolver ADDR[:PORT]] [--parent PID] [--vm ID]" ]
+	[ "$output" = "usage: isopod-broker --listen ADDR --ledger FILE [--proxy-port N] [--dns-port N] [--allow PATTERN]... [--allow-all] [--no-proxy] [--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT]" ]
 	# and the man page's SYNOPSIS says the same
 	local synopsis
 	synopsis=$(MANWIDTH=1000 man -l "$ISOPOD_SRC/man/isopod-broker.1" 2>/dev/null |
@@ -694,4 +698,51 @@ print("reset")'
 	run ip -o link show
 	[[ "$output" != *" i0@"* && "$output" != *" h0@"* ]]
 	[ "$(ip netns exec "$LAB_NAME-host" cat /etc/resolv.conf)" = "nameserver 198.51.100.53" ]
+}
+
+@test "--canary without isopod-netsetup's table: exit 111 naming isopod-netsetup, no announce; with it, a loss is noticed" {
+	local d=$BATS_TEST_TMPDIR st=0 pid
+	# On the host netns' loopback (the main broker is on $BRK).  This lab
+	# has no isopod table: nothing turns 1054 into 1055.
+	run --separate-stderr ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" \
+		--listen 127.0.0.1 --ledger "$d/ledger" --canary 1054 --allow pkg.test 3>&- </dev/null
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"no network policy on 127.0.0.1"*"run isopod-netsetup"* ]]
+	[ ! -s "$d/ledger" ]
+	# mutation: a table that does the rewrite (as isopod-netsetup's canary
+	# chain does) is enough for it to start, so the refusal above is the
+	# canary's doing
+	lab exec nft -f - <<-'EOF'
+		table inet t45canary {
+			chain canary {
+				type filter hook output priority filter;
+				ip daddr 127.0.0.1 udp dport 1054 udp dport set 1055
+			}
+		}
+	EOF
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen 127.0.0.1 \
+		--ledger "$d/ledger" --canary 1054 --allow pkg.test >"$d/announce" 2>"$d/err" 3>&- </dev/null &
+	pid=$!
+	echo "$pid" >"$BATS_FILE_TMPDIR/canary.pid"
+	await_announce "$d/announce" || { lab exec nft delete table inet t45canary; false; }
+	# a broker not scheduled for a while (SIGSTOP, a loaded host) is no
+	# loss: what it sent was answered at once
+	sleep 1.5
+	kill -STOP "$pid"
+	sleep 4.5
+	kill -CONT "$pid"
+	sleep 1.5
+	kill -0 "$pid" || { lab exec nft delete table inet t45canary; cat "$d/err"; false; }
+	! grep -q policy "$d/ledger" || false
+	lab exec nft delete table inet t45canary
+	for _ in $(seq 1 80); do # it notices the table gone (≤ 8 s)
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+	wait "$pid" || st=$?
+	cat "$d/err"
+	[ "$st" -eq 111 ]
+	jq -se 'length == 1 and .[0].kind == "policy" and .[0].verdict == "lost"' "$d/ledger"
 }

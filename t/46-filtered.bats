@@ -186,6 +186,15 @@ s.bind(("10.213.0.1", 3128)); s.listen(1); time.sleep(60)' &
 	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
 }
 
+@test "filtered: with isopod-netsetup's table flushed a new run refuses to start, naming isopod-netsetup; the slot is free again" {
+	sh "$LAB" exec "$LAB_NAME" nft flush table inet isopod
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
+	[ "$status" -eq 111 ]
+	json_is '.ok == false and (.error | test("egress broker")) and (.error | test("run isopod-netsetup"))'
+	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
+}
+
 @test "filtered: SIGKILL of a run ends its broker with the VM; the next run gets the slot and a working broker at once" {
 	local pid i
 	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
