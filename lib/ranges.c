@@ -213,8 +213,8 @@ int ranges_load_config(const char *path, struct range *out, size_t max, size_t *
 	if (!fp) {
 		if (errno == ENOENT)
 			return 0;
-		snprintf(msg, msz, "%s: %s", path, strerror(errno));
-		return -1;
+		snprintf(msg, msz, "unable to read %s: %s", path, strerror(errno));
+		return -2;
 	}
 	while (fgets(line, sizeof line, fp)) {
 		char *hash = strchr(line, '#'), *eq, *k, *v;
@@ -244,9 +244,9 @@ int ranges_load_config(const char *path, struct range *out, size_t max, size_t *
 		out[(*n)++] = r;
 	}
 	if (ferror(fp)) {
-		snprintf(msg, msz, "%s: %s", path, strerror(errno));
+		snprintf(msg, msz, "unable to read %s: %s", path, strerror(errno));
 		fclose(fp);
-		return -1;
+		return -2;
 	}
 	fclose(fp);
 	return 0;

@@ -68,7 +68,8 @@ const char *ranges_denied(int af, const uint8_t *addr, const struct range *allow
 /* The overrides of a config file: its `allow_range = CIDR` lines (other
  * keys, blank lines and # comments are left to their readers), each
  * checked with ranges_override_check.  A missing file has none.  0 with
- * *n set, or -1 with msg ("FILE:LINE: ..." or "FILE: strerror"). */
+ * *n set; -1 for a bad line (a usage error: msg "FILE:LINE: ..."); -2 when
+ * the file cannot be read (msg "unable to read FILE: strerror"). */
 int ranges_load_config(const char *path, struct range *out, size_t max, size_t *n, char *msg,
 		       size_t msz);
 
