@@ -18,6 +18,8 @@
 #include <stddef.h>
 
 #define ALLOW_NAME_MAX 253
+/* a normalised pattern: "*." + name + ":65535" + NUL */
+#define ALLOW_PATTERN_MAX (ALLOW_NAME_MAX + 2 + 6 + 1)
 
 /* Check a host name's syntax (labels of 1..63 [a-z0-9-], not starting or
  * ending with '-', total <= 253, at least one letter somewhere so an IPv4
