@@ -7,6 +7,10 @@
 # (a --mem-mib of its own): the key covers the memory size.
 
 load helpers
+# helpers.bash points ISOPOD_SYSCONFIG at /dev/null in every test; with the
+# lab it is the lab's host config (setup_file below), whose allow_range opens
+# the lab's pretend internet (TEST-NET-2, in the deny list) as a host would.
+[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
 
 setup_file() {
 	isopod_setup_file --images
@@ -20,6 +24,8 @@ setup_file() {
 		export LAB="$BATS_TEST_DIRNAME/lab/lab.sh" ISOPOD_LAB_STATE="$BATS_FILE_TMPDIR/lab"
 		sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
 		sh "$LAB" up "$LAB_NAME" >/dev/null
+		LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
+		export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
 		mkdir -p "$ISOPOD_NET_LOCKS"
 		# A failure here fails the networked tests (with its message), not
 		# the whole file.
