@@ -2176,10 +2176,12 @@ int main(int argc, char **argv)
 		pathf(ledger, sizeof ledger, "%s/ledger.jsonl", in.dir);
 		/* Both modes get a broker: filtered for everything, open for
 		 * DNS (netsetup redirects every guest port 53 to it). */
-		if (egress_plan(&EG, egress_broker_path(bp, sizeof bp), net_mode, NET.gw,
-				json_object_get(json_object_get(rec, "net"), "allow"), ledger, id, err,
-				sizeof err) < 0)
-			die(EX_USAGE, "vm %s: %s", id, err);
+		int rc = egress_plan(&EG, egress_broker_path(bp, sizeof bp), net_mode, NET.gw,
+				     json_object_get(json_object_get(rec, "net"), "allow"), ledger,
+				     id, err, sizeof err);
+
+		if (rc < 0)
+			die(rc == -2 ? EX_SYS : EX_USAGE, "vm %s: %s", id, err);
 	}
 
 	accel = choose_accel(&cf, &im, reason, sizeof reason);

@@ -23,6 +23,7 @@
 #include "allow.h"
 #include "dns.h"
 #include "http.h"
+#include "ranges.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -48,8 +49,8 @@
 
 #define USAGE                                                                              \
 	"isopod-broker --listen ADDR --ledger FILE [--proxy-port N] [--dns-port N] "       \
-	"[--allow PATTERN]... [--allow-all] [--no-proxy] [--resolver ADDR[:PORT]] "        \
-	"[--parent PID] [--vm ID] [--canary PORT]"
+	"[--allow PATTERN]... [--allow-all] [--allow-range CIDR]... [--no-proxy] "         \
+	"[--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT]"
 
 #define MAX_FLOWS 256
 #define MAX_PEND 256
@@ -94,6 +95,7 @@ struct flow {
 	uint16_t qid;
 	uint32_t addrs[MAX_ADDRS], addr;
 	int naddrs, ai, ndenied, nfailed;
+	const char *denied_by;    /* the first denied address's block (static) */
 	struct buf g2u, u2g;
 	int g_eof, u_eof, g_shut, u_shut;
 	uint64_t up, down;
@@ -122,6 +124,10 @@ static struct {
 	struct sockaddr_in resolver;
 	char *allow[MAX_ALLOW];
 	size_t nallow;
+	/* the host's overrides of the deny list (isopod-boot passes the
+	 * allow_range lines of the host's config) */
+	struct range allow_range[RANGES_ALLOW_MAX];
+	size_t nallow_range;
 	int allow_all, no_proxy;
 	const char *vm;
 	int ledger, ep, lfd, ufd, sfd;
@@ -231,6 +237,31 @@ static int name_allowed(const char *name)
 	return 0;
 }
 
+/* Does an entry that matches name allow port?  (--allow-all: any port.)
+ * When none does, rules gets the entries that match the name, for the
+ * refusal. */
+static int port_allowed(const char *name, unsigned port, char *rules, size_t sz)
+{
+	size_t o = 0;
+
+	rules[0] = '\0';
+	if (B.allow_all)
+		return 1;
+	for (size_t i = 0; i < B.nallow; i++) {
+		int k;
+
+		if (!allow_match(B.allow[i], name))
+			continue;
+		if (allow_port(B.allow[i], port))
+			return 1;
+		k = snprintf(rules + o, sz - o, "%s%s", o ? ", " : "", B.allow[i]);
+		if (k < 0 || (size_t)k >= sz - o)
+			break;
+		o += (size_t)k;
+	}
+	return 0;
+}
+
 static void allow_list_text(char *out, size_t sz)
 {
 	size_t o = 0;
@@ -257,25 +288,12 @@ static void allow_list_text(char *out, size_t sz)
 	}
 }
 
-/* Addresses no flow may reach, whatever the name: "this" network,
- * RFC 1918, shared (CGNAT) space, loopback, link-local (with the cloud
- * metadata service), multicast, reserved and broadcast. */
-static int range_denied(uint32_t a_net)
+/* Addresses no flow may reach, whatever the name: lib/ranges.c's list
+ * (every special-purpose block that is not globally reachable, and
+ * multicast), less the host's overrides.  The name of the block, or NULL. */
+static const char *range_denied(uint32_t a_net)
 {
-	static const struct {
-		uint32_t net;
-		int bits;
-	} deny[] = {
-		{ 0x00000000, 8 },  { 0x0a000000, 8 },  { 0x64400000, 10 },
-		{ 0x7f000000, 8 },  { 0xa9fe0000, 16 }, { 0xac100000, 12 },
-		{ 0xc0a80000, 16 }, { 0xe0000000, 4 },  { 0xf0000000, 4 },
-	};
-	uint32_t a = ntohl(a_net);
-
-	for (size_t i = 0; i < sizeof deny / sizeof deny[0]; i++)
-		if ((a & (0xffffffffu << (32 - deny[i].bits))) == deny[i].net)
-			return 1;
-	return 0;
+	return ranges_denied(4, (const uint8_t *)&a_net, B.allow_range, B.nallow_range);
 }
 
 /* Is a one of the host's own IPv4 addresses, as they are now?  An
@@ -534,8 +552,11 @@ static void try_next(struct flow *f)
 		uint32_t a = f->addrs[f->ai++];
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)f->req.port),
 					  .sin_addr.s_addr = a };
-		if (range_denied(a) || own_addr(a) != 0) {
-			f->ndenied++;
+		const char *blk = range_denied(a);
+
+		if (blk || own_addr(a) != 0) {
+			if (!f->ndenied++)
+				f->denied_by = blk ? blk : "the host's own address";
 			continue;
 		}
 		f->u = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -559,12 +580,13 @@ static void try_next(struct flow *f)
 	}
 	if (f->ndenied && !f->nfailed) {
 		if (f->naddrs == 1 && inet_pton(AF_INET, f->name, &(struct in_addr){ 0 }) == 1)
-			refuse(f, 403, "a denied address", 1, "isopod-broker: %s is a denied address\n",
-			       f->name);
+			refuse(f, 403, "a denied address", 1,
+			       "isopod-broker: %s is a denied address (%s)\n", f->name, f->denied_by);
 		else
 			refuse(f, 403, "resolves only to denied addresses", 1,
-			       "isopod-broker: %s resolves only to denied addresses (%s%s)\n", f->name,
-			       ip4(f->addrs[0], ab), f->naddrs > 1 ? ", ..." : "");
+			       "isopod-broker: %s resolves only to denied addresses (%s%s: %s)\n",
+			       f->name, ip4(f->addrs[0], ab), f->naddrs > 1 ? ", ..." : "",
+			       f->denied_by);
 		return;
 	}
 	refuse(f, 502, "connection failed", 0, "isopod-broker: %s port %u: connection failed\n",
@@ -682,6 +704,18 @@ static void on_request(struct flow *f)
 	if (!name_allowed(f->name)) {
 		refuse(f, 403, "not in the allowlist", 1,
 		       "isopod-broker: %s is not in the allowlist (%s)\n", f->name, list);
+		return;
+	}
+	/* An entry means HTTP and HTTPS (80, 443); any other port is named
+	 * ("NAME:PORT"), so an allowed name is not a tunnel to its ssh. */
+	if (!port_allowed(f->name, f->req.port, list, sizeof list)) {
+		refuse(f, 403, "port not in the allowlist", 1,
+		       "isopod-broker: %s port %u is not allowed: the allowlist entries for %s (%s) "
+		       "allow %s; allow that port as %s:%u\n",
+		       f->name, f->req.port, f->name, list,
+		       strchr(list, ':') ? "only the ports they name (or 80 and 443 without one)" :
+					   "ports 80 (HTTP) and 443 (HTTPS) only",
+		       f->name, f->req.port);
 		return;
 	}
 	if (ledger_full()) {
@@ -1320,6 +1354,14 @@ static void announce(void)
 		      "allow_all", B.allow_all);
 	if (!o)
 		die(EX_SYS, "unable to build the output");
+	{
+		json_t *ar = json_array();
+		char t[RANGES_TEXT_MAX];
+
+		for (size_t i = 0; i < B.nallow_range; i++)
+			json_array_append_new(ar, json_string(range_text(&B.allow_range[i], t, sizeof t)));
+		json_object_set_new(o, "allow_ranges", ar);
+	}
 	if (B.vm)
 		json_object_set_new(o, "vm", json_string(B.vm));
 	json_emit(o);
@@ -1358,6 +1400,7 @@ int main(int argc, char **argv)
 		{ "dns-port", required_argument, NULL, 'd' },
 		{ "allow", required_argument, NULL, 'a' },
 		{ "allow-all", no_argument, NULL, 'A' },
+		{ "allow-range", required_argument, NULL, 'R' },
 		{ "no-proxy", no_argument, NULL, 'n' },
 		{ "resolver", required_argument, NULL, 'r' },
 		{ "parent", required_argument, NULL, 'P' },
@@ -1392,7 +1435,7 @@ int main(int argc, char **argv)
 			*(c == 'p' ? &B.proxy_port : &B.dns_port) = (unsigned)v;
 			break;
 		case 'a': {
-			char norm[ALLOW_NAME_MAX + 3];
+			char norm[ALLOW_PATTERN_MAX];
 
 			if (allow_norm(norm, sizeof norm, optarg, &why) < 0)
 				die(EX_USAGE, "--allow %s: %s", EXC(optarg), why);
@@ -1405,6 +1448,16 @@ int main(int argc, char **argv)
 		case 'A':
 			B.allow_all = 1;
 			break;
+		case 'R': {
+			struct range r;
+
+			if (range_parse(optarg, &r, &why) < 0 || ranges_override_check(&r, &why) < 0)
+				die(EX_USAGE, "--allow-range %s: %s", optarg, why);
+			if (B.nallow_range >= RANGES_ALLOW_MAX)
+				die(EX_USAGE, "--allow-range: more than %d ranges", RANGES_ALLOW_MAX);
+			B.allow_range[B.nallow_range++] = r;
+			break;
+		}
 		case 'n':
 			B.no_proxy = 1;
 			break;

@@ -140,7 +140,7 @@ int main(int argc, char **argv)
 	char id[3 + 12 + 1], name[64], hex[13], now[32];
 	const char *want = NULL, *net = "none";
 	json_t *rec, *out, *netj = NULL, *allow = json_array();
-	char pat[ALLOW_NAME_MAX + 3];
+	char pat[ALLOW_PATTERN_MAX];
 	const char *why;
 	size_t i;
 	int c, tries, nallow = 0;

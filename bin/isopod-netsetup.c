@@ -18,6 +18,7 @@
  * root. */
 
 #include "net.h"
+#include "ranges.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -96,23 +97,12 @@
 #define RULE_PREF 10
 #define FWMARK 0x10000000u
 
-/* Destinations a guest never reaches through the host (forward path). The
- * host's own addresses are local, so they meet the input chain instead. */
-static const struct {
-	const char *net;
-	int len;
-} deny[] = {
-	{ "0.0.0.0", 8 },       /* "this" network */
-	{ "10.0.0.0", 8 },      /* RFC 1918 (other slots included) */
-	{ "100.64.0.0", 10 },   /* carrier-grade NAT */
-	{ "127.0.0.0", 8 },     /* loopback */
-	{ "169.254.0.0", 16 },  /* link-local, cloud metadata 169.254.169.254 */
-	{ "172.16.0.0", 12 },   /* RFC 1918 */
-	{ "192.168.0.0", 16 },  /* RFC 1918 */
-	{ "224.0.0.0", 4 },     /* multicast */
-	{ "240.0.0.0", 4 },     /* reserved + limited broadcast */
-};
-#define NDENY (sizeof deny / sizeof deny[0])
+/* Destinations a guest never reaches through the host (forward path) are
+ * lib/ranges.c's list, less the host's overrides (`allow_range` lines of
+ * its config file, read once here).  The host's own addresses are local,
+ * so they meet the input chain instead, whatever the overrides say. */
+static struct range allow_ranges[RANGES_ALLOW_MAX];
+static size_t nallow_ranges;
 
 static unsigned nslots = 16;       /* filtered: 0..nslots-1 */
 static unsigned nopen;             /* open: nslots..total-1 */
@@ -432,6 +422,22 @@ static void m_ip(struct nftnl_rule *r, uint32_t off, uint32_t op, uint32_t addr,
 	x_cmp(r, op, &net, 4);
 }
 
+/* ip6 daddr (off 24) op net/len. */
+static void m_ip6_daddr(struct nftnl_rule *r, uint32_t op, const uint8_t net[16], int len)
+{
+	uint8_t mask[16] = { 0 }, n[16];
+
+	for (int i = 0; i < len; i++)
+		mask[i / 8] |= (uint8_t)(0x80 >> (i % 8));
+	for (int i = 0; i < 16; i++)
+		n[i] = net[i] & mask[i];
+	m_nfproto(r, NFPROTO_IPV6);
+	x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 24, 16);
+	if (len != 128)
+		x_bitwise(r, mask, 16);
+	x_cmp(r, op, n, 16);
+}
+
 /* ether saddr == mac, guarded by iiftype ether as nft does. */
 static void m_ether_saddr(struct nftnl_rule *r, const uint8_t mac[6])
 {
@@ -680,13 +686,59 @@ static void rule_dns_redirect(uint8_t proto)
 	rule_put(r);
 }
 
+/* `daddr <block> counter drop` for each block of the deny list, after a
+ * `daddr <override> return` for each of the host's overrides (so an
+ * override takes its block out of every listed block that holds it).
+ * IPv6 too: nothing IPv6 passes prerouting today, and when a policy lets
+ * it, the same list is already here. */
+static uint32_t range_v4(const struct range *b)
+{
+	uint32_t a;
+
+	memcpy(&a, b->a, 4);
+	return ntohl(a);
+}
+
+static void rules_deny(const char *chain)
+{
+	const struct range_def *l;
+	struct nftnl_rule *r;
+	struct range b;
+	const char *why;
+	size_t n, i;
+
+	for (i = 0; i < nallow_ranges; i++) {
+		r = rule_new(chain);
+		if (allow_ranges[i].af == 4)
+			m_ip(r, 16, NFT_CMP_EQ, range_v4(&allow_ranges[i]), allow_ranges[i].len);
+		else
+			m_ip6_daddr(r, NFT_CMP_EQ, allow_ranges[i].a, allow_ranges[i].len);
+		x_counter(r);
+		x_verdict(r, NFT_RETURN, NULL);
+		rule_put(r);
+	}
+	l = ranges_list(&n);
+	for (i = 0; i < n; i++) {
+		if (range_parse(l[i].cidr, &b, &why) < 0)
+			die(EX_SYS, "unable to parse the deny list's %s: %s", l[i].cidr, why);
+		r = rule_new(chain);
+		if (b.af == 4)
+			m_ip(r, 16, NFT_CMP_EQ, range_v4(&b), b.len);
+		else
+			m_ip6_daddr(r, NFT_CMP_EQ, b.a, b.len);
+		x_counter(r);
+		x_verdict(r, NF_DROP, NULL);
+		rule_put(r);
+	}
+}
+
 /* The table `inet isopod`. */
 static void build_inet(void)
 {
 	struct nftnl_rule *r;
 	char name[IFNAMSIZ];
 	uint8_t mac[6];
-	unsigned k, i;
+	unsigned k;
 
 	cur_family = NFPROTO_INET;
 	put_fresh_table(NFPROTO_INET);
@@ -823,16 +875,7 @@ static void build_inet(void)
 	x_verdict(r, NF_DROP, NULL);
 	rule_put(r);
 	rule_taps("fwd_open", NFT_META_OIFNAME, NF_DROP, NULL);
-	for (i = 0; i < NDENY; i++) {
-		struct in_addr a;
-
-		inet_pton(AF_INET, deny[i].net, &a);
-		r = rule_new("fwd_open");
-		m_ip(r, 16, NFT_CMP_EQ, ntohl(a.s_addr), deny[i].len);
-		x_counter(r);
-		x_verdict(r, NF_DROP, NULL);
-		rule_put(r);
-	}
+	rules_deny("fwd_open");
 
 	/* open mode: NAT out of the slot range to anything but a tap, nor
 	 * lo: the host's own datagrams from a gateway address to itself (the
@@ -1503,6 +1546,27 @@ static void remove_all(void)
 	json_decref(out);
 }
 
+/* The overrides in force, each with the listed block it opens a hole in:
+ * [{"range": "198.51.100.0/24", "in": "198.51.100.0/24", "name": "..."}]. */
+static json_t *allow_ranges_json(void)
+{
+	const struct range_def *l;
+	json_t *a = json_array();
+	size_t n, i;
+
+	l = ranges_list(&n);
+	for (i = 0; i < nallow_ranges; i++) {
+		char t[RANGES_TEXT_MAX];
+		const char *why;
+		int k = ranges_override_check(&allow_ranges[i], &why);
+
+		json_array_append_new(a, json_pack("{s:s, s:s, s:s}", "range",
+			range_text(&allow_ranges[i], t, sizeof t), "in", k >= 0 ? l[k].cidr : "?",
+			"name", k >= 0 ? l[k].name : "?"));
+	}
+	return a;
+}
+
 static int read_forwarding(void)
 {
 	char c = '0';
@@ -1533,7 +1597,7 @@ int main(int argc, char **argv)
 	struct in_addr a;
 	json_t *taps, *out;
 	char name[IFNAMSIZ], gw[INET_ADDRSTRLEN], guest[INET_ADDRSTRLEN], macs[18], alias[32];
-	char was[16];
+	char was[16], msg[512];
 	const char *e;
 	long long v;
 	unsigned k, created = 0, rules_v4, rules_v6;
@@ -1596,6 +1660,12 @@ int main(int argc, char **argv)
 		;
 	if (base & ~(~0u << (32 - prefix)))
 		die(EX_USAGE, "bad --base: %u slots need a /%d-aligned base", total, prefix);
+
+	/* The host's overrides of the deny list: the same lines every run's
+	 * broker and result read (there is no flag, so they cannot differ). */
+	if (!remove && (c = ranges_load_config(ranges_config_path(), allow_ranges, RANGES_ALLOW_MAX,
+					       &nallow_ranges, msg, sizeof msg)) < 0)
+		die(c == -1 ? EX_USAGE : EX_SYS, "%s", msg);
 
 	if (!(rtnl = mnl_socket_open(NETLINK_ROUTE)) || mnl_socket_bind(rtnl, 0, MNL_SOCKET_AUTOPID) < 0)
 		die(EX_SYS, "unable to open a route netlink socket:");
@@ -1701,6 +1771,7 @@ int main(int argc, char **argv)
 	json_object_set_new(out, "fail_closed", json_pack("{s:i, s:s, s:{s:i, s:i}, s:i}",
 		"rule_priority", RULE_PREF, "fwmark", markhex, "route_rules", "ipv4", (int)rules_v4,
 		"ipv6", (int)rules_v6, "canary_port", PORT_CANARY));
+	json_object_set_new(out, "allow_ranges", allow_ranges_json());
 	json_emit(out);
 	json_decref(out);
 	if (!verified)

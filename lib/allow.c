@@ -2,6 +2,7 @@
 
 #include "allow.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static int lower(int c)
@@ -65,7 +66,24 @@ int allow_name_norm(char *out, size_t outsz, const char *name)
 	return 0;
 }
 
-int allow_norm(char *out, size_t outsz, const char *pattern, const char **why)
+/* The ":PORT" of a pattern: its port, 0 when there is none, -1 when bad. */
+static long pattern_port(const char *colon)
+{
+	long v = 0;
+
+	if (!colon)
+		return 0;
+	if (!colon[1] || colon[1] == '0' || strlen(colon + 1) > 5)
+		return -1;
+	for (const char *p = colon + 1; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (*p - '0');
+	}
+	return v >= 1 && v <= 65535 ? v : -1;
+}
+
+static int norm_name_part(char *out, size_t outsz, const char *pattern, const char **why)
 {
 	const char *r;
 
@@ -98,14 +116,57 @@ int allow_norm(char *out, size_t outsz, const char *pattern, const char **why)
 	return 0;
 }
 
+int allow_norm(char *out, size_t outsz, const char *pattern, const char **why)
+{
+	const char *colon = strchr(pattern, ':');
+	char name[ALLOW_NAME_MAX + 3];
+	size_t n = colon ? (size_t)(colon - pattern) : strlen(pattern);
+	long port = pattern_port(colon);
+	int k;
+
+	if (outsz)
+		*out = '\0';
+	if (port < 0) {
+		*why = "bad port: want NAME:PORT with PORT 1..65535";
+		return -1;
+	}
+	if (n >= sizeof name) {
+		*why = "name longer than 253 characters";
+		return -1;
+	}
+	memcpy(name, pattern, n);
+	name[n] = '\0';
+	if (norm_name_part(out, outsz, name, why) < 0)
+		return -1;
+	if (port) {
+		size_t o = strlen(out);
+
+		k = snprintf(out + o, outsz - o, ":%ld", port);
+		if (k < 0 || (size_t)k >= outsz - o) {
+			*out = '\0';
+			*why = "name too long";
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int allow_match(const char *pattern, const char *name)
 {
-	size_t pn, nn;
+	const char *colon = strchr(pattern, ':');
+	size_t pl = colon ? (size_t)(colon - pattern) : strlen(pattern), pn, nn;
 
 	if (pattern[0] != '*')
-		return strcmp(pattern, name) == 0;
+		return strlen(name) == pl && strncmp(pattern, name, pl) == 0;
 	/* "*.example.org": name ends with ".example.org" and has more before */
-	pn = strlen(pattern + 1);
+	pn = pl - 1;
 	nn = strlen(name);
-	return nn > pn && strcmp(name + nn - pn, pattern + 1) == 0;
+	return nn > pn && strncmp(name + nn - pn, pattern + 1, pn) == 0;
+}
+
+int allow_port(const char *pattern, unsigned port)
+{
+	long p = pattern_port(strchr(pattern, ':'));
+
+	return p > 0 ? (unsigned long)p == port : port == 80 || port == 443;
 }

@@ -27,8 +27,10 @@ static void add(struct egress *e, const char *s)
 int egress_plan(struct egress *e, const char *broker, const char *mode, const char *gw,
 		const json_t *allow, const char *ledger, const char *vmid, char *msg, size_t msz)
 {
-	size_t i;
+	struct range ranges[RANGES_ALLOW_MAX];
+	size_t i, nranges;
 	json_t *v;
+	int rc;
 
 	memset(e, 0, sizeof *e);
 	e->pid = -1;
@@ -53,6 +55,13 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 		snprintf(e->arg[5], sizeof e->arg[5], "%s", getenv("ISOPOD_RESOLVER"));
 		add(e, "--resolver");
 		add(e, e->arg[5]);
+	}
+	if ((rc = ranges_load_config(ranges_config_path(), ranges, RANGES_ALLOW_MAX, &nranges, msg,
+				     msz)) < 0)
+		return rc;
+	for (i = 0; i < nranges; i++) {
+		add(e, "--allow-range");
+		add(e, range_text(&ranges[i], e->range[i], sizeof e->range[i]));
 	}
 	if (!strcmp(mode, "open")) {
 		add(e, "--no-proxy");

@@ -8,6 +8,8 @@
 #ifndef ISOPOD_EGRESS_H
 #define ISOPOD_EGRESS_H
 
+#include "ranges.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -15,16 +17,21 @@
 struct egress {
 	pid_t pid;     /* -1: none */
 	int pidfd;     /* -1: none */
-	char *argv[80];
+	char *argv[80 + 2 * RANGES_ALLOW_MAX];
 	char arg[8][4096];
+	char range[RANGES_ALLOW_MAX][RANGES_TEXT_MAX]; /* --allow-range values */
 	int argc;
 };
 
 /* Plan the broker's command line (in the parent, before the supervisor
  * forks): mode "filtered" (proxy + DNS for the allowlist) or "open" (DNS
  * only, every name).  broker: the isopod-broker to run.  allow: the VM
- * record's net.allow (array of normalised patterns) or NULL.  0, or -1
- * with msg. */
+ * record's net.allow (array of normalised patterns) or NULL.  The host's
+ * overrides of the deny list (allow_range lines of its config file,
+ * ranges_config_path()) become --allow-range: the broker re-checks
+ * addresses against the same list the kernel's table was built from.
+ * 0; -1 with msg for bad input (a bad allow_range line: a usage error);
+ * -2 with msg when the config file cannot be read. */
 int egress_plan(struct egress *e, const char *broker, const char *mode, const char *gw,
 		const json_t *allow, const char *ledger, const char *vmid, char *msg, size_t msz);
 

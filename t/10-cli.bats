@@ -393,6 +393,32 @@ hi" ]
 	no_claim
 }
 
+@test "allow_range: in the host config each is a warning in every result and in doctor; in the user's config a usage error" {
+	use_fake
+	local sys="$BATS_TEST_TMPDIR/sys.conf" user="$BATS_TEST_TMPDIR/user.conf" w
+	printf 'allow_range = 198.51.100.0/24   # a lab\nallow_range=198.18.0.0/16\n' >"$sys"
+	w='this host lets guests reach a range the deny list blocks by default'
+	for net in none filtered open; do
+		ISOPOD_SYSCONFIG="$sys" run_isopod -0 run --json-only --net "$net" -- true
+		json_is '.warnings == ["allow_range 198.51.100.0/24 ('"$sys"'): '"$w"'", "allow_range 198.18.0.0/16 ('"$sys"'): '"$w"'"]'
+	done
+	# none configured: no warning
+	run_isopod -0 run --json-only --net none -- true
+	json_is '.warnings == []'
+	# doctor says so too (--quick: whatever else this host lacks)
+	ISOPOD_SYSCONFIG="$sys" run_isopod doctor --quick
+	json_is '.net.allow_ranges == ["198.51.100.0/24", "198.18.0.0/16"] and .net.config == "'"$sys"'"'
+	json_is '.warnings | length == 2 and all(test("^allow_range 198\\.(51\\.100\\.0/24|18\\.0\\.0/16) "))'
+	run_isopod doctor --quick
+	json_is '.net.allow_ranges == [] and .warnings == []'
+	# a user cannot open the host's table
+	printf 'net = none\nallow_range = 198.18.0.0/15\n' >"$user"
+	: >"$FAKE_LOG"
+	ISOPOD_CONFIG="$user" run_isopod -100 run --json-only -- true
+	[[ "$stderr" == *"config $user:2: allow_range is a host setting; it belongs in "* ]]
+	no_claim
+}
+
 @test "run: egress sums the ledger per kind, name and port; a line that is not JSON is counted, not fatal" {
 	use_fake
 	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"

@@ -18,6 +18,9 @@
 
 load helpers
 load lab/probe
+# helpers.bash points ISOPOD_SYSCONFIG at /dev/null in every test; here it is
+# the lab's host config (setup_file below), as netsetup saw it.
+[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
 
 setup_file() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
@@ -26,6 +29,11 @@ setup_file() {
 	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
 	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
 	sh "$LAB" up "$LAB_NAME" >/dev/null
+	# The lab's pretend internet (TEST-NET-2) is opened the way a host
+	# opens a range: allow_range in the host config, read by netsetup, the
+	# brokers and every run (lab.sh config).
+	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
+	export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
 	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0 \
 		>"$BATS_FILE_TMPDIR/netsetup.json"
 	# Stand-in guests on slots 0 (filtered), 18 and 19 (open); their slot
@@ -748,6 +756,54 @@ canary_broker() {
 	canary_broker again
 	kill -TERM "$bpid"
 	wait "$bpid"
+@test "deny: benchmarking space 198.18.0.0/15 (TCP, UDP, ICMP); the lab's allow_range is the control" {
+	assert_open 18 198.51.100.10
+	assert_blocked 18 198.18.0.10
+	assert_blocked 19 198.18.0.10
+	# the host reaches it: the listener is live, the table is what stops it
+	printf 'GET / HTTP/1.0\r\n\r\n' | lab exec busybox nc -w 2 198.18.0.10 80 | grep -q '^lab 198.18.0.10$'
+	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
+	json_is '.allow_ranges == [{range: "198.51.100.0/24", in: "198.51.100.0/24", name: "Documentation (TEST-NET-2)"}]'
+}
+
+@test "allow_range: the override is what opens the lab's internet; it opens its block only, never the host; a range outside the list is a usage error naming FILE:LINE" {
+	local conf="$BATS_TEST_TMPDIR/isopod.conf" first second
+	# Without it the pretend internet is denied like any TEST-NET.
+	run --separate-stderr env ISOPOD_SYSCONFIG=/dev/null sh "$LAB" exec "$LAB_NAME" \
+		"$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0
+	[ "$status" -eq 0 ]
+	json_is '.allow_ranges == [] and .verified'
+	run assert_blocked 18 198.51.100.10
+	local closed=$status
+	# Overrides of a part of a block (198.18.0.0/16 of /15) and of the host's
+	# own block: the part answers (so the deny test above can fail), the
+	# rest of the list does not, and the host's own address stays denied.
+	printf 'allow_range = 198.51.100.0/24\nallow_range = 198.18.0.0/16 # part\nallow_range = 203.0.113.0/24\n' >"$conf"
+	run --separate-stderr env ISOPOD_SYSCONFIG="$conf" sh "$LAB" exec "$LAB_NAME" \
+		"$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0
+	[ "$status" -eq 0 ]
+	json_is '[.allow_ranges[].range] == ["198.51.100.0/24", "198.18.0.0/16", "203.0.113.0/24"]'
+	json_is '.allow_ranges[1] | .in == "198.18.0.0/15" and .name == "Benchmarking"'
+	run assert_open 18 198.18.0.10
+	local opened=$status
+	run assert_blocked 18 203.0.113.1
+	local own=$status
+	run assert_blocked 18 169.254.169.254
+	local meta=$status
+	# A range outside the list: 100 naming the file and line, nothing changed.
+	first=$(lab exec nft list ruleset | grep -v counter)
+	printf 'net = open\nallow_range = 8.8.8.0/24\n' >"$conf"
+	run --separate-stderr env ISOPOD_SYSCONFIG="$conf" sh "$LAB" exec "$LAB_NAME" \
+		"$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0
+	local bad=$status bad_err=$stderr
+	second=$(lab exec nft list ruleset | grep -v counter)
+	netsetup >/dev/null # the lab's own again
+	[ "$closed" -eq 0 ] && [ "$opened" -eq 0 ] && [ "$own" -eq 0 ] && [ "$meta" -eq 0 ]
+	[ "$bad" -eq 100 ]
+	[[ "$bad_err" == *"$conf:2: allow_range 8.8.8.0/24: not a denied range nor inside one"* ]]
+	[ "$first" = "$second" ]
+	assert_blocked 18 198.18.0.10
+	assert_open 18 198.51.100.10
 }
 
 @test "lab: sealed — no route out of the internet netns, nothing linked to the root netns" {
@@ -868,6 +924,20 @@ canary_broker() {
 		ping -c1 -W2 -I 10.213.0.10 198.51.100.10 >/dev/null && echo own-ok'
 	[ "$status" -eq 0 ]
 	json_is '.stdout == "own-ok\n"'
+}
+
+@test "vm --net open: 198.18.0.0/15 blocked (TCP, UDP, ICMP), the control passes; the result warns of the host's allow_range" {
+	vm_tests
+	local before after
+	before=$(grep -c ' 198.18.0.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
+	run --separate-stderr vrun --net open --timeout-s 120 -- sh -c "$GUEST_PROBE" probe 198.51.100.10 198.18.0.10
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -r .stdout
+	json_is '.stdout | split("\n") | index("tcp 198.51.100.10 ok") and index("icmp 198.51.100.10 ok")'
+	json_is '.stdout | split("\n") | index("tcp 198.18.0.10 no") and index("udp 198.18.0.10 no") and index("icmp 198.18.0.10 no")'
+	json_is '.warnings | any(. == "allow_range 198.51.100.0/24 (\($ENV.ISOPOD_SYSCONFIG)): this host lets guests reach a range the deny list blocks by default")'
+	after=$(grep -c ' 198.18.0.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
+	[ "$before" = "$after" ]
 }
 
 @test "vm: taps missing → claim fails fast naming sudo isopod-netsetup and --net none" {

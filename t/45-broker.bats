@@ -19,9 +19,14 @@ setup_file() {
 	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
 	sh "$LAB" up "$LAB_NAME" >/dev/null
 	# The main broker: its resolver comes from the netns' resolv.conf.
+	# The lab's pretend internet (TEST-NET-2) is opened as a host would
+	# (lab.sh config: allow_range); pkg.test's ports 8080, 8081 and 8083
+	# (the tunnels below) are named, as any port but 80 and 443 must be.
 	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" \
 		--ledger "$LEDGER" --allow pkg.test --allow '*.wild.test' --allow rebind.test \
 		--allow meta.test --allow mixed.test --allow alias.test --allow nx.test --vm vm-t45 \
+		--allow pkg.test:8080 --allow pkg.test:8081 --allow pkg.test:8083 --allow bench.test --allow ula.test \
+		--allow mapped.test --allow-range 198.51.100.0/24 \
 		>"$BATS_FILE_TMPDIR/announce" 2>"$BATS_FILE_TMPDIR/broker.err" 3>&- </dev/null &
 	echo $! >"$BATS_FILE_TMPDIR/broker.pid"
 	await_announce "$BATS_FILE_TMPDIR/announce"
@@ -156,7 +161,8 @@ except OSError:
 	[ "$(wc -l <"$BATS_FILE_TMPDIR/announce")" -eq 1 ]
 	json_is '.pid > 1 and .proxy == "203.0.113.1:3128" and .dns == "203.0.113.1:1053"'
 	json_is '.resolver == "198.51.100.53:53" and .allow_all == false and .vm == "vm-t45"'
-	json_is '.allow == ["pkg.test","*.wild.test","rebind.test","meta.test","mixed.test","alias.test","nx.test"]'
+	json_is '.allow == ["pkg.test","*.wild.test","rebind.test","meta.test","mixed.test","alias.test","nx.test","pkg.test:8080","pkg.test:8081","pkg.test:8083","bench.test","ula.test","mapped.test"]'
+	json_is '.allow_ranges == ["198.51.100.0/24"]'
 	[ "$(jq .pid <<<"$output")" = "$(broker_pid)" ]
 	[ ! -s "$BATS_FILE_TMPDIR/broker.err" ]
 }
@@ -499,7 +505,8 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 
 @test "SIGTERM: an open tunnel gets its ledger line, then exit 0" {
 	local d="$BATS_TEST_TMPDIR" pid hold i
-	test_broker term --proxy-port 3129 --dns-port 1054 --allow pkg.test
+	test_broker term --proxy-port 3129 --dns-port 1054 --allow pkg.test:8080 \
+		--allow-range 198.51.100.0/24
 	lab exec python3 -c "$HOLD" "$BRK" 3129 >"$d/hold" 3>&- &
 	hold=$!
 	for i in $(seq 1 50); do grep -q 'tunnel up' "$d/hold" && break; sleep 0.1; done
@@ -516,7 +523,7 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 	local d="$BATS_TEST_TMPDIR" parent bpid hold i
 	# sh starts the broker with --parent $$, then becomes sleep (same pid)
 	ip netns exec "$LAB_NAME-host" sh -c '"$1" --listen "$2" --proxy-port 3130 --dns-port 1055 --ledger "$3" \
-		--allow pkg.test --parent $$ >"$4" 2>"$5" </dev/null & exec sleep 60' \
+		--allow pkg.test:8080 --allow-range 198.51.100.0/24 --parent $$ >"$4" 2>"$5" </dev/null & exec sleep 60' \
 		sh "$ISOPOD_SRC/bin/isopod-broker" "$BRK" "$d/ledger" "$d/announce" "$d/err" 3>&- &
 	parent=$!
 	echo "$parent" >"$BATS_FILE_TMPDIR/parent.pid"
@@ -607,7 +614,7 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 	[[ "$stderr" == *"--canary 0"* ]]
 	run "$ISOPOD_SRC/bin/isopod-broker" -h
 	[ "$status" -eq 0 ]
-	[ "$output" = "usage: isopod-broker --listen ADDR --ledger FILE [--proxy-port N] [--dns-port N] [--allow PATTERN]... [--allow-all] [--no-proxy] [--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT]" ]
+	[ "$output" = "usage: isopod-broker --listen ADDR --ledger FILE [--proxy-port N] [--dns-port N] [--allow PATTERN]... [--allow-all] [--allow-range CIDR]... [--no-proxy] [--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT]" ]
 	# and the man page's SYNOPSIS says the same
 	local synopsis
 	synopsis=$(MANWIDTH=1000 man -l "$ISOPOD_SRC/man/isopod-broker.1" 2>/dev/null |
@@ -672,8 +679,11 @@ print("reset")'
 @test "--allow-all: an IP literal of the host's own is denied, however many addresses the host has" {
 	local d="$BATS_TEST_TMPDIR" pid i before
 	before=$(hits 203.0.113.1)
-	test_broker own --proxy-port 3133 --dns-port 1059 --allow-all --resolver 198.51.100.53:53
-	# 203.0.113.1 is public-looking: only the own-address check stops it
+	# Both blocks opened, so only the own-address check can stop these:
+	# the host's own addresses stay denied whatever the overrides say.
+	test_broker own --proxy-port 3133 --dns-port 1059 --allow-all --resolver 198.51.100.53:53 \
+		--allow-range 203.0.113.0/24 --allow-range 192.0.2.0/24
+	# 203.0.113.1 is the host's (TEST-NET-3, opened above)
 	run lab exec curl -sS -m 15 -x "http://$BRK:3133" -i http://203.0.113.1/
 	[[ "$output" == "HTTP/1.1 403"* ]]
 	[[ "$output" == *$'X-Isopod-Refusal: a denied address\r'* ]]
@@ -690,6 +700,138 @@ print("reset")'
 	stop_broker
 	output=$(tail -n 1 "$d/ledger")
 	json_is '.name == "192.0.2.200" and .verdict == "denied" and .reason == "a denied address" and .address == null'
+}
+
+@test "ports: an entry allows 80 and 443 (CONNECT or HTTP); :22 and :8080 are refused naming the rule, the ledger has the port; NAME:PORT allows exactly that port" {
+	local d="$BATS_TEST_TMPDIR" pid p
+	test_broker ports --proxy-port 3134 --dns-port 1060 --allow pkg.test --allow other.test:8080 \
+		--allow '*.wild.test' --allow-range 198.51.100.0/24 --resolver 198.51.100.53:53
+	px() { lab exec curl -sS -m 15 -x "http://$BRK:3134" "$@"; }
+	# CONNECT to 443 (the lab's HTTPS listener) and 80, plain HTTP to 80
+	run px --cacert "$ISOPOD_LAB_STATE/$LAB_NAME/tls/ca.pem" https://pkg.test/
+	[ "$output" = "lab tls 198.51.100.10" ]
+	run px --proxytunnel http://pkg.test/
+	[ "$output" = "lab 198.51.100.10" ]
+	run px http://pkg.test/
+	[ "$output" = "lab 198.51.100.10" ]
+	# any other port of an allowed name: 403 naming the entry, nothing connected
+	for p in 22 8080; do
+		run px -i --proxytunnel "http://pkg.test:$p/"
+		[ "$status" -ne 0 ]
+		[[ "$output" == *"403"* ]]
+		run lab exec python3 -c 'import socket, sys
+c = socket.create_connection((sys.argv[1], 3134), 5)
+c.sendall(b"CONNECT pkg.test:%s HTTP/1.1\r\n\r\n" % sys.argv[2].encode())
+c.settimeout(5)
+r = b""
+while True:
+    k = c.recv(4096)
+    if not k:
+        break
+    r += k
+print(r.decode())' "$BRK" "$p"
+		[[ "$output" == "HTTP/1.1 403 Forbidden"* ]]
+		[[ "$output" == *$'X-Isopod-Refusal: port not in the allowlist\r'* ]]
+		[[ "$output" == *"isopod-broker: pkg.test port $p is not allowed: the allowlist entries for pkg.test (pkg.test) allow ports 80 (HTTP) and 443 (HTTPS) only; allow that port as pkg.test:$p"* ]]
+	done
+	# plain HTTP to another port too; and a wildcard's names alike
+	run px -i http://pkg.test:8080/
+	[[ "$output" == "HTTP/1.1 403"* && "$output" == *"port not in the allowlist"* ]]
+	run px -i http://a.wild.test:22/
+	[[ "$output" == "HTTP/1.1 403"* && "$output" == *"(*.wild.test)"* ]]
+	# NAME:PORT: exactly that port (the holder on 8080), not 80 or 443
+	run lab exec python3 -c 'import socket, sys
+c = socket.create_connection((sys.argv[1], 3134), 5)
+c.sendall(b"CONNECT other.test:8080 HTTP/1.1\r\n\r\n")
+c.settimeout(5)
+r = b""
+while b"hello" not in r:
+    k = c.recv(4096)
+    if not k:
+        break
+    r += k
+print(r.decode())' "$BRK"
+	[[ "$output" == "HTTP/1.1 200 Connection established"*"hello"* ]]
+	run px -i http://other.test/
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	[[ "$output" == *"other.test port 80 is not allowed: the allowlist entries for other.test (other.test:8080) allow only the ports they name"* ]]
+	stop_broker
+	# the ledger: each refusal with its port, no address (never connected)
+	output=$(jq -c -s '[.[] | select(.reason == "port not in the allowlist") | [.kind, .name, .port, .address]]' "$d/ledger")
+	json_is '. == [["connect","pkg.test",22,null],["connect","pkg.test",22,null],["connect","pkg.test",8080,null],["connect","pkg.test",8080,null],["http","pkg.test",8080,null],["http","a.wild.test",22,null],["http","other.test",80,null]]'
+	output=$(jq -c -s '[.[] | select(.verdict == "allowed") | [.kind, .name, .port]] | sort' "$d/ledger")
+	json_is '. == [["connect","other.test",8080],["connect","pkg.test",80],["connect","pkg.test",443],["http","pkg.test",80]]'
+}
+
+@test "ports: a bad --allow port is a usage error (0, 65536, junk, empty, leading zero)" {
+	local p
+	for p in 'pkg.test:0' 'pkg.test:65536' 'pkg.test:ssh' 'pkg.test:' 'pkg.test:022' 'pkg.test:80:81'; do
+		run --separate-stderr "$ISOPOD_SRC/bin/isopod-broker" --listen 127.0.0.1 --ledger /dev/null \
+			--resolver 127.0.0.1 --allow "$p"
+		[ "$status" -eq 100 ]
+		[[ "$stderr" == *"--allow $p: "* ]]
+	done
+}
+
+@test "deny list: a name resolving into 198.18.0.0/15 is refused naming the block; an --allow-range opens it, the host's own address stays denied" {
+	local d="$BATS_TEST_TMPDIR" pid before
+	before=$(hits 198.18.0.10)
+	run pcurl -i http://bench.test/
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	[[ "$output" == *$'X-Isopod-Refusal: resolves only to denied addresses\r'* ]]
+	[[ "$output" == *"bench.test resolves only to denied addresses (198.18.0.10: Benchmarking)"* ]]
+	run pcurl -i --proxytunnel https://bench.test/
+	[ "$status" -ne 0 ]
+	last_line
+	json_is '.kind == "connect" and .name == "bench.test" and .port == 443 and .verdict == "denied" and .address == null'
+	# the TEST-NETs the lab does not open, as literals (--allow-all)
+	test_broker deny --proxy-port 3135 --dns-port 1061 --allow-all --resolver 198.51.100.53:53
+	run lab exec curl -sS -m 15 -x "http://$BRK:3135" -i http://198.18.0.10/
+	[[ "$output" == *"198.18.0.10 is a denied address (Benchmarking)"* ]]
+	run lab exec curl -sS -m 15 -x "http://$BRK:3135" -i http://198.51.100.10/
+	[[ "$output" == *"198.51.100.10 is a denied address (Documentation (TEST-NET-2))"* ]]
+	stop_broker
+	[ "$(hits 198.18.0.10)" -eq "$before" ]
+	# The override (the mutation that shows the refusal above can fail):
+	# with 198.18.0.0/15 opened the same name is reached.
+	test_broker open18 --proxy-port 3136 --dns-port 1062 --allow bench.test \
+		--allow-range 198.18.0.0/15 --resolver 198.51.100.53:53
+	output=$(cat "$d/announce")
+	json_is '.allow_ranges == ["198.18.0.0/15"]'
+	run lab exec curl -sS -m 15 -x "http://$BRK:3136" http://bench.test/
+	[ "$output" = "lab 198.18.0.10" ]
+	[ "$(hits 198.18.0.10)" -eq $((before + 1)) ]
+	stop_broker
+	# an override is a block of the list or a part of one; nothing else
+	for r in 8.8.8.0/24 198.16.0.0/12 198.18.0.1/15 0.0.0.0/0 198.18.0.0 pkg.test/8; do
+		run --separate-stderr "$ISOPOD_SRC/bin/isopod-broker" --listen 127.0.0.1 --ledger /dev/null \
+			--resolver 127.0.0.1 --allow-range "$r"
+		[ "$status" -eq 100 ]
+		[[ "$stderr" == *"--allow-range $r: "* ]]
+	done
+}
+
+@test "IPv6: names with only AAAA (unique-local, IPv4-mapped) get no connection; IPv6 literals are refused" {
+	local before
+	before=$(hits 198.18.0.10)
+	# the broker asks for A records only: an IPv6-only name has none
+	run pcurl -i http://ula.test/
+	[[ "$output" == "HTTP/1.1 502"* && "$output" == *"no such name"* ]]
+	run pcurl -i --proxytunnel https://mapped.test/
+	[ "$status" -ne 0 ]
+	last_line
+	json_is '.name == "mapped.test" and .address == null and .reason == "no such name"'
+	dnslog | grep -q '^ula.test A$'
+	dnslog | grep -q '^mapped.test A$'
+	! dnslog | grep -Eq '^(ula|mapped)\.test AAAA$' || false
+	# literals, even with every name allowed
+	test_broker v6 --proxy-port 3137 --dns-port 1063 --allow-all --resolver 198.51.100.53:53
+	run lab exec curl -sS -m 15 -x "http://$BRK:3137" -i 'http://[fd00::5]/'
+	[[ "$output" == "HTTP/1.1 403"* && "$output" == *"IPv6 is not served"* ]]
+	run lab exec curl -sS -m 15 -x "http://$BRK:3137" -i 'http://[::ffff:198.18.0.10]/'
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	stop_broker
+	[ "$(hits 198.18.0.10)" -eq "$before" ]
 }
 
 @test "lab: sealed — no route out of the internet netns, nothing linked to the root netns" {

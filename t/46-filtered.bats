@@ -12,6 +12,10 @@
 
 load helpers
 load lab/probe
+# helpers.bash points ISOPOD_SYSCONFIG at /dev/null in every test; here it is
+# the lab's host config (setup_file below): its allow_range opens the lab's
+# pretend internet (TEST-NET-2) to the brokers, as it does to netsetup.
+[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
 
 setup_file() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
@@ -20,6 +24,8 @@ setup_file() {
 	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
 	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
 	sh "$LAB" up "$LAB_NAME" >/dev/null
+	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
+	export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
 	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 \
 		>"$BATS_FILE_TMPDIR/netsetup.json"
 	isopod_setup_file --images
@@ -139,6 +145,27 @@ PCONNECT='pconnect() { printf "CONNECT $1:80 HTTP/1.1\r\nHost: $1:80\r\n\r\nGET 
 	json_is '[.egress.allowed[] | select(.name == "mixed.test") | .addresses] == [["198.51.100.10"]]'
 	[ "$(hits 10.99.0.5)" = "$b10" ]
 	[ "$(hits 169.254.169.254)" = "$b169" ]
+}
+
+@test "filtered: an allowed name's other ports are refused naming the entry (egress has the port); a name in 198.18/15 is refused; the result warns of the lab's allow_range" {
+	local b18
+	b18=$(hits 198.18.0.10)
+	run --separate-stderr vrun --net filtered --allow pkg.test --allow pkg.test:8443 --allow bench.test \
+		--timeout-s 90 -- sh -c "$GW"'
+		for p in 22 8080; do
+			printf "CONNECT pkg.test:$p HTTP/1.1\r\n\r\n" | nc -w 5 "$gw" 3128 | sed "s/^/port$p: /"
+		done
+		printf "GET http://pkg.test/ HTTP/1.0\r\n\r\n" | nc -w 5 "$gw" 3128 | tail -n 1 | sed "s/^/p80: /"
+		printf "GET http://bench.test/ HTTP/1.0\r\n\r\n" | nc -w 5 "$gw" 3128 | sed "s/^/bench: /"'
+	echo "$output" | jq -r .stdout
+	[ "$status" -eq 0 ]
+	json_is '.stdout | test("port22: HTTP/1.1 403") and test("port8080: HTTP/1.1 403") and test("p80: lab 198.51.100.10")'
+	json_is '.stdout | test("port22: isopod-broker: pkg.test port 22 is not allowed: the allowlist entries for pkg.test \\(pkg.test, pkg.test:8443\\)")'
+	json_is '.stdout | test("bench: HTTP/1.1 403") and test("bench: .*resolves only to denied addresses \\(198.18.0.10: Benchmarking\\)")'
+	json_is '[.egress.denied[] | select(.reason == "port not in the allowlist") | [.kind, .name, .port]] | sort == [["connect", "pkg.test", 22], ["connect", "pkg.test", 8080]]'
+	json_is '[.egress.denied[] | select(.name == "bench.test") | .reason] == ["resolves only to denied addresses"]'
+	json_is '.warnings | any(. == "allow_range 198.51.100.0/24 (\($ENV.LAB_CONF)): this host lets guests reach a range the deny list blocks by default")'
+	[ "$(hits 198.18.0.10)" = "$b18" ]
 }
 
 @test "filtered: a wildcard allows names below it, not the name itself; IP literals are refused" {

@@ -11,6 +11,9 @@ receives, before answering, so a test can prove a query never arrived.
     meta.test       A 169.254.169.254      (to the cloud metadata service)
     mixed.test      A 10.99.0.5 and A 198.51.100.10
     alias.test      CNAME pkg.test (+ pkg.test's A in the same answer)
+    bench.test      A 198.18.0.10          (benchmarking space, 198.18.0.0/15)
+    ula.test        AAAA fd00::5           (IPv6 only: a unique-local address)
+    mapped.test     AAAA ::ffff:198.18.0.10 (IPv6 only: IPv4-mapped)
     anything else   NXDOMAIN; a known name asked for another type: no data
 """
 import socket
@@ -26,6 +29,9 @@ ZONE = {
     "meta.test": [("A", "169.254.169.254")],
     "mixed.test": [("A", "10.99.0.5"), ("A", "198.51.100.10")],
     "alias.test": [("CNAME", "pkg.test")],
+    "bench.test": [("A", "198.18.0.10")],
+    "ula.test": [("AAAA", "fd00::5")],
+    "mapped.test": [("AAAA", "::ffff:198.18.0.10")],
 }
 TYPES = {1: "A", 5: "CNAME", 28: "AAAA", 16: "TXT", 15: "MX", 2: "NS", 6: "SOA", 255: "ANY"}
 
@@ -52,6 +58,8 @@ def wire_name(name):
 def rr(name, rtype, value):
     if rtype == "A":
         data, t = socket.inet_aton(value), 1
+    elif rtype == "AAAA":
+        data, t = socket.inet_pton(socket.AF_INET6, value), 28
     else:
         data, t = wire_name(value), 5
     return wire_name(name) + struct.pack(">HHIH", t, 1, 60, len(data)) + data
@@ -84,6 +92,8 @@ def answer(msg, log):
                     answers += [rr(value, t, v) for t, v in ZONE[value] if t == "A"]
             elif qtype in (1, 255) and rtype == "A":
                 answers.append(rr(qname, "A", value))
+            elif qtype in (28, 255) and rtype == "AAAA":
+                answers.append(rr(qname, "AAAA", value))
     # QR, AA, the query's RD, RA
     rflags = 0x8000 | 0x0400 | (flags & 0x0100) | 0x0080 | rcode
     return struct.pack(">HHHHHH", qid, rflags, 1, len(answers), 0, 0) + question + b"".join(answers)

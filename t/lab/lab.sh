@@ -9,6 +9,7 @@
 #   lab.sh gexec NAME K CMD...   run CMD in that stand-in guest
 #   lab.sh rmvm NAME K           stop that stand-in guest, delete its netns
 #   lab.sh hits NAME             the listeners' hit log
+#   lab.sh config NAME           the path of the lab's isopod host config
 #
 # Two namespaces and one veth pair, created inside them; nothing is linked
 # to the root namespace, so nothing sent in the lab can leave this machine:
@@ -19,7 +20,7 @@
 #   NAME-inet  i0 203.0.113.254/24; on its lo the "internet":
 #              198.51.100.10 (public-looking, TEST-NET-2), 169.254.169.254
 #              (fake metadata), 10.99.0.5, 172.16.5.5, 192.168.5.5
-#              (private ranges).  A route back to 10.213.0.0/16 via the
+#              (private ranges), 198.18.0.10 (benchmarking space).  A route back to 10.213.0.0/16 via the
 #              host netns; no default route: a packet for anything else
 #              dies here.  (On lo: this kernel has no dummy driver.)
 #              Also on its lo: 198.51.100.53, the lab's DNS server.
@@ -36,11 +37,18 @@
 # test CA, $STATE/tls/ca.pem (made by `up` with openssl).
 # `up` checks that every listener answers before it returns, so a blocked
 # probe in a test can never mean "nothing was there".
+#
+# The pretend internet is TEST-NET-2, which isopod's deny list blocks like
+# every range that is not globally reachable.  The lab says so the way a
+# host would: $STATE/isopod.conf (`lab.sh config NAME`) is an isopod host
+# config with `allow_range = 198.51.100.0/24`; the network suites point
+# ISOPOD_SYSCONFIG at it, so netsetup's table, the brokers and every result
+# (its warning) see the override.  Nothing else of the list is opened.
 set -eu
 
 LAB_DIR=$(cd "$(dirname "$0")" && pwd)
 STATE_ROOT=${ISOPOD_LAB_STATE:-/run/isopod-lab}
-INET_ADDRS='198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5'
+INET_ADDRS='198.51.100.10 169.254.169.254 10.99.0.5 172.16.5.5 192.168.5.5 198.18.0.10'
 HOST_ADDR=203.0.113.1
 DNS_ADDR=198.51.100.53
 INET_GW=203.0.113.254
@@ -140,6 +148,7 @@ cmd_up() {
 	: >"$STATE/hits"
 	: >"$STATE/log"
 	: >"$STATE/dns.log"
+	printf '# the lab pretend internet (TEST-NET-2)\nallow_range = 198.51.100.0/24\n' >"$STATE/isopod.conf"
 	ip netns add "$name-host"
 	ip netns add "$name-inet"
 	# The veth pair is born inside the lab: it never exists in the root netns.
@@ -251,5 +260,6 @@ gexec)
 	nsx "$name-vm$k" "$@"
 	;;
 hits) cat "$STATE/hits" ;;
+config) echo "$STATE/isopod.conf" ;;
 *) die "unknown verb $verb" ;;
 esac

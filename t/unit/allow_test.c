@@ -73,5 +73,36 @@ int main(void)
 	   "names normalise like patterns");
 	ok(allow_name_norm(out, sizeof out, "*.wild.test") < 0 && !*out, "a name cannot be a wildcard");
 	ok(allow_name_norm(out, sizeof out, "10.0.0.1") < 0, "an IPv4 literal is not a name");
+
+	/* ports */
+	ok(norm_ok("PKG.test:8443", "pkg.test:8443"), "a name with a port");
+	ok(norm_ok("*.Wild.test:22", "*.wild.test:22"), "a wildcard with a port");
+	ok(norm_ok("pkg.test.:443", "pkg.test:443"), "a trailing dot before the port");
+	ok(norm_ok("pkg.test:1", "pkg.test:1") && norm_ok("pkg.test:65535", "pkg.test:65535"),
+	   "ports 1 and 65535");
+	ok((why = norm_why("pkg.test:0")) && strstr(why, "1..65535"), "port 0: %s", why);
+	ok((why = norm_why("pkg.test:65536")) && strstr(why, "1..65535"), "port 65536: %s", why);
+	ok(norm_why("pkg.test:99999999999999999999") != NULL, "a huge port");
+	ok(norm_why("pkg.test:") != NULL, "an empty port");
+	ok(norm_why("pkg.test:08443") != NULL, "a leading zero");
+	ok(norm_why("pkg.test:84x3") != NULL, "junk in the port");
+	ok(norm_why("pkg.test:-1") != NULL, "a negative port");
+	ok(norm_why("pkg.test:+80") != NULL, "a signed port");
+	ok(norm_why("pkg.test:80:81") != NULL, "two ports");
+	ok(norm_why(":80") != NULL, "a port without a name");
+	ok(norm_why("10.0.0.1:80") != NULL, "an IPv4 literal with a port");
+	ok(allow_match("pkg.test:8443", "pkg.test") && !allow_match("pkg.test:8443", "pkg.test:8443"),
+	   "the name part matches, the port aside");
+	ok(allow_match("*.wild.test:22", "a.wild.test") && !allow_match("*.wild.test:22", "wild.test"),
+	   "a wildcard with a port matches names below it");
+	ok(!allow_match("pkg.test:80", "pkg.tes") && !allow_match("pkg.test:80", "pkg.test8"),
+	   "no prefix match across the colon");
+	ok(allow_port("pkg.test", 80) && allow_port("pkg.test", 443), "no port: 80 and 443");
+	ok(!allow_port("pkg.test", 22) && !allow_port("pkg.test", 8080) && !allow_port("pkg.test", 0),
+	   "no port: nothing else");
+	ok(allow_port("pkg.test:8443", 8443) && !allow_port("pkg.test:8443", 443) &&
+		   !allow_port("pkg.test:8443", 80),
+	   "a port: exactly that one");
+	ok(allow_port("*.wild.test:22", 22) && !allow_port("*.wild.test", 22), "wildcards alike");
 	return tap_done();
 }
