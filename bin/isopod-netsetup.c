@@ -686,11 +686,6 @@ static void rule_dns_redirect(uint8_t proto)
 	rule_put(r);
 }
 
-/* `daddr <block> counter drop` for each block of the deny list, after a
- * `daddr <override> return` for each of the host's overrides (so an
- * override takes its block out of every listed block that holds it).
- * IPv6 too: nothing IPv6 passes prerouting today, and when a policy lets
- * it, the same list is already here. */
 static uint32_t range_v4(const struct range *b)
 {
 	uint32_t a;
@@ -699,6 +694,11 @@ static uint32_t range_v4(const struct range *b)
 	return ntohl(a);
 }
 
+/* `daddr <block> counter drop` for each block of the deny list, after a
+ * `daddr <override> return` for each of the host's overrides (so an
+ * override takes its block out of every listed block that holds it).
+ * IPv6 too: nothing IPv6 passes prerouting today, and when a policy lets
+ * it, the same list is already here. */
 static void rules_deny(const char *chain)
 {
 	const struct range_def *l;

@@ -147,6 +147,11 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 	if (!strchr(line, '\n') || line[0] != '{') {
 		int code = -1;
 
+		/* End of file without the line: the broker is exiting; give it
+		 * a moment to be reapable, so its status (102: address in use)
+		 * can be told, not guessed. */
+		if (e->pidfd >= 0)
+			poll(&(struct pollfd){ e->pidfd, POLLIN, 0 }, 1, 2000);
 		if (waitpid(e->pid, &st, WNOHANG) == e->pid) {
 			code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 			e->pid = -1;
