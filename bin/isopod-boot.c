@@ -9,6 +9,7 @@
  * PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
 
 #include "host.h"
+#include "proc.h"
 #include "qmp.h"
 #include "egress.h"
 #include "net.h"
@@ -392,45 +393,14 @@ static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *
  * calling thread dies. */
 static pid_t spawn(char *const av[], int outfd, int pdeath, int keepfd)
 {
-	pid_t parent = getpid(), pid;
+	struct proc_spec ps = PROC_SPEC(av);
 
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid > 0)
-		return pid;
-	if (pdeath) {
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-			_exit(126);
-		if (getppid() != parent) /* the parent died before prctl */
-			_exit(126);
-	}
-	umask(077);
-	if (child_fds(outfd, outfd, keepfd) < 0)
-		_exit(126);
-	execvp(av[0], av);
-	dprintf(2, "%s: fatal: unable to exec %s: %s\n", progname, av[0], strerror(errno));
-	_exit(127);
-}
-
-/* Exit status as one number: the code, or 128+sig when signalled. */
-static int status_code(int st)
-{
-	return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
-}
-
-/* Reap our child pid if it exits within ms milliseconds.  1 reaped. */
-static int exited_within(pid_t pid, int *st, int ms)
-{
-	int64_t until = mono_ms() + ms;
-
-	for (;;) {
-		if (waitpid(pid, st, WNOHANG) == pid)
-			return 1;
-		if (mono_ms() >= until)
-			return 0;
-		usleep(10 * 1000);
-	}
+	ps.out = ps.err = outfd;
+	ps.keep[0] = keepfd;
+	ps.nkeep = keepfd >= 0;
+	ps.pdeathsig = pdeath ? SIGKILL : 0;
+	ps.umask = 077;
+	return proc_spawn(&ps);
 }
 
 /* Run qemu-img (av) to completion; its own messages go to our stderr,
@@ -445,14 +415,13 @@ static int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
 		snprintf(err, errsz, "unable to fork qemu-img: %s", strerror(errno));
 		return -1;
 	}
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR) {
-			snprintf(err, errsz, "unable to wait for qemu-img: %s", strerror(errno));
-			return -1;
-		}
+	if (proc_wait(pid, &st) < 0) {
+		snprintf(err, errsz, "unable to wait for qemu-img: %s", strerror(errno));
+		return -1;
+	}
 	if (st != 0) {
 		snprintf(err, errsz, "qemu-img %s%s%s failed (status %d)", av[1], disk ? " " : "",
-			 disk ? disk : "", status_code(st));
+			 disk ? disk : "", proc_status(st));
 		return -1;
 	}
 	return 0;
@@ -516,7 +485,7 @@ static int probe_kvm(const struct img *im, char *reason, size_t rsz)
 	close(logfd);
 	for (;;) {
 		if (waitpid(pid, &st, WNOHANG) == pid) {
-			snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", status_code(st),
+			snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", proc_status(st),
 				 last_line(in.qlog, line, sizeof line));
 			pid = -1;
 			goto done;
@@ -535,9 +504,9 @@ static int probe_kvm(const struct img *im, char *reason, size_t rsz)
 		ok = 1;
 		snprintf(reason, rsz, "kvm: the agent answered in %lld ms",
 			 (long long)(mono_ms() - t0));
-	} else if (exited_within(pid, &st, r == -3 ? 0 : 1000)) {
+	} else if (proc_exited_within(pid, &st, r == -3 ? 0 : 1000)) {
 		/* The socket closes while QEMU exits: give it a moment. */
-		snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", status_code(st),
+		snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", proc_status(st),
 			 last_line(in.qlog, line, sizeof line));
 		pid = -1;
 	} else if (file_has(in.qlog, "KVM internal error")) {
@@ -770,7 +739,7 @@ static void supervise(const char *id, const struct inst *in, char *const *av, in
 	 * complete when isopod-stop sees the VM stopped. */
 	egress_stop(&EG);
 	m = json_pack("{s:s, s:i, s:s}", "stopped_at", iso_now(now, sizeof now), "qemu_exit",
-		      status_code(st), "stopped_by", why);
+		      proc_status(st), "stopped_by", why);
 	if (!m || vm_meta_update(id, NULL, m) < 0)
 		warn("supervisor: unable to update the record of %s:", id);
 	json_decref(m);
@@ -786,7 +755,7 @@ static void supervise(const char *id, const struct inst *in, char *const *av, in
 		warn("supervisor: unable to update the record of %s:", id);
 	json_decref(m);
 	/* Exiting closes lockfd: the VM is no longer running. */
-	_exit(status_code(st) & 0xff);
+	_exit(proc_status(st) & 0xff);
 }
 
 /* ---- boot ------------------------------------------------------------- */
@@ -991,7 +960,7 @@ static int handshake(const struct inst *in, struct hello *h, int64_t deadline, l
 			last_line(in->qlog, l1, sizeof l1);
 			last_line(in->console, l2, sizeof l2);
 			snprintf(msg, msz, "qemu exited with status %d before the agent answered%s%s%s%s",
-				 status_code(st), l1[0] ? ": " : "", l1, l2[0] ? "; console: " : "",
+				 proc_status(st), l1[0] ? ": " : "", l1, l2[0] ? "; console: " : "",
 				 l2);
 			return EX_SYS;
 		}
@@ -1448,7 +1417,7 @@ static int build_template(const struct inst *vin, const struct img *im, const st
 		}
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			pid = -1;
-			snprintf(msg, msz, "template qemu exited with status %d: %s", status_code(st),
+			snprintf(msg, msz, "template qemu exited with status %d: %s", proc_status(st),
 				 last_line(t.qlog, l1, sizeof l1));
 			goto out;
 		}
@@ -1498,7 +1467,7 @@ static int build_template(const struct inst *vin, const struct img *im, const st
 		goto out;
 	qmp_call(&qm, "quit", NULL, -1, NULL, mono_ms() + 3000);
 	qmp_close(&qm);
-	if (!exited_within(pid, &st, 5000)) {
+	if (!proc_exited_within(pid, &st, 5000)) {
 		snprintf(msg, msz, "template qemu did not quit");
 		goto out;
 	}

@@ -1,4 +1,5 @@
 /* stage.c - the stage store (see stage.h). */
+#include "proc.h"
 #include "stage.h"
 #include "util.h"
 
@@ -168,27 +169,7 @@ int label_taken(const char *label, char *holder, size_t hsz)
 
 int run_prog(char *const argv[], int quiet)
 {
-	pid_t pid = fork();
-	int st;
-
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		int fd = open("/dev/null", O_RDWR);
-
-		if (fd >= 0) {
-			dup2(fd, 0);
-			dup2(fd, 1);
-			if (quiet)
-				dup2(fd, 2);
-		}
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return proc_run(argv, PROC_NULL, quiet ? PROC_NULL : PROC_INHERIT);
 }
 
 int base_current(const char *flavor, char *sha, size_t shasz)

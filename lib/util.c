@@ -579,23 +579,3 @@ int pidfd_kill(int pidfd, int sig)
 	return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
 }
 
-int child_fds(int outfd, int errfd, int keepfd)
-{
-	sigset_t none;
-	int nul = open("/dev/null", O_RDONLY);
-
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGPIPE, SIG_DFL);
-	if (nul < 0 || dup2(nul, 0) < 0 || dup2(outfd, 1) < 0 || dup2(errfd, 2) < 0)
-		return -1;
-	if (keepfd >= 0) {
-		/* dup2 onto itself keeps FD_CLOEXEC: clear it by hand */
-		if (keepfd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(keepfd, 3) < 0)
-			return -1;
-		close_range(4, ~0U, 0);
-	} else {
-		close_range(3, ~0U, 0);
-	}
-	return 0;
-}

@@ -95,9 +95,5 @@ int vm_wait_stopped(const char *id, int64_t deadline_ms);
 /* pidfd_open(2) / pidfd_send_signal(2) through syscall(2). */
 int pidfd_open_(pid_t pid);
 int pidfd_kill(int pidfd, int sig);
-/* In a forked child before exec: signals unblocked, SIGPIPE default, stdin
- * /dev/null, stdout outfd, stderr errfd, keepfd (when >= 0) as fd 3 with
- * FD_CLOEXEC cleared, every other fd closed.  0, or -1 (then _exit). */
-int child_fds(int outfd, int errfd, int keepfd);
 
 #endif

@@ -1,4 +1,5 @@
 /* warm.c - the warm pool's store (see warm.h). */
+#include "proc.h"
 #include "warm.h"
 #include "util.h"
 
@@ -78,21 +79,19 @@ static int run_version(const char *bin, char *out, size_t sz, char *err, size_t 
 		snprintf(err, errsz, "pipe: %s", strerror(errno));
 		return -1;
 	}
-	pid = fork();
+	{
+		char *av[] = { QEMU, "--version", NULL };
+		struct proc_spec ps = PROC_SPEC(av);
+
+		ps.file = bin;
+		ps.out = pfd[1];
+		pid = proc_spawn(&ps);
+	}
 	if (pid < 0) {
 		snprintf(err, errsz, "fork: %s", strerror(errno));
 		close(pfd[0]);
 		close(pfd[1]);
 		return -1;
-	}
-	if (pid == 0) {
-		int nul = open("/dev/null", O_RDWR);
-
-		if (nul < 0 || dup2(nul, 0) < 0 || dup2(pfd[1], 1) < 0 || dup2(nul, 2) < 0)
-			_exit(126);
-		close_range(3, ~0U, 0);
-		execl(bin, QEMU, "--version", (char *)NULL);
-		_exit(127);
 	}
 	close(pfd[1]);
 	while (got < sizeof buf - 1 && (n = read(pfd[0], buf + got, sizeof buf - 1 - got)) != 0) {
