@@ -9,7 +9,9 @@
  * PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
 
 #include "host.h"
+#include "image.h"
 #include "proc.h"
+#include "qemu.h"
 #include "qmp.h"
 #include "egress.h"
 #include "net.h"
@@ -26,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sodium.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -38,7 +39,6 @@
 #define USAGE "isopod-boot [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
 	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold]"
 
-#define QEMU "qemu-system-x86_64"
 #define PROBE_MS 10000
 #define MIB (1024LL * 1024)
 
@@ -51,29 +51,7 @@ struct cfg {
 	const char *accel_src;    /* who forced it */
 };
 
-struct img {
-	char ksha[65], vmlinux[PATH_MAX], initrd[PATH_MAX];
-	char flavor[64], bsha[65], base[PATH_MAX];
-	long long base_size;
-};
-
-/* The files of one QEMU instance (a VM, or the KVM probe). */
-struct inst {
-	char dir[PATH_MAX], disk[PATH_MAX], agent[PATH_MAX], qmp[PATH_MAX];
-	char console[PATH_MAX], qlog[PATH_MAX];
-};
-
 static struct conn conn; /* 130 KiB of buffers: not on the stack */
-
-static void inst_paths(struct inst *in, const char *dir)
-{
-	pathf(in->dir, sizeof in->dir, "%s", dir);
-	pathf(in->disk, sizeof in->disk, "%s/disk.qcow2", dir);
-	pathf(in->agent, sizeof in->agent, "%s/agent.sock", dir);
-	pathf(in->qmp, sizeof in->qmp, "%s/qmp.sock", dir);
-	pathf(in->console, sizeof in->console, "%s/console.log", dir);
-	pathf(in->qlog, sizeof in->qlog, "%s/qemu.log", dir);
-}
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -92,164 +70,6 @@ static long long mem_available_mib(void)
 	if (kb < 0)
 		die(EX_SYS, "unable to read MemAvailable from /proc/meminfo");
 	return kb / 1024;
-}
-
-/* Read "<64 hex>\n" from a pointer file.  0, or -1 (errno; EINVAL if bad). */
-static int read_sha(const char *path, char out[65])
-{
-	char buf[80];
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), i;
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n < 64)
-		goto bad;
-	for (i = 0; i < 64; i++)
-		if (!((buf[i] >= '0' && buf[i] <= '9') || (buf[i] >= 'a' && buf[i] <= 'f')))
-			goto bad;
-	if (n > 64 && buf[64] != '\n')
-		goto bad;
-	memcpy(out, buf, 64);
-	out[64] = 0;
-	return 0;
-bad:
-	errno = EINVAL;
-	return -1;
-}
-
-static void resolve_kernel(struct img *im)
-{
-	const char *h = store_home();
-	char p[PATH_MAX];
-
-	pathf(p, sizeof p, "%s/kernels/current", h);
-	if (read_sha(p, im->ksha) < 0) {
-		if (errno == ENOENT)
-			die(EX_NOTFOUND, "no kernel registered in %s; run `make images`", h);
-		die(EX_SYS, "unable to read %s:", p);
-	}
-	pathf(im->vmlinux, sizeof im->vmlinux, "%s/kernels/%s/vmlinux", h, im->ksha);
-	pathf(im->initrd, sizeof im->initrd, "%s/kernels/%s/initramfs.cpio", h, im->ksha);
-	if (access(im->vmlinux, R_OK) < 0 || access(im->initrd, R_OK) < 0)
-		die(EX_NOTFOUND, "kernel %.12s is registered but %s is missing; run `make images`",
-		    im->ksha, access(im->vmlinux, R_OK) < 0 ? im->vmlinux : im->initrd);
-}
-
-/* The base image: the one a fork recorded (sha given), else the current
- * build of the flavor. */
-static void resolve_base(struct img *im, const char *flavor, const char *sha)
-{
-	const char *h = store_home();
-	char p[PATH_MAX];
-	struct stat st;
-	size_t i;
-
-	if (strlen(flavor) >= sizeof im->flavor || !*flavor || strchr(flavor, '/'))
-		die(EX_USAGE, "bad base flavor in the record: %.64s", flavor);
-	snprintf(im->flavor, sizeof im->flavor, "%s", flavor);
-	if (sha) {
-		for (i = 0; sha[i]; i++)
-			if (!((sha[i] >= '0' && sha[i] <= '9') || (sha[i] >= 'a' && sha[i] <= 'f')))
-				break;
-		if (i != 64 || sha[i])
-			die(EX_USAGE, "bad base sha256 in the record: %.80s", sha);
-		memcpy(im->bsha, sha, 65);
-	} else {
-		pathf(p, sizeof p, "%s/images/current-%s", h, flavor);
-		if (read_sha(p, im->bsha) < 0) {
-			if (errno == ENOENT)
-				die(EX_NOTFOUND, "no %s image registered in %s; run `make images`",
-				    flavor, h);
-			die(EX_SYS, "unable to read %s:", p);
-		}
-	}
-	pathf(im->base, sizeof im->base, "%s/images/base-%s.img", h, im->bsha);
-	if (stat(im->base, &st) < 0) {
-		if (errno == ENOENT)
-			die(EX_NOTFOUND, "base image %s is missing; run `make images`", im->base);
-		die(EX_SYS, "unable to stat %s:", im->base);
-	}
-	im->base_size = (long long)st.st_size;
-}
-
-/* Virtual size of a qcow2 image from its header (big-endian u64 at 24). */
-static long long qcow2_size(const char *path)
-{
-	unsigned char hd[32];
-	long long v = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), i;
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, hd, sizeof hd);
-	close(fd);
-	if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
-		errno = EINVAL;
-		return -1;
-	}
-	for (i = 24; i < 32; i++)
-		v = v << 8 | hd[i];
-	return v;
-}
-
-/* Last non-empty line of a file, with control and non-ASCII bytes replaced:
- * console.log is guest output and ends up on a terminal. */
-static const char *last_line(const char *path, char *out, size_t sz)
-{
-	char buf[2048];
-	ssize_t n;
-	char *e, *s, *p;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-
-	out[0] = 0;
-	if (fd < 0)
-		return out;
-	n = lseek(fd, 0, SEEK_END);
-	if (n > (ssize_t)sizeof buf - 1)
-		lseek(fd, n - (ssize_t)(sizeof buf - 1), SEEK_SET);
-	else
-		lseek(fd, 0, SEEK_SET);
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return out;
-	buf[n] = 0;
-	e = buf + n;
-	while (e > buf && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
-		e--;
-	*e = 0;
-	s = e;
-	while (s > buf && s[-1] != '\n')
-		s--;
-	for (p = s; *p; p++)
-		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
-			*p = '?';
-	n = (ssize_t)strlen(s);
-	if ((size_t)n >= sz) /* keep the end: that is where the error is */
-		s += (size_t)n - (sz - 1), n = (ssize_t)sz - 1;
-	memcpy(out, s, (size_t)n + 1);
-	return out;
-}
-
-/* Does the file contain needle?  (qemu.log is small: QEMU's own messages.) */
-static int file_has(const char *path, const char *needle)
-{
-	static char buf[1 << 16];
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	return memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
 }
 
 /* Close every fd except 0-2 and those in keep[] (fd hygiene before the
@@ -277,23 +97,6 @@ static void close_except(int *keep, int n)
 
 /* ---- QEMU ------------------------------------------------------------- */
 
-/* The command line.  Device order is fixed: memory snapshots are only
- * restorable into an identical machine.  With memfile, guest RAM is that
- * file (memory-backend-file): share=1 for a warm template (its RAM lands
- * in the file), share=0 for a clone (a private copy-on-write mapping of
- * it: clones share its clean pages); incoming adds `-incoming defer`.
- * Everything else is the same for cold boots, templates and clones.
- * Never add a device that discards guest RAM (virtio-balloon, virtio-mem):
- * QEMU 7.2 discards file-backed RAM with fallocate(PUNCH_HOLE) on the
- * file even for share=off, i.e. a clone's guest could punch holes in the
- * snapshot every clone maps (the ctime check would then retire it). */
-struct qargs {
-	char machine[160], mem[32], smp[32], con[PATH_MAX + 32], drive[PATH_MAX + 64];
-	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32], obj[PATH_MAX + 128];
-	char netdev[96], nic[96];
-	char *av[64];
-};
-
 /* The network slot of this VM (--net open): taken before QEMU starts, its
  * lock held by the supervisor for the VM's whole life.  slot -1: no NIC,
  * and then the command line is exactly the one without networking. */
@@ -305,150 +108,29 @@ static const struct netslot *nic(void)
 	return NET.slot >= 0 ? &NET : NULL;
 }
 
+/* The QEMU of this VM (or of its template) with its files at in: the
+ * run's shape and NIC; RAM file and incoming are the caller's to add. */
+static struct qemu_cfg vm_qemu(const struct inst *in, const struct img *im, const char *accel,
+			       const struct cfg *cf, const struct netslot *ns)
+{
+	return (struct qemu_cfg){
+		.accel = accel,
+		.mem_mib = cf->mem_mib,
+		.vcpus = cf->vcpus,
+		.vmlinux = im->vmlinux,
+		.initrd = im->initrd,
+		.console = in->console,
+		.disk = in->disk,
+		.agent_sock = in->agent,
+		.qmp_sock = in->qmp,
+		.tap = ns ? ns->tap : NULL,
+		.mac = ns ? ns->macs : NULL,
+	};
+}
+
 /* Its egress broker (filtered: proxy + DNS for the allowlist; open: DNS),
  * planned by boot, started and ended by the supervisor around QEMU. */
 static struct egress EG = { .pid = -1, .pidfd = -1 };
-
-/* Stands for any slot's tap and MAC where a command line must not depend
- * on the slot: the warm key and the argv fingerprint. */
-static const struct netslot NIC_ANY = { .slot = 0, .lock_fd = -1, .tap = "@tap",
-					 .macs = "@mac" };
-
-/* ns: the NIC's slot (tap and MAC), or NULL for no NIC. */
-static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *im,
-		      const char *accel, long long mem, long long vcpus, const char *memfile,
-		      int share, int incoming, const struct netslot *ns)
-{
-	int tcg = !strcmp(accel, "tcg"), n = 0;
-
-	/* Under TCG the minimal kernel needs the PIT for its timer. */
-	snprintf(q->machine, sizeof q->machine, "microvm,acpi=off,x-option-roms=off%s%s",
-		 tcg ? ",pit=on" : "", memfile ? ",memory-backend=mem0" : "");
-	snprintf(q->mem, sizeof q->mem, "%lld", mem);
-	snprintf(q->smp, sizeof q->smp, "%lld", vcpus);
-	pathf(q->con, sizeof q->con, "file,id=con,path=%s", in->console);
-	pathf(q->drive, sizeof q->drive,
-	      "id=root,file=%s,format=qcow2,if=none,discard=unmap,werror=report,rerror=report",
-	      in->disk);
-	pathf(q->agent, sizeof q->agent, "socket,id=agent,path=%s,server=on,wait=off", in->agent);
-	pathf(q->qmp, sizeof q->qmp, "unix:%s,server=on,wait=off", in->qmp);
-	if (memfile)
-		pathf(q->obj, sizeof q->obj,
-		      "memory-backend-file,id=mem0,size=%lldM,mem-path=%s,share=%s", mem, memfile,
-		      share ? "on" : "off");
-#define A(s) (q->av[n++] = (char *)(s))
-	A(QEMU);
-	A("-M"); A(q->machine);
-	A("-accel"); A(tcg ? "tcg" : "kvm");
-	A("-cpu"); A(tcg ? "max" : "host");
-	A("-m"); A(q->mem);
-	if (memfile) {
-		A("-object"); A(q->obj);
-	}
-	A("-smp"); A(q->smp);
-	A("-nodefaults"); A("-no-user-config"); A("-nographic"); A("-no-reboot");
-	/* seccomp: no setuid/capset (QEMU may run as root), no affinity or
-	 * scheduler games, no fork/exec (snapshots travel over fds passed with
-	 * QMP getfd, never `migrate exec:`). */
-	A("-sandbox"); A("on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny");
-	A("-kernel"); A(im->vmlinux);
-	A("-initrd"); A(im->initrd);
-	A("-append");
-	A("console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000");
-	A("-chardev"); A(q->con);
-	A("-serial"); A("chardev:con");
-	A("-drive"); A(q->drive);
-	A("-device"); A("virtio-blk-device,drive=root");
-	A("-device"); A("virtio-serial-device");
-	A("-chardev"); A(q->agent);
-	A("-device"); A("virtserialport,chardev=agent,name=isopod.agent");
-	A("-device"); A("virtio-rng-device");
-	if (ns) {
-		/* Last device: the order of the others never depends on it.
-		 * Templates, clones and cold boots all have this very device;
-		 * only the tap and the MAC are the VM's own.  A clone's QEMU
-		 * takes the template's MAC and receive filter from the
-		 * migration stream, whatever mac= says: the agent's
-		 * SIOCSIFHWADDR moves it to the slot's (virtio-net
-		 * CTRL_MAC_ADDR_SET on the control queue). */
-		snprintf(q->netdev, sizeof q->netdev,
-			 "tap,id=net0,ifname=%s,script=no,downscript=no", ns->tap);
-		snprintf(q->nic, sizeof q->nic, "virtio-net-device,netdev=net0,mac=%s", ns->macs);
-		A("-netdev"); A(q->netdev);
-		A("-device"); A(q->nic);
-	}
-	A("-qmp"); A(q->qmp);
-	if (incoming) {
-		A("-incoming"); A("defer");
-	}
-	q->av[n] = NULL;
-#undef A
-}
-
-/* Fork a child that execs av with stdin /dev/null and stdout+stderr on
- * outfd, umask 077 (the sockets QEMU creates are 0600), nothing else open
- * but keepfd (when >= 0) as fd 3: a clone's memory file, which QEMU opens
- * as /proc/self/fd/3 (the very inode boot verified, not a path that may
- * have changed since).  With pdeath, the child is SIGKILLed when the
- * calling thread dies. */
-static pid_t spawn(char *const av[], int outfd, int pdeath, int keepfd)
-{
-	struct proc_spec ps = PROC_SPEC(av);
-
-	ps.out = ps.err = outfd;
-	ps.keep[0] = keepfd;
-	ps.nkeep = keepfd >= 0;
-	ps.pdeathsig = pdeath ? SIGKILL : 0;
-	ps.umask = 077;
-	return proc_spawn(&ps);
-}
-
-/* Run qemu-img (av) to completion; its own messages go to our stderr,
- * stdout stays JSON-only.  err names the verb (av[1]) and, when given,
- * the disk. */
-static int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
-{
-	pid_t pid;
-	int st;
-
-	if ((pid = spawn(av, 2, 0, -1)) < 0) {
-		snprintf(err, errsz, "unable to fork qemu-img: %s", strerror(errno));
-		return -1;
-	}
-	if (proc_wait(pid, &st) < 0) {
-		snprintf(err, errsz, "unable to wait for qemu-img: %s", strerror(errno));
-		return -1;
-	}
-	if (st != 0) {
-		snprintf(err, errsz, "qemu-img %s%s%s failed (status %d)", av[1], disk ? " " : "",
-			 disk ? disk : "", proc_status(st));
-		return -1;
-	}
-	return 0;
-}
-
-/* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <size>. */
-static int make_overlay(const struct img *im, const char *disk, long long bytes, char *err,
-			size_t errsz)
-{
-	char size[32];
-	char *av[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
-		       (char *)im->base, (char *)disk, size, NULL };
-
-	snprintf(size, sizeof size, "%lld", bytes);
-	unlink(disk);
-	return qemu_img(av, disk, err, errsz);
-}
-
-/* qemu-img resize -q <disk> <bytes>: a forked disk asked to be larger. */
-static int grow_disk(const char *disk, long long bytes, char *err, size_t errsz)
-{
-	char size[32];
-	char *av[] = { "qemu-img", "resize", "-q", (char *)disk, size, NULL };
-
-	snprintf(size, sizeof size, "%lld", bytes);
-	return qemu_img(av, disk, err, errsz);
-}
 
 /* ---- accelerator ---------------------------------------------------- */
 
@@ -460,7 +142,7 @@ static int probe_kvm(const struct img *im, char *reason, size_t rsz)
 {
 	char dir[PATH_MAX], err[PATH_MAX + 128], line[256], keep[PATH_MAX];
 	struct inst in;
-	struct qargs q;
+	struct qemu_argv q;
 	struct hello h = { 0 };
 	const char *files[] = { in.disk, in.agent, in.qmp, in.console, in.qlog };
 	int64_t t0 = mono_ms(), deadline = t0 + PROBE_MS;
@@ -469,17 +151,33 @@ static int probe_kvm(const struct img *im, char *reason, size_t rsz)
 	pid_t pid;
 
 	pathf(dir, sizeof dir, "%s/accel/probe-%s", store_home(), im->ksha);
-	inst_paths(&in, dir);
+	if (inst_paths(&in, dir) < 0)
+		die(EX_USAGE, "path too long: %.64s...", dir);
 	for (i = 0; i < sizeof files / sizeof files[0]; i++)
 		unlink(files[i]);
 	mkdirs(dir, 0700);
-	if (make_overlay(im, in.disk, im->base_size, err, sizeof err) < 0)
+	if (qemu_img_overlay(im->base, in.disk, im->base_size, err, sizeof err) < 0)
 		die(EX_SYS, "kvm probe: %s", err);
 	logfd = open(in.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (logfd < 0)
 		die(EX_SYS, "unable to create %s:", in.qlog);
-	qemu_argv(&q, &in, im, "kvm", 256, 1, NULL, 0, 0, NULL);
-	pid = spawn(q.av, logfd, 1, -1);
+	{
+		const struct qemu_cfg qc = {
+			.accel = "kvm",
+			.mem_mib = 256,
+			.vcpus = 1,
+			.vmlinux = im->vmlinux,
+			.initrd = im->initrd,
+			.console = in.console,
+			.disk = in.disk,
+			.agent_sock = in.agent,
+			.qmp_sock = in.qmp,
+		};
+
+		if (qemu_argv(&q, &qc) < 0)
+			die(EX_USAGE, "path too long: %.64s...", dir);
+	}
+	pid = qemu_spawn(q.av, logfd, 1, -1);
 	if (pid < 0)
 		die(EX_SYS, "unable to fork:");
 	close(logfd);
@@ -656,7 +354,7 @@ static void supervise(const char *id, const struct inst *in, char *const *av, in
 			warn("supervisor: unable to record the broker's pid:");
 		json_decref(m);
 	}
-	q = spawn(av, 2, 1, memfd);
+	q = qemu_spawn(av, 2, 1, memfd);
 	if (memfd >= 0)
 		close(memfd); /* QEMU has its own copy as fd 3 */
 	if (q < 0) {
@@ -1023,116 +721,6 @@ __attribute__((format(printf, 1, 2))) static void wwarn(const char *fmt, ...)
 	json_array_append_new(W.warnings, json_string(msg));
 }
 
-/* The command line this isopod-boot gives QEMU, whatever the shape (each
- * accelerator, with and without a NIC): recorded in warm/argv.json and in
- * each snapshot, so that isopod-warm and isopod-gc can tell snapshots an
- * older isopod-boot built (their key can never come up again) from live
- * ones, whatever the net mode of the run that writes it. */
-static void argv_fingerprint(const struct img *fim, const struct inst *fi)
-{
-	char p[PATH_MAX], **a;
-	const char *accels[] = { "tcg", "kvm" };
-	crypto_hash_sha256_state st;
-	unsigned char h[crypto_hash_sha256_BYTES];
-	struct qargs q;
-	json_t *cur;
-	size_t i;
-
-	crypto_hash_sha256_init(&st);
-	for (i = 0; i < 4; i++) {
-		qemu_argv(&q, fi, fim, accels[i % 2], 64, 1, "@mem", 1, 0, i < 2 ? NULL : &NIC_ANY);
-		for (a = q.av; *a; a++)
-			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
-	}
-	crypto_hash_sha256_final(&st, h);
-	for (i = 0; i < sizeof h; i++)
-		sprintf(W.argv_fp + 2 * i, "%02x", h[i]);
-	pathf(p, sizeof p, "%s/argv.json", warm_root(1));
-	cur = json_load_path(p);
-	if (!cur || !json_is_string(json_object_get(cur, "fingerprint")) ||
-	    strcmp(json_string_value(json_object_get(cur, "fingerprint")), W.argv_fp)) {
-		json_decref(cur);
-		cur = json_pack("{s:s}", "fingerprint", W.argv_fp);
-		if (!cur || json_write_atomic(p, cur) < 0)
-			warn("unable to write %s:", p);
-	}
-	json_decref(cur);
-}
-
-/* The backing chain of a VM's qcow2 disk, from the images' headers: the
- * stage ids root first (appended to layers) and the sha256 of the raw base
- * image at its end (images/base-<sha>.img).  0, or -1 when it is not a
- * chain of stage layers over a store base image. */
-static int disk_chain(const char *disk, json_t *layers, char bsha[65])
-{
-	char cur[PATH_MAX], name[PATH_MAX], nxt[PATH_MAX];
-	unsigned char hd[20];
-	int depth, i;
-
-	pathf(cur, sizeof cur, "%s", disk);
-	for (depth = 0; depth < 80; depth++) {
-		const char *b = strrchr(cur, '/') ? strrchr(cur, '/') + 1 : cur;
-		unsigned long long off = 0;
-		unsigned len = 0;
-		ssize_t n;
-		int fd = open(cur, O_RDONLY | O_CLOEXEC);
-
-		if (fd < 0)
-			return -1;
-		n = pread(fd, hd, sizeof hd, 0);
-		if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
-			/* raw: the base image */
-			close(fd);
-			if (depth == 0 || strncmp(b, "base-", 5) || strlen(b) != 5 + 64 + 4 ||
-			    strcmp(b + 69, ".img"))
-				return -1;
-			memcpy(bsha, b + 5, 64);
-			bsha[64] = 0;
-			for (i = 0; i < 64; i++)
-				if (!((bsha[i] >= '0' && bsha[i] <= '9') || (bsha[i] >= 'a' && bsha[i] <= 'f')))
-					return -1;
-			return 0;
-		}
-		if (depth > 0) {
-			/* .../stages/<id>/layer.qcow2 */
-			char d[PATH_MAX], *id;
-
-			pathf(d, sizeof d, "%s", cur);
-			if (strcmp(b, "layer.qcow2") || (b - cur) < 2) {
-				close(fd);
-				return -1;
-			}
-			d[b - cur - 1] = 0;
-			id = strrchr(d, '/') ? strrchr(d, '/') + 1 : d;
-			if (strncmp(id, "st-", 3)) {
-				close(fd);
-				return -1;
-			}
-			json_array_insert_new(layers, 0, json_string(id));
-		}
-		for (i = 8; i < 16; i++)
-			off = off << 8 | hd[i];
-		for (i = 16; i < 20; i++)
-			len = len << 8 | hd[i];
-		if (!off || !len || len >= sizeof name ||
-		    pread(fd, name, len, (off_t)off) != (ssize_t)len) {
-			close(fd);
-			return -1;
-		}
-		close(fd);
-		name[len] = 0;
-		if (name[0] == '/') {
-			pathf(nxt, sizeof nxt, "%s", name);
-		} else {
-			int dl = (int)(b - cur);
-
-			pathf(nxt, sizeof nxt, "%.*s%s", dl, cur, name);
-		}
-		pathf(cur, sizeof cur, "%s", nxt);
-	}
-	return -1;
-}
-
 /* The key: sha256 over everything a resume depends on.  The QEMU command
  * line goes in whole, with this VM's paths, tap and MAC replaced, so any
  * change to the machine (a device, an option, the kernel command line)
@@ -1143,9 +731,7 @@ static int warm_setup(const struct img *im, json_t *rec, const struct cfg *cf, c
 		      long long disk_bytes, const char *forked_disk, const char *net_mode)
 {
 	char err[512], **a, bsha[65];
-	struct inst fi;
-	struct img fim = *im;
-	struct qargs q;
+	struct qemu_argv q;
 	json_t *v, *l, *chain;
 	size_t i, tlen = 0;
 	FILE *f;
@@ -1191,11 +777,10 @@ static int warm_setup(const struct img *im, json_t *rec, const struct cfg *cf, c
 	}
 	W.disk_bytes = disk_bytes;
 	W.net = net_mode;
-	inst_paths(&fi, "@vm");
-	pathf(fim.vmlinux, sizeof fim.vmlinux, "@kernel/vmlinux");
-	pathf(fim.initrd, sizeof fim.initrd, "@kernel/initramfs.cpio");
-	qemu_argv(&q, &fi, &fim, accel, cf->mem_mib, cf->vcpus, "@mem", 1, 0,
-		  nic() ? &NIC_ANY : NULL);
+	/* The per-VM parts (paths, tap, MAC) are placeholders: a key names
+	 * a shape, not a VM. */
+	if (qemu_shape_argv(&q, accel, cf->mem_mib, cf->vcpus, nic() != NULL) < 0)
+		die(EX_SYS, "unable to build the QEMU command line:");
 
 	if (!(f = open_memstream(&W.text, &tlen)))
 		die(EX_SYS, "unable to allocate memory:");
@@ -1210,7 +795,7 @@ static int warm_setup(const struct img *im, json_t *rec, const struct cfg *cf, c
 		die(EX_SYS, "unable to allocate memory:");
 	sha256_hex(W.text, tlen, W.key);
 	pathf(W.dir, sizeof W.dir, "%s/%s", warm_root(1), W.key);
-	argv_fingerprint(&fim, &fi);
+	qemu_fingerprint(W.argv_fp);
 	if (strchr(W.dir, ','))
 		die(EX_USAGE, "store path %s contains ','; QEMU options cannot carry it", W.dir);
 	return 0;
@@ -1345,7 +930,7 @@ static int build_template(const struct inst *vin, const struct img *im, const st
 	char *av_img[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
 			   (char *)vin->disk, NULL, NULL };
 	struct inst t;
-	struct qargs q;
+	struct qemu_argv q;
 	struct hello th = { 0 };
 	struct stat ms, ss;
 	int64_t t0 = mono_ms();
@@ -1398,8 +983,18 @@ static int build_template(const struct inst *vin, const struct img *im, const st
 	}
 	unlink(t.agent);
 	unlink(t.qmp);
-	qemu_argv(&q, &t, im, accel, cf->mem_mib, cf->vcpus, memp, 1, 0, nic());
-	pid = spawn(q.av, logfd, 1, -1);
+	{
+		struct qemu_cfg qc = vm_qemu(&t, im, accel, cf, nic());
+
+		qc.memfile = memp;
+		qc.share = 1;
+		if (qemu_argv(&q, &qc) < 0) {
+			snprintf(msg, msz, "template: path too long in %.512s", sd);
+			close(logfd);
+			return -1;
+		}
+	}
+	pid = qemu_spawn(q.av, logfd, 1, -1);
 	close(logfd);
 	if (pid < 0) {
 		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
@@ -1786,12 +1381,26 @@ static int resume(const char *id, const struct inst *in, const struct img *im,
 {
 	static struct qmp qm;
 	char l1[256], qerr[600];
-	struct qargs q;
+	struct qemu_argv q;
 	json_t *ret;
 	int r;
 
 	qm.fd = -1;
-	qemu_argv(&q, in, im, accel, cf->mem_mib, cf->vcpus, "/proc/self/fd/3", 0, 1, nic());
+	{
+		/* share=off: a private copy-on-write mapping of the checked
+		 * memory file, which the supervisor hands QEMU as its fd 3. */
+		struct qemu_cfg qc = vm_qemu(in, im, accel, cf, nic());
+
+		qc.memfile = "/proc/self/fd/3";
+		qc.incoming = 1;
+		if (qemu_argv(&q, &qc) < 0) {
+			snprintf(msg, msz, "path too long in %.512s", in->dir);
+			close(sn->memfd);
+			sn->memfd = -1;
+			r = EX_SYS;
+			goto bad;
+		}
+	}
 	unlink(in->agent);
 	unlink(in->qmp);
 	unlink(in->console);
@@ -1989,7 +1598,7 @@ int main(int argc, char **argv)
 	const char *id, *name, *state, *accel, *env, *net_mode;
 	struct img im;
 	struct inst in;
-	struct qargs q;
+	struct qemu_argv q;
 	struct hello h = { 0 };
 	json_t *claim, *rec, *m, *out;
 	long ncpu;
@@ -2073,14 +1682,16 @@ int main(int argc, char **argv)
 	if (!valid_id(id))
 		die(EX_USAGE, "standard input: want the JSON of isopod-claim with vm.id = vm-<12 hex>");
 	pathf(meta, sizeof meta, "%s/vms/%s", store_home(), id);
-	inst_paths(&in, meta);
+	if (inst_paths(&in, meta) < 0)
+		die(EX_USAGE, "path too long: %.64s...", meta);
 	pathf(meta, sizeof meta, "%s/meta.json", in.dir);
 	if (!(rec = json_load_path(meta))) {
 		if (errno == ENOENT)
 			die(EX_NOTFOUND, "no such vm: %s", id);
 		die(EX_SYS, "unable to read %s:", meta);
 	}
-	resolve_kernel(&im);
+	if ((r = resolve_kernel(&im, err, sizeof err)))
+		die(r, "%s", err);
 	/* isopod-fork leaves the disk (over a stage chain) and the base it
 	 * rests on in the record; boot then boots that disk as it is. */
 	forked = access(in.disk, F_OK) == 0;
@@ -2091,11 +1702,13 @@ int main(int argc, char **argv)
 
 		if (!fl || !sh)
 			die(EX_SYS, "vm %s has a disk but its record names no base", id);
-		resolve_base(&im, fl, sh);
+		if ((r = resolve_base(&im, fl, sh, err, sizeof err)))
+			die(r, "%s", err);
 		if ((cur_bytes = qcow2_size(in.disk)) < 0)
 			die(EX_SYS, "unable to read the qcow2 header of %s:", in.disk);
 	} else {
-		resolve_base(&im, "base", NULL);
+		if ((r = resolve_base(&im, "base", NULL, err, sizeof err)))
+			die(r, "%s", err);
 		cur_bytes = im.base_size;
 	}
 	{
@@ -2183,9 +1796,9 @@ int main(int argc, char **argv)
 	/* A published snapshot of a plain chain carries the empty overlay
 	 * qemu-img made for its build: a copy of it spares a qemu-img run. */
 	if (!forked && !(W.on && blank_copy(&im, in.disk, disk_bytes) == 0) &&
-	    make_overlay(&im, in.disk, disk_bytes, err, sizeof err) < 0)
+	    qemu_img_overlay(im.base, in.disk, disk_bytes, err, sizeof err) < 0)
 		fail(EX_SYS, "%s", err);
-	if (forked && disk_bytes > cur_bytes && grow_disk(in.disk, disk_bytes, err, sizeof err) < 0)
+	if (forked && disk_bytes > cur_bytes && qemu_img_grow(in.disk, disk_bytes, err, sizeof err) < 0)
 		fail(EX_SYS, "%s", err);
 	deadline = t0 + cf.timeout_ms;
 	h.hostname = name;
@@ -2252,7 +1865,7 @@ int main(int argc, char **argv)
 				if (forked && rename(pristine, in.disk) < 0)
 					fail(EX_SYS, "unable to restore %s: %s", in.disk,
 					     strerror(errno));
-				if (!forked && make_overlay(&im, in.disk, disk_bytes, err,
+				if (!forked && qemu_img_overlay(im.base, in.disk, disk_bytes, err,
 							    sizeof err) < 0)
 					fail(EX_SYS, "%s", err);
 			}
@@ -2266,7 +1879,12 @@ int main(int argc, char **argv)
 		unlink(in.agent);
 		unlink(in.qmp);
 		unlink(in.console);
-		qemu_argv(&q, &in, &im, accel, cf.mem_mib, cf.vcpus, NULL, 0, 0, nic());
+		{
+			const struct qemu_cfg qc = vm_qemu(&in, &im, accel, &cf, nic());
+
+			if (qemu_argv(&q, &qc) < 0)
+				fail(EX_USAGE, "path too long: %.64s...", in.dir);
+		}
 		if (launch(id, &in, q.av, ownerfd, -1, msg, sizeof msg) < 0)
 			fail(EX_SYS, "%s", msg);
 		/* Wait for the agent: bounded by --timeout-ms, counted from our

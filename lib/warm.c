@@ -1,5 +1,6 @@
 /* warm.c - the warm pool's store (see warm.h). */
 #include "proc.h"
+#include "qemu.h"
 #include "warm.h"
 #include "util.h"
 
@@ -16,7 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define QEMU "qemu-system-x86_64"
 
 int warm_key_valid(const char *s)
 {
@@ -277,17 +277,17 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 	}
 	if (cur_qemu && (!q || strcmp(q, cur_qemu)))
 		json_array_append_new(why, json_sprintf("qemu changed (now %s)", cur_qemu));
-	/* isopod-boot records the command line it gives QEMU now: one built
-	 * by an older isopod-boot has a key that can never come up again. */
-	pathf(p, sizeof p, "%s/warm/argv.json", h);
-	if ((v = json_load_path(p))) {
-		const char *now = json_string_value(json_object_get(v, "fingerprint"));
+	/* A snapshot built from another QEMU command line than lib/qemu.c
+	 * builds now has a key that can never come up again.  (warm/argv.json,
+	 * where older isopod-boots recorded this, is no longer read.) */
+	{
+		char now[65];
 		const char *was = json_string_value(json_object_get(meta, "argv_fingerprint"));
 
-		if (now && (!was || strcmp(now, was)))
+		qemu_fingerprint(now);
+		if (!was || strcmp(now, was))
 			json_array_append_new(why, json_string("built by an isopod-boot that gave "
 							       "QEMU another command line"));
-		json_decref(v);
 	}
 	return why;
 }
