@@ -8,6 +8,7 @@
  * pid read from a file) when the owner goes away.  QEMU carries
  * PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
 
+#include "accel.h"
 #include "host.h"
 #include "image.h"
 #include "proc.h"
@@ -39,7 +40,6 @@
 #define USAGE "isopod-boot [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
 	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold]"
 
-#define PROBE_MS 10000
 #define MIB (1024LL * 1024)
 
 struct cfg {
@@ -131,165 +131,6 @@ static struct qemu_cfg vm_qemu(const struct inst *in, const struct img *im, cons
 /* Its egress broker (filtered: proxy + DNS for the allowlist; open: DNS),
  * planned by boot, started and ended by the supervisor around QEMU. */
 static struct egress EG = { .pid = -1, .pidfd = -1 };
-
-/* ---- accelerator ---------------------------------------------------- */
-
-/* Boot the real kernel with KVM on a throwaway overlay and see whether the
- * agent answers within PROBE_MS.  On PVM hosts /dev/kvm opens fine and an
- * unmodified guest dies late with "KVM internal error": only a real boot
- * tells.  Returns 1 (kvm works) or 0, reason filled. */
-static int probe_kvm(const struct img *im, char *reason, size_t rsz)
-{
-	char dir[PATH_MAX], err[PATH_MAX + 128], line[256], keep[PATH_MAX];
-	struct inst in;
-	struct qemu_argv q;
-	struct hello h = { 0 };
-	const char *files[] = { in.disk, in.agent, in.qmp, in.console, in.qlog };
-	int64_t t0 = mono_ms(), deadline = t0 + PROBE_MS;
-	int logfd, ok = 0, st, r = -1;
-	size_t i;
-	pid_t pid;
-
-	pathf(dir, sizeof dir, "%s/accel/probe-%s", store_home(), im->ksha);
-	if (inst_paths(&in, dir) < 0)
-		die(EX_USAGE, "path too long: %.64s...", dir);
-	for (i = 0; i < sizeof files / sizeof files[0]; i++)
-		unlink(files[i]);
-	mkdirs(dir, 0700);
-	if (qemu_img_overlay(im->base, in.disk, im->base_size, err, sizeof err) < 0)
-		die(EX_SYS, "kvm probe: %s", err);
-	logfd = open(in.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (logfd < 0)
-		die(EX_SYS, "unable to create %s:", in.qlog);
-	{
-		const struct qemu_cfg qc = {
-			.accel = "kvm",
-			.mem_mib = 256,
-			.vcpus = 1,
-			.vmlinux = im->vmlinux,
-			.initrd = im->initrd,
-			.console = in.console,
-			.disk = in.disk,
-			.agent_sock = in.agent,
-			.qmp_sock = in.qmp,
-		};
-
-		if (qemu_argv(&q, &qc) < 0)
-			die(EX_USAGE, "path too long: %.64s...", dir);
-	}
-	pid = qemu_spawn(q.av, logfd, 1, -1);
-	if (pid < 0)
-		die(EX_SYS, "unable to fork:");
-	close(logfd);
-	for (;;) {
-		if (waitpid(pid, &st, WNOHANG) == pid) {
-			snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", proc_status(st),
-				 last_line(in.qlog, line, sizeof line));
-			pid = -1;
-			goto done;
-		}
-		if (mono_ms() >= deadline)
-			break;
-		if (conn_open(&conn, in.agent, mono_ms() + 200) == 0) {
-			r = conn_hello(&conn, &h, deadline);
-			conn_close(&conn);
-			break;
-		}
-	}
-	/* Any HELLO_ACK, even one carrying a guest error (a bad root disk, a
-	 * protocol mismatch), proves the kernel ran to the agent under KVM. */
-	if (r == 0 || h.root[0] || h.guest_error[0] || h.uptime_ms) {
-		ok = 1;
-		snprintf(reason, rsz, "kvm: the agent answered in %lld ms",
-			 (long long)(mono_ms() - t0));
-	} else if (proc_exited_within(pid, &st, r == -3 ? 0 : 1000)) {
-		/* The socket closes while QEMU exits: give it a moment. */
-		snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", proc_status(st),
-			 last_line(in.qlog, line, sizeof line));
-		pid = -1;
-	} else if (file_has(in.qlog, "KVM internal error")) {
-		/* PVM-style hosts: the guest dies late in emulation failure and
-		 * QEMU pauses it; the log ends in a register dump. */
-		snprintf(reason, rsz, "kvm: guest kernel did not reach the agent in %d s "
-			 "(KVM internal error in qemu.log)", PROBE_MS / 1000);
-	} else {
-		last_line(in.qlog, line, sizeof line);
-		snprintf(reason, rsz, "kvm: guest kernel did not reach the agent in %d s%s%s%s",
-			 PROBE_MS / 1000, line[0] ? " (qemu.log: " : "", line, line[0] ? ")" : "");
-	}
-done:
-	if (pid > 0) { /* our own child, not yet reaped: the pid is still ours */
-		kill(pid, SIGKILL);
-		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-			;
-	}
-	/* Keep the probe's QEMU log beside the verdict, for whoever doubts it. */
-	pathf(keep, sizeof keep, "%s/accel/%s.log", store_home(), im->ksha);
-	if (rename(in.qlog, keep) < 0)
-		warn("unable to keep the probe's log as %s:", keep);
-	for (i = 0; i < sizeof files / sizeof files[0]; i++)
-		unlink(files[i]);
-	rmdir(dir);
-	return ok;
-}
-
-/* Pick kvm or tcg; reason says why (set for tcg; for kvm only when probed). */
-static const char *choose_accel(const struct cfg *cf, const struct img *im, char *reason,
-				size_t rsz)
-{
-	const char *dev = getenv("ISOPOD_KVM_DEV");
-	char p[PATH_MAX], now[32];
-	json_t *v;
-	int fd, lk, ok;
-
-	reason[0] = 0;
-	if (!dev || !*dev)
-		dev = "/dev/kvm";
-	if (cf->accel) {
-		if (!strcmp(cf->accel, "tcg")) {
-			snprintf(reason, rsz, "forced by %s", cf->accel_src);
-			return "tcg";
-		}
-		if ((fd = open(dev, O_RDWR | O_CLOEXEC)) < 0)
-			die(EX_SYS, "kvm forced by %s but unable to open %s:", cf->accel_src, dev);
-		close(fd);
-		return "kvm";
-	}
-	if ((fd = open(dev, O_RDWR | O_CLOEXEC)) < 0) {
-		snprintf(reason, rsz, "%s: %s", dev, strerror(errno));
-		return "tcg";
-	}
-	close(fd);
-
-	pathf(p, sizeof p, "%s/accel", store_home());
-	mkdirs(p, 0700);
-	/* One probe per kernel at a time; others wait for its verdict. */
-	pathf(p, sizeof p, "%s/accel/%s.lock", store_home(), im->ksha);
-	if ((lk = lock_open(p, LOCK_EX)) < 0)
-		die(EX_SYS, "unable to lock %s:", p);
-	pathf(p, sizeof p, "%s/accel/%s.json", store_home(), im->ksha);
-	if ((v = json_load_path(p))) {
-		const char *a = json_string_value(json_object_get(v, "accel"));
-		const char *r = json_string_value(json_object_get(v, "reason"));
-
-		if (a && (!strcmp(a, "kvm") || !strcmp(a, "tcg"))) {
-			snprintf(reason, rsz, "%s", r ? r : "");
-			a = !strcmp(a, "kvm") ? "kvm" : "tcg";
-			json_decref(v);
-			close(lk);
-			return a;
-		}
-		json_decref(v);
-	}
-	ok = probe_kvm(im, reason, rsz);
-	v = json_pack("{s:s, s:s, s:s}", "accel", ok ? "kvm" : "tcg", "reason", reason,
-		      "probed", iso_now(now, sizeof now));
-	if (!v || json_write_atomic(p, v) < 0)
-		warn("unable to record the kvm verdict in %s:", p);
-	json_decref(v);
-	close(lk);
-	return ok ? "kvm" : "tcg";
-}
 
 /* ---- the supervisor --------------------------------------------------- */
 
@@ -1774,7 +1615,9 @@ int main(int argc, char **argv)
 			die(EX_USAGE, "vm %s: %s", id, err);
 	}
 
-	accel = choose_accel(&cf, &im, reason, sizeof reason);
+	if ((r = accel_choose(cf.accel, cf.accel_src, &im, &accel, reason, sizeof reason, err,
+			      sizeof err)))
+		die(r, "%s", err);
 	m = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?, s:{s:s}, s:{s:s, s:s}, s:s, s:s, s:I, s:b}",
 		      "state", "booting", "vcpus", (json_int_t)cf.vcpus, "mem_mib",
 		      (json_int_t)cf.mem_mib, "disk_mib", (json_int_t)cf.disk_mib, "accel", accel,

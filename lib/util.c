@@ -91,22 +91,42 @@ char *pathf(char *buf, size_t sz, const char *fmt, ...)
 	return buf;
 }
 
-void mkdirs(const char *path, mode_t mode)
+int mkdir_p(const char *path, mode_t mode, char *failed, size_t fsz)
 {
 	char tmp[PATH_MAX];
 	char *p;
+	int n = snprintf(tmp, sizeof tmp, "%s", path);
 
-	pathf(tmp, sizeof tmp, "%s", path);
+	if (n < 0 || (size_t)n >= sizeof tmp) {
+		snprintf(failed, fsz, "%s", path);
+		errno = ENAMETOOLONG;
+		return -1;
+	}
 	for (p = tmp + 1; *p; p++) {
 		if (*p != '/')
 			continue;
 		*p = 0;
 		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-			die(EX_SYS, "unable to create %s:", tmp);
+			goto fail;
 		*p = '/';
 	}
 	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-		die(EX_SYS, "unable to create %s:", tmp);
+		goto fail;
+	return 0;
+fail:
+	snprintf(failed, fsz, "%s", tmp);
+	return -1;
+}
+
+void mkdirs(const char *path, mode_t mode)
+{
+	char failed[PATH_MAX];
+
+	if (mkdir_p(path, mode, failed, sizeof failed) < 0) {
+		if (errno == ENAMETOOLONG)
+			die(EX_USAGE, "path too long: %.64s...", path);
+		die(EX_SYS, "unable to create %s:", failed);
+	}
 }
 
 int write_all(int fd, const void *buf, size_t n)

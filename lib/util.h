@@ -33,6 +33,9 @@ const char *store_home(void);
 __attribute__((format(printf, 3, 4))) char *pathf(char *buf, size_t sz, const char *fmt, ...);
 /* mkdir -p with mode; dies on failure. */
 void mkdirs(const char *path, mode_t mode);
+/* mkdir -p with mode: 0, or -1 with errno and the directory that could not
+ * be made in failed (ENAMETOOLONG: path itself). */
+int mkdir_p(const char *path, mode_t mode, char *failed, size_t fsz);
 
 /* Atomic write: tmp + fsync + rename + fsync(dir).  Returns 0 or -1 (errno). */
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
