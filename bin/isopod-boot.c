@@ -30,8 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -72,29 +70,6 @@ static long long mem_available_mib(void)
 	return kb / 1024;
 }
 
-/* Close every fd except 0-2 and those in keep[] (fd hygiene before the
- * supervisor's long life: it must not pin the caller's pipes). */
-static void close_except(int *keep, int n)
-{
-	int i, j, lo = 3;
-
-	for (i = 1; i < n; i++) /* insertion sort, n is tiny */
-		for (j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
-			int t = keep[j];
-
-			keep[j] = keep[j - 1];
-			keep[j - 1] = t;
-		}
-	for (i = 0; i < n; i++) {
-		if (keep[i] < lo)
-			continue;
-		if (keep[i] > lo)
-			close_range((unsigned)lo, (unsigned)keep[i] - 1, 0);
-		lo = keep[i] + 1;
-	}
-	close_range((unsigned)lo, ~0U, 0);
-}
-
 /* ---- QEMU ------------------------------------------------------------- */
 
 /* The network slot of this VM (--net open): taken before QEMU starts, its
@@ -128,174 +103,10 @@ static struct qemu_cfg vm_qemu(const struct inst *in, const struct img *im, cons
 	};
 }
 
-/* Its egress broker (filtered: proxy + DNS for the allowlist; open: DNS),
- * planned by boot, started and ended by the supervisor around QEMU. */
-static struct egress EG = { .pid = -1, .pidfd = -1 };
-
-/* ---- the supervisor --------------------------------------------------- */
-
-/* Runs in the forked child; never returns.  lockfd is the open file
- * description holding vms/<id>/lock (inherited, so the lock never had a
- * gap), ctlfd reads 'r' from the parent once the boot succeeded (EOF before
- * that = the boot failed or its process died: kill QEMU), repfd gets
- * "<qemu pid>\n" or an error line, ownerfd is the owner's pidfd or -1. */
-static void supervise(const char *id, const struct inst *in, char *const *av, int lockfd,
-		      int ctlfd, int repfd, int ownerfd, int memfd)
-{
-	static const char *const live[] = { "booting", "running", NULL };
-	struct pollfd pf[4];
-	sigset_t set;
-	int nul, logfd, sfd, qfd, st = 0, ready = 0, killed = 0;
-	const char *why = "qemu";
-	char now[32];
-	pid_t q;
-	json_t *m;
-
-	/* A session of its own: a terminal's Ctrl-C reaches the front end,
-	 * which stops the VM cleanly, instead of killing QEMU under it.  The
-	 * owner pidfd still ends the VM when the front end dies. */
-	setsid();
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigprocmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	/* Let go of the caller's stdio: a $(isopod-boot) must see EOF when
-	 * isopod-boot exits, not when the VM does. */
-	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-	logfd = open(in->qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-		     0600);
-	if (sfd < 0 || nul < 0 || logfd < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 ||
-	    dup2(logfd, 2) < 0) {
-		dprintf(repfd, "error: supervisor setup: %s\n", strerror(errno));
-		_exit(111);
-	}
-	{
-		/* NET.lock_fd: the slot is busy exactly while we live. */
-		int keep[] = { lockfd, ctlfd, repfd, ownerfd, sfd, memfd, NET.lock_fd };
-
-		close_except(keep, 7); /* logfd too: it lives on as fd 2 */
-	}
-	if (EG.argc) {
-		char bl[PATH_MAX], msg[512];
-		int blog;
-
-		pathf(bl, sizeof bl, "%s/broker.log", in->dir);
-		blog = open(bl, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (blog < 0 || egress_start(&EG, blog, NET.lock_fd, 5000, msg, sizeof msg) < 0) {
-			dprintf(repfd, "error: %s (see %s)\n", blog < 0 ? strerror(errno) : msg, bl);
-			_exit(111);
-		}
-		close(blog);
-		/* for isopod-gc, should a broker ever outlive us */
-		m = json_pack("{s:I}", "broker_pid", (json_int_t)EG.pid);
-		if (!m || vm_meta_update(id, NULL, m) < 0)
-			warn("supervisor: unable to record the broker's pid:");
-		json_decref(m);
-	}
-	q = qemu_spawn(av, 2, 1, memfd);
-	if (memfd >= 0)
-		close(memfd); /* QEMU has its own copy as fd 3 */
-	if (q < 0) {
-		dprintf(repfd, "error: unable to fork: %s\n", strerror(errno));
-		_exit(111);
-	}
-	qfd = pidfd_open_(q); /* our unreaped child: cannot be a recycled pid */
-	if (qfd < 0) {
-		kill(q, SIGKILL);
-		dprintf(repfd, "error: pidfd_open: %s\n", strerror(errno));
-		_exit(111);
-	}
-	dprintf(repfd, "%ld\n", (long)q);
-	close(repfd);
-
-	for (;;) {
-		int n = 0, iq, is, io = -1, ic = -1;
-
-		pf[iq = n++] = (struct pollfd){ qfd, POLLIN, 0 };
-		pf[is = n++] = (struct pollfd){ sfd, POLLIN, 0 };
-		if (ownerfd >= 0)
-			pf[io = n++] = (struct pollfd){ ownerfd, POLLIN, 0 };
-		if (ctlfd >= 0)
-			pf[ic = n++] = (struct pollfd){ ctlfd, POLLIN, 0 };
-		if (poll(pf, (nfds_t)n, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			warn("supervisor: poll:");
-			why = "error";
-			kill(q, SIGKILL);
-			break;
-		}
-		if (pf[iq].revents)
-			break;
-		if (pf[is].revents) {
-			struct signalfd_siginfo si;
-
-			while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
-				if (!killed) {
-					warn("supervisor: signal %u: killing qemu", si.ssi_signo);
-					why = "signal";
-					killed = 1;
-					kill(q, SIGKILL);
-				}
-		}
-		if (io >= 0 && pf[io].revents) {
-			if (!killed) {
-				warn("supervisor: owner exited: killing qemu");
-				why = "owner";
-				killed = 1;
-				kill(q, SIGKILL);
-			}
-			close(ownerfd);
-			ownerfd = -1;
-		}
-		if (ic >= 0 && pf[ic].revents) {
-			char b = 0;
-			ssize_t r = read(ctlfd, &b, 1);
-
-			if (r == 1 && b == 'r') {
-				ready = 1;
-			} else if (r < 0 && errno == EINTR) {
-				continue;
-			} else if (!ready && !killed) {
-				/* no log line: the last line of qemu.log is the
-				 * parent's diagnostic material */
-				why = "boot";
-				killed = 1;
-				kill(q, SIGKILL);
-			}
-			if (r != 1 || ready) {
-				close(ctlfd);
-				ctlfd = -1;
-			}
-		}
-	}
-	while (waitpid(q, &st, 0) < 0 && errno == EINTR)
-		;
-	/* The broker ends after QEMU and before the lock goes: its ledger is
-	 * complete when isopod-stop sees the VM stopped. */
-	egress_stop(&EG);
-	m = json_pack("{s:s, s:i, s:s}", "stopped_at", iso_now(now, sizeof now), "qemu_exit",
-		      proc_status(st), "stopped_by", why);
-	if (!m || vm_meta_update(id, NULL, m) < 0)
-		warn("supervisor: unable to update the record of %s:", id);
-	json_decref(m);
-	/* Before the parent confirmed the boot this is a failed boot; the
-	 * parent, if alive, overwrites error with the specific reason. */
-	if (ready)
-		m = json_pack("{s:s}", "state", "stopped");
-	else
-		m = json_pack("{s:s, s:s}", "state", "failed", "error",
-			      !strcmp(why, "boot") ? "isopod-boot failed or died before the agent answered"
-						   : "qemu stopped before the agent answered");
-	if (!m || vm_meta_update(id, live, m) < 0)
-		warn("supervisor: unable to update the record of %s:", id);
-	json_decref(m);
-	/* Exiting closes lockfd: the VM is no longer running. */
-	_exit(proc_status(st) & 0xff);
-}
+/* Its network for the supervisor ({mode, gateway, allow}, or NULL): the
+ * supervisor starts and ends its egress broker (filtered: proxy + DNS for
+ * the allowlist; open: DNS) around QEMU. */
+static json_t *SUPNET;
 
 /* ---- boot ------------------------------------------------------------- */
 
@@ -384,10 +195,67 @@ static int valid_id(const char *s)
 	return 1;
 }
 
-/* Fork the supervisor, which starts QEMU with av (keepfd, when >= 0,
- * becomes QEMU's fd 3), and read back QEMU's pid.  The parent keeps its
- * own hold on the vm lock (B.lockfd): a failed attempt's supervisor can
- * exit without the VM ever looking free to gc.  0, or -1 with msg. */
+/* Start isopod-supervise with its fixed descriptors (isopod-supervise(1)):
+ * it starts QEMU with av (keepfd, when >= 0, becomes QEMU's fd 3); read
+ * back QEMU's pid.  It inherits the vm lock's open file description, so
+ * the lock never has a gap; the parent keeps its own hold on it too
+ * (B.lockfd): a failed attempt's supervisor can exit without the VM ever
+ * looking free to gc.  0, or -1 with msg. */
+static pid_t start_supervisor(const char *id, const struct inst *in, char *const *av,
+			      int ownerfd, int keepfd, int ctlfd, int repfd, char *msg, size_t msz)
+{
+	char sup[PATH_MAX], *sav[8], *text;
+	int k = 0, spec[2];
+	json_t *j = json_pack("{s:s, s:s, s:[], s:O?}", "vm", id, "dir", in->dir, "qemu", "net",
+			      SUPNET);
+	struct proc_spec ps = PROC_SPEC(sav);
+	pid_t pid;
+
+	for (char *const *a = av; j && *a; a++)
+		json_array_append_new(json_object_get(j, "qemu"), json_string(*a));
+	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!text) {
+		snprintf(msg, msz, "unable to build the supervisor's spec");
+		return -1;
+	}
+	if (pipe2(spec, O_CLOEXEC) < 0) {
+		snprintf(msg, msz, "unable to create a pipe: %s", strerror(errno));
+		free(text);
+		return -1;
+	}
+	sav[k++] = "isopod-supervise";
+	if (ownerfd >= 0)
+		sav[k++] = "--owner";
+	if (keepfd >= 0)
+		sav[k++] = "--mem";
+	if (NET.lock_fd >= 0)
+		sav[k++] = "--slot";
+	sav[k] = NULL;
+	ps.file = proc_sibling(sup, sizeof sup, "isopod-supervise", "ISOPOD_SUPERVISE");
+	ps.in = spec[0];
+	ps.err = PROC_INHERIT; /* until it has opened qemu.log */
+	ps.setsid = 1;
+	ps.keep[0] = B.lockfd;
+	ps.keep[1] = ctlfd;
+	ps.keep[2] = repfd;
+	ps.keep[3] = ownerfd >= 0 ? ownerfd : PROC_NULL;
+	ps.keep[4] = keepfd >= 0 ? keepfd : PROC_NULL;
+	ps.keep[5] = NET.lock_fd >= 0 ? NET.lock_fd : PROC_NULL;
+	ps.nkeep = 6;
+	pid = proc_spawn(&ps);
+	close(spec[0]);
+	if (pid < 0)
+		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
+	else if (write_all(spec[1], text, strlen(text)) < 0)
+		warn("unable to write the supervisor's spec:"); /* it reports no pid */
+	close(spec[1]);
+	free(text);
+	return pid;
+}
+
+/* Start the supervisor, which starts QEMU with av (keepfd, when >= 0,
+ * becomes QEMU's fd 3), and read back QEMU's pid.  0, or -1 with msg. */
 static int launch(const char *id, const struct inst *in, char *const *av, int ownerfd,
 		  int keepfd, char *msg, size_t msz)
 {
@@ -409,20 +277,13 @@ static int launch(const char *id, const struct inst *in, char *const *av, int ow
 		close(ctl[1]);
 		return -1;
 	}
-	fflush(NULL);
-	B.sup = fork();
+	B.sup = start_supervisor(id, in, av, ownerfd, keepfd, ctl[0], rep[1], msg, msz);
 	if (B.sup < 0) {
-		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
 		close(ctl[0]);
 		close(ctl[1]);
 		close(rep[0]);
 		close(rep[1]);
 		return -1;
-	}
-	if (B.sup == 0) {
-		close(ctl[1]);
-		close(rep[0]);
-		supervise(id, in, av, B.lockfd, ctl[0], rep[1], ownerfd, keepfd);
 	}
 	close(ctl[0]);
 	close(rep[1]);
@@ -1604,15 +1465,25 @@ int main(int argc, char **argv)
 		die(EX_USAGE, "vm %s: net mode %s is not supported", id, net_mode);
 	if (strcmp(net_mode, "none")) {
 		char bp[PATH_MAX], ledger[PATH_MAX];
+		json_t *allow = json_object_get(json_object_get(rec, "net"), "allow");
+		struct egress *eg = malloc(sizeof *eg);
 
 		net_take_slot(&NET, net_mode);
 		pathf(ledger, sizeof ledger, "%s/ledger.jsonl", in.dir);
 		/* Both modes get a broker: filtered for everything, open for
-		 * DNS (netsetup redirects every guest port 53 to it). */
-		if (egress_plan(&EG, egress_broker_path(bp, sizeof bp), net_mode, NET.gw,
-				json_object_get(json_object_get(rec, "net"), "allow"), ledger, id, err,
-				sizeof err) < 0)
+		 * DNS (netsetup redirects every guest port 53 to it).  The
+		 * supervisor plans it again from SUPNET; this plan checks it
+		 * before anything boots. */
+		if (!eg)
+			die(EX_SYS, "unable to allocate memory:");
+		if (egress_plan(eg, egress_broker_path(bp, sizeof bp), net_mode, NET.gw, allow, ledger,
+				id, err, sizeof err) < 0)
 			die(EX_USAGE, "vm %s: %s", id, err);
+		free(eg);
+		SUPNET = json_pack("{s:s, s:s, s:O?}", "mode", net_mode, "gateway", NET.gw, "allow",
+				   json_is_array(allow) ? allow : NULL);
+		if (!SUPNET)
+			die(EX_SYS, "unable to allocate memory:");
 	}
 
 	if ((r = accel_choose(cf.accel, cf.accel_src, &im, &accel, reason, sizeof reason, err,

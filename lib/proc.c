@@ -3,6 +3,8 @@
 #include "util.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -127,4 +129,27 @@ int proc_run(char *const argv[], int out, int err)
 	if ((pid = proc_spawn(&ps)) < 0 || proc_wait(pid, &st) < 0)
 		return -1;
 	return proc_status(st);
+}
+
+const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env)
+{
+	const char *e = env ? getenv(env) : NULL;
+	char self[PATH_MAX];
+	ssize_t n;
+	char *slash;
+
+	if (e && *e) {
+		snprintf(buf, sz, "%s", e);
+		return buf;
+	}
+	n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0) {
+		snprintf(buf, sz, "%s", name);
+		return buf;
+	}
+	self[n] = '\0';
+	if ((slash = strrchr(self, '/')))
+		*slash = '\0';
+	snprintf(buf, sz, "%s/%s", self, name);
+	return buf;
 }

@@ -10,6 +10,7 @@
 #ifndef ISOPOD_PROC_H
 #define ISOPOD_PROC_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 #define PROC_NULL (-1)    /* a std fd: /dev/null; a keep entry: left closed */
@@ -45,5 +46,8 @@ int proc_exited_within(pid_t pid, int *st, int ms);
 /* Run argv to completion (stdin /dev/null, stdout and stderr as given).
  * Its proc_status, or -1 with errno when it could not be started. */
 int proc_run(char *const argv[], int out, int err);
+/* The tool `name` beside the running program (isopod-boot finds
+ * isopod-supervise so), or $env when set.  Returns buf. */
+const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env);
 
 #endif
