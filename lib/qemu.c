@@ -168,6 +168,23 @@ int inst_paths(struct inst *in, const char *dir)
 	return 0;
 }
 
+struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
+{
+	return (struct qemu_cfg){
+		.accel = vm->accel,
+		.mem_mib = vm->mem_mib,
+		.vcpus = vm->vcpus,
+		.vmlinux = vm->vmlinux,
+		.initrd = vm->initrd,
+		.console = in->console,
+		.disk = in->disk,
+		.agent_sock = in->agent,
+		.qmp_sock = in->qmp,
+		.tap = vm->tap,
+		.mac = vm->mac,
+	};
+}
+
 pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd)
 {
 	struct proc_spec ps = PROC_SPEC(av);

@@ -58,6 +58,19 @@ struct inst {
  * (ENAMETOOLONG). */
 int inst_paths(struct inst *in, const char *dir);
 
+/* What every QEMU of one VM shares -- its cold boot, its warm template and
+ * its clone -- apart from its files and how its RAM starts. */
+struct qemu_vm {
+	const char *accel;              /* "kvm" or "tcg" */
+	long long mem_mib, vcpus;
+	const char *vmlinux, *initrd;
+	const char *tap, *mac;          /* the NIC, or NULL */
+};
+
+/* The configuration of vm's QEMU with its files at in (no RAM file, not
+ * incoming: the caller adds those). */
+struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in);
+
 /* Start QEMU (av): stdin /dev/null, stdout+stderr on outfd, umask 077
  * (the sockets it creates are 0600), keepfd (when >= 0) as fd 3 -- a
  * clone's memory file, which QEMU opens as /proc/self/fd/3 (the very
