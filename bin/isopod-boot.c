@@ -172,18 +172,6 @@ static void range(const char *opt, const char *arg, long long lo, long long hi, 
 	}
 }
 
-static int valid_id(const char *s)
-{
-	size_t i, n = s ? strlen(s) : 0;
-
-	if (n != 15 || strncmp(s, "vm-", 3))
-		return 0;
-	for (i = 3; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return 0;
-	return 1;
-}
-
 /* Start isopod-supervise with its fixed descriptors (isopod-supervise(1)):
  * it starts QEMU with av (keepfd, when >= 0, becomes QEMU's fd 3); read
  * back QEMU's pid.  It inherits the vm lock's open file description, so
@@ -625,7 +613,7 @@ static void load_vm(struct boot *bt)
 	int r;
 
 	bt->id = json_string_value(json_object_get(json_object_get(claim, "vm"), "id"));
-	if (!valid_id(bt->id))
+	if (!vm_id_valid(bt->id))
 		die(EX_USAGE, "standard input: want the JSON of isopod-claim with vm.id = vm-<12 hex>");
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
 	if (inst_paths(&bt->in, dir) < 0)

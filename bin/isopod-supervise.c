@@ -231,18 +231,6 @@ static int fd_open(int fd)
 	return fcntl(fd, F_GETFD) >= 0;
 }
 
-static int valid_id(const char *s)
-{
-	size_t i, n = s ? strlen(s) : 0;
-
-	if (n != 15 || strncmp(s, "vm-", 3))
-		return 0;
-	for (i = 3; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return 0;
-	return 1;
-}
-
 /* The spec on stdin: ids and paths checked, QEMU's argv, the broker's plan. */
 static json_t *read_spec(struct sup *s, char **av, size_t avn)
 {
@@ -254,7 +242,7 @@ static json_t *read_spec(struct sup *s, char **av, size_t avn)
 	s->id = json_string_value(json_object_get(spec, "vm"));
 	s->dir = json_string_value(json_object_get(spec, "dir"));
 	q = json_object_get(spec, "qemu");
-	if (!valid_id(s->id) || !s->dir || s->dir[0] != '/' || strlen(s->dir) > PATH_MAX - 64)
+	if (!vm_id_valid(s->id) || !s->dir || s->dir[0] != '/' || strlen(s->dir) > PATH_MAX - 64)
 		die(EX_USAGE, "standard input: want {\"vm\":\"vm-<12 hex>\",\"dir\":ABSOLUTE,...}");
 	if (!json_is_array(q) || !json_array_size(q) || json_array_size(q) >= avn)
 		die(EX_USAGE, "standard input: want \"qemu\": [ARGV...] of 1..%zu strings", avn - 1);

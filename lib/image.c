@@ -45,24 +45,12 @@ bad:
 	return -1;
 }
 
-/* snprintf that fails on truncation: 0, or -1. */
-__attribute__((format(printf, 3, 4))) static int fits(char *buf, size_t sz, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sz, fmt, ap);
-	va_end(ap);
-	return n < 0 || (size_t)n >= sz ? -1 : 0;
-}
-
 int resolve_kernel(struct img *im, char *err, size_t errsz)
 {
 	const char *h = store_home();
 	char p[PATH_MAX];
 
-	if (fits(p, sizeof p, "%s/kernels/current", h) < 0) {
+	if (pathn(p, sizeof p, "%s/kernels/current", h) < 0) {
 		snprintf(err, errsz, "store path %.512s is too long", h);
 		return EX_USAGE;
 	}
@@ -74,8 +62,8 @@ int resolve_kernel(struct img *im, char *err, size_t errsz)
 		snprintf(err, errsz, "unable to read %.512s: %s", p, strerror(errno));
 		return EX_SYS;
 	}
-	if (fits(im->vmlinux, sizeof im->vmlinux, "%s/kernels/%s/vmlinux", h, im->ksha) < 0 ||
-	    fits(im->initrd, sizeof im->initrd, "%s/kernels/%s/initramfs.cpio", h, im->ksha) < 0) {
+	if (pathn(im->vmlinux, sizeof im->vmlinux, "%s/kernels/%s/vmlinux", h, im->ksha) < 0 ||
+	    pathn(im->initrd, sizeof im->initrd, "%s/kernels/%s/initramfs.cpio", h, im->ksha) < 0) {
 		snprintf(err, errsz, "store path %.512s is too long", h);
 		return EX_USAGE;
 	}
@@ -105,7 +93,7 @@ int resolve_base(struct img *im, const char *flavor, const char *sha, char *err,
 		}
 		memcpy(im->bsha, sha, 65);
 	} else {
-		if (fits(p, sizeof p, "%s/images/current-%s", h, flavor) < 0) {
+		if (pathn(p, sizeof p, "%s/images/current-%s", h, flavor) < 0) {
 			snprintf(err, errsz, "store path %.512s is too long", h);
 			return EX_USAGE;
 		}
@@ -119,7 +107,7 @@ int resolve_base(struct img *im, const char *flavor, const char *sha, char *err,
 			return EX_SYS;
 		}
 	}
-	if (fits(im->base, sizeof im->base, "%s/images/base-%s.img", h, im->bsha) < 0) {
+	if (pathn(im->base, sizeof im->base, "%s/images/base-%s.img", h, im->bsha) < 0) {
 		snprintf(err, errsz, "store path %.512s is too long", h);
 		return EX_USAGE;
 	}
@@ -161,7 +149,7 @@ int disk_chain(const char *disk, json_t *layers, char bsha[65])
 	unsigned char hd[20];
 	int depth, i;
 
-	if (fits(cur, sizeof cur, "%s", disk) < 0)
+	if (pathn(cur, sizeof cur, "%s", disk) < 0)
 		return -1;
 	for (depth = 0; depth < 80; depth++) {
 		const char *b = strrchr(cur, '/') ? strrchr(cur, '/') + 1 : cur;
@@ -216,7 +204,7 @@ int disk_chain(const char *disk, json_t *layers, char bsha[65])
 		} else {
 			int dl = (int)(b - cur);
 
-			if (fits(nxt, sizeof nxt, "%.*s%s", dl, cur, name) < 0)
+			if (pathn(nxt, sizeof nxt, "%.*s%s", dl, cur, name) < 0)
 				return -1;
 		}
 		memcpy(cur, nxt, sizeof cur);

@@ -13,22 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* snprintf that fails on truncation: 0, or -1 (ENAMETOOLONG). */
-__attribute__((format(printf, 3, 4))) static int fits(char *buf, size_t sz, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sz, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sz) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	return 0;
-}
-
 /* The command line.  Device order is fixed: memory snapshots are only
  * restorable into an identical machine.  With memfile, guest RAM is that
  * file (memory-backend-file): share=1 for a warm template (its RAM lands
@@ -49,16 +33,16 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 		 tcg ? ",pit=on" : "", memfile ? ",memory-backend=mem0" : "");
 	snprintf(q->mem, sizeof q->mem, "%lld", c->mem_mib);
 	snprintf(q->smp, sizeof q->smp, "%lld", c->vcpus);
-	if (fits(q->con, sizeof q->con, "file,id=con,path=%s", c->console) < 0 ||
-	    fits(q->drive, sizeof q->drive,
+	if (pathn(q->con, sizeof q->con, "file,id=con,path=%s", c->console) < 0 ||
+	    pathn(q->drive, sizeof q->drive,
 		 "id=root,file=%s,format=qcow2,if=none,discard=unmap,werror=report,rerror=report",
 		 c->disk) < 0 ||
-	    fits(q->agent, sizeof q->agent, "socket,id=agent,path=%s,server=on,wait=off",
+	    pathn(q->agent, sizeof q->agent, "socket,id=agent,path=%s,server=on,wait=off",
 		 c->agent_sock) < 0 ||
-	    fits(q->qmp, sizeof q->qmp, "unix:%s,server=on,wait=off", c->qmp_sock) < 0)
+	    pathn(q->qmp, sizeof q->qmp, "unix:%s,server=on,wait=off", c->qmp_sock) < 0)
 		return -1;
 	if (memfile &&
-	    fits(q->obj, sizeof q->obj,
+	    pathn(q->obj, sizeof q->obj,
 		 "memory-backend-file,id=mem0,size=%lldM,mem-path=%s,share=%s", c->mem_mib, memfile,
 		 c->share ? "on" : "off") < 0)
 		return -1;
@@ -97,9 +81,9 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 		 * migration stream, whatever mac= says: the agent's
 		 * SIOCSIFHWADDR moves it to the slot's (virtio-net
 		 * CTRL_MAC_ADDR_SET on the control queue). */
-		if (fits(q->netdev, sizeof q->netdev,
+		if (pathn(q->netdev, sizeof q->netdev,
 			 "tap,id=net0,ifname=%s,script=no,downscript=no", c->tap) < 0 ||
-		    fits(q->nic, sizeof q->nic, "virtio-net-device,netdev=net0,mac=%s", c->mac) < 0)
+		    pathn(q->nic, sizeof q->nic, "virtio-net-device,netdev=net0,mac=%s", c->mac) < 0)
 			return -1;
 		A("-netdev"); A(q->netdev);
 		A("-device"); A(q->nic);
@@ -158,12 +142,12 @@ void qemu_fingerprint(char out[65])
 
 int inst_paths(struct inst *in, const char *dir)
 {
-	if (fits(in->dir, sizeof in->dir, "%s", dir) < 0 ||
-	    fits(in->disk, sizeof in->disk, "%s/disk.qcow2", dir) < 0 ||
-	    fits(in->agent, sizeof in->agent, "%s/agent.sock", dir) < 0 ||
-	    fits(in->qmp, sizeof in->qmp, "%s/qmp.sock", dir) < 0 ||
-	    fits(in->console, sizeof in->console, "%s/console.log", dir) < 0 ||
-	    fits(in->qlog, sizeof in->qlog, "%s/qemu.log", dir) < 0)
+	if (pathn(in->dir, sizeof in->dir, "%s", dir) < 0 ||
+	    pathn(in->disk, sizeof in->disk, "%s/disk.qcow2", dir) < 0 ||
+	    pathn(in->agent, sizeof in->agent, "%s/agent.sock", dir) < 0 ||
+	    pathn(in->qmp, sizeof in->qmp, "%s/qmp.sock", dir) < 0 ||
+	    pathn(in->console, sizeof in->console, "%s/console.log", dir) < 0 ||
+	    pathn(in->qlog, sizeof in->qlog, "%s/qemu.log", dir) < 0)
 		return -1;
 	return 0;
 }

@@ -78,6 +78,34 @@ const char *store_home(void)
 	return buf;
 }
 
+int pathn(char *buf, size_t sz, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sz, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sz) {
+		buf[0] = 0;
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+int vm_id_valid(const char *s)
+{
+	size_t i, n = s ? strlen(s) : 0;
+
+	if (n != 15 || strncmp(s, "vm-", 3))
+		return 0;
+	for (i = 3; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
 char *pathf(char *buf, size_t sz, const char *fmt, ...)
 {
 	va_list ap;

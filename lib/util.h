@@ -31,6 +31,11 @@ __attribute__((format(printf, 1, 2))) void warnx_(const char *fmt, ...);
 const char *store_home(void);
 /* snprintf into a static-ish caller buffer; dies on truncation. */
 __attribute__((format(printf, 3, 4))) char *pathf(char *buf, size_t sz, const char *fmt, ...);
+/* snprintf a path that must fit: 0, or -1 (ENAMETOOLONG) with buf "" --
+ * never a shorter, other path.  The library's pathf. */
+__attribute__((format(printf, 3, 4))) int pathn(char *buf, size_t sz, const char *fmt, ...);
+/* "vm-" and 12 lower-case hex digits? */
+int vm_id_valid(const char *s);
 /* mkdir -p with mode; dies on failure. */
 void mkdirs(const char *path, mode_t mode);
 /* mkdir -p with mode: 0, or -1 with errno and the directory that could not

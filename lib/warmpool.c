@@ -29,22 +29,6 @@
 #define RETIRE_WAIT_MS 5000
 #define MIB (1024LL * 1024)
 
-/* A path into buf; one that does not fit becomes "" (every open of it
- * then fails) rather than a shorter, other path. */
-__attribute__((format(printf, 3, 4))) static char *pathn(char *buf, size_t sz, const char *fmt,
-							 ...)
-{
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sz, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sz)
-		buf[0] = 0;
-	return buf;
-}
-
 /* Has the owner exited?  Then no run wants this VM: stop building or
  * waiting for a snapshot. */
 int owner_gone(const struct pool *w)
