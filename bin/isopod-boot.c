@@ -698,9 +698,10 @@ static void take_vm(struct boot *bt)
  * since the host booted) or no free slot fail here, fast. */
 static void take_net(struct boot *bt)
 {
-	char bp[PATH_MAX], ledger[PATH_MAX], err[512];
+	char bp[PATH_MAX], ledger[PATH_MAX], err[PATH_MAX + 256];
 	json_t *allow = json_object_get(json_object_get(bt->rec, "net"), "allow");
 	struct egress *eg;
+	int r;
 
 	bt->net_mode = json_string_value(json_object_get(json_object_get(bt->rec, "net"), "mode"));
 	if (!bt->net_mode)
@@ -709,7 +710,8 @@ static void take_net(struct boot *bt)
 		die(EX_USAGE, "vm %s: net mode %s is not supported", bt->id, bt->net_mode);
 	if (!strcmp(bt->net_mode, "none"))
 		return;
-	net_take_slot(&bt->net, bt->net_mode);
+	if ((r = net_take_slot(&bt->net, bt->net_mode, err, sizeof err)))
+		die(r, "%s", err);
 	pathf(ledger, sizeof ledger, "%s/ledger.jsonl", bt->in.dir);
 	/* Both modes get a broker: filtered for everything, open for DNS
 	 * (netsetup redirects every guest port 53 to it).  The supervisor
