@@ -127,7 +127,8 @@ int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
 	     int64_t deadline_ms)
 {
 	json_t *req, *m;
-	char *s;
+	char *s, *line = NULL;
+	size_t n;
 	int rc = 0;
 	unsigned id = ++q->id;
 
@@ -141,14 +142,17 @@ int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
 	}
 	s = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
-	if (!s) {
+	if (!s || !(line = malloc(strlen(s) + 2))) {
+		free(s);
 		snprintf(q->err, sizeof q->err, "qmp: unable to build %s", cmd);
 		return -1;
 	}
-	rc = send_all(q, s, strlen(s), fd, deadline_ms);
-	if (!rc)
-		rc = send_all(q, "\n", 1, -1, deadline_ms);
+	/* One write with its newline: QEMU acts on a complete object at
+	 * once, and after quit a separate newline would meet a closed socket. */
+	n = (size_t)sprintf(line, "%s\n", s);
 	free(s);
+	rc = send_all(q, line, n, fd, deadline_ms);
+	free(line);
 	if (rc)
 		return rc;
 	for (;;) {
