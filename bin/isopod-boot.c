@@ -1,20 +1,28 @@
 /* isopod-boot - boot a claimed VM under a supervisor and wait for its agent.
  *
  * Process shape:
- *   isopod-boot ──fork──> supervisor ──fork+exec──> qemu-system-x86_64
- * The supervisor holds vms/<id>/lock (LOCK_EX) for its whole life: that lock
- * IS "the VM is running".  It watches QEMU, the owner and its signals through
- * pidfds and a signalfd, and kills QEMU (the pid it forked itself, never a
- * pid read from a file) when the owner goes away.  QEMU carries
- * PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
+ *   isopod-boot ──spawn──> isopod-supervise ──fork+exec──> qemu-system-x86_64
+ * The supervisor (isopod-supervise(1)), exec'd with fixed descriptors,
+ * holds vms/<id>/lock (LOCK_EX) for its whole life: that lock IS "the VM
+ * is running".  It watches QEMU, the owner and its signals through pidfds
+ * and a signalfd, and kills QEMU (the pid it forked itself, never a pid
+ * read from a file) when the owner goes away.  QEMU carries
+ * PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it.
+ * What boots comes from lib/: the image (image.c), the accelerator
+ * (accel.c), the command line (qemu.c), the warm pool (warmpool.c). */
 
+#include "accel.h"
 #include "host.h"
+#include "image.h"
+#include "proc.h"
+#include "qemu.h"
 #include "qmp.h"
+#include "stage.h"
 #include "egress.h"
 #include "net.h"
-#include "stage.h"
 #include "util.h"
 #include "warm.h"
+#include "warmpool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,10 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sodium.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -38,42 +43,46 @@
 #define USAGE "isopod-boot [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
 	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold]"
 
-#define QEMU "qemu-system-x86_64"
-#define PROBE_MS 10000
 #define MIB (1024LL * 1024)
 
 struct cfg {
 	long long vcpus, mem_mib, disk_mib, timeout_ms;
 	long long owner;
 	int keep, disk_given, cold;
-	long long warm_wait_ms;   /* ISOPOD_WARM_WAIT_MS */
 	const char *accel;        /* forced accelerator or NULL */
 	const char *accel_src;    /* who forced it */
 };
 
-struct img {
-	char ksha[65], vmlinux[PATH_MAX], initrd[PATH_MAX];
-	char flavor[64], bsha[65], base[PATH_MAX];
-	long long base_size;
+/* Everything one boot holds: what it took (the vm lock, the network slot),
+ * what it started (to undo when it fails), and what it learnt on the way.
+ * One per process, passed down: no file-scope state. */
+struct boot {
+	struct cfg cf;
+	const char *id, *name, *net_mode, *accel;
+	char reason[512];         /* why this accelerator */
+	char meta[PATH_MAX];      /* vms/<id>/meta.json */
+	json_t *rec;              /* the record as read under the lock */
+	struct inst in;
+	struct img im;
+	struct qemu_vm vm;        /* the shape every QEMU of this VM shares */
+	int forked;               /* isopod-fork made the disk */
+	long long disk_bytes, cur_bytes;
+	int64_t t0, deadline;
+	int resumed;
+	int recorded;             /* the record is ours: a failure goes in it */
+	const char *a_disk;       /* --disk-mib, checked once the disk is known */
+	/* taken or started, undone by fail() */
+	pid_t sup;                /* the supervisor, our child */
+	int supfd, ctlfd, lockfd, ownerfd;
+	/* The network slot (--net filtered|open): taken before QEMU starts,
+	 * its lock held by the supervisor for the VM's whole life.  slot -1:
+	 * no NIC, and then the command line is the one without networking. */
+	struct netslot net;
+	json_t *supnet;           /* {mode, gateway, allow} for the supervisor, or NULL */
+	struct conn *conn;        /* 130 KiB of buffers: on the heap */
+	struct hello h;
+	struct pool w;
 };
-
-/* The files of one QEMU instance (a VM, or the KVM probe). */
-struct inst {
-	char dir[PATH_MAX], disk[PATH_MAX], agent[PATH_MAX], qmp[PATH_MAX];
-	char console[PATH_MAX], qlog[PATH_MAX];
-};
-
-static struct conn conn; /* 130 KiB of buffers: not on the stack */
-
-static void inst_paths(struct inst *in, const char *dir)
-{
-	pathf(in->dir, sizeof in->dir, "%s", dir);
-	pathf(in->disk, sizeof in->disk, "%s/disk.qcow2", dir);
-	pathf(in->agent, sizeof in->agent, "%s/agent.sock", dir);
-	pathf(in->qmp, sizeof in->qmp, "%s/qmp.sock", dir);
-	pathf(in->console, sizeof in->console, "%s/console.log", dir);
-	pathf(in->qlog, sizeof in->qlog, "%s/qemu.log", dir);
-}
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -94,741 +103,41 @@ static long long mem_available_mib(void)
 	return kb / 1024;
 }
 
-/* Read "<64 hex>\n" from a pointer file.  0, or -1 (errno; EINVAL if bad). */
-static int read_sha(const char *path, char out[65])
-{
-	char buf[80];
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n < 64 || hex_span(buf) < 64)
-		goto bad;
-	if (n > 64 && buf[64] != '\n')
-		goto bad;
-	memcpy(out, buf, 64);
-	out[64] = 0;
-	return 0;
-bad:
-	errno = EINVAL;
-	return -1;
-}
-
-static void resolve_kernel(struct img *im)
-{
-	const char *h = store_home();
-	char p[PATH_MAX];
-
-	pathf(p, sizeof p, "%s/kernels/current", h);
-	if (read_sha(p, im->ksha) < 0) {
-		if (errno == ENOENT)
-			die(EX_NOTFOUND, "no kernel registered in %s; run `make images`", h);
-		die(EX_SYS, "unable to read %s:", p);
-	}
-	pathf(im->vmlinux, sizeof im->vmlinux, "%s/kernels/%s/vmlinux", h, im->ksha);
-	pathf(im->initrd, sizeof im->initrd, "%s/kernels/%s/initramfs.cpio", h, im->ksha);
-	if (access(im->vmlinux, R_OK) < 0 || access(im->initrd, R_OK) < 0)
-		die(EX_NOTFOUND, "kernel %.12s is registered but %s is missing; run `make images`",
-		    im->ksha, access(im->vmlinux, R_OK) < 0 ? im->vmlinux : im->initrd);
-}
-
-/* The base image: the one a fork recorded (sha given), else the current
- * build of the flavor. */
-static void resolve_base(struct img *im, const char *flavor, const char *sha)
-{
-	const char *h = store_home();
-	char p[PATH_MAX];
-	struct stat st;
-
-	if (strlen(flavor) >= sizeof im->flavor || !*flavor || strchr(flavor, '/'))
-		die(EX_USAGE, "bad base flavor in the record: %.64s", flavor);
-	snprintf(im->flavor, sizeof im->flavor, "%s", flavor);
-	if (sha) {
-		if (!hex64_ok(sha))
-			die(EX_USAGE, "bad base sha256 in the record: %s", EXC(sha));
-		memcpy(im->bsha, sha, 65);
-	} else {
-		pathf(p, sizeof p, "%s/images/current-%s", h, flavor);
-		if (read_sha(p, im->bsha) < 0) {
-			if (errno == ENOENT)
-				die(EX_NOTFOUND, "no %s image registered in %s; run `make images`",
-				    flavor, h);
-			die(EX_SYS, "unable to read %s:", p);
-		}
-	}
-	pathf(im->base, sizeof im->base, "%s/images/base-%s.img", h, im->bsha);
-	if (stat(im->base, &st) < 0) {
-		if (errno == ENOENT)
-			die(EX_NOTFOUND, "base image %s is missing; run `make images`", im->base);
-		die(EX_SYS, "unable to stat %s:", im->base);
-	}
-	im->base_size = (long long)st.st_size;
-}
-
-/* Virtual size of a qcow2 image from its header (big-endian u64 at 24). */
-static long long qcow2_size(const char *path)
-{
-	unsigned char hd[32];
-	long long v = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), i;
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, hd, sizeof hd);
-	close(fd);
-	if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
-		errno = EINVAL;
-		return -1;
-	}
-	for (i = 24; i < 32; i++)
-		v = v << 8 | hd[i];
-	return v;
-}
-
-/* Last non-empty line of a file, with control and non-ASCII bytes replaced:
- * console.log is guest output and ends up on a terminal. */
-static const char *last_line(const char *path, char *out, size_t sz)
-{
-	char buf[2048];
-	ssize_t n;
-	char *e, *s, *p;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-
-	out[0] = 0;
-	if (fd < 0)
-		return out;
-	n = lseek(fd, 0, SEEK_END);
-	if (n > (ssize_t)sizeof buf - 1)
-		lseek(fd, n - (ssize_t)(sizeof buf - 1), SEEK_SET);
-	else
-		lseek(fd, 0, SEEK_SET);
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return out;
-	buf[n] = 0;
-	e = buf + n;
-	while (e > buf && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
-		e--;
-	*e = 0;
-	s = e;
-	while (s > buf && s[-1] != '\n')
-		s--;
-	for (p = s; *p; p++)
-		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
-			*p = '?';
-	n = (ssize_t)strlen(s);
-	if ((size_t)n >= sz) /* keep the end: that is where the error is */
-		s += (size_t)n - (sz - 1), n = (ssize_t)sz - 1;
-	memcpy(out, s, (size_t)n + 1);
-	return out;
-}
-
-/* Does the file contain needle?  (qemu.log is small: QEMU's own messages.) */
-static int file_has(const char *path, const char *needle)
-{
-	static char buf[1 << 16];
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	return memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
-}
-
-/* Close every fd except 0-2 and those in keep[] (fd hygiene before the
- * supervisor's long life: it must not pin the caller's pipes). */
-static void close_except(int *keep, int n)
-{
-	int i, j, lo = 3;
-
-	for (i = 1; i < n; i++) /* insertion sort, n is tiny */
-		for (j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
-			int t = keep[j];
-
-			keep[j] = keep[j - 1];
-			keep[j - 1] = t;
-		}
-	for (i = 0; i < n; i++) {
-		if (keep[i] < lo)
-			continue;
-		if (keep[i] > lo)
-			close_range((unsigned)lo, (unsigned)keep[i] - 1, 0);
-		lo = keep[i] + 1;
-	}
-	close_range((unsigned)lo, ~0U, 0);
-}
-
-/* ---- QEMU ------------------------------------------------------------- */
-
-/* The command line.  Device order is fixed: memory snapshots are only
- * restorable into an identical machine.  With memfile, guest RAM is that
- * file (memory-backend-file): share=1 for a warm template (its RAM lands
- * in the file), share=0 for a clone (a private copy-on-write mapping of
- * it: clones share its clean pages); incoming adds `-incoming defer`.
- * Everything else is the same for cold boots, templates and clones.
- * Never add a device that discards guest RAM (virtio-balloon, virtio-mem):
- * QEMU 7.2 discards file-backed RAM with fallocate(PUNCH_HOLE) on the
- * file even for share=off, i.e. a clone's guest could punch holes in the
- * snapshot every clone maps (the ctime check would then retire it). */
-struct qargs {
-	char machine[160], mem[32], smp[32], con[PATH_MAX + 32], drive[PATH_MAX + 64];
-	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32], obj[PATH_MAX + 128];
-	char netdev[96], nic[96];
-	char *av[64];
-};
-
-/* The network slot of this VM (--net open): taken before QEMU starts, its
- * lock held by the supervisor for the VM's whole life.  slot -1: no NIC,
- * and then the command line is exactly the one without networking. */
-static struct netslot NET = { .slot = -1, .lock_fd = -1 };
-
-/* This VM's NIC, or NULL. */
-static const struct netslot *nic(void)
-{
-	return NET.slot >= 0 ? &NET : NULL;
-}
-
-/* Its egress broker (filtered: proxy + DNS for the allowlist; open: DNS),
- * planned by boot, started and ended by the supervisor around QEMU. */
-static struct egress EG = { .pid = -1, .pidfd = -1 };
-
-/* Stands for any slot's tap and MAC where a command line must not depend
- * on the slot: the warm key and the argv fingerprint. */
-static const struct netslot NIC_ANY = { .slot = 0, .lock_fd = -1, .tap = "@tap",
-					 .macs = "@mac" };
-
-/* ns: the NIC's slot (tap and MAC), or NULL for no NIC. */
-static void qemu_argv(struct qargs *q, const struct inst *in, const struct img *im,
-		      const char *accel, long long mem, long long vcpus, const char *memfile,
-		      int share, int incoming, const struct netslot *ns)
-{
-	int tcg = !strcmp(accel, "tcg"), n = 0;
-
-	/* Under TCG the minimal kernel needs the PIT for its timer. */
-	snprintf(q->machine, sizeof q->machine, "microvm,acpi=off,x-option-roms=off%s%s",
-		 tcg ? ",pit=on" : "", memfile ? ",memory-backend=mem0" : "");
-	snprintf(q->mem, sizeof q->mem, "%lld", mem);
-	snprintf(q->smp, sizeof q->smp, "%lld", vcpus);
-	pathf(q->con, sizeof q->con, "file,id=con,path=%s", in->console);
-	pathf(q->drive, sizeof q->drive,
-	      "id=root,file=%s,format=qcow2,if=none,discard=unmap,werror=report,rerror=report",
-	      in->disk);
-	pathf(q->agent, sizeof q->agent, "socket,id=agent,path=%s,server=on,wait=off", in->agent);
-	pathf(q->qmp, sizeof q->qmp, "unix:%s,server=on,wait=off", in->qmp);
-	if (memfile)
-		pathf(q->obj, sizeof q->obj,
-		      "memory-backend-file,id=mem0,size=%lldM,mem-path=%s,share=%s", mem, memfile,
-		      share ? "on" : "off");
-#define A(s) (q->av[n++] = (char *)(s))
-	A(QEMU);
-	A("-M"); A(q->machine);
-	A("-accel"); A(tcg ? "tcg" : "kvm");
-	A("-cpu"); A(tcg ? "max" : "host");
-	A("-m"); A(q->mem);
-	if (memfile) {
-		A("-object"); A(q->obj);
-	}
-	A("-smp"); A(q->smp);
-	A("-nodefaults"); A("-no-user-config"); A("-nographic"); A("-no-reboot");
-	/* seccomp: no setuid/capset (QEMU may run as root), no affinity or
-	 * scheduler games, no fork/exec (snapshots travel over fds passed with
-	 * QMP getfd, never `migrate exec:`). */
-	A("-sandbox"); A("on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny");
-	A("-kernel"); A(im->vmlinux);
-	A("-initrd"); A(im->initrd);
-	A("-append");
-	A("console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000");
-	A("-chardev"); A(q->con);
-	A("-serial"); A("chardev:con");
-	A("-drive"); A(q->drive);
-	A("-device"); A("virtio-blk-device,drive=root");
-	A("-device"); A("virtio-serial-device");
-	A("-chardev"); A(q->agent);
-	A("-device"); A("virtserialport,chardev=agent,name=isopod.agent");
-	A("-device"); A("virtio-rng-device");
-	if (ns) {
-		/* Last device: the order of the others never depends on it.
-		 * Templates, clones and cold boots all have this very device;
-		 * only the tap and the MAC are the VM's own.  A clone's QEMU
-		 * takes the template's MAC and receive filter from the
-		 * migration stream, whatever mac= says: the agent's
-		 * SIOCSIFHWADDR moves it to the slot's (virtio-net
-		 * CTRL_MAC_ADDR_SET on the control queue). */
-		snprintf(q->netdev, sizeof q->netdev,
-			 "tap,id=net0,ifname=%s,script=no,downscript=no", ns->tap);
-		snprintf(q->nic, sizeof q->nic, "virtio-net-device,netdev=net0,mac=%s", ns->macs);
-		A("-netdev"); A(q->netdev);
-		A("-device"); A(q->nic);
-	}
-	A("-qmp"); A(q->qmp);
-	if (incoming) {
-		A("-incoming"); A("defer");
-	}
-	q->av[n] = NULL;
-#undef A
-}
-
-/* Fork a child that execs av with stdin /dev/null and stdout+stderr on
- * outfd, umask 0177, nothing else open
- * but keepfd (when >= 0) as fd 3: a clone's memory file, which QEMU opens
- * as /proc/self/fd/3 (the very inode boot verified, not a path that may
- * have changed since).  With pdeath, the child is SIGKILLed when the
- * calling thread dies. */
-static pid_t spawn(char *const av[], int outfd, int pdeath, int keepfd)
-{
-	pid_t parent = getpid(), pid;
-
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid > 0)
-		return pid;
-	if (pdeath) {
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-			_exit(126);
-		if (getppid() != parent) /* the parent died before prctl */
-			_exit(126);
-	}
-	/* bind() makes a unix socket 0777 & ~umask: 0177 gives QEMU's sockets
-	 * (qmp.sock, agent.sock) 0600 from the start, with no window a chmod
-	 * after the bind would leave.  The files QEMU and qemu-img create are
-	 * 0600 under 077 too; neither makes a directory. */
-	umask(0177);
-	if (child_fds(outfd, outfd, keepfd) < 0)
-		_exit(126);
-	execvp(av[0], av);
-	dprintf(2, "%s: fatal: unable to exec %s: %s\n", progname, av[0], strerror(errno));
-	_exit(127);
-}
-
-/* Exit status as one number: the code, or 128+sig when signalled. */
-static int status_code(int st)
-{
-	return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
-}
-
-/* Reap our child pid if it exits within ms milliseconds.  1 reaped. */
-static int exited_within(pid_t pid, int *st, int ms)
-{
-	int64_t until = mono_ms() + ms;
-
-	for (;;) {
-		if (waitpid(pid, st, WNOHANG) == pid)
-			return 1;
-		if (mono_ms() >= until)
-			return 0;
-		usleep(10 * 1000);
-	}
-}
-
-/* Run qemu-img (av) to completion; its own messages go to our stderr,
- * stdout stays JSON-only.  err names the verb (av[1]) and, when given,
- * the disk. */
-static int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
-{
-	pid_t pid;
-	int st;
-
-	if ((pid = spawn(av, 2, 0, -1)) < 0) {
-		snprintf(err, errsz, "unable to fork qemu-img: %s", strerror(errno));
-		return -1;
-	}
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR) {
-			snprintf(err, errsz, "unable to wait for qemu-img: %s", strerror(errno));
-			return -1;
-		}
-	if (st != 0) {
-		snprintf(err, errsz, "qemu-img %s%s%s failed (status %d)", av[1], disk ? " " : "",
-			 disk ? disk : "", status_code(st));
-		return -1;
-	}
-	return 0;
-}
-
-/* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <size>. */
-static int make_overlay(const struct img *im, const char *disk, long long bytes, char *err,
-			size_t errsz)
-{
-	char size[32];
-	char *av[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
-		       (char *)im->base, (char *)disk, size, NULL };
-
-	snprintf(size, sizeof size, "%lld", bytes);
-	unlink(disk);
-	return qemu_img(av, disk, err, errsz);
-}
-
-/* qemu-img resize -q <disk> <bytes>: a forked disk asked to be larger. */
-static int grow_disk(const char *disk, long long bytes, char *err, size_t errsz)
-{
-	char size[32];
-	char *av[] = { "qemu-img", "resize", "-q", (char *)disk, size, NULL };
-
-	snprintf(size, sizeof size, "%lld", bytes);
-	return qemu_img(av, disk, err, errsz);
-}
-
-/* ---- accelerator ---------------------------------------------------- */
-
-/* Boot the real kernel with KVM on a throwaway overlay and see whether the
- * agent answers within PROBE_MS.  On PVM hosts /dev/kvm opens fine and an
- * unmodified guest dies late with "KVM internal error": only a real boot
- * tells.  Returns 1 (kvm works) or 0, reason filled. */
-static int probe_kvm(const struct img *im, char *reason, size_t rsz)
-{
-	char dir[PATH_MAX], err[PATH_MAX + 128], line[256], keep[PATH_MAX];
-	struct inst in;
-	struct qargs q;
-	struct hello h = { 0 };
-	const char *files[] = { in.disk, in.agent, in.qmp, in.console, in.qlog };
-	int64_t t0 = mono_ms(), deadline = t0 + PROBE_MS;
-	int logfd, ok = 0, st, r = -1;
-	size_t i;
-	pid_t pid;
-
-	pathf(dir, sizeof dir, "%s/accel/probe-%s", store_home(), im->ksha);
-	inst_paths(&in, dir);
-	for (i = 0; i < sizeof files / sizeof files[0]; i++)
-		unlink(files[i]);
-	mkdirs(dir, 0700);
-	if (make_overlay(im, in.disk, im->base_size, err, sizeof err) < 0)
-		die(EX_SYS, "kvm probe: %s", err);
-	logfd = open(in.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (logfd < 0)
-		die(EX_SYS, "unable to create %s:", in.qlog);
-	qemu_argv(&q, &in, im, "kvm", 256, 1, NULL, 0, 0, NULL);
-	pid = spawn(q.av, logfd, 1, -1);
-	if (pid < 0)
-		die(EX_SYS, "unable to fork:");
-	close(logfd);
-	for (;;) {
-		if (waitpid(pid, &st, WNOHANG) == pid) {
-			snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", status_code(st),
-				 last_line(in.qlog, line, sizeof line));
-			pid = -1;
-			goto done;
-		}
-		if (mono_ms() >= deadline)
-			break;
-		if (conn_open(&conn, in.agent, mono_ms() + 200) == 0) {
-			r = conn_hello(&conn, &h, deadline);
-			conn_close(&conn);
-			break;
-		}
-	}
-	/* Any HELLO_ACK, even one carrying a guest error (a bad root disk, a
-	 * protocol mismatch), proves the kernel ran to the agent under KVM. */
-	if (r == 0 || h.root[0] || h.guest_error[0] || h.uptime_ms) {
-		ok = 1;
-		snprintf(reason, rsz, "kvm: the agent answered in %lld ms",
-			 (long long)(mono_ms() - t0));
-	} else if (exited_within(pid, &st, r == -3 ? 0 : 1000)) {
-		/* The socket closes while QEMU exits: give it a moment. */
-		snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", status_code(st),
-			 last_line(in.qlog, line, sizeof line));
-		pid = -1;
-	} else if (file_has(in.qlog, "KVM internal error")) {
-		/* PVM-style hosts: the guest dies late in emulation failure and
-		 * QEMU pauses it; the log ends in a register dump. */
-		snprintf(reason, rsz, "kvm: guest kernel did not reach the agent in %d s "
-			 "(KVM internal error in qemu.log)", PROBE_MS / 1000);
-	} else {
-		last_line(in.qlog, line, sizeof line);
-		snprintf(reason, rsz, "kvm: guest kernel did not reach the agent in %d s%s%s%s",
-			 PROBE_MS / 1000, line[0] ? " (qemu.log: " : "", line, line[0] ? ")" : "");
-	}
-done:
-	if (pid > 0) { /* our own child, not yet reaped: the pid is still ours */
-		kill(pid, SIGKILL);
-		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-			;
-	}
-	/* Keep the probe's QEMU log beside the verdict, for whoever doubts it. */
-	pathf(keep, sizeof keep, "%s/accel/%s.log", store_home(), im->ksha);
-	if (rename(in.qlog, keep) < 0)
-		warn("unable to keep the probe's log as %s:", keep);
-	for (i = 0; i < sizeof files / sizeof files[0]; i++)
-		unlink(files[i]);
-	rmdir(dir);
-	return ok;
-}
-
-/* Pick kvm or tcg; reason says why (set for tcg; for kvm only when probed). */
-static const char *choose_accel(const struct cfg *cf, const struct img *im, char *reason,
-				size_t rsz)
-{
-	const char *dev = getenv("ISOPOD_KVM_DEV");
-	char p[PATH_MAX], now[32];
-	json_t *v;
-	int fd, lk, ok;
-
-	reason[0] = 0;
-	if (!dev || !*dev)
-		dev = "/dev/kvm";
-	if (cf->accel) {
-		if (!strcmp(cf->accel, "tcg")) {
-			snprintf(reason, rsz, "forced by %s", cf->accel_src);
-			return "tcg";
-		}
-		if ((fd = open(dev, O_RDWR | O_CLOEXEC)) < 0)
-			die(EX_SYS, "kvm forced by %s but unable to open %s:", cf->accel_src, dev);
-		close(fd);
-		return "kvm";
-	}
-	if ((fd = open(dev, O_RDWR | O_CLOEXEC)) < 0) {
-		snprintf(reason, rsz, "%s: %s", dev, strerror(errno));
-		return "tcg";
-	}
-	close(fd);
-
-	pathf(p, sizeof p, "%s/accel", store_home());
-	mkdirs(p, 0700);
-	/* One probe per kernel at a time; others wait for its verdict. */
-	pathf(p, sizeof p, "%s/accel/%s.lock", store_home(), im->ksha);
-	if ((lk = lock_open(p, LOCK_EX)) < 0)
-		die(EX_SYS, "unable to lock %s:", p);
-	pathf(p, sizeof p, "%s/accel/%s.json", store_home(), im->ksha);
-	if ((v = json_load_path(p))) {
-		const char *a = json_string_value(json_object_get(v, "accel"));
-		const char *r = json_string_value(json_object_get(v, "reason"));
-
-		if (a && (!strcmp(a, "kvm") || !strcmp(a, "tcg"))) {
-			snprintf(reason, rsz, "%s", r ? r : "");
-			a = !strcmp(a, "kvm") ? "kvm" : "tcg";
-			json_decref(v);
-			close(lk);
-			return a;
-		}
-		json_decref(v);
-	}
-	ok = probe_kvm(im, reason, rsz);
-	v = json_pack("{s:s, s:s, s:s}", "accel", ok ? "kvm" : "tcg", "reason", reason,
-		      "probed", iso_now(now, sizeof now));
-	if (!v || json_write_atomic(p, v) < 0)
-		warn("unable to record the kvm verdict in %s:", p);
-	json_decref(v);
-	close(lk);
-	return ok ? "kvm" : "tcg";
-}
-
-/* ---- the supervisor --------------------------------------------------- */
-
-/* Runs in the forked child; never returns.  lockfd is the open file
- * description holding vms/<id>/lock (inherited, so the lock never had a
- * gap), ctlfd reads 'r' from the parent once the boot succeeded (EOF before
- * that = the boot failed or its process died: kill QEMU), repfd gets
- * "<qemu pid>\n" or an error line, ownerfd is the owner's pidfd or -1. */
-static void supervise(const char *id, const struct inst *in, char *const *av, int lockfd,
-		      int ctlfd, int repfd, int ownerfd, int memfd)
-{
-	static const char *const live[] = { "booting", "running", NULL };
-	struct pollfd pf[4];
-	sigset_t set;
-	int nul, logfd, sfd, qfd, st = 0, ready = 0, killed = 0;
-	const char *why = "qemu";
-	char now[32];
-	pid_t q;
-	json_t *m;
-
-	/* A session of its own: a terminal's Ctrl-C reaches the front end,
-	 * which stops the VM cleanly, instead of killing QEMU under it.  The
-	 * owner pidfd still ends the VM when the front end dies. */
-	setsid();
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigprocmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	/* Let go of the caller's stdio: a $(isopod-boot) must see EOF when
-	 * isopod-boot exits, not when the VM does. */
-	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-	logfd = open(in->qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-		     0600);
-	if (sfd < 0 || nul < 0 || logfd < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 ||
-	    dup2(logfd, 2) < 0) {
-		dprintf(repfd, "error: supervisor setup: %s\n", strerror(errno));
-		_exit(111);
-	}
-	{
-		/* NET.lock_fd: the slot is busy exactly while we live. */
-		int keep[] = { lockfd, ctlfd, repfd, ownerfd, sfd, memfd, NET.lock_fd };
-
-		close_except(keep, 7); /* logfd too: it lives on as fd 2 */
-	}
-	if (EG.argc) {
-		char bl[PATH_MAX], msg[512];
-		int blog;
-
-		pathf(bl, sizeof bl, "%s/broker.log", in->dir);
-		blog = open(bl, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (blog < 0 || egress_start(&EG, blog, NET.lock_fd, 5000, msg, sizeof msg) < 0) {
-			if (blog >= 0)
-				egress_log_reason(bl, msg, sizeof msg);
-			dprintf(repfd, "error: %s (see %s)\n", blog < 0 ? strerror(errno) : msg, bl);
-			_exit(111);
-		}
-		close(blog);
-		/* for isopod-gc, should a broker ever outlive us */
-		m = json_pack("{s:I}", "broker_pid", (json_int_t)EG.pid);
-		if (!m || vm_meta_update(id, NULL, m) < 0)
-			warn("supervisor: unable to record the broker's pid:");
-		json_decref(m);
-	}
-	q = spawn(av, 2, 1, memfd);
-	if (memfd >= 0)
-		close(memfd); /* QEMU has its own copy as fd 3 */
-	if (q < 0) {
-		dprintf(repfd, "error: unable to fork: %s\n", strerror(errno));
-		_exit(111);
-	}
-	qfd = pidfd_open_(q); /* our unreaped child: cannot be a recycled pid */
-	if (qfd < 0) {
-		kill(q, SIGKILL);
-		dprintf(repfd, "error: pidfd_open: %s\n", strerror(errno));
-		_exit(111);
-	}
-	dprintf(repfd, "%ld\n", (long)q);
-	close(repfd);
-
-	for (;;) {
-		int n = 0, iq, is, io = -1, ic = -1;
-
-		pf[iq = n++] = (struct pollfd){ qfd, POLLIN, 0 };
-		pf[is = n++] = (struct pollfd){ sfd, POLLIN, 0 };
-		if (ownerfd >= 0)
-			pf[io = n++] = (struct pollfd){ ownerfd, POLLIN, 0 };
-		if (ctlfd >= 0)
-			pf[ic = n++] = (struct pollfd){ ctlfd, POLLIN, 0 };
-		if (poll(pf, (nfds_t)n, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			warn("supervisor: poll:");
-			why = "error";
-			kill(q, SIGKILL);
-			break;
-		}
-		if (pf[iq].revents)
-			break;
-		if (pf[is].revents) {
-			struct signalfd_siginfo si;
-
-			while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
-				if (!killed) {
-					warn("supervisor: signal %u: killing qemu", si.ssi_signo);
-					why = "signal";
-					killed = 1;
-					kill(q, SIGKILL);
-				}
-		}
-		if (io >= 0 && pf[io].revents) {
-			if (!killed) {
-				warn("supervisor: owner exited: killing qemu");
-				why = "owner";
-				killed = 1;
-				kill(q, SIGKILL);
-			}
-			close(ownerfd);
-			ownerfd = -1;
-		}
-		if (ic >= 0 && pf[ic].revents) {
-			char b = 0;
-			ssize_t r = read(ctlfd, &b, 1);
-
-			if (r == 1 && b == 'r') {
-				ready = 1;
-			} else if (r < 0 && errno == EINTR) {
-				continue;
-			} else if (!ready && !killed) {
-				/* no log line: the last line of qemu.log is the
-				 * parent's diagnostic material */
-				why = "boot";
-				killed = 1;
-				kill(q, SIGKILL);
-			}
-			if (r != 1 || ready) {
-				close(ctlfd);
-				ctlfd = -1;
-			}
-		}
-	}
-	while (waitpid(q, &st, 0) < 0 && errno == EINTR)
-		;
-	/* The broker ends after QEMU and before the lock goes: its ledger is
-	 * complete when isopod-stop sees the VM stopped. */
-	egress_stop(&EG);
-	m = json_pack("{s:s, s:i, s:s}", "stopped_at", iso_now(now, sizeof now), "qemu_exit",
-		      status_code(st), "stopped_by", why);
-	if (!m || vm_meta_update(id, NULL, m) < 0)
-		warn("supervisor: unable to update the record of %s:", id);
-	json_decref(m);
-	/* Before the parent confirmed the boot this is a failed boot; the
-	 * parent, if alive, overwrites error with the specific reason. */
-	if (ready)
-		m = json_pack("{s:s}", "state", "stopped");
-	else
-		m = json_pack("{s:s, s:s}", "state", "failed", "error",
-			      !strcmp(why, "boot") ? "isopod-boot failed or died before the agent answered"
-						   : "qemu stopped before the agent answered");
-	if (!m || vm_meta_update(id, live, m) < 0)
-		warn("supervisor: unable to update the record of %s:", id);
-	json_decref(m);
-	/* Exiting closes lockfd: the VM is no longer running. */
-	_exit(status_code(st) & 0xff);
-}
-
 /* ---- boot ------------------------------------------------------------- */
-
-static struct {
-	const char *id;
-	pid_t sup;
-	int supfd, ctlfd, lockfd;
-} B = { NULL, -1, -1, -1, -1 };
 
 /* Stop what launch() started, before the boot was confirmed: EOF on ctl
  * without 'r' makes the supervisor kill QEMU, and it reaps QEMU before it
  * exits itself.  The supervisor is our child (not reaped), so signalling
  * it by pid is safe. */
-static void abandon(void)
+static void abandon(struct boot *bt)
 {
-	if (B.ctlfd >= 0) {
-		close(B.ctlfd);
-		B.ctlfd = -1;
+	if (bt->ctlfd >= 0) {
+		close(bt->ctlfd);
+		bt->ctlfd = -1;
 	}
-	if (B.sup > 0) {
-		struct pollfd p = { B.supfd, POLLIN, 0 };
+	if (bt->sup > 0) {
+		struct pollfd p = { bt->supfd, POLLIN, 0 };
 		int st;
 
-		if (B.supfd < 0 || poll(&p, 1, 3000) <= 0) {
-			kill(B.sup, SIGTERM);
+		if (bt->supfd < 0 || poll(&p, 1, 3000) <= 0) {
+			kill(bt->sup, SIGTERM);
 			p.revents = 0;
-			if (B.supfd < 0 || poll(&p, 1, 2000) <= 0)
-				kill(B.sup, SIGKILL);
+			if (bt->supfd < 0 || poll(&p, 1, 2000) <= 0)
+				kill(bt->sup, SIGKILL);
 		}
-		while (waitpid(B.sup, &st, 0) < 0 && errno == EINTR)
+		while (waitpid(bt->sup, &st, 0) < 0 && errno == EINTR)
 			;
-		B.sup = -1;
+		bt->sup = -1;
 	}
-	if (B.supfd >= 0) {
-		close(B.supfd);
-		B.supfd = -1;
+	if (bt->supfd >= 0) {
+		close(bt->supfd);
+		bt->supfd = -1;
 	}
 }
 
 /* Undo what was started, record state failed with the message, exit. */
-__attribute__((noreturn, format(printf, 2, 3))) static void fail(int code, const char *fmt, ...)
+__attribute__((noreturn, format(printf, 3, 4))) static void fail(struct boot *bt, int code,
+							       const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -837,19 +146,19 @@ __attribute__((noreturn, format(printf, 2, 3))) static void fail(int code, const
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	abandon();
+	abandon(bt);
 	/* Our own hold on the vm lock goes last: the record is final first. */
-	if (B.id) {
+	if (bt->recorded) {
 		m = json_pack("{s:s, s:s}", "state", "failed", "error", msg);
-		if (!m || vm_meta_update(B.id, NULL, m) < 0)
-			warn("unable to record the failure of %s:", B.id);
+		if (!m || vm_meta_update(bt->id, NULL, m) < 0)
+			warn("unable to record the failure of %s:", bt->id);
 		json_decref(m);
 	}
-	if (B.lockfd >= 0) {
-		close(B.lockfd);
-		B.lockfd = -1;
-		if (vm_wait_stopped(B.id, mono_ms() + 5000) < 0)
-			warn("vm %s: lock still held after its supervisor exited", B.id);
+	if (bt->lockfd >= 0) {
+		close(bt->lockfd);
+		bt->lockfd = -1;
+		if (vm_wait_stopped(bt->id, mono_ms() + 5000) < 0)
+			warn("vm %s: lock still held after its supervisor exited", bt->id);
 	}
 	die(code, "%s", msg);
 }
@@ -864,12 +173,68 @@ static void range(const char *opt, const char *arg, long long lo, long long hi, 
 	}
 }
 
-/* Fork the supervisor, which starts QEMU with av (keepfd, when >= 0,
- * becomes QEMU's fd 3), and read back QEMU's pid.  The parent keeps its
- * own hold on the vm lock (B.lockfd): a failed attempt's supervisor can
- * exit without the VM ever looking free to gc.  0, or -1 with msg. */
-static int launch(const char *id, const struct inst *in, char *const *av, int ownerfd,
-		  int keepfd, char *msg, size_t msz)
+/* Start isopod-supervise with its fixed descriptors (isopod-supervise(1)):
+ * it starts QEMU with av (keepfd, when >= 0, becomes QEMU's fd 3); read
+ * back QEMU's pid.  It inherits the vm lock's open file description, so
+ * the lock never has a gap; the parent keeps its own hold on it too
+ * (bt->lockfd): a failed attempt's supervisor can exit without the VM ever
+ * looking free to gc.  0, or -1 with msg. */
+static pid_t start_supervisor(struct boot *bt, char *const *av, int keepfd, int ctlfd, int repfd,
+			      char *msg, size_t msz)
+{
+	char sup[PATH_MAX], *sav[8], *text;
+	int k = 0, spec[2];
+	json_t *j = json_pack("{s:s, s:s, s:[], s:O?}", "vm", bt->id, "dir", bt->in.dir, "qemu",
+			      "net", bt->supnet);
+	struct proc_spec ps = PROC_SPEC(sav);
+	pid_t pid;
+
+	for (char *const *a = av; j && *a; a++)
+		json_array_append_new(json_object_get(j, "qemu"), json_string(*a));
+	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!text) {
+		snprintf(msg, msz, "unable to build the supervisor's spec");
+		return -1;
+	}
+	if (pipe2(spec, O_CLOEXEC) < 0) {
+		snprintf(msg, msz, "unable to create a pipe: %s", strerror(errno));
+		free(text);
+		return -1;
+	}
+	sav[k++] = "isopod-supervise";
+	if (bt->ownerfd >= 0)
+		sav[k++] = "--owner";
+	if (keepfd >= 0)
+		sav[k++] = "--mem";
+	if (bt->net.lock_fd >= 0)
+		sav[k++] = "--slot";
+	sav[k] = NULL;
+	ps.file = proc_sibling(sup, sizeof sup, "isopod-supervise", "ISOPOD_SUPERVISE");
+	ps.in = spec[0];
+	ps.err = PROC_INHERIT; /* until it has opened qemu.log */
+	ps.setsid = 1;
+	ps.keep[0] = bt->lockfd;
+	ps.keep[1] = ctlfd;
+	ps.keep[2] = repfd;
+	ps.keep[3] = bt->ownerfd >= 0 ? bt->ownerfd : PROC_NULL;
+	ps.keep[4] = keepfd >= 0 ? keepfd : PROC_NULL;
+	ps.keep[5] = bt->net.lock_fd >= 0 ? bt->net.lock_fd : PROC_NULL;
+	ps.nkeep = 6;
+	pid = proc_spawn(&ps);
+	close(spec[0]);
+	if (pid < 0)
+		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
+	else if (write_all(spec[1], text, strlen(text)) < 0)
+		warn("unable to write the supervisor's spec:"); /* it reports no pid */
+	close(spec[1]);
+	free(text);
+	return pid;
+}
+
+/* Start the supervisor, which starts QEMU with av (keepfd, when >= 0,
+ * becomes QEMU's fd 3), and read back QEMU's pid.  0, or -1 with msg. */
+static int launch(struct boot *bt, char *const *av, int keepfd, char *msg, size_t msz)
 {
 	static const char *const booting[] = { "booting", NULL };
 	char line[1024], *end; /* room for a broker's reason (egress_log_reason) */
@@ -889,25 +254,18 @@ static int launch(const char *id, const struct inst *in, char *const *av, int ow
 		close(ctl[1]);
 		return -1;
 	}
-	fflush(NULL);
-	B.sup = fork();
-	if (B.sup < 0) {
-		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
+	bt->sup = start_supervisor(bt, av, keepfd, ctl[0], rep[1], msg, msz);
+	if (bt->sup < 0) {
 		close(ctl[0]);
 		close(ctl[1]);
 		close(rep[0]);
 		close(rep[1]);
 		return -1;
 	}
-	if (B.sup == 0) {
-		close(ctl[1]);
-		close(rep[0]);
-		supervise(id, in, av, B.lockfd, ctl[0], rep[1], ownerfd, keepfd);
-	}
 	close(ctl[0]);
 	close(rep[1]);
-	B.ctlfd = ctl[1];
-	B.supfd = pidfd_open_(B.sup);
+	bt->ctlfd = ctl[1];
+	bt->supfd = pidfd_open_(bt->sup);
 
 	while (got < sizeof line - 1 && (n = read(rep[0], line + got, sizeof line - 1 - got)) != 0) {
 		if (n < 0) {
@@ -927,863 +285,77 @@ static int launch(const char *id, const struct inst *in, char *const *av, int ow
 		snprintf(msg, msz, "supervisor failed to start qemu: %s", got ? line : "no report");
 		return -1;
 	}
-	m = json_pack("{s:I, s:I}", "supervisor_pid", (json_int_t)B.sup, "qemu_pid", (json_int_t)v);
-	if (!m || vm_meta_update(id, booting, m) < 0)
-		warn("unable to update the record of %s:", id);
+	m = json_pack("{s:I, s:I}", "supervisor_pid", (json_int_t)bt->sup, "qemu_pid", (json_int_t)v);
+	if (!m || vm_meta_update(bt->id, booting, m) < 0)
+		warn("unable to update the record of %s:", bt->id);
 	json_decref(m);
 	return 0;
 }
 
 /* Is the supervisor (and so QEMU) gone? */
-static int sup_gone(void)
+static int sup_gone(const struct boot *bt)
 {
-	struct pollfd p = { B.supfd, POLLIN, 0 };
+	struct pollfd p = { bt->supfd, POLLIN, 0 };
 
-	return B.supfd >= 0 && poll(&p, 1, 0) > 0;
+	return bt->supfd >= 0 && poll(&p, 1, 0) > 0;
 }
 
 /* Connect to the agent of what launch() started and shake hands (h), by
  * deadline.  0, or an exit code (EX_SYS, EX_TIMEOUT) with msg; `within`
  * names the bound in the timeout message. */
-static int handshake(const struct inst *in, struct hello *h, int64_t deadline, long long within,
-		     char *msg, size_t msz)
+static int handshake(struct boot *bt, int64_t deadline, long long within, char *msg,
+		     size_t msz)
 {
+	struct hello *h = &bt->h;
 	char l1[256], l2[256];
 	int r, st;
 
 	for (;;) {
 		int64_t slice = mono_ms() + 100;
 
-		if (conn_open(&conn, in->agent, slice < deadline ? slice : deadline) == 0)
+		if (conn_open(bt->conn, bt->in.agent, slice < deadline ? slice : deadline) == 0)
 			break;
 		if (errno != ETIMEDOUT) {
-			snprintf(msg, msz, "unable to connect to the agent: %s", conn.err);
+			snprintf(msg, msz, "unable to connect to the agent: %s", bt->conn->err);
 			return EX_SYS;
 		}
-		if (sup_gone() || mono_ms() >= deadline)
+		if (sup_gone(bt) || mono_ms() >= deadline)
 			break;
 	}
-	r = conn.fd >= 0 ? conn_hello(&conn, h, deadline) : -1;
+	r = bt->conn->fd >= 0 ? conn_hello(bt->conn, h, deadline) : -1;
 	if (r == 0) {
-		conn_close(&conn);
+		conn_close(bt->conn);
 		return 0;
 	}
 	{
-		struct pollfd p = { B.supfd, POLLIN, 0 };
+		struct pollfd p = { bt->supfd, POLLIN, 0 };
 
 		/* QEMU gone?  Give the supervisor a moment to notice and exit. */
-		if (B.supfd >= 0 && poll(&p, 1, r == -3 ? 0 : 1000) > 0 &&
-		    waitpid(B.sup, &st, 0) == B.sup) {
-			B.sup = -1;
-			conn_close(&conn);
-			last_line(in->qlog, l1, sizeof l1);
-			last_line(in->console, l2, sizeof l2);
+		if (bt->supfd >= 0 && poll(&p, 1, r == -3 ? 0 : 1000) > 0 &&
+		    waitpid(bt->sup, &st, 0) == bt->sup) {
+			bt->sup = -1;
+			conn_close(bt->conn);
+			last_line(bt->in.qlog, l1, sizeof l1);
+			last_line(bt->in.console, l2, sizeof l2);
 			snprintf(msg, msz, "qemu exited with status %d before the agent answered%s%s%s%s",
-				 status_code(st), l1[0] ? ": " : "", l1, l2[0] ? "; console: " : "",
+				 proc_status(st), l1[0] ? ": " : "", l1, l2[0] ? "; console: " : "",
 				 l2);
 			return EX_SYS;
 		}
 	}
-	last_line(in->console, l2, sizeof l2);
+	last_line(bt->in.console, l2, sizeof l2);
 	if (h->guest_error[0])
 		snprintf(msg, msz, "the guest agent reported: %s", h->guest_error);
-	else if (r == -3 || conn.fd < 0)
+	else if (r == -3 || bt->conn->fd < 0)
 		snprintf(msg, msz, "the guest agent did not answer within %lld ms%s%s", within,
 			 l2[0] ? "; console: " : "", l2);
 	else
-		snprintf(msg, msz, "agent handshake failed: %s", conn.err);
-	conn_close(&conn);
-	return !h->guest_error[0] && (r == -3 || conn.fd < 0) ? EX_TIMEOUT : EX_SYS;
+		snprintf(msg, msz, "agent handshake failed: %s", bt->conn->err);
+	conn_close(bt->conn);
+	return !h->guest_error[0] && (r == -3 || bt->conn->fd < 0) ? EX_TIMEOUT : EX_SYS;
 }
 
-/* ---- the warm pool ---------------------------------------------------- */
-
-#define BUILD_MAX_MS 120000  /* a template boot, at most (bounded by --timeout-ms too) */
-#define RESUME_MAX_MS 20000  /* a resume, at most: then the snapshot is retired */
-#define RETIRE_WAIT_MS 5000
-#define STATE_FD "isopod-state"
-
-static struct {
-	int on;                  /* this boot consults the pool */
-	char key[65], dir[PATH_MAX], argv_fp[65];
-	char *text;              /* the canonical text hashed into key */
-	char qver[256];
-	const char *net;         /* the net mode: none, filtered or open */
-	json_t *layers;          /* the disk chain's stages, root first */
-	long long disk_bytes;
-	json_t *warnings;
-	const char *path;        /* "cold" | "warm" | "snapshot-build" */
-	long long resume_ms, build_ms;
-	dev_t dev;               /* the snapshot directory resumed from: */
-	ino_t ino;               /*   retire that one, never a newer build */
-} W = { .path = "cold", .resume_ms = -1, .build_ms = -1 };
-
-static int W_ownerfd = -1; /* the owner's pidfd (-1 with --keep) */
-
-/* Has the owner exited?  Then no run wants this VM: stop building or
- * waiting for a snapshot. */
-static int owner_gone(void)
-{
-	struct pollfd p = { W_ownerfd, POLLIN, 0 };
-
-	return W_ownerfd >= 0 && poll(&p, 1, 0) > 0;
-}
-
-/* A warning for the result (and stderr, which the front end relays). */
-__attribute__((format(printf, 1, 2))) static void wwarn(const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	warn("%s", msg);
-	json_array_append_new(W.warnings, json_string(msg));
-}
-
-/* The command line this isopod-boot gives QEMU, whatever the shape (each
- * accelerator, with and without a NIC): recorded in warm/argv.json and in
- * each snapshot, so that isopod-warm and isopod-gc can tell snapshots an
- * older isopod-boot built (their key can never come up again) from live
- * ones, whatever the net mode of the run that writes it. */
-static void argv_fingerprint(const struct img *fim, const struct inst *fi)
-{
-	char p[PATH_MAX], **a;
-	const char *accels[] = { "tcg", "kvm" };
-	crypto_hash_sha256_state st;
-	unsigned char h[crypto_hash_sha256_BYTES];
-	struct qargs q;
-	json_t *cur;
-	size_t i;
-
-	crypto_hash_sha256_init(&st);
-	for (i = 0; i < 4; i++) {
-		qemu_argv(&q, fi, fim, accels[i % 2], 64, 1, "@mem", 1, 0, i < 2 ? NULL : &NIC_ANY);
-		for (a = q.av; *a; a++)
-			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
-	}
-	crypto_hash_sha256_final(&st, h);
-	for (i = 0; i < sizeof h; i++)
-		sprintf(W.argv_fp + 2 * i, "%02x", h[i]);
-	pathf(p, sizeof p, "%s/argv.json", warm_root(1));
-	cur = json_load_path(p);
-	if (!cur || !json_is_string(json_object_get(cur, "fingerprint")) ||
-	    strcmp(json_string_value(json_object_get(cur, "fingerprint")), W.argv_fp)) {
-		json_decref(cur);
-		cur = json_pack("{s:s}", "fingerprint", W.argv_fp);
-		if (!cur || json_write_atomic(p, cur) < 0)
-			warn("unable to write %s:", p);
-	}
-	json_decref(cur);
-}
-
-/* The backing chain of a VM's qcow2 disk, from the images' headers: the
- * stage ids root first (appended to layers) and the sha256 of the raw base
- * image at its end (images/base-<sha>.img).  0, or -1 when it is not a
- * chain of stage layers over a store base image. */
-static int disk_chain(const char *disk, json_t *layers, char bsha[65])
-{
-	char cur[PATH_MAX], name[PATH_MAX], nxt[PATH_MAX];
-	unsigned char hd[20];
-	int depth, i;
-
-	pathf(cur, sizeof cur, "%s", disk);
-	for (depth = 0; depth < 80; depth++) {
-		const char *b = strrchr(cur, '/') ? strrchr(cur, '/') + 1 : cur;
-		unsigned long long off = 0;
-		unsigned len = 0;
-		ssize_t n;
-		int fd = open(cur, O_RDONLY | O_CLOEXEC);
-
-		if (fd < 0)
-			return -1;
-		n = pread(fd, hd, sizeof hd, 0);
-		if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
-			/* raw: the base image */
-			close(fd);
-			if (depth == 0 || strncmp(b, "base-", 5) || strlen(b) != 5 + 64 + 4 ||
-			    strcmp(b + 69, ".img"))
-				return -1;
-			memcpy(bsha, b + 5, 64);
-			bsha[64] = 0;
-			return hex64_ok(bsha) ? 0 : -1;
-		}
-		if (depth > 0) {
-			/* .../stages/<id>/layer.qcow2 */
-			char d[PATH_MAX], *id;
-
-			pathf(d, sizeof d, "%s", cur);
-			if (strcmp(b, "layer.qcow2") || (b - cur) < 2) {
-				close(fd);
-				return -1;
-			}
-			d[b - cur - 1] = 0;
-			id = strrchr(d, '/') ? strrchr(d, '/') + 1 : d;
-			if (strncmp(id, "st-", 3)) {
-				close(fd);
-				return -1;
-			}
-			json_array_insert_new(layers, 0, json_string(id));
-		}
-		for (i = 8; i < 16; i++)
-			off = off << 8 | hd[i];
-		for (i = 16; i < 20; i++)
-			len = len << 8 | hd[i];
-		if (!off || !len || len >= sizeof name ||
-		    pread(fd, name, len, (off_t)off) != (ssize_t)len) {
-			close(fd);
-			return -1;
-		}
-		close(fd);
-		name[len] = 0;
-		if (name[0] == '/') {
-			pathf(nxt, sizeof nxt, "%s", name);
-		} else {
-			int dl = (int)(b - cur);
-
-			pathf(nxt, sizeof nxt, "%.*s%s", dl, cur, name);
-		}
-		pathf(cur, sizeof cur, "%s", nxt);
-	}
-	return -1;
-}
-
-/* The key: sha256 over everything a resume depends on.  The QEMU command
- * line goes in whole, with this VM's paths, tap and MAC replaced, so any
- * change to the machine (a device, an option, the kernel command line)
- * moves the key.  The net mode goes in by name: filtered and open VMs have
- * the same NIC but never share a snapshot.  0, or -1 when this VM cannot
- * be keyed (the pool is then off, with a warning). */
-static int warm_setup(const struct img *im, json_t *rec, const struct cfg *cf, const char *accel,
-		      long long disk_bytes, const char *forked_disk, const char *net_mode)
-{
-	char err[512], **a, bsha[65];
-	struct inst fi;
-	struct img fim = *im;
-	struct qargs q;
-	json_t *v, *l, *chain;
-	size_t i, tlen = 0;
-	FILE *f;
-
-	if (qemu_version(W.qver, sizeof W.qver, err, sizeof err) < 0) {
-		wwarn("warm pool not used: %s", err);
-		return -1;
-	}
-	v = json_object_get(rec, "layers");
-	if (json_object_get(rec, "stage") && json_is_string(json_object_get(rec, "stage")) &&
-	    !json_array_size(v)) {
-		wwarn("warm pool not used: the record names a stage but no layers");
-		return -1;
-	}
-	W.layers = json_array();
-	json_array_foreach(v, i, l) {
-		const char *s = json_string_value(l);
-
-		if (!s || strncmp(s, "st-", 3) || strchr(s, '/') || strchr(s, '\n') ||
-		    strlen(s) > 64) {
-			wwarn("warm pool not used: bad stage id in the record's layers");
-			return -1;
-		}
-		json_array_append_new(W.layers, json_string(s));
-	}
-	/* Resuming over another chain than the template's would show the
-	 * guest a disk that disagrees with the file system it has cached:
-	 * the key names the chain the disk really has, read from the qcow2
-	 * headers, and it must be the one the record says. */
-	if (forked_disk) {
-		chain = json_array();
-		if (disk_chain(forked_disk, chain, bsha) < 0 || !json_equal(chain, W.layers) ||
-		    strcmp(bsha, im->bsha)) {
-			wwarn("warm pool not used: the backing chain of %s is not the one its record "
-			      "names", forked_disk);
-			json_decref(chain);
-			return -1;
-		}
-		json_decref(chain);
-	} else if (json_array_size(W.layers)) {
-		wwarn("warm pool not used: the record names stages but boot makes the disk");
-		return -1;
-	}
-	W.disk_bytes = disk_bytes;
-	W.net = net_mode;
-	inst_paths(&fi, "@vm");
-	pathf(fim.vmlinux, sizeof fim.vmlinux, "@kernel/vmlinux");
-	pathf(fim.initrd, sizeof fim.initrd, "@kernel/initramfs.cpio");
-	qemu_argv(&q, &fi, &fim, accel, cf->mem_mib, cf->vcpus, "@mem", 1, 0,
-		  nic() ? &NIC_ANY : NULL);
-
-	if (!(f = open_memstream(&W.text, &tlen)))
-		die(EX_SYS, "unable to allocate memory:");
-	fprintf(f, "isopod-warm %d\nkernel %s\nbase %s\nlayers", WARM_FORMAT, im->ksha, im->bsha);
-	json_array_foreach(W.layers, i, v)
-		fprintf(f, " %s", json_string_value(v));
-	fprintf(f, "\ndisk_bytes %lld\nvcpus %lld\nmem_mib %lld\nnet %s\naccel %s\nqemu %s\n",
-		disk_bytes, cf->vcpus, cf->mem_mib, net_mode, accel, W.qver);
-	for (a = q.av; *a; a++)
-		fprintf(f, "arg %s\n", *a);
-	if (fclose(f) != 0)
-		die(EX_SYS, "unable to allocate memory:");
-	sha256_hex(W.text, tlen, W.key);
-	pathf(W.dir, sizeof W.dir, "%s/%s", warm_root(1), W.key);
-	argv_fingerprint(&fim, &fi);
-	if (strchr(W.dir, ','))
-		die(EX_USAGE, "store path %s contains ','; QEMU options cannot carry it", W.dir);
-	return 0;
-}
-
-static int published(void)
-{
-	char p[PATH_MAX];
-
-	pathf(p, sizeof p, "%s/meta.json", W.dir);
-	return access(p, F_OK) == 0;
-}
-
-/* Poll query-migrate (template) until the migration is over.  0 or -1. */
-static int migrate_wait(struct qmp *qm, int64_t deadline, char *msg, size_t msz)
-{
-	for (;;) {
-		json_t *ret = NULL;
-		const char *s;
-		int r = qmp_call(qm, "query-migrate", NULL, -1, &ret, deadline);
-
-		if (r < 0) {
-			snprintf(msg, msz, "%s", qm->err);
-			return -1;
-		}
-		s = json_string_value(json_object_get(ret, "status"));
-		if (s && !strcmp(s, "completed")) {
-			json_decref(ret);
-			return 0;
-		}
-		if (s && (!strcmp(s, "failed") || !strcmp(s, "cancelled"))) {
-			const char *d = json_string_value(json_object_get(ret, "error-desc"));
-
-			snprintf(msg, msz, "migration %s: %s", s, d ? d : "no reason given");
-			json_decref(ret);
-			return -1;
-		}
-		json_decref(ret);
-		usleep(2000);
-	}
-}
-
-/* Copy a small file (a VM's empty overlay): 0 or -1. */
-static int copy_small(const char *from, const char *to)
-{
-	char buf[1 << 16];
-	int in = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), out, e;
-	ssize_t n;
-
-	if (in < 0)
-		return -1;
-	unlink(to);
-	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (out < 0) {
-		e = errno;
-		close(in);
-		errno = e;
-		return -1;
-	}
-	while ((n = read(in, buf, sizeof buf)) != 0) {
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 || write_all(out, buf, (size_t)n) < 0) {
-			e = errno;
-			close(in);
-			close(out);
-			unlink(to);
-			errno = e;
-			return -1;
-		}
-	}
-	close(in);
-	return close(out);
-}
-
-/* Tests kill the build at a given step: ISOPOD_TEST_KILL_AT=<point>. */
-static void test_point(const char *name)
-{
-	const char *k = getenv("ISOPOD_TEST_KILL_AT");
-
-	if (k && !strcmp(k, name))
-		raise(SIGKILL);
-}
-
-/* Wait until QEMU has seen our hang-up on the agent socket.  Its handling
- * writes a control message into guest RAM; with share=on that must happen
- * before the device state is saved, or the memory file and the state
- * would disagree about the virtqueue.  0, or -1 (qm->err). */
-static int agent_hung_up(struct qmp *qm, int64_t deadline)
-{
-	for (;;) {
-		json_t *ret = NULL, *v;
-		size_t i;
-		int down = 0;
-
-		if (qmp_call(qm, "query-chardev", NULL, -1, &ret, deadline) < 0)
-			return -1;
-		json_array_foreach(ret, i, v) {
-			const char *l = json_string_value(json_object_get(v, "label"));
-			const char *f = json_string_value(json_object_get(v, "filename"));
-
-			if (l && f && !strcmp(l, "agent"))
-				down = !strncmp(f, "disconnected:", 13);
-		}
-		json_decref(ret);
-		if (down)
-			return 0;
-		if (mono_ms() >= deadline) {
-			snprintf(qm->err, sizeof qm->err, "the agent socket still looks connected");
-			return -1;
-		}
-		usleep(2000);
-	}
-}
-
-/* Boot the template of this shape in the staging directory sd and take
- * its snapshot there.  The template runs as our own child (PDEATHSIG: it
- * dies with us), on a throwaway overlay over this VM's still-empty disk
- * (the same chain and size), with guest RAM in sd/mem (share=on).  Once
- * its agent has answered a bare HELLO (root still read-only, nothing run)
- * we hang up, stop it, migrate its device state into sd/state with
- * x-ignore-shared (RAM stays in sd/mem) and quit it: a template is never
- * resumed.  Then everything is fsynced and described in sd/meta.json.
- * 0, or -1 with msg; sd is the caller's to remove. */
-static int build_template(const struct inst *vin, const struct img *im, const struct cfg *cf,
-			  const char *accel, int plain, const char *sd, int64_t deadline,
-			  char *msg, size_t msz)
-{
-	char blank[PATH_MAX], bsha[65] = "";
-	static struct qmp qm;
-	char memp[PATH_MAX], statep[PATH_MAX], metap[PATH_MAX], sha[65], now[32], l1[256];
-	char *av_img[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
-			   (char *)vin->disk, NULL, NULL };
-	struct inst t;
-	struct qargs q;
-	struct hello th = { 0 };
-	struct stat ms, ss;
-	int64_t t0 = mono_ms();
-	int logfd, sfd = -1, mfd = -1, r = -1, st;
-	pid_t pid = -1;
-	json_t *meta;
-
-	qm.fd = -1;
-	pathf(t.dir, sizeof t.dir, "%s", sd);
-	pathf(t.disk, sizeof t.disk, "%s/disk.qcow2", sd);
-	pathf(t.console, sizeof t.console, "%s/console.log", sd);
-	pathf(t.qlog, sizeof t.qlog, "%s/qemu.log", sd);
-	/* Its sockets beside the VM's (a short path, unlike sd); not the
-	 * VM's own, so an isopod-stop meanwhile cannot reach the template. */
-	pathf(t.agent, sizeof t.agent, "%s/tpl-agent.sock", vin->dir);
-	pathf(t.qmp, sizeof t.qmp, "%s/tpl-qmp.sock", vin->dir);
-	pathf(memp, sizeof memp, "%s/mem", sd);
-	pathf(statep, sizeof statep, "%s/state", sd);
-	pathf(metap, sizeof metap, "%s/meta.json", sd);
-	if (strlen(t.agent) >= sizeof ((struct sockaddr_un *)0)->sun_path ||
-	    strlen(t.qmp) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
-		snprintf(msg, msz, "store path %.512s is too long for the template's sockets", vin->dir);
-		return -1;
-	}
-	av_img[9] = t.disk;
-	if (qemu_img(av_img, NULL, msg, msz) < 0)
-		return -1;
-	/* This VM's disk is still the empty overlay qemu-img made over the
-	 * base: later runs of this shape copy it instead of running qemu-img. */
-	pathf(blank, sizeof blank, "%s/blank.qcow2", sd);
-	if (plain) {
-		int bfd;
-
-		if (copy_small(vin->disk, blank) < 0 ||
-		    (bfd = open(blank, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
-			snprintf(msg, msz, "unable to copy %.512s: %s", vin->disk, strerror(errno));
-			return -1;
-		}
-		if (fsync(bfd) < 0 || warm_sha256_fd(bfd, bsha) < 0) {
-			snprintf(msg, msz, "unable to read %.512s: %s", blank, strerror(errno));
-			close(bfd);
-			return -1;
-		}
-		close(bfd);
-	}
-	logfd = open(t.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (logfd < 0) {
-		snprintf(msg, msz, "unable to create %.512s: %s", t.qlog, strerror(errno));
-		return -1;
-	}
-	unlink(t.agent);
-	unlink(t.qmp);
-	qemu_argv(&q, &t, im, accel, cf->mem_mib, cf->vcpus, memp, 1, 0, nic());
-	pid = spawn(q.av, logfd, 1, -1);
-	close(logfd);
-	if (pid < 0) {
-		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
-		return -1;
-	}
-
-	for (;;) {
-		int64_t slice = mono_ms() + 100;
-
-		if (conn_open(&conn, t.agent, slice < deadline ? slice : deadline) == 0)
-			break;
-		if (errno != ETIMEDOUT) {
-			snprintf(msg, msz, "template: %s", conn.err);
-			goto out;
-		}
-		if (waitpid(pid, &st, WNOHANG) == pid) {
-			pid = -1;
-			snprintf(msg, msz, "template qemu exited with status %d: %s", status_code(st),
-				 last_line(t.qlog, l1, sizeof l1));
-			goto out;
-		}
-		if (owner_gone()) {
-			snprintf(msg, msz, "the owner exited");
-			goto out;
-		}
-		if (mono_ms() >= deadline) {
-			snprintf(msg, msz, "template: the guest agent did not answer in time");
-			goto out;
-		}
-	}
-	/* A bare HELLO: no hostname, clock or seed (each clone gets its own). */
-	if (conn_hello(&conn, &th, deadline) != 0) {
-		snprintf(msg, msz, "template: %s", th.guest_error[0] ? th.guest_error : conn.err);
-		conn_close(&conn);
-		goto out;
-	}
-	conn_close(&conn);
-	test_point("warm-template");
-	if (strcmp(th.root, "ro")) {
-		snprintf(msg, msz, "template: the agent reports its root as %s, not ro", th.root);
-		goto out;
-	}
-
-	if (qmp_open(&qm, t.qmp, deadline) < 0 || agent_hung_up(&qm, deadline) < 0 ||
-	    qmp_call(&qm, "stop", NULL, -1, NULL, deadline) < 0 ||
-	    qmp_call(&qm, "migrate-set-capabilities",
-		     json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared",
-			       "state", 1),
-		     -1, NULL, deadline) < 0) {
-		snprintf(msg, msz, "template: %s", qm.err);
-		goto out;
-	}
-	sfd = open(statep, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (sfd < 0) {
-		snprintf(msg, msz, "unable to create %.512s: %s", statep, strerror(errno));
-		goto out;
-	}
-	if (qmp_call(&qm, "getfd", json_pack("{s:s}", "fdname", STATE_FD), sfd, NULL, deadline) < 0 ||
-	    qmp_call(&qm, "migrate", json_pack("{s:s}", "uri", "fd:" STATE_FD), -1, NULL,
-		     deadline) < 0) {
-		snprintf(msg, msz, "template: %s", qm.err);
-		goto out;
-	}
-	if (migrate_wait(&qm, deadline, msg, msz) < 0)
-		goto out;
-	qmp_call(&qm, "quit", NULL, -1, NULL, mono_ms() + 3000);
-	qmp_close(&qm);
-	if (!exited_within(pid, &st, 5000)) {
-		snprintf(msg, msz, "template qemu did not quit");
-		goto out;
-	}
-	pid = -1;
-
-	/* Durable before it is published. */
-	if ((mfd = open(memp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fsync(mfd) < 0 ||
-	    fstat(mfd, &ms) < 0 || fsync(sfd) < 0 || fstat(sfd, &ss) < 0 ||
-	    lseek(sfd, 0, SEEK_SET) < 0 || warm_sha256_fd(sfd, sha) < 0) {
-		snprintf(msg, msz, "unable to sync the snapshot in %.512s: %s", sd, strerror(errno));
-		goto out;
-	}
-	if (ms.st_size != cf->mem_mib * MIB || ss.st_size == 0) {
-		snprintf(msg, msz, "template: memory file of %lld bytes, state of %lld bytes",
-			 (long long)ms.st_size, (long long)ss.st_size);
-		goto out;
-	}
-	unlink(t.disk);
-	unlink(t.console);
-	unlink(t.qlog);
-	unlink(t.agent);
-	unlink(t.qmp);
-	W.build_ms = mono_ms() - t0;
-	/* mem: identified by inode and ctime, which every write, truncation
-	 * or hole punched changes (hashing 512 MiB per resume would cost
-	 * more than the resume); state: small, hashed on every resume. */
-	meta = json_pack("{s:i, s:s, s:s, s:{s:s, s:{s:s, s:s}, s:O, s:I, s:I, s:I, s:s, s:s, s:s},"
-			 " s:s, s:n, s:i, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:{s:I, s:s}, s:s}",
-			 "format", WARM_FORMAT, "key", W.key, "key_text", W.text, "shape", "kernel",
-			 im->ksha, "base", "flavor", im->flavor, "sha256", im->bsha, "layers",
-			 W.layers, "disk_bytes", (json_int_t)W.disk_bytes, "vcpus",
-			 (json_int_t)cf->vcpus, "mem_mib", (json_int_t)cf->mem_mib, "net", W.net,
-			 "accel", accel, "qemu", W.qver, "created", iso_now(now, sizeof now),
-			 "last_used", "hits", 0, "size",
-			 (json_int_t)(((long long)ms.st_blocks + ss.st_blocks) * 512), "build_ms",
-			 (json_int_t)W.build_ms, "builder_pid", (json_int_t)getpid(), "mem", "bytes",
-			 (json_int_t)ms.st_size, "ino", (json_int_t)ms.st_ino, "ctime_s",
-			 (json_int_t)ms.st_ctim.tv_sec, "ctime_ns", (json_int_t)ms.st_ctim.tv_nsec, "state",
-			 "bytes", (json_int_t)ss.st_size, "sha256", sha, "argv_fingerprint",
-			 W.argv_fp);
-	if (!meta) {
-		snprintf(msg, msz, "out of memory");
-		goto out;
-	}
-	if (plain) {
-		json_t *b = json_pack("{s:s, s:I, s:s}", "backing", im->base, "bytes",
-				      (json_int_t)W.disk_bytes, "sha256", bsha);
-
-		if (!b || json_object_set_new(meta, "blank", b) < 0) {
-			snprintf(msg, msz, "out of memory");
-			json_decref(meta);
-			goto out;
-		}
-	}
-	if (json_write_atomic(metap, meta) < 0) {
-		snprintf(msg, msz, "unable to write %.512s: %s", metap, strerror(errno));
-		json_decref(meta);
-		goto out;
-	}
-	json_decref(meta);
-	r = 0;
-out:
-	if (pid > 0) { /* our own unreaped child */
-		kill(pid, SIGKILL);
-		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-			;
-	}
-	qmp_close(&qm);
-	if (sfd >= 0)
-		close(sfd);
-	if (mfd >= 0)
-		close(mfd);
-	if (r < 0) {
-		unlink(t.agent);
-		unlink(t.qmp);
-	}
-	return r;
-}
-
-/* Take warm/<key>.lock without blocking for longer than until.  fd or -1. */
-static int lock_until(int64_t until)
-{
-	for (;;) {
-		int fd = warm_lock(W.key, LOCK_EX | LOCK_NB);
-
-		if (fd >= 0 || errno != EWOULDBLOCK || mono_ms() >= until || owner_gone())
-			return fd;
-		usleep(20 * 1000);
-	}
-}
-
-enum { GOT_NONE, GOT_PUBLISHED, GOT_BUILT };
-
-/* Make sure a snapshot of this shape exists: one run builds it under the
- * key's lock, runs that find the lock held wait for it (bounded) and then
- * use what was published.  Returns GOT_BUILT (we built it), GOT_PUBLISHED
- * (it exists), or GOT_NONE (boot cold; a warning says why). */
-static int warm_get(const struct inst *in, const struct img *im, const struct cfg *cf,
-		    const char *accel, int plain, int64_t deadline)
-{
-	char sd[PATH_MAX], msg[1024];
-	int64_t t0 = mono_ms(), until;
-	int lk, built = 0;
-
-	if (published())
-		return GOT_PUBLISHED;
-	lk = warm_lock(W.key, LOCK_EX | LOCK_NB);
-	if (lk < 0 && errno != EWOULDBLOCK) {
-		wwarn("warm pool not used: unable to lock %s.lock: %s", W.dir, strerror(errno));
-		return GOT_NONE;
-	}
-	if (lk < 0) {
-		/* Someone is building it: wait, then use theirs; half of
-		 * what is left at most, a cold boot may follow. */
-		until = t0 + cf->warm_wait_ms < t0 + (deadline - t0) / 2 ? t0 + cf->warm_wait_ms
-									   : t0 + (deadline - t0) / 2;
-		lk = lock_until(until);
-		if (lk >= 0)
-			close(lk);
-		if (published())
-			return GOT_PUBLISHED;
-		if (lk >= 0)
-			wwarn("the run that was building the warm snapshot %.12s failed; booted cold",
-			      W.key);
-		else
-			wwarn("waited %lld ms for another run to build the warm snapshot %.12s; "
-			      "booted cold", (long long)(mono_ms() - t0), W.key);
-		return GOT_NONE;
-	}
-	if (published()) { /* it was published while we took the lock */
-		close(lk);
-		return GOT_PUBLISHED;
-	}
-	/* A directory without meta.json was never published by us (that is
-	 * one rename of a complete one): whatever it is, it goes. */
-	if (access(W.dir, F_OK) == 0 && warm_remove(W.key, NULL) < 0 && errno != ENOENT)
-		warn("unable to remove the unpublished %s:", W.dir);
-	/* Ours to build.  The staging name carries our pid: no other run
-	 * ever writes or removes it, and gc knows when it is stale. */
-	pathf(sd, sizeof sd, "%s/.staging-%s.%ld", warm_root(1), W.key, (long)getpid());
-	tree_remove(sd, NULL);
-	if (mkdir(sd, 0700) < 0) {
-		wwarn("warm snapshot not built: unable to create %s: %s; booted cold", sd,
-		      strerror(errno));
-		close(lk);
-		return GOT_NONE;
-	}
-	/* Half of what is left at most, so that a failed build still leaves
-	 * the cold boot the other half. */
-	until = mono_ms() + (deadline - mono_ms()) / 2;
-	if (until > mono_ms() + BUILD_MAX_MS)
-		until = mono_ms() + BUILD_MAX_MS;
-	if (build_template(in, im, cf, accel, plain, sd, until, msg, sizeof msg) < 0) {
-		char a[PATH_MAX], b[PATH_MAX];
-
-		wwarn("warm snapshot %.12s not built: %s; booted cold", W.key, msg);
-		/* The template's logs stay with the VM, for whoever wonders why. */
-		pathf(a, sizeof a, "%s/qemu.log", sd);
-		pathf(b, sizeof b, "%s/template-qemu.log", in->dir);
-		rename(a, b);
-		pathf(a, sizeof a, "%s/console.log", sd);
-		pathf(b, sizeof b, "%s/template-console.log", in->dir);
-		rename(a, b);
-	} else if (test_point("warm-publish"), rename(sd, W.dir) < 0) {
-		/* Publishing is this one rename: whole or absent. */
-		wwarn("warm snapshot %.12s not published: rename %s: %s; booted cold", W.key, sd,
-		      strerror(errno));
-	} else {
-		int dfd = open(warm_root(1), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-		if (dfd < 0 || fsync(dfd) < 0)
-			warn("unable to sync %s:", warm_root(1));
-		if (dfd >= 0)
-			close(dfd);
-		built = 1;
-	}
-	if (!built && tree_remove(sd, NULL) < 0)
-		warn("unable to remove %s:", sd);
-	close(lk);
-	return built ? GOT_BUILT : GOT_NONE;
-}
-
-/* Take the published snapshot out of use (the next run rebuilds it), but
- * only the very one we resumed from or checked: under the key's lock, a
- * newer build in its place is left alone. */
-static void warm_retire(void)
-{
-	struct stat st;
-	int lk = lock_until(mono_ms() + RETIRE_WAIT_MS);
-
-	if (lk < 0) {
-		wwarn("unable to retire the warm snapshot %.12s: its lock is busy", W.key);
-		return;
-	}
-	if (stat(W.dir, &st) == 0 && st.st_ino == W.ino && st.st_dev == W.dev &&
-	    warm_remove(W.key, NULL) < 0 && errno != ENOENT)
-		wwarn("unable to remove the warm snapshot %s: %s", W.dir, strerror(errno));
-	close(lk);
-}
-
-struct snap {
-	int memfd, statefd;
-};
-
-/* Open warm/<key> for a resume and check it: its meta, the memory file
- * (size, inode, ctime, by fd: exactly what QEMU will map) and the state
- * file (size and sha256, by fd: exactly what QEMU will read).  0, or -1
- * with why (the caller retires it). */
-static int snap_open(struct snap *sn, const struct cfg *cf, char *why, size_t wsz)
-{
-	struct stat ds, ms, ss;
-	json_t *meta = NULL, *mm, *sm;
-	char sha[65];
-	const char *want;
-	int dfd, fd, r = -1;
-
-	sn->memfd = sn->statefd = -1;
-	W.ino = 0;
-	dfd = open(W.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (dfd < 0 || fstat(dfd, &ds) < 0) {
-		snprintf(why, wsz, "unable to open %.512s: %s", W.dir, strerror(errno));
-		goto out;
-	}
-	W.dev = ds.st_dev;
-	W.ino = ds.st_ino;
-	if ((fd = openat(dfd, "meta.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
-		snprintf(why, wsz, "unable to read its meta.json: %s", strerror(errno));
-		goto out;
-	}
-	meta = json_load_fd(fd);
-	close(fd);
-	mm = json_object_get(meta, "mem");
-	sm = json_object_get(meta, "state");
-	want = json_string_value(json_object_get(sm, "sha256"));
-	if (!json_is_object(meta) || json_integer_value(json_object_get(meta, "format")) != WARM_FORMAT ||
-	    !json_is_string(json_object_get(meta, "key")) ||
-	    strcmp(json_string_value(json_object_get(meta, "key")), W.key) || !want) {
-		snprintf(why, wsz, "its meta.json is unreadable or of another format");
-		goto out;
-	}
-	/* The key is a hash; the text it hashes must be ours too. */
-	if (!json_is_string(json_object_get(meta, "key_text")) ||
-	    strcmp(json_string_value(json_object_get(meta, "key_text")), W.text)) {
-		snprintf(why, wsz, "its key text is not this VM's");
-		goto out;
-	}
-	if (!json_is_string(json_object_get(meta, "argv_fingerprint")) ||
-	    strcmp(json_string_value(json_object_get(meta, "argv_fingerprint")), W.argv_fp)) {
-		snprintf(why, wsz, "it was built by an isopod-boot that gave QEMU another command line");
-		goto out;
-	}
-	sn->memfd = openat(dfd, "mem", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (sn->memfd < 0 || fstat(sn->memfd, &ms) < 0) {
-		snprintf(why, wsz, "unable to open its memory file: %s", strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(ms.st_mode) || ms.st_size != cf->mem_mib * MIB ||
-	    ms.st_size != json_integer_value(json_object_get(mm, "bytes"))) {
-		snprintf(why, wsz, "its memory file is %lld bytes, not %lld", (long long)ms.st_size,
-			 cf->mem_mib * MIB);
-		goto out;
-	}
-	if ((json_int_t)ms.st_ino != json_integer_value(json_object_get(mm, "ino")) ||
-	    (json_int_t)ms.st_ctim.tv_sec != json_integer_value(json_object_get(mm, "ctime_s")) ||
-	    (json_int_t)ms.st_ctim.tv_nsec != json_integer_value(json_object_get(mm, "ctime_ns"))) {
-		snprintf(why, wsz, "its memory file was modified or replaced after the build");
-		goto out;
-	}
-	sn->statefd = openat(dfd, "state", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (sn->statefd < 0 || fstat(sn->statefd, &ss) < 0) {
-		snprintf(why, wsz, "unable to open its state file: %s", strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(ss.st_mode) || ss.st_size != json_integer_value(json_object_get(sm, "bytes"))) {
-		snprintf(why, wsz, "its state file is %lld bytes, not %lld (truncated?)",
-			 (long long)ss.st_size, (long long)json_integer_value(json_object_get(sm, "bytes")));
-		goto out;
-	}
-	if (warm_sha256_fd(sn->statefd, sha) < 0 || lseek(sn->statefd, 0, SEEK_SET) < 0) {
-		snprintf(why, wsz, "unable to read its state file: %s", strerror(errno));
-		goto out;
-	}
-	if (strcmp(sha, want)) {
-		snprintf(why, wsz, "its state file does not match its sha256 (corrupted)");
-		goto out;
-	}
-	r = 0;
-out:
-	json_decref(meta);
-	if (dfd >= 0)
-		close(dfd);
-	if (r < 0) {
-		if (sn->memfd >= 0)
-			close(sn->memfd);
-		if (sn->statefd >= 0)
-			close(sn->statefd);
-		sn->memfd = sn->statefd = -1;
-	}
-	return r;
-}
+/* ---- the warm pool: a resume ---------------------------------------- */
 
 /* Resume this VM from the checked snapshot sn: the cold command line with
  * RAM as a private mapping of the snapshot's memory file (QEMU's fd 3,
@@ -1792,22 +364,39 @@ out:
  * wait for "paused", cont; then the usual HELLO (hostname, clock, a fresh
  * RNG seed) to the agent.  0 with h filled and the supervisor waiting for
  * 'r', or an exit code with msg and nothing left running. */
-static int resume(const char *id, const struct inst *in, const struct img *im,
-		  const struct cfg *cf, const char *accel, struct snap *sn, struct hello *h,
-		  int ownerfd, int64_t deadline, char *msg, size_t msz)
+static int resume(struct boot *bt, struct snap *sn, int64_t deadline, char *msg, size_t msz)
 {
-	static struct qmp qm;
+	const struct inst *in = &bt->in;
+	struct qmp *qm = malloc(sizeof *qm); /* 64 KiB of buffer */
 	char l1[256], qerr[600];
-	struct qargs q;
+	struct qemu_argv q;
 	json_t *ret;
 	int r;
 
-	qm.fd = -1;
-	qemu_argv(&q, in, im, accel, cf->mem_mib, cf->vcpus, "/proc/self/fd/3", 0, 1, nic());
+	if (!qm) {
+		snprintf(msg, msz, "out of memory");
+		return EX_SYS;
+	}
+	qm->fd = -1;
+	{
+		/* share=off: a private copy-on-write mapping of the checked
+		 * memory file, which the supervisor hands QEMU as its fd 3. */
+		struct qemu_cfg qc = qemu_cfg_at(&bt->vm, in);
+
+		qc.memfile = "/proc/self/fd/3";
+		qc.incoming = 1;
+		if (qemu_argv(&q, &qc) < 0) {
+			snprintf(msg, msz, "path too long in %.512s", in->dir);
+			close(sn->memfd);
+			sn->memfd = -1;
+			r = EX_SYS;
+			goto bad;
+		}
+	}
 	unlink(in->agent);
 	unlink(in->qmp);
 	unlink(in->console);
-	r = launch(id, in, q.av, ownerfd, sn->memfd, msg, msz);
+	r = launch(bt, q.av, sn->memfd, msg, msz);
 	close(sn->memfd);
 	sn->memfd = -1;
 	if (r < 0)
@@ -1815,25 +404,25 @@ static int resume(const char *id, const struct inst *in, const struct img *im,
 	for (;;) {
 		int64_t slice = mono_ms() + 100;
 
-		r = qmp_open(&qm, in->qmp, slice < deadline ? slice : deadline);
-		if (r == 0 || r != -3 || sup_gone() || mono_ms() >= deadline)
+		r = qmp_open(qm, in->qmp, slice < deadline ? slice : deadline);
+		if (r == 0 || r != -3 || sup_gone(bt) || mono_ms() >= deadline)
 			break;
 	}
 	if (r < 0)
 		goto qbad;
-	if (qmp_call(&qm, "migrate-set-capabilities",
+	if (qmp_call(qm, "migrate-set-capabilities",
 		     json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared",
 			       "state", 1),
 		     -1, NULL, deadline) < 0 ||
-	    qmp_call(&qm, "getfd", json_pack("{s:s}", "fdname", STATE_FD), sn->statefd, NULL,
+	    qmp_call(qm, "getfd", json_pack("{s:s}", "fdname", WARM_STATE_FD), sn->statefd, NULL,
 		     deadline) < 0 ||
-	    qmp_call(&qm, "migrate-incoming", json_pack("{s:s}", "uri", "fd:" STATE_FD), -1, NULL,
+	    qmp_call(qm, "migrate-incoming", json_pack("{s:s}", "uri", "fd:" WARM_STATE_FD), -1, NULL,
 		     deadline) < 0)
 		goto qbad;
 	for (;;) {
 		const char *s;
 
-		if (qmp_call(&qm, "query-status", NULL, -1, &ret, deadline) < 0)
+		if (qmp_call(qm, "query-status", NULL, -1, &ret, deadline) < 0)
 			goto qbad;
 		s = json_string_value(json_object_get(ret, "status"));
 		if (s && !strcmp(s, "paused")) {
@@ -1841,7 +430,7 @@ static int resume(const char *id, const struct inst *in, const struct img *im,
 			break;
 		}
 		if (!s || strcmp(s, "inmigrate")) {
-			snprintf(qm.err, sizeof qm.err, "unexpected status %s after the state was loaded",
+			snprintf(qm->err, sizeof qm->err, "unexpected status %s after the state was loaded",
 				 s ? s : "(none)");
 			json_decref(ret);
 			goto qbad;
@@ -1849,33 +438,35 @@ static int resume(const char *id, const struct inst *in, const struct img *im,
 		json_decref(ret);
 		usleep(2000);
 	}
-	if (qmp_call(&qm, "cont", NULL, -1, NULL, deadline) < 0)
+	if (qmp_call(qm, "cont", NULL, -1, NULL, deadline) < 0)
 		goto qbad;
-	qmp_close(&qm);
+	qmp_close(qm);
 	close(sn->statefd);
 	sn->statefd = -1;
-	if ((r = handshake(in, h, deadline, RESUME_MAX_MS, msg, msz)) != 0)
+	if ((r = handshake(bt, deadline, WARM_RESUME_MAX_MS, msg, msz)) != 0)
 		goto bad2;
-	if (strcmp(h->root, "ro")) {
-		snprintf(msg, msz, "the resumed agent reports its root as %s, not ro", h->root);
+	if (strcmp(bt->h.root, "ro")) {
+		snprintf(msg, msz, "the resumed agent reports its root as %s, not ro", bt->h.root);
 		r = EX_SYS;
 		goto bad2;
 	}
+	free(qm);
 	return 0;
 qbad:
-	snprintf(qerr, sizeof qerr, "%s", qm.err);
-	qmp_close(&qm);
-	abandon(); /* QEMU is gone after this: its log is complete */
+	snprintf(qerr, sizeof qerr, "%s", qm->err);
+	qmp_close(qm);
+	abandon(bt); /* QEMU is gone after this: its log is complete */
 	last_line(in->qlog, l1, sizeof l1);
 	snprintf(msg, msz, "%s%s%s", qerr, l1[0] ? "; qemu: " : "", l1);
 	r = strstr(qerr, "timed out") ? EX_TIMEOUT : EX_SYS;
 	goto bad;
 bad2:
-	abandon();
+	abandon(bt);
 bad:
 	if (sn->statefd >= 0)
 		close(sn->statefd);
 	sn->statefd = -1;
+	free(qm);
 	return r ? r : EX_SYS;
 }
 
@@ -1908,79 +499,25 @@ static void resume_undo(const char *id, const struct inst *in)
 	json_decref(m);
 }
 
-/* Usage figures in meta.json, under a flock on the snapshot directory. */
-static void warm_touch(int hit)
-{
-	char p[PATH_MAX], now[32];
-	json_t *m;
-	int dfd = open(W.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-
-	if (dfd < 0)
-		return; /* retired meanwhile */
-	while (flock(dfd, LOCK_EX) < 0 && errno == EINTR)
-		;
-	pathf(p, sizeof p, "%s/meta.json", W.dir);
-	if ((m = json_load_path(p))) {
-		json_object_set_new(m, "last_used", json_string(iso_now(now, sizeof now)));
-		json_object_set_new(m, "hits",
-				    json_integer(json_integer_value(json_object_get(m, "hits")) + hit));
-		if (json_write_atomic(p, m) < 0)
-			warn("unable to update %s:", p);
-		json_decref(m);
-	}
-	close(dfd);
-}
-
-/* Make this VM's disk a copy of the published snapshot's empty overlay,
- * when it is one over this very base path and of this size, and its bytes
- * are the ones the build recorded.  0, or -1 (then qemu-img makes one). */
-static int blank_copy(const struct img *im, const char *disk, long long bytes)
-{
-	char p[PATH_MAX], sha[65];
-	json_t *m, *b;
-	int fd, r = -1;
-
-	pathf(p, sizeof p, "%s/meta.json", W.dir);
-	if (!(m = json_load_path(p)))
-		return -1;
-	b = json_object_get(m, "blank");
-	if (!json_is_string(json_object_get(b, "backing")) ||
-	    strcmp(json_string_value(json_object_get(b, "backing")), im->base) ||
-	    json_integer_value(json_object_get(b, "bytes")) != bytes ||
-	    !json_is_string(json_object_get(b, "sha256")))
-		goto out;
-	pathf(p, sizeof p, "%s/blank.qcow2", W.dir);
-	if (copy_small(p, disk) < 0)
-		goto out;
-	if ((fd = open(disk, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
-		goto out;
-	if (warm_sha256_fd(fd, sha) == 0 &&
-	    !strcmp(sha, json_string_value(json_object_get(b, "sha256"))) &&
-	    qcow2_size(disk) == bytes)
-		r = 0;
-	close(fd);
-out:
-	if (r < 0)
-		unlink(disk);
-	json_decref(m);
-	return r;
-}
-
 /* The pool's settings from the environment, checked before anything
  * changes.  Is the pool wanted? */
-static int pool_wanted(struct cfg *cf)
+static int pool_wanted(struct boot *bt)
 {
 	const char *e = getenv("ISOPOD_WARM"), *w = getenv("ISOPOD_WARM_WAIT_MS");
 
 	if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
 		die(EX_USAGE, "ISOPOD_WARM=%s: want 0 (no warm pool) or 1", EXC(e));
-	cf->warm_wait_ms = 60000;
-	if (w && *w && parse_ll(w, 0, 3600000, &cf->warm_wait_ms) < 0)
+	bt->w.wait_ms = 60000;
+	if (w && *w && parse_ll(w, 0, 3600000, &bt->w.wait_ms) < 0)
 		die(EX_USAGE, "ISOPOD_WARM_WAIT_MS=%s: want milliseconds 0..3600000", EXC(w));
-	return !cf->cold && !(e && !strcmp(e, "0"));
+	return !bt->cf.cold && !(e && !strcmp(e, "0"));
 }
 
-int main(int argc, char **argv)
+/* ---- main, phase by phase -------------------------------------------- */
+
+/* Options and environment, and the ranges that do not need the record,
+ * naming the host's headroom, before anything changes. */
+static void parse_args(struct boot *bt, int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "vcpus", required_argument, NULL, 'c' },
@@ -1994,348 +531,450 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *a_vcpus = NULL, *a_mem = NULL, *a_disk = NULL, *a_to = NULL, *a_owner = NULL;
-	struct cfg cf = { 1, 512, 0, 60000, 0, 0, 0, 0, 60000, NULL, NULL };
-	char why[256], reason[512], meta[PATH_MAX], lockp[PATH_MAX], err[PATH_MAX + 128];
-	char msg[2048], pristine[PATH_MAX];
-	const char *id, *name, *state, *accel, *env, *net_mode;
-	struct img im;
-	struct inst in;
-	struct qargs q;
-	struct hello h = { 0 };
-	json_t *claim, *rec, *m, *out;
+	const char *a_vcpus = NULL, *a_mem = NULL, *a_to = NULL, *a_owner = NULL, *env;
+	struct cfg *cf = &bt->cf;
+	char why[256];
+	long long avail, memmax;
 	long ncpu;
-	long long avail, memmax, disk_bytes, cur_bytes;
-	int forked, resumed = 0;
-	int64_t t0 = mono_ms(), deadline;
-	int c, ownerfd = -1, r;
-	struct sockaddr_un sa;
+	int c;
 
-	progname = "isopod-boot";
-	signal(SIGPIPE, SIG_IGN); /* a dead supervisor or reader is an error, not a kill */
-	if (!(W.warnings = json_array()))
-		die(EX_SYS, "unable to allocate memory:");
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'c': a_vcpus = optarg; break;
 		case 'm': a_mem = optarg; break;
-		case 'd': a_disk = optarg; break;
+		case 'd': bt->a_disk = optarg; break;
 		case 't': a_to = optarg; break;
 		case 'o': a_owner = optarg; break;
-		case 'k': cf.keep = 1; break;
-		case 'C': cf.cold = 1; break;
+		case 'k': cf->keep = 1; break;
+		case 'C': cf->cold = 1; break;
 		case 'a':
 			if (strcmp(optarg, "kvm") && strcmp(optarg, "tcg"))
 				die(EX_USAGE, "--accel %s: want kvm or tcg", EXC(optarg));
-			cf.accel = optarg;
-			cf.accel_src = "--accel";
+			cf->accel = optarg;
+			cf->accel_src = "--accel";
 			break;
 		case 'h':
 			puts("usage: " USAGE);
-			return 0;
+			exit(0);
 		default:
 			die(EX_USAGE, "usage: %s", USAGE);
 		}
 	}
 	if (optind != argc)
 		die(EX_USAGE, "usage: %s", USAGE);
-	if (!cf.accel && (env = getenv("ISOPOD_ACCEL")) && *env) {
+	if (!cf->accel && (env = getenv("ISOPOD_ACCEL")) && *env) {
 		if (strcmp(env, "kvm") && strcmp(env, "tcg"))
 			die(EX_USAGE, "ISOPOD_ACCEL=%s: want kvm or tcg", EXC(env));
-		cf.accel = env;
-		cf.accel_src = "ISOPOD_ACCEL";
+		cf->accel = env;
+		cf->accel_src = "ISOPOD_ACCEL";
 	}
-	W.on = pool_wanted(&cf);
+	bt->w.on = pool_wanted(bt);
 
-	/* Ranges first, naming the host's headroom, before anything changes. */
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	if (ncpu < 1)
 		ncpu = 1;
 	if (a_vcpus) {
 		snprintf(why, sizeof why, "the host has %ld CPUs", ncpu);
-		range("--vcpus", a_vcpus, 1, ncpu, why, &cf.vcpus);
+		range("--vcpus", a_vcpus, 1, ncpu, why, &cf->vcpus);
 	}
 	avail = mem_available_mib();
 	memmax = avail * 3 / 4 < 16384 ? avail * 3 / 4 : 16384;
 	snprintf(why, sizeof why, "host headroom: 75%% of %lld MiB available = %lld MiB", avail,
 		 avail * 3 / 4);
 	if (a_mem)
-		range("--mem-mib", a_mem, 64, memmax, why, &cf.mem_mib);
-	else if (cf.mem_mib > memmax)
+		range("--mem-mib", a_mem, 64, memmax, why, &cf->mem_mib);
+	else if (cf->mem_mib > memmax)
 		die(EX_USAGE, "default memory %lld MiB exceeds the host headroom (%s); pass --mem-mib",
-		    cf.mem_mib, why);
+		    cf->mem_mib, why);
 	if (a_to)
-		range("--timeout-ms", a_to, 1, 86400000, "milliseconds", &cf.timeout_ms);
+		range("--timeout-ms", a_to, 1, 86400000, "milliseconds", &cf->timeout_ms);
 	if (a_owner) {
-		range("--owner-pid", a_owner, 1, INT_MAX, "a process id", &cf.owner);
+		range("--owner-pid", a_owner, 1, INT_MAX, "a process id", &cf->owner);
 	} else {
-		cf.owner = getppid();
+		cf->owner = getppid();
 	}
-	if (!cf.keep) {
-		ownerfd = W_ownerfd = pidfd_open_((pid_t)cf.owner);
-		if (ownerfd < 0) {
+	if (!cf->keep) {
+		bt->ownerfd = bt->w.ownerfd = pidfd_open_((pid_t)cf->owner);
+		if (bt->ownerfd < 0) {
 			if (errno == ESRCH)
-				die(EX_USAGE, "owner pid %lld: no such process", cf.owner);
-			die(EX_SYS, "unable to watch owner pid %lld:", cf.owner);
+				die(EX_USAGE, "owner pid %lld: no such process", cf->owner);
+			die(EX_SYS, "unable to watch owner pid %lld:", cf->owner);
 		}
 	}
+}
 
-	claim = json_read_stdin();
-	id = json_string_value(json_object_get(json_object_get(claim, "vm"), "id"));
-	if (!id_vm_ok(id))
+/* The claim on stdin, the record, the kernel and base, the disk's size. */
+static void load_vm(struct boot *bt)
+{
+	struct cfg *cf = &bt->cf;
+	char dir[PATH_MAX], err[PATH_MAX + 128], why[256];
+	json_t *claim = json_read_stdin();
+	struct sockaddr_un sa;
+	long long minmib;
+	int r;
+
+	bt->id = json_string_value(json_object_get(json_object_get(claim, "vm"), "id"));
+	if (!id_vm_ok(bt->id))
 		die(EX_USAGE, "standard input: want the JSON of isopod-claim with vm.id = vm-<12 hex>");
-	pathf(meta, sizeof meta, "%s/vms/%s", store_home(), id);
-	inst_paths(&in, meta);
-	pathf(meta, sizeof meta, "%s/meta.json", in.dir);
-	if (!(rec = json_load_path(meta))) {
+	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
+	if (inst_paths(&bt->in, dir) < 0)
+		die(EX_USAGE, "path too long: %.64s...", dir);
+	pathf(bt->meta, sizeof bt->meta, "%s/meta.json", bt->in.dir);
+	if (!(bt->rec = json_load_path(bt->meta))) {
 		if (errno == ENOENT)
-			die(EX_NOTFOUND, "no such vm: %s", id);
-		die(EX_SYS, "unable to read %s:", meta);
+			die(EX_NOTFOUND, "no such vm: %s", bt->id);
+		die(EX_SYS, "unable to read %s:", bt->meta);
 	}
-	resolve_kernel(&im);
+	if ((r = resolve_kernel(&bt->im, err, sizeof err)))
+		die(r, "%s", err);
 	/* isopod-fork leaves the disk (over a stage chain) and the base it
 	 * rests on in the record; boot then boots that disk as it is. */
-	forked = access(in.disk, F_OK) == 0;
-	if (forked) {
-		json_t *b = json_object_get(rec, "base");
+	bt->forked = access(bt->in.disk, F_OK) == 0;
+	if (bt->forked) {
+		json_t *b = json_object_get(bt->rec, "base");
 		const char *fl = json_string_value(json_object_get(b, "flavor"));
 		const char *sh = json_string_value(json_object_get(b, "sha256"));
 
 		if (!fl || !sh)
-			die(EX_SYS, "vm %s has a disk but its record names no base", id);
+			die(EX_SYS, "vm %s has a disk but its record names no base", bt->id);
 		/* isopod-fork checked the chain's seals; QEMU opens the layers
 		 * now, so check them again (stat only) right before. */
-		if (json_is_string(json_object_get(rec, "stage"))) {
+		if (json_is_string(json_object_get(bt->rec, "stage"))) {
 			char smsg[PATH_MAX + 512];
 
-			if (stage_chain_sealed(json_string_value(json_object_get(rec, "stage")), smsg,
-					       sizeof smsg) < 0)
+			if (stage_chain_sealed(json_string_value(json_object_get(bt->rec, "stage")),
+					       smsg, sizeof smsg) < 0)
 				die(EX_SYS, "%s", smsg);
 		}
-		resolve_base(&im, fl, sh);
-		if ((cur_bytes = qcow2_size(in.disk)) < 0)
-			die(EX_SYS, "unable to read the qcow2 header of %s:", in.disk);
+		if ((r = resolve_base(&bt->im, fl, sh, err, sizeof err)))
+			die(r, "%s", err);
+		if ((bt->cur_bytes = qcow2_size(bt->in.disk)) < 0)
+			die(EX_SYS, "unable to read the qcow2 header of %s:", bt->in.disk);
 	} else {
-		resolve_base(&im, "base", NULL);
-		cur_bytes = im.base_size;
+		if ((r = resolve_base(&bt->im, "base", NULL, err, sizeof err)))
+			die(r, "%s", err);
+		bt->cur_bytes = bt->im.base_size;
 	}
-	{
-		long long minmib = (cur_bytes + MIB - 1) / MIB;
-
-		if (a_disk) {
-			snprintf(why, sizeof why, "the %s is %lld MiB",
-				 forked ? "forked disk" : "base image", minmib);
-			range("--disk-mib", a_disk, minmib, 1048576, why, &cf.disk_mib);
-			cf.disk_given = 1;
-		} else {
-			cf.disk_mib = minmib;
-		}
+	minmib = (bt->cur_bytes + MIB - 1) / MIB;
+	if (bt->a_disk) {
+		snprintf(why, sizeof why, "the %s is %lld MiB",
+			 bt->forked ? "forked disk" : "base image", minmib);
+		range("--disk-mib", bt->a_disk, minmib, 1048576, why, &cf->disk_mib);
+		cf->disk_given = 1;
+	} else {
+		cf->disk_mib = minmib;
 	}
-	disk_bytes = cf.disk_given ? cf.disk_mib * MIB : cur_bytes;
+	bt->disk_bytes = cf->disk_given ? cf->disk_mib * MIB : bt->cur_bytes;
 
 	/* QEMU splits option values at ',' and unix sockets have a short path
 	 * limit: refuse a store that cannot work rather than fail obscurely. */
-	if (strchr(in.dir, ','))
-		die(EX_USAGE, "store path %s contains ','; QEMU options cannot carry it", in.dir);
-	if (strlen(in.agent) >= sizeof sa.sun_path || strlen(in.qmp) >= sizeof sa.sun_path)
-		die(EX_USAGE, "store path %s is too long for a unix socket (max %zu bytes)", in.dir,
+	if (strchr(bt->in.dir, ','))
+		die(EX_USAGE, "store path %s contains ','; QEMU options cannot carry it", bt->in.dir);
+	if (strlen(bt->in.agent) >= sizeof sa.sun_path || strlen(bt->in.qmp) >= sizeof sa.sun_path)
+		die(EX_USAGE, "store path %s is too long for a unix socket (max %zu bytes)", bt->in.dir,
 		    sizeof sa.sun_path - 1);
-	/* The vm lock, taken here and handed down to the supervisor by fork:
-	 * from now until QEMU is gone, gc sees the VM as running. */
-	pathf(lockp, sizeof lockp, "%s/lock", in.dir);
-	B.lockfd = lock_open(lockp, LOCK_EX | LOCK_NB);
-	if (B.lockfd < 0) {
+	/* claim is kept: bt->id points into it */
+}
+
+/* The vm lock, taken here and handed down to the supervisor: from now
+ * until QEMU is gone, gc sees the VM as running.  Then the record as it is
+ * under the lock, not as first read. */
+static void take_vm(struct boot *bt)
+{
+	char lockp[PATH_MAX];
+	const char *state;
+
+	pathf(lockp, sizeof lockp, "%s/lock", bt->in.dir);
+	bt->lockfd = lock_open(lockp, LOCK_EX | LOCK_NB);
+	if (bt->lockfd < 0) {
 		if (errno == EWOULDBLOCK)
-			die(EX_CONFLICT, "vm %s is already running", id);
+			die(EX_CONFLICT, "vm %s is already running", bt->id);
 		die(EX_SYS, "unable to lock %s:", lockp);
 	}
-	/* Decide on the record as it is under the lock, not as first read. */
-	json_decref(rec);
-	if (!(rec = json_load_path(meta)))
-		die(EX_SYS, "unable to read %s:", meta);
-	state = json_string_value(json_object_get(rec, "state"));
+	json_decref(bt->rec);
+	if (!(bt->rec = json_load_path(bt->meta)))
+		die(EX_SYS, "unable to read %s:", bt->meta);
+	state = json_string_value(json_object_get(bt->rec, "state"));
 	if (!state || strcmp(state, "claimed"))
-		die(EX_CONFLICT, "vm %s is %s, not claimed; claim a new one", id,
+		die(EX_CONFLICT, "vm %s is %s, not claimed; claim a new one", bt->id,
 		    state ? state : "unknown");
-	name = json_string_value(json_object_get(rec, "name"));
-	if (!name)
-		name = id;
-	B.id = id;
+	bt->name = json_string_value(json_object_get(bt->rec, "name"));
+	if (!bt->name)
+		bt->name = bt->id;
+	bt->recorded = 1; /* from here on a failure is recorded */
+}
 
-	/* The network slot, before anything boots: no taps (netsetup not run
-	 * since the host booted) or no free slot fail here, fast. */
-	net_mode = json_string_value(json_object_get(json_object_get(rec, "net"), "mode"));
-	if (!net_mode)
-		net_mode = "none";
-	if (!net_mode_valid(net_mode))
-		die(EX_USAGE, "vm %s: net mode %s is not supported", id, net_mode);
-	if (strcmp(net_mode, "none")) {
-		char bp[PATH_MAX], ledger[PATH_MAX];
+/* The network slot, before anything boots: no taps (netsetup not run
+ * since the host booted) or no free slot fail here, fast. */
+static void take_net(struct boot *bt)
+{
+	char bp[PATH_MAX], ledger[PATH_MAX], err[PATH_MAX + 256];
+	json_t *allow = json_object_get(json_object_get(bt->rec, "net"), "allow");
+	struct egress *eg;
+	int r;
 
-		net_take_slot(&NET, net_mode);
-		pathf(ledger, sizeof ledger, "%s/ledger.jsonl", in.dir);
-		/* Both modes get a broker: filtered for everything, open for
-		 * DNS (netsetup redirects every guest port 53 to it). */
-		int rc = egress_plan(&EG, egress_broker_path(bp, sizeof bp), net_mode, NET.gw,
-				     json_object_get(json_object_get(rec, "net"), "allow"), ledger,
-				     id, err, sizeof err);
+	bt->net_mode = json_string_value(json_object_get(json_object_get(bt->rec, "net"), "mode"));
+	if (!bt->net_mode)
+		bt->net_mode = "none";
+	if (!net_mode_valid(bt->net_mode))
+		die(EX_USAGE, "vm %s: net mode %s is not supported", bt->id, bt->net_mode);
+	if (!strcmp(bt->net_mode, "none"))
+		return;
+	if ((r = net_take_slot(&bt->net, bt->net_mode, err, sizeof err)))
+		die(r, "%s", err);
+	pathf(ledger, sizeof ledger, "%s/ledger.jsonl", bt->in.dir);
+	/* Both modes get a broker: filtered for everything, open for DNS
+	 * (netsetup redirects every guest port 53 to it).  The supervisor
+	 * plans it again from supnet; this plan checks it before anything
+	 * boots. */
+	if (!(eg = malloc(sizeof *eg)))
+		die(EX_SYS, "unable to allocate memory:");
+	if ((r = egress_plan(eg, egress_broker_path(bp, sizeof bp), bt->net_mode, bt->net.gw, allow,
+			     ledger, bt->id, err, sizeof err)) < 0)
+		die(r == -2 ? EX_SYS : EX_USAGE, "vm %s: %s", bt->id, err);
+	free(eg);
+	bt->supnet = json_pack("{s:s, s:s, s:O?}", "mode", bt->net_mode, "gateway", bt->net.gw,
+			       "allow", json_is_array(allow) ? allow : NULL);
+	if (!bt->supnet)
+		die(EX_SYS, "unable to allocate memory:");
+}
 
-		if (rc < 0)
-			die(rc == -2 ? EX_SYS : EX_USAGE, "vm %s: %s", id, err);
-	}
+/* The accelerator, and the record says booting with the VM's shape. */
+static void record_booting(struct boot *bt)
+{
+	const struct cfg *cf = &bt->cf;
+	char err[PATH_MAX + 256];
+	json_t *m;
+	int r;
 
-	accel = choose_accel(&cf, &im, reason, sizeof reason);
+	if ((r = accel_choose(cf->accel, cf->accel_src, &bt->im, &bt->accel, bt->reason,
+			      sizeof bt->reason, err, sizeof err)))
+		die(r, "%s", err);
 	m = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?, s:{s:s}, s:{s:s, s:s}, s:s, s:s, s:I, s:b}",
-		      "state", "booting", "vcpus", (json_int_t)cf.vcpus, "mem_mib",
-		      (json_int_t)cf.mem_mib, "disk_mib", (json_int_t)cf.disk_mib, "accel", accel,
-		      "accel_reason", !strcmp(accel, "tcg") ? reason : NULL, "kernel", "sha256",
-		      im.ksha, "base", "flavor", im.flavor, "sha256", im.bsha, "agent_sock", in.agent,
-		      "qmp_sock", in.qmp, "owner_pid", (json_int_t)cf.owner, "keep", cf.keep);
+		      "state", "booting", "vcpus", (json_int_t)cf->vcpus, "mem_mib",
+		      (json_int_t)cf->mem_mib, "disk_mib", (json_int_t)cf->disk_mib, "accel", bt->accel,
+		      "accel_reason", !strcmp(bt->accel, "tcg") ? bt->reason : NULL, "kernel", "sha256",
+		      bt->im.ksha, "base", "flavor", bt->im.flavor, "sha256", bt->im.bsha, "agent_sock",
+		      bt->in.agent, "qmp_sock", bt->in.qmp, "owner_pid", (json_int_t)cf->owner, "keep",
+		      cf->keep);
 	if (m)
-		json_object_set_new(m, "net", net_json(&NET, net_mode));
-	if (!m || vm_meta_update(id, NULL, m) < 0)
-		die(EX_SYS, "unable to update %s:", meta);
+		json_object_set_new(m, "net", net_json(&bt->net, bt->net_mode));
+	if (!m || vm_meta_update(bt->id, NULL, m) < 0)
+		die(EX_SYS, "unable to update %s:", bt->meta);
 	json_decref(m);
+	bt->vm = (struct qemu_vm){
+		.accel = bt->accel,
+		.mem_mib = cf->mem_mib,
+		.vcpus = cf->vcpus,
+		.vmlinux = bt->im.vmlinux,
+		.initrd = bt->im.initrd,
+		.tap = bt->net.slot >= 0 ? bt->net.tap : NULL,
+		.mac = bt->net.slot >= 0 ? bt->net.macs : NULL,
+	};
+}
+
+/* The disk (a copy of a snapshot's empty overlay, a new overlay, or the
+ * fork's, grown) and the HELLO this VM's agent gets. */
+static void prepare_disk(struct boot *bt)
+{
+	char err[PATH_MAX + 128];
+	const char *env;
+	struct hello *h = &bt->h;
 
 	/* The warm pool: resume a snapshot of this shape, building it first
 	 * when there is none.  Whatever goes wrong there ends in a cold boot
 	 * with a warning, never in a failed run. */
-	if (W.on && warm_setup(&im, rec, &cf, accel, disk_bytes, forked ? in.disk : NULL,
-			       net_mode) < 0)
-		W.on = 0;
+	if (bt->w.on && warm_setup(&bt->w, bt->rec, bt->disk_bytes,
+				   bt->forked ? bt->in.disk : NULL, bt->net_mode) < 0)
+		bt->w.on = 0;
 	/* A published snapshot of a plain chain carries the empty overlay
 	 * qemu-img made for its build: a copy of it spares a qemu-img run. */
-	if (!forked && !(W.on && blank_copy(&im, in.disk, disk_bytes) == 0) &&
-	    make_overlay(&im, in.disk, disk_bytes, err, sizeof err) < 0)
-		fail(EX_SYS, "%s", err);
-	if (forked && disk_bytes > cur_bytes && grow_disk(in.disk, disk_bytes, err, sizeof err) < 0)
-		fail(EX_SYS, "%s", err);
-	deadline = t0 + cf.timeout_ms;
-	h.hostname = name;
-	h.set_time = 1;
-	h.seed = 1;
-	h.grow = disk_bytes > cur_bytes;
-	if (NET.slot >= 0) {
-		h.net_addr = NET.addr;
-		h.net_gw = NET.gw;
-		h.net_mtu = NET.mtu;
-		h.net_mac = NET.mac;
+	if (!bt->forked && !(bt->w.on && blank_copy(&bt->w, bt->in.disk, bt->disk_bytes) == 0) &&
+	    qemu_img_overlay(bt->im.base, bt->in.disk, bt->disk_bytes, err, sizeof err) < 0)
+		fail(bt, EX_SYS, "%s", err);
+	if (bt->forked && bt->disk_bytes > bt->cur_bytes &&
+	    qemu_img_grow(bt->in.disk, bt->disk_bytes, err, sizeof err) < 0)
+		fail(bt, EX_SYS, "%s", err);
+	bt->deadline = bt->t0 + bt->cf.timeout_ms;
+	h->hostname = bt->name;
+	h->set_time = 1;
+	h->seed = 1;
+	h->grow = bt->disk_bytes > bt->cur_bytes;
+	if (bt->net.slot >= 0) {
+		h->net_addr = bt->net.addr;
+		h->net_gw = bt->net.gw;
+		h->net_mtu = bt->net.mtu;
+		h->net_mac = bt->net.mac;
 		/* The resolver is the broker, on the gateway (port 53 is
 		 * redirected to its 1053 by isopod-netsetup's table). */
-		h.net_dns = NET.gw;
+		h->net_dns = bt->net.gw;
 		if ((env = getenv("ISOPOD_NET_DNS")) && *env)
-			h.net_dns = env;
+			h->net_dns = env;
 	}
+}
 
-	if (W.on) {
-		int got = warm_get(&in, &im, &cf, accel, !forked, deadline);
-		struct snap sn;
+/* Resume a snapshot of this shape (building it first when there is
+ * none); on any failure of the snapshot's own, retire it and leave the VM
+ * to a cold boot on a pristine disk. */
+static void try_warm(struct boot *bt)
+{
+	int got = warm_get(&bt->w, &bt->in, !bt->forked, bt->deadline);
+	char msg[2048], why[256], pristine[PATH_MAX], err[PATH_MAX + 128];
+	struct snap sn;
+	int64_t t1, bound;
+	int r;
 
-		/* A VM never outlives its owner: do not start one for nobody. */
-		if (owner_gone())
-			fail(EX_SYS, "the owner (pid %lld) exited while the warm snapshot was "
-			     "prepared", cf.owner);
-
-		if (got != GOT_NONE && snap_open(&sn, &cf, msg, sizeof msg) < 0) {
-			wwarn("warm snapshot %.12s refused: %s; retired, booted cold", W.key, msg);
-			warm_retire();
-		} else if (got != GOT_NONE) {
-			int64_t t1 = mono_ms();
-			int64_t bound = t1 + RESUME_MAX_MS < deadline ? t1 + RESUME_MAX_MS : deadline;
-
-			/* A resume that goes wrong may have let a broken guest
-			 * near the disk: the cold boot gets a pristine one (a
-			 * new overlay, or a copy of the fork's, kept now). */
-			pathf(pristine, sizeof pristine, "%s.pristine", in.disk);
-			if (forked && copy_small(in.disk, pristine) < 0)
-				fail(EX_SYS, "unable to copy %s to %s: %s", in.disk, pristine,
-				     strerror(errno));
-			r = resume(id, &in, &im, &cf, accel, &sn, &h, ownerfd, bound, msg, sizeof msg);
-			if (r == 0) {
-				resumed = 1;
-				W.resume_ms = mono_ms() - t1;
-				W.path = got == GOT_BUILT ? "snapshot-build" : "warm";
-				unlink(pristine);
-			} else if (r == EX_TIMEOUT && bound == deadline) {
-				/* The run's own budget ran out, not the snapshot. */
-				unlink(pristine);
-				fail(EX_TIMEOUT, "resuming the warm snapshot: %s (--timeout-ms %lld)",
-				     msg, cf.timeout_ms);
-			} else if (killed_by_owner(meta, why, sizeof why)) {
-				/* The supervisor ended it (its owner exited, or a
-				 * signal): not the snapshot's fault, and no run
-				 * wants this VM any more. */
-				unlink(pristine);
-				fail(EX_SYS, "the VM was stopped while it resumed (%s): %s", why, msg);
-			} else {
-				wwarn("warm snapshot %.12s failed to resume: %s; retired, booted cold",
-				      W.key, msg);
-				warm_retire();
-				resume_undo(id, &in);
-				if (forked && rename(pristine, in.disk) < 0)
-					fail(EX_SYS, "unable to restore %s: %s", in.disk,
-					     strerror(errno));
-				if (!forked && make_overlay(&im, in.disk, disk_bytes, err,
-							    sizeof err) < 0)
-					fail(EX_SYS, "%s", err);
-			}
-		}
+	/* A VM never outlives its owner: do not start one for nobody. */
+	if (owner_gone(&bt->w))
+		fail(bt, EX_SYS, "the owner (pid %lld) exited while the warm snapshot was prepared",
+		     bt->cf.owner);
+	if (got == GOT_NONE)
+		return;
+	if (snap_open(&bt->w, &sn, msg, sizeof msg) < 0) {
+		warm_warn(&bt->w, "warm snapshot %.12s refused: %s; retired, booted cold", bt->w.key,
+			  msg);
+		warm_retire(&bt->w);
+		return;
 	}
-
-	if (!resumed) {
-		if (mono_ms() >= deadline)
-			fail(EX_TIMEOUT, "the guest agent did not answer within %lld ms",
-			     cf.timeout_ms);
-		unlink(in.agent);
-		unlink(in.qmp);
-		unlink(in.console);
-		qemu_argv(&q, &in, &im, accel, cf.mem_mib, cf.vcpus, NULL, 0, 0, nic());
-		if (launch(id, &in, q.av, ownerfd, -1, msg, sizeof msg) < 0)
-			fail(EX_SYS, "%s", msg);
-		/* Wait for the agent: bounded by --timeout-ms, counted from our
-		 * start. */
-		if ((r = handshake(&in, &h, deadline, cf.timeout_ms, msg, sizeof msg)) != 0)
-			fail(r, "%s", msg);
+	t1 = mono_ms();
+	bound = t1 + WARM_RESUME_MAX_MS < bt->deadline ? t1 + WARM_RESUME_MAX_MS : bt->deadline;
+	/* A resume that goes wrong may have let a broken guest near the disk:
+	 * the cold boot gets a pristine one (a new overlay, or a copy of the
+	 * fork's, kept now). */
+	pathf(pristine, sizeof pristine, "%s.pristine", bt->in.disk);
+	if (bt->forked && copy_small(bt->in.disk, pristine) < 0)
+		fail(bt, EX_SYS, "unable to copy %s to %s: %s", bt->in.disk, pristine,
+		     strerror(errno));
+	r = resume(bt, &sn, bound, msg, sizeof msg);
+	if (r == 0) {
+		bt->resumed = 1;
+		bt->w.resume_ms = mono_ms() - t1;
+		bt->w.path = got == GOT_BUILT ? "snapshot-build" : "warm";
+		unlink(pristine);
+	} else if (r == EX_TIMEOUT && bound == bt->deadline) {
+		/* The run's own budget ran out, not the snapshot. */
+		unlink(pristine);
+		fail(bt, EX_TIMEOUT, "resuming the warm snapshot: %s (--timeout-ms %lld)", msg,
+		     bt->cf.timeout_ms);
+	} else if (killed_by_owner(bt->meta, why, sizeof why)) {
+		/* The supervisor ended it (its owner exited, or a signal): not
+		 * the snapshot's fault, and no run wants this VM any more. */
+		unlink(pristine);
+		fail(bt, EX_SYS, "the VM was stopped while it resumed (%s): %s", why, msg);
+	} else {
+		warm_warn(&bt->w, "warm snapshot %.12s failed to resume: %s; retired, booted cold",
+			  bt->w.key, msg);
+		warm_retire(&bt->w);
+		resume_undo(bt->id, &bt->in);
+		if (bt->forked && rename(pristine, bt->in.disk) < 0)
+			fail(bt, EX_SYS, "unable to restore %s: %s", bt->in.disk, strerror(errno));
+		if (!bt->forked && qemu_img_overlay(bt->im.base, bt->in.disk, bt->disk_bytes, err,
+						    sizeof err) < 0)
+			fail(bt, EX_SYS, "%s", err);
 	}
-	if (write(B.ctlfd, "r", 1) != 1) /* the supervisor is gone: QEMU is too */
-		fail(EX_SYS, "the supervisor exited before the boot was confirmed");
-	close(B.ctlfd);
-	B.ctlfd = -1;
-	if (ownerfd >= 0)
-		close(ownerfd);
-	if (resumed)
-		warm_touch(!strcmp(W.path, "warm"));
+}
 
-	{
-		int64_t boot_ms = mono_ms() - t0;
-		static const char *const live[] = { "booting", NULL };
+/* A cold boot, then the agent's HELLO_ACK, bounded by --timeout-ms counted
+ * from our start. */
+static void boot_cold(struct boot *bt)
+{
+	const struct qemu_cfg qc = qemu_cfg_at(&bt->vm, &bt->in);
+	struct qemu_argv q;
+	char msg[2048];
+	int r;
 
-		m = json_pack("{s:s, s:I, s:s, s:s?}", "state", "running", "boot_ms",
-			      (json_int_t)boot_ms, "path", W.path, "warm_key", W.on ? W.key : NULL);
-		if (m && W.resume_ms >= 0)
-			json_object_set_new(m, "resume_ms", json_integer(W.resume_ms));
-		if (!m || vm_meta_update(id, live, m) < 0)
-			warn("unable to update %s:", meta);
-		json_decref(m);
-		out = json_pack("{s:{s:s, s:s, s:s}, s:s, s:s, s:s, s:s, s:I, s:{s:s},"
-				" s:{s:s, s:s}, s:s}",
-				"vm", "id", id, "name", name, "dir", in.dir, "agent_sock", in.agent,
-				"qmp_sock", in.qmp, "path", W.path, "accel", accel, "boot_ms",
-				(json_int_t)boot_ms, "kernel", "sha256", im.ksha, "base", "flavor",
-				im.flavor, "sha256", im.bsha, "root", h.root[0] ? h.root : "ro");
-		if (!out)
-			die(EX_SYS, "unable to build the output");
-		if (!strcmp(accel, "tcg"))
-			json_object_set_new(out, "accel_reason", json_string(reason));
-		if (W.resume_ms >= 0)
-			json_object_set_new(out, "resume_ms", json_integer(W.resume_ms));
-		if (W.build_ms >= 0 && resumed && !strcmp(W.path, "snapshot-build"))
-			json_object_set_new(out, "build_ms", json_integer(W.build_ms));
-		if (W.on)
-			json_object_set_new(out, "warm_key", json_string(W.key));
-		json_object_set_new(out, "net", net_json(&NET, net_mode));
-		json_object_set(out, "warnings", W.warnings);
-		json_emit(out);
-	}
+	if (mono_ms() >= bt->deadline)
+		fail(bt, EX_TIMEOUT, "the guest agent did not answer within %lld ms",
+		     bt->cf.timeout_ms);
+	unlink(bt->in.agent);
+	unlink(bt->in.qmp);
+	unlink(bt->in.console);
+	if (qemu_argv(&q, &qc) < 0)
+		fail(bt, EX_USAGE, "path too long: %.64s...", bt->in.dir);
+	if (launch(bt, q.av, -1, msg, sizeof msg) < 0)
+		fail(bt, EX_SYS, "%s", msg);
+	if ((r = handshake(bt, bt->deadline, bt->cf.timeout_ms, msg, sizeof msg)) != 0)
+		fail(bt, r, "%s", msg);
+}
+
+/* The boot is confirmed to the supervisor; the record says running, and
+ * the result goes to stdout. */
+static void confirm_and_emit(struct boot *bt)
+{
+	static const char *const live[] = { "booting", NULL };
+	const struct pool *w = &bt->w;
+	int64_t boot_ms;
+	json_t *m, *out;
+
+	if (write(bt->ctlfd, "r", 1) != 1) /* the supervisor is gone: QEMU is too */
+		fail(bt, EX_SYS, "the supervisor exited before the boot was confirmed");
+	close(bt->ctlfd);
+	bt->ctlfd = -1;
+	if (bt->ownerfd >= 0)
+		close(bt->ownerfd);
+	if (bt->resumed)
+		warm_touch(&bt->w, !strcmp(w->path, "warm"));
+	boot_ms = mono_ms() - bt->t0;
+	m = json_pack("{s:s, s:I, s:s, s:s?}", "state", "running", "boot_ms", (json_int_t)boot_ms,
+		      "path", w->path, "warm_key", w->on ? w->key : NULL);
+	if (m && w->resume_ms >= 0)
+		json_object_set_new(m, "resume_ms", json_integer(w->resume_ms));
+	if (!m || vm_meta_update(bt->id, live, m) < 0)
+		warn("unable to update %s:", bt->meta);
+	json_decref(m);
+	out = json_pack("{s:{s:s, s:s, s:s}, s:s, s:s, s:s, s:s, s:I, s:{s:s}, s:{s:s, s:s}, s:s}",
+			"vm", "id", bt->id, "name", bt->name, "dir", bt->in.dir, "agent_sock",
+			bt->in.agent, "qmp_sock", bt->in.qmp, "path", w->path, "accel", bt->accel,
+			"boot_ms", (json_int_t)boot_ms, "kernel", "sha256", bt->im.ksha, "base",
+			"flavor", bt->im.flavor, "sha256", bt->im.bsha, "root",
+			bt->h.root[0] ? bt->h.root : "ro");
+	if (!out)
+		die(EX_SYS, "unable to build the output");
+	if (!strcmp(bt->accel, "tcg"))
+		json_object_set_new(out, "accel_reason", json_string(bt->reason));
+	if (w->resume_ms >= 0)
+		json_object_set_new(out, "resume_ms", json_integer(w->resume_ms));
+	if (w->build_ms >= 0 && bt->resumed && !strcmp(w->path, "snapshot-build"))
+		json_object_set_new(out, "build_ms", json_integer(w->build_ms));
+	if (w->on)
+		json_object_set_new(out, "warm_key", json_string(w->key));
+	json_object_set_new(out, "net", net_json(&bt->net, bt->net_mode));
+	json_object_set(out, "warnings", w->warnings);
+	json_emit(out);
+}
+
+int main(int argc, char **argv)
+{
+	struct boot *bt = calloc(1, sizeof *bt);
+
+	progname = "isopod-boot";
+	signal(SIGPIPE, SIG_IGN); /* a dead supervisor or reader is an error, not a kill */
+	if (!bt || !(bt->conn = malloc(sizeof *bt->conn)))
+		die(EX_SYS, "unable to allocate memory:");
+	*bt = (struct boot){
+		.cf = { .vcpus = 1, .mem_mib = 512, .timeout_ms = 60000 },
+		.t0 = mono_ms(),
+		.sup = -1, .supfd = -1, .ctlfd = -1, .lockfd = -1, .ownerfd = -1,
+		.net = { .slot = -1, .lock_fd = -1 },
+		.conn = bt->conn,
+		.w = POOL_INIT,
+	};
+	bt->conn->fd = -1;
+	bt->w.vm = &bt->vm;
+	bt->w.im = &bt->im;
+	bt->w.conn = bt->conn;
+	if (!(bt->w.warnings = json_array()))
+		die(EX_SYS, "unable to allocate memory:");
+	parse_args(bt, argc, argv);
+	load_vm(bt);
+	take_vm(bt);
+	take_net(bt);
+	record_booting(bt);
+	prepare_disk(bt);
+	if (bt->w.on)
+		try_warm(bt);
+	if (!bt->resumed)
+		boot_cold(bt);
+	confirm_and_emit(bt);
 	return 0;
 }

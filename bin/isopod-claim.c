@@ -189,7 +189,11 @@ int main(int argc, char **argv)
 	 * or every such slot busy.  The slot itself is taken by isopod-boot,
 	 * whose supervisor holds it. */
 	if (strcmp(net, "none")) {
-		net_check_free(net);
+		char err[PATH_MAX + 256];
+		int r = net_check_free(net, err, sizeof err);
+
+		if (r)
+			die(r, "%s", err);
 		netj = json_pack("{s:s, s:O}", "mode", net, "allow", allow);
 		if (!netj)
 			die(EX_SYS, "unable to build the net record");

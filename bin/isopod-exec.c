@@ -5,6 +5,7 @@
  * JSON carries at most 64 KiB of each, cut on a UTF-8 boundary. */
 #include "frame.h"
 #include "host.h"
+#include "qmp.h"
 #include "util.h"
 
 #include <errno.h>

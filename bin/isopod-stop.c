@@ -4,6 +4,7 @@
  * every step below waits for exactly that, never for a pid to vanish. */
 
 #include "host.h"
+#include "qmp.h"
 #include "util.h"
 
 #include <errno.h>

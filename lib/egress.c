@@ -2,6 +2,7 @@
 
 #include "egress.h"
 #include "net.h"
+#include "proc.h"
 #include "util.h"
 
 #include <errno.h>
@@ -12,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,22 +97,24 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 		snprintf(msg, msz, "egress broker: pipe: %s", strerror(errno));
 		return -1;
 	}
-	e->pid = fork();
+	{
+		/* SIGTERM, not SIGKILL: the broker writes its ledger lines.
+		 * The slot lock as its fd 3: the slot is busy while it lives. */
+		struct proc_spec ps = PROC_SPEC(e->argv);
+
+		ps.file = e->argv[0];
+		ps.out = out[1];
+		ps.err = logfd;
+		ps.keep[0] = lockfd;
+		ps.nkeep = lockfd >= 0;
+		ps.pdeathsig = SIGTERM;
+		e->pid = proc_spawn(&ps);
+	}
 	if (e->pid < 0) {
 		snprintf(msg, msz, "egress broker: fork: %s", strerror(errno));
 		close(out[0]);
 		close(out[1]);
 		return -1;
-	}
-	if (e->pid == 0) {
-		/* SIGTERM, not SIGKILL: the broker writes its ledger lines.
-		 * The slot lock as its fd 3: the slot is busy while it lives. */
-		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != me ||
-		    child_fds(out[1], logfd, lockfd) < 0)
-			_exit(126);
-		execv(e->argv[0], e->argv);
-		dprintf(2, "isopod-boot: fatal: unable to run %s: %s\n", e->argv[0], strerror(errno));
-		_exit(127);
 	}
 	close(out[1]);
 	e->pidfd = pidfd_open_(e->pid);

@@ -65,10 +65,4 @@ int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms);
 /* Decode an ERROR frame payload into kind/message buffers. */
 void frame_error_text(const struct frame *fr, char *kind, size_t ksz, char *msg, size_t msz);
 
-/* Run one argument-less QMP command ("quit", "stop", "cont", ...) on the
- * VM's QMP socket: greeting, qmp_capabilities, the command.  0 when QEMU
- * answered "return" (or, for quit, closed the socket); -1 with err set. */
-int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms,
-	       char *err, size_t errsz);
-
 #endif

@@ -34,39 +34,50 @@ int net_ntaps(void)
 	return k;
 }
 
-int net_require_taps(void)
+int net_require_taps(char *err, size_t errsz)
 {
 	int n = net_ntaps();
 
 	if (!n)
-		die(EX_SYS, "unable to find the network taps (" NET_TAP_PREFIX "0 is missing): "
-		    "run `sudo isopod-netsetup` once after each host boot, or use --net none");
+		snprintf(err, errsz, "unable to find the network taps (" NET_TAP_PREFIX "0 is missing): "
+			 "run `sudo isopod-netsetup` once after each host boot, or use --net none");
 	return n;
 }
 
-static const char *lock_dir(void)
+/* The directory of the slot locks, made when missing.  0, or an exit
+ * class with err. */
+static int lock_dir(char *d, size_t dsz, char *err, size_t errsz)
 {
-	static char d[PATH_MAX];
 	const char *e = getenv("ISOPOD_NET_LOCKS");
+	char failed[PATH_MAX];
 
-	if (e && *e)
-		pathf(d, sizeof d, "%s", e);
-	else
-		pathf(d, sizeof d, "%s/locks", store_home());
-	mkdirs(d, 0700);
-	return d;
+	if ((e && *e) ? pathn(d, dsz, "%s", e) < 0 : pathn(d, dsz, "%s/locks", store_home()) < 0) {
+		snprintf(err, errsz, "path too long: %.64s...", e && *e ? e : store_home());
+		return EX_USAGE;
+	}
+	if (mkdir_p(d, 0700, failed, sizeof failed) < 0) {
+		snprintf(err, errsz, "unable to create %.512s: %s", failed, strerror(errno));
+		return EX_SYS;
+	}
+	return 0;
 }
 
-/* LOCK_EX|LOCK_NB on slot-k: the fd, or -1 when held by another VM. */
-static int try_slot(const char *dir, int k)
+/* LOCK_EX|LOCK_NB on slot-k: the fd, -1 when held by another VM, -2 on
+ * failure (err). */
+static int try_slot(const char *dir, int k, char *err, size_t errsz)
 {
 	char p[PATH_MAX];
 	int fd;
 
-	pathf(p, sizeof p, "%s/slot-%d", dir, k);
+	if (pathn(p, sizeof p, "%s/slot-%d", dir, k) < 0) {
+		snprintf(err, errsz, "path too long: %.64s...", dir);
+		return -2;
+	}
 	fd = lock_open(p, LOCK_EX | LOCK_NB);
-	if (fd < 0 && errno != EWOULDBLOCK)
-		die(EX_SYS, "unable to lock %s:", p);
+	if (fd < 0 && errno != EWOULDBLOCK) {
+		snprintf(err, errsz, "unable to lock %.512s: %s", p, strerror(errno));
+		return -2;
+	}
 	return fd;
 }
 
@@ -92,49 +103,68 @@ const char *net_tap_mode(int k, char *out, size_t sz)
 	return out;
 }
 
-/* The first free slot of this mode, locked (its fd in *fd), or dies: 111
- * when there is no slot of the mode, 102 when all of them are busy. */
-static int find_slot(const char *mode, int *fd)
+/* The first free slot of this mode, locked (its fd in *fd, the slot in
+ * *slot).  0, or an exit class with err: 111 when there is no slot of the
+ * mode, 102 when all of them are busy. */
+static int find_slot(const char *mode, int *fd, int *slot, char *err, size_t errsz)
 {
-	const char *dir = lock_dir();
-	char m[16];
-	int n = net_require_taps(), k, nmode = 0;
+	char dir[PATH_MAX], m[16];
+	int n = net_require_taps(err, errsz), k, nmode = 0, r;
 
+	if (!n)
+		return EX_SYS;
+	if ((r = lock_dir(dir, sizeof dir, err, errsz)))
+		return r;
 	for (k = 0; k < n; k++) {
 		if (strcmp(net_tap_mode(k, m, sizeof m), mode))
 			continue;
 		nmode++;
-		if ((*fd = try_slot(dir, k)) >= 0)
-			return k;
+		if ((*fd = try_slot(dir, k, err, errsz)) >= 0) {
+			*slot = k;
+			return 0;
+		}
+		if (*fd == -2)
+			return EX_SYS;
 	}
-	if (!nmode)
-		die(EX_SYS, "no %s slots: run `sudo isopod-netsetup %s N`, or use --net none",
-		    mode, strcmp(mode, "open") ? "--slots" : "--open-slots");
-	die(EX_CONFLICT, "all %d %s network slots busy: wait for a networked VM to end, or use --net none",
-	    nmode, mode);
+	if (!nmode) {
+		snprintf(err, errsz, "no %s slots: run `sudo isopod-netsetup %s N`, or use --net none",
+			 mode, strcmp(mode, "open") ? "--slots" : "--open-slots");
+		return EX_SYS;
+	}
+	snprintf(err, errsz, "all %d %s network slots busy: wait for a networked VM to end, or use "
+		 "--net none", nmode, mode);
+	return EX_CONFLICT;
 }
 
-void net_check_free(const char *mode)
+int net_check_free(const char *mode, char *err, size_t errsz)
 {
-	int fd;
+	int fd, k, r = find_slot(mode, &fd, &k, err, errsz);
 
-	find_slot(mode, &fd);
-	close(fd);
+	if (!r)
+		close(fd);
+	return r;
 }
 
-/* The IPv4 address and MTU of the tap (set by isopod-netsetup). */
-static void tap_info(struct netslot *ns)
+/* The IPv4 address and MTU of the tap (set by isopod-netsetup).  0, or -1
+ * with err. */
+static int tap_info(struct netslot *ns, char *err, size_t errsz)
 {
 	struct ifreq ifr;
 	struct in_addr gw, guest;
 	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
-	if (s < 0)
-		die(EX_SYS, "unable to open a socket:");
+	if (s < 0) {
+		snprintf(err, errsz, "unable to open a socket: %s", strerror(errno));
+		return -1;
+	}
 	memset(&ifr, 0, sizeof ifr);
 	snprintf(ifr.ifr_name, IFNAMSIZ, "%s", ns->tap);
-	if (ioctl(s, SIOCGIFADDR, &ifr) < 0)
-		die(EX_SYS, "unable to read the address of %s (run `sudo isopod-netsetup`):", ns->tap);
+	if (ioctl(s, SIOCGIFADDR, &ifr) < 0) {
+		snprintf(err, errsz, "unable to read the address of %s (run `sudo isopod-netsetup`): %s",
+			 ns->tap, strerror(errno));
+		close(s);
+		return -1;
+	}
 	gw = ((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr;
 	ns->mtu = 1500;
 	if (ioctl(s, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu >= 576)
@@ -144,12 +174,15 @@ static void tap_info(struct netslot *ns)
 	inet_ntop(AF_INET, &gw, ns->gw, sizeof ns->gw);
 	inet_ntop(AF_INET, &guest, ns->guest, sizeof ns->guest);
 	snprintf(ns->addr, sizeof ns->addr, "%s/30", ns->guest);
+	return 0;
 }
 
-void net_take_slot(struct netslot *ns, const char *mode)
+int net_take_slot(struct netslot *ns, const char *mode, char *err, size_t errsz)
 {
-	int fd, k = find_slot(mode, &fd);
+	int fd, k, r = find_slot(mode, &fd, &k, err, errsz);
 
+	if (r)
+		return r;
 	memset(ns, 0, sizeof *ns);
 	ns->slot = k;
 	ns->lock_fd = fd;
@@ -159,7 +192,13 @@ void net_take_slot(struct netslot *ns, const char *mode)
 	ns->mac[4] = (uint8_t)(k >> 8), ns->mac[5] = (uint8_t)k;
 	snprintf(ns->macs, sizeof ns->macs, "%02x:%02x:%02x:%02x:%02x:%02x", ns->mac[0], ns->mac[1],
 		 ns->mac[2], ns->mac[3], ns->mac[4], ns->mac[5]);
-	tap_info(ns);
+	if (tap_info(ns, err, errsz) < 0) {
+		close(fd);
+		ns->slot = -1;
+		ns->lock_fd = -1;
+		return EX_SYS;
+	}
+	return 0;
 }
 
 json_t *net_json(const struct netslot *ns, const char *mode)

@@ -49,21 +49,22 @@ struct netslot {
 int net_mode_valid(const char *mode);
 /* Number of consecutive taps isopod-tap0.. present (0: netsetup not run). */
 int net_ntaps(void);
-/* Dies 111 naming `sudo isopod-netsetup` and `--net none` when no tap is
- * there; returns the number of slots (of every mode). */
-int net_require_taps(void);
+/* The number of slots (of every mode); 0 with err naming `sudo
+ * isopod-netsetup` and `--net none` when no tap is there. */
+int net_require_taps(char *err, size_t errsz);
 /* The mode of tap k per its ifalias ("filtered", "open"), or "" when it
  * has none (not made by this isopod-netsetup).  Returns out. */
 const char *net_tap_mode(int k, char *out, size_t sz);
-/* Dies 111 when no tap is there or none has this mode ("no open slots:
- * run `sudo isopod-netsetup --open-slots N`"), 102 "all N open network
- * slots busy" when every slot lock of the mode is held right now (claim's
- * early check; the slot itself is taken by net_take_slot). */
-void net_check_free(const char *mode);
+/* 0 when a slot of this mode is free right now (claim's early check; the
+ * slot itself is taken by net_take_slot); else an exit class with err:
+ * 111 when no tap is there or none has this mode ("no open slots: run
+ * `sudo isopod-netsetup --open-slots N`"), 102 "all N open network slots
+ * busy" when every slot lock of the mode is held. */
+int net_check_free(const char *mode, char *err, size_t errsz);
 /* Take the first free slot of that mode (LOCK_EX|LOCK_NB, in order) and
- * describe it; dies as net_check_free, and 111 when the tap has no
- * address. */
-void net_take_slot(struct netslot *ns, const char *mode);
+ * describe it.  0, or an exit class with err as net_check_free, and 111
+ * when the tap has no address. */
+int net_take_slot(struct netslot *ns, const char *mode, char *err, size_t errsz);
 /* {"mode", "slot", "tap", "guest_ip", "gateway", "mac"} */
 json_t *net_json(const struct netslot *ns, const char *mode);
 

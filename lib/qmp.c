@@ -126,7 +126,8 @@ int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
 	     int64_t deadline_ms)
 {
 	json_t *req, *m;
-	char *s;
+	char *s, *line = NULL;
+	size_t n;
 	int rc = 0;
 	unsigned id = ++q->id;
 
@@ -140,14 +141,17 @@ int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
 	}
 	s = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
-	if (!s) {
+	if (!s || !(line = malloc(strlen(s) + 2))) {
+		free(s);
 		snprintf(q->err, sizeof q->err, "qmp: unable to build %s", cmd);
 		return -1;
 	}
-	rc = send_all(q, s, strlen(s), fd, deadline_ms);
-	if (!rc)
-		rc = send_all(q, "\n", 1, -1, deadline_ms);
+	/* One write with its newline: QEMU acts on a complete object at
+	 * once, and after quit a separate newline would meet a closed socket. */
+	n = (size_t)sprintf(line, "%s\n", s);
 	free(s);
+	rc = send_all(q, line, n, fd, deadline_ms);
+	free(line);
 	if (rc)
 		return rc;
 	for (;;) {
@@ -179,7 +183,9 @@ int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
 	}
 }
 
-int qmp_open(struct qmp *q, const char *sock_path, int64_t deadline_ms)
+/* Connect (retrying while absent or refused until retry_ms, when retry),
+ * read the greeting, negotiate capabilities. */
+static int qmp_open_(struct qmp *q, const char *sock_path, int retry, int64_t deadline_ms)
 {
 	struct sockaddr_un sa;
 	json_t *g;
@@ -212,7 +218,7 @@ int qmp_open(struct qmp *q, const char *sock_path, int64_t deadline_ms)
 		close(fd);
 		/* Absent until QEMU has started; refused while another client
 		 * holds the monitor.  Both are transient. */
-		if (e != ENOENT && e != ECONNREFUSED && e != EAGAIN) {
+		if (!retry || (e != ENOENT && e != ECONNREFUSED && e != EAGAIN)) {
 			snprintf(q->err, sizeof q->err, "qmp: connect %s: %s", sock_path, strerror(e));
 			return -1;
 		}
@@ -239,6 +245,32 @@ int qmp_open(struct qmp *q, const char *sock_path, int64_t deadline_ms)
 		return rc;
 	}
 	return 0;
+}
+
+int qmp_open(struct qmp *q, const char *sock_path, int64_t deadline_ms)
+{
+	return qmp_open_(q, sock_path, 1, deadline_ms);
+}
+
+int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms,
+	       char *err, size_t errsz)
+{
+	struct qmp *q = malloc(sizeof *q); /* 64 KiB of buffer */
+	int r;
+
+	err[0] = 0;
+	if (!q) {
+		snprintf(err, errsz, "qmp: %s", strerror(errno));
+		return -1;
+	}
+	r = qmp_open_(q, sock_path, 0, deadline_ms);
+	if (r == 0)
+		r = qmp_call(q, command, NULL, -1, NULL, deadline_ms);
+	if (r < 0)
+		snprintf(err, errsz, "%s", q->err);
+	qmp_close(q);
+	free(q);
+	return r < 0 ? -1 : 0;
 }
 
 void qmp_close(struct qmp *q)

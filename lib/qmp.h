@@ -3,8 +3,7 @@
  * One connection, commands sent one at a time, each built with jansson and
  * tagged with an "id" so that its reply is told apart from events (which
  * are skipped).  An fd can ride along with a command (SCM_RIGHTS), as QMP's
- * getfd wants.  lib/host.c qmp_simple() remains for one-shot argument-less
- * commands. */
+ * getfd wants.  The one QMP client of the host tools. */
 #ifndef ISOPOD_QMP_H
 #define ISOPOD_QMP_H
 
@@ -33,5 +32,12 @@ void qmp_close(struct qmp *q);
  * out. */
 int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
 	     int64_t deadline_ms);
+
+/* Run one argument-less QMP command ("quit", "stop", "cont", ...) on the
+ * VM's QMP socket: one connection attempt (no waiting for a socket that is
+ * not there), greeting, qmp_capabilities, the command.  0 when QEMU
+ * answered "return" (or, for quit, closed the socket); -1 with err set. */
+int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms,
+	       char *err, size_t errsz);
 
 #endif

@@ -1,4 +1,5 @@
 /* stage.c - the stage store (see stage.h). */
+#include "proc.h"
 #include "stage.h"
 #include "util.h"
 #include "warm.h"
@@ -175,27 +176,7 @@ int label_taken(const char *label, char *holder, size_t hsz)
 
 int run_prog(char *const argv[], int quiet)
 {
-	pid_t pid = fork();
-	int st;
-
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		int fd = open("/dev/null", O_RDWR);
-
-		if (fd >= 0) {
-			dup2(fd, 0);
-			dup2(fd, 1);
-			if (quiet)
-				dup2(fd, 2);
-		}
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return proc_run(argv, PROC_NULL, quiet ? PROC_NULL : PROC_INHERIT);
 }
 
 int base_current(const char *flavor, char *sha, size_t shasz)
@@ -524,12 +505,13 @@ int stage_seal_spawn(const char *id)
 		 * signals), forks the hasher and exits at once, so the caller
 		 * reaps it now and the hasher, re-parented, leaves no zombie
 		 * and outlives the caller. */
-		int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		struct proc_spec ps = PROC_SPEC(NULL);
 		pid_t g;
 
 		/* stdio /dev/null, every other fd closed: the store lock, a
 		 * pipe the caller's caller reads to EOF, ... */
-		if (nul < 0 || child_fds(nul, nul, -1) < 0 || setsid() < 0)
+		ps.setsid = 1;
+		if (proc_child_setup(&ps, getppid()) < 0)
 			_exit(1);
 		g = fork();
 		if (g != 0)

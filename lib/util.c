@@ -83,6 +83,22 @@ const char *store_home(void)
 	return buf;
 }
 
+int pathn(char *buf, size_t sz, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sz, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sz) {
+		buf[0] = 0;
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
 char *pathf(char *buf, size_t sz, const char *fmt, ...)
 {
 	va_list ap;
@@ -96,22 +112,42 @@ char *pathf(char *buf, size_t sz, const char *fmt, ...)
 	return buf;
 }
 
-void mkdirs(const char *path, mode_t mode)
+int mkdir_p(const char *path, mode_t mode, char *failed, size_t fsz)
 {
 	char tmp[PATH_MAX];
 	char *p;
+	int n = snprintf(tmp, sizeof tmp, "%s", path);
 
-	pathf(tmp, sizeof tmp, "%s", path);
+	if (n < 0 || (size_t)n >= sizeof tmp) {
+		snprintf(failed, fsz, "%s", path);
+		errno = ENAMETOOLONG;
+		return -1;
+	}
 	for (p = tmp + 1; *p; p++) {
 		if (*p != '/')
 			continue;
 		*p = 0;
 		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-			die(EX_SYS, "unable to create %s:", tmp);
+			goto fail;
 		*p = '/';
 	}
 	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-		die(EX_SYS, "unable to create %s:", tmp);
+		goto fail;
+	return 0;
+fail:
+	snprintf(failed, fsz, "%s", tmp);
+	return -1;
+}
+
+void mkdirs(const char *path, mode_t mode)
+{
+	char failed[PATH_MAX];
+
+	if (mkdir_p(path, mode, failed, sizeof failed) < 0) {
+		if (errno == ENAMETOOLONG)
+			die(EX_USAGE, "path too long: %.64s...", path);
+		die(EX_SYS, "unable to create %s:", failed);
+	}
 }
 
 int write_all(int fd, const void *buf, size_t n)
@@ -760,23 +796,3 @@ int pidfd_kill(int pidfd, int sig)
 	return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
 }
 
-int child_fds(int outfd, int errfd, int keepfd)
-{
-	sigset_t none;
-	int nul = open("/dev/null", O_RDONLY);
-
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGPIPE, SIG_DFL);
-	if (nul < 0 || dup2(nul, 0) < 0 || dup2(outfd, 1) < 0 || dup2(errfd, 2) < 0)
-		return -1;
-	if (keepfd >= 0) {
-		/* dup2 onto itself keeps FD_CLOEXEC: clear it by hand */
-		if (keepfd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(keepfd, 3) < 0)
-			return -1;
-		close_range(4, ~0U, 0);
-	} else {
-		close_range(3, ~0U, 0);
-	}
-	return 0;
-}

@@ -34,8 +34,14 @@ __attribute__((format(printf, 1, 2))) void warnx_(const char *fmt, ...);
 const char *store_home(void);
 /* snprintf into a static-ish caller buffer; dies on truncation. */
 __attribute__((format(printf, 3, 4))) char *pathf(char *buf, size_t sz, const char *fmt, ...);
+/* snprintf a path that must fit: 0, or -1 (ENAMETOOLONG) with buf "" --
+ * never a shorter, other path.  The library's pathf. */
+__attribute__((format(printf, 3, 4))) int pathn(char *buf, size_t sz, const char *fmt, ...);
 /* mkdir -p with mode; dies on failure. */
 void mkdirs(const char *path, mode_t mode);
+/* mkdir -p with mode: 0, or -1 with errno and the directory that could not
+ * be made in failed (ENAMETOOLONG: path itself). */
+int mkdir_p(const char *path, mode_t mode, char *failed, size_t fsz);
 
 /* Atomic write: tmp + fsync + rename + fsync(dir).  Returns 0 or -1 (errno). */
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
@@ -133,9 +139,5 @@ int vm_wait_stopped(const char *id, int64_t deadline_ms);
 /* pidfd_open(2) / pidfd_send_signal(2) through syscall(2). */
 int pidfd_open_(pid_t pid);
 int pidfd_kill(int pidfd, int sig);
-/* In a forked child before exec: signals unblocked, SIGPIPE default, stdin
- * /dev/null, stdout outfd, stderr errfd, keepfd (when >= 0) as fd 3 with
- * FD_CLOEXEC cleared, every other fd closed.  0, or -1 (then _exit). */
-int child_fds(int outfd, int errfd, int keepfd);
 
 #endif

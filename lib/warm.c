@@ -1,4 +1,6 @@
 /* warm.c - the warm pool's store (see warm.h). */
+#include "proc.h"
+#include "qemu.h"
 #include "warm.h"
 #include "util.h"
 
@@ -15,7 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define QEMU "qemu-system-x86_64"
 
 int warm_key_valid(const char *s)
 {
@@ -71,21 +72,19 @@ static int run_version(const char *bin, char *out, size_t sz, char *err, size_t 
 		snprintf(err, errsz, "pipe: %s", strerror(errno));
 		return -1;
 	}
-	pid = fork();
+	{
+		char *av[] = { QEMU, "--version", NULL };
+		struct proc_spec ps = PROC_SPEC(av);
+
+		ps.file = bin;
+		ps.out = pfd[1];
+		pid = proc_spawn(&ps);
+	}
 	if (pid < 0) {
 		snprintf(err, errsz, "fork: %s", strerror(errno));
 		close(pfd[0]);
 		close(pfd[1]);
 		return -1;
-	}
-	if (pid == 0) {
-		int nul = open("/dev/null", O_RDWR);
-
-		if (nul < 0 || dup2(nul, 0) < 0 || dup2(pfd[1], 1) < 0 || dup2(nul, 2) < 0)
-			_exit(126);
-		close_range(3, ~0U, 0);
-		execl(bin, QEMU, "--version", (char *)NULL);
-		_exit(127);
 	}
 	close(pfd[1]);
 	while (got < sizeof buf - 1 && (n = read(pfd[0], buf + got, sizeof buf - 1 - got)) != 0) {
@@ -271,17 +270,17 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 	}
 	if (cur_qemu && (!q || strcmp(q, cur_qemu)))
 		json_array_append_new(why, json_sprintf("qemu changed (now %s)", cur_qemu));
-	/* isopod-boot records the command line it gives QEMU now: one built
-	 * by an older isopod-boot has a key that can never come up again. */
-	pathf(p, sizeof p, "%s/warm/argv.json", h);
-	if ((v = json_load_path(p))) {
-		const char *now = json_string_value(json_object_get(v, "fingerprint"));
+	/* A snapshot built from another QEMU command line than lib/qemu.c
+	 * builds now has a key that can never come up again.  (warm/argv.json,
+	 * where older isopod-boots recorded this, is no longer read.) */
+	{
+		char now[65];
 		const char *was = json_string_value(json_object_get(meta, "argv_fingerprint"));
 
-		if (now && (!was || strcmp(now, was)))
+		qemu_fingerprint(now);
+		if (!was || strcmp(now, was))
 			json_array_append_new(why, json_string("built by an isopod-boot that gave "
 							       "QEMU another command line"));
-		json_decref(v);
 	}
 	return why;
 }

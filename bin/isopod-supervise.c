@@ -1,0 +1,318 @@
+/* isopod-supervise - the supervisor of one VM: holds its lock, owns its
+ * QEMU (and its egress broker), and records how it ended.
+ *
+ * Exec'd by isopod-boot with fixed descriptors (s6-supervise, Firecracker's
+ * jailer): nothing else of the caller's reaches it, nor QEMU.
+ *   fd 3  vms/<id>/lock, flock-held: the lock IS "the VM is running"; it
+ *         goes when this process exits, after QEMU (and the broker) did
+ *   fd 4  control, read: 'r' once the boot is confirmed; EOF before that
+ *         (the boot failed or its process died) ends QEMU
+ *   fd 5  report, written once: "<qemu pid>\n", or "error: <why>\n"
+ *   fd 6  (--owner) the owner's pidfd: the owner gone ends QEMU
+ *   fd 7  (--mem) a warm clone's memory file: QEMU's fd 3
+ *   fd 8  (--slot) the network slot's lock: held while the VM lives, and
+ *         the broker's fd 3
+ * stdin: one JSON object {"vm":ID, "dir":DIR, "qemu":[ARGV...],
+ * "net":{"mode","gateway","allow":[...]}|null}.  The supervisor watches
+ * QEMU, the owner and its signals through pidfds and a signalfd, and kills
+ * QEMU (the pid it forked itself, never a pid read from a file).  QEMU
+ * carries PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
+
+#include "egress.h"
+#include "proc.h"
+#include "qemu.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define USAGE "isopod-supervise [--owner] [--mem] [--slot] < spec.json"
+
+enum { FD_LOCK = 3, FD_CTL, FD_REP, FD_OWNER, FD_MEM, FD_SLOT };
+
+/* What one supervisor watches, and what it found. */
+struct sup {
+	const char *id, *dir;
+	char *const *av;
+	int ctlfd, repfd, ownerfd, memfd, slotfd, sfd;
+	struct egress eg;           /* argc 0: no broker */
+	pid_t q;
+	int qfd, st, ready, killed;
+	const char *why;            /* stopped_by */
+};
+
+/* Before QEMU runs: a session of its own (isopod-boot asked for it), the
+ * signals read through a signalfd, the caller's stdio let go of. */
+static void sup_setup(struct sup *s)
+{
+	sigset_t set;
+	int nul, logfd;
+	char qlog[PATH_MAX];
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	s->sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	/* Let go of the caller's stdio: a $(isopod-boot) must see EOF when
+	 * isopod-boot exits, not when the VM does. */
+	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	snprintf(qlog, sizeof qlog, "%s/qemu.log", s->dir);
+	logfd = open(qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (s->sfd < 0 || nul < 0 || logfd < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 ||
+	    dup2(logfd, 2) < 0) {
+		dprintf(s->repfd, "error: supervisor setup: %s\n", strerror(errno));
+		_exit(111);
+	}
+	close(nul);
+	close(logfd); /* it lives on as fd 2 */
+}
+
+/* The VM's egress broker, before QEMU: filtered, proxy + DNS for the
+ * allowlist; open, DNS. */
+static void sup_broker(struct sup *s)
+{
+	char bl[PATH_MAX], msg[512];
+	json_t *m;
+	int blog;
+
+	if (!s->eg.argc)
+		return;
+	snprintf(bl, sizeof bl, "%s/broker.log", s->dir);
+	blog = open(bl, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (blog < 0 || egress_start(&s->eg, blog, s->slotfd, 5000, msg, sizeof msg) < 0) {
+		if (blog >= 0)
+			egress_log_reason(bl, msg, sizeof msg);
+		dprintf(s->repfd, "error: %s (see %s)\n", blog < 0 ? strerror(errno) : msg, bl);
+		_exit(111);
+	}
+	close(blog);
+	/* for isopod-gc, should a broker ever outlive us */
+	m = json_pack("{s:I}", "broker_pid", (json_int_t)s->eg.pid);
+	if (!m || vm_meta_update(s->id, NULL, m) < 0)
+		warn("supervisor: unable to record the broker's pid:");
+	json_decref(m);
+}
+
+/* Start QEMU and report its pid to isopod-boot. */
+static void sup_qemu(struct sup *s)
+{
+	s->q = qemu_spawn(s->av, 2, 1, s->memfd);
+	if (s->memfd >= 0)
+		close(s->memfd); /* QEMU has its own copy as fd 3 */
+	if (s->q < 0) {
+		dprintf(s->repfd, "error: unable to fork: %s\n", strerror(errno));
+		_exit(111);
+	}
+	s->qfd = pidfd_open_(s->q); /* our unreaped child: cannot be a recycled pid */
+	if (s->qfd < 0) {
+		kill(s->q, SIGKILL);
+		dprintf(s->repfd, "error: pidfd_open: %s\n", strerror(errno));
+		_exit(111);
+	}
+	dprintf(s->repfd, "%ld\n", (long)s->q);
+	close(s->repfd);
+}
+
+/* Kill QEMU once, saying why. */
+static void sup_kill(struct sup *s, const char *why, const char *note)
+{
+	if (s->killed)
+		return;
+	if (note)
+		warn("supervisor: %s: killing qemu", note);
+	s->why = why;
+	s->killed = 1;
+	kill(s->q, SIGKILL);
+}
+
+/* Watch QEMU, the signals, the owner and the control pipe until QEMU is
+ * gone; then reap it. */
+static void sup_watch(struct sup *s)
+{
+	struct pollfd pf[4];
+
+	for (;;) {
+		int n = 0, iq, is, io = -1, ic = -1;
+
+		pf[iq = n++] = (struct pollfd){ s->qfd, POLLIN, 0 };
+		pf[is = n++] = (struct pollfd){ s->sfd, POLLIN, 0 };
+		if (s->ownerfd >= 0)
+			pf[io = n++] = (struct pollfd){ s->ownerfd, POLLIN, 0 };
+		if (s->ctlfd >= 0)
+			pf[ic = n++] = (struct pollfd){ s->ctlfd, POLLIN, 0 };
+		if (poll(pf, (nfds_t)n, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			warn("supervisor: poll:");
+			s->why = "error";
+			kill(s->q, SIGKILL);
+			break;
+		}
+		if (pf[iq].revents)
+			break;
+		if (pf[is].revents) {
+			struct signalfd_siginfo si;
+			char note[64];
+
+			while (read(s->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+				snprintf(note, sizeof note, "signal %u", si.ssi_signo);
+				sup_kill(s, "signal", note);
+			}
+		}
+		if (io >= 0 && pf[io].revents) {
+			sup_kill(s, "owner", "owner exited");
+			close(s->ownerfd);
+			s->ownerfd = -1;
+		}
+		if (ic >= 0 && pf[ic].revents) {
+			char b = 0;
+			ssize_t r = read(s->ctlfd, &b, 1);
+
+			if (r == 1 && b == 'r') {
+				s->ready = 1;
+			} else if (r < 0 && errno == EINTR) {
+				continue;
+			} else if (!s->ready) {
+				/* no log line: the last line of qemu.log is the
+				 * parent's diagnostic material */
+				sup_kill(s, "boot", NULL);
+			}
+			if (r != 1 || s->ready) {
+				close(s->ctlfd);
+				s->ctlfd = -1;
+			}
+		}
+	}
+	while (waitpid(s->q, &s->st, 0) < 0 && errno == EINTR)
+		;
+}
+
+/* QEMU is gone: end the broker, then make the record final. */
+static void sup_record(struct sup *s)
+{
+	static const char *const live[] = { "booting", "running", NULL };
+	char now[32];
+	json_t *m;
+
+	/* The broker ends after QEMU and before the lock goes: its ledger is
+	 * complete when isopod-stop sees the VM stopped. */
+	egress_stop(&s->eg);
+	m = json_pack("{s:s, s:i, s:s}", "stopped_at", iso_now(now, sizeof now), "qemu_exit",
+		      proc_status(s->st), "stopped_by", s->why);
+	if (!m || vm_meta_update(s->id, NULL, m) < 0)
+		warn("supervisor: unable to update the record of %s:", s->id);
+	json_decref(m);
+	/* Before the parent confirmed the boot this is a failed boot; the
+	 * parent, if alive, overwrites error with the specific reason. */
+	if (s->ready)
+		m = json_pack("{s:s}", "state", "stopped");
+	else
+		m = json_pack("{s:s, s:s}", "state", "failed", "error",
+			      !strcmp(s->why, "boot") ? "isopod-boot failed or died before the agent answered"
+						      : "qemu stopped before the agent answered");
+	if (!m || vm_meta_update(s->id, live, m) < 0)
+		warn("supervisor: unable to update the record of %s:", s->id);
+	json_decref(m);
+}
+
+static int fd_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+/* The spec on stdin: ids and paths checked, QEMU's argv, the broker's plan. */
+static json_t *read_spec(struct sup *s, char **av, size_t avn)
+{
+	json_t *spec = json_read_stdin(), *q, *v, *net;
+	char bp[PATH_MAX], ledger[PATH_MAX], msg[512];
+	const char *mode, *gw;
+	size_t i;
+	int r;
+
+	s->id = json_string_value(json_object_get(spec, "vm"));
+	s->dir = json_string_value(json_object_get(spec, "dir"));
+	q = json_object_get(spec, "qemu");
+	if (!id_vm_ok(s->id) || !s->dir || s->dir[0] != '/' || strlen(s->dir) > PATH_MAX - 64)
+		die(EX_USAGE, "standard input: want {\"vm\":\"vm-<12 hex>\",\"dir\":ABSOLUTE,...}");
+	if (!json_is_array(q) || !json_array_size(q) || json_array_size(q) >= avn)
+		die(EX_USAGE, "standard input: want \"qemu\": [ARGV...] of 1..%zu strings", avn - 1);
+	json_array_foreach(q, i, v) {
+		if (!json_is_string(v))
+			die(EX_USAGE, "standard input: qemu[%zu] is not a string", i);
+		av[i] = (char *)json_string_value(v);
+	}
+	av[i] = NULL;
+	s->av = av;
+	net = json_object_get(spec, "net");
+	if (!json_is_object(net))
+		return spec;
+	mode = json_string_value(json_object_get(net, "mode"));
+	gw = json_string_value(json_object_get(net, "gateway"));
+	if (!mode || !gw || (strcmp(mode, "filtered") && strcmp(mode, "open")))
+		die(EX_USAGE, "standard input: want \"net\": {\"mode\":\"filtered\"|\"open\","
+			      "\"gateway\":ADDRESS,\"allow\":[...]} or null");
+	snprintf(ledger, sizeof ledger, "%s/ledger.jsonl", s->dir);
+	if ((r = egress_plan(&s->eg, egress_broker_path(bp, sizeof bp), mode, gw,
+			     json_object_get(net, "allow"), ledger, s->id, msg, sizeof msg)) < 0)
+		die(r == -2 ? EX_SYS : EX_USAGE, "vm %s: %s", s->id, msg);
+	return spec;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "owner", no_argument, NULL, 'o' },
+		{ "mem", no_argument, NULL, 'm' },
+		{ "slot", no_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct sup s = { .ctlfd = FD_CTL, .repfd = FD_REP, .ownerfd = -1, .memfd = -1,
+			 .slotfd = -1, .sfd = -1, .eg = { .pid = -1, .pidfd = -1 }, .q = -1,
+			 .qfd = -1, .why = "qemu" };
+	char *av[128];
+	json_t *spec;
+	int c, i;
+
+	progname = "isopod-supervise";
+	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'o': s.ownerfd = FD_OWNER; break;
+		case 'm': s.memfd = FD_MEM; break;
+		case 's': s.slotfd = FD_SLOT; break;
+		case 'h':
+			puts("usage: " USAGE);
+			return 0;
+		default:
+			die(EX_USAGE, "usage: %s", USAGE);
+		}
+	}
+	if (optind != argc)
+		die(EX_USAGE, "usage: %s", USAGE);
+	for (i = FD_LOCK; i <= FD_SLOT; i++)
+		if ((i <= FD_REP || i == s.ownerfd || i == s.memfd || i == s.slotfd) && !fd_open(i))
+			die(EX_USAGE, "fd %d is not open; isopod-boot starts isopod-supervise "
+				      "(see isopod-supervise(1))", i);
+	spec = read_spec(&s, av, sizeof av / sizeof av[0]);
+	sup_setup(&s);
+	sup_broker(&s);
+	sup_qemu(&s);
+	sup_watch(&s);
+	sup_record(&s);
+	json_decref(spec);
+	/* Exiting closes fd 3: the VM is no longer running. */
+	return proc_status(s.st) & 0xff;
+}

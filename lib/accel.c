@@ -1,0 +1,209 @@
+/* accel.c - kvm or tcg: the probe and its cached verdict (see accel.h). */
+#include "accel.h"
+#include "host.h"
+#include "proc.h"
+#include "qemu.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PROBE_MS 10000
+
+/* Boot the real kernel with KVM on a throwaway overlay and see whether the
+ * agent answers within PROBE_MS.  On PVM hosts /dev/kvm opens fine and an
+ * unmodified guest dies late with "KVM internal error": only a real boot
+ * tells.  Returns 1 (kvm works) or 0, reason filled. */
+int accel_probe(const struct img *im, char *reason, size_t rsz, char *err_out, size_t esz)
+{
+	char dir[PATH_MAX], err[PATH_MAX + 128], line[256], keep[PATH_MAX];
+	struct inst in;
+	struct qemu_argv q;
+	struct hello h = { 0 };
+	struct conn *conn = malloc(sizeof *conn); /* 130 KiB of buffers */
+	const char *files[] = { in.disk, in.agent, in.qmp, in.console, in.qlog };
+	int64_t t0 = mono_ms(), deadline = t0 + PROBE_MS;
+	int logfd, ok = 0, st, r = -1;
+	size_t i;
+	pid_t pid;
+
+	if (!conn) {
+		snprintf(err_out, esz, "unable to allocate memory: %s", strerror(errno));
+		return -1;
+	}
+	snprintf(dir, sizeof dir, "%s/accel/probe-%s", store_home(), im->ksha);
+	if (inst_paths(&in, dir) < 0) {
+		snprintf(err_out, esz, "path too long: %.64s...", dir);
+		free(conn);
+		return -1;
+	}
+	for (i = 0; i < sizeof files / sizeof files[0]; i++)
+		unlink(files[i]);
+	if (mkdir_p(dir, 0700, keep, sizeof keep) < 0) {
+		snprintf(err_out, esz, "unable to create %.512s: %s", keep, strerror(errno));
+		free(conn);
+		return -1;
+	}
+	if (qemu_img_overlay(im->base, in.disk, im->base_size, err, sizeof err) < 0) {
+		snprintf(err_out, esz, "kvm probe: %s", err);
+		free(conn);
+		return -1;
+	}
+	logfd = open(in.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (logfd < 0) {
+		snprintf(err_out, esz, "unable to create %.512s: %s", in.qlog, strerror(errno));
+		free(conn);
+		return -1;
+	}
+	{
+		const struct qemu_cfg qc = {
+			.accel = "kvm",
+			.mem_mib = 256,
+			.vcpus = 1,
+			.vmlinux = im->vmlinux,
+			.initrd = im->initrd,
+			.console = in.console,
+			.disk = in.disk,
+			.agent_sock = in.agent,
+			.qmp_sock = in.qmp,
+		};
+
+		pid = qemu_argv(&q, &qc) < 0 ? (errno = ENAMETOOLONG, -1)
+					      : qemu_spawn(q.av, logfd, 1, -1);
+	}
+	close(logfd);
+	if (pid < 0) {
+		snprintf(err_out, esz, "unable to start the kvm probe: %s", strerror(errno));
+		free(conn);
+		return -1;
+	}
+	for (;;) {
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", proc_status(st),
+				 last_line(in.qlog, line, sizeof line));
+			pid = -1;
+			goto done;
+		}
+		if (mono_ms() >= deadline)
+			break;
+		if (conn_open(conn, in.agent, mono_ms() + 200) == 0) {
+			r = conn_hello(conn, &h, deadline);
+			conn_close(conn);
+			break;
+		}
+	}
+	/* Any HELLO_ACK, even one carrying a guest error (a bad root disk, a
+	 * protocol mismatch), proves the kernel ran to the agent under KVM. */
+	if (r == 0 || h.root[0] || h.guest_error[0] || h.uptime_ms) {
+		ok = 1;
+		snprintf(reason, rsz, "kvm: the agent answered in %lld ms",
+			 (long long)(mono_ms() - t0));
+	} else if (proc_exited_within(pid, &st, r == -3 ? 0 : 1000)) {
+		/* The socket closes while QEMU exits: give it a moment. */
+		snprintf(reason, rsz, "kvm: qemu exited with status %d: %s", proc_status(st),
+			 last_line(in.qlog, line, sizeof line));
+		pid = -1;
+	} else if (file_has(in.qlog, "KVM internal error")) {
+		/* PVM-style hosts: the guest dies late in emulation failure and
+		 * QEMU pauses it; the log ends in a register dump. */
+		snprintf(reason, rsz, "kvm: guest kernel did not reach the agent in %d s "
+			 "(KVM internal error in qemu.log)", PROBE_MS / 1000);
+	} else {
+		last_line(in.qlog, line, sizeof line);
+		snprintf(reason, rsz, "kvm: guest kernel did not reach the agent in %d s%s%s%s",
+			 PROBE_MS / 1000, line[0] ? " (qemu.log: " : "", line, line[0] ? ")" : "");
+	}
+done:
+	if (pid > 0) { /* our own child, not yet reaped: the pid is still ours */
+		kill(pid, SIGKILL);
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+	}
+	/* Keep the probe's QEMU log beside the verdict, for whoever doubts it. */
+	snprintf(keep, sizeof keep, "%s/accel/%s.log", store_home(), im->ksha);
+	if (rename(in.qlog, keep) < 0)
+		warn("unable to keep the probe's log as %s:", keep);
+	for (i = 0; i < sizeof files / sizeof files[0]; i++)
+		unlink(files[i]);
+	rmdir(dir);
+	free(conn);
+	return ok;
+}
+
+int accel_choose(const char *forced, const char *forced_by, const struct img *im,
+		 const char **accel, char *reason, size_t rsz, char *err, size_t errsz)
+{
+	const char *dev = getenv("ISOPOD_KVM_DEV");
+	char p[PATH_MAX], f[PATH_MAX], now[32];
+	json_t *v;
+	int fd, lk, ok;
+
+	reason[0] = 0;
+	if (!dev || !*dev)
+		dev = "/dev/kvm";
+	*accel = "tcg";
+	if (forced) {
+		if (!strcmp(forced, "tcg")) {
+			snprintf(reason, rsz, "forced by %s", forced_by);
+			return 0;
+		}
+		if ((fd = open(dev, O_RDWR | O_CLOEXEC)) < 0) {
+			snprintf(err, errsz, "kvm forced by %s but unable to open %s: %s", forced_by, dev,
+				 strerror(errno));
+			return EX_SYS;
+		}
+		close(fd);
+		*accel = "kvm";
+		return 0;
+	}
+	if ((fd = open(dev, O_RDWR | O_CLOEXEC)) < 0) {
+		snprintf(reason, rsz, "%s: %s", dev, strerror(errno));
+		return 0;
+	}
+	close(fd);
+
+	snprintf(p, sizeof p, "%s/accel", store_home());
+	if (mkdir_p(p, 0700, f, sizeof f) < 0) {
+		snprintf(err, errsz, "unable to create %.512s: %s", f, strerror(errno));
+		return EX_SYS;
+	}
+	/* One probe per kernel at a time; others wait for its verdict. */
+	snprintf(p, sizeof p, "%s/accel/%s.lock", store_home(), im->ksha);
+	if ((lk = lock_open(p, LOCK_EX)) < 0) {
+		snprintf(err, errsz, "unable to lock %.512s: %s", p, strerror(errno));
+		return EX_SYS;
+	}
+	snprintf(p, sizeof p, "%s/accel/%s.json", store_home(), im->ksha);
+	if ((v = json_load_path(p))) {
+		const char *a = json_string_value(json_object_get(v, "accel"));
+		const char *r = json_string_value(json_object_get(v, "reason"));
+
+		if (a && (!strcmp(a, "kvm") || !strcmp(a, "tcg"))) {
+			snprintf(reason, rsz, "%s", r ? r : "");
+			*accel = !strcmp(a, "kvm") ? "kvm" : "tcg";
+			json_decref(v);
+			close(lk);
+			return 0;
+		}
+		json_decref(v);
+	}
+	if ((ok = accel_probe(im, reason, rsz, err, errsz)) < 0) {
+		close(lk);
+		return EX_SYS;
+	}
+	v = json_pack("{s:s, s:s, s:s}", "accel", ok ? "kvm" : "tcg", "reason", reason,
+		      "probed", iso_now(now, sizeof now));
+	if (!v || json_write_atomic(p, v) < 0)
+		warn("unable to record the kvm verdict in %s:", p);
+	json_decref(v);
+	close(lk);
+	*accel = ok ? "kvm" : "tcg";
+	return 0;
+}

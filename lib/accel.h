@@ -1,0 +1,27 @@
+/* accel.h - which accelerator a VM runs under, decided once per kernel.
+ *
+ * --accel / $ISOPOD_ACCEL force it; else tcg when /dev/kvm
+ * ($ISOPOD_KVM_DEV) does not open O_RDWR; else the verdict cached in
+ * accel/<ksha>.json; else a real boot of the kernel under KVM (bounded at
+ * 10 s) decides, and its verdict is cached with its qemu.log beside it.
+ * On PVM hosts /dev/kvm opens fine and an unmodified guest dies late with
+ * "KVM internal error": only a real boot tells.  isopod-boot and the
+ * doctor both ask here; nobody repeats the probe. */
+#ifndef ISOPOD_ACCEL_H
+#define ISOPOD_ACCEL_H
+
+#include "image.h"
+
+#include <stddef.h>
+
+/* Pick "kvm" or "tcg" into *accel (a static string); reason says why (set
+ * for tcg; for kvm only when probed).  forced: "kvm", "tcg" or NULL, and
+ * forced_by names who forced it.  0, or an exit class with err. */
+int accel_choose(const char *forced, const char *forced_by, const struct img *im,
+		 const char **accel, char *reason, size_t rsz, char *err, size_t errsz);
+/* Boot im's kernel under KVM on a throwaway overlay and see whether its
+ * agent answers within 10 s: 1 it does, 0 not (reason says why), -1 the
+ * probe could not run (err). */
+int accel_probe(const struct img *im, char *reason, size_t rsz, char *err, size_t errsz);
+
+#endif

@@ -1,0 +1,200 @@
+/* image.c - the kernel and base image a VM boots (see image.h). */
+#include "image.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int read_sha(const char *path, char out[65])
+{
+	char buf[80];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n < 64 || hex_span(buf) < 64)
+		goto bad;
+	if (n > 64 && buf[64] != '\n')
+		goto bad;
+	memcpy(out, buf, 64);
+	out[64] = 0;
+	return 0;
+bad:
+	errno = EINVAL;
+	return -1;
+}
+
+int resolve_kernel(struct img *im, char *err, size_t errsz)
+{
+	const char *h = store_home();
+	char p[PATH_MAX];
+
+	if (pathn(p, sizeof p, "%s/kernels/current", h) < 0) {
+		snprintf(err, errsz, "store path %.512s is too long", h);
+		return EX_USAGE;
+	}
+	if (read_sha(p, im->ksha) < 0) {
+		if (errno == ENOENT) {
+			snprintf(err, errsz, "no kernel registered in %.512s; run `make images`", h);
+			return EX_NOTFOUND;
+		}
+		snprintf(err, errsz, "unable to read %.512s: %s", p, strerror(errno));
+		return EX_SYS;
+	}
+	if (pathn(im->vmlinux, sizeof im->vmlinux, "%s/kernels/%s/vmlinux", h, im->ksha) < 0 ||
+	    pathn(im->initrd, sizeof im->initrd, "%s/kernels/%s/initramfs.cpio", h, im->ksha) < 0) {
+		snprintf(err, errsz, "store path %.512s is too long", h);
+		return EX_USAGE;
+	}
+	if (access(im->vmlinux, R_OK) < 0 || access(im->initrd, R_OK) < 0) {
+		snprintf(err, errsz, "kernel %.12s is registered but %.512s is missing; run `make images`",
+			 im->ksha, access(im->vmlinux, R_OK) < 0 ? im->vmlinux : im->initrd);
+		return EX_NOTFOUND;
+	}
+	return 0;
+}
+
+int resolve_base(struct img *im, const char *flavor, const char *sha, char *err, size_t errsz)
+{
+	const char *h = store_home();
+	char p[PATH_MAX];
+	struct stat st;
+
+	if (strlen(flavor) >= sizeof im->flavor || !*flavor || strchr(flavor, '/')) {
+		snprintf(err, errsz, "bad base flavor in the record: %.64s", flavor);
+		return EX_USAGE;
+	}
+	snprintf(im->flavor, sizeof im->flavor, "%s", flavor);
+	if (sha) {
+		if (!hex64_ok(sha)) {
+			snprintf(err, errsz, "bad base sha256 in the record: %s", EXC(sha));
+			return EX_USAGE;
+		}
+		memcpy(im->bsha, sha, 65);
+	} else {
+		if (pathn(p, sizeof p, "%s/images/current-%s", h, flavor) < 0) {
+			snprintf(err, errsz, "store path %.512s is too long", h);
+			return EX_USAGE;
+		}
+		if (read_sha(p, im->bsha) < 0) {
+			if (errno == ENOENT) {
+				snprintf(err, errsz, "no %s image registered in %.512s; run `make images`",
+					 flavor, h);
+				return EX_NOTFOUND;
+			}
+			snprintf(err, errsz, "unable to read %.512s: %s", p, strerror(errno));
+			return EX_SYS;
+		}
+	}
+	if (pathn(im->base, sizeof im->base, "%s/images/base-%s.img", h, im->bsha) < 0) {
+		snprintf(err, errsz, "store path %.512s is too long", h);
+		return EX_USAGE;
+	}
+	if (stat(im->base, &st) < 0) {
+		if (errno == ENOENT) {
+			snprintf(err, errsz, "base image %.512s is missing; run `make images`", im->base);
+			return EX_NOTFOUND;
+		}
+		snprintf(err, errsz, "unable to stat %.512s: %s", im->base, strerror(errno));
+		return EX_SYS;
+	}
+	im->base_size = (long long)st.st_size;
+	return 0;
+}
+
+long long qcow2_size(const char *path)
+{
+	unsigned char hd[32];
+	long long v = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), i;
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, hd, sizeof hd);
+	close(fd);
+	if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (i = 24; i < 32; i++)
+		v = v << 8 | hd[i];
+	return v;
+}
+
+int disk_chain(const char *disk, json_t *layers, char bsha[65])
+{
+	char cur[PATH_MAX], name[PATH_MAX], nxt[PATH_MAX];
+	unsigned char hd[20];
+	int depth, i;
+
+	if (pathn(cur, sizeof cur, "%s", disk) < 0)
+		return -1;
+	for (depth = 0; depth < 80; depth++) {
+		const char *b = strrchr(cur, '/') ? strrchr(cur, '/') + 1 : cur;
+		unsigned long long off = 0;
+		unsigned len = 0;
+		ssize_t n;
+		int fd = open(cur, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0)
+			return -1;
+		n = pread(fd, hd, sizeof hd, 0);
+		if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
+			/* raw: the base image */
+			close(fd);
+			if (depth == 0 || strncmp(b, "base-", 5) || strlen(b) != 5 + 64 + 4 ||
+			    strcmp(b + 69, ".img"))
+				return -1;
+			memcpy(bsha, b + 5, 64);
+			bsha[64] = 0;
+			return hex64_ok(bsha) ? 0 : -1;
+		}
+		if (depth > 0) {
+			/* .../stages/<id>/layer.qcow2 */
+			char d[PATH_MAX], *id;
+
+			snprintf(d, sizeof d, "%s", cur); /* cur fits d: same size */
+			if (strcmp(b, "layer.qcow2") || (b - cur) < 2) {
+				close(fd);
+				return -1;
+			}
+			d[b - cur - 1] = 0;
+			id = strrchr(d, '/') ? strrchr(d, '/') + 1 : d;
+			if (strncmp(id, "st-", 3)) {
+				close(fd);
+				return -1;
+			}
+			json_array_insert_new(layers, 0, json_string(id));
+		}
+		for (i = 8; i < 16; i++)
+			off = off << 8 | hd[i];
+		for (i = 16; i < 20; i++)
+			len = len << 8 | hd[i];
+		if (!off || !len || len >= sizeof name ||
+		    pread(fd, name, len, (off_t)off) != (ssize_t)len) {
+			close(fd);
+			return -1;
+		}
+		close(fd);
+		name[len] = 0;
+		if (name[0] == '/') {
+			snprintf(nxt, sizeof nxt, "%s", name); /* len < sizeof name */
+		} else {
+			int dl = (int)(b - cur);
+
+			if (pathn(nxt, sizeof nxt, "%.*s%s", dl, cur, name) < 0)
+				return -1;
+		}
+		memcpy(cur, nxt, sizeof cur);
+	}
+	return -1;
+}

@@ -1,0 +1,36 @@
+/* image.h - the kernel and base image a VM boots, resolved in the store.
+ *
+ * kernels/current names the kernel (kernels/<ksha>/{vmlinux,
+ * initramfs.cpio}); images/current-<flavor> the current base of a flavor
+ * (images/base-<sha>.img).  Errors come back as the exit class they are
+ * (EX_NOTFOUND: not registered, run `make images`; EX_USAGE: a bad record;
+ * EX_SYS) with a message; the tool decides what to do with them. */
+#ifndef ISOPOD_IMAGE_H
+#define ISOPOD_IMAGE_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+
+struct img {
+	char ksha[65], vmlinux[PATH_MAX], initrd[PATH_MAX];
+	char flavor[64], bsha[65], base[PATH_MAX];
+	long long base_size;
+};
+
+/* Read "<64 hex>\n" from a pointer file.  0, or -1 (errno; EINVAL if bad). */
+int read_sha(const char *path, char out[65]);
+/* kernels/current.  0, or an exit class with err. */
+int resolve_kernel(struct img *im, char *err, size_t errsz);
+/* The base image: the one a fork recorded (sha given), else the current
+ * build of the flavor.  0, or an exit class with err. */
+int resolve_base(struct img *im, const char *flavor, const char *sha, char *err, size_t errsz);
+/* Virtual size of a qcow2 image from its header; -1 (errno) when it is not one. */
+long long qcow2_size(const char *path);
+/* The backing chain of a qcow2 disk from the images' headers: the stage
+ * ids root first (appended to layers) and the sha256 of the raw base
+ * image at its end.  0, or -1 when it is not a chain of stage layers
+ * over a store base image. */
+int disk_chain(const char *disk, json_t *layers, char bsha[65]);
+
+#endif

@@ -1,0 +1,154 @@
+/* proc.c - spawn a program with an explicit descriptor plan (see proc.h). */
+#include "proc.h"
+#include "util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int proc_child_setup(const struct proc_spec *ps, pid_t parent)
+{
+	int src[3 + PROC_KEEP_MAX], tmp[3 + PROC_KEEP_MAX];
+	int n = 3 + ps->nkeep, i, nul = -1, top;
+	sigset_t none;
+
+	if (ps->nkeep < 0 || ps->nkeep > PROC_KEEP_MAX)
+		return -1;
+	if (ps->setsid && setsid() < 0)
+		return -1;
+	if (ps->pdeathsig) {
+		if (prctl(PR_SET_PDEATHSIG, ps->pdeathsig) < 0)
+			return -1;
+		if (getppid() != parent) /* the parent died before prctl */
+			return -1;
+	}
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	if (ps->umask >= 0)
+		umask((mode_t)ps->umask);
+	src[0] = ps->in;
+	src[1] = ps->out;
+	src[2] = ps->err;
+	for (i = 0; i < ps->nkeep; i++)
+		src[3 + i] = ps->keep[i];
+	/* Every source first goes above the targets (close-on-exec), so no
+	 * dup2 below can overwrite a source still to be placed. */
+	top = n;
+	for (i = 0; i < n; i++) {
+		int s = src[i];
+
+		if (s == PROC_INHERIT)
+			s = i;
+		else if (s == PROC_NULL && i < 3) {
+			if (nul < 0 && (nul = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+				return -1;
+			s = nul;
+		} else if (s < 0) {
+			tmp[i] = -1;
+			continue;
+		}
+		if ((tmp[i] = fcntl(s, F_DUPFD_CLOEXEC, top)) < 0)
+			return -1;
+	}
+	for (i = 0; i < n; i++) {
+		if (tmp[i] < 0) {
+			close(i);
+			continue;
+		}
+		/* dup2 onto a different fd clears FD_CLOEXEC on the target */
+		if (dup2(tmp[i], i) < 0)
+			return -1;
+	}
+	close_range((unsigned)n, ~0U, 0);
+	return 0;
+}
+
+pid_t proc_spawn(const struct proc_spec *ps)
+{
+	pid_t parent = getpid(), pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid != 0)
+		return pid;
+	if (proc_child_setup(ps, parent) < 0)
+		_exit(126);
+	if (ps->file)
+		execv(ps->file, ps->argv);
+	else
+		execvp(ps->argv[0], ps->argv);
+	dprintf(2, "%s: fatal: unable to exec %s: %s\n", progname ? progname : "isopod",
+		ps->file ? ps->file : ps->argv[0], strerror(errno));
+	_exit(127);
+}
+
+int proc_wait(pid_t pid, int *status)
+{
+	while (waitpid(pid, status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return 0;
+}
+
+int proc_status(int st)
+{
+	return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+int proc_exited_within(pid_t pid, int *st, int ms)
+{
+	int64_t until = mono_ms() + ms;
+
+	for (;;) {
+		if (waitpid(pid, st, WNOHANG) == pid)
+			return 1;
+		if (mono_ms() >= until)
+			return 0;
+		usleep(10 * 1000);
+	}
+}
+
+int proc_run(char *const argv[], int out, int err)
+{
+	struct proc_spec ps = PROC_SPEC(argv);
+	pid_t pid;
+	int st;
+
+	ps.out = out;
+	ps.err = err;
+	if ((pid = proc_spawn(&ps)) < 0 || proc_wait(pid, &st) < 0)
+		return -1;
+	return proc_status(st);
+}
+
+const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env)
+{
+	const char *e = env ? getenv(env) : NULL;
+	char self[PATH_MAX];
+	ssize_t n;
+	char *slash;
+
+	if (e && *e) {
+		snprintf(buf, sz, "%s", e);
+		return buf;
+	}
+	n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0) {
+		snprintf(buf, sz, "%s", name);
+		return buf;
+	}
+	self[n] = '\0';
+	if ((slash = strrchr(self, '/')))
+		*slash = '\0';
+	snprintf(buf, sz, "%s/%s", self, name);
+	return buf;
+}

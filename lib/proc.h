@@ -1,0 +1,59 @@
+/* proc.h - the one way a host tool starts another program.
+ *
+ * fork + exec with an explicit descriptor plan: stdin, stdout and stderr
+ * named (or /dev/null), a keep-list that becomes fds 3, 4, ... in order,
+ * every other descriptor closed; signals unblocked and SIGPIPE default;
+ * optionally a session of its own, a parent-death signal and a umask.
+ * The fd plan is applied through descriptors above the target range, so a
+ * source may be any fd, even one of the targets (bubblewrap's fdwalk and
+ * catatonit do the same before exec). */
+#ifndef ISOPOD_PROC_H
+#define ISOPOD_PROC_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#define PROC_NULL (-1)    /* a std fd: /dev/null; a keep entry: left closed */
+#define PROC_INHERIT (-2) /* a std fd: the caller's own */
+#define PROC_KEEP_MAX 8
+
+struct proc_spec {
+	char *const *argv;
+	const char *file;       /* the program; NULL: argv[0] looked up in PATH */
+	int in, out, err;       /* fds for 0, 1, 2: an fd, PROC_NULL or PROC_INHERIT */
+	int keep[PROC_KEEP_MAX];/* keep[i] becomes fd 3+i (PROC_NULL: closed) */
+	int nkeep;
+	int pdeathsig;          /* 0: none; else delivered when the caller dies */
+	int setsid;             /* 1: a session of its own */
+	int umask;              /* -1: unchanged */
+};
+
+/* A spec with every member in its neutral state: argv set, std fds
+ * /dev/null, nothing kept, umask unchanged. */
+#define PROC_SPEC(av) { .argv = (av), .in = PROC_NULL, .out = PROC_NULL, .err = PROC_NULL, \
+			.umask = -1 }
+
+/* In a child just forked (by proc_spawn, or by a caller that runs code of
+ * its own rather than exec, like the stage seal's hasher): apply the plan
+ * (session, parent-death signal, umask, descriptors; every fd not in the
+ * plan closed).  parent is the forking process's pid.  0, or -1: the
+ * child should _exit. */
+int proc_child_setup(const struct proc_spec *ps, pid_t parent);
+/* Start it.  The child exits 126 when it cannot set its descriptors up,
+ * 127 when exec fails (naming the program on its stderr).  The pid, or -1
+ * with errno. */
+pid_t proc_spawn(const struct proc_spec *ps);
+/* waitpid, retrying on EINTR.  0, or -1 with errno. */
+int proc_wait(pid_t pid, int *status);
+/* Exit status as one number: the code, or 128+sig when signalled. */
+int proc_status(int st);
+/* Reap our child pid if it exits within ms milliseconds.  1 reaped. */
+int proc_exited_within(pid_t pid, int *st, int ms);
+/* Run argv to completion (stdin /dev/null, stdout and stderr as given).
+ * Its proc_status, or -1 with errno when it could not be started. */
+int proc_run(char *const argv[], int out, int err);
+/* The tool `name` beside the running program (isopod-boot finds
+ * isopod-supervise so), or $env when set.  Returns buf. */
+const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env);
+
+#endif

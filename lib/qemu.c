@@ -1,0 +1,285 @@
+/* qemu.c - the one QEMU command-line builder (see qemu.h). */
+#include "proc.h"
+#include "qemu.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The command line.  Device order is fixed: memory snapshots are only
+ * restorable into an identical machine.  With memfile, guest RAM is that
+ * file (memory-backend-file): share=1 for a warm template (its RAM lands
+ * in the file), share=0 for a clone (a private copy-on-write mapping of
+ * it: clones share its clean pages); incoming adds `-incoming defer`.
+ * Everything else is the same for cold boots, templates and clones.
+ * Never add a device that discards guest RAM (virtio-balloon, virtio-mem):
+ * QEMU 7.2 discards file-backed RAM with fallocate(PUNCH_HOLE) on the
+ * file even for share=off, i.e. a clone's guest could punch holes in the
+ * snapshot every clone maps (the ctime check would then retire it). */
+int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
+{
+	int tcg = !strcmp(c->accel, "tcg"), n = 0;
+	const char *memfile = c->memfile;
+
+	/* Under TCG the minimal kernel needs the PIT for its timer. */
+	snprintf(q->machine, sizeof q->machine, "microvm,acpi=off,x-option-roms=off%s%s",
+		 tcg ? ",pit=on" : "", memfile ? ",memory-backend=mem0" : "");
+	snprintf(q->mem, sizeof q->mem, "%lld", c->mem_mib);
+	snprintf(q->smp, sizeof q->smp, "%lld", c->vcpus);
+	if (pathn(q->con, sizeof q->con, "file,id=con,path=%s", c->console) < 0 ||
+	    pathn(q->drive, sizeof q->drive,
+		 "id=root,file=%s,format=qcow2,if=none,discard=unmap,werror=report,rerror=report",
+		 c->disk) < 0 ||
+	    pathn(q->agent, sizeof q->agent, "socket,id=agent,path=%s,server=on,wait=off",
+		 c->agent_sock) < 0 ||
+	    pathn(q->qmp, sizeof q->qmp, "unix:%s,server=on,wait=off", c->qmp_sock) < 0)
+		return -1;
+	if (memfile &&
+	    pathn(q->obj, sizeof q->obj,
+		 "memory-backend-file,id=mem0,size=%lldM,mem-path=%s,share=%s", c->mem_mib, memfile,
+		 c->share ? "on" : "off") < 0)
+		return -1;
+#define A(s) (q->av[n++] = (char *)(s))
+	A(QEMU);
+	A("-M"); A(q->machine);
+	A("-accel"); A(tcg ? "tcg" : "kvm");
+	A("-cpu"); A(tcg ? "max" : "host");
+	A("-m"); A(q->mem);
+	if (memfile) {
+		A("-object"); A(q->obj);
+	}
+	A("-smp"); A(q->smp);
+	A("-nodefaults"); A("-no-user-config"); A("-nographic"); A("-no-reboot");
+	/* seccomp: no setuid/capset (QEMU may run as root), no affinity or
+	 * scheduler games, no fork/exec (snapshots travel over fds passed with
+	 * QMP getfd, never `migrate exec:`). */
+	A("-sandbox"); A("on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny");
+	A("-kernel"); A(c->vmlinux);
+	A("-initrd"); A(c->initrd);
+	A("-append");
+	A("console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000");
+	A("-chardev"); A(q->con);
+	A("-serial"); A("chardev:con");
+	A("-drive"); A(q->drive);
+	A("-device"); A("virtio-blk-device,drive=root");
+	A("-device"); A("virtio-serial-device");
+	A("-chardev"); A(q->agent);
+	A("-device"); A("virtserialport,chardev=agent,name=isopod.agent");
+	A("-device"); A("virtio-rng-device");
+	if (c->tap) {
+		/* Last device: the order of the others never depends on it.
+		 * Templates, clones and cold boots all have this very device;
+		 * only the tap and the MAC are the VM's own.  A clone's QEMU
+		 * takes the template's MAC and receive filter from the
+		 * migration stream, whatever mac= says: the agent's
+		 * SIOCSIFHWADDR moves it to the slot's (virtio-net
+		 * CTRL_MAC_ADDR_SET on the control queue). */
+		if (pathn(q->netdev, sizeof q->netdev,
+			 "tap,id=net0,ifname=%s,script=no,downscript=no", c->tap) < 0 ||
+		    pathn(q->nic, sizeof q->nic, "virtio-net-device,netdev=net0,mac=%s", c->mac) < 0)
+			return -1;
+		A("-netdev"); A(q->netdev);
+		A("-device"); A(q->nic);
+	}
+	A("-qmp"); A(q->qmp);
+	if (c->incoming) {
+		A("-incoming"); A("defer");
+	}
+	q->av[n] = NULL;
+#undef A
+	return 0;
+}
+
+
+int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, long long vcpus,
+		    int nic)
+{
+	const struct qemu_cfg c = {
+		.accel = accel,
+		.mem_mib = mem_mib,
+		.vcpus = vcpus,
+		.vmlinux = "@kernel/vmlinux",
+		.initrd = "@kernel/initramfs.cpio",
+		.console = "@vm/console.log",
+		.disk = "@vm/disk.qcow2",
+		.agent_sock = "@vm/agent.sock",
+		.qmp_sock = "@vm/qmp.sock",
+		.memfile = "@mem",
+		.share = 1,
+		.tap = nic ? "@tap" : NULL,
+		.mac = nic ? "@mac" : NULL,
+	};
+
+	return qemu_argv(q, &c);
+}
+
+void qemu_fingerprint(char out[65])
+{
+	static const char *const accels[] = { "tcg", "kvm" };
+	crypto_hash_sha256_state st;
+	unsigned char h[crypto_hash_sha256_BYTES];
+	struct qemu_argv q;
+	char **a;
+	size_t i;
+
+	crypto_hash_sha256_init(&st);
+	for (i = 0; i < 4; i++) {
+		qemu_shape_argv(&q, accels[i % 2], 64, 1, i >= 2); /* placeholders: always fit */
+		for (a = q.av; *a; a++)
+			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
+	}
+	crypto_hash_sha256_final(&st, h);
+	for (i = 0; i < sizeof h; i++)
+		sprintf(out + 2 * i, "%02x", h[i]);
+}
+
+int inst_paths(struct inst *in, const char *dir)
+{
+	if (pathn(in->dir, sizeof in->dir, "%s", dir) < 0 ||
+	    pathn(in->disk, sizeof in->disk, "%s/disk.qcow2", dir) < 0 ||
+	    pathn(in->agent, sizeof in->agent, "%s/agent.sock", dir) < 0 ||
+	    pathn(in->qmp, sizeof in->qmp, "%s/qmp.sock", dir) < 0 ||
+	    pathn(in->console, sizeof in->console, "%s/console.log", dir) < 0 ||
+	    pathn(in->qlog, sizeof in->qlog, "%s/qemu.log", dir) < 0)
+		return -1;
+	return 0;
+}
+
+struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
+{
+	return (struct qemu_cfg){
+		.accel = vm->accel,
+		.mem_mib = vm->mem_mib,
+		.vcpus = vm->vcpus,
+		.vmlinux = vm->vmlinux,
+		.initrd = vm->initrd,
+		.console = in->console,
+		.disk = in->disk,
+		.agent_sock = in->agent,
+		.qmp_sock = in->qmp,
+		.tap = vm->tap,
+		.mac = vm->mac,
+	};
+}
+
+pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd)
+{
+	struct proc_spec ps = PROC_SPEC(av);
+
+	ps.out = ps.err = outfd;
+	ps.keep[0] = keepfd;
+	ps.nkeep = keepfd >= 0;
+	ps.pdeathsig = pdeath ? SIGKILL : 0;
+	/* bind() makes a unix socket 0777 & ~umask: 0177 gives QEMU's sockets
+	 * (qmp.sock, agent.sock) 0600 from the start, with no window a chmod
+	 * after the bind would leave.  The files QEMU and qemu-img create are
+	 * 0600 under 077 too; neither makes a directory. */
+	ps.umask = 0177;
+	return proc_spawn(&ps);
+}
+
+int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
+{
+	pid_t pid;
+	int st;
+
+	if ((pid = qemu_spawn(av, 2, 0, -1)) < 0) {
+		snprintf(err, errsz, "unable to fork qemu-img: %s", strerror(errno));
+		return -1;
+	}
+	if (proc_wait(pid, &st) < 0) {
+		snprintf(err, errsz, "unable to wait for qemu-img: %s", strerror(errno));
+		return -1;
+	}
+	if (st != 0) {
+		snprintf(err, errsz, "qemu-img %s%s%s failed (status %d)", av[1], disk ? " " : "",
+			 disk ? disk : "", proc_status(st));
+		return -1;
+	}
+	return 0;
+}
+
+int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *err,
+		     size_t errsz)
+{
+	char size[32];
+	char *av[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
+		       (char *)base, (char *)disk, size, NULL };
+
+	snprintf(size, sizeof size, "%lld", bytes);
+	unlink(disk);
+	return qemu_img(av, disk, err, errsz);
+}
+
+int qemu_img_grow(const char *disk, long long bytes, char *err, size_t errsz)
+{
+	char size[32];
+	char *av[] = { "qemu-img", "resize", "-q", (char *)disk, size, NULL };
+
+	snprintf(size, sizeof size, "%lld", bytes);
+	return qemu_img(av, disk, err, errsz);
+}
+
+const char *last_line(const char *path, char *out, size_t sz)
+{
+	char buf[2048];
+	ssize_t n;
+	char *e, *s, *p;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+	out[0] = 0;
+	if (fd < 0)
+		return out;
+	n = lseek(fd, 0, SEEK_END);
+	if (n > (ssize_t)sizeof buf - 1)
+		lseek(fd, n - (ssize_t)(sizeof buf - 1), SEEK_SET);
+	else
+		lseek(fd, 0, SEEK_SET);
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return out;
+	buf[n] = 0;
+	e = buf + n;
+	while (e > buf && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+		e--;
+	*e = 0;
+	s = e;
+	while (s > buf && s[-1] != '\n')
+		s--;
+	for (p = s; *p; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+			*p = '?';
+	n = (ssize_t)strlen(s);
+	if ((size_t)n >= sz) /* keep the end: that is where the error is */
+		s += (size_t)n - (sz - 1), n = (ssize_t)sz - 1;
+	memcpy(out, s, (size_t)n + 1);
+	return out;
+}
+
+int file_has(const char *path, const char *needle)
+{
+	enum { CAP = 1 << 16 };
+	char *buf = malloc(CAP);
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r;
+
+	if (fd < 0 || !buf) {
+		if (fd >= 0)
+			close(fd);
+		free(buf);
+		return 0;
+	}
+	n = read(fd, buf, CAP - 1);
+	close(fd);
+	r = n > 0 && memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
+	free(buf);
+	return r;
+}

@@ -1,0 +1,95 @@
+/* qemu.h - the one QEMU command-line builder, and the little around it
+ * that every QEMU instance needs (its files, qemu-img, its log).
+ *
+ * isopod-boot (cold boots, warm templates and clones), the KVM probe,
+ * the warm key and the argv fingerprint isopod-warm and isopod-gc check
+ * snapshots against all come from qemu_argv(): there is no second copy of
+ * the machine to drift. */
+#ifndef ISOPOD_QEMU_H
+#define ISOPOD_QEMU_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define QEMU "qemu-system-x86_64"
+
+/* One QEMU instance: what it boots, how big, where its files are, how its
+ * RAM starts.  Fill it with designated initialisers; unset members are
+ * off (no RAM file, no NIC, not incoming). */
+struct qemu_cfg {
+	const char *accel;              /* "kvm" or "tcg" */
+	long long mem_mib, vcpus;
+	const char *vmlinux, *initrd;
+	const char *console, *disk, *agent_sock, *qmp_sock;
+	const char *memfile;            /* guest RAM file (warm), or NULL */
+	int share;                      /* with memfile: 1 a template, 0 a clone */
+	int incoming;                   /* -incoming defer: a clone */
+	const char *tap, *mac;          /* the NIC (last device), or NULL: none */
+};
+
+struct qemu_argv {
+	char machine[160], mem[32], smp[32], con[PATH_MAX + 32], drive[PATH_MAX + 64];
+	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32], obj[PATH_MAX + 128];
+	char netdev[96], nic[96];
+	char *av[64];
+};
+
+/* Build the command line into q (q->av, NULL-terminated, points into q).
+ * 0, or -1 with errno ENAMETOOLONG when a path does not fit. */
+int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c);
+/* The command line of a shape with every per-VM part replaced by a
+ * placeholder (paths @vm/..., kernel @kernel/..., RAM file @mem share=on,
+ * tap @tap, MAC @mac when nic): what the warm key hashes. */
+int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, long long vcpus,
+		    int nic);
+/* sha256 of the shape command lines of both accelerators, with and without
+ * a NIC: it changes exactly when this build gives QEMU another command
+ * line.  Snapshots record it; one built with another is orphaned. */
+void qemu_fingerprint(char out[65]);
+
+/* The files of one QEMU instance (a VM, or the KVM probe). */
+struct inst {
+	char dir[PATH_MAX], disk[PATH_MAX], agent[PATH_MAX], qmp[PATH_MAX];
+	char console[PATH_MAX], qlog[PATH_MAX];
+};
+
+/* dir's disk.qcow2, agent.sock, qmp.sock, console.log, qemu.log.  0, or -1
+ * (ENAMETOOLONG). */
+int inst_paths(struct inst *in, const char *dir);
+
+/* What every QEMU of one VM shares -- its cold boot, its warm template and
+ * its clone -- apart from its files and how its RAM starts. */
+struct qemu_vm {
+	const char *accel;              /* "kvm" or "tcg" */
+	long long mem_mib, vcpus;
+	const char *vmlinux, *initrd;
+	const char *tap, *mac;          /* the NIC, or NULL */
+};
+
+/* The configuration of vm's QEMU with its files at in (no RAM file, not
+ * incoming: the caller adds those). */
+struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in);
+
+/* Start QEMU (av): stdin /dev/null, stdout+stderr on outfd, umask 077
+ * (the sockets it creates are 0600), keepfd (when >= 0) as fd 3 -- a
+ * clone's memory file, which QEMU opens as /proc/self/fd/3 (the very
+ * inode that was verified, not a path that may have changed since) --
+ * nothing else open.  With pdeath, SIGKILLed when the caller dies. */
+pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd);
+
+/* Run qemu-img (av) to completion; its messages go to our stderr.  0, or
+ * -1 with err naming the verb (av[1]) and, when given, the disk. */
+int qemu_img(char *const av[], const char *disk, char *err, size_t errsz);
+/* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <bytes>. */
+int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *err, size_t errsz);
+/* qemu-img resize -q <disk> <bytes>. */
+int qemu_img_grow(const char *disk, long long bytes, char *err, size_t errsz);
+
+/* The last non-empty line of a log (console.log is guest output: control
+ * and non-ASCII bytes become '?').  Returns out. */
+const char *last_line(const char *path, char *out, size_t sz);
+/* Does the (small) file contain needle? */
+int file_has(const char *path, const char *needle);
+
+#endif

@@ -1,0 +1,807 @@
+/* warmpool.c - the warm pool as a boot uses it (see warmpool.h).
+ *
+ * Every path built here lies under the store root or a VM directory,
+ * which isopod-boot has checked to be short (a unix socket path must fit
+ * 108 bytes), so none is ever cut short. */
+#include "host.h"
+#include "qmp.h"
+#include "proc.h"
+#include "util.h"
+#include "warm.h"
+#include "warmpool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BUILD_MAX_MS 120000  /* a template boot, at most (bounded by --timeout-ms too) */
+#define RETIRE_WAIT_MS 5000
+#define MIB (1024LL * 1024)
+
+/* Has the owner exited?  Then no run wants this VM: stop building or
+ * waiting for a snapshot. */
+int owner_gone(const struct pool *w)
+{
+	struct pollfd p = { w->ownerfd, POLLIN, 0 };
+
+	return w->ownerfd >= 0 && poll(&p, 1, 0) > 0;
+}
+
+/* A warning for the result (and stderr, which the front end relays). */
+void warm_warn(struct pool *w, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	warn("%s", msg);
+	json_array_append_new(w->warnings, json_string(msg));
+}
+
+/* The key: sha256 over everything a resume depends on.  The QEMU command
+ * line goes in whole, with this VM's paths, tap and MAC replaced, so any
+ * change to the machine (a device, an option, the kernel command line)
+ * moves the key.  The net mode goes in by name: filtered and open VMs have
+ * the same NIC but never share a snapshot.  0, or -1 when this VM cannot
+ * be keyed (the pool is then off, with a warning). */
+int warm_setup(struct pool *w, json_t *rec, long long disk_bytes, const char *forked_disk,
+	       const char *net_mode)
+{
+	const struct img *im = w->im;
+	const char *accel = w->vm->accel;
+	char err[512], **a, bsha[65];
+	struct qemu_argv q;
+	json_t *v, *l, *chain;
+	size_t i, tlen = 0;
+	FILE *f;
+
+	if (qemu_version(w->qver, sizeof w->qver, err, sizeof err) < 0) {
+		warm_warn(w, "warm pool not used: %s", err);
+		return -1;
+	}
+	v = json_object_get(rec, "layers");
+	if (json_object_get(rec, "stage") && json_is_string(json_object_get(rec, "stage")) &&
+	    !json_array_size(v)) {
+		warm_warn(w, "warm pool not used: the record names a stage but no layers");
+		return -1;
+	}
+	w->layers = json_array();
+	json_array_foreach(v, i, l) {
+		const char *s = json_string_value(l);
+
+		if (!s || strncmp(s, "st-", 3) || strchr(s, '/') || strchr(s, '\n') ||
+		    strlen(s) > 64) {
+			warm_warn(w, "warm pool not used: bad stage id in the record's layers");
+			return -1;
+		}
+		json_array_append_new(w->layers, json_string(s));
+	}
+	/* Resuming over another chain than the template's would show the
+	 * guest a disk that disagrees with the file system it has cached:
+	 * the key names the chain the disk really has, read from the qcow2
+	 * headers, and it must be the one the record says. */
+	if (forked_disk) {
+		chain = json_array();
+		if (disk_chain(forked_disk, chain, bsha) < 0 || !json_equal(chain, w->layers) ||
+		    strcmp(bsha, im->bsha)) {
+			warm_warn(w, "warm pool not used: the backing chain of %s is not the one its record "
+			      "names", forked_disk);
+			json_decref(chain);
+			return -1;
+		}
+		json_decref(chain);
+	} else if (json_array_size(w->layers)) {
+		warm_warn(w, "warm pool not used: the record names stages but boot makes the disk");
+		return -1;
+	}
+	w->disk_bytes = disk_bytes;
+	w->net = net_mode;
+	/* The per-VM parts (paths, tap, MAC) are placeholders: a key names
+	 * a shape, not a VM. */
+	if (qemu_shape_argv(&q, accel, w->vm->mem_mib, w->vm->vcpus, w->vm->tap != NULL) < 0) {
+		warm_warn(w, "warm pool not used: unable to build the QEMU command line");
+		return -1;
+	}
+
+	if (!(f = open_memstream(&w->text, &tlen))) {
+		warm_warn(w, "warm pool not used: unable to allocate memory");
+		return -1;
+	}
+	fprintf(f, "isopod-warm %d\nkernel %s\nbase %s\nlayers", WARM_FORMAT, im->ksha, im->bsha);
+	json_array_foreach(w->layers, i, v)
+		fprintf(f, " %s", json_string_value(v));
+	fprintf(f, "\ndisk_bytes %lld\nvcpus %lld\nmem_mib %lld\nnet %s\naccel %s\nqemu %s\n",
+		disk_bytes, w->vm->vcpus, w->vm->mem_mib, net_mode, accel, w->qver);
+	for (a = q.av; *a; a++)
+		fprintf(f, "arg %s\n", *a);
+	if (fclose(f) != 0) {
+		warm_warn(w, "warm pool not used: unable to allocate memory");
+		return -1;
+	}
+	sha256_hex(w->text, tlen, w->key);
+	{
+		char failed[PATH_MAX];
+
+		if (mkdir_p(warm_root(0), 0700, failed, sizeof failed) < 0) {
+			warm_warn(w, "warm pool not used: unable to create %s: %s", failed,
+				  strerror(errno));
+			return -1;
+		}
+	}
+	snprintf(w->dir, sizeof w->dir, "%s/%s", warm_root(0), w->key);
+	qemu_fingerprint(w->argv_fp);
+	/* (boot refused a store path with ',' before: QEMU options cannot
+	 * carry it) */
+	return 0;
+}
+
+static int published(const struct pool *w)
+{
+	char p[PATH_MAX];
+
+	pathn(p, sizeof p, "%s/meta.json", w->dir);
+	return access(p, F_OK) == 0;
+}
+
+/* Poll query-migrate (template) until the migration is over.  0 or -1. */
+static int migrate_wait(struct qmp *qm, int64_t deadline, char *msg, size_t msz)
+{
+	for (;;) {
+		json_t *ret = NULL;
+		const char *s;
+		int r = qmp_call(qm, "query-migrate", NULL, -1, &ret, deadline);
+
+		if (r < 0) {
+			snprintf(msg, msz, "%s", qm->err);
+			return -1;
+		}
+		s = json_string_value(json_object_get(ret, "status"));
+		if (s && !strcmp(s, "completed")) {
+			json_decref(ret);
+			return 0;
+		}
+		if (s && (!strcmp(s, "failed") || !strcmp(s, "cancelled"))) {
+			const char *d = json_string_value(json_object_get(ret, "error-desc"));
+
+			snprintf(msg, msz, "migration %s: %s", s, d ? d : "no reason given");
+			json_decref(ret);
+			return -1;
+		}
+		json_decref(ret);
+		usleep(2000);
+	}
+}
+
+/* Copy a small file (a VM's empty overlay): 0 or -1. */
+int copy_small(const char *from, const char *to)
+{
+	char buf[1 << 16];
+	int in = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), out, e;
+	ssize_t n;
+
+	if (in < 0)
+		return -1;
+	unlink(to);
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (out < 0) {
+		e = errno;
+		close(in);
+		errno = e;
+		return -1;
+	}
+	while ((n = read(in, buf, sizeof buf)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || write_all(out, buf, (size_t)n) < 0) {
+			e = errno;
+			close(in);
+			close(out);
+			unlink(to);
+			errno = e;
+			return -1;
+		}
+	}
+	close(in);
+	return close(out);
+}
+
+/* Tests kill the build at a given step: ISOPOD_TEST_KILL_AT=<point>. */
+static void test_point(const char *name)
+{
+	const char *k = getenv("ISOPOD_TEST_KILL_AT");
+
+	if (k && !strcmp(k, name))
+		raise(SIGKILL);
+}
+
+/* Wait until QEMU has seen our hang-up on the agent socket.  Its handling
+ * writes a control message into guest RAM; with share=on that must happen
+ * before the device state is saved, or the memory file and the state
+ * would disagree about the virtqueue.  0, or -1 (qm->err). */
+static int agent_hung_up(struct qmp *qm, int64_t deadline)
+{
+	for (;;) {
+		json_t *ret = NULL, *v;
+		size_t i;
+		int down = 0;
+
+		if (qmp_call(qm, "query-chardev", NULL, -1, &ret, deadline) < 0)
+			return -1;
+		json_array_foreach(ret, i, v) {
+			const char *l = json_string_value(json_object_get(v, "label"));
+			const char *f = json_string_value(json_object_get(v, "filename"));
+
+			if (l && f && !strcmp(l, "agent"))
+				down = !strncmp(f, "disconnected:", 13);
+		}
+		json_decref(ret);
+		if (down)
+			return 0;
+		if (mono_ms() >= deadline) {
+			snprintf(qm->err, sizeof qm->err, "the agent socket still looks connected");
+			return -1;
+		}
+		usleep(2000);
+	}
+}
+
+/* This VM's disk is still the empty overlay qemu-img made over the base:
+ * a copy of it goes with the snapshot (blank), its sha256 into bsha, so
+ * that later runs of this shape copy it instead of running qemu-img.  0,
+ * or -1 with msg. */
+static int template_blank(const char *disk, const char *blank, char bsha[65], char *msg,
+			  size_t msz)
+{
+	int bfd;
+
+	if (copy_small(disk, blank) < 0 ||
+	    (bfd = open(blank, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		snprintf(msg, msz, "unable to copy %.512s: %s", disk, strerror(errno));
+		return -1;
+	}
+	if (fsync(bfd) < 0 || warm_sha256_fd(bfd, bsha) < 0) {
+		snprintf(msg, msz, "unable to read %.512s: %s", blank, strerror(errno));
+		close(bfd);
+		return -1;
+	}
+	close(bfd);
+	return 0;
+}
+
+/* Wait for the template's agent and shake hands: a bare HELLO (no
+ * hostname, clock or seed: each clone gets its own); its root must still
+ * be read-only.  0, or -1 with msg (*pid -1 when QEMU exited). */
+static int template_hello(struct pool *w, const struct inst *t, pid_t *pid, int64_t deadline,
+			  char *msg, size_t msz)
+{
+	struct hello th = { 0 };
+	char l1[256];
+	int st;
+
+	for (;;) {
+		int64_t slice = mono_ms() + 100;
+
+		if (conn_open(w->conn, t->agent, slice < deadline ? slice : deadline) == 0)
+			break;
+		if (errno != ETIMEDOUT) {
+			snprintf(msg, msz, "template: %s", w->conn->err);
+			return -1;
+		}
+		if (waitpid(*pid, &st, WNOHANG) == *pid) {
+			*pid = -1;
+			snprintf(msg, msz, "template qemu exited with status %d: %s", proc_status(st),
+				 last_line(t->qlog, l1, sizeof l1));
+			return -1;
+		}
+		if (owner_gone(w)) {
+			snprintf(msg, msz, "the owner exited");
+			return -1;
+		}
+		if (mono_ms() >= deadline) {
+			snprintf(msg, msz, "template: the guest agent did not answer in time");
+			return -1;
+		}
+	}
+	if (conn_hello(w->conn, &th, deadline) != 0) {
+		snprintf(msg, msz, "template: %s", th.guest_error[0] ? th.guest_error : w->conn->err);
+		conn_close(w->conn);
+		return -1;
+	}
+	conn_close(w->conn);
+	test_point("warm-template");
+	if (strcmp(th.root, "ro")) {
+		snprintf(msg, msz, "template: the agent reports its root as %s, not ro", th.root);
+		return -1;
+	}
+	return 0;
+}
+
+/* Describe the snapshot in its meta.json (metap): the shape, and the
+ * identity of its files.  bsha: the blank overlay's sha256, or NULL.  0,
+ * or -1 with msg. */
+static int template_meta(struct pool *w, const struct stat *msb, const struct stat *ssb,
+			 const char *sha, const char *bsha, const char *metap, char *msg, size_t msz)
+{
+	const struct img *im = w->im;
+	const struct stat ms = *msb, ss = *ssb;
+	char now[32];
+	json_t *meta;
+
+	/* mem: identified by inode and ctime, which every write, truncation
+	 * or hole punched changes (hashing 512 MiB per resume would cost
+	 * more than the resume); state: small, hashed on every resume. */
+	meta = json_pack("{s:i, s:s, s:s, s:{s:s, s:{s:s, s:s}, s:O, s:I, s:I, s:I, s:s, s:s, s:s},"
+			 " s:s, s:n, s:i, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:{s:I, s:s}, s:s}",
+			 "format", WARM_FORMAT, "key", w->key, "key_text", w->text, "shape", "kernel",
+			 im->ksha, "base", "flavor", im->flavor, "sha256", im->bsha, "layers",
+			 w->layers, "disk_bytes", (json_int_t)w->disk_bytes, "vcpus",
+			 (json_int_t)w->vm->vcpus, "mem_mib", (json_int_t)w->vm->mem_mib, "net", w->net,
+			 "accel", w->vm->accel, "qemu", w->qver, "created", iso_now(now, sizeof now),
+			 "last_used", "hits", 0, "size",
+			 (json_int_t)(((long long)ms.st_blocks + ss.st_blocks) * 512), "build_ms",
+			 (json_int_t)w->build_ms, "builder_pid", (json_int_t)getpid(), "mem", "bytes",
+			 (json_int_t)ms.st_size, "ino", (json_int_t)ms.st_ino, "ctime_s",
+			 (json_int_t)ms.st_ctim.tv_sec, "ctime_ns", (json_int_t)ms.st_ctim.tv_nsec, "state",
+			 "bytes", (json_int_t)ss.st_size, "sha256", sha, "argv_fingerprint",
+			 w->argv_fp);
+	if (!meta) {
+		snprintf(msg, msz, "out of memory");
+		return -1;
+	}
+	if (bsha) {
+		json_t *b = json_pack("{s:s, s:I, s:s}", "backing", im->base, "bytes",
+				      (json_int_t)w->disk_bytes, "sha256", bsha);
+
+		if (!b || json_object_set_new(meta, "blank", b) < 0) {
+			snprintf(msg, msz, "out of memory");
+			json_decref(meta);
+			return -1;
+		}
+	}
+	if (json_write_atomic(metap, meta) < 0) {
+		snprintf(msg, msz, "unable to write %.512s: %s", metap, strerror(errno));
+		json_decref(meta);
+		return -1;
+	}
+	json_decref(meta);
+	return 0;
+}
+
+/* Boot the template of this shape in the staging directory sd and take
+ * its snapshot there.  The template runs as our own child (PDEATHSIG: it
+ * dies with us), on a throwaway overlay over this VM's still-empty disk
+ * (the same chain and size), with guest RAM in sd/mem (share=on).  Once
+ * its agent has answered a bare HELLO (root still read-only, nothing run)
+ * we hang up, stop it, migrate its device state into sd/state with
+ * x-ignore-shared (RAM stays in sd/mem) and quit it: a template is never
+ * resumed.  Then everything is fsynced and described in sd/meta.json.
+ * 0, or -1 with msg; sd is the caller's to remove. */
+static int build_template(struct pool *w, const struct inst *vin, int plain, const char *sd,
+			  int64_t deadline, char *msg, size_t msz)
+{
+	char blank[PATH_MAX], bsha[65] = "";
+	struct qmp *qm = malloc(sizeof *qm); /* 64 KiB of buffer */
+	char memp[PATH_MAX], statep[PATH_MAX], metap[PATH_MAX], sha[65];
+	char *av_img[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
+			   (char *)vin->disk, NULL, NULL };
+	struct inst t;
+	struct qemu_argv q;
+	struct stat ms, ss;
+	int64_t t0 = mono_ms();
+	int logfd, sfd = -1, mfd = -1, r = -1, st;
+	pid_t pid = -1;
+
+	if (!qm) {
+		snprintf(msg, msz, "out of memory");
+		return -1;
+	}
+	qm->fd = -1;
+	snprintf(t.dir, sizeof t.dir, "%s", sd);
+	pathn(t.disk, sizeof t.disk, "%s/disk.qcow2", sd);
+	pathn(t.console, sizeof t.console, "%s/console.log", sd);
+	pathn(t.qlog, sizeof t.qlog, "%s/qemu.log", sd);
+	/* Its sockets beside the VM's (a short path, unlike sd); not the
+	 * VM's own, so an isopod-stop meanwhile cannot reach the template. */
+	pathn(t.agent, sizeof t.agent, "%s/tpl-agent.sock", vin->dir);
+	pathn(t.qmp, sizeof t.qmp, "%s/tpl-qmp.sock", vin->dir);
+	pathn(memp, sizeof memp, "%s/mem", sd);
+	pathn(statep, sizeof statep, "%s/state", sd);
+	pathn(metap, sizeof metap, "%s/meta.json", sd);
+	if (strlen(t.agent) >= sizeof ((struct sockaddr_un *)0)->sun_path ||
+	    strlen(t.qmp) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+		snprintf(msg, msz, "store path %.512s is too long for the template's sockets", vin->dir);
+		goto out;
+	}
+	av_img[9] = t.disk;
+	if (qemu_img(av_img, NULL, msg, msz) < 0)
+		goto out;
+	/* This VM's disk is still the empty overlay qemu-img made over the
+	 * base: later runs of this shape copy it instead of running qemu-img. */
+	pathn(blank, sizeof blank, "%s/blank.qcow2", sd);
+	if (plain && template_blank(vin->disk, blank, bsha, msg, msz) < 0)
+		goto out;
+	logfd = open(t.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (logfd < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", t.qlog, strerror(errno));
+		goto out;
+	}
+	unlink(t.agent);
+	unlink(t.qmp);
+	{
+		struct qemu_cfg qc = qemu_cfg_at(w->vm, &t);
+
+		qc.memfile = memp;
+		qc.share = 1;
+		if (qemu_argv(&q, &qc) < 0) {
+			snprintf(msg, msz, "template: path too long in %.512s", sd);
+			close(logfd);
+			goto out;
+		}
+	}
+	pid = qemu_spawn(q.av, logfd, 1, -1);
+	close(logfd);
+	if (pid < 0) {
+		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
+		goto out;
+	}
+
+	if (template_hello(w, &t, &pid, deadline, msg, msz) < 0)
+		goto out;
+
+	if (qmp_open(qm, t.qmp, deadline) < 0 || agent_hung_up(qm, deadline) < 0 ||
+	    qmp_call(qm, "stop", NULL, -1, NULL, deadline) < 0 ||
+	    qmp_call(qm, "migrate-set-capabilities",
+		     json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared",
+			       "state", 1),
+		     -1, NULL, deadline) < 0) {
+		snprintf(msg, msz, "template: %s", qm->err);
+		goto out;
+	}
+	sfd = open(statep, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (sfd < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", statep, strerror(errno));
+		goto out;
+	}
+	if (qmp_call(qm, "getfd", json_pack("{s:s}", "fdname", WARM_STATE_FD), sfd, NULL, deadline) < 0 ||
+	    qmp_call(qm, "migrate", json_pack("{s:s}", "uri", "fd:" WARM_STATE_FD), -1, NULL,
+		     deadline) < 0) {
+		snprintf(msg, msz, "template: %s", qm->err);
+		goto out;
+	}
+	if (migrate_wait(qm, deadline, msg, msz) < 0)
+		goto out;
+	qmp_call(qm, "quit", NULL, -1, NULL, mono_ms() + 3000);
+	qmp_close(qm);
+	if (!proc_exited_within(pid, &st, 5000)) {
+		snprintf(msg, msz, "template qemu did not quit");
+		goto out;
+	}
+	pid = -1;
+
+	/* Durable before it is published. */
+	if ((mfd = open(memp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fsync(mfd) < 0 ||
+	    fstat(mfd, &ms) < 0 || fsync(sfd) < 0 || fstat(sfd, &ss) < 0 ||
+	    lseek(sfd, 0, SEEK_SET) < 0 || warm_sha256_fd(sfd, sha) < 0) {
+		snprintf(msg, msz, "unable to sync the snapshot in %.512s: %s", sd, strerror(errno));
+		goto out;
+	}
+	if (ms.st_size != w->vm->mem_mib * MIB || ss.st_size == 0) {
+		snprintf(msg, msz, "template: memory file of %lld bytes, state of %lld bytes",
+			 (long long)ms.st_size, (long long)ss.st_size);
+		goto out;
+	}
+	unlink(t.disk);
+	unlink(t.console);
+	unlink(t.qlog);
+	unlink(t.agent);
+	unlink(t.qmp);
+	w->build_ms = mono_ms() - t0;
+	if (template_meta(w, &ms, &ss, sha, plain ? bsha : NULL, metap, msg, msz) < 0)
+		goto out;
+	r = 0;
+out:
+	if (pid > 0) { /* our own unreaped child */
+		kill(pid, SIGKILL);
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+	}
+	qmp_close(qm);
+	free(qm);
+	if (sfd >= 0)
+		close(sfd);
+	if (mfd >= 0)
+		close(mfd);
+	if (r < 0) {
+		unlink(t.agent);
+		unlink(t.qmp);
+	}
+	return r;
+}
+
+/* Take warm/<key>.lock without blocking for longer than until.  fd or -1. */
+static int lock_until(const struct pool *w, int64_t until)
+{
+	for (;;) {
+		int fd = warm_lock(w->key, LOCK_EX | LOCK_NB);
+
+		if (fd >= 0 || errno != EWOULDBLOCK || mono_ms() >= until || owner_gone(w))
+			return fd;
+		usleep(20 * 1000);
+	}
+}
+
+/* Make sure a snapshot of this shape exists: one run builds it under the
+ * key's lock, runs that find the lock held wait for it (bounded) and then
+ * use what was published.  Returns GOT_BUILT (we built it), GOT_PUBLISHED
+ * (it exists), or GOT_NONE (boot cold; a warning says why). */
+int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline)
+{
+	char sd[PATH_MAX], msg[1024];
+	int64_t t0 = mono_ms(), until;
+	int lk, built = 0;
+
+	if (published(w))
+		return GOT_PUBLISHED;
+	lk = warm_lock(w->key, LOCK_EX | LOCK_NB);
+	if (lk < 0 && errno != EWOULDBLOCK) {
+		warm_warn(w, "warm pool not used: unable to lock %s.lock: %s", w->dir, strerror(errno));
+		return GOT_NONE;
+	}
+	if (lk < 0) {
+		/* Someone is building it: wait, then use theirs; half of
+		 * what is left at most, a cold boot may follow. */
+		until = t0 + w->wait_ms < t0 + (deadline - t0) / 2 ? t0 + w->wait_ms
+								   : t0 + (deadline - t0) / 2;
+		lk = lock_until(w, until);
+		if (lk >= 0)
+			close(lk);
+		if (published(w))
+			return GOT_PUBLISHED;
+		if (lk >= 0)
+			warm_warn(w, "the run that was building the warm snapshot %.12s failed; booted cold",
+			      w->key);
+		else
+			warm_warn(w, "waited %lld ms for another run to build the warm snapshot %.12s; "
+			      "booted cold", (long long)(mono_ms() - t0), w->key);
+		return GOT_NONE;
+	}
+	if (published(w)) { /* it was published while we took the lock */
+		close(lk);
+		return GOT_PUBLISHED;
+	}
+	/* A directory without meta.json was never published by us (that is
+	 * one rename of a complete one): whatever it is, it goes. */
+	if (access(w->dir, F_OK) == 0 && warm_remove(w->key, NULL) < 0 && errno != ENOENT)
+		warn("unable to remove the unpublished %s:", w->dir);
+	/* Ours to build.  The staging name carries our pid: no other run
+	 * ever writes or removes it, and gc knows when it is stale. */
+	pathn(sd, sizeof sd, "%s/.staging-%s.%ld", warm_root(0), w->key, (long)getpid());
+	tree_remove(sd, NULL);
+	if (mkdir(sd, 0700) < 0) {
+		warm_warn(w, "warm snapshot not built: unable to create %s: %s; booted cold", sd,
+		      strerror(errno));
+		close(lk);
+		return GOT_NONE;
+	}
+	/* Half of what is left at most, so that a failed build still leaves
+	 * the cold boot the other half. */
+	until = mono_ms() + (deadline - mono_ms()) / 2;
+	if (until > mono_ms() + BUILD_MAX_MS)
+		until = mono_ms() + BUILD_MAX_MS;
+	if (build_template(w, in, plain, sd, until, msg, sizeof msg) < 0) {
+		char a[PATH_MAX], b[PATH_MAX];
+
+		warm_warn(w, "warm snapshot %.12s not built: %s; booted cold", w->key, msg);
+		/* The template's logs stay with the VM, for whoever wonders why. */
+		pathn(a, sizeof a, "%s/qemu.log", sd);
+		pathn(b, sizeof b, "%s/template-qemu.log", in->dir);
+		rename(a, b);
+		pathn(a, sizeof a, "%s/console.log", sd);
+		pathn(b, sizeof b, "%s/template-console.log", in->dir);
+		rename(a, b);
+	} else if (test_point("warm-publish"), rename(sd, w->dir) < 0) {
+		/* Publishing is this one rename: whole or absent. */
+		warm_warn(w, "warm snapshot %.12s not published: rename %s: %s; booted cold", w->key, sd,
+		      strerror(errno));
+	} else {
+		int dfd = open(warm_root(0), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (dfd < 0 || fsync(dfd) < 0)
+			warn("unable to sync %s:", warm_root(0));
+		if (dfd >= 0)
+			close(dfd);
+		built = 1;
+	}
+	if (!built && tree_remove(sd, NULL) < 0)
+		warn("unable to remove %s:", sd);
+	close(lk);
+	return built ? GOT_BUILT : GOT_NONE;
+}
+
+/* Take the published snapshot out of use (the next run rebuilds it), but
+ * only the very one we resumed from or checked: under the key's lock, a
+ * newer build in its place is left alone. */
+void warm_retire(struct pool *w)
+{
+	struct stat st;
+	int lk = lock_until(w, mono_ms() + RETIRE_WAIT_MS);
+
+	if (lk < 0) {
+		warm_warn(w, "unable to retire the warm snapshot %.12s: its lock is busy", w->key);
+		return;
+	}
+	if (stat(w->dir, &st) == 0 && st.st_ino == w->ino && st.st_dev == w->dev &&
+	    warm_remove(w->key, NULL) < 0 && errno != ENOENT)
+		warm_warn(w, "unable to remove the warm snapshot %s: %s", w->dir, strerror(errno));
+	close(lk);
+}
+
+/* Open warm/<key> for a resume and check it: its meta, the memory file
+ * (size, inode, ctime, by fd: exactly what QEMU will map) and the state
+ * file (size and sha256, by fd: exactly what QEMU will read).  0, or -1
+ * with why (the caller retires it). */
+int snap_open(struct pool *w, struct snap *sn, char *why, size_t wsz)
+{
+	struct stat ds, ms, ss;
+	json_t *meta = NULL, *mm, *sm;
+	char sha[65];
+	const char *want;
+	int dfd, fd, r = -1;
+
+	sn->memfd = sn->statefd = -1;
+	w->ino = 0;
+	dfd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0 || fstat(dfd, &ds) < 0) {
+		snprintf(why, wsz, "unable to open %.512s: %s", w->dir, strerror(errno));
+		goto out;
+	}
+	w->dev = ds.st_dev;
+	w->ino = ds.st_ino;
+	if ((fd = openat(dfd, "meta.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		snprintf(why, wsz, "unable to read its meta.json: %s", strerror(errno));
+		goto out;
+	}
+	meta = json_load_fd(fd);
+	close(fd);
+	mm = json_object_get(meta, "mem");
+	sm = json_object_get(meta, "state");
+	want = json_string_value(json_object_get(sm, "sha256"));
+	if (!json_is_object(meta) || json_integer_value(json_object_get(meta, "format")) != WARM_FORMAT ||
+	    !json_is_string(json_object_get(meta, "key")) ||
+	    strcmp(json_string_value(json_object_get(meta, "key")), w->key) || !want) {
+		snprintf(why, wsz, "its meta.json is unreadable or of another format");
+		goto out;
+	}
+	/* The key is a hash; the text it hashes must be ours too. */
+	if (!json_is_string(json_object_get(meta, "key_text")) ||
+	    strcmp(json_string_value(json_object_get(meta, "key_text")), w->text)) {
+		snprintf(why, wsz, "its key text is not this VM's");
+		goto out;
+	}
+	if (!json_is_string(json_object_get(meta, "argv_fingerprint")) ||
+	    strcmp(json_string_value(json_object_get(meta, "argv_fingerprint")), w->argv_fp)) {
+		snprintf(why, wsz, "it was built by an isopod-boot that gave QEMU another command line");
+		goto out;
+	}
+	sn->memfd = openat(dfd, "mem", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (sn->memfd < 0 || fstat(sn->memfd, &ms) < 0) {
+		snprintf(why, wsz, "unable to open its memory file: %s", strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(ms.st_mode) || ms.st_size != w->vm->mem_mib * MIB ||
+	    ms.st_size != json_integer_value(json_object_get(mm, "bytes"))) {
+		snprintf(why, wsz, "its memory file is %lld bytes, not %lld", (long long)ms.st_size,
+			 w->vm->mem_mib * MIB);
+		goto out;
+	}
+	if ((json_int_t)ms.st_ino != json_integer_value(json_object_get(mm, "ino")) ||
+	    (json_int_t)ms.st_ctim.tv_sec != json_integer_value(json_object_get(mm, "ctime_s")) ||
+	    (json_int_t)ms.st_ctim.tv_nsec != json_integer_value(json_object_get(mm, "ctime_ns"))) {
+		snprintf(why, wsz, "its memory file was modified or replaced after the build");
+		goto out;
+	}
+	sn->statefd = openat(dfd, "state", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (sn->statefd < 0 || fstat(sn->statefd, &ss) < 0) {
+		snprintf(why, wsz, "unable to open its state file: %s", strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(ss.st_mode) || ss.st_size != json_integer_value(json_object_get(sm, "bytes"))) {
+		snprintf(why, wsz, "its state file is %lld bytes, not %lld (truncated?)",
+			 (long long)ss.st_size, (long long)json_integer_value(json_object_get(sm, "bytes")));
+		goto out;
+	}
+	if (warm_sha256_fd(sn->statefd, sha) < 0 || lseek(sn->statefd, 0, SEEK_SET) < 0) {
+		snprintf(why, wsz, "unable to read its state file: %s", strerror(errno));
+		goto out;
+	}
+	if (strcmp(sha, want)) {
+		snprintf(why, wsz, "its state file does not match its sha256 (corrupted)");
+		goto out;
+	}
+	r = 0;
+out:
+	json_decref(meta);
+	if (dfd >= 0)
+		close(dfd);
+	if (r < 0) {
+		if (sn->memfd >= 0)
+			close(sn->memfd);
+		if (sn->statefd >= 0)
+			close(sn->statefd);
+		sn->memfd = sn->statefd = -1;
+	}
+	return r;
+}
+
+/* Usage figures in meta.json, under a flock on the snapshot directory. */
+void warm_touch(struct pool *w, int hit)
+{
+	char p[PATH_MAX], now[32];
+	json_t *m;
+	int dfd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+
+	if (dfd < 0)
+		return; /* retired meanwhile */
+	while (flock(dfd, LOCK_EX) < 0 && errno == EINTR)
+		;
+	pathn(p, sizeof p, "%s/meta.json", w->dir);
+	if ((m = json_load_path(p))) {
+		json_object_set_new(m, "last_used", json_string(iso_now(now, sizeof now)));
+		json_object_set_new(m, "hits",
+				    json_integer(json_integer_value(json_object_get(m, "hits")) + hit));
+		if (json_write_atomic(p, m) < 0)
+			warn("unable to update %s:", p);
+		json_decref(m);
+	}
+	close(dfd);
+}
+
+/* Make this VM's disk a copy of the published snapshot's empty overlay,
+ * when it is one over this very base path and of this size, and its bytes
+ * are the ones the build recorded.  0, or -1 (then qemu-img makes one). */
+int blank_copy(struct pool *w, const char *disk, long long bytes)
+{
+	const struct img *im = w->im;
+	char p[PATH_MAX], sha[65];
+	json_t *m, *b;
+	int fd, r = -1;
+
+	pathn(p, sizeof p, "%s/meta.json", w->dir);
+	if (!(m = json_load_path(p)))
+		return -1;
+	b = json_object_get(m, "blank");
+	if (!json_is_string(json_object_get(b, "backing")) ||
+	    strcmp(json_string_value(json_object_get(b, "backing")), im->base) ||
+	    json_integer_value(json_object_get(b, "bytes")) != bytes ||
+	    !json_is_string(json_object_get(b, "sha256")))
+		goto out;
+	pathn(p, sizeof p, "%s/blank.qcow2", w->dir);
+	if (copy_small(p, disk) < 0)
+		goto out;
+	if ((fd = open(disk, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		goto out;
+	if (warm_sha256_fd(fd, sha) == 0 &&
+	    !strcmp(sha, json_string_value(json_object_get(b, "sha256"))) &&
+	    qcow2_size(disk) == bytes)
+		r = 0;
+	close(fd);
+out:
+	if (r < 0)
+		unlink(disk);
+	json_decref(m);
+	return r;
+}
+

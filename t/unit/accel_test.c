@@ -1,0 +1,65 @@
+/* accel_test.c - the accelerator choice (lib/accel.c) without booting:
+ * forced either way, /dev/kvm absent, and a cached verdict that spares
+ * the probe.  (The probe itself boots a kernel: t/20-run covers it.) */
+#include "../../lib/accel.c" /* self-contained: t/run-unit links frame+util only */
+#include "../../lib/host.c"
+#include "../../lib/proc.c"
+#include "../../lib/qemu.c"
+
+#include "tap.h"
+
+int main(void)
+{
+	char home[64], p[PATH_MAX], reason[512], err[512];
+	struct img im = { .ksha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" };
+	const char *a = NULL;
+	json_t *v;
+	int r;
+
+	snprintf(home, sizeof home, "/tmp/accel_test.%ld", (long)getpid());
+	mkdirs(home, 0700);
+	setenv("ISOPOD_HOME", home, 1);
+
+	r = accel_choose("tcg", "--accel", &im, &a, reason, sizeof reason, err, sizeof err);
+	ok(r == 0 && !strcmp(a, "tcg") && !strcmp(reason, "forced by --accel"), "forced tcg: %s", reason);
+	setenv("ISOPOD_KVM_DEV", "/nonexistent/kvm", 1);
+	r = accel_choose("kvm", "ISOPOD_ACCEL", &im, &a, reason, sizeof reason, err, sizeof err);
+	ok(r == EX_SYS && strstr(err, "kvm forced by ISOPOD_ACCEL but unable to open /nonexistent/kvm"),
+	   "forced kvm without a device: EX_SYS, not a silent tcg: %s", err);
+	r = accel_choose(NULL, NULL, &im, &a, reason, sizeof reason, err, sizeof err);
+	ok(r == 0 && !strcmp(a, "tcg") && strstr(reason, "/nonexistent/kvm: No such file"),
+	   "no device: tcg, saying why: %s", reason);
+
+	/* A device that opens (/dev/null stands in) and a cached verdict: no
+	 * probe runs (it would need a kernel and fail here). */
+	setenv("ISOPOD_KVM_DEV", "/dev/null", 1);
+	snprintf(p, sizeof p, "%s/accel", home);
+	mkdirs(p, 0700);
+	snprintf(p, sizeof p, "%s/accel/%s.json", home, im.ksha);
+	v = json_pack("{s:s, s:s, s:s}", "accel", "kvm", "reason", "kvm: the agent answered in 9 ms",
+		      "probed", "2026-12-01T00:00:00Z");
+	json_write_atomic(p, v);
+	json_decref(v);
+	r = accel_choose(NULL, NULL, &im, &a, reason, sizeof reason, err, sizeof err);
+	ok(r == 0 && !strcmp(a, "kvm") && !strcmp(reason, "kvm: the agent answered in 9 ms"),
+	   "the cached verdict: kvm, its reason: %s", reason);
+	v = json_pack("{s:s, s:s}", "accel", "tcg", "reason", "kvm: cached no");
+	json_write_atomic(p, v);
+	json_decref(v);
+	r = accel_choose(NULL, NULL, &im, &a, reason, sizeof reason, err, sizeof err);
+	ok(r == 0 && !strcmp(a, "tcg") && !strcmp(reason, "kvm: cached no"), "a cached tcg: %s", reason);
+	r = accel_choose("tcg", "--accel", &im, &a, reason, sizeof reason, err, sizeof err);
+	ok(r == 0 && !strcmp(a, "tcg") && !strcmp(reason, "forced by --accel"), "forcing wins over the cache");
+
+	/* No verdict and nothing to boot: the probe cannot run, and says so
+	 * instead of guessing either way. */
+	unlink(p);
+	setenv("PATH", "/nonexistent", 1);
+	r = accel_choose(NULL, NULL, &im, &a, reason, sizeof reason, err, sizeof err);
+	ok(r == EX_SYS && strstr(err, "kvm probe"), "a probe that cannot run: EX_SYS: %s", err);
+	snprintf(p, sizeof p, "rm -rf %s", home);
+	setenv("PATH", "/usr/bin:/bin", 1);
+	if (system(p) != 0)
+		printf("# unable to remove %s\n", home);
+	return tap_done();
+}

@@ -1,0 +1,228 @@
+/* proc_test.c - the one spawn helper (lib/proc.c): its descriptor plan,
+ * statuses, and the optional session, umask and parent-death signal. */
+#include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
+
+#include <stdlib.h>
+
+#include "tap.h"
+
+/* Run ps with stdout on a pipe; the output (trailing newline dropped) into
+ * out, the status as proc_status.  -1 when it could not be started. */
+static int capture(struct proc_spec *ps, char *out, size_t sz)
+{
+	int p[2], st;
+	size_t got = 0;
+	ssize_t n;
+	pid_t pid;
+
+	out[0] = 0;
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	ps->out = p[1];
+	pid = proc_spawn(ps);
+	close(p[1]);
+	if (pid < 0) {
+		close(p[0]);
+		return -1;
+	}
+	while (got < sz - 1 && (n = read(p[0], out + got, sz - 1 - got)) > 0)
+		got += (size_t)n;
+	close(p[0]);
+	out[got] = 0;
+	if (got && out[got - 1] == '\n')
+		out[got - 1] = 0;
+	if (proc_wait(pid, &st) < 0)
+		return -1;
+	return proc_status(st);
+}
+
+/* The shell's own descriptors, listed by a child (ls) so that listing
+ * them opens none in the shell. */
+static int fds_of(struct proc_spec *ps, char *out, size_t sz)
+{
+	static char *av[] = { "sh", "-c", "ls /proc/$$/fd", NULL };
+	int r;
+
+	ps->argv = av;
+	r = capture(ps, out, sz);
+	for (char *p = out; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
+	if (strlen(out) + 1 < sz)
+		strcat(out, " ");
+	return r;
+}
+
+int main(void)
+{
+	char out[512], p1[64], p2[64];
+	char *t_true[] = { "true", NULL }, *t_false[] = { "false", NULL };
+	char *t_missing[] = { "/nonexistent/isopod-no-such-program", NULL };
+	char *t_kill[] = { "sh", "-c", "kill -9 $$", NULL };
+	char *t_umask[] = { "sh", "-c", "umask", NULL };
+	char *t_sid[] = { "sh", "-c", "[ \"$(cut -d' ' -f6 /proc/$$/stat)\" = $$ ] && echo leader", NULL };
+	char *t_mask[] = { "sh", "-c", "exec grep -E '^SigBlk' /proc/self/status", NULL };
+	char *t_arg0[] = { "custom-name", "-c", "echo $0", NULL };
+	char *t_in[] = { "cat", NULL };
+	char *t_sleep[] = { "sleep", "30", NULL };
+	struct proc_spec ps = PROC_SPEC(t_true);
+	int a, b, leak, r, st, pp[2];
+	sigset_t term;
+	pid_t mid = -1, kid = -1;
+
+	progname = "proc_test";
+	ok(proc_run(t_true, PROC_NULL, PROC_NULL) == 0, "true: 0");
+	ok(proc_run(t_false, PROC_NULL, PROC_NULL) == 1, "false: 1");
+	ok(proc_run(t_missing, PROC_NULL, PROC_NULL) == 127, "a program that is not there: 127");
+	ok(proc_run(t_kill, PROC_NULL, PROC_NULL) == 128 + SIGKILL, "killed by SIGKILL: 137");
+
+	/* Nothing leaks: a descriptor without FD_CLOEXEC is closed too. */
+	leak = open("/dev/null", O_RDONLY);
+	r = fds_of(&ps, out, sizeof out);
+	ok(r == 0 && !strcmp(out, "0 1 2 "), "only 0 1 2 by default (a non-cloexec fd %d was open): %s",
+	   leak, out);
+
+	/* The keep-list becomes 3, 4, ...; a PROC_NULL entry stays closed. */
+	snprintf(p1, sizeof p1, "/tmp/proc_test.%ld.a", (long)getpid());
+	snprintf(p2, sizeof p2, "/tmp/proc_test.%ld.b", (long)getpid());
+	a = open(p1, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	b = open(p2, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	ps = (struct proc_spec)PROC_SPEC(t_true);
+	ps.keep[0] = a;
+	ps.keep[1] = PROC_NULL;
+	ps.keep[2] = b;
+	ps.nkeep = 3;
+	r = fds_of(&ps, out, sizeof out);
+	ok(r == 0 && !strcmp(out, "0 1 2 3 5 "), "keep {a, closed, b}: 0 1 2 3 5: %s", out);
+	{
+		char *av[] = { "sh", "-c", "readlink /proc/$$/fd/3 /proc/$$/fd/5 | tr '\\n' ' '", NULL };
+		char want[200];
+
+		ps.argv = av;
+		r = capture(&ps, out, sizeof out);
+		snprintf(want, sizeof want, "%s %s ", p1, p2);
+		ok(r == 0 && !strcmp(out, want), "fd 3 is a, fd 5 is b: %s", out);
+	}
+
+	/* Sources that are themselves targets: move a to 4 and b to 3 first,
+	 * then ask for them swapped. */
+	if (dup2(a, 4) == 4 && dup2(b, 3) == 3) {
+		char *av[] = { "sh", "-c", "readlink /proc/$$/fd/3 /proc/$$/fd/4 | tr '\\n' ' '", NULL };
+		char want[200];
+
+		ps = (struct proc_spec)PROC_SPEC(av);
+		ps.keep[0] = 4;
+		ps.keep[1] = 3;
+		ps.nkeep = 2;
+		r = capture(&ps, out, sizeof out);
+		snprintf(want, sizeof want, "%s %s ", p1, p2);
+		ok(r == 0 && !strcmp(out, want), "keep {4, 3} swaps them: %s", out);
+		close(3);
+		close(4);
+	} else {
+		ok(0, "dup2 for the swap test");
+	}
+	/* A kept fd that is already its own target (dup2 onto itself would
+	 * keep FD_CLOEXEC) */
+	if (dup2(a, 3) == 3 && fcntl(3, F_SETFD, FD_CLOEXEC) == 0) {
+		ps = (struct proc_spec)PROC_SPEC(t_true);
+		ps.keep[0] = 3;
+		ps.nkeep = 1;
+		r = fds_of(&ps, out, sizeof out);
+		ok(r == 0 && !strcmp(out, "0 1 2 3 "), "a close-on-exec fd 3 kept as 3: %s", out);
+		close(3);
+	}
+
+	/* stdin: /dev/null by default, or the caller's own. */
+	ps = (struct proc_spec)PROC_SPEC(t_in);
+	r = capture(&ps, out, sizeof out);
+	ok(r == 0 && !out[0], "stdin is /dev/null by default");
+	if (write(b, "from b\n", 7) == 7 && lseek(b, 0, SEEK_SET) == 0) {
+		ps = (struct proc_spec)PROC_SPEC(t_in);
+		ps.in = b;
+		r = capture(&ps, out, sizeof out);
+		ok(r == 0 && !strcmp(out, "from b"), "stdin from an fd: %s", out);
+	}
+
+	ps = (struct proc_spec)PROC_SPEC(t_umask);
+	ps.umask = 077;
+	r = capture(&ps, out, sizeof out);
+	ok(r == 0 && !strcmp(out, "0077"), "umask 077: %s", out);
+	ps = (struct proc_spec)PROC_SPEC(t_sid);
+	r = capture(&ps, out, sizeof out);
+	ok(r == 1 && !out[0], "no session of its own unless asked");
+	ps.setsid = 1;
+	r = capture(&ps, out, sizeof out);
+	ok(r == 0 && !strcmp(out, "leader"), "setsid: a session leader: %s", out);
+
+	/* Signals blocked here are unblocked there (a supervisor blocks the
+	 * ones its signalfd reads). */
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_BLOCK, &term, NULL);
+	ps = (struct proc_spec)PROC_SPEC(t_mask);
+	r = capture(&ps, out, sizeof out);
+	ok(r == 0 && strstr(out, "0000000000000000"), "signal mask cleared: %s", out);
+	sigprocmask(SIG_UNBLOCK, &term, NULL);
+
+	ps = (struct proc_spec)PROC_SPEC(t_arg0);
+	ps.file = "/bin/sh";
+	r = capture(&ps, out, sizeof out);
+	ok(r == 0 && !strcmp(out, "custom-name"), "file and argv[0] apart: %s", out);
+
+	/* The parent-death signal: a middle process spawns sleep with
+	 * SIGKILL as its pdeathsig, reports its pid and exits. */
+	fflush(stdout);
+	if (pipe(pp) == 0 && (mid = fork()) == 0) {
+		ps = (struct proc_spec)PROC_SPEC(t_sleep);
+		ps.pdeathsig = SIGKILL;
+		kid = proc_spawn(&ps);
+		if (write(pp[1], &kid, sizeof kid) != (ssize_t)sizeof kid)
+			_exit(1);
+		_exit(0);
+	} else {
+		int gone = 0;
+
+		close(pp[1]);
+		if (read(pp[0], &kid, sizeof kid) != (ssize_t)sizeof kid)
+			kid = -1;
+		close(pp[0]);
+		proc_wait(mid, &st);
+		for (int i = 0; i < 200 && kid > 0 && !gone; i++) {
+			char sp[64], stat[512] = "";
+			FILE *f;
+
+			snprintf(sp, sizeof sp, "/proc/%ld/stat", (long)kid);
+			/* gone, or a zombie waiting for init to reap it */
+			if (!(f = fopen(sp, "r")))
+				gone = 1;
+			else {
+				if (fgets(stat, sizeof stat, f) && strstr(stat, ") Z "))
+					gone = 1;
+				fclose(f);
+			}
+			if (!gone)
+				usleep(10000);
+		}
+		ok(kid > 0 && gone, "pdeathsig: the child died with its parent (pid %ld)", (long)kid);
+		if (kid > 0 && !gone)
+			kill(kid, SIGKILL);
+	}
+
+	ok(proc_exited_within(proc_spawn(&(struct proc_spec)PROC_SPEC(t_true)), &st, 2000) &&
+	   proc_status(st) == 0, "proc_exited_within reaps a quick child");
+	{
+		pid_t s = proc_spawn(&(struct proc_spec)PROC_SPEC(t_sleep));
+
+		ok(!proc_exited_within(s, &st, 50), "proc_exited_within: not a sleeping one");
+		kill(s, SIGKILL);
+		proc_wait(s, &st);
+		ok(proc_status(st) == 137, "then 137 after SIGKILL");
+	}
+	close(leak);
+	close(a);
+	close(b);
+	unlink(p1);
+	unlink(p2);
+	return tap_done();
+}

@@ -1,0 +1,389 @@
+/* qemu_test.c - the one QEMU command-line builder (lib/qemu.c): golden
+ * command lines per mode.  The goldens were printed by the builder as it
+ * was in bin/isopod-boot.c before it moved: a change here changes every
+ * warm key, and it must be on purpose. */
+#include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
+#include "../../lib/qemu.c"
+
+#include "tap.h"
+
+#define VM "/store/vms/vm-0123456789ab"
+#define TAP "isopod-tap3"
+#define MAC "02:69:73:00:00:03"
+#define FILES .vmlinux = "/store/kernels/K/vmlinux", .initrd = "/store/kernels/K/initramfs.cpio", \
+	      .console = VM "/console.log", .disk = VM "/disk.qcow2", .agent_sock = VM "/agent.sock", \
+	      .qmp_sock = VM "/qmp.sock"
+
+/* The command line, one argument per line. */
+static const char *joined(const struct qemu_argv *q)
+{
+	static char buf[8192];
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (char *const *a = q->av; *a && n < sizeof buf; a++)
+		n += (size_t)snprintf(buf + n, sizeof buf - n, "%s\n", *a);
+	return buf;
+}
+
+static int same(const struct qemu_cfg *c, const char *want)
+{
+	struct qemu_argv q;
+	const char *got;
+
+	if (qemu_argv(&q, c) < 0)
+		return 0;
+	got = joined(&q);
+	if (strcmp(got, want))
+		printf("# got:\n%s# want:\n%s", got, want);
+	return !strcmp(got, want);
+}
+
+static int has(const struct qemu_cfg *c, const char *arg)
+{
+	struct qemu_argv q;
+
+	if (qemu_argv(&q, c) < 0)
+		return -1;
+	for (char *const *a = q.av; *a; a++)
+		if (!strcmp(*a, arg))
+			return 1;
+	return 0;
+}
+
+int main(void)
+{
+	char fp[65], longp[PATH_MAX + 16];
+	struct qemu_argv q;
+
+	{
+		const struct qemu_cfg c = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, FILES };
+
+		ok(same(&c,
+	"qemu-system-x86_64\n"
+	"-M\n"
+	"microvm,acpi=off,x-option-roms=off,pit=on\n"
+	"-accel\n"
+	"tcg\n"
+	"-cpu\n"
+	"max\n"
+	"-m\n"
+	"512\n"
+	"-smp\n"
+	"1\n"
+	"-nodefaults\n"
+	"-no-user-config\n"
+	"-nographic\n"
+	"-no-reboot\n"
+	"-sandbox\n"
+	"on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny\n"
+	"-kernel\n"
+	"/store/kernels/K/vmlinux\n"
+	"-initrd\n"
+	"/store/kernels/K/initramfs.cpio\n"
+	"-append\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-chardev\n"
+	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"-serial\n"
+	"chardev:con\n"
+	"-drive\n"
+	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
+	"-device\n"
+	"virtio-blk-device,drive=root\n"
+	"-device\n"
+	"virtio-serial-device\n"
+	"-chardev\n"
+	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
+	"-device\n"
+	"virtserialport,chardev=agent,name=isopod.agent\n"
+	"-device\n"
+	"virtio-rng-device\n"
+	"-qmp\n"
+	"unix:/store/vms/vm-0123456789ab/qmp.sock,server=on,wait=off\n"), "cold, TCG, no NIC (--net none)");
+	}
+
+	{
+		const struct qemu_cfg c = { .accel = "kvm", .mem_mib = 512, .vcpus = 2, FILES };
+
+		ok(same(&c,
+	"qemu-system-x86_64\n"
+	"-M\n"
+	"microvm,acpi=off,x-option-roms=off\n"
+	"-accel\n"
+	"kvm\n"
+	"-cpu\n"
+	"host\n"
+	"-m\n"
+	"512\n"
+	"-smp\n"
+	"2\n"
+	"-nodefaults\n"
+	"-no-user-config\n"
+	"-nographic\n"
+	"-no-reboot\n"
+	"-sandbox\n"
+	"on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny\n"
+	"-kernel\n"
+	"/store/kernels/K/vmlinux\n"
+	"-initrd\n"
+	"/store/kernels/K/initramfs.cpio\n"
+	"-append\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-chardev\n"
+	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"-serial\n"
+	"chardev:con\n"
+	"-drive\n"
+	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
+	"-device\n"
+	"virtio-blk-device,drive=root\n"
+	"-device\n"
+	"virtio-serial-device\n"
+	"-chardev\n"
+	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
+	"-device\n"
+	"virtserialport,chardev=agent,name=isopod.agent\n"
+	"-device\n"
+	"virtio-rng-device\n"
+	"-qmp\n"
+	"unix:/store/vms/vm-0123456789ab/qmp.sock,server=on,wait=off\n"), "cold, KVM, 2 vCPUs");
+	}
+
+	{
+		const struct qemu_cfg c = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, .tap = TAP, .mac = MAC, FILES };
+
+		ok(same(&c,
+	"qemu-system-x86_64\n"
+	"-M\n"
+	"microvm,acpi=off,x-option-roms=off,pit=on\n"
+	"-accel\n"
+	"tcg\n"
+	"-cpu\n"
+	"max\n"
+	"-m\n"
+	"512\n"
+	"-smp\n"
+	"1\n"
+	"-nodefaults\n"
+	"-no-user-config\n"
+	"-nographic\n"
+	"-no-reboot\n"
+	"-sandbox\n"
+	"on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny\n"
+	"-kernel\n"
+	"/store/kernels/K/vmlinux\n"
+	"-initrd\n"
+	"/store/kernels/K/initramfs.cpio\n"
+	"-append\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-chardev\n"
+	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"-serial\n"
+	"chardev:con\n"
+	"-drive\n"
+	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
+	"-device\n"
+	"virtio-blk-device,drive=root\n"
+	"-device\n"
+	"virtio-serial-device\n"
+	"-chardev\n"
+	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
+	"-device\n"
+	"virtserialport,chardev=agent,name=isopod.agent\n"
+	"-device\n"
+	"virtio-rng-device\n"
+	"-netdev\n"
+	"tap,id=net0,ifname=isopod-tap3,script=no,downscript=no\n"
+	"-device\n"
+	"virtio-net-device,netdev=net0,mac=02:69:73:00:00:03\n"
+	"-qmp\n"
+	"unix:/store/vms/vm-0123456789ab/qmp.sock,server=on,wait=off\n"), "cold, TCG, a NIC (--net filtered or open: the same device)");
+	}
+
+	{
+		const struct qemu_cfg c = { .accel = "tcg", .mem_mib = 352, .vcpus = 1, .memfile = "/store/warm/.staging-x/mem", .share = 1, .tap = TAP, .mac = MAC, FILES };
+
+		ok(same(&c,
+	"qemu-system-x86_64\n"
+	"-M\n"
+	"microvm,acpi=off,x-option-roms=off,pit=on,memory-backend=mem0\n"
+	"-accel\n"
+	"tcg\n"
+	"-cpu\n"
+	"max\n"
+	"-m\n"
+	"352\n"
+	"-object\n"
+	"memory-backend-file,id=mem0,size=352M,mem-path=/store/warm/.staging-x/mem,share=on\n"
+	"-smp\n"
+	"1\n"
+	"-nodefaults\n"
+	"-no-user-config\n"
+	"-nographic\n"
+	"-no-reboot\n"
+	"-sandbox\n"
+	"on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny\n"
+	"-kernel\n"
+	"/store/kernels/K/vmlinux\n"
+	"-initrd\n"
+	"/store/kernels/K/initramfs.cpio\n"
+	"-append\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-chardev\n"
+	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"-serial\n"
+	"chardev:con\n"
+	"-drive\n"
+	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
+	"-device\n"
+	"virtio-blk-device,drive=root\n"
+	"-device\n"
+	"virtio-serial-device\n"
+	"-chardev\n"
+	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
+	"-device\n"
+	"virtserialport,chardev=agent,name=isopod.agent\n"
+	"-device\n"
+	"virtio-rng-device\n"
+	"-netdev\n"
+	"tap,id=net0,ifname=isopod-tap3,script=no,downscript=no\n"
+	"-device\n"
+	"virtio-net-device,netdev=net0,mac=02:69:73:00:00:03\n"
+	"-qmp\n"
+	"unix:/store/vms/vm-0123456789ab/qmp.sock,server=on,wait=off\n"), "warm template: RAM in a file, share=on");
+	}
+
+	{
+		const struct qemu_cfg c = { .accel = "tcg", .mem_mib = 352, .vcpus = 1, .memfile = "/proc/self/fd/3", .incoming = 1, FILES };
+
+		ok(same(&c,
+	"qemu-system-x86_64\n"
+	"-M\n"
+	"microvm,acpi=off,x-option-roms=off,pit=on,memory-backend=mem0\n"
+	"-accel\n"
+	"tcg\n"
+	"-cpu\n"
+	"max\n"
+	"-m\n"
+	"352\n"
+	"-object\n"
+	"memory-backend-file,id=mem0,size=352M,mem-path=/proc/self/fd/3,share=off\n"
+	"-smp\n"
+	"1\n"
+	"-nodefaults\n"
+	"-no-user-config\n"
+	"-nographic\n"
+	"-no-reboot\n"
+	"-sandbox\n"
+	"on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny\n"
+	"-kernel\n"
+	"/store/kernels/K/vmlinux\n"
+	"-initrd\n"
+	"/store/kernels/K/initramfs.cpio\n"
+	"-append\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-chardev\n"
+	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"-serial\n"
+	"chardev:con\n"
+	"-drive\n"
+	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
+	"-device\n"
+	"virtio-blk-device,drive=root\n"
+	"-device\n"
+	"virtio-serial-device\n"
+	"-chardev\n"
+	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
+	"-device\n"
+	"virtserialport,chardev=agent,name=isopod.agent\n"
+	"-device\n"
+	"virtio-rng-device\n"
+	"-qmp\n"
+	"unix:/store/vms/vm-0123456789ab/qmp.sock,server=on,wait=off\n"
+	"-incoming\n"
+	"defer\n"), "warm clone: RAM a private mapping of fd 3, -incoming defer");
+	}
+
+	{
+		const struct qemu_cfg c = { .accel = "kvm", .mem_mib = 352, .vcpus = 1, .memfile = "/proc/self/fd/3", .incoming = 1, .tap = TAP, .mac = MAC, FILES };
+
+		ok(same(&c,
+	"qemu-system-x86_64\n"
+	"-M\n"
+	"microvm,acpi=off,x-option-roms=off,memory-backend=mem0\n"
+	"-accel\n"
+	"kvm\n"
+	"-cpu\n"
+	"host\n"
+	"-m\n"
+	"352\n"
+	"-object\n"
+	"memory-backend-file,id=mem0,size=352M,mem-path=/proc/self/fd/3,share=off\n"
+	"-smp\n"
+	"1\n"
+	"-nodefaults\n"
+	"-no-user-config\n"
+	"-nographic\n"
+	"-no-reboot\n"
+	"-sandbox\n"
+	"on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny\n"
+	"-kernel\n"
+	"/store/kernels/K/vmlinux\n"
+	"-initrd\n"
+	"/store/kernels/K/initramfs.cpio\n"
+	"-append\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-chardev\n"
+	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"-serial\n"
+	"chardev:con\n"
+	"-drive\n"
+	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
+	"-device\n"
+	"virtio-blk-device,drive=root\n"
+	"-device\n"
+	"virtio-serial-device\n"
+	"-chardev\n"
+	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
+	"-device\n"
+	"virtserialport,chardev=agent,name=isopod.agent\n"
+	"-device\n"
+	"virtio-rng-device\n"
+	"-netdev\n"
+	"tap,id=net0,ifname=isopod-tap3,script=no,downscript=no\n"
+	"-device\n"
+	"virtio-net-device,netdev=net0,mac=02:69:73:00:00:03\n"
+	"-qmp\n"
+	"unix:/store/vms/vm-0123456789ab/qmp.sock,server=on,wait=off\n"
+	"-incoming\n"
+	"defer\n"), "warm clone, KVM, a NIC");
+	}
+
+	{
+		const struct qemu_cfg none = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, FILES };
+		const struct qemu_cfg net = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, FILES,
+					      .tap = TAP, .mac = MAC };
+
+		ok(has(&none, "-netdev") == 0 && has(&none, "-incoming") == 0 && has(&none, "-object") == 0,
+		   "no NIC, no RAM file, not incoming unless asked");
+		ok(has(&net, "-netdev") == 1, "a tap gives -netdev");
+	}
+	{
+		struct qemu_cfg c = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, FILES };
+
+		memset(longp, 'x', sizeof longp - 1);
+		longp[sizeof longp - 1] = 0;
+		c.disk = longp;
+		errno = 0;
+		ok(qemu_argv(&q, &c) < 0 && errno == ENAMETOOLONG, "a path that does not fit: -1 ENAMETOOLONG");
+	}
+	ok(qemu_shape_argv(&q, "tcg", 352, 1, 1) == 0 && strstr(joined(&q), "@vm/disk.qcow2") &&
+	   strstr(joined(&q), "mem-path=@mem,share=on") && strstr(joined(&q), "ifname=@tap") &&
+	   strstr(joined(&q), "mac=@mac") && !strstr(joined(&q), "/store"),
+	   "the shape command line has placeholders for every per-VM part");
+	qemu_fingerprint(fp);
+	ok(!strcmp(fp, "88584839703d514c2385691249a4c3b7d05b948d7bd945ddbb31c9fddba7655c"),
+	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
+	return tap_done();
+}

@@ -1,0 +1,83 @@
+/* warm_test.c - warm_orphaned_by (lib/warm.c) in a made-up store: a
+ * snapshot is orphaned by the command-line fingerprint computed from
+ * lib/qemu.c, with no warm/argv.json to read (an old one is ignored). */
+#include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
+#include "../../lib/qemu.c"
+#include "../../lib/warm.c"
+
+#include "tap.h"
+
+#define K "1111111111111111111111111111111111111111111111111111111111111111"
+#define B "2222222222222222222222222222222222222222222222222222222222222222"
+
+static void put(const char *home, const char *rel, const char *text)
+{
+	char p[PATH_MAX];
+	FILE *f;
+
+	snprintf(p, sizeof p, "%s/%s", home, rel);
+	if ((f = fopen(p, "w"))) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+static int has_reason(json_t *why, const char *needle)
+{
+	size_t i;
+	json_t *v;
+
+	json_array_foreach(why, i, v)
+		if (strstr(json_string_value(v), needle))
+			return 1;
+	return 0;
+}
+
+int main(void)
+{
+	char home[64], p[PATH_MAX + 32], fp[65];
+	json_t *meta, *why;
+
+	snprintf(home, sizeof home, "/tmp/warm_test.%ld", (long)getpid());
+	snprintf(p, sizeof p, "%s/kernels/" K, home);
+	mkdirs(p, 0700);
+	snprintf(p, sizeof p, "%s/images", home);
+	mkdirs(p, 0700);
+	snprintf(p, sizeof p, "%s/warm", home);
+	mkdirs(p, 0700);
+	setenv("ISOPOD_HOME", home, 1);
+	put(home, "kernels/" K "/vmlinux", "");
+	put(home, "kernels/current", K "\n");
+	put(home, "images/base-" B ".img", "");
+	put(home, "images/current-base", B "\n");
+
+	qemu_fingerprint(fp);
+	meta = json_pack("{s:{s:s, s:{s:s, s:s}, s:[], s:s, s:s}, s:s}", "shape", "kernel", K, "base",
+			 "flavor", "base", "sha256", B, "layers", "net", "none", "qemu", "QEMU 7.2",
+			 "argv_fingerprint", fp);
+	why = warm_orphaned_by(meta, "QEMU 7.2");
+	ok(json_array_size(why) == 0, "this build's fingerprint: not orphaned (%zu reasons)",
+	   json_array_size(why));
+	json_decref(why);
+
+	/* An old warm/argv.json naming another fingerprint is not read. */
+	put(home, "warm/argv.json", "{\"fingerprint\":\"" K "\"}\n");
+	why = warm_orphaned_by(meta, "QEMU 7.2");
+	ok(json_array_size(why) == 0, "a stale warm/argv.json is ignored");
+	json_decref(why);
+
+	json_object_set_new(meta, "argv_fingerprint", json_string(B));
+	why = warm_orphaned_by(meta, "QEMU 7.2");
+	ok(has_reason(why, "gave QEMU another command line"), "another fingerprint: orphaned");
+	json_decref(why);
+	json_object_del(meta, "argv_fingerprint");
+	why = warm_orphaned_by(meta, "QEMU 7.2");
+	ok(has_reason(why, "gave QEMU another command line"), "no fingerprint: orphaned");
+	json_decref(why);
+	json_decref(meta);
+
+	snprintf(p, sizeof p, "rm -rf %s", home);
+	if (system(p) != 0)
+		printf("# unable to remove %s\n", home);
+	return tap_done();
+}
