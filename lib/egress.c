@@ -133,7 +133,12 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 	out[0] = -1;
 	if (!strchr(line, '\n') || line[0] != '{') {
 		int code = -1;
+		struct pollfd p = { e->pidfd, POLLIN, 0 };
 
+		/* Its stdout closes a moment before it can be reaped: wait for
+		 * that moment (the pidfd says when), or its status is lost. */
+		if (e->pidfd >= 0)
+			poll(&p, 1, 1000);
 		if (waitpid(e->pid, &st, WNOHANG) == e->pid) {
 			code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 			e->pid = -1;
