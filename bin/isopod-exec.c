@@ -357,6 +357,16 @@ static int64_t next_tick(void)
 	return until;
 }
 
+/* now + ms, but no later than the deadline's grace. */
+static int64_t before_deadline(int64_t ms)
+{
+	int64_t until = mono_ms() + ms;
+
+	if (o.deadline_ms && until > o.deadline_ms + DEADLINE_GRACE_MS)
+		until = o.deadline_ms + DEADLINE_GRACE_MS;
+	return until;
+}
+
 /* 1 a frame; 0 (only while copying out) the copy-out must end: o.copy_why
  * says why.  The deadline and the watchdog are checked after every frame,
  * not only when none came: a steady stream of frames (PONGs, CREDITs) must
@@ -738,15 +748,18 @@ int main(int argc, char **argv)
 	char kind[64] = "", msg[1024] = "";
 
 	progname = "isopod-exec";
-	o.t0 = mono_ms();
 	signal(SIGPIPE, SIG_IGN);
 	if (sodium_init() < 0)
 		die(EX_SYS, "unable to initialise libsodium");
 	warnings = json_array();
 	parse_args(argc, argv);
-	/* The agent enforces the timeout in the guest; the host enforces it too,
-	 * from the same start: a guest too starved to act on its timer (a fork
-	 * bomb) must not stretch the caller's budget into the watchdog's. */
+	/* The budget starts once the vm is known: in `claim | boot | exec` the
+	 * JSON on stdin arrives after the boot, which is not the command's time
+	 * (the front end passes --vm and what is left of its own budget).  The
+	 * agent enforces the timeout in the guest; the host enforces it too,
+	 * from this start: a guest too starved to act on its timer (a fork bomb)
+	 * must not stretch the caller's budget into the watchdog's. */
+	o.t0 = mono_ms();
 	if (o.timeout_ms)
 		o.deadline_ms = o.t0 + o.timeout_ms;
 	if (o.stdin_file) {
@@ -761,11 +774,20 @@ int main(int argc, char **argv)
 	}
 	open_logs(s);
 
-	if (conn_open(&c, o.agent_sock, mono_ms() + 10000) < 0)
+	/* Connecting and the handshake wait no longer than the deadline's grace
+	 * either: past it, as for copy-in, the budget is spent (a timeout, the vm
+	 * stopped); before it, a failure is the infrastructure's. */
+	if (conn_open(&c, o.agent_sock, before_deadline(10000)) < 0) {
+		if (o.deadline_ms && mono_ms() >= o.deadline_ms + DEADLINE_GRACE_MS)
+			deadline_passed();
 		fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+	}
 	last_rx = mono_ms();
-	if (conn_hello(&c, &h, mono_ms() + o.watchdog_ms) < 0)
+	if (conn_hello(&c, &h, before_deadline(o.watchdog_ms)) < 0) {
+		if (o.deadline_ms && mono_ms() >= o.deadline_ms + DEADLINE_GRACE_MS)
+			deadline_passed();
 		fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+	}
 	last_rx = mono_ms();
 
 	copied_in = json_array();

@@ -429,7 +429,7 @@ for l in sys.stdin: s.sendall(l.encode()); time.sleep(0.2); s.recv(4096)
 
 # fake_agent SOCK [MODE]: an agent that answers HELLO, then on EXEC sends
 # "partial\n" on stdout and falls silent (no EXIT, no PONG): a guest starved
-# right after its command started.  MODE pong: on FILE_PUT, a PONG every
+# right after its command started.  MODE mute: no answer to HELLO; pong: on FILE_PUT, a PONG every
 # 20 ms and nothing else (a steady stream that is no answer); exit300: EXIT
 # with an exit code out of range; badtext: ERROR with control bytes and
 # invalid UTF-8 in its kind and message.  Its pid in $agent.
@@ -449,6 +449,8 @@ while True:
         ln, ty, st = struct.unpack("<IBI", buf[:9])
         if len(buf) < 9 + ln: break
         p, buf = buf[9:9 + ln], buf[9 + ln:]
+        if ty == 1 and sys.argv[2] == "mute":
+            continue
         if ty == 1:  # HELLO: echo its COOKIE (tag 2)
             i, ck = 0, b""
             while i + 5 <= len(p):
@@ -518,6 +520,47 @@ EOF_PY
 	echo "$output $stderr" >&3
 	[ "$status" -eq 111 ]
 	echo "$output" | jq -e '.ok == false and .error_kind == "not_stopped"'
+	rm -rf "$d"
+}
+
+@test "exec: the handshake waits no longer than the deadline's grace (then a timeout, not 30 s)" {
+	id=vm-fa4e0a9e0006
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "mute", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock" mute
+	t0=$(date +%s%N)
+	run --separate-stderr env ISOPOD_WATCHDOG_MS=8000 isopod-exec --vm "$id" --timeout-ms 1000 -- true
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	echo "$ms ms: $output" >&3
+	[ "$status" -eq 1 ]
+	echo "$output" | jq -e '.ok == true and .timed_out == true and .exit_code == 137'
+	[ "$ms" -lt 4500 ]
+	rm -rf "$d"
+}
+
+@test "exec: --timeout-ms counts from the vm's JSON on stdin, not from the start of a pipeline" {
+	id=vm-fa4e0a9e0007
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "late", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock"
+	t0=$(date +%s%N)
+	# a boot that takes 2 s, then a command silent past its 2 s: 2 + 2 + 1.5 s
+	# shellcheck disable=SC2016  # $1 of the inner sh
+	run --separate-stderr sh -c '{ sleep 2; jq -n --arg id "$1" "{vm: {id: \$id}}"; } |
+		isopod-exec --timeout-ms 2000 -- true' sh "$id"
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	echo "$ms ms: $output" >&3
+	[ "$status" -eq 1 ]
+	echo "$output" | jq -e '.ok == true and .timed_out == true and .exec_ms >= 3300'
+	[ "$ms" -ge 5300 ]
 	rm -rf "$d"
 }
 
