@@ -108,8 +108,12 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "%s: fatal: %s\n", progname, msg);
-	j = json_pack("{s:b, s:s, s:s, s:{s:s, s:s}}", "ok", 0, "error", msg, "error_kind", kind,
-		      "vm", "id", o.id, "name", o.name);
+	/* Guest text reaches msg escaped (frame_error_text); utf8_json all the
+	 * same, so that no byte can make the object NULL and stdout empty. */
+	j = json_pack("{s:b, s:o, s:o, s:{s:s, s:s}}", "ok", 0, "error",
+		      utf8_json((const uint8_t *)msg, strlen(msg), 0), "error_kind",
+		      utf8_json((const uint8_t *)kind, strlen(kind), 0), "vm", "id", o.id, "name",
+		      o.name);
 	if (j && warnings)
 		json_object_set(j, "warnings", warnings);
 	if (j)
@@ -405,11 +409,14 @@ static __attribute__((noreturn)) void fail_frame(const struct frame *fr, const c
 {
 	char kind[64], msg[512];
 
+	/* what may be a path from the command line: escaped like the guest's
+	 * text, which frame_error_text escapes. */
 	if (fr->type != F_ERROR)
-		fail(EX_SYS, "protocol", "vm %s: %s: unexpected frame type %u", o.id, what, fr->type);
+		fail(EX_SYS, "protocol", "vm %s: %s: unexpected frame type %u", o.id, EXC(what),
+		     fr->type);
 	frame_error_text(fr, kind, sizeof kind, msg, sizeof msg);
-	fail(!strcmp(kind, "bad_request") ? EX_USAGE : EX_SYS, kind, "vm %s: %s: %s", o.id, what,
-	     msg);
+	fail(!strcmp(kind, "bad_request") ? EX_USAGE : EX_SYS, kind, "vm %s: %s: %s", o.id,
+	     EXC(what), msg);
 }
 
 /* Send a file's bytes on `stream` under the agent's credit. */
@@ -446,7 +453,7 @@ static void send_stream(int fd, uint32_t stream, const char *what)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			fail(EX_SYS, "io", "%s: read: %s", what, strerror(errno));
+			fail(EX_SYS, "io", "%s: read: %s", EXC(what), strerror(errno));
 		if (r == 0)
 			break;
 		if (conn_queue(&c, F_DATA, stream, buf, (size_t)r) < 0)
@@ -683,7 +690,8 @@ static void emit_result(int32_t exit_code, uint32_t sig, uint32_t timed_out, con
 			"signal", sig ? json_integer(sig) : json_null(),
 			"timed_out", (int)timed_out);
 	if (kind[0]) {
-		json_object_set_new(res, "error_kind", json_string(kind));
+		json_object_set_new(res, "error_kind",
+				    utf8_json((const uint8_t *)kind, strlen(kind), 0));
 		json_object_set_new(res, "error", utf8_json((const uint8_t *)msg, strlen(msg), 0));
 	}
 	for (int i = 0; i < 2; i++) {

@@ -584,6 +584,34 @@ EOF_PY
 	rm -rf "$d"
 }
 
+@test "run: a guest error about a path with control bytes and invalid UTF-8: one JSON object, no escape on stderr" {
+	isopod run --json-only --copy-in /etc/hostname:"/proc/$(printf '\377\033[31mx')" -- true \
+		>"$DATA/p6.out" 2>"$DATA/p6.err" && st=0 || st=$?
+	echo "$st: $(cat -v "$DATA/p6.out" "$DATA/p6.err")" >&3
+	[ "$st" -eq 111 ]
+	[ "$(jq -s length "$DATA/p6.out")" -eq 1 ]
+	jq -e '.ok == false and (.error | test("No such file"))' "$DATA/p6.out"
+	run ! env LC_ALL=C grep -q "$(printf '[\033\377]')" "$DATA/p6.err"
+}
+
+@test "exec: control bytes and invalid UTF-8 from the guest reach neither stderr raw nor break the JSON" {
+	id=vm-fa4e0a9e0005
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "rude", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock" badtext
+	isopod-exec --vm "$id" -- true >"$DATA/bt.out" 2>"$DATA/bt.err" && st=0 || st=$?
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	echo "$st: $(cat -v "$DATA/bt.out" "$DATA/bt.err")" >&3
+	[ "$st" -eq 111 ]
+	[ "$(jq -s length "$DATA/bt.out")" -eq 1 ]
+	jq -e '.ok == false and (.error | test("msg"))' "$DATA/bt.out"
+	run ! env LC_ALL=C grep -q "$(printf '[\001\033\007\377\376]')" "$DATA/bt.err"
+	rm -rf "$d"
+}
+
 @test "exec: a malformed frame from the guest is an error, never an unbounded allocation" {
 	id=vm-bad0a9e00001
 	mkdir -p "$ISOPOD_HOME/vms/$id"
