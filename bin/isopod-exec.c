@@ -888,6 +888,12 @@ int main(int argc, char **argv)
 		}
 		if (r < 0)
 			fail(EX_SYS, "protocol", "vm %s: %s", o.id, c.err);
+		/* An exit status is 0..255 and a signal 1..64: anything else is
+		 * a broken (or lying) agent, not a result to pass on. */
+		if (done && (exit_code < 0 || exit_code > 255 || sig > 64 || timed_out > 1))
+			fail(EX_SYS, "protocol", "vm %s: the agent reported exit code %d, signal %u, "
+			     "timed_out %u (want 0..255, 0..64, 0|1)", o.id, (int)exit_code, sig,
+			     timed_out);
 		if (done)
 			break;
 		/* stdin, under credit, and only while our queue is short. */

@@ -612,6 +612,21 @@ EOF_PY
 	rm -rf "$d"
 }
 
+@test "exec: an exit code out of range from the agent is a failure (111), not a result" {
+	id=vm-fa4e0a9e0004
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "liar", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock" exit300
+	run --separate-stderr isopod-exec --vm "$id" -- true
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	[ "$status" -eq 111 ]
+	echo "$output" | jq -e '.ok == false and .error_kind == "protocol" and (.error | test("exit code 300"))'
+	rm -rf "$d"
+}
+
 @test "exec: a malformed frame from the guest is an error, never an unbounded allocation" {
 	id=vm-bad0a9e00001
 	mkdir -p "$ISOPOD_HOME/vms/$id"
