@@ -249,6 +249,7 @@ static struct {
 static struct {
 	int fd;
 	uint64_t bytes;
+	uint64_t size;   /* st_size at open: never more is sent */
 	uint32_t mode;
 	char path[PATH_MAX];
 } get;
@@ -362,16 +363,17 @@ static void credit_flush(void)
 	}
 }
 
-/* Queue a DATA frame read straight from fd into the output buffer.
- * Returns the read() result (-1 with errno; -2 when out of memory). */
-static ssize_t out_read_data(int fd, uint32_t stream)
+/* Queue a DATA frame of at most `max` bytes read straight from fd into the
+ * output buffer.  Returns the read() result (-1 with errno; -2 when out of
+ * memory). */
+static ssize_t out_read_data(int fd, uint32_t stream, uint64_t max)
 {
 	uint8_t *dst = out_reserve(FRAME_HDR + OUT_DATA_CHUNK);
 	ssize_t n;
 
 	if (!dst)
 		return -2;
-	n = read(fd, dst + FRAME_HDR, OUT_DATA_CHUNK);
+	n = read(fd, dst + FRAME_HDR, max < OUT_DATA_CHUNK ? (size_t)max : OUT_DATA_CHUNK);
 	if (n > 0) {
 		frame_hdr(dst, F_DATA, stream, (uint32_t)n);
 		out.len += FRAME_HDR + (size_t)n;
@@ -1429,7 +1431,7 @@ static void pipe_pump(int *fd, uint32_t stream)
 	ssize_t n;
 
 	while (*fd >= 0 && out_pending() <= OUT_HIGH) {
-		n = out_read_data(*fd, stream);
+		n = out_read_data(*fd, stream, OUT_DATA_CHUNK);
 		if (n > 0)
 			continue;
 		if (n < 0 && errno == EINTR)
@@ -1774,10 +1776,22 @@ static void on_file_eof(void)
 static void on_file_get(const struct frame *fr)
 {
 	struct stat sb;
+	struct tlv_r r;
+	const uint8_t *val;
+	uint32_t len;
+	uint8_t tag;
+	uint64_t max = UINT64_MAX;
 	int fd;
 
 	if (path_parse(fr, "FILE_GET", get.path, NULL) < 0)
 		return;
+	/* BYTES: the most the host takes (path_parse checked the TLVs). */
+	tlv_rinit(&r, fr->payload, fr->len);
+	while (tlv_next(&r, &tag, &val, &len) == 1)
+		if (tag == T_BYTES && tlv_u64(val, len, &max) < 0) {
+			send_error("bad_request", "FILE_GET: BYTES is not a u64");
+			return;
+		}
 	if (!root.ok) {
 		send_error("root_unavailable", "%s", root.err);
 		return;
@@ -1795,9 +1809,19 @@ static void on_file_get(const struct frame *fr)
 		send_error("io", "%s: not a regular file", get.path);
 		return;
 	}
+	if ((uint64_t)sb.st_size > max) {
+		close(fd);
+		send_error("too_large", "%s: %lld bytes, more than the %llu the host takes", get.path,
+			   (long long)sb.st_size, (unsigned long long)max);
+		return;
+	}
 	clear_nonblock(fd);
 	get.fd = fd;
 	get.bytes = 0;
+	/* The size at open bounds what is sent: a file that a survivor of the
+	 * command keeps growing (or a sparse one extended) cannot stretch the
+	 * copy-out past what the host was told it could take. */
+	get.size = (uint64_t)sb.st_size;
 	get.mode = sb.st_mode & 07777;
 	op = OP_GET;
 }
@@ -1810,7 +1834,7 @@ static void get_pump(void)
 	ssize_t n;
 
 	while (op == OP_GET && out_pending() <= OUT_HIGH) {
-		n = out_read_data(get.fd, STREAM_FILE);
+		n = get.bytes < get.size ? out_read_data(get.fd, STREAM_FILE, get.size - get.bytes) : 0;
 		if (n > 0) {
 			get.bytes += (uint64_t)n;
 			continue;

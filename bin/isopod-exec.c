@@ -25,9 +25,13 @@
 
 #define USAGE "usage: isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
-	"                   [--copy-out GUEST:HOST]... [--shell] -- CMD [ARG]...\n"
+	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
+	"                   -- CMD [ARG]...\n"
 
 #define INBAND_MAX (64u * 1024u)
+/* What all --copy-out of one exec may bring to the host by default: generous
+ * for build artefacts, finite so that a guest cannot fill the host's disk. */
+#define COPY_OUT_MAX_DEFAULT (4LL << 30)
 #define MAX_ITEMS 256
 
 struct copy {
@@ -58,9 +62,14 @@ static struct {
 	char **argv;
 	int argc;
 	int64_t watchdog_ms, ping_ms;
-	int64_t t0;          /* start of isopod-exec: --timeout-ms counts from here */
+	int64_t t0;          /* the arguments and the vm read: --timeout-ms counts from here */
 	int64_t deadline_ms; /* t0 + --timeout-ms while the command may run; 0 = none */
-} o = {.watchdog_ms = 30000, .ping_ms = 5000};
+	int64_t copy_deadline_ms; /* while copying out: its end; 0 = none */
+	int copying_out;          /* the command has ended; copy-out runs */
+	const char *copy_why;     /* why wait_frame gave up on a copy-out */
+	long long copy_out_max;   /* bytes, all --copy-out together */
+	long long qemu_pid;       /* from the vm record, for the last resort */
+} o = {.watchdog_ms = 30000, .ping_ms = 5000, .copy_out_max = COPY_OUT_MAX_DEFAULT};
 
 /* How long after the deadline the host waits for the agent's EXIT before it
  * ends the exec itself.  The agent's own timer starts when it receives EXEC,
@@ -71,6 +80,14 @@ static struct {
  * pending.  1.5 s covers that and keeps the overrun of a starved guest (a
  * fork bomb, a real-time hog) under 2 s; the agent cannot extend it. */
 #define DEADLINE_GRACE_MS 1500
+
+/* Copy-out comes after the command, within what is left of --timeout-ms plus
+ * this allowance (a command that used all of its budget still gets its
+ * results copied when they are small); then the host stops the vm and the
+ * copy-outs not finished are errors.  Without --timeout-ms, copy-out is
+ * bounded by size only (--copy-out-max; the agent sends at most the size a
+ * file had when it was opened). */
+#define COPY_OUT_GRACE_MS 2000
 
 static struct conn c;
 static json_t *warnings;
@@ -92,8 +109,12 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "%s: fatal: %s\n", progname, msg);
-	j = json_pack("{s:b, s:s, s:s, s:{s:s, s:s}}", "ok", 0, "error", msg, "error_kind", kind,
-		      "vm", "id", o.id, "name", o.name);
+	/* Guest text reaches msg escaped (frame_error_text); utf8_json all the
+	 * same, so that no byte can make the object NULL and stdout empty. */
+	j = json_pack("{s:b, s:o, s:o, s:{s:s, s:s}}", "ok", 0, "error",
+		      utf8_json((const uint8_t *)msg, strlen(msg), 0), "error_kind",
+		      utf8_json((const uint8_t *)kind, strlen(kind), 0), "vm", "id", o.id, "name",
+		      o.name);
 	if (j && warnings)
 		json_object_set(j, "warnings", warnings);
 	if (j)
@@ -101,17 +122,39 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const
 	exit(code);
 }
 
-/* Kill a VM whose agent stopped answering: nothing else can end it.
- * 0, or -1 (said on stderr). */
+/* Stop a VM whose agent cannot end what it runs, and wait until it is
+ * stopped (its lock free, as isopod-stop waits).  A QEMU that does not quit
+ * on QMP (wedged, SIGSTOPped) gets SIGKILL, through a pidfd opened before
+ * the lock is checked: a lock still held after the pidfd was opened proves
+ * the pid was not recycled in between.  0, or -1 (said on stderr): the vm
+ * may still be running. */
 static int kill_vm(void)
 {
 	char err[256];
+	int pfd;
 
-	if (qmp_simple(o.qmp_sock, "quit", mono_ms() + 5000, err, sizeof err) < 0) {
-		warn("unable to stop vm %s after its agent fell silent: %s", o.id, err);
-		return -1;
+	if (qmp_simple(o.qmp_sock, "quit", mono_ms() + 2000, err, sizeof err) < 0)
+		warn("vm %s: QMP quit: %s", o.id, err);
+	else if (vm_wait_stopped(o.id, mono_ms() + 5000) == 0)
+		return 0;
+	if (!vm_running(o.id))
+		return 0;
+	if (o.qemu_pid > 0 && o.qemu_pid <= INT_MAX && (pfd = pidfd_open_((pid_t)o.qemu_pid)) >= 0) {
+		if (vm_running(o.id) && pidfd_kill(pfd, SIGKILL) < 0 && errno != ESRCH)
+			warn("vm %s: unable to kill qemu %lld: %s", o.id, o.qemu_pid, strerror(errno));
+		close(pfd);
 	}
-	return 0;
+	if (vm_wait_stopped(o.id, mono_ms() + 5000) == 0)
+		return 0;
+	warn("unable to stop vm %s (qemu %lld)", o.id, o.qemu_pid);
+	return -1;
+}
+
+/* The vm could not be stopped: whatever the command did, the result is the
+ * infrastructure's failure, never a timeout with a vm still running. */
+static __attribute__((noreturn)) void fail_not_stopped(const char *when)
+{
+	fail(EX_SYS, "not_stopped", "vm %s: %s, and the host could not stop the vm", o.id, when);
 }
 
 static void proxy_env(const json_t *net);
@@ -134,6 +177,8 @@ static void load_vm(const char *ref)
 	pathf(o.agent_sock, sizeof o.agent_sock, "%s", s ? s : "");
 	s = json_string_value(json_object_get(m, "qmp_sock"));
 	pathf(o.qmp_sock, sizeof o.qmp_sock, "%s", s ? s : "");
+	o.qemu_pid = json_is_integer(json_object_get(m, "qemu_pid"))
+			     ? json_integer_value(json_object_get(m, "qemu_pid")) : 0;
 	proxy_env(json_object_get(m, "net"));
 	json_decref(m);
 	if (!o.agent_sock[0])
@@ -201,6 +246,7 @@ static void parse_args(int argc, char **argv)
 		{"stdin-file", required_argument, 0, 'i'},
 		{"copy-in", required_argument, 0, 'I'},
 		{"copy-out", required_argument, 0, 'O'},
+		{"copy-out-max", required_argument, 0, 'M'},
 		{"shell", no_argument, 0, 's'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
@@ -237,6 +283,11 @@ static void parse_args(int argc, char **argv)
 			if (o.nout == MAX_ITEMS)
 				die(EX_USAGE, "too many --copy-out");
 			split_copy(optarg, "--copy-out", &o.out[o.nout++], 0);
+			break;
+		case 'M':
+			if (parse_ll(optarg, 0, 1LL << 50, &o.copy_out_max) < 0)
+				die(EX_USAGE, "--copy-out-max %s: expected 0..%lld", EXC(optarg),
+				    1LL << 50);
 			break;
 		case 's': o.shell = 1; break;
 		case 'h': fputs(USAGE, stdout); exit(0);
@@ -289,7 +340,8 @@ static __attribute__((noreturn)) void watchdog_fired(void)
 {
 	if (o.deadline_ms && mono_ms() >= o.deadline_ms)
 		deadline_passed();
-	kill_vm();
+	if (kill_vm() < 0)
+		fail_not_stopped("the guest agent stopped answering");
 	fail(EX_SYS, "unresponsive",
 	     "vm %s: the guest agent stopped answering for %lld ms; the vm was stopped", o.id,
 	     (long long)o.watchdog_ms);
@@ -305,27 +357,52 @@ static int64_t next_tick(void)
 		until = last_rx + o.watchdog_ms;
 	if (o.deadline_ms && until > o.deadline_ms + DEADLINE_GRACE_MS)
 		until = o.deadline_ms + DEADLINE_GRACE_MS;
+	if (o.copy_deadline_ms && until > o.copy_deadline_ms)
+		until = o.copy_deadline_ms;
 	return until;
 }
 
+/* now + ms, but no later than the deadline's grace. */
+static int64_t before_deadline(int64_t ms)
+{
+	int64_t until = mono_ms() + ms;
+
+	if (o.deadline_ms && until > o.deadline_ms + DEADLINE_GRACE_MS)
+		until = o.deadline_ms + DEADLINE_GRACE_MS;
+	return until;
+}
+
+/* 1 a frame; 0 (only while copying out) the copy-out must end: o.copy_why
+ * says why.  The deadline and the watchdog are checked after every frame,
+ * not only when none came: a steady stream of frames (PONGs, CREDITs) must
+ * not keep them from being seen. */
 static int wait_frame(struct frame *fr)
 {
 	for (;;) {
 		int r = conn_wait(&c, fr, next_tick());
+		int64_t now = mono_ms();
 
-		if (r == 1) {
-			last_rx = mono_ms();
-			if (fr->type == F_PONG)
-				continue;
-			return 1;
-		}
-		if (r != -3)
+		if (r == 1)
+			last_rx = now;
+		else if (r != -3)
 			fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
-		if (o.deadline_ms && mono_ms() >= o.deadline_ms + DEADLINE_GRACE_MS)
+		if (o.deadline_ms && now >= o.deadline_ms + DEADLINE_GRACE_MS)
 			deadline_passed();
-		if (mono_ms() >= last_rx + o.watchdog_ms)
+		if (o.copy_deadline_ms && now >= o.copy_deadline_ms) {
+			o.copy_why = "the time left of --timeout-ms, and its copy-out allowance, ran out";
+			return 0;
+		}
+		if (now >= last_rx + o.watchdog_ms) {
+			if (o.copying_out) {
+				o.copy_why = "the guest agent stopped answering";
+				return 0;
+			}
 			watchdog_fired();
-		conn_queue(&c, F_PING, STREAM_CTL, NULL, 0);
+		}
+		if (r == 1 && fr->type != F_PONG)
+			return 1;
+		if (r != 1)
+			conn_queue(&c, F_PING, STREAM_CTL, NULL, 0);
 	}
 }
 
@@ -333,11 +410,14 @@ static __attribute__((noreturn)) void fail_frame(const struct frame *fr, const c
 {
 	char kind[64], msg[512];
 
+	/* what may be a path from the command line: escaped like the guest's
+	 * text, which frame_error_text escapes. */
 	if (fr->type != F_ERROR)
-		fail(EX_SYS, "protocol", "vm %s: %s: unexpected frame type %u", o.id, what, fr->type);
+		fail(EX_SYS, "protocol", "vm %s: %s: unexpected frame type %u", o.id, EXC(what),
+		     fr->type);
 	frame_error_text(fr, kind, sizeof kind, msg, sizeof msg);
-	fail(!strcmp(kind, "bad_request") ? EX_USAGE : EX_SYS, kind, "vm %s: %s: %s", o.id, what,
-	     msg);
+	fail(!strcmp(kind, "bad_request") ? EX_USAGE : EX_SYS, kind, "vm %s: %s: %s", o.id,
+	     EXC(what), msg);
 }
 
 /* Send a file's bytes on `stream` under the agent's credit. */
@@ -374,7 +454,7 @@ static void send_stream(int fd, uint32_t stream, const char *what)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			fail(EX_SYS, "io", "%s: read: %s", what, strerror(errno));
+			fail(EX_SYS, "io", "%s: read: %s", EXC(what), strerror(errno));
 		if (r == 0)
 			break;
 		if (conn_queue(&c, F_DATA, stream, buf, (size_t)r) < 0)
@@ -438,10 +518,21 @@ static void copy_in(json_t *list)
 	}
 }
 
+/* One copy-out that did not happen: an error entry and a warning. */
+static void copy_out_failed(json_t *list, const char *guest, const char *dst, const char *why)
+{
+	json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", guest, "host", dst,
+					      "error", why));
+	json_array_append_new(warnings, json_sprintf("copy-out %s failed: %s", guest, why));
+}
+
 static void copy_out(json_t *list)
 {
+	char stopped[256] = ""; /* set once the vm was stopped: nothing more comes */
+	uint64_t total = 0;
+
 	for (int i = 0; i < o.nout; i++) {
-		char dst[PATH_MAX], tmp[PATH_MAX], sha[65];
+		char dst[PATH_MAX], tmp[PATH_MAX], sha[65], why[600];
 		const char *base = strrchr(o.out[i].guest, '/') + 1;
 		uint8_t buf[4200];
 		unsigned char h[crypto_hash_sha256_BYTES];
@@ -449,22 +540,36 @@ static void copy_out(json_t *list)
 		struct tlv_w w;
 		struct stat sb;
 		struct frame fr;
-		uint64_t bytes = 0;
-		int fd;
+		uint64_t bytes = 0, room = (uint64_t)o.copy_out_max - total;
+		int fd, got;
 
 		if (stat(o.out[i].host, &sb) == 0 && S_ISDIR(sb.st_mode))
 			pathf(dst, sizeof dst, "%s/%s", o.out[i].host, *base ? base : "out");
 		else
 			pathf(dst, sizeof dst, "%s", o.out[i].host);
+		if (stopped[0]) {
+			copy_out_failed(list, o.out[i].guest, dst, stopped);
+			continue;
+		}
 		pathf(tmp, sizeof tmp, "%s.isopod-tmp.%ld", dst, (long)getpid());
+		/* BYTES: the agent refuses a larger file before sending any of it. */
 		tlv_init(&w, buf, sizeof buf);
 		tlv_put_str(&w, T_PATH, o.out[i].guest);
+		tlv_put_u64(&w, T_BYTES, room);
 		conn_queue(&c, F_FILE_GET, STREAM_CTL, buf, w.len);
 		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 		crypto_hash_sha256_init(&st);
-		for (;;) {
-			wait_frame(&fr);
+		why[0] = 0;
+		while ((got = wait_frame(&fr)) == 1) {
 			if (fr.type == F_DATA && fr.stream == STREAM_FILE) {
+				/* More than the agent may send (the host's own cap: a
+				 * guest controls the agent) ends the copy-out here. */
+				if (fr.len > room - bytes) {
+					snprintf(why, sizeof why, "the guest sent more than the %llu bytes "
+						 "allowed (--copy-out-max %lld)", (unsigned long long)room,
+						 o.copy_out_max);
+					break;
+				}
 				if (fd >= 0 && write_all(fd, fr.payload, fr.len) < 0) {
 					close(fd);
 					fd = -1;
@@ -477,6 +582,22 @@ static void copy_out(json_t *list)
 				continue;
 			break;
 		}
+		if (got == 0)
+			snprintf(why, sizeof why, "%s", o.copy_why);
+		if (why[0]) {
+			/* Nothing can cancel a FILE_GET: the vm is stopped, which ends
+			 * this copy-out and the ones after it. */
+			if (fd >= 0)
+				close(fd);
+			unlink(tmp);
+			if (kill_vm() < 0)
+				fail_not_stopped("a copy-out had to be ended");
+			snprintf(stopped, sizeof stopped, "not copied: the vm was stopped during "
+				 "copy-out (%.180s)", why);
+			copy_out_failed(list, o.out[i].guest, dst, why);
+			continue;
+		}
+		total += bytes;
 		if (fr.type != F_FILE_DONE) {
 			char kind[64], msg[512];
 
@@ -484,19 +605,18 @@ static void copy_out(json_t *list)
 			if (fd >= 0)
 				close(fd);
 			unlink(tmp);
-			json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", o.out[i].guest,
-							      "host", dst, "error", msg));
-			json_array_append_new(warnings, json_sprintf("copy-out %s failed: %s",
-								     o.out[i].guest, msg));
+			copy_out_failed(list, o.out[i].guest, dst, msg);
 			continue;
 		}
 		if (fd < 0 || fchmod(fd, (mode_t)tlv_get_u64(&fr, T_MODE) & 0777) < 0 || fsync(fd) < 0 ||
 		    close(fd) < 0 || rename(tmp, dst) < 0) {
+			int e = errno;
+
 			unlink(tmp);
 			json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", o.out[i].guest,
-							      "host", dst, "error", strerror(errno)));
+							      "host", dst, "error", strerror(e)));
 			json_array_append_new(warnings, json_sprintf("copy-out %s to %s failed: %s",
-								     o.out[i].guest, dst, strerror(errno)));
+								     o.out[i].guest, dst, strerror(e)));
 			continue;
 		}
 		crypto_hash_sha256_final(&st, h);
@@ -506,6 +626,8 @@ static void copy_out(json_t *list)
 						      "host", dst, "bytes", (json_int_t)bytes,
 						      "sha256", sha));
 	}
+	if (stopped[0])
+		c.wlen = c.woff = 0; /* nothing to flush to a stopped vm */
 }
 
 static void open_logs(struct outstream *s)
@@ -569,7 +691,8 @@ static void emit_result(int32_t exit_code, uint32_t sig, uint32_t timed_out, con
 			"signal", sig ? json_integer(sig) : json_null(),
 			"timed_out", (int)timed_out);
 	if (kind[0]) {
-		json_object_set_new(res, "error_kind", json_string(kind));
+		json_object_set_new(res, "error_kind",
+				    utf8_json((const uint8_t *)kind, strlen(kind), 0));
 		json_object_set_new(res, "error", utf8_json((const uint8_t *)msg, strlen(msg), 0));
 	}
 	for (int i = 0; i < 2; i++) {
@@ -602,12 +725,12 @@ static void emit_result(int32_t exit_code, uint32_t sig, uint32_t timed_out, con
 static void deadline_passed(void)
 {
 	json_t *copied_out = json_array();
-	int stopped = kill_vm() == 0;
 
+	if (kill_vm() < 0)
+		fail_not_stopped("the --timeout-ms deadline passed");
 	json_array_append_new(warnings,
 		json_sprintf("the guest did not report the command's end within %d ms of the "
-			     "--timeout-ms deadline; %s", DEADLINE_GRACE_MS,
-			     stopped ? "the host stopped the vm" : "the host could not stop the vm"));
+			     "--timeout-ms deadline; the host stopped the vm", DEADLINE_GRACE_MS));
 	for (int i = 0; i < o.nout; i++) {
 		json_array_append_new(copied_out, json_pack("{s:s, s:s, s:s}", "guest", o.out[i].guest,
 							    "host", o.out[i].host, "error",
@@ -634,15 +757,18 @@ int main(int argc, char **argv)
 	char kind[64] = "", msg[1024] = "";
 
 	progname = "isopod-exec";
-	o.t0 = mono_ms();
 	signal(SIGPIPE, SIG_IGN);
 	if (sodium_init() < 0)
 		die(EX_SYS, "unable to initialise libsodium");
 	warnings = json_array();
 	parse_args(argc, argv);
-	/* The agent enforces the timeout in the guest; the host enforces it too,
-	 * from the same start: a guest too starved to act on its timer (a fork
-	 * bomb) must not stretch the caller's budget into the watchdog's. */
+	/* The budget starts once the vm is known: in `claim | boot | exec` the
+	 * JSON on stdin arrives after the boot, which is not the command's time
+	 * (the front end passes --vm and what is left of its own budget).  The
+	 * agent enforces the timeout in the guest; the host enforces it too,
+	 * from this start: a guest too starved to act on its timer (a fork bomb)
+	 * must not stretch the caller's budget into the watchdog's. */
+	o.t0 = mono_ms();
 	if (o.timeout_ms)
 		o.deadline_ms = o.t0 + o.timeout_ms;
 	if (o.stdin_file) {
@@ -657,11 +783,20 @@ int main(int argc, char **argv)
 	}
 	open_logs(s);
 
-	if (conn_open(&c, o.agent_sock, mono_ms() + 10000) < 0)
+	/* Connecting and the handshake wait no longer than the deadline's grace
+	 * either: past it, as for copy-in, the budget is spent (a timeout, the vm
+	 * stopped); before it, a failure is the infrastructure's. */
+	if (conn_open(&c, o.agent_sock, before_deadline(10000)) < 0) {
+		if (o.deadline_ms && mono_ms() >= o.deadline_ms + DEADLINE_GRACE_MS)
+			deadline_passed();
 		fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+	}
 	last_rx = mono_ms();
-	if (conn_hello(&c, &h, mono_ms() + o.watchdog_ms) < 0)
+	if (conn_hello(&c, &h, before_deadline(o.watchdog_ms)) < 0) {
+		if (o.deadline_ms && mono_ms() >= o.deadline_ms + DEADLINE_GRACE_MS)
+			deadline_passed();
 		fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
+	}
 	last_rx = mono_ms();
 
 	copied_in = json_array();
@@ -754,6 +889,12 @@ int main(int argc, char **argv)
 		}
 		if (r < 0)
 			fail(EX_SYS, "protocol", "vm %s: %s", o.id, c.err);
+		/* An exit status is 0..255 and a signal 1..64: anything else is
+		 * a broken (or lying) agent, not a result to pass on. */
+		if (done && (exit_code < 0 || exit_code > 255 || sig > 64 || timed_out > 1))
+			fail(EX_SYS, "protocol", "vm %s: the agent reported exit code %d, signal %u, "
+			     "timed_out %u (want 0..255, 0..64, 0|1)", o.id, (int)exit_code, sig,
+			     timed_out);
 		if (done)
 			break;
 		/* stdin, under credit, and only while our queue is short. */
@@ -804,8 +945,13 @@ int main(int argc, char **argv)
 	}
 	int64_t exec_ms = mono_ms() - t_exec;
 
-	/* The command has ended: copy-out is not part of its budget. */
+	/* The command has ended: copy-out gets what is left of its budget and a
+	 * fixed allowance, no more. */
+	if (o.deadline_ms)
+		o.copy_deadline_ms = (mono_ms() > o.deadline_ms ? mono_ms() : o.deadline_ms) +
+				     COPY_OUT_GRACE_MS;
 	o.deadline_ms = 0;
+	o.copying_out = 1;
 	copied_out = json_array();
 	copy_out(copied_out);
 	if (conn_flush(&c, mono_ms() + 5000) < 0)

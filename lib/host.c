@@ -245,14 +245,18 @@ void frame_error_text(const struct frame *fr, char *kind, size_t ksz, char *msg,
 	const uint8_t *v;
 	uint32_t l;
 
+	char ex[EXCERPT_SZ];
+
 	snprintf(kind, ksz, "agent");
 	snprintf(msg, msz, "(no message)");
+	/* Guest text, escaped (control bytes, invalid UTF-8): it goes to the
+	 * caller's terminal and into JSON. */
 	tlv_rinit(&r, fr->payload, fr->len);
 	while (tlv_next(&r, &tag, &v, &l) == 1) {
-		if (tag == T_ERROR_KIND && tlv_str(v, l, kind, ksz) < 0)
-			snprintf(kind, ksz, "agent");
-		if ((tag == T_MESSAGE || tag == T_ERROR) && tlv_str(v, l, msg, msz) < 0)
-			snprintf(msg, msz, "%.*s", (int)(l < msz ? l : msz - 1), (const char *)v);
+		if (tag == T_ERROR_KIND)
+			snprintf(kind, ksz, "%s", excerpt(ex, v, l));
+		if (tag == T_MESSAGE || tag == T_ERROR)
+			snprintf(msg, msz, "%s", excerpt(ex, v, l));
 	}
 }
 
@@ -352,10 +356,13 @@ int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms)
 			case T_COOKIE: tlv_u64(v, l, &ck); break;
 			case T_ROOT: tlv_str(v, l, h->root, sizeof h->root); break;
 			case T_UPTIME_MS: tlv_u64(v, l, &h->uptime_ms); break;
-			case T_ERROR:
-				if (tlv_str(v, l, h->guest_error, sizeof h->guest_error) < 0)
-					snprintf(h->guest_error, sizeof h->guest_error, "(unreadable)");
+			case T_ERROR: {
+				char ex[EXCERPT_SZ];
+
+				snprintf(h->guest_error, sizeof h->guest_error, "%s",
+					 excerpt(ex, v, l));
 				break;
+			}
 			default: break;
 			}
 		}

@@ -40,6 +40,14 @@ const char *label_invalid(const char *label)
 		return "a label cannot contain '/'";
 	if (strchr(label, '\n') || strchr(label, '\r'))
 		return "a label cannot contain a newline";
+	/* A label is shown on terminals and written into JSON: no control
+	 * bytes (they could drive the terminal), and valid UTF-8 (jansson
+	 * refuses anything else: the stage would list as nothing). */
+	for (const char *s = label; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return "a label cannot contain control characters";
+	if (!utf8_valid(label, n))
+		return "a label must be valid UTF-8";
 	if (label[0] == '-' || label[0] == '.')
 		return "a label cannot start with '-' or '.'";
 	return NULL;

@@ -126,6 +126,8 @@ int write_all(int fd, const void *buf, size_t n);
 /* A JSON string from guest bytes: invalid UTF-8 and NUL become U+FFFD; with
  * `cut`, a character split by a size cap at the end is dropped. */
 json_t *utf8_json(const uint8_t *p, size_t n, int cut);
+/* 1 when p[0..n) is all valid UTF-8 (no overlong forms, no surrogates). */
+int utf8_valid(const void *p, size_t n);
 
 /* Conditional read-modify-write of vms/<id>/meta.json under the per-VM
  * vms/<id>/meta.lock: when if_states is NULL or lists the record's current

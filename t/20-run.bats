@@ -176,6 +176,63 @@ EOF_C
 	run ! vm_locked "$id"
 }
 
+@test "exec: copy-out is bounded in size (--copy-out-max) and in time (the budget + 2 s); then the vm is stopped, the result kept" {
+	run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	mkdir -p "$DATA/co"
+	# over the cap: the agent refuses it before sending a byte; the vm lives on
+	run --separate-stderr isopod-exec --vm "$id" --copy-out-max 1000 \
+		--copy-out /root/k:"$DATA/co/" --copy-out /root/s:"$DATA/co/" \
+		-- sh -c 'head -c 4096 /dev/zero >/root/k; echo small >/root/s'
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.copied_out[0].error | test("4096 bytes, more than the 1000")'
+	echo "$output" | jq -e '.copied_out[1].bytes == 6'
+	[ ! -e "$DATA/co/k" ] && [ -s "$DATA/co/s" ]
+	vm_locked "$id"
+	# a sparse 2 GiB file: copying it would take minutes under TCG (and fill
+	# the disk); it ends 2 s after the 3 s budget, the vm stopped
+	t0=$(date +%s%N)
+	run --separate-stderr isopod-exec --vm "$id" --timeout-ms 3000 \
+		--copy-out /root/big:"$DATA/co/" --copy-out /root/s:"$DATA/co/s2" \
+		-- sh -c 'truncate -s 2G /root/big; echo small >/root/s'
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	echo "isopod-exec took $ms ms: $output" >&3
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.ok == true and .exit_code == 0 and .timed_out == false'
+	echo "$output" | jq -e '.copied_out[0].error | test("copy-out allowance, ran out")'
+	echo "$output" | jq -e '.copied_out[1].error | test("not copied: the vm was stopped")'
+	echo "$output" | jq -e '.warnings | length == 2'
+	[ "$ms" -lt 9000 ]
+	# nothing of the big file (nor a temporary) is left on the host
+	[ "$(ls -A "$DATA/co")" = s ]
+	run ! vm_locked "$id"
+}
+
+@test "exec: at the deadline a QEMU that ignores QMP (SIGSTOPped) is killed: a timeout, the vm stopped" {
+	run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	qpid=$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$id/meta.json")
+	[ "$qpid" -gt 0 ]
+	(sleep 1; kill -STOP "$qpid") 3>&- &
+	stopper=$!
+	t0=$(date +%s%N)
+	run --separate-stderr isopod-exec --vm "$id" --timeout-ms 3000 -- sleep 60
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	wait "$stopper" || :
+	echo "isopod-exec took $ms ms: $output" >&3
+	# whatever happened, never leave a stopped QEMU behind
+	locked=0
+	vm_locked "$id" && locked=1
+	kill -CONT "$qpid" 2>/dev/null || :
+	[ "$locked" -eq 0 ]
+	[ "$status" -eq 1 ]
+	echo "$output" | jq -e '.ok == true and .timed_out == true and .exit_code == 137'
+	echo "$output" | jq -e '.warnings | any(test("the host stopped the vm"))'
+	[ "$ms" -lt 12000 ]
+}
+
 @test "run: a fork bomb under --timeout-s ends at the deadline with timed_out and 137, not unresponsive" {
 	t0=$(date +%s)
 	# the main process stays (its exit would end the group), the bomb grows
@@ -370,11 +427,14 @@ for l in sys.stdin: s.sendall(l.encode()); time.sleep(0.2); s.recv(4096)
 	echo "$output" | jq -e '.leaked == []'
 }
 
-# fake_agent SOCK: an agent that answers HELLO, then on EXEC sends "partial\n"
-# on stdout and falls silent (no EXIT, no PONG): a guest starved right after
-# its command started.  Its pid in $agent.
+# fake_agent SOCK [MODE]: an agent that answers HELLO, then on EXEC sends
+# "partial\n" on stdout and falls silent (no EXIT, no PONG): a guest starved
+# right after its command started.  MODE mute: no answer to HELLO; pong: on FILE_PUT, a PONG every
+# 20 ms and nothing else (a steady stream that is no answer); exit300: EXIT
+# with an exit code out of range; badtext: ERROR with control bytes and
+# invalid UTF-8 in its kind and message.  Its pid in $agent.
 fake_agent() {
-	timeout 60 python3 - "$1" <<'EOF_PY' 3>&- &
+	timeout 60 python3 - "$1" "${2:-silent}" <<'EOF_PY' 3>&- &
 import socket, struct, sys, time
 s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)
 c, _ = s.accept()
@@ -389,6 +449,8 @@ while True:
         ln, ty, st = struct.unpack("<IBI", buf[:9])
         if len(buf) < 9 + ln: break
         p, buf = buf[9:9 + ln], buf[9 + ln:]
+        if ty == 1 and sys.argv[2] == "mute":
+            continue
         if ty == 1:  # HELLO: echo its COOKIE (tag 2)
             i, ck = 0, b""
             while i + 5 <= len(p):
@@ -396,6 +458,14 @@ while True:
                 if tag == 2: ck = p[i + 5:i + 5 + l]
                 i += 5 + l
             send(2, 0, t(1, struct.pack("<I", 1)) + t(2, ck) + t(6, b"rw") + t(7, struct.pack("<Q", 1)))
+        elif ty == 11 and sys.argv[2] == "pong":  # FILE_PUT
+            for _ in range(3000):
+                send(10, 0)
+                time.sleep(0.02)
+        elif ty == 3 and sys.argv[2] == "exit300":
+            send(7, 0, t(14, struct.pack("<I", 300)) + t(15, struct.pack("<I", 0)) + t(16, struct.pack("<I", 0)))
+        elif ty == 3 and sys.argv[2] == "badtext":
+            send(8, 0, t(17, b"\xff\x1b[31mkind") + t(18, b"msg \x1b]0;pwned\x07 \xfe\x01"))
         elif ty == 3:  # EXEC
             send(4, 2, b"partial\n")
             time.sleep(60)
@@ -430,6 +500,130 @@ EOF_PY
 	wait "$agent" 2>/dev/null || :
 	[ "$status" -eq 111 ]
 	echo "$output" | jq -e '.ok == false and .error_kind == "unresponsive"'
+	rm -rf "$d"
+}
+
+@test "exec: a vm the host cannot stop at the deadline is a failure (111), never a timeout" {
+	id=vm-fa4e0a9e0002
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "unstoppable", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	# the vm's lock held by something no quit and no kill of the record's qemu ends
+	flock "$d/lock" sleep 30 3>&- &
+	holder=$!
+	for _ in $(seq 1 50); do vm_locked "$id" && break; sleep 0.1; done
+	fake_agent "$d/agent.sock"
+	run --separate-stderr isopod-exec --vm "$id" --timeout-ms 500 -- true
+	kill "$agent" "$holder" 2>/dev/null || :
+	wait "$agent" "$holder" 2>/dev/null || :
+	echo "$output $stderr" >&3
+	[ "$status" -eq 111 ]
+	echo "$output" | jq -e '.ok == false and .error_kind == "not_stopped"'
+	rm -rf "$d"
+}
+
+@test "exec: the handshake waits no longer than the deadline's grace (then a timeout, not 30 s)" {
+	id=vm-fa4e0a9e0006
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "mute", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock" mute
+	t0=$(date +%s%N)
+	run --separate-stderr env ISOPOD_WATCHDOG_MS=8000 isopod-exec --vm "$id" --timeout-ms 1000 -- true
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	echo "$ms ms: $output" >&3
+	[ "$status" -eq 1 ]
+	echo "$output" | jq -e '.ok == true and .timed_out == true and .exit_code == 137'
+	[ "$ms" -lt 4500 ]
+	rm -rf "$d"
+}
+
+@test "exec: --timeout-ms counts from the vm's JSON on stdin, not from the start of a pipeline" {
+	id=vm-fa4e0a9e0007
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "late", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock"
+	t0=$(date +%s%N)
+	# a boot that takes 2 s, then a command silent past its 2 s: 2 + 2 + 1.5 s
+	# shellcheck disable=SC2016  # $1 of the inner sh
+	run --separate-stderr sh -c '{ sleep 2; jq -n --arg id "$1" "{vm: {id: \$id}}"; } |
+		isopod-exec --timeout-ms 2000 -- true' sh "$id"
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	echo "$ms ms: $output" >&3
+	[ "$status" -eq 1 ]
+	echo "$output" | jq -e '.ok == true and .timed_out == true and .exec_ms >= 3300'
+	[ "$ms" -ge 5300 ]
+	rm -rf "$d"
+}
+
+@test "exec: a steady stream of PONGs does not hide the deadline (copy-in)" {
+	id=vm-fa4e0a9e0003
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "chatty", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock" pong
+	t0=$(date +%s%N)
+	run --separate-stderr timeout 20 isopod-exec --vm "$id" --timeout-ms 1000 \
+		--copy-in /etc/hostname:/root/h -- true
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	echo "$ms ms: $output" >&3
+	[ "$status" -eq 1 ]
+	echo "$output" | jq -e '.ok == true and .timed_out == true and .exit_code == 137'
+	[ "$ms" -lt 4500 ]
+	rm -rf "$d"
+}
+
+@test "run: a guest error about a path with control bytes and invalid UTF-8: one JSON object, no escape on stderr" {
+	isopod run --json-only --copy-in /etc/hostname:"/proc/$(printf '\377\033[31mx')" -- true \
+		>"$DATA/p6.out" 2>"$DATA/p6.err" && st=0 || st=$?
+	echo "$st: $(cat -v "$DATA/p6.out" "$DATA/p6.err")" >&3
+	[ "$st" -eq 111 ]
+	[ "$(jq -s length "$DATA/p6.out")" -eq 1 ]
+	jq -e '.ok == false and (.error | test("No such file"))' "$DATA/p6.out"
+	run ! env LC_ALL=C grep -q "$(printf '[\033\377]')" "$DATA/p6.err"
+}
+
+@test "exec: control bytes and invalid UTF-8 from the guest reach neither stderr raw nor break the JSON" {
+	id=vm-fa4e0a9e0005
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "rude", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock" badtext
+	isopod-exec --vm "$id" -- true >"$DATA/bt.out" 2>"$DATA/bt.err" && st=0 || st=$?
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	echo "$st: $(cat -v "$DATA/bt.out" "$DATA/bt.err")" >&3
+	[ "$st" -eq 111 ]
+	[ "$(jq -s length "$DATA/bt.out")" -eq 1 ]
+	jq -e '.ok == false and (.error | test("msg"))' "$DATA/bt.out"
+	run ! env LC_ALL=C grep -q "$(printf '[\001\033\007\377\376]')" "$DATA/bt.err"
+	rm -rf "$d"
+}
+
+@test "exec: an exit code out of range from the agent is a failure (111), not a result" {
+	id=vm-fa4e0a9e0004
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
+		'{id: $id, name: "liar", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_agent "$d/agent.sock" exit300
+	run --separate-stderr isopod-exec --vm "$id" -- true
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+	[ "$status" -eq 111 ]
+	echo "$output" | jq -e '.ok == false and .error_kind == "protocol" and (.error | test("exit code 300"))'
 	rm -rf "$d"
 }
 

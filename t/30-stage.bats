@@ -91,6 +91,22 @@ fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"
 	[ "$(nvms)" -eq "$before" ]
 }
 
+@test "stage: isopod-commit --check refuses labels with control bytes or invalid UTF-8 (no VM)" {
+	for bad in 'a\033[31mb' 'a\tb' 'a\177b' '\377x' '\300\257x' 'x\355\240\200' 'x\364\220\200\200'; do
+		# shellcheck disable=SC2059  # the cases are printf escapes
+		label=$(printf "$bad")
+		run --separate-stderr isopod-commit --check "$label"
+		echo "$bad: $status $stderr" >&3
+		[ "$status" -eq 100 ]
+		[[ "$stderr" == *"a label "* ]]
+		# the diagnostic shows it escaped
+		run ! env LC_ALL=C grep -q "$(printf '[\001-\010\033\177\200-\377]')" <<<"$stderr"
+	done
+	run --separate-stderr isopod-commit --check 'ünï ☃ ok'
+	[ "$status" -eq 0 ]
+	json_is '.ok == true and .label == "ünï ☃ ok"'
+}
+
 @test "stage: a Unicode label is metadata only; directories are ids" {
 	label='ünï ☃ stage'
 	run --separate-stderr isopod run --json-only --commit-as "$label" -- true

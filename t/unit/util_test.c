@@ -259,6 +259,41 @@ static void test_excerpt(void)
 	free(big);
 }
 
+/* The UTF-8 check of labels and the sanitiser of guest text share one decoder. */
+static void test_utf8(void)
+{
+	static const struct {
+		const char *s;
+		size_t n;
+		int valid;
+		const char *json; /* utf8_json without cut */
+	} c[] = {
+		{"abc", 3, 1, "abc"},
+		{"\xc3\xa9\xe2\x98\x83\xf0\x9f\x98\x80", 9, 1, "\xc3\xa9\xe2\x98\x83\xf0\x9f\x98\x80"},
+		{"a\xff" "b", 3, 0, "a\xef\xbf\xbd" "b"},
+		{"\xc0\xaf", 2, 0, "\xef\xbf\xbd\xef\xbf\xbd"},        /* overlong '/' */
+		{"\xed\xa0\x80", 3, 0, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate */
+		{"\xf4\x90\x80\x80", 4, 0,
+		 "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
+		{"x\xc3", 2, 0, "x\xef\xbf\xbd"},                      /* truncated */
+		{"a\0b", 3, 1, "a\xef\xbf\xbd" "b"},
+	};
+	json_t *j;
+
+	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+		char b[EXCERPT_SZ];
+
+		j = utf8_json((const uint8_t *)c[i].s, c[i].n, 0);
+		ok(utf8_valid(c[i].s, c[i].n) == c[i].valid &&
+			   !strcmp(json_string_value(j), c[i].json),
+		   "utf8_valid %d and utf8_json of %s", c[i].valid, excerpt(b, c[i].s, c[i].n));
+		json_decref(j);
+	}
+	j = utf8_json((const uint8_t *)"ab\xe2\x98", 4, 1);
+	ok(!strcmp(json_string_value(j), "ab"), "utf8_json with cut drops a character cut at the end");
+	json_decref(j);
+}
+
 int main(void)
 {
 	umask(022);
@@ -273,6 +308,7 @@ int main(void)
 	test_json_strict();
 	test_ids();
 	test_excerpt();
+	test_utf8();
 	{
 		char cmd[300];
 
