@@ -1114,11 +1114,16 @@ static void canary_send(void)
 
 /* Read what came back: a datagram counts only with one of the last two
  * nonces (random, and they never leave the host's loopback path, so a
- * guest cannot send one; the source is not checked: NAT on the way may
- * rewrite it). */
+ * guest cannot send one).  cfd is connected to its own address
+ * (canary_start), so the kernel hands it only datagrams from GW:PORT+1,
+ * which only this socket holds: a host process that binds *:PORT while the
+ * table is gone and sends the nonce back cannot fake an answer, and one
+ * flooding GW:PORT while it is up (the table turns that into GW:PORT+1
+ * too) cannot crowd the nonces out.  Drained to the end all the same
+ * (bounded: a tick is never spent here). */
 static void canary_drain(void)
 {
-	for (int k = 0; k < 64; k++) {
+	for (int k = 0; k < 4096; k++) {
 		uint8_t buf[64];
 		ssize_t n = recv(B.cfd, buf, sizeof buf, MSG_TRUNC);
 
@@ -1141,6 +1146,14 @@ static void canary_start(void)
 	unsigned port = B.canary_port + 1;
 
 	B.cfd = bind_sock(SOCK_DGRAM, &port);
+	{
+		/* to itself: see canary_drain; sendto still names GW:PORT */
+		struct sockaddr_in self = { .sin_family = AF_INET, .sin_addr = B.listen,
+					    .sin_port = htons((uint16_t)port) };
+
+		if (connect(B.cfd, (struct sockaddr *)&self, sizeof self) < 0)
+			die(EX_SYS, "unable to connect the canary socket:");
+	}
 	B.canary_ok = 0;
 	while (!B.canary_ok && mono_ms() < end) {
 		struct pollfd p = { B.cfd, POLLIN, 0 };

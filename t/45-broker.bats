@@ -888,3 +888,31 @@ print(r.decode())' "$BRK"
 	[ "$st" -eq 111 ]
 	jq -se 'length == 1 and .[0].kind == "policy" and .[0].verdict == "lost"' "$d/ledger"
 }
+
+@test "--canary: a host process that binds the canary port while the table is gone cannot answer for it (exit 111)" {
+	local d=$BATS_TEST_TMPDIR rpid
+	# The reflector: whatever reaches *:1054 goes back to 127.0.0.1:1055,
+	# where the broker's canary socket is (no isopod table in this lab).
+	ip netns exec "$LAB_NAME-host" timeout 20 python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 1054))
+n = 0
+while True:
+    b, _ = s.recvfrom(64)
+    s.sendto(b, ("127.0.0.1", 1055))
+    n += 1
+    open(sys.argv[1], "w").write(str(n))
+' "$d/reflected" 3>&- </dev/null &
+	rpid=$!
+	echo "$rpid" >"$BATS_FILE_TMPDIR/reflector.pid"
+	sleep 0.5
+	run --separate-stderr ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" \
+		--listen 127.0.0.1 --ledger "$d/ledger" --canary 1054 --allow pkg.test 3>&- </dev/null
+	kill "$rpid" 2>/dev/null || :
+	# the probe ran: the reflector got nonces and sent them back
+	[ "$(cat "$d/reflected")" -ge 1 ]
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"no network policy on 127.0.0.1"* ]]
+}
