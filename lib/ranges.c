@@ -138,8 +138,37 @@ static struct range listed(size_t i)
 	return r;
 }
 
+/* Blocks that are the host itself whatever the host says: "this network"
+ * (0.0.0.0 connects to the host), loopback, the unspecified address and the
+ * IPv4-mapped block (judged as IPv4, but an override of it would open
+ * ::ffff:127.0.0.1 through a dual-stack socket).  No override may touch
+ * them (ranges_override_check), and ranges_denied denies them before it
+ * looks at the overrides at all. */
+static const char *const HOST[] = {
+	"0.0.0.0/8", "127.0.0.0/8", "::/128", "::1/128", "::ffff:0:0/96",
+};
+
+static struct range host_block(size_t i)
+{
+	struct range r;
+	const char *why;
+
+	if (range_parse(HOST[i], &r, &why) < 0)
+		abort();
+	return r;
+}
+
 int ranges_override_check(const struct range *r, const char **why)
 {
+	for (size_t i = 0; i < sizeof HOST / sizeof HOST[0]; i++) {
+		struct range h = host_block(i);
+
+		if (range_within(&h, r) || range_within(r, &h)) {
+			*why = "the host itself (this network, loopback, unspecified or IPv4-mapped): "
+			       "never opened";
+			return -1;
+		}
+	}
 	for (size_t i = 0; i < sizeof LIST / sizeof LIST[0]; i++) {
 		struct range l = listed(i);
 
@@ -153,6 +182,17 @@ int ranges_override_check(const struct range *r, const char **why)
 
 static const char *denied1(int af, const uint8_t *addr, const struct range *allow, size_t nallow)
 {
+	for (size_t i = 0; i < sizeof HOST / sizeof HOST[0]; i++) {
+		struct range h = host_block(i);
+
+		if (range_has(&h, af, addr))
+			for (size_t j = 0; j < sizeof LIST / sizeof LIST[0]; j++) {
+				struct range l = listed(j);
+
+				if (range_has(&l, af, addr))
+					return LIST[j].name;
+			}
+	}
 	for (size_t i = 0; i < nallow; i++)
 		if (range_has(&allow[i], af, addr))
 			return NULL;

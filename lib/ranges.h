@@ -53,8 +53,11 @@ int range_within(const struct range *outer, const struct range *inner);
 /* 1 when the address (af 4 or 6, network order) lies in r, else 0. */
 int range_has(const struct range *r, int af, const uint8_t *addr);
 
-/* An override must be one of the list's blocks or lie inside one.  The
- * index of the (first) listed block that holds it, or -1 with *why. */
+/* An override must be one of the list's blocks or lie inside one, and
+ * must not touch the host's own blocks (0.0.0.0/8, 127.0.0.0/8, ::/128,
+ * ::1/128, ::ffff:0:0/96), which stay denied whatever the overrides (also
+ * in ranges_denied).  The index of the (first) listed block that holds it,
+ * or -1 with *why. */
 int ranges_override_check(const struct range *r, const char **why);
 
 /* Is the address (af 4 or 6, network order) denied by the list, once the

@@ -282,6 +282,33 @@ int main(void)
 	ok(!verdict("::ffff:198.18.0.5", allow, 2) && verdict("::ffff:198.18.1.5", allow, 2),
 	   "an override applies to IPv4-mapped addresses too");
 	ok(verdict("169.254.169.254", allow, 2) != NULL, "metadata stays denied");
+	{
+		static const char *const host[] = {
+			"0.0.0.0/8", "0.0.0.0/32", "127.0.0.0/8", "127.0.0.2/32", "127.0.0.0/24",
+			"::/128", "::1/128", "::ffff:0:0/96", "::ffff:127.0.0.0/104",
+			"::ffff:0.0.0.0/128",
+		};
+		int all = 1;
+
+		for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) {
+			why = NULL;
+			r = R(host[i]);
+			if (ranges_override_check(&r, &why) >= 0 || !strstr(why, "the host itself")) {
+				printf("# override %s accepted\n", host[i]);
+				all = 0;
+			}
+		}
+		ok(all, "no override of the host itself (0/8, 127/8, ::, ::1, IPv4-mapped)");
+	}
+	/* even when one slips past the check (a caller that does not run it) */
+	allow[0] = R("127.0.0.0/8");
+	allow[1] = R("0.0.0.0/8");
+	allow[2] = R("::1/128");
+	allow[3] = R("::ffff:0:0/96");
+	ok(verdict("127.0.0.2", allow, 4) && verdict("0.0.0.0", allow, 4) &&
+		   verdict("::1", allow, 4) && verdict("::ffff:127.0.0.1", allow, 4) &&
+		   verdict("::ffff:0.0.0.0", allow, 4) && verdict("::", allow, 4),
+	   "the host's blocks stay denied whatever the overrides");
 
 	/* the config file */
 	fd = mkstemp(path);
@@ -314,6 +341,14 @@ int main(void)
 	ok(ranges_load_config(path, allow, 4, &n, msg, sizeof msg) < 0 && strstr(msg, ":1:") &&
 		   strstr(msg, "host bits"),
 	   "config: a bad block: %s", msg);
+	fp = fopen(path, "w");
+	if (fp) {
+		fputs("allow_range = 198.51.100.0/24\nallow_range = 127.0.0.0/8\n", fp);
+		fclose(fp);
+	}
+	ok(ranges_load_config(path, allow, 4, &n, msg, sizeof msg) < 0 && strstr(msg, path) &&
+		   strstr(msg, ":2: allow_range 127.0.0.0/8: the host itself"),
+	   "config: loopback names FILE:LINE: %s", msg);
 	unlink(path);
 	ok(ranges_load_config(path, allow, 4, &n, msg, sizeof msg) == 0 && n == 0,
 	   "config: a missing file has no overrides");
