@@ -65,7 +65,8 @@ int ranges_override_check(const struct range *r, const char **why);
  * that denies it, or NULL when the list lets it through.  An IPv6 address
  * that carries an IPv4 one is judged by it: an IPv4-mapped one
  * (::ffff:a.b.c.d) as that IPv4 address alone, one of the NAT64 prefix
- * 64:ff9b::/96 as both (denied when either is). */
+ * 64:ff9b::/96 or of 6to4 (2002:AABB:CCDD::/48, A.B.C.D) as both (denied
+ * when either is); the IPv4-compatible block ::/96 is in the list. */
 const char *ranges_denied(int af, const uint8_t *addr, const struct range *allow, size_t nallow);
 
 /* The overrides of a config file: its `allow_range = CIDR` lines (other

@@ -96,6 +96,8 @@ static const char *const DIFFER[][2] = {
 	{ "3fff::/20", "registry False since RFC 9637 (2024); older python says global" },
 	{ "5f00::/16", "registry False since RFC 9602 (2024); older python says global" },
 	{ "64:ff9b::/96", "NAT64: judged by the IPv4 address it carries too" },
+	{ "2002::/16", "6to4: judged by the IPv4 address it carries (python: by version)" },
+	{ "::/96", "IPv4-compatible: deprecated, denied whole (python: global)" },
 };
 
 static const char *differs(const char *addr)
@@ -132,6 +134,7 @@ static void cross_check(void)
 	static const char *const extra[] = {
 		"8.8.8.8", "1.1.1.1", "2606:4700::1111", "2a00:1450::1", "::ffff:8.8.8.8",
 		"::ffff:169.254.169.254", "::ffff:10.0.0.1", "64:ff9b::a9fe:a9fe", "64:ff9b::808:808",
+		"2002:808:808::1", "2002:a00::1", "2002:a9fe:a9fe::", "::808:808", "::a00:1",
 		"192.0.0.9", "192.0.0.10", "2001:1::1", "2001:4:112::1", "2001:20::1", "100.100.100.200",
 		/* one of each block python knows, whatever the list says (so a
 		 * block dropped from the list is caught here) */
@@ -259,6 +262,20 @@ int main(void)
 	   "IPv4-mapped: judged as the IPv4 address");
 	ok(verdict("64:ff9b::a9fe:a9fe", NULL, 0) && !verdict("64:ff9b::808:808", NULL, 0),
 	   "NAT64: the IPv4 address it carries counts");
+	ok(verdict("2002:a00::1", NULL, 0) && verdict("2002:aff:ffff:1::1", NULL, 0) &&
+		   verdict("2002:a9fe:a9fe::1", NULL, 0) && verdict("2002:7f00:1::", NULL, 0) &&
+		   verdict("2002:c633:640a::1", NULL, 0) && !verdict("2002:808:808::1", NULL, 0) &&
+		   !verdict("2002:b00::1", NULL, 0),
+	   "6to4: judged by the IPv4 address it carries (2002:0a00::/24 is 10/8)");
+	ok(verdict("::808:808", NULL, 0) && verdict("::a00:1", NULL, 0) && verdict("::1", NULL, 0) &&
+		   verdict("::", NULL, 0) && !verdict("::1:0:0:808:808", NULL, 0),
+	   "IPv4-compatible ::/96: denied");
+	ok(!strcmp(verdict("::1", NULL, 0), "Loopback Address") &&
+		   !strcmp(verdict("::", NULL, 0), "Unspecified Address"),
+	   "::1 and :: keep their names inside ::/96");
+	allow[0] = R("198.51.100.0/24");
+	ok(!verdict("2002:c633:6400::1", allow, 1) && verdict("2002:c612:1::1", allow, 1),
+	   "6to4: an override of the IPv4 block counts");
 
 	/* overrides */
 	r = R("198.51.100.0/24");
