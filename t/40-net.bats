@@ -778,6 +778,8 @@ canary_broker() {
 	canary_broker again
 	kill -TERM "$bpid"
 	wait "$bpid"
+}
+
 @test "deny: benchmarking space 198.18.0.0/15 (TCP, UDP, ICMP); the lab's allow_range is the control" {
 	assert_open 18 198.51.100.10
 	assert_blocked 18 198.18.0.10
