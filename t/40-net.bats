@@ -900,6 +900,13 @@ canary_broker() {
 
 # ---- real VMs (isopod run --net, QEMU in the lab's host netns) ----------------
 
+# The guest's own probe loop: "tcp|udp|icmp ADDR ok|no" per target.
+GUEST_PROBE='for a in "$@"; do
+	if printf "GET / HTTP/1.0\r\n\r\n" | nc -w 2 "$a" 80 | grep -q "^lab $a\$"; then r=ok; else r=no; fi; echo "tcp $a $r"
+	if nslookup -port=7 -timeout=1 -retry=1 probe.test "$a" | grep -q NXDOMAIN; then r=ok; else r=no; fi; echo "udp $a $r"
+	if ping -c1 -W1 "$a" >/dev/null; then r=ok; else r=no; fi; echo "icmp $a $r"
+done'
+
 @test "vm --net none: no eth0, lo works, result says mode none" {
 	vm_tests
 	run --separate-stderr vrun --net none --timeout-s 60 -- sh -c 'ip link show eth0 >/dev/null 2>&1 && echo eth0; ping -c1 -W1 127.0.0.1 >/dev/null && echo lo-ok'
