@@ -31,6 +31,8 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -315,6 +317,62 @@ static int own_addr(uint32_t a)
 	return own;
 }
 
+/* Does the host deliver a to itself?  Asked of the kernel's routing
+ * (RTM_GETROUTE, which needs no privilege), as connect() would route it
+ * now: a local, broadcast, anycast or multicast route is the host (or
+ * beyond any one flow), whatever own_addr's list of interface addresses
+ * says (a whole local route such as 127/8 or one `ip route add local`
+ * made, a subnet's broadcast address).  1 when it does, 0 when not (a
+ * destination with no route or an unreachable/blackhole/prohibit one just
+ * fails to connect), -1 when the kernel cannot be asked (then nothing is
+ * connected: fail closed).  The answer is queued by the time send
+ * returns, so the recv never waits. */
+static int local_route(uint32_t a)
+{
+	struct {
+		struct nlmsghdr n;
+		struct rtmsg r;
+		struct rtattr at;
+		uint32_t dst;
+	} req = {
+		.n = { .nlmsg_len = sizeof req, .nlmsg_type = RTM_GETROUTE,
+		       .nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 1 },
+		.r = { .rtm_family = AF_INET, .rtm_dst_len = 32 },
+		.at = { .rta_len = RTA_LENGTH(sizeof a), .rta_type = RTA_DST },
+		.dst = a,
+	};
+	union {
+		struct nlmsghdr n;
+		char b[4096];
+	} ans;
+	struct sockaddr_nl k = { .nl_family = AF_NETLINK };
+	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE), ret = -1;
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	if (sendto(fd, &req, sizeof req, 0, (struct sockaddr *)&k, sizeof k) != (ssize_t)sizeof req)
+		goto out;
+	n = recv(fd, &ans, sizeof ans, MSG_DONTWAIT);
+	if (n < (ssize_t)NLMSG_HDRLEN || !NLMSG_OK(&ans.n, (size_t)n) || ans.n.nlmsg_seq != 1)
+		goto out;
+	if (ans.n.nlmsg_type == NLMSG_ERROR &&
+	    ans.n.nlmsg_len >= NLMSG_LENGTH(sizeof(struct nlmsgerr))) {
+		int e = -((struct nlmsgerr *)NLMSG_DATA(&ans.n))->error;
+
+		if (e == ENETUNREACH || e == EHOSTUNREACH || e == EINVAL || e == EACCES)
+			ret = 0;
+	} else if (ans.n.nlmsg_type == RTM_NEWROUTE &&
+		   ans.n.nlmsg_len >= NLMSG_LENGTH(sizeof(struct rtmsg))) {
+		unsigned char t = ((struct rtmsg *)NLMSG_DATA(&ans.n))->rtm_type;
+
+		ret = t == RTN_LOCAL || t == RTN_BROADCAST || t == RTN_ANYCAST || t == RTN_MULTICAST;
+	}
+out:
+	close(fd);
+	return ret;
+}
+
 /* ---- epoll helpers ----------------------------------------------------- */
 
 static void ep_add(int fd, struct ep *e, uint32_t ev)
@@ -554,7 +612,7 @@ static void try_next(struct flow *f)
 					  .sin_addr.s_addr = a };
 		const char *blk = range_denied(a);
 
-		if (blk || own_addr(a) != 0) {
+		if (blk || own_addr(a) != 0 || local_route(a) != 0) {
 			if (!f->ndenied++)
 				f->denied_by = blk ? blk : "the host's own address";
 			continue;
@@ -1114,11 +1172,16 @@ static void canary_send(void)
 
 /* Read what came back: a datagram counts only with one of the last two
  * nonces (random, and they never leave the host's loopback path, so a
- * guest cannot send one; the source is not checked: NAT on the way may
- * rewrite it). */
+ * guest cannot send one).  cfd is connected to its own address
+ * (canary_start), so the kernel hands it only datagrams from GW:PORT+1,
+ * which only this socket holds: a host process that binds *:PORT while the
+ * table is gone and sends the nonce back cannot fake an answer, and one
+ * flooding GW:PORT while it is up (the table turns that into GW:PORT+1
+ * too) cannot crowd the nonces out.  Drained to the end all the same
+ * (bounded: a tick is never spent here). */
 static void canary_drain(void)
 {
-	for (int k = 0; k < 64; k++) {
+	for (int k = 0; k < 4096; k++) {
 		uint8_t buf[64];
 		ssize_t n = recv(B.cfd, buf, sizeof buf, MSG_TRUNC);
 
@@ -1141,6 +1204,14 @@ static void canary_start(void)
 	unsigned port = B.canary_port + 1;
 
 	B.cfd = bind_sock(SOCK_DGRAM, &port);
+	{
+		/* to itself: see canary_drain; sendto still names GW:PORT */
+		struct sockaddr_in self = { .sin_family = AF_INET, .sin_addr = B.listen,
+					    .sin_port = htons((uint16_t)port) };
+
+		if (connect(B.cfd, (struct sockaddr *)&self, sizeof self) < 0)
+			die(EX_SYS, "unable to connect the canary socket:");
+	}
 	B.canary_ok = 0;
 	while (!B.canary_ok && mono_ms() < end) {
 		struct pollfd p = { B.cfd, POLLIN, 0 };

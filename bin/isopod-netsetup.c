@@ -1451,11 +1451,13 @@ static int frule_wanted(const struct frule *f)
 	       w.has_mark == f->has_mark && w.mark == f->mark && w.mask == f->mask;
 }
 
-/* Make the rules as wanted (remove: none of ours) and read them back.
- * Adding first (NLM_F_EXCL: a rerun finds them there) and deleting only
- * what is not wanted, so a rerun never opens a gap.  A rule of a tap
- * beyond the slots that still exists (busy: netsetup left it to its VM)
- * stays.  Returns the number deleted; *v4, *v6: wanted rules found. */
+/* Make the rules as wanted (remove: none of ours whose tap is gone) and
+ * read them back.  Adding first (NLM_F_EXCL: a rerun finds them there) and
+ * deleting only what is not wanted, so a rerun never opens a gap.  A rule
+ * of a tap beyond the slots that still exists (busy: netsetup left it to
+ * its VM) stays, and so, when removing, does the rule of any tap that
+ * still exists (remove_all deletes the taps first; one it could not
+ * delete keeps its rule).  Returns the number deleted; *v4, *v6: wanted rules found. */
 static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
 {
 	static const uint8_t fams[] = { AF_INET, AF_INET6 };
@@ -1486,6 +1488,8 @@ static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
 		if (!remove && (frule_wanted(&fs.v[i]) ||
 				(parse_ll(fs.v[i].ifname + strlen(TAP_PREFIX), total, MAX_SLOTS - 1,
 					  &k2) == 0 && if_nametoindex(fs.v[i].ifname))))
+			continue;
+		if (remove && if_nametoindex(fs.v[i].ifname))
 			continue;
 		if ((r = frule_put(RTM_DELRULE, 0, &fs.v[i])) < 0 && r != -ENOENT) {
 			errno = -r;
@@ -1526,8 +1530,9 @@ static void remove_all(void)
 	batch_end();
 	nft_send(nl);
 	mnl_socket_close(nl);
-	/* After the tables: nothing of a tap is routed until both are gone. */
-	rules_gone = route_rules(1, &v4, &v6, &has_v6);
+	/* The taps before their rules: a tap that cannot be deleted (and then
+	 * every one after it: this dies) keeps its rule, so a failed removal
+	 * never leaves a live tap with neither table nor rule. */
 	for (k = 0; k < MAX_SLOTS; k++) {
 		tap_name(k, name);
 		if (!(idx = (int)if_nametoindex(name)))
@@ -1538,6 +1543,7 @@ static void remove_all(void)
 		}
 		json_array_append_new(gone, json_string(name));
 	}
+	rules_gone = route_rules(1, &v4, &v6, &has_v6);
 	out = json_pack("{s:s, s:[s, s], s:b, s:o, s:i}", "table", "inet " TABLE, "tables",
 			"inet " TABLE, "arp " TABLE, "removed", 1, "taps", gone,
 			"docker_user_rules_removed", (int)dk_n);

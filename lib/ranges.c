@@ -16,7 +16,10 @@
  * reachable, because they sit inside a False block and no guest needs them:
  * 192.0.0.9/32 (PCP anycast), 192.0.0.10/32 (TURN anycast), and within
  * 2001::/23: 2001:1::1-3/128, 2001:3::/32 (AMT), 2001:4:112::/48 (AS112-v6),
- * 2001:20::/28 (ORCHIDv2), 2001:30::/28 (Drone Remote ID).
+ * 2001:20::/28 (ORCHIDv2), 2001:30::/28 (Drone Remote ID).  Not in the
+ * registry but denied: ::/96, the IPv4-compatible addresses RFC 4291
+ * deprecated (a host that still tunnels them reaches the IPv4 address; it
+ * holds ::/128 and ::1/128, listed before it for their names).
  * t/unit/ranges_test.c cross-checks the list against python3's ipaddress. */
 static const struct range_def LIST[] = {
 	{ "0.0.0.0/8", "\"This network\"" },
@@ -36,6 +39,7 @@ static const struct range_def LIST[] = {
 	{ "255.255.255.255/32", "Limited Broadcast" },
 	{ "::/128", "Unspecified Address" },
 	{ "::1/128", "Loopback Address" },
+	{ "::/96", "IPv4-compatible Address (deprecated)" },
 	{ "::ffff:0:0/96", "IPv4-mapped Address" },
 	{ "64:ff9b:1::/48", "IPv4-IPv6 Translat." },
 	{ "100::/64", "Discard-Only Address Block" },
@@ -138,8 +142,37 @@ static struct range listed(size_t i)
 	return r;
 }
 
+/* Blocks that are the host itself whatever the host says: "this network"
+ * (0.0.0.0 connects to the host), loopback, the unspecified address and the
+ * IPv4-mapped block (judged as IPv4, but an override of it would open
+ * ::ffff:127.0.0.1 through a dual-stack socket).  No override may touch
+ * them (ranges_override_check), and ranges_denied denies them before it
+ * looks at the overrides at all. */
+static const char *const HOST[] = {
+	"0.0.0.0/8", "127.0.0.0/8", "::/128", "::1/128", "::ffff:0:0/96",
+};
+
+static struct range host_block(size_t i)
+{
+	struct range r;
+	const char *why;
+
+	if (range_parse(HOST[i], &r, &why) < 0)
+		abort();
+	return r;
+}
+
 int ranges_override_check(const struct range *r, const char **why)
 {
+	for (size_t i = 0; i < sizeof HOST / sizeof HOST[0]; i++) {
+		struct range h = host_block(i);
+
+		if (range_within(&h, r) || range_within(r, &h)) {
+			*why = "the host itself (this network, loopback, unspecified or IPv4-mapped): "
+			       "never opened";
+			return -1;
+		}
+	}
 	for (size_t i = 0; i < sizeof LIST / sizeof LIST[0]; i++) {
 		struct range l = listed(i);
 
@@ -153,6 +186,17 @@ int ranges_override_check(const struct range *r, const char **why)
 
 static const char *denied1(int af, const uint8_t *addr, const struct range *allow, size_t nallow)
 {
+	for (size_t i = 0; i < sizeof HOST / sizeof HOST[0]; i++) {
+		struct range h = host_block(i);
+
+		if (range_has(&h, af, addr))
+			for (size_t j = 0; j < sizeof LIST / sizeof LIST[0]; j++) {
+				struct range l = listed(j);
+
+				if (range_has(&l, af, addr))
+					return LIST[j].name;
+			}
+	}
 	for (size_t i = 0; i < nallow; i++)
 		if (range_has(&allow[i], af, addr))
 			return NULL;
@@ -169,17 +213,23 @@ const char *ranges_denied(int af, const uint8_t *addr, const struct range *allow
 {
 	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 	static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0 };
+	static const uint8_t sixto4[2] = { 0x20, 0x02 };
 	const char *why;
 
 	/* An IPv4 address in IPv6 clothing reaches that IPv4 address: through
 	 * the host's own socket (IPv4-mapped, which never appears on a wire,
-	 * so it is judged as the IPv4 address alone) or through a NAT64
-	 * gateway (64:ff9b::/96: judged as both). */
+	 * so it is judged as the IPv4 address alone), through a NAT64
+	 * gateway (64:ff9b::/96: judged as both) or through a 6to4 relay
+	 * (2002:AABB:CCDD::/48 is the site behind A.B.C.D, RFC 3056: judged
+	 * as both, so 2002:0a00::/24 is 10/8's).  The IPv4-compatible block
+	 * (::/96) is denied whole by the list. */
 	if (af == 6 && !memcmp(addr, mapped, 12))
 		return denied1(4, addr + 12, allow, nallow);
 	why = denied1(af, addr, allow, nallow);
 	if (!why && af == 6 && !memcmp(addr, nat64, 12))
 		why = denied1(4, addr + 12, allow, nallow);
+	if (!why && af == 6 && !memcmp(addr, sixto4, 2))
+		why = denied1(4, addr + 2, allow, nallow);
 	return why;
 }
 

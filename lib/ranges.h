@@ -53,8 +53,11 @@ int range_within(const struct range *outer, const struct range *inner);
 /* 1 when the address (af 4 or 6, network order) lies in r, else 0. */
 int range_has(const struct range *r, int af, const uint8_t *addr);
 
-/* An override must be one of the list's blocks or lie inside one.  The
- * index of the (first) listed block that holds it, or -1 with *why. */
+/* An override must be one of the list's blocks or lie inside one, and
+ * must not touch the host's own blocks (0.0.0.0/8, 127.0.0.0/8, ::/128,
+ * ::1/128, ::ffff:0:0/96), which stay denied whatever the overrides (also
+ * in ranges_denied).  The index of the (first) listed block that holds it,
+ * or -1 with *why. */
 int ranges_override_check(const struct range *r, const char **why);
 
 /* Is the address (af 4 or 6, network order) denied by the list, once the
@@ -62,7 +65,8 @@ int ranges_override_check(const struct range *r, const char **why);
  * that denies it, or NULL when the list lets it through.  An IPv6 address
  * that carries an IPv4 one is judged by it: an IPv4-mapped one
  * (::ffff:a.b.c.d) as that IPv4 address alone, one of the NAT64 prefix
- * 64:ff9b::/96 as both (denied when either is). */
+ * 64:ff9b::/96 or of 6to4 (2002:AABB:CCDD::/48, A.B.C.D) as both (denied
+ * when either is); the IPv4-compatible block ::/96 is in the list. */
 const char *ranges_denied(int af, const uint8_t *addr, const struct range *allow, size_t nallow);
 
 /* The overrides of a config file: its `allow_range = CIDR` lines (other

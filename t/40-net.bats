@@ -231,6 +231,28 @@ docker_nft() {
 	ip netns del "$ns"
 }
 
+@test "netsetup --remove that cannot delete a tap leaves the rules of the taps still there" {
+	local ns="${LAB_NAME}-rf"
+	ip netns add "$ns"
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 0 --open-slots 3
+	[ "$status" -eq 0 ] || { ip netns del "$ns"; false; }
+	# isopod-tap0 becomes a link no one can delete (the netns' loopback,
+	# renamed): --remove dies there, before it reaches taps 1 and 2
+	ip -n "$ns" link del isopod-tap0
+	ip -n "$ns" link set lo name isopod-tap0
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
+	echo "$stderr"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"unable to delete isopod-tap0"* ]]
+	# taps 1 and 2 are live: their blackhole rules must be too
+	ip -n "$ns" link show isopod-tap1 >/dev/null
+	run ip -n "$ns" -4 rule show pref 10
+	ip netns del "$ns"
+	echo "$output"
+	[[ "$output" == *"iif isopod-tap1"*"blackhole"* ]]
+	[[ "$output" == *"iif isopod-tap2"*"blackhole"* ]]
+}
+
 @test "open: the control target on the internet answers TCP, UDP and ICMP" {
 	assert_open 18 198.51.100.10
 	assert_open 19 198.51.100.10
@@ -877,6 +899,13 @@ canary_broker() {
 }
 
 # ---- real VMs (isopod run --net, QEMU in the lab's host netns) ----------------
+
+# The guest's own probe loop: "tcp|udp|icmp ADDR ok|no" per target.
+GUEST_PROBE='for a in "$@"; do
+	if printf "GET / HTTP/1.0\r\n\r\n" | nc -w 2 "$a" 80 | grep -q "^lab $a\$"; then r=ok; else r=no; fi; echo "tcp $a $r"
+	if nslookup -port=7 -timeout=1 -retry=1 probe.test "$a" | grep -q NXDOMAIN; then r=ok; else r=no; fi; echo "udp $a $r"
+	if ping -c1 -W1 "$a" >/dev/null; then r=ok; else r=no; fi; echo "icmp $a $r"
+done'
 
 @test "vm --net none: no eth0, lo works, result says mode none" {
 	vm_tests

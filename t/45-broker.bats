@@ -888,3 +888,79 @@ print(r.decode())' "$BRK"
 	[ "$st" -eq 111 ]
 	jq -se 'length == 1 and .[0].kind == "policy" and .[0].verdict == "lost"' "$d/ledger"
 }
+
+@test "--canary: a host process that binds the canary port while the table is gone cannot answer for it (exit 111)" {
+	local d=$BATS_TEST_TMPDIR rpid
+	# The reflector: whatever reaches *:1054 goes back to 127.0.0.1:1055,
+	# where the broker's canary socket is (no isopod table in this lab).
+	ip netns exec "$LAB_NAME-host" timeout 20 python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 1054))
+n = 0
+while True:
+    b, _ = s.recvfrom(64)
+    s.sendto(b, ("127.0.0.1", 1055))
+    n += 1
+    open(sys.argv[1], "w").write(str(n))
+' "$d/reflected" 3>&- </dev/null &
+	rpid=$!
+	echo "$rpid" >"$BATS_FILE_TMPDIR/reflector.pid"
+	sleep 0.5
+	run --separate-stderr ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" \
+		--listen 127.0.0.1 --ledger "$d/ledger" --canary 1054 --allow pkg.test 3>&- </dev/null
+	kill "$rpid" 2>/dev/null || :
+	# the probe ran: the reflector got nonces and sent them back
+	[ "$(cat "$d/reflected")" -ge 1 ]
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"no network policy on 127.0.0.1"* ]]
+}
+
+@test "the host itself: no override opens 0/8 or 127/8; an address the host routes to itself (a local route) is denied though no interface has it" {
+	local d="$BATS_TEST_TMPDIR" r lpid before
+	for r in 127.0.0.0/8 127.0.0.2/32 0.0.0.0/8 0.0.0.0/32 ::1/128 ::/128 ::ffff:0:0/96; do
+		run --separate-stderr ip netns exec "$LAB_NAME-host" timeout 10 \
+			"$ISOPOD_SRC/bin/isopod-broker" --listen 127.0.0.1 --ledger /dev/null \
+			--resolver 127.0.0.1 --allow-range "$r" 3>&- </dev/null
+		[ "$status" -eq 100 ]
+		[[ "$stderr" == *"--allow-range $r: the host itself"* ]]
+	done
+	# A host listener on every address, and 192.0.2.77 delivered locally
+	# by a route (`ip route add local`), on no interface: own_addr's list
+	# of interface addresses does not have it, the route lookup does.
+	ip netns exec "$LAB_NAME-host" timeout 60 python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8099)); s.listen(8)
+while True:
+    c, a = s.accept(); c.recv(4096); open(sys.argv[1], "a").write("hit\n")
+    c.sendall(b"HTTP/1.0 200 OK\r\n\r\nhost listener\n"); c.close()
+' "$d/hostlog" 3>&- </dev/null >/dev/null 2>&1 &
+	lpid=$!
+	echo "$lpid" >"$BATS_FILE_TMPDIR/hostlistener.pid"
+	ip netns exec "$LAB_NAME-host" ip route add local 192.0.2.77/32 dev lo
+	test_broker local --proxy-port 3138 --dns-port 1064 --allow-all --resolver 198.51.100.53:53 \
+		--allow-range 192.0.2.0/24
+	# the probe can succeed: the listener answers on that address
+	for _ in $(seq 1 50); do
+		run ip netns exec "$LAB_NAME-host" curl -sS -m 5 http://192.0.2.77:8099/
+		[ "$output" = "host listener" ] && break
+		sleep 0.1
+	done
+	echo "$output"
+	[ "$output" = "host listener" ]
+	before=$(grep -c hit "$d/hostlog")
+	run lab exec curl -sS -m 15 -x "http://$BRK:3138" -i http://192.0.2.77:8099/
+	ip netns exec "$LAB_NAME-host" ip route del local 192.0.2.77/32 dev lo
+	echo "$output"
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	[[ "$output" == *$'X-Isopod-Refusal: a denied address\r'* ]]
+	run lab exec curl -sS -m 15 -x "http://$BRK:3138" -i http://127.0.0.2:8099/
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	run lab exec curl -sS -m 15 -x "http://$BRK:3138" -i http://0.0.0.0:8099/
+	[[ "$output" == "HTTP/1.1 403"* ]]
+	stop_broker
+	kill "$lpid" 2>/dev/null || :
+	[ "$(grep -c hit "$d/hostlog")" -eq "$before" ]
+}

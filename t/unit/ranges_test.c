@@ -96,6 +96,8 @@ static const char *const DIFFER[][2] = {
 	{ "3fff::/20", "registry False since RFC 9637 (2024); older python says global" },
 	{ "5f00::/16", "registry False since RFC 9602 (2024); older python says global" },
 	{ "64:ff9b::/96", "NAT64: judged by the IPv4 address it carries too" },
+	{ "2002::/16", "6to4: judged by the IPv4 address it carries (python: by version)" },
+	{ "::/96", "IPv4-compatible: deprecated, denied whole (python: global)" },
 };
 
 static const char *differs(const char *addr)
@@ -132,6 +134,7 @@ static void cross_check(void)
 	static const char *const extra[] = {
 		"8.8.8.8", "1.1.1.1", "2606:4700::1111", "2a00:1450::1", "::ffff:8.8.8.8",
 		"::ffff:169.254.169.254", "::ffff:10.0.0.1", "64:ff9b::a9fe:a9fe", "64:ff9b::808:808",
+		"2002:808:808::1", "2002:a00::1", "2002:a9fe:a9fe::", "::808:808", "::a00:1",
 		"192.0.0.9", "192.0.0.10", "2001:1::1", "2001:4:112::1", "2001:20::1", "100.100.100.200",
 		/* one of each block python knows, whatever the list says (so a
 		 * block dropped from the list is caught here) */
@@ -259,6 +262,20 @@ int main(void)
 	   "IPv4-mapped: judged as the IPv4 address");
 	ok(verdict("64:ff9b::a9fe:a9fe", NULL, 0) && !verdict("64:ff9b::808:808", NULL, 0),
 	   "NAT64: the IPv4 address it carries counts");
+	ok(verdict("2002:a00::1", NULL, 0) && verdict("2002:aff:ffff:1::1", NULL, 0) &&
+		   verdict("2002:a9fe:a9fe::1", NULL, 0) && verdict("2002:7f00:1::", NULL, 0) &&
+		   verdict("2002:c633:640a::1", NULL, 0) && !verdict("2002:808:808::1", NULL, 0) &&
+		   !verdict("2002:b00::1", NULL, 0),
+	   "6to4: judged by the IPv4 address it carries (2002:0a00::/24 is 10/8)");
+	ok(verdict("::808:808", NULL, 0) && verdict("::a00:1", NULL, 0) && verdict("::1", NULL, 0) &&
+		   verdict("::", NULL, 0) && !verdict("::1:0:0:808:808", NULL, 0),
+	   "IPv4-compatible ::/96: denied");
+	ok(!strcmp(verdict("::1", NULL, 0), "Loopback Address") &&
+		   !strcmp(verdict("::", NULL, 0), "Unspecified Address"),
+	   "::1 and :: keep their names inside ::/96");
+	allow[0] = R("198.51.100.0/24");
+	ok(!verdict("2002:c633:6400::1", allow, 1) && verdict("2002:c612:1::1", allow, 1),
+	   "6to4: an override of the IPv4 block counts");
 
 	/* overrides */
 	r = R("198.51.100.0/24");
@@ -282,6 +299,33 @@ int main(void)
 	ok(!verdict("::ffff:198.18.0.5", allow, 2) && verdict("::ffff:198.18.1.5", allow, 2),
 	   "an override applies to IPv4-mapped addresses too");
 	ok(verdict("169.254.169.254", allow, 2) != NULL, "metadata stays denied");
+	{
+		static const char *const host[] = {
+			"0.0.0.0/8", "0.0.0.0/32", "127.0.0.0/8", "127.0.0.2/32", "127.0.0.0/24",
+			"::/128", "::1/128", "::ffff:0:0/96", "::ffff:127.0.0.0/104",
+			"::ffff:0.0.0.0/128",
+		};
+		int all = 1;
+
+		for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) {
+			why = NULL;
+			r = R(host[i]);
+			if (ranges_override_check(&r, &why) >= 0 || !strstr(why, "the host itself")) {
+				printf("# override %s accepted\n", host[i]);
+				all = 0;
+			}
+		}
+		ok(all, "no override of the host itself (0/8, 127/8, ::, ::1, IPv4-mapped)");
+	}
+	/* even when one slips past the check (a caller that does not run it) */
+	allow[0] = R("127.0.0.0/8");
+	allow[1] = R("0.0.0.0/8");
+	allow[2] = R("::1/128");
+	allow[3] = R("::ffff:0:0/96");
+	ok(verdict("127.0.0.2", allow, 4) && verdict("0.0.0.0", allow, 4) &&
+		   verdict("::1", allow, 4) && verdict("::ffff:127.0.0.1", allow, 4) &&
+		   verdict("::ffff:0.0.0.0", allow, 4) && verdict("::", allow, 4),
+	   "the host's blocks stay denied whatever the overrides");
 
 	/* the config file */
 	fd = mkstemp(path);
@@ -314,6 +358,14 @@ int main(void)
 	ok(ranges_load_config(path, allow, 4, &n, msg, sizeof msg) < 0 && strstr(msg, ":1:") &&
 		   strstr(msg, "host bits"),
 	   "config: a bad block: %s", msg);
+	fp = fopen(path, "w");
+	if (fp) {
+		fputs("allow_range = 198.51.100.0/24\nallow_range = 127.0.0.0/8\n", fp);
+		fclose(fp);
+	}
+	ok(ranges_load_config(path, allow, 4, &n, msg, sizeof msg) < 0 && strstr(msg, path) &&
+		   strstr(msg, ":2: allow_range 127.0.0.0/8: the host itself"),
+	   "config: loopback names FILE:LINE: %s", msg);
 	unlink(path);
 	ok(ranges_load_config(path, allow, 4, &n, msg, sizeof msg) == 0 && n == 0,
 	   "config: a missing file has no overrides");
