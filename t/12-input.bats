@@ -128,7 +128,8 @@ small_stderr() {
 		small_stderr
 	done
 	run --separate-stderr isopod-stage info "$esc"
-	[ "$status" -eq 101 ] # a label may hold any byte but / and newline
+	# a label is valid UTF-8 without control bytes: refused before any lookup
+	[ "$status" -eq 100 ]
 	[[ "$stderr" == *'x\x1b[2Jy'* ]]
 	run --separate-stderr isopod-warm rm "$big"
 	[ "$status" -eq 100 ]
