@@ -433,6 +433,21 @@ for l in sys.stdin: s.sendall(l.encode()); time.sleep(0.2); s.recv(4096)
 # 20 ms and nothing else (a steady stream that is no answer); exit300: EXIT
 # with an exit code out of range; badtext: ERROR with control bytes and
 # invalid UTF-8 in its kind and message.  Its pid in $agent.
+# fake_vm ID NAME: a running VM's record (id and d set) whose agent socket
+# fake_agent serves; stop_agent ends that agent.
+fake_vm() {
+	id=$1
+	d="$ISOPOD_HOME/vms/$id"
+	mkdir -p "$d"
+	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" --arg n "$2" \
+		'{id: $id, name: $n, state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+}
+
+stop_agent() {
+	kill "$agent" 2>/dev/null || :
+	wait "$agent" 2>/dev/null || :
+}
+
 fake_agent() {
 	timeout 60 python3 - "$1" "${2:-silent}" <<'EOF_PY' 3>&- &
 import socket, struct, sys, time
@@ -475,17 +490,12 @@ EOF_PY
 }
 
 @test "exec: a silent agent past the deadline is a timeout (137) by the host; before it, unresponsive (111)" {
-	id=vm-fa4e0a9e0001
-	d="$ISOPOD_HOME/vms/$id"
-	mkdir -p "$d"
-	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
-		'{id: $id, name: "starved", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_vm vm-fa4e0a9e0001 starved
 	fake_agent "$d/agent.sock"
 	t0=$(date +%s%N)
 	run --separate-stderr env ISOPOD_WATCHDOG_MS=8000 isopod-exec --vm "$id" --timeout-ms 1000 -- true
 	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-	kill "$agent" 2>/dev/null || :
-	wait "$agent" 2>/dev/null || :
+	stop_agent
 	rm -f "$d/agent.sock"
 	echo "$ms ms: $output" >&3
 	[ "$status" -eq 1 ]
@@ -496,19 +506,14 @@ EOF_PY
 	# silence before the deadline stays the infrastructure's failure
 	fake_agent "$d/agent.sock"
 	run --separate-stderr env ISOPOD_WATCHDOG_MS=1500 isopod-exec --vm "$id" --timeout-ms 60000 -- true
-	kill "$agent" 2>/dev/null || :
-	wait "$agent" 2>/dev/null || :
+	stop_agent
 	[ "$status" -eq 111 ]
 	echo "$output" | jq -e '.ok == false and .error_kind == "unresponsive"'
 	rm -rf "$d"
 }
 
 @test "exec: a vm the host cannot stop at the deadline is a failure (111), never a timeout" {
-	id=vm-fa4e0a9e0002
-	d="$ISOPOD_HOME/vms/$id"
-	mkdir -p "$d"
-	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
-		'{id: $id, name: "unstoppable", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_vm vm-fa4e0a9e0002 unstoppable
 	# the vm's lock held by something no quit and no kill of the record's qemu ends
 	flock "$d/lock" sleep 30 3>&- &
 	holder=$!
@@ -524,17 +529,12 @@ EOF_PY
 }
 
 @test "exec: the handshake waits no longer than the deadline's grace (then a timeout, not 30 s)" {
-	id=vm-fa4e0a9e0006
-	d="$ISOPOD_HOME/vms/$id"
-	mkdir -p "$d"
-	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
-		'{id: $id, name: "mute", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_vm vm-fa4e0a9e0006 mute
 	fake_agent "$d/agent.sock" mute
 	t0=$(date +%s%N)
 	run --separate-stderr env ISOPOD_WATCHDOG_MS=8000 isopod-exec --vm "$id" --timeout-ms 1000 -- true
 	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-	kill "$agent" 2>/dev/null || :
-	wait "$agent" 2>/dev/null || :
+	stop_agent
 	echo "$ms ms: $output" >&3
 	[ "$status" -eq 1 ]
 	echo "$output" | jq -e '.ok == true and .timed_out == true and .exit_code == 137'
@@ -543,11 +543,7 @@ EOF_PY
 }
 
 @test "exec: --timeout-ms counts from the vm's JSON on stdin, not from the start of a pipeline" {
-	id=vm-fa4e0a9e0007
-	d="$ISOPOD_HOME/vms/$id"
-	mkdir -p "$d"
-	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
-		'{id: $id, name: "late", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_vm vm-fa4e0a9e0007 late
 	fake_agent "$d/agent.sock"
 	t0=$(date +%s%N)
 	# a boot that takes 2 s, then a command silent past its 2 s: 2 + 2 + 1.5 s
@@ -555,8 +551,7 @@ EOF_PY
 	run --separate-stderr sh -c '{ sleep 2; jq -n --arg id "$1" "{vm: {id: \$id}}"; } |
 		isopod-exec --timeout-ms 2000 -- true' sh "$id"
 	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-	kill "$agent" 2>/dev/null || :
-	wait "$agent" 2>/dev/null || :
+	stop_agent
 	echo "$ms ms: $output" >&3
 	[ "$status" -eq 1 ]
 	echo "$output" | jq -e '.ok == true and .timed_out == true and .exec_ms >= 3300'
@@ -565,18 +560,13 @@ EOF_PY
 }
 
 @test "exec: a steady stream of PONGs does not hide the deadline (copy-in)" {
-	id=vm-fa4e0a9e0003
-	d="$ISOPOD_HOME/vms/$id"
-	mkdir -p "$d"
-	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
-		'{id: $id, name: "chatty", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_vm vm-fa4e0a9e0003 chatty
 	fake_agent "$d/agent.sock" pong
 	t0=$(date +%s%N)
 	run --separate-stderr timeout 20 isopod-exec --vm "$id" --timeout-ms 1000 \
 		--copy-in /etc/hostname:/root/h -- true
 	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-	kill "$agent" 2>/dev/null || :
-	wait "$agent" 2>/dev/null || :
+	stop_agent
 	echo "$ms ms: $output" >&3
 	[ "$status" -eq 1 ]
 	echo "$output" | jq -e '.ok == true and .timed_out == true and .exit_code == 137'
@@ -595,15 +585,10 @@ EOF_PY
 }
 
 @test "exec: control bytes and invalid UTF-8 from the guest reach neither stderr raw nor break the JSON" {
-	id=vm-fa4e0a9e0005
-	d="$ISOPOD_HOME/vms/$id"
-	mkdir -p "$d"
-	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
-		'{id: $id, name: "rude", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_vm vm-fa4e0a9e0005 rude
 	fake_agent "$d/agent.sock" badtext
 	isopod-exec --vm "$id" -- true >"$DATA/bt.out" 2>"$DATA/bt.err" && st=0 || st=$?
-	kill "$agent" 2>/dev/null || :
-	wait "$agent" 2>/dev/null || :
+	stop_agent
 	echo "$st: $(cat -v "$DATA/bt.out" "$DATA/bt.err")" >&3
 	[ "$st" -eq 111 ]
 	[ "$(jq -s length "$DATA/bt.out")" -eq 1 ]
@@ -613,15 +598,10 @@ EOF_PY
 }
 
 @test "exec: an exit code out of range from the agent is a failure (111), not a result" {
-	id=vm-fa4e0a9e0004
-	d="$ISOPOD_HOME/vms/$id"
-	mkdir -p "$d"
-	jq -n --arg id "$id" --arg s "$d/agent.sock" --arg q "$d/qmp.sock" \
-		'{id: $id, name: "liar", state: "running", agent_sock: $s, qmp_sock: $q}' >"$d/meta.json"
+	fake_vm vm-fa4e0a9e0004 liar
 	fake_agent "$d/agent.sock" exit300
 	run --separate-stderr isopod-exec --vm "$id" -- true
-	kill "$agent" 2>/dev/null || :
-	wait "$agent" 2>/dev/null || :
+	stop_agent
 	[ "$status" -eq 111 ]
 	echo "$output" | jq -e '.ok == false and .error_kind == "protocol" and (.error | test("exit code 300"))'
 	rm -rf "$d"
