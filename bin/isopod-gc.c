@@ -268,7 +268,7 @@ static int tmp_cb(const char *path, const struct stat *st, int flag, struct FTW 
 	return isdir ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
 }
 
-/* accel/probe-<ksha>: the KVM probe's scratch dir, left by a killed boot. */
+/* accel/probe-<16 hex of ksha>: the KVM probe's scratch dir, left by a killed boot. */
 static void stale_probes(void)
 {
 	char dir[PATH_MAX], p[PATH_MAX];

@@ -38,7 +38,11 @@ int accel_probe(const struct img *im, char *reason, size_t rsz, char *err_out, s
 		snprintf(err_out, esz, "unable to allocate memory: %s", strerror(errno));
 		return -1;
 	}
-	snprintf(dir, sizeof dir, "%s/accel/probe-%s", store_home(), im->ksha);
+	/* 16 hex digits of the kernel's sha, not 64: the probe's unix sockets
+	 * live here, and with the whole sha a store under /tmp/<20 chars>
+	 * already passed the 108-byte limit, so the probe failed on the path
+	 * ("Path must be less than 108 bytes") and that became the verdict. */
+	snprintf(dir, sizeof dir, "%s/accel/probe-%.16s", store_home(), im->ksha);
 	if (inst_paths(&in, dir) < 0) {
 		snprintf(err_out, esz, "path too long: %.64s...", dir);
 		free(conn);
