@@ -371,6 +371,17 @@ static void x_bitwise(struct nftnl_rule *r, const void *mask, uint32_t len)
 	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, zero, len);
 }
 
+/* A port (host order) into register 1, for redir and the canary's
+ * rewrite. */
+static void x_port_reg1(struct nftnl_rule *r, uint16_t port_host)
+{
+	struct nftnl_expr *e = expr_new(r, "immediate");
+	uint16_t port = htons(port_host);
+
+	nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+	nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &port, sizeof port);
+}
+
 static void x_counter(struct nftnl_rule *r)
 {
 	expr_new(r, "counter");
@@ -671,14 +682,11 @@ static void rule_dns_redirect(uint8_t proto)
 {
 	struct nftnl_rule *r = rule_new("dns");
 	struct nftnl_expr *e;
-	uint16_t port = htons(PORT_BROKER_DNS);
 
 	m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, TAP_PREFIX, 1);
 	m_nfproto(r, NFPROTO_IPV4);
 	m_dport(r, proto, PORT_DNS);
-	e = expr_new(r, "immediate");
-	nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
-	nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &port, sizeof port);
+	x_port_reg1(r, PORT_BROKER_DNS);
 	e = expr_new(r, "redir");
 	nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
 	nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MAX, NFT_REG_1);
@@ -1303,14 +1311,10 @@ static void build_failclosed(void)
 	 * rewriting an old flow after the table is gone. */
 	put_chain(NFPROTO_INET, "canary", NF_INET_LOCAL_OUT, 0, "filter");
 	for (k = 0; k < total; k++) {
-		uint16_t port = htons(PORT_CANARY + 1);
-
 		r = rule_new("canary");
 		m_ip(r, 16, NFT_CMP_EQ, base + 4 * k + 1, 32);
 		m_dport(r, IPPROTO_UDP, PORT_CANARY);
-		e = expr_new(r, "immediate");
-		nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
-		nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &port, sizeof port);
+		x_port_reg1(r, PORT_CANARY + 1);
 		e = expr_new(r, "payload");
 		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_SREG, NFT_REG_1);
 		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, NFT_PAYLOAD_TRANSPORT_HEADER);

@@ -238,12 +238,16 @@ def udpmany(dst, dport, n):
 UNREACH = (errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
-def probe_tcp(addr, port, secs):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def probe_sock(kind, addr, port, secs):
+    """tcp: the handshake completes; udp: a datagram is answered."""
+    s = socket.socket(socket.AF_INET, kind)
     s.settimeout(secs)
     try:
         s.connect((addr, int(port)))
-        return "answered"  # the handshake completed: it got through
+        if kind == socket.SOCK_DGRAM:
+            s.send(b"probe")
+            s.recv(2048)
+        return "answered"  # it got through
     except ConnectionRefusedError:
         return "refused"
     except socket.timeout:
@@ -254,26 +258,14 @@ def probe_tcp(addr, port, secs):
         raise
     finally:
         s.close()
+
+
+def probe_tcp(addr, port, secs):
+    return probe_sock(socket.SOCK_STREAM, addr, port, secs)
 
 
 def probe_udp(addr, port, secs):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(secs)
-    try:
-        s.connect((addr, int(port)))
-        s.send(b"probe")
-        s.recv(2048)
-        return "answered"
-    except ConnectionRefusedError:
-        return "refused"
-    except socket.timeout:
-        return "timeout"
-    except OSError as e:
-        if e.errno in UNREACH:
-            return "unreachable"
-        raise
-    finally:
-        s.close()
+    return probe_sock(socket.SOCK_DGRAM, addr, port, secs)
 
 
 def probe_icmp(addr, secs):
