@@ -79,6 +79,7 @@ fuzz:
 
 bench: all
 	sh bench/run
+	sh bench/compare
 
 install: all
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1

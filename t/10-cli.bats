@@ -200,7 +200,7 @@ E=" ]
 	id=$(jq -r .vm.id <<<"$output")
 	grep -q "^boot --owner-pid [0-9]* --timeout-ms [0-9]*$" "$FAKE_LOG"
 	grep -qx "stop --force $id" "$FAKE_LOG"
-	! vm_locked "$id"
+	! vm_locked "$id" || false
 	FAKE_EXIT=0 run_isopod -0 run --json-only -- true
 	FAKE_EXIT=137 run_isopod -137 run --json-only -- true
 	json_is '.signal == 9'
@@ -215,7 +215,7 @@ E=" ]
 	ISOPOD_MEM_MIB=96 run_isopod -0 run --json-only -- true
 	grep -q -- "--mem-mib 96 --timeout-ms" "$FAKE_LOG"
 	id=$(jq -r .vm.id <<<"$output")
-	! vm_locked "$id"
+	! vm_locked "$id" || false
 }
 
 @test "run: exec output that is not JSON is an infrastructure failure (111)" {
@@ -223,7 +223,7 @@ E=" ]
 	FAKE_EXEC=garbage run_isopod -111 run --json-only -- true
 	json_is '.ok == false and .error_kind == "infra"'
 	id=$(jq -r .vm.id <<<"$output")
-	! vm_locked "$id"
+	! vm_locked "$id" || false
 }
 
 @test "run: the command's argv reaches isopod-exec intact, with or without --" {
@@ -260,7 +260,7 @@ hi" ]
 	grep -A1 -x -- --stdin-file "$FAKE_DIR/args" | grep -qx -- "$BATS_TEST_TMPDIR/in"
 	run --separate-stderr bash -c 'isopod run --json-only -- cat <&-'
 	[ "$status" -eq 0 ]
-	! grep -qx -- --stdin-file "$FAKE_DIR/args"
+	! grep -qx -- --stdin-file "$FAKE_DIR/args" || false
 }
 
 @test "run: a tool's failure JSON passes through with its exit code" {
@@ -275,7 +275,7 @@ hi" ]
 	json_is '.ok == false and .error_kind == "timeout"'
 	FAKE_CLAIM_FAIL=1 run_isopod -102 run --json-only -- true
 	json_is '.ok == false and .error_kind == "busy" and (.error | contains("no free name"))'
-	! grep -q '^exec' "$FAKE_LOG"
+	! grep -q '^exec' "$FAKE_LOG" || false
 }
 
 @test "run: an exec infrastructure failure exits 111 and still stops the VM" {
@@ -284,14 +284,14 @@ hi" ]
 	json_is '.ok == false and .error_kind == "protocol"'
 	id=$(jq -r .vm.id <<<"$output")
 	grep -qx "stop --force $id" "$FAKE_LOG"
-	! vm_locked "$id"
+	! vm_locked "$id" || false
 }
 
 @test "run --keep: the VM stays; vm ls says running; vm rm refuses unless --force" {
 	use_fake
 	run_isopod -0 run --json-only --keep --name kept-one -- true
 	id=$(jq -r .vm.id <<<"$output")
-	! grep -q '^stop' "$FAKE_LOG"
+	! grep -q '^stop' "$FAKE_LOG" || false
 	vm_locked "$id"
 	grep -q -- '--keep' <(grep '^boot' "$FAKE_LOG")
 	run_isopod -0 vm ls
@@ -326,7 +326,7 @@ hi" ]
 	json_is '.ok == false and .error_kind == "interrupted"'
 	id=$(jq -r .vm.id <<<"$output")
 	grep -qx "stop --force $id" "$FAKE_LOG"
-	! vm_locked "$id"
+	! vm_locked "$id" || false
 }
 
 @test "lint: the shell scripts are shellcheck -s sh clean" {

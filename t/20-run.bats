@@ -34,7 +34,7 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	[ "$(cat "$log")" = hello ]
 	# the VM is stopped after the run, and its record kept
 	id=$(echo "$output" | jq -r .vm.id)
-	! vm_locked "$id"
+	! vm_locked "$id" || false
 	[ -f "$ISOPOD_HOME/vms/$id/meta.json" ]
 }
 
@@ -67,7 +67,7 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	run --separate-stderr isopod run --json-only --cwd /no/such/dir -- pwd
 	[ "$status" -ne 0 ]
 	echo "$output" | jq -e '.error_kind == "cwd_missing" and (.error | contains("/no/such/dir"))'
-	! echo "$output" | jq -e '.error | contains("/bin/sh")'
+	! echo "$output" | jq -e '.error | contains("/bin/sh")' || false
 }
 
 @test "run: --cwd and --env reach the command" {
@@ -340,7 +340,7 @@ $want" ]
 	vm_locked "$id"
 	run --separate-stderr isopod vm rm --force "$id"
 	[ "$status" -eq 0 ]
-	! vm_locked "$id"
+	! vm_locked "$id" || false
 	[ ! -d "$ISOPOD_HOME/vms/$id" ]
 }
 
@@ -372,8 +372,8 @@ $want" ]
 	kill -KILL "$pid"
 	wait "$pid" || true
 	for _ in $(seq 1 100); do vm_locked "$id" || break; sleep 0.1; done
-	! vm_locked "$id"
-	! kill -0 "$qpid" 2>/dev/null
+	! vm_locked "$id" || false
+	! kill -0 "$qpid" 2>/dev/null || false
 	run --separate-stderr isopod gc --dry-run
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -e '.leaked == []'
@@ -394,7 +394,7 @@ for l in sys.stdin: s.sendall(l.encode()); time.sleep(0.2); s.recv(4096)
 	[ "$status" -eq 111 ]
 	echo "$output" | jq -e '.ok == false and .error_kind == "unresponsive"'
 	for _ in $(seq 1 100); do vm_locked "$id" || break; sleep 0.1; done
-	! vm_locked "$id"
+	! vm_locked "$id" || false
 }
 
 @test "run: two and eight concurrent runs are isolated" {

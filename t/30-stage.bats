@@ -209,11 +209,12 @@ fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"
 		missing) rm -f "$layer" ;;
 		esac
 		before=$(nvms)
+		logs=$(find "$ISOPOD_HOME/vms" -name console.log -size +0 | wc -l)
 		run --separate-stderr isopod run --stage broken -- true
 		[ "$status" -eq 111 ]
 		[[ "$stderr" == *"$id"* ]]
-		# refused before boot: the record never got past "claimed"
-		! ls "$ISOPOD_HOME"/vms/*/console.log 2>/dev/null | xargs -r grep -l . >/dev/null 2>&1 || true
+		# refused before boot: no guest wrote a console line
+		[ "$(find "$ISOPOD_HOME/vms" -name console.log -size +0 | wc -l)" -eq "$logs" ]
 		cp -p "$DATA/layer.good" "$layer"
 		chmod 444 "$layer"
 	done
@@ -367,7 +368,7 @@ fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"
 	ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-'
 	run --separate-stderr isopod gc
 	[ "$status" -eq 0 ]
-	! ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-'
+	! ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-' || false
 	run --separate-stderr isopod run --json-only --stage kill-after-commit-rename -- true
 	[ "$status" -eq 0 ]
 }
@@ -393,12 +394,12 @@ fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"
 	[[ "$stderr" == *"nothing was committed"* ]]
 	[[ "$stderr" == *"no space left"* ]]
 	[ "$(isopod stage ls | wc -l)" -eq "$n0" ]
-	! ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-'
+	! ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-' || false
 	run --separate-stderr isopod stage flatten big --as flat-big
 	[ "$status" -eq 111 ]
 	[[ "$stderr" == *"nothing was created"* ]]
 	[ "$(isopod stage ls | wc -l)" -eq "$n0" ]
-	! ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-'
+	! ls -a "$ISOPOD_HOME/stages" | grep -q '^\.tmp-' || false
 	# the existing stage still works once there is room again
 	rm -f "$DATA/small/filler"
 	run --separate-stderr isopod run --json-only --cold --stage big -- sh -c 'wc -c < /root/big'

@@ -308,7 +308,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		[ -z "$(key_of 352)" ]
 		# the template QEMU died with its builder
 		for _ in $(seq 1 50); do pgrep -f "$staging" > /dev/null || break; sleep 0.1; done
-		! pgrep -f "$staging"
+		! pgrep -f "$staging" || false
 		run --separate-stderr isopod-gc
 		[ "$status" -eq 0 ]
 		jout --arg p "$staging" '[.leaked[] | select(.kind == "warm" and .path == $p and .removed)] | length == 1'
@@ -390,10 +390,10 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	grep -q "owner" "$DATA/boot.err"
 	[ ! -s "$DATA/boot.json" ]
 	[ ! -e "$staging" ]
-	! pgrep -f "$staging"
+	! pgrep -f "$staging" || false
 	vm=$(jq -r .vm.id "$DATA/claim.json")
 	jq -e '.state == "failed"' "$ISOPOD_HOME/vms/$vm/meta.json"
-	! vm_locked "$vm"
+	! vm_locked "$vm" || false
 }
 
 @test "warm: a stage chain forked with isopod-fork resumes with the stage's files visible; removing the stage orphans it" {

@@ -97,7 +97,11 @@ run_many() {
 
 # The lock of a VM is held exactly while its supervisor lives.
 vm_locked() {
-	! flock -n -s "$ISOPOD_HOME/vms/$1/lock" true
+	# Only "held by another" counts: a lock file that is gone (the VM
+	# removed) or cannot be opened is not a running VM.
+	local rc=0
+	flock -n -E 75 -s "$ISOPOD_HOME/vms/$1/lock" true 2>/dev/null || rc=$?
+	[ "$rc" -eq 75 ]
 }
 
 # json_is FILTER: assert a jq filter holds on $output (shows both on failure).
