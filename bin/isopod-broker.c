@@ -11,7 +11,8 @@
  * forwarder, the ledger, the canary and the policy live in lib/ (see
  * lib/broker.h).
  *
- * The security of filtered mode rests on three checks here:
+ * The security of filtered mode rests on three checks (lib/dnsfwd.c,
+ * lib/proxy.c, lib/policy.c):
  * - a name outside the allowlist is refused before anything leaves the
  *   host: a DNS query for it is answered REFUSED locally and never
  *   forwarded, so queries cannot carry data out;
