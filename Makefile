@@ -32,6 +32,15 @@ lib/%.o: lib/%.c $(LIBHDR)
 bin/isopod-%: bin/isopod-%.c $(HOSTLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(HOSTLIB) $(LDLIBS_HOST)
 
+# isopod-broker's modules (lib/broker.h): only the broker links them.
+BROKERLIB = lib/ledger.o lib/canary.o lib/policy.o lib/broker.o lib/dnsfwd.o lib/proxy.o
+BROKERHDR = lib/ledger.h lib/canary.h lib/policy.h lib/broker.h lib/dnsfwd.h lib/proxy.h
+
+$(BROKERLIB): $(LIBHDR) $(BROKERHDR)
+
+bin/isopod-broker: bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LIBHDR) $(BROKERHDR)
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LDLIBS_HOST)
+
 # The only tool that talks netfilter: its own link flags.
 bin/isopod-netsetup: bin/isopod-netsetup.c $(HOSTLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(HOSTLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
@@ -67,7 +76,7 @@ asan: $(TOOLS)
 	mkdir -p build/asan/bin
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
-			$$t.c $(HOSTLIB:.o=.c) $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
 	done
 
 check: all asan

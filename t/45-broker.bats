@@ -582,6 +582,35 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 	[ "$(grep -c '"name":"pkg.test"' "$d/ledger")" -eq 1 ]
 }
 
+@test "a ledger that cannot be written fails closed: exit 111 naming it, nothing more served" {
+	local d="$BATS_TEST_TMPDIR" pid i st=0
+	# /dev/full: the first line written is the first failure (ENOSPC)
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" \
+		--proxy-port 3133 --dns-port 1059 --allow pkg.test --resolver 198.51.100.53:53 \
+		--ledger /dev/full >"$d/announce" 2>"$d/err" 3>&- </dev/null &
+	pid=$!
+	echo "$pid" >"$BATS_FILE_TMPDIR/full.pid"
+	await_announce "$d/announce"
+	# a refusal: answered REFUSED at once, then its line cannot be written
+	run dnsq other.test 1 "$BRK" 1059
+	[ "$output" = "rcode=5 an=0 ip=-" ]
+	for i in $(seq 1 50); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		kill "$pid"
+		echo "the broker still serves with a ledger it cannot write" >&2
+		false
+	fi
+	wait "$pid" || st=$?
+	[ "$st" -eq 111 ]
+	grep -q "isopod-broker: fatal: unable to write the ledger: No space left on device" "$d/err"
+	# gone: nothing more is served, the proxy port is closed
+	run lab exec curl -sS -m 5 -x "http://$BRK:3133" http://pkg.test/
+	[ "$status" -ne 0 ]
+}
+
 @test "a port already bound exits 102; no resolver exits 111 naming --resolver; usage errors exit 100" {
 	run --separate-stderr lab exec "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" \
 		--ledger "$BATS_TEST_TMPDIR/l" --allow pkg.test

@@ -1,0 +1,157 @@
+/* policy.c - isopod-broker's allowlist and deny checks (see policy.h). */
+#include "policy.h"
+#include "allow.h"
+
+#include <errno.h>
+#include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int policy_name_allowed(const struct policy *p, const char *name)
+{
+	if (p->allow_all)
+		return 1;
+	for (size_t i = 0; i < p->nallow; i++)
+		if (allow_match(p->allow[i], name))
+			return 1;
+	return 0;
+}
+
+int policy_port_allowed(const struct policy *p, const char *name, unsigned port, char *rules,
+			size_t sz)
+{
+	size_t o = 0;
+
+	rules[0] = '\0';
+	if (p->allow_all)
+		return 1;
+	for (size_t i = 0; i < p->nallow; i++) {
+		int k;
+
+		if (!allow_match(p->allow[i], name))
+			continue;
+		if (allow_port(p->allow[i], port))
+			return 1;
+		k = snprintf(rules + o, sz - o, "%s%s", o ? ", " : "", p->allow[i]);
+		if (k < 0 || (size_t)k >= sz - o)
+			break;
+		o += (size_t)k;
+	}
+	return 0;
+}
+
+void policy_allow_text(const struct policy *p, char *out, size_t sz)
+{
+	size_t o = 0;
+
+	out[0] = '\0';
+	if (p->allow_all) {
+		snprintf(out, sz, "every name");
+		return;
+	}
+	if (!p->nallow) {
+		snprintf(out, sz, "empty");
+		return;
+	}
+	for (size_t i = 0; i < p->nallow; i++) {
+		int k = snprintf(out + o, sz - o, "%s%s", i ? ", " : "", p->allow[i]);
+
+		if (k < 0 || (size_t)k >= sz - o) {
+			/* a long list is cut; the ledger and the man page have it all */
+			if (sz > 5)
+				snprintf(out + sz - 5, 5, " ...");
+			return;
+		}
+		o += (size_t)k;
+	}
+}
+
+/* lib/ranges.c's list (every special-purpose block that is not globally
+ * reachable, and multicast), less the host's overrides. */
+const char *policy_range_denied(const struct policy *p, uint32_t a)
+{
+	return ranges_denied(4, (const uint8_t *)&a, p->allow_range, p->nallow_range);
+}
+
+/* An interface added since the broker started counts too, and so does
+ * every address however many the host has (a fixed-size copy of the list
+ * would let the ones past its end through). */
+int policy_own_addr(uint32_t a)
+{
+	struct ifaddrs *ifa, *i;
+	int own = 0;
+
+	if (getifaddrs(&ifa) < 0)
+		return -1;
+	for (i = ifa; i && !own; i = i->ifa_next)
+		own = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		      ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr == a;
+	freeifaddrs(ifa);
+	return own;
+}
+
+/* Asked of the kernel's routing (RTM_GETROUTE, which needs no privilege),
+ * as connect() would route it now: a local, broadcast, anycast or
+ * multicast route is the host (or beyond any one flow), whatever
+ * policy_own_addr's list of interface addresses says (a whole local route
+ * such as 127/8 or one `ip route add local` made, a subnet's broadcast
+ * address).  A destination with no route or an
+ * unreachable/blackhole/prohibit one is 0: it just fails to connect.  The
+ * answer is queued by the time send returns, so the recv never waits. */
+int policy_local_route(uint32_t a)
+{
+	struct {
+		struct nlmsghdr n;
+		struct rtmsg r;
+		struct rtattr at;
+		uint32_t dst;
+	} req = {
+		.n = { .nlmsg_len = sizeof req, .nlmsg_type = RTM_GETROUTE,
+		       .nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 1 },
+		.r = { .rtm_family = AF_INET, .rtm_dst_len = 32 },
+		.at = { .rta_len = RTA_LENGTH(sizeof a), .rta_type = RTA_DST },
+		.dst = a,
+	};
+	union {
+		struct nlmsghdr n;
+		char b[4096];
+	} ans;
+	struct sockaddr_nl k = { .nl_family = AF_NETLINK };
+	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE), ret = -1;
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	if (sendto(fd, &req, sizeof req, 0, (struct sockaddr *)&k, sizeof k) != (ssize_t)sizeof req)
+		goto out;
+	n = recv(fd, &ans, sizeof ans, MSG_DONTWAIT);
+	if (n < (ssize_t)NLMSG_HDRLEN || !NLMSG_OK(&ans.n, (size_t)n) || ans.n.nlmsg_seq != 1)
+		goto out;
+	if (ans.n.nlmsg_type == NLMSG_ERROR &&
+	    ans.n.nlmsg_len >= NLMSG_LENGTH(sizeof(struct nlmsgerr))) {
+		int e = -((struct nlmsgerr *)NLMSG_DATA(&ans.n))->error;
+
+		if (e == ENETUNREACH || e == EHOSTUNREACH || e == EINVAL || e == EACCES)
+			ret = 0;
+	} else if (ans.n.nlmsg_type == RTM_NEWROUTE &&
+		   ans.n.nlmsg_len >= NLMSG_LENGTH(sizeof(struct rtmsg))) {
+		unsigned char t = ((struct rtmsg *)NLMSG_DATA(&ans.n))->rtm_type;
+
+		ret = t == RTN_LOCAL || t == RTN_BROADCAST || t == RTN_ANYCAST || t == RTN_MULTICAST;
+	}
+out:
+	close(fd);
+	return ret;
+}
+
+void policy_free(struct policy *p)
+{
+	for (size_t i = 0; i < p->nallow; i++)
+		free(p->allow[i]);
+	p->nallow = 0;
+}
