@@ -421,12 +421,22 @@ sha() { sha256sum "$1" | cut -c1-64; }
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
 }
 
-@test "a base image changed after signing fails naming it; a flavor registered since is not signed" {
+@test "a base image changed after signing fails naming it (also in place, same size and mtime); a flavor registered since is not signed" {
 	local img
 	img="$ISOPOD_HOME/images/base-$(cat "$ISOPOD_HOME/images/current-debian").img"
 	sign_fresh
-	cp "$img" "$BATS_TEST_TMPDIR/img"
+	cp -p "$img" "$BATS_TEST_TMPDIR/img"
 	echo x >>"$img"
+	verify_fails image/debian "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/img" "$img"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	# The digest cache (DIR/digests.json, by stat): a change in place that
+	# keeps the size and puts the mtime back is still seen (ctime moved).
+	touch -r "$img" "$BATS_TEST_TMPDIR/ref"
+	stat -c '%s %y' "$img" >"$BATS_TEST_TMPDIR/stat.before"
+	printf 'X' | dd of="$img" bs=1 seek=0 conv=notrunc status=none
+	touch -r "$BATS_TEST_TMPDIR/ref" "$img"
+	[ "$(stat -c '%s %y' "$img")" = "$(cat "$BATS_TEST_TMPDIR/stat.before")" ]
 	verify_fails image/debian "$BATS_TEST_TMPDIR/env.json"
 	cp "$BATS_TEST_TMPDIR/img" "$img"
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
