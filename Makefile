@@ -18,13 +18,15 @@ LDLIBS_NET = -lnftnl -lmnl
 
 TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/isopod-gc \
 	bin/isopod-fork bin/isopod-commit bin/isopod-stage bin/isopod-netsetup bin/isopod-warm \
-	bin/isopod-broker bin/isopod-supervise
-HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o
-LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h
+	bin/isopod-broker bin/isopod-supervise bin/isopod-attest
+HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o
+# Only the tools that read nftables link libnftnl: ruleset.o on its own.
+NETLIB = lib/ruleset.o
+LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h
 
 all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out
 
-$(HOSTLIB): $(LIBHDR)
+$(HOSTLIB) $(NETLIB): $(LIBHDR)
 
 lib/%.o: lib/%.c $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -44,6 +46,10 @@ bin/isopod-broker: bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LIBHDR) $(BROKE
 # The only tool that talks netfilter: its own link flags.
 bin/isopod-netsetup: bin/isopod-netsetup.c $(HOSTLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(HOSTLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
+
+# Reads isopod's tables back (lib/ruleset.c) for an attestation's subject.
+bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(LIBHDR)
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
 agent/isopod-agent: agent/agent.c lib/frame.c lib/frame.h
@@ -76,7 +82,7 @@ asan: $(TOOLS)
 	mkdir -p build/asan/bin
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
-			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
 	done
 
 check: all asan

@@ -1,0 +1,47 @@
+/* ruleset.h - isopod's live nftables tables, read back over netlink
+ * (libnftnl) and serialised canonically, so that a digest of the text says
+ * "the same policy" whatever the rule handles and the counters' values:
+ * an attestation's subject (isopod-attest(1)).  Libraries return errors. */
+#ifndef ISOPOD_RULESET_H
+#define ISOPOD_RULESET_H
+
+#include <stddef.h>
+
+struct nftnl_table;
+struct nftnl_chain;
+struct nftnl_rule;
+
+/* The tables read: every family's table of this name (inet and arp today). */
+#define RULESET_TABLE "isopod"
+
+/* The canonicaliser: lines are added in any order as objects arrive; text
+ * sorts them (tables, then chains by name, then each chain's rules in the
+ * order they were added, which is the kernel's evaluation order). */
+struct canon_line {
+	char *key;      /* family, table, kind, chain: what orders the lines */
+	unsigned seq;   /* arrival: keeps a chain's rules in their order */
+	char *text;
+};
+struct canon {
+	struct canon_line *v;
+	size_t n, cap;
+	unsigned tables;  /* how many table lines (isopod's tables present) */
+};
+
+/* Add a table, chain or rule of any table (others than RULESET_TABLE are
+ * ignored: 0, nothing added).  What is left out: handles, positions, ids,
+ * a chain's use count and counters, a counter expression's packets and
+ * bytes.  0, or -1 (ENOMEM). */
+int canon_table(struct canon *c, const struct nftnl_table *t);
+int canon_chain(struct canon *c, const struct nftnl_chain *ch);
+int canon_rule(struct canon *c, const struct nftnl_rule *r);
+/* The canonical text, one line per object, each ending "\n"; malloc'd
+ * (*len without the NUL), NULL on ENOMEM.  Sorts c. */
+char *canon_text(struct canon *c, size_t *len);
+void canon_free(struct canon *c);
+
+/* Read isopod's tables of the current network namespace (needs
+ * CAP_NET_ADMIN there) into c.  0, or -1 with why. */
+int ruleset_read(struct canon *c, char *why, size_t whysz);
+
+#endif

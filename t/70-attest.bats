@@ -1,0 +1,491 @@
+#!/usr/bin/env bats
+# shellcheck disable=SC2154 # $stderr: set by bats' run --separate-stderr
+# isopod-attest (issue 10): keygen, sign, verify, and every refusal the
+# issue lists, each its own test.
+#
+# Everything that reads the ruleset runs in the host netns of a sealed lab
+# (t/lab/lab.sh) where isopod-netsetup wrote isopod's tables, as in
+# t/40-net.bats; nothing touches the root namespace's nftables.  The store
+# is a small stand-in (kernels/current, images/current-{base,debian} over
+# files of a few bytes, never the build cache's hard links), the tools a
+# copy of bin/ in $ISOPOD_LIBEXEC, QEMU a stand-in first on PATH: so each
+# test can change exactly one subject and put it back.  Doctor reports are
+# hand-made (the doctor's contract: doc/INTERFACES.md "Doctor report").
+
+load helpers
+# helpers.bash points ISOPOD_SYSCONFIG at /dev/null in every test; here it is
+# the lab's host config (setup_file below), as netsetup saw it.
+[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
+
+DSSE_PY=/usr/bin/python3 # Debian's, with python3-securesystemslib
+
+setup_file() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces, a root-owned key"
+	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
+	export LAB_NAME="t70a$$"
+	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
+	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
+	sh "$LAB" up "$LAB_NAME" >/dev/null
+	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
+	export LAB_CONF
+	# The host config attest hashes is the one netsetup read.
+	export ISOPOD_SYSCONFIG=$LAB_CONF
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 --user 0 \
+		>"$BATS_FILE_TMPDIR/netsetup.json"
+	isopod_setup_file
+	local k b d
+	mkdir -p "$ISOPOD_HOME/kernels" "$ISOPOD_HOME/images"
+	k=$(printf 'kernel' | sha256sum | cut -c1-64)
+	mkdir "$ISOPOD_HOME/kernels/$k"
+	printf 'vmlinux stand-in\n' >"$ISOPOD_HOME/kernels/$k/vmlinux"
+	printf 'initramfs stand-in\n' >"$ISOPOD_HOME/kernels/$k/initramfs.cpio"
+	echo "$k" >"$ISOPOD_HOME/kernels/current"
+	for f in base debian; do
+		printf '%s image stand-in\n' "$f" >"$BATS_FILE_TMPDIR/img"
+		b=$(sha256sum <"$BATS_FILE_TMPDIR/img" | cut -c1-64)
+		mv "$BATS_FILE_TMPDIR/img" "$ISOPOD_HOME/images/base-$b.img"
+		echo "$b" >"$ISOPOD_HOME/images/current-$f"
+	done
+	export ISOPOD_LIBEXEC="$BATS_FILE_TMPDIR/libexec"
+	mkdir -p "$ISOPOD_LIBEXEC"
+	for f in "$ISOPOD_SRC"/bin/isopod-*; do
+		case $f in *.c) continue ;; esac
+		cp "$f" "$ISOPOD_LIBEXEC/"
+	done
+	cp "$ISOPOD_SRC/sh/isopod" "$ISOPOD_LIBEXEC/isopod"
+	d="$BATS_FILE_TMPDIR/path"
+	mkdir -p "$d"
+	printf '#!/bin/sh\necho qemu stand-in\n' >"$d/qemu-system-x86_64"
+	chmod 755 "$d/qemu-system-x86_64"
+	export PATH="$d:$PATH"
+	export ISOPOD_ATTEST_DIR="$BATS_FILE_TMPDIR/keys"
+	"$ISOPOD_SRC/bin/isopod-attest" keygen >"$BATS_FILE_TMPDIR/keygen.json"
+}
+
+teardown_file() {
+	isopod_teardown_file
+	[ -n "${LAB-}" ] && sh "$LAB" down "$LAB_NAME"
+}
+
+# isopod-attest in the lab's host netns, with this file's environment.
+attest() { ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-attest" "$@"; }
+lab() { sh "$LAB" "$1" "$LAB_NAME" "${@:2}"; }
+nftl() { lab exec nft "$@"; }
+
+# report FILE [PROBE-VERDICT...]: a doctor report, finished now, one probe
+# per verdict given (default one "pass"); REPORT_VERDICT overrides the
+# overall verdict (default pass).
+report() {
+	local f=$1 now probes='[]' v
+	shift
+	[ $# -gt 0 ] || set -- pass
+	now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+	for v in "$@"; do
+		[ "$v" = none ] && break
+		probes=$(jq -c --arg v "$v" --argjson n "$(jq length <<<"$probes")" \
+			'. + [{name: "metadata-tcp-\($n)", class: "metadata", verdict: $v,
+			  steps: [{step: "liveness", ok: true}, {step: "tooling", ok: true},
+			          {step: "control", ok: true}, {step: "attempt", ok: false},
+			          {step: "evidence", ok: true, counter: "meta_in", moved: 1}]}]' <<<"$probes")
+	done
+	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson p "$probes" \
+		--arg v "${REPORT_VERDICT:-pass}" \
+		'{doctor: {version: "test"}, host: {id: $id, hostname: "lab"}, started: $now,
+		  finished: $now, verdict: $v, counts: {probes: ($p | length)}, probes: $p}' >"$f"
+}
+
+# sign_fresh: a passing report signed now, the envelope in $BATS_TEST_TMPDIR/env.json.
+sign_fresh() {
+	report "$BATS_TEST_TMPDIR/report.json"
+	attest sign -o "$BATS_TEST_TMPDIR/env.json" "$@" "$BATS_TEST_TMPDIR/report.json" >/dev/null
+}
+
+# verify_fails WHAT ENVELOPE: verify says invalid (exit 1, valid false) and
+# one failure names WHAT (a subject or a field).
+verify_fails() {
+	run --separate-stderr attest verify "$2"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	jq -e --arg w "$1" '.valid == false and any(.failures[]; .subject == $w or .field == $w)' \
+		<<<"$output"
+}
+
+verify_ok() {
+	run --separate-stderr attest verify "$1"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	jq -e '.valid == true and .failures == []' <<<"$output"
+}
+
+sha() { sha256sum "$1" | cut -c1-64; }
+
+@test "usage: -h prints the synopsis; a bad verb, a bad --expires-s, extra operands: 100" {
+	run "$ISOPOD_SRC/bin/isopod-attest" -h
+	[ "$status" -eq 0 ]
+	[[ "$output" == "usage: isopod-attest keygen "* ]]
+	run "$ISOPOD_SRC/bin/isopod-attest" frobnicate
+	[ "$status" -eq 100 ]
+	run "$ISOPOD_SRC/bin/isopod-attest" sign --expires-s 0 x
+	[ "$status" -eq 100 ]
+	run "$ISOPOD_SRC/bin/isopod-attest" verify a b
+	[ "$status" -eq 100 ]
+}
+
+@test "keygen: private key 0600 in a root-owned 0700 directory, key id = sha256 of the public key; never replaced without --force" {
+	local dir=$ISOPOD_ATTEST_DIR pk
+	[ "$(stat -c '%u %a' "$dir")" = "0 700" ]
+	[ "$(stat -c '%u %a' "$dir/key")" = "0 600" ]
+	pk=$(jq -r .public_key "$BATS_FILE_TMPDIR/keygen.json")
+	[ "$pk" = "$(cat "$dir/key.pub")" ]
+	[ "$(jq -r .key_id "$BATS_FILE_TMPDIR/keygen.json")" = \
+		"$("$DSSE_PY" -c 'import hashlib, sys; print(hashlib.sha256(bytes.fromhex(sys.argv[1])).hexdigest())' "$pk")" ]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-attest" keygen
+	[ "$status" -eq 102 ]
+	[ "$pk" = "$(cat "$dir/key.pub")" ]
+}
+
+@test "sign refuses a key directory or key that is not root's alone, naming it" {
+	chmod 755 "$ISOPOD_ATTEST_DIR"
+	report "$BATS_TEST_TMPDIR/r.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
+	chmod 700 "$ISOPOD_ATTEST_DIR"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"key directory $ISOPOD_ATTEST_DIR must be owned by root with mode 0700"* ]]
+	[ -z "$output" ]
+	chmod 644 "$ISOPOD_ATTEST_DIR/key"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
+	chmod 600 "$ISOPOD_ATTEST_DIR/key"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"private key $ISOPOD_ATTEST_DIR/key must be"*"0600"* ]]
+}
+
+@test "sign + verify: a DSSE envelope around an in-toto Statement v1 whose subjects are the live host's" {
+	report "$BATS_TEST_TMPDIR/r.json" pass pass
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
+	[ "$status" -eq 0 ]
+	echo "$output" >"$BATS_TEST_TMPDIR/env.json"
+	jq -e '.payloadType == "application/vnd.in-toto+json" and (.signatures | length) == 1' \
+		<<<"$output"
+	jq -r .payload <<<"$output" | base64 -d >"$BATS_TEST_TMPDIR/stmt.json"
+	jq -e '._type == "https://in-toto.io/Statement/v1" and
+		.predicateType == "urn:isopod:predicate:containment:v1"' "$BATS_TEST_TMPDIR/stmt.json"
+	# Every subject the issue lists, each {name, digest: {sha256}}.
+	for n in ruleset/nftables qemu kernel/vmlinux kernel/initramfs image/base image/debian \
+		bin/isopod bin/isopod-attest bin/isopod-boot bin/isopod-netsetup config/host config/user; do
+		jq -e --arg n "$n" 'any(.subject[]; .name == $n and (.digest.sha256 | test("^[0-9a-f]{64}$")))' \
+			"$BATS_TEST_TMPDIR/stmt.json" || { echo "no subject $n"; return 1; }
+	done
+	# File digests checked with sha256sum, not with isopod's own hashing.
+	local k
+	k=$(cat "$ISOPOD_HOME/kernels/current")
+	jq -e --arg q "$(sha "$BATS_FILE_TMPDIR/path/qemu-system-x86_64")" \
+		--arg v "$(sha "$ISOPOD_HOME/kernels/$k/vmlinux")" \
+		--arg i "$(sha "$ISOPOD_HOME/kernels/$k/initramfs.cpio")" \
+		--arg b "$(sha "$ISOPOD_HOME/images/base-$(cat "$ISOPOD_HOME/images/current-base").img")" \
+		--arg t "$(sha "$ISOPOD_LIBEXEC/isopod-boot")" --arg c "$(sha "$LAB_CONF")" \
+		'[.subject[] | {(.name): .digest.sha256}] | add |
+		 .qemu == $q and .["kernel/vmlinux"] == $v and .["kernel/initramfs"] == $i and
+		 .["image/base"] == $b and .["bin/isopod-boot"] == $t and .["config/host"] == $c' \
+		"$BATS_TEST_TMPDIR/stmt.json"
+	# The predicate: host id, doctor version, times, a sequence, the evidence.
+	jq -e --arg id "$(cat /etc/machine-id)" '.predicate |
+		.host.id == $id and .doctor.version == "test" and .verdict == "pass" and
+		(.sequence | type) == "number" and (.probes | length) == 2 and
+		(.probes[0].steps | length) == 5 and
+		((.expires | fromdateiso8601) - (.finished | fromdateiso8601)) == 86400' \
+		"$BATS_TEST_TMPDIR/stmt.json"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	jq -e '.expires and .sequence and (.key_id | length) == 64' <<<"$output"
+}
+
+@test "interop: the envelope verifies with an independent DSSE implementation (securesystemslib + cryptography, PAE from the spec)" {
+	sign_fresh
+	run "$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" verify "$BATS_TEST_TMPDIR/env.json" \
+		"$ISOPOD_ATTEST_DIR/key.pub"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(jq -r .payload "$BATS_TEST_TMPDIR/env.json" | base64 -d)" ]
+	# ... and refuses what it must (so this check can fail).
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" flip "$BATS_TEST_TMPDIR/env.json" sig \
+		>"$BATS_TEST_TMPDIR/bad.json"
+	run "$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" verify "$BATS_TEST_TMPDIR/bad.json" \
+		"$ISOPOD_ATTEST_DIR/key.pub"
+	[ "$status" -eq 1 ]
+}
+
+@test "golden vector: the committed envelope is what the independent implementation makes from the fixed key and payload" {
+	# (t/unit/dsse_test.c checks that lib/dsse.c makes the same bytes.)
+	local g="$BATS_TEST_DIRNAME/attest/golden"
+	run "$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" envelope "$g/seed" "$g/statement.json"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(cat "$g/envelope.json")" ]
+	run "$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" verify "$g/envelope.json" "$g/key.pub"
+	[ "$status" -eq 0 ]
+}
+
+@test "sign refuses a report with one FAIL probe (exit 1, naming it); nothing signed" {
+	local seq
+	seq=$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)
+	report "$BATS_TEST_TMPDIR/r.json" pass fail pass
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"probe metadata-tcp-1 (class metadata): verdict fail, not pass"* ]]
+	[ "$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)" = "$seq" ]
+}
+
+@test "sign refuses a report with one ERROR probe" {
+	report "$BATS_TEST_TMPDIR/r.json" error pass
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"probe metadata-tcp-0 (class metadata): verdict error, not pass"* ]]
+}
+
+@test "sign refuses an empty report, a report whose own verdict is not pass, and a passing probe without evidence" {
+	report "$BATS_TEST_TMPDIR/r.json" none
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"no probes"* ]]
+	REPORT_VERDICT=fail report "$BATS_TEST_TMPDIR/r.json" pass
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"report: verdict fail, not pass"* ]]
+	report "$BATS_TEST_TMPDIR/r.json" pass
+	jq '.probes[0].steps = []' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"no steps"* ]]
+	jq 'del(.probes)' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"probes is missing"* ]]
+	printf '{"verdict":"pass","verdict":"fail"}' >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign - <"$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"duplicate"*"verdict"* ]]
+}
+
+@test "sign refuses another host's report and one already older than the expiry" {
+	report "$BATS_TEST_TMPDIR/r.json"
+	jq '.host.id = "0000"' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"host.id 0000 is not this host's"* ]]
+	jq '.started = "2020-01-01T00:00:00Z" | .finished = "2020-01-01T00:10:00Z"' \
+		"$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"older than the expiry"* ]]
+}
+
+@test "verify refuses an expired attestation, naming predicate.expires" {
+	sign_fresh --expires-s 2
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	sleep 3
+	verify_fails predicate.expires "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "verify refuses an unknown key: signed with another key pair, verified with the pinned one" {
+	local other="$BATS_TEST_TMPDIR/other"
+	"$ISOPOD_SRC/bin/isopod-attest" keygen --dir "$other" >/dev/null
+	report "$BATS_TEST_TMPDIR/r.json"
+	attest sign --dir "$other" -o "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/r.json" >/dev/null
+	run attest verify --dir "$other" --state "$BATS_TEST_TMPDIR/seen.json" "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 0 ] # the control: with its own key it verifies
+	verify_fails signatures "$BATS_TEST_TMPDIR/env.json"
+	[[ "$output" == *"no signature verifies with the pinned key"* ]]
+}
+
+@test "verify refuses one flipped payload byte" {
+	sign_fresh
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" flip "$BATS_TEST_TMPDIR/env.json" payload \
+		>"$BATS_TEST_TMPDIR/bad.json"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	verify_fails signatures "$BATS_TEST_TMPDIR/bad.json"
+}
+
+@test "verify refuses one flipped signature byte" {
+	sign_fresh
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" flip "$BATS_TEST_TMPDIR/env.json" sig \
+		>"$BATS_TEST_TMPDIR/bad.json"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	verify_fails signatures "$BATS_TEST_TMPDIR/bad.json"
+}
+
+@test "verify refuses a swapped payloadType: unsigned (signature) and signed by the right key (payloadType)" {
+	sign_fresh
+	jq -c '.payloadType = "application/json"' "$BATS_TEST_TMPDIR/env.json" >"$BATS_TEST_TMPDIR/bad.json"
+	verify_fails signatures "$BATS_TEST_TMPDIR/bad.json"
+	# The same payload really signed with the pinned key under another type.
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" resign "$BATS_TEST_TMPDIR/env.json" \
+		"$ISOPOD_ATTEST_DIR/key" application/json >"$BATS_TEST_TMPDIR/bad.json"
+	verify_fails payloadType "$BATS_TEST_TMPDIR/bad.json"
+	# The control: resigned with the right type it verifies.
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" resign "$BATS_TEST_TMPDIR/env.json" \
+		"$ISOPOD_ATTEST_DIR/key" application/vnd.in-toto+json >"$BATS_TEST_TMPDIR/good.json"
+	verify_ok "$BATS_TEST_TMPDIR/good.json"
+}
+
+@test "verify refuses an older sequence replayed after a newer one verified; the sequence only grows" {
+	local s1 s2
+	sign_fresh
+	mv "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/old.json"
+	sign_fresh
+	s1=$(jq -r .payload "$BATS_TEST_TMPDIR/old.json" | base64 -d | jq .predicate.sequence)
+	s2=$(jq -r .payload "$BATS_TEST_TMPDIR/env.json" | base64 -d | jq .predicate.sequence)
+	[ "$s2" -gt "$s1" ]
+	verify_ok "$BATS_TEST_TMPDIR/old.json" # before the newer one was seen: fine
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	verify_ok "$BATS_TEST_TMPDIR/env.json" # the same one again: fine
+	verify_fails predicate.sequence "$BATS_TEST_TMPDIR/old.json"
+	[[ "$output" == *"is older than the last one verified ($s2): a replay"* ]]
+}
+
+@test "a rule added after signing makes verify fail, naming the ruleset; removed again, it verifies" {
+	local h
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl add rule inet isopod forward iifname "isopod-tap0" accept
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	h=$(nftl -a list chain inet isopod forward | sed -n 's/.*iifname "isopod-tap0" accept # handle \([0-9]*\)$/\1/p')
+	[ -n "$h" ]
+	nftl delete rule inet isopod forward handle "$h"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "a rule removed after signing makes verify fail; put back (with a new handle) it verifies" {
+	local h h2
+	sign_fresh
+	h=$(nftl -a list chain inet isopod forward | sed -n 's/.*oifname "isopod-tap\*" counter packets [0-9]* bytes [0-9]* drop # handle \([0-9]*\)$/\1/p')
+	[ -n "$h" ]
+	nftl delete rule inet isopod forward handle "$h"
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl add rule inet isopod forward oifname '"isopod-tap*"' counter drop
+	h2=$(nftl -a list chain inet isopod forward | sed -n 's/.*oifname "isopod-tap\*" counter packets [0-9]* bytes [0-9]* drop # handle \([0-9]*\)$/\1/p')
+	[ -n "$h2" ] && [ "$h2" != "$h" ]
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "counters moving after signing (a guest's denied packets) do not change the ruleset's digest" {
+	sign_fresh
+	nftl list table inet isopod >"$BATS_TEST_TMPDIR/before"
+	lab fakevm 0 60
+	lab gexec 0 busybox ping -c1 -W1 169.254.169.254 || :
+	lab gexec 0 busybox ping -c1 -W1 203.0.113.1 || :
+	lab rmvm 0
+	nftl list table inet isopod >"$BATS_TEST_TMPDIR/after"
+	# The control: some counter really moved.
+	run cmp -s "$BATS_TEST_TMPDIR/before" "$BATS_TEST_TMPDIR/after"
+	[ "$status" -eq 1 ]
+	grep -Eq 'counter packets [1-9]' "$BATS_TEST_TMPDIR/after"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "the table flushed or deleted after signing: verify fails; netsetup again: it verifies" {
+	sign_fresh
+	nftl flush table inet isopod
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	lab exec "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 --user 0 >/dev/null
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl delete table inet isopod
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl delete table arp isopod
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	[[ "$output" == *"no table named isopod"* ]]
+	lab exec "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 --user 0 >/dev/null
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "the QEMU binary changed after signing: verify fails naming qemu" {
+	local q="$BATS_FILE_TMPDIR/path/qemu-system-x86_64"
+	sign_fresh
+	cp "$q" "$BATS_TEST_TMPDIR/q"
+	echo '# changed' >>"$q"
+	verify_fails qemu "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/q" "$q"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "the kernel or initramfs changed after signing: verify fails naming it" {
+	local k
+	k="$ISOPOD_HOME/kernels/$(cat "$ISOPOD_HOME/kernels/current")"
+	sign_fresh
+	cp "$k/vmlinux" "$BATS_TEST_TMPDIR/v"
+	echo x >>"$k/vmlinux"
+	verify_fails kernel/vmlinux "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/v" "$k/vmlinux"
+	cp "$k/initramfs.cpio" "$BATS_TEST_TMPDIR/i"
+	echo x >>"$k/initramfs.cpio"
+	verify_fails kernel/initramfs "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/i" "$k/initramfs.cpio"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "a base image changed after signing fails naming it (also in place, same size and mtime); a flavor registered since is not signed" {
+	local img
+	img="$ISOPOD_HOME/images/base-$(cat "$ISOPOD_HOME/images/current-debian").img"
+	sign_fresh
+	cp -p "$img" "$BATS_TEST_TMPDIR/img"
+	echo x >>"$img"
+	verify_fails image/debian "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/img" "$img"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	# The digest cache (DIR/digests.json, by stat): a change in place that
+	# keeps the size and puts the mtime back is still seen (ctime moved).
+	touch -r "$img" "$BATS_TEST_TMPDIR/ref"
+	stat -c '%s %y' "$img" >"$BATS_TEST_TMPDIR/stat.before"
+	printf 'X' | dd of="$img" bs=1 seek=0 conv=notrunc status=none
+	touch -r "$BATS_TEST_TMPDIR/ref" "$img"
+	[ "$(stat -c '%s %y' "$img")" = "$(cat "$BATS_TEST_TMPDIR/stat.before")" ]
+	verify_fails image/debian "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/img" "$img"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	cp "$ISOPOD_HOME/images/current-base" "$ISOPOD_HOME/images/current-extra"
+	verify_fails image/extra "$BATS_TEST_TMPDIR/env.json"
+	[[ "$output" == *"on this host now, but not signed"* ]]
+	rm "$ISOPOD_HOME/images/current-extra"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "an isopod binary changed after signing fails naming it; a new one is not signed; the front end counts" {
+	sign_fresh
+	cp "$ISOPOD_LIBEXEC/isopod-boot" "$BATS_TEST_TMPDIR/b"
+	printf 'x' >>"$ISOPOD_LIBEXEC/isopod-boot"
+	verify_fails bin/isopod-boot "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/b" "$ISOPOD_LIBEXEC/isopod-boot"
+	cp "$ISOPOD_LIBEXEC/isopod-stop" "$ISOPOD_LIBEXEC/isopod-new"
+	verify_fails bin/isopod-new "$BATS_TEST_TMPDIR/env.json"
+	rm "$ISOPOD_LIBEXEC/isopod-new"
+	cp "$ISOPOD_LIBEXEC/isopod" "$BATS_TEST_TMPDIR/fe"
+	echo '# changed' >>"$ISOPOD_LIBEXEC/isopod"
+	verify_fails bin/isopod "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/fe" "$ISOPOD_LIBEXEC/isopod"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "the effective configuration changed after signing: verify fails naming config/host or config/user" {
+	sign_fresh
+	cp "$LAB_CONF" "$BATS_TEST_TMPDIR/conf"
+	echo 'allow_range = 198.18.0.0/15' >>"$LAB_CONF"
+	verify_fails config/host "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/conf" "$LAB_CONF"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	echo 'net = open' >"$BATS_TEST_TMPDIR/user.conf"
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/user.conf" verify_fails config/user "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "verify refuses another host's attestation and a malformed envelope, naming the field" {
+	sign_fresh
+	printf '{"payload":' >"$BATS_TEST_TMPDIR/bad.json"
+	verify_fails envelope "$BATS_TEST_TMPDIR/bad.json"
+	jq -c 'del(.signatures)' "$BATS_TEST_TMPDIR/env.json" >"$BATS_TEST_TMPDIR/bad.json"
+	verify_fails signatures "$BATS_TEST_TMPDIR/bad.json"
+	# A statement for another host, validly signed with the pinned key.
+	jq -r .payload "$BATS_TEST_TMPDIR/env.json" | base64 -d |
+		jq -c '.predicate.host.id = "0000"' >"$BATS_TEST_TMPDIR/stmt.json"
+	jq -c --arg p "$(base64 -w0 <"$BATS_TEST_TMPDIR/stmt.json")" '.payload = $p' \
+		"$BATS_TEST_TMPDIR/env.json" >"$BATS_TEST_TMPDIR/x.json"
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" resign "$BATS_TEST_TMPDIR/x.json" \
+		"$ISOPOD_ATTEST_DIR/key" application/vnd.in-toto+json >"$BATS_TEST_TMPDIR/bad.json"
+	verify_fails predicate.host.id "$BATS_TEST_TMPDIR/bad.json"
+}
