@@ -311,10 +311,14 @@ fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"
 	# replaced while a VM runs on it: the commit on top is refused
 	isopod run --json-only --cold --stage seal-r --commit-as seal-r2 -- sleep 6 > "$DATA/r2.json" 2>"$DATA/r2.err" &
 	pid=$!
+	# Booted and running its command (the layer is checked before QEMU
+	# starts). One grep, not `isopod vm ls` (a jq per record: 20 s a pass
+	# at load 12, so the loop slept through the whole run).
 	for _ in $(seq 1 300); do
-		[ -n "$(isopod vm ls | jq -r 'select(.running) | .id')" ] && break
+		grep -qs '"state": "running"' "$ISOPOD_HOME"/vms/*/meta.json && break
 		sleep 0.2
 	done
+	grep -qs '"state": "running"' "$ISOPOD_HOME"/vms/*/meta.json
 	cp -p "$layer" "$DATA/r.layer"
 	rm -f "$layer"
 	cp -p "$DATA/r.layer" "$layer"
