@@ -316,6 +316,12 @@ static json_t *json_load_jin(struct jin *in, size_t flags, char *why, size_t why
 		return NULL;
 	}
 	j = json_load_callback(jin_read, in, flags | JSON_REJECT_DUPLICATES, &err);
+	/* jansson reads the callback's error as EOF: an object followed by
+	 * whitespace past the cap parses, and must be refused all the same. */
+	if (j && in->over) {
+		json_decref(j);
+		j = NULL;
+	}
 	if (!j) {
 		if (in->over) {
 			snprintf(why, whysz, "more than %u bytes of JSON", JSON_MAX_BYTES);
