@@ -14,6 +14,7 @@
 #include "host.h"
 #include "stage.h"
 #include "util.h"
+#include "vm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -155,7 +156,7 @@ int main(int argc, char **argv)
 					   {"help", no_argument, 0, 'h'},
 					   {0, 0, 0, 0}};
 	const char *label = NULL, *sref = NULL, *parent, *vname;
-	char id[64], stid[64], hex[13], p[PATH_MAX], tmp[PATH_MAX], dst[PATH_MAX], layer[PATH_MAX],
+	char id[VM_ID_SZ], why[512], stid[64], hex[13], p[PATH_MAX], tmp[PATH_MAX], dst[PATH_MAX], layer[PATH_MAX],
 		rel[PATH_MAX], parent_id[64] = "", now[32];
 	int ch, check = 0, lk, depth;
 	json_t *vm, *sm, *base;
@@ -184,11 +185,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	vm_resolve(argv[optind], id, sizeof id);
-	pathf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
-	vm = json_load_path(p);
-	if (!vm)
-		die(EX_SYS, "unable to read %s:", p);
+	if (vm_open(argv[optind], id, &vm, why, sizeof why) < 0)
+		die(vm_exit_code(errno), "%s", why);
 	parent = json_string_value(json_object_get(vm, "stage"));
 	base = json_object_get(vm, "base");
 	vname = json_string_value(json_object_get(vm, "name"));
@@ -284,14 +282,11 @@ int main(int argc, char **argv)
 		warn("unable to start the background hash of stage %s: %s; `isopod stage verify %s` "
 		     "records it", stid, strerror(errno), stid);
 
-	pathf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
-	json_decref(vm); /* the supervisor recorded the stop meanwhile: reload */
-	vm = json_load_path(p);
-	if (!vm)
-		vm = json_object();
-	json_object_set_new(vm, "committed_as", json_string(stid));
-	if (json_write_atomic(p, vm) < 0)
-		warn("unable to record the commit in %s:", p);
+	json_decref(vm);
+	/* Merged under meta.lock: the supervisor recorded the stop meanwhile. */
+	vm = json_pack("{s:s}", "committed_as", stid);
+	if (!vm || vm_meta_update(id, NULL, vm) < 0)
+		warn("unable to record the commit in the record of vm %s:", id);
 	json_emit(json_pack("{s:O}", "stage", sm));
 	return 0;
 }

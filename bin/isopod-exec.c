@@ -7,6 +7,7 @@
 #include "host.h"
 #include "qmp.h"
 #include "util.h"
+#include "vm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -161,16 +162,13 @@ static void proxy_env(const json_t *net);
 
 static void load_vm(const char *ref)
 {
-	char p[PATH_MAX];
+	char why[512];
 	json_t *m;
 	const char *s;
 
-	vm_resolve(ref, o.id, sizeof o.id);
+	if (vm_open(ref, o.id, &m, why, sizeof why) < 0)
+		die(vm_exit_code(errno), "%s", why);
 	pathf(o.dir, sizeof o.dir, "%s/vms/%s", store_home(), o.id);
-	pathf(p, sizeof p, "%s/meta.json", o.dir);
-	m = json_load_path(p);
-	if (!m)
-		die(EX_SYS, "unable to read %s:", p);
 	s = json_string_value(json_object_get(m, "name"));
 	snprintf(o.name, sizeof o.name, "%s", s ? s : "");
 	s = json_string_value(json_object_get(m, "agent_sock"));
