@@ -21,6 +21,7 @@
 #include "egress.h"
 #include "net.h"
 #include "util.h"
+#include "vm.h"
 #include "warm.h"
 #include "warmpool.h"
 
@@ -471,9 +472,9 @@ bad:
 }
 
 /* Did the supervisor end the VM on purpose (owner gone, signal)? */
-static int killed_by_owner(const char *meta, char *why, size_t wsz)
+static int killed_by_owner(const char *id, char *why, size_t wsz)
 {
-	json_t *r = json_load_path(meta);
+	json_t *r = vm_read(id);
 	const char *b = json_string_value(json_object_get(r, "stopped_by"));
 	int yes = b && (!strcmp(b, "owner") || !strcmp(b, "signal"));
 
@@ -620,7 +621,7 @@ static void load_vm(struct boot *bt)
 	if (inst_paths(&bt->in, dir) < 0)
 		die(EX_USAGE, "path too long: %.64s...", dir);
 	pathf(bt->meta, sizeof bt->meta, "%s/meta.json", bt->in.dir);
-	if (!(bt->rec = json_load_path(bt->meta))) {
+	if (!(bt->rec = vm_read(bt->id))) {
 		if (errno == ENOENT)
 			die(EX_NOTFOUND, "no such vm: %s", bt->id);
 		die(EX_SYS, "unable to read %s:", bt->meta);
@@ -692,7 +693,7 @@ static void take_vm(struct boot *bt)
 		die(EX_SYS, "unable to lock %s:", lockp);
 	}
 	json_decref(bt->rec);
-	if (!(bt->rec = json_load_path(bt->meta)))
+	if (!(bt->rec = vm_read(bt->id)))
 		die(EX_SYS, "unable to read %s:", bt->meta);
 	state = json_string_value(json_object_get(bt->rec, "state"));
 	if (!state || strcmp(state, "claimed"))
@@ -856,7 +857,7 @@ static void try_warm(struct boot *bt)
 		unlink(pristine);
 		fail(bt, EX_TIMEOUT, "resuming the warm snapshot: %s (--timeout-ms %lld)", msg,
 		     bt->cf.timeout_ms);
-	} else if (killed_by_owner(bt->meta, why, sizeof why)) {
+	} else if (killed_by_owner(bt->id, why, sizeof why)) {
 		/* The supervisor ended it (its owner exited, or a signal): not
 		 * the snapshot's fault, and no run wants this VM any more. */
 		unlink(pristine);

@@ -3,6 +3,7 @@
 #include "allow.h"
 #include "net.h"
 #include "util.h"
+#include "vm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -42,7 +43,6 @@ struct names {
 
 static void names_load(struct names *ns, const char *vmsdir)
 {
-	char p[PATH_MAX];
 	struct dirent *de;
 	DIR *d = opendir(vmsdir);
 
@@ -54,8 +54,7 @@ static void names_load(struct names *ns, const char *vmsdir)
 
 		if (strncmp(de->d_name, "vm-", 3))
 			continue;
-		pathf(p, sizeof p, "%s/%s/meta.json", vmsdir, de->d_name);
-		j = json_load_path(p);
+		j = vm_read(de->d_name);
 		name = j ? json_string_value(json_object_get(j, "name")) : NULL;
 		if (name) {
 			if (ns->n == ns->cap) {
@@ -136,7 +135,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct names ns = { 0 };
-	char vmsdir[PATH_MAX], dir[PATH_MAX], meta[PATH_MAX];
+	char vmsdir[PATH_MAX], dir[PATH_MAX];
 	char id[3 + 12 + 1], name[64], hex[13], now[32];
 	const char *want = NULL, *net = "none";
 	json_t *rec, *out, *netj = NULL, *allow = json_array();
@@ -228,13 +227,12 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to build the VM record");
 	if (netj)
 		json_object_set(rec, "net", netj);
-	pathf(meta, sizeof meta, "%s/meta.json", dir);
-	if (json_write_atomic(meta, rec) < 0) {
+	if (vm_create(id, rec) < 0) {
 		int e = errno;
 
 		rmdir(dir);
 		errno = e;
-		die(EX_SYS, "unable to write %s:", meta);
+		die(EX_SYS, "unable to write %s/meta.json:", dir);
 	}
 	out = json_pack("{s:{s:s, s:s, s:s}, s:o}", "vm", "id", id, "name", name, "dir", dir,
 			"net", netj ? netj : json_null());

@@ -14,6 +14,7 @@
 #include "host.h"
 #include "stage.h"
 #include "util.h"
+#include "vm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -147,63 +148,20 @@ static int fsync_path(const char *p)
 	return r;
 }
 
-int main(int argc, char **argv)
+/* Under the store lock, the VM's overlay (layer) becomes the stage: moved
+ * into a staging directory, rebased onto its parent by a relative path,
+ * made read-only, sealed and described, then renamed into place.  Returns
+ * the stage's meta; dies with nothing committed before the rename. */
+static json_t *make_stage(const char *id, json_t *vm, const char *label, const char *layer,
+			  int64_t shutdown_ms)
 {
-	static const struct option lo[] = {{"check", no_argument, 0, 'c'},
-					   {"stage", required_argument, 0, 's'},
-					   {"label", required_argument, 0, 'l'},
-					   {"help", no_argument, 0, 'h'},
-					   {0, 0, 0, 0}};
-	const char *label = NULL, *sref = NULL, *parent, *vname;
-	char id[64], stid[64], hex[13], p[PATH_MAX], tmp[PATH_MAX], dst[PATH_MAX], layer[PATH_MAX],
-		rel[PATH_MAX], parent_id[64] = "", now[32];
-	int ch, check = 0, lk, depth;
-	json_t *vm, *sm, *base;
+	const char *parent = json_string_value(json_object_get(vm, "stage"));
+	const char *vname = json_string_value(json_object_get(vm, "name"));
+	json_t *base = json_object_get(vm, "base"), *sm;
+	char stid[64], hex[13], p[PATH_MAX], tmp[PATH_MAX], dst[PATH_MAX], rel[PATH_MAX], now[32];
 	struct stat st;
-	int64_t shutdown_ms, t0;
-
-	progname = "isopod-commit";
-	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (ch) {
-		case 'c': check = 1; break;
-		case 's': sref = optarg; break;
-		case 'l': label = optarg; break;
-		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); return EX_USAGE;
-		}
-	}
-	if (argc - optind != 1)
-		die(EX_USAGE, "%s", USAGE);
-	if (check) {
-		/* A base flavor as --stage means depth 1 on that base. */
-		if (sref && stage_find(sref, parent_id, sizeof parent_id) == 0)
-			parent_id[0] = 0;
-		check_label(argv[optind], parent_id[0] ? parent_id : NULL);
-		json_emit(json_pack("{s:b, s:s, s:i}", "ok", 1, "label", argv[optind], "depth",
-				    depth_on(parent_id[0] ? parent_id : NULL)));
-		return 0;
-	}
-
-	vm_resolve(argv[optind], id, sizeof id);
-	pathf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
-	vm = json_load_path(p);
-	if (!vm)
-		die(EX_SYS, "unable to read %s:", p);
-	parent = json_string_value(json_object_get(vm, "stage"));
-	base = json_object_get(vm, "base");
-	vname = json_string_value(json_object_get(vm, "name"));
-	if (!json_string_value(json_object_get(base, "sha256")))
-		die(EX_SYS, "vm %s has no base recorded in its meta.json", id);
-	check_label(label, parent);
-	if (!vm_running(id))
-		die(EX_CONFLICT, "vm %s is not running; only a running VM's disk can be committed "
-		    "(its guest must unmount the root cleanly)", id);
-	pathf(layer, sizeof layer, "%s/vms/%s/disk.qcow2", store_home(), id);
-	if (access(layer, F_OK) < 0)
-		die(EX_NOTFOUND, "vm %s has no disk:", id);
-
-	test_point("before-shutdown");
-	shutdown_ms = shutdown_guest(id, json_string_value(json_object_get(vm, "agent_sock")));
+	int lk, depth;
+	int64_t t0;
 
 	t0 = mono_ms();
 	lk = store_lock();
@@ -283,15 +241,66 @@ int main(int argc, char **argv)
 	if (stage_seal_spawn(stid) < 0)
 		warn("unable to start the background hash of stage %s: %s; `isopod stage verify %s` "
 		     "records it", stid, strerror(errno), stid);
+	return sm;
+}
 
-	pathf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
-	json_decref(vm); /* the supervisor recorded the stop meanwhile: reload */
-	vm = json_load_path(p);
-	if (!vm)
-		vm = json_object();
-	json_object_set_new(vm, "committed_as", json_string(stid));
-	if (json_write_atomic(p, vm) < 0)
-		warn("unable to record the commit in %s:", p);
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {{"check", no_argument, 0, 'c'},
+					   {"stage", required_argument, 0, 's'},
+					   {"label", required_argument, 0, 'l'},
+					   {"help", no_argument, 0, 'h'},
+					   {0, 0, 0, 0}};
+	const char *label = NULL, *sref = NULL, *parent;
+	char id[VM_ID_SZ], why[512], layer[PATH_MAX], parent_id[64] = "";
+	int ch, check = 0;
+	json_t *vm, *sm;
+	int64_t shutdown_ms;
+
+	progname = "isopod-commit";
+	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'c': check = 1; break;
+		case 's': sref = optarg; break;
+		case 'l': label = optarg; break;
+		case 'h': fputs(USAGE, stdout); return 0;
+		default: fputs(USAGE, stderr); return EX_USAGE;
+		}
+	}
+	if (argc - optind != 1)
+		die(EX_USAGE, "%s", USAGE);
+	if (check) {
+		/* A base flavor as --stage means depth 1 on that base. */
+		if (sref && stage_find(sref, parent_id, sizeof parent_id) == 0)
+			parent_id[0] = 0;
+		check_label(argv[optind], parent_id[0] ? parent_id : NULL);
+		json_emit(json_pack("{s:b, s:s, s:i}", "ok", 1, "label", argv[optind], "depth",
+				    depth_on(parent_id[0] ? parent_id : NULL)));
+		return 0;
+	}
+
+	if (vm_open(argv[optind], id, &vm, why, sizeof why) < 0)
+		die(vm_exit_code(errno), "%s", why);
+	parent = json_string_value(json_object_get(vm, "stage"));
+	if (!json_string_value(json_object_get(json_object_get(vm, "base"), "sha256")))
+		die(EX_SYS, "vm %s has no base recorded in its meta.json", id);
+	check_label(label, parent);
+	if (!vm_running(id))
+		die(EX_CONFLICT, "vm %s is not running; only a running VM's disk can be committed "
+		    "(its guest must unmount the root cleanly)", id);
+	pathf(layer, sizeof layer, "%s/vms/%s/disk.qcow2", store_home(), id);
+	if (access(layer, F_OK) < 0)
+		die(EX_NOTFOUND, "vm %s has no disk:", id);
+
+	test_point("before-shutdown");
+	shutdown_ms = shutdown_guest(id, json_string_value(json_object_get(vm, "agent_sock")));
+
+	sm = make_stage(id, vm, label, layer, shutdown_ms);
+	json_decref(vm);
+	/* Merged under meta.lock: the supervisor recorded the stop meanwhile. */
+	vm = json_pack("{s:O}", "committed_as", json_object_get(sm, "id"));
+	if (!vm || vm_meta_update(id, NULL, vm) < 0)
+		warn("unable to record the commit in the record of vm %s:", id);
 	json_emit(json_pack("{s:O}", "stage", sm));
 	return 0;
 }

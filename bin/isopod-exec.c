@@ -7,6 +7,7 @@
 #include "host.h"
 #include "qmp.h"
 #include "util.h"
+#include "vm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -161,16 +162,13 @@ static void proxy_env(const json_t *net);
 
 static void load_vm(const char *ref)
 {
-	char p[PATH_MAX];
+	char why[512];
 	json_t *m;
 	const char *s;
 
-	vm_resolve(ref, o.id, sizeof o.id);
+	if (vm_open(ref, o.id, &m, why, sizeof why) < 0)
+		die(vm_exit_code(errno), "%s", why);
 	pathf(o.dir, sizeof o.dir, "%s/vms/%s", store_home(), o.id);
-	pathf(p, sizeof p, "%s/meta.json", o.dir);
-	m = json_load_path(p);
-	if (!m)
-		die(EX_SYS, "unable to read %s:", p);
 	s = json_string_value(json_object_get(m, "name"));
 	snprintf(o.name, sizeof o.name, "%s", s ? s : "");
 	s = json_string_value(json_object_get(m, "agent_sock"));
@@ -742,50 +740,29 @@ static void deadline_passed(void)
 	exit(EX_GUEST);
 }
 
-int main(int argc, char **argv)
+/* --stdin-file: the command's stdin, or -1 (none: EOF at once). */
+static int open_stdin(void)
 {
-	struct outstream *s = out;
-	json_t *copied_out;
-	uint8_t *req;
-	struct tlv_w w;
+	int fd;
+
+	if (!o.stdin_file)
+		return -1;
+	fd = strcmp(o.stdin_file, "-") ? open(o.stdin_file, O_RDONLY | O_CLOEXEC) : dup(0);
+	if (fd < 0)
+		fail(EX_USAGE, "io", "--stdin-file %s: %s", EXC(o.stdin_file), strerror(errno));
+	/* No O_NONBLOCK: on a dup of fd 0 it would change the caller's own
+	 * stdin.  We read only after poll says readable, and one read returns
+	 * what a pipe or tty has without waiting for more. */
+	return fd;
+}
+
+/* Connecting and the handshake wait no longer than the deadline's grace
+ * either: past it, as for copy-in, the budget is spent (a timeout, the vm
+ * stopped); before it, a failure is the infrastructure's. */
+static void connect_agent(void)
+{
 	struct hello h = {0};
-	struct frame fr;
-	int stdin_fd = -1, stdin_eof = 1, done = 0;
-	uint64_t credit = FRAME_INITIAL_CREDIT;
-	int32_t exit_code = -1;
-	uint32_t sig = 0, timed_out = 0;
-	char kind[64] = "", msg[1024] = "";
 
-	progname = "isopod-exec";
-	signal(SIGPIPE, SIG_IGN);
-	if (sodium_init() < 0)
-		die(EX_SYS, "unable to initialise libsodium");
-	warnings = json_array();
-	parse_args(argc, argv);
-	/* The budget starts once the vm is known: in `claim | boot | exec` the
-	 * JSON on stdin arrives after the boot, which is not the command's time
-	 * (the front end passes --vm and what is left of its own budget).  The
-	 * agent enforces the timeout in the guest; the host enforces it too,
-	 * from this start: a guest too starved to act on its timer (a fork bomb)
-	 * must not stretch the caller's budget into the watchdog's. */
-	o.t0 = mono_ms();
-	if (o.timeout_ms)
-		o.deadline_ms = o.t0 + o.timeout_ms;
-	if (o.stdin_file) {
-		stdin_fd = strcmp(o.stdin_file, "-") ? open(o.stdin_file, O_RDONLY | O_CLOEXEC)
-						     : dup(0);
-		if (stdin_fd < 0)
-			fail(EX_USAGE, "io", "--stdin-file %s: %s", EXC(o.stdin_file), strerror(errno));
-		/* No O_NONBLOCK: on a dup of fd 0 it would change the caller's
-		 * own stdin.  We read only after poll says readable, and one
-		 * read returns what a pipe or tty has without waiting for more. */
-		stdin_eof = 0;
-	}
-	open_logs(s);
-
-	/* Connecting and the handshake wait no longer than the deadline's grace
-	 * either: past it, as for copy-in, the budget is spent (a timeout, the vm
-	 * stopped); before it, a failure is the infrastructure's. */
 	if (conn_open(&c, o.agent_sock, before_deadline(10000)) < 0) {
 		if (o.deadline_ms && mono_ms() >= o.deadline_ms + DEADLINE_GRACE_MS)
 			deadline_passed();
@@ -798,13 +775,15 @@ int main(int argc, char **argv)
 		fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
 	}
 	last_rx = mono_ms();
+}
 
-	copied_in = json_array();
-	copy_in(copied_in);
+/* The request: argv, env, cwd, timeout, stdin.  Sized from the arguments;
+ * the frame cap bounds it. */
+static void send_exec(int has_stdin)
+{
+	uint8_t *req = malloc(FRAME_MAX_PAYLOAD);
+	struct tlv_w w;
 
-	/* The request: argv, env, cwd, timeout, stdin.  Sized from the
-	 * arguments; the frame cap bounds it. */
-	req = malloc(FRAME_MAX_PAYLOAD);
 	if (!req)
 		fail(EX_SYS, "io", "out of memory");
 	tlv_init(&w, req, FRAME_MAX_PAYLOAD);
@@ -825,78 +804,119 @@ int main(int argc, char **argv)
 
 		tlv_put_u64(&w, T_TIMEOUT_MS, (uint64_t)(left > 1 ? left : 1));
 	}
-	tlv_put_u32(&w, T_STDIN, stdin_fd >= 0);
+	tlv_put_u32(&w, T_STDIN, has_stdin);
 	if (w.err)
 		fail(EX_USAGE, "bad_request", "the command line and environment exceed %u bytes",
 		     FRAME_MAX_PAYLOAD);
 	conn_queue(&c, F_EXEC, STREAM_CTL, req, w.len);
 	free(req);
-	t_exec = mono_ms();
+}
 
-	while (!done) {
-		struct pollfd p[2];
-		int np = 1;
-		int64_t now = mono_ms();
-		int r;
+/* What the agent's EXIT said. */
+struct exit_status {
+	int32_t code;
+	uint32_t sig, timed_out;
+	char kind[64], msg[1024];
+};
 
-		while ((r = conn_next(&c, &fr)) == 1) {
-			last_rx = mono_ms();
-			switch (fr.type) {
-			case F_DATA:
-				if (fr.stream == STREAM_STDOUT || fr.stream == STREAM_STDERR)
-					take_output(&s[fr.stream - STREAM_STDOUT], &fr);
-				break;
-			case F_EOF:
-				if (fr.stream == STREAM_STDOUT || fr.stream == STREAM_STDERR)
-					s[fr.stream - STREAM_STDOUT].eof = 1;
-				break;
-			case F_CREDIT:
-				if (fr.stream == STREAM_STDIN)
-					credit += tlv_get_u64(&fr, T_BYTES);
-				break;
-			case F_PONG:
-				break;
-			case F_EXIT: {
-				struct tlv_r rd;
-				uint8_t tag;
-				const uint8_t *v;
-				uint32_t l, u;
+/* An exit status is 0..255 and a signal 1..64: anything else is a broken
+ * (or lying) agent, not a result to pass on. */
+static void take_exit(const struct frame *fr, struct exit_status *ex)
+{
+	struct tlv_r rd;
+	uint8_t tag;
+	const uint8_t *v;
+	uint32_t l, u;
 
-				tlv_rinit(&rd, fr.payload, fr.len);
-				while (tlv_next(&rd, &tag, &v, &l) == 1) {
-					if (tag == T_EXIT_CODE && tlv_u32(v, l, &u) == 0)
-						exit_code = (int32_t)u;
-					else if (tag == T_SIGNAL)
-						tlv_u32(v, l, &sig);
-					else if (tag == T_TIMED_OUT)
-						tlv_u32(v, l, &timed_out);
-					else if (tag == T_ERROR_KIND && tlv_str(v, l, kind, sizeof kind) < 0)
-						kind[0] = 0;
-					else if (tag == T_MESSAGE && tlv_str(v, l, msg, sizeof msg) < 0)
-						msg[0] = 0;
-				}
-				done = 1;
-				break;
-			}
-			case F_ERROR:
-				fail_frame(&fr, "exec");
-			default:
-				fail(EX_SYS, "protocol", "vm %s: unexpected frame type %u during exec",
-				     o.id, fr.type);
-			}
-			if (done)
-				break;
-		}
-		if (r < 0)
-			fail(EX_SYS, "protocol", "vm %s: %s", o.id, c.err);
-		/* An exit status is 0..255 and a signal 1..64: anything else is
-		 * a broken (or lying) agent, not a result to pass on. */
-		if (done && (exit_code < 0 || exit_code > 255 || sig > 64 || timed_out > 1))
-			fail(EX_SYS, "protocol", "vm %s: the agent reported exit code %d, signal %u, "
-			     "timed_out %u (want 0..255, 0..64, 0|1)", o.id, (int)exit_code, sig,
-			     timed_out);
-		if (done)
+	tlv_rinit(&rd, fr->payload, fr->len);
+	while (tlv_next(&rd, &tag, &v, &l) == 1) {
+		if (tag == T_EXIT_CODE && tlv_u32(v, l, &u) == 0)
+			ex->code = (int32_t)u;
+		else if (tag == T_SIGNAL)
+			tlv_u32(v, l, &ex->sig);
+		else if (tag == T_TIMED_OUT)
+			tlv_u32(v, l, &ex->timed_out);
+		else if (tag == T_ERROR_KIND && tlv_str(v, l, ex->kind, sizeof ex->kind) < 0)
+			ex->kind[0] = 0;
+		else if (tag == T_MESSAGE && tlv_str(v, l, ex->msg, sizeof ex->msg) < 0)
+			ex->msg[0] = 0;
+	}
+	if (ex->code < 0 || ex->code > 255 || ex->sig > 64 || ex->timed_out > 1)
+		fail(EX_SYS, "protocol", "vm %s: the agent reported exit code %d, signal %u, "
+		     "timed_out %u (want 0..255, 0..64, 0|1)", o.id, (int)ex->code, ex->sig,
+		     ex->timed_out);
+}
+
+/* The frames received so far: output to the logs, credit for stdin.  1
+ * once EXIT came (ex filled), else 0. */
+static int take_frames(uint64_t *credit, struct exit_status *ex)
+{
+	struct frame fr;
+	int r;
+
+	while ((r = conn_next(&c, &fr)) == 1) {
+		last_rx = mono_ms();
+		switch (fr.type) {
+		case F_DATA:
+			if (fr.stream == STREAM_STDOUT || fr.stream == STREAM_STDERR)
+				take_output(&out[fr.stream - STREAM_STDOUT], &fr);
 			break;
+		case F_EOF:
+			if (fr.stream == STREAM_STDOUT || fr.stream == STREAM_STDERR)
+				out[fr.stream - STREAM_STDOUT].eof = 1;
+			break;
+		case F_CREDIT:
+			if (fr.stream == STREAM_STDIN)
+				*credit += tlv_get_u64(&fr, T_BYTES);
+			break;
+		case F_PONG:
+			break;
+		case F_EXIT:
+			take_exit(&fr, ex);
+			return 1;
+		case F_ERROR:
+			fail_frame(&fr, "exec");
+		default:
+			fail(EX_SYS, "protocol", "vm %s: unexpected frame type %u during exec",
+			     o.id, fr.type);
+		}
+	}
+	if (r < 0)
+		fail(EX_SYS, "protocol", "vm %s: %s", o.id, c.err);
+	return 0;
+}
+
+/* stdin is readable: pass what it has, within the credit; EOF (or a read
+ * error, warned) ends the guest's stdin. */
+static void feed_stdin(int fd, int *eof, uint64_t *credit)
+{
+	uint8_t buf[FRAME_DATA_CHUNK];
+	size_t want = *credit < sizeof buf ? (size_t)*credit : sizeof buf;
+	ssize_t n = read(fd, buf, want);
+
+	if (n > 0) {
+		conn_queue(&c, F_DATA, STREAM_STDIN, buf, (size_t)n);
+		*credit -= (uint64_t)n;
+	} else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+		if (n < 0)
+			json_array_append_new(warnings, json_sprintf("stdin: read: %s", strerror(errno)));
+		conn_queue(&c, F_EOF, STREAM_STDIN, NULL, 0);
+		*eof = 1;
+	}
+}
+
+/* The command runs: output in, stdin out, pings, the deadline and the
+ * watchdog, until the agent's EXIT. */
+static void run_command(int stdin_fd, struct exit_status *ex)
+{
+	int stdin_eof = stdin_fd < 0;
+	uint64_t credit = FRAME_INITIAL_CREDIT;
+
+	while (!take_frames(&credit, ex)) {
+		struct pollfd p[2];
+		int np = 1, r;
+		int64_t now = mono_ms();
+
 		/* stdin, under credit, and only while our queue is short. */
 		if (!stdin_eof && credit > 0 && c.wlen - c.woff < 4 * FRAME_DATA_CHUNK) {
 			p[1].fd = stdin_fd;
@@ -926,24 +946,42 @@ int main(int argc, char **argv)
 			if (r < 0)
 				fail(EX_SYS, "agent", "vm %s: %s", o.id, c.err);
 		}
-		if (np == 2 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-			uint8_t buf[FRAME_DATA_CHUNK];
-			size_t want = credit < sizeof buf ? (size_t)credit : sizeof buf;
-			ssize_t n = read(stdin_fd, buf, want);
-
-			if (n > 0) {
-				conn_queue(&c, F_DATA, STREAM_STDIN, buf, (size_t)n);
-				credit -= (uint64_t)n;
-			} else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-				if (n < 0)
-					json_array_append_new(warnings,
-						json_sprintf("stdin: read: %s", strerror(errno)));
-				conn_queue(&c, F_EOF, STREAM_STDIN, NULL, 0);
-				stdin_eof = 1;
-			}
-		}
+		if (np == 2 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+			feed_stdin(stdin_fd, &stdin_eof, &credit);
 	}
-	int64_t exec_ms = mono_ms() - t_exec;
+}
+
+int main(int argc, char **argv)
+{
+	struct exit_status ex = {.code = -1};
+	json_t *copied_out;
+	int stdin_fd;
+	int64_t exec_ms;
+
+	progname = "isopod-exec";
+	signal(SIGPIPE, SIG_IGN);
+	if (sodium_init() < 0)
+		die(EX_SYS, "unable to initialise libsodium");
+	warnings = json_array();
+	parse_args(argc, argv);
+	/* The budget starts once the vm is known: in `claim | boot | exec` the
+	 * JSON on stdin arrives after the boot, which is not the command's time
+	 * (the front end passes --vm and what is left of its own budget).  The
+	 * agent enforces the timeout in the guest; the host enforces it too,
+	 * from this start: a guest too starved to act on its timer (a fork bomb)
+	 * must not stretch the caller's budget into the watchdog's. */
+	o.t0 = mono_ms();
+	if (o.timeout_ms)
+		o.deadline_ms = o.t0 + o.timeout_ms;
+	stdin_fd = open_stdin();
+	open_logs(out);
+	connect_agent();
+	copied_in = json_array();
+	copy_in(copied_in);
+	send_exec(stdin_fd >= 0);
+	t_exec = mono_ms();
+	run_command(stdin_fd, &ex);
+	exec_ms = mono_ms() - t_exec;
 
 	/* The command has ended: copy-out gets what is left of its budget and a
 	 * fixed allowance, no more. */
@@ -957,6 +995,6 @@ int main(int argc, char **argv)
 	if (conn_flush(&c, mono_ms() + 5000) < 0)
 		json_array_append_new(warnings, json_sprintf("agent: %s", c.err));
 	conn_close(&c);
-	emit_result(exit_code, sig, timed_out, kind, msg, copied_out, exec_ms);
-	return exit_code == 0 && !timed_out ? EX_OK : EX_GUEST;
+	emit_result(ex.code, ex.sig, ex.timed_out, ex.kind, ex.msg, copied_out, exec_ms);
+	return ex.code == 0 && !ex.timed_out ? EX_OK : EX_GUEST;
 }

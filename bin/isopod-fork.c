@@ -6,6 +6,7 @@
  * O(1): nothing of the chain is copied. */
 #include "stage.h"
 #include "util.h"
+#include "vm.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -28,7 +29,7 @@ int main(int argc, char **argv)
 					   {"help", no_argument, 0, 'h'},
 					   {0, 0, 0, 0}};
 	const char *ref = NULL, *vmid, *flavor = NULL, *bsha = NULL;
-	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX], meta[PATH_MAX];
+	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX];
 	json_t *in, *m = NULL, *vm, *layers, *out, *base;
 	int ch, depth = 0;
 	int64_t t0 = mono_ms();
@@ -103,19 +104,17 @@ int main(int argc, char **argv)
 	base = json_pack("{s:s, s:s}", "flavor", flavor, "sha256", bsha);
 	/* The VM record learns what it runs on: boot reads it, commit
 	 * records it as the new stage's parent. */
-	pathf(meta, sizeof meta, "%s/vms/%s/meta.json", store_home(), vmid);
 	{
-		json_t *vmeta = json_load_path(meta);
+		json_t *set = json_pack("{s:o, s:O, s:O, s:i}", "stage",
+					stid[0] ? json_string(stid) : json_null(), "base", base,
+					"layers", layers, "depth", depth);
 
-		if (!vmeta)
-			die(EX_NOTFOUND, "no such vm: %s", vmid);
-		json_object_set_new(vmeta, "stage", stid[0] ? json_string(stid) : json_null());
-		json_object_set(vmeta, "base", base);
-		json_object_set(vmeta, "layers", layers);
-		json_object_set_new(vmeta, "depth", json_integer(depth));
-		if (json_write_atomic(meta, vmeta) < 0)
-			die(EX_SYS, "unable to write %s:", meta);
-		json_decref(vmeta);
+		if (!set || vm_meta_update(vmid, NULL, set) < 0) {
+			if (errno == ENOENT)
+				die(EX_NOTFOUND, "no such vm: %s", vmid);
+			die(EX_SYS, "unable to update the record of vm %s:", vmid);
+		}
+		json_decref(set);
 	}
 	out = json_deep_copy(in);
 	json_object_set_new(out, "stage",

@@ -5,6 +5,7 @@
  * lock) and its /proc/<pid>/cmdline names the VM's directory. */
 
 #include "util.h"
+#include "vm.h"
 #include "warm.h"
 
 #include <dirent.h>
@@ -149,8 +150,7 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 	snprintf(r->id, sizeof r->id, "%s", id);
 	pathf(p, sizeof p, "%s/%s", vmsdir, id);
 	r->created = stat(p, &st) == 0 ? st.st_mtime : 0;
-	pathf(p, sizeof p, "%s/%s/meta.json", vmsdir, id);
-	j = json_load_path(p);
+	j = vm_read(id);
 	s = j ? json_string_value(json_object_get(j, "state")) : NULL;
 	snprintf(r->state, sizeof r->state, "%s", s ? s : "broken");
 	if (j) {

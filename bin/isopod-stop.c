@@ -6,6 +6,7 @@
 #include "host.h"
 #include "qmp.h"
 #include "util.h"
+#include "vm.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -79,7 +80,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char id[64], dir[PATH_MAX], p[PATH_MAX], err[256];
+	char id[VM_ID_SZ], dir[PATH_MAX], p[PATH_MAX], err[256];
 	const char *name, *how = NULL;
 	long long timeout = 10000, spid;
 	json_t *meta, *out;
@@ -105,10 +106,10 @@ int main(int argc, char **argv)
 	}
 	if (argc - optind != 1)
 		die(EX_USAGE, "usage: %s", USAGE);
-	vm_resolve(argv[optind], id, sizeof id);
+	if (vm_resolve(argv[optind], id, err, sizeof err) < 0)
+		die(vm_exit_code(errno), "%s", err);
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), id);
-	pathf(p, sizeof p, "%s/meta.json", dir);
-	meta = json_load_path(p);
+	meta = vm_read(id); /* a VM without a readable record can still be stopped */
 	name = meta ? json_string_value(json_object_get(meta, "name")) : NULL;
 
 	if (!vm_running(id)) {

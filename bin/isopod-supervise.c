@@ -22,6 +22,7 @@
 #include "proc.h"
 #include "qemu.h"
 #include "util.h"
+#include "vm.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -406,45 +406,40 @@ int layer_hash(int fd, char sha[65], struct stat *after)
 	return same_file(&before, after) ? 0 : 1;
 }
 
+struct seal_set {
+	json_t *expect, *seal;
+};
+
+static int seal_edit(json_t *m, void *arg)
+{
+	const struct seal_set *ss = arg;
+
+	if (ss->expect && !json_equal(json_object_get(m, "seal"), ss->expect))
+		return 0;
+	return json_object_set(m, "seal", ss->seal) < 0 ? (errno = ENOMEM, -1) : 1;
+}
+
 int seal_store(const char *id, json_t *expect, json_t *seal)
 {
-	char p[PATH_MAX];
-	int lk, r = 0, e;
-	json_t *m;
+	char p[PATH_MAX], mp[PATH_MAX];
+	struct seal_set ss = {.expect = expect, .seal = seal};
+	int r;
 
+	if (!id_stage_ok(id))
+		return 0; /* no such stage, as stage_meta says */
+	pathf(mp, sizeof mp, "%s/stages/%s/meta.json", store_home(), id);
 	/* Not store_lock(): that makes the directories, and a late hasher
 	 * must not bring back a store removed meanwhile. */
 	pathf(p, sizeof p, "%s/locks", store_home());
 	if (access(p, F_OK) < 0) {
-		char mp[PATH_MAX];
-
-		pathf(mp, sizeof mp, "%s/stages/%s/meta.json", store_home(), id);
 		if (access(mp, F_OK) < 0)
 			return errno == ENOENT ? 0 : -1;
 		if (mkdir(p, 0700) < 0 && errno != EEXIST)
 			return -1;
 	}
 	pathf(p, sizeof p, "%s/locks/store", store_home());
-	if ((lk = lock_open(p, LOCK_EX)) < 0)
-		return errno == ENOENT ? 0 : -1;
-	m = stage_meta(id);
-	if (!m) {
-		r = errno == ENOENT ? 0 : -1;
-		goto out;
-	}
-	if (expect && !json_equal(json_object_get(m, "seal"), expect))
-		goto out;
-	pathf(p, sizeof p, "%s/stages/%s/meta.json", store_home(), id);
-	if (json_object_set(m, "seal", seal) < 0 || json_write_atomic(p, m) < 0)
-		r = -1;
-	else
-		r = 1;
-out:
-	e = errno;
-	json_decref(m);
-	close(lk);
-	errno = e;
-	return r;
+	r = json_update_locked(p, mp, seal_edit, &ss);
+	return r < 0 && errno == ENOENT ? 0 : r;
 }
 
 /* The background hasher's body (never returns). */

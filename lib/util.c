@@ -316,6 +316,12 @@ static json_t *json_load_jin(struct jin *in, size_t flags, char *why, size_t why
 		return NULL;
 	}
 	j = json_load_callback(jin_read, in, flags | JSON_REJECT_DUPLICATES, &err);
+	/* jansson reads the callback's error as EOF: an object followed by
+	 * whitespace past the cap parses, and must be refused all the same. */
+	if (j && in->over) {
+		json_decref(j);
+		j = NULL;
+	}
 	if (!j) {
 		if (in->over) {
 			snprintf(why, whysz, "more than %u bytes of JSON", JSON_MAX_BYTES);
@@ -599,61 +605,6 @@ int parse_ll(const char *s, long long lo, long long hi, long long *out)
 	return 0;
 }
 
-void vm_resolve(const char *ref, char *id_out, size_t idsz)
-{
-	char dir[PATH_MAX], meta[PATH_MAX];
-	char cands[8][64];
-	size_t ncand = 0, reflen = strlen(ref), i;
-	DIR *d;
-	struct dirent *de;
-
-	if (!vm_ref_ok(ref))
-		die(EX_USAGE, "bad vm reference %s: want an id, an id prefix or a name "
-		    "(1..63 of [a-z0-9-])", EXC(ref));
-	pathf(dir, sizeof dir, "%s/vms", store_home());
-	d = opendir(dir);
-	if (!d) {
-		if (errno == ENOENT)
-			die(EX_NOTFOUND, "no such vm: %s", ref);
-		die(EX_SYS, "unable to open %s:", dir);
-	}
-	while ((de = readdir(d))) {
-		json_t *j;
-		const char *name;
-		int match;
-
-		if (strncmp(de->d_name, "vm-", 3))
-			continue;
-		if (!strcmp(de->d_name, ref)) { /* an exact id wins outright */
-			ncand = 0;
-			snprintf(cands[ncand++], sizeof cands[0], "%.63s", de->d_name);
-			break;
-		}
-		match = !strncmp(de->d_name, ref, reflen) ||
-			(!strncmp(ref, "vm-", 3) ? 0 : !strncmp(de->d_name + 3, ref, reflen));
-		if (!match) {
-			pathf(meta, sizeof meta, "%s/%s/meta.json", dir, de->d_name);
-			j = json_load_path(meta);
-			name = j ? json_string_value(json_object_get(j, "name")) : NULL;
-			match = name && !strcmp(name, ref);
-			json_decref(j);
-		}
-		if (match && ncand < 8)
-			snprintf(cands[ncand++], sizeof cands[0], "%.63s", de->d_name);
-	}
-	closedir(d);
-	if (ncand == 0)
-		die(EX_NOTFOUND, "no such vm: %s", ref);
-	if (ncand > 1) {
-		fprintf(stderr, "%s: fatal: vm reference %s is ambiguous; candidates:", progname, ref);
-		for (i = 0; i < ncand; i++)
-			fprintf(stderr, " %s", cands[i]);
-		fputc('\n', stderr);
-		exit(EX_CONFLICT);
-	}
-	snprintf(id_out, idsz, "%s", cands[0]);
-}
-
 int vm_running(const char *id)
 {
 	char p[PATH_MAX];
@@ -748,38 +699,21 @@ json_t *utf8_json(const uint8_t *p, size_t n, int cut)
 }
 
 
-int vm_meta_update(const char *id, const char *const *if_states, json_t *set)
+int json_update_locked(const char *lockpath, const char *path,
+		       int (*edit)(json_t *obj, void *arg), void *arg)
 {
-	char p[PATH_MAX];
-	const char *st;
 	json_t *j;
-	int lk, r = 0, e;
+	int lk, r, e;
 
-	pathf(p, sizeof p, "%s/vms/%s/meta.lock", store_home(), id);
-	lk = lock_open(p, LOCK_EX);
-	if (lk < 0)
+	if ((lk = lock_open(lockpath, LOCK_EX)) < 0)
 		return -1;
-	pathf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
-	j = json_load_path(p);
-	if (!j) {
-		e = errno;
-		close(lk);
-		errno = e;
-		return -1;
-	}
-	st = json_string_value(json_object_get(j, "state"));
-	if (if_states) {
-		for (; *if_states; if_states++)
-			if (st && !strcmp(st, *if_states))
-				break;
-		if (!*if_states)
-			goto out;
-	}
-	if (json_object_update(j, set) < 0 || json_write_atomic(p, j) < 0) {
+	if (!(j = json_load_path(path))) {
 		r = -1;
 		goto out;
 	}
-	r = 1;
+	r = edit(j, arg);
+	if (r > 0 && json_write_atomic(path, j) < 0)
+		r = -1;
 out:
 	e = errno;
 	json_decref(j);

@@ -112,11 +112,6 @@ void sha256_hex(const void *data, size_t n, char out[65]);
 /* Parse a decimal integer in [lo, hi]; -1 if not a number or out of range. */
 int parse_ll(const char *s, long long lo, long long hi, long long *out);
 
-/* VM records: resolve an id, unique id prefix, or vanity name to the
- * directory vms/<id>.  Dies 100 when ref is not of that syntax (vm_ref_ok),
- * 101 naming ref when nothing matches, 102 listing candidates when
- * ambiguous.  id_out gets the full id (>= 64 bytes). */
-void vm_resolve(const char *ref, char *id_out, size_t idsz);
 /* Is the VM's supervisor alive (its lock on vms/<id>/lock is held)? */
 int vm_running(const char *id);
 
@@ -129,12 +124,14 @@ json_t *utf8_json(const uint8_t *p, size_t n, int cut);
 /* 1 when p[0..n) is all valid UTF-8 (no overlong forms, no surrogates). */
 int utf8_valid(const void *p, size_t n);
 
-/* Conditional read-modify-write of vms/<id>/meta.json under the per-VM
- * vms/<id>/meta.lock: when if_states is NULL or lists the record's current
- * state (NULL-terminated), every member of set is merged into the record and
- * it is written atomically.  1 updated, 0 state did not match, -1 errno.
- * set is not stolen. */
-int vm_meta_update(const char *id, const char *const *if_states, json_t *set);
+/* Locked read-modify-write of the JSON object in path: under an flock
+ * LOCK_EX on lockpath (created if need be), path is loaded (json_load_path)
+ * and edit(obj, arg) decides: 1 write obj back atomically, 0 leave the file
+ * as it is, -1 fail (errno).  Returns edit's answer, or -1 with errno (the
+ * lock, the load or the write failed: ENOENT when path does not exist).
+ * The one such helper: VM records (lib/vm.c) and stage seals use it. */
+int json_update_locked(const char *lockpath, const char *path,
+		       int (*edit)(json_t *obj, void *arg), void *arg);
 /* Wait until vms/<id>/lock is free (poll LOCK_EX|LOCK_NB every 20 ms) or the
  * monotonic deadline passes.  0 free, -1 still held (errno ETIMEDOUT). */
 int vm_wait_stopped(const char *id, int64_t deadline_ms);

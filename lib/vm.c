@@ -1,0 +1,209 @@
+/* vm.c - VM records vms/<id>/meta.json (vm.h): read, create, update under
+ * meta.lock, and the resolution of a VM reference.  No die(): the tools
+ * decide their exit status. */
+#include "vm.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int rec_path(char *buf, size_t sz, const char *id, const char *leaf)
+{
+	if (!id_vm_ok(id)) {
+		errno = EINVAL;
+		return -1;
+	}
+	return pathn(buf, sz, "%s/vms/%s/%s", store_home(), id, leaf);
+}
+
+/* A record is ours when it names itself: a record copied or renamed into
+ * another VM's directory must not be read as that VM. */
+static int rec_ok(const json_t *j, const char *id)
+{
+	const json_t *name = json_object_get(j, "name"), *state = json_object_get(j, "state");
+
+	return json_is_object(j) && json_is_string(json_object_get(j, "id")) &&
+	       !strcmp(json_string_value(json_object_get(j, "id")), id) &&
+	       (!name || json_is_string(name)) && (!state || json_is_string(state));
+}
+
+json_t *vm_read(const char *id)
+{
+	char p[PATH_MAX];
+	json_t *j;
+
+	if (rec_path(p, sizeof p, id, "meta.json") < 0)
+		return NULL;
+	if (!(j = json_load_path(p)))
+		return NULL;
+	if (!rec_ok(j, id)) {
+		json_decref(j);
+		errno = EINVAL;
+		return NULL;
+	}
+	return j;
+}
+
+int vm_create(const char *id, json_t *rec)
+{
+	char p[PATH_MAX];
+
+	if (rec_path(p, sizeof p, id, "meta.json") < 0)
+		return -1;
+	if (!rec_ok(rec, id)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (access(p, F_OK) == 0) {
+		errno = EEXIST;
+		return -1;
+	}
+	return json_write_atomic(p, rec);
+}
+
+struct update {
+	const char *id;
+	const char *const *if_states;
+	json_t *set;
+};
+
+static int update_edit(json_t *j, void *arg)
+{
+	const struct update *u = arg;
+	const char *st = json_string_value(json_object_get(j, "state"));
+	const char *const *s;
+
+	if (!rec_ok(j, u->id)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (u->if_states) {
+		for (s = u->if_states; *s; s++)
+			if (st && !strcmp(st, *s))
+				break;
+		if (!*s)
+			return 0;
+	}
+	/* The id is the directory's: a set cannot rename the record. */
+	if (json_object_get(u->set, "id") && !json_equal(json_object_get(u->set, "id"),
+							 json_object_get(j, "id"))) {
+		errno = EINVAL;
+		return -1;
+	}
+	return json_object_update(j, u->set) < 0 ? (errno = ENOMEM, -1) : 1;
+}
+
+int vm_meta_update(const char *id, const char *const *if_states, json_t *set)
+{
+	char lk[PATH_MAX], p[PATH_MAX];
+	struct update u = {.id = id, .if_states = if_states, .set = set};
+
+	if (!json_is_object(set)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (rec_path(lk, sizeof lk, id, "meta.lock") < 0 ||
+	    rec_path(p, sizeof p, id, "meta.json") < 0)
+		return -1;
+	return json_update_locked(lk, p, update_edit, &u);
+}
+
+/* Does the record in vms/<d_name> go by the name ref? */
+static int name_is(const char *d_name, const char *ref)
+{
+	json_t *j = vm_read(d_name);
+	const char *name = j ? json_string_value(json_object_get(j, "name")) : NULL;
+	int r = name && !strcmp(name, ref);
+
+	json_decref(j);
+	return r;
+}
+
+int vm_resolve(const char *ref, char id[VM_ID_SZ], char *why, size_t wsz)
+{
+	char dir[PATH_MAX], cands[8][VM_ID_SZ];
+	size_t ncand = 0, reflen, i, k;
+	DIR *d;
+	struct dirent *de;
+
+	if (!vm_ref_ok(ref)) {
+		snprintf(why, wsz, "bad vm reference %s: want an id, an id prefix or a name "
+			 "(1..63 of [a-z0-9-])", ref ? EXC(ref) : "(none)");
+		errno = EINVAL;
+		return -1;
+	}
+	reflen = strlen(ref);
+	if (pathn(dir, sizeof dir, "%s/vms", store_home()) < 0 || !(d = opendir(dir))) {
+		int e = errno;
+
+		if (e == ENOENT)
+			snprintf(why, wsz, "no such vm: %s", ref);
+		else
+			snprintf(why, wsz, "unable to open %s: %s", dir, strerror(e));
+		errno = e;
+		return -1;
+	}
+	while ((de = readdir(d))) {
+		int match;
+
+		if (!id_vm_ok(de->d_name))
+			continue;
+		if (!strcmp(de->d_name, ref)) { /* an exact id wins outright */
+			ncand = 0;
+			snprintf(cands[ncand++], sizeof cands[0], "%.15s", de->d_name);
+			break;
+		}
+		match = !strncmp(de->d_name, ref, reflen) ||
+			(strncmp(ref, "vm-", 3) && !strncmp(de->d_name + 3, ref, reflen)) ||
+			name_is(de->d_name, ref);
+		if (match && ncand < 8)
+			snprintf(cands[ncand++], sizeof cands[0], "%.15s", de->d_name);
+	}
+	closedir(d);
+	if (ncand == 0) {
+		snprintf(why, wsz, "no such vm: %s", ref);
+		errno = ENOENT;
+		return -1;
+	}
+	if (ncand > 1) {
+		k = (size_t)snprintf(why, wsz, "vm reference %s is ambiguous; candidates:", ref);
+		for (i = 0; i < ncand && k < wsz; i++)
+			k += (size_t)snprintf(why + k, wsz - k, " %s", cands[i]);
+		errno = ENOTUNIQ;
+		return -1;
+	}
+	memcpy(id, cands[0], VM_ID_SZ);
+	return 0;
+}
+
+int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t wsz)
+{
+	if (vm_resolve(ref, id, why, wsz) < 0)
+		return -1;
+	if (!(*rec = vm_read(id))) {
+		int e = errno;
+
+		snprintf(why, wsz, "unable to read the record of vm %s: %s", id,
+			 e == EINVAL ? "malformed (not one object naming its id)" : strerror(e));
+		/* The reference was good: an unreadable record is the store's
+		 * failure, not the caller's (111). */
+		errno = EIO;
+		return -1;
+	}
+	return 0;
+}
+
+int vm_exit_code(int err)
+{
+	switch (err) {
+	case EINVAL: return EX_USAGE;
+	case ENOENT: return EX_NOTFOUND;
+	case ENOTUNIQ: return EX_CONFLICT;
+	default: return EX_SYS;
+	}
+}

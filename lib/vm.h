@@ -1,0 +1,50 @@
+/* vm.h - VM records, vms/<id>/meta.json: the one reader and writer.
+ *
+ * A record is created once (isopod-claim, under the store lock) and from
+ * then on only merged into under vms/<id>/meta.lock; every write is atomic
+ * (tmp + fsync + rename), so a reader always sees a whole record and needs
+ * no lock.  Nothing here exits: errors are -1/NULL with errno, and a
+ * sentence in why where there is one; the tool decides its exit status
+ * (vm_exit_code).  The record's members: doc/INTERFACES.md. */
+#ifndef ISOPOD_VM_H
+#define ISOPOD_VM_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* "vm-" + 12 lower-case hex + NUL */
+#define VM_ID_SZ 16
+
+/* The record of id: a JSON object whose "id" is id (and whose "name" and
+ * "state", when present, are strings).  NULL with errno: EINVAL a bad id
+ * or a malformed record (not JSON, not an object, a duplicate key, another
+ * id), EFBIG over JSON_MAX_BYTES, ENOENT no such record. */
+json_t *vm_read(const char *id);
+
+/* Write the first record of id into the existing directory vms/<id>:
+ * rec must carry "id" = id.  -1 with errno (EEXIST: it has a record). */
+int vm_create(const char *id, json_t *rec);
+
+/* Conditional read-modify-write under vms/<id>/meta.lock: when if_states is
+ * NULL or lists the record's current state (NULL-terminated), every member
+ * of set is merged into the record and it is written atomically.  1
+ * updated, 0 state did not match, -1 errno (EINVAL as vm_read).  set is not
+ * stolen. */
+int vm_meta_update(const char *id, const char *const *if_states, json_t *set);
+
+/* Resolve ref (an id, a unique id prefix with or without "vm-", or a vanity
+ * name; vm_ref_ok syntax) to an id.  0, or -1 with errno and a sentence in
+ * why: EINVAL bad syntax, ENOENT nothing matches, ENOTUNIQ ambiguous (the
+ * candidates listed), another errno the store could not be read. */
+int vm_resolve(const char *ref, char id[VM_ID_SZ], char *why, size_t wsz);
+
+/* vm_resolve then vm_read: the one way a per-VM tool finds its VM.  *rec
+ * gets the record (the caller's reference).  0, or -1 as vm_resolve and
+ * vm_read (a record that cannot be read is named in why). */
+int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t wsz);
+
+/* The exit status (doc/INTERFACES.md) for a failure of the above:
+ * EINVAL 100, ENOENT 101, ENOTUNIQ 102, anything else 111. */
+int vm_exit_code(int err);
+
+#endif

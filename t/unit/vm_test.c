@@ -1,0 +1,311 @@
+/* vm_test.c - unit tests of lib/vm.c, the one reader and writer of VM
+ * records: create/read/update, concurrent updates under meta.lock, records
+ * refused (malformed, duplicate key, oversized, another id), ids and refs
+ * checked, and json_update_locked (util.c), which stage seals share.  Built
+ * by t/run-unit with ASan + UBSan. */
+#include "../../lib/vm.c" /* self-contained: t/run-unit links frame+util only */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+
+static char home[] = "/tmp/isopod-vm-test.XXXXXX";
+
+#define A "vm-0123456789ab"
+#define B "vm-0123456789cd"
+#define C "vm-fedcba987654"
+
+static void rec_dir(const char *id)
+{
+	char p[PATH_MAX];
+
+	snprintf(p, sizeof p, "%s/vms/%s", home, id);
+	mkdir_p(p, 0700, NULL, 0);
+}
+
+/* Write raw bytes as vms/<id>/meta.json, behind lib/vm.c's back. */
+static void put_raw(const char *id, const char *text, size_t n)
+{
+	char p[PATH_MAX];
+	FILE *f;
+
+	rec_dir(id);
+	snprintf(p, sizeof p, "%s/vms/%s/meta.json", home, id);
+	f = fopen(p, "wb");
+	if (f) {
+		fwrite(text, 1, n, f);
+		fclose(f);
+	}
+}
+
+static void put_str(const char *id, const char *text)
+{
+	put_raw(id, text, strlen(text));
+}
+
+static int read_fails(const char *id, int want_errno)
+{
+	json_t *j;
+
+	errno = 0;
+	j = vm_read(id);
+	json_decref(j);
+	return !j && errno == want_errno;
+}
+
+static void test_create_read(void)
+{
+	json_t *rec = json_pack("{s:s, s:s, s:s}", "id", A, "name", "brave-otter", "state",
+				"claimed");
+	json_t *other = json_pack("{s:s}", "id", B), *back;
+
+	rec_dir(A);
+	ok(read_fails(A, ENOENT), "vm_read: no record yet is ENOENT");
+	errno = 0;
+	ok(vm_create(A, other) < 0 && errno == EINVAL, "vm_create: a record naming another id is refused");
+	ok(vm_create(A, rec) == 0, "vm_create writes the first record");
+	back = vm_read(A);
+	ok(back && json_equal(back, rec), "vm_read reads it back equal");
+	json_decref(back);
+	errno = 0;
+	ok(vm_create(A, rec) < 0 && errno == EEXIST, "vm_create: a second record is refused (EEXIST)");
+	errno = 0;
+	ok(vm_create("vm-../../etc", rec) < 0 && errno == EINVAL, "vm_create: a bad id is refused");
+	ok(read_fails("../" A, EINVAL) && read_fails("vm-0123456789AB", EINVAL) &&
+	   read_fails("vm-0123456789abc", EINVAL) && read_fails(NULL, EINVAL) &&
+	   read_fails("", EINVAL), "vm_read: path, upper case, long, NULL and empty ids refused");
+	json_decref(rec);
+	json_decref(other);
+}
+
+static void test_update(void)
+{
+	static const char *const live[] = {"booting", "running", NULL};
+	json_t *set = json_pack("{s:s, s:i}", "state", "booting", "vcpus", 2), *r;
+	json_t *bad = json_pack("{s:s}", "id", B);
+
+	ok(vm_meta_update(A, live, set) == 0, "vm_meta_update: state claimed not in if_states: 0");
+	r = vm_read(A);
+	ok(r && !strcmp(json_string_value(json_object_get(r, "state")), "claimed") &&
+	   !json_object_get(r, "vcpus"), "... and the record is unchanged");
+	json_decref(r);
+	ok(vm_meta_update(A, NULL, set) == 1, "vm_meta_update: unconditional merge: 1");
+	r = vm_read(A);
+	ok(r && !strcmp(json_string_value(json_object_get(r, "state")), "booting") &&
+	   json_integer_value(json_object_get(r, "vcpus")) == 2 &&
+	   !strcmp(json_string_value(json_object_get(r, "name")), "brave-otter"),
+	   "... merged: new members set, others kept");
+	json_decref(r);
+	json_decref(set);
+	set = json_pack("{s:s}", "state", "running");
+	ok(vm_meta_update(A, live, set) == 1, "vm_meta_update: state in if_states: 1");
+	json_decref(set);
+	errno = 0;
+	ok(vm_meta_update(A, NULL, bad) < 0 && errno == EINVAL, "vm_meta_update: a set renaming the record is refused");
+	r = vm_read(A);
+	ok(r && !strcmp(json_string_value(json_object_get(r, "id")), A), "... its id stays");
+	json_decref(r);
+	errno = 0;
+	ok(vm_meta_update(C, NULL, bad) < 0 && errno == ENOENT, "vm_meta_update: no such vm is ENOENT");
+	errno = 0;
+	ok(vm_meta_update("vm-x/../" A, NULL, bad) < 0 && errno == EINVAL, "vm_meta_update: a bad id is EINVAL");
+	json_decref(bad);
+}
+
+/* Two processes each merge their own members into one record, interleaved:
+ * with the lock every member survives; a bare read-modify-write loses some
+ * (checked by hand: json_update_locked without its flock fails this). */
+#define ROUNDS 150
+static void updater(const char *tag)
+{
+	char k[16];
+
+	for (int i = 0; i < ROUNDS; i++) {
+		json_t *s;
+
+		snprintf(k, sizeof k, "%s%d", tag, i);
+		s = json_pack("{s:i}", k, i);
+		if (!s || vm_meta_update(A, NULL, s) != 1)
+			_exit(1);
+		json_decref(s);
+	}
+	_exit(0);
+}
+
+static void test_concurrent(void)
+{
+	pid_t p1, p2;
+	int st1 = -1, st2 = -1, lost = 0;
+	char k[16];
+	json_t *r;
+
+	fflush(stdout);
+	if ((p1 = fork()) == 0)
+		updater("a");
+	if ((p2 = fork()) == 0)
+		updater("b");
+	waitpid(p1, &st1, 0);
+	waitpid(p2, &st2, 0);
+	ok(p1 > 0 && p2 > 0 && st1 == 0 && st2 == 0, "two processes updated %d times each", ROUNDS);
+	r = vm_read(A);
+	for (int i = 0; i < ROUNDS; i++) {
+		snprintf(k, sizeof k, "a%d", i);
+		lost += !json_object_get(r, k);
+		snprintf(k, sizeof k, "b%d", i);
+		lost += !json_object_get(r, k);
+	}
+	ok(r && lost == 0, "concurrent updates lost no member (%d lost)", lost);
+	ok(r && !strcmp(json_string_value(json_object_get(r, "name")), "brave-otter"),
+	   "... and kept the record's own");
+	json_decref(r);
+}
+
+static void test_refused(void)
+{
+	static const char dup[] = "{\"id\":\"" C "\",\"name\":\"x\",\"name\":\"y\"}";
+	static const char other[] = "{\"id\":\"" B "\",\"name\":\"x\"}";
+	static const char badname[] = "{\"id\":\"" C "\",\"name\":7}";
+	static const char noid[] = "{\"name\":\"x\"}";
+	size_t big = JSON_MAX_BYTES + 64;
+	char *huge = malloc(big);
+	json_t *set = json_pack("{s:s}", "state", "running");
+	char p[PATH_MAX];
+	struct stat a, b;
+
+	put_raw(C, "{\"id\":", 6);
+	ok(read_fails(C, EINVAL), "vm_read: truncated JSON refused");
+	put_raw(C, "[1,2]", 5);
+	ok(read_fails(C, EINVAL), "vm_read: an array refused");
+	put_raw(C, dup, sizeof dup - 1);
+	ok(read_fails(C, EINVAL), "vm_read: a duplicate key refused");
+	put_raw(C, other, sizeof other - 1);
+	ok(read_fails(C, EINVAL), "vm_read: a record naming another id refused");
+	put_raw(C, noid, sizeof noid - 1);
+	ok(read_fails(C, EINVAL), "vm_read: a record without id refused");
+	put_raw(C, badname, sizeof badname - 1);
+	ok(read_fails(C, EINVAL), "vm_read: a non-string name refused");
+	/* the update refuses it too, and leaves the file as it was */
+	snprintf(p, sizeof p, "%s/vms/%s/meta.json", home, C);
+	stat(p, &a);
+	errno = 0;
+	ok(vm_meta_update(C, NULL, set) < 0 && errno == EINVAL, "vm_meta_update: a malformed record is not merged into");
+	ok(stat(p, &b) == 0 && a.st_ino == b.st_ino && a.st_size == b.st_size, "... and not rewritten");
+	if (huge) {
+		memset(huge, ' ', big);
+		memcpy(huge, "{\"id\":\"" C "\"}", strlen("{\"id\":\"" C "\"}"));
+		put_raw(C, huge, big);
+		ok(read_fails(C, EFBIG), "vm_read: a record over JSON_MAX_BYTES refused (EFBIG)");
+		errno = 0;
+		ok(vm_meta_update(C, NULL, set) < 0 && errno == EFBIG, "vm_meta_update: an oversized record is refused");
+	}
+	free(huge);
+	json_decref(set);
+	put_str(C, "{\"id\":\"" C "\",\"name\":\"calm-heron\"}");
+}
+
+static void test_resolve(void)
+{
+	char id[VM_ID_SZ], why[512];
+	json_t *r = NULL;
+
+	put_str(B, "{\"id\":\"" B "\"}");
+	ok(vm_resolve(A, id, why, sizeof why) == 0 && !strcmp(id, A), "vm_resolve: an exact id");
+	ok(vm_resolve("fedc", id, why, sizeof why) == 0 && !strcmp(id, C), "vm_resolve: a prefix without vm-");
+	ok(vm_resolve("vm-fed", id, why, sizeof why) == 0 && !strcmp(id, C), "vm_resolve: a prefix with vm-");
+	ok(vm_resolve("brave-otter", id, why, sizeof why) == 0 && !strcmp(id, A), "vm_resolve: a name");
+	ok(vm_resolve("calm-heron", id, why, sizeof why) == 0 && !strcmp(id, C), "vm_resolve: another name");
+	errno = 0;
+	ok(vm_resolve("0123", id, why, sizeof why) < 0 && errno == ENOTUNIQ &&
+	   strstr(why, "ambiguous") && strstr(why, A) && strstr(why, B),
+	   "vm_resolve: an ambiguous prefix is ENOTUNIQ listing both (%s)", why);
+	errno = 0;
+	ok(vm_resolve("nosuch", id, why, sizeof why) < 0 && errno == ENOENT && strstr(why, "nosuch"),
+	   "vm_resolve: no match is ENOENT naming it");
+	errno = 0;
+	ok(vm_resolve("../x", id, why, sizeof why) < 0 && errno == EINVAL &&
+	   vm_resolve("Brave", id, why, sizeof why) < 0 && vm_resolve("", id, why, sizeof why) < 0 &&
+	   vm_resolve(NULL, id, why, sizeof why) < 0, "vm_resolve: bad syntax is EINVAL");
+	ok(vm_open("brave", id, &r, why, sizeof why) < 0 && errno == ENOENT,
+	   "vm_open: a name prefix is not a name");
+	ok(vm_open("brave-otter", id, &r, why, sizeof why) == 0 && r &&
+	   !strcmp(json_string_value(json_object_get(r, "state")), "running"),
+	   "vm_open: resolves and reads the record");
+	json_decref(r);
+	put_str(B, "{\"id\":\"" A "\"}");
+	errno = 0;
+	ok(vm_open(B, id, &r, why, sizeof why) < 0 && errno == EIO && strstr(why, "malformed"),
+	   "vm_open: a malformed record behind a good ref is the store's failure (EIO: %s)", why);
+	ok(vm_exit_code(EINVAL) == 100 && vm_exit_code(ENOENT) == 101 &&
+	   vm_exit_code(ENOTUNIQ) == 102 && vm_exit_code(EIO) == 111, "vm_exit_code: 100/101/102/111");
+}
+
+static int edit_calls;
+static int edit_skip(json_t *j, void *arg)
+{
+	(void)arg;
+	edit_calls++;
+	json_object_set_new(j, "touched", json_true());
+	return 0;
+}
+
+static int edit_fail(json_t *j, void *arg)
+{
+	(void)j;
+	(void)arg;
+	errno = EPERM;
+	return -1;
+}
+
+static void test_update_locked(void)
+{
+	char lk[PATH_MAX], p[PATH_MAX];
+	json_t *r;
+
+	snprintf(lk, sizeof lk, "%s/x.lock", home);
+	snprintf(p, sizeof p, "%s/x.json", home);
+	errno = 0;
+	ok(json_update_locked(lk, p, edit_skip, NULL) < 0 && errno == ENOENT && edit_calls == 0,
+	   "json_update_locked: no file is ENOENT, edit not called");
+	r = json_pack("{s:i}", "n", 1);
+	json_write_atomic(p, r);
+	json_decref(r);
+	ok(json_update_locked(lk, p, edit_skip, NULL) == 0 && edit_calls == 1,
+	   "json_update_locked: edit answering 0 gives 0");
+	r = json_load_path(p);
+	ok(r && !json_object_get(r, "touched"), "... and the file is not written");
+	json_decref(r);
+	errno = 0;
+	ok(json_update_locked(lk, p, edit_fail, NULL) < 0 && errno == EPERM,
+	   "json_update_locked: edit's -1 and errno come back");
+	snprintf(lk, sizeof lk, "%s/no/such/x.lock", home);
+	errno = 0;
+	ok(json_update_locked(lk, p, edit_skip, NULL) < 0 && errno == ENOENT && edit_calls == 1,
+	   "json_update_locked: a lock that cannot be taken fails before the edit");
+}
+
+int main(void)
+{
+	char cmd[PATH_MAX + 16];
+
+	if (!mkdtemp(home)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	setenv("ISOPOD_HOME", home, 1);
+	test_create_read();
+	test_update();
+	test_concurrent();
+	test_refused();
+	test_resolve();
+	test_update_locked();
+	snprintf(cmd, sizeof cmd, "rm -rf %s", home);
+	if (system(cmd) != 0)
+		fprintf(stderr, "unable to remove %s\n", home);
+	return tap_done();
+}
