@@ -186,21 +186,6 @@ E=" ]
 	fi
 }
 
-# hold_lock FILE: a sleeping process holding flock FILE (its pid in $holder),
-# returned once the lock is really held.
-hold_lock() {
-	mkdir -p "$(dirname "$1")"
-	sh -c 'exec 9>"$1"; flock 9; exec sleep 120' sh "$1" </dev/null >/dev/null 2>&1 &
-	holder=$!
-	local i
-	for i in $(seq 1 100); do
-		flock -n "$1" true 2>/dev/null || return 0
-		sleep 0.05
-	done
-	echo "hold_lock: $1 never held" >&2
-	return 1
-}
-
 # fake_base SHA: a registered base image (its bytes do not matter here).
 fake_base() {
 	mkdir -p "$ISOPOD_HOME/images"
