@@ -73,6 +73,7 @@ run_isopod() {
 hold_lock() {
 	mkdir -p "$(dirname "$1")"
 	sh -c 'exec 9>"$1"; flock 9; exec sleep 120' sh "$1" </dev/null >/dev/null 2>&1 3>&- &
+	# shellcheck disable=SC2034 # read by the caller
 	holder=$!
 	local i
 	for i in $(seq 1 100); do
