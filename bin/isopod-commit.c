@@ -166,6 +166,14 @@ static json_t *make_stage(const char *id, json_t *vm, const char *label, const c
 	t0 = mono_ms();
 	lk = store_lock();
 	check_label(label, parent); /* again, now that we hold the lock */
+	/* The VM stopped before we got the lock, so no running VM pinned its
+	 * base meanwhile: `isopod image rm` (which decides under this lock)
+	 * may have removed it.  A stage over a missing base is never made. */
+	pathf(p, sizeof p, "%s/images/base-%s.img", store_home(),
+	      json_string_value(json_object_get(base, "sha256")));
+	if (access(p, F_OK) < 0)
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "the base image of vm %s, %s, is gone%s; "
+		    "nothing was committed", id, p, errno == ENOENT ? " (isopod image rm)" : ":");
 	/* The VM ran on its parent's chain: a layer that changed meanwhile
 	 * must not become the base of a new stage. */
 	if (parent) {

@@ -141,23 +141,43 @@ done:
 	return ok;
 }
 
-int accel_choose(const char *forced, const char *forced_by, const struct img *im,
-		 const char **accel, char *reason, size_t rsz, char *err, size_t errsz)
+/* The cached verdict for kernel ksha: 1 found (*accel, reason), else 0. */
+static int cache_read(const char *ksha, const char **accel, char *reason, size_t rsz)
+{
+	char p[PATH_MAX];
+	json_t *v;
+	const char *a, *r;
+	int found = 0;
+
+	if (pathn(p, sizeof p, "%s/accel/%s.json", store_home(), ksha) < 0 ||
+	    !(v = json_load_path(p)))
+		return 0;
+	a = json_string_value(json_object_get(v, "accel"));
+	r = json_string_value(json_object_get(v, "reason"));
+	if (a && (!strcmp(a, "kvm") || !strcmp(a, "tcg"))) {
+		snprintf(reason, rsz, "%s", r ? r : "");
+		*accel = !strcmp(a, "kvm") ? "kvm" : "tcg";
+		found = 1;
+	}
+	json_decref(v);
+	return found;
+}
+
+int accel_known(const char *forced, const char *forced_by, const struct img *im,
+		const char **accel, int *cached, char *reason, size_t rsz, char *err, size_t errsz)
 {
 	const char *dev = getenv("ISOPOD_KVM_DEV");
-	char p[PATH_MAX], f[PATH_MAX], now[32];
-	json_t *v;
-	int fd, lk, ok;
+	int fd;
 
 	reason[0] = 0;
+	*cached = 0;
 	if (!dev || !*dev)
 		dev = "/dev/kvm";
 	*accel = "tcg";
 	if (forced) {
-		if (!strcmp(forced, "tcg")) {
-			snprintf(reason, rsz, "forced by %s", forced_by);
+		snprintf(reason, rsz, "forced by %s", forced_by);
+		if (!strcmp(forced, "tcg"))
 			return 0;
-		}
 		if ((fd = open(dev, O_RDWR | O_CLOEXEC)) < 0) {
 			snprintf(err, errsz, "kvm forced by %s but unable to open %s: %s", forced_by, dev,
 				 strerror(errno));
@@ -172,7 +192,23 @@ int accel_choose(const char *forced, const char *forced_by, const struct img *im
 		return 0;
 	}
 	close(fd);
+	*accel = NULL;
+	if (im->ksha[0] && cache_read(im->ksha, accel, reason, rsz))
+		*cached = 1;
+	return 0;
+}
 
+int accel_choose(const char *forced, const char *forced_by, const struct img *im,
+		 const char **accel, char *reason, size_t rsz, char *err, size_t errsz)
+{
+	char p[PATH_MAX], f[PATH_MAX], now[32];
+	json_t *v;
+	int lk, ok, cached, r;
+
+	if ((r = accel_known(forced, forced_by, im, accel, &cached, reason, rsz, err, errsz)) ||
+	    *accel)
+		return r;
+	*accel = "tcg";
 	snprintf(p, sizeof p, "%s/accel", store_home());
 	if (mkdir_p(p, 0700, f, sizeof f) < 0) {
 		snprintf(err, errsz, "unable to create %.512s: %s", f, strerror(errno));
@@ -184,24 +220,16 @@ int accel_choose(const char *forced, const char *forced_by, const struct img *im
 		snprintf(err, errsz, "unable to lock %.512s: %s", p, strerror(errno));
 		return EX_SYS;
 	}
-	snprintf(p, sizeof p, "%s/accel/%s.json", store_home(), im->ksha);
-	if ((v = json_load_path(p))) {
-		const char *a = json_string_value(json_object_get(v, "accel"));
-		const char *r = json_string_value(json_object_get(v, "reason"));
-
-		if (a && (!strcmp(a, "kvm") || !strcmp(a, "tcg"))) {
-			snprintf(reason, rsz, "%s", r ? r : "");
-			*accel = !strcmp(a, "kvm") ? "kvm" : "tcg";
-			json_decref(v);
-			close(lk);
-			return 0;
-		}
-		json_decref(v);
+	/* Again under the lock: the probe we waited for may have decided. */
+	if (cache_read(im->ksha, accel, reason, rsz)) {
+		close(lk);
+		return 0;
 	}
 	if ((ok = accel_probe(im, reason, rsz, err, errsz)) < 0) {
 		close(lk);
 		return EX_SYS;
 	}
+	snprintf(p, sizeof p, "%s/accel/%s.json", store_home(), im->ksha);
 	v = json_pack("{s:s, s:s, s:s}", "accel", ok ? "kvm" : "tcg", "reason", reason,
 		      "probed", iso_now(now, sizeof now));
 	if (!v || json_write_atomic(p, v) < 0)

@@ -15,10 +15,19 @@
 #include <stddef.h>
 
 /* Pick "kvm" or "tcg" into *accel (a static string); reason says why (set
- * for tcg; for kvm only when probed).  forced: "kvm", "tcg" or NULL, and
+ * for tcg; for kvm when probed or forced).  forced: "kvm", "tcg" or NULL, and
  * forced_by names who forced it.  0, or an exit class with err. */
 int accel_choose(const char *forced, const char *forced_by, const struct img *im,
 		 const char **accel, char *reason, size_t rsz, char *err, size_t errsz);
+/* What accel_choose decides before it would boot a probe, without
+ * writing anything (the doctor's view): 0 with *accel set -- forced
+ * (reason "forced by ..."), tcg when the device does not open (reason
+ * says why), or the cached verdict (*cached = 1) --, or 0 with *accel NULL
+ * when only a probe can tell (the device opens and nothing is cached for
+ * im->ksha, or im->ksha is empty).  An exit class with err as
+ * accel_choose. */
+int accel_known(const char *forced, const char *forced_by, const struct img *im,
+		const char **accel, int *cached, char *reason, size_t rsz, char *err, size_t errsz);
 /* Boot im's kernel under KVM on a throwaway overlay and see whether its
  * agent answers within 10 s: 1 it does, 0 not (reason says why), -1 the
  * probe could not run (err). */

@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int read_sha(const char *path, char out[65])
+int read_pointer(const char *path, char *out, size_t sz)
 {
-	char buf[80];
+	char buf[256];
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
@@ -20,16 +20,30 @@ int read_sha(const char *path, char out[65])
 		return -1;
 	n = read(fd, buf, sizeof buf - 1);
 	close(fd);
-	if (n < 64 || hex_span(buf) < 64)
-		goto bad;
-	if (n > 64 && buf[64] != '\n')
-		goto bad;
-	memcpy(out, buf, 64);
-	out[64] = 0;
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	if (strlen(buf) >= sz) {
+		errno = EINVAL;
+		return -1;
+	}
+	memcpy(out, buf, strlen(buf) + 1);
 	return 0;
-bad:
-	errno = EINVAL;
-	return -1;
+}
+
+int read_sha(const char *path, char out[65])
+{
+	char buf[80];
+
+	if (read_pointer(path, buf, sizeof buf) < 0)
+		return -1;
+	if (!hex64_ok(buf)) {
+		errno = EINVAL;
+		return -1;
+	}
+	memcpy(out, buf, 65);
+	return 0;
 }
 
 int resolve_kernel(struct img *im, char *err, size_t errsz)

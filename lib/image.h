@@ -18,6 +18,10 @@ struct img {
 	long long base_size;
 };
 
+/* The first line of a small pointer file (kernels/current,
+ * images/current-<flavor>) without its newline, as it is: 0, or -1 (errno;
+ * EINVAL when it does not fit out). */
+int read_pointer(const char *path, char *out, size_t sz);
 /* Read "<64 hex>\n" from a pointer file.  0, or -1 (errno; EINVAL if bad). */
 int read_sha(const char *path, char out[65]);
 /* kernels/current.  0, or an exit class with err. */

@@ -240,6 +240,13 @@ const char *ranges_config_path(void)
 	return e && *e ? e : "/etc/isopod/config";
 }
 
+char *ranges_warning(const char *range, const char *path, char *out, size_t sz)
+{
+	snprintf(out, sz, "allow_range %s (%s): this host lets guests reach a range the deny list "
+		 "blocks by default", range, path);
+	return out;
+}
+
 static char *trim(char *s)
 {
 	char *e;

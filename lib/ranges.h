@@ -77,6 +77,11 @@ const char *ranges_denied(int af, const uint8_t *addr, const struct range *allow
 int ranges_load_config(const char *path, struct range *out, size_t max, size_t *n, char *msg,
 		       size_t msz);
 
+/* The warning every report of this host carries for one override (the
+ * canonical range text, the config file it came from), into out; returns
+ * out. */
+char *ranges_warning(const char *range, const char *path, char *out, size_t sz);
+
 /* The host's config file: $ISOPOD_SYSCONFIG, else /etc/isopod/config. */
 const char *ranges_config_path(void);
 

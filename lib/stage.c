@@ -90,6 +90,36 @@ static void each_stage(void (*fn)(const char *id, json_t *m, void *arg), void *a
 	closedir(d);
 }
 
+static void on_base(const char *id, json_t *m, void *argp)
+{
+	json_t *a = argp;
+	const char *b = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
+
+	if (b && !strcmp(b, json_string_value(json_array_get(a, 0))))
+		json_array_append_new(a, json_string(id));
+}
+
+json_t *stages_on_base(const char *sha)
+{
+	json_t *a = json_pack("[s]", sha);
+	size_t i, j;
+
+	if (!a)
+		return NULL;
+	each_stage(on_base, a);
+	json_array_remove(a, 0);
+	/* readdir order is the file system's: sort by id (a handful) */
+	for (i = 1; i < json_array_size(a); i++)
+		for (j = i; j > 0 && strcmp(json_string_value(json_array_get(a, j - 1)),
+					    json_string_value(json_array_get(a, j))) > 0; j--) {
+			json_t *t = json_incref(json_array_get(a, j - 1));
+
+			json_array_set(a, j - 1, json_array_get(a, j));
+			json_array_set_new(a, j, t);
+		}
+	return a;
+}
+
 struct findarg {
 	const char *ref;
 	char exact[64];

@@ -31,6 +31,10 @@ void stage_resolve(const char *ref, char *id, size_t idsz);
 
 /* Load stages/<id>/meta.json (NULL with errno). */
 json_t *stage_meta(const char *id);
+/* The ids of the stages whose chain stands on base image sha (their
+ * meta.json's base.sha256), sorted: what pins a base.  New reference, NULL
+ * when out of memory. */
+json_t *stages_on_base(const char *sha);
 /* Is `label` used by any stage?  Fills the holder's id. */
 int label_taken(const char *label, char *holder, size_t hsz);
 

@@ -9,6 +9,10 @@
 #include <string.h>
 #include <sys/types.h>
 
+/* isopod's version, as the front end's ISOPOD_VERSION says it (t/10-cli
+ * checks that `isopod version` and the doctor agree). */
+#define ISOPOD_VERSION "0.1.0"
+
 /* Exit codes, the same in every tool and man page (doc/INTERFACES.md). */
 enum {
 	EX_OK = 0,

@@ -186,6 +186,165 @@ E=" ]
 	fi
 }
 
+# fake_base SHA: a registered base image (its bytes do not matter here).
+fake_base() {
+	mkdir -p "$ISOPOD_HOME/images"
+	echo "image $1" >"$ISOPOD_HOME/images/base-$1.img"
+	jq -n --arg s "$1" '{flavor: "base", sha256: $s, size: 6}' >"$ISOPOD_HOME/images/base-$1.json"
+}
+
+# fake_stage ID SHA: a stage record standing on base SHA.
+fake_stage() {
+	mkdir -p "$ISOPOD_HOME/stages/$1"
+	jq -n --arg id "$1" --arg s "$2" '{id: $id, name: $id, label: null, parent: null, depth: 1,
+		base: {flavor: "base", sha256: $s}}' >"$ISOPOD_HOME/stages/$1/meta.json"
+}
+
+@test "image rm: a bad sha is 100, an unknown one 101; a free base goes with its current pointer" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local a b
+	a=$(printf a | sha256sum | cut -d' ' -f1) b=$(printf b | sha256sum | cut -d' ' -f1)
+	run_isopod -100 image rm 'abc'
+	[[ "$stderr" == *"'abc' is not a sha256"* ]]
+	run_isopod -100 image rm "${a^^}"
+	run_isopod -101 image rm "$a"
+	[[ "$stderr" == *"no such base image: $a"* ]]
+	[ ! -e "$ISOPOD_HOME" ]     # an unknown sha leaves an absent store absent
+	fake_base "$a"
+	fake_base "$b"
+	echo "$a" >"$ISOPOD_HOME/images/current-base"
+	run_isopod -0 image rm "$a"
+	json_is '.removed == ["'"$a"'"]'
+	[ "$(jq -c . <<<"$output")" = '{"removed":["'"$a"'"]}' ]
+	[ ! -e "$ISOPOD_HOME/images/base-$a.img" ] && [ ! -e "$ISOPOD_HOME/images/base-$a.json" ]
+	[ ! -e "$ISOPOD_HOME/images/current-base" ]
+	[ -e "$ISOPOD_HOME/images/base-$b.img" ]
+	run_isopod -0 image ls
+	[ "$(jq -r .sha256 <<<"$output")" = "$b" ]
+}
+
+@test "image rm: refused (102, naming them) while a stage or a running VM stands on the base" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local a vm=vm-0123456789ab
+	a=$(printf a | sha256sum | cut -d' ' -f1)
+	fake_base "$a"
+	fake_stage st-00000000000b "$a"
+	fake_stage st-00000000000a "$a"
+	run_isopod -102 image rm "$a"
+	[[ "$stderr" == *"base $a is pinned by stages st-00000000000a st-00000000000b; remove them first"* ]]
+	run_isopod -0 image ls
+	[ "$(jq -c .stages <<<"$output")" = '["st-00000000000a","st-00000000000b"]' ]
+	rm -rf "$ISOPOD_HOME/stages"
+	# a running VM (its lock held) booted on it
+	mkdir -p "$ISOPOD_HOME/vms/$vm"
+	jq -n --arg id "$vm" --arg s "$a" '{id: $id, name: "busy-vm", state: "running",
+		base: {flavor: "base", sha256: $s}}' >"$ISOPOD_HOME/vms/$vm/meta.json"
+	hold_lock "$ISOPOD_HOME/vms/$vm/lock"
+	run_isopod -102 image rm "$a"
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	[[ "$stderr" == *"base $a is in use by running VMs $vm; stop them first"* ]]
+	[ -e "$ISOPOD_HOME/images/base-$a.img" ]
+	# stopped, the record no longer pins it
+	run_isopod -0 image rm "$a"
+	[ ! -e "$ISOPOD_HOME/images/base-$a.img" ]
+}
+
+@test "image rm: decides under the store lock; a stage published meanwhile (as a commit does, under that lock) pins the base" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local a pid rc=0
+	a=$(printf a | sha256sum | cut -d' ' -f1)
+	fake_base "$a"
+	hold_lock "$ISOPOD_HOME/locks/store"
+	isopod image rm "$a" >"$BATS_TEST_TMPDIR/rm.json" 2>"$BATS_TEST_TMPDIR/rm.err" &
+	pid=$!
+	sleep 1
+	# still waiting for the lock, nothing removed
+	kill -0 "$pid"
+	[ -e "$ISOPOD_HOME/images/base-$a.img" ]
+	fake_stage st-0000000000c1 "$a"
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 102 ]
+	grep -q "pinned by stages st-0000000000c1" "$BATS_TEST_TMPDIR/rm.err"
+	[ ! -s "$BATS_TEST_TMPDIR/rm.json" ]
+	[ -e "$ISOPOD_HOME/images/base-$a.img" ]
+}
+
+@test "image: usage errors are 100 with the usage line; an unknown flavor is 100" {
+	run_isopod -100 image
+	[[ "$stderr" == *"usage: isopod-image ls | isopod-image build [FLAVOR] | isopod-image rm SHA256"* ]]
+	run_isopod -100 image frob
+	[[ "$stderr" == *"unknown image subcommand 'frob'"* ]]
+	run_isopod -100 image ls extra
+	run_isopod -100 image rm
+	run_isopod -100 image build base debian
+	run_isopod -100 image build nosuch
+	[[ "$stderr" == *"unknown flavor 'nosuch'; known: base, debian"* ]]
+	[ -z "$output" ]
+	run_isopod -0 image -h
+	[[ "$output" == "usage: isopod-image "* ]]
+}
+
+# doctor_json ARGS...: run_isopod, and the doctor printed its report (jq 1.6's
+# -e passes on empty input: json_is alone would pass on nothing).
+doctor_json() {
+	run_isopod "$@"
+	[ -n "$output" ]
+}
+
+@test "doctor --quick: every field, the accelerator as lib/accel.c decides it, 111 naming what is missing" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local ksha=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef v
+	# an empty store: kernel and base missing, exit 111 naming them
+	ISOPOD_KVM_DEV=/nonexistent/kvm doctor_json -111 doctor --quick
+	[[ "$stderr" == *"a run cannot work here; missing: kernel base-image"* ]]
+	json_is '.ok == false and (.missing | index("kernel") and index("base-image"))'
+	json_is '.accel == "tcg" and (.accel_reason | startswith("/nonexistent/kvm: "))'
+	json_is '.accel_probed == false and .kvm == {device: "/nonexistent/kvm", present: false, usable: false, pvm: .kvm.pvm}'
+	json_is '(.kvm.pvm | type == "boolean") and .qemu.binary == "qemu-system-x86_64"'
+	json_is '.kernel == {present: false, sha256: null} and .base == {present: false, flavor: "base", sha256: null}'
+	json_is '(.shell.path | startswith("/")) and .shell.pipefail == true'
+	json_is '.home == "'"$ISOPOD_HOME"'" and (.libexec | type == "string")'
+	json_is '.tools == ["claim", "boot", "exec", "stop", "gc", "broker"]'
+	json_is '.net.default_mode == "none" and (.net.filtered_slots | type == "number") and (.net.open_slots | type == "number")'
+	json_is '.warnings == [] and (has("run") | not)'
+	[ "$(jq -r 'keys_unsorted | join(",")' <<<"$output")" = ok,version,accel,accel_reason,accel_probed,kvm,qemu,kernel,base,shell,home,libexec,tools,net,warnings,missing ]
+	# the version is the front end's
+	v=$(isopod version)
+	[ "$v" = "isopod $(jq -r .version <<<"$output") (protocol 1)" ]
+	# a kernel and a base: present, with their sha256
+	mkdir -p "$ISOPOD_HOME/kernels/$ksha" "$ISOPOD_HOME/accel"
+	: >"$ISOPOD_HOME/kernels/$ksha/vmlinux"
+	: >"$ISOPOD_HOME/kernels/$ksha/initramfs.cpio"
+	echo "$ksha" >"$ISOPOD_HOME/kernels/current"
+	fake_base "$ksha"
+	echo "$ksha" >"$ISOPOD_HOME/images/current-base"
+	ISOPOD_KVM_DEV=/dev/null doctor_json doctor --quick
+	json_is '.kernel == {present: true, sha256: "'"$ksha"'"} and .base.present == true and .base.sha256 == "'"$ksha"'"'
+	json_is '(.missing | index("kernel") | not) and (.missing | index("base-image") | not)'
+	# a device that opens and no verdict: unknown, never a probe from the doctor
+	json_is '.accel == "unknown" and (.accel_reason | startswith("not probed yet: /dev/null is present")) and .accel_probed == false'
+	[ ! -e "$ISOPOD_HOME/accel/$ksha.json" ] && [ ! -e "$ISOPOD_HOME/accel/$ksha.lock" ]
+	# the cached verdict of the probe a boot made
+	echo '{"accel":"kvm","reason":"kvm: the agent answered in 9 ms","probed":"2026-12-01T00:00:00Z"}' >"$ISOPOD_HOME/accel/$ksha.json"
+	ISOPOD_KVM_DEV=/dev/null doctor_json doctor --quick
+	json_is '.accel == "kvm" and .accel_reason == "kvm: the agent answered in 9 ms" and .accel_probed == true'
+	# forced
+	ISOPOD_ACCEL=tcg ISOPOD_KVM_DEV=/dev/null doctor_json doctor --quick
+	json_is '.accel == "tcg" and .accel_reason == "forced by ISOPOD_ACCEL" and .accel_probed == false'
+	ISOPOD_ACCEL=kvm ISOPOD_KVM_DEV=/nonexistent/kvm doctor_json -111 doctor --quick
+	json_is '.accel == "kvm" and (.accel_reason | contains("unable to open /nonexistent/kvm"))'
+	json_is '.missing | index("kvm(forced-by-ISOPOD_ACCEL:unusable)")'
+	# the default mode is the front end's (environment, then config)
+	ISOPOD_NET=open doctor_json doctor --quick
+	json_is '.net.default_mode == "open"'
+	run_isopod -100 doctor --frob
+	run_isopod -0 doctor -h
+	[[ "$output" == "usage: isopod-doctor "* ]]
+}
+
 # ---- the run flow, through stand-in tools -----------------------------------------
 
 @test "run: boot and exec JSON merged; exit status is the command's; VM stopped" {

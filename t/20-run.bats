@@ -637,3 +637,18 @@ EOF
 	done
 	rm -rf "$ISOPOD_HOME/vms/$id"
 }
+
+@test "doctor: without --quick one real run; its result is .run and the accelerator is the one it got" {
+	run --separate-stderr isopod doctor
+	[ "$status" -eq 0 ]
+	[ -n "$output" ]
+	echo "$output" | jq -e '.ok == true and .missing == [] and .net.default_mode == "none"'
+	echo "$output" | jq -e '.run.ok == true and .run.exit_code == 0 and (.run.vm.id | startswith("vm-"))'
+	echo "$output" | jq -e '.accel == .run.accel and .kernel.present and .base.present'
+	echo "$output" | jq -e 'if .kvm.usable and (.accel_reason | startswith("forced") | not) then .accel_probed else true end'
+	# a test run that fails (here a front end that is not one) is what is missing
+	run --separate-stderr isopod-doctor --net none --front-end false
+	[ "$status" -eq 111 ]
+	echo "$output" | jq -e '.ok == false and .missing == ["working-run"] and .run == {ok: false}'
+	[[ "$stderr" == *"missing: working-run"* ]]
+}

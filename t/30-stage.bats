@@ -455,3 +455,98 @@ fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"
 	[[ "$stderr" == *"$st"* ]]
 	echo "$old" > "$ISOPOD_HOME/images/current-base"
 }
+
+# new_base NAME: a new current base, the current one with /etc/NAME added
+# (a base runs read-decide-write tests can remove); its sha in $new, the
+# one it replaced in $old.
+new_base() {
+	old=$(cat "$ISOPOD_HOME/images/current-base")
+	cp "$ISOPOD_HOME/images/base-$old.img" "$DATA/$1.img"
+	chmod u+w "$DATA/$1.img"
+	echo "$1" >"$DATA/$1.marker"
+	debugfs -w -R "write $DATA/$1.marker /etc/$1" "$DATA/$1.img" >/dev/null 2>&1
+	new=$(sha256sum <"$DATA/$1.img" | cut -d' ' -f1)
+	[ "$new" != "$old" ]
+	mv "$DATA/$1.img" "$ISOPOD_HOME/images/base-$new.img"
+	chmod 0444 "$ISOPOD_HOME/images/base-$new.img"
+	jq -n --arg s "$new" '{flavor: "base", sha256: $s, size: 0, created: "now"}' >"$ISOPOD_HOME/images/base-$new.json"
+	echo "$new" >"$ISOPOD_HOME/images/current-base"
+}
+
+# commit_waiting NAME: start `isopod run --commit-as NAME` on the current
+# base (pid in $runpid, output in $DATA/NAME.json/.err), take the store lock
+# once its VM runs, and return when the command has ended and the commit
+# waits for that lock (its VM stopped, the run still going): no running VM
+# pins the base any more, only the lock orders what comes next.
+commit_waiting() {
+	local i
+	isopod run --json-only --cold --commit-as "$1" -- sleep 4 >"$DATA/$1.json" 2>"$DATA/$1.err" 3>&- &
+	runpid=$!
+	for i in $(seq 1 600); do
+		[ -n "$(isopod vm ls | jq -r 'select(.running) | .id')" ] && break
+		kill -0 "$runpid" || { cat "$DATA/$1.err" >&2; return 1; }
+		sleep 0.2
+	done
+	hold_lock "$ISOPOD_HOME/locks/store"
+	for i in $(seq 1 600); do
+		[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ] && break
+		sleep 0.2
+	done
+	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
+	sleep 0.5
+	kill -0 "$runpid"
+}
+
+@test "image rm vs a commit on that base: the store lock orders them; never a stage over a missing base" {
+	local rmpid runrc=0 rmrc=0 st
+	new_base race
+	commit_waiting race
+	isopod image rm "$new" >"$DATA/race-rm.json" 2>"$DATA/race-rm.err" 3>&- &
+	rmpid=$!
+	sleep 1
+	# both wait for the lock; nothing is removed while it is held
+	kill -0 "$rmpid"
+	kill -0 "$runpid"
+	[ -e "$ISOPOD_HOME/images/base-$new.img" ]
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	wait "$runpid" || runrc=$?
+	wait "$rmpid" || rmrc=$?
+	echo "# run $runrc, rm $rmrc" >&3
+	if [ "$runrc" -eq 0 ]; then
+		# the commit got the lock first: its stage pins the base
+		st=$(jq -r .commit.stage.id "$DATA/race.json")
+		[ "$(jq -r .base.sha256 "$ISOPOD_HOME/stages/$st/meta.json")" = "$new" ]
+		[ "$rmrc" -eq 102 ]
+		grep -q "pinned by stages $st" "$DATA/race-rm.err"
+		[ -e "$ISOPOD_HOME/images/base-$new.img" ]
+		isopod stage rm "$st" >/dev/null
+		isopod image rm "$new" >/dev/null
+	else
+		# image rm got it first: the commit found its base gone, made nothing
+		[ "$rmrc" -eq 0 ]
+		[ "$runrc" -eq 101 ]
+		jq -e '.commit.error | contains("is gone")' "$DATA/race.json"
+		[ ! -e "$ISOPOD_HOME/images/base-$new.img" ]
+		! grep -l "$new" "$ISOPOD_HOME"/stages/st-*/meta.json
+	fi
+	[ ! -e "$ISOPOD_HOME/images/base-$new.img" ]
+	echo "$old" >"$ISOPOD_HOME/images/current-base"
+}
+
+@test "commit: its base removed while it waited for the store lock (as image rm does): 101, nothing committed" {
+	local runrc=0
+	new_base gone
+	commit_waiting gone
+	# what a winning `isopod image rm` does under the lock
+	rm -f "$ISOPOD_HOME/images/base-$new.img" "$ISOPOD_HOME/images/base-$new.json" \
+		"$ISOPOD_HOME/images/current-base"
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	wait "$runpid" || runrc=$?
+	[ "$runrc" -eq 101 ]
+	jq -e '.ok == false and (.commit.error | contains("is gone") and contains("nothing was committed"))' "$DATA/gone.json"
+	! grep -l "$new" "$ISOPOD_HOME"/stages/st-*/meta.json
+	! isopod stage info gone 2>/dev/null
+	echo "$old" >"$ISOPOD_HOME/images/current-base"
+}

@@ -68,6 +68,22 @@ run_isopod() {
 	run "${expect[@]}" --separate-stderr isopod "$@"
 }
 
+# hold_lock FILE: a sleeping process holding flock FILE (its pid in $holder),
+# returned once the lock is really held.
+hold_lock() {
+	mkdir -p "$(dirname "$1")"
+	sh -c 'exec 9>"$1"; flock 9; exec sleep 120' sh "$1" </dev/null >/dev/null 2>&1 3>&- &
+	# shellcheck disable=SC2034 # read by the caller
+	holder=$!
+	local i
+	for i in $(seq 1 100); do
+		flock -n "$1" true 2>/dev/null || return 0
+		sleep 0.05
+	done
+	echo "hold_lock: $1 never held" >&2
+	return 1
+}
+
 # run_many DIR N BUSY_TEXT CMD...: start CMD N times at once (output of run
 # i in DIR/i.json and DIR/i.err), wait for all, and count into ok, busy (exit
 # 102 with BUSY_TEXT on stderr) and other (anything else, shown on stderr).

@@ -51,6 +51,30 @@ int main(void)
 	r = accel_choose("tcg", "--accel", &im, &a, reason, sizeof reason, err, sizeof err);
 	ok(r == 0 && !strcmp(a, "tcg") && !strcmp(reason, "forced by --accel"), "forcing wins over the cache");
 
+	/* accel_known: the same decisions without a probe (the doctor's view). */
+	{
+		struct img nok = { .ksha = "" };
+		int cached = -1;
+
+		r = accel_known(NULL, NULL, &im, &a, &cached, reason, sizeof reason, err, sizeof err);
+		ok(r == 0 && a && !strcmp(a, "tcg") && cached == 1 && !strcmp(reason, "kvm: cached no"),
+		   "accel_known: the cached verdict, marked cached");
+		r = accel_known("kvm", "ISOPOD_ACCEL", &im, &a, &cached, reason, sizeof reason, err,
+				sizeof err);
+		ok(r == 0 && a && !strcmp(a, "kvm") && cached == 0 &&
+		   !strcmp(reason, "forced by ISOPOD_ACCEL"), "accel_known: forced kvm says so: %s",
+		   reason);
+		unlink(p);
+		r = accel_known(NULL, NULL, &im, &a, &cached, reason, sizeof reason, err, sizeof err);
+		ok(r == 0 && a == NULL && cached == 0, "accel_known: no verdict: undecided, no probe");
+		snprintf(p, sizeof p, "%s/accel/%s.lock", home, im.ksha);
+		unlink(p);
+		r = accel_known(NULL, NULL, &nok, &a, &cached, reason, sizeof reason, err, sizeof err);
+		ok(r == 0 && a == NULL && access(p, F_OK) < 0,
+		   "accel_known: no kernel: undecided, nothing written");
+		snprintf(p, sizeof p, "%s/accel/%s.json", home, im.ksha);
+	}
+
 	/* No verdict and nothing to boot: the probe cannot run, and says so
 	 * instead of guessing either way. */
 	unlink(p);

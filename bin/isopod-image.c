@@ -1,0 +1,351 @@
+/* isopod-image - the kernels and base images in the store.
+ *
+ *   ls              one JSON object per line: every kernel, then every base
+ *   build [FLAVOR]  build a base with the images/ scripts and register it
+ *   rm SHA256       remove a base no stage and no running VM stands on
+ *
+ * rm reads, decides and deletes under the store lock (locks/store), the
+ * lock isopod-commit publishes a stage under: a commit either published
+ * its stage before rm looked (rm refuses, naming it) or finds the base
+ * gone when it gets the lock (it refuses, and nothing is committed).
+ * Never a stage over a missing base. */
+#include "image.h"
+#include "proc.h"
+#include "stage.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define USAGE "isopod-image ls | isopod-image build [FLAVOR] | isopod-image rm SHA256"
+
+static void usage(const char *msg)
+{
+	fprintf(stderr, "%s: fatal: %s\nusage: %s\n", progname, msg, USAGE);
+	exit(EX_USAGE);
+}
+
+/* The names in dir that start with prefix and end with suffix, sorted
+ * (as the shell's glob was); dot files never.  New reference. */
+static json_t *names(const char *dir, const char *prefix, const char *suffix)
+{
+	struct dirent **ents;
+	json_t *a = json_array();
+	size_t pl = strlen(prefix), sl = strlen(suffix);
+	int n, i;
+
+	if (!a)
+		die(EX_SYS, "out of memory");
+	n = scandir(dir, &ents, NULL, alphasort);
+	if (n < 0 && errno != ENOENT)
+		die(EX_SYS, "unable to read %s:", dir);
+	for (i = 0; i < n; i++) {
+		const char *s = ents[i]->d_name;
+		size_t l = strlen(s);
+
+		if (s[0] != '.' && l > pl + sl && !strncmp(s, prefix, pl) && !strcmp(s + l - sl, suffix))
+			json_array_append_new(a, json_string(s));
+		free(ents[i]);
+	}
+	if (n > 0)
+		free(ents);
+	return a;
+}
+
+/* Is the first line of the pointer file `name` under the store's dir sub
+ * exactly sha? */
+static int is_current(const char *sub, const char *name, const char *sha)
+{
+	char p[PATH_MAX], line[128];
+
+	return pathn(p, sizeof p, "%s/%s/%s", store_home(), sub, name) == 0 &&
+	       read_pointer(p, line, sizeof line) == 0 && !strcmp(line, sha);
+}
+
+/* {kind, sha256} + the sidecar's members + more: jq's `+`, which keeps a
+ * member's place and takes the later value. */
+static json_t *record(const char *kind, const char *sha, json_t *meta)
+{
+	json_t *o = json_pack("{s:s, s:s}", "kind", kind, "sha256", sha);
+
+	if (!o || (meta && json_object_update(o, meta) < 0))
+		die(EX_SYS, "out of memory");
+	return o;
+}
+
+static void ls_kernels(void)
+{
+	char dir[PATH_MAX], k[PATH_MAX], p[PATH_MAX];
+	json_t *all, *v;
+	size_t i;
+
+	pathf(dir, sizeof dir, "%s/kernels", store_home());
+	all = names(dir, "", "");
+	json_array_foreach(all, i, v) {
+		const char *sha = json_string_value(v);
+		json_t *meta = NULL, *o;
+		struct stat st;
+
+		pathf(k, sizeof k, "%s/%s", dir, sha);
+		if (stat(k, &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		pathf(p, sizeof p, "%s/meta.json", k);
+		if (access(p, F_OK) == 0 && !(meta = json_load_path(p))) {
+			warn("skipping unreadable %s", p);
+			continue;
+		}
+		o = record("kernel", sha, meta);
+		json_decref(meta);
+		json_object_set_new(o, "path", json_string(k));
+		json_object_set_new(o, "current", json_boolean(is_current("kernels", "current", sha)));
+		json_emit(o);
+		json_decref(o);
+	}
+	json_decref(all);
+}
+
+/* The ls line of base `sha` (its sidecar j), or NULL when the sidecar is
+ * unreadable (warned). */
+static json_t *base_line(const char *sha, const char *j)
+{
+	char img[PATH_MAX], cur[128];
+	json_t *meta = json_load_path(j), *o, *pins;
+	const char *flavor;
+
+	if (!meta) {
+		warn("skipping unreadable %s", j);
+		return NULL;
+	}
+	flavor = json_string_value(json_object_get(meta, "flavor"));
+	if (!flavor)
+		flavor = "base";
+	pathf(img, sizeof img, "%s/images/base-%s.img", store_home(), sha);
+	o = record("base", sha, meta);
+	/* a flavor is part of a file name: never one with a '/' */
+	json_object_set_new(o, "path", json_string(img));
+	json_object_set_new(o, "current",
+			    json_boolean(!strchr(flavor, '/') &&
+					 snprintf(cur, sizeof cur, "current-%s", flavor) < (int)sizeof cur &&
+					 is_current("images", cur, sha)));
+	if (!(pins = stages_on_base(sha)))
+		die(EX_SYS, "out of memory");
+	json_object_set_new(o, "stages", pins);
+	json_decref(meta);
+	return o;
+}
+
+/* Every base, or (flavor given) only the current one of that flavor. */
+static void ls_bases(const char *flavor)
+{
+	char dir[PATH_MAX], j[PATH_MAX], sha[PATH_MAX];
+	json_t *all, *v;
+	size_t i;
+
+	pathf(dir, sizeof dir, "%s/images", store_home());
+	all = names(dir, "base-", ".json");
+	json_array_foreach(all, i, v) {
+		const char *f = json_string_value(v), *fl;
+		json_t *o;
+
+		snprintf(sha, sizeof sha, "%.*s", (int)(strlen(f) - 5 - 5), f + 5);
+		pathf(j, sizeof j, "%s/%s", dir, f);
+		if (!(o = base_line(sha, j)))
+			continue;
+		fl = json_string_value(json_object_get(o, "flavor"));
+		if (!flavor || (json_is_true(json_object_get(o, "current")) && fl && !strcmp(fl, flavor)))
+			json_emit(o);
+		json_decref(o);
+	}
+	json_decref(all);
+}
+
+/* The images/ scripts: $ISOPOD_IMAGES, else beside the tools (a source
+ * tree: bin/../images) or installed (bin/../lib/isopod/images). */
+static void images_dir(char *out, size_t sz)
+{
+	const char *env = getenv("ISOPOD_IMAGES");
+	char tools[PATH_MAX], p[PATH_MAX], *slash;
+	const char *cand[3];
+	int i;
+
+	proc_sibling(tools, sizeof tools, "isopod-image", "ISOPOD_LIBEXEC");
+	/* proc_sibling gives $ISOPOD_LIBEXEC as is, else <our dir>/isopod-image */
+	if (!getenv("ISOPOD_LIBEXEC") || !*getenv("ISOPOD_LIBEXEC")) {
+		if ((slash = strrchr(tools, '/')))
+			*slash = 0;
+	}
+	cand[0] = env && *env ? env : NULL;
+	cand[1] = "../images";
+	cand[2] = "../lib/isopod/images";
+	for (i = 0; i < 3; i++) {
+		if (!cand[i])
+			continue;
+		if (i == 0)
+			pathf(out, sz, "%s", cand[0]);
+		else
+			pathf(out, sz, "%s/%s", tools, cand[i]);
+		if (pathn(p, sizeof p, "%s/build-base", out) == 0 && access(p, R_OK) == 0)
+			return;
+	}
+	die(EX_SYS, "the image build scripts are not found; set ISOPOD_IMAGES");
+}
+
+static int cmd_build(int argc, char **argv)
+{
+	const char *flavor = argc > 0 ? argv[0] : "base";
+	char dir[PATH_MAX], script[PATH_MAX];
+	int r;
+
+	if (argc > 1)
+		usage("image build takes one flavor");
+	if (strcmp(flavor, "base") && strcmp(flavor, "debian"))
+		die(EX_USAGE, "unknown flavor '%s'; known: base, debian", EXC(flavor));
+	images_dir(dir, sizeof dir);
+	/* The scripts talk on stdout; ours is for the JSON line. */
+	pathf(script, sizeof script, "%s/build-base", dir);
+	{
+		char *av[] = { "sh", script, (char *)flavor, NULL };
+
+		if ((r = proc_run(av, 2, 2)) != 0)
+			die(EX_SYS, "building the %s image failed%s", flavor,
+			    r < 0 ? " (sh could not be started)" : "");
+	}
+	pathf(script, sizeof script, "%s/register", dir);
+	{
+		char *av[] = { "sh", script, (char *)store_home(), NULL };
+
+		if ((r = proc_run(av, 2, 2)) != 0)
+			die(EX_SYS, "registering the images in %s failed", store_home());
+	}
+	ls_bases(flavor);
+	return 0;
+}
+
+/* The running VMs whose record names base sha: a space-separated list in
+ * out ("" when none). */
+static void vms_on_base(const char *sha, char *out, size_t sz)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	json_t *all, *v;
+	size_t i, used = 0;
+
+	out[0] = 0;
+	pathf(dir, sizeof dir, "%s/vms", store_home());
+	all = names(dir, "vm-", "");
+	json_array_foreach(all, i, v) {
+		const char *id = json_string_value(v);
+		json_t *m;
+		const char *b;
+
+		if (!id_vm_ok(id) || !vm_running(id))
+			continue;
+		pathf(p, sizeof p, "%s/%s/meta.json", dir, id);
+		if (!(m = json_load_path(p)))
+			continue;
+		b = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
+		if (b && !strcmp(b, sha) && used + strlen(id) + 2 < sz)
+			used += (size_t)snprintf(out + used, sz - used, "%s%s", used ? " " : "", id);
+		json_decref(m);
+	}
+	json_decref(all);
+}
+
+static int cmd_rm(int argc, char **argv)
+{
+	char img[PATH_MAX], j[PATH_MAX], cur[PATH_MAX], p[PATH_MAX], line[128], running[1024];
+	const char *sha, *flavor;
+	json_t *pins, *meta;
+	int lk;
+
+	if (argc != 1)
+		usage("image rm takes one sha256");
+	sha = argv[0];
+	if (!hex64_ok(sha))
+		die(EX_USAGE, "image rm: '%s' is not a sha256", EXC(sha));
+	pathf(img, sizeof img, "%s/images/base-%s.img", store_home(), sha);
+	pathf(j, sizeof j, "%s/images/base-%s.json", store_home(), sha);
+	/* Before the lock too, which creates locks/: an unknown sha leaves an
+	 * absent store absent. */
+	if (access(img, F_OK) < 0)
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "no such base image: %s", sha);
+	/* Read, decide and delete under the lock a commit publishes under. */
+	lk = store_lock();
+	if (access(img, F_OK) < 0)
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "no such base image: %s", sha);
+	if (!(pins = stages_on_base(sha)))
+		die(EX_SYS, "out of memory");
+	if (json_array_size(pins)) {
+		char list[1024] = "";
+		size_t i, used = 0;
+		json_t *v;
+
+		json_array_foreach(pins, i, v)
+			if (used + strlen(json_string_value(v)) + 2 < sizeof list)
+				used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+							 used ? " " : "", json_string_value(v));
+		die(EX_CONFLICT, "base %s is pinned by stages %s; remove them first", sha, list);
+	}
+	json_decref(pins);
+	vms_on_base(sha, running, sizeof running);
+	if (running[0])
+		die(EX_CONFLICT, "base %s is in use by running VMs %s; stop them first", sha, running);
+	meta = json_load_path(j);
+	flavor = json_string_value(json_object_get(meta, "flavor"));
+	if (!flavor)
+		flavor = "base";
+	if (!strchr(flavor, '/') && pathn(cur, sizeof cur, "%s/images/current-%s", store_home(),
+					  flavor) == 0 &&
+	    read_pointer(cur, line, sizeof line) == 0 && !strcmp(line, sha) && unlink(cur) < 0)
+		die(EX_SYS, "unable to remove %s:", cur);
+	json_decref(meta);
+	if ((unlink(j) < 0 && errno != ENOENT) || unlink(img) < 0)
+		die(EX_SYS, "unable to remove base %s:", sha);
+	pathf(p, sizeof p, "%s/images", store_home());
+	{
+		int dfd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (dfd >= 0) {
+			fsync(dfd);
+			close(dfd);
+		}
+	}
+	close(lk);
+	json_emit(json_pack("{s:[s]}", "removed", sha));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	progname = "isopod-image";
+	if (argc < 2)
+		usage("image needs a subcommand");
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		printf("usage: %s\n", USAGE);
+		return 0;
+	}
+	if (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list")) {
+		if (argc > 2)
+			usage("image ls takes no arguments");
+		ls_kernels();
+		ls_bases(NULL);
+		return 0;
+	}
+	if (!strcmp(argv[1], "build"))
+		return cmd_build(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "rm") || !strcmp(argv[1], "remove"))
+		return cmd_rm(argc - 2, argv + 2);
+	{
+		char msg[EXCERPT_SZ + 64];
+
+		snprintf(msg, sizeof msg, "unknown image subcommand '%s'", EXC(argv[1]));
+		usage(msg);
+	}
+	return EX_USAGE;
+}
