@@ -120,6 +120,30 @@ vm_locked() {
 	[ "$rc" -eq 75 ]
 }
 
+# jq 1.6 exits 0 under -e when it read no value at all (an empty input:
+# jq 1.7 says 4, as documented), so a check on a command that printed
+# nothing would pass.  Under -e here, no output value is exit 4.
+jq() {
+	local a e=0 rc=0 tmp
+	for a in "$@"; do
+		case $a in
+		--exit-status) e=1 ;;
+		--*) ;;
+		-*e*) e=1 ;;
+		esac
+	done
+	[ "$e" -eq 1 ] || { command jq "$@"; return; }
+	tmp=$(mktemp "${BATS_TEST_TMPDIR:-/tmp}/jq.XXXXXX")
+	command jq "$@" >"$tmp" || rc=$?
+	if [ "$rc" -eq 0 ] && [ ! -s "$tmp" ]; then
+		echo "jq -e: no value in its input" >&2
+		rc=4
+	fi
+	cat "$tmp"
+	rm -f "$tmp"
+	return "$rc"
+}
+
 # json_is FILTER: assert a jq filter holds on $output (shows both on failure).
 # shellcheck disable=SC2154  # $output is set by bats' run
 json_is() {
