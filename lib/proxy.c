@@ -109,10 +109,9 @@ static void flow_end(struct flow *f, const char *reason)
 
 static void set_interest(struct broker *b, int fd, struct bk_ep *e, uint32_t *cur, uint32_t want)
 {
-	if (fd >= 0 && want != *cur) {
-		bk_ep_mod(b, fd, e, want);
+	/* on failure *cur keeps what epoll has: the broker is stopping anyway */
+	if (fd >= 0 && want != *cur && bk_ep_mod(b, fd, e, want) == 0)
 		*cur = want;
-	}
 }
 
 static void update_interest(struct flow *f)
