@@ -247,6 +247,10 @@ static void start_relay(struct flow *f)
 {
 	static const char est[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 
+	if (f->b->fatal[0]) {
+		refuse(f, 503, "broker stopped", 0, "isopod-broker: the broker is stopping\n");
+		return;
+	}
 	f->g2u.d = malloc(BUF_CAP);
 	f->u2g.d = malloc(BUF_CAP);
 	if (!f->g2u.d || !f->u2g.d) {
@@ -272,6 +276,12 @@ static void try_next(struct flow *f)
 	bk_closefd(&f->u); /* which takes it out of epoll */
 	f->uev = 0;
 	f->addr = 0;
+	/* a flow admitted before the broker had to stop (the round and its
+	 * sweeps stop first; this is the last guard): no new connection */
+	if (f->b->fatal[0]) {
+		refuse(f, 503, "broker stopped", 0, "isopod-broker: the broker is stopping\n");
+		return;
+	}
 	while (f->ai < f->naddrs) {
 		uint32_t a = f->addrs[f->ai++];
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)f->req.port),
