@@ -328,12 +328,14 @@ static void shut_down(struct broker *b)
 	reap(b);
 }
 
-/* One round of events; 1 when a signal asks the broker to stop. */
+/* One round of events; 1 when a signal asks the broker to stop.  Not one
+ * more event once the broker must stop (a line it could not write): what
+ * would follow (a connection, relayed bytes) would go unrecorded. */
 static int round_of(struct broker *b, const struct epoll_event *evs, int n)
 {
 	int stop = 0;
 
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && !b->fatal[0]; i++) {
 		struct bk_ep *e = evs[i].data.ptr;
 		struct signalfd_siginfo si;
 
@@ -376,6 +378,9 @@ static void serve(struct broker *b)
 		if (n < 0 && errno != EINTR)
 			die(EX_SYS, "epoll_wait:");
 		stop = round_of(b, evs, n < 0 ? 0 : n);
+		/* before the sweeps: a connect timed out would try the next address */
+		if (b->fatal[0])
+			die(EX_SYS, "%s", b->fatal);
 		now = mono_ms();
 		proxy_sweep(b, now);
 		dnsfwd_sweep(b, now);

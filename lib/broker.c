@@ -96,6 +96,10 @@ int bk_bind(struct in_addr addr, int type, unsigned *port, char *msg, size_t msz
 	if (type == SOCK_STREAM && listen(fd, 128) < 0) {
 		e = errno;
 		snprintf(msg, msz, "unable to listen: %s", strerror(e));
+		/* EADDRINUSE (the port is taken: 102) is bind()'s answer alone;
+		 * a listen() that fails is a system failure (111) */
+		if (e == EADDRINUSE)
+			e = EIO;
 		goto fail;
 	}
 	if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)

@@ -74,7 +74,8 @@ void bk_closefd(int *fd);
 
 /* A non-blocking socket of type (SOCK_STREAM: listening) bound to
  * addr:*port (0: any; *port gets the one bound).  The fd, or -1 with errno
- * kept (EADDRINUSE: the port is taken) and the failure in msg. */
+ * kept (EADDRINUSE: the port is taken, bind()'s answer only: listen()'s
+ * becomes EIO) and the failure in msg. */
 int bk_bind(struct in_addr addr, int type, unsigned *port, char *msg, size_t msz);
 
 #endif

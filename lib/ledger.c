@@ -92,13 +92,21 @@ static int failed(struct ledger *l, const char *what, int err)
 	return -1;
 }
 
-/* The whole line in one write(2) on the O_APPEND fd. */
+/* The whole line in one write(2) on the O_APPEND fd.  Nothing after a
+ * failure: a write cut short leaves part of a line, which the next one
+ * would complete into a line that says neither. */
 static int put(struct ledger *l, char *s)
 {
 	size_t n = strlen(s);
-	ssize_t w = write(l->fd, s, n);
-	int e = errno;
+	ssize_t w;
+	int e;
 
+	if (l->failed) {
+		free(s);
+		return -1;
+	}
+	w = write(l->fd, s, n);
+	e = errno;
 	free(s);
 	if (w != (ssize_t)n)
 		return failed(l, "unable to write the ledger", w < 0 ? e : EIO);

@@ -109,10 +109,9 @@ static void flow_end(struct flow *f, const char *reason)
 
 static void set_interest(struct broker *b, int fd, struct bk_ep *e, uint32_t *cur, uint32_t want)
 {
-	if (fd >= 0 && want != *cur) {
-		bk_ep_mod(b, fd, e, want);
+	/* on failure *cur keeps what epoll has: the broker is stopping anyway */
+	if (fd >= 0 && want != *cur && bk_ep_mod(b, fd, e, want) == 0)
 		*cur = want;
-	}
 }
 
 static void update_interest(struct flow *f)
@@ -248,6 +247,10 @@ static void start_relay(struct flow *f)
 {
 	static const char est[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 
+	if (f->b->fatal[0]) {
+		refuse(f, 503, "broker stopped", 0, "isopod-broker: the broker is stopping\n");
+		return;
+	}
 	f->g2u.d = malloc(BUF_CAP);
 	f->u2g.d = malloc(BUF_CAP);
 	if (!f->g2u.d || !f->u2g.d) {
@@ -273,6 +276,12 @@ static void try_next(struct flow *f)
 	bk_closefd(&f->u); /* which takes it out of epoll */
 	f->uev = 0;
 	f->addr = 0;
+	/* a flow admitted before the broker had to stop (the round and its
+	 * sweeps stop first; this is the last guard): no new connection */
+	if (f->b->fatal[0]) {
+		refuse(f, 503, "broker stopped", 0, "isopod-broker: the broker is stopping\n");
+		return;
+	}
 	while (f->ai < f->naddrs) {
 		uint32_t a = f->addrs[f->ai++];
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)f->req.port),

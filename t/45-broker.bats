@@ -611,6 +611,75 @@ print(ok, tail.decode().strip() == "%d %s" % (len(up), hashlib.sha256(up).hexdig
 	[ "$status" -ne 0 ]
 }
 
+# A resolver that holds its answer: ARGV ADDR PORT GOT GO.  Bound, it
+# creates GOT.up; it takes one query, creates GOT, waits (<= 30 s) for GO to exist, then answers it with
+# pkg.test's address 198.51.100.10.
+SLOWDNS='import os, socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], int(sys.argv[2])))
+open(sys.argv[3] + ".up", "w").close()
+s.settimeout(30)
+q, peer = s.recvfrom(512)
+open(sys.argv[3], "w").close()
+end = time.time() + 30
+while not os.path.exists(sys.argv[4]) and time.time() < end:
+    time.sleep(0.05)
+i = 12
+while q[i]:
+    i += 1 + q[i]
+question = q[12:i + 5]
+s.sendto(q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 1, 0, 0) + question + b"\xc0\x0c" +
+         struct.pack(">HHIH", 1, 1, 60, 4) + socket.inet_aton("198.51.100.10"), peer)'
+
+@test "a ledger that fails while a request resolves: the answer that follows in the same round connects nowhere" {
+	local d="$BATS_TEST_TMPDIR" st=0 before i cpid qpid rpid
+	# the broker is stopped (SIGSTOP) while a refused DNS query (whose
+	# line fails on /dev/full) and then the resolver's answer for a
+	# request to pkg.test queue up: one round of events holds both, in that
+	# order.  Nothing after the failure may be served: no connection.
+	ln -s /dev/full "$d/ledger"
+	ip netns exec "$LAB_NAME-host" python3 -c "$SLOWDNS" "$BRK" 5399 "$d/got" "$d/go" \
+		3>&- </dev/null >/dev/null 2>&1 &
+	rpid=$!
+	echo "$rpid" >"$BATS_FILE_TMPDIR/slowdns.pid"
+	for i in $(seq 1 50); do
+		[ -e "$d/got.up" ] && break
+		sleep 0.1
+	done
+	test_broker fullproxy --proxy-port 3134 --dns-port 1060 --allow pkg.test \
+		--allow-range 198.51.100.0/24 --resolver "$BRK:5399"
+	before=$(hits 198.51.100.10)
+	lab exec curl -sS -m 10 -x "http://$BRK:3134" http://pkg.test/ >"$d/curl" 2>&1 3>&- &
+	cpid=$!
+	for i in $(seq 1 50); do
+		[ -e "$d/got" ] && break
+		sleep 0.1
+	done
+	[ -e "$d/got" ]
+	kill -STOP "$pid"
+	dnsq other.test 1 "$BRK" 1060 >"$d/dnsq" 2>&1 3>&- &
+	qpid=$!
+	# (bounded waits, no assertion: the broker must go on whatever happens)
+	for i in $(seq 1 100); do
+		ip netns exec "$LAB_NAME-host" ss -Huln 'sport = :1060' | awk '$2 > 0 { f = 1 } END { exit !f }' && break
+		sleep 0.1
+	done
+	touch "$d/go"
+	for i in $(seq 1 50); do
+		kill -0 "$rpid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -CONT "$pid"
+	wait "$pid" || st=$?
+	wait "$cpid" || :
+	wait "$qpid" || :
+	[ "$st" -eq 111 ]
+	grep -q "isopod-broker: fatal: unable to write the ledger: No space left on device" "$d/err"
+	sleep 0.5 # the lab server logs a connection when it accepts it
+	echo "hits on 198.51.100.10: $before before, $(hits 198.51.100.10) after" >&2
+	[ "$(hits 198.51.100.10)" -eq "$before" ]
+}
+
 @test "a port already bound exits 102; no resolver exits 111 naming --resolver; usage errors exit 100" {
 	run --separate-stderr lab exec "$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" \
 		--ledger "$BATS_TEST_TMPDIR/l" --allow pkg.test

@@ -1,12 +1,14 @@
 /* ledger_test.c - isopod-broker's ledger (lib/ledger.c): the line of each
  * kind of record, the cap (refusals past it counted, not written; flows
  * and the closing line always written), and a ledger that cannot be
- * written (full from then on: fail closed). */
+ * written (full from then on, and nothing more written: fail closed). */
 #include "../../lib/ledger.c" /* self-contained: t/run-unit links frame+util only */
 
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "tap.h"
@@ -127,6 +129,42 @@ static void test_cap(void)
 	close(l.fd);
 }
 
+/* A write cut short (RLIMIT_FSIZE: part of a line on disk), then the
+ * limit lifted: nothing more is appended, else the next line would
+ * complete the part into one line that says neither. */
+static void test_failed_stays(void)
+{
+	char path[64];
+	struct ledger l;
+	struct ledger_rec flow = { .kind = "connect", .name = "pkg.test", .allowed = 1 };
+	struct ledger_rec deny = { .kind = "http", .name = "no.test", .reason = "not in the allowlist" };
+	struct rlimit old, cap;
+	struct stat st;
+	off_t part;
+
+	snprintf(path, sizeof path, "%s/partial", dir);
+	signal(SIGXFSZ, SIG_IGN); /* a short write, not a signal */
+	getrlimit(RLIMIT_FSIZE, &old);
+	cap = (struct rlimit){ .rlim_cur = 40, .rlim_max = old.rlim_max };
+	ok(ledger_open(&l, path, NULL) == 0 && setrlimit(RLIMIT_FSIZE, &cap) == 0,
+	   "a ledger under a 40-byte file size limit");
+	ok(ledger_write(&l, &flow) < 0 && l.failed && stat(path, &st) == 0 && st.st_size == 40,
+	   "a line cut short: failed (%s), %lld bytes of it on disk", l.failed ? l.failed : "-",
+	   (long long)st.st_size);
+	part = st.st_size;
+	setrlimit(RLIMIT_FSIZE, &old);
+	signal(SIGXFSZ, SIG_DFL);
+	ok(ledger_write(&l, &flow) < 0 && ledger_write(&l, &deny) != 0 &&
+	   ledger_policy_lost(&l, 1054, "gone") < 0, "the limit lifted: every write still fails");
+	l.suppressed = 1; /* so ledger_finish has its closing line to write */
+	ok(ledger_finish(&l) < 0, "and the closing line");
+	ok(stat(path, &st) == 0 && st.st_size == part,
+	   "nothing appended after the failure: %lld bytes (%lld)", (long long)st.st_size,
+	   (long long)part);
+	close(l.fd);
+	unlink(path);
+}
+
 static void test_failed(void)
 {
 	struct ledger l;
@@ -138,6 +176,7 @@ static void test_failed(void)
 	   "a write that fails: %s (%s)", l.failed ? l.failed : "-", strerror(l.err));
 	ok(ledger_full(&l), "then it counts as full: fail closed");
 	close(l.fd);
+	test_failed_stays();
 	ok(ledger_open(&l, "/nonexistent/dir/ledger", NULL) < 0 && errno == ENOENT,
 	   "an unopenable ledger: -1 with errno");
 }
