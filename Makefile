@@ -14,7 +14,11 @@ WARN = -Wall -Wextra -Werror=format=2 -Werror=missing-prototypes -Werror=shadow 
 CFLAGS = -O2 -g
 ALL_CFLAGS = $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Ilib
 LDLIBS_HOST = -ljansson -lsodium
-LDLIBS_NET = -lnftnl -lmnl
+LDLIBS_NET = -lnftnl -lmnl -lbpf
+# The taps' tc program (eBPF), built into netsetup's lib/tcfilter.o.
+BPFCC = clang
+BPF_CFLAGS = -O2 -g -target bpf -Wall -Werror -I/usr/include/$$(gcc -print-multiarch)
+NETLIB = lib/tcfilter.o lib/tapfilter_obj.o
 
 TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/isopod-gc \
 	bin/isopod-fork bin/isopod-commit bin/isopod-stage bin/isopod-netsetup bin/isopod-warm \
@@ -33,8 +37,19 @@ bin/isopod-%: bin/isopod-%.c $(HOSTLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(HOSTLIB) $(LDLIBS_HOST)
 
 # The only tool that talks netfilter: its own link flags.
-bin/isopod-netsetup: bin/isopod-netsetup.c $(HOSTLIB) $(LIBHDR)
-	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(HOSTLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
+bin/isopod-netsetup: bin/isopod-netsetup.c $(HOSTLIB) $(LIBHDR) $(NETLIB) lib/tcfilter.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
+
+# Debug info stripped, BTF kept (the kernel needs it for the program's .rodata).
+lib/tapfilter.bpf.o: lib/tapfilter.bpf.c
+	$(BPFCC) $(BPF_CFLAGS) -c -o $@ lib/tapfilter.bpf.c
+	llvm-strip -g $@
+
+lib/tapfilter_obj.o: lib/tapfilter_obj.S lib/tapfilter.bpf.o
+	$(CC) -c -o $@ lib/tapfilter_obj.S
+
+lib/tcfilter.o: lib/tcfilter.c lib/tcfilter.h
+	$(CC) $(ALL_CFLAGS) -c -o $@ lib/tcfilter.c
 
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
 agent/isopod-agent: agent/agent.c lib/frame.c lib/frame.h
@@ -67,7 +82,7 @@ asan: $(TOOLS)
 	mkdir -p build/asan/bin
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
-			$$t.c $(HOSTLIB:.o=.c) $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			$$t.c $(HOSTLIB:.o=.c) lib/tcfilter.c lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
 	done
 
 check: all asan

@@ -35,6 +35,11 @@ fakevm.py tcpraw SRC DST DPORT FLAGS
     Send one raw TCP segment (FLAGS, e.g. 0x03 for SYN|FIN, which
     conntrack calls invalid) from SRC to DST:DPORT.
 
+fakevm.py vxlan DST VNI DMAC ISRC IDST IDPORT
+    Send one VXLAN datagram (UDP 4789) to DST carrying an Ethernet frame
+    to DMAC with a UDP datagram ISRC -> IDST:IDPORT inside: a guest
+    building a packet for a host tunnel to decapsulate and route on.
+
 fakevm.py sniff IFACE SECONDS
     Print "SRC DST PROTO" for every IPv4 packet seen on IFACE.
 
@@ -165,6 +170,17 @@ def tcpraw(src, dst, dport, flags):
     tcp = tcp[:16] + struct.pack("!H", csum(ph + tcp)) + tcp[18:]
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
     s.sendto(tcp, (dst, 0))
+
+
+def vxlan(dst, vni, dmac, isrc, idst, idport):
+    udp = struct.pack("!HHHH", 40001, int(idport), 8 + 4, 0) + b"vx!\n"
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, socket.IPPROTO_UDP, 0,
+                     socket.inet_aton(isrc), socket.inet_aton(idst))
+    ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+    frame = mac(dmac) + mac("02:00:00:00:00:01") + struct.pack("!H", 0x0800) + ip + udp
+    hdr = struct.pack("!II", 0x08000000, int(vni) << 8)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(hdr + frame, (dst, 4789))
 
 
 def sniff(iface, secs):
@@ -372,6 +388,8 @@ def main():
         icmperr(*a[1:])
     elif a[:1] == ["tcpraw"] and len(a) == 5:
         tcpraw(*a[1:])
+    elif a[:1] == ["vxlan"] and len(a) == 7:
+        vxlan(*a[1:])
     elif a[:1] == ["sniff"] and len(a) == 3:
         sniff(*a[1:])
     elif a[:1] == ["udpprobe"] and len(a) >= 5:
