@@ -41,7 +41,8 @@ fakevm.py vxlan DST VNI DMAC ISRC IDST IDPORT
     building a packet for a host tunnel to decapsulate and route on.
 
 fakevm.py sniff IFACE SECONDS
-    Print "SRC DST PROTO" for every IPv4 packet seen on IFACE.
+    Print "SRC DST PROTO" for every IPv4 packet IFACE receives, as it
+    arrives (before its tc ingress filter).
 
 fakevm.py udpprobe SRC SPORT DST DPORT CMD...
     A connected UDP socket SRC:SPORT -> DST:DPORT: one datagram, then
@@ -184,14 +185,19 @@ def vxlan(dst, vni, dmac, isrc, idst, idport):
 
 
 def sniff(iface, secs):
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+    # Every protocol, so frames come before the interface's tc ingress
+    # hook (a socket bound to IPv4 alone sees them after it, and then
+    # not those the tap's tc filter drops); IPv4 frames received only.
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
     s.bind((iface, 0))
     s.settimeout(0.2)
     end = time.monotonic() + float(secs)
     while time.monotonic() < end:
         try:
-            f = s.recv(2048)
+            f, a = s.recvfrom(2048)
         except socket.timeout:
+            continue
+        if a[2] == socket.PACKET_OUTGOING or f[12:14] != b"\x08\x00" or len(f) < 34:
             continue
         print(socket.inet_ntoa(f[26:30]), socket.inet_ntoa(f[30:34]), f[23], flush=True)
 
