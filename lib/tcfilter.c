@@ -218,3 +218,19 @@ int tcfilter_read(int ifindex, struct tcfilter_state *st, char *msg, size_t len)
 		prog_name(st->prog_id, st->name);
 	return 0;
 }
+
+int tcfilter_install(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], char *msg, size_t len)
+{
+	struct tcfilter_state st;
+	int r;
+
+	if ((r = tcfilter_attach(ifindex, cfg, tag, msg, len)) < 0 ||
+	    (r = tcfilter_read(ifindex, &st, msg, len)) < 0)
+		return r;
+	if (st.filters == 1 && st.ours && st.direct_action && !strcmp(st.name, TCFILTER_PROG) &&
+	    !memcmp(st.tag, tag, sizeof st.tag))
+		return 1;
+	snprintf(msg, len, "ingress: %u filters, ours %s, da %d, program %s", st.filters,
+		 st.ours ? "found" : "missing", st.direct_action, *st.name ? st.name : "?");
+	return 0;
+}

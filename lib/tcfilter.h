@@ -46,4 +46,9 @@ int tcfilter_attach(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], char 
 /* Read the tap's ingress filters back into st. */
 int tcfilter_read(int ifindex, struct tcfilter_state *st, char *msg, size_t len);
 
+/* Both, and judge: 1 when the tap's ingress holds ours alone, in
+ * direct-action mode, with our program's name and the tag just loaded
+ * (tag); 0 when not (msg says what is there); -errno on failure. */
+int tcfilter_install(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], char *msg, size_t len);
+
 #endif
