@@ -14,7 +14,11 @@ WARN = -Wall -Wextra -Werror=format=2 -Werror=missing-prototypes -Werror=shadow 
 CFLAGS = -O2 -g
 ALL_CFLAGS = $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Ilib
 LDLIBS_HOST = -ljansson -lsodium
-LDLIBS_NET = -lnftnl -lmnl
+LDLIBS_NET = -lnftnl -lmnl -lbpf
+# The taps' tc program (eBPF), built into netsetup's lib/tcfilter.o.
+BPFCC = clang
+BPF_CFLAGS = -O2 -g -target bpf -Wall -Werror -I/usr/include/$$(gcc -print-multiarch)
+TCLIB = lib/tcfilter.o lib/tapfilter_obj.o
 
 TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/isopod-gc \
 	bin/isopod-fork bin/isopod-commit bin/isopod-stage bin/isopod-netsetup bin/isopod-warm \
@@ -44,8 +48,19 @@ bin/isopod-broker: bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LIBHDR) $(BROKE
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LDLIBS_HOST)
 
 # The only tool that talks netfilter: its own link flags.
-bin/isopod-netsetup: bin/isopod-netsetup.c $(HOSTLIB) $(LIBHDR)
-	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(HOSTLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
+bin/isopod-netsetup: bin/isopod-netsetup.c $(HOSTLIB) $(LIBHDR) $(TCLIB) lib/tcfilter.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(HOSTLIB) $(TCLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
+
+# Debug info stripped, BTF kept (the kernel needs it for the program's .rodata).
+lib/tapfilter.bpf.o: lib/tapfilter.bpf.c
+	$(BPFCC) $(BPF_CFLAGS) -c -o $@ lib/tapfilter.bpf.c
+	llvm-strip -g $@
+
+lib/tapfilter_obj.o: lib/tapfilter_obj.S lib/tapfilter.bpf.o
+	$(CC) -c -o $@ lib/tapfilter_obj.S
+
+lib/tcfilter.o: lib/tcfilter.c lib/tcfilter.h
+	$(CC) $(ALL_CFLAGS) -c -o $@ lib/tcfilter.c
 
 # Reads isopod's tables back (lib/ruleset.c) for an attestation's subject.
 bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(LIBHDR)
@@ -82,7 +97,7 @@ asan: $(TOOLS)
 	mkdir -p build/asan/bin
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
-			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) lib/tcfilter.c lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
 	done
 
 check: all asan

@@ -19,6 +19,7 @@
 
 #include "net.h"
 #include "ranges.h"
+#include "tcfilter.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -1513,6 +1514,40 @@ static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
 	return gone;
 }
 
+/* ---- the taps' tc filter -------------------------------------------------- */
+
+/* The tc ingress filter of every slot's tap (lib/tcfilter.c; man
+ * isopod-netsetup, FAIL CLOSED), then read back: *good counts the taps
+ * whose ingress holds ours alone, in direct-action mode, with our
+ * program's name and tag.  The report's "tc_filter". */
+static json_t *tc_filters(unsigned *good)
+{
+	char name[IFNAMSIZ], msg[256], hex[17];
+	uint8_t tag[8] = { 0 };
+	unsigned k;
+
+	for (*good = 0, k = 0; k < total; k++) {
+		struct tapcfg cfg = {
+			.gw = htonl(base + 4 * k + 1), .bcast = htonl(base + 4 * k + 3), .open = k >= nslots,
+			.port_dns = htons(PORT_DNS), .port_bdns = htons(PORT_BROKER_DNS),
+			.port_http = k < nslots ? htons(PORT_BROKER_HTTP) : 0,
+		};
+		int idx, r;
+
+		tap_name(k, name);
+		if (!(idx = (int)if_nametoindex(name)) || (r = tcfilter_install(idx, &cfg, tag, msg, sizeof msg)) < 0)
+			die(EX_SYS, "%s: %s", name, idx ? msg : "gone");
+		if (r)
+			++*good;
+		else
+			warn("verify: %s %s", name, msg);
+	}
+	for (k = 0; k < 8; k++)
+		snprintf(hex + 2 * k, 3, "%02x", tag[k]);
+	return json_pack("{s:s, s:s, s:i, s:b}", "program", TCFILTER_PROG, "tag", hex, "taps", (int)*good,
+			 "direct_action", 1);
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 static void remove_all(void)
@@ -1605,12 +1640,12 @@ int main(int argc, char **argv)
 	};
 	struct mnl_socket *nl;
 	struct in_addr a;
-	json_t *taps, *out;
+	json_t *taps, *out, *tc;
 	char name[IFNAMSIZ], gw[INET_ADDRSTRLEN], guest[INET_ADDRSTRLEN], macs[18], alias[32];
 	char was[16], msg[512];
 	const char *e;
 	long long v;
-	unsigned k, created = 0, rules_v4, rules_v6;
+	unsigned k, created = 0, rules_v4, rules_v6, tc_good;
 	int c, remove = 0, verified, rules_ok, has_v6 = 1;
 	char markhex[16];
 	uint8_t mac[6];
@@ -1729,6 +1764,7 @@ int main(int argc, char **argv)
 		if ((idx = (int)if_nametoindex(name)) && link_del(idx) < 0)
 			warn("unable to delete the extra tap %s (in use?)", name);
 	}
+	tc = tc_filters(&tc_good);
 	/* The routing rules before the table: an open slot is blackholed
 	 * until the table that marks its packets is in. */
 	route_rules(0, &rules_v4, &rules_v6, &has_v6);
@@ -1764,7 +1800,7 @@ int main(int argc, char **argv)
 		docker_add();
 	batch_end();
 	nft_send(nl);
-	verified = nft_verify(nl) == 0 && rules_ok;
+	verified = nft_verify(nl) == 0 && rules_ok && tc_good == total;
 	mnl_socket_close(nl);
 	mnl_socket_close(rtnl);
 
@@ -1781,10 +1817,11 @@ int main(int argc, char **argv)
 	json_object_set_new(out, "fail_closed", json_pack("{s:i, s:s, s:{s:i, s:i}, s:i}",
 		"rule_priority", RULE_PREF, "fwmark", markhex, "route_rules", "ipv4", (int)rules_v4,
 		"ipv6", (int)rules_v6, "canary_port", PORT_CANARY));
+	json_object_set_new(json_object_get(out, "fail_closed"), "tc_filter", tc);
 	json_object_set_new(out, "allow_ranges", allow_ranges_json());
 	json_emit(out);
 	json_decref(out);
 	if (!verified)
-		die(EX_SYS, "unable to verify the tables and routing rules after loading them");
+		die(EX_SYS, "unable to verify the tables, routing rules and tc filters after loading them");
 	return 0;
 }

@@ -74,6 +74,7 @@ vrun() {
 # A test that made Docker's table in the lab host netns takes it out
 # again, even when it failed.
 teardown() {
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip link del labvx0 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table inet othertool 2>/dev/null || :
 }
@@ -213,6 +214,8 @@ docker_nft() {
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 0 --open-slots 3
 	[ "$status" -eq 0 ]
 	json_is '.verified == true and .taps_created == 3 and .owner == null and .slots == 0 and .open_slots == 3'
+	json_is '.fail_closed.tc_filter.taps == 3'
+	ip netns exec "$ns" tc filter show dev isopod-tap2 ingress | grep -q 'direct-action.*name isopod_tap'
 	run ip netns exec "$ns" nft list tables
 	[ "$output" = $'table inet isopod\ntable arp isopod' ]
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
@@ -244,8 +247,9 @@ docker_nft() {
 	echo "$stderr"
 	[ "$status" -eq 111 ]
 	[[ "$stderr" == *"unable to delete isopod-tap0"* ]]
-	# taps 1 and 2 are live: their blackhole rules must be too
+	# taps 1 and 2 are live: their blackhole rules and tc filters must be too
 	ip -n "$ns" link show isopod-tap1 >/dev/null
+	ip netns exec "$ns" tc filter show dev isopod-tap2 ingress | grep -q 'name isopod_tap' || { ip netns del "$ns"; false; }
 	run ip -n "$ns" -4 rule show pref 10
 	ip netns del "$ns"
 	echo "$output"
@@ -355,23 +359,36 @@ docker_nft() {
 	[[ "$poisoned_mac" == *"lladdr 02:69:73:00:00:05 "* ]]
 }
 
-@test "ipv6: dropped from a tap (ND included), even to a host address on it" {
-	local before v6 v6_without
+@test "ipv6: dropped from a tap (ND included), even to a host address on it, by the table and by the tc filter each" {
+	local before v6 v6_table v6_tc v6_without
 	# Give the host an IPv6 address on the tap (netsetup turns IPv6 off
 	# there; the table must drop it even when it is on).
 	lab exec sysctl -qw net.ipv6.conf.isopod-tap18.disable_ipv6=0
 	lab exec ip -6 addr add fd69::1/64 dev isopod-tap18 nodad
 	lab gexec 18 ip -6 addr add fd69::2/64 dev eth0 nodad
-	before=$(drops inet vm_pre)
 	run lab gexec 18 busybox ping6 -c1 -W1 fd69::1
 	v6=$status
+	# the table alone (the tc filter taken off the tap) drops it, counted
+	lab exec tc filter del dev isopod-tap18 ingress
+	before=$(drops inet vm_pre)
+	run lab gexec 18 busybox ping6 -c1 -W1 fd69::1
+	v6_table=$status
 	[ "$(drops inet vm_pre)" -gt "$before" ]
-	# control: the same ping without the table gets through
+	# the tc filter alone (the table deleted) drops it too
+	netsetup >/dev/null
+	lab exec sysctl -qw net.ipv6.conf.isopod-tap18.disable_ipv6=0
+	lab exec ip -6 addr replace fd69::1/64 dev isopod-tap18 nodad
 	lab exec nft delete table inet isopod
+	run lab gexec 18 busybox ping6 -c1 -W1 fd69::1
+	v6_tc=$status
+	# control: the same ping without either gets through
+	lab exec tc filter del dev isopod-tap18 ingress
 	run lab gexec 18 busybox ping6 -c1 -W2 fd69::1
 	v6_without=$status
 	lab gexec 18 ip -6 addr del fd69::2/64 dev eth0
 	netsetup >/dev/null
+	echo "v6=$v6 v6_table=$v6_table v6_tc=$v6_tc v6_without=$v6_without"
+	[ "$v6_table" -ne 0 ] && [ "$v6_tc" -ne 0 ]
 	[ "$v6" -ne 0 ] && [ "$v6_without" -eq 0 ]
 	run lab exec cat /proc/sys/net/ipv6/conf/isopod-tap18/disable_ipv6
 	[ "$output" = 1 ]
@@ -673,7 +690,7 @@ restore() {
 
 @test "fail closed: one routing rule per tap and family blackholes what the table did not mark; reruns keep them" {
 	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
-	json_is '.fail_closed == {rule_priority: 10, fwmark: "0x10000000", route_rules: {ipv4: 20, ipv6: 20}, canary_port: 1054}'
+	json_is '(.fail_closed | del(.tc_filter)) == {rule_priority: 10, fwmark: "0x10000000", route_rules: {ipv4: 20, ipv6: 20}, canary_port: 1054}'
 	run lab exec ip -4 rule show pref 10
 	[ "$(grep -c '^10:	from all fwmark 0/0x10000000 iif isopod-tap[0-9]* blackhole$' <<<"$output")" -eq 20 ]
 	[[ "$output" == *"iif isopod-tap0 blackhole"* && "$output" == *"iif isopod-tap19 blackhole"* ]]
@@ -714,6 +731,106 @@ restore() {
 	[ "$(lab exec cat /proc/sys/net/ipv4/conf/isopod-tap0/forwarding)" = 0 ]
 	assert_open 18 198.51.100.10
 	assert_blocked 18 169.254.169.254
+}
+
+# vxlan_hits K ADDR: stand-in guest K sends one VXLAN datagram to the host's
+# ADDR, an inner UDP datagram to 10.99.0.5:7 for the lab host's vxlan device
+# (labvx0, VNI 42, bound on 0.0.0.0:4789); prints how many hits 10.99.0.5's
+# listener logged from it within 2 s (the lab's ground truth).
+vxlan_hits() {
+	local n0 n i
+	n0=$(_probe_count "udp 10.99.0.5 192.0.2.2")
+	lab gexec "$1" python3 "$BATS_TEST_DIRNAME/lab/fakevm.py" vxlan "$2" 42 02:00:00:00:00:42 \
+		192.0.2.2 10.99.0.5 7
+	for i in {1..20}; do
+		n=$(_probe_count "udp 10.99.0.5 192.0.2.2")
+		[ "$n" -gt "$n0" ] && break
+		sleep 0.1
+	done
+	echo $((n - n0))
+}
+
+# A tunnel of the host, as a host might have one: vxlan on all addresses,
+# an address of its own, forwarding on.
+labvx_up() {
+	lab exec ip link add labvx0 address 02:00:00:00:00:42 type vxlan id 42 dstport 4789
+	lab exec ip addr add 192.0.2.1/24 dev labvx0
+	lab exec ip link set labvx0 up
+}
+
+@test "fail closed: a tc filter on every tap (direct-action, our program) reported in verified; reruns replace it, never stack; a foreign one fails verify" {
+	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
+	json_is '.verified == true and .fail_closed.tc_filter.program == "isopod_tap" and .fail_closed.tc_filter.taps == 20'
+	json_is '.fail_closed.tc_filter.direct_action == true and (.fail_closed.tc_filter.tag | test("^[0-9a-f]{16}$"))'
+	local tag k
+	tag=$(jq -r .fail_closed.tc_filter.tag <<<"$output")
+	for k in 0 1 18 19; do
+		run lab exec tc filter show dev "isopod-tap$k" ingress
+		[ "$(grep -c 'handle' <<<"$output")" -eq 1 ]
+		[[ "$output" == *"pref 1 bpf chain 0 handle 0x1 "*"direct-action"*"name isopod_tap tag $tag"* ]]
+	done
+	# a rerun replaces each in place; a filter taken away is back
+	lab exec tc filter del dev isopod-tap5 ingress
+	[ -z "$(lab exec tc filter show dev isopod-tap5 ingress)" ]
+	run --separate-stderr netsetup
+	json_is '.verified == true and .fail_closed.tc_filter.taps == 20'
+	for k in $(seq 0 19); do
+		[ "$(lab exec tc filter show dev "isopod-tap$k" ingress | grep -c handle)" -eq 1 ]
+	done
+	# another filter on a tap (here a second copy of the program) is not ours
+	# alone: verify fails, 111
+	lab exec tc filter add dev isopod-tap3 ingress pref 2 bpf da obj "$ISOPOD_SRC/lib/tapfilter.bpf.o" sec tc
+	run --separate-stderr netsetup
+	lab exec tc filter del dev isopod-tap3 ingress pref 2
+	echo "$stderr"
+	[ "$status" -eq 111 ]
+	json_is '.verified == false and .fail_closed.tc_filter.taps == 19'
+	[[ "$stderr" == *"isopod-tap3 ingress: 2 filters"* ]]
+	run --separate-stderr netsetup
+	json_is '.verified == true and .fail_closed.tc_filter.taps == 20'
+}
+
+@test "fail closed: with the table flushed, deleted or replaced, no guest reaches a host address beyond its gateway, nor a host tunnel (vxlan) that would route it on" {
+	local m
+	labvx_up
+	for m in flush delete replace; do
+		assert_open 18 198.51.100.10
+		mutate $m
+		# the host's own non-gateway address: TCP, UDP, ICMP, from an open
+		# and a filtered slot
+		assert_blocked 18 203.0.113.1
+		assert_blocked 0 203.0.113.1
+		# a vxlan packet to the host's address, or to the gateway
+		[ "$(vxlan_hits 18 203.0.113.1)" -eq 0 ]
+		[ "$(vxlan_hits 18 10.213.0.73)" -eq 0 ]
+		[ "$(vxlan_hits 0 10.213.0.1)" -eq 0 ]
+		# the gateway's ping still answers, and the guest is alive
+		icmp_ok 18 10.213.0.73
+		guest_live 18
+		restore
+	done
+	assert_open 18 198.51.100.10
+}
+
+@test "mutation: without the tc filter, the table flushed lets a guest reach the host's other address and its vxlan tunnel; netsetup restores the block" {
+	labvx_up
+	mutate flush
+	lab exec tc filter del dev isopod-tap18 ingress
+	lab exec tc filter del dev isopod-tap0 ingress
+	run tcp_ok 18 203.0.113.1
+	local tcp18=$status
+	run tcp_ok 0 203.0.113.1
+	local tcp0=$status
+	run assert_blocked 18 203.0.113.1
+	local blocked18=$status
+	local vx
+	vx=$(vxlan_hits 18 203.0.113.1)
+	restore
+	echo "tcp18=$tcp18 tcp0=$tcp0 blocked18=$blocked18 vx=$vx"
+	[ "$tcp18" -eq 0 ] && [ "$tcp0" -eq 0 ] && [ "$blocked18" -ne 0 ] && [ "$vx" -eq 1 ]
+	[ "$(vxlan_hits 18 203.0.113.1)" -eq 0 ]
+	assert_blocked 18 203.0.113.1
+	assert_open 18 198.51.100.10
 }
 
 # canary_broker TAG: a real isopod-broker with its canary, on slot 1's

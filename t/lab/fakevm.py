@@ -35,8 +35,14 @@ fakevm.py tcpraw SRC DST DPORT FLAGS
     Send one raw TCP segment (FLAGS, e.g. 0x03 for SYN|FIN, which
     conntrack calls invalid) from SRC to DST:DPORT.
 
+fakevm.py vxlan DST VNI DMAC ISRC IDST IDPORT
+    Send one VXLAN datagram (UDP 4789) to DST carrying an Ethernet frame
+    to DMAC with a UDP datagram ISRC -> IDST:IDPORT inside: a guest
+    building a packet for a host tunnel to decapsulate and route on.
+
 fakevm.py sniff IFACE SECONDS
-    Print "SRC DST PROTO" for every IPv4 packet seen on IFACE.
+    Print "SRC DST PROTO" for every IPv4 packet IFACE receives, as it
+    arrives (before its tc ingress filter).
 
 fakevm.py udpprobe SRC SPORT DST DPORT CMD...
     A connected UDP socket SRC:SPORT -> DST:DPORT: one datagram, then
@@ -167,15 +173,31 @@ def tcpraw(src, dst, dport, flags):
     s.sendto(tcp, (dst, 0))
 
 
+def vxlan(dst, vni, dmac, isrc, idst, idport):
+    udp = struct.pack("!HHHH", 40001, int(idport), 8 + 4, 0) + b"vx!\n"
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, socket.IPPROTO_UDP, 0,
+                     socket.inet_aton(isrc), socket.inet_aton(idst))
+    ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+    frame = mac(dmac) + mac("02:00:00:00:00:01") + struct.pack("!H", 0x0800) + ip + udp
+    hdr = struct.pack("!II", 0x08000000, int(vni) << 8)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(hdr + frame, (dst, 4789))
+
+
 def sniff(iface, secs):
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+    # Every protocol, so frames come before the interface's tc ingress
+    # hook (a socket bound to IPv4 alone sees them after it, and then
+    # not those the tap's tc filter drops); IPv4 frames received only.
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
     s.bind((iface, 0))
     s.settimeout(0.2)
     end = time.monotonic() + float(secs)
     while time.monotonic() < end:
         try:
-            f = s.recv(2048)
+            f, a = s.recvfrom(2048)
         except socket.timeout:
+            continue
+        if a[2] == socket.PACKET_OUTGOING or f[12:14] != b"\x08\x00" or len(f) < 34:
             continue
         print(socket.inet_ntoa(f[26:30]), socket.inet_ntoa(f[30:34]), f[23], flush=True)
 
@@ -372,6 +394,8 @@ def main():
         icmperr(*a[1:])
     elif a[:1] == ["tcpraw"] and len(a) == 5:
         tcpraw(*a[1:])
+    elif a[:1] == ["vxlan"] and len(a) == 7:
+        vxlan(*a[1:])
     elif a[:1] == ["sniff"] and len(a) == 3:
         sniff(*a[1:])
     elif a[:1] == ["udpprobe"] and len(a) >= 5:

@@ -1,0 +1,54 @@
+/* tcfilter.h - the tc ingress filter of isopod's taps (man isopod-netsetup,
+ * FAIL CLOSED): an eBPF program (lib/tapfilter.bpf.c, built into this
+ * library) attached with cls_bpf in direct-action mode to each tap's
+ * clsact ingress, below netfilter, so flushing or replacing nftables does
+ * not take it away.  Used by isopod-netsetup only (CAP_NET_ADMIN,
+ * CAP_BPF).  Functions return 0 or -errno and write the reason to msg;
+ * they never exit. */
+#ifndef ISOPOD_TCFILTER_H
+#define ISOPOD_TCFILTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TCFILTER_PROG "isopod_tap"  /* the program's name, as the kernel keeps it */
+#define TCFILTER_PRIO 1             /* our filter's priority and handle on ingress */
+#define TCFILTER_HANDLE 1
+
+/* One slot's parameters, frozen into the program's .rodata before load
+ * (addresses and ports in network byte order).  The same layout is the
+ * program's `cfg`. */
+struct tapcfg {
+	uint32_t gw;        /* the slot's gateway address */
+	uint32_t bcast;     /* the slot's /30 broadcast */
+	uint32_t open;      /* 1 open slot, 0 filtered */
+	uint16_t port_dns;  /* 53, which the table redirects to the broker */
+	uint16_t port_bdns; /* the broker's DNS port */
+	uint16_t port_http; /* the broker's HTTP proxy port, 0 for none */
+	uint16_t pad;
+};
+
+/* What the tap's ingress hook holds, read back from the kernel. */
+struct tcfilter_state {
+	unsigned filters;   /* filters on the tap's ingress (ours should be the only one) */
+	int ours;           /* one at TCFILTER_PRIO/HANDLE, kind bpf */
+	int direct_action;  /* its da flag */
+	uint32_t prog_id;
+	uint8_t tag[8];
+	char name[16];      /* the program's name */
+};
+
+/* Load the program for one tap with cfg and attach it to ifindex's clsact
+ * ingress (the qdisc made if missing), replacing ours in place: a rerun
+ * never stacks a second one nor leaves the tap without one. */
+int tcfilter_attach(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], char *msg, size_t len);
+
+/* Read the tap's ingress filters back into st. */
+int tcfilter_read(int ifindex, struct tcfilter_state *st, char *msg, size_t len);
+
+/* Both, and judge: 1 when the tap's ingress holds ours alone, in
+ * direct-action mode, with our program's name and the tag just loaded
+ * (tag); 0 when not (msg says what is there); -errno on failure. */
+int tcfilter_install(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], char *msg, size_t len);
+
+#endif
