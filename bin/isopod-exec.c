@@ -97,7 +97,9 @@ static json_t *copied_in;
 static int64_t t_exec;
 
 /* Emit {"ok":false,...} on stdout and exit: stdout stays JSON even when the
- * infrastructure fails, so a caller can always parse it. */
+ * infrastructure fails, so a caller can always parse it (the failure
+ * contract's one exception: the output so far and the vm are data); the
+ * status descriptor gets its kind too. */
 __attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const char *kind,
 								  const char *fmt, ...)
 {
@@ -109,6 +111,12 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "%s: fatal: %s\n", progname, msg);
+	{
+		char line[sizeof msg + 64];
+
+		snprintf(line, sizeof line, "%s: fatal: %s", progname, msg);
+		status_report(code, kind, line);
+	}
 	/* Guest text reaches msg escaped (frame_error_text); utf8_json all the
 	 * same, so that no byte can make the object NULL and stdout empty. */
 	j = json_pack("{s:b, s:o, s:o, s:{s:s, s:s}}", "ok", 0, "error",
@@ -291,7 +299,7 @@ static void parse_args(int argc, char **argv)
 			break;
 		case 's': o.shell = 1; break;
 		case 'h': fputs(USAGE, stdout); exit(0);
-		default: fputs(USAGE, stderr); exit(EX_USAGE);
+		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}
 	}
 	o.argv = argv + optind;
