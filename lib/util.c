@@ -106,7 +106,8 @@ void status_report(int code, const char *kind, const char *line)
 	*fd = -1;
 }
 
-static void vdie(int code, const char *kind, const char *fmt, va_list ap)
+__attribute__((noreturn)) static void vdie(int code, const char *kind, const char *fmt,
+					   va_list ap)
 {
 	char line[DIAG_MAX + 512];
 
