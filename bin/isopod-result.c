@@ -538,7 +538,7 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 		const char *id = str(json_object_get(boot, "vm"), "id");
 
 		eg = egress(id ? id : "", lost);
-		json_object_set(r, "egress", eg);
+		json_object_set_new(r, "egress", eg);
 	}
 	et = json_object_get(ex, "timings");
 	t = json_is_object(et) ? json_deep_copy(et) : json_object();
