@@ -446,7 +446,7 @@ int main(int argc, char **argv)
 		case 'a': as = optarg; break;
 		case 'R': want_reseal = 1; break;
 		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); return EX_USAGE;
+		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}
 	}
 	if (!strcmp(verb, "-h") || !strcmp(verb, "--help")) {
