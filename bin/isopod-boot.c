@@ -42,7 +42,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-boot [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
-	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold]"
+	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--check]"
 
 #define MIB (1024LL * 1024)
 
@@ -529,6 +529,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		{ "keep", no_argument, NULL, 'k' },
 		{ "accel", required_argument, NULL, 'a' },
 		{ "cold", no_argument, NULL, 'C' },
+		{ "check", no_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -537,7 +538,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 	char why[256];
 	long long avail, memmax;
 	long ncpu;
-	int c;
+	int c, check = 0;
 
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
@@ -548,6 +549,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		case 'o': a_owner = optarg; break;
 		case 'k': cf->keep = 1; break;
 		case 'C': cf->cold = 1; break;
+		case 'K': check = 1; break;
 		case 'a':
 			if (strcmp(optarg, "kvm") && strcmp(optarg, "tcg"))
 				die(EX_USAGE, "--accel %s: want kvm or tcg", EXC(optarg));
@@ -589,6 +591,15 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		    cf->mem_mib, why);
 	if (a_to)
 		range("--timeout-ms", a_to, 1, 86400000, "milliseconds", &cf->timeout_ms);
+	if (check) {
+		/* The front end's refusal before anything is claimed: the disk's
+		 * floor (the base's size) is checked again at boot. */
+		if (bt->a_disk)
+			range("--disk-mib", bt->a_disk, 64, 1048576, "at least the base image's size",
+			      &cf->disk_mib);
+		json_emit(json_pack("{s:b}", "ok", 1));
+		exit(0);
+	}
 	if (a_owner) {
 		range("--owner-pid", a_owner, 1, INT_MAX, "a process id", &cf->owner);
 	} else {

@@ -272,7 +272,7 @@ int main(int argc, char **argv)
 		case 's': sref = optarg; break;
 		case 'l': label = optarg; break;
 		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); return EX_USAGE;
+		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}
 	}
 	if (argc - optind != 1)

@@ -27,7 +27,7 @@
 #define USAGE "usage: isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
 	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
-	"                   -- CMD [ARG]...\n"
+	"                   [--check] -- CMD [ARG]...\n"
 
 #define INBAND_MAX (64u * 1024u)
 /* What all --copy-out of one exec may bring to the host by default: generous
@@ -98,7 +98,9 @@ static json_t *copied_in;
 static int64_t t_exec;
 
 /* Emit {"ok":false,...} on stdout and exit: stdout stays JSON even when the
- * infrastructure fails, so a caller can always parse it. */
+ * infrastructure fails, so a caller can always parse it (the failure
+ * contract's one exception: the output so far and the vm are data); the
+ * status descriptor gets its kind too. */
 __attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const char *kind,
 								  const char *fmt, ...)
 {
@@ -110,6 +112,12 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "%s: fatal: %s\n", progname, msg);
+	{
+		char line[sizeof msg + 64];
+
+		snprintf(line, sizeof line, "%s: fatal: %s", progname, msg);
+		status_report(code, kind, line);
+	}
 	/* Guest text reaches msg escaped (frame_error_text); utf8_json all the
 	 * same, so that no byte can make the object NULL and stdout empty. */
 	j = json_pack("{s:b, s:o, s:o, s:{s:s, s:s}}", "ok", 0, "error",
@@ -229,9 +237,48 @@ static void check_env(const char *kv)
 	const char *eq = strchr(kv, '=');
 
 	if (!eq)
-		die(EX_USAGE, "--env %s: expected NAME=VALUE", EXC(kv));
+		die(EX_USAGE, "--env '%s': expected NAME=VALUE", EXC(kv));
 	if (eq == kv)
-		die(EX_USAGE, "--env %s: the name is empty", EXC(kv));
+		die(EX_USAGE, "--env '%s': empty variable name", EXC(kv));
+}
+
+/* --check: what the command would be given, checked before a VM exists
+ * (isopod run refuses a bad value before anything is claimed or booted):
+ * the stdin file readable, every copy-in source readable, every copy-out
+ * destination's directory there. */
+__attribute__((noreturn)) static void check_only(void)
+{
+	struct stat st;
+	char d[PATH_MAX], *slash;
+	int fd;
+
+	if (o.stdin_file && strcmp(o.stdin_file, "-")) {
+		fd = open(o.stdin_file, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &st) < 0 || S_ISDIR(st.st_mode))
+			die(EX_USAGE, "--stdin-file '%s': not a readable file", EXC(o.stdin_file));
+		close(fd);
+	}
+	for (int i = 0; i < o.nin; i++)
+		if (access(o.in[i].host, R_OK) < 0)
+			die(EX_USAGE, "--copy-in %s: not readable:", EXC(o.in[i].host));
+	for (int i = 0; i < o.nout; i++) {
+		if (stat(o.out[i].host, &st) == 0 && S_ISDIR(st.st_mode))
+			continue;
+		if (pathn(d, sizeof d, "%s", o.out[i].host) < 0)
+			die(EX_USAGE, "--copy-out %s: path too long", EXC(o.out[i].host));
+		slash = strrchr(d, '/');
+		if (!slash)
+			strcpy(d, ".");
+		else if (slash == d)
+			d[1] = 0;
+		else
+			*slash = 0;
+		if (stat(d, &st) < 0 || !S_ISDIR(st.st_mode))
+			die(EX_USAGE, "--copy-out %s: no directory %s on the host", EXC(o.out[i].host),
+			    EXC(d));
+	}
+	json_emit(json_pack("{s:b}", "ok", 1));
+	exit(0);
 }
 
 static void parse_args(int argc, char **argv)
@@ -246,10 +293,11 @@ static void parse_args(int argc, char **argv)
 		{"copy-out", required_argument, 0, 'O'},
 		{"copy-out-max", required_argument, 0, 'M'},
 		{"shell", no_argument, 0, 's'},
+		{"check", no_argument, 0, 'K'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
 	const char *vm = NULL;
-	int ch;
+	int ch, check = 0;
 	long long v;
 	const char *w;
 
@@ -288,8 +336,9 @@ static void parse_args(int argc, char **argv)
 				    1LL << 50);
 			break;
 		case 's': o.shell = 1; break;
+		case 'K': check = 1; break;
 		case 'h': fputs(USAGE, stdout); exit(0);
-		default: fputs(USAGE, stderr); exit(EX_USAGE);
+		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}
 	}
 	o.argv = argv + optind;
@@ -310,6 +359,8 @@ static void parse_args(int argc, char **argv)
 		if (!S_ISREG(st.st_mode))
 			die(EX_USAGE, "--copy-in %s: only regular files can be copied", EXC(o.in[i].host));
 	}
+	if (check)
+		check_only();
 	if (vm) {
 		load_vm(vm);
 	} else {

@@ -39,7 +39,7 @@ int main(int argc, char **argv)
 		switch (ch) {
 		case 's': ref = optarg; break;
 		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); return EX_USAGE;
+		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}
 	}
 	if (!ref || optind != argc)

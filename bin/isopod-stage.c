@@ -153,15 +153,16 @@ static void cmd_rm(const char *ref, int recursive)
 	stage_resolve(ref, id, sizeof id);
 	kids = children_of(all, id);
 	if (json_array_size(kids) && !recursive) {
-		size_t i;
+		size_t i, n = 0;
 		json_t *k;
+		char list[DIAG_MAX / 2] = "";
 
-		fprintf(stderr, "%s: fatal: stage %s has dependents; remove them first or use "
-			"--recursive:", progname, id);
 		json_array_foreach(kids, i, k)
-			fprintf(stderr, " %s", json_string_value(k));
-		fputc('\n', stderr);
-		exit(EX_CONFLICT);
+			if (n < sizeof list)
+				n += (size_t)snprintf(list + n, sizeof list - n, " %s",
+						      json_string_value(k));
+		die(EX_CONFLICT, "stage %s has dependents; remove them first or use --recursive:%s",
+		    id, list);
 	}
 	rm_tree(all, id, removed);
 	close(lk);
@@ -445,7 +446,7 @@ int main(int argc, char **argv)
 		case 'a': as = optarg; break;
 		case 'R': want_reseal = 1; break;
 		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); return EX_USAGE;
+		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}
 	}
 	if (!strcmp(verb, "-h") || !strcmp(verb, "--help")) {

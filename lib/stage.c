@@ -164,17 +164,18 @@ int stage_find(const char *ref, char *id, size_t idsz)
 	if (a.n == 0)
 		return 0;
 	if (a.n > 1) {
-		fprintf(stderr, "%s: fatal: stage reference %s is ambiguous; candidates:", progname,
-			EXC(ref));
-		for (int i = 0; i < a.n && i < 16; i++) {
+		char list[DIAG_MAX / 2] = "";
+		size_t k = 0;
+
+		for (int i = 0; i < a.n && i < 16 && k < sizeof list; i++) {
 			json_t *m = stage_meta(a.cand[i]);
 			const char *l = m ? json_string_value(json_object_get(m, "label")) : NULL;
 
-			fprintf(stderr, " %s%s%s%s", a.cand[i], l ? " (" : "", l ? l : "", l ? ")" : "");
+			k += (size_t)snprintf(list + k, sizeof list - k, " %s%s%s%s", a.cand[i],
+					      l ? " (" : "", l ? l : "", l ? ")" : "");
 			json_decref(m);
 		}
-		fputc('\n', stderr);
-		exit(EX_CONFLICT);
+		die(EX_CONFLICT, "stage reference %s is ambiguous; candidates:%s", EXC(ref), list);
 	}
 	snprintf(id, idsz, "%s", a.cand[0]);
 	return 1;

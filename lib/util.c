@@ -23,21 +23,98 @@
 
 const char *progname = "isopod";
 
-static void vmsg(const char *kind, const char *fmt, va_list ap)
+/* Format "progname: kind: msg[: strerror]" (no newline) into line. */
+static void vline(char *line, size_t sz, const char *kind, const char *fmt, va_list ap)
 {
 	int e = errno;
-	size_t n = strlen(fmt);
+	size_t n = strlen(fmt), k;
 	char msg[DIAG_MAX];
 	int len = vsnprintf(msg, sizeof msg, fmt, ap);
 
 	/* Callers pass input through EXC(); this cut is the net for one
 	 * that does not: no diagnostic echoes a 100 MB argument whole. */
-	fprintf(stderr, "%s: %s: %s", progname, kind, len < 0 ? fmt : msg);
+	snprintf(line, sz, "%s: %s: %s", progname, kind, len < 0 ? fmt : msg);
+	k = strlen(line);
 	if (len >= (int)sizeof msg)
-		fprintf(stderr, "…(%d bytes)", len);
+		snprintf(line + k, sz - k, "…(%d bytes)", len);
+	k = strlen(line);
 	if (n && fmt[n - 1] == ':')
-		fprintf(stderr, " %s", strerror(e));
-	fputc('\n', stderr);
+		snprintf(line + k, sz - k, " %s", strerror(e));
+}
+
+const char *exit_kind(int code)
+{
+	switch (code) {
+	case EX_TIMEOUT: return "timeout";
+	case EX_USAGE: return "usage";
+	case EX_NOTFOUND: return "not_found";
+	case EX_CONFLICT: return "busy";
+	default: return "infra";
+	}
+}
+
+/* The status descriptor: taken from the environment before main runs, and
+ * the variable removed, so that no child (the supervisor, the broker, QEMU)
+ * inherits it and writes its own failure over ours or into one of its fixed
+ * descriptors; close-on-exec for the same reason.  -1: none. */
+static int *status_fdp(void)
+{
+	static int fd = -1;
+
+	return &fd;
+}
+
+__attribute__((constructor)) static void status_init(void)
+{
+	const char *s = getenv("ISOPOD_STATUS_FD");
+	long long v;
+	int fl;
+
+	if (!s)
+		return;
+	if (parse_ll(s, 3, 1 << 20, &v) == 0 && (fl = fcntl((int)v, F_GETFD)) >= 0 &&
+	    (fcntl((int)v, F_GETFL) & O_ACCMODE) != O_RDONLY) {
+		fcntl((int)v, F_SETFD, fl | FD_CLOEXEC);
+		*status_fdp() = (int)v;
+	}
+	unsetenv("ISOPOD_STATUS_FD");
+}
+
+void status_report(int code, const char *kind, const char *line)
+{
+	int *fd = status_fdp();
+	json_t *j;
+	char *s;
+
+	if (*fd < 0)
+		return;
+	/* A diagnostic may quote bytes that are not UTF-8 (a path): keep the
+	 * object whole, as utf8_json does for guest output. */
+	j = json_pack("{s:o, s:s, s:i}", "error",
+		      utf8_json((const uint8_t *)line, strlen(line), 0), "error_kind", kind,
+		      "exit", code);
+	s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	if (s) {
+		size_t n = strlen(s);
+
+		s[n] = '\n'; /* json_dumps leaves room for its NUL */
+		(void)write_all(*fd, s, n + 1);
+	}
+	free(s);
+	json_decref(j);
+	close(*fd);
+	*fd = -1;
+}
+
+__attribute__((noreturn)) static void vdie(int code, const char *kind, const char *fmt,
+					   va_list ap)
+{
+	char line[DIAG_MAX + 512];
+
+	vline(line, sizeof line, "fatal", fmt, ap);
+	fprintf(stderr, "%s\n", line);
+	status_report(code, kind ? kind : exit_kind(code), line);
+	exit(code);
 }
 
 void die(int code, const char *fmt, ...)
@@ -45,18 +122,28 @@ void die(int code, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vmsg("fatal", fmt, ap);
+	vdie(code, NULL, fmt, ap);
 	va_end(ap);
-	exit(code);
+}
+
+void die_kind(int code, const char *kind, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vdie(code, kind, fmt, ap);
+	va_end(ap);
 }
 
 void warnx_(const char *fmt, ...)
 {
 	va_list ap;
+	char line[DIAG_MAX + 512];
 
 	va_start(ap, fmt);
-	vmsg("warning", fmt, ap);
+	vline(line, sizeof line, "warning", fmt, ap);
 	va_end(ap);
+	fprintf(stderr, "%s\n", line);
 }
 
 const char *store_home(void)

@@ -26,11 +26,26 @@ enum {
 
 extern const char *progname;
 
+/* The failure contract (doc/INTERFACES.md, FAILURE): a tool that fails
+ * (exit 99, 100, 101, 102, 111) leaves stdout empty (isopod-exec alone keeps
+ * its ok:false result there), ends stderr with its diagnostic line, and, when
+ * its caller set ISOPOD_STATUS_FD=N, writes to fd N one JSON object
+ * {"error": <that line>, "error_kind": <kind>, "exit": <status>} + newline.
+ * exit_kind is the one status -> kind table: timeout, usage, not_found,
+ * busy, infra. */
+const char *exit_kind(int code);
+/* Write the status object (once per process; later calls do nothing).  A
+ * caller with a more precise kind than exit_kind(code) names it. */
+void status_report(int code, const char *kind, const char *line);
+
 /* die(code, fmt, ...): "isopod-X: fatal: <msg>" on stderr, exit code.
  * A message ending in ':' gets ": strerror(errno)" appended (sbase eprintf).
  * A message over DIAG_MAX bytes is cut (a last net under EXC() below). */
 #define DIAG_MAX 4096
 __attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *fmt, ...);
+/* die with a kind more precise than exit_kind(code) in the status object. */
+__attribute__((noreturn, format(printf, 3, 4))) void die_kind(int code, const char *kind,
+							       const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void warnx_(const char *fmt, ...);
 #define warn warnx_
 

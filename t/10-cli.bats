@@ -621,3 +621,74 @@ L
 	run_isopod -0 run --json-only --net open -- true
 	json_is '.warnings == []'
 }
+
+# ---- the failure contract and isopod-result --------------------------------------
+
+@test "contract: a failing tool leaves stdout empty and writes one status object to ISOPOD_STATUS_FD" {
+	local f="$BATS_TEST_TMPDIR/status"
+	run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-stop nosuchvm 5>"$1"' sh "$f"
+	[ "$status" -eq 101 ]
+	[ -z "$output" ]
+	[ "$(wc -l <"$f")" -eq 1 ]
+	jq -e --arg last "${stderr##*$'\n'}" \
+		'. == {error: $last, error_kind: "not_found", exit: 101} and ($last | startswith("isopod-stop: fatal: no such vm"))' "$f"
+	# a usage refusal of --check, with no store touched
+	run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-exec --check --env =x -- true 5>"$1"' sh "$f"
+	[ "$status" -eq 100 ]
+	[ -z "$output" ]
+	jq -e '.error_kind == "usage" and .exit == 100 and (.error | contains("--env '"'"'=x'"'"'"))' "$f"
+	# success: nothing on the descriptor
+	run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-exec --check --env A=B -- true 5>"$1"' sh "$f"
+	[ "$status" -eq 0 ]
+	[ "$output" = '{"ok":true}' ]
+	[ ! -s "$f" ]
+}
+
+@test "--check: isopod-boot and isopod-exec refuse bad values without stdin, a VM or a store" {
+	local home="$BATS_TEST_TMPDIR/nostore"
+	ISOPOD_HOME="$home" run --separate-stderr isopod-boot --check --vcpus 0 </dev/null
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--vcpus 0: out of range"*"CPUs"* ]]
+	ISOPOD_HOME="$home" run --separate-stderr isopod-boot --check --disk-mib 63 </dev/null
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--disk-mib 63"* ]]
+	ISOPOD_HOME="$home" run --separate-stderr isopod-boot --check --vcpus 1 --mem-mib 64 --disk-mib 64 </dev/null
+	[ "$status" -eq 0 ] && [ "$output" = '{"ok":true}' ]
+	ISOPOD_HOME="$home" run --separate-stderr isopod-exec --check --copy-out /x:/no/such/dir/x -- true </dev/null
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"no directory /no/such/dir"* ]]
+	ISOPOD_HOME="$home" run --separate-stderr isopod-exec --check --stdin-file "$BATS_TEST_TMPDIR" -- true </dev/null
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"not a readable file"* ]]
+	[ ! -e "$home" ]
+}
+
+@test "run: a step's failure is read from its status object, not guessed from its stderr" {
+	use_fake
+	# a claim that speaks the contract with a kind no status maps to, and
+	# whose last stderr line says something else
+	local lx="$BATS_TEST_TMPDIR/libexec" t
+	mkdir "$lx"
+	for t in boot exec stop result; do ln -s "$ISOPOD_SRC/t/fake/isopod-$t" "$lx/isopod-$t"; done
+	cat >"$lx/isopod-claim" <<'C'
+#!/bin/sh
+echo "isopod-claim: fatal: the diagnostic" >&2
+echo "a later line that is not the diagnostic" >&2
+[ -z "${ISOPOD_STATUS_FD:-}" ] ||
+	echo '{"error":"isopod-claim: fatal: the diagnostic","error_kind":"quota","exit":102}' >&"$ISOPOD_STATUS_FD"
+exit 102
+C
+	chmod +x "$lx/isopod-claim"
+	ISOPOD_LIBEXEC="$lx" run_isopod -102 run --json-only -- true
+	json_is '. == {ok: false, error: "isopod-claim: fatal: the diagnostic", error_kind: "quota"}'
+}
+
+@test "isopod-result: a failure the front end decides is quoted as the front end quotes (600 bytes, ? for non-ASCII)" {
+	local long
+	long=$(printf 'x%.0s' $(seq 1 700))
+	run --separate-stderr isopod-result --vm vm-000000000001 --name n --usage 'isopod run …' \
+		--fail 100 --kind usage -- "$(printf 'bad\001é')$long"
+	[ "$status" -eq 100 ]
+	json_is '.ok == false and .error_kind == "usage" and .vm == {id: "vm-000000000001", name: "n"}'
+	json_is '(.error | startswith("bad???xx")) and (.error | endswith("…(706 bytes)"))'
+	[[ "$stderr" == *"isopod: fatal: bad???"*"usage: isopod run …"* ]]
+	run --separate-stderr isopod-result --failed boot --rc 7 --dir "$BATS_TEST_TMPDIR"
+	[ "$status" -eq 111 ]
+	json_is '. == {ok: false, error: "isopod-boot failed (exit 7)", error_kind: "infra"}'
+}

@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/isopod-util-test.XXXXXX";
@@ -294,8 +296,70 @@ static void test_utf8(void)
 	json_decref(j);
 }
 
-int main(void)
+/* The failure contract: run this program again as "status-child" with
+ * ISOPOD_STATUS_FD set to a pipe; the child checks that the variable is gone
+ * and the descriptor close-on-exec before main (so nothing it starts
+ * inherits either), then dies 102; we read the one status object. */
+static void status_child(void)
 {
+	const char *fd = getenv("ISOPOD_STATUS_PIPE");
+	int flags = fd ? fcntl(atoi(fd), F_GETFD) : -1;
+
+	if (getenv("ISOPOD_STATUS_FD"))
+		exit(3); /* a child would inherit it */
+	if (flags < 0 || !(flags & FD_CLOEXEC))
+		exit(4); /* nor the descriptor */
+	progname = "util_test";
+	die(EX_CONFLICT, "lock %s held", "x\x01y");
+}
+
+static void test_status_fd(const char *self)
+{
+	int p[2], st = 0;
+	char buf[1024], env[32];
+	ssize_t n;
+	pid_t pid;
+	json_t *j;
+
+	ok(!strcmp(exit_kind(99), "timeout") && !strcmp(exit_kind(100), "usage") &&
+	   !strcmp(exit_kind(101), "not_found") && !strcmp(exit_kind(102), "busy") &&
+	   !strcmp(exit_kind(111), "infra") && !strcmp(exit_kind(7), "infra"),
+	   "exit_kind: the one status -> kind table");
+	if (pipe(p) < 0)
+		return;
+	snprintf(env, sizeof env, "%d", p[1]);
+	pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		setenv("ISOPOD_STATUS_FD", env, 1);
+		setenv("ISOPOD_STATUS_PIPE", env, 1);
+		if (freopen("/dev/null", "w", stderr) == NULL)
+			_exit(5);
+		execl(self, self, "status-child", (char *)NULL);
+		_exit(6);
+	}
+	close(p[1]);
+	n = read(p[0], buf, sizeof buf - 1);
+	buf[n > 0 ? n : 0] = 0;
+	close(p[0]);
+	waitpid(pid, &st, 0);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == EX_CONFLICT,
+	   "die exits with its status, the variable gone and the fd close-on-exec (%d)",
+	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	j = json_parse(buf, (size_t)(n > 0 ? n : 0), 0, NULL, 0);
+	ok(j && !strcmp(json_string_value(json_object_get(j, "error")) ?: "",
+			"util_test: fatal: lock x\x01y held") &&
+	   !strcmp(json_string_value(json_object_get(j, "error_kind")) ?: "", "busy") &&
+	   json_integer_value(json_object_get(j, "exit")) == EX_CONFLICT && n > 0 &&
+	   buf[n - 1] == '\n' && !strchr(buf, '\n')[1],
+	   "one status line: {error: the diagnostic, error_kind, exit}: %s", buf);
+	json_decref(j);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "status-child"))
+		status_child();
 	umask(022);
 	if (!mkdtemp(dir)) {
 		perror("mkdtemp");
@@ -309,6 +373,7 @@ int main(void)
 	test_ids();
 	test_excerpt();
 	test_utf8();
+	test_status_fd(argv[0]);
 	{
 		char cmd[300];
 
