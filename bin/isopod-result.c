@@ -8,6 +8,7 @@
  * of a step (read through the failure contract of doc/INTERFACES.md), and a
  * failure the front end itself decided (usage, timeout, signal). */
 
+#include "ranges.h"
 #include "util.h"
 
 #include <errno.h>
@@ -480,17 +481,16 @@ static json_t *range_warnings(const struct opts *o)
 	const char *s = o->ranges ? o->ranges : "", *nl;
 
 	for (; *s; s = *nl ? nl + 1 : nl) {
-		char m[1024];
+		char m[1024], r[128];
 
 		nl = strchr(s, '\n');
 		if (!nl)
 			nl = s + strlen(s);
 		if (nl == s)
 			continue;
-		/* the same words as the doctor's (sh/isopod RANGE_WARNING) */
-		snprintf(m, sizeof m, "allow_range %.*s (%s): this host lets guests reach a range "
-			 "the deny list blocks by default", (int)(nl - s), s,
-			 o->sysconf ? o->sysconf : "");
+		snprintf(r, sizeof r, "%.*s", (int)(nl - s), s);
+		/* the doctor's words: one text, lib/ranges.c */
+		ranges_warning(r, o->sysconf ? o->sysconf : "", m, sizeof m);
 		json_array_append_new(w, json_string(m));
 	}
 	return w;
