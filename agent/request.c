@@ -51,17 +51,45 @@ int parse_cidr(const char *s, in_addr_t *addr, in_addr_t *mask)
 	return 0;
 }
 
+#define TAG_BIT(t) (1u << (t))
+/* The tags each request takes at most once: all but ARG and ENV.  A
+ * second value would be read one way here (the last wins) and maybe
+ * another by some other reader of the same bytes, so it is refused
+ * instead of guessed. */
+#define HELLO_ONCE                                                                   \
+	(TAG_BIT(T_VERSION) | TAG_BIT(T_COOKIE) | TAG_BIT(T_HOSTNAME) | TAG_BIT(T_TIME_NS) | \
+	 TAG_BIT(T_SEED) | TAG_BIT(T_GROW) | TAG_BIT(T_NET_ADDR) | TAG_BIT(T_NET_GW) |      \
+	 TAG_BIT(T_NET_DNS) | TAG_BIT(T_NET_MTU) | TAG_BIT(T_NET_MAC))
+#define EXEC_ONCE (TAG_BIT(T_CWD) | TAG_BIT(T_TIMEOUT_MS) | TAG_BIT(T_STDIN))
+
+/* 1 when tag is one of `once` and was seen before. */
+static int repeated(uint32_t *seen, uint32_t once, uint8_t tag)
+{
+	uint32_t bit = tag < 32 ? TAG_BIT(tag) : 0;
+
+	if (!(once & bit))
+		return 0;
+	if (*seen & bit)
+		return 1;
+	*seen |= bit;
+	return 0;
+}
+
 /* Decode HELLO into h; problems go to err (they make HELLO_ACK fail). */
 void hello_parse(const struct frame *fr, struct hello_req *h, char *err, size_t errsz)
 {
 	struct tlv_r r;
 	const uint8_t *val;
-	uint32_t len;
+	uint32_t len, seen = 0;
 	uint8_t tag;
 	int rc, bad;
 
 	tlv_rinit(&r, fr->payload, fr->len);
 	while ((rc = tlv_next(&r, &tag, &val, &len)) == 1) {
+		if (repeated(&seen, HELLO_ONCE, tag)) {
+			errcat(err, errsz, "HELLO: tag %u given twice", tag);
+			continue;
+		}
 		bad = 0;
 		switch (tag) {
 		case T_VERSION:
@@ -149,7 +177,7 @@ int exec_parse(const struct frame *fr, struct exec_req *rq, char *why, size_t wh
 	size_t used = 0, nargs = 0, nenv = 0, nenv_items = 0, i;
 	struct tlv_r r;
 	const uint8_t *val;
-	uint32_t len, u;
+	uint32_t len, u, seen = 0;
 	uint8_t tag;
 	char *s, *eq;
 	int rc;
@@ -162,6 +190,11 @@ int exec_parse(const struct frame *fr, struct exec_req *rq, char *why, size_t wh
 		rq->envp_buf[nenv++] = (char *)env_default[i];
 	tlv_rinit(&r, fr->payload, fr->len);
 	while ((rc = tlv_next(&r, &tag, &val, &len)) == 1) {
+		if (repeated(&seen, EXEC_ONCE, tag)) {
+			snprintf(why, whysz, "EXEC: %s given twice",
+				 tag == T_CWD ? "CWD" : tag == T_STDIN ? "STDIN" : "TIMEOUT_MS");
+			return -1;
+		}
 		switch (tag) {
 		case T_ARG:
 		case T_ENV:
@@ -233,15 +266,19 @@ int exec_parse(const struct frame *fr, struct exec_req *rq, char *why, size_t wh
 static int path_parse(const struct frame *fr, const char *what, char *path, uint32_t *mode,
 		      char *why, size_t whysz)
 {
+	uint32_t once = TAG_BIT(T_PATH) | (mode ? TAG_BIT(T_MODE) : 0), len, seen = 0;
 	struct tlv_r r;
 	const uint8_t *val;
-	uint32_t len;
 	uint8_t tag;
 	int rc;
 
 	path[0] = 0;
 	tlv_rinit(&r, fr->payload, fr->len);
 	while ((rc = tlv_next(&r, &tag, &val, &len)) == 1) {
+		if (repeated(&seen, once, tag)) {
+			snprintf(why, whysz, "%s: %s given twice", what, tag == T_PATH ? "PATH" : "MODE");
+			return -1;
+		}
 		if (tag == T_PATH && tlv_str(val, len, path, PATH_MAX) < 0) {
 			snprintf(why, whysz, "%s: PATH too long or contains a NUL byte", what);
 			return -1;
@@ -275,7 +312,7 @@ int get_parse(const struct frame *fr, char path[PATH_MAX], uint64_t *max, char *
 {
 	struct tlv_r r;
 	const uint8_t *val;
-	uint32_t len;
+	uint32_t len, seen = 0;
 	uint8_t tag;
 
 	*max = UINT64_MAX;
@@ -283,11 +320,16 @@ int get_parse(const struct frame *fr, char path[PATH_MAX], uint64_t *max, char *
 		return -1;
 	/* BYTES: the most the host takes (path_parse checked the TLVs). */
 	tlv_rinit(&r, fr->payload, fr->len);
-	while (tlv_next(&r, &tag, &val, &len) == 1)
+	while (tlv_next(&r, &tag, &val, &len) == 1) {
+		if (repeated(&seen, TAG_BIT(T_BYTES), tag)) {
+			snprintf(why, whysz, "FILE_GET: BYTES given twice");
+			return -1;
+		}
 		if (tag == T_BYTES && tlv_u64(val, len, max) < 0) {
 			snprintf(why, whysz, "FILE_GET: BYTES is not a u64");
 			return -1;
 		}
+	}
 	return 0;
 }
 

@@ -1,5 +1,6 @@
 /* agent_test.c - the guest agent's decoding of what the host sends: valid
  * HELLO, EXEC, FILE_PUT, FILE_GET and PING, and each malformed request
+ * (missing, wrong-sized, repeated or over-long fields, bad ENV/CWD/PATH)
  * refused with the frame the host sees (ERROR{kind, message}, or HELLO_ACK's
  * ERROR).  The agent's sources are included whole with
  * ISOPOD_AGENT_NO_MAIN, and frames go through on_frame() (or port_parse(),
@@ -586,6 +587,79 @@ static void test_files(void)
 
 /* ------------------------------------------------------------------ */
 
+/* Tags a request takes once, given twice: refused, never first- or
+ * last-wins.  ARG and ENV are lists (a later ENV overrides, see above). */
+static void test_duplicates(void)
+{
+	static const struct {
+		uint8_t type, tag;
+		int u64;
+		const char *msg;
+	} dup[] = {
+		{ F_EXEC, T_CWD, -1, "EXEC: CWD given twice" },
+		{ F_EXEC, T_TIMEOUT_MS, 1, "EXEC: TIMEOUT_MS given twice" },
+		{ F_EXEC, T_STDIN, 0, "EXEC: STDIN given twice" },
+		{ F_FILE_PUT, T_PATH, -1, "FILE_PUT: PATH given twice" },
+		{ F_FILE_PUT, T_MODE, 0, "FILE_PUT: MODE given twice" },
+		{ F_FILE_GET, T_PATH, -1, "FILE_GET: PATH given twice" },
+		{ F_FILE_GET, T_BYTES, 1, "FILE_GET: BYTES given twice" },
+	};
+	struct hello_req h;
+	struct frame fr;
+	char err[1024], k[64], m[1100];
+	uint8_t t;
+
+	for (size_t i = 0; i < sizeof dup / sizeof dup[0]; i++) {
+		fresh();
+		req();
+		if (dup[i].type == F_EXEC)
+			tlv_put_str(&W, T_ARG, "x");
+		else if (dup[i].tag != T_PATH)
+			tlv_put_str(&W, T_PATH, "/x");
+		for (int n = 0; n < 2; n++) {
+			if (dup[i].u64 < 0)
+				tlv_put_str(&W, dup[i].tag, n ? "/b" : "/a");
+			else if (dup[i].u64)
+				tlv_put_u64(&W, dup[i].tag, (uint64_t)n + 1);
+			else
+				tlv_put_u32(&W, dup[i].tag, (uint32_t)n + 1);
+		}
+		ok(refused(dup[i].type, "bad_request", dup[i].msg), "%s", dup[i].msg);
+	}
+	fresh();
+	req();
+	tlv_put_str(&W, T_PATH, "/x");
+	tlv_put_u32(&W, T_MODE, 1);
+	tlv_put_u32(&W, T_MODE, 2);
+	ok(accepted(F_FILE_GET), "FILE_GET with MODE twice (not its tag): accepted");
+	req();
+	tlv_put_str(&W, T_ARG, "x");
+	tlv_put_str(&W, T_PATH, "/a");
+	tlv_put_str(&W, T_PATH, "/b");
+	ok(accepted(F_EXEC), "EXEC with PATH twice (not its tag): accepted");
+
+	req();
+	tlv_put_u32(&W, T_VERSION, 1);
+	tlv_put_str(&W, T_NET_DNS, "10.0.0.1");
+	tlv_put_str(&W, T_NET_DNS, "10.0.0.9");
+	fr = as_frame(F_HELLO);
+	memset(&h, 0, sizeof h);
+	err[0] = 0;
+	hello_parse(&fr, &h, err, sizeof err);
+	ok(!strcmp(err, "HELLO: tag 24 given twice") && !strcmp(h.net_dns, "10.0.0.1"),
+	   "HELLO with NET_DNS twice: HELLO_ACK's ERROR names the tag");
+	fresh();
+	A->port.helloed = 0;
+	req();
+	tlv_put_u32(&W, T_VERSION, 1);
+	tlv_put_u64(&W, T_COOKIE, 1);
+	tlv_put_u64(&W, T_COOKIE, 2);
+	send_req(F_HELLO, STREAM_CTL);
+	ok(answer(&t, k, m, sizeof m) == 1 && t == F_HELLO_ACK &&
+		   !strcmp(m, "HELLO: tag 2 given twice; " ROOT_ERR),
+	   "HELLO with COOKIE twice, through on_frame: HELLO_ACK with that ERROR");
+}
+
 static void test_frames(void)
 {
 	char k[64], m[1100];
@@ -717,6 +791,7 @@ int main(void)
 	test_exec_valid();
 	test_exec_refused();
 	test_files();
+	test_duplicates();
 	test_frames();
 	test_port();
 	free(A->out.p);
