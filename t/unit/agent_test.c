@@ -136,8 +136,7 @@ static void test_hello(void)
 	static const uint8_t mac[6] = { 2, 0x69, 0x73, 0, 0, 3 }, seed[32] = { 1, 2, 3 };
 	struct hello_req h;
 	struct frame fr;
-	char err[1024], k[64], m[1100];
-	uint8_t t;
+	char err[1024];
 
 	req();
 	tlv_put_u32(&W, T_VERSION, ISOPOD_PROTO_VERSION);
@@ -203,7 +202,15 @@ static void test_hello(void)
 	ok(!strcmp(err, "HELLO: bad value for tag 3") && !h.hostname[0],
 	   "HELLO with a NUL in HOSTNAME: refused, no hostname taken");
 
-	/* Through on_frame: only HELLOs with nothing to apply. */
+}
+
+/* Through on_frame: only HELLOs with nothing to apply. */
+static void test_hello_ack(void)
+{
+	struct frame fr;
+	char k[64], m[1100];
+	uint8_t t;
+
 	fresh();
 	A->port.helloed = 0;
 	req();
@@ -788,6 +795,7 @@ int main(void)
 		return 1;
 	agent_init(A);
 	test_hello();
+	test_hello_ack();
 	test_exec_valid();
 	test_exec_refused();
 	test_files();
