@@ -68,8 +68,10 @@ bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
-agent/isopod-agent: agent/agent.c lib/frame.c lib/frame.h
-	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ agent/agent.c lib/frame.c
+AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \
+	agent/exec.c agent/file.c
+agent/isopod-agent: $(AGENTSRC) agent/agent.h lib/frame.c lib/frame.h
+	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ $(AGENTSRC) lib/frame.c
 
 # Reproducible, no root needed, works before any kernel is built (images/mkinitramfs).
 build/initramfs.cpio: agent/isopod-agent images/mkinitramfs images/lib.sh

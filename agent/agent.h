@@ -1,0 +1,277 @@
+/* agent.h - the isopod guest agent: /init, PID 1 of every isopod microVM.
+ *
+ * It mounts the root disk read-only and switches to it, finds the
+ * virtio-serial port named isopod.agent and serves doc/PROTOCOL.md on it:
+ * one host at a time, one operation at a time, all of it in one poll() loop
+ * over the port, a signalfd, a timerfd and the running command's pipes.
+ *
+ * PID 1 must never die: the kernel would panic and the host would see a
+ * hang instead of an error.  So nothing here exits or aborts: every failure
+ * is reported to the host (ERROR or EXIT frame, T_ERROR of HELLO_ACK) and
+ * on the console, and the loop goes on.
+ *
+ * Flow control.  Toward the host, frames go through one output buffer; the
+ * command's pipes (and FILE_GET) are not read while it holds more than
+ * OUT_HIGH bytes, so a slow host slows the command down instead of growing
+ * the buffer.  Toward the command, the host never has more than
+ * FRAME_INITIAL_CREDIT bytes in flight on a stream: each byte we hand to the
+ * command's stdin (or the file) is given back as F_CREDIT, so the stdin ring
+ * below can never overflow and the port is always read (PING, EOF, the next
+ * frame are never stuck behind stdin data).
+ *
+ * The files:
+ *   main.c     the poll loop, signals, main()
+ *   port.c     the virtio port: open, read, frame dispatch, resync, write
+ *   out.c      the output buffer toward the host; diagnostics and time
+ *   request.c  decoding and validating what the host sends (no side
+ *              effects: t/unit/agent_test.c and fuzz/agent_fuzz.c drive it)
+ *   hello.c    HELLO: hostname, clock, RNG seed, network
+ *   pid1.c     boot, the root disk, SHUTDOWN
+ *   exec.c     EXEC: spawn, the child's setup, pipes, EXIT
+ *   file.c     FILE_PUT and FILE_GET
+ * All state is one struct agent, passed explicitly.
+ */
+#ifndef ISOPOD_AGENT_H
+#define ISOPOD_AGENT_H
+
+#include "frame.h"
+
+#include <limits.h>
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define AGENT "isopod-agent: "
+#define ROOT_DEV "/dev/vda"
+#define PORT_NAME "isopod.agent"
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+/* Stop reading command output / FILE_GET above this much queued output. */
+#define OUT_HIGH (256u * 1024u)
+/* Stop reading the port above this: only a host that sends requests (PING)
+ * without ever reading could get here; never reached by the data paths. */
+#define OUT_STOP_INPUT (4u * 1024u * 1024u)
+/* Frames beyond this are dropped (logged) rather than kill PID 1. */
+#define OUT_MAX (16u * 1024u * 1024u)
+#define RBUF_SZ (2u * (FRAME_HDR + FRAME_MAX_PAYLOAD))
+/* virtio_console turns each write() into one buffer of at most 32 KiB, and
+ * QEMU drops the unsent rest of a buffer when its client hangs up.  Writing
+ * whole frames only, each write at most this long, keeps every buffer
+ * frame-aligned: a host that connects right after another one vanished
+ * sees whole stale frames, never the tail of one. */
+#define PORT_WRITE_MAX (32u * 1024u)
+/* So a DATA frame, header included, fits in one write. */
+#define OUT_DATA_CHUNK (PORT_WRITE_MAX - FRAME_HDR)
+/* Bytes read from the port per loop turn, so pipes and timers get a turn. */
+#define READ_BUDGET (512u * 1024u)
+/* Bigger pipes: fewer wake-ups per MiB under TCG, where syscalls are dear. */
+#define PIPE_SZ (1024 * 1024)
+/* After the main process exits: wait this long for its pipes to hit EOF
+ * (the clock only runs while the host keeps up), never longer than MAX. */
+#define DRAIN_MS 2000
+#define DRAIN_MAX_MS 30000
+/* The same after a timeout: the budget is spent, what the pipes hold is read
+ * at once, and a process that left the group is not waited for: EXIT must
+ * reach the host within its grace (1.5 s after the deadline, isopod-exec),
+ * or the host stops the VM. */
+#define DRAIN_TIMEOUT_MS 250
+#define DRAIN_TIMEOUT_MAX_MS 1000
+#define WAIT_DEV_MS 10000
+/* A read of 0 right after data is a hang-up only once it has lasted this
+ * long (see port_read). */
+#define HANGUP_CONFIRM_MS 250
+
+/* Every string of one EXEC lives in its exec_req: the payload is at most
+ * FRAME_MAX_PAYLOAD and each item costs at least 5 bytes of TLV header,
+ * so the copies (plus NULs) and the pointer arrays always fit. */
+#define MAX_ITEMS (FRAME_MAX_PAYLOAD / 5 + 1)
+/* The default environment: PATH HOME LANG TERM. */
+#define ENV_DEFAULTS 4
+
+/* ------------------------------------------------------------------ */
+/* requests, as decoded by request.c                                   */
+
+struct hello_req {
+	uint32_t version;
+	int have_version;
+	uint64_t cookie;
+	char hostname[65];
+	int have_time;
+	uint64_t time_ns;
+	const uint8_t *seed;
+	uint32_t seedlen;
+	int grow;
+	char net_addr[64], net_gw[64], net_dns[64];
+	uint32_t net_mtu;
+	uint8_t net_mac[6];
+	int have_mac;
+};
+
+struct exec_req {
+	char **argv, **envp; /* NULL-terminated, into the arrays below */
+	const char *cwd;
+	uint64_t timeout_ms;
+	int with_stdin;
+	char arena[FRAME_MAX_PAYLOAD + 16];
+	char *argv_buf[MAX_ITEMS + 1];
+	char *envp_buf[MAX_ITEMS + 8];
+};
+
+/* ------------------------------------------------------------------ */
+/* state                                                               */
+
+struct port_state {
+	int fd;          /* the virtio-serial port, -1 until found */
+	char dev[300];
+	int64_t retry_at;/* no host (or no port yet): look again at this time */
+	int active;      /* a host sent bytes since the last reset */
+	int poisoned;    /* malformed input: ignore all until hang-up or HELLO */
+	int helloed;     /* a HELLO with our version was answered */
+	int64_t eof_since; /* a read said "no host" after data: since when */
+	size_t rlen, roff;
+	uint8_t rbuf[RBUF_SZ];
+};
+
+struct out_buf {
+	uint8_t *p;
+	size_t off, len, cap;
+	size_t split; /* rest of a write the driver took only in part */
+};
+
+struct root_state {
+	int ok;          /* the root disk is mounted at / */
+	int rw;
+	int grow;        /* HELLO asked to grow the fs to the disk on remount rw */
+	char err[512];   /* why it is not ok */
+	char dns[64];    /* T_NET_DNS, written to /etc/resolv.conf once rw */
+};
+
+enum op { OP_NONE, OP_EXEC, OP_PUT, OP_GET };
+
+enum { STAGE_OK, STAGE_SETUP, STAGE_CWD, STAGE_EXEC };
+
+struct exec_state {
+	pid_t pid;          /* main process; also its process group and session */
+	int reaped, wstatus;
+	int in_fd, out_fd, err_fd, st_fd; /* our ends of stdin/out/err/status */
+	int with_stdin;     /* the host streams STREAM_STDIN */
+	int stdin_eof;      /* the host sent EOF on stdin */
+	int timed_out;
+	int st_stage, st_errno; /* spawn failure reported by the child */
+	int64_t drain_until, drain_cap;
+	size_t rhead, rlen; /* stdin ring */
+	char argv0[256], cwd[PATH_MAX];
+};
+
+struct put_state {
+	int fd;
+	int failed;      /* error reported: drop stream-4 data until EOF */
+	uint64_t bytes;
+	char path[PATH_MAX];
+};
+
+struct get_state {
+	int fd;
+	uint64_t bytes;
+	uint64_t size;   /* st_size at open: never more is sent */
+	uint32_t mode;
+	char path[PATH_MAX];
+};
+
+struct agent {
+	struct port_state port;
+	struct out_buf out;
+	struct root_state root;
+	enum op op;
+	struct exec_state ex;
+	struct put_state put;
+	struct get_state get;
+	uint64_t credit_due[STREAM_MAX + 1];
+	int sigfd, tfd;
+	struct exec_req req; /* the EXEC being decoded */
+	/* Exactly the credit window: the host can never have more in flight. */
+	uint8_t stdin_ring[FRAME_INITIAL_CREDIT];
+};
+
+/* ------------------------------------------------------------------ */
+/* out.c: diagnostics, time, output toward the host                    */
+
+void logm(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int64_t clock_ms(clockid_t id);
+int64_t mono_ms(void);
+void sleep_ms(int ms);
+int set_nonblock(int fd);
+int clear_nonblock(int fd);
+void close_fd(int *fd);
+size_t out_pending(const struct agent *a);
+void out_frame(struct agent *a, uint8_t type, uint32_t stream, const void *payload, size_t n);
+void out_tlv(struct agent *a, uint8_t type, uint32_t stream, const struct tlv_w *w);
+void send_error(struct agent *a, const char *kind, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void credit_flush(struct agent *a);
+ssize_t out_read_data(struct agent *a, int fd, uint32_t stream, uint64_t max);
+size_t out_next_write(const struct agent *a);
+
+/* ------------------------------------------------------------------ */
+/* request.c: decoding the host's requests (pure: no I/O, no state)    */
+
+void errcat(char *buf, size_t sz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int parse_cidr(const char *s, in_addr_t *addr, in_addr_t *mask);
+void hello_parse(const struct frame *fr, struct hello_req *h, char *err, size_t errsz);
+int hello_plausible(const struct frame *fr);
+/* These return 0, or -1 with why the request is refused (ERROR{bad_request}). */
+int exec_parse(const struct frame *fr, struct exec_req *rq, char *why, size_t whysz);
+int put_parse(const struct frame *fr, char path[PATH_MAX], uint32_t *mode, char *why,
+	      size_t whysz);
+int get_parse(const struct frame *fr, char path[PATH_MAX], uint64_t *max, char *why,
+	      size_t whysz);
+
+/* ------------------------------------------------------------------ */
+/* port.c, main.c: the connection and the loop                         */
+
+void agent_init(struct agent *a);
+void conn_reset(struct agent *a, const char *why);
+void port_flush(struct agent *a);
+int port_try_open(struct agent *a);
+void port_parse(struct agent *a);
+void port_read(struct agent *a);
+void on_frame(struct agent *a, const struct frame *fr);
+void op_abort(struct agent *a);
+void flush_wait(struct agent *a, int ms);
+void hangup_wait(struct agent *a, int ms);
+void signals_setup(struct agent *a);
+void loop_once(struct agent *a);
+
+/* ------------------------------------------------------------------ */
+/* pid1.c, hello.c: the guest system                                   */
+
+void boot(struct agent *a);
+void lo_up(void);
+void grow_root(struct agent *a);
+void write_resolv(struct agent *a);
+int root_make_rw(struct agent *a, char *err, size_t errsz);
+void on_hello(struct agent *a, const struct frame *fr);
+void on_shutdown(struct agent *a);
+
+/* ------------------------------------------------------------------ */
+/* exec.c, file.c: the operations                                      */
+
+void on_exec(struct agent *a, const struct frame *fr);
+void exec_abort(struct agent *a);
+void exec_read_status(struct agent *a);
+void pipe_pump(struct agent *a, int *fd, uint32_t stream);
+void stdin_pump(struct agent *a);
+void on_stdin_data(struct agent *a, const struct frame *fr);
+void exec_on_timer(struct agent *a);
+void reap(struct agent *a);
+void exec_maybe_finish(struct agent *a, int64_t now);
+void on_file_put(struct agent *a, const struct frame *fr);
+void on_file_data(struct agent *a, const struct frame *fr);
+void on_file_eof(struct agent *a);
+void on_file_get(struct agent *a, const struct frame *fr);
+void get_pump(struct agent *a);
+void put_fail(struct agent *a);
+
+#endif

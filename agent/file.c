@@ -1,0 +1,210 @@
+/* file.c - FILE_PUT (copy-in: a file created from stream-4 DATA under
+ * the credit window) and FILE_GET (copy-out: a regular file into stream-4
+ * DATA while the host keeps up). */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* mkdir -p of path's parents, 0755. */
+static int mkdir_parents(const char *path, char *err, size_t errsz)
+{
+	char buf[PATH_MAX];
+	size_t i;
+
+	snprintf(buf, sizeof buf, "%s", path);
+	for (i = 1; buf[i]; i++) {
+		if (buf[i] != '/')
+			continue;
+		buf[i] = 0;
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST) {
+			snprintf(err, errsz, "mkdir %s: %s", buf, strerror(errno));
+			return -1;
+		}
+		buf[i] = '/';
+	}
+	return 0;
+}
+
+void put_fail(struct agent *a)
+{
+	if (a->put.fd >= 0) {
+		close_fd(&a->put.fd);
+		unlink(a->put.path); /* no half-written file left behind */
+	}
+	a->put.failed = 1;
+}
+
+void on_file_put(struct agent *a, const struct frame *fr)
+{
+	char err[PATH_MAX + 100];
+	uint32_t mode = 0644;
+	struct stat sb;
+	int fd;
+
+	/* Whatever happens, the host's DATA/EOF on stream 4 follow: drain them. */
+	a->op = OP_PUT;
+	a->put.fd = -1;
+	a->put.failed = 1;
+	a->put.bytes = 0;
+	if (put_parse(fr, a->put.path, &mode, err, sizeof err) < 0) {
+		send_error(a, "bad_request", "%s", err);
+		return;
+	}
+	mode &= 07777;
+	if (root_make_rw(a, err, sizeof err) < 0) {
+		send_error(a, "root_unavailable", "%s", err);
+		return;
+	}
+	if (mkdir_parents(a->put.path, err, sizeof err) < 0) {
+		send_error(a, "io", "%s", err);
+		return;
+	}
+	/* O_NONBLOCK: a FIFO at that path must not hang PID 1. */
+	fd = open(a->put.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+		  mode);
+	if (fd < 0) {
+		send_error(a, "io", "open %s: %s", a->put.path, strerror(errno));
+		return;
+	}
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		send_error(a, "io", "%s: not a regular file", a->put.path);
+		return;
+	}
+	if (clear_nonblock(fd) < 0 || fchmod(fd, mode) < 0) {
+		send_error(a, "io", "chmod %s: %s", a->put.path, strerror(errno));
+		close(fd);
+		return;
+	}
+	a->put.fd = fd;
+	a->put.failed = 0;
+}
+
+void on_file_data(struct agent *a, const struct frame *fr)
+{
+	const uint8_t *p = fr->payload;
+	size_t left = fr->len;
+	ssize_t n;
+
+	if (a->op != OP_PUT)
+		return;
+	a->credit_due[STREAM_FILE] += fr->len;
+	while (!a->put.failed && left) {
+		n = write(a->put.fd, p, left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			send_error(a, "io", "write %s: %s", a->put.path,
+				   n < 0 ? strerror(errno) : "wrote nothing");
+			put_fail(a);
+			return;
+		}
+		p += n;
+		left -= (size_t)n;
+		a->put.bytes += (uint64_t)n;
+	}
+}
+
+void on_file_eof(struct agent *a)
+{
+	uint8_t buf[32];
+	struct tlv_w w;
+
+	if (a->op != OP_PUT)
+		return;
+	a->op = OP_NONE;
+	if (a->put.failed)
+		return;
+	if (close(a->put.fd) < 0) {
+		a->put.fd = -1;
+		send_error(a, "io", "close %s: %s", a->put.path, strerror(errno));
+		unlink(a->put.path);
+		return;
+	}
+	a->put.fd = -1;
+	tlv_init(&w, buf, sizeof buf);
+	tlv_put_u64(&w, T_BYTES, a->put.bytes);
+	out_tlv(a, F_FILE_DONE, STREAM_CTL, &w);
+}
+
+void on_file_get(struct agent *a, const struct frame *fr)
+{
+	char err[1024];
+	struct stat sb;
+	uint64_t max;
+	int fd;
+
+	if (get_parse(fr, a->get.path, &max, err, sizeof err) < 0) {
+		send_error(a, "bad_request", "%s", err);
+		return;
+	}
+	if (!a->root.ok) {
+		send_error(a, "root_unavailable", "%s", a->root.err);
+		return;
+	}
+	fd = open(a->get.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			send_error(a, "not_found", "%s: %s", a->get.path, strerror(errno));
+		else
+			send_error(a, "io", "open %s: %s", a->get.path, strerror(errno));
+		return;
+	}
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		send_error(a, "io", "%s: not a regular file", a->get.path);
+		return;
+	}
+	if ((uint64_t)sb.st_size > max) {
+		close(fd);
+		send_error(a, "too_large", "%s: %lld bytes, more than the %llu the host takes", a->get.path,
+			   (long long)sb.st_size, (unsigned long long)max);
+		return;
+	}
+	clear_nonblock(fd);
+	a->get.fd = fd;
+	a->get.bytes = 0;
+	/* The size at open bounds what is sent: a file that a survivor of the
+	 * command keeps growing (or a sparse one extended) cannot stretch the
+	 * copy-out past what the host was told it could take. */
+	a->get.size = (uint64_t)sb.st_size;
+	a->get.mode = sb.st_mode & 07777;
+	a->op = OP_GET;
+}
+
+/* File content into DATA frames while the host keeps up. */
+void get_pump(struct agent *a)
+{
+	uint8_t buf[32];
+	struct tlv_w w;
+	ssize_t n;
+
+	while (a->op == OP_GET && out_pending(a) <= OUT_HIGH) {
+		n = a->get.bytes < a->get.size ? out_read_data(a, a->get.fd, STREAM_FILE, a->get.size - a->get.bytes) : 0;
+		if (n > 0) {
+			a->get.bytes += (uint64_t)n;
+			continue;
+		}
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -2)
+			return;
+		close_fd(&a->get.fd);
+		a->op = OP_NONE;
+		if (n < 0) {
+			/* after some DATA: the host takes ERROR as the answer */
+			send_error(a, "io", "read %s: %s", a->get.path, strerror(errno));
+			return;
+		}
+		out_frame(a, F_EOF, STREAM_FILE, NULL, 0);
+		tlv_init(&w, buf, sizeof buf);
+		tlv_put_u64(&w, T_BYTES, a->get.bytes);
+		tlv_put_u32(&w, T_MODE, a->get.mode);
+		out_tlv(a, F_FILE_DONE, STREAM_CTL, &w);
+	}
+}
