@@ -502,6 +502,64 @@ static int cmd_keygen(const char *dir, int force)
 
 /* ---- sign -------------------------------------------------------------- */
 
+/* A probe's verdict is the doctor's conclusion; the steps are its evidence,
+ * and sign believes the conclusion only when the evidence says the same:
+ * exactly the five steps of issue 10, in order, the VM alive, the tools
+ * there, the control (the same path, allowed) through, the attempt
+ * blocked, and the host's evidence of the block seen. */
+static void check_steps(const char *name, json_t *steps)
+{
+	static const struct {
+		const char *step;
+		int ok;
+	} want[] = {
+		{ .step = "liveness", .ok = 1 }, { .step = "tooling", .ok = 1 },
+		{ .step = "control", .ok = 1 },  { .step = "attempt", .ok = 0 },
+		{ .step = "evidence", .ok = 1 },
+	};
+	size_t k, n = sizeof want / sizeof *want;
+
+	if (json_array_size(steps) != n)
+		die(EX_GUEST, "report: probe %s: %zu steps, not the %zu of a probe (liveness, tooling, control, attempt, evidence)",
+		    EXC(name), json_array_size(steps), n);
+	for (k = 0; k < n; k++) {
+		json_t *st = json_array_get(steps, k), *ok = json_object_get(st, "ok");
+		const char *sn = json_string_value(json_object_get(st, "step"));
+
+		if (!sn || strcmp(sn, want[k].step))
+			die(EX_GUEST, "report: probe %s: step %zu is %s, not %s", EXC(name), k + 1,
+			    sn ? EXC(sn) : "missing", want[k].step);
+		if (!json_is_boolean(ok))
+			die(EX_GUEST, "report: probe %s: step %s: ok is missing or not a boolean",
+			    EXC(name), want[k].step);
+		if (json_is_true(ok) != want[k].ok)
+			die(EX_GUEST, "report: probe %s: step %s: ok %s (%s), yet the probe says pass",
+			    EXC(name), want[k].step, want[k].ok ? "false" : "true",
+			    want[k].ok ? "it must succeed" : "the attempt must be blocked");
+	}
+}
+
+/* counts: {probes, pass, fail, error}, each an integer, that agree with
+ * the probes (all of which passed by now). */
+static void check_counts(json_t *counts, size_t n)
+{
+	static const char *const key[] = { "probes", "pass", "fail", "error" };
+	size_t k;
+
+	if (!json_is_object(counts))
+		die(EX_USAGE, "report: counts is missing or not an object");
+	for (k = 0; k < sizeof key / sizeof *key; k++) {
+		json_t *c = json_object_get(counts, key[k]);
+		json_int_t want = k < 2 ? (json_int_t)n : 0;
+
+		if (!json_is_integer(c))
+			die(EX_USAGE, "report: counts.%s is missing or not an integer", key[k]);
+		if (json_integer_value(c) != want)
+			die(EX_GUEST, "report: counts.%s is %lld, but the probes say %lld", key[k],
+			    (long long)json_integer_value(c), (long long)want);
+	}
+}
+
 /* The doctor's report (doc/INTERFACES.md "Doctor report"): refuse unless
  * it says pass, has at least one probe, and every probe passed. */
 static void check_report(json_t *rep, const char *mid, long long now, long long expires_s,
@@ -513,7 +571,7 @@ static void check_report(json_t *rep, const char *mid, long long now, long long 
 	const char *ver = json_string_value(json_object_get(json_object_get(rep, "doctor"), "version"));
 	long long st = iso_parse(json_string_value(json_object_get(rep, "started")));
 	long long fin = iso_parse(json_string_value(json_object_get(rep, "finished")));
-	size_t i;
+	size_t i, j;
 
 	if (!v)
 		die(EX_USAGE, "report: verdict is missing or not a string");
@@ -536,9 +594,14 @@ static void check_report(json_t *rep, const char *mid, long long now, long long 
 			    EXC(cls), EXC(pv));
 		if (!json_is_array(steps) || json_array_size(steps) == 0)
 			die(EX_USAGE, "report: probe %s: no steps (a pass without evidence)", EXC(name));
+		check_steps(name, steps);
+		for (j = 0; j < i; j++)
+			if (!strcmp(name, json_string_value(json_object_get(json_array_get(probes, j), "name"))))
+				die(EX_USAGE, "report: probe %s appears twice", EXC(name));
 	}
 	if (strcmp(v, "pass"))
 		die(EX_GUEST, "report: verdict %s, not pass", EXC(v));
+	check_counts(json_object_get(rep, "counts"), json_array_size(probes));
 	if (!hid)
 		die(EX_USAGE, "report: host.id is missing");
 	if (strcmp(hid, mid))

@@ -91,7 +91,11 @@ report() {
 	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson p "$probes" \
 		--arg v "${REPORT_VERDICT:-pass}" \
 		'{doctor: {version: "test"}, host: {id: $id, hostname: "lab"}, started: $now,
-		  finished: $now, verdict: $v, counts: {probes: ($p | length)}, probes: $p}' >"$f"
+		  finished: $now, verdict: $v,
+		  counts: {probes: ($p | length), pass: ([$p[] | select(.verdict == "pass")] | length),
+		           fail: ([$p[] | select(.verdict == "fail")] | length),
+		           error: ([$p[] | select(.verdict == "error")] | length)},
+		  probes: $p}' >"$f"
 }
 
 # sign_fresh: a passing report signed now, the envelope in $BATS_TEST_TMPDIR/env.json.
@@ -263,6 +267,47 @@ sha() { sha256sum "$1" | cut -c1-64; }
 	run --separate-stderr attest sign - <"$BATS_TEST_TMPDIR/r2.json"
 	[ "$status" -eq 100 ]
 	[[ "$stderr" == *"duplicate"*"verdict"* ]]
+}
+
+# sign_refuses PATCH WHY: a passing report changed by the jq PATCH is refused
+# (exit 1 or 100), stderr saying WHY, nothing signed; the unpatched one signs.
+sign_refuses() {
+	local seq
+	report "$BATS_TEST_TMPDIR/r.json" pass pass
+	jq "$1" "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	seq=$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	echo "$stderr"
+	[ "$status" -eq 1 ] || [ "$status" -eq 100 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"$2"* ]]
+	[ "$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)" = "$seq" ]
+}
+
+@test "sign checks each passing probe's steps, not only its verdict: the reviewer's forged pass is refused" {
+	# The control: the same report unpatched signs.
+	report "$BATS_TEST_TMPDIR/r.json" pass pass
+	attest sign -o "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/r.json" >/dev/null
+	# verdict pass, liveness and control failed, the attempt got through, no
+	# evidence step, counts.fail 3.
+	sign_refuses '.probes[0].steps = [{step: "liveness", ok: false}, {step: "tooling", ok: true},
+		{step: "control", ok: false}, {step: "attempt", ok: true}] | .counts.fail = 3' \
+		"probe metadata-tcp-0: 4 steps, not the 5"
+	sign_refuses '.probes[1].steps[0].ok = false' "probe metadata-tcp-1: step liveness: ok false"
+	sign_refuses '.probes[0].steps[1].ok = false' "step tooling: ok false"
+	sign_refuses '.probes[0].steps[2].ok = false' "step control: ok false"
+	sign_refuses '.probes[0].steps[3].ok = true' "step attempt: ok true"
+	sign_refuses '.probes[0].steps[4].ok = false' "step evidence: ok false"
+	sign_refuses '.probes[0].steps[4].ok = "true"' "step evidence: ok is missing or not a boolean"
+	sign_refuses 'del(.probes[0].steps[4]) | .probes[0].steps += [{step: "liveness", ok: true}]' \
+		"step 5 is liveness, not evidence"
+	sign_refuses '.probes[0].steps |= [.[0], .[2], .[1], .[3], .[4]]' "step 2 is control, not tooling"
+	sign_refuses '.probes[0].steps += [{step: "evidence", ok: true}]' "6 steps"
+	sign_refuses '.counts.fail = 3' "counts.fail is 3, but the probes say 0"
+	sign_refuses '.counts.pass = 1' "counts.pass is 1, but the probes say 2"
+	sign_refuses '.counts.probes = 3' "counts.probes is 3"
+	sign_refuses 'del(.counts.error)' "counts.error is missing"
+	sign_refuses '.probes[1].name = .probes[0].name' "probe metadata-tcp-0 appears twice"
 }
 
 @test "sign refuses another host's report and one already older than the expiry" {
