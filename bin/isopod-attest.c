@@ -32,7 +32,8 @@
 #include <unistd.h>
 
 #define USAGE "isopod-attest keygen [--dir DIR] [--force] | " \
-	      "isopod-attest sign [--dir DIR] [--expires-s N] [-o FILE] [REPORT] | " \
+	      "isopod-attest subjects [--dir DIR] | " \
+	      "isopod-attest sign [--dir DIR] [--expires-s N] [--max-report-age-s N] [-o FILE] [REPORT] | " \
 	      "isopod-attest verify [--dir DIR] [--pubkey FILE] [--state FILE] [ENVELOPE]"
 
 #define DEFAULT_DIR "/etc/isopod/attest"
@@ -40,6 +41,11 @@
 #define PREDICATE_TYPE "urn:isopod:predicate:containment:v1"
 #define EXPIRES_DEFAULT (24 * 3600)
 #define EXPIRES_MAX (30 * 24 * 3600)
+/* How old a doctor's report may be when signed: the host it tested is the
+ * host signed only if little could change in between (and the subjects it
+ * recorded are checked too).  --max-report-age-s sets it, up to a day. */
+#define REPORT_AGE_DEFAULT 3600
+#define REPORT_AGE_MAX (24 * 3600)
 #define QEMU_BIN "qemu-system-x86_64"
 /* A report from a clock a little ahead of ours is not "from the future". */
 #define SKEW_S 60
@@ -563,7 +569,7 @@ static void check_counts(json_t *counts, size_t n)
 /* The doctor's report (doc/INTERFACES.md "Doctor report"): refuse unless
  * it says pass, has at least one probe, and every probe passed. */
 static void check_report(json_t *rep, const char *mid, long long now, long long expires_s,
-			 long long *fin_out)
+			 long long max_age, long long *fin_out)
 {
 	json_t *probes = json_object_get(rep, "probes"), *p, *host = json_object_get(rep, "host");
 	const char *v = json_string_value(json_object_get(rep, "verdict"));
@@ -619,7 +625,56 @@ static void check_report(json_t *rep, const char *mid, long long now, long long 
 	if (fin + expires_s <= now)
 		die(EX_GUEST, "report: finished %s, already older than the expiry (%lld s)",
 		    json_string_value(json_object_get(rep, "finished")), expires_s);
+	if (fin + max_age < now)
+		die(EX_GUEST, "report: finished %s, older than the %lld s a report may be (--max-report-age-s)",
+		    json_string_value(json_object_get(rep, "finished")), max_age);
 	*fin_out = fin;
+}
+
+/* The subjects the doctor recorded when it started (isopod-attest
+ * subjects) must be the live ones now: what it tested is what is signed.
+ * Each difference is named on stderr. */
+static void check_report_subjects(json_t *rep, json_t *live)
+{
+	json_t *rs = json_object_get(rep, "subjects"), *e, *l;
+	size_t i, j, bad = 0;
+
+	if (!json_is_array(rs) || json_array_size(rs) == 0)
+		die(EX_USAGE, "report: subjects is missing or empty (the doctor records isopod-attest subjects before its probes)");
+	json_array_foreach(rs, i, e) {
+		const char *name = json_string_value(json_object_get(e, "name"));
+		const char *d = json_string_value(json_object_get(json_object_get(e, "digest"), "sha256"));
+
+		if (!name || !d)
+			die(EX_USAGE, "report: subjects entry %zu has no name or no digest.sha256", i);
+		for (j = 0; j < i; j++)
+			if (!strcmp(name, json_string_value(json_object_get(json_array_get(rs, j), "name"))))
+				die(EX_USAGE, "report: subject %s appears twice", EXC(name));
+	}
+	json_array_foreach(live, i, l) {
+		const char *name = json_string_value(json_object_get(l, "name"));
+		const char *have = json_string_value(json_object_get(json_object_get(l, "digest"), "sha256"));
+		const char *want = NULL;
+
+		json_array_foreach(rs, j, e)
+			if (!strcmp(name, json_string_value(json_object_get(e, "name"))))
+				want = json_string_value(json_object_get(json_object_get(e, "digest"), "sha256"));
+		if (!want)
+			warn("subject %s: on this host now, but not in the report", name), bad++;
+		else if (strcmp(want, have))
+			warn("subject %s: the doctor tested %.16s…, live now %.16s…", name, EXC(want), have), bad++;
+	}
+	json_array_foreach(rs, j, e) {
+		const char *name = json_string_value(json_object_get(e, "name"));
+		int found = 0;
+
+		json_array_foreach(live, i, l)
+			found |= !strcmp(name, json_string_value(json_object_get(l, "name")));
+		if (!found)
+			warn("subject %s: in the report, but not on this host now", EXC(name)), bad++;
+	}
+	if (bad)
+		die(EX_GUEST, "report: %zu subject(s) differ from the live host's: the doctor did not test this host as it is now", bad);
 }
 
 /* The sequence number: only grows, one signer at a time, the new value
@@ -655,7 +710,8 @@ static long long next_sequence(const char *dir)
 	return n;
 }
 
-static int cmd_sign(const char *dir, long long expires_s, const char *report, const char *outp)
+static int cmd_sign(const char *dir, long long expires_s, long long max_age, const char *report,
+		    const char *outp)
 {
 	unsigned char pk[32], sk[64];
 	char id[65], mid[64], t_signed[32], t_exp[32];
@@ -674,7 +730,7 @@ static int cmd_sign(const char *dir, long long expires_s, const char *report, co
 		die(errno == ENOENT ? EX_NOTFOUND : errno == EINVAL || errno == EFBIG ? EX_USAGE : EX_SYS,
 		    "unable to read the report %s:", report);
 	}
-	check_report(rep, mid, now, expires_s, &fin);
+	check_report(rep, mid, now, expires_s, max_age, &fin);
 	load_sk(dir, pk, sk);
 	dsse_keyid(pk, id);
 	s = live_subjects(dir);
@@ -685,6 +741,7 @@ static int cmd_sign(const char *dir, long long expires_s, const char *report, co
 		die(EX_SYS, "unable to attest: %zu subject(s) cannot be read on this host now",
 		    json_array_size(s.errors));
 	}
+	check_report_subjects(rep, s.list);
 	seq = next_sequence(dir);
 	/* Expiry counts from the end of the doctor's run: the evidence's age,
 	 * not the signature's. */
@@ -733,6 +790,31 @@ static int cmd_sign(const char *dir, long long expires_s, const char *report, co
 	json_decref(s.list);
 	json_decref(s.errors);
 	json_decref(rep);
+	return 0;
+}
+
+/* ---- subjects ---------------------------------------------------------- */
+
+/* What the doctor records before its probes, and sign compares. */
+static int cmd_subjects(const char *dir)
+{
+	struct subjects s;
+	json_t *e, *out;
+	size_t i;
+
+	check_dir(dir);
+	s = live_subjects(dir);
+	if (json_array_size(s.errors)) {
+		json_array_foreach(s.errors, i, e)
+			warn("subject %s: %s", json_string_value(json_object_get(e, "subject")),
+			     json_string_value(json_object_get(e, "why")));
+		die(EX_SYS, "%zu subject(s) cannot be read on this host now", json_array_size(s.errors));
+	}
+	if (!(out = json_pack("{s:o}", "subjects", s.list)))
+		die(EX_SYS, "out of memory");
+	json_emit(out);
+	json_decref(out);
+	json_decref(s.errors);
 	return 0;
 }
 
@@ -938,11 +1020,12 @@ int main(int argc, char **argv)
 		{ "expires-s", required_argument, NULL, 'e' },
 		{ "pubkey", required_argument, NULL, 'p' },
 		{ "state", required_argument, NULL, 's' },
+		{ "max-report-age-s", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *verb, *dir = NULL, *pubp = NULL, *statep = NULL, *outp = NULL;
-	long long expires_s = EXPIRES_DEFAULT;
+	long long expires_s = EXPIRES_DEFAULT, max_age = REPORT_AGE_DEFAULT;
 	int c, force = 0;
 
 	progname = "isopod-attest";
@@ -954,7 +1037,8 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		die(EX_USAGE, "usage: %s", USAGE);
 	verb = argv[1];
-	if (strcmp(verb, "keygen") && strcmp(verb, "sign") && strcmp(verb, "verify"))
+	if (strcmp(verb, "keygen") && strcmp(verb, "sign") && strcmp(verb, "verify") &&
+	    strcmp(verb, "subjects"))
 		die(EX_USAGE, "unknown command %s; usage: %s", EXC(verb), USAGE);
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+ho:", lo, NULL)) != -1) {
@@ -964,6 +1048,11 @@ int main(int argc, char **argv)
 		case 'e':
 			if (parse_ll(optarg, 1, EXPIRES_MAX, &expires_s) < 0)
 				die(EX_USAGE, "--expires-s: 1 to %d seconds, not %s", EXPIRES_MAX, EXC(optarg));
+			break;
+		case 'm':
+			if (parse_ll(optarg, 1, REPORT_AGE_MAX, &max_age) < 0)
+				die(EX_USAGE, "--max-report-age-s: 1 to %d seconds, not %s", REPORT_AGE_MAX,
+				    EXC(optarg));
 			break;
 		case 'o': outp = optarg; break;
 		case 'p': pubp = optarg; break;
@@ -976,16 +1065,24 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to initialise libsodium");
 	dir = key_dir(dir);
 	if (!strcmp(verb, "keygen")) {
-		if (optind != argc || pubp || statep || outp || expires_s != EXPIRES_DEFAULT)
+		if (optind != argc || pubp || statep || outp || expires_s != EXPIRES_DEFAULT ||
+		    max_age != REPORT_AGE_DEFAULT)
 			die(EX_USAGE, "usage: %s", USAGE);
 		return cmd_keygen(dir, force);
+	}
+	if (!strcmp(verb, "subjects")) {
+		if (optind != argc || pubp || statep || outp || force || expires_s != EXPIRES_DEFAULT ||
+		    max_age != REPORT_AGE_DEFAULT)
+			die(EX_USAGE, "usage: %s", USAGE);
+		return cmd_subjects(dir);
 	}
 	if (!strcmp(verb, "sign")) {
 		if (argc - optind > 1 || pubp || statep || force)
 			die(EX_USAGE, "usage: %s", USAGE);
-		return cmd_sign(dir, expires_s, optind < argc ? argv[optind] : NULL, outp);
+		return cmd_sign(dir, expires_s, max_age, optind < argc ? argv[optind] : NULL, outp);
 	}
-	if (argc - optind > 1 || outp || force || expires_s != EXPIRES_DEFAULT)
+	if (argc - optind > 1 || outp || force || expires_s != EXPIRES_DEFAULT ||
+	    max_age != REPORT_AGE_DEFAULT)
 		die(EX_USAGE, "usage: %s", USAGE);
 	return cmd_verify(dir, pubp, statep, optind < argc ? argv[optind] : NULL);
 }

@@ -76,7 +76,7 @@ nftl() { lab exec nft "$@"; }
 # per verdict given (default one "pass"); REPORT_VERDICT overrides the
 # overall verdict (default pass).
 report() {
-	local f=$1 now probes='[]' v
+	local f=$1 now probes='[]' v subj
 	shift
 	[ $# -gt 0 ] || set -- pass
 	now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -88,9 +88,12 @@ report() {
 			          {step: "control", ok: true}, {step: "attempt", ok: false},
 			          {step: "evidence", ok: true, counter: "meta_in", moved: 1}]}]' <<<"$probes")
 	done
+	# The doctor records the live subjects before its probes.
+	subj=$(attest subjects | jq -c .subjects)
 	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson p "$probes" \
-		--arg v "${REPORT_VERDICT:-pass}" \
+		--arg v "${REPORT_VERDICT:-pass}" --argjson s "$subj" \
 		'{doctor: {version: "test"}, host: {id: $id, hostname: "lab"}, started: $now,
+		  subjects: $s,
 		  finished: $now, verdict: $v,
 		  counts: {probes: ($p | length), pass: ([$p[] | select(.verdict == "pass")] | length),
 		           fail: ([$p[] | select(.verdict == "fail")] | length),
@@ -149,8 +152,8 @@ sha() { sha256sum "$1" | cut -c1-64; }
 }
 
 @test "sign refuses a key directory or key that is not root's alone, naming it" {
-	chmod 755 "$ISOPOD_ATTEST_DIR"
 	report "$BATS_TEST_TMPDIR/r.json"
+	chmod 755 "$ISOPOD_ATTEST_DIR"
 	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
 	chmod 700 "$ISOPOD_ATTEST_DIR"
 	[ "$status" -eq 111 ]
@@ -308,6 +311,57 @@ sign_refuses() {
 	sign_refuses '.counts.probes = 3' "counts.probes is 3"
 	sign_refuses 'del(.counts.error)' "counts.error is missing"
 	sign_refuses '.probes[1].name = .probes[0].name' "probe metadata-tcp-0 appears twice"
+}
+
+@test "sign refuses a report whose recorded subjects are not the live host's now, naming each" {
+	local q
+	q=$(command -v qemu-system-x86_64)
+	report "$BATS_TEST_TMPDIR/r.json"
+	jq -e '.subjects | length > 5 and any(.[]; .name == "qemu") and any(.[]; .name == "ruleset/nftables")' \
+		"$BATS_TEST_TMPDIR/r.json"
+	cp "$q" "$BATS_TEST_TMPDIR/qemu.orig"
+	echo '# changed after the doctor ran' >>"$q"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
+	cp "$BATS_TEST_TMPDIR/qemu.orig" "$q"
+	echo "$stderr"
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"subject qemu: the doctor tested"* ]]
+	[[ "$stderr" == *"1 subject(s) differ"* ]]
+	# A subject the doctor did not record, one it recorded that is gone.
+	jq '.subjects |= map(select(.name != "kernel/vmlinux")) | .subjects += [{name: "image/gone", digest: {sha256: ("0" * 64)}}]' \
+		"$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"subject kernel/vmlinux: on this host now, but not in the report"* ]]
+	[[ "$stderr" == *"subject image/gone: in the report, but not on this host now"* ]]
+	jq 'del(.subjects)' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"subjects is missing"* ]]
+	# The control: put back, the same report signs.
+	attest sign -o "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/r.json" >/dev/null
+}
+
+@test "sign refuses a report finished more than 1 h ago (--max-report-age-s sets it, at most 24 h)" {
+	local old
+	report "$BATS_TEST_TMPDIR/r.json"
+	old=$(date -u -d '-2 hours' +%Y-%m-%dT%H:%M:%SZ)
+	jq --arg t "$old" '.started = $t | .finished = $t' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"finished $old, older than the 3600 s a report may be"* ]]
+	run --separate-stderr attest sign --max-report-age-s 86401 "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 100 ]
+	run --separate-stderr attest sign --max-report-age-s 60 "$BATS_TEST_TMPDIR/r.json"
+	[ "$status" -eq 0 ] # the control: a fresh report signs under a lower limit
+	old=$(date -u -d '-5 minutes' +%Y-%m-%dT%H:%M:%SZ)
+	jq --arg t "$old" '.started = $t | .finished = $t' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign --max-report-age-s 60 "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"older than the 60 s"* ]]
+	run --separate-stderr attest sign --max-report-age-s 86400 "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 0 ]
 }
 
 @test "sign refuses another host's report and one already older than the expiry" {
