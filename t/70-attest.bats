@@ -465,6 +465,44 @@ sign_refuses() {
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
 }
 
+@test "sets, maps and anonymous sets count: an element removed, a map's verdict changed, an anonymous set changed each fail verify; put back, it verifies" {
+	local h
+	nftl add chain inet isopod t70c
+	nftl add chain inet isopod t70d
+	nftl add set inet isopod t70s '{ type ipv4_addr; elements = { 10.9.9.1, 10.9.9.2 } }'
+	nftl add map inet isopod t70m '{ type ipv4_addr : verdict; elements = { 10.9.9.1 : drop, 10.9.9.2 : jump t70d } }'
+	nftl add rule inet isopod t70c ip daddr '{ 10.9.8.1, 10.9.8.2 }' drop
+	nftl add rule inet isopod t70c ip daddr @t70s drop
+	nftl add rule inet isopod t70c ip daddr vmap @t70m
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl delete element inet isopod t70s '{ 10.9.9.2 }'
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl add element inet isopod t70s '{ 10.9.9.2 }'
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl delete element inet isopod t70m '{ 10.9.9.1 }'
+	nftl add element inet isopod t70m '{ 10.9.9.1 : accept }'
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl delete element inet isopod t70m '{ 10.9.9.1 }'
+	nftl add element inet isopod t70m '{ 10.9.9.1 : drop }'
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	# The anonymous set replaced by another of the same size (the kernel
+	# reuses the freed name __set<N>), then put back.
+	h=$(nftl -a list chain inet isopod t70c | awk '/10\.9\.8\./ { print $NF }')
+	nftl delete rule inet isopod t70c handle "$h"
+	nftl insert rule inet isopod t70c ip daddr '{ 10.9.8.1, 10.9.8.3 }' drop
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	h=$(nftl -a list chain inet isopod t70c | awk '/10\.9\.8\./ { print $NF }')
+	nftl delete rule inet isopod t70c handle "$h"
+	nftl insert rule inet isopod t70c ip daddr '{ 10.9.8.1, 10.9.8.2 }' drop
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl flush chain inet isopod t70c
+	nftl delete chain inet isopod t70c
+	nftl delete map inet isopod t70m
+	nftl delete chain inet isopod t70d
+	nftl delete set inet isopod t70s
+}
+
 @test "counters moving after signing (a guest's denied packets) do not change the ruleset's digest" {
 	sign_fresh
 	nftl list table inet isopod >"$BATS_TEST_TMPDIR/before"
