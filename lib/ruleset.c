@@ -72,10 +72,13 @@ static char *strf(const char *fmt, ...)
 
 static void put_devices(FILE *m, const char *const *devs);
 
+/* isopod's tables, and every netdev table: an ingress/egress hook on a
+ * device can redirect (fwd) or drop a VM's traffic before isopod's tables
+ * see it.  Other tables (Docker's, the distribution's) change under other
+ * tools; of those only the base chains' headers count (canon_chain). */
 int canon_covered(uint32_t family, const char *table)
 {
-	(void)family;
-	return table && !strcmp(table, RULESET_TABLE);
+	return table && (!strcmp(table, RULESET_TABLE) || family == NFPROTO_NETDEV);
 }
 
 /* Keys sort as: family, table, kind (0 table, 1 chain, 2 rule, 3 set,
@@ -109,7 +112,12 @@ int canon_chain(struct canon *c, const struct nftnl_chain *ch)
 	size_t sz = 0;
 	FILE *m;
 
-	if (!table || !name || !canon_covered(nftnl_chain_get_u32(ch, NFTNL_CHAIN_FAMILY), table))
+	if (!table || !name)
+		return 0;
+	/* Another table's base chain: its header (a new hook, priority or
+	 * policy), not its rules, so Docker's rule churn leaves the digest be. */
+	if (!canon_covered(nftnl_chain_get_u32(ch, NFTNL_CHAIN_FAMILY), table) &&
+	    !nftnl_chain_is_set(ch, NFTNL_CHAIN_HOOKNUM))
 		return 0;
 	if (!(m = open_memstream(&text, &sz)))
 		return -1;

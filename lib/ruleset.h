@@ -58,7 +58,8 @@ int canon_set(struct canon *c, const struct nftnl_set *s);
 int canon_obj(struct canon *c, struct nftnl_obj *o);
 int canon_flowtable(struct canon *c, const struct nftnl_flowtable *f);
 /* Whether a table is covered whole (tables, chains, rules, sets, objects,
- * flowtables): isopod's, of any family. */
+ * flowtables): isopod's, of any family, and every netdev table.  Of every
+ * other table only the base chains' headers are added (canon_chain). */
 int canon_covered(uint32_t family, const char *table);
 /* The canonical text, one line per object, each ending "\n"; malloc'd
  * (*len without the NUL), NULL on ENOMEM.  Sorts c. */

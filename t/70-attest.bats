@@ -503,6 +503,29 @@ sign_refuses() {
 	nftl delete set inet isopod t70s
 }
 
+@test "other tables: a netdev table (an ingress chain forwarding to lo) or another table's new base chain fails verify; rules in another table's chains do not count" {
+	nftl add table ip t70other
+	nftl add chain ip t70other fw '{ type filter hook forward priority 0; policy accept; }'
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	# Docker-style churn: rules come and go in another table's chains.
+	nftl add rule ip t70other fw ip daddr 10.9.7.1 accept
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl add table netdev evil
+	nftl add chain netdev evil in '{ type filter hook ingress device lo priority 0; }'
+	nftl add rule netdev evil in fwd to lo
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl delete table netdev evil
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl add chain ip t70other pre '{ type filter hook prerouting priority -300; policy accept; }'
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl delete chain ip t70other pre
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl chain ip t70other fw '{ policy drop; }'
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl delete table ip t70other
+}
+
 @test "counters moving after signing (a guest's denied packets) do not change the ruleset's digest" {
 	sign_fresh
 	nftl list table inet isopod >"$BATS_TEST_TMPDIR/before"
