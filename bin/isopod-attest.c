@@ -123,12 +123,20 @@ static void load_sk(const char *dir, unsigned char pk[32], unsigned char sk[64])
 	sodium_memzero(seed, sizeof seed);
 }
 
+/* The pinned key decides everything verify says: root's, and nobody else
+ * may write it (nor swap it for a symlink). */
 static void load_pk(const char *path, unsigned char pk[32])
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
 
 	if (fd < 0)
-		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to open the public key %s:", path);
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to open the public key %s (or a symlink):", path);
+	if (fstat(fd, &st) < 0)
+		die(EX_SYS, "unable to stat %s:", path);
+	if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022))
+		die(EX_SYS, "public key %s must be a regular file owned by root, not group- or world-writable (is uid %ld, mode %04o)",
+		    path, (long)st.st_uid, (unsigned)(st.st_mode & 07777));
 	if (read_hex32(fd, pk) < 0)
 		die(EX_SYS, "unable to read the public key %s (64 hex digits):", path);
 	close(fd);
@@ -154,6 +162,30 @@ static int machine_id(char out[64])
 		return -1;
 	}
 	return 0;
+}
+
+/* A JSON file of the key directory that only root may have written: a
+ * regular file, not a symlink, root's, mode 0600.  NULL with errno
+ * (EPERM: it exists but is not root's alone). */
+static json_t *load_private(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), e;
+	struct stat st;
+	json_t *j;
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
+	    (st.st_mode & 07777) != 0600) {
+		close(fd);
+		errno = EPERM;
+		return NULL;
+	}
+	j = json_load_fd(fd);
+	e = errno;
+	close(fd);
+	errno = e;
+	return j;
 }
 
 /* ISO-8601 UTC "YYYY-MM-DDTHH:MM:SSZ" -> epoch seconds.  -1 if malformed. */
@@ -451,8 +483,12 @@ static struct subjects live_subjects(const char *dir)
 	if (!s.list || !s.errors)
 		die(EX_SYS, "out of memory");
 	pathf(p, sizeof p, "%s/digests.json", dir);
-	if (!(s.cache = json_load_path(p)) && !(s.cache = json_object()))
-		die(EX_SYS, "out of memory");
+	if (!(s.cache = load_private(p))) {
+		if (errno == EPERM)
+			warn("digest cache %s is not root's 0600 file: ignored (every subject read afresh)", p);
+		if (!(s.cache = json_object()))
+			die(EX_SYS, "out of memory");
+	}
 	subj_ruleset(&s);
 	subj_qemu(&s);
 	subj_kernel(&s);
@@ -840,12 +876,14 @@ static void fail_(json_t *f, const char *kind, const char *what, const char *fmt
  * older attestation is refused even while it has not expired. */
 static long long seen_read(const char *path)
 {
-	json_t *j = json_load_path(path);
+	json_t *j = load_private(path);
 	long long n;
 
 	if (!j) {
 		if (errno == ENOENT)
 			return 0;
+		if (errno == EPERM)
+			die(EX_SYS, "verify state %s must be a regular file owned by root with mode 0600", path);
 		die(EX_SYS, "unable to read the verify state %s:", path);
 	}
 	if (!json_is_integer(json_object_get(j, "sequence")))
@@ -918,6 +956,8 @@ static int cmd_verify(const char *dir, const char *pubp, const char *statep, con
 
 	if (!fails)
 		die(EX_SYS, "out of memory");
+	/* The state and the digest cache live here: root's alone, as for sign. */
+	check_dir(dir);
 	if (!pubp)
 		pubp = pathf(p, sizeof p, "%s/key.pub", dir);
 	load_pk(pubp, pk);

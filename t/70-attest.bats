@@ -377,6 +377,70 @@ sign_refuses() {
 	[[ "$stderr" == *"older than the expiry"* ]]
 }
 
+# poison_cache PATH: DIR/digests.json claims PATH's current stat for the
+# digest recorded there before PATH changed.
+poison_cache() {
+	python3 - "$ISOPOD_ATTEST_DIR/digests.json" "$1" <<'PY'
+import json, os, sys
+c, p = sys.argv[1], sys.argv[2]
+d = json.load(open(c))
+st = os.stat(p)
+d[p].update(dev=st.st_dev, ino=st.st_ino, size=st.st_size, mtime_s=int(st.st_mtime),
+            mtime_ns=st.st_mtime_ns % 10**9, ctime_s=int(st.st_ctime), ctime_ns=st.st_ctime_ns % 10**9)
+json.dump(d, open(c + ".new", "w"))
+os.chmod(c + ".new", 0o600)
+os.replace(c + ".new", c)
+PY
+}
+
+@test "verify checks the key directory, the pinned key, the digest cache and the state file like sign does" {
+	local q k="$ISOPOD_ATTEST_DIR"
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	chmod 777 "$k"
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	chmod 700 "$k"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"key directory $k must be owned by root with mode 0700"* ]]
+	chmod 666 "$k/key.pub"
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	chmod 644 "$k/key.pub"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"public key $k/key.pub must be"* ]]
+	cp "$k/key.pub" "$BATS_TEST_TMPDIR/pub"
+	run --separate-stderr attest verify --pubkey "$BATS_TEST_TMPDIR/pub" "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 0 ] # the control: a root-owned 0644 copy verifies
+	chown 65534 "$BATS_TEST_TMPDIR/pub"
+	run --separate-stderr attest verify --pubkey "$BATS_TEST_TMPDIR/pub" "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 111 ]
+	ln -s "$BATS_TEST_TMPDIR/pub" "$BATS_TEST_TMPDIR/publink"
+	run --separate-stderr attest verify --pubkey "$BATS_TEST_TMPDIR/publink" "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 111 ]
+	# The state file: not root's 0600, refused.
+	chmod 644 "$k"/verified-*.json
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	chmod 600 "$k"/verified-*.json
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"verify state"*"must be a regular file owned by root with mode 0600"* ]]
+	# A poisoned cache hides a changed QEMU only when it is root's 0600 (the
+	# control: root alone can do that); anyone else's is ignored.
+	q=$(readlink -f "$(command -v qemu-system-x86_64)")
+	cp "$q" "$BATS_TEST_TMPDIR/qemu.orig"
+	echo '# changed' >>"$q"
+	poison_cache "$q"
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 0 ]
+	chown 65534 "$k/digests.json"
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/qemu.orig" "$q"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	jq -e 'any(.failures[]; .subject == "qemu")' <<<"$output"
+	[[ "$stderr" == *"digest cache $k/digests.json is not root's 0600 file: ignored"* ]]
+	rm -f "$k/digests.json"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
 @test "verify refuses an expired attestation, naming predicate.expires" {
 	sign_fresh --expires-s 2
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
