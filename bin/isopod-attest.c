@@ -893,6 +893,39 @@ static long long seen_read(const char *path)
 	return n;
 }
 
+/* The signer's counter, DIR/sequence: signer and verifier share the host,
+ * so only the newest attestation is valid, whatever the verifier's own
+ * state says (a deleted state file must not let an older one back in).
+ * -1 with why when missing or not root's. */
+static long long signer_sequence(const char *dir, char *why, size_t whysz)
+{
+	char p[PATH_MAX], buf[32];
+	struct stat st;
+	long long n;
+	ssize_t r;
+	int fd;
+
+	pathf(p, sizeof p, "%s/sequence", dir);
+	if ((fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		snprintf(why, whysz, "unable to read the signer's counter %.300s: %s", p, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
+		close(fd);
+		snprintf(why, whysz, "the signer's counter %.300s is not root's regular file", p);
+		return -1;
+	}
+	r = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[r > 0 ? r : 0] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	if (parse_ll(buf, 1, (1LL << 53) - 1, &n) < 0) {
+		snprintf(why, whysz, "the signer's counter %.300s is not a sequence number", p);
+		return -1;
+	}
+	return n;
+}
+
 static void subjects_compare(const char *dir, json_t *fails, json_t *signed_list)
 {
 	struct subjects live = live_subjects(dir);
@@ -950,7 +983,7 @@ static int cmd_verify(const char *dir, const char *pubp, const char *statep, con
 	char id[65], p[PATH_MAX], st[PATH_MAX], lk[PATH_MAX], mid[64], why[512];
 	const char *field = NULL, *type = NULL;
 	json_t *env, *stmt = NULL, *pred = NULL, *fails = json_array(), *out;
-	long long now = wall_ms() / 1000, seq = -1, last = 0, exp = -1;
+	long long now = wall_ms() / 1000, seq = -1, last = 0, exp = -1, cur;
 	size_t blen;
 	int lock = -1, valid;
 
@@ -1016,6 +1049,11 @@ static int cmd_verify(const char *dir, const char *pubp, const char *statep, con
 		if (seq < last)
 			FIELD(fails, "predicate.sequence",
 			      "%lld is older than the last one verified (%lld): a replay", seq, last);
+		else if ((cur = signer_sequence(dir, why, sizeof why)) < 0)
+			FIELD(fails, "predicate.sequence", "%s", why);
+		else if (seq != cur)
+			FIELD(fails, "predicate.sequence",
+			      "%lld is not the signer's latest (%lld): an older attestation", seq, cur);
 	}
 	if (machine_id(mid) < 0)
 		die(EX_SYS, "unable to read /etc/machine-id:");

@@ -493,15 +493,34 @@ PY
 	local s1 s2
 	sign_fresh
 	mv "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/old.json"
+	verify_ok "$BATS_TEST_TMPDIR/old.json" # while it is the newest: fine
 	sign_fresh
 	s1=$(jq -r .payload "$BATS_TEST_TMPDIR/old.json" | base64 -d | jq .predicate.sequence)
 	s2=$(jq -r .payload "$BATS_TEST_TMPDIR/env.json" | base64 -d | jq .predicate.sequence)
 	[ "$s2" -gt "$s1" ]
-	verify_ok "$BATS_TEST_TMPDIR/old.json" # before the newer one was seen: fine
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
 	verify_ok "$BATS_TEST_TMPDIR/env.json" # the same one again: fine
 	verify_fails predicate.sequence "$BATS_TEST_TMPDIR/old.json"
 	[[ "$output" == *"is older than the last one verified ($s2): a replay"* ]]
+}
+
+@test "an older attestation does not verify again once the verifier's state is deleted: the signer's DIR/sequence decides; no DIR/sequence, no valid attestation" {
+	sign_fresh
+	cp "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/old.json"
+	verify_ok "$BATS_TEST_TMPDIR/old.json"
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	rm -f "$ISOPOD_ATTEST_DIR"/verified-*.json
+	verify_fails predicate.sequence "$BATS_TEST_TMPDIR/old.json"
+	[[ "$output" == *"is not the signer's latest"* ]]
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	mv "$ISOPOD_ATTEST_DIR/sequence" "$BATS_TEST_TMPDIR/sequence"
+	rm -f "$ISOPOD_ATTEST_DIR"/verified-*.json
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	mv "$BATS_TEST_TMPDIR/sequence" "$ISOPOD_ATTEST_DIR/sequence"
+	[ "$status" -eq 1 ]
+	jq -e 'any(.failures[]; .field == "predicate.sequence" and (.why | test("signer.s counter")))' <<<"$output"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
 }
 
 @test "a rule added after signing makes verify fail, naming the ruleset; removed again, it verifies" {
