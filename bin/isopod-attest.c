@@ -34,7 +34,7 @@
 #define USAGE "isopod-attest keygen [--dir DIR] [--force] | " \
 	      "isopod-attest subjects [--dir DIR] | " \
 	      "isopod-attest sign [--dir DIR] [--expires-s N] [--max-report-age-s N] [-o FILE] [REPORT] | " \
-	      "isopod-attest verify [--dir DIR] [--pubkey FILE] [--state FILE] [ENVELOPE]"
+	      "isopod-attest verify [--dir DIR] [--pubkey FILE] [--state FILE] [--max-validity-s N] [ENVELOPE]"
 
 #define DEFAULT_DIR "/etc/isopod/attest"
 #define STATEMENT_TYPE "https://in-toto.io/Statement/v1"
@@ -188,17 +188,6 @@ static json_t *load_private(const char *path)
 	return j;
 }
 
-/* ISO-8601 UTC "YYYY-MM-DDTHH:MM:SSZ" -> epoch seconds.  -1 if malformed. */
-static long long iso_parse(const char *s)
-{
-	struct tm tm = { 0 };
-	const char *e;
-
-	if (!s || !(e = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm)) || *e)
-		return -1;
-	return (long long)timegm(&tm);
-}
-
 static char *iso_of(long long t, char buf[32])
 {
 	time_t tt = (time_t)t;
@@ -207,6 +196,32 @@ static char *iso_of(long long t, char buf[32])
 	gmtime_r(&tt, &tm);
 	strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 	return buf;
+}
+
+/* ISO-8601 UTC exactly "YYYY-MM-DDTHH:MM:SSZ" -> epoch seconds; -1 if it
+ * is anything else.  strptime alone takes spaces, one-digit fields and
+ * out-of-range days (2026-02-31 is March 3rd): the text must also be what
+ * the parsed time prints as. */
+static long long iso_parse(const char *s)
+{
+	static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+	struct tm tm = { 0 };
+	char back[32];
+	const char *e;
+	long long t;
+	size_t i;
+
+	if (!s || strlen(s) != sizeof shape - 1)
+		return -1;
+	for (i = 0; shape[i]; i++)
+		if (shape[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != shape[i])
+			return -1;
+	if (!(e = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm)) || *e)
+		return -1;
+	t = (long long)timegm(&tm);
+	if (strcmp(iso_of(t, back), s))
+		return -1;
+	return t;
 }
 
 /* ---- the live subjects ------------------------------------------------- */
@@ -926,6 +941,31 @@ static long long signer_sequence(const char *dir, char *why, size_t whysz)
 	return n;
 }
 
+/* started <= finished <= signed < expires, and expires no further from
+ * the evidence than the verifier's policy allows (--max-validity-s). */
+static void check_times(json_t *fails, json_t *pred, long long exp, long long max_valid)
+{
+	static const char *const key[] = { "started", "finished", "signed" };
+	long long t[3];
+	size_t k;
+
+	for (k = 0; k < 3; k++)
+		if ((t[k] = iso_parse(json_string_value(json_object_get(pred, key[k])))) < 0) {
+			fail_(fails, "field", key[k] == key[0] ? "predicate.started" : key[k] == key[1] ?
+			      "predicate.finished" : "predicate.signed", "missing or not YYYY-MM-DDTHH:MM:SSZ");
+			return;
+		}
+	if (t[0] > t[1])
+		FIELD(fails, "predicate.finished", "before started");
+	if (t[1] > t[2])
+		FIELD(fails, "predicate.signed", "before finished");
+	if (exp >= 0 && t[2] >= exp)
+		FIELD(fails, "predicate.expires", "not after signed");
+	if (exp >= 0 && exp - t[1] > max_valid)
+		FIELD(fails, "predicate.expires", "%lld s after finished, over the %lld s this verifier allows (--max-validity-s)",
+		      exp - t[1], max_valid);
+}
+
 static void subjects_compare(const char *dir, json_t *fails, json_t *signed_list)
 {
 	struct subjects live = live_subjects(dir);
@@ -977,7 +1017,8 @@ static void subjects_compare(const char *dir, json_t *fails, json_t *signed_list
 	json_decref(live.errors);
 }
 
-static int cmd_verify(const char *dir, const char *pubp, const char *statep, const char *envp)
+static int cmd_verify(const char *dir, const char *pubp, const char *statep, const char *envp,
+		      long long max_valid)
 {
 	unsigned char pk[32], *body = NULL;
 	char id[65], p[PATH_MAX], st[PATH_MAX], lk[PATH_MAX], mid[64], why[512];
@@ -1038,6 +1079,7 @@ static int cmd_verify(const char *dir, const char *pubp, const char *statep, con
 	else if (now >= exp)
 		FIELD(fails, "predicate.expires", "expired at %s",
 		      json_string_value(json_object_get(pred, "expires")));
+	check_times(fails, pred, exp, max_valid);
 	if (!json_is_integer(json_object_get(pred, "sequence")) ||
 	    (seq = (long long)json_integer_value(json_object_get(pred, "sequence"))) < 1) {
 		FIELD(fails, "predicate.sequence", "missing or not a positive integer");
@@ -1099,11 +1141,12 @@ int main(int argc, char **argv)
 		{ "pubkey", required_argument, NULL, 'p' },
 		{ "state", required_argument, NULL, 's' },
 		{ "max-report-age-s", required_argument, NULL, 'm' },
+		{ "max-validity-s", required_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *verb, *dir = NULL, *pubp = NULL, *statep = NULL, *outp = NULL;
-	long long expires_s = EXPIRES_DEFAULT, max_age = REPORT_AGE_DEFAULT;
+	long long expires_s = EXPIRES_DEFAULT, max_age = REPORT_AGE_DEFAULT, max_valid = -1;
 	int c, force = 0;
 
 	progname = "isopod-attest";
@@ -1132,6 +1175,10 @@ int main(int argc, char **argv)
 				die(EX_USAGE, "--max-report-age-s: 1 to %d seconds, not %s", REPORT_AGE_MAX,
 				    EXC(optarg));
 			break;
+		case 'v':
+			if (parse_ll(optarg, 1, EXPIRES_MAX, &max_valid) < 0)
+				die(EX_USAGE, "--max-validity-s: 1 to %d seconds, not %s", EXPIRES_MAX, EXC(optarg));
+			break;
 		case 'o': outp = optarg; break;
 		case 'p': pubp = optarg; break;
 		case 's': statep = optarg; break;
@@ -1144,23 +1191,24 @@ int main(int argc, char **argv)
 	dir = key_dir(dir);
 	if (!strcmp(verb, "keygen")) {
 		if (optind != argc || pubp || statep || outp || expires_s != EXPIRES_DEFAULT ||
-		    max_age != REPORT_AGE_DEFAULT)
+		    max_age != REPORT_AGE_DEFAULT || max_valid >= 0)
 			die(EX_USAGE, "usage: %s", USAGE);
 		return cmd_keygen(dir, force);
 	}
 	if (!strcmp(verb, "subjects")) {
 		if (optind != argc || pubp || statep || outp || force || expires_s != EXPIRES_DEFAULT ||
-		    max_age != REPORT_AGE_DEFAULT)
+		    max_age != REPORT_AGE_DEFAULT || max_valid >= 0)
 			die(EX_USAGE, "usage: %s", USAGE);
 		return cmd_subjects(dir);
 	}
 	if (!strcmp(verb, "sign")) {
-		if (argc - optind > 1 || pubp || statep || force)
+		if (argc - optind > 1 || pubp || statep || force || max_valid >= 0)
 			die(EX_USAGE, "usage: %s", USAGE);
 		return cmd_sign(dir, expires_s, max_age, optind < argc ? argv[optind] : NULL, outp);
 	}
 	if (argc - optind > 1 || outp || force || expires_s != EXPIRES_DEFAULT ||
 	    max_age != REPORT_AGE_DEFAULT)
 		die(EX_USAGE, "usage: %s", USAGE);
-	return cmd_verify(dir, pubp, statep, optind < argc ? argv[optind] : NULL);
+	return cmd_verify(dir, pubp, statep, optind < argc ? argv[optind] : NULL,
+			  max_valid < 0 ? EXPIRES_DEFAULT : max_valid);
 }

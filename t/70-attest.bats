@@ -441,11 +441,51 @@ PY
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
 }
 
+# resign JQ: $BATS_TEST_TMPDIR/env.json's statement changed by JQ and
+# signed with the key (dsse.py: a valid signature) into bad.json.
+resign() {
+	jq -r .payload "$BATS_TEST_TMPDIR/env.json" | base64 -d | jq -c "$1" >"$BATS_TEST_TMPDIR/stmt2.json"
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" envelope "$ISOPOD_ATTEST_DIR/key" \
+		"$BATS_TEST_TMPDIR/stmt2.json" >"$BATS_TEST_TMPDIR/bad.json"
+}
+
 @test "verify refuses an expired attestation, naming predicate.expires" {
-	sign_fresh --expires-s 2
-	verify_ok "$BATS_TEST_TMPDIR/env.json"
-	sleep 3
+	local t1 t2
+	# No sleeping on a loaded host: the same statement signed with its
+	# times 2 h and 1 h in the past; the control (the times of now) verifies.
+	sign_fresh
+	t2=$(date -u -d '-2 hours' +%Y-%m-%dT%H:%M:%SZ)
+	t1=$(date -u -d '-1 hours' +%Y-%m-%dT%H:%M:%SZ)
+	resign '.'
+	verify_ok "$BATS_TEST_TMPDIR/bad.json"
+	resign ".predicate |= (.started = \"$t2\" | .finished = \"$t2\" | .signed = \"$t2\" | .expires = \"$t1\")"
+	verify_fails predicate.expires "$BATS_TEST_TMPDIR/bad.json"
+	[[ "$output" == *"expired at $t1"* ]]
+	[ "$(jq '.failures | length' <<<"$output")" -eq 1 ]
+}
+
+@test "verify: times exactly YYYY-MM-DDTHH:MM:SSZ, started <= finished <= signed < expires, expires at most --max-validity-s (24 h) after finished" {
+	sign_fresh
+	resign '.'
+	verify_ok "$BATS_TEST_TMPDIR/bad.json" # the control
+	resign '.predicate.expires |= sub("T"; " ")'
+	verify_fails predicate.expires "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.expires = "2099-02-31T00:00:00Z"'
+	verify_fails predicate.expires "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.finished |= sub("Z$"; "+00:00")'
+	verify_fails predicate.finished "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.signed = "2000-01-01T00:00:00Z"'
+	verify_fails predicate.signed "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.started = "2099-01-01T00:00:00Z"'
+	verify_fails predicate.finished "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.expires = .predicate.signed'
+	verify_fails predicate.expires "$BATS_TEST_TMPDIR/bad.json"
+	[[ "$output" == *"not after signed"* ]]
+	sign_fresh --expires-s 90000
 	verify_fails predicate.expires "$BATS_TEST_TMPDIR/env.json"
+	[[ "$output" == *"90000 s after finished, over the 86400 s"* ]]
+	run --separate-stderr attest verify --max-validity-s 90000 "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 0 ]
 }
 
 @test "verify refuses an unknown key: signed with another key pair, verified with the pinned one" {
