@@ -324,7 +324,7 @@ int canon_set(struct canon *c, const struct nftnl_set *s)
 	flags = nftnl_set_is_set(s, NFTNL_SET_FLAGS) ? nftnl_set_get_u32(s, NFTNL_SET_FLAGS) : 0;
 	if (!(it = nftnl_set_elems_iter_create(s)))
 		goto out;
-	for (e = nftnl_set_elems_iter_cur(it); e; e = nftnl_set_elems_iter_next(it)) {
+	while ((e = nftnl_set_elems_iter_next(it))) {
 		if (ne == cap) {
 			cap = cap ? 2 * cap : 16;
 			if (!(nv = realloc(ev, cap * sizeof *ev)))
