@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -248,18 +249,73 @@ static json_t *stat_json(const struct stat *st)
 			 "ctime_ns", (json_int_t)st->st_ctim.tv_nsec);
 }
 
+/* sha256 of what fd reads, from where it is (a fresh open: the start). */
+static int hash_fd(int fd, char hex[65])
+{
+	crypto_hash_sha256_state st;
+	unsigned char h[crypto_hash_sha256_BYTES], buf[1 << 16];
+	ssize_t r;
+
+	crypto_hash_sha256_init(&st);
+	while ((r = read(fd, buf, sizeof buf)) != 0) {
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		crypto_hash_sha256_update(&st, buf, (unsigned long long)r);
+	}
+	crypto_hash_sha256_final(&st, h);
+	sodium_bin2hex(hex, 65, h, sizeof h);
+	return 0;
+}
+
+/* A file system whose server or daemon decides what a read returns, and
+ * whose inode times it reports: its stat proves nothing about the bytes. */
+static int stat_trustworthy(int fd)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) < 0)
+		return 0;
+	switch ((unsigned long)sf.f_type) {
+	case 0x65735546UL: /* FUSE */
+	case 0x6969UL:     /* NFS */
+	case 0xFF534D42UL: /* CIFS */
+	case 0xFE534D42UL: /* SMB2 */
+	case 0x01021997UL: /* 9P */
+	case 0x00c36400UL: /* Ceph */
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+	       a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* One open: the stat compared with the cache, the bytes hashed and the
+ * stat after are all of the same file (a rename in between cannot pair
+ * one file's stat with another's digest). */
 static int hash_file(struct subjects *s, const char *path, char hex[65])
 {
 	struct stat a, b;
 	json_t *want, *have, *e;
 	const char *k;
-	int same = 1;
+	int same = 1, fd, use, err;
 
-	if (stat(path, &a) < 0)
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return -1;
+	if (fstat(fd, &a) < 0)
+		goto fail;
 	if (!(have = stat_json(&a)))
 		die(EX_SYS, "out of memory");
-	e = s->cache ? json_object_get(s->cache, path) : NULL;
+	use = s->cache && S_ISREG(a.st_mode) && stat_trustworthy(fd);
+	e = use ? json_object_get(s->cache, path) : NULL;
 	if (e && json_is_string(json_object_get(e, "sha256")) &&
 	    hex64_ok(json_string_value(json_object_get(e, "sha256")))) {
 		json_object_foreach(have, k, want)
@@ -267,24 +323,29 @@ static int hash_file(struct subjects *s, const char *path, char hex[65])
 		if (same) {
 			memcpy(hex, json_string_value(json_object_get(e, "sha256")), 65);
 			json_decref(have);
+			close(fd);
 			return 0;
 		}
 	}
-	if (sha256_file(path, hex) < 0) {
+	if (hash_fd(fd, hex) < 0) {
 		json_decref(have);
-		return -1;
+		goto fail;
 	}
 	/* Only what did not change while it was read is remembered. */
-	if (s->cache && S_ISREG(a.st_mode) && stat(path, &b) == 0 &&
-	    a.st_ctim.tv_sec == b.st_ctim.tv_sec &&
-	    a.st_ctim.tv_nsec == b.st_ctim.tv_nsec && a.st_size == b.st_size) {
+	if (use && fstat(fd, &b) == 0 && same_file(&a, &b)) {
 		json_object_set_new(have, "sha256", json_string(hex));
 		json_object_set_new(s->cache, path, have);
 		s->cache_dirty = 1;
 	} else {
 		json_decref(have);
 	}
+	close(fd);
 	return 0;
+fail:
+	err = errno;
+	close(fd);
+	errno = err;
+	return -1;
 }
 
 static void subj_add(struct subjects *s, const char *name, const char *hex, const char *path)
