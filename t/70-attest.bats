@@ -126,6 +126,21 @@ verify_ok() {
 
 sha() { sha256sum "$1" | cut -c1-64; }
 
+# sign_refuses PATCH WHY: a passing report changed by the jq PATCH is refused
+# (exit 1 or 100), stderr saying WHY, nothing signed; the unpatched one signs.
+sign_refuses() {
+	local seq
+	report "$BATS_TEST_TMPDIR/r.json" pass pass
+	jq "$1" "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	seq=$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	echo "$stderr"
+	[ "$status" -eq 1 ] || [ "$status" -eq 100 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"$2"* ]]
+	[ "$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)" = "$seq" ]
+}
+
 @test "usage: -h prints the synopsis; a bad verb, a bad --expires-s, extra operands: 100" {
 	run "$ISOPOD_SRC/bin/isopod-attest" -h
 	[ "$status" -eq 0 ]
@@ -270,21 +285,6 @@ sha() { sha256sum "$1" | cut -c1-64; }
 	run --separate-stderr attest sign - <"$BATS_TEST_TMPDIR/r2.json"
 	[ "$status" -eq 100 ]
 	[[ "$stderr" == *"duplicate"*"verdict"* ]]
-}
-
-# sign_refuses PATCH WHY: a passing report changed by the jq PATCH is refused
-# (exit 1 or 100), stderr saying WHY, nothing signed; the unpatched one signs.
-sign_refuses() {
-	local seq
-	report "$BATS_TEST_TMPDIR/r.json" pass pass
-	jq "$1" "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
-	seq=$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)
-	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
-	echo "$stderr"
-	[ "$status" -eq 1 ] || [ "$status" -eq 100 ]
-	[ -z "$output" ]
-	[[ "$stderr" == *"$2"* ]]
-	[ "$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)" = "$seq" ]
 }
 
 @test "sign checks each passing probe's steps, not only its verdict: the reviewer's forged pass is refused" {
