@@ -1040,6 +1040,7 @@ static void subjects_compare(const char *dir, json_t *fails, json_t *signed_list
 		const char *name = json_string_value(json_object_get(e, "name"));
 		const char *want = json_string_value(json_object_get(json_object_get(e, "digest"), "sha256"));
 		int found = 0;
+		json_t *sp, *lp;
 
 		if (!name || !want) {
 			FIELD(fails, "subject", "entry %zu has no name or no digest.sha256", i);
@@ -1053,6 +1054,15 @@ static void subjects_compare(const char *dir, json_t *fails, json_t *signed_list
 			found = 1;
 			if (strcmp(want, have))
 				SUBJECT(fails, name, "sha256 differs: signed %.16s…, live now %.16s…", want, have);
+			/* The same bytes elsewhere is another host set-up (another
+			 * PATH, ISOPOD_LIBEXEC, config): what was signed is not
+			 * what this verifier's environment runs. */
+			sp = json_object_get(json_object_get(e, "annotations"), "path");
+			lp = json_object_get(json_object_get(l, "annotations"), "path");
+			if ((sp || lp) && !json_equal(sp, lp))
+				SUBJECT(fails, name, "path differs: signed %s, live now %s",
+					EXC(json_string_value(json_object_get(json_object_get(e, "annotations"), "path")) ?: "none"),
+					EXC(json_string_value(json_object_get(json_object_get(l, "annotations"), "path")) ?: "none"));
 		}
 		if (!found) {
 			int err = 0;

@@ -449,6 +449,19 @@ resign() {
 		"$BATS_TEST_TMPDIR/stmt2.json" >"$BATS_TEST_TMPDIR/bad.json"
 }
 
+@test "verify compares the subjects' paths: the same binaries found through another ISOPOD_LIBEXEC fail, naming each" {
+	local alt="$BATS_TEST_TMPDIR/libexec"
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	cp -a "$ISOPOD_LIBEXEC" "$alt"
+	ISOPOD_LIBEXEC=$alt run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	jq -e --arg p "$alt/isopod-attest" 'any(.failures[]; .subject == "bin/isopod-attest" and (.why | contains("path differs")) and (.why | contains($p)))' <<<"$output"
+	# Same bytes: no digest differs.
+	jq -e 'all(.failures[]; .why | contains("path differs"))' <<<"$output"
+}
+
 @test "verify refuses an expired attestation, naming predicate.expires" {
 	local t1 t2
 	# No sleeping on a loaded host: the same statement signed with its
