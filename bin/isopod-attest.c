@@ -28,18 +28,25 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #define USAGE "isopod-attest keygen [--dir DIR] [--force] | " \
-	      "isopod-attest sign [--dir DIR] [--expires-s N] [-o FILE] [REPORT] | " \
-	      "isopod-attest verify [--dir DIR] [--pubkey FILE] [--state FILE] [ENVELOPE]"
+	      "isopod-attest subjects [--dir DIR] | " \
+	      "isopod-attest sign [--dir DIR] [--expires-s N] [--max-report-age-s N] [-o FILE] [REPORT] | " \
+	      "isopod-attest verify [--dir DIR] [--pubkey FILE] [--state FILE] [--max-validity-s N] [ENVELOPE]"
 
 #define DEFAULT_DIR "/etc/isopod/attest"
 #define STATEMENT_TYPE "https://in-toto.io/Statement/v1"
 #define PREDICATE_TYPE "urn:isopod:predicate:containment:v1"
 #define EXPIRES_DEFAULT (24 * 3600)
 #define EXPIRES_MAX (30 * 24 * 3600)
+/* How old a doctor's report may be when signed: the host it tested is the
+ * host signed only if little could change in between (and the subjects it
+ * recorded are checked too).  --max-report-age-s sets it, up to a day. */
+#define REPORT_AGE_DEFAULT 3600
+#define REPORT_AGE_MAX (24 * 3600)
 #define QEMU_BIN "qemu-system-x86_64"
 /* A report from a clock a little ahead of ours is not "from the future". */
 #define SKEW_S 60
@@ -117,12 +124,20 @@ static void load_sk(const char *dir, unsigned char pk[32], unsigned char sk[64])
 	sodium_memzero(seed, sizeof seed);
 }
 
+/* The pinned key decides everything verify says: root's, and nobody else
+ * may write it (nor swap it for a symlink). */
 static void load_pk(const char *path, unsigned char pk[32])
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
 
 	if (fd < 0)
-		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to open the public key %s:", path);
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to open the public key %s (or a symlink):", path);
+	if (fstat(fd, &st) < 0)
+		die(EX_SYS, "unable to stat %s:", path);
+	if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022))
+		die(EX_SYS, "public key %s must be a regular file owned by root, not group- or world-writable (is uid %ld, mode %04o)",
+		    path, (long)st.st_uid, (unsigned)(st.st_mode & 07777));
 	if (read_hex32(fd, pk) < 0)
 		die(EX_SYS, "unable to read the public key %s (64 hex digits):", path);
 	close(fd);
@@ -150,15 +165,28 @@ static int machine_id(char out[64])
 	return 0;
 }
 
-/* ISO-8601 UTC "YYYY-MM-DDTHH:MM:SSZ" -> epoch seconds.  -1 if malformed. */
-static long long iso_parse(const char *s)
+/* A JSON file of the key directory that only root may have written: a
+ * regular file, not a symlink, root's, mode 0600.  NULL with errno
+ * (EPERM: it exists but is not root's alone). */
+static json_t *load_private(const char *path)
 {
-	struct tm tm = { 0 };
-	const char *e;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), e;
+	struct stat st;
+	json_t *j;
 
-	if (!s || !(e = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm)) || *e)
-		return -1;
-	return (long long)timegm(&tm);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
+	    (st.st_mode & 07777) != 0600) {
+		close(fd);
+		errno = EPERM;
+		return NULL;
+	}
+	j = json_load_fd(fd);
+	e = errno;
+	close(fd);
+	errno = e;
+	return j;
 }
 
 static char *iso_of(long long t, char buf[32])
@@ -169,6 +197,32 @@ static char *iso_of(long long t, char buf[32])
 	gmtime_r(&tt, &tm);
 	strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 	return buf;
+}
+
+/* ISO-8601 UTC exactly "YYYY-MM-DDTHH:MM:SSZ" -> epoch seconds; -1 if it
+ * is anything else.  strptime alone takes spaces, one-digit fields and
+ * out-of-range days (2026-02-31 is March 3rd): the text must also be what
+ * the parsed time prints as. */
+static long long iso_parse(const char *s)
+{
+	static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+	struct tm tm = { 0 };
+	char back[32];
+	const char *e;
+	long long t;
+	size_t i;
+
+	if (!s || strlen(s) != sizeof shape - 1)
+		return -1;
+	for (i = 0; shape[i]; i++)
+		if (shape[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != shape[i])
+			return -1;
+	if (!(e = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm)) || *e)
+		return -1;
+	t = (long long)timegm(&tm);
+	if (strcmp(iso_of(t, back), s))
+		return -1;
+	return t;
 }
 
 /* ---- the live subjects ------------------------------------------------- */
@@ -195,18 +249,73 @@ static json_t *stat_json(const struct stat *st)
 			 "ctime_ns", (json_int_t)st->st_ctim.tv_nsec);
 }
 
+/* sha256 of what fd reads, from where it is (a fresh open: the start). */
+static int hash_fd(int fd, char hex[65])
+{
+	crypto_hash_sha256_state st;
+	unsigned char h[crypto_hash_sha256_BYTES], buf[1 << 16];
+	ssize_t r;
+
+	crypto_hash_sha256_init(&st);
+	while ((r = read(fd, buf, sizeof buf)) != 0) {
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		crypto_hash_sha256_update(&st, buf, (unsigned long long)r);
+	}
+	crypto_hash_sha256_final(&st, h);
+	sodium_bin2hex(hex, 65, h, sizeof h);
+	return 0;
+}
+
+/* A file system whose server or daemon decides what a read returns, and
+ * whose inode times it reports: its stat proves nothing about the bytes. */
+static int stat_trustworthy(int fd)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) < 0)
+		return 0;
+	switch ((unsigned long)sf.f_type) {
+	case 0x65735546UL: /* FUSE */
+	case 0x6969UL:     /* NFS */
+	case 0xFF534D42UL: /* CIFS */
+	case 0xFE534D42UL: /* SMB2 */
+	case 0x01021997UL: /* 9P */
+	case 0x00c36400UL: /* Ceph */
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+	       a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* One open: the stat compared with the cache, the bytes hashed and the
+ * stat after are all of the same file (a rename in between cannot pair
+ * one file's stat with another's digest). */
 static int hash_file(struct subjects *s, const char *path, char hex[65])
 {
 	struct stat a, b;
 	json_t *want, *have, *e;
 	const char *k;
-	int same = 1;
+	int same = 1, fd, use, err;
 
-	if (stat(path, &a) < 0)
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return -1;
+	if (fstat(fd, &a) < 0)
+		goto fail;
 	if (!(have = stat_json(&a)))
 		die(EX_SYS, "out of memory");
-	e = s->cache ? json_object_get(s->cache, path) : NULL;
+	use = s->cache && S_ISREG(a.st_mode) && stat_trustworthy(fd);
+	e = use ? json_object_get(s->cache, path) : NULL;
 	if (e && json_is_string(json_object_get(e, "sha256")) &&
 	    hex64_ok(json_string_value(json_object_get(e, "sha256")))) {
 		json_object_foreach(have, k, want)
@@ -214,24 +323,29 @@ static int hash_file(struct subjects *s, const char *path, char hex[65])
 		if (same) {
 			memcpy(hex, json_string_value(json_object_get(e, "sha256")), 65);
 			json_decref(have);
+			close(fd);
 			return 0;
 		}
 	}
-	if (sha256_file(path, hex) < 0) {
+	if (hash_fd(fd, hex) < 0) {
 		json_decref(have);
-		return -1;
+		goto fail;
 	}
 	/* Only what did not change while it was read is remembered. */
-	if (s->cache && S_ISREG(a.st_mode) && stat(path, &b) == 0 &&
-	    a.st_ctim.tv_sec == b.st_ctim.tv_sec &&
-	    a.st_ctim.tv_nsec == b.st_ctim.tv_nsec && a.st_size == b.st_size) {
+	if (use && fstat(fd, &b) == 0 && same_file(&a, &b)) {
 		json_object_set_new(have, "sha256", json_string(hex));
 		json_object_set_new(s->cache, path, have);
 		s->cache_dirty = 1;
 	} else {
 		json_decref(have);
 	}
+	close(fd);
 	return 0;
+fail:
+	err = errno;
+	close(fd);
+	errno = err;
+	return -1;
 }
 
 static void subj_add(struct subjects *s, const char *name, const char *hex, const char *path)
@@ -445,8 +559,12 @@ static struct subjects live_subjects(const char *dir)
 	if (!s.list || !s.errors)
 		die(EX_SYS, "out of memory");
 	pathf(p, sizeof p, "%s/digests.json", dir);
-	if (!(s.cache = json_load_path(p)) && !(s.cache = json_object()))
-		die(EX_SYS, "out of memory");
+	if (!(s.cache = load_private(p))) {
+		if (errno == EPERM)
+			warn("digest cache %s is not root's 0600 file: ignored (every subject read afresh)", p);
+		if (!(s.cache = json_object()))
+			die(EX_SYS, "out of memory");
+	}
 	subj_ruleset(&s);
 	subj_qemu(&s);
 	subj_kernel(&s);
@@ -502,10 +620,68 @@ static int cmd_keygen(const char *dir, int force)
 
 /* ---- sign -------------------------------------------------------------- */
 
+/* A probe's verdict is the doctor's conclusion; the steps are its evidence,
+ * and sign believes the conclusion only when the evidence says the same:
+ * exactly the five steps of issue 10, in order, the VM alive, the tools
+ * there, the control (the same path, allowed) through, the attempt
+ * blocked, and the host's evidence of the block seen. */
+static void check_steps(const char *name, json_t *steps)
+{
+	static const struct {
+		const char *step;
+		int ok;
+	} want[] = {
+		{ .step = "liveness", .ok = 1 }, { .step = "tooling", .ok = 1 },
+		{ .step = "control", .ok = 1 },  { .step = "attempt", .ok = 0 },
+		{ .step = "evidence", .ok = 1 },
+	};
+	size_t k, n = sizeof want / sizeof *want;
+
+	if (json_array_size(steps) != n)
+		die(EX_GUEST, "report: probe %s: %zu steps, not the %zu of a probe (liveness, tooling, control, attempt, evidence)",
+		    EXC(name), json_array_size(steps), n);
+	for (k = 0; k < n; k++) {
+		json_t *st = json_array_get(steps, k), *ok = json_object_get(st, "ok");
+		const char *sn = json_string_value(json_object_get(st, "step"));
+
+		if (!sn || strcmp(sn, want[k].step))
+			die(EX_GUEST, "report: probe %s: step %zu is %s, not %s", EXC(name), k + 1,
+			    sn ? EXC(sn) : "missing", want[k].step);
+		if (!json_is_boolean(ok))
+			die(EX_GUEST, "report: probe %s: step %s: ok is missing or not a boolean",
+			    EXC(name), want[k].step);
+		if (json_is_true(ok) != want[k].ok)
+			die(EX_GUEST, "report: probe %s: step %s: ok %s (%s), yet the probe says pass",
+			    EXC(name), want[k].step, want[k].ok ? "false" : "true",
+			    want[k].ok ? "it must succeed" : "the attempt must be blocked");
+	}
+}
+
+/* counts: {probes, pass, fail, error}, each an integer, that agree with
+ * the probes (all of which passed by now). */
+static void check_counts(json_t *counts, size_t n)
+{
+	static const char *const key[] = { "probes", "pass", "fail", "error" };
+	size_t k;
+
+	if (!json_is_object(counts))
+		die(EX_USAGE, "report: counts is missing or not an object");
+	for (k = 0; k < sizeof key / sizeof *key; k++) {
+		json_t *c = json_object_get(counts, key[k]);
+		json_int_t want = k < 2 ? (json_int_t)n : 0;
+
+		if (!json_is_integer(c))
+			die(EX_USAGE, "report: counts.%s is missing or not an integer", key[k]);
+		if (json_integer_value(c) != want)
+			die(EX_GUEST, "report: counts.%s is %lld, but the probes say %lld", key[k],
+			    (long long)json_integer_value(c), (long long)want);
+	}
+}
+
 /* The doctor's report (doc/INTERFACES.md "Doctor report"): refuse unless
  * it says pass, has at least one probe, and every probe passed. */
 static void check_report(json_t *rep, const char *mid, long long now, long long expires_s,
-			 long long *fin_out)
+			 long long max_age, long long *fin_out)
 {
 	json_t *probes = json_object_get(rep, "probes"), *p, *host = json_object_get(rep, "host");
 	const char *v = json_string_value(json_object_get(rep, "verdict"));
@@ -513,7 +689,7 @@ static void check_report(json_t *rep, const char *mid, long long now, long long 
 	const char *ver = json_string_value(json_object_get(json_object_get(rep, "doctor"), "version"));
 	long long st = iso_parse(json_string_value(json_object_get(rep, "started")));
 	long long fin = iso_parse(json_string_value(json_object_get(rep, "finished")));
-	size_t i;
+	size_t i, j;
 
 	if (!v)
 		die(EX_USAGE, "report: verdict is missing or not a string");
@@ -536,9 +712,14 @@ static void check_report(json_t *rep, const char *mid, long long now, long long 
 			    EXC(cls), EXC(pv));
 		if (!json_is_array(steps) || json_array_size(steps) == 0)
 			die(EX_USAGE, "report: probe %s: no steps (a pass without evidence)", EXC(name));
+		check_steps(name, steps);
+		for (j = 0; j < i; j++)
+			if (!strcmp(name, json_string_value(json_object_get(json_array_get(probes, j), "name"))))
+				die(EX_USAGE, "report: probe %s appears twice", EXC(name));
 	}
 	if (strcmp(v, "pass"))
 		die(EX_GUEST, "report: verdict %s, not pass", EXC(v));
+	check_counts(json_object_get(rep, "counts"), json_array_size(probes));
 	if (!hid)
 		die(EX_USAGE, "report: host.id is missing");
 	if (strcmp(hid, mid))
@@ -556,7 +737,56 @@ static void check_report(json_t *rep, const char *mid, long long now, long long 
 	if (fin + expires_s <= now)
 		die(EX_GUEST, "report: finished %s, already older than the expiry (%lld s)",
 		    json_string_value(json_object_get(rep, "finished")), expires_s);
+	if (fin + max_age < now)
+		die(EX_GUEST, "report: finished %s, older than the %lld s a report may be (--max-report-age-s)",
+		    json_string_value(json_object_get(rep, "finished")), max_age);
 	*fin_out = fin;
+}
+
+/* The subjects the doctor recorded when it started (isopod-attest
+ * subjects) must be the live ones now: what it tested is what is signed.
+ * Each difference is named on stderr. */
+static void check_report_subjects(json_t *rep, json_t *live)
+{
+	json_t *rs = json_object_get(rep, "subjects"), *e, *l;
+	size_t i, j, bad = 0;
+
+	if (!json_is_array(rs) || json_array_size(rs) == 0)
+		die(EX_USAGE, "report: subjects is missing or empty (the doctor records isopod-attest subjects before its probes)");
+	json_array_foreach(rs, i, e) {
+		const char *name = json_string_value(json_object_get(e, "name"));
+		const char *d = json_string_value(json_object_get(json_object_get(e, "digest"), "sha256"));
+
+		if (!name || !d)
+			die(EX_USAGE, "report: subjects entry %zu has no name or no digest.sha256", i);
+		for (j = 0; j < i; j++)
+			if (!strcmp(name, json_string_value(json_object_get(json_array_get(rs, j), "name"))))
+				die(EX_USAGE, "report: subject %s appears twice", EXC(name));
+	}
+	json_array_foreach(live, i, l) {
+		const char *name = json_string_value(json_object_get(l, "name"));
+		const char *have = json_string_value(json_object_get(json_object_get(l, "digest"), "sha256"));
+		const char *want = NULL;
+
+		json_array_foreach(rs, j, e)
+			if (!strcmp(name, json_string_value(json_object_get(e, "name"))))
+				want = json_string_value(json_object_get(json_object_get(e, "digest"), "sha256"));
+		if (!want)
+			warn("subject %s: on this host now, but not in the report", name), bad++;
+		else if (strcmp(want, have))
+			warn("subject %s: the doctor tested %.16s…, live now %.16s…", name, EXC(want), have), bad++;
+	}
+	json_array_foreach(rs, j, e) {
+		const char *name = json_string_value(json_object_get(e, "name"));
+		int found = 0;
+
+		json_array_foreach(live, i, l)
+			found |= !strcmp(name, json_string_value(json_object_get(l, "name")));
+		if (!found)
+			warn("subject %s: in the report, but not on this host now", EXC(name)), bad++;
+	}
+	if (bad)
+		die(EX_GUEST, "report: %zu subject(s) differ from the live host's: the doctor did not test this host as it is now", bad);
 }
 
 /* The sequence number: only grows, one signer at a time, the new value
@@ -592,7 +822,8 @@ static long long next_sequence(const char *dir)
 	return n;
 }
 
-static int cmd_sign(const char *dir, long long expires_s, const char *report, const char *outp)
+static int cmd_sign(const char *dir, long long expires_s, long long max_age, const char *report,
+		    const char *outp)
 {
 	unsigned char pk[32], sk[64];
 	char id[65], mid[64], t_signed[32], t_exp[32];
@@ -611,7 +842,7 @@ static int cmd_sign(const char *dir, long long expires_s, const char *report, co
 		die(errno == ENOENT ? EX_NOTFOUND : errno == EINVAL || errno == EFBIG ? EX_USAGE : EX_SYS,
 		    "unable to read the report %s:", report);
 	}
-	check_report(rep, mid, now, expires_s, &fin);
+	check_report(rep, mid, now, expires_s, max_age, &fin);
 	load_sk(dir, pk, sk);
 	dsse_keyid(pk, id);
 	s = live_subjects(dir);
@@ -622,6 +853,7 @@ static int cmd_sign(const char *dir, long long expires_s, const char *report, co
 		die(EX_SYS, "unable to attest: %zu subject(s) cannot be read on this host now",
 		    json_array_size(s.errors));
 	}
+	check_report_subjects(rep, s.list);
 	seq = next_sequence(dir);
 	/* Expiry counts from the end of the doctor's run: the evidence's age,
 	 * not the signature's. */
@@ -673,6 +905,31 @@ static int cmd_sign(const char *dir, long long expires_s, const char *report, co
 	return 0;
 }
 
+/* ---- subjects ---------------------------------------------------------- */
+
+/* What the doctor records before its probes, and sign compares. */
+static int cmd_subjects(const char *dir)
+{
+	struct subjects s;
+	json_t *e, *out;
+	size_t i;
+
+	check_dir(dir);
+	s = live_subjects(dir);
+	if (json_array_size(s.errors)) {
+		json_array_foreach(s.errors, i, e)
+			warn("subject %s: %s", json_string_value(json_object_get(e, "subject")),
+			     json_string_value(json_object_get(e, "why")));
+		die(EX_SYS, "%zu subject(s) cannot be read on this host now", json_array_size(s.errors));
+	}
+	if (!(out = json_pack("{s:o}", "subjects", s.list)))
+		die(EX_SYS, "out of memory");
+	json_emit(out);
+	json_decref(out);
+	json_decref(s.errors);
+	return 0;
+}
+
 /* ---- verify ------------------------------------------------------------ */
 
 static void fail_(json_t *f, const char *kind, const char *what, const char *fmt, ...)
@@ -695,12 +952,14 @@ static void fail_(json_t *f, const char *kind, const char *what, const char *fmt
  * older attestation is refused even while it has not expired. */
 static long long seen_read(const char *path)
 {
-	json_t *j = json_load_path(path);
+	json_t *j = load_private(path);
 	long long n;
 
 	if (!j) {
 		if (errno == ENOENT)
 			return 0;
+		if (errno == EPERM)
+			die(EX_SYS, "verify state %s must be a regular file owned by root with mode 0600", path);
 		die(EX_SYS, "unable to read the verify state %s:", path);
 	}
 	if (!json_is_integer(json_object_get(j, "sequence")))
@@ -708,6 +967,64 @@ static long long seen_read(const char *path)
 	n = (long long)json_integer_value(json_object_get(j, "sequence"));
 	json_decref(j);
 	return n;
+}
+
+/* The signer's counter, DIR/sequence: signer and verifier share the host,
+ * so only the newest attestation is valid, whatever the verifier's own
+ * state says (a deleted state file must not let an older one back in).
+ * -1 with why when missing or not root's. */
+static long long signer_sequence(const char *dir, char *why, size_t whysz)
+{
+	char p[PATH_MAX], buf[32];
+	struct stat st;
+	long long n;
+	ssize_t r;
+	int fd;
+
+	pathf(p, sizeof p, "%s/sequence", dir);
+	if ((fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		snprintf(why, whysz, "unable to read the signer's counter %.300s: %s", p, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
+		close(fd);
+		snprintf(why, whysz, "the signer's counter %.300s is not root's regular file", p);
+		return -1;
+	}
+	r = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[r > 0 ? r : 0] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	if (parse_ll(buf, 1, (1LL << 53) - 1, &n) < 0) {
+		snprintf(why, whysz, "the signer's counter %.300s is not a sequence number", p);
+		return -1;
+	}
+	return n;
+}
+
+/* started <= finished <= signed < expires, and expires no further from
+ * the evidence than the verifier's policy allows (--max-validity-s). */
+static void check_times(json_t *fails, json_t *pred, long long exp, long long max_valid)
+{
+	static const char *const key[] = { "started", "finished", "signed" };
+	long long t[3];
+	size_t k;
+
+	for (k = 0; k < 3; k++)
+		if ((t[k] = iso_parse(json_string_value(json_object_get(pred, key[k])))) < 0) {
+			fail_(fails, "field", key[k] == key[0] ? "predicate.started" : key[k] == key[1] ?
+			      "predicate.finished" : "predicate.signed", "missing or not YYYY-MM-DDTHH:MM:SSZ");
+			return;
+		}
+	if (t[0] > t[1])
+		FIELD(fails, "predicate.finished", "before started");
+	if (t[1] > t[2])
+		FIELD(fails, "predicate.signed", "before finished");
+	if (exp >= 0 && t[2] >= exp)
+		FIELD(fails, "predicate.expires", "not after signed");
+	if (exp >= 0 && exp - t[1] > max_valid)
+		FIELD(fails, "predicate.expires", "%lld s after finished, over the %lld s this verifier allows (--max-validity-s)",
+		      exp - t[1], max_valid);
 }
 
 static void subjects_compare(const char *dir, json_t *fails, json_t *signed_list)
@@ -723,6 +1040,7 @@ static void subjects_compare(const char *dir, json_t *fails, json_t *signed_list
 		const char *name = json_string_value(json_object_get(e, "name"));
 		const char *want = json_string_value(json_object_get(json_object_get(e, "digest"), "sha256"));
 		int found = 0;
+		json_t *sp, *lp;
 
 		if (!name || !want) {
 			FIELD(fails, "subject", "entry %zu has no name or no digest.sha256", i);
@@ -736,6 +1054,15 @@ static void subjects_compare(const char *dir, json_t *fails, json_t *signed_list
 			found = 1;
 			if (strcmp(want, have))
 				SUBJECT(fails, name, "sha256 differs: signed %.16s…, live now %.16s…", want, have);
+			/* The same bytes elsewhere is another host set-up (another
+			 * PATH, ISOPOD_LIBEXEC, config): what was signed is not
+			 * what this verifier's environment runs. */
+			sp = json_object_get(json_object_get(e, "annotations"), "path");
+			lp = json_object_get(json_object_get(l, "annotations"), "path");
+			if ((sp || lp) && !json_equal(sp, lp))
+				SUBJECT(fails, name, "path differs: signed %s, live now %s",
+					EXC(json_string_value(json_object_get(json_object_get(e, "annotations"), "path")) ?: "none"),
+					EXC(json_string_value(json_object_get(json_object_get(l, "annotations"), "path")) ?: "none"));
 		}
 		if (!found) {
 			int err = 0;
@@ -761,18 +1088,21 @@ static void subjects_compare(const char *dir, json_t *fails, json_t *signed_list
 	json_decref(live.errors);
 }
 
-static int cmd_verify(const char *dir, const char *pubp, const char *statep, const char *envp)
+static int cmd_verify(const char *dir, const char *pubp, const char *statep, const char *envp,
+		      long long max_valid)
 {
 	unsigned char pk[32], *body = NULL;
 	char id[65], p[PATH_MAX], st[PATH_MAX], lk[PATH_MAX], mid[64], why[512];
 	const char *field = NULL, *type = NULL;
 	json_t *env, *stmt = NULL, *pred = NULL, *fails = json_array(), *out;
-	long long now = wall_ms() / 1000, seq = -1, last = 0, exp = -1;
+	long long now = wall_ms() / 1000, seq = -1, last = 0, exp = -1, cur;
 	size_t blen;
 	int lock = -1, valid;
 
 	if (!fails)
 		die(EX_SYS, "out of memory");
+	/* The state and the digest cache live here: root's alone, as for sign. */
+	check_dir(dir);
 	if (!pubp)
 		pubp = pathf(p, sizeof p, "%s/key.pub", dir);
 	load_pk(pubp, pk);
@@ -820,6 +1150,7 @@ static int cmd_verify(const char *dir, const char *pubp, const char *statep, con
 	else if (now >= exp)
 		FIELD(fails, "predicate.expires", "expired at %s",
 		      json_string_value(json_object_get(pred, "expires")));
+	check_times(fails, pred, exp, max_valid);
 	if (!json_is_integer(json_object_get(pred, "sequence")) ||
 	    (seq = (long long)json_integer_value(json_object_get(pred, "sequence"))) < 1) {
 		FIELD(fails, "predicate.sequence", "missing or not a positive integer");
@@ -831,6 +1162,11 @@ static int cmd_verify(const char *dir, const char *pubp, const char *statep, con
 		if (seq < last)
 			FIELD(fails, "predicate.sequence",
 			      "%lld is older than the last one verified (%lld): a replay", seq, last);
+		else if ((cur = signer_sequence(dir, why, sizeof why)) < 0)
+			FIELD(fails, "predicate.sequence", "%s", why);
+		else if (seq != cur)
+			FIELD(fails, "predicate.sequence",
+			      "%lld is not the signer's latest (%lld): an older attestation", seq, cur);
 	}
 	if (machine_id(mid) < 0)
 		die(EX_SYS, "unable to read /etc/machine-id:");
@@ -875,11 +1211,13 @@ int main(int argc, char **argv)
 		{ "expires-s", required_argument, NULL, 'e' },
 		{ "pubkey", required_argument, NULL, 'p' },
 		{ "state", required_argument, NULL, 's' },
+		{ "max-report-age-s", required_argument, NULL, 'm' },
+		{ "max-validity-s", required_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *verb, *dir = NULL, *pubp = NULL, *statep = NULL, *outp = NULL;
-	long long expires_s = EXPIRES_DEFAULT;
+	long long expires_s = EXPIRES_DEFAULT, max_age = REPORT_AGE_DEFAULT, max_valid = -1;
 	int c, force = 0;
 
 	progname = "isopod-attest";
@@ -891,7 +1229,8 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		die(EX_USAGE, "usage: %s", USAGE);
 	verb = argv[1];
-	if (strcmp(verb, "keygen") && strcmp(verb, "sign") && strcmp(verb, "verify"))
+	if (strcmp(verb, "keygen") && strcmp(verb, "sign") && strcmp(verb, "verify") &&
+	    strcmp(verb, "subjects"))
 		die(EX_USAGE, "unknown command %s; usage: %s", EXC(verb), USAGE);
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+ho:", lo, NULL)) != -1) {
@@ -901,6 +1240,15 @@ int main(int argc, char **argv)
 		case 'e':
 			if (parse_ll(optarg, 1, EXPIRES_MAX, &expires_s) < 0)
 				die(EX_USAGE, "--expires-s: 1 to %d seconds, not %s", EXPIRES_MAX, EXC(optarg));
+			break;
+		case 'm':
+			if (parse_ll(optarg, 1, REPORT_AGE_MAX, &max_age) < 0)
+				die(EX_USAGE, "--max-report-age-s: 1 to %d seconds, not %s", REPORT_AGE_MAX,
+				    EXC(optarg));
+			break;
+		case 'v':
+			if (parse_ll(optarg, 1, EXPIRES_MAX, &max_valid) < 0)
+				die(EX_USAGE, "--max-validity-s: 1 to %d seconds, not %s", EXPIRES_MAX, EXC(optarg));
 			break;
 		case 'o': outp = optarg; break;
 		case 'p': pubp = optarg; break;
@@ -913,16 +1261,25 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to initialise libsodium");
 	dir = key_dir(dir);
 	if (!strcmp(verb, "keygen")) {
-		if (optind != argc || pubp || statep || outp || expires_s != EXPIRES_DEFAULT)
+		if (optind != argc || pubp || statep || outp || expires_s != EXPIRES_DEFAULT ||
+		    max_age != REPORT_AGE_DEFAULT || max_valid >= 0)
 			die(EX_USAGE, "usage: %s", USAGE);
 		return cmd_keygen(dir, force);
 	}
-	if (!strcmp(verb, "sign")) {
-		if (argc - optind > 1 || pubp || statep || force)
+	if (!strcmp(verb, "subjects")) {
+		if (optind != argc || pubp || statep || outp || force || expires_s != EXPIRES_DEFAULT ||
+		    max_age != REPORT_AGE_DEFAULT || max_valid >= 0)
 			die(EX_USAGE, "usage: %s", USAGE);
-		return cmd_sign(dir, expires_s, optind < argc ? argv[optind] : NULL, outp);
+		return cmd_subjects(dir);
 	}
-	if (argc - optind > 1 || outp || force || expires_s != EXPIRES_DEFAULT)
+	if (!strcmp(verb, "sign")) {
+		if (argc - optind > 1 || pubp || statep || force || max_valid >= 0)
+			die(EX_USAGE, "usage: %s", USAGE);
+		return cmd_sign(dir, expires_s, max_age, optind < argc ? argv[optind] : NULL, outp);
+	}
+	if (argc - optind > 1 || outp || force || expires_s != EXPIRES_DEFAULT ||
+	    max_age != REPORT_AGE_DEFAULT)
 		die(EX_USAGE, "usage: %s", USAGE);
-	return cmd_verify(dir, pubp, statep, optind < argc ? argv[optind] : NULL);
+	return cmd_verify(dir, pubp, statep, optind < argc ? argv[optind] : NULL,
+			  max_valid < 0 ? EXPIRES_DEFAULT : max_valid);
 }

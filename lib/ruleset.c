@@ -7,7 +7,10 @@
 #include <stdarg.h>
 #include <libnftnl/chain.h>
 #include <libnftnl/expr.h>
+#include <libnftnl/flowtable.h>
+#include <libnftnl/object.h>
 #include <libnftnl/rule.h>
+#include <libnftnl/set.h>
 #include <libnftnl/table.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
@@ -67,7 +70,19 @@ static char *strf(const char *fmt, ...)
 	return r < 0 ? NULL : s;
 }
 
-/* Keys sort as: family, table, kind (0 table, 1 chain, 2 rule), chain.
+static void put_devices(FILE *m, const char *const *devs);
+
+/* isopod's tables, and every netdev table: an ingress/egress hook on a
+ * device can redirect (fwd) or drop a VM's traffic before isopod's tables
+ * see it.  Other tables (Docker's, the distribution's) change under other
+ * tools; of those only the base chains' headers count (canon_chain). */
+int canon_covered(uint32_t family, const char *table)
+{
+	return table && (!strcmp(table, RULESET_TABLE) || family == NFPROTO_NETDEV);
+}
+
+/* Keys sort as: family, table, kind (0 table, 1 chain, 2 rule, 3 set,
+ * 4 object, 5 flowtable), name.
  * \x01 separates: it cannot occur in a kernel object's name. */
 int canon_table(struct canon *c, const struct nftnl_table *t)
 {
@@ -76,9 +91,10 @@ int canon_table(struct canon *c, const struct nftnl_table *t)
 	char fb[16];
 	const char *fam = fam_name(f, fb);
 
-	if (!name || strcmp(name, RULESET_TABLE))
+	if (!name || !canon_covered(f, name))
 		return 0;
-	c->tables++;
+	if (!strcmp(name, RULESET_TABLE))
+		c->tables++;
 	/* flags: a dormant table enforces nothing, so they count. */
 	return add(c, strf("%s\x01%s\x01" "0", fam, name),
 		   strf("table %s %s flags %" PRIu32, fam, name,
@@ -92,10 +108,16 @@ int canon_chain(struct canon *c, const struct nftnl_chain *ch)
 	const char *name = nftnl_chain_get_str(ch, NFTNL_CHAIN_NAME);
 	char fb[16], *text = NULL;
 	const char *fam = fam_name(nftnl_chain_get_u32(ch, NFTNL_CHAIN_FAMILY), fb);
+	const char *const *devs;
 	size_t sz = 0;
 	FILE *m;
 
-	if (!table || !name || strcmp(table, RULESET_TABLE))
+	if (!table || !name)
+		return 0;
+	/* Another table's base chain: its header (a new hook, priority or
+	 * policy), not its rules, so Docker's rule churn leaves the digest be. */
+	if (!canon_covered(nftnl_chain_get_u32(ch, NFTNL_CHAIN_FAMILY), table) &&
+	    !nftnl_chain_is_set(ch, NFTNL_CHAIN_HOOKNUM))
 		return 0;
 	if (!(m = open_memstream(&text, &sz)))
 		return -1;
@@ -110,6 +132,9 @@ int canon_chain(struct canon *c, const struct nftnl_chain *ch)
 		fprintf(m, " policy %" PRIu32, nftnl_chain_get_u32(ch, NFTNL_CHAIN_POLICY));
 	if (nftnl_chain_is_set(ch, NFTNL_CHAIN_DEV))
 		fprintf(m, " dev %s", nftnl_chain_get_str(ch, NFTNL_CHAIN_DEV));
+	if (nftnl_chain_is_set(ch, NFTNL_CHAIN_DEVICES) &&
+	    (devs = nftnl_chain_get_array(ch, NFTNL_CHAIN_DEVICES)))
+		put_devices(m, devs);
 	if (nftnl_chain_is_set(ch, NFTNL_CHAIN_FLAGS))
 		fprintf(m, " flags %" PRIu32, nftnl_chain_get_u32(ch, NFTNL_CHAIN_FLAGS));
 	if (fclose(m) != 0) {
@@ -128,9 +153,20 @@ static void hexf(FILE *m, const void *p, uint32_t n)
 		fprintf(m, "%02x", b[i]);
 }
 
-static void put_expr(FILE *m, const struct nftnl_expr *e)
+static const char *anon_text(const struct canon *c, const char *scope, const char *set)
+{
+	size_t i, l = strlen(scope);
+
+	for (i = 0; set && i < c->nanon; i++)
+		if (!strncmp(c->anon[i].scope, scope, l) && !strcmp(c->anon[i].scope + l, set))
+			return c->anon[i].text;
+	return NULL;
+}
+
+static void put_expr(FILE *m, const struct canon *c, const char *scope, const struct nftnl_expr *e)
 {
 	const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
+	const char *set = NULL, *anon, *at;
 	char buf[4096];
 	uint32_t n;
 	const void *p;
@@ -143,6 +179,15 @@ static void put_expr(FILE *m, const struct nftnl_expr *e)
 	}
 	if (nftnl_expr_snprintf(buf, sizeof buf, e, NFTNL_OUTPUT_DEFAULT, 0) < 0)
 		buf[0] = 0;
+	/* An anonymous set's name is the kernel's pick: its contents stand in. */
+	if (name && !strcmp(name, "lookup"))
+		set = nftnl_expr_get_str(e, NFTNL_EXPR_LOOKUP_SET);
+	else if (name && !strcmp(name, "dynset"))
+		set = nftnl_expr_get_str(e, NFTNL_EXPR_DYNSET_SET_NAME);
+	if ((anon = anon_text(c, scope, set)) && (at = strstr(buf, set))) {
+		fprintf(m, " [ %s %.*s%s%s ]", name, (int)(at - buf), buf, anon, at + strlen(set));
+		return;
+	}
 	fprintf(m, " [ %s %s ]", name ? name : "?", buf);
 	/* xt match/target: the text names them only; their info is the rule. */
 	if (name && !strcmp(name, "match") && (p = nftnl_expr_get(e, NFTNL_EXPR_MT_INFO, &n))) {
@@ -159,7 +204,7 @@ int canon_rule(struct canon *c, const struct nftnl_rule *r)
 {
 	const char *table = nftnl_rule_get_str(r, NFTNL_RULE_TABLE);
 	const char *chain = nftnl_rule_get_str(r, NFTNL_RULE_CHAIN);
-	char fb[16], *text = NULL;
+	char fb[16], *text = NULL, *scope;
 	const char *fam = fam_name(nftnl_rule_get_u32(r, NFTNL_RULE_FAMILY), fb);
 	struct nftnl_expr_iter *it;
 	struct nftnl_expr *e;
@@ -168,10 +213,14 @@ int canon_rule(struct canon *c, const struct nftnl_rule *r)
 	const void *p;
 	FILE *m;
 
-	if (!table || !chain || strcmp(table, RULESET_TABLE))
+	if (!table || !chain || !canon_covered(nftnl_rule_get_u32(r, NFTNL_RULE_FAMILY), table))
 		return 0;
-	if (!(m = open_memstream(&text, &sz)))
+	if (!(scope = strf("%s\x01%s\x01", fam, table)))
 		return -1;
+	if (!(m = open_memstream(&text, &sz))) {
+		free(scope);
+		return -1;
+	}
 	fprintf(m, "rule %s %s %s", fam, table, chain);
 	if (nftnl_rule_is_set(r, NFTNL_RULE_COMPAT_PROTO))
 		fprintf(m, " compat %" PRIu32 "/%" PRIu32,
@@ -179,11 +228,13 @@ int canon_rule(struct canon *c, const struct nftnl_rule *r)
 			nftnl_rule_get_u32(r, NFTNL_RULE_COMPAT_FLAGS));
 	if ((it = nftnl_expr_iter_create(r))) {
 		while ((e = nftnl_expr_iter_next(it)))
-			put_expr(m, e);
+			put_expr(m, c, scope, e);
 		nftnl_expr_iter_destroy(it);
+		free(scope);
 	} else {
 		fclose(m);
 		free(text);
+		free(scope);
 		errno = ENOMEM;
 		return -1;
 	}
@@ -197,6 +248,210 @@ int canon_rule(struct canon *c, const struct nftnl_rule *r)
 		return -1;
 	}
 	return add(c, strf("%s\x01%s\x01" "2%s", fam, table, chain), text);
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A device list, sorted: the kernel keeps them in no promised order. */
+static void put_devices(FILE *m, const char *const *devs)
+{
+	const char *v[256];
+	size_t n = 0, i;
+
+	while (devs[n] && n < sizeof v / sizeof *v)
+		v[n] = devs[n], n++;
+	qsort(v, n, sizeof *v, str_cmp);
+	fputs(" devices", m);
+	for (i = 0; i < n; i++)
+		fprintf(m, " %s", v[i]);
+}
+
+static char *elem_text(struct nftnl_set_elem *e)
+{
+	char *text = NULL;
+	size_t sz = 0;
+	uint32_t n;
+	const void *p;
+	FILE *m = open_memstream(&text, &sz);
+
+	if (!m)
+		return NULL;
+	fputs("elem", m);
+	if ((p = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &n)) && n)
+		fputs(" key ", m), hexf(m, p, n);
+	if ((p = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY_END, &n)) && n)
+		fputs(" key_end ", m), hexf(m, p, n);
+	if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_FLAGS))
+		fprintf(m, " flags %" PRIu32, nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_FLAGS));
+	if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_VERDICT))
+		fprintf(m, " verdict %" PRId32, (int32_t)nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_VERDICT));
+	if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN))
+		fprintf(m, " chain %s", (const char *)nftnl_set_elem_get(e, NFTNL_SET_ELEM_CHAIN, &n));
+	if ((p = nftnl_set_elem_get(e, NFTNL_SET_ELEM_DATA, &n)) && n)
+		fputs(" data ", m), hexf(m, p, n);
+	if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_OBJREF))
+		fprintf(m, " obj %s", (const char *)nftnl_set_elem_get(e, NFTNL_SET_ELEM_OBJREF, &n));
+	if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_TIMEOUT))
+		fprintf(m, " timeout %" PRIu64, nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_TIMEOUT));
+	if ((p = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &n)) && n)
+		fputs(" udata ", m), hexf(m, p, n);
+	if (fclose(m) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+int canon_set(struct canon *c, const struct nftnl_set *s)
+{
+	const char *table = nftnl_set_get_str(s, NFTNL_SET_TABLE);
+	const char *name = nftnl_set_get_str(s, NFTNL_SET_NAME);
+	uint32_t f = nftnl_set_get_u32(s, NFTNL_SET_FAMILY), flags, n;
+	char fb[16], *text = NULL, **ev = NULL, **nv;
+	const char *fam = fam_name(f, fb);
+	struct nftnl_set_elems_iter *it;
+	struct nftnl_set_elem *e;
+	size_t ne = 0, cap = 0, i, sz = 0;
+	const void *p;
+	FILE *m;
+	int r = -1;
+
+	if (!table || !name || !canon_covered(f, table))
+		return 0;
+	flags = nftnl_set_is_set(s, NFTNL_SET_FLAGS) ? nftnl_set_get_u32(s, NFTNL_SET_FLAGS) : 0;
+	if (!(it = nftnl_set_elems_iter_create(s)))
+		goto out;
+	while ((e = nftnl_set_elems_iter_next(it))) {
+		if (ne == cap) {
+			cap = cap ? 2 * cap : 16;
+			if (!(nv = realloc(ev, cap * sizeof *ev)))
+				break;
+			ev = nv;
+		}
+		if (!(ev[ne] = elem_text(e)))
+			break;
+		ne++;
+	}
+	nftnl_set_elems_iter_destroy(it);
+	if (e)
+		goto out;
+	if (ne)
+		qsort(ev, ne, sizeof *ev, str_cmp);
+	if (!(m = open_memstream(&text, &sz)))
+		goto out;
+	if (flags & NFT_SET_ANONYMOUS)
+		fputs("{", m);
+	else
+		fprintf(m, "set %s %s %s", fam, table, name);
+	fprintf(m, " flags %" PRIu32, flags);
+	if (nftnl_set_is_set(s, NFTNL_SET_KEY_TYPE))
+		fprintf(m, " key %" PRIu32 "/%" PRIu32, nftnl_set_get_u32(s, NFTNL_SET_KEY_TYPE),
+			nftnl_set_get_u32(s, NFTNL_SET_KEY_LEN));
+	if (nftnl_set_is_set(s, NFTNL_SET_DATA_TYPE))
+		fprintf(m, " data %" PRIu32 "/%" PRIu32, nftnl_set_get_u32(s, NFTNL_SET_DATA_TYPE),
+			nftnl_set_get_u32(s, NFTNL_SET_DATA_LEN));
+	if (nftnl_set_is_set(s, NFTNL_SET_OBJ_TYPE))
+		fprintf(m, " objtype %" PRIu32, nftnl_set_get_u32(s, NFTNL_SET_OBJ_TYPE));
+	if (nftnl_set_is_set(s, NFTNL_SET_TIMEOUT))
+		fprintf(m, " timeout %" PRIu64, nftnl_set_get_u64(s, NFTNL_SET_TIMEOUT));
+	if ((p = nftnl_set_get_data(s, NFTNL_SET_USERDATA, &n)) && n)
+		fputs(" udata ", m), hexf(m, p, n);
+	fputs(" elements", m);
+	for (i = 0; i < ne; i++)
+		fprintf(m, "%s %s", i ? ";" : "", ev[i]);
+	if (flags & NFT_SET_ANONYMOUS)
+		fputs(" }", m);
+	if (fclose(m) != 0) {
+		free(text);
+		goto out;
+	}
+	if (flags & NFT_SET_ANONYMOUS) {
+		struct canon_anon *av = realloc(c->anon, (c->nanon + 1) * sizeof *av);
+		char *scope = strf("%s\x01%s\x01%s", fam, table, name);
+
+		if (!av || !scope) {
+			if (av)
+				c->anon = av;
+			free(scope);
+			free(text);
+			goto out;
+		}
+		c->anon = av;
+		c->anon[c->nanon++] = (struct canon_anon){ .scope = scope, .text = text };
+		r = 0;
+	} else {
+		r = add(c, strf("%s\x01%s\x01" "3%s", fam, table, name), text);
+	}
+out:
+	for (i = 0; i < ne; i++)
+		free(ev[i]);
+	free(ev);
+	if (r < 0)
+		errno = ENOMEM;
+	return r;
+}
+
+int canon_obj(struct canon *c, struct nftnl_obj *o)
+{
+	const char *table = nftnl_obj_get_str(o, NFTNL_OBJ_TABLE);
+	const char *name = nftnl_obj_get_str(o, NFTNL_OBJ_NAME);
+	uint32_t f = nftnl_obj_get_u32(o, NFTNL_OBJ_FAMILY), type = nftnl_obj_get_u32(o, NFTNL_OBJ_TYPE), n;
+	char fb[16], buf[4096], *text = NULL;
+	const char *fam = fam_name(f, fb);
+	const void *p;
+	size_t sz = 0;
+	FILE *m;
+
+	if (!table || !name || !canon_covered(f, table))
+		return 0;
+	if (!(m = open_memstream(&text, &sz)))
+		return -1;
+	fprintf(m, "object %s %s %s type %" PRIu32, fam, table, name, type);
+	/* A counter's values and a quota's consumption move with traffic. */
+	if (type == NFT_OBJECT_QUOTA)
+		fprintf(m, " bytes %" PRIu64 " flags %" PRIu32,
+			nftnl_obj_get_u64(o, NFTNL_OBJ_QUOTA_BYTES), nftnl_obj_get_u32(o, NFTNL_OBJ_QUOTA_FLAGS));
+	else if (type != NFT_OBJECT_COUNTER &&
+		 nftnl_obj_snprintf(buf, sizeof buf, o, NFTNL_OUTPUT_DEFAULT, 0) >= 0)
+		fprintf(m, " %s", buf);
+	if ((p = nftnl_obj_get_data(o, NFTNL_OBJ_USERDATA, &n)) && n)
+		fputs(" udata ", m), hexf(m, p, n);
+	if (fclose(m) != 0) {
+		free(text);
+		return -1;
+	}
+	return add(c, strf("%s\x01%s\x01" "4%s", fam, table, name), text);
+}
+
+int canon_flowtable(struct canon *c, const struct nftnl_flowtable *ft)
+{
+	const char *table = nftnl_flowtable_get_str(ft, NFTNL_FLOWTABLE_TABLE);
+	const char *name = nftnl_flowtable_get_str(ft, NFTNL_FLOWTABLE_NAME);
+	uint32_t f = nftnl_flowtable_get_u32(ft, NFTNL_FLOWTABLE_FAMILY);
+	char fb[16], *text = NULL;
+	const char *fam = fam_name(f, fb);
+	const char *const *devs;
+	size_t sz = 0;
+	FILE *m;
+
+	if (!table || !name || !canon_covered(f, table))
+		return 0;
+	if (!(m = open_memstream(&text, &sz)))
+		return -1;
+	fprintf(m, "flowtable %s %s %s hook %" PRIu32 " prio %" PRId32 " flags %" PRIu32, fam, table,
+		name, nftnl_flowtable_get_u32(ft, NFTNL_FLOWTABLE_HOOKNUM),
+		nftnl_flowtable_get_s32(ft, NFTNL_FLOWTABLE_PRIO),
+		nftnl_flowtable_get_u32(ft, NFTNL_FLOWTABLE_FLAGS));
+	if ((devs = nftnl_flowtable_get_array(ft, NFTNL_FLOWTABLE_DEVICES)))
+		put_devices(m, devs);
+	if (fclose(m) != 0) {
+		free(text);
+		return -1;
+	}
+	return add(c, strf("%s\x01%s\x01" "5%s", fam, table, name), text);
 }
 
 static int line_cmp(const void *a, const void *b)
@@ -236,6 +491,11 @@ void canon_free(struct canon *c)
 		free(c->v[i].text);
 	}
 	free(c->v);
+	for (i = 0; i < c->nanon; i++) {
+		free(c->anon[i].scope);
+		free(c->anon[i].text);
+	}
+	free(c->anon);
 	*c = (struct canon){ 0 };
 }
 
@@ -243,10 +503,14 @@ void canon_free(struct canon *c)
 
 struct dump {
 	struct canon *c;
-	int kind; /* NFT_MSG_GETTABLE, GETCHAIN, GETRULE */
+	int kind; /* NFT_MSG_GETTABLE, GETCHAIN, GETRULE, GETSET, GETSETELEM, GETOBJ, GETFLOWTABLE */
 	int err;
-	uint32_t *fams; /* tables found: their families */
-	size_t nfams;
+	struct covered { uint32_t fam; char name[256]; } *tabs; /* tables covered whole */
+	size_t ntabs;
+	struct nftnl_set **sets; /* their sets, elements read into them */
+	size_t nsets;
+	struct nftnl_set *cur;   /* GETSETELEM: the set asked for */
+	const struct covered *tab; /* GETRULE: the table asked for */
 };
 
 static int dump_cb(const struct nlmsghdr *nlh, void *data)
@@ -260,12 +524,61 @@ static int dump_cb(const struct nlmsghdr *nlh, void *data)
 
 		if (t && nftnl_table_nlmsg_parse(nlh, t) == 0) {
 			const char *name = nftnl_table_get_str(t, NFTNL_TABLE_NAME);
+			uint32_t f = nftnl_table_get_u32(t, NFTNL_TABLE_FAMILY);
+			struct covered *v;
 
 			r = canon_table(d->c, t);
-			if (!r && name && !strcmp(name, RULESET_TABLE) && d->nfams < 8)
-				d->fams[d->nfams++] = nftnl_table_get_u32(t, NFTNL_TABLE_FAMILY);
+			if (!r && name && canon_covered(f, name)) {
+				if (!(v = realloc(d->tabs, (d->ntabs + 1) * sizeof *v))) {
+					r = -1;
+				} else {
+					d->tabs = v;
+					v[d->ntabs].fam = f;
+					snprintf(v[d->ntabs].name, sizeof v->name, "%s", name);
+					d->ntabs++;
+				}
+			}
 		}
 		nftnl_table_free(t);
+		break;
+	}
+	case NFT_MSG_GETSET: {
+		struct nftnl_set *st = nftnl_set_alloc(), **v;
+
+		if (st && nftnl_set_nlmsg_parse(nlh, st) == 0) {
+			r = 0;
+			if (canon_covered(nftnl_set_get_u32(st, NFTNL_SET_FAMILY),
+					  nftnl_set_get_str(st, NFTNL_SET_TABLE))) {
+				if (!(v = realloc(d->sets, (d->nsets + 1) * sizeof *v))) {
+					r = -1;
+				} else {
+					d->sets = v;
+					v[d->nsets++] = st;
+					st = NULL;
+				}
+			}
+		}
+		if (st)
+			nftnl_set_free(st);
+		break;
+	}
+	case NFT_MSG_GETSETELEM:
+		r = nftnl_set_elems_nlmsg_parse(nlh, d->cur) < 0 ? -1 : 0;
+		break;
+	case NFT_MSG_GETOBJ: {
+		struct nftnl_obj *o = nftnl_obj_alloc();
+
+		if (o && nftnl_obj_nlmsg_parse(nlh, o) == 0)
+			r = canon_obj(d->c, o);
+		nftnl_obj_free(o);
+		break;
+	}
+	case NFT_MSG_GETFLOWTABLE: {
+		struct nftnl_flowtable *ft = nftnl_flowtable_alloc();
+
+		if (ft && nftnl_flowtable_nlmsg_parse(nlh, ft) == 0)
+			r = canon_flowtable(d->c, ft);
+		nftnl_flowtable_free(ft);
 		break;
 	}
 	case NFT_MSG_GETCHAIN: {
@@ -292,12 +605,11 @@ static int dump_cb(const struct nlmsghdr *nlh, void *data)
 	return MNL_CB_OK;
 }
 
-/* One dump; rules of table RULESET_TABLE of one family (the kernel's rule
- * dump filtered by table name stops after the first table of that name). */
+/* One dump; rules of one covered table (d->tab), a set's elements (d->cur). */
 static int dump(struct mnl_socket *nl, struct dump *d, uint16_t family, uint32_t *seq)
 {
 	size_t bsz = MNL_SOCKET_BUFFER_SIZE;
-	char *buf = malloc(bsz);
+	char *buf = calloc(1, bsz);
 	uint32_t portid = mnl_socket_get_portid(nl), s = (*seq)++;
 	struct nlmsghdr *nlh;
 	ssize_t n;
@@ -311,9 +623,11 @@ static int dump(struct mnl_socket *nl, struct dump *d, uint16_t family, uint32_t
 
 		if (!rr)
 			goto fail;
-		nftnl_rule_set_str(rr, NFTNL_RULE_TABLE, RULESET_TABLE);
+		nftnl_rule_set_str(rr, NFTNL_RULE_TABLE, d->tab->name);
 		nftnl_rule_nlmsg_build_payload(nlh, rr);
 		nftnl_rule_free(rr);
+	} else if (d->kind == NFT_MSG_GETSETELEM) {
+		nftnl_set_elems_nlmsg_build_payload(nlh, d->cur);
 	}
 	if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
 		goto fail;
@@ -340,10 +654,11 @@ fail:
 int ruleset_read(struct canon *c, char *why, size_t whysz)
 {
 	struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
-	uint32_t fams[8], seq = (uint32_t)time(NULL);
-	struct dump d = { .c = c, .fams = fams };
+	uint32_t seq = (uint32_t)time(NULL);
+	struct dump d = { .c = c };
 	const char *step = "open a netlink socket";
 	size_t i;
+	int r = -1;
 
 	if (!nl)
 		goto fail;
@@ -358,16 +673,47 @@ int ruleset_read(struct canon *c, char *why, size_t whysz)
 	d.kind = NFT_MSG_GETCHAIN;
 	if (dump(nl, &d, NFPROTO_UNSPEC, &seq) < 0)
 		goto fail;
+	step = "dump the sets";
+	d.kind = NFT_MSG_GETSET;
+	if (dump(nl, &d, NFPROTO_UNSPEC, &seq) < 0)
+		goto fail;
+	/* Each set's elements, then the set: before the rules, which name
+	 * anonymous sets by their contents. */
+	step = "dump a set's elements";
+	d.kind = NFT_MSG_GETSETELEM;
+	for (i = 0; i < d.nsets; i++) {
+		d.cur = d.sets[i];
+		if (dump(nl, &d, (uint16_t)nftnl_set_get_u32(d.cur, NFTNL_SET_FAMILY), &seq) < 0)
+			goto fail;
+		if (canon_set(c, d.cur) < 0)
+			goto fail;
+	}
+	step = "dump the stateful objects";
+	d.kind = NFT_MSG_GETOBJ;
+	if (dump(nl, &d, NFPROTO_UNSPEC, &seq) < 0)
+		goto fail;
+	step = "dump the flowtables";
+	d.kind = NFT_MSG_GETFLOWTABLE;
+	if (dump(nl, &d, NFPROTO_UNSPEC, &seq) < 0)
+		goto fail;
+	/* Per table: the kernel's rule dump filtered by table name alone stops
+	 * after the first table of that name. */
 	step = "dump the rules";
 	d.kind = NFT_MSG_GETRULE;
-	for (i = 0; i < d.nfams; i++)
-		if (dump(nl, &d, (uint16_t)fams[i], &seq) < 0)
+	for (i = 0; i < d.ntabs; i++) {
+		d.tab = &d.tabs[i];
+		if (dump(nl, &d, (uint16_t)d.tab->fam, &seq) < 0)
 			goto fail;
-	mnl_socket_close(nl);
-	return 0;
+	}
+	r = 0;
 fail:
-	snprintf(why, whysz, "unable to %s: %s", step, strerror(errno));
+	if (r < 0)
+		snprintf(why, whysz, "unable to %s: %s", step, strerror(errno));
 	if (nl)
 		mnl_socket_close(nl);
-	return -1;
+	for (i = 0; i < d.nsets; i++)
+		nftnl_set_free(d.sets[i]);
+	free(d.sets);
+	free(d.tabs);
+	return r;
 }

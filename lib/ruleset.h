@@ -6,10 +6,14 @@
 #define ISOPOD_RULESET_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct nftnl_table;
 struct nftnl_chain;
 struct nftnl_rule;
+struct nftnl_set;
+struct nftnl_obj;
+struct nftnl_flowtable;
 
 /* The tables read: every family's table of this name (inet and arp today). */
 #define RULESET_TABLE "isopod"
@@ -22,10 +26,18 @@ struct canon_line {
 	unsigned seq;   /* arrival: keeps a chain's rules in their order */
 	char *text;
 };
+/* An anonymous set ("__set%d", its name the kernel's choice) is written
+ * into each rule that looks it up, by its contents, not by its name. */
+struct canon_anon {
+	char *scope;    /* family \x01 table \x01 name */
+	char *text;     /* "{...}": the set's header and sorted elements */
+};
 struct canon {
 	struct canon_line *v;
 	size_t n, cap;
 	unsigned tables;  /* how many table lines (isopod's tables present) */
+	struct canon_anon *anon;
+	size_t nanon;
 };
 
 /* Add a table, chain or rule of any table (others than RULESET_TABLE are
@@ -35,6 +47,20 @@ struct canon {
 int canon_table(struct canon *c, const struct nftnl_table *t);
 int canon_chain(struct canon *c, const struct nftnl_chain *ch);
 int canon_rule(struct canon *c, const struct nftnl_rule *r);
+/* A set with its elements (added before the rules that use it, so that an
+ * anonymous set is known by its contents): flags, key and data types and
+ * lengths, object type, timeout, userdata, and the elements sorted (key,
+ * key end, flags, verdict and chain, data, object, timeout, userdata; not
+ * their expiration, which counts down, nor their expressions' state).
+ * Stateful objects: type and configuration, not a counter's values nor a
+ * quota's consumption.  Flowtables: hook, priority, flags, sorted devices. */
+int canon_set(struct canon *c, const struct nftnl_set *s);
+int canon_obj(struct canon *c, struct nftnl_obj *o);
+int canon_flowtable(struct canon *c, const struct nftnl_flowtable *f);
+/* Whether a table is covered whole (tables, chains, rules, sets, objects,
+ * flowtables): isopod's, of any family, and every netdev table.  Of every
+ * other table only the base chains' headers are added (canon_chain). */
+int canon_covered(uint32_t family, const char *table);
 /* The canonical text, one line per object, each ending "\n"; malloc'd
  * (*len without the NUL), NULL on ENOMEM.  Sorts c. */
 char *canon_text(struct canon *c, size_t *len);

@@ -76,7 +76,7 @@ nftl() { lab exec nft "$@"; }
 # per verdict given (default one "pass"); REPORT_VERDICT overrides the
 # overall verdict (default pass).
 report() {
-	local f=$1 now probes='[]' v
+	local f=$1 now probes='[]' v subj
 	shift
 	[ $# -gt 0 ] || set -- pass
 	now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -88,10 +88,17 @@ report() {
 			          {step: "control", ok: true}, {step: "attempt", ok: false},
 			          {step: "evidence", ok: true, counter: "meta_in", moved: 1}]}]' <<<"$probes")
 	done
+	# The doctor records the live subjects before its probes.
+	subj=$(attest subjects | jq -c .subjects)
 	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson p "$probes" \
-		--arg v "${REPORT_VERDICT:-pass}" \
+		--arg v "${REPORT_VERDICT:-pass}" --argjson s "$subj" \
 		'{doctor: {version: "test"}, host: {id: $id, hostname: "lab"}, started: $now,
-		  finished: $now, verdict: $v, counts: {probes: ($p | length)}, probes: $p}' >"$f"
+		  subjects: $s,
+		  finished: $now, verdict: $v,
+		  counts: {probes: ($p | length), pass: ([$p[] | select(.verdict == "pass")] | length),
+		           fail: ([$p[] | select(.verdict == "fail")] | length),
+		           error: ([$p[] | select(.verdict == "error")] | length)},
+		  probes: $p}' >"$f"
 }
 
 # sign_fresh: a passing report signed now, the envelope in $BATS_TEST_TMPDIR/env.json.
@@ -119,6 +126,21 @@ verify_ok() {
 
 sha() { sha256sum "$1" | cut -c1-64; }
 
+# sign_refuses PATCH WHY: a passing report changed by the jq PATCH is refused
+# (exit 1 or 100), stderr saying WHY, nothing signed; the unpatched one signs.
+sign_refuses() {
+	local seq
+	report "$BATS_TEST_TMPDIR/r.json" pass pass
+	jq "$1" "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	seq=$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	echo "$stderr"
+	[ "$status" -eq 1 ] || [ "$status" -eq 100 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"$2"* ]]
+	[ "$(cat "$ISOPOD_ATTEST_DIR/sequence" 2>/dev/null || echo 0)" = "$seq" ]
+}
+
 @test "usage: -h prints the synopsis; a bad verb, a bad --expires-s, extra operands: 100" {
 	run "$ISOPOD_SRC/bin/isopod-attest" -h
 	[ "$status" -eq 0 ]
@@ -145,8 +167,8 @@ sha() { sha256sum "$1" | cut -c1-64; }
 }
 
 @test "sign refuses a key directory or key that is not root's alone, naming it" {
-	chmod 755 "$ISOPOD_ATTEST_DIR"
 	report "$BATS_TEST_TMPDIR/r.json"
+	chmod 755 "$ISOPOD_ATTEST_DIR"
 	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
 	chmod 700 "$ISOPOD_ATTEST_DIR"
 	[ "$status" -eq 111 ]
@@ -265,6 +287,83 @@ sha() { sha256sum "$1" | cut -c1-64; }
 	[[ "$stderr" == *"duplicate"*"verdict"* ]]
 }
 
+@test "sign checks each passing probe's steps, not only its verdict: the reviewer's forged pass is refused" {
+	# The control: the same report unpatched signs.
+	report "$BATS_TEST_TMPDIR/r.json" pass pass
+	attest sign -o "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/r.json" >/dev/null
+	# verdict pass, liveness and control failed, the attempt got through, no
+	# evidence step, counts.fail 3.
+	sign_refuses '.probes[0].steps = [{step: "liveness", ok: false}, {step: "tooling", ok: true},
+		{step: "control", ok: false}, {step: "attempt", ok: true}] | .counts.fail = 3' \
+		"probe metadata-tcp-0: 4 steps, not the 5"
+	sign_refuses '.probes[1].steps[0].ok = false' "probe metadata-tcp-1: step liveness: ok false"
+	sign_refuses '.probes[0].steps[1].ok = false' "step tooling: ok false"
+	sign_refuses '.probes[0].steps[2].ok = false' "step control: ok false"
+	sign_refuses '.probes[0].steps[3].ok = true' "step attempt: ok true"
+	sign_refuses '.probes[0].steps[4].ok = false' "step evidence: ok false"
+	sign_refuses '.probes[0].steps[4].ok = "true"' "step evidence: ok is missing or not a boolean"
+	sign_refuses 'del(.probes[0].steps[4]) | .probes[0].steps += [{step: "liveness", ok: true}]' \
+		"step 5 is liveness, not evidence"
+	sign_refuses '.probes[0].steps |= [.[0], .[2], .[1], .[3], .[4]]' "step 2 is control, not tooling"
+	sign_refuses '.probes[0].steps += [{step: "evidence", ok: true}]' "6 steps"
+	sign_refuses '.counts.fail = 3' "counts.fail is 3, but the probes say 0"
+	sign_refuses '.counts.pass = 1' "counts.pass is 1, but the probes say 2"
+	sign_refuses '.counts.probes = 3' "counts.probes is 3"
+	sign_refuses 'del(.counts.error)' "counts.error is missing"
+	sign_refuses '.probes[1].name = .probes[0].name' "probe metadata-tcp-0 appears twice"
+}
+
+@test "sign refuses a report whose recorded subjects are not the live host's now, naming each" {
+	local q
+	q=$(command -v qemu-system-x86_64)
+	report "$BATS_TEST_TMPDIR/r.json"
+	jq -e '.subjects | length > 5 and any(.[]; .name == "qemu") and any(.[]; .name == "ruleset/nftables")' \
+		"$BATS_TEST_TMPDIR/r.json"
+	cp "$q" "$BATS_TEST_TMPDIR/qemu.orig"
+	echo '# changed after the doctor ran' >>"$q"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
+	cp "$BATS_TEST_TMPDIR/qemu.orig" "$q"
+	echo "$stderr"
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"subject qemu: the doctor tested"* ]]
+	[[ "$stderr" == *"1 subject(s) differ"* ]]
+	# A subject the doctor did not record, one it recorded that is gone.
+	jq '.subjects |= map(select(.name != "kernel/vmlinux")) | .subjects += [{name: "image/gone", digest: {sha256: ("0" * 64)}}]' \
+		"$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"subject kernel/vmlinux: on this host now, but not in the report"* ]]
+	[[ "$stderr" == *"subject image/gone: in the report, but not on this host now"* ]]
+	jq 'del(.subjects)' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"subjects is missing"* ]]
+	# The control: put back, the same report signs.
+	attest sign -o "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/r.json" >/dev/null
+}
+
+@test "sign refuses a report finished more than 1 h ago (--max-report-age-s sets it, at most 24 h)" {
+	local old
+	report "$BATS_TEST_TMPDIR/r.json"
+	old=$(date -u -d '-2 hours' +%Y-%m-%dT%H:%M:%SZ)
+	jq --arg t "$old" '.started = $t | .finished = $t' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"finished $old, older than the 3600 s a report may be"* ]]
+	run --separate-stderr attest sign --max-report-age-s 86401 "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 100 ]
+	run --separate-stderr attest sign --max-report-age-s 60 "$BATS_TEST_TMPDIR/r.json"
+	[ "$status" -eq 0 ] # the control: a fresh report signs under a lower limit
+	old=$(date -u -d '-5 minutes' +%Y-%m-%dT%H:%M:%SZ)
+	jq --arg t "$old" '.started = $t | .finished = $t' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
+	run --separate-stderr attest sign --max-report-age-s 60 "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"older than the 60 s"* ]]
+	run --separate-stderr attest sign --max-report-age-s 86400 "$BATS_TEST_TMPDIR/r2.json"
+	[ "$status" -eq 0 ]
+}
+
 @test "sign refuses another host's report and one already older than the expiry" {
 	report "$BATS_TEST_TMPDIR/r.json"
 	jq '.host.id = "0000"' "$BATS_TEST_TMPDIR/r.json" >"$BATS_TEST_TMPDIR/r2.json"
@@ -278,11 +377,128 @@ sha() { sha256sum "$1" | cut -c1-64; }
 	[[ "$stderr" == *"older than the expiry"* ]]
 }
 
-@test "verify refuses an expired attestation, naming predicate.expires" {
-	sign_fresh --expires-s 2
+# poison_cache PATH: DIR/digests.json claims PATH's current stat for the
+# digest recorded there before PATH changed.
+poison_cache() {
+	python3 - "$ISOPOD_ATTEST_DIR/digests.json" "$1" <<'PY'
+import json, os, sys
+c, p = sys.argv[1], sys.argv[2]
+d = json.load(open(c))
+st = os.stat(p)
+d[p].update(dev=st.st_dev, ino=st.st_ino, size=st.st_size, mtime_s=int(st.st_mtime),
+            mtime_ns=st.st_mtime_ns % 10**9, ctime_s=int(st.st_ctime), ctime_ns=st.st_ctime_ns % 10**9)
+json.dump(d, open(c + ".new", "w"))
+os.chmod(c + ".new", 0o600)
+os.replace(c + ".new", c)
+PY
+}
+
+@test "verify checks the key directory, the pinned key, the digest cache and the state file like sign does" {
+	local q k="$ISOPOD_ATTEST_DIR"
+	sign_fresh
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
-	sleep 3
+	chmod 777 "$k"
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	chmod 700 "$k"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"key directory $k must be owned by root with mode 0700"* ]]
+	chmod 666 "$k/key.pub"
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	chmod 644 "$k/key.pub"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"public key $k/key.pub must be"* ]]
+	cp "$k/key.pub" "$BATS_TEST_TMPDIR/pub"
+	run --separate-stderr attest verify --pubkey "$BATS_TEST_TMPDIR/pub" "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 0 ] # the control: a root-owned 0644 copy verifies
+	chown 65534 "$BATS_TEST_TMPDIR/pub"
+	run --separate-stderr attest verify --pubkey "$BATS_TEST_TMPDIR/pub" "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 111 ]
+	ln -s "$BATS_TEST_TMPDIR/pub" "$BATS_TEST_TMPDIR/publink"
+	run --separate-stderr attest verify --pubkey "$BATS_TEST_TMPDIR/publink" "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 111 ]
+	# The state file: not root's 0600, refused.
+	chmod 644 "$k"/verified-*.json
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	chmod 600 "$k"/verified-*.json
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"verify state"*"must be a regular file owned by root with mode 0600"* ]]
+	# A poisoned cache hides a changed QEMU only when it is root's 0600 (the
+	# control: root alone can do that); anyone else's is ignored.
+	q=$(readlink -f "$(command -v qemu-system-x86_64)")
+	cp "$q" "$BATS_TEST_TMPDIR/qemu.orig"
+	echo '# changed' >>"$q"
+	poison_cache "$q"
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 0 ]
+	chown 65534 "$k/digests.json"
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	cp "$BATS_TEST_TMPDIR/qemu.orig" "$q"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	jq -e 'any(.failures[]; .subject == "qemu")' <<<"$output"
+	[[ "$stderr" == *"digest cache $k/digests.json is not root's 0600 file: ignored"* ]]
+	rm -f "$k/digests.json"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+# resign JQ: $BATS_TEST_TMPDIR/env.json's statement changed by JQ and
+# signed with the key (dsse.py: a valid signature) into bad.json.
+resign() {
+	jq -r .payload "$BATS_TEST_TMPDIR/env.json" | base64 -d | jq -c "$1" >"$BATS_TEST_TMPDIR/stmt2.json"
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" envelope "$ISOPOD_ATTEST_DIR/key" \
+		"$BATS_TEST_TMPDIR/stmt2.json" >"$BATS_TEST_TMPDIR/bad.json"
+}
+
+@test "verify compares the subjects' paths: the same binaries found through another ISOPOD_LIBEXEC fail, naming each" {
+	local alt="$BATS_TEST_TMPDIR/libexec"
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	cp -a "$ISOPOD_LIBEXEC" "$alt"
+	ISOPOD_LIBEXEC=$alt run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	jq -e --arg p "$alt/isopod-attest" 'any(.failures[]; .subject == "bin/isopod-attest" and (.why | contains("path differs")) and (.why | contains($p)))' <<<"$output"
+	# Same bytes: no digest differs.
+	jq -e 'all(.failures[]; .why | contains("path differs"))' <<<"$output"
+}
+
+@test "verify refuses an expired attestation, naming predicate.expires" {
+	local t1 t2
+	# No sleeping on a loaded host: the same statement signed with its
+	# times 2 h and 1 h in the past; the control (the times of now) verifies.
+	sign_fresh
+	t2=$(date -u -d '-2 hours' +%Y-%m-%dT%H:%M:%SZ)
+	t1=$(date -u -d '-1 hours' +%Y-%m-%dT%H:%M:%SZ)
+	resign '.'
+	verify_ok "$BATS_TEST_TMPDIR/bad.json"
+	resign ".predicate |= (.started = \"$t2\" | .finished = \"$t2\" | .signed = \"$t2\" | .expires = \"$t1\")"
+	verify_fails predicate.expires "$BATS_TEST_TMPDIR/bad.json"
+	[[ "$output" == *"expired at $t1"* ]]
+	[ "$(jq '.failures | length' <<<"$output")" -eq 1 ]
+}
+
+@test "verify: times exactly YYYY-MM-DDTHH:MM:SSZ, started <= finished <= signed < expires, expires at most --max-validity-s (24 h) after finished" {
+	sign_fresh
+	resign '.'
+	verify_ok "$BATS_TEST_TMPDIR/bad.json" # the control
+	resign '.predicate.expires |= sub("T"; " ")'
+	verify_fails predicate.expires "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.expires = "2099-02-31T00:00:00Z"'
+	verify_fails predicate.expires "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.finished |= sub("Z$"; "+00:00")'
+	verify_fails predicate.finished "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.signed = "2000-01-01T00:00:00Z"'
+	verify_fails predicate.signed "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.started = "2099-01-01T00:00:00Z"'
+	verify_fails predicate.finished "$BATS_TEST_TMPDIR/bad.json"
+	resign '.predicate.expires = .predicate.signed'
+	verify_fails predicate.expires "$BATS_TEST_TMPDIR/bad.json"
+	[[ "$output" == *"not after signed"* ]]
+	sign_fresh --expires-s 90000
 	verify_fails predicate.expires "$BATS_TEST_TMPDIR/env.json"
+	[[ "$output" == *"90000 s after finished, over the 86400 s"* ]]
+	run --separate-stderr attest verify --max-validity-s 90000 "$BATS_TEST_TMPDIR/env.json"
+	[ "$status" -eq 0 ]
 }
 
 @test "verify refuses an unknown key: signed with another key pair, verified with the pinned one" {
@@ -330,15 +546,34 @@ sha() { sha256sum "$1" | cut -c1-64; }
 	local s1 s2
 	sign_fresh
 	mv "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/old.json"
+	verify_ok "$BATS_TEST_TMPDIR/old.json" # while it is the newest: fine
 	sign_fresh
 	s1=$(jq -r .payload "$BATS_TEST_TMPDIR/old.json" | base64 -d | jq .predicate.sequence)
 	s2=$(jq -r .payload "$BATS_TEST_TMPDIR/env.json" | base64 -d | jq .predicate.sequence)
 	[ "$s2" -gt "$s1" ]
-	verify_ok "$BATS_TEST_TMPDIR/old.json" # before the newer one was seen: fine
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
 	verify_ok "$BATS_TEST_TMPDIR/env.json" # the same one again: fine
 	verify_fails predicate.sequence "$BATS_TEST_TMPDIR/old.json"
 	[[ "$output" == *"is older than the last one verified ($s2): a replay"* ]]
+}
+
+@test "an older attestation does not verify again once the verifier's state is deleted: the signer's DIR/sequence decides; no DIR/sequence, no valid attestation" {
+	sign_fresh
+	cp "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/old.json"
+	verify_ok "$BATS_TEST_TMPDIR/old.json"
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	rm -f "$ISOPOD_ATTEST_DIR"/verified-*.json
+	verify_fails predicate.sequence "$BATS_TEST_TMPDIR/old.json"
+	[[ "$output" == *"is not the signer's latest"* ]]
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	mv "$ISOPOD_ATTEST_DIR/sequence" "$BATS_TEST_TMPDIR/sequence"
+	rm -f "$ISOPOD_ATTEST_DIR"/verified-*.json
+	run --separate-stderr attest verify "$BATS_TEST_TMPDIR/env.json"
+	mv "$BATS_TEST_TMPDIR/sequence" "$ISOPOD_ATTEST_DIR/sequence"
+	[ "$status" -eq 1 ]
+	jq -e 'any(.failures[]; .field == "predicate.sequence" and (.why | test("signer.s counter")))' <<<"$output"
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
 }
 
 @test "a rule added after signing makes verify fail, naming the ruleset; removed again, it verifies" {
@@ -364,6 +599,67 @@ sha() { sha256sum "$1" | cut -c1-64; }
 	h2=$(nftl -a list chain inet isopod forward | sed -n 's/.*oifname "isopod-tap\*" counter packets [0-9]* bytes [0-9]* drop # handle \([0-9]*\)$/\1/p')
 	[ -n "$h2" ] && [ "$h2" != "$h" ]
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "sets, maps and anonymous sets count: an element removed, a map's verdict changed, an anonymous set changed each fail verify; put back, it verifies" {
+	local h
+	nftl add chain inet isopod t70c
+	nftl add chain inet isopod t70d
+	nftl add set inet isopod t70s '{ type ipv4_addr; elements = { 10.9.9.1, 10.9.9.2 } }'
+	nftl add map inet isopod t70m '{ type ipv4_addr : verdict; elements = { 10.9.9.1 : drop, 10.9.9.2 : jump t70d } }'
+	nftl add rule inet isopod t70c ip daddr '{ 10.9.8.1, 10.9.8.2 }' drop
+	nftl add rule inet isopod t70c ip daddr @t70s drop
+	nftl add rule inet isopod t70c ip daddr vmap @t70m
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl delete element inet isopod t70s '{ 10.9.9.2 }'
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl add element inet isopod t70s '{ 10.9.9.2 }'
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl delete element inet isopod t70m '{ 10.9.9.1 }'
+	nftl add element inet isopod t70m '{ 10.9.9.1 : accept }'
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl delete element inet isopod t70m '{ 10.9.9.1 }'
+	nftl add element inet isopod t70m '{ 10.9.9.1 : drop }'
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	# The anonymous set replaced by another of the same size (the kernel
+	# reuses the freed name __set<N>), then put back.
+	h=$(nftl -a list chain inet isopod t70c | awk '/10\.9\.8\./ { print $NF }')
+	nftl delete rule inet isopod t70c handle "$h"
+	nftl insert rule inet isopod t70c ip daddr '{ 10.9.8.1, 10.9.8.3 }' drop
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	h=$(nftl -a list chain inet isopod t70c | awk '/10\.9\.8\./ { print $NF }')
+	nftl delete rule inet isopod t70c handle "$h"
+	nftl insert rule inet isopod t70c ip daddr '{ 10.9.8.1, 10.9.8.2 }' drop
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl flush chain inet isopod t70c
+	nftl delete chain inet isopod t70c
+	nftl delete map inet isopod t70m
+	nftl delete chain inet isopod t70d
+	nftl delete set inet isopod t70s
+}
+
+@test "other tables: a netdev table (an ingress chain forwarding to lo) or another table's new base chain fails verify; rules in another table's chains do not count" {
+	nftl add table ip t70other
+	nftl add chain ip t70other fw '{ type filter hook forward priority 0; policy accept; }'
+	sign_fresh
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	# Docker-style churn: rules come and go in another table's chains.
+	nftl add rule ip t70other fw ip daddr 10.9.7.1 accept
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl add table netdev evil
+	nftl add chain netdev evil in '{ type filter hook ingress device lo priority 0; }'
+	nftl add rule netdev evil in fwd to lo
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl delete table netdev evil
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl add chain ip t70other pre '{ type filter hook prerouting priority -300; policy accept; }'
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl delete chain ip t70other pre
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+	nftl chain ip t70other fw '{ policy drop; }'
+	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
+	nftl delete table ip t70other
 }
 
 @test "counters moving after signing (a guest's denied packets) do not change the ruleset's digest" {
