@@ -499,9 +499,9 @@ commit_waiting() {
 
 @test "image rm vs a commit on that base: the store lock orders them; never a stage over a missing base" {
 	local rmpid runrc=0 rmrc=0 st
-	new_base race
-	commit_waiting race
-	isopod image rm "$new" >"$DATA/race-rm.json" 2>"$DATA/race-rm.err" 3>&- &
+	new_base rmrace
+	commit_waiting rmrace
+	isopod image rm "$new" >"$DATA/rmrace-rm.json" 2>"$DATA/rmrace-rm.err" 3>&- &
 	rmpid=$!
 	sleep 1
 	# both wait for the lock; nothing is removed while it is held
@@ -515,10 +515,10 @@ commit_waiting() {
 	echo "# run $runrc, rm $rmrc" >&3
 	if [ "$runrc" -eq 0 ]; then
 		# the commit got the lock first: its stage pins the base
-		st=$(jq -r .commit.stage.id "$DATA/race.json")
+		st=$(jq -r .commit.stage.id "$DATA/rmrace.json")
 		[ "$(jq -r .base.sha256 "$ISOPOD_HOME/stages/$st/meta.json")" = "$new" ]
 		[ "$rmrc" -eq 102 ]
-		grep -q "pinned by stages $st" "$DATA/race-rm.err"
+		grep -q "pinned by stages $st" "$DATA/rmrace-rm.err"
 		[ -e "$ISOPOD_HOME/images/base-$new.img" ]
 		isopod stage rm "$st" >/dev/null
 		isopod image rm "$new" >/dev/null
@@ -526,7 +526,7 @@ commit_waiting() {
 		# image rm got it first: the commit found its base gone, made nothing
 		[ "$rmrc" -eq 0 ]
 		[ "$runrc" -eq 101 ]
-		jq -e '.commit.error | contains("is gone")' "$DATA/race.json"
+		jq -e '.commit.error | contains("is gone")' "$DATA/rmrace.json"
 		[ ! -e "$ISOPOD_HOME/images/base-$new.img" ]
 		! grep -l "$new" "$ISOPOD_HOME"/stages/st-*/meta.json
 	fi
