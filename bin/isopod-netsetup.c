@@ -1531,9 +1531,11 @@ static json_t *tc_filters(unsigned *good)
 			.gw = htonl(base + 4 * k + 1), .bcast = htonl(base + 4 * k + 3), .open = k >= nslots,
 			.port_dns = htons(PORT_DNS), .port_bdns = htons(PORT_BROKER_DNS),
 			.port_http = k < nslots ? htons(PORT_BROKER_HTTP) : 0,
+			.guest = htonl(base + 4 * k + 2),
 		};
 		int idx, r;
 
+		slot_mac(k, cfg.mac);
 		tap_name(k, name);
 		if (!(idx = (int)if_nametoindex(name)) || (r = tcfilter_install(idx, &cfg, tag, msg, sizeof msg)) < 0)
 			die(EX_SYS, "%s: %s", name, idx ? msg : "gone");

@@ -35,6 +35,9 @@ struct tapcfg {
 	__u16 port_bdns; /* the broker's DNS port */
 	__u16 port_http; /* the broker's proxy port (filtered) or 0 (open: none) */
 	__u16 pad;
+	__u32 guest;     /* the slot's guest address (gateway + 1) */
+	__u8 mac[6];     /* the slot's guest MAC (02:69:73:00:KH:KL) */
+	__u16 pad2;
 };
 
 const volatile struct tapcfg cfg = { 0 };
@@ -145,8 +148,21 @@ int isopod_tap(struct __sk_buff *skb)
 	ip = (void *)(eth + 1);
 	if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl < 5)
 		return TC_ACT_SHOT;
+	/* Anti-spoof, as the table's: the slot's own source address from the
+	 * slot's own MAC, nothing else.  Without it a source of 0.0.0.0 to
+	 * 0.0.0.0 is delivered as a broadcast to every host socket on
+	 * 0.0.0.0 (a tunnel's too), and a forged source passes for a peer of
+	 * a host socket. */
+	if (ip->saddr != cfg.guest || eth->h_source[0] != cfg.mac[0] || eth->h_source[1] != cfg.mac[1] ||
+	    eth->h_source[2] != cfg.mac[2] || eth->h_source[3] != cfg.mac[3] ||
+	    eth->h_source[4] != cfg.mac[4] || eth->h_source[5] != cfg.mac[5])
+		return TC_ACT_SHOT;
 	l4 = (__u8 *)ip + ip->ihl * 4;
 	dst = ip->daddr;
+	/* "This network" and loopback: never a destination (the kernel's
+	 * input path takes 0.0.0.0 for a broadcast). */
+	if ((dst & bpf_htonl(0xff000000)) == 0 || (dst & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000))
+		return TC_ACT_SHOT;
 	if (dst == cfg.gw)
 		return local_ok(skb, ip, l4, end, 1) ? TC_ACT_OK : TC_ACT_SHOT;
 	/* Broadcast and multicast: never a guest's (the table's input chain

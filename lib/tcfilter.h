@@ -26,6 +26,9 @@ struct tapcfg {
 	uint16_t port_bdns; /* the broker's DNS port */
 	uint16_t port_http; /* the broker's HTTP proxy port, 0 for none */
 	uint16_t pad;
+	uint32_t guest;     /* the slot's guest address: the only source let in */
+	uint8_t mac[6];     /* the slot's guest MAC: the only frame source let in */
+	uint16_t pad2;
 };
 
 /* What the tap's ingress hook holds, read back from the kernel. */

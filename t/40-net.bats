@@ -77,6 +77,7 @@ teardown() {
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip link del labvx0 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table inet othertool 2>/dev/null || :
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip labcount 2>/dev/null || :
 }
 
 teardown_file() {
@@ -831,6 +832,57 @@ labvx_up() {
 	[ "$(vxlan_hits 18 203.0.113.1)" -eq 0 ]
 	assert_blocked 18 203.0.113.1
 	assert_open 18 198.51.100.10
+}
+
+# udpraw K ETHSRC SRC DST DPORT [VXLAN...]: stand-in guest K sends one
+# hand-built UDP frame to its tap's MAC (any source address and MAC).
+udpraw() {
+	lab gexec "$1" python3 "$BATS_TEST_DIRNAME/lab/fakevm.py" udpraw eth0 "$2" \
+		"$(lab exec cat "/sys/class/net/isopod-tap$1/address")" "${@:3}"
+}
+
+# labcount: the lab's own count of UDP to port 9 from tap 18 that got past
+# the tap's tc ingress (a netfilter hook runs after it), before the table.
+labcount() {
+	lab exec nft list chain ip labcount pre | sed -n 's/.*counter packets \([0-9]*\) .*/\1/p'
+}
+
+@test "fail closed: the tc filter's anti-spoof: a source of 0.0.0.0 to 0.0.0.0 reaches no host tunnel; another source address or MAC is dropped without the table" {
+	local mac=02:69:73:00:00:12 n0 n vx0=0 i
+	labvx_up
+	lab exec nft add table ip labcount
+	lab exec nft add chain ip labcount pre '{ type filter hook prerouting priority -500; }'
+	lab exec nft add rule ip labcount pre iifname isopod-tap18 udp dport 9 counter
+	mutate delete
+	# the broadcast input path: 0.0.0.0 -> 0.0.0.0 is local to every socket
+	# on 0.0.0.0, the vxlan one too; and the guest's own source to 0.0.0.0
+	n0=$(_probe_count "udp 10.99.0.5 192.0.2.2")
+	# (source port 0: an unconnected socket's peer port, so that a socket
+	# lookup takes the datagram for a reply to the tunnel's socket)
+	udpraw 18 $mac 0.0.0.0:0 0.0.0.0 4789 42 02:00:00:00:00:42 192.0.2.2 10.99.0.5 7
+	udpraw 18 $mac 10.213.0.74:0 0.0.0.0 4789 42 02:00:00:00:00:42 192.0.2.2 10.99.0.5 7
+	udpraw 0 02:69:73:00:00:00 0.0.0.0:0 0.0.0.0 4789 42 02:00:00:00:00:42 192.0.2.2 10.99.0.5 7
+	sleep 1
+	n=$(_probe_count "udp 10.99.0.5 192.0.2.2")
+	vx0=$((n - n0))
+	# spoofed sources, each once, and the honest one (the control)
+	udpraw 18 $mac 10.213.0.78 198.51.100.10 9
+	udpraw 18 02:69:73:00:00:13 10.213.0.74 198.51.100.10 9
+	udpraw 18 $mac 0.0.0.0 198.51.100.10 9
+	udpraw 18 $mac 10.213.0.74 198.51.100.10 9
+	for i in {1..10}; do
+		[ "$(labcount)" -ge 1 ] && break
+		sleep 0.1
+	done
+	sleep 0.3
+	n=$(labcount)
+	restore
+	echo "vx0=$vx0 labcount=$n"
+	# labvx0 is live (the mutation test above shows it routing a guest's
+	# datagram on); the honest datagram counted is the spoof test's control
+	[ "$vx0" -eq 0 ]
+	[ "$n" -eq 1 ]
+	guest_live 18
 }
 
 # canary_broker TAG: a real isopod-broker with its canary, on slot 1's

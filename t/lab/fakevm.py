@@ -40,6 +40,13 @@ fakevm.py vxlan DST VNI DMAC ISRC IDST IDPORT
     to DMAC with a UDP datagram ISRC -> IDST:IDPORT inside: a guest
     building a packet for a host tunnel to decapsulate and route on.
 
+fakevm.py udpraw IFACE ETHSRC ETHDST SRC[:SPORT] DST DPORT [VNI DMAC ISRC IDST IDPORT]
+    Send one Ethernet frame from ETHSRC to ETHDST out of IFACE with a UDP
+    datagram SRC:SPORT (40001 unless given) -> DST:DPORT built by hand
+    (any source, 0.0.0.0:0 included, and any frame source); with VNI...,
+    the datagram carries
+    what vxlan would (DPORT 4789 for a host's tunnel).
+
 fakevm.py sniff IFACE SECONDS
     Print "SRC DST PROTO" for every IPv4 packet IFACE receives, as it
     arrives (before its tc ingress filter).
@@ -173,15 +180,33 @@ def tcpraw(src, dst, dport, flags):
     s.sendto(tcp, (dst, 0))
 
 
-def vxlan(dst, vni, dmac, isrc, idst, idport):
-    udp = struct.pack("!HHHH", 40001, int(idport), 8 + 4, 0) + b"vx!\n"
+def ipudp(src, dst, dport, payload, sport=40001):
+    udp = struct.pack("!HHHH", int(sport), int(dport), 8 + len(payload), 0) + payload
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, socket.IPPROTO_UDP, 0,
-                     socket.inet_aton(isrc), socket.inet_aton(idst))
-    ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
-    frame = mac(dmac) + mac("02:00:00:00:00:01") + struct.pack("!H", 0x0800) + ip + udp
-    hdr = struct.pack("!II", 0x08000000, int(vni) << 8)
+                     socket.inet_aton(src), socket.inet_aton(dst))
+    return ip[:10] + struct.pack("!H", csum(ip)) + ip[12:] + udp
+
+
+def vxlan_payload(vni, dmac, isrc, idst, idport):
+    frame = (mac(dmac) + mac("02:00:00:00:00:01") + struct.pack("!H", 0x0800)
+             + ipudp(isrc, idst, idport, b"vx!\n"))
+    return struct.pack("!II", 0x08000000, int(vni) << 8) + frame
+
+
+def vxlan(dst, vni, dmac, isrc, idst, idport):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.sendto(hdr + frame, (dst, 4789))
+    s.sendto(vxlan_payload(vni, dmac, isrc, idst, idport), (dst, 4789))
+
+
+def udpraw(iface, ethsrc, ethdst, src, dst, dport, *vx):
+    payload = vxlan_payload(*vx) if vx else b"raw!\n"
+    src, _, sport = src.partition(":")
+    frame = (mac(ethdst) + mac(ethsrc) + struct.pack("!H", 0x0800)
+             + ipudp(src, dst, dport, payload, sport or 40001))
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind((iface, 0))
+    s.send(frame)
+    s.close()
 
 
 def sniff(iface, secs):
@@ -396,6 +421,8 @@ def main():
         tcpraw(*a[1:])
     elif a[:1] == ["vxlan"] and len(a) == 7:
         vxlan(*a[1:])
+    elif a[:1] == ["udpraw"] and len(a) in (7, 12):
+        udpraw(*a[1:])
     elif a[:1] == ["sniff"] and len(a) == 3:
         sniff(*a[1:])
     elif a[:1] == ["udpprobe"] and len(a) >= 5:
