@@ -65,7 +65,9 @@ static __always_inline int host_reply(struct __sk_buff *skb, const struct iphdr 
 		sk = bpf_sk_lookup_udp(skb, &t, sizeof t.ipv4, BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return 0;
-	ok = sk->dst_ip4 == ip->saddr && sk->dst_port == sport &&
+	/* Connected to this guest: the packet's source alone could be forged
+	 * (anti-spoof above says it cannot, this says it twice). */
+	ok = sk->dst_ip4 == cfg.guest && sk->dst_ip4 == ip->saddr && sk->dst_port == sport &&
 	     !(ip->protocol == IPPROTO_TCP && sk->state == TCP_LISTEN_STATE);
 	bpf_sk_release(sk);
 	return ok;

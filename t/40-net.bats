@@ -885,6 +885,25 @@ labcount() {
 	guest_live 18
 }
 
+@test "fail closed: without the table, a host UDP socket connected to another peer receives nothing a guest forges from that peer; one connected to the guest hears it" {
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" mac=02:69:73:00:00:12 tapmac forged own
+	tapmac=$(lab exec cat /sys/class/net/isopod-tap18/address)
+	mutate delete
+	# a host socket on a non-gateway address, connected to the internet
+	# (early demux finds it without rp_filter); guest 18 forges its peer
+	forged=$(lab exec python3 "$fake" udprecv 203.0.113.1 5555 198.51.100.10 7 1 \
+		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" udpraw eth0 $mac "$tapmac" \
+		198.51.100.10:7 203.0.113.1 5555)
+	# the control: one connected to the guest hears the guest's reply
+	own=$(lab exec python3 "$fake" udprecv 203.0.113.1 5556 10.213.0.74 7 1 \
+		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" udpraw eth0 $mac "$tapmac" \
+		10.213.0.74:7 203.0.113.1 5556)
+	restore
+	echo "forged=$forged own=$own"
+	[ "$own" = 1 ]
+	[ "$forged" = 0 ]
+}
+
 # canary_broker TAG: a real isopod-broker with its canary, on slot 1's
 # gateway (the slot's lock is held by this file's holder: no VM takes it);
 # sets $bpid once it has announced itself (which needs the canary).

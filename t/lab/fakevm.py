@@ -56,6 +56,11 @@ fakevm.py udpprobe SRC SPORT DST DPORT CMD...
     CMD, then another; prints "reply", "refused" (an ICMP error reached
     the socket) or "timeout".
 
+fakevm.py udprecv SRC SPORT DST DPORT SECONDS CMD...
+    A UDP socket SRC:SPORT connected to DST:DPORT: one datagram and its
+    reply (if any, within 1 s), then CMD; prints how many datagrams it
+    received within SECONDS after CMD.
+
 fakevm.py optprobe DST DPORT OPTHEX
     One UDP datagram to DST:DPORT carrying the IP option OPTHEX (e.g.
     94040000, router alert; "" for none); prints "reply" or "timeout".
@@ -247,6 +252,33 @@ def udpprobe(src, sport, dst, dport, cmd):
         print("timeout")
 
 
+def udprecv(src, sport, dst, dport, secs, cmd):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((src, int(sport)))
+    s.connect((dst, int(dport)))
+    # One exchange first: a reply caches its route on the socket, which
+    # early demux then uses for whatever matches it (no rp_filter).
+    s.settimeout(1)
+    s.send(b"1")
+    try:
+        s.recv(2048)
+    except (socket.timeout, ConnectionRefusedError):
+        pass
+    subprocess.run(cmd, check=False)
+    end = time.monotonic() + float(secs)
+    n = 0
+    while time.monotonic() < end:
+        s.settimeout(max(end - time.monotonic(), 0.01))
+        try:
+            s.recv(2048)
+            n += 1
+        except socket.timeout:
+            break
+        except ConnectionRefusedError:
+            pass
+    print(n)
+
+
 def optprobe(dst, dport, opt):
     """UDP "x" to DST:DPORT, with the IP option OPT (hex; "" for none):
     prints "reply" or "timeout"."""
@@ -427,6 +459,8 @@ def main():
         sniff(*a[1:])
     elif a[:1] == ["udpprobe"] and len(a) >= 5:
         udpprobe(*a[1:5], a[5:])
+    elif a[:1] == ["udprecv"] and len(a) >= 7:
+        udprecv(*a[1:6], a[6:])
     elif a[:1] == ["udpmany"] and len(a) == 4:
         udpmany(*a[1:])
     elif a[:1] == ["optprobe"] and len(a) == 4:
