@@ -88,8 +88,22 @@ static __always_inline int local_ok(struct __sk_buff *skb, const struct iphdr *i
 
 		if (!gw || (void *)(type + 1) > end)
 			return 0;
-		/* echo request/reply, unreachable, time exceeded, parameter problem */
-		return *type == 8 || *type == 0 || *type == 3 || *type == 11 || *type == 12;
+		/* echo request and reply */
+		if (*type == 8 || *type == 0)
+			return 1;
+		/* Unreachable, time exceeded, parameter problem: only about a
+		 * packet the host sent to this guest (as the table's `ct
+		 * original daddr`); a forged one about another flow would set a
+		 * host-wide PMTU or fail the host's socket.  Redirects and the
+		 * rest: dropped. */
+		if (*type == 3 || *type == 11 || *type == 12) {
+			struct iphdr *q = (void *)(type + 8);
+
+			if ((void *)(q + 1) > end)
+				return 0;
+			return q->version == 4 && q->ihl == 5 && q->daddr == cfg.guest;
+		}
+		return 0;
 	}
 	if (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP) {
 		__u16 *ports = l4; /* source and destination port: the same in both */

@@ -904,6 +904,25 @@ labcount() {
 	[ "$forged" = 0 ]
 }
 
+@test "fail closed: without the table, an ICMP error to the gateway about a host flow elsewhere (fragmentation needed) sets no PMTU; one about the host's flow to the guest does" {
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" other own
+	mutate delete
+	lab exec ip route flush cache
+	# quoting an ICMP echo request: the kernel updates the PMTU of its
+	# destination without looking for a socket
+	lab gexec 18 python3 "$fake" icmperr 10.213.0.73 10.213.0.73 2048 198.51.100.10 0 3 4 1000 1
+	lab gexec 18 python3 "$fake" icmperr 10.213.0.73 10.213.0.73 2048 10.213.0.74 0 3 4 1000 1
+	sleep 0.3
+	other=$(lab exec ip route get 198.51.100.10 from 10.213.0.73)
+	own=$(lab exec ip route get 10.213.0.74 from 10.213.0.73)
+	lab exec ip route flush cache
+	restore
+	echo "other: $other"
+	echo "own: $own"
+	[[ "$own" == *"mtu 1000"* ]]
+	[[ "$other" != *"mtu"* ]]
+}
+
 # canary_broker TAG: a real isopod-broker with its canary, on slot 1's
 # gateway (the slot's lock is held by this file's holder: no VM takes it);
 # sets $bpid once it has announced itself (which needs the canary).

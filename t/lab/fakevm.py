@@ -26,9 +26,12 @@ fakevm.py arp IFACE ETHSRC SHA SPA TPA
     SHA) in an Ethernet frame from ETHSRC out of IFACE: a guest's ARP,
     honest or claiming another address.
 
-fakevm.py icmperr DST ISRC ISPORT IDST IDPORT
-    Send one ICMP port unreachable to DST quoting a UDP datagram
-    ISRC:ISPORT -> IDST:IDPORT: a guest forging an error about somebody
+fakevm.py icmperr DST ISRC ISPORT IDST IDPORT [TYPE CODE MTU [IPROTO]]
+    Send one ICMP port unreachable (or TYPE/CODE, with MTU in the last
+    word: 3 4 1000 is fragmentation needed) to DST quoting a UDP datagram
+    ISRC:ISPORT -> IDST:IDPORT (IPROTO 1: an ICMP header whose first
+    words are ISPORT and IDPORT, 2048 for an echo request, which the
+    kernel's PMTU update needs no socket for): a guest forging an error about somebody
     else's flow (or about nothing at all).
 
 fakevm.py tcpraw SRC DST DPORT FLAGS
@@ -167,11 +170,11 @@ def csum(b):
     return ~s & 0xFFFF
 
 
-def icmperr(dst, isrc, isport, idst, idport):
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 1, 0, 64, socket.IPPROTO_UDP, 0,
+def icmperr(dst, isrc, isport, idst, idport, itype=3, icode=3, mtu=0, iproto=socket.IPPROTO_UDP):
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 1, 0, 64, int(iproto), 0,
                      socket.inet_aton(isrc), socket.inet_aton(idst))
     ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
-    body = struct.pack("!BBHI", 3, 3, 0, 0) + ip + struct.pack("!HHHH", int(isport), int(idport), 8, 0)
+    body = struct.pack("!BBHI", int(itype), int(icode), 0, int(mtu)) + ip + struct.pack("!HHHH", int(isport), int(idport), 8, 0)
     body = body[:2] + struct.pack("!H", csum(body)) + body[4:]
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     s.sendto(body, (dst, 0))
@@ -447,7 +450,7 @@ def main():
     a = sys.argv[1:]
     if a[:1] == ["arp"] and len(a) == 6:
         arp(*a[1:])
-    elif a[:1] == ["icmperr"] and len(a) == 6:
+    elif a[:1] == ["icmperr"] and len(a) in (6, 9, 10):
         icmperr(*a[1:])
     elif a[:1] == ["tcpraw"] and len(a) == 5:
         tcpraw(*a[1:])
