@@ -1744,11 +1744,6 @@ int main(int argc, char **argv)
 			errno = -r;
 			die(EX_SYS, "unable to set the address of %s:", name);
 		}
-		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
-		if ((r = link_set(idx, alias)) < 0) {
-			errno = -r;
-			die(EX_SYS, "unable to bring %s up:", name);
-		}
 		slot_ip(k, 1, gw);
 		slot_ip(k, 2, guest);
 		slot_mac(k, mac);
@@ -1766,14 +1761,26 @@ int main(int argc, char **argv)
 		if ((idx = (int)if_nametoindex(name)) && link_del(idx) < 0)
 			warn("unable to delete the extra tap %s (in use?)", name);
 	}
-	tc = tc_filters(&tc_good);
 	/* The routing rules before the table: an open slot is blackholed
-	 * until the table that marks its packets is in. */
+	 * until the table that marks its packets is in.  Then the tc filter,
+	 * then the alias that advertises a tap as a slot and brings it up:
+	 * a netsetup that dies before leaves no new slot without both. */
 	route_rules(0, &rules_v4, &rules_v6, &has_v6);
 	rules_ok = rules_v4 == total && rules_v6 == (has_v6 ? total : 0);
 	if (!rules_ok)
 		warn("verify: %u IPv4 and %u IPv6 routing rules at priority %d, want %u each",
 		     rules_v4, rules_v6, RULE_PREF, total);
+	tc = tc_filters(&tc_good);
+	for (k = 0; k < total; k++) {
+		int idx, r;
+
+		tap_name(k, name);
+		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
+		if (!(idx = (int)if_nametoindex(name)) || (r = link_set(idx, alias)) < 0) {
+			errno = idx ? -r : ENODEV;
+			die(EX_SYS, "unable to bring %s up:", name);
+		}
+	}
 
 	/* Only open slots forward; filtered ones talk to the host alone.  The
 	 * kernel keeps that even without our tables (a `flush ruleset`, say):

@@ -486,6 +486,33 @@ docker_nft() {
 	[[ "$stderr" == *"all 2 filtered network slots busy"* ]]
 }
 
+@test "claim: a slot whose tap lacks the tc filter (clsact deleted, or a foreign filter) is refused, 111 naming isopod-netsetup; a rerun restores" {
+	local ns="${LAB_NAME}-f" home="$BATS_TEST_TMPDIR/home" st1 st2 err1 err2
+	claim() { ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" isopod-claim "$@"; }
+	ip netns add "$ns"
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 >/dev/null
+	run --separate-stderr claim --net filtered
+	[ "$status" -eq 0 ] || { ip netns del "$ns"; false; }
+	ip netns exec "$ns" tc qdisc del dev isopod-tap0 clsact
+	run --separate-stderr claim --net filtered
+	st1=$status err1=$stderr
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 >/dev/null
+	ip netns exec "$ns" tc filter add dev isopod-tap0 ingress pref 2 bpf da obj "$ISOPOD_SRC/lib/tapfilter.bpf.o" sec tc
+	run --separate-stderr claim --net filtered
+	st2=$status err2=$stderr
+	ip netns exec "$ns" tc filter del dev isopod-tap0 ingress pref 2
+	run --separate-stderr claim --net filtered
+	ip netns del "$ns"
+	echo "st1=$st1 err1=$err1 st2=$st2 err2=$err2"
+	[ "$st1" -eq 111 ]
+	[[ "$err1" == *"isopod-tap0 lacks isopod's tc ingress filter: run \`sudo isopod-netsetup\`"* ]]
+	[ "$st2" -eq 111 ]
+	[[ "$err2" == *"isopod-netsetup"* ]]
+	[ "$status" -eq 0 ]
+	# only the two accepted claims left records
+	[ "$(ls "$home/vms" | wc -l)" -eq 2 ]
+}
+
 @test "deny: cloud metadata 169.254.169.254" {
 	assert_open 18 198.51.100.10
 	assert_blocked 18 169.254.169.254
