@@ -1518,13 +1518,15 @@ static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
 
 /* The tc ingress filter of every slot's tap (lib/tcfilter.c; man
  * isopod-netsetup, FAIL CLOSED), then read back: *good counts the taps
- * whose ingress holds ours alone, in direct-action mode, with our
- * program's name and tag.  The report's "tc_filter". */
+ * whose ingress holds ours alone, in direct-action mode, not skip_sw,
+ * with our program's name and tag.  The report's "tc_filter"; its
+ * direct_action is the flag read back, on every tap. */
 static json_t *tc_filters(unsigned *good)
 {
 	char name[IFNAMSIZ], msg[256], hex[17];
 	uint8_t tag[8] = { 0 };
 	unsigned k;
+	int da = 1; /* every tap's filter read back with its da flag */
 
 	for (*good = 0, k = 0; k < total; k++) {
 		struct tapcfg cfg = {
@@ -1533,12 +1535,15 @@ static json_t *tc_filters(unsigned *good)
 			.port_http = k < nslots ? htons(PORT_BROKER_HTTP) : 0,
 			.guest = htonl(base + 4 * k + 2),
 		};
+		struct tcfilter_state st = { 0 };
 		int idx, r;
 
 		slot_mac(k, cfg.mac);
 		tap_name(k, name);
-		if (!(idx = (int)if_nametoindex(name)) || (r = tcfilter_install(idx, &cfg, tag, msg, sizeof msg)) < 0)
+		if (!(idx = (int)if_nametoindex(name)) ||
+		    (r = tcfilter_install(idx, &cfg, tag, &st, msg, sizeof msg)) < 0)
 			die(EX_SYS, "%s: %s", name, idx ? msg : "gone");
+		da = da && st.ours && st.direct_action;
 		if (r)
 			++*good;
 		else
@@ -1547,7 +1552,7 @@ static json_t *tc_filters(unsigned *good)
 	for (k = 0; k < 8; k++)
 		snprintf(hex + 2 * k, 3, "%02x", tag[k]);
 	return json_pack("{s:s, s:s, s:i, s:b}", "program", TCFILTER_PROG, "tag", hex, "taps", (int)*good,
-			 "direct_action", 1);
+			 "direct_action", da);
 }
 
 /* ---- main -------------------------------------------------------------- */
