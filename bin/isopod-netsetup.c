@@ -1518,25 +1518,32 @@ static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
 
 /* The tc ingress filter of every slot's tap (lib/tcfilter.c; man
  * isopod-netsetup, FAIL CLOSED), then read back: *good counts the taps
- * whose ingress holds ours alone, in direct-action mode, with our
- * program's name and tag.  The report's "tc_filter". */
+ * whose ingress holds ours alone, in direct-action mode, not skip_sw,
+ * with our program's name and tag.  The report's "tc_filter"; its
+ * direct_action is the flag read back, on every tap. */
 static json_t *tc_filters(unsigned *good)
 {
 	char name[IFNAMSIZ], msg[256], hex[17];
 	uint8_t tag[8] = { 0 };
 	unsigned k;
+	int da = 1; /* every tap's filter read back with its da flag */
 
 	for (*good = 0, k = 0; k < total; k++) {
 		struct tapcfg cfg = {
 			.gw = htonl(base + 4 * k + 1), .bcast = htonl(base + 4 * k + 3), .open = k >= nslots,
 			.port_dns = htons(PORT_DNS), .port_bdns = htons(PORT_BROKER_DNS),
 			.port_http = k < nslots ? htons(PORT_BROKER_HTTP) : 0,
+			.guest = htonl(base + 4 * k + 2),
 		};
+		struct tcfilter_state st = { 0 };
 		int idx, r;
 
+		slot_mac(k, cfg.mac);
 		tap_name(k, name);
-		if (!(idx = (int)if_nametoindex(name)) || (r = tcfilter_install(idx, &cfg, tag, msg, sizeof msg)) < 0)
+		if (!(idx = (int)if_nametoindex(name)) ||
+		    (r = tcfilter_install(idx, &cfg, tag, &st, msg, sizeof msg)) < 0)
 			die(EX_SYS, "%s: %s", name, idx ? msg : "gone");
+		da = da && st.ours && st.direct_action;
 		if (r)
 			++*good;
 		else
@@ -1545,7 +1552,7 @@ static json_t *tc_filters(unsigned *good)
 	for (k = 0; k < 8; k++)
 		snprintf(hex + 2 * k, 3, "%02x", tag[k]);
 	return json_pack("{s:s, s:s, s:i, s:b}", "program", TCFILTER_PROG, "tag", hex, "taps", (int)*good,
-			 "direct_action", 1);
+			 "direct_action", da);
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -1742,11 +1749,6 @@ int main(int argc, char **argv)
 			errno = -r;
 			die(EX_SYS, "unable to set the address of %s:", name);
 		}
-		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
-		if ((r = link_set(idx, alias)) < 0) {
-			errno = -r;
-			die(EX_SYS, "unable to bring %s up:", name);
-		}
 		slot_ip(k, 1, gw);
 		slot_ip(k, 2, guest);
 		slot_mac(k, mac);
@@ -1764,14 +1766,26 @@ int main(int argc, char **argv)
 		if ((idx = (int)if_nametoindex(name)) && link_del(idx) < 0)
 			warn("unable to delete the extra tap %s (in use?)", name);
 	}
-	tc = tc_filters(&tc_good);
 	/* The routing rules before the table: an open slot is blackholed
-	 * until the table that marks its packets is in. */
+	 * until the table that marks its packets is in.  Then the tc filter,
+	 * then the alias that advertises a tap as a slot and brings it up:
+	 * a netsetup that dies before leaves no new slot without both. */
 	route_rules(0, &rules_v4, &rules_v6, &has_v6);
 	rules_ok = rules_v4 == total && rules_v6 == (has_v6 ? total : 0);
 	if (!rules_ok)
 		warn("verify: %u IPv4 and %u IPv6 routing rules at priority %d, want %u each",
 		     rules_v4, rules_v6, RULE_PREF, total);
+	tc = tc_filters(&tc_good);
+	for (k = 0; k < total; k++) {
+		int idx, r;
+
+		tap_name(k, name);
+		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
+		if (!(idx = (int)if_nametoindex(name)) || (r = link_set(idx, alias)) < 0) {
+			errno = idx ? -r : ENODEV;
+			die(EX_SYS, "unable to bring %s up:", name);
+		}
+	}
 
 	/* Only open slots forward; filtered ones talk to the host alone.  The
 	 * kernel keeps that even without our tables (a `flush ruleset`, say):

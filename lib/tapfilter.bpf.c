@@ -35,6 +35,9 @@ struct tapcfg {
 	__u16 port_bdns; /* the broker's DNS port */
 	__u16 port_http; /* the broker's proxy port (filtered) or 0 (open: none) */
 	__u16 pad;
+	__u32 guest;     /* the slot's guest address (gateway + 1) */
+	__u8 mac[6];     /* the slot's guest MAC (02:69:73:00:KH:KL) */
+	__u16 pad2;
 };
 
 const volatile struct tapcfg cfg = { 0 };
@@ -62,7 +65,9 @@ static __always_inline int host_reply(struct __sk_buff *skb, const struct iphdr 
 		sk = bpf_sk_lookup_udp(skb, &t, sizeof t.ipv4, BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return 0;
-	ok = sk->dst_ip4 == ip->saddr && sk->dst_port == sport &&
+	/* Connected to this guest: the packet's source alone could be forged
+	 * (anti-spoof above says it cannot, this says it twice). */
+	ok = sk->dst_ip4 == cfg.guest && sk->dst_ip4 == ip->saddr && sk->dst_port == sport &&
 	     !(ip->protocol == IPPROTO_TCP && sk->state == TCP_LISTEN_STATE);
 	bpf_sk_release(sk);
 	return ok;
@@ -83,8 +88,22 @@ static __always_inline int local_ok(struct __sk_buff *skb, const struct iphdr *i
 
 		if (!gw || (void *)(type + 1) > end)
 			return 0;
-		/* echo request/reply, unreachable, time exceeded, parameter problem */
-		return *type == 8 || *type == 0 || *type == 3 || *type == 11 || *type == 12;
+		/* echo request and reply */
+		if (*type == 8 || *type == 0)
+			return 1;
+		/* Unreachable, time exceeded, parameter problem: only about a
+		 * packet the host sent to this guest (as the table's `ct
+		 * original daddr`); a forged one about another flow would set a
+		 * host-wide PMTU or fail the host's socket.  Redirects and the
+		 * rest: dropped. */
+		if (*type == 3 || *type == 11 || *type == 12) {
+			struct iphdr *q = (void *)(type + 8);
+
+			if ((void *)(q + 1) > end)
+				return 0;
+			return q->version == 4 && q->ihl == 5 && q->daddr == cfg.guest;
+		}
+		return 0;
 	}
 	if (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP) {
 		__u16 *ports = l4; /* source and destination port: the same in both */
@@ -145,8 +164,21 @@ int isopod_tap(struct __sk_buff *skb)
 	ip = (void *)(eth + 1);
 	if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl < 5)
 		return TC_ACT_SHOT;
+	/* Anti-spoof, as the table's: the slot's own source address from the
+	 * slot's own MAC, nothing else.  Without it a source of 0.0.0.0 to
+	 * 0.0.0.0 is delivered as a broadcast to every host socket on
+	 * 0.0.0.0 (a tunnel's too), and a forged source passes for a peer of
+	 * a host socket. */
+	if (ip->saddr != cfg.guest || eth->h_source[0] != cfg.mac[0] || eth->h_source[1] != cfg.mac[1] ||
+	    eth->h_source[2] != cfg.mac[2] || eth->h_source[3] != cfg.mac[3] ||
+	    eth->h_source[4] != cfg.mac[4] || eth->h_source[5] != cfg.mac[5])
+		return TC_ACT_SHOT;
 	l4 = (__u8 *)ip + ip->ihl * 4;
 	dst = ip->daddr;
+	/* "This network" and loopback: never a destination (the kernel's
+	 * input path takes 0.0.0.0 for a broadcast). */
+	if ((dst & bpf_htonl(0xff000000)) == 0 || (dst & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000))
+		return TC_ACT_SHOT;
 	if (dst == cfg.gw)
 		return local_ok(skb, ip, l4, end, 1) ? TC_ACT_OK : TC_ACT_SHOT;
 	/* Broadcast and multicast: never a guest's (the table's input chain

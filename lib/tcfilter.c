@@ -142,6 +142,8 @@ static int filter_cb(const struct nlmsghdr *nlh, void *data)
 	st->ours = 1;
 	if (ob[TCA_BPF_FLAGS])
 		st->direct_action = !!(mnl_attr_get_u32(ob[TCA_BPF_FLAGS]) & TCA_BPF_FLAG_ACT_DIRECT);
+	if (ob[TCA_BPF_FLAGS_GEN])
+		st->skip_sw = !!(mnl_attr_get_u32(ob[TCA_BPF_FLAGS_GEN]) & TCA_CLS_FLAGS_SKIP_SW);
 	if (ob[TCA_BPF_ID])
 		st->prog_id = mnl_attr_get_u32(ob[TCA_BPF_ID]);
 	if (ob[TCA_BPF_TAG] && mnl_attr_get_payload_len(ob[TCA_BPF_TAG]) == sizeof st->tag)
@@ -219,18 +221,18 @@ int tcfilter_read(int ifindex, struct tcfilter_state *st, char *msg, size_t len)
 	return 0;
 }
 
-int tcfilter_install(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], char *msg, size_t len)
+int tcfilter_install(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], struct tcfilter_state *st,
+		     char *msg, size_t len)
 {
-	struct tcfilter_state st;
 	int r;
 
 	if ((r = tcfilter_attach(ifindex, cfg, tag, msg, len)) < 0 ||
-	    (r = tcfilter_read(ifindex, &st, msg, len)) < 0)
+	    (r = tcfilter_read(ifindex, st, msg, len)) < 0)
 		return r;
-	if (st.filters == 1 && st.ours && st.direct_action && !strcmp(st.name, TCFILTER_PROG) &&
-	    !memcmp(st.tag, tag, sizeof st.tag))
+	if (st->filters == 1 && st->ours && st->direct_action && !st->skip_sw &&
+	    !strcmp(st->name, TCFILTER_PROG) && !memcmp(st->tag, tag, sizeof st->tag))
 		return 1;
-	snprintf(msg, len, "ingress: %u filters, ours %s, da %d, program %s", st.filters,
-		 st.ours ? "found" : "missing", st.direct_action, *st.name ? st.name : "?");
+	snprintf(msg, len, "ingress: %u filters, ours %s, da %d, skip_sw %d, program %s", st->filters,
+		 st->ours ? "found" : "missing", st->direct_action, st->skip_sw, *st->name ? st->name : "?");
 	return 0;
 }

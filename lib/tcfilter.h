@@ -26,6 +26,9 @@ struct tapcfg {
 	uint16_t port_bdns; /* the broker's DNS port */
 	uint16_t port_http; /* the broker's HTTP proxy port, 0 for none */
 	uint16_t pad;
+	uint32_t guest;     /* the slot's guest address: the only source let in */
+	uint8_t mac[6];     /* the slot's guest MAC: the only frame source let in */
+	uint16_t pad2;
 };
 
 /* What the tap's ingress hook holds, read back from the kernel. */
@@ -33,6 +36,7 @@ struct tcfilter_state {
 	unsigned filters;   /* filters on the tap's ingress (ours should be the only one) */
 	int ours;           /* one at TCFILTER_PRIO/HANDLE, kind bpf */
 	int direct_action;  /* its da flag */
+	int skip_sw;        /* its skip_sw flag (offloaded only: not ours) */
 	uint32_t prog_id;
 	uint8_t tag[8];
 	char name[16];      /* the program's name */
@@ -47,8 +51,10 @@ int tcfilter_attach(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], char 
 int tcfilter_read(int ifindex, struct tcfilter_state *st, char *msg, size_t len);
 
 /* Both, and judge: 1 when the tap's ingress holds ours alone, in
- * direct-action mode, with our program's name and the tag just loaded
- * (tag); 0 when not (msg says what is there); -errno on failure. */
-int tcfilter_install(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], char *msg, size_t len);
+ * direct-action mode, not skip_sw, with our program's name and the tag
+ * just loaded (tag); 0 when not (msg says what is there); -errno on
+ * failure.  *st: what was read back. */
+int tcfilter_install(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], struct tcfilter_state *st,
+		     char *msg, size_t len);
 
 #endif

@@ -77,6 +77,7 @@ teardown() {
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip link del labvx0 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table inet othertool 2>/dev/null || :
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip labcount 2>/dev/null || :
 }
 
 teardown_file() {
@@ -485,6 +486,33 @@ docker_nft() {
 	[[ "$stderr" == *"all 2 filtered network slots busy"* ]]
 }
 
+@test "claim: a slot whose tap lacks the tc filter (clsact deleted, or a foreign filter) is refused, 111 naming isopod-netsetup; a rerun restores" {
+	local ns="${LAB_NAME}-f" home="$BATS_TEST_TMPDIR/home" st1 st2 err1 err2
+	claim() { ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" isopod-claim "$@"; }
+	ip netns add "$ns"
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 >/dev/null
+	run --separate-stderr claim --net filtered
+	[ "$status" -eq 0 ] || { ip netns del "$ns"; false; }
+	ip netns exec "$ns" tc qdisc del dev isopod-tap0 clsact
+	run --separate-stderr claim --net filtered
+	st1=$status err1=$stderr
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 >/dev/null
+	ip netns exec "$ns" tc filter add dev isopod-tap0 ingress pref 2 bpf da obj "$ISOPOD_SRC/lib/tapfilter.bpf.o" sec tc
+	run --separate-stderr claim --net filtered
+	st2=$status err2=$stderr
+	ip netns exec "$ns" tc filter del dev isopod-tap0 ingress pref 2
+	run --separate-stderr claim --net filtered
+	ip netns del "$ns"
+	echo "st1=$st1 err1=$err1 st2=$st2 err2=$err2"
+	[ "$st1" -eq 111 ]
+	[[ "$err1" == *"isopod-tap0 lacks isopod's tc ingress filter: run \`sudo isopod-netsetup\`"* ]]
+	[ "$st2" -eq 111 ]
+	[[ "$err2" == *"isopod-netsetup"* ]]
+	[ "$status" -eq 0 ]
+	# only the two accepted claims left records
+	[ "$(ls "$home/vms" | wc -l)" -eq 2 ]
+}
+
 @test "deny: cloud metadata 169.254.169.254" {
 	assert_open 18 198.51.100.10
 	assert_blocked 18 169.254.169.254
@@ -831,6 +859,95 @@ labvx_up() {
 	[ "$(vxlan_hits 18 203.0.113.1)" -eq 0 ]
 	assert_blocked 18 203.0.113.1
 	assert_open 18 198.51.100.10
+}
+
+# udpraw K ETHSRC SRC DST DPORT [VXLAN...]: stand-in guest K sends one
+# hand-built UDP frame to its tap's MAC (any source address and MAC).
+udpraw() {
+	lab gexec "$1" python3 "$BATS_TEST_DIRNAME/lab/fakevm.py" udpraw eth0 "$2" \
+		"$(lab exec cat "/sys/class/net/isopod-tap$1/address")" "${@:3}"
+}
+
+# labcount: the lab's own count of UDP to port 9 from tap 18 that got past
+# the tap's tc ingress (a netfilter hook runs after it), before the table.
+labcount() {
+	lab exec nft list chain ip labcount pre | sed -n 's/.*counter packets \([0-9]*\) .*/\1/p'
+}
+
+@test "fail closed: the tc filter's anti-spoof: a source of 0.0.0.0 to 0.0.0.0 reaches no host tunnel; another source address or MAC is dropped without the table" {
+	local mac=02:69:73:00:00:12 n0 n vx0=0 i
+	labvx_up
+	lab exec nft add table ip labcount
+	lab exec nft add chain ip labcount pre '{ type filter hook prerouting priority -500; }'
+	lab exec nft add rule ip labcount pre iifname isopod-tap18 udp dport 9 counter
+	mutate delete
+	# the broadcast input path: 0.0.0.0 -> 0.0.0.0 is local to every socket
+	# on 0.0.0.0, the vxlan one too; and the guest's own source to 0.0.0.0
+	n0=$(_probe_count "udp 10.99.0.5 192.0.2.2")
+	# (source port 0: an unconnected socket's peer port, so that a socket
+	# lookup takes the datagram for a reply to the tunnel's socket)
+	udpraw 18 $mac 0.0.0.0:0 0.0.0.0 4789 42 02:00:00:00:00:42 192.0.2.2 10.99.0.5 7
+	udpraw 18 $mac 10.213.0.74:0 0.0.0.0 4789 42 02:00:00:00:00:42 192.0.2.2 10.99.0.5 7
+	udpraw 0 02:69:73:00:00:00 0.0.0.0:0 0.0.0.0 4789 42 02:00:00:00:00:42 192.0.2.2 10.99.0.5 7
+	sleep 1
+	n=$(_probe_count "udp 10.99.0.5 192.0.2.2")
+	vx0=$((n - n0))
+	# spoofed sources, each once, and the honest one (the control)
+	udpraw 18 $mac 10.213.0.78 198.51.100.10 9
+	udpraw 18 02:69:73:00:00:13 10.213.0.74 198.51.100.10 9
+	udpraw 18 $mac 0.0.0.0 198.51.100.10 9
+	udpraw 18 $mac 10.213.0.74 198.51.100.10 9
+	for i in {1..10}; do
+		[ "$(labcount)" -ge 1 ] && break
+		sleep 0.1
+	done
+	sleep 0.3
+	n=$(labcount)
+	restore
+	echo "vx0=$vx0 labcount=$n"
+	# labvx0 is live (the mutation test above shows it routing a guest's
+	# datagram on); the honest datagram counted is the spoof test's control
+	[ "$vx0" -eq 0 ]
+	[ "$n" -eq 1 ]
+	guest_live 18
+}
+
+@test "fail closed: without the table, a host UDP socket connected to another peer receives nothing a guest forges from that peer; one connected to the guest hears it" {
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" mac=02:69:73:00:00:12 tapmac forged own
+	tapmac=$(lab exec cat /sys/class/net/isopod-tap18/address)
+	mutate delete
+	# a host socket on a non-gateway address, connected to the internet
+	# (early demux finds it without rp_filter); guest 18 forges its peer
+	forged=$(lab exec python3 "$fake" udprecv 203.0.113.1 5555 198.51.100.10 7 1 \
+		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" udpraw eth0 $mac "$tapmac" \
+		198.51.100.10:7 203.0.113.1 5555)
+	# the control: one connected to the guest hears the guest's reply
+	own=$(lab exec python3 "$fake" udprecv 203.0.113.1 5556 10.213.0.74 7 1 \
+		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" udpraw eth0 $mac "$tapmac" \
+		10.213.0.74:7 203.0.113.1 5556)
+	restore
+	echo "forged=$forged own=$own"
+	[ "$own" = 1 ]
+	[ "$forged" = 0 ]
+}
+
+@test "fail closed: without the table, an ICMP error to the gateway about a host flow elsewhere (fragmentation needed) sets no PMTU; one about the host's flow to the guest does" {
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" other own
+	mutate delete
+	lab exec ip route flush cache
+	# quoting an ICMP echo request: the kernel updates the PMTU of its
+	# destination without looking for a socket
+	lab gexec 18 python3 "$fake" icmperr 10.213.0.73 10.213.0.73 2048 198.51.100.10 0 3 4 1000 1
+	lab gexec 18 python3 "$fake" icmperr 10.213.0.73 10.213.0.73 2048 10.213.0.74 0 3 4 1000 1
+	sleep 0.3
+	other=$(lab exec ip route get 198.51.100.10 from 10.213.0.73)
+	own=$(lab exec ip route get 10.213.0.74 from 10.213.0.73)
+	lab exec ip route flush cache
+	restore
+	echo "other: $other"
+	echo "own: $own"
+	[[ "$own" == *"mtu 1000"* ]]
+	[[ "$other" != *"mtu"* ]]
 }
 
 # canary_broker TAG: a real isopod-broker with its canary, on slot 1's

@@ -26,9 +26,12 @@ fakevm.py arp IFACE ETHSRC SHA SPA TPA
     SHA) in an Ethernet frame from ETHSRC out of IFACE: a guest's ARP,
     honest or claiming another address.
 
-fakevm.py icmperr DST ISRC ISPORT IDST IDPORT
-    Send one ICMP port unreachable to DST quoting a UDP datagram
-    ISRC:ISPORT -> IDST:IDPORT: a guest forging an error about somebody
+fakevm.py icmperr DST ISRC ISPORT IDST IDPORT [TYPE CODE MTU [IPROTO]]
+    Send one ICMP port unreachable (or TYPE/CODE, with MTU in the last
+    word: 3 4 1000 is fragmentation needed) to DST quoting a UDP datagram
+    ISRC:ISPORT -> IDST:IDPORT (IPROTO 1: an ICMP header whose first
+    words are ISPORT and IDPORT, 2048 for an echo request, which the
+    kernel's PMTU update needs no socket for): a guest forging an error about somebody
     else's flow (or about nothing at all).
 
 fakevm.py tcpraw SRC DST DPORT FLAGS
@@ -40,6 +43,13 @@ fakevm.py vxlan DST VNI DMAC ISRC IDST IDPORT
     to DMAC with a UDP datagram ISRC -> IDST:IDPORT inside: a guest
     building a packet for a host tunnel to decapsulate and route on.
 
+fakevm.py udpraw IFACE ETHSRC ETHDST SRC[:SPORT] DST DPORT [VNI DMAC ISRC IDST IDPORT]
+    Send one Ethernet frame from ETHSRC to ETHDST out of IFACE with a UDP
+    datagram SRC:SPORT (40001 unless given) -> DST:DPORT built by hand
+    (any source, 0.0.0.0:0 included, and any frame source); with VNI...,
+    the datagram carries
+    what vxlan would (DPORT 4789 for a host's tunnel).
+
 fakevm.py sniff IFACE SECONDS
     Print "SRC DST PROTO" for every IPv4 packet IFACE receives, as it
     arrives (before its tc ingress filter).
@@ -48,6 +58,11 @@ fakevm.py udpprobe SRC SPORT DST DPORT CMD...
     A connected UDP socket SRC:SPORT -> DST:DPORT: one datagram, then
     CMD, then another; prints "reply", "refused" (an ICMP error reached
     the socket) or "timeout".
+
+fakevm.py udprecv SRC SPORT DST DPORT SECONDS CMD...
+    A UDP socket SRC:SPORT connected to DST:DPORT: one datagram and its
+    reply (if any, within 1 s), then CMD; prints how many datagrams it
+    received within SECONDS after CMD.
 
 fakevm.py optprobe DST DPORT OPTHEX
     One UDP datagram to DST:DPORT carrying the IP option OPTHEX (e.g.
@@ -155,11 +170,11 @@ def csum(b):
     return ~s & 0xFFFF
 
 
-def icmperr(dst, isrc, isport, idst, idport):
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 1, 0, 64, socket.IPPROTO_UDP, 0,
+def icmperr(dst, isrc, isport, idst, idport, itype=3, icode=3, mtu=0, iproto=socket.IPPROTO_UDP):
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 1, 0, 64, int(iproto), 0,
                      socket.inet_aton(isrc), socket.inet_aton(idst))
     ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
-    body = struct.pack("!BBHI", 3, 3, 0, 0) + ip + struct.pack("!HHHH", int(isport), int(idport), 8, 0)
+    body = struct.pack("!BBHI", int(itype), int(icode), 0, int(mtu)) + ip + struct.pack("!HHHH", int(isport), int(idport), 8, 0)
     body = body[:2] + struct.pack("!H", csum(body)) + body[4:]
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     s.sendto(body, (dst, 0))
@@ -173,15 +188,33 @@ def tcpraw(src, dst, dport, flags):
     s.sendto(tcp, (dst, 0))
 
 
-def vxlan(dst, vni, dmac, isrc, idst, idport):
-    udp = struct.pack("!HHHH", 40001, int(idport), 8 + 4, 0) + b"vx!\n"
+def ipudp(src, dst, dport, payload, sport=40001):
+    udp = struct.pack("!HHHH", int(sport), int(dport), 8 + len(payload), 0) + payload
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, socket.IPPROTO_UDP, 0,
-                     socket.inet_aton(isrc), socket.inet_aton(idst))
-    ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
-    frame = mac(dmac) + mac("02:00:00:00:00:01") + struct.pack("!H", 0x0800) + ip + udp
-    hdr = struct.pack("!II", 0x08000000, int(vni) << 8)
+                     socket.inet_aton(src), socket.inet_aton(dst))
+    return ip[:10] + struct.pack("!H", csum(ip)) + ip[12:] + udp
+
+
+def vxlan_payload(vni, dmac, isrc, idst, idport):
+    frame = (mac(dmac) + mac("02:00:00:00:00:01") + struct.pack("!H", 0x0800)
+             + ipudp(isrc, idst, idport, b"vx!\n"))
+    return struct.pack("!II", 0x08000000, int(vni) << 8) + frame
+
+
+def vxlan(dst, vni, dmac, isrc, idst, idport):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.sendto(hdr + frame, (dst, 4789))
+    s.sendto(vxlan_payload(vni, dmac, isrc, idst, idport), (dst, 4789))
+
+
+def udpraw(iface, ethsrc, ethdst, src, dst, dport, *vx):
+    payload = vxlan_payload(*vx) if vx else b"raw!\n"
+    src, _, sport = src.partition(":")
+    frame = (mac(ethdst) + mac(ethsrc) + struct.pack("!H", 0x0800)
+             + ipudp(src, dst, dport, payload, sport or 40001))
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind((iface, 0))
+    s.send(frame)
+    s.close()
 
 
 def sniff(iface, secs):
@@ -220,6 +253,33 @@ def udpprobe(src, sport, dst, dport, cmd):
         print("refused")
     except socket.timeout:
         print("timeout")
+
+
+def udprecv(src, sport, dst, dport, secs, cmd):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((src, int(sport)))
+    s.connect((dst, int(dport)))
+    # One exchange first: a reply caches its route on the socket, which
+    # early demux then uses for whatever matches it (no rp_filter).
+    s.settimeout(1)
+    s.send(b"1")
+    try:
+        s.recv(2048)
+    except (socket.timeout, ConnectionRefusedError):
+        pass
+    subprocess.run(cmd, check=False)
+    end = time.monotonic() + float(secs)
+    n = 0
+    while time.monotonic() < end:
+        s.settimeout(max(end - time.monotonic(), 0.01))
+        try:
+            s.recv(2048)
+            n += 1
+        except socket.timeout:
+            break
+        except ConnectionRefusedError:
+            pass
+    print(n)
 
 
 def optprobe(dst, dport, opt):
@@ -390,16 +450,20 @@ def main():
     a = sys.argv[1:]
     if a[:1] == ["arp"] and len(a) == 6:
         arp(*a[1:])
-    elif a[:1] == ["icmperr"] and len(a) == 6:
+    elif a[:1] == ["icmperr"] and len(a) in (6, 9, 10):
         icmperr(*a[1:])
     elif a[:1] == ["tcpraw"] and len(a) == 5:
         tcpraw(*a[1:])
     elif a[:1] == ["vxlan"] and len(a) == 7:
         vxlan(*a[1:])
+    elif a[:1] == ["udpraw"] and len(a) in (7, 12):
+        udpraw(*a[1:])
     elif a[:1] == ["sniff"] and len(a) == 3:
         sniff(*a[1:])
     elif a[:1] == ["udpprobe"] and len(a) >= 5:
         udpprobe(*a[1:5], a[5:])
+    elif a[:1] == ["udprecv"] and len(a) >= 7:
+        udprecv(*a[1:6], a[6:])
     elif a[:1] == ["udpmany"] and len(a) == 4:
         udpmany(*a[1:])
     elif a[:1] == ["optprobe"] and len(a) == 4:
