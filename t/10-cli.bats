@@ -216,7 +216,7 @@ fake_stage() {
 	run_isopod -0 image rm "$a"
 	json_is '.removed == ["'"$a"'"]'
 	[ "$(jq -c . <<<"$output")" = '{"removed":["'"$a"'"]}' ]
-	[ ! -e "$ISOPOD_HOME/images/base-$a.img" ] && [ ! -e "$ISOPOD_HOME/images/base-$a.json" ]
+	[ ! -e "$ISOPOD_HOME/images/base-$a.img" ] && [ ! -e "$ISOPOD_HOME/images/base-$a.json" ] || false
 	[ ! -e "$ISOPOD_HOME/images/current-base" ]
 	[ -e "$ISOPOD_HOME/images/base-$b.img" ]
 	run_isopod -0 image ls
@@ -326,7 +326,7 @@ doctor_json() {
 	json_is '(.missing | index("kernel") | not) and (.missing | index("base-image") | not)'
 	# a device that opens and no verdict: unknown, never a probe from the doctor
 	json_is '.accel == "unknown" and (.accel_reason | startswith("not probed yet: /dev/null is present")) and .accel_probed == false'
-	[ ! -e "$ISOPOD_HOME/accel/$ksha.json" ] && [ ! -e "$ISOPOD_HOME/accel/$ksha.lock" ]
+	[ ! -e "$ISOPOD_HOME/accel/$ksha.json" ] && [ ! -e "$ISOPOD_HOME/accel/$ksha.lock" ] || false
 	# the cached verdict of the probe a boot made
 	echo '{"accel":"kvm","reason":"kvm: the agent answered in 9 ms","probed":"2026-12-01T00:00:00Z"}' >"$ISOPOD_HOME/accel/$ksha.json"
 	ISOPOD_KVM_DEV=/dev/null doctor_json doctor --quick
@@ -403,9 +403,9 @@ hi" ]
 	# tools) have taken over 2 s, and the run then ends 99 before exec.
 	run_isopod -0 run --json-only --timeout-s 10 -- true
 	ms=$(grep '^boot' "$FAKE_LOG" | sed 's/.*--timeout-ms \([0-9]*\).*/\1/')
-	[ "$ms" -gt 0 ] && [ "$ms" -le 10000 ]
+	[ "$ms" -gt 0 ] && [ "$ms" -le 10000 ] || false
 	ms2=$(grep -A1 -x -- --timeout-ms "$FAKE_DIR/args" | tail -n1)
-	[ "$ms2" -gt 0 ] && [ "$ms2" -le "$ms" ]
+	[ "$ms2" -gt 0 ] && [ "$ms2" -le "$ms" ] || false
 }
 
 @test "run: stdin from a pipe is forwarded; --stdin-file passes; closed stdin is not" {
@@ -647,15 +647,15 @@ L
 @test "--check: isopod-boot and isopod-exec refuse bad values without stdin, a VM or a store" {
 	local home="$BATS_TEST_TMPDIR/nostore"
 	ISOPOD_HOME="$home" run --separate-stderr isopod-boot --check --vcpus 0 </dev/null
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"--vcpus 0: out of range"*"CPUs"* ]]
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--vcpus 0: out of range"*"CPUs"* ]] || false
 	ISOPOD_HOME="$home" run --separate-stderr isopod-boot --check --disk-mib 63 </dev/null
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"--disk-mib 63"* ]]
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--disk-mib 63"* ]] || false
 	ISOPOD_HOME="$home" run --separate-stderr isopod-boot --check --vcpus 1 --mem-mib 64 --disk-mib 64 </dev/null
-	[ "$status" -eq 0 ] && [ "$output" = '{"ok":true}' ]
+	[ "$status" -eq 0 ] && [ "$output" = '{"ok":true}' ] || false
 	ISOPOD_HOME="$home" run --separate-stderr isopod-exec --check --copy-out /x:/no/such/dir/x -- true </dev/null
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"no directory /no/such/dir"* ]]
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"no directory /no/such/dir"* ]] || false
 	ISOPOD_HOME="$home" run --separate-stderr isopod-exec --check --stdin-file "$BATS_TEST_TMPDIR" -- true </dev/null
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"not a readable file"* ]]
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"not a readable file"* ]] || false
 	[ ! -e "$home" ]
 }
 

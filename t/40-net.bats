@@ -389,8 +389,8 @@ docker_nft() {
 	lab gexec 18 ip -6 addr del fd69::2/64 dev eth0
 	netsetup >/dev/null
 	echo "v6=$v6 v6_table=$v6_table v6_tc=$v6_tc v6_without=$v6_without"
-	[ "$v6_table" -ne 0 ] && [ "$v6_tc" -ne 0 ]
-	[ "$v6" -ne 0 ] && [ "$v6_without" -eq 0 ]
+	[ "$v6_table" -ne 0 ] && [ "$v6_tc" -ne 0 ] || false
+	[ "$v6" -ne 0 ] && [ "$v6_without" -eq 0 ] || false
 	run lab exec cat /proc/sys/net/ipv6/conf/isopod-tap18/disable_ipv6
 	[ "$output" = 1 ]
 }
@@ -572,7 +572,7 @@ docker_nft() {
 	json_is '.conn_limit == 4096'
 	restored=$(lab gexec 18 python3 "$fake" udpmany 198.51.100.10 7 30)
 	echo "limited $limited restored $restored" >&2
-	[ "$limited" -ge 5 ] && [ "$limited" -le 10 ]
+	[ "$limited" -ge 5 ] && [ "$limited" -le 10 ] || false
 	[ "$restored" -eq 30 ]
 	run --separate-stderr netsetup --conn-limit 0
 	[ "$status" -eq 100 ]
@@ -601,7 +601,7 @@ docker_nft() {
 	# control: the host probing a closed port of guest 18 hears its refusal
 	own=$(lab exec python3 "$fake" udpprobe 10.213.0.73 5557 10.213.0.74 9)
 	echo "uplink=$uplink other=$other own=$own"
-	[ "$uplink" = reply ] && [ "$other" = reply ] && [ "$own" = refused ]
+	[ "$uplink" = reply ] && [ "$other" = reply ] && [ "$own" = refused ] || false
 }
 
 @test "open: what conntrack cannot track (SYN|FIN, an ICMP error about nothing) is dropped, never forwarded un-NATed" {
@@ -674,7 +674,7 @@ docker_nft() {
 	run assert_open 0 198.51.100.10
 	local open_filtered=$status
 	netsetup >/dev/null
-	[ "$open_meta" -eq 0 ] && [ "$open_priv" -eq 0 ] && [ "$open_vm" -eq 0 ] && [ "$open_filtered" -eq 0 ]
+	[ "$open_meta" -eq 0 ] && [ "$open_priv" -eq 0 ] && [ "$open_vm" -eq 0 ] && [ "$open_filtered" -eq 0 ] || false
 	[ "$sysctl_blocks" -eq 0 ]
 	[ "$(lab exec cat /proc/sys/net/ipv4/conf/isopod-tap0/forwarding)" = 0 ]
 	assert_blocked 18 169.254.169.254
@@ -855,7 +855,7 @@ labvx_up() {
 	vx=$(vxlan_hits 18 203.0.113.1)
 	restore
 	echo "tcp18=$tcp18 tcp0=$tcp0 blocked18=$blocked18 vx=$vx"
-	[ "$tcp18" -eq 0 ] && [ "$tcp0" -eq 0 ] && [ "$blocked18" -ne 0 ] && [ "$vx" -eq 1 ]
+	[ "$tcp18" -eq 0 ] && [ "$tcp0" -eq 0 ] && [ "$blocked18" -ne 0 ] && [ "$vx" -eq 1 ] || false
 	[ "$(vxlan_hits 18 203.0.113.1)" -eq 0 ]
 	assert_blocked 18 203.0.113.1
 	assert_open 18 198.51.100.10
@@ -1056,7 +1056,7 @@ canary_broker() {
 	local bad=$status bad_err=$stderr
 	second=$(lab exec nft list ruleset | grep -v counter)
 	netsetup >/dev/null # the lab's own again
-	[ "$closed" -eq 0 ] && [ "$opened" -eq 0 ] && [ "$own" -eq 0 ] && [ "$meta" -eq 0 ]
+	[ "$closed" -eq 0 ] && [ "$opened" -eq 0 ] && [ "$own" -eq 0 ] && [ "$meta" -eq 0 ] || false
 	[ "$bad" -eq 100 ]
 	[[ "$bad_err" == *"$conf:2: allow_range 8.8.8.0/24: not a denied range nor inside one"* ]]
 	[ "$first" = "$second" ]
@@ -1088,29 +1088,29 @@ canary_broker() {
 	naive=$status
 	lab rmvm 1
 	echo "$out"
-	[ "$st" -ne 0 ] && [[ "$out" == *"stand-in guest 1 is dead"* ]]
+	[ "$st" -ne 0 ] && [[ "$out" == *"stand-in guest 1 is dead"* ]] || false
 	[ "$naive" -ne 0 ]
 }
 
 @test "probe: a missing probe tool, or a probe that never left the guest, fails the probe" {
 	PROBE_BETWEEN='PROBE_PY=/nonexistent/python3' run probe_blocked 18 tcp:169.254.169.254:80
 	echo "$output"
-	[ "$status" -ne 0 ] && [[ "$output" == *"the probe tool did not run"* ]]
+	[ "$status" -ne 0 ] && [[ "$output" == *"the probe tool did not run"* ]] || false
 	# no default route: the probe fails in the guest, nothing reaches the wire
 	PROBE_BETWEEN='lab gexec 18 ip route del default' run probe_blocked 18 tcp:169.254.169.254:80 icmp:169.254.169.254
 	lab gexec 18 ip route add default via 10.213.0.73
 	echo "$output"
-	[ "$status" -ne 0 ] && [[ "$output" == *"never left the guest"* ]]
+	[ "$status" -ne 0 ] && [[ "$output" == *"never left the guest"* ]] || false
 	# a target with no live listener cannot prove a block
 	run probe_blocked 18 tcp:10.213.0.77:80
-	[ "$status" -ne 0 ] && [[ "$output" == *"tcp:10.213.0.77:80 is not live from the host"* ]]
+	[ "$status" -ne 0 ] && [[ "$output" == *"tcp:10.213.0.77:80 is not live from the host"* ]] || false
 }
 
 @test "probe: a probe the policy lets through is caught — by its answer, and by the listener's hit log alone" {
 	local spec u uo i io
 	for spec in tcp:198.51.100.10:80 udp:198.51.100.10:7 icmp:198.51.100.10; do
 		run probe_blocked 18 "$spec"
-		[ "$status" -ne 0 ] && [[ "$output" == *"$spec from guest 18 got through (answered)"* ]]
+		[ "$status" -ne 0 ] && [[ "$output" == *"$spec from guest 18 got through (answered)"* ]] || false
 	done
 	# The answers lost on the way back (dropped in the guest's netns): the
 	# tool sees a timeout, only the hit log sees UDP and ICMP arrive.
@@ -1128,8 +1128,8 @@ canary_broker() {
 	i=$status io=$output
 	lab gexec 18 nft delete table ip probedrop
 	echo "$uo"$'\n'"$io"
-	[ "$u" -ne 0 ] && [[ "$uo" == *"udp:198.51.100.10:7 from guest 18 got through: the listener logged 1 hit(s)"* ]]
-	[ "$i" -ne 0 ] && [[ "$io" == *"icmp:198.51.100.10 from guest 18 got through: the listener logged 1 hit(s)"* ]]
+	[ "$u" -ne 0 ] && [[ "$uo" == *"udp:198.51.100.10:7 from guest 18 got through: the listener logged 1 hit(s)"* ]] || false
+	[ "$i" -ne 0 ] && [[ "$io" == *"icmp:198.51.100.10 from guest 18 got through: the listener logged 1 hit(s)"* ]] || false
 }
 
 # ---- real VMs (isopod run --net, QEMU in the lab's host netns) ----------------
@@ -1233,7 +1233,7 @@ done'
 	vm_tests
 	local d="$BATS_TEST_TMPDIR/conc" k ok busy other
 	run_many "$d" 18 'open network slots busy' vrun --net open --mem-mib 192 --timeout-s 240 -- sleep 15
-	[ "$ok" -eq 16 ] && [ "$busy" -eq 2 ] && [ "$other" -eq 0 ]
+	[ "$ok" -eq 16 ] && [ "$busy" -eq 2 ] && [ "$other" -eq 0 ] || false
 	# 16 distinct open slots, and every one free again
 	[ "$(cat "$d"/*.json | jq -r 'select(.net) | .net.slot' | sort -un | tr '\n' ' ')" = "$(seq -s ' ' 2 17) " ]
 	for k in $(seq 2 17); do

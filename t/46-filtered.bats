@@ -264,7 +264,7 @@ broker_pids() {
 	run_many "$d" 18 'filtered network slots busy' vrun --net filtered --allow pkg.test --mem-mib 192 \
 		--timeout-s 300 -- sh -c 'sleep 15; wget -q -O- http://pkg.test/'
 	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
-	[ "$ok" -eq 16 ] && [ "$busy" -eq 2 ] && [ "$other" -eq 0 ]
+	[ "$ok" -eq 16 ] && [ "$busy" -eq 2 ] && [ "$other" -eq 0 ] || false
 	# 16 distinct slots, each run served by its own broker, and all of it gone again
 	[ "$(cat "$d"/*.json | jq -r 'select(.net) | .net.slot' | sort -un | wc -l)" -eq 16 ]
 	[ "$(cat "$d"/*.json | jq -r 'select(.ok and .stdout == "lab 198.51.100.10\n" and

@@ -206,7 +206,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ "$(jq -r .vm.name <<<"$a")" != "$(jq -r .vm.name <<<"$b")" ]
 	ra=$(jq -r .stdout <<<"$a" | sed -n 2p)
 	rb=$(jq -r .stdout <<<"$b" | sed -n 2p)
-	[ ${#ra} -eq 32 ] && [ ${#rb} -eq 32 ]
+	[ ${#ra} -eq 32 ] && [ ${#rb} -eq 32 ] || false
 	[ "$ra" != "$rb" ]
 	# the snapshot's clock is minutes old by now; the resumed guest's is not
 	ta=$(jq -r .stdout <<<"$a" | sed -n 3p)
@@ -521,7 +521,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	run --separate-stderr isopod-warm rm "${key:0:12}"
 	[ "$status" -eq 0 ]
 	jout --arg k "$key" '.removed == [$k] and .reclaimed_bytes > 0'
-	[ ! -e "$(W)/$key" ] && [ ! -e "$(W)/$key.lock" ]
+	[ ! -e "$(W)/$key" ] && [ ! -e "$(W)/$key.lock" ] || false
 	run --separate-stderr isopod-warm rm --orphaned
 	[ "$status" -eq 0 ]
 	json_is '.removed == []'

@@ -597,7 +597,7 @@ resign() {
 	verify_fails ruleset/nftables "$BATS_TEST_TMPDIR/env.json"
 	nftl add rule inet isopod forward oifname '"isopod-tap*"' counter drop
 	h2=$(nftl -a list chain inet isopod forward | sed -n 's/.*oifname "isopod-tap\*" counter packets [0-9]* bytes [0-9]* drop # handle \([0-9]*\)$/\1/p')
-	[ -n "$h2" ] && [ "$h2" != "$h" ]
+	[ -n "$h2" ] && [ "$h2" != "$h" ] || false
 	verify_ok "$BATS_TEST_TMPDIR/env.json"
 }
 
