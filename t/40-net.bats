@@ -660,6 +660,9 @@ docker_nft() {
 	# those of slots 18 and 0 out too, to show what they hold.
 	lab exec ip rule del pref 10 iif isopod-tap18 fwmark 0/0x10000000 blackhole
 	lab exec ip rule del pref 10 iif isopod-tap0 fwmark 0/0x10000000 blackhole
+	# and their tc filters, which drop a filtered slot's forwarded packets
+	lab exec tc filter del dev isopod-tap18 ingress
+	lab exec tc filter del dev isopod-tap0 ingress
 	run assert_open 18 169.254.169.254
 	local open_meta=$status
 	run assert_open 18 10.99.0.5
