@@ -660,9 +660,12 @@ docker_nft() {
 	# those of slots 18 and 0 out too, to show what they hold.
 	lab exec ip rule del pref 10 iif isopod-tap18 fwmark 0/0x10000000 blackhole
 	lab exec ip rule del pref 10 iif isopod-tap0 fwmark 0/0x10000000 blackhole
-	# and their tc filters, which drop a filtered slot's forwarded packets
+	# and their tc filters, which drop a filtered slot's forwarded packets;
+	# and slot 19's rule and filter, which hold its guest's replies
 	lab exec tc filter del dev isopod-tap18 ingress
 	lab exec tc filter del dev isopod-tap0 ingress
+	lab exec ip rule del pref 10 iif isopod-tap19 fwmark 0/0x10000000 blackhole
+	lab exec tc filter del dev isopod-tap19 ingress
 	run assert_open 18 169.254.169.254
 	local open_meta=$status
 	run assert_open 18 10.99.0.5
