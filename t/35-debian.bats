@@ -122,7 +122,7 @@ EOF
 	need_debian
 	mkdir -p "$DATA/out"
 	(cd "$ISOPOD_SRC" && tar --exclude='*.bin' --exclude='*.o' -czf "$DATA/src.tgz" \
-		Makefile lib/*.c lib/*.h bin/*.c agent/*.c agent/*.h t/unit t/run-unit)
+		Makefile lib/*.c lib/*.h bin/*.c agent/*.c agent/*.h t/unit t/run-unit t/attest)
 	run --separate-stderr isopod run --json-only --timeout-s 3600 --mem-mib 1024 --disk-mib 3072 \
 		--stage debian --copy-in "$DATA/src.tgz:/root/src.tgz" \
 		--copy-out "/root/src/bin/isopod-exec:$DATA/out/" \
