@@ -27,7 +27,7 @@ TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/iso
 HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o
 # Only the tools that read nftables link libnftnl: ruleset.o on its own.
 NETLIB = lib/ruleset.o
-LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h
+LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h
 
 all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out
 
@@ -63,9 +63,13 @@ lib/tapfilter_obj.o: lib/tapfilter_obj.S lib/tapfilter.bpf.o
 lib/tcfilter.o: lib/tcfilter.c lib/tcfilter.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ lib/tcfilter.c
 
-# Reads isopod's tables back (lib/ruleset.c) for an attestation's subject.
-bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(LIBHDR)
-	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
+# Reads isopod's tables back (lib/ruleset.c) for an attestation's subject;
+# its work is lib/attest.c (the runner will link it too).
+ATTESTLIB = lib/attest.o lib/subjects.o lib/report.o
+$(ATTESTLIB): $(LIBHDR)
+
+bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHDR)
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(ATTESTLIB) $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
 AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \
@@ -100,7 +104,7 @@ asan: $(TOOLS)
 	mkdir -p build/asan/bin
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
-			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) lib/tcfilter.c lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(ATTESTLIB:.o=.c) lib/tcfilter.c lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
 	done
 
 check: all asan

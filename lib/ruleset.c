@@ -501,9 +501,11 @@ void canon_free(struct canon *c)
 
 /* ---- reading over netlink ---------------------------------------------- */
 
+struct kind;
+
 struct dump {
 	struct canon *c;
-	int kind; /* NFT_MSG_GETTABLE, GETCHAIN, GETRULE, GETSET, GETSETELEM, GETOBJ, GETFLOWTABLE */
+	const struct kind *k; /* what is being dumped */
 	int err;
 	struct covered { uint32_t fam; char name[256]; } *tabs; /* tables covered whole */
 	size_t ntabs;
@@ -513,92 +515,134 @@ struct dump {
 	const struct covered *tab; /* GETRULE: the table asked for */
 };
 
+/* Kinds that are only canonicalised: parse one object of type T and hand
+ * it to canon_T.  0, or -1 (errno). */
+#define CANON_ONE(T)                                                          \
+	static int parse_##T(struct dump *d, const struct nlmsghdr *nlh)     \
+	{                                                                     \
+		struct nftnl_##T *o = nftnl_##T##_alloc();                    \
+		int r = -1;                                                   \
+                                                                              \
+		if (o && nftnl_##T##_nlmsg_parse(nlh, o) == 0)                \
+			r = canon_##T(d->c, o);                               \
+		nftnl_##T##_free(o);                                          \
+		return r;                                                     \
+	}
+CANON_ONE(chain)
+CANON_ONE(rule)
+CANON_ONE(obj)
+CANON_ONE(flowtable)
+
+/* A table is canonicalised, and remembered when covered whole: its rules
+ * are dumped per table (ruleset_read). */
+static int parse_table(struct dump *d, const struct nlmsghdr *nlh)
+{
+	struct nftnl_table *t = nftnl_table_alloc();
+	struct covered *v;
+	int r = -1;
+
+	if (t && nftnl_table_nlmsg_parse(nlh, t) == 0) {
+		const char *name = nftnl_table_get_str(t, NFTNL_TABLE_NAME);
+		uint32_t f = nftnl_table_get_u32(t, NFTNL_TABLE_FAMILY);
+
+		r = canon_table(d->c, t);
+		if (!r && name && canon_covered(f, name)) {
+			if (!(v = realloc(d->tabs, (d->ntabs + 1) * sizeof *v))) {
+				r = -1;
+			} else {
+				d->tabs = v;
+				v[d->ntabs].fam = f;
+				snprintf(v[d->ntabs].name, sizeof v->name, "%s", name);
+				d->ntabs++;
+			}
+		}
+	}
+	nftnl_table_free(t);
+	return r;
+}
+
+/* A covered table's set is kept: its elements are dumped into it, then it
+ * is canonicalised (ruleset_read). */
+static int parse_set(struct dump *d, const struct nlmsghdr *nlh)
+{
+	struct nftnl_set *st = nftnl_set_alloc(), **v;
+	int r = -1;
+
+	if (st && nftnl_set_nlmsg_parse(nlh, st) == 0) {
+		r = 0;
+		if (canon_covered(nftnl_set_get_u32(st, NFTNL_SET_FAMILY),
+				  nftnl_set_get_str(st, NFTNL_SET_TABLE))) {
+			if (!(v = realloc(d->sets, (d->nsets + 1) * sizeof *v))) {
+				r = -1;
+			} else {
+				d->sets = v;
+				v[d->nsets++] = st;
+				st = NULL;
+			}
+		}
+	}
+	if (st)
+		nftnl_set_free(st);
+	return r;
+}
+
+static int parse_elems(struct dump *d, const struct nlmsghdr *nlh)
+{
+	return nftnl_set_elems_nlmsg_parse(nlh, d->cur) < 0 ? -1 : 0;
+}
+
+/* The requests that name what they ask for: a table's rules, a set's
+ * elements.  0, or -1 (ENOMEM). */
+static int ask_rules(struct dump *d, struct nlmsghdr *nlh)
+{
+	struct nftnl_rule *rr = nftnl_rule_alloc();
+
+	if (!rr)
+		return -1;
+	nftnl_rule_set_str(rr, NFTNL_RULE_TABLE, d->tab->name);
+	nftnl_rule_nlmsg_build_payload(nlh, rr);
+	nftnl_rule_free(rr);
+	return 0;
+}
+
+static int ask_elems(struct dump *d, struct nlmsghdr *nlh)
+{
+	nftnl_set_elems_nlmsg_build_payload(nlh, d->cur);
+	return 0;
+}
+
+/* One row per kind of object, in the order ruleset_read dumps them: each
+ * set's elements, then the set, before the rules, which name anonymous
+ * sets by their contents; rules per covered table, since the kernel's rule
+ * dump filtered by table name alone stops after the first table of that
+ * name. */
+struct kind {
+	uint16_t msg;       /* NFT_MSG_GET* */
+	const char *step;   /* "unable to <step>" when it fails */
+	enum { ONCE, PER_SET, PER_TABLE } per;
+	int (*parse)(struct dump *d, const struct nlmsghdr *nlh);
+	int (*ask)(struct dump *d, struct nlmsghdr *nlh); /* NULL: everything */
+};
+
+static const struct kind kinds[] = {
+	{ .msg = NFT_MSG_GETTABLE, .step = "dump the tables", .per = ONCE, .parse = parse_table },
+	{ .msg = NFT_MSG_GETCHAIN, .step = "dump the chains", .per = ONCE, .parse = parse_chain },
+	{ .msg = NFT_MSG_GETSET, .step = "dump the sets", .per = ONCE, .parse = parse_set },
+	{ .msg = NFT_MSG_GETSETELEM, .step = "dump a set's elements", .per = PER_SET,
+	  .parse = parse_elems, .ask = ask_elems },
+	{ .msg = NFT_MSG_GETOBJ, .step = "dump the stateful objects", .per = ONCE,
+	  .parse = parse_obj },
+	{ .msg = NFT_MSG_GETFLOWTABLE, .step = "dump the flowtables", .per = ONCE,
+	  .parse = parse_flowtable },
+	{ .msg = NFT_MSG_GETRULE, .step = "dump the rules", .per = PER_TABLE, .parse = parse_rule,
+	  .ask = ask_rules },
+};
+
 static int dump_cb(const struct nlmsghdr *nlh, void *data)
 {
 	struct dump *d = data;
-	int r = -1;
 
-	switch (d->kind) {
-	case NFT_MSG_GETTABLE: {
-		struct nftnl_table *t = nftnl_table_alloc();
-
-		if (t && nftnl_table_nlmsg_parse(nlh, t) == 0) {
-			const char *name = nftnl_table_get_str(t, NFTNL_TABLE_NAME);
-			uint32_t f = nftnl_table_get_u32(t, NFTNL_TABLE_FAMILY);
-			struct covered *v;
-
-			r = canon_table(d->c, t);
-			if (!r && name && canon_covered(f, name)) {
-				if (!(v = realloc(d->tabs, (d->ntabs + 1) * sizeof *v))) {
-					r = -1;
-				} else {
-					d->tabs = v;
-					v[d->ntabs].fam = f;
-					snprintf(v[d->ntabs].name, sizeof v->name, "%s", name);
-					d->ntabs++;
-				}
-			}
-		}
-		nftnl_table_free(t);
-		break;
-	}
-	case NFT_MSG_GETSET: {
-		struct nftnl_set *st = nftnl_set_alloc(), **v;
-
-		if (st && nftnl_set_nlmsg_parse(nlh, st) == 0) {
-			r = 0;
-			if (canon_covered(nftnl_set_get_u32(st, NFTNL_SET_FAMILY),
-					  nftnl_set_get_str(st, NFTNL_SET_TABLE))) {
-				if (!(v = realloc(d->sets, (d->nsets + 1) * sizeof *v))) {
-					r = -1;
-				} else {
-					d->sets = v;
-					v[d->nsets++] = st;
-					st = NULL;
-				}
-			}
-		}
-		if (st)
-			nftnl_set_free(st);
-		break;
-	}
-	case NFT_MSG_GETSETELEM:
-		r = nftnl_set_elems_nlmsg_parse(nlh, d->cur) < 0 ? -1 : 0;
-		break;
-	case NFT_MSG_GETOBJ: {
-		struct nftnl_obj *o = nftnl_obj_alloc();
-
-		if (o && nftnl_obj_nlmsg_parse(nlh, o) == 0)
-			r = canon_obj(d->c, o);
-		nftnl_obj_free(o);
-		break;
-	}
-	case NFT_MSG_GETFLOWTABLE: {
-		struct nftnl_flowtable *ft = nftnl_flowtable_alloc();
-
-		if (ft && nftnl_flowtable_nlmsg_parse(nlh, ft) == 0)
-			r = canon_flowtable(d->c, ft);
-		nftnl_flowtable_free(ft);
-		break;
-	}
-	case NFT_MSG_GETCHAIN: {
-		struct nftnl_chain *ch = nftnl_chain_alloc();
-
-		if (ch && nftnl_chain_nlmsg_parse(nlh, ch) == 0)
-			r = canon_chain(d->c, ch);
-		nftnl_chain_free(ch);
-		break;
-	}
-	default: {
-		struct nftnl_rule *ru = nftnl_rule_alloc();
-
-		if (ru && nftnl_rule_nlmsg_parse(nlh, ru) == 0)
-			r = canon_rule(d->c, ru);
-		nftnl_rule_free(ru);
-		break;
-	}
-	}
-	if (r < 0) {
+	if (d->k->parse(d, nlh) < 0) {
 		d->err = errno ? errno : EINVAL;
 		return MNL_CB_ERROR;
 	}
@@ -617,18 +661,9 @@ static int dump(struct mnl_socket *nl, struct dump *d, uint16_t family, uint32_t
 
 	if (!buf)
 		return -1;
-	nlh = nftnl_nlmsg_build_hdr(buf, (uint16_t)d->kind, family, NLM_F_DUMP, s);
-	if (d->kind == NFT_MSG_GETRULE) {
-		struct nftnl_rule *rr = nftnl_rule_alloc();
-
-		if (!rr)
-			goto fail;
-		nftnl_rule_set_str(rr, NFTNL_RULE_TABLE, d->tab->name);
-		nftnl_rule_nlmsg_build_payload(nlh, rr);
-		nftnl_rule_free(rr);
-	} else if (d->kind == NFT_MSG_GETSETELEM) {
-		nftnl_set_elems_nlmsg_build_payload(nlh, d->cur);
-	}
+	nlh = nftnl_nlmsg_build_hdr(buf, d->k->msg, family, NLM_F_DUMP, s);
+	if (d->k->ask && d->k->ask(d, nlh) < 0)
+		goto fail;
 	if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
 		goto fail;
 	do {
@@ -657,7 +692,8 @@ int ruleset_read(struct canon *c, char *why, size_t whysz)
 	uint32_t seq = (uint32_t)time(NULL);
 	struct dump d = { .c = c };
 	const char *step = "open a netlink socket";
-	size_t i;
+	const struct kind *k;
+	size_t i, n;
 	int r = -1;
 
 	if (!nl)
@@ -665,45 +701,25 @@ int ruleset_read(struct canon *c, char *why, size_t whysz)
 	step = "bind the netlink socket";
 	if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
 		goto fail;
-	step = "dump the tables";
-	d.kind = NFT_MSG_GETTABLE;
-	if (dump(nl, &d, NFPROTO_UNSPEC, &seq) < 0)
-		goto fail;
-	step = "dump the chains";
-	d.kind = NFT_MSG_GETCHAIN;
-	if (dump(nl, &d, NFPROTO_UNSPEC, &seq) < 0)
-		goto fail;
-	step = "dump the sets";
-	d.kind = NFT_MSG_GETSET;
-	if (dump(nl, &d, NFPROTO_UNSPEC, &seq) < 0)
-		goto fail;
-	/* Each set's elements, then the set: before the rules, which name
-	 * anonymous sets by their contents. */
-	step = "dump a set's elements";
-	d.kind = NFT_MSG_GETSETELEM;
-	for (i = 0; i < d.nsets; i++) {
-		d.cur = d.sets[i];
-		if (dump(nl, &d, (uint16_t)nftnl_set_get_u32(d.cur, NFTNL_SET_FAMILY), &seq) < 0)
-			goto fail;
-		if (canon_set(c, d.cur) < 0)
-			goto fail;
-	}
-	step = "dump the stateful objects";
-	d.kind = NFT_MSG_GETOBJ;
-	if (dump(nl, &d, NFPROTO_UNSPEC, &seq) < 0)
-		goto fail;
-	step = "dump the flowtables";
-	d.kind = NFT_MSG_GETFLOWTABLE;
-	if (dump(nl, &d, NFPROTO_UNSPEC, &seq) < 0)
-		goto fail;
-	/* Per table: the kernel's rule dump filtered by table name alone stops
-	 * after the first table of that name. */
-	step = "dump the rules";
-	d.kind = NFT_MSG_GETRULE;
-	for (i = 0; i < d.ntabs; i++) {
-		d.tab = &d.tabs[i];
-		if (dump(nl, &d, (uint16_t)d.tab->fam, &seq) < 0)
-			goto fail;
+	for (k = kinds; k < kinds + sizeof kinds / sizeof *kinds; k++) {
+		step = k->step;
+		d.k = k;
+		n = k->per == PER_SET ? d.nsets : k->per == PER_TABLE ? d.ntabs : 1;
+		for (i = 0; i < n; i++) {
+			uint16_t fam = NFPROTO_UNSPEC;
+
+			if (k->per == PER_SET) {
+				d.cur = d.sets[i];
+				fam = (uint16_t)nftnl_set_get_u32(d.cur, NFTNL_SET_FAMILY);
+			} else if (k->per == PER_TABLE) {
+				d.tab = &d.tabs[i];
+				fam = (uint16_t)d.tab->fam;
+			}
+			if (dump(nl, &d, fam, &seq) < 0)
+				goto fail;
+			if (k->per == PER_SET && canon_set(c, d.cur) < 0)
+				goto fail;
+		}
 	}
 	r = 0;
 fail:

@@ -181,6 +181,34 @@ sign_refuses() {
 	[[ "$stderr" == *"private key $ISOPOD_ATTEST_DIR/key must be"*"0600"* ]]
 }
 
+# The key directory is opened once (O_DIRECTORY | O_NOFOLLOW) and checked on
+# that descriptor: a symlink to a good directory (root's, 0700) is refused
+# by every verb, which then changes nothing in it.
+@test "a symlinked key directory is refused by keygen, subjects, sign and verify, naming it" {
+	local link="$BATS_TEST_TMPDIR/keylink" v seq pk
+	sign_fresh
+	ln -s "$ISOPOD_ATTEST_DIR" "$link"
+	seq=$(cat "$ISOPOD_ATTEST_DIR/sequence")
+	pk=$(cat "$ISOPOD_ATTEST_DIR/key.pub")
+	for v in keygen subjects sign verify; do
+		case $v in
+		sign) set -- "$BATS_TEST_TMPDIR/report.json" ;;
+		verify) set -- "$BATS_TEST_TMPDIR/env.json" ;;
+		*) set -- ;;
+		esac
+		run --separate-stderr env ISOPOD_ATTEST_DIR="$link" \
+			ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-attest" "$v" "$@"
+		echo "$v: $status $stderr"
+		[ "$status" -eq 111 ]
+		[[ "$stderr" == *"key directory $link is not a directory (or is a symlink)"* ]]
+		[ -z "$output" ]
+	done
+	[ "$(cat "$ISOPOD_ATTEST_DIR/sequence")" = "$seq" ]
+	[ "$(cat "$ISOPOD_ATTEST_DIR/key.pub")" = "$pk" ]
+	# The directory itself, by its own name: still good.
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
 @test "sign + verify: a DSSE envelope around an in-toto Statement v1 whose subjects are the live host's" {
 	report "$BATS_TEST_TMPDIR/r.json" pass pass
 	run --separate-stderr attest sign "$BATS_TEST_TMPDIR/r.json"
