@@ -63,6 +63,13 @@ lib/tapfilter_obj.o: lib/tapfilter_obj.S lib/tapfilter.bpf.o
 lib/tcfilter.o: lib/tcfilter.c lib/tcfilter.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ lib/tcfilter.c
 
+# The adverse doctor watches frames (lib/sniff.c) and reads the tables back.
+lib/sniff.o: lib/sniff.c lib/sniff.h
+	$(CC) $(ALL_CFLAGS) -c -o $@ lib/sniff.c
+
+bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) lib/sniff.o $(LIBHDR) lib/sniff.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-doctor.c $(HOSTLIB) lib/sniff.o $(LDLIBS_HOST)
+
 # Reads isopod's tables back (lib/ruleset.c) for an attestation's subject.
 bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
