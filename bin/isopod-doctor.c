@@ -1047,6 +1047,60 @@ static void stop_ours(struct adv *a)
 		}
 }
 
+/* What a probe from inside cannot see, checked on the host: each tap's
+ * forwarding flag as netsetup set it (filtered off, open on) and its
+ * fail-closed routing rule (priority 10, blackhole) in place, read back
+ * with ip(8).  Each check {check, tap, ok, want, have}. */
+static json_t *host_checks(struct adv *a)
+{
+	json_t *out = json_array(), *rules = NULL, *r;
+	char *av[] = { "ip", "-j", "-4", "rule", "show", NULL };
+	struct proc_spec ps = PROC_SPEC(av);
+	int k, nt = net_ntaps(), pfd[2], w = 0;
+	size_t i;
+	pid_t pid;
+
+	if (pipe2(pfd, O_CLOEXEC) == 0) {
+		ps.out = pfd[1];
+		if ((pid = proc_spawn(&ps)) >= 0) {
+			close(pfd[1]);
+			rules = json_load_fd(pfd[0]);
+			proc_wait(pid, &w);
+		} else {
+			close(pfd[1]);
+		}
+		close(pfd[0]);
+	}
+	for (k = 0; k < nt; k++) {
+		char tap[32], p[PATH_MAX], mode[32], have[8] = "?";
+		const char *want;
+		int fd, rule = 0;
+		ssize_t n;
+
+		snprintf(tap, sizeof tap, NET_TAP_PREFIX "%d", k);
+		want = !strcmp(net_tap_mode(k, mode, sizeof mode), "open") ? "1" : "0";
+		pathf(p, sizeof p, "/proc/sys/net/ipv4/conf/%s/forwarding", tap);
+		if ((fd = open(p, O_RDONLY | O_CLOEXEC)) >= 0) {
+			n = read(fd, have, sizeof have - 1);
+			have[n > 0 ? n : 0] = 0;
+			have[strcspn(have, "\n")] = 0;
+			close(fd);
+		}
+		json_array_append_new(out, json_pack("{s:s, s:s, s:s, s:b, s:s, s:s}", "check",
+						     "tap-forwarding", "tap", tap, "mode", mode, "ok",
+						     !strcmp(have, want), "want", want, "have", have));
+		json_array_foreach(rules, i, r)
+			rule |= json_integer_value(json_object_get(r, "priority")) == 10 &&
+				!strcmp(json_string_value(json_object_get(r, "iif")) ?: "", tap) &&
+				!strcmp(json_string_value(json_object_get(r, "action")) ?: "", "blackhole");
+		json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "check", "fail-closed-rule",
+						     "tap", tap, "ok", rule));
+	}
+	json_decref(rules);
+	(void)a;
+	return out;
+}
+
 /* A readable table for a person at a terminal (stderr: stdout is data). */
 static void table(json_t *probes)
 {
@@ -1073,7 +1127,9 @@ static int adverse(struct adv *a, const struct adv_opts *op)
 	size_t nallow = 0;
 	int i, st, rc, nfilt = 0, nopen = 0, nt = net_ntaps(), want_none, want_filt, want_open;
 	char mode[32];
-	json_t *subj = NULL, *o, *vms = json_array();
+	json_t *subj = NULL, *o, *vms = json_array(), *hc = json_array(), *c;
+	size_t j;
+	int hbad = 0;
 	char *sav[] = { "isopod-attest", "subjects", NULL };
 	int fd;
 	ssize_t n;
@@ -1163,6 +1219,13 @@ static int adverse(struct adv *a, const struct adv_opts *op)
 				 ADV_LISTEN_PORT, strerror(errno));
 			goto report;
 		}
+	/* the host side, once (not with --vm: that VM's own probes only) */
+	if (!op->vmref) {
+		json_decref(hc);
+		hc = host_checks(a);
+	}
+	json_array_foreach(hc, j, c)
+		hbad += !json_is_true(json_object_get(c, "ok"));
 	for (i = 0; i < a->nvm; i++) {
 		if (!strcmp(a->vm[i].mode, "none"))
 			probes_none(a, &a->vm[i]);
@@ -1181,7 +1244,7 @@ report:
 	iso_now(finished, sizeof finished);
 	if (setup_step || a->error)
 		verdict = "error", rc = EX_SYS;
-	else if (a->fail || !json_array_size(a->probes))
+	else if (a->fail || hbad || !json_array_size(a->probes))
 		verdict = "fail", rc = EX_GUEST;
 	else
 		verdict = "pass", rc = 0;
@@ -1195,6 +1258,7 @@ report:
 		      "fail", a->fail, "error", a->error, "probes", a->probes, "warnings", a->warnings);
 	if (!o)
 		die(EX_SYS, "unable to build the report");
+	json_object_set_new(o, "host_checks", hc);
 	json_object_set_new(o, "targets",
 			    json_pack("{s:s, s:s, s:s?, s:i, s:s?}", "metadata", a->meta, "public",
 				      a->public_addr, "host_gateway", a->gwhost[0] ? a->gwhost : NULL,
@@ -1214,7 +1278,8 @@ report:
 	if (setup_step)
 		warn("setup failed at %s: %s; no attestation is possible", setup_step, why);
 	else if (rc)
-		warn("%d probe(s) failed, %d could not show they ran (error)", a->fail, a->error);
+		warn("%d probe(s) failed, %d could not show they ran (error), %d host check(s) failed",
+		     a->fail, a->error, hbad);
 	return rc;
 }
 
