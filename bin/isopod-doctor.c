@@ -24,6 +24,7 @@
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 
@@ -403,25 +404,41 @@ static int own_open(struct adv *a, const char *addr, int port, int proto)
 	return 0;
 }
 
-/* Hits on the doctor's own socket for addr/proto since the last call. */
-static long own_hits(struct adv *a, const char *addr, int proto)
+/* Take what arrived on the doctor's own sockets, counting each hit; a TCP
+ * connection gets a line and is closed, so a probe that got in ends at
+ * once with an answer instead of waiting out its timeout. */
+static void own_service(struct adv *a)
 {
-	long n = 0;
-	int i, c;
+	static const char hello[] = "isopod-doctor: you reached a listener the doctor owns\n";
 	char b[512];
+	int i, c;
 
 	for (i = 0; i < a->nown; i++) {
 		struct own *o = &a->own[i];
 
-		if (strcmp(o->addr, addr) || o->proto != proto)
-			continue;
-		if (proto == IPPROTO_TCP)
-			while ((c = accept4(o->fd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
-				close(c), n++;
+		if (o->proto == IPPROTO_TCP)
+			while ((c = accept4(o->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+				if (write(c, hello, sizeof hello - 1) < 0) {
+					/* the hit counts all the same */
+				}
+				close(c), o->hits++;
+			}
 		else
 			while (recv(o->fd, b, sizeof b, MSG_DONTWAIT) >= 0)
-				n++;
+				o->hits++;
 	}
+}
+
+/* Hits on the doctor's own sockets for addr/proto since the last call. */
+static long own_hits(struct adv *a, const char *addr, int proto)
+{
+	long n = 0;
+	int i;
+
+	own_service(a);
+	for (i = 0; i < a->nown; i++)
+		if (!strcmp(a->own[i].addr, addr) && a->own[i].proto == proto)
+			n += a->own[i].hits, a->own[i].hits = 0;
 	return n;
 }
 
@@ -433,6 +450,49 @@ static int own_has(const struct adv *a, const char *addr, int proto)
 		if (!strcmp(a->own[i].addr, addr) && a->own[i].proto == proto)
 			return 1;
 	return 0;
+}
+
+/* A tool's stdout (at most 4 MiB) as one JSON value, the doctor's own
+ * listeners served while it runs (a guest connecting to one must get in
+ * and out while the probe runs, not wait for it to end); NULL if none. */
+static json_t *read_serving(struct adv *a, int fd)
+{
+	size_t n = 0, cap = 0;
+	char *buf = NULL;
+	json_t *j;
+
+	for (;;) {
+		struct pollfd pf[1 + ADV_MAXOWN] = { { .fd = fd, .events = POLLIN } };
+		int i, np = 1;
+		ssize_t r;
+
+		for (i = 0; i < a->nown; i++)
+			pf[np++] = (struct pollfd){ .fd = a->own[i].fd, .events = POLLIN };
+		if (poll(pf, (nfds_t)np, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			die(EX_SYS, "unable to poll:");
+		}
+		own_service(a);
+		if (!pf[0].revents)
+			continue;
+		if (n + 65536 > cap) {
+			if (cap >= (4u << 20))
+				break;
+			cap = cap ? cap * 2 : 65536;
+			if (!(buf = realloc(buf, cap)))
+				die(EX_SYS, "out of memory");
+		}
+		r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	j = buf ? json_loadb(buf, n, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	free(buf);
+	return j;
 }
 
 /* Run a tool of ours with stdin from in (PROC_NULL: none) and its stdout
@@ -455,7 +515,7 @@ static json_t *tool_json(struct adv *a, char **av, int in, int *st)
 	if ((pid = proc_spawn(&ps)) < 0)
 		die(EX_SYS, "unable to start %s:", path);
 	close(pfd[1]);
-	out = json_load_fd(pfd[0]);
+	out = read_serving(a, pfd[0]);
 	close(pfd[0]);
 	if (proc_wait(pid, &w) < 0)
 		die(EX_SYS, "unable to wait for %s:", path);
@@ -1064,7 +1124,8 @@ static json_t *host_checks(struct adv *a)
 		ps.out = pfd[1];
 		if ((pid = proc_spawn(&ps)) >= 0) {
 			close(pfd[1]);
-			rules = json_load_fd(pfd[0]);
+			/* an array: jansson's own reader (json_load_fd wants an object) */
+			rules = json_loadfd(pfd[0], 0, NULL);
 			proc_wait(pid, &w);
 		} else {
 			close(pfd[1]);

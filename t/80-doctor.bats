@@ -80,6 +80,8 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	json_is '[.probes[] | select(.class == "none") | .steps[4].no_nic] == [true]'
 	json_is '[.probes[] | select(.steps[4].ledger_refusal != null) | .steps[4].ledger_refusal] == [true, true]'
 	json_is '.targets.host_gateway == "203.0.113.254" and .targets.host_addresses == ["203.0.113.1"]'
+	# the host side: 3 taps, each its forwarding flag and its fail-closed rule
+	json_is '(.host_checks | length) == 6 and all(.host_checks[]; .ok)'
 	json_is '[.probes[] | select(.class == "other-vm") | .name | test("^(filtered|open)/other-vm-10\\.213\\.0\\.[0-9]+-to-")] | length == 12'
 	# the doctor's VMs are gone
 	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
@@ -164,30 +166,50 @@ EOF
 	json_is 'all(.probes[] | select(.verdict == "fail"); .steps[4].out_to_target > 0)'
 }
 
-@test "mutation: the open slot's tc filter off and vm_in's catch-all drop deleted: exactly the host-address probes FAIL" {
-	local h
+@test "mutation: an open VM's tc filter taken off and vm_in's catch-all drop deleted: exactly the probes of the host's address FAIL" {
+	local h id
+	# a claim refuses a tap without the filter: boot first, then break it
+	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
 	h=$(lab exec nft -a list chain inet isopod vm_in | sed -n 's|^[[:space:]]*counter packets .* drop # handle \([0-9]*\)$|\1|p')
 	[ -n "$h" ]
 	lab exec tc filter del dev isopod-tap2 ingress
 	lab exec nft delete rule inet isopod vm_in handle "$h"
-	run --separate-stderr doctor --modes open
+	run --separate-stderr doctor --vm "$id"
+	isopod-stop --force "$id" >/dev/null || :
 	netsetup
+	echo "$stderr" | tail -n 3
+	echo "$output" | jq -c '.setup, .counts, (.probes[] | select(.verdict != "pass") | [.name, .verdict, .why])'
 	[ "$status" -eq 1 ]
 	json_is '.counts.error == 0'
 	diff <(not_passing) - <<'EOF'
 open/host-203.0.113.1-icmp
 open/host-203.0.113.1-tcp
 open/host-203.0.113.1-udp
+open/range-203.0.113.0/24
 EOF
+	# (TEST-NET-3's first host is the lab host's own address)
+	json_is '[.probes[] | select(.name == "open/host-203.0.113.1-tcp") | .steps[4].own_listener_hits] == [1]'
 }
 
-@test "mutation: the table flushed: the doctor never passes (filtered and open)" {
+@test "mutation: a filtered tap's forwarding turned on: exactly its host check fails, the report does not pass" {
+	lab exec sysctl -qw net.ipv4.conf.isopod-tap0.forwarding=1
+	run --separate-stderr doctor --modes none
+	netsetup
+	[ "$status" -eq 1 ]
+	json_is '.verdict == "fail" and .counts.fail == 0 and .counts.error == 0'
+	json_is '[.host_checks[] | select(.ok | not) | [.check, .tap, .have]] == [["tap-forwarding", "isopod-tap0", "1"]]'
+}
+
+@test "mutation: the table flushed: the doctor never passes (no networked VM boots: the brokers fail closed)" {
 	lab exec nft flush table inet isopod
 	run --separate-stderr doctor --modes filtered,open
 	netsetup
 	echo "$output" | jq -c '.probes[] | select(.verdict != "pass") | [.name, .verdict, .why]'
-	[ "$status" -ne 0 ]
-	json_is '.verdict != "pass" and .counts.pass < .counts.probes'
+	# a broker will not start without the table (its canary): no VM boots
+	[ "$status" -eq 111 ]
+	json_is '.verdict == "error" and .setup.step == "boot" and .counts.pass == 0'
 }
 
 @test "mutation: the broker of the VM under test killed: exactly the probes whose control is its DNS are ERROR" {
