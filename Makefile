@@ -107,7 +107,7 @@ asan: $(TOOLS)
 	mkdir -p build/asan/bin
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
-			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) lib/tcfilter.c lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) lib/sniff.c lib/tcfilter.c lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
 	done
 
 check: all asan
