@@ -6,7 +6,11 @@
  * boot: the doctor never probes, it reports the cached verdict or that
  * none exists yet), lists the host config's allow_range overrides
  * (lib/ranges.c) as warnings, and, without --quick, does one real
- * `isopod run -- true`.  Exit 0 only when a run can work. */
+ * `isopod run -- true`.  Exit 0 only when a run can work.
+ *
+ * With --adverse, instead: the adverse suite of issue 10 (below), real
+ * guests attacking the host's containment, its report what isopod-attest
+ * signs. */
 #include "accel.h"
 #include "image.h"
 #include "net.h"
