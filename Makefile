@@ -71,6 +71,13 @@ $(ATTESTLIB): $(LIBHDR)
 bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(ATTESTLIB) $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
+# The adverse doctor watches frames (lib/sniff.c) and reads the tables back.
+lib/sniff.o: lib/sniff.c lib/sniff.h
+	$(CC) $(ALL_CFLAGS) -c -o $@ lib/sniff.c
+
+bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) lib/sniff.o $(LIBHDR) lib/sniff.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-doctor.c $(HOSTLIB) lib/sniff.o $(LDLIBS_HOST)
+
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
 AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \
 	agent/exec.c agent/file.c
@@ -104,7 +111,7 @@ asan: $(TOOLS)
 	mkdir -p build/asan/bin
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
-			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(ATTESTLIB:.o=.c) lib/tcfilter.c lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(ATTESTLIB:.o=.c) lib/sniff.c lib/tcfilter.c lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
 	done
 
 check: all asan

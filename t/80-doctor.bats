@@ -1,0 +1,229 @@
+#!/usr/bin/env bats
+# shellcheck disable=SC2154 # $stderr: set by bats' run --separate-stderr
+# The adverse doctor (issue 10): isopod-doctor --adverse boots real guests
+# on every mode's slots inside the sealed lab of t/lab/lab.sh and attacks
+# the host's enforcement from them; its report is what isopod-attest signs.
+#
+# The lab's targets: the metadata address 169.254.169.254, the public
+# 198.51.100.10 (opened to open slots by the lab's allow_range), the host's
+# own 203.0.113.1 and its default gateway 203.0.113.254; every one of them
+# answers when nothing blocks it (lab.sh up checks), so a mutation that
+# opens a hole turns into an answer and a packet on the way out.
+#
+# Regression tests named in the issue: --vm of a nonexistent or stopped VM
+# never passes; a missing probe program is ERROR; a setup failure is 111.
+# Mutation tests break one enforcement in the lab and check that exactly
+# the probes depending on it stop passing.
+
+load helpers
+[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
+
+setup_file() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
+	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
+	export LAB_NAME="t80d$$"
+	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
+	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
+	sh "$LAB" up "$LAB_NAME" >/dev/null
+	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
+	export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0 \
+		>"$BATS_FILE_TMPDIR/netsetup.json"
+	isopod_setup_file --images
+	export ISOPOD_NET_LOCKS="$ISOPOD_HOME/locks"
+	mkdir -p "$ISOPOD_NET_LOCKS"
+	export ISOPOD_ATTEST_DIR="$BATS_FILE_TMPDIR/keys"
+	mkdir -m 700 "$ISOPOD_ATTEST_DIR"
+	"$ISOPOD_SRC/bin/isopod-attest" keygen >/dev/null
+}
+
+teardown_file() {
+	isopod_teardown_file
+	[ -n "${LAB-}" ] && sh "$LAB" down "$LAB_NAME"
+}
+
+SLOTS=(--slots 2 --open-slots 1)
+
+lab() { sh "$LAB" "$1" "$LAB_NAME" "${@:2}"; }
+netsetup() { lab exec "$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0 >/dev/null; }
+
+# The doctor in the lab's host netns, with the lab's targets.
+doctor() {
+	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+		PATH="$PATH" isopod-doctor --adverse --public 198.51.100.10 \
+		--open-control 198.51.100.10:80 --udp-port 7 --probe-timeout-s 1 "$@"
+}
+
+vrun() {
+	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+		PATH="$PATH" isopod run --json-only "$@"
+}
+
+# verdicts: "VERDICT NAME" of every probe, sorted.
+verdicts() { jq -r '.probes[] | "\(.verdict) \(.name)"' <<<"$output" | sort; }
+# not_passing: the names of the probes that did not pass, sorted, one a line.
+not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$output" | sort; }
+
+@test "doctor --adverse passes in the lab: every mode, every class, five steps each with host evidence; isopod-attest signs its report" {
+	local t0=$SECONDS
+	run --separate-stderr doctor
+	echo "# doctor: $((SECONDS - t0)) s, $(jq -c .counts <<<"$output")" >&3
+	verdicts | grep -v '^pass ' || :
+	[ "$status" -eq 0 ]
+	json_is '.verdict == "pass" and .setup.ok and .counts.fail == 0 and .counts.error == 0'
+	json_is '.counts.probes == (.probes | length) and .counts.pass == .counts.probes and .counts.probes > 40'
+	json_is '[.vms[].mode] | sort == ["filtered", "filtered", "none", "open"]'
+	json_is '[.probes[].class] | unique == ["denied-range", "dns-exfiltration", "filtered-forwarding", "gateway-port", "host", "host-gateway", "metadata", "none", "other-vm"]'
+	json_is 'all(.probes[]; [.steps[].step] == ["liveness", "tooling", "control", "attempt", "evidence"] and [.steps[].ok] == [true, true, true, false, true])'
+	# the host saw each attempt arrive on the tap (the none probe: no NIC at all)
+	json_is 'all(.probes[] | select(.class != "none"); .steps[4].in_from_guest > 0 and .steps[4].out_to_target == 0 and .steps[4].own_listener_hits == 0)'
+	json_is '[.probes[] | select(.class == "none") | .steps[4].no_nic] == [true]'
+	json_is '[.probes[] | select(.steps[4].ledger_refusal != null) | .steps[4].ledger_refusal] == [true, true]'
+	json_is '.targets.host_gateway == "203.0.113.254" and .targets.host_addresses == ["203.0.113.1"]'
+	# the host side: 3 taps, each its forwarding flag and its fail-closed rule
+	json_is '(.host_checks | length) == 6 and all(.host_checks[]; .ok)'
+	json_is '[.probes[] | select(.class == "other-vm") | .name | test("^(filtered|open)/other-vm-10\\.213\\.0\\.[0-9]+-to-")] | length == 12'
+	# the doctor's VMs are gone
+	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
+	echo "$output" >"$BATS_FILE_TMPDIR/report.json"
+	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest sign \
+		-o "$BATS_FILE_TMPDIR/env.json" "$BATS_FILE_TMPDIR/report.json"
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest verify "$BATS_FILE_TMPDIR/env.json"
+	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
+@test "regression: --vm of a nonexistent VM never passes (111, setup step vm, no probe)" {
+	run --separate-stderr doctor --vm nosuchvm
+	[ "$status" -eq 111 ]
+	json_is '.verdict == "error" and .setup.step == "vm" and .probes == []'
+	[[ "$stderr" == *"no attestation is possible"* ]]
+}
+
+@test "regression: --vm of a stopped VM: every probe ERROR at liveness, never pass" {
+	run --separate-stderr vrun --net open --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	local id
+	id=$(jq -r .vm.id <<<"$output")
+	run --separate-stderr doctor --vm "$id"
+	[ "$status" -eq 111 ]
+	json_is '.verdict == "error" and .counts.pass == 0 and .counts.error == .counts.probes and .counts.probes > 0'
+	json_is 'all(.probes[]; .steps[0].step == "liveness" and .steps[0].ok == false and .steps[0].lock_held == false)'
+	# and sign refuses it
+	echo "$output" >"$BATS_TEST_TMPDIR/r.json"
+	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest sign -o "$BATS_TEST_TMPDIR/e.json" "$BATS_TEST_TMPDIR/r.json"
+	[ "$status" -ne 0 ]
+	[ ! -e "$BATS_TEST_TMPDIR/e.json" ]
+}
+
+@test "regression: a probe program missing in the guest is ERROR (tooling), never a blocked attempt" {
+	run --separate-stderr doctor --modes open --nc /nonexistent/nc
+	[ "$status" -eq 111 ]
+	json_is '.verdict == "error"'
+	# every TCP probe (the nc ones) is error at tooling with 127; nothing else changed
+	json_is 'all(.probes[] | select(.steps[1].program == "/nonexistent/nc"); .verdict == "error" and .steps[1].ok == false and .steps[1].attempt_status == 127)'
+	json_is '[.probes[] | select(.steps[1].program == "/nonexistent/nc")] | length > 10'
+	json_is 'all(.probes[] | select(.steps[1].program != "/nonexistent/nc"); .verdict == "pass")'
+}
+
+@test "regression: a setup step that fails is 111 naming it (host networking not set up), no probe, no attestation" {
+	local ns="t80x$$"
+	ip netns add "$ns"
+	run --separate-stderr ip netns exec "$ns" env ISOPOD_HOME="$ISOPOD_HOME" PATH="$PATH" \
+		isopod-doctor --adverse --modes filtered
+	ip netns del "$ns"
+	[ "$status" -eq 111 ]
+	json_is '.verdict == "error" and .setup.ok == false and .setup.step == "network" and .probes == []'
+	json_is '.setup.why | test("isopod-netsetup")'
+	echo "$output" >"$BATS_TEST_TMPDIR/r.json"
+	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest sign -o "$BATS_TEST_TMPDIR/e.json" "$BATS_TEST_TMPDIR/r.json"
+	[ "$status" -ne 0 ]
+	# open slots and no TCP control for them: a setup failure too, before any boot
+	run --separate-stderr ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" PATH="$PATH" \
+		isopod-doctor --adverse --modes open
+	[ "$status" -eq 111 ]
+	json_is '.setup.step == "targets" and .vms == []'
+}
+
+@test "mutation: the open slots' 169.254.0.0/16 rule deleted: exactly the metadata probes and that range FAIL" {
+	local h
+	h=$(lab exec nft -a list chain inet isopod fwd_open | sed -n 's|.*ip daddr 169.254.0.0/16 .* drop # handle \([0-9]*\)$|\1|p')
+	[ -n "$h" ]
+	lab exec nft delete rule inet isopod fwd_open handle "$h"
+	run --separate-stderr doctor --modes open
+	netsetup
+	[ "$status" -eq 1 ]
+	json_is '.verdict == "fail" and .counts.error == 0'
+	diff <(not_passing) - <<'EOF'
+open/metadata-icmp
+open/metadata-tcp
+open/metadata-udp
+open/range-169.254.0.0/16
+EOF
+	# the evidence says why: the attempts left the host
+	json_is 'all(.probes[] | select(.verdict == "fail"); .steps[4].out_to_target > 0)'
+}
+
+@test "mutation: an open VM's tc filter taken off and vm_in's catch-all drop deleted: exactly the probes of the host's address FAIL" {
+	local h id
+	# a claim refuses a tap without the filter: boot first, then break it
+	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
+	h=$(lab exec nft -a list chain inet isopod vm_in | sed -n 's|^[[:space:]]*counter packets .* drop # handle \([0-9]*\)$|\1|p')
+	[ -n "$h" ]
+	lab exec tc filter del dev isopod-tap2 ingress
+	lab exec nft delete rule inet isopod vm_in handle "$h"
+	run --separate-stderr doctor --vm "$id"
+	isopod-stop --force "$id" >/dev/null || :
+	netsetup
+	echo "$stderr" | tail -n 3
+	echo "$output" | jq -c '.setup, .counts, (.probes[] | select(.verdict != "pass") | [.name, .verdict, .why])'
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0'
+	diff <(not_passing) - <<'EOF'
+open/host-203.0.113.1-icmp
+open/host-203.0.113.1-tcp
+open/host-203.0.113.1-udp
+open/range-203.0.113.0/24
+EOF
+	# (TEST-NET-3's first host is the lab host's own address)
+	json_is '[.probes[] | select(.name == "open/host-203.0.113.1-tcp") | .steps[4].own_listener_hits] == [1]'
+}
+
+@test "mutation: a filtered tap's forwarding turned on: exactly its host check fails, the report does not pass" {
+	lab exec sysctl -qw net.ipv4.conf.isopod-tap0.forwarding=1
+	run --separate-stderr doctor --modes none
+	netsetup
+	[ "$status" -eq 1 ]
+	json_is '.verdict == "fail" and .counts.fail == 0 and .counts.error == 0'
+	json_is '[.host_checks[] | select(.ok | not) | [.check, .tap, .have]] == [["tap-forwarding", "isopod-tap0", "1"]]'
+}
+
+@test "mutation: the table flushed: the doctor never passes (no networked VM boots: the brokers fail closed)" {
+	lab exec nft flush table inet isopod
+	run --separate-stderr doctor --modes filtered,open
+	netsetup
+	echo "$output" | jq -c '.probes[] | select(.verdict != "pass") | [.name, .verdict, .why]'
+	# a broker will not start without the table (its canary): no VM boots
+	[ "$status" -eq 111 ]
+	json_is '.verdict == "error" and .setup.step == "boot" and .counts.pass == 0'
+}
+
+@test "mutation: the broker of the VM under test killed: exactly the probes whose control is its DNS are ERROR" {
+	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	local id bp
+	id=$(jq -r .vm.id <<<"$output")
+	bp=$(jq -r .broker_pid "$ISOPOD_HOME/vms/$id/meta.json")
+	[ "$bp" -gt 1 ]
+	kill "$bp"
+	run --separate-stderr doctor --vm "$id"
+	isopod-stop --force "$id" >/dev/null || :
+	echo "$output" | jq -c '.probes[] | select(.verdict != "pass") | [.name, .verdict, .why]'
+	[ "$status" -eq 111 ]
+	json_is 'all(.probes[] | select(.steps[1].program == "nslookup"); .verdict == "error" and .steps[2].ok == false)'
+	json_is 'all(.probes[] | select(.steps[1].program != "nslookup"); .verdict == "pass")'
+}
