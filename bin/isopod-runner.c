@@ -254,8 +254,7 @@ static int recheck(struct runner *r)
 
 /* ---- job directories ---------------------------------------------------- */
 
-static json_t *failure(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static json_t *failure(const char *kind, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static json_t *failure(const char *kind, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -298,8 +297,9 @@ static int finish(struct runner *r, const char *d, const char *state, json_t *re
 	json_decref(st);
 	sp(r, p, "running/%s", d);
 	sp(r, q, "%s/%s", state, d);
+	/* (a name is single-use, so STATE/D exists only if made by hand) */
 	if (renameat2(AT_FDCWD, p, AT_FDCWD, q, RENAME_NOREPLACE) < 0 &&
-	    (errno != EEXIST || pathn(q, sizeof q, "%s~%lld", q, (long long)wall_ms()) < 0 ||
+	    (errno != EEXIST || !sp(r, q, "%s/%s~%lld", state, d, (long long)wall_ms())[0] ||
 	     rename(p, q) < 0)) {
 		warn("unable to move %s to %s: %s", p, q, strerror(errno));
 		return -1;
@@ -308,13 +308,6 @@ static int finish(struct runner *r, const char *d, const char *state, json_t *re
 	fsync_dir(sp(r, p, "%s", state));
 	unlink(pathf(p, sizeof p, "%s/lock", q));
 	return 0;
-}
-
-/* The job name of a directory: D, or the part before "~" of a job whose
- * name was taken (claim below). */
-static void id_of(const char *d, char id[DNAME_MAX])
-{
-	snprintf(id, DNAME_MAX, "%.*s", (int)strcspn(d, "~"), d);
 }
 
 /* running/D whose worker is gone (its lock free): finish it as far as it
@@ -343,7 +336,8 @@ static int settle(struct runner *r, const char *d, const char *why)
 		finish(r, d, "interrupted", res, why, -1, 0);
 		json_decref(res);
 	} else {
-		id_of(d, id);
+		/* its name: D, or what precedes "~" (a name used twice, claim) */
+		snprintf(id, sizeof id, "%.*s", (int)strcspn(d, "~"), d);
 		if (exists(sp(r, p, "running/%s/job.json", d)) &&
 		    renameat2(AT_FDCWD, p, AT_FDCWD, sp(r, q, "queue/%s.json", id), RENAME_NOREPLACE) < 0) {
 			res = failure("usage", "job %s: another job of that name was queued meanwhile", id);
@@ -438,6 +432,7 @@ static int claim(struct runner *r, const char *id, char d[DNAME_MAX], int *lk)
 		warn("unable to claim %s: %s: %s", id, p, strerror(errno));
 		return -1;
 	}
+	test_point("runner-claiming");
 	if (rename(sp(r, p, "queue/%s.json", id), sp(r, q, "running/%s/job.json", d)) < 0) {
 		int e = errno;
 
@@ -453,31 +448,6 @@ static int claim(struct runner *r, const char *id, char d[DNAME_MAX], int *lk)
 	fsync_dir(sp(r, p, "queue"));
 	test_point("runner-claimed");
 	return 1;
-}
-
-/* The job file, read as untrusted bytes: a regular file (no symlink, FIFO
- * or device: O_NONBLOCK, O_NOFOLLOW), at most JOB_MAX_BYTES. */
-static json_t *job_load(const char *path, char *why, size_t whysz)
-{
-	char *buf = malloc(JOB_MAX_BYTES + 1);
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	size_t n = 0;
-	struct stat st;
-	json_t *j = NULL;
-	ssize_t k;
-
-	if (!buf || fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		snprintf(why, whysz, "not a regular file%s%s", fd < 0 ? ": " : "",
-			 fd < 0 ? strerror(errno) : "");
-	} else {
-		while (n <= JOB_MAX_BYTES && (k = read(fd, buf + n, JOB_MAX_BYTES + 1 - n)) > 0)
-			n += (size_t)k;
-		j = job_parse(buf, n, why, whysz);
-	}
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return j;
 }
 
 /* ---- the worker: one job, one `isopod run` ------------------------------ */

@@ -5,10 +5,13 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum jtype { J_STRING, J_INT, J_BOOL, J_STRINGS, J_ENV, J_ARGV };
 
@@ -160,6 +163,30 @@ json_t *job_parse(const char *buf, size_t n, char *why, size_t whysz)
 bad:
 	json_decref(job);
 	return NULL;
+}
+
+json_t *job_load(const char *path, char *why, size_t whysz)
+{
+	char *buf = malloc(JOB_MAX_BYTES + 1);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), e = errno;
+	size_t n = 0;
+	struct stat st;
+	json_t *j = NULL;
+	ssize_t k;
+
+	if (!buf) {
+		snprintf(why, whysz, "out of memory");
+	} else if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(why, whysz, "not a regular file%s%s", fd < 0 ? ": " : "", fd < 0 ? strerror(e) : "");
+	} else {
+		while (n <= JOB_MAX_BYTES && (k = read(fd, buf + n, JOB_MAX_BYTES + 1 - n)) > 0)
+			n += (size_t)k;
+		j = job_parse(buf, n, why, whysz);
+	}
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return j;
 }
 
 /* Words are laid out twice: once to size the block, once to fill it. */

@@ -31,6 +31,11 @@ int job_id_ok(const char *s);
  * The object, or NULL with a reason (naming the key) in why. */
 json_t *job_parse(const char *buf, size_t n, char *why, size_t whysz);
 
+/* The job file at path, read as untrusted bytes: a regular file (no
+ * symlink, FIFO or device: O_NOFOLLOW, O_NONBLOCK), at most JOB_MAX_BYTES
+ * read, then job_parse.  NULL with a reason in why. */
+json_t *job_load(const char *path, char *why, size_t whysz);
+
 /* The front end's argv for a parsed job: FRONT run --json-only [options]
  * -- ARGV..., NULL-terminated.  stdin_path: the file holding the job's
  * `stdin` (NULL when it has none).  One malloc'd block: free() it.  NULL

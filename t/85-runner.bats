@@ -204,6 +204,23 @@ runner_exit() {
 	jq -e '.ok and .stdout == "late\n"' "$SPOOL/done/k5/result.json"
 }
 
+@test "verified before every job, not only on the timer; a fresh attestation resumes at once (inotify)" {
+	# recheck once an hour: only the check before the job can see the flush
+	RECHECK=3600 runner
+	job a '{"argv": ["true"], "net": "none"}'
+	wait_until 60 is done 1
+	innet nft flush table inet isopod
+	job b '{"argv": ["true"], "net": "none"}'
+	wait_until 10 status_is paused
+	jq -e '.reason | contains("ruleset/nftables")' "$SPOOL/status.json"
+	sleep 2
+	is queue 1 && is running 0 && is done 1 || false
+	netsetup
+	sign
+	wait_until 60 is done 2
+	status_is running
+}
+
 @test "mutation: with a verifier that always says valid, the flushed table goes unnoticed (the acceptance check would fail)" {
 	local lx="$BATS_TEST_TMPDIR/libexec" f
 	mkdir -p "$lx"
@@ -357,7 +374,20 @@ runner_exit() {
 	jq -e '.stdout == "c\n"' "$SPOOL/done/c/result.json"
 }
 
-@test "kill points: claimed (runner) → requeued and run once; started (worker) → interrupted; result written (worker) → done" {
+@test "kill points: claiming, claimed (runner) → requeued and run once; started (worker) → interrupted; result written (worker) → done" {
+	# the claim cut short (directory and lock made, job not moved): removed at restart
+	job z '{"argv": ["echo", "z"], "net": "none"}'
+	ISOPOD_TEST_KILL_AT=runner-claiming runner
+	runner_exit 30
+	[ "$rc" -eq 137 ]
+	[ -d "$SPOOL/running/z" ] && [ -f "$SPOOL/queue/z.json" ] || false
+	runner
+	wait_until 60 is done 1
+	jq -e '.stdout == "z\n"' "$SPOOL/done/z/result.json"
+	is running 0
+	kill -TERM "$RUNNER"
+	runner_exit 60
+
 	job a '{"argv": ["echo", "a"], "net": "none"}'
 	ISOPOD_TEST_KILL_AT=runner-claimed runner
 	runner_exit 30
@@ -365,7 +395,7 @@ runner_exit() {
 	[ -f "$SPOOL/running/a/job.json" ] && [ ! -f "$SPOOL/running/a/state.json" ] || false
 	is queue 0
 	runner
-	wait_until 60 is done 1
+	wait_until 60 is done 2
 	jq -e '.stdout == "a\n"' "$SPOOL/done/a/result.json"
 	is interrupted 0 && is running 0 || false
 	kill -TERM "$RUNNER"
@@ -380,7 +410,7 @@ runner_exit() {
 
 	job c '{"argv": ["echo", "c"], "net": "none"}'
 	ISOPOD_TEST_KILL_AT=worker-result runner
-	wait_until 60 is done 2
+	wait_until 60 is done 3
 	jq -e '.ok and .stdout == "c\n"' "$SPOOL/done/c/result.json"
 	jq -e '.state == "done" and (.reason | contains("signal 9"))' "$SPOOL/done/c/state.json"
 	kill -TERM "$RUNNER"
