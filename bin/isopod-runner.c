@@ -562,7 +562,7 @@ static int dispatch(struct runner *r, const char *id)
 		snprintf(why, sizeof why, "out of memory");
 	if (!av) {
 		warn("job %s failed: %s", d, why);
-		res = failure("usage", "job %s: %s", id, why);
+		res = failure(job ? "infra" : "usage", "job %s: %s", id, why);
 		finish(r, d, "failed", res, why, -1, 0);
 		json_decref(res);
 		json_decref(job);
