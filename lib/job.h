@@ -1,0 +1,45 @@
+/* job.h - isopod-runner's job files (man isopod-runner.8, JOBS): one JSON
+ * object a writer drops into the spool's queue/, read here strictly, then
+ * turned into the argv of `isopod run`.  The runner never interprets a
+ * job's values beyond their JSON types: the front end checks them (its
+ * --check steps, exit 100), so there is one set of rules, not two.
+ * No die(): the bytes are untrusted; errors come back as text. */
+#ifndef ISOPOD_JOB_H
+#define ISOPOD_JOB_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define JOB_MAX_BYTES (64 * 1024) /* a job file; larger is refused unread */
+#define JOB_ARGV_MAX 256          /* words of the command */
+#define JOB_LIST_MAX 64           /* allow patterns, env entries */
+#define JOB_ID_MAX 100            /* a job's name (its file name without .json) */
+#define JOB_WHY_SZ 512
+
+/* A job's name: 1..JOB_ID_MAX of [A-Za-z0-9._-], not starting with '.'
+ * (writers' temporary files) nor '-'.  1 when s is one. */
+int job_id_ok(const char *s);
+
+/* Parse and check a job file's n bytes: one JSON object (no duplicate key,
+ * at most JOB_MAX_BYTES), only the keys below, each of its type:
+ *   argv       array of 1..JOB_ARGV_MAX strings, the first non-empty (required)
+ *   net, stage, cwd, name, commit_as, stdin   strings
+ *   allow      array of at most JOB_LIST_MAX strings
+ *   env        object of at most JOB_LIST_MAX strings, keys without '='
+ *   timeout_s, vcpus, mem_mib, disk_mib       integers 1..2^31-1
+ *   cold       boolean
+ * The object, or NULL with a reason (naming the key) in why. */
+json_t *job_parse(const char *buf, size_t n, char *why, size_t whysz);
+
+/* The job file at path, read as untrusted bytes: a regular file (no
+ * symlink, FIFO or device: O_NOFOLLOW, O_NONBLOCK), at most JOB_MAX_BYTES
+ * read, then job_parse.  NULL with a reason in why. */
+json_t *job_load(const char *path, char *why, size_t whysz);
+
+/* The front end's argv for a parsed job: FRONT run --json-only [options]
+ * -- ARGV..., NULL-terminated.  stdin_path: the file holding the job's
+ * `stdin` (NULL when it has none).  One malloc'd block: free() it.  NULL
+ * with errno (ENOMEM). */
+char **job_argv(const json_t *job, const char *front, const char *stdin_path);
+
+#endif

@@ -1,0 +1,418 @@
+#!/usr/bin/env bats
+# shellcheck disable=SC2154 # $stderr: set by bats' run --separate-stderr
+# shellcheck disable=SC1010 # "done" is a state directory here, an argument
+# shellcheck disable=SC2016 # single quotes: JSON and code for jq, sh -c, eval
+# shellcheck disable=SC2030,SC2031 # $RUNNER: each test is its own subshell
+# isopod-runner (issue 10): jobs from a spool, run by `isopod run` in real
+# VMs (--net none, warm: about half a second each under TCG), only while
+# the host's attestation verifies.
+#
+# The runner, isopod-attest and netsetup run in the host netns of a sealed
+# lab (t/lab/lab.sh), as in t/70-attest.bats: the ruleset the attestation
+# covers is the lab's, and flushing it touches nothing outside.  The store
+# has the real kernel and base image (jobs boot); the doctor's reports are
+# hand-made and passing (its contract: doc/INTERFACES.md "Doctor report").
+# Every wait is bounded (wait_until).
+
+load helpers
+[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
+
+RECHECK=2
+
+setup_file() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces, a root-owned key"
+	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
+	export LAB_NAME="t85r$$"
+	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
+	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
+	sh "$LAB" up "$LAB_NAME" >/dev/null
+	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
+	export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
+	netsetup
+	# One flavor: every base image is a subject, hashed at the first sign.
+	export ISOPOD_FLAVORS=base
+	isopod_setup_file --images
+	export ISOPOD_ATTEST_DIR="$BATS_FILE_TMPDIR/keys"
+	"$ISOPOD_SRC/bin/isopod-attest" keygen >/dev/null
+}
+
+teardown_file() {
+	isopod_teardown_file
+	[ -n "${LAB-}" ] && sh "$LAB" down "$LAB_NAME"
+}
+
+setup() {
+	SPOOL="$BATS_TEST_TMPDIR/spool"
+	ATT="$BATS_TEST_TMPDIR/att/attestation.json"
+	mkdir -p "$SPOOL/queue" "${ATT%/*}"
+	RUNNER=
+	sign
+}
+
+teardown() {
+	# A runner left by a failed test: killed (by its pid), and its jobs'
+	# VMs given the time to stop (workers stop them on the runner's death).
+	if [ -n "$RUNNER" ] && kill -0 "$RUNNER" 2>/dev/null; then
+		kill -KILL "$RUNNER"
+		wait "$RUNNER" 2>/dev/null || :
+	fi
+	wait_until 60 no_vm_running || :
+	[ -n "${BATS_TEST_COMPLETED-}" ] || [ ! -f "$SPOOL.err" ] || sed 's/^/# runner: /' "$SPOOL.err" | tail -n 20 >&3
+}
+
+netsetup() { sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 --user 0 >/dev/null; }
+innet() { ip netns exec "$LAB_NAME-host" "$@"; }
+attest() { innet "$ISOPOD_SRC/bin/isopod-attest" "$@"; }
+
+# wait_until SECS CMD...: CMD succeeds within SECS seconds (polled).
+wait_until() {
+	local end=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		if [ "$SECONDS" -ge "$end" ]; then
+			echo "wait_until: still not true: $*" >&2
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
+no_vm_running() { [ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]; }
+vms_running() { [ "$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)" -ge "$1" ]; }
+# count STATE: the jobs in a state directory (hidden files are not jobs)
+count() { find "$SPOOL/$1" -mindepth 1 -maxdepth 1 ! -name '.*' 2>/dev/null | wc -l; }
+is() { [ "$(count "$1")" -eq "$2" ]; }
+status_is() { jq -e --arg s "$1" '.state == $s' "$SPOOL/status.json" >/dev/null 2>&1; }
+started() { [ -f "$SPOOL/running/$1/state.json" ] && [ "$(jq .front_pid "$SPOOL/running/$1/state.json")" -gt 0 ]; }
+
+# sign: a passing report of the live host, signed into $ATT now.
+sign() {
+	local now subj
+	now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+	subj=$(attest subjects | jq -c .subjects)
+	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson s "$subj" \
+		'{doctor: {version: "test"}, host: {id: $id, hostname: "lab"}, started: $now,
+		  finished: $now, subjects: $s, verdict: "pass",
+		  counts: {probes: 1, pass: 1, fail: 0, error: 0},
+		  probes: [{name: "metadata-tcp", class: "metadata", verdict: "pass",
+		            steps: [{step: "liveness", ok: true}, {step: "tooling", ok: true},
+		                    {step: "control", ok: true}, {step: "attempt", ok: false},
+		                    {step: "evidence", ok: true}]}]}' >"$BATS_TEST_TMPDIR/report.json"
+	attest sign -o "$ATT" "$BATS_TEST_TMPDIR/report.json" >/dev/null
+}
+
+# job NAME JSON: written beside the queue, then renamed in (as writers must).
+job() {
+	printf '%s\n' "$2" >"$SPOOL/.$1.tmp"
+	mv "$SPOOL/.$1.tmp" "$SPOOL/queue/$1.json"
+}
+
+# runner [OPTION...]: started in the lab's host netns, in the background
+# ($RUNNER: its pid); returns once status.json says it runs (or refused).
+runner() {
+	# ip netns exec execs the program: $! is the runner's pid (a function
+	# run in the background would be a subshell's).
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-runner" --spool "$SPOOL" --attestation "$ATT" \
+		--recheck-s "$RECHECK" "$@" </dev/null >"$SPOOL.out" 2>>"$SPOOL.err" 3>&- &
+	RUNNER=$!
+	wait_until 10 eval '[ "$(readlink "/proc/$RUNNER/exe")" = "$ISOPOD_SRC/bin/isopod-runner" ] || ! kill -0 "$RUNNER"'
+	wait_until 60 jq -e '.state != "starting"' "$SPOOL/status.json" >/dev/null 2>&1
+}
+
+# runner_exit SECS: the runner exits within SECS; its status in $rc.
+runner_exit() {
+	wait_until "$1" eval '! kill -0 "$RUNNER" 2>/dev/null'
+	rc=0
+	wait "$RUNNER" || rc=$?
+	RUNNER=
+}
+
+@test "usage: -h prints the synopsis; bad --workers, --recheck-s, an operand: 100" {
+	run "$ISOPOD_SRC/bin/isopod-runner" -h
+	[ "$status" -eq 0 ]
+	[[ "$output" == "usage: isopod-runner [--spool DIR] [--workers N]"* ]]
+	# the man page's SYNOPSIS says the same
+	[ "$output" = "usage: $(MANWIDTH=1000 man -l "$ISOPOD_SRC/man/isopod-runner.8" 2>/dev/null |
+		awk '/^SYNOPSIS/ { getline; sub(/^ +/, ""); print; exit }')" ]
+	for a in "--workers 0" "--workers 65" "--recheck-s 0" "--recheck-s x" "extra"; do
+		# shellcheck disable=SC2086 # split on purpose
+		run --separate-stderr "$ISOPOD_SRC/bin/isopod-runner" --spool "$SPOOL" $a
+		[ "$status" -eq 100 ]
+	done
+}
+
+@test "refuses to start without a valid attestation: 111, the reason on stderr and in status.json; nothing taken" {
+	job a '{"argv": ["true"]}'
+	run --separate-stderr innet "$ISOPOD_SRC/bin/isopod-runner" --spool "$SPOOL" \
+		--attestation "$BATS_TEST_TMPDIR/none.json"
+	echo "$stderr"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"isopod-runner: fatal: refusing to start: attestation $BATS_TEST_TMPDIR/none.json does not verify"* ]]
+	jq -e '.state == "refused" and .attestation.valid == false and (.reason | test("does not verify"))' \
+		"$SPOOL/status.json"
+	# An older attestation after a newer one was signed: refused, naming the field.
+	cp "$ATT" "$BATS_TEST_TMPDIR/old.json"
+	sign
+	run --separate-stderr innet "$ISOPOD_SRC/bin/isopod-runner" --spool "$SPOOL" \
+		--attestation "$BATS_TEST_TMPDIR/old.json"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"predicate.sequence"* ]]
+	jq -e '.state == "refused" and (.reason | contains("predicate.sequence"))' "$SPOOL/status.json"
+	[ -f "$SPOOL/queue/a.json" ]
+	is running 0 && is done 0 && is failed 0 || false
+	# The control: the fresh one starts.
+	runner
+	wait_until 60 is done 1
+}
+
+@test "acceptance: 20 jobs on 2 workers; the table flushed: paused within the recheck, jobs stay queued; netsetup + sign: resumed and finished" {
+	local i t0 t1
+	for i in $(seq -w 1 20); do
+		job "j$i" "{\"argv\": [\"echo\", \"j$i\"], \"net\": \"none\", \"timeout_s\": 120}"
+	done
+	runner --workers 2
+	wait_until 240 is done 20
+	is queue 0 && is failed 0 && is interrupted 0 || false
+	for i in $(seq -w 1 20); do
+		jq -e --arg o "j$i" '.ok == true and .exit_code == 0 and .stdout == "\($o)\n" and .vm.id' \
+			"$SPOOL/done/j$i/result.json" >/dev/null
+		jq -e '.state == "done" and .exit == 0' "$SPOOL/done/j$i/state.json" >/dev/null
+	done
+	# The table flushed: verify fails, naming the ruleset.
+	t0=$SECONDS
+	innet nft flush table inet isopod
+	run --separate-stderr attest verify "$ATT"
+	[ "$status" -eq 1 ]
+	json_is 'any(.failures[]; .subject == "ruleset/nftables")'
+	wait_until $((RECHECK + 10)) status_is paused
+	t1=$SECONDS
+	echo "paused after $((t1 - t0)) s (recheck $RECHECK s)"
+	[ $((t1 - t0)) -le $((RECHECK + 5)) ]
+	jq -e '.attestation.valid == false and (.reason | contains("ruleset/nftables"))' "$SPOOL/status.json"
+	for i in 1 2 3 4 5; do
+		job "k$i" '{"argv": ["echo", "late"], "net": "none"}'
+	done
+	sleep $((3 * RECHECK))
+	is queue 5 && is running 0 && is done 20 || false
+	status_is paused
+	# netsetup + a fresh attestation: it resumes and finishes them.
+	netsetup
+	sign
+	wait_until 120 is done 25
+	is queue 0 && is failed 0 || false
+	status_is running
+	jq -e '.ok and .stdout == "late\n"' "$SPOOL/done/k5/result.json"
+}
+
+@test "verified before every job, not only on the timer; a fresh attestation resumes at once (inotify)" {
+	# recheck once an hour: only the check before the job can see the flush
+	RECHECK=3600 runner
+	job a '{"argv": ["true"], "net": "none"}'
+	wait_until 60 is done 1
+	innet nft flush table inet isopod
+	job b '{"argv": ["true"], "net": "none"}'
+	wait_until 10 status_is paused
+	jq -e '.reason | contains("ruleset/nftables")' "$SPOOL/status.json"
+	sleep 2
+	is queue 1 && is running 0 && is done 1 || false
+	netsetup
+	sign
+	wait_until 60 is done 2
+	status_is running
+}
+
+@test "mutation: with a verifier that always says valid, the flushed table goes unnoticed (the acceptance check would fail)" {
+	local lx="$BATS_TEST_TMPDIR/libexec" f
+	mkdir -p "$lx"
+	for f in "$ISOPOD_SRC"/bin/isopod-*; do
+		case $f in *.c) continue ;; esac
+		cp "$f" "$lx/"
+	done
+	cp "$ISOPOD_SRC/sh/isopod" "$lx/isopod"
+	printf '#!/bin/sh\necho '\''{"valid":true,"failures":[]}'\''\n' >"$lx/isopod-attest"
+	ISOPOD_LIBEXEC=$lx runner --workers 1
+	innet nft flush table inet isopod
+	job m1 '{"argv": ["true"], "net": "none"}'
+	job m2 '{"argv": ["true"], "net": "none"}'
+	sleep $((3 * RECHECK))
+	wait_until 60 is done 2
+	status_is running
+	netsetup
+}
+
+@test "job fields map onto isopod run: argv, env, cwd, stdin, timeout_s; a guest failure is done, the front end's refusal failed" {
+	job fields '{"argv": ["sh", "-c", "echo \"$A\"; pwd; cat; exit 3"], "env": {"A": "x y"},
+		"cwd": "/tmp", "stdin": "in\n", "timeout_s": 60, "net": "none", "cold": false}'
+	job badnet '{"argv": ["true"], "net": "bogus"}'
+	job allownone '{"argv": ["true"], "net": "none", "allow": ["pkg.test"]}'
+	runner
+	wait_until 120 is done 1
+	wait_until 30 is failed 2
+	jq -e '.ok == true and .exit_code == 3 and .stdout == "x y\n/tmp\nin\n"' "$SPOOL/done/fields/result.json"
+	jq -e '.state == "done" and .exit == 3' "$SPOOL/done/fields/state.json"
+	[ -f "$SPOOL/done/fields/stderr.log" ]
+	# The runner checks types; the front end checks values, and says why.
+	jq -e '.ok == false and .error_kind == "usage" and (.error | contains("bogus"))' \
+		"$SPOOL/failed/badnet/result.json"
+	jq -e '.state == "failed" and .exit == 100' "$SPOOL/failed/badnet/state.json"
+	jq -e '.ok == false and (.error | contains("--allow needs --net filtered"))' \
+		"$SPOOL/failed/allownone/result.json"
+}
+
+@test "malformed jobs fail, naming why, and never crash it: bad JSON, duplicate key, unknown key, wrong types, oversized, FIFO, symlink" {
+	job ok '{"argv": ["true"], "net": "none"}'
+	job trunc '{"argv": ['
+	job dup '{"argv": ["true"], "argv": ["false"]}'
+	job unknown '{"argv": ["true"], "timeout": 5}'
+	job type '{"argv": "true"}'
+	job emptyargv '{"argv": []}'
+	job envkey '{"argv": ["true"], "env": {"A=B": "c"}}'
+	job notobj '[1]'
+	job nul '{"argv": ["a\u0000b"]}'
+	head -c 70000 /dev/zero | tr '\0' ' ' >"$SPOOL/.big"
+	printf '{"argv": ["true"]}' >>"$SPOOL/.big"
+	mv "$SPOOL/.big" "$SPOOL/queue/big.json"
+	mkfifo "$SPOOL/queue/fifo.json"
+	printf '{"argv": ["true"]}\n' >"$BATS_TEST_TMPDIR/target.json"
+	ln -s "$BATS_TEST_TMPDIR/target.json" "$SPOOL/queue/link.json"
+	# not jobs: a writer's temporary file, other suffixes
+	printf '{"argv": ["true"]}\n' >"$SPOOL/queue/.hidden.json"
+	printf '{"argv": ["true"]}\n' >"$SPOOL/queue/x.json.part"
+	runner
+	wait_until 60 is failed 11
+	wait_until 60 is done 1
+	kill -0 "$RUNNER"
+	f() { jq -e --arg w "$2" '.ok == false and .error_kind == "usage" and (.error | contains($w))' \
+		"$SPOOL/failed/$1/result.json" >/dev/null || { cat "$SPOOL/failed/$1/result.json"; return 1; }; }
+	f trunc "not one JSON object"
+	f dup "duplicate"
+	f dup "argv"
+	f unknown "unknown key timeout"
+	f type "argv: want an array"
+	f emptyargv "argv: want an array of 1"
+	f envkey "env: bad name A=B"
+	f notobj "not a JSON object"
+	f nul "not one JSON object"
+	f big "over 65536 bytes"
+	f fifo "not a regular file"
+	f link "not a regular file"
+	jq -e '.state == "failed" and (.reason | contains("duplicate"))' "$SPOOL/failed/dup/state.json"
+	[ -f "$SPOOL/queue/.hidden.json" ] && [ -f "$SPOOL/queue/x.json.part" ] || false
+	# nothing of the refused jobs ran: one VM record, the good job's
+	[ "$(isopod vm ls | jq -r --arg v "$(jq -r .vm.id "$SPOOL/done/ok/result.json")" 'select(.id == $v) | .id' | wc -l)" -eq 1 ]
+}
+
+@test "a name is used once: the same name queued again fails, the first result kept; a second runner on the spool: 102" {
+	job same '{"argv": ["echo", "first"], "net": "none"}'
+	runner
+	wait_until 60 is done 1
+	job same '{"argv": ["echo", "second"], "net": "none"}'
+	wait_until 30 is failed 1
+	jq -e '.stdout == "first\n"' "$SPOOL/done/same/result.json"
+	jq -e '.ok == false and (.error | contains("used before"))' "$SPOOL"/failed/same~*/result.json
+	run --separate-stderr innet "$ISOPOD_SRC/bin/isopod-runner" --spool "$SPOOL" --attestation "$ATT"
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"another isopod-runner serves this spool"* ]]
+}
+
+@test "SIGTERM drains: the running jobs finish, queued ones stay, exit 0" {
+	job a '{"argv": ["sleep", "4"], "net": "none", "timeout_s": 120}'
+	job b '{"argv": ["sleep", "4"], "net": "none", "timeout_s": 120}'
+	runner --workers 2
+	wait_until 60 started a
+	wait_until 60 started b
+	job c '{"argv": ["true"], "net": "none"}'
+	job d '{"argv": ["true"], "net": "none"}'
+	kill -TERM "$RUNNER"
+	wait_until 10 status_is draining
+	runner_exit 120
+	[ "$rc" -eq 0 ]
+	is done 2 && is queue 2 && is running 0 && is interrupted 0 || false
+	jq -e '.ok and .exit_code == 0' "$SPOOL/done/a/result.json" "$SPOOL/done/b/result.json"
+	jq -e '.state == "stopped" and .workers.busy == 0' "$SPOOL/status.json"
+	no_vm_running
+}
+
+@test "SIGKILL of a worker mid-run: its job interrupted with its logs, its VM stopped; the runner goes on" {
+	local w
+	job long '{"argv": ["sleep", "60"], "net": "none", "timeout_s": 120}'
+	runner
+	wait_until 60 started long
+	wait_until 60 vms_running 1
+	w=$(jq .worker_pid "$SPOOL/running/long/state.json")
+	kill -KILL "$w"
+	wait_until 30 is interrupted 1
+	jq -e '.ok == false and .error_kind == "interrupted" and (.error | contains("signal 9"))' \
+		"$SPOOL/interrupted/long/result.json"
+	jq -e '.state == "interrupted" and .started and .finished' "$SPOOL/interrupted/long/state.json"
+	[ -f "$SPOOL/interrupted/long/stderr.log" ] && [ -f "$SPOOL/interrupted/long/job.json" ] || false
+	wait_until 30 no_vm_running
+	job after '{"argv": ["true"], "net": "none"}'
+	wait_until 60 is done 1
+}
+
+@test "SIGKILL of the runner mid-run: its workers interrupt their jobs and stop their VMs; a restart takes the queue from there" {
+	job a '{"argv": ["sleep", "60"], "net": "none", "timeout_s": 120}'
+	job b '{"argv": ["sleep", "60"], "net": "none", "timeout_s": 120}'
+	runner --workers 2
+	wait_until 60 started a
+	wait_until 60 started b
+	job c '{"argv": ["echo", "c"], "net": "none"}'
+	kill -KILL "$RUNNER"
+	wait "$RUNNER" || :
+	RUNNER=
+	# every job queued, done or interrupted (with its logs); no VM left
+	wait_until 40 is running 0
+	is interrupted 2 && is queue 1 || false
+	for j in a b; do
+		jq -e '.ok == false and .error_kind == "interrupted"' "$SPOOL/interrupted/$j/result.json"
+		[ -f "$SPOOL/interrupted/$j/stderr.log" ]
+	done
+	wait_until 30 no_vm_running
+	runner
+	wait_until 60 is done 1
+	jq -e '.stdout == "c\n"' "$SPOOL/done/c/result.json"
+}
+
+@test "kill points: claiming, claimed (runner) → requeued and run once; started (worker) → interrupted; result written (worker) → done" {
+	# the claim cut short (directory and lock made, job not moved): removed at restart
+	job z '{"argv": ["echo", "z"], "net": "none"}'
+	ISOPOD_TEST_KILL_AT=runner-claiming runner
+	runner_exit 30
+	[ "$rc" -eq 137 ]
+	[ -d "$SPOOL/running/z" ] && [ -f "$SPOOL/queue/z.json" ] || false
+	runner
+	wait_until 60 is done 1
+	jq -e '.stdout == "z\n"' "$SPOOL/done/z/result.json"
+	is running 0
+	kill -TERM "$RUNNER"
+	runner_exit 60
+
+	job a '{"argv": ["echo", "a"], "net": "none"}'
+	ISOPOD_TEST_KILL_AT=runner-claimed runner
+	runner_exit 30
+	[ "$rc" -eq 137 ]
+	[ -f "$SPOOL/running/a/job.json" ] && [ ! -f "$SPOOL/running/a/state.json" ] || false
+	is queue 0
+	runner
+	wait_until 60 is done 2
+	jq -e '.stdout == "a\n"' "$SPOOL/done/a/result.json"
+	is interrupted 0 && is running 0 || false
+	kill -TERM "$RUNNER"
+	runner_exit 60
+
+	job b '{"argv": ["echo", "b"], "net": "none"}'
+	ISOPOD_TEST_KILL_AT=worker-started runner
+	wait_until 30 is interrupted 1
+	jq -e '.error_kind == "interrupted" and (.error | contains("signal 9"))' "$SPOOL/interrupted/b/result.json"
+	kill -TERM "$RUNNER"
+	runner_exit 60
+
+	job c '{"argv": ["echo", "c"], "net": "none"}'
+	ISOPOD_TEST_KILL_AT=worker-result runner
+	wait_until 60 is done 3
+	jq -e '.ok and .stdout == "c\n"' "$SPOOL/done/c/result.json"
+	jq -e '.state == "done" and (.reason | contains("signal 9"))' "$SPOOL/done/c/state.json"
+	kill -TERM "$RUNNER"
+	runner_exit 60
+}
