@@ -357,8 +357,8 @@ doctor_json() {
 	json_is '.warnings == []'
 	[ "$(wc -l <<<"$output")" -eq 1 ]
 	id=$(jq -r .vm.id <<<"$output")
-	grep -q "^boot --owner-pid [0-9]* --timeout-ms [0-9]*$" "$FAKE_LOG"
-	grep -qx "stop --force $id" "$FAKE_LOG"
+	grep -q "^boot --vm $id --owner-pid [0-9]* --timeout-ms [0-9]*$" "$FAKE_LOG"
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
 	! vm_locked "$id" || false
 	FAKE_EXIT=0 run_isopod -0 run --json-only -- true
 	FAKE_EXIT=137 run_isopod -137 run --json-only -- true
@@ -368,8 +368,8 @@ doctor_json() {
 @test "run: resources and --keep reach isopod-boot; the owner pid is isopod's own" {
 	use_fake
 	run_isopod -0 run --json-only --vcpus 1 --mem-mib 128 --disk-mib 100 -- true
-	grep -q "^boot --owner-pid [0-9]* --vcpus 1 --mem-mib 128 --disk-mib 100 --timeout-ms [0-9]*$" "$FAKE_LOG"
-	owner=$(grep '^boot' "$FAKE_LOG" | sed 's/^boot --owner-pid \([0-9]*\).*/\1/')
+	grep -q "^boot --vm vm-[0-9a-f]\{12\} --owner-pid [0-9]* --vcpus 1 --mem-mib 128 --disk-mib 100 --timeout-ms [0-9]*$" "$FAKE_LOG"
+	owner=$(grep '^boot' "$FAKE_LOG" | sed 's/^boot --vm [^ ]* --owner-pid \([0-9]*\).*/\1/')
 	[ "$owner" = "$(cat "$FAKE_DIR/boot.ppid")" ]
 	ISOPOD_MEM_MIB=96 run_isopod -0 run --json-only -- true
 	grep -q -- "--mem-mib 96 --timeout-ms" "$FAKE_LOG"
@@ -442,7 +442,7 @@ hi" ]
 	FAKE_EXEC=infra run_isopod -111 run --json-only -- true
 	json_is '.ok == false and .error_kind == "protocol"'
 	id=$(jq -r .vm.id <<<"$output")
-	grep -qx "stop --force $id" "$FAKE_LOG"
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
 	! vm_locked "$id" || false
 }
 
@@ -459,7 +459,7 @@ hi" ]
 	[[ "$stderr" == *"$id"*"running"* ]]
 	[ -d "$ISOPOD_HOME/vms/$id" ]
 	run_isopod -0 vm rm --force kept-one
-	grep -qx "stop --force $id" "$FAKE_LOG"
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
 	[ ! -d "$ISOPOD_HOME/vms/$id" ]
 	run_isopod -0 vm ls
 	[ "$(jq -r --arg id "$id" 'select(.id == $id) | .id' <<<"$output")" = "" ]
@@ -484,7 +484,7 @@ hi" ]
 	output=$(cat "$BATS_TEST_TMPDIR/out")
 	json_is '.ok == false and .error_kind == "interrupted"'
 	id=$(jq -r .vm.id <<<"$output")
-	grep -qx "stop --force $id" "$FAKE_LOG"
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
 	! vm_locked "$id" || false
 }
 
