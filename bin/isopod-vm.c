@@ -1,4 +1,5 @@
-/* isopod-vm - the VM records: list them, or show the ones references name.
+/* isopod-vm - the VM records: list them, show or resolve the ones references
+ * name.
  *
  * `isopod vm ls` and every VM reference the front end takes come through
  * here, so that lib/vm.c stays the one reader of vms/<id>/meta.json and the
@@ -13,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define USAGE "isopod-vm ls | isopod-vm show REF..."
+#define USAGE "isopod-vm ls | isopod-vm show REF... | isopod-vm resolve REF..."
 
 static void skipped(const char *id, int err)
 {
@@ -59,6 +60,28 @@ static int show(int n, char **refs)
 	return 0;
 }
 
+/* The ids alone: what a caller that removes VMs needs, even a VM whose
+ * record can no longer be read (resolution reads only names). */
+static int resolve(int n, char **refs)
+{
+	char id[VM_ID_SZ], why[512];
+	json_t *out = json_array();
+	int i;
+
+	if (!out)
+		die(EX_SYS, "unable to allocate memory:");
+	for (i = 0; i < n; i++) {
+		if (vm_resolve(refs[i], id, why, sizeof why) < 0)
+			die(vm_exit_code(errno), "%s", why);
+		if (json_array_append_new(out, json_pack("{s:s, s:s}", "ref", refs[i], "id", id)) < 0)
+			die(EX_SYS, "unable to allocate memory:");
+	}
+	for (i = 0; i < n; i++)
+		json_emit(json_array_get(out, (size_t)i));
+	json_decref(out);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -83,5 +106,7 @@ int main(int argc, char **argv)
 		return ls();
 	if (argc >= 2 && !strcmp(argv[0], "show"))
 		return show(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[0], "resolve"))
+		return resolve(argc - 1, argv + 1);
 	die(EX_USAGE, "usage: %s", USAGE);
 }

@@ -209,7 +209,23 @@ E=" ]
 	run --separate-stderr isopod-vm show
 	[ "$status" -eq 100 ]
 	run --separate-stderr isopod-vm -h
-	[ "$status" -eq 0 ] && [ "$output" = "usage: isopod-vm ls | isopod-vm show REF..." ] || false
+	[ "$status" -eq 0 ] && [ "$output" = "usage: isopod-vm ls | isopod-vm show REF... | isopod-vm resolve REF..." ] || false
+	# resolve: ids only, the same statuses; a record that cannot be read
+	# still resolves by id (show refuses it: 111), and vm rm removes it
+	echo '{"id":"vm-abc000000001","name":"one","name":"dup"}' >"$ISOPOD_HOME/vms/vm-abc000000002/meta.json"
+	run --separate-stderr isopod-vm resolve one vm-abc000000002
+	[ "$status" -eq 0 ]
+	[ "$output" = '{"ref":"one","id":"vm-abc000000001"}'$'\n''{"ref":"vm-abc000000002","id":"vm-abc000000002"}' ]
+	run --separate-stderr isopod-vm resolve one abc
+	[ "$status" -eq 102 ] && [ -z "$output" ] || false
+	run --separate-stderr isopod-vm resolve nosuchvm
+	[ "$status" -eq 101 ] && [ -z "$output" ] || false
+	run --separate-stderr isopod-vm show vm-abc000000002
+	[ "$status" -eq 111 ] && [ -z "$output" ] || false
+	[[ "$stderr" == *"unable to read the record of vm vm-abc000000002"* ]]
+	run_isopod -0 vm rm vm-abc000000002
+	json_is '.removed == ["vm-abc000000002"]'
+	[ ! -e "$ISOPOD_HOME/vms/vm-abc000000002" ]
 }
 
 @test "vm stop: the REF reaches isopod-stop as --vm REF, its options as they are" {
