@@ -23,7 +23,7 @@ TCLIB = lib/tcfilter.o lib/tapfilter_obj.o
 TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/isopod-gc \
 	bin/isopod-fork bin/isopod-commit bin/isopod-stage bin/isopod-netsetup bin/isopod-warm \
 	bin/isopod-broker bin/isopod-supervise bin/isopod-attest bin/isopod-image bin/isopod-doctor \
-	bin/isopod-result bin/isopod-runner
+	bin/isopod-result bin/isopod-runner bin/isopod-vm
 HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o
 # Only the tools that read nftables link libnftnl: ruleset.o on its own.
 NETLIB = lib/ruleset.o

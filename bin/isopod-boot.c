@@ -41,7 +41,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define USAGE "isopod-boot [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
+#define USAGE "isopod-boot [--vm REF] [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
 	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--check]"
 
 #define MIB (1024LL * 1024)
@@ -72,6 +72,8 @@ struct boot {
 	int resumed;
 	int recorded;             /* the record is ours: a failure goes in it */
 	const char *a_disk;       /* --disk-mib, checked once the disk is known */
+	const char *a_vm;         /* --vm REF (else the deprecated claim JSON on stdin) */
+	char idbuf[VM_ID_SZ];     /* the id --vm resolved to */
 	/* taken or started, undone by fail() */
 	pid_t sup;                /* the supervisor, our child */
 	int supfd, ctlfd, lockfd, ownerfd;
@@ -521,6 +523,7 @@ static int pool_wanted(struct boot *bt)
 static void parse_args(struct boot *bt, int argc, char **argv)
 {
 	static const struct option lo[] = {
+		{ "vm", required_argument, NULL, 'v' },
 		{ "vcpus", required_argument, NULL, 'c' },
 		{ "mem-mib", required_argument, NULL, 'm' },
 		{ "disk-mib", required_argument, NULL, 'd' },
@@ -542,6 +545,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
+		case 'v': bt->a_vm = optarg; break;
 		case 'c': a_vcpus = optarg; break;
 		case 'm': a_mem = optarg; break;
 		case 'd': bt->a_disk = optarg; break;
@@ -615,19 +619,28 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 	}
 }
 
-/* The claim on stdin, the record, the kernel and base, the disk's size. */
+/* The VM (--vm, else the deprecated claim on stdin), the record, the
+ * kernel and base, the disk's size. */
 static void load_vm(struct boot *bt)
 {
 	struct cfg *cf = &bt->cf;
-	char dir[PATH_MAX], err[PATH_MAX + 128], why[256];
-	json_t *claim = json_read_stdin();
+	char dir[PATH_MAX], err[PATH_MAX + 128], why[512];
+	json_t *claim = NULL;
 	struct sockaddr_un sa;
 	long long minmib;
 	int r;
 
-	bt->id = json_string_value(json_object_get(json_object_get(claim, "vm"), "id"));
-	if (!id_vm_ok(bt->id))
-		die(EX_USAGE, "standard input: want the JSON of isopod-claim with vm.id = vm-<12 hex>");
+	if (bt->a_vm) {
+		if (vm_resolve(bt->a_vm, bt->idbuf, why, sizeof why) < 0)
+			die(vm_exit_code(errno), "%s", why);
+		bt->id = bt->idbuf;
+	} else {
+		claim = json_read_stdin();
+		bt->id = json_string_value(json_object_get(json_object_get(claim, "vm"), "id"));
+		if (!id_vm_ok(bt->id))
+			die(EX_USAGE, "standard input: want the JSON of isopod-claim with vm.id = vm-<12 hex> "
+			    "(or name the VM with --vm REF)");
+	}
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
 	if (inst_paths(&bt->in, dir) < 0)
 		die(EX_USAGE, "path too long: %.64s...", dir);

@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #define USAGE "usage: isopod-commit --check [--stage REF] LABEL\n" \
-	      "       isopod-commit [--label LABEL] VM\n"
+	      "       isopod-commit [--label LABEL] --vm REF\n"
 
 /* Tests kill the commit at each step: ISOPOD_TEST_KILL_AT=<point>. */
 static void test_point(const char *name)
@@ -257,9 +257,10 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {{"check", no_argument, 0, 'c'},
 					   {"stage", required_argument, 0, 's'},
 					   {"label", required_argument, 0, 'l'},
+					   {"vm", required_argument, 0, 'v'},
 					   {"help", no_argument, 0, 'h'},
 					   {0, 0, 0, 0}};
-	const char *label = NULL, *sref = NULL, *parent;
+	const char *label = NULL, *sref = NULL, *vref = NULL, *parent;
 	char id[VM_ID_SZ], why[512], layer[PATH_MAX], parent_id[64] = "";
 	int ch, check = 0;
 	json_t *vm, *sm;
@@ -271,11 +272,16 @@ int main(int argc, char **argv)
 		case 'c': check = 1; break;
 		case 's': sref = optarg; break;
 		case 'l': label = optarg; break;
+		case 'v': vref = optarg; break;
 		case 'h': fputs(USAGE, stdout); return 0;
 		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}
 	}
-	if (argc - optind != 1)
+	/* The VM as an operand is the deprecated spelling of --vm REF;
+	 * --check's operand is the label. */
+	if (!check && !vref && argc - optind == 1)
+		vref = argv[optind++];
+	if (check ? vref || argc - optind != 1 : !vref || argc != optind)
 		die(EX_USAGE, "%s", USAGE);
 	if (check) {
 		/* A base flavor as --stage means depth 1 on that base. */
@@ -287,7 +293,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	if (vm_open(argv[optind], id, &vm, why, sizeof why) < 0)
+	if (vm_open(vref, id, &vm, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
 	parent = json_string_value(json_object_get(vm, "stage"));
 	if (!json_string_value(json_object_get(json_object_get(vm, "base"), "sha256")))

@@ -1,6 +1,7 @@
 /* isopod-fork - plan a claimed VM on a stage chain (or a base flavor).
  *
- * Reads isopod-claim's JSON, verifies the whole chain (every layer a sound
+ * Finds the VM by --vm REF (lib/vm.c; isopod-claim's JSON on stdin is the
+ * deprecated spelling), verifies the whole chain (every layer a sound
  * qcow2, the base present), and creates the VM's empty copy-on-write
  * overlay over the stage's top layer.  isopod-boot then boots that disk.
  * O(1): nothing of the chain is copied. */
@@ -16,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define USAGE "usage: isopod-fork --stage REF\n"
+#define USAGE "usage: isopod-fork --vm REF --stage REF\n"
 
 static json_t *orjnull(json_t *j)
 {
@@ -25,18 +26,20 @@ static json_t *orjnull(json_t *j)
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {{"stage", required_argument, 0, 's'},
+	static const struct option lo[] = {{"vm", required_argument, 0, 'v'},
+					   {"stage", required_argument, 0, 's'},
 					   {"help", no_argument, 0, 'h'},
 					   {0, 0, 0, 0}};
-	const char *ref = NULL, *vmid, *flavor = NULL, *bsha = NULL;
-	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX];
-	json_t *in, *m = NULL, *vm, *layers, *out, *base;
+	const char *ref = NULL, *vmref = NULL, *vmid, *flavor = NULL, *bsha = NULL;
+	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX], id[VM_ID_SZ], why[512];
+	json_t *in = NULL, *m = NULL, *vm, *layers, *out, *base;
 	int ch, depth = 0;
 	int64_t t0 = mono_ms();
 
 	progname = "isopod-fork";
 	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (ch) {
+		case 'v': vmref = optarg; break;
 		case 's': ref = optarg; break;
 		case 'h': fputs(USAGE, stdout); return 0;
 		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
@@ -44,11 +47,19 @@ int main(int argc, char **argv)
 	}
 	if (!ref || optind != argc)
 		die(EX_USAGE, "%s", USAGE);
-	in = json_read_stdin();
-	vm = json_object_get(in, "vm");
-	vmid = json_string_value(json_object_get(vm, "id"));
-	if (!id_vm_ok(vmid))
-		die(EX_USAGE, "standard input has no vm.id of vm-<12 hex> (expected isopod-claim's output)");
+	if (vmref) {
+		/* The record is the channel: nothing is read on stdin. */
+		if (vm_open(vmref, id, &vm, why, sizeof why) < 0)
+			die(vm_exit_code(errno), "%s", why);
+		vmid = id;
+	} else {
+		/* Deprecated: isopod-claim's JSON on stdin, its vm.id. */
+		in = json_read_stdin();
+		vm = json_object_get(in, "vm");
+		vmid = json_string_value(json_object_get(vm, "id"));
+		if (!id_vm_ok(vmid))
+			die(EX_USAGE, "standard input has no vm.id of vm-<12 hex> (expected isopod-claim's output)");
+	}
 
 	layers = json_array();
 	if (stage_find(ref, stid, sizeof stid)) {
@@ -116,7 +127,18 @@ int main(int argc, char **argv)
 		}
 		json_decref(set);
 	}
-	out = json_deep_copy(in);
+	if (in) {
+		out = json_deep_copy(in);
+	} else {
+		char dir[PATH_MAX];
+
+		pathf(dir, sizeof dir, "%s/vms/%s", store_home(), vmid);
+		out = json_pack("{s:{s:s, s:O, s:s}}", "vm", "id", vmid, "name",
+				orjnull(json_object_get(vm, "name")), "dir", dir);
+		json_decref(vm);
+	}
+	if (!out)
+		die(EX_SYS, "unable to build the output");
 	json_object_set_new(out, "stage",
 			    stid[0] ? json_pack("{s:s, s:O, s:O, s:i}", "id", stid, "name",
 						orjnull(json_object_get(m, "name")), "label",

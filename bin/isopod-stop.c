@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define USAGE "isopod-stop [--force] [--timeout-ms N] REF"
+#define USAGE "isopod-stop [--force] [--timeout-ms N] --vm REF"
 
 static struct conn conn;
 
@@ -75,13 +75,14 @@ static int via_agent(const char *sock, int64_t deadline)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
+		{ "vm", required_argument, NULL, 'v' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char id[VM_ID_SZ], dir[PATH_MAX], p[PATH_MAX], err[256];
-	const char *name, *how = NULL;
+	const char *name, *how = NULL, *ref = NULL;
 	long long timeout = 10000, spid;
 	json_t *meta, *out;
 	int c, force = 0, pfd;
@@ -90,6 +91,9 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
+		case 'v':
+			ref = optarg;
+			break;
 		case 'f':
 			force = 1;
 			break;
@@ -104,9 +108,12 @@ int main(int argc, char **argv)
 			die(EX_USAGE, "usage: %s", USAGE);
 		}
 	}
-	if (argc - optind != 1)
+	/* The REF as an operand is the deprecated spelling of --vm REF. */
+	if (!ref && argc - optind == 1)
+		ref = argv[optind++];
+	if (!ref || argc != optind)
 		die(EX_USAGE, "usage: %s", USAGE);
-	if (vm_resolve(argv[optind], id, err, sizeof err) < 0)
+	if (vm_resolve(ref, id, err, sizeof err) < 0)
 		die(vm_exit_code(errno), "%s", err);
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), id);
 	meta = vm_read(id); /* a VM without a readable record can still be stopped */

@@ -701,7 +701,10 @@ int vm_running(const char *id)
 	fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return 0;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+	/* A shared probe fails exactly when the supervisor holds it (LOCK_EX):
+	 * two probes at once (`isopod vm ls` in a loop, gc) never see each
+	 * other as a running VM, as two exclusive ones would. */
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0) {
 		close(fd);
 		return errno == EWOULDBLOCK;
 	}

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -196,6 +197,91 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
 		return -1;
 	}
 	return 0;
+}
+
+/* Oldest first; "created" missing (or not a string) sorts as "", as the
+ * shell's `sort_by(.created // "")` did; ties by id (the directory order
+ * the shell's glob gave). */
+static const char *created_of(const json_t *rec)
+{
+	const char *c = json_string_value(json_object_get(rec, "created"));
+
+	return c ? c : "";
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+	const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+	int c = strcmp(created_of(x), created_of(y));
+
+	return c ? c : strcmp(json_string_value(json_object_get(x, "id")),
+			      json_string_value(json_object_get(y, "id")));
+}
+
+json_t *vm_list(void (*skip)(const char *id, int err), char *why, size_t wsz)
+{
+	char dir[PATH_MAX];
+	json_t **v = NULL, *out;
+	size_t n = 0, cap = 0, i;
+	DIR *d;
+	struct dirent *de;
+	int e = 0;
+
+	if (pathn(dir, sizeof dir, "%s/vms", store_home()) < 0 || !(d = opendir(dir))) {
+		e = errno;
+		if (e == ENOENT)
+			return json_array();
+		snprintf(why, wsz, "unable to open %s: %s", dir, strerror(e));
+		errno = e;
+		return NULL;
+	}
+	while ((errno = 0, de = readdir(d))) {
+		json_t *rec;
+
+		if (!id_vm_ok(de->d_name))
+			continue;
+		if (!(rec = vm_read(de->d_name))) {
+			if (skip)
+				skip(de->d_name, errno);
+			continue;
+		}
+		if (json_object_set_new(rec, "running", json_boolean(vm_running(de->d_name))) < 0) {
+			json_decref(rec);
+			e = ENOMEM;
+			break;
+		}
+		if (n == cap) {
+			json_t **nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof *v);
+
+			if (!nv) {
+				json_decref(rec);
+				e = ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		v[n++] = rec;
+	}
+	if (!e && errno)
+		e = errno;
+	closedir(d);
+	if (!e && n)
+		qsort(v, n, sizeof *v, rec_cmp);
+	out = e ? NULL : json_array();
+	for (i = 0; i < n; i++) {
+		if (out && json_array_append(out, v[i]) < 0) {
+			json_decref(out);
+			out = NULL;
+			e = ENOMEM;
+		}
+		json_decref(v[i]);
+	}
+	free(v);
+	if (!out) {
+		snprintf(why, wsz, "unable to list %s: %s", dir, strerror(e ? e : ENOMEM));
+		errno = e ? e : ENOMEM;
+	}
+	return out;
 }
 
 int vm_exit_code(int err)

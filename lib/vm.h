@@ -43,6 +43,15 @@ int vm_resolve(const char *ref, char id[VM_ID_SZ], char *why, size_t wsz);
  * vm_read (a record that cannot be read is named in why). */
 int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t wsz);
 
+/* Every record in the store, oldest first: a JSON array of the records
+ * (vm_read) of the directories vms/vm-<12 hex>, each with "running" set
+ * (vm_running: its lock is held), sorted by "created" (a string; a record
+ * without one first) and then by id.  A record vm_read refuses is left out
+ * and, when skip is not NULL, passed to it with vm_read's errno.  No vms/
+ * is an empty array.  NULL with errno and a sentence in why when vms/
+ * cannot be read. */
+json_t *vm_list(void (*skip)(const char *id, int err), char *why, size_t wsz);
+
 /* The exit status (doc/INTERFACES.md) for a failure of the above:
  * EINVAL 100, ENOENT 101, ENOTUNIQ 102, anything else 111. */
 int vm_exit_code(int err);

@@ -158,6 +158,85 @@ E=" ]
 	[ -z "$(ls -A "$ISOPOD_HOME/vms")" ]
 }
 
+@test "vm ls: isopod-vm prints what the shell's jq per record printed: every record + running, oldest first" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local i id
+	for i in 3 1 2 4; do
+		id=vm-00000000000$i
+		mkdir -p "$ISOPOD_HOME/vms/$id"
+		jq -n --arg id "$id" --arg c "2026-12-01T00:00:0${i/4/1}Z" \
+			'{id: $id, name: ("n" + $id[-1:]), created: $c, state: "stopped", vcpus: 1, base: {flavor: "base"}, net: null}' \
+			>"$ISOPOD_HOME/vms/$id/meta.json"
+	done
+	# one without created (first), one malformed (left out, with a warning)
+	mkdir -p "$ISOPOD_HOME/vms/vm-000000000005" "$ISOPOD_HOME/vms/vm-000000000006"
+	echo '{"id":"vm-000000000005","name":"five"}' >"$ISOPOD_HOME/vms/vm-000000000005/meta.json"
+	echo '{"id":"vm-000000000001","name":"six"}' >"$ISOPOD_HOME/vms/vm-000000000006/meta.json"
+	hold_lock "$ISOPOD_HOME/vms/vm-000000000002/lock"
+	run_isopod -0 vm ls
+	kill "$holder"
+	# the reference: the front end's old pipeline (a jq per record, then a sort)
+	want=$(for m in "$ISOPOD_HOME"/vms/vm-00000000000[12345]/meta.json; do
+		r=false
+		[ "$m" != "$ISOPOD_HOME/vms/vm-000000000002/meta.json" ] || r=true
+		jq -c --argjson running "$r" '. + {running: $running}' "$m"
+	done | jq -c -s 'sort_by(.created // "") | .[]')
+	[ "$output" = "$want" ]
+	[ "$(jq -r .id <<<"$output" | tr '\n' ' ')" = "vm-000000000005 vm-000000000001 vm-000000000004 vm-000000000002 vm-000000000003 " ]
+	[[ "$stderr" == *"isopod-vm: warning: skipping unreadable record of vm-000000000006"* ]]
+	run_isopod -100 vm ls extra
+}
+
+@test "isopod-vm show: every REF resolved before anything is printed; 100 / 101 / 102 as every tool" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	mkdir -p "$ISOPOD_HOME/vms/vm-abc000000001" "$ISOPOD_HOME/vms/vm-abc000000002"
+	echo '{"id":"vm-abc000000001","name":"one"}' >"$ISOPOD_HOME/vms/vm-abc000000001/meta.json"
+	echo '{"id":"vm-abc000000002","name":"two"}' >"$ISOPOD_HOME/vms/vm-abc000000002/meta.json"
+	run --separate-stderr isopod-vm show two vm-abc000000001 abc000000002
+	[ "$status" -eq 0 ]
+	[ "$(jq -r .id <<<"$output" | tr '\n' ' ')" = "vm-abc000000002 vm-abc000000001 vm-abc000000002 " ]
+	json_is '.running == false'
+	run --separate-stderr isopod-vm show one abc
+	[ "$status" -eq 102 ] && [ -z "$output" ] || false
+	[ "$stderr" = "isopod-vm: fatal: vm reference abc is ambiguous; candidates: vm-abc000000001 vm-abc000000002" ] ||
+		[ "$stderr" = "isopod-vm: fatal: vm reference abc is ambiguous; candidates: vm-abc000000002 vm-abc000000001" ]
+	run --separate-stderr isopod-vm show one nosuchvm
+	[ "$status" -eq 101 ] && [ -z "$output" ] || false
+	[ "$stderr" = "isopod-vm: fatal: no such vm: nosuchvm" ]
+	run --separate-stderr isopod-vm show one 'Bad!'
+	[ "$status" -eq 100 ] && [ -z "$output" ] || false
+	[[ "$stderr" == *"bad vm reference"* ]]
+	run --separate-stderr isopod-vm show
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod-vm -h
+	[ "$status" -eq 0 ] && [ "$output" = "usage: isopod-vm ls | isopod-vm show REF... | isopod-vm resolve REF..." ] || false
+	# resolve: ids only, the same statuses; a record that cannot be read
+	# still resolves by id (show refuses it: 111), and vm rm removes it
+	echo '{"id":"vm-abc000000001","name":"one","name":"dup"}' >"$ISOPOD_HOME/vms/vm-abc000000002/meta.json"
+	run --separate-stderr isopod-vm resolve one vm-abc000000002
+	[ "$status" -eq 0 ]
+	[ "$output" = '{"ref":"one","id":"vm-abc000000001"}'$'\n''{"ref":"vm-abc000000002","id":"vm-abc000000002"}' ]
+	run --separate-stderr isopod-vm resolve one abc
+	[ "$status" -eq 102 ] && [ -z "$output" ] || false
+	run --separate-stderr isopod-vm resolve nosuchvm
+	[ "$status" -eq 101 ] && [ -z "$output" ] || false
+	run --separate-stderr isopod-vm show vm-abc000000002
+	[ "$status" -eq 111 ] && [ -z "$output" ] || false
+	[[ "$stderr" == *"unable to read the record of vm vm-abc000000002"* ]]
+	run_isopod -0 vm rm vm-abc000000002
+	json_is '.removed == ["vm-abc000000002"]'
+	[ ! -e "$ISOPOD_HOME/vms/vm-abc000000002" ]
+}
+
+@test "vm stop: the REF reaches isopod-stop as --vm REF, its options as they are" {
+	use_fake
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	mkdir -p "$ISOPOD_HOME/vms/vm-abc000000001"
+	echo '{"id":"vm-abc000000001","name":"one"}' >"$ISOPOD_HOME/vms/vm-abc000000001/meta.json"
+	run_isopod -0 vm stop --force vm-abc000000001
+	grep -qx "stop --force --vm vm-abc000000001" "$FAKE_LOG"
+}
+
 @test "image ls: one line per kernel and base image, the current ones marked" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	mkdir -p "$ISOPOD_HOME/images" "$ISOPOD_HOME/kernels/k1" "$ISOPOD_HOME/kernels/k2"
@@ -357,8 +436,8 @@ doctor_json() {
 	json_is '.warnings == []'
 	[ "$(wc -l <<<"$output")" -eq 1 ]
 	id=$(jq -r .vm.id <<<"$output")
-	grep -q "^boot --owner-pid [0-9]* --timeout-ms [0-9]*$" "$FAKE_LOG"
-	grep -qx "stop --force $id" "$FAKE_LOG"
+	grep -q "^boot --vm $id --owner-pid [0-9]* --timeout-ms [0-9]*$" "$FAKE_LOG"
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
 	! vm_locked "$id" || false
 	FAKE_EXIT=0 run_isopod -0 run --json-only -- true
 	FAKE_EXIT=137 run_isopod -137 run --json-only -- true
@@ -368,8 +447,8 @@ doctor_json() {
 @test "run: resources and --keep reach isopod-boot; the owner pid is isopod's own" {
 	use_fake
 	run_isopod -0 run --json-only --vcpus 1 --mem-mib 128 --disk-mib 100 -- true
-	grep -q "^boot --owner-pid [0-9]* --vcpus 1 --mem-mib 128 --disk-mib 100 --timeout-ms [0-9]*$" "$FAKE_LOG"
-	owner=$(grep '^boot' "$FAKE_LOG" | sed 's/^boot --owner-pid \([0-9]*\).*/\1/')
+	grep -q "^boot --vm vm-[0-9a-f]\{12\} --owner-pid [0-9]* --vcpus 1 --mem-mib 128 --disk-mib 100 --timeout-ms [0-9]*$" "$FAKE_LOG"
+	owner=$(grep '^boot' "$FAKE_LOG" | sed 's/^boot --vm [^ ]* --owner-pid \([0-9]*\).*/\1/')
 	[ "$owner" = "$(cat "$FAKE_DIR/boot.ppid")" ]
 	ISOPOD_MEM_MIB=96 run_isopod -0 run --json-only -- true
 	grep -q -- "--mem-mib 96 --timeout-ms" "$FAKE_LOG"
@@ -442,7 +521,7 @@ hi" ]
 	FAKE_EXEC=infra run_isopod -111 run --json-only -- true
 	json_is '.ok == false and .error_kind == "protocol"'
 	id=$(jq -r .vm.id <<<"$output")
-	grep -qx "stop --force $id" "$FAKE_LOG"
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
 	! vm_locked "$id" || false
 }
 
@@ -459,7 +538,7 @@ hi" ]
 	[[ "$stderr" == *"$id"*"running"* ]]
 	[ -d "$ISOPOD_HOME/vms/$id" ]
 	run_isopod -0 vm rm --force kept-one
-	grep -qx "stop --force $id" "$FAKE_LOG"
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
 	[ ! -d "$ISOPOD_HOME/vms/$id" ]
 	run_isopod -0 vm ls
 	[ "$(jq -r --arg id "$id" 'select(.id == $id) | .id' <<<"$output")" = "" ]
@@ -484,7 +563,7 @@ hi" ]
 	output=$(cat "$BATS_TEST_TMPDIR/out")
 	json_is '.ok == false and .error_kind == "interrupted"'
 	id=$(jq -r .vm.id <<<"$output")
-	grep -qx "stop --force $id" "$FAKE_LOG"
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
 	! vm_locked "$id" || false
 }
 

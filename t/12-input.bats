@@ -81,6 +81,24 @@ small_stderr() {
 	[[ "$stderr" == *'duplicate key "vm"'* ]]
 }
 
+# The datum on one channel: a tool given --vm reads nothing about its VM on
+# stdin.  A duplicate-key document there (which the deprecated stdin path
+# refuses with 100) is not even read: the --vm REF decides, here 101.
+@test "--vm: the VM comes from the REF and its record; stdin is not read for it" {
+	dup="{\"vm\":{\"id\":\"$A\"},\"vm\":{\"id\":\"$B\"}}"
+	for i in 1 2 3; do
+		case $i in
+		1) run --separate-stderr isopod-exec --vm nosuchvm -- true <<<"$dup" ;;
+		2) run --separate-stderr isopod-boot --vm nosuchvm <<<"$dup" ;;
+		3) run --separate-stderr isopod-fork --vm nosuchvm --stage base <<<"$dup" ;;
+		esac
+		if [ "$status" -ne 101 ] || [[ "$stderr" != *"no such vm: nosuchvm"* ]]; then
+			echo "case $i: status $status: ${stderr:0:300}" >&2
+			return 1
+		fi
+	done
+}
+
 @test "a 100 MB vm id on stdin: refused (100) before any lookup, stderr under 1 KiB" {
 	for i in 1 2 3; do
 		case $i in
@@ -106,13 +124,18 @@ small_stderr() {
 	big=$(head -c 100000 /dev/zero | tr '\0' x)
 	esc=$(printf 'x\033[2Jy')
 	for ref in "$big" "$esc" "../vms" ""; do
-		for i in 1 2 3 4 5; do
+		for i in 1 2 3 4 5 6 7 8 9 10; do
 			case $i in
 			1) run --separate-stderr isopod-exec --vm "$ref" -- true ;;
 			2) run --separate-stderr isopod-stop "$ref" ;;
 			3) run --separate-stderr isopod-commit --label l "$ref" ;;
 			4) run --separate-stderr isopod vm rm "$ref" ;;
 			5) run --separate-stderr isopod vm stop "$ref" ;;
+			6) run --separate-stderr isopod-stop --vm "$ref" ;;
+			7) run --separate-stderr isopod-commit --label l --vm "$ref" ;;
+			8) run --separate-stderr isopod-boot --vm "$ref" </dev/null ;;
+			9) run --separate-stderr isopod-fork --vm "$ref" --stage base </dev/null ;;
+			10) run --separate-stderr isopod-vm show "$ref" ;;
 			esac
 			if [ "$status" -ne 100 ] || [[ "$stderr" != *"bad vm reference"* ]]; then
 				echo "case $i: status $status: ${stderr:0:300}" >&2

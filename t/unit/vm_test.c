@@ -1,7 +1,8 @@
 /* vm_test.c - unit tests of lib/vm.c, the one reader and writer of VM
  * records: create/read/update, concurrent updates under meta.lock, records
  * refused (malformed, duplicate key, oversized, another id), ids and refs
- * checked, and json_update_locked (util.c), which stage seals share.  Built
+ * checked, the listing (vm_list), and json_update_locked (util.c), which
+ * stage seals share.  Built
  * by t/run-unit with ASan + UBSan. */
 #include "../../lib/vm.c" /* self-contained: t/run-unit links frame+util only */
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,7 +27,7 @@ static void rec_dir(const char *id)
 {
 	char p[PATH_MAX];
 
-	snprintf(p, sizeof p, "%s/vms/%s", home, id);
+	snprintf(p, sizeof p, "%s/vms/%s", store_home(), id);
 	mkdir_p(p, 0700, NULL, 0);
 }
 
@@ -36,7 +38,7 @@ static void put_raw(const char *id, const char *text, size_t n)
 	FILE *f;
 
 	rec_dir(id);
-	snprintf(p, sizeof p, "%s/vms/%s/meta.json", home, id);
+	snprintf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
 	f = fopen(p, "wb");
 	if (f) {
 		fwrite(text, 1, n, f);
@@ -289,6 +291,81 @@ static void test_update_locked(void)
 	   "json_update_locked: a lock that cannot be taken fails before the edit");
 }
 
+/* The ids of a vm_list answer, space separated, and whether each record
+ * carries a boolean "running". */
+static int list_ids(json_t *a, char *out, size_t sz)
+{
+	size_t i, k = 0;
+	int flags_ok = 1;
+
+	out[0] = 0;
+	for (i = 0; i < json_array_size(a); i++) {
+		const json_t *r = json_array_get(a, i);
+
+		flags_ok &= json_is_boolean(json_object_get(r, "running"));
+		k += (size_t)snprintf(out + k, sz - k, "%s%s", i ? " " : "",
+				      json_string_value(json_object_get(r, "id")));
+	}
+	return flags_ok;
+}
+
+static int nskipped;
+static char skipped_id[VM_ID_SZ];
+static void on_skip(const char *id, int err)
+{
+	nskipped++;
+	snprintf(skipped_id, sizeof skipped_id, "%s", err == EINVAL ? id : "?");
+}
+
+static void test_list(void)
+{
+	char sub[PATH_MAX], why[512], ids[256], p[PATH_MAX + 64];
+	json_t *a;
+	int fd;
+
+	/* a store of its own: no vms/ yet */
+	snprintf(sub, sizeof sub, "%s/list", home);
+	mkdir_p(sub, 0700, NULL, 0);
+	setenv("ISOPOD_HOME", sub, 1);
+	a = vm_list(on_skip, why, sizeof why);
+	ok(a && json_is_array(a) && json_array_size(a) == 0, "vm_list: no vms/ is an empty list");
+	json_decref(a);
+
+	/* created out of id order, a tie, one without created (first), a
+	 * malformed record (skipped, reported), a directory that is no id */
+#define L1 "vm-00000000000a"
+#define L2 "vm-00000000000b"
+#define L3 "vm-00000000000c"
+#define L4 "vm-00000000000d"
+#define L5 "vm-00000000000e"
+	put_str(L1, "{\"id\":\"" L1 "\",\"created\":\"2026-12-01T00:00:03Z\"}");
+	put_str(L2, "{\"id\":\"" L2 "\",\"created\":\"2026-12-01T00:00:01Z\"}");
+	put_str(L3, "{\"id\":\"" L3 "\",\"created\":\"2026-12-01T00:00:01Z\",\"running\":\"x\"}");
+	put_str(L4, "{\"id\":\"" L4 "\",\"name\":\"no-created\"}");
+	put_str(L5, "{\"id\":\"" L1 "\",\"created\":\"2026-12-01T00:00:00Z\"}");
+	put_str("not-an-id", "{\"id\":\"not-an-id\"}");
+	/* L1 is running: its lock held exclusively, as its supervisor holds it */
+	snprintf(p, sizeof p, "%s/vms/%s/lock", sub, L1);
+	fd = lock_open(p, LOCK_EX);
+	nskipped = 0;
+	a = vm_list(on_skip, why, sizeof why);
+	ok(a && list_ids(a, ids, sizeof ids) && !strcmp(ids, L4 " " L2 " " L3 " " L1),
+	   "vm_list: oldest first, no created first, ties by id, each with running (%s)", ids);
+	ok(nskipped == 1 && !strcmp(skipped_id, L5), "vm_list: a malformed record is skipped and reported");
+	ok(a && json_is_true(json_object_get(json_array_get(a, 3), "running")) &&
+	   json_is_false(json_object_get(json_array_get(a, 0), "running")) &&
+	   json_is_false(json_object_get(json_array_get(a, 2), "running")),
+	   "vm_list: running is the lock held (a record's own \"running\" is overwritten)");
+	json_decref(a);
+	/* a shared probe of another lister does not make a VM look running */
+	close(fd);
+	snprintf(p, sizeof p, "%s/vms/%s/lock", sub, L2);
+	fd = lock_open(p, LOCK_SH);
+	ok(fd >= 0 && !vm_running(L2), "vm_running: another prober's shared lock is not a running VM");
+	close(fd);
+	setenv("ISOPOD_HOME", home, 1);
+}
+
 int main(void)
 {
 	char cmd[PATH_MAX + 16];
@@ -303,6 +380,7 @@ int main(void)
 	test_concurrent();
 	test_refused();
 	test_resolve();
+	test_list();
 	test_update_locked();
 	snprintf(cmd, sizeof cmd, "rm -rf %s", home);
 	if (system(cmd) != 0)
