@@ -279,8 +279,15 @@ int main(int argc, char **argv)
 		die(EX_USAGE, "%s", USAGE);
 	if (check) {
 		/* A base flavor as --stage means depth 1 on that base. */
-		if (sref && stage_find(sref, parent_id, sizeof parent_id) == 0)
-			parent_id[0] = 0;
+		if (sref) {
+			char serr[DIAG_MAX];
+			int r = stage_find(sref, parent_id, sizeof parent_id, serr, sizeof serr);
+
+			if (r < 0)
+				die(exit_code_of(errno), "%s", serr);
+			if (r == 0)
+				parent_id[0] = 0;
+		}
 		check_label(argv[optind], parent_id[0] ? parent_id : NULL);
 		json_emit(json_pack("{s:b, s:s, s:i}", "ok", 1, "label", argv[optind], "depth",
 				    depth_on(parent_id[0] ? parent_id : NULL)));

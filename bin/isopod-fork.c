@@ -31,7 +31,8 @@ int main(int argc, char **argv)
 	const char *ref = NULL, *vmid, *flavor = NULL, *bsha = NULL;
 	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX];
 	json_t *in, *m = NULL, *vm, *layers, *out, *base;
-	int ch, depth = 0;
+	char serr[DIAG_MAX];
+	int ch, depth = 0, r;
 	int64_t t0 = mono_ms();
 
 	progname = "isopod-fork";
@@ -51,8 +52,11 @@ int main(int argc, char **argv)
 		die(EX_USAGE, "standard input has no vm.id of vm-<12 hex> (expected isopod-claim's output)");
 
 	layers = json_array();
-	if (stage_find(ref, stid, sizeof stid)) {
-		stage_verify_chain(stid);
+	if ((r = stage_find(ref, stid, sizeof stid, serr, sizeof serr)) < 0)
+		die(exit_code_of(errno), "%s", serr);
+	if (r) {
+		if (stage_verify_chain(stid, serr, sizeof serr) < 0)
+			die(EX_SYS, "%s", serr);
 		m = stage_meta(stid);
 		if (!m)
 			die(EX_SYS, "unable to read stage %s:", stid);

@@ -95,10 +95,12 @@ static void cmd_ls(void)
 
 static void cmd_info(const char *ref)
 {
+	char serr[DIAG_MAX];
 	char id[64], cur[64];
 	json_t *all = all_stages(), *m, *chain = json_array();
 
-	stage_resolve(ref, id, sizeof id);
+	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)
+		die(exit_code_of(errno), "%s", serr);
 	m = stage_meta(id);
 	if (!m)
 		die(EX_SYS, "unable to read stage %s:", id);
@@ -146,11 +148,13 @@ static void rm_tree(json_t *all, const char *id, json_t *removed)
 
 static void cmd_rm(const char *ref, int recursive)
 {
+	char serr[DIAG_MAX];
 	char id[64];
 	int lk = store_lock();
 	json_t *all = all_stages(), *kids, *removed = json_array();
 
-	stage_resolve(ref, id, sizeof id);
+	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)
+		die(exit_code_of(errno), "%s", serr);
 	kids = children_of(all, id);
 	if (json_array_size(kids) && !recursive) {
 		size_t i, n = 0;
@@ -171,6 +175,7 @@ static void cmd_rm(const char *ref, int recursive)
 
 static void cmd_flatten(const char *ref, const char *label)
 {
+	char serr[DIAG_MAX];
 	char id[64], hex[13], stid[64], tmp[PATH_MAX], dst[PATH_MAX], src[PATH_MAX], out[PATH_MAX],
 		base[PATH_MAX], rel[PATH_MAX], holder[64], now[32];
 	const char *why = label_invalid(label), *bsha;
@@ -181,8 +186,10 @@ static void cmd_flatten(const char *ref, const char *label)
 
 	if (why)
 		die(EX_USAGE, "label %s: %s", EXC(label), why);
-	stage_resolve(ref, id, sizeof id);
-	stage_verify_chain(id);
+	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)
+		die(exit_code_of(errno), "%s", serr);
+	if (stage_verify_chain(id, serr, sizeof serr) < 0)
+		die(EX_SYS, "%s", serr);
 	m = stage_meta(id);
 	if (!m)
 		die(EX_SYS, "unable to read stage %s:", id);
@@ -384,12 +391,14 @@ static json_t *verify_one(const char *id, int want_reseal, int *bad)
 
 static void cmd_verify(const char *ref, int want_reseal)
 {
+	char serr[DIAG_MAX];
 	char id[64], cur[64], p[PATH_MAX], sha[65] = "", bsha[65] = "";
 	json_t *layers = json_array(), *base;
 	const char *status = "ok";
 	int bad = 0, fd;
 
-	stage_resolve(ref, id, sizeof id);
+	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)
+		die(exit_code_of(errno), "%s", serr);
 	snprintf(cur, sizeof cur, "%s", id);
 	for (int hops = 0; cur[0]; hops++) {
 		json_t *cm = stage_meta(cur);

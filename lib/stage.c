@@ -146,7 +146,7 @@ static void find_one(const char *id, json_t *m, void *argp)
 	}
 }
 
-int stage_find(const char *ref, char *id, size_t idsz)
+int stage_find(const char *ref, char *id, size_t idsz, char *why, size_t wsz)
 {
 	struct findarg a;
 
@@ -154,8 +154,11 @@ int stage_find(const char *ref, char *id, size_t idsz)
 	a.ref = ref;
 	/* An id, id prefix, name and label all have a label's syntax: a ref
 	 * that has not is refused before anything is looked up. */
-	if (label_invalid(ref))
-		die(EX_USAGE, "bad stage reference %s: %s", EXC(ref), label_invalid(ref));
+	if (label_invalid(ref)) {
+		snprintf(why, wsz, "bad stage reference %s: %s", EXC(ref), label_invalid(ref));
+		errno = EINVAL;
+		return -1;
+	}
 	each_stage(find_one, &a);
 	if (a.exact[0]) {
 		snprintf(id, idsz, "%s", a.exact);
@@ -175,16 +178,23 @@ int stage_find(const char *ref, char *id, size_t idsz)
 					      l ? " (" : "", l ? l : "", l ? ")" : "");
 			json_decref(m);
 		}
-		die(EX_CONFLICT, "stage reference %s is ambiguous; candidates:%s", EXC(ref), list);
+		snprintf(why, wsz, "stage reference %s is ambiguous; candidates:%s", EXC(ref), list);
+		errno = ENOTUNIQ;
+		return -1;
 	}
 	snprintf(id, idsz, "%s", a.cand[0]);
 	return 1;
 }
 
-void stage_resolve(const char *ref, char *id, size_t idsz)
+int stage_resolve(const char *ref, char *id, size_t idsz, char *why, size_t wsz)
 {
-	if (!stage_find(ref, id, idsz))
-		die(EX_NOTFOUND, "no such stage: %s", EXC(ref));
+	int r = stage_find(ref, id, idsz, why, wsz);
+
+	if (r == 0) {
+		snprintf(why, wsz, "no such stage: %s", EXC(ref));
+		errno = ENOENT;
+	}
+	return r == 1 ? 0 : -1;
 }
 
 struct labelarg {
@@ -242,32 +252,40 @@ int base_current(const char *flavor, char *sha, size_t shasz)
 	return 0;
 }
 
-static void verify_layer(const char *id, json_t *meta, const char *path)
+/* Errors as stage_verify_chain's. */
+static int verify_layer(const char *id, json_t *meta, const char *path, char *why, size_t wsz)
 {
 	unsigned char magic[4];
 	char msg[PATH_MAX + 512];
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	char *argv[] = {"qemu-img", "check", "-q", "-f", "qcow2", (char *)path, NULL};
 
-	if (fd < 0)
-		die(EX_SYS, "stage %s is broken: its layer %s:", id, path);
+	if (fd < 0) {
+		snprintf(why, wsz, "stage %s is broken: its layer %s: %s", id, path, strerror(errno));
+		return -1;
+	}
 	/* The seal first: it is O(1), and a layer with flipped data bytes is
 	 * still a qcow2 that `qemu-img check` accepts. */
 	if (layer_sealed(id, meta, fd, path, msg, sizeof msg) < 0) {
 		close(fd);
-		die(EX_SYS, "%s", msg);
+		snprintf(why, wsz, "%s", msg);
+		return -1;
 	}
 	if (read(fd, magic, 4) != 4 || memcmp(magic, "QFI\xfb", 4)) {
 		close(fd);
-		die(EX_SYS, "stage %s is broken: its layer %s is not a qcow2 image", id, path);
+		snprintf(why, wsz, "stage %s is broken: its layer %s is not a qcow2 image", id, path);
+		return -1;
 	}
 	close(fd);
-	if (run_prog(argv, 1) != 0)
-		die(EX_SYS, "stage %s is broken: its layer %s fails `qemu-img check` "
-		    "(truncated or corrupt)", id, path);
+	if (run_prog(argv, 1) != 0) {
+		snprintf(why, wsz, "stage %s is broken: its layer %s fails `qemu-img check` "
+			 "(truncated or corrupt)", id, path);
+		return -1;
+	}
+	return 0;
 }
 
-void stage_verify_chain(const char *id)
+int stage_verify_chain(const char *id, char *why, size_t wsz)
 {
 	char cur[64], p[PATH_MAX];
 	int hops = 0;
@@ -277,28 +295,40 @@ void stage_verify_chain(const char *id)
 		json_t *m = stage_meta(cur);
 		const char *parent, *bsha;
 
-		if (!m)
-			die(EX_SYS, "stage %s is broken: its meta.json is missing or unreadable", cur);
-		pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur);
-		verify_layer(cur, m, p);
+		if (!m) {
+			snprintf(why, wsz, "stage %s is broken: its meta.json is missing or unreadable",
+				 cur);
+			return -1;
+		}
+		if (pathn(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur) < 0 ||
+		    verify_layer(cur, m, p, why, wsz) < 0) {
+			if (!p[0])
+				snprintf(why, wsz, "stage %s: its layer's path is too long", cur);
+			json_decref(m);
+			return -1;
+		}
 		parent = json_string_value(json_object_get(m, "parent"));
 		if (!parent) {
 			bsha = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
-			pathf(p, sizeof p, "%s/images/base-%s.img", store_home(), bsha ? bsha : "none");
+			if (pathn(p, sizeof p, "%s/images/base-%s.img", store_home(),
+				  bsha ? bsha : "none") < 0 || access(p, R_OK) < 0) {
+				snprintf(why, wsz, "stage %s is broken: its base image %s: %s", cur, p,
+					 strerror(errno));
+				json_decref(m);
+				return -1;
+			}
 			json_decref(m);
-			if (access(p, R_OK) < 0)
-				die(EX_SYS, "stage %s is broken: its base image %s:", cur, p);
-			return;
+			return 0;
 		}
 		snprintf(p, sizeof p, "%.63s", parent);
 		json_decref(m);
 		snprintf(cur, sizeof cur, "%.63s", p);
-		if (++hops > 64)
-			die(EX_SYS, "stage %s: the chain is longer than 64 (a loop?)", id);
+		if (++hops > 64) {
+			snprintf(why, wsz, "stage %s: the chain is longer than 64 (a loop?)", id);
+			return -1;
+		}
 	}
 }
-
-/* ---- seals ------------------------------------------------------------- */
 
 json_t *seal_new(const struct stat *st)
 {

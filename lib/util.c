@@ -53,6 +53,16 @@ const char *exit_kind(int code)
 	}
 }
 
+int exit_code_of(int err)
+{
+	switch (err) {
+	case EINVAL: return EX_USAGE;
+	case ENOENT: return EX_NOTFOUND;
+	case ENOTUNIQ: return EX_CONFLICT;
+	default: return EX_SYS;
+	}
+}
+
 /* The status descriptor: taken from the environment before main runs, and
  * the variable removed, so that no child (the supervisor, the broker, QEMU)
  * inherits it and writes its own failure over ours or into one of its fixed

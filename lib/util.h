@@ -34,6 +34,10 @@ extern const char *progname;
  * exit_kind is the one status -> kind table: timeout, usage, not_found,
  * busy, infra. */
 const char *exit_kind(int code);
+/* The errno of a lookup's refusal (a VM or stage reference) as the exit
+ * status a tool's main gives it: EINVAL 100, ENOENT 101, ENOTUNIQ 102,
+ * anything else 111. */
+int exit_code_of(int err);
 /* Write the status object (once per process; later calls do nothing).  A
  * caller with a more precise kind than exit_kind(code) names it. */
 void status_report(int code, const char *kind, const char *line);

@@ -200,10 +200,5 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
 
 int vm_exit_code(int err)
 {
-	switch (err) {
-	case EINVAL: return EX_USAGE;
-	case ENOENT: return EX_NOTFOUND;
-	case ENOTUNIQ: return EX_CONFLICT;
-	default: return EX_SYS;
-	}
+	return exit_code_of(err);
 }
