@@ -183,7 +183,8 @@ static json_t *make_stage(const char *id, json_t *vm, const char *label, const c
 			die(EX_SYS, "%s; nothing was committed", msg);
 	}
 	depth = depth_on(parent);
-	rand_hex(hex, 6);
+	if (rand_hex(hex, 6) < 0)
+		die(EX_SYS, "unable to get random bytes:");
 	snprintf(stid, sizeof stid, "st-%s", hex);
 	pathf(p, sizeof p, "%s/stages", store_home());
 	mkdirs(p, 0755);

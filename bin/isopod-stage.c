@@ -196,7 +196,8 @@ static void cmd_flatten(const char *ref, const char *label)
 	bsha = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
 	if (label_taken(label, holder, sizeof holder))
 		die(EX_CONFLICT, "label %s is taken by stage %s", EXC(label), holder);
-	rand_hex(hex, 6);
+	if (rand_hex(hex, 6) < 0)
+		die(EX_SYS, "unable to get random bytes:");
 	snprintf(stid, sizeof stid, "st-%s", hex);
 	pathf(tmp, sizeof tmp, "%s/stages/.tmp-%s.%ld", store_home(), stid, (long)getpid());
 	pathf(dst, sizeof dst, "%s/stages/%s", store_home(), stid);

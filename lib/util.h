@@ -123,10 +123,11 @@ int64_t wall_ms(void);
 /* ISO-8601 UTC timestamp of now, into buf (>= 32 bytes). */
 char *iso_now(char *buf, size_t sz);
 
-/* Random bytes (getrandom), dies on failure. */
-void rand_bytes(void *buf, size_t n);
-/* Lower-case hex of n random bytes into out (2n+1). */
-void rand_hex(char *out, size_t nbytes);
+/* Random bytes (getrandom).  0, or -1 with errno. */
+int rand_bytes(void *buf, size_t n);
+/* Lower-case hex of n random bytes into out (2n+1).  0, or -1 with errno
+ * (out is then ""). */
+int rand_hex(char *out, size_t nbytes);
 
 /* sha256 of a file, lower-case hex into out[65].  -1 with errno on failure. */
 int sha256_file(const char *path, char out[65]);
