@@ -12,6 +12,7 @@
  * --check validates a planned commit before anything boots. */
 #include "frame.h"
 #include "host.h"
+#include "proc.h"
 #include "stage.h"
 #include "util.h"
 #include "vm.h"
@@ -207,7 +208,7 @@ static json_t *make_stage(const char *id, json_t *vm, const char *label, const c
 		char *qa[] = {"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", parent ? "qcow2" : "raw",
 			      "-b", rel, p, NULL};
 
-		if (run_prog(qa, 0) != 0 || chmod(p, 0444) < 0 || fsync_path(p) < 0) {
+		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0 || chmod(p, 0444) < 0 || fsync_path(p) < 0) {
 			int e = errno;
 
 			rename(p, layer); /* give the VM its disk back */

@@ -4,6 +4,7 @@
  * qcow2, the base present), and creates the VM's empty copy-on-write
  * overlay over the stage's top layer.  isopod-boot then boots that disk.
  * O(1): nothing of the chain is copied. */
+#include "proc.h"
 #include "stage.h"
 #include "util.h"
 #include "vm.h"
@@ -102,7 +103,7 @@ int main(int argc, char **argv)
 		char *qa[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-F",
 			      stid[0] ? "qcow2" : "raw", "-b", backing, disk, NULL};
 
-		if (run_prog(qa, 0) != 0)
+		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0)
 			die(EX_SYS, "qemu-img create %s failed", disk);
 	}
 	base = json_pack("{s:s, s:s}", "flavor", flavor, "sha256", bsha);

@@ -12,6 +12,7 @@
  *                   compare with the seals; --reseal records the seal of
  *                   a layer that has none, or whose bytes are proven the
  *                   sealed ones but whose stat moved (a copied store) */
+#include "proc.h"
 #include "stage.h"
 #include "util.h"
 #include "warm.h"
@@ -215,7 +216,8 @@ static void cmd_flatten(const char *ref, const char *label)
 		char *ra[] = {"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", "raw", "-b", rel,
 			      out, NULL};
 
-		if (run_prog(qa, 0) != 0 || run_prog(ra, 0) != 0 || chmod(out, 0444) < 0) {
+		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0 ||
+		    proc_run(ra, PROC_NULL, PROC_INHERIT) != 0 || chmod(out, 0444) < 0) {
 			unlink(out);
 			rmdir(tmp);
 			die(EX_SYS, "flatten of stage %s failed (no space left?); nothing was created",

@@ -61,7 +61,8 @@ json_t *stage_meta(const char *id)
 		errno = ENOENT;
 		return NULL;
 	}
-	pathf(p, sizeof p, "%s/stages/%s/meta.json", store_home(), id);
+	if (pathn(p, sizeof p, "%s/stages/%s/meta.json", store_home(), id) < 0)
+		return NULL;
 	return json_load_path(p);
 }
 
@@ -72,8 +73,7 @@ static void each_stage(void (*fn)(const char *id, json_t *m, void *arg), void *a
 	DIR *d;
 	struct dirent *de;
 
-	pathf(dir, sizeof dir, "%s/stages", store_home());
-	d = opendir(dir);
+	d = pathn(dir, sizeof dir, "%s/stages", store_home()) < 0 ? NULL : opendir(dir);
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
@@ -223,18 +223,13 @@ int label_taken(const char *label, char *holder, size_t hsz)
 	return a.found;
 }
 
-int run_prog(char *const argv[], int quiet)
-{
-	return proc_run(argv, PROC_NULL, quiet ? PROC_NULL : PROC_INHERIT);
-}
-
 int base_current(const char *flavor, char *sha, size_t shasz)
 {
 	char p[PATH_MAX], buf[128];
 	FILE *f;
 
-	pathf(p, sizeof p, "%s/images/current-%s", store_home(), flavor);
-	f = fopen(p, "re");
+	f = pathn(p, sizeof p, "%s/images/current-%s", store_home(), flavor) < 0 ? NULL
+										  : fopen(p, "re");
 	if (!f)
 		return -1;
 	if (!fgets(buf, sizeof buf, f)) {
@@ -277,7 +272,7 @@ static int verify_layer(const char *id, json_t *meta, const char *path, char *wh
 		return -1;
 	}
 	close(fd);
-	if (run_prog(argv, 1) != 0) {
+	if (proc_run(argv, PROC_NULL, PROC_NULL) != 0) {
 		snprintf(why, wsz, "stage %s is broken: its layer %s fails `qemu-img check` "
 			 "(truncated or corrupt)", id, path);
 		return -1;
@@ -428,8 +423,8 @@ int stage_chain_sealed(const char *id, char *msg, size_t msz)
 			snprintf(msg, msz, "stage %s is broken: its meta.json is missing or unreadable", cur);
 			return -1;
 		}
-		pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur);
-		fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		fd = pathn(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur) < 0
+			     ? -1 : open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0) {
 			snprintf(msg, msz, "stage %s is broken: its layer %s: %s", cur, p, strerror(errno));
 			json_decref(m);
@@ -482,23 +477,24 @@ static int seal_edit(json_t *m, void *arg)
 
 int seal_store(const char *id, json_t *expect, json_t *seal)
 {
-	char p[PATH_MAX], mp[PATH_MAX];
+	char p[PATH_MAX], mp[PATH_MAX], ld[PATH_MAX];
 	struct seal_set ss = {.expect = expect, .seal = seal};
 	int r;
 
 	if (!id_stage_ok(id))
 		return 0; /* no such stage, as stage_meta says */
-	pathf(mp, sizeof mp, "%s/stages/%s/meta.json", store_home(), id);
+	if (pathn(mp, sizeof mp, "%s/stages/%s/meta.json", store_home(), id) < 0 ||
+	    pathn(ld, sizeof ld, "%s/locks", store_home()) < 0 ||
+	    pathn(p, sizeof p, "%s/locks/store", store_home()) < 0)
+		return -1;
 	/* Not store_lock(): that makes the directories, and a late hasher
 	 * must not bring back a store removed meanwhile. */
-	pathf(p, sizeof p, "%s/locks", store_home());
-	if (access(p, F_OK) < 0) {
+	if (access(ld, F_OK) < 0) {
 		if (access(mp, F_OK) < 0)
 			return errno == ENOENT ? 0 : -1;
-		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+		if (mkdir(ld, 0700) < 0 && errno != EEXIST)
 			return -1;
 	}
-	pathf(p, sizeof p, "%s/locks/store", store_home());
 	r = json_update_locked(p, mp, seal_edit, &ss);
 	return r < 0 && errno == ENOENT ? 0 : r;
 }
@@ -525,8 +521,8 @@ __attribute__((noreturn)) static void seal_hasher(const char *id)
 	 * into. */
 	if (delay && parse_ll(delay, 0, 60000, &ms) == 0)
 		usleep((useconds_t)ms * 1000);
-	pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), id);
-	fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	fd = pathn(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), id) < 0
+		     ? -1 : open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		json_object_set_new(done, "hash", json_string("failed"));
 		json_object_set_new(done, "hash_error", json_sprintf("open: %s", strerror(errno)));

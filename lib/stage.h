@@ -85,10 +85,6 @@ int seal_store(const char *id, json_t *expect, json_t *seal);
  * it could not be started. */
 int stage_seal_spawn(const char *id);
 
-/* Run a program (argv), stdout/stderr to /dev/null unless quiet == 0 (then
- * stderr passes through).  Returns its exit status, or -1. */
-int run_prog(char *const argv[], int quiet);
-
 /* Base image paths: images/base-<sha>.img for a flavor's current build. */
 int base_current(const char *flavor, char *sha, size_t shasz);
 
