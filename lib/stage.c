@@ -580,9 +580,8 @@ int stage_seal_spawn(const char *id)
 			_exit(1);
 		seal_hasher(id);
 	}
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
+	if (proc_wait(pid, &st) < 0)
+		return -1;
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 		errno = ECHILD;
 		return -1;
