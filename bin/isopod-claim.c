@@ -85,7 +85,8 @@ static unsigned rnd(unsigned n)
 {
 	uint32_t r;
 
-	rand_bytes(&r, sizeof r);
+	if (rand_bytes(&r, sizeof r) < 0)
+		die(EX_SYS, "unable to get random bytes:");
 	return r % n; /* the bias of a 32-bit modulo by < 64 does not matter here */
 }
 
@@ -212,7 +213,8 @@ int main(int argc, char **argv)
 	}
 
 	for (tries = 0;; tries++) {
-		rand_hex(hex, 6);
+		if (rand_hex(hex, 6) < 0)
+			die(EX_SYS, "unable to get random bytes:");
 		snprintf(id, sizeof id, "vm-%s", hex);
 		pathf(dir, sizeof dir, "%s/%s", vmsdir, id);
 		if (mkdir(dir, 0700) == 0)

@@ -12,6 +12,7 @@
  * --check validates a planned commit before anything boots. */
 #include "frame.h"
 #include "host.h"
+#include "proc.h"
 #include "stage.h"
 #include "util.h"
 #include "vm.h"
@@ -183,7 +184,8 @@ static json_t *make_stage(const char *id, json_t *vm, const char *label, const c
 			die(EX_SYS, "%s; nothing was committed", msg);
 	}
 	depth = depth_on(parent);
-	rand_hex(hex, 6);
+	if (rand_hex(hex, 6) < 0)
+		die(EX_SYS, "unable to get random bytes:");
 	snprintf(stid, sizeof stid, "st-%s", hex);
 	pathf(p, sizeof p, "%s/stages", store_home());
 	mkdirs(p, 0755);
@@ -206,7 +208,7 @@ static json_t *make_stage(const char *id, json_t *vm, const char *label, const c
 		char *qa[] = {"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", parent ? "qcow2" : "raw",
 			      "-b", rel, p, NULL};
 
-		if (run_prog(qa, 0) != 0 || chmod(p, 0444) < 0 || fsync_path(p) < 0) {
+		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0 || chmod(p, 0444) < 0 || fsync_path(p) < 0) {
 			int e = errno;
 
 			rename(p, layer); /* give the VM its disk back */
@@ -285,8 +287,15 @@ int main(int argc, char **argv)
 		die(EX_USAGE, "%s", USAGE);
 	if (check) {
 		/* A base flavor as --stage means depth 1 on that base. */
-		if (sref && stage_find(sref, parent_id, sizeof parent_id) == 0)
-			parent_id[0] = 0;
+		if (sref) {
+			char serr[DIAG_MAX];
+			int r = stage_find(sref, parent_id, sizeof parent_id, serr, sizeof serr);
+
+			if (r < 0)
+				die(exit_code_of(errno), "%s", serr);
+			if (r == 0)
+				parent_id[0] = 0;
+		}
 		check_label(argv[optind], parent_id[0] ? parent_id : NULL);
 		json_emit(json_pack("{s:b, s:s, s:i}", "ok", 1, "label", argv[optind], "depth",
 				    depth_on(parent_id[0] ? parent_id : NULL)));

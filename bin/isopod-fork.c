@@ -5,6 +5,7 @@
  * qcow2, the base present), and creates the VM's empty copy-on-write
  * overlay over the stage's top layer.  isopod-boot then boots that disk.
  * O(1): nothing of the chain is copied. */
+#include "proc.h"
 #include "stage.h"
 #include "util.h"
 #include "vm.h"
@@ -33,7 +34,8 @@ int main(int argc, char **argv)
 	const char *ref = NULL, *vmref = NULL, *vmid, *flavor = NULL, *bsha = NULL;
 	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX], id[VM_ID_SZ], why[512];
 	json_t *in = NULL, *m = NULL, *vm, *layers, *out, *base;
-	int ch, depth = 0;
+	char serr[DIAG_MAX];
+	int ch, depth = 0, r;
 	int64_t t0 = mono_ms();
 
 	progname = "isopod-fork";
@@ -62,8 +64,11 @@ int main(int argc, char **argv)
 	}
 
 	layers = json_array();
-	if (stage_find(ref, stid, sizeof stid)) {
-		stage_verify_chain(stid);
+	if ((r = stage_find(ref, stid, sizeof stid, serr, sizeof serr)) < 0)
+		die(exit_code_of(errno), "%s", serr);
+	if (r) {
+		if (stage_verify_chain(stid, serr, sizeof serr) < 0)
+			die(EX_SYS, "%s", serr);
 		m = stage_meta(stid);
 		if (!m)
 			die(EX_SYS, "unable to read stage %s:", stid);
@@ -109,7 +114,7 @@ int main(int argc, char **argv)
 		char *qa[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-F",
 			      stid[0] ? "qcow2" : "raw", "-b", backing, disk, NULL};
 
-		if (run_prog(qa, 0) != 0)
+		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0)
 			die(EX_SYS, "qemu-img create %s failed", disk);
 	}
 	base = json_pack("{s:s, s:s}", "flavor", flavor, "sha256", bsha);

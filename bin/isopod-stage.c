@@ -12,6 +12,7 @@
  *                   compare with the seals; --reseal records the seal of
  *                   a layer that has none, or whose bytes are proven the
  *                   sealed ones but whose stat moved (a copied store) */
+#include "proc.h"
 #include "stage.h"
 #include "util.h"
 #include "warm.h"
@@ -95,10 +96,12 @@ static void cmd_ls(void)
 
 static void cmd_info(const char *ref)
 {
+	char serr[DIAG_MAX];
 	char id[64], cur[64];
 	json_t *all = all_stages(), *m, *chain = json_array();
 
-	stage_resolve(ref, id, sizeof id);
+	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)
+		die(exit_code_of(errno), "%s", serr);
 	m = stage_meta(id);
 	if (!m)
 		die(EX_SYS, "unable to read stage %s:", id);
@@ -146,11 +149,13 @@ static void rm_tree(json_t *all, const char *id, json_t *removed)
 
 static void cmd_rm(const char *ref, int recursive)
 {
+	char serr[DIAG_MAX];
 	char id[64];
 	int lk = store_lock();
 	json_t *all = all_stages(), *kids, *removed = json_array();
 
-	stage_resolve(ref, id, sizeof id);
+	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)
+		die(exit_code_of(errno), "%s", serr);
 	kids = children_of(all, id);
 	if (json_array_size(kids) && !recursive) {
 		size_t i, n = 0;
@@ -171,6 +176,7 @@ static void cmd_rm(const char *ref, int recursive)
 
 static void cmd_flatten(const char *ref, const char *label)
 {
+	char serr[DIAG_MAX];
 	char id[64], hex[13], stid[64], tmp[PATH_MAX], dst[PATH_MAX], src[PATH_MAX], out[PATH_MAX],
 		base[PATH_MAX], rel[PATH_MAX], holder[64], now[32];
 	const char *why = label_invalid(label), *bsha;
@@ -181,15 +187,18 @@ static void cmd_flatten(const char *ref, const char *label)
 
 	if (why)
 		die(EX_USAGE, "label %s: %s", EXC(label), why);
-	stage_resolve(ref, id, sizeof id);
-	stage_verify_chain(id);
+	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)
+		die(exit_code_of(errno), "%s", serr);
+	if (stage_verify_chain(id, serr, sizeof serr) < 0)
+		die(EX_SYS, "%s", serr);
 	m = stage_meta(id);
 	if (!m)
 		die(EX_SYS, "unable to read stage %s:", id);
 	bsha = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
 	if (label_taken(label, holder, sizeof holder))
 		die(EX_CONFLICT, "label %s is taken by stage %s", EXC(label), holder);
-	rand_hex(hex, 6);
+	if (rand_hex(hex, 6) < 0)
+		die(EX_SYS, "unable to get random bytes:");
 	snprintf(stid, sizeof stid, "st-%s", hex);
 	pathf(tmp, sizeof tmp, "%s/stages/.tmp-%s.%ld", store_home(), stid, (long)getpid());
 	pathf(dst, sizeof dst, "%s/stages/%s", store_home(), stid);
@@ -207,7 +216,8 @@ static void cmd_flatten(const char *ref, const char *label)
 		char *ra[] = {"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", "raw", "-b", rel,
 			      out, NULL};
 
-		if (run_prog(qa, 0) != 0 || run_prog(ra, 0) != 0 || chmod(out, 0444) < 0) {
+		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0 ||
+		    proc_run(ra, PROC_NULL, PROC_INHERIT) != 0 || chmod(out, 0444) < 0) {
 			unlink(out);
 			rmdir(tmp);
 			die(EX_SYS, "flatten of stage %s failed (no space left?); nothing was created",
@@ -384,12 +394,14 @@ static json_t *verify_one(const char *id, int want_reseal, int *bad)
 
 static void cmd_verify(const char *ref, int want_reseal)
 {
+	char serr[DIAG_MAX];
 	char id[64], cur[64], p[PATH_MAX], sha[65] = "", bsha[65] = "";
 	json_t *layers = json_array(), *base;
 	const char *status = "ok";
 	int bad = 0, fd;
 
-	stage_resolve(ref, id, sizeof id);
+	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)
+		die(exit_code_of(errno), "%s", serr);
 	snprintf(cur, sizeof cur, "%s", id);
 	for (int hops = 0; cur[0]; hops++) {
 		json_t *cm = stage_meta(cur);

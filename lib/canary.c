@@ -17,7 +17,8 @@ int canary_open(struct canary *c, int fd, struct in_addr gw, unsigned port)
 
 	*c = (struct canary){ .gw = gw, .port = port, .fd = fd };
 	/* no zero nonce that a datagram of zeros could match before a probe */
-	rand_bytes(c->nonce, sizeof c->nonce);
+	if (rand_bytes(c->nonce, sizeof c->nonce) < 0)
+		return -1;
 	return connect(fd, (struct sockaddr *)&self, sizeof self);
 }
 
@@ -26,8 +27,13 @@ void canary_send(struct canary *c, int64_t now)
 	struct sockaddr_in to = { .sin_family = AF_INET, .sin_addr = c->gw,
 				  .sin_port = htons((uint16_t)c->port) };
 
+	uint8_t fresh[sizeof c->nonce[0]];
+
 	memcpy(c->nonce[1], c->nonce[0], sizeof c->nonce[0]);
-	rand_bytes(c->nonce[0], sizeof c->nonce[0]);
+	/* getrandom failing (never seen) repeats the last nonce, still one
+	 * the guest cannot know; the probe goes out all the same. */
+	if (rand_bytes(fresh, sizeof fresh) == 0)
+		memcpy(c->nonce[0], fresh, sizeof fresh);
 	c->sent = now;
 	c->unanswered++;
 	(void)!sendto(c->fd, c->nonce[0], sizeof c->nonce[0], MSG_DONTWAIT,

@@ -113,9 +113,10 @@ static void forward(struct broker *b, const struct sockaddr_in *from, const uint
 	memcpy(p->qraw, raw, q->qend);
 	snprintf(p->name, sizeof p->name, "%s", name);
 	p->deadline = p->start + BK_RESOLVE_MS;
-	rand_bytes(&p->qid, sizeof p->qid);
-	/* The broker's own query: only the checked name and the type leave. */
-	n = dns_build_query(out, sizeof out, p->qid, name, q->qtype);
+	/* The broker's own query: only the checked name and the type leave
+	 * (no random id: no query, the failure below). */
+	n = rand_bytes(&p->qid, sizeof p->qid) < 0
+		    ? 0 : dns_build_query(out, sizeof out, p->qid, name, q->qtype);
 	p->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	p->next = b->pends;
 	if (b->pends)

@@ -267,7 +267,10 @@ static int hello_queue(struct conn *c, const struct hello *h, uint64_t *cookie_o
 	struct tlv_w w;
 	uint64_t cookie;
 
-	rand_bytes(&cookie, sizeof cookie);
+	if (rand_bytes(&cookie, sizeof cookie) < 0) {
+		snprintf(c->err, sizeof c->err, "unable to get random bytes: %s", strerror(errno));
+		return -1;
+	}
 	*cookie_out = cookie;
 	tlv_init(&w, buf, sizeof buf);
 	tlv_put_u32(&w, T_VERSION, ISOPOD_PROTO_VERSION);
@@ -283,7 +286,11 @@ static int hello_queue(struct conn *c, const struct hello *h, uint64_t *cookie_o
 	if (h->seed) {
 		uint8_t seed[32];
 
-		rand_bytes(seed, sizeof seed);
+		if (rand_bytes(seed, sizeof seed) < 0) {
+			snprintf(c->err, sizeof c->err, "unable to get random bytes: %s",
+				 strerror(errno));
+			return -1;
+		}
 		tlv_put(&w, T_SEED, seed, sizeof seed);
 	}
 	if (h->grow)

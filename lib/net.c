@@ -96,8 +96,8 @@ const char *net_tap_mode(int k, char *out, size_t sz)
 	int fd;
 
 	*out = '\0';
-	pathf(p, sizeof p, "/sys/class/net/" NET_TAP_PREFIX "%d/ifalias", k);
-	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+	if (pathn(p, sizeof p, "/sys/class/net/" NET_TAP_PREFIX "%d/ifalias", k) < 0 ||
+	    (fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
 		return out;
 	r = read(fd, buf, sizeof buf - 1);
 	close(fd);

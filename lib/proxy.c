@@ -351,8 +351,9 @@ static void start_resolve(struct flow *f)
 	uint8_t q[DNS_QUESTION_MAX];
 	size_t n;
 
-	rand_bytes(&f->qid, sizeof f->qid);
-	n = dns_build_query(q, sizeof q, f->qid, f->name, DNS_T_A);
+	/* no random id: no query, the resolver's failure below */
+	n = rand_bytes(&f->qid, sizeof f->qid) < 0
+		    ? 0 : dns_build_query(q, sizeof q, f->qid, f->name, DNS_T_A);
 	/* a fresh socket per query: a random source port as well as a random id */
 	f->r = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (!n || f->r < 0 ||

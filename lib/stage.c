@@ -61,7 +61,8 @@ json_t *stage_meta(const char *id)
 		errno = ENOENT;
 		return NULL;
 	}
-	pathf(p, sizeof p, "%s/stages/%s/meta.json", store_home(), id);
+	if (pathn(p, sizeof p, "%s/stages/%s/meta.json", store_home(), id) < 0)
+		return NULL;
 	return json_load_path(p);
 }
 
@@ -72,8 +73,7 @@ static void each_stage(void (*fn)(const char *id, json_t *m, void *arg), void *a
 	DIR *d;
 	struct dirent *de;
 
-	pathf(dir, sizeof dir, "%s/stages", store_home());
-	d = opendir(dir);
+	d = pathn(dir, sizeof dir, "%s/stages", store_home()) < 0 ? NULL : opendir(dir);
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
@@ -146,7 +146,7 @@ static void find_one(const char *id, json_t *m, void *argp)
 	}
 }
 
-int stage_find(const char *ref, char *id, size_t idsz)
+int stage_find(const char *ref, char *id, size_t idsz, char *why, size_t wsz)
 {
 	struct findarg a;
 
@@ -154,8 +154,11 @@ int stage_find(const char *ref, char *id, size_t idsz)
 	a.ref = ref;
 	/* An id, id prefix, name and label all have a label's syntax: a ref
 	 * that has not is refused before anything is looked up. */
-	if (label_invalid(ref))
-		die(EX_USAGE, "bad stage reference %s: %s", EXC(ref), label_invalid(ref));
+	if (label_invalid(ref)) {
+		snprintf(why, wsz, "bad stage reference %s: %s", EXC(ref), label_invalid(ref));
+		errno = EINVAL;
+		return -1;
+	}
 	each_stage(find_one, &a);
 	if (a.exact[0]) {
 		snprintf(id, idsz, "%s", a.exact);
@@ -175,16 +178,23 @@ int stage_find(const char *ref, char *id, size_t idsz)
 					      l ? " (" : "", l ? l : "", l ? ")" : "");
 			json_decref(m);
 		}
-		die(EX_CONFLICT, "stage reference %s is ambiguous; candidates:%s", EXC(ref), list);
+		snprintf(why, wsz, "stage reference %s is ambiguous; candidates:%s", EXC(ref), list);
+		errno = ENOTUNIQ;
+		return -1;
 	}
 	snprintf(id, idsz, "%s", a.cand[0]);
 	return 1;
 }
 
-void stage_resolve(const char *ref, char *id, size_t idsz)
+int stage_resolve(const char *ref, char *id, size_t idsz, char *why, size_t wsz)
 {
-	if (!stage_find(ref, id, idsz))
-		die(EX_NOTFOUND, "no such stage: %s", EXC(ref));
+	int r = stage_find(ref, id, idsz, why, wsz);
+
+	if (r == 0) {
+		snprintf(why, wsz, "no such stage: %s", EXC(ref));
+		errno = ENOENT;
+	}
+	return r == 1 ? 0 : -1;
 }
 
 struct labelarg {
@@ -213,18 +223,13 @@ int label_taken(const char *label, char *holder, size_t hsz)
 	return a.found;
 }
 
-int run_prog(char *const argv[], int quiet)
-{
-	return proc_run(argv, PROC_NULL, quiet ? PROC_NULL : PROC_INHERIT);
-}
-
 int base_current(const char *flavor, char *sha, size_t shasz)
 {
 	char p[PATH_MAX], buf[128];
 	FILE *f;
 
-	pathf(p, sizeof p, "%s/images/current-%s", store_home(), flavor);
-	f = fopen(p, "re");
+	f = pathn(p, sizeof p, "%s/images/current-%s", store_home(), flavor) < 0 ? NULL
+										  : fopen(p, "re");
 	if (!f)
 		return -1;
 	if (!fgets(buf, sizeof buf, f)) {
@@ -242,32 +247,40 @@ int base_current(const char *flavor, char *sha, size_t shasz)
 	return 0;
 }
 
-static void verify_layer(const char *id, json_t *meta, const char *path)
+/* Errors as stage_verify_chain's. */
+static int verify_layer(const char *id, json_t *meta, const char *path, char *why, size_t wsz)
 {
 	unsigned char magic[4];
 	char msg[PATH_MAX + 512];
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	char *argv[] = {"qemu-img", "check", "-q", "-f", "qcow2", (char *)path, NULL};
 
-	if (fd < 0)
-		die(EX_SYS, "stage %s is broken: its layer %s:", id, path);
+	if (fd < 0) {
+		snprintf(why, wsz, "stage %s is broken: its layer %s: %s", id, path, strerror(errno));
+		return -1;
+	}
 	/* The seal first: it is O(1), and a layer with flipped data bytes is
 	 * still a qcow2 that `qemu-img check` accepts. */
 	if (layer_sealed(id, meta, fd, path, msg, sizeof msg) < 0) {
 		close(fd);
-		die(EX_SYS, "%s", msg);
+		snprintf(why, wsz, "%s", msg);
+		return -1;
 	}
 	if (read(fd, magic, 4) != 4 || memcmp(magic, "QFI\xfb", 4)) {
 		close(fd);
-		die(EX_SYS, "stage %s is broken: its layer %s is not a qcow2 image", id, path);
+		snprintf(why, wsz, "stage %s is broken: its layer %s is not a qcow2 image", id, path);
+		return -1;
 	}
 	close(fd);
-	if (run_prog(argv, 1) != 0)
-		die(EX_SYS, "stage %s is broken: its layer %s fails `qemu-img check` "
-		    "(truncated or corrupt)", id, path);
+	if (proc_run(argv, PROC_NULL, PROC_NULL) != 0) {
+		snprintf(why, wsz, "stage %s is broken: its layer %s fails `qemu-img check` "
+			 "(truncated or corrupt)", id, path);
+		return -1;
+	}
+	return 0;
 }
 
-void stage_verify_chain(const char *id)
+int stage_verify_chain(const char *id, char *why, size_t wsz)
 {
 	char cur[64], p[PATH_MAX];
 	int hops = 0;
@@ -277,28 +290,40 @@ void stage_verify_chain(const char *id)
 		json_t *m = stage_meta(cur);
 		const char *parent, *bsha;
 
-		if (!m)
-			die(EX_SYS, "stage %s is broken: its meta.json is missing or unreadable", cur);
-		pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur);
-		verify_layer(cur, m, p);
+		if (!m) {
+			snprintf(why, wsz, "stage %s is broken: its meta.json is missing or unreadable",
+				 cur);
+			return -1;
+		}
+		if (pathn(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur) < 0 ||
+		    verify_layer(cur, m, p, why, wsz) < 0) {
+			if (!p[0])
+				snprintf(why, wsz, "stage %s: its layer's path is too long", cur);
+			json_decref(m);
+			return -1;
+		}
 		parent = json_string_value(json_object_get(m, "parent"));
 		if (!parent) {
 			bsha = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
-			pathf(p, sizeof p, "%s/images/base-%s.img", store_home(), bsha ? bsha : "none");
+			if (pathn(p, sizeof p, "%s/images/base-%s.img", store_home(),
+				  bsha ? bsha : "none") < 0 || access(p, R_OK) < 0) {
+				snprintf(why, wsz, "stage %s is broken: its base image %s: %s", cur, p,
+					 strerror(errno));
+				json_decref(m);
+				return -1;
+			}
 			json_decref(m);
-			if (access(p, R_OK) < 0)
-				die(EX_SYS, "stage %s is broken: its base image %s:", cur, p);
-			return;
+			return 0;
 		}
 		snprintf(p, sizeof p, "%.63s", parent);
 		json_decref(m);
 		snprintf(cur, sizeof cur, "%.63s", p);
-		if (++hops > 64)
-			die(EX_SYS, "stage %s: the chain is longer than 64 (a loop?)", id);
+		if (++hops > 64) {
+			snprintf(why, wsz, "stage %s: the chain is longer than 64 (a loop?)", id);
+			return -1;
+		}
 	}
 }
-
-/* ---- seals ------------------------------------------------------------- */
 
 json_t *seal_new(const struct stat *st)
 {
@@ -398,8 +423,8 @@ int stage_chain_sealed(const char *id, char *msg, size_t msz)
 			snprintf(msg, msz, "stage %s is broken: its meta.json is missing or unreadable", cur);
 			return -1;
 		}
-		pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur);
-		fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		fd = pathn(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur) < 0
+			     ? -1 : open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0) {
 			snprintf(msg, msz, "stage %s is broken: its layer %s: %s", cur, p, strerror(errno));
 			json_decref(m);
@@ -452,23 +477,24 @@ static int seal_edit(json_t *m, void *arg)
 
 int seal_store(const char *id, json_t *expect, json_t *seal)
 {
-	char p[PATH_MAX], mp[PATH_MAX];
+	char p[PATH_MAX], mp[PATH_MAX], ld[PATH_MAX];
 	struct seal_set ss = {.expect = expect, .seal = seal};
 	int r;
 
 	if (!id_stage_ok(id))
 		return 0; /* no such stage, as stage_meta says */
-	pathf(mp, sizeof mp, "%s/stages/%s/meta.json", store_home(), id);
+	if (pathn(mp, sizeof mp, "%s/stages/%s/meta.json", store_home(), id) < 0 ||
+	    pathn(ld, sizeof ld, "%s/locks", store_home()) < 0 ||
+	    pathn(p, sizeof p, "%s/locks/store", store_home()) < 0)
+		return -1;
 	/* Not store_lock(): that makes the directories, and a late hasher
 	 * must not bring back a store removed meanwhile. */
-	pathf(p, sizeof p, "%s/locks", store_home());
-	if (access(p, F_OK) < 0) {
+	if (access(ld, F_OK) < 0) {
 		if (access(mp, F_OK) < 0)
 			return errno == ENOENT ? 0 : -1;
-		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+		if (mkdir(ld, 0700) < 0 && errno != EEXIST)
 			return -1;
 	}
-	pathf(p, sizeof p, "%s/locks/store", store_home());
 	r = json_update_locked(p, mp, seal_edit, &ss);
 	return r < 0 && errno == ENOENT ? 0 : r;
 }
@@ -495,8 +521,8 @@ __attribute__((noreturn)) static void seal_hasher(const char *id)
 	 * into. */
 	if (delay && parse_ll(delay, 0, 60000, &ms) == 0)
 		usleep((useconds_t)ms * 1000);
-	pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), id);
-	fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	fd = pathn(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), id) < 0
+		     ? -1 : open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		json_object_set_new(done, "hash", json_string("failed"));
 		json_object_set_new(done, "hash_error", json_sprintf("open: %s", strerror(errno)));
@@ -554,9 +580,8 @@ int stage_seal_spawn(const char *id)
 			_exit(1);
 		seal_hasher(id);
 	}
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
+	if (proc_wait(pid, &st) < 0)
+		return -1;
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 		errno = ECHILD;
 		return -1;

@@ -23,11 +23,14 @@ int stage_max_depth(void);
 const char *label_invalid(const char *label);
 
 /* Resolve REF (full id, unique id prefix, vanity name, label) to a stage
- * id.  Returns 1 and fills id; 0 when nothing matches; dies 100 when REF has
- * not a label's syntax, 102 listing the candidates when ambiguous. */
-int stage_find(const char *ref, char *id, size_t idsz);
-/* stage_find, dying 101 naming REF when nothing matches. */
-void stage_resolve(const char *ref, char *id, size_t idsz);
+ * id.  Returns 1 and fills id; 0 when nothing matches; -1 with the reason
+ * in why and errno EINVAL when REF has not a label's syntax, ENOTUNIQ
+ * (listing the candidates) when ambiguous: exit_code_of(errno) is the
+ * caller's exit status. */
+int stage_find(const char *ref, char *id, size_t idsz, char *why, size_t wsz);
+/* stage_find, nothing matching being -1 too (errno ENOENT, why naming REF).
+ * 0 and id filled, or -1. */
+int stage_resolve(const char *ref, char *id, size_t idsz, char *why, size_t wsz);
 
 /* Load stages/<id>/meta.json (NULL with errno). */
 json_t *stage_meta(const char *id);
@@ -40,9 +43,9 @@ int label_taken(const char *label, char *holder, size_t hsz);
 
 /* Check that a stage's whole chain is usable before anything boots on it:
  * every layer present and matching its seal, a qcow2 that `qemu-img check`
- * accepts, and the base image present.  Dies 111 naming the broken stage
- * and file. */
-void stage_verify_chain(const char *id);
+ * accepts, and the base image present.  0, or -1 with why naming the broken
+ * stage and file (the caller's exit status: EX_SYS). */
+int stage_verify_chain(const char *id, char *why, size_t wsz);
 
 /* Layer seals.  meta.json "seal" records what fstat(2) said of layer.qcow2
  * once its writer (isopod-commit, flatten) had made it read-only, and the
@@ -81,10 +84,6 @@ int seal_store(const char *id, json_t *expect, json_t *seal);
  * matches the seal (those bytes are never sealed).  0, or -1 (errno) when
  * it could not be started. */
 int stage_seal_spawn(const char *id);
-
-/* Run a program (argv), stdout/stderr to /dev/null unless quiet == 0 (then
- * stderr passes through).  Returns its exit status, or -1. */
-int run_prog(char *const argv[], int quiet);
 
 /* Base image paths: images/base-<sha>.img for a flavor's current build. */
 int base_current(const char *flavor, char *sha, size_t shasz);

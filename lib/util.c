@@ -53,6 +53,16 @@ const char *exit_kind(int code)
 	}
 }
 
+int exit_code_of(int err)
+{
+	switch (err) {
+	case EINVAL: return EX_USAGE;
+	case ENOENT: return EX_NOTFOUND;
+	case ENOTUNIQ: return EX_CONFLICT;
+	default: return EX_SYS;
+	}
+}
+
 /* The status descriptor: taken from the environment before main runs, and
  * the variable removed, so that no child (the supervisor, the broker, QEMU)
  * inherits it and writes its own failure over ours or into one of its fixed
@@ -602,7 +612,7 @@ char *iso_now(char *buf, size_t sz)
 	return buf;
 }
 
-void rand_bytes(void *buf, size_t n)
+int rand_bytes(void *buf, size_t n)
 {
 	char *p = buf;
 
@@ -612,24 +622,29 @@ void rand_bytes(void *buf, size_t n)
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			die(EX_SYS, "unable to get random bytes:");
+			return -1;
 		}
 		p += r;
 		n -= (size_t)r;
 	}
+	return 0;
 }
 
-void rand_hex(char *out, size_t nbytes)
+int rand_hex(char *out, size_t nbytes)
 {
 	unsigned char b[64];
 	size_t i;
 
 	if (nbytes > sizeof b)
 		nbytes = sizeof b;
-	rand_bytes(b, nbytes);
+	if (rand_bytes(b, nbytes) < 0) {
+		out[0] = 0;
+		return -1;
+	}
 	for (i = 0; i < nbytes; i++)
 		sprintf(out + 2 * i, "%02x", b[i]);
 	out[2 * nbytes] = 0;
+	return 0;
 }
 
 static void hex32(const unsigned char *h, char out[65])

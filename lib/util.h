@@ -34,6 +34,10 @@ extern const char *progname;
  * exit_kind is the one status -> kind table: timeout, usage, not_found,
  * busy, infra. */
 const char *exit_kind(int code);
+/* The errno of a lookup's refusal (a VM or stage reference) as the exit
+ * status a tool's main gives it: EINVAL 100, ENOENT 101, ENOTUNIQ 102,
+ * anything else 111. */
+int exit_code_of(int err);
 /* Write the status object (once per process; later calls do nothing).  A
  * caller with a more precise kind than exit_kind(code) names it. */
 void status_report(int code, const char *kind, const char *line);
@@ -119,10 +123,11 @@ int64_t wall_ms(void);
 /* ISO-8601 UTC timestamp of now, into buf (>= 32 bytes). */
 char *iso_now(char *buf, size_t sz);
 
-/* Random bytes (getrandom), dies on failure. */
-void rand_bytes(void *buf, size_t n);
-/* Lower-case hex of n random bytes into out (2n+1). */
-void rand_hex(char *out, size_t nbytes);
+/* Random bytes (getrandom).  0, or -1 with errno. */
+int rand_bytes(void *buf, size_t n);
+/* Lower-case hex of n random bytes into out (2n+1).  0, or -1 with errno
+ * (out is then ""). */
+int rand_hex(char *out, size_t nbytes);
 
 /* sha256 of a file, lower-case hex into out[65].  -1 with errno on failure. */
 int sha256_file(const char *path, char out[65]);

@@ -286,10 +286,5 @@ json_t *vm_list(void (*skip)(const char *id, int err), char *why, size_t wsz)
 
 int vm_exit_code(int err)
 {
-	switch (err) {
-	case EINVAL: return EX_USAGE;
-	case ENOENT: return EX_NOTFOUND;
-	case ENOTUNIQ: return EX_CONFLICT;
-	default: return EX_SYS;
-	}
+	return exit_code_of(err);
 }

@@ -227,7 +227,7 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 	size_t i;
 
 	if (!why)
-		die(EX_SYS, "out of memory");
+		return NULL;
 	if (!warm_key_valid(ksha) || !warm_key_valid(bsha) || !json_is_array(layers) || !net ||
 	    (strcmp(net, "none") && strcmp(net, "filtered") && strcmp(net, "open"))) {
 		json_array_append_new(why, json_string("unreadable shape"));

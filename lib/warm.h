@@ -50,7 +50,8 @@ int warm_lock(const char *key, int op);
 json_t *warm_meta(const char *key);
 /* Why this snapshot can never be resumed again: an array of reasons
  * ("kernel ...", "base ...", "stage st-...", "qemu ..."), empty when it
- * still can.  New reference. */
+ * still can.  New reference; NULL when out of memory (the callers then
+ * keep the snapshot). */
 json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu);
 /* Bytes a tree takes on disk. */
 long long tree_bytes(const char *path);

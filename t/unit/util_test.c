@@ -142,8 +142,7 @@ static void test_rand_hex(void)
 	char a[129], b[129];
 
 	memset(a, 'Z', sizeof a);
-	rand_hex(a, 6);
-	ok(strlen(a) == 12 && all_hex(a), "rand_hex 6 bytes -> 12 lower-case hex digits (%s)", a);
+	ok(rand_hex(a, 6) == 0 && strlen(a) == 12 && all_hex(a), "rand_hex 6 bytes -> 12 lower-case hex digits (%s)", a);
 	rand_hex(b, 6);
 	ok(strcmp(a, b) != 0, "two rand_hex draws differ");
 	rand_hex(a, 1);

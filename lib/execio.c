@@ -1,0 +1,712 @@
+/* execio.c - one command in a booted VM over its agent (execio.h). */
+#include "execio.h"
+#include "qmp.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Record the failure; EXEC_FAILED. */
+__attribute__((format(printf, 4, 5))) static int fail(struct exec_session *s, int code,
+						       const char *kind, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->err, sizeof s->err, fmt, ap);
+	va_end(ap);
+	s->err_code = code;
+	snprintf(s->err_kind, sizeof s->err_kind, "%s", kind);
+	return EXEC_FAILED;
+}
+
+int exec_init(struct exec_session *s)
+{
+	memset(s, 0, sizeof *s);
+	s->watchdog_ms = EXEC_WATCHDOG_MS_DEFAULT;
+	s->ping_ms = EXEC_WATCHDOG_MS_DEFAULT / 6;
+	s->copy_out_max = EXEC_COPY_OUT_MAX_DEFAULT;
+	s->c.fd = -1;
+	s->out[0] = (struct exec_stream){.name = "stdout", .fd = -1};
+	s->out[1] = (struct exec_stream){.name = "stderr", .fd = -1};
+	s->lock_fd = -1;
+	s->warnings = json_array();
+	return s->warnings ? 0 : -1;
+}
+
+void exec_free(struct exec_session *s)
+{
+	conn_close(&s->c);
+	for (int i = 0; i < 2; i++) {
+		if (s->out[i].fd >= 0)
+			close(s->out[i].fd);
+		s->out[i].fd = -1;
+		free(s->out[i].inband);
+		s->out[i].inband = NULL;
+	}
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	s->lock_fd = -1;
+	json_decref(s->warnings);
+	s->warnings = NULL;
+}
+
+/* A pidfd opened before the lock is checked: a lock still held after the
+ * pidfd was opened proves the pid was not recycled in between. */
+int exec_stop_vm(struct exec_session *s)
+{
+	char err[256];
+	int pfd;
+
+	if (qmp_simple(s->qmp_sock, "quit", mono_ms() + 2000, err, sizeof err) < 0)
+		warn("vm %s: QMP quit: %s", s->vm_id, err);
+	else if (vm_wait_stopped(s->vm_id, mono_ms() + 5000) == 0)
+		return 0;
+	if (!vm_running(s->vm_id))
+		return 0;
+	/* A QEMU that does not quit on QMP (wedged, SIGSTOPped) gets SIGKILL. */
+	if (s->qemu_pid > 0 && s->qemu_pid <= INT_MAX &&
+	    (pfd = pidfd_open_((pid_t)s->qemu_pid)) >= 0) {
+		if (vm_running(s->vm_id) && pidfd_kill(pfd, SIGKILL) < 0 && errno != ESRCH)
+			warn("vm %s: unable to kill qemu %lld: %s", s->vm_id, s->qemu_pid,
+			     strerror(errno));
+		close(pfd);
+	}
+	if (vm_wait_stopped(s->vm_id, mono_ms() + 5000) == 0)
+		return 0;
+	warn("unable to stop vm %s (qemu %lld)", s->vm_id, s->qemu_pid);
+	return -1;
+}
+
+/* The vm could not be stopped: whatever the command did, the result is the
+ * infrastructure's failure, never a timeout with a vm still running. */
+static int fail_not_stopped(struct exec_session *s, const char *when)
+{
+	return fail(s, EX_SYS, "not_stopped", "vm %s: %s, and the host could not stop the vm",
+		    s->vm_id, when);
+}
+
+static int deadline_over(const struct exec_session *s, int64_t now)
+{
+	return s->deadline_ms && now >= s->deadline_ms + EXEC_DEADLINE_GRACE_MS;
+}
+
+/* The watchdog fired: before the deadline it is the infrastructure's failure
+ * (unresponsive, 111); once the deadline has passed it is the command's
+ * timeout, whatever kept the agent from saying so. */
+static int watchdog_fired(struct exec_session *s)
+{
+	if (s->deadline_ms && mono_ms() >= s->deadline_ms)
+		return EXEC_DEADLINE;
+	if (exec_stop_vm(s) < 0)
+		return fail_not_stopped(s, "the guest agent stopped answering");
+	return fail(s, EX_SYS, "unresponsive",
+		    "vm %s: the guest agent stopped answering for %lld ms; the vm was stopped",
+		    s->vm_id, (long long)s->watchdog_ms);
+}
+
+int64_t exec_next_tick(const struct exec_session *s, int64_t now)
+{
+	int64_t until = now + s->ping_ms;
+
+	if (until > s->last_rx + s->watchdog_ms)
+		until = s->last_rx + s->watchdog_ms;
+	if (s->deadline_ms && until > s->deadline_ms + EXEC_DEADLINE_GRACE_MS)
+		until = s->deadline_ms + EXEC_DEADLINE_GRACE_MS;
+	if (s->copy_deadline_ms && until > s->copy_deadline_ms)
+		until = s->copy_deadline_ms;
+	return until;
+}
+
+/* now + ms, but no later than the deadline's grace. */
+static int64_t before_deadline(const struct exec_session *s, int64_t ms)
+{
+	int64_t until = mono_ms() + ms;
+
+	if (s->deadline_ms && until > s->deadline_ms + EXEC_DEADLINE_GRACE_MS)
+		until = s->deadline_ms + EXEC_DEADLINE_GRACE_MS;
+	return until;
+}
+
+/* Wait for a frame; a silent agent gets PINGs and, after watchdog_ms of
+ * silence, the VM is stopped: a hung guest must not hang the caller.  1 a
+ * frame; 0 (only while copying out) the copy-out must end: s->copy_why says
+ * why; or a failure.  The deadline and the watchdog are checked after every
+ * frame, not only when none came: a steady stream of frames (PONGs,
+ * CREDITs) must not keep them from being seen. */
+static int wait_frame(struct exec_session *s, struct frame *fr)
+{
+	for (;;) {
+		int r = conn_wait(&s->c, fr, exec_next_tick(s, mono_ms()));
+		int64_t now = mono_ms();
+
+		if (r == 1)
+			s->last_rx = now;
+		else if (r != -3)
+			return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+		if (deadline_over(s, now))
+			return EXEC_DEADLINE;
+		if (s->copy_deadline_ms && now >= s->copy_deadline_ms) {
+			s->copy_why = "the time left of --timeout-ms, and its copy-out allowance, ran out";
+			return 0;
+		}
+		if (now >= s->last_rx + s->watchdog_ms) {
+			if (s->copying_out) {
+				s->copy_why = "the guest agent stopped answering";
+				return 0;
+			}
+			return watchdog_fired(s);
+		}
+		if (r == 1 && fr->type != F_PONG)
+			return 1;
+		if (r != 1)
+			conn_queue(&s->c, F_PING, STREAM_CTL, NULL, 0);
+	}
+}
+
+/* An ERROR (or an unexpected frame) in answer to `what`. */
+static int fail_frame(struct exec_session *s, const struct frame *fr, const char *what)
+{
+	char kind[64], msg[512];
+
+	/* what may be a path from the command line: escaped like the guest's
+	 * text, which frame_error_text escapes. */
+	if (fr->type != F_ERROR)
+		return fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame type %u", s->vm_id,
+			    EXC(what), fr->type);
+	frame_error_text(fr, kind, sizeof kind, msg, sizeof msg);
+	return fail(s, !strcmp(kind, "bad_request") ? EX_USAGE : EX_SYS, kind, "vm %s: %s: %s",
+		    s->vm_id, EXC(what), msg);
+}
+
+int exec_open_logs(struct exec_session *s, const char *dir)
+{
+	struct exec_stream *o = s->out;
+	char lp[PATH_MAX];
+	int n;
+
+	/* Exec numbers come from the files already there, under a lock that
+	 * also serialises execs in one VM (one agent client at a time). */
+	if (pathn(lp, sizeof lp, "%s/exec.lock", dir) < 0)
+		return fail(s, EX_SYS, "io", "%s/exec.lock: %s", dir, strerror(errno));
+	s->lock_fd = lock_open(lp, LOCK_EX | LOCK_NB);
+	if (s->lock_fd < 0) {
+		if (errno == EWOULDBLOCK)
+			return fail(s, EX_CONFLICT, "busy",
+				    "vm %s: another isopod-exec is running in it", s->vm_id);
+		return fail(s, EX_SYS, "io", "%s: %s", lp, strerror(errno));
+	}
+	for (n = 1;; n++) {
+		if (pathn(o[0].path, sizeof o[0].path, "%s/exec-%d.stdout", dir, n) < 0 ||
+		    pathn(o[1].path, sizeof o[1].path, "%s/exec-%d.stderr", dir, n) < 0)
+			return fail(s, EX_SYS, "io", "%s: %s", dir, strerror(errno));
+		o[0].fd = open(o[0].path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (o[0].fd >= 0)
+			break;
+		if (errno != EEXIST || n > 100000)
+			return fail(s, EX_SYS, "io", "%s: %s", o[0].path, strerror(errno));
+	}
+	o[1].fd = open(o[1].path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (o[1].fd < 0)
+		return fail(s, EX_SYS, "io", "%s: %s", o[1].path, strerror(errno));
+	for (int i = 0; i < 2; i++) {
+		o[i].inband = malloc(EXEC_INBAND_MAX);
+		if (!o[i].inband)
+			return fail(s, EX_SYS, "io", "out of memory");
+	}
+	return 0;
+}
+
+/* Connecting and the handshake wait no longer than the deadline's grace
+ * either: past it, as for copy-in, the budget is spent (a timeout, the vm
+ * stopped); before it, a failure is the infrastructure's. */
+int exec_connect(struct exec_session *s, const char *agent_sock)
+{
+	struct hello h = {0};
+
+	if (conn_open(&s->c, agent_sock, before_deadline(s, 10000)) < 0) {
+		if (deadline_over(s, mono_ms()))
+			return EXEC_DEADLINE;
+		return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+	}
+	s->last_rx = mono_ms();
+	if (conn_hello(&s->c, &h, before_deadline(s, s->watchdog_ms)) < 0) {
+		if (deadline_over(s, mono_ms()))
+			return EXEC_DEADLINE;
+		return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+	}
+	s->last_rx = mono_ms();
+	return 0;
+}
+
+/* Send a file's bytes on `stream` under the agent's credit. */
+static int send_stream(struct exec_session *s, int fd, uint32_t stream, const char *what)
+{
+	uint8_t buf[FRAME_DATA_CHUNK];
+	uint64_t credit = FRAME_INITIAL_CREDIT;
+	struct frame fr;
+	int r;
+
+	for (;;) {
+		size_t want = credit < sizeof buf ? (size_t)credit : sizeof buf;
+		ssize_t n;
+
+		if (want == 0 || s->c.wlen - s->c.woff > 4 * FRAME_DATA_CHUNK) {
+			if ((r = wait_frame(s, &fr)) < 0)
+				return r;
+			if (r && fr.type == F_CREDIT && fr.stream == stream) {
+				uint64_t b = 0;
+				struct tlv_r rd;
+				uint8_t tag;
+				const uint8_t *v;
+				uint32_t l;
+
+				tlv_rinit(&rd, fr.payload, fr.len);
+				while (tlv_next(&rd, &tag, &v, &l) == 1)
+					if (tag == T_BYTES)
+						tlv_u64(v, l, &b);
+				credit += b;
+				continue;
+			}
+			if (fr.type == F_ERROR)
+				return fail_frame(s, &fr, what);
+			return fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame %u", s->vm_id,
+				    what, fr.type);
+		}
+		n = read(fd, buf, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return fail(s, EX_SYS, "io", "%s: read: %s", EXC(what), strerror(errno));
+		if (n == 0)
+			break;
+		if (conn_queue(&s->c, F_DATA, stream, buf, (size_t)n) < 0)
+			return fail(s, EX_SYS, "io", "out of memory");
+		credit -= (uint64_t)n;
+		if (conn_flush_some(&s->c) < 0)
+			return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+	}
+	conn_queue(&s->c, F_EOF, stream, NULL, 0);
+	return 0;
+}
+
+int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json_t *list)
+{
+	for (int i = 0; i < n; i++) {
+		uint8_t buf[4200];
+		struct tlv_w w;
+		struct stat st;
+		struct frame fr;
+		char sha[65];
+		int r, fd = open(in[i].host, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			r = fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(in[i].host),
+				 strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return r;
+		}
+		tlv_init(&w, buf, sizeof buf);
+		tlv_put_str(&w, T_PATH, in[i].guest);
+		tlv_put_u32(&w, T_MODE, st.st_mode & 0777);
+		conn_queue(&s->c, F_FILE_PUT, STREAM_CTL, buf, w.len);
+		r = send_stream(s, fd, STREAM_FILE, in[i].host);
+		close(fd);
+		if (r < 0)
+			return r;
+		do
+			if ((r = wait_frame(s, &fr)) < 0)
+				return r;
+		while (fr.type == F_CREDIT);
+		if (fr.type != F_FILE_DONE)
+			return fail_frame(s, &fr, in[i].guest);
+		if (sha256_file(in[i].host, sha) < 0)
+			sha[0] = 0;
+		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "host", in[i].host,
+						      "guest", in[i].guest,
+						      "bytes", (json_int_t)frame_tlv_u64(&fr, T_BYTES),
+						      "sha256", sha));
+	}
+	return 0;
+}
+
+int exec_send(struct exec_session *s, const struct exec_request *r)
+{
+	struct exec_request req = *r;
+	uint8_t *buf = malloc(FRAME_MAX_PAYLOAD);
+	long len;
+
+	if (!buf)
+		return fail(s, EX_SYS, "io", "out of memory");
+	/* The agent's timer gets what is left of the host's deadline. */
+	if (s->deadline_ms) {
+		int64_t left = s->deadline_ms - mono_ms();
+
+		req.timeout_ms = (uint64_t)(left > 1 ? left : 1);
+	}
+	len = exec_request_encode(&req, buf, FRAME_MAX_PAYLOAD);
+	if (len < 0) {
+		free(buf);
+		return fail(s, EX_USAGE, "bad_request",
+			    "the command line and environment exceed %u bytes", FRAME_MAX_PAYLOAD);
+	}
+	conn_queue(&s->c, F_EXEC, STREAM_CTL, buf, (size_t)len);
+	free(buf);
+	s->t_exec = mono_ms();
+	return 0;
+}
+
+static int take_output(struct exec_session *s, struct exec_stream *o, const struct frame *fr)
+{
+	if (o->inlen < EXEC_INBAND_MAX) {
+		size_t k = fr->len < EXEC_INBAND_MAX - o->inlen ? fr->len : EXEC_INBAND_MAX - o->inlen;
+
+		memcpy(o->inband + o->inlen, fr->payload, k);
+		o->inlen += k;
+	}
+	o->bytes += fr->len;
+	if (write_all(o->fd, fr->payload, fr->len) < 0)
+		return fail(s, EX_SYS, "io", "%s: %s", o->path, strerror(errno));
+	return 0;
+}
+
+/* The frames received so far: output to the logs, credit for stdin.  1
+ * once EXIT came (ex filled), 0 not yet, or a failure. */
+static int take_frames(struct exec_session *s, uint64_t *credit, struct exec_status *ex)
+{
+	struct frame fr;
+	int r;
+
+	while ((r = conn_next(&s->c, &fr)) == 1) {
+		s->last_rx = mono_ms();
+		switch (fr.type) {
+		case F_DATA:
+			if ((fr.stream == STREAM_STDOUT || fr.stream == STREAM_STDERR) &&
+			    take_output(s, &s->out[fr.stream - STREAM_STDOUT], &fr) < 0)
+				return EXEC_FAILED;
+			break;
+		case F_EOF:
+			if (fr.stream == STREAM_STDOUT || fr.stream == STREAM_STDERR)
+				s->out[fr.stream - STREAM_STDOUT].eof = 1;
+			break;
+		case F_CREDIT:
+			if (fr.stream == STREAM_STDIN)
+				*credit += frame_tlv_u64(&fr, T_BYTES);
+			break;
+		case F_PONG:
+			break;
+		case F_EXIT:
+			if (exec_status_decode(&fr, ex) < 0)
+				return fail(s, EX_SYS, "protocol",
+					    "vm %s: the agent reported exit code %d, signal %u, "
+					    "timed_out %u (want 0..255, 0..64, 0|1)", s->vm_id,
+					    (int)ex->code, ex->sig, ex->timed_out);
+			return 1;
+		case F_ERROR:
+			return fail_frame(s, &fr, "exec");
+		default:
+			return fail(s, EX_SYS, "protocol",
+				    "vm %s: unexpected frame type %u during exec", s->vm_id, fr.type);
+		}
+	}
+	if (r < 0)
+		return fail(s, EX_SYS, "protocol", "vm %s: %s", s->vm_id, s->c.err);
+	return 0;
+}
+
+/* stdin is readable: pass what it has, within the credit; EOF (or a read
+ * error, warned) ends the guest's stdin. */
+static void feed_stdin(struct exec_session *s, int fd, int *eof, uint64_t *credit)
+{
+	uint8_t buf[FRAME_DATA_CHUNK];
+	size_t want = *credit < sizeof buf ? (size_t)*credit : sizeof buf;
+	ssize_t n = read(fd, buf, want);
+
+	if (n > 0) {
+		conn_queue(&s->c, F_DATA, STREAM_STDIN, buf, (size_t)n);
+		*credit -= (uint64_t)n;
+	} else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+		if (n < 0)
+			json_array_append_new(s->warnings,
+					      json_sprintf("stdin: read: %s", strerror(errno)));
+		conn_queue(&s->c, F_EOF, STREAM_STDIN, NULL, 0);
+		*eof = 1;
+	}
+}
+
+int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
+{
+	int stdin_eof = stdin_fd < 0;
+	uint64_t credit = FRAME_INITIAL_CREDIT;
+	int r;
+
+	while (!(r = take_frames(s, &credit, ex))) {
+		struct pollfd p[2];
+		int np = 1;
+		int64_t now = mono_ms(), tick;
+
+		/* stdin, under credit, and only while our queue is short. */
+		if (!stdin_eof && credit > 0 && s->c.wlen - s->c.woff < 4 * FRAME_DATA_CHUNK) {
+			p[1].fd = stdin_fd;
+			p[1].events = POLLIN;
+			p[1].revents = 0;
+			np = 2;
+		}
+		if (conn_flush_some(&s->c) < 0)
+			return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+		p[0].fd = s->c.fd;
+		p[0].events = POLLIN | (s->c.woff < s->c.wlen ? POLLOUT : 0);
+		p[0].revents = 0;
+		if (deadline_over(s, now))
+			return EXEC_DEADLINE;
+		if (now - s->last_rx >= s->watchdog_ms)
+			return watchdog_fired(s);
+		tick = exec_next_tick(s, mono_ms());
+		if (poll(p, (nfds_t)np, (int)(tick - now > 0 ? tick - now : 0)) < 0 && errno != EINTR)
+			return fail(s, EX_SYS, "io", "poll: %s", strerror(errno));
+		if (mono_ms() - s->last_rx >= s->ping_ms)
+			conn_queue(&s->c, F_PING, STREAM_CTL, NULL, 0);
+		if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+			r = conn_fill(&s->c);
+			if (r == -2)
+				return fail(s, EX_SYS, "agent", "vm %s: the guest agent closed the "
+					    "connection during exec (did the vm stop?)", s->vm_id);
+			if (r < 0)
+				return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+		}
+		if (np == 2 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+			feed_stdin(s, stdin_fd, &stdin_eof, &credit);
+	}
+	return r < 0 ? r : 0;
+}
+
+/* One copy-out that did not happen: an error entry and a warning. */
+static void copy_out_failed(struct exec_session *s, json_t *list, const char *guest,
+			    const char *dst, const char *why)
+{
+	json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", guest, "host", dst,
+					      "error", why));
+	json_array_append_new(s->warnings, json_sprintf("copy-out %s failed: %s", guest, why));
+}
+
+/* One file from the guest into dst, within room bytes: 0 copied (*bytes,
+ * sha), 1 not copied and recorded on list (the vm stopped when stopped[0]
+ * is now set), or a failure. */
+static int copy_one(struct exec_session *s, const struct exec_copy *cp, const char *dst,
+		    uint64_t room, json_t *list, char *stopped, size_t ssz, uint64_t *bytes)
+{
+	char tmp[PATH_MAX], sha[65], why[600];
+	uint8_t buf[4200];
+	unsigned char h[crypto_hash_sha256_BYTES];
+	crypto_hash_sha256_state st;
+	struct tlv_w w;
+	struct frame fr;
+	int fd, got;
+
+	if (pathn(tmp, sizeof tmp, "%s.isopod-tmp.%ld", dst, (long)getpid()) < 0) {
+		copy_out_failed(s, list, cp->guest, dst, strerror(ENAMETOOLONG));
+		return 1;
+	}
+	/* BYTES: the agent refuses a larger file before sending any of it. */
+	tlv_init(&w, buf, sizeof buf);
+	tlv_put_str(&w, T_PATH, cp->guest);
+	tlv_put_u64(&w, T_BYTES, room);
+	conn_queue(&s->c, F_FILE_GET, STREAM_CTL, buf, w.len);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	crypto_hash_sha256_init(&st);
+	why[0] = 0;
+	while ((got = wait_frame(s, &fr)) == 1) {
+		if (fr.type == F_DATA && fr.stream == STREAM_FILE) {
+			/* More than the agent may send (the host's own cap: a
+			 * guest controls the agent) ends the copy-out here. */
+			if (fr.len > room - *bytes) {
+				snprintf(why, sizeof why, "the guest sent more than the %llu bytes "
+					 "allowed (--copy-out-max %lld)", (unsigned long long)room,
+					 s->copy_out_max);
+				break;
+			}
+			if (fd >= 0 && write_all(fd, fr.payload, fr.len) < 0) {
+				close(fd);
+				fd = -1;
+			}
+			crypto_hash_sha256_update(&st, fr.payload, fr.len);
+			*bytes += fr.len;
+			continue;
+		}
+		if (fr.type == F_EOF)
+			continue;
+		break;
+	}
+	if (got < 0) {
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+		return got;
+	}
+	if (got == 0)
+		snprintf(why, sizeof why, "%s", s->copy_why);
+	if (why[0]) {
+		/* Nothing can cancel a FILE_GET: the vm is stopped, which ends
+		 * this copy-out and the ones after it. */
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+		if (exec_stop_vm(s) < 0)
+			return fail_not_stopped(s, "a copy-out had to be ended");
+		snprintf(stopped, ssz, "not copied: the vm was stopped during copy-out (%.180s)",
+			 why);
+		copy_out_failed(s, list, cp->guest, dst, why);
+		return 1;
+	}
+	if (fr.type != F_FILE_DONE) {
+		char kind[64], msg[512];
+
+		frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+		copy_out_failed(s, list, cp->guest, dst, msg);
+		return 1;
+	}
+	if (fd < 0 || fchmod(fd, (mode_t)frame_tlv_u64(&fr, T_MODE) & 0777) < 0 || fsync(fd) < 0 ||
+	    close(fd) < 0 || rename(tmp, dst) < 0) {
+		int e = errno;
+
+		unlink(tmp);
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", cp->guest,
+						      "host", dst, "error", strerror(e)));
+		json_array_append_new(s->warnings, json_sprintf("copy-out %s to %s failed: %s",
+								cp->guest, dst, strerror(e)));
+		return 1;
+	}
+	crypto_hash_sha256_final(&st, h);
+	for (int k = 0; k < 32; k++)
+		sprintf(sha + 2 * k, "%02x", h[k]);
+	json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "guest", cp->guest,
+					      "host", dst, "bytes", (json_int_t)*bytes,
+					      "sha256", sha));
+	return 0;
+}
+
+int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, json_t *list)
+{
+	char stopped[256] = ""; /* set once the vm was stopped: nothing more comes */
+	uint64_t total = 0;
+	int64_t now = mono_ms();
+
+	/* The command has ended: copy-out gets what is left of its budget and
+	 * a fixed allowance, no more. */
+	if (s->deadline_ms)
+		s->copy_deadline_ms = (now > s->deadline_ms ? now : s->deadline_ms) +
+				      EXEC_COPY_OUT_GRACE_MS;
+	s->deadline_ms = 0;
+	s->copying_out = 1;
+	for (int i = 0; i < n; i++) {
+		char dst[PATH_MAX];
+		const char *base = strrchr(out[i].guest, '/') + 1;
+		struct stat sb;
+		uint64_t bytes = 0;
+		int r;
+
+		if (stat(out[i].host, &sb) == 0 && S_ISDIR(sb.st_mode))
+			r = pathn(dst, sizeof dst, "%s/%s", out[i].host, *base ? base : "out");
+		else
+			r = pathn(dst, sizeof dst, "%s", out[i].host);
+		if (r < 0)
+			return fail(s, EX_USAGE, "usage", "path too long: %.64s...", out[i].host);
+		if (stopped[0]) {
+			copy_out_failed(s, list, out[i].guest, dst, stopped);
+			continue;
+		}
+		r = copy_one(s, &out[i], dst, (uint64_t)s->copy_out_max - total, list, stopped,
+			     sizeof stopped, &bytes);
+		if (r < 0)
+			return r;
+		/* What the guest sent counts, copied or not. */
+		total += bytes;
+	}
+	if (stopped[0])
+		s->c.wlen = s->c.woff = 0; /* nothing to flush to a stopped vm */
+	if (conn_flush(&s->c, mono_ms() + 5000) < 0)
+		json_array_append_new(s->warnings, json_sprintf("agent: %s", s->c.err));
+	conn_close(&s->c);
+	return 0;
+}
+
+int exec_at_deadline(struct exec_session *s, const struct exec_copy *out, int n,
+		     json_t **copied_out)
+{
+	if (exec_stop_vm(s) < 0)
+		return fail_not_stopped(s, "the --timeout-ms deadline passed");
+	json_array_append_new(s->warnings,
+		json_sprintf("the guest did not report the command's end within %d ms of the "
+			     "--timeout-ms deadline; the host stopped the vm",
+			     EXEC_DEADLINE_GRACE_MS));
+	*copied_out = json_array();
+	for (int i = 0; i < n; i++) {
+		json_array_append_new(*copied_out,
+				      json_pack("{s:s, s:s, s:s}", "guest", out[i].guest, "host",
+						out[i].host, "error",
+						"not copied: the vm was stopped at the deadline"));
+		json_array_append_new(s->warnings,
+				      json_sprintf("copy-out %s not done: the vm was stopped at "
+						   "the deadline", out[i].guest));
+	}
+	return 0;
+}
+
+json_t *exec_result(struct exec_session *s, const char *vm_name, const struct exec_status *ex,
+		    json_t *copied_in, json_t *copied_out, int64_t exec_ms)
+{
+	json_t *res;
+
+	for (int i = 0; i < 2; i++)
+		if (s->out[i].fd >= 0 && fsync(s->out[i].fd) < 0 && errno != EINVAL) {
+			fail(s, EX_SYS, "io", "%s: %s", s->out[i].path, strerror(errno));
+			json_decref(copied_in);
+			json_decref(copied_out);
+			return NULL;
+		}
+	res = json_pack("{s:b, s:{s:s, s:s}, s:i, s:o, s:b}", "ok", 1, "vm", "id", s->vm_id,
+			"name", vm_name, "exit_code", (int)ex->code,
+			"signal", ex->sig ? json_integer(ex->sig) : json_null(),
+			"timed_out", (int)ex->timed_out);
+	if (ex->kind[0]) {
+		json_object_set_new(res, "error_kind",
+				    utf8_json((const uint8_t *)ex->kind, strlen(ex->kind), 0));
+		json_object_set_new(res, "error",
+				    utf8_json((const uint8_t *)ex->msg, strlen(ex->msg), 0));
+	}
+	for (int i = 0; i < 2; i++) {
+		struct exec_stream *o = &s->out[i];
+		char k[32];
+
+		json_object_set_new(res, o->name, utf8_json(o->inband, o->inlen, o->bytes > o->inlen));
+		snprintf(k, sizeof k, "%s_bytes", o->name);
+		json_object_set_new(res, k, json_integer((json_int_t)o->bytes));
+		snprintf(k, sizeof k, "%s_truncated", o->name);
+		json_object_set_new(res, k, json_boolean(o->bytes > o->inlen));
+		snprintf(k, sizeof k, "%s_log", o->name);
+		json_object_set_new(res, k, json_string(o->path));
+		if (!o->eof)
+			json_array_append_new(s->warnings,
+					      json_sprintf("%s: no end-of-stream from the agent",
+							   o->name));
+	}
+	json_object_set_new(res, "copied_in", copied_in ? copied_in : json_array());
+	json_object_set_new(res, "copied_out", copied_out);
+	json_object_set(res, "warnings", s->warnings);
+	json_object_set_new(res, "exec_ms", json_integer(exec_ms));
+	return res;
+}

@@ -1,0 +1,125 @@
+/* execio.h - one command in a booted VM, over one agent connection: the
+ * logs, the handshake, copy-in, the command (output in, stdin out, pings),
+ * copy-out, and the result object; the host's own deadline and the
+ * unresponsive-agent watchdog throughout, stopping the VM when the agent
+ * cannot end what it runs.
+ *
+ * Every step returns 0, EXEC_FAILED (s->err_code, err_kind and err say
+ * what: the exit status, the error kind and the message a tool prints) or
+ * EXEC_DEADLINE: --timeout-ms and its grace passed with no word from the
+ * agent; the caller ends the exec with exec_at_deadline, a timeout like any
+ * other.  Nothing here exits. */
+#ifndef ISOPOD_EXECIO_H
+#define ISOPOD_EXECIO_H
+
+#include "execopt.h"
+#include "host.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdint.h>
+
+/* The result carries at most this much of each output stream. */
+#define EXEC_INBAND_MAX (64u * 1024u)
+#define EXEC_WATCHDOG_MS_DEFAULT 30000
+
+/* How long after the deadline the host waits for the agent's EXIT before it
+ * ends the exec itself.  The agent's own timer starts when it receives EXEC,
+ * after the host's start (copy-in, the frame's trip), then it kills the
+ * group, reaps and drains the pipes before EXIT (250 ms, 1 s at most, after
+ * a timeout): under TCG on a loaded 2-core host a healthy guest reported
+ * 90-160 ms after the deadline, 340-920 ms when a setsid() child held its
+ * pipes or output was pending.  1.5 s covers that and keeps the overrun of
+ * a starved guest (a fork bomb, a real-time hog) under 2 s; the agent
+ * cannot extend it. */
+#define EXEC_DEADLINE_GRACE_MS 1500
+
+/* Copy-out comes after the command, within what is left of --timeout-ms plus
+ * this allowance (a command that used all of its budget still gets its
+ * results copied when they are small); then the host stops the vm and the
+ * copy-outs not finished are errors.  Without --timeout-ms, copy-out is
+ * bounded by size only (copy_out_max; the agent sends at most the size a
+ * file had when it was opened). */
+#define EXEC_COPY_OUT_GRACE_MS 2000
+
+enum { EXEC_FAILED = -1, EXEC_DEADLINE = -2 };
+
+/* One output stream of the command: the complete log and the in-band part. */
+struct exec_stream {
+	const char *name;
+	int fd;
+	char path[PATH_MAX];
+	uint8_t *inband;        /* first EXEC_INBAND_MAX bytes */
+	size_t inlen;
+	uint64_t bytes;
+	int eof;
+};
+
+struct exec_session {
+	/* Set by the caller (exec_init gives the defaults). */
+	const char *vm_id;      /* for messages */
+	const char *qmp_sock;   /* to stop the vm */
+	long long qemu_pid;     /* the last resort: SIGKILL through a pidfd */
+	int64_t watchdog_ms;    /* silence after which the vm is stopped */
+	int64_t ping_ms;        /* silence after which the agent is pinged */
+	int64_t deadline_ms;    /* monotonic end of --timeout-ms; 0 = none */
+	long long copy_out_max; /* bytes, all copy-outs together */
+	json_t *warnings;       /* exec_init's array; the caller may add */
+	/* The session's own. */
+	struct conn c;
+	struct exec_stream out[2];  /* stdout, stderr */
+	int lock_fd;                /* vms/<id>/exec.lock, held until exec_free */
+	int64_t last_rx;            /* when the agent last said something */
+	int64_t t_exec;             /* EXEC sent; 0 = not yet */
+	int64_t copy_deadline_ms;   /* while copying out: its end; 0 = none */
+	int copying_out;            /* the command has ended; copy-out runs */
+	const char *copy_why;       /* why a copy-out had to end */
+	/* The failure, when a step returned EXEC_FAILED. */
+	int err_code;
+	char err_kind[64];
+	char err[1024];
+};
+
+/* Defaults, the warnings array; no descriptor open yet.  0, or -1 (memory). */
+int exec_init(struct exec_session *s);
+/* Close what is open (the connection, the logs, the lock); free. */
+void exec_free(struct exec_session *s);
+
+/* The logs vms/<id>/exec-<n>.{stdout,stderr} in dir, numbered after those
+ * there, under dir/exec.lock, which also keeps a second exec out of the
+ * vm (EX_CONFLICT, "busy"). */
+int exec_open_logs(struct exec_session *s, const char *dir);
+/* Connect to the agent and shake hands, within the deadline's grace. */
+int exec_connect(struct exec_session *s, const char *agent_sock);
+/* Copy host files in; one {host,guest,bytes,sha256} per file onto list. */
+int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json_t *list);
+/* Send the EXEC request (its timeout: what is left of deadline_ms). */
+int exec_send(struct exec_session *s, const struct exec_request *r);
+/* Run the command until the agent's EXIT (into ex): its output to the
+ * logs, stdin_fd (-1: none) under the agent's credit, pings, the watchdog
+ * and the deadline. */
+int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex);
+/* The command has ended: copy files out, within what is left of the
+ * deadline plus EXEC_COPY_OUT_GRACE_MS and copy_out_max; one entry per
+ * file onto list ({guest,host,bytes,sha256} or {guest,host,error}).  A
+ * copy-out the agent cannot finish stops the vm, and is an error entry, as
+ * are those after it.  Then the connection is flushed and closed. */
+int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, json_t *list);
+/* The deadline passed with no EXIT: stop the vm, warn, and fill
+ * *copied_out with an error entry per copy-out (none was attempted). */
+int exec_at_deadline(struct exec_session *s, const struct exec_copy *out, int n,
+		     json_t **copied_out);
+/* The result object: the vm, the status, each stream's in-band part, size,
+ * truncation and log, the copies (references stolen), the warnings and
+ * exec_ms; the logs are fsynced first.  NULL on failure (s->err). */
+json_t *exec_result(struct exec_session *s, const char *vm_name, const struct exec_status *ex,
+		    json_t *copied_in, json_t *copied_out, int64_t exec_ms);
+
+/* Stop a vm whose agent cannot end what it runs, and wait until it is
+ * stopped.  0, or -1 (said on stderr): the vm may still be running. */
+int exec_stop_vm(struct exec_session *s);
+/* The next moment something must happen without the agent: a ping, the
+ * watchdog, the end of the deadline's grace or of copy-out. */
+int64_t exec_next_tick(const struct exec_session *s, int64_t now);
+
+#endif
