@@ -452,16 +452,26 @@ static int claim(struct runner *r, const char *id, char d[DNAME_MAX], int *lk)
 
 /* ---- the worker: one job, one `isopod run` ------------------------------ */
 
-static void worker_state(struct runner *r, const char *d, pid_t front)
+/* state.json: the job started (settle's test: interrupted, never requeued).
+ * ISOPOD_TEST_FAIL_AT=worker-state: the write fails (a full disk). */
+static int worker_state(struct runner *r, const char *d, pid_t front)
 {
 	char p[PATH_MAX], now[32];
+	const char *f = getenv("ISOPOD_TEST_FAIL_AT");
 	json_t *st = json_pack("{s:s, s:s, s:s, s:i, s:i}", "job", d, "state", "running", "started",
 			       iso_now(now, sizeof now), "worker_pid", (int)getpid(), "front_pid",
 			       (int)front);
+	int rc = -1;
 
-	if (!st || json_write_atomic(sp(r, p, "running/%s/state.json", d), st) < 0)
+	sp(r, p, "running/%s/state.json", d);
+	if (f && !strcmp(f, "worker-state"))
+		errno = EIO;
+	else if (st)
+		rc = json_write_atomic(p, st);
+	if (rc < 0)
 		warn("unable to write %s: %s", p, strerror(errno));
 	json_decref(st);
+	return rc;
 }
 
 /* Runs in the forked child; holds the job's lock (lk) for its whole life.
@@ -489,7 +499,11 @@ __attribute__((noreturn)) static void worker(struct runner *r, const char *d, ch
 	sfd = signalfd(-1, &m, SFD_CLOEXEC | SFD_NONBLOCK);
 	/* terminal signals are for the runner, which decides (drain) */
 	setpgid(0, 0);
-	worker_state(r, d, 0);
+	/* Without state.json a dead worker's job reads as never started and is
+	 * requeued: so nothing may start unless it is written (this exit is
+	 * that requeue, at once). */
+	if (worker_state(r, d, 0) < 0)
+		_exit(EX_SYS);
 	test_point("worker-started");
 	kill_result = getenv("ISOPOD_TEST_KILL_AT") && !strcmp(getenv("ISOPOD_TEST_KILL_AT"), "worker-result");
 	unsetenv("ISOPOD_TEST_KILL_AT"); /* the front end's tools have kill points too */
