@@ -75,6 +75,7 @@ struct runner {
 	json_t *verdict; /* isopod-attest verify's last JSON, or NULL */
 	char checked[32];
 	int64_t next_check;
+	int64_t hold_until; /* no job taken before: a worker just died */
 };
 
 /* Tests kill the runner or a worker at a given step: ISOPOD_TEST_KILL_AT. */
@@ -310,6 +311,23 @@ static int finish(struct runner *r, const char *d, const char *state, json_t *re
 	return 0;
 }
 
+/* running/D/<name>.tmp.<pid>: atomic_write's temporary files, left by a
+ * kill mid-write (stdin, state.json, job.json); a requeued job's directory
+ * must be empty to go. */
+static void rm_tmps(struct runner *r, const char *d)
+{
+	char p[PATH_MAX];
+	struct dirent *e;
+	DIR *dp = opendir(sp(r, p, "running/%s", d));
+
+	if (!dp)
+		return;
+	while ((e = readdir(dp)))
+		if (strstr(e->d_name, ".tmp.") && unlinkat(dirfd(dp), e->d_name, 0) < 0)
+			warn("unable to remove %s/%s: %s", p, e->d_name, strerror(errno));
+	closedir(dp);
+}
+
 /* running/D whose worker is gone (its lock free): finish it as far as it
  * got.  A result written: done or failed by it.  Started (state.json):
  * interrupted.  Claimed, never started: back to the queue.  Else (a claim
@@ -347,6 +365,7 @@ static int settle(struct runner *r, const char *d, const char *why)
 		}
 		unlink(sp(r, p, "running/%s/stdin", d));
 		unlink(sp(r, p, "running/%s/lock", d));
+		rm_tmps(r, d);
 		if (rmdir(sp(r, p, "running/%s", d)) < 0)
 			warn("unable to remove %s: %s", p, strerror(errno));
 		fsync_dir(sp(r, p, "queue"));
@@ -620,6 +639,9 @@ static void reap(struct runner *r)
 			snprintf(why, sizeof why, "its worker died (%s %d)",
 				 WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 			settle(r, r->slots[i].dname, why);
+			/* a job requeued by a worker that cannot start (a full
+			 * disk) is not retried in a tight loop */
+			r->hold_until = mono_ms() + TICK_MS;
 		}
 		r->slots[i].pid = 0;
 		r->busy--;
@@ -773,7 +795,7 @@ int main(int argc, char **argv)
 			scan_running(&r);
 			last_scan = now;
 		}
-		if (!r.draining && r.valid)
+		if (!r.draining && r.valid && now >= r.hold_until)
 			while (r.busy < r.workers && next_job(&r, id)) {
 				/* re-verified before every job */
 				if (!recheck(&r) || dispatch(&r, id) < 0)

@@ -57,6 +57,10 @@ teardown() {
 		wait "$RUNNER" 2>/dev/null || :
 	fi
 	wait_until 60 no_vm_running || :
+	# fake front ends (fake_libexec) that outlived a failed test: their groups
+	if [ -f "$BATS_TEST_TMPDIR/fronts" ]; then
+		while read -r pid _; do kill -KILL -- "-$pid" 2>/dev/null || :; done <"$BATS_TEST_TMPDIR/fronts"
+	fi
 	[ -n "${BATS_TEST_COMPLETED-}" ] || [ ! -f "$SPOOL.err" ] || sed 's/^/# runner: /' "$SPOOL.err" | tail -n 20 >&3
 }
 
@@ -106,6 +110,27 @@ job() {
 	printf '%s\n' "$2" >"$SPOOL/.$1.tmp"
 	mv "$SPOOL/.$1.tmp" "$SPOOL/queue/$1.json"
 }
+
+# fake_libexec: $LX, a libexec whose isopod-attest always verifies (each
+# call a line in $BATS_TEST_TMPDIR/verifies) and whose front end isopod
+# starts no VM: it appends "PID LASTWORD" to $BATS_TEST_TMPDIR/fronts and
+# says ok, or, when the job's last word is "hang", ignores SIGTERM and
+# sleeps.  For the runner's own logic, fast; run with ISOPOD_LIBEXEC=$LX.
+fake_libexec() {
+	LX="$BATS_TEST_TMPDIR/libexec"
+	mkdir -p "$LX"
+	printf '#!/bin/sh\necho x >>"%s/verifies"\necho '\''{"valid":true,"failures":[]}'\''\n' \
+		"$BATS_TEST_TMPDIR" >"$LX/isopod-attest"
+	cat >"$LX/isopod" <<F
+#!/bin/sh
+for a; do last=\$a; done
+echo "\$\$ \$last" >>"$BATS_TEST_TMPDIR/fronts"
+if [ "\$last" = hang ]; then trap '' TERM; sleep 300; fi
+echo '{"ok": true, "exit_code": 0}'
+F
+	chmod +x "$LX/isopod-attest" "$LX/isopod"
+}
+ran() { [ "$({ cat "$BATS_TEST_TMPDIR/fronts" 2>/dev/null || :; } | grep -c " $1\$")" -eq "$2" ]; }
 
 # runner [OPTION...]: started in the lab's host netns, in the background
 # ($RUNNER: its pid); returns once status.json says it runs (or refused).
@@ -415,4 +440,36 @@ runner_exit() {
 	jq -e '.state == "done" and (.reason | contains("signal 9"))' "$SPOOL/done/c/state.json"
 	kill -TERM "$RUNNER"
 	runner_exit 60
+}
+
+@test "a worker that cannot write state.json starts nothing: its job is requeued, runs once when it can" {
+	fake_libexec
+	job once '{"argv": ["once"]}'
+	ISOPOD_LIBEXEC=$LX ISOPOD_TEST_FAIL_AT=worker-state runner --workers 1
+	wait_until 30 grep -q 'unable to write .*/running/once/state.json' "$SPOOL.err"
+	sleep 3
+	# not started, so never a front end; requeued (or being retried)
+	ran once 0
+	is done 0 && is failed 0 && is interrupted 0 || false
+	kill -TERM "$RUNNER"
+	runner_exit 30
+	is queue 1
+	ISOPOD_LIBEXEC=$LX runner --workers 1
+	wait_until 30 is done 1
+	ran once 1
+}
+
+@test "a requeued job's leftover temporary files (a kill mid-write) do not block its directory" {
+	fake_libexec
+	job a '{"argv": ["a"]}'
+	ISOPOD_LIBEXEC=$LX ISOPOD_TEST_KILL_AT=runner-claimed runner
+	runner_exit 30
+	[ "$rc" -eq 137 ]
+	echo '{"state"' >"$SPOOL/running/a/state.json.tmp.12345"
+	echo 'in' >"$SPOOL/running/a/stdin.tmp.12346"
+	ISOPOD_LIBEXEC=$LX runner
+	wait_until 30 is done 1
+	ran a 1
+	is running 0 && is failed 0 || false
+	[ -f "$SPOOL/done/a/job.json" ]
 }
