@@ -60,8 +60,10 @@
 static const char *const final_states[] = { "done", "failed", "interrupted" };
 
 struct slot {
-	pid_t pid; /* 0: free */
-	char dname[DNAME_MAX];
+	pid_t pid;   /* 0: free; -1: its worker died, its front end is stopping */
+	pid_t front; /* then: the front end (its process group) */
+	int64_t kill_at;
+	char dname[DNAME_MAX], why[64]; /* why: how its worker died */
 };
 
 struct runner {
@@ -624,9 +626,43 @@ static int dispatch(struct runner *r, const char *id)
 	return 0;
 }
 
+static void slot_free(struct runner *r, struct slot *s)
+{
+	s->pid = 0, s->front = 0;
+	r->busy--;
+	status_write(r);
+}
+
+/* The front end of a worker that died: it got SIGTERM then (its
+ * PDEATHSIG) and stops its VM; past STOP_GRACE_MS its process group (the
+ * front end's own: started with setsid by our worker) gets SIGKILL.  Its
+ * slot stays busy until the group is gone: never more VMs than --workers.
+ * Then the job is settled (interrupted: it started). */
+static void stop_fronts(struct runner *r)
+{
+	for (int i = 0; i < r->workers; i++) {
+		struct slot *s = &r->slots[i];
+
+		if (s->pid != -1)
+			continue;
+		if (kill(-s->front, 0) == 0 || errno == EPERM) {
+			if (s->kill_at && mono_ms() >= s->kill_at) {
+				warn("job %s: its front end (pid %d) outlived its worker by %d ms: SIGKILL",
+				     s->dname, (int)s->front, STOP_GRACE_MS);
+				kill(-s->front, SIGKILL);
+				s->kill_at = 0;
+			}
+			continue;
+		}
+		settle(r, s->dname, s->why);
+		slot_free(r, s);
+	}
+}
+
 static void reap(struct runner *r)
 {
-	char why[128];
+	char why[64], p[PATH_MAX];
+	json_t *st_j;
 	pid_t pid;
 	int st, i;
 
@@ -636,17 +672,30 @@ static void reap(struct runner *r)
 		if (i == r->workers)
 			continue;
 		if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+			json_int_t f;
+
 			snprintf(why, sizeof why, "its worker died (%s %d)",
 				 WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-			settle(r, r->slots[i].dname, why);
 			/* a job requeued by a worker that cannot start (a full
 			 * disk) is not retried in a tight loop */
 			r->hold_until = mono_ms() + TICK_MS;
+			st_j = json_load_path(sp(r, p, "running/%s/state.json", r->slots[i].dname));
+			f = json_integer_value(json_object_get(st_j, "front_pid"));
+			json_decref(st_j);
+			if (f > 1 && f <= INT32_MAX && kill(-(pid_t)f, 0) == 0) {
+				r->slots[i].pid = -1;
+				r->slots[i].front = (pid_t)f;
+				r->slots[i].kill_at = mono_ms() + STOP_GRACE_MS;
+				snprintf(r->slots[i].why, sizeof r->slots[i].why, "%s", why);
+				warn("job %s: its worker died; waiting for its front end (pid %d) to stop",
+				     r->slots[i].dname, (int)f);
+				continue;
+			}
+			settle(r, r->slots[i].dname, why);
 		}
-		r->slots[i].pid = 0;
-		r->busy--;
-		status_write(r);
+		slot_free(r, &r->slots[i]);
 	}
+	stop_fronts(r);
 }
 
 /* ---- set-up and the loop ----------------------------------------------- */

@@ -473,3 +473,29 @@ runner_exit() {
 	is running 0 && is failed 0 || false
 	[ -f "$SPOOL/done/a/job.json" ]
 }
+
+@test "a killed worker's front end that ignores SIGTERM is killed (its group) after the grace; its slot stays busy until then" {
+	local w f
+	fake_libexec
+	job a '{"argv": ["hang"]}'
+	ISOPOD_LIBEXEC=$LX runner --workers 1
+	wait_until 30 started a
+	w=$(jq .worker_pid "$SPOOL/running/a/state.json")
+	f=$(jq .front_pid "$SPOOL/running/a/state.json")
+	kill -0 "$f"
+	job b '{"argv": ["b"]}'
+	kill -KILL "$w"
+	# the front end outlives its worker: the job and its slot wait (b does not start)
+	sleep 5
+	kill -0 "$f"
+	is running 1 && is interrupted 0 || false
+	ran b 0
+	# past the grace (20 s) its group is killed, the job interrupted, b runs
+	wait_until 40 is interrupted 1
+	run kill -0 "$f"
+	[ "$status" -ne 0 ]
+	jq -e '.error_kind == "interrupted" and (.error | contains("signal 9"))' "$SPOOL/interrupted/a/result.json"
+	wait_until 30 is done 1
+	ran b 1
+	grep -q "front end (pid $f) outlived its worker" "$SPOOL.err"
+}
