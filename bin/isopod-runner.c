@@ -572,22 +572,71 @@ __attribute__((noreturn)) static void worker(struct runner *r, const char *d, ch
 	_exit(0);
 }
 
-/* Claim the oldest queued job and start its worker (or fail it: a job that
- * does not parse never reaches a worker).  0 started or failed, -1 error. */
+/* running/D/job.json is still the writer's inode (the claim is a rename):
+ * a writer keeping a link or an open fd could edit it during the run or in
+ * done/ after.  It is replaced by a copy of its bytes, its times kept (the
+ * queue's order if it is requeued).  What is not a regular file within
+ * JOB_MAX_BYTES is left for job_load to refuse.  0, or -1 with errno. */
+static int own_copy(struct runner *r, const char *d)
+{
+	char p[PATH_MAX], *buf = NULL;
+	int fd = open(sp(r, p, "running/%s/job.json", d), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	size_t n = 0;
+	ssize_t k;
+	int rc = 0, e = 0;
+
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= JOB_MAX_BYTES &&
+	    (buf = malloc(JOB_MAX_BYTES + 1))) {
+		while (n <= JOB_MAX_BYTES && (k = read(fd, buf + n, JOB_MAX_BYTES + 1 - n)) > 0)
+			n += (size_t)k;
+		if (n <= JOB_MAX_BYTES) {
+			struct timespec t[2] = { st.st_atim, st.st_mtim };
+
+			rc = atomic_write(p, buf, n, 0600);
+			e = errno;
+			if (rc == 0)
+				utimensat(AT_FDCWD, p, t, AT_SYMLINK_NOFOLLOW);
+		}
+	}
+	close(fd);
+	free(buf);
+	errno = e;
+	return rc;
+}
+
+/* Claim the oldest queued job, parse it, verify the attestation and start
+ * its worker.  A job that does not parse fails at once, without a verify
+ * (a flood of bad files is not a flood of verifies) and never reaches a
+ * worker; a job that parses while the attestation no longer verifies goes
+ * back to the queue.  0 started or failed, -1 error or paused. */
 static int dispatch(struct runner *r, const char *id)
 {
 	char d[DNAME_MAX], p[PATH_MAX], why[JOB_WHY_SZ], **av = NULL;
-	json_t *job, *res, *in;
-	int lk, slot, c;
+	json_t *job = NULL, *res, *in;
+	int lk, slot, c, infra = 0;
 	long long budget;
 	pid_t pid;
 
 	if ((c = claim(r, id, d, &lk)) <= 0)
 		return c;
-	job = job_load(sp(r, p, "running/%s/job.json", d), why, sizeof why);
+	if ((infra = own_copy(r, d) < 0))
+		snprintf(why, sizeof why, "unable to copy %.300s: %s", sp(r, p, "running/%s/job.json", d),
+			 strerror(errno));
+	else
+		job = job_load(sp(r, p, "running/%s/job.json", d), why, sizeof why);
 	if (job && strcmp(d, id)) {
 		snprintf(why, sizeof why, "the name %s was used before: names are single-use", id);
 		json_decref(job), job = NULL;
+	}
+	if (job && !recheck(r)) {
+		/* (settle needs the lock: it is ours, taken again there) */
+		json_decref(job);
+		close(lk);
+		settle(r, d, "the attestation no longer verifies");
+		return -1;
 	}
 	in = json_object_get(job, "stdin");
 	if (job && in &&
@@ -597,7 +646,7 @@ static int dispatch(struct runner *r, const char *id)
 		snprintf(why, sizeof why, "out of memory");
 	if (!av) {
 		warn("job %s failed: %s", d, why);
-		res = failure(job ? "infra" : "usage", "job %s: %s", id, why);
+		res = failure(job || infra ? "infra" : "usage", "job %s: %s", id, why);
 		finish(r, d, "failed", res, why, -1, 0);
 		json_decref(res);
 		json_decref(job);
@@ -845,11 +894,9 @@ int main(int argc, char **argv)
 			last_scan = now;
 		}
 		if (!r.draining && r.valid && now >= r.hold_until)
-			while (r.busy < r.workers && next_job(&r, id)) {
-				/* re-verified before every job */
-				if (!recheck(&r) || dispatch(&r, id) < 0)
+			while (r.busy < r.workers && next_job(&r, id))
+				if (dispatch(&r, id) < 0) /* re-verifies before every job */
 					break;
-			}
 		if (r.draining && r.busy == 0) {
 			set_state(&r, "stopped", "drained after SIGTERM");
 			return 0;

@@ -499,3 +499,27 @@ runner_exit() {
 	ran b 1
 	grep -q "front end (pid $f) outlived its worker" "$SPOOL.err"
 }
+
+@test "the job's bytes are copied at the claim: a writer's hard link cannot edit the job that ran" {
+	fake_libexec
+	printf '{"argv": ["linked"]}\n' >"$BATS_TEST_TMPDIR/mine.json"
+	ln "$BATS_TEST_TMPDIR/mine.json" "$SPOOL/queue/linked.json"
+	ISOPOD_LIBEXEC=$LX runner
+	wait_until 30 is done 1
+	[ "$(stat -c %i "$SPOOL/done/linked/job.json")" != "$(stat -c %i "$BATS_TEST_TMPDIR/mine.json")" ]
+	printf '{"argv": ["edited"]}\n' >"$BATS_TEST_TMPDIR/mine.json"
+	jq -e '.argv == ["linked"]' "$SPOOL/done/linked/job.json"
+}
+
+@test "a job file that does not parse fails without a verify: a flood of bad files is not a flood of verifies" {
+	local i
+	fake_libexec
+	for i in $(seq 1 10); do job "bad$i" '{"argv": '; done
+	RECHECK=3600 ISOPOD_LIBEXEC=$LX runner
+	wait_until 30 is failed 10
+	job good '{"argv": ["good"]}'
+	wait_until 30 is done 1
+	# one verify at start, one before the good job
+	wc -l <"$BATS_TEST_TMPDIR/verifies"
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/verifies")" -eq 2 ]
+}
