@@ -337,6 +337,64 @@ static json_t *groups(struct entry *e, size_t n, int denied)
 	return out;
 }
 
+/* The guest chooses how many groups there are (each DNS name it asks for
+ * is one), and a result must stay small enough for its readers (the
+ * runner, jq): past EGRESS_GROUPS_MAX of a list, the groups with the most
+ * flows or count are kept, in their order, and <list>_omitted says what
+ * was left out ({groups, <weight>}); without it nothing was. */
+#define EGRESS_GROUPS_MAX 256
+
+struct weighed {
+	json_int_t w;
+	size_t i;
+};
+
+static int weighed_cmp(const void *a, const void *b)
+{
+	const struct weighed *x = a, *y = b;
+
+	if (x->w != y->w)
+		return x->w > y->w ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static void cap_groups(json_t *eg, const char *list, const char *weight)
+{
+	json_t *a = json_object_get(eg, list), *kept;
+	size_t n = json_array_size(a), i;
+	struct weighed *v;
+	char *keep;
+	json_int_t gone = 0;
+	char name[32];
+
+	if (n <= EGRESS_GROUPS_MAX)
+		return;
+	v = calloc(n, sizeof *v);
+	keep = calloc(n, 1);
+	kept = json_array();
+	if (!v || !keep || !kept)
+		die(EX_SYS, "out of memory");
+	for (i = 0; i < n; i++)
+		v[i] = (struct weighed){ .w = json_integer_value(json_object_get(json_array_get(a, i), weight)),
+					 .i = i };
+	qsort(v, n, sizeof *v, weighed_cmp);
+	for (i = 0; i < n; i++) {
+		if (i < EGRESS_GROUPS_MAX)
+			keep[v[i].i] = 1;
+		else
+			gone += v[i].w;
+	}
+	for (i = 0; i < n; i++)
+		if (keep[i])
+			json_array_append(kept, json_array_get(a, i));
+	snprintf(name, sizeof name, "%s_omitted", list);
+	json_object_set_new(eg, name, json_pack("{s:I, s:I}", "groups", (json_int_t)(n - EGRESS_GROUPS_MAX),
+						 weight, gone));
+	json_object_set_new(eg, list, kept);
+	free(v);
+	free(keep);
+}
+
 static const char *str(const json_t *j, const char *key)
 {
 	return json_string_value(json_object_get(j, key));
@@ -403,6 +461,8 @@ static json_t *egress(const char *id, json_t *warnings)
 			de[nd++] = (struct entry){.line = j, .idx = i};
 	}
 	res = json_pack("{s:o, s:o}", "allowed", groups(al, na, 0), "denied", groups(de, nd, 1));
+	cap_groups(res, "allowed", "flows");
+	cap_groups(res, "denied", "count");
 	free(al);
 	free(de);
 	json_decref(lines);

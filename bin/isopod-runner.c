@@ -56,6 +56,11 @@
 #define STOP_GRACE_MS 20000
 #define TICK_MS 1000
 #define DNAME_MAX (JOB_ID_MAX + 24)
+/* `isopod run`'s result: its stdout and stderr excerpts and egress (at most
+ * 256 groups a list) are bounded well below this; JSON_MAX_BYTES (1 MiB)
+ * is not a bound the front end keeps, and a guest must not turn its
+ * job's success into "no result" by being verbose. */
+#define RESULT_MAX_BYTES (16u << 20)
 
 static const char *const final_states[] = { "done", "failed", "interrupted" };
 
@@ -495,6 +500,26 @@ static int worker_state(struct runner *r, const char *d, pid_t front)
 	return rc;
 }
 
+/* The front end's result (one JSON object, no duplicate key) within
+ * RESULT_MAX_BYTES; NULL otherwise. */
+static json_t *load_result(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t n = 0;
+	char *b = fd >= 0 ? fd_text(fd, RESULT_MAX_BYTES + 1, &n) : NULL;
+	json_t *j = NULL;
+	json_error_t e;
+
+	if (b && n <= RESULT_MAX_BYTES)
+		j = json_loadb(b, n, JSON_REJECT_DUPLICATES, &e);
+	if (j && !json_is_object(j))
+		json_decref(j), j = NULL;
+	if (fd >= 0)
+		close(fd);
+	free(b);
+	return j;
+}
+
 /* Runs in the forked child; holds the job's lock (lk) for its whole life.
  * A SIGTERM (its runner died: PDEATHSIG, or an operator) interrupts the
  * job: the front end gets SIGTERM (it stops its VM and says so), then
@@ -560,7 +585,7 @@ __attribute__((noreturn)) static void worker(struct runner *r, const char *d, ch
 			kill(pid, SIGKILL), kill_at = 0;
 	}
 	rc = proc_status(st);
-	res = json_load_path(sp(r, p, "running/%s/stdout", d));
+	res = load_result(sp(r, p, "running/%s/stdout", d));
 	if (!json_is_boolean(json_object_get(res, "ok"))) {
 		json_decref(res);
 		res = failure(why[0] ? "interrupted" : "infra", "isopod run exited %d without a result%s%s",

@@ -684,6 +684,23 @@ L
 	json_is 'has("egress") | not'
 }
 
+@test "run: egress keeps at most 256 denied groups (the most counted) and says what it left out" {
+	use_fake
+	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"
+	local i
+	for i in $(seq 1 300); do
+		printf '{"time":"t","kind":"dns","name":"n%s.exfil.test","port":53,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}\n' "$i"
+	done >"$FAKE_LEDGER"
+	for i in 1 2 3; do
+		echo '{"time":"t","kind":"http","name":"hot.test","port":80,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}'
+	done >>"$FAKE_LEDGER"
+	run_isopod -0 run --json-only --net filtered -- true
+	json_is '.egress.denied | length == 256'
+	json_is '.egress.denied_omitted == {groups: 45, count: 45}'
+	json_is 'any(.egress.denied[]; .name == "hot.test" and .count == 3)'
+	json_is '.egress | has("allowed_omitted") | not'
+}
+
 @test "run: a policy line in the ledger (the broker lost isopod-netsetup's table) is a warning, not egress; ok stays true" {
 	use_fake
 	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"

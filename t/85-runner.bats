@@ -115,7 +115,7 @@ job() {
 # call a line in $BATS_TEST_TMPDIR/verifies) and whose front end isopod
 # starts no VM: it appends "PID LASTWORD" to $BATS_TEST_TMPDIR/fronts and
 # says ok, or, when the job's last word is "hang", ignores SIGTERM and
-# sleeps.  For the runner's own logic, fast; run with ISOPOD_LIBEXEC=$LX.
+# sleeps, or when it is "big", says ok in 2 MB.  For the runner's own logic, fast; run with ISOPOD_LIBEXEC=$LX.
 fake_libexec() {
 	LX="$BATS_TEST_TMPDIR/libexec"
 	mkdir -p "$LX"
@@ -126,6 +126,10 @@ fake_libexec() {
 for a; do last=\$a; done
 echo "\$\$ \$last" >>"$BATS_TEST_TMPDIR/fronts"
 if [ "\$last" = hang ]; then trap '' TERM; sleep 300; fi
+if [ "\$last" = big ]; then
+	printf '{"ok": true, "exit_code": 0, "stdout": "'; head -c 2000000 /dev/zero | tr '\\0' x; echo '"}'
+	exit 0
+fi
 echo '{"ok": true, "exit_code": 0}'
 F
 	chmod +x "$LX/isopod-attest" "$LX/isopod"
@@ -522,4 +526,12 @@ runner_exit() {
 	# one verify at start, one before the good job
 	wc -l <"$BATS_TEST_TMPDIR/verifies"
 	[ "$(wc -l <"$BATS_TEST_TMPDIR/verifies")" -eq 2 ]
+}
+
+@test "a result over 1 MiB (a verbose guest) is still the job's result: done, not failed" {
+	fake_libexec
+	job big '{"argv": ["big"]}'
+	ISOPOD_LIBEXEC=$LX runner
+	wait_until 30 is done 1
+	jq -e '.ok and (.stdout | length) == 2000000' "$SPOOL/done/big/result.json" >/dev/null
 }
