@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-runner [--spool DIR] [--workers N] [--attestation FILE] " \
-	      "[--attest-dir DIR] [--pubkey FILE] [--recheck-s N]"
+	      "[--attest-dir DIR] [--pubkey FILE] [--recheck-s N] [--net-max MODE]"
 #define SPOOL_DEFAULT "/var/spool/isopod"
 #define ATTESTATION_DEFAULT "/etc/isopod/attestation.json"
 #define WORKERS_MAX 64
@@ -63,6 +63,8 @@
 #define RESULT_MAX_BYTES (16u << 20)
 
 static const char *const final_states[] = { "done", "failed", "interrupted" };
+/* --net-max: net modes by how much they let out */
+static const char *const nets[] = { "none", "filtered", "open" };
 
 struct slot {
 	pid_t pid;   /* 0: free; -1: its worker died, its front end is stopping */
@@ -75,6 +77,7 @@ struct runner {
 	char spool[PATH_MAX], attest[PATH_MAX], front[PATH_MAX], att_base[NAME_MAX + 1];
 	const char *att, *att_dir, *pubkey;
 	int workers, recheck_s, busy, draining, valid, sfd, ifd, wd_att, spool_lock;
+	int net_max; /* index in nets */
 	pid_t pid;
 	struct slot *slots;
 	const char *state;
@@ -632,6 +635,33 @@ static int own_copy(struct runner *r, const char *d)
 	return rc;
 }
 
+static int net_rank(const char *s)
+{
+	for (int i = 0; s && i < 3; i++)
+		if (!strcmp(s, nets[i]))
+			return i;
+	return -1;
+}
+
+/* The operator's ceiling on a job's net mode (--net-max): 1 and why when
+ * the job asks for more.  A job without net gets filtered (none under
+ * --net-max none), never the front end's configured default, which could
+ * be open.  A value that is no mode is the front end's to refuse. */
+static int net_over(const struct runner *r, json_t *job, char *why, size_t whysz)
+{
+	json_t *n = json_object_get(job, "net");
+	int k;
+
+	if (!n) {
+		json_object_set_new(job, "net", json_string(nets[r->net_max < 1 ? r->net_max : 1]));
+		return 0;
+	}
+	if ((k = net_rank(json_string_value(n))) <= r->net_max)
+		return 0;
+	snprintf(why, whysz, "net %s: above this runner's --net-max %s", nets[k], nets[r->net_max]);
+	return 1;
+}
+
 /* Claim the oldest queued job, parse it, verify the attestation and start
  * its worker.  A job that does not parse fails at once, without a verify
  * (a flood of bad files is not a flood of verifies) and never reaches a
@@ -656,6 +686,8 @@ static int dispatch(struct runner *r, const char *id)
 		snprintf(why, sizeof why, "the name %s was used before: names are single-use", id);
 		json_decref(job), job = NULL;
 	}
+	if (job && net_over(r, job, why, sizeof why))
+		json_decref(job), job = NULL;
 	if (job && !recheck(r)) {
 		/* (settle needs the lock: it is ours, taken again there) */
 		json_decref(job);
@@ -862,11 +894,12 @@ int main(int argc, char **argv)
 		{ "attest-dir", required_argument, NULL, 'd' },
 		{ "pubkey", required_argument, NULL, 'p' },
 		{ "recheck-s", required_argument, NULL, 'r' },
+		{ "net-max", required_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct runner r = { .att = ATTESTATION_DEFAULT, .workers = 2, .recheck_s = RECHECK_DEFAULT,
-			    .state = "starting", .sfd = -1, .ifd = -1, .wd_att = -1, .spool_lock = -1 };
+			    .state = "starting", .net_max = 1, .sfd = -1, .ifd = -1, .wd_att = -1, .spool_lock = -1 };
 	struct signalfd_siginfo si;
 	char id[DNAME_MAX], why[sizeof r.reason], p[PATH_MAX];
 	long long v;
@@ -891,6 +924,10 @@ int main(int argc, char **argv)
 			if (parse_ll(optarg, 1, 86400, &v) < 0)
 				die(EX_USAGE, "--recheck-s: 1 to 86400 seconds, not %s", EXC(optarg));
 			r.recheck_s = (int)v;
+			break;
+		case 'n':
+			if ((r.net_max = net_rank(optarg)) < 0)
+				die(EX_USAGE, "--net-max: none, filtered or open, not %s", EXC(optarg));
 			break;
 		case 'h': puts("usage: " USAGE); return 0;
 		default: die(EX_USAGE, "usage: %s", USAGE);

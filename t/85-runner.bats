@@ -125,6 +125,7 @@ fake_libexec() {
 #!/bin/sh
 for a; do last=\$a; done
 echo "\$\$ \$last" >>"$BATS_TEST_TMPDIR/fronts"
+echo "\$*" >>"$BATS_TEST_TMPDIR/args"
 if [ "\$last" = hang ]; then trap '' TERM; sleep 300; fi
 if [ "\$last" = big ]; then
 	printf '{"ok": true, "exit_code": 0, "stdout": "'; head -c 2000000 /dev/zero | tr '\\0' x; echo '"}'
@@ -163,7 +164,7 @@ runner_exit() {
 	# the man page's SYNOPSIS says the same
 	[ "$output" = "usage: $(MANWIDTH=1000 man -l "$ISOPOD_SRC/man/isopod-runner.8" 2>/dev/null |
 		awk '/^SYNOPSIS/ { getline; sub(/^ +/, ""); print; exit }')" ]
-	for a in "--workers 0" "--workers 65" "--recheck-s 0" "--recheck-s x" "extra"; do
+	for a in "--workers 0" "--workers 65" "--recheck-s 0" "--recheck-s x" "--net-max all" "extra"; do
 		# shellcheck disable=SC2086 # split on purpose
 		run --separate-stderr "$ISOPOD_SRC/bin/isopod-runner" --spool "$SPOOL" $a
 		[ "$status" -eq 100 ]
@@ -534,4 +535,32 @@ runner_exit() {
 	ISOPOD_LIBEXEC=$LX runner
 	wait_until 30 is done 1
 	jq -e '.ok and (.stdout | length) == 2000000' "$SPOOL/done/big/result.json" >/dev/null
+}
+
+@test "--net-max: a job asking for more net fails before it runs; one without net gets filtered, not the configured default" {
+	fake_libexec
+	job open '{"argv": ["open"], "net": "open"}'
+	job nonet '{"argv": ["nonet"]}'
+	ISOPOD_NET=open ISOPOD_LIBEXEC=$LX runner
+	wait_until 30 is failed 1
+	wait_until 30 is done 1
+	jq -e '.ok == false and .error_kind == "usage" and (.error | contains("net open: above this runner'"'"'s --net-max filtered"))' \
+		"$SPOOL/failed/open/result.json"
+	ran open 0
+	grep -q -- "--net filtered .* nonet\$" "$BATS_TEST_TMPDIR/args"
+	kill -TERM "$RUNNER"
+	runner_exit 30
+	job open2 '{"argv": ["open2"], "net": "open"}'
+	job none2 '{"argv": ["none2"]}'
+	ISOPOD_LIBEXEC=$LX runner --net-max open
+	wait_until 30 is done 3
+	grep -q -- "--net open .* open2\$" "$BATS_TEST_TMPDIR/args"
+	kill -TERM "$RUNNER"
+	runner_exit 30
+	job filt '{"argv": ["filt"], "net": "filtered"}'
+	job none3 '{"argv": ["none3"]}'
+	ISOPOD_LIBEXEC=$LX runner --net-max none
+	wait_until 30 is failed 2
+	wait_until 30 is done 4
+	grep -q -- "--net none .* none3\$" "$BATS_TEST_TMPDIR/args"
 }
