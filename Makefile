@@ -107,11 +107,20 @@ images: all
 # -O2 build proves safe; that build keeps the warning as an error.
 ASAN_CFLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 	-fno-sanitize-recover=undefined -Wno-format-truncation
-asan: $(TOOLS)
+# Each library source is compiled once for all the tools (a tool links every
+# object, as its -O2 build links what it uses): one compile per tool and
+# library was 18 x 35 compiles, minutes of CI.
+ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(ATTESTLIB:.o=.c) lib/sniff.c lib/tcfilter.c)
+ASAN_OBJ = $(ASAN_SRC:%.c=build/asan/%.o)
+build/asan/lib/%.o: lib/%.c $(LIBHDR)
+	@mkdir -p build/asan/lib
+	$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -c -o $@ $<
+
+asan: $(TOOLS) $(ASAN_OBJ)
 	mkdir -p build/asan/bin
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
-			$$t.c $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(ATTESTLIB:.o=.c) lib/sniff.c lib/tcfilter.c lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			$$t.c $(ASAN_OBJ) lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
 	done
 
 check: all asan
