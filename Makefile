@@ -27,7 +27,7 @@ TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/iso
 HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/execopt.o lib/execio.o
 # Only the tools that read nftables link libnftnl: ruleset.o on its own.
 NETLIB = lib/ruleset.o
-LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h
+LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h
 
 all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out
 
@@ -71,12 +71,15 @@ $(ATTESTLIB): $(LIBHDR)
 bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(ATTESTLIB) $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
-# The adverse doctor watches frames (lib/sniff.c) and reads the tables back.
+# The adverse doctor (lib/adverse.c, lib/advprobe.c) watches frames
+# (lib/sniff.c) and reads the tables back.
+DOCTORLIB = lib/adverse.o lib/advprobe.o lib/sniff.o
 lib/sniff.o: lib/sniff.c lib/sniff.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ lib/sniff.c
+lib/advprobe.o: lib/sniff.h
 
-bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) lib/sniff.o $(LIBHDR) lib/sniff.h
-	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-doctor.c $(HOSTLIB) lib/sniff.o $(LDLIBS_HOST)
+bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) $(DOCTORLIB) $(LIBHDR) lib/sniff.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-doctor.c $(DOCTORLIB) $(HOSTLIB) $(LDLIBS_HOST)
 
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
 AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \
@@ -110,7 +113,7 @@ ASAN_CFLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 # Each library source is compiled once for all the tools (a tool links every
 # object, as its -O2 build links what it uses): one compile per tool and
 # library was 18 x 35 compiles, minutes of CI.
-ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(ATTESTLIB:.o=.c) lib/sniff.c lib/tcfilter.c)
+ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(ATTESTLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
 ASAN_OBJ = $(ASAN_SRC:%.c=build/asan/%.o)
 build/asan/lib/%.o: lib/%.c $(LIBHDR)
 	@mkdir -p build/asan/lib

@@ -473,35 +473,6 @@ bad:
 	return r ? r : EX_SYS;
 }
 
-/* Did the supervisor end the VM on purpose (owner gone, signal)? */
-static int killed_by_owner(const char *id, char *why, size_t wsz)
-{
-	json_t *r = vm_read(id);
-	const char *b = json_string_value(json_object_get(r, "stopped_by"));
-	int yes = b && (!strcmp(b, "owner") || !strcmp(b, "signal"));
-
-	if (yes)
-		snprintf(why, wsz, "stopped_by %s", b);
-	json_decref(r);
-	return yes;
-}
-
-/* A failed resume left its QEMU's log and a record saying failed: keep the
- * log beside the next one, put the record back to booting. */
-static void resume_undo(const char *id, const struct inst *in)
-{
-	char p[PATH_MAX];
-	json_t *m;
-
-	pathf(p, sizeof p, "%s/qemu-resume.log", in->dir);
-	rename(in->qlog, p);
-	m = json_pack("{s:s, s:n, s:n, s:n, s:n, s:n, s:n}", "state", "booting", "error",
-		      "stopped_at", "qemu_exit", "stopped_by", "supervisor_pid", "qemu_pid");
-	if (!m || vm_meta_update(id, NULL, m) < 0)
-		warn("unable to update the record of %s:", id);
-	json_decref(m);
-}
-
 /* The pool's settings from the environment, checked before anything
  * changes.  Is the pool wanted? */
 static int pool_wanted(struct boot *bt)
@@ -881,16 +852,19 @@ static void try_warm(struct boot *bt)
 		unlink(pristine);
 		fail(bt, EX_TIMEOUT, "resuming the warm snapshot: %s (--timeout-ms %lld)", msg,
 		     bt->cf.timeout_ms);
-	} else if (killed_by_owner(bt->id, why, sizeof why)) {
+	} else if (vm_stopped_on_purpose(bt->id, why, sizeof why)) {
 		/* The supervisor ended it (its owner exited, or a signal): not
 		 * the snapshot's fault, and no run wants this VM any more. */
 		unlink(pristine);
 		fail(bt, EX_SYS, "the VM was stopped while it resumed (%s): %s", why, msg);
 	} else {
+		char keep[PATH_MAX];
+
 		warm_warn(&bt->w, "warm snapshot %.12s failed to resume: %s; retired, booted cold",
 			  bt->w.key, msg);
 		warm_retire(&bt->w);
-		resume_undo(bt->id, &bt->in);
+		vm_resume_undo(bt->id, bt->in.qlog, pathf(keep, sizeof keep, "%s/qemu-resume.log",
+							  bt->in.dir));
 		if (bt->forked && rename(pristine, bt->in.disk) < 0)
 			fail(bt, EX_SYS, "unable to restore %s: %s", bt->in.disk, strerror(errno));
 		if (!bt->forked && qemu_img_overlay(bt->im.base, bt->in.disk, bt->disk_bytes, err,

@@ -288,3 +288,27 @@ int vm_exit_code(int err)
 {
 	return exit_code_of(err);
 }
+
+int vm_stopped_on_purpose(const char *id, char *why, size_t wsz)
+{
+	json_t *r = vm_read(id);
+	const char *b = json_string_value(json_object_get(r, "stopped_by"));
+	int yes = b && (!strcmp(b, "owner") || !strcmp(b, "signal"));
+
+	if (yes)
+		snprintf(why, wsz, "stopped_by %s", b);
+	json_decref(r);
+	return yes;
+}
+
+void vm_resume_undo(const char *id, const char *qlog, const char *keep)
+{
+	json_t *m;
+
+	rename(qlog, keep);
+	m = json_pack("{s:s, s:n, s:n, s:n, s:n, s:n, s:n}", "state", "booting", "error",
+		      "stopped_at", "qemu_exit", "stopped_by", "supervisor_pid", "qemu_pid");
+	if (!m || vm_meta_update(id, NULL, m) < 0)
+		warn("unable to update the record of %s:", id);
+	json_decref(m);
+}

@@ -52,6 +52,15 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
  * cannot be read. */
 json_t *vm_list(void (*skip)(const char *id, int err), char *why, size_t wsz);
 
+/* 1 when the supervisor ended VM id on purpose (its record's stopped_by
+ * owner or signal: the owner gone, a signal), why saying which. */
+int vm_stopped_on_purpose(const char *id, char *why, size_t wsz);
+
+/* A failed resume left its QEMU's log (qlog) and a record saying failed:
+ * keep the log beside the next one (renamed to keep), put the record back
+ * to booting (a warning when it cannot). */
+void vm_resume_undo(const char *id, const char *qlog, const char *keep);
+
 /* The exit status (doc/INTERFACES.md) for a failure of the above:
  * EINVAL 100, ENOENT 101, ENOTUNIQ 102, anything else 111. */
 int vm_exit_code(int err);
