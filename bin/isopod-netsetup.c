@@ -90,13 +90,34 @@
  * routing rule at RULE_PREF blackholes everything from the tap unless its
  * packet carries FWMARK, which only `inet isopod` sets (open slots, in its
  * prerouting chain).  A flushed, deleted or replaced table leaves the
- * rule, so nothing from a guest is routed on; the host's own addresses
- * still come first (the `local` rule, priority 0).  RULE_PREF is low so
+ * rule, so nothing from a guest is routed on.  RULE_PREF is low so
  * that no ordinary rule of the host's routes a guest's packet before the
  * blackhole; the bit is one that Docker, kube-proxy, Cilium, Tailscale
- * and WireGuard leave alone. */
+ * and WireGuard leave alone.
+ *
+ * Local delivery is routing too, and the kernel's `local` rule (priority
+ * 0) came before the blackhole: a packet the tc filter passed for a
+ * forwarded or a gateway destination, then DNATed or REDIRECTed by
+ * another tool's ruleset to a host address, or sent to a host's port 53
+ * with the table gone (nothing redirects it to the broker), was
+ * delivered.  So the tc filter marks every IPv4 packet it passes with
+ * TAPMARK and `inet isopod` clears the bit on what it accepts; the
+ * `local` rule moves to LOCAL_PREF and looks up only packets without the
+ * bit (everything not from a tap, and a tap's packets the table judged,
+ * whose input chain then judges them after any NAT).  A marked packet
+ * meets the per-tap rules instead: ICMP to its own gateway (ping, the
+ * errors the filter checked; no NAT makes ICMP a service) is local, the
+ * rest blackholed at RULE_PREF.  The filter's own route lookup carries no
+ * mark, so it still sees the host's addresses as local.  Chosen over
+ * marking what the table accepts and blackholing the rest: ARP's route
+ * lookup (whether to answer for the gateway) carries no mark either, and
+ * would fail with the table gone, taking the gateway's ping with it.
+ * `--remove` puts the `local` rule back at priority 0 before it deletes
+ * ours, so the host never goes without one. */
 #define RULE_PREF 10
 #define FWMARK 0x10000000u
+#define TAPMARK 0x20000000u
+#define LOCAL_PREF 1
 
 /* Destinations a guest never reaches through the host (forward path) are
  * lib/ranges.c's list, less the host's overrides (`allow_range` lines of
@@ -1286,6 +1307,24 @@ static void x_mark_or(struct nftnl_rule *r, uint32_t bit)
 	nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
 }
 
+/* `meta mark set meta mark & ~bit` */
+static void x_mark_clear(struct nftnl_rule *r, uint32_t bit)
+{
+	struct nftnl_expr *e;
+	uint32_t mask = ~bit, xor = 0;
+
+	x_meta(r, NFT_META_MARK);
+	e = expr_new(r, "bitwise");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 4);
+	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 4);
+	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &xor, 4);
+	e = expr_new(r, "meta");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, NFT_META_MARK);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
+}
+
 /* The table's part, in the same batch as the rest of `inet isopod`. */
 static void build_failclosed(void)
 {
@@ -1293,6 +1332,15 @@ static void build_failclosed(void)
 	struct nftnl_expr *e;
 	char name[IFNAMSIZ];
 	unsigned k;
+
+	/* Every slot: what passed anti-spoof loses the tc filter's TAPMARK,
+	 * so the routing looks the host's addresses up for it again (after
+	 * the dns chain's redirect; the input chain then judges it).  With
+	 * this table gone the bit stays and only the per-tap rules apply. */
+	r = rule_new("prerouting");
+	m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, TAP_PREFIX, 1);
+	x_mark_clear(r, TAPMARK);
+	rule_put(r);
 
 	/* Open slots: what passed anti-spoof (vm_pre returned) carries the
 	 * mark the routing rules ask for; the forward chain still decides
@@ -1327,10 +1375,11 @@ static void build_failclosed(void)
 	}
 }
 
-/* A policy routing rule as the kernel reports it (ours: RULE_PREF, iif
- * isopod-tap*). */
+/* A policy routing rule as the kernel reports it (every field this file
+ * writes; ours are at LOCAL_PREF, RULE_PREF - 1 and RULE_PREF). */
 struct frule {
-	uint8_t family, action;
+	uint8_t family, action, ipproto, dst_len;
+	uint32_t pref, table, dst; /* dst: network order */
 	int has_mark;
 	uint32_t mark, mask;
 	char ifname[IFNAMSIZ];
@@ -1355,18 +1404,22 @@ static int frule_cb(const struct nlmsghdr *nlh, void *data)
 	const struct nlattr *tb[FRA_MAX + 1] = { 0 };
 	const struct fib_rule_hdr *h = mnl_nlmsg_get_payload(nlh);
 	struct frules *fs = data;
-	struct frule f = { .family = h->family, .action = h->action };
-	size_t pl = strlen(TAP_PREFIX);
+	struct frule f = { .family = h->family, .action = h->action, .table = h->table,
+			   .dst_len = h->dst_len };
 
 	if (nlh->nlmsg_type != RTM_NEWRULE ||
 	    mnl_attr_parse(nlh, sizeof *h, frule_attr_cb, tb) != MNL_CB_OK)
 		return MNL_CB_OK;
-	if (!tb[FRA_PRIORITY] || mnl_attr_get_u32(tb[FRA_PRIORITY]) != RULE_PREF || !tb[FRA_IIFNAME])
-		return MNL_CB_OK;
-	snprintf(f.ifname, sizeof f.ifname, "%.*s", (int)mnl_attr_get_payload_len(tb[FRA_IIFNAME]),
-		 (const char *)mnl_attr_get_payload(tb[FRA_IIFNAME]));
-	if (strncmp(f.ifname, TAP_PREFIX, pl))
-		return MNL_CB_OK;
+	f.pref = tb[FRA_PRIORITY] ? mnl_attr_get_u32(tb[FRA_PRIORITY]) : 0;
+	if (tb[FRA_TABLE])
+		f.table = mnl_attr_get_u32(tb[FRA_TABLE]);
+	if (tb[FRA_IIFNAME])
+		snprintf(f.ifname, sizeof f.ifname, "%.*s", (int)mnl_attr_get_payload_len(tb[FRA_IIFNAME]),
+			 (const char *)mnl_attr_get_payload(tb[FRA_IIFNAME]));
+	if (tb[FRA_IP_PROTO])
+		f.ipproto = mnl_attr_get_u8(tb[FRA_IP_PROTO]);
+	if (tb[FRA_DST] && mnl_attr_get_payload_len(tb[FRA_DST]) == 4)
+		memcpy(&f.dst, mnl_attr_get_payload(tb[FRA_DST]), 4);
 	if (tb[FRA_FWMARK] || tb[FRA_FWMASK]) {
 		f.has_mark = 1;
 		f.mark = tb[FRA_FWMARK] ? mnl_attr_get_u32(tb[FRA_FWMARK]) : 0;
@@ -1378,7 +1431,7 @@ static int frule_cb(const struct nlmsghdr *nlh, void *data)
 	return MNL_CB_OK;
 }
 
-/* Our rules of one family, appended to fs. */
+/* Every rule of one family, appended to fs. */
 static void frule_dump(uint8_t family, struct frules *fs)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
@@ -1408,8 +1461,7 @@ static void frule_dump(uint8_t family, struct frules *fs)
 	} while (r > MNL_CB_STOP);
 }
 
-/* `iif IFNAME [fwmark 0/FWMARK] blackhole pref RULE_PREF`, added or
- * deleted.  0 or -errno. */
+/* A rule, added or deleted.  0 or -errno. */
 static int frule_put(uint16_t type, uint16_t flags, const struct frule *f)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
@@ -1421,8 +1473,17 @@ static int frule_put(uint16_t type, uint16_t flags, const struct frule *f)
 	h = mnl_nlmsg_put_extra_header(nlh, sizeof *h);
 	h->family = f->family;
 	h->action = f->action;
-	mnl_attr_put_u32(nlh, FRA_PRIORITY, RULE_PREF);
-	mnl_attr_put_strz(nlh, FRA_IIFNAME, f->ifname);
+	h->table = f->table < 256 ? (uint8_t)f->table : RT_TABLE_UNSPEC;
+	h->dst_len = f->dst_len;
+	mnl_attr_put_u32(nlh, FRA_PRIORITY, f->pref);
+	if (f->table >= 256)
+		mnl_attr_put_u32(nlh, FRA_TABLE, f->table);
+	if (*f->ifname)
+		mnl_attr_put_strz(nlh, FRA_IIFNAME, f->ifname);
+	if (f->dst_len)
+		mnl_attr_put(nlh, FRA_DST, 4, &f->dst);
+	if (f->ipproto)
+		mnl_attr_put_u8(nlh, FRA_IP_PROTO, f->ipproto);
 	if (f->has_mark) {
 		mnl_attr_put_u32(nlh, FRA_FWMARK, f->mark);
 		mnl_attr_put_u32(nlh, FRA_FWMASK, f->mask);
@@ -1430,69 +1491,152 @@ static int frule_put(uint16_t type, uint16_t flags, const struct frule *f)
 	return rtnl_talk(nlh);
 }
 
-/* The rule slot k of this family should have: IPv4 blackholed unless
- * marked; IPv6 always (no policy allows it, and the table drops it too). */
-static struct frule frule_want(uint8_t family, unsigned k)
+static int frule_eq(const struct frule *a, const struct frule *b)
 {
-	struct frule f = { .family = family, .action = FR_ACT_BLACKHOLE };
+	return a->family == b->family && a->action == b->action && a->pref == b->pref &&
+	       a->table == b->table && a->ipproto == b->ipproto && a->dst_len == b->dst_len &&
+	       a->dst == b->dst && a->has_mark == b->has_mark && a->mark == b->mark &&
+	       a->mask == b->mask && !strcmp(a->ifname, b->ifname);
+}
+
+/* The kernel's own `local` rule: priority 0, nothing else to match. */
+static struct frule frule_local0(void)
+{
+	return (struct frule){ .family = AF_INET, .action = FR_ACT_TO_TBL, .table = RT_TABLE_LOCAL };
+}
+
+/* Ours in its place: `fwmark 0/TAPMARK lookup local` at LOCAL_PREF. */
+static struct frule frule_local(void)
+{
+	return (struct frule){ .family = AF_INET, .action = FR_ACT_TO_TBL, .table = RT_TABLE_LOCAL,
+			       .pref = LOCAL_PREF, .has_mark = 1, .mark = 0, .mask = TAPMARK };
+}
+
+/* Rules per tap and family: IPv4 two, IPv6 one. */
+static unsigned frule_nwant(uint8_t family)
+{
+	return family == AF_INET ? 2 : 1;
+}
+
+/* Rule i of slot k of this family: IPv4 ICMP to the own gateway local
+ * (RULE_PREF - 1), then everything blackholed unless marked (RULE_PREF);
+ * IPv6 always blackholed (no policy allows it, and the table drops it
+ * too). */
+static struct frule frule_want(uint8_t family, unsigned k, unsigned i)
+{
+	struct frule f = { .family = family, .action = FR_ACT_BLACKHOLE, .pref = RULE_PREF };
 
 	tap_name(k, f.ifname);
-	if (family == AF_INET)
+	if (family == AF_INET && i == 0) {
+		f.pref = RULE_PREF - 1, f.action = FR_ACT_TO_TBL, f.table = RT_TABLE_LOCAL;
+		f.ipproto = IPPROTO_ICMP, f.dst_len = 32, f.dst = htonl(base + 4 * k + 1);
+	} else if (family == AF_INET) {
 		f.has_mark = 1, f.mark = 0, f.mask = FWMARK;
+	}
 	return f;
+}
+
+/* Is f a per-tap rule of ours (RULE_PREF - 1 or RULE_PREF, iif isopod-tap*)?
+ * Its slot in *k. */
+static int frule_ours(const struct frule *f, long long *k)
+{
+	size_t pl = strlen(TAP_PREFIX);
+
+	return (f->pref == RULE_PREF || f->pref == RULE_PREF - 1) && !strncmp(f->ifname, TAP_PREFIX, pl) &&
+	       parse_ll(f->ifname + pl, 0, MAX_SLOTS - 1, k) == 0;
 }
 
 /* Is f one we want now (slot < total, exactly as frule_want makes it)? */
 static int frule_wanted(const struct frule *f)
 {
-	const char *d = f->ifname + strlen(TAP_PREFIX);
-	struct frule w;
 	long long k;
+	unsigned i;
 
-	if (parse_ll(d, 0, MAX_SLOTS - 1, &k) < 0 || (unsigned)k >= total)
+	if (!frule_ours(f, &k) || (unsigned)k >= total)
 		return 0;
-	w = frule_want(f->family, (unsigned)k);
-	return !strcmp(w.ifname, f->ifname) && w.action == f->action &&
-	       w.has_mark == f->has_mark && w.mark == f->mark && w.mask == f->mask;
+	for (i = 0; i < frule_nwant(f->family); i++) {
+		struct frule w = frule_want(f->family, (unsigned)k, i);
+
+		if (frule_eq(&w, f))
+			return 1;
+	}
+	return 0;
 }
 
-/* Make the rules as wanted (remove: none of ours whose tap is gone) and
- * read them back.  Adding first (NLM_F_EXCL: a rerun finds them there) and
- * deleting only what is not wanted, so a rerun never opens a gap.  A rule
- * of a tap beyond the slots that still exists (busy: netsetup left it to
- * its VM) stays, and so, when removing, does the rule of any tap that
- * still exists (remove_all deletes the taps first; one it could not
- * delete keeps its rule).  Returns the number deleted; *v4, *v6: wanted rules found. */
+/* The `local` rule where we want it: ours at LOCAL_PREF, the kernel's at
+ * priority 0 gone (remove: the other way round).  Adding before
+ * deleting, so the host is never without one.  1 when it is as wanted
+ * afterwards (read back), 0 when not. */
+static int local_rule(int remove)
+{
+	struct frule l0 = frule_local0(), ours = frule_local();
+	const struct frule *add = remove ? &l0 : &ours, *del = remove ? &ours : &l0;
+	struct frules fs = { 0 };
+	int r, has_add = 0, has_del = 0;
+	unsigned i;
+
+	if ((r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, add)) < 0 && r != -EEXIST) {
+		errno = -r;
+		die(EX_SYS, "unable to add the local routing rule at priority %u:", add->pref);
+	}
+	/* The delete names the priority, so the kernel matches it exactly
+	 * (its fuzzy match on the other attributes cannot pick the rule
+	 * just added). */
+	if ((r = frule_put(RTM_DELRULE, 0, del)) < 0 && r != -ENOENT) {
+		errno = -r;
+		die(EX_SYS, "unable to delete the local routing rule at priority %u:", del->pref);
+	}
+	frule_dump(AF_INET, &fs);
+	for (i = 0; i < fs.n; i++) {
+		has_add |= frule_eq(&fs.v[i], add);
+		/* any lookup of the local table at del's priority */
+		has_del |= fs.v[i].pref == del->pref && fs.v[i].action == FR_ACT_TO_TBL &&
+			   fs.v[i].table == RT_TABLE_LOCAL;
+	}
+	free(fs.v);
+	return has_add && !has_del;
+}
+
+/* Make the per-tap rules as wanted (remove: none of ours whose tap is
+ * gone) and read them back.  Adding first (NLM_F_EXCL: a rerun finds them
+ * there) and deleting only what is not wanted, so a rerun never opens a
+ * gap.  A rule of a tap beyond the slots that still exists (busy:
+ * netsetup left it to its VM) stays, and so, when removing, does the rule
+ * of any tap that still exists (remove_all deletes the taps first; one it
+ * could not delete keeps its rule).  Returns the number deleted; *v4, *v6:
+ * the taps with every wanted rule of the family found. */
 static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
 {
 	static const uint8_t fams[] = { AF_INET, AF_INET6 };
 	struct frules fs = { 0 };
-	unsigned i, k, gone = 0;
+	unsigned i, j, k, gone = 0, *per;
 	int r;
 
 	for (k = 0; !remove && k < total; k++)
-		for (i = 0; i < sizeof fams; i++) {
-			struct frule w = frule_want(fams[i], k);
+		for (i = 0; i < sizeof fams; i++)
+			for (j = 0; j < frule_nwant(fams[i]); j++) {
+				struct frule w = frule_want(fams[i], k, j);
 
-			r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, &w);
-			if (r == -EAFNOSUPPORT && fams[i] == AF_INET6) {
-				*has_v6 = 0; /* a kernel without IPv6 routes none */
-				continue;
+				r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, &w);
+				if (r == -EAFNOSUPPORT && fams[i] == AF_INET6) {
+					*has_v6 = 0; /* a kernel without IPv6 routes none */
+					continue;
+				}
+				if (r < 0 && r != -EEXIST) {
+					errno = -r;
+					die(EX_SYS, "unable to add the routing rule of %s (%s):", w.ifname,
+					    fams[i] == AF_INET ? "IPv4" : "IPv6");
+				}
 			}
-			if (r < 0 && r != -EEXIST) {
-				errno = -r;
-				die(EX_SYS, "unable to add the routing rule of %s (%s):", w.ifname,
-				    fams[i] == AF_INET ? "IPv4" : "IPv6");
-			}
-		}
 	for (i = 0; i < sizeof fams; i++)
 		frule_dump(fams[i], &fs);
 	for (i = 0; i < fs.n; i++) {
 		long long k2;
 
+		if (!frule_ours(&fs.v[i], &k2))
+			continue;
 		if (!remove && (frule_wanted(&fs.v[i]) ||
-				(parse_ll(fs.v[i].ifname + strlen(TAP_PREFIX), total, MAX_SLOTS - 1,
-					  &k2) == 0 && if_nametoindex(fs.v[i].ifname))))
+				((unsigned)k2 >= total && if_nametoindex(fs.v[i].ifname))))
 			continue;
 		if (remove && if_nametoindex(fs.v[i].ifname))
 			continue;
@@ -1505,11 +1649,21 @@ static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
 	free(fs.v);
 	fs = (struct frules){ 0 };
 	*v4 = *v6 = 0;
+	if (!(per = calloc(2 * (size_t)MAX_SLOTS, sizeof *per)))
+		die(EX_SYS, "unable to allocate memory:");
 	for (i = 0; i < sizeof fams; i++)
 		frule_dump(fams[i], &fs);
-	for (i = 0; i < fs.n; i++)
-		if (frule_wanted(&fs.v[i]))
-			++*(fs.v[i].family == AF_INET ? v4 : v6);
+	for (i = 0; i < fs.n; i++) {
+		long long k2;
+
+		if (frule_wanted(&fs.v[i]) && frule_ours(&fs.v[i], &k2))
+			per[2 * k2 + (fs.v[i].family != AF_INET)]++;
+	}
+	for (k = 0; k < total; k++) {
+		*v4 += per[2 * k] == frule_nwant(AF_INET);
+		*v6 += per[2 * k + 1] == frule_nwant(AF_INET6);
+	}
+	free(per);
 	free(fs.v);
 	return gone;
 }
@@ -1533,7 +1687,7 @@ static json_t *tc_filters(unsigned *good)
 			.gw = htonl(base + 4 * k + 1), .bcast = htonl(base + 4 * k + 3), .open = k >= nslots,
 			.port_dns = htons(PORT_DNS), .port_bdns = htons(PORT_BROKER_DNS),
 			.port_http = k < nslots ? htons(PORT_BROKER_HTTP) : 0,
-			.guest = htonl(base + 4 * k + 2),
+			.guest = htonl(base + 4 * k + 2), .mark = TAPMARK,
 		};
 		struct tcfilter_state st = { 0 };
 		int idx, r;
@@ -1590,6 +1744,9 @@ static void remove_all(void)
 		json_array_append_new(gone, json_string(name));
 	}
 	rules_gone = route_rules(1, &v4, &v6, &has_v6);
+	/* The kernel's `local` rule back at priority 0, ours out. */
+	if (!local_rule(1))
+		die(EX_SYS, "unable to verify the local routing rule back at priority 0");
 	out = json_pack("{s:s, s:[s, s], s:b, s:o, s:i}", "table", "inet " TABLE, "tables",
 			"inet " TABLE, "arp " TABLE, "removed", 1, "taps", gone,
 			"docker_user_rules_removed", (int)dk_n);
@@ -1653,7 +1810,7 @@ int main(int argc, char **argv)
 	const char *e;
 	long long v;
 	unsigned k, created = 0, rules_v4, rules_v6, tc_good;
-	int c, remove = 0, verified, rules_ok, has_v6 = 1;
+	int c, remove = 0, verified, rules_ok, local_ok, has_v6 = 1;
 	char markhex[16];
 	uint8_t mac[6];
 	static int made[MAX_SLOTS], busy[MAX_SLOTS];
@@ -1773,8 +1930,12 @@ int main(int argc, char **argv)
 	route_rules(0, &rules_v4, &rules_v6, &has_v6);
 	rules_ok = rules_v4 == total && rules_v6 == (has_v6 ? total : 0);
 	if (!rules_ok)
-		warn("verify: %u IPv4 and %u IPv6 routing rules at priority %d, want %u each",
+		warn("verify: %u IPv4 and %u IPv6 taps with their routing rules at priority %d, want %u each",
 		     rules_v4, rules_v6, RULE_PREF, total);
+	if (!(local_ok = local_rule(0)))
+		warn("verify: the local routing rule is not (only) at priority %d with fwmark 0/0x%08x",
+		     LOCAL_PREF, TAPMARK);
+	rules_ok = rules_ok && local_ok;
 	tc = tc_filters(&tc_good);
 	for (k = 0; k < total; k++) {
 		int idx, r;
@@ -1832,6 +1993,10 @@ int main(int argc, char **argv)
 		"rule_priority", RULE_PREF, "fwmark", markhex, "route_rules", "ipv4", (int)rules_v4,
 		"ipv6", (int)rules_v6, "canary_port", PORT_CANARY));
 	json_object_set_new(json_object_get(out, "fail_closed"), "tc_filter", tc);
+	snprintf(markhex, sizeof markhex, "0x%08x", TAPMARK);
+	json_object_set_new(json_object_get(out, "fail_closed"), "local_rule",
+			    json_pack("{s:i, s:s, s:b}", "priority", LOCAL_PREF, "tapmark", markhex,
+				      "verified", local_ok));
 	json_object_set_new(out, "allow_ranges", allow_ranges_json());
 	json_emit(out);
 	json_decref(out);

@@ -38,11 +38,24 @@ struct tapcfg {
 	__u32 guest;     /* the slot's guest address (gateway + 1) */
 	__u8 mac[6];     /* the slot's guest MAC (02:69:73:00:KH:KL) */
 	__u16 pad2;
+	__u32 mark;      /* the bit set on every IPv4 packet passed (see pass()) */
 };
 
 const volatile struct tapcfg cfg = { 0 };
 
 #define TCP_LISTEN_STATE 10 /* BPF_TCP_LISTEN */
+
+/* Pass an IPv4 packet on, marked: cfg.mark says "from an isopod tap, not
+ * yet judged by `inet isopod`", which clears it on what it accepts.  The
+ * routing rules look up the host's own addresses only for packets without
+ * it (man isopod-netsetup, FAIL CLOSED), so what this filter judged before
+ * NAT cannot reach a host address after another tool's DNAT or REDIRECT,
+ * nor any host port 53 with the table gone. */
+static __always_inline int pass(struct __sk_buff *skb)
+{
+	skb->mark |= cfg.mark;
+	return TC_ACT_OK;
+}
 
 /* Is this TCP or UDP segment a reply to a connection the host itself made
  * to the guest (a socket connected to exactly this packet's source)?  The
@@ -180,7 +193,7 @@ int isopod_tap(struct __sk_buff *skb)
 	if ((dst & bpf_htonl(0xff000000)) == 0 || (dst & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000))
 		return TC_ACT_SHOT;
 	if (dst == cfg.gw)
-		return local_ok(skb, ip, l4, end, 1) ? TC_ACT_OK : TC_ACT_SHOT;
+		return local_ok(skb, ip, l4, end, 1) ? pass(skb) : TC_ACT_SHOT;
 	/* Broadcast and multicast: never a guest's (the table's input chain
 	 * drops them; the deny list covers 224/4 and 255.255.255.255). */
 	if (dst == cfg.bcast || dst == 0xffffffff || (dst & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000))
@@ -194,14 +207,14 @@ int isopod_tap(struct __sk_buff *skb)
 			__u16 *ports = l4;
 
 			if ((void *)(ports + 2) <= end && ports[1] == cfg.port_dns)
-				return TC_ACT_OK;
+				return pass(skb);
 		}
 		return TC_ACT_SHOT;
 	}
 	/* Open: forwarded traffic goes on to the table; a host address does not. */
 	if (fib_local(skb, ip))
-		return local_ok(skb, ip, l4, end, 0) ? TC_ACT_OK : TC_ACT_SHOT;
-	return TC_ACT_OK;
+		return local_ok(skb, ip, l4, end, 0) ? pass(skb) : TC_ACT_SHOT;
+	return pass(skb);
 }
 
 char LICENSE[] SEC("license") = "GPL";

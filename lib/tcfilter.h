@@ -29,6 +29,7 @@ struct tapcfg {
 	uint32_t guest;     /* the slot's guest address: the only source let in */
 	uint8_t mac[6];     /* the slot's guest MAC: the only frame source let in */
 	uint16_t pad2;
+	uint32_t mark;      /* or'ed into every IPv4 packet passed (host order) */
 };
 
 /* What the tap's ingress hook holds, read back from the kernel. */

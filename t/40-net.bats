@@ -74,6 +74,9 @@ vrun() {
 # A test that made Docker's table in the lab host netns takes it out
 # again, even when it failed.
 teardown() {
+	hostdns_down
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip rule del pref 0 lookup local 2>/dev/null || :
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip foreign 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip link del labvx0 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table inet othertool 2>/dev/null || :
@@ -216,17 +219,24 @@ docker_nft() {
 	[ "$status" -eq 0 ]
 	json_is '.verified == true and .taps_created == 3 and .owner == null and .slots == 0 and .open_slots == 3'
 	json_is '.fail_closed.tc_filter.taps == 3'
+	json_is '.fail_closed.local_rule == {priority: 1, tapmark: "0x20000000", verified: true}'
+	[ "$(ip netns exec "$ns" ip -4 rule show pref 1)" = "1:	from all fwmark 0/0x20000000 lookup local" ]
+	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 0)" ]
 	ip netns exec "$ns" tc filter show dev isopod-tap2 ingress | grep -q 'direct-action.*name isopod_tap'
 	run ip netns exec "$ns" nft list tables
 	[ "$output" = $'table inet isopod\ntable arp isopod' ]
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
 	[ "$status" -eq 0 ]
 	json_is '.removed == true and (.taps | length) == 3 and .docker_user_rules_removed == 0'
-	json_is '.route_rules_removed == 6'
+	json_is '.route_rules_removed == 9'
 	run ip netns exec "$ns" nft list ruleset
 	[ -z "$output" ]
 	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 10)" ]
 	[ -z "$(ip netns exec "$ns" ip -6 rule show pref 10)" ]
+	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 9)" ]
+	# the kernel's local rule is back at priority 0, isopod's at 1 gone
+	[ "$(ip netns exec "$ns" ip -4 rule show pref 0)" = "0:	from all lookup local" ]
+	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 1)" ]
 	run ip netns exec "$ns" ip -o link show
 	[[ "$output" != *isopod-tap* ]]
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
@@ -724,7 +734,11 @@ restore() {
 
 @test "fail closed: one routing rule per tap and family blackholes what the table did not mark; reruns keep them" {
 	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
-	json_is '(.fail_closed | del(.tc_filter)) == {rule_priority: 10, fwmark: "0x10000000", route_rules: {ipv4: 20, ipv6: 20}, canary_port: 1054}'
+	json_is '(.fail_closed | del(.tc_filter)) == {rule_priority: 10, fwmark: "0x10000000", route_rules: {ipv4: 20, ipv6: 20}, canary_port: 1054, local_rule: {priority: 1, tapmark: "0x20000000", verified: true}}'
+	# per tap before the blackhole: ICMP to its own gateway is local
+	run lab exec ip -4 rule show pref 9
+	[ "$(grep -c '^9:	from all to 10.213.[0-9.]* iif isopod-tap[0-9]* ipproto icmp lookup local$' <<<"$output")" -eq 20 ]
+	[[ "$output" == *"to 10.213.0.1 iif isopod-tap0 ipproto icmp"* && "$output" == *"to 10.213.0.77 iif isopod-tap19 ipproto icmp"* ]]
 	run lab exec ip -4 rule show pref 10
 	[ "$(grep -c '^10:	from all fwmark 0/0x10000000 iif isopod-tap[0-9]* blackhole$' <<<"$output")" -eq 20 ]
 	[[ "$output" == *"iif isopod-tap0 blackhole"* && "$output" == *"iif isopod-tap19 blackhole"* ]]
@@ -919,9 +933,17 @@ labcount() {
 }
 
 @test "fail closed: without the table, a host UDP socket connected to another peer receives nothing a guest forges from that peer; one connected to the guest hears it" {
-	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" mac=02:69:73:00:00:12 tapmac forged own
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" mac=02:69:73:00:00:12 tapmac forged own own0
 	tapmac=$(lab exec cat /sys/class/net/isopod-tap18/address)
 	mutate delete
+	# without the table nothing of a guest's reaches a host address but
+	# its gateway's ICMP (the local rule comes after isopod's rules) ...
+	own0=$(lab exec python3 "$fake" udprecv 203.0.113.1 5556 10.213.0.74 7 1 \
+		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" udpraw eth0 $mac "$tapmac" \
+		10.213.0.74:7 203.0.113.1 5556)
+	# ... so the tc filter's own judgement shows with the kernel's local
+	# rule back at priority 0 (this layer alone)
+	lab exec ip rule add pref 0 lookup local
 	# a host socket on a non-gateway address, connected to the internet
 	# (early demux finds it without rp_filter); guest 18 forges its peer
 	forged=$(lab exec python3 "$fake" udprecv 203.0.113.1 5555 198.51.100.10 7 1 \
@@ -931,10 +953,100 @@ labcount() {
 	own=$(lab exec python3 "$fake" udprecv 203.0.113.1 5556 10.213.0.74 7 1 \
 		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" udpraw eth0 $mac "$tapmac" \
 		10.213.0.74:7 203.0.113.1 5556)
+	lab exec ip rule del pref 0 lookup local
 	restore
-	echo "forged=$forged own=$own"
+	echo "own0=$own0 forged=$forged own=$own"
+	[ "$own0" = 0 ]
 	[ "$own" = 1 ]
 	[ "$forged" = 0 ]
+}
+
+# hostdns_up: a DNS server of the host's own on 0.0.0.0:53 in the lab's host
+# netns (dns.py, logging every query it receives to $BATS_TEST_TMPDIR/hostdns.log);
+# hostdns_down stops it.  dnsq K ADDR [PORT]: stand-in guest K asks ADDR for
+# NAME (default probe.test); prints how many queries the host's server logged.
+hostdns_up() {
+	: >"$BATS_TEST_TMPDIR/hostdns.log"
+	# (ip netns exec execs python: $! is the server itself)
+	ip netns exec "$LAB_NAME-host" "$PROBE_PY" "$BATS_TEST_DIRNAME/lab/dns.py" \
+		"$BATS_TEST_TMPDIR/hostdns.log" 0.0.0.0 53 </dev/null >/dev/null 2>&1 3>&- &
+	echo $! >"$BATS_TEST_TMPDIR/hostdns.pid"
+	local i
+	for i in {1..50}; do
+		lab exec busybox nslookup -timeout=1 -retry=1 ready.test 127.0.0.1 >/dev/null 2>&1 || :
+		grep -q '^ready.test ' "$BATS_TEST_TMPDIR/hostdns.log" && return 0
+		sleep 0.1
+	done
+	echo "the host's DNS server on 0.0.0.0:53 did not start" >&2
+	return 1
+}
+hostdns_down() {
+	local pid
+	pid=$(cat "$BATS_TEST_TMPDIR/hostdns.pid" 2>/dev/null) || return 0
+	kill "$pid" 2>/dev/null || :
+	wait "$pid" 2>/dev/null || :
+	rm -f "$BATS_TEST_TMPDIR/hostdns.pid"
+}
+hostdns_hits() { grep -c "^$1 " "$BATS_TEST_TMPDIR/hostdns.log" || :; }
+dnsq() {
+	lab gexec "$1" busybox nslookup -port="${4:-53}" -timeout=1 -retry=1 "$3" "$2" >/dev/null 2>&1 || :
+}
+
+@test "fail closed: a foreign ruleset that DNATs a guest's TCP to the host's other address, or REDIRECTs its UDP to the gateway's port 53, reaches no host listener; with the kernel's local rule back at priority 0 it does" {
+	local m tcp0 tcp1 tcp2 dns0 dns1 reply reply2
+	hostdns_up
+	foreign() {
+		lab exec nft -f - <<-'EOF'
+			table ip foreign {
+				chain pre {
+					type nat hook prerouting priority dstnat; policy accept;
+					iifname "isopod-tap*" tcp dport 80 dnat to 203.0.113.1
+					iifname "isopod-tap*" udp dport 7 redirect to :53
+				}
+			}
+		EOF
+	}
+	# nat: guest 18's TCP 80 to the internet, DNATed; its UDP 7, REDIRECTed
+	natprobe() {
+		printf 'GET / HTTP/1.0\r\n\r\n' | lab gexec 18 busybox timeout 4 busybox nc -w 2 198.51.100.10 80 || :
+		dnsq 18 198.51.100.10 "$1.test" 7
+		sleep 0.3
+	}
+	for m in replace along; do
+		guest_live 18
+		# replace: the foreign table alone (isopod's flushed away);
+		# along: beside isopod's (whose input chain judges what is local)
+		[ $m = along ] || lab exec nft flush ruleset
+		foreign
+		tcp0=$(hits 203.0.113.1)
+		reply=$(natprobe "$m")
+		tcp1=$(hits 203.0.113.1)
+		dns0=$(hostdns_hits "$m.test")
+		lab exec ip rule add pref 0 lookup local
+		reply2=$(natprobe "$m-mut")
+		lab exec ip rule del pref 0 lookup local
+		tcp2=$(hits 203.0.113.1)
+		dns1=$(hostdns_hits "$m-mut.test")
+		lab exec nft delete table ip foreign
+		guest_live 18
+		restore
+		echo "$m: tcp hits $tcp0 -> $tcp1 (mutation: $tcp2), dns $dns0 (mutation: $dns1), reply '$reply' / '$reply2'"
+		[ "$tcp1" -eq "$tcp0" ]
+		[ "$dns0" -eq 0 ]
+		[[ "$reply" != *"lab 203.0.113.1"* ]]
+		if [ $m = replace ]; then
+			# the control: without this layer the DNAT and the REDIRECT land
+			[ "$tcp2" -gt "$tcp1" ]
+			[ "$dns1" -ge 1 ]
+			[[ "$reply2" == *"lab 203.0.113.1"* ]]
+		else
+			# beside isopod's table its input chain still drops them
+			[ "$tcp2" -eq "$tcp1" ]
+			[ "$dns1" -eq 0 ]
+		fi
+	done
+	assert_open 18 198.51.100.10
+	hostdns_down
 }
 
 @test "fail closed: without the table, an ICMP error to the gateway about a host flow elsewhere (fragmentation needed) sets no PMTU; one about the host's flow to the guest does" {
