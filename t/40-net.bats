@@ -992,6 +992,45 @@ dnsq() {
 	lab gexec "$1" busybox nslookup -port="${4:-53}" -timeout=1 -retry=1 "$3" "$2" >/dev/null 2>&1 || :
 }
 
+# dns_leaks TAG: stand-in guests 18 (open) and 0 (filtered) each ask their
+# own gateway's port 53 and the host's other address's port 53, one name
+# per probe (TAG-...); prints the names the host's server logged.
+dns_leaks() {
+	dnsq 18 10.213.0.73 "$1-o-gw.test"
+	dnsq 18 203.0.113.1 "$1-o-host.test"
+	dnsq 0 10.213.0.1 "$1-f-gw.test"
+	dnsq 0 203.0.113.1 "$1-f-host.test"
+	sleep 0.3
+	grep -o "^$1-[a-z-]*\.test" "$BATS_TEST_TMPDIR/hostdns.log" | sort -u | tr '\n' ' '
+}
+
+@test "fail closed: with the table flushed or deleted, no guest DNS reaches a host DNS server on 0.0.0.0:53 (gateway or other host address, open and filtered slot); with the kernel's local rule back at priority 0 it does" {
+	local m leak mut
+	hostdns_up
+	for m in flush delete; do
+		guest_live 18
+		guest_live 0
+		mutate $m
+		leak=$(dns_leaks "$m")
+		# the mutation: the kernel's local rule back before isopod's rules
+		lab exec ip rule add pref 0 lookup local
+		mut=$(dns_leaks "$m-mut")
+		lab exec ip rule del pref 0 lookup local
+		guest_live 18
+		guest_live 0
+		restore
+		echo "$m: leaked: '$leak'; with the local rule at 0: '$mut'"
+		[ -z "$leak" ]
+		# the control: the same probes reach the host's server without
+		# this layer (a filtered guest's port 53 to any address passes the
+		# tc filter; the gateway's port 53 is a gateway service)
+		[[ "$mut" == *"$m-mut-o-gw.test"* && "$mut" == *"$m-mut-f-gw.test"* && "$mut" == *"$m-mut-f-host.test"* ]]
+	done
+	# and with the table loaded port 53 goes to the broker's port, never the host's server
+	[ -z "$(dns_leaks loaded)" ]
+	hostdns_down
+}
+
 @test "fail closed: a foreign ruleset that DNATs a guest's TCP to the host's other address, or REDIRECTs its UDP to the gateway's port 53, reaches no host listener; with the kernel's local rule back at priority 0 it does" {
 	local m tcp0 tcp1 tcp2 dns0 dns1 reply reply2
 	hostdns_up
