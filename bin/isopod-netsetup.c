@@ -81,9 +81,9 @@
  * unprivileged process: DNS on 1053 (guests ask port 53, which the dns
  * chain redirects there) and, for filtered slots, the HTTP proxy on 3128;
  * and ping.  Everything else is dropped. */
-#define PORT_DNS 53
-#define PORT_BROKER_DNS 1053
-#define PORT_BROKER_HTTP 3128
+#define PORT_DNS TCFILTER_PORT_DNS
+#define PORT_BROKER_DNS TCFILTER_PORT_BROKER_DNS
+#define PORT_BROKER_HTTP TCFILTER_PORT_BROKER_HTTP
 #define PORT_CANARY NET_CANARY_PORT
 
 /* Fail closed (man isopod-netsetup, FAIL CLOSED): per tap, a policy
@@ -116,7 +116,7 @@
  * ours, so the host never goes without one. */
 #define RULE_PREF 10
 #define FWMARK 0x10000000u
-#define TAPMARK 0x20000000u
+#define TAPMARK TCFILTER_TAPMARK
 #define LOCAL_PREF 1
 
 /* Destinations a guest never reaches through the host (forward path) are
@@ -1683,16 +1683,11 @@ static json_t *tc_filters(unsigned *good)
 	int da = 1; /* every tap's filter read back with its da flag */
 
 	for (*good = 0, k = 0; k < total; k++) {
-		struct tapcfg cfg = {
-			.gw = htonl(base + 4 * k + 1), .bcast = htonl(base + 4 * k + 3), .open = k >= nslots,
-			.port_dns = htons(PORT_DNS), .port_bdns = htons(PORT_BROKER_DNS),
-			.port_http = k < nslots ? htons(PORT_BROKER_HTTP) : 0,
-			.guest = htonl(base + 4 * k + 2), .mark = TAPMARK,
-		};
+		struct tapcfg cfg;
 		struct tcfilter_state st = { 0 };
 		int idx, r;
 
-		slot_mac(k, cfg.mac);
+		tcfilter_slot_cfg(k, base + 4 * k + 1, k >= nslots, &cfg);
 		tap_name(k, name);
 		if (!(idx = (int)if_nametoindex(name)) ||
 		    (r = tcfilter_install(idx, &cfg, tag, &st, msg, sizeof msg)) < 0)

@@ -110,81 +110,40 @@ const char *net_tap_mode(int k, char *out, size_t sz)
 	return out;
 }
 
-/* One attribute of a netlink message: the first of type in [a, end), or
- * NULL. */
-static const struct rtattr *rta_find(const struct rtattr *a, size_t len, unsigned short type)
-{
-	for (; RTA_OK(a, len); a = RTA_NEXT(a, len))
-		if ((a->rta_type & NLA_TYPE_MASK) == type)
-			return a;
-	return NULL;
-}
-
 /* Does tap k's ingress hold isopod-netsetup's tc filter (man
  * isopod-netsetup, FAIL CLOSED): exactly one filter, ours (priority and
- * handle 1, kind bpf, direct-action, libbpf's name "isopod_tap:[ID]")?
- * 1 yes, 0 no, -1 unable to ask (err).  A dump needs no privilege. */
-static int tap_filtered(int k, char *err, size_t errsz)
+ * handle 1, kind bpf, direct-action, the program isopod_tap), loaded with
+ * this slot's parameters (its gateway, the tap's address now; its mode,
+ * the tap's alias)?  The parameters only when the kernel hands the program
+ * out (CAP_SYS_ADMIN); the dump needs no privilege.  1 yes, 0 no (err
+ * says what is there), -1 unable to ask (err). */
+static int tap_filtered(int k, const char *mode, char *err, size_t errsz)
 {
-	struct {
-		struct nlmsghdr n;
-		struct tcmsg t;
-	} req = {
-		.n = { .nlmsg_len = sizeof req, .nlmsg_type = RTM_GETTFILTER,
-		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1 },
-		.t = { .tcm_family = AF_UNSPEC,
-		       .tcm_parent = TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS) },
-	};
-	char name[IFNAMSIZ];
-	long buf[8192 / sizeof(long)];
-	int fd, filters = 0, ours = 0, done = 0;
-	ssize_t n;
+	struct tcfilter_state st;
+	struct tapcfg want;
+	struct ifreq ifr;
+	char name[IFNAMSIZ], msg[256];
+	int idx, s;
+	uint32_t gw = 0;
 
 	snprintf(name, sizeof name, NET_TAP_PREFIX "%d", k);
-	if (!(req.t.tcm_ifindex = (int)if_nametoindex(name)))
+	if (!(idx = (int)if_nametoindex(name)))
 		return 0;
-	if ((fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE)) < 0 ||
-	    send(fd, &req, sizeof req, 0) < 0) {
-		snprintf(err, errsz, "unable to read the tc filters of %s: %s", name, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+	if (tcfilter_read(idx, &st, msg, sizeof msg) < 0) {
+		snprintf(err, errsz, "%s: %s", name, msg);
 		return -1;
 	}
-	while (!done && (n = recv(fd, buf, sizeof buf, 0)) > 0) {
-		const struct nlmsghdr *h = (const void *)buf;
-		size_t len = (size_t)n;
-
-		for (; NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
-			const struct tcmsg *t = NLMSG_DATA(h);
-			const struct rtattr *a0 = (const void *)((const char *)t + NLMSG_ALIGN(sizeof *t));
-			const struct rtattr *kind, *opt, *flags, *bname;
-			size_t alen;
-
-			if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
-				done = 1; /* an error: no clsact qdisc, so no filter */
-				break;
-			}
-			if (h->nlmsg_type != RTM_NEWTFILTER || h->nlmsg_len < NLMSG_LENGTH(sizeof *t) ||
-			    !t->tcm_handle) /* handle 0: a priority's classifier, not a filter */
-				continue;
-			filters++;
-			alen = h->nlmsg_len - NLMSG_LENGTH(sizeof *t);
-			kind = rta_find(a0, alen, TCA_KIND);
-			opt = rta_find(a0, alen, TCA_OPTIONS);
-			if (t->tcm_handle != TCFILTER_HANDLE || TC_H_MAJ(t->tcm_info) >> 16 != TCFILTER_PRIO ||
-			    !kind || RTA_PAYLOAD(kind) != 4 || memcmp(RTA_DATA(kind), "bpf", 4) || !opt)
-				continue;
-			flags = rta_find(RTA_DATA(opt), RTA_PAYLOAD(opt), TCA_BPF_FLAGS);
-			bname = rta_find(RTA_DATA(opt), RTA_PAYLOAD(opt), TCA_BPF_NAME);
-			if (flags && RTA_PAYLOAD(flags) >= 4 &&
-			    (*(const uint32_t *)RTA_DATA(flags) & TCA_BPF_FLAG_ACT_DIRECT) && bname &&
-			    RTA_PAYLOAD(bname) > strlen(TCFILTER_PROG) &&
-			    !strncmp(RTA_DATA(bname), TCFILTER_PROG, strlen(TCFILTER_PROG)))
-				ours = 1;
-		}
-	}
-	close(fd);
-	return filters == 1 && ours;
+	memset(&ifr, 0, sizeof ifr);
+	snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name);
+	if ((s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0 && ioctl(s, SIOCGIFADDR, &ifr) == 0)
+		gw = ntohl(((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr.s_addr);
+	if (s >= 0)
+		close(s);
+	tcfilter_slot_cfg((unsigned)k, gw, !strcmp(mode, "open"), &want);
+	if (tcfilter_judge(&st, &want, NULL, msg, sizeof msg))
+		return 1;
+	snprintf(err, errsz, "%s", msg);
+	return 0;
 }
 
 /* The first free slot of this mode, locked (its fd in *fd, the slot in
@@ -192,7 +151,7 @@ static int tap_filtered(int k, char *err, size_t errsz)
  * mode, 102 when all of them are busy. */
 static int find_slot(const char *mode, int *fd, int *slot, char *err, size_t errsz)
 {
-	char dir[PATH_MAX], m[16];
+	char dir[PATH_MAX], m[16], why[320];
 	int n = net_require_taps(err, errsz), k, nmode = 0, r;
 
 	if (!n)
@@ -206,11 +165,13 @@ static int find_slot(const char *mode, int *fd, int *slot, char *err, size_t err
 		if ((*fd = try_slot(dir, k, err, errsz)) >= 0) {
 			/* The tap must hold the fail-closed filter too (a
 			 * netsetup that died part-way, a tool that took it). */
-			if ((r = tap_filtered(k, err, errsz)) != 1) {
+			if ((r = tap_filtered(k, mode, why, sizeof why)) != 1) {
 				close(*fd);
 				if (!r)
 					snprintf(err, errsz, NET_TAP_PREFIX "%d lacks isopod's tc ingress filter: "
-						 "run `sudo isopod-netsetup` again, or use --net none", k);
+						 "run `sudo isopod-netsetup` again, or use --net none (%s)", k, why);
+				else
+					snprintf(err, errsz, "%s", why);
 				return EX_SYS;
 			}
 			*slot = k;

@@ -523,6 +523,37 @@ docker_nft() {
 	[ "$(ls "$home/vms" | wc -l)" -eq 2 ]
 }
 
+@test "claim: a tap whose tc filter was loaded for another slot (its .rodata: gateway, mode) is refused, 111 naming isopod-netsetup; a rerun restores" {
+	local ns="${LAB_NAME}-c" home="$BATS_TEST_TMPDIR/home" st1 st2 err1 err2
+	claim() { ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" isopod-claim "$@"; }
+	ip netns add "$ns"
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null
+	run --separate-stderr claim --net open
+	[ "$status" -eq 0 ] || { ip netns del "$ns"; false; }
+	# the filtered slot's tap advertised as open: its filter's .rodata says
+	# filtered (and the claim takes the first open tap, this one)
+	ip netns exec "$ns" ip link set isopod-tap0 alias "isopod open"
+	run --separate-stderr claim --net open
+	st1=$status err1=$stderr
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null
+	# the open slot's tap moved to another /30: its filter's gateway is the old one
+	ip netns exec "$ns" ip addr flush dev isopod-tap1
+	ip netns exec "$ns" ip addr add 10.213.0.9/30 dev isopod-tap1
+	run --separate-stderr claim --net open
+	st2=$status err2=$stderr
+	ip netns exec "$ns" ip addr del 10.213.0.9/30 dev isopod-tap1
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null
+	run --separate-stderr claim --net open
+	ip netns del "$ns"
+	echo "st1=$st1 err1=$err1 st2=$st2 err2=$err2"
+	[ "$st1" -eq 111 ]
+	[[ "$err1" == *"isopod-tap0 lacks isopod's tc ingress filter: run \`sudo isopod-netsetup\`"*"our filter was loaded for another slot (gateway 10.213.0.1, filtered"*"want 10.213.0.1, open"* ]]
+	[ "$st2" -eq 111 ]
+	[[ "$err2" == *"isopod-tap1 lacks"*"gateway 10.213.0.5, open"*"want 10.213.0.9, open"* ]]
+	[ "$status" -eq 0 ]
+	[ "$(ls "$home/vms" | wc -l)" -eq 2 ]
+}
+
 @test "deny: cloud metadata 169.254.169.254" {
 	assert_open 18 198.51.100.10
 	assert_blocked 18 169.254.169.254
