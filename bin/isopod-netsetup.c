@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <limits.h>
 #include <net/if.h>
 #include <net/if_arp.h>
@@ -114,10 +115,10 @@
  * would fail with the table gone, taking the gateway's ping with it.
  * `--remove` puts the `local` rule back at priority 0 before it deletes
  * ours, so the host never goes without one. */
-#define RULE_PREF 10
-#define FWMARK 0x10000000u
+#define RULE_PREF NET_RULE_PREF
+#define FWMARK NET_FWMARK
 #define TAPMARK TCFILTER_TAPMARK
-#define LOCAL_PREF 1
+#define LOCAL_PREF NET_LOCAL_PREF
 
 /* Destinations a guest never reaches through the host (forward path) are
  * lib/ranges.c's list, less the host's overrides (`allow_range` lines of
@@ -204,7 +205,10 @@ static int link_set(int ifindex, const char *alias)
 	ifi->ifi_index = ifindex;
 	ifi->ifi_change = IFF_UP;
 	ifi->ifi_flags = IFF_UP;
-	mnl_attr_put_strz(nlh, IFLA_IFALIAS, alias);
+	if (*alias)
+		mnl_attr_put_strz(nlh, IFLA_IFALIAS, alias);
+	else /* empty: the kernel drops the alias */
+		mnl_attr_put(nlh, IFLA_IFALIAS, 0, alias);
 	return rtnl_talk(nlh);
 }
 
@@ -1605,7 +1609,7 @@ static int local_rule(int remove)
  * of any tap that still exists (remove_all deletes the taps first; one it
  * could not delete keeps its rule).  Returns the number deleted; *v4, *v6:
  * the taps with every wanted rule of the family found. */
-static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
+static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6, unsigned char *tapok)
 {
 	static const uint8_t fams[] = { AF_INET, AF_INET6 };
 	struct frules fs = { 0 };
@@ -1660,8 +1664,12 @@ static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
 			per[2 * k2 + (fs.v[i].family != AF_INET)]++;
 	}
 	for (k = 0; k < total; k++) {
-		*v4 += per[2 * k] == frule_nwant(AF_INET);
-		*v6 += per[2 * k + 1] == frule_nwant(AF_INET6);
+		int ok4 = per[2 * k] == frule_nwant(AF_INET), ok6 = per[2 * k + 1] == frule_nwant(AF_INET6);
+
+		*v4 += (unsigned)ok4;
+		*v6 += (unsigned)ok6;
+		if (tapok)
+			tapok[k] = (unsigned char)(ok4 && (ok6 || !*has_v6));
 	}
 	free(per);
 	free(fs.v);
@@ -1675,7 +1683,7 @@ static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
  * whose ingress holds ours alone, in direct-action mode, not skip_sw,
  * with our program's name and tag.  The report's "tc_filter"; its
  * direct_action is the flag read back, on every tap. */
-static json_t *tc_filters(unsigned *good)
+static json_t *tc_filters(unsigned *good, unsigned char *tapok)
 {
 	char name[IFNAMSIZ], msg[256], hex[17];
 	uint8_t tag[8] = { 0 };
@@ -1697,6 +1705,7 @@ static json_t *tc_filters(unsigned *good)
 			++*good;
 		else
 			warn("verify: %s %s", name, msg);
+		tapok[k] = tapok[k] && r;
 	}
 	for (k = 0; k < 8; k++)
 		snprintf(hex + 2 * k, 3, "%02x", tag[k]);
@@ -1705,6 +1714,31 @@ static json_t *tc_filters(unsigned *good)
 }
 
 /* ---- main -------------------------------------------------------------- */
+
+/* Tests kill netsetup between two steps: ISOPOD_TEST_KILL_AT=<point>
+ * (rules, filter, alias, table), as a crash or SIGKILL would. */
+static void test_point(const char *name)
+{
+	const char *k = getenv("ISOPOD_TEST_KILL_AT");
+
+	if (k && !strcmp(k, name))
+		raise(SIGKILL);
+}
+
+/* Take the alias (the slot's advertisement) off every tap no VM uses, so
+ * no claim takes a slot of a setup that failed to verify. */
+static void unadvertise(const int *busy)
+{
+	char name[IFNAMSIZ];
+	unsigned k;
+	int idx;
+
+	for (k = 0; k < total; k++) {
+		tap_name(k, name);
+		if (!busy[k] && (idx = (int)if_nametoindex(name)) && link_set(idx, "") < 0)
+			warn("unable to take the slot alias off %s", name);
+	}
+}
 
 static void remove_all(void)
 {
@@ -1738,7 +1772,7 @@ static void remove_all(void)
 		}
 		json_array_append_new(gone, json_string(name));
 	}
-	rules_gone = route_rules(1, &v4, &v6, &has_v6);
+	rules_gone = route_rules(1, &v4, &v6, &has_v6, NULL);
 	/* The kernel's `local` rule back at priority 0, ours out. */
 	if (!local_rule(1))
 		die(EX_SYS, "unable to verify the local routing rule back at priority 0");
@@ -1809,6 +1843,7 @@ int main(int argc, char **argv)
 	char markhex[16];
 	uint8_t mac[6];
 	static int made[MAX_SLOTS], busy[MAX_SLOTS];
+	static unsigned char tapok[MAX_SLOTS];
 
 	progname = "isopod-netsetup";
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -1922,7 +1957,7 @@ int main(int argc, char **argv)
 	 * until the table that marks its packets is in.  Then the tc filter,
 	 * then the alias that advertises a tap as a slot and brings it up:
 	 * a netsetup that dies before leaves no new slot without both. */
-	route_rules(0, &rules_v4, &rules_v6, &has_v6);
+	route_rules(0, &rules_v4, &rules_v6, &has_v6, tapok);
 	rules_ok = rules_v4 == total && rules_v6 == (has_v6 ? total : 0);
 	if (!rules_ok)
 		warn("verify: %u IPv4 and %u IPv6 taps with their routing rules at priority %d, want %u each",
@@ -1931,17 +1966,25 @@ int main(int argc, char **argv)
 		warn("verify: the local routing rule is not (only) at priority %d with fwmark 0/0x%08x",
 		     LOCAL_PREF, TAPMARK);
 	rules_ok = rules_ok && local_ok;
-	tc = tc_filters(&tc_good);
+	test_point("rules");
+	tc = tc_filters(&tc_good, tapok);
+	test_point("filter");
+	/* A tap is advertised only with its rules and filter read back as
+	 * wanted (and the local rule moved); one without loses a previous
+	 * run's alias, so a slot is never offered without them. */
 	for (k = 0; k < total; k++) {
 		int idx, r;
 
 		tap_name(k, name);
 		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
+		if (!tapok[k] || !local_ok)
+			*alias = 0;
 		if (!(idx = (int)if_nametoindex(name)) || (r = link_set(idx, alias)) < 0) {
 			errno = idx ? -r : ENODEV;
 			die(EX_SYS, "unable to bring %s up:", name);
 		}
 	}
+	test_point("alias");
 
 	/* Only open slots forward; filtered ones talk to the host alone.  The
 	 * kernel keeps that even without our tables (a `flush ruleset`, say):
@@ -1957,6 +2000,7 @@ int main(int argc, char **argv)
 		sysctl_write(p, k < nslots ? "0" : "1");
 	}
 
+	test_point("table");
 	nl = nft_open();
 	docker_scan(nl);
 	dk_n = dk_seen;
@@ -1971,6 +2015,8 @@ int main(int argc, char **argv)
 	batch_end();
 	nft_send(nl);
 	verified = nft_verify(nl) == 0 && rules_ok && tc_good == total;
+	if (!verified)
+		unadvertise(busy);
 	mnl_socket_close(nl);
 	mnl_socket_close(rtnl);
 
@@ -1995,7 +2041,9 @@ int main(int argc, char **argv)
 	json_object_set_new(out, "allow_ranges", allow_ranges_json());
 	json_emit(out);
 	json_decref(out);
-	if (!verified)
-		die(EX_SYS, "unable to verify the tables, routing rules and tc filters after loading them");
+	if (!verified) {
+		die(EX_SYS, "unable to verify the tables, routing rules and tc filters after loading them "
+		    "(no slot is offered until a rerun verifies)");
+	}
 	return 0;
 }

@@ -32,6 +32,14 @@
  * the broker's own canary socket.  It comes back only while the table is loaded: positive evidence
  * an unprivileged process can get (isopod-netsetup(8), FAIL CLOSED). */
 #define NET_CANARY_PORT 1054
+/* The fail-closed routing rules (isopod-netsetup(8), FAIL CLOSED): per tap
+ * at NET_RULE_PREF - 1 (ICMP to its gateway: local) and NET_RULE_PREF
+ * (blackholed unless the table set NET_FWMARK); the kernel's `local` rule
+ * moved to NET_LOCAL_PREF, for packets without the tc filter's mark only.
+ * A claim checks them (no privilege needed to read rules). */
+#define NET_RULE_PREF 10
+#define NET_FWMARK 0x10000000u
+#define NET_LOCAL_PREF 1
 
 struct netslot {
 	int slot;                 /* -1: none */

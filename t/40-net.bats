@@ -554,6 +554,81 @@ docker_nft() {
 	[ "$(ls "$home/vms" | wc -l)" -eq 2 ]
 }
 
+@test "netsetup killed at each step (ISOPOD_TEST_KILL_AT) never leaves a slot a claim takes without its filter and rules; nor does a rerun killed mid-switch, a failed verify, a rule taken away or the local rule put back" {
+	local ns="${LAB_NAME}-k" home="$BATS_TEST_TMPDIR/home" p st out
+	claim() { ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" isopod-claim "$@"; }
+	ns_setup() { ip netns exec "$ns" env ${1:+ISOPOD_TEST_KILL_AT=$1} "$ISOPOD_SRC/bin/isopod-netsetup" "${@:2}"; }
+	# with the filter and rules of tap K read back as netsetup leaves them
+	whole() {
+		ip netns exec "$ns" tc filter show dev "isopod-tap$1" ingress | grep -q 'direct-action.*name isopod_tap' &&
+			ip netns exec "$ns" ip -4 rule show pref 10 | grep -q "iif isopod-tap$1 blackhole" &&
+			ip netns exec "$ns" ip -4 rule show pref 9 | grep -q "iif isopod-tap$1 ipproto icmp" &&
+			[ -z "$(ip netns exec "$ns" ip -4 rule show pref 0)" ]
+	}
+	for p in rules filter alias table; do
+		ip netns add "$ns"
+		st=0
+		ns_setup $p --slots 1 >/dev/null 2>&1 || st=$?
+		run --separate-stderr claim --net filtered
+		echo "killed at $p (exit $st): claim $status $stderr"
+		[ "$st" -eq 137 ] || { ip netns del "$ns"; false; }
+		case $p in
+		rules | filter)
+			# not advertised yet: no slot of the mode
+			[ "$status" -eq 111 ] && [[ "$stderr" == *"no filtered slots"* ]] || { ip netns del "$ns"; false; }
+			;;
+		*)
+			# advertised only with both
+			[ "$status" -eq 0 ] && whole 0 || { ip netns del "$ns"; false; }
+			;;
+		esac
+		ip netns del "$ns"
+	done
+	ip netns add "$ns"
+	ns_setup "" --slots 2 >/dev/null
+	# slot 0 busy (a VM holds it), so a claim of a filtered slot takes 1
+	mkdir -p "$home/locks"
+	exec 8>>"$home/locks/slot-0"
+	flock -n 8
+	# a rerun that makes slot 1 open, killed after the filters and before
+	# the aliases: tap 1 still says filtered, its filter is open now
+	st=0
+	ns_setup filter --slots 1 --open-slots 1 >/dev/null 2>&1 || st=$?
+	run --separate-stderr claim --net filtered
+	echo "mid-switch: exit $st, claim $status $stderr"
+	[ "$st" -eq 137 ] && [ "$status" -eq 111 ] && [[ "$stderr" == *"isopod-tap1 lacks isopod's tc ingress filter"*"loaded for another slot"* ]] ||
+		{ exec 8>&-; ip netns del "$ns"; false; }
+	ns_setup "" --slots 2 >/dev/null
+	# a rule taken away, or the kernel's local rule back at 0: refused
+	ip netns exec "$ns" ip rule del pref 10 iif isopod-tap1 fwmark 0/0x10000000 blackhole
+	run --separate-stderr claim --net filtered
+	out="rule: $status $stderr"
+	ns_setup "" --slots 2 >/dev/null
+	ip netns exec "$ns" ip rule add pref 0 lookup local
+	run --separate-stderr claim --net filtered
+	out="$out / local at 0: $status $stderr"
+	ip netns exec "$ns" ip rule del pref 0 lookup local
+	# a verify that fails (another filter on tap 1) offers no slot
+	ip netns exec "$ns" tc filter add dev isopod-tap1 ingress pref 2 bpf da obj "$ISOPOD_SRC/lib/tapfilter.bpf.o" sec tc
+	st=0
+	ns_setup "" --slots 2 >/dev/null 2>&1 || st=$?
+	local alias1 alias0
+	alias1=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap1/ifalias)
+	alias0=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap0/ifalias)
+	ip netns exec "$ns" tc filter del dev isopod-tap1 ingress pref 2
+	run --separate-stderr claim --net filtered
+	out="$out / failed verify: exit $st, aliases '$alias0' '$alias1', claim $status $stderr"
+	ns_setup "" --slots 2 >/dev/null
+	run --separate-stderr claim --net filtered
+	exec 8>&-
+	ip netns del "$ns"
+	echo "$out / rerun: claim $status"
+	[[ "$out" == "rule: 111 "*"isopod-tap1 lacks isopod's routing rules: run \`sudo isopod-netsetup\`"*"IPv4 blackhole missing"* ]]
+	[[ "$out" == *" / local at 0: 111 "*"another lookup of the local table before them"* ]]
+	[[ "$out" == *" / failed verify: exit 111, aliases '' '', claim 111 "*"no filtered slots"* ]]
+	[ "$status" -eq 0 ]
+}
+
 @test "deny: cloud metadata 169.254.169.254" {
 	assert_open 18 198.51.100.10
 	assert_blocked 18 169.254.169.254
