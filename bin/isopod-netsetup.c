@@ -103,22 +103,28 @@
  * with the table gone (nothing redirects it to the broker), was
  * delivered.  So the tc filter marks every IPv4 packet it passes with
  * TAPMARK and `inet isopod` clears the bit on what it accepts; the
- * `local` rule moves to LOCAL_PREF and looks up only packets without the
- * bit (everything not from a tap, and a tap's packets the table judged,
- * whose input chain then judges them after any NAT).  A marked packet
- * meets the per-tap rules instead: ICMP to its own gateway (ping, the
- * errors the filter checked; no NAT makes ICMP a service) is local, the
- * rest blackholed at RULE_PREF.  The filter's own route lookup carries no
+ * kernel's `local` rule gives way to one at LOCAL_PREF that looks up only
+ * packets without the bit (everything not from a tap, and a tap's packets
+ * the table judged, whose input chain then judges them after any NAT).  A
+ * marked packet meets the per-tap rules instead: ICMP to its own gateway
+ * (ping, the errors the filter checked; no NAT makes ICMP a service) is
+ * local, the rest blackholed at RULE_PREF; what is left with the bit (the
+ * host's own traffic another tool marked so) is looked up at
+ * LOCAL_LATE_PREF.  Both at the kernel's protocol, the first at priority
+ * 0: `ip rule flush` (which spares 0) and a network manager deleting
+ * every rule not the kernel's leave the host its local delivery.  The
+ * filter's own route lookup carries no
  * mark, so it still sees the host's addresses as local.  Chosen over
  * marking what the table accepts and blackholing the rest: ARP's route
  * lookup (whether to answer for the gateway) carries no mark either, and
  * would fail with the table gone, taking the gateway's ping with it.
- * `--remove` puts the `local` rule back at priority 0 before it deletes
- * ours, so the host never goes without one. */
+ * `--remove` puts the kernel's `local` rule back before it deletes ours,
+ * so the host never goes without one. */
 #define RULE_PREF NET_RULE_PREF
 #define FWMARK NET_FWMARK
 #define TAPMARK TCFILTER_TAPMARK
 #define LOCAL_PREF NET_LOCAL_PREF
+#define LOCAL_LATE_PREF NET_LOCAL_LATE_PREF
 
 /* Destinations a guest never reaches through the host (forward path) are
  * lib/ranges.c's list, less the host's overrides (`allow_range` lines of
@@ -1382,7 +1388,7 @@ static void build_failclosed(void)
 /* A policy routing rule as the kernel reports it (every field this file
  * writes; ours are at LOCAL_PREF, RULE_PREF - 1 and RULE_PREF). */
 struct frule {
-	uint8_t family, action, ipproto, dst_len;
+	uint8_t family, action, ipproto, dst_len, proto; /* proto: FRA_PROTOCOL */
 	uint32_t pref, table, dst; /* dst: network order */
 	int has_mark;
 	uint32_t mark, mask;
@@ -1422,6 +1428,8 @@ static int frule_cb(const struct nlmsghdr *nlh, void *data)
 			 (const char *)mnl_attr_get_payload(tb[FRA_IIFNAME]));
 	if (tb[FRA_IP_PROTO])
 		f.ipproto = mnl_attr_get_u8(tb[FRA_IP_PROTO]);
+	if (tb[FRA_PROTOCOL])
+		f.proto = mnl_attr_get_u8(tb[FRA_PROTOCOL]);
 	if (tb[FRA_DST] && mnl_attr_get_payload_len(tb[FRA_DST]) == 4)
 		memcpy(&f.dst, mnl_attr_get_payload(tb[FRA_DST]), 4);
 	if (tb[FRA_FWMARK] || tb[FRA_FWMASK]) {
@@ -1488,6 +1496,8 @@ static int frule_put(uint16_t type, uint16_t flags, const struct frule *f)
 		mnl_attr_put(nlh, FRA_DST, 4, &f->dst);
 	if (f->ipproto)
 		mnl_attr_put_u8(nlh, FRA_IP_PROTO, f->ipproto);
+	if (f->proto)
+		mnl_attr_put_u8(nlh, FRA_PROTOCOL, f->proto);
 	if (f->has_mark) {
 		mnl_attr_put_u32(nlh, FRA_FWMARK, f->mark);
 		mnl_attr_put_u32(nlh, FRA_FWMASK, f->mask);
@@ -1500,20 +1510,51 @@ static int frule_eq(const struct frule *a, const struct frule *b)
 	return a->family == b->family && a->action == b->action && a->pref == b->pref &&
 	       a->table == b->table && a->ipproto == b->ipproto && a->dst_len == b->dst_len &&
 	       a->dst == b->dst && a->has_mark == b->has_mark && a->mark == b->mark &&
-	       a->mask == b->mask && !strcmp(a->ifname, b->ifname);
+	       a->mask == b->mask && a->proto == b->proto && !strcmp(a->ifname, b->ifname);
 }
 
-/* The kernel's own `local` rule: priority 0, nothing else to match. */
+/* The kernel's own `local` rule: priority 0, nothing else to match.
+ * RTPROT_KERNEL as the kernel makes it: the kernel's duplicate check
+ * compares the protocol (--remove adds it back and must find the one
+ * there), and a network manager (systemd-networkd's
+ * ManageForeignRoutingPolicyRules) deletes every rule that is not the
+ * kernel's. */
 static struct frule frule_local0(void)
 {
-	return (struct frule){ .family = AF_INET, .action = FR_ACT_TO_TBL, .table = RT_TABLE_LOCAL };
+	return (struct frule){ .family = AF_INET, .action = FR_ACT_TO_TBL, .table = RT_TABLE_LOCAL,
+			       .proto = RTPROT_KERNEL };
 }
 
-/* Ours in its place: `fwmark 0/TAPMARK lookup local` at LOCAL_PREF. */
+/* Ours in its place: `fwmark 0/TAPMARK lookup local` at LOCAL_PREF (0,
+ * the priority `ip rule flush` spares), the kernel's protocol (a network
+ * manager spares it). */
 static struct frule frule_local(void)
 {
-	return (struct frule){ .family = AF_INET, .action = FR_ACT_TO_TBL, .table = RT_TABLE_LOCAL,
-			       .pref = LOCAL_PREF, .has_mark = 1, .mark = 0, .mask = TAPMARK };
+	struct frule f = frule_local0();
+
+	f.pref = LOCAL_PREF, f.has_mark = 1, f.mark = 0, f.mask = TAPMARK;
+	return f;
+}
+
+/* The local lookup of what carries TAPMARK, after the per-tap rules
+ * (LOCAL_LATE_PREF): a tap's packet the table did not judge is
+ * blackholed before it, and the host's own traffic that another tool
+ * marked with the same bit is still delivered. */
+static struct frule frule_local_late(void)
+{
+	struct frule f = frule_local0();
+
+	f.pref = LOCAL_LATE_PREF, f.has_mark = 1, f.mark = TAPMARK, f.mask = TAPMARK;
+	return f;
+}
+
+/* Is f the unconditional `lookup local` at priority 0 (the kernel's, or
+ * one like it)? */
+static int frule_is_local0(const struct frule *f)
+{
+	return f->family == AF_INET && !f->pref && f->action == FR_ACT_TO_TBL &&
+	       f->table == RT_TABLE_LOCAL && !(f->has_mark && f->mask) && !*f->ifname &&
+	       !f->dst_len && !f->ipproto;
 }
 
 /* Rules per tap and family: IPv4 two, IPv6 one. */
@@ -1567,38 +1608,112 @@ static int frule_wanted(const struct frule *f)
 	return 0;
 }
 
-/* The `local` rule where we want it: ours at LOCAL_PREF, the kernel's at
- * priority 0 gone (remove: the other way round).  Adding before
- * deleting, so the host is never without one.  1 when it is as wanted
- * afterwards (read back), 0 when not. */
+/* Delete every copy of f (the kernel deletes the first match only).
+ * Only for a rule with a mask: the kernel's delete ignores an attribute
+ * that is zero, so without one it could match the unconditional rule. */
+static void frule_del_all(const struct frule *f)
+{
+	int r, n;
+
+	for (n = 0; n < 64 && (r = frule_put(RTM_DELRULE, 0, f)) == 0; n++)
+		;
+	if (r < 0 && r != -ENOENT) {
+		errno = -r;
+		die(EX_SYS, "unable to delete the local routing rule at priority %u:", f->pref);
+	}
+}
+
+/* The host's `local` lookups as wanted: ours at LOCAL_PREF and
+ * LOCAL_LATE_PREF, the unconditional one at 0 gone (remove: the other
+ * way round).  Adding before deleting, so the host is never without a
+ * local lookup.  The unconditional rule is deleted only while a dump
+ * shows it first among the rules the kernel's loose delete match would
+ * take (it ignores our rule's zero mark, and on a rerun, with the
+ * kernel's rule gone, would take ours); when ours comes first, ours goes
+ * and is added again after it.  1 when all is as wanted afterwards (read
+ * back), 0 when not. */
 static int local_rule(int remove)
 {
-	struct frule l0 = frule_local0(), ours = frule_local();
-	const struct frule *add = remove ? &l0 : &ours, *del = remove ? &ours : &l0;
+	struct frule l0 = frule_local0(), ours = frule_local(), late = frule_local_late();
 	struct frules fs = { 0 };
-	int r, has_add = 0, has_del = 0;
-	unsigned i;
+	int r, has0 = 0, hasours = 0, haslate = 0, early = 0, done = 0;
+	unsigned i, n;
 
-	if ((r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, add)) < 0 && r != -EEXIST) {
-		errno = -r;
-		die(EX_SYS, "unable to add the local routing rule at priority %u:", add->pref);
-	}
-	/* The delete names the priority, so the kernel matches it exactly
-	 * (its fuzzy match on the other attributes cannot pick the rule
-	 * just added). */
-	if ((r = frule_put(RTM_DELRULE, 0, del)) < 0 && r != -ENOENT) {
-		errno = -r;
-		die(EX_SYS, "unable to delete the local routing rule at priority %u:", del->pref);
+	if (remove) {
+		/* Added only when none is there: a second copy (of another
+		 * protocol, say) would be left behind. */
+		for (n = 0; n < 2 && !has0; n++) {
+			if (n && (r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, &l0)) < 0 && r != -EEXIST) {
+				errno = -r;
+				die(EX_SYS, "unable to add the local routing rule at priority 0:");
+			}
+			frule_dump(AF_INET, &fs);
+			for (i = 0; i < fs.n; i++)
+				has0 |= frule_is_local0(&fs.v[i]);
+			free(fs.v);
+			fs = (struct frules){ 0 };
+		}
+		if (has0) {
+			frule_del_all(&ours);
+			frule_del_all(&late);
+		}
+		has0 = 0;
+	} else {
+		struct frule *o[2] = { &ours, &late };
+
+		for (i = 0; i < 2; i++)
+			if ((r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, o[i])) < 0 && r != -EEXIST) {
+				errno = -r;
+				die(EX_SYS, "unable to add the local routing rule at priority %u:", o[i]->pref);
+			}
+		for (n = 0; !done && n < 4; n++) {
+			const struct frule *first = NULL, *u = NULL;
+
+			frule_dump(AF_INET, &fs);
+			for (i = 0; i < fs.n && !u; i++) {
+				const struct frule *f = &fs.v[i];
+
+				if (frule_is_local0(f))
+					u = f;
+				else if (!first && !f->pref && f->action == FR_ACT_TO_TBL && f->table == RT_TABLE_LOCAL)
+					first = f; /* a loose delete of u would take it */
+			}
+			if (!u) {
+				done = 1;
+			} else if (!first) {
+				if ((r = frule_put(RTM_DELRULE, 0, u)) < 0 && r != -ENOENT) {
+					errno = -r;
+					die(EX_SYS, "unable to delete the local routing rule at priority 0:");
+				}
+			} else if (frule_eq(first, &ours)) {
+				/* u still delivers everything while ours is away */
+				frule_del_all(&ours);
+				if ((r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, &ours)) < 0) {
+					errno = -r;
+					die(EX_SYS, "unable to add the local routing rule at priority 0:");
+				}
+			} else {
+				done = 1; /* another tool's rule there: verify says so */
+			}
+			free(fs.v);
+			fs = (struct frules){ 0 };
+		}
 	}
 	frule_dump(AF_INET, &fs);
 	for (i = 0; i < fs.n; i++) {
-		has_add |= frule_eq(&fs.v[i], add);
-		/* any lookup of the local table at del's priority */
-		has_del |= fs.v[i].pref == del->pref && fs.v[i].action == FR_ACT_TO_TBL &&
-			   fs.v[i].table == RT_TABLE_LOCAL;
+		const struct frule *f = &fs.v[i];
+
+		has0 |= frule_is_local0(f);
+		hasours |= frule_eq(f, &ours);
+		haslate |= frule_eq(f, &late);
+		/* any other lookup of the local table before the per-tap rules */
+		early |= f->pref < RULE_PREF - 1 && f->action == FR_ACT_TO_TBL && f->table == RT_TABLE_LOCAL &&
+			 !frule_eq(f, &ours);
 	}
 	free(fs.v);
-	return has_add && !has_del;
+	if (remove)
+		return has0 && !hasours && !haslate;
+	return hasours && haslate && !early;
 }
 
 /* Make the per-tap rules as wanted (remove: none of ours whose tap is
@@ -1963,8 +2078,8 @@ int main(int argc, char **argv)
 		warn("verify: %u IPv4 and %u IPv6 taps with their routing rules at priority %d, want %u each",
 		     rules_v4, rules_v6, RULE_PREF, total);
 	if (!(local_ok = local_rule(0)))
-		warn("verify: the local routing rule is not (only) at priority %d with fwmark 0/0x%08x",
-		     LOCAL_PREF, TAPMARK);
+		warn("verify: the local routing rules are not (only) at priority %d with fwmark 0/0x%08x and %d "
+		     "with fwmark 0x%08x/0x%08x", LOCAL_PREF, TAPMARK, LOCAL_LATE_PREF, TAPMARK, TAPMARK);
 	rules_ok = rules_ok && local_ok;
 	test_point("rules");
 	tc = tc_filters(&tc_good, tapok);
@@ -2036,8 +2151,8 @@ int main(int argc, char **argv)
 	json_object_set_new(json_object_get(out, "fail_closed"), "tc_filter", tc);
 	snprintf(markhex, sizeof markhex, "0x%08x", TAPMARK);
 	json_object_set_new(json_object_get(out, "fail_closed"), "local_rule",
-			    json_pack("{s:i, s:s, s:b}", "priority", LOCAL_PREF, "tapmark", markhex,
-				      "verified", local_ok));
+			    json_pack("{s:i, s:i, s:s, s:b}", "priority", LOCAL_PREF, "late_priority",
+				      LOCAL_LATE_PREF, "tapmark", markhex, "verified", local_ok));
 	json_object_set_new(out, "allow_ranges", allow_ranges_json());
 	json_emit(out);
 	json_decref(out);

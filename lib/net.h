@@ -35,11 +35,14 @@
 /* The fail-closed routing rules (isopod-netsetup(8), FAIL CLOSED): per tap
  * at NET_RULE_PREF - 1 (ICMP to its gateway: local) and NET_RULE_PREF
  * (blackholed unless the table set NET_FWMARK); the kernel's `local` rule
- * moved to NET_LOCAL_PREF, for packets without the tc filter's mark only.
- * A claim checks them (no privilege needed to read rules). */
+ * replaced at NET_LOCAL_PREF by one for packets without the tc filter's
+ * mark only, and one for packets with it at NET_LOCAL_LATE_PREF, after
+ * the per-tap rules.  A claim checks them (no privilege needed to read
+ * rules). */
 #define NET_RULE_PREF 10
 #define NET_FWMARK 0x10000000u
-#define NET_LOCAL_PREF 1
+#define NET_LOCAL_PREF 0
+#define NET_LOCAL_LATE_PREF (NET_RULE_PREF + 1)
 
 struct netslot {
 	int slot;                 /* -1: none */

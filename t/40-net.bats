@@ -75,7 +75,9 @@ vrun() {
 # again, even when it failed.
 teardown() {
 	hostdns_down
-	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip rule del pref 0 lookup local 2>/dev/null || :
+	# the mutations' `local` rule is proto static: the kernel's loose
+	# delete match would take isopod's own at priority 0 otherwise
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip rule del pref 0 lookup local proto static 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip foreign 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip link del labvx0 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
@@ -219,9 +221,9 @@ docker_nft() {
 	[ "$status" -eq 0 ]
 	json_is '.verified == true and .taps_created == 3 and .owner == null and .slots == 0 and .open_slots == 3'
 	json_is '.fail_closed.tc_filter.taps == 3'
-	json_is '.fail_closed.local_rule == {priority: 1, tapmark: "0x20000000", verified: true}'
-	[ "$(ip netns exec "$ns" ip -4 rule show pref 1)" = "1:	from all fwmark 0/0x20000000 lookup local" ]
-	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 0)" ]
+	json_is '.fail_closed.local_rule == {priority: 0, late_priority: 11, tapmark: "0x20000000", verified: true}'
+	[ "$(ip netns exec "$ns" ip -4 -d rule show pref 0)" = "0:	from all fwmark 0/0x20000000 lookup local proto kernel" ]
+	[ "$(ip netns exec "$ns" ip -4 -d rule show pref 11)" = "11:	from all fwmark 0x20000000/0x20000000 lookup local proto kernel" ]
 	ip netns exec "$ns" tc filter show dev isopod-tap2 ingress | grep -q 'direct-action.*name isopod_tap'
 	run ip netns exec "$ns" nft list tables
 	[ "$output" = $'table inet isopod\ntable arp isopod' ]
@@ -234,15 +236,70 @@ docker_nft() {
 	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 10)" ]
 	[ -z "$(ip netns exec "$ns" ip -6 rule show pref 10)" ]
 	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 9)" ]
-	# the kernel's local rule is back at priority 0, isopod's at 1 gone
-	[ "$(ip netns exec "$ns" ip -4 rule show pref 0)" = "0:	from all lookup local" ]
-	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 1)" ]
+	# the kernel's local rule is back at priority 0 (once, the kernel's
+	# protocol), isopod's at 0 and 11 gone
+	[ "$(ip netns exec "$ns" ip -4 -d rule show pref 0)" = "0:	from all lookup local proto kernel" ]
+	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 11)" ]
 	run ip netns exec "$ns" ip -o link show
 	[[ "$output" != *isopod-tap* ]]
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
 	[ "$status" -eq 0 ]
 	json_is '.taps == [] and .route_rules_removed == 0'
 	ip netns del "$ns"
+}
+
+@test "netsetup: the host keeps local delivery through \`ip rule flush\` and a network manager deleting every rule not the kernel's; --remove leaves the rules as they were" {
+	local ns="${LAB_NAME}-lo" p4 p6 st
+	ip netns add "$ns"
+	ip -n "$ns" link set lo up
+	p4=$(ip -n "$ns" -4 -d rule show)
+	p6=$(ip -n "$ns" -6 -d rule show)
+	# the host answers on loopback (ping, a TCP listener) and on a tap's address
+	answers() {
+		local got
+		ip netns exec "$ns" busybox ping -c1 -W2 127.0.0.1 >/dev/null || { echo "$1: no ping 127.0.0.1" >&2; return 1; }
+		ip netns exec "$ns" busybox ping -c1 -W2 10.213.0.1 >/dev/null || { echo "$1: no ping 10.213.0.1" >&2; return 1; }
+		ip netns exec "$ns" timeout 5 socat -u TCP-LISTEN:7777,bind=127.0.0.1,reuseaddr - >"$BATS_TEST_TMPDIR/lo.out" &
+		sleep 0.5
+		echo "$1" | ip netns exec "$ns" timeout 5 socat -u - TCP:127.0.0.1:7777 || :
+		wait $! || :
+		got=$(cat "$BATS_TEST_TMPDIR/lo.out")
+		[ "$got" = "$1" ] || { echo "$1: the TCP listener on 127.0.0.1 got '$got'" >&2; return 1; }
+	}
+	# systemd-networkd's ManageForeignRoutingPolicyRules: every rule not
+	# proto kernel goes (by priority: all at one must be foreign)
+	manager() {
+		local fam p n
+		for fam in -4 -6; do
+			for p in $(ip -n "$ns" $fam -j -d rule show | jq -r '.[] | select(.protocol != "kernel") | .priority' | sort -un); do
+				for n in $(seq 64); do
+					ip -n "$ns" $fam -j -d rule show pref "$p" | jq -e 'any(.[]; .protocol != "kernel")' >/dev/null || break
+					ip -n "$ns" $fam -j -d rule show pref "$p" | jq -e 'all(.[]; .protocol != "kernel")' >/dev/null || return 1
+					ip -n "$ns" $fam rule del pref "$p" || return 1
+				done
+			done
+		done
+	}
+	st=0
+	{
+		# --remove where netsetup never ran adds no second local rule
+		ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove >/dev/null &&
+			[ "$(ip -n "$ns" -4 -d rule show)" = "$p4" ] &&
+			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null &&
+			# host traffic (no mark) is local first; the host's own
+			# traffic another tool marked with the tap bit, after isopod's rules
+			ip -n "$ns" route get 127.0.0.1 | grep -q '^local 127.0.0.1 dev lo table local' &&
+			ip -n "$ns" route get 127.0.0.1 mark 0x20000000 | grep -q '^local 127.0.0.1 dev lo table local' &&
+			manager && answers manager &&
+			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null &&
+			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove >/dev/null &&
+			[ "$(ip -n "$ns" -4 -d rule show)" = "$p4" ] && [ "$(ip -n "$ns" -6 -d rule show)" = "$p6" ] &&
+			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null &&
+			ip -n "$ns" -4 rule flush && ip -n "$ns" -6 rule flush && answers flush
+	} || st=$?
+	ip -n "$ns" -4 -d rule show
+	ip netns del "$ns"
+	[ "$st" -eq 0 ]
 }
 
 @test "netsetup --remove that cannot delete a tap leaves the rules of the taps still there" {
@@ -563,7 +620,7 @@ docker_nft() {
 		ip netns exec "$ns" tc filter show dev "isopod-tap$1" ingress | grep -q 'direct-action.*name isopod_tap' &&
 			ip netns exec "$ns" ip -4 rule show pref 10 | grep -q "iif isopod-tap$1 blackhole" &&
 			ip netns exec "$ns" ip -4 rule show pref 9 | grep -q "iif isopod-tap$1 ipproto icmp" &&
-			[ -z "$(ip netns exec "$ns" ip -4 rule show pref 0)" ]
+			[ "$(ip netns exec "$ns" ip -4 rule show pref 0)" = "0:	from all fwmark 0/0x20000000 lookup local" ]
 	}
 	for p in rules filter alias table; do
 		ip netns add "$ns"
@@ -604,10 +661,10 @@ docker_nft() {
 	run --separate-stderr claim --net filtered
 	out="rule: $status $stderr"
 	ns_setup "" --slots 2 >/dev/null
-	ip netns exec "$ns" ip rule add pref 0 lookup local
+	ip netns exec "$ns" ip rule add pref 0 lookup local proto static
 	run --separate-stderr claim --net filtered
 	out="$out / local at 0: $status $stderr"
-	ip netns exec "$ns" ip rule del pref 0 lookup local
+	ip netns exec "$ns" ip rule del pref 0 lookup local proto static
 	# a verify that fails (another filter on tap 1) offers no slot
 	ip netns exec "$ns" tc filter add dev isopod-tap1 ingress pref 2 bpf da obj "$ISOPOD_SRC/lib/tapfilter.bpf.o" sec tc
 	st=0
@@ -840,7 +897,7 @@ restore() {
 
 @test "fail closed: one routing rule per tap and family blackholes what the table did not mark; reruns keep them" {
 	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
-	json_is '(.fail_closed | del(.tc_filter)) == {rule_priority: 10, fwmark: "0x10000000", route_rules: {ipv4: 20, ipv6: 20}, canary_port: 1054, local_rule: {priority: 1, tapmark: "0x20000000", verified: true}}'
+	json_is '(.fail_closed | del(.tc_filter)) == {rule_priority: 10, fwmark: "0x10000000", route_rules: {ipv4: 20, ipv6: 20}, canary_port: 1054, local_rule: {priority: 0, late_priority: 11, tapmark: "0x20000000", verified: true}}'
 	# per tap before the blackhole: ICMP to its own gateway is local
 	run lab exec ip -4 rule show pref 9
 	[ "$(grep -c '^9:	from all to 10.213.[0-9.]* iif isopod-tap[0-9]* ipproto icmp lookup local$' <<<"$output")" -eq 20 ]
@@ -1049,7 +1106,7 @@ labcount() {
 		10.213.0.74:7 203.0.113.1 5556)
 	# ... so the tc filter's own judgement shows with the kernel's local
 	# rule back at priority 0 (this layer alone)
-	lab exec ip rule add pref 0 lookup local
+	lab exec ip rule add pref 0 lookup local proto static
 	# a host socket on a non-gateway address, connected to the internet
 	# (early demux finds it without rp_filter); guest 18 forges its peer
 	forged=$(lab exec python3 "$fake" udprecv 203.0.113.1 5555 198.51.100.10 7 1 \
@@ -1059,7 +1116,7 @@ labcount() {
 	own=$(lab exec python3 "$fake" udprecv 203.0.113.1 5556 10.213.0.74 7 1 \
 		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" udpraw eth0 $mac "$tapmac" \
 		10.213.0.74:7 203.0.113.1 5556)
-	lab exec ip rule del pref 0 lookup local
+	lab exec ip rule del pref 0 lookup local proto static
 	restore
 	echo "own0=$own0 forged=$forged own=$own"
 	[ "$own0" = 0 ]
@@ -1119,9 +1176,9 @@ dns_leaks() {
 		mutate $m
 		leak=$(dns_leaks "$m")
 		# the mutation: the kernel's local rule back before isopod's rules
-		lab exec ip rule add pref 0 lookup local
+		lab exec ip rule add pref 0 lookup local proto static
 		mut=$(dns_leaks "$m-mut")
-		lab exec ip rule del pref 0 lookup local
+		lab exec ip rule del pref 0 lookup local proto static
 		guest_live 18
 		guest_live 0
 		restore
@@ -1167,9 +1224,9 @@ dns_leaks() {
 		reply=$(natprobe "$m")
 		tcp1=$(hits 203.0.113.1)
 		dns0=$(hostdns_hits "$m.test")
-		lab exec ip rule add pref 0 lookup local
+		lab exec ip rule add pref 0 lookup local proto static
 		reply2=$(natprobe "$m-mut")
-		lab exec ip rule del pref 0 lookup local
+		lab exec ip rule del pref 0 lookup local proto static
 		tcp2=$(hits 203.0.113.1)
 		dns1=$(hostdns_hits "$m-mut.test")
 		lab exec nft delete table ip foreign
