@@ -197,7 +197,8 @@ static int rtnl_talk(struct nlmsghdr *nlh)
 	}
 }
 
-/* Up, with its mode in its ifalias (readable by anybody in sysfs). */
+/* Up, with its mode in its ifalias (readable by anybody in sysfs; "":
+ * none, NULL: the alias as it is). */
 static int link_set(int ifindex, const char *alias)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
@@ -211,9 +212,9 @@ static int link_set(int ifindex, const char *alias)
 	ifi->ifi_index = ifindex;
 	ifi->ifi_change = IFF_UP;
 	ifi->ifi_flags = IFF_UP;
-	if (*alias)
+	if (alias && *alias)
 		mnl_attr_put_strz(nlh, IFLA_IFALIAS, alias);
-	else /* empty: the kernel drops the alias */
+	else if (alias) /* empty: the kernel drops the alias (NULL: kept) */
 		mnl_attr_put(nlh, IFLA_IFALIAS, 0, alias);
 	return rtnl_talk(nlh);
 }
@@ -2094,7 +2095,12 @@ int main(int argc, char **argv)
 		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
 		if (!tapok[k] || !local_ok)
 			*alias = 0;
-		if (!(idx = (int)if_nametoindex(name)) || (r = link_set(idx, alias)) < 0) {
+		/* A VM's tap keeps its alias, as unadvertise() leaves it: its
+		 * mode is what the next run checks before it changes a busy
+		 * tap, and without one --open-slots would open a running
+		 * filtered VM's slot.  Its lock keeps it from a claim. */
+		if (!(idx = (int)if_nametoindex(name)) ||
+		    (r = link_set(idx, busy[k] && !*alias ? NULL : alias)) < 0) {
 			errno = idx ? -r : ENODEV;
 			die(EX_SYS, "unable to bring %s up:", name);
 		}

@@ -686,6 +686,38 @@ docker_nft() {
 	[ "$status" -eq 0 ]
 }
 
+@test "netsetup: a rerun whose check fails keeps a busy tap's alias, so the next run cannot switch the running VM's slot to open (102)" {
+	local ns="${LAB_NAME}-b" holder st1 st2 alias1 alias2 alias0
+	ip netns add "$ns"
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 >/dev/null
+	# a VM on filtered slot 1: its tap held open, as QEMU holds it
+	ip netns exec "$ns" python3 -c 'import fcntl, os, struct, time
+fd = os.open("/dev/net/tun", os.O_RDWR)
+fcntl.ioctl(fd, 0x400454CA, struct.pack("16sH", b"isopod-tap1", 0x0002 | 0x1000))
+time.sleep(120)' &
+	holder=$!
+	sleep 1
+	# a rerun whose check of tap 1 fails (another filter on its ingress)
+	ip netns exec "$ns" tc filter add dev isopod-tap1 ingress pref 2 bpf da obj "$ISOPOD_SRC/lib/tapfilter.bpf.o" sec tc
+	st1=0
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 >"$BATS_TEST_TMPDIR/rerun.json" 2>/dev/null || st1=$?
+	alias0=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap0/ifalias)
+	alias1=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap1/ifalias)
+	ip netns exec "$ns" tc filter del dev isopod-tap1 ingress pref 2
+	# the next run asks for slot 1 open while the VM runs on it
+	st2=0
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null 2>&1 || st2=$?
+	alias2=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap1/ifalias)
+	kill "$holder"
+	wait "$holder" 2>/dev/null || :
+	ip netns del "$ns"
+	echo "rerun: exit $st1, aliases '$alias0' '$alias1'; switch: exit $st2, alias '$alias2'"
+	jq -e '[.taps[] | select(.busy) | .slot] == [1]' "$BATS_TEST_TMPDIR/rerun.json" >/dev/null
+	# the free tap lost its alias, the busy one kept it
+	[ "$st1" -eq 111 ] && [ "$alias0" = "" ] && [ "$alias1" = "isopod filtered" ] || false
+	[ "$st2" -eq 102 ] && [ "$alias2" = "isopod filtered" ]
+}
+
 @test "deny: cloud metadata 169.254.169.254" {
 	assert_open 18 198.51.100.10
 	assert_blocked 18 169.254.169.254
