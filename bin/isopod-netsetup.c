@@ -1841,21 +1841,6 @@ static void test_point(const char *name)
 		raise(SIGKILL);
 }
 
-/* Take the alias (the slot's advertisement) off every tap no VM uses, so
- * no claim takes a slot of a setup that failed to verify. */
-static void unadvertise(const int *busy)
-{
-	char name[IFNAMSIZ];
-	unsigned k;
-	int idx;
-
-	for (k = 0; k < total; k++) {
-		tap_name(k, name);
-		if (!busy[k] && (idx = (int)if_nametoindex(name)) && link_set(idx, "") < 0)
-			warn("unable to take the slot alias off %s", name);
-	}
-}
-
 static void remove_all(void)
 {
 	struct mnl_socket *nl = nft_open();
@@ -2071,8 +2056,9 @@ int main(int argc, char **argv)
 	}
 	/* The routing rules before the table: an open slot is blackholed
 	 * until the table that marks its packets is in.  Then the tc filter,
-	 * then the alias that advertises a tap as a slot and brings it up:
-	 * a netsetup that dies before leaves no new slot without both. */
+	 * the table, and last the alias that advertises a tap as a slot and
+	 * brings it up: a netsetup that dies before leaves no new slot
+	 * without all three. */
 	route_rules(0, &rules_v4, &rules_v6, &has_v6, tapok);
 	rules_ok = rules_v4 == total && rules_v6 == (has_v6 ? total : 0);
 	if (!rules_ok)
@@ -2085,28 +2071,6 @@ int main(int argc, char **argv)
 	test_point("rules");
 	tc = tc_filters(&tc_good, tapok);
 	test_point("filter");
-	/* A tap is advertised only with its rules and filter read back as
-	 * wanted (and the local rule moved); one without loses a previous
-	 * run's alias, so a slot is never offered without them. */
-	for (k = 0; k < total; k++) {
-		int idx, r;
-
-		tap_name(k, name);
-		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
-		if (!tapok[k] || !local_ok)
-			*alias = 0;
-		/* A VM's tap keeps its alias, as unadvertise() leaves it: its
-		 * mode is what the next run checks before it changes a busy
-		 * tap, and without one --open-slots would open a running
-		 * filtered VM's slot.  Its lock keeps it from a claim. */
-		if (!(idx = (int)if_nametoindex(name)) ||
-		    (r = link_set(idx, busy[k] && !*alias ? NULL : alias)) < 0) {
-			errno = idx ? -r : ENODEV;
-			die(EX_SYS, "unable to bring %s up:", name);
-		}
-	}
-	test_point("alias");
-
 	/* Only open slots forward; filtered ones talk to the host alone.  The
 	 * kernel keeps that even without our tables (a `flush ruleset`, say):
 	 * a filtered tap's own forwarding flag is off, so nothing it receives
@@ -2136,9 +2100,30 @@ int main(int argc, char **argv)
 	batch_end();
 	nft_send(nl);
 	verified = nft_verify(nl) == 0 && rules_ok && tc_good == total;
-	if (!verified)
-		unadvertise(busy);
 	mnl_socket_close(nl);
+	/* A tap is advertised only with its rules, its filter and the table
+	 * read back as wanted (and the local rule in place), so last: one
+	 * without, or any when the read-back failed, loses a previous run's
+	 * alias, so a slot is never offered without them. */
+	for (k = 0; k < total; k++) {
+		int idx, r;
+
+		tap_name(k, name);
+		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
+		if (!tapok[k] || !verified)
+			*alias = 0;
+		/* A VM's tap keeps its alias: its mode is what the next run
+		 * checks before it changes a busy tap, and without one
+		 * --open-slots would open a running filtered VM's slot.  Its
+		 * lock keeps it from a claim. */
+		if (!(idx = (int)if_nametoindex(name)) ||
+		    (r = link_set(idx, busy[k] && !*alias ? NULL : alias)) < 0) {
+			errno = idx ? -r : ENODEV;
+			die(EX_SYS, "unable to bring %s up:", name);
+		}
+	}
+	test_point("alias");
+
 	mnl_socket_close(rtnl);
 
 	a.s_addr = htonl(base);

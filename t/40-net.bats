@@ -622,7 +622,7 @@ docker_nft() {
 			ip netns exec "$ns" ip -4 rule show pref 9 | grep -q "iif isopod-tap$1 ipproto icmp" &&
 			[ "$(ip netns exec "$ns" ip -4 rule show pref 0)" = "0:	from all fwmark 0/0x20000000 lookup local" ]
 	}
-	for p in rules filter alias table; do
+	for p in rules filter table alias; do
 		ip netns add "$ns"
 		st=0
 		ns_setup $p --slots 1 >/dev/null 2>&1 || st=$?
@@ -630,13 +630,14 @@ docker_nft() {
 		echo "killed at $p (exit $st): claim $status $stderr"
 		[ "$st" -eq 137 ] || { ip netns del "$ns"; false; }
 		case $p in
-		rules | filter)
-			# not advertised yet: no slot of the mode
+		rules | filter | table)
+			# not advertised yet (the alias comes last): no slot of the mode
 			[ "$status" -eq 111 ] && [[ "$stderr" == *"no filtered slots"* ]] || { ip netns del "$ns"; false; }
 			;;
 		*)
-			# advertised only with both
-			[ "$status" -eq 0 ] && whole 0 || { ip netns del "$ns"; false; }
+			# advertised only with all three
+			[ "$status" -eq 0 ] && whole 0 && ip netns exec "$ns" nft list table inet isopod >/dev/null ||
+				{ ip netns del "$ns"; false; }
 			;;
 		esac
 		ip netns del "$ns"
