@@ -304,19 +304,23 @@ static int tap_make(const char *name, int *busy)
 }
 
 /* IPv6 off on the tap: no link-local address, nothing for a guest to talk
- * to over v6 (the table drops it too).  Absent without IPv6: ignored. */
-static void tap_no_ipv6(const char *name)
+ * to over v6 (the table drops it too).  Read back (lib/net.c, as a claim
+ * reads it): 1 off or no IPv6 here, 0 not (the tap is not advertised). */
+static int tap_no_ipv6(const char *name)
 {
 	char p[PATH_MAX];
 	int fd;
 
 	pathf(p, sizeof p, "/proc/sys/net/ipv6/conf/%s/disable_ipv6", name);
-	fd = open(p, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	if (write(fd, "1", 1) != 1)
-		warn("unable to disable IPv6 on %s: %s", name, strerror(errno));
-	close(fd);
+	if ((fd = open(p, O_WRONLY | O_CLOEXEC)) >= 0) {
+		if (write(fd, "1", 1) != 1)
+			warn("unable to disable IPv6 on %s: %s", name, strerror(errno));
+		close(fd);
+	}
+	if (net_tap_ipv6_off(name))
+		return 1;
+	warn("verify: IPv6 is not off on %s", name);
+	return 0;
 }
 
 static void sysctl_write(const char *p, const char *v)
@@ -1939,12 +1943,12 @@ int main(int argc, char **argv)
 	char was[16], msg[512];
 	const char *e;
 	long long v;
-	unsigned k, created = 0, rules_v4, rules_v6, tc_good;
+	unsigned k, created = 0, rules_v4, rules_v6, tc_good, v6bad = 0;
 	int c, remove = 0, verified, rules_ok, local_ok, has_v6 = 1;
 	char markhex[16];
 	uint8_t mac[6];
 	static int made[MAX_SLOTS], busy[MAX_SLOTS];
-	static unsigned char tapok[MAX_SLOTS];
+	static unsigned char tapok[MAX_SLOTS], v6off[MAX_SLOTS];
 
 	progname = "isopod-netsetup";
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -2031,7 +2035,8 @@ int main(int argc, char **argv)
 		tap_name(k, name);
 		if (!(idx = (int)if_nametoindex(name)))
 			die(EX_SYS, "unable to find %s after creating it:", name);
-		tap_no_ipv6(name);
+		v6off[k] = (unsigned char)tap_no_ipv6(name);
+		v6bad += !v6off[k];
 		tap_ipv4(name);
 		if ((r = addr_set(idx, k)) < 0) {
 			errno = -r;
@@ -2099,7 +2104,7 @@ int main(int argc, char **argv)
 		docker_add();
 	batch_end();
 	nft_send(nl);
-	verified = nft_verify(nl) == 0 && rules_ok && tc_good == total;
+	verified = nft_verify(nl) == 0 && rules_ok && tc_good == total && !v6bad;
 	mnl_socket_close(nl);
 	/* A tap is advertised only with its rules, its filter and the table
 	 * read back as wanted (and the local rule in place), so last: one
@@ -2110,7 +2115,7 @@ int main(int argc, char **argv)
 
 		tap_name(k, name);
 		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
-		if (!tapok[k] || !verified)
+		if (!tapok[k] || !v6off[k] || !verified)
 			*alias = 0;
 		/* A VM's tap keeps its alias: its mode is what the next run
 		 * checks before it changes a busy tap, and without one

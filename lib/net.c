@@ -29,6 +29,22 @@ int net_mode_valid(const char *mode)
 	return !strcmp(mode, "none") || !strcmp(mode, "filtered") || !strcmp(mode, "open");
 }
 
+int net_tap_ipv6_off(const char *tap)
+{
+	char p[PATH_MAX], c = 0;
+	int fd;
+
+	if (access("/proc/sys/net/ipv6", F_OK) < 0 && errno == ENOENT)
+		return 1; /* no IPv6 here: nothing to turn off */
+	if (pathn(p, sizeof p, "/proc/sys/net/ipv6/conf/%s/disable_ipv6", tap) < 0 ||
+	    (fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+		return 0;
+	if (read(fd, &c, 1) != 1)
+		c = 0;
+	close(fd);
+	return c == '1';
+}
+
 int net_ntaps(void)
 {
 	char name[IFNAMSIZ];
@@ -318,6 +334,15 @@ static int find_slot(const char *mode, int *fd, int *slot, char *err, size_t err
 			}
 			if ((r = tap_routed(k, tap_gw(k), err, errsz)) != 1) {
 				close(*fd);
+				return EX_SYS;
+			}
+			/* IPv6 on, the tap has a link-local address a guest
+			 * talks to (the table and the filter drop it too). */
+			snprintf(why, sizeof why, NET_TAP_PREFIX "%d", k);
+			if (!net_tap_ipv6_off(why)) {
+				close(*fd);
+				snprintf(err, errsz, NET_TAP_PREFIX "%d has IPv6 on: run `sudo isopod-netsetup` "
+					 "again, or use --net none", k);
 				return EX_SYS;
 			}
 			*slot = k;

@@ -58,6 +58,9 @@ struct netslot {
 
 /* "none", "filtered" or "open".  1 valid, 0 not. */
 int net_mode_valid(const char *mode);
+/* Is IPv6 off on this tap (its disable_ipv6 reads 1, as isopod-netsetup
+ * leaves it), or absent from the kernel?  1 yes, 0 no (or unreadable). */
+int net_tap_ipv6_off(const char *tap);
 /* Number of consecutive taps isopod-tap0.. present (0: netsetup not run). */
 int net_ntaps(void);
 /* The number of slots (of every mode); 0 with err naming `sudo

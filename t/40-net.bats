@@ -666,6 +666,11 @@ docker_nft() {
 	run --separate-stderr claim --net filtered
 	out="$out / local at 0: $status $stderr"
 	ip netns exec "$ns" ip rule del pref 0 lookup local proto static
+	# IPv6 back on the tap (a link-local address for the guest): refused
+	ip netns exec "$ns" sh -c 'echo 0 >/proc/sys/net/ipv6/conf/isopod-tap1/disable_ipv6'
+	run --separate-stderr claim --net filtered
+	out="$out / ipv6 on: $status $stderr"
+	ns_setup "" --slots 2 >/dev/null
 	# a verify that fails (another filter on tap 1) offers no slot
 	ip netns exec "$ns" tc filter add dev isopod-tap1 ingress pref 2 bpf da obj "$ISOPOD_SRC/lib/tapfilter.bpf.o" sec tc
 	st=0
@@ -683,6 +688,7 @@ docker_nft() {
 	echo "$out / rerun: claim $status"
 	[[ "$out" == "rule: 111 "*"isopod-tap1 lacks isopod's routing rules: run \`sudo isopod-netsetup\`"*"IPv4 blackhole missing"* ]]
 	[[ "$out" == *" / local at 0: 111 "*"another lookup of the local table before them"* ]]
+	[[ "$out" == *" / ipv6 on: 111 "*"isopod-tap1 has IPv6 on: run \`sudo isopod-netsetup\` again"* ]]
 	[[ "$out" == *" / failed verify: exit 111, aliases '' '', claim 111 "*"no filtered slots"* ]]
 	[ "$status" -eq 0 ]
 }
