@@ -1391,7 +1391,8 @@ static void build_failclosed(void)
 }
 
 /* A policy routing rule as the kernel reports it (every field this file
- * writes; ours are at LOCAL_PREF, RULE_PREF - 1 and RULE_PREF). */
+ * writes; ours are at LOCAL_PREF, RULE_PREF - 1, RULE_PREF and
+ * LOCAL_LATE_PREF). */
 struct frule {
 	uint8_t family, action, ipproto, dst_len, proto; /* proto: FRA_PROTOCOL */
 	uint32_t pref, table, dst; /* dst: network order */

@@ -47,10 +47,11 @@ const volatile struct tapcfg cfg = { 0 };
 
 /* Pass an IPv4 packet on, marked: cfg.mark says "from an isopod tap, not
  * yet judged by `inet isopod`", which clears it on what it accepts.  The
- * routing rules look up the host's own addresses only for packets without
- * it (man isopod-netsetup, FAIL CLOSED), so what this filter judged before
- * NAT cannot reach a host address after another tool's DNAT or REDIRECT,
- * nor any host port 53 with the table gone. */
+ * routing rules look up the host's own addresses for packets with it only
+ * after the tap's blackhole rule (man isopod-netsetup, FAIL CLOSED), so
+ * what this filter judged before NAT cannot reach a host address after
+ * another tool's DNAT or REDIRECT, nor any host port 53 with the table
+ * gone. */
 static __always_inline int pass(struct __sk_buff *skb)
 {
 	skb->mark |= cfg.mark;
@@ -132,11 +133,13 @@ static __always_inline int local_ok(struct __sk_buff *skb, const struct iphdr *i
 }
 
 /* Would the host deliver this locally (or is the answer unknown)?  The
- * kernel's own lookup, from the tap, with no mark (the table sets its mark
- * after this hook): the `local` rule (priority 0) finds the host's
- * addresses, broadcast ones included (NOT_FWDED); anything else meets the
- * tap's blackhole rule (priority 10) or a route.  Follows the host's
- * addresses as they change.  Unknown (forwarding off, an error): local. */
+ * kernel's own lookup, from the tap, with no mark (bpf_fib_lookup takes
+ * neither this program's TAPMARK nor the table's mark): isopod-netsetup's
+ * `fwmark 0/TAPMARK lookup local` rule (priority 0, in place of the
+ * kernel's, which it deletes) matches it and finds the host's addresses,
+ * broadcast ones included (NOT_FWDED); anything else meets the tap's
+ * rules (priorities 9 and 10) or a route.  Follows the host's addresses
+ * as they change.  Unknown (forwarding off, an error): local. */
 static __always_inline int fib_local(struct __sk_buff *skb, const struct iphdr *ip)
 {
 	struct bpf_fib_lookup p = {
