@@ -290,6 +290,12 @@ docker_nft() {
 			# traffic another tool marked with the tap bit, after isopod's rules
 			ip -n "$ns" route get 127.0.0.1 | grep -q '^local 127.0.0.1 dev lo table local' &&
 			ip -n "$ns" route get 127.0.0.1 mark 0x20000000 | grep -q '^local 127.0.0.1 dev lo table local' &&
+			# a guest's packet the table did not judge (marked) meets the
+			# tap's rules first: ICMP to its gateway local, TCP blackholed;
+			# one the table judged (unmarked) is local
+			ip -n "$ns" route get 10.213.0.1 from 10.213.0.2 iif isopod-tap0 mark 0x20000000 ipproto icmp | grep -q '^local ' &&
+			! ip -n "$ns" route get 10.213.0.1 from 10.213.0.2 iif isopod-tap0 mark 0x20000000 ipproto tcp 2>/dev/null &&
+			ip -n "$ns" route get 10.213.0.1 from 10.213.0.2 iif isopod-tap0 ipproto tcp | grep -q '^local ' &&
 			manager && answers manager &&
 			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null &&
 			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove >/dev/null &&
