@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <limits.h>
 #include <net/if.h>
 #include <net/if_arp.h>
@@ -81,22 +82,49 @@
  * unprivileged process: DNS on 1053 (guests ask port 53, which the dns
  * chain redirects there) and, for filtered slots, the HTTP proxy on 3128;
  * and ping.  Everything else is dropped. */
-#define PORT_DNS 53
-#define PORT_BROKER_DNS 1053
-#define PORT_BROKER_HTTP 3128
+#define PORT_DNS TCFILTER_PORT_DNS
+#define PORT_BROKER_DNS TCFILTER_PORT_BROKER_DNS
+#define PORT_BROKER_HTTP TCFILTER_PORT_BROKER_HTTP
 #define PORT_CANARY NET_CANARY_PORT
 
 /* Fail closed (man isopod-netsetup, FAIL CLOSED): per tap, a policy
  * routing rule at RULE_PREF blackholes everything from the tap unless its
  * packet carries FWMARK, which only `inet isopod` sets (open slots, in its
  * prerouting chain).  A flushed, deleted or replaced table leaves the
- * rule, so nothing from a guest is routed on; the host's own addresses
- * still come first (the `local` rule, priority 0).  RULE_PREF is low so
+ * rule, so nothing from a guest is routed on.  RULE_PREF is low so
  * that no ordinary rule of the host's routes a guest's packet before the
  * blackhole; the bit is one that Docker, kube-proxy, Cilium, Tailscale
- * and WireGuard leave alone. */
-#define RULE_PREF 10
-#define FWMARK 0x10000000u
+ * and WireGuard leave alone.
+ *
+ * Local delivery is routing too, and the kernel's `local` rule (priority
+ * 0) came before the blackhole: a packet the tc filter passed for a
+ * forwarded or a gateway destination, then DNATed or REDIRECTed by
+ * another tool's ruleset to a host address, or sent to a host's port 53
+ * with the table gone (nothing redirects it to the broker), was
+ * delivered.  So the tc filter marks every IPv4 packet it passes with
+ * TAPMARK and `inet isopod` clears the bit on what it accepts; the
+ * kernel's `local` rule gives way to one at LOCAL_PREF that looks up only
+ * packets without the bit (everything not from a tap, and a tap's packets
+ * the table judged, whose input chain then judges them after any NAT).  A
+ * marked packet meets the per-tap rules instead: ICMP to its own gateway
+ * (ping, the errors the filter checked; no NAT makes ICMP a service) is
+ * local, the rest blackholed at RULE_PREF; what is left with the bit (the
+ * host's own traffic another tool marked so) is looked up at
+ * LOCAL_LATE_PREF.  Both at the kernel's protocol, the first at priority
+ * 0: `ip rule flush` (which spares 0) and a network manager deleting
+ * every rule not the kernel's leave the host its local delivery.  The
+ * filter's own route lookup carries no
+ * mark, so it still sees the host's addresses as local.  Chosen over
+ * marking what the table accepts and blackholing the rest: ARP's route
+ * lookup (whether to answer for the gateway) carries no mark either, and
+ * would fail with the table gone, taking the gateway's ping with it.
+ * `--remove` puts the kernel's `local` rule back before it deletes ours,
+ * so the host never goes without one. */
+#define RULE_PREF NET_RULE_PREF
+#define FWMARK NET_FWMARK
+#define TAPMARK TCFILTER_TAPMARK
+#define LOCAL_PREF NET_LOCAL_PREF
+#define LOCAL_LATE_PREF NET_LOCAL_LATE_PREF
 
 /* Destinations a guest never reaches through the host (forward path) are
  * lib/ranges.c's list, less the host's overrides (`allow_range` lines of
@@ -169,7 +197,8 @@ static int rtnl_talk(struct nlmsghdr *nlh)
 	}
 }
 
-/* Up, with its mode in its ifalias (readable by anybody in sysfs). */
+/* Up, with its mode in its ifalias (readable by anybody in sysfs; "":
+ * none, NULL: the alias as it is). */
 static int link_set(int ifindex, const char *alias)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
@@ -183,7 +212,10 @@ static int link_set(int ifindex, const char *alias)
 	ifi->ifi_index = ifindex;
 	ifi->ifi_change = IFF_UP;
 	ifi->ifi_flags = IFF_UP;
-	mnl_attr_put_strz(nlh, IFLA_IFALIAS, alias);
+	if (alias && *alias)
+		mnl_attr_put_strz(nlh, IFLA_IFALIAS, alias);
+	else if (alias) /* empty: the kernel drops the alias (NULL: kept) */
+		mnl_attr_put(nlh, IFLA_IFALIAS, 0, alias);
 	return rtnl_talk(nlh);
 }
 
@@ -272,19 +304,23 @@ static int tap_make(const char *name, int *busy)
 }
 
 /* IPv6 off on the tap: no link-local address, nothing for a guest to talk
- * to over v6 (the table drops it too).  Absent without IPv6: ignored. */
-static void tap_no_ipv6(const char *name)
+ * to over v6 (the table drops it too).  Read back (lib/net.c, as a claim
+ * reads it): 1 off or no IPv6 here, 0 not (the tap is not advertised). */
+static int tap_no_ipv6(const char *name)
 {
 	char p[PATH_MAX];
 	int fd;
 
 	pathf(p, sizeof p, "/proc/sys/net/ipv6/conf/%s/disable_ipv6", name);
-	fd = open(p, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	if (write(fd, "1", 1) != 1)
-		warn("unable to disable IPv6 on %s: %s", name, strerror(errno));
-	close(fd);
+	if ((fd = open(p, O_WRONLY | O_CLOEXEC)) >= 0) {
+		if (write(fd, "1", 1) != 1)
+			warn("unable to disable IPv6 on %s: %s", name, strerror(errno));
+		close(fd);
+	}
+	if (net_tap_ipv6_off(name))
+		return 1;
+	warn("verify: IPv6 is not off on %s", name);
+	return 0;
 }
 
 static void sysctl_write(const char *p, const char *v)
@@ -1286,6 +1322,24 @@ static void x_mark_or(struct nftnl_rule *r, uint32_t bit)
 	nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
 }
 
+/* `meta mark set meta mark & ~bit` */
+static void x_mark_clear(struct nftnl_rule *r, uint32_t bit)
+{
+	struct nftnl_expr *e;
+	uint32_t mask = ~bit, xor = 0;
+
+	x_meta(r, NFT_META_MARK);
+	e = expr_new(r, "bitwise");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 4);
+	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 4);
+	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &xor, 4);
+	e = expr_new(r, "meta");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, NFT_META_MARK);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
+}
+
 /* The table's part, in the same batch as the rest of `inet isopod`. */
 static void build_failclosed(void)
 {
@@ -1293,6 +1347,15 @@ static void build_failclosed(void)
 	struct nftnl_expr *e;
 	char name[IFNAMSIZ];
 	unsigned k;
+
+	/* Every slot: what passed anti-spoof loses the tc filter's TAPMARK,
+	 * so the routing looks the host's addresses up for it again (after
+	 * the dns chain's redirect; the input chain then judges it).  With
+	 * this table gone the bit stays and only the per-tap rules apply. */
+	r = rule_new("prerouting");
+	m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, TAP_PREFIX, 1);
+	x_mark_clear(r, TAPMARK);
+	rule_put(r);
 
 	/* Open slots: what passed anti-spoof (vm_pre returned) carries the
 	 * mark the routing rules ask for; the forward chain still decides
@@ -1327,10 +1390,12 @@ static void build_failclosed(void)
 	}
 }
 
-/* A policy routing rule as the kernel reports it (ours: RULE_PREF, iif
- * isopod-tap*). */
+/* A policy routing rule as the kernel reports it (every field this file
+ * writes; ours are at LOCAL_PREF, RULE_PREF - 1, RULE_PREF and
+ * LOCAL_LATE_PREF). */
 struct frule {
-	uint8_t family, action;
+	uint8_t family, action, ipproto, dst_len, proto; /* proto: FRA_PROTOCOL */
+	uint32_t pref, table, dst; /* dst: network order */
 	int has_mark;
 	uint32_t mark, mask;
 	char ifname[IFNAMSIZ];
@@ -1355,18 +1420,24 @@ static int frule_cb(const struct nlmsghdr *nlh, void *data)
 	const struct nlattr *tb[FRA_MAX + 1] = { 0 };
 	const struct fib_rule_hdr *h = mnl_nlmsg_get_payload(nlh);
 	struct frules *fs = data;
-	struct frule f = { .family = h->family, .action = h->action };
-	size_t pl = strlen(TAP_PREFIX);
+	struct frule f = { .family = h->family, .action = h->action, .table = h->table,
+			   .dst_len = h->dst_len };
 
 	if (nlh->nlmsg_type != RTM_NEWRULE ||
 	    mnl_attr_parse(nlh, sizeof *h, frule_attr_cb, tb) != MNL_CB_OK)
 		return MNL_CB_OK;
-	if (!tb[FRA_PRIORITY] || mnl_attr_get_u32(tb[FRA_PRIORITY]) != RULE_PREF || !tb[FRA_IIFNAME])
-		return MNL_CB_OK;
-	snprintf(f.ifname, sizeof f.ifname, "%.*s", (int)mnl_attr_get_payload_len(tb[FRA_IIFNAME]),
-		 (const char *)mnl_attr_get_payload(tb[FRA_IIFNAME]));
-	if (strncmp(f.ifname, TAP_PREFIX, pl))
-		return MNL_CB_OK;
+	f.pref = tb[FRA_PRIORITY] ? mnl_attr_get_u32(tb[FRA_PRIORITY]) : 0;
+	if (tb[FRA_TABLE])
+		f.table = mnl_attr_get_u32(tb[FRA_TABLE]);
+	if (tb[FRA_IIFNAME])
+		snprintf(f.ifname, sizeof f.ifname, "%.*s", (int)mnl_attr_get_payload_len(tb[FRA_IIFNAME]),
+			 (const char *)mnl_attr_get_payload(tb[FRA_IIFNAME]));
+	if (tb[FRA_IP_PROTO])
+		f.ipproto = mnl_attr_get_u8(tb[FRA_IP_PROTO]);
+	if (tb[FRA_PROTOCOL])
+		f.proto = mnl_attr_get_u8(tb[FRA_PROTOCOL]);
+	if (tb[FRA_DST] && mnl_attr_get_payload_len(tb[FRA_DST]) == 4)
+		memcpy(&f.dst, mnl_attr_get_payload(tb[FRA_DST]), 4);
 	if (tb[FRA_FWMARK] || tb[FRA_FWMASK]) {
 		f.has_mark = 1;
 		f.mark = tb[FRA_FWMARK] ? mnl_attr_get_u32(tb[FRA_FWMARK]) : 0;
@@ -1378,7 +1449,7 @@ static int frule_cb(const struct nlmsghdr *nlh, void *data)
 	return MNL_CB_OK;
 }
 
-/* Our rules of one family, appended to fs. */
+/* Every rule of one family, appended to fs. */
 static void frule_dump(uint8_t family, struct frules *fs)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
@@ -1408,8 +1479,7 @@ static void frule_dump(uint8_t family, struct frules *fs)
 	} while (r > MNL_CB_STOP);
 }
 
-/* `iif IFNAME [fwmark 0/FWMARK] blackhole pref RULE_PREF`, added or
- * deleted.  0 or -errno. */
+/* A rule, added or deleted.  0 or -errno. */
 static int frule_put(uint16_t type, uint16_t flags, const struct frule *f)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
@@ -1421,8 +1491,19 @@ static int frule_put(uint16_t type, uint16_t flags, const struct frule *f)
 	h = mnl_nlmsg_put_extra_header(nlh, sizeof *h);
 	h->family = f->family;
 	h->action = f->action;
-	mnl_attr_put_u32(nlh, FRA_PRIORITY, RULE_PREF);
-	mnl_attr_put_strz(nlh, FRA_IIFNAME, f->ifname);
+	h->table = f->table < 256 ? (uint8_t)f->table : RT_TABLE_UNSPEC;
+	h->dst_len = f->dst_len;
+	mnl_attr_put_u32(nlh, FRA_PRIORITY, f->pref);
+	if (f->table >= 256)
+		mnl_attr_put_u32(nlh, FRA_TABLE, f->table);
+	if (*f->ifname)
+		mnl_attr_put_strz(nlh, FRA_IIFNAME, f->ifname);
+	if (f->dst_len)
+		mnl_attr_put(nlh, FRA_DST, 4, &f->dst);
+	if (f->ipproto)
+		mnl_attr_put_u8(nlh, FRA_IP_PROTO, f->ipproto);
+	if (f->proto)
+		mnl_attr_put_u8(nlh, FRA_PROTOCOL, f->proto);
 	if (f->has_mark) {
 		mnl_attr_put_u32(nlh, FRA_FWMARK, f->mark);
 		mnl_attr_put_u32(nlh, FRA_FWMASK, f->mask);
@@ -1430,69 +1511,257 @@ static int frule_put(uint16_t type, uint16_t flags, const struct frule *f)
 	return rtnl_talk(nlh);
 }
 
-/* The rule slot k of this family should have: IPv4 blackholed unless
- * marked; IPv6 always (no policy allows it, and the table drops it too). */
-static struct frule frule_want(uint8_t family, unsigned k)
+static int frule_eq(const struct frule *a, const struct frule *b)
 {
-	struct frule f = { .family = family, .action = FR_ACT_BLACKHOLE };
+	return a->family == b->family && a->action == b->action && a->pref == b->pref &&
+	       a->table == b->table && a->ipproto == b->ipproto && a->dst_len == b->dst_len &&
+	       a->dst == b->dst && a->has_mark == b->has_mark && a->mark == b->mark &&
+	       a->mask == b->mask && a->proto == b->proto && !strcmp(a->ifname, b->ifname);
+}
+
+/* The kernel's own `local` rule: priority 0, nothing else to match.
+ * RTPROT_KERNEL as the kernel makes it: the kernel's duplicate check
+ * compares the protocol (--remove adds it back and must find the one
+ * there), and a network manager (systemd-networkd's
+ * ManageForeignRoutingPolicyRules) deletes every rule that is not the
+ * kernel's. */
+static struct frule frule_local0(void)
+{
+	return (struct frule){ .family = AF_INET, .action = FR_ACT_TO_TBL, .table = RT_TABLE_LOCAL,
+			       .proto = RTPROT_KERNEL };
+}
+
+/* Ours in its place: `fwmark 0/TAPMARK lookup local` at LOCAL_PREF (0,
+ * the priority `ip rule flush` spares), the kernel's protocol (a network
+ * manager spares it). */
+static struct frule frule_local(void)
+{
+	struct frule f = frule_local0();
+
+	f.pref = LOCAL_PREF, f.has_mark = 1, f.mark = 0, f.mask = TAPMARK;
+	return f;
+}
+
+/* The local lookup of what carries TAPMARK, after the per-tap rules
+ * (LOCAL_LATE_PREF): a tap's packet the table did not judge is
+ * blackholed before it, and the host's own traffic that another tool
+ * marked with the same bit is still delivered. */
+static struct frule frule_local_late(void)
+{
+	struct frule f = frule_local0();
+
+	f.pref = LOCAL_LATE_PREF, f.has_mark = 1, f.mark = TAPMARK, f.mask = TAPMARK;
+	return f;
+}
+
+/* Is f the unconditional `lookup local` at priority 0 (the kernel's, or
+ * one like it)? */
+static int frule_is_local0(const struct frule *f)
+{
+	return f->family == AF_INET && !f->pref && f->action == FR_ACT_TO_TBL &&
+	       f->table == RT_TABLE_LOCAL && !(f->has_mark && f->mask) && !*f->ifname &&
+	       !f->dst_len && !f->ipproto;
+}
+
+/* Rules per tap and family: IPv4 two, IPv6 one. */
+static unsigned frule_nwant(uint8_t family)
+{
+	return family == AF_INET ? 2 : 1;
+}
+
+/* Rule i of slot k of this family: IPv4 ICMP to the own gateway local
+ * (RULE_PREF - 1), then everything blackholed unless marked (RULE_PREF);
+ * IPv6 always blackholed (no policy allows it, and the table drops it
+ * too). */
+static struct frule frule_want(uint8_t family, unsigned k, unsigned i)
+{
+	struct frule f = { .family = family, .action = FR_ACT_BLACKHOLE, .pref = RULE_PREF };
 
 	tap_name(k, f.ifname);
-	if (family == AF_INET)
+	if (family == AF_INET && i == 0) {
+		f.pref = RULE_PREF - 1, f.action = FR_ACT_TO_TBL, f.table = RT_TABLE_LOCAL;
+		f.ipproto = IPPROTO_ICMP, f.dst_len = 32, f.dst = htonl(base + 4 * k + 1);
+	} else if (family == AF_INET) {
 		f.has_mark = 1, f.mark = 0, f.mask = FWMARK;
+	}
 	return f;
+}
+
+/* Is f a per-tap rule of ours (RULE_PREF - 1 or RULE_PREF, iif isopod-tap*)?
+ * Its slot in *k. */
+static int frule_ours(const struct frule *f, long long *k)
+{
+	size_t pl = strlen(TAP_PREFIX);
+
+	return (f->pref == RULE_PREF || f->pref == RULE_PREF - 1) && !strncmp(f->ifname, TAP_PREFIX, pl) &&
+	       parse_ll(f->ifname + pl, 0, MAX_SLOTS - 1, k) == 0;
 }
 
 /* Is f one we want now (slot < total, exactly as frule_want makes it)? */
 static int frule_wanted(const struct frule *f)
 {
-	const char *d = f->ifname + strlen(TAP_PREFIX);
-	struct frule w;
 	long long k;
+	unsigned i;
 
-	if (parse_ll(d, 0, MAX_SLOTS - 1, &k) < 0 || (unsigned)k >= total)
+	if (!frule_ours(f, &k) || (unsigned)k >= total)
 		return 0;
-	w = frule_want(f->family, (unsigned)k);
-	return !strcmp(w.ifname, f->ifname) && w.action == f->action &&
-	       w.has_mark == f->has_mark && w.mark == f->mark && w.mask == f->mask;
+	for (i = 0; i < frule_nwant(f->family); i++) {
+		struct frule w = frule_want(f->family, (unsigned)k, i);
+
+		if (frule_eq(&w, f))
+			return 1;
+	}
+	return 0;
 }
 
-/* Make the rules as wanted (remove: none of ours whose tap is gone) and
- * read them back.  Adding first (NLM_F_EXCL: a rerun finds them there) and
- * deleting only what is not wanted, so a rerun never opens a gap.  A rule
- * of a tap beyond the slots that still exists (busy: netsetup left it to
- * its VM) stays, and so, when removing, does the rule of any tap that
- * still exists (remove_all deletes the taps first; one it could not
- * delete keeps its rule).  Returns the number deleted; *v4, *v6: wanted rules found. */
-static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
+/* Delete every copy of f (the kernel deletes the first match only).
+ * Only for a rule with a mask: the kernel's delete ignores an attribute
+ * that is zero, so without one it could match the unconditional rule. */
+static void frule_del_all(const struct frule *f)
+{
+	int r, n;
+
+	for (n = 0; n < 64 && (r = frule_put(RTM_DELRULE, 0, f)) == 0; n++)
+		;
+	if (r < 0 && r != -ENOENT) {
+		errno = -r;
+		die(EX_SYS, "unable to delete the local routing rule at priority %u:", f->pref);
+	}
+}
+
+/* The host's `local` lookups as wanted: ours at LOCAL_PREF and
+ * LOCAL_LATE_PREF, the unconditional one at 0 gone (remove: the other
+ * way round).  Adding before deleting, so the host is never without a
+ * local lookup.  The unconditional rule is deleted only while a dump
+ * shows it first among the rules the kernel's loose delete match would
+ * take (it ignores our rule's zero mark, and on a rerun, with the
+ * kernel's rule gone, would take ours); when ours comes first, ours goes
+ * and is added again after it.  1 when all is as wanted afterwards (read
+ * back), 0 when not. */
+static int local_rule(int remove)
+{
+	struct frule l0 = frule_local0(), ours = frule_local(), late = frule_local_late();
+	struct frules fs = { 0 };
+	int r, has0 = 0, hasours = 0, haslate = 0, early = 0, done = 0;
+	unsigned i, n;
+
+	if (remove) {
+		/* Added only when none is there: a second copy (of another
+		 * protocol, say) would be left behind. */
+		for (n = 0; n < 2 && !has0; n++) {
+			if (n && (r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, &l0)) < 0 && r != -EEXIST) {
+				errno = -r;
+				die(EX_SYS, "unable to add the local routing rule at priority 0:");
+			}
+			frule_dump(AF_INET, &fs);
+			for (i = 0; i < fs.n; i++)
+				has0 |= frule_is_local0(&fs.v[i]);
+			free(fs.v);
+			fs = (struct frules){ 0 };
+		}
+		if (has0) {
+			frule_del_all(&ours);
+			frule_del_all(&late);
+		}
+		has0 = 0;
+	} else {
+		struct frule *o[2] = { &ours, &late };
+
+		for (i = 0; i < 2; i++)
+			if ((r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, o[i])) < 0 && r != -EEXIST) {
+				errno = -r;
+				die(EX_SYS, "unable to add the local routing rule at priority %u:", o[i]->pref);
+			}
+		for (n = 0; !done && n < 4; n++) {
+			const struct frule *first = NULL, *u = NULL;
+
+			frule_dump(AF_INET, &fs);
+			for (i = 0; i < fs.n && !u; i++) {
+				const struct frule *f = &fs.v[i];
+
+				if (frule_is_local0(f))
+					u = f;
+				else if (!first && !f->pref && f->action == FR_ACT_TO_TBL && f->table == RT_TABLE_LOCAL)
+					first = f; /* a loose delete of u would take it */
+			}
+			if (!u) {
+				done = 1;
+			} else if (!first) {
+				if ((r = frule_put(RTM_DELRULE, 0, u)) < 0 && r != -ENOENT) {
+					errno = -r;
+					die(EX_SYS, "unable to delete the local routing rule at priority 0:");
+				}
+			} else if (frule_eq(first, &ours)) {
+				/* u still delivers everything while ours is away */
+				frule_del_all(&ours);
+				if ((r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, &ours)) < 0) {
+					errno = -r;
+					die(EX_SYS, "unable to add the local routing rule at priority 0:");
+				}
+			} else {
+				done = 1; /* another tool's rule there: verify says so */
+			}
+			free(fs.v);
+			fs = (struct frules){ 0 };
+		}
+	}
+	frule_dump(AF_INET, &fs);
+	for (i = 0; i < fs.n; i++) {
+		const struct frule *f = &fs.v[i];
+
+		has0 |= frule_is_local0(f);
+		hasours |= frule_eq(f, &ours);
+		haslate |= frule_eq(f, &late);
+		/* any other lookup of the local table before the per-tap rules */
+		early |= f->pref < RULE_PREF - 1 && f->action == FR_ACT_TO_TBL && f->table == RT_TABLE_LOCAL &&
+			 !frule_eq(f, &ours);
+	}
+	free(fs.v);
+	if (remove)
+		return has0 && !hasours && !haslate;
+	return hasours && haslate && !early;
+}
+
+/* Make the per-tap rules as wanted (remove: none of ours whose tap is
+ * gone) and read them back.  Adding first (NLM_F_EXCL: a rerun finds them
+ * there) and deleting only what is not wanted, so a rerun never opens a
+ * gap.  A rule of a tap beyond the slots that still exists (busy:
+ * netsetup left it to its VM) stays, and so, when removing, does the rule
+ * of any tap that still exists (remove_all deletes the taps first; one it
+ * could not delete keeps its rule).  Returns the number deleted; *v4, *v6:
+ * the taps with every wanted rule of the family found. */
+static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6, unsigned char *tapok)
 {
 	static const uint8_t fams[] = { AF_INET, AF_INET6 };
 	struct frules fs = { 0 };
-	unsigned i, k, gone = 0;
+	unsigned i, j, k, gone = 0, *per;
 	int r;
 
 	for (k = 0; !remove && k < total; k++)
-		for (i = 0; i < sizeof fams; i++) {
-			struct frule w = frule_want(fams[i], k);
+		for (i = 0; i < sizeof fams; i++)
+			for (j = 0; j < frule_nwant(fams[i]); j++) {
+				struct frule w = frule_want(fams[i], k, j);
 
-			r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, &w);
-			if (r == -EAFNOSUPPORT && fams[i] == AF_INET6) {
-				*has_v6 = 0; /* a kernel without IPv6 routes none */
-				continue;
+				r = frule_put(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, &w);
+				if (r == -EAFNOSUPPORT && fams[i] == AF_INET6) {
+					*has_v6 = 0; /* a kernel without IPv6 routes none */
+					continue;
+				}
+				if (r < 0 && r != -EEXIST) {
+					errno = -r;
+					die(EX_SYS, "unable to add the routing rule of %s (%s):", w.ifname,
+					    fams[i] == AF_INET ? "IPv4" : "IPv6");
+				}
 			}
-			if (r < 0 && r != -EEXIST) {
-				errno = -r;
-				die(EX_SYS, "unable to add the routing rule of %s (%s):", w.ifname,
-				    fams[i] == AF_INET ? "IPv4" : "IPv6");
-			}
-		}
 	for (i = 0; i < sizeof fams; i++)
 		frule_dump(fams[i], &fs);
 	for (i = 0; i < fs.n; i++) {
 		long long k2;
 
+		if (!frule_ours(&fs.v[i], &k2))
+			continue;
 		if (!remove && (frule_wanted(&fs.v[i]) ||
-				(parse_ll(fs.v[i].ifname + strlen(TAP_PREFIX), total, MAX_SLOTS - 1,
-					  &k2) == 0 && if_nametoindex(fs.v[i].ifname))))
+				((unsigned)k2 >= total && if_nametoindex(fs.v[i].ifname))))
 			continue;
 		if (remove && if_nametoindex(fs.v[i].ifname))
 			continue;
@@ -1505,11 +1774,25 @@ static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
 	free(fs.v);
 	fs = (struct frules){ 0 };
 	*v4 = *v6 = 0;
+	if (!(per = calloc(2 * (size_t)MAX_SLOTS, sizeof *per)))
+		die(EX_SYS, "unable to allocate memory:");
 	for (i = 0; i < sizeof fams; i++)
 		frule_dump(fams[i], &fs);
-	for (i = 0; i < fs.n; i++)
-		if (frule_wanted(&fs.v[i]))
-			++*(fs.v[i].family == AF_INET ? v4 : v6);
+	for (i = 0; i < fs.n; i++) {
+		long long k2;
+
+		if (frule_wanted(&fs.v[i]) && frule_ours(&fs.v[i], &k2))
+			per[2 * k2 + (fs.v[i].family != AF_INET)]++;
+	}
+	for (k = 0; k < total; k++) {
+		int ok4 = per[2 * k] == frule_nwant(AF_INET), ok6 = per[2 * k + 1] == frule_nwant(AF_INET6);
+
+		*v4 += (unsigned)ok4;
+		*v6 += (unsigned)ok6;
+		if (tapok)
+			tapok[k] = (unsigned char)(ok4 && (ok6 || !*has_v6));
+	}
+	free(per);
 	free(fs.v);
 	return gone;
 }
@@ -1521,7 +1804,7 @@ static unsigned route_rules(int remove, unsigned *v4, unsigned *v6, int *has_v6)
  * whose ingress holds ours alone, in direct-action mode, not skip_sw,
  * with our program's name and tag.  The report's "tc_filter"; its
  * direct_action is the flag read back, on every tap. */
-static json_t *tc_filters(unsigned *good)
+static json_t *tc_filters(unsigned *good, unsigned char *tapok)
 {
 	char name[IFNAMSIZ], msg[256], hex[17];
 	uint8_t tag[8] = { 0 };
@@ -1529,16 +1812,11 @@ static json_t *tc_filters(unsigned *good)
 	int da = 1; /* every tap's filter read back with its da flag */
 
 	for (*good = 0, k = 0; k < total; k++) {
-		struct tapcfg cfg = {
-			.gw = htonl(base + 4 * k + 1), .bcast = htonl(base + 4 * k + 3), .open = k >= nslots,
-			.port_dns = htons(PORT_DNS), .port_bdns = htons(PORT_BROKER_DNS),
-			.port_http = k < nslots ? htons(PORT_BROKER_HTTP) : 0,
-			.guest = htonl(base + 4 * k + 2),
-		};
+		struct tapcfg cfg;
 		struct tcfilter_state st = { 0 };
 		int idx, r;
 
-		slot_mac(k, cfg.mac);
+		tcfilter_slot_cfg(k, base + 4 * k + 1, k >= nslots, &cfg);
 		tap_name(k, name);
 		if (!(idx = (int)if_nametoindex(name)) ||
 		    (r = tcfilter_install(idx, &cfg, tag, &st, msg, sizeof msg)) < 0)
@@ -1548,6 +1826,7 @@ static json_t *tc_filters(unsigned *good)
 			++*good;
 		else
 			warn("verify: %s %s", name, msg);
+		tapok[k] = tapok[k] && r;
 	}
 	for (k = 0; k < 8; k++)
 		snprintf(hex + 2 * k, 3, "%02x", tag[k]);
@@ -1556,6 +1835,16 @@ static json_t *tc_filters(unsigned *good)
 }
 
 /* ---- main -------------------------------------------------------------- */
+
+/* Tests kill netsetup between two steps: ISOPOD_TEST_KILL_AT=<point>
+ * (rules, filter, alias, table), as a crash or SIGKILL would. */
+static void test_point(const char *name)
+{
+	const char *k = getenv("ISOPOD_TEST_KILL_AT");
+
+	if (k && !strcmp(k, name))
+		raise(SIGKILL);
+}
 
 static void remove_all(void)
 {
@@ -1589,7 +1878,10 @@ static void remove_all(void)
 		}
 		json_array_append_new(gone, json_string(name));
 	}
-	rules_gone = route_rules(1, &v4, &v6, &has_v6);
+	rules_gone = route_rules(1, &v4, &v6, &has_v6, NULL);
+	/* The kernel's `local` rule back at priority 0, ours out. */
+	if (!local_rule(1))
+		die(EX_SYS, "unable to verify the local routing rule back at priority 0");
 	out = json_pack("{s:s, s:[s, s], s:b, s:o, s:i}", "table", "inet " TABLE, "tables",
 			"inet " TABLE, "arp " TABLE, "removed", 1, "taps", gone,
 			"docker_user_rules_removed", (int)dk_n);
@@ -1652,11 +1944,12 @@ int main(int argc, char **argv)
 	char was[16], msg[512];
 	const char *e;
 	long long v;
-	unsigned k, created = 0, rules_v4, rules_v6, tc_good;
-	int c, remove = 0, verified, rules_ok, has_v6 = 1;
+	unsigned k, created = 0, rules_v4, rules_v6, tc_good, v6bad = 0;
+	int c, remove = 0, verified, rules_ok, local_ok, has_v6 = 1;
 	char markhex[16];
 	uint8_t mac[6];
 	static int made[MAX_SLOTS], busy[MAX_SLOTS];
+	static unsigned char tapok[MAX_SLOTS], v6off[MAX_SLOTS];
 
 	progname = "isopod-netsetup";
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -1743,7 +2036,8 @@ int main(int argc, char **argv)
 		tap_name(k, name);
 		if (!(idx = (int)if_nametoindex(name)))
 			die(EX_SYS, "unable to find %s after creating it:", name);
-		tap_no_ipv6(name);
+		v6off[k] = (unsigned char)tap_no_ipv6(name);
+		v6bad += !v6off[k];
 		tap_ipv4(name);
 		if ((r = addr_set(idx, k)) < 0) {
 			errno = -r;
@@ -1768,25 +2062,21 @@ int main(int argc, char **argv)
 	}
 	/* The routing rules before the table: an open slot is blackholed
 	 * until the table that marks its packets is in.  Then the tc filter,
-	 * then the alias that advertises a tap as a slot and brings it up:
-	 * a netsetup that dies before leaves no new slot without both. */
-	route_rules(0, &rules_v4, &rules_v6, &has_v6);
+	 * the table, and last the alias that advertises a tap as a slot and
+	 * brings it up: a netsetup that dies before leaves no new slot
+	 * without all three. */
+	route_rules(0, &rules_v4, &rules_v6, &has_v6, tapok);
 	rules_ok = rules_v4 == total && rules_v6 == (has_v6 ? total : 0);
 	if (!rules_ok)
-		warn("verify: %u IPv4 and %u IPv6 routing rules at priority %d, want %u each",
+		warn("verify: %u IPv4 and %u IPv6 taps with their routing rules at priority %d, want %u each",
 		     rules_v4, rules_v6, RULE_PREF, total);
-	tc = tc_filters(&tc_good);
-	for (k = 0; k < total; k++) {
-		int idx, r;
-
-		tap_name(k, name);
-		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
-		if (!(idx = (int)if_nametoindex(name)) || (r = link_set(idx, alias)) < 0) {
-			errno = idx ? -r : ENODEV;
-			die(EX_SYS, "unable to bring %s up:", name);
-		}
-	}
-
+	if (!(local_ok = local_rule(0)))
+		warn("verify: the local routing rules are not (only) at priority %d with fwmark 0/0x%08x and %d "
+		     "with fwmark 0x%08x/0x%08x", LOCAL_PREF, TAPMARK, LOCAL_LATE_PREF, TAPMARK, TAPMARK);
+	rules_ok = rules_ok && local_ok;
+	test_point("rules");
+	tc = tc_filters(&tc_good, tapok);
+	test_point("filter");
 	/* Only open slots forward; filtered ones talk to the host alone.  The
 	 * kernel keeps that even without our tables (a `flush ruleset`, say):
 	 * a filtered tap's own forwarding flag is off, so nothing it receives
@@ -1801,6 +2091,7 @@ int main(int argc, char **argv)
 		sysctl_write(p, k < nslots ? "0" : "1");
 	}
 
+	test_point("table");
 	nl = nft_open();
 	docker_scan(nl);
 	dk_n = dk_seen;
@@ -1814,8 +2105,31 @@ int main(int argc, char **argv)
 		docker_add();
 	batch_end();
 	nft_send(nl);
-	verified = nft_verify(nl) == 0 && rules_ok && tc_good == total;
+	verified = nft_verify(nl) == 0 && rules_ok && tc_good == total && !v6bad;
 	mnl_socket_close(nl);
+	/* A tap is advertised only with its rules, its filter and the table
+	 * read back as wanted (and the local rule in place), so last: one
+	 * without, or any when the read-back failed, loses a previous run's
+	 * alias, so a slot is never offered without them. */
+	for (k = 0; k < total; k++) {
+		int idx, r;
+
+		tap_name(k, name);
+		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(k));
+		if (!tapok[k] || !v6off[k] || !verified)
+			*alias = 0;
+		/* A VM's tap keeps its alias: its mode is what the next run
+		 * checks before it changes a busy tap, and without one
+		 * --open-slots would open a running filtered VM's slot.  Its
+		 * lock keeps it from a claim. */
+		if (!(idx = (int)if_nametoindex(name)) ||
+		    (r = link_set(idx, busy[k] && !*alias ? NULL : alias)) < 0) {
+			errno = idx ? -r : ENODEV;
+			die(EX_SYS, "unable to bring %s up:", name);
+		}
+	}
+	test_point("alias");
+
 	mnl_socket_close(rtnl);
 
 	a.s_addr = htonl(base);
@@ -1832,10 +2146,16 @@ int main(int argc, char **argv)
 		"rule_priority", RULE_PREF, "fwmark", markhex, "route_rules", "ipv4", (int)rules_v4,
 		"ipv6", (int)rules_v6, "canary_port", PORT_CANARY));
 	json_object_set_new(json_object_get(out, "fail_closed"), "tc_filter", tc);
+	snprintf(markhex, sizeof markhex, "0x%08x", TAPMARK);
+	json_object_set_new(json_object_get(out, "fail_closed"), "local_rule",
+			    json_pack("{s:i, s:i, s:s, s:b}", "priority", LOCAL_PREF, "late_priority",
+				      LOCAL_LATE_PREF, "tapmark", markhex, "verified", local_ok));
 	json_object_set_new(out, "allow_ranges", allow_ranges_json());
 	json_emit(out);
 	json_decref(out);
-	if (!verified)
-		die(EX_SYS, "unable to verify the tables, routing rules and tc filters after loading them");
+	if (!verified) {
+		die(EX_SYS, "unable to verify the tables, routing rules and tc filters after loading them "
+		    "(no slot is offered until a rerun verifies)");
+	}
 	return 0;
 }

@@ -4,6 +4,7 @@
 #include "tcfilter.h"
 #include "util.h"
 
+#include <linux/fib_rules.h>
 #include <linux/netlink.h>
 #include <linux/pkt_cls.h>
 #include <linux/pkt_sched.h>
@@ -26,6 +27,22 @@
 int net_mode_valid(const char *mode)
 {
 	return !strcmp(mode, "none") || !strcmp(mode, "filtered") || !strcmp(mode, "open");
+}
+
+int net_tap_ipv6_off(const char *tap)
+{
+	char p[PATH_MAX], c = 0;
+	int fd;
+
+	if (access("/proc/sys/net/ipv6", F_OK) < 0 && errno == ENOENT)
+		return 1; /* no IPv6 here: nothing to turn off */
+	if (pathn(p, sizeof p, "/proc/sys/net/ipv6/conf/%s/disable_ipv6", tap) < 0 ||
+	    (fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+		return 0;
+	if (read(fd, &c, 1) != 1)
+		c = 0;
+	close(fd);
+	return c == '1';
 }
 
 int net_ntaps(void)
@@ -110,81 +127,181 @@ const char *net_tap_mode(int k, char *out, size_t sz)
 	return out;
 }
 
-/* One attribute of a netlink message: the first of type in [a, end), or
- * NULL. */
-static const struct rtattr *rta_find(const struct rtattr *a, size_t len, unsigned short type)
-{
-	for (; RTA_OK(a, len); a = RTA_NEXT(a, len))
-		if ((a->rta_type & NLA_TYPE_MASK) == type)
-			return a;
-	return NULL;
-}
-
 /* Does tap k's ingress hold isopod-netsetup's tc filter (man
  * isopod-netsetup, FAIL CLOSED): exactly one filter, ours (priority and
- * handle 1, kind bpf, direct-action, libbpf's name "isopod_tap:[ID]")?
- * 1 yes, 0 no, -1 unable to ask (err).  A dump needs no privilege. */
-static int tap_filtered(int k, char *err, size_t errsz)
+ * handle 1, kind bpf, direct-action, the program isopod_tap), loaded with
+ * this slot's parameters (its gateway, the tap's address now; its mode,
+ * the tap's alias)?  The parameters only when the kernel hands the program
+ * out (CAP_SYS_ADMIN); the dump needs no privilege.  1 yes, 0 no (err
+ * says what is there), -1 unable to ask (err). */
+/* The IPv4 address on tap k (host order), 0 for none. */
+static uint32_t tap_gw(int k)
+{
+	struct ifreq ifr;
+	uint32_t gw = 0;
+	int s;
+
+	memset(&ifr, 0, sizeof ifr);
+	snprintf(ifr.ifr_name, IFNAMSIZ, NET_TAP_PREFIX "%d", k % NET_MAX_SLOTS);
+	if ((s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0 && ioctl(s, SIOCGIFADDR, &ifr) == 0)
+		gw = ntohl(((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr.s_addr);
+	if (s >= 0)
+		close(s);
+	return gw;
+}
+
+static int tap_filtered(int k, const char *mode, char *err, size_t errsz)
+{
+	struct tcfilter_state st;
+	struct tapcfg want;
+	char name[IFNAMSIZ], msg[256];
+	int idx;
+
+	snprintf(name, sizeof name, NET_TAP_PREFIX "%d", k);
+	if (!(idx = (int)if_nametoindex(name)))
+		return 0;
+	if (tcfilter_read(idx, &st, msg, sizeof msg) < 0) {
+		snprintf(err, errsz, "%s: %s", name, msg);
+		return -1;
+	}
+	tcfilter_slot_cfg((unsigned)k, tap_gw(k), !strcmp(mode, "open"), &want);
+	if (tcfilter_judge(&st, &want, NULL, msg, sizeof msg))
+		return 1;
+	snprintf(err, errsz, "%s", msg);
+	return 0;
+}
+
+/* One family's policy routing rules, as far as a claim judges them. */
+struct rulecheck {
+	const char *tap;
+	uint32_t gw;               /* network order */
+	int icmp, blackhole, local_ours, local_early;
+};
+
+static void rule_msg(const struct nlmsghdr *h, uint8_t family, struct rulecheck *rc)
+{
+	const struct fib_rule_hdr *f = NLMSG_DATA(h);
+	const struct rtattr *a;
+	size_t len;
+	uint32_t pref = 0, table, mark = 0, mask = 0, dst = 0;
+	uint8_t proto = 0;
+	char iif[IFNAMSIZ] = "";
+	int has_mark = 0;
+
+	if (h->nlmsg_type != RTM_NEWRULE || h->nlmsg_len < NLMSG_LENGTH(sizeof *f) || f->family != family)
+		return;
+	table = f->table;
+	len = h->nlmsg_len - NLMSG_LENGTH(sizeof *f);
+	for (a = (const void *)((const char *)f + NLMSG_ALIGN(sizeof *f)); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+		const void *d = RTA_DATA(a);
+		size_t n = RTA_PAYLOAD(a);
+
+		switch (a->rta_type & NLA_TYPE_MASK) {
+		case FRA_PRIORITY: if (n >= 4) memcpy(&pref, d, 4); break;
+		case FRA_TABLE: if (n >= 4) memcpy(&table, d, 4); break;
+		case FRA_FWMARK: if (n >= 4) memcpy(&mark, d, 4); has_mark = 1; break;
+		case FRA_FWMASK: if (n >= 4) memcpy(&mask, d, 4); has_mark = 1; break;
+		case FRA_DST: if (n == 4) memcpy(&dst, d, 4); break;
+		case FRA_IP_PROTO: if (n >= 1) proto = *(const uint8_t *)d; break;
+		case FRA_IIFNAME: snprintf(iif, sizeof iif, "%.*s", (int)n, (const char *)d); break;
+		default: break;
+		}
+	}
+	if (f->action == FR_ACT_TO_TBL && table == RT_TABLE_LOCAL && pref < NET_RULE_PREF - 1 &&
+	    family == AF_INET) {
+		if (pref == NET_LOCAL_PREF && has_mark && mark == 0 && mask == TCFILTER_TAPMARK && !*iif &&
+		    !f->dst_len && !proto)
+			rc->local_ours = 1;
+		else
+			rc->local_early = 1; /* looks the host up before the tap's rules */
+	}
+	if (strcmp(iif, rc->tap))
+		return;
+	if (family == AF_INET && pref == NET_RULE_PREF - 1 && f->action == FR_ACT_TO_TBL &&
+	    table == RT_TABLE_LOCAL && f->dst_len == 32 && dst == rc->gw && proto == IPPROTO_ICMP && !has_mark)
+		rc->icmp = 1;
+	if (pref == NET_RULE_PREF && f->action == FR_ACT_BLACKHOLE && !f->dst_len && !proto &&
+	    (family == AF_INET ? has_mark && mark == 0 && mask == NET_FWMARK : !has_mark))
+		rc->blackhole = 1;
+}
+
+/* Read family's rules into rc.  0, -EAFNOSUPPORT (no such family here),
+ * or -errno. */
+static int rules_read(uint8_t family, struct rulecheck *rc)
 {
 	struct {
 		struct nlmsghdr n;
-		struct tcmsg t;
+		struct fib_rule_hdr f;
 	} req = {
-		.n = { .nlmsg_len = sizeof req, .nlmsg_type = RTM_GETTFILTER,
+		.n = { .nlmsg_len = sizeof req, .nlmsg_type = RTM_GETRULE,
 		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1 },
-		.t = { .tcm_family = AF_UNSPEC,
-		       .tcm_parent = TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS) },
+		.f = { .family = family },
 	};
-	char name[IFNAMSIZ];
 	long buf[8192 / sizeof(long)];
-	int fd, filters = 0, ours = 0, done = 0;
-	ssize_t n;
+	int fd, done = 0, r = 0;
+	ssize_t n = 0;
 
-	snprintf(name, sizeof name, NET_TAP_PREFIX "%d", k);
-	if (!(req.t.tcm_ifindex = (int)if_nametoindex(name)))
-		return 0;
 	if ((fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE)) < 0 ||
 	    send(fd, &req, sizeof req, 0) < 0) {
-		snprintf(err, errsz, "unable to read the tc filters of %s: %s", name, strerror(errno));
+		r = -errno;
 		if (fd >= 0)
 			close(fd);
-		return -1;
+		return r;
 	}
 	while (!done && (n = recv(fd, buf, sizeof buf, 0)) > 0) {
 		const struct nlmsghdr *h = (const void *)buf;
-		size_t len = (size_t)n;
+		size_t left = (size_t)n;
 
-		for (; NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
-			const struct tcmsg *t = NLMSG_DATA(h);
-			const struct rtattr *a0 = (const void *)((const char *)t + NLMSG_ALIGN(sizeof *t));
-			const struct rtattr *kind, *opt, *flags, *bname;
-			size_t alen;
-
-			if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
-				done = 1; /* an error: no clsact qdisc, so no filter */
+		for (; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+			if (h->nlmsg_type == NLMSG_DONE) {
+				done = 1;
 				break;
 			}
-			if (h->nlmsg_type != RTM_NEWTFILTER || h->nlmsg_len < NLMSG_LENGTH(sizeof *t) ||
-			    !t->tcm_handle) /* handle 0: a priority's classifier, not a filter */
-				continue;
-			filters++;
-			alen = h->nlmsg_len - NLMSG_LENGTH(sizeof *t);
-			kind = rta_find(a0, alen, TCA_KIND);
-			opt = rta_find(a0, alen, TCA_OPTIONS);
-			if (t->tcm_handle != TCFILTER_HANDLE || TC_H_MAJ(t->tcm_info) >> 16 != TCFILTER_PRIO ||
-			    !kind || RTA_PAYLOAD(kind) != 4 || memcmp(RTA_DATA(kind), "bpf", 4) || !opt)
-				continue;
-			flags = rta_find(RTA_DATA(opt), RTA_PAYLOAD(opt), TCA_BPF_FLAGS);
-			bname = rta_find(RTA_DATA(opt), RTA_PAYLOAD(opt), TCA_BPF_NAME);
-			if (flags && RTA_PAYLOAD(flags) >= 4 &&
-			    (*(const uint32_t *)RTA_DATA(flags) & TCA_BPF_FLAG_ACT_DIRECT) && bname &&
-			    RTA_PAYLOAD(bname) > strlen(TCFILTER_PROG) &&
-			    !strncmp(RTA_DATA(bname), TCFILTER_PROG, strlen(TCFILTER_PROG)))
-				ours = 1;
+			if (h->nlmsg_type == NLMSG_ERROR) {
+				const struct nlmsgerr *e = NLMSG_DATA(h);
+
+				r = e->error;
+				done = 1;
+				break;
+			}
+			rule_msg(h, family, rc);
 		}
 	}
+	if (n < 0)
+		r = -errno;
 	close(fd);
-	return filters == 1 && ours;
+	return r;
+}
+
+/* Does tap k (gateway gw, host order) have its fail-closed routing rules
+ * (man isopod-netsetup, FAIL CLOSED), and is the host's `local` rule
+ * where netsetup moved it?  A netsetup that died part-way, or a tool that
+ * took a rule away or put the kernel's `local` rule back at 0, would
+ * otherwise leave a slot usable without them.  1 yes, 0 no (err says
+ * which), -1 unable to ask (err). */
+static int tap_routed(int k, uint32_t gw, char *err, size_t errsz)
+{
+	char tap[IFNAMSIZ];
+	struct rulecheck v4 = { 0 }, v6 = { 0 };
+	int r;
+
+	snprintf(tap, sizeof tap, NET_TAP_PREFIX "%d", k);
+	v4.tap = v6.tap = tap;
+	v4.gw = htonl(gw);
+	if ((r = rules_read(AF_INET, &v4)) < 0 || ((r = rules_read(AF_INET6, &v6)) < 0 && r != -EAFNOSUPPORT)) {
+		snprintf(err, errsz, "unable to read the routing rules: %s", strerror(-r));
+		return -1;
+	}
+	if (r == -EAFNOSUPPORT)
+		v6.blackhole = 1; /* no IPv6 here: nothing to route */
+	if (v4.icmp && v4.blackhole && v6.blackhole && v4.local_ours && !v4.local_early)
+		return 1;
+	snprintf(err, errsz, "%s lacks isopod's routing rules: run `sudo isopod-netsetup` again, or use "
+		 "--net none (ICMP rule %s, IPv4 blackhole %s, IPv6 blackhole %s, local rule at %d %s%s)",
+		 tap, v4.icmp ? "ok" : "missing", v4.blackhole ? "ok" : "missing",
+		 v6.blackhole ? "ok" : "missing", NET_LOCAL_PREF, v4.local_ours ? "ok" : "missing",
+		 v4.local_early ? ", another lookup of the local table before them" : "");
+	return 0;
 }
 
 /* The first free slot of this mode, locked (its fd in *fd, the slot in
@@ -192,7 +309,7 @@ static int tap_filtered(int k, char *err, size_t errsz)
  * mode, 102 when all of them are busy. */
 static int find_slot(const char *mode, int *fd, int *slot, char *err, size_t errsz)
 {
-	char dir[PATH_MAX], m[16];
+	char dir[PATH_MAX], m[16], why[320];
 	int n = net_require_taps(err, errsz), k, nmode = 0, r;
 
 	if (!n)
@@ -206,11 +323,26 @@ static int find_slot(const char *mode, int *fd, int *slot, char *err, size_t err
 		if ((*fd = try_slot(dir, k, err, errsz)) >= 0) {
 			/* The tap must hold the fail-closed filter too (a
 			 * netsetup that died part-way, a tool that took it). */
-			if ((r = tap_filtered(k, err, errsz)) != 1) {
+			if ((r = tap_filtered(k, mode, why, sizeof why)) != 1) {
 				close(*fd);
 				if (!r)
 					snprintf(err, errsz, NET_TAP_PREFIX "%d lacks isopod's tc ingress filter: "
-						 "run `sudo isopod-netsetup` again, or use --net none", k);
+						 "run `sudo isopod-netsetup` again, or use --net none (%s)", k, why);
+				else
+					snprintf(err, errsz, "%s", why);
+				return EX_SYS;
+			}
+			if ((r = tap_routed(k, tap_gw(k), err, errsz)) != 1) {
+				close(*fd);
+				return EX_SYS;
+			}
+			/* IPv6 on, the tap has a link-local address a guest
+			 * talks to (the table and the filter drop it too). */
+			snprintf(why, sizeof why, NET_TAP_PREFIX "%d", k);
+			if (!net_tap_ipv6_off(why)) {
+				close(*fd);
+				snprintf(err, errsz, NET_TAP_PREFIX "%d has IPv6 on: run `sudo isopod-netsetup` "
+					 "again, or use --net none", k);
 				return EX_SYS;
 			}
 			*slot = k;

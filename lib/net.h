@@ -32,6 +32,17 @@
  * the broker's own canary socket.  It comes back only while the table is loaded: positive evidence
  * an unprivileged process can get (isopod-netsetup(8), FAIL CLOSED). */
 #define NET_CANARY_PORT 1054
+/* The fail-closed routing rules (isopod-netsetup(8), FAIL CLOSED): per tap
+ * at NET_RULE_PREF - 1 (ICMP to its gateway: local) and NET_RULE_PREF
+ * (blackholed unless the table set NET_FWMARK); the kernel's `local` rule
+ * replaced at NET_LOCAL_PREF by one for packets without the tc filter's
+ * mark only, and one for packets with it at NET_LOCAL_LATE_PREF, after
+ * the per-tap rules.  A claim checks them (no privilege needed to read
+ * rules). */
+#define NET_RULE_PREF 10
+#define NET_FWMARK 0x10000000u
+#define NET_LOCAL_PREF 0
+#define NET_LOCAL_LATE_PREF (NET_RULE_PREF + 1)
 
 struct netslot {
 	int slot;                 /* -1: none */
@@ -47,6 +58,9 @@ struct netslot {
 
 /* "none", "filtered" or "open".  1 valid, 0 not. */
 int net_mode_valid(const char *mode);
+/* Is IPv6 off on this tap (its disable_ipv6 reads 1, as isopod-netsetup
+ * leaves it), or absent from the kernel?  1 yes, 0 no (or unreadable). */
+int net_tap_ipv6_off(const char *tap);
 /* Number of consecutive taps isopod-tap0.. present (0: netsetup not run). */
 int net_ntaps(void);
 /* The number of slots (of every mode); 0 with err naming `sudo

@@ -38,11 +38,25 @@ struct tapcfg {
 	__u32 guest;     /* the slot's guest address (gateway + 1) */
 	__u8 mac[6];     /* the slot's guest MAC (02:69:73:00:KH:KL) */
 	__u16 pad2;
+	__u32 mark;      /* the bit set on every IPv4 packet passed (see pass()) */
 };
 
 const volatile struct tapcfg cfg = { 0 };
 
 #define TCP_LISTEN_STATE 10 /* BPF_TCP_LISTEN */
+
+/* Pass an IPv4 packet on, marked: cfg.mark says "from an isopod tap, not
+ * yet judged by `inet isopod`", which clears it on what it accepts.  The
+ * routing rules look up the host's own addresses for packets with it only
+ * after the tap's blackhole rule (man isopod-netsetup, FAIL CLOSED), so
+ * what this filter judged before NAT cannot reach a host address after
+ * another tool's DNAT or REDIRECT, nor any host port 53 with the table
+ * gone. */
+static __always_inline int pass(struct __sk_buff *skb)
+{
+	skb->mark |= cfg.mark;
+	return TC_ACT_OK;
+}
 
 /* Is this TCP or UDP segment a reply to a connection the host itself made
  * to the guest (a socket connected to exactly this packet's source)?  The
@@ -119,11 +133,13 @@ static __always_inline int local_ok(struct __sk_buff *skb, const struct iphdr *i
 }
 
 /* Would the host deliver this locally (or is the answer unknown)?  The
- * kernel's own lookup, from the tap, with no mark (the table sets its mark
- * after this hook): the `local` rule (priority 0) finds the host's
- * addresses, broadcast ones included (NOT_FWDED); anything else meets the
- * tap's blackhole rule (priority 10) or a route.  Follows the host's
- * addresses as they change.  Unknown (forwarding off, an error): local. */
+ * kernel's own lookup, from the tap, with no mark (bpf_fib_lookup takes
+ * neither this program's TAPMARK nor the table's mark): isopod-netsetup's
+ * `fwmark 0/TAPMARK lookup local` rule (priority 0, in place of the
+ * kernel's, which it deletes) matches it and finds the host's addresses,
+ * broadcast ones included (NOT_FWDED); anything else meets the tap's
+ * rules (priorities 9 and 10) or a route.  Follows the host's addresses
+ * as they change.  Unknown (forwarding off, an error): local. */
 static __always_inline int fib_local(struct __sk_buff *skb, const struct iphdr *ip)
 {
 	struct bpf_fib_lookup p = {
@@ -180,7 +196,7 @@ int isopod_tap(struct __sk_buff *skb)
 	if ((dst & bpf_htonl(0xff000000)) == 0 || (dst & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000))
 		return TC_ACT_SHOT;
 	if (dst == cfg.gw)
-		return local_ok(skb, ip, l4, end, 1) ? TC_ACT_OK : TC_ACT_SHOT;
+		return local_ok(skb, ip, l4, end, 1) ? pass(skb) : TC_ACT_SHOT;
 	/* Broadcast and multicast: never a guest's (the table's input chain
 	 * drops them; the deny list covers 224/4 and 255.255.255.255). */
 	if (dst == cfg.bcast || dst == 0xffffffff || (dst & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000))
@@ -194,14 +210,14 @@ int isopod_tap(struct __sk_buff *skb)
 			__u16 *ports = l4;
 
 			if ((void *)(ports + 2) <= end && ports[1] == cfg.port_dns)
-				return TC_ACT_OK;
+				return pass(skb);
 		}
 		return TC_ACT_SHOT;
 	}
 	/* Open: forwarded traffic goes on to the table; a host address does not. */
 	if (fib_local(skb, ip))
-		return local_ok(skb, ip, l4, end, 0) ? TC_ACT_OK : TC_ACT_SHOT;
-	return TC_ACT_OK;
+		return local_ok(skb, ip, l4, end, 0) ? pass(skb) : TC_ACT_SHOT;
+	return pass(skb);
 }
 
 char LICENSE[] SEC("license") = "GPL";

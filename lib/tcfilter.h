@@ -2,9 +2,11 @@
  * FAIL CLOSED): an eBPF program (lib/tapfilter.bpf.c, built into this
  * library) attached with cls_bpf in direct-action mode to each tap's
  * clsact ingress, below netfilter, so flushing or replacing nftables does
- * not take it away.  Used by isopod-netsetup only (CAP_NET_ADMIN,
- * CAP_BPF).  Functions return 0 or -errno and write the reason to msg;
- * they never exit. */
+ * not take it away.  Attached by isopod-netsetup only (CAP_NET_ADMIN,
+ * CAP_BPF; lib/tcfilter.c, libbpf); read back by it and by every claim of a
+ * slot (lib/tcread.c, raw syscalls, linked into every host tool).
+ * Functions return 0 or -errno and write the reason to msg; they never
+ * exit. */
 #ifndef ISOPOD_TCFILTER_H
 #define ISOPOD_TCFILTER_H
 
@@ -14,6 +16,13 @@
 #define TCFILTER_PROG "isopod_tap"  /* the program's name, as the kernel keeps it */
 #define TCFILTER_PRIO 1             /* our filter's priority and handle on ingress */
 #define TCFILTER_HANDLE 1
+/* A slot's gateway services as the filter knows them (isopod-netsetup's
+ * table redirects port 53 to the broker's DNS port), and the bit it sets
+ * on every IPv4 packet it passes (man isopod-netsetup, FAIL CLOSED). */
+#define TCFILTER_PORT_DNS 53
+#define TCFILTER_PORT_BROKER_DNS 1053
+#define TCFILTER_PORT_BROKER_HTTP 3128
+#define TCFILTER_TAPMARK 0x20000000u
 
 /* One slot's parameters, frozen into the program's .rodata before load
  * (addresses and ports in network byte order).  The same layout is the
@@ -29,6 +38,7 @@ struct tapcfg {
 	uint32_t guest;     /* the slot's guest address: the only source let in */
 	uint8_t mac[6];     /* the slot's guest MAC: the only frame source let in */
 	uint16_t pad2;
+	uint32_t mark;      /* or'ed into every IPv4 packet passed (host order) */
 };
 
 /* What the tap's ingress hook holds, read back from the kernel. */
@@ -39,21 +49,34 @@ struct tcfilter_state {
 	int skip_sw;        /* its skip_sw flag (offloaded only: not ours) */
 	uint32_t prog_id;
 	uint8_t tag[8];
-	char name[16];      /* the program's name */
+	char name[16];      /* the program's name (unprivileged: as the dump names it) */
+	int cfg_read;       /* 1: cfg is the program's .rodata (the kernel lets only
+			       CAP_SYS_ADMIN have the program, so 0 otherwise) */
+	struct tapcfg cfg;
 };
+
+/* The parameters of slot k whose gateway is gw (host order): the one
+ * definition, used to load the filter and to check it. */
+void tcfilter_slot_cfg(unsigned k, uint32_t gw, int open, struct tapcfg *cfg);
 
 /* Load the program for one tap with cfg and attach it to ifindex's clsact
  * ingress (the qdisc made if missing), replacing ours in place: a rerun
  * never stacks a second one nor leaves the tap without one. */
 int tcfilter_attach(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], char *msg, size_t len);
 
-/* Read the tap's ingress filters back into st. */
+/* Read the tap's ingress filters back into st (lib/tcread.c). */
 int tcfilter_read(int ifindex, struct tcfilter_state *st, char *msg, size_t len);
 
+/* Is st ours alone: one filter, direct-action, not skip_sw, our program's
+ * name, the tag (unless NULL), and, when st->cfg_read, loaded with want?
+ * 1 yes; 0 no, msg says what is there instead. */
+int tcfilter_judge(const struct tcfilter_state *st, const struct tapcfg *want, const uint8_t *tag,
+		   char *msg, size_t len);
+
 /* Both, and judge: 1 when the tap's ingress holds ours alone, in
- * direct-action mode, not skip_sw, with our program's name and the tag
- * just loaded (tag); 0 when not (msg says what is there); -errno on
- * failure.  *st: what was read back. */
+ * direct-action mode, not skip_sw, with our program's name, the tag
+ * just loaded (tag) and cfg in its .rodata; 0 when not (msg says what is
+ * there); -errno on failure.  *st: what was read back. */
 int tcfilter_install(int ifindex, const struct tapcfg *cfg, uint8_t tag[8], struct tcfilter_state *st,
 		     char *msg, size_t len);
 

@@ -74,6 +74,11 @@ vrun() {
 # A test that made Docker's table in the lab host netns takes it out
 # again, even when it failed.
 teardown() {
+	hostdns_down
+	# the mutations' `local` rule is proto static: the kernel's loose
+	# delete match would take isopod's own at priority 0 otherwise
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip rule del pref 0 lookup local proto static 2>/dev/null || :
+	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip foreign 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" ip link del labvx0 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table inet othertool 2>/dev/null || :
@@ -216,23 +221,91 @@ docker_nft() {
 	[ "$status" -eq 0 ]
 	json_is '.verified == true and .taps_created == 3 and .owner == null and .slots == 0 and .open_slots == 3'
 	json_is '.fail_closed.tc_filter.taps == 3'
+	json_is '.fail_closed.local_rule == {priority: 0, late_priority: 11, tapmark: "0x20000000", verified: true}'
+	[ "$(ip netns exec "$ns" ip -4 -d rule show pref 0)" = "0:	from all fwmark 0/0x20000000 lookup local proto kernel" ]
+	[ "$(ip netns exec "$ns" ip -4 -d rule show pref 11)" = "11:	from all fwmark 0x20000000/0x20000000 lookup local proto kernel" ]
 	ip netns exec "$ns" tc filter show dev isopod-tap2 ingress | grep -q 'direct-action.*name isopod_tap'
 	run ip netns exec "$ns" nft list tables
 	[ "$output" = $'table inet isopod\ntable arp isopod' ]
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
 	[ "$status" -eq 0 ]
 	json_is '.removed == true and (.taps | length) == 3 and .docker_user_rules_removed == 0'
-	json_is '.route_rules_removed == 6'
+	json_is '.route_rules_removed == 9'
 	run ip netns exec "$ns" nft list ruleset
 	[ -z "$output" ]
 	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 10)" ]
 	[ -z "$(ip netns exec "$ns" ip -6 rule show pref 10)" ]
+	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 9)" ]
+	# the kernel's local rule is back at priority 0 (once, the kernel's
+	# protocol), isopod's at 0 and 11 gone
+	[ "$(ip netns exec "$ns" ip -4 -d rule show pref 0)" = "0:	from all lookup local proto kernel" ]
+	[ -z "$(ip netns exec "$ns" ip -4 rule show pref 11)" ]
 	run ip netns exec "$ns" ip -o link show
 	[[ "$output" != *isopod-tap* ]]
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
 	[ "$status" -eq 0 ]
 	json_is '.taps == [] and .route_rules_removed == 0'
 	ip netns del "$ns"
+}
+
+@test "netsetup: the host keeps local delivery through \`ip rule flush\` and a network manager deleting every rule not the kernel's; --remove leaves the rules as they were" {
+	local ns="${LAB_NAME}-lo" p4 p6 st
+	ip netns add "$ns"
+	ip -n "$ns" link set lo up
+	p4=$(ip -n "$ns" -4 -d rule show)
+	p6=$(ip -n "$ns" -6 -d rule show)
+	# the host answers on loopback (ping, a TCP listener) and on a tap's address
+	answers() {
+		local got
+		ip netns exec "$ns" busybox ping -c1 -W2 127.0.0.1 >/dev/null || { echo "$1: no ping 127.0.0.1" >&2; return 1; }
+		ip netns exec "$ns" busybox ping -c1 -W2 10.213.0.1 >/dev/null || { echo "$1: no ping 10.213.0.1" >&2; return 1; }
+		ip netns exec "$ns" timeout 5 socat -u TCP-LISTEN:7777,bind=127.0.0.1,reuseaddr - >"$BATS_TEST_TMPDIR/lo.out" &
+		sleep 0.5
+		echo "$1" | ip netns exec "$ns" timeout 5 socat -u - TCP:127.0.0.1:7777 || :
+		wait $! || :
+		got=$(cat "$BATS_TEST_TMPDIR/lo.out")
+		[ "$got" = "$1" ] || { echo "$1: the TCP listener on 127.0.0.1 got '$got'" >&2; return 1; }
+	}
+	# systemd-networkd's ManageForeignRoutingPolicyRules: every rule not
+	# proto kernel goes (by priority: all at one must be foreign)
+	manager() {
+		local fam p n
+		for fam in -4 -6; do
+			for p in $(ip -n "$ns" $fam -j -d rule show | jq -r '.[] | select(.protocol != "kernel") | .priority' | sort -un); do
+				for n in $(seq 64); do
+					ip -n "$ns" $fam -j -d rule show pref "$p" | jq -e 'any(.[]; .protocol != "kernel")' >/dev/null || break
+					ip -n "$ns" $fam -j -d rule show pref "$p" | jq -e 'all(.[]; .protocol != "kernel")' >/dev/null || return 1
+					ip -n "$ns" $fam rule del pref "$p" || return 1
+				done
+			done
+		done
+	}
+	st=0
+	{
+		# --remove where netsetup never ran adds no second local rule
+		ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove >/dev/null &&
+			[ "$(ip -n "$ns" -4 -d rule show)" = "$p4" ] &&
+			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null &&
+			# host traffic (no mark) is local first; the host's own
+			# traffic another tool marked with the tap bit, after isopod's rules
+			ip -n "$ns" route get 127.0.0.1 | grep -q '^local 127.0.0.1 dev lo table local' &&
+			ip -n "$ns" route get 127.0.0.1 mark 0x20000000 | grep -q '^local 127.0.0.1 dev lo table local' &&
+			# a guest's packet the table did not judge (marked) meets the
+			# tap's rules first: ICMP to its gateway local, TCP blackholed;
+			# one the table judged (unmarked) is local
+			ip -n "$ns" route get 10.213.0.1 from 10.213.0.2 iif isopod-tap0 mark 0x20000000 ipproto icmp | grep -q '^local ' &&
+			! ip -n "$ns" route get 10.213.0.1 from 10.213.0.2 iif isopod-tap0 mark 0x20000000 ipproto tcp 2>/dev/null &&
+			ip -n "$ns" route get 10.213.0.1 from 10.213.0.2 iif isopod-tap0 ipproto tcp | grep -q '^local ' &&
+			manager && answers manager &&
+			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null &&
+			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove >/dev/null &&
+			[ "$(ip -n "$ns" -4 -d rule show)" = "$p4" ] && [ "$(ip -n "$ns" -6 -d rule show)" = "$p6" ] &&
+			ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null &&
+			ip -n "$ns" -4 rule flush && ip -n "$ns" -6 rule flush && answers flush
+	} || st=$?
+	ip -n "$ns" -4 -d rule show
+	ip netns del "$ns"
+	[ "$st" -eq 0 ]
 }
 
 @test "netsetup --remove that cannot delete a tap leaves the rules of the taps still there" {
@@ -513,6 +586,151 @@ docker_nft() {
 	[ "$(ls "$home/vms" | wc -l)" -eq 2 ]
 }
 
+@test "claim: a tap whose tc filter was loaded for another slot (its .rodata: gateway, mode) is refused, 111 naming isopod-netsetup; a rerun restores" {
+	local ns="${LAB_NAME}-c" home="$BATS_TEST_TMPDIR/home" st1 st2 err1 err2
+	claim() { ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" isopod-claim "$@"; }
+	ip netns add "$ns"
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null
+	run --separate-stderr claim --net open
+	[ "$status" -eq 0 ] || { ip netns del "$ns"; false; }
+	# the filtered slot's tap advertised as open: its filter's .rodata says
+	# filtered (and the claim takes the first open tap, this one)
+	ip netns exec "$ns" ip link set isopod-tap0 alias "isopod open"
+	run --separate-stderr claim --net open
+	st1=$status err1=$stderr
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null
+	# the open slot's tap moved to another /30: its filter's gateway is the old one
+	ip netns exec "$ns" ip addr flush dev isopod-tap1
+	ip netns exec "$ns" ip addr add 10.213.0.9/30 dev isopod-tap1
+	run --separate-stderr claim --net open
+	st2=$status err2=$stderr
+	ip netns exec "$ns" ip addr del 10.213.0.9/30 dev isopod-tap1
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null
+	run --separate-stderr claim --net open
+	ip netns del "$ns"
+	echo "st1=$st1 err1=$err1 st2=$st2 err2=$err2"
+	[ "$st1" -eq 111 ]
+	[[ "$err1" == *"isopod-tap0 lacks isopod's tc ingress filter: run \`sudo isopod-netsetup\`"*"our filter was loaded for another slot (gateway 10.213.0.1, filtered"*"want 10.213.0.1, open"* ]]
+	[ "$st2" -eq 111 ]
+	[[ "$err2" == *"isopod-tap1 lacks"*"gateway 10.213.0.5, open"*"want 10.213.0.9, open"* ]]
+	[ "$status" -eq 0 ]
+	[ "$(ls "$home/vms" | wc -l)" -eq 2 ]
+}
+
+@test "netsetup killed at each step (ISOPOD_TEST_KILL_AT) never leaves a slot a claim takes without its filter and rules; nor does a rerun killed mid-switch, a failed verify, a rule taken away or the local rule put back" {
+	local ns="${LAB_NAME}-k" home="$BATS_TEST_TMPDIR/home" p st out
+	claim() { ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" isopod-claim "$@"; }
+	ns_setup() { ip netns exec "$ns" env ${1:+ISOPOD_TEST_KILL_AT=$1} "$ISOPOD_SRC/bin/isopod-netsetup" "${@:2}"; }
+	# with the filter and rules of tap K read back as netsetup leaves them
+	whole() {
+		ip netns exec "$ns" tc filter show dev "isopod-tap$1" ingress | grep -q 'direct-action.*name isopod_tap' &&
+			ip netns exec "$ns" ip -4 rule show pref 10 | grep -q "iif isopod-tap$1 blackhole" &&
+			ip netns exec "$ns" ip -4 rule show pref 9 | grep -q "iif isopod-tap$1 ipproto icmp" &&
+			[ "$(ip netns exec "$ns" ip -4 rule show pref 0)" = "0:	from all fwmark 0/0x20000000 lookup local" ]
+	}
+	for p in rules filter table alias; do
+		ip netns add "$ns"
+		st=0
+		ns_setup $p --slots 1 >/dev/null 2>&1 || st=$?
+		run --separate-stderr claim --net filtered
+		echo "killed at $p (exit $st): claim $status $stderr"
+		[ "$st" -eq 137 ] || { ip netns del "$ns"; false; }
+		case $p in
+		rules | filter | table)
+			# not advertised yet (the alias comes last): no slot of the mode
+			[ "$status" -eq 111 ] && [[ "$stderr" == *"no filtered slots"* ]] || { ip netns del "$ns"; false; }
+			;;
+		*)
+			# advertised only with all three
+			[ "$status" -eq 0 ] && whole 0 && ip netns exec "$ns" nft list table inet isopod >/dev/null ||
+				{ ip netns del "$ns"; false; }
+			;;
+		esac
+		ip netns del "$ns"
+	done
+	ip netns add "$ns"
+	ns_setup "" --slots 2 >/dev/null
+	# slot 0 busy (a VM holds it), so a claim of a filtered slot takes 1
+	mkdir -p "$home/locks"
+	exec 8>>"$home/locks/slot-0"
+	flock -n 8
+	# a rerun that makes slot 1 open, killed after the filters and before
+	# the aliases: tap 1 still says filtered, its filter is open now
+	st=0
+	ns_setup filter --slots 1 --open-slots 1 >/dev/null 2>&1 || st=$?
+	run --separate-stderr claim --net filtered
+	echo "mid-switch: exit $st, claim $status $stderr"
+	[ "$st" -eq 137 ] && [ "$status" -eq 111 ] && [[ "$stderr" == *"isopod-tap1 lacks isopod's tc ingress filter"*"loaded for another slot"* ]] ||
+		{ exec 8>&-; ip netns del "$ns"; false; }
+	ns_setup "" --slots 2 >/dev/null
+	# a rule taken away, or the kernel's local rule back at 0: refused
+	ip netns exec "$ns" ip rule del pref 10 iif isopod-tap1 fwmark 0/0x10000000 blackhole
+	run --separate-stderr claim --net filtered
+	out="rule: $status $stderr"
+	ns_setup "" --slots 2 >/dev/null
+	ip netns exec "$ns" ip rule add pref 0 lookup local proto static
+	run --separate-stderr claim --net filtered
+	out="$out / local at 0: $status $stderr"
+	ip netns exec "$ns" ip rule del pref 0 lookup local proto static
+	# IPv6 back on the tap (a link-local address for the guest): refused
+	ip netns exec "$ns" sh -c 'echo 0 >/proc/sys/net/ipv6/conf/isopod-tap1/disable_ipv6'
+	run --separate-stderr claim --net filtered
+	out="$out / ipv6 on: $status $stderr"
+	ns_setup "" --slots 2 >/dev/null
+	# a verify that fails (another filter on tap 1) offers no slot
+	ip netns exec "$ns" tc filter add dev isopod-tap1 ingress pref 2 bpf da obj "$ISOPOD_SRC/lib/tapfilter.bpf.o" sec tc
+	st=0
+	ns_setup "" --slots 2 >/dev/null 2>&1 || st=$?
+	local alias1 alias0
+	alias1=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap1/ifalias)
+	alias0=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap0/ifalias)
+	ip netns exec "$ns" tc filter del dev isopod-tap1 ingress pref 2
+	run --separate-stderr claim --net filtered
+	out="$out / failed verify: exit $st, aliases '$alias0' '$alias1', claim $status $stderr"
+	ns_setup "" --slots 2 >/dev/null
+	run --separate-stderr claim --net filtered
+	exec 8>&-
+	ip netns del "$ns"
+	echo "$out / rerun: claim $status"
+	[[ "$out" == "rule: 111 "*"isopod-tap1 lacks isopod's routing rules: run \`sudo isopod-netsetup\`"*"IPv4 blackhole missing"* ]]
+	[[ "$out" == *" / local at 0: 111 "*"another lookup of the local table before them"* ]]
+	[[ "$out" == *" / ipv6 on: 111 "*"isopod-tap1 has IPv6 on: run \`sudo isopod-netsetup\` again"* ]]
+	[[ "$out" == *" / failed verify: exit 111, aliases '' '', claim 111 "*"no filtered slots"* ]]
+	[ "$status" -eq 0 ]
+}
+
+@test "netsetup: a rerun whose check fails keeps a busy tap's alias, so the next run cannot switch the running VM's slot to open (102)" {
+	local ns="${LAB_NAME}-b" holder st1 st2 alias1 alias2 alias0
+	ip netns add "$ns"
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 >/dev/null
+	# a VM on filtered slot 1: its tap held open, as QEMU holds it
+	ip netns exec "$ns" python3 -c 'import fcntl, os, struct, time
+fd = os.open("/dev/net/tun", os.O_RDWR)
+fcntl.ioctl(fd, 0x400454CA, struct.pack("16sH", b"isopod-tap1", 0x0002 | 0x1000))
+time.sleep(120)' &
+	holder=$!
+	sleep 1
+	# a rerun whose check of tap 1 fails (another filter on its ingress)
+	ip netns exec "$ns" tc filter add dev isopod-tap1 ingress pref 2 bpf da obj "$ISOPOD_SRC/lib/tapfilter.bpf.o" sec tc
+	st1=0
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 >"$BATS_TEST_TMPDIR/rerun.json" 2>/dev/null || st1=$?
+	alias0=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap0/ifalias)
+	alias1=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap1/ifalias)
+	ip netns exec "$ns" tc filter del dev isopod-tap1 ingress pref 2
+	# the next run asks for slot 1 open while the VM runs on it
+	st2=0
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null 2>&1 || st2=$?
+	alias2=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap1/ifalias)
+	kill "$holder"
+	wait "$holder" 2>/dev/null || :
+	ip netns del "$ns"
+	echo "rerun: exit $st1, aliases '$alias0' '$alias1'; switch: exit $st2, alias '$alias2'"
+	jq -e '[.taps[] | select(.busy) | .slot] == [1]' "$BATS_TEST_TMPDIR/rerun.json" >/dev/null
+	# the free tap lost its alias, the busy one kept it
+	[ "$st1" -eq 111 ] && [ "$alias0" = "" ] && [ "$alias1" = "isopod filtered" ] || false
+	[ "$st2" -eq 102 ] && [ "$alias2" = "isopod filtered" ]
+}
+
 @test "deny: cloud metadata 169.254.169.254" {
 	assert_open 18 198.51.100.10
 	assert_blocked 18 169.254.169.254
@@ -724,7 +942,11 @@ restore() {
 
 @test "fail closed: one routing rule per tap and family blackholes what the table did not mark; reruns keep them" {
 	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
-	json_is '(.fail_closed | del(.tc_filter)) == {rule_priority: 10, fwmark: "0x10000000", route_rules: {ipv4: 20, ipv6: 20}, canary_port: 1054}'
+	json_is '(.fail_closed | del(.tc_filter)) == {rule_priority: 10, fwmark: "0x10000000", route_rules: {ipv4: 20, ipv6: 20}, canary_port: 1054, local_rule: {priority: 0, late_priority: 11, tapmark: "0x20000000", verified: true}}'
+	# per tap before the blackhole: ICMP to its own gateway is local
+	run lab exec ip -4 rule show pref 9
+	[ "$(grep -c '^9:	from all to 10.213.[0-9.]* iif isopod-tap[0-9]* ipproto icmp lookup local$' <<<"$output")" -eq 20 ]
+	[[ "$output" == *"to 10.213.0.1 iif isopod-tap0 ipproto icmp"* && "$output" == *"to 10.213.0.77 iif isopod-tap19 ipproto icmp"* ]]
 	run lab exec ip -4 rule show pref 10
 	[ "$(grep -c '^10:	from all fwmark 0/0x10000000 iif isopod-tap[0-9]* blackhole$' <<<"$output")" -eq 20 ]
 	[[ "$output" == *"iif isopod-tap0 blackhole"* && "$output" == *"iif isopod-tap19 blackhole"* ]]
@@ -919,9 +1141,17 @@ labcount() {
 }
 
 @test "fail closed: without the table, a host UDP socket connected to another peer receives nothing a guest forges from that peer; one connected to the guest hears it" {
-	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" mac=02:69:73:00:00:12 tapmac forged own
+	local fake="$BATS_TEST_DIRNAME/lab/fakevm.py" mac=02:69:73:00:00:12 tapmac forged own own0
 	tapmac=$(lab exec cat /sys/class/net/isopod-tap18/address)
 	mutate delete
+	# without the table nothing of a guest's reaches a host address but
+	# its gateway's ICMP (the local rule comes after isopod's rules) ...
+	own0=$(lab exec python3 "$fake" udprecv 203.0.113.1 5556 10.213.0.74 7 1 \
+		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" udpraw eth0 $mac "$tapmac" \
+		10.213.0.74:7 203.0.113.1 5556)
+	# ... so the tc filter's own judgement shows with the kernel's local
+	# rule back at priority 0 (this layer alone)
+	lab exec ip rule add pref 0 lookup local proto static
 	# a host socket on a non-gateway address, connected to the internet
 	# (early demux finds it without rp_filter); guest 18 forges its peer
 	forged=$(lab exec python3 "$fake" udprecv 203.0.113.1 5555 198.51.100.10 7 1 \
@@ -931,10 +1161,139 @@ labcount() {
 	own=$(lab exec python3 "$fake" udprecv 203.0.113.1 5556 10.213.0.74 7 1 \
 		sh "$LAB" gexec "$LAB_NAME" 18 python3 "$fake" udpraw eth0 $mac "$tapmac" \
 		10.213.0.74:7 203.0.113.1 5556)
+	lab exec ip rule del pref 0 lookup local proto static
 	restore
-	echo "forged=$forged own=$own"
+	echo "own0=$own0 forged=$forged own=$own"
+	[ "$own0" = 0 ]
 	[ "$own" = 1 ]
 	[ "$forged" = 0 ]
+}
+
+# hostdns_up: a DNS server of the host's own on 0.0.0.0:53 in the lab's host
+# netns (dns.py, logging every query it receives to $BATS_TEST_TMPDIR/hostdns.log);
+# hostdns_down stops it.  dnsq K ADDR [PORT]: stand-in guest K asks ADDR for
+# NAME (default probe.test); prints how many queries the host's server logged.
+hostdns_up() {
+	: >"$BATS_TEST_TMPDIR/hostdns.log"
+	# (ip netns exec execs python: $! is the server itself)
+	ip netns exec "$LAB_NAME-host" "$PROBE_PY" "$BATS_TEST_DIRNAME/lab/dns.py" \
+		"$BATS_TEST_TMPDIR/hostdns.log" 0.0.0.0 53 </dev/null >/dev/null 2>&1 3>&- &
+	echo $! >"$BATS_TEST_TMPDIR/hostdns.pid"
+	local i
+	for i in {1..50}; do
+		lab exec busybox nslookup -timeout=1 -retry=1 ready.test 127.0.0.1 >/dev/null 2>&1 || :
+		grep -q '^ready.test ' "$BATS_TEST_TMPDIR/hostdns.log" && return 0
+		sleep 0.1
+	done
+	echo "the host's DNS server on 0.0.0.0:53 did not start" >&2
+	return 1
+}
+hostdns_down() {
+	local pid
+	pid=$(cat "$BATS_TEST_TMPDIR/hostdns.pid" 2>/dev/null) || return 0
+	kill "$pid" 2>/dev/null || :
+	wait "$pid" 2>/dev/null || :
+	rm -f "$BATS_TEST_TMPDIR/hostdns.pid"
+}
+hostdns_hits() { grep -c "^$1 " "$BATS_TEST_TMPDIR/hostdns.log" || :; }
+dnsq() {
+	lab gexec "$1" busybox nslookup -port="${4:-53}" -timeout=1 -retry=1 "$3" "$2" >/dev/null 2>&1 || :
+}
+
+# dns_leaks TAG: stand-in guests 18 (open) and 0 (filtered) each ask their
+# own gateway's port 53 and the host's other address's port 53, one name
+# per probe (TAG-...); prints the names the host's server logged.
+dns_leaks() {
+	dnsq 18 10.213.0.73 "$1-o-gw.test"
+	dnsq 18 203.0.113.1 "$1-o-host.test"
+	dnsq 0 10.213.0.1 "$1-f-gw.test"
+	dnsq 0 203.0.113.1 "$1-f-host.test"
+	sleep 0.3
+	grep -o "^$1-[a-z-]*\.test" "$BATS_TEST_TMPDIR/hostdns.log" | sort -u | tr '\n' ' '
+}
+
+@test "fail closed: with the table flushed or deleted, no guest DNS reaches a host DNS server on 0.0.0.0:53 (gateway or other host address, open and filtered slot); with the kernel's local rule back at priority 0 it does" {
+	local m leak mut
+	hostdns_up
+	for m in flush delete; do
+		guest_live 18
+		guest_live 0
+		mutate $m
+		leak=$(dns_leaks "$m")
+		# the mutation: the kernel's local rule back before isopod's rules
+		lab exec ip rule add pref 0 lookup local proto static
+		mut=$(dns_leaks "$m-mut")
+		lab exec ip rule del pref 0 lookup local proto static
+		guest_live 18
+		guest_live 0
+		restore
+		echo "$m: leaked: '$leak'; with the local rule at 0: '$mut'"
+		[ -z "$leak" ]
+		# the control: the same probes reach the host's server without
+		# this layer (a filtered guest's port 53 to any address passes the
+		# tc filter; the gateway's port 53 is a gateway service)
+		[[ "$mut" == *"$m-mut-o-gw.test"* && "$mut" == *"$m-mut-f-gw.test"* && "$mut" == *"$m-mut-f-host.test"* ]]
+	done
+	# and with the table loaded port 53 goes to the broker's port, never the host's server
+	[ -z "$(dns_leaks loaded)" ]
+	hostdns_down
+}
+
+@test "fail closed: a foreign ruleset that DNATs a guest's TCP to the host's other address, or REDIRECTs its UDP to the gateway's port 53, reaches no host listener; with the kernel's local rule back at priority 0 it does" {
+	local m tcp0 tcp1 tcp2 dns0 dns1 reply reply2
+	hostdns_up
+	foreign() {
+		lab exec nft -f - <<-'EOF'
+			table ip foreign {
+				chain pre {
+					type nat hook prerouting priority dstnat; policy accept;
+					iifname "isopod-tap*" tcp dport 80 dnat to 203.0.113.1
+					iifname "isopod-tap*" udp dport 7 redirect to :53
+				}
+			}
+		EOF
+	}
+	# nat: guest 18's TCP 80 to the internet, DNATed; its UDP 7, REDIRECTed
+	natprobe() {
+		printf 'GET / HTTP/1.0\r\n\r\n' | lab gexec 18 busybox timeout 4 busybox nc -w 2 198.51.100.10 80 || :
+		dnsq 18 198.51.100.10 "$1.test" 7
+		sleep 0.3
+	}
+	for m in replace along; do
+		guest_live 18
+		# replace: the foreign table alone (isopod's flushed away);
+		# along: beside isopod's (whose input chain judges what is local)
+		[ $m = along ] || lab exec nft flush ruleset
+		foreign
+		tcp0=$(hits 203.0.113.1)
+		reply=$(natprobe "$m")
+		tcp1=$(hits 203.0.113.1)
+		dns0=$(hostdns_hits "$m.test")
+		lab exec ip rule add pref 0 lookup local proto static
+		reply2=$(natprobe "$m-mut")
+		lab exec ip rule del pref 0 lookup local proto static
+		tcp2=$(hits 203.0.113.1)
+		dns1=$(hostdns_hits "$m-mut.test")
+		lab exec nft delete table ip foreign
+		guest_live 18
+		restore
+		echo "$m: tcp hits $tcp0 -> $tcp1 (mutation: $tcp2), dns $dns0 (mutation: $dns1), reply '$reply' / '$reply2'"
+		[ "$tcp1" -eq "$tcp0" ]
+		[ "$dns0" -eq 0 ]
+		[[ "$reply" != *"lab 203.0.113.1"* ]]
+		if [ $m = replace ]; then
+			# the control: without this layer the DNAT and the REDIRECT land
+			[ "$tcp2" -gt "$tcp1" ]
+			[ "$dns1" -ge 1 ]
+			[[ "$reply2" == *"lab 203.0.113.1"* ]]
+		else
+			# beside isopod's table its input chain still drops them
+			[ "$tcp2" -eq "$tcp1" ]
+			[ "$dns1" -eq 0 ]
+		fi
+	done
+	assert_open 18 198.51.100.10
+	hostdns_down
 }
 
 @test "fail closed: without the table, an ICMP error to the gateway about a host flow elsewhere (fragmentation needed) sets no PMTU; one about the host's flow to the guest does" {
