@@ -147,14 +147,15 @@ static const char *vm_mode(json_t *vms, const char *id)
 static int check_coverage(json_t *rep, json_t *probes, const struct report_live *live, char *why,
 			  size_t whysz)
 {
-	const char *suite = json_string_value(json_object_get(rep, "suite"));
+	/* the doctor puts it beside its version: {"doctor": {"version", "suite"}} */
+	const char *suite = json_string_value(json_object_get(json_object_get(rep, "doctor"), "suite"));
 	json_t *setup = json_object_get(rep, "setup"), *vms = json_object_get(rep, "vms"), *v, *p;
 	size_t i, j, m, nm;
 	const struct suite_mode *sm = suite_modes(&nm);
 	int r;
 
 	if (!suite || strcmp(suite, SUITE_NAME))
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: suite is %s, not " SUITE_NAME ": only the adverse suite's report signs",
+		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: doctor.suite is %s, not " SUITE_NAME ": only the adverse suite's report signs",
 		    suite ? EXC(suite) : "missing");
 	if (!json_is_true(json_object_get(setup, "ok")))
 		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: setup.ok is not true (step %s: %s): the suite did not run in full",

@@ -97,7 +97,7 @@ report() {
 	probes=$(jq -c --argjson c "$cov" '. + $c.probes' <<<"$probes")
 	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson p "$probes" \
 		--arg v "${REPORT_VERDICT:-pass}" --argjson s "$subj" --argjson c "$cov" \
-		'{doctor: {version: "test"}, suite: "adverse", host: {id: $id, hostname: "lab"},
+		'{doctor: {version: "test", suite: "adverse"}, host: {id: $id, hostname: "lab"},
 		  started: $now, subjects: $s, setup: {ok: true}, vms: $c.vms,
 		  host_checks: $c.host_checks,
 		  finished: $now, verdict: $v,
@@ -362,8 +362,10 @@ sign_refuses() {
 }
 
 @test "sign refuses a report not of the adverse suite (exit 1, naming suite)" {
-	sign_refuses '.suite = "basic"' "suite is basic, not adverse"
-	sign_refuses 'del(.suite)' "suite is missing, not adverse"
+	sign_refuses '.doctor.suite = "basic"' "doctor.suite is basic, not adverse"
+	sign_refuses 'del(.doctor.suite)' "doctor.suite is missing, not adverse"
+	# beside the version, where the doctor writes it: not at the top
+	sign_refuses 'del(.doctor.suite) | .suite = "adverse"' "doctor.suite is missing, not adverse"
 	[ "$status" -eq 1 ]
 }
 

@@ -93,7 +93,7 @@ sign() {
 	subj=$(attest subjects | jq -c .subjects)
 	cov=$(adverse_coverage "$LAB_NAME-host")
 	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson s "$subj" --argjson c "$cov" \
-		'{doctor: {version: "test"}, suite: "adverse", host: {id: $id, hostname: "lab"},
+		'{doctor: {version: "test", suite: "adverse"}, host: {id: $id, hostname: "lab"},
 		  started: $now, finished: $now, subjects: $s, verdict: "pass", setup: {ok: true},
 		  vms: $c.vms, host_checks: $c.host_checks, probes: $c.probes,
 		  counts: {probes: ($c.probes | length), pass: ($c.probes | length), fail: 0, error: 0}}' \
