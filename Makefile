@@ -65,8 +65,8 @@ lib/tcfilter.o: lib/tcfilter.c lib/tcfilter.h
 
 # Reads isopod's tables back (lib/ruleset.c) for an attestation's subject;
 # its work is lib/attest.c (the runner will link it too).
-ATTESTLIB = lib/attest.o lib/subjects.o lib/report.o
-$(ATTESTLIB): $(LIBHDR)
+ATTESTLIB = lib/attest.o lib/subjects.o lib/report.o lib/suite.o
+$(ATTESTLIB): $(LIBHDR) lib/suite.h
 
 bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(ATTESTLIB) $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)

@@ -485,13 +485,16 @@ int attest_sign(const struct attest_sign_opts *o, json_t *rep, json_t **env,
 {
 	long long now = wall_ms() / 1000, fin = 0;
 	struct attest_dir d;
+	struct report_live live;
 	char mid[64];
 	int r;
 
 	*env = NULL;
 	if (machine_id(mid) < 0)
 		return attest_errf(ATTEST_ESYS, why, whysz, "unable to read /etc/machine-id:");
-	if ((r = report_check(rep, mid, now, o->expires_s, o->max_age_s, &fin, why, whysz)) < 0 ||
+	/* what the doctor had to cover is what this host has now */
+	report_live_read(&live);
+	if ((r = report_check(rep, mid, &live, now, o->expires_s, o->max_age_s, &fin, why, whysz)) < 0 ||
 	    (r = attest_dir_open(&d, o->dir, why, whysz)) < 0)
 		return r;
 	r = sign_in(&d, o, rep, now, fin, env, info, why, whysz);

@@ -2,6 +2,8 @@
  * signing (report.h). */
 #include "report.h"
 #include "attest.h"
+#include "net.h"
+#include "suite.h"
 #include "util.h"
 
 #include <string.h>
@@ -69,10 +71,147 @@ static int check_counts(json_t *counts, size_t n, char *why, size_t whysz)
 	return 0;
 }
 
+void report_live_read(struct report_live *live)
+{
+	size_t i, n;
+	const struct suite_mode *sm = suite_modes(&n);
+	char m[16];
+	int k;
+
+	*live = (struct report_live){ .ntaps = net_ntaps() };
+	/* none needs no tap: every host has it */
+	for (i = 0; i < n && i < REPORT_MODES_MAX; i++)
+		live->mode[i] = !strcmp(sm[i].mode, "none");
+	for (k = 0; k < live->ntaps; k++) {
+		net_tap_mode(k, m, sizeof m);
+		for (i = 0; i < n && i < REPORT_MODES_MAX; i++)
+			live->mode[i] |= !strcmp(sm[i].mode, m);
+	}
+}
+
+/* The host side: what a probe from inside cannot see.  With taps live,
+ * each must have its forwarding flag and its fail-closed rule checked,
+ * and every check the report has must be ok. */
+static int check_host(json_t *hc, const struct report_live *live, char *why, size_t whysz)
+{
+	static const char *const want[] = { "tap-forwarding", "fail-closed-rule" };
+	json_t *c;
+	size_t i, w;
+	int k;
+
+	if (hc && !json_is_array(hc))
+		return attest_errf(ATTEST_EINPUT, why, whysz, "report: host_checks is not an array");
+	if (live->ntaps > 0 && json_array_size(hc) == 0)
+		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: host_checks is missing or empty, yet this host has %d isopod tap(s): the doctor's host side did not run (a --vm run never signs)",
+		    live->ntaps);
+	json_array_foreach(hc, i, c) {
+		const char *ck = json_string_value(json_object_get(c, "check"));
+		const char *tap = json_string_value(json_object_get(c, "tap"));
+
+		if (!json_is_true(json_object_get(c, "ok")))
+			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: host check %s on %s is not ok", ck ? EXC(ck) : "?",
+			    tap ? EXC(tap) : "?");
+	}
+	for (k = 0; k < live->ntaps; k++)
+		for (w = 0; w < sizeof want / sizeof *want; w++) {
+			char tap[32];
+			int found = 0;
+
+			snprintf(tap, sizeof tap, NET_TAP_PREFIX "%d", k);
+			json_array_foreach(hc, i, c)
+				found |= !strcmp(json_string_value(json_object_get(c, "check")) ?: "", want[w]) &&
+					 !strcmp(json_string_value(json_object_get(c, "tap")) ?: "", tap);
+			if (!found)
+				return attest_errf(ATTEST_EREFUSED, why, whysz, "report: no host check %s for %s, a live tap of this host",
+				    want[w], tap);
+		}
+	return 0;
+}
+
+/* The mode of the report's VM id, or NULL. */
+static const char *vm_mode(json_t *vms, const char *id)
+{
+	json_t *v;
+	size_t i;
+
+	json_array_foreach(vms, i, v)
+		if (!strcmp(json_string_value(json_object_get(v, "id")) ?: "", id))
+			return json_string_value(json_object_get(v, "mode"));
+	return NULL;
+}
+
+/* The whole suite, on this host as it is: the adverse suite, set up in
+ * full, in VMs the doctor booted itself, with every mode the live host
+ * has slots for run and every class lib/suite.h lists for it present.
+ * Per-probe verdicts alone say nothing of what was not probed. */
+static int check_coverage(json_t *rep, json_t *probes, const struct report_live *live, char *why,
+			  size_t whysz)
+{
+	/* the doctor puts it beside its version: {"doctor": {"version", "suite"}} */
+	const char *suite = json_string_value(json_object_get(json_object_get(rep, "doctor"), "suite"));
+	json_t *setup = json_object_get(rep, "setup"), *vms = json_object_get(rep, "vms"), *v, *p;
+	size_t i, j, m, nm;
+	const struct suite_mode *sm = suite_modes(&nm);
+	int r;
+
+	if (!suite || strcmp(suite, SUITE_NAME))
+		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: doctor.suite is %s, not " SUITE_NAME ": only the adverse suite's report signs",
+		    suite ? EXC(suite) : "missing");
+	if (!json_is_true(json_object_get(setup, "ok")))
+		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: setup.ok is not true (step %s: %s): the suite did not run in full",
+		    EXC(json_string_value(json_object_get(setup, "step")) ?: "?"),
+		    EXC(json_string_value(json_object_get(setup, "why")) ?: "?"));
+	if ((r = check_host(json_object_get(rep, "host_checks"), live, why, whysz)) < 0)
+		return r;
+	if (!json_is_array(vms) || json_array_size(vms) == 0)
+		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: vms is missing or empty: which VMs the probes ran in is not said");
+	json_array_foreach(vms, i, v) {
+		const char *id = json_string_value(json_object_get(v, "id"));
+		const char *mode = json_string_value(json_object_get(v, "mode"));
+
+		if (!id || !mode)
+			return attest_errf(ATTEST_EINPUT, why, whysz, "report: vms entry %zu has no id or mode", i);
+		if (!json_is_true(json_object_get(v, "booted_by_doctor")))
+			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: VM %s (mode %s) was not booted by the doctor: a --vm run never signs",
+			    EXC(id), EXC(mode));
+	}
+	json_array_foreach(probes, i, p) {
+		const char *id = json_string_value(json_object_get(p, "vm"));
+		const char *name = json_string_value(json_object_get(p, "name"));
+
+		if (!id || !vm_mode(vms, id))
+			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: probe %s ran in VM %s, which is not among the report's vms",
+			    EXC(name), id ? EXC(id) : "(none named)");
+	}
+	for (m = 0; m < nm && m < REPORT_MODES_MAX; m++) {
+		size_t c;
+		int ran = 0;
+
+		if (!live->mode[m])
+			continue;
+		json_array_foreach(probes, i, p)
+			ran |= !strcmp(vm_mode(vms, json_string_value(json_object_get(p, "vm"))), sm[m].mode);
+		if (!ran)
+			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: mode %s is missing: this host has %s slots, but no doctor VM of mode %s ran probes",
+			    sm[m].mode, sm[m].mode, sm[m].mode);
+		for (c = 0; sm[m].classes[c]; c++) {
+			int have = 0;
+
+			json_array_foreach(probes, j, p)
+				have |= !strcmp(vm_mode(vms, json_string_value(json_object_get(p, "vm"))), sm[m].mode) &&
+					!strcmp(json_string_value(json_object_get(p, "class")), sm[m].classes[c]);
+			if (!have)
+				return attest_errf(ATTEST_EREFUSED, why, whysz, "report: mode %s: class %s is missing (the doctor's suite runs it in every %s VM)",
+				    sm[m].mode, sm[m].classes[c], sm[m].mode);
+		}
+	}
+	return 0;
+}
+
 /* The doctor's report (doc/INTERFACES.md "Doctor report"): refuse unless
  * it says pass, has at least one probe, and every probe passed. */
-int report_check(json_t *rep, const char *mid, long long now, long long expires_s,
-		 long long max_age, long long *fin_out, char *why, size_t whysz)
+int report_check(json_t *rep, const char *mid, const struct report_live *live, long long now,
+		 long long expires_s, long long max_age, long long *fin_out, char *why, size_t whysz)
 {
 	json_t *probes = json_object_get(rep, "probes"), *p, *host = json_object_get(rep, "host");
 	const char *v = json_string_value(json_object_get(rep, "verdict"));
@@ -112,7 +251,8 @@ int report_check(json_t *rep, const char *mid, long long now, long long expires_
 	}
 	if (strcmp(v, "pass"))
 		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: verdict %s, not pass", EXC(v));
-	if ((r = check_counts(json_object_get(rep, "counts"), json_array_size(probes), why, whysz)) < 0)
+	if ((r = check_counts(json_object_get(rep, "counts"), json_array_size(probes), why, whysz)) < 0 ||
+	    (r = check_coverage(rep, probes, live, why, whysz)) < 0)
 		return r;
 	if (!hid)
 		return attest_errf(ATTEST_EINPUT, why, whysz, "report: host.id is missing");

@@ -73,27 +73,33 @@ lab() { sh "$LAB" "$1" "$LAB_NAME" "${@:2}"; }
 nftl() { lab exec nft "$@"; }
 
 # report FILE [PROBE-VERDICT...]: a doctor report, finished now, one probe
-# per verdict given (default one "pass"); REPORT_VERDICT overrides the
-# overall verdict (default pass).
+# per verdict given (default one "pass"), then (unless "none": no probe at
+# all) the rest of a full adverse run on the lab (adverse_coverage);
+# REPORT_VERDICT overrides the overall verdict (default pass).
 report() {
-	local f=$1 now probes='[]' v subj
+	local f=$1 now probes='[]' v subj cov='{"vms": [], "probes": [], "host_checks": []}'
 	shift
 	[ $# -gt 0 ] || set -- pass
 	now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+	# After the probes named, the rest of a full run on the lab as it is
+	# (every live mode's classes, the host checks): what sign requires.
+	[ "$1" = none ] || cov=$(adverse_coverage "$LAB_NAME-host")
 	for v in "$@"; do
 		[ "$v" = none ] && break
 		probes=$(jq -c --arg v "$v" --argjson n "$(jq length <<<"$probes")" \
-			'. + [{name: "metadata-tcp-\($n)", class: "metadata", verdict: $v,
+			'. + [{name: "metadata-tcp-\($n)", class: "metadata", vm: "doctor-none", verdict: $v,
 			  steps: [{step: "liveness", ok: true}, {step: "tooling", ok: true},
 			          {step: "control", ok: true}, {step: "attempt", ok: false},
 			          {step: "evidence", ok: true, counter: "meta_in", moved: 1}]}]' <<<"$probes")
 	done
 	# The doctor records the live subjects before its probes.
 	subj=$(attest subjects | jq -c .subjects)
+	probes=$(jq -c --argjson c "$cov" '. + $c.probes' <<<"$probes")
 	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson p "$probes" \
-		--arg v "${REPORT_VERDICT:-pass}" --argjson s "$subj" \
-		'{doctor: {version: "test"}, host: {id: $id, hostname: "lab"}, started: $now,
-		  subjects: $s,
+		--arg v "${REPORT_VERDICT:-pass}" --argjson s "$subj" --argjson c "$cov" \
+		'{doctor: {version: "test", suite: "adverse"}, host: {id: $id, hostname: "lab"},
+		  started: $now, subjects: $s, setup: {ok: true}, vms: $c.vms,
+		  host_checks: $c.host_checks,
 		  finished: $now, verdict: $v,
 		  counts: {probes: ($p | length), pass: ([$p[] | select(.verdict == "pass")] | length),
 		           fail: ([$p[] | select(.verdict == "fail")] | length),
@@ -238,9 +244,11 @@ sign_refuses() {
 		 .["image/base"] == $b and .["bin/isopod-boot"] == $t and .["config/host"] == $c' \
 		"$BATS_TEST_TMPDIR/stmt.json"
 	# The predicate: host id, doctor version, times, a sequence, the evidence.
-	jq -e --arg id "$(cat /etc/machine-id)" '.predicate |
+	# the two named probes and the full run's (adverse_coverage)
+	jq -e --arg id "$(cat /etc/machine-id)" \
+		--argjson n "$(($(adverse_coverage "$LAB_NAME-host" | jq '.probes | length') + 2))" '.predicate |
 		.host.id == $id and .doctor.version == "test" and .verdict == "pass" and
-		(.sequence | type) == "number" and (.probes | length) == 2 and
+		(.sequence | type) == "number" and (.probes | length) == $n and
 		(.probes[0].steps | length) == 5 and
 		((.expires | fromdateiso8601) - (.finished | fromdateiso8601)) == 86400' \
 		"$BATS_TEST_TMPDIR/stmt.json"
@@ -335,10 +343,75 @@ sign_refuses() {
 	sign_refuses '.probes[0].steps |= [.[0], .[2], .[1], .[3], .[4]]' "step 2 is control, not tooling"
 	sign_refuses '.probes[0].steps += [{step: "evidence", ok: true}]' "6 steps"
 	sign_refuses '.counts.fail = 3' "counts.fail is 3, but the probes say 0"
-	sign_refuses '.counts.pass = 1' "counts.pass is 1, but the probes say 2"
+	sign_refuses '.counts.pass = 1' \
+		"counts.pass is 1, but the probes say $(($(adverse_coverage "$LAB_NAME-host" | jq '.probes | length') + 2))"
 	sign_refuses '.counts.probes = 3' "counts.probes is 3"
 	sign_refuses 'del(.counts.error)' "counts.error is missing"
 	sign_refuses '.probes[1].name = .probes[0].name' "probe metadata-tcp-0 appears twice"
+}
+
+# The whole suite, not only passing probes (review: a --modes none or a
+# --vm run signed).  The lab has filtered slots (netsetup --slots 2), so a
+# full run there is a none VM and a filtered VM, every class of each.
+@test "sign: the control: the lab's live modes are none and filtered, and a full report of them signs" {
+	lab exec cat /sys/class/net/isopod-tap0/ifalias | grep -qx 'isopod filtered'
+	report "$BATS_TEST_TMPDIR/r.json"
+	jq -e '[.vms[].mode] == ["none", "filtered"]' "$BATS_TEST_TMPDIR/r.json"
+	attest sign -o "$BATS_TEST_TMPDIR/env.json" "$BATS_TEST_TMPDIR/r.json" >/dev/null
+	verify_ok "$BATS_TEST_TMPDIR/env.json"
+}
+
+@test "sign refuses a report not of the adverse suite (exit 1, naming suite)" {
+	sign_refuses '.doctor.suite = "basic"' "doctor.suite is basic, not adverse"
+	sign_refuses 'del(.doctor.suite)' "doctor.suite is missing, not adverse"
+	# beside the version, where the doctor writes it: not at the top
+	sign_refuses 'del(.doctor.suite) | .suite = "adverse"' "doctor.suite is missing, not adverse"
+	[ "$status" -eq 1 ]
+}
+
+@test "sign refuses a report whose setup did not finish (setup.ok false)" {
+	sign_refuses '.setup = {ok: false, step: "boot", why: "no free slot"}' \
+		"setup.ok is not true (step boot: no free slot)"
+	[ "$status" -eq 1 ]
+	sign_refuses 'del(.setup)' "setup.ok is not true"
+}
+
+@test "sign refuses a report without a live mode: the filtered VM's probes gone while filtered slots are live" {
+	# isopod-doctor --adverse --modes none: only the none VM.
+	sign_refuses 'del(.probes[] | select(.vm == "doctor-filtered")) | del(.vms[] | select(.mode == "filtered")) |
+		.counts.probes = (.probes | length) | .counts.pass = (.probes | length)' \
+		"mode filtered is missing: this host has filtered slots"
+	[ "$status" -eq 1 ]
+	# the VM listed, but none of its probes
+	sign_refuses 'del(.probes[] | select(.vm == "doctor-filtered")) |
+		.counts.probes = (.probes | length) | .counts.pass = (.probes | length)' \
+		"mode filtered is missing"
+}
+
+@test "sign refuses a report missing one class of a live mode, naming it" {
+	sign_refuses 'del(.probes[] | select(.vm == "doctor-filtered" and .class == "dns-exfiltration")) |
+		.counts.probes = (.probes | length) | .counts.pass = (.probes | length)' \
+		"mode filtered: class dns-exfiltration is missing"
+	[ "$status" -eq 1 ]
+	# a class of the mode run in a VM of another mode does not count
+	sign_refuses '(.probes[] | select(.vm == "doctor-filtered" and .class == "metadata") | .vm) = "doctor-none"' \
+		"mode filtered: class metadata is missing"
+}
+
+@test "sign refuses a report with a VM the doctor did not boot (a --vm run), or a probe in a VM not listed" {
+	sign_refuses '(.vms[] | select(.mode == "filtered") | .booted_by_doctor) = false' \
+		"VM doctor-filtered (mode filtered) was not booted by the doctor"
+	[ "$status" -eq 1 ]
+	sign_refuses '.probes[0].vm = "someone-elses"' "probe metadata-tcp-0 ran in VM someone-elses, which is not among"
+	sign_refuses 'del(.vms)' "vms is missing or empty"
+}
+
+@test "sign refuses a report with a failed host check, or without the host checks of a live tap" {
+	sign_refuses '.host_checks[1].ok = false' "host check fail-closed-rule on isopod-tap0 is not ok"
+	[ "$status" -eq 1 ]
+	sign_refuses '.host_checks = []' "host_checks is missing or empty, yet this host has 2 isopod tap(s)"
+	sign_refuses 'del(.host_checks[] | select(.tap == "isopod-tap1" and .check == "tap-forwarding"))' \
+		"no host check tap-forwarding for isopod-tap1"
 }
 
 @test "sign refuses a report whose recorded subjects are not the live host's now, naming each" {

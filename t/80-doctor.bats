@@ -95,6 +95,18 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	[ "$status" -eq 0 ]
 }
 
+@test "doctor --adverse --modes none passes (one probe), but sign refuses it: the lab's filtered and open slots were not tested" {
+	run --separate-stderr doctor --modes none
+	[ "$status" -eq 0 ]
+	json_is '.verdict == "pass" and .setup.ok and .counts.probes == 1 and [.vms[].mode] == ["none"]'
+	echo "$output" >"$BATS_TEST_TMPDIR/r.json"
+	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest sign -o "$BATS_TEST_TMPDIR/e.json" "$BATS_TEST_TMPDIR/r.json"
+	echo "$stderr"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"mode filtered is missing: this host has filtered slots"* ]]
+	[ ! -e "$BATS_TEST_TMPDIR/e.json" ]
+}
+
 @test "regression: --vm of a nonexistent VM never passes (111, setup step vm, no probe)" {
 	run --separate-stderr doctor --vm nosuchvm
 	[ "$status" -eq 111 ]

@@ -89,19 +89,19 @@ is() { [ "$(count "$1")" -eq "$2" ]; }
 status_is() { jq -e --arg s "$1" '.state == $s' "$SPOOL/status.json" >/dev/null 2>&1; }
 started() { [ -f "$SPOOL/running/$1/state.json" ] && [ "$(jq .front_pid "$SPOOL/running/$1/state.json")" -gt 0 ]; }
 
-# sign: a passing report of the live host, signed into $ATT now.
+# sign: a passing report of the live host (a full adverse run: every live
+# mode's VM and classes, the host checks; adverse_coverage), signed into $ATT now.
 sign() {
-	local now subj
+	local now subj cov
 	now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 	subj=$(attest subjects | jq -c .subjects)
-	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson s "$subj" \
-		'{doctor: {version: "test"}, host: {id: $id, hostname: "lab"}, started: $now,
-		  finished: $now, subjects: $s, verdict: "pass",
-		  counts: {probes: 1, pass: 1, fail: 0, error: 0},
-		  probes: [{name: "metadata-tcp", class: "metadata", verdict: "pass",
-		            steps: [{step: "liveness", ok: true}, {step: "tooling", ok: true},
-		                    {step: "control", ok: true}, {step: "attempt", ok: false},
-		                    {step: "evidence", ok: true}]}]}' >"$BATS_TEST_TMPDIR/report.json"
+	cov=$(adverse_coverage "$LAB_NAME-host")
+	jq -n --arg id "$(cat /etc/machine-id)" --arg now "$now" --argjson s "$subj" --argjson c "$cov" \
+		'{doctor: {version: "test", suite: "adverse"}, host: {id: $id, hostname: "lab"},
+		  started: $now, finished: $now, subjects: $s, verdict: "pass", setup: {ok: true},
+		  vms: $c.vms, host_checks: $c.host_checks, probes: $c.probes,
+		  counts: {probes: ($c.probes | length), pass: ($c.probes | length), fail: 0, error: 0}}' \
+		>"$BATS_TEST_TMPDIR/report.json"
 	attest sign -o "$ATT" "$BATS_TEST_TMPDIR/report.json" >/dev/null
 }
 

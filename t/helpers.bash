@@ -153,3 +153,34 @@ json_is() {
 		return 1
 	fi
 }
+
+# adverse_coverage NETNS: what a full `isopod-doctor --adverse` run adds to a
+# hand-made report for the taps live in NETNS now, as {vms, probes,
+# host_checks}: a doctor-booted VM of each live mode (none always; filtered,
+# open as the taps' ifalias say), one passing probe (five steps) of every
+# class isopod-attest sign requires for that mode (lib/suite.c, spelt out
+# here on purpose), and both host checks of every tap.
+adverse_coverage() {
+	local taps
+	# shellcheck disable=SC2016  # expanded by the inner sh
+	taps=$(ip netns exec "$1" sh -c 'for a in /sys/class/net/isopod-tap*/ifalias; do
+		[ -r "$a" ] || continue; t=${a%/ifalias}; printf "%s %s\n" "${t##*/}" "$(cat "$a")"; done')
+	command jq -cn --arg taps "$taps" '
+		def steps: [{step: "liveness", ok: true}, {step: "tooling", ok: true},
+		            {step: "control", ok: true}, {step: "attempt", ok: false},
+		            {step: "evidence", ok: true}];
+		{none: ["none"],
+		 filtered: ["metadata", "denied-range", "gateway-port", "filtered-forwarding",
+		            "dns-exfiltration"],
+		 open: ["metadata", "denied-range", "gateway-port"]} as $cls |
+		[$taps | split("\n")[] | select(length > 0) | split(" ") |
+		 {tap: .[0], mode: (.[2] // "")}] as $t |
+		[["none", "filtered", "open"][] as $m |
+		 select($m == "none" or any($t[]; .mode == $m)) | $m] as $modes |
+		{vms: [$modes[] | {id: "doctor-\(.)", mode: ., booted_by_doctor: true}],
+		 probes: [$modes[] as $m | $cls[$m][] |
+		          {name: "\($m)/\(.)", class: ., vm: "doctor-\($m)", verdict: "pass",
+		           steps: steps}],
+		 host_checks: [$t[] | ({check: "tap-forwarding", tap: .tap, mode: .mode, ok: true},
+		                       {check: "fail-closed-rule", tap: .tap, ok: true})]}'
+}
