@@ -1304,29 +1304,12 @@ static void batch_end(void)
  * VM's broker (unprivileged: it cannot read nftables) sends a nonce
  * through, so it notices within seconds that the table is gone. */
 
-/* `meta mark set meta mark | bit` */
-static void x_mark_or(struct nftnl_rule *r, uint32_t bit)
+/* `meta mark set meta mark | bit` when set, `meta mark set meta mark & ~bit`
+ * when not: one bitwise expression, mask ~bit, xor bit or 0. */
+static void x_mark_bit(struct nftnl_rule *r, uint32_t bit, int set)
 {
 	struct nftnl_expr *e;
-	uint32_t mask = ~bit, xor = bit;
-
-	x_meta(r, NFT_META_MARK);
-	e = expr_new(r, "bitwise");
-	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-	nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 4);
-	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 4);
-	nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &xor, 4);
-	e = expr_new(r, "meta");
-	nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, NFT_META_MARK);
-	nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
-}
-
-/* `meta mark set meta mark & ~bit` */
-static void x_mark_clear(struct nftnl_rule *r, uint32_t bit)
-{
-	struct nftnl_expr *e;
-	uint32_t mask = ~bit, xor = 0;
+	uint32_t mask = ~bit, xor = set ? bit : 0;
 
 	x_meta(r, NFT_META_MARK);
 	e = expr_new(r, "bitwise");
@@ -1354,7 +1337,7 @@ static void build_failclosed(void)
 	 * this table gone the bit stays and only the per-tap rules apply. */
 	r = rule_new("prerouting");
 	m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, TAP_PREFIX, 1);
-	x_mark_clear(r, TAPMARK);
+	x_mark_bit(r, TAPMARK, 0);
 	rule_put(r);
 
 	/* Open slots: what passed anti-spoof (vm_pre returned) carries the
@@ -1365,7 +1348,7 @@ static void build_failclosed(void)
 		tap_name(k, name);
 		r = rule_new("prerouting");
 		m_ifname(r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
-		x_mark_or(r, FWMARK);
+		x_mark_bit(r, FWMARK, 1);
 		rule_put(r);
 	}
 	/* The canary: `ip daddr GW udp dport 1054 udp dport set 1055` per
