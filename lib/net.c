@@ -1,6 +1,7 @@
 /* net.c - network slots: taps left by isopod-netsetup, slot locks. */
 
 #include "net.h"
+#include "nldump.h"
 #include "tcfilter.h"
 #include "util.h"
 
@@ -225,6 +226,18 @@ static void rule_msg(const struct nlmsghdr *h, uint8_t family, struct rulecheck 
 		rc->blackhole = 1;
 }
 
+struct rulemsg {
+	uint8_t family;
+	struct rulecheck *rc;
+};
+
+static void rule_cb(const struct nlmsghdr *h, void *data)
+{
+	const struct rulemsg *m = data;
+
+	rule_msg(h, m->family, m->rc);
+}
+
 /* Read family's rules into rc.  0, -EAFNOSUPPORT (no such family here),
  * or -errno. */
 static int rules_read(uint8_t family, struct rulecheck *rc)
@@ -237,40 +250,11 @@ static int rules_read(uint8_t family, struct rulecheck *rc)
 		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1 },
 		.f = { .family = family },
 	};
-	long buf[8192 / sizeof(long)];
-	int fd, done = 0, r = 0;
-	ssize_t n = 0;
+	struct rulemsg m = { .family = family, .rc = rc };
+	int nlerr, r;
 
-	if ((fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE)) < 0 ||
-	    send(fd, &req, sizeof req, 0) < 0) {
-		r = -errno;
-		if (fd >= 0)
-			close(fd);
-		return r;
-	}
-	while (!done && (n = recv(fd, buf, sizeof buf, 0)) > 0) {
-		const struct nlmsghdr *h = (const void *)buf;
-		size_t left = (size_t)n;
-
-		for (; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
-			if (h->nlmsg_type == NLMSG_DONE) {
-				done = 1;
-				break;
-			}
-			if (h->nlmsg_type == NLMSG_ERROR) {
-				const struct nlmsgerr *e = NLMSG_DATA(h);
-
-				r = e->error;
-				done = 1;
-				break;
-			}
-			rule_msg(h, family, rc);
-		}
-	}
-	if (n < 0)
-		r = -errno;
-	close(fd);
-	return r;
+	r = nl_dump(NETLINK_ROUTE, &req, sizeof req, rule_cb, &m, &nlerr);
+	return r < 0 ? r : nlerr;
 }
 
 /* Does tap k (gateway gw, host order) have its fail-closed routing rules

@@ -6,6 +6,7 @@
  * syscalls only (no libmnl, no libbpf), so every host tool can link it.
  * See tcfilter.h. */
 
+#include "nldump.h"
 #include "tcfilter.h"
 
 #include <arpa/inet.h>
@@ -119,8 +120,9 @@ static uint32_t rta_u32(const struct rtattr *a)
 
 /* One filter of the dump.  The dump also lists each priority's classifier
  * itself (handle 0): not a filter. */
-static void filter_msg(const struct nlmsghdr *h, struct tcfilter_state *st)
+static void filter_msg(const struct nlmsghdr *h, void *data)
 {
+	struct tcfilter_state *st = data;
 	const struct tcmsg *t = NLMSG_DATA(h);
 	const struct rtattr *a0 = (const void *)((const char *)t + NLMSG_ALIGN(sizeof *t));
 	const struct rtattr *kind, *opt, *o;
@@ -161,34 +163,11 @@ int tcfilter_read(int ifindex, struct tcfilter_state *st, char *msg, size_t len)
 		.t = { .tcm_family = AF_UNSPEC, .tcm_ifindex = ifindex,
 		       .tcm_parent = TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS) },
 	};
-	long buf[8192 / sizeof(long)];
-	int fd, done = 0, r;
-	ssize_t n = 0;
+	int nlerr, r;
 
 	*st = (struct tcfilter_state){ 0 };
-	if ((fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE)) < 0 ||
-	    send(fd, &req, sizeof req, 0) < 0) {
-		r = -errno;
-		snprintf(msg, len, "unable to read the tc filters: %s", strerror(-r));
-		if (fd >= 0)
-			close(fd);
-		return r;
-	}
-	while (!done && (n = recv(fd, buf, sizeof buf, 0)) > 0) {
-		const struct nlmsghdr *h = (const void *)buf;
-		size_t left = (size_t)n;
-
-		for (; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
-			if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
-				done = 1; /* an error: no clsact qdisc, so no filter */
-				break;
-			}
-			filter_msg(h, st);
-		}
-	}
-	r = n < 0 ? -errno : 0;
-	close(fd);
-	if (r < 0) {
+	/* The kernel's error (no clsact qdisc) means no filter: not an error. */
+	if ((r = nl_dump(NETLINK_ROUTE, &req, sizeof req, filter_msg, st, &nlerr)) < 0) {
 		snprintf(msg, len, "unable to read the tc filters: %s", strerror(-r));
 		return r;
 	}
