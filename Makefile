@@ -27,11 +27,13 @@ TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/iso
 HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/execopt.o lib/execio.o lib/tcread.o lib/nldump.o
 # Only the tools that read nftables link libnftnl: ruleset.o on its own.
 NETLIB = lib/ruleset.o
-LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/nldump.h
+# isopod-netsetup's own: the taps and routing rules (rtnetlink), the tables.
+NSLIB = lib/netslot.o lib/nftbuild.o lib/nftexpr.o
+LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h
 
 all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out
 
-$(HOSTLIB) $(NETLIB): $(LIBHDR)
+$(HOSTLIB) $(NETLIB) $(NSLIB): $(LIBHDR)
 
 lib/%.o: lib/%.c $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -49,8 +51,8 @@ bin/isopod-broker: bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LIBHDR) $(BROKE
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LDLIBS_HOST)
 
 # The only tool that talks netfilter: its own link flags.
-bin/isopod-netsetup: bin/isopod-netsetup.c $(HOSTLIB) $(LIBHDR) $(TCLIB) lib/tcfilter.h
-	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(HOSTLIB) $(TCLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
+bin/isopod-netsetup: bin/isopod-netsetup.c $(NSLIB) $(HOSTLIB) $(LIBHDR) $(TCLIB) lib/tcfilter.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(NSLIB) $(HOSTLIB) $(TCLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
 # Debug info stripped, BTF kept (the kernel needs it for the program's .rodata).
 lib/tapfilter.bpf.o: lib/tapfilter.bpf.c
@@ -113,7 +115,7 @@ ASAN_CFLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 # Each library source is compiled once for all the tools (a tool links every
 # object, as its -O2 build links what it uses): one compile per tool and
 # library was 18 x 35 compiles, minutes of CI.
-ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(ATTESTLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
+ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) $(ATTESTLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
 ASAN_OBJ = $(ASAN_SRC:%.c=build/asan/%.o)
 build/asan/lib/%.o: lib/%.c $(LIBHDR)
 	@mkdir -p build/asan/lib
