@@ -415,6 +415,7 @@ int main(int argc, char **argv)
 		die(EX_SYS, "%s", c.rt.err);
 	if (c.remove) {
 		remove_all(&c);
+		rtnl_close(&c.rt);
 		return 0;
 	}
 	make_taps(&c);
