@@ -675,7 +675,13 @@ static int chain_cb(const struct nlmsghdr *nlh, void *data)
 	uint32_t f;
 	unsigned i;
 
-	if (!c || nftnl_chain_nlmsg_parse(nlh, c) < 0) {
+	/* libnftnl's free functions dereference their argument: NULL is not
+	 * theirs to free. */
+	if (!c) {
+		nftb_fail(b, "unable to allocate memory:");
+		return MNL_CB_ERROR;
+	}
+	if (nftnl_chain_nlmsg_parse(nlh, c) < 0) {
 		nftb_fail(b, "unable to parse a chain:");
 		nftnl_chain_free(c);
 		return MNL_CB_ERROR;
@@ -700,7 +706,11 @@ static int rule_cb(const struct nlmsghdr *nlh, void *data)
 	uint32_t f;
 	unsigned i;
 
-	if (!r || nftnl_rule_nlmsg_parse(nlh, r) < 0) {
+	if (!r) {
+		nftb_fail(b, "unable to allocate memory:");
+		return MNL_CB_ERROR;
+	}
+	if (nftnl_rule_nlmsg_parse(nlh, r) < 0) {
 		nftb_fail(b, "unable to parse a rule:");
 		nftnl_rule_free(r);
 		return MNL_CB_ERROR;
@@ -724,7 +734,11 @@ static int docker_cb(const struct nlmsghdr *nlh, void *data)
 	struct nftnl_rule *r = nftnl_rule_alloc();
 	uint64_t *h;
 
-	if (!r || nftnl_rule_nlmsg_parse(nlh, r) < 0) {
+	if (!r) {
+		nftb_fail(b, "unable to allocate memory:");
+		return MNL_CB_ERROR;
+	}
+	if (nftnl_rule_nlmsg_parse(nlh, r) < 0) {
 		nftb_fail(b, "unable to parse a rule:");
 		nftnl_rule_free(r);
 		return MNL_CB_ERROR;
