@@ -208,7 +208,7 @@ static void make_taps(struct nsctx *c)
 	for (k = 0; k < p->total; k++) {
 		tap_name(k, name);
 		if ((c->made[k] = tap_make(&c->rt, name, &c->busy[k])) < 0)
-			die(errno == EEXIST ? EX_CONFLICT : EX_SYS, "%s", c->rt.err);
+			die(c->made[k] == -2 ? EX_CONFLICT : EX_SYS, "%s", c->rt.err);
 		c->created += (unsigned)c->made[k];
 		if (c->busy[k] && *net_tap_mode((int)k, was, sizeof was) && strcmp(was, slot_mode(p, k)))
 			die(EX_CONFLICT, "unable to make %s %s: a VM is using it in %s mode now", name,

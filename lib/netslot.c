@@ -188,8 +188,9 @@ static int is_dir(const char *p)
 
 /* A persistent tap, owned by the plan's owner.  Returns 1 created, 0
  * existed, and sets *busy when a VM has it open now (TUNSETIFF says EBUSY:
- * the existing device is left as it is); -1 with errno EEXIST when an
- * interface of that name is not a tap. */
+ * the existing device is left as it is); -2 when an interface of that
+ * name is not a tap (a conflict: the caller's exit status differs), -1 on
+ * any other failure. */
 int tap_make(struct rtnl *rt, const char *name, int *busy)
 {
 	char p[PATH_MAX];
@@ -203,8 +204,7 @@ int tap_make(struct rtnl *rt, const char *name, int *busy)
 		snprintf(p, sizeof p, "/sys/class/net/%s/tun_flags", name);
 		if (access(p, F_OK)) {
 			fail(rt, "unable to use %s: an interface of that name exists and is not a tap", name);
-			errno = EEXIST;
-			return -1;
+			return -2;
 		}
 	}
 	fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);

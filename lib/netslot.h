@@ -105,7 +105,8 @@ int link_del(struct rtnl *rt, int ifindex);
  * 0 or -errno (rt->err not set). */
 int addr_set(struct rtnl *rt, int ifindex, unsigned k);
 /* A persistent tap owned by the plan's owner: 1 created, 0 existed (*busy:
- * a VM has it open), -1 (errno EEXIST: the name is not a tap's). */
+ * a VM has it open), -2 the name is not a tap's, -1 any other failure
+ * (rt->err set either way). */
 int tap_make(struct rtnl *rt, const char *name, int *busy);
 /* IPv6 off on the tap, read back: 1 off (or no IPv6 here), 0 not (warned). */
 int tap_no_ipv6(const char *name);
