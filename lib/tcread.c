@@ -166,8 +166,12 @@ int tcfilter_read(int ifindex, struct tcfilter_state *st, char *msg, size_t len)
 	int nlerr, r;
 
 	*st = (struct tcfilter_state){ 0 };
-	/* The kernel's error (no clsact qdisc) means no filter: not an error. */
-	if ((r = nl_dump(NETLINK_ROUTE, &req, sizeof req, filter_msg, st, &nlerr)) < 0) {
+	/* No clsact qdisc is an empty dump, not an error; the kernel's error
+	 * (NLMSG_ERROR, or an NLMSG_DONE ending a dump that failed part-way)
+	 * is one: a partial list must not pass for the whole, nor no list for
+	 * "no filter". */
+	if ((r = nl_dump(NETLINK_ROUTE, &req, sizeof req, filter_msg, st, &nlerr)) < 0 ||
+	    (r = nlerr) < 0) {
 		snprintf(msg, len, "unable to read the tc filters: %s", strerror(-r));
 		return r;
 	}
