@@ -189,7 +189,7 @@ EOF
 	lab exec tc filter del dev isopod-tap2 ingress
 	lab exec nft delete rule inet isopod vm_in handle "$h"
 	run --separate-stderr doctor --vm "$id"
-	isopod-stop --force "$id" >/dev/null || :
+	isopod-stop --force --vm "$id" >/dev/null || :
 	netsetup
 	echo "$stderr" | tail -n 3
 	echo "$output" | jq -c '.setup, .counts, (.probes[] | select(.verdict != "pass") | [.name, .verdict, .why])'
@@ -233,7 +233,7 @@ EOF
 	[ "$bp" -gt 1 ]
 	kill "$bp"
 	run --separate-stderr doctor --vm "$id"
-	isopod-stop --force "$id" >/dev/null || :
+	isopod-stop --force --vm "$id" >/dev/null || :
 	echo "$output" | jq -c '.probes[] | select(.verdict != "pass") | [.name, .verdict, .why]'
 	[ "$status" -eq 111 ]
 	json_is 'all(.probes[] | select(.steps[1].program == "nslookup"); .verdict == "error" and .steps[2].ok == false)'

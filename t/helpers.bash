@@ -42,7 +42,7 @@ isopod_teardown_file() {
 	if [ -d "$ISOPOD_HOME/vms" ]; then
 		for id in $(isopod vm ls | jq -r 'select(.running) | .id'); do
 			echo "# teardown: stopping $id, left running by a test" >&3
-			"$stop" --force "$id" >/dev/null 2>&1 || st=1
+			"$stop" --force --vm "$id" >/dev/null 2>&1 || st=1
 		done
 		if [ -x "$gc" ]; then
 			out=$("$gc" --dry-run) || st=1
