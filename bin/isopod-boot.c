@@ -72,7 +72,7 @@ struct boot {
 	int resumed;
 	int recorded;             /* the record is ours: a failure goes in it */
 	const char *a_disk;       /* --disk-mib, checked once the disk is known */
-	const char *a_vm;         /* --vm REF (else the deprecated claim JSON on stdin) */
+	const char *a_vm;         /* --vm REF: the VM (nothing is read on stdin) */
 	char idbuf[VM_ID_SZ];     /* the id --vm resolved to */
 	/* taken or started, undone by fail() */
 	pid_t sup;                /* the supervisor, our child */
@@ -590,28 +590,21 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 	}
 }
 
-/* The VM (--vm, else the deprecated claim on stdin), the record, the
- * kernel and base, the disk's size. */
+/* The VM (--vm), the record, the kernel and base, the disk's size. */
 static void load_vm(struct boot *bt)
 {
 	struct cfg *cf = &bt->cf;
 	char dir[PATH_MAX], err[PATH_MAX + 128], why[512];
-	json_t *claim = NULL;
 	struct sockaddr_un sa;
 	long long minmib;
 	int r;
 
-	if (bt->a_vm) {
-		if (vm_resolve(bt->a_vm, bt->idbuf, why, sizeof why) < 0)
-			die(vm_exit_code(errno), "%s", why);
-		bt->id = bt->idbuf;
-	} else {
-		claim = json_read_stdin();
-		bt->id = json_string_value(json_object_get(json_object_get(claim, "vm"), "id"));
-		if (!id_vm_ok(bt->id))
-			die(EX_USAGE, "standard input: want the JSON of isopod-claim with vm.id = vm-<12 hex> "
-			    "(or name the VM with --vm REF)");
-	}
+	/* The record is the channel: a claim on stdin is not read. */
+	if (!bt->a_vm)
+		die(EX_USAGE, "no VM: name it with --vm REF (standard input is not read)\nusage: %s", USAGE);
+	if (vm_resolve(bt->a_vm, bt->idbuf, why, sizeof why) < 0)
+		die(vm_exit_code(errno), "%s", why);
+	bt->id = bt->idbuf;
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
 	if (inst_paths(&bt->in, dir) < 0)
 		die(EX_USAGE, "path too long: %.64s...", dir);
@@ -669,7 +662,6 @@ static void load_vm(struct boot *bt)
 	if (strlen(bt->in.agent) >= sizeof sa.sun_path || strlen(bt->in.qmp) >= sizeof sa.sun_path)
 		die(EX_USAGE, "store path %s is too long for a unix socket (max %zu bytes)", bt->in.dir,
 		    sizeof sa.sun_path - 1);
-	/* claim is kept: bt->id points into it */
 }
 
 /* The vm lock, taken here and handed down to the supervisor: from now

@@ -279,10 +279,10 @@ int main(int argc, char **argv)
 		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}
 	}
-	/* The VM as an operand is the deprecated spelling of --vm REF;
-	 * --check's operand is the label. */
-	if (!check && !vref && argc - optind == 1)
-		vref = argv[optind++];
+	/* --check's operand is the label; the VM is only ever --vm REF
+	 * (one way to name a VM: an operand is refused, not guessed). */
+	if (!check && argc != optind)
+		die(EX_USAGE, "unexpected operand; name the VM with --vm REF\n%s", USAGE);
 	if (check ? vref || argc - optind != 1 : !vref || argc != optind)
 		die(EX_USAGE, "%s", USAGE);
 	if (check) {

@@ -214,19 +214,10 @@ static void parse_args(int argc, char **argv)
 		json_emit(json_pack("{s:b}", "ok", 1));
 		exit(0);
 	}
-	if (vm) {
-		load_vm(vm);
-	} else {
-		json_t *j = json_read_stdin();
-		const char *id = json_string_value(json_object_get(json_object_get(j, "vm"), "id"));
-
-		if (!id)
-			die(EX_USAGE, "standard input has no vm.id (expected isopod-boot's output)");
-		if (!id_vm_ok(id))
-			die(EX_USAGE, "standard input: bad vm.id %s: want vm-<12 hex>", EXC(id));
-		load_vm(id);
-		json_decref(j);
-	}
+	/* The record is the channel: boot's JSON on stdin is not read. */
+	if (!vm)
+		die(EX_USAGE, "no VM: name it with --vm REF (standard input is not read)\n%s", USAGE);
+	load_vm(vm);
 }
 
 /* --stdin-file: the command's stdin, or -1 (none: EOF at once). */
@@ -298,10 +289,8 @@ int main(int argc, char **argv)
 	s.watchdog_ms = o.watchdog_ms;
 	s.ping_ms = o.watchdog_ms / 6 > 0 ? o.watchdog_ms / 6 : 1;
 	s.copy_out_max = o.copy_out_max;
-	/* The budget starts once the vm is known: in `claim | boot | exec` the
-	 * JSON on stdin arrives after the boot, which is not the command's time
-	 * (the front end passes --vm and what is left of its own budget).  The
-	 * agent enforces the timeout in the guest; the host enforces it too,
+	/* The budget starts once the vm is known (the front end passes --vm
+	 * and what is left of its own budget).  The agent enforces the timeout in the guest; the host enforces it too,
 	 * from this start: a guest too starved to act on its timer (a fork bomb)
 	 * must not stretch the caller's budget into the watchdog's. */
 	if (o.timeout_ms)

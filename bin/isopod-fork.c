@@ -1,7 +1,6 @@
 /* isopod-fork - plan a claimed VM on a stage chain (or a base flavor).
  *
- * Finds the VM by --vm REF (lib/vm.c; isopod-claim's JSON on stdin is the
- * deprecated spelling), verifies the whole chain (every layer a sound
+ * Finds the VM by --vm REF (lib/vm.c; nothing is read on stdin), verifies the whole chain (every layer a sound
  * qcow2, the base present), and creates the VM's empty copy-on-write
  * overlay over the stage's top layer.  isopod-boot then boots that disk.
  * O(1): nothing of the chain is copied. */
@@ -33,7 +32,7 @@ int main(int argc, char **argv)
 					   {0, 0, 0, 0}};
 	const char *ref = NULL, *vmref = NULL, *vmid, *flavor = NULL, *bsha = NULL;
 	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX], id[VM_ID_SZ], why[512];
-	json_t *in = NULL, *m = NULL, *vm, *layers, *out, *base;
+	json_t *m = NULL, *vm, *layers, *out, *base;
 	char serr[DIAG_MAX];
 	int ch, depth = 0, r;
 	int64_t t0 = mono_ms();
@@ -49,19 +48,12 @@ int main(int argc, char **argv)
 	}
 	if (!ref || optind != argc)
 		die(EX_USAGE, "%s", USAGE);
-	if (vmref) {
-		/* The record is the channel: nothing is read on stdin. */
-		if (vm_open(vmref, id, &vm, why, sizeof why) < 0)
-			die(vm_exit_code(errno), "%s", why);
-		vmid = id;
-	} else {
-		/* Deprecated: isopod-claim's JSON on stdin, its vm.id. */
-		in = json_read_stdin();
-		vm = json_object_get(in, "vm");
-		vmid = json_string_value(json_object_get(vm, "id"));
-		if (!id_vm_ok(vmid))
-			die(EX_USAGE, "standard input has no vm.id of vm-<12 hex> (expected isopod-claim's output)");
-	}
+	/* The record is the channel: a claim on stdin is not read. */
+	if (!vmref)
+		die(EX_USAGE, "no VM: name it with --vm REF (standard input is not read)\n%s", USAGE);
+	if (vm_open(vmref, id, &vm, why, sizeof why) < 0)
+		die(vm_exit_code(errno), "%s", why);
+	vmid = id;
 
 	layers = json_array();
 	if ((r = stage_find(ref, stid, sizeof stid, serr, sizeof serr)) < 0)
@@ -132,9 +124,7 @@ int main(int argc, char **argv)
 		}
 		json_decref(set);
 	}
-	if (in) {
-		out = json_deep_copy(in);
-	} else {
+	{
 		char dir[PATH_MAX];
 
 		pathf(dir, sizeof dir, "%s/vms/%s", store_home(), vmid);

@@ -108,10 +108,10 @@ int main(int argc, char **argv)
 			die(EX_USAGE, "usage: %s", USAGE);
 		}
 	}
-	/* The REF as an operand is the deprecated spelling of --vm REF. */
-	if (!ref && argc - optind == 1)
-		ref = argv[optind++];
-	if (!ref || argc != optind)
+	/* One way to name a VM: a REF as an operand is refused, not guessed. */
+	if (argc != optind)
+		die(EX_USAGE, "unexpected operand; name the VM with --vm REF\nusage: %s", USAGE);
+	if (!ref)
 		die(EX_USAGE, "usage: %s", USAGE);
 	if (vm_resolve(ref, id, err, sizeof err) < 0)
 		die(vm_exit_code(errno), "%s", err);

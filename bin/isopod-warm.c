@@ -27,6 +27,16 @@
 #define USAGE "isopod-warm ls | isopod-warm rm KEY... | isopod-warm rm --orphaned | " \
 	      "isopod-warm rm --all"
 
+/* warm/, or the usage error of a store path too long (lib/warm.c returns it). */
+static const char *root(void)
+{
+	const char *r = warm_root(0);
+
+	if (!r)
+		die(EX_USAGE, "path too long: %.64s...", store_home());
+	return r;
+}
+
 /* The published snapshots' keys, sorted by creation (then key). */
 static json_t *all_keys(void)
 {
@@ -36,9 +46,9 @@ static json_t *all_keys(void)
 
 	if (!a)
 		die(EX_SYS, "out of memory");
-	n = scandir(warm_root(0), &ents, NULL, alphasort);
+	n = scandir(root(), &ents, NULL, alphasort);
 	if (n < 0 && errno != ENOENT)
-		die(EX_SYS, "unable to read %s:", warm_root(0));
+		die(EX_SYS, "unable to read %s:", root());
 	for (i = 0; i < n; i++) {
 		if (warm_key_valid(ents[i]->d_name))
 			json_array_append_new(a, json_string(ents[i]->d_name));
@@ -84,7 +94,7 @@ static json_t *describe(const char *key)
 	char p[PATH_MAX];
 	json_t *m = warm_meta(key), *o, *why;
 
-	pathf(p, sizeof p, "%s/%s", warm_root(0), key);
+	pathf(p, sizeof p, "%s/%s", root(), key);
 	if (!m)
 		return json_pack("{s:s, s:n, s:I, s:n, s:n, s:i, s:b, s:[s]}", "key", key, "shape",
 				 "size", (json_int_t)tree_bytes(p), "created", "last_used", "hits", 0,
@@ -134,7 +144,7 @@ static int remove_one(const char *key, long long *bytes)
 		return -1;
 	}
 	/* Unlinked while held: whoever waits on it re-takes the new file. */
-	pathf(p, sizeof p, "%s/%s.lock", warm_root(0), key);
+	pathf(p, sizeof p, "%s/%s.lock", root(), key);
 	unlink(p);
 	close(lk);
 	return 0;

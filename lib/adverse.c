@@ -85,10 +85,10 @@ static int avm_of(struct avm *v, const char *id, char *why, size_t wsz)
 /* claim | boot one VM of mode, as `isopod run` does.  -1 with why. */
 static int boot_vm(struct adv *a, const char *mode, char *why, size_t wsz)
 {
-	char *cav[8] = { "isopod-claim" }, pid[32], *body;
-	char *bav[] = { "isopod-boot", "--owner-pid", pid, "--timeout-ms", "240000", NULL };
-	char *sav[] = { "isopod-stop", "--force", NULL, NULL };
-	int n = 1, st = 0, fd;
+	char *cav[8] = { "isopod-claim" }, pid[32];
+	char *bav[] = { "isopod-boot", "--vm", NULL, "--owner-pid", pid, "--timeout-ms", "240000", NULL };
+	char *sav[] = { "isopod-stop", "--force", "--vm", NULL, NULL };
+	int n = 1, st = 0;
 	json_t *c, *b;
 	const char *id;
 
@@ -105,23 +105,12 @@ static int boot_vm(struct adv *a, const char *mode, char *why, size_t wsz)
 				st == 102 ? "no free slot" : "see its diagnostic"), -1;
 	}
 	snprintf(pid, sizeof pid, "%d", (int)getpid());
-	body = NULL;
-	if ((fd = memfd_create("claim", MFD_CLOEXEC)) < 0 || !(body = json_dumps(c, JSON_COMPACT)) ||
-	    write_all(fd, body, strlen(body)) < 0 || lseek(fd, 0, SEEK_SET) < 0) {
-		/* the suite ends here, without a report, as at any system failure */
-		adv_fatal(a, EX_SYS, "unable to hand the claim to isopod-boot:");
-		free(body);
-		if (fd >= 0)
-			close(fd);
-		json_decref(c);
-		return snprintf(why, wsz, "%s", a->fatal), -1;
-	}
-	free(body);
-	b = adv_tool_json(a, bav, fd, &st);
-	close(fd);
+	/* the record is the channel: boot is handed the VM by --vm */
+	bav[2] = (char *)id;
+	b = adv_tool_json(a, bav, PROC_NULL, &st);
 	json_decref(b);
 	if (st) {
-		sav[2] = (char *)id;
+		sav[3] = (char *)id;
 		json_decref(adv_tool_json(a, sav, PROC_NULL, &n));
 		snprintf(why, wsz, "isopod-boot of %s (--net %s) failed (exit %d)", id, mode, st);
 		json_decref(c);
@@ -142,7 +131,7 @@ static void stop_ours(struct adv *a)
 
 	for (i = 0; i < a->nvm; i++)
 		if (a->vm[i].ours) {
-			char *sav[] = { "isopod-stop", "--force", a->vm[i].id, NULL };
+			char *sav[] = { "isopod-stop", "--force", "--vm", a->vm[i].id, NULL };
 
 			json_decref(adv_tool_json(a, sav, PROC_NULL, &st));
 			if (st)

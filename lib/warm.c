@@ -26,11 +26,21 @@ int warm_key_valid(const char *s)
 const char *warm_root(int mk)
 {
 	static char p[PATH_MAX];
+	char failed[PATH_MAX];
 
-	pathf(p, sizeof p, "%s/warm", store_home());
-	if (mk)
-		mkdirs(p, 0700);
+	if (pathn(p, sizeof p, "%s/warm", store_home()) < 0)
+		return NULL;
+	if (mk && mkdir_p(p, 0700, failed, sizeof failed) < 0)
+		return NULL;
 	return p;
+}
+
+/* warm/<name> in buf, the directory made: 0, or -1 (errno). */
+static int warm_path(char *buf, size_t sz, const char *name)
+{
+	const char *root = warm_root(1);
+
+	return root ? pathn(buf, sz, "%s/%s", root, name) : -1;
 }
 
 /* ---- the QEMU version, cached by the binary's identity --------------- */
@@ -120,7 +130,10 @@ int qemu_version(char *out, size_t sz, char *err, size_t errsz)
 		snprintf(err, errsz, "%s not found in PATH", QEMU);
 		return -1;
 	}
-	pathf(cache, sizeof cache, "%s/qemu-version.json", warm_root(1));
+	if (warm_path(cache, sizeof cache, "qemu-version.json") < 0) {
+		snprintf(err, errsz, "unable to create %s/warm: %s", store_home(), strerror(errno));
+		return -1;
+	}
 	/* The cache is valid for this very file: path, inode, size and both
 	 * times (a package upgrade replaces the inode; ctime cannot be set). */
 	n = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", bin, "dev", (json_int_t)st.st_dev,
@@ -159,11 +172,13 @@ int qemu_version(char *out, size_t sz, char *err, size_t errsz)
 
 int warm_lock(const char *key, int op)
 {
+	const char *root = warm_root(1);
 	char p[PATH_MAX];
 	struct stat a, b;
 	int fd;
 
-	pathf(p, sizeof p, "%s/%s.lock", warm_root(1), key);
+	if (!root || pathn(p, sizeof p, "%s/%s.lock", root, key) < 0)
+		return -1;
 	for (;;) {
 		if ((fd = lock_open(p, op)) < 0)
 			return -1;
@@ -184,7 +199,8 @@ json_t *warm_meta(const char *key)
 		errno = EINVAL;
 		return NULL;
 	}
-	pathf(p, sizeof p, "%s/warm/%s/meta.json", store_home(), key);
+	if (pathn(p, sizeof p, "%s/warm/%s/meta.json", store_home(), key) < 0)
+		return NULL;
 	return json_load_path(p);
 }
 
@@ -233,25 +249,31 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 		json_array_append_new(why, json_string("unreadable shape"));
 		return why;
 	}
-	pathf(p, sizeof p, "%s/kernels/%s/vmlinux", h, ksha);
+	/* A path that does not fit (ENAMETOOLONG): NULL, the snapshot kept,
+	 * as when out of memory. */
+	if (pathn(p, sizeof p, "%s/kernels/%s/vmlinux", h, ksha) < 0)
+		goto toolong;
 	if (stat(p, &st) < 0) {
 		json_array_append_new(why, json_sprintf("kernel %.12s was removed", ksha));
 	} else {
 		/* Boots always take kernels/current: another one makes this
 		 * snapshot unreachable. */
-		pathf(p, sizeof p, "%s/kernels/current", h);
+		if (pathn(p, sizeof p, "%s/kernels/current", h) < 0)
+			goto toolong;
 		read_ptr(p, cur);
 		if (strcmp(cur, ksha))
 			json_array_append_new(why,
 					      json_sprintf("kernel %.12s is no longer current", ksha));
 	}
-	pathf(p, sizeof p, "%s/images/base-%s.img", h, bsha);
+	if (pathn(p, sizeof p, "%s/images/base-%s.img", h, bsha) < 0)
+		goto toolong;
 	if (stat(p, &st) < 0) {
 		json_array_append_new(why, json_sprintf("base %.12s was removed", bsha));
 	} else if (json_array_size(layers) == 0 && safe_name(flavor)) {
 		/* A plain chain is the current image of its flavor; forks of
 		 * stages keep their own base. */
-		pathf(p, sizeof p, "%s/images/current-%s", h, flavor);
+		if (pathn(p, sizeof p, "%s/images/current-%s", h, flavor) < 0)
+			goto toolong;
 		read_ptr(p, cur);
 		if (strcmp(cur, bsha))
 			json_array_append_new(why, json_sprintf("base %.12s is no longer the current %s image",
@@ -264,7 +286,8 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 			json_array_append_new(why, json_string("unreadable stage id"));
 			continue;
 		}
-		pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", h, s);
+		if (pathn(p, sizeof p, "%s/stages/%s/layer.qcow2", h, s) < 0)
+			goto toolong;
 		if (stat(p, &st) < 0)
 			json_array_append_new(why, json_sprintf("stage %s was removed", s));
 	}
@@ -283,6 +306,10 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 							       "QEMU another command line"));
 	}
 	return why;
+toolong:
+	json_decref(why);
+	errno = ENAMETOOLONG;
+	return NULL;
 }
 
 /* ---- removal ---------------------------------------------------------- */
@@ -333,14 +360,15 @@ int tree_remove(const char *path, long long *bytes)
 
 int warm_remove(const char *key, long long *bytes)
 {
-	char from[PATH_MAX], to[PATH_MAX];
+	char from[PATH_MAX], to[PATH_MAX], name[96];
 
 	if (!warm_key_valid(key)) {
 		errno = EINVAL;
 		return -1;
 	}
-	pathf(from, sizeof from, "%s/%s", warm_root(1), key);
-	pathf(to, sizeof to, "%s/.retired-%s.%ld", warm_root(1), key, (long)getpid());
+	snprintf(name, sizeof name, ".retired-%s.%ld", key, (long)getpid());
+	if (warm_path(from, sizeof from, key) < 0 || warm_path(to, sizeof to, name) < 0)
+		return -1;
 	/* One rename takes it out of use; running clones keep their mapping
 	 * of the (now unlinked) memory file. */
 	if (rename(from, to) < 0)

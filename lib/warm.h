@@ -37,21 +37,24 @@
 
 /* 64 lower-case hex digits? */
 int warm_key_valid(const char *s);
-/* $ISOPOD_HOME/warm (created 0700 when mk). */
+/* $ISOPOD_HOME/warm (created 0700 when mk); NULL with errno when the path
+ * does not fit (ENAMETOOLONG) or cannot be made. */
 const char *warm_root(int mk);
 /* The first line of `qemu-system-x86_64 --version` (cached).  0, or -1
  * with the reason in err. */
 int qemu_version(char *out, size_t sz, char *err, size_t errsz);
 /* flock warm/<key>.lock with op (LOCK_EX [| LOCK_NB]); makes sure the file
  * locked is still the one at that path (remover-safe).  fd, or -1 (errno:
- * EWOULDBLOCK when held). */
+ * EWOULDBLOCK when held; warm/ not made or the path too long: as
+ * warm_root). */
 int warm_lock(const char *key, int op);
-/* Load warm/<key>/meta.json (NULL with errno). */
+/* Load warm/<key>/meta.json (NULL with errno; ENAMETOOLONG when the path
+ * does not fit). */
 json_t *warm_meta(const char *key);
 /* Why this snapshot can never be resumed again: an array of reasons
  * ("kernel ...", "base ...", "stage st-...", "qemu ..."), empty when it
- * still can.  New reference; NULL when out of memory (the callers then
- * keep the snapshot). */
+ * still can.  New reference; NULL when out of memory or a path does not fit
+ * (ENAMETOOLONG; the callers then keep the snapshot). */
 json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu);
 /* Bytes a tree takes on disk. */
 long long tree_bytes(const char *path);

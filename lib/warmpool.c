@@ -135,6 +135,10 @@ int warm_setup(struct pool *w, json_t *rec, long long disk_bytes, const char *fo
 	{
 		char failed[PATH_MAX];
 
+		if (!warm_root(0)) {
+			warm_warn(w, "warm pool not used: %s/warm: %s", store_home(), strerror(errno));
+			return -1;
+		}
 		if (mkdir_p(warm_root(0), 0700, failed, sizeof failed) < 0) {
 			warm_warn(w, "warm pool not used: unable to create %s: %s", failed,
 				  strerror(errno));

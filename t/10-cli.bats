@@ -722,7 +722,7 @@ L
 
 @test "contract: a failing tool leaves stdout empty and writes one status object to ISOPOD_STATUS_FD" {
 	local f="$BATS_TEST_TMPDIR/status"
-	run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-stop nosuchvm 5>"$1"' sh "$f"
+	run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-stop --vm nosuchvm 5>"$1"' sh "$f"
 	[ "$status" -eq 101 ]
 	[ -z "$output" ]
 	[ "$(wc -l <"$f")" -eq 1 ]

@@ -14,7 +14,7 @@ teardown_file() {
 	# the ENOSPC test's own store: stop its VMs even when the test failed
 	for d in "$DATA"/small/home/vms/vm-*; do
 		[ -d "$d" ] || continue
-		ISOPOD_HOME="$DATA/small/home" isopod-stop --force "$(basename "$d")" >/dev/null 2>&1 || true
+		ISOPOD_HOME="$DATA/small/home" isopod-stop --force --vm "$(basename "$d")" >/dev/null 2>&1 || true
 	done
 	if mountpoint -q "$DATA/small" 2>/dev/null; then umount "$DATA/small"; fi
 	rm -rf "$DATA"
@@ -44,9 +44,13 @@ flip4() {
 	printf XXXX | dd of="$1" bs=1 seek=$((off + 4)) conv=notrunc status=none
 	qemu-img check -q "$1"
 }
-# fork_on REF: isopod-claim | isopod-fork --stage REF (no boot), under bats' run
-# shellcheck disable=SC2016  # $1 of the inner sh
-fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"' fork_on "$1"; }
+# fork_on REF: isopod-claim, then isopod-fork --vm ID --stage REF (no boot),
+# the fork under bats' run (a failed claim fails the test here)
+fork_on() {
+	local id
+	id=$(isopod-claim | jq -er .vm.id)
+	run --separate-stderr isopod-fork --vm "$id" --stage "$1"
+}
 
 @test "stage: commit on exit 0, fork sees its files, the parent stays byte-identical" {
 	run --separate-stderr isopod run --json-only --commit-as first -- sh -c 'echo one > /root/one'
@@ -393,7 +397,7 @@ fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"
 	avail=$(df --output=avail -B1 "$DATA/small" | tail -n1)
 	fallocate -l "$((avail - 4096))" "$DATA/small/filler"
 	n0=$(isopod stage ls | wc -l)
-	run --separate-stderr isopod-commit --label full "$vm"
+	run --separate-stderr isopod-commit --label full --vm "$vm"
 	[ "$status" -eq 111 ]
 	[[ "$stderr" == *"nothing was committed"* ]]
 	[[ "$stderr" == *"no space left"* ]]
@@ -408,7 +412,7 @@ fork_on() { run --separate-stderr sh -c 'isopod-claim | isopod-fork --stage "$1"
 	rm -f "$DATA/small/filler"
 	run --separate-stderr isopod run --json-only --cold --stage big -- sh -c 'wc -c < /root/big'
 	json_is '.stdout == "150000000\n"'
-	isopod-stop --force "$vm" >/dev/null 2>&1 || true
+	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || true
 	export ISOPOD_HOME=$main_home
 	umount "$DATA/small"
 }

@@ -20,22 +20,11 @@ load helpers
 load lab/probe
 # helpers.bash points ISOPOD_SYSCONFIG at /dev/null in every test; here it is
 # the lab's host config (setup_file below), as netsetup saw it.
-[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
+[ -z "${LAB_CONF-}" ] || export ISOPOD_SYSCONFIG=$LAB_CONF
 
 setup_file() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
-	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
-	export LAB_NAME="t40n$$"
-	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
-	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
-	sh "$LAB" up "$LAB_NAME" >/dev/null
-	# The lab's pretend internet (TEST-NET-2) is opened the way a host
-	# opens a range: allow_range in the host config, read by netsetup, the
-	# brokers and every run (lab.sh config).
-	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
-	export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
-	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0 \
-		>"$BATS_FILE_TMPDIR/netsetup.json"
+	isopod_lab_up "t40n$$" "${SLOTS[@]}"
 	# Stand-in guests on slots 0 (filtered), 18 and 19 (open); their slot
 	# locks, and slot 1's, are held for the whole file, so real VMs get
 	# exactly the open slots 2..17.

@@ -15,19 +15,11 @@ load lab/probe
 # helpers.bash points ISOPOD_SYSCONFIG at /dev/null in every test; here it is
 # the lab's host config (setup_file below): its allow_range opens the lab's
 # pretend internet (TEST-NET-2) to the brokers, as it does to netsetup.
-[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
+[ -z "${LAB_CONF-}" ] || export ISOPOD_SYSCONFIG=$LAB_CONF
 
 setup_file() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
-	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
-	export LAB_NAME="t46f$$"
-	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
-	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
-	sh "$LAB" up "$LAB_NAME" >/dev/null
-	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
-	export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
-	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 \
-		>"$BATS_FILE_TMPDIR/netsetup.json"
+	isopod_lab_up "t46f$$" --slots 3 --open-slots 1
 	isopod_setup_file --images
 	export ISOPOD_NET_LOCKS="$ISOPOD_HOME/locks"
 	mkdir -p "$ISOPOD_NET_LOCKS"

@@ -52,12 +52,11 @@ W() { echo "$ISOPOD_HOME/warm"; }
 # boot_vm [BOOT-OPTIONS...]: claim + boot a VM owned by this test's shell; the
 # boot JSON in $output (stderr apart), its id in $vm.
 boot_vm() {
-	isopod-claim > "$DATA/claim.json"
-	run --separate-stderr isopod-boot --owner-pid $$ "$@" < "$DATA/claim.json"
-	vm=$(jq -r .vm.id "$DATA/claim.json")
+	vm=$(isopod-claim | jq -er .vm.id)
+	run --separate-stderr isopod-boot --vm "$vm" --owner-pid $$ "$@"
 }
 
-stop_vm() { isopod-stop --force "$1" > /dev/null; }
+stop_vm() { isopod-stop --force --vm "$1" > /dev/null; }
 
 # jout [JQ-OPTIONS...] FILTER: json_is with jq options (--arg ...).
 jout() {
@@ -180,14 +179,14 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ "$status" -eq 0 ]
 	json_is '.path == "cold"'
 	# a bad ISOPOD_WARM is a usage error before anything starts
-	isopod-claim > "$DATA/claim.json"
-	run --separate-stderr env ISOPOD_WARM=maybe isopod-boot --owner-pid $$ < "$DATA/claim.json"
+	vm=$(isopod-claim | jq -er .vm.id)
+	run --separate-stderr env ISOPOD_WARM=maybe isopod-boot --vm "$vm" --owner-pid $$
 	[ "$status" -eq 100 ]
 	[[ "$stderr" == *ISOPOD_WARM* ]]
-	run --separate-stderr env ISOPOD_WARM_WAIT_MS=soon isopod-boot --owner-pid $$ < "$DATA/claim.json"
+	run --separate-stderr env ISOPOD_WARM_WAIT_MS=soon isopod-boot --vm "$vm" --owner-pid $$
 	[ "$status" -eq 100 ]
 	[[ "$stderr" == *ISOPOD_WARM_WAIT_MS* ]]
-	jq -e '.state == "claimed"' "$ISOPOD_HOME/vms/$(jq -r .vm.id "$DATA/claim.json")/meta.json"
+	jq -e '.state == "claimed"' "$ISOPOD_HOME/vms/$vm/meta.json"
 }
 
 @test "warm: two resumed VMs differ in hostname and /dev/urandom; the clock is the host's" {
@@ -300,8 +299,8 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 
 @test "warm: SIGKILL of the builder never leaves a usable half snapshot; gc reclaims the staging" {
 	for point in warm-template warm-publish; do
-		isopod-claim > "$DATA/claim.json"
-		run env ISOPOD_TEST_KILL_AT=$point isopod-boot --owner-pid $$ --mem-mib 352 < "$DATA/claim.json"
+		vm=$(isopod-claim | jq -er .vm.id)
+		run env ISOPOD_TEST_KILL_AT=$point isopod-boot --vm "$vm" --owner-pid $$ --mem-mib 352
 		[ "$status" -eq 137 ]
 		staging=$(ls -d "$(W)"/.staging-* 2>/dev/null)
 		[ -n "$staging" ]
@@ -378,8 +377,8 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	# the owner exits while the snapshot is built: no VM, no template, no staging
 	sleep 60 &
 	owner=$!
-	isopod-claim > "$DATA/claim.json"
-	isopod-boot --owner-pid "$owner" --mem-mib 400 < "$DATA/claim.json" > "$DATA/boot.json" 2> "$DATA/boot.err" &
+	vm=$(isopod-claim | jq -er .vm.id)
+	isopod-boot --vm "$vm" --owner-pid "$owner" --mem-mib 400 > "$DATA/boot.json" 2> "$DATA/boot.err" &
 	boot=$!
 	for _ in $(seq 1 100); do [ -z "$(ls -d "$(W)"/.staging-* 2>/dev/null)" ] || break; sleep 0.1; done
 	staging=$(ls -d "$(W)"/.staging-*)
@@ -391,7 +390,6 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ ! -s "$DATA/boot.json" ]
 	[ ! -e "$staging" ]
 	! pgrep -f "$staging" || false
-	vm=$(jq -r .vm.id "$DATA/claim.json")
 	jq -e '.state == "failed"' "$ISOPOD_HOME/vms/$vm/meta.json"
 	! vm_locked "$vm" || false
 }
@@ -401,11 +399,11 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ "$status" -eq 0 ]
 	st=$(echo "$output" | jq -r .commit.stage.id)
 	for expect in snapshot-build warm; do
-		isopod-claim | isopod-fork --stage warmstage > "$DATA/fork.json"
-		run --separate-stderr isopod-boot --owner-pid $$ < "$DATA/fork.json"
+		isopod-fork --vm "$(isopod-claim | jq -er .vm.id)" --stage warmstage > "$DATA/fork.json"
+		vm=$(jq -r .vm.id "$DATA/fork.json")
+		run --separate-stderr isopod-boot --vm "$vm" --owner-pid $$
 		[ "$status" -eq 0 ]
 		jout --arg p "$expect" '.path == $p'
-		vm=$(jq -r .vm.id "$DATA/fork.json")
 		run --separate-stderr isopod-exec --vm "$vm" -- sh -c 'cat /root/f; echo more >> /root/f; cat /root/f'
 		[ "$status" -eq 0 ]
 		json_is '.stdout == "staged\nstaged\nmore\n"'
@@ -418,21 +416,21 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ "$status" -eq 0 ]
 	st2=$(echo "$output" | jq -r .commit.stage.id)
 	for expect in snapshot-build warm; do
-		isopod-claim | isopod-fork --stage warmstage2 > "$DATA/fork.json"
-		run --separate-stderr isopod-boot --owner-pid $$ < "$DATA/fork.json"
-		jout --arg p "$expect" '.path == $p'
+		isopod-fork --vm "$(isopod-claim | jq -er .vm.id)" --stage warmstage2 > "$DATA/fork.json"
 		vm=$(jq -r .vm.id "$DATA/fork.json")
+		run --separate-stderr isopod-boot --vm "$vm" --owner-pid $$
+		jout --arg p "$expect" '.path == $p'
 		run --separate-stderr isopod-exec --vm "$vm" -- cat /root/f /root/g
 		json_is '.exit_code == 0 and .stdout == "staged\nsecond\n"'
 		stop_vm "$vm"
 	done
 	jq -e --arg a "$st" --arg b "$st2" '.shape.layers == [$a, $b]' "$(W)/$(jq -r .warm_key "$ISOPOD_HOME/vms/$vm/meta.json")/meta.json"
 	# a record whose layers disagree with the disk's real backing chain is never resumed
-	isopod-claim | isopod-fork --stage warmstage2 > "$DATA/fork.json"
+	isopod-fork --vm "$(isopod-claim | jq -er .vm.id)" --stage warmstage2 > "$DATA/fork.json"
 	vm=$(jq -r .vm.id "$DATA/fork.json")
 	jq --arg s "$st" '.layers = [$s]' "$ISOPOD_HOME/vms/$vm/meta.json" > "$DATA/rec.json"
 	cat "$DATA/rec.json" > "$ISOPOD_HOME/vms/$vm/meta.json"
-	run --separate-stderr isopod-boot --owner-pid $$ < "$DATA/fork.json"
+	run --separate-stderr isopod-boot --vm "$vm" --owner-pid $$
 	[ "$status" -eq 0 ]
 	json_is '.path == "cold" and (.warnings[0] | test("backing chain .* is not the one its record names"))'
 	run --separate-stderr isopod-exec --vm "$vm" -- cat /root/g

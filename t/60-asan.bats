@@ -74,7 +74,7 @@ clean_stderr() {
 	run --separate-stderr "$ASAN_BIN/isopod-exec" --vm "$id" -- sh -c 'head -c 2000000 /dev/zero'
 	[ "$status" -eq 0 ]
 	clean_stderr
-	run --separate-stderr "$ASAN_BIN/isopod-stop" "$id"
+	run --separate-stderr "$ASAN_BIN/isopod-stop" --vm "$id"
 	[ "$status" -eq 0 ]
 	clean_stderr
 	for v in ls "info asan-st" "verify asan-st"; do

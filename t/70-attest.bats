@@ -15,23 +15,14 @@
 load helpers
 # helpers.bash points ISOPOD_SYSCONFIG at /dev/null in every test; here it is
 # the lab's host config (setup_file below), as netsetup saw it.
-[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
+[ -z "${LAB_CONF-}" ] || export ISOPOD_SYSCONFIG=$LAB_CONF
 
 DSSE_PY=/usr/bin/python3 # Debian's, with python3-securesystemslib
 
 setup_file() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces, a root-owned key"
-	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
-	export LAB_NAME="t70a$$"
-	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
-	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
-	sh "$LAB" up "$LAB_NAME" >/dev/null
-	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
-	export LAB_CONF
-	# The host config attest hashes is the one netsetup read.
-	export ISOPOD_SYSCONFIG=$LAB_CONF
-	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 --user 0 \
-		>"$BATS_FILE_TMPDIR/netsetup.json"
+	# The host config attest hashes is the one netsetup read (LAB_CONF).
+	isopod_lab_up "t70a$$" --slots 2
 	isopod_setup_file
 	local k b d
 	mkdir -p "$ISOPOD_HOME/kernels" "$ISOPOD_HOME/images"

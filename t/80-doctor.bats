@@ -16,19 +16,11 @@
 # the probes depending on it stop passing.
 
 load helpers
-[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
+[ -z "${LAB_CONF-}" ] || export ISOPOD_SYSCONFIG=$LAB_CONF
 
 setup_file() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
-	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
-	export LAB_NAME="t80d$$"
-	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
-	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
-	sh "$LAB" up "$LAB_NAME" >/dev/null
-	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
-	export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
-	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" "${SLOTS[@]}" --user 0 \
-		>"$BATS_FILE_TMPDIR/netsetup.json"
+	isopod_lab_up "t80d$$" "${SLOTS[@]}"
 	isopod_setup_file --images
 	export ISOPOD_NET_LOCKS="$ISOPOD_HOME/locks"
 	mkdir -p "$ISOPOD_NET_LOCKS"
@@ -189,7 +181,7 @@ EOF
 	lab exec tc filter del dev isopod-tap2 ingress
 	lab exec nft delete rule inet isopod vm_in handle "$h"
 	run --separate-stderr doctor --vm "$id"
-	isopod-stop --force "$id" >/dev/null || :
+	isopod-stop --force --vm "$id" >/dev/null || :
 	netsetup
 	echo "$stderr" | tail -n 3
 	echo "$output" | jq -c '.setup, .counts, (.probes[] | select(.verdict != "pass") | [.name, .verdict, .why])'
@@ -233,7 +225,7 @@ EOF
 	[ "$bp" -gt 1 ]
 	kill "$bp"
 	run --separate-stderr doctor --vm "$id"
-	isopod-stop --force "$id" >/dev/null || :
+	isopod-stop --force --vm "$id" >/dev/null || :
 	echo "$output" | jq -c '.probes[] | select(.verdict != "pass") | [.name, .verdict, .why]'
 	[ "$status" -eq 111 ]
 	json_is 'all(.probes[] | select(.steps[1].program == "nslookup"); .verdict == "error" and .steps[2].ok == false)'

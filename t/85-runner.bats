@@ -15,20 +15,13 @@
 # Every wait is bounded (wait_until).
 
 load helpers
-[ -z "${LAB_CONF-}" ] || ISOPOD_SYSCONFIG=$LAB_CONF
+[ -z "${LAB_CONF-}" ] || export ISOPOD_SYSCONFIG=$LAB_CONF
 
 RECHECK=2
 
 setup_file() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces, a root-owned key"
-	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
-	export LAB_NAME="t85r$$"
-	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
-	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
-	sh "$LAB" up "$LAB_NAME" >/dev/null
-	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
-	export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
-	netsetup
+	isopod_lab_up "t85r$$" --slots 2
 	# One flavor: every base image is a subject, hashed at the first sign.
 	export ISOPOD_FLAVORS=base
 	isopod_setup_file --images

@@ -34,6 +34,25 @@ isopod_setup_file() {
 	fi
 }
 
+# isopod_lab_up NAME [NETSETUP-OPTION...]: for setup_file, as root (network
+# namespaces): the sealed lab NAME of t/lab/lab.sh, and isopod-netsetup
+# with the options given run in its host netns, its JSON in
+# $BATS_FILE_TMPDIR/netsetup.json.  The lab's pretend internet (TEST-NET-2)
+# is opened the way a host opens a range: allow_range in the lab's host
+# config (LAB_CONF, exported as ISOPOD_SYSCONFIG), read by netsetup, the
+# brokers and every run.  Exports LAB (lab.sh), LAB_NAME, ISOPOD_LAB_STATE.
+isopod_lab_up() {
+	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh"
+	export LAB_NAME="$1"
+	export ISOPOD_LAB_STATE="${BATS_FILE_TMPDIR}/lab"
+	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
+	sh "$LAB" up "$LAB_NAME" >/dev/null
+	LAB_CONF=$(sh "$LAB" config "$LAB_NAME")
+	export LAB_CONF ISOPOD_SYSCONFIG=$LAB_CONF
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" "${@:2}" --user 0 \
+		>"$BATS_FILE_TMPDIR/netsetup.json"
+}
+
 isopod_teardown_file() {
 	local id out st=0 stop gc
 	[ -n "${ISOPOD_HOME-}" ] && [ -d "$ISOPOD_HOME" ] || return 0
@@ -42,7 +61,7 @@ isopod_teardown_file() {
 	if [ -d "$ISOPOD_HOME/vms" ]; then
 		for id in $(isopod vm ls | jq -r 'select(.running) | .id'); do
 			echo "# teardown: stopping $id, left running by a test" >&3
-			"$stop" --force "$id" >/dev/null 2>&1 || st=1
+			"$stop" --force --vm "$id" >/dev/null 2>&1 || st=1
 		done
 		if [ -x "$gc" ]; then
 			out=$("$gc" --dry-run) || st=1

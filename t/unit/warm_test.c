@@ -74,6 +74,46 @@ int main(void)
 	why = warm_orphaned_by(meta, "QEMU 7.2");
 	ok(has_reason(why, "gave QEMU another command line"), "no fingerprint: orphaned");
 	json_decref(why);
+
+	/* Library code returns its errors (a store path that does not fit, a
+	 * warm/ that cannot be made): the caller, not lib/warm.c, decides
+	 * whether that ends the process. */
+	{
+		char v[256], err[512], *big = malloc(PATH_MAX + 16);
+
+		memset(big, 'x', PATH_MAX + 15);
+		big[0] = '/';
+		big[PATH_MAX + 15] = 0;
+		setenv("ISOPOD_HOME", big, 1);
+		errno = 0;
+		ok(!warm_root(0) && errno == ENAMETOOLONG, "warm_root: a home too long is ENAMETOOLONG");
+		errno = 0;
+		ok(warm_lock(K, LOCK_EX | LOCK_NB) < 0 && errno == ENAMETOOLONG,
+		   "warm_lock: -1 ENAMETOOLONG, no exit");
+		errno = 0;
+		ok(warm_remove(K, NULL) < 0 && errno == ENAMETOOLONG, "warm_remove: -1 ENAMETOOLONG");
+		errno = 0;
+		ok(!warm_meta(K) && errno == ENAMETOOLONG, "warm_meta: NULL ENAMETOOLONG");
+		big[PATH_MAX - 40] = 0; /* warm/ fits, kernels/<64 hex>/vmlinux does not */
+		setenv("ISOPOD_HOME", big, 1);
+		json_object_set_new(meta, "argv_fingerprint", json_string(fp));
+		errno = 0;
+		ok(!warm_orphaned_by(meta, "QEMU 7.2") && errno == ENAMETOOLONG,
+		   "warm_orphaned_by: NULL ENAMETOOLONG (the snapshot kept)");
+		/* warm/ under a regular file: cannot be made */
+		snprintf(p, sizeof p, "%s/file", home);
+		put(home, "file", "");
+		setenv("ISOPOD_HOME", p, 1);
+		errno = 0;
+		ok(!warm_root(1) && errno == ENOTDIR, "warm_root(1): an unmakeable warm/ is ENOTDIR");
+		ok(warm_lock(K, LOCK_EX | LOCK_NB) < 0 && errno == ENOTDIR, "warm_lock: -1 ENOTDIR");
+		err[0] = 0;
+		ok(qemu_version(v, sizeof v, err, sizeof err) < 0 &&
+		   (strstr(err, "unable to create") || strstr(err, "not found")),
+		   "qemu_version: -1 with the reason (%s)", err);
+		setenv("ISOPOD_HOME", home, 1);
+		free(big);
+	}
 	json_decref(meta);
 
 	snprintf(p, sizeof p, "rm -rf %s", home);
