@@ -67,6 +67,7 @@ struct call {
 	int used, started, cancelled, exited, outeof, erreof, st;
 	unsigned long long seq;
 	json_t *id;                 /* the request's id (owned) */
+	json_t *hostmap;            /* "/proc/<pid>/fd/N" -> the client's path */
 	const struct tool *tool;
 	char **argv;                /* owned: each string and the array */
 	int argc;
@@ -102,8 +103,10 @@ static void send_msg(json_t *msg)
 	char *line = rpc_line(msg, &n);
 
 	json_decref(msg);
-	if (!line)
-		die(EX_SYS, "unable to encode a message: out of memory");
+	if (!line) { /* a message that did not build: never a reason to die */
+		fprintf(stderr, "%s: error: unable to encode a message\n", progname);
+		return;
+	}
 	/* One write per message: a line is never interleaved.  A client that
 	 * is gone ends the server (EPIPE), as stdin's end does. */
 	if (write_all(1, line, n) < 0)
@@ -120,7 +123,8 @@ __attribute__((format(printf, 3, 4))) static void logmsg(struct server *s, int l
 	va_start(ap, fmt);
 	vsnprintf(m, sizeof m, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%s: %s: %s\n", progname, levels[level], m);
+	if (level >= 1 || s->level == 0)
+		fprintf(stderr, "%s: %s: %s\n", progname, levels[level], m);
 	if (s->initialized && level >= s->level)
 		send_msg(rpc_notification("notifications/message",
 					  json_pack("{s:s, s:s, s:s}", "level", levels[level],
@@ -129,7 +133,7 @@ __attribute__((format(printf, 3, 4))) static void logmsg(struct server *s, int l
 
 static void reply_error(json_t *id, int code, const char *msg, json_t *data)
 {
-	send_msg(rpc_error(id, code, msg, data));
+	send_msg(rpc_error(id, code, msg ? msg : "invalid params", data));
 }
 
 /* A tool's answer: structuredContent, and the same JSON as text. */
@@ -161,15 +165,26 @@ static json_t *failure(const char *kind, const char *fmt, ...)
  * validator (the keywords below, nothing else), so the schema a client
  * sees and the rules we enforce are one text. */
 
+/* printable ASCII only: a field name cut at a byte count (or quoted
+ * client text) must not make the answer unencodable (invalid UTF-8). */
+static char *ascii(char *t)
+{
+	for (char *c = t; *c; c++)
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+			*c = '?';
+	return t;
+}
+
 static int bad(json_t **err, const char *field, const char *fmt, ...)
 {
-	char m[600];
+	char m[600], f[300];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(m, sizeof m, fmt, ap);
 	va_end(ap);
-	*err = json_pack("{s:s, s:s}", "field", field, "message", m);
+	snprintf(f, sizeof f, "%s", field);
+	*err = json_pack("{s:s, s:s}", "field", ascii(f), "message", ascii(m));
 	return -1;
 }
 
@@ -342,6 +357,7 @@ static void call_free(struct call *c)
 	free(c->out.p);
 	free(c->err.p);
 	json_decref(c->id);
+	json_decref(c->hostmap);
 	*c = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1 };
 }
 
@@ -351,7 +367,8 @@ static void call_free(struct call *c)
  * root: `..` that climbs out, an absolute path elsewhere, a symlink whose
  * target leaves the root and /proc magic links are refused by the kernel
  * (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), not by string checks. */
-static int beneath(struct server *s, const char *path, int flags, const char *field, json_t **err)
+static int beneath(struct server *s, const char *path, const char *shown, int flags,
+		   const char *field, json_t **err)
 {
 	size_t rl = strlen(s->root);
 	const char *rel = path;
@@ -365,7 +382,7 @@ static int beneath(struct server *s, const char *path, int flags, const char *fi
 		else if (!strncmp(path, s->root, rl) && (path[rl] == '/' || !path[rl]))
 			rel = path + rl;
 		else
-			return bad(err, field, "%s: %s is outside the I/O root %s", field, EXC(path),
+			return bad(err, field, "%s: %s is outside the I/O root %s", field, EXC(shown),
 				   EXC(s->root));
 		while (*rel == '/')
 			rel++;
@@ -377,10 +394,10 @@ static int beneath(struct server *s, const char *path, int flags, const char *fi
 		return fd;
 	if (errno == EXDEV)
 		return bad(err, field, "%s: %s leaves the I/O root %s (.. or a symlink out of it)",
-			   field, EXC(path), EXC(s->root));
+			   field, EXC(shown), EXC(s->root));
 	if (errno == ELOOP)
-		return bad(err, field, "%s: %s: a magic link or too many symlinks", field, EXC(path));
-	return bad(err, field, "%s: %s: %s", field, EXC(path), strerror(errno));
+		return bad(err, field, "%s: %s: a magic link or too many symlinks", field, EXC(shown));
+	return bad(err, field, "%s: %s: %s", field, EXC(shown), strerror(errno));
 }
 
 static int hold(struct call *c, int fd)
@@ -397,7 +414,7 @@ static int hold(struct call *c, int fd)
 static int open_in(struct server *s, const char *path, const char *field, json_t **err)
 {
 	struct stat st;
-	int fd = beneath(s, path, O_RDONLY | O_NONBLOCK, field, err);
+	int fd = beneath(s, path, path, O_RDONLY | O_NONBLOCK, field, err);
 
 	if (fd < 0)
 		return -1;
@@ -423,13 +440,14 @@ static int dest_out(struct server *s, struct call *c, const char *path, const ch
 	const char *base;
 	struct stat st;
 	json_t *ignored = NULL;
-	int fd = beneath(s, path, O_PATH | O_DIRECTORY, field, &ignored);
+	int fd = beneath(s, path, path, O_PATH | O_DIRECTORY, field, &ignored);
 
 	json_decref(ignored);
 	if (fd >= 0) {
 		if (hold(c, fd) < 0)
 			return bad(err, field, "%s: too many host paths", field);
 		snprintf(dst, dsz, "/proc/%d/fd/%d", (int)getpid(), fd);
+		json_object_set_new(c->hostmap, dst, json_string(path));
 		return 0;
 	}
 	if (pathn(parent, sizeof parent, "%s", path) < 0)
@@ -446,7 +464,7 @@ static int dest_out(struct server *s, struct call *c, const char *path, const ch
 	}
 	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
 		return bad(err, field, "%s: %s names no file", field, EXC(path));
-	if ((fd = beneath(s, parent, O_PATH | O_DIRECTORY, field, err)) < 0)
+	if ((fd = beneath(s, parent, path, O_PATH | O_DIRECTORY, field, err)) < 0)
 		return -1;
 	if (fstatat(fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
 		close(fd);
@@ -457,6 +475,7 @@ static int dest_out(struct server *s, struct call *c, const char *path, const ch
 		return bad(err, field, "%s: too many host paths", field);
 	if (snprintf(dst, dsz, "/proc/%d/fd/%d/%s", (int)getpid(), fd, base) >= (int)dsz)
 		return bad(err, field, "%s: path too long", field);
+	json_object_set_new(c->hostmap, dst, json_string(path));
 	return 0;
 }
 
@@ -480,6 +499,8 @@ static int build_copies(struct server *s, struct call *c, json_t *args, const ch
 		if (arg(c, opt_in) < 0 || argf(c, "/proc/%d/fd/%d:%s", (int)getpid(), fd,
 					      json_string_value(json_object_get(e, "guest"))) < 0)
 			return bad(err, f, "%s: path too long", f);
+		snprintf(p, sizeof p, "/proc/%d/fd/%d", (int)getpid(), fd);
+		json_object_set_new(c->hostmap, p, json_string(json_string_value(json_object_get(e, "host"))));
 	}
 	json_array_foreach(json_object_get(args, "copy_out"), i, e) {
 		snprintf(f, sizeof f, "copy_out[%zu].host", i);
@@ -587,7 +608,8 @@ static int build_exec(struct server *s, struct call *c, json_t *args, json_t **e
 
 	if (tool_path(s, c, "isopod-exec") < 0 || arg(c, "--vm") < 0 ||
 	    arg(c, json_string_value(json_object_get(args, "vm"))) < 0 ||
-	    argf(c, "--timeout-ms=%lld", (long long)json_integer_value(json_object_get(args, "timeout_s")) * 1000) < 0 ||
+	    argf(c, "--timeout-ms=%lld", (v = json_object_get(args, "timeout_s")) ?
+			(long long)json_integer_value(v) * 1000 : 600000LL) < 0 ||
 	    add_env(c, args) < 0)
 		return -1;
 	if ((v = json_object_get(args, "cwd")) && (arg(c, "--cwd") < 0 || arg(c, json_string_value(v)) < 0))
@@ -664,7 +686,7 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 #define CMD_PROPS \
 	"\"argv\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":256,\"items\":{\"type\":\"string\"},\"description\":\"the command as words (no shell)\"}," \
 	"\"command\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":262144,\"description\":\"a shell command, run as sh -c COMMAND: a pipeline's status is its last command's unless it starts with set -o pipefail\"}," \
-	"\"env\":{\"type\":\"object\",\"maxProperties\":64,\"propertyNames\":{\"pattern\":\"^[A-Za-z_][A-Za-z0-9_]*$\"},\"additionalProperties\":{\"type\":\"string\"}}," \
+	"\"env\":{\"type\":\"object\",\"maxProperties\":64,\"propertyNames\":{\"pattern\":\"^[^=]+$\"},\"additionalProperties\":{\"type\":\"string\"}}," \
 	"\"cwd\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000}," \
 	"\"stdin\":{\"type\":\"string\",\"maxLength\":1048576,\"description\":\"text for the command's standard input\"}," \
 	"\"stdin_file\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000,\"description\":\"a host file beneath the I/O root for the command's standard input\"}," \
@@ -894,25 +916,57 @@ static void last_err_line(struct call *c, char *out, size_t osz)
  * the field (the tools name their option: --vcpus is vcpus). */
 static void reply_invalid(struct call *c, json_t *res)
 {
-	static const char *const fields[] = { "vcpus", "mem-mib", "disk-mib", "timeout-s", "cwd",
-					      "env", "commit-as", "name", "stage", "net", "allow",
-					      "copy-in", "copy-out", "stdin-file", "vm" };
-	const char *msg = json_string_value(json_object_get(res, "error"));
-	char f[32] = "", opt[40];
+	static const struct {
+		const char *opt, *field;
+	} fields[] = { { "--vcpus", "vcpus" }, { "--mem-mib", "mem_mib" }, { "--disk-mib", "disk_mib" },
+		       { "--timeout-s", "timeout_s" }, { "--timeout-ms", "timeout_s" },
+		       { "--cwd", "cwd" }, { "--env", "env" }, { "--commit-as", "commit_as" },
+		       { "isopod-commit", "commit_as" }, { "--name", "name" },
+		       { "isopod-claim", "name" }, { "--stage", "stage" }, { "--net", "net" },
+		       { "--allow", "allow" }, { "--copy-in", "copy_in" },
+		       { "--copy-out", "copy_out" }, { "--stdin-file", "stdin_file" },
+		       { "--vm", "vm" } };
+	const char *msg = json_string_value(json_object_get(res, "error")), *f = NULL;
 
 	msg = msg ? msg : "invalid params";
-	for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !f[0]; i++) {
-		snprintf(opt, sizeof opt, "--%s", fields[i]);
-		if (strstr(msg, opt)) {
-			snprintf(f, sizeof f, "%s", fields[i]);
-			for (char *d = f; *d; d++)
-				if (*d == '-')
-					*d = '_';
-		}
-	}
+	for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !f; i++)
+		if (strstr(msg, fields[i].opt))
+			f = fields[i].field;
 	reply_error(c->id, RPC_INVALID_PARAMS, msg,
-		    json_pack("{s:s?, s:O}", "field", f[0] ? f : NULL, "result", res));
+		    json_pack("{s:s?, s:O}", "field", f, "result", res));
 	json_decref(res);
+}
+
+/* The result names the client's host paths, not our /proc/<pid>/fd/N:
+ * a copied_in/copied_out entry's "host" (a copy into a directory is
+ * /proc/<pid>/fd/N/NAME: DIR/NAME). */
+static void unmap_hosts(struct call *c, json_t *res)
+{
+	static const char *const lists[] = { "copied_in", "copied_out" };
+	json_t *e, *h, *m;
+	size_t i;
+
+	for (size_t l = 0; l < 2; l++)
+		json_array_foreach(json_object_get(res, lists[l]), i, e) {
+			const char *hp = json_string_value(h = json_object_get(e, "host")), *k;
+			char b[PATH_MAX + 64];
+
+			if (!hp)
+				continue;
+			if ((m = json_object_get(c->hostmap, hp))) {
+				json_object_set(e, "host", m);
+				continue;
+			}
+			json_object_foreach(c->hostmap, k, m) {
+				size_t kl = strlen(k);
+
+				if (!strncmp(hp, k, kl) && hp[kl] == '/') {
+					snprintf(b, sizeof b, "%s%s", json_string_value(m), hp + kl);
+					json_object_set_new(e, "host", json_string(b));
+					break;
+				}
+			}
+		}
 }
 
 static void finish_call(struct server *s, struct call *c)
@@ -955,6 +1009,7 @@ static void finish_call(struct server *s, struct call *c)
 			      line[0] ? ": " : "", line);
 		json_object_set_new(res, "exit", json_integer(rc));
 	}
+	unmap_hosts(c, res);
 	if (json_is_true(json_object_get(res, "ok"))) {
 		reply_tool(c->id, res, 0);
 	} else {
@@ -1065,6 +1120,7 @@ static void do_call(struct server *s, json_t *id, json_t *params)
 		return;
 	}
 	*c = (struct call){ .used = 1, .seq = ++s->seq, .id = json_incref(id), .tool = t,
+			    .hostmap = json_object(),
 			    .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1 };
 	if (t->build(s, c, args, &err) < 0) {
 		if (err) {

@@ -91,6 +91,11 @@ __attribute__((format(printf, 3, 4))) static enum rpc_kind invalid(struct rpc_ms
 	va_start(ap, fmt);
 	vsnprintf(m->why, sizeof m->why, fmt, ap);
 	va_end(ap);
+	/* The reason quotes the client's bytes (jansson's "near '...'"): made
+	 * printable ASCII, so that the error answering it always encodes. */
+	for (char *c = m->why; *c; c++)
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+			*c = '?';
 	return m->kind;
 }
 
