@@ -8,11 +8,13 @@ load helpers
 
 setup_file() {
 	isopod_setup_file --images
-	MCP="$ISOPOD_SRC/bin/isopod-mcp"
+	# MCP_SERVER: another build (a mutant, by hand: see the report)
+	MCP=${MCP_SERVER:-$ISOPOD_SRC/bin/isopod-mcp}
+	MCP_SERVER=$MCP
 	CLIENT="$ISOPOD_SRC/t/mcp/client.mjs"
 	RAW="$ISOPOD_SRC/t/mcp/raw.py"
 	IO="$(mktemp -d /tmp/isopod-t90-io.XXXXXX)"
-	export MCP CLIENT RAW IO
+	export MCP MCP_SERVER CLIENT RAW IO
 	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || {
 		echo "# t/mcp/node_modules missing: run sh .ci/setup (npm ci in t/mcp)" >&3
 		return 1
