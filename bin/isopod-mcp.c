@@ -49,6 +49,10 @@ static const char *const versions[] = { "2025-11-25", "2025-06-18" };
 #define OUT_MAX (16u << 20)        /* a tool's stdout (the runner's bound too) */
 #define ERR_LINE_MAX 600           /* a stderr line relayed (the front end's clip) */
 #define KILL_GRACE_MS 5000         /* SIGTERM to the group, then SIGKILL */
+/* The front end keeps a run's budget (timeout_s, default 600) itself; a
+ * call still there this long after it is stopped, as isopod-runner does. */
+#define BUDGET_GRACE_S 60
+#define BUDGET_DEFAULT_S 600
 #define COPY_MAX 32                /* copy_in, copy_out entries per call */
 #define HOLD_MAX (2 * COPY_MAX + 2)
 
@@ -78,6 +82,8 @@ struct call {
 	int out_fd, err_fd;
 	struct buf out, err;
 	int64_t kill_at;
+	int64_t deadline;           /* past it the call is stopped (a hung tool) */
+	long long budget_s;         /* timeout_s, else BUDGET_DEFAULT_S */
 };
 
 struct server {
@@ -831,6 +837,7 @@ static void start_call(struct server *s, struct call *c)
 		return;
 	}
 	c->pid = pid, c->started = 1;
+	c->deadline = mono_ms() + (c->budget_s + BUDGET_GRACE_S) * 1000;
 	s->running++;
 	logmsg(s, 0, "call %s: started %s (pid %d)", c->tool->name, c->argv[0], (int)pid);
 }
@@ -1121,6 +1128,9 @@ static void do_call(struct server *s, json_t *id, json_t *params)
 	}
 	*c = (struct call){ .used = 1, .seq = ++s->seq, .id = json_incref(id), .tool = t,
 			    .hostmap = json_object(),
+			    .budget_s = json_is_integer(json_object_get(args, "timeout_s")) ?
+					(long long)json_integer_value(json_object_get(args, "timeout_s")) :
+					BUDGET_DEFAULT_S,
 			    .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1 };
 	if (t->build(s, c, args, &err) < 0) {
 		if (err) {
@@ -1341,6 +1351,8 @@ static void loop(struct server *s)
 				if (c->err_fd >= 0)
 					drain(s, c, 1);
 			}
+			if (!c->exited && !c->kill_at && now > c->deadline)
+				stop_call(s, c, "it outlived its budget");
 			if (!c->exited && c->kill_at && now > c->kill_at) {
 				logmsg(s, 3, "call %s (pid %d) outlived SIGTERM by %d ms: SIGKILL",
 				       c->tool->name, (int)c->pid, KILL_GRACE_MS);

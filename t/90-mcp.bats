@@ -34,6 +34,7 @@ teardown_file() {
 	isopod_teardown_file
 }
 
+# shellcheck disable=SC2154  # $stderr is set by bats' run
 # client SCENARIO [JSON]: the SDK driver against a server whose I/O root
 # is $IO/sub, its one-line JSON in $output.
 client() {
@@ -253,4 +254,30 @@ EOF
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -e '.rc == 0 and .exit_ms < 10000'
 	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
+}
+
+@test "mcp: SIGKILL of the server: each front end stops its VM (parent-death signal), nothing leaks" {
+	local fifo="$BATS_TEST_TMPDIR/in" spid n i
+	mkfifo "$fifo"
+	"$MCP" <"$fifo" >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
+	spid=$!
+	exec 7>"$fifo"
+	printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["sleep","120"]}}}' >&7
+	for i in $(seq 1 120); do
+		n=$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)
+		[ "$n" -eq 0 ] || break
+		sleep 0.5
+	done
+	[ "$n" -eq 1 ]
+	kill -9 "$spid"
+	for i in $(seq 1 50); do
+		n=$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)
+		[ "$n" -eq 0 ] && break
+		sleep 0.1
+	done
+	exec 7>&-
+	wait "$spid" || true
+	echo "# VM stopped $((i * 100)) ms after the server's SIGKILL (poll granularity)" >&3
+	[ "$n" -eq 0 ]
+	isopod gc --dry-run | jq -e '.leaked == []'
 }
