@@ -17,6 +17,7 @@
 #include "jsonrpc.h"
 #include "proc.h"
 #include "util.h"
+#include "vm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -84,6 +85,9 @@ struct call {
 	int64_t kill_at;
 	int64_t deadline;           /* past it the call is stopped (a hung tool) */
 	long long budget_s;         /* timeout_s, else BUDGET_DEFAULT_S */
+	json_t *progress;           /* the request's _meta.progressToken, or NULL */
+	int progress_n;             /* notifications sent (progress only grows) */
+	char vm_state[64];          /* the last state reported */
 };
 
 struct server {
@@ -364,6 +368,7 @@ static void call_free(struct call *c)
 	free(c->err.p);
 	json_decref(c->id);
 	json_decref(c->hostmap);
+	json_decref(c->progress);
 	*c = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1 };
 }
 
@@ -791,6 +796,54 @@ static json_t *tool_list(void)
 	return json_pack("{s:o}", "tools", a);
 }
 
+/* ---- progress ---------------------------------------------------------------- */
+
+static void progress(struct call *c, const char *msg)
+{
+	if (!c->progress || (!json_is_string(c->progress) && !json_is_integer(c->progress)))
+		return;
+	send_msg(rpc_notification("notifications/progress",
+				  json_pack("{s:O, s:i, s:s}", "progressToken", c->progress,
+					    "progress", ++c->progress_n, "message", msg)));
+}
+
+/* The VM a sandbox_run call's front end boots names it as its owner
+ * (isopod-boot --owner-pid, in the record lib/vm.c keeps): each change of
+ * that record's state (booting, running, stopped...) is a progress
+ * notification.  Read through vm_list, the records' one reader, and only
+ * for calls that asked (a progressToken), every PROGRESS_MS. */
+#define PROGRESS_MS 500
+static void progress_tick(struct server *s)
+{
+	json_t *list = NULL, *r;
+	char why[256], m[160];
+	size_t i;
+
+	for (int k = 0; k < MAX_CALLS; k++) {
+		struct call *c = &s->calls[k];
+		const char *st, *id, *path;
+
+		if (!c->used || !c->started || c->exited || !c->progress ||
+		    c->tool->runner != R_FRONT || strcmp(c->tool->name, "sandbox_run"))
+			continue;
+		if (!list && !(list = vm_list(NULL, why, sizeof why)))
+			return;
+		json_array_foreach(list, i, r) {
+			if (json_integer_value(json_object_get(r, "owner_pid")) != c->pid)
+				continue;
+			st = json_string_value(json_object_get(r, "state"));
+			id = json_string_value(json_object_get(r, "id"));
+			path = json_string_value(json_object_get(r, "path"));
+			if (!st || !id || !strcmp(st, c->vm_state))
+				continue;
+			snprintf(c->vm_state, sizeof c->vm_state, "%s", st);
+			snprintf(m, sizeof m, "%s: %s%s%s", id, st, path ? ", " : "", path ? path : "");
+			progress(c, ascii(m));
+		}
+	}
+	json_decref(list);
+}
+
 /* ---- calls ------------------------------------------------------------------- */
 
 static void start_call(struct server *s, struct call *c)
@@ -840,6 +893,7 @@ static void start_call(struct server *s, struct call *c)
 	c->deadline = mono_ms() + (c->budget_s + BUDGET_GRACE_S) * 1000;
 	s->running++;
 	logmsg(s, 0, "call %s: started %s (pid %d)", c->tool->name, c->argv[0], (int)pid);
+	progress(c, "started");
 }
 
 static void start_queued(struct server *s)
@@ -1128,6 +1182,8 @@ static void do_call(struct server *s, json_t *id, json_t *params)
 	}
 	*c = (struct call){ .used = 1, .seq = ++s->seq, .id = json_incref(id), .tool = t,
 			    .hostmap = json_object(),
+			    .progress = json_incref(json_object_get(json_object_get(params, "_meta"),
+								    "progressToken")),
 			    .budget_s = json_is_integer(json_object_get(args, "timeout_s")) ?
 					(long long)json_integer_value(json_object_get(args, "timeout_s")) :
 					BUDGET_DEFAULT_S,
@@ -1282,6 +1338,8 @@ static void shutdown_calls(struct server *s, const char *why)
 
 static void loop(struct server *s)
 {
+	int64_t next_tick = 0;
+
 	for (;;) {
 		struct pollfd pf[2 + 2 * MAX_CALLS];
 		struct call *who[2 + 2 * MAX_CALLS];
@@ -1364,6 +1422,10 @@ static void loop(struct server *s)
 				finish_call(s, c);
 		}
 		start_queued(s);
+		if (now >= next_tick) {
+			progress_tick(s);
+			next_tick = now + PROGRESS_MS;
+		}
 	}
 }
 

@@ -209,6 +209,15 @@ EOF
 	echo "$output" | jq -e '.aborted.message | contains("test cancel")'
 }
 
+@test "mcp: a call with a progressToken hears its VM's states as notifications/progress" {
+	client progress '{"args":{"argv":["sleep","2"]}}'
+	echo "# $(echo "$output" | jq -c '.heard')" >&3
+	echo "$output" | jq -e '.result.structuredContent.exit_code == 0'
+	echo "$output" | jq -e '.heard[0].message == "started"'
+	echo "$output" | jq -e '[.heard[].message | select(test("^vm-[0-9a-f]{12}: running"))] | length == 1'
+	echo "$output" | jq -e '[.heard[].progress] as $p | $p == ($p | sort) and ($p | unique | length) == ($p | length)'
+}
+
 @test "mcp: a kept VM: vm_exec (a failing command is data; stdin), vm_stop, vm_rm" {
 	client kept '{"args":{"argv":["true"]}}'
 	echo "$output" | jq -e '.id | startswith("vm-")'

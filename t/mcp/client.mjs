@@ -101,6 +101,13 @@ async function main() {
 		res = ({ running_before: vms, running_after: left, stop_ms: Date.now() - tc, aborted: r.error ?? null });
 		break;
 	}
+	case 'progress': { // {args}: a call asking for progress; what it heard
+		const heard = [];
+		const r = await callOrError(client, 'sandbox_run', input.args,
+			{ ...LONG, onprogress: (p) => heard.push(p) });
+		res = ({ heard, result: r.result, error: r.error });
+		break;
+	}
 	case 'kept': { // keep a VM, vm_exec in it, stop it, remove it
 		const run = await callOrError(client, 'sandbox_run', { ...input.args, keep: true });
 		const vm = run.result?.structuredContent?.vm;
