@@ -641,7 +641,6 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	json_t *e;
 	size_t i;
 
-	(void)err;
 	if (!strcmp(n, "vm_list"))
 		return tool_path(s, c, "isopod-vm") < 0 || arg(c, "ls") < 0 ? -1 : 0;
 	if (!strcmp(n, "vm_stop"))
@@ -667,6 +666,27 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "rm") < 0 ||
 		       (json_is_true(json_object_get(args, "recursive")) && arg(c, "--recursive") < 0) ||
 		       arg(c, json_string_value(st)) < 0 ? -1 : 0;
+	if (!strcmp(n, "stage_flatten"))
+		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "flatten") < 0 ||
+		       arg(c, json_string_value(st)) < 0 || arg(c, "--as") < 0 ||
+		       arg(c, json_string_value(json_object_get(args, "as"))) < 0 ? -1 : 0;
+	if (!strcmp(n, "warm_list"))
+		return tool_path(s, c, "isopod-warm") < 0 || arg(c, "ls") < 0 ? -1 : 0;
+	if (!strcmp(n, "warm_rm")) {
+		json_t *keys = json_object_get(args, "keys");
+		int orph = json_is_true(json_object_get(args, "orphaned"));
+		int all = json_is_true(json_object_get(args, "all"));
+
+		if ((keys ? 1 : 0) + orph + all != 1)
+			return bad(err, "keys", "keys, orphaned or all: give exactly one");
+		if (tool_path(s, c, "isopod-warm") < 0 || arg(c, "rm") < 0 ||
+		    (orph && arg(c, "--orphaned") < 0) || (all && arg(c, "--all") < 0))
+			return -1;
+		json_array_foreach(keys, i, e)
+			if (arg(c, json_string_value(e)) < 0)
+				return -1;
+		return 0;
+	}
 	if (!strcmp(n, "image_list"))
 		return tool_path(s, c, "isopod-image") < 0 || arg(c, "ls") < 0 ? -1 : 0;
 	if (!strcmp(n, "gc")) {
@@ -756,6 +776,21 @@ static const struct tool tools[] = {
 	  .desc = "Remove a stage (isopod-stage rm).",
 	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"stage\"],\"properties\":{"
 		"\"stage\":" REF ",\"recursive\":{\"type\":\"boolean\"}}}",
+	  .out = OUT_OBJ("") },
+	{ .name = "stage_flatten", .runner = R_TOOL, .build = build_simple,
+	  .desc = "Flatten a stage's chain into one layer on the same base, as a new stage (isopod-stage flatten).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"stage\",\"as\"],\"properties\":{"
+		"\"stage\":" REF ",\"as\":" REF "}}",
+	  .out = OUT_OBJ("") },
+	{ .name = "warm_list", .runner = R_TOOL, .build = build_simple, .list_key = "snapshots",
+	  .desc = "The warm snapshots (isopod-warm ls).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{}}",
+	  .out = OUT_LIST("snapshots") },
+	{ .name = "warm_rm", .runner = R_TOOL, .build = build_simple,
+	  .desc = "Remove warm snapshots: by key, the orphaned ones, or all (isopod-warm rm).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
+		"\"keys\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":64,\"items\":{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{64}$\"}},"
+		"\"orphaned\":{\"type\":\"boolean\"},\"all\":{\"type\":\"boolean\"}}}",
 	  .out = OUT_OBJ("") },
 	{ .name = "image_list", .runner = R_TOOL, .build = build_simple, .list_key = "images",
 	  .desc = "The kernels and base images (isopod-image ls).",

@@ -76,7 +76,8 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
 @test "mcp: the SDK client initializes and lists every tool with input and output schemas" {
 	client init
 	echo "$output" | jq -e '.server.name == "isopod-mcp" and .capabilities.tools != null and .capabilities.logging != null'
-	for t in sandbox_run vm_exec vm_list vm_stop vm_rm stage_list stage_info stage_rm image_list gc doctor_status; do
+	for t in sandbox_run vm_exec vm_list vm_stop vm_rm stage_list stage_info stage_rm stage_flatten \
+		warm_list warm_rm image_list gc doctor_status; do
 		echo "$output" | jq -e --arg t "$t" '.tools[] | select(.name == $t) | .input == "object" and .output == "object"'
 	done
 }
@@ -127,8 +128,9 @@ EOF
 }
 
 @test "mcp: sandbox_run: a command's status is a normal result; true, then exit 3" {
-	call sandbox_run '{"argv":["true"]}'
+	call sandbox_run '{"argv":["true"],"commit_as":"t90-base"}'
 	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok == true and .result.structuredContent.exit_code == 0'
+	echo "$output" | jq -e '.result.structuredContent.commit.stage.label == "t90-base"'
 	# the text content carries the same JSON
 	echo "$output" | jq -e '(.result.content[0].text | fromjson) == .result.structuredContent'
 	call sandbox_run '{"command":"echo out; echo err >&2; exit 3"}'
@@ -227,11 +229,25 @@ EOF
 	echo "$output" | jq -e '.rm.result.structuredContent.removed == [.id]'
 }
 
-@test "mcp: stage_list, image_list, vm_list, gc dry_run answer with the tools' JSON" {
+@test "mcp: stage, warm, image, vm and gc tools answer with the tools' JSON" {
 	call image_list '{}'
 	echo "$output" | jq -e '.result.isError == false and (.result.structuredContent.images | map(.kind) | index("kernel") != null)'
 	call stage_list '{}'
-	echo "$output" | jq -e '.result.isError == false and (.result.structuredContent.stages | type == "array")'
+	echo "$output" | jq -e '.result.isError == false and ([.result.structuredContent.stages[].label] | index("t90-base") != null)'
+	call stage_info '{"stage":"t90-base"}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok == true'
+	call stage_flatten '{"stage":"t90-base","as":"t90-flat"}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.stage.label == "t90-flat"'
+	call stage_rm '{"stage":"t90-flat"}'
+	echo "$output" | jq -e '.result.isError == false'
+	call stage_info '{"stage":"t90-flat"}'
+	echo "$output" | jq -e '.result.isError == true and .result.structuredContent.error_kind == "not_found"'
+	call warm_list '{}'
+	echo "$output" | jq -e '.result.isError == false and (.result.structuredContent.snapshots | length >= 1)'
+	call warm_rm '{"keys":["0000000000000000000000000000000000000000000000000000000000000000"]}'
+	echo "$output" | jq -e '.result.isError == true or .result.structuredContent.ok == true'
+	call doctor_status '{}'
+	echo "$output" | jq -e '.result.isError == false and (.result.structuredContent.accel | type == "string")'
 	call gc '{"dry_run":true}'
 	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok == true'
 	call vm_list '{}'
