@@ -229,11 +229,13 @@ EOF
 	echo "$output" | jq -e '.rm.result.structuredContent.removed == [.id]'
 }
 
+# (t90-base is the stage the first sandbox_run test commits)
 @test "mcp: stage, warm, image, vm and gc tools answer with the tools' JSON" {
 	call image_list '{}'
 	echo "$output" | jq -e '.result.isError == false and (.result.structuredContent.images | map(.kind) | index("kernel") != null)'
 	call stage_list '{}'
 	echo "$output" | jq -e '.result.isError == false and ([.result.structuredContent.stages[].label] | index("t90-base") != null)'
+	echo "$output" | jq -e '.result.structuredContent.stages | all(.base_current == true)'
 	call stage_info '{"stage":"t90-base"}'
 	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok == true'
 	call stage_flatten '{"stage":"t90-base","as":"t90-flat"}'
