@@ -439,11 +439,10 @@ static int open_in(struct server *s, const char *path, const char *field, json_t
 
 /* A copy_out destination: a directory beneath the root, or a name in one
  * that is absent or a regular file.  The destination handed on is
- * /proc/<pid>/fd/N[/NAME] with N our descriptor of that directory: its
- * path can no longer be swapped.  What remains (isopod-exec(1)): NAME
- * itself, made a symlink to a directory after this check, would be
- * followed by isopod-exec's stat; its tmp file is O_NOFOLLOW|O_EXCL and
- * its rename replaces a symlink rather than following it. */
+ * /proc/<pid>/fd/N/{.,NAME} with N our descriptor of that directory: its
+ * path can no longer be swapped.  NAME made a symlink after this check is
+ * not followed: isopod-exec(1) never follows a copy-out destination's last
+ * component (hence "/." for a directory: fd/N itself is a symlink). */
 static int dest_out(struct server *s, struct call *c, const char *path, const char *field,
 		    char *dst, size_t dsz, json_t **err)
 {
@@ -457,7 +456,7 @@ static int dest_out(struct server *s, struct call *c, const char *path, const ch
 	if (fd >= 0) {
 		if (hold(c, fd) < 0)
 			return bad(err, field, "%s: too many host paths", field);
-		snprintf(dst, dsz, "/proc/%d/fd/%d", (int)getpid(), fd);
+		snprintf(dst, dsz, "/proc/%d/fd/%d/.", (int)getpid(), fd);
 		json_object_set_new(c->hostmap, dst, json_string(path));
 		return 0;
 	}

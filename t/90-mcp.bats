@@ -195,6 +195,22 @@ EOF
 	echo "$output" | jq -e '.result.structuredContent.stdout == "text-in"'
 }
 
+@test "mcp: a copy_out NAME made a symlink to a directory during the run is not followed" {
+	# Checked at call time (absent), planted while the command sleeps: the
+	# file must not land in the symlink's target (outside the I/O root).
+	( sleep 3; ln -s ../outside "$IO/sub/planted" ) &
+	local planter=$!
+	call sandbox_run '{"command":"echo evil > /tmp/authorized_keys; sleep 8","copy_out":[{"guest":"/tmp/authorized_keys","host":"planted"}]}'
+	wait "$planter"
+	[ -L "$IO/sub/planted" ]
+	rm -f "$IO/sub/planted"
+	echo "$output" | jq -c '.result.structuredContent.copied_out'
+	[ ! -e "$IO/outside/authorized_keys" ]
+	[ ! -e "$IO/outside/planted" ]
+	echo "$output" | jq -e '.result.structuredContent.exit_code == 0'
+	echo "$output" | jq -e '.result.structuredContent.copied_out[0] | .host == "planted" and (.error | contains("symlink"))'
+}
+
 @test "mcp: two calls run at once (their commands overlap in time)" {
 	MCP_EXTRA=',"--max-concurrent","2"' client concurrent '{"args":{"command":"date +%s; sleep 4; date +%s"}}'
 	echo "$output" | jq -e '[.calls[].result.structuredContent.exit_code] == [0, 0]'
