@@ -1291,7 +1291,9 @@ static int on_line(void *arg, const char *line, size_t n, int oversized)
 		reply_error(NULL, RPC_INVALID_REQUEST, why, NULL);
 		return 0;
 	}
-	if (!line[strspn(line, " \t\r")])
+	/* Blank means every one of the n bytes: a line starting with NUL is
+	 * not blank but unparseable (-32700), not dropped unanswered. */
+	if (strspn(line, " \t\r") == n)
 		return 0;
 	switch (rpc_parse(line, n, &m)) {
 	case RPC_INVALID:

@@ -127,6 +127,17 @@ EOF
 	echo "$output" | jq -e '.rc == 0'
 }
 
+@test "mcp: a line starting with NUL is a parse error (-32700), not a blank line" {
+	run --separate-stderr python3 "$RAW" --want 3 --timeout 60 -- "$MCP" <<EOF
+$INIT
+@NUL:{"jsonrpc":"2.0","id":7,"method":"ping"}
+{"jsonrpc":"2.0","id":8,"method":"ping"}
+EOF
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.messages[1].error.code == -32700 and .messages[1].id == null'
+	echo "$output" | jq -e '.messages[2].id == 8 and (.messages | length) == 3'
+}
+
 @test "mcp: sandbox_run: a command's status is a normal result; true, then exit 3" {
 	call sandbox_run '{"argv":["true"],"commit_as":"t90-base"}'
 	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok == true and .result.structuredContent.exit_code == 0'

@@ -5,7 +5,8 @@ sends (garbage, batches, oversized lines), in t/90-mcp.bats.
   raw.py [--want N] [--timeout S] [--close-after-s S] -- SERVER [ARGS...] < LINES
 
 Each line of stdin is sent as it is, except `@BIG:N` (a line of N bytes of
-'x' in a JSON string, streamed in chunks) and `@SLEEP:S`.  Reads the
+'x' in a JSON string, streamed in chunks), `@NUL:REST` (a NUL byte, then
+REST) and `@SLEEP:S`.  Reads the
 server's stdout until N messages with an "id" arrived (or the timeout),
 then closes the server's stdin and waits for it to exit.  Prints one JSON
 object: {"messages": [every line the server wrote, parsed; a line that is
@@ -60,6 +61,8 @@ def main():
                 left -= k
                 pump(0)
             p.stdin.write(b'"}}\n')
+        elif line.startswith('@NUL:'):
+            p.stdin.write(b'\0' + line[5:].encode() + b'\n')
         elif line.startswith('@SLEEP:'):
             p.stdin.flush()
             end = time.time() + float(line[7:])
