@@ -660,15 +660,16 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "ls") < 0 ? -1 : 0;
 	if (!strcmp(n, "stage_info"))
 		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "info") < 0 ||
-		       arg(c, json_string_value(st)) < 0 ? -1 : 0;
+		       arg(c, "--") < 0 || arg(c, json_string_value(st)) < 0 ? -1 : 0;
 	if (!strcmp(n, "stage_rm"))
 		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "rm") < 0 ||
 		       (json_is_true(json_object_get(args, "recursive")) && arg(c, "--recursive") < 0) ||
-		       arg(c, json_string_value(st)) < 0 ? -1 : 0;
+		       arg(c, "--") < 0 || arg(c, json_string_value(st)) < 0 ? -1 : 0;
 	if (!strcmp(n, "stage_flatten"))
 		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "flatten") < 0 ||
-		       arg(c, json_string_value(st)) < 0 || arg(c, "--as") < 0 ||
-		       arg(c, json_string_value(json_object_get(args, "as"))) < 0 ? -1 : 0;
+		       arg(c, "--as") < 0 ||
+		       arg(c, json_string_value(json_object_get(args, "as"))) < 0 ||
+		       arg(c, "--") < 0 || arg(c, json_string_value(st)) < 0 ? -1 : 0;
 	if (!strcmp(n, "warm_list"))
 		return tool_path(s, c, "isopod-warm") < 0 || arg(c, "ls") < 0 ? -1 : 0;
 	if (!strcmp(n, "warm_rm")) {
@@ -723,6 +724,12 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	"\"copy_in\":" HOSTCOPY("^/") "," \
 	"\"copy_out\":" HOSTCOPY("^/[^:]*$") ","
 #define REF "{\"type\":\"string\",\"minLength\":1,\"maxLength\":200}"
+/* A stage passed positionally has a label's grammar (label_invalid in
+ * lib/stage.c): not starting with '-' or '.' (never an option), no '/', no
+ * control bytes; and comes after "--".  Option arguments (stage,
+ * commit_as, as) keep REF: the tool's own message says what is wrong. */
+#define POSREF "{\"type\":\"string\",\"minLength\":1,\"maxLength\":200," \
+	"\"pattern\":\"^[^-./\\u0001-\\u001f\\u007f][^/\\u0001-\\u001f\\u007f]*$\"}"
 
 static const struct tool tools[] = {
 	{ .name = "sandbox_run", .runner = R_FRONT, .build = build_run,
@@ -769,17 +776,17 @@ static const struct tool tools[] = {
 	  .out = OUT_LIST("stages") },
 	{ .name = "stage_info", .runner = R_TOOL, .build = build_simple,
 	  .desc = "One stage's record and chain (isopod-stage info).",
-	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"stage\"],\"properties\":{\"stage\":" REF "}}",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"stage\"],\"properties\":{\"stage\":" POSREF "}}",
 	  .out = OUT_OBJ("") },
 	{ .name = "stage_rm", .runner = R_TOOL, .build = build_simple,
 	  .desc = "Remove a stage (isopod-stage rm).",
 	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"stage\"],\"properties\":{"
-		"\"stage\":" REF ",\"recursive\":{\"type\":\"boolean\"}}}",
+		"\"stage\":" POSREF ",\"recursive\":{\"type\":\"boolean\"}}}",
 	  .out = OUT_OBJ("") },
 	{ .name = "stage_flatten", .runner = R_TOOL, .build = build_simple,
 	  .desc = "Flatten a stage's chain into one layer on the same base, as a new stage (isopod-stage flatten).",
 	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"stage\",\"as\"],\"properties\":{"
-		"\"stage\":" REF ",\"as\":" REF "}}",
+		"\"stage\":" POSREF ",\"as\":" REF "}}",
 	  .out = OUT_OBJ("") },
 	{ .name = "warm_list", .runner = R_TOOL, .build = build_simple, .list_key = "snapshots",
 	  .desc = "The warm snapshots (isopod-warm ls).",

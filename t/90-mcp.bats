@@ -160,6 +160,11 @@ EOF
 
 @test "mcp: bad input is -32602 naming the field, before anything is claimed or booted" {
 	refused sandbox_run '{"argv":["true"],"vcpus":"2"}' vcpus
+	# a stage reference has a label's grammar: never an option, never a path
+	refused stage_info '{"stage":"--help"}' stage
+	refused stage_rm '{"stage":"--recursive"}' stage
+	refused stage_flatten '{"stage":"a/b","as":"x"}' stage
+	refused stage_rm '{"stage":".."}' stage
 	refused sandbox_run '{"argv":["true"],"vcpus":0}' 'vcpus: want an integer from 1 to'
 	refused sandbox_run '{"argv":["true"],"mem_mib":1}' mem_mib
 	refused sandbox_run '{"argv":["true"],"timeout_s":86401}' 'timeout_s: want an integer from 1 to 86400'
