@@ -717,7 +717,7 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 #define CMD_PROPS \
 	"\"argv\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":256,\"items\":{\"type\":\"string\"},\"description\":\"the command as words (no shell)\"}," \
 	"\"command\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":262144,\"description\":\"a shell command, run as sh -c COMMAND: a pipeline's status is its last command's unless it starts with set -o pipefail\"}," \
-	"\"env\":{\"type\":\"object\",\"maxProperties\":64,\"propertyNames\":{\"pattern\":\"^[^=]+$\"},\"additionalProperties\":{\"type\":\"string\"}}," \
+	"\"env\":{\"type\":\"object\",\"maxProperties\":64,\"propertyNames\":{\"pattern\":\"^[A-Za-z_][A-Za-z0-9_]*$\"},\"additionalProperties\":{\"type\":\"string\"}}," \
 	"\"cwd\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000}," \
 	"\"stdin\":{\"type\":\"string\",\"maxLength\":1048576,\"description\":\"text for the command's standard input\"}," \
 	"\"stdin_file\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000,\"description\":\"a host file beneath the I/O root for the command's standard input\"}," \

@@ -165,6 +165,10 @@ EOF
 	refused stage_rm '{"stage":"--recursive"}' stage
 	refused stage_flatten '{"stage":"a/b","as":"x"}' stage
 	refused stage_rm '{"stage":".."}' stage
+	# env names: one rule with the CLI's --env ([A-Za-z_][A-Za-z0-9_]*)
+	refused sandbox_run '{"argv":["true"],"env":{"1X":"y"}}' env
+	refused sandbox_run '{"argv":["true"],"env":{"-A\nB":"y"}}' env
+	refused sandbox_run '{"argv":["true"],"env":{"A B":"y"}}' env
 	refused sandbox_run '{"argv":["true"],"vcpus":0}' 'vcpus: want an integer from 1 to'
 	refused sandbox_run '{"argv":["true"],"mem_mib":1}' mem_mib
 	refused sandbox_run '{"argv":["true"],"timeout_s":86401}' 'timeout_s: want an integer from 1 to 86400'
