@@ -335,18 +335,48 @@ static int arg(struct call *c, const char *a)
 	return 0;
 }
 
+/* Allocated to fit: an env value may be as long as an argument may be. */
 __attribute__((format(printf, 2, 3))) static int argf(struct call *c, const char *fmt, ...)
 {
-	char b[PATH_MAX + 64];
+	char *b;
 	va_list ap;
-	int n;
+	int n, r;
 
 	va_start(ap, fmt);
-	n = vsnprintf(b, sizeof b, fmt, ap);
+	n = vasprintf(&b, fmt, ap);
 	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof b)
+	if (n < 0)
 		return -1;
-	return arg(c, b);
+	r = arg(c, b);
+	free(b);
+	return r;
+}
+
+/* What execve takes: each string at most MAX_ARG_STRLEN (32 pages, with
+ * its NUL), and all of them with our environment within ARG_MAX.  Half of
+ * that is the budget: the front end adds its own arguments and passes
+ * these on.  Checked before exec so that too much is the client's -32602,
+ * not an E2BIG reported as an infrastructure failure. */
+#define ARG_STR_MAX 131071
+static int argv_fits(const struct call *c, json_t **err)
+{
+	long amax = sysconf(_SC_ARG_MAX);
+	size_t total = 0, budget = (size_t)(amax > 0 ? amax : 131072) / 2;
+
+	for (char **e = environ; *e; e++)
+		total += strlen(*e) + 1 + sizeof *e;
+	for (int i = 0; i < c->argc; i++) {
+		size_t n = strlen(c->argv[i]);
+
+		if (n > ARG_STR_MAX)
+			return bad(err, "argv", "command, argv or env: an argument of %zu bytes; "
+				   "at most %d each", n, ARG_STR_MAX);
+		total += n + 1 + sizeof c->argv[i];
+	}
+	if (total > budget)
+		return bad(err, "argv", "command, argv, env and paths: %zu bytes together; "
+			   "at most %zu", total, budget);
+	return 0;
 }
 
 static void call_free(struct call *c)
@@ -715,9 +745,9 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	"\"host\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000,\"description\":\"a host path beneath the I/O root\"}," \
 	"\"guest\":{\"type\":\"string\",\"pattern\":\"" gpat "\",\"maxLength\":4000,\"description\":\"an absolute guest path\"}}}}"
 #define CMD_PROPS \
-	"\"argv\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":256,\"items\":{\"type\":\"string\"},\"description\":\"the command as words (no shell)\"}," \
-	"\"command\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":262144,\"description\":\"a shell command, run as sh -c COMMAND: a pipeline's status is its last command's unless it starts with set -o pipefail\"}," \
-	"\"env\":{\"type\":\"object\",\"maxProperties\":64,\"propertyNames\":{\"pattern\":\"^[A-Za-z_][A-Za-z0-9_]*$\"},\"additionalProperties\":{\"type\":\"string\"}}," \
+	"\"argv\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":256,\"items\":{\"type\":\"string\",\"maxLength\":131071},\"description\":\"the command as words (no shell)\"}," \
+	"\"command\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":131071,\"description\":\"a shell command, run as sh -c COMMAND: a pipeline's status is its last command's unless it starts with set -o pipefail\"}," \
+	"\"env\":{\"type\":\"object\",\"maxProperties\":64,\"propertyNames\":{\"pattern\":\"^[A-Za-z_][A-Za-z0-9_]*$\"},\"additionalProperties\":{\"type\":\"string\",\"maxLength\":131000}}," \
 	"\"cwd\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000}," \
 	"\"stdin\":{\"type\":\"string\",\"maxLength\":1048576,\"description\":\"text for the command's standard input\"}," \
 	"\"stdin_file\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000,\"description\":\"a host file beneath the I/O root for the command's standard input\"}," \
@@ -1229,7 +1259,8 @@ static void do_call(struct server *s, json_t *id, json_t *params)
 					(long long)json_integer_value(json_object_get(args, "timeout_s")) :
 					BUDGET_DEFAULT_S,
 			    .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1 };
-	if (t->build(s, c, args, &err) < 0) {
+	errno = 0;
+	if (t->build(s, c, args, &err) < 0 || argv_fits(c, &err) < 0) {
 		if (err) {
 			reply_error(id, RPC_INVALID_PARAMS, json_string_value(json_object_get(err, "message")),
 				    err);

@@ -165,6 +165,18 @@ EOF
 	refused stage_rm '{"stage":"--recursive"}' stage
 	refused stage_flatten '{"stage":"a/b","as":"x"}' stage
 	refused stage_rm '{"stage":".."}' stage
+	# what execve could not take is the client's error, not E2BIG later
+	# (through raw.py: these are too long for the SDK driver's argv)
+	local w
+	w=$(head -c 131000 /dev/zero | tr '\0' x)
+	run --separate-stderr python3 "$RAW" --want 3 --timeout 60 -- "$MCP" --io-root "$IO/sub" <<EOF
+$INIT
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["$w$w"]}}}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["$w","$w","$w","$w","$w","$w","$w","$w","$w"]}}}
+EOF
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.messages[1].id == 2 and .messages[1].error.code == -32602 and (.messages[1].error.message | contains("argv[0]"))'
+	echo "$output" | jq -e '.messages[2].id == 3 and .messages[2].error.code == -32602 and (.messages[2].error.message | contains("together"))'
 	# env names: one rule with the CLI's --env ([A-Za-z_][A-Za-z0-9_]*)
 	refused sandbox_run '{"argv":["true"],"env":{"1X":"y"}}' env
 	refused sandbox_run '{"argv":["true"],"env":{"-A\nB":"y"}}' env
@@ -229,6 +241,13 @@ EOF
 	[ ! -e "$IO/outside/planted" ]
 	echo "$output" | jq -e '.result.structuredContent.exit_code == 0'
 	echo "$output" | jq -e '.result.structuredContent.copied_out[0] | .host == "planted" and (.error | contains("symlink"))'
+}
+
+@test "mcp: an env value of 5000 bytes reaches the command (not an infrastructure failure)" {
+	local v
+	v=$(head -c 5000 /dev/zero | tr '\0' v)
+	call sandbox_run '{"command":"echo ${#BIG}","env":{"BIG":"'"$v"'"}}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.stdout == "5000\n"'
 }
 
 @test "mcp: two calls run at once (their commands overlap in time)" {
