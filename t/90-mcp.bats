@@ -266,6 +266,11 @@ EOF
 	echo "$output" | jq -e '.aborted.message | contains("test cancel")'
 }
 
+@test "mcp: cancelling a keep:true call stops its VM too (the client never learns its id)" {
+	client cancel '{"args":{"argv":["sleep","120"],"keep":true}}'
+	echo "$output" | jq -e '(.running_before | length) == 1 and .running_after == []'
+}
+
 @test "mcp: a call with a progressToken hears its VM's states as notifications/progress" {
 	client progress '{"args":{"argv":["sleep","2"]}}'
 	echo "# $(echo "$output" | jq -c '.heard')" >&3
