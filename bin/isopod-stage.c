@@ -88,8 +88,20 @@ static void cmd_ls(void)
 	size_t i;
 
 	json_array_foreach(all, i, m) {
+		json_t *b = json_object_get(m, "base");
+		const char *fl = json_string_value(json_object_get(b, "flavor"));
+		const char *sha = json_string_value(json_object_get(b, "sha256"));
+		char cur[80];
+
 		json_object_set_new(m, "dependents",
 				    children_of(all, json_string_value(json_object_get(m, "id"))));
+		/* A base rebuild never invalidates a stage (it keeps its base);
+		 * this says whether a fresh run would start from the same one.
+		 * null: the flavor has no current base to compare with. */
+		if (fl && sha && base_current(fl, cur, sizeof cur) == 0)
+			json_object_set_new(m, "base_current", json_boolean(!strcmp(cur, sha)));
+		else
+			json_object_set_new(m, "base_current", json_null());
 		json_emit(m);
 	}
 }

@@ -500,13 +500,17 @@ static void copy_out_failed(struct exec_session *s, json_t *list, const char *gu
 	json_array_append_new(s->warnings, json_sprintf("copy-out %s failed: %s", guest, why));
 }
 
-/* One file from the guest into dst, within room bytes: 0 copied (*bytes,
- * sha), 1 not copied and recorded on list (the vm stopped when stopped[0]
- * is now set), or a failure. */
+/* One file from the guest into dst (NAME in the directory dfd), within
+ * room bytes: 0 copied (*bytes, sha), 1 not copied and recorded on list
+ * (the vm stopped when stopped[0] is now set), or a failure.  NAME is
+ * never followed: the command may have made it a symlink meanwhile (to a
+ * directory, say, where the file would land outside what was named). */
 static int copy_one(struct exec_session *s, const struct exec_copy *cp, const char *dst,
-		    uint64_t room, json_t *list, char *stopped, size_t ssz, uint64_t *bytes)
+		    int dfd, const char *name, uint64_t room, json_t *list, char *stopped,
+		    size_t ssz, uint64_t *bytes)
 {
-	char tmp[PATH_MAX], sha[65], why[600];
+	char tmp[NAME_MAX + 1], sha[65], why[600];
+	struct stat sb;
 	uint8_t buf[4200];
 	unsigned char h[crypto_hash_sha256_BYTES];
 	crypto_hash_sha256_state st;
@@ -514,7 +518,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	struct frame fr;
 	int fd, got;
 
-	if (pathn(tmp, sizeof tmp, "%s.isopod-tmp.%ld", dst, (long)getpid()) < 0) {
+	if (pathn(tmp, sizeof tmp, "%.200s.isopod-tmp.%ld", name, (long)getpid()) < 0) {
 		copy_out_failed(s, list, cp->guest, dst, strerror(ENAMETOOLONG));
 		return 1;
 	}
@@ -523,7 +527,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	tlv_put_str(&w, T_PATH, cp->guest);
 	tlv_put_u64(&w, T_BYTES, room);
 	conn_queue(&s->c, F_FILE_GET, STREAM_CTL, buf, w.len);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	crypto_hash_sha256_init(&st);
 	why[0] = 0;
 	while ((got = wait_frame(s, &fr)) == 1) {
@@ -551,7 +555,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	if (got < 0) {
 		if (fd >= 0)
 			close(fd);
-		unlink(tmp);
+		unlinkat(dfd, tmp, 0);
 		return got;
 	}
 	if (got == 0)
@@ -561,7 +565,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 		 * this copy-out and the ones after it. */
 		if (fd >= 0)
 			close(fd);
-		unlink(tmp);
+		unlinkat(dfd, tmp, 0);
 		if (exec_stop_vm(s) < 0)
 			return fail_not_stopped(s, "a copy-out had to be ended");
 		snprintf(stopped, ssz, "not copied: the vm was stopped during copy-out (%.180s)",
@@ -575,15 +579,26 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 		frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
 		if (fd >= 0)
 			close(fd);
-		unlink(tmp);
+		unlinkat(dfd, tmp, 0);
 		copy_out_failed(s, list, cp->guest, dst, msg);
 		return 1;
 	}
+	if (fd >= 0 && fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    !S_ISREG(sb.st_mode)) {
+		/* renameat would replace a symlink, not follow it; refusing
+		 * says so rather than removing what the command made. */
+		close(fd);
+		unlinkat(dfd, tmp, 0);
+		copy_out_failed(s, list, cp->guest, dst, S_ISLNK(sb.st_mode) ?
+				"the destination is a symlink (not followed); not replaced" :
+				"the destination is not a regular file; not replaced");
+		return 1;
+	}
 	if (fd < 0 || fchmod(fd, (mode_t)frame_tlv_u64(&fr, T_MODE) & 0777) < 0 || fsync(fd) < 0 ||
-	    close(fd) < 0 || rename(tmp, dst) < 0) {
+	    close(fd) < 0 || renameat(dfd, tmp, dfd, name) < 0) {
 		int e = errno;
 
-		unlink(tmp);
+		unlinkat(dfd, tmp, 0);
 		json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", cp->guest,
 						      "host", dst, "error", strerror(e)));
 		json_array_append_new(s->warnings, json_sprintf("copy-out %s to %s failed: %s",
@@ -613,24 +628,50 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 	s->deadline_ms = 0;
 	s->copying_out = 1;
 	for (int i = 0; i < n; i++) {
-		char dst[PATH_MAX];
-		const char *base = strrchr(out[i].guest, '/') + 1;
+		char dst[PATH_MAX], dir[PATH_MAX];
+		const char *base = strrchr(out[i].guest, '/') + 1, *name;
 		struct stat sb;
 		uint64_t bytes = 0;
-		int r;
+		int r, dfd;
 
-		if (stat(out[i].host, &sb) == 0 && S_ISDIR(sb.st_mode))
+		/* HOST's last component is looked at, not followed: a
+		 * symlink there is no directory to copy into (isopod-exec(1)). */
+		if (fstatat(AT_FDCWD, out[i].host, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISDIR(sb.st_mode)) {
 			r = pathn(dst, sizeof dst, "%s/%s", out[i].host, *base ? base : "out");
-		else
+			if (r >= 0)
+				r = pathn(dir, sizeof dir, "%s", out[i].host);
+			name = *base ? base : "out";
+		} else {
+			const char *sl = strrchr(out[i].host, '/');
+
 			r = pathn(dst, sizeof dst, "%s", out[i].host);
+			if (r >= 0 && sl)
+				r = pathn(dir, sizeof dir, "%.*s", (int)(sl - out[i].host),
+					  out[i].host);
+			else if (r >= 0)
+				r = pathn(dir, sizeof dir, ".");
+			if (!dir[0])
+				strcpy(dir, "/");
+			name = sl ? sl + 1 : out[i].host;
+		}
 		if (r < 0)
 			return fail(s, EX_USAGE, "usage", "path too long: %.64s...", out[i].host);
 		if (stopped[0]) {
 			copy_out_failed(s, list, out[i].guest, dst, stopped);
 			continue;
 		}
-		r = copy_one(s, &out[i], dst, (uint64_t)s->copy_out_max - total, list, stopped,
-			     sizeof stopped, &bytes);
+		if (!*name || strlen(name) > NAME_MAX - 40) {
+			copy_out_failed(s, list, out[i].guest, dst, "names no file (or too long a name)");
+			continue;
+		}
+		if ((dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+			copy_out_failed(s, list, out[i].guest, dst, strerror(errno));
+			continue;
+		}
+		r = copy_one(s, &out[i], dst, dfd, name, (uint64_t)s->copy_out_max - total, list,
+			     stopped, sizeof stopped, &bytes);
+		close(dfd);
 		if (r < 0)
 			return r;
 		/* What the guest sent counts, copied or not. */

@@ -1,6 +1,7 @@
 /* execopt.c - the parts of one command in a VM that need no VM (execopt.h). */
 #include "execopt.h"
 #include "util.h"
+#include <ctype.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +45,14 @@ const char *exec_env_invalid(const char *kv)
 		return "expected NAME=VALUE";
 	if (eq == kv)
 		return "empty variable name";
+	/* One rule for the CLI and isopod-mcp's schema: a name a shell can
+	 * use (POSIX's portable grammar), not one that could be an option
+	 * or split into two lines. */
+	if (!(isalpha((unsigned char)kv[0]) || kv[0] == '_'))
+		return "a variable name starts with a letter or '_'";
+	for (const char *c = kv + 1; c < eq; c++)
+		if (!(isalnum((unsigned char)*c) || *c == '_'))
+			return "a variable name is letters, digits and '_' ([A-Za-z_][A-Za-z0-9_]*)";
 	return NULL;
 }
 

@@ -62,7 +62,7 @@ no_claim() {
 
 @test "run: bad env names are refused with 100 before boot, naming them" {
 	use_fake
-	for bad in '=x' '' 'noequals' '='; do
+	for bad in '=x' '' 'noequals' '=' '1X=y' 'A B=c' '-A=b' 'A.B=c'; do
 		run_isopod -100 run --env "$bad" -- true
 		[[ "$stderr" == *"--env '$bad'"* ]]
 		json_is '.ok == false and .error_kind == "usage"'

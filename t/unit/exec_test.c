@@ -325,6 +325,9 @@ static void test_opts(void)
 
 	ok(!exec_env_invalid("A=") && exec_env_invalid("A") && exec_env_invalid("=v"),
 	   "--env: NAME=VALUE with a name");
+	ok(!exec_env_invalid("_a1=x=y") && exec_env_invalid("1X=y") && exec_env_invalid("A B=c") &&
+	   exec_env_invalid("-A\nB=c") && exec_env_invalid("A-B=c"),
+	   "env names: [A-Za-z_][A-Za-z0-9_]*");
 
 	net = json_pack("{s:s, s:s}", "mode", "filtered", "gateway", "10.0.0.1");
 	n = exec_proxy_env(net, env);

@@ -1,0 +1,370 @@
+#!/usr/bin/env bats
+# isopod-mcp (issue 11): the MCP server, driven by the official SDK client
+# (t/mcp/client.mjs, @modelcontextprotocol/sdk pinned in t/mcp/package.json;
+# .ci/setup runs `npm ci` there) and, for traffic no SDK sends, byte by
+# byte (t/mcp/raw.py).  Few VM boots: every run is --net none and warm.
+
+load helpers
+
+setup_file() {
+	isopod_setup_file --images
+	# MCP_SERVER: another build (a mutant, by hand: see the report)
+	MCP=${MCP_SERVER:-$ISOPOD_SRC/bin/isopod-mcp}
+	MCP_SERVER=$MCP
+	CLIENT="$ISOPOD_SRC/t/mcp/client.mjs"
+	RAW="$ISOPOD_SRC/t/mcp/raw.py"
+	IO="$(mktemp -d /tmp/isopod-t90-io.XXXXXX)"
+	export MCP MCP_SERVER CLIENT RAW IO
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || {
+		echo "# t/mcp/node_modules missing: run sh .ci/setup (npm ci in t/mcp)" >&3
+		return 1
+	}
+	mkdir "$IO/sub" "$IO/outside"
+	printf 'hello-in\n' >"$IO/sub/in.txt"
+	printf 'fed-from-file\n' >"$IO/sub/stdin.txt"
+	printf 'secret\n' >"$IO/outside/secret"
+	# The I/O root is $IO/sub; $IO/outside is not beneath it.
+	ln -s ../outside "$IO/sub/link-out"
+	ln -s ../outside/secret "$IO/sub/secret-link"
+	ln -s in.txt "$IO/sub/link-in"
+}
+
+teardown_file() {
+	rm -rf "$IO"
+	isopod_teardown_file
+}
+
+# shellcheck disable=SC2154  # $stderr is set by bats' run
+# client SCENARIO [JSON]: the SDK driver against a server whose I/O root
+# is $IO/sub, its one-line JSON in $output.
+client() {
+	MCP_ARGS="[\"--io-root\",\"$IO/sub\"${MCP_EXTRA:-}]" run --separate-stderr \
+		node "$CLIENT" "$@"
+	[ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
+}
+
+# call TOOL ARGS_JSON
+call() {
+	client call "{\"name\":\"$1\",\"args\":$2}"
+}
+
+# A refusal before anything booted: -32602, naming FIELD, and no VM record.
+refused() {
+	local n0
+	n0=$(isopod vm ls | wc -l)
+	call "$1" "$2"
+	echo "$output" | jq -e --arg f "$3" '.error.code == -32602 and (.error.message | contains($f))'
+	[ "$(isopod vm ls | wc -l)" -eq "$n0" ]
+}
+
+INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}'
+
+@test "mcp: -h prints the man page's SYNOPSIS; a bad option is a usage error" {
+	run "$MCP" -h
+	[ "$status" -eq 0 ]
+	syn=$(sed -n '/^\.Sh SYNOPSIS/,/^\.Sh DESCRIPTION/p' "$ISOPOD_SRC/man/isopod-mcp.1" |
+		grep -E '^\.(Nm|Op)' | tr '\n' ' ')
+	for o in --io-root --max-concurrent --line-max; do
+		[[ "$output" == *"$o"* ]] && [[ "$syn" == *"${o#--}"* ]] || false
+	done
+	run "$MCP" --max-concurrent 0 </dev/null
+	[ "$status" -eq 100 ]
+	run "$MCP" --io-root /nonexistent </dev/null
+	[ "$status" -eq 100 ]
+}
+
+@test "mcp: the SDK client initializes and lists every tool with input and output schemas" {
+	client init
+	echo "$output" | jq -e '.server.name == "isopod-mcp" and .capabilities.tools != null and .capabilities.logging != null'
+	for t in sandbox_run vm_exec vm_list vm_stop vm_rm stage_list stage_info stage_rm stage_flatten \
+		warm_list warm_rm image_list gc doctor_status; do
+		echo "$output" | jq -e --arg t "$t" '.tools[] | select(.name == $t) | .input == "object" and .output == "object"'
+	done
+}
+
+@test "mcp: initialize answers the client's revision when supported, else our newest" {
+	for v in 2025-11-25 2025-06-18 2024-11-05; do
+		run --separate-stderr python3 "$RAW" --want 1 -- "$MCP" <<<"${INIT/2025-11-25/$v}"
+		[ "$status" -eq 0 ]
+		want=$v
+		[ "$v" != 2024-11-05 ] || want=2025-11-25
+		echo "$output" | jq -e --arg v "$want" '.messages[0].result.protocolVersion == $v and .rc == 0'
+	done
+	# the newest the pinned SDK sends is one we speak
+	sdk=$(grep -o "LATEST_PROTOCOL_VERSION = '[^']*'" \
+		"$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk/dist/esm/types.js")
+	[ "$sdk" = "LATEST_PROTOCOL_VERSION = '2025-11-25'" ]
+}
+
+@test "mcp: malformed traffic gets its error and the server keeps serving (100 MB line bounded)" {
+	run --separate-stderr python3 "$RAW" --want 9 --timeout 120 -- "$MCP" <<EOF
+$INIT
+garbage {
+[{"jsonrpc":"2.0","id":9,"method":"ping"}]
+{"jsonrpc":"2.0","method":"ping"}
+{"jsonrpc":"2.0","method":"notifications/nosuch"}
+{"jsonrpc":"2.0","id":2,"method":"nosuch/method"}
+@BIG:104857600
+{"jsonrpc":"2.0","id":3,"method":"ping"}
+{"jsonrpc":"2.0","id":null,"method":"ping"}
+"a string"
+{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"nosuch"}}
+{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[1]}
+{"jsonrpc":"2.0","id":6,"method":"ping"}
+EOF
+	[ "$status" -eq 0 ]
+	m() { echo "$output" | jq -e ".messages | $1"; }
+	m '.[1].error.code == -32700 and .[1].id == null'
+	m '.[2].error.code == -32600 and (.[2].error.message | contains("batch"))'
+	# no answer to a notification, known or not: the next answer is id 2's
+	m '.[3].id == 2 and .[3].error.code == -32601'
+	m '.[4].error.code == -32600 and (.[4].error.message | contains("104857"))'
+	m '.[5].id == 3 and .[5].result == {}'
+	m '.[6].error.code == -32600 and .[7].error.code == -32600'
+	m '.[8].id == 4 and .[8].error.code == -32602'
+	m '.[9].id == 5 and .[9].error.code == -32602'
+	m '.[10].id == 6 and .[10].result == {} and length == 11'
+	echo "$output" | jq -e '.rc == 0'
+}
+
+@test "mcp: a line starting with NUL is a parse error (-32700), not a blank line" {
+	run --separate-stderr python3 "$RAW" --want 3 --timeout 60 -- "$MCP" <<EOF
+$INIT
+@NUL:{"jsonrpc":"2.0","id":7,"method":"ping"}
+{"jsonrpc":"2.0","id":8,"method":"ping"}
+EOF
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.messages[1].error.code == -32700 and .messages[1].id == null'
+	echo "$output" | jq -e '.messages[2].id == 8 and (.messages | length) == 3'
+}
+
+@test "mcp: sandbox_run: a command's status is a normal result; true, then exit 3" {
+	call sandbox_run '{"argv":["true"],"commit_as":"t90-base"}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok == true and .result.structuredContent.exit_code == 0'
+	echo "$output" | jq -e '.result.structuredContent.commit.stage.label == "t90-base"'
+	# the text content carries the same JSON
+	echo "$output" | jq -e '(.result.content[0].text | fromjson) == .result.structuredContent'
+	call sandbox_run '{"command":"echo out; echo err >&2; exit 3"}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.exit_code == 3'
+	echo "$output" | jq -e '.result.structuredContent | .stdout == "out\n" and .stderr == "err\n" and .vm.id != null'
+	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
+}
+
+@test "mcp: sandbox_run: an infrastructure failure is isError with error_kind (unknown stage)" {
+	call sandbox_run '{"argv":["true"],"stage":"no-such-stage"}'
+	echo "$output" | jq -e '.result.isError == true and .result.structuredContent.ok == false'
+	echo "$output" | jq -e '.result.structuredContent.error_kind == "not_found" and (.result.structuredContent.error | contains("no-such-stage"))'
+	call stage_info '{"stage":"no-such-stage"}'
+	echo "$output" | jq -e '.result.isError == true and .result.structuredContent.error_kind == "not_found"'
+}
+
+@test "mcp: bad input is -32602 naming the field, before anything is claimed or booted" {
+	refused sandbox_run '{"argv":["true"],"vcpus":"2"}' vcpus
+	# a stage reference has a label's grammar: never an option, never a path
+	refused stage_info '{"stage":"--help"}' stage
+	refused stage_rm '{"stage":"--recursive"}' stage
+	refused stage_flatten '{"stage":"a/b","as":"x"}' stage
+	refused stage_rm '{"stage":".."}' stage
+	# what execve could not take is the client's error, not E2BIG later
+	# (through raw.py: these are too long for the SDK driver's argv)
+	local w
+	w=$(head -c 131000 /dev/zero | tr '\0' x)
+	run --separate-stderr python3 "$RAW" --want 3 --timeout 60 -- "$MCP" --io-root "$IO/sub" <<EOF
+$INIT
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["$w$w"]}}}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["$w","$w","$w","$w","$w","$w","$w","$w","$w"]}}}
+EOF
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.messages[1].id == 2 and .messages[1].error.code == -32602 and (.messages[1].error.message | contains("argv[0]"))'
+	echo "$output" | jq -e '.messages[2].id == 3 and .messages[2].error.code == -32602 and (.messages[2].error.message | contains("together"))'
+	# env names: one rule with the CLI's --env ([A-Za-z_][A-Za-z0-9_]*)
+	refused sandbox_run '{"argv":["true"],"env":{"1X":"y"}}' env
+	refused sandbox_run '{"argv":["true"],"env":{"-A\nB":"y"}}' env
+	refused sandbox_run '{"argv":["true"],"env":{"A B":"y"}}' env
+	refused sandbox_run '{"argv":["true"],"vcpus":0}' 'vcpus: want an integer from 1 to'
+	refused sandbox_run '{"argv":["true"],"mem_mib":1}' mem_mib
+	refused sandbox_run '{"argv":["true"],"timeout_s":86401}' 'timeout_s: want an integer from 1 to 86400'
+	refused sandbox_run '{"argv":["true"],"bogus":1}' 'bogus: unknown field'
+	refused sandbox_run '{"argv":["true"],"env":{"A=B":"x"}}' 'env: bad name'
+	refused sandbox_run '{"argv":["true"],"env":{"A":1}}' 'env.A: want a string'
+	refused sandbox_run '{"argv":[]}' 'argv: at least 1'
+	refused sandbox_run '{}' 'argv or command'
+	refused sandbox_run '{"argv":["true"],"command":"true"}' 'argv or command'
+	refused sandbox_run '{"argv":["true"],"net":"wide"}' 'net'
+	refused sandbox_run '{"argv":["true"],"stdin":"a","stdin_file":"in.txt"}' 'stdin_file'
+	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/a:b","host":"x"}]}' 'copy_out[0].guest'
+	refused nosuch_tool '{}' 'unknown tool'
+	# the host-dependent ranges come from the tools' own checks (isopod-boot --check)
+	refused sandbox_run '{"argv":["true"],"vcpus":1024}' '--vcpus 1024'
+	echo "$output" | jq -e '.error.data.field == "vcpus"'
+	refused sandbox_run '{"argv":["true"],"commit_as":"a/b"}' "cannot contain '/'"
+	refused sandbox_run '{"argv":["true"],"name":"Bad_Name"}' 'Bad_Name'
+}
+
+@test "mcp: the I/O root: .., absolute paths outside and symlinks out are refused" {
+	refused sandbox_run '{"argv":["true"],"stdin_file":"../outside/secret"}' 'leaves the I/O root'
+	refused sandbox_run "{\"argv\":[\"true\"],\"stdin_file\":\"$IO/outside/secret\"}" 'outside the I/O root'
+	refused sandbox_run '{"argv":["true"],"stdin_file":"secret-link"}' 'leaves the I/O root'
+	refused sandbox_run '{"argv":["true"],"copy_in":[{"host":"link-out/secret","guest":"/tmp/s"}]}' 'copy_in[0].host'
+	refused sandbox_run '{"argv":["true"],"copy_in":[{"host":"/etc/passwd","guest":"/tmp/s"}]}' 'outside the I/O root'
+	refused sandbox_run '{"argv":["true"],"copy_in":[{"host":"/proc/self/root/etc/passwd","guest":"/tmp/s"}]}' 'outside the I/O root'
+	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"link-out/x"}]}' 'leaves the I/O root'
+	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"link-out"}]}' 'copy_out[0].host'
+	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"../x"}]}' 'leaves the I/O root'
+	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"secret-link"}]}' 'not a regular file'
+	refused sandbox_run "{\"argv\":[\"true\"],\"copy_out\":[{\"guest\":\"/tmp/a\",\"host\":\"$IO/outside/x\"}]}" 'outside the I/O root'
+	[ ! -e "$IO/outside/x" ] && [ ! -e "$IO/x" ]
+}
+
+@test "mcp: stdin_file, copy_in and copy_out beneath the I/O root, named as the client named them" {
+	call sandbox_run '{"command":"cat /tmp/in; cat; echo made > /tmp/o1; echo made2 > /tmp/o2","stdin_file":"link-in","copy_in":[{"host":"in.txt","guest":"/tmp/in"}],"copy_out":[{"guest":"/tmp/o1","host":"."},{"guest":"/tmp/o2","host":"'"$IO"'/sub/renamed"}]}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.exit_code == 0'
+	echo "$output" | jq -e '.result.structuredContent.stdout == "hello-in\nhello-in\n"'
+	echo "$output" | jq -e '.result.structuredContent.copied_in[0].host == "in.txt"'
+	echo "$output" | jq -e '[.result.structuredContent.copied_out[].host] == ["./o1", "'"$IO"'/sub/renamed"]'
+	[ "$(cat "$IO/sub/o1")" = made ] && [ "$(cat "$IO/sub/renamed")" = made2 ] || false
+	call sandbox_run '{"argv":["cat"],"stdin":"text-in"}'
+	echo "$output" | jq -e '.result.structuredContent.stdout == "text-in"'
+}
+
+@test "mcp: a copy_out NAME made a symlink to a directory during the run is not followed" {
+	# Checked at call time (absent), planted while the command sleeps: the
+	# file must not land in the symlink's target (outside the I/O root).
+	( sleep 3; ln -s ../outside "$IO/sub/planted" ) &
+	local planter=$!
+	call sandbox_run '{"command":"echo evil > /tmp/authorized_keys; sleep 8","copy_out":[{"guest":"/tmp/authorized_keys","host":"planted"}]}'
+	wait "$planter"
+	[ -L "$IO/sub/planted" ]
+	rm -f "$IO/sub/planted"
+	echo "$output" | jq -c '.result.structuredContent.copied_out'
+	[ ! -e "$IO/outside/authorized_keys" ]
+	[ ! -e "$IO/outside/planted" ]
+	echo "$output" | jq -e '.result.structuredContent.exit_code == 0'
+	echo "$output" | jq -e '.result.structuredContent.copied_out[0] | .host == "planted" and (.error | contains("symlink"))'
+}
+
+@test "mcp: an env value of 5000 bytes reaches the command (not an infrastructure failure)" {
+	local v
+	v=$(head -c 5000 /dev/zero | tr '\0' v)
+	call sandbox_run '{"command":"echo ${#BIG}","env":{"BIG":"'"$v"'"}}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.stdout == "5000\n"'
+}
+
+@test "mcp: two calls run at once (their commands overlap in time)" {
+	MCP_EXTRA=',"--max-concurrent","2"' client concurrent '{"args":{"command":"date +%s; sleep 4; date +%s"}}'
+	echo "$output" | jq -e '[.calls[].result.structuredContent.exit_code] == [0, 0]'
+	# [start, end] of each command, by the guests' clocks (set from the host's)
+	echo "$output" | jq -e '[.calls[].result.structuredContent.stdout | split("\n")[:2] | map(tonumber)] as [$a, $b] |
+		$a[0] < $b[1] and $b[0] < $a[1]'
+}
+
+@test "mcp: cancellation stops that call's VM within a second and answers nothing" {
+	client cancel '{"args":{"argv":["sleep","120"]}}'
+	echo "# $(echo "$output" | jq -c '{running_before, running_after, stop_ms}')" >&3
+	echo "$output" | jq -e '(.running_before | length) == 1 and .running_after == []'
+	echo "$output" | jq -e '.stop_ms < 1000'
+	echo "$output" | jq -e '.aborted.message | contains("test cancel")'
+}
+
+@test "mcp: cancelling a keep:true call stops its VM too (the client never learns its id)" {
+	client cancel '{"args":{"argv":["sleep","120"],"keep":true}}'
+	echo "$output" | jq -e '(.running_before | length) == 1 and .running_after == []'
+}
+
+@test "mcp: a call with a progressToken hears its VM's states as notifications/progress" {
+	client progress '{"args":{"argv":["sleep","2"]}}'
+	echo "# $(echo "$output" | jq -c '.heard')" >&3
+	echo "$output" | jq -e '.result.structuredContent.exit_code == 0'
+	echo "$output" | jq -e '.heard[0].message == "started"'
+	echo "$output" | jq -e '[.heard[].message | select(test("^vm-[0-9a-f]{12}: running"))] | length == 1'
+	echo "$output" | jq -e '[.heard[].progress] as $p | $p == ($p | sort) and ($p | unique | length) == ($p | length)'
+}
+
+@test "mcp: a kept VM: vm_exec (a failing command is data; stdin), vm_stop, vm_rm" {
+	client kept '{"args":{"argv":["true"]}}'
+	echo "$output" | jq -e '.id | startswith("vm-")'
+	echo "$output" | jq -e '.exec.result.isError == false and .exec.result.structuredContent.exit_code == 4 and .exec.result.structuredContent.stdout == "in-kept\n"'
+	echo "$output" | jq -e '.exec2.result.structuredContent.stdout == "fed"'
+	echo "$output" | jq -e '.stop.result.isError == false and .stop.result.structuredContent.ok == true'
+	echo "$output" | jq -e '.rm.result.structuredContent.removed == [.id]'
+}
+
+# (t90-base is the stage the first sandbox_run test commits)
+@test "mcp: stage, warm, image, vm and gc tools answer with the tools' JSON" {
+	call image_list '{}'
+	echo "$output" | jq -e '.result.isError == false and (.result.structuredContent.images | map(.kind) | index("kernel") != null)'
+	call stage_list '{}'
+	echo "$output" | jq -e '.result.isError == false and ([.result.structuredContent.stages[].label] | index("t90-base") != null)'
+	echo "$output" | jq -e '.result.structuredContent.stages | all(.base_current == true)'
+	call stage_info '{"stage":"t90-base"}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok == true'
+	call stage_flatten '{"stage":"t90-base","as":"t90-flat"}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.stage.label == "t90-flat"'
+	call stage_rm '{"stage":"t90-flat"}'
+	echo "$output" | jq -e '.result.isError == false'
+	call stage_info '{"stage":"t90-flat"}'
+	echo "$output" | jq -e '.result.isError == true and .result.structuredContent.error_kind == "not_found"'
+	call warm_list '{}'
+	echo "$output" | jq -e '.result.isError == false and (.result.structuredContent.snapshots | length >= 1)'
+	call warm_rm '{"keys":["0000000000000000000000000000000000000000000000000000000000000000"]}'
+	echo "$output" | jq -e '.result.isError == true or .result.structuredContent.ok == true'
+	call doctor_status '{}'
+	echo "$output" | jq -e '.result.isError == false and (.result.structuredContent.accel | type == "string")'
+	call gc '{"dry_run":true}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok == true'
+	call vm_list '{}'
+	echo "$output" | jq -e '.result.structuredContent.vms | type == "array"'
+}
+
+@test "mcp: logging/setLevel debug sends notifications/message; stdout is JSON-RPC only" {
+	run --separate-stderr python3 "$RAW" --want 3 -- "$MCP" <<EOF
+$INIT
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"vm_list","arguments":{}}}
+{"jsonrpc":"2.0","id":4,"method":"logging/setLevel","params":{"level":"loud"}}
+EOF
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '[.messages[] | select(.method == "notifications/message")] | length > 0'
+	echo "$output" | jq -e '[.messages[] | select(.id == 4)][0].error.code == -32602'
+	echo "$output" | jq -e 'all(.messages[]; .jsonrpc == "2.0")'
+}
+
+@test "mcp: stdin closed stops every call's VM and the server exits 0" {
+	run --separate-stderr python3 "$RAW" --want 1 --close-after-s 0 -- "$MCP" <<EOF
+$INIT
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["sleep","120"]}}}
+@SLEEP:8
+EOF
+	# (8 s: the warm boot is done; if it were not, the close would stop
+	# the front end wherever it is: none may be left running either way)
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.rc == 0 and .exit_ms < 10000'
+	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
+}
+
+@test "mcp: SIGKILL of the server: each front end stops its VM (parent-death signal), nothing leaks" {
+	local fifo="$BATS_TEST_TMPDIR/in" spid n i
+	mkfifo "$fifo"
+	"$MCP" <"$fifo" >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
+	spid=$!
+	exec 7>"$fifo"
+	printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["sleep","120"]}}}' >&7
+	for i in $(seq 1 120); do
+		n=$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)
+		[ "$n" -eq 0 ] || break
+		sleep 0.5
+	done
+	[ "$n" -eq 1 ]
+	kill -9 "$spid"
+	for i in $(seq 1 50); do
+		n=$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)
+		[ "$n" -eq 0 ] && break
+		sleep 0.1
+	done
+	exec 7>&-
+	wait "$spid" || true
+	echo "# VM stopped $((i * 100)) ms after the server's SIGKILL (poll granularity)" >&3
+	[ "$n" -eq 0 ]
+	isopod gc --dry-run | jq -e '.leaked == []'
+}
