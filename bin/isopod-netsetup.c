@@ -18,6 +18,7 @@
  * root. */
 
 #include "net.h"
+#include "netstate.h"
 #include "ranges.h"
 #include "tcfilter.h"
 #include "util.h"
@@ -1999,6 +2000,8 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to open a route netlink socket:");
 	if (remove) {
 		remove_all();
+		if (netstate_remove(msg, sizeof msg) < 0)
+			die(EX_SYS, "%s", msg);
 		return 0;
 	}
 
@@ -2140,5 +2143,8 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to verify the tables, routing rules and tc filters after loading them "
 		    "(no slot is offered until a rerun verifies)");
 	}
+	/* What was verified, recorded for the doctor to compare (lib/netstate.h). */
+	if (netstate_write(msg, sizeof msg) < 0)
+		die(EX_SYS, "%s", msg);
 	return 0;
 }
