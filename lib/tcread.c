@@ -42,7 +42,7 @@ static long sys_bpf(int cmd, union bpf_attr *a)
 	return syscall(SYS_bpf, cmd, a, sizeof *a);
 }
 
-/* One element of an array map into v (vsz bytes).  0 or -errno. */
+/* The one element of an array map into v (the map's value size).  0 or -errno. */
 static int map_get(int mfd, void *v)
 {
 	union bpf_attr a;
