@@ -198,11 +198,11 @@ static json_t *host_checks(struct adv *a)
 			rule |= json_integer_value(json_object_get(r, "priority")) == 10 &&
 				!strcmp(json_string_value(json_object_get(r, "iif")) ?: "", tap) &&
 				!strcmp(json_string_value(json_object_get(r, "action")) ?: "", "blackhole");
-		json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "check", "fail-closed-rule",
-						     "tap", tap, "ok", rule));
+		json_array_append_new(out, adv_route_check(a, k, rule));
+		json_array_append_new(out, adv_tc_check(k, mode));
 	}
 	json_decref(rules);
-	(void)a;
+	json_array_append_new(out, adv_netstate_check("before"));
 	return out;
 }
 
@@ -355,6 +355,9 @@ static int probe_all(struct adv *a, const struct adv_opts *op, struct setup *su,
 			adv_probes_net(a, &a->vm[i], su->allow, su->nallow,
 				       i > 0 && !strcmp(a->vm[i - 1].mode, a->vm[i].mode));
 	}
+	/* and nothing changed while the probes ran */
+	if (!op->vmref)
+		json_array_append_new(*hc, adv_netstate_check("after"));
 	return 0;
 }
 

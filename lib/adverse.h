@@ -35,6 +35,7 @@
 #define ADV_MAXVM 4
 #define ADV_MAXOWN 16
 #define ADV_LISTEN_PORT 9 /* the doctor's own listeners (discard) */
+#define ADV_GRACE_MS 200  /* the capture's wait after an attempt ends */
 
 struct avm {
 	char id[VM_ID_SZ], mode[16], tap[IFNAMSIZ], gw[16], guest[16];
@@ -100,5 +101,18 @@ int adv_own_has(const struct adv *a, const char *addr, int proto);
 void adv_probes_net(struct adv *a, const struct avm *vm, const struct range *allow, size_t nallow,
 		    int again);
 void adv_probes_none(struct adv *a, const struct avm *vm);
+
+/* ---- lib/advhost.c: host checks ---- */
+
+/* Tap k's ingress filter is ours, loaded for its slot (mode). */
+json_t *adv_tc_check(int k, const char *mode);
+/* Tap k's fail-closed routing by what it does: the kernel asked how a
+ * guest's packet with the filter's mark alone (the table did not judge
+ * it) to a host address and to the public target is routed must refuse
+ * it.  listed: the blackhole rule was found in the listing. */
+json_t *adv_route_check(const struct adv *a, int k, int listed);
+/* The live tables, routing rules and filters against isopod-netsetup's
+ * record (lib/netstate.h); when: "before" or "after" the probes. */
+json_t *adv_netstate_check(const char *when);
 
 #endif

@@ -2,13 +2,16 @@
  * adverse.h. */
 #include "adverse.h"
 #include "proc.h"
+#include "ruleset.h"
 #include "sniff.h"
+#include "tcfilter.h"
 
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -65,16 +68,18 @@ static void sniff_drain(int fd)
  * vm (its tap) to addr (proto, port; port -1: any).  needle: bytes that
  * must not leave (DNS exfiltration), else NULL. */
 static struct seen sniff_count(int fd, const struct avm *vm, const char *addr, int proto, int port,
-			       const char *needle)
+			       const char *needle, const char *leak)
 {
 	struct seen s = { 0 };
-	uint8_t b[4096], ta[16], ga[16];
-	int taf = 0, gaf = 0;
+	uint8_t b[4096], ta[16], ga[16], la[16];
+	int taf = 0, gaf = 0, laf = 0;
 	struct tpacket_stats ts;
 	socklen_t sl = sizeof ts;
 
 	if (addr && adv_addr(addr, &taf, ta) < 0)
 		taf = 0;
+	if (leak && adv_addr(leak, &laf, la) < 0)
+		laf = 0;
 	adv_addr(vm->guest, &gaf, ga);
 	for (;;) {
 		struct sockaddr_ll ll;
@@ -103,6 +108,9 @@ static struct seen sniff_count(int fd, const struct avm *vm, const char *addr, i
 			} else if (to_t && pmatch) {
 				/* (the port too: the brokers' canaries go to their
 				 * gateways every second) */
+				s.out++;
+			} else if (laf && pk.af == laf && !memcmp(pk.dst, la, (size_t)alen)) {
+				/* anything for the address the broker was asked for */
 				s.out++;
 			}
 			if (needle && ll.sll_ifindex != vm->ifindex &&
@@ -143,8 +151,8 @@ int adv_own_open(struct adv *a, const char *addr, int port, int proto)
 	if (fd < 0)
 		return -1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	/* a gateway address that is not (yet) up still binds */
-	setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
+	/* No IP_FREEBIND: the bind must fail for an address that is not this
+	 * host's, or a "host address" target could be any silent address. */
 	if (bind(fd, &u.sa, sl) < 0 || (proto == IPPROTO_TCP && listen(fd, 8) < 0)) {
 		int e = errno;
 
@@ -306,25 +314,49 @@ static json_t *guest_sh(struct adv *a, const struct avm *vm, const char *script,
 	return adv_tool_json(a, av, PROC_NULL, st);
 }
 
-/* The ledger of vm has a line refusing `name` (kind dns or http). */
-static int ledger_refused(struct adv *a, const struct avm *vm, const char *name, const char *kind)
+/* The ledger of vm: its path into p. */
+static int ledger_path(struct adv *a, const struct avm *vm, char *p, size_t psz)
+{
+	/* (a path over PATH_MAX: its first 64 bytes are the store's) */
+	if (pathn(p, psz, "%s/vms/%s/ledger.jsonl", store_home(), vm->id) < 0)
+		return adv_fatal(a, EX_USAGE, "path too long: %.64s...", store_home()), -1;
+	return 0;
+}
+
+/* The ledger's size now: where a probe's lines will start (0 none yet). */
+static long long ledger_size(struct adv *a, const struct avm *vm)
+{
+	char p[PATH_MAX];
+	struct stat st;
+
+	if (ledger_path(a, vm, p, sizeof p) < 0 || stat(p, &st) < 0)
+		return 0;
+	return (long long)st.st_size;
+}
+
+/* The ledger of vm has a line, written at or after byte from, refusing
+ * `name` (kind dns or http) on port (0: any). */
+static int ledger_refused(struct adv *a, const struct avm *vm, long long from, const char *name,
+			  const char *kind, int port)
 {
 	char p[PATH_MAX], line[4096];
 	FILE *f;
 	int found = 0;
 
-	/* (a path over PATH_MAX: its first 64 bytes are the store's) */
-	if (pathn(p, sizeof p, "%s/vms/%s/ledger.jsonl", store_home(), vm->id) < 0)
-		return adv_fatal(a, EX_USAGE, "path too long: %.64s...", store_home()), 0;
-	if (!(f = fopen(p, "re")))
+	if (ledger_path(a, vm, p, sizeof p) < 0 || !(f = fopen(p, "re")))
 		return 0;
+	if (fseeko(f, (off_t)from, SEEK_SET) < 0) {
+		fclose(f);
+		return 0;
+	}
 	while (!found && fgets(line, sizeof line, f)) {
 		json_t *j = json_loads(line, JSON_REJECT_DUPLICATES, NULL);
 		const char *n = json_string_value(json_object_get(j, "name"));
 		const char *k = json_string_value(json_object_get(j, "kind"));
 		const char *v = json_string_value(json_object_get(j, "verdict"));
 
-		found = n && k && v && !strcmp(n, name) && !strcmp(k, kind) && !strcmp(v, "denied");
+		found = n && k && v && !strcmp(n, name) && !strcmp(k, kind) && !strcmp(v, "denied") &&
+			(!port || json_integer_value(json_object_get(j, "port")) == port);
 		json_decref(j);
 	}
 	fclose(f);
@@ -342,6 +374,8 @@ struct probe {
 	char control[1024], attempt[1024];
 	char ledger_name[128];  /* a refusal due in the ledger ("" none) */
 	const char *ledger_kind;
+	int ledger_port;        /* its port, the probe's own token (0: any) */
+	char leak[64];          /* nothing at all may leave for it ("" none) */
 	char needle[64];        /* bytes that must not leave ("" none) */
 	int nonic;              /* class none: host evidence from the record */
 	int broker;             /* the target is the slot's broker: its answer (a refusal) is due */
@@ -454,6 +488,90 @@ static int no_nic(const struct avm *vm, char *why, size_t wsz)
 	return 0;
 }
 
+/* The enforcement counters of a tap, read around a probe: its tc filter's
+ * (by verdict and reason) and isopod's drop rules'. */
+struct counters {
+	int tc_ok;                       /* the tap's filter is ours and its counters read */
+	uint64_t tc[TCFILTER_NCOUNT];
+	int nft_ok;
+	struct ruleset_drop *nft;
+	size_t nnft;
+};
+
+static void counters_read(const struct avm *vm, struct counters *c)
+{
+	struct tcfilter_state st;
+	char msg[256];
+
+	*c = (struct counters){ 0 };
+	if (vm->ifindex > 0 && tcfilter_read(vm->ifindex, &st, msg, sizeof msg) == 0 && st.ours &&
+	    st.filters == 1 && st.counts_read) {
+		c->tc_ok = 1;
+		memcpy(c->tc, st.counts, sizeof c->tc);
+	}
+	c->nft_ok = ruleset_drops(&c->nft, &c->nnft, msg, sizeof msg) == 0;
+}
+
+/* What moved between b and e: the evidence's "tc_filter" (null when the
+ * tap's filter could not be read both times) and "nft_drops" (the isopod
+ * drop rules whose counters moved); *passed, *dropped (IPv4 drops: not the
+ * guest's own IPv6 or other chatter) and *ndrop their sums. */
+static json_t *counters_delta(const struct counters *b, const struct counters *e, long *passed,
+			      long *dropped, long *ndrop)
+{
+	json_t *ev = json_object(), *tc = json_null(), *nd = json_array();
+	size_t i, j;
+	int r;
+
+	*passed = *dropped = *ndrop = 0;
+	if (b->tc_ok && e->tc_ok) {
+		tc = json_object();
+		for (r = 0; r < TCFILTER_NCOUNT; r++) {
+			long d = (long)(e->tc[r] - b->tc[r]);
+
+			if (!tcfilter_count_names[r][0])
+				continue;
+			json_object_set_new(tc, tcfilter_count_names[r], json_integer(d));
+			if (r == TCF_PASSED)
+				*passed += d;
+			else if (r != TCF_ARP && r != TCF_NONIP)
+				*dropped += d;
+		}
+	}
+	for (i = 0; i < e->nnft; i++)
+		for (j = 0; j < b->nnft; j++)
+			if (e->nft[i].handle == b->nft[j].handle && !strcmp(e->nft[i].chain, b->nft[j].chain) &&
+			    e->nft[i].packets > b->nft[j].packets) {
+				long d = (long)(e->nft[i].packets - b->nft[j].packets);
+
+				*ndrop += d;
+				json_array_append_new(nd, json_pack("{s:s, s:I, s:I}", "chain", e->nft[i].chain,
+								    "handle", (json_int_t)e->nft[i].handle,
+								    "packets", (json_int_t)d));
+			}
+	json_object_set_new(ev, "tc_filter", tc);
+	json_object_set_new(ev, "nft_drops", b->nft_ok && e->nft_ok ? nd : (json_decref(nd), json_null()));
+	return ev;
+}
+
+/* Serve the doctor's listeners for ms more: a packet still on its way when
+ * the guest's program gave up is counted (the capture and the hits). */
+static void grace(struct adv *a, int ms)
+{
+	int64_t end = mono_ms() + ms, left;
+
+	while ((left = end - mono_ms()) > 0) {
+		struct pollfd pf[ADV_MAXOWN];
+		int i;
+
+		for (i = 0; i < a->nown; i++)
+			pf[i] = (struct pollfd){ .fd = a->own[i].fd, .events = POLLIN };
+		if (poll(pf, (nfds_t)a->nown, (int)left) < 0 && errno != EINTR)
+			break;
+		own_service(a);
+	}
+}
+
 static void run_probe(struct adv *a, const struct avm *vm, struct probe *p)
 {
 	char script[4096], why[256] = "";
@@ -463,6 +581,11 @@ static void run_probe(struct adv *a, const struct avm *vm, struct probe *p)
 	long hits = 0;
 	struct seen s = { 0 };
 	int64_t t0 = mono_ms();
+	struct counters cb = { 0 }, ce = { 0 };
+	long tc_pass = 0, tc_drop = 0, nft_drop = 0;
+	long long lfrom = 0;
+	int enforced = 0, led = 1, tc_absent = 0, routed = 0;
+	const char *by = NULL;
 
 	if (a->fatal[0]) {
 		json_decref(steps);
@@ -493,12 +616,19 @@ static void run_probe(struct adv *a, const struct avm *vm, struct probe *p)
 	snprintf(script, sizeof script,
 		 "command -v %s >/dev/null 2>&1; echo \"tooling $?\"\n%s\n%s\n", p->tool, p->control,
 		 p->attempt);
+	if (!p->nonic) {
+		counters_read(vm, &cb);
+		lfrom = ledger_size(a, vm);
+	}
 	sniff_drain(a->sniff);
 	if (p->proto)
 		own_hits(a, p->addr, p->proto);
 	res = guest_sh(a, vm, script, (a->tmo * 3 + 20) * 1000, &st);
+	grace(a, ADV_GRACE_MS);
 	s = sniff_count(a->sniff, vm, p->proto ? p->addr : NULL, p->proto, p->port,
-			p->needle[0] ? p->needle : NULL);
+			p->needle[0] ? p->needle : NULL, p->leak[0] ? p->leak : NULL);
+	if (!p->nonic)
+		counters_read(vm, &ce);
 	if (p->proto)
 		hits = own_hits(a, p->addr, p->proto);
 	out = json_string_value(json_object_get(res, "stdout"));
@@ -528,10 +658,24 @@ static void run_probe(struct adv *a, const struct avm *vm, struct probe *p)
 		ev_ok = no_nic(vm, why, sizeof why) == 0;
 		ev = json_pack("{s:b, s:s?}", "no_nic", ev_ok, "why", ev_ok ? NULL : why);
 	} else {
-		int led = !p->ledger_name[0] || ledger_refused(a, vm, p->ledger_name, p->ledger_kind);
+		json_t *cev = counters_delta(&cb, &ce, &tc_pass, &tc_drop, &nft_drop);
 
+		led = !p->ledger_name[0] ||
+		      ledger_refused(a, vm, lfrom, p->ledger_name, p->ledger_kind, p->ledger_port);
+		/* isopod's enforcement took the attempt: its tap's filter (ours,
+		 * read before and after) dropped it or passed it to a drop rule
+		 * of the table that moved; a broker's refusal: passed to it.  An
+		 * open VM's packet for another VM is dropped by the routing
+		 * before any rule (the reverse-path lookup meets the other tap's
+		 * fail-closed rule; its host check tests that it works): passed
+		 * by the filter, and nothing out, is its evidence. */
+		tc_absent = !json_is_object(json_object_get(cev, "tc_filter"));
+		routed = !strcmp(p->cls, "other-vm") && !strcmp(vm->mode, "open");
+		by = tc_absent ? NULL : p->broker ? (tc_pass > 0 ? "broker" : NULL) :
+		     tc_drop > 0 ? "tc" : nft_drop > 0 ? "nft" : routed && tc_pass > 0 ? "routing" : NULL;
+		enforced = by != NULL;
 		ev_ok = s.in > 0 && s.out == 0 && (p->broker || s.back == 0) && s.payload == 0 &&
-			hits == 0 && s.drops == 0 && led;
+			hits == 0 && s.drops == 0 && led && enforced;
 		ev = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "tap", vm->tap, "in_from_guest",
 			       (json_int_t)s.in, "out_to_target", (json_int_t)s.out, "back_to_guest",
 			       (json_int_t)s.back, "own_listener_hits", (json_int_t)hits,
@@ -539,6 +683,10 @@ static void run_probe(struct adv *a, const struct avm *vm, struct probe *p)
 			       (json_int_t)s.payload);
 		if (p->ledger_name[0])
 			json_object_set_new(ev, "ledger_refusal", json_boolean(led));
+		json_object_update(ev, cev);
+		json_decref(cev);
+		json_object_set_new(ev, "enforced", json_boolean(enforced));
+		json_object_set_new(ev, "enforced_by", by ? json_string(by) : json_null());
 	}
 	json_array_append_new(steps, step("evidence", ev_ok, ev));
 	if (!tool_ok) {
@@ -563,7 +711,10 @@ static void run_probe(struct adv *a, const struct avm *vm, struct probe *p)
 				 s.out || s.payload ? "the probe left the host (seen on the way out)" :
 				 s.back && !p->broker ? "the target answered the guest" :
 				 hits ? "the doctor's listener got a hit" :
-				 "no refusal in the broker's ledger");
+				 !led ? "no refusal in the broker's ledger" :
+				 tc_absent ?
+				 "the tap's tc filter counters are absent (no filter of ours to read)" :
+				 "no enforcement counter moved (neither the tap's filter nor an isopod drop rule)");
 	} else {
 		verdict = "pass";
 	}
@@ -580,6 +731,8 @@ done:
 					why[0] ? why : NULL, "steps", steps, "ms",
 					(json_int_t)(mono_ms() - t0)));
 	json_decref(res);
+	free(cb.nft);
+	free(ce.nft);
 }
 
 static struct probe *probe_new(struct probe *p, const char *cls, int proto, const char *addr,
@@ -710,12 +863,21 @@ other_vm:
 		control_for(a, vm, &p);
 		/* with them (isopod-exec sets them): the broker's refusal is quick;
 		 * no -T: busybox 1.35's wget crashes with it */
+		/* a port of its own: the probe's token in the ledger */
+		{
+			char rh[9];
+
+			rand_hex(rh, 4);
+			p.ledger_port = 20000 + (int)(strtoul(rh, NULL, 16) % 40000);
+		}
 		snprintf(p.attempt, sizeof p.attempt,
-			 "o=$(wget -q -O- http://%s/ 2>/dev/null); r=$?; if [ -n \"$o\" ]; then "
-			 "a=1; else a=0; fi; echo \"attempt $r $a\"", a->public_addr);
+			 "o=$(wget -q -O- http://%s:%d/ 2>/dev/null); r=$?; if [ -n \"$o\" ]; then "
+			 "a=1; else a=0; fi; echo \"attempt $r $a\"", a->public_addr, p.ledger_port);
 		p.broker = 1;
-		/* the evidence: the broker refused it, nothing left for the address */
+		/* the evidence: the broker refused it (a line written since the
+		 * probe began, with its port), nothing left for the address */
 		snprintf(p.ledger_name, sizeof p.ledger_name, "%s", a->public_addr);
+		snprintf(p.leak, sizeof p.leak, "%s", a->public_addr);
 		p.ledger_kind = "http";
 		run_probe(a, vm, &p);
 	}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# shellcheck disable=SC2154 # $stderr: set by bats' run --separate-stderr
+# shellcheck disable=SC2154,SC2030,SC2031 # $stderr: set by bats' run --separate-stderr
 # The adverse doctor (issue 10): isopod-doctor --adverse boots real guests
 # on every mode's slots inside the sealed lab of t/lab/lab.sh and attacks
 # the host's enforcement from them; its report is what isopod-attest signs.
@@ -80,8 +80,14 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	json_is '[.probes[] | select(.class == "none") | .steps[4].no_nic] == [true]'
 	json_is '[.probes[] | select(.steps[4].ledger_refusal != null) | .steps[4].ledger_refusal] == [true, true]'
 	json_is '.targets.host_gateway == "203.0.113.254" and .targets.host_addresses == ["203.0.113.1"]'
-	# the host side: 3 taps, each its forwarding flag and its fail-closed rule
-	json_is '(.host_checks | length) == 6 and all(.host_checks[]; .ok)'
+	# isopod's enforcement took every networked attempt: the tap's own filter
+	# read before and after, and its drop or a drop rule of the table moved
+	json_is 'all(.probes[] | select(.class != "none"); .steps[4].enforced and (.steps[4].tc_filter | type) == "object")'
+	json_is '[.probes[] | select(.class != "none" and (.steps[4].nft_drops | length) > 0)] | length > 0'
+	# the host side: 3 taps, each its forwarding flag, its fail-closed rule
+	# (by function) and its tc filter; the record of netsetup, before and after
+	json_is '(.host_checks | length) == 11 and all(.host_checks[]; .ok)'
+	json_is '[.host_checks[] | select(.check == "netstate") | .when] == ["before", "after"]'
 	json_is '[.probes[] | select(.class == "other-vm") | .name | test("^(filtered|open)/other-vm-10\\.213\\.0\\.[0-9]+-to-")] | length == 12'
 	# the doctor's VMs are gone
 	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
@@ -195,7 +201,10 @@ EOF
 	echo "$output" | jq -c '.setup, .counts, (.probes[] | select(.verdict != "pass") | [.name, .verdict, .why])'
 	[ "$status" -eq 1 ]
 	json_is '.counts.error == 0'
-	diff <(not_passing) - <<'EOF'
+	# without the tap's filter no probe has its evidence (the filter's
+	# counters); exactly the probes of the host's address got through
+	json_is '.counts.pass == 0 and all(.probes[]; .steps[4].tc_filter == null)'
+	diff <(jq -r '.probes[] | select(.steps[3].answered or .steps[4].own_listener_hits > 0 or .steps[4].out_to_target > 0) | .name' <<<"$output" | sort) - <<'EOF'
 open/host-203.0.113.1-icmp
 open/host-203.0.113.1-tcp
 open/host-203.0.113.1-udp
@@ -238,4 +247,110 @@ EOF
 	[ "$status" -eq 111 ]
 	json_is 'all(.probes[] | select(.steps[1].program == "nslookup"); .verdict == "error" and .steps[2].ok == false)'
 	json_is 'all(.probes[] | select(.steps[1].program != "nslookup"); .verdict == "pass")'
+}
+
+# ---- the evidence of isopod's enforcement (the review's HIGH finding) ----
+# Each mutation breaks one layer only; the doctor's host checks (a --modes
+# none run: one VM without a NIC, the host side whole) or its counters must
+# say which, and nothing else may fail.
+
+# failing_checks: "CHECK TAP|WHEN" of every host check not ok, sorted.
+failing_checks() { jq -r '.host_checks[] | select(.ok | not) | "\(.check) \(.tap // .when)"' <<<"$output" | sort; }
+
+@test "mutation: ONLY vm_in's catch-all drop deleted: the netstate check FAILs naming it, every other check and probe passes" {
+	local h
+	h=$(lab exec nft -a list chain inet isopod vm_in | sed -n 's|^[[:space:]]*counter packets .* drop # handle \([0-9]*\)$|\1|p')
+	[ -n "$h" ]
+	lab exec nft delete rule inet isopod vm_in handle "$h"
+	run --separate-stderr doctor --modes none
+	netsetup
+	echo "$output" | jq -c '.host_checks[] | select(.ok | not)'
+	[ "$status" -eq 1 ]
+	json_is '.verdict == "fail" and .counts.pass == .counts.probes and .counts.probes == 1'
+	diff <(failing_checks) - <<'EOF'
+netstate after
+netstate before
+EOF
+	json_is 'all(.host_checks[] | select(.check == "netstate"); .why == "ruleset: missing: rule inet isopod vm_in [ counter ] [ immediate reg 0 drop  ]")'
+	# and netsetup's rerun put it back
+	run --separate-stderr doctor --modes none
+	[ "$status" -eq 0 ]
+}
+
+@test "mutation: ONLY the open tap's tc filter taken off: its filter check FAILs and every probe of its VM lacks the counter evidence (the host-address ones FAIL though nothing got through)" {
+	local id probes pst
+	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
+	lab exec tc filter del dev isopod-tap2 ingress
+	run --separate-stderr doctor --vm "$id"
+	probes=$output pst=$status
+	run --separate-stderr doctor --modes none
+	isopod-stop --force "$id" >/dev/null || :
+	netsetup
+	echo "$output" | jq -c '.host_checks[] | select(.ok | not)'
+	[ "$status" -eq 1 ]
+	diff <(failing_checks) - <<'EOF'
+netstate after
+netstate before
+tc-filter isopod-tap2
+EOF
+	json_is '[.host_checks[] | select(.check == "netstate") | .why] | unique == ["taps: isopod-tap2'"'"'s tc filter is not the one netsetup attached"]'
+	output=$probes
+	echo "$output" | jq -c '.counts, (.probes[] | select(.class == "host") | [.name, .verdict, .why])'
+	[ "$pst" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.pass == 0 and all(.probes[]; .steps[4].tc_filter == null and .steps[4].enforced == false)'
+	# the table still stopped them (nothing left, no listener hit, its drop
+	# moved): only the filter's evidence is missing
+	json_is 'all(.probes[] | select(.class == "host"); .verdict == "fail" and (.why | test("tc filter counters are absent")) and .steps[4].out_to_target == 0 and .steps[4].own_listener_hits == 0)'
+	json_is '[.probes[] | select(.class == "host") | .steps[4].nft_drops | length > 0] | all'
+}
+
+@test "mutation: the open tap's fail-closed rule attached to a wrong interface name: its fail-closed-rule check FAILs (not listed, and packets routed), the netstate check names the rule, nothing else fails" {
+	lab exec ip rule del pref 10 iif isopod-tap2 fwmark 0/0x10000000 blackhole
+	lab exec ip rule add pref 10 iif isopod-tapx fwmark 0/0x10000000 blackhole
+	run --separate-stderr doctor --modes none
+	lab exec ip rule del pref 10 iif isopod-tapx fwmark 0/0x10000000 blackhole
+	netsetup
+	echo "$output" | jq -c '.host_checks[] | select(.ok | not)'
+	[ "$status" -eq 1 ]
+	json_is '.counts.pass == .counts.probes'
+	diff <(failing_checks) - <<'EOF'
+fail-closed-rule isopod-tap2
+netstate after
+netstate before
+EOF
+	json_is '[.host_checks[] | select(.check == "fail-closed-rule" and .tap == "isopod-tap2") | .listed, (.routes[] | .blocked)] == [false, false, false]'
+	json_is 'all(.host_checks[] | select(.check == "netstate"); .why | test("^routing: missing: inet 10 .* iif isopod-tap2 "))'
+}
+
+@test "mutation: a priority-5 'iif tap lookup main' rule before the blackhole: the fail-closed-rule check FAILs by function though the rule is listed" {
+	lab exec ip rule add pref 5 iif isopod-tap2 lookup main
+	run --separate-stderr doctor --modes none
+	lab exec ip rule del pref 5 iif isopod-tap2 lookup main
+	echo "$output" | jq -c '.host_checks[] | select(.ok | not)'
+	[ "$status" -eq 1 ]
+	diff <(failing_checks) - <<'EOF'
+fail-closed-rule isopod-tap2
+netstate after
+netstate before
+EOF
+	json_is '[.host_checks[] | select(.check == "fail-closed-rule" and .tap == "isopod-tap2") | .listed, (.routes[] | .blocked)] == [true, false, false]'
+	json_is 'all(.host_checks[] | select(.check == "netstate"); .why | test("^routing: added: inet 5 "))'
+}
+
+@test "netsetup records its state (0600, per netns) and --remove deletes it: without the record the netstate check FAILs" {
+	local ino
+	ino=$(lab exec stat -L -c %i /proc/self/ns/net)
+	[ -s "/run/isopod/netstate-$ino.json" ]
+	[ "$(stat -c %a "/run/isopod/netstate-$ino.json")" = 600 ]
+	lab exec "$ISOPOD_SRC/bin/isopod-netsetup" --remove >/dev/null
+	[ ! -e "/run/isopod/netstate-$ino.json" ]
+	netsetup
+	[ -s "/run/isopod/netstate-$ino.json" ]
+	rm "/run/isopod/netstate-$ino.json"
+	run --separate-stderr doctor --modes none
+	netsetup
+	[ "$status" -eq 1 ]
+	json_is '[.host_checks[] | select(.ok | not) | .check] == ["netstate", "netstate"] and all(.host_checks[] | select(.check == "netstate"); .why | test("isopod-netsetup writes it"))'
 }
