@@ -73,12 +73,12 @@ bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHD
 
 # The adverse doctor (lib/adverse.c, lib/advprobe.c) watches frames
 # (lib/sniff.c) and reads the tables back.
-DOCTORLIB = lib/adverse.o lib/advprobe.o lib/sniff.o
+DOCTORLIB = lib/adverse.o lib/advprobe.o lib/sniff.o lib/suite.o
 lib/sniff.o: lib/sniff.c lib/sniff.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ lib/sniff.c
 lib/advprobe.o: lib/sniff.h
 
-bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) $(DOCTORLIB) $(LIBHDR) lib/sniff.h
+bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) $(DOCTORLIB) $(LIBHDR) lib/sniff.h lib/suite.h
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-doctor.c $(DOCTORLIB) $(HOSTLIB) $(LDLIBS_HOST)
 
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
