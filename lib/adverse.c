@@ -373,6 +373,31 @@ static void suite_check(struct adv *a, const struct avm *vm)
 	}
 }
 
+/* A second VM of a mode runs the same probes: its names get the mode's
+ * count ("filtered2/metadata-tcp"), as a report names each probe once. */
+static void rename_again(struct adv *a, int i, size_t first)
+{
+	int k, nth = 1;
+	size_t j, ml = strlen(a->vm[i].mode);
+	json_t *p;
+
+	for (k = 0; k < i; k++)
+		nth += !strcmp(a->vm[k].mode, a->vm[i].mode);
+	if (nth < 2)
+		return;
+	for (j = first; j < json_array_size(a->probes); j++) {
+		const char *n;
+		char nn[256];
+
+		p = json_array_get(a->probes, j);
+		n = json_string_value(json_object_get(p, "name"));
+		if (!n || strncmp(n, a->vm[i].mode, ml) || n[ml] != '/')
+			continue;
+		snprintf(nn, sizeof nn, "%s%d%s", a->vm[i].mode, nth, n + ml);
+		json_object_set_new(p, "name", json_string(nn));
+	}
+}
+
 /* Capture, VMs, listeners, then every probe; *hc the host checks.  -1
  * when the setup failed (su->step). */
 static int probe_all(struct adv *a, const struct adv_opts *op, struct setup *su, json_t **hc)
@@ -392,7 +417,8 @@ static int probe_all(struct adv *a, const struct adv_opts *op, struct setup *su,
 		return su->step = "listeners", -1;
 	}
 	/* (two networked VMs booted: each must probe the other) */
-	a->want_peers = !op->vmref && su->want_filt + su->want_open + (su->nfilt >= 2) >= 2;
+	a->want_peers = !op->vmref &&
+			(su->want_filt ? (su->nfilt >= 2 ? 2 : 1) : 0) + su->want_open >= 2;
 	if (setup_vms(a, op, su) < 0 || setup_listeners(a, su) < 0)
 		return -1;
 	/* the host side, once (not with --vm: that VM's own probes only) */
@@ -403,6 +429,8 @@ static int probe_all(struct adv *a, const struct adv_opts *op, struct setup *su,
 	/* every VM the whole suite of its mode (a second one of a mode too:
 	 * the same policy on another slot is not the same rules) */
 	for (i = 0; i < a->nvm; i++) {
+		size_t first = json_array_size(a->probes);
+
 		if (!strcmp(a->vm[i].mode, "none")) {
 			adv_probes_none(a, &a->vm[i]);
 		} else {
@@ -410,6 +438,7 @@ static int probe_all(struct adv *a, const struct adv_opts *op, struct setup *su,
 			adv_probes_net2(a, &a->vm[i]);
 		}
 		suite_check(a, &a->vm[i]);
+		rename_again(a, i, first);
 	}
 	return 0;
 }

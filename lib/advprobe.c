@@ -877,7 +877,8 @@ void adv_probe_missing(struct adv *a, const struct avm *vm, const char *cls, con
 	if (a->fatal[0] || !adv_class_on(a, cls))
 		return;
 	for (i = 0; i < sizeof sn / sizeof *sn; i++)
-		json_array_append_new(steps, step(sn[i], 0, NULL));
+		json_array_append_new(steps, step(sn[i], 0, i ? NULL : json_pack("{s:s, s:b}", "vm", vm->id,
+										  "lock_held", vm_running(vm->id))));
 	snprintf(n, sizeof n, "%s/%s", vm->mode, name);
 	a->error++;
 	json_array_append_new(a->probes,
