@@ -363,3 +363,18 @@ EOF
 	# the lab's metadata host answered through the broker
 	json_is '[.probes[] | select(.name | test("metadata")) | .steps[3].answered] == [true, true]'
 }
+
+@test "regression: a class with no target is ERROR, never a silent pass (the lab host's address and default route taken away)" {
+	lab exec ip addr del 203.0.113.1/24 dev h0
+	run --separate-stderr doctor --modes open --class host,host-gateway
+	lab exec ip addr add 203.0.113.1/24 dev h0
+	lab exec ip route add default via 203.0.113.254 dev h0
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
+	[ "$status" -eq 111 ]
+	diff <(verdicts) - <<'EOF'
+error open/host-gateway-none
+error open/host-none
+EOF
+	# the lab is whole again
+	lab exec busybox ping -c1 -W2 198.51.100.10 >/dev/null
+}
