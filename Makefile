@@ -81,7 +81,7 @@ bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHD
 
 # The adverse doctor (lib/adverse.c, lib/advprobe.c) watches frames
 # (lib/sniff.c) and reads the tables back.
-DOCTORLIB = lib/adverse.o lib/advprobe.o lib/advhost.o lib/sniff.o
+DOCTORLIB = lib/adverse.o lib/advprobe.o lib/advhost.o lib/sniff.o lib/suite.o
 lib/sniff.o: lib/sniff.c lib/sniff.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ lib/sniff.c
 lib/advprobe.o: lib/sniff.h lib/ruleset.h
@@ -89,7 +89,7 @@ lib/advhost.o: lib/netstate.h
 
 # (and compares the tables, rules and filters with netsetup's record:
 # lib/netstate.c, libnftnl; not libbpf: lib/tcread.c reads the filters)
-bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) $(DOCTORLIB) $(NETSTATELIB) $(LIBHDR) lib/sniff.h lib/netstate.h
+bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) $(DOCTORLIB) $(NETSTATELIB) $(LIBHDR) lib/sniff.h lib/netstate.h lib/suite.h
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-doctor.c $(DOCTORLIB) $(NETSTATELIB) $(HOSTLIB) $(LDLIBS_HOST) -lnftnl -lmnl
 
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bats
-# shellcheck disable=SC2154,SC2030,SC2031 # $stderr: set by bats' run --separate-stderr
+# shellcheck disable=SC2154 # $stderr: set by bats' run --separate-stderr
+# shellcheck disable=SC2030,SC2031 # open_mutation hands run's $output and $status to its tests
 # The adverse doctor (issue 10): isopod-doctor --adverse boots real guests
 # on every mode's slots inside the sealed lab of t/lab/lab.sh and attacks
 # the host's enforcement from them; its report is what isopod-attest signs.
@@ -73,12 +74,19 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	json_is '.verdict == "pass" and .setup.ok and .counts.fail == 0 and .counts.error == 0'
 	json_is '.counts.probes == (.probes | length) and .counts.pass == .counts.probes and .counts.probes > 40'
 	json_is '[.vms[].mode] | sort == ["filtered", "filtered", "none", "open"]'
-	json_is '[.probes[].class] | unique == ["denied-range", "dns-exfiltration", "filtered-forwarding", "gateway-port", "host", "host-gateway", "metadata", "none", "other-vm"]'
+	json_is '[.probes[].class] | unique == ["arp-gateway", "denied-range", "dns-exfiltration", "dns-rebinding", "filtered-forwarding", "gateway-port", "host", "host-gateway", "ipv6", "metadata", "none", "other-vm", "spoof-ip", "spoof-mac"]'
+	# every networked VM ran the whole suite of its mode (the second filtered one too)
+	json_is '[.probes[] | select(.class == "dns-rebinding") | .vm] | unique | length == 2'
+	json_is '[.probes[] | select(.class == "ipv6")] | length == 9'
+	json_is '[.probes[] | select(.class == "other-vm") | .steps[0].peer_alive] | all'
 	json_is 'all(.probes[]; [.steps[].step] == ["liveness", "tooling", "control", "attempt", "evidence"] and [.steps[].ok] == [true, true, true, false, true])'
 	# the host saw each attempt arrive on the tap (the none probe: no NIC at all)
 	json_is 'all(.probes[] | select(.class != "none"); .steps[4].in_from_guest > 0 and .steps[4].out_to_target == 0 and .steps[4].own_listener_hits == 0)'
 	json_is '[.probes[] | select(.class == "none") | .steps[4].no_nic] == [true]'
-	json_is '[.probes[] | select(.steps[4].ledger_refusal != null) | .steps[4].ledger_refusal] == [true, true]'
+	# the proxy and exfiltration probes and 4 rebinding ones, in each filtered VM
+	json_is '[.probes[] | select(.steps[4].ledger_refusal != null) | .steps[4].ledger_refusal] == [range(12) | true]'
+	json_is 'all(.probes[] | select(.class == "dns-rebinding"); .steps[4].ledger_says_denied_address and .steps[4].resolver_answers == 1)'
+	json_is 'all(.probes[] | select(.class == "arp-gateway"); .steps[4].neighbours_unchanged)'
 	json_is '.targets.host_gateway == "203.0.113.254" and .targets.host_addresses == ["203.0.113.1"]'
 	# isopod's enforcement took every networked attempt: the tap's own filter
 	# read before and after, and its drop or a drop rule of the table moved
@@ -88,7 +96,10 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	# (by function) and its tc filter; the record of netsetup, before and after
 	json_is '(.host_checks | length) == 11 and all(.host_checks[]; .ok)'
 	json_is '[.host_checks[] | select(.check == "netstate") | .when] == ["before", "after"]'
-	json_is '[.probes[] | select(.class == "other-vm") | .name | test("^(filtered|open)/other-vm-10\\.213\\.0\\.[0-9]+-to-")] | length == 12'
+	json_is '[.probes[] | select(.class == "other-vm") | .name | test("^(filtered|filtered2|open)/other-vm-10\\.213\\.0\\.[0-9]+-to-")] | length == 12'
+	# the second filtered VM's probes are named apart (a report names each once)
+	json_is '[.probes[].name] | length == (unique | length)'
+	json_is '[.probes[] | select(.name | startswith("filtered2/"))] | length > 30'
 	# the doctor's VMs are gone
 	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
 	echo "$output" >"$BATS_FILE_TMPDIR/report.json"
@@ -353,4 +364,139 @@ EOF
 	netsetup
 	[ "$status" -eq 1 ]
 	json_is '[.host_checks[] | select(.ok | not) | .check] == ["netstate", "netstate"] and all(.host_checks[] | select(.check == "netstate"); .why | test("isopod-netsetup writes it"))'
+}
+
+# ---- the classes of spoofing, ARP, IPv6 and DNS rebinding -------------------
+# Each mutation breaks one enforcement for one open VM booted first (a claim
+# refuses a tap without its tc filter), and the doctor runs only the new
+# classes against it (--class): exactly the probes of that class FAIL.
+
+NEW_OPEN=spoof-ip,spoof-mac,arp-gateway,ipv6
+
+# own_failures: the probes not passing for a reason other than the tap's
+# filter taken off (then every probe of the VM lacks the filter's counter
+# evidence and FAILs for that alone: the spoof and ipv6 mutations take it).
+own_failures() { jq -r '.probes[] | select(.verdict != "pass" and (.why | test("tc filter counters are absent") | not)) | .name' <<<"$output" | sort; }
+
+# open_mutation NAME: boot an open VM, break NAME's enforcement on its tap,
+# run the new classes in it, restore the lab; the report in $output.
+open_mutation() {
+	local id tap h c
+	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
+	tap=$(jq -r .net.tap "$ISOPOD_HOME/vms/$id/meta.json")
+	case $1 in
+	spoof)
+		# anti-spoof off: the tap's vm_pre rule without its MAC and source
+		# checks, its tc filter off, rp_filter off
+		h=$(lab exec nft -a list chain inet isopod vm_pre | grep "iifname \"$tap\" ether saddr" | sed -n 's/.*# handle \([0-9]*\)$/\1/p')
+		[ -n "$h" ]
+		lab exec nft replace rule inet isopod vm_pre handle "$h" iifname "$tap" meta nfproto ipv4 return
+		lab exec tc filter del dev "$tap" ingress
+		lab exec sysctl -qw "net.ipv4.conf.$tap.rp_filter=0"
+		;;
+	arp)
+		# the arp table gone (and rp_filter, which alone refuses a sender
+		# address routed elsewhere)
+		lab exec nft delete table arp isopod
+		lab exec sysctl -qw "net.ipv4.conf.$tap.rp_filter=0"
+		;;
+	ipv6)
+		# every IPv6 layer of the tap: disable_ipv6, the tc filter, the table
+		lab exec sysctl -qw "net.ipv6.conf.$tap.disable_ipv6=0"
+		lab exec tc filter del dev "$tap" ingress
+		for c in prerouting input forward; do
+			lab exec nft insert rule inet isopod "$c" iifname "$tap" meta nfproto ipv6 accept
+		done
+		;;
+	esac
+	run --separate-stderr doctor --vm "$id" --class "$NEW_OPEN"
+	isopod-stop --force "$id" >/dev/null || :
+	netsetup
+	lab exec ip neigh flush dev "$tap"
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
+}
+
+@test "new classes: --class runs only the classes named (they pass), and sign refuses such a report" {
+	run --separate-stderr doctor --modes open --class "$NEW_OPEN"
+	echo "$output" | jq -c '.counts, (.probes[] | select(.verdict != "pass") | [.name, .why])'
+	[ "$status" -eq 0 ]
+	json_is '([.probes[].class] | unique) == ["arp-gateway", "ipv6", "spoof-ip", "spoof-mac"] and .counts.pass == 6'
+	json_is 'all(.probes[]; .steps[4].in_from_guest > 0 and .steps[4].out_to_target == 0 and .steps[4].back_to_guest == 0)'
+	echo "$output" >"$BATS_TEST_TMPDIR/r.json"
+	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest sign -o "$BATS_TEST_TMPDIR/e.json" "$BATS_TEST_TMPDIR/r.json"
+	echo "$stderr"
+	[ "$status" -eq 1 ]
+	[ ! -e "$BATS_TEST_TMPDIR/e.json" ]
+	run --separate-stderr doctor --modes open --class 'Bad!'
+	[ "$status" -eq 100 ]
+}
+
+@test "mutation: an open tap's anti-spoof off (vm_pre's MAC/source checks, tc filter, rp_filter): exactly spoof-ip and spoof-mac FAIL for what left (the rest for the filter's missing counters)" {
+	open_mutation spoof
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 6'
+	json_is 'all(.probes[]; .steps[4].tc_filter == null and .steps[4].enforced == false)'
+	diff <(own_failures | sed 's/-[0-9a-f:.]*$//') - <<'EOF'
+open/spoof-ip
+open/spoof-mac
+EOF
+}
+
+@test "mutation: the arp table deleted (and the tap's rp_filter off): exactly arp-gateway FAILs" {
+	open_mutation arp
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 6'
+	diff <(not_passing | sed 's/-claim-.*//') - <<'EOF'
+open/arp
+EOF
+	json_is '[.probes[] | select(.class == "arp-gateway") | .steps[3].answered] == [true]'
+}
+
+@test "mutation: IPv6 let in on an open tap (disable_ipv6, tc filter, table): exactly the three ipv6 probes FAIL for what got in (the rest for the filter's missing counters)" {
+	open_mutation ipv6
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 6'
+	json_is 'all(.probes[]; .steps[4].tc_filter == null and .steps[4].enforced == false)'
+	diff <(own_failures | sed 's/-[0-9a-f:.]*$//') - <<'EOF'
+open/ipv6-global
+open/ipv6-link-local
+open/ipv6-ula
+EOF
+}
+
+@test "mutation: the brokers' deny ranges widened (allow_range 169.254.0.0/16 and 10.0.0.0/8 in the host config, the table untouched): exactly those rebinding probes FAIL" {
+	local wide="$BATS_TEST_TMPDIR/wide.conf"
+	{
+		cat "$LAB_CONF"
+		printf 'allow_range = 169.254.0.0/16\nallow_range = 10.0.0.0/8\n'
+	} >"$wide"
+	ISOPOD_SYSCONFIG=$wide run --separate-stderr doctor --modes filtered --class dns-rebinding
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 8'
+	diff <(not_passing) - <<'EOF'
+filtered/dns-rebinding-metadata-169.254.169.254
+filtered/dns-rebinding-private-10.0.0.1
+filtered2/dns-rebinding-metadata-169.254.169.254
+filtered2/dns-rebinding-private-10.0.0.1
+EOF
+	# the lab's metadata host answered through the broker
+	json_is '[.probes[] | select(.name | test("metadata")) | .steps[3].answered] == [true, true]'
+}
+
+@test "regression: a class with no target is ERROR, never a silent pass (the lab host's address and default route taken away)" {
+	lab exec ip addr del 203.0.113.1/24 dev h0
+	run --separate-stderr doctor --modes open --class host,host-gateway
+	lab exec ip addr add 203.0.113.1/24 dev h0
+	lab exec ip route add default via 203.0.113.254 dev h0
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
+	[ "$status" -eq 111 ]
+	diff <(verdicts) - <<'EOF'
+error open/host-gateway-none
+error open/host-none
+EOF
+	# the lab is whole again
+	lab exec busybox ping -c1 -W2 198.51.100.10 >/dev/null
 }

@@ -171,8 +171,10 @@ adverse_coverage() {
 		            {step: "evidence", ok: true}];
 		{none: ["none"],
 		 filtered: ["metadata", "denied-range", "gateway-port", "filtered-forwarding",
-		            "dns-exfiltration"],
-		 open: ["metadata", "denied-range", "gateway-port"]} as $cls |
+		            "dns-exfiltration", "spoof-ip", "spoof-mac", "arp-gateway", "ipv6",
+		            "dns-rebinding"],
+		 open: ["metadata", "denied-range", "gateway-port", "spoof-ip", "spoof-mac",
+		        "arp-gateway", "ipv6"]} as $cls |
 		[$taps | split("\n")[] | select(length > 0) | split(" ") |
 		 {tap: .[0], mode: (.[2] // "")}] as $t |
 		[["none", "filtered", "open"][] as $m |
