@@ -50,9 +50,15 @@ $(BROKERLIB): $(LIBHDR) $(BROKERHDR)
 bin/isopod-broker: bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LIBHDR) $(BROKERHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LDLIBS_HOST)
 
+# What netsetup wrote, recorded by it and compared by the doctor
+# (lib/netstate.c reads the tables back with lib/ruleset.c: libnftnl).
+NETSTATELIB = lib/netstate.o $(NETLIB)
+lib/netstate.o: lib/netstate.c lib/netstate.h $(LIBHDR)
+	$(CC) $(ALL_CFLAGS) -c -o $@ lib/netstate.c
+
 # The only tool that talks netfilter: its own link flags.
-bin/isopod-netsetup: bin/isopod-netsetup.c $(NSLIB) $(HOSTLIB) $(LIBHDR) $(TCLIB) lib/tcfilter.h
-	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(NSLIB) $(HOSTLIB) $(TCLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
+bin/isopod-netsetup: bin/isopod-netsetup.c $(NSLIB) $(HOSTLIB) $(LIBHDR) $(TCLIB) lib/tcfilter.h $(NETSTATELIB) lib/netstate.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-netsetup.c $(NSLIB) $(HOSTLIB) $(TCLIB) $(NETSTATELIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
 # Debug info stripped, BTF kept (the kernel needs it for the program's .rodata).
 lib/tapfilter.bpf.o: lib/tapfilter.bpf.c
@@ -75,13 +81,16 @@ bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHD
 
 # The adverse doctor (lib/adverse.c, lib/advprobe.c) watches frames
 # (lib/sniff.c) and reads the tables back.
-DOCTORLIB = lib/adverse.o lib/advprobe.o lib/sniff.o
+DOCTORLIB = lib/adverse.o lib/advprobe.o lib/advhost.o lib/sniff.o lib/suite.o
 lib/sniff.o: lib/sniff.c lib/sniff.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ lib/sniff.c
-lib/advprobe.o: lib/sniff.h
+lib/advprobe.o: lib/sniff.h lib/ruleset.h
+lib/advhost.o: lib/netstate.h
 
-bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) $(DOCTORLIB) $(LIBHDR) lib/sniff.h
-	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-doctor.c $(DOCTORLIB) $(HOSTLIB) $(LDLIBS_HOST)
+# (and compares the tables, rules and filters with netsetup's record:
+# lib/netstate.c, libnftnl; not libbpf: lib/tcread.c reads the filters)
+bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) $(DOCTORLIB) $(NETSTATELIB) $(LIBHDR) lib/sniff.h lib/netstate.h lib/suite.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-doctor.c $(DOCTORLIB) $(NETSTATELIB) $(HOSTLIB) $(LDLIBS_HOST) -lnftnl -lmnl
 
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
 AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \
@@ -115,7 +124,7 @@ ASAN_CFLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 # Each library source is compiled once for all the tools (a tool links every
 # object, as its -O2 build links what it uses): one compile per tool and
 # library was 18 x 35 compiles, minutes of CI.
-ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) $(ATTESTLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
+ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) lib/netstate.c $(ATTESTLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
 ASAN_OBJ = $(ASAN_SRC:%.c=build/asan/%.o)
 build/asan/lib/%.o: lib/%.c $(LIBHDR)
 	@mkdir -p build/asan/lib

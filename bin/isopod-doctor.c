@@ -38,7 +38,8 @@
 #define USAGE "isopod-doctor [--quick] [--net none|filtered|open] [--shell PATH] [--front-end PATH] | " \
 	"isopod-doctor --adverse [--vm REF] [--modes LIST] [--metadata ADDR] [--host-gateway ADDR] " \
 	"[--host-addr ADDR]... [--public ADDR] [--open-control ADDR:PORT] [--udp-port N] " \
-	"[--probe-timeout-s N] [--nc PROGRAM] [--allow NAME]"
+	"[--probe-timeout-s N] [--nc PROGRAM] [--allow NAME] [--ipv6-ula ADDR] [--ipv6-global ADDR] " \
+	"[--class LIST]"
 #define RUN_TIMEOUT_S "300"
 
 /* The doctor's findings, gathered before the report is built. */
@@ -269,6 +270,23 @@ static const char *adv_ipv4port(const char *s)
 	return s;
 }
 
+static const char *adv_ipv6(const char *s, const char *opt)
+{
+	struct in6_addr ia;
+
+	if (inet_pton(AF_INET6, s, &ia) != 1)
+		die(EX_USAGE, "%s %s: want an IPv6 address", opt, EXC(s));
+	return s;
+}
+
+/* --class: a comma-separated list of class names. */
+static const char *adv_classes(const char *s)
+{
+	if (!*s || strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-,") != strlen(s) || strlen(s) > 400)
+		die(EX_USAGE, "--class %s: want a comma-separated list of class names", EXC(s));
+	return s;
+}
+
 static const char *adv_word(const char *s, const char *opt)
 {
 	if (!*s || strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-._/") != strlen(s) || strlen(s) > 100)
@@ -304,6 +322,9 @@ static int parse(int argc, char **argv, struct cli *c)
 					    { "probe-timeout-s", required_argument, 0, 't' },
 					    { "nc", required_argument, 0, 'c' },
 					    { "allow", required_argument, 0, 'a' },
+					    { "ipv6-ula", required_argument, 0, 'U' },
+					    { "ipv6-global", required_argument, 0, 'G' },
+					    { "class", required_argument, 0, 'C' },
 					    { 0, 0, 0, 0 } };
 	struct adv *a = &c->a;
 	long long lv;
@@ -345,13 +366,16 @@ static int parse(int argc, char **argv, struct cli *c)
 			break;
 		case 'c': a->nc = adv_word(optarg, "--nc"); break;
 		case 'a': a->allow = adv_word(optarg, "--allow"); break;
+		case 'U': a->v6_ula = adv_ipv6(optarg, "--ipv6-ula"); break;
+		case 'G': a->v6_global = adv_ipv6(optarg, "--ipv6-global"); break;
+		case 'C': a->classes = adv_classes(optarg); break;
 		default: fprintf(stderr, "usage: %s\n", USAGE); return EX_USAGE;
 		}
 	}
 	if (optind < argc)
 		die(EX_USAGE, "unknown argument %s\nusage: %s", EXC(argv[optind]), USAGE);
 	if (!c->adv_on && (c->op.vmref || c->op.modes || c->hostset || c->gwset || a->allow ||
-			   a->open_control))
+			   a->open_control || a->classes))
 		die(EX_USAGE, "those options are the adverse suite's: add --adverse\nusage: %s", USAGE);
 	return -1;
 }
@@ -498,6 +522,7 @@ int main(int argc, char **argv)
 {
 	struct cli c = { .defnet = getenv("ISOPOD_NET"), .front = "isopod",
 			 .a = { .meta = "169.254.169.254", .public_addr = "1.1.1.1", .nc = "nc",
+				.v6_ula = "fd00::1", .v6_global = "2606:4700:4700::1111",
 				.udp_port = 53, .tmo = 2, .sniff = -1 } };
 	int rc;
 

@@ -23,6 +23,7 @@
  * being offered half made, reports, and picks the exit status. */
 
 #include "net.h"
+#include "netstate.h"
 #include "netslot.h"
 #include "nftbuild.h"
 #include "ranges.h"
@@ -58,6 +59,7 @@ struct nsctx {
 	unsigned created, v6bad, rules_v4, rules_v6, tc_good;
 	int has_v6, rules_ok, local_ok, verified;
 	json_t *taps, *tc;
+	char err[512];
 };
 
 /* Tests kill netsetup between two steps: ISOPOD_TEST_KILL_AT=<point>
@@ -416,6 +418,8 @@ int main(int argc, char **argv)
 	if (c.remove) {
 		remove_all(&c);
 		rtnl_close(&c.rt);
+		if (netstate_remove(c.err, sizeof c.err) < 0)
+			die(EX_SYS, "%s", c.err);
 		return 0;
 	}
 	make_taps(&c);
@@ -441,5 +445,8 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to verify the tables, routing rules and tc filters after loading them "
 		    "(no slot is offered until a rerun verifies)");
 	}
+	/* What was verified, recorded for the doctor to compare (lib/netstate.h). */
+	if (netstate_write(c.err, sizeof c.err) < 0)
+		die(EX_SYS, "%s", c.err);
 	return 0;
 }

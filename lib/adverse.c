@@ -3,6 +3,7 @@
 #include "adverse.h"
 #include "net.h"
 #include "proc.h"
+#include "suite.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -76,6 +77,7 @@ static int avm_of(struct avm *v, const char *id, char *why, size_t wsz)
 		snprintf(v->guest, sizeof v->guest, "%s",
 			 json_string_value(json_object_get(net, "guest_ip")) ?: "");
 		v->slot = (int)json_integer_value(json_object_get(net, "slot"));
+		snprintf(v->mac, sizeof v->mac, "%s", json_string_value(json_object_get(net, "mac")) ?: "");
 		v->ifindex = (int)if_nametoindex(v->tap);
 	}
 	json_decref(rec);
@@ -85,7 +87,7 @@ static int avm_of(struct avm *v, const char *id, char *why, size_t wsz)
 /* claim | boot one VM of mode, as `isopod run` does.  -1 with why. */
 static int boot_vm(struct adv *a, const char *mode, char *why, size_t wsz)
 {
-	char *cav[8] = { "isopod-claim" }, pid[32];
+	char *cav[10] = { "isopod-claim" }, pid[32], res[32], *old;
 	char *bav[] = { "isopod-boot", "--vm", NULL, "--owner-pid", pid, "--timeout-ms", "240000", NULL };
 	char *sav[] = { "isopod-stop", "--force", "--vm", NULL, NULL };
 	int n = 1, st = 0;
@@ -96,6 +98,9 @@ static int boot_vm(struct adv *a, const char *mode, char *why, size_t wsz)
 		cav[n++] = "--net", cav[n++] = (char *)mode;
 		if (!strcmp(mode, "filtered") && a->allow)
 			cav[n++] = "--allow", cav[n++] = (char *)a->allow;
+		/* the names of the DNS rebinding probes (the doctor's resolver) */
+		if (!strcmp(mode, "filtered") && a->rebind_port)
+			cav[n++] = "--allow", cav[n++] = "*." ADV_REBIND_ZONE;
 	}
 	c = adv_tool_json(a, cav, PROC_NULL, &st);
 	id = json_string_value(json_object_get(json_object_get(c, "vm"), "id"));
@@ -107,7 +112,19 @@ static int boot_vm(struct adv *a, const char *mode, char *why, size_t wsz)
 	snprintf(pid, sizeof pid, "%d", (int)getpid());
 	/* the record is the channel: boot is handed the VM by --vm */
 	bav[2] = (char *)id;
+	/* a filtered VM's broker asks the doctor's resolver (isopod-boot
+	 * passes ISOPOD_RESOLVER on), so the rebinding probes need no
+	 * outside DNS; nothing else of the doctor's VMs resolves a name */
+	old = getenv("ISOPOD_RESOLVER") ? strdup(getenv("ISOPOD_RESOLVER")) : NULL;
+	snprintf(res, sizeof res, "127.0.0.1:%d", a->rebind_port);
+	if (!strcmp(mode, "filtered") && a->rebind_port)
+		setenv("ISOPOD_RESOLVER", res, 1);
 	b = adv_tool_json(a, bav, PROC_NULL, &st);
+	if (old)
+		setenv("ISOPOD_RESOLVER", old, 1);
+	else
+		unsetenv("ISOPOD_RESOLVER");
+	free(old);
 	json_decref(b);
 	if (st) {
 		sav[3] = (char *)id;
@@ -187,11 +204,11 @@ static json_t *host_checks(struct adv *a)
 			rule |= json_integer_value(json_object_get(r, "priority")) == 10 &&
 				!strcmp(json_string_value(json_object_get(r, "iif")) ?: "", tap) &&
 				!strcmp(json_string_value(json_object_get(r, "action")) ?: "", "blackhole");
-		json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "check", "fail-closed-rule",
-						     "tap", tap, "ok", rule));
+		json_array_append_new(out, adv_route_check(a, k, rule));
+		json_array_append_new(out, adv_tc_check(k, mode));
 	}
 	json_decref(rules);
-	(void)a;
+	json_array_append_new(out, adv_netstate_check("before"));
 	return out;
 }
 
@@ -316,6 +333,60 @@ static int setup_listeners(struct adv *a, struct setup *su)
 	return 0;
 }
 
+/* lib/suite.h's classes of vm's mode, each produced by vm (as
+ * isopod-attest sign requires them): one it did not produce is an ERROR
+ * probe here, so the doctor and sign cannot drift apart unseen. */
+static void suite_check(struct adv *a, const struct avm *vm)
+{
+	size_t nm, m, c, i;
+	const struct suite_mode *sm = suite_modes(&nm);
+	json_t *p;
+
+	for (m = 0; m < nm; m++) {
+		if (strcmp(sm[m].mode, vm->mode))
+			continue;
+		for (c = 0; sm[m].classes[c]; c++) {
+			int have = 0;
+			char n[96], why[160];
+
+			json_array_foreach(a->probes, i, p)
+				have |= !strcmp(json_string_value(json_object_get(p, "vm")) ?: "", vm->id) &&
+					!strcmp(json_string_value(json_object_get(p, "class")) ?: "", sm[m].classes[c]);
+			if (have)
+				continue;
+			snprintf(n, sizeof n, "missing-class-%s", sm[m].classes[c]);
+			snprintf(why, sizeof why, "the suite (lib/suite.h) has class %s for mode %s, and this VM produced no probe of it",
+				 sm[m].classes[c], vm->mode);
+			adv_probe_missing(a, vm, sm[m].classes[c], n, why);
+		}
+	}
+}
+
+/* A second VM of a mode runs the same probes: its names get the mode's
+ * count ("filtered2/metadata-tcp"), as a report names each probe once. */
+static void rename_again(struct adv *a, int i, size_t first)
+{
+	int k, nth = 1;
+	size_t j, ml = strlen(a->vm[i].mode);
+	json_t *p;
+
+	for (k = 0; k < i; k++)
+		nth += !strcmp(a->vm[k].mode, a->vm[i].mode);
+	if (nth < 2)
+		return;
+	for (j = first; j < json_array_size(a->probes); j++) {
+		const char *n;
+		char nn[256];
+
+		p = json_array_get(a->probes, j);
+		n = json_string_value(json_object_get(p, "name"));
+		if (!n || strncmp(n, a->vm[i].mode, ml) || n[ml] != '/')
+			continue;
+		snprintf(nn, sizeof nn, "%s%d%s", a->vm[i].mode, nth, n + ml);
+		json_object_set_new(p, "name", json_string(nn));
+	}
+}
+
 /* Capture, VMs, listeners, then every probe; *hc the host checks.  -1
  * when the setup failed (su->step). */
 static int probe_all(struct adv *a, const struct adv_opts *op, struct setup *su, json_t **hc)
@@ -330,6 +401,13 @@ static int probe_all(struct adv *a, const struct adv_opts *op, struct setup *su,
 
 		setsockopt(a->sniff, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
 	}
+	if (su->want_filt && !op->vmref && adv_rebind_open(a) < 0) {
+		snprintf(su->why, sizeof su->why, "unable to open the doctor's resolver on 127.0.0.1: %s", strerror(errno));
+		return su->step = "listeners", -1;
+	}
+	/* (two networked VMs booted: each must probe the other) */
+	a->want_peers = !op->vmref &&
+			(su->want_filt ? (su->nfilt >= 2 ? 2 : 1) : 0) + su->want_open >= 2;
 	if (setup_vms(a, op, su) < 0 || setup_listeners(a, su) < 0)
 		return -1;
 	/* the host side, once (not with --vm: that VM's own probes only) */
@@ -337,13 +415,23 @@ static int probe_all(struct adv *a, const struct adv_opts *op, struct setup *su,
 		json_decref(*hc);
 		*hc = host_checks(a);
 	}
+	/* every VM the whole suite of its mode (a second one of a mode too:
+	 * the same policy on another slot is not the same rules) */
 	for (i = 0; i < a->nvm; i++) {
-		if (!strcmp(a->vm[i].mode, "none"))
+		size_t first = json_array_size(a->probes);
+
+		if (!strcmp(a->vm[i].mode, "none")) {
 			adv_probes_none(a, &a->vm[i]);
-		else
-			adv_probes_net(a, &a->vm[i], su->allow, su->nallow,
-				       i > 0 && !strcmp(a->vm[i - 1].mode, a->vm[i].mode));
+		} else {
+			adv_probes_net(a, &a->vm[i], su->allow, su->nallow, 0);
+			adv_probes_net2(a, &a->vm[i]);
+		}
+		suite_check(a, &a->vm[i]);
+		rename_again(a, i, first);
 	}
+	/* and nothing changed while the probes ran */
+	if (!op->vmref)
+		json_array_append_new(*hc, adv_netstate_check("after"));
 	return 0;
 }
 

@@ -33,12 +33,14 @@
  * ERROR, never a pass. */
 
 #define ADV_MAXVM 4
-#define ADV_MAXOWN 16
+#define ADV_MAXOWN 24
 #define ADV_LISTEN_PORT 9 /* the doctor's own listeners (discard) */
+#define ADV_GRACE_MS 200  /* the capture's wait after an attempt ends */
 
 struct avm {
 	char id[VM_ID_SZ], mode[16], tap[IFNAMSIZ], gw[16], guest[16];
 	int slot, ifindex, ours;
+	char mac[18];             /* the slot's MAC (aa:bb:...), "" without a NIC */
 };
 
 /* A socket the doctor owns on a target: any hit on it is the probe arriving. */
@@ -46,6 +48,7 @@ struct own {
 	char addr[64];
 	int port, proto, fd;
 	long hits;
+	int rebind;                /* the doctor's resolver (DNS rebinding), not a target */
 };
 
 struct adv {
@@ -63,6 +66,11 @@ struct adv {
 	int pass, fail, error;
 	char fatal[1024];          /* the first system failure ("" none) */
 	int fatal_code;            /* its exit status class (EX_SYS, EX_USAGE) */
+	const char *classes;       /* --class: the classes to run (NULL: all) */
+	const char *v6_ula, *v6_global; /* the IPv6 class's ULA and global targets */
+	int want_peers;            /* two networked VMs are due: other-vm may not be empty */
+	int rebind_port;           /* the doctor's resolver on 127.0.0.1 (0: none) */
+	long rebind_answers;       /* rebind names it answered */
 };
 
 struct adv_opts {
@@ -100,5 +108,40 @@ int adv_own_has(const struct adv *a, const char *addr, int proto);
 void adv_probes_net(struct adv *a, const struct avm *vm, const struct range *allow, size_t nallow,
 		    int again);
 void adv_probes_none(struct adv *a, const struct avm *vm);
+
+/* ---- lib/advhost.c: host checks ---- */
+
+/* Tap k's ingress filter is ours, loaded for its slot (mode). */
+json_t *adv_tc_check(int k, const char *mode);
+/* Tap k's fail-closed routing by what it does: the kernel asked how a
+ * guest's packet with the filter's mark alone (the table did not judge
+ * it) to a host address and to the public target is routed must refuse
+ * it.  listed: the blackhole rule was found in the listing. */
+json_t *adv_route_check(const struct adv *a, int k, int listed);
+/* The live tables, routing rules and filters against isopod-netsetup's
+ * record (lib/netstate.h); when: "before" or "after" the probes. */
+json_t *adv_netstate_check(const char *when);
+
+/* ---- the classes of spoofing, ARP, IPv6 and DNS rebinding (advprobe.c) ---- */
+
+/* The names the doctor's resolver answers: ip-A-B-C-D.ADV_REBIND_ZONE is
+ * A.B.C.D.  Its filtered VMs allow *.ADV_REBIND_ZONE and their brokers ask
+ * it (ISOPOD_RESOLVER), so no outside DNS is involved. */
+#define ADV_REBIND_ZONE "rebind.isopod.invalid"
+
+/* Is class cls to run (--class)? */
+int adv_class_on(const struct adv *a, const char *cls);
+
+/* Open the doctor's resolver on 127.0.0.1 (an own socket, served while a
+ * tool runs): a->rebind_port.  -1 with errno. */
+int adv_rebind_open(struct adv *a);
+
+/* The new classes' probes of a VM with a network. */
+void adv_probes_net2(struct adv *a, const struct avm *vm);
+
+/* An ERROR probe of class cls that could not run (no target, a class of
+ * lib/suite.h the VM never produced): never a silent pass. */
+void adv_probe_missing(struct adv *a, const struct avm *vm, const char *cls, const char *name,
+		       const char *why);
 
 #endif

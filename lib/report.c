@@ -90,11 +90,14 @@ void report_live_read(struct report_live *live)
 }
 
 /* The host side: what a probe from inside cannot see.  With taps live,
- * each must have its forwarding flag and its fail-closed rule checked,
- * and every check the report has must be ok. */
+ * each must have its forwarding flag, its fail-closed rule and its tc
+ * filter checked, the host its tables, rules and filters against
+ * isopod-netsetup's record before and after the probes (netstate), and
+ * every check the report has must be ok. */
 static int check_host(json_t *hc, const struct report_live *live, char *why, size_t whysz)
 {
-	static const char *const want[] = { "tap-forwarding", "fail-closed-rule" };
+	static const char *const want[] = { "tap-forwarding", "fail-closed-rule", "tc-filter" };
+	static const char *const when[] = { "before", "after" };
 	json_t *c;
 	size_t i, w;
 	int k;
@@ -125,6 +128,16 @@ static int check_host(json_t *hc, const struct report_live *live, char *why, siz
 				return attest_errf(ATTEST_EREFUSED, why, whysz, "report: no host check %s for %s, a live tap of this host",
 				    want[w], tap);
 		}
+	for (w = 0; live->ntaps > 0 && w < sizeof when / sizeof *when; w++) {
+		int found = 0;
+
+		json_array_foreach(hc, i, c)
+			found |= !strcmp(json_string_value(json_object_get(c, "check")) ?: "", "netstate") &&
+				 !strcmp(json_string_value(json_object_get(c, "when")) ?: "", when[w]);
+		if (!found)
+			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: no host check netstate %s the probes, yet this host has %d isopod tap(s)",
+			    when[w], live->ntaps);
+	}
 	return 0;
 }
 

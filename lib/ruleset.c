@@ -733,3 +733,112 @@ fail:
 	free(d.tabs);
 	return r;
 }
+
+/* ---- the drop rules' counters (ruleset_drops) ---- */
+
+struct drops_dump {
+	struct ruleset_drop *v;
+	size_t n;
+	int err;
+};
+
+/* A rule of `inet isopod` with a counter and a drop verdict: kept. */
+static int drop_rule(struct drops_dump *d, const struct nftnl_rule *r)
+{
+	struct nftnl_expr_iter *it = nftnl_expr_iter_create(r);
+	struct nftnl_expr *e;
+	uint64_t pk = 0;
+	int ctr = 0, drop = 0;
+	struct ruleset_drop *v;
+	const char *chain = nftnl_rule_get_str(r, NFTNL_RULE_CHAIN);
+
+	if (!it)
+		return -1;
+	while ((e = nftnl_expr_iter_next(it))) {
+		const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
+
+		if (name && !strcmp(name, "counter"))
+			ctr = 1, pk = nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_PACKETS);
+		else if (name && !strcmp(name, "immediate") &&
+			 nftnl_expr_is_set(e, NFTNL_EXPR_IMM_VERDICT) &&
+			 (int32_t)nftnl_expr_get_u32(e, NFTNL_EXPR_IMM_VERDICT) == NF_DROP)
+			drop = 1;
+	}
+	nftnl_expr_iter_destroy(it);
+	if (!ctr || !drop || !chain)
+		return 0;
+	if (!(v = realloc(d->v, (d->n + 1) * sizeof *v)))
+		return -1;
+	d->v = v;
+	v[d->n] = (struct ruleset_drop){ .handle = nftnl_rule_get_u64(r, NFTNL_RULE_HANDLE),
+					 .packets = pk };
+	snprintf(v[d->n].chain, sizeof v->chain, "%s", chain);
+	d->n++;
+	return 0;
+}
+
+static int drops_cb(const struct nlmsghdr *nlh, void *data)
+{
+	struct drops_dump *d = data;
+	struct nftnl_rule *r = nftnl_rule_alloc();
+	int bad = !r || nftnl_rule_nlmsg_parse(nlh, r) < 0 || drop_rule(d, r) < 0;
+
+	if (r)
+		nftnl_rule_free(r);
+	if (bad) {
+		d->err = errno ? errno : EINVAL;
+		return MNL_CB_ERROR;
+	}
+	return MNL_CB_OK;
+}
+
+int ruleset_drops(struct ruleset_drop **out, size_t *n, char *why, size_t whysz)
+{
+	struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
+	size_t bsz = MNL_SOCKET_BUFFER_SIZE;
+	char *buf = calloc(1, bsz);
+	uint32_t seq = (uint32_t)time(NULL), portid;
+	struct drops_dump d = { 0 };
+	struct nftnl_rule *rr = nftnl_rule_alloc();
+	struct nlmsghdr *nlh;
+	const char *step = "open a netlink socket";
+	ssize_t k;
+	int r = -1, cb;
+
+	*out = NULL, *n = 0;
+	if (!nl || !buf || !rr)
+		goto fail;
+	step = "bind the netlink socket";
+	if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
+		goto fail;
+	portid = mnl_socket_get_portid(nl);
+	step = "dump the rules";
+	nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, seq);
+	nftnl_rule_set_str(rr, NFTNL_RULE_TABLE, RULESET_TABLE);
+	nftnl_rule_nlmsg_build_payload(nlh, rr);
+	if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+		goto fail;
+	do {
+		if ((k = mnl_socket_recvfrom(nl, buf, bsz)) < 0)
+			goto fail;
+		cb = mnl_cb_run(buf, (size_t)k, seq, portid, drops_cb, &d);
+		if (cb == MNL_CB_ERROR) {
+			if (d.err)
+				errno = d.err;
+			goto fail;
+		}
+	} while (cb > MNL_CB_STOP);
+	*out = d.v, *n = d.n;
+	d.v = NULL;
+	r = 0;
+fail:
+	if (r < 0)
+		snprintf(why, whysz, "unable to %s: %s", step, strerror(errno));
+	free(d.v);
+	free(buf);
+	if (rr)
+		nftnl_rule_free(rr);
+	if (nl)
+		mnl_socket_close(nl);
+	return r;
+}

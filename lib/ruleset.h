@@ -70,4 +70,14 @@ void canon_free(struct canon *c);
  * CAP_NET_ADMIN there) into c.  0, or -1 with why. */
 int ruleset_read(struct canon *c, char *why, size_t whysz);
 
+/* The drop rules of `inet isopod` that carry a counter (the doctor reads
+ * them around each probe, isopod-doctor(8) EVIDENCE): chain, handle and
+ * the counter's packets, in the kernel's order.  *v malloc'd (free it).
+ * 0, or -1 with why (no table: 0 rules, ENOENT). */
+struct ruleset_drop {
+	char chain[64];
+	uint64_t handle, packets;
+};
+int ruleset_drops(struct ruleset_drop **v, size_t *n, char *why, size_t whysz);
+
 #endif

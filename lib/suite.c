@@ -11,8 +11,11 @@ const struct suite_mode *suite_modes(size_t *n)
 		{ .mode = "none", .classes = { "none", NULL } },
 		{ .mode = "filtered",
 		  .classes = { "metadata", "denied-range", "gateway-port", "filtered-forwarding",
-			       "dns-exfiltration", NULL } },
-		{ .mode = "open", .classes = { "metadata", "denied-range", "gateway-port", NULL } },
+			       "dns-exfiltration", "spoof-ip", "spoof-mac", "arp-gateway", "ipv6",
+			       "dns-rebinding", NULL } },
+		{ .mode = "open",
+		  .classes = { "metadata", "denied-range", "gateway-port", "spoof-ip", "spoof-mac",
+			       "arp-gateway", "ipv6", NULL } },
 	};
 
 	*n = sizeof tab / sizeof *tab;

@@ -2,10 +2,10 @@
  * (doc/INTERFACES.md "Doctor report"): for each mode, the classes of probe
  * a doctor-booted VM of that mode always produces.
  *
- * THE DOCTOR MUST KEEP TO THIS TABLE (bin/isopod-doctor.c probes_none,
- * probes_net): a class it stops producing or renames makes every report
- * unsignable; a class it adds that always runs belongs here too, or sign
- * will sign a report without it.  Classes that depend on what the host
+ * The doctor reads this table too (lib/adverse.c suite_check): a class
+ * here that a VM of its mode did not produce is an ERROR probe in its
+ * report, so the two cannot drift apart unseen; a class it adds that
+ * always runs belongs here too, or sign will sign a report without it.  Classes that depend on what the host
  * has (host: its own IPv4 addresses; host-gateway: a default route;
  * other-vm: a second VM) are not listed: sign cannot know they were due. */
 #ifndef ISOPOD_SUITE_H
@@ -14,7 +14,7 @@
 #include <stddef.h>
 
 #define SUITE_NAME "adverse"
-#define SUITE_MAX_CLASSES 8
+#define SUITE_MAX_CLASSES 16
 
 struct suite_mode {
 	const char *mode;                          /* "none", "filtered", "open" */

@@ -43,6 +43,26 @@ struct tapcfg {
 
 const volatile struct tapcfg cfg = { 0 };
 
+/* What the filter did, by verdict and reason (lib/tcfilter.h, TCF_*): the
+ * doctor reads them around each probe (isopod-doctor(8), EVIDENCE) as the
+ * proof that this filter, not something past it, stopped an attempt.  In
+ * .bss, a map of its own beside .rodata: counting changes no verdict. */
+__u64 counts[8] = { 0 };
+
+#define TCF_PASSED 0  /* IPv4 passed on (marked) */
+#define TCF_ARP 1     /* ARP passed on */
+#define TCF_NONIP 2   /* dropped: VLAN, IPv6, other ethertypes, malformed */
+#define TCF_SPOOF 3   /* dropped: another source address or MAC */
+#define TCF_MARTIAN 4 /* dropped: 0/8, 127/8, broadcast, multicast */
+#define TCF_LOCAL 5   /* dropped: for the host (gateway or another address) */
+#define TCF_FORWARD 6 /* dropped: to be forwarded from a filtered slot */
+
+static __always_inline int count(int why, int verdict)
+{
+	__sync_fetch_and_add(&counts[why], 1);
+	return verdict;
+}
+
 #define TCP_LISTEN_STATE 10 /* BPF_TCP_LISTEN */
 
 /* Pass an IPv4 packet on, marked: cfg.mark says "from an isopod tap, not
@@ -55,7 +75,7 @@ const volatile struct tapcfg cfg = { 0 };
 static __always_inline int pass(struct __sk_buff *skb)
 {
 	skb->mark |= cfg.mark;
-	return TC_ACT_OK;
+	return count(TCF_PASSED, TC_ACT_OK);
 }
 
 /* Is this TCP or UDP segment a reply to a connection the host itself made
@@ -168,18 +188,18 @@ int isopod_tap(struct __sk_buff *skb)
 	/* A VLAN tag was taken off before this hook: a tagged frame is none
 	 * of a guest's business (and a second tag shows as its ethertype). */
 	if (skb->vlan_present)
-		return TC_ACT_SHOT;
+		return count(TCF_NONIP, TC_ACT_SHOT);
 	if ((void *)(eth + 1) > end)
-		return TC_ACT_SHOT;
+		return count(TCF_NONIP, TC_ACT_SHOT);
 	/* ARP: judged by `arp isopod` and the tap's arp_ignore/arp_announce. */
 	if (eth->h_proto == bpf_htons(ETH_P_ARP))
-		return TC_ACT_OK;
+		return count(TCF_ARP, TC_ACT_OK);
 	/* IPv6 and every other ethertype: no policy allows them. */
 	if (eth->h_proto != bpf_htons(ETH_P_IP))
-		return TC_ACT_SHOT;
+		return count(TCF_NONIP, TC_ACT_SHOT);
 	ip = (void *)(eth + 1);
 	if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl < 5)
-		return TC_ACT_SHOT;
+		return count(TCF_NONIP, TC_ACT_SHOT);
 	/* Anti-spoof, as the table's: the slot's own source address from the
 	 * slot's own MAC, nothing else.  Without it a source of 0.0.0.0 to
 	 * 0.0.0.0 is delivered as a broadcast to every host socket on
@@ -188,19 +208,19 @@ int isopod_tap(struct __sk_buff *skb)
 	if (ip->saddr != cfg.guest || eth->h_source[0] != cfg.mac[0] || eth->h_source[1] != cfg.mac[1] ||
 	    eth->h_source[2] != cfg.mac[2] || eth->h_source[3] != cfg.mac[3] ||
 	    eth->h_source[4] != cfg.mac[4] || eth->h_source[5] != cfg.mac[5])
-		return TC_ACT_SHOT;
+		return count(TCF_SPOOF, TC_ACT_SHOT);
 	l4 = (__u8 *)ip + ip->ihl * 4;
 	dst = ip->daddr;
 	/* "This network" and loopback: never a destination (the kernel's
 	 * input path takes 0.0.0.0 for a broadcast). */
 	if ((dst & bpf_htonl(0xff000000)) == 0 || (dst & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000))
-		return TC_ACT_SHOT;
+		return count(TCF_MARTIAN, TC_ACT_SHOT);
 	if (dst == cfg.gw)
-		return local_ok(skb, ip, l4, end, 1) ? pass(skb) : TC_ACT_SHOT;
+		return local_ok(skb, ip, l4, end, 1) ? pass(skb) : count(TCF_LOCAL, TC_ACT_SHOT);
 	/* Broadcast and multicast: never a guest's (the table's input chain
 	 * drops them; the deny list covers 224/4 and 255.255.255.255). */
 	if (dst == cfg.bcast || dst == 0xffffffff || (dst & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000))
-		return TC_ACT_SHOT;
+		return count(TCF_MARTIAN, TC_ACT_SHOT);
 	/* Filtered: nothing is forwarded (the tap's forwarding flag is off, so
 	 * no lookup can tell a host address from another), except DNS to any
 	 * address, which the table redirects to the broker. */
@@ -212,11 +232,11 @@ int isopod_tap(struct __sk_buff *skb)
 			if ((void *)(ports + 2) <= end && ports[1] == cfg.port_dns)
 				return pass(skb);
 		}
-		return TC_ACT_SHOT;
+		return count(TCF_FORWARD, TC_ACT_SHOT);
 	}
 	/* Open: forwarded traffic goes on to the table; a host address does not. */
 	if (fib_local(skb, ip))
-		return local_ok(skb, ip, l4, end, 0) ? pass(skb) : TC_ACT_SHOT;
+		return local_ok(skb, ip, l4, end, 0) ? pass(skb) : count(TCF_LOCAL, TC_ACT_SHOT);
 	return pass(skb);
 }
 

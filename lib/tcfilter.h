@@ -41,6 +41,21 @@ struct tapcfg {
 	uint32_t mark;      /* or'ed into every IPv4 packet passed (host order) */
 };
 
+/* The filter's counters (its .bss `counts`, by verdict and reason; the
+ * same numbering as lib/tapfilter.bpf.c's TCF_*). */
+#define TCFILTER_NCOUNT 8
+enum {
+	TCF_PASSED = 0, /* IPv4 passed on (marked) */
+	TCF_ARP,        /* ARP passed on */
+	TCF_NONIP,      /* dropped: VLAN, IPv6, other ethertypes, malformed */
+	TCF_SPOOF,      /* dropped: another source address or MAC */
+	TCF_MARTIAN,    /* dropped: 0/8, 127/8, broadcast, multicast */
+	TCF_LOCAL,      /* dropped: for the host (its gateway's other ports, another address) */
+	TCF_FORWARD,    /* dropped: to be forwarded from a filtered slot */
+};
+/* Their names in reports, indexed as above ("" past the last). */
+extern const char *const tcfilter_count_names[TCFILTER_NCOUNT];
+
 /* What the tap's ingress hook holds, read back from the kernel. */
 struct tcfilter_state {
 	unsigned filters;   /* filters on the tap's ingress (ours should be the only one) */
@@ -53,6 +68,8 @@ struct tcfilter_state {
 	int cfg_read;       /* 1: cfg is the program's .rodata (the kernel lets only
 			       CAP_SYS_ADMIN have the program, so 0 otherwise) */
 	struct tapcfg cfg;
+	int counts_read;    /* 1: counts is the program's .bss (CAP_SYS_ADMIN too) */
+	uint64_t counts[TCFILTER_NCOUNT];
 };
 
 /* The parameters of slot k whose gateway is gw (host order): the one

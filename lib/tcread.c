@@ -33,19 +33,38 @@ void tcfilter_slot_cfg(unsigned k, uint32_t gw, int open, struct tapcfg *cfg)
 	};
 }
 
+const char *const tcfilter_count_names[TCFILTER_NCOUNT] = {
+	"passed", "arp", "dropped_nonip", "dropped_spoof", "dropped_martian", "dropped_local",
+	"dropped_forward", "",
+};
+
 static long sys_bpf(int cmd, union bpf_attr *a)
 {
 	return syscall(SYS_bpf, cmd, a, sizeof *a);
 }
 
-/* The program's name and its .rodata (the one array map of one element
- * whose name ends in ".rodata", of our cfg's size).  0, or -errno (EPERM
+/* The one element of an array map into v (the map's value size).  0 or -errno. */
+static int map_get(int mfd, void *v)
+{
+	union bpf_attr a;
+	uint32_t key = 0;
+
+	memset(&a, 0, sizeof a);
+	a.map_fd = (uint32_t)mfd;
+	a.key = (uintptr_t)&key;
+	a.value = (uintptr_t)v;
+	return sys_bpf(BPF_MAP_LOOKUP_ELEM, &a) < 0 ? -errno : 0;
+}
+
+/* The program's name, its .rodata (the one array map of one element
+ * whose name ends in ".rodata", of our cfg's size) and its counters (the
+ * one ending in ".bss", of the counters' size).  0, or -errno (EPERM
  * without CAP_SYS_ADMIN: the kernel hands out no program by id). */
 static int prog_read(uint32_t id, struct tcfilter_state *st)
 {
 	union bpf_attr a;
 	struct bpf_prog_info pi;
-	uint32_t maps[8], i, key = 0;
+	uint32_t maps[8], i;
 	int pfd, mfd, r = -ENOENT;
 
 	memset(&a, 0, sizeof a);
@@ -84,19 +103,17 @@ static int prog_read(uint32_t id, struct tcfilter_state *st)
 		if (sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &a) == 0)
 			nl = strnlen(mi.name, sizeof mi.name);
 		if (nl >= 7 && !strncmp(mi.name + nl - 7, ".rodata", 7) && mi.type == BPF_MAP_TYPE_ARRAY &&
-		    mi.max_entries == 1 && mi.value_size == sizeof st->cfg) {
-			memset(&a, 0, sizeof a);
-			a.map_fd = (uint32_t)mfd;
-			a.key = (uintptr_t)&key;
-			a.value = (uintptr_t)&st->cfg;
-			r = sys_bpf(BPF_MAP_LOOKUP_ELEM, &a) < 0 ? -errno : 0;
+		    mi.max_entries == 1 && mi.value_size == sizeof st->cfg && !st->cfg_read) {
+			r = map_get(mfd, &st->cfg);
 			st->cfg_read = r == 0;
-			close(mfd);
-			return r;
+		} else if (nl >= 4 && !strncmp(mi.name + nl - 4, ".bss", 4) &&
+			   mi.type == BPF_MAP_TYPE_ARRAY && mi.max_entries == 1 &&
+			   mi.value_size == sizeof st->counts && !st->counts_read) {
+			st->counts_read = map_get(mfd, st->counts) == 0;
 		}
 		close(mfd);
 	}
-	return r;
+	return st->cfg_read ? 0 : r;
 }
 
 /* One attribute of a netlink message: the first of type in [a, end), or

@@ -82,6 +82,15 @@ teardown_file() {
 }
 
 lab() { sh "$LAB" "$1" "$LAB_NAME" "${@:2}"; }
+# netns_del NS: delete a test's own netns and isopod-netsetup's record of
+# it (/run/isopod/netstate-INODE.json, written by every netsetup run there):
+# a test leaves no files, and a later netns given the same inode finds none.
+netns_del() {
+	local ino
+	ino=$(ip netns exec "$1" stat -L -c %i /proc/self/ns/net 2>/dev/null) &&
+		rm -f "/run/isopod/netstate-$ino.json"
+	ip netns del "$1"
+}
 hits() { grep -c " $1 " "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :; }
 
 # From stand-in guest K to ADDR: TCP 80, UDP 7, ICMP.  0 = got an answer.
@@ -198,7 +207,7 @@ docker_nft() {
 	ip netns add "$ns"
 	ip netns exec "$ns" ip link add isopod-tap0 type veth peer name x0
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1
-	ip netns del "$ns"
+	netns_del "$ns"
 	[ "$status" -eq 102 ]
 	[[ "$stderr" == *"isopod-tap0"*"not a tap"* ]]
 }
@@ -234,7 +243,7 @@ docker_nft() {
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --remove
 	[ "$status" -eq 0 ]
 	json_is '.taps == [] and .route_rules_removed == 0'
-	ip netns del "$ns"
+	netns_del "$ns"
 }
 
 @test "netsetup: the host keeps local delivery through \`ip rule flush\` and a network manager deleting every rule not the kernel's; --remove leaves the rules as they were" {
@@ -293,7 +302,7 @@ docker_nft() {
 			ip -n "$ns" -4 rule flush && ip -n "$ns" -6 rule flush && answers flush
 	} || st=$?
 	ip -n "$ns" -4 -d rule show
-	ip netns del "$ns"
+	netns_del "$ns"
 	[ "$st" -eq 0 ]
 }
 
@@ -301,7 +310,7 @@ docker_nft() {
 	local ns="${LAB_NAME}-rf"
 	ip netns add "$ns"
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 0 --open-slots 3
-	[ "$status" -eq 0 ] || { ip netns del "$ns"; false; }
+	[ "$status" -eq 0 ] || { netns_del "$ns"; false; }
 	# isopod-tap0 becomes a link no one can delete (the netns' loopback,
 	# renamed): --remove dies there, before it reaches taps 1 and 2
 	ip -n "$ns" link del isopod-tap0
@@ -312,9 +321,9 @@ docker_nft() {
 	[[ "$stderr" == *"unable to delete isopod-tap0"* ]]
 	# taps 1 and 2 are live: their blackhole rules and tc filters must be too
 	ip -n "$ns" link show isopod-tap1 >/dev/null
-	ip netns exec "$ns" tc filter show dev isopod-tap2 ingress | grep -q 'name isopod_tap' || { ip netns del "$ns"; false; }
+	ip netns exec "$ns" tc filter show dev isopod-tap2 ingress | grep -q 'name isopod_tap' || { netns_del "$ns"; false; }
 	run ip -n "$ns" -4 rule show pref 10
-	ip netns del "$ns"
+	netns_del "$ns"
 	echo "$output"
 	[[ "$output" == *"iif isopod-tap1"*"blackhole"* ]]
 	[[ "$output" == *"iif isopod-tap2"*"blackhole"* ]]
@@ -502,7 +511,7 @@ docker_nft() {
 	[ "$status" -eq 0 ]
 	json_is '.docker_user_rules_removed == 2'
 	run ip netns exec "$ns" nft list ruleset
-	ip netns del "$ns"
+	netns_del "$ns"
 	[[ "$output" != *isopod* && "$output" == *"chain DOCKER-USER"*"return"* ]]
 }
 
@@ -538,7 +547,7 @@ docker_nft() {
 	run --separate-stderr claim --net open
 	[ "$status" -eq 111 ]
 	[[ "$stderr" == *'no open slots: run `sudo isopod-netsetup --open-slots N`'* ]]
-	ip netns del "$ns"
+	netns_del "$ns"
 	# no record was left by the refused claims
 	[ "$(ls "$home/vms" | wc -l)" -eq 2 ]
 	# The lab's two filtered slots are held (the stand-in guest, the holder).
@@ -554,7 +563,7 @@ docker_nft() {
 	ip netns add "$ns"
 	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 >/dev/null
 	run --separate-stderr claim --net filtered
-	[ "$status" -eq 0 ] || { ip netns del "$ns"; false; }
+	[ "$status" -eq 0 ] || { netns_del "$ns"; false; }
 	ip netns exec "$ns" tc qdisc del dev isopod-tap0 clsact
 	run --separate-stderr claim --net filtered
 	st1=$status err1=$stderr
@@ -564,7 +573,7 @@ docker_nft() {
 	st2=$status err2=$stderr
 	ip netns exec "$ns" tc filter del dev isopod-tap0 ingress pref 2
 	run --separate-stderr claim --net filtered
-	ip netns del "$ns"
+	netns_del "$ns"
 	echo "st1=$st1 err1=$err1 st2=$st2 err2=$err2"
 	[ "$st1" -eq 111 ]
 	[[ "$err1" == *"isopod-tap0 lacks isopod's tc ingress filter: run \`sudo isopod-netsetup\`"* ]]
@@ -581,7 +590,7 @@ docker_nft() {
 	ip netns add "$ns"
 	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null
 	run --separate-stderr claim --net open
-	[ "$status" -eq 0 ] || { ip netns del "$ns"; false; }
+	[ "$status" -eq 0 ] || { netns_del "$ns"; false; }
 	# the filtered slot's tap advertised as open: its filter's .rodata says
 	# filtered (and the claim takes the first open tap, this one)
 	ip netns exec "$ns" ip link set isopod-tap0 alias "isopod open"
@@ -596,7 +605,7 @@ docker_nft() {
 	ip netns exec "$ns" ip addr del 10.213.0.9/30 dev isopod-tap1
 	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --open-slots 1 >/dev/null
 	run --separate-stderr claim --net open
-	ip netns del "$ns"
+	netns_del "$ns"
 	echo "st1=$st1 err1=$err1 st2=$st2 err2=$err2"
 	[ "$st1" -eq 111 ]
 	[[ "$err1" == *"isopod-tap0 lacks isopod's tc ingress filter: run \`sudo isopod-netsetup\`"*"our filter was loaded for another slot (gateway 10.213.0.1, filtered"*"want 10.213.0.1, open"* ]]
@@ -623,19 +632,19 @@ docker_nft() {
 		ns_setup $p --slots 1 >/dev/null 2>&1 || st=$?
 		run --separate-stderr claim --net filtered
 		echo "killed at $p (exit $st): claim $status $stderr"
-		[ "$st" -eq 137 ] || { ip netns del "$ns"; false; }
+		[ "$st" -eq 137 ] || { netns_del "$ns"; false; }
 		case $p in
 		rules | filter | table)
 			# not advertised yet (the alias comes last): no slot of the mode
-			[ "$status" -eq 111 ] && [[ "$stderr" == *"no filtered slots"* ]] || { ip netns del "$ns"; false; }
+			[ "$status" -eq 111 ] && [[ "$stderr" == *"no filtered slots"* ]] || { netns_del "$ns"; false; }
 			;;
 		*)
 			# advertised only with all three
 			[ "$status" -eq 0 ] && whole 0 && ip netns exec "$ns" nft list table inet isopod >/dev/null ||
-				{ ip netns del "$ns"; false; }
+				{ netns_del "$ns"; false; }
 			;;
 		esac
-		ip netns del "$ns"
+		netns_del "$ns"
 	done
 	ip netns add "$ns"
 	ns_setup "" --slots 2 >/dev/null
@@ -650,7 +659,7 @@ docker_nft() {
 	run --separate-stderr claim --net filtered
 	echo "mid-switch: exit $st, claim $status $stderr"
 	[ "$st" -eq 137 ] && [ "$status" -eq 111 ] && [[ "$stderr" == *"isopod-tap1 lacks isopod's tc ingress filter"*"loaded for another slot"* ]] ||
-		{ exec 8>&-; ip netns del "$ns"; false; }
+		{ exec 8>&-; netns_del "$ns"; false; }
 	ns_setup "" --slots 2 >/dev/null
 	# a rule taken away, or the kernel's local rule back at 0: refused
 	ip netns exec "$ns" ip rule del pref 10 iif isopod-tap1 fwmark 0/0x10000000 blackhole
@@ -679,7 +688,7 @@ docker_nft() {
 	ns_setup "" --slots 2 >/dev/null
 	run --separate-stderr claim --net filtered
 	exec 8>&-
-	ip netns del "$ns"
+	netns_del "$ns"
 	echo "$out / rerun: claim $status"
 	[[ "$out" == "rule: 111 "*"isopod-tap1 lacks isopod's routing rules: run \`sudo isopod-netsetup\`"*"IPv4 blackhole missing"* ]]
 	[[ "$out" == *" / local at 0: 111 "*"another lookup of the local table before them"* ]]
@@ -712,7 +721,7 @@ time.sleep(120)' &
 	alias2=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap1/ifalias)
 	kill "$holder"
 	wait "$holder" 2>/dev/null || :
-	ip netns del "$ns"
+	netns_del "$ns"
 	echo "rerun: exit $st1, aliases '$alias0' '$alias1'; switch: exit $st2, alias '$alias2'"
 	jq -e '[.taps[] | select(.busy) | .slot] == [1]' "$BATS_TEST_TMPDIR/rerun.json" >/dev/null
 	# the free tap lost its alias, the busy one kept it
@@ -1576,7 +1585,7 @@ done'
 	local st=$status err=$stderr
 	run --separate-stderr ip netns exec "$ns" env ISOPOD_HOME="$ISOPOD_HOME" PATH="$PATH" \
 		isopod-claim --net filtered
-	ip netns del "$ns"
+	netns_del "$ns"
 	[ "$st" -eq 111 ]
 	[[ "$err" == *"sudo isopod-netsetup"*"--net none"* ]]
 	[ "$status" -eq 111 ]

@@ -405,6 +405,18 @@ sign_refuses() {
 		"no host check tap-forwarding for isopod-tap1"
 }
 
+@test "sign refuses a report without a live tap's tc-filter check, or without the netstate check before or after the probes" {
+	sign_refuses 'del(.host_checks[] | select(.tap == "isopod-tap1" and .check == "tc-filter"))' \
+		"no host check tc-filter for isopod-tap1"
+	[ "$status" -eq 1 ]
+	sign_refuses 'del(.host_checks[] | select(.check == "netstate" and .when == "after"))' \
+		"no host check netstate after the probes"
+	sign_refuses 'del(.host_checks[] | select(.check == "netstate"))' \
+		"no host check netstate before the probes"
+	sign_refuses '(.host_checks[] | select(.check == "tc-filter" and .tap == "isopod-tap0") | .ok) = false' \
+		"host check tc-filter on isopod-tap0 is not ok"
+}
+
 @test "sign refuses a report whose recorded subjects are not the live host's now, naming each" {
 	local q
 	q=$(command -v qemu-system-x86_64)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bats
 # shellcheck disable=SC2154 # $stderr: set by bats' run --separate-stderr
+# shellcheck disable=SC2030,SC2031 # open_mutation hands run's $output and $status to its tests
 # The adverse doctor (issue 10): isopod-doctor --adverse boots real guests
 # on every mode's slots inside the sealed lab of t/lab/lab.sh and attacks
 # the host's enforcement from them; its report is what isopod-attest signs.
@@ -65,16 +66,32 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	json_is '.verdict == "pass" and .setup.ok and .counts.fail == 0 and .counts.error == 0'
 	json_is '.counts.probes == (.probes | length) and .counts.pass == .counts.probes and .counts.probes > 40'
 	json_is '[.vms[].mode] | sort == ["filtered", "filtered", "none", "open"]'
-	json_is '[.probes[].class] | unique == ["denied-range", "dns-exfiltration", "filtered-forwarding", "gateway-port", "host", "host-gateway", "metadata", "none", "other-vm"]'
+	json_is '[.probes[].class] | unique == ["arp-gateway", "denied-range", "dns-exfiltration", "dns-rebinding", "filtered-forwarding", "gateway-port", "host", "host-gateway", "ipv6", "metadata", "none", "other-vm", "spoof-ip", "spoof-mac"]'
+	# every networked VM ran the whole suite of its mode (the second filtered one too)
+	json_is '[.probes[] | select(.class == "dns-rebinding") | .vm] | unique | length == 2'
+	json_is '[.probes[] | select(.class == "ipv6")] | length == 9'
+	json_is '[.probes[] | select(.class == "other-vm") | .steps[0].peer_alive] | all'
 	json_is 'all(.probes[]; [.steps[].step] == ["liveness", "tooling", "control", "attempt", "evidence"] and [.steps[].ok] == [true, true, true, false, true])'
 	# the host saw each attempt arrive on the tap (the none probe: no NIC at all)
 	json_is 'all(.probes[] | select(.class != "none"); .steps[4].in_from_guest > 0 and .steps[4].out_to_target == 0 and .steps[4].own_listener_hits == 0)'
 	json_is '[.probes[] | select(.class == "none") | .steps[4].no_nic] == [true]'
-	json_is '[.probes[] | select(.steps[4].ledger_refusal != null) | .steps[4].ledger_refusal] == [true, true]'
+	# the proxy and exfiltration probes and 4 rebinding ones, in each filtered VM
+	json_is '[.probes[] | select(.steps[4].ledger_refusal != null) | .steps[4].ledger_refusal] == [range(12) | true]'
+	json_is 'all(.probes[] | select(.class == "dns-rebinding"); .steps[4].ledger_says_denied_address and .steps[4].resolver_answers == 1)'
+	json_is 'all(.probes[] | select(.class == "arp-gateway"); .steps[4].neighbours_unchanged)'
 	json_is '.targets.host_gateway == "203.0.113.254" and .targets.host_addresses == ["203.0.113.1"]'
-	# the host side: 3 taps, each its forwarding flag and its fail-closed rule
-	json_is '(.host_checks | length) == 6 and all(.host_checks[]; .ok)'
-	json_is '[.probes[] | select(.class == "other-vm") | .name | test("^(filtered|open)/other-vm-10\\.213\\.0\\.[0-9]+-to-")] | length == 12'
+	# isopod's enforcement took every networked attempt: the tap's own filter
+	# read before and after, and its drop or a drop rule of the table moved
+	json_is 'all(.probes[] | select(.class != "none"); .steps[4].enforced and (.steps[4].tc_filter | type) == "object")'
+	json_is '[.probes[] | select(.class != "none" and (.steps[4].nft_drops | length) > 0)] | length > 0'
+	# the host side: 3 taps, each its forwarding flag, its fail-closed rule
+	# (by function) and its tc filter; the record of netsetup, before and after
+	json_is '(.host_checks | length) == 11 and all(.host_checks[]; .ok)'
+	json_is '[.host_checks[] | select(.check == "netstate") | .when] == ["before", "after"]'
+	json_is '[.probes[] | select(.class == "other-vm") | .name | test("^(filtered|filtered2|open)/other-vm-10\\.213\\.0\\.[0-9]+-to-")] | length == 12'
+	# the second filtered VM's probes are named apart (a report names each once)
+	json_is '[.probes[].name] | length == (unique | length)'
+	json_is '[.probes[] | select(.name | startswith("filtered2/"))] | length > 30'
 	# the doctor's VMs are gone
 	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
 	echo "$output" >"$BATS_FILE_TMPDIR/report.json"
@@ -123,13 +140,15 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 }
 
 @test "regression: a probe program missing in the guest is ERROR (tooling), never a blocked attempt" {
-	run --separate-stderr doctor --modes open --nc /nonexistent/nc
+	# the TCP-heavy classes only (metadata's UDP and ICMP probes: no nc)
+	run --separate-stderr doctor --modes open --nc /nonexistent/nc --class metadata,denied-range
 	[ "$status" -eq 111 ]
 	json_is '.verdict == "error"'
 	# every TCP probe (the nc ones) is error at tooling with 127; nothing else changed
 	json_is 'all(.probes[] | select(.steps[1].program == "/nonexistent/nc"); .verdict == "error" and .steps[1].ok == false and .steps[1].attempt_status == 127)'
 	json_is '[.probes[] | select(.steps[1].program == "/nonexistent/nc")] | length > 10'
 	json_is 'all(.probes[] | select(.steps[1].program != "/nonexistent/nc"); .verdict == "pass")'
+	json_is '[.probes[] | select(.steps[1].program != "/nonexistent/nc")] | length > 0'
 }
 
 @test "regression: a setup step that fails is 111 naming it (host networking not set up), no probe, no attestation" {
@@ -156,7 +175,8 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	h=$(lab exec nft -a list chain inet isopod fwd_open | sed -n 's|.*ip daddr 169.254.0.0/16 .* drop # handle \([0-9]*\)$|\1|p')
 	[ -n "$h" ]
 	lab exec nft delete rule inet isopod fwd_open handle "$h"
-	run --separate-stderr doctor --modes open
+	# the classes it breaks and one it does not (nothing else fails)
+	run --separate-stderr doctor --modes open --class metadata,denied-range,gateway-port
 	netsetup
 	[ "$status" -eq 1 ]
 	json_is '.verdict == "fail" and .counts.error == 0'
@@ -166,35 +186,9 @@ open/metadata-tcp
 open/metadata-udp
 open/range-169.254.0.0/16
 EOF
+	json_is 'any(.probes[]; .class == "gateway-port")'
 	# the evidence says why: the attempts left the host
 	json_is 'all(.probes[] | select(.verdict == "fail"); .steps[4].out_to_target > 0)'
-}
-
-@test "mutation: an open VM's tc filter taken off and vm_in's catch-all drop deleted: exactly the probes of the host's address FAIL" {
-	local h id
-	# a claim refuses a tap without the filter: boot first, then break it
-	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
-	[ "$status" -eq 0 ]
-	id=$(jq -r .vm.id <<<"$output")
-	h=$(lab exec nft -a list chain inet isopod vm_in | sed -n 's|^[[:space:]]*counter packets .* drop # handle \([0-9]*\)$|\1|p')
-	[ -n "$h" ]
-	lab exec tc filter del dev isopod-tap2 ingress
-	lab exec nft delete rule inet isopod vm_in handle "$h"
-	run --separate-stderr doctor --vm "$id"
-	isopod-stop --force --vm "$id" >/dev/null || :
-	netsetup
-	echo "$stderr" | tail -n 3
-	echo "$output" | jq -c '.setup, .counts, (.probes[] | select(.verdict != "pass") | [.name, .verdict, .why])'
-	[ "$status" -eq 1 ]
-	json_is '.counts.error == 0'
-	diff <(not_passing) - <<'EOF'
-open/host-203.0.113.1-icmp
-open/host-203.0.113.1-tcp
-open/host-203.0.113.1-udp
-open/range-203.0.113.0/24
-EOF
-	# (TEST-NET-3's first host is the lab host's own address)
-	json_is '[.probes[] | select(.name == "open/host-203.0.113.1-tcp") | .steps[4].own_listener_hits] == [1]'
 }
 
 @test "mutation: a filtered tap's forwarding turned on: exactly its host check fails, the report does not pass" {
@@ -224,10 +218,275 @@ EOF
 	bp=$(jq -r .broker_pid "$ISOPOD_HOME/vms/$id/meta.json")
 	[ "$bp" -gt 1 ]
 	kill "$bp"
-	run --separate-stderr doctor --vm "$id"
+	# classes with DNS-controlled probes (UDP: nslookup) and others
+	run --separate-stderr doctor --vm "$id" --class metadata,gateway-port
 	isopod-stop --force --vm "$id" >/dev/null || :
 	echo "$output" | jq -c '.probes[] | select(.verdict != "pass") | [.name, .verdict, .why]'
 	[ "$status" -eq 111 ]
 	json_is 'all(.probes[] | select(.steps[1].program == "nslookup"); .verdict == "error" and .steps[2].ok == false)'
 	json_is 'all(.probes[] | select(.steps[1].program != "nslookup"); .verdict == "pass")'
+	json_is '([.probes[] | select(.steps[1].program == "nslookup")] | length > 0) and ([.probes[] | select(.steps[1].program != "nslookup")] | length > 0)'
+}
+
+# ---- the evidence of isopod's enforcement (the review's HIGH finding) ----
+# Each mutation breaks one layer only; the doctor's host checks (a --modes
+# none run: one VM without a NIC, the host side whole) or its counters must
+# say which, and nothing else may fail.
+
+# failing_checks: "CHECK TAP|WHEN" of every host check not ok, sorted.
+failing_checks() { jq -r '.host_checks[] | select(.ok | not) | "\(.check) \(.tap // .when)"' <<<"$output" | sort; }
+
+@test "mutation: ONLY vm_in's catch-all drop deleted: the netstate check FAILs naming it, every other check and probe passes" {
+	local h
+	h=$(lab exec nft -a list chain inet isopod vm_in | sed -n 's|^[[:space:]]*counter packets .* drop # handle \([0-9]*\)$|\1|p')
+	[ -n "$h" ]
+	lab exec nft delete rule inet isopod vm_in handle "$h"
+	run --separate-stderr doctor --modes none
+	netsetup
+	echo "$output" | jq -c '.host_checks[] | select(.ok | not)'
+	[ "$status" -eq 1 ]
+	json_is '.verdict == "fail" and .counts.pass == .counts.probes and .counts.probes == 1'
+	diff <(failing_checks) - <<'EOF'
+netstate after
+netstate before
+EOF
+	json_is 'all(.host_checks[] | select(.check == "netstate"); .why == "ruleset: missing: rule inet isopod vm_in [ counter ] [ immediate reg 0 drop  ]")'
+	# and netsetup's rerun put it back
+	run --separate-stderr doctor --modes none
+	[ "$status" -eq 0 ]
+}
+
+@test "mutation: ONLY the open tap's tc filter taken off: its filter check FAILs and every probe of its VM lacks the counter evidence (the host-address ones FAIL though nothing got through); then vm_in's catch-all drop deleted too: exactly the probes of the host's address get through" {
+	local id probes pst both bst h
+	# a claim refuses a tap without the filter: boot first, then break it
+	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
+	h=$(lab exec nft -a list chain inet isopod vm_in | sed -n 's|^[[:space:]]*counter packets .* drop # handle \([0-9]*\)$|\1|p')
+	[ -n "$h" ]
+	lab exec tc filter del dev isopod-tap2 ingress
+	run --separate-stderr doctor --vm "$id" --class host,metadata
+	probes=$output pst=$status
+	run --separate-stderr doctor --modes none
+	# the same VM, the second layer gone too
+	lab exec nft delete rule inet isopod vm_in handle "$h"
+	both=$(doctor --vm "$id" --class host,denied-range) && bst=0 || bst=$?
+	isopod-stop --force --vm "$id" >/dev/null || :
+	netsetup
+	echo "$output" | jq -c '.host_checks[] | select(.ok | not)'
+	[ "$status" -eq 1 ]
+	diff <(failing_checks) - <<'EOF'
+netstate after
+netstate before
+tc-filter isopod-tap2
+EOF
+	json_is '[.host_checks[] | select(.check == "netstate") | .why] | unique == ["taps: isopod-tap2'"'"'s tc filter is not the one netsetup attached"]'
+	output=$probes
+	echo "$output" | jq -c '.counts, (.probes[] | select(.class == "host") | [.name, .verdict, .why])'
+	[ "$pst" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.pass == 0 and all(.probes[]; .steps[4].tc_filter == null and .steps[4].enforced == false)'
+	# the table still stopped them (nothing left, no listener hit, its drop
+	# moved): only the filter's evidence is missing
+	json_is 'all(.probes[] | select(.class == "host"); .verdict == "fail" and (.why | test("tc filter counters are absent")) and .steps[4].out_to_target == 0 and .steps[4].own_listener_hits == 0)'
+	json_is '[.probes[] | select(.class == "host") | .steps[4].nft_drops | length > 0] | all'
+	output=$both
+	echo "$output" | jq -c '.counts, (.probes[] | select(.verdict != "pass") | [.name, .verdict, .why])'
+	[ "$bst" -eq 1 ]
+	json_is '.counts.error == 0'
+	# without the tap's filter no probe has its evidence (the filter's
+	# counters); exactly the probes of the host's address got through
+	json_is '.counts.pass == 0 and all(.probes[]; .steps[4].tc_filter == null)'
+	diff <(jq -r '.probes[] | select(.steps[3].answered or .steps[4].own_listener_hits > 0 or .steps[4].out_to_target > 0) | .name' <<<"$output" | sort) - <<'EOF'
+open/host-203.0.113.1-icmp
+open/host-203.0.113.1-tcp
+open/host-203.0.113.1-udp
+open/range-203.0.113.0/24
+EOF
+	# (TEST-NET-3's first host is the lab host's own address)
+	json_is '[.probes[] | select(.name == "open/host-203.0.113.1-tcp") | .steps[4].own_listener_hits] == [1]'
+}
+
+@test "mutation: the open tap's fail-closed rule attached to a wrong interface name: its fail-closed-rule check FAILs (not listed, and packets routed), the netstate check names the rule, nothing else fails" {
+	lab exec ip rule del pref 10 iif isopod-tap2 fwmark 0/0x10000000 blackhole
+	lab exec ip rule add pref 10 iif isopod-tapx fwmark 0/0x10000000 blackhole
+	run --separate-stderr doctor --modes none
+	lab exec ip rule del pref 10 iif isopod-tapx fwmark 0/0x10000000 blackhole
+	netsetup
+	echo "$output" | jq -c '.host_checks[] | select(.ok | not)'
+	[ "$status" -eq 1 ]
+	json_is '.counts.pass == .counts.probes'
+	diff <(failing_checks) - <<'EOF'
+fail-closed-rule isopod-tap2
+netstate after
+netstate before
+EOF
+	json_is '[.host_checks[] | select(.check == "fail-closed-rule" and .tap == "isopod-tap2") | .listed, (.routes[] | .blocked)] == [false, false, false]'
+	json_is 'all(.host_checks[] | select(.check == "netstate"); .why | test("^routing: missing: inet 10 .* iif isopod-tap2 "))'
+}
+
+@test "mutation: a priority-5 'iif tap lookup main' rule before the blackhole: the fail-closed-rule check FAILs by function though the rule is listed" {
+	lab exec ip rule add pref 5 iif isopod-tap2 lookup main
+	run --separate-stderr doctor --modes none
+	lab exec ip rule del pref 5 iif isopod-tap2 lookup main
+	echo "$output" | jq -c '.host_checks[] | select(.ok | not)'
+	[ "$status" -eq 1 ]
+	diff <(failing_checks) - <<'EOF'
+fail-closed-rule isopod-tap2
+netstate after
+netstate before
+EOF
+	json_is '[.host_checks[] | select(.check == "fail-closed-rule" and .tap == "isopod-tap2") | .listed, (.routes[] | .blocked)] == [true, false, false]'
+	json_is 'all(.host_checks[] | select(.check == "netstate"); .why | test("^routing: added: inet 5 "))'
+}
+
+@test "netsetup records its state (0600, per netns) and --remove deletes it: without the record the netstate check FAILs" {
+	local ino
+	ino=$(lab exec stat -L -c %i /proc/self/ns/net)
+	[ -s "/run/isopod/netstate-$ino.json" ]
+	[ "$(stat -c %a "/run/isopod/netstate-$ino.json")" = 600 ]
+	lab exec "$ISOPOD_SRC/bin/isopod-netsetup" --remove >/dev/null
+	[ ! -e "/run/isopod/netstate-$ino.json" ]
+	netsetup
+	[ -s "/run/isopod/netstate-$ino.json" ]
+	rm "/run/isopod/netstate-$ino.json"
+	run --separate-stderr doctor --modes none
+	netsetup
+	[ "$status" -eq 1 ]
+	json_is '[.host_checks[] | select(.ok | not) | .check] == ["netstate", "netstate"] and all(.host_checks[] | select(.check == "netstate"); .why | test("isopod-netsetup writes it"))'
+}
+
+# ---- the classes of spoofing, ARP, IPv6 and DNS rebinding -------------------
+# Each mutation breaks one enforcement for one open VM booted first (a claim
+# refuses a tap without its tc filter), and the doctor runs only the new
+# classes against it (--class): exactly the probes of that class FAIL.
+
+NEW_OPEN=spoof-ip,spoof-mac,arp-gateway,ipv6
+
+# own_failures: the probes not passing for a reason other than the tap's
+# filter taken off (then every probe of the VM lacks the filter's counter
+# evidence and FAILs for that alone: the spoof and ipv6 mutations take it).
+own_failures() { jq -r '.probes[] | select(.verdict != "pass" and (.why | test("tc filter counters are absent") | not)) | .name' <<<"$output" | sort; }
+
+# open_mutation NAME CLASSES: boot an open VM, break NAME's enforcement on
+# its tap, run CLASSES in it (the ones NAME breaks and one it does not:
+# nothing else fails), restore the lab; the report in $output.
+open_mutation() {
+	local id tap h c
+	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
+	tap=$(jq -r .net.tap "$ISOPOD_HOME/vms/$id/meta.json")
+	case $1 in
+	spoof)
+		# anti-spoof off: the tap's vm_pre rule without its MAC and source
+		# checks, its tc filter off, rp_filter off
+		h=$(lab exec nft -a list chain inet isopod vm_pre | grep "iifname \"$tap\" ether saddr" | sed -n 's/.*# handle \([0-9]*\)$/\1/p')
+		[ -n "$h" ]
+		lab exec nft replace rule inet isopod vm_pre handle "$h" iifname "$tap" meta nfproto ipv4 return
+		lab exec tc filter del dev "$tap" ingress
+		lab exec sysctl -qw "net.ipv4.conf.$tap.rp_filter=0"
+		;;
+	arp)
+		# the arp table gone (and rp_filter, which alone refuses a sender
+		# address routed elsewhere)
+		lab exec nft delete table arp isopod
+		lab exec sysctl -qw "net.ipv4.conf.$tap.rp_filter=0"
+		;;
+	ipv6)
+		# every IPv6 layer of the tap: disable_ipv6, the tc filter, the table
+		lab exec sysctl -qw "net.ipv6.conf.$tap.disable_ipv6=0"
+		lab exec tc filter del dev "$tap" ingress
+		for c in prerouting input forward; do
+			lab exec nft insert rule inet isopod "$c" iifname "$tap" meta nfproto ipv6 accept
+		done
+		;;
+	esac
+	run --separate-stderr doctor --vm "$id" --class "$2"
+	isopod-stop --force --vm "$id" >/dev/null || :
+	netsetup
+	lab exec ip neigh flush dev "$tap"
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
+}
+
+@test "new classes: --class runs only the classes named (they pass), and sign refuses such a report" {
+	run --separate-stderr doctor --modes open --class "$NEW_OPEN"
+	echo "$output" | jq -c '.counts, (.probes[] | select(.verdict != "pass") | [.name, .why])'
+	[ "$status" -eq 0 ]
+	json_is '([.probes[].class] | unique) == ["arp-gateway", "ipv6", "spoof-ip", "spoof-mac"] and .counts.pass == 6'
+	json_is 'all(.probes[]; .steps[4].in_from_guest > 0 and .steps[4].out_to_target == 0 and .steps[4].back_to_guest == 0)'
+	echo "$output" >"$BATS_TEST_TMPDIR/r.json"
+	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest sign -o "$BATS_TEST_TMPDIR/e.json" "$BATS_TEST_TMPDIR/r.json"
+	echo "$stderr"
+	[ "$status" -eq 1 ]
+	[ ! -e "$BATS_TEST_TMPDIR/e.json" ]
+	run --separate-stderr doctor --modes open --class 'Bad!'
+	[ "$status" -eq 100 ]
+}
+
+@test "mutation: an open tap's anti-spoof off (vm_pre's MAC/source checks, tc filter, rp_filter): exactly spoof-ip and spoof-mac FAIL for what left (the rest for the filter's missing counters)" {
+	open_mutation spoof spoof-ip,spoof-mac,arp-gateway
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 3'
+	json_is 'all(.probes[]; .steps[4].tc_filter == null and .steps[4].enforced == false)'
+	diff <(own_failures | sed 's/-[0-9a-f:.]*$//') - <<'EOF'
+open/spoof-ip
+open/spoof-mac
+EOF
+}
+
+@test "mutation: the arp table deleted (and the tap's rp_filter off): exactly arp-gateway FAILs" {
+	open_mutation arp arp-gateway,spoof-ip
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 2'
+	diff <(not_passing | sed 's/-claim-.*//') - <<'EOF'
+open/arp
+EOF
+	json_is '[.probes[] | select(.class == "arp-gateway") | .steps[3].answered] == [true]'
+}
+
+@test "mutation: IPv6 let in on an open tap (disable_ipv6, tc filter, table): exactly the three ipv6 probes FAIL for what got in (the rest for the filter's missing counters)" {
+	open_mutation ipv6 ipv6,spoof-mac
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 4'
+	json_is 'all(.probes[]; .steps[4].tc_filter == null and .steps[4].enforced == false)'
+	diff <(own_failures | sed 's/-[0-9a-f:.]*$//') - <<'EOF'
+open/ipv6-global
+open/ipv6-link-local
+open/ipv6-ula
+EOF
+}
+
+@test "mutation: the brokers' deny ranges widened (allow_range 169.254.0.0/16 and 10.0.0.0/8 in the host config, the table untouched): exactly those rebinding probes FAIL" {
+	local wide="$BATS_TEST_TMPDIR/wide.conf"
+	{
+		cat "$LAB_CONF"
+		printf 'allow_range = 169.254.0.0/16\nallow_range = 10.0.0.0/8\n'
+	} >"$wide"
+	ISOPOD_SYSCONFIG=$wide run --separate-stderr doctor --modes filtered --class dns-rebinding
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 8'
+	diff <(not_passing) - <<'EOF'
+filtered/dns-rebinding-metadata-169.254.169.254
+filtered/dns-rebinding-private-10.0.0.1
+filtered2/dns-rebinding-metadata-169.254.169.254
+filtered2/dns-rebinding-private-10.0.0.1
+EOF
+	# the lab's metadata host answered through the broker
+	json_is '[.probes[] | select(.name | test("metadata")) | .steps[3].answered] == [true, true]'
+}
+
+@test "regression: a class with no target is ERROR, never a silent pass (the lab host's address and default route taken away)" {
+	lab exec ip addr del 203.0.113.1/24 dev h0
+	run --separate-stderr doctor --modes open --class host,host-gateway
+	lab exec ip addr add 203.0.113.1/24 dev h0
+	lab exec ip route add default via 203.0.113.254 dev h0
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
+	[ "$status" -eq 111 ]
+	diff <(verdicts) - <<'EOF'
+error open/host-gateway-none
+error open/host-none
+EOF
+	# the lab is whole again
+	lab exec busybox ping -c1 -W2 198.51.100.10 >/dev/null
 }

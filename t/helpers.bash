@@ -178,7 +178,8 @@ json_is() {
 # host_checks}: a doctor-booted VM of each live mode (none always; filtered,
 # open as the taps' ifalias say), one passing probe (five steps) of every
 # class isopod-attest sign requires for that mode (lib/suite.c, spelt out
-# here on purpose), and both host checks of every tap.
+# here on purpose), the three host checks of every tap and, with taps, the
+# netstate checks before and after.
 adverse_coverage() {
 	local taps
 	# shellcheck disable=SC2016  # expanded by the inner sh
@@ -190,8 +191,10 @@ adverse_coverage() {
 		            {step: "evidence", ok: true}];
 		{none: ["none"],
 		 filtered: ["metadata", "denied-range", "gateway-port", "filtered-forwarding",
-		            "dns-exfiltration"],
-		 open: ["metadata", "denied-range", "gateway-port"]} as $cls |
+		            "dns-exfiltration", "spoof-ip", "spoof-mac", "arp-gateway", "ipv6",
+		            "dns-rebinding"],
+		 open: ["metadata", "denied-range", "gateway-port", "spoof-ip", "spoof-mac",
+		        "arp-gateway", "ipv6"]} as $cls |
 		[$taps | split("\n")[] | select(length > 0) | split(" ") |
 		 {tap: .[0], mode: (.[2] // "")}] as $t |
 		[["none", "filtered", "open"][] as $m |
@@ -200,6 +203,10 @@ adverse_coverage() {
 		 probes: [$modes[] as $m | $cls[$m][] |
 		          {name: "\($m)/\(.)", class: ., vm: "doctor-\($m)", verdict: "pass",
 		           steps: steps}],
-		 host_checks: [$t[] | ({check: "tap-forwarding", tap: .tap, mode: .mode, ok: true},
-		                       {check: "fail-closed-rule", tap: .tap, ok: true})]}'
+		 host_checks: ([$t[] | ({check: "tap-forwarding", tap: .tap, mode: .mode, ok: true},
+		                        {check: "fail-closed-rule", tap: .tap, ok: true},
+		                        {check: "tc-filter", tap: .tap, mode: .mode, ok: true})] +
+		               if ($t | length) > 0 then [{check: "netstate", when: "before", ok: true},
+		                                         {check: "netstate", when: "after", ok: true}]
+		               else [] end)}'
 }

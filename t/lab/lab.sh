@@ -198,7 +198,13 @@ cmd_down() {
 	fi
 	for ns in $(ip netns list | awk '{print $1}'); do
 		case $ns in
-		"$name-host" | "$name-inet" | "$name"-vm[0-9]*) ip netns del "$ns" ;;
+		"$name-host")
+			# isopod-netsetup's record of this netns (man isopod-netsetup, FILES)
+			ino=$(ip netns exec "$ns" stat -L -c %i /proc/self/ns/net 2>/dev/null) &&
+				rm -f "/run/isopod/netstate-$ino.json"
+			ip netns del "$ns"
+			;;
+		"$name-inet" | "$name"-vm[0-9]*) ip netns del "$ns" ;;
 		esac
 	done
 	rm -rf "$STATE" "/etc/netns/$name-host"

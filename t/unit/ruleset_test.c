@@ -123,6 +123,29 @@ static char *text(int v, size_t *n)
 	return s;
 }
 
+/* ruleset_drops' filter: a rule with a counter and a drop verdict is kept
+ * with its chain, handle and packets; an accept, or a drop without a
+ * counter, is not. */
+static void drops(void)
+{
+	struct drops_dump d = { 0 };
+	struct nftnl_rule *r1 = rule("isopod", "vm_in", 30, 9, 7, NF_DROP);
+	struct nftnl_rule *r2 = rule("isopod", "vm_in", 31, 9, 5, NF_ACCEPT);
+	struct nftnl_rule *r3 = nftnl_rule_alloc();
+	struct nftnl_expr *e = nftnl_expr_alloc("immediate");
+
+	nftnl_rule_set_str(r3, NFTNL_RULE_CHAIN, "fwd_open");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t)NF_DROP);
+	nftnl_rule_add_expr(r3, e);
+	ok(drop_rule(&d, r1) == 0 && drop_rule(&d, r2) == 0 && drop_rule(&d, r3) == 0,
+	   "drop_rule reads three rules");
+	ok(d.n == 1 && !strcmp(d.v[0].chain, "vm_in") && d.v[0].handle == 30 && d.v[0].packets == 7,
+	   "only the counted drop is kept, with its chain, handle and packets");
+	free(d.v);
+	nftnl_rule_free(r1), nftnl_rule_free(r2), nftnl_rule_free(r3);
+}
+
 int main(void)
 {
 	static const char *what[] = {
@@ -148,5 +171,6 @@ int main(void)
 		free(s);
 	}
 	free(ref);
+	drops();
 	return tap_done();
 }
