@@ -160,17 +160,6 @@ static void reply_tool(json_t *id, json_t *sc, int is_error)
 	send_msg(rpc_result(id, r));
 }
 
-static json_t *failure(const char *kind, const char *fmt, ...)
-{
-	char m[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(m, sizeof m, fmt, ap);
-	va_end(ap);
-	return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", m, "error_kind", kind);
-}
-
 /* ---- input validation: the tool's own inputSchema, read by a small
  * validator (the keywords below, nothing else), so the schema a client
  * sees and the rules we enforce are one text. */
@@ -927,7 +916,7 @@ static void start_call(struct server *s, struct call *c)
 	    (c->tool->runner == R_TOOL &&
 	     (c->status_fd = memfd_create("isopod-mcp-status", MFD_CLOEXEC)) < 0)) {
 		logmsg(s, 4, "unable to start %s: %s", c->tool->name, strerror(errno));
-		reply_tool(c->id, failure("infra", "unable to start %s: %s", c->argv[0],
+		reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
 					  strerror(errno)), 1);
 		for (int i = 0; i < 2; i++) {
 			if (po[i] >= 0)
@@ -955,7 +944,7 @@ static void start_call(struct server *s, struct call *c)
 	fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
 	fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
 	if (pid < 0) {
-		reply_tool(c->id, failure("infra", "unable to start %s: %s", c->argv[0],
+		reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
 					  strerror(errno)), 1);
 		call_free(c);
 		return;
@@ -1114,7 +1103,7 @@ static void finish_call(struct server *s, struct call *c)
 		return;
 	}
 	if (c->out.n > OUT_MAX) {
-		res = failure("infra", "%s wrote more than %u bytes", c->argv[0], OUT_MAX);
+		res = json_failure("infra", "%s wrote more than %u bytes", c->argv[0], OUT_MAX);
 	} else if (c->tool->list_key && rc == 0) {
 		json_t *a = load_lines(c->out.p ? c->out.p : "", c->out.n);
 
@@ -1136,7 +1125,7 @@ static void finish_call(struct server *s, struct call *c)
 	}
 	if (!res) {
 		last_err_line(c, line, sizeof line);
-		res = failure(rc == 100 ? "usage" : rc == 101 ? "not_found" : rc == 102 ? "busy" : rc == 99 ? "timeout" : "infra",
+		res = json_failure(rc == 100 ? "usage" : rc == 101 ? "not_found" : rc == 102 ? "busy" : rc == 99 ? "timeout" : "infra",
 			      "%s exited %d without a result%s%s", c->tool->name, rc,
 			      line[0] ? ": " : "", line);
 		json_object_set_new(res, "exit", json_integer(rc));
@@ -1247,7 +1236,7 @@ static void do_call(struct server *s, json_t *id, json_t *params)
 		if (!s->calls[i].used)
 			c = &s->calls[i];
 	if (!c) {
-		reply_tool(id, failure("busy", "%d calls in flight or queued already", MAX_CALLS), 1);
+		reply_tool(id, json_failure("busy", "%d calls in flight or queued already", MAX_CALLS), 1);
 		json_decref(args);
 		return;
 	}
@@ -1265,7 +1254,7 @@ static void do_call(struct server *s, json_t *id, json_t *params)
 			reply_error(id, RPC_INVALID_PARAMS, json_string_value(json_object_get(err, "message")),
 				    err);
 		} else {
-			reply_tool(id, failure("infra", "unable to build the command: %s",
+			reply_tool(id, json_failure("infra", "unable to build the command: %s",
 					       strerror(errno ? errno : ENOMEM)), 1);
 		}
 		call_free(c);

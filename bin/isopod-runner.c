@@ -265,17 +265,6 @@ static int recheck(struct runner *r)
 
 /* ---- job directories ---------------------------------------------------- */
 
-__attribute__((format(printf, 2, 3))) static json_t *failure(const char *kind, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", msg, "error_kind", kind);
-}
-
 /* running/D -> STATE/D, after result.json (when given) and state.json:
  * the directory moves whole, so a reader sees a job with its result or
  * not at all.  kill: a test's kill point once the result is written. */
@@ -360,7 +349,7 @@ static int settle(struct runner *r, const char *d, const char *why)
 		       -1, 0);
 		json_decref(res);
 	} else if (exists(sp(r, p, "running/%s/state.json", d))) {
-		res = failure("interrupted", "interrupted: %s; its logs are beside this result", why);
+		res = json_failure("interrupted", "interrupted: %s; its logs are beside this result", why);
 		finish(r, d, "interrupted", res, why, -1, 0);
 		json_decref(res);
 	} else {
@@ -368,7 +357,7 @@ static int settle(struct runner *r, const char *d, const char *why)
 		snprintf(id, sizeof id, "%.*s", (int)strcspn(d, "~"), d);
 		if (exists(sp(r, p, "running/%s/job.json", d)) &&
 		    renameat2(AT_FDCWD, p, AT_FDCWD, sp(r, q, "queue/%s.json", id), RENAME_NOREPLACE) < 0) {
-			res = failure("usage", "job %s: another job of that name was queued meanwhile", id);
+			res = json_failure("usage", "job %s: another job of that name was queued meanwhile", id);
 			finish(r, d, "failed", res, "a name queued twice", -1, 0);
 			json_decref(res);
 			goto out;
@@ -560,7 +549,7 @@ __attribute__((noreturn)) static void worker(struct runner *r, const char *d, ch
 	err = open(sp(r, p, "running/%s/stderr.log", d), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	ps.file = av[0], ps.out = out, ps.err = err, ps.pdeathsig = SIGTERM, ps.setsid = 1;
 	if (sfd < 0 || out < 0 || err < 0 || (pid = proc_spawn(&ps)) < 0) {
-		res = failure("infra", "unable to start %s: %s", av[0], strerror(errno));
+		res = json_failure("infra", "unable to start %s: %s", av[0], strerror(errno));
 		_exit(finish(r, d, "failed", res, NULL, -1, 0) < 0 ? EX_SYS : 0);
 	}
 	worker_state(r, d, pid);
@@ -591,7 +580,7 @@ __attribute__((noreturn)) static void worker(struct runner *r, const char *d, ch
 	res = load_result(sp(r, p, "running/%s/stdout", d));
 	if (!json_is_boolean(json_object_get(res, "ok"))) {
 		json_decref(res);
-		res = failure(why[0] ? "interrupted" : "infra", "isopod run exited %d without a result%s%s",
+		res = json_failure(why[0] ? "interrupted" : "infra", "isopod run exited %d without a result%s%s",
 			      rc, why[0] ? ": " : "", why);
 	}
 	if (finish(r, d, why[0] ? "interrupted" : json_is_true(json_object_get(res, "ok")) ? "done" : "failed",
@@ -703,7 +692,7 @@ static int dispatch(struct runner *r, const char *id)
 		snprintf(why, sizeof why, "out of memory");
 	if (!av) {
 		warn("job %s failed: %s", d, why);
-		res = failure(job || infra ? "infra" : "usage", "job %s: %s", id, why);
+		res = json_failure(job || infra ? "infra" : "usage", "job %s: %s", id, why);
 		finish(r, d, "failed", res, why, -1, 0);
 		json_decref(res);
 		json_decref(job);

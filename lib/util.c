@@ -546,6 +546,17 @@ char *excerpt(char buf[EXCERPT_SZ], const void *p, size_t n)
 	return buf;
 }
 
+json_t *json_failure(const char *kind, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", msg, "error_kind", kind);
+}
+
 void json_emit(json_t *obj)
 {
 	if (json_dumpf(obj, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER) < 0 ||

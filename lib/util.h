@@ -110,6 +110,9 @@ char *excerpt(char buf[EXCERPT_SZ], const void *p, size_t n);
 #define EXC(s) excerpt((char[EXCERPT_SZ]){0}, (s), strlen(s))
 /* Print obj compactly + "\n" to stdout and check the write (dies EX_SYS). */
 void json_emit(json_t *obj);
+/* The failure contract's object, {ok:false, error, error_kind} (doc/
+ * INTERFACES.md), for tools that answer a failure in JSON themselves. */
+__attribute__((format(printf, 2, 3))) json_t *json_failure(const char *kind, const char *fmt, ...);
 
 /* Lock helpers: open (O_CREAT|O_CLOEXEC) and flock.  op = LOCK_EX / LOCK_SH,
  * optionally | LOCK_NB.  Returns the fd, or -1 with errno (EWOULDBLOCK = held). */
