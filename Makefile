@@ -29,7 +29,7 @@ HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o l
 NETLIB = lib/ruleset.o
 # isopod-netsetup's own: the taps and routing rules (rtnetlink), the tables.
 NSLIB = lib/netslot.o lib/nftbuild.o lib/nftexpr.o
-LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h
+LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h
 
 all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out
 
@@ -79,12 +79,14 @@ $(ATTESTLIB): $(LIBHDR) lib/suite.h
 bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(ATTESTLIB) $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
-# The adverse doctor (lib/adverse.c, lib/advprobe.c) watches frames
+# The adverse doctor (lib/adverse.c, lib/advprobe.c, lib/advclass.c,
+# lib/advevid.c) watches frames
 # (lib/sniff.c) and reads the tables back.
-DOCTORLIB = lib/adverse.o lib/advprobe.o lib/advhost.o lib/sniff.o lib/suite.o
+DOCTORLIB = lib/adverse.o lib/advprobe.o lib/advclass.o lib/advevid.o lib/advhost.o lib/sniff.o lib/suite.o
 lib/sniff.o: lib/sniff.c lib/sniff.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ lib/sniff.c
 lib/advprobe.o: lib/sniff.h lib/ruleset.h
+lib/advclass.o lib/advevid.o: lib/sniff.h
 lib/advhost.o: lib/netstate.h
 
 # (and compares the tables, rules and filters with netsetup's record:

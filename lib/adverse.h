@@ -2,9 +2,11 @@
  * guests attacking the host's containment (host tools only).
  *
  * lib/adverse.c boots the VMs, checks the host side and builds the report;
- * lib/advprobe.c runs the probes and gathers the host's evidence.  Neither
- * exits: a system failure is latched in struct adv (fatal, fatal_code) and
- * adv_run returns -1; the tool reports it and picks the exit status. */
+ * lib/advprobe.c runs the probes (lib/advclass.c the classes of spoofing,
+ * ARP, IPv6 and DNS rebinding) and lib/advevid.c reads the host's evidence
+ * (lib/advprobe.h between them).  None exits: a system failure is latched
+ * in struct adv (fatal, fatal_code) and adv_run returns -1; the tool
+ * reports it and picks the exit status. */
 #ifndef ISOPOD_ADVERSE_H
 #define ISOPOD_ADVERSE_H
 
@@ -122,7 +124,8 @@ json_t *adv_route_check(const struct adv *a, int k, int listed);
  * record (lib/netstate.h); when: "before" or "after" the probes. */
 json_t *adv_netstate_check(const char *when);
 
-/* ---- the classes of spoofing, ARP, IPv6 and DNS rebinding (advprobe.c) ---- */
+/* ---- the classes of spoofing, ARP, IPv6 and DNS rebinding (advclass.c;
+ * adv_class_on and adv_probe_missing: advprobe.c) ---- */
 
 /* The names the doctor's resolver answers: ip-A-B-C-D.ADV_REBIND_ZONE is
  * A.B.C.D.  Its filtered VMs allow *.ADV_REBIND_ZONE and their brokers ask
