@@ -1,0 +1,552 @@
+/* mcptools.c - isopod-mcp's tools (mcptools.h): argv building, the I/O
+ * root, the tool table. */
+#include "jschema.h"
+#include "mcptools.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ---- argv --------------------------------------------------------------------- */
+
+static int arg(struct call *c, const char *a)
+{
+	char **av = realloc(c->argv, (size_t)(c->argc + 2) * sizeof *av);
+
+	if (!av)
+		return -1;
+	c->argv = av;
+	if (!(av[c->argc] = strdup(a)))
+		return -1;
+	av[++c->argc] = NULL;
+	return 0;
+}
+
+/* Allocated to fit: an env value may be as long as an argument may be. */
+__attribute__((format(printf, 2, 3))) static int argf(struct call *c, const char *fmt, ...)
+{
+	char *b;
+	va_list ap;
+	int n, r;
+
+	va_start(ap, fmt);
+	n = vasprintf(&b, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return -1;
+	r = arg(c, b);
+	free(b);
+	return r;
+}
+
+/* What execve takes: each string at most MAX_ARG_STRLEN (32 pages, with
+ * its NUL), and all of them with our environment within ARG_MAX.  Half of
+ * that is the budget: the front end adds its own arguments and passes
+ * these on.  Checked before exec so that too much is the client's -32602,
+ * not an E2BIG reported as an infrastructure failure. */
+#define ARG_STR_MAX 131071
+int mcp_argv_fits(const struct call *c, json_t **err)
+{
+	long amax = sysconf(_SC_ARG_MAX);
+	size_t total = 0, budget = (size_t)(amax > 0 ? amax : 131072) / 2;
+
+	for (char **e = environ; *e; e++)
+		total += strlen(*e) + 1 + sizeof *e;
+	for (int i = 0; i < c->argc; i++) {
+		size_t n = strlen(c->argv[i]);
+
+		if (n > ARG_STR_MAX)
+			return jschema_bad(err, "argv", "command, argv or env: an argument of %zu bytes; "
+				   "at most %d each", n, ARG_STR_MAX);
+		total += n + 1 + sizeof c->argv[i];
+	}
+	if (total > budget)
+		return jschema_bad(err, "argv", "command, argv, env and paths: %zu bytes together; "
+			   "at most %zu", total, budget);
+	return 0;
+}
+
+/* ---- the I/O root -------------------------------------------------------------- */
+
+/* path (relative to the root, or absolute inside it) opened beneath the
+ * root: `..` that climbs out, an absolute path elsewhere, a symlink whose
+ * target leaves the root and /proc magic links are refused by the kernel
+ * (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), not by string checks. */
+static int beneath(struct server *s, const char *path, const char *shown, int flags,
+		   const char *field, json_t **err)
+{
+	size_t rl = strlen(s->root);
+	const char *rel = path;
+	struct open_how how = { .flags = (unsigned long long)(flags | O_CLOEXEC),
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
+	int fd;
+
+	if (path[0] == '/') {
+		if (rl == 1)
+			rel = path + 1;
+		else if (!strncmp(path, s->root, rl) && (path[rl] == '/' || !path[rl]))
+			rel = path + rl;
+		else
+			return jschema_bad(err, field, "%s: %s is outside the I/O root %s", field, EXC(shown),
+				   EXC(s->root));
+		while (*rel == '/')
+			rel++;
+	}
+	if (!*rel)
+		rel = ".";
+	fd = (int)syscall(SYS_openat2, s->root_fd, rel, &how, sizeof how);
+	if (fd >= 0)
+		return fd;
+	if (errno == EXDEV)
+		return jschema_bad(err, field, "%s: %s leaves the I/O root %s (.. or a symlink out of it)",
+			   field, EXC(shown), EXC(s->root));
+	if (errno == ELOOP)
+		return jschema_bad(err, field, "%s: %s: a magic link or too many symlinks", field, EXC(shown));
+	return jschema_bad(err, field, "%s: %s: %s", field, EXC(shown), strerror(errno));
+}
+
+static int hold(struct call *c, int fd)
+{
+	if (c->nhold >= HOLD_MAX) {
+		close(fd);
+		return -1;
+	}
+	c->hold[c->nhold++] = fd;
+	return fd;
+}
+
+/* A regular file beneath the root, for reading (a FIFO must not block us). */
+static int open_in(struct server *s, const char *path, const char *field, json_t **err)
+{
+	struct stat st;
+	int fd = beneath(s, path, path, O_RDONLY | O_NONBLOCK, field, err);
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return jschema_bad(err, field, "%s: %s is not a regular file", field, EXC(path));
+	}
+	fcntl(fd, F_SETFL, 0);
+	return fd;
+}
+
+/* A copy_out destination: a directory beneath the root, or a name in one
+ * that is absent or a regular file.  The destination handed on is
+ * /proc/<pid>/fd/N/{.,NAME} with N our descriptor of that directory: its
+ * path can no longer be swapped.  NAME made a symlink after this check is
+ * not followed: isopod-exec(1) never follows a copy-out destination's last
+ * component (hence "/." for a directory: fd/N itself is a symlink). */
+static int dest_out(struct server *s, struct call *c, const char *path, const char *field,
+		    char *dst, size_t dsz, json_t **err)
+{
+	char parent[PATH_MAX];
+	const char *base;
+	struct stat st;
+	json_t *ignored = NULL;
+	int fd = beneath(s, path, path, O_PATH | O_DIRECTORY, field, &ignored);
+
+	json_decref(ignored);
+	if (fd >= 0) {
+		if (hold(c, fd) < 0)
+			return jschema_bad(err, field, "%s: too many host paths", field);
+		snprintf(dst, dsz, "/proc/%d/fd/%d/.", (int)getpid(), fd);
+		json_object_set_new(c->hostmap, dst, json_string(path));
+		return 0;
+	}
+	if (pathn(parent, sizeof parent, "%s", path) < 0)
+		return jschema_bad(err, field, "%s: path too long", field);
+	base = strrchr(parent, '/');
+	if (base) {
+		parent[base - parent] = 0;
+		base = path + (base - parent) + 1;
+		if (!parent[0])
+			strcpy(parent, "/");
+	} else {
+		strcpy(parent, ".");
+		base = path;
+	}
+	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+		return jschema_bad(err, field, "%s: %s names no file", field, EXC(path));
+	if ((fd = beneath(s, parent, path, O_PATH | O_DIRECTORY, field, err)) < 0)
+		return -1;
+	if (fstatat(fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+		close(fd);
+		return jschema_bad(err, field, "%s: %s exists and is not a regular file or a directory "
+			   "beneath the I/O root", field, EXC(path));
+	}
+	if (hold(c, fd) < 0)
+		return jschema_bad(err, field, "%s: too many host paths", field);
+	if (snprintf(dst, dsz, "/proc/%d/fd/%d/%s", (int)getpid(), fd, base) >= (int)dsz)
+		return jschema_bad(err, field, "%s: path too long", field);
+	json_object_set_new(c->hostmap, dst, json_string(path));
+	return 0;
+}
+
+/* ---- the tools ---------------------------------------------------------------- */
+
+static int build_copies(struct server *s, struct call *c, json_t *args, const char *opt_in,
+			const char *opt_out, json_t **err)
+{
+	char f[64], p[PATH_MAX + 32];
+	size_t i;
+	json_t *e;
+
+	json_array_foreach(json_object_get(args, "copy_in"), i, e) {
+		int fd;
+
+		snprintf(f, sizeof f, "copy_in[%zu].host", i);
+		if ((fd = open_in(s, json_string_value(json_object_get(e, "host")), f, err)) < 0)
+			return -1;
+		if (hold(c, fd) < 0)
+			return jschema_bad(err, f, "%s: too many host paths", f);
+		if (arg(c, opt_in) < 0 || argf(c, "/proc/%d/fd/%d:%s", (int)getpid(), fd,
+					      json_string_value(json_object_get(e, "guest"))) < 0)
+			return jschema_bad(err, f, "%s: path too long", f);
+		snprintf(p, sizeof p, "/proc/%d/fd/%d", (int)getpid(), fd);
+		json_object_set_new(c->hostmap, p, json_string(json_string_value(json_object_get(e, "host"))));
+	}
+	json_array_foreach(json_object_get(args, "copy_out"), i, e) {
+		snprintf(f, sizeof f, "copy_out[%zu].host", i);
+		if (dest_out(s, c, json_string_value(json_object_get(e, "host")), f, p, sizeof p,
+			     err) < 0)
+			return -1;
+		if (arg(c, opt_out) < 0 || argf(c, "%s:%s", json_string_value(json_object_get(e, "guest")),
+						p) < 0)
+			return jschema_bad(err, f, "%s: path too long", f);
+	}
+	return 0;
+}
+
+/* stdin (text, through a memfd) or stdin_file (beneath the root): the
+ * child's standard input, which the front end forwards to the command. */
+static int build_stdin(struct server *s, struct call *c, json_t *args, json_t **err)
+{
+	json_t *text = json_object_get(args, "stdin");
+	json_t *file = json_object_get(args, "stdin_file");
+
+	if (text && file)
+		return jschema_bad(err, "stdin_file", "stdin and stdin_file: give one of them");
+	if (file) {
+		if ((c->in_fd = open_in(s, json_string_value(file), "stdin_file", err)) < 0)
+			return -1;
+	} else if (text) {
+		c->in_fd = memfd_create("isopod-mcp-stdin", MFD_CLOEXEC);
+		if (c->in_fd < 0 ||
+		    write_all(c->in_fd, json_string_value(text), json_string_length(text)) < 0 ||
+		    lseek(c->in_fd, 0, SEEK_SET) < 0)
+			return jschema_bad(err, "stdin", "stdin: unable to buffer it: %s", strerror(errno));
+	}
+	return 0;
+}
+
+static int add_env(struct call *c, json_t *args)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(json_object_get(args, "env"), k, v)
+		if (arg(c, "--env") < 0 || argf(c, "%s=%s", k, json_string_value(v)) < 0)
+			return -1;
+	return 0;
+}
+
+static int add_command(struct call *c, json_t *args, json_t **err)
+{
+	json_t *argv = json_object_get(args, "argv"), *cmd = json_object_get(args, "command"), *e;
+	size_t i;
+
+	if (!!argv == !!cmd)
+		return jschema_bad(err, "argv", "argv or command: give exactly one");
+	if (arg(c, "--") < 0)
+		return -1;
+	if (cmd)
+		return arg(c, "sh") < 0 || arg(c, "-c") < 0 || arg(c, json_string_value(cmd)) < 0 ? -1 : 0;
+	json_array_foreach(argv, i, e)
+		if (arg(c, json_string_value(e)) < 0)
+			return -1;
+	return 0;
+}
+
+static int build_run(struct server *s, struct call *c, json_t *args, json_t **err)
+{
+	static const struct {
+		const char *key, *opt;
+	} strs[] = { { "cwd", "--cwd" }, { "stage", "--stage" }, { "commit_as", "--commit-as" },
+		     { "net", "--net" }, { "name", "--name" } },
+	  ints[] = { { "timeout_s", "--timeout-s" }, { "vcpus", "--vcpus" },
+		     { "mem_mib", "--mem-mib" }, { "disk_mib", "--disk-mib" } };
+	json_t *v;
+	size_t i;
+
+	if (arg(c, s->front) < 0 || arg(c, "run") < 0 || arg(c, "--json-only") < 0)
+		return -1;
+	for (i = 0; i < sizeof strs / sizeof strs[0]; i++)
+		if ((v = json_object_get(args, strs[i].key)) &&
+		    (arg(c, strs[i].opt) < 0 || arg(c, json_string_value(v)) < 0))
+			return -1;
+	for (i = 0; i < sizeof ints / sizeof ints[0]; i++)
+		if ((v = json_object_get(args, ints[i].key)) &&
+		    argf(c, "%s=%lld", ints[i].opt, (long long)json_integer_value(v)) < 0)
+			return -1;
+	json_array_foreach(json_object_get(args, "allow"), i, v)
+		if (arg(c, "--allow") < 0 || arg(c, json_string_value(v)) < 0)
+			return -1;
+	if ((json_is_true(json_object_get(args, "keep")) && arg(c, "--keep") < 0) ||
+	    (json_is_true(json_object_get(args, "cold")) && arg(c, "--cold") < 0) || add_env(c, args) < 0)
+		return -1;
+	if (build_stdin(s, c, args, err) < 0 ||
+	    build_copies(s, c, args, "--copy-in", "--copy-out", err) < 0)
+		return -1;
+	return add_command(c, args, err);
+}
+
+static int tool_path(struct server *s, struct call *c, const char *name)
+{
+	return argf(c, "%s/%s", s->libexec, name);
+}
+
+static int build_exec(struct server *s, struct call *c, json_t *args, json_t **err)
+{
+	json_t *v;
+
+	if (tool_path(s, c, "isopod-exec") < 0 || arg(c, "--vm") < 0 ||
+	    arg(c, json_string_value(json_object_get(args, "vm"))) < 0 ||
+	    argf(c, "--timeout-ms=%lld", (v = json_object_get(args, "timeout_s")) ?
+			(long long)json_integer_value(v) * 1000 : 600000LL) < 0 ||
+	    add_env(c, args) < 0)
+		return -1;
+	if ((v = json_object_get(args, "cwd")) && (arg(c, "--cwd") < 0 || arg(c, json_string_value(v)) < 0))
+		return -1;
+	if (build_stdin(s, c, args, err) < 0)
+		return -1;
+	if (c->in_fd >= 0 && (arg(c, "--stdin-file") < 0 || arg(c, "-") < 0))
+		return -1;
+	if (build_copies(s, c, args, "--copy-in", "--copy-out", err) < 0)
+		return -1;
+	return add_command(c, args, err);
+}
+
+static int build_simple(struct server *s, struct call *c, json_t *args, json_t **err)
+{
+	const char *n = c->tool->name;
+	json_t *v = json_object_get(args, "vm"), *st = json_object_get(args, "stage");
+	json_t *e;
+	size_t i;
+
+	if (!strcmp(n, "vm_list"))
+		return tool_path(s, c, "isopod-vm") < 0 || arg(c, "ls") < 0 ? -1 : 0;
+	if (!strcmp(n, "vm_stop"))
+		return tool_path(s, c, "isopod-stop") < 0 ||
+		       (json_is_true(json_object_get(args, "force")) && arg(c, "--force") < 0) ||
+		       arg(c, "--vm") < 0 || arg(c, json_string_value(v)) < 0 ? -1 : 0;
+	if (!strcmp(n, "vm_rm")) {
+		if (arg(c, s->front) < 0 || arg(c, "vm") < 0 || arg(c, "rm") < 0 ||
+		    (json_is_true(json_object_get(args, "force")) && arg(c, "--force") < 0) ||
+		    arg(c, "--") < 0)
+			return -1;
+		json_array_foreach(json_object_get(args, "vms"), i, e)
+			if (arg(c, json_string_value(e)) < 0)
+				return -1;
+		return 0;
+	}
+	if (!strcmp(n, "stage_list"))
+		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "ls") < 0 ? -1 : 0;
+	if (!strcmp(n, "stage_info"))
+		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "info") < 0 ||
+		       arg(c, "--") < 0 || arg(c, json_string_value(st)) < 0 ? -1 : 0;
+	if (!strcmp(n, "stage_rm"))
+		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "rm") < 0 ||
+		       (json_is_true(json_object_get(args, "recursive")) && arg(c, "--recursive") < 0) ||
+		       arg(c, "--") < 0 || arg(c, json_string_value(st)) < 0 ? -1 : 0;
+	if (!strcmp(n, "stage_flatten"))
+		return tool_path(s, c, "isopod-stage") < 0 || arg(c, "flatten") < 0 ||
+		       arg(c, "--as") < 0 ||
+		       arg(c, json_string_value(json_object_get(args, "as"))) < 0 ||
+		       arg(c, "--") < 0 || arg(c, json_string_value(st)) < 0 ? -1 : 0;
+	if (!strcmp(n, "warm_list"))
+		return tool_path(s, c, "isopod-warm") < 0 || arg(c, "ls") < 0 ? -1 : 0;
+	if (!strcmp(n, "warm_rm")) {
+		json_t *keys = json_object_get(args, "keys");
+		int orph = json_is_true(json_object_get(args, "orphaned"));
+		int all = json_is_true(json_object_get(args, "all"));
+
+		if ((keys ? 1 : 0) + orph + all != 1)
+			return jschema_bad(err, "keys", "keys, orphaned or all: give exactly one");
+		if (tool_path(s, c, "isopod-warm") < 0 || arg(c, "rm") < 0 ||
+		    (orph && arg(c, "--orphaned") < 0) || (all && arg(c, "--all") < 0))
+			return -1;
+		json_array_foreach(keys, i, e)
+			if (arg(c, json_string_value(e)) < 0)
+				return -1;
+		return 0;
+	}
+	if (!strcmp(n, "image_list"))
+		return tool_path(s, c, "isopod-image") < 0 || arg(c, "ls") < 0 ? -1 : 0;
+	if (!strcmp(n, "gc")) {
+		if (tool_path(s, c, "isopod-gc") < 0 ||
+		    (json_is_true(json_object_get(args, "dry_run")) && arg(c, "--dry-run") < 0) ||
+		    ((v = json_object_get(args, "keep_last")) &&
+		     argf(c, "--keep-last=%lld", (long long)json_integer_value(v)) < 0) ||
+		    ((v = json_object_get(args, "older_than")) &&
+		     argf(c, "--older-than=%s", json_string_value(v)) < 0))
+			return -1;
+		return 0;
+	}
+	if (!strcmp(n, "doctor_status"))
+		return arg(c, s->front) < 0 || arg(c, "doctor") < 0 || arg(c, "--quick") < 0 ? -1 : 0;
+	return -1;
+}
+
+/* Result schemas: every structuredContent has "ok"; a failure is
+ * {ok:false, error, error_kind[, exit]} (doc/INTERFACES.md's kinds). */
+#define OUT_FAIL "\"ok\":{\"type\":\"boolean\"},\"error\":{\"type\":\"string\"}," \
+	"\"error_kind\":{\"type\":\"string\"},\"exit\":{\"type\":\"integer\"}"
+#define OUT_OBJ(extra) "{\"type\":\"object\",\"required\":[\"ok\"],\"properties\":{" OUT_FAIL extra "}}"
+#define OUT_LIST(key) OUT_OBJ(",\"" key "\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}}")
+#define HOSTCOPY(gpat) "{\"type\":\"array\",\"maxItems\":32,\"items\":{\"type\":\"object\"," \
+	"\"additionalProperties\":false,\"required\":[\"host\",\"guest\"],\"properties\":{" \
+	"\"host\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000,\"description\":\"a host path beneath the I/O root\"}," \
+	"\"guest\":{\"type\":\"string\",\"pattern\":\"" gpat "\",\"maxLength\":4000,\"description\":\"an absolute guest path\"}}}}"
+#define CMD_PROPS \
+	"\"argv\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":256,\"items\":{\"type\":\"string\",\"maxLength\":131071},\"description\":\"the command as words (no shell)\"}," \
+	"\"command\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":131071,\"description\":\"a shell command, run as sh -c COMMAND: a pipeline's status is its last command's unless it starts with set -o pipefail\"}," \
+	"\"env\":{\"type\":\"object\",\"maxProperties\":64,\"propertyNames\":{\"pattern\":\"^[A-Za-z_][A-Za-z0-9_]*$\"},\"additionalProperties\":{\"type\":\"string\",\"maxLength\":131000}}," \
+	"\"cwd\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000}," \
+	"\"stdin\":{\"type\":\"string\",\"maxLength\":1048576,\"description\":\"text for the command's standard input\"}," \
+	"\"stdin_file\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000,\"description\":\"a host file beneath the I/O root for the command's standard input\"}," \
+	"\"copy_in\":" HOSTCOPY("^/") "," \
+	"\"copy_out\":" HOSTCOPY("^/[^:]*$") ","
+#define REF "{\"type\":\"string\",\"minLength\":1,\"maxLength\":200}"
+/* A stage passed positionally has a label's grammar (label_invalid in
+ * lib/stage.c): not starting with '-' or '.' (never an option), no '/', no
+ * control bytes; and comes after "--".  Option arguments (stage,
+ * commit_as, as) keep REF: the tool's own message says what is wrong. */
+#define POSREF "{\"type\":\"string\",\"minLength\":1,\"maxLength\":200," \
+	"\"pattern\":\"^[^-./\\u0001-\\u001f\\u007f][^/\\u0001-\\u001f\\u007f]*$\"}"
+
+const struct tool mcp_tools[] = {
+	{ .name = "sandbox_run", .runner = R_FRONT, .build = build_run,
+	  .desc = "Run a command in a fresh isopod microVM (QEMU; egress denied at the host unless "
+		  "net/allow say otherwise) and return `isopod run`'s result: exit_code, signal, "
+		  "timed_out, stdout/stderr (capped, with exact sizes and log paths), commit, egress, "
+		  "warnings, timings.  A command that fails is a normal result (ok true, its "
+		  "exit_code); isError means the sandbox failed (error_kind).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{" CMD_PROPS
+		"\"timeout_s\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":86400}," 
+		"\"vcpus\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1024},"
+		"\"mem_mib\":{\"type\":\"integer\",\"minimum\":64,\"maximum\":1048576},"
+		"\"disk_mib\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1048576},"
+		"\"stage\":" REF ",\"commit_as\":" REF ",\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":63},"
+		"\"net\":{\"type\":\"string\",\"enum\":[\"none\",\"filtered\",\"open\"],\"description\":\"none, filtered or open\"},"
+		"\"allow\":{\"type\":\"array\",\"maxItems\":64,\"items\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":300}},"
+		"\"keep\":{\"type\":\"boolean\"},\"cold\":{\"type\":\"boolean\"}}}",
+	  .out = OUT_OBJ(",\"exit_code\":{\"type\":[\"integer\",\"null\"]},\"timed_out\":{\"type\":\"boolean\"},"
+			 "\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
+			 "\"vm\":{},\"warnings\":{\"type\":\"array\"}") },
+	{ .name = "vm_exec", .runner = R_TOOL, .build = build_exec,
+	  .desc = "Run another command in a VM kept with sandbox_run keep:true (isopod-exec).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"vm\"],\"properties\":{"
+		"\"vm\":" REF "," CMD_PROPS
+		"\"timeout_s\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":86400}}}",
+	  .out = OUT_OBJ(",\"exit_code\":{\"type\":[\"integer\",\"null\"]}") },
+	{ .name = "vm_list", .runner = R_TOOL, .build = build_simple, .list_key = "vms",
+	  .desc = "The VM records, oldest first, each with whether it is running (isopod vm ls).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{}}",
+	  .out = OUT_LIST("vms") },
+	{ .name = "vm_stop", .runner = R_TOOL, .build = build_simple,
+	  .desc = "Stop a VM (isopod-stop).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"vm\"],\"properties\":{"
+		"\"vm\":" REF ",\"force\":{\"type\":\"boolean\"}}}",
+	  .out = OUT_OBJ("") },
+	{ .name = "vm_rm", .runner = R_FRONT, .build = build_simple,
+	  .desc = "Remove VM records (isopod vm rm; force stops running ones).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"vms\"],\"properties\":{"
+		"\"vms\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":64,\"items\":" REF "},\"force\":{\"type\":\"boolean\"}}}",
+	  .out = OUT_OBJ(",\"removed\":{\"type\":\"array\"}") },
+	{ .name = "stage_list", .runner = R_TOOL, .build = build_simple, .list_key = "stages",
+	  .desc = "The committed stages (isopod-stage ls).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{}}",
+	  .out = OUT_LIST("stages") },
+	{ .name = "stage_info", .runner = R_TOOL, .build = build_simple,
+	  .desc = "One stage's record and chain (isopod-stage info).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"stage\"],\"properties\":{\"stage\":" POSREF "}}",
+	  .out = OUT_OBJ("") },
+	{ .name = "stage_rm", .runner = R_TOOL, .build = build_simple,
+	  .desc = "Remove a stage (isopod-stage rm).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"stage\"],\"properties\":{"
+		"\"stage\":" POSREF ",\"recursive\":{\"type\":\"boolean\"}}}",
+	  .out = OUT_OBJ("") },
+	{ .name = "stage_flatten", .runner = R_TOOL, .build = build_simple,
+	  .desc = "Flatten a stage's chain into one layer on the same base, as a new stage (isopod-stage flatten).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"stage\",\"as\"],\"properties\":{"
+		"\"stage\":" POSREF ",\"as\":" REF "}}",
+	  .out = OUT_OBJ("") },
+	{ .name = "warm_list", .runner = R_TOOL, .build = build_simple, .list_key = "snapshots",
+	  .desc = "The warm snapshots (isopod-warm ls).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{}}",
+	  .out = OUT_LIST("snapshots") },
+	{ .name = "warm_rm", .runner = R_TOOL, .build = build_simple,
+	  .desc = "Remove warm snapshots: by key, the orphaned ones, or all (isopod-warm rm).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
+		"\"keys\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":64,\"items\":{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{64}$\"}},"
+		"\"orphaned\":{\"type\":\"boolean\"},\"all\":{\"type\":\"boolean\"}}}",
+	  .out = OUT_OBJ("") },
+	{ .name = "image_list", .runner = R_TOOL, .build = build_simple, .list_key = "images",
+	  .desc = "The kernels and base images (isopod-image ls).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{}}",
+	  .out = OUT_LIST("images") },
+	{ .name = "gc", .runner = R_TOOL, .build = build_simple,
+	  .desc = "Remove old records, reap leaked VMs and locks (isopod-gc).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
+		"\"dry_run\":{\"type\":\"boolean\"},\"keep_last\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":1000000},"
+		"\"older_than\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":32}}}",
+	  .out = OUT_OBJ("") },
+	{ .name = "doctor_status", .runner = R_FRONT, .build = build_simple,
+	  .desc = "What this host can do: accelerator, QEMU, images (isopod doctor --quick).",
+	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{}}",
+	  .out = OUT_OBJ("") },
+};
+const size_t mcp_ntools = sizeof mcp_tools / sizeof mcp_tools[0];
+
+/* The result names the client's host paths, not our /proc/<pid>/fd/N:
+ * a copied_in/copied_out entry's "host" (a copy into a directory is
+ * /proc/<pid>/fd/N/NAME: DIR/NAME). */
+void mcp_unmap_hosts(struct call *c, json_t *res)
+{
+	static const char *const lists[] = { "copied_in", "copied_out" };
+	json_t *e, *h, *m;
+	size_t i;
+
+	for (size_t l = 0; l < 2; l++)
+		json_array_foreach(json_object_get(res, lists[l]), i, e) {
+			const char *hp = json_string_value(h = json_object_get(e, "host")), *k;
+			char b[PATH_MAX + 64];
+
+			if (!hp)
+				continue;
+			if ((m = json_object_get(c->hostmap, hp))) {
+				json_object_set(e, "host", m);
+				continue;
+			}
+			json_object_foreach(c->hostmap, k, m) {
+				size_t kl = strlen(k);
+
+				if (!strncmp(hp, k, kl) && hp[kl] == '/') {
+					snprintf(b, sizeof b, "%s%s", json_string_value(m), hp + kl);
+					json_object_set_new(e, "host", json_string(b));
+					break;
+				}
+			}
+		}
+}

@@ -1,0 +1,78 @@
+/* mcptools.h - isopod-mcp(1)'s calls and tools: the server's and a call's
+ * state (bin/isopod-mcp.c runs them), and the tool table (lib/mcptools.c):
+ * each tool's name, description, input and output schemas and the argv
+ * that runs it, built from the call's arguments once they passed the
+ * inputSchema (lib/jschema.h).  Host paths a call names are opened there
+ * beneath the I/O root and held by the call.  No die: a builder returns -1
+ * with *err set (the client's -32602) or with errno (an infrastructure
+ * failure). */
+#ifndef ISOPOD_MCPTOOLS_H
+#define ISOPOD_MCPTOOLS_H
+
+#include "jsonrpc.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MAX_CALLS 64               /* in flight + queued; more: busy */
+#define COPY_MAX 32                /* copy_in, copy_out entries per call */
+#define HOLD_MAX (2 * COPY_MAX + 2)
+
+enum runner { R_FRONT, R_TOOL };
+
+struct buf {
+	char *p;
+	size_t n, cap;
+};
+
+struct call {
+	int used, started, cancelled, exited, outeof, erreof, st;
+	unsigned long long seq;
+	json_t *id;                 /* the request's id (owned) */
+	json_t *hostmap;            /* "/proc/<pid>/fd/N" -> the client's path */
+	const struct tool *tool;
+	char **argv;                /* owned: each string and the array */
+	int argc;
+	int in_fd;                  /* the child's stdin (-1: /dev/null) */
+	int hold[HOLD_MAX], nhold;  /* fds named as /proc/<pid>/fd/N */
+	int status_fd;              /* R_TOOL: ISOPOD_STATUS_FD, a memfd */
+	pid_t pid;
+	int out_fd, err_fd;
+	struct buf out, err;
+	int64_t kill_at;
+	int64_t deadline;           /* past it the call is stopped (a hung tool) */
+	long long budget_s;         /* timeout_s, else BUDGET_DEFAULT_S */
+	json_t *progress;           /* the request's _meta.progressToken, or NULL */
+	int progress_n;             /* notifications sent (progress only grows) */
+	char vm_state[64];          /* the last state reported */
+};
+
+struct server {
+	struct rpc_lines lines;
+	int initialized, level, eof, sfd, root_fd, max_conc, running;
+	unsigned long long seq;
+	char root[PATH_MAX], libexec[PATH_MAX], front[PATH_MAX];
+	struct call calls[MAX_CALLS];
+};
+
+struct tool {
+	const char *name, *desc, *in, *out;
+	enum runner runner;
+	const char *list_key; /* stdout is JSON lines, collected under this key */
+	int (*build)(struct server *, struct call *, json_t *args, json_t **err);
+};
+
+extern const struct tool mcp_tools[];
+extern const size_t mcp_ntools;
+
+/* Whether c's argv (with our environment) fits what execve takes: 0, or
+ * -1 with *err (field "argv"). */
+int mcp_argv_fits(const struct call *c, json_t **err);
+
+/* res's copied_in/copied_out "host" back to the client's paths. */
+void mcp_unmap_hosts(struct call *c, json_t *res);
+
+#endif
