@@ -362,6 +362,47 @@ static void reply_invalid(struct call *c, json_t *res)
 }
 
 
+/* A VM that sandbox_run kept outlives its call, not the server: the issue
+ * has stdin's end stop every VM the server started.  (Cancelled calls
+ * stop their own VM: the front end drops --keep on a signal.) */
+static void remember_kept(struct server *s, struct call *c, json_t *res)
+{
+	const char *id = json_string_value(json_object_get(json_object_get(res, "vm"), "id"));
+	int keep = 0;
+
+	for (int i = 0; i < c->argc && c->argv[i]; i++)
+		if (!strcmp(c->argv[i], "--"))
+			break;
+		else if (!strcmp(c->argv[i], "--keep"))
+			keep = 1;
+	if (!keep || !id || strcmp(c->tool->name, "sandbox_run"))
+		return;
+	if (!s->kept)
+		s->kept = json_array();
+	json_array_append_new(s->kept, json_string(id));
+}
+
+/* isopod-stop --force each kept VM (one already stopped or removed with
+ * vm_stop/vm_rm answers not found: nothing to do). */
+static void stop_kept(struct server *s)
+{
+	char stop[PATH_MAX + 16];
+	size_t i;
+	json_t *v;
+
+	if (!s->kept || pathn(stop, sizeof stop, "%s/isopod-stop", s->libexec) < 0)
+		return;
+	json_array_foreach(s->kept, i, v) {
+		char *av[] = { stop, "--force", "--vm", (char *)json_string_value(v), NULL };
+		int rc = proc_run(av, PROC_NULL, PROC_NULL);
+
+		if (rc != 0 && rc != 101)
+			logmsg(s, 1, "isopod-stop --vm %s at exit: exit %d", json_string_value(v), rc);
+	}
+	json_decref(s->kept);
+	s->kept = NULL;
+}
+
 static void finish_call(struct server *s, struct call *c)
 {
 	int rc = proc_status(c->st);
@@ -403,6 +444,7 @@ static void finish_call(struct server *s, struct call *c)
 		json_object_set_new(res, "exit", json_integer(rc));
 	}
 	mcp_unmap_hosts(c, res);
+	remember_kept(s, c, res);
 	if (json_is_true(json_object_get(res, "ok"))) {
 		reply_tool(c->id, res, 0);
 	} else {
@@ -846,6 +888,7 @@ int main(int argc, char **argv)
 	/* a client gone mid-write is EPIPE, not a silent death */
 	signal(SIGPIPE, SIG_IGN);
 	loop(s);
+	stop_kept(s);
 	rpc_lines_free(&s->lines);
 	return 0;
 }

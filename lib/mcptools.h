@@ -56,6 +56,7 @@ struct server {
 	unsigned long long seq;
 	char root[PATH_MAX], libexec[PATH_MAX], front[PATH_MAX];
 	struct call calls[MAX_CALLS];
+	json_t *kept; /* ids of VMs sandbox_run kept: stopped when the server ends */
 };
 
 struct tool {

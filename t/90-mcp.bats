@@ -271,6 +271,21 @@ EOF
 	echo "$output" | jq -e '(.running_before | length) == 1 and .running_after == []'
 }
 
+@test "mcp: the server's end stops the VMs its calls kept" {
+	local id i
+	call sandbox_run '{"argv":["true"],"keep":true}'
+	echo "$output" | jq -e '.result.isError == false'
+	id=$(echo "$output" | jq -er '.result.structuredContent.vm.id')
+	# the client is gone (it closed the server's stdin): what the server
+	# kept is stopped before it exits
+	for i in $(seq 50); do
+		vm_locked "$id" || break
+		sleep 0.2
+	done
+	! vm_locked "$id" || false
+	isopod vm rm "$id" >/dev/null
+}
+
 @test "mcp: a call with a progressToken hears its VM's states as notifications/progress" {
 	client progress '{"args":{"argv":["sleep","2"]}}'
 	echo "# $(echo "$output" | jq -c '.heard')" >&3
