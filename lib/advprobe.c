@@ -20,17 +20,13 @@
 void adv_fatal(struct adv *a, int code, const char *fmt, ...)
 {
 	int e = errno;
-	size_t n = strlen(fmt), k;
 	va_list ap;
 
 	if (a->fatal[0])
 		return;
 	va_start(ap, fmt);
-	vsnprintf(a->fatal, sizeof a->fatal, fmt, ap);
+	vreason(a->fatal, sizeof a->fatal, e, fmt, ap);
 	va_end(ap);
-	k = strlen(a->fatal);
-	if (n && fmt[n - 1] == ':')
-		snprintf(a->fatal + k, sizeof a->fatal - k, " %s", strerror(e));
 	a->fatal_code = code;
 }
 

@@ -29,15 +29,11 @@
 int attest_errf(int cls, char *why, size_t whysz, const char *fmt, ...)
 {
 	int e = errno;
-	size_t n = strlen(fmt), k;
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(why, whysz, fmt, ap);
+	vreason(why, whysz, e, fmt, ap);
 	va_end(ap);
-	k = strlen(why);
-	if (n && fmt[n - 1] == ':' && k < whysz)
-		snprintf(why + k, whysz - k, " %s", strerror(e));
 	return cls;
 }
 

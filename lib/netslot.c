@@ -43,15 +43,11 @@
 __attribute__((format(printf, 2, 3))) static int fail(struct rtnl *rt, const char *fmt, ...)
 {
 	int e = errno;
-	size_t n = strlen(fmt), k;
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(rt->err, sizeof rt->err, fmt, ap);
+	vreason(rt->err, sizeof rt->err, e, fmt, ap);
 	va_end(ap);
-	k = strlen(rt->err);
-	if (n && fmt[n - 1] == ':')
-		snprintf(rt->err + k, sizeof rt->err - k, " %s", strerror(e));
 	errno = e;
 	return -1;
 }

@@ -2,6 +2,7 @@
  * (libnftnl), each as nft itself would encode it.  See nftexpr.h. */
 
 #include "nftexpr.h"
+#include "util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,18 +28,14 @@
 int nftb_fail(struct nftb *b, const char *fmt, ...)
 {
 	int e = errno;
-	size_t n = strlen(fmt), k;
 	va_list ap;
 
 	if (b->failed)
 		return -1;
 	b->failed = 1;
 	va_start(ap, fmt);
-	vsnprintf(b->err, sizeof b->err, fmt, ap);
+	vreason(b->err, sizeof b->err, e, fmt, ap);
 	va_end(ap);
-	k = strlen(b->err);
-	if (n && fmt[n - 1] == ':')
-		snprintf(b->err + k, sizeof b->err - k, " %s", strerror(e));
 	errno = e;
 	return -1;
 }

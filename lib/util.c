@@ -42,6 +42,16 @@ static void vline(char *line, size_t sz, const char *kind, const char *fmt, va_l
 		snprintf(line + k, sz - k, " %s", strerror(e));
 }
 
+void vreason(char *buf, size_t sz, int e, const char *fmt, va_list ap)
+{
+	size_t n = strlen(fmt), k;
+
+	vsnprintf(buf, sz, fmt, ap);
+	k = strlen(buf);
+	if (n && fmt[n - 1] == ':' && k < sz)
+		snprintf(buf + k, sz - k, " %s", strerror(e));
+}
+
 const char *exit_kind(int code)
 {
 	switch (code) {

@@ -4,6 +4,7 @@
 #define ISOPOD_UTIL_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -108,6 +109,10 @@ int vm_ref_ok(const char *s);
 #define EXCERPT_SZ (4 * EXCERPT_MAX + 40)
 char *excerpt(char buf[EXCERPT_SZ], const void *p, size_t n);
 #define EXC(s) excerpt((char[EXCERPT_SZ]){0}, (s), strlen(s))
+/* fmt's text into buf as die() words it (a format ending in ':' gets
+ * strerror(e) appended), for a library that hands its reason back. */
+__attribute__((format(printf, 4, 0))) void vreason(char *buf, size_t sz, int e, const char *fmt, va_list ap);
+
 /* Print obj compactly + "\n" to stdout and check the write (dies EX_SYS). */
 void json_emit(json_t *obj);
 /* The failure contract's object, {ok:false, error, error_kind} (doc/
