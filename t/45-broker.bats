@@ -1062,3 +1062,216 @@ while True:
 	kill "$lpid" 2>/dev/null || :
 	[ "$(grep -c hit "$d/hostlog")" -eq "$before" ]
 }
+
+# An echo service in the lab's internet on 198.51.100.10:$1: each
+# connection gets back what it sends, then, after the sender's FIN, the
+# sha256 of it all as one hex line, and the end.  Thread per connection;
+# bounded: it exits after 90 s.  Started in the background; $srv its pid.
+ECHO='import hashlib, socket, sys, threading, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("198.51.100.10", int(sys.argv[1])))
+s.listen(512)
+s.settimeout(1)
+def echo(c):
+    c.settimeout(60)
+    h = hashlib.sha256()
+    try:
+        while True:
+            k = c.recv(65536)
+            if not k:
+                break
+            h.update(k)
+            c.sendall(k)
+        c.sendall(h.hexdigest().encode() + b"\n")
+    except OSError:
+        pass
+    c.close()
+end = time.time() + 90
+while time.time() < end:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        continue
+    threading.Thread(target=echo, args=(c,), daemon=True).start()'
+
+# await_listen PORT: until 198.51.100.10:PORT accepts (from the host netns)
+await_listen() {
+	local i
+	for i in $(seq 1 50); do
+		ip netns exec "$LAB_NAME-host" python3 -c 'import socket, sys; socket.create_connection(("198.51.100.10", int(sys.argv[1])), 1).close()' "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# N tunnels at once through the broker at $BRK:PORT to pkg.test:TPORT, one
+# process, non-blocking: tunnel i sends S_i = 16384 + 1021 i random bytes
+# (the even ones right behind their CONNECT head, before the 200: early
+# data), reads the echo while it sends, shuts its write side, reads to the
+# end; it must get the 200, its bytes and their digest.  Prints one JSON
+# line: {"ok":N,"failed":N,"expect":[[up,down],...]} (each tunnel's byte
+# counts as the ledger must have them).  Bounded: 60 s.
+TUNNELS='import hashlib, json, random, selectors, socket, sys, time
+n, port, tport = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+head = b"CONNECT pkg.test:%d HTTP/1.1\r\nHost: pkg.test:%d\r\n\r\n" % (tport, tport)
+est = b"HTTP/1.1 200 Connection established\r\n\r\n"
+sel = selectors.DefaultSelector()
+class T:
+    pass
+ts = []
+for i in range(n):
+    t = T()
+    t.payload = random.Random(i).randbytes(16384 + 1021 * i)
+    t.want = est + t.payload + hashlib.sha256(t.payload).hexdigest().encode() + b"\n"
+    t.out = head + t.payload if i % 2 == 0 else head
+    t.sent_payload = i % 2 == 0
+    t.off, t.inb, t.shut, t.done, t.err = 0, bytearray(), False, False, None
+    t.s = socket.socket()
+    t.s.setblocking(False)
+    t.s.connect_ex(("203.0.113.1", port))
+    sel.register(t.s, selectors.EVENT_READ | selectors.EVENT_WRITE, t)
+    ts.append(t)
+left, end = n, time.time() + 60
+while left and time.time() < end:
+    for key, ev in sel.select(1):
+        t = key.data
+        try:
+            if ev & selectors.EVENT_WRITE and t.off < len(t.out):
+                t.off += t.s.send(t.out[t.off:t.off + 262144])
+            if ev & selectors.EVENT_READ:
+                k = t.s.recv(262144)
+                if not k:
+                    t.done = True
+                t.inb += k
+            if not t.sent_payload and t.inb.startswith(est):
+                t.out += t.payload
+                t.sent_payload = True
+            if t.sent_payload and t.off == len(t.out) and not t.shut:
+                t.s.shutdown(socket.SHUT_WR)
+                t.shut = True
+        except OSError as e:
+            t.err, t.done = str(e), True
+        if t.done:
+            sel.unregister(t.s)
+            t.s.close()
+            left -= 1
+        else:
+            sel.modify(t.s, selectors.EVENT_READ | (selectors.EVENT_WRITE if t.off < len(t.out) else 0), t)
+ok = sum(1 for t in ts if t.done and t.inb == t.want)
+for i, t in enumerate(ts):
+    if not (t.done and t.inb == t.want):
+        print("tunnel %d: done %s err %s got %d of %d bytes: %r" % (i, t.done, t.err, len(t.inb), len(t.want), bytes(t.inb[:80])), file=sys.stderr)
+print(json.dumps({"ok": ok, "failed": n - ok,
+    "expect": sorted([len(t.payload), len(t.payload) + 65] for t in ts)}))'
+
+@test "200 tunnels at once through one broker: every one gets its bytes back, in order, and its own ledger line with their counts" {
+	local d="$BATS_TEST_TMPDIR" srv expect
+	ip netns exec "$LAB_NAME-inet" timeout 90 python3 -c "$ECHO" 8084 3>&- </dev/null >/dev/null 2>&1 &
+	srv=$!
+	echo "$srv" >"$BATS_FILE_TMPDIR/echo200.pid"
+	await_listen 8084
+	test_broker many --proxy-port 3139 --dns-port 1065 --allow pkg.test:8084 \
+		--allow-range 198.51.100.0/24
+	run --separate-stderr lab exec timeout 70 python3 -c "$TUNNELS" 200 3139 8084
+	echo "$stderr" | head -20
+	echo "$output" | jq -c '{ok, failed}'
+	json_is '.ok == 200 and .failed == 0'
+	expect=$(jq -c .expect <<<"$output")
+	stop_broker
+	kill "$srv" 2>/dev/null || :
+	# one line per tunnel, each with the bytes it sent and got
+	output=$(jq -sc '[.[] | select(.port == 8084)]' "$d/ledger")
+	json_is 'length == 200 and all(.[]; .kind == "connect" and .verdict == "allowed" and .reason == null and .address == "198.51.100.10")'
+	json_is "([.[] | [.up, .down]] | sort) == $expect"
+	[ ! -s "$d/err" ]
+}
+
+@test "half-close through the relay: either side's FIN is passed on after all its bytes, and the other way stays open until its own end" {
+	local d="$BATS_TEST_TMPDIR" srv
+	# the service: its first connection is read to the end, then answered
+	# (1 MiB and the count and digest of what it read); to its second it
+	# sends 1 MiB, shuts its write side, then reads to the end what the
+	# guest says after that, into a file.  Bounded: 60 s.
+	ip netns exec "$LAB_NAME-inet" timeout 60 python3 -c 'import hashlib, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("198.51.100.10", 8085))
+s.listen(4)
+s.settimeout(30)
+block = bytes(range(256)) * 4096
+for conn in range(2):
+    c, _ = s.accept()
+    c.settimeout(30)
+    if conn == 0:
+        h, n = hashlib.sha256(), 0
+        while True:
+            k = c.recv(65536)
+            if not k:
+                break
+            h.update(k)
+            n += len(k)
+        c.sendall(block + ("%d %s\n" % (n, h.hexdigest())).encode())
+    else:
+        c.sendall(block)
+        c.shutdown(socket.SHUT_WR)
+        r = b""
+        while True:
+            k = c.recv(65536)
+            if not k:
+                break
+            r += k
+        open(sys.argv[1], "wb").write(r)
+    c.close()' "$d/after-fin" 3>&- </dev/null >/dev/null 2>&1 &
+	srv=$!
+	echo "$srv" >"$BATS_FILE_TMPDIR/halfclose.pid"
+	test_broker half --proxy-port 3140 --dns-port 1066 --allow pkg.test:8085 \
+		--allow-range 198.51.100.0/24
+	run lab exec timeout 60 python3 -c 'import hashlib, socket, time
+def tunnel():
+    for i in range(50):  # until the service listens (502 before)
+        c = socket.create_connection(("203.0.113.1", 3140), 5)
+        c.settimeout(30)
+        c.sendall(b"CONNECT pkg.test:8085 HTTP/1.1\r\n\r\n")
+        r = b""
+        while b"\r\n\r\n" not in r:
+            k = c.recv(4096)
+            if not k:
+                break
+            r += k
+        if r.startswith(b"HTTP/1.1 200"):
+            return c, r.split(b"\r\n\r\n", 1)[1]
+        c.close()
+        time.sleep(0.1)
+    raise SystemExit("no tunnel")
+def to_end(c, r):
+    while True:
+        k = c.recv(65536)
+        if not k:
+            return r
+        r += k
+block = bytes(range(256)) * 4096
+# the guest ends first: its FIN reaches the service after its 300000 bytes,
+# and the whole answer still comes back
+c, r = tunnel()
+up = (bytes(range(255, -1, -1)) * 1172)[:300000]
+c.sendall(up)
+c.shutdown(socket.SHUT_WR)
+r = to_end(c, r)
+print(r[:len(block)] == block, r[len(block):] == ("%d %s\n" % (len(up), hashlib.sha256(up).hexdigest())).encode())
+c.close()
+# the service ends first: the guest reads to the end, then still speaks
+c, r = tunnel()
+r = to_end(c, r)
+print(r == block)
+c.sendall(b"after-fin\n")
+c.close()'
+	echo "$output"
+	[ "$output" = $'True True\nTrue' ]
+	wait "$srv"
+	[ "$(cat "$d/after-fin")" = after-fin ]
+	stop_broker
+	output=$(jq -sc '[.[] | select(.port == 8085 and .reason == null)]' "$d/ledger")
+	json_is 'length == 2 and all(.[]; .kind == "connect" and .verdict == "allowed")'
+	json_is '.[0].up == 300000 and .[0].down == 1048576 + 72 and .[1].up == 10 and .[1].down == 1048576'
+}
