@@ -1063,38 +1063,6 @@ while True:
 	[ "$(grep -c hit "$d/hostlog")" -eq "$before" ]
 }
 
-# An echo service in the lab's internet on 198.51.100.10:$1: each
-# connection gets back what it sends, then, after the sender's FIN, the
-# sha256 of it all as one hex line, and the end.  Thread per connection;
-# bounded: it exits after 90 s.  Started in the background; $srv its pid.
-ECHO='import hashlib, socket, sys, threading, time
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("198.51.100.10", int(sys.argv[1])))
-s.listen(512)
-s.settimeout(1)
-def echo(c):
-    c.settimeout(60)
-    h = hashlib.sha256()
-    try:
-        while True:
-            k = c.recv(65536)
-            if not k:
-                break
-            h.update(k)
-            c.sendall(k)
-        c.sendall(h.hexdigest().encode() + b"\n")
-    except OSError:
-        pass
-    c.close()
-end = time.time() + 90
-while time.time() < end:
-    try:
-        c, _ = s.accept()
-    except socket.timeout:
-        continue
-    threading.Thread(target=echo, args=(c,), daemon=True).start()'
-
 # await_listen PORT: until 198.51.100.10:PORT accepts (from the host netns)
 await_listen() {
 	local i
@@ -1105,75 +1073,19 @@ await_listen() {
 	return 1
 }
 
-# N tunnels at once through the broker at $BRK:PORT to pkg.test:TPORT, one
-# process, non-blocking: tunnel i sends S_i = 16384 + 1021 i random bytes
-# (the even ones right behind their CONNECT head, before the 200: early
-# data), reads the echo while it sends, shuts its write side, reads to the
-# end; it must get the 200, its bytes and their digest.  Prints one JSON
-# line: {"ok":N,"failed":N,"expect":[[up,down],...]} (each tunnel's byte
-# counts as the ledger must have them).  Bounded: 60 s.
-TUNNELS='import hashlib, json, random, selectors, socket, sys, time
-n, port, tport = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-head = b"CONNECT pkg.test:%d HTTP/1.1\r\nHost: pkg.test:%d\r\n\r\n" % (tport, tport)
-est = b"HTTP/1.1 200 Connection established\r\n\r\n"
-sel = selectors.DefaultSelector()
-class T:
-    pass
-ts = []
-for i in range(n):
-    t = T()
-    t.payload = random.Random(i).randbytes(16384 + 1021 * i)
-    t.want = est + t.payload + hashlib.sha256(t.payload).hexdigest().encode() + b"\n"
-    t.out = head + t.payload if i % 2 == 0 else head
-    t.sent_payload = i % 2 == 0
-    t.off, t.inb, t.shut, t.done, t.err = 0, bytearray(), False, False, None
-    t.s = socket.socket()
-    t.s.setblocking(False)
-    t.s.connect_ex(("203.0.113.1", port))
-    sel.register(t.s, selectors.EVENT_READ | selectors.EVENT_WRITE, t)
-    ts.append(t)
-left, end = n, time.time() + 60
-while left and time.time() < end:
-    for key, ev in sel.select(1):
-        t = key.data
-        try:
-            if ev & selectors.EVENT_WRITE and t.off < len(t.out):
-                t.off += t.s.send(t.out[t.off:t.off + 262144])
-            if ev & selectors.EVENT_READ:
-                k = t.s.recv(262144)
-                if not k:
-                    t.done = True
-                t.inb += k
-            if not t.sent_payload and t.inb.startswith(est):
-                t.out += t.payload
-                t.sent_payload = True
-            if t.sent_payload and t.off == len(t.out) and not t.shut:
-                t.s.shutdown(socket.SHUT_WR)
-                t.shut = True
-        except OSError as e:
-            t.err, t.done = str(e), True
-        if t.done:
-            sel.unregister(t.s)
-            t.s.close()
-            left -= 1
-        else:
-            sel.modify(t.s, selectors.EVENT_READ | (selectors.EVENT_WRITE if t.off < len(t.out) else 0), t)
-ok = sum(1 for t in ts if t.done and t.inb == t.want)
-for i, t in enumerate(ts):
-    if not (t.done and t.inb == t.want):
-        print("tunnel %d: done %s err %s got %d of %d bytes: %r" % (i, t.done, t.err, len(t.inb), len(t.want), bytes(t.inb[:80])), file=sys.stderr)
-print(json.dumps({"ok": ok, "failed": n - ok,
-    "expect": sorted([len(t.payload), len(t.payload) + 65] for t in ts)}))'
-
 @test "200 tunnels at once through one broker: every one gets its bytes back, in order, and its own ledger line with their counts" {
 	local d="$BATS_TEST_TMPDIR" srv expect
-	ip netns exec "$LAB_NAME-inet" timeout 90 python3 -c "$ECHO" 8084 3>&- </dev/null >/dev/null 2>&1 &
+	# t/lab/echo.py: each tunnel's bytes back, then their digest
+	ip netns exec "$LAB_NAME-inet" timeout 90 python3 "$BATS_TEST_DIRNAME/lab/echo.py" \
+		198.51.100.10 8084 3>&- </dev/null >/dev/null 2>&1 &
 	srv=$!
 	echo "$srv" >"$BATS_FILE_TMPDIR/echo200.pid"
 	await_listen 8084
 	test_broker many --proxy-port 3139 --dns-port 1065 --allow pkg.test:8084 \
 		--allow-range 198.51.100.0/24
-	run --separate-stderr lab exec timeout 70 python3 -c "$TUNNELS" 200 3139 8084
+	# t/lab/tunnels.py: 200 at once, half with early data
+	run --separate-stderr lab exec timeout 70 python3 "$BATS_TEST_DIRNAME/lab/tunnels.py" 200 \
+		"$BRK:3139" pkg.test:8084
 	echo "$stderr" | head -20
 	echo "$output" | jq -c '{ok, failed}'
 	json_is '.ok == 200 and .failed == 0'
