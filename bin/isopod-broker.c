@@ -211,8 +211,16 @@ static void parse_args(struct broker *b, struct args *a, int argc, char **argv)
 		default_resolver(b);
 }
 
+/* The fds the broker may hold at once: every flow at its most, every
+ * pending query's socket, and a few of its own (listeners, epoll, signalfd,
+ * ledger, canary, stdio). */
+#define FDS_NEEDED (PROXY_MAX_FLOWS * PROXY_FLOW_FDS + DNSFWD_MAX_PEND + 16)
+#define FDS_WANTED 4096
+_Static_assert(FDS_NEEDED <= FDS_WANTED, "the fd limit the broker asks for is too small");
+
 /* Signals through a signalfd, blocked before PDEATHSIG can fire; the
- * parent's death (--parent) is a SIGTERM; room for MAX flows' fds. */
+ * parent's death (--parent) is a SIGTERM; room for every flow's fds (a
+ * hard limit below that: flows past it get a 503, which is said once). */
 static void set_up_process(struct broker *b, long long parent)
 {
 	struct rlimit rl;
@@ -233,10 +241,15 @@ static void set_up_process(struct broker *b, long long parent)
 		if (getppid() != (pid_t)parent)
 			die(EX_SYS, "parent %lld is gone", parent);
 	}
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 4096 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max < 4096 ? rl.rlim_max : 4096;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < FDS_WANTED && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max < FDS_WANTED ? rl.rlim_max : FDS_WANTED;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < FDS_NEEDED)
+		warn("the fd limit %llu is below the %d that %d flows need: flows past it get 503",
+		     (unsigned long long)rl.rlim_cur, FDS_NEEDED, PROXY_MAX_FLOWS);
 }
 
 static int bind_or_die(struct broker *b, int type, unsigned *port)

@@ -1,5 +1,6 @@
 /* broker.c - isopod-broker's shared helpers (see broker.h). */
 #include "broker.h"
+#include "proxy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -93,7 +94,9 @@ int bk_bind(struct in_addr addr, int type, unsigned *port, char *msg, size_t msz
 			 inet_ntop(AF_INET, &addr, ab, sizeof ab), *port, strerror(e));
 		goto fail;
 	}
-	if (type == SOCK_STREAM && listen(fd, 128) < 0) {
+	/* a backlog for as many flows as may be open, should they all
+	 * connect at once (beyond it a SYN waits for its retransmission) */
+	if (type == SOCK_STREAM && listen(fd, PROXY_MAX_FLOWS) < 0) {
 		e = errno;
 		snprintf(msg, msz, "unable to listen: %s", strerror(e));
 		/* EADDRINUSE (the port is taken: 102) is bind()'s answer alone;

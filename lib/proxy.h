@@ -17,6 +17,9 @@
 #include "broker.h"
 
 #define PROXY_MAX_FLOWS 256
+/* The most fds a flow holds: the guest's and the target's sockets and, in
+ * its relay, a pipe each way (the resolver's socket is closed by then). */
+#define PROXY_FLOW_FDS 6
 
 /* b->lfd is readable: accept what is waiting (a round's worth). */
 void proxy_on_accept(struct broker *b);

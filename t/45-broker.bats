@@ -1062,3 +1062,128 @@ while True:
 	kill "$lpid" 2>/dev/null || :
 	[ "$(grep -c hit "$d/hostlog")" -eq "$before" ]
 }
+
+# await_listen PORT: until 198.51.100.10:PORT accepts (from the host netns)
+await_listen() {
+	local i
+	for i in $(seq 1 50); do
+		ip netns exec "$LAB_NAME-host" python3 -c 'import socket, sys; socket.create_connection(("198.51.100.10", int(sys.argv[1])), 1).close()' "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+@test "200 tunnels at once through one broker: every one gets its bytes back, in order, and its own ledger line with their counts" {
+	local d="$BATS_TEST_TMPDIR" srv expect
+	# t/lab/echo.py: each tunnel's bytes back, then their digest
+	ip netns exec "$LAB_NAME-inet" timeout 90 python3 "$BATS_TEST_DIRNAME/lab/echo.py" \
+		198.51.100.10 8084 3>&- </dev/null >/dev/null 2>&1 &
+	srv=$!
+	echo "$srv" >"$BATS_FILE_TMPDIR/echo200.pid"
+	await_listen 8084
+	test_broker many --proxy-port 3139 --dns-port 1065 --allow pkg.test:8084 \
+		--allow-range 198.51.100.0/24
+	# t/lab/tunnels.py: 200 at once, half with early data
+	run --separate-stderr lab exec timeout 70 python3 "$BATS_TEST_DIRNAME/lab/tunnels.py" 200 \
+		"$BRK:3139" pkg.test:8084
+	echo "$stderr" | head -20
+	echo "$output" | jq -c '{ok, failed}'
+	json_is '.ok == 200 and .failed == 0'
+	expect=$(jq -c .expect <<<"$output")
+	stop_broker
+	kill "$srv" 2>/dev/null || :
+	# one line per tunnel, each with the bytes it sent and got
+	output=$(jq -sc '[.[] | select(.port == 8084)]' "$d/ledger")
+	json_is 'length == 200 and all(.[]; .kind == "connect" and .verdict == "allowed" and .reason == null and .address == "198.51.100.10")'
+	json_is "([.[] | [.up, .down]] | sort) == $expect"
+	[ ! -s "$d/err" ]
+}
+
+@test "half-close through the relay: either side's FIN is passed on after all its bytes, and the other way stays open until its own end" {
+	local d="$BATS_TEST_TMPDIR" srv
+	# the service: its first connection is read to the end, then answered
+	# (1 MiB and the count and digest of what it read); to its second it
+	# sends 1 MiB, shuts its write side, then reads to the end what the
+	# guest says after that, into a file.  Bounded: 60 s.
+	ip netns exec "$LAB_NAME-inet" timeout 60 python3 -c 'import hashlib, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("198.51.100.10", 8085))
+s.listen(4)
+s.settimeout(30)
+block = bytes(range(256)) * 4096
+for conn in range(2):
+    c, _ = s.accept()
+    c.settimeout(30)
+    if conn == 0:
+        h, n = hashlib.sha256(), 0
+        while True:
+            k = c.recv(65536)
+            if not k:
+                break
+            h.update(k)
+            n += len(k)
+        c.sendall(block + ("%d %s\n" % (n, h.hexdigest())).encode())
+    else:
+        c.sendall(block)
+        c.shutdown(socket.SHUT_WR)
+        r = b""
+        while True:
+            k = c.recv(65536)
+            if not k:
+                break
+            r += k
+        open(sys.argv[1], "wb").write(r)
+    c.close()' "$d/after-fin" 3>&- </dev/null >/dev/null 2>&1 &
+	srv=$!
+	echo "$srv" >"$BATS_FILE_TMPDIR/halfclose.pid"
+	test_broker half --proxy-port 3140 --dns-port 1066 --allow pkg.test:8085 \
+		--allow-range 198.51.100.0/24
+	run lab exec timeout 60 python3 -c 'import hashlib, socket, time
+def tunnel():
+    for i in range(50):  # until the service listens (502 before)
+        c = socket.create_connection(("203.0.113.1", 3140), 5)
+        c.settimeout(30)
+        c.sendall(b"CONNECT pkg.test:8085 HTTP/1.1\r\n\r\n")
+        r = b""
+        while b"\r\n\r\n" not in r:
+            k = c.recv(4096)
+            if not k:
+                break
+            r += k
+        if r.startswith(b"HTTP/1.1 200"):
+            return c, r.split(b"\r\n\r\n", 1)[1]
+        c.close()
+        time.sleep(0.1)
+    raise SystemExit("no tunnel")
+def to_end(c, r):
+    while True:
+        k = c.recv(65536)
+        if not k:
+            return r
+        r += k
+block = bytes(range(256)) * 4096
+# the guest ends first: its FIN reaches the service after its 300000 bytes,
+# and the whole answer still comes back
+c, r = tunnel()
+up = (bytes(range(255, -1, -1)) * 1172)[:300000]
+c.sendall(up)
+c.shutdown(socket.SHUT_WR)
+r = to_end(c, r)
+print(r[:len(block)] == block, r[len(block):] == ("%d %s\n" % (len(up), hashlib.sha256(up).hexdigest())).encode())
+c.close()
+# the service ends first: the guest reads to the end, then still speaks
+c, r = tunnel()
+r = to_end(c, r)
+print(r == block)
+c.sendall(b"after-fin\n")
+c.close()'
+	echo "$output"
+	[ "$output" = $'True True\nTrue' ]
+	wait "$srv"
+	[ "$(cat "$d/after-fin")" = after-fin ]
+	stop_broker
+	output=$(jq -sc '[.[] | select(.port == 8085 and .reason == null)]' "$d/ledger")
+	json_is 'length == 2 and all(.[]; .kind == "connect" and .verdict == "allowed")'
+	json_is '.[0].up == 300000 and .[0].down == 1048576 + 72 and .[1].up == 10 and .[1].down == 1048576'
+}
