@@ -116,16 +116,18 @@ int main(int argc, char **argv)
 	if (optind >= argc)
 		die(EX_USAGE, "usage: %s", USAGE);
 	resolve(argv[optind], prog, sizeof prog);
-	/* The program and the libraries it loads, read-only at their paths. */
-	ro[nro++] = prog;
+	js.rw = (const char *const *)rw;
+	js.nrw = nrw;
+	/* The program and the libraries it loads, read-only at their paths
+	 * (unless already in the jail: a program in DIR is the jail's own). */
+	if (!jail_covers(&js, prog))
+		ro[nro++] = prog;
 	if (jail_deps(prog, ro, &nro, NPATH, err, sizeof err) < 0)
 		die(EX_SYS, "%s", err);
 	if (nro > JAIL_PATHS_MAX)
 		die(EX_USAGE, "more than %d read-only paths with PROG's libraries", JAIL_PATHS_MAX);
 	js.ro = (const char *const *)ro;
 	js.nro = nro;
-	js.rw = (const char *const *)rw;
-	js.nrw = nrw;
 	/* The VM's id names the jail (its cgroup, its hostname, its uid). */
 	snprintf(name, sizeof name, "jail-%d", (int)getpid());
 	if (js.vm_dir && strrchr(js.vm_dir, '/')[1])

@@ -39,7 +39,7 @@
  * -DJAIL_MUTANT into a separate test binary, never into bin/.  In a
  * production build mutant() is the constant 0 and every test below folds
  * away, so no environment can weaken a real jail. */
-enum { MUT_NO_RECURSIVE = 1, MUT_NO_PIDNS = 2, MUT_KEEP_CAP = 4 };
+enum { MUT_NO_RECURSIVE = 1, MUT_NO_PIDNS = 2, MUT_KEEP_CAP = 4, MUT_OLD_KERNEL = 8 };
 #ifdef JAIL_MUTANT
 static unsigned mutant(void)
 {
@@ -52,6 +52,8 @@ static unsigned mutant(void)
 		m |= MUT_NO_PIDNS;
 	if (e && strstr(e, "keep-cap"))
 		m |= MUT_KEEP_CAP;
+	if (e && strstr(e, "old-kernel")) /* not a weakening: the refusal's test */
+		m |= MUT_OLD_KERNEL;
 	return m;
 }
 #else
@@ -78,6 +80,8 @@ static int kernel_ok(char *err, size_t sz)
 
 	if (uname(&u) < 0)
 		return fail(err, sz, "uname:");
+	if (mutant() & MUT_OLD_KERNEL)
+		snprintf(u.release, sizeof u.release, "5.11.22-mutant");
 	if (sscanf(u.release, "%u.%u", &maj, &min) != 2 || maj < 5 || (maj == 5 && min < 12)) {
 		errno = ENOSYS;
 		return fail(err, sz, "the jail needs Linux 5.12 or later (mount_setattr with "
@@ -130,6 +134,45 @@ int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t er
 		h = (h ^ (unsigned char)*name) * 16777619u;
 	*uid = (uid_t)(base + h % count);
 	*gid = (gid_t)*uid;
+	return 0;
+}
+
+/* Absolute, no "", "." or ".." component (so below() can compare strings). */
+static int clean(const char *p)
+{
+	if (p[0] != '/')
+		return 0;
+	if (!strcmp(p, "/"))
+		return 1;
+	while (*p == '/') {
+		size_t n = strcspn(++p, "/");
+
+		if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return 0;
+		p += n;
+	}
+	return 1;
+}
+
+/* path is dir or below it (whole components; no trailing '/' in dir). */
+static int below(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	if (n == 1 && dir[0] == '/')
+		return 1;
+	return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
+int jail_covers(const struct jail_spec *js, const char *path)
+{
+	size_t i;
+
+	if (js->vm_dir && below(path, js->vm_dir))
+		return 1;
+	for (i = 0; i < js->nrw; i++)
+		if (below(path, js->rw[i]))
+			return 1;
 	return 0;
 }
 
@@ -434,13 +477,18 @@ static void bind(const char *path, int kind, int errfd)
 		cdie(errfd, "%s: path too long", path);
 	if (stat(host, &st) < 0)
 		cdie(errfd, "%s:", path);
+	/* The mount point: it may exist already, below a bind made before. */
 	if (S_ISDIR(st.st_mode) ? mkdir(in, 0755) < 0 && errno != EEXIST
-				: (fd = open(in, O_RDONLY | O_CREAT | O_CLOEXEC, 0444)) < 0 || close(fd) < 0)
+				: (fd = open(in, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444)) < 0
+					  ? errno != EEXIST
+					  : close(fd) < 0)
 		cdie(errfd, "%s: mount point in the jail:", path);
 	if (kind == B_RO)
 		a.attr_set |= MOUNT_ATTR_RDONLY;
-	if (kind == B_DEV) /* a device node: nodev off, nothing else writable */
-		a.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
+	/* A device node: nodev off; read-only still (the node's own writes go
+	 * to the device, not to the file system). */
+	if (kind == B_DEV)
+		a.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
 	fd = open_tree(AT_FDCWD, host, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE |
 					       AT_SYMLINK_NOFOLLOW);
 	if (fd < 0)
@@ -562,7 +610,7 @@ __attribute__((noreturn)) static void child(const struct jail_spec *js, const st
 		bind("/dev/kvm", B_DEV, errfd);
 	/* The jail's own pid namespace's processes, and nothing else of /proc
 	 * (subset=pid: no /proc/sys, /proc/kcore, ...). */
-	if (mkdir("/newroot/proc", 0555) < 0 ||
+	if ((mkdir("/newroot/proc", 0555) < 0 && errno != EEXIST) ||
 	    mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0)
 		cdie(errfd, "/proc in the jail:");
 	/* pivot_root(".", "."): the new root goes under the staging one, which
@@ -682,9 +730,19 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 		const char *p = i < js->nro ? js->ro[i] : i < js->nro + js->nrw ? js->rw[i - js->nro]
 										: js->vm_dir;
 
-		if (p && p[0] != '/') {
+		if (p && !clean(p)) {
 			errno = EINVAL;
-			fail(err, errsz, "%s: not an absolute path", EXC(p));
+			fail(err, errsz, "%s: not an absolute path without . or .. or empty "
+			     "components", EXC(p));
+			goto out;
+		}
+		/* Below a read-write path, a path is the jail's own to change
+		 * (a symlink planted there by a previous run would send the
+		 * bind anywhere on the host): it is never bound again. */
+		if (p && i < js->nro + js->nrw && jail_covers(js, p) &&
+		    (i < js->nro || strcmp(p, js->rw[i - js->nro]))) {
+			errno = EINVAL;
+			fail(err, errsz, "%s: below a read-write path of the jail", EXC(p));
 			goto out;
 		}
 	}
@@ -693,8 +751,14 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	if (mutant() & MUT_NO_PIDNS)
 		flags &= ~(unsigned long)CLONE_NEWPID;
 	cg_setup(js, j, cg, warnings);
-	if (pipe2(sync, O_CLOEXEC) < 0 || (pipe2(ep, O_CLOEXEC) < 0 && (close(sync[0]), close(sync[1]), 1))) {
+	if (pipe2(sync, O_CLOEXEC) < 0) {
 		fail(err, errsz, "pipe:");
+		goto out_cg;
+	}
+	if (pipe2(ep, O_CLOEXEC) < 0) {
+		fail(err, errsz, "pipe:");
+		close(sync[0]);
+		close(sync[1]);
 		goto out_cg;
 	}
 	fflush(NULL);

@@ -61,6 +61,10 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
  * 0, or -1 with a reason (a cgroup still busy after 2 s). */
 int jail_release(struct jail *j, char *err, size_t errsz);
 
+/* 1 when path is vm_dir or a rw path, or lies below one: already in the
+ * jail, read-write (jail_spawn refuses to bind such a path again). */
+int jail_covers(const struct jail_spec *js, const char *path);
+
 /* As root, the per-VM identity: uid = gid = base + (FNV-1a(name) mod count),
  * from the host config's jail_uid_base and jail_uid_count (defaults
  * JAIL_UID_BASE, JAIL_UID_COUNT).  0, or -1 with a reason (a bad config). */

@@ -165,6 +165,47 @@ proof_ptrace() {
 		"$BATS_TEST_TMPDIR/st"
 }
 
+@test "jail: refuses a path below its read-write ones, and a kernel older than 5.12" {
+	run --separate-stderr isopod-jail --vm-dir "$VM" --ro "$VM/disk.qcow2" -- "$PROBE" id
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"$VM/disk.qcow2: below a read-write path of the jail" ]]
+	run --separate-stderr isopod-jail --ro "$S/images/../images" -- "$PROBE" id
+	[ "$status" -eq 100 ]
+	# The mutant's old-kernel knob fakes the release uname(2) reports.
+	run --separate-stderr env ISOPOD_JAIL_MUTANT=old-kernel "$MUTANT" -- "$PROBE" id
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"needs Linux 5.12 or later"*"this host runs 5.11.22-mutant; ISOPOD_JAIL=0 runs without the jail" ]]
+}
+
+@test "jail: as a user, the user itself in a user namespace; an unwritable cgroup is a warning" {
+	local u=65534 d
+	d=$(mktemp -d /tmp/isopod-jail-user.XXXXXX)
+	mkdir "$d/vm" "$d/ro"
+	echo base >"$d/ro/base.img"
+	chmod -R a+rwX "$d"
+	chown "$u" "$d/vm"
+	run --separate-stderr timeout 60 setpriv --reuid=$u --regid=$u --clear-groups \
+		isopod-jail --vm-dir "$d/vm" --ro "$d/ro" --pids 16 --json-fd 3 -- "$PROBE" id \
+		3>"$BATS_TEST_TMPDIR/applied.json"
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"uid=$u gid=$u euid=$u egid=$u"* ]]
+	for c in CapInh CapPrm CapEff CapBnd CapAmb; do
+		grep -qx "$c:[[:space:]]*0000000000000000" <<<"$output"
+	done
+	jq -e '.user_namespace and .namespaces[0] == "user" and .uid == 65534 and
+		(.warnings | any(test("no pids limit")))' "$BATS_TEST_TMPDIR/applied.json"
+	run --separate-stderr timeout 60 setpriv --reuid=$u --regid=$u --clear-groups \
+		isopod-jail --vm-dir "$d/vm" --ro "$d/ro" -- "$PROBE" write "$d/ro/base.img"
+	[ "$status" -eq 1 ]
+	[ "$output" = "refused write $d/ro/base.img: EROFS" ]
+	run --separate-stderr timeout 60 setpriv --reuid=$u --regid=$u --clear-groups \
+		isopod-jail --vm-dir "$d/vm" -- "$PROBE" procs
+	[ "$output" = 1 ]
+	rm -rf "$d"
+}
+
 @test "jail: reports what it applied; the program's exit status is the tool's" {
 	jail id
 	[ "$status" -eq 0 ]
