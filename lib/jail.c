@@ -103,32 +103,41 @@ static int name_ok(const char *s)
 int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz)
 {
 	const char *path = ranges_config_path();
-	unsigned long long base = JAIL_UID_BASE, count = JAIL_UID_COUNT;
+	long long base = JAIL_UID_BASE, count = JAIL_UID_COUNT;
 	uint32_t h = 2166136261u;
 	char line[512];
+	unsigned ln = 0;
 	FILE *fp;
 
 	if ((fp = fopen(path, "re"))) {
 		while (fgets(line, sizeof line, fp)) {
-			unsigned long long v;
-			char k[64];
+			char k[32], v[32], *eq = strchr(line, '=');
+			int base_key;
 
-			if (sscanf(line, " %63[a-z_] = %llu", k, &v) != 2)
+			ln++;
+			line[strcspn(line, "#\n")] = '\0';
+			if (!eq || !*line || sscanf(line, " %31[a-z_] =", k) != 1 ||
+			    (strcmp(k, "jail_uid_base") && strcmp(k, "jail_uid_count")))
 				continue;
-			if (!strcmp(k, "jail_uid_base"))
-				base = v;
-			else if (!strcmp(k, "jail_uid_count"))
-				count = v;
+			base_key = !strcmp(k, "jail_uid_base");
+			/* Clear of system and login users, and of the overflow
+			 * uid 65534 and (uid_t)-1 (checked with count below). */
+			if (sscanf(eq + 1, " %31s %1s", v, k) != 1 ||
+			    parse_ll(v, base_key ? 65536 : 1, 4294967293ll, base_key ? &base : &count) < 0) {
+				fclose(fp);
+				errno = EINVAL;
+				return fail(err, errsz, "%s:%u: %s: want a number in %s..4294967293", path,
+					    ln, base_key ? "jail_uid_base" : "jail_uid_count",
+					    base_key ? "65536" : "1");
+			}
 		}
 		fclose(fp);
 	} else if (errno != ENOENT)
 		return fail(err, errsz, "unable to read %s:", path);
-	/* Clear of system and login users, and of (uid_t)-1 and the
-	 * overflow uid 65534 that unmapped ids show as. */
-	if (base < 65536 || count == 0 || base + count > 4294967294ull) {
+	if (base + count > 4294967294ll) {
 		errno = EINVAL;
-		return fail(err, errsz, "%s: jail_uid_base %llu, jail_uid_count %llu: want a range "
-			    "within 65536..4294967293", path, base, count);
+		return fail(err, errsz, "%s: jail_uid_base %lld + jail_uid_count %lld: past uid "
+			    "4294967293", path, base, count);
 	}
 	for (; *name; name++)
 		h = (h ^ (unsigned char)*name) * 16777619u;
@@ -317,10 +326,10 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 				ok = 0;
 		}
 		if (ok) {
-			static const char *const f2[] = { "memory.max", "memory.swap.max", "pids.max" };
-			long long v2[] = { js->mem_bytes, 0, js->pids };
+			static const char *const f2[] = { "memory.max", "pids.max" };
+			long long v2[] = { js->mem_bytes, js->pids };
 
-			if (cg_make(j, mnt, self, js->name, f2, v2, 3, why, sizeof why) == 0) {
+			if (cg_make(j, mnt, self, js->name, f2, v2, 2, why, sizeof why) == 0) {
 				/* no swap beyond the limit: best effort (no swap, no file) */
 				if (want_mem)
 					put(j->cg[0], "memory.swap.max", 0);

@@ -206,6 +206,18 @@ proof_ptrace() {
 	rm -rf "$d"
 }
 
+@test "jail: as root, the uid comes from the configured range; a bad range is refused" {
+	printf 'jail_uid_base = 3000000000  # a comment\njail_uid_count = 10\n' >"$BATS_TEST_TMPDIR/conf"
+	ISOPOD_SYSCONFIG=$BATS_TEST_TMPDIR/conf jail id
+	[ "$status" -eq 0 ]
+	jq -e '.uid >= 3000000000 and .uid < 3000000010 and .gid == .uid' \
+		"$BATS_TEST_TMPDIR/applied.json"
+	echo 'jail_uid_base = 100' >"$BATS_TEST_TMPDIR/conf"
+	run --separate-stderr env ISOPOD_SYSCONFIG="$BATS_TEST_TMPDIR/conf" isopod-jail -- "$PROBE" id
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"conf:1: jail_uid_base: want a number in 65536..4294967293" ]]
+}
+
 @test "jail: reports what it applied; the program's exit status is the tool's" {
 	jail id
 	[ "$status" -eq 0 ]
