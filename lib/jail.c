@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/keyctl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -644,6 +645,13 @@ __attribute__((noreturn)) static void child(const struct jail_spec *js, const st
 		if (poll(&pf, 1, 0) != 0)
 			_exit(126);
 	}
+	/* Not the caller's session keyring: keys in it would be "possessed"
+	 * here, whatever the uid.  A new anonymous one, the jail's own. */
+	if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
+		cdie(errfd, "keyctl(KEYCTL_JOIN_SESSION_KEYRING):");
+	/* A session of its own, always: no controlling terminal to push input
+	 * into with TIOCSTI (bubblewrap's --new-session, CVE-2017-5226). */
+	p.setsid = 1;
 	p.pdeathsig = 0;
 	if (proc_child_setup(&p, 0) < 0)
 		_exit(126);

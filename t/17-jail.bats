@@ -279,6 +279,16 @@ proof_ptrace() {
 	proof_ptrace
 }
 
+@test "jail: a session of its own (no controlling terminal), not its caller's keyring" {
+	run "$PROBE" withkey "$PROBE" session
+	[ "$output" = "sid=$(ps -o sid= $$ | tr -d ' ') key=found" ]
+	run --separate-stderr timeout 60 "$PROBE" withkey isopod-jail -- "$PROBE" session
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[[ "$output" == "sid=1 key="* ]]
+	[ "$output" != "sid=1 key=found" ]
+}
+
 @test "jail: no network interface but loopback" {
 	jail net
 	[ "$status" -eq 0 ]

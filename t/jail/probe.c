@@ -9,6 +9,10 @@
  *   probe net                the network interfaces
  *   probe forkbomb MAX       fork until refused or MAX children
  *   probe mem MIB            allocate and touch MIB MiB
+ *   probe session            its session id; whether it can find the key
+ *                            withkey put in its caller's session keyring
+ *   probe withkey CMD...     CMD with a key "isopod-jail-test" in a new
+ *                            session keyring (run outside the jail)
  * Exit 0: it worked ("written", "sent", "attached", a bomb or allocation
  * that reached MAX); 1: refused (the reason's errno name on stdout). */
 #include <dirent.h>
@@ -23,6 +27,7 @@
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -182,6 +187,21 @@ int main(int argc, char **argv)
 		for (i = ifs; i->if_index; i++)
 			printf("%s\n", i->if_name);
 		return 0;
+	}
+	/* keyctl: KEYCTL_JOIN_SESSION_KEYRING 1, KEYCTL_SEARCH 10;
+	 * KEY_SPEC_SESSION_KEYRING -3. */
+	if (!strcmp(cmd, "session")) {
+		long k = syscall(SYS_keyctl, 10, -3, "user", "isopod-jail-test", 0);
+
+		printf("sid=%d key=%s\n", (int)getsid(0), k >= 0 ? "found" : ename(errno));
+		return 0;
+	}
+	if (!strcmp(cmd, "withkey") && argc > 2) {
+		if (syscall(SYS_keyctl, 1, NULL) < 0 ||
+		    syscall(SYS_add_key, "user", "isopod-jail-test", "secret", 6, -3) < 0)
+			return refused("add_key", "isopod-jail-test", errno);
+		execvp(argv[2], argv + 2);
+		return refused("exec", argv[2], errno);
 	}
 	if (!strcmp(cmd, "forkbomb"))
 		return forkbomb(atol(arg));
