@@ -28,7 +28,7 @@
 #define NPATH (2 * JAIL_PATHS_MAX)
 
 /* PROG as the jail will exec it: a path made absolute, or found in PATH. */
-static void resolve(const char *prog, char *out, size_t sz)
+static void resolve(const char *prog, char *out)
 {
 	const char *path = getenv("PATH");
 	char buf[PATH_MAX];
@@ -38,13 +38,13 @@ static void resolve(const char *prog, char *out, size_t sz)
 			die(EX_NOTFOUND, "%s:", EXC(prog));
 		return;
 	}
-	for (path = path ? path : "/usr/bin:/bin"; *path; path += *path == ':') {
+	for (path = path ? path : "/usr/bin:/bin"; *path;) {
 		size_t n = strcspn(path, ":");
 
 		if (n && (size_t)snprintf(buf, sizeof buf, "%.*s/%s", (int)n, path, prog) < sizeof buf &&
-		    access(buf, X_OK) == 0 && realpath(buf, out) && strlen(out) < sz)
+		    access(buf, X_OK) == 0 && realpath(buf, out))
 			return;
-		path += n;
+		path += n + (path[n] == ':');
 	}
 	errno = ENOENT;
 	die(EX_NOTFOUND, "%s:", EXC(prog));
@@ -115,7 +115,7 @@ int main(int argc, char **argv)
 	}
 	if (optind >= argc)
 		die(EX_USAGE, "usage: %s", USAGE);
-	resolve(argv[optind], prog, sizeof prog);
+	resolve(argv[optind], prog);
 	js.rw = (const char *const *)rw;
 	js.nrw = nrw;
 	/* The program and the libraries it loads, read-only at their paths

@@ -52,7 +52,9 @@ struct jail {
 	json_t *applied;        /* the result's future "jail": {...} */
 };
 
-/* Start ps's program jailed by js.  The pid (also in j->pid), or -1 with a
+/* Start ps's program jailed by js.  The caller is single-threaded (the
+ * child is a raw clone, as bubblewrap's: it must not find a lock another
+ * thread held).  The pid (also in j->pid), or -1 with a
  * reason in err (nothing left behind).  A program that cannot be executed
  * inside exits 127, as with proc_spawn; ps->pdeathsig is honoured. */
 pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct jail *j,
@@ -73,6 +75,7 @@ int jail_covers(const struct jail_spec *js, const char *path);
 int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz);
 
 /* The shared libraries prog loads (ldd, resolved), appended to out[*n]
+ * (prog is the host's own: ldd runs its dynamic loader)
  * (malloc'd strings, at most max).  0, or -1 with a reason. */
 int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz);
 
