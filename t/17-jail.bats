@@ -237,6 +237,45 @@ proof_ptrace() {
 	[[ "$output" == "QEMU emulator version"* ]]
 }
 
+@test "jail: QEMU boots the guest to its agent inside, as the jail's uid" {
+	local d=$BATS_TEST_TMPDIR/vm-00000000001a k base u jpid tcg=/usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so
+	local bios=/usr/share/qemu/bios-microvm.bin
+	# make check runs after make images: a missing image is a failure here.
+	sh "$ISOPOD_SRC/images/register" "$BATS_TEST_TMPDIR/store" >/dev/null
+	k=$BATS_TEST_TMPDIR/store/kernels/$(cat "$BATS_TEST_TMPDIR/store/kernels/current")
+	base=$(readlink -f "$BATS_TEST_TMPDIR/store/images/current-base")
+	mkdir "$d"
+	qemu-img create -q -f qcow2 -F raw -b "$base" "$d/disk.qcow2"
+	isopod-jail --vm-dir "$d" --json-fd 3 -- "$PROBE" id 3>"$d/id.json" >/dev/null
+	u=$(jq .uid "$d/id.json")
+	chown "$u:$u" "$d/disk.qcow2" # the supervisor's part, once wired
+	# QEMU's data files: its TCG module (dlopen'd, not in ldd's list) and
+	# microvm's firmware.
+	timeout 60 isopod-jail --vm-dir "$d" --ro "$base" --ro "$k/vmlinux" --ro "$k/initramfs.cpio" \
+		--ro "$tcg" --ro "$bios" --mem-mib 768 --pids 64 -- qemu-system-x86_64 \
+		-M microvm,acpi=off,x-option-roms=off,pit=on -accel tcg -cpu max -m 256 -smp 1 \
+		-nodefaults -no-user-config -nographic -no-reboot \
+		-sandbox on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny \
+		-kernel "$k/vmlinux" -initrd "$k/initramfs.cpio" \
+		-append "console=ttyS0 reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000" \
+		-chardev "file,id=con,path=$d/console.log" -serial chardev:con \
+		-drive "id=root,file=$d/disk.qcow2,format=qcow2,if=none" \
+		-device virtio-blk-device,drive=root -device virtio-serial-device \
+		-chardev "socket,id=agent,path=$d/agent.sock,server=on,wait=off" \
+		-device virtserialport,chardev=agent,name=isopod.agent -device virtio-rng-device \
+		2>"$d/qemu.log" &
+	jpid=$!
+	for _ in $(seq 1 300); do
+		grep -q 'isopod-agent: serving' "$d/console.log" 2>/dev/null && break
+		sleep 0.1
+	done
+	kill "$jpid"
+	wait "$jpid" || :
+	cat "$d/qemu.log"
+	grep -q 'isopod-agent: serving' "$d/console.log"
+	[ "$(stat -c %u "$d/console.log")" = "$u" ]
+}
+
 # ---- proofs ------------------------------------------------------------------
 
 @test "jail: an unprivileged uid, every capability set empty, no_new_privs" {
