@@ -4,7 +4,7 @@
  *
  * The shape follows bubblewrap: the parent clones the child into its new
  * namespaces, places it in its cgroups (and writes its uid/gid maps when it
- * is not root), then lets it go over a pipe; the child builds its root on a
+ * is not root), then lets it go over a socket; the child builds its root on a
  * tmpfs at /tmp (bubblewrap's base), pivots into that so the host stays
  * reachable as /oldroot while it binds what the spec names into /newroot,
  * pivots again into /newroot and detaches the rest, then gives up its
@@ -30,6 +30,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -473,7 +474,7 @@ struct bindreq {
  * cloned detached (open_tree), its attributes set on the whole tree at once
  * (mount_setattr, AT_RECURSIVE: a submount -- a tmpfs, another disk -- is
  * read-only too), and only then attached: it is never visible writable. */
-static void bind(const char *path, int kind, int errfd)
+static void bind_path(const char *path, int kind, int errfd)
 {
 	char real[PATH_MAX], host[PATH_MAX + 16], in[PATH_MAX + 16];
 	struct mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
@@ -611,13 +612,13 @@ __attribute__((noreturn)) static void child(const struct jail_spec *js, const st
 		for (k = i + 1; k < nb; k++)
 			if (strlen(b[k].path) < strlen(b[best].path))
 				best = k;
-		bind(b[best].path, b[best].kind, errfd);
+		bind_path(b[best].path, b[best].kind, errfd);
 		b[best] = b[i];
 	}
-	bind("/dev/null", B_DEV, errfd);
-	bind("/dev/urandom", B_DEV, errfd);
+	bind_path("/dev/null", B_DEV, errfd);
+	bind_path("/dev/urandom", B_DEV, errfd);
 	if (js->kvm)
-		bind("/dev/kvm", B_DEV, errfd);
+		bind_path("/dev/kvm", B_DEV, errfd);
 	/* The jail's own pid namespace's processes, and nothing else of /proc
 	 * (subset=pid: no /proc/sys, /proc/kcore, ...). */
 	if ((mkdir("/newroot/proc", 0555) < 0 && errno != EEXIST) ||
@@ -637,8 +638,9 @@ __attribute__((noreturn)) static void child(const struct jail_spec *js, const st
 		cdie(errfd, "chdir %s:", js->vm_dir);
 	drop_privs(js, userns, errfd);
 	/* The parent-death signal is cleared by the uid change: set it now, then
-	 * make sure the parent did not die before (its end of the sync pipe is
-	 * open until we exec). */
+	 * make sure the parent did not die before (its end of the sync socket
+	 * is open until we exec, and it sends nothing more: any event is its
+	 * end closing). */
 	if (ps->pdeathsig) {
 		if (prctl(PR_SET_PDEATHSIG, ps->pdeathsig) < 0)
 			cdie(errfd, "PR_SET_PDEATHSIG:");
@@ -718,58 +720,100 @@ static json_t *applied(const struct jail_spec *js, int userns, json_t *cg, json_
 	return o;
 }
 
-pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct jail *j,
-		 char *err, size_t errsz)
+/* The spec's refusals, before anything is made. */
+static int spec_ok(const struct jail_spec *js, char *err, size_t errsz)
 {
-	int userns = geteuid() != 0, sync[2], ep[2], st, e;
-	unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
-	json_t *cg = json_object(), *warnings = json_array();
-	char why[1024] = "", map[64];
-	ssize_t n = 0, r;
 	size_t i;
-	pid_t pid;
 
-	*j = (struct jail){ .pid = -1 };
-	if (kernel_ok(err, errsz) < 0)
-		goto out;
 	if (!js->name || !name_ok(js->name)) {
 		errno = EINVAL;
-		fail(err, errsz, "jail name %s: want 1-64 of [A-Za-z0-9._-]",
-		     js->name ? EXC(js->name) : "(none)");
-		goto out;
+		return fail(err, errsz, "jail name %s: want 1-64 of [A-Za-z0-9._-]",
+			    js->name ? EXC(js->name) : "(none)");
 	}
 	if (js->nro > JAIL_PATHS_MAX || js->nrw > JAIL_PATHS_MAX) {
 		errno = E2BIG;
-		fail(err, errsz, "more than %d paths", JAIL_PATHS_MAX);
-		goto out;
+		return fail(err, errsz, "more than %d paths", JAIL_PATHS_MAX);
 	}
-	for (i = 0; i < js->nro + js->nrw + 1; i++) {
-		const char *p = i < js->nro ? js->ro[i] : i < js->nro + js->nrw ? js->rw[i - js->nro]
-										: js->vm_dir;
+	if (js->vm_dir && !clean(js->vm_dir)) {
+		errno = EINVAL;
+		return fail(err, errsz, "%s: not an absolute path without . or .. or empty components",
+			    EXC(js->vm_dir));
+	}
+	for (i = 0; i < js->nro + js->nrw; i++) {
+		const char *p = i < js->nro ? js->ro[i] : js->rw[i - js->nro];
 
-		if (p && !clean(p)) {
+		if (!clean(p)) {
 			errno = EINVAL;
-			fail(err, errsz, "%s: not an absolute path without . or .. or empty "
-			     "components", EXC(p));
-			goto out;
+			return fail(err, errsz, "%s: not an absolute path without . or .. or empty "
+				    "components", EXC(p));
 		}
 		/* Below a read-write path, a path is the jail's own to change
 		 * (a symlink planted there by a previous run would send the
 		 * bind anywhere on the host): it is never bound again. */
-		if (p && i < js->nro + js->nrw && jail_covers(js, p) &&
-		    (i < js->nro || strcmp(p, js->rw[i - js->nro]))) {
+		if (jail_covers(js, p) && (i < js->nro || strcmp(p, js->rw[i - js->nro]))) {
 			errno = EINVAL;
-			fail(err, errsz, "%s: below a read-write path of the jail", EXC(p));
-			goto out;
+			return fail(err, errsz, "%s: below a read-write path of the jail", EXC(p));
 		}
 	}
+	return 0;
+}
+
+/* The parent's side once the child exists: the user namespace's maps, the
+ * cgroups, then the go; the child's verdict comes back on errfd.  0: it is
+ * past every step (EOF: it closed the pipe at its exec), or -1 with the
+ * reason in why.  syncfd stays open throughout: the child's check that we
+ * are alive. */
+static int release(pid_t pid, int userns, const struct jail *j, int syncfd, int errfd, char *why,
+		   size_t wsz)
+{
+	char map[64];
+	ssize_t n = 0, r;
+	int i;
+
+	if (userns) { /* ourselves, and nobody else, inside */
+		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)getuid(), (unsigned)getuid());
+		if (write_file(pid, "setgroups", "deny") < 0 || write_file(pid, "uid_map", map) < 0)
+			return fail(why, wsz, "writing the user namespace's uid map:");
+		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)getgid(), (unsigned)getgid());
+		if (write_file(pid, "gid_map", map) < 0)
+			return fail(why, wsz, "writing the user namespace's gid map:");
+	}
+	for (i = 0; i < j->ncg; i++)
+		if (put(j->cg[i], "cgroup.procs", pid) < 0)
+			return fail(why, wsz, "%s/cgroup.procs:", j->cg[i]);
+	if (send(syncfd, "1", 1, MSG_NOSIGNAL) != 1)
+		return fail(why, wsz, "releasing the jailed child:");
+	while (n < (ssize_t)wsz - 1 && (r = read(errfd, why + n, wsz - 1 - (size_t)n)) != 0) {
+		if (r < 0 && errno != EINTR)
+			return fail(why, wsz, "reading the jailed child's verdict:");
+		n += r > 0 ? r : 0;
+	}
+	why[n] = '\0';
+	errno = EPERM;
+	return n ? -1 : 0;
+}
+
+pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct jail *j,
+		 char *err, size_t errsz)
+{
+	int userns = geteuid() != 0, sync[2], ep[2], st, e, r;
+	unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
+	json_t *cg = json_object(), *warnings = json_array();
+	char why[1024] = "";
+	pid_t pid;
+
+	*j = (struct jail){ .pid = -1 };
+	if (kernel_ok(err, errsz) < 0 || spec_ok(js, err, errsz) < 0)
+		goto out;
 	if (userns)
 		flags |= CLONE_NEWUSER;
 	if (mutant() & MUT_NO_PIDNS)
 		flags &= ~(unsigned long)CLONE_NEWPID;
 	cg_setup(js, j, cg, warnings);
-	if (pipe2(sync, O_CLOEXEC) < 0) {
-		fail(err, errsz, "pipe:");
+	/* The go travels on a socket: a child already dead gets EPIPE from
+	 * send(MSG_NOSIGNAL), never our caller a SIGPIPE. */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync) < 0) {
+		fail(err, errsz, "socketpair:");
 		goto out_cg;
 	}
 	if (pipe2(ep, O_CLOEXEC) < 0) {
@@ -787,58 +831,29 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 		close(ep[0]);
 		child(js, ps, userns, sync[0], ep[1]);
 	}
+	e = errno;
 	close(sync[0]);
 	close(ep[1]);
 	if (pid < 0) {
-		fail(err, errsz, "clone into new namespaces:");
 		close(sync[1]);
 		close(ep[0]);
+		errno = e;
+		fail(err, errsz, "clone into new namespaces:");
 		goto out_cg;
 	}
-	j->pid = pid;
-	if (userns) { /* ourselves, and nobody else, inside */
-		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)getuid(), (unsigned)getuid());
-		if (write_file(pid, "setgroups", "deny") < 0 || write_file(pid, "uid_map", map) < 0 ||
-		    (snprintf(map, sizeof map, "%u %u 1\n", (unsigned)getgid(), (unsigned)getgid()),
-		     write_file(pid, "gid_map", map) < 0)) {
-			fail(why, sizeof why, "writing the user namespace's maps:");
-			goto kill;
-		}
-	}
-	for (i = 0; i < (size_t)j->ncg; i++)
-		if (put(j->cg[i], "cgroup.procs", pid) < 0) {
-			fail(why, sizeof why, "%s/cgroup.procs:", j->cg[i]);
-			goto kill;
-		}
-	if (write(sync[1], "1", 1) != 1) {
-		fail(why, sizeof why, "releasing the jailed child:");
-		goto kill;
-	}
-	/* EOF: the child is past every step (it closes the pipe just before its
-	 * exec); bytes: its reason for failing. */
-	while ((r = read(ep[0], why + n, sizeof why - 1 - (size_t)n)) != 0) {
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 || (n += r) >= (ssize_t)sizeof why - 1)
-			break;
-	}
-	why[n > 0 ? n : 0] = '\0';
-	if (n == 0) {
-		close(sync[1]);
-		close(ep[0]);
+	r = release(pid, userns, j, sync[1], ep[0], why, sizeof why);
+	e = errno;
+	close(sync[1]);
+	close(ep[0]);
+	if (r == 0) {
+		j->pid = pid;
 		j->applied = applied(js, userns, cg, warnings);
 		return pid;
 	}
-	errno = EPERM;
-kill:
-	e = errno;
 	kill(pid, SIGKILL);
 	proc_wait(pid, &st);
-	close(sync[1]);
-	close(ep[0]);
-	errno = e;
 	snprintf(err, errsz, "jail: %s", why);
-	j->pid = -1;
+	errno = e;
 out_cg:
 	e = errno;
 	jail_release(j, why, sizeof why);
@@ -857,12 +872,13 @@ int jail_release(struct jail *j, char *err, size_t errsz)
 	j->applied = NULL;
 	for (i = 0; i < j->ncg; i++) {
 		int64_t until = mono_ms() + 2000;
+		int rc;
 
 		/* The jail's last processes may still be exiting (the kernel kills
 		 * a pid namespace's members after its init): EBUSY a moment. */
-		while (rmdir(j->cg[i]) < 0 && errno == EBUSY && mono_ms() < until)
+		while ((rc = rmdir(j->cg[i])) < 0 && errno == EBUSY && mono_ms() < until)
 			usleep(10 * 1000);
-		if (errno == EBUSY && access(j->cg[i], F_OK) == 0)
+		if (rc < 0 && errno != ENOENT)
 			r = fail(err, errsz, "rmdir %s:", j->cg[i]);
 	}
 	j->ncg = 0;
