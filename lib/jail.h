@@ -54,7 +54,9 @@ struct jail {
 
 /* Start ps's program jailed by js.  The caller is single-threaded (the
  * child is a raw clone, as bubblewrap's: it must not find a lock another
- * thread held).  The pid (also in j->pid), or -1 with a
+ * thread held).  The descriptors of ps's plan enter the jail as they are:
+ * a directory among them would be a way out (QEMU gets sockets, a tap,
+ * files). ps->setsid is forced: the program always has a session of its own.  The pid (also in j->pid), or -1 with a
  * reason in err (nothing left behind).  A program that cannot be executed
  * inside exits 127, as with proc_spawn; ps->pdeathsig is honoured. */
 pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct jail *j,
