@@ -758,6 +758,26 @@ static int spec_ok(const struct jail_spec *js, char *err, size_t errsz)
 	return 0;
 }
 
+/* A directory descriptor handed in would be a way out of the new root
+ * (openat from it reaches the host's tree): refused. */
+static int plan_ok(const struct proc_spec *ps, char *err, size_t errsz)
+{
+	int i, fd;
+	struct stat st;
+
+	for (i = 0; i < 3 + ps->nkeep && i < 3 + PROC_KEEP_MAX; i++) {
+		fd = i == 0 ? ps->in : i == 1 ? ps->out : i == 2 ? ps->err : ps->keep[i - 3];
+		if (fd == PROC_INHERIT)
+			fd = i;
+		if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+			errno = EINVAL;
+			return fail(err, errsz, "descriptor %d (the jail's fd %d) is a directory: a way "
+				    "out of the jail", fd, i);
+		}
+	}
+	return 0;
+}
+
 /* The parent's side once the child exists: the user namespace's maps, the
  * cgroups, then the go; the child's verdict comes back on errfd.  0: it is
  * past every step (EOF: it closed the pipe at its exec), or -1 with the
@@ -803,7 +823,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	pid_t pid;
 
 	*j = (struct jail){ .pid = -1 };
-	if (kernel_ok(err, errsz) < 0 || spec_ok(js, err, errsz) < 0)
+	if (kernel_ok(err, errsz) < 0 || spec_ok(js, err, errsz) < 0 || plan_ok(ps, err, errsz) < 0)
 		goto out;
 	if (userns)
 		flags |= CLONE_NEWUSER;

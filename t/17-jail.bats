@@ -171,6 +171,10 @@ proof_ptrace() {
 	[[ "$stderr" == *"$VM/disk.qcow2: below a read-write path of the jail" ]]
 	run --separate-stderr isopod-jail --ro "$S/images/../images" -- "$PROBE" id
 	[ "$status" -eq 100 ]
+	# A directory as a descriptor would reach the host's tree by openat.
+	run --separate-stderr isopod-jail -- "$PROBE" id <"$S"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"descriptor 0 (the jail's fd 0) is a directory"* ]]
 	# The mutant's old-kernel knob fakes the release uname(2) reports.
 	run --separate-stderr env ISOPOD_JAIL_MUTANT=old-kernel "$MUTANT" -- "$PROBE" id
 	[ "$status" -eq 111 ]
