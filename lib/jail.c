@@ -1,0 +1,944 @@
+/* jail.c - the jail of jail.h: namespaces, a pivot_root into a minimal
+ * root, read-only by mount_setattr(AT_RECURSIVE), an unprivileged identity
+ * with no capabilities, cgroup limits.
+ *
+ * The shape follows bubblewrap: the parent clones the child into its new
+ * namespaces, places it in its cgroups (and writes its uid/gid maps when it
+ * is not root), then lets it go over a socket; the child builds its root on a
+ * tmpfs at /tmp (bubblewrap's base), pivots into that so the host stays
+ * reachable as /oldroot while it binds what the spec names into /newroot,
+ * pivots again into /newroot and detaches the rest, then gives up its
+ * identity and its capabilities and execs.  Any failure before the exec is
+ * written to an error pipe (close-on-exec: EOF means it got that far) and
+ * jail_spawn returns it. */
+#include "jail.h"
+#include "ranges.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/keyctl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Mutations for the test suite only (t/17-jail.bats): compiled in with
+ * -DJAIL_MUTANT into a separate test binary, never into bin/.  In a
+ * production build mutant() is the constant 0 and every test below folds
+ * away, so no environment can weaken a real jail. */
+enum { MUT_NO_RECURSIVE = 1, MUT_NO_PIDNS = 2, MUT_KEEP_CAP = 4, MUT_OLD_KERNEL = 8 };
+#ifdef JAIL_MUTANT
+static unsigned mutant(void)
+{
+	const char *e = getenv("ISOPOD_JAIL_MUTANT");
+	unsigned m = 0;
+
+	if (e && strstr(e, "no-recursive"))
+		m |= MUT_NO_RECURSIVE;
+	if (e && strstr(e, "no-pidns"))
+		m |= MUT_NO_PIDNS;
+	if (e && strstr(e, "keep-cap"))
+		m |= MUT_KEEP_CAP;
+	if (e && strstr(e, "old-kernel")) /* not a weakening: the refusal's test */
+		m |= MUT_OLD_KERNEL;
+	return m;
+}
+#else
+#define mutant() 0u
+#endif
+
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t sz, const char *fmt, ...)
+{
+	va_list ap;
+	int e = errno;
+
+	va_start(ap, fmt);
+	vreason(err, sz, e, fmt, ap);
+	va_end(ap);
+	errno = e;
+	return -1;
+}
+
+/* mount_setattr(2) with AT_RECURSIVE is Linux 5.12. */
+static int kernel_ok(char *err, size_t sz)
+{
+	struct utsname u;
+	unsigned maj = 0, min = 0;
+
+	if (uname(&u) < 0)
+		return fail(err, sz, "uname:");
+	if (mutant() & MUT_OLD_KERNEL)
+		snprintf(u.release, sizeof u.release, "5.11.22-mutant");
+	if (sscanf(u.release, "%u.%u", &maj, &min) != 2 || maj < 5 || (maj == 5 && min < 12)) {
+		errno = ENOSYS;
+		return fail(err, sz, "the jail needs Linux 5.12 or later (mount_setattr with "
+			    "AT_RECURSIVE); this host runs %s; ISOPOD_JAIL=0 runs without the jail",
+			    u.release);
+	}
+	return 0;
+}
+
+static int name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 64 || s[0] == '.')
+		return 0;
+	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz)
+{
+	const char *path = ranges_config_path();
+	long long base = JAIL_UID_BASE, count = JAIL_UID_COUNT;
+	uint32_t h = 2166136261u;
+	char line[512];
+	unsigned ln = 0;
+	FILE *fp;
+
+	if ((fp = fopen(path, "re"))) {
+		while (fgets(line, sizeof line, fp)) {
+			char k[32], v[32], *eq = strchr(line, '=');
+			int base_key;
+
+			ln++;
+			line[strcspn(line, "#\n")] = '\0';
+			if (!eq || !*line || sscanf(line, " %31[a-z_] =", k) != 1 ||
+			    (strcmp(k, "jail_uid_base") && strcmp(k, "jail_uid_count")))
+				continue;
+			base_key = !strcmp(k, "jail_uid_base");
+			/* Clear of system and login users, and of the overflow
+			 * uid 65534 and (uid_t)-1 (checked with count below). */
+			if (sscanf(eq + 1, " %31s %1s", v, k) != 1 ||
+			    parse_ll(v, base_key ? 65536 : 1, 4294967293ll, base_key ? &base : &count) < 0) {
+				fclose(fp);
+				errno = EINVAL;
+				return fail(err, errsz, "%s:%u: %s: want a number in %s..4294967293", path,
+					    ln, base_key ? "jail_uid_base" : "jail_uid_count",
+					    base_key ? "65536" : "1");
+			}
+		}
+		fclose(fp);
+	} else if (errno != ENOENT)
+		return fail(err, errsz, "unable to read %s:", path);
+	if (base + count > 4294967294ll) {
+		errno = EINVAL;
+		return fail(err, errsz, "%s: jail_uid_base %lld + jail_uid_count %lld: past uid "
+			    "4294967293", path, base, count);
+	}
+	for (; *name; name++)
+		h = (h ^ (unsigned char)*name) * 16777619u;
+	*uid = (uid_t)(base + h % count);
+	*gid = (gid_t)*uid;
+	return 0;
+}
+
+/* Absolute, no "", "." or ".." component (so below() can compare strings). */
+static int clean(const char *p)
+{
+	if (p[0] != '/')
+		return 0;
+	if (!strcmp(p, "/"))
+		return 1;
+	while (*p == '/') {
+		size_t n = strcspn(++p, "/");
+
+		if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return 0;
+		p += n;
+	}
+	return 1;
+}
+
+/* path is dir or below it (whole components; no trailing '/' in dir). */
+static int below(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	if (n == 1 && dir[0] == '/')
+		return 1;
+	return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
+int jail_covers(const struct jail_spec *js, const char *path)
+{
+	size_t i;
+
+	if (js->vm_dir && below(path, js->vm_dir))
+		return 1;
+	for (i = 0; i < js->nrw; i++)
+		if (below(path, js->rw[i]))
+			return 1;
+	return 0;
+}
+
+/* ---- cgroups ------------------------------------------------------------ */
+
+/* The mount point of the hierarchy of fstype (cgroup2, or cgroup with the
+ * v1 controller ctl among its super options). */
+static int cg_mount(const char *fstype, const char *ctl, char *out, size_t sz)
+{
+	FILE *fp = fopen("/proc/self/mountinfo", "re");
+	char line[4096];
+	int found = -1;
+
+	if (!fp)
+		return -1;
+	while (found < 0 && fgets(line, sizeof line, fp)) {
+		char mnt[1024], fs[64], opts[1024], *dash = strstr(line, " - "), *tok, *save;
+
+		if (!dash || sscanf(line, "%*s %*s %*s %*s %1023s", mnt) != 1 ||
+		    sscanf(dash + 3, "%63s %*s %1023s", fs, opts) != 2 || strcmp(fs, fstype) ||
+		    strchr(mnt, '\\'))
+			continue;
+		if (!ctl) {
+			found = pathn(out, sz, "%s", mnt);
+			continue;
+		}
+		for (tok = strtok_r(opts, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			if (!strcmp(tok, ctl))
+				found = pathn(out, sz, "%s", mnt);
+	}
+	fclose(fp);
+	return found;
+}
+
+/* Our own cgroup in the hierarchy of ctl (NULL: v2's "0::"). */
+static int cg_self(const char *ctl, char *out, size_t sz)
+{
+	FILE *fp = fopen("/proc/self/cgroup", "re");
+	char line[4096];
+	int found = -1;
+
+	if (!fp)
+		return -1;
+	while (found < 0 && fgets(line, sizeof line, fp)) {
+		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL, *tok, *save;
+
+		if (!b)
+			continue;
+		*b = '\0';
+		line[strcspn(line, "\n")] = '\0';
+		b[1 + strcspn(b + 1, "\n")] = '\0';
+		if (!ctl) {
+			if (!strcmp(line, "0") && a[1] == '\0')
+				found = pathn(out, sz, "%s", b + 1);
+			continue;
+		}
+		for (tok = strtok_r(a + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			if (!strcmp(tok, ctl))
+				found = pathn(out, sz, "%s", b + 1);
+	}
+	fclose(fp);
+	return found;
+}
+
+static int put(const char *dir, const char *file, long long v)
+{
+	char p[PATH_MAX + 64], s[32];
+	int fd, r;
+
+	if (pathn(p, sizeof p, "%s/%s", dir, file) < 0)
+		return -1;
+	if ((fd = open(p, O_WRONLY | O_CLOEXEC)) < 0)
+		return -1;
+	snprintf(s, sizeof s, "%lld", v);
+	r = write_all(fd, s, strlen(s));
+	if (close(fd) < 0)
+		r = -1;
+	return r;
+}
+
+static int has_word(const char *path, const char *w)
+{
+	char buf[1024], *tok, *save;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	for (tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save))
+		if (!strcmp(tok, w))
+			return 1;
+	return 0;
+}
+
+/* A cgroup of our own below ours in one hierarchy: mkdir, then the limit
+ * files.  0, or -1 with a reason (the directory removed again). */
+static int cg_make(struct jail *j, const char *mnt, const char *self, const char *name,
+		   const char *const *files, const long long *vals, int nfile, char *why, size_t wsz)
+{
+	char *dir = j->cg[j->ncg];
+	int i;
+
+	if (pathn(dir, PATH_MAX, "%s%s/isopod-%s", mnt, strcmp(self, "/") ? self : "", name) < 0)
+		return fail(why, wsz, "cgroup path too long");
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return fail(why, wsz, "mkdir %s:", dir);
+	for (i = 0; i < nfile; i++)
+		if (vals[i] > 0 && put(dir, files[i], vals[i]) < 0) {
+			fail(why, wsz, "%s/%s:", dir, files[i]);
+			rmdir(dir);
+			return -1;
+		}
+	j->ncg++;
+	return 0;
+}
+
+/* Make the cgroups (before the clone); what was applied into cg, what
+ * could not be into warnings. */
+static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, json_t *warnings)
+{
+	char mnt[PATH_MAX], self[PATH_MAX], base[PATH_MAX * 2], why[512];
+	int want_mem = js->mem_bytes > 0, want_pids = js->pids > 0;
+
+	if (!want_mem && !want_pids)
+		return;
+	/* v2 when the controllers are available to a child of ours (enabled in
+	 * our subtree_control, or enabled there by us now). */
+	if (cg_mount("cgroup2", NULL, mnt, sizeof mnt) == 0 && cg_self(NULL, self, sizeof self) == 0 &&
+	    pathn(base, sizeof base, "%s%s/cgroup.subtree_control", mnt, self) == 0) {
+		int ok = (!want_mem || has_word(base, "memory")) && (!want_pids || has_word(base, "pids"));
+
+		if (!ok) {
+			char sub[64];
+			int fd = open(base, O_WRONLY | O_CLOEXEC);
+
+			snprintf(sub, sizeof sub, "%s%s", want_mem ? "+memory " : "", want_pids ? "+pids" : "");
+			ok = fd >= 0 && write_all(fd, sub, strlen(sub)) == 0;
+			if (fd >= 0 && close(fd) < 0)
+				ok = 0;
+		}
+		if (ok) {
+			static const char *const f2[] = { "memory.max", "pids.max" };
+			long long v2[] = { js->mem_bytes, js->pids };
+
+			if (cg_make(j, mnt, self, js->name, f2, v2, 2, why, sizeof why) == 0) {
+				/* no swap beyond the limit: best effort (no swap, no file) */
+				if (want_mem)
+					put(j->cg[0], "memory.swap.max", 0);
+				json_object_set_new(cg, "version", json_integer(2));
+				if (want_mem)
+					json_object_set_new(cg, "memory_bytes", json_integer(js->mem_bytes));
+				if (want_pids)
+					json_object_set_new(cg, "pids", json_integer(js->pids));
+				return;
+			}
+		}
+	}
+	/* v1: the memory and pids controllers, each in its own hierarchy. */
+	json_object_set_new(cg, "version", json_integer(1));
+	if (want_mem) {
+		static const char *const f[] = { "memory.limit_in_bytes" };
+
+		if (cg_mount("cgroup", "memory", mnt, sizeof mnt) < 0 ||
+		    cg_self("memory", self, sizeof self) < 0) {
+			json_array_append_new(warnings, json_string("jail: no memory limit: no cgroup "
+								    "memory controller"));
+		} else if (cg_make(j, mnt, self, js->name, f, &js->mem_bytes, 1, why, sizeof why) < 0) {
+			json_array_append_new(warnings, json_sprintf("jail: no memory limit: %s", why));
+		} else {
+			/* memory+swap capped at the same value: best effort (needs
+			 * swap accounting). */
+			put(j->cg[j->ncg - 1], "memory.memsw.limit_in_bytes", js->mem_bytes);
+			json_object_set_new(cg, "memory_bytes", json_integer(js->mem_bytes));
+		}
+	}
+	if (want_pids) {
+		static const char *const f[] = { "pids.max" };
+
+		if (cg_mount("cgroup", "pids", mnt, sizeof mnt) < 0 ||
+		    cg_self("pids", self, sizeof self) < 0) {
+			json_array_append_new(warnings, json_string("jail: no pids limit: no cgroup pids "
+								    "controller"));
+		} else if (cg_make(j, mnt, self, js->name, f, &js->pids, 1, why, sizeof why) < 0) {
+			json_array_append_new(warnings, json_sprintf("jail: no pids limit: %s", why));
+		} else
+			json_object_set_new(cg, "pids", json_integer(js->pids));
+	}
+}
+
+/* ---- the child ---------------------------------------------------------- */
+
+/* The child's failure: its reason to the error pipe, then exit. */
+__attribute__((noreturn, format(printf, 2, 3))) static void cdie(int errfd, const char *fmt, ...)
+{
+	char why[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vreason(why, sizeof why, errno, fmt, ap);
+	va_end(ap);
+	(void)!write(errfd, why, strlen(why));
+	_exit(126);
+}
+
+/* Recreate path's parents under /newroot as they are on the host (now at
+ * /oldroot): directories as directories, symlinks as the same symlinks, each
+ * followed, so merged-/usr links and /lib64/ld-linux-x86-64.so.2 resolve
+ * inside as outside.  The host path the last component finally names (its
+ * symlinks resolved) goes to real. */
+static int mirror(const char *path, char *real, size_t rsz, int errfd)
+{
+	char todo[PATH_MAX], done[PATH_MAX] = "", host[PATH_MAX + 16], in[PATH_MAX + 16];
+	char link[PATH_MAX], rest[PATH_MAX];
+	int hops = 0;
+
+	if (pathn(todo, sizeof todo, "%s", path) < 0)
+		cdie(errfd, "%s: path too long", path);
+	for (;;) {
+		char *p = todo, *c, cand[PATH_MAX];
+		struct stat st;
+		ssize_t n;
+
+		while (*p == '/')
+			p++;
+		if (!*p)
+			return pathn(real, rsz, "%s", *done ? done : "/");
+		c = p;
+		p += strcspn(p, "/");
+		snprintf(rest, sizeof rest, "%s", p);
+		*p = '\0';
+		if (!strcmp(c, ".")) {
+			memmove(todo, rest, strlen(rest) + 1);
+			continue;
+		}
+		if (!strcmp(c, "..")) {
+			char *s = strrchr(done, '/');
+
+			if (s)
+				*s = '\0';
+			memmove(todo, rest, strlen(rest) + 1);
+			continue;
+		}
+		if (pathn(cand, sizeof cand, "%s/%s", done, c) < 0 ||
+		    pathn(host, sizeof host, "/oldroot%s", cand) < 0 ||
+		    pathn(in, sizeof in, "/newroot%s", cand) < 0)
+			cdie(errfd, "%s: path too long", path);
+		if (lstat(host, &st) < 0)
+			cdie(errfd, "%s: %s:", path, cand);
+		if (S_ISLNK(st.st_mode)) {
+			if (++hops > 40) {
+				errno = ELOOP;
+				cdie(errfd, "%s:", path);
+			}
+			if ((n = readlink(host, link, sizeof link - 1)) < 0)
+				cdie(errfd, "readlink %s:", cand);
+			link[n] = '\0';
+			if (symlink(link, in) < 0 && errno != EEXIST)
+				cdie(errfd, "symlink %s in the jail:", cand);
+			if (link[0] == '/')
+				done[0] = '\0';
+			if (pathn(todo, sizeof todo, "%s%s", link, rest) < 0)
+				cdie(errfd, "%s: path too long", path);
+			continue;
+		}
+		snprintf(done, sizeof done, "%s", cand);
+		memmove(todo, rest, strlen(rest) + 1);
+		if (todo[strspn(todo, "/")] == '\0')
+			return pathn(real, rsz, "%s", done);
+		if (!S_ISDIR(st.st_mode)) {
+			errno = ENOTDIR;
+			cdie(errfd, "%s: %s:", path, cand);
+		}
+		if (mkdir(in, 0755) < 0 && errno != EEXIST)
+			cdie(errfd, "mkdir %s in the jail:", cand);
+	}
+}
+
+enum { B_RO, B_RW, B_DEV };
+struct bindreq {
+	const char *path;
+	int kind;
+};
+
+/* Bind the host's path at the same path in the new root.  The tree is
+ * cloned detached (open_tree), its attributes set on the whole tree at once
+ * (mount_setattr, AT_RECURSIVE: a submount -- a tmpfs, another disk -- is
+ * read-only too), and only then attached: it is never visible writable. */
+static void bind_path(const char *path, int kind, int errfd)
+{
+	char real[PATH_MAX], host[PATH_MAX + 16], in[PATH_MAX + 16];
+	struct mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+	unsigned rec = mutant() & MUT_NO_RECURSIVE ? 0 : AT_RECURSIVE;
+	struct stat st;
+	int fd;
+
+	if (mirror(path, real, sizeof real, errfd) < 0 ||
+	    pathn(host, sizeof host, "/oldroot%s", real) < 0 ||
+	    pathn(in, sizeof in, "/newroot%s", real) < 0)
+		cdie(errfd, "%s: path too long", path);
+	if (stat(host, &st) < 0)
+		cdie(errfd, "%s:", path);
+	/* The mount point: it may exist already, below a bind made before. */
+	if (S_ISDIR(st.st_mode) ? mkdir(in, 0755) < 0 && errno != EEXIST
+				: (fd = open(in, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444)) < 0
+					  ? errno != EEXIST
+					  : close(fd) < 0)
+		cdie(errfd, "%s: mount point in the jail:", path);
+	if (kind == B_RO)
+		a.attr_set |= MOUNT_ATTR_RDONLY;
+	/* A device node: nodev off; read-only still (the node's own writes go
+	 * to the device, not to the file system). */
+	if (kind == B_DEV)
+		a.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
+	fd = open_tree(AT_FDCWD, host, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE |
+					       AT_SYMLINK_NOFOLLOW);
+	if (fd < 0)
+		cdie(errfd, "open_tree %s:", path);
+	if (mount_setattr(fd, "", AT_EMPTY_PATH | rec, &a, sizeof a) < 0)
+		cdie(errfd, "mount_setattr %s:", path);
+	if (move_mount(fd, "", AT_FDCWD, in, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		cdie(errfd, "move_mount %s:", path);
+	close(fd);
+}
+
+/* Give up everything (bubblewrap's drop_privs, then its re-check): the
+ * bounding and ambient sets emptied, no_new_privs, the identity changed,
+ * every capability set cleared, and each verified.  As root the uid change
+ * clears permitted and effective by itself; in a user namespace it does
+ * not (the uid stays), so the capset is what drops them there. */
+static void drop_privs(const struct jail_spec *js, int userns, int errfd)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2] = { { 0 } };
+	int keep = mutant() & MUT_KEEP_CAP ? CAP_SYS_ADMIN : -1;
+	uid_t uid = userns ? getuid() : js->uid;
+	gid_t gid = userns ? getgid() : js->gid;
+	int c;
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		cdie(errfd, "PR_SET_NO_NEW_PRIVS:");
+	for (c = 0; prctl(PR_CAPBSET_READ, c, 0, 0, 0) >= 0; c++)
+		if (c != keep && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0)
+			cdie(errfd, "PR_CAPBSET_DROP %d:", c);
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		cdie(errfd, "PR_CAP_AMBIENT_CLEAR_ALL:");
+	if (keep >= 0 && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
+		cdie(errfd, "PR_SET_KEEPCAPS:");
+	/* In a user namespace setgroups is denied (we wrote "deny"); the
+	 * supplementary groups there are the caller's own. */
+	if (!userns && setgroups(0, NULL) < 0)
+		cdie(errfd, "setgroups:");
+	if (setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
+		cdie(errfd, "unable to become %u:%u:", (unsigned)uid, (unsigned)gid);
+	if (keep >= 0) { /* the mutant: the capability kept through exec */
+		d[0].effective = d[0].permitted = d[0].inheritable = 1u << keep;
+		if (syscall(SYS_capset, &h, d) < 0 ||
+		    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, keep, 0, 0) < 0)
+			cdie(errfd, "mutant keep-cap:");
+		return;
+	}
+	if (syscall(SYS_capset, &h, d) < 0)
+		cdie(errfd, "capset:");
+	/* Re-check, as bubblewrap does: each set empty, root not regainable. */
+	if (syscall(SYS_capget, &h, d) < 0)
+		cdie(errfd, "capget:");
+	if (d[0].effective | d[0].permitted | d[0].inheritable | d[1].effective | d[1].permitted |
+	    d[1].inheritable) {
+		errno = EPERM;
+		cdie(errfd, "capabilities left after the drop");
+	}
+	for (c = 0; prctl(PR_CAPBSET_READ, c, 0, 0, 0) >= 0; c++)
+		if (prctl(PR_CAPBSET_READ, c, 0, 0, 0) == 1) {
+			errno = EPERM;
+			cdie(errfd, "capability %d left in the bounding set", c);
+		}
+	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1 || setresuid(0, 0, 0) == 0 ||
+	    getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid) {
+		errno = EPERM;
+		cdie(errfd, "identity not dropped");
+	}
+}
+
+__attribute__((noreturn)) static void child(const struct jail_spec *js, const struct proc_spec *ps,
+					    int userns, int syncfd, int errfd)
+{
+	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+	struct proc_spec p = *ps;
+	struct pollfd pf = { .fd = syncfd, .events = POLLIN };
+	struct bindreq b[2 * JAIL_PATHS_MAX + 1];
+	size_t i, nb = 0;
+	char go;
+
+	for (i = 0; i < js->nro; i++)
+		b[nb++] = (struct bindreq){ js->ro[i], B_RO };
+	for (i = 0; i < js->nrw; i++)
+		b[nb++] = (struct bindreq){ js->rw[i], B_RW };
+	if (js->vm_dir)
+		b[nb++] = (struct bindreq){ js->vm_dir, B_RW };
+	/* The parent placed us in our cgroups (and wrote our maps): EOF here
+	 * means it failed or died. */
+	if (read(syncfd, &go, 1) != 1)
+		_exit(126);
+	/* Our cgroup namespace is rooted at the jail's own cgroup. */
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		cdie(errfd, "unshare(CLONE_NEWCGROUP):");
+	/* Nothing mounted below propagates back to the host. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		cdie(errfd, "making / private:");
+	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700,size=64k") < 0 ||
+	    mkdir("/tmp/oldroot", 0700) < 0 || mkdir("/tmp/newroot", 0755) < 0)
+		cdie(errfd, "the jail's staging tmpfs:");
+	if (syscall(SYS_pivot_root, "/tmp", "/tmp/oldroot") < 0 || chdir("/") < 0)
+		cdie(errfd, "pivot_root to the staging tmpfs:");
+	if (mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV,
+		  "mode=0755,size=1m,nr_inodes=4096") < 0)
+		cdie(errfd, "the jail's root tmpfs:");
+	/* Shorter paths first: a parent is bound before what lies below it,
+	 * which then covers it (a read-only file in the VM's directory stays
+	 * read-only; a mount point below a read-only bind already exists). */
+	for (i = 0; i < nb; i++) {
+		size_t k, best = i;
+
+		for (k = i + 1; k < nb; k++)
+			if (strlen(b[k].path) < strlen(b[best].path))
+				best = k;
+		bind_path(b[best].path, b[best].kind, errfd);
+		b[best] = b[i];
+	}
+	bind_path("/dev/null", B_DEV, errfd);
+	bind_path("/dev/urandom", B_DEV, errfd);
+	if (js->kvm)
+		bind_path("/dev/kvm", B_DEV, errfd);
+	/* The jail's own pid namespace's processes, and nothing else of /proc
+	 * (subset=pid: no /proc/sys, /proc/kcore, ...). */
+	if ((mkdir("/newroot/proc", 0555) < 0 && errno != EEXIST) ||
+	    mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0)
+		cdie(errfd, "/proc in the jail:");
+	/* pivot_root(".", "."): the new root goes under the staging one, which
+	 * (with the host at /oldroot in it) is then detached (pivot_root(2)). */
+	if (chdir("/newroot") < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
+	    umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+		cdie(errfd, "pivot_root into the jail:");
+	/* The root tmpfs itself read-only: only it, its binds keep their own. */
+	if (mount_setattr(AT_FDCWD, "/", 0, &ro, sizeof ro) < 0)
+		cdie(errfd, "mount_setattr /:");
+	if (sethostname(js->name, strlen(js->name)) < 0)
+		cdie(errfd, "sethostname:");
+	if (chdir(js->vm_dir ? js->vm_dir : "/") < 0)
+		cdie(errfd, "chdir %s:", js->vm_dir);
+	drop_privs(js, userns, errfd);
+	/* The parent-death signal is cleared by the uid change: set it now, then
+	 * make sure the parent did not die before (its end of the sync socket
+	 * is open until we exec, and it sends nothing more: any event is its
+	 * end closing). */
+	if (ps->pdeathsig) {
+		if (prctl(PR_SET_PDEATHSIG, ps->pdeathsig) < 0)
+			cdie(errfd, "PR_SET_PDEATHSIG:");
+		if (poll(&pf, 1, 0) != 0)
+			_exit(126);
+	}
+	/* Not the caller's session keyring: keys in it would be "possessed"
+	 * here, whatever the uid.  A new anonymous one, the jail's own. */
+	if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
+		cdie(errfd, "keyctl(KEYCTL_JOIN_SESSION_KEYRING):");
+	/* A session of its own, always: no controlling terminal to push input
+	 * into with TIOCSTI (bubblewrap's --new-session, CVE-2017-5226). */
+	p.setsid = 1;
+	p.pdeathsig = 0;
+	if (proc_child_setup(&p, 0) < 0)
+		_exit(126);
+	if (p.file)
+		execv(p.file, p.argv);
+	else
+		execvp(p.argv[0], p.argv);
+	dprintf(2, "%s: fatal: unable to exec %s in the jail: %s\n", progname ? progname : "isopod",
+		p.file ? p.file : p.argv[0], strerror(errno));
+	_exit(127);
+}
+
+/* ---- the parent --------------------------------------------------------- */
+
+static int write_file(pid_t pid, const char *file, const char *text)
+{
+	char p[64];
+	int fd, r;
+
+	snprintf(p, sizeof p, "/proc/%d/%s", (int)pid, file);
+	if ((fd = open(p, O_WRONLY | O_CLOEXEC)) < 0)
+		return -1;
+	r = write_all(fd, text, strlen(text));
+	if (close(fd) < 0)
+		r = -1;
+	return r;
+}
+
+static json_t *strings(const char *const *v, size_t n)
+{
+	json_t *a = json_array();
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		json_array_append_new(a, json_string(v[i]));
+	return a;
+}
+
+static json_t *applied(const struct jail_spec *js, int userns, json_t *cg, json_t *warnings)
+{
+	json_t *o, *rw = strings(js->rw, js->nrw), *dev = json_array();
+
+	if (js->vm_dir)
+		json_array_append_new(rw, json_string(js->vm_dir));
+	json_array_append_new(dev, json_string("/dev/null"));
+	json_array_append_new(dev, json_string("/dev/urandom"));
+	if (js->kvm)
+		json_array_append_new(dev, json_string("/dev/kvm"));
+	o = json_pack("{s:I, s:I, s:b, s:[sssss], s:b, s:[], s:s, s:o, s:o, s:o, s:o, s:o}",
+		      "uid", (json_int_t)(userns ? getuid() : js->uid),
+		      "gid", (json_int_t)(userns ? getgid() : js->gid), "user_namespace", userns,
+		      "namespaces", "mount", "ipc", "uts", "cgroup", "net", "no_new_privs", 1,
+		      "capabilities", "root", "tmpfs, pivot_root", "read_only",
+		      strings(js->ro, js->nro), "read_write", rw, "devices", dev, "cgroup", cg,
+		      "warnings", warnings);
+	if (o && !(mutant() & MUT_NO_PIDNS))
+		json_array_insert_new(json_object_get(o, "namespaces"), 1, json_string("pid"));
+	if (o && userns)
+		json_array_insert_new(json_object_get(o, "namespaces"), 0, json_string("user"));
+#ifdef JAIL_MUTANT
+	if (o && mutant())
+		json_object_set_new(o, "mutant", json_string(getenv("ISOPOD_JAIL_MUTANT")));
+#endif
+	return o;
+}
+
+/* The spec's refusals, before anything is made. */
+static int spec_ok(const struct jail_spec *js, char *err, size_t errsz)
+{
+	size_t i;
+
+	if (!js->name || !name_ok(js->name)) {
+		errno = EINVAL;
+		return fail(err, errsz, "jail name %s: want 1-64 of [A-Za-z0-9._-]",
+			    js->name ? EXC(js->name) : "(none)");
+	}
+	if (js->nro > JAIL_PATHS_MAX || js->nrw > JAIL_PATHS_MAX) {
+		errno = E2BIG;
+		return fail(err, errsz, "more than %d paths", JAIL_PATHS_MAX);
+	}
+	if (js->vm_dir && !clean(js->vm_dir)) {
+		errno = EINVAL;
+		return fail(err, errsz, "%s: not an absolute path without . or .. or empty components",
+			    EXC(js->vm_dir));
+	}
+	for (i = 0; i < js->nro + js->nrw; i++) {
+		const char *p = i < js->nro ? js->ro[i] : js->rw[i - js->nro];
+
+		if (!clean(p)) {
+			errno = EINVAL;
+			return fail(err, errsz, "%s: not an absolute path without . or .. or empty "
+				    "components", EXC(p));
+		}
+		/* Below a read-write path, a path is the jail's own to change
+		 * (a symlink planted there by a previous run would send the
+		 * bind anywhere on the host): it is never bound again. */
+		if (jail_covers(js, p) && (i < js->nro || strcmp(p, js->rw[i - js->nro]))) {
+			errno = EINVAL;
+			return fail(err, errsz, "%s: below a read-write path of the jail", EXC(p));
+		}
+	}
+	return 0;
+}
+
+/* A directory descriptor handed in would be a way out of the new root
+ * (openat from it reaches the host's tree): refused. */
+static int plan_ok(const struct proc_spec *ps, char *err, size_t errsz)
+{
+	int i, fd;
+	struct stat st;
+
+	for (i = 0; i < 3 + ps->nkeep && i < 3 + PROC_KEEP_MAX; i++) {
+		fd = i == 0 ? ps->in : i == 1 ? ps->out : i == 2 ? ps->err : ps->keep[i - 3];
+		if (fd == PROC_INHERIT)
+			fd = i;
+		if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+			errno = EINVAL;
+			return fail(err, errsz, "descriptor %d (the jail's fd %d) is a directory: a way "
+				    "out of the jail", fd, i);
+		}
+	}
+	return 0;
+}
+
+/* The parent's side once the child exists: the user namespace's maps, the
+ * cgroups, then the go; the child's verdict comes back on errfd.  0: it is
+ * past every step (EOF: it closed the pipe at its exec), or -1 with the
+ * reason in why.  syncfd stays open throughout: the child's check that we
+ * are alive. */
+static int release(pid_t pid, int userns, const struct jail *j, int syncfd, int errfd, char *why,
+		   size_t wsz)
+{
+	char map[64];
+	ssize_t n = 0, r;
+	int i;
+
+	if (userns) { /* ourselves, and nobody else, inside */
+		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)getuid(), (unsigned)getuid());
+		if (write_file(pid, "setgroups", "deny") < 0 || write_file(pid, "uid_map", map) < 0)
+			return fail(why, wsz, "writing the user namespace's uid map:");
+		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)getgid(), (unsigned)getgid());
+		if (write_file(pid, "gid_map", map) < 0)
+			return fail(why, wsz, "writing the user namespace's gid map:");
+	}
+	for (i = 0; i < j->ncg; i++)
+		if (put(j->cg[i], "cgroup.procs", pid) < 0)
+			return fail(why, wsz, "%s/cgroup.procs:", j->cg[i]);
+	if (send(syncfd, "1", 1, MSG_NOSIGNAL) != 1)
+		return fail(why, wsz, "releasing the jailed child:");
+	while (n < (ssize_t)wsz - 1 && (r = read(errfd, why + n, wsz - 1 - (size_t)n)) != 0) {
+		if (r < 0 && errno != EINTR)
+			return fail(why, wsz, "reading the jailed child's verdict:");
+		n += r > 0 ? r : 0;
+	}
+	why[n] = '\0';
+	errno = EPERM;
+	return n ? -1 : 0;
+}
+
+pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct jail *j,
+		 char *err, size_t errsz)
+{
+	int userns = geteuid() != 0, sync[2], ep[2], st, e, r;
+	unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
+	json_t *cg = json_object(), *warnings = json_array();
+	char why[1024] = "";
+	pid_t pid;
+
+	*j = (struct jail){ .pid = -1 };
+	if (kernel_ok(err, errsz) < 0 || spec_ok(js, err, errsz) < 0 || plan_ok(ps, err, errsz) < 0)
+		goto out;
+	if (userns)
+		flags |= CLONE_NEWUSER;
+	if (mutant() & MUT_NO_PIDNS)
+		flags &= ~(unsigned long)CLONE_NEWPID;
+	cg_setup(js, j, cg, warnings);
+	/* The go travels on a socket: a child already dead gets EPIPE from
+	 * send(MSG_NOSIGNAL), never our caller a SIGPIPE. */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync) < 0) {
+		fail(err, errsz, "socketpair:");
+		goto out_cg;
+	}
+	if (pipe2(ep, O_CLOEXEC) < 0) {
+		fail(err, errsz, "pipe:");
+		close(sync[0]);
+		close(sync[1]);
+		goto out_cg;
+	}
+	fflush(NULL);
+	/* A raw clone without a stack is a fork into new namespaces
+	 * (bubblewrap's raw_clone). */
+	pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, NULL);
+	if (pid == 0) {
+		close(sync[1]);
+		close(ep[0]);
+		child(js, ps, userns, sync[0], ep[1]);
+	}
+	e = errno;
+	close(sync[0]);
+	close(ep[1]);
+	if (pid < 0) {
+		close(sync[1]);
+		close(ep[0]);
+		errno = e;
+		fail(err, errsz, "clone into new namespaces:");
+		goto out_cg;
+	}
+	r = release(pid, userns, j, sync[1], ep[0], why, sizeof why);
+	e = errno;
+	close(sync[1]);
+	close(ep[0]);
+	if (r == 0) {
+		j->pid = pid;
+		j->applied = applied(js, userns, cg, warnings);
+		return pid;
+	}
+	kill(pid, SIGKILL);
+	proc_wait(pid, &st);
+	snprintf(err, errsz, "jail: %s", why);
+	errno = e;
+out_cg:
+	e = errno;
+	jail_release(j, why, sizeof why);
+	errno = e;
+out:
+	json_decref(cg);
+	json_decref(warnings);
+	return -1;
+}
+
+int jail_release(struct jail *j, char *err, size_t errsz)
+{
+	int i, r = 0;
+
+	json_decref(j->applied);
+	j->applied = NULL;
+	for (i = 0; i < j->ncg; i++) {
+		int64_t until = mono_ms() + 2000;
+		int rc;
+
+		/* The jail's last processes may still be exiting (the kernel kills
+		 * a pid namespace's members after its init): EBUSY a moment. */
+		while ((rc = rmdir(j->cg[i])) < 0 && errno == EBUSY && mono_ms() < until)
+			usleep(10 * 1000);
+		if (rc < 0 && errno != ENOENT)
+			r = fail(err, errsz, "rmdir %s:", j->cg[i]);
+	}
+	j->ncg = 0;
+	return r;
+}
+
+int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz)
+{
+	char *argv[] = { "ldd", (char *)prog, NULL }, buf[65536], *line, *save;
+	int fd = memfd_create("ldd", MFD_CLOEXEC), st;
+	ssize_t len;
+
+	if (fd < 0)
+		return fail(err, errsz, "memfd_create:");
+	st = proc_run(argv, fd, PROC_NULL);
+	len = pread(fd, buf, sizeof buf - 1, 0);
+	close(fd);
+	if (st < 0 || len < 0)
+		return fail(err, errsz, "ldd %s:", prog);
+	buf[len] = '\0';
+	if (st != 0) /* "not a dynamic executable": nothing to add */
+		return 0;
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *p = strstr(line, "=> "), *e;
+
+		p = p ? p + 3 : line + strspn(line, " \t");
+		if (strstr(p, "not found")) {
+			errno = ENOENT;
+			return fail(err, errsz, "ldd %s: %s", prog, EXC(line));
+		}
+		if (*p != '/') /* linux-vdso.so.1: in the kernel, not a file */
+			continue;
+		if ((e = strstr(p, " (")))
+			*e = '\0';
+		if (*n >= max) {
+			errno = E2BIG;
+			return fail(err, errsz, "ldd %s: more than %zu paths", prog, max);
+		}
+		if (!(out[(*n)++] = strdup(p)))
+			return fail(err, errsz, "strdup:");
+	}
+	return 0;
+}

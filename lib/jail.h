@@ -1,0 +1,84 @@
+/* jail.h - the room QEMU (and later the broker) runs in (issue 12).
+ *
+ * jail_spawn starts a program the way proc_spawn does (the same descriptor
+ * plan), but in a child that has, before its exec:
+ *   - new mount, pid, ipc, uts, cgroup and network namespaces (and a user
+ *     namespace when the caller is not root); the program is PID 1 of its
+ *     pid namespace, so when it exits everything it started dies with it;
+ *   - a root of its own: a small tmpfs entered with pivot_root, holding only
+ *     the paths the spec names (read-only unless listed read-write), the
+ *     devices asked for and a /proc of its pid namespace; read-only is applied
+ *     to each whole mount tree with mount_setattr(AT_RECURSIVE), before the
+ *     tree is attached;
+ *   - an unprivileged identity: as root, spec->uid/gid (jail_identity); as a
+ *     user, that user inside a user namespace; no capabilities in any set,
+ *     the bounding set emptied, no_new_privs;
+ *   - memory and pids limits through a cgroup of its own (v2, else the v1
+ *     memory and pids controllers; a hierarchy we cannot write is a warning).
+ * Nothing here exits or dies: errors come back as -1 with a reason.
+ * Linux 5.12 or later (mount_setattr); older kernels are refused. */
+#ifndef ISOPOD_JAIL_H
+#define ISOPOD_JAIL_H
+
+#include "proc.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define JAIL_PATHS_MAX 256
+
+struct jail_spec {
+	const char *name;       /* the cgroup's and the hostname's: e.g. the VM id */
+	const char *vm_dir;     /* read-write, and the program's cwd; NULL: none, cwd / */
+	const char *const *ro;  /* read-only at their own paths: the program, its
+				 * libraries and data files, kernel, initramfs, base, layers */
+	size_t nro;
+	const char *const *rw;  /* read-write at their own paths (besides vm_dir) */
+	size_t nrw;
+	int kvm;                /* 1: /dev/kvm as well as /dev/null and /dev/urandom */
+	uid_t uid;              /* as root: the identity (jail_identity); else unused */
+	gid_t gid;
+	long long mem_bytes;    /* memory limit; 0: none */
+	long long pids;         /* process/thread limit; 0: none */
+};
+
+/* What jail_spawn made, for jail_release once the program was reaped. */
+struct jail {
+	pid_t pid;
+	int ncg;
+	char cg[2][PATH_MAX];   /* cgroup directories we created (rmdir'd by release) */
+	json_t *applied;        /* the result's future "jail": {...} */
+};
+
+/* Start ps's program jailed by js.  The caller is single-threaded (the
+ * child is a raw clone, as bubblewrap's: it must not find a lock another
+ * thread held).  The descriptors of ps's plan enter the jail as they are:
+ * a directory among them would be a way out (QEMU gets sockets, a tap,
+ * files). ps->setsid is forced: the program always has a session of its own.  The pid (also in j->pid), or -1 with a
+ * reason in err (nothing left behind).  A program that cannot be executed
+ * inside exits 127, as with proc_spawn; ps->pdeathsig is honoured. */
+pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct jail *j,
+		 char *err, size_t errsz);
+/* After the program was reaped: remove its cgroups, free j->applied.
+ * 0, or -1 with a reason (a cgroup still busy after 2 s). */
+int jail_release(struct jail *j, char *err, size_t errsz);
+
+/* 1 when path is vm_dir or a rw path, or lies below one: already in the
+ * jail, read-write (jail_spawn refuses to bind such a path again). */
+int jail_covers(const struct jail_spec *js, const char *path);
+
+/* As root, the per-VM identity: uid = gid = base + (FNV-1a(name) mod count),
+ * from the host config's jail_uid_base and jail_uid_count (defaults
+ * JAIL_UID_BASE, JAIL_UID_COUNT).  0, or -1 with a reason (a bad config). */
+#define JAIL_UID_BASE 2000000000u
+#define JAIL_UID_COUNT 65536u
+int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz);
+
+/* The shared libraries prog loads (ldd, resolved), appended to out[*n]
+ * (prog is the host's own: ldd runs its dynamic loader)
+ * (malloc'd strings, at most max).  0, or -1 with a reason. */
+int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz);
+
+#endif

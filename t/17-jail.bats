@@ -1,0 +1,414 @@
+#!/usr/bin/env bats
+# $stderr is bats' (run --separate-stderr); single quotes are for the inner shells.
+# shellcheck disable=SC2154,SC2016
+# The jail (lib/jail.c) through isopod-jail, the same code path QEMU will
+# take: a static probe (t/jail/probe.c) tries, from inside, what an escaped
+# guest would.  No VM boots here.  Every file the probe attacks is made
+# writable by everyone on the host first, so a refusal is the jail's doing
+# (the read-only mount: EROFS; not in the room: ENOENT), never plain DAC.
+#
+# Each proof is a function that fails (returns 1) when the jail leaks; the
+# mutation tests run it against build/jail/isopod-jail-mutant (lib/jail.c
+# built with -DJAIL_MUTANT) with one enforcement broken and require that it
+# fails, and with none broken and require that it passes.
+
+load helpers
+
+setup_file() {
+	[ "$(id -u)" -eq 0 ] || {
+		echo "# t/17-jail.bats: needs root (the jail's uid range, cgroups)" >&3
+		return 1
+	}
+	export PROBE=$ISOPOD_SRC/build/jail/probe MUTANT=$ISOPOD_SRC/build/jail/isopod-jail-mutant
+	if [ ! -x "$PROBE" ] || [ ! -x "$MUTANT" ]; then
+		echo "# t/17-jail.bats: run make first (build/jail/)" >&3
+		return 1
+	fi
+	# A store as the supervisor would jail it: this VM's directory
+	# read-write, its base, stage layer and kernel read-only, and another
+	# VM's directory it must not reach.
+	export S=$BATS_FILE_TMPDIR/store
+	export VM=$S/vms/vm-00000000000a OTHER=$S/vms/vm-00000000000b
+	export BASE=$S/images/base-1.img LAYER=$S/stages/st-00000000000c/layer.qcow2 KDIR=$S/kernels/k
+	mkdir -p "$VM" "$OTHER" "$(dirname "$BASE")" "$(dirname "$LAYER")" "$KDIR"
+	echo base >"$BASE"
+	echo layer >"$LAYER"
+	echo kernel >"$KDIR/vmlinux"
+	echo other >"$OTHER/disk.qcow2"
+	chmod -R a+rwX "$S"
+	# The jail's uid (as root: derived from the VM's id, lib/jail.c).
+	isopod-jail --vm-dir "$VM" --json-fd 3 -- "$PROBE" id 3>"$BATS_FILE_TMPDIR/applied.json" >/dev/null
+	JUID=$(jq -r .uid "$BATS_FILE_TMPDIR/applied.json")
+	export JUID
+}
+
+setup() { J=(isopod-jail); }
+
+# jail ARGS...: the probe in the VM's jail: run --separate-stderr, bounded.
+jail() {
+	run --separate-stderr timeout 60 "${J[@]}" --vm-dir "$VM" --ro "$BASE" --ro "$LAYER" \
+		--ro "$KDIR" --json-fd 3 -- "$PROBE" "$@" 3>"$BATS_TEST_TMPDIR/applied.json"
+}
+
+mutant() { J=(env ISOPOD_JAIL_MUTANT="$1" "$MUTANT"); }
+
+# leaks PROOF: the proof fails (a bare `! PROOF` could never fail a bats test).
+leaks() {
+	if "$@"; then
+		echo "$1 passed: the mutation was not detected" >&2
+		return 1
+	fi
+}
+
+# refused PATH: the probe could not write PATH (nor remount it writable).
+refused() {
+	jail write "$1"
+	if [ "$status" -ne 1 ] || [[ "$output" != "refused write $1: "* ]]; then
+		echo "write $1: status $status: $output $stderr" >&2
+		return 1
+	fi
+}
+
+# ---- proofs: each returns 1 when the jail leaks -----------------------------
+
+proof_caps() {
+	jail id
+	[ "$status" -eq 0 ] || return 1
+	echo "$output" >&2
+	[[ "$output" == *"uid=$JUID gid=$JUID euid=$JUID egid=$JUID"* ]] || return 1
+	[ "$JUID" -ne 0 ] || return 1
+	for s in CapInh CapPrm CapEff CapBnd CapAmb; do
+		grep -qx "$s:[[:space:]]*0000000000000000" <<<"$output" || return 1
+	done
+	grep -qx 'NoNewPrivs:[[:space:]]*1' <<<"$output" || return 1
+}
+
+proof_base_ro() { refused "$BASE" && refused "$LAYER"; }
+
+# A tmpfs mounted below a read-only directory (another disk, a tmpfs) is
+# read-only in the jail too: in a private mount namespace of the test.
+proof_submount() {
+	run --separate-stderr unshare -m --propagation private bash -c '
+		mkdir -p "$1/sub" && mount -t tmpfs sub "$1/sub" && echo x >"$1/sub/f" &&
+		chmod 666 "$1/sub/f" && shift && exec timeout 60 "$@"' sh "$KDIR" "${J[@]}" \
+		--vm-dir "$VM" --ro "$KDIR" -- "$PROBE" write "$KDIR/sub/f"
+	echo "$output $stderr" >&2
+	[ "$status" -eq 1 ] && [[ "$output" == "refused write $KDIR/sub/f: EROFS" ]]
+}
+
+proof_procs() {
+	jail procs
+	echo "$output" >&2
+	[ "$status" -eq 0 ] && [ "$output" = 1 ]
+}
+
+# $outsider: a process of the jail's own uid outside the jail (the case a
+# uid alone does not separate).
+start_outsider() {
+	setpriv --reuid="$JUID" --regid="$JUID" --clear-groups sleep 60 </dev/null >/dev/null 2>&1 3>&- &
+	outsider=$!
+}
+
+proof_signal() {
+	local rc=0
+	start_outsider
+	# The jail's parent (the supervisor's place): bash's $$ becomes isopod-jail.
+	run --separate-stderr timeout 60 bash -c 'exec "$@" --vm-dir "$VM" -- "$PROBE" kill $$' \
+		sh "${J[@]}"
+	echo "parent: $output" >&2
+	[ "$status" -eq 1 ] && [[ "$output" == *": ESRCH" ]] || rc=1
+	jail kill "$outsider"
+	echo "outsider: $output" >&2
+	[ "$status" -eq 1 ] && [[ "$output" == *": ESRCH" ]] || rc=1
+	kill -0 "$outsider" || rc=1
+	kill "$outsider" 2>/dev/null || :
+	wait "$outsider" 2>/dev/null || :
+	return "$rc"
+}
+
+proof_ptrace() {
+	local rc=0
+	start_outsider
+	jail ptrace "$outsider"
+	echo "$output" >&2
+	[ "$status" -eq 1 ] && [[ "$output" == *": ESRCH" ]] || rc=1
+	kill "$outsider" 2>/dev/null || :
+	wait "$outsider" 2>/dev/null || :
+	return "$rc"
+}
+
+# ---- the tool -----------------------------------------------------------------
+
+@test "jail: -h prints the man page's SYNOPSIS; bad usage 100; a failure follows the contract" {
+	run isopod-jail -h
+	[ "$status" -eq 0 ]
+	syn=$(sed -n '/^\.Sh SYNOPSIS/,/^\.Sh DESCRIPTION/p' "$ISOPOD_SRC/man/isopod-jail.8")
+	for w in vm-dir ro rw mem-mib pids kvm json-fd; do
+		[[ "$output" == *"[--$w"* ]]
+		[[ "$syn" == *"Fl -$w"* ]]
+	done
+	run --separate-stderr isopod-jail -- 
+	[ "$status" -eq 100 ]
+	run --separate-stderr isopod-jail --ro relative -- "$PROBE" id
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"not an absolute path"* ]]
+	run --separate-stderr isopod-jail -- /nonexistent/prog
+	[ "$status" -eq 101 ]
+	# A path that is not there: the jail is not made, 111, nothing on
+	# stdout, the status object names the path.
+	run --separate-stderr env ISOPOD_STATUS_FD=4 isopod-jail --ro "$S/missing" -- "$PROBE" id \
+		4>"$BATS_TEST_TMPDIR/st"
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
+	[[ "$stderr" == "isopod-jail: fatal: jail: $S/missing"* ]]
+	jq -e '.error_kind == "infra" and .exit == 111 and (.error | contains("missing"))' \
+		"$BATS_TEST_TMPDIR/st"
+}
+
+@test "jail: refuses a path below its read-write ones, and a kernel older than 5.12" {
+	run --separate-stderr isopod-jail --vm-dir "$VM" --ro "$VM/disk.qcow2" -- "$PROBE" id
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"$VM/disk.qcow2: below a read-write path of the jail" ]]
+	run --separate-stderr isopod-jail --ro "$S/images/../images" -- "$PROBE" id
+	[ "$status" -eq 100 ]
+	# A directory as a descriptor would reach the host's tree by openat.
+	run --separate-stderr isopod-jail -- "$PROBE" id <"$S"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"descriptor 0 (the jail's fd 0) is a directory"* ]]
+	# The mutant's old-kernel knob fakes the release uname(2) reports.
+	run --separate-stderr env ISOPOD_JAIL_MUTANT=old-kernel "$MUTANT" -- "$PROBE" id
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"needs Linux 5.12 or later"*"this host runs 5.11.22-mutant; ISOPOD_JAIL=0 runs without the jail" ]]
+}
+
+@test "jail: as a user, the user itself in a user namespace; an unwritable cgroup is a warning" {
+	local u=65534 d
+	d=$(mktemp -d /tmp/isopod-jail-user.XXXXXX)
+	mkdir "$d/vm" "$d/ro"
+	echo base >"$d/ro/base.img"
+	chmod -R a+rwX "$d"
+	chown "$u" "$d/vm"
+	run --separate-stderr timeout 60 setpriv --reuid=$u --regid=$u --clear-groups \
+		isopod-jail --vm-dir "$d/vm" --ro "$d/ro" --pids 16 --json-fd 3 -- "$PROBE" id \
+		3>"$BATS_TEST_TMPDIR/applied.json"
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"uid=$u gid=$u euid=$u egid=$u"* ]]
+	for c in CapInh CapPrm CapEff CapBnd CapAmb; do
+		grep -qx "$c:[[:space:]]*0000000000000000" <<<"$output"
+	done
+	jq -e '.user_namespace and .namespaces[0] == "user" and .uid == 65534 and
+		(.warnings | any(test("no pids limit")))' "$BATS_TEST_TMPDIR/applied.json"
+	run --separate-stderr timeout 60 setpriv --reuid=$u --regid=$u --clear-groups \
+		isopod-jail --vm-dir "$d/vm" --ro "$d/ro" -- "$PROBE" write "$d/ro/base.img"
+	[ "$status" -eq 1 ]
+	[ "$output" = "refused write $d/ro/base.img: EROFS" ]
+	run --separate-stderr timeout 60 setpriv --reuid=$u --regid=$u --clear-groups \
+		isopod-jail --vm-dir "$d/vm" -- "$PROBE" procs
+	[ "$output" = 1 ]
+	rm -rf "$d"
+}
+
+@test "jail: as root, the uid comes from the configured range; a bad range is refused" {
+	printf 'jail_uid_base = 3000000000  # a comment\njail_uid_count = 10\n' >"$BATS_TEST_TMPDIR/conf"
+	ISOPOD_SYSCONFIG=$BATS_TEST_TMPDIR/conf jail id
+	[ "$status" -eq 0 ]
+	jq -e '.uid >= 3000000000 and .uid < 3000000010 and .gid == .uid' \
+		"$BATS_TEST_TMPDIR/applied.json"
+	echo 'jail_uid_base = 100' >"$BATS_TEST_TMPDIR/conf"
+	run --separate-stderr env ISOPOD_SYSCONFIG="$BATS_TEST_TMPDIR/conf" isopod-jail -- "$PROBE" id
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"conf:1: jail_uid_base: want a number in 65536..4294967293" ]]
+}
+
+@test "jail: reports what it applied; the program's exit status is the tool's" {
+	jail id
+	[ "$status" -eq 0 ]
+	jq -e --argjson u "$JUID" '.uid == $u and .gid == $u and .user_namespace == false and
+		(.namespaces | sort) == ["cgroup","ipc","mount","net","pid","uts"] and
+		.no_new_privs and .capabilities == [] and .devices == ["/dev/null","/dev/urandom"] and
+		(.read_write == [env.VM]) and (.read_only | index(env.BASE)) and .warnings == []' \
+		"$BATS_TEST_TMPDIR/applied.json"
+	run isopod-jail -- "$PROBE" nosuchcommand
+	[ "$status" -eq 2 ]
+}
+
+@test "jail: QEMU runs inside with its binary and the libraries ldd names" {
+	command -v qemu-system-x86_64 >/dev/null
+	run --separate-stderr isopod-jail -- qemu-system-x86_64 --version
+	[ "$status" -eq 0 ]
+	[[ "$output" == "QEMU emulator version"* ]]
+}
+
+@test "jail: QEMU boots the guest to its agent inside, as the jail's uid" {
+	local d=$BATS_TEST_TMPDIR/vm-00000000001a k base u jpid tcg=/usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so
+	local bios=/usr/share/qemu/bios-microvm.bin
+	# make check runs after make images: a missing image is a failure here.
+	sh "$ISOPOD_SRC/images/register" "$BATS_TEST_TMPDIR/store" >/dev/null
+	k=$BATS_TEST_TMPDIR/store/kernels/$(cat "$BATS_TEST_TMPDIR/store/kernels/current")
+	base=$(readlink -f "$BATS_TEST_TMPDIR/store/images/current-base")
+	mkdir "$d"
+	qemu-img create -q -f qcow2 -F raw -b "$base" "$d/disk.qcow2"
+	isopod-jail --vm-dir "$d" --json-fd 3 -- "$PROBE" id 3>"$d/id.json" >/dev/null
+	u=$(jq .uid "$d/id.json")
+	chown "$u:$u" "$d/disk.qcow2" # the supervisor's part, once wired
+	# QEMU's data files: its TCG module (dlopen'd, not in ldd's list) and
+	# microvm's firmware.
+	timeout 60 isopod-jail --vm-dir "$d" --ro "$base" --ro "$k/vmlinux" --ro "$k/initramfs.cpio" \
+		--ro "$tcg" --ro "$bios" --mem-mib 768 --pids 64 -- qemu-system-x86_64 \
+		-M microvm,acpi=off,x-option-roms=off,pit=on -accel tcg -cpu max -m 256 -smp 1 \
+		-nodefaults -no-user-config -nographic -no-reboot \
+		-sandbox on,elevateprivileges=deny,resourcecontrol=deny,spawn=deny \
+		-kernel "$k/vmlinux" -initrd "$k/initramfs.cpio" \
+		-append "console=ttyS0 reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000" \
+		-chardev "file,id=con,path=$d/console.log" -serial chardev:con \
+		-drive "id=root,file=$d/disk.qcow2,format=qcow2,if=none" \
+		-device virtio-blk-device,drive=root -device virtio-serial-device \
+		-chardev "socket,id=agent,path=$d/agent.sock,server=on,wait=off" \
+		-device virtserialport,chardev=agent,name=isopod.agent -device virtio-rng-device \
+		2>"$d/qemu.log" &
+	jpid=$!
+	for _ in $(seq 1 300); do
+		grep -q 'isopod-agent: serving' "$d/console.log" 2>/dev/null && break
+		sleep 0.1
+	done
+	kill "$jpid"
+	wait "$jpid" || :
+	cat "$d/qemu.log"
+	grep -q 'isopod-agent: serving' "$d/console.log"
+	[ "$(stat -c %u "$d/console.log")" = "$u" ]
+}
+
+# ---- proofs ------------------------------------------------------------------
+
+@test "jail: an unprivileged uid, every capability set empty, no_new_privs" {
+	proof_caps
+}
+
+@test "jail: writes its own VM directory (the control), not the store around it" {
+	jail write "$VM"
+	[ "$status" -eq 0 ]
+	[ "$output" = "written $VM" ]
+	refused "$S"
+	refused "$S/images"
+	refused /
+}
+
+@test "jail: cannot write a base image or a stage layer (nor remount them)" {
+	proof_base_ro
+	[ "$(cat "$BASE")" = base ]
+}
+
+@test "jail: cannot reach another VM's directory" {
+	refused "$OTHER"
+	[[ "$output" == *ENOENT ]]
+	refused "$OTHER/disk.qcow2"
+}
+
+@test "jail: cannot write a file on a tmpfs mounted under a read-only bind" {
+	proof_submount
+}
+
+@test "jail: sees no host process: /proc shows itself alone" {
+	proof_procs
+}
+
+@test "jail: cannot signal its parent or a process of its own uid outside" {
+	proof_signal
+}
+
+@test "jail: cannot ptrace a process of its own uid outside" {
+	proof_ptrace
+}
+
+@test "jail: a session of its own (no controlling terminal), not its caller's keyring" {
+	run "$PROBE" withkey "$PROBE" session
+	[ "$output" = "sid=$(ps -o sid= $$ | tr -d ' ') key=found" ]
+	run --separate-stderr timeout 60 "$PROBE" withkey isopod-jail -- "$PROBE" session
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[[ "$output" == "sid=1 key="* ]]
+	[ "$output" != "sid=1 key=found" ]
+}
+
+@test "jail: no network interface but loopback" {
+	jail net
+	[ "$status" -eq 0 ]
+	[ "$output" = lo ]
+}
+
+@test "jail: a fork bomb stops at the pids limit, quickly, and leaves no cgroup" {
+	local t0=$SECONDS
+	run --separate-stderr timeout 60 isopod-jail --pids 32 --json-fd 3 -- "$PROBE" forkbomb 2000 \
+		3>"$BATS_TEST_TMPDIR/applied.json"
+	echo "$output $stderr"
+	[ "$status" -eq 1 ]
+	[[ "$output" == "contained after "*": EAGAIN" ]]
+	n=${output#contained after }
+	[ "${n%%:*}" -lt 32 ]
+	[ $((SECONDS - t0)) -lt 20 ]
+	jq -e '.cgroup.pids == 32 and .warnings == []' "$BATS_TEST_TMPDIR/applied.json"
+	run find /sys/fs/cgroup -maxdepth 4 -name 'isopod-jail-*'
+	[ -z "$output" ]
+}
+
+@test "jail: the memory limit holds (the allocation is killed below it)" {
+	run --separate-stderr timeout 60 isopod-jail --mem-mib 64 --json-fd 3 -- "$PROBE" mem 512 \
+		3>"$BATS_TEST_TMPDIR/applied.json"
+	echo "$output $(tail -n 2 <<<"$stderr")"
+	[ "$status" -eq 137 ]
+	[[ "$output" != *"not contained"* ]]
+	jq -e '.cgroup.memory_bytes == 67108864 and .warnings == []' "$BATS_TEST_TMPDIR/applied.json"
+}
+
+@test "jail: a setuid-root binary in reach does not elevate" {
+	cp "$PROBE" "$VM/suid-probe"
+	chown 0:0 "$VM/suid-probe"
+	chmod 4755 "$VM/suid-probe"
+	mkdir -p "$BATS_TEST_TMPDIR/ro"
+	cp -p "$VM/suid-probe" "$BATS_TEST_TMPDIR/ro/"
+	run --separate-stderr timeout 60 isopod-jail --vm-dir "$VM" -- "$VM/suid-probe" id
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"euid=$JUID "* ]]
+	run --separate-stderr timeout 60 isopod-jail --vm-dir "$VM" -- \
+		"$BATS_TEST_TMPDIR/ro/suid-probe" id
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"euid=$JUID "* ]]
+	grep -q 'CapEff:[[:space:]]*0000000000000000' <<<"$output"
+	rm -f "$VM/suid-probe"
+}
+
+# ---- mutations: break one enforcement, the matching proof must fail -----------
+
+@test "mutation: the mutant build with nothing broken passes every proof it is used for" {
+	mutant none
+	proof_caps
+	proof_base_ro
+	proof_submount
+	proof_procs
+	proof_signal
+	proof_ptrace
+}
+
+@test "mutation: without AT_RECURSIVE, the submount proof fails" {
+	mutant no-recursive
+	leaks proof_submount
+	[ "$output" = "written $KDIR/sub/f" ]
+}
+
+@test "mutation: without the pid namespace, the process, signal and ptrace proofs fail" {
+	mutant no-pidns
+	leaks proof_procs
+	leaks proof_signal
+	leaks proof_ptrace
+}
+
+@test "mutation: with CAP_SYS_ADMIN left, the capability and read-only proofs fail" {
+	mutant keep-cap
+	leaks proof_caps
+	leaks proof_base_ro
+	[[ "$output" == *"(after a remount)" ]]
+	echo base >"$BASE"
+	echo layer >"$LAYER"
+}

@@ -1,0 +1,212 @@
+/* probe - what a program in the jail tries (t/17-jail.bats), static musl.
+ *
+ *   probe id                 identity, no_new_privs and capability sets
+ *   probe write PATH         write PATH (a file; a directory: a new file in
+ *                            it); refused, try to remount it writable first
+ *   probe kill PID           SIGTERM to PID
+ *   probe ptrace PID         PTRACE_ATTACH to PID
+ *   probe procs              the pids /proc shows
+ *   probe net                the network interfaces
+ *   probe forkbomb MAX       fork until refused or MAX children
+ *   probe mem MIB            allocate and touch MIB MiB
+ *   probe session            its session id; whether it can find the key
+ *                            withkey put in its caller's session keyring
+ *   probe withkey CMD...     CMD with a key "isopod-jail-test" in a new
+ *                            session keyring (run outside the jail)
+ * Exit 0: it worked ("written", "sent", "attached", a bomb or allocation
+ * that reached MAX); 1: refused (the reason's errno name on stdout). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *ename(int e)
+{
+	switch (e) {
+	case ESRCH: return "ESRCH";
+	case EPERM: return "EPERM";
+	case EROFS: return "EROFS";
+	case EACCES: return "EACCES";
+	case ENOENT: return "ENOENT";
+	case EAGAIN: return "EAGAIN";
+	default: return strerror(e);
+	}
+}
+
+static int refused(const char *what, const char *arg, int e)
+{
+	printf("refused %s %s: %s\n", what, arg, ename(e));
+	return 1;
+}
+
+static int try_write(const char *path)
+{
+	char p[4096];
+	struct stat st;
+	int fd;
+
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(p, sizeof p, "%s/.probe-%d", path, (int)getpid());
+		fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	} else
+		fd = open(path, O_WRONLY | O_APPEND);
+	if (fd < 0)
+		return -1;
+	if (write(fd, "x", 1) != 1) {
+		close(fd);
+		return -1;
+	}
+	return close(fd);
+}
+
+/* An attacker's next step: make the mount writable again (needs
+ * CAP_SYS_ADMIN), trying each mount point from path up. */
+static void try_remount(const char *path)
+{
+	char p[4096], *s;
+
+	snprintf(p, sizeof p, "%s", path);
+	for (;;) {
+		mount(NULL, p, NULL, MS_REMOUNT | MS_BIND, NULL);
+		if (!(s = strrchr(p, '/')) || s == p)
+			break;
+		*s = '\0';
+	}
+}
+
+static int forkbomb(long max)
+{
+	long n = 0;
+
+	for (; n < max; n++) {
+		pid_t pid = fork();
+
+		if (pid < 0) {
+			printf("contained after %ld: %s\n", n, ename(errno));
+			return 1;
+		}
+		if (pid == 0) { /* bounded even outside a jail */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			alarm(30);
+			pause();
+			_exit(0);
+		}
+	}
+	printf("not contained: %ld children\n", n);
+	return 0;
+}
+
+static int mem(long mib)
+{
+	long i;
+
+	for (i = 0; i < mib; i++) {
+		char *p = malloc(1 << 20);
+
+		if (!p) {
+			printf("contained after %ld MiB: ENOMEM\n", i);
+			return 1;
+		}
+		memset(p, (int)i | 1, 1 << 20);
+		if (i % 16 == 0)
+			fprintf(stderr, "%ld MiB\n", i);
+	}
+	printf("not contained: %ld MiB\n", i);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = argc > 1 ? argv[1] : "", *arg = argc > 2 ? argv[2] : "";
+
+	setvbuf(stdout, NULL, _IONBF, 0);
+	if (!strcmp(cmd, "id")) {
+		char line[256];
+		FILE *fp = fopen("/proc/self/status", "r");
+
+		printf("uid=%d gid=%d euid=%d egid=%d\n", (int)getuid(), (int)getgid(), (int)geteuid(),
+		       (int)getegid());
+		while (fp && fgets(line, sizeof line, fp))
+			if (!strncmp(line, "Cap", 3) || !strncmp(line, "NoNewPrivs", 10))
+				fputs(line, stdout);
+		return fp ? 0 : refused("read", "/proc/self/status", errno);
+	}
+	if (!strcmp(cmd, "write")) {
+		if (try_write(arg) == 0) {
+			printf("written %s\n", arg);
+			return 0;
+		}
+		try_remount(arg);
+		if (try_write(arg) == 0) {
+			printf("written %s (after a remount)\n", arg);
+			return 0;
+		}
+		return refused("write", arg, errno);
+	}
+	if (!strcmp(cmd, "kill")) {
+		if (kill(atoi(arg), SIGTERM) < 0)
+			return refused("kill", arg, errno);
+		printf("sent %s\n", arg);
+		return 0;
+	}
+	if (!strcmp(cmd, "ptrace")) {
+		if (ptrace(PTRACE_ATTACH, atoi(arg), 0, 0) < 0)
+			return refused("ptrace", arg, errno);
+		printf("attached %s\n", arg);
+		waitpid(atoi(arg), NULL, __WALL);
+		ptrace(PTRACE_DETACH, atoi(arg), 0, 0);
+		return 0;
+	}
+	if (!strcmp(cmd, "procs")) {
+		DIR *d = opendir("/proc");
+		struct dirent *e;
+
+		if (!d)
+			return refused("opendir", "/proc", errno);
+		while ((e = readdir(d)))
+			if (e->d_name[0] >= '0' && e->d_name[0] <= '9')
+				printf("%s\n", e->d_name);
+		return 0;
+	}
+	if (!strcmp(cmd, "net")) {
+		struct if_nameindex *ifs = if_nameindex(), *i;
+
+		if (!ifs)
+			return refused("if_nameindex", "", errno);
+		for (i = ifs; i->if_index; i++)
+			printf("%s\n", i->if_name);
+		return 0;
+	}
+	/* keyctl: KEYCTL_JOIN_SESSION_KEYRING 1, KEYCTL_SEARCH 10;
+	 * KEY_SPEC_SESSION_KEYRING -3. */
+	if (!strcmp(cmd, "session")) {
+		long k = syscall(SYS_keyctl, 10, -3, "user", "isopod-jail-test", 0);
+
+		printf("sid=%d key=%s\n", (int)getsid(0), k >= 0 ? "found" : ename(errno));
+		return 0;
+	}
+	if (!strcmp(cmd, "withkey") && argc > 2) {
+		if (syscall(SYS_keyctl, 1, NULL) < 0 ||
+		    syscall(SYS_add_key, "user", "isopod-jail-test", "secret", 6, -3) < 0)
+			return refused("add_key", "isopod-jail-test", errno);
+		execvp(argv[2], argv + 2);
+		return refused("exec", argv[2], errno);
+	}
+	if (!strcmp(cmd, "forkbomb"))
+		return forkbomb(atol(arg));
+	if (!strcmp(cmd, "mem"))
+		return mem(atol(arg));
+	fprintf(stderr, "probe: unknown command %s\n", cmd);
+	return 2;
+}
