@@ -546,6 +546,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 			if (!(rj = run_options_json(ro, lo, why, sizeof why)))
 				die(EX_SYS, "%s", why);
 			json_emit(rj);
+			json_decref(rj);
 			exit(0);
 		case 'h':
 			puts("usage: " USAGE);

@@ -192,6 +192,7 @@ static const char *parse_opts(int argc, char **argv)
 			if (!(rj = run_options_json(ro, lo, err, sizeof err)))
 				die(EX_SYS, "%s", err);
 			json_emit(rj);
+			json_decref(rj);
 			exit(0);
 		case 'h': fputs(USAGE, stdout); exit(0);
 		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
