@@ -517,7 +517,6 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		{ .name = "cold" },
 		{ .name = NULL },
 	};
-	json_t *rj;
 	const char *a_vcpus = NULL, *a_mem = NULL, *a_to = NULL, *a_owner = NULL, *env;
 	struct cfg *cf = &bt->cf;
 	char why[256];
@@ -543,10 +542,8 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 			cf->accel_src = "--accel";
 			break;
 		case 'R':
-			if (!(rj = run_options_json(ro, lo, why, sizeof why)))
+			if (run_options_print(ro, lo, why, sizeof why) < 0)
 				die(EX_SYS, "%s", why);
-			json_emit(rj);
-			json_decref(rj);
 			exit(0);
 		case 'h':
 			puts("usage: " USAGE);

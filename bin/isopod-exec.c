@@ -154,7 +154,6 @@ static const char *parse_opts(int argc, char **argv)
 		{.name = NULL},
 	};
 	char err[256];
-	json_t *rj;
 	const char *vm = NULL, *w, *bad;
 	int ch;
 	long long v;
@@ -189,10 +188,8 @@ static const char *parse_opts(int argc, char **argv)
 		case 's': o.shell = 1; break;
 		case 'K': o.check = 1; break;
 		case 'R':
-			if (!(rj = run_options_json(ro, lo, err, sizeof err)))
+			if (run_options_print(ro, lo, err, sizeof err) < 0)
 				die(EX_SYS, "%s", err);
-			json_emit(rj);
-			json_decref(rj);
 			exit(0);
 		case 'h': fputs(USAGE, stdout); exit(0);
 		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");

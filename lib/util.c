@@ -607,6 +607,17 @@ json_t *run_options_json(const struct run_option *ro, const struct option *lo, c
 	return o;
 }
 
+int run_options_print(const struct run_option *ro, const struct option *lo, char *err, size_t errsz)
+{
+	json_t *j = run_options_json(ro, lo, err, errsz);
+
+	if (!j)
+		return -1;
+	json_emit(j);
+	json_decref(j);
+	return 0;
+}
+
 int lock_open(const char *path, int op)
 {
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -135,6 +135,8 @@ struct option;
  * or disagrees with it on taking a value (the two tables drifted). */
 json_t *run_options_json(const struct run_option *ro, const struct option *lo, char *err,
 			 size_t errsz);
+/* That answer on stdout (json_emit); -1 with err as run_options_json. */
+int run_options_print(const struct run_option *ro, const struct option *lo, char *err, size_t errsz);
 
 /* Lock helpers: open (O_CREAT|O_CLOEXEC) and flock.  op = LOCK_EX / LOCK_SH,
  * optionally | LOCK_NB.  Returns the fd, or -1 with errno (EWOULDBLOCK = held). */
