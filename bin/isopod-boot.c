@@ -42,7 +42,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-boot [--vm REF] [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
-	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--check]"
+	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--check] [--run-options]"
 
 #define MIB (1024LL * 1024)
 
@@ -504,8 +504,18 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		{ "accel", required_argument, NULL, 'a' },
 		{ "cold", no_argument, NULL, 'C' },
 		{ "check", no_argument, NULL, 'K' },
+		{ "run-options", no_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
+	};
+	/* The options isopod run takes and passes on as given (isopod-boot(1),
+	 * "run options"): a new one here needs no change to the front end. */
+	static const struct run_option ro[] = {
+		{ .name = "vcpus", .arg = "N" },
+		{ .name = "mem-mib", .arg = "N" },
+		{ .name = "disk-mib", .arg = "N" },
+		{ .name = "cold" },
+		{ .name = NULL },
 	};
 	const char *a_vcpus = NULL, *a_mem = NULL, *a_to = NULL, *a_owner = NULL, *env;
 	struct cfg *cf = &bt->cf;
@@ -531,6 +541,10 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 			cf->accel = optarg;
 			cf->accel_src = "--accel";
 			break;
+		case 'R':
+			if (run_options_print(ro, lo, why, sizeof why) < 0)
+				die(EX_SYS, "%s", why);
+			exit(0);
 		case 'h':
 			puts("usage: " USAGE);
 			exit(0);

@@ -26,7 +26,7 @@
 #define USAGE "usage: isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
 	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
-	"                   [--check] -- CMD [ARG]...\n"
+	"                   [--check] [--run-options] -- CMD [ARG]...\n"
 
 #define MAX_ITEMS 256
 
@@ -141,8 +141,19 @@ static const char *parse_opts(int argc, char **argv)
 		{"copy-out-max", required_argument, 0, 'M'},
 		{"shell", no_argument, 0, 's'},
 		{"check", no_argument, 0, 'K'},
+		{"run-options", no_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
+	/* The options isopod run takes and passes on as given (isopod-exec(1),
+	 * "run options"; --stdin-file is the front end's: it owns stdin). */
+	static const struct run_option ro[] = {
+		{.name = "env", .arg = "K=V", .repeat = 1},
+		{.name = "cwd", .arg = "DIR"},
+		{.name = "copy-in", .arg = "HOST:GUEST", .repeat = 1},
+		{.name = "copy-out", .arg = "GUEST:HOST", .repeat = 1},
+		{.name = NULL},
+	};
+	char err[256];
 	const char *vm = NULL, *w, *bad;
 	int ch;
 	long long v;
@@ -176,6 +187,10 @@ static const char *parse_opts(int argc, char **argv)
 			break;
 		case 's': o.shell = 1; break;
 		case 'K': o.check = 1; break;
+		case 'R':
+			if (run_options_print(ro, lo, err, sizeof err) < 0)
+				die(EX_SYS, "%s", err);
+			exit(0);
 		case 'h': fputs(USAGE, stdout); exit(0);
 		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}

@@ -116,19 +116,28 @@ static int rtnl_talk(struct rtnl *rt, struct nlmsghdr *nlh)
 	}
 }
 
+/* A request of type about link ifindex, its header in buf. */
+static struct nlmsghdr *link_msg(char *buf, uint16_t type, int ifindex)
+{
+	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+	struct ifinfomsg *ifi;
+
+	nlh->nlmsg_type = type;
+	nlh->nlmsg_flags = NLM_F_REQUEST;
+	ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
+	ifi->ifi_family = AF_UNSPEC;
+	ifi->ifi_index = ifindex;
+	return nlh;
+}
+
 /* Up, with its mode in its ifalias (readable by anybody in sysfs; "":
  * none, NULL: the alias as it is). */
 int link_set(struct rtnl *rt, int ifindex, const char *alias)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
-	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
-	struct ifinfomsg *ifi;
+	struct nlmsghdr *nlh = link_msg(buf, RTM_NEWLINK, ifindex);
+	struct ifinfomsg *ifi = mnl_nlmsg_get_payload(nlh);
 
-	nlh->nlmsg_type = RTM_NEWLINK;
-	nlh->nlmsg_flags = NLM_F_REQUEST;
-	ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
-	ifi->ifi_family = AF_UNSPEC;
-	ifi->ifi_index = ifindex;
 	ifi->ifi_change = IFF_UP;
 	ifi->ifi_flags = IFF_UP;
 	if (alias && *alias)
@@ -141,15 +150,8 @@ int link_set(struct rtnl *rt, int ifindex, const char *alias)
 int link_del(struct rtnl *rt, int ifindex)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
-	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
-	struct ifinfomsg *ifi;
 
-	nlh->nlmsg_type = RTM_DELLINK;
-	nlh->nlmsg_flags = NLM_F_REQUEST;
-	ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
-	ifi->ifi_family = AF_UNSPEC;
-	ifi->ifi_index = ifindex;
-	return rtnl_talk(rt, nlh);
+	return rtnl_talk(rt, link_msg(buf, RTM_DELLINK, ifindex));
 }
 
 /* gw/30 on the tap; NLM_F_REPLACE makes a second run a no-op. */

@@ -667,25 +667,34 @@ static int nft_send(struct nftb *b)
 
 /* ---- nftables: read back ------------------------------------------------- */
 
+/* The chain (c) or the rule (r, c NULL) in one message of a dump, allocated
+ * and parsed, for a callback below to free; -1 with b's reason.  (libnftnl's
+ * free functions dereference their argument: NULL is not theirs to free.) */
+static int dump_parse(struct nftb *b, const struct nlmsghdr *nlh, struct nftnl_chain **c,
+		      struct nftnl_rule **r)
+{
+	if (c ? !(*c = nftnl_chain_alloc()) : !(*r = nftnl_rule_alloc()))
+		return nftb_fail(b, "unable to allocate memory:");
+	if ((c ? nftnl_chain_nlmsg_parse(nlh, *c) : nftnl_rule_nlmsg_parse(nlh, *r)) >= 0)
+		return 0;
+	nftb_fail(b, "unable to parse a %s:", c ? "chain" : "rule");
+	if (c)
+		nftnl_chain_free(*c);
+	else
+		nftnl_rule_free(*r);
+	return -1;
+}
+
 static int chain_cb(const struct nlmsghdr *nlh, void *data)
 {
 	struct nftb *b = data;
-	struct nftnl_chain *c = nftnl_chain_alloc();
+	struct nftnl_chain *c;
 	const char *t, *n;
 	uint32_t f;
 	unsigned i;
 
-	/* libnftnl's free functions dereference their argument: NULL is not
-	 * theirs to free. */
-	if (!c) {
-		nftb_fail(b, "unable to allocate memory:");
+	if (dump_parse(b, nlh, &c, NULL) < 0)
 		return MNL_CB_ERROR;
-	}
-	if (nftnl_chain_nlmsg_parse(nlh, c) < 0) {
-		nftb_fail(b, "unable to parse a chain:");
-		nftnl_chain_free(c);
-		return MNL_CB_ERROR;
-	}
 	t = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
 	n = nftnl_chain_get_str(c, NFTNL_CHAIN_NAME);
 	f = nftnl_chain_get_u32(c, NFTNL_CHAIN_FAMILY);
@@ -702,19 +711,12 @@ static int chain_cb(const struct nlmsghdr *nlh, void *data)
 static int rule_cb(const struct nlmsghdr *nlh, void *data)
 {
 	struct nftb *b = data;
-	struct nftnl_rule *r = nftnl_rule_alloc();
+	struct nftnl_rule *r;
 	uint32_t f;
 	unsigned i;
 
-	if (!r) {
-		nftb_fail(b, "unable to allocate memory:");
+	if (dump_parse(b, nlh, NULL, &r) < 0)
 		return MNL_CB_ERROR;
-	}
-	if (nftnl_rule_nlmsg_parse(nlh, r) < 0) {
-		nftb_fail(b, "unable to parse a rule:");
-		nftnl_rule_free(r);
-		return MNL_CB_ERROR;
-	}
 	f = nftnl_rule_get_u32(r, NFTNL_RULE_FAMILY);
 	if (!strcmp(nftnl_rule_get_str(r, NFTNL_RULE_TABLE), TABLE)) {
 		b->seen_rules++;
@@ -731,18 +733,11 @@ static int rule_cb(const struct nlmsghdr *nlh, void *data)
 static int docker_cb(const struct nlmsghdr *nlh, void *data)
 {
 	struct nftb *b = data;
-	struct nftnl_rule *r = nftnl_rule_alloc();
+	struct nftnl_rule *r;
 	uint64_t *h;
 
-	if (!r) {
-		nftb_fail(b, "unable to allocate memory:");
+	if (dump_parse(b, nlh, NULL, &r) < 0)
 		return MNL_CB_ERROR;
-	}
-	if (nftnl_rule_nlmsg_parse(nlh, r) < 0) {
-		nftb_fail(b, "unable to parse a rule:");
-		nftnl_rule_free(r);
-		return MNL_CB_ERROR;
-	}
 	if (nftnl_rule_get_u32(r, NFTNL_RULE_FAMILY) == NFPROTO_IPV4 &&
 	    !strcmp(nftnl_rule_get_str(r, NFTNL_RULE_TABLE), DOCKER_TABLE) &&
 	    !strcmp(nftnl_rule_get_str(r, NFTNL_RULE_CHAIN), DOCKER_CHAIN) && rule_tagged(r)) {

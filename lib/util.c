@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
 #include <signal.h>
@@ -572,6 +573,49 @@ void json_emit(json_t *obj)
 	if (json_dumpf(obj, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER) < 0 ||
 	    fputc('\n', stdout) == EOF || fflush(stdout) == EOF || ferror(stdout))
 		die(EX_SYS, "unable to write to standard output:");
+}
+
+json_t *run_options_json(const struct run_option *ro, const struct option *lo, char *err,
+			 size_t errsz)
+{
+	json_t *a = json_array(), *o;
+	char opt[80];
+	int i;
+
+	for (; a && ro->name; ro++) {
+		for (i = 0; lo[i].name && strcmp(lo[i].name, ro->name); i++)
+			;
+		if (!lo[i].name || (lo[i].has_arg == required_argument) != !!ro->arg) {
+			snprintf(err, errsz, "run option --%s: %s the option table", ro->name,
+				 lo[i].name ? "takes a value or not unlike in" : "not in");
+			json_decref(a);
+			return NULL;
+		}
+		snprintf(opt, sizeof opt, "--%s", ro->name);
+		o = json_pack("{s:s, s:s?, s:b}", "option", opt, "arg", ro->arg, "repeat", ro->repeat);
+		if (!o || json_array_append_new(a, o) < 0)
+			break;
+	}
+	if (!a || ro->name) {
+		snprintf(err, errsz, "out of memory");
+		json_decref(a);
+		return NULL;
+	}
+	o = json_pack("{s:s, s:o}", "tool", progname, "run_options", a);
+	if (!o)
+		snprintf(err, errsz, "out of memory");
+	return o;
+}
+
+int run_options_print(const struct run_option *ro, const struct option *lo, char *err, size_t errsz)
+{
+	json_t *j = run_options_json(ro, lo, err, errsz);
+
+	if (!j)
+		return -1;
+	json_emit(j);
+	json_decref(j);
+	return 0;
 }
 
 int lock_open(const char *path, int op)

@@ -119,6 +119,25 @@ void json_emit(json_t *obj);
  * INTERFACES.md), for tools that answer a failure in JSON themselves. */
 __attribute__((format(printf, 2, 3))) json_t *json_failure(const char *kind, const char *fmt, ...);
 
+/* A tool's run options: those of its options that `isopod run` accepts too
+ * and passes on as given (the front end knows none of them by name; it asks
+ * the tool, `--run-options`).  name as in the tool's getopt table; arg the
+ * value's placeholder in a usage line, NULL for an option without one;
+ * repeat when the option may be given more than once.  Ends with name NULL. */
+struct run_option {
+	const char *name;
+	const char *arg;
+	int repeat;
+};
+struct option;
+/* --run-options' answer, {"tool":progname,"run_options":[{"option":"--N",
+ * "arg":A|null,"repeat":B}...]}; NULL with err when an entry is not in lo
+ * or disagrees with it on taking a value (the two tables drifted). */
+json_t *run_options_json(const struct run_option *ro, const struct option *lo, char *err,
+			 size_t errsz);
+/* That answer on stdout (json_emit); -1 with err as run_options_json. */
+int run_options_print(const struct run_option *ro, const struct option *lo, char *err, size_t errsz);
+
 /* Lock helpers: open (O_CREAT|O_CLOEXEC) and flock.  op = LOCK_EX / LOCK_SH,
  * optionally | LOCK_NB.  Returns the fd, or -1 with errno (EWOULDBLOCK = held). */
 int lock_open(const char *path, int op);

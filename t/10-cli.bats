@@ -456,6 +456,47 @@ doctor_json() {
 	! vm_locked "$id" || false
 }
 
+@test "run: the run options are the tools' own (--run-options): each reaches its tool as given" {
+	use_fake
+	# every option a tool declares is one of run's, its arity as declared
+	local opt arg
+	while IFS=$'\t' read -r opt arg; do
+		if [ -n "$arg" ]; then
+			run_isopod -100 run --json-only "$opt"
+			[[ "$stderr" == *"$opt needs a value"* ]]
+		else
+			run_isopod -100 run --json-only "$opt=1" -- true
+			[[ "$stderr" == *"$opt takes no value"* ]]
+		fi
+	done < <(isopod-boot --run-options | jq -r '.run_options[] | [.option, .arg // ""] | @tsv'
+		isopod-exec --run-options | jq -r '.run_options[] | [.option, .arg // ""] | @tsv')
+	run_isopod -0 run --help
+	[[ "$output" == *"[--cold]"*"[--env K=V]..."* ]]
+	run_isopod -0 run --json-only --cold --cwd /tmp --env 'A=b c' -- true
+	grep -q "^boot --vm vm-[0-9a-f]\{12\} --owner-pid [0-9]* --cold --timeout-ms [0-9]*$" "$FAKE_LOG"
+	[[ "$(tr '\n' '|' <"$FAKE_DIR/args")" == *"|--cwd|/tmp|--env|A=b c|--|true|" ]]
+	# an option the front end has never heard of, declared by isopod-boot,
+	# reaches it; undeclared, it is unknown
+	local lx="$BATS_TEST_TMPDIR/libexec" t
+	mkdir "$lx"
+	for t in claim exec stop result; do ln -s "$ISOPOD_SRC/t/fake/isopod-$t" "$lx/isopod-$t"; done
+	cat >"$lx/isopod-boot" <<'B'
+#!/bin/sh
+case $1 in
+--run-options)
+	echo '{"tool":"isopod-boot","run_options":[{"option":"--frob","arg":"X","repeat":false}]}'
+	exit 0 ;;
+--check) echo '{"ok":true}'; exit 0 ;;
+esac
+exec "$ISOPOD_SRC/t/fake/isopod-boot" "$@"
+B
+	chmod +x "$lx/isopod-boot"
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob 'x y' -- true
+	grep -q -- "--owner-pid [0-9]* --frob x y --timeout-ms" "$FAKE_LOG"
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --vcpus 1 -- true
+	[[ "$stderr" == *"unknown option --vcpus"* ]]
+}
+
 @test "run: exec output that is not JSON is an infrastructure failure (111)" {
 	use_fake
 	FAKE_EXEC=garbage run_isopod -111 run --json-only -- true

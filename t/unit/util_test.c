@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -355,6 +356,39 @@ static void test_status_fd(const char *self)
 	json_decref(j);
 }
 
+/* run_options_json: what a tool tells the front end, and a refusal when its
+ * run-option table and its getopt table drift apart. */
+static void test_run_options(void)
+{
+	static const struct option lo[] = {
+		{"vcpus", required_argument, NULL, 'c'},
+		{"cold", no_argument, NULL, 'C'},
+		{NULL, 0, NULL, 0},
+	};
+	static const struct run_option good[] = {
+		{.name = "vcpus", .arg = "N", .repeat = 1}, {.name = "cold"}, {.name = NULL}};
+	static const struct run_option absent[] = {{.name = "hostname", .arg = "NAME"}, {.name = NULL}};
+	static const struct run_option noval[] = {{.name = "vcpus"}, {.name = NULL}};
+	static const struct run_option val[] = {{.name = "cold", .arg = "X"}, {.name = NULL}};
+	char err[200] = "", *s;
+	json_t *j;
+
+	j = run_options_json(good, lo, err, sizeof err);
+	s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	ok(s && !strcmp(s, "{\"tool\":\"isopod\",\"run_options\":["
+			   "{\"option\":\"--vcpus\",\"arg\":\"N\",\"repeat\":true},"
+			   "{\"option\":\"--cold\",\"arg\":null,\"repeat\":false}]}"),
+	   "run_options_json: option, arg (null without a value), repeat: %s", s ? s : "NULL");
+	free(s);
+	json_decref(j);
+	ok(!run_options_json(absent, lo, err, sizeof err) && strstr(err, "--hostname: not in"),
+	   "run_options_json: an option not in the getopt table is refused: %s", err);
+	ok(!run_options_json(noval, lo, err, sizeof err) && strstr(err, "--vcpus: takes a value"),
+	   "run_options_json: a value the getopt table requires is declared: %s", err);
+	ok(!run_options_json(val, lo, err, sizeof err) && strstr(err, "--cold: takes a value"),
+	   "run_options_json: no value where the getopt table takes none: %s", err);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "status-child"))
@@ -373,6 +407,7 @@ int main(int argc, char **argv)
 	test_excerpt();
 	test_utf8();
 	test_status_fd(argv[0]);
+	test_run_options();
 	{
 		char cmd[300];
 
