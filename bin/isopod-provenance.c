@@ -32,7 +32,8 @@
 #include <unistd.h>
 
 #define USAGE "isopod-provenance sign [--dir DIR] [--attestation FILE] [--check] --vm ID " \
-	      "--result FILE [--start-ms N] [--stage REF] [--env-name NAME]... [--cwd DIR] " \
+	      "--result FILE [--commit FILE] [--start-ms N] [--stage REF] [--env-name NAME]... " \
+	      "[--cwd DIR] " \
 	      "-o FILE -- CMD [ARG]... | " \
 	      "isopod-provenance verify [--dir DIR] [--key FILE] [--stage REF] FILE PROVENANCE"
 
@@ -40,7 +41,7 @@
 #define ATTESTATION_DEFAULT "/etc/isopod/attestation.json"
 
 struct opts {
-	const char *dir, *att, *vm, *result, *out, *stage, *cwd, *key;
+	const char *dir, *att, *vm, *result, *out, *stage, *cwd, *key, *commit;
 	long long start_ms;
 	int have_start, check;
 	json_t *env_names;
@@ -188,9 +189,29 @@ static json_t *subjects(json_t *res, json_t *outs)
 			"digest", "sha256", sha, "annotations", "isopod_guest", guest, "isopod_bytes",
 			json_object_get(e, "bytes"))));
 	}
-	if (json_array_size(list) == 0)
-		die(EX_GUEST, "nothing was copied out: there is nothing to sign");
 	return list;
+}
+
+/* The stage the run committed (isopod-commit's output): its layer, by the
+ * digest a fork of it will stand on. */
+static void commit_subject(const char *path, json_t *list)
+{
+	json_t *c = json_load_path(path), *m;
+	const char *id = json_string_value(json_object_get(json_object_get(c, "stage"), "id"));
+	char name[80], sha[65];
+
+	if (!c)
+		die(errno == ENOENT ? EX_NOTFOUND : errno == EINVAL || errno == EFBIG ? EX_USAGE : EX_SYS,
+		    "unable to read the commit %s:", path);
+	if (!id || !id_stage_ok(id))
+		die(EX_USAGE, "--commit %s: no stage.id", path);
+	layer_digest(id, sha, &m);
+	snprintf(name, sizeof name, "stage/%s", id);
+	json_array_append_new(list, need(json_pack("{s:s, s:{s:s}, s:{s:O?, s:O?}}", "name", name,
+		"digest", "sha256", sha, "annotations", "isopod_label", json_object_get(m, "label"),
+		"isopod_depth", json_object_get(m, "depth"))));
+	json_decref(m);
+	json_decref(c);
 }
 
 /* The kernel and initramfs of the record's kernel (kernels/<ksha>/meta.json,
@@ -291,6 +312,10 @@ static json_t *statement(const struct opts *o, json_t *res, json_t *rec, const c
 	size_t i;
 	int k;
 
+	if (o->commit)
+		commit_subject(o->commit, subj);
+	if (json_array_size(subj) == 0)
+		die(EX_GUEST, "nothing was copied out or committed: there is nothing to sign");
 	kernel_deps(rec, deps);
 	chain_deps(rec, deps);
 	json_array_foreach(json_object_get(res, "copied_in"), i, e) {
@@ -499,6 +524,7 @@ int main(int argc, char **argv)
 		{ "env-name", required_argument, NULL, 'e' },
 		{ "cwd", required_argument, NULL, 'C' },
 		{ "key", required_argument, NULL, 'k' },
+		{ "commit", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -540,6 +566,7 @@ int main(int argc, char **argv)
 			break;
 		case 'C': o.cwd = optarg; break;
 		case 'k': o.key = optarg; break;
+		case 'm': o.commit = optarg; break;
 		case 'o': o.out = optarg; break;
 		case 'h': puts("usage: " USAGE); return 0;
 		default: die(EX_USAGE, "usage: %s", USAGE);
@@ -559,7 +586,7 @@ int main(int argc, char **argv)
 		}
 		return cmd_sign(&o);
 	}
-	if (o.att || o.check || o.vm || o.result || o.have_start || o.cwd || o.out ||
+	if (o.att || o.check || o.vm || o.result || o.have_start || o.cwd || o.out || o.commit ||
 	    json_array_size(o.env_names) || argc - optind != 2)
 		die(EX_USAGE, "usage: %s", USAGE);
 	return cmd_verify(&o, argv[optind], argv[optind + 1]);

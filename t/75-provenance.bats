@@ -79,6 +79,18 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	grep -q SECRET "$BATS_TEST_TMPDIR/stmt.json"
 }
 
+@test "a committed stage is a subject too: its layer verifies against the run that made it" {
+	local sid
+	sid=$(jq -r .commit.stage.id "$D/a.json")
+	jq -e --arg n "stage/$sid" '[.provenance.subjects[].name] == ["base.bin", $n]' "$D/a.json"
+	run_isopod verify-artifact --stage base "$ISOPOD_HOME/stages/$sid/layer.qcow2" "$D/base.prov"
+	[ "$status" -eq 0 ]
+	jq -e --arg n "stage/$sid" '.valid and .subject.name == $n and .chain.layers == []' <<<"$output"
+	# ... and not against the run that forked it
+	run_isopod verify-artifact "$ISOPOD_HOME/stages/$sid/layer.qcow2" "$D/app.prov"
+	[ "$status" -eq 1 ]
+}
+
 @test "one changed byte of the artifact is refused (exit 1, the subject named)" {
 	cp "$D/app.bin" "$BATS_TEST_TMPDIR/app.bin"
 	printf 'X' | dd of="$BATS_TEST_TMPDIR/app.bin" bs=1 seek=12 conv=notrunc 2>/dev/null
@@ -203,7 +215,7 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	local n
 	n=$(nvms)
 	run_isopod -100 run --provenance "$BATS_TEST_TMPDIR/p" -- true
-	[[ "$stderr" == *"give at least one --copy-out"* ]]
+	[[ "$stderr" == *"--provenance signs what --copy-out brings back (and a --commit-as stage)"* ]]
 	run_isopod -100 run --keep --copy-out /a:/tmp/a --provenance "$BATS_TEST_TMPDIR/p" -- true
 	[[ "$stderr" == *"cannot be combined with --keep"* ]]
 	ISOPOD_ATTEST_DIR="$BATS_TEST_TMPDIR/nokeys" run_isopod -101 run --copy-out "/a:$BATS_TEST_TMPDIR/a" \
