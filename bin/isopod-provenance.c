@@ -584,10 +584,13 @@ int main(int argc, char **argv)
 			o.cmd = argv + optind;
 			o.ncmd = argc - optind;
 		}
-		return cmd_sign(&o);
+		c = cmd_sign(&o);
+		json_decref(o.env_names);
+		return c;
 	}
 	if (o.att || o.check || o.vm || o.result || o.have_start || o.cwd || o.out || o.commit ||
 	    json_array_size(o.env_names) || argc - optind != 2)
 		die(EX_USAGE, "usage: %s", USAGE);
+	json_decref(o.env_names);
 	return cmd_verify(&o, argv[optind], argv[optind + 1]);
 }
