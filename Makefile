@@ -23,7 +23,7 @@ TCLIB = lib/tcfilter.o lib/tapfilter_obj.o
 TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/isopod-gc \
 	bin/isopod-fork bin/isopod-commit bin/isopod-stage bin/isopod-netsetup bin/isopod-warm \
 	bin/isopod-broker bin/isopod-supervise bin/isopod-attest bin/isopod-image bin/isopod-doctor \
-	bin/isopod-result bin/isopod-runner bin/isopod-vm bin/isopod-mcp bin/isopod-jail
+	bin/isopod-result bin/isopod-runner bin/isopod-vm bin/isopod-mcp bin/isopod-jail bin/isopod-provenance
 # t/17-jail.bats' programs (see below)
 JAILTEST = build/jail/probe build/jail/isopod-jail-mutant
 HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/execopt.o lib/execio.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/jail.o
@@ -89,6 +89,16 @@ $(ATTESTLIB): $(LIBHDR) lib/suite.h
 bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-attest.c $(ATTESTLIB) $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
+# Provenance for what runs copy out: signed with isopod-attest's key
+# (lib/attest.c, which verifies the host attestation in force: libnftnl);
+# the Statement's reader lib/prov.c.
+PROVLIB = lib/prov.o
+lib/prov.o: lib/prov.c lib/prov.h $(LIBHDR)
+	$(CC) $(ALL_CFLAGS) -c -o $@ lib/prov.c
+
+bin/isopod-provenance: bin/isopod-provenance.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(PROVLIB) $(LIBHDR) lib/prov.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-provenance.c $(PROVLIB) $(ATTESTLIB) $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
+
 # The adverse doctor (lib/adverse.c, lib/advprobe.c, lib/advclass.c,
 # lib/advevid.c) watches frames
 # (lib/sniff.c) and reads the tables back.
@@ -148,7 +158,7 @@ ASAN_CFLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 # Each library source is compiled once for all the tools (a tool links every
 # object, as its -O2 build links what it uses): one compile per tool and
 # library was 18 x 35 compiles, minutes of CI.
-ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(MCPLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) lib/netstate.c $(ATTESTLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
+ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(MCPLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) lib/netstate.c $(ATTESTLIB:.o=.c) $(PROVLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
 ASAN_OBJ = $(ASAN_SRC:%.c=build/asan/%.o)
 build/asan/lib/%.o: lib/%.c $(LIBHDR)
 	@mkdir -p build/asan/lib

@@ -759,8 +759,16 @@ static void record_booting(struct boot *bt)
 		      bt->im.ksha, "base", "flavor", bt->im.flavor, "sha256", bt->im.bsha, "agent_sock",
 		      bt->in.agent, "qmp_sock", bt->in.qmp, "owner_pid", (json_int_t)cf->owner, "keep",
 		      cf->keep);
-	if (m)
-		json_object_set_new(m, "net", net_json(&bt->net, bt->net_mode));
+	if (m) {
+		json_t *nj = net_json(&bt->net, bt->net_mode);
+		json_t *al = json_object_get(json_object_get(bt->rec, "net"), "allow");
+
+		/* the claim's allowlist stays in the record: what the VM was
+		 * allowed is asked of the record afterwards (isopod-provenance) */
+		if (nj && json_is_array(al))
+			json_object_set(nj, "allow", al);
+		json_object_set_new(m, "net", nj);
+	}
 	if (!m || vm_meta_update(bt->id, NULL, m) < 0)
 		die(EX_SYS, "unable to update %s:", bt->meta);
 	json_decref(m);

@@ -22,7 +22,8 @@
 #define USAGE "isopod-result [--pretty] [--vm ID --name NAME] [--usage TEXT]\n" \
 	"       (--fail CODE --kind KIND MESSAGE | --failed STEP --rc N --dir DIR |\n" \
 	"        --dir DIR [--net MODE] [--start-ms N] [--commit-as LABEL [--commit-rc N]]\n" \
-	"        [--warning TEXT]... [--allow-ranges LINES --sysconfig PATH])"
+	"        [--provenance FILE [--provenance-rc N]] [--warning TEXT]...\n" \
+	"        [--allow-ranges LINES --sysconfig PATH])"
 
 /* What the front end quotes of a diagnostic (its clip 600): at most 600
  * bytes, each outside printable ASCII as '?', the length when cut. */
@@ -30,10 +31,10 @@
 
 struct opts {
 	int pretty;
-	const char *vm, *name, *usage, *dir, *net, *commit_as, *ranges, *sysconf;
+	const char *vm, *name, *usage, *dir, *net, *commit_as, *ranges, *sysconf, *prov;
 	const char *fail_kind, *fail_msg, *failed;
-	long long fail_code, rc, start_ms, commit_rc;
-	int have_fail, have_rc, have_commit_rc, have_start;
+	long long fail_code, rc, start_ms, commit_rc, prov_rc;
+	int have_fail, have_rc, have_commit_rc, have_start, have_prov_rc;
 	json_t *warnings;
 };
 
@@ -535,6 +536,39 @@ static json_t *commit_member(const struct opts *o, const json_t *ex, int *crc)
 	return json_pack("{s:s%}", "error", line, strlen(line));
 }
 
+/* The provenance member: what isopod-provenance sign printed, or why there
+ * is none (then *prc is the status the run ends with: provenance was asked
+ * for, and a run without it is not the run asked for). */
+static json_t *prov_member(const struct opts *o, int *prc)
+{
+	char line[DIAG_MAX + 512], p[PATH_MAX];
+	json_t *j, *st;
+	const char *e;
+
+	*prc = 0;
+	if (!o->prov)
+		return NULL;
+	if (o->have_prov_rc && o->prov_rc == 0) {
+		if (!(j = load(o->dir, "provenance.json")))
+			run_fail(o, EX_SYS, "infra", "unusable JSON from isopod-provenance");
+		return j;
+	}
+	if (!o->have_prov_rc) {
+		*prc = EX_SYS;
+		snprintf(line, sizeof line, "provenance not signed: the vm was not stopped, so its egress ledger is not complete");
+	} else {
+		*prc = o->prov_rc == EX_GUEST ? EX_SYS : norm_status(o->prov_rc);
+		st = load(o->dir, "provenance.status");
+		e = json_string_value(json_object_get(st, "error"));
+		if (e && *e)
+			snprintf(line, sizeof line, "%s", e);
+		else if (pathn(p, sizeof p, "%s/provenance.err", o->dir) < 0 || !last_line(p, line, sizeof line))
+			snprintf(line, sizeof line, "isopod-provenance failed (exit %lld)", o->prov_rc);
+		json_decref(st);
+	}
+	return json_pack("{s:s%}", "error", line, strlen(line));
+}
+
 static json_t *range_warnings(const struct opts *o)
 {
 	json_t *w = json_array();
@@ -566,8 +600,8 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 {
 	json_t *ex = load(o->dir, "exec.json"), *boot = load(o->dir, "boot.json");
 	json_t *plan = load(o->dir, "fork.json");
-	json_t *r, *t, *w, *et, *commit, *eg = NULL, *lost = json_array(), *ec;
-	int crc, networked = o->net && strcmp(o->net, "none");
+	json_t *r, *t, *w, *et, *commit, *prov, *eg = NULL, *lost = json_array(), *ec;
+	int crc, prc, networked = o->net && strcmp(o->net, "none");
 	long long status;
 	char b[128];
 
@@ -580,6 +614,7 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 				     : !plan ? "unusable JSON from isopod-claim or isopod-fork"
 				     : "unusable JSON from isopod-exec");
 	commit = commit_member(o, ex, &crc);
+	prov = prov_member(o, &prc);
 	r = json_pack("{s:b}", "ok", 1);
 	json_object_update(r, ex);
 	json_object_set_new(r, "vm", json_pack("{s:o, s:o}",
@@ -626,10 +661,17 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 			"layers", or_null(json_object_get(plan, "layers"))));
 	if (commit)
 		json_object_set_new(r, "commit", commit);
+	if (prov)
+		json_object_set_new(r, "provenance", prov);
 	if (crc) {
 		json_object_set_new(r, "ok", json_false());
 		json_object_set(r, "error", json_object_get(commit, "error"));
 		json_object_set_new(r, "error_kind", json_string(exit_kind(crc)));
+	} else if (prc) {
+		json_object_set_new(r, "ok", json_false());
+		json_object_set(r, "error", json_object_get(prov, "error"));
+		json_object_set_new(r, "error_kind", json_string(exit_kind(prc)));
+		crc = prc;
 	}
 	json_object_del(r, "exec_ms");
 	ec = json_object_get(r, "exit_code");
@@ -665,6 +707,8 @@ int main(int argc, char **argv)
 		{"commit-as", required_argument, NULL, 'c'},
 		{"commit-rc", required_argument, NULL, 'C'},
 		{"warning", required_argument, NULL, 'w'},
+		{"provenance", required_argument, NULL, 'P'},
+		{"provenance-rc", required_argument, NULL, 'R'},
 		{"allow-ranges", required_argument, NULL, 'a'},
 		{"sysconfig", required_argument, NULL, 'S'},
 		{"help", no_argument, NULL, 'h'},
@@ -706,6 +750,12 @@ int main(int argc, char **argv)
 			o.have_commit_rc = 1;
 			break;
 		case 'w': json_array_append_new(o.warnings, json_string(optarg)); break;
+		case 'P': o.prov = optarg; break;
+		case 'R':
+			if (parse_ll(optarg, 0, 255, &o.prov_rc) < 0)
+				die(EX_USAGE, "--provenance-rc %s: want a status 0..255", EXC(optarg));
+			o.have_prov_rc = 1;
+			break;
 		case 'a': o.ranges = optarg; break;
 		case 'S': o.sysconf = optarg; break;
 		case 'h':

@@ -196,8 +196,8 @@ static int load_key(int at, const char *name, const char *path, const struct key
 	return 0;
 }
 
-static int load_sk(const struct attest_dir *d, unsigned char pk[32], unsigned char sk[64],
-		   char *why, size_t whysz)
+int attest_load_keypair(const struct attest_dir *d, unsigned char pk[32], unsigned char sk[64],
+			char *why, size_t whysz)
 {
 	unsigned char seed[DSSE_SEED_BYTES];
 	char p[SHOWN_SZ];
@@ -208,6 +208,16 @@ static int load_sk(const struct attest_dir *d, unsigned char pk[32], unsigned ch
 	crypto_sign_seed_keypair(pk, sk, seed);
 	sodium_memzero(seed, sizeof seed);
 	return 0;
+}
+
+int attest_load_pubkey(const struct attest_dir *d, const char *path, unsigned char pk[32],
+		       char *why, size_t whysz)
+{
+	char p[SHOWN_SZ];
+
+	if (path)
+		return load_key(AT_FDCWD, path, path, &PUBLIC_KEY, pk, why, whysz);
+	return load_key(d->fd, "key.pub", shown(d, "key.pub", p), &PUBLIC_KEY, pk, why, whysz);
 }
 
 /* A JSON file that only root may have written: root's, mode 0600.  NULL
@@ -247,6 +257,11 @@ static int machine_id(char out[64])
 		return -1;
 	}
 	return 0;
+}
+
+int attest_machine_id(char out[64])
+{
+	return machine_id(out);
 }
 
 char *attest_iso(long long t, char buf[32])
@@ -444,7 +459,7 @@ static int sign_in(const struct attest_dir *d, const struct attest_sign_opts *o,
 	size_t n;
 	int r;
 
-	if ((r = load_sk(d, pk, sk, why, whysz)) < 0)
+	if ((r = attest_load_keypair(d, pk, sk, why, whysz)) < 0)
 		return r;
 	dsse_keyid(pk, info->key_id);
 	if ((r = attest_subjects(d, &list, &errors, why, whysz)) < 0)
@@ -678,7 +693,7 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 		     char *why, size_t whysz)
 {
 	unsigned char pk[32], *body = NULL;
-	char id[65], p[SHOWN_SZ], st[SHOWN_SZ], stpath[SHOWN_SZ], lkpath[SHOWN_SZ + 8];
+	char id[65], st[SHOWN_SZ], stpath[SHOWN_SZ], lkpath[SHOWN_SZ + 8];
 	char mid[64], msg[512], t[32], stname[40];
 	const char *field = NULL, *type = NULL;
 	struct fails f = { .a = json_array() };
@@ -689,11 +704,7 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 
 	if (!f.a)
 		return attest_errf(ATTEST_ESYS, why, whysz, "out of memory");
-	if (o->pubkey)
-		r = load_key(AT_FDCWD, o->pubkey, o->pubkey, &PUBLIC_KEY, pk, why, whysz);
-	else
-		r = load_key(d->fd, "key.pub", shown(d, "key.pub", p), &PUBLIC_KEY, pk, why, whysz);
-	if (r < 0)
+	if ((r = attest_load_pubkey(d, o->pubkey, pk, why, whysz)) < 0)
 		goto out;
 	dsse_keyid(pk, id);
 	/* The state the caller names, or the directory's, reached through

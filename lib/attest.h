@@ -40,6 +40,9 @@ __attribute__((format(printf, 4, 5))) int attest_errf(int cls, char *why, size_t
  * attest_iso_parse returns -1 for anything else (strptime alone takes
  * spaces, one-digit fields and 2026-02-31). */
 char *attest_iso(long long t, char buf[32]);
+/* The host's id (/etc/machine-id, its first line): what the doctor's
+ * report and the signed predicates name.  0, or -1 with errno. */
+int attest_machine_id(char out[64]);
 long long attest_iso_parse(const char *s);
 
 /* The key directory (private key, counter, verify state, digest cache):
@@ -53,6 +56,15 @@ struct attest_dir {
 };
 int attest_dir_open(struct attest_dir *d, const char *path, char *why, size_t whysz);
 void attest_dir_close(struct attest_dir *d);
+
+/* The host's signing key (DIR/key, root's 0600): the key pair libsodium
+ * signs with.  And a public key: path (root's regular file, not group- or
+ * world-writable, no symlink), or NULL for DIR/key.pub.  0 or a class.
+ * isopod-provenance signs and verifies with the same keys. */
+int attest_load_keypair(const struct attest_dir *d, unsigned char pk[32], unsigned char sk[64],
+			char *why, size_t whysz);
+int attest_load_pubkey(const struct attest_dir *d, const char *path, unsigned char pk[32],
+		       char *why, size_t whysz);
 
 /* ISOPOD_ATTEST_DIR, else ATTEST_DEFAULT_DIR, unless opt names one. */
 const char *attest_key_dir(const char *opt);

@@ -74,6 +74,24 @@ PCONNECT='pconnect() { printf "CONNECT $1:80 HTTP/1.1\r\nHost: $1:80\r\n\r\nGET 
 	json_is '.egress.denied == [{kind: "http", name: "other.test", port: 80, reason: "not in the allowlist", count: 1}]'
 }
 
+@test "filtered: --provenance names the mode, the allowlist and the egress ledger by digest; the artifact verifies" {
+	local id l
+	export ISOPOD_ATTEST_DIR="$BATS_TEST_TMPDIR/keys" ISOPOD_ATTESTATION="$BATS_TEST_TMPDIR/none"
+	"$ISOPOD_SRC/bin/isopod-attest" keygen >/dev/null
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 90 \
+		--copy-out "/tmp/page:$BATS_TEST_TMPDIR/page" --provenance "$BATS_TEST_TMPDIR/page.prov" -- \
+		sh -c 'wget -q -O /tmp/page http://pkg.test/'
+	[ "$status" -eq 0 ]
+	json_is '.provenance.subjects[0].name == "page" and .egress.allowed[0].name == "pkg.test"'
+	id=$(jq -r .vm.id <<<"$output")
+	l=$(sha256sum <"$ISOPOD_HOME/vms/$id/ledger.jsonl" | cut -c1-64)
+	run --separate-stderr isopod verify-artifact "$BATS_TEST_TMPDIR/page" "$BATS_TEST_TMPDIR/page.prov"
+	echo "$output" # (shown when the test fails)
+	[ "$status" -eq 0 ]
+	jq -e --arg l "$l" '.valid and .network == {mode: "filtered", allow: ["pkg.test"]} and
+		.ledger.sha256 == $l' <<<"$output"
+}
+
 @test "filtered: DNS answers allowed names through the gateway; an unlisted name is refused and never reaches the lab's DNS" {
 	local tag="x$$r$RANDOM"
 	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 90 -- sh -c '

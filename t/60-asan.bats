@@ -88,3 +88,24 @@ clean_stderr() {
 	clean_stderr
 	json_is '.leaked == []'
 }
+
+@test "asan: provenance signed (with the committed stage) and verified, refusals included" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: the host key directory is root's"
+	export ISOPOD_ATTEST_DIR="$DATA/keys" ISOPOD_ATTESTATION="$DATA/no-attestation"
+	"$ASAN_BIN/isopod-attest" keygen >/dev/null
+	run --separate-stderr isopod run --json-only --commit-as asan-prov --env A=1 \
+		--copy-out "/root/p:$DATA/p" --provenance "$DATA/p.prov" -- sh -c 'echo p > /root/p'
+	[ "$status" -eq 0 ]
+	clean_stderr
+	json_is '(.provenance.subjects | length) == 2'
+	run --separate-stderr "$ASAN_BIN/isopod-provenance" verify --stage base "$DATA/p" "$DATA/p.prov"
+	[ "$status" -eq 0 ]
+	clean_stderr
+	run --separate-stderr "$ASAN_BIN/isopod-provenance" verify --stage asan-prov "$DATA/p" "$DATA/p.prov"
+	[ "$status" -eq 1 ]
+	clean_stderr
+	printf '{"payload":"e30","payloadType":"x","signatures":[{"sig":"AA"}]}' >"$DATA/g.prov"
+	run --separate-stderr "$ASAN_BIN/isopod-provenance" verify "$DATA/p" "$DATA/g.prov"
+	[ "$status" -eq 1 ]
+	clean_stderr
+}

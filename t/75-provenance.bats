@@ -1,0 +1,236 @@
+#!/usr/bin/env bats
+# shellcheck disable=SC2154 # $stderr: set by bats' run --separate-stderr
+# Provenance for what a run copies out (issue 15): isopod run --provenance,
+# isopod-provenance sign|verify, isopod verify-artifact.  Each refusal the
+# issue lists is its own test.  Two real boots on the busybox base, shared
+# by every test (setup_file): run A commits a stage and copies out a tool it
+# made; run B forks that stage and copies out the same bytes, so the two
+# envelopes differ in their chain only.
+
+load helpers
+
+DSSE_PY=/usr/bin/python3 # Debian's, with python3-securesystemslib
+
+setup_file() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: the host key directory is root's"
+	isopod_setup_file --images
+	D=$BATS_FILE_TMPDIR
+	export D
+	export ISOPOD_ATTEST_DIR="$D/keys"
+	# The host's own attestation (if any) is not this test's.
+	export ISOPOD_ATTESTATION="$D/no-attestation.json"
+	"$ISOPOD_SRC/bin/isopod-attest" keygen >/dev/null
+	"$ISOPOD_SRC/bin/isopod-attest" keygen --dir "$D/keys2" >/dev/null
+	"$ISOPOD_SRC/sh/isopod" run --json-only --commit-as t75-tools --env SECRET=hunter2 \
+		--copy-out "/tmp/app:$D/base.bin" --provenance "$D/base.prov" -- \
+		sh -c 'mkdir -p /opt && printf "#!/bin/sh\necho built\n" >/tmp/app && cp /tmp/app /opt/tool' \
+		>"$D/a.json"
+	"$ISOPOD_SRC/sh/isopod" run --json-only --stage t75-tools --cwd /opt \
+		--copy-out "/tmp/app:$D/app.bin" --provenance "$D/app.prov" -- cp /opt/tool /tmp/app \
+		>"$D/b.json"
+}
+
+teardown_file() {
+	isopod_teardown_file
+}
+
+isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
+payload() { jq -r .payload "$1" | base64 -d; }
+nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+
+@test "a build's binary copied out with provenance verifies: subject, builder, chain by digest, command, network" {
+	local sid sha
+	jq -e '.ok and .exit_code == 0 and .commit.stage.id' "$D/a.json"
+	jq -e '.ok and .exit_code == 0' "$D/b.json"
+	sid=$(jq -r .commit.stage.id "$D/a.json")
+	sha=$(sha256sum <"$D/app.bin" | cut -c1-64)
+	jq -e --arg s "$sha" --arg p "$D/app.prov" '.provenance.path == $p and
+		.provenance.subjects == [{name: "app.bin", sha256: $s}] and
+		(.provenance.key_id | length) == 64' "$D/b.json"
+	run_isopod verify-artifact --stage t75-tools "$D/app.bin" "$D/app.prov"
+	[ "$status" -eq 0 ]
+	jq -e --arg s "$sha" --arg sid "$sid" --arg mid "$(cat /etc/machine-id)" --slurpfile r "$D/b.json" \
+		--arg l "$(sha256sum <"$ISOPOD_HOME/stages/$sid/layer.qcow2" | cut -c1-64)" \
+		--arg b "$(cat "$ISOPOD_HOME/images/current-base")" \
+		--arg k "$(jq -r .vmlinux.sha256 "$ISOPOD_HOME/kernels/$(cat "$ISOPOD_HOME/kernels/current")/meta.json")" '
+		.valid and .failures == [] and .subject.digest.sha256 == $s and .artifact.sha256 == $s and
+		.builder.id == "urn:isopod:builder:" + $mid and
+		.buildType == "urn:isopod:buildtype:run:v1" and
+		.command == ["cp", "/opt/tool", "/tmp/app"] and .cwd == "/opt" and .stage == "t75-tools" and
+		.network == {mode: "none", allow: []} and .ledger == null and .attestation == null and
+		.chain.base.sha256 == $b and .chain.kernel.vmlinux == $k and
+		.chain.layers == [{stage: $sid, sha256: $l}] and .expected_chain.layers[0].sha256 == $l and
+		.accelerator.name == "tcg" and .exit.exitCode == 0 and (.timings.bootMs | type) == "number" and
+		.invocationId == $r[0].vm.id' <<<"$output"
+}
+
+@test "the Statement is in-toto v1 with a SLSA provenance v1 predicate; env names are in it, their values never" {
+	payload "$D/base.prov" >"$BATS_TEST_TMPDIR/stmt.json"
+	jq -e '._type == "https://in-toto.io/Statement/v1" and
+		.predicateType == "https://slsa.dev/provenance/v1" and
+		(.predicate.buildDefinition | has("buildType", "externalParameters",
+			"internalParameters", "resolvedDependencies")) and
+		(.predicate.runDetails.metadata | has("invocationId", "startedOn", "finishedOn")) and
+		.predicate.buildDefinition.externalParameters.envNames == ["SECRET"] and
+		([.predicate.buildDefinition.resolvedDependencies[].name] ==
+			["kernel/vmlinux", "kernel/initramfs", "image/base"])' "$BATS_TEST_TMPDIR/stmt.json"
+	jq -e '.payloadType == "application/vnd.in-toto+json"' "$D/base.prov"
+	run ! grep -q hunter2 "$BATS_TEST_TMPDIR/stmt.json"
+	grep -q SECRET "$BATS_TEST_TMPDIR/stmt.json"
+}
+
+@test "a committed stage is a subject too: its layer verifies against the run that made it" {
+	local sid
+	sid=$(jq -r .commit.stage.id "$D/a.json")
+	jq -e --arg n "stage/$sid" '[.provenance.subjects[].name] == ["base.bin", $n]' "$D/a.json"
+	run_isopod verify-artifact --stage base "$ISOPOD_HOME/stages/$sid/layer.qcow2" "$D/base.prov"
+	[ "$status" -eq 0 ]
+	jq -e --arg n "stage/$sid" '.valid and .subject.name == $n and .chain.layers == []' <<<"$output"
+	# ... and not against the run that forked it
+	run_isopod verify-artifact "$ISOPOD_HOME/stages/$sid/layer.qcow2" "$D/app.prov"
+	[ "$status" -eq 1 ]
+}
+
+@test "one changed byte of the artifact is refused (exit 1, the subject named)" {
+	cp "$D/app.bin" "$BATS_TEST_TMPDIR/app.bin"
+	printf 'X' | dd of="$BATS_TEST_TMPDIR/app.bin" bs=1 seek=12 conv=notrunc 2>/dev/null
+	[ "$(wc -c <"$BATS_TEST_TMPDIR/app.bin")" = "$(wc -c <"$D/app.bin")" ]
+	run_isopod verify-artifact "$BATS_TEST_TMPDIR/app.bin" "$D/app.prov"
+	[ "$status" -eq 1 ]
+	jq -e '.valid == false and .subject == null and
+		([.failures[].field] == ["subject"]) and (.failures[0].why | test("not one of the 1 subject"))' <<<"$output"
+	# the control: the artifact as it came out verifies with the same envelope
+	run_isopod verify-artifact "$D/app.bin" "$D/app.prov"
+	[ "$status" -eq 0 ]
+}
+
+@test "a different stage chain is refused: provenance of the same bytes made on another chain" {
+	cmp "$D/base.bin" "$D/app.bin" # the same bytes, made on two chains
+	run_isopod verify-artifact --stage t75-tools "$D/app.bin" "$D/base.prov"
+	[ "$status" -eq 1 ]
+	jq -e '.valid == false and ([.failures[].field] | unique) == ["chain"] and
+		(.failures[0].why | test("0 stage layer\\(s\\) signed, 1 expected"))' <<<"$output"
+	# each envelope verifies against its own chain
+	run_isopod verify-artifact --stage base "$D/base.bin" "$D/base.prov"
+	[ "$status" -eq 0 ]
+	run_isopod verify-artifact --stage base "$D/app.bin" "$D/app.prov"
+	[ "$status" -eq 1 ]
+	jq -e '[.failures[].field] == ["chain"]' <<<"$output"
+}
+
+@test "a tampered chain digest is refused: by the signature, and by the chain when re-signed" {
+	local z
+	z=$(printf '0%.0s' $(seq 64))
+	payload "$D/app.prov" | jq -c --arg z "$z" '.predicate.buildDefinition.resolvedDependencies |=
+		map(if (.name | startswith("stage/")) then .digest.sha256 = $z else . end)' \
+		>"$BATS_TEST_TMPDIR/p.json"
+	jq -c --arg p "$(base64 -w0 <"$BATS_TEST_TMPDIR/p.json")" '.payload = $p' "$D/app.prov" \
+		>"$BATS_TEST_TMPDIR/t.prov"
+	run_isopod verify-artifact --stage t75-tools "$D/app.bin" "$BATS_TEST_TMPDIR/t.prov"
+	[ "$status" -eq 1 ]
+	jq -e '.valid == false and [.failures[].field] == ["signatures"]' <<<"$output"
+	# signed again with the host's own key (what only its holder can do),
+	# the signature holds and the chain still gives it away
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" envelope "$ISOPOD_ATTEST_DIR/key" \
+		"$BATS_TEST_TMPDIR/p.json" >"$BATS_TEST_TMPDIR/r.prov"
+	run_isopod verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/r.prov"
+	[ "$status" -eq 0 ]
+	run_isopod verify-artifact --stage t75-tools "$D/app.bin" "$BATS_TEST_TMPDIR/r.prov"
+	[ "$status" -eq 1 ]
+	jq -e --arg z "$z" '[.failures[].field] == ["chain"] and .chain.layers[0].sha256 == $z' <<<"$output"
+}
+
+@test "another key is refused: the host key does not verify an envelope signed by another, nor the other key this host's" {
+	local id
+	id=$(jq -r .vm.id "$D/b.json")
+	# The same run signed with the other key (the tool alone, from the run's
+	# saved result and its VM record).
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --dir "$D/keys2" --vm "$id" \
+		--result "$D/b.json" -o "$BATS_TEST_TMPDIR/other.prov" -- cp /opt/tool /tmp/app
+	[ "$status" -eq 0 ]
+	jq -e --slurpfile b "$D/b.json" '.key_id != $b[0].provenance.key_id' <<<"$output"
+	run_isopod verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/other.prov"
+	[ "$status" -eq 1 ]
+	jq -e '.valid == false and [.failures[].field] == ["signatures"] and .subject == null' <<<"$output"
+	run_isopod verify-artifact --key "$D/keys2/key.pub" "$D/app.bin" "$D/app.prov"
+	[ "$status" -eq 1 ]
+	jq -e '[.failures[].field] == ["signatures"]' <<<"$output"
+	# the control: each with its own key
+	run_isopod verify-artifact --key "$D/keys2/key.pub" "$D/app.bin" "$BATS_TEST_TMPDIR/other.prov"
+	[ "$status" -eq 0 ]
+}
+
+@test "interop: the envelope verifies with an independent DSSE implementation (python3-securesystemslib)" {
+	run "$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" verify "$D/app.prov" "$ISOPOD_ATTEST_DIR/key.pub"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(payload "$D/app.prov")" ]
+	jq -e '.predicateType == "https://slsa.dev/provenance/v1"' <<<"$output"
+	# ... and refuses what it must: the other key, a flipped signature
+	run "$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" verify "$D/app.prov" "$D/keys2/key.pub"
+	[ "$status" -eq 1 ]
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" flip "$D/app.prov" sig >"$BATS_TEST_TMPDIR/bad.prov"
+	run "$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" verify "$BATS_TEST_TMPDIR/bad.prov" \
+		"$ISOPOD_ATTEST_DIR/key.pub"
+	[ "$status" -eq 1 ]
+	run_isopod verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/bad.prov"
+	[ "$status" -eq 1 ]
+}
+
+@test "the host attestation in force is named by its digest (and whether it verified at signing)" {
+	local id
+	id=$(jq -r .vm.id "$D/b.json")
+	# not a valid attestation of this host: signed, but over no doctor report
+	echo '{"_type":"https://in-toto.io/Statement/v1"}' >"$BATS_TEST_TMPDIR/s.json"
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" envelope "$ISOPOD_ATTEST_DIR/key" \
+		"$BATS_TEST_TMPDIR/s.json" >"$BATS_TEST_TMPDIR/att.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --attestation "$BATS_TEST_TMPDIR/att.json" \
+		--vm "$id" --result "$D/b.json" -o "$BATS_TEST_TMPDIR/a.prov" -- cp /opt/tool /tmp/app
+	[ "$status" -eq 0 ]
+	run_isopod verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/a.prov"
+	[ "$status" -eq 0 ]
+	jq -e --arg s "$(sha256sum <"$BATS_TEST_TMPDIR/att.json" | cut -c1-64)" \
+		'.attestation.sha256 == $s and .attestation.valid == false' <<<"$output"
+	# a named attestation that is not there is an error, not "none"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --attestation "$BATS_TEST_TMPDIR/nope" \
+		--vm "$id" --result "$D/b.json" -o "$BATS_TEST_TMPDIR/n.prov" -- cp /opt/tool /tmp/app
+	[ "$status" -eq 101 ]
+	[ ! -e "$BATS_TEST_TMPDIR/n.prov" ]
+}
+
+@test "sign refuses a copied-out file that changed since the run (exit 1, nothing written)" {
+	local id
+	id=$(jq -r .vm.id "$D/b.json")
+	cp "$D/app.bin" "$BATS_TEST_TMPDIR/app.bin"
+	jq --arg h "$BATS_TEST_TMPDIR/app.bin" '.copied_out[0].host = $h' "$D/b.json" >"$BATS_TEST_TMPDIR/r.json"
+	echo more >>"$BATS_TEST_TMPDIR/app.bin"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/r.json" -o "$BATS_TEST_TMPDIR/c.prov" -- cp /opt/tool /tmp/app
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"changed since the run copied it"* ]]
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+}
+
+@test "--provenance is refused before anything boots: no --copy-out, --keep, no host key" {
+	local n
+	n=$(nvms)
+	run_isopod -100 run --provenance "$BATS_TEST_TMPDIR/p" -- true
+	[[ "$stderr" == *"--provenance signs what --copy-out brings back (and a --commit-as stage)"* ]]
+	run_isopod -100 run --keep --copy-out /a:/tmp/a --provenance "$BATS_TEST_TMPDIR/p" -- true
+	[[ "$stderr" == *"cannot be combined with --keep"* ]]
+	ISOPOD_ATTEST_DIR="$BATS_TEST_TMPDIR/nokeys" run_isopod -101 run --copy-out "/a:$BATS_TEST_TMPDIR/a" \
+		--provenance "$BATS_TEST_TMPDIR/p" -- true
+	jq -e '.ok == false and .error_kind == "not_found"' <<<"$output"
+	[[ "$stderr" == *"nokeys"* ]]
+	[ "$(nvms)" = "$n" ]
+}
+
+@test "verify-artifact's exit statuses: 101 a missing file, 1 a garbage envelope, 100 usage" {
+	run_isopod -101 verify-artifact "$BATS_TEST_TMPDIR/nope" "$D/app.prov"
+	run_isopod -101 verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/nope"
+	printf '{"payload": 1' >"$BATS_TEST_TMPDIR/g.prov"
+	run_isopod -1 verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/g.prov"
+	jq -e '.valid == false and [.failures[].field] == ["envelope"]' <<<"$output"
+	run_isopod -100 verify-artifact "$D/app.bin"
+	run_isopod -101 verify-artifact --stage no-such-stage "$D/app.bin" "$D/app.prov"
+}

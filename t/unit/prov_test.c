@@ -1,0 +1,262 @@
+/* prov_test.c - lib/prov.c, the reader of provenance Statements that a
+ * verifier did not make: the fixture t/attest/provenance-statement.json
+ * (a real run's, with a stage layer and a ledger added) reads back whole;
+ * each thing isopod-provenance verify must refuse is refused, naming its
+ * field; every member replaced by a value of each wrong type reads without
+ * a crash and never as a clean Statement when the member is required; the
+ * chain comparison.  Built by t/run-unit with ASan + UBSan. */
+#include "../../lib/prov.c" /* self-contained: t/run-unit links frame+util only */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tap.h"
+
+#define SHA "8748d29207a02184fdb6794bada9aef0e413b91431c93a1b00100cc371e56b47"
+#define FIXTURE "t/attest/provenance-statement.json"
+
+/* The failures' fields, joined with ',' (for messages and checks). */
+static char *fields(json_t *fails, char *buf, size_t sz)
+{
+	json_t *f;
+	size_t i, n = 0;
+
+	buf[0] = 0;
+	json_array_foreach(fails, i, f)
+		n += (size_t)snprintf(buf + n, n < sz ? sz - n : 0, "%s%s", i ? "," : "",
+				      json_string_value(json_object_get(f, "field")));
+	return buf;
+}
+
+/* Read s (edited by the jansson path edit, when given) and return the
+ * failures' fields; *out the summary when wanted. */
+static int refused_as(json_t *base, void (*edit)(json_t *), const char *sha, const char *want)
+{
+	json_t *s = json_deep_copy(base), *fails = json_array(), *out;
+	char got[1024];
+	int r;
+
+	if (edit)
+		edit(s);
+	out = prov_read(s, sha, fails);
+	fields(fails, got, sizeof got);
+	r = out && (want ? strstr(got, want) != NULL : json_array_size(fails) == 0);
+	if (!r)
+		printf("# failures: [%s]\n", got);
+	json_decref(out);
+	json_decref(fails);
+	json_decref(s);
+	return r;
+}
+
+static json_t *pred(json_t *s, const char *a, const char *b)
+{
+	json_t *p = json_object_get(json_object_get(s, "predicate"), a);
+
+	return b ? json_object_get(p, b) : p;
+}
+
+static void e_type(json_t *s) { json_object_set_new(s, "_type", json_string("https://in-toto.io/Statement/v0.1")); }
+static void e_ptype(json_t *s) { json_object_set_new(s, "predicateType", json_string("https://slsa.dev/provenance/v0.2")); }
+static void e_btype(json_t *s) { json_object_set_new(pred(s, "buildDefinition", NULL), "buildType", json_string("https://example.org/other")); }
+static void e_env(json_t *s)
+{
+	json_array_append_new(json_object_get(pred(s, "buildDefinition", "externalParameters"), "envNames"),
+			      json_string("TOKEN=hunter2"));
+}
+static void e_nocmd(json_t *s) { json_object_set_new(pred(s, "buildDefinition", "externalParameters"), "command", json_array()); }
+static void e_mode(json_t *s)
+{
+	json_object_set_new(json_object_get(pred(s, "buildDefinition", "externalParameters"), "network"),
+			    "mode", json_string("learn"));
+}
+static void e_novml(json_t *s) { json_array_remove(pred(s, "buildDefinition", "resolvedDependencies"), 0); }
+static void e_twoimg(json_t *s)
+{
+	json_array_append_new(pred(s, "buildDefinition", "resolvedDependencies"),
+			      json_pack("{s:s, s:{s:s}}", "name", "image/debian", "digest", "sha256", SHA));
+}
+static void e_badstage(json_t *s)
+{
+	json_array_append_new(pred(s, "buildDefinition", "resolvedDependencies"),
+			      json_pack("{s:s, s:{s:s}}", "name", "stage/../x", "digest", "sha256", SHA));
+}
+static void e_upper(json_t *s)
+{
+	json_object_set_new(json_object_get(json_array_get(json_object_get(s, "subject"), 0), "digest"),
+			    "sha256", json_string("8748D29207A02184FDB6794BADA9AEF0E413B91431C93A1B00100CC371E56B47"));
+}
+static void e_times(json_t *s)
+{
+	json_object_set_new(pred(s, "runDetails", "metadata"), "finishedOn", json_string("2026-12-02T07:59:59Z"));
+}
+static void e_timefmt(json_t *s)
+{
+	json_object_set_new(pred(s, "runDetails", "metadata"), "startedOn", json_string("2026-12-02 08:00:00"));
+}
+static void e_builder(json_t *s)
+{
+	json_object_set_new(pred(s, "runDetails", "builder"), "id", json_string("https://github.com/actions/runner"));
+}
+static void e_nosubj(json_t *s) { json_object_set_new(s, "subject", json_array()); }
+
+/* Every member (recursively) replaced by each of null, 1, "x", [], {}:
+ * read without a crash; a Statement with any required member broken is
+ * never clean.  Returns how many edits read clean (optional members). */
+static const char *wrong_json[] = { "null", "1", "\"x\"", "[]", "{}" };
+static int sweep(json_t *root, json_t *node, int *runs)
+{
+	const char *k;
+	json_t *v, *fails, *out;
+	void *tmp;
+	size_t i, w;
+	int clean = 0;
+
+	if (json_is_object(node)) {
+		json_object_foreach_safe(node, tmp, k, v) {
+			json_t *keep = json_incref(v);
+
+			for (w = 0; w < sizeof wrong_json / sizeof *wrong_json; w++) {
+				json_object_set_new(node, k, json_loads(wrong_json[w], JSON_DECODE_ANY, NULL));
+				fails = json_array();
+				out = prov_read(root, SHA, fails);
+				(*runs)++;
+				clean += out && json_array_size(fails) == 0;
+				json_decref(out);
+				json_decref(fails);
+			}
+			json_object_set_new(node, k, keep);
+			clean += sweep(root, keep, runs);
+		}
+	} else if (json_is_array(node)) {
+		json_array_foreach(node, i, v)
+			clean += sweep(root, v, runs);
+	}
+	return clean;
+}
+
+/* The members a Statement cannot do without, as key paths. */
+static const char *const required_paths[][6] = {
+	{ "_type" }, { "subject" }, { "predicateType" }, { "predicate" },
+	{ "predicate", "buildDefinition" }, { "predicate", "buildDefinition", "buildType" },
+	{ "predicate", "buildDefinition", "externalParameters" },
+	{ "predicate", "buildDefinition", "externalParameters", "command" },
+	{ "predicate", "buildDefinition", "externalParameters", "envNames" },
+	{ "predicate", "buildDefinition", "externalParameters", "network" },
+	{ "predicate", "buildDefinition", "externalParameters", "network", "mode" },
+	{ "predicate", "buildDefinition", "externalParameters", "network", "allow" },
+	{ "predicate", "buildDefinition", "resolvedDependencies" },
+	{ "predicate", "runDetails" }, { "predicate", "runDetails", "builder" },
+	{ "predicate", "runDetails", "builder", "id" }, { "predicate", "runDetails", "metadata" },
+	{ "predicate", "runDetails", "metadata", "invocationId" },
+	{ "predicate", "runDetails", "metadata", "startedOn" },
+	{ "predicate", "runDetails", "metadata", "finishedOn" },
+};
+
+static int required(json_t *s)
+{
+	static const char *const bad[] = { "null", "1", "{}" };
+	size_t p, b, d;
+	int good = 1;
+
+	for (p = 0; p < sizeof required_paths / sizeof *required_paths; p++)
+		for (b = 0; b < sizeof bad / sizeof *bad; b++) {
+			json_t *c = json_deep_copy(s), *o = c, *fails = json_array(), *out;
+
+			for (d = 0; required_paths[p][d + 1]; d++)
+				o = json_object_get(o, required_paths[p][d]);
+			json_object_set_new(o, required_paths[p][d], json_loads(bad[b], JSON_DECODE_ANY, NULL));
+			out = prov_read(c, SHA, fails);
+			if (!out || json_array_size(fails) == 0) {
+				printf("# %s = %s read clean\n", required_paths[p][d], bad[b]);
+				good = 0;
+			}
+			json_decref(out);
+			json_decref(fails);
+			json_decref(c);
+		}
+	return good;
+}
+
+int main(void)
+{
+	json_t *s = json_load_file(FIXTURE, JSON_REJECT_DUPLICATES, NULL), *fails, *out, *want;
+	char got[1024];
+	int runs = 0, clean;
+
+	if (!s) {
+		ok(0, "%s readable (run from the source root)", FIXTURE);
+		return tap_done();
+	}
+	fails = json_array();
+	out = prov_read(s, SHA, fails);
+	ok(out && json_array_size(fails) == 0, "the fixture reads clean [%s]", fields(fails, got, sizeof got));
+	ok(!strcmp(json_string_value(json_object_get(json_object_get(out, "subject"), "name")) ?: "", "app.bin"),
+	   "subject: the artifact's name");
+	ok(json_array_size(json_object_get(json_object_get(out, "chain"), "layers")) == 1 &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(json_object_get(
+			   json_object_get(out, "chain"), "layers"), 0), "stage")) ?: "", "st-0123456789ab"),
+	   "chain: the stage layer, by id and digest");
+	ok(!strcmp(json_string_value(json_object_get(json_object_get(json_object_get(out, "chain"), "base"),
+						     "flavor")) ?: "", "base"), "chain: the base image's flavor");
+	ok(json_is_string(json_object_get(json_object_get(out, "ledger"), "sha256")), "the ledger's digest");
+	ok(json_is_null(json_object_get(out, "attestation")), "no attestation: null");
+	want = json_pack("[s]", "SECRET");
+	ok(json_equal(json_object_get(out, "envNames"), want), "env names");
+	json_decref(want);
+
+	/* the chain comparison */
+	want = json_deep_copy(json_object_get(out, "chain"));
+	json_array_clear(fails);
+	ok(prov_chain_compare(json_object_get(out, "chain"), want, fails) == 0, "chain: equal to itself");
+	json_object_set_new(json_object_get(want, "base"), "sha256", json_string(SHA));
+	ok(prov_chain_compare(json_object_get(out, "chain"), want, fails) == 1, "chain: another base refused");
+	json_decref(want);
+	want = json_deep_copy(json_object_get(out, "chain"));
+	json_array_clear(json_object_get(want, "layers"));
+	json_array_clear(fails);
+	ok(prov_chain_compare(json_object_get(out, "chain"), want, fails) == 1 &&
+		   strstr(json_string_value(json_object_get(json_array_get(fails, 0), "why")), "1 stage layer(s) signed, 0 expected"),
+	   "chain: a layer more than expected refused");
+	json_decref(want);
+	want = json_deep_copy(json_object_get(out, "chain"));
+	json_object_set_new(json_array_get(json_object_get(want, "layers"), 0), "sha256", json_string(SHA));
+	json_array_clear(fails);
+	ok(prov_chain_compare(json_object_get(out, "chain"), want, fails) == 1, "chain: another layer digest refused");
+	json_decref(want);
+	json_decref(out);
+	json_decref(fails);
+
+	ok(refused_as(s, NULL, "0000000000000000000000000000000000000000000000000000000000000000", "subject"),
+	   "an artifact whose sha256 is no subject: refused (subject)");
+	ok(refused_as(s, e_nosubj, SHA, "subject"), "no subject at all: refused");
+	ok(refused_as(s, e_upper, SHA, "subject"), "a subject digest in upper case: refused (not isopod's, not matched)");
+	ok(refused_as(s, e_type, SHA, "_type"), "another Statement type: refused");
+	ok(refused_as(s, e_ptype, SHA, "predicateType"), "SLSA provenance v0.2: refused");
+	ok(refused_as(s, e_btype, SHA, "buildType"), "another build type: refused");
+	ok(refused_as(s, e_env, SHA, "externalParameters.envNames"), "an env value among the names: refused");
+	ok(refused_as(s, e_nocmd, SHA, "externalParameters.command"), "an empty command: refused");
+	ok(refused_as(s, e_mode, SHA, "externalParameters.network.mode"), "an unknown network mode: refused");
+	ok(refused_as(s, e_novml, SHA, "resolvedDependencies"), "no kernel: refused");
+	ok(refused_as(s, e_twoimg, SHA, "resolvedDependencies"), "two base images: refused");
+	ok(refused_as(s, e_badstage, SHA, "resolvedDependencies"), "a stage dependency not named st-<12 hex>: refused");
+	ok(refused_as(s, e_times, SHA, "finishedOn"), "finished before it started: refused");
+	ok(refused_as(s, e_timefmt, SHA, "runDetails.metadata"), "a time not YYYY-MM-DDTHH:MM:SSZ: refused");
+	ok(refused_as(s, e_builder, SHA, "runDetails.builder.id"), "another builder: refused");
+
+	fails = json_array();
+	want = json_pack("[i]", 1);
+	out = prov_read(want, SHA, fails);
+	ok(out && json_array_size(fails) == 1, "an array, not a Statement: one failure, no crash");
+	json_decref(want);
+	json_decref(out);
+	json_decref(fails);
+
+	clean = sweep(s, s, &runs);
+	ok(runs > 200, "sweep: every member of the fixture replaced by each wrong type (%d reads, %d "
+	   "clean: optional members), no crash", runs, clean);
+	ok(required(s), "every required member replaced by null, 1 or {}: never clean");
+	json_decref(s);
+	return tap_done();
+}
