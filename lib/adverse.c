@@ -87,7 +87,8 @@ static int avm_of(struct avm *v, const char *id, char *why, size_t wsz)
 /* claim | boot one VM of mode, as `isopod run` does.  -1 with why. */
 static int boot_vm(struct adv *a, const char *mode, char *why, size_t wsz)
 {
-	char *cav[10] = { "isopod-claim" }, pid[32], res[32], *old;
+	char *cav[10] = { "isopod-claim" }, pid[32], res[48];
+	char *env[] = { res, NULL };
 	char *bav[] = { "isopod-boot", "--vm", NULL, "--owner-pid", pid, "--timeout-ms", "240000", NULL };
 	char *sav[] = { "isopod-stop", "--force", "--vm", NULL, NULL };
 	int n = 1, st = 0;
@@ -114,17 +115,11 @@ static int boot_vm(struct adv *a, const char *mode, char *why, size_t wsz)
 	bav[2] = (char *)id;
 	/* a filtered VM's broker asks the doctor's resolver (isopod-boot
 	 * passes ISOPOD_RESOLVER on), so the rebinding probes need no
-	 * outside DNS; nothing else of the doctor's VMs resolves a name */
-	old = getenv("ISOPOD_RESOLVER") ? strdup(getenv("ISOPOD_RESOLVER")) : NULL;
-	snprintf(res, sizeof res, "127.0.0.1:%d", a->rebind_port);
-	if (!strcmp(mode, "filtered") && a->rebind_port)
-		setenv("ISOPOD_RESOLVER", res, 1);
-	b = adv_tool_json(a, bav, PROC_NULL, &st);
-	if (old)
-		setenv("ISOPOD_RESOLVER", old, 1);
-	else
-		unsetenv("ISOPOD_RESOLVER");
-	free(old);
+	 * outside DNS; nothing else of the doctor's VMs resolves a name.
+	 * Set in boot's environment only, never in the doctor's. */
+	snprintf(res, sizeof res, "ISOPOD_RESOLVER=127.0.0.1:%d", a->rebind_port);
+	b = adv_tool_json_env(a, bav, !strcmp(mode, "filtered") && a->rebind_port ? env : NULL,
+			      PROC_NULL, &st);
 	json_decref(b);
 	if (st) {
 		sav[3] = (char *)id;

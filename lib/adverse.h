@@ -100,6 +100,9 @@ __attribute__((format(printf, 3, 4))) void adv_fatal(struct adv *a, int code, co
  * read as one JSON object (NULL when it printed none); *st its status.
  * After a failure (a->fatal set) it runs nothing: NULL, *st EX_SYS. */
 json_t *adv_tool_json(struct adv *a, char **av, int in, int *st);
+/* The same, with env ("NAME=VALUE"s, NULL-ended, or NULL) added to the
+ * tool's environment (struct proc_spec's env), the doctor's own unchanged. */
+json_t *adv_tool_json_env(struct adv *a, char **av, char *const *env, int in, int *st);
 
 /* The doctor's own listener on addr:port (TCP and UDP).  -1 with errno. */
 int adv_own_open(struct adv *a, const char *addr, int port, int proto);
