@@ -155,7 +155,8 @@ static void stop_ours(struct adv *a)
 /* What a probe from inside cannot see, checked on the host: each tap's
  * forwarding flag as netsetup set it (filtered off, open on) and its
  * fail-closed routing rule (priority 10, blackhole) in place, read back
- * with ip(8).  Each check {check, tap, ok, want, have}. */
+ * with ip(8); its filter; the broker of the VM on its slot answering.
+ * Each check {check, tap, ok, ...}. */
 static json_t *host_checks(struct adv *a)
 {
 	json_t *out = json_array(), *rules = NULL, *r;
@@ -201,6 +202,7 @@ static json_t *host_checks(struct adv *a)
 				!strcmp(json_string_value(json_object_get(r, "action")) ?: "", "blackhole");
 		json_array_append_new(out, adv_route_check(a, k, rule));
 		json_array_append_new(out, adv_tc_check(k, mode));
+		json_array_append_new(out, adv_broker_check(k, mode));
 	}
 	json_decref(rules);
 	json_array_append_new(out, adv_netstate_check("before"));

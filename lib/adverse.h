@@ -123,6 +123,11 @@ json_t *adv_tc_check(int k, const char *mode);
  * it) to a host address and to the public target is routed must refuse
  * it.  listed: the blackhole rule was found in the listing. */
 json_t *adv_route_check(const struct adv *a, int k, int listed);
+/* Tap k's broker answers, when a VM is on the slot (its QEMU holds the tap:
+ * carrier on; any VM, the doctor's or not): a DNS query of class CH (which
+ * a broker refuses itself, never forwards) to the gateway's broker port
+ * gets a reply within 2 s (one retry).  A free slot has no broker: ok. */
+json_t *adv_broker_check(int k, const char *mode);
 /* The live tables, routing rules and filters against isopod-netsetup's
  * record (lib/netstate.h); when: "before" or "after" the probes. */
 json_t *adv_netstate_check(const char *when);
