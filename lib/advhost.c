@@ -12,9 +12,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
-#include <poll.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -105,7 +105,7 @@ static int broker_ask(uint32_t gw, char *why, size_t wsz)
 	 * nothing of the check leaves the host, whatever the allowlist */
 	if (!(ql = dns_build_query(q, sizeof q, id, "broker-check.isopod-doctor.invalid", DNS_T_A)))
 		return snprintf(why, wsz, "unable to build the query"), -1;
-	q[ql - 1] = 3;
+	q[ql - 1] = 3; /* the question's class, its last two bytes: IN (1) -> CH (3) */
 	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 ||
 	    connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
 		snprintf(why, wsz, "unable to reach the broker's port: %s", strerror(errno));
