@@ -134,8 +134,9 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest sign -o "$BATS_TEST_TMPDIR/e.json" "$BATS_TEST_TMPDIR/r.json"
 	echo "$stderr"
 	sst=$status
-	run --separate-stderr ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-runner" --spool "$spool" \
-		--attestation "$env" --recheck-s 5 </dev/null
+	# (bounded: a runner that took the attestation would run on)
+	run --separate-stderr timeout 60 ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-runner" \
+		--spool "$spool" --attestation "$env" --recheck-s 5 </dev/null
 	netsetup
 	echo "$stderr"
 	[ "$status" -eq 111 ]
