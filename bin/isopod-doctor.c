@@ -200,16 +200,20 @@ static json_t *real_run(const char *front, const char *defnet, int *ok)
 	char *av[] = { (char *)front, "run", "--json-only", "--timeout-s", RUN_TIMEOUT_S, "--net",
 		       (char *)defnet, "--", "true", NULL };
 	struct proc_spec ps = PROC_SPEC(av);
+	char home[PATH_MAX + 16], *env[] = { home, NULL };
 	int pfd[2], st = 0;
 	json_t *out;
 	pid_t pid;
 
 	*ok = 0;
 	/* the run uses this very store, however the doctor found it */
-	if (setenv("ISOPOD_HOME", store_home(), 1) < 0 || pipe2(pfd, O_CLOEXEC) < 0)
+	if (pathn(home, sizeof home, "ISOPOD_HOME=%s", store_home()) < 0)
+		die(EX_USAGE, "path too long: %.64s...", store_home());
+	if (pipe2(pfd, O_CLOEXEC) < 0)
 		die(EX_SYS, "unable to set up the test run:");
 	ps.out = pfd[1];
 	ps.err = PROC_INHERIT;
+	ps.env = env;
 	if ((pid = proc_spawn(&ps)) < 0)
 		die(EX_SYS, "unable to start %s:", front);
 	close(pfd[1]);

@@ -87,7 +87,8 @@ static int avm_of(struct avm *v, const char *id, char *why, size_t wsz)
 /* claim | boot one VM of mode, as `isopod run` does.  -1 with why. */
 static int boot_vm(struct adv *a, const char *mode, char *why, size_t wsz)
 {
-	char *cav[10] = { "isopod-claim" }, pid[32], res[32], *old;
+	char *cav[10] = { "isopod-claim" }, pid[32], res[48];
+	char *env[] = { res, NULL };
 	char *bav[] = { "isopod-boot", "--vm", NULL, "--owner-pid", pid, "--timeout-ms", "240000", NULL };
 	char *sav[] = { "isopod-stop", "--force", "--vm", NULL, NULL };
 	int n = 1, st = 0;
@@ -114,17 +115,11 @@ static int boot_vm(struct adv *a, const char *mode, char *why, size_t wsz)
 	bav[2] = (char *)id;
 	/* a filtered VM's broker asks the doctor's resolver (isopod-boot
 	 * passes ISOPOD_RESOLVER on), so the rebinding probes need no
-	 * outside DNS; nothing else of the doctor's VMs resolves a name */
-	old = getenv("ISOPOD_RESOLVER") ? strdup(getenv("ISOPOD_RESOLVER")) : NULL;
-	snprintf(res, sizeof res, "127.0.0.1:%d", a->rebind_port);
-	if (!strcmp(mode, "filtered") && a->rebind_port)
-		setenv("ISOPOD_RESOLVER", res, 1);
-	b = adv_tool_json(a, bav, PROC_NULL, &st);
-	if (old)
-		setenv("ISOPOD_RESOLVER", old, 1);
-	else
-		unsetenv("ISOPOD_RESOLVER");
-	free(old);
+	 * outside DNS; nothing else of the doctor's VMs resolves a name.
+	 * Set in boot's environment only, never in the doctor's. */
+	snprintf(res, sizeof res, "ISOPOD_RESOLVER=127.0.0.1:%d", a->rebind_port);
+	b = adv_tool_json_env(a, bav, !strcmp(mode, "filtered") && a->rebind_port ? env : NULL,
+			      PROC_NULL, &st);
 	json_decref(b);
 	if (st) {
 		sav[3] = (char *)id;
@@ -160,7 +155,8 @@ static void stop_ours(struct adv *a)
 /* What a probe from inside cannot see, checked on the host: each tap's
  * forwarding flag as netsetup set it (filtered off, open on) and its
  * fail-closed routing rule (priority 10, blackhole) in place, read back
- * with ip(8).  Each check {check, tap, ok, want, have}. */
+ * with ip(8); its filter; the broker of the VM on its slot answering.
+ * Each check {check, tap, ok, ...}. */
 static json_t *host_checks(struct adv *a)
 {
 	json_t *out = json_array(), *rules = NULL, *r;
@@ -206,6 +202,7 @@ static json_t *host_checks(struct adv *a)
 				!strcmp(json_string_value(json_object_get(r, "action")) ?: "", "blackhole");
 		json_array_append_new(out, adv_route_check(a, k, rule));
 		json_array_append_new(out, adv_tc_check(k, mode));
+		json_array_append_new(out, adv_broker_check(k, mode));
 	}
 	json_decref(rules);
 	json_array_append_new(out, adv_netstate_check("before"));

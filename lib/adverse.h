@@ -100,6 +100,9 @@ __attribute__((format(printf, 3, 4))) void adv_fatal(struct adv *a, int code, co
  * read as one JSON object (NULL when it printed none); *st its status.
  * After a failure (a->fatal set) it runs nothing: NULL, *st EX_SYS. */
 json_t *adv_tool_json(struct adv *a, char **av, int in, int *st);
+/* The same, with env ("NAME=VALUE"s, NULL-ended, or NULL) added to the
+ * tool's environment (struct proc_spec's env), the doctor's own unchanged. */
+json_t *adv_tool_json_env(struct adv *a, char **av, char *const *env, int in, int *st);
 
 /* The doctor's own listener on addr:port (TCP and UDP).  -1 with errno. */
 int adv_own_open(struct adv *a, const char *addr, int port, int proto);
@@ -120,6 +123,11 @@ json_t *adv_tc_check(int k, const char *mode);
  * it) to a host address and to the public target is routed must refuse
  * it.  listed: the blackhole rule was found in the listing. */
 json_t *adv_route_check(const struct adv *a, int k, int listed);
+/* Tap k's broker answers, when a VM is on the slot (its QEMU holds the tap:
+ * carrier on; any VM, the doctor's or not): a DNS query of class CH (which
+ * a broker refuses itself, never forwards) to the gateway's broker port
+ * gets a reply within 2 s (one retry).  A free slot has no broker: ok. */
+json_t *adv_broker_check(int k, const char *mode);
 /* The live tables, routing rules and filters against isopod-netsetup's
  * record (lib/netstate.h); when: "before" or "after" the probes. */
 json_t *adv_netstate_check(const char *when);

@@ -3,17 +3,22 @@
  * tables, rules and filters are the ones isopod-netsetup recorded (see
  * adverse.h, lib/netstate.h). */
 #include "adverse.h"
+#include "dns.h"
 #include "net.h"
 #include "netstate.h"
 #include "tcfilter.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 /* The tap's IPv4 address (its slot's gateway), network order; 0 none. */
 static uint32_t tap_addr(const char *tap)
@@ -63,6 +68,100 @@ json_t *adv_tc_check(int k, const char *mode)
 	}
 	return json_pack("{s:s, s:s, s:s, s:b, s:s?}", "check", "tc-filter", "tap", tap, "mode", mode,
 			 "ok", ok, "why", ok ? NULL : msg);
+}
+
+/* Is a VM's QEMU on tap (carrier on: a tun device has carrier exactly
+ * while a queue is attached)?  -1 unreadable. */
+static int tap_carrier(const char *tap)
+{
+	char p[PATH_MAX], b[8] = "";
+	ssize_t n;
+	int fd;
+
+	if (pathn(p, sizeof p, "/sys/class/net/%s/carrier", tap) < 0 ||
+	    (fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	n = read(fd, b, sizeof b - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	return b[0] == '1';
+}
+
+/* One query to gw (network order) on the broker's DNS port: the reply's
+ * rcode (0..15), or -1 with why. */
+static int broker_ask(uint32_t gw, char *why, size_t wsz)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(TCFILTER_PORT_BROKER_DNS),
+				  .sin_addr = { .s_addr = gw } };
+	uint8_t q[512], r[512];
+	uint16_t id;
+	size_t ql;
+	int fd, t, rc = -1;
+
+	if (rand_bytes(&id, sizeof id) < 0)
+		return snprintf(why, wsz, "getrandom: %s", strerror(errno)), -1;
+	/* class CH: refused by the broker itself ("not class IN"), so
+	 * nothing of the check leaves the host, whatever the allowlist */
+	if (!(ql = dns_build_query(q, sizeof q, id, "broker-check.isopod-doctor.invalid", DNS_T_A)))
+		return snprintf(why, wsz, "unable to build the query"), -1;
+	q[ql - 1] = 3; /* the question's class, its last two bytes: IN (1) -> CH (3) */
+	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		snprintf(why, wsz, "unable to reach the broker's port: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	snprintf(why, wsz, "no reply from the broker (port %d) within 2 s, twice", TCFILTER_PORT_BROKER_DNS);
+	for (t = 0; t < 2 && rc < 0; t++) {
+		int64_t until = mono_ms() + 2000, left;
+
+		if (send(fd, q, ql, 0) < 0) {
+			/* ECONNREFUSED: nothing listens there */
+			snprintf(why, wsz, "the broker's port %d: %s", TCFILTER_PORT_BROKER_DNS, strerror(errno));
+			break;
+		}
+		while (rc < 0 && (left = until - mono_ms()) > 0) {
+			struct pollfd pf = { .fd = fd, .events = POLLIN };
+			ssize_t n;
+
+			if (poll(&pf, 1, (int)left) <= 0)
+				continue;
+			if ((n = recv(fd, r, sizeof r, 0)) < 0) {
+				snprintf(why, wsz, "the broker's port %d: %s", TCFILTER_PORT_BROKER_DNS,
+					 strerror(errno));
+				t = 2;
+				break;
+			}
+			/* our id, a response */
+			if (n >= 12 && r[0] == q[0] && r[1] == q[1] && (r[2] & 0x80))
+				rc = r[3] & 0x0f;
+		}
+	}
+	close(fd);
+	return rc;
+}
+
+json_t *adv_broker_check(int k, const char *mode)
+{
+	char tap[32], why[256] = "";
+	uint32_t gw;
+	int busy, rc = -1;
+
+	snprintf(tap, sizeof tap, NET_TAP_PREFIX "%d", k);
+	gw = tap_addr(tap);
+	busy = tap_carrier(tap);
+	if (busy < 0)
+		snprintf(why, sizeof why, "%s: its carrier is unreadable", tap);
+	else if (busy && !gw)
+		snprintf(why, sizeof why, "%s: no IPv4 address", tap);
+	else if (busy)
+		rc = broker_ask(gw, why, sizeof why);
+	return json_pack("{s:s, s:s, s:s, s:b, s:b, s:b, s:o, s:s?}", "check", "broker", "tap", tap,
+			 "mode", mode, "ok", busy == 0 || rc >= 0, "vm_on_slot", busy > 0, "answered",
+			 rc >= 0, "rcode", rc >= 0 ? json_integer(rc) : json_null(), "why",
+			 busy == 0 || rc >= 0 ? NULL : why);
 }
 
 json_t *adv_route_check(const struct adv *a, int k, int listed)

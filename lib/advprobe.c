@@ -182,6 +182,11 @@ static json_t *read_serving(struct adv *a, int fd)
 
 json_t *adv_tool_json(struct adv *a, char **av, int in, int *st)
 {
+	return adv_tool_json_env(a, av, NULL, in, st);
+}
+
+json_t *adv_tool_json_env(struct adv *a, char **av, char *const *env, int in, int *st)
+{
 	char path[PATH_MAX];
 	struct proc_spec ps = PROC_SPEC(av);
 	int pfd[2], w = 0;
@@ -197,6 +202,7 @@ json_t *adv_tool_json(struct adv *a, char **av, int in, int *st)
 	ps.file = path;
 	ps.in = in;
 	ps.err = PROC_INHERIT;
+	ps.env = env;
 	if (pipe2(pfd, O_CLOEXEC) < 0)
 		return adv_fatal(a, EX_SYS, "unable to make a pipe:"), NULL;
 	ps.out = pfd[1];

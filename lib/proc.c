@@ -72,20 +72,59 @@ int proc_child_setup(const struct proc_spec *ps, pid_t parent)
 	return 0;
 }
 
+/* The environment for ps's program: the caller's, each of ps->env set
+ * over it (a NAME there replaces the caller's NAME).  Only the array is
+ * new (free it); its strings are the caller's and ps's.  NULL with errno. */
+static char **env_for(const struct proc_spec *ps)
+{
+	size_t n = 0, k = 0, i, j;
+	char **out;
+
+	for (i = 0; environ && environ[i]; i++)
+		n++;
+	for (j = 0; ps->env[j]; j++)
+		if (!strchr(ps->env[j], '=') || ps->env[j][0] == '=')
+			return errno = EINVAL, NULL;
+	if (!(out = calloc(n + j + 1, sizeof *out)))
+		return NULL;
+	for (i = 0; i < n; i++) {
+		size_t nl = strcspn(environ[i], "=");
+		int over = 0;
+
+		for (j = 0; ps->env[j] && !over; j++)
+			over = strcspn(ps->env[j], "=") == nl && !strncmp(ps->env[j], environ[i], nl);
+		if (!over)
+			out[k++] = environ[i];
+	}
+	for (j = 0; ps->env[j]; j++)
+		out[k++] = ps->env[j];
+	out[k] = NULL;
+	return out;
+}
+
 pid_t proc_spawn(const struct proc_spec *ps)
 {
 	pid_t parent = getpid(), pid;
+	char **envp = NULL;
 
+	/* built before the fork: the child only execs */
+	if (ps->env && !(envp = env_for(ps)))
+		return -1;
 	fflush(NULL);
 	pid = fork();
-	if (pid != 0)
+	if (pid != 0) {
+		int e = errno;
+
+		free(envp);
+		errno = e;
 		return pid;
+	}
 	if (proc_child_setup(ps, parent) < 0)
 		_exit(126);
 	if (ps->file)
-		execv(ps->file, ps->argv);
+		execve(ps->file, ps->argv, envp ? envp : environ);
 	else
-		execvp(ps->argv[0], ps->argv);
+		execvpe(ps->argv[0], ps->argv, envp ? envp : environ);
 	dprintf(2, "%s: fatal: unable to exec %s: %s\n", progname ? progname : "isopod",
 		ps->file ? ps->file : ps->argv[0], strerror(errno));
 	_exit(127);

@@ -3,7 +3,9 @@
  * fork + exec with an explicit descriptor plan: stdin, stdout and stderr
  * named (or /dev/null), a keep-list that becomes fds 3, 4, ... in order,
  * every other descriptor closed; signals unblocked and SIGPIPE default;
- * optionally a session of its own, a parent-death signal and a umask.
+ * optionally a session of its own, a parent-death signal, a umask and
+ * variables added to the environment the program gets (the caller's own
+ * environment is never changed to reach a child).
  * The fd plan is applied through descriptors above the target range, so a
  * source may be any fd, even one of the targets (bubblewrap's fdwalk and
  * catatonit do the same before exec). */
@@ -26,6 +28,8 @@ struct proc_spec {
 	int pdeathsig;          /* 0: none; else delivered when the caller dies */
 	int setsid;             /* 1: a session of its own */
 	int umask;              /* -1: unchanged */
+	char *const *env;       /* NULL, or "NAME=VALUE"s, NULL-ended: the program's
+				   environment is the caller's with these set over it */
 };
 
 /* A spec with every member in its neutral state: argv set, std fds
@@ -41,7 +45,7 @@ struct proc_spec {
 int proc_child_setup(const struct proc_spec *ps, pid_t parent);
 /* Start it.  The child exits 126 when it cannot set its descriptors up,
  * 127 when exec fails (naming the program on its stderr).  The pid, or -1
- * with errno. */
+ * with errno (EINVAL: an env entry without '='). */
 pid_t proc_spawn(const struct proc_spec *ps);
 /* waitpid, retrying on EINTR.  0, or -1 with errno. */
 int proc_wait(pid_t pid, int *status);

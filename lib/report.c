@@ -90,13 +90,13 @@ void report_live_read(struct report_live *live)
 }
 
 /* The host side: what a probe from inside cannot see.  With taps live,
- * each must have its forwarding flag, its fail-closed rule and its tc
- * filter checked, the host its tables, rules and filters against
+ * each must have its forwarding flag, its fail-closed rule, its tc
+ * filter and the broker of the VM on its slot checked, the host its tables, rules and filters against
  * isopod-netsetup's record before and after the probes (netstate), and
  * every check the report has must be ok. */
 static int check_host(json_t *hc, const struct report_live *live, char *why, size_t whysz)
 {
-	static const char *const want[] = { "tap-forwarding", "fail-closed-rule", "tc-filter" };
+	static const char *const want[] = { "tap-forwarding", "fail-closed-rule", "tc-filter", "broker" };
 	static const char *const when[] = { "before", "after" };
 	json_t *c;
 	size_t i, w;

@@ -620,6 +620,16 @@ hi" ]
 	[ "$status" -eq 0 ]
 }
 
+@test "lint: no library changes the process's environment to reach a child (struct proc_spec's env does)" {
+	cd "$ISOPOD_SRC"
+	# The one exception: lib/util.c's constructor takes ISOPOD_STATUS_FD
+	# out before main runs (the descriptor is the tool's, not its children's).
+	run grep -nE '\b(setenv|unsetenv|putenv|clearenv)[[:space:]]*\(' lib/*.c
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ -z "$(grep -vE '^lib/util\.c:[0-9]+:	unsetenv\("ISOPOD_STATUS_FD"\);$' <<<"$output")" ]
+}
+
 @test "run --net: the default is filtered; config files, ISOPOD_NET and --net override in that order" {
 	use_fake
 	unset ISOPOD_NET

@@ -405,7 +405,7 @@ sign_refuses() {
 		"no host check tap-forwarding for isopod-tap1"
 }
 
-@test "sign refuses a report without a live tap's tc-filter check, or without the netstate check before or after the probes" {
+@test "sign refuses a report without a live tap's tc-filter or broker check, or without the netstate check before or after the probes" {
 	sign_refuses 'del(.host_checks[] | select(.tap == "isopod-tap1" and .check == "tc-filter"))' \
 		"no host check tc-filter for isopod-tap1"
 	[ "$status" -eq 1 ]
@@ -415,6 +415,11 @@ sign_refuses() {
 		"no host check netstate before the probes"
 	sign_refuses '(.host_checks[] | select(.check == "tc-filter" and .tap == "isopod-tap0") | .ok) = false' \
 		"host check tc-filter on isopod-tap0 is not ok"
+	# the broker of the VM on each slot (a doctor before that check: refused)
+	sign_refuses 'del(.host_checks[] | select(.tap == "isopod-tap0" and .check == "broker"))' \
+		"no host check broker for isopod-tap0"
+	sign_refuses '(.host_checks[] | select(.check == "broker" and .tap == "isopod-tap1") | .ok) = false' \
+		"host check broker on isopod-tap1 is not ok"
 }
 
 @test "sign refuses a report whose recorded subjects are not the live host's now, naming each" {

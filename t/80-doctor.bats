@@ -85,8 +85,11 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	json_is 'all(.probes[] | select(.class != "none"); .steps[4].enforced and (.steps[4].tc_filter | type) == "object")'
 	json_is '[.probes[] | select(.class != "none" and (.steps[4].nft_drops | length) > 0)] | length > 0'
 	# the host side: 3 taps, each its forwarding flag, its fail-closed rule
-	# (by function) and its tc filter; the record of netsetup, before and after
-	json_is '(.host_checks | length) == 11 and all(.host_checks[]; .ok)'
+	# (by function), its tc filter and its broker; the record of netsetup,
+	# before and after
+	json_is '(.host_checks | length) == 14 and all(.host_checks[]; .ok)'
+	# and the broker of each slot's VM (the doctor's own, on every slot) answered
+	json_is '[.host_checks[] | select(.check == "broker") | [.tap, .vm_on_slot, .answered]] == [["isopod-tap0", true, true], ["isopod-tap1", true, true], ["isopod-tap2", true, true]]'
 	json_is '[.host_checks[] | select(.check == "netstate") | .when] == ["before", "after"]'
 	json_is '[.probes[] | select(.class == "other-vm") | .name | test("^(filtered|filtered2|open)/other-vm-10\\.213\\.0\\.[0-9]+-to-")] | length == 12'
 	# the second filtered VM's probes are named apart (a report names each once)
@@ -102,6 +105,47 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest verify "$BATS_FILE_TMPDIR/env.json"
 	echo "$output"
 	[ "$status" -eq 0 ]
+}
+
+@test "acceptance with a real doctor: the runner starts on the first test's signed report and runs a job; the table flushed: a fresh doctor and sign refuse, and the runner refuses to start" {
+	local env="$BATS_FILE_TMPDIR/env.json" spool="$BATS_TEST_TMPDIR/spool" rpid rc=0 sst
+	# signed by the first test, from its full doctor run in this lab
+	[ -s "$env" ]
+	mkdir -p "$spool/queue"
+	printf '%s\n' '{"argv": ["echo", "attested"], "net": "none", "timeout_s": 120}' >"$spool/.a.tmp"
+	mv "$spool/.a.tmp" "$spool/queue/a.json"
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-runner" --spool "$spool" \
+		--attestation "$env" --recheck-s 5 </dev/null >"$spool.out" 2>"$spool.err" 3>&- &
+	rpid=$!
+	for _ in $(seq 1 240); do
+		{ [ -f "$spool/done/a/result.json" ] || ! kill -0 "$rpid" 2>/dev/null; } && break
+		sleep 0.5
+	done
+	cat "$spool.err"
+	jq -e '.state == "running" and .attestation.valid' "$spool/status.json"
+	jq -e '.ok and .stdout == "attested\n"' "$spool/done/a/result.json"
+	kill -TERM "$rpid"
+	wait "$rpid" || rc=$?
+	[ "$rc" -eq 0 ]
+	# one mutation: the table flushed
+	lab exec nft flush table inet isopod
+	run --separate-stderr doctor
+	echo "$output" >"$BATS_TEST_TMPDIR/r.json"
+	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest sign -o "$BATS_TEST_TMPDIR/e.json" "$BATS_TEST_TMPDIR/r.json"
+	echo "$stderr"
+	sst=$status
+	# (bounded: a runner that took the attestation would run on)
+	run --separate-stderr timeout 60 ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-runner" \
+		--spool "$spool" --attestation "$env" --recheck-s 5 </dev/null
+	netsetup
+	echo "$stderr"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"refusing to start: attestation $env does not verify"*"ruleset/nftables"* ]]
+	jq -e '.state == "refused" and (.reason | contains("ruleset/nftables"))' "$spool/status.json"
+	[ "$sst" -eq 1 ]
+	[ ! -e "$BATS_TEST_TMPDIR/e.json" ]
+	jq -e '.verdict == "error" and .setup.step == "boot"' "$BATS_TEST_TMPDIR/r.json"
+	[ -f "$spool/done/a/result.json" ] && [ -z "$(ls "$spool/queue")" ]
 }
 
 @test "doctor --adverse --modes none passes (one probe), but sign refuses it: the lab's filtered and open slots were not tested" {
@@ -210,17 +254,27 @@ EOF
 	json_is '.verdict == "error" and .setup.step == "boot" and .counts.pass == 0'
 }
 
-@test "mutation: the broker of the VM under test killed: exactly the probes whose control is its DNS are ERROR" {
+@test "mutation: the broker of the VM under test killed: exactly the probes whose control is its DNS are ERROR; the host check of its slot's broker FAILs, nothing else" {
 	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
 	[ "$status" -eq 0 ]
-	local id bp
+	local id bp probes pst tap
 	id=$(jq -r .vm.id <<<"$output")
+	tap=$(jq -r .net.tap "$ISOPOD_HOME/vms/$id/meta.json")
 	bp=$(jq -r .broker_pid "$ISOPOD_HOME/vms/$id/meta.json")
 	[ "$bp" -gt 1 ]
 	kill "$bp"
 	# classes with DNS-controlled probes (UDP: nslookup) and others
 	run --separate-stderr doctor --vm "$id" --class metadata,gateway-port
+	probes=$output pst=$status
+	# the host side sees it without a probe: its slot's broker does not answer
+	run --separate-stderr doctor --modes none
 	isopod-stop --force --vm "$id" >/dev/null || :
+	echo "$output" | jq -c '.host_checks[] | select(.check == "broker")'
+	[ "$status" -eq 1 ]
+	json_is '.counts.pass == .counts.probes and .counts.probes == 1'
+	[ "$(failing_checks)" = "broker $tap" ]
+	json_is '[.host_checks[] | select(.check == "broker" and .vm_on_slot) | .tap] == ["'"$tap"'"]'
+	output=$probes status=$pst
 	echo "$output" | jq -c '.probes[] | select(.verdict != "pass") | [.name, .verdict, .why]'
 	[ "$status" -eq 111 ]
 	json_is 'all(.probes[] | select(.steps[1].program == "nslookup"); .verdict == "error" and .steps[2].ok == false)'
@@ -474,6 +528,74 @@ filtered2/dns-rebinding-private-10.0.0.1
 EOF
 	# the lab's metadata host answered through the broker
 	json_is '[.probes[] | select(.name | test("metadata")) | .steps[3].answered] == [true, true]'
+}
+
+@test "mutation: a filtered VM's broker allowing every name (started with --allow-all, as a host's wider configuration would; the claim takes no IP literal nor a bare *): exactly the probes the allowlist stops FAIL" {
+	local w="$BATS_TEST_TMPDIR/broker" id bp
+	printf '#!/bin/sh\nexec "%s/bin/isopod-broker" --allow-all "$@"\n' "$ISOPOD_SRC" >"$w"
+	chmod +x "$w"
+	ISOPOD_BROKER=$w run --separate-stderr vrun --net filtered --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
+	bp=$(jq -r .broker_pid "$ISOPOD_HOME/vms/$id/meta.json")
+	# the broker of this VM is the widened one
+	tr '\0' ' ' <"/proc/$bp/cmdline" | grep -q -- '--allow-all'
+	run --separate-stderr doctor --vm "$id" --class filtered-forwarding,dns-exfiltration,metadata
+	isopod-stop --force --vm "$id" >/dev/null || :
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.pass > 0'
+	diff <(not_passing) - <<'EOF'
+filtered/dns-exfiltration
+filtered/literal-198.51.100.10-proxy
+EOF
+	# no refusal in the ledger: the broker let them through
+	json_is 'all(.probes[] | select(.verdict == "fail"); .steps[4].ledger_refusal == false)'
+}
+
+# frozen_netsetup: isopod-netsetup built with a tap filter whose counters
+# never move (each count adds 0: the program still has its .bss, so the
+# doctor reads counters that are there and still), as
+# $BATS_FILE_TMPDIR/frozen/isopod-netsetup.
+frozen_netsetup() {
+	local d="$BATS_FILE_TMPDIR/frozen" link
+	mkdir -p "$d/lib"
+	grep -q '__sync_fetch_and_add(&counts\[why\], 1);' "$ISOPOD_SRC/lib/tapfilter.bpf.c"
+	sed 's/__sync_fetch_and_add(&counts\[why\], 1);/__sync_fetch_and_add(\&counts[why], 0);/' \
+		"$ISOPOD_SRC/lib/tapfilter.bpf.c" >"$d/lib/tapfilter.bpf.c"
+	! cmp -s "$ISOPOD_SRC/lib/tapfilter.bpf.c" "$d/lib/tapfilter.bpf.c"
+	clang -O2 -g -target bpf -Wall -Werror -I"/usr/include/$(gcc -print-multiarch)" \
+		-c -o "$d/lib/tapfilter.bpf.o" "$d/lib/tapfilter.bpf.c"
+	(cd "$d" && cc -c -o tapfilter_obj.o "$ISOPOD_SRC/lib/tapfilter_obj.S")
+	# netsetup's own link line, with that object
+	link=$(cd "$ISOPOD_SRC" && make -n -W bin/isopod-netsetup.c bin/isopod-netsetup | grep -- '-o bin/isopod-netsetup ')
+	link=${link/-o bin\/isopod-netsetup /-o $d/isopod-netsetup }
+	[[ "$link" == *" lib/tapfilter_obj.o "* ]]
+	link=${link/ lib\/tapfilter_obj.o / $d/tapfilter_obj.o }
+	(cd "$ISOPOD_SRC" && eval "$link")
+}
+
+@test "mutation: the tap filter present but its counters frozen (netsetup built with a filter that counts nothing): the probes only the filter stops FAIL for want of its counter, those a drop rule took pass; every host check passes" {
+	frozen_netsetup
+	lab exec "$BATS_FILE_TMPDIR/frozen/isopod-netsetup" "${SLOTS[@]}" --user 0 >/dev/null
+	run --separate-stderr doctor --modes open --class host,metadata,spoof-ip
+	netsetup
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why, .steps[4].enforced_by])'
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.pass > 0 and .counts.fail > 0'
+	# the filter is there, ours, read before and after: its counters did not move
+	json_is 'all(.host_checks[]; .ok) and (.host_checks | length) == 14'
+	json_is 'all(.probes[]; (.steps[4].tc_filter | type) == "object" and ([.steps[4].tc_filter[]] | all(. == 0)))'
+	# nothing got through: only the evidence is missing
+	json_is 'all(.probes[]; .steps[3].answered == false and .steps[4].out_to_target == 0 and .steps[4].own_listener_hits == 0)'
+	json_is 'all(.probes[] | select(.verdict == "fail"); .steps[4].enforced == false and (.why | test("no enforcement counter moved|the tap filter.s dropped_spoof counter did not move")))'
+	json_is 'all(.probes[] | select(.verdict == "pass"); .steps[4].enforced_by == "nft")'
+	diff <(not_passing | sed 's/-[0-9a-f:.]*$//') - <<'EOF'
+open/host-203.0.113.1-icmp
+open/host-203.0.113.1-tcp
+open/host-203.0.113.1-udp
+open/spoof-ip
+EOF
 }
 
 @test "regression: a class with no target is ERROR, never a silent pass (the lab host's address and default route taken away)" {

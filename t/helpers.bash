@@ -178,7 +178,7 @@ json_is() {
 # host_checks}: a doctor-booted VM of each live mode (none always; filtered,
 # open as the taps' ifalias say), one passing probe (five steps) of every
 # class isopod-attest sign requires for that mode (lib/suite.c, spelt out
-# here on purpose), the three host checks of every tap and, with taps, the
+# here on purpose), the four host checks of every tap and, with taps, the
 # netstate checks before and after.
 adverse_coverage() {
 	local taps
@@ -205,7 +205,9 @@ adverse_coverage() {
 		           steps: steps}],
 		 host_checks: ([$t[] | ({check: "tap-forwarding", tap: .tap, mode: .mode, ok: true},
 		                        {check: "fail-closed-rule", tap: .tap, ok: true},
-		                        {check: "tc-filter", tap: .tap, mode: .mode, ok: true})] +
+		                        {check: "tc-filter", tap: .tap, mode: .mode, ok: true},
+		                        {check: "broker", tap: .tap, mode: .mode, ok: true, vm_on_slot: true,
+		                         answered: true, rcode: 5})] +
 		               if ($t | length) > 0 then [{check: "netstate", when: "before", ok: true},
 		                                         {check: "netstate", when: "after", ok: true}]
 		               else [] end)}'

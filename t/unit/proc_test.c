@@ -165,6 +165,36 @@ int main(void)
 	ok(r == 0 && strstr(out, "0000000000000000"), "signal mask cleared: %s", out);
 	sigprocmask(SIG_UNBLOCK, &term, NULL);
 
+	/* env: set in the program's environment over the caller's, by PATH
+	 * lookup and by file; the caller's own environment never changes. */
+	setenv("PROC_TEST_KEPT", "mine", 1);
+	setenv("PROC_TEST_OVER", "caller", 1);
+	unsetenv("PROC_TEST_NEW");
+	{
+		char *t_env[] = { "sh", "-c", "echo \"$PROC_TEST_KEPT $PROC_TEST_OVER $PROC_TEST_NEW\"", NULL };
+		char *add[] = { "PROC_TEST_OVER=child", "PROC_TEST_NEW=a=b c", NULL };
+		char *bad[] = { "NOEQUALS", NULL }, *bad2[] = { "=x", NULL };
+
+		ps = (struct proc_spec)PROC_SPEC(t_env);
+		ps.env = add;
+		r = capture(&ps, out, sizeof out);
+		ok(r == 0 && !strcmp(out, "mine child a=b c"), "env set over the caller's (PATH): %s", out);
+		ps.file = "/bin/sh";
+		r = capture(&ps, out, sizeof out);
+		ok(r == 0 && !strcmp(out, "mine child a=b c"), "env set over the caller's (file): %s", out);
+		ok(!strcmp(getenv("PROC_TEST_OVER") ?: "", "caller") && !getenv("PROC_TEST_NEW"),
+		   "the caller's environment is unchanged");
+		ps.env = NULL;
+		r = capture(&ps, out, sizeof out);
+		ok(r == 0 && !strcmp(out, "mine caller "), "no env: the caller's as it is: %s", out);
+		ps.env = bad;
+		errno = 0;
+		ok(proc_spawn(&ps) == -1 && errno == EINVAL, "an env entry without '=': EINVAL, nothing started");
+		ps.env = bad2;
+		errno = 0;
+		ok(proc_spawn(&ps) == -1 && errno == EINVAL, "an env entry without a name: EINVAL");
+	}
+
 	ps = (struct proc_spec)PROC_SPEC(t_arg0);
 	ps.file = "/bin/sh";
 	r = capture(&ps, out, sizeof out);
