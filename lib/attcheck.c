@@ -13,15 +13,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_t whysz)
+int attcheck_start(const struct attcheck *a, struct attcheck_run *r, char *why, size_t whysz)
 {
-	char *av[10], *out = NULL, *err = NULL, w[512], *nl;
-	int n = 0, fo = memfd_create("verify-out", MFD_CLOEXEC),
-	    fe = memfd_create("verify-err", MFD_CLOEXEC), st, rc = -1;
+	char *av[10];
+	int n = 0;
 	struct proc_spec ps = PROC_SPEC(av);
-	size_t on = 0, en = 0, i, off;
-	json_t *v = NULL, *f;
-	pid_t pid = -1;
 
 	av[n++] = (char *)a->tool;
 	av[n++] = "verify";
@@ -31,48 +27,60 @@ int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_
 		av[n++] = "--pubkey", av[n++] = (char *)a->pubkey;
 	av[n++] = (char *)a->att;
 	av[n] = NULL;
-	ps.file = a->tool, ps.out = fo, ps.err = fe, ps.pdeathsig = SIGKILL;
-	if (fo >= 0 && fe >= 0)
-		pid = proc_spawn(&ps);
-	if (pid < 0) {
-		snprintf(why, whysz, "unable to start %.300s: %s", a->tool, strerror(errno));
-	} else {
-		if (!proc_exited_within(pid, &st, a->timeout_ms > 0 ? a->timeout_ms : ATTCHECK_TIMEOUT_MS)) {
-			kill(pid, SIGKILL);
-			proc_wait(pid, &st);
-		}
-		rc = proc_status(st);
-		out = fd_text(fo, JSON_MAX_BYTES, &on);
-		err = fd_text(fe, 4096, &en);
-		if (out && on)
-			v = json_parse(out, on, 0, w, sizeof w);
-		while (err && en && err[en - 1] == '\n')
-			err[--en] = 0;
-		nl = err ? strrchr(err, '\n') : NULL;
-		if (rc == 0 && v && json_is_true(json_object_get(v, "valid"))) {
-			why[0] = 0;
-		} else if (v && json_array_size(json_object_get(v, "failures"))) {
-			off = (size_t)snprintf(why, whysz, "attestation %s does not verify:", a->att);
-			json_array_foreach(json_object_get(v, "failures"), i, f) {
-				const char *what = json_string_value(json_object_get(f, "subject"));
+	r->pid = -1;
+	r->out = memfd_create("verify-out", MFD_CLOEXEC);
+	r->err = memfd_create("verify-err", MFD_CLOEXEC);
+	ps.file = a->tool, ps.out = r->out, ps.err = r->err, ps.pdeathsig = SIGKILL;
+	if (r->out >= 0 && r->err >= 0)
+		r->pid = proc_spawn(&ps);
+	if (r->pid >= 0)
+		return 0;
+	snprintf(why, whysz, "unable to start %.300s: %s", a->tool, strerror(errno));
+	if (r->out >= 0)
+		close(r->out);
+	if (r->err >= 0)
+		close(r->err);
+	r->out = r->err = -1;
+	return -1;
+}
 
-				if (off >= whysz || i == 4)
-					break;
-				if (!what)
-					what = json_string_value(json_object_get(f, "field"));
-				off += (size_t)snprintf(why + off, whysz - off, "%s %s: %s", i ? ";" : "",
-							what ? what : "?",
-							json_string_value(json_object_get(f, "why")) ?: "?");
-			}
-		} else {
-			snprintf(why, whysz, "attestation %s does not verify: %s (isopod-attest exit %d)",
-				 a->att, nl ? nl + 1 : err && *err ? err : "no verdict", rc);
+int attcheck_finish(const struct attcheck *a, struct attcheck_run *r, int st, json_t **verdict,
+		    char *why, size_t whysz)
+{
+	char *out, *err, w[512], *nl;
+	size_t on = 0, en = 0, i, off;
+	json_t *v = NULL, *f;
+	int rc = proc_status(st);
+
+	out = fd_text(r->out, JSON_MAX_BYTES, &on);
+	err = fd_text(r->err, 4096, &en);
+	if (out && on)
+		v = json_parse(out, on, 0, w, sizeof w);
+	while (err && en && err[en - 1] == '\n')
+		err[--en] = 0;
+	nl = err ? strrchr(err, '\n') : NULL;
+	if (rc == 0 && v && json_is_true(json_object_get(v, "valid"))) {
+		why[0] = 0;
+	} else if (v && json_array_size(json_object_get(v, "failures"))) {
+		off = (size_t)snprintf(why, whysz, "attestation %s does not verify:", a->att);
+		json_array_foreach(json_object_get(v, "failures"), i, f) {
+			const char *what = json_string_value(json_object_get(f, "subject"));
+
+			if (off >= whysz || i == 4)
+				break;
+			if (!what)
+				what = json_string_value(json_object_get(f, "field"));
+			off += (size_t)snprintf(why + off, whysz - off, "%s %s: %s", i ? ";" : "",
+						what ? what : "?",
+						json_string_value(json_object_get(f, "why")) ?: "?");
 		}
+	} else {
+		snprintf(why, whysz, "attestation %s does not verify: %s (isopod-attest exit %d)",
+			 a->att, nl ? nl + 1 : err && *err ? err : "no verdict", rc);
 	}
-	if (fo >= 0)
-		close(fo);
-	if (fe >= 0)
-		close(fe);
+	close(r->out);
+	close(r->err);
+	r->out = r->err = -1, r->pid = -1;
 	free(out);
 	free(err);
 	if (verdict)
@@ -80,6 +88,22 @@ int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_
 	else
 		json_decref(v);
 	return why[0] == 0;
+}
+
+int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_t whysz)
+{
+	struct attcheck_run r;
+	int st;
+
+	if (verdict)
+		*verdict = NULL;
+	if (attcheck_start(a, &r, why, whysz) < 0)
+		return 0;
+	if (!proc_exited_within(r.pid, &st, a->timeout_ms > 0 ? a->timeout_ms : ATTCHECK_TIMEOUT_MS)) {
+		kill(r.pid, SIGKILL);
+		proc_wait(r.pid, &st);
+	}
+	return attcheck_finish(a, &r, st, verdict, why, whysz);
 }
 
 int attcheck_required(const char *path, int *req, char *msg, size_t msz)

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* The attestation a host's tools check unless told otherwise
  * (isopod-runner --attestation, isopod-mcp --attestation). */
@@ -23,6 +24,23 @@ struct attcheck {
 	const char *pubkey; /* --pubkey, or NULL */
 	int timeout_ms;     /* 0: ATTCHECK_TIMEOUT_MS */
 };
+
+/* A verification running (attcheck_start), for a caller that must not
+ * wait for it (isopod-mcp's poll loop): its process and output. */
+struct attcheck_run {
+	pid_t pid;
+	int out, err;
+};
+
+/* Start `TOOL verify [--dir DIR] [--pubkey FILE] ATT` (its parent's death
+ * kills it).  0, or -1 with why set and nothing to finish. */
+int attcheck_start(const struct attcheck *a, struct attcheck_run *r, char *why, size_t whysz);
+
+/* The verdict of r, whose process ended with wait status st (SIGKILLed by
+ * the caller past its time: a failure like any other), as
+ * attcheck_verify; r's descriptors are closed. */
+int attcheck_finish(const struct attcheck *a, struct attcheck_run *r, int st, json_t **verdict,
+		    char *why, size_t whysz);
 
 /* Run `TOOL verify [--dir DIR] [--pubkey FILE] ATT`.  1 when it exits 0
  * with {"valid":true}, why set to ""; 0 otherwise, why saying which subject
