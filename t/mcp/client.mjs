@@ -101,6 +101,25 @@ async function main() {
 		res = ({ running_before: vms, running_after: left, stop_ms: Date.now() - tc, aborted: r.error ?? null });
 		break;
 	}
+	case 'cancel_commit': { // {args} with commit_as: cancel once its stage exists
+		const label = input.args.commit_as;
+		const labels = async () => (await client.callTool({ name: 'stage_list', arguments: {} }))
+			.structuredContent.stages.map((st) => st.label);
+		const ac = new AbortController();
+		const p = callOrError(client, 'sandbox_run', input.args, { ...LONG, signal: ac.signal });
+		let seen = false;
+		const t0 = Date.now();
+		while (Date.now() - t0 < 240000 && !(seen = (await labels()).includes(label)))
+			await sleep(200);
+		ac.abort('test cancel');
+		await p;
+		const tc = Date.now();
+		let kept = seen;
+		while (Date.now() - tc < 20000 && (kept = (await labels()).includes(label)))
+			await sleep(200);
+		res = ({ seen, kept, running_after: await runningVms(client) });
+		break;
+	}
 	case 'progress': { // {args}: a call asking for progress; what it heard
 		const heard = [];
 		const r = await callOrError(client, 'sandbox_run', input.args,
