@@ -178,23 +178,30 @@ static void progress(struct call *c, const char *msg)
 					    "progress", ++c->progress_n, "message", msg)));
 }
 
-/* The VM of a sandbox_run call, as its front end wrote its id on
- * ISOPOD_VM_ID_FD (isopod(1)) once claimed: "" until then.  That id, not
- * an owner pid matched over every record, names the call's own VM. */
+/* What a sandbox_run call's front end wrote on ISOPOD_VM_ID_FD since the
+ * last look (isopod(1)): first its VM's id, once claimed, then "step NAME"
+ * as each later step (fork, boot, exec, commit) starts, each line a
+ * progress notification when relay is set.  The id, not an owner pid
+ * matched over every record, names the call's own VM ("" until then). */
 #define VMID_FD 9 /* the front end keeps 3 and 4 for its steps */
-static const char *call_vm(struct call *c)
+static const char *call_vm(struct call *c, int relay)
 {
-	char b[sizeof c->vm_id];
+	char b[512], *p, *nl;
 	ssize_t k;
 
-	if (c->vm_id[0] || c->vmid_fd < 0)
-		return c->vm_id;
-	if ((k = pread(c->vmid_fd, b, sizeof b - 1, 0)) <= 0)
+	if (c->vmid_fd < 0 || (k = pread(c->vmid_fd, b, sizeof b - 1, c->notes_off)) <= 0)
 		return c->vm_id;
 	b[k] = 0;
-	b[strcspn(b, "\n")] = 0;
-	if (id_vm_ok(b))
-		snprintf(c->vm_id, sizeof c->vm_id, "%s", b);
+	for (p = b; (nl = strchr(p, '\n')); p = nl + 1) {
+		*nl = 0;
+		if (!c->vm_id[0] && strlen(p) < sizeof c->vm_id && id_vm_ok(p))
+			memcpy(c->vm_id, p, strlen(p) + 1);
+		else if (relay && c->vm_id[0] && !strncmp(p, "step ", 5))
+			progress(c, jschema_ascii(p));
+	}
+	if (p == b && k == (ssize_t)sizeof b - 1)
+		p = b + k; /* no line of ours is that long: skipped */
+	c->notes_off += p - b;
 	return c->vm_id;
 }
 
@@ -212,8 +219,8 @@ static void progress_tick(struct server *s)
 		const char *st, *path;
 		json_t *r;
 
-		if (!c->used || !c->started || c->exited || !c->progress ||
-		    strcmp(c->tool->name, "sandbox_run") || !*call_vm(c) || !(r = vm_read(c->vm_id)))
+		if (!c->used || !c->started || c->exited || !c->progress || c->cancelled ||
+		    strcmp(c->tool->name, "sandbox_run") || !*call_vm(c, 1) || !(r = vm_read(c->vm_id)))
 			continue;
 		st = json_string_value(json_object_get(r, "state"));
 		path = json_string_value(json_object_get(r, "path"));
@@ -540,7 +547,7 @@ static void uncommit(struct server *s, struct call *c)
 	json_t *meta;
 	int rc;
 
-	if (!label || strcmp(c->tool->name, "sandbox_run") || !*call_vm(c) ||
+	if (!label || strcmp(c->tool->name, "sandbox_run") || !*call_vm(c, 0) ||
 	    stage_find(label, id, sizeof id, why, sizeof why) != 1)
 		return;
 	meta = stage_meta(id);
@@ -573,6 +580,8 @@ static void finish_call(struct server *s, struct call *c)
 		call_free(c);
 		return;
 	}
+	if (c->progress)
+		call_vm(c, 1); /* the steps since the last tick, before the answer */
 	if (c->out.n > OUT_MAX) {
 		res = json_failure("infra", "%s wrote more than %u bytes", c->argv[0], OUT_MAX);
 	} else if (c->tool->list_key && rc == 0) {

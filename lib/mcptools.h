@@ -55,6 +55,7 @@ struct call {
 	int vmid_fd;                /* sandbox_run: a memfd the front end writes its
 				     * VM's id to (ISOPOD_VM_ID_FD), or -1 */
 	char vm_id[24];             /* what it wrote, once read ("" until then) */
+	off_t notes_off;            /* how much of it was read */
 };
 
 struct server {

@@ -297,6 +297,28 @@ EOF
 	echo "$output" | jq -e '[.heard[].progress] as $p | $p == ($p | sort) and ($p | unique | length) == ($p | length)'
 }
 
+@test "mcp: progress names the front end's steps as they start (boot, exec, commit, stop)" {
+	# (raw: the SDK client dispatches notifications a microtask late and
+	# drops those that share a read with the answer; the server sends them
+	# first)
+	run --separate-stderr python3 "$RAW" --want 2 --timeout 240 -- "$MCP" <<EOF
+$INIT
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["true"],"commit_as":"t90-steps"},"_meta":{"progressToken":"p2"}}}
+EOF
+	[ "$status" -eq 0 ]
+	local heard
+	heard=$(echo "$output" | jq -c '[.messages[] | select(.method == "notifications/progress") | .params.message]')
+	echo "# $heard" >&3
+	echo "$output" | jq -e '[.messages[] | select(.id == 2)][0].result.structuredContent.commit.stage.label == "t90-steps"'
+	echo "$heard" | jq -e 'map(select(startswith("step "))) == ["step boot", "step exec", "step commit", "step stop"]'
+	# the boot's path (warm, cold, snapshot-build), from the VM's record
+	echo "$heard" | jq -e 'map(select(test("^vm-[0-9a-f]{12}: running, (warm|cold|snapshot-build)$"))) | length == 1'
+	# every notification came before the answer
+	echo "$output" | jq -e '.messages | (map(.id == 2) | index(true)) == length - 1'
+	isopod stage rm t90-steps >/dev/null
+}
+
 @test "mcp: progress reads the call's own VM record, not any record naming its front end as owner" {
 	# A record planted while the call runs, owned (owner_pid) by the call's
 	# front end: matching records by owner pid reported it as the call's VM.
