@@ -20,7 +20,8 @@ const server = process.env.MCP_SERVER || path.join(here, '../../bin/isopod-mcp')
 const serverArgs = JSON.parse(process.env.MCP_ARGS || '[]');
 const [scenario, arg] = process.argv.slice(2);
 const input = arg ? JSON.parse(arg) : {};
-const LONG = { timeout: 600000 };
+// a call's time limit: 10 min, or $MCP_CALL_TIMEOUT_MS (t/35's self-build)
+const LONG = { timeout: Number(process.env.MCP_CALL_TIMEOUT_MS) || 600000 };
 const logs = [];
 
 async function connect() {
