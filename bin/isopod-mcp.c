@@ -15,10 +15,13 @@
  * notifications/message, to the client.  The tools, their schemas and
  * argv, and the I/O root are lib/mcptools.c; the schema check lib/jschema.c. */
 
+#include "attcheck.h"
 #include "jschema.h"
 #include "jsonrpc.h"
 #include "mcptools.h"
 #include "proc.h"
+#include "ranges.h"
+#include "stage.h"
 #include "util.h"
 #include "vm.h"
 
@@ -39,7 +42,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define USAGE "isopod-mcp [--io-root DIR] [--max-concurrent N] [--line-max BYTES]"
+#define USAGE "isopod-mcp [--io-root DIR] [--max-concurrent N] [--line-max BYTES] " \
+	      "[--require-attestation] [--attestation FILE] [--attest-dir DIR] [--pubkey FILE] " \
+	      "[--recheck-s N]"
 
 /* The revisions we speak: the newest the pinned SDK client sends
  * (t/mcp/package.json) and the one before it.  Newest first. */
@@ -129,12 +134,15 @@ static void call_free(struct call *c)
 		close(c->out_fd);
 	if (c->err_fd >= 0)
 		close(c->err_fd);
+	if (c->vmid_fd >= 0)
+		close(c->vmid_fd);
 	free(c->out.p);
 	free(c->err.p);
 	json_decref(c->id);
 	json_decref(c->hostmap);
+	json_decref(c->args);
 	json_decref(c->progress);
-	*c = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1 };
+	*c = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .vmid_fd = -1 };
 }
 
 static json_t *schema(const char *text)
@@ -170,44 +178,154 @@ static void progress(struct call *c, const char *msg)
 					    "progress", ++c->progress_n, "message", msg)));
 }
 
-/* The VM a sandbox_run call's front end boots names it as its owner
- * (isopod-boot --owner-pid, in the record lib/vm.c keeps): each change of
- * that record's state (booting, running, stopped...) is a progress
- * notification.  Read through vm_list, the records' one reader, and only
- * for calls that asked (a progressToken), every PROGRESS_MS. */
+/* What a sandbox_run call's front end wrote on ISOPOD_VM_ID_FD since the
+ * last look (isopod(1)): first its VM's id, once claimed, then "step NAME"
+ * as each later step (fork, boot, exec, commit) starts, each line a
+ * progress notification when relay is set.  The id, not an owner pid
+ * matched over every record, names the call's own VM ("" until then). */
+#define VMID_FD 9 /* the front end keeps 3 and 4 for its steps */
+static const char *call_vm(struct call *c, int relay)
+{
+	char b[512], *p, *nl;
+	ssize_t k;
+
+	if (c->vmid_fd < 0 || (k = pread(c->vmid_fd, b, sizeof b - 1, c->notes_off)) <= 0)
+		return c->vm_id;
+	b[k] = 0;
+	for (p = b; (nl = strchr(p, '\n')); p = nl + 1) {
+		*nl = 0;
+		if (!c->vm_id[0] && strlen(p) < sizeof c->vm_id && id_vm_ok(p))
+			memcpy(c->vm_id, p, strlen(p) + 1);
+		else if (relay && c->vm_id[0] && !strncmp(p, "step ", 5))
+			progress(c, jschema_ascii(p));
+	}
+	if (p == b && k == (ssize_t)sizeof b - 1)
+		p = b + k; /* no line of ours is that long: skipped */
+	c->notes_off += p - b;
+	return c->vm_id;
+}
+
+/* Each change of a sandbox_run call's VM's state (booting, running,
+ * stopped...) in its record (lib/vm.c, the records' one reader) is a
+ * progress notification; only for calls that asked (a progressToken),
+ * every PROGRESS_MS, one record read each. */
 #define PROGRESS_MS 500
 static void progress_tick(struct server *s)
 {
-	json_t *list = NULL, *r;
-	char why[256], m[160];
-	size_t i;
+	char m[160];
 
 	for (int k = 0; k < MAX_CALLS; k++) {
 		struct call *c = &s->calls[k];
-		const char *st, *id, *path;
+		const char *st, *path;
+		json_t *r;
 
-		if (!c->used || !c->started || c->exited || !c->progress ||
-		    c->tool->runner != R_FRONT || strcmp(c->tool->name, "sandbox_run"))
+		if (!c->used || !c->started || c->exited || !c->progress || c->cancelled ||
+		    strcmp(c->tool->name, "sandbox_run") || !*call_vm(c, 1) || !(r = vm_read(c->vm_id)))
 			continue;
-		if (!list && !(list = vm_list(NULL, why, sizeof why)))
-			return;
-		json_array_foreach(list, i, r) {
-			if (json_integer_value(json_object_get(r, "owner_pid")) != c->pid)
-				continue;
-			st = json_string_value(json_object_get(r, "state"));
-			id = json_string_value(json_object_get(r, "id"));
-			path = json_string_value(json_object_get(r, "path"));
-			if (!st || !id || !strcmp(st, c->vm_state))
-				continue;
+		st = json_string_value(json_object_get(r, "state"));
+		path = json_string_value(json_object_get(r, "path"));
+		if (st && strcmp(st, c->vm_state)) {
 			snprintf(c->vm_state, sizeof c->vm_state, "%s", st);
-			snprintf(m, sizeof m, "%s: %s%s%s", id, st, path ? ", " : "", path ? path : "");
+			snprintf(m, sizeof m, "%s: %s%s%s", c->vm_id, st, path ? ", " : "", path ? path : "");
 			progress(c, jschema_ascii(m));
 		}
+		json_decref(r);
 	}
-	json_decref(list);
 }
 
 /* ---- calls ------------------------------------------------------------------- */
+
+/* ---- the attestation ------------------------------------------------------------ */
+
+#define VERIFY_MS 60000 /* isopod-attest verify hashes the images: seconds */
+
+/* A tool that runs a command, on a host that requires an attestation. */
+static int needs_att(const struct server *s, const struct call *c)
+{
+	return s->att_required &&
+	       (!strcmp(c->tool->name, "sandbox_run") || !strcmp(c->tool->name, "vm_exec"));
+}
+
+static void verify_start(struct server *s)
+{
+	if (s->verifying)
+		return;
+	s->v_began = mono_ms();
+	if (attcheck_start(&s->att, &s->vrun, s->v_why, sizeof s->v_why) < 0) {
+		s->v_valid = 0, s->v_of = s->v_began; /* a verifier that cannot run: refused */
+		logmsg(s, 4, "%s", s->v_why);
+		return;
+	}
+	s->verifying = 1;
+	s->v_deadline = s->v_began + VERIFY_MS;
+}
+
+/* The verification running, once it ended (or past its time: killed). */
+static void verify_reap(struct server *s)
+{
+	int st, was = s->v_valid;
+
+	if (!s->verifying)
+		return;
+	if (waitpid(s->vrun.pid, &st, WNOHANG) != s->vrun.pid) {
+		if (mono_ms() > s->v_deadline) {
+			logmsg(s, 4, "isopod-attest verify outlived %d ms: SIGKILL", VERIFY_MS);
+			kill(s->vrun.pid, SIGKILL);
+			s->v_deadline = INT64_MAX; /* reaped at the next turn */
+		}
+		return;
+	}
+	s->verifying = 0;
+	s->v_valid = attcheck_finish(&s->att, &s->vrun, st, NULL, s->v_why, sizeof s->v_why);
+	s->v_of = s->v_began;
+	if (was != s->v_valid)
+		logmsg(s, s->v_valid ? 2 : 4, "%s", s->v_valid ? "the attestation verifies again" : s->v_why);
+}
+
+/* Whether c waits for a verdict (one is started when none runs): a
+ * command call needs one that began after it arrived, or at most
+ * --recheck-s before. */
+static int awaits_verdict(struct server *s, const struct call *c)
+{
+	if (!needs_att(s, c) || (s->v_of >= 0 && s->v_of >= c->arrived - s->recheck_ms))
+		return 0;
+	verify_start(s);
+	return s->verifying;
+}
+
+/* c has its verdict (awaits_verdict said no): 1 valid, else 0 with the
+ * call answered (isError, error_kind "attestation"). */
+static int attested(struct server *s, struct call *c)
+{
+	if (!needs_att(s, c) || s->v_valid)
+		return 1;
+	logmsg(s, 4, "refusing %s: %s", c->tool->name, s->v_why);
+	reply_tool(c->id, json_failure("attestation", "refusing %s: this host requires an attestation: %s",
+				       c->tool->name, s->v_why), 1);
+	return 0;
+}
+
+/* The call's argv, built from its arguments now that it starts: its host
+ * files are opened here, not while it waits for a slot (64 queued calls of
+ * 32 copies each would hold thousands of descriptors).  A refusal is the
+ * client's -32602; running out of descriptors or memory is the server's
+ * (isError, error_kind "infra"). */
+static int build_call(struct server *s, struct call *c)
+{
+	json_t *err = NULL;
+
+	errno = 0;
+	if (c->tool->build(s, c, c->args, &err) == 0 && mcp_argv_fits(c, &err) == 0)
+		return 0;
+	if (err) {
+		reply_error(c->id, RPC_INVALID_PARAMS, json_string_value(json_object_get(err, "message")), err);
+	} else {
+		logmsg(s, 4, "unable to prepare %s: %s", c->tool->name, strerror(errno ? errno : ENOMEM));
+		reply_tool(c->id, json_failure("infra", "unable to prepare %s (its host files, its command): %s",
+					  c->tool->name, strerror(errno ? errno : ENOMEM)), 1);
+	}
+	return -1;
+}
 
 static void start_call(struct server *s, struct call *c)
 {
@@ -215,9 +333,16 @@ static void start_call(struct server *s, struct call *c)
 	struct proc_spec ps = PROC_SPEC(c->argv);
 	pid_t pid;
 
+	if (!attested(s, c) || build_call(s, c) < 0) {
+		call_free(c);
+		return;
+	}
+	ps.argv = c->argv;
 	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
 	    (c->tool->runner == R_TOOL &&
-	     (c->status_fd = memfd_create("isopod-mcp-status", MFD_CLOEXEC)) < 0)) {
+	     (c->status_fd = memfd_create("isopod-mcp-status", MFD_CLOEXEC)) < 0) ||
+	    (!strcmp(c->tool->name, "sandbox_run") &&
+	     (c->vmid_fd = memfd_create("isopod-mcp-vm", MFD_CLOEXEC)) < 0)) {
 		logmsg(s, 4, "unable to start %s: %s", c->tool->name, strerror(errno));
 		reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
 					  strerror(errno)), 1);
@@ -240,8 +365,15 @@ static void start_call(struct server *s, struct call *c)
 		ps.keep[0] = c->status_fd, ps.nkeep = 1;
 		setenv("ISOPOD_STATUS_FD", "3", 1);
 	}
+	if (c->vmid_fd >= 0) {
+		for (int i = 0; i < VMID_FD - 3; i++)
+			ps.keep[i] = PROC_NULL;
+		ps.keep[VMID_FD - 3] = c->vmid_fd, ps.nkeep = VMID_FD - 2;
+		setenv("ISOPOD_VM_ID_FD", "9", 1);
+	}
 	pid = proc_spawn(&ps);
 	unsetenv("ISOPOD_STATUS_FD");
+	unsetenv("ISOPOD_VM_ID_FD");
 	close(po[1]), close(pe[1]);
 	c->out_fd = po[0], c->err_fd = pe[0];
 	fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
@@ -266,7 +398,7 @@ static void start_queued(struct server *s)
 
 		for (int i = 0; i < MAX_CALLS; i++)
 			if (s->calls[i].used && !s->calls[i].started &&
-			    (!next || s->calls[i].seq < next->seq))
+			    (!next || s->calls[i].seq < next->seq) && !awaits_verdict(s, &s->calls[i]))
 				next = &s->calls[i];
 		if (!next)
 			return;
@@ -403,6 +535,38 @@ static void stop_kept(struct server *s)
 	s->kept = NULL;
 }
 
+/* A cancelled sandbox_run commits nothing, even when the cancel came
+ * after its commit (the front end past isopod-commit, or done and not yet
+ * reaped): the stage its VM became (commit_as, made from this call's VM)
+ * is removed with isopod-stage rm.  A stage that another run forked from
+ * in the meantime stays, with a warning. */
+static void uncommit(struct server *s, struct call *c)
+{
+	const char *label = json_string_value(json_object_get(c->args, "commit_as"));
+	char id[64], why[512], rm[PATH_MAX + 16];
+	json_t *meta;
+	int rc;
+
+	if (!label || strcmp(c->tool->name, "sandbox_run") || !*call_vm(c, 0) ||
+	    stage_find(label, id, sizeof id, why, sizeof why) != 1)
+		return;
+	meta = stage_meta(id);
+	if (!meta || strcmp(json_string_value(json_object_get(meta, "from_vm")) ?: "", c->vm_id)) {
+		json_decref(meta);
+		return;
+	}
+	json_decref(meta);
+	if (pathn(rm, sizeof rm, "%s/isopod-stage", s->libexec) < 0)
+		return;
+	rc = proc_run((char *[]){ rm, "rm", "--", id, NULL }, PROC_NULL, PROC_NULL);
+	if (rc == 0)
+		logmsg(s, 3, "call %s cancelled after its commit: removed stage %s (%s)",
+		       c->tool->name, id, label);
+	else
+		logmsg(s, 4, "call %s cancelled after its commit: isopod-stage rm %s: exit %d; "
+		       "the stage stays", c->tool->name, id, rc);
+}
+
 static void finish_call(struct server *s, struct call *c)
 {
 	int rc = proc_status(c->st);
@@ -412,9 +576,12 @@ static void finish_call(struct server *s, struct call *c)
 	s->running--;
 	if (c->cancelled) { /* MCP: a cancelled request gets no answer */
 		logmsg(s, 1, "call %s cancelled (exit %d)", c->tool->name, rc);
+		uncommit(s, c);
 		call_free(c);
 		return;
 	}
+	if (c->progress)
+		call_vm(c, 1); /* the steps since the last tick, before the answer */
 	if (c->out.n > OUT_MAX) {
 		res = json_failure("infra", "%s wrote more than %u bytes", c->argv[0], OUT_MAX);
 	} else if (c->tool->list_key && rc == 0) {
@@ -555,24 +722,13 @@ static void do_call(struct server *s, json_t *id, json_t *params)
 		return;
 	}
 	*c = (struct call){ .used = 1, .seq = ++s->seq, .id = json_incref(id), .tool = t,
-			    .hostmap = json_object(),
+			    .hostmap = json_object(), .args = json_incref(args), .arrived = mono_ms(),
 			    .progress = json_incref(json_object_get(json_object_get(params, "_meta"),
 								    "progressToken")),
 			    .budget_s = json_is_integer(json_object_get(args, "timeout_s")) ?
 					(long long)json_integer_value(json_object_get(args, "timeout_s")) :
 					BUDGET_DEFAULT_S,
-			    .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1 };
-	errno = 0;
-	if (t->build(s, c, args, &err) < 0 || mcp_argv_fits(c, &err) < 0) {
-		if (err) {
-			reply_error(id, RPC_INVALID_PARAMS, json_string_value(json_object_get(err, "message")),
-				    err);
-		} else {
-			reply_tool(id, json_failure("infra", "unable to build the command: %s",
-					       strerror(errno ? errno : ENOMEM)), 1);
-		}
-		call_free(c);
-	}
+			    .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .vmid_fd = -1 };
 	json_decref(args);
 	start_queued(s);
 }
@@ -798,6 +954,7 @@ static void loop(struct server *s)
 			if (c->exited)
 				finish_call(s, c);
 		}
+		verify_reap(s);
 		start_queued(s);
 		if (now >= next_tick) {
 			progress_tick(s);
@@ -833,6 +990,38 @@ static void find_tools(struct server *s)
 	}
 }
 
+/* The host requires an attestation (--require-attestation, or the host
+ * config's require_attestation, the key lib/attcheck.c reads): none that
+ * verifies, no start (111).  isopod-attest is the one beside our tools, as
+ * isopod-runner runs it. */
+static void require_attestation(struct server *s, char *why, size_t wsz)
+{
+	const char *conf = ranges_config_path();
+	int req = 0, rc = attcheck_required(conf, &req, why, wsz);
+
+	if (rc < 0)
+		die(rc == -1 ? EX_USAGE : EX_SYS, "%s", why);
+	s->att_required |= req;
+	if (!s->att.att)
+		s->att.att = ATTESTATION_DEFAULT;
+	if (!*s->att.att)
+		die(EX_USAGE, "--attestation: want a file");
+	if (!s->att_required)
+		return;
+	if (pathn(s->attest, sizeof s->attest, "%s/isopod-attest", s->libexec) < 0 ||
+	    access(s->attest, X_OK) < 0)
+		die(EX_SYS, "unable to find isopod-attest in %s:", s->libexec);
+	s->att.tool = s->attest;
+	s->att.timeout_ms = VERIFY_MS;
+	s->v_of = mono_ms();
+	if (!attcheck_verify(&s->att, NULL, why, wsz))
+		die(EX_SYS, "refusing to start: this host requires an attestation: %s", why);
+	s->v_valid = 1;
+	fprintf(stderr, "%s: info: the attestation %s verifies; sandbox_run and vm_exec start only "
+		"while it does (verified again for each, --recheck-s %lld)\n", progname, s->att.att,
+		(long long)(s->recheck_ms / 1000));
+}
+
 int main(int argc, char **argv)
 {
 	static struct server srv;
@@ -840,15 +1029,22 @@ int main(int argc, char **argv)
 	static const struct option lo[] = { { "io-root", required_argument, 0, 'r' },
 					    { "max-concurrent", required_argument, 0, 'm' },
 					    { "line-max", required_argument, 0, 'l' },
+					    { "require-attestation", no_argument, 0, 'R' },
+					    { "attestation", required_argument, 0, 'a' },
+					    { "attest-dir", required_argument, 0, 'd' },
+					    { "pubkey", required_argument, 0, 'p' },
+					    { "recheck-s", required_argument, 0, 'c' },
 					    { "help", no_argument, 0, 'h' },
 					    { 0, 0, 0, 0 } };
 	const char *root = ".";
+	char why[2048];
 	long long v;
 	sigset_t m;
 	int o;
 
 	progname = "isopod-mcp";
 	s->level = 3; /* warning, until the client sets it */
+	s->v_of = -1;
 	s->max_conc = get_nprocs() > 0 ? get_nprocs() : 1;
 	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (o) {
@@ -862,6 +1058,15 @@ int main(int argc, char **argv)
 			if (parse_ll(optarg, 1024, 1LL << 30, &v) < 0)
 				die(EX_USAGE, "--line-max %s: want 1024..%lld", EXC(optarg), 1LL << 30);
 			s->lines.max = (size_t)v;
+			break;
+		case 'R': s->att_required = 1; break;
+		case 'a': s->att.att = optarg; break;
+		case 'd': s->att.dir = optarg; break;
+		case 'p': s->att.pubkey = optarg; break;
+		case 'c':
+			if (parse_ll(optarg, 0, 86400, &v) < 0)
+				die(EX_USAGE, "--recheck-s %s: want 0..86400 seconds", EXC(optarg));
+			s->recheck_ms = v * 1000;
 			break;
 		case 'h':
 			printf("usage: %s\n", USAGE);
@@ -878,8 +1083,9 @@ int main(int argc, char **argv)
 	if ((s->root_fd = open(s->root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 		die(EX_USAGE, "--io-root %s: not a directory:", EXC(root));
 	find_tools(s);
+	require_attestation(s, why, sizeof why);
 	for (int i = 0; i < MAX_CALLS; i++)
-		s->calls[i] = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1 };
+		s->calls[i] = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .vmid_fd = -1 };
 	sigemptyset(&m);
 	sigaddset(&m, SIGCHLD), sigaddset(&m, SIGTERM), sigaddset(&m, SIGINT), sigaddset(&m, SIGHUP);
 	sigprocmask(SIG_BLOCK, &m, NULL);

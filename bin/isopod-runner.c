@@ -17,6 +17,7 @@
  * running under a live lock, or in a final state; a running/ job whose lock
  * is free is settled at once: requeued when it never started, interrupted
  * (at most once: a job may have effects) when it did.  man isopod-runner. */
+#include "attcheck.h"
 #include "job.h"
 #include "proc.h"
 #include "util.h"
@@ -45,7 +46,6 @@
 #define USAGE "isopod-runner [--spool DIR] [--workers N] [--attestation FILE] " \
 	      "[--attest-dir DIR] [--pubkey FILE] [--recheck-s N] [--net-max MODE]"
 #define SPOOL_DEFAULT "/var/spool/isopod"
-#define ATTESTATION_DEFAULT "/etc/isopod/attestation.json"
 #define WORKERS_MAX 64
 #define RECHECK_DEFAULT 60
 #define VERIFY_TIMEOUT_MS 120000
@@ -163,89 +163,16 @@ static void set_state(struct runner *r, const char *state, const char *reason)
 
 /* ---- attestation ------------------------------------------------------- */
 
-static char *fd_text(int fd, size_t cap, size_t *n)
-{
-	char *b = malloc(cap + 1);
-	ssize_t k;
-
-	*n = 0;
-	if (!b || lseek(fd, 0, SEEK_SET) < 0) {
-		free(b);
-		return NULL;
-	}
-	while (*n < cap && (k = read(fd, b + *n, cap - *n)) > 0)
-		*n += (size_t)k;
-	b[*n] = 0;
-	return b;
-}
-
-/* isopod-attest verify of the attestation, bounded in time.  r->valid,
- * r->verdict and, when it fails, why in r->reason's style into why. */
+/* isopod-attest verify of the attestation (lib/attcheck.c), bounded in
+ * time.  r->valid, r->verdict and, when it fails, why in r->reason's
+ * style into why. */
 static int verify(struct runner *r, char *why, size_t whysz)
 {
-	char *av[10], *out = NULL, *err = NULL, w[512], *nl;
-	int n = 0, fo = memfd_create("verify-out", MFD_CLOEXEC),
-	    fe = memfd_create("verify-err", MFD_CLOEXEC), st, rc = -1;
-	struct proc_spec ps = PROC_SPEC(av);
-	size_t on = 0, en = 0, i, off;
-	json_t *v = NULL, *f;
-	pid_t pid = -1;
+	struct attcheck a = { .tool = r->attest, .att = r->att, .dir = r->att_dir,
+			      .pubkey = r->pubkey, .timeout_ms = VERIFY_TIMEOUT_MS };
 
-	av[n++] = r->attest;
-	av[n++] = "verify";
-	if (r->att_dir)
-		av[n++] = "--dir", av[n++] = (char *)r->att_dir;
-	if (r->pubkey)
-		av[n++] = "--pubkey", av[n++] = (char *)r->pubkey;
-	av[n++] = (char *)r->att;
-	av[n] = NULL;
-	ps.file = r->attest, ps.out = fo, ps.err = fe, ps.pdeathsig = SIGKILL;
-	if (fo >= 0 && fe >= 0)
-		pid = proc_spawn(&ps);
-	if (pid < 0) {
-		snprintf(why, whysz, "unable to start %.300s: %s", r->attest, strerror(errno));
-	} else {
-		if (!proc_exited_within(pid, &st, VERIFY_TIMEOUT_MS)) {
-			kill(pid, SIGKILL);
-			proc_wait(pid, &st);
-		}
-		rc = proc_status(st);
-		out = fd_text(fo, JSON_MAX_BYTES, &on);
-		err = fd_text(fe, 4096, &en);
-		if (out && on)
-			v = json_parse(out, on, 0, w, sizeof w);
-		while (err && en && err[en - 1] == '\n')
-			err[--en] = 0;
-		nl = err ? strrchr(err, '\n') : NULL;
-		if (rc == 0 && v && json_is_true(json_object_get(v, "valid"))) {
-			why[0] = 0;
-		} else if (v && json_array_size(json_object_get(v, "failures"))) {
-			off = (size_t)snprintf(why, whysz, "attestation %s does not verify:", r->att);
-			json_array_foreach(json_object_get(v, "failures"), i, f) {
-				const char *what = json_string_value(json_object_get(f, "subject"));
-
-				if (off >= whysz || i == 4)
-					break;
-				if (!what)
-					what = json_string_value(json_object_get(f, "field"));
-				off += (size_t)snprintf(why + off, whysz - off, "%s %s: %s", i ? ";" : "",
-							what ? what : "?",
-							json_string_value(json_object_get(f, "why")) ?: "?");
-			}
-		} else {
-			snprintf(why, whysz, "attestation %s does not verify: %s (isopod-attest exit %d)",
-				 r->att, nl ? nl + 1 : err && *err ? err : "no verdict", rc);
-		}
-	}
-	if (fo >= 0)
-		close(fo);
-	if (fe >= 0)
-		close(fe);
-	free(out);
-	free(err);
 	json_decref(r->verdict);
-	r->verdict = v;
-	r->valid = why[0] == 0;
+	r->valid = attcheck_verify(&a, &r->verdict, why, whysz);
 	iso_now(r->checked, sizeof r->checked);
 	r->next_check = mono_ms() + (int64_t)r->recheck_s * 1000;
 	return r->valid;

@@ -107,6 +107,10 @@ static int beneath(struct server *s, const char *path, const char *shown, int fl
 	fd = (int)syscall(SYS_openat2, s->root_fd, rel, &how, sizeof how);
 	if (fd >= 0)
 		return fd;
+	/* Out of descriptors or memory: the server's failure, not the path's
+	 * (-1 without *err: the call's isError, error_kind infra). */
+	if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+		return -1;
 	if (errno == EXDEV)
 		return jschema_bad(err, field, "%s: %s leaves the I/O root %s (.. or a symlink out of it)",
 			   field, EXC(shown), EXC(s->root));
@@ -245,7 +249,7 @@ static int build_stdin(struct server *s, struct call *c, json_t *args, json_t **
 		if (c->in_fd < 0 ||
 		    write_all(c->in_fd, json_string_value(text), json_string_length(text)) < 0 ||
 		    lseek(c->in_fd, 0, SEEK_SET) < 0)
-			return jschema_bad(err, "stdin", "stdin: unable to buffer it: %s", strerror(errno));
+			return -1; /* the server's failure (errno), not the client's */
 	}
 	return 0;
 }

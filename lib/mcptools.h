@@ -9,6 +9,7 @@
 #ifndef ISOPOD_MCPTOOLS_H
 #define ISOPOD_MCPTOOLS_H
 
+#include "attcheck.h"
 #include "jsonrpc.h"
 
 #include <jansson.h>
@@ -32,6 +33,8 @@ struct call {
 	int used, started, cancelled, exited, outeof, erreof, st;
 	unsigned long long seq;
 	json_t *id;                 /* the request's id (owned) */
+	json_t *args;               /* its arguments (owned): built into argv, and
+				     * its host files opened, when it starts */
 	json_t *hostmap;            /* "/proc/<pid>/fd/N" -> the client's path */
 	const struct tool *tool;
 	char **argv;                /* owned: each string and the array */
@@ -45,9 +48,14 @@ struct call {
 	int64_t kill_at;
 	int64_t deadline;           /* past it the call is stopped (a hung tool) */
 	long long budget_s;         /* timeout_s, else BUDGET_DEFAULT_S */
+	int64_t arrived;            /* when its request came (mono_ms) */
 	json_t *progress;           /* the request's _meta.progressToken, or NULL */
 	int progress_n;             /* notifications sent (progress only grows) */
 	char vm_state[64];          /* the last state reported */
+	int vmid_fd;                /* sandbox_run: a memfd the front end writes its
+				     * VM's id to (ISOPOD_VM_ID_FD), or -1 */
+	char vm_id[24];             /* what it wrote, once read ("" until then) */
+	off_t notes_off;            /* how much of it was read */
 };
 
 struct server {
@@ -57,6 +65,18 @@ struct server {
 	char root[PATH_MAX], libexec[PATH_MAX], front[PATH_MAX];
 	struct call calls[MAX_CALLS];
 	json_t *kept; /* ids of VMs sandbox_run kept: stopped when the server ends */
+	/* The host requires an attestation (attcheck.h): a command call
+	 * (sandbox_run, vm_exec) starts only on a verdict begun after it
+	 * arrived, or at most recheck_ms before; one verification at a time
+	 * runs beside the calls and serves every call waiting for it. */
+	int att_required, verifying, v_valid;
+	int64_t recheck_ms;
+	int64_t v_began;    /* when the verification running began */
+	int64_t v_of;       /* when the one v_valid is of began (-1: none) */
+	int64_t v_deadline; /* the one running is killed past it */
+	struct attcheck att;
+	struct attcheck_run vrun;
+	char attest[PATH_MAX], v_why[2048];
 };
 
 struct tool {

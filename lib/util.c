@@ -925,3 +925,19 @@ int pidfd_kill(int pidfd, int sig)
 	return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
 }
 
+
+char *fd_text(int fd, size_t cap, size_t *n)
+{
+	char *b = malloc(cap + 1);
+	ssize_t k;
+
+	*n = 0;
+	if (!b || lseek(fd, 0, SEEK_SET) < 0) {
+		free(b);
+		return NULL;
+	}
+	while (*n < cap && (k = read(fd, b + *n, cap - *n)) > 0)
+		*n += (size_t)k;
+	b[*n] = 0;
+	return b;
+}

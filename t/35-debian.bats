@@ -118,25 +118,33 @@ EOF
 	[[ "$out" == *"machine-id empty"* ]]
 }
 
-@test "debian [slow]: isopod builds itself and passes its unit tests in a sandbox; the binary runs on the host" {
+# Through isopod-mcp (issue 11), driven by the official SDK client as
+# t/90-mcp.bats drives it: the sources as a stdin_file tarball, the binary
+# back by copy_out beneath the I/O root.  The server runs `isopod run`, so
+# the front end's --stdin-file, --copy-out, --stage and --disk-mib are the
+# CLI's own path; the pip test above covers the CLI on this flavor.
+@test "debian [slow]: isopod builds itself through isopod-mcp and passes its unit tests in a sandbox; the binary runs on the host" {
 	need_debian
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || {
+		echo "t/mcp/node_modules missing: run sh .ci/setup (npm ci in t/mcp)" >&2
+		return 1
+	}
 	mkdir -p "$DATA/out"
 	(cd "$ISOPOD_SRC" && tar --exclude='*.bin' --exclude='*.o' -czf "$DATA/src.tgz" \
 		Makefile lib/*.c lib/*.h bin/*.c agent/*.c agent/*.h t/unit t/run-unit t/attest)
-	run --separate-stderr isopod run --json-only --timeout-s 3600 --mem-mib 1024 --disk-mib 3072 \
-		--stage debian --copy-in "$DATA/src.tgz:/root/src.tgz" \
-		--copy-out "/root/src/bin/isopod-exec:$DATA/out/" \
-		-- sh -c 'set -e
-		mkdir /root/src && cd /root/src && tar -xzf /root/src.tgz
-		make bin/isopod-exec agent/isopod-agent
-		sh t/run-unit
-		./bin/isopod-exec -h'
+	local args
+	args=$(jq -nc '{name: "sandbox_run", args: {stage: "debian", timeout_s: 3600, mem_mib: 1024,
+		disk_mib: 3072, stdin_file: "src.tgz", copy_out: [{guest: "/root/src/bin/isopod-exec", host: "out"}],
+		command: "set -e; mkdir /root/src && cd /root/src && tar -xzf -; make bin/isopod-exec agent/isopod-agent; sh t/run-unit; ./bin/isopod-exec -h"}}')
+	MCP_ARGS="[\"--io-root\",\"$DATA\"]" MCP_CALL_TIMEOUT_MS=3700000 run --separate-stderr \
+		node "$ISOPOD_SRC/t/mcp/client.mjs" call "$args"
 	[ "$status" -eq 0 ] || { show; false; }
-	out=$(jq -r .stdout <<<"$output")
+	json_is '.result.isError == false and .result.structuredContent.exit_code == 0' || { show; false; }
+	out=$(jq -r .result.structuredContent.stdout <<<"$output")
 	[[ "$out" == *" passed, 0 failed"* ]]
 	echo "# unit tests in the guest: $(grep -E '^[0-9]+ passed, [0-9]+ failed$' <<<"$out")" >&3
 	[[ "$out" != *"not ok"* ]]
-	json_is '.copied_out[0].error == null and .copied_out[0].bytes > 0'
+	json_is '.result.structuredContent.copied_out[0] | .error == null and .bytes > 0 and .host == "out/isopod-exec"'
 	[ -x "$DATA/out/isopod-exec" ]
 	run "$DATA/out/isopod-exec" -h
 	[ "$status" -eq 0 ]

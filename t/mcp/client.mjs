@@ -20,7 +20,8 @@ const server = process.env.MCP_SERVER || path.join(here, '../../bin/isopod-mcp')
 const serverArgs = JSON.parse(process.env.MCP_ARGS || '[]');
 const [scenario, arg] = process.argv.slice(2);
 const input = arg ? JSON.parse(arg) : {};
-const LONG = { timeout: 600000 };
+// a call's time limit: 10 min, or $MCP_CALL_TIMEOUT_MS (t/35's self-build)
+const LONG = { timeout: Number(process.env.MCP_CALL_TIMEOUT_MS) || 600000 };
 const logs = [];
 
 async function connect() {
@@ -99,6 +100,25 @@ async function main() {
 		while (Date.now() - tc < 20000 && (left = await runningVms(client)).length)
 			await sleep(100);
 		res = ({ running_before: vms, running_after: left, stop_ms: Date.now() - tc, aborted: r.error ?? null });
+		break;
+	}
+	case 'cancel_commit': { // {args} with commit_as: cancel once its stage exists
+		const label = input.args.commit_as;
+		const labels = async () => (await client.callTool({ name: 'stage_list', arguments: {} }))
+			.structuredContent.stages.map((st) => st.label);
+		const ac = new AbortController();
+		const p = callOrError(client, 'sandbox_run', input.args, { ...LONG, signal: ac.signal });
+		let seen = false;
+		const t0 = Date.now();
+		while (Date.now() - t0 < 240000 && !(seen = (await labels()).includes(label)))
+			await sleep(200);
+		ac.abort('test cancel');
+		await p;
+		const tc = Date.now();
+		let kept = seen;
+		while (Date.now() - tc < 20000 && (kept = (await labels()).includes(label)))
+			await sleep(200);
+		res = ({ seen, kept, running_after: await runningVms(client) });
 		break;
 	}
 	case 'progress': { // {args}: a call asking for progress; what it heard

@@ -6,7 +6,9 @@ sends (garbage, batches, oversized lines), in t/90-mcp.bats.
 
 Each line of stdin is sent as it is, except `@BIG:N` (a line of N bytes of
 'x' in a JSON string, streamed in chunks), `@NUL:REST` (a NUL byte, then
-REST) and `@SLEEP:S`.  Reads the
+REST), `@SLEEP:S`, `@WAIT:N` (read until N messages with an "id" came,
+at most the timeout) and `@SH:COMMAND` (run with sh -c; its failure
+fails the run).  Reads the
 server's stdout until N messages with an "id" arrived (or the timeout),
 then closes the server's stdin and waits for it to exit.  Prints one JSON
 object: {"messages": [every line the server wrote, parsed; a line that is
@@ -68,6 +70,14 @@ def main():
             end = time.time() + float(line[7:])
             while time.time() < end:
                 pump(0.05)
+        elif line.startswith('@WAIT:'):
+            p.stdin.flush()
+            end = time.time() + timeout
+            while time.time() < end and sum(1 for m in msgs if 'id' in m) < int(line[6:]):
+                if not pump(0.1):
+                    break
+        elif line.startswith('@SH:'):
+            subprocess.run(['sh', '-c', line[4:]], check=True)
         else:
             p.stdin.write(line.encode() + b'\n')
         p.stdin.flush()

@@ -1,0 +1,157 @@
+/* attcheck.c - the attestation check of the tools that serve clients
+ * (attcheck.h): isopod-runner and isopod-mcp. */
+#include "attcheck.h"
+#include "proc.h"
+#include "util.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int attcheck_start(const struct attcheck *a, struct attcheck_run *r, char *why, size_t whysz)
+{
+	char *av[10];
+	int n = 0;
+	struct proc_spec ps = PROC_SPEC(av);
+
+	av[n++] = (char *)a->tool;
+	av[n++] = "verify";
+	if (a->dir)
+		av[n++] = "--dir", av[n++] = (char *)a->dir;
+	if (a->pubkey)
+		av[n++] = "--pubkey", av[n++] = (char *)a->pubkey;
+	av[n++] = (char *)a->att;
+	av[n] = NULL;
+	r->pid = -1;
+	r->out = memfd_create("verify-out", MFD_CLOEXEC);
+	r->err = memfd_create("verify-err", MFD_CLOEXEC);
+	ps.file = a->tool, ps.out = r->out, ps.err = r->err, ps.pdeathsig = SIGKILL;
+	if (r->out >= 0 && r->err >= 0)
+		r->pid = proc_spawn(&ps);
+	if (r->pid >= 0)
+		return 0;
+	snprintf(why, whysz, "unable to start %.300s: %s", a->tool, strerror(errno));
+	if (r->out >= 0)
+		close(r->out);
+	if (r->err >= 0)
+		close(r->err);
+	r->out = r->err = -1;
+	return -1;
+}
+
+int attcheck_finish(const struct attcheck *a, struct attcheck_run *r, int st, json_t **verdict,
+		    char *why, size_t whysz)
+{
+	char *out, *err, w[512], *nl;
+	size_t on = 0, en = 0, i, off;
+	json_t *v = NULL, *f;
+	int rc = proc_status(st);
+
+	out = fd_text(r->out, JSON_MAX_BYTES, &on);
+	err = fd_text(r->err, 4096, &en);
+	if (out && on)
+		v = json_parse(out, on, 0, w, sizeof w);
+	while (err && en && err[en - 1] == '\n')
+		err[--en] = 0;
+	nl = err ? strrchr(err, '\n') : NULL;
+	if (rc == 0 && v && json_is_true(json_object_get(v, "valid"))) {
+		why[0] = 0;
+	} else if (v && json_array_size(json_object_get(v, "failures"))) {
+		off = (size_t)snprintf(why, whysz, "attestation %s does not verify:", a->att);
+		json_array_foreach(json_object_get(v, "failures"), i, f) {
+			const char *what = json_string_value(json_object_get(f, "subject"));
+
+			if (off >= whysz || i == 4)
+				break;
+			if (!what)
+				what = json_string_value(json_object_get(f, "field"));
+			off += (size_t)snprintf(why + off, whysz - off, "%s %s: %s", i ? ";" : "",
+						what ? what : "?",
+						json_string_value(json_object_get(f, "why")) ?: "?");
+		}
+	} else {
+		snprintf(why, whysz, "attestation %s does not verify: %s (isopod-attest exit %d)",
+			 a->att, nl ? nl + 1 : err && *err ? err : "no verdict", rc);
+	}
+	close(r->out);
+	close(r->err);
+	r->out = r->err = -1, r->pid = -1;
+	free(out);
+	free(err);
+	if (verdict)
+		*verdict = v;
+	else
+		json_decref(v);
+	return why[0] == 0;
+}
+
+int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_t whysz)
+{
+	struct attcheck_run r;
+	int st;
+
+	if (verdict)
+		*verdict = NULL;
+	if (attcheck_start(a, &r, why, whysz) < 0)
+		return 0;
+	if (!proc_exited_within(r.pid, &st, a->timeout_ms > 0 ? a->timeout_ms : ATTCHECK_TIMEOUT_MS)) {
+		kill(r.pid, SIGKILL);
+		proc_wait(r.pid, &st);
+	}
+	return attcheck_finish(a, &r, st, verdict, why, whysz);
+}
+
+int attcheck_required(const char *path, int *req, char *msg, size_t msz)
+{
+	FILE *f = fopen(path, "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int ln = 0, rc = 0;
+
+	*req = 0;
+	if (!f) {
+		if (errno == ENOENT)
+			return 0;
+		snprintf(msg, msz, "unable to read %s: %s", path, strerror(errno));
+		return -2;
+	}
+	while (getline(&line, &cap, f) >= 0) {
+		char *k = line, *v, *e;
+
+		ln++;
+		if ((e = strchr(line, '#'))) /* a comment, as the front end reads it */
+			*e = 0;
+		k += strspn(k, " \t");
+		if (strncmp(k, "require_attestation", 19) || !strchr(" \t=", k[19]))
+			continue;
+		v = k + 19 + strspn(k + 19, " \t");
+		if (*v != '=')
+			continue;
+		v++;
+		v += strspn(v, " \t");
+		for (e = v + strlen(v); e > v && strchr(" \t\r\n", e[-1]); e--)
+			;
+		*e = 0;
+		if (!strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcmp(v, "1")) {
+			*req = 1;
+		} else if (!strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcmp(v, "0")) {
+			*req = 0;
+		} else {
+			snprintf(msg, msz, "%s:%d: require_attestation: yes or no, not %s", path, ln, EXC(v));
+			rc = -1;
+			break;
+		}
+	}
+	if (rc == 0 && ferror(f)) {
+		snprintf(msg, msz, "unable to read %s: %s", path, strerror(errno));
+		rc = -2;
+	}
+	free(line);
+	fclose(f);
+	return rc;
+}
