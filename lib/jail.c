@@ -18,18 +18,24 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/audit.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/keyctl.h>
+#include <linux/openat2.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -41,7 +47,14 @@
  * -DJAIL_MUTANT into a separate test binary, never into bin/.  In a
  * production build mutant() is the constant 0 and every test below folds
  * away, so no environment can weaken a real jail. */
-enum { MUT_NO_RECURSIVE = 1, MUT_NO_PIDNS = 2, MUT_KEEP_CAP = 4, MUT_OLD_KERNEL = 8 };
+enum {
+	MUT_NO_RECURSIVE = 1,
+	MUT_NO_PIDNS = 2,
+	MUT_KEEP_CAP = 4,
+	MUT_OLD_KERNEL = 8,
+	MUT_NO_SECCOMP = 16,
+	MUT_NO_RESOLVE = 32,
+};
 #ifdef JAIL_MUTANT
 static unsigned mutant(void)
 {
@@ -56,6 +69,10 @@ static unsigned mutant(void)
 		m |= MUT_KEEP_CAP;
 	if (e && strstr(e, "old-kernel")) /* not a weakening: the refusal's test */
 		m |= MUT_OLD_KERNEL;
+	if (e && strstr(e, "no-seccomp"))
+		m |= MUT_NO_SECCOMP;
+	if (e && strstr(e, "no-resolve"))
+		m |= MUT_NO_RESOLVE;
 	return m;
 }
 #else
@@ -569,6 +586,66 @@ static void drop_privs(const struct jail_spec *js, int userns, int errfd)
 	}
 }
 
+/* The last thing before the exec: a seccomp filter refusing what would give
+ * the jailed program a kernel surface of its own to attack -- a new user
+ * namespace (and with it CAP_SYS_ADMIN and CAP_NET_ADMIN there: nf_tables,
+ * mounts), the other namespaces, setns, every mount call, the keyring and
+ * bpf.  clone3 passes its flags in memory a filter cannot read: ENOSYS, so
+ * the C library falls back to clone (Flatpak's filter does the same).
+ * Another architecture's calls (i386's int 0x80, x32) are killed.  Filters
+ * stack: QEMU's own -sandbox adds to this one. */
+#if defined(__x86_64__)
+#define JAIL_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define JAIL_ARCH AUDIT_ARCH_AARCH64
+#endif
+#define NS_FLAGS                                                                                   \
+	(CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |             \
+	 CLONE_NEWPID | CLONE_NEWNET)
+#define DENY(nr)                                                                                   \
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                            \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+/* nr with any of mask in its first argument: EPERM (5 instructions). */
+#define DENY_FLAGS(nr, mask)                                                                       \
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 4),                                            \
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),         \
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, (mask), 0, 1),                                 \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),                               \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+static void seccomp_jail(int errfd)
+{
+#ifdef JAIL_ARCH
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, JAIL_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#ifdef __x86_64__
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1), /* x32 */
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+#endif
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		DENY(SYS_setns), DENY(SYS_mount), DENY(SYS_umount2), DENY(SYS_pivot_root),
+		DENY(SYS_open_tree), DENY(SYS_move_mount), DENY(SYS_fsopen), DENY(SYS_fsconfig),
+		DENY(SYS_fsmount), DENY(SYS_fspick), DENY(SYS_mount_setattr), DENY(SYS_keyctl),
+		DENY(SYS_add_key), DENY(SYS_request_key), DENY(SYS_bpf),
+		DENY_FLAGS(SYS_unshare, NS_FLAGS | 0x80 /* CLONE_NEWTIME */),
+		/* clone's low byte is the exit signal: CLONE_NEWTIME is clone3's */
+		DENY_FLAGS(SYS_clone, NS_FLAGS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof f / sizeof f[0], .filter = f };
+
+	if (mutant() & MUT_NO_SECCOMP)
+		return;
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		cdie(errfd, "seccomp:");
+#else
+#error "lib/jail.c: no seccomp filter for this architecture"
+#endif
+}
+
 __attribute__((noreturn)) static void child(const struct jail_spec *js, const struct proc_spec *ps,
 					    int userns, int syncfd, int errfd)
 {
@@ -655,8 +732,14 @@ __attribute__((noreturn)) static void child(const struct jail_spec *js, const st
 	 * into with TIOCSTI (bubblewrap's --new-session, CVE-2017-5226). */
 	p.setsid = 1;
 	p.pdeathsig = 0;
+	/* No core file: a jailed QEMU's would hold the guest's memory. */
+	if (setrlimit(RLIMIT_CORE, &(struct rlimit){ .rlim_cur = 0, .rlim_max = 0 }) < 0)
+		cdie(errfd, "setrlimit(RLIMIT_CORE):");
+	/* Its failure is the caller's too: a bare exit would close errfd
+	 * unwritten, which reads as the exec reached. */
 	if (proc_child_setup(&p, 0) < 0)
-		_exit(126);
+		cdie(errfd, "setting up the jailed program's descriptors:");
+	seccomp_jail(errfd);
 	if (p.file)
 		execv(p.file, p.argv);
 	else

@@ -137,6 +137,14 @@ proof_ptrace() {
 	return "$rc"
 }
 
+# No new user namespace (where it would be root, with CAP_SYS_ADMIN and
+# CAP_NET_ADMIN: mounts, nf_tables), no other namespace, no mount.
+proof_userns() {
+	jail userns
+	echo "$output $stderr" >&2
+	[ "$status" -eq 1 ] && [ "$output" = "refused unshare CLONE_NEWUSER: EPERM" ]
+}
+
 # ---- the tool -----------------------------------------------------------------
 
 @test "jail: -h prints the man page's SYNOPSIS; bad usage 100; a failure follows the contract" {
@@ -379,6 +387,16 @@ proof_ptrace() {
 	rm -f "$VM/suid-probe"
 }
 
+@test "jail: cannot create a user namespace, nor mount in one" {
+	proof_userns
+}
+
+@test "jail: no core file (RLIMIT_CORE 0, hard limit too)" {
+	jail core
+	[ "$status" -eq 0 ]
+	[ "$output" = "core=0 0" ]
+}
+
 # ---- mutations: break one enforcement, the matching proof must fail -----------
 
 @test "mutation: the mutant build with nothing broken passes every proof it is used for" {
@@ -389,6 +407,7 @@ proof_ptrace() {
 	proof_procs
 	proof_signal
 	proof_ptrace
+	proof_userns
 }
 
 @test "mutation: without AT_RECURSIVE, the submount proof fails" {
@@ -411,4 +430,10 @@ proof_ptrace() {
 	[[ "$output" == *"(after a remount)" ]]
 	echo base >"$BASE"
 	echo layer >"$LAYER"
+}
+
+@test "mutation: without the seccomp filter, the user namespace proof fails" {
+	mutant no-seccomp
+	leaks proof_userns
+	[ "$output" = "unshared and mounted" ]
 }
