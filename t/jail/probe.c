@@ -15,6 +15,7 @@
  *                            session keyring (run outside the jail)
  *   probe userns             unshare(CLONE_NEWUSER), then a new mount and
  *                            network namespace and a tmpfs mount in them
+ *   probe read PATH          PATH's first line
  *   probe core               RLIMIT_CORE's soft and hard limits
  *   probe ls DIR             the names in DIR, sorted by the kernel's order
  *   probe mounts             the mount points /proc/self/mountinfo lists
@@ -219,6 +220,18 @@ int main(int argc, char **argv)
 		    mount("tmpfs", "/", "tmpfs", 0, NULL) < 0)
 			return refused("mount", "tmpfs", errno);
 		printf("unshared and mounted\n");
+		return 0;
+	}
+	if (!strcmp(cmd, "read")) {
+		char line[256] = "";
+		FILE *fp = fopen(arg, "r");
+
+		if (!fp)
+			return refused("read", arg, errno);
+		if (!fgets(line, sizeof line, fp))
+			line[0] = '\0';
+		fclose(fp);
+		printf("read %s: %s", arg, line);
 		return 0;
 	}
 	if (!strcmp(cmd, "core")) {
