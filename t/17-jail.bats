@@ -190,6 +190,16 @@ proof_planted_link() {
 		"$BATS_TEST_TMPDIR/st"
 }
 
+@test "jail: a failure to set up the program's descriptors is the jail's failure, not a success" {
+	# Standard descriptors closed: inheriting them fails in the child, after
+	# the jail is built (it exited 126 unreported before).
+	run bash -c 'ISOPOD_STATUS_FD=4 "$1" -- "$2" id <&- >&- 2>&- 4>"$3"' sh "$(command -v isopod-jail)" \
+		"$PROBE" "$BATS_TEST_TMPDIR/st"
+	[ "$status" -eq 111 ]
+	jq -e '.exit == 111 and (.error | contains("setting up the jailed program'"'"'s descriptors"))' \
+		"$BATS_TEST_TMPDIR/st"
+}
+
 @test "jail: refuses a path below its read-write ones, and a kernel older than 5.12" {
 	run --separate-stderr isopod-jail --vm-dir "$VM" --ro "$VM/disk.qcow2" -- "$PROBE" id
 	[ "$status" -eq 100 ]
