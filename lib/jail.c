@@ -18,18 +18,24 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/audit.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/keyctl.h>
+#include <linux/openat2.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -41,7 +47,14 @@
  * -DJAIL_MUTANT into a separate test binary, never into bin/.  In a
  * production build mutant() is the constant 0 and every test below folds
  * away, so no environment can weaken a real jail. */
-enum { MUT_NO_RECURSIVE = 1, MUT_NO_PIDNS = 2, MUT_KEEP_CAP = 4, MUT_OLD_KERNEL = 8 };
+enum {
+	MUT_NO_RECURSIVE = 1,
+	MUT_NO_PIDNS = 2,
+	MUT_KEEP_CAP = 4,
+	MUT_OLD_KERNEL = 8,
+	MUT_NO_SECCOMP = 16,
+	MUT_NO_RESOLVE = 32,
+};
 #ifdef JAIL_MUTANT
 static unsigned mutant(void)
 {
@@ -56,11 +69,19 @@ static unsigned mutant(void)
 		m |= MUT_KEEP_CAP;
 	if (e && strstr(e, "old-kernel")) /* not a weakening: the refusal's test */
 		m |= MUT_OLD_KERNEL;
+	if (e && strstr(e, "no-seccomp"))
+		m |= MUT_NO_SECCOMP;
+	if (e && strstr(e, "no-resolve"))
+		m |= MUT_NO_RESOLVE;
 	return m;
 }
 #else
 #define mutant() 0u
 #endif
+
+/* The host path each of the spec's paths finally names, symlinks resolved
+ * (resolve_all: ro, then rw, then vm_dir). */
+typedef char realpath_t[PATH_MAX];
 
 __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t sz, const char *fmt, ...)
 {
@@ -466,27 +487,46 @@ static int mirror(const char *path, char *real, size_t rsz, int errfd)
 
 enum { B_RO, B_RW, B_DEV };
 struct bindreq {
-	const char *path;
+	const char *path, *real; /* real: the parent's resolution of path */
 	int kind;
 };
 
-/* Bind the host's path at the same path in the new root.  The tree is
+/* Bind the host's path at the same path in the new root.  The host file is
+ * the one the parent resolved and checked (real): mirror's walk must come to
+ * the same, and it is opened with no symlink followed on the way
+ * (openat2 RESOLVE_NO_SYMLINKS below /oldroot), then cloned from that
+ * descriptor, so nothing swapped in after the check is bound.  The tree is
  * cloned detached (open_tree), its attributes set on the whole tree at once
  * (mount_setattr, AT_RECURSIVE: a submount -- a tmpfs, another disk -- is
  * read-only too), and only then attached: it is never visible writable. */
-static void bind_path(const char *path, int kind, int errfd)
+static void bind_path(const char *path, const char *want, int kind, int errfd)
 {
-	char real[PATH_MAX], host[PATH_MAX + 16], in[PATH_MAX + 16];
+	char real[PATH_MAX], in[PATH_MAX + 16];
 	struct mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+					   RESOLVE_BENEATH };
 	unsigned rec = mutant() & MUT_NO_RECURSIVE ? 0 : AT_RECURSIVE;
 	struct stat st;
-	int fd;
+	int fd, root, src;
 
 	if (mirror(path, real, sizeof real, errfd) < 0 ||
-	    pathn(host, sizeof host, "/oldroot%s", real) < 0 ||
 	    pathn(in, sizeof in, "/newroot%s", real) < 0)
 		cdie(errfd, "%s: path too long", path);
-	if (stat(host, &st) < 0)
+	if (mutant() & MUT_NO_RESOLVE)
+		want = real;
+	if (strcmp(real, want)) {
+		errno = ESTALE;
+		cdie(errfd, "%s: resolved to %s, now to %s: changed while the jail was made", path,
+		     want, real);
+	}
+	if ((root = open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		cdie(errfd, "/oldroot:");
+	src = (int)syscall(SYS_openat2, root, want[1] ? want + 1 : ".", &how, sizeof how);
+	if (src < 0)
+		cdie(errfd, "%s: opening %s (no symlink followed):", path, want);
+	close(root);
+	if (fstat(src, &st) < 0)
 		cdie(errfd, "%s:", path);
 	/* The mount point: it may exist already, below a bind made before. */
 	if (S_ISDIR(st.st_mode) ? mkdir(in, 0755) < 0 && errno != EEXIST
@@ -500,10 +540,10 @@ static void bind_path(const char *path, int kind, int errfd)
 	 * to the device, not to the file system). */
 	if (kind == B_DEV)
 		a.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
-	fd = open_tree(AT_FDCWD, host, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE |
-					       AT_SYMLINK_NOFOLLOW);
+	fd = open_tree(src, "", AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
 	if (fd < 0)
 		cdie(errfd, "open_tree %s:", path);
+	close(src);
 	if (mount_setattr(fd, "", AT_EMPTY_PATH | rec, &a, sizeof a) < 0)
 		cdie(errfd, "mount_setattr %s:", path);
 	if (move_mount(fd, "", AT_FDCWD, in, MOVE_MOUNT_F_EMPTY_PATH) < 0)
@@ -569,8 +609,68 @@ static void drop_privs(const struct jail_spec *js, int userns, int errfd)
 	}
 }
 
+/* The last thing before the exec: a seccomp filter refusing what would give
+ * the jailed program a kernel surface of its own to attack -- a new user
+ * namespace (and with it CAP_SYS_ADMIN and CAP_NET_ADMIN there: nf_tables,
+ * mounts), the other namespaces, setns, every mount call, the keyring and
+ * bpf.  clone3 passes its flags in memory a filter cannot read: ENOSYS, so
+ * the C library falls back to clone (Flatpak's filter does the same).
+ * Another architecture's calls (i386's int 0x80, x32) are killed.  Filters
+ * stack: QEMU's own -sandbox adds to this one. */
+#if defined(__x86_64__)
+#define JAIL_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define JAIL_ARCH AUDIT_ARCH_AARCH64
+#endif
+#define NS_FLAGS                                                                                   \
+	(CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |             \
+	 CLONE_NEWPID | CLONE_NEWNET)
+#define DENY(nr)                                                                                   \
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                            \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+/* nr with any of mask in its first argument: EPERM (5 instructions). */
+#define DENY_FLAGS(nr, mask)                                                                       \
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 4),                                            \
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),         \
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, (mask), 0, 1),                                 \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),                               \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+static void seccomp_jail(int errfd)
+{
+#ifdef JAIL_ARCH
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, JAIL_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#ifdef __x86_64__
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1), /* x32 */
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+#endif
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		DENY(SYS_setns), DENY(SYS_mount), DENY(SYS_umount2), DENY(SYS_pivot_root),
+		DENY(SYS_open_tree), DENY(SYS_move_mount), DENY(SYS_fsopen), DENY(SYS_fsconfig),
+		DENY(SYS_fsmount), DENY(SYS_fspick), DENY(SYS_mount_setattr), DENY(SYS_keyctl),
+		DENY(SYS_add_key), DENY(SYS_request_key), DENY(SYS_bpf),
+		DENY_FLAGS(SYS_unshare, NS_FLAGS | 0x80 /* CLONE_NEWTIME */),
+		/* clone's low byte is the exit signal: CLONE_NEWTIME is clone3's */
+		DENY_FLAGS(SYS_clone, NS_FLAGS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof f / sizeof f[0], .filter = f };
+
+	if (mutant() & MUT_NO_SECCOMP)
+		return;
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		cdie(errfd, "seccomp:");
+#else
+#error "lib/jail.c: no seccomp filter for this architecture"
+#endif
+}
+
 __attribute__((noreturn)) static void child(const struct jail_spec *js, const struct proc_spec *ps,
-					    int userns, int syncfd, int errfd)
+					    realpath_t *rp, int userns, int syncfd, int errfd)
 {
 	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
 	struct proc_spec p = *ps;
@@ -579,12 +679,14 @@ __attribute__((noreturn)) static void child(const struct jail_spec *js, const st
 	size_t i, nb = 0;
 	char go;
 
-	for (i = 0; i < js->nro; i++)
-		b[nb++] = (struct bindreq){ js->ro[i], B_RO };
-	for (i = 0; i < js->nrw; i++)
-		b[nb++] = (struct bindreq){ js->rw[i], B_RW };
-	if (js->vm_dir)
-		b[nb++] = (struct bindreq){ js->vm_dir, B_RW };
+	for (i = 0; i < js->nro; i++, nb++)
+		b[nb] = (struct bindreq){ js->ro[i], rp[nb], B_RO };
+	for (i = 0; i < js->nrw; i++, nb++)
+		b[nb] = (struct bindreq){ js->rw[i], rp[nb], B_RW };
+	if (js->vm_dir) {
+		b[nb] = (struct bindreq){ js->vm_dir, rp[nb], B_RW };
+		nb++;
+	}
 	/* The parent placed us in our cgroups (and wrote our maps): EOF here
 	 * means it failed or died. */
 	if (read(syncfd, &go, 1) != 1)
@@ -603,22 +705,22 @@ __attribute__((noreturn)) static void child(const struct jail_spec *js, const st
 	if (mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV,
 		  "mode=0755,size=1m,nr_inodes=4096") < 0)
 		cdie(errfd, "the jail's root tmpfs:");
-	/* Shorter paths first: a parent is bound before what lies below it,
-	 * which then covers it (a read-only file in the VM's directory stays
-	 * read-only; a mount point below a read-only bind already exists). */
+	/* Shorter host paths first: a parent is bound before what lies below
+	 * it, which then covers it (a mount point below a read-only bind
+	 * already exists). */
 	for (i = 0; i < nb; i++) {
 		size_t k, best = i;
 
 		for (k = i + 1; k < nb; k++)
-			if (strlen(b[k].path) < strlen(b[best].path))
+			if (strlen(b[k].real) < strlen(b[best].real))
 				best = k;
-		bind_path(b[best].path, b[best].kind, errfd);
+		bind_path(b[best].path, b[best].real, b[best].kind, errfd);
 		b[best] = b[i];
 	}
-	bind_path("/dev/null", B_DEV, errfd);
-	bind_path("/dev/urandom", B_DEV, errfd);
+	bind_path("/dev/null", "/dev/null", B_DEV, errfd);
+	bind_path("/dev/urandom", "/dev/urandom", B_DEV, errfd);
 	if (js->kvm)
-		bind_path("/dev/kvm", B_DEV, errfd);
+		bind_path("/dev/kvm", "/dev/kvm", B_DEV, errfd);
 	/* The jail's own pid namespace's processes, and nothing else of /proc
 	 * (subset=pid: no /proc/sys, /proc/kcore, ...). */
 	if ((mkdir("/newroot/proc", 0555) < 0 && errno != EEXIST) ||
@@ -655,8 +757,14 @@ __attribute__((noreturn)) static void child(const struct jail_spec *js, const st
 	 * into with TIOCSTI (bubblewrap's --new-session, CVE-2017-5226). */
 	p.setsid = 1;
 	p.pdeathsig = 0;
+	/* No core file: a jailed QEMU's would hold the guest's memory. */
+	if (setrlimit(RLIMIT_CORE, &(struct rlimit){ .rlim_cur = 0, .rlim_max = 0 }) < 0)
+		cdie(errfd, "setrlimit(RLIMIT_CORE):");
+	/* Its failure is the caller's too: a bare exit would close errfd
+	 * unwritten, which reads as the exec reached. */
 	if (proc_child_setup(&p, 0) < 0)
-		_exit(126);
+		cdie(errfd, "setting up the jailed program's descriptors:");
+	seccomp_jail(errfd);
 	if (p.file)
 		execv(p.file, p.argv);
 	else
@@ -758,6 +866,134 @@ static int spec_ok(const struct jail_spec *js, char *err, size_t errsz)
 	return 0;
 }
 
+/* ---- the spec's paths, resolved ------------------------------------------ */
+
+/* Resolve path on the host as the kernel would (each symlink followed,
+ * "."/".." of a link's target applied), into out.  Every step of the way is
+ * checked against the resolved read-write paths in rw[0..nrw) but self: a
+ * symlink planted in the VM's directory (the jail's own to change) that the
+ * resolution passes through would let it name any host file, so passing
+ * through one is refused, not only ending below one. */
+static int resolve(const char *path, char *out, size_t sz, realpath_t *rw, size_t nrw, size_t self,
+		   char *err, size_t errsz)
+{
+	char todo[PATH_MAX], done[PATH_MAX] = "", link[PATH_MAX], rest[PATH_MAX], cand[PATH_MAX];
+	int hops = 0;
+	size_t k;
+
+	if (pathn(todo, sizeof todo, "%s", path) < 0) {
+		errno = ENAMETOOLONG;
+		return fail(err, errsz, "jail: %s: path too long", path);
+	}
+	for (;;) {
+		char *p = todo, *c;
+		struct stat st;
+		ssize_t n;
+
+		while (*p == '/')
+			p++;
+		if (!*p)
+			return pathn(out, sz, "%s", *done ? done : "/");
+		c = p;
+		p += strcspn(p, "/");
+		snprintf(rest, sizeof rest, "%s", p);
+		*p = '\0';
+		if (!strcmp(c, ".") || !strcmp(c, "..")) {
+			char *sl = strrchr(done, '/');
+
+			if (c[1] == '.' && sl)
+				*sl = '\0';
+			memmove(todo, rest, strlen(rest) + 1);
+			continue;
+		}
+		if (pathn(cand, sizeof cand, "%s/%s", done, c) < 0) {
+			errno = ENAMETOOLONG;
+			return fail(err, errsz, "jail: %s: path too long", path);
+		}
+		for (k = 0; k < nrw; k++)
+			if (k != self && below(cand, rw[k])) {
+				errno = EINVAL;
+				return fail(err, errsz, "%s: passes through %s, below the jail's read-write "
+					    "path %s", EXC(path), EXC(cand), EXC(rw[k]));
+			}
+		if (lstat(cand, &st) < 0)
+			return fail(err, errsz, "jail: %s: %s:", path, cand);
+		if (S_ISLNK(st.st_mode)) {
+			if (++hops > 40) {
+				errno = ELOOP;
+				return fail(err, errsz, "jail: %s:", path);
+			}
+			if ((n = readlink(cand, link, sizeof link - 1)) < 0)
+				return fail(err, errsz, "jail: readlink %s:", cand);
+			link[n] = '\0';
+			if (link[0] == '/')
+				done[0] = '\0';
+			if (pathn(todo, sizeof todo, "%s%s", link, rest) < 0) {
+				errno = ENAMETOOLONG;
+				return fail(err, errsz, "jail: %s: path too long", path);
+			}
+			continue;
+		}
+		snprintf(done, sizeof done, "%s", cand);
+		memmove(todo, rest, strlen(rest) + 1);
+		if (todo[strspn(todo, "/")] != '\0' && !S_ISDIR(st.st_mode)) {
+			errno = ENOTDIR;
+			return fail(err, errsz, "jail: %s: %s:", path, cand);
+		}
+	}
+}
+
+/* Host trees the jail must never see, whatever it is asked: the host's
+ * root, its kernel interfaces, its runtime state and devices (the jail's
+ * own /proc and device nodes are made by the jail). */
+static const char *const forbidden[] = { "/proc", "/sys", "/run", "/dev" };
+
+/* Resolve every path of the spec into real[], refusing what resolves
+ * through a read-write path, what lands on a forbidden tree (or an
+ * ancestor of one: "/"), and what is an ancestor of the VM's directory (the
+ * other VMs' directories around it). */
+static int resolve_all(const struct jail_spec *js, realpath_t *real, char *err, size_t errsz)
+{
+	size_t n = js->nro + js->nrw + (js->vm_dir ? 1 : 0), nw = n - js->nro, i, k;
+	realpath_t *rw = real + js->nro;
+
+	if (mutant() & MUT_NO_RESOLVE) { /* the strings as given: the old check */
+		for (i = 0; i < n; i++)
+			snprintf(real[i], PATH_MAX, "%s", i < js->nro ? js->ro[i] : i < js->nro + js->nrw
+						       ? js->rw[i - js->nro] : js->vm_dir);
+		return 0;
+	}
+
+	/* The read-write paths first, each by itself, then again each checked
+	 * against the others. */
+	for (i = 0; i < nw; i++) {
+		const char *p = i < js->nrw ? js->rw[i] : js->vm_dir;
+
+		if (resolve(p, rw[i], PATH_MAX, rw, 0, 0, err, errsz) < 0)
+			return -1;
+	}
+	for (i = 0; i < n; i++) {
+		const char *p = i < js->nro ? js->ro[i] : i < js->nro + js->nrw ? js->rw[i - js->nro]
+										 : js->vm_dir;
+
+		if (resolve(p, real[i], PATH_MAX, rw, nw, i < js->nro ? nw : i - js->nro, err, errsz) < 0)
+			return -1;
+		for (k = 0; k < sizeof forbidden / sizeof forbidden[0]; k++)
+			if (below(real[i], forbidden[k]) || below(forbidden[k], real[i])) {
+				errno = EINVAL;
+				return fail(err, errsz, "%s: resolves to %s: the host's %s is never "
+					    "bound into the jail", EXC(p), EXC(real[i]),
+					    strcmp(real[i], "/") ? forbidden[k] : "/");
+			}
+		if (js->vm_dir && i != n - 1 && below(rw[nw - 1], real[i])) {
+			errno = EINVAL;
+			return fail(err, errsz, "%s: resolves to %s, an ancestor of the VM's directory "
+				    "%s", EXC(p), EXC(real[i]), EXC(rw[nw - 1]));
+		}
+	}
+	return 0;
+}
+
 /* A directory descriptor handed in would be a way out of the new root
  * (openat from it reaches the host's tree): refused. */
 static int plan_ok(const struct proc_spec *ps, char *err, size_t errsz)
@@ -820,10 +1056,17 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
 	json_t *cg = json_object(), *warnings = json_array();
 	char why[1024] = "";
+	realpath_t *real = NULL;
 	pid_t pid;
 
 	*j = (struct jail){ .pid = -1 };
 	if (kernel_ok(err, errsz) < 0 || spec_ok(js, err, errsz) < 0 || plan_ok(ps, err, errsz) < 0)
+		goto out;
+	if (!(real = calloc(js->nro + js->nrw + 1, sizeof *real))) {
+		fail(err, errsz, "calloc:");
+		goto out;
+	}
+	if (resolve_all(js, real, err, errsz) < 0)
 		goto out;
 	if (userns)
 		flags |= CLONE_NEWUSER;
@@ -849,7 +1092,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	if (pid == 0) {
 		close(sync[1]);
 		close(ep[0]);
-		child(js, ps, userns, sync[0], ep[1]);
+		child(js, ps, real, userns, sync[0], ep[1]);
 	}
 	e = errno;
 	close(sync[0]);
@@ -868,6 +1111,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	if (r == 0) {
 		j->pid = pid;
 		j->applied = applied(js, userns, cg, warnings);
+		free(real);
 		return pid;
 	}
 	kill(pid, SIGKILL);
@@ -879,6 +1123,9 @@ out_cg:
 	jail_release(j, why, sizeof why);
 	errno = e;
 out:
+	e = errno;
+	free(real);
+	errno = e;
 	json_decref(cg);
 	json_decref(warnings);
 	return -1;

@@ -60,10 +60,12 @@ leaks() {
 	fi
 }
 
-# refused PATH: the probe could not write PATH (nor remount it writable).
+# refused PATH [ERRNO]: the probe could not write PATH (nor remount it
+# writable), for the reason ERRNO when given (EROFS: the read-only mount's
+# refusal, not a permission bit or a missing file).
 refused() {
 	jail write "$1"
-	if [ "$status" -ne 1 ] || [[ "$output" != "refused write $1: "* ]]; then
+	if [ "$status" -ne 1 ] || [[ "$output" != "refused write $1: ${2:-}"* ]]; then
 		echo "write $1: status $status: $output $stderr" >&2
 		return 1
 	fi
@@ -83,7 +85,7 @@ proof_caps() {
 	grep -qx 'NoNewPrivs:[[:space:]]*1' <<<"$output" || return 1
 }
 
-proof_base_ro() { refused "$BASE" && refused "$LAYER"; }
+proof_base_ro() { refused "$BASE" EROFS && refused "$LAYER" EROFS; }
 
 # A tmpfs mounted below a read-only directory (another disk, a tmpfs) is
 # read-only in the jail too: in a private mount namespace of the test.
@@ -132,9 +134,32 @@ proof_ptrace() {
 	jail ptrace "$outsider"
 	echo "$output" >&2
 	[ "$status" -eq 1 ] && [[ "$output" == *": ESRCH" ]] || rc=1
+	kill -0 "$outsider" || rc=1 # there to be reached: ESRCH is the jail's doing
 	kill "$outsider" 2>/dev/null || :
 	wait "$outsider" 2>/dev/null || :
 	return "$rc"
+}
+
+# No new user namespace (where it would be root, with CAP_SYS_ADMIN and
+# CAP_NET_ADMIN: mounts, nf_tables), no other namespace, no mount.
+proof_userns() {
+	jail userns
+	echo "$output $stderr" >&2
+	[ "$status" -eq 1 ] && [ "$output" = "refused unshare CLONE_NEWUSER: EPERM" ]
+}
+
+# The reviewer's layout: a symlink planted in the VM's directory, reached
+# through a link to that directory from outside, names a host file.
+proof_planted_link() {
+	rm -f "$VM/kernel" "$BATS_TEST_TMPDIR/link"
+	ln -s /etc/hostname "$VM/kernel"
+	ln -s "$VM" "$BATS_TEST_TMPDIR/link"
+	run --separate-stderr timeout 60 "${J[@]}" --vm-dir "$VM" --ro "$BATS_TEST_TMPDIR/link/kernel" \
+		-- "$PROBE" read "$BATS_TEST_TMPDIR/link/kernel"
+	echo "$status: $output $stderr" >&2
+	rm -f "$VM/kernel"
+	[ "$status" -eq 100 ] || return 1
+	[[ "$stderr" == *"link/kernel: passes through $VM, below the jail's read-write path $VM" ]]
 }
 
 # ---- the tool -----------------------------------------------------------------
@@ -165,6 +190,16 @@ proof_ptrace() {
 		"$BATS_TEST_TMPDIR/st"
 }
 
+@test "jail: a failure to set up the program's descriptors is the jail's failure, not a success" {
+	# Standard descriptors closed: inheriting them fails in the child, after
+	# the jail is built (it exited 126 unreported before).
+	run bash -c 'ISOPOD_STATUS_FD=4 "$1" -- "$2" id <&- >&- 2>&- 4>"$3"' sh "$(command -v isopod-jail)" \
+		"$PROBE" "$BATS_TEST_TMPDIR/st"
+	[ "$status" -eq 111 ]
+	jq -e '.exit == 111 and (.error | contains("setting up the jailed program'"'"'s descriptors"))' \
+		"$BATS_TEST_TMPDIR/st"
+}
+
 @test "jail: refuses a path below its read-write ones, and a kernel older than 5.12" {
 	run --separate-stderr isopod-jail --vm-dir "$VM" --ro "$VM/disk.qcow2" -- "$PROBE" id
 	[ "$status" -eq 100 ]
@@ -180,6 +215,42 @@ proof_ptrace() {
 	[ "$status" -eq 111 ]
 	[ -z "$output" ]
 	[[ "$stderr" == *"needs Linux 5.12 or later"*"this host runs 5.11.22-mutant; ISOPOD_JAIL=0 runs without the jail" ]]
+}
+
+@test "jail: a symlink planted in the VM's directory does not pull a host file in" {
+	proof_planted_link
+	# A link into the VM's directory is refused the same, and a read-write
+	# path reached through a link to another one.
+	ln -sfn "$VM" "$BATS_TEST_TMPDIR/vmlink"
+	run --separate-stderr isopod-jail --vm-dir "$VM" --ro "$BATS_TEST_TMPDIR/vmlink" -- "$PROBE" id
+	[ "$status" -eq 100 ]
+	mkdir -p "$VM/sub"
+	run --separate-stderr isopod-jail --vm-dir "$VM" --rw "$BATS_TEST_TMPDIR/vmlink/sub" -- \
+		"$PROBE" id
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"passes through $VM"* ]]
+	rmdir "$VM/sub"
+	# A link outside any read-write path still works, bound at its name.
+	ln -sfn "$KDIR" "$BATS_TEST_TMPDIR/klink"
+	run --separate-stderr timeout 60 isopod-jail --vm-dir "$VM" --ro "$BATS_TEST_TMPDIR/klink" -- \
+		"$PROBE" read "$BATS_TEST_TMPDIR/klink/vmlinux"
+	[ "$status" -eq 0 ]
+	[ "$output" = "read $BATS_TEST_TMPDIR/klink/vmlinux: kernel" ]
+}
+
+@test "jail: refuses the host's /, /proc, /sys, /run, /dev and an ancestor of the VM's directory" {
+	local p
+	ln -sfn / "$BATS_TEST_TMPDIR/rootlink"
+	for p in / /proc /proc/self /sys/kernel /run /dev /dev/shm "$BATS_TEST_TMPDIR/rootlink" \
+		"$S/vms" "$S"; do
+		run --separate-stderr isopod-jail --vm-dir "$VM" --ro "$p" -- "$PROBE" id
+		echo "$p: $status $stderr"
+		[ "$status" -eq 100 ]
+		[[ "$stderr" == *"is never bound into the jail"* || "$stderr" == *"an ancestor of the VM's directory"* ]]
+		run --separate-stderr isopod-jail --vm-dir "$VM" --rw "$p" -- "$PROBE" id
+		[ "$status" -eq 100 ]
+	done
+	[[ "$stderr" == *"$S: resolves to $S, an ancestor of the VM's directory $VM" ]]
 }
 
 @test "jail: as a user, the user itself in a user namespace; an unwritable cgroup is a warning" {
@@ -332,6 +403,32 @@ proof_ptrace() {
 	[ "$output" != "sid=1 key=found" ]
 }
 
+@test "jail: /dev holds null and urandom only (and kvm only with --kvm)" {
+	jail ls /dev
+	[ "$status" -eq 0 ]
+	[ "$(sort <<<"$output" | tr '\n' ' ')" = "null urandom " ]
+	[ -c /dev/kvm ] || skip "no /dev/kvm on this host"
+	run --separate-stderr timeout 60 isopod-jail --kvm -- "$PROBE" ls /dev
+	[ "$status" -eq 0 ]
+	[ "$(sort <<<"$output" | tr '\n' ' ')" = "kvm null urandom " ]
+}
+
+@test "jail: the host's root is unreachable: only the jail's mounts; /proc/1/root and /.. stay inside" {
+	local want top
+	jail mounts
+	[ "$status" -eq 0 ]
+	want=$(printf '%s\n' / "$VM" "$BASE" "$LAYER" "$KDIR" "$PROBE" /dev/null /dev/urandom /proc | sort)
+	[ "$(sort <<<"$output")" = "$want" ]
+	jail ls /
+	[ "$status" -eq 0 ]
+	top=$(sort <<<"$output")
+	[ "$top" = "$(printf '%s\n' "$(cut -d/ -f2 <<<"$want" | sort -u | grep .)")" ]
+	jail ls /proc/1/root
+	[ "$(sort <<<"$output")" = "$top" ]
+	jail ls /..
+	[ "$(sort <<<"$output")" = "$top" ]
+}
+
 @test "jail: no network interface but loopback" {
 	jail net
 	[ "$status" -eq 0 ]
@@ -368,6 +465,11 @@ proof_ptrace() {
 	chmod 4755 "$VM/suid-probe"
 	mkdir -p "$BATS_TEST_TMPDIR/ro"
 	cp -p "$VM/suid-probe" "$BATS_TEST_TMPDIR/ro/"
+	# The control: outside the jail, as the jail's uid, it does elevate.
+	run --separate-stderr setpriv --reuid="$JUID" --regid="$JUID" --clear-groups \
+		"$BATS_TEST_TMPDIR/ro/suid-probe" id
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"uid=$JUID gid=$JUID euid=0 "* ]]
 	run --separate-stderr timeout 60 isopod-jail --vm-dir "$VM" -- "$VM/suid-probe" id
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"euid=$JUID "* ]]
@@ -377,6 +479,17 @@ proof_ptrace() {
 	[[ "$output" == *"euid=$JUID "* ]]
 	grep -q 'CapEff:[[:space:]]*0000000000000000' <<<"$output"
 	rm -f "$VM/suid-probe"
+}
+
+@test "jail: cannot create a user namespace, nor mount in one" {
+	proof_userns
+	proof_planted_link
+}
+
+@test "jail: no core file (RLIMIT_CORE 0, hard limit too)" {
+	jail core
+	[ "$status" -eq 0 ]
+	[ "$output" = "core=0 0" ]
 }
 
 # ---- mutations: break one enforcement, the matching proof must fail -----------
@@ -389,6 +502,7 @@ proof_ptrace() {
 	proof_procs
 	proof_signal
 	proof_ptrace
+	proof_userns
 }
 
 @test "mutation: without AT_RECURSIVE, the submount proof fails" {
@@ -404,11 +518,27 @@ proof_ptrace() {
 	leaks proof_ptrace
 }
 
-@test "mutation: with CAP_SYS_ADMIN left, the capability and read-only proofs fail" {
+# The seccomp filter refuses mount(2) too: with CAP_SYS_ADMIN left alone
+# the remount still fails; with the filter gone as well, it succeeds.
+@test "mutation: with CAP_SYS_ADMIN left, the capability proof fails (and read-only, without seccomp)" {
 	mutant keep-cap
 	leaks proof_caps
+	proof_base_ro
+	mutant keep-cap,no-seccomp
 	leaks proof_base_ro
 	[[ "$output" == *"(after a remount)" ]]
 	echo base >"$BASE"
 	echo layer >"$LAYER"
+}
+
+@test "mutation: without the seccomp filter, the user namespace proof fails" {
+	mutant no-seccomp
+	leaks proof_userns
+	[ "$output" = "unshared and mounted" ]
+}
+
+@test "mutation: with the paths compared as strings, the planted link pulls a host file in" {
+	mutant no-resolve
+	leaks proof_planted_link
+	[ "$output" = "read $BATS_TEST_TMPDIR/link/kernel: $(head -n 1 /etc/hostname)" ]
 }

@@ -13,6 +13,12 @@
  *                            withkey put in its caller's session keyring
  *   probe withkey CMD...     CMD with a key "isopod-jail-test" in a new
  *                            session keyring (run outside the jail)
+ *   probe userns             unshare(CLONE_NEWUSER), then a new mount and
+ *                            network namespace and a tmpfs mount in them
+ *   probe read PATH          PATH's first line
+ *   probe core               RLIMIT_CORE's soft and hard limits
+ *   probe ls DIR             the names in DIR, sorted by the kernel's order
+ *   probe mounts             the mount points /proc/self/mountinfo lists
  * Exit 0: it worked ("written", "sent", "attached", a bomb or allocation
  * that reached MAX); 1: refused (the reason's errno name on stdout). */
 #include <dirent.h>
@@ -24,7 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -202,6 +210,60 @@ int main(int argc, char **argv)
 			return refused("add_key", "isopod-jail-test", errno);
 		execvp(argv[2], argv + 2);
 		return refused("exec", argv[2], errno);
+	}
+	if (!strcmp(cmd, "userns")) {
+		if (unshare(CLONE_NEWUSER) < 0)
+			return refused("unshare", "CLONE_NEWUSER", errno);
+		if (unshare(CLONE_NEWNS | CLONE_NEWNET) < 0)
+			return refused("unshare", "CLONE_NEWNS|CLONE_NEWNET", errno);
+		if (mount("tmpfs", "/tmp", "tmpfs", 0, NULL) < 0 &&
+		    mount("tmpfs", "/", "tmpfs", 0, NULL) < 0)
+			return refused("mount", "tmpfs", errno);
+		printf("unshared and mounted\n");
+		return 0;
+	}
+	if (!strcmp(cmd, "read")) {
+		char line[256] = "";
+		FILE *fp = fopen(arg, "r");
+
+		if (!fp)
+			return refused("read", arg, errno);
+		if (!fgets(line, sizeof line, fp))
+			line[0] = '\0';
+		fclose(fp);
+		printf("read %s: %s", arg, line);
+		return 0;
+	}
+	if (!strcmp(cmd, "core")) {
+		struct rlimit r;
+
+		if (getrlimit(RLIMIT_CORE, &r) < 0)
+			return refused("getrlimit", "RLIMIT_CORE", errno);
+		printf("core=%llu %llu\n", (unsigned long long)r.rlim_cur,
+		       (unsigned long long)r.rlim_max);
+		return 0;
+	}
+	if (!strcmp(cmd, "ls")) {
+		DIR *d = opendir(arg);
+		struct dirent *e;
+
+		if (!d)
+			return refused("opendir", arg, errno);
+		while ((e = readdir(d)))
+			if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+				printf("%s\n", e->d_name);
+		return 0;
+	}
+	if (!strcmp(cmd, "mounts")) {
+		char line[4096], mnt[4096];
+		FILE *fp = fopen("/proc/self/mountinfo", "r");
+
+		if (!fp)
+			return refused("read", "/proc/self/mountinfo", errno);
+		while (fgets(line, sizeof line, fp))
+			if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) == 1)
+				printf("%s\n", mnt);
+		return 0;
 	}
 	if (!strcmp(cmd, "forkbomb"))
 		return forkbomb(atol(arg));
