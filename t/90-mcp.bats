@@ -304,7 +304,7 @@ EOF
 	run --separate-stderr python3 "$RAW" --want 2 --timeout 240 -- "$MCP" <<EOF
 $INIT
 {"jsonrpc":"2.0","method":"notifications/initialized"}
-{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["true"],"commit_as":"t90-steps"},"_meta":{"progressToken":"p2"}}}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["sleep","2"],"commit_as":"t90-steps"},"_meta":{"progressToken":"p2"}}}
 EOF
 	[ "$status" -eq 0 ]
 	local heard
@@ -312,7 +312,8 @@ EOF
 	echo "# $heard" >&3
 	echo "$output" | jq -e '[.messages[] | select(.id == 2)][0].result.structuredContent.commit.stage.label == "t90-steps"'
 	echo "$heard" | jq -e 'map(select(startswith("step "))) == ["step boot", "step exec", "step commit", "step stop"]'
-	# the boot's path (warm, cold, snapshot-build), from the VM's record
+	# the boot's path (warm, cold, snapshot-build), from the VM's record,
+	# polled every 500 ms: the command lasts 2 s so that a poll sees it
 	echo "$heard" | jq -e 'map(select(test("^vm-[0-9a-f]{12}: running, (warm|cold|snapshot-build)$"))) | length == 1'
 	# every notification came before the answer
 	echo "$output" | jq -e '.messages | (map(.id == 2) | index(true)) == length - 1'
