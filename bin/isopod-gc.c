@@ -1,9 +1,15 @@
 /* isopod-gc - remove old VM records; find and end what leaked.
  *
- * A running VM (its lock held) is never touched.  A process is only killed
- * when the record says it should be gone (state booting/running with a free
- * lock) and its /proc/<pid>/cmdline names the VM's directory. */
+ * A running VM (its lock held) is never touched, nor a stopped one whose
+ * owner (the isopod run that booted it) is still alive: that run is still
+ * reading its logs.  Records go by a retention policy (the newest N and
+ * anything younger than a grace period stay; config file keys gc_keep_last,
+ * gc_grace).  A process is only killed when the record says it should be
+ * gone (state booting/running with a free lock) and its /proc/<pid>/cmdline
+ * names the VM's directory.  --auto is what every run starts: at most once
+ * per gc_interval, never waiting for a lock, detached from its caller. */
 
+#include "config.h"
 #include "util.h"
 #include "vm.h"
 #include "warm.h"
@@ -23,19 +29,25 @@
 #include <time.h>
 #include <unistd.h>
 
-#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--dry-run]"
+#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--all] [--auto] [--dry-run]"
 
 /* A claim is a VM about to boot; leave young ones alone. */
 #define CLAIM_GRACE_S 3600
 /* A staging file whose writer's pid is alive is left alone for this long. */
 #define TMP_GRACE_S 3600
+/* The retention policy when no option and no config file says otherwise:
+ * a result printed a moment ago keeps its logs. */
+#define KEEP_LAST_DEFAULT 20
+#define GRACE_DEFAULT_S 3600
+/* --auto: at most one automatic gc per store this often. */
+#define AUTO_INTERVAL_DEFAULT_S 300
 
 struct rec {
 	char id[64];
 	char state[16];
 	time_t created, ref; /* ref: stopped_at, else created */
-	long long qemu_pid, broker_pid;
-	int running, candidate;
+	long long qemu_pid, broker_pid, owner_pid;
+	int running, candidate, keep, in_use;
 };
 
 static int dry_run;
@@ -82,6 +94,153 @@ static long long parse_dur(const char *s)
 static int pid_alive(long long pid)
 {
 	return pid > 0 && pid <= INT_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* When did process pid start (seconds since the epoch)?  -1 if it is gone
+ * or /proc cannot say. */
+static time_t proc_started(long long pid)
+{
+	char p[64], buf[1024], *rp;
+	unsigned long long ticks = 0, btime = 0;
+	long hz = sysconf(_SC_CLK_TCK);
+	FILE *fp;
+	int i, got = 0;
+
+	if (pid <= 0 || pid > INT_MAX || hz <= 0)
+		return -1;
+	snprintf(p, sizeof p, "/proc/%lld/stat", pid);
+	if (!(fp = fopen(p, "re")))
+		return -1;
+	if (!fgets(buf, sizeof buf, fp)) {
+		fclose(fp);
+		return -1;
+	}
+	fclose(fp);
+	/* Field 22 (starttime), counted after the ")" that ends comm (a
+	 * comm may hold spaces and parentheses). */
+	if (!(rp = strrchr(buf, ')')))
+		return -1;
+	for (i = 3, rp++; *rp && i <= 22; i++) {
+		while (*rp == ' ')
+			rp++;
+		if (i == 22)
+			got = sscanf(rp, "%llu", &ticks) == 1;
+		while (*rp && *rp != ' ')
+			rp++;
+	}
+	if (!got || !(fp = fopen("/proc/stat", "re")))
+		return -1;
+	while (fgets(buf, sizeof buf, fp))
+		if (sscanf(buf, "btime %llu", &btime) == 1)
+			break;
+	fclose(fp);
+	if (!btime)
+		return -1;
+	return (time_t)(btime + ticks / (unsigned long long)hz);
+}
+
+/* Is the run that booted this record still alive?  Its front end passed
+ * its own pid as the owner; while it lives it may still read the record's
+ * logs (isopod-result), so the record is in use even when the VM stopped.
+ * A pid reused since is a process that started after the owner died, so
+ * after the record was created: only a process started before then (2 s
+ * of slack: `created` has a second's resolution, btime jitters) counts.
+ * A --keep VM outlives its owner by design: its owner does not pin it. */
+static int owner_alive(const struct rec *r)
+{
+	time_t t;
+
+	if (r->keep || !pid_alive(r->owner_pid))
+		return 0;
+	t = proc_started(r->owner_pid);
+	return t >= 0 && t <= r->created + 2;
+}
+
+/* A retention setting: the option when given, else the config file's
+ * key, else dflt.  Bad values in a file are usage errors naming file:line. */
+static long long policy(long long opt, const char *key, int is_dur, long long dflt)
+{
+	char v[256], where[4200];
+	long long n;
+	int r;
+
+	if (opt >= 0)
+		return opt;
+	if ((r = config_value(key, v, sizeof v, where, sizeof where)) < 0)
+		die(EX_SYS, "unable to read %s:", where);
+	if (!r)
+		return dflt;
+	if (is_dur && (!strcmp(v, "off") || !strcmp(v, "0")))
+		return 0;
+	if (is_dur ? (n = parse_dur(v)) < 0 : parse_ll(v, 0, INT_MAX, &n) < 0)
+		die(EX_USAGE, "config %s: %s %s: want %s", where, key, EXC(v),
+		    is_dur ? "a duration like 30s, 10m, 2h, 7d (or off)" : "a count");
+	return n;
+}
+
+/* --auto: 1 when this process should go on and collect (detached from its
+ * caller, holding locks/gc), 0 when it is not due or another gc runs.
+ * Costs a stat when not due: every run calls it. */
+static int auto_start(void)
+{
+	char p[PATH_MAX], stamp[PATH_MAX], v[64];
+	const char *e = getenv("ISOPOD_GC_INTERVAL");
+	long long every;
+	struct stat st;
+	pid_t pid;
+	int lk, fd;
+
+	if (e && *e) {
+		if (!strcmp(e, "off") || !strcmp(e, "0"))
+			every = 0;
+		else if ((every = parse_dur(e)) < 0)
+			die(EX_USAGE, "ISOPOD_GC_INTERVAL %s: want a duration like 5m (or off)",
+			    EXC(e));
+	} else {
+		every = policy(-1, "gc_interval", 1, AUTO_INTERVAL_DEFAULT_S);
+	}
+	if (!every)
+		return 0;
+	pathf(stamp, sizeof stamp, "%s/locks/gc-auto", store_home());
+	if (stat(stamp, &st) == 0 && time(NULL) - st.st_mtime < every && st.st_mtime <= time(NULL))
+		return 0;
+	pathf(p, sizeof p, "%s/locks", store_home());
+	mkdirs(p, 0700);
+	pathf(p, sizeof p, "%s/locks/gc", store_home());
+	/* Never wait: a gc already at work is as good as ours. */
+	if ((lk = lock_open(p, LOCK_EX | LOCK_NB)) < 0)
+		return 0;
+	/* Checked again under the lock: another may have just finished. */
+	if (stat(stamp, &st) == 0 && time(NULL) - st.st_mtime < every && st.st_mtime <= time(NULL))
+		return 0;
+	snprintf(v, sizeof v, "%lld\n", (long long)time(NULL));
+	if (atomic_write(stamp, v, strlen(v), 0600) < 0)
+		die(EX_SYS, "unable to write %s:", stamp);
+	/* Detach: the run that started us goes on at once; we outlive it,
+	 * in a session of our own, at low priority, holding locks/gc (the
+	 * lock is on the open file, which the child keeps). */
+	if ((pid = fork()) < 0)
+		die(EX_SYS, "unable to fork:");
+	if (pid > 0) {
+		json_emit(json_pack("{s:b, s:I}", "started", 1, "pid", (json_int_t)pid));
+		exit(0);
+	}
+	setsid();
+	if (nice(10) == -1) {
+		/* best effort: a gc at normal priority is still correct */
+	}
+	if ((fd = open("/dev/null", O_RDWR | O_CLOEXEC)) >= 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (fd > 2)
+			close(fd);
+	}
+	/* Nothing of the caller's but the lock (e.g. a test harness's pipe). */
+	for (fd = 3; fd < 1024; fd++)
+		if (fd != lk)
+			close(fd);
+	return 1;
 }
 
 /* Does /proc/<pid>/cmdline carry an argument containing dir + "/"? */
@@ -159,6 +318,9 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 		r->qemu_pid = json_is_integer(v) ? json_integer_value(v) : 0;
 		v = json_object_get(j, "broker_pid");
 		r->broker_pid = json_is_integer(v) ? json_integer_value(v) : 0;
+		v = json_object_get(j, "owner_pid");
+		r->owner_pid = json_is_integer(v) ? json_integer_value(v) : 0;
+		r->keep = json_is_true(json_object_get(j, "keep"));
 	}
 	r->ref = parse_iso(j ? json_string_value(json_object_get(j, "stopped_at")) : NULL,
 			   r->created);
@@ -383,6 +545,8 @@ int main(int argc, char **argv)
 		{ "keep-last", required_argument, NULL, 'k' },
 		{ "older-than", required_argument, NULL, 'o' },
 		{ "dry-run", no_argument, NULL, 'n' },
+		{ "all", no_argument, NULL, 'a' },
+		{ "auto", no_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -390,6 +554,7 @@ int main(int argc, char **argv)
 	long long keep_last = -1, older = -1, kept = 0;
 	struct rec *recs = NULL;
 	size_t nrec = 0, cap = 0, i, ncand;
+	int all = 0, is_auto = 0;
 	json_t *removed, *out, *warm_removed;
 	struct dirent *de;
 	time_t now = time(NULL);
@@ -411,6 +576,12 @@ int main(int argc, char **argv)
 		case 'n':
 			dry_run = 1;
 			break;
+		case 'a':
+			all = 1;
+			break;
+		case 'A':
+			is_auto = 1;
+			break;
 		case 'h':
 			puts("usage: " USAGE);
 			return 0;
@@ -420,6 +591,18 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		die(EX_USAGE, "usage: %s", USAGE);
+	if (all && (keep_last >= 0 || older >= 0))
+		die(EX_USAGE, "--all is --keep-last 0 --older-than 0s; it takes neither");
+	if (is_auto && (all || dry_run))
+		die(EX_USAGE, "--auto applies the configured policy; it takes no --all or --dry-run");
+	if (all)
+		keep_last = older = 0;
+	keep_last = policy(keep_last, "gc_keep_last", 0, KEEP_LAST_DEFAULT);
+	older = policy(older, "gc_grace", 1, GRACE_DEFAULT_S);
+	if (is_auto && !auto_start()) {
+		json_emit(json_pack("{s:b}", "started", 0));
+		return 0;
+	}
 	if (!(removed = json_array()) || !(leaked = json_array()) || !(warm_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
@@ -447,9 +630,11 @@ int main(int argc, char **argv)
 		if (r->running)
 			continue;
 		reap_stale(r, vmsdir);
+		if ((r->in_use = owner_alive(r)))
+			continue;
 		if (!strcmp(r->state, "claimed") && now - r->created < CLAIM_GRACE_S)
 			continue;
-		r->candidate = older < 0 || now - r->ref >= older;
+		r->candidate = now - r->ref >= older;
 	}
 	/* --keep-last N: the N newest records that are not running survive. */
 	qsort(recs, nrec, sizeof *recs, newest_first);
@@ -457,11 +642,11 @@ int main(int argc, char **argv)
 		struct rec *r = &recs[i];
 		int fd;
 
-		if (r->running) {
+		if (r->running || r->in_use) {
 			kept++;
 			continue;
 		}
-		if (keep_last >= 0 && (long long)ncand++ < keep_last)
+		if ((long long)ncand++ < keep_last)
 			r->candidate = 0;
 		if (!r->candidate) {
 			kept++;
@@ -485,11 +670,20 @@ int main(int argc, char **argv)
 	warm_sweep(warm_removed);
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
 
-	out = json_pack("{s:o, s:I, s:o, s:o, s:I, s:b}", "removed", removed, "kept",
+	out = json_pack("{s:o, s:I, s:o, s:o, s:I, s:b, s:{s:I, s:I}}", "removed", removed, "kept",
 			(json_int_t)kept, "leaked", leaked, "warm_removed", warm_removed,
-			"reclaimed_bytes", (json_int_t)reclaimed, "dry_run", dry_run);
+			"reclaimed_bytes", (json_int_t)reclaimed, "dry_run", dry_run, "policy",
+			"keep_last", (json_int_t)keep_last, "older_than_s", (json_int_t)older);
 	if (!out)
 		die(EX_SYS, "unable to build the output");
+	if (is_auto) {
+		/* Our stdout is /dev/null: the report goes beside the stamp. */
+		pathf(p, sizeof p, "%s/locks/gc-auto.json", store_home());
+		json_object_set_new(out, "auto", json_true());
+		if (json_write_atomic(p, out) < 0)
+			die(EX_SYS, "unable to write %s:", p);
+		return 0;
+	}
 	json_emit(out);
 	return 0;
 }
