@@ -205,8 +205,14 @@ static int cmd_build(int argc, char **argv)
 
 	if (argc > 1)
 		usage("image build takes one flavor");
-	if (strcmp(flavor, "base") && strcmp(flavor, "debian"))
-		die(EX_USAGE, "unknown flavor '%s'; known: base, debian", EXC(flavor));
+	{
+		const char *const *f = image_flavors;
+
+		while (*f && strcmp(flavor, *f))
+			f++;
+		if (!*f)
+			die(EX_USAGE, "unknown flavor '%s'; known: base, debian", EXC(flavor));
+	}
 	images_dir(dir, sizeof dir);
 	/* The scripts talk on stdout; ours is for the JSON line. */
 	pathf(script, sizeof script, "%s/build-base", dir);

@@ -15,6 +15,7 @@
 #include "proc.h"
 #include "stage.h"
 #include "util.h"
+#include "vm.h"
 #include "warm.h"
 
 #include <dirent.h>
@@ -159,6 +160,50 @@ static void rm_tree(json_t *all, const char *id, json_t *removed)
 	json_array_append_new(removed, json_string(id));
 }
 
+/* The stages rm would remove: id and, recursive, its dependents. */
+static void subtree(json_t *all, const char *id, json_t *out)
+{
+	json_t *kids = children_of(all, id), *k;
+	size_t i;
+
+	json_array_append_new(out, json_string(id));
+	json_array_foreach(kids, i, k)
+		subtree(all, json_string_value(k), out);
+	json_decref(kids);
+}
+
+/* A VM that runs (or is about to boot: claimed or booting) on a disk whose
+ * chain holds one of these stages would lose its backing file: refuse,
+ * naming it.  Under the store lock, like the removal. */
+static void refuse_in_use(json_t *ids)
+{
+	char why[DIAG_MAX];
+	json_t *vms = vm_list(NULL, why, sizeof why), *v, *l, *s, *x;
+	size_t i, j, k;
+
+	if (!vms)
+		die(EX_SYS, "%s", why);
+	json_array_foreach(vms, i, v) {
+		const char *st = json_string_value(json_object_get(v, "state"));
+
+		if (!json_is_true(json_object_get(v, "running")) &&
+		    (!st || (strcmp(st, "claimed") && strcmp(st, "booting"))))
+			continue;
+		l = json_object_get(v, "layers");
+		json_array_foreach(l, j, s)
+			json_array_foreach(ids, k, x)
+				if (json_equal(s, x))
+					die(EX_CONFLICT, "stage %s is in use by vm %s (%s, %s); stop it "
+					    "first (isopod vm stop %s), or remove its record",
+					    json_string_value(x),
+					    json_string_value(json_object_get(v, "id")),
+					    json_string_value(json_object_get(v, "name")) ?: "unnamed",
+					    json_is_true(json_object_get(v, "running")) ? "running" : st,
+					    json_string_value(json_object_get(v, "id")));
+	}
+	json_decref(vms);
+}
+
 static void cmd_rm(const char *ref, int recursive)
 {
 	char serr[DIAG_MAX];
@@ -181,6 +226,13 @@ static void cmd_rm(const char *ref, int recursive)
 		die(EX_CONFLICT, "stage %s has dependents; remove them first or use --recursive:%s",
 		    id, list);
 	}
+	{
+		json_t *ids = json_array();
+
+		subtree(all, id, ids);
+		refuse_in_use(ids);
+		json_decref(ids);
+	}
 	rm_tree(all, id, removed);
 	close(lk);
 	json_emit(json_pack("{s:o}", "removed", removed));
@@ -197,6 +249,8 @@ static void cmd_flatten(const char *ref, const char *label)
 	int64_t t0 = mono_ms();
 	int lk;
 
+	if (!why)
+		why = label_reserved(label);
 	if (why)
 		die(EX_USAGE, "label %s: %s", EXC(label), why);
 	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)
