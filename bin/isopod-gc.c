@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--all] [--auto] [--dry-run]"
+#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--all] [--warm-budget SIZE] [--auto] [--dry-run]"
 
 /* A claim is a VM about to boot; leave young ones alone. */
 #define CLAIM_GRACE_S 3600
@@ -39,12 +39,15 @@
  * a result printed a moment ago keeps its logs. */
 #define KEEP_LAST_DEFAULT 20
 #define GRACE_DEFAULT_S 3600
+/* The warm pool's byte budget (disk actually allocated). */
+#define WARM_BUDGET_DEFAULT (4LL << 30)
 /* --auto: at most one automatic gc per store this often. */
 #define AUTO_INTERVAL_DEFAULT_S 300
 
 struct rec {
 	char id[64];
 	char state[16];
+	char warm_key[65]; /* the snapshot a VM was resumed from */
 	time_t created, ref; /* ref: stopped_at, else created */
 	long long qemu_pid, broker_pid, owner_pid;
 	int running, candidate, keep, in_use;
@@ -321,6 +324,8 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 		v = json_object_get(j, "owner_pid");
 		r->owner_pid = json_is_integer(v) ? json_integer_value(v) : 0;
 		r->keep = json_is_true(json_object_get(j, "keep"));
+		snprintf(r->warm_key, sizeof r->warm_key, "%s",
+			 json_string_value(json_object_get(j, "warm_key")) ?: "");
 	}
 	r->ref = parse_iso(j ? json_string_value(json_object_get(j, "stopped_at")) : NULL,
 			   r->created);
@@ -539,6 +544,122 @@ static void warm_sweep(json_t *warm_removed)
 	closedir(d);
 }
 
+/* 4096, 512K, 100M, 4G, 1T (binary units) -> bytes; "off" -> -2 (no
+ * budget); -1 if malformed. */
+static long long parse_size(const char *s)
+{
+	char num[32];
+	size_t n = strlen(s);
+	long long v, mul = 1;
+
+	if (!strcmp(s, "off"))
+		return -2;
+	if (n < 1 || n >= sizeof num)
+		return -1;
+	switch (s[n - 1]) {
+	case 'K': mul = 1LL << 10; break;
+	case 'M': mul = 1LL << 20; break;
+	case 'G': mul = 1LL << 30; break;
+	case 'T': mul = 1LL << 40; break;
+	default: break;
+	}
+	memcpy(num, s, n);
+	num[mul > 1 ? n - 1 : n] = 0;
+	if (parse_ll(num, 0, (1LL << 50) / mul, &v) < 0)
+		return -1;
+	return v * mul;
+}
+
+struct snap {
+	char key[65], last_used[40];
+	long long bytes;
+};
+
+static int lru_first(const void *a, const void *b)
+{
+	const struct snap *x = a, *y = b;
+	int c = strcmp(x->last_used, y->last_used);
+
+	return c ? c : strcmp(x->key, y->key);
+}
+
+/* The warm pool over its byte budget (what the sweep leaves): remove the least recently used
+ * snapshots (meta.json last_used, else created) until it fits.  Never one
+ * a running VM was resumed from (its record's warm_key: its memory file is
+ * that VM's RAM), nor one whose key lock is held (being built, resumed or
+ * removed).  Sets *total to the pool's bytes after (or, dry, as if). */
+static void warm_evict(long long budget, const struct rec *recs, size_t nrec, json_t *swept,
+		       json_t *evicted, long long *total)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	struct snap *v = NULL;
+	size_t n = 0, cap = 0, i, j;
+	struct dirent *de;
+	DIR *d;
+
+	*total = 0;
+	pathf(dir, sizeof dir, "%s/warm", store_home());
+	if (!(d = opendir(dir)))
+		return;
+	while ((de = readdir(d))) {
+		json_t *m, *o;
+		const char *lu;
+		size_t k;
+		int gone = 0;
+
+		if (!warm_key_valid(de->d_name))
+			continue;
+		/* Orphans the sweep removed (or, dry, would): not the pool's. */
+		json_array_foreach(swept, k, o)
+			gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "", de->d_name);
+		if (gone)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			if (!(v = realloc(v, cap * sizeof *v)))
+				die(EX_SYS, "unable to allocate memory:");
+		}
+		memset(&v[n], 0, sizeof v[n]);
+		memcpy(v[n].key, de->d_name, 64); /* warm_key_valid: 64 hex */
+		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		v[n].bytes = tree_bytes(p);
+		m = warm_meta(de->d_name);
+		lu = json_string_value(json_object_get(m, "last_used"));
+		if (!lu)
+			lu = json_string_value(json_object_get(m, "created"));
+		snprintf(v[n].last_used, sizeof v[n].last_used, "%s", lu ? lu : "");
+		json_decref(m);
+		*total += v[n].bytes;
+		n++;
+	}
+	closedir(d);
+	qsort(v, n, sizeof *v, lru_first);
+	for (i = 0; i < n && budget >= 0 && *total > budget; i++) {
+		int used = 0, lk;
+
+		for (j = 0; j < nrec && !used; j++)
+			used = recs[j].running && !strcmp(recs[j].warm_key, v[i].key);
+		if (used || (lk = warm_lock(v[i].key, LOCK_EX | LOCK_NB)) < 0)
+			continue;
+		if (!dry_run && warm_remove(v[i].key, NULL) < 0 && errno != ENOENT) {
+			warn("unable to remove the warm snapshot %s:", v[i].key);
+			close(lk);
+			continue;
+		}
+		if (!dry_run) {
+			pathf(p, sizeof p, "%s/%s.lock", dir, v[i].key);
+			unlink(p);
+		}
+		close(lk);
+		reclaimed += v[i].bytes;
+		*total -= v[i].bytes;
+		json_array_append_new(evicted, json_pack("{s:s, s:I, s:s}", "key", v[i].key, "bytes",
+							 (json_int_t)v[i].bytes, "last_used",
+							 v[i].last_used));
+	}
+	free(v);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -547,6 +668,7 @@ int main(int argc, char **argv)
 		{ "dry-run", no_argument, NULL, 'n' },
 		{ "all", no_argument, NULL, 'a' },
 		{ "auto", no_argument, NULL, 'A' },
+		{ "warm-budget", required_argument, NULL, 'w' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -555,6 +677,8 @@ int main(int argc, char **argv)
 	struct rec *recs = NULL;
 	size_t nrec = 0, cap = 0, i, ncand;
 	int all = 0, is_auto = 0;
+	long long budget = -1, warm_total = 0;
+	json_t *evicted;
 	json_t *removed, *out, *warm_removed;
 	struct dirent *de;
 	time_t now = time(NULL);
@@ -582,6 +706,11 @@ int main(int argc, char **argv)
 		case 'A':
 			is_auto = 1;
 			break;
+		case 'w':
+			if ((budget = parse_size(optarg)) == -1)
+				die(EX_USAGE, "--warm-budget %s: want a size like 512M, 4G (or off)",
+				    EXC(optarg));
+			break;
 		case 'h':
 			puts("usage: " USAGE);
 			return 0;
@@ -599,11 +728,23 @@ int main(int argc, char **argv)
 		keep_last = older = 0;
 	keep_last = policy(keep_last, "gc_keep_last", 0, KEEP_LAST_DEFAULT);
 	older = policy(older, "gc_grace", 1, GRACE_DEFAULT_S);
+	if (budget == -1) {
+		char v[256], where[4200];
+		int r = config_value("warm_budget", v, sizeof v, where, sizeof where);
+
+		if (r < 0)
+			die(EX_SYS, "unable to read %s:", where);
+		budget = r ? parse_size(v) : WARM_BUDGET_DEFAULT;
+		if (budget == -1)
+			die(EX_USAGE, "config %s: warm_budget %s: want a size like 512M, 4G (or off)",
+			    where, EXC(v));
+	}
 	if (is_auto && !auto_start()) {
 		json_emit(json_pack("{s:b}", "started", 0));
 		return 0;
 	}
-	if (!(removed = json_array()) || !(leaked = json_array()) || !(warm_removed = json_array()))
+	if (!(removed = json_array()) || !(leaked = json_array()) || !(warm_removed = json_array()) ||
+	    !(evicted = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
 	store_lock();
@@ -668,12 +809,15 @@ int main(int argc, char **argv)
 
 	stale_probes();
 	warm_sweep(warm_removed);
+	warm_evict(budget, recs, nrec, warm_removed, evicted, &warm_total);
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
 
-	out = json_pack("{s:o, s:I, s:o, s:o, s:I, s:b, s:{s:I, s:I}}", "removed", removed, "kept",
-			(json_int_t)kept, "leaked", leaked, "warm_removed", warm_removed,
+	out = json_pack("{s:o, s:I, s:o, s:o, s:o, s:I, s:I, s:b, s:{s:I, s:I, s:o}}", "removed",
+			removed, "kept", (json_int_t)kept, "leaked", leaked, "warm_removed",
+			warm_removed, "warm_evicted", evicted, "warm_bytes", (json_int_t)warm_total,
 			"reclaimed_bytes", (json_int_t)reclaimed, "dry_run", dry_run, "policy",
-			"keep_last", (json_int_t)keep_last, "older_than_s", (json_int_t)older);
+			"keep_last", (json_int_t)keep_last, "older_than_s", (json_int_t)older,
+			"warm_budget", budget >= 0 ? json_integer(budget) : json_null());
 	if (!out)
 		die(EX_SYS, "unable to build the output");
 	if (is_auto) {
