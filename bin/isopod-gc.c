@@ -48,6 +48,7 @@ struct rec {
 	char id[64];
 	char state[16];
 	char warm_key[65]; /* the snapshot a VM was resumed from */
+	char kernel[65];   /* the kernel it booted */
 	time_t created, ref; /* ref: stopped_at, else created */
 	long long qemu_pid, broker_pid, owner_pid;
 	int running, candidate, keep, in_use;
@@ -326,6 +327,8 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 		r->keep = json_is_true(json_object_get(j, "keep"));
 		snprintf(r->warm_key, sizeof r->warm_key, "%s",
 			 json_string_value(json_object_get(j, "warm_key")) ?: "");
+		snprintf(r->kernel, sizeof r->kernel, "%s",
+			 json_string_value(json_object_get(json_object_get(j, "kernel"), "sha256")) ?: "");
 	}
 	r->ref = parse_iso(j ? json_string_value(json_object_get(j, "stopped_at")) : NULL,
 			   r->created);
@@ -660,6 +663,82 @@ static void warm_evict(long long budget, const struct rec *recs, size_t nrec, js
 	free(v);
 }
 
+/* Kernels nothing uses: not kernels/current, not the kernel of a running
+ * VM (a warm resume of it needs the very files), not in the shape of a
+ * warm snapshot the sweep kept.  Stages are disk layers: they name no
+ * kernel.  Removed with the accelerator verdict cached for them. */
+static void prune_kernels(const struct rec *recs, size_t nrec, json_t *swept, json_t *out)
+{
+	char dir[PATH_MAX], p[PATH_MAX], cur[80] = "";
+	struct dirent *de;
+	DIR *d;
+	FILE *fp;
+
+	pathf(dir, sizeof dir, "%s/kernels", store_home());
+	pathf(p, sizeof p, "%s/current", dir);
+	if (!(fp = fopen(p, "re")))
+		return; /* no current kernel: nothing can be told apart */
+	if (!fgets(cur, sizeof cur, fp))
+		cur[0] = 0;
+	fclose(fp);
+	cur[strcspn(cur, "\n")] = 0;
+	if (!hex64_ok(cur) || !(d = opendir(dir)))
+		return;
+	while ((de = readdir(d))) {
+		const char *k = de->d_name;
+		int used = !strcmp(k, cur);
+		size_t i;
+
+		if (!hex64_ok(k))
+			continue;
+		for (i = 0; i < nrec && !used; i++)
+			used = recs[i].running && !strcmp(recs[i].kernel, k);
+		if (!used) {
+			char wdir[PATH_MAX];
+			struct dirent *we;
+			DIR *wd;
+
+			pathf(wdir, sizeof wdir, "%s/warm", store_home());
+			if ((wd = opendir(wdir))) {
+				while (!used && (we = readdir(wd))) {
+					json_t *m, *o;
+					size_t j;
+					int gone = 0;
+
+					if (!warm_key_valid(we->d_name))
+						continue;
+					json_array_foreach(swept, j, o)
+						gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "",
+								we->d_name);
+					if (gone || !(m = warm_meta(we->d_name)))
+						continue;
+					used = !strcmp(json_string_value(json_object_get(
+							       json_object_get(m, "shape"), "kernel")) ?: "", k);
+					json_decref(m);
+				}
+				closedir(wd);
+			}
+		}
+		if (used)
+			continue;
+		pathf(p, sizeof p, "%s/%s", dir, k);
+		{
+			long long b = reclaimed;
+
+			remove_tree(p);
+			json_array_append_new(out, json_pack("{s:s, s:I}", "sha256", k, "bytes",
+							     (json_int_t)(reclaimed - b)));
+		}
+		if (!dry_run) {
+			pathf(p, sizeof p, "%s/accel/%s.json", store_home(), k);
+			unlink(p);
+			pathf(p, sizeof p, "%s/accel/%s.log", store_home(), k);
+			unlink(p);
+		}
+	}
+	closedir(d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -678,7 +757,7 @@ int main(int argc, char **argv)
 	size_t nrec = 0, cap = 0, i, ncand;
 	int all = 0, is_auto = 0;
 	long long budget = -1, warm_total = 0;
-	json_t *evicted;
+	json_t *evicted, *kernels_removed;
 	json_t *removed, *out, *warm_removed;
 	struct dirent *de;
 	time_t now = time(NULL);
@@ -744,7 +823,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!(removed = json_array()) || !(leaked = json_array()) || !(warm_removed = json_array()) ||
-	    !(evicted = json_array()))
+	    !(evicted = json_array()) || !(kernels_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
 	store_lock();
@@ -810,11 +889,13 @@ int main(int argc, char **argv)
 	stale_probes();
 	warm_sweep(warm_removed);
 	warm_evict(budget, recs, nrec, warm_removed, evicted, &warm_total);
+	prune_kernels(recs, nrec, warm_removed, kernels_removed);
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
 
-	out = json_pack("{s:o, s:I, s:o, s:o, s:o, s:I, s:I, s:b, s:{s:I, s:I, s:o}}", "removed",
+	out = json_pack("{s:o, s:I, s:o, s:o, s:o, s:I, s:o, s:I, s:b, s:{s:I, s:I, s:o}}", "removed",
 			removed, "kept", (json_int_t)kept, "leaked", leaked, "warm_removed",
 			warm_removed, "warm_evicted", evicted, "warm_bytes", (json_int_t)warm_total,
+			"kernels_removed", kernels_removed,
 			"reclaimed_bytes", (json_int_t)reclaimed, "dry_run", dry_run, "policy",
 			"keep_last", (json_int_t)keep_last, "older_than_s", (json_int_t)older,
 			"warm_budget", budget >= 0 ? json_integer(budget) : json_null());

@@ -732,3 +732,34 @@ mkrec() {
 	[ "$status" -eq 0 ]
 	jq -e --arg s "$st" '.removed == [$s]' <<<"$output"
 }
+
+@test "gc: prunes kernels nothing uses; never the current one or a running VM's" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	cur=$(cat "$ISOPOD_HOME/kernels/current")
+	unused=$(echo unused | sha256sum | cut -c1-64)
+	inuse=$(echo in-use | sha256sum | cut -c1-64)
+	for k in "$unused" "$inuse"; do
+		mkdir "$ISOPOD_HOME/kernels/$k"
+		ln "$ISOPOD_HOME/kernels/$cur/vmlinux" "$ISOPOD_HOME/kernels/$k/"
+	done
+	mkdir -p "$ISOPOD_HOME/accel"
+	echo '{"accel":"tcg"}' >"$ISOPOD_HOME/accel/$unused.json"
+	# a running VM (its lock held) booted the other one
+	id=$(mkrec "$ISOPOD_HOME" 1 running 60)
+	jq --arg k "$inuse" '.kernel = {sha256: $k}' "$ISOPOD_HOME/vms/$id/meta.json" >"$BATS_TEST_TMPDIR/m"
+	cat "$BATS_TEST_TMPDIR/m" >"$ISOPOD_HOME/vms/$id/meta.json"
+	hold_lock "$ISOPOD_HOME/vms/$id/lock"
+	run --separate-stderr isopod-gc --dry-run
+	jq -e --arg k "$unused" '[.kernels_removed[].sha256] == [$k]' <<<"$output"
+	[ -d "$ISOPOD_HOME/kernels/$unused" ]
+	run --separate-stderr isopod-gc
+	jq -e --arg k "$unused" '[.kernels_removed[].sha256] == [$k]' <<<"$output"
+	[ ! -e "$ISOPOD_HOME/kernels/$unused" ] && [ ! -e "$ISOPOD_HOME/accel/$unused.json" ]
+	[ -f "$ISOPOD_HOME/kernels/$inuse/vmlinux" ] && [ -f "$ISOPOD_HOME/kernels/$cur/vmlinux" ]
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	run --separate-stderr isopod-gc
+	jq -e --arg k "$inuse" '[.kernels_removed[].sha256] == [$k]' <<<"$output"
+	[ -f "$ISOPOD_HOME/kernels/$cur/vmlinux" ]
+}

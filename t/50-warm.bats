@@ -469,6 +469,12 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	run --separate-stderr isopod-gc
 	jout --arg k "$old" 'any(.warm_removed[]; .key == $k)'
 	[ ! -e "$(W)/$old" ]
+	# nothing uses the first kernel any more (its snapshots swept): pruned;
+	# registering the images again brings it back
+	jout --arg k "$ksha" '[.kernels_removed[].sha256] == [$k]'
+	[ ! -e "$ISOPOD_HOME/kernels/$ksha" ]
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	[ -f "$ISOPOD_HOME/kernels/$ksha/vmlinux" ]
 	# back to the first kernel: the other one's snapshot is orphaned now
 	echo "$ksha" > "$ISOPOD_HOME/kernels/current"
 	rm -rf "$ISOPOD_HOME/kernels/$new"
