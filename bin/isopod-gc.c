@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--all] [--warm-budget SIZE] [--auto] [--dry-run]"
+#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--all] [--warm-budget SIZE] [--auto] [--dry-run] [--df]"
 
 /* A claim is a VM about to boot; leave young ones alone. */
 #define CLAIM_GRACE_S 3600
@@ -739,6 +739,31 @@ static void prune_kernels(const struct rec *recs, size_t nrec, json_t *swept, js
 	closedir(d);
 }
 
+/* --df: what each part of the store takes on disk (allocated bytes; a
+ * file hard-linked from the build cache counts here too), before this
+ * (dry) collection.  The rest of the object says what it would reclaim. */
+static json_t *store_usage(void)
+{
+	static const char *const parts[] = { "kernels", "images", "stages", "vms", "warm", "accel",
+					     "locks", NULL };
+	json_t *u = json_object();
+	long long all, sum = 0;
+	char p[PATH_MAX];
+
+	for (const char *const *q = parts; *q; q++) {
+		long long b;
+
+		pathf(p, sizeof p, "%s/%s", store_home(), *q);
+		b = tree_bytes(p);
+		sum += b;
+		json_object_set_new(u, *q, json_integer(b));
+	}
+	all = tree_bytes(store_home());
+	json_object_set_new(u, "other", json_integer(all > sum ? all - sum : 0));
+	json_object_set_new(u, "total", json_integer(all));
+	return u;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -748,6 +773,7 @@ int main(int argc, char **argv)
 		{ "all", no_argument, NULL, 'a' },
 		{ "auto", no_argument, NULL, 'A' },
 		{ "warm-budget", required_argument, NULL, 'w' },
+		{ "df", no_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -755,9 +781,9 @@ int main(int argc, char **argv)
 	long long keep_last = -1, older = -1, kept = 0;
 	struct rec *recs = NULL;
 	size_t nrec = 0, cap = 0, i, ncand;
-	int all = 0, is_auto = 0;
+	int all = 0, is_auto = 0, df = 0;
 	long long budget = -1, warm_total = 0;
-	json_t *evicted, *kernels_removed;
+	json_t *evicted, *kernels_removed, *usage = NULL;
 	json_t *removed, *out, *warm_removed;
 	struct dirent *de;
 	time_t now = time(NULL);
@@ -785,6 +811,9 @@ int main(int argc, char **argv)
 		case 'A':
 			is_auto = 1;
 			break;
+		case 'D':
+			df = dry_run = 1;
+			break;
 		case 'w':
 			if ((budget = parse_size(optarg)) == -1)
 				die(EX_USAGE, "--warm-budget %s: want a size like 512M, 4G (or off)",
@@ -801,7 +830,7 @@ int main(int argc, char **argv)
 		die(EX_USAGE, "usage: %s", USAGE);
 	if (all && (keep_last >= 0 || older >= 0))
 		die(EX_USAGE, "--all is --keep-last 0 --older-than 0s; it takes neither");
-	if (is_auto && (all || dry_run))
+	if (is_auto && (all || dry_run || df))
 		die(EX_USAGE, "--auto applies the configured policy; it takes no --all or --dry-run");
 	if (all)
 		keep_last = older = 0;
@@ -826,6 +855,8 @@ int main(int argc, char **argv)
 	    !(evicted = json_array()) || !(kernels_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
+	if (df)
+		usage = store_usage();
 	store_lock();
 	pathf(vmsdir, sizeof vmsdir, "%s/vms", store_home());
 	if ((d = opendir(vmsdir))) {
@@ -901,6 +932,10 @@ int main(int argc, char **argv)
 			"warm_budget", budget >= 0 ? json_integer(budget) : json_null());
 	if (!out)
 		die(EX_SYS, "unable to build the output");
+	if (usage) {
+		json_object_set_new(out, "store", json_string(store_home()));
+		json_object_set_new(out, "usage", usage);
+	}
 	if (is_auto) {
 		/* Our stdout is /dev/null: the report goes beside the stamp. */
 		pathf(p, sizeof p, "%s/locks/gc-auto.json", store_home());

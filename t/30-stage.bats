@@ -763,3 +763,21 @@ mkrec() {
 	jq -e --arg k "$inuse" '[.kernels_removed[].sha256] == [$k]' <<<"$output"
 	[ -f "$ISOPOD_HOME/kernels/$cur/vmlinux" ]
 }
+
+@test "df: what each part of the store takes, and what gc would reclaim; nothing changes" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	old=$(mkrec "$ISOPOD_HOME" 1 stopped 7200)
+	head -c 1048576 /dev/urandom >"$ISOPOD_HOME/vms/$old/exec-1.stdout"
+	run --separate-stderr isopod df --keep-last 0
+	[ "$status" -eq 100 ]
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/c" run --separate-stderr isopod df
+	[ "$status" -eq 0 ]
+	json_is '.dry_run and (.usage | [.kernels, .images, .stages, .vms, .warm, .accel, .locks, .other, .total] | all(type == "number"))'
+	json_is '.usage.vms >= 1048576 and .usage.images > 0 and .usage.kernels > 0'
+	json_is '.usage.total >= (.usage | .kernels + .images + .vms)'
+	printf 'gc_keep_last = 0\n' >"$BATS_TEST_TMPDIR/c"
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/c" run --separate-stderr isopod df
+	jq -e --arg id "$old" '.removed == [$id] and .reclaimed_bytes >= 1048576' <<<"$output"
+	[ -f "$ISOPOD_HOME/vms/$old/exec-1.stdout" ]
+}
