@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--all] [--warm-budget SIZE] [--auto] [--dry-run] [--df]"
+#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--all] [--warm-budget SIZE] [--cache] [--auto] [--dry-run] [--df]"
 
 /* A claim is a VM about to boot; leave young ones alone. */
 #define CLAIM_GRACE_S 3600
@@ -764,6 +764,145 @@ static json_t *store_usage(void)
 	return u;
 }
 
+/* The build cache (images/lib.sh cache_dir): $ISOPOD_CACHE, else
+ * /var/cache/isopod as root, else $XDG_CACHE_HOME/isopod or
+ * ~/.cache/isopod. */
+static void cache_dir(char *out, size_t sz)
+{
+	const char *e = getenv("ISOPOD_CACHE"), *h;
+
+	if (e && *e)
+		pathf(out, sz, "%s", e);
+	else if (geteuid() == 0)
+		pathf(out, sz, "/var/cache/isopod");
+	else if ((h = getenv("XDG_CACHE_HOME")) && *h)
+		pathf(out, sz, "%s/isopod", h);
+	else
+		pathf(out, sz, "%s/.cache/isopod", (h = getenv("HOME")) && *h ? h : "/nonexistent");
+}
+
+/* Does any file in dir share an inode with path (images/register
+ * hard-links what it registers)? */
+static int linked_into(const char *path, const char *dir)
+{
+	char p[PATH_MAX];
+	struct stat a, b;
+	struct dirent *de;
+	DIR *d;
+	int found = 0;
+
+	if (lstat(path, &a) < 0 || !(d = opendir(dir)))
+		return 0;
+	while (!found && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		found = lstat(p, &b) == 0 && b.st_ino == a.st_ino && b.st_dev == a.st_dev;
+	}
+	closedir(d);
+	return found;
+}
+
+struct centry {
+	char name[65], group[80];
+	time_t mtime;
+	int keep;
+};
+
+static int newest_entry_first(const void *a, const void *b)
+{
+	const struct centry *x = a, *y = b;
+	int c = strcmp(x->group, y->group);
+
+	if (c)
+		return c;
+	return x->mtime != y->mtime ? (x->mtime < y->mtime ? 1 : -1) : strcmp(x->name, y->name);
+}
+
+/* --cache: the build cache keeps, per kind (kernel, tools, and base per
+ * flavor), its newest entry (what the next build of unchanged inputs hits;
+ * images/build-base also falls back on it offline), every entry younger
+ * than the grace period, and every entry whose artifact this store has
+ * registered (the same inode).  The rest goes.  base/debs (the verified
+ * package downloads) is left alone. */
+static void cache_sweep(long long grace, json_t *out)
+{
+	static const char *const kinds[] = { "kernel", "base", "tools", NULL };
+	char root[PATH_MAX], dir[PATH_MAX], p[PATH_MAX], store_dir[PATH_MAX];
+	time_t now = time(NULL);
+
+	cache_dir(root, sizeof root);
+	for (const char *const *k = kinds; *k; k++) {
+		struct centry *v = NULL;
+		size_t n = 0, cap = 0, i;
+		struct dirent *de;
+		struct stat st;
+		DIR *d;
+
+		pathf(dir, sizeof dir, "%s/%s", root, *k);
+		if (!(d = opendir(dir)))
+			continue;
+		while ((de = readdir(d))) {
+			json_t *in;
+
+			if (!hex64_ok(de->d_name))
+				continue;
+			pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+			if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+				continue;
+			if (n == cap) {
+				cap = cap ? 2 * cap : 16;
+				if (!(v = realloc(v, cap * sizeof *v)))
+					die(EX_SYS, "unable to allocate memory:");
+			}
+			memset(&v[n], 0, sizeof v[n]);
+			memcpy(v[n].name, de->d_name, 64);
+			v[n].mtime = st.st_mtime;
+			pathf(p, sizeof p, "%s/%s/inputs.json", dir, de->d_name);
+			in = json_load_path(p);
+			snprintf(v[n].group, sizeof v[n].group, "%.79s",
+				 json_string_value(json_object_get(in, "flavor")) ?: "");
+			json_decref(in);
+			v[n].keep = now - v[n].mtime < grace;
+			if (!strcmp(*k, "base")) {
+				pathf(p, sizeof p, "%s/%s/base.img", dir, de->d_name);
+				pathf(store_dir, sizeof store_dir, "%s/images", store_home());
+				v[n].keep |= linked_into(p, store_dir);
+			} else if (!strcmp(*k, "kernel")) {
+				char kd[PATH_MAX];
+				struct dirent *ke;
+				DIR *kdir;
+
+				pathf(p, sizeof p, "%s/%s/vmlinux", dir, de->d_name);
+				pathf(store_dir, sizeof store_dir, "%s/kernels", store_home());
+				if ((kdir = opendir(store_dir))) {
+					while (!v[n].keep && (ke = readdir(kdir)))
+						if (hex64_ok(ke->d_name)) {
+							pathf(kd, sizeof kd, "%s/%s", store_dir, ke->d_name);
+							v[n].keep |= linked_into(p, kd);
+						}
+					closedir(kdir);
+				}
+			}
+			n++;
+		}
+		closedir(d);
+		qsort(v, n, sizeof *v, newest_entry_first);
+		for (i = 0; i < n; i++) {
+			long long b = reclaimed;
+
+			if (v[i].keep || i == 0 || strcmp(v[i].group, v[i - 1].group))
+				continue; /* kept, or the newest of its group */
+			pathf(p, sizeof p, "%s/%s", dir, v[i].name);
+			remove_tree(p);
+			json_array_append_new(out, json_pack("{s:s, s:s, s:I}", "kind", *k, "key",
+							     v[i].name, "bytes",
+							     (json_int_t)(reclaimed - b)));
+		}
+		free(v);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -774,6 +913,7 @@ int main(int argc, char **argv)
 		{ "auto", no_argument, NULL, 'A' },
 		{ "warm-budget", required_argument, NULL, 'w' },
 		{ "df", no_argument, NULL, 'D' },
+		{ "cache", no_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -781,9 +921,9 @@ int main(int argc, char **argv)
 	long long keep_last = -1, older = -1, kept = 0;
 	struct rec *recs = NULL;
 	size_t nrec = 0, cap = 0, i, ncand;
-	int all = 0, is_auto = 0, df = 0;
+	int all = 0, is_auto = 0, df = 0, cache = 0;
 	long long budget = -1, warm_total = 0;
-	json_t *evicted, *kernels_removed, *usage = NULL;
+	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL;
 	json_t *removed, *out, *warm_removed;
 	struct dirent *de;
 	time_t now = time(NULL);
@@ -813,6 +953,9 @@ int main(int argc, char **argv)
 			break;
 		case 'D':
 			df = dry_run = 1;
+			break;
+		case 'c':
+			cache = 1;
 			break;
 		case 'w':
 			if ((budget = parse_size(optarg)) == -1)
@@ -921,6 +1064,11 @@ int main(int argc, char **argv)
 	warm_sweep(warm_removed);
 	warm_evict(budget, recs, nrec, warm_removed, evicted, &warm_total);
 	prune_kernels(recs, nrec, warm_removed, kernels_removed);
+	if (cache) {
+		if (!(cache_removed = json_array()))
+			die(EX_SYS, "unable to allocate memory:");
+		cache_sweep(older, cache_removed);
+	}
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
 
 	out = json_pack("{s:o, s:I, s:o, s:o, s:o, s:I, s:o, s:I, s:b, s:{s:I, s:I, s:o}}", "removed",
@@ -932,6 +1080,8 @@ int main(int argc, char **argv)
 			"warm_budget", budget >= 0 ? json_integer(budget) : json_null());
 	if (!out)
 		die(EX_SYS, "unable to build the output");
+	if (cache_removed)
+		json_object_set_new(out, "cache_removed", cache_removed);
 	if (usage) {
 		json_object_set_new(out, "store", json_string(store_home()));
 		json_object_set_new(out, "usage", usage);

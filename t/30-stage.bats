@@ -781,3 +781,41 @@ mkrec() {
 	jq -e --arg id "$old" '.removed == [$id] and .reclaimed_bytes >= 1048576' <<<"$output"
 	[ -f "$ISOPOD_HOME/vms/$old/exec-1.stdout" ]
 }
+
+@test "gc --cache: the build cache keeps the newest entry of each kind and flavor, young ones and what the store registered; the rest goes" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h" ISOPOD_CACHE="$BATS_TEST_TMPDIR/cache"
+	c=$ISOPOD_CACHE
+	h() { echo "$1" | sha256sum | cut -c1-64; }
+	# entry KIND NAME FLAVOR AGE: a cache entry AGE ago
+	entry() {
+		local d
+		d="$c/$1/$(h "$2")"
+		mkdir -p "$d"
+		echo "$2" >"$d/$([ "$1" = base ] && echo base.img || echo vmlinux)"
+		printf '{"flavor":"%s"}\n' "$3" >"$d/inputs.json"
+		touch -d "$4 ago" "$d"
+	}
+	entry kernel k-old '' '3 hours'
+	entry kernel k-new '' '2 hours'
+	entry base b-old base '3 hours'
+	entry base b-new base '2 hours'
+	entry base b-reg base '4 hours'
+	entry base d-only debian '5 hours'
+	entry base b-young base '1 minute'
+	mkdir -p "$c/base/debs" "$ISOPOD_HOME/images" && echo deb >"$c/base/debs/x.deb"
+	ln "$c/base/$(h b-reg)/base.img" "$ISOPOD_HOME/images/base-$(h b-reg).img"
+	run --separate-stderr isopod-gc --cache --dry-run
+	[ "$status" -eq 0 ]
+	# b-new is old and no longer the newest base (b-young is)
+	want=$(printf '%s\n' "$(h k-old)" "$(h b-old)" "$(h b-new)" | command jq -R . | command jq -cs sort)
+	json_is "(.cache_removed | map(.key) | sort) == $want"
+	[ -d "$c/kernel/$(h k-old)" ]
+	run --separate-stderr isopod-gc
+	json_is '.cache_removed == null'
+	run --separate-stderr isopod-gc --cache
+	json_is "(.cache_removed | map(.key) | sort) == $want and all(.cache_removed[]; .bytes > 0)"
+	[ ! -e "$c/kernel/$(h k-old)" ] && [ ! -e "$c/base/$(h b-old)" ] && [ ! -e "$c/base/$(h b-new)" ]
+	[ -d "$c/kernel/$(h k-new)" ]
+	for b in b-reg d-only b-young; do [ -d "$c/base/$(h $b)" ]; done
+	[ -f "$c/base/debs/x.deb" ]
+}
