@@ -83,26 +83,47 @@ static json_t *children_of(json_t *all, const char *id)
 	return c;
 }
 
+/* base_current of a stage, derived at read time for its whole chain: true
+ * when every layer stands on its flavor's current base (a fresh run would
+ * start from the same one), false when any ancestor is on a base its
+ * flavor has since replaced (the stage keeps working on its own), null
+ * when a flavor has no current base to compare with.  New reference. */
+static json_t *chain_base_current(const char *id)
+{
+	char cur[64], sha_cur[80];
+	int unknown = 0;
+
+	snprintf(cur, sizeof cur, "%s", id);
+	for (int hops = 0; cur[0] && hops < 64; hops++) {
+		json_t *cm = stage_meta(cur);
+		json_t *b = json_object_get(cm, "base");
+		const char *fl = json_string_value(json_object_get(b, "flavor"));
+		const char *sha = json_string_value(json_object_get(b, "sha256"));
+		const char *par = json_string_value(json_object_get(cm, "parent"));
+
+		if (!fl || !sha || base_current(fl, sha_cur, sizeof sha_cur) < 0) {
+			unknown = 1;
+		} else if (strcmp(sha_cur, sha)) {
+			json_decref(cm);
+			return json_false();
+		}
+		snprintf(cur, sizeof cur, "%.63s", par ? par : "");
+		json_decref(cm);
+	}
+	return unknown ? json_null() : json_true();
+}
+
 static void cmd_ls(void)
 {
 	json_t *all = all_stages(), *m;
 	size_t i;
 
 	json_array_foreach(all, i, m) {
-		json_t *b = json_object_get(m, "base");
-		const char *fl = json_string_value(json_object_get(b, "flavor"));
-		const char *sha = json_string_value(json_object_get(b, "sha256"));
-		char cur[80];
+		const char *id = json_string_value(json_object_get(m, "id"));
 
-		json_object_set_new(m, "dependents",
-				    children_of(all, json_string_value(json_object_get(m, "id"))));
-		/* A base rebuild never invalidates a stage (it keeps its base);
-		 * this says whether a fresh run would start from the same one.
-		 * null: the flavor has no current base to compare with. */
-		if (fl && sha && base_current(fl, cur, sizeof cur) == 0)
-			json_object_set_new(m, "base_current", json_boolean(!strcmp(cur, sha)));
-		else
-			json_object_set_new(m, "base_current", json_null());
+		json_object_set_new(m, "dependents", children_of(all, id));
+		/* A base rebuild never invalidates a stage (it keeps its base). */
+		json_object_set_new(m, "base_current", id ? chain_base_current(id) : json_null());
 		json_emit(m);
 	}
 }
@@ -129,6 +150,7 @@ static void cmd_info(const char *ref)
 	}
 	json_object_set_new(m, "layers", chain);
 	json_object_set_new(m, "dependents", children_of(all, id));
+	json_object_set_new(m, "base_current", chain_base_current(id));
 	json_emit(m);
 }
 

@@ -819,3 +819,28 @@ mkrec() {
 	for b in b-reg d-only b-young; do [ -d "$c/base/$(h $b)" ]; done
 	[ -f "$c/base/debs/x.deb" ]
 }
+
+@test "stage ls/info: base_current is derived for the whole chain (an ancestor on a replaced base makes it false)" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	new=$(echo new | sha256sum | cut -c1-64) old=$(echo old | sha256sum | cut -c1-64)
+	mkdir -p "$ISOPOD_HOME/images" && echo "$new" >"$ISOPOD_HOME/images/current-base"
+	# mkst ID PARENT FLAVOR SHA: a stage's meta.json made by hand
+	mkst() {
+		mkdir -p "$ISOPOD_HOME/stages/$1"
+		command jq -n --arg id "$1" --arg p "$2" --arg f "$3" --arg s "$4" \
+			'{id: $id, name: $id, label: $id, parent: (if $p == "" then null else $p end),
+			  depth: 1, base: {flavor: $f, sha256: $s}, created: "2026-12-01T00:00:00Z"}' \
+			>"$ISOPOD_HOME/stages/$1/meta.json"
+	}
+	mkst st-000000000001 '' base "$old"
+	mkst st-000000000002 st-000000000001 base "$new"
+	mkst st-000000000003 '' base "$new"
+	mkst st-000000000004 '' gone "$new"
+	run --separate-stderr isopod stage ls
+	[ "$status" -eq 0 ]
+	jq -es 'map({(.id): .base_current}) | add == {"st-000000000001": false, "st-000000000002": false, "st-000000000003": true, "st-000000000004": null}' <<<"$output"
+	run --separate-stderr isopod stage info st-000000000002
+	json_is '.base_current == false and .layers == ["st-000000000001", "st-000000000002"]'
+	run --separate-stderr isopod stage info st-000000000003
+	json_is '.base_current == true'
+}
