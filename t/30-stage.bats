@@ -844,3 +844,23 @@ mkrec() {
 	run --separate-stderr isopod stage info st-000000000003
 	json_is '.base_current == true'
 }
+
+@test "image build: the line names the base it replaced and the stages still on it" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	cur=$(cat "$ISOPOD_HOME/images/current-base")
+	# an older build of the flavor, current until now, with a stage on it
+	old=$(echo older | sha256sum | cut -c1-64)
+	jq --arg s "$old" '.sha256 = $s' "$ISOPOD_HOME/images/base-$cur.json" >"$ISOPOD_HOME/images/base-$old.json"
+	echo "$old" >"$ISOPOD_HOME/images/current-base"
+	mkdir -p "$ISOPOD_HOME/stages/st-0000000000aa"
+	command jq -n --arg s "$old" '{id: "st-0000000000aa", name: "on-old", label: "on-old", parent: null,
+		depth: 1, base: {flavor: "base", sha256: $s}, created: "2026-12-01T00:00:00Z"}' \
+		>"$ISOPOD_HOME/stages/st-0000000000aa/meta.json"
+	run --separate-stderr isopod image build base
+	[ "$status" -eq 0 ]
+	jq -e --arg c "$cur" --arg o "$old" '.sha256 == $c and .current and .replaced == {sha256: $o, stages: ["st-0000000000aa"]}' <<<"$output"
+	# nothing replaced: no member
+	run --separate-stderr isopod image build base
+	json_is '.replaced == null and .current'
+}
