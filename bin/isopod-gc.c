@@ -636,7 +636,8 @@ static void warm_evict(long long budget, const struct rec *recs, size_t nrec, js
 		n++;
 	}
 	closedir(d);
-	qsort(v, n, sizeof *v, lru_first);
+	if (n)
+		qsort(v, n, sizeof *v, lru_first);
 	for (i = 0; i < n && budget >= 0 && *total > budget; i++) {
 		int used = 0, lk;
 
@@ -887,7 +888,8 @@ static void cache_sweep(long long grace, json_t *out)
 			n++;
 		}
 		closedir(d);
-		qsort(v, n, sizeof *v, newest_entry_first);
+		if (n)
+			qsort(v, n, sizeof *v, newest_entry_first);
 		for (i = 0; i < n; i++) {
 			long long b = reclaimed;
 
@@ -1031,7 +1033,8 @@ int main(int argc, char **argv)
 		r->candidate = now - r->ref >= older;
 	}
 	/* --keep-last N: the N newest records that are not running survive. */
-	qsort(recs, nrec, sizeof *recs, newest_first);
+	if (nrec) /* qsort's base must not be NULL, even for no element */
+		qsort(recs, nrec, sizeof *recs, newest_first);
 	for (i = 0, ncand = 0; i < nrec; i++) {
 		struct rec *r = &recs[i];
 		int fd;
