@@ -65,6 +65,8 @@ static void check_label(const char *label, const char *parent)
 	char holder[64];
 	int d = depth_on(parent);
 
+	if (!why && label)
+		why = label_reserved(label);
 	if (why)
 		die(EX_USAGE, "label %s: %s", EXC(label), why);
 	if (label && label_taken(label, holder, sizeof holder))

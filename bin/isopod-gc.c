@@ -1,9 +1,15 @@
 /* isopod-gc - remove old VM records; find and end what leaked.
  *
- * A running VM (its lock held) is never touched.  A process is only killed
- * when the record says it should be gone (state booting/running with a free
- * lock) and its /proc/<pid>/cmdline names the VM's directory. */
+ * A running VM (its lock held) is never touched, nor a stopped one whose
+ * owner (the isopod run that booted it) is still alive: that run is still
+ * reading its logs.  Records go by a retention policy (the newest N and
+ * anything younger than a grace period stay; config file keys gc_keep_last,
+ * gc_grace).  A process is only killed when the record says it should be
+ * gone (state booting/running with a free lock) and its /proc/<pid>/cmdline
+ * names the VM's directory.  --auto is what every run starts: at most once
+ * per gc_interval, never waiting for a lock, detached from its caller. */
 
+#include "config.h"
 #include "util.h"
 #include "vm.h"
 #include "warm.h"
@@ -23,19 +29,29 @@
 #include <time.h>
 #include <unistd.h>
 
-#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--dry-run]"
+#define USAGE "isopod-gc [--keep-last N] [--older-than DUR] [--all] [--warm-budget SIZE] [--cache] [--auto] [--dry-run] [--df]"
 
 /* A claim is a VM about to boot; leave young ones alone. */
 #define CLAIM_GRACE_S 3600
 /* A staging file whose writer's pid is alive is left alone for this long. */
 #define TMP_GRACE_S 3600
+/* The retention policy when no option and no config file says otherwise:
+ * a result printed a moment ago keeps its logs. */
+#define KEEP_LAST_DEFAULT 20
+#define GRACE_DEFAULT_S 3600
+/* The warm pool's byte budget (disk actually allocated). */
+#define WARM_BUDGET_DEFAULT (4LL << 30)
+/* --auto: at most one automatic gc per store this often. */
+#define AUTO_INTERVAL_DEFAULT_S 300
 
 struct rec {
 	char id[64];
 	char state[16];
+	char warm_key[65]; /* the snapshot a VM was resumed from */
+	char kernel[65];   /* the kernel it booted */
 	time_t created, ref; /* ref: stopped_at, else created */
-	long long qemu_pid, broker_pid;
-	int running, candidate;
+	long long qemu_pid, broker_pid, owner_pid;
+	int running, candidate, keep, in_use;
 };
 
 static int dry_run;
@@ -82,6 +98,153 @@ static long long parse_dur(const char *s)
 static int pid_alive(long long pid)
 {
 	return pid > 0 && pid <= INT_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* When did process pid start (seconds since the epoch)?  -1 if it is gone
+ * or /proc cannot say. */
+static time_t proc_started(long long pid)
+{
+	char p[64], buf[1024], *rp;
+	unsigned long long ticks = 0, btime = 0;
+	long hz = sysconf(_SC_CLK_TCK);
+	FILE *fp;
+	int i, got = 0;
+
+	if (pid <= 0 || pid > INT_MAX || hz <= 0)
+		return -1;
+	snprintf(p, sizeof p, "/proc/%lld/stat", pid);
+	if (!(fp = fopen(p, "re")))
+		return -1;
+	if (!fgets(buf, sizeof buf, fp)) {
+		fclose(fp);
+		return -1;
+	}
+	fclose(fp);
+	/* Field 22 (starttime), counted after the ")" that ends comm (a
+	 * comm may hold spaces and parentheses). */
+	if (!(rp = strrchr(buf, ')')))
+		return -1;
+	for (i = 3, rp++; *rp && i <= 22; i++) {
+		while (*rp == ' ')
+			rp++;
+		if (i == 22)
+			got = sscanf(rp, "%llu", &ticks) == 1;
+		while (*rp && *rp != ' ')
+			rp++;
+	}
+	if (!got || !(fp = fopen("/proc/stat", "re")))
+		return -1;
+	while (fgets(buf, sizeof buf, fp))
+		if (sscanf(buf, "btime %llu", &btime) == 1)
+			break;
+	fclose(fp);
+	if (!btime)
+		return -1;
+	return (time_t)(btime + ticks / (unsigned long long)hz);
+}
+
+/* Is the run that booted this record still alive?  Its front end passed
+ * its own pid as the owner; while it lives it may still read the record's
+ * logs (isopod-result), so the record is in use even when the VM stopped.
+ * A pid reused since is a process that started after the owner died, so
+ * after the record was created: only a process started before then (2 s
+ * of slack: `created` has a second's resolution, btime jitters) counts.
+ * A --keep VM outlives its owner by design: its owner does not pin it. */
+static int owner_alive(const struct rec *r)
+{
+	time_t t;
+
+	if (r->keep || !pid_alive(r->owner_pid))
+		return 0;
+	t = proc_started(r->owner_pid);
+	return t >= 0 && t <= r->created + 2;
+}
+
+/* A retention setting: the option when given, else the config file's
+ * key, else dflt.  Bad values in a file are usage errors naming file:line. */
+static long long policy(long long opt, const char *key, int is_dur, long long dflt)
+{
+	char v[256], where[4200];
+	long long n;
+	int r;
+
+	if (opt >= 0)
+		return opt;
+	if ((r = config_value(key, v, sizeof v, where, sizeof where)) < 0)
+		die(EX_SYS, "unable to read %s:", where);
+	if (!r)
+		return dflt;
+	if (is_dur && (!strcmp(v, "off") || !strcmp(v, "0")))
+		return 0;
+	if (is_dur ? (n = parse_dur(v)) < 0 : parse_ll(v, 0, INT_MAX, &n) < 0)
+		die(EX_USAGE, "config %s: %s %s: want %s", where, key, EXC(v),
+		    is_dur ? "a duration like 30s, 10m, 2h, 7d (or off)" : "a count");
+	return n;
+}
+
+/* --auto: 1 when this process should go on and collect (detached from its
+ * caller, holding locks/gc), 0 when it is not due or another gc runs.
+ * Costs a stat when not due: every run calls it. */
+static int auto_start(void)
+{
+	char p[PATH_MAX], stamp[PATH_MAX], v[64];
+	const char *e = getenv("ISOPOD_GC_INTERVAL");
+	long long every;
+	struct stat st;
+	pid_t pid;
+	int lk, fd;
+
+	if (e && *e) {
+		if (!strcmp(e, "off") || !strcmp(e, "0"))
+			every = 0;
+		else if ((every = parse_dur(e)) < 0)
+			die(EX_USAGE, "ISOPOD_GC_INTERVAL %s: want a duration like 5m (or off)",
+			    EXC(e));
+	} else {
+		every = policy(-1, "gc_interval", 1, AUTO_INTERVAL_DEFAULT_S);
+	}
+	if (!every)
+		return 0;
+	pathf(stamp, sizeof stamp, "%s/locks/gc-auto", store_home());
+	if (stat(stamp, &st) == 0 && time(NULL) - st.st_mtime < every && st.st_mtime <= time(NULL))
+		return 0;
+	pathf(p, sizeof p, "%s/locks", store_home());
+	mkdirs(p, 0700);
+	pathf(p, sizeof p, "%s/locks/gc", store_home());
+	/* Never wait: a gc already at work is as good as ours. */
+	if ((lk = lock_open(p, LOCK_EX | LOCK_NB)) < 0)
+		return 0;
+	/* Checked again under the lock: another may have just finished. */
+	if (stat(stamp, &st) == 0 && time(NULL) - st.st_mtime < every && st.st_mtime <= time(NULL))
+		return 0;
+	snprintf(v, sizeof v, "%lld\n", (long long)time(NULL));
+	if (atomic_write(stamp, v, strlen(v), 0600) < 0)
+		die(EX_SYS, "unable to write %s:", stamp);
+	/* Detach: the run that started us goes on at once; we outlive it,
+	 * in a session of our own, at low priority, holding locks/gc (the
+	 * lock is on the open file, which the child keeps). */
+	if ((pid = fork()) < 0)
+		die(EX_SYS, "unable to fork:");
+	if (pid > 0) {
+		json_emit(json_pack("{s:b, s:I}", "started", 1, "pid", (json_int_t)pid));
+		exit(0);
+	}
+	setsid();
+	if (nice(10) == -1) {
+		/* best effort: a gc at normal priority is still correct */
+	}
+	if ((fd = open("/dev/null", O_RDWR | O_CLOEXEC)) >= 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (fd > 2)
+			close(fd);
+	}
+	/* Nothing of the caller's but the lock (e.g. a test harness's pipe). */
+	for (fd = 3; fd < 1024; fd++)
+		if (fd != lk)
+			close(fd);
+	return 1;
 }
 
 /* Does /proc/<pid>/cmdline carry an argument containing dir + "/"? */
@@ -159,6 +322,13 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 		r->qemu_pid = json_is_integer(v) ? json_integer_value(v) : 0;
 		v = json_object_get(j, "broker_pid");
 		r->broker_pid = json_is_integer(v) ? json_integer_value(v) : 0;
+		v = json_object_get(j, "owner_pid");
+		r->owner_pid = json_is_integer(v) ? json_integer_value(v) : 0;
+		r->keep = json_is_true(json_object_get(j, "keep"));
+		snprintf(r->warm_key, sizeof r->warm_key, "%s",
+			 json_string_value(json_object_get(j, "warm_key")) ?: "");
+		snprintf(r->kernel, sizeof r->kernel, "%s",
+			 json_string_value(json_object_get(json_object_get(j, "kernel"), "sha256")) ?: "");
 	}
 	r->ref = parse_iso(j ? json_string_value(json_object_get(j, "stopped_at")) : NULL,
 			   r->created);
@@ -377,12 +547,375 @@ static void warm_sweep(json_t *warm_removed)
 	closedir(d);
 }
 
+/* 4096, 512K, 100M, 4G, 1T (binary units) -> bytes; "off" -> -2 (no
+ * budget); -1 if malformed. */
+static long long parse_size(const char *s)
+{
+	char num[32];
+	size_t n = strlen(s);
+	long long v, mul = 1;
+
+	if (!strcmp(s, "off"))
+		return -2;
+	if (n < 1 || n >= sizeof num)
+		return -1;
+	switch (s[n - 1]) {
+	case 'K': mul = 1LL << 10; break;
+	case 'M': mul = 1LL << 20; break;
+	case 'G': mul = 1LL << 30; break;
+	case 'T': mul = 1LL << 40; break;
+	default: break;
+	}
+	memcpy(num, s, n);
+	num[mul > 1 ? n - 1 : n] = 0;
+	if (parse_ll(num, 0, (1LL << 50) / mul, &v) < 0)
+		return -1;
+	return v * mul;
+}
+
+struct snap {
+	char key[65], last_used[40];
+	long long bytes;
+};
+
+static int lru_first(const void *a, const void *b)
+{
+	const struct snap *x = a, *y = b;
+	int c = strcmp(x->last_used, y->last_used);
+
+	return c ? c : strcmp(x->key, y->key);
+}
+
+/* The warm pool over its byte budget (what the sweep leaves): remove the least recently used
+ * snapshots (meta.json last_used, else created) until it fits.  Never one
+ * a running VM was resumed from (its record's warm_key: its memory file is
+ * that VM's RAM), nor one whose key lock is held (being built, resumed or
+ * removed).  Sets *total to the pool's bytes after (or, dry, as if). */
+static void warm_evict(long long budget, const struct rec *recs, size_t nrec, json_t *swept,
+		       json_t *evicted, long long *total)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	struct snap *v = NULL;
+	size_t n = 0, cap = 0, i, j;
+	struct dirent *de;
+	DIR *d;
+
+	*total = 0;
+	pathf(dir, sizeof dir, "%s/warm", store_home());
+	if (!(d = opendir(dir)))
+		return;
+	while ((de = readdir(d))) {
+		json_t *m, *o;
+		const char *lu;
+		size_t k;
+		int gone = 0;
+
+		if (!warm_key_valid(de->d_name))
+			continue;
+		/* Orphans the sweep removed (or, dry, would): not the pool's. */
+		json_array_foreach(swept, k, o)
+			gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "", de->d_name);
+		if (gone)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			if (!(v = realloc(v, cap * sizeof *v)))
+				die(EX_SYS, "unable to allocate memory:");
+		}
+		memset(&v[n], 0, sizeof v[n]);
+		memcpy(v[n].key, de->d_name, 64); /* warm_key_valid: 64 hex */
+		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		v[n].bytes = tree_bytes(p);
+		m = warm_meta(de->d_name);
+		lu = json_string_value(json_object_get(m, "last_used"));
+		if (!lu)
+			lu = json_string_value(json_object_get(m, "created"));
+		snprintf(v[n].last_used, sizeof v[n].last_used, "%s", lu ? lu : "");
+		json_decref(m);
+		*total += v[n].bytes;
+		n++;
+	}
+	closedir(d);
+	if (n)
+		qsort(v, n, sizeof *v, lru_first);
+	for (i = 0; i < n && budget >= 0 && *total > budget; i++) {
+		int used = 0, lk;
+
+		for (j = 0; j < nrec && !used; j++)
+			used = recs[j].running && !strcmp(recs[j].warm_key, v[i].key);
+		if (used || (lk = warm_lock(v[i].key, LOCK_EX | LOCK_NB)) < 0)
+			continue;
+		if (!dry_run && warm_remove(v[i].key, NULL) < 0 && errno != ENOENT) {
+			warn("unable to remove the warm snapshot %s:", v[i].key);
+			close(lk);
+			continue;
+		}
+		if (!dry_run) {
+			pathf(p, sizeof p, "%s/%s.lock", dir, v[i].key);
+			unlink(p);
+		}
+		close(lk);
+		reclaimed += v[i].bytes;
+		*total -= v[i].bytes;
+		json_array_append_new(evicted, json_pack("{s:s, s:I, s:s}", "key", v[i].key, "bytes",
+							 (json_int_t)v[i].bytes, "last_used",
+							 v[i].last_used));
+	}
+	free(v);
+}
+
+/* Kernels nothing uses: not kernels/current, not the kernel of a running
+ * VM (a warm resume of it needs the very files), not in the shape of a
+ * warm snapshot the sweep kept.  Stages are disk layers: they name no
+ * kernel.  Removed with the accelerator verdict cached for them. */
+static void prune_kernels(const struct rec *recs, size_t nrec, json_t *swept, json_t *out)
+{
+	char dir[PATH_MAX], p[PATH_MAX], cur[80] = "";
+	struct dirent *de;
+	DIR *d;
+	FILE *fp;
+
+	pathf(dir, sizeof dir, "%s/kernels", store_home());
+	pathf(p, sizeof p, "%s/current", dir);
+	if (!(fp = fopen(p, "re")))
+		return; /* no current kernel: nothing can be told apart */
+	if (!fgets(cur, sizeof cur, fp))
+		cur[0] = 0;
+	fclose(fp);
+	cur[strcspn(cur, "\n")] = 0;
+	if (!hex64_ok(cur) || !(d = opendir(dir)))
+		return;
+	while ((de = readdir(d))) {
+		const char *k = de->d_name;
+		int used = !strcmp(k, cur);
+		size_t i;
+
+		if (!hex64_ok(k))
+			continue;
+		for (i = 0; i < nrec && !used; i++)
+			used = recs[i].running && !strcmp(recs[i].kernel, k);
+		if (!used) {
+			char wdir[PATH_MAX];
+			struct dirent *we;
+			DIR *wd;
+
+			pathf(wdir, sizeof wdir, "%s/warm", store_home());
+			if ((wd = opendir(wdir))) {
+				while (!used && (we = readdir(wd))) {
+					json_t *m, *o;
+					size_t j;
+					int gone = 0;
+
+					if (!warm_key_valid(we->d_name))
+						continue;
+					json_array_foreach(swept, j, o)
+						gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "",
+								we->d_name);
+					if (gone || !(m = warm_meta(we->d_name)))
+						continue;
+					used = !strcmp(json_string_value(json_object_get(
+							       json_object_get(m, "shape"), "kernel")) ?: "", k);
+					json_decref(m);
+				}
+				closedir(wd);
+			}
+		}
+		if (used)
+			continue;
+		pathf(p, sizeof p, "%s/%s", dir, k);
+		{
+			long long b = reclaimed;
+
+			remove_tree(p);
+			json_array_append_new(out, json_pack("{s:s, s:I}", "sha256", k, "bytes",
+							     (json_int_t)(reclaimed - b)));
+		}
+		if (!dry_run) {
+			pathf(p, sizeof p, "%s/accel/%s.json", store_home(), k);
+			unlink(p);
+			pathf(p, sizeof p, "%s/accel/%s.log", store_home(), k);
+			unlink(p);
+		}
+	}
+	closedir(d);
+}
+
+/* --df: what each part of the store takes on disk (allocated bytes; a
+ * file hard-linked from the build cache counts here too), before this
+ * (dry) collection.  The rest of the object says what it would reclaim. */
+static json_t *store_usage(void)
+{
+	static const char *const parts[] = { "kernels", "images", "stages", "vms", "warm", "accel",
+					     "locks", NULL };
+	json_t *u = json_object();
+	long long all, sum = 0;
+	char p[PATH_MAX];
+
+	for (const char *const *q = parts; *q; q++) {
+		long long b;
+
+		pathf(p, sizeof p, "%s/%s", store_home(), *q);
+		b = tree_bytes(p);
+		sum += b;
+		json_object_set_new(u, *q, json_integer(b));
+	}
+	all = tree_bytes(store_home());
+	json_object_set_new(u, "other", json_integer(all > sum ? all - sum : 0));
+	json_object_set_new(u, "total", json_integer(all));
+	return u;
+}
+
+/* The build cache (images/lib.sh cache_dir): $ISOPOD_CACHE, else
+ * /var/cache/isopod as root, else $XDG_CACHE_HOME/isopod or
+ * ~/.cache/isopod. */
+static void cache_dir(char *out, size_t sz)
+{
+	const char *e = getenv("ISOPOD_CACHE"), *h;
+
+	if (e && *e)
+		pathf(out, sz, "%s", e);
+	else if (geteuid() == 0)
+		pathf(out, sz, "/var/cache/isopod");
+	else if ((h = getenv("XDG_CACHE_HOME")) && *h)
+		pathf(out, sz, "%s/isopod", h);
+	else
+		pathf(out, sz, "%s/.cache/isopod", (h = getenv("HOME")) && *h ? h : "/nonexistent");
+}
+
+/* Does any file in dir share an inode with path (images/register
+ * hard-links what it registers)? */
+static int linked_into(const char *path, const char *dir)
+{
+	char p[PATH_MAX];
+	struct stat a, b;
+	struct dirent *de;
+	DIR *d;
+	int found = 0;
+
+	if (lstat(path, &a) < 0 || !(d = opendir(dir)))
+		return 0;
+	while (!found && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		found = lstat(p, &b) == 0 && b.st_ino == a.st_ino && b.st_dev == a.st_dev;
+	}
+	closedir(d);
+	return found;
+}
+
+struct centry {
+	char name[65], group[80];
+	time_t mtime;
+	int keep;
+};
+
+static int newest_entry_first(const void *a, const void *b)
+{
+	const struct centry *x = a, *y = b;
+	int c = strcmp(x->group, y->group);
+
+	if (c)
+		return c;
+	return x->mtime != y->mtime ? (x->mtime < y->mtime ? 1 : -1) : strcmp(x->name, y->name);
+}
+
+/* --cache: the build cache keeps, per kind (kernel, tools, and base per
+ * flavor), its newest entry (what the next build of unchanged inputs hits;
+ * images/build-base also falls back on it offline), every entry younger
+ * than the grace period, and every entry whose artifact this store has
+ * registered (the same inode).  The rest goes.  base/debs (the verified
+ * package downloads) is left alone. */
+static void cache_sweep(long long grace, json_t *out)
+{
+	static const char *const kinds[] = { "kernel", "base", "tools", NULL };
+	char root[PATH_MAX], dir[PATH_MAX], p[PATH_MAX], store_dir[PATH_MAX];
+	time_t now = time(NULL);
+
+	cache_dir(root, sizeof root);
+	for (const char *const *k = kinds; *k; k++) {
+		struct centry *v = NULL;
+		size_t n = 0, cap = 0, i;
+		struct dirent *de;
+		struct stat st;
+		DIR *d;
+
+		pathf(dir, sizeof dir, "%s/%s", root, *k);
+		if (!(d = opendir(dir)))
+			continue;
+		while ((de = readdir(d))) {
+			json_t *in;
+
+			if (!hex64_ok(de->d_name))
+				continue;
+			pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+			if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+				continue;
+			if (n == cap) {
+				cap = cap ? 2 * cap : 16;
+				if (!(v = realloc(v, cap * sizeof *v)))
+					die(EX_SYS, "unable to allocate memory:");
+			}
+			memset(&v[n], 0, sizeof v[n]);
+			memcpy(v[n].name, de->d_name, 64);
+			v[n].mtime = st.st_mtime;
+			pathf(p, sizeof p, "%s/%s/inputs.json", dir, de->d_name);
+			in = json_load_path(p);
+			snprintf(v[n].group, sizeof v[n].group, "%.79s",
+				 json_string_value(json_object_get(in, "flavor")) ?: "");
+			json_decref(in);
+			v[n].keep = now - v[n].mtime < grace;
+			if (!strcmp(*k, "base")) {
+				pathf(p, sizeof p, "%s/%s/base.img", dir, de->d_name);
+				pathf(store_dir, sizeof store_dir, "%s/images", store_home());
+				v[n].keep |= linked_into(p, store_dir);
+			} else if (!strcmp(*k, "kernel")) {
+				char kd[PATH_MAX];
+				struct dirent *ke;
+				DIR *kdir;
+
+				pathf(p, sizeof p, "%s/%s/vmlinux", dir, de->d_name);
+				pathf(store_dir, sizeof store_dir, "%s/kernels", store_home());
+				if ((kdir = opendir(store_dir))) {
+					while (!v[n].keep && (ke = readdir(kdir)))
+						if (hex64_ok(ke->d_name)) {
+							pathf(kd, sizeof kd, "%s/%s", store_dir, ke->d_name);
+							v[n].keep |= linked_into(p, kd);
+						}
+					closedir(kdir);
+				}
+			}
+			n++;
+		}
+		closedir(d);
+		if (n)
+			qsort(v, n, sizeof *v, newest_entry_first);
+		for (i = 0; i < n; i++) {
+			long long b = reclaimed;
+
+			if (v[i].keep || i == 0 || strcmp(v[i].group, v[i - 1].group))
+				continue; /* kept, or the newest of its group */
+			pathf(p, sizeof p, "%s/%s", dir, v[i].name);
+			remove_tree(p);
+			json_array_append_new(out, json_pack("{s:s, s:s, s:I}", "kind", *k, "key",
+							     v[i].name, "bytes",
+							     (json_int_t)(reclaimed - b)));
+		}
+		free(v);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "keep-last", required_argument, NULL, 'k' },
 		{ "older-than", required_argument, NULL, 'o' },
 		{ "dry-run", no_argument, NULL, 'n' },
+		{ "all", no_argument, NULL, 'a' },
+		{ "auto", no_argument, NULL, 'A' },
+		{ "warm-budget", required_argument, NULL, 'w' },
+		{ "df", no_argument, NULL, 'D' },
+		{ "cache", no_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -390,6 +923,9 @@ int main(int argc, char **argv)
 	long long keep_last = -1, older = -1, kept = 0;
 	struct rec *recs = NULL;
 	size_t nrec = 0, cap = 0, i, ncand;
+	int all = 0, is_auto = 0, df = 0, cache = 0;
+	long long budget = -1, warm_total = 0;
+	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL;
 	json_t *removed, *out, *warm_removed;
 	struct dirent *de;
 	time_t now = time(NULL);
@@ -411,6 +947,23 @@ int main(int argc, char **argv)
 		case 'n':
 			dry_run = 1;
 			break;
+		case 'a':
+			all = 1;
+			break;
+		case 'A':
+			is_auto = 1;
+			break;
+		case 'D':
+			df = dry_run = 1;
+			break;
+		case 'c':
+			cache = 1;
+			break;
+		case 'w':
+			if ((budget = parse_size(optarg)) == -1)
+				die(EX_USAGE, "--warm-budget %s: want a size like 512M, 4G (or off)",
+				    EXC(optarg));
+			break;
 		case 'h':
 			puts("usage: " USAGE);
 			return 0;
@@ -420,9 +973,35 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		die(EX_USAGE, "usage: %s", USAGE);
-	if (!(removed = json_array()) || !(leaked = json_array()) || !(warm_removed = json_array()))
+	if (all && (keep_last >= 0 || older >= 0))
+		die(EX_USAGE, "--all is --keep-last 0 --older-than 0s; it takes neither");
+	if (is_auto && (all || dry_run || df))
+		die(EX_USAGE, "--auto applies the configured policy; it takes no --all or --dry-run");
+	if (all)
+		keep_last = older = 0;
+	keep_last = policy(keep_last, "gc_keep_last", 0, KEEP_LAST_DEFAULT);
+	older = policy(older, "gc_grace", 1, GRACE_DEFAULT_S);
+	if (budget == -1) {
+		char v[256], where[4200];
+		int r = config_value("warm_budget", v, sizeof v, where, sizeof where);
+
+		if (r < 0)
+			die(EX_SYS, "unable to read %s:", where);
+		budget = r ? parse_size(v) : WARM_BUDGET_DEFAULT;
+		if (budget == -1)
+			die(EX_USAGE, "config %s: warm_budget %s: want a size like 512M, 4G (or off)",
+			    where, EXC(v));
+	}
+	if (is_auto && !auto_start()) {
+		json_emit(json_pack("{s:b}", "started", 0));
+		return 0;
+	}
+	if (!(removed = json_array()) || !(leaked = json_array()) || !(warm_removed = json_array()) ||
+	    !(evicted = json_array()) || !(kernels_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
+	if (df)
+		usage = store_usage();
 	store_lock();
 	pathf(vmsdir, sizeof vmsdir, "%s/vms", store_home());
 	if ((d = opendir(vmsdir))) {
@@ -447,21 +1026,24 @@ int main(int argc, char **argv)
 		if (r->running)
 			continue;
 		reap_stale(r, vmsdir);
+		if ((r->in_use = owner_alive(r)))
+			continue;
 		if (!strcmp(r->state, "claimed") && now - r->created < CLAIM_GRACE_S)
 			continue;
-		r->candidate = older < 0 || now - r->ref >= older;
+		r->candidate = now - r->ref >= older;
 	}
 	/* --keep-last N: the N newest records that are not running survive. */
-	qsort(recs, nrec, sizeof *recs, newest_first);
+	if (nrec) /* qsort's base must not be NULL, even for no element */
+		qsort(recs, nrec, sizeof *recs, newest_first);
 	for (i = 0, ncand = 0; i < nrec; i++) {
 		struct rec *r = &recs[i];
 		int fd;
 
-		if (r->running) {
+		if (r->running || r->in_use) {
 			kept++;
 			continue;
 		}
-		if (keep_last >= 0 && (long long)ncand++ < keep_last)
+		if ((long long)ncand++ < keep_last)
 			r->candidate = 0;
 		if (!r->candidate) {
 			kept++;
@@ -483,13 +1065,38 @@ int main(int argc, char **argv)
 
 	stale_probes();
 	warm_sweep(warm_removed);
+	warm_evict(budget, recs, nrec, warm_removed, evicted, &warm_total);
+	prune_kernels(recs, nrec, warm_removed, kernels_removed);
+	if (cache) {
+		if (!(cache_removed = json_array()))
+			die(EX_SYS, "unable to allocate memory:");
+		cache_sweep(older, cache_removed);
+	}
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
 
-	out = json_pack("{s:o, s:I, s:o, s:o, s:I, s:b}", "removed", removed, "kept",
-			(json_int_t)kept, "leaked", leaked, "warm_removed", warm_removed,
-			"reclaimed_bytes", (json_int_t)reclaimed, "dry_run", dry_run);
+	out = json_pack("{s:o, s:I, s:o, s:o, s:o, s:I, s:o, s:I, s:b, s:{s:I, s:I, s:o}}", "removed",
+			removed, "kept", (json_int_t)kept, "leaked", leaked, "warm_removed",
+			warm_removed, "warm_evicted", evicted, "warm_bytes", (json_int_t)warm_total,
+			"kernels_removed", kernels_removed,
+			"reclaimed_bytes", (json_int_t)reclaimed, "dry_run", dry_run, "policy",
+			"keep_last", (json_int_t)keep_last, "older_than_s", (json_int_t)older,
+			"warm_budget", budget >= 0 ? json_integer(budget) : json_null());
 	if (!out)
 		die(EX_SYS, "unable to build the output");
+	if (cache_removed)
+		json_object_set_new(out, "cache_removed", cache_removed);
+	if (usage) {
+		json_object_set_new(out, "store", json_string(store_home()));
+		json_object_set_new(out, "usage", usage);
+	}
+	if (is_auto) {
+		/* Our stdout is /dev/null: the report goes beside the stamp. */
+		pathf(p, sizeof p, "%s/locks/gc-auto.json", store_home());
+		json_object_set_new(out, "auto", json_true());
+		if (json_write_atomic(p, out) < 0)
+			die(EX_SYS, "unable to write %s:", p);
+		return 0;
+	}
 	json_emit(out);
 	return 0;
 }

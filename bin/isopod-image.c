@@ -141,8 +141,9 @@ static json_t *base_line(const char *sha, const char *j)
 	return o;
 }
 
-/* Every base, or (flavor given) only the current one of that flavor. */
-static void ls_bases(const char *flavor)
+/* Every base, or (flavor given) only the current one of that flavor, with
+ * the members of `extra` (when not NULL) added to that line. */
+static void ls_bases(const char *flavor, json_t *extra)
 {
 	char dir[PATH_MAX], j[PATH_MAX], sha[PATH_MAX];
 	json_t *all, *v;
@@ -159,8 +160,11 @@ static void ls_bases(const char *flavor)
 		if (!(o = base_line(sha, j)))
 			continue;
 		fl = json_string_value(json_object_get(o, "flavor"));
-		if (!flavor || (json_is_true(json_object_get(o, "current")) && fl && !strcmp(fl, flavor)))
+		if (!flavor || (json_is_true(json_object_get(o, "current")) && fl && !strcmp(fl, flavor))) {
+			if (flavor && extra)
+				json_object_update(o, extra);
 			json_emit(o);
+		}
 		json_decref(o);
 	}
 	json_decref(all);
@@ -200,13 +204,25 @@ static void images_dir(char *out, size_t sz)
 static int cmd_build(int argc, char **argv)
 {
 	const char *flavor = argc > 0 ? argv[0] : "base";
-	char dir[PATH_MAX], script[PATH_MAX];
+	char dir[PATH_MAX], script[PATH_MAX], old[65], now[65];
+	json_t *extra = NULL;
 	int r;
 
 	if (argc > 1)
 		usage("image build takes one flavor");
-	if (strcmp(flavor, "base") && strcmp(flavor, "debian"))
-		die(EX_USAGE, "unknown flavor '%s'; known: base, debian", EXC(flavor));
+	{
+		const char *const *f = image_flavors;
+
+		while (*f && strcmp(flavor, *f))
+			f++;
+		if (!*f)
+			die(EX_USAGE, "unknown flavor '%s'; known: base, debian", EXC(flavor));
+	}
+	/* The base this build may replace: its stages keep working on it,
+	 * and the caller learns which they are. */
+	pathf(script, sizeof script, "%s/images/current-%s", store_home(), flavor);
+	if (read_sha(script, old) < 0)
+		old[0] = 0;
 	images_dir(dir, sizeof dir);
 	/* The scripts talk on stdout; ours is for the JSON line. */
 	pathf(script, sizeof script, "%s/build-base", dir);
@@ -224,7 +240,16 @@ static int cmd_build(int argc, char **argv)
 		if ((r = proc_run(av, 2, 2)) != 0)
 			die(EX_SYS, "registering the images in %s failed", store_home());
 	}
-	ls_bases(flavor);
+	pathf(script, sizeof script, "%s/images/current-%s", store_home(), flavor);
+	if (old[0] && read_sha(script, now) == 0 && strcmp(old, now)) {
+		json_t *pins = stages_on_base(old);
+
+		if (!pins)
+			die(EX_SYS, "out of memory");
+		extra = json_pack("{s:{s:s, s:o}}", "replaced", "sha256", old, "stages", pins);
+	}
+	ls_bases(flavor, extra);
+	json_decref(extra);
 	return 0;
 }
 
@@ -334,7 +359,7 @@ int main(int argc, char **argv)
 		if (argc > 2)
 			usage("image ls takes no arguments");
 		ls_kernels();
-		ls_bases(NULL);
+		ls_bases(NULL, NULL);
 		return 0;
 	}
 	if (!strcmp(argv[1], "build"))

@@ -15,6 +15,7 @@
 #include "proc.h"
 #include "stage.h"
 #include "util.h"
+#include "vm.h"
 #include "warm.h"
 
 #include <dirent.h>
@@ -82,26 +83,47 @@ static json_t *children_of(json_t *all, const char *id)
 	return c;
 }
 
+/* base_current of a stage, derived at read time for its whole chain: true
+ * when every layer stands on its flavor's current base (a fresh run would
+ * start from the same one), false when any ancestor is on a base its
+ * flavor has since replaced (the stage keeps working on its own), null
+ * when a flavor has no current base to compare with.  New reference. */
+static json_t *chain_base_current(const char *id)
+{
+	char cur[64], sha_cur[80];
+	int unknown = 0;
+
+	snprintf(cur, sizeof cur, "%s", id);
+	for (int hops = 0; cur[0] && hops < 64; hops++) {
+		json_t *cm = stage_meta(cur);
+		json_t *b = json_object_get(cm, "base");
+		const char *fl = json_string_value(json_object_get(b, "flavor"));
+		const char *sha = json_string_value(json_object_get(b, "sha256"));
+		const char *par = json_string_value(json_object_get(cm, "parent"));
+
+		if (!fl || !sha || base_current(fl, sha_cur, sizeof sha_cur) < 0) {
+			unknown = 1;
+		} else if (strcmp(sha_cur, sha)) {
+			json_decref(cm);
+			return json_false();
+		}
+		snprintf(cur, sizeof cur, "%.63s", par ? par : "");
+		json_decref(cm);
+	}
+	return unknown ? json_null() : json_true();
+}
+
 static void cmd_ls(void)
 {
 	json_t *all = all_stages(), *m;
 	size_t i;
 
 	json_array_foreach(all, i, m) {
-		json_t *b = json_object_get(m, "base");
-		const char *fl = json_string_value(json_object_get(b, "flavor"));
-		const char *sha = json_string_value(json_object_get(b, "sha256"));
-		char cur[80];
+		const char *id = json_string_value(json_object_get(m, "id"));
 
-		json_object_set_new(m, "dependents",
-				    children_of(all, json_string_value(json_object_get(m, "id"))));
-		/* A base rebuild never invalidates a stage (it keeps its base);
-		 * this says whether a fresh run would start from the same one.
-		 * null: the flavor has no current base to compare with. */
-		if (fl && sha && base_current(fl, cur, sizeof cur) == 0)
-			json_object_set_new(m, "base_current", json_boolean(!strcmp(cur, sha)));
-		else
-			json_object_set_new(m, "base_current", json_null());
+		json_object_set_new(m, "dependents", children_of(all, id));
+		/* A base rebuild never invalidates a stage (it keeps its base). */
+		json_object_set_new(m, "base_current", id ? chain_base_current(id) : json_null());
 		json_emit(m);
 	}
 }
@@ -128,6 +150,7 @@ static void cmd_info(const char *ref)
 	}
 	json_object_set_new(m, "layers", chain);
 	json_object_set_new(m, "dependents", children_of(all, id));
+	json_object_set_new(m, "base_current", chain_base_current(id));
 	json_emit(m);
 }
 
@@ -159,6 +182,50 @@ static void rm_tree(json_t *all, const char *id, json_t *removed)
 	json_array_append_new(removed, json_string(id));
 }
 
+/* The stages rm would remove: id and, recursive, its dependents. */
+static void subtree(json_t *all, const char *id, json_t *out)
+{
+	json_t *kids = children_of(all, id), *k;
+	size_t i;
+
+	json_array_append_new(out, json_string(id));
+	json_array_foreach(kids, i, k)
+		subtree(all, json_string_value(k), out);
+	json_decref(kids);
+}
+
+/* A VM that runs (or is about to boot: claimed or booting) on a disk whose
+ * chain holds one of these stages would lose its backing file: refuse,
+ * naming it.  Under the store lock, like the removal. */
+static void refuse_in_use(json_t *ids)
+{
+	char why[DIAG_MAX];
+	json_t *vms = vm_list(NULL, why, sizeof why), *v, *l, *s, *x;
+	size_t i, j, k;
+
+	if (!vms)
+		die(EX_SYS, "%s", why);
+	json_array_foreach(vms, i, v) {
+		const char *st = json_string_value(json_object_get(v, "state"));
+
+		if (!json_is_true(json_object_get(v, "running")) &&
+		    (!st || (strcmp(st, "claimed") && strcmp(st, "booting"))))
+			continue;
+		l = json_object_get(v, "layers");
+		json_array_foreach(l, j, s)
+			json_array_foreach(ids, k, x)
+				if (json_equal(s, x))
+					die(EX_CONFLICT, "stage %s is in use by vm %s (%s, %s); stop it "
+					    "first (isopod vm stop %s), or remove its record",
+					    json_string_value(x),
+					    json_string_value(json_object_get(v, "id")),
+					    json_string_value(json_object_get(v, "name")) ?: "unnamed",
+					    json_is_true(json_object_get(v, "running")) ? "running" : st,
+					    json_string_value(json_object_get(v, "id")));
+	}
+	json_decref(vms);
+}
+
 static void cmd_rm(const char *ref, int recursive)
 {
 	char serr[DIAG_MAX];
@@ -181,6 +248,13 @@ static void cmd_rm(const char *ref, int recursive)
 		die(EX_CONFLICT, "stage %s has dependents; remove them first or use --recursive:%s",
 		    id, list);
 	}
+	{
+		json_t *ids = json_array();
+
+		subtree(all, id, ids);
+		refuse_in_use(ids);
+		json_decref(ids);
+	}
 	rm_tree(all, id, removed);
 	close(lk);
 	json_emit(json_pack("{s:o}", "removed", removed));
@@ -197,6 +271,8 @@ static void cmd_flatten(const char *ref, const char *label)
 	int64_t t0 = mono_ms();
 	int lk;
 
+	if (!why)
+		why = label_reserved(label);
 	if (why)
 		die(EX_USAGE, "label %s: %s", EXC(label), why);
 	if (stage_resolve(ref, id, sizeof id, serr, sizeof serr) < 0)

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+const char *const image_flavors[] = { "base", "debian", NULL };
+
 int read_pointer(const char *path, char *out, size_t sz)
 {
 	char buf[256];

@@ -18,6 +18,10 @@ struct img {
 	long long base_size;
 };
 
+/* The flavors images/build-base knows (isopod image build FLAVOR), NULL
+ * ended.  Their names are reserved: no stage may take one as its label. */
+extern const char *const image_flavors[];
+
 /* The first line of a small pointer file (kernels/current,
  * images/current-<flavor>) without its newline, as it is: 0, or -1 (errno;
  * EINVAL when it does not fit out). */

@@ -400,6 +400,7 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	if (!strcmp(n, "gc")) {
 		if (tool_path(s, c, "isopod-gc") < 0 ||
 		    (json_is_true(json_object_get(args, "dry_run")) && arg(c, "--dry-run") < 0) ||
+		    (json_is_true(json_object_get(args, "all")) && arg(c, "--all") < 0) ||
 		    ((v = json_object_get(args, "keep_last")) &&
 		     argf(c, "--keep-last=%lld", (long long)json_integer_value(v)) < 0) ||
 		    ((v = json_object_get(args, "older_than")) &&
@@ -511,9 +512,11 @@ const struct tool mcp_tools[] = {
 	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{}}",
 	  .out = OUT_LIST("images") },
 	{ .name = "gc", .runner = R_TOOL, .build = build_simple,
-	  .desc = "Remove old records, reap leaked VMs and locks (isopod-gc).",
+	  .desc = "Remove stopped VM records by the retention policy (the newest 20 and any younger "
+		  "than 1h stay, unless keep_last/older_than say otherwise; all: every stopped one), "
+		  "reap leaked VMs and locks (isopod-gc).",
 	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
-		"\"dry_run\":{\"type\":\"boolean\"},\"keep_last\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":1000000},"
+		"\"dry_run\":{\"type\":\"boolean\"},\"all\":{\"type\":\"boolean\"},\"keep_last\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":1000000},"
 		"\"older_than\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":32}}}",
 	  .out = OUT_OBJ("") },
 	{ .name = "doctor_status", .runner = R_FRONT, .build = build_simple,

@@ -1,4 +1,5 @@
 /* stage.c - the stage store (see stage.h). */
+#include "image.h"
 #include "proc.h"
 #include "stage.h"
 #include "util.h"
@@ -50,6 +51,21 @@ const char *label_invalid(const char *label)
 		return "a label must be valid UTF-8";
 	if (label[0] == '-' || label[0] == '.')
 		return "a label cannot start with '-' or '.'";
+	return NULL;
+}
+
+const char *label_reserved(const char *label)
+{
+	char p[PATH_MAX];
+	struct stat st;
+
+	for (const char *const *f = image_flavors; *f; f++)
+		if (!strcmp(label, *f))
+			return "it is reserved: a base flavor has that name (--stage FLAVOR runs on the base)";
+	if (!strchr(label, '/') && strcmp(label, ".") && strcmp(label, "..") &&
+	    pathn(p, sizeof p, "%s/images/current-%s", store_home(), label) == 0 &&
+	    lstat(p, &st) == 0)
+		return "it is reserved: a base flavor of this store has that name (--stage FLAVOR runs on the base)";
 	return NULL;
 }
 

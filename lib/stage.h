@@ -22,6 +22,12 @@ int stage_max_depth(void);
  * or '.'.  NULL when valid, else the reason. */
 const char *label_invalid(const char *label);
 
+/* Is label a reserved name: a base flavor, built in (lib/image.h
+ * image_flavors) or registered in the store (images/current-<label>)?  A
+ * stage labelled so would take over `--stage FLAVOR`.  NULL when free, else
+ * the reason. */
+const char *label_reserved(const char *label);
+
 /* Resolve REF (full id, unique id prefix, vanity name, label) to a stage
  * id.  Returns 1 and fills id; 0 when nothing matches; -1 with the reason
  * in why and errno EINVAL when REF has not a label's syntax, ENOTUNIQ

@@ -554,3 +554,313 @@ commit_waiting() {
 	! isopod stage info gone 2>/dev/null
 	echo "$old" >"$ISOPOD_HOME/images/current-base"
 }
+
+# mkrec HOME N STATE AGE_S [OWNER_PID [KEEP]]: a stopped VM record made by
+# hand (as lib/vm.c writes one), created and stopped AGE_S seconds ago, with
+# an exec log; its id printed.
+mkrec() {
+	local id d t
+	id=vm-$(printf '%012x' "$2")
+	d=$1/vms/$id
+	t=$(date -u -d "@$(($(date +%s) - $4))" +%Y-%m-%dT%H:%M:%SZ)
+	mkdir -p "$d"
+	command jq -n --arg id "$id" --arg st "$3" --arg t "$t" --argjson o "${5:-0}" \
+		--argjson k "${6:-false}" \
+		'{id: $id, name: ("r" + $id[3:]), state: $st, created: $t, stopped_at: $t,
+		  owner_pid: $o, keep: $k}' >"$d/meta.json"
+	echo out >"$d/exec-1.stdout"
+	echo "$id"
+}
+
+@test "gc: retention keeps the newest 20 and anything younger than 1h by default; config, options and --all" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	for i in $(seq 1 25); do mkrec "$ISOPOD_HOME" "$i" stopped $((7200 + 100 * i)) >/dev/null; done
+	for i in 26 27 28; do mkrec "$ISOPOD_HOME" "$i" failed 600 >/dev/null; done
+	# the oldest 8 go: beyond the newest 20 and older than 1 h
+	run --separate-stderr isopod-gc --dry-run
+	[ "$status" -eq 0 ]
+	json_is '(.policy | {keep_last, older_than_s}) == {"keep_last": 20, "older_than_s": 3600} and .dry_run'
+	want=$(for i in $(seq 18 25); do printf '"vm-%012x"' "$i"; done | command jq -cs sort)
+	json_is "(.removed | sort) == $want"
+	# options replace a setting, the config file the default
+	run --separate-stderr isopod-gc --dry-run --keep-last 2
+	json_is '(.removed | length) == 25 and .policy.keep_last == 2'
+	run --separate-stderr isopod-gc --dry-run --keep-last 0 --older-than 3h
+	json_is '.removed == []'
+	printf 'gc_keep_last = 1\ngc_grace = 5m # short\n' >"$BATS_TEST_TMPDIR/config"
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" run --separate-stderr isopod-gc --dry-run
+	json_is '(.removed | length) == 27 and (.policy | {keep_last, older_than_s}) == {"keep_last": 1, "older_than_s": 300}'
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" run --separate-stderr isopod-gc --dry-run --older-than 1d
+	json_is '.removed == [] and .policy.keep_last == 1'
+	printf 'gc_grace = soon\n' >"$BATS_TEST_TMPDIR/bad"
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/bad" run --separate-stderr isopod-gc --dry-run
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"$BATS_TEST_TMPDIR/bad:1: gc_grace soon"* ]]
+	# the front end accepts the keys (isopod-gc checks them)
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" run --separate-stderr isopod run --timeout-s 0 -- true
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--timeout-s 0"* ]]
+	run --separate-stderr isopod-gc --all --keep-last 3
+	[ "$status" -eq 100 ]
+	[ "$(nvms)" -eq 28 ]
+	run --separate-stderr isopod gc
+	json_is '(.removed | length) == 8 and .kept == 20'
+	[ "$(nvms)" -eq 20 ]
+	run --separate-stderr isopod gc --all
+	json_is '(.removed | length) == 20 and .kept == 0 and (.policy | {keep_last, older_than_s}) == {"keep_last": 0, "older_than_s": 0}'
+	[ "$(nvms)" -eq 0 ]
+}
+
+@test "gc: a stopped record whose run is alive keeps its record and logs, even with --all; a reused pid does not pin" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sleep 60 >/dev/null 2>&1 3>&- &
+	owner=$!
+	sleep 1.2
+	live=$(mkrec "$ISOPOD_HOME" 1 stopped 0 "$owner")
+	# a record 2 h old whose owner pid now names a younger process: reused
+	sleep 60 >/dev/null 2>&1 3>&- &
+	young=$!
+	reused=$(mkrec "$ISOPOD_HOME" 2 stopped 7200 "$young")
+	# --keep VMs outlive their owner by design: not pinned
+	kept=$(mkrec "$ISOPOD_HOME" 3 stopped 0 "$owner" true)
+	run --separate-stderr isopod-gc --all
+	[ "$status" -eq 0 ]
+	jq -e --arg a "$reused" --arg b "$kept" '(.removed | sort) == ([$a, $b] | sort) and .kept == 1' <<<"$output"
+	[ -f "$ISOPOD_HOME/vms/$live/meta.json" ] && [ -f "$ISOPOD_HOME/vms/$live/exec-1.stdout" ]
+	kill "$owner" "$young"
+	wait "$owner" "$young" 2>/dev/null || true
+	run --separate-stderr isopod-gc --all
+	jq -e --arg a "$live" '.removed == [$a]' <<<"$output"
+}
+
+@test "gc --auto: never waits for a lock, detaches, at most once per gc_interval; off turns it off" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	for i in $(seq 1 3); do mkrec "$ISOPOD_HOME" "$i" stopped 7200 >/dev/null; done
+	printf 'gc_keep_last = 1\n' >"$BATS_TEST_TMPDIR/config"
+	export ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" ISOPOD_GC_INTERVAL=1h
+	# another gc at work: not due, at once
+	hold_lock "$ISOPOD_HOME/locks/gc"
+	run --separate-stderr timeout 5 isopod-gc --auto
+	[ "$status" -eq 0 ] && json_is '.started == false'
+	kill "$holder"
+	# the store lock held: --auto still returns at once, its child waits
+	hold_lock "$ISOPOD_HOME/locks/store"
+	t0=$(date +%s%N)
+	run --separate-stderr timeout 5 isopod-gc --auto
+	[ "$status" -eq 0 ] && json_is '.started == true'
+	[ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 2000 ]
+	[ "$(nvms)" -eq 3 ]
+	[ ! -e "$ISOPOD_HOME/locks/gc-auto.json" ]
+	kill "$holder"
+	for _ in $(seq 1 100); do [ -e "$ISOPOD_HOME/locks/gc-auto.json" ] && break; sleep 0.1; done
+	jq -e '.auto and (.removed | length) == 2 and .policy.keep_last == 1' "$ISOPOD_HOME/locks/gc-auto.json"
+	[ "$(nvms)" -eq 1 ]
+	# rate-limited: not again within the interval
+	run --separate-stderr isopod-gc --auto
+	json_is '.started == false'
+	touch -d '2 hours ago' "$ISOPOD_HOME/locks/gc-auto"
+	run --separate-stderr isopod-gc --auto
+	json_is '.started == true'
+	for _ in $(seq 1 100); do [ "$ISOPOD_HOME/locks/gc-auto.json" -nt "$ISOPOD_HOME/locks/gc-auto" ] && break; sleep 0.1; done
+	touch -d '2 hours ago' "$ISOPOD_HOME/locks/gc-auto"
+	ISOPOD_GC_INTERVAL=off run --separate-stderr isopod-gc --auto
+	json_is '.started == false'
+	printf 'gc_interval = off\n' >"$BATS_TEST_TMPDIR/config"
+	unset ISOPOD_GC_INTERVAL
+	run --separate-stderr isopod-gc --auto
+	json_is '.started == false'
+}
+
+@test "stage: labels base, debian and every registered flavor are reserved (100, before boot)" {
+	n=$(nvms)
+	for l in base debian; do
+		run --separate-stderr isopod run --json-only --commit-as "$l" -- true
+		[ "$status" -eq 100 ]
+		[[ "$stderr" == *"label $l: it is reserved"* ]]
+		run --separate-stderr isopod-commit --check -- "$l"
+		[ "$status" -eq 100 ]
+	done
+	# a flavor this store has registered, whatever its name
+	cp "$ISOPOD_HOME/images/current-base" "$ISOPOD_HOME/images/current-t30flavor"
+	run --separate-stderr isopod-commit --check -- t30flavor
+	rm -f "$ISOPOD_HOME/images/current-t30flavor"
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"reserved"* ]]
+	run --separate-stderr isopod-commit --check -- debian-ish
+	[ "$status" -eq 0 ]
+	[ "$(nvms)" -eq "$n" ]
+}
+
+@test "stage: rm of a stage a live VM runs on is refused (102, naming it); gc racing that run leaves its record and logs; the run started the automatic gc" {
+	st=$(isopod run --json-only --commit-as live-s -- sh -c 'echo s > /root/s' | jq -er .commit.stage.id)
+	run --separate-stderr isopod stage flatten live-s --as base
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"reserved"* ]]
+	rm -f "$ISOPOD_HOME/locks/gc-auto" "$ISOPOD_HOME/locks/gc-auto.json"
+	ISOPOD_GC_INTERVAL=1s isopod run --json-only --stage live-s -- sh -c 'sleep 6; cat /root/s; echo done' \
+		>"$BATS_TEST_TMPDIR/run.json" 2>"$BATS_TEST_TMPDIR/run.err" &
+	fe=$!
+	vm=
+	for _ in $(seq 1 600); do
+		vm=$(isopod vm ls | jq -r --arg s "$st" 'select(.running and .layers == [$s]) | .id')
+		[ -n "$vm" ] && break
+		sleep 0.1
+	done
+	[ -n "$vm" ]
+	run --separate-stderr isopod stage rm live-s
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"stage $st is in use by vm $vm"* ]]
+	run --separate-stderr isopod stage rm --recursive live-s
+	[ "$status" -eq 102 ]
+	[ -f "$ISOPOD_HOME/stages/$st/layer.qcow2" ]
+	# gc with no mercy, over and over, while the run lives (bounded: 60 s)
+	n=0
+	while kill -0 "$fe" 2>/dev/null && [ "$n" -lt 600 ]; do
+		isopod gc --all >/dev/null
+		if kill -0 "$fe" 2>/dev/null; then
+			[ -f "$ISOPOD_HOME/vms/$vm/meta.json" ] || { echo "gc removed the live record" >&2; false; }
+		fi
+		n=$((n + 1))
+		sleep 0.05
+	done
+	wait "$fe"
+	jq -e '.ok and .exit_code == 0 and .stdout == "s\ndone\n"' "$BATS_TEST_TMPDIR/run.json"
+	echo "# gc --all ran $n times against the live run" >&3
+	# the run started the automatic gc (detached; it reported beside its stamp)
+	[ -e "$ISOPOD_HOME/locks/gc-auto" ]
+	for _ in $(seq 1 100); do [ -e "$ISOPOD_HOME/locks/gc-auto.json" ] && break; sleep 0.1; done
+	jq -e '.auto' "$ISOPOD_HOME/locks/gc-auto.json"
+	# stopped and its owner gone: removable, and so is the stage
+	run --separate-stderr isopod stage rm live-s
+	[ "$status" -eq 0 ]
+	jq -e --arg s "$st" '.removed == [$s]' <<<"$output"
+}
+
+@test "gc: prunes kernels nothing uses; never the current one or a running VM's" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	cur=$(cat "$ISOPOD_HOME/kernels/current")
+	unused=$(echo unused | sha256sum | cut -c1-64)
+	inuse=$(echo in-use | sha256sum | cut -c1-64)
+	for k in "$unused" "$inuse"; do
+		mkdir "$ISOPOD_HOME/kernels/$k"
+		ln "$ISOPOD_HOME/kernels/$cur/vmlinux" "$ISOPOD_HOME/kernels/$k/"
+	done
+	mkdir -p "$ISOPOD_HOME/accel"
+	echo '{"accel":"tcg"}' >"$ISOPOD_HOME/accel/$unused.json"
+	# a running VM (its lock held) booted the other one
+	id=$(mkrec "$ISOPOD_HOME" 1 running 60)
+	jq --arg k "$inuse" '.kernel = {sha256: $k}' "$ISOPOD_HOME/vms/$id/meta.json" >"$BATS_TEST_TMPDIR/m"
+	cat "$BATS_TEST_TMPDIR/m" >"$ISOPOD_HOME/vms/$id/meta.json"
+	hold_lock "$ISOPOD_HOME/vms/$id/lock"
+	run --separate-stderr isopod-gc --dry-run
+	jq -e --arg k "$unused" '[.kernels_removed[].sha256] == [$k]' <<<"$output"
+	[ -d "$ISOPOD_HOME/kernels/$unused" ]
+	run --separate-stderr isopod-gc
+	jq -e --arg k "$unused" '[.kernels_removed[].sha256] == [$k]' <<<"$output"
+	[ ! -e "$ISOPOD_HOME/kernels/$unused" ] && [ ! -e "$ISOPOD_HOME/accel/$unused.json" ]
+	[ -f "$ISOPOD_HOME/kernels/$inuse/vmlinux" ] && [ -f "$ISOPOD_HOME/kernels/$cur/vmlinux" ]
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	run --separate-stderr isopod-gc
+	jq -e --arg k "$inuse" '[.kernels_removed[].sha256] == [$k]' <<<"$output"
+	[ -f "$ISOPOD_HOME/kernels/$cur/vmlinux" ]
+}
+
+@test "df: what each part of the store takes, and what gc would reclaim; nothing changes" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	old=$(mkrec "$ISOPOD_HOME" 1 stopped 7200)
+	head -c 1048576 /dev/urandom >"$ISOPOD_HOME/vms/$old/exec-1.stdout"
+	run --separate-stderr isopod df --keep-last 0
+	[ "$status" -eq 100 ]
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/c" run --separate-stderr isopod df
+	[ "$status" -eq 0 ]
+	json_is '.dry_run and (.usage | [.kernels, .images, .stages, .vms, .warm, .accel, .locks, .other, .total] | all(type == "number"))'
+	json_is '.usage.vms >= 1048576 and .usage.images > 0 and .usage.kernels > 0'
+	json_is '.usage.total >= (.usage | .kernels + .images + .vms)'
+	printf 'gc_keep_last = 0\n' >"$BATS_TEST_TMPDIR/c"
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/c" run --separate-stderr isopod df
+	jq -e --arg id "$old" '.removed == [$id] and .reclaimed_bytes >= 1048576' <<<"$output"
+	[ -f "$ISOPOD_HOME/vms/$old/exec-1.stdout" ]
+}
+
+@test "gc --cache: the build cache keeps the newest entry of each kind and flavor, young ones and what the store registered; the rest goes" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h" ISOPOD_CACHE="$BATS_TEST_TMPDIR/cache"
+	c=$ISOPOD_CACHE
+	h() { echo "$1" | sha256sum | cut -c1-64; }
+	# entry KIND NAME FLAVOR AGE: a cache entry AGE ago
+	entry() {
+		local d
+		d="$c/$1/$(h "$2")"
+		mkdir -p "$d"
+		echo "$2" >"$d/$([ "$1" = base ] && echo base.img || echo vmlinux)"
+		printf '{"flavor":"%s"}\n' "$3" >"$d/inputs.json"
+		touch -d "$4 ago" "$d"
+	}
+	entry kernel k-old '' '3 hours'
+	entry kernel k-new '' '2 hours'
+	entry base b-old base '3 hours'
+	entry base b-new base '2 hours'
+	entry base b-reg base '4 hours'
+	entry base d-only debian '5 hours'
+	entry base b-young base '1 minute'
+	mkdir -p "$c/base/debs" "$ISOPOD_HOME/images" && echo deb >"$c/base/debs/x.deb"
+	ln "$c/base/$(h b-reg)/base.img" "$ISOPOD_HOME/images/base-$(h b-reg).img"
+	run --separate-stderr isopod-gc --cache --dry-run
+	[ "$status" -eq 0 ]
+	# b-new is old and no longer the newest base (b-young is)
+	want=$(printf '%s\n' "$(h k-old)" "$(h b-old)" "$(h b-new)" | command jq -R . | command jq -cs sort)
+	json_is "(.cache_removed | map(.key) | sort) == $want"
+	[ -d "$c/kernel/$(h k-old)" ]
+	run --separate-stderr isopod-gc
+	json_is '.cache_removed == null'
+	run --separate-stderr isopod-gc --cache
+	json_is "(.cache_removed | map(.key) | sort) == $want and all(.cache_removed[]; .bytes > 0)"
+	[ ! -e "$c/kernel/$(h k-old)" ] && [ ! -e "$c/base/$(h b-old)" ] && [ ! -e "$c/base/$(h b-new)" ]
+	[ -d "$c/kernel/$(h k-new)" ]
+	for b in b-reg d-only b-young; do [ -d "$c/base/$(h $b)" ]; done
+	[ -f "$c/base/debs/x.deb" ]
+}
+
+@test "stage ls/info: base_current is derived for the whole chain (an ancestor on a replaced base makes it false)" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	new=$(echo new | sha256sum | cut -c1-64) old=$(echo old | sha256sum | cut -c1-64)
+	mkdir -p "$ISOPOD_HOME/images" && echo "$new" >"$ISOPOD_HOME/images/current-base"
+	# mkst ID PARENT FLAVOR SHA: a stage's meta.json made by hand
+	mkst() {
+		mkdir -p "$ISOPOD_HOME/stages/$1"
+		command jq -n --arg id "$1" --arg p "$2" --arg f "$3" --arg s "$4" \
+			'{id: $id, name: $id, label: $id, parent: (if $p == "" then null else $p end),
+			  depth: 1, base: {flavor: $f, sha256: $s}, created: "2026-12-01T00:00:00Z"}' \
+			>"$ISOPOD_HOME/stages/$1/meta.json"
+	}
+	mkst st-000000000001 '' base "$old"
+	mkst st-000000000002 st-000000000001 base "$new"
+	mkst st-000000000003 '' base "$new"
+	mkst st-000000000004 '' gone "$new"
+	run --separate-stderr isopod stage ls
+	[ "$status" -eq 0 ]
+	jq -es 'map({(.id): .base_current}) | add == {"st-000000000001": false, "st-000000000002": false, "st-000000000003": true, "st-000000000004": null}' <<<"$output"
+	run --separate-stderr isopod stage info st-000000000002
+	json_is '.base_current == false and .layers == ["st-000000000001", "st-000000000002"]'
+	run --separate-stderr isopod stage info st-000000000003
+	json_is '.base_current == true'
+}
+
+@test "image build: the line names the base it replaced and the stages still on it" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	cur=$(cat "$ISOPOD_HOME/images/current-base")
+	# an older build of the flavor, current until now, with a stage on it
+	old=$(echo older | sha256sum | cut -c1-64)
+	jq --arg s "$old" '.sha256 = $s' "$ISOPOD_HOME/images/base-$cur.json" >"$ISOPOD_HOME/images/base-$old.json"
+	echo "$old" >"$ISOPOD_HOME/images/current-base"
+	mkdir -p "$ISOPOD_HOME/stages/st-0000000000aa"
+	command jq -n --arg s "$old" '{id: "st-0000000000aa", name: "on-old", label: "on-old", parent: null,
+		depth: 1, base: {flavor: "base", sha256: $s}, created: "2026-12-01T00:00:00Z"}' \
+		>"$ISOPOD_HOME/stages/st-0000000000aa/meta.json"
+	run --separate-stderr isopod image build base
+	[ "$status" -eq 0 ]
+	jq -e --arg c "$cur" --arg o "$old" '.sha256 == $c and .current and .replaced == {sha256: $o, stages: ["st-0000000000aa"]}' <<<"$output"
+	# nothing replaced: no member
+	run --separate-stderr isopod image build base
+	json_is '.replaced == null and .current'
+}

@@ -469,6 +469,12 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	run --separate-stderr isopod-gc
 	jout --arg k "$old" 'any(.warm_removed[]; .key == $k)'
 	[ ! -e "$(W)/$old" ]
+	# nothing uses the first kernel any more (its snapshots swept): pruned;
+	# registering the images again brings it back
+	jout --arg k "$ksha" '[.kernels_removed[].sha256] == [$k]'
+	[ ! -e "$ISOPOD_HOME/kernels/$ksha" ]
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	[ -f "$ISOPOD_HOME/kernels/$ksha/vmlinux" ]
 	# back to the first kernel: the other one's snapshot is orphaned now
 	echo "$ksha" > "$ISOPOD_HOME/kernels/current"
 	rm -rf "$ISOPOD_HOME/kernels/$new"
@@ -587,4 +593,45 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	# the net mode is in the key's text by name
 	jq -e '.key_text | test("\nnet none\n")' "$(W)/$k_none/meta.json"
 	jq -e '.key_text | test("\nnet open\n") and test("ifname=@tap") and test("mac=@mac")' "$(W)/$k_open/meta.json"
+}
+
+@test "warm: gc keeps the pool within its byte budget, least recently used first, never a snapshot a running VM was resumed from" {
+	boot_vm --mem-mib 392
+	[ "$status" -eq 0 ]
+	busy=$(jq -r .warm_key <<<"$output")
+	[ -d "$(W)/$busy" ]
+	for m in 400 408; do
+		run --separate-stderr isopod run --json-only --mem-mib "$m" -- true
+		[ "$status" -eq 0 ]
+	done
+	# 400's snapshot used longest ago (as a run would have left it)
+	old=$(key_of 400)
+	jq '.last_used = "2000-01-01T00:00:00Z"' "$(W)/$old/meta.json" >"$BATS_TEST_TMPDIR/m.json"
+	cat "$BATS_TEST_TMPDIR/m.json" >"$(W)/$old/meta.json"
+	run --separate-stderr isopod-gc --dry-run --warm-budget off
+	json_is '.warm_evicted == [] and .policy.warm_budget == null and .warm_bytes > 0'
+	total=$(jq -r .warm_bytes <<<"$output")
+	lru=$(isopod-warm ls | jq -rs --arg b "$busy" 'map(select(.key != $b and (.orphaned | not))) | sort_by(.last_used // .created, .key) | .[0].key')
+	[ "$lru" = "$old" ]
+	run --separate-stderr isopod-gc --dry-run --warm-budget $((total - 1))
+	jout --arg k "$lru" '[.warm_evicted[].key] == [$k] and .dry_run'
+	[ -d "$(W)/$lru" ]
+	# budget 0: every snapshot goes but the one the running VM's RAM is
+	run --separate-stderr isopod-gc --warm-budget 0
+	[ "$status" -eq 0 ]
+	jout --arg b "$busy" '(.warm_evicted | length) >= 1 and all(.warm_evicted[]; .key != $b and .bytes > 0) and .warm_bytes > 0'
+	[ -d "$(W)/$busy" ]
+	[ -z "$(isopod-warm ls | jq -r --arg b "$busy" 'select(.key != $b) | .key')" ]
+	run --separate-stderr isopod-exec --vm "$vm" -- echo alive
+	json_is '.stdout == "alive\n"'
+	stop_vm "$vm"
+	run --separate-stderr isopod-gc --warm-budget 0
+	jout --arg b "$busy" '[.warm_evicted[].key] == [$b] and .warm_bytes == 0'
+	# the budget from the config file; a bad one names file and line
+	printf 'warm_budget = lots\n' >"$BATS_TEST_TMPDIR/config"
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" run --separate-stderr isopod-gc --dry-run
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"config:1: warm_budget lots"* ]]
+	printf 'warm_budget = 1G\n' >"$BATS_TEST_TMPDIR/config"
+	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" run --separate-stderr isopod-gc --dry-run
+	json_is '.policy.warm_budget == 1073741824'
 }

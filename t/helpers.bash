@@ -20,6 +20,10 @@ export PATH
 # the network suites ask for it explicitly).
 ISOPOD_SYSCONFIG=/dev/null ISOPOD_CONFIG=/dev/null ISOPOD_NET=none
 export ISOPOD_SYSCONFIG ISOPOD_CONFIG ISOPOD_NET
+# No automatic gc behind a test's back (a suite that leaks on purpose checks
+# that gc finds it); the tests of the automatic gc turn it on themselves.
+ISOPOD_GC_INTERVAL=off
+export ISOPOD_GC_INTERVAL
 
 isopod_setup_file() {
 	ISOPOD_HOME=$(mktemp -d "/tmp/isopod-t.$(basename "$BATS_TEST_FILENAME" .bats).XXXXXX")
