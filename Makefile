@@ -26,12 +26,12 @@ TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/iso
 	bin/isopod-result bin/isopod-runner bin/isopod-vm bin/isopod-mcp bin/isopod-jail bin/isopod-provenance
 # t/17-jail.bats' programs (see below)
 JAILTEST = build/jail/probe build/jail/isopod-jail-mutant
-HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/execopt.o lib/execio.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/jail.o lib/attcheck.o lib/config.o
+HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/execopt.o lib/execio.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/jail.o lib/jailchild.o lib/attcheck.o lib/config.o
 # Only the tools that read nftables link libnftnl: ruleset.o on its own.
 NETLIB = lib/ruleset.o
 # isopod-netsetup's own: the taps and routing rules (rtnetlink), the tables.
 NSLIB = lib/netslot.o lib/nftbuild.o lib/nftexpr.o
-LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/jail.h lib/attcheck.h lib/config.h
+LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/jail.h lib/jailchild.h lib/attcheck.h lib/config.h
 
 all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out $(JAILTEST)
 
@@ -116,15 +116,16 @@ bin/isopod-doctor: bin/isopod-doctor.c $(HOSTLIB) $(DOCTORLIB) $(NETSTATELIB) $(
 
 # t/17-jail.bats: its probe (static, so the jail needs no libraries for it)
 # and isopod-jail's mutant: the same sources with -DJAIL_MUTANT, the only
-# build where ISOPOD_JAIL_MUTANT can break the jail on purpose (lib/jail.c).
+# build where ISOPOD_JAIL_MUTANT can break the jail on purpose (lib/jail.c,
+# lib/jailchild.c).
 build/jail/probe: t/jail/probe.c
 	@mkdir -p build/jail
 	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -o $@ t/jail/probe.c
 
-build/jail/isopod-jail-mutant: bin/isopod-jail.c lib/jail.c $(HOSTLIB) $(LIBHDR)
+build/jail/isopod-jail-mutant: bin/isopod-jail.c lib/jail.c lib/jailchild.c $(HOSTLIB) $(LIBHDR)
 	@mkdir -p build/jail
-	$(CC) $(ALL_CFLAGS) -DJAIL_MUTANT -o $@ bin/isopod-jail.c lib/jail.c \
-		$(filter-out lib/jail.o,$(HOSTLIB)) $(LDLIBS_HOST)
+	$(CC) $(ALL_CFLAGS) -DJAIL_MUTANT -o $@ bin/isopod-jail.c lib/jail.c lib/jailchild.c \
+		$(filter-out lib/jail.o lib/jailchild.o,$(HOSTLIB)) $(LDLIBS_HOST)
 
 # The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
 AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \

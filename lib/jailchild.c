@@ -1,0 +1,409 @@
+/* jailchild.c - the jail's child (jail.c is the parent's side): what runs
+ * after the clone, in the new namespaces, until the exec.  It waits for the
+ * parent's go, builds its root on a tmpfs (the spec's paths bound as the
+ * parent resolved them, the device nodes, a /proc of its pid namespace),
+ * pivots into it, gives up its identity and capabilities, installs the
+ * seccomp filter and execs.  Any failure before the exec is written to the
+ * error pipe (cdie). */
+#include "jailchild.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/audit.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/keyctl.h>
+#include <linux/openat2.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ---- the child ---------------------------------------------------------- */
+
+/* The child's failure: its reason to the error pipe, then exit. */
+__attribute__((noreturn, format(printf, 2, 3))) static void cdie(int errfd, const char *fmt, ...)
+{
+	char why[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vreason(why, sizeof why, errno, fmt, ap);
+	va_end(ap);
+	(void)!write(errfd, why, strlen(why));
+	_exit(126);
+}
+
+/* Recreate path's parents under /newroot as they are on the host (now at
+ * /oldroot): directories as directories, symlinks as the same symlinks, each
+ * followed, so merged-/usr links and /lib64/ld-linux-x86-64.so.2 resolve
+ * inside as outside.  The host path the last component finally names (its
+ * symlinks resolved) goes to real. */
+static int mirror(const char *path, char *real, size_t rsz, int errfd)
+{
+	char todo[PATH_MAX], done[PATH_MAX] = "", host[PATH_MAX + 16], in[PATH_MAX + 16];
+	char link[PATH_MAX], rest[PATH_MAX];
+	int hops = 0;
+
+	if (pathn(todo, sizeof todo, "%s", path) < 0)
+		cdie(errfd, "%s: path too long", path);
+	for (;;) {
+		char *p = todo, *c, cand[PATH_MAX];
+		struct stat st;
+		ssize_t n;
+
+		while (*p == '/')
+			p++;
+		if (!*p)
+			return pathn(real, rsz, "%s", *done ? done : "/");
+		c = p;
+		p += strcspn(p, "/");
+		snprintf(rest, sizeof rest, "%s", p);
+		*p = '\0';
+		if (!strcmp(c, ".")) {
+			memmove(todo, rest, strlen(rest) + 1);
+			continue;
+		}
+		if (!strcmp(c, "..")) {
+			char *s = strrchr(done, '/');
+
+			if (s)
+				*s = '\0';
+			memmove(todo, rest, strlen(rest) + 1);
+			continue;
+		}
+		if (pathn(cand, sizeof cand, "%s/%s", done, c) < 0 ||
+		    pathn(host, sizeof host, "/oldroot%s", cand) < 0 ||
+		    pathn(in, sizeof in, "/newroot%s", cand) < 0)
+			cdie(errfd, "%s: path too long", path);
+		if (lstat(host, &st) < 0)
+			cdie(errfd, "%s: %s:", path, cand);
+		if (S_ISLNK(st.st_mode)) {
+			if (++hops > 40) {
+				errno = ELOOP;
+				cdie(errfd, "%s:", path);
+			}
+			if ((n = readlink(host, link, sizeof link - 1)) < 0)
+				cdie(errfd, "readlink %s:", cand);
+			link[n] = '\0';
+			if (symlink(link, in) < 0 && errno != EEXIST)
+				cdie(errfd, "symlink %s in the jail:", cand);
+			if (link[0] == '/')
+				done[0] = '\0';
+			if (pathn(todo, sizeof todo, "%s%s", link, rest) < 0)
+				cdie(errfd, "%s: path too long", path);
+			continue;
+		}
+		snprintf(done, sizeof done, "%s", cand);
+		memmove(todo, rest, strlen(rest) + 1);
+		if (todo[strspn(todo, "/")] == '\0')
+			return pathn(real, rsz, "%s", done);
+		if (!S_ISDIR(st.st_mode)) {
+			errno = ENOTDIR;
+			cdie(errfd, "%s: %s:", path, cand);
+		}
+		if (mkdir(in, 0755) < 0 && errno != EEXIST)
+			cdie(errfd, "mkdir %s in the jail:", cand);
+	}
+}
+
+enum { B_RO, B_RW, B_DEV };
+struct bindreq {
+	const char *path, *real; /* real: the parent's resolution of path */
+	int kind;
+};
+
+/* Bind the host's path at the same path in the new root.  The host file is
+ * the one the parent resolved and checked (real): mirror's walk must come to
+ * the same, and it is opened with no symlink followed on the way
+ * (openat2 RESOLVE_NO_SYMLINKS below /oldroot), then cloned from that
+ * descriptor, so nothing swapped in after the check is bound.  The tree is
+ * cloned detached (open_tree), its attributes set on the whole tree at once
+ * (mount_setattr, AT_RECURSIVE: a submount -- a tmpfs, another disk -- is
+ * read-only too), and only then attached: it is never visible writable. */
+static void bind_path(const char *path, const char *want, int kind, int errfd)
+{
+	char real[PATH_MAX], in[PATH_MAX + 16];
+	struct mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+					   RESOLVE_BENEATH };
+	unsigned rec = mutant() & MUT_NO_RECURSIVE ? 0 : AT_RECURSIVE;
+	struct stat st;
+	int fd, root, src;
+
+	if (mirror(path, real, sizeof real, errfd) < 0 ||
+	    pathn(in, sizeof in, "/newroot%s", real) < 0)
+		cdie(errfd, "%s: path too long", path);
+	if (mutant() & MUT_NO_RESOLVE)
+		want = real;
+	if (strcmp(real, want)) {
+		errno = ESTALE;
+		cdie(errfd, "%s: resolved to %s, now to %s: changed while the jail was made", path,
+		     want, real);
+	}
+	if ((root = open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		cdie(errfd, "/oldroot:");
+	src = (int)syscall(SYS_openat2, root, want[1] ? want + 1 : ".", &how, sizeof how);
+	if (src < 0)
+		cdie(errfd, "%s: opening %s (no symlink followed):", path, want);
+	close(root);
+	if (fstat(src, &st) < 0)
+		cdie(errfd, "%s:", path);
+	/* The mount point: it may exist already, below a bind made before. */
+	if (S_ISDIR(st.st_mode) ? mkdir(in, 0755) < 0 && errno != EEXIST
+				: (fd = open(in, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444)) < 0
+					  ? errno != EEXIST
+					  : close(fd) < 0)
+		cdie(errfd, "%s: mount point in the jail:", path);
+	if (kind == B_RO)
+		a.attr_set |= MOUNT_ATTR_RDONLY;
+	/* A device node: nodev off; read-only still (the node's own writes go
+	 * to the device, not to the file system). */
+	if (kind == B_DEV)
+		a.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
+	fd = open_tree(src, "", AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	if (fd < 0)
+		cdie(errfd, "open_tree %s:", path);
+	close(src);
+	if (mount_setattr(fd, "", AT_EMPTY_PATH | rec, &a, sizeof a) < 0)
+		cdie(errfd, "mount_setattr %s:", path);
+	if (move_mount(fd, "", AT_FDCWD, in, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		cdie(errfd, "move_mount %s:", path);
+	close(fd);
+}
+
+/* Give up everything (bubblewrap's drop_privs, then its re-check): the
+ * bounding and ambient sets emptied, no_new_privs, the identity changed,
+ * every capability set cleared, and each verified.  As root the uid change
+ * clears permitted and effective by itself; in a user namespace it does
+ * not (the uid stays), so the capset is what drops them there. */
+static void drop_privs(const struct jail_spec *js, int userns, int errfd)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2] = { { 0 } };
+	int keep = mutant() & MUT_KEEP_CAP ? CAP_SYS_ADMIN : -1;
+	uid_t uid = userns ? getuid() : js->uid;
+	gid_t gid = userns ? getgid() : js->gid;
+	int c;
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		cdie(errfd, "PR_SET_NO_NEW_PRIVS:");
+	for (c = 0; prctl(PR_CAPBSET_READ, c, 0, 0, 0) >= 0; c++)
+		if (c != keep && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0)
+			cdie(errfd, "PR_CAPBSET_DROP %d:", c);
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		cdie(errfd, "PR_CAP_AMBIENT_CLEAR_ALL:");
+	if (keep >= 0 && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
+		cdie(errfd, "PR_SET_KEEPCAPS:");
+	/* In a user namespace setgroups is denied (we wrote "deny"); the
+	 * supplementary groups there are the caller's own. */
+	if (!userns && setgroups(0, NULL) < 0)
+		cdie(errfd, "setgroups:");
+	if (setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
+		cdie(errfd, "unable to become %u:%u:", (unsigned)uid, (unsigned)gid);
+	if (keep >= 0) { /* the mutant: the capability kept through exec */
+		d[0].effective = d[0].permitted = d[0].inheritable = 1u << keep;
+		if (syscall(SYS_capset, &h, d) < 0 ||
+		    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, keep, 0, 0) < 0)
+			cdie(errfd, "mutant keep-cap:");
+		return;
+	}
+	if (syscall(SYS_capset, &h, d) < 0)
+		cdie(errfd, "capset:");
+	/* Re-check, as bubblewrap does: each set empty, root not regainable. */
+	if (syscall(SYS_capget, &h, d) < 0)
+		cdie(errfd, "capget:");
+	if (d[0].effective | d[0].permitted | d[0].inheritable | d[1].effective | d[1].permitted |
+	    d[1].inheritable) {
+		errno = EPERM;
+		cdie(errfd, "capabilities left after the drop");
+	}
+	for (c = 0; prctl(PR_CAPBSET_READ, c, 0, 0, 0) >= 0; c++)
+		if (prctl(PR_CAPBSET_READ, c, 0, 0, 0) == 1) {
+			errno = EPERM;
+			cdie(errfd, "capability %d left in the bounding set", c);
+		}
+	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1 || setresuid(0, 0, 0) == 0 ||
+	    getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid) {
+		errno = EPERM;
+		cdie(errfd, "identity not dropped");
+	}
+}
+
+/* The last thing before the exec: a seccomp filter refusing what would give
+ * the jailed program a kernel surface of its own to attack -- a new user
+ * namespace (and with it CAP_SYS_ADMIN and CAP_NET_ADMIN there: nf_tables,
+ * mounts), the other namespaces, setns, every mount call, the keyring and
+ * bpf.  clone3 passes its flags in memory a filter cannot read: ENOSYS, so
+ * the C library falls back to clone (Flatpak's filter does the same).
+ * Another architecture's calls (i386's int 0x80, x32) are killed.  Filters
+ * stack: QEMU's own -sandbox adds to this one. */
+#if defined(__x86_64__)
+#define JAIL_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define JAIL_ARCH AUDIT_ARCH_AARCH64
+#endif
+#define NS_FLAGS                                                                                   \
+	(CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |             \
+	 CLONE_NEWPID | CLONE_NEWNET)
+#define DENY(nr)                                                                                   \
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                            \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+/* nr with any of mask in its first argument: EPERM (5 instructions). */
+#define DENY_FLAGS(nr, mask)                                                                       \
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 4),                                            \
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),         \
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, (mask), 0, 1),                                 \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),                               \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+static void seccomp_jail(int errfd)
+{
+#ifdef JAIL_ARCH
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, JAIL_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#ifdef __x86_64__
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1), /* x32 */
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+#endif
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		DENY(SYS_setns), DENY(SYS_mount), DENY(SYS_umount2), DENY(SYS_pivot_root),
+		DENY(SYS_open_tree), DENY(SYS_move_mount), DENY(SYS_fsopen), DENY(SYS_fsconfig),
+		DENY(SYS_fsmount), DENY(SYS_fspick), DENY(SYS_mount_setattr), DENY(SYS_keyctl),
+		DENY(SYS_add_key), DENY(SYS_request_key), DENY(SYS_bpf),
+		DENY_FLAGS(SYS_unshare, NS_FLAGS | 0x80 /* CLONE_NEWTIME */),
+		/* clone's low byte is the exit signal: CLONE_NEWTIME is clone3's */
+		DENY_FLAGS(SYS_clone, NS_FLAGS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof f / sizeof f[0], .filter = f };
+
+	if (mutant() & MUT_NO_SECCOMP)
+		return;
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		cdie(errfd, "seccomp:");
+#else
+#error "lib/jailchild.c: no seccomp filter for this architecture"
+#endif
+}
+
+__attribute__((noreturn)) void jail_child(const struct jail_spec *js, const struct proc_spec *ps,
+					  realpath_t *rp, int userns, int syncfd, int errfd)
+{
+	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+	struct proc_spec p = *ps;
+	struct pollfd pf = { .fd = syncfd, .events = POLLIN };
+	struct bindreq b[2 * JAIL_PATHS_MAX + 1];
+	size_t i, nb = 0;
+	char go;
+
+	for (i = 0; i < js->nro; i++, nb++)
+		b[nb] = (struct bindreq){ js->ro[i], rp[nb], B_RO };
+	for (i = 0; i < js->nrw; i++, nb++)
+		b[nb] = (struct bindreq){ js->rw[i], rp[nb], B_RW };
+	if (js->vm_dir) {
+		b[nb] = (struct bindreq){ js->vm_dir, rp[nb], B_RW };
+		nb++;
+	}
+	/* The parent placed us in our cgroups (and wrote our maps): EOF here
+	 * means it failed or died. */
+	if (read(syncfd, &go, 1) != 1)
+		_exit(126);
+	/* Our cgroup namespace is rooted at the jail's own cgroup. */
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		cdie(errfd, "unshare(CLONE_NEWCGROUP):");
+	/* Nothing mounted below propagates back to the host. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		cdie(errfd, "making / private:");
+	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700,size=64k") < 0 ||
+	    mkdir("/tmp/oldroot", 0700) < 0 || mkdir("/tmp/newroot", 0755) < 0)
+		cdie(errfd, "the jail's staging tmpfs:");
+	if (syscall(SYS_pivot_root, "/tmp", "/tmp/oldroot") < 0 || chdir("/") < 0)
+		cdie(errfd, "pivot_root to the staging tmpfs:");
+	if (mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV,
+		  "mode=0755,size=1m,nr_inodes=4096") < 0)
+		cdie(errfd, "the jail's root tmpfs:");
+	/* Shorter host paths first: a parent is bound before what lies below
+	 * it, which then covers it (a mount point below a read-only bind
+	 * already exists). */
+	for (i = 0; i < nb; i++) {
+		size_t k, best = i;
+
+		for (k = i + 1; k < nb; k++)
+			if (strlen(b[k].real) < strlen(b[best].real))
+				best = k;
+		bind_path(b[best].path, b[best].real, b[best].kind, errfd);
+		b[best] = b[i];
+	}
+	bind_path("/dev/null", "/dev/null", B_DEV, errfd);
+	bind_path("/dev/urandom", "/dev/urandom", B_DEV, errfd);
+	if (js->kvm)
+		bind_path("/dev/kvm", "/dev/kvm", B_DEV, errfd);
+	/* The jail's own pid namespace's processes, and nothing else of /proc
+	 * (subset=pid: no /proc/sys, /proc/kcore, ...). */
+	if ((mkdir("/newroot/proc", 0555) < 0 && errno != EEXIST) ||
+	    mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0)
+		cdie(errfd, "/proc in the jail:");
+	/* pivot_root(".", "."): the new root goes under the staging one, which
+	 * (with the host at /oldroot in it) is then detached (pivot_root(2)). */
+	if (chdir("/newroot") < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
+	    umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+		cdie(errfd, "pivot_root into the jail:");
+	/* The root tmpfs itself read-only: only it, its binds keep their own. */
+	if (mount_setattr(AT_FDCWD, "/", 0, &ro, sizeof ro) < 0)
+		cdie(errfd, "mount_setattr /:");
+	if (sethostname(js->name, strlen(js->name)) < 0)
+		cdie(errfd, "sethostname:");
+	if (chdir(js->vm_dir ? js->vm_dir : "/") < 0)
+		cdie(errfd, "chdir %s:", js->vm_dir);
+	drop_privs(js, userns, errfd);
+	/* The parent-death signal is cleared by the uid change: set it now, then
+	 * make sure the parent did not die before (its end of the sync socket
+	 * is open until we exec, and it sends nothing more: any event is its
+	 * end closing). */
+	if (ps->pdeathsig) {
+		if (prctl(PR_SET_PDEATHSIG, ps->pdeathsig) < 0)
+			cdie(errfd, "PR_SET_PDEATHSIG:");
+		if (poll(&pf, 1, 0) != 0)
+			_exit(126);
+	}
+	/* Not the caller's session keyring: keys in it would be "possessed"
+	 * here, whatever the uid.  A new anonymous one, the jail's own. */
+	if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
+		cdie(errfd, "keyctl(KEYCTL_JOIN_SESSION_KEYRING):");
+	/* A session of its own, always: no controlling terminal to push input
+	 * into with TIOCSTI (bubblewrap's --new-session, CVE-2017-5226). */
+	p.setsid = 1;
+	p.pdeathsig = 0;
+	/* No core file: a jailed QEMU's would hold the guest's memory. */
+	if (setrlimit(RLIMIT_CORE, &(struct rlimit){ .rlim_cur = 0, .rlim_max = 0 }) < 0)
+		cdie(errfd, "setrlimit(RLIMIT_CORE):");
+	/* Its failure is the caller's too: a bare exit would close errfd
+	 * unwritten, which reads as the exec reached. */
+	if (proc_child_setup(&p, 0) < 0)
+		cdie(errfd, "setting up the jailed program's descriptors:");
+	seccomp_jail(errfd);
+	if (p.file)
+		execv(p.file, p.argv);
+	else
+		execvp(p.argv[0], p.argv);
+	dprintf(2, "%s: fatal: unable to exec %s in the jail: %s\n", progname ? progname : "isopod",
+		p.file ? p.file : p.argv[0], strerror(errno));
+	_exit(127);
+}

@@ -1,0 +1,58 @@
+/* jailchild.h - between the jail's two halves: the parent's (lib/jail.c:
+ * the checks, the resolution of the spec's paths, the cgroups, the clone)
+ * and the child's (lib/jailchild.c: from the clone to the exec); see
+ * jail.h.  Internal to the two. */
+#ifndef ISOPOD_JAILCHILD_H
+#define ISOPOD_JAILCHILD_H
+
+#include "jail.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Mutations for the test suite only (t/17-jail.bats): compiled in with
+ * -DJAIL_MUTANT into a separate test binary, never into bin/.  In a
+ * production build mutant() is the constant 0 and every test below folds
+ * away, so no environment can weaken a real jail. */
+enum {
+	MUT_NO_RECURSIVE = 1,
+	MUT_NO_PIDNS = 2,
+	MUT_KEEP_CAP = 4,
+	MUT_OLD_KERNEL = 8,
+	MUT_NO_SECCOMP = 16,
+	MUT_NO_RESOLVE = 32,
+};
+#ifdef JAIL_MUTANT
+static unsigned mutant(void)
+{
+	const char *e = getenv("ISOPOD_JAIL_MUTANT");
+	unsigned m = 0;
+
+	if (e && strstr(e, "no-recursive"))
+		m |= MUT_NO_RECURSIVE;
+	if (e && strstr(e, "no-pidns"))
+		m |= MUT_NO_PIDNS;
+	if (e && strstr(e, "keep-cap"))
+		m |= MUT_KEEP_CAP;
+	if (e && strstr(e, "old-kernel")) /* not a weakening: the refusal's test */
+		m |= MUT_OLD_KERNEL;
+	if (e && strstr(e, "no-seccomp"))
+		m |= MUT_NO_SECCOMP;
+	if (e && strstr(e, "no-resolve"))
+		m |= MUT_NO_RESOLVE;
+	return m;
+}
+#else
+#define mutant() 0u
+#endif
+
+/* The host path each of the spec's paths finally names, symlinks resolved
+ * (resolve_all: ro, then rw, then vm_dir). */
+typedef char realpath_t[PATH_MAX];
+
+/* The clone's child: waits for the go on syncfd, builds the root, drops privileges, execs ps. */
+__attribute__((noreturn)) void jail_child(const struct jail_spec *js, const struct proc_spec *ps,
+					  realpath_t *rp, int userns, int syncfd, int errfd);
+
+#endif
