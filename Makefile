@@ -31,7 +31,7 @@ HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o l
 NETLIB = lib/ruleset.o
 # isopod-netsetup's own: the taps and routing rules (rtnetlink), the tables.
 NSLIB = lib/netslot.o lib/nftbuild.o lib/nftexpr.o
-LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/jail.h lib/jailchild.h lib/attcheck.h lib/config.h
+LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/jail.h lib/jailchild.h lib/attcheck.h lib/config.h lib/gcstore.h
 
 all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out $(JAILTEST)
 
@@ -51,6 +51,13 @@ $(BROKERLIB): $(LIBHDR) $(BROKERHDR)
 
 bin/isopod-broker: bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LIBHDR) $(BROKERHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LDLIBS_HOST)
+
+# isopod-gc's sweeps of the store's space (lib/gcstore.h): only gc links them.
+GCLIB = lib/gcstore.o
+$(GCLIB): $(LIBHDR)
+
+bin/isopod-gc: bin/isopod-gc.c $(HOSTLIB) $(GCLIB) $(LIBHDR)
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-gc.c $(GCLIB) $(HOSTLIB) $(LDLIBS_HOST)
 
 # isopod-mcp's tool table and the schema check of its arguments
 # (lib/mcptools.h, lib/jschema.h): only the MCP server links them.
@@ -159,7 +166,7 @@ ASAN_CFLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 # Each library source is compiled once for all the tools (a tool links every
 # object, as its -O2 build links what it uses): one compile per tool and
 # library was 18 x 35 compiles, minutes of CI.
-ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(MCPLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) lib/netstate.c $(ATTESTLIB:.o=.c) $(PROVLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
+ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(MCPLIB:.o=.c) $(GCLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) lib/netstate.c $(ATTESTLIB:.o=.c) $(PROVLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
 ASAN_OBJ = $(ASAN_SRC:%.c=build/asan/%.o)
 build/asan/lib/%.o: lib/%.c $(LIBHDR)
 	@mkdir -p build/asan/lib

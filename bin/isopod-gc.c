@@ -10,6 +10,7 @@
  * per gc_interval, never waiting for a lock, detached from its caller. */
 
 #include "config.h"
+#include "gcstore.h"
 #include "util.h"
 #include "vm.h"
 #include "warm.h"
@@ -43,16 +44,6 @@
 #define WARM_BUDGET_DEFAULT (4LL << 30)
 /* --auto: at most one automatic gc per store this often. */
 #define AUTO_INTERVAL_DEFAULT_S 300
-
-struct rec {
-	char id[64];
-	char state[16];
-	char warm_key[65]; /* the snapshot a VM was resumed from */
-	char kernel[65];   /* the kernel it booted */
-	time_t created, ref; /* ref: stopped_at, else created */
-	long long qemu_pid, broker_pid, owner_pid;
-	int running, candidate, keep, in_use;
-};
 
 static int dry_run;
 static long long reclaimed;
@@ -275,31 +266,13 @@ static int cmdline_names(int pid, const char *dir)
 	return found;
 }
 
-static int du_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)path;
-	(void)flag;
-	(void)ftw;
-	reclaimed += (long long)st->st_blocks * 512;
-	return 0;
-}
-
-static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
-		warn("unable to remove %s:", path);
-	return 0;
-}
-
-/* Count, then (unless dry run) remove a directory tree.  FTW_PHYS: never
- * follow a symlink out of the store. */
+/* Count, then (unless dry run) remove a directory tree (lib/gcstore.c). */
 static void remove_tree(const char *dir)
 {
-	nftw(dir, du_cb, 16, FTW_PHYS);
-	if (!dry_run)
-		nftw(dir, rm_cb, 16, FTW_PHYS | FTW_DEPTH);
+	struct gcstore g = { .dry_run = dry_run };
+
+	gcstore_remove_tree(&g, dir);
+	reclaimed += g.reclaimed;
 }
 
 static void load_rec(struct rec *r, const char *vmsdir, const char *id)
@@ -547,362 +520,83 @@ static void warm_sweep(json_t *warm_removed)
 	closedir(d);
 }
 
-/* 4096, 512K, 100M, 4G, 1T (binary units) -> bytes; "off" -> -2 (no
- * budget); -1 if malformed. */
-static long long parse_size(const char *s)
+/* The VM records: read them all, end what leaked from a stale one, and
+ * remove (holding its lock) each the retention policy lets go.  Returns
+ * the records (*nrecp of them) for the store sweeps; *keptp counts those
+ * that stay. */
+static struct rec *sweep_records(long long keep_last, long long older, time_t now,
+				 json_t *removed, size_t *nrecp, long long *keptp)
 {
-	char num[32];
-	size_t n = strlen(s);
-	long long v, mul = 1;
-
-	if (!strcmp(s, "off"))
-		return -2;
-	if (n < 1 || n >= sizeof num)
-		return -1;
-	switch (s[n - 1]) {
-	case 'K': mul = 1LL << 10; break;
-	case 'M': mul = 1LL << 20; break;
-	case 'G': mul = 1LL << 30; break;
-	case 'T': mul = 1LL << 40; break;
-	default: break;
-	}
-	memcpy(num, s, n);
-	num[mul > 1 ? n - 1 : n] = 0;
-	if (parse_ll(num, 0, (1LL << 50) / mul, &v) < 0)
-		return -1;
-	return v * mul;
-}
-
-struct snap {
-	char key[65], last_used[40];
-	long long bytes;
-};
-
-static int lru_first(const void *a, const void *b)
-{
-	const struct snap *x = a, *y = b;
-	int c = strcmp(x->last_used, y->last_used);
-
-	return c ? c : strcmp(x->key, y->key);
-}
-
-/* The warm pool over its byte budget (what the sweep leaves): remove the least recently used
- * snapshots (meta.json last_used, else created) until it fits.  Never one
- * a running VM was resumed from (its record's warm_key: its memory file is
- * that VM's RAM), nor one whose key lock is held (being built, resumed or
- * removed).  Sets *total to the pool's bytes after (or, dry, as if). */
-static void warm_evict(long long budget, const struct rec *recs, size_t nrec, json_t *swept,
-		       json_t *evicted, long long *total)
-{
-	char dir[PATH_MAX], p[PATH_MAX];
-	struct snap *v = NULL;
-	size_t n = 0, cap = 0, i, j;
+	char vmsdir[PATH_MAX], p[PATH_MAX];
+	long long kept = 0;
+	struct rec *recs = NULL;
+	size_t nrec = 0, cap = 0, i, ncand;
 	struct dirent *de;
 	DIR *d;
 
-	*total = 0;
-	pathf(dir, sizeof dir, "%s/warm", store_home());
-	if (!(d = opendir(dir)))
-		return;
-	while ((de = readdir(d))) {
-		json_t *m, *o;
-		const char *lu;
-		size_t k;
-		int gone = 0;
 
-		if (!warm_key_valid(de->d_name))
-			continue;
-		/* Orphans the sweep removed (or, dry, would): not the pool's. */
-		json_array_foreach(swept, k, o)
-			gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "", de->d_name);
-		if (gone)
-			continue;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			if (!(v = realloc(v, cap * sizeof *v)))
-				die(EX_SYS, "unable to allocate memory:");
-		}
-		memset(&v[n], 0, sizeof v[n]);
-		memcpy(v[n].key, de->d_name, 64); /* warm_key_valid: 64 hex */
-		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
-		v[n].bytes = tree_bytes(p);
-		m = warm_meta(de->d_name);
-		lu = json_string_value(json_object_get(m, "last_used"));
-		if (!lu)
-			lu = json_string_value(json_object_get(m, "created"));
-		snprintf(v[n].last_used, sizeof v[n].last_used, "%s", lu ? lu : "");
-		json_decref(m);
-		*total += v[n].bytes;
-		n++;
-	}
-	closedir(d);
-	if (n)
-		qsort(v, n, sizeof *v, lru_first);
-	for (i = 0; i < n && budget >= 0 && *total > budget; i++) {
-		int used = 0, lk;
-
-		for (j = 0; j < nrec && !used; j++)
-			used = recs[j].running && !strcmp(recs[j].warm_key, v[i].key);
-		if (used || (lk = warm_lock(v[i].key, LOCK_EX | LOCK_NB)) < 0)
-			continue;
-		if (!dry_run && warm_remove(v[i].key, NULL) < 0 && errno != ENOENT) {
-			warn("unable to remove the warm snapshot %s:", v[i].key);
-			close(lk);
-			continue;
-		}
-		if (!dry_run) {
-			pathf(p, sizeof p, "%s/%s.lock", dir, v[i].key);
-			unlink(p);
-		}
-		close(lk);
-		reclaimed += v[i].bytes;
-		*total -= v[i].bytes;
-		json_array_append_new(evicted, json_pack("{s:s, s:I, s:s}", "key", v[i].key, "bytes",
-							 (json_int_t)v[i].bytes, "last_used",
-							 v[i].last_used));
-	}
-	free(v);
-}
-
-/* Kernels nothing uses: not kernels/current, not the kernel of a running
- * VM (a warm resume of it needs the very files), not in the shape of a
- * warm snapshot the sweep kept.  Stages are disk layers: they name no
- * kernel.  Removed with the accelerator verdict cached for them. */
-static void prune_kernels(const struct rec *recs, size_t nrec, json_t *swept, json_t *out)
-{
-	char dir[PATH_MAX], p[PATH_MAX], cur[80] = "";
-	struct dirent *de;
-	DIR *d;
-	FILE *fp;
-
-	pathf(dir, sizeof dir, "%s/kernels", store_home());
-	pathf(p, sizeof p, "%s/current", dir);
-	if (!(fp = fopen(p, "re")))
-		return; /* no current kernel: nothing can be told apart */
-	if (!fgets(cur, sizeof cur, fp))
-		cur[0] = 0;
-	fclose(fp);
-	cur[strcspn(cur, "\n")] = 0;
-	if (!hex64_ok(cur) || !(d = opendir(dir)))
-		return;
-	while ((de = readdir(d))) {
-		const char *k = de->d_name;
-		int used = !strcmp(k, cur);
-		size_t i;
-
-		if (!hex64_ok(k))
-			continue;
-		for (i = 0; i < nrec && !used; i++)
-			used = recs[i].running && !strcmp(recs[i].kernel, k);
-		if (!used) {
-			char wdir[PATH_MAX];
-			struct dirent *we;
-			DIR *wd;
-
-			pathf(wdir, sizeof wdir, "%s/warm", store_home());
-			if ((wd = opendir(wdir))) {
-				while (!used && (we = readdir(wd))) {
-					json_t *m, *o;
-					size_t j;
-					int gone = 0;
-
-					if (!warm_key_valid(we->d_name))
-						continue;
-					json_array_foreach(swept, j, o)
-						gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "",
-								we->d_name);
-					if (gone || !(m = warm_meta(we->d_name)))
-						continue;
-					used = !strcmp(json_string_value(json_object_get(
-							       json_object_get(m, "shape"), "kernel")) ?: "", k);
-					json_decref(m);
-				}
-				closedir(wd);
-			}
-		}
-		if (used)
-			continue;
-		pathf(p, sizeof p, "%s/%s", dir, k);
-		{
-			long long b = reclaimed;
-
-			remove_tree(p);
-			json_array_append_new(out, json_pack("{s:s, s:I}", "sha256", k, "bytes",
-							     (json_int_t)(reclaimed - b)));
-		}
-		if (!dry_run) {
-			pathf(p, sizeof p, "%s/accel/%s.json", store_home(), k);
-			unlink(p);
-			pathf(p, sizeof p, "%s/accel/%s.log", store_home(), k);
-			unlink(p);
-		}
-	}
-	closedir(d);
-}
-
-/* --df: what each part of the store takes on disk (allocated bytes; a
- * file hard-linked from the build cache counts here too), before this
- * (dry) collection.  The rest of the object says what it would reclaim. */
-static json_t *store_usage(void)
-{
-	static const char *const parts[] = { "kernels", "images", "stages", "vms", "warm", "accel",
-					     "locks", NULL };
-	json_t *u = json_object();
-	long long all, sum = 0;
-	char p[PATH_MAX];
-
-	for (const char *const *q = parts; *q; q++) {
-		long long b;
-
-		pathf(p, sizeof p, "%s/%s", store_home(), *q);
-		b = tree_bytes(p);
-		sum += b;
-		json_object_set_new(u, *q, json_integer(b));
-	}
-	all = tree_bytes(store_home());
-	json_object_set_new(u, "other", json_integer(all > sum ? all - sum : 0));
-	json_object_set_new(u, "total", json_integer(all));
-	return u;
-}
-
-/* The build cache (images/lib.sh cache_dir): $ISOPOD_CACHE, else
- * /var/cache/isopod as root, else $XDG_CACHE_HOME/isopod or
- * ~/.cache/isopod. */
-static void cache_dir(char *out, size_t sz)
-{
-	const char *e = getenv("ISOPOD_CACHE"), *h;
-
-	if (e && *e)
-		pathf(out, sz, "%s", e);
-	else if (geteuid() == 0)
-		pathf(out, sz, "/var/cache/isopod");
-	else if ((h = getenv("XDG_CACHE_HOME")) && *h)
-		pathf(out, sz, "%s/isopod", h);
-	else
-		pathf(out, sz, "%s/.cache/isopod", (h = getenv("HOME")) && *h ? h : "/nonexistent");
-}
-
-/* Does any file in dir share an inode with path (images/register
- * hard-links what it registers)? */
-static int linked_into(const char *path, const char *dir)
-{
-	char p[PATH_MAX];
-	struct stat a, b;
-	struct dirent *de;
-	DIR *d;
-	int found = 0;
-
-	if (lstat(path, &a) < 0 || !(d = opendir(dir)))
-		return 0;
-	while (!found && (de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
-		found = lstat(p, &b) == 0 && b.st_ino == a.st_ino && b.st_dev == a.st_dev;
-	}
-	closedir(d);
-	return found;
-}
-
-struct centry {
-	char name[65], group[80];
-	time_t mtime;
-	int keep;
-};
-
-static int newest_entry_first(const void *a, const void *b)
-{
-	const struct centry *x = a, *y = b;
-	int c = strcmp(x->group, y->group);
-
-	if (c)
-		return c;
-	return x->mtime != y->mtime ? (x->mtime < y->mtime ? 1 : -1) : strcmp(x->name, y->name);
-}
-
-/* --cache: the build cache keeps, per kind (kernel, tools, and base per
- * flavor), its newest entry (what the next build of unchanged inputs hits;
- * images/build-base also falls back on it offline), every entry younger
- * than the grace period, and every entry whose artifact this store has
- * registered (the same inode).  The rest goes.  base/debs (the verified
- * package downloads) is left alone. */
-static void cache_sweep(long long grace, json_t *out)
-{
-	static const char *const kinds[] = { "kernel", "base", "tools", NULL };
-	char root[PATH_MAX], dir[PATH_MAX], p[PATH_MAX], store_dir[PATH_MAX];
-	time_t now = time(NULL);
-
-	cache_dir(root, sizeof root);
-	for (const char *const *k = kinds; *k; k++) {
-		struct centry *v = NULL;
-		size_t n = 0, cap = 0, i;
-		struct dirent *de;
-		struct stat st;
-		DIR *d;
-
-		pathf(dir, sizeof dir, "%s/%s", root, *k);
-		if (!(d = opendir(dir)))
-			continue;
+	pathf(vmsdir, sizeof vmsdir, "%s/vms", store_home());
+	if ((d = opendir(vmsdir))) {
 		while ((de = readdir(d))) {
-			json_t *in;
-
-			if (!hex64_ok(de->d_name))
+			if (strncmp(de->d_name, "vm-", 3) || strlen(de->d_name) >= 64)
 				continue;
-			pathf(p, sizeof p, "%s/%s", dir, de->d_name);
-			if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
-				continue;
-			if (n == cap) {
-				cap = cap ? 2 * cap : 16;
-				if (!(v = realloc(v, cap * sizeof *v)))
+			if (nrec == cap) {
+				cap = cap ? 2 * cap : 64;
+				if (!(recs = realloc(recs, cap * sizeof *recs)))
 					die(EX_SYS, "unable to allocate memory:");
 			}
-			memset(&v[n], 0, sizeof v[n]);
-			memcpy(v[n].name, de->d_name, 64);
-			v[n].mtime = st.st_mtime;
-			pathf(p, sizeof p, "%s/%s/inputs.json", dir, de->d_name);
-			in = json_load_path(p);
-			snprintf(v[n].group, sizeof v[n].group, "%.79s",
-				 json_string_value(json_object_get(in, "flavor")) ?: "");
-			json_decref(in);
-			v[n].keep = now - v[n].mtime < grace;
-			if (!strcmp(*k, "base")) {
-				pathf(p, sizeof p, "%s/%s/base.img", dir, de->d_name);
-				pathf(store_dir, sizeof store_dir, "%s/images", store_home());
-				v[n].keep |= linked_into(p, store_dir);
-			} else if (!strcmp(*k, "kernel")) {
-				char kd[PATH_MAX];
-				struct dirent *ke;
-				DIR *kdir;
-
-				pathf(p, sizeof p, "%s/%s/vmlinux", dir, de->d_name);
-				pathf(store_dir, sizeof store_dir, "%s/kernels", store_home());
-				if ((kdir = opendir(store_dir))) {
-					while (!v[n].keep && (ke = readdir(kdir)))
-						if (hex64_ok(ke->d_name)) {
-							pathf(kd, sizeof kd, "%s/%s", store_dir, ke->d_name);
-							v[n].keep |= linked_into(p, kd);
-						}
-					closedir(kdir);
-				}
-			}
-			n++;
+			load_rec(&recs[nrec++], vmsdir, de->d_name);
 		}
 		closedir(d);
-		if (n)
-			qsort(v, n, sizeof *v, newest_entry_first);
-		for (i = 0; i < n; i++) {
-			long long b = reclaimed;
-
-			if (v[i].keep || i == 0 || strcmp(v[i].group, v[i - 1].group))
-				continue; /* kept, or the newest of its group */
-			pathf(p, sizeof p, "%s/%s", dir, v[i].name);
-			remove_tree(p);
-			json_array_append_new(out, json_pack("{s:s, s:s, s:I}", "kind", *k, "key",
-							     v[i].name, "bytes",
-							     (json_int_t)(reclaimed - b)));
-		}
-		free(v);
+	} else if (errno != ENOENT) {
+		die(EX_SYS, "unable to open %s:", vmsdir);
 	}
+
+	for (i = 0; i < nrec; i++) {
+		struct rec *r = &recs[i];
+
+		if (r->running)
+			continue;
+		reap_stale(r, vmsdir);
+		if ((r->in_use = owner_alive(r)))
+			continue;
+		if (!strcmp(r->state, "claimed") && now - r->created < CLAIM_GRACE_S)
+			continue;
+		r->candidate = now - r->ref >= older;
+	}
+	/* --keep-last N: the N newest records that are not running survive. */
+	if (nrec) /* qsort's base must not be NULL, even for no element */
+		qsort(recs, nrec, sizeof *recs, newest_first);
+	for (i = 0, ncand = 0; i < nrec; i++) {
+		struct rec *r = &recs[i];
+		int fd;
+
+		if (r->running || r->in_use) {
+			kept++;
+			continue;
+		}
+		if ((long long)ncand++ < keep_last)
+			r->candidate = 0;
+		if (!r->candidate) {
+			kept++;
+			continue;
+		}
+		/* Hold the vm lock while removing: a boot racing with us then
+		 * fails with "busy" instead of running on a half-deleted dir. */
+		pathf(p, sizeof p, "%s/%s/lock", vmsdir, r->id);
+		fd = lock_open(p, LOCK_EX | LOCK_NB);
+		if (fd < 0) {
+			kept++;
+			continue;
+		}
+		pathf(p, sizeof p, "%s/%s", vmsdir, r->id);
+		remove_tree(p);
+		close(fd);
+		json_array_append_new(removed, json_string(r->id));
+	}
+	*nrecp = nrec;
+	*keptp = kept;
+	return recs;
 }
 
 int main(int argc, char **argv)
@@ -919,17 +613,16 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char vmsdir[PATH_MAX], p[PATH_MAX];
+	char p[PATH_MAX];
 	long long keep_last = -1, older = -1, kept = 0;
 	struct rec *recs = NULL;
-	size_t nrec = 0, cap = 0, i, ncand;
+	size_t nrec = 0;
 	int all = 0, is_auto = 0, df = 0, cache = 0;
 	long long budget = -1, warm_total = 0;
 	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL;
 	json_t *removed, *out, *warm_removed;
-	struct dirent *de;
+	struct gcstore gs;
 	time_t now = time(NULL);
-	DIR *d;
 	int c;
 
 	progname = "isopod-gc";
@@ -1000,78 +693,24 @@ int main(int argc, char **argv)
 	    !(evicted = json_array()) || !(kernels_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
+	gs = (struct gcstore){ .dry_run = dry_run };
 	if (df)
 		usage = store_usage();
 	store_lock();
-	pathf(vmsdir, sizeof vmsdir, "%s/vms", store_home());
-	if ((d = opendir(vmsdir))) {
-		while ((de = readdir(d))) {
-			if (strncmp(de->d_name, "vm-", 3) || strlen(de->d_name) >= 64)
-				continue;
-			if (nrec == cap) {
-				cap = cap ? 2 * cap : 64;
-				if (!(recs = realloc(recs, cap * sizeof *recs)))
-					die(EX_SYS, "unable to allocate memory:");
-			}
-			load_rec(&recs[nrec++], vmsdir, de->d_name);
-		}
-		closedir(d);
-	} else if (errno != ENOENT) {
-		die(EX_SYS, "unable to open %s:", vmsdir);
-	}
-
-	for (i = 0; i < nrec; i++) {
-		struct rec *r = &recs[i];
-
-		if (r->running)
-			continue;
-		reap_stale(r, vmsdir);
-		if ((r->in_use = owner_alive(r)))
-			continue;
-		if (!strcmp(r->state, "claimed") && now - r->created < CLAIM_GRACE_S)
-			continue;
-		r->candidate = now - r->ref >= older;
-	}
-	/* --keep-last N: the N newest records that are not running survive. */
-	if (nrec) /* qsort's base must not be NULL, even for no element */
-		qsort(recs, nrec, sizeof *recs, newest_first);
-	for (i = 0, ncand = 0; i < nrec; i++) {
-		struct rec *r = &recs[i];
-		int fd;
-
-		if (r->running || r->in_use) {
-			kept++;
-			continue;
-		}
-		if ((long long)ncand++ < keep_last)
-			r->candidate = 0;
-		if (!r->candidate) {
-			kept++;
-			continue;
-		}
-		/* Hold the vm lock while removing: a boot racing with us then
-		 * fails with "busy" instead of running on a half-deleted dir. */
-		pathf(p, sizeof p, "%s/%s/lock", vmsdir, r->id);
-		fd = lock_open(p, LOCK_EX | LOCK_NB);
-		if (fd < 0) {
-			kept++;
-			continue;
-		}
-		pathf(p, sizeof p, "%s/%s", vmsdir, r->id);
-		remove_tree(p);
-		close(fd);
-		json_array_append_new(removed, json_string(r->id));
-	}
+	recs = sweep_records(keep_last, older, now, removed, &nrec, &kept);
 
 	stale_probes();
 	warm_sweep(warm_removed);
-	warm_evict(budget, recs, nrec, warm_removed, evicted, &warm_total);
-	prune_kernels(recs, nrec, warm_removed, kernels_removed);
+	if (warm_evict(&gs, budget, recs, nrec, warm_removed, evicted, &warm_total) < 0)
+		die(EX_SYS, "unable to allocate memory:");
+	prune_kernels(&gs, recs, nrec, warm_removed, kernels_removed);
 	if (cache) {
 		if (!(cache_removed = json_array()))
 			die(EX_SYS, "unable to allocate memory:");
-		cache_sweep(older, cache_removed);
+		if (cache_sweep(&gs, older, cache_removed) < 0)
+			die(EX_SYS, "unable to allocate memory:");
 	}
+	reclaimed += gs.reclaimed;
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
 
 	out = json_pack("{s:o, s:I, s:o, s:o, s:o, s:I, s:o, s:I, s:b, s:{s:I, s:I, s:o}}", "removed",

@@ -1,0 +1,410 @@
+/* gcstore.c - isopod-gc's sweeps of the store's space (gcstore.h): the
+ * warm pool over its byte budget, kernels nothing uses, the build cache
+ * (--cache), and what each part of the store takes (--df).  isopod-gc's
+ * main decides the order of the sweep and the exit status. */
+#include "gcstore.h"
+#include "util.h"
+#include "warm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
+		warn("unable to remove %s:", path);
+	return 0;
+}
+
+/* Count, then (unless dry run) remove a directory tree.  FTW_PHYS: never
+ * follow a symlink out of the store. */
+void gcstore_remove_tree(struct gcstore *g, const char *dir)
+{
+	g->reclaimed += tree_bytes(dir);
+	if (!g->dry_run)
+		nftw(dir, rm_cb, 16, FTW_PHYS | FTW_DEPTH);
+}
+
+/* 4096, 512K, 100M, 4G, 1T (binary units) -> bytes; "off" -> -2 (no
+ * budget); -1 if malformed. */
+long long parse_size(const char *s)
+{
+	char num[32];
+	size_t n = strlen(s);
+	long long v, mul = 1;
+
+	if (!strcmp(s, "off"))
+		return -2;
+	if (n < 1 || n >= sizeof num)
+		return -1;
+	switch (s[n - 1]) {
+	case 'K': mul = 1LL << 10; break;
+	case 'M': mul = 1LL << 20; break;
+	case 'G': mul = 1LL << 30; break;
+	case 'T': mul = 1LL << 40; break;
+	default: break;
+	}
+	memcpy(num, s, n);
+	num[mul > 1 ? n - 1 : n] = 0;
+	if (parse_ll(num, 0, (1LL << 50) / mul, &v) < 0)
+		return -1;
+	return v * mul;
+}
+
+struct snap {
+	char key[65], last_used[40];
+	long long bytes;
+};
+
+static int lru_first(const void *a, const void *b)
+{
+	const struct snap *x = a, *y = b;
+	int c = strcmp(x->last_used, y->last_used);
+
+	return c ? c : strcmp(x->key, y->key);
+}
+
+/* The warm pool over its byte budget (what the sweep leaves): remove the least recently used
+ * snapshots (meta.json last_used, else created) until it fits.  Never one
+ * a running VM was resumed from (its record's warm_key: its memory file is
+ * that VM's RAM), nor one whose key lock is held (being built, resumed or
+ * removed).  Sets *total to the pool's bytes after (or, dry, as if).
+ * 0, or -1 (errno ENOMEM) when out of memory. */
+int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size_t nrec,
+	       json_t *swept, json_t *evicted, long long *total)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	struct snap *v = NULL, *nv;
+	size_t n = 0, cap = 0, i, j;
+	struct dirent *de;
+	DIR *d;
+
+	*total = 0;
+	pathf(dir, sizeof dir, "%s/warm", store_home());
+	if (!(d = opendir(dir)))
+		return 0;
+	while ((de = readdir(d))) {
+		json_t *m, *o;
+		const char *lu;
+		size_t k;
+		int gone = 0;
+
+		if (!warm_key_valid(de->d_name))
+			continue;
+		/* Orphans the sweep removed (or, dry, would): not the pool's. */
+		json_array_foreach(swept, k, o)
+			gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "", de->d_name);
+		if (gone)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			if (!(nv = realloc(v, cap * sizeof *v))) {
+				free(v);
+				closedir(d);
+				errno = ENOMEM;
+				return -1;
+			}
+			v = nv;
+		}
+		memset(&v[n], 0, sizeof v[n]);
+		memcpy(v[n].key, de->d_name, 64); /* warm_key_valid: 64 hex */
+		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		v[n].bytes = tree_bytes(p);
+		m = warm_meta(de->d_name);
+		lu = json_string_value(json_object_get(m, "last_used"));
+		if (!lu)
+			lu = json_string_value(json_object_get(m, "created"));
+		snprintf(v[n].last_used, sizeof v[n].last_used, "%s", lu ? lu : "");
+		json_decref(m);
+		*total += v[n].bytes;
+		n++;
+	}
+	closedir(d);
+	if (n)
+		qsort(v, n, sizeof *v, lru_first);
+	for (i = 0; i < n && budget >= 0 && *total > budget; i++) {
+		int used = 0, lk;
+
+		for (j = 0; j < nrec && !used; j++)
+			used = recs[j].running && !strcmp(recs[j].warm_key, v[i].key);
+		if (used || (lk = warm_lock(v[i].key, LOCK_EX | LOCK_NB)) < 0)
+			continue;
+		if (!g->dry_run && warm_remove(v[i].key, NULL) < 0 && errno != ENOENT) {
+			warn("unable to remove the warm snapshot %s:", v[i].key);
+			close(lk);
+			continue;
+		}
+		if (!g->dry_run) {
+			pathf(p, sizeof p, "%s/%s.lock", dir, v[i].key);
+			unlink(p);
+		}
+		close(lk);
+		g->reclaimed += v[i].bytes;
+		*total -= v[i].bytes;
+		json_array_append_new(evicted, json_pack("{s:s, s:I, s:s}", "key", v[i].key, "bytes",
+							 (json_int_t)v[i].bytes, "last_used",
+							 v[i].last_used));
+	}
+	free(v);
+	return 0;
+}
+
+/* Kernels nothing uses: not kernels/current, not the kernel of a running
+ * VM (a warm resume of it needs the very files), not in the shape of a
+ * warm snapshot the sweep kept.  Stages are disk layers: they name no
+ * kernel.  Removed with the accelerator verdict cached for them. */
+void prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t *swept,
+		   json_t *out)
+{
+	char dir[PATH_MAX], p[PATH_MAX], cur[80] = "";
+	struct dirent *de;
+	DIR *d;
+	FILE *fp;
+
+	pathf(dir, sizeof dir, "%s/kernels", store_home());
+	pathf(p, sizeof p, "%s/current", dir);
+	if (!(fp = fopen(p, "re")))
+		return; /* no current kernel: nothing can be told apart */
+	if (!fgets(cur, sizeof cur, fp))
+		cur[0] = 0;
+	fclose(fp);
+	cur[strcspn(cur, "\n")] = 0;
+	if (!hex64_ok(cur) || !(d = opendir(dir)))
+		return;
+	while ((de = readdir(d))) {
+		const char *k = de->d_name;
+		int used = !strcmp(k, cur);
+		size_t i;
+
+		if (!hex64_ok(k))
+			continue;
+		for (i = 0; i < nrec && !used; i++)
+			used = recs[i].running && !strcmp(recs[i].kernel, k);
+		if (!used) {
+			char wdir[PATH_MAX];
+			struct dirent *we;
+			DIR *wd;
+
+			pathf(wdir, sizeof wdir, "%s/warm", store_home());
+			if ((wd = opendir(wdir))) {
+				while (!used && (we = readdir(wd))) {
+					json_t *m, *o;
+					size_t j;
+					int gone = 0;
+
+					if (!warm_key_valid(we->d_name))
+						continue;
+					json_array_foreach(swept, j, o)
+						gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "",
+								we->d_name);
+					if (gone || !(m = warm_meta(we->d_name)))
+						continue;
+					used = !strcmp(json_string_value(json_object_get(
+							       json_object_get(m, "shape"), "kernel")) ?: "", k);
+					json_decref(m);
+				}
+				closedir(wd);
+			}
+		}
+		if (used)
+			continue;
+		pathf(p, sizeof p, "%s/%s", dir, k);
+		{
+			long long b = g->reclaimed;
+
+			gcstore_remove_tree(g, p);
+			json_array_append_new(out, json_pack("{s:s, s:I}", "sha256", k, "bytes",
+							     (json_int_t)(g->reclaimed - b)));
+		}
+		if (!g->dry_run) {
+			pathf(p, sizeof p, "%s/accel/%s.json", store_home(), k);
+			unlink(p);
+			pathf(p, sizeof p, "%s/accel/%s.log", store_home(), k);
+			unlink(p);
+		}
+	}
+	closedir(d);
+}
+
+/* --df: what each part of the store takes on disk (allocated bytes; a
+ * file hard-linked from the build cache counts here too), before this
+ * (dry) collection.  The rest of the object says what it would reclaim. */
+json_t *store_usage(void)
+{
+	static const char *const parts[] = { "kernels", "images", "stages", "vms", "warm", "accel",
+					     "locks", NULL };
+	json_t *u = json_object();
+	long long all, sum = 0;
+	char p[PATH_MAX];
+
+	for (const char *const *q = parts; *q; q++) {
+		long long b;
+
+		pathf(p, sizeof p, "%s/%s", store_home(), *q);
+		b = tree_bytes(p);
+		sum += b;
+		json_object_set_new(u, *q, json_integer(b));
+	}
+	all = tree_bytes(store_home());
+	json_object_set_new(u, "other", json_integer(all > sum ? all - sum : 0));
+	json_object_set_new(u, "total", json_integer(all));
+	return u;
+}
+
+/* The build cache (images/lib.sh cache_dir): $ISOPOD_CACHE, else
+ * /var/cache/isopod as root, else $XDG_CACHE_HOME/isopod or
+ * ~/.cache/isopod. */
+static void cache_dir(char *out, size_t sz)
+{
+	const char *e = getenv("ISOPOD_CACHE"), *h;
+
+	if (e && *e)
+		pathf(out, sz, "%s", e);
+	else if (geteuid() == 0)
+		pathf(out, sz, "/var/cache/isopod");
+	else if ((h = getenv("XDG_CACHE_HOME")) && *h)
+		pathf(out, sz, "%s/isopod", h);
+	else
+		pathf(out, sz, "%s/.cache/isopod", (h = getenv("HOME")) && *h ? h : "/nonexistent");
+}
+
+/* Does any file in dir share an inode with path (images/register
+ * hard-links what it registers)? */
+static int linked_into(const char *path, const char *dir)
+{
+	char p[PATH_MAX];
+	struct stat a, b;
+	struct dirent *de;
+	DIR *d;
+	int found = 0;
+
+	if (lstat(path, &a) < 0 || !(d = opendir(dir)))
+		return 0;
+	while (!found && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		found = lstat(p, &b) == 0 && b.st_ino == a.st_ino && b.st_dev == a.st_dev;
+	}
+	closedir(d);
+	return found;
+}
+
+struct centry {
+	char name[65], group[80];
+	time_t mtime;
+	int keep;
+};
+
+static int newest_entry_first(const void *a, const void *b)
+{
+	const struct centry *x = a, *y = b;
+	int c = strcmp(x->group, y->group);
+
+	if (c)
+		return c;
+	return x->mtime != y->mtime ? (x->mtime < y->mtime ? 1 : -1) : strcmp(x->name, y->name);
+}
+
+/* --cache: the build cache keeps, per kind (kernel, tools, and base per
+ * flavor), its newest entry (what the next build of unchanged inputs hits;
+ * images/build-base also falls back on it offline), every entry younger
+ * than the grace period, and every entry whose artifact this store has
+ * registered (the same inode).  The rest goes.  base/debs (the verified
+ * package downloads) is left alone.  0, or -1 (errno ENOMEM) when out of
+ * memory. */
+int cache_sweep(struct gcstore *g, long long grace, json_t *out)
+{
+	static const char *const kinds[] = { "kernel", "base", "tools", NULL };
+	char root[PATH_MAX], dir[PATH_MAX], p[PATH_MAX], store_dir[PATH_MAX];
+	time_t now = time(NULL);
+
+	cache_dir(root, sizeof root);
+	for (const char *const *k = kinds; *k; k++) {
+		struct centry *v = NULL, *nv;
+		size_t n = 0, cap = 0, i;
+		struct dirent *de;
+		struct stat st;
+		DIR *d;
+
+		pathf(dir, sizeof dir, "%s/%s", root, *k);
+		if (!(d = opendir(dir)))
+			continue;
+		while ((de = readdir(d))) {
+			json_t *in;
+
+			if (!hex64_ok(de->d_name))
+				continue;
+			pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+			if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+				continue;
+			if (n == cap) {
+				cap = cap ? 2 * cap : 16;
+				if (!(nv = realloc(v, cap * sizeof *v))) {
+					free(v);
+					closedir(d);
+					errno = ENOMEM;
+					return -1;
+				}
+				v = nv;
+			}
+			memset(&v[n], 0, sizeof v[n]);
+			memcpy(v[n].name, de->d_name, 64);
+			v[n].mtime = st.st_mtime;
+			pathf(p, sizeof p, "%s/%s/inputs.json", dir, de->d_name);
+			in = json_load_path(p);
+			snprintf(v[n].group, sizeof v[n].group, "%.79s",
+				 json_string_value(json_object_get(in, "flavor")) ?: "");
+			json_decref(in);
+			v[n].keep = now - v[n].mtime < grace;
+			if (!strcmp(*k, "base")) {
+				pathf(p, sizeof p, "%s/%s/base.img", dir, de->d_name);
+				pathf(store_dir, sizeof store_dir, "%s/images", store_home());
+				v[n].keep |= linked_into(p, store_dir);
+			} else if (!strcmp(*k, "kernel")) {
+				char kd[PATH_MAX];
+				struct dirent *ke;
+				DIR *kdir;
+
+				pathf(p, sizeof p, "%s/%s/vmlinux", dir, de->d_name);
+				pathf(store_dir, sizeof store_dir, "%s/kernels", store_home());
+				if ((kdir = opendir(store_dir))) {
+					while (!v[n].keep && (ke = readdir(kdir)))
+						if (hex64_ok(ke->d_name)) {
+							pathf(kd, sizeof kd, "%s/%s", store_dir, ke->d_name);
+							v[n].keep |= linked_into(p, kd);
+						}
+					closedir(kdir);
+				}
+			}
+			n++;
+		}
+		closedir(d);
+		if (n)
+			qsort(v, n, sizeof *v, newest_entry_first);
+		for (i = 0; i < n; i++) {
+			long long b = g->reclaimed;
+
+			if (v[i].keep || i == 0 || strcmp(v[i].group, v[i - 1].group))
+				continue; /* kept, or the newest of its group */
+			pathf(p, sizeof p, "%s/%s", dir, v[i].name);
+			gcstore_remove_tree(g, p);
+			json_array_append_new(out, json_pack("{s:s, s:s, s:I}", "kind", *k, "key",
+							     v[i].name, "bytes",
+							     (json_int_t)(g->reclaimed - b)));
+		}
+		free(v);
+	}
+	return 0;
+}
