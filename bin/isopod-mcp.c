@@ -14,7 +14,7 @@
  * stdout carries JSON-RPC only; diagnostics go to stderr and, as
  * notifications/message, to the client.  The tools, their schemas and
  * argv, and the I/O root are lib/mcptools.c; the schema check lib/jschema.c;
- * a call's lifecycle (queue, attestation gate, start, progress, stop,
+ * a call's lifecycle (attestation gate, host files, progress, stop,
  * answer) lib/mcpcall.c. */
 
 #include "attcheck.h"
@@ -22,6 +22,7 @@
 #include "jsonrpc.h"
 #include "mcpcall.h"
 #include "mcptools.h"
+#include "proc.h"
 #include "ranges.h"
 #include "util.h"
 
@@ -35,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
@@ -133,6 +135,85 @@ static json_t *tool_list(void)
 						   schema(mcp_tools[i].in), "outputSchema",
 						   schema(mcp_tools[i].out)));
 	return json_pack("{s:o}", "tools", a);
+}
+
+static void start_call(struct server *s, struct call *c)
+{
+	int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
+	struct proc_spec ps = PROC_SPEC(c->argv);
+	pid_t pid;
+
+	if (!attested(s, c) || build_call(s, c) < 0) {
+		call_free(c);
+		return;
+	}
+	ps.argv = c->argv;
+	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
+	    (c->tool->runner == R_TOOL &&
+	     (c->status_fd = memfd_create("isopod-mcp-status", MFD_CLOEXEC)) < 0) ||
+	    (!strcmp(c->tool->name, "sandbox_run") &&
+	     (c->vmid_fd = memfd_create("isopod-mcp-vm", MFD_CLOEXEC)) < 0)) {
+		logmsg(s, 4, "unable to start %s: %s", c->tool->name, strerror(errno));
+		reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
+					  strerror(errno)), 1);
+		for (int i = 0; i < 2; i++) {
+			if (po[i] >= 0)
+				close(po[i]);
+			if (pe[i] >= 0)
+				close(pe[i]);
+		}
+		call_free(c);
+		return;
+	}
+	ps.file = c->argv[0];
+	ps.in = c->in_fd >= 0 ? c->in_fd : PROC_NULL;
+	ps.out = po[1], ps.err = pe[1];
+	/* a session of its own: a cancellation signals the whole group; our
+	 * death signals the front end, which stops its VM (isopod(1)). */
+	ps.setsid = 1, ps.pdeathsig = SIGTERM;
+	if (c->status_fd >= 0) {
+		ps.keep[0] = c->status_fd, ps.nkeep = 1;
+		setenv("ISOPOD_STATUS_FD", "3", 1);
+	}
+	if (c->vmid_fd >= 0) {
+		for (int i = 0; i < VMID_FD - 3; i++)
+			ps.keep[i] = PROC_NULL;
+		ps.keep[VMID_FD - 3] = c->vmid_fd, ps.nkeep = VMID_FD - 2;
+		setenv("ISOPOD_VM_ID_FD", "9", 1);
+	}
+	pid = proc_spawn(&ps);
+	unsetenv("ISOPOD_STATUS_FD");
+	unsetenv("ISOPOD_VM_ID_FD");
+	close(po[1]), close(pe[1]);
+	c->out_fd = po[0], c->err_fd = pe[0];
+	fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
+	fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
+	if (pid < 0) {
+		reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
+					  strerror(errno)), 1);
+		call_free(c);
+		return;
+	}
+	c->pid = pid, c->started = 1;
+	c->deadline = mono_ms() + (c->budget_s + BUDGET_GRACE_S) * 1000;
+	s->running++;
+	logmsg(s, 0, "call %s: started %s (pid %d)", c->tool->name, c->argv[0], (int)pid);
+	progress(c, "started");
+}
+
+static void start_queued(struct server *s)
+{
+	while (s->running < s->max_conc && !s->eof) {
+		struct call *next = NULL;
+
+		for (int i = 0; i < MAX_CALLS; i++)
+			if (s->calls[i].used && !s->calls[i].started &&
+			    (!next || s->calls[i].seq < next->seq) && !awaits_verdict(s, &s->calls[i]))
+				next = &s->calls[i];
+		if (!next)
+			return;
+		start_call(s, next);
+	}
 }
 
 /* Read what a child wrote; relay stderr lines to ours and, at debug

@@ -10,14 +10,12 @@
 #include "vm.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,7 +46,7 @@ void call_free(struct call *c)
 }
 /* ---- progress ---------------------------------------------------------------- */
 
-static void progress(struct call *c, const char *msg)
+void progress(struct call *c, const char *msg)
 {
 	if (!c->progress || (!json_is_string(c->progress) && !json_is_integer(c->progress)))
 		return;
@@ -62,7 +60,6 @@ static void progress(struct call *c, const char *msg)
  * as each later step (fork, boot, exec, commit) starts, each line a
  * progress notification when relay is set.  The id, not an owner pid
  * matched over every record, names the call's own VM ("" until then). */
-#define VMID_FD 9 /* the front end keeps 3 and 4 for its steps */
 static const char *call_vm(struct call *c, int relay)
 {
 	char b[512], *p, *nl;
@@ -162,7 +159,7 @@ void verify_reap(struct server *s)
 /* Whether c waits for a verdict (one is started when none runs): a
  * command call needs one that began after it arrived, or at most
  * --recheck-s before. */
-static int awaits_verdict(struct server *s, const struct call *c)
+int awaits_verdict(struct server *s, const struct call *c)
 {
 	if (!needs_att(s, c) || (s->v_of >= 0 && s->v_of >= c->arrived - s->recheck_ms))
 		return 0;
@@ -172,7 +169,7 @@ static int awaits_verdict(struct server *s, const struct call *c)
 
 /* c has its verdict (awaits_verdict said no): 1 valid, else 0 with the
  * call answered (isError, error_kind "attestation"). */
-static int attested(struct server *s, struct call *c)
+int attested(struct server *s, struct call *c)
 {
 	if (!needs_att(s, c) || s->v_valid)
 		return 1;
@@ -187,7 +184,7 @@ static int attested(struct server *s, struct call *c)
  * 32 copies each would hold thousands of descriptors).  A refusal is the
  * client's -32602; running out of descriptors or memory is the server's
  * (isError, error_kind "infra"). */
-static int build_call(struct server *s, struct call *c)
+int build_call(struct server *s, struct call *c)
 {
 	json_t *err = NULL;
 
@@ -202,85 +199,6 @@ static int build_call(struct server *s, struct call *c)
 					  c->tool->name, strerror(errno ? errno : ENOMEM)), 1);
 	}
 	return -1;
-}
-
-static void start_call(struct server *s, struct call *c)
-{
-	int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
-	struct proc_spec ps = PROC_SPEC(c->argv);
-	pid_t pid;
-
-	if (!attested(s, c) || build_call(s, c) < 0) {
-		call_free(c);
-		return;
-	}
-	ps.argv = c->argv;
-	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
-	    (c->tool->runner == R_TOOL &&
-	     (c->status_fd = memfd_create("isopod-mcp-status", MFD_CLOEXEC)) < 0) ||
-	    (!strcmp(c->tool->name, "sandbox_run") &&
-	     (c->vmid_fd = memfd_create("isopod-mcp-vm", MFD_CLOEXEC)) < 0)) {
-		logmsg(s, 4, "unable to start %s: %s", c->tool->name, strerror(errno));
-		reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
-					  strerror(errno)), 1);
-		for (int i = 0; i < 2; i++) {
-			if (po[i] >= 0)
-				close(po[i]);
-			if (pe[i] >= 0)
-				close(pe[i]);
-		}
-		call_free(c);
-		return;
-	}
-	ps.file = c->argv[0];
-	ps.in = c->in_fd >= 0 ? c->in_fd : PROC_NULL;
-	ps.out = po[1], ps.err = pe[1];
-	/* a session of its own: a cancellation signals the whole group; our
-	 * death signals the front end, which stops its VM (isopod(1)). */
-	ps.setsid = 1, ps.pdeathsig = SIGTERM;
-	if (c->status_fd >= 0) {
-		ps.keep[0] = c->status_fd, ps.nkeep = 1;
-		setenv("ISOPOD_STATUS_FD", "3", 1);
-	}
-	if (c->vmid_fd >= 0) {
-		for (int i = 0; i < VMID_FD - 3; i++)
-			ps.keep[i] = PROC_NULL;
-		ps.keep[VMID_FD - 3] = c->vmid_fd, ps.nkeep = VMID_FD - 2;
-		setenv("ISOPOD_VM_ID_FD", "9", 1);
-	}
-	pid = proc_spawn(&ps);
-	unsetenv("ISOPOD_STATUS_FD");
-	unsetenv("ISOPOD_VM_ID_FD");
-	close(po[1]), close(pe[1]);
-	c->out_fd = po[0], c->err_fd = pe[0];
-	fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
-	fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
-	if (pid < 0) {
-		reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
-					  strerror(errno)), 1);
-		call_free(c);
-		return;
-	}
-	c->pid = pid, c->started = 1;
-	c->deadline = mono_ms() + (c->budget_s + BUDGET_GRACE_S) * 1000;
-	s->running++;
-	logmsg(s, 0, "call %s: started %s (pid %d)", c->tool->name, c->argv[0], (int)pid);
-	progress(c, "started");
-}
-
-void start_queued(struct server *s)
-{
-	while (s->running < s->max_conc && !s->eof) {
-		struct call *next = NULL;
-
-		for (int i = 0; i < MAX_CALLS; i++)
-			if (s->calls[i].used && !s->calls[i].started &&
-			    (!next || s->calls[i].seq < next->seq) && !awaits_verdict(s, &s->calls[i]))
-				next = &s->calls[i];
-		if (!next)
-			return;
-		start_call(s, next);
-	}
 }
 
 void stop_call(struct server *s, struct call *c, const char *why)
