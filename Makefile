@@ -31,7 +31,7 @@ HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o l
 NETLIB = lib/ruleset.o
 # isopod-netsetup's own: the taps and routing rules (rtnetlink), the tables.
 NSLIB = lib/netslot.o lib/nftbuild.o lib/nftexpr.o
-LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/jail.h lib/jailchild.h lib/attcheck.h lib/config.h lib/gcstore.h
+LIBHDR = lib/util.h lib/proc.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/jail.h lib/jailchild.h lib/attcheck.h lib/config.h lib/gcstore.h lib/mcpcall.h
 
 all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out $(JAILTEST)
 
@@ -59,9 +59,10 @@ $(GCLIB): $(LIBHDR)
 bin/isopod-gc: bin/isopod-gc.c $(HOSTLIB) $(GCLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-gc.c $(GCLIB) $(HOSTLIB) $(LDLIBS_HOST)
 
-# isopod-mcp's tool table and the schema check of its arguments
-# (lib/mcptools.h, lib/jschema.h): only the MCP server links them.
-MCPLIB = lib/mcptools.o lib/jschema.o
+# isopod-mcp's tool table, the schema check of its arguments and its
+# calls' lifecycle (lib/mcptools.h, lib/jschema.h, lib/mcpcall.h): only the
+# MCP server links them.
+MCPLIB = lib/mcptools.o lib/jschema.o lib/mcpcall.o
 $(MCPLIB): $(LIBHDR)
 
 bin/isopod-mcp: bin/isopod-mcp.c $(HOSTLIB) $(MCPLIB) $(LIBHDR)
@@ -166,17 +167,20 @@ ASAN_CFLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 # Each library source is compiled once for all the tools (a tool links every
 # object, as its -O2 build links what it uses): one compile per tool and
 # library was 18 x 35 compiles, minutes of CI.
-ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(MCPLIB:.o=.c) $(GCLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) lib/netstate.c $(ATTESTLIB:.o=.c) $(PROVLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
+ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(filter-out lib/mcpcall.c,$(MCPLIB:.o=.c)) $(GCLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) lib/netstate.c $(ATTESTLIB:.o=.c) $(PROVLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
 ASAN_OBJ = $(ASAN_SRC:%.c=build/asan/%.o)
 build/asan/lib/%.o: lib/%.c $(LIBHDR)
 	@mkdir -p build/asan/lib
 	$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -c -o $@ $<
 
-asan: $(TOOLS) $(ASAN_OBJ)
+# lib/mcpcall.c calls isopod-mcp's output functions (lib/mcpcall.h), so
+# only that tool links it.
+asan: $(TOOLS) $(ASAN_OBJ) build/asan/lib/mcpcall.o
 	mkdir -p build/asan/bin
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
-			$$t.c $(ASAN_OBJ) lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			$$t.c $(ASAN_OBJ) $$(test $$t != bin/isopod-mcp || echo build/asan/lib/mcpcall.o) \
+			lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
 	done
 
 check: all asan

@@ -1,5 +1,5 @@
 /* mcptools.h - isopod-mcp(1)'s calls and tools: the server's and a call's
- * state (bin/isopod-mcp.c runs them), and the tool table (lib/mcptools.c):
+ * state (lib/mcpcall.c runs them), and the tool table (lib/mcptools.c):
  * each tool's name, description, input and output schemas and the argv
  * that runs it, built from the call's arguments once they passed the
  * inputSchema (lib/jschema.h).  Host paths a call names are opened there
