@@ -1,6 +1,7 @@
 /* attcheck.c - the attestation check of the tools that serve clients
  * (attcheck.h): isopod-runner and isopod-mcp. */
 #include "attcheck.h"
+#include "config.h"
 #include "proc.h"
 #include "util.h"
 
@@ -106,52 +107,33 @@ int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_
 	return attcheck_finish(a, &r, st, verdict, why, whysz);
 }
 
+struct required {
+	int *req;
+	char *msg;
+	size_t msz;
+};
+
+static int required(const char *v, const char *where, void *arg)
+{
+	struct required *r = arg;
+
+	if (!strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcmp(v, "1")) {
+		*r->req = 1;
+	} else if (!strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcmp(v, "0")) {
+		*r->req = 0;
+	} else {
+		snprintf(r->msg, r->msz, "%s: require_attestation: yes or no, not %s", where, EXC(v));
+		return -1;
+	}
+	return 0;
+}
+
 int attcheck_required(const char *path, int *req, char *msg, size_t msz)
 {
-	FILE *f = fopen(path, "re");
-	char *line = NULL;
-	size_t cap = 0;
-	int ln = 0, rc = 0;
+	struct required r = { .req = req, .msg = msg, .msz = msz };
+	int rc;
 
 	*req = 0;
-	if (!f) {
-		if (errno == ENOENT)
-			return 0;
-		snprintf(msg, msz, "unable to read %s: %s", path, strerror(errno));
-		return -2;
-	}
-	while (getline(&line, &cap, f) >= 0) {
-		char *k = line, *v, *e;
-
-		ln++;
-		if ((e = strchr(line, '#'))) /* a comment, as the front end reads it */
-			*e = 0;
-		k += strspn(k, " \t");
-		if (strncmp(k, "require_attestation", 19) || !strchr(" \t=", k[19]))
-			continue;
-		v = k + 19 + strspn(k + 19, " \t");
-		if (*v != '=')
-			continue;
-		v++;
-		v += strspn(v, " \t");
-		for (e = v + strlen(v); e > v && strchr(" \t\r\n", e[-1]); e--)
-			;
-		*e = 0;
-		if (!strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcmp(v, "1")) {
-			*req = 1;
-		} else if (!strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcmp(v, "0")) {
-			*req = 0;
-		} else {
-			snprintf(msg, msz, "%s:%d: require_attestation: yes or no, not %s", path, ln, EXC(v));
-			rc = -1;
-			break;
-		}
-	}
-	if (rc == 0 && ferror(f)) {
-		snprintf(msg, msz, "unable to read %s: %s", path, strerror(errno));
-		rc = -2;
-	}
-	free(line);
-	fclose(f);
-	return rc;
+	rc = config_each(path, "require_attestation", required, &r, msg, msz);
+	return rc < 0 ? rc : 0;
 }

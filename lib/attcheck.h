@@ -50,7 +50,8 @@ int attcheck_finish(const struct attcheck *a, struct attcheck_run *r, int st, js
 int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_t whysz);
 
 /* The host config's `require_attestation` (yes/no, true/false, 1/0; the
- * last line wins; absent: no) from path (ranges_config_path()).  0 with
+ * last line wins; absent: no) from path (ranges_config_path(); read by
+ * config_each, lib/config.c).  0 with
  * *req set, a missing file being "no"; -1 for a bad value (msg
  * "FILE:LINE: ..."); -2 when the file cannot be read. */
 int attcheck_required(const char *path, int *req, char *msg, size_t msz);

@@ -1,39 +1,46 @@
 /* config.c - the configuration files (see config.h). */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Blanks off both ends, as the front end's [[:space:]] trims. */
 static char *trim(char *s)
 {
 	char *e;
 
-	while (*s == ' ' || *s == '\t')
+	while (isspace((unsigned char)*s))
 		s++;
 	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+	while (e > s && isspace((unsigned char)e[-1]))
 		*--e = '\0';
 	return s;
 }
 
-/* One file: 1 found (the last line of key), 0 not, -1 unreadable. */
-static int scan(const char *path, const char *key, char *val, size_t vsz, char *where,
-		size_t wsz)
+int config_each(const char *path, const char *key, config_fn *fn, void *arg, char *msg,
+		size_t msz)
 {
 	FILE *fp = fopen(path, "re");
-	char line[4096];
+	char *line = NULL, where[4200];
+	size_t cap = 0;
 	unsigned ln = 0;
-	int found = 0;
+	int n = 0, e;
 
 	if (!fp) {
+		/* Not there: as the front end's `[ -f FILE ] || return 0`. */
 		if (errno == ENOENT || errno == ENOTDIR)
 			return 0;
-		snprintf(where, wsz, "%s", path);
-		return -1;
+		e = errno;
+		snprintf(msg, msz, "unable to read %s: %s", path, strerror(e));
+		errno = e;
+		return -2;
 	}
-	while (fgets(line, sizeof line, fp)) {
+	/* getline, not a fixed buffer: the tail of a long line (a long
+	 * comment, say) must not be read as a line of its own. */
+	while (getline(&line, &cap, fp) >= 0) {
 		char *hash = strchr(line, '#'), *eq;
 
 		ln++;
@@ -44,26 +51,60 @@ static int scan(const char *path, const char *key, char *val, size_t vsz, char *
 		*eq = '\0';
 		if (strcmp(trim(line), key))
 			continue;
-		snprintf(val, vsz, "%s", trim(eq + 1));
-		snprintf(where, wsz, "%s:%u", path, ln);
-		found = 1;
+		snprintf(where, sizeof where, "%s:%u", path, ln);
+		n++;
+		if (fn(trim(eq + 1), where, arg)) {
+			n = -1;
+			break;
+		}
 	}
-	if (ferror(fp)) {
+	if (n >= 0 && ferror(fp)) {
+		e = errno;
+		snprintf(msg, msz, "unable to read %s: %s", path, strerror(e));
+		n = -2;
+	}
+	e = errno;
+	free(line);
+	fclose(fp);
+	errno = e;
+	return n;
+}
+
+struct last {
+	char *val, *where;
+	size_t vsz, wsz;
+};
+
+static int keep_last(const char *val, const char *where, void *arg)
+{
+	struct last *l = arg;
+
+	snprintf(l->val, l->vsz, "%s", val);
+	snprintf(l->where, l->wsz, "%s", where);
+	return 0;
+}
+
+/* One file: 1 found (the last line of key), 0 not, -1 unreadable. */
+static int scan(const char *path, const char *key, struct last *l)
+{
+	char msg[256];
+	int n = config_each(path, key, keep_last, l, msg, sizeof msg);
+
+	if (n == -2) {
 		int e = errno;
 
-		fclose(fp);
-		snprintf(where, wsz, "%s", path);
+		snprintf(l->where, l->wsz, "%s", path);
 		errno = e;
 		return -1;
 	}
-	fclose(fp);
-	return found;
+	return n > 0;
 }
 
 int config_value(const char *key, char *val, size_t vsz, char *where, size_t wsz)
 {
 	const char *h = getenv("ISOPOD_SYSCONFIG"), *u = getenv("ISOPOD_CONFIG");
 	char user[4096];
+	struct last l = { .val = val, .vsz = vsz, .where = where, .wsz = wsz };
 	int a, b;
 
 	if (!h || !*h)
@@ -76,10 +117,10 @@ int config_value(const char *key, char *val, size_t vsz, char *where, size_t wsz
 		u = getenv("HOME");
 		snprintf(user, sizeof user, "%s/.config/isopod/config", u && *u ? u : "/nonexistent");
 	}
-	if ((a = scan(h, key, val, vsz, where, wsz)) < 0)
+	if ((a = scan(h, key, &l)) < 0)
 		return -1;
 	/* The user's file comes second: its line wins. */
-	if ((b = scan(user, key, val, vsz, where, wsz)) < 0)
+	if ((b = scan(user, key, &l)) < 0)
 		return -1;
 	return a || b;
 }

@@ -12,6 +12,7 @@
  * written to an error pipe (close-on-exec: EOF means it got that far) and
  * jail_spawn returns it.  The child's side is lib/jailchild.c. */
 #include "jail.h"
+#include "config.h"
 #include "jailchild.h"
 #include "ranges.h"
 #include "util.h"
@@ -72,40 +73,46 @@ static int name_ok(const char *s)
 	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
 }
 
+struct identity {
+	long long *v, lo;
+	const char *key;
+	char *err;
+	size_t errsz;
+};
+
+/* Clear of system and login users, and of the overflow uid 65534 and
+ * (uid_t)-1 (checked with the count in jail_identity). */
+static int identity(const char *v, const char *where, void *arg)
+{
+	struct identity *id = arg;
+
+	if (parse_ll(v, id->lo, 4294967293ll, id->v) < 0) {
+		errno = EINVAL;
+		return fail(id->err, id->errsz, "%s: %s: want a number in %lld..4294967293", where,
+			    id->key, id->lo);
+	}
+	return 0;
+}
+
 int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz)
 {
 	const char *path = ranges_config_path();
 	long long base = JAIL_UID_BASE, count = JAIL_UID_COUNT;
+	struct identity ids[] = {
+		{ .v = &base, .lo = 65536, .key = "jail_uid_base", .err = err, .errsz = errsz },
+		{ .v = &count, .lo = 1, .key = "jail_uid_count", .err = err, .errsz = errsz },
+	};
 	uint32_t h = 2166136261u;
-	char line[512];
-	unsigned ln = 0;
-	FILE *fp;
+	char msg[256];
 
-	if ((fp = fopen(path, "re"))) {
-		while (fgets(line, sizeof line, fp)) {
-			char k[32], v[32], *eq = strchr(line, '=');
-			int base_key;
+	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+		int rc = config_each(path, ids[i].key, identity, &ids[i], msg, sizeof msg);
 
-			ln++;
-			line[strcspn(line, "#\n")] = '\0';
-			if (!eq || !*line || sscanf(line, " %31[a-z_] =", k) != 1 ||
-			    (strcmp(k, "jail_uid_base") && strcmp(k, "jail_uid_count")))
-				continue;
-			base_key = !strcmp(k, "jail_uid_base");
-			/* Clear of system and login users, and of the overflow
-			 * uid 65534 and (uid_t)-1 (checked with count below). */
-			if (sscanf(eq + 1, " %31s %1s", v, k) != 1 ||
-			    parse_ll(v, base_key ? 65536 : 1, 4294967293ll, base_key ? &base : &count) < 0) {
-				fclose(fp);
-				errno = EINVAL;
-				return fail(err, errsz, "%s:%u: %s: want a number in %s..4294967293", path,
-					    ln, base_key ? "jail_uid_base" : "jail_uid_count",
-					    base_key ? "65536" : "1");
-			}
-		}
-		fclose(fp);
-	} else if (errno != ENOENT)
-		return fail(err, errsz, "unable to read %s:", path);
+		if (rc == -1)
+			return -1;
+		if (rc == -2)
+			return fail(err, errsz, "unable to read %s:", path);
+	}
 	if (base + count > 4294967294ll) {
 		errno = EINVAL;
 		return fail(err, errsz, "%s: jail_uid_base %lld + jail_uid_count %lld: past uid "

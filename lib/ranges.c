@@ -1,9 +1,9 @@
 /* ranges.c - the address ranges no guest reaches (see ranges.h). */
 
 #include "ranges.h"
+#include "config.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,64 +247,38 @@ char *ranges_warning(const char *range, const char *path, char *out, size_t sz)
 	return out;
 }
 
-static char *trim(char *s)
-{
-	char *e;
+struct overrides {
+	struct range *out;
+	size_t max, *n;
+	char *msg;
+	size_t msz;
+};
 
-	while (*s == ' ' || *s == '\t')
-		s++;
-	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
-		*--e = '\0';
-	return s;
+static int override(const char *v, const char *where, void *arg)
+{
+	struct overrides *o = arg;
+	const char *why;
+	struct range r;
+
+	if (range_parse(v, &r, &why) < 0 || ranges_override_check(&r, &why) < 0) {
+		snprintf(o->msg, o->msz, "%s: allow_range %.80s: %s", where, v, why);
+		return -1;
+	}
+	if (*o->n >= o->max) {
+		snprintf(o->msg, o->msz, "%s: more than %zu allow_range lines", where, o->max);
+		return -1;
+	}
+	o->out[(*o->n)++] = r;
+	return 0;
 }
 
 int ranges_load_config(const char *path, struct range *out, size_t max, size_t *n, char *msg,
 		       size_t msz)
 {
-	FILE *fp = fopen(path, "re");
-	char line[4096];
-	unsigned ln = 0;
+	struct overrides o = { .out = out, .max = max, .n = n, .msg = msg, .msz = msz };
+	int rc;
 
 	*n = 0;
-	if (!fp) {
-		if (errno == ENOENT)
-			return 0;
-		snprintf(msg, msz, "unable to read %s: %s", path, strerror(errno));
-		return -2;
-	}
-	while (fgets(line, sizeof line, fp)) {
-		char *hash = strchr(line, '#'), *eq, *k, *v;
-		const char *why;
-		struct range r;
-
-		ln++;
-		if (hash)
-			*hash = '\0';
-		if (!(eq = strchr(line, '=')))
-			continue; /* the front end reports malformed lines */
-		*eq = '\0';
-		k = trim(line);
-		v = trim(eq + 1);
-		if (strcmp(k, "allow_range"))
-			continue;
-		if (range_parse(v, &r, &why) < 0 || ranges_override_check(&r, &why) < 0) {
-			snprintf(msg, msz, "%s:%u: allow_range %.80s: %s", path, ln, v, why);
-			fclose(fp);
-			return -1;
-		}
-		if (*n >= max) {
-			snprintf(msg, msz, "%s:%u: more than %zu allow_range lines", path, ln, max);
-			fclose(fp);
-			return -1;
-		}
-		out[(*n)++] = r;
-	}
-	if (ferror(fp)) {
-		snprintf(msg, msz, "unable to read %s: %s", path, strerror(errno));
-		fclose(fp);
-		return -2;
-	}
-	fclose(fp);
-	return 0;
+	rc = config_each(path, "allow_range", override, &o, msg, msz);
+	return rc < 0 ? rc : 0;
 }

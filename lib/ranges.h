@@ -70,8 +70,8 @@ int ranges_override_check(const struct range *r, const char **why);
 const char *ranges_denied(int af, const uint8_t *addr, const struct range *allow, size_t nallow);
 
 /* The overrides of a config file: its `allow_range = CIDR` lines (other
- * keys, blank lines and # comments are left to their readers), each
- * checked with ranges_override_check.  A missing file has none.  0 with
+ * keys, blank lines and # comments are left to their readers; read by
+ * config_each, lib/config.c), each checked with ranges_override_check.  A missing file has none.  0 with
  * *n set; -1 for a bad line (a usage error: msg "FILE:LINE: ..."); -2 when
  * the file cannot be read (msg "unable to read FILE: strerror"). */
 int ranges_load_config(const char *path, struct range *out, size_t max, size_t *n, char *msg,

@@ -710,16 +710,18 @@ hi" ]
 	no_claim
 }
 
-@test "require_attestation (isopod-mcp's): accepted in the host config, a usage error in the user's" {
+@test "require_attestation (isopod-mcp's), jail_uid_base, jail_uid_count (isopod-jail's): accepted in the host config, a usage error in the user's" {
 	use_fake
-	local sys="$BATS_TEST_TMPDIR/sys.conf" user="$BATS_TEST_TMPDIR/user.conf"
-	printf 'require_attestation = yes\n' >"$sys"
+	local sys="$BATS_TEST_TMPDIR/sys.conf" user="$BATS_TEST_TMPDIR/user.conf" kv
+	printf 'require_attestation = yes\njail_uid_base = 3000000000 # isopod-jail(8)\njail_uid_count = 10\n' >"$sys"
 	ISOPOD_SYSCONFIG="$sys" run_isopod -0 run --json-only --net none -- true
-	printf 'net = none\nrequire_attestation = no\n' >"$user"
-	: >"$FAKE_LOG"
-	ISOPOD_CONFIG="$user" run_isopod -100 run --json-only -- true
-	[[ "$stderr" == *"config $user:2: require_attestation is a host setting; it belongs in "* ]]
-	no_claim
+	for kv in 'require_attestation = no' 'jail_uid_base = 3000000000' 'jail_uid_count = 10'; do
+		printf 'net = none\n%s\n' "$kv" >"$user"
+		: >"$FAKE_LOG"
+		ISOPOD_CONFIG="$user" run_isopod -100 run --json-only -- true
+		[[ "$stderr" == *"config $user:2: ${kv%% *} is a host setting; it belongs in "* ]]
+		no_claim
+	done
 }
 
 @test "run: egress sums the ledger per kind, name and port; a line that is not JSON is counted, not fatal" {

@@ -4,6 +4,7 @@
  * t/run-unit with ASan + UBSan. */
 #include "../../lib/attcheck.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/proc.c"
+#include "../../lib/config.c"
 
 #include <stdio.h>
 #include <stdlib.h>

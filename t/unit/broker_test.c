@@ -11,6 +11,7 @@
 #include "../../lib/policy.c"
 #include "../../lib/proxy.c"
 #include "../../lib/ranges.c"
+#include "../../lib/config.c"
 #undef listen
 int listen(int fd, int backlog); /* its declaration was renamed above */
 

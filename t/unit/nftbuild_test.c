@@ -32,6 +32,7 @@ static struct nftnl_rule *test_rule_alloc(void)
 #include "../../lib/nftbuild.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/nftexpr.c"
 #include "../../lib/ranges.c"
+#include "../../lib/config.c"
 #undef nftnl_chain_alloc
 #undef nftnl_rule_alloc
 

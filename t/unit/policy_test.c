@@ -5,6 +5,7 @@
 #include "../../lib/policy.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/allow.c"
 #include "../../lib/ranges.c"
+#include "../../lib/config.c"
 
 #include <arpa/inet.h>
 #include <string.h>

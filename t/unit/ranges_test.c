@@ -1,6 +1,7 @@
 /* ranges_test.c - the deny list and its overrides (lib/ranges.c), with a
  * cross-check of the list against python3's ipaddress. */
 #include "../../lib/ranges.c" /* self-contained: t/run-unit links frame+util only */
+#include "../../lib/config.c"
 
 #include <stdio.h>
 #include <string.h>
