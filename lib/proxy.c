@@ -328,6 +328,15 @@ static void start_relay(struct flow *f)
 		rewrite_head(f);
 	/* bytes the guest sent after its head (early data) go on */
 	buf_put(&f->g2u.pre, f->head + f->hlen, f->headn - f->hlen);
+	/* a side with nothing of the broker's to send keeps no buffer */
+	for (int i = 0; i < 2; i++) {
+		struct buf *q = i ? &f->u2g.pre : &f->g2u.pre;
+
+		if (!q->len) {
+			free(q->d);
+			q->d = NULL;
+		}
+	}
 	f->st = F_RELAY;
 	f->last = mono_ms();
 	update_interest(f);
@@ -583,6 +592,44 @@ static int flush(struct flow *f, int fd, struct buf *q, uint64_t *count, int64_t
 	return 0;
 }
 
+/* splice(2) from a TCP socket stops at the urgent mark (it reads nothing,
+ * EAGAIN, or 0 if the peer is at its end), while epoll still reports the
+ * bytes behind it: a level-triggered loop would spin on them.  When a
+ * splice into d's pipe brings nothing and d holds nothing to send, recv()
+ * what is there instead into d->pre (it goes out before any pipe bytes
+ * that follow): recv() goes past the mark, and drops the urgent byte
+ * itself (SO_OOBINLINE is off), as the relay's read() did before it
+ * spliced.  0 from recv() is the end.  While d still holds bytes, later
+ * ones must wait behind them (full, until d->pre or the pipe is out).
+ * Returns the bytes it took (counted in *in), 0, or -1 on an error that
+ * ends the flow. */
+static ssize_t past_mark(struct dir *d, int src, uint64_t *in)
+{
+	ssize_t n;
+
+	if (dir_has_out(d)) {
+		d->full = 1;
+		return 0;
+	}
+	if (!d->pre.d && !(d->pre.d = malloc(BUF_CAP)))
+		return -1;
+	d->pre.off = 0;
+	n = recv(src, d->pre.d, BUF_CAP, 0);
+	if (n > 0) {
+		d->pre.len = (size_t)n;
+		if (in)
+			*in += (uint64_t)n;
+		return n;
+	}
+	free(d->pre.d);
+	d->pre.d = NULL;
+	if (n == 0)
+		d->eof = 1;
+	else if (errno != EAGAIN && errno != EINTR)
+		return -1;
+	return 0;
+}
+
 /* One step of d, without blocking: from src into the pipe while it has
  * room, then to dst what d->pre holds, else what the pipe holds (in: bytes
  * that came from src; out: bytes that went to dst; each may be NULL).
@@ -606,19 +653,29 @@ static int step(struct flow *f, struct dir *d, int src, int dst, uint32_t sev, u
 				*in += (uint64_t)n;
 			f->last = now;
 			fresh = 1;
-		} else if (n == 0) {
-			d->eof = 1;
-		} else if (errno == EAGAIN) {
-			/* nothing to read, or no slot left: the same answer */
-			d->full = d->inpipe > 0;
+		} else if (n == 0 || errno == EAGAIN) {
+			/* nothing to read, no slot left, the end, or TCP's
+			 * urgent mark (see past_mark) */
+			n = past_mark(d, src, in);
+			if (n > 0) {
+				f->last = now;
+				fresh = 1;
+			} else if (n < 0) {
+				return -1;
+			}
 		} else if (errno != EINTR) {
 			return -1;
 		}
 	}
 	if (!fresh && !(dev & (EPOLLOUT | ready)))
 		return 0;
-	if (d->pre.len)
-		return flush(f, dst, &d->pre, out, now);
+	if (d->pre.len) {
+		int r = flush(f, dst, &d->pre, out, now);
+
+		if (!d->pre.len)
+			d->full = 0; /* what past_mark waits for */
+		return r;
+	}
 	if (!d->inpipe)
 		return 0;
 	n = splice(d->p[0], NULL, dst, NULL, d->inpipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
