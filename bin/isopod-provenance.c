@@ -33,17 +33,17 @@
 
 #define USAGE "isopod-provenance sign [--dir DIR] [--attestation FILE] [--check] --vm ID " \
 	      "--result FILE [--commit FILE] [--start-ms N] [--stage REF] [--env-name NAME]... " \
-	      "[--cwd DIR] " \
+	      "[--cwd DIR] [--stdin-file FILE|--stdin-pipe] " \
 	      "-o FILE -- CMD [ARG]... | " \
-	      "isopod-provenance verify [--dir DIR] [--key FILE] [--stage REF] FILE PROVENANCE"
+	      "isopod-provenance verify [--dir DIR] [--key FILE] [--stage REF] [--allow-failed] FILE PROVENANCE"
 
 /* The attestation isopod-runner reads by default: the one in force. */
 #define ATTESTATION_DEFAULT "/etc/isopod/attestation.json"
 
 struct opts {
-	const char *dir, *att, *vm, *result, *out, *stage, *cwd, *key, *commit;
+	const char *dir, *att, *vm, *result, *out, *stage, *cwd, *key, *commit, *stdin_file;
 	long long start_ms;
-	int have_start, check;
+	int have_start, check, stdin_pipe, allow_failed;
 	json_t *env_names;
 	char **cmd;
 	int ncmd;
@@ -297,6 +297,29 @@ static json_t *attestation(const struct opts *o)
 	return a;
 }
 
+/* What the command read on stdin (externalParameters.stdin): null none; a
+ * file's {sha256, bytes} (the front end's private copy of --stdin-file,
+ * the bytes isopod-exec sent); a pipe forwarded as it streamed is not
+ * kept, and the Statement says so (PROV_STDIN_PIPE). */
+static json_t *stdin_param(const struct opts *o)
+{
+	struct stat st;
+	char sha[65];
+	int fd, r;
+
+	if (o->stdin_pipe)
+		return need(json_string(PROV_STDIN_PIPE));
+	if (!o->stdin_file)
+		return json_null();
+	if ((fd = open(o->stdin_file, O_RDONLY | O_CLOEXEC)) < 0)
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to open the stdin file %s:", o->stdin_file);
+	if ((r = layer_hash(fd, sha, &st)) != 0)
+		die(EX_SYS, "unable to hash the stdin file %s%s", o->stdin_file,
+		    r < 0 ? ": read error" : ": it changed while being read");
+	close(fd);
+	return need(json_pack("{s:s, s:I}", "sha256", sha, "bytes", (json_int_t)st.st_size));
+}
+
 static json_t *ms_or_null(json_t *v)
 {
 	return json_is_integer(v) ? json_incref(v) : json_null();
@@ -352,7 +375,7 @@ static json_t *statement(const struct opts *o, json_t *res, json_t *rec, const c
 	tm = json_object_get(res, "timings");
 	return need(json_pack(
 		"{s:s, s:o, s:s, s:{s:{s:s, s:{s:o, s:O, s:s?, s:s?, s:{s:s, s:o}, s:{s:O?, s:O?, s:O?},"
-		" s:o, s:o}, s:{s:{s:O?, s:O?}, s:O?}, s:o},"
+		" s:o, s:o, s:o}, s:{s:{s:O?, s:O?}, s:O?}, s:o},"
 		" s:{s:{s:s, s:{s:s}, s:o}, s:{s:s, s:s, s:s, s:{s:O?, s:O?, s:O?}, s:{s:o, s:o}},"
 		" s:o}}}",
 		"_type", PROV_STATEMENT_TYPE, "subject", subj, "predicateType", PROV_PREDICATE_TYPE,
@@ -363,7 +386,7 @@ static json_t *statement(const struct opts *o, json_t *res, json_t *rec, const c
 							     : need(json_array()),
 		"resources", "vcpus", json_object_get(rec, "vcpus"), "memMib",
 		json_object_get(rec, "mem_mib"), "diskMib", json_object_get(rec, "disk_mib"),
-		"copyIn", ins, "copyOut", outs,
+		"copyIn", ins, "copyOut", outs, "stdin", stdin_param(o),
 		"internalParameters", "accelerator", "name", json_object_get(rec, "accel"), "reason",
 		json_object_get(rec, "accel_reason"), "bootPath", json_object_get(rec, "path"),
 		"resolvedDependencies", deps,
@@ -380,17 +403,21 @@ static int cmd_sign(const struct opts *o)
 {
 	unsigned char pk[32], sk[64];
 	char why[DIAG_MAX], kid[65], mid[64], sha[65], *body, *envs, vmid[VM_ID_SZ];
+	const char *st;
 	struct attest_dir d;
 	json_t *res, *rec, *stmt, *env, *sum, *names, *e;
 	size_t n, i;
 	int r;
 
-	if ((r = attest_dir_open(&d, o->dir, why, sizeof why)) < 0 ||
-	    (r = attest_load_keypair(&d, pk, sk, why, sizeof why)) < 0)
-		fail(r, why);
-	attest_dir_close(&d);
-	dsse_keyid(pk, kid);
 	if (o->check) {
+		if ((r = attest_dir_open(&d, o->dir, why, sizeof why)) < 0 ||
+		    (r = attest_load_keypair(&d, pk, sk, why, sizeof why)) < 0) {
+			sodium_memzero(sk, sizeof sk);
+			fail(r, why);
+		}
+		attest_dir_close(&d);
+		sodium_memzero(sk, sizeof sk);
+		dsse_keyid(pk, kid);
 		char parent[PATH_MAX], *sl;
 
 		/* the envelope's directory, where atomic_write makes its file */
@@ -401,7 +428,6 @@ static int cmd_sign(const struct opts *o)
 			sl[sl == parent] = 0;
 		if (access(parent, W_OK) < 0)
 			die(errno == ENOENT ? EX_NOTFOUND : EX_USAGE, "--provenance %s: its directory is not writable:", o->out);
-		sodium_memzero(sk, sizeof sk);
 		sum = need(json_pack("{s:b, s:s}", "ok", 1, "key_id", kid));
 		json_emit(sum);
 		json_decref(sum);
@@ -410,16 +436,38 @@ static int cmd_sign(const struct opts *o)
 	if (!(res = json_load_path(o->result)))
 		die(errno == ENOENT ? EX_NOTFOUND : errno == EINVAL || errno == EFBIG ? EX_USAGE : EX_SYS,
 		    "unable to read the result %s:", o->result);
-	if (vm_open(o->vm, vmid, &rec, why, sizeof why) < 0)
+	if (vm_resolve(o->vm, vmid, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
+	/* Only a stopped VM: its egress ledger is complete (the broker ends
+	 * before the lock goes) and nothing more will be copied or run.  The
+	 * lock first, then the record: the supervisor writes the final state
+	 * before it lets the lock go. */
+	if (vm_running(vmid))
+		die(EX_CONFLICT, "vm %s is running: sign after it stopped (isopod vm stop)", vmid);
+	if (vm_open(vmid, vmid, &rec, why, sizeof why) < 0)
+		die(vm_exit_code(errno), "%s", why);
+	st = json_string_value(json_object_get(rec, "state")) ?: "(none)";
+	if (strcmp(st, "stopped") && strcmp(st, "failed"))
+		die(EX_CONFLICT, "vm %s is in state %s, not stopped or failed: nothing is signed before it stopped",
+		    vmid, EXC(st));
 	if (attest_machine_id(mid) < 0)
 		die(EX_SYS, "unable to read /etc/machine-id:");
 	stmt = statement(o, res, rec, mid);
-	if (!(body = json_dumps(stmt, JSON_COMPACT)) ||
-	    !(env = dsse_sign(sk, kid, DSSE_INTOTO_TYPE, body, strlen(body))) ||
-	    !(envs = json_dumps(env, JSON_COMPACT)))
+	if (!(body = json_dumps(stmt, JSON_COMPACT)))
 		die(EX_SYS, "out of memory");
+	/* The key is read only now, the Statement whole: none of the dies
+	 * above leaves it in memory. */
+	if ((r = attest_dir_open(&d, o->dir, why, sizeof why)) < 0 ||
+	    (r = attest_load_keypair(&d, pk, sk, why, sizeof why)) < 0) {
+		sodium_memzero(sk, sizeof sk);
+		fail(r, why);
+	}
+	attest_dir_close(&d);
+	dsse_keyid(pk, kid);
+	env = dsse_sign(sk, kid, DSSE_INTOTO_TYPE, body, strlen(body));
 	sodium_memzero(sk, sizeof sk);
+	if (!env || !(envs = json_dumps(env, JSON_COMPACT)))
+		die(EX_SYS, "out of memory");
 	n = strlen(envs);
 	if (!(envs = realloc(envs, n + 2)))
 		die(EX_SYS, "out of memory");
@@ -493,6 +541,10 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 	sum = need(prov_read(stmt, sha, fails));
 	if (want)
 		prov_chain_compare(json_object_get(sum, "chain"), want, fails);
+	/* A failed or timed-out run's files are signed (the record exists)
+	 * but are not what a build made unless the caller says so. */
+	if (!o->allow_failed)
+		prov_exit_check(json_object_get(sum, "exit"), fails);
 done:
 	json_decref(env);
 	valid = json_array_size(fails) == 0;
@@ -525,6 +577,9 @@ int main(int argc, char **argv)
 		{ "cwd", required_argument, NULL, 'C' },
 		{ "key", required_argument, NULL, 'k' },
 		{ "commit", required_argument, NULL, 'm' },
+		{ "stdin-file", required_argument, NULL, 'i' },
+		{ "stdin-pipe", no_argument, NULL, 'p' },
+		{ "allow-failed", no_argument, NULL, 'F' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -567,6 +622,9 @@ int main(int argc, char **argv)
 		case 'C': o.cwd = optarg; break;
 		case 'k': o.key = optarg; break;
 		case 'm': o.commit = optarg; break;
+		case 'i': o.stdin_file = optarg; break;
+		case 'p': o.stdin_pipe = 1; break;
+		case 'F': o.allow_failed = 1; break;
 		case 'o': o.out = optarg; break;
 		case 'h': puts("usage: " USAGE); return 0;
 		default: die(EX_USAGE, "usage: %s", USAGE);
@@ -576,7 +634,7 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to initialise libsodium");
 	o.dir = attest_key_dir(o.dir);
 	if (sign) {
-		if (o.key || !o.out)
+		if (o.key || !o.out || o.allow_failed || (o.stdin_file && o.stdin_pipe))
 			die(EX_USAGE, "usage: %s", USAGE);
 		if (!o.check) {
 			if (!o.vm || !o.result || optind >= argc || !id_vm_ok(o.vm))
@@ -589,6 +647,7 @@ int main(int argc, char **argv)
 		return c;
 	}
 	if (o.att || o.check || o.vm || o.result || o.have_start || o.cwd || o.out || o.commit ||
+	    o.stdin_file || o.stdin_pipe ||
 	    json_array_size(o.env_names) || argc - optind != 2)
 		die(EX_USAGE, "usage: %s", USAGE);
 	json_decref(o.env_names);

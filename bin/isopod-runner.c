@@ -759,8 +759,8 @@ static void setup(struct runner *r)
 
 	if (mkdir_p(r->spool, 0700, p, sizeof p) < 0)
 		die(EX_SYS, "unable to create %s:", p);
-	/* the longest path: <spool>/interrupted/<name>~<ms>/result.json.tmp.<n> */
-	if (strlen(r->spool) + DNAME_MAX + 64 >= PATH_MAX)
+	/* the longest path: <spool>/interrupted/<name>~<ms>/result.json.<16 hex>.tmp.<n> */
+	if (strlen(r->spool) + DNAME_MAX + 96 >= PATH_MAX)
 		die(EX_USAGE, "--spool %s: too long", EXC(r->spool));
 	for (size_t i = 0; i < 5; i++)
 		if (mkdir(sp(r, p, "%s", dirs[i]), 0700) < 0 && errno != EEXIST)

@@ -134,11 +134,15 @@ static int read_hex32(int fd, unsigned char out[32])
 	char buf[80];
 	size_t n = 0, hl;
 	ssize_t r;
+	int e, ok;
 
 	while (n < sizeof buf - 1 && (r = read(fd, buf + n, sizeof buf - 1 - n)) != 0) {
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
+			e = errno;
+			sodium_memzero(buf, sizeof buf);
+			errno = e;
 			return -1;
 		}
 		n += (size_t)r;
@@ -146,7 +150,11 @@ static int read_hex32(int fd, unsigned char out[32])
 	buf[n] = 0;
 	if (n == 65 && buf[64] == '\n')
 		buf[64] = 0, n = 64;
-	if (n != 64 || sodium_hex2bin(out, 32, buf, 64, NULL, &hl, NULL) != 0 || hl != 32) {
+	/* buf may be the private seed in hex: wiped on every path */
+	ok = n == 64 && sodium_hex2bin(out, 32, buf, 64, NULL, &hl, NULL) == 0 && hl == 32;
+	sodium_memzero(buf, sizeof buf);
+	if (!ok) {
+		sodium_memzero(out, 32);
 		errno = EINVAL;
 		return -1;
 	}
@@ -203,8 +211,10 @@ int attest_load_keypair(const struct attest_dir *d, unsigned char pk[32], unsign
 	char p[SHOWN_SZ];
 	int r;
 
-	if ((r = load_key(d->fd, "key", shown(d, "key", p), &SECRET_KEY, seed, why, whysz)) < 0)
+	if ((r = load_key(d->fd, "key", shown(d, "key", p), &SECRET_KEY, seed, why, whysz)) < 0) {
+		sodium_memzero(seed, sizeof seed);
 		return r;
+	}
 	crypto_sign_seed_keypair(pk, sk, seed);
 	sodium_memzero(seed, sizeof seed);
 	return 0;

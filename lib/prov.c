@@ -134,6 +134,17 @@ static void read_external(json_t *bd, json_t *out, json_t *fails)
 		fail(fails, "externalParameters.stage", "neither a string nor null");
 	else
 		json_object_set_new(out, "stage", copy(v));
+	/* What the command read on stdin: null none, a file's digest, or a
+	 * pipe the front end forwarded without keeping (nothing binds it). */
+	v = get(ext, "stdin");
+	if (!v || (!json_is_null(v) &&
+		   !(json_is_string(v) && !strcmp(json_string_value(v), PROV_STDIN_PIPE)) &&
+		   !(hex64_ok(gets(v, "sha256") ?: "") && json_is_integer(get(v, "bytes")) &&
+		     json_integer_value(get(v, "bytes")) >= 0)))
+		fail(fails, "externalParameters.stdin",
+		     "missing, or not null, \"" PROV_STDIN_PIPE "\" or {sha256, bytes}");
+	else
+		json_object_set_new(out, "stdin", copy(v));
 	net = get(ext, "network");
 	v = get(net, "mode");
 	if (!json_is_string(v) || (strcmp(json_string_value(v), "none") &&
@@ -305,4 +316,25 @@ int prov_chain_compare(json_t *have, json_t *want, json_t *fails)
 			     gets(w, "stage") ? gets(w, "stage") : "?", ws ? ws : "?");
 	}
 	return (int)(json_array_size(fails) - n0);
+}
+
+int prov_exit_check(json_t *ex, json_t *fails)
+{
+	json_t *code = get(ex, "exitCode");
+
+	if (!json_is_integer(code) || json_integer_value(code) != 0 || !json_is_false(get(ex, "timedOut")) ||
+	    !json_is_null(get(ex, "signal"))) {
+		char c[32];
+
+		if (json_is_integer(code))
+			snprintf(c, sizeof c, "%lld", (long long)json_integer_value(code));
+		else
+			snprintf(c, sizeof c, "missing");
+		fail(fails, "exit", "the run did not succeed (exitCode %s%s%s): what it copied out is a "
+		     "failed run's (--allow-failed accepts it)", c,
+		     json_is_null(get(ex, "signal")) ? "" : ", killed by a signal",
+		     json_is_false(get(ex, "timedOut")) ? "" : ", timed out or timedOut missing");
+		return 1;
+	}
+	return 0;
 }

@@ -31,12 +31,24 @@
  * {field, why}.  Returns what the Statement says (a new object, also when
  * there are failures: the fields it could read):
  *   {subject:{name,digest}|null, builder:{id}, buildType, invocationId,
- *    startedOn, finishedOn, command, envNames, cwd, stage, network:{mode,
+ *    startedOn, finishedOn, command, envNames, cwd, stage, stdin, network:{mode,
  *    allow}, chain:{kernel:{vmlinux,initramfs}, base:{flavor,sha256},
  *    layers:[{stage,sha256}]}, ledger:{sha256}|null, accelerator, exit,
  *    timings, attestation:{sha256,valid,keyId,sequence}|null}
  * NULL only when out of memory. */
 json_t *prov_read(json_t *stmt, const char *sha, json_t *fails);
+
+/* externalParameters.stdin when the run's stdin was a pipe the front end
+ * forwarded as it streamed: its bytes are not recorded (a file's are:
+ * {sha256, bytes}; no stdin is null). */
+#define PROV_STDIN_PIPE "pipe, not recorded"
+
+/* The run succeeded: exit (prov_read's "exit", isopod_exit as signed) says
+ * exitCode 0, no signal, timedOut false.  Otherwise one failure on field
+ * "exit" is appended and 1 returned (a failed or timed-out run's copied-out
+ * files are signed, so that the record exists, but do not verify unless
+ * the caller accepts a failed run). */
+int prov_exit_check(json_t *ex, json_t *fails);
 
 /* Compare a chain prov_read returned with the one expected ({base:{flavor,
  * sha256}, layers:[{stage,sha256}]}, the same shape): each difference is a

@@ -301,10 +301,23 @@ static int fsync_dir_of(const char *path)
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
 {
 	char tmp[PATH_MAX];
-	int fd, e;
+	unsigned char rnd[8];
+	int fd = -1, e, tries;
 
-	pathf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	/* The directory may be writable by others (a --copy-out or
+	 * --provenance destination): a name nobody can guess, made by us
+	 * (O_EXCL: never a planted file or a link), retried on a collision.
+	 * It still ends in .tmp.<pid>: isopod-gc and isopod-runner find a
+	 * dead writer's leftovers by that. */
+	for (tries = 0; fd < 0 && tries < 16; tries++) {
+		if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+			return -1;
+		pathf(tmp, sizeof tmp, "%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp.%ld", path, rnd[0], rnd[1],
+		      rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7], (long)getpid());
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+		if (fd < 0 && errno != EEXIST)
+			return -1;
+	}
 	if (fd < 0)
 		return -1;
 	if (write_all(fd, data, len) < 0 || fsync(fd) < 0) {

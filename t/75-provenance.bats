@@ -24,8 +24,10 @@ setup_file() {
 	"$ISOPOD_SRC/sh/isopod" run --json-only --commit-as t75-tools --env SECRET=hunter2 \
 		--copy-out "/tmp/app:$D/base.bin" --provenance "$D/base.prov" -- \
 		sh -c 'mkdir -p /opt && printf "#!/bin/sh\necho built\n" >/tmp/app && cp /tmp/app /opt/tool' \
-		>"$D/a.json"
-	"$ISOPOD_SRC/sh/isopod" run --json-only --stage t75-tools --cwd /opt \
+		>"$D/a.json" <&-
+	# B reads a script on stdin that it does not use: its digest is signed
+	printf 'echo from stdin\n' >"$D/build.sh"
+	"$ISOPOD_SRC/sh/isopod" run --json-only --stage t75-tools --cwd /opt --stdin-file "$D/build.sh" \
 		--copy-out "/tmp/app:$D/app.bin" --provenance "$D/app.prov" -- cp /opt/tool /tmp/app \
 		>"$D/b.json"
 }
@@ -233,4 +235,101 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	jq -e '.valid == false and [.failures[].field] == ["envelope"]' <<<"$output"
 	run_isopod -100 verify-artifact "$D/app.bin"
 	run_isopod -101 verify-artifact --stage no-such-stage "$D/app.bin" "$D/app.prov"
+}
+
+# A result of run B's VM as a failed run would have it: exit_code and
+# timed_out set (isopod-exec exits 1 for both, and copies out).
+failed_result() {
+	jq --argjson c "$1" --argjson t "$2" '.exit_code = $c | .timed_out = $t' "$D/b.json" >"$3"
+}
+
+@test "a failed or timed-out run's provenance is signed but does not verify (field exit) unless --allow-failed" {
+	local id
+	id=$(jq -r .vm.id "$D/b.json")
+	failed_result 3 false "$BATS_TEST_TMPDIR/r3.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" --result "$BATS_TEST_TMPDIR/r3.json" \
+		-o "$BATS_TEST_TMPDIR/f.prov" -- sh -c 'cp /opt/tool /tmp/app; exit 3'
+	[ "$status" -eq 0 ]
+	run_isopod -1 verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/f.prov"
+	jq -e '.valid == false and [.failures[].field] == ["exit"] and .exit.exitCode == 3 and
+		(.failures[0].why | test("exitCode 3")) and .subject.name == "app.bin"' <<<"$output"
+	run_isopod verify-artifact --allow-failed "$D/app.bin" "$BATS_TEST_TMPDIR/f.prov"
+	jq -e '.valid and .failures == [] and .exit.exitCode == 3' <<<"$output"
+	# killed by --timeout-s: 137 and timedOut
+	failed_result 137 true "$BATS_TEST_TMPDIR/rt.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" --result "$BATS_TEST_TMPDIR/rt.json" \
+		-o "$BATS_TEST_TMPDIR/t.prov" -- cp /opt/tool /tmp/app
+	[ "$status" -eq 0 ]
+	run_isopod -1 verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/t.prov"
+	jq -e '.valid == false and [.failures[].field] == ["exit"] and .exit.timedOut == true' <<<"$output"
+	# exit 0 but timed out is still a timeout
+	failed_result 0 true "$BATS_TEST_TMPDIR/r0.json"
+	"$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" --result "$BATS_TEST_TMPDIR/r0.json" \
+		-o "$BATS_TEST_TMPDIR/z.prov" -- cp /opt/tool /tmp/app >/dev/null
+	run_isopod -1 verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/z.prov"
+	jq -e '[.failures[].field] == ["exit"]' <<<"$output"
+}
+
+@test "sign refuses a VM that is running (its lock held) or not stopped (exit 102, the VM named, nothing written)" {
+	local id m
+	id=$(jq -r .vm.id "$D/b.json")
+	hold_lock "$ISOPOD_HOME/vms/$id/lock"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" --result "$D/b.json" \
+		-o "$BATS_TEST_TMPDIR/r.prov" -- cp /opt/tool /tmp/app
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	[ "$status" -eq 102 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"vm $id is running"* ]]
+	[ ! -e "$BATS_TEST_TMPDIR/r.prov" ]
+	# a record that does not say stopped (the lock free): refused too
+	m=$ISOPOD_HOME/vms/$id/meta.json
+	cp "$m" "$BATS_TEST_TMPDIR/meta.json"
+	jq '.state = "running"' "$BATS_TEST_TMPDIR/meta.json" >"$m"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" --result "$D/b.json" \
+		-o "$BATS_TEST_TMPDIR/r.prov" -- cp /opt/tool /tmp/app
+	cp "$BATS_TEST_TMPDIR/meta.json" "$m"
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"vm $id is in state running"* ]]
+	[ ! -e "$BATS_TEST_TMPDIR/r.prov" ]
+	# the control: stopped, it signs
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" --result "$D/b.json" \
+		-o "$BATS_TEST_TMPDIR/r.prov" -- cp /opt/tool /tmp/app
+	[ "$status" -eq 0 ]
+}
+
+@test "stdin is in the Statement: a --stdin-file by its digest and size, none as null, a pipe said to be unrecorded" {
+	local id
+	id=$(jq -r .vm.id "$D/b.json")
+	payload "$D/app.prov" | jq -e --arg s "$(sha256sum <"$D/build.sh" | cut -c1-64)" \
+		--argjson n "$(wc -c <"$D/build.sh")" \
+		'.predicate.buildDefinition.externalParameters.stdin == {sha256: $s, bytes: $n}'
+	run_isopod verify-artifact "$D/app.bin" "$D/app.prov"
+	jq -e --arg s "$(sha256sum <"$D/build.sh" | cut -c1-64)" '.stdin.sha256 == $s' <<<"$output"
+	payload "$D/base.prov" | jq -e '.predicate.buildDefinition.externalParameters | has("stdin") and .stdin == null'
+	"$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" --result "$D/b.json" --stdin-pipe \
+		-o "$BATS_TEST_TMPDIR/p.prov" -- sh -s >/dev/null
+	run_isopod verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/p.prov"
+	jq -e '.valid and .stdin == "pipe, not recorded" and .command == ["sh", "-s"]' <<<"$output"
+	# a Statement without stdin (signed with the host key) is refused
+	payload "$D/app.prov" | jq -c 'del(.predicate.buildDefinition.externalParameters.stdin)' \
+		>"$BATS_TEST_TMPDIR/n.json"
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" envelope "$ISOPOD_ATTEST_DIR/key" \
+		"$BATS_TEST_TMPDIR/n.json" >"$BATS_TEST_TMPDIR/n.prov"
+	run_isopod -1 verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/n.prov"
+	jq -e '[.failures[].field] == ["externalParameters.stdin"]' <<<"$output"
+}
+
+@test "a validly signed envelope of another payloadType is refused, and so is an attestation envelope" {
+	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" resign "$D/app.prov" "$ISOPOD_ATTEST_DIR/key" \
+		application/json >"$BATS_TEST_TMPDIR/j.prov"
+	run "$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" verify "$BATS_TEST_TMPDIR/j.prov" "$ISOPOD_ATTEST_DIR/key.pub"
+	[ "$status" -eq 0 ] # the signature holds
+	run_isopod -1 verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/j.prov"
+	jq -e '.valid == false and [.failures[].field] == ["payloadType"] and .subject == null' <<<"$output"
+	# the host attestation (isopod-attest's, signed by its key): not provenance
+	printf 'x' >"$BATS_TEST_TMPDIR/any"
+	run_isopod -1 verify-artifact --key "$BATS_TEST_DIRNAME/attest/golden/key.pub" "$BATS_TEST_TMPDIR/any" \
+		"$BATS_TEST_DIRNAME/attest/golden/envelope.json"
+	jq -e '.valid == false and ([.failures[].field] | index("predicateType") and index("signatures") == null)' <<<"$output"
 }

@@ -100,6 +100,28 @@ static void e_builder(json_t *s)
 	json_object_set_new(pred(s, "runDetails", "builder"), "id", json_string("https://github.com/actions/runner"));
 }
 static void e_nosubj(json_t *s) { json_object_set_new(s, "subject", json_array()); }
+static void e_nostdin(json_t *s) { json_object_del(pred(s, "buildDefinition", "externalParameters"), "stdin"); }
+static void e_stdin(json_t *s)
+{
+	json_object_set_new(pred(s, "buildDefinition", "externalParameters"), "stdin",
+			    json_pack("{s:s, s:i}", "sha256", "ABC", "bytes", 3));
+}
+
+/* prov_exit_check of the fixture with isopod_exit's members replaced. */
+static int exit_fails(const char *code, const char *sig, const char *to)
+{
+	json_t *ex = json_pack("{s:o, s:o, s:o}", "exitCode", json_loads(code, JSON_DECODE_ANY, NULL),
+			       "signal", json_loads(sig, JSON_DECODE_ANY, NULL), "timedOut",
+			       json_loads(to, JSON_DECODE_ANY, NULL));
+	json_t *fails = json_array();
+	int r = prov_exit_check(ex, fails);
+
+	r = r == 1 && json_array_size(fails) == 1 &&
+	    !strcmp(json_string_value(json_object_get(json_array_get(fails, 0), "field")) ?: "", "exit");
+	json_decref(ex);
+	json_decref(fails);
+	return r;
+}
 
 /* Every member (recursively) replaced by each of null, 1, "x", [], {}:
  * read without a crash; a Statement with any required member broken is
@@ -244,6 +266,19 @@ int main(void)
 	ok(refused_as(s, e_times, SHA, "finishedOn"), "finished before it started: refused");
 	ok(refused_as(s, e_timefmt, SHA, "runDetails.metadata"), "a time not YYYY-MM-DDTHH:MM:SSZ: refused");
 	ok(refused_as(s, e_builder, SHA, "runDetails.builder.id"), "another builder: refused");
+	ok(refused_as(s, e_nostdin, SHA, "externalParameters.stdin"), "no stdin member: refused (nothing binds it)");
+	ok(refused_as(s, e_stdin, SHA, "externalParameters.stdin"), "a stdin digest not 64 hex: refused");
+
+	/* the run's exit (isopod_exit as signed) */
+	ok(!exit_fails("0", "null", "false"), "exit 0, no signal, not timed out: a success");
+	ok(exit_fails("3", "null", "false"), "exit 3: a failed run (field exit)");
+	ok(exit_fails("137", "null", "true"), "137 and timed out: a failed run");
+	ok(exit_fails("0", "null", "true"), "exit 0 but timed out: a failed run");
+	ok(exit_fails("0", "9", "false"), "a signal: a failed run");
+	ok(exit_fails("\"0\"", "null", "false"), "exitCode a string: a failed run");
+	fails = json_array();
+	ok(prov_exit_check(NULL, fails) == 1, "no isopod_exit at all: a failed run");
+	json_decref(fails);
 
 	fails = json_array();
 	want = json_pack("[i]", 1);

@@ -66,6 +66,27 @@ static void test_atomic_write(void)
 	ok(atomic_write(p, "x", 1, 0644) == -1 && errno == ENOENT,
 	   "atomic_write into a missing directory fails with ENOENT");
 	ok(entries() == 1, "a failed atomic_write leaves nothing behind");
+
+	/* A file planted at the name the temporary file once had (path.tmp.<pid>,
+	 * predictable) is neither written through nor renamed into place. */
+	{
+		char planted[300];
+		int fd;
+
+		snprintf(p, sizeof p, "%s/file", dir);
+		snprintf(planted, sizeof planted, "%s.tmp.%ld", p, (long)getpid());
+		fd = open(planted, O_WRONLY | O_CREAT | O_EXCL, 0666);
+		ok(fd >= 0 && write(fd, "mine", 4) == 4 && close(fd) == 0, "planted %s", planted);
+		ok(atomic_write(p, "new\n", 4, 0644) == 0 && file_is(p, "new\n", 4),
+		   "atomic_write with a file planted at path.tmp.<pid>: written");
+		ok(file_is(planted, "mine", 4), "the planted file is untouched (not used, not renamed)");
+		unlink(planted);
+		ok(symlink(p, planted) == 0, "planted a symlink instead");
+		ok(atomic_write(p, "new2\n", 5, 0644) == 0 && file_is(p, "new2\n", 5),
+		   "atomic_write with a symlink planted at path.tmp.<pid>: written");
+		unlink(planted);
+		ok(entries() == 1, "no tmp file left");
+	}
 }
 
 static void test_json_write(void)
