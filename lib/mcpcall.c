@@ -138,10 +138,24 @@ static void verify_start(struct server *s)
 void verify_reap(struct server *s)
 {
 	int st, was = s->v_valid;
+	pid_t r;
 
 	if (!s->verifying)
 		return;
-	if (waitpid(s->vrun.pid, &st, WNOHANG) != s->vrun.pid) {
+	r = waitpid(s->vrun.pid, &st, WNOHANG);
+	if (r < 0 && errno != EINTR) {
+		/* Not ours to wait for any more (nothing else reaps it today):
+		 * no verdict is a refusal, never a wait that does not end. */
+		snprintf(s->v_why, sizeof s->v_why, "isopod-attest verify: waitpid: %s", strerror(errno));
+		close(s->vrun.out);
+		close(s->vrun.err);
+		s->verifying = 0;
+		s->v_valid = 0;
+		s->v_of = s->v_began;
+		logmsg(s, 4, "%s", s->v_why);
+		return;
+	}
+	if (r != s->vrun.pid) {
 		if (mono_ms() > s->v_deadline) {
 			logmsg(s, 4, "isopod-attest verify outlived %d ms: SIGKILL", VERIFY_MS);
 			kill(s->vrun.pid, SIGKILL);
