@@ -449,6 +449,14 @@ open_mutation() {
 	ipv6)
 		# every IPv6 layer of the tap: disable_ipv6, the tc filter, the table
 		lab exec sysctl -qw "net.ipv6.conf.$tap.disable_ipv6=0"
+		# the tap's new link-local address answers neighbour solicitation
+		# only once its duplicate address detection is over (≈1-2 s): the
+		# link-local probe, the first, must not find it tentative
+		for _ in $(seq 1 50); do
+			lab exec ip -6 addr show dev "$tap" scope link | grep -q 'inet6 fe80' &&
+				! lab exec ip -6 addr show dev "$tap" | grep -q tentative && break
+			sleep 0.1
+		done
 		lab exec tc filter del dev "$tap" ingress
 		for c in prerouting input forward; do
 			lab exec nft insert rule inet isopod "$c" iifname "$tap" meta nfproto ipv6 accept
