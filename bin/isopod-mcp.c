@@ -141,6 +141,8 @@ static void start_call(struct server *s, struct call *c)
 {
 	int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
 	struct proc_spec ps = PROC_SPEC(c->argv);
+	char status_env[] = "ISOPOD_STATUS_FD=3", vmid_env[] = "ISOPOD_VM_ID_FD=9", *envv[3];
+	int ne = 0;
 	pid_t pid;
 
 	if (!attested(s, c) || build_call(s, c) < 0) {
@@ -173,17 +175,17 @@ static void start_call(struct server *s, struct call *c)
 	ps.setsid = 1, ps.pdeathsig = SIGTERM;
 	if (c->status_fd >= 0) {
 		ps.keep[0] = c->status_fd, ps.nkeep = 1;
-		setenv("ISOPOD_STATUS_FD", "3", 1);
+		envv[ne++] = status_env;
 	}
 	if (c->vmid_fd >= 0) {
 		for (int i = 0; i < VMID_FD - 3; i++)
 			ps.keep[i] = PROC_NULL;
 		ps.keep[VMID_FD - 3] = c->vmid_fd, ps.nkeep = VMID_FD - 2;
-		setenv("ISOPOD_VM_ID_FD", "9", 1);
+		envv[ne++] = vmid_env;
 	}
+	envv[ne] = NULL;
+	ps.env = ne ? envv : NULL; /* the child's, through the spawn (lib/proc.h) */
 	pid = proc_spawn(&ps);
-	unsetenv("ISOPOD_STATUS_FD");
-	unsetenv("ISOPOD_VM_ID_FD");
 	close(po[1]), close(pe[1]);
 	c->out_fd = po[0], c->err_fd = pe[0];
 	fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
