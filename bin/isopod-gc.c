@@ -45,8 +45,8 @@
 /* --auto: at most one automatic gc per store this often. */
 #define AUTO_INTERVAL_DEFAULT_S 300
 
-static int dry_run;
-static long long reclaimed;
+/* The sweep's state (lib/gcstore.h): dry run, bytes reclaimed, the trash. */
+static struct gcstore gs = { .trash_fd = -1 };
 static json_t *leaked;
 
 static time_t parse_iso(const char *s, time_t dflt)
@@ -266,13 +266,10 @@ static int cmdline_names(int pid, const char *dir)
 	return found;
 }
 
-/* Count, then (unless dry run) remove a directory tree (lib/gcstore.c). */
+/* Count, then (unless dry run) move a tree into the trash (lib/gcstore.c). */
 static void remove_tree(const char *dir)
 {
-	struct gcstore g = { .dry_run = dry_run };
-
-	gcstore_remove_tree(&g, dir);
-	reclaimed += g.reclaimed;
+	gcstore_remove_tree(&gs, dir);
 }
 
 static void load_rec(struct rec *r, const char *vmsdir, const char *id)
@@ -319,7 +316,7 @@ static void reap_pid(const char *kind, long long pid, const char *id, const char
 	if (pfd >= 0 && cmdline_names((int)pid, dir)) {
 		int killed = 0;
 
-		if (!dry_run) {
+		if (!gs.dry_run) {
 			if (pidfd_kill(pfd, SIGKILL) == 0)
 				killed = 1;
 			else
@@ -347,7 +344,7 @@ static void reap_stale(struct rec *r, const char *vmsdir)
 	pathf(dir, sizeof dir, "%s/%s", vmsdir, r->id);
 	reap_pid("qemu", r->qemu_pid, r->id, dir);
 	reap_pid("broker", r->broker_pid, r->id, dir);
-	if (dry_run)
+	if (gs.dry_run)
 		return;
 	m = json_pack("{s:s, s:s, s:s}", "state", "failed", "error",
 		      "the supervisor vanished (found by isopod-gc)", "stopped_at",
@@ -395,6 +392,9 @@ static int tmp_cb(const char *path, const struct stat *st, int flag, struct FTW 
 
 	if (flag != FTW_F && flag != FTW_SL && !isdir)
 		return FTW_CONTINUE;
+	/* The trash is emptied by its own gc (or adopted by the next). */
+	if (isdir && ftw->level == 1 && !strcmp(path + ftw->base, "trash"))
+		return FTW_SKIP_SUBTREE;
 	if (!(pid = staging_pid(path + ftw->base, isdir)))
 		return FTW_CONTINUE;
 	if (pid_alive(pid) && time(NULL) - st->st_mtime < TMP_GRACE_S)
@@ -402,12 +402,12 @@ static int tmp_cb(const char *path, const struct stat *st, int flag, struct FTW 
 	if (isdir) {
 		remove_tree(path);
 	} else {
-		reclaimed += (long long)st->st_blocks * 512;
-		if (!dry_run && unlink(path) < 0 && errno != ENOENT)
+		gs.reclaimed += (long long)st->st_blocks * 512;
+		if (!gs.dry_run && unlink(path) < 0 && errno != ENOENT)
 			warn("unable to remove %s:", path);
 	}
 	json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path", path,
-						"removed", !dry_run));
+						"removed", !gs.dry_run));
 	return isdir ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
 }
 
@@ -433,7 +433,7 @@ static void stale_probes(void)
 		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
 		remove_tree(p);
 		json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "probe", "path",
-							p, "removed", !dry_run));
+							p, "removed", !gs.dry_run));
 		close(fd);
 	}
 	closedir(d);
@@ -470,11 +470,10 @@ static void warm_sweep(json_t *warm_removed)
 			lk = warm_lock(key, LOCK_EX | LOCK_NB);
 			if (lk < 0 && pid_alive(pid))
 				continue;
-			reclaimed += tree_bytes(p);
-			if (!dry_run && tree_remove(p, NULL) < 0)
+			if (gcstore_discard(&gs, p) < 0 && errno != ENOENT)
 				warn("unable to remove %s:", p);
 			json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "warm",
-								"path", p, "removed", !dry_run));
+								"path", p, "removed", !gs.dry_run));
 			if (lk >= 0)
 				close(lk);
 		} else if (warm_key_valid(n)) {
@@ -491,10 +490,9 @@ static void warm_sweep(json_t *warm_removed)
 				json_decref(why);
 				continue;
 			}
-			reclaimed += tree_bytes(p);
-			if (!dry_run && warm_remove(n, NULL) < 0 && errno != ENOENT)
+			if (gcstore_discard(&gs, p) < 0 && errno != ENOENT)
 				warn("unable to remove the warm snapshot %s:", p);
-			if (!dry_run) {
+			if (!gs.dry_run) {
 				pathf(p, sizeof p, "%s/%s.lock", dir, n);
 				unlink(p);
 			}
@@ -506,7 +504,7 @@ static void warm_sweep(json_t *warm_removed)
 			memcpy(key, n, 64);
 			key[64] = 0;
 			pathf(p, sizeof p, "%s/%s", dir, key);
-			if (!warm_key_valid(key) || stat(p, &st) == 0 || dry_run)
+			if (!warm_key_valid(key) || stat(p, &st) == 0 || gs.dry_run)
 				continue;
 			if ((lk = warm_lock(key, LOCK_EX | LOCK_NB)) < 0)
 				continue;
@@ -621,9 +619,8 @@ int main(int argc, char **argv)
 	long long budget = -1, warm_total = 0;
 	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL;
 	json_t *removed, *out, *warm_removed;
-	struct gcstore gs;
 	time_t now = time(NULL);
-	int c;
+	int c, lk;
 
 	progname = "isopod-gc";
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -638,7 +635,7 @@ int main(int argc, char **argv)
 				    EXC(optarg));
 			break;
 		case 'n':
-			dry_run = 1;
+			gs.dry_run = 1;
 			break;
 		case 'a':
 			all = 1;
@@ -647,7 +644,7 @@ int main(int argc, char **argv)
 			is_auto = 1;
 			break;
 		case 'D':
-			df = dry_run = 1;
+			df = gs.dry_run = 1;
 			break;
 		case 'c':
 			cache = 1;
@@ -668,7 +665,7 @@ int main(int argc, char **argv)
 		die(EX_USAGE, "usage: %s", USAGE);
 	if (all && (keep_last >= 0 || older >= 0))
 		die(EX_USAGE, "--all is --keep-last 0 --older-than 0s; it takes neither");
-	if (is_auto && (all || dry_run || df))
+	if (is_auto && (all || gs.dry_run || df))
 		die(EX_USAGE, "--auto applies the configured policy; it takes no --all or --dry-run");
 	if (all)
 		keep_last = older = 0;
@@ -693,10 +690,15 @@ int main(int argc, char **argv)
 	    !(evicted = json_array()) || !(kernels_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
-	gs = (struct gcstore){ .dry_run = dry_run };
 	if (df)
 		usage = store_usage();
-	store_lock();
+	/* Decide and take victims out of the store (renames) under the store
+	 * lock; delete them after it is released, so that claims, commits and
+	 * stage rm never wait for the deletion of a large file. */
+	lk = store_lock();
+	if (!gs.dry_run && gcstore_trash_open(&gs) < 0)
+		warn("unable to make a trash directory in %s/trash (removing in place):",
+		     store_home());
 	recs = sweep_records(keep_last, older, now, removed, &nrec, &kept);
 
 	stale_probes();
@@ -710,14 +712,16 @@ int main(int argc, char **argv)
 		if (cache_sweep(&gs, older, cache_removed) < 0)
 			die(EX_SYS, "unable to allocate memory:");
 	}
-	reclaimed += gs.reclaimed;
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
+	close(lk);
+	test_pause("gc-trash");
+	gcstore_trash_empty(&gs);
 
 	out = json_pack("{s:o, s:I, s:o, s:o, s:o, s:I, s:o, s:I, s:b, s:{s:I, s:I, s:o}}", "removed",
 			removed, "kept", (json_int_t)kept, "leaked", leaked, "warm_removed",
 			warm_removed, "warm_evicted", evicted, "warm_bytes", (json_int_t)warm_total,
 			"kernels_removed", kernels_removed,
-			"reclaimed_bytes", (json_int_t)reclaimed, "dry_run", dry_run, "policy",
+			"reclaimed_bytes", (json_int_t)gs.reclaimed, "dry_run", gs.dry_run, "policy",
 			"keep_last", (json_int_t)keep_last, "older_than_s", (json_int_t)older,
 			"warm_budget", budget >= 0 ? json_integer(budget) : json_null());
 	if (!out)

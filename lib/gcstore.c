@@ -4,10 +4,12 @@
  * main decides the order of the sweep and the exit status. */
 #include "gcstore.h"
 #include "util.h"
+#include "vm.h"
 #include "warm.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
@@ -27,13 +29,121 @@ static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *
 	return 0;
 }
 
-/* Count, then (unless dry run) remove a directory tree.  FTW_PHYS: never
- * follow a symlink out of the store. */
+/* Remove in place.  FTW_PHYS: never follow a symlink out of the store. */
+static void remove_now(const char *path)
+{
+	nftw(path, rm_cb, 16, FTW_PHYS | FTW_DEPTH);
+}
+
+int gcstore_trash_open(struct gcstore *g)
+{
+	char root[PATH_MAX], p[PATH_MAX];
+	const char *mine;
+	struct dirent *de;
+	DIR *d;
+
+	if (pathn(root, sizeof root, "%s/trash", store_home()) < 0 ||
+	    pathn(g->trash, sizeof g->trash, "%s/gc-XXXXXX", root) < 0)
+		return -1;
+	mkdirs(root, 0700);
+	if (!mkdtemp(g->trash))
+		return -1;
+	g->trash_fd = open(g->trash, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (g->trash_fd < 0 || flock(g->trash_fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+
+		if (g->trash_fd >= 0)
+			close(g->trash_fd);
+		g->trash_fd = -1;
+		rmdir(g->trash);
+		errno = e;
+		return -1;
+	}
+	/* Trash directories are made and adopted under the store lock only,
+	 * so one whose flock is free belongs to no live gc. */
+	mine = strrchr(g->trash, '/') + 1;
+	if (!(d = opendir(root)))
+		return 0;
+	while ((de = readdir(d))) {
+		int fd;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    !strcmp(de->d_name, mine))
+			continue;
+		if (pathn(p, sizeof p, "%s/%s", root, de->d_name) < 0)
+			continue;
+		fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			close(fd);
+			continue; /* a live gc is emptying it */
+		}
+		if (gcstore_discard(g, p) < 0 && errno != ENOENT)
+			warn("unable to discard %s:", p);
+		if (fd >= 0)
+			close(fd);
+	}
+	closedir(d);
+	return 0;
+}
+
+long long gcstore_discard(struct gcstore *g, const char *path)
+{
+	char to[PATH_MAX];
+	const char *b = strrchr(path, '/');
+	struct stat st;
+	long long bytes;
+
+	if (lstat(path, &st) < 0)
+		return -1;
+	bytes = tree_bytes(path);
+	g->reclaimed += bytes;
+	if (g->dry_run)
+		return bytes;
+	if (g->trash_fd >= 0 &&
+	    pathn(to, sizeof to, "%s/%lu-%s", g->trash, g->ntrash++, b ? b + 1 : path) == 0 &&
+	    rename(path, to) == 0)
+		return bytes;
+	remove_now(path);
+	return bytes;
+}
+
+void gcstore_trash_empty(struct gcstore *g)
+{
+	if (g->trash_fd < 0)
+		return;
+	remove_now(g->trash);
+	close(g->trash_fd);
+	g->trash_fd = -1;
+}
+
+/* Count, then (unless dry run) remove a directory tree: into the trash
+ * when there is one. */
 void gcstore_remove_tree(struct gcstore *g, const char *dir)
 {
-	g->reclaimed += tree_bytes(dir);
-	if (!g->dry_run)
-		nftw(dir, rm_cb, 16, FTW_PHYS | FTW_DEPTH);
+	if (gcstore_discard(g, dir) < 0 && errno != ENOENT)
+		warn("unable to remove %s:", dir);
+}
+
+int gcstore_warm_in_use(const char *key)
+{
+	char dir[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+	int used = 0;
+
+	if (pathn(dir, sizeof dir, "%s/vms", store_home()) < 0 || !(d = opendir(dir)))
+		return 0;
+	while (!used && (de = readdir(d))) {
+		json_t *j;
+
+		if (strncmp(de->d_name, "vm-", 3) || strlen(de->d_name) >= 64 ||
+		    !vm_running(de->d_name) || !(j = vm_read(de->d_name)))
+			continue;
+		used = !strcmp(json_string_value(json_object_get(j, "warm_key")) ?: "", key);
+		json_decref(j);
+	}
+	closedir(d);
+	return used;
 }
 
 /* 4096, 512K, 100M, 4G, 1T (binary units) -> bytes; "off" -> -2 (no
@@ -140,8 +250,17 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 			used = recs[j].running && !strcmp(recs[j].warm_key, v[i].key);
 		if (used || (lk = warm_lock(v[i].key, LOCK_EX | LOCK_NB)) < 0)
 			continue;
-		if (!g->dry_run && warm_remove(v[i].key, NULL) < 0 && errno != ENOENT) {
-			warn("unable to remove the warm snapshot %s:", v[i].key);
+		/* Under the key's lock, the records as they are now: a boot
+		 * that resumed from it after we read them has named it in its
+		 * record before it let the lock go. */
+		if (gcstore_warm_in_use(v[i].key)) {
+			close(lk);
+			continue;
+		}
+		pathf(p, sizeof p, "%s/%s", dir, v[i].key);
+		if (gcstore_discard(g, p) < 0) {
+			if (errno != ENOENT)
+				warn("unable to remove the warm snapshot %s:", v[i].key);
 			close(lk);
 			continue;
 		}
@@ -150,7 +269,6 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 			unlink(p);
 		}
 		close(lk);
-		g->reclaimed += v[i].bytes;
 		*total -= v[i].bytes;
 		json_array_append_new(evicted, json_pack("{s:s, s:I, s:s}", "key", v[i].key, "bytes",
 							 (json_int_t)v[i].bytes, "last_used",

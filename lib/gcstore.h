@@ -6,6 +6,7 @@
 #define ISOPOD_GCSTORE_H
 
 #include <jansson.h>
+#include <limits.h>
 #include <stddef.h>
 #include <time.h>
 
@@ -20,14 +21,37 @@ struct rec {
 	int running, candidate, keep, in_use;
 };
 
-/* What a sweep shares with its caller: whether it only counts, and the
- * bytes it removed (or, dry, would have). */
+/* What a sweep shares with its caller: whether it only counts, the bytes
+ * it removed (or, dry, would have), and its trash: a directory
+ * store/trash/gc-XXXXXX (flocked while its gc lives) into which victims are
+ * renamed under the store lock, to be deleted once that lock is released.
+ * Initialise with { .dry_run = D, .trash_fd = -1 }. */
 struct gcstore {
 	int dry_run;
 	long long reclaimed;
+	int trash_fd;          /* our trash directory, flocked; -1 when none */
+	char trash[PATH_MAX];
+	unsigned long ntrash;  /* victims moved so far: their names' prefix */
 };
 
+/* Under the store lock: make our trash directory and adopt every trash
+ * directory whose gc is gone (its flock free: a gc killed before it emptied
+ * it).  0, or -1 (errno; the sweep then removes in place). */
+int gcstore_trash_open(struct gcstore *g);
+/* Take path (a file or a tree in the store) out of the store: count its
+ * bytes, then (unless dry) rename it into the trash (one atomic rename,
+ * cheap under the store lock), or remove it in place when there is no
+ * trash or the rename cannot be done (another file system).  Returns its
+ * bytes, or -1 (errno; ENOENT when path is gone). */
+long long gcstore_discard(struct gcstore *g, const char *path);
+/* After the store lock is released: delete the trash and close it. */
+void gcstore_trash_empty(struct gcstore *g);
+/* gcstore_discard, warning on a failure. */
 void gcstore_remove_tree(struct gcstore *g, const char *dir);
+/* Is a running VM (its lock held) recorded as resumed from warm/<key>?
+ * Read from the records now, for a caller holding the key's lock: a boot
+ * holds it shared from before it resumes until its record names the key. */
+int gcstore_warm_in_use(const char *key);
 long long parse_size(const char *s);
 int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size_t nrec,
 	       json_t *swept, json_t *evicted, long long *total);

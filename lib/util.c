@@ -663,6 +663,14 @@ int store_lock(void)
 	return fd;
 }
 
+void test_pause(const char *point)
+{
+	const char *k = getenv("ISOPOD_TEST_PAUSE_AT");
+
+	if (k && !strcmp(k, point))
+		raise(SIGSTOP);
+}
+
 int64_t mono_ms(void)
 {
 	struct timespec ts;

@@ -143,6 +143,11 @@ int run_options_print(const struct run_option *ro, const struct option *lo, char
 int lock_open(const char *path, int op);
 /* The store-wide lock for read-decide-write mutations. */
 int store_lock(void);
+/* Tests stop a tool at a named point to look at the store in a window a
+ * race would otherwise open: ISOPOD_TEST_PAUSE_AT=<point> makes the process
+ * SIGSTOP itself there (the test resumes it with SIGCONT).  A no-op unless
+ * the variable names this point. */
+void test_pause(const char *point);
 
 /* Milliseconds: monotonic and wall clock (epoch). */
 int64_t mono_ms(void);

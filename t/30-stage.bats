@@ -670,6 +670,45 @@ mkrec() {
 	json_is '.started == false'
 }
 
+@test "gc: victims leave the store under its lock and are deleted after it: a claim never waits for the deletion; a killed gc's trash goes with the next" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	big=$(mkrec "$ISOPOD_HOME" 1 stopped 7200)
+	head -c 8388608 /dev/zero >"$ISOPOD_HOME/vms/$big/disk.qcow2"
+	# the gc stops itself between releasing the store lock and deleting
+	ISOPOD_TEST_PAUSE_AT=gc-trash isopod-gc --all >"$BATS_TEST_TMPDIR/gc.json" 2>"$BATS_TEST_TMPDIR/gc.err" 3>&- &
+	gc=$!
+	wait_paused "$gc"
+	[ ! -e "$ISOPOD_HOME/vms/$big" ]
+	ls "$ISOPOD_HOME"/trash/gc-*/*-"$big"/disk.qcow2
+	# a claim now goes through at once: it never waits for that deletion
+	isopod-claim >"$BATS_TEST_TMPDIR/claim.json" 2>"$BATS_TEST_TMPDIR/claim.err" 3>&- &
+	claim=$!
+	rc=0
+	exited_or_blocked "$claim" || rc=$?
+	if [ "$rc" -ne 0 ]; then kill -CONT "$gc"; fi
+	[ "$rc" -eq 0 ]
+	wait "$claim"
+	jq -e .vm.id "$BATS_TEST_TMPDIR/claim.json"
+	ls "$ISOPOD_HOME"/trash/gc-*/*-"$big"/disk.qcow2
+	kill -CONT "$gc"
+	wait "$gc"
+	jq -e --arg b "$big" '.removed == [$b] and .reclaimed_bytes >= 8388608' "$BATS_TEST_TMPDIR/gc.json"
+	[ -z "$(ls -A "$ISOPOD_HOME/trash")" ]
+	# a gc killed there leaves its trash; the next gc deletes it
+	big=$(mkrec "$ISOPOD_HOME" 2 stopped 7200)
+	ISOPOD_TEST_PAUSE_AT=gc-trash isopod-gc --all >/dev/null 2>&1 3>&- &
+	gc=$!
+	wait_paused "$gc"
+	kill -KILL "$gc"
+	wait "$gc" || true
+	ls "$ISOPOD_HOME"/trash/gc-*/*-"$big"/meta.json
+	run --separate-stderr isopod-gc --dry-run
+	ls "$ISOPOD_HOME"/trash/gc-*/*-"$big"/meta.json
+	run --separate-stderr isopod-gc
+	[ "$status" -eq 0 ]
+	[ -z "$(ls -A "$ISOPOD_HOME/trash")" ]
+}
+
 @test "stage: labels base, debian and every registered flavor are reserved (100, before boot)" {
 	n=$(nvms)
 	for l in base debian; do

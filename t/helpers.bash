@@ -107,6 +107,37 @@ hold_lock() {
 	return 1
 }
 
+# wait_paused PID: until PID has stopped itself at its ISOPOD_TEST_PAUSE_AT
+# point (state T; at most 120 s); 1 when it exited or never stopped.
+wait_paused() {
+	local i st
+	for i in $(seq 1 1200); do
+		st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+		case $st in
+		T) return 0 ;;
+		'' | Z | X) echo "wait_paused: $1 exited" >&2; return 1 ;;
+		esac
+		sleep 0.1
+	done
+	echo "wait_paused: $1 never stopped" >&2
+	return 1
+}
+
+# exited_or_blocked PID: wait (at most 120 s) until PID has exited (0) or is
+# waiting for an flock (1; its request shows as blocked in /proc/locks).
+# Deterministic: which one it is never depends on how fast the host is.
+exited_or_blocked() {
+	local i st
+	for i in $(seq 1 1200); do
+		st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+		case $st in '' | Z | X) return 0 ;; esac
+		grep -Eq -- "-> FLOCK +ADVISORY +(WRITE|READ) +$1 " /proc/locks && return 1
+		sleep 0.1
+	done
+	echo "exited_or_blocked: $1 neither exited nor blocked" >&2
+	return 2
+}
+
 # run_many DIR N BUSY_TEXT CMD...: start CMD N times at once (output of run
 # i in DIR/i.json and DIR/i.err), wait for all, and count into ok, busy (exit
 # 102 with BUSY_TEXT on stderr) and other (anything else, shown on stderr).
