@@ -24,6 +24,32 @@ static json_t *orjnull(json_t *j)
 	return j ? j : json_null();
 }
 
+/* The chain's stages into layers, root first, each still present (meta
+ * and layer: a `stage rm` may have run since the chain was verified).
+ * The caller holds the store lock. */
+static void chain_layers(const char *stid, json_t *layers)
+{
+	char cur[64], p[PATH_MAX];
+
+	snprintf(cur, sizeof cur, "%s", stid);
+	for (;;) {
+		json_t *cm = stage_meta(cur);
+		const char *par;
+
+		pathf(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), cur);
+		if (!cm || access(p, R_OK) < 0)
+			die(EX_NOTFOUND, "stage %s was removed while the fork was prepared", cur);
+		json_array_insert_new(layers, 0, json_string(cur));
+		par = json_string_value(json_object_get(cm, "parent"));
+		if (!par) {
+			json_decref(cm);
+			return;
+		}
+		snprintf(cur, sizeof cur, "%.63s", par);
+		json_decref(cm);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {{"vm", required_argument, 0, 'v'},
@@ -34,7 +60,7 @@ int main(int argc, char **argv)
 	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX], id[VM_ID_SZ], why[512];
 	json_t *m = NULL, *vm, *layers, *out, *base;
 	char serr[DIAG_MAX];
-	int ch, depth = 0, r;
+	int ch, depth = 0, r, lk;
 	int64_t t0 = mono_ms();
 
 	progname = "isopod-fork";
@@ -67,25 +93,6 @@ int main(int argc, char **argv)
 		depth = (int)json_integer_value(json_object_get(m, "depth"));
 		flavor = json_string_value(json_object_get(json_object_get(m, "base"), "flavor"));
 		bsha = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
-		/* layers, root first */
-		for (char cur[64] = ""; ;) {
-			json_t *cm;
-			const char *p;
-
-			if (!cur[0])
-				snprintf(cur, sizeof cur, "%s", stid);
-			cm = stage_meta(cur);
-			if (!cm)
-				die(EX_SYS, "stage %s is broken: meta.json unreadable", cur);
-			json_array_insert_new(layers, 0, json_string(cur));
-			p = json_string_value(json_object_get(cm, "parent"));
-			if (!p) {
-				json_decref(cm);
-				break;
-			}
-			snprintf(cur, sizeof cur, "%.63s", p);
-			json_decref(cm);
-		}
 		pathf(backing, sizeof backing, "%s/stages/%s/layer.qcow2", store_home(), stid);
 	} else if (base_current(ref, sha, sizeof sha) == 0) {
 		flavor = ref;
@@ -99,6 +106,15 @@ int main(int argc, char **argv)
 	if (!flavor || !bsha)
 		die(EX_SYS, "stage %s has no base in its meta.json", stid);
 
+	/* Decide and record under the store lock: `stage rm` and `image rm`
+	 * decide under it too, and refuse a stage a claimed VM's record names;
+	 * the chain checked above must still be there once we hold it, and the
+	 * record names it before the lock goes. */
+	lk = store_lock();
+	if (stid[0])
+		chain_layers(stid, layers);
+	else if (access(backing, R_OK) < 0)
+		die(EX_NOTFOUND, "base image %s was removed while the fork was prepared", backing);
 	pathf(disk, sizeof disk, "%s/vms/%s/disk.qcow2", store_home(), vmid);
 	if (access(disk, F_OK) == 0)
 		die(EX_CONFLICT, "vm %s already has a disk", vmid);
@@ -109,6 +125,7 @@ int main(int argc, char **argv)
 		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0)
 			die(EX_SYS, "qemu-img create %s failed", disk);
 	}
+	test_pause("fork-created");
 	base = json_pack("{s:s, s:s}", "flavor", flavor, "sha256", bsha);
 	/* The VM record learns what it runs on: boot reads it, commit
 	 * records it as the new stage's parent. */
@@ -124,6 +141,7 @@ int main(int argc, char **argv)
 		}
 		json_decref(set);
 	}
+	close(lk);
 	{
 		char dir[PATH_MAX];
 

@@ -772,6 +772,34 @@ mkrec() {
 	jq -e --arg s "$st" '.removed == [$s]' <<<"$output"
 }
 
+@test "stage rm racing a fork: the fork decides and records under the store lock, so rm waits and then refuses (102, naming the VM)" {
+	st=$(isopod run --json-only --commit-as race-s -- true | jq -er .commit.stage.id)
+	vm=$(isopod-claim | jq -er .vm.id)
+	# the fork stops itself after qemu-img create, before its record names the chain
+	ISOPOD_TEST_PAUSE_AT=fork-created isopod-fork --vm "$vm" --stage race-s \
+		>"$BATS_TEST_TMPDIR/fork.json" 2>"$BATS_TEST_TMPDIR/fork.err" 3>&- &
+	fk=$!
+	wait_paused "$fk"
+	isopod-stage rm race-s >"$BATS_TEST_TMPDIR/rm.json" 2>"$BATS_TEST_TMPDIR/rm.err" 3>&- &
+	rmp=$!
+	blocked=0
+	exited_or_blocked "$rmp" || blocked=$?
+	kill -CONT "$fk"
+	wait "$fk"
+	rs=0
+	wait "$rmp" || rs=$?
+	cat "$BATS_TEST_TMPDIR/rm.err" >&2
+	[ "$blocked" -eq 1 ]
+	[ "$rs" -eq 102 ]
+	grep -q "stage $st is in use by vm $vm" "$BATS_TEST_TMPDIR/rm.err"
+	jq -e --arg s "$st" '.layers == [$s]' "$BATS_TEST_TMPDIR/fork.json"
+	[ -f "$ISOPOD_HOME/stages/$st/layer.qcow2" ]
+	qemu-img info "$ISOPOD_HOME/vms/$vm/disk.qcow2" >/dev/null
+	rm -rf "${ISOPOD_HOME:?}/vms/$vm"
+	run --separate-stderr isopod stage rm race-s
+	[ "$status" -eq 0 ]
+}
+
 @test "gc: prunes kernels nothing uses; never the current one or a running VM's" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
