@@ -700,6 +700,7 @@ int main(int argc, char **argv)
 		warn("unable to make a trash directory in %s/trash (removing in place):",
 		     store_home());
 	recs = sweep_records(keep_last, older, now, removed, &nrec, &kept);
+	test_pause("gc-records");
 
 	stale_probes();
 	warm_sweep(warm_removed);

@@ -547,6 +547,37 @@ static int lock_until(const struct pool *w, int64_t until)
 	}
 }
 
+/* Hold the key's lock shared for as long as this boot may resume from the
+ * snapshot, and make sure it is (still) published.  isopod-gc evicts and
+ * isopod-warm removes a snapshot only holding the lock exclusively (then,
+ * gc, only when no running VM's record names it): a snapshot this boot is
+ * about to resume, or resuming, or runs on before its record names the key,
+ * stays.  GOT_PUBLISHED, or GOT_NONE with a warning. */
+static int hold_published(struct pool *w)
+{
+	int64_t until = mono_ms() + RETIRE_WAIT_MS;
+
+	for (;;) {
+		w->hold = warm_lock(w->key, LOCK_SH | LOCK_NB);
+		if (w->hold >= 0 || errno != EWOULDBLOCK || mono_ms() >= until || owner_gone(w))
+			break;
+		usleep(20 * 1000);
+	}
+	if (w->hold < 0) {
+		warm_warn(w, "warm snapshot %.12s busy (being removed?); booted cold", w->key);
+		return GOT_NONE;
+	}
+	if (!published(w)) {
+		close(w->hold);
+		w->hold = -1;
+		warm_warn(w, "warm snapshot %.12s was removed before it could be resumed; booted cold",
+			  w->key);
+		return GOT_NONE;
+	}
+	test_pause("warm-resume");
+	return GOT_PUBLISHED;
+}
+
 /* Make sure a snapshot of this shape exists: one run builds it under the
  * key's lock, runs that find the lock held wait for it (bounded) and then
  * use what was published.  Returns GOT_BUILT (we built it), GOT_PUBLISHED
@@ -558,7 +589,7 @@ int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline)
 	int lk, built = 0;
 
 	if (published(w))
-		return GOT_PUBLISHED;
+		return hold_published(w);
 	lk = warm_lock(w->key, LOCK_EX | LOCK_NB);
 	if (lk < 0 && errno != EWOULDBLOCK) {
 		warm_warn(w, "warm pool not used: unable to lock %s.lock: %s", w->dir, strerror(errno));
@@ -569,11 +600,19 @@ int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline)
 		 * what is left at most, a cold boot may follow. */
 		until = t0 + w->wait_ms < t0 + (deadline - t0) / 2 ? t0 + w->wait_ms
 								   : t0 + (deadline - t0) / 2;
-		lk = lock_until(w, until);
+		/* The builder holds the lock on (shared) while it resumes
+		 * from what it published: stop waiting once it is there. */
+		for (;;) {
+			lk = warm_lock(w->key, LOCK_EX | LOCK_NB);
+			if (lk >= 0 || errno != EWOULDBLOCK || published(w) || mono_ms() >= until ||
+			    owner_gone(w))
+				break;
+			usleep(20 * 1000);
+		}
 		if (lk >= 0)
 			close(lk);
 		if (published(w))
-			return GOT_PUBLISHED;
+			return hold_published(w);
 		if (lk >= 0)
 			warm_warn(w, "the run that was building the warm snapshot %.12s failed; booted cold",
 			      w->key);
@@ -584,7 +623,7 @@ int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline)
 	}
 	if (published(w)) { /* it was published while we took the lock */
 		close(lk);
-		return GOT_PUBLISHED;
+		return hold_published(w);
 	}
 	/* A directory without meta.json was never published by us (that is
 	 * one rename of a complete one): whatever it is, it goes. */
@@ -631,8 +670,16 @@ int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline)
 	}
 	if (!built && tree_remove(sd, NULL) < 0)
 		warn("unable to remove %s:", sd);
+	/* What we built we resume from: keep the lock, shared (a downgrade
+	 * conflicts with nobody: no one else holds it). */
+	if (built && flock(lk, LOCK_SH) == 0) {
+		w->hold = lk;
+		return GOT_BUILT;
+	}
 	close(lk);
-	return built ? GOT_BUILT : GOT_NONE;
+	if (!built)
+		return GOT_NONE;
+	return hold_published(w) == GOT_PUBLISHED ? GOT_BUILT : GOT_NONE;
 }
 
 /* Take the published snapshot out of use (the next run rebuilds it), but
@@ -641,7 +688,13 @@ int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline)
 void warm_retire(struct pool *w)
 {
 	struct stat st;
-	int lk = lock_until(w, mono_ms() + RETIRE_WAIT_MS);
+	int lk;
+
+	/* Our own shared hold would stand in our way. */
+	if (w->hold >= 0)
+		close(w->hold);
+	w->hold = -1;
+	lk = lock_until(w, mono_ms() + RETIRE_WAIT_MS);
 
 	if (lk < 0) {
 		warm_warn(w, "unable to retire the warm snapshot %.12s: its lock is busy", w->key);

@@ -39,13 +39,17 @@ struct pool {
 	dev_t dev;               /* the snapshot directory resumed from: */
 	ino_t ino;               /*   retire that one, never a newer build */
 	int ownerfd;             /* the owner's pidfd (-1 with --keep) */
+	int hold;                /* warm/<key>.lock held shared from before the
+				  * snapshot is opened until this process exits
+				  * (its record names warm_key by then): gc and
+				  * isopod-warm rm never remove it meanwhile */
 	long long wait_ms;       /* ISOPOD_WARM_WAIT_MS */
 	const struct qemu_vm *vm;
 	const struct img *im;
 	struct conn *conn;       /* the agent connection's buffers (large) */
 };
 
-#define POOL_INIT { .path = "cold", .resume_ms = -1, .build_ms = -1, .ownerfd = -1 }
+#define POOL_INIT { .path = "cold", .resume_ms = -1, .build_ms = -1, .ownerfd = -1, .hold = -1 }
 
 enum { GOT_NONE, GOT_PUBLISHED, GOT_BUILT };
 
@@ -63,7 +67,8 @@ int warm_setup(struct pool *w, json_t *rec, long long disk_bytes, const char *fo
 	       const char *net_mode);
 /* Make sure a snapshot of this shape exists (building it in the VM in's
  * directory when plain or forked).  GOT_BUILT, GOT_PUBLISHED or GOT_NONE
- * (boot cold; a warning says why). */
+ * (boot cold; a warning says why).  With a snapshot, its key's lock is held
+ * shared (w->hold) until exit or warm_retire. */
 int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline);
 /* Open the published snapshot and check it.  0, or -1 with why. */
 int snap_open(struct pool *w, struct snap *sn, char *why, size_t wsz);

@@ -595,7 +595,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	jq -e '.key_text | test("\nnet open\n") and test("ifname=@tap") and test("mac=@mac")' "$(W)/$k_open/meta.json"
 }
 
-@test "warm: gc keeps the pool within its byte budget, least recently used first, never a snapshot a running VM was resumed from" {
+@test "warm: gc keeps the pool within its byte budget, least recently used first, never a snapshot a running VM was resumed from, nor one a boot is resuming" {
 	boot_vm --mem-mib 392
 	[ "$status" -eq 0 ]
 	busy=$(jq -r .warm_key <<<"$output")
@@ -625,6 +625,37 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	run --separate-stderr isopod-exec --vm "$vm" -- echo alive
 	json_is '.stdout == "alive\n"'
 	stop_vm "$vm"
+	# a boot about to resume it (stopped at its pause point, the key's lock
+	# held shared, its record not naming the key yet): never evicted
+	vm2=$(isopod-claim | jq -er .vm.id)
+	ISOPOD_TEST_PAUSE_AT=warm-resume isopod-boot --vm "$vm2" --owner-pid $$ --mem-mib 392 \
+		>"$BATS_TEST_TMPDIR/b2.json" 2>"$BATS_TEST_TMPDIR/b2.err" 3>&- &
+	bp=$!
+	wait_paused "$bp"
+	run --separate-stderr isopod-gc --warm-budget 0
+	kill -CONT "$bp"
+	wait "$bp"
+	jout --arg b "$busy" 'all(.warm_evicted[]; .key != $b)'
+	[ -d "$(W)/$busy" ]
+	jq -e --arg b "$busy" '.path == "warm" and .warm_key == $b' "$BATS_TEST_TMPDIR/b2.json"
+	stop_vm "$vm2"
+	# a gc that read the records before a boot resumed from it (the gc
+	# stopped after reading them): under the key's lock it reads them again
+	vm3=$(isopod-claim | jq -er .vm.id)
+	ISOPOD_TEST_PAUSE_AT=gc-records isopod-gc --warm-budget 0 >"$BATS_TEST_TMPDIR/gc.json" \
+		2>"$BATS_TEST_TMPDIR/gc.err" 3>&- &
+	gp=$!
+	wait_paused "$gp"
+	rc=0
+	isopod-boot --vm "$vm3" --owner-pid $$ --mem-mib 392 >"$BATS_TEST_TMPDIR/b3.json" \
+		2>"$BATS_TEST_TMPDIR/b3.err" 3>&- || rc=$?
+	kill -CONT "$gp"
+	wait "$gp"
+	[ "$rc" -eq 0 ]
+	jq -e --arg b "$busy" '.path == "warm" and .warm_key == $b' "$BATS_TEST_TMPDIR/b3.json"
+	jq -e --arg b "$busy" 'all(.warm_evicted[]; .key != $b)' "$BATS_TEST_TMPDIR/gc.json"
+	[ -d "$(W)/$busy" ]
+	stop_vm "$vm3"
 	run --separate-stderr isopod-gc --warm-budget 0
 	jout --arg b "$busy" '[.warm_evicted[].key] == [$b] and .warm_bytes == 0'
 	# the budget from the config file; a bad one names file and line
