@@ -151,50 +151,106 @@ static int owner_alive(const struct rec *r)
 	return t >= 0 && t <= r->created + 2;
 }
 
-/* A retention setting: the option when given, else the config file's
- * key, else dflt.  Bad values in a file are usage errors naming file:line. */
-static long long policy(long long opt, const char *key, int is_dur, long long dflt)
+/* The kinds of setting, and what each accepts.  Across every gc key `off`
+ * turns the setting off (it keeps, limits or starts nothing) and 0 is the
+ * number zero: gc_keep_last and gc_grace off protect nothing, as 0 does;
+ * warm_budget off sets no budget, 0 evicts every snapshot not in use;
+ * gc_interval off starts no automatic gc, 0 one after every run. */
+enum { SET_COUNT, SET_DUR, SET_SIZE, SET_INTERVAL };
+#define SET_OFF (-2) /* warm_budget and gc_interval: off */
+
+static const char *const set_want[] = {
+	[SET_COUNT] = "a count (or off)",
+	[SET_DUR] = "a duration like 30s, 10m, 2h, 7d (or 0, or off)",
+	[SET_SIZE] = "a size like 512M, 4G (or 0, or off)",
+	[SET_INTERVAL] = "a duration like 5m (or 0: every run, or off)",
+};
+
+/* One value of a kind: 0 and *out, or -1. */
+static int set_parse(int kind, const char *v, long long *out)
+{
+	if (!strcmp(v, "off")) {
+		*out = kind == SET_SIZE || kind == SET_INTERVAL ? SET_OFF : 0;
+		return 0;
+	}
+	if (!strcmp(v, "0") && kind != SET_COUNT) {
+		*out = 0;
+		return 0;
+	}
+	switch (kind) {
+	case SET_COUNT: return parse_ll(v, 0, INT_MAX, out);
+	case SET_SIZE: return (*out = parse_size(v)) < 0 ? -1 : 0;
+	default: return (*out = parse_dur(v)) < 0 ? -1 : 0;
+	}
+}
+
+/* A setting: the option when given (opt != -1), else the config file's
+ * key, else dflt.  0, or the exit status with err naming file:line (the
+ * automatic gc, whose stderr nobody reads, puts it in its report). */
+static int policy(long long opt, const char *key, int kind, long long dflt, long long *out,
+		  char *err, size_t esz)
 {
 	char v[256], where[4200];
-	long long n;
 	int r;
 
-	if (opt >= 0)
-		return opt;
-	if ((r = config_value(key, v, sizeof v, where, sizeof where)) < 0)
-		die(EX_SYS, "unable to read %s:", where);
-	if (!r)
-		return dflt;
-	if (is_dur && (!strcmp(v, "off") || !strcmp(v, "0")))
+	*out = opt;
+	if (opt != -1)
 		return 0;
-	if (is_dur ? (n = parse_dur(v)) < 0 : parse_ll(v, 0, INT_MAX, &n) < 0)
-		die(EX_USAGE, "config %s: %s %s: want %s", where, key, EXC(v),
-		    is_dur ? "a duration like 30s, 10m, 2h, 7d (or off)" : "a count");
-	return n;
+	if ((r = config_value(key, v, sizeof v, where, sizeof where)) < 0) {
+		snprintf(err, esz, "unable to read %s: %s", where, strerror(errno));
+		return EX_SYS;
+	}
+	*out = dflt;
+	if (r && set_parse(kind, v, out) < 0) {
+		snprintf(err, esz, "config %s: %s %s: want %s", where, key, EXC(v), set_want[kind]);
+		return EX_USAGE;
+	}
+	return 0;
+}
+
+/* The automatic gc's interval: ISOPOD_GC_INTERVAL, else gc_interval. */
+static int auto_interval(long long *every, char *err, size_t esz)
+{
+	const char *e = getenv("ISOPOD_GC_INTERVAL");
+
+	if (!e || !*e)
+		return policy(-1, "gc_interval", SET_INTERVAL, AUTO_INTERVAL_DEFAULT_S, every, err,
+			      esz);
+	if (set_parse(SET_INTERVAL, e, every) < 0) {
+		snprintf(err, esz, "ISOPOD_GC_INTERVAL %s: want %s", EXC(e), set_want[SET_INTERVAL]);
+		return EX_USAGE;
+	}
+	return 0;
+}
+
+/* --auto with a setting it cannot read: the report says so (isopod df
+ * shows it), stdout too; a usage error. */
+static void auto_failed(int code, const char *msg)
+{
+	char p[PATH_MAX], now[32];
+	json_t *r = json_pack("{s:b, s:b, s:s, s:s}", "auto", 1, "started", 0, "error", msg,
+			      "at", iso_now(now, sizeof now));
+
+	pathf(p, sizeof p, "%s/locks", store_home());
+	mkdirs(p, 0700);
+	pathf(p, sizeof p, "%s/locks/gc-auto.json", store_home());
+	if (!r || json_write_atomic(p, r) < 0)
+		warn("unable to write %s:", p);
+	json_emit(r);
+	die(code, "%s", msg);
 }
 
 /* --auto: 1 when this process should go on and collect (detached from its
  * caller, holding locks/gc), 0 when it is not due or another gc runs.
  * Costs a stat when not due: every run calls it. */
-static int auto_start(void)
+static int auto_start(long long every)
 {
 	char p[PATH_MAX], stamp[PATH_MAX], v[64];
-	const char *e = getenv("ISOPOD_GC_INTERVAL");
-	long long every;
 	struct stat st;
 	pid_t pid;
 	int lk, fd;
 
-	if (e && *e) {
-		if (!strcmp(e, "off") || !strcmp(e, "0"))
-			every = 0;
-		else if ((every = parse_dur(e)) < 0)
-			die(EX_USAGE, "ISOPOD_GC_INTERVAL %s: want a duration like 5m (or off)",
-			    EXC(e));
-	} else {
-		every = policy(-1, "gc_interval", 1, AUTO_INTERVAL_DEFAULT_S);
-	}
-	if (!every)
+	if (every == SET_OFF)
 		return 0;
 	pathf(stamp, sizeof stamp, "%s/locks/gc-auto", store_home());
 	if (stat(stamp, &st) == 0 && time(NULL) - st.st_mtime < every && st.st_mtime <= time(NULL))
@@ -211,6 +267,14 @@ static int auto_start(void)
 	snprintf(v, sizeof v, "%lld\n", (long long)time(NULL));
 	if (atomic_write(stamp, v, strlen(v), 0600) < 0)
 		die(EX_SYS, "unable to write %s:", stamp);
+	/* The store by an absolute path: we leave the caller's directory. */
+	if (store_home()[0] != '/') {
+		char *abs = realpath(store_home(), NULL);
+
+		if (!abs || setenv("ISOPOD_HOME", abs, 1) < 0)
+			die(EX_SYS, "unable to resolve %s:", store_home());
+		free(abs);
+	}
 	/* Detach: the run that started us goes on at once; we outlive it,
 	 * in a session of our own, at low priority, holding locks/gc (the
 	 * lock is on the open file, which the child keeps). */
@@ -221,12 +285,23 @@ static int auto_start(void)
 		exit(0);
 	}
 	setsid();
+	/* Hold no directory of the caller's busy (an unmount, a removal). */
+	if (chdir("/") < 0)
+		die(EX_SYS, "unable to chdir to /:");
 	if (nice(10) == -1) {
 		/* best effort: a gc at normal priority is still correct */
 	}
+	/* stdin and stdout: /dev/null; stderr: locks/gc-auto.log, so that
+	 * whatever stops a detached gc can still be read. */
+	pathf(p, sizeof p, "%s/locks/gc-auto.log", store_home());
 	if ((fd = open("/dev/null", O_RDWR | O_CLOEXEC)) >= 0) {
 		dup2(fd, 0);
 		dup2(fd, 1);
+		dup2(fd, 2);
+		if (fd > 2)
+			close(fd);
+	}
+	if ((fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600)) >= 0) {
 		dup2(fd, 2);
 		if (fd > 2)
 			close(fd);
@@ -616,8 +691,9 @@ int main(int argc, char **argv)
 	struct rec *recs = NULL;
 	size_t nrec = 0;
 	int all = 0, is_auto = 0, df = 0, cache = 0;
-	long long budget = -1, warm_total = 0;
-	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL;
+	long long budget = -1, warm_total = 0, every = 0;
+	char err[4600];
+	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL, *cache_busy = NULL;
 	json_t *removed, *out, *warm_removed;
 	time_t now = time(NULL);
 	int c, lk;
@@ -669,20 +745,17 @@ int main(int argc, char **argv)
 		die(EX_USAGE, "--auto applies the configured policy; it takes no --all or --dry-run");
 	if (all)
 		keep_last = older = 0;
-	keep_last = policy(keep_last, "gc_keep_last", 0, KEEP_LAST_DEFAULT);
-	older = policy(older, "gc_grace", 1, GRACE_DEFAULT_S);
-	if (budget == -1) {
-		char v[256], where[4200];
-		int r = config_value("warm_budget", v, sizeof v, where, sizeof where);
-
-		if (r < 0)
-			die(EX_SYS, "unable to read %s:", where);
-		budget = r ? parse_size(v) : WARM_BUDGET_DEFAULT;
-		if (budget == -1)
-			die(EX_USAGE, "config %s: warm_budget %s: want a size like 512M, 4G (or off)",
-			    where, EXC(v));
+	if ((c = policy(keep_last, "gc_keep_last", SET_COUNT, KEEP_LAST_DEFAULT, &keep_last, err,
+			sizeof err)) ||
+	    (c = policy(older, "gc_grace", SET_DUR, GRACE_DEFAULT_S, &older, err, sizeof err)) ||
+	    (c = policy(budget, "warm_budget", SET_SIZE, WARM_BUDGET_DEFAULT, &budget, err,
+			sizeof err)) ||
+	    (is_auto && (c = auto_interval(&every, err, sizeof err)))) {
+		if (is_auto)
+			auto_failed(c, err);
+		die(c, "%s", err);
 	}
-	if (is_auto && !auto_start()) {
+	if (is_auto && !auto_start(every)) {
 		json_emit(json_pack("{s:b}", "started", 0));
 		return 0;
 	}
@@ -710,7 +783,7 @@ int main(int argc, char **argv)
 	if (cache) {
 		if (!(cache_removed = json_array()))
 			die(EX_SYS, "unable to allocate memory:");
-		if (cache_sweep(&gs, older, cache_removed) < 0)
+		if (!(cache_busy = json_array()) || cache_sweep(&gs, older, cache_removed, cache_busy) < 0)
 			die(EX_SYS, "unable to allocate memory:");
 	}
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
@@ -727,11 +800,21 @@ int main(int argc, char **argv)
 			"warm_budget", budget >= 0 ? json_integer(budget) : json_null());
 	if (!out)
 		die(EX_SYS, "unable to build the output");
-	if (cache_removed)
+	if (cache_removed) {
 		json_object_set_new(out, "cache_removed", cache_removed);
+		json_object_set_new(out, "cache_busy", cache_busy);
+	}
 	if (usage) {
+		json_t *ar;
+
 		json_object_set_new(out, "store", json_string(store_home()));
 		json_object_set_new(out, "usage", usage);
+		/* The last automatic gc's error (a bad setting): nobody reads
+		 * its stderr. */
+		pathf(p, sizeof p, "%s/locks/gc-auto.json", store_home());
+		ar = json_load_path(p);
+		json_object_set(out, "auto_error", json_object_get(ar, "error") ?: json_null());
+		json_decref(ar);
 	}
 	if (is_auto) {
 		/* Our stdout is /dev/null: the report goes beside the stamp. */

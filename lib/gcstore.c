@@ -440,9 +440,11 @@ static int newest_entry_first(const void *a, const void *b)
  * images/build-base also falls back on it offline), every entry younger
  * than the grace period, and every entry whose artifact this store has
  * registered (the same inode).  The rest goes.  base/debs (the verified
- * package downloads) is left alone.  0, or -1 (errno ENOMEM) when out of
- * memory. */
-int cache_sweep(struct gcstore *g, long long grace, json_t *out)
+ * package downloads) is left alone.  Each kind is swept holding its lock
+ * (<kind>/.lock, which images/build-* hold while they build); a kind whose
+ * build is running is left alone and named in busy.  0, or -1 (errno
+ * ENOMEM) when out of memory. */
+int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy)
 {
 	static const char *const kinds[] = { "kernel", "base", "tools", NULL };
 	char root[PATH_MAX], dir[PATH_MAX], p[PATH_MAX], store_dir[PATH_MAX];
@@ -456,9 +458,17 @@ int cache_sweep(struct gcstore *g, long long grace, json_t *out)
 		struct stat st;
 		DIR *d;
 
+		int lk;
+
 		pathf(dir, sizeof dir, "%s/%s", root, *k);
 		if (!(d = opendir(dir)))
 			continue;
+		pathf(p, sizeof p, "%s/.lock", dir);
+		if ((lk = lock_open(p, LOCK_EX | LOCK_NB)) < 0) {
+			closedir(d);
+			json_array_append_new(busy, json_string(*k));
+			continue;
+		}
 		while ((de = readdir(d))) {
 			json_t *in;
 
@@ -472,6 +482,7 @@ int cache_sweep(struct gcstore *g, long long grace, json_t *out)
 				if (!(nv = realloc(v, cap * sizeof *v))) {
 					free(v);
 					closedir(d);
+					close(lk);
 					errno = ENOMEM;
 					return -1;
 				}
@@ -523,6 +534,7 @@ int cache_sweep(struct gcstore *g, long long grace, json_t *out)
 							     (json_int_t)(g->reclaimed - b)));
 		}
 		free(v);
+		close(lk);
 	}
 	return 0;
 }

@@ -58,6 +58,6 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 void prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t *swept,
 		   json_t *out);
 json_t *store_usage(void);
-int cache_sweep(struct gcstore *g, long long grace, json_t *out);
+int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy);
 
 #endif

@@ -668,6 +668,33 @@ mkrec() {
 	unset ISOPOD_GC_INTERVAL
 	run --separate-stderr isopod-gc --auto
 	json_is '.started == false'
+	# 0 is the number: a gc after every run; the detached gc left the
+	# caller's directory, and its stderr goes to locks/gc-auto.log
+	printf 'gc_interval = 0\n' >"$BATS_TEST_TMPDIR/config"
+	for _ in 1 2; do
+		ISOPOD_TEST_PAUSE_AT=gc-trash run --separate-stderr isopod-gc --auto
+		json_is '.started == true'
+		gp=$(jq -r .pid <<<"$output")
+		wait_paused "$gp"
+		cwd=$(readlink "/proc/$gp/cwd") fd2=$(readlink "/proc/$gp/fd/2")
+		kill -CONT "$gp"
+		for _ in $(seq 1 100); do kill -0 "$gp" 2>/dev/null || break; sleep 0.1; done
+		[ "$cwd" = / ] && [ "$fd2" = "$ISOPOD_HOME/locks/gc-auto.log" ]
+	done
+	# a bad setting: the automatic gc says so in its report, and df shows it
+	printf 'gc_grace = soon\n' >"$BATS_TEST_TMPDIR/config"
+	run --separate-stderr isopod-gc --auto
+	[ "$status" -eq 100 ]
+	json_is '.started == false and (.error | test("config:1: gc_grace soon"))'
+	jq -e '.error | test("gc_grace soon")' "$ISOPOD_HOME/locks/gc-auto.json"
+	ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc --df
+	json_is '.auto_error | test("config:1: gc_grace soon")'
+	printf 'gc_interval = 0\n' >"$BATS_TEST_TMPDIR/config"
+	run --separate-stderr isopod-gc --auto
+	json_is '.started == true'
+	for _ in $(seq 1 100); do jq -e '.error == null and .auto' "$ISOPOD_HOME/locks/gc-auto.json" >/dev/null && break; sleep 0.1; done
+	ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc --df
+	json_is '.auto_error == null'
 }
 
 @test "gc: victims leave the store under its lock and are deleted after it: a claim never waits for the deletion; a killed gc's trash goes with the next" {
@@ -879,6 +906,11 @@ mkrec() {
 	[ -d "$c/kernel/$(h k-old)" ]
 	run --separate-stderr isopod-gc
 	json_is '.cache_removed == null'
+	# a kernel build holding its kind's lock: that kind is left alone
+	hold_lock "$c/kernel/.lock"
+	run --separate-stderr isopod-gc --cache --dry-run
+	kill "$holder"
+	json_is '.cache_busy == ["kernel"] and all(.cache_removed[]; .kind == "base")'
 	run --separate-stderr isopod-gc --cache
 	json_is "(.cache_removed | map(.key) | sort) == $want and all(.cache_removed[]; .bytes > 0)"
 	[ ! -e "$c/kernel/$(h k-old)" ] && [ ! -e "$c/base/$(h b-old)" ] && [ ! -e "$c/base/$(h b-new)" ]
