@@ -702,13 +702,12 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'k':
-			if (parse_ll(optarg, 0, INT_MAX, &keep_last) < 0)
-				die(EX_USAGE, "--keep-last %s: want a count 0..%d", EXC(optarg), INT_MAX);
+			if (set_parse(SET_COUNT, optarg, &keep_last) < 0)
+				die(EX_USAGE, "--keep-last %s: want %s", EXC(optarg), set_want[SET_COUNT]);
 			break;
 		case 'o':
-			if ((older = parse_dur(optarg)) < 0)
-				die(EX_USAGE, "--older-than %s: want a duration like 30s, 10m, 2h, 7d",
-				    EXC(optarg));
+			if (set_parse(SET_DUR, optarg, &older) < 0)
+				die(EX_USAGE, "--older-than %s: want %s", EXC(optarg), set_want[SET_DUR]);
 			break;
 		case 'n':
 			gs.dry_run = 1;
@@ -726,9 +725,8 @@ int main(int argc, char **argv)
 			cache = 1;
 			break;
 		case 'w':
-			if ((budget = parse_size(optarg)) == -1)
-				die(EX_USAGE, "--warm-budget %s: want a size like 512M, 4G (or off)",
-				    EXC(optarg));
+			if (set_parse(SET_SIZE, optarg, &budget) < 0)
+				die(EX_USAGE, "--warm-budget %s: want %s", EXC(optarg), set_want[SET_SIZE]);
 			break;
 		case 'h':
 			puts("usage: " USAGE);
