@@ -240,6 +240,20 @@ static void auto_failed(int code, const char *msg)
 	die(code, "%s", msg);
 }
 
+/* --df: the last automatic gc's error (a bad setting), else null: nobody
+ * reads its stderr. */
+static json_t *auto_error(void)
+{
+	char p[PATH_MAX];
+	json_t *r, *e;
+
+	pathf(p, sizeof p, "%s/locks/gc-auto.json", store_home());
+	r = json_load_path(p);
+	e = json_incref(json_object_get(r, "error"));
+	json_decref(r);
+	return e ? e : json_null();
+}
+
 /* --auto: 1 when this process should go on and collect (detached from its
  * caller, holding locks/gc), 0 when it is not due or another gc runs.
  * Costs a stat when not due: every run calls it. */
@@ -803,16 +817,9 @@ int main(int argc, char **argv)
 		json_object_set_new(out, "cache_busy", cache_busy);
 	}
 	if (usage) {
-		json_t *ar;
-
 		json_object_set_new(out, "store", json_string(store_home()));
 		json_object_set_new(out, "usage", usage);
-		/* The last automatic gc's error (a bad setting): nobody reads
-		 * its stderr. */
-		pathf(p, sizeof p, "%s/locks/gc-auto.json", store_home());
-		ar = json_load_path(p);
-		json_object_set(out, "auto_error", json_object_get(ar, "error") ?: json_null());
-		json_decref(ar);
+		json_object_set_new(out, "auto_error", auto_error());
 	}
 	if (is_auto) {
 		/* Our stdout is /dev/null: the report goes beside the stamp. */
