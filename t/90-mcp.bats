@@ -230,9 +230,19 @@ EOF
 }
 
 @test "mcp: a copy_out NAME made a symlink to a directory during the run is not followed" {
-	# Checked at call time (absent), planted while the command sleeps: the
-	# file must not land in the symlink's target (outside the I/O root).
-	( sleep 3; ln -s ../outside "$IO/sub/planted" ) &
+	# Checked at call time (absent), planted while the command sleeps (once
+	# its VM runs: a fixed delay planted it before the call started on a
+	# loaded host): the file must not land in the symlink's target (outside
+	# the I/O root).
+	local n0 i
+	n0=$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)
+	(
+		for i in $(seq 1 300); do
+			[ "$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)" -le "$n0" ] || break
+			sleep 0.2
+		done
+		ln -s ../outside "$IO/sub/planted"
+	) &
 	local planter=$!
 	call sandbox_run '{"command":"echo evil > /tmp/authorized_keys; sleep 8","copy_out":[{"guest":"/tmp/authorized_keys","host":"planted"}]}'
 	wait "$planter"
