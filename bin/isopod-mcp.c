@@ -61,25 +61,27 @@ static const char *const levels[] = { "debug", "info", "notice", "warning", "err
 
 /* ---- output ------------------------------------------------------------------ */
 
-void send_msg(json_t *msg)
+/* One message, one line, one write: a line is never interleaved.  A
+ * client that is gone (EPIPE) is -1 for the caller to return up to the
+ * poll loop, which ends the server. */
+int send_msg(json_t *msg)
 {
 	size_t n;
 	char *line = rpc_line(msg, &n);
+	int rc;
 
 	json_decref(msg);
-	if (!line) { /* a message that did not build: never a reason to die */
+	if (!line) { /* a message that did not build: never a reason to stop */
 		fprintf(stderr, "%s: error: unable to encode a message\n", progname);
-		return;
+		return 0;
 	}
-	/* One write per message: a line is never interleaved.  A client that
-	 * is gone ends the server (EPIPE), as stdin's end does. */
-	if (write_all(1, line, n) < 0)
-		die(EX_SYS, "unable to write to standard output:");
-	free(line);
+	rc = write_all(1, line, n);
+	free(line); /* errno kept (glibc's free, POSIX.1-2024) */
+	return rc < 0 ? -1 : 0;
 }
 
-__attribute__((format(printf, 3, 4))) void logmsg(struct server *s, int level,
-							 const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) int logmsg(struct server *s, int level,
+							const char *fmt, ...)
 {
 	char m[1024];
 	va_list ap;
@@ -89,29 +91,33 @@ __attribute__((format(printf, 3, 4))) void logmsg(struct server *s, int level,
 	va_end(ap);
 	if (level >= 1 || s->level == 0)
 		fprintf(stderr, "%s: %s: %s\n", progname, levels[level], m);
-	if (s->initialized && level >= s->level)
-		send_msg(rpc_notification("notifications/message",
-					  json_pack("{s:s, s:s, s:s}", "level", levels[level],
-						    "logger", "isopod-mcp", "data", m)));
+	if (!s->initialized || level < s->level)
+		return 0;
+	return send_msg(rpc_notification("notifications/message",
+					 json_pack("{s:s, s:s, s:s}", "level", levels[level],
+						   "logger", "isopod-mcp", "data", m)));
 }
 
-void reply_error(json_t *id, int code, const char *msg, json_t *data)
+int reply_error(json_t *id, int code, const char *msg, json_t *data)
 {
-	send_msg(rpc_error(id, code, msg ? msg : "invalid params", data));
+	return send_msg(rpc_error(id, code, msg ? msg : "invalid params", data));
 }
 
 /* A tool's answer: structuredContent, and the same JSON as text. */
-void reply_tool(json_t *id, json_t *sc, int is_error)
+int reply_tool(json_t *id, json_t *sc, int is_error)
 {
 	char *text = json_dumps(sc, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_t *r;
 
-	if (!text)
-		die(EX_SYS, "unable to encode a result: out of memory");
+	if (!text) {
+		json_decref(sc);
+		errno = ENOMEM;
+		return -1;
+	}
 	r = json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", text,
 		      "structuredContent", sc, "isError", is_error);
 	free(text);
-	send_msg(rpc_result(id, r));
+	return send_msg(rpc_result(id, r));
 }
 
 
@@ -137,35 +143,42 @@ static json_t *tool_list(void)
 	return json_pack("{s:o}", "tools", a);
 }
 
-static void start_call(struct server *s, struct call *c)
+/* 0, or -1 when a message could not be sent (the call is answered or
+ * running all the same). */
+static int start_call(struct server *s, struct call *c)
 {
 	int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
 	struct proc_spec ps = PROC_SPEC(c->argv);
 	char status_env[] = "ISOPOD_STATUS_FD=3", vmid_env[] = "ISOPOD_VM_ID_FD=9", *envv[3];
+	char progress_env[] = "ISOPOD_PROGRESS_FD=9";
 	int ne = 0;
 	pid_t pid;
+	int rc;
 
-	if (!attested(s, c) || build_call(s, c) < 0) {
+	if ((rc = attested(s, c)) != 0 || (rc = build_call(s, c)) != 0) {
 		call_free(c);
-		return;
+		return rc < 0 ? -1 : 0;
 	}
 	ps.argv = c->argv;
 	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
 	    (c->tool->runner == R_TOOL &&
 	     (c->status_fd = memfd_create("isopod-mcp-status", MFD_CLOEXEC)) < 0) ||
-	    (!strcmp(c->tool->name, "sandbox_run") &&
-	     (c->vmid_fd = memfd_create("isopod-mcp-vm", MFD_CLOEXEC)) < 0)) {
-		logmsg(s, 4, "unable to start %s: %s", c->tool->name, strerror(errno));
-		reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
-					  strerror(errno)), 1);
+	    (HAS_NOTES(c->tool) &&
+	     (c->notes_fd = memfd_create("isopod-mcp-notes", MFD_CLOEXEC)) < 0)) {
+		int e = errno;
+
 		for (int i = 0; i < 2; i++) {
 			if (po[i] >= 0)
 				close(po[i]);
 			if (pe[i] >= 0)
 				close(pe[i]);
 		}
+		rc = logmsg(s, 4, "unable to start %s: %s", c->tool->name, strerror(e));
+		if (rc == 0)
+			rc = reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
+							    strerror(e)), 1);
 		call_free(c);
-		return;
+		return rc;
 	}
 	ps.file = c->argv[0];
 	ps.in = c->in_fd >= 0 ? c->in_fd : PROC_NULL;
@@ -177,11 +190,11 @@ static void start_call(struct server *s, struct call *c)
 		ps.keep[0] = c->status_fd, ps.nkeep = 1;
 		envv[ne++] = status_env;
 	}
-	if (c->vmid_fd >= 0) {
-		for (int i = 0; i < VMID_FD - 3; i++)
+	if (c->notes_fd >= 0) {
+		for (int i = ps.nkeep; i < NOTES_FD - 3; i++)
 			ps.keep[i] = PROC_NULL;
-		ps.keep[VMID_FD - 3] = c->vmid_fd, ps.nkeep = VMID_FD - 2;
-		envv[ne++] = vmid_env;
+		ps.keep[NOTES_FD - 3] = c->notes_fd, ps.nkeep = NOTES_FD - 2;
+		envv[ne++] = strcmp(c->tool->name, "sandbox_run") ? progress_env : vmid_env;
 	}
 	envv[ne] = NULL;
 	ps.env = ne ? envv : NULL; /* the child's, through the spawn (lib/proc.h) */
@@ -191,19 +204,20 @@ static void start_call(struct server *s, struct call *c)
 	fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
 	fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
 	if (pid < 0) {
-		reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
-					  strerror(errno)), 1);
+		rc = reply_tool(c->id, json_failure("infra", "unable to start %s: %s", c->argv[0],
+						    strerror(errno)), 1);
 		call_free(c);
-		return;
+		return rc;
 	}
 	c->pid = pid, c->started = 1;
 	c->deadline = mono_ms() + (c->budget_s + BUDGET_GRACE_S) * 1000;
 	s->running++;
-	logmsg(s, 0, "call %s: started %s (pid %d)", c->tool->name, c->argv[0], (int)pid);
-	progress(c, "started");
+	if (logmsg(s, 0, "call %s: started %s (pid %d)", c->tool->name, c->argv[0], (int)pid) < 0)
+		return -1;
+	return progress(c, "started");
 }
 
-static void start_queued(struct server *s)
+static int start_queued(struct server *s)
 {
 	while (s->running < s->max_conc && !s->eof) {
 		struct call *next = NULL;
@@ -213,14 +227,17 @@ static void start_queued(struct server *s)
 			    (!next || s->calls[i].seq < next->seq) && !awaits_verdict(s, &s->calls[i]))
 				next = &s->calls[i];
 		if (!next)
-			return;
-		start_call(s, next);
+			return 0;
+		if (start_call(s, next) < 0)
+			return -1;
 	}
+	return 0;
 }
 
 /* Read what a child wrote; relay stderr lines to ours and, at debug
- * level, to the client. */
-static void drain(struct server *s, struct call *c, int which)
+ * level, to the client.  0, or -1 when a message could not be sent (the
+ * rest is read at the next turn). */
+static int drain(struct server *s, struct call *c, int which)
 {
 	int fd = which ? c->err_fd : c->out_fd;
 	struct buf *b = which ? &c->err : &c->out;
@@ -232,8 +249,8 @@ static void drain(struct server *s, struct call *c, int which)
 			fwrite(tmp, 1, (size_t)k, stderr);
 		if (b->n + (size_t)k > OUT_MAX) { /* count it, keep no more */
 			b->n = OUT_MAX + 1;
-			if (!which)
-				stop_call(s, c, "too much output");
+			if (!which && stop_call(s, c, "too much output") < 0)
+				return -1;
 			continue;
 		}
 		if (b->n + (size_t)k > b->cap) {
@@ -250,10 +267,13 @@ static void drain(struct server *s, struct call *c, int which)
 		if (which && s->initialized && s->level == 0) {
 			char *e = excerpt((char[EXCERPT_SZ]){ 0 }, tmp, (size_t)k);
 
-			send_msg(rpc_notification("notifications/message",
-						  json_pack("{s:s, s:s, s:{s:s, s:s}}", "level", "debug",
-							    "logger", "isopod-mcp", "data", "tool",
-							    c->tool->name, "stderr", e)));
+			b->n += (size_t)k;
+			if (send_msg(rpc_notification("notifications/message",
+						      json_pack("{s:s, s:s, s:{s:s, s:s}}", "level", "debug",
+								"logger", "isopod-mcp", "data", "tool",
+								c->tool->name, "stderr", e))) < 0)
+				return -1;
+			continue;
 		}
 		b->n += (size_t)k;
 	}
@@ -264,11 +284,13 @@ static void drain(struct server *s, struct call *c, int which)
 		else
 			c->out_fd = -1, c->outeof = 1;
 	}
+	return 0;
 }
 
 /* ---- requests ----------------------------------------------------------------- */
 
-static void do_call(struct server *s, json_t *id, json_t *params)
+/* Each request's handler: 0, or -1 when a message could not be sent. */
+static int do_call(struct server *s, json_t *id, json_t *params)
 {
 	const char *name = json_string_value(json_object_get(params, "name"));
 	json_t *args = json_object_get(params, "arguments"), *err = NULL, *sch;
@@ -278,35 +300,32 @@ static void do_call(struct server *s, json_t *id, json_t *params)
 	for (size_t i = 0; name && i < mcp_ntools; i++)
 		if (!strcmp(mcp_tools[i].name, name))
 			t = &mcp_tools[i];
-	if (!t) {
-		reply_error(id, RPC_INVALID_PARAMS, name ? "unknown tool" : "params.name: want a tool name",
-			    json_pack("{s:s, s:s?}", "field", "name", "name", name));
-		return;
-	}
+	if (!t)
+		return reply_error(id, RPC_INVALID_PARAMS,
+				   name ? "unknown tool" : "params.name: want a tool name",
+				   json_pack("{s:s, s:s?}", "field", "name", "name", name));
 	if (!args)
 		args = json_object();
-	else if (!json_is_object(args)) {
-		reply_error(id, RPC_INVALID_PARAMS, "arguments: want an object",
-			    json_pack("{s:s}", "field", "arguments"));
-		return;
-	} else
+	else if (!json_is_object(args))
+		return reply_error(id, RPC_INVALID_PARAMS, "arguments: want an object",
+				   json_pack("{s:s}", "field", "arguments"));
+	else
 		json_incref(args);
 	sch = schema(t->in);
 	if (jschema_validate(sch, args, "", &err) < 0) {
 		json_decref(sch);
-		reply_error(id, RPC_INVALID_PARAMS, json_string_value(json_object_get(err, "message")),
-			    err);
 		json_decref(args);
-		return;
+		return reply_error(id, RPC_INVALID_PARAMS,
+				   json_string_value(json_object_get(err, "message")), err);
 	}
 	json_decref(sch);
 	for (int i = 0; i < MAX_CALLS && !c; i++)
 		if (!s->calls[i].used)
 			c = &s->calls[i];
 	if (!c) {
-		reply_tool(id, json_failure("busy", "%d calls in flight or queued already", MAX_CALLS), 1);
 		json_decref(args);
-		return;
+		return reply_tool(id, json_failure("busy", "%d calls in flight or queued already",
+						   MAX_CALLS), 1);
 	}
 	*c = (struct call){ .used = 1, .seq = ++s->seq, .id = json_incref(id), .tool = t,
 			    .hostmap = json_object(), .args = json_incref(args), .arrived = mono_ms(),
@@ -315,12 +334,12 @@ static void do_call(struct server *s, json_t *id, json_t *params)
 			    .budget_s = json_is_integer(json_object_get(args, "timeout_s")) ?
 					(long long)json_integer_value(json_object_get(args, "timeout_s")) :
 					BUDGET_DEFAULT_S,
-			    .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .vmid_fd = -1 };
+			    .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .notes_fd = -1 };
 	json_decref(args);
-	start_queued(s);
+	return start_queued(s);
 }
 
-static void do_cancel(struct server *s, json_t *params)
+static int do_cancel(struct server *s, json_t *params)
 {
 	json_t *rid = json_object_get(params, "requestId");
 
@@ -332,48 +351,81 @@ static void do_cancel(struct server *s, json_t *params)
 		c->cancelled = 1;
 		if (!c->started) {
 			call_free(c);
-			return;
+			return 0;
 		}
-		stop_call(s, c, "cancelled");
-		return;
+		return stop_call(s, c, "cancelled");
 	}
+	return 0;
 }
 
-static void do_initialize(json_t *id, json_t *params)
+static int do_initialize(json_t *id, json_t *params)
 {
 	const char *want = json_string_value(json_object_get(params, "protocolVersion"));
 	const char *v = versions[0];
 
-	if (!want) {
-		reply_error(id, RPC_INVALID_PARAMS, "params.protocolVersion: want a string",
-			    json_pack("{s:s}", "field", "protocolVersion"));
-		return;
-	}
+	if (!want)
+		return reply_error(id, RPC_INVALID_PARAMS, "params.protocolVersion: want a string",
+				   json_pack("{s:s}", "field", "protocolVersion"));
 	for (size_t i = 0; i < NVERSIONS; i++)
 		if (!strcmp(want, versions[i]))
 			v = versions[i];
-	send_msg(rpc_result(id, json_pack("{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s}, s:s}",
-					  "protocolVersion", v, "capabilities", "tools",
-					  "listChanged", 0, "logging", "serverInfo", "name",
-					  "isopod-mcp", "version", ISOPOD_VERSION, "instructions",
-					  "sandbox_run runs a command in a fresh microVM. A result with "
-					  "isError false is the command's (see exit_code); isError true "
-					  "means the sandbox failed (see error_kind). Host paths are "
-					  "relative to the server's I/O root.")));
+	return send_msg(rpc_result(id, json_pack("{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s}, s:s}",
+						 "protocolVersion", v, "capabilities", "tools",
+						 "listChanged", 0, "logging", "serverInfo", "name",
+						 "isopod-mcp", "version", ISOPOD_VERSION, "instructions",
+						 "sandbox_run runs a command in a fresh microVM. A result with "
+						 "isError false is the command's (see exit_code); isError true "
+						 "means the sandbox failed (see error_kind). Host paths are "
+						 "relative to the server's I/O root.")));
 }
 
+/* A request (it has an id): its answer.  0, or -1 when a message could
+ * not be sent. */
+static int do_request(struct server *s, struct rpc_msg *m)
+{
+	const char *l;
+	size_t i;
+
+	if (!strcmp(m->method, "initialize"))
+		return do_initialize(m->id, m->params);
+	if (!strcmp(m->method, "ping"))
+		return send_msg(rpc_result(m->id, json_object()));
+	if (!strcmp(m->method, "tools/list"))
+		return send_msg(rpc_result(m->id, tool_list()));
+	if (!strcmp(m->method, "tools/call")) {
+		if (!json_is_object(m->params))
+			return reply_error(m->id, RPC_INVALID_PARAMS, "params: want an object", NULL);
+		return do_call(s, m->id, m->params);
+	}
+	if (strcmp(m->method, "logging/setLevel"))
+		return reply_error(m->id, RPC_METHOD_NOT_FOUND, "method not found",
+				   json_pack("{s:s}", "method", m->method));
+	l = json_string_value(json_object_get(m->params, "level"));
+	for (i = 0; l && i < NLEVELS && strcmp(l, levels[i]); i++)
+		;
+	if (!l || i == NLEVELS)
+		return reply_error(m->id, RPC_INVALID_PARAMS,
+				   "level: want debug, info, notice, warning, error, critical, alert or emergency",
+				   json_pack("{s:s}", "field", "level"));
+	s->level = (int)i;
+	return send_msg(rpc_result(m->id, json_object()));
+}
+
+/* 0, or -1 when a message could not be sent: rpc_lines_feed stops and
+ * returns it to the poll loop. */
 static int on_line(void *arg, const char *line, size_t n, int oversized)
 {
 	struct server *s = arg;
 	struct rpc_msg m;
 	char why[128];
+	int rc = 0;
 
 	if (oversized) {
 		snprintf(why, sizeof why, "a message of %zu bytes; at most %zu", n,
 			 s->lines.max ? s->lines.max : (size_t)RPC_LINE_MAX_DEFAULT);
-		logmsg(s, 3, "%s", why);
-		reply_error(NULL, RPC_INVALID_REQUEST, why, NULL);
-		return 0;
+		if (logmsg(s, 3, "%s", why) < 0)
+			return -1;
+		return reply_error(NULL, RPC_INVALID_REQUEST, why, NULL);
 	}
 	/* Blank means every one of the n bytes: a line starting with NUL is
 	 * not blank but unparseable (-32700), not dropped unanswered. */
@@ -381,54 +433,27 @@ static int on_line(void *arg, const char *line, size_t n, int oversized)
 		return 0;
 	switch (rpc_parse(line, n, &m)) {
 	case RPC_INVALID:
-		logmsg(s, 3, "refused a message: %s", m.why);
-		reply_error(m.id, m.code, m.why, NULL);
+		rc = logmsg(s, 3, "refused a message: %s", m.why);
+		if (rc == 0)
+			rc = reply_error(m.id, m.code, m.why, NULL);
 		break;
 	case RPC_RESPONSE: /* we send no requests: nothing awaits it */
-		logmsg(s, 0, "ignored a response");
+		rc = logmsg(s, 0, "ignored a response");
 		break;
 	case RPC_NOTIFICATION:
 		if (!strcmp(m.method, "notifications/initialized"))
 			s->initialized = 1;
 		else if (!strcmp(m.method, "notifications/cancelled"))
-			do_cancel(s, m.params);
+			rc = do_cancel(s, m.params);
 		else
-			logmsg(s, 0, "ignored notification %s", EXC(m.method));
+			rc = logmsg(s, 0, "ignored notification %s", EXC(m.method));
 		break;
 	case RPC_REQUEST:
-		if (!strcmp(m.method, "initialize")) {
-			do_initialize(m.id, m.params);
-		} else if (!strcmp(m.method, "ping")) {
-			send_msg(rpc_result(m.id, json_object()));
-		} else if (!strcmp(m.method, "tools/list")) {
-			send_msg(rpc_result(m.id, tool_list()));
-		} else if (!strcmp(m.method, "tools/call")) {
-			if (!json_is_object(m.params))
-				reply_error(m.id, RPC_INVALID_PARAMS, "params: want an object", NULL);
-			else
-				do_call(s, m.id, m.params);
-		} else if (!strcmp(m.method, "logging/setLevel")) {
-			const char *l = json_string_value(json_object_get(m.params, "level"));
-			size_t i;
-
-			for (i = 0; l && i < NLEVELS && strcmp(l, levels[i]); i++)
-				;
-			if (!l || i == NLEVELS) {
-				reply_error(m.id, RPC_INVALID_PARAMS,
-					    "level: want debug, info, notice, warning, error, critical, alert or emergency",
-					    json_pack("{s:s}", "field", "level"));
-			} else {
-				s->level = (int)i;
-				send_msg(rpc_result(m.id, json_object()));
-			}
-		} else {
-			reply_error(m.id, RPC_METHOD_NOT_FOUND, "method not found",
-				    json_pack("{s:s}", "method", m.method));
-		}
+		rc = do_request(s, &m);
 		break;
 	}
 	rpc_msg_free(&m);
-	return 0;
+	return rc;
 }
 
 /* ---- main loop ---------------------------------------------------------------- */
@@ -441,8 +466,13 @@ static int active(const struct server *s)
 	return 0;
 }
 
-static void shutdown_calls(struct server *s, const char *why)
+/* Every call stopped (each one even when a log of it cannot be sent).
+ * 0, or -1 when a log could not be sent. */
+static int shutdown_calls(struct server *s, const char *why)
 {
+	int rc = 0;
+
+	s->eof = 1;
 	for (int i = 0; i < MAX_CALLS; i++) {
 		struct call *c = &s->calls[i];
 
@@ -451,14 +481,34 @@ static void shutdown_calls(struct server *s, const char *why)
 		c->cancelled = 1; /* nobody is there to answer */
 		if (!c->started)
 			call_free(c);
-		else
-			stop_call(s, c, why);
+		else if (stop_call(s, c, why) < 0)
+			rc = -1;
 	}
+	return rc;
 }
 
-static void loop(struct server *s)
+/* What a step of the loop returned (rc): on the first message that could
+ * not be sent (errno EPIPE: the client is gone; ENOMEM), every call is
+ * stopped as at stdin's end, and *err keeps the errno the server ends with
+ * (111, main) once they have exited.  Nobody reads us any more: later
+ * failures add nothing. */
+static void check_sent(struct server *s, int rc, int *err)
+{
+	if (rc == 0 || *err)
+		return;
+	*err = errno ? errno : EIO;
+	fprintf(stderr, "%s: error: unable to write to the client: %s: stopping every call\n",
+		progname, strerror(*err));
+	(void)shutdown_calls(s, "the client is gone");
+}
+
+/* Until stdin ends (or a stop signal, or the client is gone) and every
+ * call has exited: 0, or the errno of the first message that could not be
+ * sent. */
+static int loop(struct server *s)
 {
 	int64_t next_tick = 0;
+	int err = 0;
 
 	for (;;) {
 		struct pollfd pf[2 + 2 * MAX_CALLS];
@@ -467,7 +517,7 @@ static void loop(struct server *s)
 		int64_t now;
 
 		if (s->eof && !active(s))
-			return;
+			return err;
 		pf[n] = (struct pollfd){ .fd = s->sfd, .events = POLLIN }, who[n++] = NULL;
 		if (!s->eof)
 			pf[n] = (struct pollfd){ .fd = 0, .events = POLLIN }, who[n++] = NULL;
@@ -493,25 +543,23 @@ static void loop(struct server *s)
 
 				while (read(s->sfd, &si, sizeof si) == sizeof si)
 					if (si.ssi_signo != SIGCHLD && !s->eof) {
-						logmsg(s, 3, "got SIG%s: stopping every call",
-						       sigabbrev_np((int)si.ssi_signo));
-						s->eof = 1;
-						shutdown_calls(s, "the server is stopping");
+						check_sent(s, logmsg(s, 3, "got SIG%s: stopping every call",
+								     sigabbrev_np((int)si.ssi_signo)), &err);
+						check_sent(s, shutdown_calls(s, "the server is stopping"), &err);
 					}
 			} else if (!who[i]) {
 				char buf[65536];
 				ssize_t k = read(0, buf, sizeof buf);
 
+				/* (rpc_lines_feed: -1 ENOMEM, or on_line's -1) */
 				if (k > 0) {
-					if (rpc_lines_feed(&s->lines, buf, (size_t)k, on_line, s) < 0)
-						die(EX_SYS, "out of memory");
+					check_sent(s, rpc_lines_feed(&s->lines, buf, (size_t)k, on_line, s), &err);
 				} else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
-					rpc_lines_end(&s->lines, on_line, s);
-					s->eof = 1;
-					shutdown_calls(s, "stdin closed");
+					check_sent(s, rpc_lines_end(&s->lines, on_line, s), &err);
+					check_sent(s, shutdown_calls(s, "stdin closed"), &err);
 				}
 			} else if (who[i]->used) {
-				drain(s, who[i], which[i]);
+				check_sent(s, drain(s, who[i], which[i]), &err);
 			}
 		}
 		/* reap, finish, escalate */
@@ -525,26 +573,26 @@ static void loop(struct server *s)
 				c->exited = 1;
 				/* what is left in the pipes */
 				if (c->out_fd >= 0)
-					drain(s, c, 0);
+					check_sent(s, drain(s, c, 0), &err);
 				if (c->err_fd >= 0)
-					drain(s, c, 1);
+					check_sent(s, drain(s, c, 1), &err);
 			}
 			if (!c->exited && !c->kill_at && now > c->deadline)
-				stop_call(s, c, "it outlived its budget");
+				check_sent(s, stop_call(s, c, "it outlived its budget"), &err);
 			if (!c->exited && c->kill_at && now > c->kill_at) {
-				logmsg(s, 3, "call %s (pid %d) outlived SIGTERM by %d ms: SIGKILL",
-				       c->tool->name, (int)c->pid, KILL_GRACE_MS);
 				kill(-c->pid, SIGKILL);
 				c->kill_at = 0;
+				check_sent(s, logmsg(s, 3, "call %s (pid %d) outlived SIGTERM by %d ms: SIGKILL",
+						     c->tool->name, (int)c->pid, KILL_GRACE_MS), &err);
 			}
 			/* A grandchild may hold a pipe open: the exit decides. */
 			if (c->exited)
-				finish_call(s, c);
+				check_sent(s, finish_call(s, c), &err);
 		}
-		verify_reap(s);
-		start_queued(s);
+		check_sent(s, verify_reap(s), &err);
+		check_sent(s, start_queued(s), &err);
 		if (now >= next_tick) {
-			progress_tick(s);
+			check_sent(s, progress_tick(s), &err);
 			next_tick = now + PROGRESS_MS;
 		}
 	}
@@ -627,7 +675,7 @@ int main(int argc, char **argv)
 	char why[2048];
 	long long v;
 	sigset_t m;
-	int o;
+	int o, err;
 
 	progname = "isopod-mcp";
 	s->level = 3; /* warning, until the client sets it */
@@ -672,7 +720,7 @@ int main(int argc, char **argv)
 	find_tools(s);
 	require_attestation(s, why, sizeof why);
 	for (int i = 0; i < MAX_CALLS; i++)
-		s->calls[i] = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .vmid_fd = -1 };
+		s->calls[i] = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .notes_fd = -1 };
 	sigemptyset(&m);
 	sigaddset(&m, SIGCHLD), sigaddset(&m, SIGTERM), sigaddset(&m, SIGINT), sigaddset(&m, SIGHUP);
 	sigprocmask(SIG_BLOCK, &m, NULL);
@@ -680,8 +728,12 @@ int main(int argc, char **argv)
 		die(EX_SYS, "signalfd:");
 	/* a client gone mid-write is EPIPE, not a silent death */
 	signal(SIGPIPE, SIG_IGN);
-	loop(s);
+	err = loop(s);
 	stop_kept(s);
 	rpc_lines_free(&s->lines);
+	if (err) { /* every call stopped, every kept VM too: now the status */
+		errno = err;
+		die(EX_SYS, "unable to write to the client:");
+	}
 	return 0;
 }

@@ -498,13 +498,38 @@ static void set_if(json_t *r, const char *key, json_t *v)
 		json_object_set(r, key, v);
 }
 
+/* The member of a step (commit, provenance) that ran with status rc: the
+ * JSON it printed (STEP.json), else the error its status file names, else
+ * the last line of its stderr, else its exit status. */
+static json_t *step_member(const struct opts *o, const char *step, long long rc)
+{
+	char line[DIAG_MAX + 512], p[PATH_MAX], name[32];
+	json_t *j, *st;
+	const char *e;
+
+	snprintf(name, sizeof name, "%s.%s", step, rc ? "status" : "json");
+	if (rc == 0) {
+		if (!(j = load(o->dir, name))) {
+			snprintf(line, sizeof line, "unusable JSON from isopod-%s", step);
+			run_fail(o, EX_SYS, "infra", line);
+		}
+		return j;
+	}
+	st = load(o->dir, name);
+	e = json_string_value(json_object_get(st, "error"));
+	if (e && *e)
+		snprintf(line, sizeof line, "%s", e);
+	else if (pathn(p, sizeof p, "%s/%s.err", o->dir, step) < 0 || !last_line(p, line, sizeof line))
+		snprintf(line, sizeof line, "isopod-%s failed (exit %lld)", step, rc);
+	json_decref(st);
+	return json_pack("{s:s%}", "error", line, strlen(line));
+}
+
 /* The commit member: its result, why it was skipped, or why it failed (then
  * *crc is its status). */
 static json_t *commit_member(const struct opts *o, const json_t *ex, int *crc)
 {
-	char line[DIAG_MAX + 512], p[PATH_MAX], b[64];
-	json_t *j, *st;
-	const char *e;
+	char line[DIAG_MAX + 512], b[64];
 
 	*crc = 0;
 	if (!o->commit_as)
@@ -519,21 +544,8 @@ static json_t *commit_member(const struct opts *o, const json_t *ex, int *crc)
 			snprintf(line, sizeof line, "no usable result");
 		return json_pack("{s:s}", "skipped", line);
 	}
-	if (o->commit_rc == 0) {
-		j = load(o->dir, "commit.json");
-		if (!j)
-			run_fail(o, EX_SYS, "infra", "unusable JSON from isopod-commit");
-		return j;
-	}
-	*crc = norm_status(o->commit_rc);
-	st = load(o->dir, "commit.status");
-	e = json_string_value(json_object_get(st, "error"));
-	if (e && *e)
-		snprintf(line, sizeof line, "%s", e);
-	else if (pathn(p, sizeof p, "%s/commit.err", o->dir) < 0 || !last_line(p, line, sizeof line))
-		snprintf(line, sizeof line, "isopod-commit failed (exit %lld)", o->commit_rc);
-	json_decref(st);
-	return json_pack("{s:s%}", "error", line, strlen(line));
+	*crc = o->commit_rc ? norm_status(o->commit_rc) : 0;
+	return step_member(o, "commit", o->commit_rc);
 }
 
 /* The provenance member: what isopod-provenance sign printed, or why there
@@ -541,32 +553,17 @@ static json_t *commit_member(const struct opts *o, const json_t *ex, int *crc)
  * for, and a run without it is not the run asked for). */
 static json_t *prov_member(const struct opts *o, int *prc)
 {
-	char line[DIAG_MAX + 512], p[PATH_MAX];
-	json_t *j, *st;
-	const char *e;
-
 	*prc = 0;
 	if (!o->prov)
 		return NULL;
-	if (o->have_prov_rc && o->prov_rc == 0) {
-		if (!(j = load(o->dir, "provenance.json")))
-			run_fail(o, EX_SYS, "infra", "unusable JSON from isopod-provenance");
-		return j;
-	}
 	if (!o->have_prov_rc) {
 		*prc = EX_SYS;
-		snprintf(line, sizeof line, "provenance not signed: the vm was not stopped, so its egress ledger is not complete");
-	} else {
-		*prc = o->prov_rc == EX_GUEST ? EX_SYS : norm_status(o->prov_rc);
-		st = load(o->dir, "provenance.status");
-		e = json_string_value(json_object_get(st, "error"));
-		if (e && *e)
-			snprintf(line, sizeof line, "%s", e);
-		else if (pathn(p, sizeof p, "%s/provenance.err", o->dir) < 0 || !last_line(p, line, sizeof line))
-			snprintf(line, sizeof line, "isopod-provenance failed (exit %lld)", o->prov_rc);
-		json_decref(st);
+		return json_pack("{s:s}", "error",
+				 "provenance not signed: the vm was not stopped, so its egress ledger is not complete");
 	}
-	return json_pack("{s:s%}", "error", line, strlen(line));
+	if (o->prov_rc)
+		*prc = o->prov_rc == EX_GUEST ? EX_SYS : norm_status(o->prov_rc);
+	return step_member(o, "provenance", o->prov_rc);
 }
 
 static json_t *range_warnings(const struct opts *o)

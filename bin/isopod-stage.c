@@ -260,6 +260,65 @@ static void cmd_rm(const char *ref, int recursive)
 	json_emit(json_pack("{s:o}", "removed", removed));
 }
 
+/* The caller's progress descriptor (ISOPOD_PROGRESS_FD: isopod-mcp's
+ * stage_flatten gives one, to send notifications/progress), or -1. */
+static int progress_fd(void)
+{
+	const char *e = getenv("ISOPOD_PROGRESS_FD");
+	long long v;
+	int fl;
+
+	if (!e || parse_ll(e, 3, 1 << 20, &v) < 0 || (fl = fcntl((int)v, F_GETFL)) < 0 ||
+	    (fl & O_ACCMODE) == O_RDONLY)
+		return -1;
+	fcntl((int)v, F_SETFD, FD_CLOEXEC);
+	return (int)v;
+}
+
+/* The copy of the chain into one layer (qa: qemu-img convert ... -q ...).
+ * With a progress descriptor, convert -p instead: its "(P/100%)\r" records
+ * on stdout become a line "flatten P%" there at each tenth (0 % and 100 %
+ * always: qemu-img prints both).  Its exit status, or -1 with errno. */
+static int flatten_copy(char **qa)
+{
+	struct proc_spec ps = PROC_SPEC(qa);
+	int pfd = progress_fd(), p[2], st, tenth = -1;
+	char *rec = NULL;
+	size_t cap = 0;
+	double pct;
+	FILE *f;
+	pid_t pid;
+
+	if (pfd < 0)
+		return proc_run(qa, PROC_NULL, PROC_INHERIT);
+	qa[2] = "-p";
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	ps.out = p[1], ps.err = PROC_INHERIT;
+	pid = proc_spawn(&ps);
+	close(p[1]);
+	if (pid < 0 || !(f = fdopen(p[0], "r"))) {
+		int e = errno;
+
+		close(p[0]);
+		if (pid > 0)
+			proc_wait(pid, &st);
+		errno = e;
+		return -1;
+	}
+	while (getdelim(&rec, &cap, '\r', f) > 0)
+		if (sscanf(rec, " (%lf/100%%)", &pct) == 1 && pct >= 0 && pct <= 100 &&
+		    (int)pct / 10 > tenth) {
+			tenth = (int)pct / 10;
+			dprintf(pfd, "flatten %d%%\n", tenth * 10);
+		}
+	free(rec);
+	fclose(f);
+	if (proc_wait(pid, &st) < 0)
+		return -1;
+	return proc_status(st);
+}
+
 static void cmd_flatten(const char *ref, const char *label)
 {
 	char serr[DIAG_MAX];
@@ -304,7 +363,7 @@ static void cmd_flatten(const char *ref, const char *label)
 		char *ra[] = {"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", "raw", "-b", rel,
 			      out, NULL};
 
-		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0 ||
+		if (flatten_copy(qa) != 0 ||
 		    proc_run(ra, PROC_NULL, PROC_INHERIT) != 0 || chmod(out, 0444) < 0) {
 			unlink(out);
 			rmdir(tmp);

@@ -172,6 +172,26 @@ long long parse_size(const char *s)
 	return v * mul;
 }
 
+/* Room for element n, zeroed, in an array of *cap elements of size sz
+ * (doubling, from 16): the array to use from now on, or NULL (errno ENOMEM)
+ * with v freed. */
+static void *grow(void *v, size_t *cap, size_t n, size_t sz)
+{
+	size_t c = *cap ? 2 * *cap : 16;
+	char *nv = v;
+
+	if (n >= *cap) {
+		if (!(nv = realloc(v, c * sz))) {
+			free(v);
+			errno = ENOMEM;
+			return NULL;
+		}
+		*cap = c;
+	}
+	memset(nv + n * sz, 0, sz);
+	return nv;
+}
+
 struct snap {
 	char key[65], last_used[40];
 	long long bytes;
@@ -195,7 +215,7 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 	       json_t *swept, json_t *evicted, long long *total)
 {
 	char dir[PATH_MAX], p[PATH_MAX];
-	struct snap *v = NULL, *nv;
+	struct snap *v = NULL;
 	size_t n = 0, cap = 0, i, j;
 	struct dirent *de;
 	DIR *d;
@@ -217,17 +237,10 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 			gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "", de->d_name);
 		if (gone)
 			continue;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			if (!(nv = realloc(v, cap * sizeof *v))) {
-				free(v);
-				closedir(d);
-				errno = ENOMEM;
-				return -1;
-			}
-			v = nv;
+		if (!(v = grow(v, &cap, n, sizeof *v))) {
+			closedir(d);
+			return -1;
 		}
-		memset(&v[n], 0, sizeof v[n]);
 		memcpy(v[n].key, de->d_name, 64); /* warm_key_valid: 64 hex */
 		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
 		v[n].bytes = tree_bytes(p);
@@ -452,7 +465,7 @@ int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy)
 
 	cache_dir(root, sizeof root);
 	for (const char *const *k = kinds; *k; k++) {
-		struct centry *v = NULL, *nv;
+		struct centry *v = NULL;
 		size_t n = 0, cap = 0, i;
 		struct dirent *de;
 		struct stat st;
@@ -477,18 +490,11 @@ int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy)
 			pathf(p, sizeof p, "%s/%s", dir, de->d_name);
 			if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
 				continue;
-			if (n == cap) {
-				cap = cap ? 2 * cap : 16;
-				if (!(nv = realloc(v, cap * sizeof *v))) {
-					free(v);
-					closedir(d);
-					close(lk);
-					errno = ENOMEM;
-					return -1;
-				}
-				v = nv;
+			if (!(v = grow(v, &cap, n, sizeof *v))) {
+				closedir(d);
+				close(lk);
+				return -1;
 			}
-			memset(&v[n], 0, sizeof v[n]);
 			memcpy(v[n].name, de->d_name, 64);
 			v[n].mtime = st.st_mtime;
 			pathf(p, sizeof p, "%s/%s/inputs.json", dir, de->d_name);

@@ -34,58 +34,65 @@ void call_free(struct call *c)
 		close(c->out_fd);
 	if (c->err_fd >= 0)
 		close(c->err_fd);
-	if (c->vmid_fd >= 0)
-		close(c->vmid_fd);
+	if (c->notes_fd >= 0)
+		close(c->notes_fd);
 	free(c->out.p);
 	free(c->err.p);
 	json_decref(c->id);
 	json_decref(c->hostmap);
 	json_decref(c->args);
 	json_decref(c->progress);
-	*c = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .vmid_fd = -1 };
+	*c = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .notes_fd = -1 };
 }
 /* ---- progress ---------------------------------------------------------------- */
 
-void progress(struct call *c, const char *msg)
+int progress(struct call *c, const char *msg)
 {
 	if (!c->progress || (!json_is_string(c->progress) && !json_is_integer(c->progress)))
-		return;
-	send_msg(rpc_notification("notifications/progress",
-				  json_pack("{s:O, s:i, s:s}", "progressToken", c->progress,
-					    "progress", ++c->progress_n, "message", msg)));
+		return 0;
+	return send_msg(rpc_notification("notifications/progress",
+					 json_pack("{s:O, s:i, s:s}", "progressToken", c->progress,
+						   "progress", ++c->progress_n, "message", msg)));
 }
 
-/* What a sandbox_run call's front end wrote on ISOPOD_VM_ID_FD since the
- * last look (isopod(1)): first its VM's id, once claimed, then "step NAME"
- * as each later step (fork, boot, exec, commit) starts, each line a
- * progress notification when relay is set.  The id, not an owner pid
- * matched over every record, names the call's own VM ("" until then). */
-static const char *call_vm(struct call *c, int relay)
+/* What the call's child wrote on its notes descriptor since the last look,
+ * each line a progress notification when relay is set.  sandbox_run's
+ * front end (ISOPOD_VM_ID_FD, isopod(1)): first its VM's id, once claimed,
+ * into c->vm_id ("" until then), then "step NAME" as each later step
+ * (fork, boot, exec, commit) starts; the id, not an owner pid matched over
+ * every record, names the call's own VM.  stage_flatten's isopod-stage
+ * (ISOPOD_PROGRESS_FD): "flatten P%" lines.  0, or -1 when a notification
+ * could not be sent (the lines after it are read at the next look). */
+static int call_notes(struct call *c, int relay)
 {
 	char b[512], *p, *nl;
 	ssize_t k;
+	int rc = 0, run = !strcmp(c->tool->name, "sandbox_run");
 
-	if (c->vmid_fd < 0 || (k = pread(c->vmid_fd, b, sizeof b - 1, c->notes_off)) <= 0)
-		return c->vm_id;
+	if (c->notes_fd < 0 || (k = pread(c->notes_fd, b, sizeof b - 1, c->notes_off)) <= 0)
+		return 0;
 	b[k] = 0;
-	for (p = b; (nl = strchr(p, '\n')); p = nl + 1) {
+	for (p = b; rc == 0 && (nl = strchr(p, '\n')); p = nl + 1) {
 		*nl = 0;
-		if (!c->vm_id[0] && strlen(p) < sizeof c->vm_id && id_vm_ok(p))
+		if (!run)
+			rc = relay && *p ? progress(c, jschema_ascii(p)) : 0;
+		else if (!c->vm_id[0] && strlen(p) < sizeof c->vm_id && id_vm_ok(p))
 			memcpy(c->vm_id, p, strlen(p) + 1);
 		else if (relay && c->vm_id[0] && !strncmp(p, "step ", 5))
-			progress(c, jschema_ascii(p));
+			rc = progress(c, jschema_ascii(p));
 	}
 	if (p == b && k == (ssize_t)sizeof b - 1)
 		p = b + k; /* no line of ours is that long: skipped */
 	c->notes_off += p - b;
-	return c->vm_id;
+	return rc;
 }
 
-/* Each change of a sandbox_run call's VM's state (booting, running,
- * stopped...) in its record (lib/vm.c, the records' one reader) is a
- * progress notification; only for calls that asked (a progressToken),
- * every PROGRESS_MS, one record read each. */
-void progress_tick(struct server *s)
+/* For calls that asked (a progressToken), every PROGRESS_MS: the lines
+ * on its notes descriptor (call_notes), and each change of a sandbox_run
+ * call's VM's state (booting, running, stopped...) in its record
+ * (lib/vm.c, the records' one reader), one record read each: progress
+ * notifications. */
+int progress_tick(struct server *s)
 {
 	char m[160];
 
@@ -93,19 +100,27 @@ void progress_tick(struct server *s)
 		struct call *c = &s->calls[k];
 		const char *st, *path;
 		json_t *r;
+		int rc = 0;
 
 		if (!c->used || !c->started || c->exited || !c->progress || c->cancelled ||
-		    strcmp(c->tool->name, "sandbox_run") || !*call_vm(c, 1) || !(r = vm_read(c->vm_id)))
+		    c->notes_fd < 0)
+			continue;
+		if (call_notes(c, 1) < 0)
+			return -1;
+		if (!c->vm_id[0] || !(r = vm_read(c->vm_id)))
 			continue;
 		st = json_string_value(json_object_get(r, "state"));
 		path = json_string_value(json_object_get(r, "path"));
 		if (st && strcmp(st, c->vm_state)) {
 			snprintf(c->vm_state, sizeof c->vm_state, "%s", st);
 			snprintf(m, sizeof m, "%s: %s%s%s", c->vm_id, st, path ? ", " : "", path ? path : "");
-			progress(c, jschema_ascii(m));
+			rc = progress(c, jschema_ascii(m));
 		}
 		json_decref(r);
+		if (rc < 0)
+			return -1;
 	}
+	return 0;
 }
 
 /* ---- calls ------------------------------------------------------------------- */
@@ -125,23 +140,24 @@ static void verify_start(struct server *s)
 	if (s->verifying)
 		return;
 	s->v_began = mono_ms();
+	/* A verifier that cannot run: refused (attested() says why). */
 	if (attcheck_start(&s->att, &s->vrun, s->v_why, sizeof s->v_why) < 0) {
-		s->v_valid = 0, s->v_of = s->v_began; /* a verifier that cannot run: refused */
-		logmsg(s, 4, "%s", s->v_why);
+		s->v_valid = 0, s->v_of = s->v_began;
 		return;
 	}
 	s->verifying = 1;
 	s->v_deadline = s->v_began + VERIFY_MS;
 }
 
-/* The verification running, once it ended (or past its time: killed). */
-void verify_reap(struct server *s)
+/* The verification running, once it ended (or past its time: killed).
+ * 0, or -1 when its log could not be sent. */
+int verify_reap(struct server *s)
 {
 	int st, was = s->v_valid;
 	pid_t r;
 
 	if (!s->verifying)
-		return;
+		return 0;
 	r = waitpid(s->vrun.pid, &st, WNOHANG);
 	if (r < 0 && errno != EINTR) {
 		/* Not ours to wait for any more (nothing else reaps it today):
@@ -152,22 +168,21 @@ void verify_reap(struct server *s)
 		s->verifying = 0;
 		s->v_valid = 0;
 		s->v_of = s->v_began;
-		logmsg(s, 4, "%s", s->v_why);
-		return;
+		return logmsg(s, 4, "%s", s->v_why);
 	}
 	if (r != s->vrun.pid) {
-		if (mono_ms() > s->v_deadline) {
-			logmsg(s, 4, "isopod-attest verify outlived %d ms: SIGKILL", VERIFY_MS);
-			kill(s->vrun.pid, SIGKILL);
-			s->v_deadline = INT64_MAX; /* reaped at the next turn */
-		}
-		return;
+		if (mono_ms() <= s->v_deadline)
+			return 0;
+		kill(s->vrun.pid, SIGKILL);
+		s->v_deadline = INT64_MAX; /* reaped at the next turn */
+		return logmsg(s, 4, "isopod-attest verify outlived %d ms: SIGKILL", VERIFY_MS);
 	}
 	s->verifying = 0;
 	s->v_valid = attcheck_finish(&s->att, &s->vrun, st, NULL, s->v_why, sizeof s->v_why);
 	s->v_of = s->v_began;
-	if (was != s->v_valid)
-		logmsg(s, s->v_valid ? 2 : 4, "%s", s->v_valid ? "the attestation verifies again" : s->v_why);
+	if (was == s->v_valid)
+		return 0;
+	return logmsg(s, s->v_valid ? 2 : 4, "%s", s->v_valid ? "the attestation verifies again" : s->v_why);
 }
 
 /* Whether c waits for a verdict (one is started when none runs): a
@@ -181,47 +196,53 @@ int awaits_verdict(struct server *s, const struct call *c)
 	return s->verifying;
 }
 
-/* c has its verdict (awaits_verdict said no): 1 valid, else 0 with the
- * call answered (isError, error_kind "attestation"). */
+/* c has its verdict (awaits_verdict said no): 0 valid, else 1 with the
+ * call answered (isError, error_kind "attestation"), or -1 when the answer
+ * could not be sent. */
 int attested(struct server *s, struct call *c)
 {
 	if (!needs_att(s, c) || s->v_valid)
-		return 1;
-	logmsg(s, 4, "refusing %s: %s", c->tool->name, s->v_why);
-	reply_tool(c->id, json_failure("attestation", "refusing %s: this host requires an attestation: %s",
-				       c->tool->name, s->v_why), 1);
-	return 0;
+		return 0;
+	if (logmsg(s, 4, "refusing %s: %s", c->tool->name, s->v_why) < 0)
+		return -1;
+	return reply_tool(c->id, json_failure("attestation", "refusing %s: this host requires an attestation: %s",
+					      c->tool->name, s->v_why), 1) < 0 ? -1 : 1;
 }
 
 /* The call's argv, built from its arguments now that it starts: its host
  * files are opened here, not while it waits for a slot (64 queued calls of
  * 32 copies each would hold thousands of descriptors).  A refusal is the
  * client's -32602; running out of descriptors or memory is the server's
- * (isError, error_kind "infra"). */
+ * (isError, error_kind "infra").  0 built, 1 refused (answered), or -1 when
+ * the refusal could not be sent. */
 int build_call(struct server *s, struct call *c)
 {
 	json_t *err = NULL;
+	int e;
 
 	errno = 0;
 	if (c->tool->build(s, c, c->args, &err) == 0 && mcp_argv_fits(c, &err) == 0)
 		return 0;
-	if (err) {
-		reply_error(c->id, RPC_INVALID_PARAMS, json_string_value(json_object_get(err, "message")), err);
-	} else {
-		logmsg(s, 4, "unable to prepare %s: %s", c->tool->name, strerror(errno ? errno : ENOMEM));
-		reply_tool(c->id, json_failure("infra", "unable to prepare %s (its host files, its command): %s",
-					  c->tool->name, strerror(errno ? errno : ENOMEM)), 1);
-	}
-	return -1;
+	if (err)
+		return reply_error(c->id, RPC_INVALID_PARAMS,
+				   json_string_value(json_object_get(err, "message")), err) < 0 ? -1 : 1;
+	e = errno ? errno : ENOMEM;
+	if (logmsg(s, 4, "unable to prepare %s: %s", c->tool->name, strerror(e)) < 0)
+		return -1;
+	return reply_tool(c->id, json_failure("infra", "unable to prepare %s (its host files, its command): %s",
+					      c->tool->name, strerror(e)), 1) < 0 ? -1 : 1;
 }
 
-void stop_call(struct server *s, struct call *c, const char *why)
+/* SIGTERM to the call's group (SIGKILL KILL_GRACE_MS later, the poll
+ * loop's).  0, or -1 when its log could not be sent (signalled all the
+ * same). */
+int stop_call(struct server *s, struct call *c, const char *why)
 {
 	if (!c->started || c->exited || c->kill_at)
-		return;
-	logmsg(s, 1, "call %s (pid %d): %s: SIGTERM to its group", c->tool->name, (int)c->pid, why);
+		return 0;
 	kill(-c->pid, SIGTERM);
 	c->kill_at = mono_ms() + KILL_GRACE_MS;
+	return logmsg(s, 1, "call %s (pid %d): %s: SIGTERM to its group", c->tool->name, (int)c->pid, why);
 }
 
 static json_t *load_obj(const char *p, size_t n)
@@ -279,7 +300,7 @@ static void last_err_line(struct call *c, char *out, size_t osz)
 
 /* The refusal of a value before anything booted: JSON-RPC -32602 naming
  * the field (the tools name their option: --vcpus is vcpus). */
-static void reply_invalid(struct call *c, json_t *res)
+static int reply_invalid(struct call *c, json_t *res)
 {
 	static const struct {
 		const char *opt, *field;
@@ -292,14 +313,16 @@ static void reply_invalid(struct call *c, json_t *res)
 		       { "--copy-out", "copy_out" }, { "--stdin-file", "stdin_file" },
 		       { "--vm", "vm" } };
 	const char *msg = json_string_value(json_object_get(res, "error")), *f = NULL;
+	int rc;
 
 	msg = msg ? msg : "invalid params";
 	for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !f; i++)
 		if (strstr(msg, fields[i].opt))
 			f = fields[i].field;
-	reply_error(c->id, RPC_INVALID_PARAMS, msg,
-		    json_pack("{s:s?, s:O}", "field", f, "result", res));
+	rc = reply_error(c->id, RPC_INVALID_PARAMS, msg,
+			 json_pack("{s:s?, s:O}", "field", f, "result", res));
 	json_decref(res);
+	return rc;
 }
 
 
@@ -324,7 +347,8 @@ static void remember_kept(struct server *s, struct call *c, json_t *res)
 }
 
 /* isopod-stop --force each kept VM (one already stopped or removed with
- * vm_stop/vm_rm answers not found: nothing to do). */
+ * vm_stop/vm_rm answers not found: nothing to do).  The server is ending:
+ * a log the client cannot be sent changes nothing (it is on stderr). */
 void stop_kept(struct server *s)
 {
 	char stop[PATH_MAX + 16];
@@ -338,7 +362,7 @@ void stop_kept(struct server *s)
 		int rc = proc_run(av, PROC_NULL, PROC_NULL);
 
 		if (rc != 0 && rc != 101)
-			logmsg(s, 1, "isopod-stop --vm %s at exit: exit %d", json_string_value(v), rc);
+			(void)logmsg(s, 1, "isopod-stop --vm %s at exit: exit %d", json_string_value(v), rc);
 	}
 	json_decref(s->kept);
 	s->kept = NULL;
@@ -348,49 +372,55 @@ void stop_kept(struct server *s)
  * after its commit (the front end past isopod-commit, or done and not yet
  * reaped): the stage its VM became (commit_as, made from this call's VM)
  * is removed with isopod-stage rm.  A stage that another run forked from
- * in the meantime stays, with a warning. */
-static void uncommit(struct server *s, struct call *c)
+ * in the meantime stays, with a warning.  0, or -1 when its log could not
+ * be sent. */
+static int uncommit(struct server *s, struct call *c)
 {
 	const char *label = json_string_value(json_object_get(c->args, "commit_as"));
 	char id[64], why[512], rm[PATH_MAX + 16];
 	json_t *meta;
 	int rc;
 
-	if (!label || strcmp(c->tool->name, "sandbox_run") || !*call_vm(c, 0) ||
-	    stage_find(label, id, sizeof id, why, sizeof why) != 1)
-		return;
+	if (!label || strcmp(c->tool->name, "sandbox_run"))
+		return 0;
+	(void)call_notes(c, 0); /* reads only: sends nothing */
+	if (!c->vm_id[0] || stage_find(label, id, sizeof id, why, sizeof why) != 1)
+		return 0;
 	meta = stage_meta(id);
 	if (!meta || strcmp(json_string_value(json_object_get(meta, "from_vm")) ?: "", c->vm_id)) {
 		json_decref(meta);
-		return;
+		return 0;
 	}
 	json_decref(meta);
 	if (pathn(rm, sizeof rm, "%s/isopod-stage", s->libexec) < 0)
-		return;
+		return 0;
 	rc = proc_run((char *[]){ rm, "rm", "--", id, NULL }, PROC_NULL, PROC_NULL);
 	if (rc == 0)
-		logmsg(s, 3, "call %s cancelled after its commit: removed stage %s (%s)",
-		       c->tool->name, id, label);
-	else
-		logmsg(s, 4, "call %s cancelled after its commit: isopod-stage rm %s: exit %d; "
-		       "the stage stays", c->tool->name, id, rc);
+		return logmsg(s, 3, "call %s cancelled after its commit: removed stage %s (%s)",
+			      c->tool->name, id, label);
+	return logmsg(s, 4, "call %s cancelled after its commit: isopod-stage rm %s: exit %d; "
+		      "the stage stays", c->tool->name, id, rc);
 }
 
-void finish_call(struct server *s, struct call *c)
+/* The call's answer, from what its child left; the call is freed.  0, or
+ * -1 when the answer (or a log, a progress notification before it) could
+ * not be sent. */
+int finish_call(struct server *s, struct call *c)
 {
-	int rc = proc_status(c->st);
+	int rc = proc_status(c->st), sent, notes;
 	json_t *res = NULL, *stj = NULL;
 	char line[EXCERPT_SZ + 64];
 
 	s->running--;
 	if (c->cancelled) { /* MCP: a cancelled request gets no answer */
-		logmsg(s, 1, "call %s cancelled (exit %d)", c->tool->name, rc);
-		uncommit(s, c);
+		sent = logmsg(s, 1, "call %s cancelled (exit %d)", c->tool->name, rc);
+		sent |= uncommit(s, c);
 		call_free(c);
-		return;
+		return sent;
 	}
-	if (c->progress)
-		call_vm(c, 1); /* the steps since the last tick, before the answer */
+	/* the steps since the last tick, before the answer (which is still
+	 * made: a VM it kept must be known, to be stopped at the end) */
+	notes = c->progress ? call_notes(c, 1) : 0;
 	if (c->out.n > OUT_MAX) {
 		res = json_failure("infra", "%s wrote more than %u bytes", c->argv[0], OUT_MAX);
 	} else if (c->tool->list_key && rc == 0) {
@@ -422,7 +452,7 @@ void finish_call(struct server *s, struct call *c)
 	mcp_unmap_hosts(c, res);
 	remember_kept(s, c, res);
 	if (json_is_true(json_object_get(res, "ok"))) {
-		reply_tool(c->id, res, 0);
+		sent = reply_tool(c->id, res, 0);
 	} else {
 		const char *k = json_string_value(json_object_get(res, "error_kind"));
 		json_t *vm = json_object_get(res, "vm");
@@ -433,9 +463,10 @@ void finish_call(struct server *s, struct call *c)
 		if (k && !strcmp(k, "usage") && (!vm || json_is_null(vm) ||
 						 (json_is_string(vm) && !json_string_length(vm)) ||
 						 (json_is_object(vm) && !json_object_size(vm))))
-			reply_invalid(c, res);
+			sent = reply_invalid(c, res);
 		else
-			reply_tool(c->id, res, 1);
+			sent = reply_tool(c->id, res, 1);
 	}
 	call_free(c);
+	return notes < 0 ? -1 : sent;
 }

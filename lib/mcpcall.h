@@ -4,11 +4,11 @@
  * progress polled; stopped when cancelled or past its budget; answered
  * from what the child wrote once it exited.  bin/isopod-mcp.c keeps main,
  * the requests, the queue and the spawn (start_call sets the child's
- * ISOPOD_*_FD in our environment, which no library does: t/10-cli.bats),
- * the poll loop that drains the children's pipes and reaps them, and the
- * output to the client, declared below: a client gone mid-write ends the
- * server (111), which is the program's decision, so nothing here calls
- * die. */
+ * ISOPOD_*_FD through the spawn's env), the poll loop that drains the
+ * children's pipes and reaps them, and the output to the client, declared
+ * below.  An output that fails (EPIPE: the client is gone) is returned,
+ * here as there, up to the poll loop, which alone decides: it stops every
+ * call and the server ends (111).  Nothing here exits. */
 #ifndef ISOPOD_MCPCALL_H
 #define ISOPOD_MCPCALL_H
 
@@ -23,25 +23,30 @@
 #define BUDGET_GRACE_S 60
 #define BUDGET_DEFAULT_S 600
 #define PROGRESS_MS 500
-#define VMID_FD 9 /* the front end keeps 3 and 4 for its steps */
+#define NOTES_FD 9 /* the front end keeps 3 and 4 for its steps */
+/* The tools that write progress lines on NOTES_FD (see struct call). */
+#define HAS_NOTES(t) (!strcmp((t)->name, "sandbox_run") || !strcmp((t)->name, "stage_flatten"))
 #define VERIFY_MS 60000 /* isopod-attest verify hashes the images: seconds */
 
-/* The output to the client (bin/isopod-mcp.c). */
-void send_msg(json_t *msg);
-__attribute__((format(printf, 3, 4))) void logmsg(struct server *s, int level,
-						  const char *fmt, ...);
-void reply_error(json_t *id, int code, const char *msg, json_t *data);
-void reply_tool(json_t *id, json_t *sc, int is_error);
+/* The output to the client (bin/isopod-mcp.c): 0, or -1 with errno (EPIPE:
+ * the client is gone; ENOMEM) when the message could not be sent. */
+int send_msg(json_t *msg);
+__attribute__((format(printf, 3, 4))) int logmsg(struct server *s, int level,
+						 const char *fmt, ...);
+int reply_error(json_t *id, int code, const char *msg, json_t *data);
+int reply_tool(json_t *id, json_t *sc, int is_error);
 
+/* Each int below that sends: -1 when a message could not be sent (errno),
+ * for the poll loop. */
 void call_free(struct call *c);
-void progress(struct call *c, const char *msg);
+int progress(struct call *c, const char *msg);
 int awaits_verdict(struct server *s, const struct call *c);
-int attested(struct server *s, struct call *c);
-int build_call(struct server *s, struct call *c);
-void progress_tick(struct server *s);
-void verify_reap(struct server *s);
-void stop_call(struct server *s, struct call *c, const char *why);
+int attested(struct server *s, struct call *c);   /* 0 go, 1 refused (answered) */
+int build_call(struct server *s, struct call *c); /* 0 built, 1 refused (answered) */
+int progress_tick(struct server *s);
+int verify_reap(struct server *s);
+int stop_call(struct server *s, struct call *c, const char *why);
 void stop_kept(struct server *s);
-void finish_call(struct server *s, struct call *c);
+int finish_call(struct server *s, struct call *c);
 
 #endif

@@ -52,8 +52,10 @@ struct call {
 	json_t *progress;           /* the request's _meta.progressToken, or NULL */
 	int progress_n;             /* notifications sent (progress only grows) */
 	char vm_state[64];          /* the last state reported */
-	int vmid_fd;                /* sandbox_run: a memfd the front end writes its
-				     * VM's id to (ISOPOD_VM_ID_FD), or -1 */
+	int notes_fd;               /* a memfd on the child's fd 9, or -1: sandbox_run's
+				     * front end writes its VM's id and its steps
+				     * there (ISOPOD_VM_ID_FD), stage_flatten its
+				     * progress (ISOPOD_PROGRESS_FD) */
 	char vm_id[24];             /* what it wrote, once read ("" until then) */
 	off_t notes_off;            /* how much of it was read */
 };

@@ -230,9 +230,19 @@ EOF
 }
 
 @test "mcp: a copy_out NAME made a symlink to a directory during the run is not followed" {
-	# Checked at call time (absent), planted while the command sleeps: the
-	# file must not land in the symlink's target (outside the I/O root).
-	( sleep 3; ln -s ../outside "$IO/sub/planted" ) &
+	# Checked at call time (absent), planted while the command sleeps (once
+	# its VM runs: a fixed delay planted it before the call started on a
+	# loaded host): the file must not land in the symlink's target (outside
+	# the I/O root).
+	local n0 i
+	n0=$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)
+	(
+		for i in $(seq 1 300); do
+			[ "$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)" -le "$n0" ] || break
+			sleep 0.2
+		done
+		ln -s ../outside "$IO/sub/planted"
+	) &
 	local planter=$!
 	call sandbox_run '{"command":"echo evil > /tmp/authorized_keys; sleep 8","copy_out":[{"guest":"/tmp/authorized_keys","host":"planted"}]}'
 	wait "$planter"
@@ -297,7 +307,7 @@ EOF
 	echo "$output" | jq -e '[.heard[].progress] as $p | $p == ($p | sort) and ($p | unique | length) == ($p | length)'
 }
 
-@test "mcp: progress names the front end's steps as they start (boot, exec, commit, stop)" {
+@test "mcp: progress names the front end's steps as they start (boot, exec, commit, stop), and a flatten's progress" {
 	# (raw: the SDK client dispatches notifications a microtask late and
 	# drops those that share a read with the answer; the server sends them
 	# first)
@@ -317,6 +327,23 @@ EOF
 	echo "$heard" | jq -e 'map(select(test("^vm-[0-9a-f]{12}: running, (warm|cold|snapshot-build)$"))) | length == 1'
 	# every notification came before the answer
 	echo "$output" | jq -e '.messages | (map(.id == 2) | index(true)) == length - 1'
+	# stage_flatten of that stage: qemu-img convert's progress, each tenth
+	# (0 % and 100 % at least), as isopod-stage writes it on
+	# ISOPOD_PROGRESS_FD, before the answer (about 2 s, no VM)
+	run --separate-stderr python3 "$RAW" --want 2 --timeout 120 -- "$MCP" <<EOF
+$INIT
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"stage_flatten","arguments":{"stage":"t90-steps","as":"t90-flat"},"_meta":{"progressToken":"f2"}}}
+EOF
+	[ "$status" -eq 0 ]
+	heard=$(echo "$output" | jq -c '[.messages[] | select(.method == "notifications/progress") | .params.message]')
+	echo "# $heard" >&3
+	echo "$output" | jq -e '[.messages[] | select(.id == 2)][0].result.structuredContent.stage.label == "t90-flat"'
+	echo "$heard" | jq -e '.[0] == "started" and .[1] == "flatten 0%" and .[-1] == "flatten 100%"'
+	echo "$heard" | jq -e '.[1:] | map(capture("^flatten (?<p>[0-9]+)%$").p | tonumber) as $p |
+		$p == ($p | sort | unique) and all($p[]; . % 10 == 0)'
+	echo "$output" | jq -e '.messages | (map(.id == 2) | index(true)) == length - 1'
+	isopod stage rm t90-flat >/dev/null
 	isopod stage rm t90-steps >/dev/null
 }
 
@@ -478,6 +505,48 @@ EOF
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -e '.rc == 0 and .exit_ms < 10000'
 	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
+}
+
+@test "mcp: the client stops reading mid-call: every call's VM and every kept VM stopped, then exit 111" {
+	# stdin stays open: the server learns the client is gone only from a
+	# write (EPIPE), here the answer to a ping.  It stops its calls itself
+	# and waits for them (not the front ends' parent-death signal, which
+	# cannot reach a kept VM), so nothing runs the moment it has exited.
+	local d="$BATS_TEST_TMPDIR" spid line kept i rc=0
+	mkfifo "$d/in" "$d/out"
+	"$MCP" <"$d/in" >"$d/out" 2>"$d/err" &
+	spid=$!
+	exec 7>"$d/in" 8<"$d/out"
+	printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["true"],"keep":true}}}' >&7
+	IFS= read -r -t 240 -u 8 line
+	kept=$(echo "$line" | jq -er 'select(.id == 1) | .result.structuredContent.vm.id')
+	vm_locked "$kept"
+	printf '%s\n' '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["sleep","120"]}}}' >&7
+	for i in $(seq 1 240); do
+		[ "$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)" -lt 2 ] || break
+		sleep 0.5
+	done
+	[ "$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)" -eq 2 ]
+	exec 8<&-
+	printf '%s\n' '{"jsonrpc":"2.0","id":3,"method":"ping"}' >&7
+	for i in $(seq 1 300); do
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$spid" 2>/dev/null; then
+		echo "# the server outlived its client by 30 s" >&3
+		kill "$spid"
+	fi
+	wait "$spid" || rc=$?
+	# (checked at once: the server's exit comes after its VMs' stops)
+	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
+	exec 7>&-
+	cat "$d/err"
+	[ "$rc" -eq 111 ]
+	grep -q 'unable to write to the client' "$d/err"
+	! vm_locked "$kept" || false
+	isopod vm rm "$kept" >/dev/null
+	isopod gc --dry-run | jq -e '.leaked == []'
 }
 
 @test "mcp: SIGKILL of the server: each front end stops its VM (parent-death signal), nothing leaks" {
