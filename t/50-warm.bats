@@ -163,11 +163,15 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
 }
 
-@test "warm: isopod-boot reports resume_ms, warm_key and warnings; --cold and ISOPOD_WARM=0 boot cold" {
+@test "warm: isopod-boot reports resume_ms, warm_key and warnings; the resumed QEMU is jailed; --cold and ISOPOD_WARM=0 boot cold" {
 	boot_vm
 	[ "$status" -eq 0 ]
 	json_is '.path == "warm" and .resume_ms > 0 and (.warm_key | length) == 64 and .warnings == [] and .root == "ro"'
+	json_is '.jail.enabled == true'
+	st=0
+	jail_check "$vm" || st=1 # a warm resume runs jailed
 	stop_vm "$vm"
+	[ "$st" -eq 0 ]
 	boot_vm --cold
 	[ "$status" -eq 0 ]
 	json_is '.path == "cold" and (has("resume_ms") | not) and (has("warm_key") | not) and .warnings == []'
@@ -404,6 +408,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		run --separate-stderr isopod-boot --vm "$vm" --owner-pid $$
 		[ "$status" -eq 0 ]
 		jout --arg p "$expect" '.path == $p'
+		jail_check "$vm" # a fork of a stage, its chain in the jail read-only
 		run --separate-stderr isopod-exec --vm "$vm" -- sh -c 'cat /root/f; echo more >> /root/f; cat /root/f'
 		[ "$status" -eq 0 ]
 		json_is '.stdout == "staged\nstaged\nmore\n"'
