@@ -158,7 +158,10 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	jout -s --arg k "$key" '.[] | select(.key == $k) | .shape.mem_mib == 512 and .shape.vcpus == 1 and .shape.net == "none" and .shape.layers == []'
 	# guest RAM as a file of the guest's size (sparse), device state beside it
 	[ "$(stat -c %s "$(W)/$key/mem")" -eq $((512 * 1024 * 1024)) ]
-	[ "$(stat -c %a "$(W)/$key/mem")" = 600 ]
+	# 0606: a jailed clone's QEMU reopens its fd 3 O_RDWR as the jail's uid;
+	# the pool's directories (0700) keep every other path out
+	[ "$(stat -c %a "$(W)/$key/mem")" = 606 ]
+	[ "$(stat -c %a "$(W)")" = 700 ] && [ "$(stat -c %a "$(W)/$key")" = 700 ]
 	[ -s "$(W)/$key/state" ]
 	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
 }
