@@ -56,7 +56,7 @@ vm_tests() { [ "$NET_VM" = 1 ] || skip "isopod-boot without --net support (see t
 
 # isopod run inside the lab's host netns.
 vrun() {
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" \
 		ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" isopod run --json-only "$@"
 }
 
@@ -1616,7 +1616,7 @@ done'
 @test "vm: SIGKILL of a networked run frees its slot at once; the next run gets it" {
 	vm_tests
 	local pid i
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
 		PATH="$PATH" isopod run --json-only --net open --timeout-s 120 -- sleep 100 \
 		>/dev/null 2>&1 3>&- &
 	pid=$!

@@ -43,7 +43,7 @@ teardown_file() {
 
 # isopod run inside the lab's host netns (resolv.conf: the lab's DNS).
 vrun() {
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
 		PATH="$PATH" ${ISOPOD_BROKER:+ISOPOD_BROKER="$ISOPOD_BROKER"} isopod run --json-only "$@"
 }
 
@@ -234,7 +234,7 @@ s.bind(("10.213.0.1", 3128)); s.listen(1); time.sleep(60)' &
 
 @test "filtered: SIGKILL of a run ends its broker with the VM; the next run gets the slot and a working broker at once; its QEMU was jailed" {
 	local pid i
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
 		PATH="$PATH" isopod run --json-only --net filtered --allow pkg.test --timeout-s 120 -- sleep 100 \
 		>/dev/null 2>&1 3>&- &
 	pid=$!

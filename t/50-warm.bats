@@ -89,7 +89,7 @@ net_lab() {
 # with the lab's host config: every result warns of its allow_range (and
 # of nothing else, in the tests that say so).
 vrun() {
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_SYSCONFIG="$LAB_CONF" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_SYSCONFIG="$LAB_CONF" \
 		ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" isopod run --json-only "$@"
 }
 
