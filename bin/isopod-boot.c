@@ -2,8 +2,7 @@
  *
  * Process shape:
  *   isopod-boot ──spawn──> isopod-supervise ──jail_spawn──> qemu-system-x86_64
- * QEMU runs in the jail (lib/qjail.c) unless ISOPOD_JAIL=0 or the host
- * config's `jail = no` say otherwise; the result's "jail" says which.
+ * QEMU runs in the jail (lib/qjail.c) unless ISOPOD_JAIL=0 or `jail = no`.
  * The supervisor (isopod-supervise(1)), exec'd with fixed descriptors,
  * holds vms/<id>/lock (LOCK_EX) for its whole life: that lock IS "the VM
  * is running".  It watches QEMU, the owner and its signals through pidfds
@@ -88,8 +87,7 @@ struct boot {
 	struct conn *conn;        /* 130 KiB of buffers: on the heap */
 	struct hello h;
 	struct pool w;
-	int jail;                 /* QEMU in the jail (qjail_wanted) */
-	char jail_why[PATH_MAX + 64];
+	int jail; char jail_why[PATH_MAX + 64]; /* QEMU jailed?  why (qjail_wanted) */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -624,12 +622,8 @@ static void load_vm(struct boot *bt)
 	if (vm_resolve(bt->a_vm, bt->idbuf, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
 	bt->id = bt->idbuf;
-	if ((r = qjail_wanted(bt->jail_why, sizeof bt->jail_why)) < 0)
+	if ((bt->jail = qjail_wanted(bt->jail_why, sizeof bt->jail_why, bt->w.warnings)) < 0)
 		die(EX_USAGE, "%s", bt->jail_why);
-	bt->jail = r;
-	if (!bt->jail)
-		json_array_append_new(bt->w.warnings,
-				      json_sprintf("QEMU runs unjailed (%s)", bt->jail_why));
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
 	if (inst_paths(&bt->in, dir) < 0)
 		die(EX_USAGE, "path too long: %.64s...", dir);
@@ -921,33 +915,6 @@ static void boot_cold(struct boot *bt)
 		fail(bt, r, "%s", msg);
 }
 
-/* The result's "jail": what the supervisor recorded the jail applied
- * (its read-only list as a count: it is QEMU's libraries), its warnings
- * copied to the result's; or {"enabled":false,"why":...}. */
-static json_t *jail_json(struct boot *bt)
-{
-	json_t *rec, *j, *w, *v;
-	size_t i;
-
-	if (!bt->jail)
-		return json_pack("{s:b, s:s}", "enabled", 0, "why", bt->jail_why);
-	rec = vm_read(bt->id);
-	j = json_deep_copy(json_object_get(rec, "jail"));
-	json_decref(rec);
-	if (!json_is_object(j)) {
-		json_decref(j);
-		json_array_append_new(bt->w.warnings, json_string("the jail's record is missing"));
-		return json_pack("{s:b}", "enabled", 1);
-	}
-	json_object_set_new(j, "enabled", json_true());
-	json_object_set_new(j, "read_only", json_integer((json_int_t)json_array_size(
-						      json_object_get(j, "read_only"))));
-	w = json_object_get(j, "warnings");
-	json_array_foreach(w, i, v)
-		json_array_append(bt->w.warnings, v);
-	return j;
-}
-
 /* The boot is confirmed to the supervisor; the record says running, and
  * the result goes to stdout. */
 static void confirm_and_emit(struct boot *bt)
@@ -990,7 +957,7 @@ static void confirm_and_emit(struct boot *bt)
 	if (w->on)
 		json_object_set_new(out, "warm_key", json_string(w->key));
 	json_object_set_new(out, "net", net_json(&bt->net, bt->net_mode));
-	json_object_set_new(out, "jail", jail_json(bt));
+	json_object_set_new(out, "jail", qjail_result(bt->jail, bt->jail_why, bt->id, w->warnings));
 	json_object_set(out, "warnings", w->warnings);
 	json_emit(out);
 }

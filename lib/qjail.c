@@ -4,6 +4,7 @@
 #include "qjail.h"
 #include "ranges.h"
 #include "util.h"
+#include "vm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -66,7 +67,7 @@ static int keep_last(const char *val, const char *where, void *arg)
 	return 0;
 }
 
-int qjail_wanted(char *why, size_t wsz)
+static int wanted(char *why, size_t wsz)
 {
 	const char *e = getenv("ISOPOD_JAIL");
 	struct last l = { .bad = 0 };
@@ -95,6 +96,38 @@ int qjail_wanted(char *why, size_t wsz)
 	}
 	snprintf(why, wsz, "default");
 	return 1;
+}
+
+json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings)
+{
+	json_t *rec, *j, *v;
+	size_t i;
+
+	if (!on)
+		return json_pack("{s:b, s:s}", "enabled", 0, "why", why);
+	rec = vm_read(id);
+	j = json_deep_copy(json_object_get(rec, "jail"));
+	json_decref(rec);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		json_array_append_new(warnings, json_string("the jail's record is missing"));
+		return json_pack("{s:b}", "enabled", 1);
+	}
+	json_object_set_new(j, "enabled", json_true());
+	json_object_set_new(j, "read_only", json_integer((json_int_t)json_array_size(
+						      json_object_get(j, "read_only"))));
+	json_array_foreach(json_object_get(j, "warnings"), i, v)
+		json_array_append(warnings, v);
+	return j;
+}
+
+int qjail_wanted(char *why, size_t wsz, json_t *warnings)
+{
+	int on = wanted(why, wsz);
+
+	if (on == 0)
+		json_array_append_new(warnings, json_sprintf("QEMU runs unjailed (%s)", why));
+	return on;
 }
 
 /* The value after opt in av, or NULL. */

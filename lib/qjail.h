@@ -12,6 +12,7 @@
 
 #include "jail.h"
 
+#include <jansson.h>
 #include <limits.h>
 #include <stddef.h>
 
@@ -41,8 +42,15 @@ struct qjail {
 
 /* Is QEMU to be jailed?  $ISOPOD_JAIL (0/no/off, 1/yes/on) first, then the
  * host config's `jail` (yes/no), else yes.  1 yes; 0 no, why saying what
- * turned it off; -1 a bad value (why says which). */
-int qjail_wanted(char *why, size_t wsz);
+ * turned it off and "QEMU runs unjailed (WHY)" appended to warnings; -1 a
+ * bad value (why says which). */
+int qjail_wanted(char *why, size_t wsz, json_t *warnings);
+
+/* The result's "jail" for VM id: what its supervisor recorded that the
+ * jail applied (the read-only list as a count: it is QEMU's libraries),
+ * its warnings appended to warnings; or, jail off (on 0),
+ * {"enabled":false,"why":why}. */
+json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings);
 
 /* The jail of VM id's QEMU av (qemu_argv's), its directory dir: the
  * paths, the identity, the limits; the NIC's tap opened here (TUNSETIFF on
