@@ -52,11 +52,13 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	d=$ISOPOD_HOME/vms/$id
 	[ "$(stat -c %a:%u "$d")" = 1770:0 ]
 	uid=$(jq -r .jail.uid "$d/meta.json")
-	setpriv --reuid="$uid" --regid="$uid" --clear-groups sh -c "mv '$d/agent.sock' '$d/a.real' && ln -s a.real '$d/agent.sock'"
+	# (as the jail's uid, from inside the directory: the store above it is root's 0700)
+	(cd "$d" && setpriv --reuid="$uid" --regid="$uid" --clear-groups sh -c 'mv agent.sock a.real && ln -s a.real agent.sock')
 	run --separate-stderr isopod-exec --vm "$id" --timeout-ms 5000 -- true
 	[ "$status" -ne 0 ]
 	echo "$stderr $output" | grep -q "Too many levels of symbolic links"
-	run ! setpriv --reuid="$uid" --regid="$uid" --clear-groups rm -f "$d/meta.json"
+	(cd "$d" && ! setpriv --reuid="$uid" --regid="$uid" --clear-groups rm -f meta.json) || false
+	[ -f "$d/meta.json" ]
 	isopod vm stop "$id" >/dev/null
 	# QEMU gone: the directory and disk are root's again, the link removed
 	[ "$(stat -c %a:%u:%g "$d")" = 700:0:0 ]
