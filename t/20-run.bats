@@ -372,8 +372,9 @@ $want" ]
 	[ "$status" -eq 0 ]
 	id=$(echo "$output" | jq -r .vm.id)
 	vm_locked "$id"
-	# the VM's directory and the sockets QEMU made in it: the owner's alone
-	[ "$(stat -c %a "$ISOPOD_HOME/vms/$id")" = 700 ]
+	# the VM's directory and the sockets QEMU made in it: the owner's and,
+	# while QEMU runs, its jail's (sticky: root's files stay root's)
+	[ "$(stat -c %a:%u:%g "$ISOPOD_HOME/vms/$id")" = "1770:0:$(jq -r .jail.gid "$ISOPOD_HOME/vms/$id/meta.json")" ]
 	[ "$(stat -c '%F %a' "$ISOPOD_HOME/vms/$id/qmp.sock" "$ISOPOD_HOME/vms/$id/agent.sock")" = $'socket 600\nsocket 600' ]
 	run --separate-stderr isopod-exec --vm "$id" -- cat /root/state
 	[ "$status" -eq 0 ]
