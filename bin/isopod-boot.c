@@ -1,7 +1,8 @@
 /* isopod-boot - boot a claimed VM under a supervisor and wait for its agent.
  *
  * Process shape:
- *   isopod-boot ──spawn──> isopod-supervise ──fork+exec──> qemu-system-x86_64
+ *   isopod-boot ──spawn──> isopod-supervise ──jail_spawn──> qemu-system-x86_64
+ * QEMU runs in the jail (lib/qjail.c) unless ISOPOD_JAIL=0 or `jail = no`.
  * The supervisor (isopod-supervise(1)), exec'd with fixed descriptors,
  * holds vms/<id>/lock (LOCK_EX) for its whole life: that lock IS "the VM
  * is running".  It watches QEMU, the owner and its signals through pidfds
@@ -16,6 +17,7 @@
 #include "image.h"
 #include "proc.h"
 #include "qemu.h"
+#include "qjail.h"
 #include "qmp.h"
 #include "stage.h"
 #include "egress.h"
@@ -85,6 +87,7 @@ struct boot {
 	struct conn *conn;        /* 130 KiB of buffers: on the heap */
 	struct hello h;
 	struct pool w;
+	int jail; char jail_why[PATH_MAX + 64]; /* QEMU jailed?  why (qjail_wanted) */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -187,8 +190,8 @@ static pid_t start_supervisor(struct boot *bt, char *const *av, int keepfd, int 
 {
 	char sup[PATH_MAX], *sav[8], *text;
 	int k = 0, spec[2];
-	json_t *j = json_pack("{s:s, s:s, s:[], s:O?}", "vm", bt->id, "dir", bt->in.dir, "qemu",
-			      "net", bt->supnet);
+	json_t *j = json_pack("{s:s, s:s, s:[], s:O?, s:b}", "vm", bt->id, "dir", bt->in.dir,
+			      "qemu", "net", bt->supnet, "jail", bt->jail);
 	struct proc_spec ps = PROC_SPEC(sav);
 	pid_t pid;
 
@@ -619,6 +622,8 @@ static void load_vm(struct boot *bt)
 	if (vm_resolve(bt->a_vm, bt->idbuf, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
 	bt->id = bt->idbuf;
+	if ((bt->jail = qjail_wanted(bt->jail_why, sizeof bt->jail_why, bt->w.warnings)) < 0)
+		die(EX_USAGE, "%s", bt->jail_why);
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
 	if (inst_paths(&bt->in, dir) < 0)
 		die(EX_USAGE, "path too long: %.64s...", dir);
@@ -952,6 +957,7 @@ static void confirm_and_emit(struct boot *bt)
 	if (w->on)
 		json_object_set_new(out, "warm_key", json_string(w->key));
 	json_object_set_new(out, "net", net_json(&bt->net, bt->net_mode));
+	json_object_set_new(out, "jail", qjail_result(bt->jail, bt->jail_why, bt->id, w->warnings));
 	json_object_set(out, "warnings", w->warnings);
 	json_emit(out);
 }

@@ -626,6 +626,7 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 	set_if(r, "resume_ms", json_object_get(boot, "resume_ms"));
 	set_if(r, "warm_key", json_object_get(boot, "warm_key"));
 	set_if(r, "net", json_object_get(boot, "net"));
+	set_if(r, "jail", json_object_get(boot, "jail"));
 	if (networked) {
 		const char *id = str(json_object_get(boot, "vm"), "id");
 

@@ -13,7 +13,9 @@
  *   fd 8  (--slot) the network slot's lock: held while the VM lives, and
  *         the broker's fd 3
  * stdin: one JSON object {"vm":ID, "dir":DIR, "qemu":[ARGV...],
- * "net":{"mode","gateway","allow":[...]}|null}.  The supervisor watches
+ * "net":{"mode","gateway","allow":[...]}|null, "jail":true|false}.  With
+ * "jail":true QEMU runs in the jail (lib/qjail.c, lib/jail.c), and what
+ * the jail applied goes into the VM's record as "jail".  The supervisor watches
  * QEMU, the owner and its signals through pidfds and a signalfd, and kills
  * QEMU (the pid it forked itself, never a pid read from a file).  QEMU
  * carries PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
@@ -21,6 +23,7 @@
 #include "egress.h"
 #include "proc.h"
 #include "qemu.h"
+#include "qjail.h"
 #include "util.h"
 #include "vm.h"
 
@@ -49,6 +52,9 @@ struct sup {
 	struct egress eg;           /* argc 0: no broker */
 	pid_t q;
 	int qfd, st, ready, killed;
+	int jailed;                 /* the spec's "jail" */
+	struct qjail qj;
+	struct jail j;
 	const char *why;            /* stopped_by */
 };
 
@@ -107,14 +113,60 @@ static void sup_broker(struct sup *s)
 	json_decref(m);
 }
 
+/* Start QEMU in its jail (lib/qjail.c): the VM directory handed to the
+ * jail's uid first, what was applied recorded after.  The pid, or -1 with
+ * msg (the directory is root's again). */
+static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
+{
+	struct proc_spec ps = PROC_SPEC(s->qj.av);
+	json_t *m;
+
+	if (qjail_plan(&s->qj, s->id, s->dir, s->av, msg, msz) < 0 ||
+	    qjail_give(&s->qj, s->dir, msg, msz) < 0) {
+		qjail_reclaim(&s->qj);
+		return -1;
+	}
+	ps.file = s->qj.prog;
+	ps.out = ps.err = 2;
+	ps.keep[0] = s->memfd;
+	ps.keep[1] = s->qj.tapfd;
+	ps.nkeep = s->qj.tapfd >= 0 ? 2 : 1;
+	ps.pdeathsig = SIGKILL;
+	ps.umask = 0177; /* as qemu_spawn: its sockets 0600 from the start */
+	if (jail_spawn(&s->qj.js, &ps, &s->j, msg, msz) < 0) {
+		qjail_reclaim(&s->qj);
+		return -1;
+	}
+	if (s->qj.tapfd >= 0)
+		close(s->qj.tapfd); /* QEMU's now, as its fd 4 */
+	s->qj.tapfd = -1;
+	m = json_pack("{s:O}", "jail", s->j.applied);
+	if (!m || vm_meta_update(s->id, NULL, m) < 0)
+		warn("supervisor: unable to record the jail:");
+	json_decref(m);
+	return s->j.pid;
+}
+
 /* Start QEMU and report its pid to isopod-boot. */
 static void sup_qemu(struct sup *s)
 {
-	s->q = qemu_spawn(s->av, 2, 1, s->memfd);
+	char msg[1024];
+
+	if (s->jailed) {
+		s->q = sup_jailed(s, msg, sizeof msg);
+	} else {
+		s->q = qemu_spawn(s->av, 2, 1, s->memfd);
+		snprintf(msg, sizeof msg, "unable to fork: %s", strerror(errno));
+	}
 	if (s->memfd >= 0)
 		close(s->memfd); /* QEMU has its own copy as fd 3 */
 	if (s->q < 0) {
-		dprintf(s->repfd, "error: unable to fork: %s\n", strerror(errno));
+		/* one line: isopod-boot reads "error: ..." up to it */
+		for (char *c = msg; *c; c++)
+			if (*c == '\n')
+				*c = ' ';
+		dprintf(s->repfd, "error: %s\n", msg);
+		warn("supervisor: %s", msg);
 		_exit(111);
 	}
 	s->qfd = pidfd_open_(s->q); /* our unreaped child: cannot be a recycled pid */
@@ -199,6 +251,14 @@ static void sup_watch(struct sup *s)
 	}
 	while (waitpid(s->q, &s->st, 0) < 0 && errno == EINTR)
 		;
+	if (s->jailed) {
+		char err[512];
+
+		if (jail_release(&s->j, err, sizeof err) < 0)
+			warn("supervisor: %s", err);
+		qjail_reclaim(&s->qj);
+		qjail_free(&s->qj);
+	}
 }
 
 /* QEMU is gone: end the broker, then make the record final. */
@@ -257,6 +317,7 @@ static json_t *read_spec(struct sup *s, char **av, size_t avn)
 	}
 	av[i] = NULL;
 	s->av = av;
+	s->jailed = json_is_true(json_object_get(spec, "jail"));
 	net = json_object_get(spec, "net");
 	if (!json_is_object(net))
 		return spec;

@@ -49,7 +49,7 @@ int conn_open(struct conn *c, const char *sock_path, int64_t deadline_ms)
 			snprintf(c->err, sizeof c->err, "socket: %s", strerror(errno));
 			return -1;
 		}
-		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+		if (unix_connect_nofollow(fd, sock_path) == 0) {
 			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 			c->fd = fd;
 			return 0;

@@ -321,6 +321,10 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 		b[nb] = (struct bindreq){ js->vm_dir, rp[nb], B_RW };
 		nb++;
 	}
+	/* The root's directories and nodes are made with this umask: the
+	 * caller's (isopod's 077) would leave them root's alone, and the
+	 * jailed uid unable to reach /dev/null.  ps->umask is the program's. */
+	umask(022);
 	/* The parent placed us in our cgroups (and wrote our maps): EOF here
 	 * means it failed or died. */
 	if (read(syncfd, &go, 1) != 1)

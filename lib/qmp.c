@@ -210,7 +210,7 @@ static int qmp_open_(struct qmp *q, const char *sock_path, int retry, int64_t de
 			snprintf(q->err, sizeof q->err, "qmp: socket: %s", strerror(errno));
 			return -1;
 		}
-		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+		if (unix_connect_nofollow(fd, sock_path) == 0) {
 			q->fd = fd;
 			break;
 		}

@@ -17,7 +17,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -256,6 +258,28 @@ void mkdirs(const char *path, mode_t mode)
 			die(EX_USAGE, "path too long: %.64s...", path);
 		die(EX_SYS, "unable to create %s:", failed);
 	}
+}
+
+int unix_connect_nofollow(int fd, const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int p = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC), r, e;
+	struct stat st;
+
+	if (p < 0)
+		return -1;
+	if (fstat(p, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		e = S_ISLNK(st.st_mode) ? ELOOP : ENOTSOCK;
+		close(p);
+		errno = e;
+		return -1;
+	}
+	snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d", p);
+	r = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+	e = errno;
+	close(p);
+	errno = e;
+	return r;
 }
 
 int write_all(int fd, const void *buf, size_t n)

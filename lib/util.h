@@ -171,6 +171,14 @@ int parse_ll(const char *s, long long lo, long long hi, long long *out);
 /* Is the VM's supervisor alive (its lock on vms/<id>/lock is held)? */
 int vm_running(const char *id);
 
+/* connect(2) the AF_UNIX stream socket fd to the socket at path, never
+ * through a symbolic link: a VM's sockets are in a directory its jailed
+ * QEMU can write, and a link planted there must not steer a root tool to
+ * another socket.  The path's last component is opened O_PATH|O_NOFOLLOW
+ * and the connect goes through /proc/self/fd.  0, or -1 with errno
+ * (ELOOP: a link; ENOTSOCK: not a socket; ENOENT, ECONNREFUSED as connect). */
+int unix_connect_nofollow(int fd, const char *path);
+
 /* Write all of buf to fd, retrying on EINTR/short writes; -1 on error. */
 int write_all(int fd, const void *buf, size_t n);
 

@@ -495,9 +495,13 @@ static int build_template(struct pool *w, const struct inst *vin, int plain, con
 	}
 	pid = -1;
 
-	/* Durable before it is published. */
+	/* Durable before it is published.  Mode 0606: a jailed clone's QEMU
+	 * (the jail's uid, lib/qjail.c) reopens its fd 3 as /proc/self/fd/3
+	 * O_RDWR -- QEMU 7.2 opens a memory-backend-file so whatever share= is
+	 * -- and that reopen checks the inode's mode.  Only that descriptor
+	 * reaches the file: the pool's directories are root's 0700. */
 	if ((mfd = open(memp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fsync(mfd) < 0 ||
-	    fstat(mfd, &ms) < 0 || fsync(sfd) < 0 || fstat(sfd, &ss) < 0 ||
+	    fchmod(mfd, 0606) < 0 || fstat(mfd, &ms) < 0 || fsync(sfd) < 0 || fstat(sfd, &ss) < 0 ||
 	    lseek(sfd, 0, SEEK_SET) < 0 || warm_sha256_fd(sfd, sha) < 0) {
 		snprintf(msg, msz, "unable to sync the snapshot in %.512s: %s", sd, strerror(errno));
 		goto out;

@@ -38,6 +38,50 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	[ -f "$ISOPOD_HOME/vms/$id/meta.json" ]
 }
 
+@test "jail: a running VM's QEMU is in the jail (uid, no_new_privs, no capabilities, only lo, its own pid namespace, cgroup limits); the result says what was applied" {
+	run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	echo "$output" | jq -e '.jail.enabled == true and .jail.uid >= 2000000000 and .jail.no_new_privs == true'
+	echo "$output" | jq -e '(.jail.namespaces | index("pid") and index("net")) and .jail.cgroup.memory_bytes > 0 and .jail.cgroup.pids > 0'
+	echo "$output" | jq -e '.warnings == []'
+	jail_check "$id"
+	# the VM directory is the jail's group's while QEMU runs (sticky: it
+	# cannot replace root's files), and a link the jail plants there does
+	# not steer a root tool: isopod-exec refuses it
+	d=$ISOPOD_HOME/vms/$id
+	[ "$(stat -c %a:%u "$d")" = 1770:0 ]
+	uid=$(jq -r .jail.uid "$d/meta.json")
+	# (as the jail's uid, from inside the directory: the store above it is root's 0700)
+	(cd "$d" && setpriv --reuid="$uid" --regid="$uid" --clear-groups sh -c 'mv agent.sock a.real && ln -s a.real agent.sock')
+	run --separate-stderr isopod-exec --vm "$id" --timeout-ms 5000 -- true
+	[ "$status" -ne 0 ]
+	echo "$stderr $output" | grep -q "Too many levels of symbolic links"
+	(cd "$d" && ! setpriv --reuid="$uid" --regid="$uid" --clear-groups rm -f meta.json) || false
+	[ -f "$d/meta.json" ]
+	isopod vm stop "$id" >/dev/null
+	# QEMU gone: the directory and disk are root's again, the link removed
+	[ "$(stat -c %a:%u:%g "$d")" = 700:0:0 ]
+	[ "$(stat -c %a:%u:%g "$d/disk.qcow2")" = 600:0:0 ]
+	[ ! -L "$d/agent.sock" ]
+}
+
+@test "jail: mutation: with ISOPOD_JAIL=0 (or the host's 'jail = no') jail_check fails on the same VM, and the result says so in warnings" {
+	ISOPOD_JAIL=0 run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	echo "$output" | jq -e '.jail.enabled == false and (.jail.why | test("ISOPOD_JAIL=0"))'
+	echo "$output" | jq -e '.warnings | any(test("QEMU runs unjailed .ISOPOD_JAIL=0"))'
+	run ! jail_check "$id"
+	isopod vm stop "$id" >/dev/null
+	echo 'jail = no' >"$DATA/jail.conf"
+	ISOPOD_SYSCONFIG=$DATA/jail.conf run --separate-stderr isopod run --json-only -- true
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.jail.enabled == false and (.warnings | any(test("unjailed .*jail.conf:1: jail = no")))'
+	ISOPOD_JAIL=maybe run --separate-stderr isopod run --json-only -- true
+	[ "$status" -eq 100 ]
+}
+
 @test "run: the guest's exit status is isopod's exit status" {
 	run --separate-stderr isopod run --json-only -- sh -c 'echo out; echo err >&2; exit 3'
 	[ "$status" -eq 3 ]
@@ -328,8 +372,9 @@ $want" ]
 	[ "$status" -eq 0 ]
 	id=$(echo "$output" | jq -r .vm.id)
 	vm_locked "$id"
-	# the VM's directory and the sockets QEMU made in it: the owner's alone
-	[ "$(stat -c %a "$ISOPOD_HOME/vms/$id")" = 700 ]
+	# the VM's directory and the sockets QEMU made in it: the owner's and,
+	# while QEMU runs, its jail's (sticky: root's files stay root's)
+	[ "$(stat -c %a:%u:%g "$ISOPOD_HOME/vms/$id")" = "1770:0:$(jq -r .jail.gid "$ISOPOD_HOME/vms/$id/meta.json")" ]
 	[ "$(stat -c '%F %a' "$ISOPOD_HOME/vms/$id/qmp.sock" "$ISOPOD_HOME/vms/$id/agent.sock")" = $'socket 600\nsocket 600' ]
 	run --separate-stderr isopod-exec --vm "$id" -- cat /root/state
 	[ "$status" -eq 0 ]

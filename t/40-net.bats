@@ -56,7 +56,7 @@ vm_tests() { [ "$NET_VM" = 1 ] || skip "isopod-boot without --net support (see t
 
 # isopod run inside the lab's host netns.
 vrun() {
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" \
 		ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" isopod run --json-only "$@"
 }
 
@@ -1511,12 +1511,21 @@ done'
 	json_is '.stdout == "lo-ok\n" and .net.mode == "none" and .net.slot == null'
 }
 
-@test "vm --net open: eth0 configured from HELLO on the first open slot; result reports net" {
+@test "vm --net open: eth0 configured from HELLO on the first open slot; result reports net; QEMU is jailed with its tap as a descriptor (only lo in its namespace)" {
 	vm_tests
-	run --separate-stderr vrun --net open --timeout-s 60 -- sh -c 'ip -4 -o addr show eth0; ip route show default; cat /sys/class/net/eth0/address'
+	run --separate-stderr vrun --net open --keep --timeout-s 60 -- sh -c 'ip -4 -o addr show eth0; ip route show default; cat /sys/class/net/eth0/address'
 	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
 	json_is '.net.mode == "open" and .net.slot == 2 and .net.guest_ip == "10.213.0.10" and .net.gateway == "10.213.0.9"'
 	json_is '.stdout | test("inet 10.213.0.10/30") and test("default via 10.213.0.9") and test("02:69:73:00:00:02")'
+	json_is '.jail.enabled == true'
+	st=0
+	jail_check "$id" || st=1
+	# the tap is QEMU's fd 4, opened by the supervisor
+	q=$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$id/meta.json")
+	[ "$(awk '/^iff:/ {print $2}' "/proc/$q/fdinfo/4")" = isopod-tap2 ] || st=1
+	isopod-stop --vm "$id" >/dev/null
+	[ "$st" -eq 0 ]
 }
 
 @test "vm --net open: control reachable; metadata, RFC 1918, host, other VM blocked (TCP, UDP, ICMP)" {
@@ -1607,7 +1616,7 @@ done'
 @test "vm: SIGKILL of a networked run frees its slot at once; the next run gets it" {
 	vm_tests
 	local pid i
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
 		PATH="$PATH" isopod run --json-only --net open --timeout-s 120 -- sleep 100 \
 		>/dev/null 2>&1 3>&- &
 	pid=$!

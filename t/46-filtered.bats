@@ -43,7 +43,7 @@ teardown_file() {
 
 # isopod run inside the lab's host netns (resolv.conf: the lab's DNS).
 vrun() {
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
 		PATH="$PATH" ${ISOPOD_BROKER:+ISOPOD_BROKER="$ISOPOD_BROKER"} isopod run --json-only "$@"
 }
 
@@ -232,9 +232,9 @@ s.bind(("10.213.0.1", 3128)); s.listen(1); time.sleep(60)' &
 	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
 }
 
-@test "filtered: SIGKILL of a run ends its broker with the VM; the next run gets the slot and a working broker at once" {
+@test "filtered: SIGKILL of a run ends its broker with the VM; the next run gets the slot and a working broker at once; its QEMU was jailed" {
 	local pid i
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
 		PATH="$PATH" isopod run --json-only --net filtered --allow pkg.test --timeout-s 120 -- sleep 100 \
 		>/dev/null 2>&1 3>&- &
 	pid=$!
@@ -244,6 +244,9 @@ s.bind(("10.213.0.1", 3128)); s.listen(1); time.sleep(60)' &
 	done
 	[ -n "$(broker_pids)" ]
 	sleep 1
+	# the filtered VM's QEMU is jailed (its tap a descriptor, only lo)
+	st=0
+	jail_check "$(isopod vm ls | jq -r 'select(.running) | .id')" || st=1
 	kill -9 "$pid"
 	wait "$pid" || :
 	for i in $(seq 1 50); do # the supervisor sees its owner die, ends QEMU, then the broker
@@ -251,6 +254,7 @@ s.bind(("10.213.0.1", 3128)); s.listen(1); time.sleep(60)' &
 		sleep 0.1
 	done
 	[ -z "$(broker_pids)" ]
+	[ "$st" -eq 0 ]
 	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- wget -q -O- http://pkg.test/
 	[ "$status" -eq 0 ]
 	json_is '.net.slot == 0 and .stdout == "lab 198.51.100.10\n"'

@@ -89,7 +89,7 @@ net_lab() {
 # with the lab's host config: every result warns of its allow_range (and
 # of nothing else, in the tests that say so).
 vrun() {
-	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_SYSCONFIG="$LAB_CONF" \
+	ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_SYSCONFIG="$LAB_CONF" \
 		ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" isopod run --json-only "$@"
 }
 
@@ -158,16 +158,23 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	jout -s --arg k "$key" '.[] | select(.key == $k) | .shape.mem_mib == 512 and .shape.vcpus == 1 and .shape.net == "none" and .shape.layers == []'
 	# guest RAM as a file of the guest's size (sparse), device state beside it
 	[ "$(stat -c %s "$(W)/$key/mem")" -eq $((512 * 1024 * 1024)) ]
-	[ "$(stat -c %a "$(W)/$key/mem")" = 600 ]
+	# 0606: a jailed clone's QEMU reopens its fd 3 O_RDWR as the jail's uid;
+	# the pool's directories (0700) keep every other path out
+	[ "$(stat -c %a "$(W)/$key/mem")" = 606 ]
+	[ "$(stat -c %a "$(W)")" = 700 ] && [ "$(stat -c %a "$(W)/$key")" = 700 ]
 	[ -s "$(W)/$key/state" ]
 	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
 }
 
-@test "warm: isopod-boot reports resume_ms, warm_key and warnings; --cold and ISOPOD_WARM=0 boot cold" {
+@test "warm: isopod-boot reports resume_ms, warm_key and warnings; the resumed QEMU is jailed; --cold and ISOPOD_WARM=0 boot cold" {
 	boot_vm
 	[ "$status" -eq 0 ]
 	json_is '.path == "warm" and .resume_ms > 0 and (.warm_key | length) == 64 and .warnings == [] and .root == "ro"'
+	json_is '.jail.enabled == true'
+	st=0
+	jail_check "$vm" || st=1 # a warm resume runs jailed
 	stop_vm "$vm"
+	[ "$st" -eq 0 ]
 	boot_vm --cold
 	[ "$status" -eq 0 ]
 	json_is '.path == "cold" and (has("resume_ms") | not) and (has("warm_key") | not) and .warnings == []'
@@ -369,9 +376,10 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	# a QEMU whose version cannot be read: no pool, a warning, a cold boot
 	printf '#!/bin/sh\n[ "$1" = --version ] && exit 1\nexec /usr/bin/qemu-system-x86_64 "$@"\n' > "$DATA/bin/qemu-system-x86_64"
 	chmod 755 "$DATA/bin/qemu-system-x86_64"
-	PATH="$DATA/bin:$PATH" boot_vm --mem-mib 392
+	# (unjailed: the jail runs binaries, not a script whose shell it lacks)
+	ISOPOD_JAIL=0 PATH="$DATA/bin:$PATH" boot_vm --mem-mib 392
 	[ "$status" -eq 0 ]
-	json_is '.path == "cold" and (.warnings[0] | test("warm pool not used: .*--version failed")) and (has("warm_key") | not)'
+	json_is '.path == "cold" and any(.warnings[]; test("warm pool not used: .*--version failed")) and (has("warm_key") | not)'
 	stop_vm "$vm"
 	rm -f "$DATA/bin/qemu-system-x86_64"
 	# the owner exits while the snapshot is built: no VM, no template, no staging
@@ -404,6 +412,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		run --separate-stderr isopod-boot --vm "$vm" --owner-pid $$
 		[ "$status" -eq 0 ]
 		jout --arg p "$expect" '.path == $p'
+		jail_check "$vm" # a fork of a stage, its chain in the jail read-only
 		run --separate-stderr isopod-exec --vm "$vm" -- sh -c 'cat /root/f; echo more >> /root/f; cat /root/f'
 		[ "$status" -eq 0 ]
 		json_is '.stdout == "staged\nstaged\nmore\n"'

@@ -247,3 +247,57 @@ adverse_coverage() {
 		                                         {check: "netstate", when: "after", ok: true}]
 		               else [] end)}'
 }
+
+# jail_check ID: the running VM's QEMU (its pid from the record) is in the
+# jail (issue 12): the jail's uid in every slot, NoNewPrivs 1, no effective
+# or bounding capability, a network namespace other than its supervisor's
+# holding only lo, a pid namespace of its own (QEMU its PID 1), and the
+# cgroup limits the record says were applied.  Each failed check is named
+# on stderr.  Shared by the VM suites: it checks VMs they boot anyway.
+jail_check() {
+	local meta="$ISOPOD_HOME/vms/$1/meta.json" q s uid mem pids cm cp f
+	q=$(jq -r '.qemu_pid // 0' "$meta")
+	s=$(jq -r '.supervisor_pid // 0' "$meta")
+	uid=$(jq -r '.jail.uid // "none"' "$meta")
+	f=/proc/$q/status
+	if [ "$q" -le 0 ] || [ ! -d "/proc/$q" ]; then
+		echo "jail_check: no live qemu pid" >&2
+		return 1
+	fi
+	if ! awk -v u="$uid" '$1 == "Uid:" || $1 == "Gid:" {
+		if ($2 != u || $3 != u || $4 != u || $5 != u) bad = 1 } END { exit bad }' "$f"; then
+		echo "jail_check: uid/gid not the jail's ($uid)" >&2
+		return 1
+	fi
+	if ! grep -q '^NoNewPrivs:[[:space:]]*1$' "$f"; then
+		echo "jail_check: no NoNewPrivs" >&2
+		return 1
+	fi
+	if ! grep -q '^CapEff:[[:space:]]*0*$' "$f" || ! grep -q '^CapBnd:[[:space:]]*0*$' "$f"; then
+		echo "jail_check: capabilities left" >&2
+		return 1
+	fi
+	if [ "$(readlink "/proc/$q/ns/net")" = "$(readlink "/proc/$s/ns/net")" ] ||
+		[ "$(awk 'NR > 2 { sub(":", "", $1); print $1 }' "/proc/$q/net/dev")" != lo ]; then
+		echo "jail_check: the supervisor's net namespace, or interfaces other than lo" >&2
+		return 1
+	fi
+	if [ "$(readlink "/proc/$q/ns/pid")" = "$(readlink "/proc/$s/ns/pid")" ] ||
+		! grep -q "^NSpid:[[:space:]]*${q}[[:space:]]*1$" "$f"; then
+		echo "jail_check: not PID 1 of a pid namespace of its own" >&2
+		return 1
+	fi
+	mem=$(jq -r '.jail.cgroup.memory_bytes // 0' "$meta")
+	pids=$(jq -r '.jail.cgroup.pids // 0' "$meta")
+	if [ "$(jq -r '.jail.cgroup.version // 0' "$meta")" = 2 ]; then
+		cm=/sys/fs/cgroup$(awk -F: '$1 == "0" { print $3 }' "/proc/$q/cgroup")
+		cm=$cm/memory.max cp=${cm%/*}/pids.max
+	else
+		cm=/sys/fs/cgroup/memory$(awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' "/proc/$q/cgroup")/memory.limit_in_bytes
+		cp=/sys/fs/cgroup/pids$(awk -F: '$2 ~ /(^|,)pids(,|$)/ { print $3 }' "/proc/$q/cgroup")/pids.max
+	fi
+	if [ "$mem" -le 0 ] || [ "$pids" -le 0 ] || [ "$(cat "$cm")" != "$mem" ] || [ "$(cat "$cp")" != "$pids" ]; then
+		echo "jail_check: cgroup limits ($mem, $pids) not in force ($cm, $cp)" >&2
+		return 1
+	fi
+}

@@ -1,0 +1,338 @@
+/* qjail.c - a VM's QEMU in the jail (see qjail.h). */
+#include "config.h"
+#include "image.h"
+#include "qjail.h"
+#include "ranges.h"
+#include "util.h"
+#include "vm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* QEMU's module directory and data files: dlopen'd (accel-tcg-x86_64.so)
+ * and read at start (bios-microvm.bin), so not in ldd's list. */
+static const char *const qemu_data[] = { "/usr/lib/x86_64-linux-gnu/qemu", "/usr/share/qemu" };
+
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errsz, const char *fmt,
+						       ...)
+{
+	va_list ap;
+	int e = errno;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errsz, fmt, ap);
+	va_end(ap);
+	errno = e;
+	return -1;
+}
+
+static int flag(const char *v, int *on)
+{
+	if (!strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off"))
+		*on = 0;
+	else if (!strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on"))
+		*on = 1;
+	else
+		return -1;
+	return 0;
+}
+
+struct last {
+	char v[16], where[PATH_MAX + 32];
+	int bad;
+};
+
+static int keep_last(const char *val, const char *where, void *arg)
+{
+	struct last *l = arg;
+	int on;
+
+	if (flag(val, &on) < 0) {
+		snprintf(l->where, sizeof l->where, "%s", where);
+		l->bad = 1;
+		return 1;
+	}
+	snprintf(l->v, sizeof l->v, "%s", val);
+	snprintf(l->where, sizeof l->where, "%s", where);
+	return 0;
+}
+
+static int wanted(char *why, size_t wsz)
+{
+	const char *e = getenv("ISOPOD_JAIL");
+	struct last l = { .bad = 0 };
+	char msg[PATH_MAX + 64];
+	int on = 1, rc;
+
+	if (e && *e) {
+		if (flag(e, &on) < 0) {
+			snprintf(why, wsz, "ISOPOD_JAIL=%s: want 0 or 1", EXC(e));
+			return -1;
+		}
+		snprintf(why, wsz, "ISOPOD_JAIL=%s", e);
+		return on;
+	}
+	/* The host's file only: whether VMMs are jailed is the host's policy. */
+	rc = config_each(ranges_config_path(), "jail", keep_last, &l, msg, sizeof msg);
+	if (rc == -2 || l.bad) {
+		snprintf(why, wsz, "%s", l.bad ? l.where : msg);
+		if (l.bad)
+			snprintf(why, wsz, "%s: jail: want yes or no", l.where);
+		return -1;
+	}
+	if (rc > 0 && flag(l.v, &on) == 0) {
+		snprintf(why, wsz, "%s: jail = %s", l.where, l.v);
+		return on;
+	}
+	snprintf(why, wsz, "default");
+	return 1;
+}
+
+json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings)
+{
+	json_t *rec, *j, *v;
+	size_t i;
+
+	if (!on)
+		return json_pack("{s:b, s:s}", "enabled", 0, "why", why);
+	rec = vm_read(id);
+	j = json_deep_copy(json_object_get(rec, "jail"));
+	json_decref(rec);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		json_array_append_new(warnings, json_string("the jail's record is missing"));
+		return json_pack("{s:b}", "enabled", 1);
+	}
+	json_object_set_new(j, "enabled", json_true());
+	json_object_set_new(j, "read_only", json_integer((json_int_t)json_array_size(
+						      json_object_get(j, "read_only"))));
+	json_array_foreach(json_object_get(j, "warnings"), i, v)
+		json_array_append(warnings, v);
+	return j;
+}
+
+int qjail_wanted(char *why, size_t wsz, json_t *warnings)
+{
+	int on = wanted(why, wsz);
+
+	if (on == 0)
+		json_array_append_new(warnings, json_sprintf("QEMU runs unjailed (%s)", why));
+	return on;
+}
+
+/* The value after opt in av, or NULL. */
+static const char *arg_of(char *const *av, const char *opt)
+{
+	for (; *av && av[1]; av++)
+		if (!strcmp(*av, opt))
+			return av[1];
+	return NULL;
+}
+
+static int add(struct qjail *qj, const char *p, char *err, size_t errsz)
+{
+	if (qj->nro >= JAIL_PATHS_MAX) {
+		errno = E2BIG;
+		return fail(err, errsz, "more than %d read-only paths for QEMU", JAIL_PATHS_MAX);
+	}
+	if (!(qj->ro[qj->nro] = strdup(p)))
+		return fail(err, errsz, "strdup: %s", strerror(errno));
+	qj->nro++;
+	return 0;
+}
+
+/* The disk's backing chain, as the store has it: disk_chain reads the
+ * headers (a chain of stage layers over a base image, or a refusal), and
+ * the paths bound are the store's own, so a header naming another file
+ * finds nothing in the jail. */
+static int chain(struct qjail *qj, const char *disk, char *err, size_t errsz)
+{
+	json_t *layers = json_array(), *v;
+	char bsha[65], p[PATH_MAX];
+	size_t i;
+	int r = -1;
+
+	if (!layers)
+		return fail(err, errsz, "out of memory");
+	if (disk_chain(disk, layers, bsha) < 0) {
+		errno = EINVAL;
+		fail(err, errsz, "%s: not a chain of stage layers over a base image", disk);
+		goto out;
+	}
+	if (pathn(p, sizeof p, "%s/images/base-%s.img", store_home(), bsha) < 0 ||
+	    add(qj, p, err, errsz) < 0)
+		goto out;
+	json_array_foreach(layers, i, v) {
+		if (pathn(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(),
+			  json_string_value(v)) < 0 || add(qj, p, err, errsz) < 0)
+			goto out;
+	}
+	r = 0;
+out:
+	json_decref(layers);
+	return r;
+}
+
+/* PROG as execvp would find it. */
+static int which(const char *prog, char *out, char *err, size_t errsz)
+{
+	const char *path = getenv("PATH");
+	char buf[PATH_MAX];
+
+	for (path = path ? path : "/usr/bin:/bin"; *path;) {
+		size_t n = strcspn(path, ":");
+
+		if (n && pathn(buf, sizeof buf, "%.*s/%s", (int)n, path, prog) == 0 &&
+		    access(buf, X_OK) == 0 && realpath(buf, out))
+			return 0;
+		path += n + (path[n] == ':');
+	}
+	errno = ENOENT;
+	return fail(err, errsz, "%s: not found in PATH", prog);
+}
+
+/* The NIC's tap, opened here: QEMU gets the descriptor, not the device. */
+static int tap(struct qjail *qj, char *err, size_t errsz)
+{
+	struct ifreq ifr = { .ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR };
+	const char *p;
+	size_t n;
+	int i;
+
+	for (i = 0; qj->av[i]; i++)
+		if (!strncmp(qj->av[i], "tap,", 4) && i > 0 && !strcmp(qj->av[i - 1], "-netdev"))
+			break;
+	if (!qj->av[i])
+		return 0;
+	if (!(p = strstr(qj->av[i], ",ifname=")) || (n = strcspn(p += 8, ",")) == 0 ||
+	    n >= IFNAMSIZ) {
+		errno = EINVAL;
+		return fail(err, errsz, "QEMU's -netdev %s: no ifname", qj->av[i]);
+	}
+	memcpy(ifr.ifr_name, p, n);
+	/* the spawn's plan dups it to QEMU's fd 4 (dup2 clears CLOEXEC) */
+	if ((qj->tapfd = open("/dev/net/tun", O_RDWR | O_CLOEXEC)) < 0)
+		return fail(err, errsz, "/dev/net/tun: %s", strerror(errno));
+	if (ioctl(qj->tapfd, TUNSETIFF, &ifr) < 0)
+		return fail(err, errsz, "TUNSETIFF %s: %s", ifr.ifr_name, strerror(errno));
+	snprintf(qj->netdev, sizeof qj->netdev, "tap,id=net0,fd=%d", QJAIL_TAP_FD);
+	qj->av[i] = qj->netdev;
+	return 0;
+}
+
+static long long phys_mib(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+	return pages > 0 && psz > 0 ? (long long)pages * psz >> 20 : 0;
+}
+
+int qjail_plan(struct qjail *qj, const char *id, const char *dir, char *const *av, char *err,
+	       size_t errsz)
+{
+	const char *m = arg_of(av, "-m"), *smp = arg_of(av, "-smp"), *acc = arg_of(av, "-accel");
+	const char *k = arg_of(av, "-kernel"), *i = arg_of(av, "-initrd");
+	long long mib, vcpus, tcg;
+	char disk[PATH_MAX];
+	size_t n;
+
+	*qj = (struct qjail){ .tapfd = -1, .dirfd = -1 };
+	for (n = 0; av[n] && n + 1 < sizeof qj->av / sizeof qj->av[0]; n++)
+		qj->av[n] = av[n];
+	if (av[n] || !m || !smp || !acc || !k || !i || parse_ll(m, 1, 1 << 20, &mib) < 0 ||
+	    parse_ll(smp, 1, 1024, &vcpus) < 0) {
+		errno = EINVAL;
+		return fail(err, errsz, "QEMU's command line is not qemu_argv's");
+	}
+	tcg = !strcmp(acc, "tcg");
+	if (which(av[0], qj->prog, err, errsz) < 0 || add(qj, qj->prog, err, errsz) < 0 ||
+	    jail_deps(qj->prog, qj->ro, &qj->nro, JAIL_PATHS_MAX, err, errsz) < 0)
+		return -1;
+	for (n = 0; n < sizeof qemu_data / sizeof qemu_data[0]; n++)
+		if (access(qemu_data[n], F_OK) == 0 && add(qj, qemu_data[n], err, errsz) < 0)
+			return -1;
+	if (add(qj, k, err, errsz) < 0 || add(qj, i, err, errsz) < 0 ||
+	    pathn(disk, sizeof disk, "%s/disk.qcow2", dir) < 0 || chain(qj, disk, err, errsz) < 0)
+		return -1;
+	if (tap(qj, err, errsz) < 0)
+		return -1;
+	qj->js = (struct jail_spec){
+		.name = id,
+		.vm_dir = dir,
+		.ro = (const char *const *)qj->ro,
+		.nro = qj->nro,
+		.kvm = !tcg,
+		.mem_bytes = (mib + QJAIL_MEM_BASE_MIB +
+			      (tcg ? (phys_mib() / 8 < QJAIL_TCG_MAX_MIB ? phys_mib() / 8
+									 : QJAIL_TCG_MAX_MIB)
+				   : 0)) << 20,
+		.pids = QJAIL_PIDS_BASE + vcpus,
+	};
+	if (geteuid() == 0 && jail_identity(id, &qj->js.uid, &qj->js.gid, err, errsz) < 0)
+		return -1;
+	return 0;
+}
+
+void qjail_free(struct qjail *qj)
+{
+	for (size_t n = 0; n < qj->nro; n++)
+		free(qj->ro[n]);
+	qj->nro = 0;
+	if (qj->tapfd >= 0)
+		close(qj->tapfd);
+	qj->tapfd = -1;
+	if (qj->dirfd >= 0)
+		close(qj->dirfd);
+	qj->dirfd = -1;
+}
+
+int qjail_give(struct qjail *qj, const char *dir, char *err, size_t errsz)
+{
+	if (geteuid() != 0) /* a user's jail is the user: nothing to hand over */
+		return 0;
+	qj->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (qj->dirfd < 0 || fchown(qj->dirfd, 0, qj->js.gid) < 0 || fchmod(qj->dirfd, 01770) < 0)
+		return fail(err, errsz, "handing %s to the jail: %s", dir, strerror(errno));
+	/* root's file, the jail's group: written in place, never replaced */
+	if (fchownat(qj->dirfd, "disk.qcow2", 0, qj->js.gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    fchmodat(qj->dirfd, "disk.qcow2", 0660, 0) < 0)
+		return fail(err, errsz, "handing %s/disk.qcow2 to the jail: %s", dir, strerror(errno));
+	return 0;
+}
+
+void qjail_reclaim(struct qjail *qj)
+{
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+	int fd;
+
+	if (qj->dirfd < 0)
+		return;
+	if ((fd = dup(qj->dirfd)) >= 0 && (d = fdopendir(fd))) {
+		while ((de = readdir(d)))
+			if (fstatat(qj->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    st.st_uid == qj->js.uid && !S_ISREG(st.st_mode) && !S_ISSOCK(st.st_mode) &&
+			    !S_ISDIR(st.st_mode))
+				unlinkat(qj->dirfd, de->d_name, 0);
+		closedir(d);
+	} else if (fd >= 0) {
+		close(fd);
+	}
+	if (fchownat(qj->dirfd, "disk.qcow2", 0, 0, AT_SYMLINK_NOFOLLOW) == 0)
+		fchmodat(qj->dirfd, "disk.qcow2", 0600, 0);
+	if (fchmod(qj->dirfd, 0700) < 0 || fchown(qj->dirfd, 0, 0) < 0)
+		warn("unable to take the VM directory back from the jail:");
+	close(qj->dirfd);
+	qj->dirfd = -1;
+}

@@ -1,0 +1,72 @@
+/* qjail.h - a VM's QEMU in the jail (lib/jail.c): whether it is wanted,
+ * what goes in (issue 12), and the VM directory handed over and back.
+ *
+ * isopod-boot decides (qjail_wanted) and tells its supervisor; the
+ * supervisor plans (qjail_plan) and starts QEMU with jail_spawn.  Inside,
+ * QEMU finds its binary and the libraries and modules it loads, its data
+ * files, the kernel, the initramfs and this disk's backing chain (stage
+ * layers, base image) read-only; its VM directory read-write; its tap as
+ * an open descriptor (its network namespace is empty). */
+#ifndef ISOPOD_QJAIL_H
+#define ISOPOD_QJAIL_H
+
+#include "jail.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+
+/* QEMU's fd of its tap: the supervisor's keep[1] (fd 3 is a clone's
+ * memory file, or closed). */
+#define QJAIL_TAP_FD 4
+
+/* What QEMU needs besides RAM: the TCG translation buffer (QEMU 7.2 sizes
+ * it min(1 GiB, host RAM / 8), and touches it as it fills) plus
+ * QJAIL_MEM_BASE_MIB for QEMU itself (measured: see doc/DECISIONS.md). */
+#define QJAIL_MEM_BASE_MIB 256
+#define QJAIL_TCG_MAX_MIB 1024
+/* Threads: main, RCU, one per vCPU, up to 64 block-I/O workers, and room
+ * to spare. */
+#define QJAIL_PIDS_BASE 96
+
+struct qjail {
+	struct jail_spec js;
+	char *ro[JAIL_PATHS_MAX];
+	size_t nro;
+	char prog[PATH_MAX];
+	char netdev[96];
+	char *av[128];
+	int tapfd;           /* -1: no NIC */
+	int dirfd;           /* the VM directory, while handed to the jail */
+};
+
+/* Is QEMU to be jailed?  $ISOPOD_JAIL (0/no/off, 1/yes/on) first, then the
+ * host config's `jail` (yes/no), else yes.  1 yes; 0 no, why saying what
+ * turned it off and "QEMU runs unjailed (WHY)" appended to warnings; -1 a
+ * bad value (why says which). */
+int qjail_wanted(char *why, size_t wsz, json_t *warnings);
+
+/* The result's "jail" for VM id: what its supervisor recorded that the
+ * jail applied (the read-only list as a count: it is QEMU's libraries),
+ * its warnings appended to warnings; or, jail off (on 0),
+ * {"enabled":false,"why":why}. */
+json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings);
+
+/* The jail of VM id's QEMU av (qemu_argv's), its directory dir: the
+ * paths, the identity, the limits; the NIC's tap opened here (TUNSETIFF on
+ * the persistent tap) and av rewritten to take it as fd QJAIL_TAP_FD.
+ * 0, or -1 with err.  qjail_free after. */
+int qjail_plan(struct qjail *qj, const char *id, const char *dir, char *const *av, char *err,
+	       size_t errsz);
+void qjail_free(struct qjail *qj);
+
+/* Hand dir to the jail's uid: the directory root:<jail gid> 01770 (the
+ * sticky bit: the jail cannot rename or remove what is not its own), its
+ * disk root:<jail gid> 0660.  0, or -1 with err. */
+int qjail_give(struct qjail *qj, const char *dir, char *err, size_t errsz);
+/* QEMU is gone: what the jail's uid left as links (or other non-regular,
+ * non-socket files) is removed, the disk and the directory are root's
+ * again (0600, 0700). */
+void qjail_reclaim(struct qjail *qj);
+
+#endif
