@@ -18,12 +18,18 @@
 
 #define MAX_ADDRS 16
 #define BUF_CAP 65536
-/* Each relay pipe's size.  Bigger pipes mean fewer, larger splices: 256 KiB
- * took a fifth less of the broker's CPU per GiB than 64 KiB, 1 MiB two
- * fifths (bench/broker).  But a pipe holds what its destination does not
- * take, outside the sockets' memory accounting, so a guest that stops
- * reading can pin two per flow: 256 flows x 2 x 256 KiB = 128 MiB at most. */
+/* A busy relay pipe's size.  Bigger pipes mean fewer, larger splices:
+ * 256 KiB took a fifth less of the broker's CPU per GiB than 64 KiB, 1 MiB
+ * two fifths (bench/broker).  But a pipe holds what its destination does
+ * not take, outside the sockets' memory accounting, so a guest that stops
+ * reading can pin two per flow: 256 flows x 2 x 256 KiB = 128 MiB at most.
+ * And every pipe page counts against its user's fs.pipe-user-pages-soft
+ * (64 MiB by default), past which each new pipe of that user, the broker's
+ * or not, gets 8 KiB: so a direction has no pipe until bytes come, one of
+ * the default size then, grown to PIPE_SIZE only once bytes filled it, and
+ * none again once its flow has been idle PIPE_IDLE_MS with it empty. */
 #define PIPE_SIZE (256 << 10)
+#define PIPE_IDLE_MS 1000
 #define HEAD_MS 10000
 #define CONNECT_MS 10000
 #define IDLE_MS 300000
@@ -44,8 +50,10 @@ struct buf {
  * data read with the head) go out first, from pre. */
 struct dir {
 	struct buf pre;
-	int p[2];                 /* the pipe's read and write ends (-1) */
+	int p[2];                 /* the pipe's read and write ends (-1: none
+				     yet, see PIPE_SIZE) */
 	size_t inpipe, cap;       /* bytes in the pipe; its size */
+	int grown;                /* F_SETPIPE_SZ was tried on this pipe */
 	int full;                 /* a splice into it met EAGAIN while it held
 				     bytes: its slots may all be taken (a socket
 				     fills one per fragment, however small), so
@@ -112,10 +120,11 @@ static void flow_free_fds(struct flow *f)
 	}
 }
 
-/* The source of d may be read: not at its end, and room in the pipe. */
+/* The source of d may be read: not at its end, and room in the pipe (or
+ * no pipe yet). */
 static int dir_wants_in(const struct dir *d)
 {
-	return !d->eof && !d->full && d->inpipe < d->cap;
+	return !d->eof && !d->full && (d->p[0] < 0 || d->inpipe < d->cap);
 }
 
 static int dir_has_out(const struct dir *d)
@@ -283,16 +292,46 @@ static void rewrite_head(struct flow *f)
 	buf_puts(b, "Connection: close\r\n\r\n");
 }
 
-/* A pipe of PIPE_SIZE if the system lets us (not past fs.pipe-max-size,
- * nor, unprivileged, fs.pipe-user-pages-soft: then it keeps its size, or
- * less); what it holds. */
-static size_t pipe_size(int fd)
+/* d's pipe, of the default size, made when bytes first come (PIPE_SIZE).
+ * 0, or -1 (errno). */
+static int dir_pipe(struct dir *d)
 {
-	int n = fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE);
+	int n;
 
-	if (n < 0)
-		n = fcntl(fd, F_GETPIPE_SZ);
-	return n > 0 ? (size_t)n : 4096;
+	if (d->p[0] >= 0)
+		return 0;
+	if (pipe2(d->p, O_NONBLOCK | O_CLOEXEC) < 0)
+		return -1;
+	n = fcntl(d->p[1], F_GETPIPE_SZ);
+	d->cap = n > 0 ? (size_t)n : 4096;
+	d->inpipe = 0;
+	d->grown = 0;
+	return 0;
+}
+
+/* d's pipe is full (of bytes, or of slots): once, ask for PIPE_SIZE.  The
+ * system may refuse (past fs.pipe-max-size, or, unprivileged, past
+ * fs.pipe-user-pages-soft): it then keeps its size. */
+static void dir_grow(struct dir *d)
+{
+	int n;
+
+	if (d->grown || d->p[1] < 0)
+		return;
+	d->grown = 1;
+	if ((n = fcntl(d->p[1], F_SETPIPE_SZ, PIPE_SIZE)) > 0 && (size_t)n > d->cap)
+		d->cap = (size_t)n;
+}
+
+/* An idle direction's empty pipe goes: its pages count for its user. */
+static void dir_unpipe(struct dir *d)
+{
+	if (d->p[0] < 0 || d->inpipe)
+		return;
+	bk_closefd(&d->p[0]);
+	bk_closefd(&d->p[1]);
+	d->cap = 0;
+	d->full = 0;
 }
 
 static void start_relay(struct flow *f)
@@ -309,19 +348,9 @@ static void start_relay(struct flow *f)
 		refuse(f, 503, "out of memory", 0, "isopod-broker: out of memory\n");
 		return;
 	}
-	/* PROXY_FLOW_FDS: the broker's fd limit is set for PROXY_MAX_FLOWS
-	 * flows of six fds (isopod-broker.c); past it, a 503 */
-	if (pipe2(f->g2u.p, O_NONBLOCK | O_CLOEXEC) < 0 ||
-	    pipe2(f->u2g.p, O_NONBLOCK | O_CLOEXEC) < 0) {
-		if (errno == EMFILE || errno == ENFILE)
-			refuse(f, 503, "out of file descriptors", 0,
-			       "isopod-broker: out of file descriptors\n");
-		else
-			refuse(f, 503, "out of memory", 0, "isopod-broker: out of memory\n");
-		return;
-	}
-	f->g2u.cap = pipe_size(f->g2u.p[1]);
-	f->u2g.cap = pipe_size(f->u2g.p[1]);
+	/* The pipes come with the first bytes (dir_pipe): PROXY_FLOW_FDS
+	 * counts them, and the broker's fd limit is set for PROXY_MAX_FLOWS
+	 * flows of six fds (isopod-broker.c). */
 	if (f->req.connect)
 		buf_put(&f->u2g.pre, est, sizeof est - 1);
 	else
@@ -609,6 +638,7 @@ static ssize_t past_mark(struct dir *d, int src, uint64_t *in)
 
 	if (dir_has_out(d)) {
 		d->full = 1;
+		dir_grow(d);
 		return 0;
 	}
 	if (!d->pre.d && !(d->pre.d = malloc(BUF_CAP)))
@@ -645,10 +675,14 @@ static int step(struct flow *f, struct dir *d, int src, int dst, uint32_t sev, u
 	ssize_t n;
 
 	if ((sev & (EPOLLIN | ready)) && dir_wants_in(d)) {
+		if (dir_pipe(d) < 0)
+			return -1;
 		n = splice(src, NULL, d->p[1], NULL, d->cap - d->inpipe,
 			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 		if (n > 0) {
 			d->inpipe += (size_t)n;
+			if (d->inpipe >= d->cap)
+				dir_grow(d);
 			if (in)
 				*in += (uint64_t)n;
 			f->last = now;
@@ -834,8 +868,12 @@ void proxy_sweep(struct broker *b, int64_t now)
 			}
 			break;
 		case F_RELAY:
-			if (now - f->last >= IDLE_MS)
+			if (now - f->last >= IDLE_MS) {
 				flow_end(f, "idle timeout");
+			} else if (now - f->last >= PIPE_IDLE_MS) {
+				dir_unpipe(&f->g2u);
+				dir_unpipe(&f->u2g);
+			}
 			break;
 		case F_DEAD:
 			break;

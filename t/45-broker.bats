@@ -1299,3 +1299,62 @@ time.sleep(5)' >"$d/down" 2>"$d/client.err" 3>&- </dev/null &
 	output=$(jq -sc '[.[] | select((.port == 8086 or .port == 8087) and .reason == null)]' "$d/ledger")
 	json_is 'length == 2 and all(.[]; .kind == "connect" and .verdict == "allowed" and .up == 4 and .down == 4)'
 }
+
+@test "relay pipes: a broker of an unprivileged uid holding 200 tunnels leaves that uid's other pipes their size (fs.pipe-user-pages-soft)" {
+	local d srv soft uid=$((1990000000 + $$ % 100000))
+	soft=$(cat /proc/sys/fs/pipe-user-pages-soft)
+	# 200 tunnels with a byte through each way: eager 256 KiB pipes (two
+	# per flow, 64 pages each) pass the soft limit (16384 pages by default)
+	# at 128 flows; two default pipes a flow (16 pages each) stay below it.
+	[ "$soft" -gt $((200 * 32 + 16)) ] && [ "$soft" -lt $((200 * 128)) ] ||
+		skip "fs.pipe-user-pages-soft is $soft: 200 tunnels do not tell eager pipes from lazy ones"
+	d=$(mktemp -d /tmp/isopod-t45-pipes.XXXXXX)
+	chown "$uid:$uid" "$d"
+	ip netns exec "$LAB_NAME-inet" timeout 60 python3 "$BATS_TEST_DIRNAME/lab/echo.py" \
+		198.51.100.10 8088 60 3>&- </dev/null >/dev/null 2>&1 &
+	srv=$!
+	echo "$srv" >"$BATS_FILE_TMPDIR/echo-pipes.pid"
+	await_listen 8088
+	# the broker as uid (not root: root is exempt from the pipe limits)
+	ip netns exec "$LAB_NAME-host" setpriv --reuid "$uid" --regid "$uid" --clear-groups \
+		"$ISOPOD_SRC/bin/isopod-broker" --listen "$BRK" --proxy-port 3142 --dns-port 1068 \
+		--allow pkg.test:8088 --allow-range 198.51.100.0/24 --ledger "$d/ledger" \
+		>"$d/announce" 2>"$d/err" 3>&- </dev/null &
+	pid=$!
+	echo "$pid" >"$BATS_FILE_TMPDIR/pipes.pid"
+	await_announce "$d/announce"
+	# 200 tunnels, a byte through each way, left open; then, as uid, a
+	# new pipe's size.  Bounded: 40 s.
+	run --separate-stderr lab exec timeout 40 python3 -c 'import fcntl, json, os, socket, sys
+proxy, uid, n = (sys.argv[1], 3142), int(sys.argv[2]), 200
+held = []
+for i in range(n):
+    s = socket.create_connection(proxy, 5)
+    s.sendall(b"CONNECT pkg.test:8088 HTTP/1.1\r\n\r\n")
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        k = s.recv(1)
+        assert k, "tunnel %d: no answer" % i
+        head += k
+    assert head.startswith(b"HTTP/1.1 200"), head
+    s.sendall(b"x")
+    assert s.recv(1) == b"x", "tunnel %d: no echo" % i
+    held.append(s)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.setgroups([]); os.setgid(uid); os.setuid(uid)
+    a, b = os.pipe()
+    os.write(w, str(fcntl.fcntl(b, 1032)).encode())  # F_GETPIPE_SZ
+    os._exit(0)
+os.waitpid(pid, 0)
+print(json.dumps({"tunnels": len(held), "pipe": int(os.read(r, 64))}))' "$BRK" "$uid"
+	echo "$stderr" | head -5
+	echo "$output"
+	kill -TERM "$pid"
+	wait "$pid" || :
+	kill "$srv" 2>/dev/null || :
+	cat "$d/err"
+	rm -rf "$d"
+	json_is '.tunnels == 200 and .pipe == 65536'
+}
