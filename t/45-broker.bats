@@ -1324,8 +1324,9 @@ time.sleep(5)' >"$d/down" 2>"$d/client.err" 3>&- </dev/null &
 	echo "$pid" >"$BATS_FILE_TMPDIR/pipes.pid"
 	await_announce "$d/announce"
 	# 200 tunnels, a byte through each way, left open; then, as uid, a
-	# new pipe's size.  Bounded: 40 s.
-	run --separate-stderr lab exec timeout 40 python3 -c 'import fcntl, json, os, socket, sys
+	# new pipe's size; then the broker's pipes after a second of silence,
+	# and a byte again through each.  Bounded: 40 s.
+	run --separate-stderr lab exec timeout 40 python3 -c 'import fcntl, json, os, socket, sys, time
 proxy, uid, n = (sys.argv[1], 3142), int(sys.argv[2]), 200
 held = []
 for i in range(n):
@@ -1348,7 +1349,18 @@ if pid == 0:
     os.write(w, str(fcntl.fcntl(b, 1032)).encode())  # F_GETPIPE_SZ
     os._exit(0)
 os.waitpid(pid, 0)
-print(json.dumps({"tunnels": len(held), "pipe": int(os.read(r, 64))}))' "$BRK" "$uid"
+size = int(os.read(r, 64))
+# a second without traffic: the empty pipes go; bytes still pass after
+fds = "/proc/%s/fd" % sys.argv[3]
+pipes = lambda: sum(os.readlink(os.path.join(fds, f)).startswith("pipe:") for f in os.listdir(fds))
+busy = pipes()
+time.sleep(1.6)
+idle = pipes()
+again = 0
+for s in held:
+    s.sendall(b"y")
+    again += s.recv(1) == b"y"
+print(json.dumps({"tunnels": len(held), "pipe": size, "busy_pipes": busy, "idle_pipes": idle, "again": again}))' "$BRK" "$uid" "$pid"
 	echo "$stderr" | head -5
 	echo "$output"
 	kill -TERM "$pid"
@@ -1357,4 +1369,6 @@ print(json.dumps({"tunnels": len(held), "pipe": int(os.read(r, 64))}))' "$BRK" "
 	cat "$d/err"
 	rm -rf "$d"
 	json_is '.tunnels == 200 and .pipe == 65536'
+	# (the broker has one pipe of its own)
+	json_is '.busy_pipes - .idle_pipes == 800 and .idle_pipes <= 1 and .again == 200'
 }
