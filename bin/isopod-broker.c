@@ -269,6 +269,9 @@ static void set_up_sockets(struct broker *b, const char *ledger_path)
 
 	if (ledger_open(&b->ledger, ledger_path, vm) < 0)
 		die(EX_SYS, "unable to open the ledger %s:", ledger_path);
+	/* before any flow: every later change of the host's addresses is
+	 * announced on it (a failure only means no cache) */
+	policy_host_open(&b->host);
 	if (!b->no_proxy)
 		b->lfd = bind_or_die(b, SOCK_STREAM, &b->proxy_port);
 	b->ufd = bind_or_die(b, SOCK_DGRAM, &b->dns_port);
@@ -419,6 +422,7 @@ int main(int argc, char **argv)
 		.edns = { .kind = BK_DNS },
 		.esig = { .kind = BK_SIG },
 		.canary = { .fd = -1 },
+		.host = { .fd = -1 },
 	};
 	struct args a = { .parent = 0 };
 
@@ -432,5 +436,6 @@ int main(int argc, char **argv)
 	if (b.fatal[0])
 		die(EX_SYS, "%s", b.fatal);
 	policy_free(&b.pol);
+	policy_host_close(&b.host);
 	return 0;
 }

@@ -41,6 +41,7 @@ struct broker {
 	unsigned proxy_port, dns_port;
 	struct sockaddr_in resolver;
 	struct policy pol;
+	struct policy_host host;  /* the host's own addresses, cached */
 	int no_proxy;
 	struct ledger ledger;
 	int ep, lfd, ufd, sfd;    /* epoll, proxy listener, DNS, signals (-1) */

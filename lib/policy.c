@@ -149,6 +149,73 @@ out:
 	return ret;
 }
 
+void policy_host_open(struct policy_host *h)
+{
+	struct sockaddr_nl k = { .nl_family = AF_NETLINK,
+				 .nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE |
+					      RTMGRP_IPV4_RULE };
+	int nh = RTNLGRP_NEXTHOP;
+
+	h->n = h->next = 0;
+	h->fd = socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (h->fd < 0)
+		return;
+	if (bind(h->fd, (struct sockaddr *)&k, sizeof k) < 0 ||
+	    setsockopt(h->fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, &nh, sizeof nh) < 0) {
+		close(h->fd);
+		h->fd = -1;
+	}
+}
+
+void policy_host_close(struct policy_host *h)
+{
+	if (h->fd >= 0)
+		close(h->fd);
+	h->fd = -1;
+	h->n = 0;
+}
+
+/* Forget every answer if anything changed since they were given. */
+static void host_check(struct policy_host *h)
+{
+	char buf[8192];
+
+	for (;;) {
+		ssize_t n = recv(h->fd, buf, sizeof buf, MSG_DONTWAIT);
+
+		if (n > 0 || (n < 0 && (errno == ENOBUFS || errno == EINTR))) {
+			h->n = h->next = 0;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		/* the socket broke: no cache from now on */
+		policy_host_close(h);
+		return;
+	}
+}
+
+int policy_host(struct policy_host *h, uint32_t a)
+{
+	int v;
+	size_t i;
+
+	if (h->fd >= 0)
+		host_check(h);
+	if (h->fd >= 0)
+		for (i = 0; i < h->n; i++)
+			if (h->addr[i] == a)
+				return h->host[i];
+	if ((v = policy_own_addr(a)) == 0)
+		v = policy_local_route(a);
+	if (v < 0 || h->fd < 0)
+		return v;
+	i = h->n < POLICY_HOST_CACHE ? h->n++ : h->next++ % POLICY_HOST_CACHE;
+	h->addr[i] = a;
+	h->host[i] = (unsigned char)v;
+	return v;
+}
+
 void policy_free(struct policy *p)
 {
 	for (size_t i = 0; i < p->nallow; i++)

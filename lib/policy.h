@@ -47,6 +47,29 @@ int policy_own_addr(uint32_t a);
  * multicast route now)?  1, 0, or -1 when the kernel cannot be asked. */
 int policy_local_route(uint32_t a);
 
+/* The answers of policy_own_addr and policy_local_route kept per address,
+ * for as long as the host's addresses, links, routes and rules stay as they
+ * were: fd is an rtnetlink socket that every such change is announced on
+ * (and a silent flush of routes, on a link going down or an address going,
+ * follows an announced change), so one recv() that finds nothing says the
+ * answers still hold; anything queued, or an overflow, forgets them all. */
+#define POLICY_HOST_CACHE 64
+
+struct policy_host {
+	int fd;                   /* -1: no cache, every answer asked anew */
+	size_t n, next;           /* entries; the one replaced next */
+	uint32_t addr[POLICY_HOST_CACHE];
+	unsigned char host[POLICY_HOST_CACHE]; /* 1: the host delivers it to itself */
+};
+
+/* Subscribe h (fd -1 on any failure: then nothing is cached). */
+void policy_host_open(struct policy_host *h);
+/* Is a the host's own (policy_own_addr) or delivered by the host to itself
+ * (policy_local_route), as things are now?  1, 0, or -1 when they cannot be
+ * read (fail closed). */
+int policy_host(struct policy_host *h, uint32_t a);
+void policy_host_close(struct policy_host *h);
+
 void policy_free(struct policy *p);
 
 #endif

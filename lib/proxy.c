@@ -391,7 +391,7 @@ static void try_next(struct flow *f)
 					  .sin_addr.s_addr = a };
 		const char *blk = policy_range_denied(&f->b->pol, a);
 
-		if (blk || policy_own_addr(a) != 0 || policy_local_route(a) != 0) {
+		if (blk || policy_host(&f->b->host, a) != 0) {
 			if (!f->ndenied++)
 				f->denied_by = blk ? blk : "the host's own address";
 			continue;

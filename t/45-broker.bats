@@ -1373,3 +1373,31 @@ print(json.dumps({"tunnels": len(held), "pipe": size, "busy_pipes": busy, "idle_
 	# already when busy_pipes is counted)
 	json_is '.busy_pipes > 1 and .idle_pipes <= 1 and .again == 200'
 }
+
+@test "the host's own addresses are cached per address, yet an address the host takes (or drops) after an answer is seen at the next connect" {
+	local d="$BATS_TEST_TMPDIR" i
+	test_broker hostcache --proxy-port 3143 --dns-port 1069 --allow pkg.test:8080 \
+		--allow-range 198.51.100.0/24
+	# tunnel: the status line of a CONNECT to pkg.test:8080 (198.51.100.10)
+	tunnel() {
+		lab exec timeout 20 python3 -c 'import socket, sys
+s = socket.create_connection((sys.argv[1], 3143), 10)
+s.sendall(b"CONNECT pkg.test:8080 HTTP/1.1\r\n\r\n")
+print(s.recv(4096).split(b"\r\n")[0].decode())' "$BRK"
+	}
+	for i in 1 2; do
+		run tunnel
+		[ "$output" = "HTTP/1.1 200 Connection established" ]
+	done
+	ip netns exec "$LAB_NAME-host" ip addr add 198.51.100.10/32 dev lo
+	run tunnel
+	ip netns exec "$LAB_NAME-host" ip addr del 198.51.100.10/32 dev lo
+	echo "$output"
+	[ "$output" = "HTTP/1.1 403 Forbidden" ]
+	run tunnel
+	[ "$output" = "HTTP/1.1 200 Connection established" ]
+	stop_broker
+	# the refusal's ledger line names the host's own address
+	output=$(jq -sc '[.[] | select(.port == 8080)]' "$d/ledger")
+	json_is 'length == 4 and ([.[] | .verdict] == ["allowed", "allowed", "denied", "allowed"])'
+}

@@ -82,6 +82,21 @@ static void test_addresses(void)
 	ok(policy_own_addr(A("127.0.0.1")) == 1, "127.0.0.1 is the host's own");
 	ok(policy_own_addr(A("192.0.2.77")) == 0, "192.0.2.77 is not");
 	ok(policy_local_route(A("127.0.0.2")) == 1, "127.0.0.2 is routed to the host (127/8 local)");
+	{
+		struct policy_host h = { .fd = -1 };
+		int k;
+
+		policy_host_open(&h);
+		ok(h.fd >= 0, "the host cache subscribes to rtnetlink");
+		/* twice each: the second answer is the cache's */
+		for (k = 0; k < 2; k++) {
+			ok(policy_host(&h, A("127.0.0.2")) == 1, "127.0.0.2 is the host's (%d)", k);
+			ok(policy_host(&h, A("192.0.2.77")) == 0, "192.0.2.77 is not (%d)", k);
+		}
+		ok(h.n == 2, "two answers kept");
+		policy_host_close(&h);
+		ok(h.fd < 0 && policy_host(&h, A("127.0.0.1")) == 1, "closed: asked anew");
+	}
 }
 
 int main(void)
