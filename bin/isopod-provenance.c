@@ -35,15 +35,17 @@
 	      "--result FILE [--commit FILE] [--start-ms N] [--stage REF] [--env-name NAME]... " \
 	      "[--cwd DIR] [--stdin-file FILE|--stdin-pipe] " \
 	      "-o FILE -- CMD [ARG]... | " \
-	      "isopod-provenance verify [--dir DIR] [--key FILE] [--stage REF] [--allow-failed] FILE PROVENANCE"
+	      "isopod-provenance verify [--dir DIR] [--key FILE] [--stage REF] [--allow-failed] " \
+	      "[--require-attestation] [--kernel FILE|SHA256] FILE PROVENANCE"
 
 /* The attestation isopod-runner reads by default: the one in force. */
 #define ATTESTATION_DEFAULT "/etc/isopod/attestation.json"
 
 struct opts {
 	const char *dir, *att, *vm, *result, *out, *stage, *cwd, *key, *commit, *stdin_file;
+	const char *kernel; /* verify --kernel: a vmlinux file or its sha256 */
 	long long start_ms;
-	int have_start, check, stdin_pipe, allow_failed;
+	int have_start, check, stdin_pipe, allow_failed, require_att;
 	json_t *env_names;
 	char **cmd;
 	int ncmd;
@@ -270,23 +272,32 @@ static void chain_deps(json_t *rec, json_t *deps)
 }
 
 /* The host attestation in force: the file (its digest), and whether it
- * verifies now against this host (isopod-attest verify's verdict). */
+ * verifies now against this host (isopod-attest verify's verdict).  Read
+ * once: the bytes hashed are the bytes verified (a file replaced between
+ * a hash and a second read would pair one digest with another's verdict). */
 static json_t *attestation(const struct opts *o)
 {
 	const char *e = getenv("ISOPOD_ATTESTATION");
 	const char *p = o->att ? o->att : e && *e ? e : ATTESTATION_DEFAULT;
-	const struct attest_opts ao = { .dir = o->dir, .envelope = p,
-					.max_validity_s = ATTEST_EXPIRES_DEFAULT };
-	char sha[65], why[DIAG_MAX];
+	char sha[65], why[DIAG_MAX], *buf;
+	struct attest_opts ao = { .dir = o->dir, .envelope = p,
+				  .max_validity_s = ATTEST_EXPIRES_DEFAULT };
 	json_t *v = NULL, *a;
-	struct stat st;
+	size_t n;
+	int fd;
 
-	if (stat(p, &st) < 0 && errno == ENOENT && !o->att)
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0 && errno == ENOENT && !o->att)
 		return NULL;
-	if (sha256_file(p, sha) < 0)
+	if (fd < 0 || !(buf = fd_text(fd, JSON_MAX_BYTES + 1, &n)))
 		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read the attestation %s:", p);
+	close(fd);
+	if (n > JSON_MAX_BYTES)
+		die(EX_SYS, "the attestation %s is over %u bytes", p, JSON_MAX_BYTES);
+	sha256_hex(buf, n, sha);
+	ao.envelope_buf = buf, ao.envelope_len = n;
 	if (attest_verify(&ao, &v, why, sizeof why) < 0)
 		warn("the attestation %s cannot be verified: %s", p, why);
+	free(buf);
 	a = need(json_pack("{s:s, s:{s:s}, s:{s:s, s:b, s:O?, s:O?, s:O?, s:I}}", "name",
 		"host-attestation", "digest", "sha256", sha, "annotations", "isopod_path", p,
 		"isopod_valid", json_is_true(json_object_get(v, "valid")), "isopod_keyId",
@@ -494,10 +505,35 @@ static int cmd_sign(const struct opts *o)
 
 /* ---- verify ------------------------------------------------------------ */
 
+/* --require-attestation: the run was signed while a host attestation was
+ * in force and verified (isopod-attest verify at signing, recorded in the
+ * signed statement): provenance from a host whose containment nobody
+ * proved is refused, not only marked. */
+static void require_attestation(json_t *att, json_t *fails)
+{
+	if (!json_is_object(att))
+		json_array_append_new(fails, need(json_pack("{s:s, s:s}", "field", "attestation", "why",
+			"no host attestation was in force when the run was signed")));
+	else if (!json_is_true(json_object_get(att, "valid")))
+		json_array_append_new(fails, need(json_pack("{s:s, s:s}", "field", "attestation", "why",
+			"the host attestation in force did not verify when the run was signed")));
+}
+
+/* --kernel: the signed chain's kernel (its vmlinux digest) is the one the
+ * caller trusts. */
+static void kernel_check(json_t *k, const char *want, json_t *fails)
+{
+	const char *have = json_string_value(json_object_get(k, "vmlinux"));
+
+	if (!have || strcmp(have, want))
+		json_array_append_new(fails, need(json_pack("{s:s, s:s+}", "field", "chain.kernel", "why",
+			"the run's kernel is not the one given: vmlinux sha256 ", have ? have : "missing")));
+}
+
 static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 {
 	unsigned char pk[32], *body = NULL;
-	char sha[65], kid[65], why[DIAG_MAX], msg[512];
+	char sha[65], kid[65], kwant[65] = "", why[DIAG_MAX], msg[512];
 	const char *field = NULL, *type = NULL;
 	json_t *fails = need(json_array()), *env, *stmt = NULL, *sum = NULL, *want = NULL, *out;
 	struct attest_dir d = { .fd = -1 };
@@ -506,6 +542,11 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 
 	if (sha256_file(file, sha) < 0)
 		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read %s:", file);
+	/* --kernel: a digest as given, or the file's */
+	if (o->kernel && hex64_ok(o->kernel))
+		snprintf(kwant, sizeof kwant, "%s", o->kernel);
+	else if (o->kernel && sha256_file(o->kernel, kwant) < 0)
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "--kernel %s: unable to read it:", o->kernel);
 	if (!o->key && (r = attest_dir_open(&d, o->dir, why, sizeof why)) < 0)
 		fail(r, why);
 	if ((r = attest_load_pubkey(&d, o->key, pk, why, sizeof why)) < 0)
@@ -545,6 +586,10 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 	 * but are not what a build made unless the caller says so. */
 	if (!o->allow_failed)
 		prov_exit_check(json_object_get(sum, "exit"), fails);
+	if (o->require_att)
+		require_attestation(json_object_get(sum, "attestation"), fails);
+	if (o->kernel)
+		kernel_check(json_object_get(json_object_get(sum, "chain"), "kernel"), kwant, fails);
 done:
 	json_decref(env);
 	valid = json_array_size(fails) == 0;
@@ -580,6 +625,8 @@ int main(int argc, char **argv)
 		{ "stdin-file", required_argument, NULL, 'i' },
 		{ "stdin-pipe", no_argument, NULL, 'p' },
 		{ "allow-failed", no_argument, NULL, 'F' },
+		{ "require-attestation", no_argument, NULL, 'A' },
+		{ "kernel", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -625,6 +672,8 @@ int main(int argc, char **argv)
 		case 'i': o.stdin_file = optarg; break;
 		case 'p': o.stdin_pipe = 1; break;
 		case 'F': o.allow_failed = 1; break;
+		case 'A': o.require_att = 1; break;
+		case 'K': o.kernel = optarg; break;
 		case 'o': o.out = optarg; break;
 		case 'h': puts("usage: " USAGE); return 0;
 		default: die(EX_USAGE, "usage: %s", USAGE);
@@ -634,7 +683,8 @@ int main(int argc, char **argv)
 		die(EX_SYS, "unable to initialise libsodium");
 	o.dir = attest_key_dir(o.dir);
 	if (sign) {
-		if (o.key || !o.out || o.allow_failed || (o.stdin_file && o.stdin_pipe))
+		if (o.key || !o.out || o.allow_failed || o.require_att || o.kernel ||
+		    (o.stdin_file && o.stdin_pipe))
 			die(EX_USAGE, "usage: %s", USAGE);
 		if (!o.check) {
 			if (!o.vm || !o.result || optind >= argc || !id_vm_ok(o.vm))

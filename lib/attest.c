@@ -732,7 +732,10 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 	}
 	snprintf(lkpath, sizeof lkpath, "%s.lock", stpath);
 
-	if (!o->envelope || !strcmp(o->envelope, "-"))
+	if (o->envelope_buf) {
+		if (!(env = json_parse(o->envelope_buf, o->envelope_len, 0, msg, sizeof msg)))
+			errno = EINVAL;
+	} else if (!o->envelope || !strcmp(o->envelope, "-"))
 		env = json_load_fd(0);
 	else
 		env = json_load_path(o->envelope);

@@ -112,6 +112,8 @@ struct attest_opts {
 	const char *pubkey;     /* NULL: dir/key.pub */
 	const char *state;      /* NULL: dir/verified-<key id>.json */
 	const char *envelope;   /* a file, or NULL or "-" for standard input */
+	const char *envelope_buf; /* else its bytes, read once by the caller, who */
+	size_t envelope_len;      /* hashes those same bytes (no second read) */
 	long long max_validity_s; /* how far after the report's finish it may expire */
 };
 int attest_verify(const struct attest_opts *o, json_t **verdict, char *why, size_t whysz);
