@@ -977,7 +977,8 @@ char *fd_text(int fd, size_t cap, size_t *n)
 	ssize_t k;
 
 	*n = 0;
-	if (!b || lseek(fd, 0, SEEK_SET) < 0) {
+	/* a pipe (no offset) is read as it comes */
+	if (!b || (lseek(fd, 0, SEEK_SET) < 0 && errno != ESPIPE)) {
 		free(b);
 		return NULL;
 	}

@@ -202,8 +202,8 @@ int vm_wait_stopped(const char *id, int64_t deadline_ms);
 /* pidfd_open(2) / pidfd_send_signal(2) through syscall(2). */
 int pidfd_open_(pid_t pid);
 int pidfd_kill(int pidfd, int sig);
-/* At most cap bytes of fd from its start (a memfd a child wrote),
- * NUL-terminated, their number in *n; NULL with errno. */
+/* At most cap bytes of fd from its start (a memfd a child wrote; a pipe
+ * from where it is), NUL-terminated, their number in *n; NULL with errno. */
 char *fd_text(int fd, size_t cap, size_t *n);
 
 #endif

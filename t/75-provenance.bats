@@ -185,8 +185,17 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	echo '{"_type":"https://in-toto.io/Statement/v1"}' >"$BATS_TEST_TMPDIR/s.json"
 	"$DSSE_PY" "$BATS_TEST_DIRNAME/attest/dsse.py" envelope "$ISOPOD_ATTEST_DIR/key" \
 		"$BATS_TEST_TMPDIR/s.json" >"$BATS_TEST_TMPDIR/att.json"
-	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --attestation "$BATS_TEST_TMPDIR/att.json" \
-		--vm "$id" --result "$D/b.json" -o "$BATS_TEST_TMPDIR/a.prov" -- cp /opt/tool /tmp/app
+	# given through a FIFO, whose bytes can be read once: the digest and the
+	# verdict are of that one read (a second read, by path, would wait for
+	# a writer that is gone: bounded, 124)
+	mkfifo "$BATS_TEST_TMPDIR/att.fifo"
+	# shellcheck disable=SC2016 # expanded by the inner sh
+	timeout 60 sh -c 'cat "$1" >"$2"' sh "$BATS_TEST_TMPDIR/att.json" "$BATS_TEST_TMPDIR/att.fifo" &
+	run --separate-stderr timeout 60 "$ISOPOD_SRC/bin/isopod-provenance" sign --attestation \
+		"$BATS_TEST_TMPDIR/att.fifo" --vm "$id" --result "$D/b.json" -o "$BATS_TEST_TMPDIR/a.prov" -- \
+		cp /opt/tool /tmp/app
+	wait
+	echo "$stderr"
 	[ "$status" -eq 0 ]
 	run_isopod verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/a.prov"
 	[ "$status" -eq 0 ]
