@@ -201,11 +201,30 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	[ "$status" -eq 0 ]
 	jq -e --arg s "$(sha256sum <"$BATS_TEST_TMPDIR/att.json" | cut -c1-64)" \
 		'.attestation.sha256 == $s and .attestation.valid == false' <<<"$output"
+	# --require-attestation: one that did not verify at signing is refused,
+	# and so is a statement with none in force (app.prov's)
+	run_isopod -1 verify-artifact --require-attestation "$D/app.bin" "$BATS_TEST_TMPDIR/a.prov"
+	jq -e '[.failures[].field] == ["attestation"] and (.failures[0].why | test("did not verify"))' <<<"$output"
+	run_isopod -1 verify-artifact --require-attestation "$D/app.bin" "$D/app.prov"
+	jq -e '[.failures[].field] == ["attestation"] and (.failures[0].why | test("no host attestation"))' <<<"$output"
 	# a named attestation that is not there is an error, not "none"
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --attestation "$BATS_TEST_TMPDIR/nope" \
 		--vm "$id" --result "$D/b.json" -o "$BATS_TEST_TMPDIR/n.prov" -- cp /opt/tool /tmp/app
 	[ "$status" -eq 101 ]
 	[ ! -e "$BATS_TEST_TMPDIR/n.prov" ]
+}
+
+@test "verify-artifact --kernel: the run's kernel by file or digest verifies; another is refused (chain.kernel)" {
+	local kd k
+	kd="$ISOPOD_HOME/kernels/$(cat "$ISOPOD_HOME/kernels/current")"
+	k=$(jq -r .vmlinux.sha256 "$kd/meta.json")
+	run_isopod -0 verify-artifact --kernel "$kd/vmlinux" "$D/app.bin" "$D/app.prov"
+	jq -e '.valid and .failures == []' <<<"$output"
+	run_isopod -0 verify-artifact --kernel "$k" "$D/app.bin" "$D/app.prov"
+	run_isopod -1 verify-artifact --kernel "$(sha256sum <"$D/app.bin" | cut -c1-64)" "$D/app.bin" "$D/app.prov"
+	jq -e --arg k "$k" '[.failures[].field] == ["chain.kernel"] and (.failures[0].why | endswith($k))' <<<"$output"
+	run_isopod -1 verify-artifact --kernel "$kd/initramfs.cpio" "$D/app.bin" "$D/app.prov"
+	run_isopod -101 verify-artifact --kernel "$BATS_TEST_TMPDIR/nope" "$D/app.bin" "$D/app.prov"
 }
 
 @test "sign refuses a copied-out file that changed since the run (exit 1, nothing written)" {
