@@ -67,18 +67,18 @@ PGET='pget() { printf "GET http://$1/ HTTP/1.0\r\nHost: $1\r\n\r\n" | nc -w 5 "$
 	# isopod allow propose reads the same ledger to the same proposal
 	local id prop
 	id=$(jq -r .vm.id <<<"$output")
-	prop=$(jq -c .proposed_allowlist <<<"$output")
+	prop=$(jq -cS .proposed_allowlist <<<"$output")
 	run --separate-stderr isopod allow propose "$ISOPOD_HOME/vms/$id/ledger.jsonl"
 	[ "$status" -eq 0 ]
-	[ "$(jq -c . <<<"$output")" = "$prop" ]
+	[ "$(jq -cS . <<<"$output")" = "$prop" ]
 }
 
 @test "learn: a host with no filtered slot refuses it at once, naming the slots it needs" {
-	local ns="${LAB_NAME}-n" home="$BATS_TEST_TMPDIR/home"
+	local ns="${LAB_NAME}-n"
 	ip netns add "$ns"
 	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 0 --open-slots 1 >/dev/null
-	run --separate-stderr ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" \
-		isopod run --json-only --net learn -- true
+	run --separate-stderr ip netns exec "$ns" env ISOPOD_HOME="$ISOPOD_HOME" \
+		ISOPOD_NET_LOCKS="$BATS_TEST_TMPDIR/locks" PATH="$PATH" isopod run --json-only --net learn -- true
 	netns_del "$ns"
 	echo "$stderr"
 	[ "$status" -eq 111 ]
