@@ -87,7 +87,7 @@ PGET='pget() { printf "GET http://$1/ HTTP/1.0\r\nHost: $1\r\n\r\n" | nc -w 5 "$
 
 # The acceptance of issue 15: pip install from the lab's index under learn;
 # the proposal under filtered serves it; without any one entry it fails.
-PIP='pip install --no-cache-dir --retries 1 --timeout 30 --cert /root/ca.pem
+PIP='pip install --no-cache-dir --retries 1 --timeout 30 --cert /root/ca.pem \
 	--index-url https://pkg.test/simple/ labpkg && python3 -c "import labpkg; print(labpkg.WHERE)"'
 
 prun() {
