@@ -730,7 +730,7 @@ static void take_net(struct boot *bt)
 	if ((r = net_take_slot(&bt->net, bt->net_mode, err, sizeof err)))
 		die(r, "%s", err);
 	pathf(ledger, sizeof ledger, "%s/ledger.jsonl", bt->in.dir);
-	/* Both modes get a broker: filtered for everything, open for DNS
+	/* Every mode gets a broker: filtered and learn for everything, open for DNS
 	 * (netsetup redirects every guest port 53 to it).  The supervisor
 	 * plans it again from supnet; this plan checks it before anything
 	 * boots. */
@@ -800,7 +800,7 @@ static void prepare_disk(struct boot *bt)
 	 * when there is none.  Whatever goes wrong there ends in a cold boot
 	 * with a warning, never in a failed run. */
 	if (bt->w.on && warm_setup(&bt->w, bt->rec, bt->disk_bytes,
-				   bt->forked ? bt->in.disk : NULL, bt->net_mode) < 0)
+				   bt->forked ? bt->in.disk : NULL, net_slot_mode(bt->net_mode)) < 0)
 		bt->w.on = 0;
 	/* A published snapshot of a plain chain carries the empty overlay
 	 * qemu-img made for its build: a copy of it spares a qemu-img run. */

@@ -180,7 +180,7 @@ int main(int argc, char **argv)
 		    EXC(want));
 
 	if (!net_mode_valid(net))
-		die(EX_USAGE, "invalid --net %s: want none, filtered or open", EXC(net));
+		die(EX_USAGE, "invalid --net %s: want none, filtered, open or learn", EXC(net));
 	/* An allowlist means something only to the broker of a filtered VM:
 	 * with none there is no network, with open no filter to apply it. */
 	if (nallow && strcmp(net, "filtered"))

@@ -465,8 +465,10 @@ static int doctor(const struct cli *c)
 		die(EX_SYS, "out of memory");
 	if (!defnet || !*defnet)
 		defnet = "filtered";
-	if (!net_mode_valid(defnet))
-		die(EX_USAGE, "--net %s: want none, filtered or open", EXC(defnet));
+	/* --net is the configured default, and learn is never one */
+	if (!net_mode_valid(defnet) || !strcmp(defnet, "learn"))
+		die(EX_USAGE, "--net %s: want none, filtered or open (learn is never a default)",
+		    EXC(defnet));
 
 	/* the kernel and base image a run boots */
 	d.kpresent = resolve_kernel(&d.im, err, sizeof err) == 0;

@@ -8,6 +8,7 @@
  * of a step (read through the failure contract of doc/INTERFACES.md), and a
  * failure the front end itself decided (usage, timeout, signal). */
 
+#include "propose.h"
 #include "ranges.h"
 #include "util.h"
 
@@ -401,6 +402,22 @@ static const char *str(const json_t *j, const char *key)
 	return json_string_value(json_object_get(j, key));
 }
 
+/* A learn run's proposal (lib/propose.h) from its ledger, or null with a
+ * warning when the ledger cannot be read. */
+static json_t *learned(const char *id, json_t *warnings)
+{
+	char p[PATH_MAX], w[PATH_MAX + 128];
+	const char *why = "no ledger";
+	json_t *j = NULL;
+
+	if (id_vm_ok(id) && pathn(p, sizeof p, "%s/vms/%s/ledger.jsonl", store_home(), id) == 0 &&
+	    (j = propose_path(p, &why)))
+		return j;
+	snprintf(w, sizeof w, "no proposed allowlist: the ledger of %s: %s", id, why);
+	json_array_append_new(warnings, json_string(w));
+	return json_null();
+}
+
 /* egress and the warnings of lost policy, from vms/<id>/ledger.jsonl.  A
  * line that is not a JSON object counts as a denied "ledger" entry. */
 static json_t *egress(const char *id, json_t *warnings)
@@ -632,6 +649,8 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 
 		eg = egress(id ? id : "", lost);
 		json_object_set_new(r, "egress", eg);
+		if (!strcmp(o->net, "learn"))
+			json_object_set_new(r, "proposed_allowlist", learned(id ? id : "", lost));
 	}
 	et = json_object_get(ex, "timings");
 	t = json_is_object(et) ? json_deep_copy(et) : json_object();

@@ -323,8 +323,9 @@ static json_t *read_spec(struct sup *s, char **av, size_t avn)
 		return spec;
 	mode = json_string_value(json_object_get(net, "mode"));
 	gw = json_string_value(json_object_get(net, "gateway"));
-	if (!mode || !gw || (strcmp(mode, "filtered") && strcmp(mode, "open")))
-		die(EX_USAGE, "standard input: want \"net\": {\"mode\":\"filtered\"|\"open\","
+	if (!mode || !gw ||
+	    (strcmp(mode, "filtered") && strcmp(mode, "open") && strcmp(mode, "learn")))
+		die(EX_USAGE, "standard input: want \"net\": {\"mode\":\"filtered\"|\"open\"|\"learn\","
 			      "\"gateway\":ADDRESS,\"allow\":[...]} or null");
 	snprintf(ledger, sizeof ledger, "%s/ledger.jsonl", s->dir);
 	if ((r = egress_plan(&s->eg, egress_broker_path(bp, sizeof bp), mode, gw,

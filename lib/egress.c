@@ -66,6 +66,11 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	if (!strcmp(mode, "open")) {
 		add(e, "--no-proxy");
 		add(e, "--allow-all");
+	} else if (!strcmp(mode, "learn")) {
+		/* a filtered slot's broker that lets every name through (and
+		 * IP literals: the proposal names them), each flow in the
+		 * ledger; the deny ranges and the host's addresses still hold */
+		add(e, "--allow-all");
 	} else if (json_is_array(allow)) {
 		json_array_foreach(allow, i, v) {
 			if (!json_is_string(v))

@@ -24,8 +24,8 @@ struct egress {
 };
 
 /* Plan the broker's command line (in the parent, before the supervisor
- * forks): mode "filtered" (proxy + DNS for the allowlist) or "open" (DNS
- * only, every name).  broker: the isopod-broker to run.  allow: the VM
+ * forks): mode "filtered" (proxy + DNS for the allowlist), "learn" (proxy
+ * + DNS, every name) or "open" (DNS only, every name).  broker: the isopod-broker to run.  allow: the VM
  * record's net.allow (array of normalised patterns) or NULL.  The host's
  * overrides of the deny list (allow_range lines of its config file,
  * ranges_config_path()) become --allow-range: the broker re-checks

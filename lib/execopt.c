@@ -56,8 +56,8 @@ const char *exec_env_invalid(const char *kv)
 	return NULL;
 }
 
-/* A filtered VM reaches the outside only through the egress broker on its
- * gateway: every command gets the proxy variables (both spellings: curl
+/* A filtered (or learn) VM reaches the outside only through the egress
+ * broker on its gateway: every command gets the proxy variables (both spellings: curl
  * reads http_proxy lower-case only, others the upper case). */
 int exec_proxy_env(const json_t *net, char env[EXEC_PROXY_MAX][EXEC_PROXY_SZ])
 {
@@ -67,7 +67,7 @@ int exec_proxy_env(const json_t *net, char env[EXEC_PROXY_MAX][EXEC_PROXY_SZ])
 	const char *gw = json_string_value(json_object_get(net, "gateway"));
 	int n = 0;
 
-	if (!mode || strcmp(mode, "filtered") || !gw || strlen(gw) > 15)
+	if (!mode || (strcmp(mode, "filtered") && strcmp(mode, "learn")) || !gw || strlen(gw) > 15)
 		return 0;
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		snprintf(env[n++], EXEC_PROXY_SZ, "%s=http://%s:3128", names[i], gw);

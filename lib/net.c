@@ -27,7 +27,13 @@
 
 int net_mode_valid(const char *mode)
 {
-	return !strcmp(mode, "none") || !strcmp(mode, "filtered") || !strcmp(mode, "open");
+	return !strcmp(mode, "none") || !strcmp(mode, "filtered") || !strcmp(mode, "open") ||
+	       !strcmp(mode, "learn");
+}
+
+const char *net_slot_mode(const char *mode)
+{
+	return strcmp(mode, "learn") ? mode : "filtered";
 }
 
 int net_tap_ipv6_off(const char *tap)
@@ -123,7 +129,8 @@ const char *net_tap_mode(int k, char *out, size_t sz)
 		return out;
 	buf[r] = '\0';
 	buf[strcspn(buf, "\n")] = '\0';
-	if (!strncmp(buf, NET_ALIAS_PREFIX, n) && net_mode_valid(buf + n) && strcmp(buf + n, "none"))
+	if (!strncmp(buf, NET_ALIAS_PREFIX, n) &&
+	    (!strcmp(buf + n, "filtered") || !strcmp(buf + n, "open")))
 		snprintf(out, sz, "%s", buf + n);
 	return out;
 }
@@ -291,9 +298,10 @@ static int tap_routed(int k, uint32_t gw, char *err, size_t errsz)
 /* The first free slot of this mode, locked (its fd in *fd, the slot in
  * *slot).  0, or an exit class with err: 111 when there is no slot of the
  * mode, 102 when all of them are busy. */
-static int find_slot(const char *mode, int *fd, int *slot, char *err, size_t errsz)
+static int find_slot(const char *asked, int *fd, int *slot, char *err, size_t errsz)
 {
 	char dir[PATH_MAX], m[16], why[320];
+	const char *mode = net_slot_mode(asked);
 	int n = net_require_taps(err, errsz), k, nmode = 0, r;
 
 	if (!n)
@@ -336,12 +344,13 @@ static int find_slot(const char *mode, int *fd, int *slot, char *err, size_t err
 			return EX_SYS;
 	}
 	if (!nmode) {
-		snprintf(err, errsz, "no %s slots: run `sudo isopod-netsetup %s N`, or use --net none",
-			 mode, strcmp(mode, "open") ? "--slots" : "--open-slots");
+		snprintf(err, errsz, "no %s slots%s: run `sudo isopod-netsetup %s N`, or use --net none",
+			 mode, strcmp(asked, "learn") ? "" : " (--net learn runs on filtered slots)",
+			 strcmp(mode, "open") ? "--slots" : "--open-slots");
 		return EX_SYS;
 	}
-	snprintf(err, errsz, "all %d %s network slots busy: wait for a networked VM to end, or use "
-		 "--net none", nmode, mode);
+	snprintf(err, errsz, "all %d %s network slots busy%s: wait for a networked VM to end, or use "
+		 "--net none", nmode, mode, strcmp(asked, "learn") ? "" : " (--net learn runs on them)");
 	return EX_CONFLICT;
 }
 
@@ -395,7 +404,7 @@ int net_take_slot(struct netslot *ns, const char *mode, char *err, size_t errsz)
 	memset(ns, 0, sizeof *ns);
 	ns->slot = k;
 	ns->lock_fd = fd;
-	snprintf(ns->mode, sizeof ns->mode, "%s", mode);
+	snprintf(ns->mode, sizeof ns->mode, "%s", net_slot_mode(mode));
 	snprintf(ns->tap, sizeof ns->tap, NET_TAP_PREFIX "%d", k % NET_MAX_SLOTS);
 	ns->mac[0] = 0x02, ns->mac[1] = 0x69, ns->mac[2] = 0x73, ns->mac[3] = 0x00;
 	ns->mac[4] = (uint8_t)(k >> 8), ns->mac[5] = (uint8_t)k;

@@ -56,8 +56,12 @@ struct netslot {
 	uint32_t mtu;
 };
 
-/* "none", "filtered" or "open".  1 valid, 0 not. */
+/* "none", "filtered", "open" or "learn".  1 valid, 0 not.  (Never a
+ * default: the front end and the doctor refuse "learn" there.) */
 int net_mode_valid(const char *mode);
+/* The kind of slot a mode runs on: "learn" runs on a filtered slot (its
+ * broker lets every name through and records it); the others on their own. */
+const char *net_slot_mode(const char *mode);
 /* Is IPv6 off on this tap (its disable_ipv6 reads 1, as isopod-netsetup
  * leaves it), or absent from the kernel?  1 yes, 0 no (or unreadable). */
 int net_tap_ipv6_off(const char *tap);

@@ -149,8 +149,10 @@ static void read_external(json_t *bd, json_t *out, json_t *fails)
 	v = get(net, "mode");
 	if (!json_is_string(v) || (strcmp(json_string_value(v), "none") &&
 				   strcmp(json_string_value(v), "filtered") &&
-				   strcmp(json_string_value(v), "open")))
-		fail(fails, "externalParameters.network.mode", "missing, or not none, filtered or open");
+				   strcmp(json_string_value(v), "open") &&
+				   strcmp(json_string_value(v), "learn")))
+		fail(fails, "externalParameters.network.mode",
+		     "missing, or not none, filtered, open or learn");
 	else if (!strings(get(net, "allow"), NULL))
 		fail(fails, "externalParameters.network.allow", "missing, or not an array of strings");
 	else

@@ -673,7 +673,15 @@ hi" ]
 	run_isopod -100 run --net none --allow pkg.test -- true
 	[[ "$stderr" == *"--allow needs --net filtered"* ]]
 	run_isopod -100 run --net closed -- true
-	[[ "$stderr" == *"want none, filtered or open"* ]]
+	[[ "$stderr" == *"want none, filtered, open or learn"* ]]
+	# learn lets every name through: never a default, never with a list
+	ISOPOD_NET=learn run_isopod -100 run -- true
+	[[ "$stderr" == *"learn is never a default"* ]]
+	printf 'net = learn\n' >"$BATS_TEST_TMPDIR/learn.conf"
+	ISOPOD_NET= ISOPOD_CONFIG="$BATS_TEST_TMPDIR/learn.conf" run_isopod -100 run -- true
+	[[ "$stderr" == *"learn is never a default"* ]]
+	run_isopod -100 run --net learn --allow pkg.test -- true
+	[[ "$stderr" == *"--allow needs --net filtered"* ]]
 	conf="$BATS_TEST_TMPDIR/bad.conf"
 	printf 'net = open\ncolour = blue\n' >"$conf"
 	ISOPOD_CONFIG="$conf" run_isopod -100 run -- true
@@ -781,6 +789,40 @@ L
 	mv "$FAKE_LEDGER.1" "$FAKE_LEDGER"
 	run_isopod -0 run --json-only --net open -- true
 	json_is '.warnings == []'
+}
+
+@test "run --net learn: the result proposes the allowlist its ledger shows (lib/propose.c); isopod allow propose prints the same" {
+	use_fake
+	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"
+	cat >"$FAKE_LEDGER" <<'L'
+{"time":"t","kind":"dns","name":"pkg.test","port":53,"address":"198.51.100.53","up":30,"down":46,"verdict":"allowed","reason":null,"ms":1,"qtype":"A"}
+{"time":"t","kind":"connect","name":"pkg.test","port":443,"address":"198.51.100.10","up":9,"down":9,"verdict":"allowed","reason":null,"ms":3}
+{"time":"t","kind":"connect","name":"files.test","port":443,"address":"198.51.100.10","up":9,"down":9,"verdict":"allowed","reason":null,"ms":3}
+{"time":"t","kind":"connect","name":"198.51.100.7","port":443,"address":"198.51.100.7","up":9,"down":9,"verdict":"allowed","reason":null,"ms":3}
+{"time":"t","kind":"connect","name":"rebind.test","port":443,"address":null,"up":0,"down":0,"verdict":"denied","reason":"a denied address","ms":3}
+{"time":"t","kind":"dns","name":"git.test","port":53,"address":"198.51.100.53","up":30,"down":46,"verdict":"allowed","reason":null,"ms":1,"qtype":"A"}
+not json
+L
+	run_isopod -0 run --json-only --net learn -- true
+	grep -qx 'claim --net learn' "$FAKE_LOG"
+	json_is '[.proposed_allowlist.allow[].pattern] == ["files.test", "pkg.test"]'
+	json_is '.proposed_allowlist.allow[1].flows == [{kind: "connect", name: "pkg.test", port: 443, count: 1},
+		{kind: "dns", name: "pkg.test", port: 53, count: 1}]'
+	json_is '[.proposed_allowlist.unservable[].name] == ["198.51.100.7", "git.test"]'
+	json_is '.proposed_allowlist | .lines == 7 and .skipped == 1 and .not_succeeded == 1'
+	# filtered runs carry no proposal
+	run_isopod -0 run --json-only --net filtered -- true
+	json_is 'has("proposed_allowlist") | not'
+	# the same from the ledger file, through the front end
+	unset ISOPOD_LIBEXEC
+	run_isopod -0 allow propose "$FAKE_LEDGER"
+	json_is '[.allow[].pattern] == ["files.test", "pkg.test"] and (.unservable | length) == 2'
+	run_isopod -101 allow propose "$BATS_TEST_TMPDIR/nothing"
+	[[ "$stderr" == *"ledger $BATS_TEST_TMPDIR/nothing: unable to read it: No such file or directory"* ]]
+	run_isopod -100 allow propose "$BATS_TEST_TMPDIR"
+	[[ "$stderr" == *"not a regular file"* ]]
+	run_isopod -100 allow list
+	[[ "$stderr" == *"usage: isopod-allow propose LEDGER"* ]]
 }
 
 # ---- the failure contract and isopod-result --------------------------------------

@@ -6,7 +6,7 @@ dns.py LOG ADDR [PORT]: answers on ADDR:PORT (default 53) and appends
 "qname qtype" (qtype by name, e.g. "pkg.test A") to LOG for every query it
 receives, before answering, so a test can prove a query never arrived.
 
-    pkg.test, other.test, a.wild.test, b.wild.test   A 198.51.100.10
+    pkg.test, other.test, files.test, a.wild.test, b.wild.test   A 198.51.100.10
     rebind.test     A 10.99.0.5            (a name rebound to a private address)
     meta.test       A 169.254.169.254      (to the cloud metadata service)
     mixed.test      A 10.99.0.5 and A 198.51.100.10
@@ -23,6 +23,7 @@ import sys
 ZONE = {
     "pkg.test": [("A", "198.51.100.10")],
     "other.test": [("A", "198.51.100.10")],
+    "files.test": [("A", "198.51.100.10")],
     "a.wild.test": [("A", "198.51.100.10")],
     "b.wild.test": [("A", "198.51.100.10")],
     "rebind.test": [("A", "10.99.0.5")],

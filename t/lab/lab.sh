@@ -32,9 +32,11 @@
 # `test`), logging each query as "qname qtype" to $STATE/dns.log; and
 # /etc/netns/NAME-host/resolv.conf names it, so whatever runs in NAME-host
 # through `ip netns exec` (lab.sh exec) resolves through the lab.
-# 198.51.100.10 also serves HTTPS on 443 (tls.py, body "lab tls ADDR") with
-# a certificate for pkg.test, other.test and *.wild.test from the lab's own
-# test CA, $STATE/tls/ca.pem (made by `up` with openssl).
+# 198.51.100.10 also serves HTTPS on 443 (tls.py, body "lab tls ADDR"; and
+# a one-package index, pkg.test/simple/labpkg/, whose wheel redirects to
+# files.test) with a certificate for pkg.test, other.test, files.test and
+# *.wild.test from the lab's own test CA, $STATE/tls/ca.pem (made by `up`
+# with openssl).
 # `up` checks that every listener answers before it returns, so a blocked
 # probe in a test can never mean "nothing was there".
 #
@@ -120,7 +122,7 @@ s.sendall(b"GET / HTTP/1.0\r\n\r\n"); assert b"lab tls " in s.recv(4096)' "$2" "
 }
 
 # The lab's test CA and one server certificate for the HTTPS listener
-# (names pkg.test, other.test, *.wild.test), made fresh for each lab.
+# (names pkg.test, other.test, files.test, *.wild.test), made fresh for each lab.
 make_tls() {
 	d=$STATE/tls
 	mkdir -p "$d"
@@ -128,7 +130,7 @@ make_tls() {
 		-keyout "$d/ca.key" -out "$d/ca.pem" >/dev/null 2>&1 || return 1
 	openssl req -newkey rsa:2048 -nodes -subj "/CN=pkg.test" \
 		-keyout "$d/server.key" -out "$d/server.csr" >/dev/null 2>&1 || return 1
-	printf 'subjectAltName=DNS:pkg.test,DNS:other.test,DNS:*.wild.test\nbasicConstraints=CA:FALSE\n' >"$d/ext"
+	printf 'subjectAltName=DNS:pkg.test,DNS:other.test,DNS:files.test,DNS:*.wild.test\nbasicConstraints=CA:FALSE\n' >"$d/ext"
 	openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
 		-days 2 -extfile "$d/ext" -out "$d/server.pem" >/dev/null 2>&1 || return 1
 }

@@ -335,6 +335,8 @@ static void test_opts(void)
 	   !strcmp(env[3], "HTTPS_PROXY=http://10.0.0.1:3128") &&
 	   !strcmp(env[5], "NO_PROXY=localhost,127.0.0.1,::1"),
 	   "a filtered vm's commands get the broker as their proxy (%d)", n);
+	json_object_set_new(net, "mode", json_string("learn"));
+	ok(exec_proxy_env(net, env) == 6, "a learn vm's commands get it too (its flows go through it)");
 	json_object_set_new(net, "mode", json_string("open"));
 	ok(exec_proxy_env(net, env) == 0, "an open vm's commands get no proxy");
 	json_object_set_new(net, "mode", json_string("filtered"));

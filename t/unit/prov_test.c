@@ -69,7 +69,7 @@ static void e_nocmd(json_t *s) { json_object_set_new(pred(s, "buildDefinition", 
 static void e_mode(json_t *s)
 {
 	json_object_set_new(json_object_get(pred(s, "buildDefinition", "externalParameters"), "network"),
-			    "mode", json_string("learn"));
+			    "mode", json_string("closed"));
 }
 static void e_novml(json_t *s) { json_array_remove(pred(s, "buildDefinition", "resolvedDependencies"), 0); }
 static void e_twoimg(json_t *s)

@@ -1,0 +1,51 @@
+/* isopod-allow - what an allowlist should be: `isopod-allow propose LEDGER`
+ * prints the allowlist an isopod-broker ledger proposes, the one a
+ * `--net learn` run's result carries (lib/propose.h), from any ledger: a
+ * learn run's, or a filtered run's to see what it used.
+ *
+ * The ledger's lines come from guest-chosen names and requests; lib/propose.c
+ * reads them as untrusted bytes (fuzz/propose_fuzz.c). */
+#include "propose.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#define USAGE "isopod-allow propose LEDGER"
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *why;
+	json_t *p;
+	int c;
+
+	progname = "isopod-allow";
+	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			puts("usage: " USAGE);
+			return 0;
+		default:
+			die(EX_USAGE, "usage: %s", USAGE);
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (argc != 2 || strcmp(argv[0], "propose"))
+		die(EX_USAGE, "usage: %s", USAGE);
+	if (!(p = propose_path(argv[1], &why))) {
+		int e = errno;
+
+		die(e == ENOENT ? EX_NOTFOUND : e == ENOMEM || e == EIO ? EX_SYS : EX_USAGE,
+		    "ledger %s: %s%s%s", EXC(argv[1]), why, e ? ": " : "", e ? strerror(e) : "");
+	}
+	json_emit(p);
+	json_decref(p);
+	return 0;
+}

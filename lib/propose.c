@@ -1,0 +1,432 @@
+/* propose.c - the allowlist a learn run proposes, from a ledger (see
+ * propose.h).  Pure: bytes in, JSON out.  Every step sorts rather than
+ * searches a list, so a ledger of many distinct names (a guest in learn mode
+ * may name as many as it likes) costs n log n, not n squared. */
+#include "propose.h"
+#include "allow.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A name as the ledger had it, at most this long (the broker writes host
+ * names of <= 253 characters and addresses; more is not a ledger of ours). */
+#define RAW_MAX 300
+
+struct pflow {
+	const char *kind; /* "connect", "http", "dns": static */
+	char *name;       /* normalised when valid, else the ledger's bytes */
+	unsigned port;
+	int valid;        /* a host name (lib/allow.c), not an address */
+	long long count;
+	long entry;       /* the allow entry that covers it, or -1 */
+};
+
+struct plist {
+	struct pflow *v;
+	size_t n, cap;
+};
+
+static int push(struct plist *l, const struct pflow *f)
+{
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? l->cap * 2 : 64;
+		struct pflow *nv = realloc(l->v, nc * sizeof *nv);
+
+		if (!nv)
+			return -1;
+		l->v = nv;
+		l->cap = nc;
+	}
+	l->v[l->n++] = *f;
+	return 0;
+}
+
+static const char *kind_of(const char *k)
+{
+	static const char *const kinds[] = { "connect", "http", "dns" };
+
+	for (size_t i = 0; k && i < sizeof kinds / sizeof kinds[0]; i++)
+		if (!strcmp(k, kinds[i]))
+			return kinds[i];
+	return NULL;
+}
+
+/* One line: 1 a succeeded flow (into f), 0 a line of no flow (a policy or
+ * ledger line), 2 a flow that did not succeed, -1 not a ledger object. */
+static int read_line(const char *p, size_t n, struct pflow *f)
+{
+	char norm[ALLOW_NAME_MAX + 1];
+	json_t *j = json_parse(p, n, 0, NULL, 0), *port, *reason;
+	const char *verdict, *name, *addr;
+	int allowed, r = -1;
+
+	if (!j || !json_is_object(j))
+		goto out;
+	r = 0;
+	*f = (struct pflow){ .kind = kind_of(json_string_value(json_object_get(j, "kind"))),
+			     .count = 1, .entry = -1 };
+	if (!f->kind)
+		goto out;
+	verdict = json_string_value(json_object_get(j, "verdict"));
+	name = json_string_value(json_object_get(j, "name"));
+	addr = json_string_value(json_object_get(j, "address"));
+	port = json_object_get(j, "port");
+	allowed = verdict && !strcmp(verdict, "allowed");
+	r = 2;
+	if (!allowed || !name || !*name)
+		goto out;
+	reason = json_object_get(j, "reason");
+	if (f->kind[0] == 'd' ? reason && !json_is_null(reason) : !addr)
+		goto out;
+	if (!json_is_integer(port) || json_integer_value(port) < 1 ||
+	    json_integer_value(port) > 65535)
+		goto out;
+	f->port = (unsigned)json_integer_value(port);
+	f->valid = allow_name_norm(norm, sizeof norm, name) == 0;
+	f->name = f->valid ? strdup(norm) : strndup(name, RAW_MAX);
+	r = f->name ? 1 : -2;
+out:
+	json_decref(j);
+	return r;
+}
+
+static int flow_cmp(const void *pa, const void *pb)
+{
+	const struct pflow *a = pa, *b = pb;
+	int c = strcmp(a->kind, b->kind);
+
+	if (!c)
+		c = strcmp(a->name, b->name);
+	return c ? c : (a->port > b->port) - (a->port < b->port);
+}
+
+/* Sorted by kind, name and port, equal ones merged (their counts added). */
+static void merge(struct plist *l)
+{
+	size_t k = 0;
+
+	if (!l->n)
+		return;
+	qsort(l->v, l->n, sizeof *l->v, flow_cmp);
+	for (size_t i = 1; i < l->n; i++) {
+		if (!flow_cmp(&l->v[k], &l->v[i])) {
+			l->v[k].count += l->v[i].count;
+			free(l->v[i].name);
+		} else {
+			l->v[++k] = l->v[i];
+		}
+	}
+	l->n = k + 1;
+}
+
+struct strs {
+	char **v;
+	size_t n, cap;
+};
+
+static int add_str(struct strs *s, char *str)
+{
+	if (!str)
+		return -1;
+	if (s->n == s->cap) {
+		size_t nc = s->cap ? s->cap * 2 : 32;
+		char **nv = realloc(s->v, nc * sizeof *nv);
+
+		if (!nv) {
+			free(str);
+			return -1;
+		}
+		s->v = nv;
+		s->cap = nc;
+	}
+	s->v[s->n++] = str;
+	return 0;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void strs_free(struct strs *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	free(s->v);
+}
+
+/* sorted and unique */
+static void uniq(struct strs *s)
+{
+	size_t k = 0;
+
+	if (!s->n)
+		return;
+	qsort(s->v, s->n, sizeof *s->v, str_cmp);
+	for (size_t i = 1; i < s->n; i++) {
+		if (!strcmp(s->v[k], s->v[i]))
+			free(s->v[i]);
+		else
+			s->v[++k] = s->v[i];
+	}
+	s->n = k + 1;
+}
+
+static char *pattern_of(const struct pflow *f)
+{
+	char buf[ALLOW_PATTERN_MAX];
+
+	if (f->port == 80 || f->port == 443)
+		snprintf(buf, sizeof buf, "%s", f->name);
+	else
+		snprintf(buf, sizeof buf, "%s:%u", f->name, f->port);
+	return strdup(buf);
+}
+
+/* The parent of a name when it may stand under a wildcard (two labels or
+ * more: never "*.test"), else NULL. */
+static const char *parent_of(const char *name)
+{
+	const char *d = strchr(name, '.');
+
+	return d && strchr(d + 1, '.') ? d + 1 : NULL;
+}
+
+static int parent_cmp(const void *pa, const void *pb)
+{
+	const char *a = parent_of(*(char *const *)pa), *b = parent_of(*(char *const *)pb);
+
+	if (!a || !b)
+		return (a != NULL) - (b != NULL);
+	return strcmp(a, b);
+}
+
+/* Names (portless patterns, sorted and unique) with PROPOSE_WILD_MIN or
+ * more siblings under one parent give way to "*.PARENT". */
+static int fold(struct strs *names, struct strs *out)
+{
+	size_t i = 0;
+
+	if (!names->n)
+		return 0;
+	qsort(names->v, names->n, sizeof *names->v, parent_cmp);
+	while (i < names->n) {
+		const char *p = parent_of(names->v[i]);
+		size_t j = i + 1;
+
+		while (j < names->n && p && !parent_cmp(&names->v[i], &names->v[j]))
+			j++;
+		if (p && j - i >= PROPOSE_WILD_MIN) {
+			char buf[ALLOW_PATTERN_MAX];
+
+			snprintf(buf, sizeof buf, "*.%s", p);
+			if (add_str(out, strdup(buf)) < 0)
+				return -1;
+		} else {
+			for (size_t k = i; k < j; k++)
+				if (add_str(out, strdup(names->v[k])) < 0)
+					return -1;
+		}
+		i = j;
+	}
+	return 0;
+}
+
+static long find(const struct strs *pats, const char *key)
+{
+	char *const *hit = pats->n ? bsearch(&key, pats->v, pats->n, sizeof *pats->v, str_cmp) : NULL;
+
+	return hit ? (long)(hit - pats->v) : -1;
+}
+
+/* The entry covering f: its exact pattern, else a wildcard over one of its
+ * parents.  A dns flow has no port: the name's entry of ports 80/443, else
+ * any of its ports' entries (found by a scan of the sorted list). */
+static long cover(const struct strs *pats, const struct pflow *f)
+{
+	char key[ALLOW_PATTERN_MAX];
+	long e;
+
+	if (f->kind[0] != 'd') {
+		snprintf(key, sizeof key, f->port == 80 || f->port == 443 ? "%s" : "%s:%u",
+			 f->name, f->port);
+		if ((e = find(pats, key)) >= 0)
+			return e;
+	} else {
+		size_t nl = strlen(f->name), a = 0, b = pats->n;
+
+		if ((e = find(pats, f->name)) >= 0)
+			return e;
+		/* the first "NAME:PORT": the lower bound of "NAME:" */
+		snprintf(key, sizeof key, "%s:", f->name);
+		while (a < b) {
+			size_t m = a + (b - a) / 2;
+
+			if (strcmp(pats->v[m], key) < 0)
+				a = m + 1;
+			else
+				b = m;
+		}
+		if (a < pats->n && !strncmp(pats->v[a], key, nl + 1))
+			return (long)a;
+	}
+	for (const char *d = strchr(f->name, '.'); d; d = strchr(d + 1, '.')) {
+		snprintf(key, sizeof key, "*%s", d);
+		if ((e = find(pats, key)) >= 0)
+			return e;
+	}
+	return -1;
+}
+
+static json_t *flow_json(const struct pflow *f)
+{
+	return json_pack("{s:s, s:s, s:i, s:I}", "kind", f->kind, "name", f->name, "port",
+			 (int)f->port, "count", (json_int_t)f->count);
+}
+
+static json_t *unservable(const struct pflow *f)
+{
+	json_t *o = flow_json(f);
+	const char *why;
+
+	if (f->kind[0] != 'd')
+		why = "to an IP address: filtered serves names only";
+	else if (!f->valid)
+		why = "not a host name: filtered refuses the query";
+	else
+		why = "resolved, and no flow through the proxy went to it: another protocol, or a "
+		      "client that ignores http_proxy/https_proxy (filtered cannot serve it)";
+	if (o)
+		json_object_set_new(o, "why", json_string(why));
+	return o;
+}
+
+/* The proposal of the merged flows (see propose.h). */
+static json_t *build(struct plist *l, long long lines, long long skipped, long long failed)
+{
+	struct strs names = { .n = 0 }, pats = { .n = 0 };
+	json_t *allow = NULL, *un = json_array(), *out = NULL, **ent = NULL;
+	size_t i;
+
+	for (i = 0; i < l->n; i++) {
+		const struct pflow *f = &l->v[i];
+
+		if (f->kind[0] == 'd' || !f->valid)
+			continue;
+		if (f->port == 80 || f->port == 443 ? add_str(&names, strdup(f->name)) < 0
+						    : add_str(&pats, pattern_of(f)) < 0)
+			goto out;
+	}
+	uniq(&names);
+	if (fold(&names, &pats) < 0)
+		goto out;
+	uniq(&pats);
+	if (!(allow = json_array()) || !un || !(ent = calloc(pats.n + 1, sizeof *ent)))
+		goto out;
+	for (i = 0; i < pats.n; i++) {
+		ent[i] = json_pack("{s:s, s:[]}", "pattern", pats.v[i], "flows");
+		if (!ent[i] || json_array_append_new(allow, ent[i]) < 0)
+			goto out;
+	}
+	for (i = 0; i < l->n; i++) {
+		struct pflow *f = &l->v[i];
+
+		f->entry = f->valid ? cover(&pats, f) : -1;
+		if (f->entry >= 0 ? json_array_append_new(json_object_get(ent[f->entry], "flows"),
+							  flow_json(f))
+				  : json_array_append_new(un, unservable(f)))
+			goto out;
+	}
+	out = json_pack("{s:O, s:O, s:I, s:I, s:I}", "allow", allow, "unservable", un, "lines",
+			(json_int_t)lines, "skipped", (json_int_t)skipped, "not_succeeded",
+			(json_int_t)failed);
+out:
+	free(ent);
+	json_decref(allow);
+	json_decref(un);
+	strs_free(&names);
+	strs_free(&pats);
+	return out;
+}
+
+json_t *propose_ledger(const char *buf, size_t n)
+{
+	struct plist l = { .n = 0 };
+	long long lines = 0, skipped = 0, failed = 0;
+	json_t *out = NULL;
+	size_t i = 0;
+
+	while (i < n) {
+		const char *nl = memchr(buf + i, '\n', n - i);
+		size_t len = nl ? (size_t)(nl - (buf + i)) : n - i;
+		struct pflow f;
+		int r;
+
+		if (len) {
+			lines++;
+			r = read_line(buf + i, len, &f);
+			if (r == -2 || (r == 1 && push(&l, &f) < 0)) {
+				if (r == 1)
+					free(f.name);
+				goto out;
+			}
+			skipped += r == -1;
+			failed += r == 2;
+		}
+		i += len + 1;
+	}
+	merge(&l);
+	out = build(&l, lines, skipped, failed);
+out:
+	for (i = 0; i < l.n; i++)
+		free(l.v[i].name);
+	free(l.v);
+	return out;
+}
+
+json_t *propose_path(const char *path, const char **why)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	struct stat st;
+	size_t got = 0;
+	char *buf = NULL;
+	json_t *out = NULL;
+	ssize_t k;
+
+	*why = "unable to read it";
+	if (fd < 0 || fstat(fd, &st) < 0)
+		goto out;
+	if (!S_ISREG(st.st_mode) || st.st_size > PROPOSE_READ_MAX) {
+		*why = S_ISREG(st.st_mode) ? "larger than 1 GiB" : "not a regular file";
+		errno = 0;
+		goto out;
+	}
+	if (!(buf = malloc((size_t)st.st_size + 1)))
+		goto nomem;
+	/* a ledger still being appended to: what was there at fstat */
+	while (got < (size_t)st.st_size &&
+	       (k = read(fd, buf + got, (size_t)st.st_size - got)) != 0) {
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			goto out;
+		}
+		got += (size_t)k;
+	}
+	if ((out = propose_ledger(buf, got)))
+		goto out;
+nomem:
+	*why = "out of memory";
+	errno = ENOMEM;
+out:
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	return out;
+}

@@ -1,0 +1,46 @@
+/* propose.h - the allowlist a learn run proposes (isopod run --net learn,
+ * isopod-allow propose): computed from an isopod-broker ledger alone.
+ *
+ * The ledger is written by the broker from guest-chosen names, ports and
+ * requests, so it is read as untrusted bytes: a line that is not a ledger
+ * object is counted and skipped, names are checked again (lib/allow.c).
+ *
+ * A flow succeeded when the broker let it through and reached the far end:
+ * a connect or http line with verdict "allowed" and an address; a dns line
+ * with verdict "allowed" and no reason (the resolver's answer relayed).
+ *
+ * The proposal:
+ * - "allow": entries {pattern, flows:[{kind,name,port,count}]}, sorted by
+ *   pattern: every name a succeeded connect/http flow went to, as "NAME"
+ *   (ports 80 and 443) or "NAME:PORT"; where PROPOSE_WILD_MIN or more such
+ *   names sit directly below one parent of two labels or more, the one
+ *   "*.PARENT" in their place (a CDN's shards), never a wildcard over a
+ *   top-level label.  Each entry lists the flows it covers, the dns queries
+ *   for its names among them;
+ * - "unservable": the succeeded flows filtered mode cannot serve, each with
+ *   its "why": to an IP address (filtered serves names only), or a name
+ *   resolved that no flow through the proxy went to (another protocol, or a
+ *   client that ignores http_proxy/https_proxy);
+ * - "lines", "skipped" (lines not ledger objects), "not_succeeded" (flow
+ *   lines that did not succeed: refusals, connections that failed). */
+#ifndef ISOPOD_PROPOSE_H
+#define ISOPOD_PROPOSE_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define PROPOSE_WILD_MIN 3
+
+/* A ledger larger than this is refused rather than read (the broker's cap
+ * is 64 MiB unless ISOPOD_LEDGER_MAX says otherwise). */
+#define PROPOSE_READ_MAX (1ll << 30)
+
+/* The proposal of the ledger bytes buf[0..n) (JSON lines; a last line
+ * without "\n" counts).  NULL only when out of memory. */
+json_t *propose_ledger(const char *buf, size_t n);
+
+/* The proposal of the ledger file at path, or NULL with *why set (a static
+ * text; errno set when a call failed): unreadable, too large, no memory. */
+json_t *propose_path(const char *path, const char **why);
+
+#endif

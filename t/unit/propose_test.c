@@ -1,0 +1,158 @@
+/* propose_test.c - the allowlist a learn run proposes (lib/propose.c):
+ * which flows count as succeeded, names and ports into patterns, the
+ * wildcard fold and its limits, the flows filtered cannot serve, and
+ * ledger lines that are not ledger objects. */
+#include "../../lib/propose.c" /* self-contained: t/run-unit links frame+util only */
+#include "../../lib/allow.c"
+
+#include <string.h>
+
+#include "tap.h"
+
+#define OK(name, port, kind) \
+	"{\"kind\":\"" kind "\",\"name\":\"" name "\",\"port\":" #port \
+	",\"address\":\"198.51.100.10\",\"verdict\":\"allowed\",\"reason\":null}\n"
+#define DNS(name) \
+	"{\"kind\":\"dns\",\"name\":\"" name "\",\"port\":53,\"address\":\"198.51.100.53\"," \
+	"\"verdict\":\"allowed\",\"reason\":null,\"qtype\":\"A\"}\n"
+
+static json_t *run(const char *ledger)
+{
+	return propose_ledger(ledger, strlen(ledger));
+}
+
+/* The patterns of the proposal, joined with ' ' (into buf). */
+static const char *pats(const json_t *p, char *buf, size_t sz)
+{
+	size_t i, o = 0;
+	json_t *e;
+
+	buf[0] = '\0';
+	json_array_foreach(json_object_get(p, "allow"), i, e)
+		o += (size_t)snprintf(buf + o, sz - o, "%s%s", i ? " " : "",
+				      json_string_value(json_object_get(e, "pattern")));
+	return buf;
+}
+
+static long long nflows(const json_t *p, size_t entry)
+{
+	json_t *e = json_array_get(json_object_get(p, "allow"), entry);
+
+	return (long long)json_array_size(json_object_get(e, "flows"));
+}
+
+static void test_names(void)
+{
+	char b[512];
+	json_t *p = run(DNS("pkg.test") OK("pkg.test", 443, "connect") OK("pkg.test", 443, "connect")
+			DNS("files.test") OK("Files.Test.", 443, "connect")
+			OK("pkg.test", 8443, "connect") OK("plain.test", 80, "http"));
+
+	ok(p != NULL, "a proposal");
+	ok(!strcmp(pats(p, b, sizeof b), "files.test pkg.test pkg.test:8443 plain.test"),
+	   "names, normalised; another port its own entry: %s", b);
+	ok(nflows(p, 1) == 2, "pkg.test covers its connects and its dns query");
+	ok(json_integer_value(json_object_get(json_array_get(json_object_get(json_array_get(
+		json_object_get(p, "allow"), 1), "flows"), 0), "count")) == 2 ||
+	   json_integer_value(json_object_get(json_array_get(json_object_get(json_array_get(
+		json_object_get(p, "allow"), 1), "flows"), 1), "count")) == 2,
+	   "equal flows merged with their count");
+	ok(json_array_size(json_object_get(p, "unservable")) == 0, "nothing unservable");
+	json_decref(p);
+}
+
+static void test_succeeded(void)
+{
+	char b[256];
+	json_t *p = run(
+		"{\"kind\":\"connect\",\"name\":\"gone.test\",\"port\":443,\"address\":null,"
+		"\"verdict\":\"allowed\",\"reason\":\"connection failed\"}\n"
+		"{\"kind\":\"connect\",\"name\":\"no.test\",\"port\":443,\"verdict\":\"denied\","
+		"\"address\":\"198.51.100.1\",\"reason\":\"not in the allowlist\"}\n"
+		"{\"kind\":\"dns\",\"name\":\"slow.test\",\"port\":53,\"verdict\":\"allowed\","
+		"\"reason\":\"resolver timed out\"}\n"
+		"{\"kind\":\"policy\",\"verdict\":\"lost\"}\n"
+		"not json\n[1]\n\n"
+		OK("pkg.test", 443, "connect"));
+
+	ok(!strcmp(pats(p, b, sizeof b), "pkg.test"),
+	   "failed connects, refusals, failed queries propose nothing: %s", b);
+	ok(json_integer_value(json_object_get(p, "not_succeeded")) == 3, "counted as not succeeded");
+	ok(json_integer_value(json_object_get(p, "skipped")) == 2, "non-objects skipped");
+	ok(json_integer_value(json_object_get(p, "lines")) == 7, "lines counted (empty ones not)");
+	json_decref(p);
+}
+
+static void test_fold(void)
+{
+	char b[512];
+	json_t *p = run(OK("a.cdn.example.org", 443, "connect") OK("b.cdn.example.org", 443, "connect")
+			OK("c.cdn.example.org", 443, "connect") DNS("d.cdn.example.org")
+			OK("x.test", 443, "connect") OK("y.test", 443, "connect")
+			OK("z.test", 443, "connect") OK("a.two.org", 443, "connect")
+			OK("b.two.org", 443, "connect") OK("cdn.example.org", 443, "connect"));
+
+	ok(!strcmp(pats(p, b, sizeof b),
+		   "*.cdn.example.org a.two.org b.two.org cdn.example.org x.test y.test z.test"),
+	   "three siblings fold, two do not, never *.TLD, the parent stays its own: %s", b);
+	ok(nflows(p, 0) == 4, "the wildcard covers its names and a query below it");
+	json_decref(p);
+	p = run(OK("a.cdn.example.org", 8443, "connect") OK("b.cdn.example.org", 8443, "connect")
+		OK("c.cdn.example.org", 8443, "connect") DNS("b.cdn.example.org"));
+	ok(!strcmp(pats(p, b, sizeof b),
+		   "a.cdn.example.org:8443 b.cdn.example.org:8443 c.cdn.example.org:8443"),
+	   "names with a port are not folded: %s", b);
+	ok(nflows(p, 1) == 2, "a query goes with its name's port entry");
+	json_decref(p);
+}
+
+static void test_unservable(void)
+{
+	char b[256];
+	json_t *p = run(OK("198.51.100.7", 443, "connect") DNS("git.test") DNS("_srv.test")
+			OK("pkg.test", 443, "connect")),
+	       *u = json_object_get(p, "unservable");
+	const char *w0 = json_string_value(json_object_get(json_array_get(u, 0), "why"));
+	const char *w1 = json_string_value(json_object_get(json_array_get(u, 1), "why"));
+	const char *w2 = json_string_value(json_object_get(json_array_get(u, 2), "why"));
+
+	ok(!strcmp(pats(p, b, sizeof b), "pkg.test"), "only the name: %s", b);
+	ok(json_array_size(u) == 3, "three unservable flows");
+	ok(w0 && strstr(w0, "IP address"), "the address named as such: %s", w0);
+	ok(w1 && strstr(w1, "not a host name"), "a name that is not a host name: %s", w1);
+	ok(w2 && strstr(w2, "another protocol"), "a name resolved and never fetched: %s", w2);
+	json_decref(p);
+}
+
+static void test_edges(void)
+{
+	char b[64], big[600];
+	json_t *p = run("");
+
+	ok(p && json_array_size(json_object_get(p, "allow")) == 0, "an empty ledger: nothing");
+	json_decref(p);
+	p = propose_ledger("{\"kind\":\"dns\"", 13);
+	ok(p && json_integer_value(json_object_get(p, "skipped")) == 1, "a cut line is skipped");
+	json_decref(p);
+	memset(big, 'a', sizeof big);
+	memcpy(big, "{\"kind\":\"connect\",\"name\":\"", 26);
+	snprintf(big + 500, sizeof big - 500,
+		 "\",\"port\":443,\"address\":\"1.2.3.4\",\"verdict\":\"allowed\"}");
+	p = run(big);
+	ok(p && json_array_size(json_object_get(p, "unservable")) == 1 &&
+		   strlen(json_string_value(json_object_get(
+			   json_array_get(json_object_get(p, "unservable"), 0), "name"))) <= RAW_MAX,
+	   "a name too long is unservable, cut to %d bytes", RAW_MAX);
+	ok(!strcmp(pats(p, b, sizeof b), ""), "and proposes nothing");
+	json_decref(p);
+}
+
+int main(void)
+{
+	test_names();
+	test_succeeded();
+	test_fold();
+	test_unservable();
+	test_edges();
+	return tap_done();
+}
