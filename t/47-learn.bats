@@ -103,6 +103,12 @@ prun() {
 	if [ "${ISOPOD_DEBIAN:-1}" = 0 ]; then
 		skip "ISOPOD_DEBIAN=0: make images did not build the debian flavor"
 	fi
+	# four pip runs of a debian guest cost ~10 min under TCG: past CI's budget
+	# (make check stays under 60 min); the busybox test above proves the
+	# proposal through the same broker and ledger on every run
+	if [ "${ISOPOD_TEST_SLOW:-0}" != 1 ]; then
+		skip "the pip acceptance runs with ISOPOD_TEST_SLOW=1 (about 10 min)"
+	fi
 	[ -f "$ISOPOD_HOME/images/current-debian" ] || { echo "no debian image registered: run make images" >&2; return 1; }
 	local pats p args=() rest
 	run --separate-stderr prun --net learn
