@@ -1,6 +1,7 @@
 #!/bin/sh
-# t/oci/mkchain.sh HOME N [MIB] [PREFIX] - a store with a fake base image and a
-# chain of N stages on it, without a VM: each layer a qcow2 written by
+# t/oci/mkchain.sh HOME N [MIB] [PREFIX] [PARENT] - a store with a fake base
+# image and a chain of N stages on it (on stage PARENT when given), without a
+# VM: each layer a qcow2 written by
 # qemu-io (MIB MiB of its own bytes, default 1), rebased as isopod-commit
 # does, made read-only, described, and sealed by `isopod-stage verify
 # --reseal` (trust on first use, the owner's decision).  Prints the ids,
@@ -20,8 +21,10 @@ else
 	printf '{"flavor":"base","sha256":"%s","size":8388608,"created":"2026-01-01T00:00:00Z","inputs":{}}\n' \
 		"$sha" >"$home/images/base-$sha.json"
 fi
-parent=
-for i in $(seq 1 "$n"); do
+parent=${5-}
+first=1
+[ -z "$parent" ] || first=$(($(jq .depth "$home/stages/$parent/meta.json") + 1))
+for i in $(seq "$first" $((first + n - 1))); do
 	id=st-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
 	d=$home/stages/$id
 	mkdir "$d"
