@@ -111,7 +111,7 @@ int oci_ref_parse(const char *s, struct oci_ref *r, char *why, size_t wsz)
 			 "(REPO: lower-case [a-z0-9._-] components separated by '/')", EXC(s));
 		return -1;
 	}
-	snprintf(r->repo, sizeof r->repo, "%s", rest);
+	snprintf(r->repo, sizeof r->repo, "%.255s", rest); /* repo_ok: < 256 */
 	return 0;
 }
 
