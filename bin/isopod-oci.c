@@ -365,6 +365,10 @@ static int pull_local(struct pull *pl, int i)
 				  "the registry's %s)", s->id, dg, s->m.layer.digest);
 		return 1;
 	}
+	/* A name is a reference too (stage_find): a label's syntax. */
+	if (json_string_value(json_object_get(s->cfg, "name")) &&
+	    (why = label_invalid(json_string_value(json_object_get(s->cfg, "name")))))
+		pull_fail(pl, EX_SYS, "stage %s: its name: %s", s->id, why);
 	if (label) {
 		if ((why = label_invalid(label)))
 			pull_fail(pl, EX_SYS, "stage %s: its label %s: %s", s->id, EXC(label), why);

@@ -132,7 +132,7 @@ lie() { echo "$*" >"$MODE"; }
 	[ "$status" -eq 100 ]
 }
 
-@test "a registry that lies is refused, nothing written: a blob whose digest differs, a truncated blob, a manifest naming a missing parent" {
+@test "a registry that lies is refused, nothing written: a blob whose digest differs, a truncated blob, a manifest naming a missing parent; a credential from --auth-file" {
 	leaf=$(jq -r '.layers[-1].layer' "$T/push1.json")
 	root=$(jq -r '.layers[0].layer' "$T/push1.json")
 	lie flip "$leaf"
@@ -154,7 +154,23 @@ lie() { echo "$*" >"$MODE"; }
 	[[ "$stderr" == *"names a parent sha256:0000000000000000000000000000000000000000000000000000000000000000 it does not have"* ]]
 	[ -z "$(written "$T/l")" ]
 
+	# a registry that wants a credential: 401 without it; --auth-file sends it
+	lie auth Basic "$(printf u:secret | base64)"
+	st "$T/l" pull --plain-http "$LIAR/isopod/chain:v1"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"HTTP 401"* ]]
+	[ -z "$(written "$T/l")" ]
+	echo 'basic u:secret' >"$T/cred"
+	st "$T/l" pull --plain-http --auth-file "$T/cred" "$LIAR/isopod/chain:v1"
+	[ "$status" -eq 0 ]
+	[ -n "$(written "$T/l")" ]
+	echo 'bearer tok3n' >"$T/cred"
+	lie auth Bearer tok3n
+	st "$T/l2" pull --plain-http --auth-file "$T/cred" "$LIAR/isopod/chain:v1"
+	[ "$status" -eq 0 ]
+
 	# the same liar, honest: the same pull lands
+	rm -rf "$T/l"
 	lie honest
 	st "$T/l" pull --plain-http "$LIAR/isopod/chain:v1"
 	[ "$status" -eq 0 ]

@@ -10,6 +10,8 @@ request, so one liar serves every test):
                       says the half: what a registry with a torn file sends)
   orphan              every manifest fetched by tag names (subject) a parent
                       manifest that does not exist
+  auth VALUE          honest, but only to requests whose Authorization header
+                      is VALUE (else 401)
 Each request is logged to stderr."""
 import http.client
 import http.server
@@ -40,8 +42,14 @@ class Liar(http.server.BaseHTTPRequestHandler):
         return r, body
 
     def answer(self, head):
-        r, body = self.fetch()
         m = mode()
+        if m[0] == "auth" and self.headers.get("Authorization") != " ".join(m[1:]):
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="liar"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        r, body = self.fetch()
         ctype = r.getheader("Content-Type", "application/octet-stream")
         if r.status == 200:
             if m[0] == "flip" and self.path.endswith("/blobs/" + m[1]):
