@@ -29,7 +29,7 @@ for i in $(seq "$first" $((first + n - 1))); do
 	d=$home/stages/$id
 	mkdir "$d"
 	if [ -z "$parent" ]; then
-		qemu-img create -q -f qcow2 -F raw -b "$home/images/base-$sha.img" "$d/layer.qcow2" 64M
+		qemu-img create -q -f qcow2 -F raw -b "$home/images/base-$sha.img" "$d/layer.qcow2" 4G
 		qemu-img rebase -u -f qcow2 -F raw -b "../../images/base-$sha.img" "$d/layer.qcow2"
 	else
 		qemu-img create -q -f qcow2 -F qcow2 -b "$home/stages/$parent/layer.qcow2" "$d/layer.qcow2"
