@@ -277,11 +277,26 @@ struct pull {
 	struct counts c;
 };
 
+/* Remove stage s's staging directory. */
+static void unstage(struct pstage *s)
+{
+	char p[PATH_MAX];
+
+	if (!s->tmp[0])
+		return;
+	snprintf(p, sizeof p, "%.4000s/layer.qcow2", s->tmp);
+	unlink(p);
+	snprintf(p, sizeof p, "%.4000s/meta.json", s->tmp);
+	unlink(p);
+	rmdir(s->tmp);
+	s->tmp[0] = 0;
+}
+
 /* Remove whatever this pull staged, then die: a refusal writes nothing. */
 __attribute__((noreturn, format(printf, 3, 4))) static void pull_fail(struct pull *pl, int code,
 								      const char *fmt, ...)
 {
-	char msg[DIAG_MAX], p[PATH_MAX];
+	char msg[DIAG_MAX];
 	int e = errno;
 	va_list ap;
 
@@ -289,13 +304,7 @@ __attribute__((noreturn, format(printf, 3, 4))) static void pull_fail(struct pul
 	vreason(msg, sizeof msg, e, fmt, ap);
 	va_end(ap);
 	for (int i = 0; i < pl->n; i++)
-		if (pl->st[i].tmp[0]) {
-			snprintf(p, sizeof p, "%s/layer.qcow2", pl->st[i].tmp);
-			unlink(p);
-			snprintf(p, sizeof p, "%s/meta.json", pl->st[i].tmp);
-			unlink(p);
-			rmdir(pl->st[i].tmp);
-		}
+		unstage(&pl->st[i]);
 	if (pl->btmp[0])
 		unlink(pl->btmp);
 	if (pl->bjtmp[0])
@@ -624,9 +633,19 @@ static void land(struct pull *pl)
 			pull_fail(pl, EX_CONFLICT, "stage %s: its label %s was taken meanwhile by "
 				  "stage %s", s->id, EXC(label), holder);
 		pathf(p, sizeof p, "%s/stages/%s", store_home(), s->id);
-		if (rename(s->tmp, p) < 0)
-			pull_fail(pl, errno == EEXIST || errno == ENOTEMPTY ? EX_CONFLICT : EX_SYS,
-				  "unable to publish stage %s (pulled meanwhile?):", s->id);
+		if (rename(s->tmp, p) < 0) {
+			int e = errno;
+
+			/* Another pull landed it meanwhile: the same layer is
+			 * the same stage. */
+			if ((e == EEXIST || e == ENOTEMPTY) && pull_local(pl, i)) {
+				unstage(s);
+				s->present = 1;
+				continue;
+			}
+			errno = e;
+			pull_fail(pl, EX_SYS, "unable to publish stage %s:", s->id);
+		}
 		s->tmp[0] = 0;
 	}
 	pathf(p, sizeof p, "%s/stages", store_home());

@@ -119,6 +119,18 @@ lie() { echo "$*" >"$MODE"; }
 	cmp "$T/a/stages/$(cat "$T/a16.id")/layer.qcow2" "$T/b/stages/$(cat "$T/a16.id")/layer.qcow2"
 }
 
+@test "two pulls of the same chain at once both land it (a stage landed meanwhile with the same layer is present)" {
+	for i in 1 2; do
+		ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$T/k" "$ISOPOD_SRC/bin/isopod-oci" pull --plain-http \
+			"$REG/isopod/chain:v1" >"$T/k$i.json" 2>"$T/k$i.err" &
+	done
+	wait %1
+	wait %2
+	[ "$(ls "$T/k/stages" | wc -l)" -eq 15 ]
+	[ -z "$(find "$T/k" -name '*.tmp*')" ]
+	ISOPOD_HOME="$T/k" isopod-stage verify s15 >/dev/null
+}
+
 @test "pull by digest: the leaf's manifest must hash to it; a digest the registry lacks is 101, nothing written" {
 	d=$(jq -r .digest "$T/push1.json")
 	st "$T/c" pull --plain-http "$REG/isopod/chain@$d"
