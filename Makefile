@@ -24,7 +24,7 @@ TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/iso
 	bin/isopod-fork bin/isopod-commit bin/isopod-stage bin/isopod-netsetup bin/isopod-warm \
 	bin/isopod-broker bin/isopod-supervise bin/isopod-attest bin/isopod-image bin/isopod-doctor \
 	bin/isopod-result bin/isopod-runner bin/isopod-vm bin/isopod-mcp bin/isopod-jail bin/isopod-provenance \
-	bin/isopod-allow
+	bin/isopod-allow bin/isopod-oci
 # t/17-jail.bats' programs (see below)
 JAILTEST = build/jail/probe build/jail/isopod-jail-mutant
 HOSTLIB = lib/util.o lib/proc.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/execopt.o lib/execio.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/jail.o lib/jailchild.o lib/qjail.o lib/attcheck.o lib/config.o lib/propose.o
@@ -59,6 +59,14 @@ $(GCLIB): $(LIBHDR)
 
 bin/isopod-gc: bin/isopod-gc.c $(HOSTLIB) $(GCLIB) $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-gc.c $(GCLIB) $(HOSTLIB) $(LDLIBS_HOST)
+
+# isopod-oci's manifest codec and registry client (lib/oci.h, lib/ocireg.h):
+# only isopod-oci links them, and libcurl.
+OCILIB = lib/oci.o lib/ocireg.o
+$(OCILIB): $(LIBHDR) lib/oci.h lib/ocireg.h
+
+bin/isopod-oci: bin/isopod-oci.c $(HOSTLIB) $(OCILIB) $(LIBHDR) lib/oci.h lib/ocireg.h
+	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-oci.c $(OCILIB) $(HOSTLIB) $(LDLIBS_HOST) -lcurl
 
 # isopod-mcp's tool table, the schema check of its arguments and its
 # calls' lifecycle (lib/mcptools.h, lib/jschema.h, lib/mcpcall.h): only the
@@ -168,7 +176,7 @@ ASAN_CFLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 # Each library source is compiled once for all the tools (a tool links every
 # object, as its -O2 build links what it uses): one compile per tool and
 # library was 18 x 35 compiles, minutes of CI.
-ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(filter-out lib/mcpcall.c,$(MCPLIB:.o=.c)) $(GCLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) lib/netstate.c $(ATTESTLIB:.o=.c) $(PROVLIB:.o=.c) $(DOCTORLIB:.o=.c) lib/tcfilter.c)
+ASAN_SRC = $(sort $(HOSTLIB:.o=.c) $(BROKERLIB:.o=.c) $(filter-out lib/mcpcall.c,$(MCPLIB:.o=.c)) $(GCLIB:.o=.c) $(NETLIB:.o=.c) $(NSLIB:.o=.c) lib/netstate.c $(ATTESTLIB:.o=.c) $(PROVLIB:.o=.c) $(DOCTORLIB:.o=.c) $(OCILIB:.o=.c) lib/tcfilter.c)
 ASAN_OBJ = $(ASAN_SRC:%.c=build/asan/%.o)
 build/asan/lib/%.o: lib/%.c $(LIBHDR)
 	@mkdir -p build/asan/lib
@@ -181,7 +189,7 @@ asan: $(TOOLS) $(ASAN_OBJ) build/asan/lib/mcpcall.o
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
 			$$t.c $(ASAN_OBJ) $$(test $$t != bin/isopod-mcp || echo build/asan/lib/mcpcall.o) \
-			lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) || exit 1; \
+			lib/tapfilter_obj.o $(LDLIBS_HOST) $(LDLIBS_NET) -lcurl || exit 1; \
 	done
 
 check: all asan

@@ -10,6 +10,9 @@
 #   lab.sh rmvm NAME K           stop that stand-in guest, delete its netns
 #   lab.sh hits NAME             the listeners' hit log
 #   lab.sh config NAME           the path of the lab's isopod host config
+#   lab.sh registry NAME         an OCI registry (Debian's docker-registry,
+#                                plain HTTP) on 198.51.100.20:5000 in NAME-inet,
+#                                its storage in $STATE/registry
 #
 # Two namespaces and one veth pair, created inside them; nothing is linked
 # to the root namespace, so nothing sent in the lab can leave this machine:
@@ -251,7 +254,33 @@ cmd_rmvm() {
 	ip netns del "$name-vm$k" 2>/dev/null || :
 }
 
-[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec|rmvm|hits NAME [ARGS...]"
+# The registry of t/32-oci.bats: docker-registry (distribution 2.8) serving
+# /v2/ on REGISTRY_ADDR:5000, no auth, no TLS, its blobs under $STATE.
+REGISTRY_ADDR=198.51.100.20
+cmd_registry() {
+	name=$1
+	command -v docker-registry >/dev/null || die "docker-registry not installed (.ci/setup)"
+	mkdir -p "$STATE/registry"
+	cat >"$STATE/registry.yml" <<-EOF
+		version: 0.1
+		log:
+		  level: warn
+		storage:
+		  filesystem:
+		    rootdirectory: $STATE/registry
+		  delete:
+		    enabled: true
+		http:
+		  addr: $REGISTRY_ADDR:5000
+	EOF
+	nsx "$name-inet" ip addr add "$REGISTRY_ADDR/32" dev lo
+	spawn "$name-inet" docker-registry serve "$STATE/registry.yml"
+	await nsx "$name-host" python3 -c 'import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+		"http://$REGISTRY_ADDR:5000/v2/" || die "lab $name: no registry on $REGISTRY_ADDR:5000"
+	echo "$REGISTRY_ADDR:5000"
+}
+
+[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec|rmvm|hits|registry NAME [ARGS...]"
 verb=$1 name=$2
 shift 2
 check_name "$name"
@@ -269,5 +298,6 @@ gexec)
 	;;
 hits) cat "$STATE/hits" ;;
 config) echo "$STATE/isopod.conf" ;;
+registry) cmd_registry "$name" ;;
 *) die "unknown verb $verb" ;;
 esac
