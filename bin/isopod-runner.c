@@ -572,7 +572,15 @@ static int net_over(const struct runner *r, json_t *job, char *why, size_t whysz
 		json_object_set_new(job, "net", json_string(nets[r->net_max < 1 ? r->net_max : 1]));
 		return 0;
 	}
-	if ((k = net_rank(json_string_value(n))) <= r->net_max)
+	/* learn (every name through the broker) and any other mode this
+	 * runner does not rank are refused here: a rank of -1 must never pass
+	 * as "below" the ceiling (review: learn under --net-max none). */
+	if ((k = net_rank(json_string_value(n))) < 0) {
+		snprintf(why, whysz, "net %s: not a mode a runner job may ask for (none, filtered, open)",
+			 json_is_string(n) ? EXC(json_string_value(n)) : "(not a string)");
+		return 1;
+	}
+	if (k <= r->net_max)
 		return 0;
 	snprintf(why, whysz, "net %s: above this runner's --net-max %s", nets[k], nets[r->net_max]);
 	return 1;

@@ -189,52 +189,16 @@ static char *pattern_of(const struct pflow *f)
 	return strdup(buf);
 }
 
-/* The parent of a name when it may stand under a wildcard (two labels or
- * more: never "*.test"), else NULL. */
-static const char *parent_of(const char *name)
-{
-	const char *d = strchr(name, '.');
-
-	return d && strchr(d + 1, '.') ? d + 1 : NULL;
-}
-
-static int parent_cmp(const void *pa, const void *pb)
-{
-	const char *a = parent_of(*(char *const *)pa), *b = parent_of(*(char *const *)pb);
-
-	if (!a || !b)
-		return (a != NULL) - (b != NULL);
-	return strcmp(a, b);
-}
-
-/* Names (portless patterns, sorted and unique) with PROPOSE_WILD_MIN or
- * more siblings under one parent give way to "*.PARENT". */
+/* No wildcard is proposed.  "*.PARENT" over three shards read well until a
+ * review found the parents a rule of labels cannot tell apart: github.io,
+ * cloudfront.net, co.uk are public suffixes, where anyone may register a
+ * host, so a folded "*.github.io" would let a later filtered run reach an
+ * attacker's.  Without a public suffix list, exact names only. */
 static int fold(struct strs *names, struct strs *out)
 {
-	size_t i = 0;
-
-	if (!names->n)
-		return 0;
-	qsort(names->v, names->n, sizeof *names->v, parent_cmp);
-	while (i < names->n) {
-		const char *p = parent_of(names->v[i]);
-		size_t j = i + 1;
-
-		while (j < names->n && p && !parent_cmp(&names->v[i], &names->v[j]))
-			j++;
-		if (p && j - i >= PROPOSE_WILD_MIN) {
-			char buf[ALLOW_PATTERN_MAX];
-
-			snprintf(buf, sizeof buf, "*.%s", p);
-			if (add_str(out, strdup(buf)) < 0)
-				return -1;
-		} else {
-			for (size_t k = i; k < j; k++)
-				if (add_str(out, strdup(names->v[k])) < 0)
-					return -1;
-		}
-		i = j;
-	}
+	for (size_t i = 0; i < names->n; i++)
+		if (add_str(out, strdup(names->v[i])) < 0)
+			return -1;
 	return 0;
 }
 

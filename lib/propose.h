@@ -12,11 +12,10 @@
  * The proposal:
  * - "allow": entries {pattern, flows:[{kind,name,port,count}]}, sorted by
  *   pattern: every name a succeeded connect/http flow went to, as "NAME"
- *   (ports 80 and 443) or "NAME:PORT"; where PROPOSE_WILD_MIN or more such
- *   names sit directly below one parent of two labels or more, the one
- *   "*.PARENT" in their place (a CDN's shards), never a wildcard over a
- *   top-level label.  Each entry lists the flows it covers, the dns queries
- *   for its names among them;
+ *   (ports 80 and 443) or "NAME:PORT", never a wildcard (a rule of labels
+ *   cannot tell a CDN's parent from a public suffix such as github.io).
+ *   Each entry lists the flows it covers, the dns queries for its names
+ *   among them;
  * - "unservable": the succeeded flows filtered mode cannot serve, each with
  *   its "why": to an IP address (filtered serves names only), or a name
  *   resolved that no flow through the proxy went to (another protocol, or a
@@ -28,8 +27,6 @@
 
 #include <jansson.h>
 #include <stddef.h>
-
-#define PROPOSE_WILD_MIN 3
 
 /* A ledger larger than this is refused rather than read (the broker's cap
  * is 64 MiB unless ISOPOD_LEDGER_MAX says otherwise). */
