@@ -375,9 +375,19 @@ static int pull_local(struct pull *pl, int i)
 		return 1;
 	}
 	/* A name is a reference too (stage_find): a label's syntax. */
-	if (json_string_value(json_object_get(s->cfg, "name")) &&
-	    (why = label_invalid(json_string_value(json_object_get(s->cfg, "name")))))
-		pull_fail(pl, EX_SYS, "stage %s: its name: %s", s->id, why);
+	if (json_string_value(json_object_get(s->cfg, "name"))) {
+		const char *nm = json_string_value(json_object_get(s->cfg, "name"));
+
+		if ((why = label_invalid(nm)))
+			pull_fail(pl, EX_SYS, "stage %s: its name: %s", s->id, why);
+		/* nor a flavor's (`--stage debian` would run the registry's) or a
+		 * label here (review) */
+		if ((why = label_reserved(nm)))
+			pull_fail(pl, EX_CONFLICT, "stage %s: its name %s: %s", s->id, EXC(nm), why);
+		if (label_taken(nm, holder, sizeof holder) && strcmp(holder, s->id))
+			pull_fail(pl, EX_CONFLICT, "stage %s: its name %s is a label here of stage %s",
+				  s->id, EXC(nm), holder);
+	}
 	if (label) {
 		if ((why = label_invalid(label)))
 			pull_fail(pl, EX_SYS, "stage %s: its label %s: %s", s->id, EXC(label), why);

@@ -298,10 +298,19 @@ static int blob_put(struct reg *r, const char *digest, struct xfer *x, long long
 		return -1;
 	if (st != 202 || !x->location[0])
 		return status_fail(r, "starting an upload", st);
-	if (x->location[0] == '/')
+	/* The upload goes where the registry says, with our credential: only
+	 * to the registry itself (a path, or an address on its own origin);
+	 * anywhere else would hand the credential to another host (review). */
+	if (x->location[0] == '/' && x->location[1] != '/')
 		snprintf(loc, sizeof loc, "%s%s", r->origin, x->location);
-	else
+	else if (!strncmp(x->location, r->origin, strlen(r->origin)) &&
+		 x->location[strlen(r->origin)] == '/')
 		snprintf(loc, sizeof loc, "%s", x->location);
+	else {
+		snprintf(r->err, sizeof r->err, "the registry sent the upload elsewhere (not %s): refused",
+			 r->origin);
+		return -1;
+	}
 	snprintf(url, sizeof url, "%s%cdigest=%s", loc, strchr(loc, '?') ? '&' : '?', digest);
 	x->want = size;
 	st = request(r, "PUT", url, "application/octet-stream", NULL, x, 0);

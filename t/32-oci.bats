@@ -208,6 +208,20 @@ lie() { echo "$*" >"$MODE"; }
 	[ -z "$(written "$T/f")" ]
 }
 
+@test "pull: a stage whose name is a flavor here (debian) is refused (102), nothing written" {
+	# a name is a reference too: pulled as is, --stage debian would run it
+	id=$(sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$T/n" 1 1 named)
+	jq '.name = "debian" | del(.seal)' "$T/n/stages/$id/meta.json" >"$T/n.meta"
+	mv "$T/n.meta" "$T/n/stages/$id/meta.json"
+	ISOPOD_HOME="$T/n" isopod-stage verify --reseal "$id" >/dev/null
+	st "$T/n" push --plain-http "$id" "$REG/isopod/named:v1"
+	[ "$status" -eq 0 ]
+	st "$T/o" pull --plain-http "$REG/isopod/named:v1"
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"its name debian: "* ]]
+	[ -z "$(written "$T/o")" ]
+}
+
 @test "pull: a label this store gives another stage is a conflict (102), nothing written" {
 	sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$T/g" 2 >/dev/null
 	before=$(written "$T/g")
