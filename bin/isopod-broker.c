@@ -299,12 +299,12 @@ static void set_up_sockets(struct broker *b, const struct args *a)
 	}
 }
 
-static void announce(const struct broker *b)
+/* nul: /dev/null, opened before lock_down (which refuses every open). */
+static void announce(const struct broker *b, int nul)
 {
 	char ab[INET_ADDRSTRLEN], rb[INET_ADDRSTRLEN], proxy[32], dns[32], res[32];
 	char t[RANGES_TEXT_MAX];
 	json_t *allow = json_array(), *ar = json_array(), *o;
-	int fd;
 
 	inet_ntop(AF_INET, &b->listen, ab, sizeof ab);
 	inet_ntop(AF_INET, &b->resolver.sin_addr, rb, sizeof rb);
@@ -327,10 +327,9 @@ static void announce(const struct broker *b)
 	/* The parent reads to EOF: let go of stdout, keep fd 1 taken. */
 	if (fclose(stdout) == EOF)
 		die(EX_SYS, "unable to close standard output:");
-	fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	if (fd >= 0 && fd != 1) {
-		dup2(fd, 1);
-		close(fd);
+	if (nul >= 0 && nul != 1) {
+		dup2(nul, 1);
+		close(nul);
 	}
 }
 
@@ -486,13 +485,16 @@ int main(int argc, char **argv)
 		.canary = { .fd = -1 },
 	};
 	struct args a = { .parent = 0, .ledger_fd = -1 };
+	int nul;
 
 	progname = "isopod-broker";
 	parse_args(&b, &a, argc, argv);
 	set_up_process(&b, a.parent);
 	set_up_sockets(&b, &a);
-	announce(&b);
+	/* the ready line promises the filter: it goes out after it */
+	nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	lock_down();
+	announce(&b, nul);
 	serve(&b);
 	shut_down(&b);
 	if (b.fatal[0])

@@ -70,6 +70,10 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	if ((rc = ranges_load_config(ranges_config_path(), ranges, RANGES_ALLOW_MAX, &nranges, msg,
 				     msz)) < 0)
 		return rc;
+	/* ISOPOD_JAIL or the config's jail: a bad value is a usage error
+	 * before anything boots. */
+	if (jail_wanted(msg, msz) < 0)
+		return -1;
 	for (i = 0; i < nranges; i++) {
 		add(e, "--allow-range");
 		add(e, range_text(&ranges[i], e->range[i], sizeof e->range[i]));
