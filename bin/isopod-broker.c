@@ -55,7 +55,7 @@
 #include <unistd.h>
 
 #define USAGE                                                                              \
-	"isopod-broker --listen ADDR --ledger FILE [--ledger-fd N] [--proxy-port N] [--dns-port N] "       \
+	"isopod-broker --listen ADDR --ledger FILE [--ledger-fd N] [--proxy-port N] [--dns-port N] " \
 	"[--allow PATTERN]... [--allow-all] [--allow-range CIDR]... [--no-proxy] "         \
 	"[--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT]"
 

@@ -121,6 +121,7 @@ static pid_t spawn_jailed(struct egress *e, const struct proc_spec *ps, int logf
 		snprintf(msg, msz, "egress broker: %s: %s", e->argv[0], strerror(errno));
 		return -1;
 	}
+	snprintf(err, sizeof err, "out of memory");
 	if (!(ro[nro++] = strdup(prog)) || jail_deps(prog, ro, &nro, BROKER_RO_MAX, err, sizeof err) < 0 ||
 	    (geteuid() == 0 && jail_identity(name, &js.uid, &js.gid, err, sizeof err) < 0)) {
 		snprintf(msg, msz, "egress broker: %s", err);
