@@ -371,6 +371,7 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	struct pollfd pf = { .fd = syncfd, .events = POLLIN };
 	struct bindreq b[2 * JAIL_PATHS_MAX + 1];
 	size_t i, nb = 0;
+	mode_t um;
 	char go;
 
 	for (i = 0; i < js->nro; i++, nb++)
@@ -385,6 +386,10 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	 * means it failed or died. */
 	if (read(syncfd, &go, 1) != 1)
 		_exit(126);
+	/* The directories of the new root are the jail's way to its paths:
+	 * searchable by its uid whatever the caller's umask (isopod's is
+	 * 077); the caller's comes back before the exec. */
+	um = umask(022);
 	/* Our cgroup namespace is rooted at the jail's own cgroup. */
 	if (unshare(CLONE_NEWCGROUP) < 0)
 		cdie(errfd, "unshare(CLONE_NEWCGROUP):");
@@ -432,6 +437,7 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 		cdie(errfd, "sethostname:");
 	if (chdir(js->vm_dir ? js->vm_dir : "/") < 0)
 		cdie(errfd, "chdir %s:", js->vm_dir);
+	umask(um);
 	drop_privs(js, userns, errfd);
 	landlock_jail(js, rp, errfd);
 	/* The parent-death signal is cleared by the uid change: set it now, then

@@ -449,6 +449,13 @@ proof_landlock() {
 	[ "$output" = lo ]
 }
 
+@test "jail: a caller's umask 077 (isopod's) does not lock the jail's uid out of its own root" {
+	run --separate-stderr bash -c 'umask 077 && exec timeout 60 isopod-jail -- "$1" id' sh "$PROBE"
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[[ "$output" == "uid="* ]]
+}
+
 @test "jail --hostnet: the caller's network interfaces (the broker's case); the JSON names no net namespace" {
 	run --separate-stderr timeout 60 isopod-jail --hostnet --json-fd 3 -- "$PROBE" net \
 		3>"$BATS_TEST_TMPDIR/applied.json"
