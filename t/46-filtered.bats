@@ -261,7 +261,7 @@ s.bind(("10.213.0.1", 3128)); s.listen(1); time.sleep(60)' &
 broker_pids() {
 	local d
 	for d in /proc/[0-9]*; do
-		tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q "isopod-broker .*--ledger $ISOPOD_HOME/" &&
+		tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -q "isopod-broker .*--ledger $ISOPOD_HOME/" &&
 			echo "${d#/proc/}"
 	done
 	return 0
@@ -291,7 +291,7 @@ sleeper() {
 	rpid=$!
 	for i in $(seq 1 300); do
 		bp=$(broker_pids)
-		id=$(tr '\0' '\n' <"/proc/$bp/cmdline" 2>/dev/null | grep -A1 -x -- --vm | tail -n 1)
+		id=$(tr '\0' '\n' 2>/dev/null <"/proc/$bp/cmdline" | grep -A1 -x -- --vm | tail -n 1)
 		[ -n "$id" ] && [ "$(jq -r '.broker_pid // 0' "$ISOPOD_HOME/vms/$id/meta.json" 2>/dev/null)" = "$bp" ] &&
 			return 0
 		sleep 0.2
@@ -329,7 +329,8 @@ broker_leaks() {
 
 @test "filtered: the broker runs jailed: its own uid, no capabilities, no_new_privs, two seccomp filters, its own namespaces but the host's network, nothing writable but its ledger descriptor" {
 	sleeper
-	run broker_leaks
+	run --separate-stderr broker_leaks
+	echo "$stderr"
 	echo "leaks: $output"
 	[ -z "$output" ]
 	# what the jail applied is in the broker's log
@@ -345,7 +346,8 @@ broker_leaks() {
 
 @test "mutation: ISOPOD_JAIL=0 — the broker runs as the supervisor does, and every jail check fails" {
 	sleeper ISOPOD_JAIL=0
-	run broker_leaks
+	run --separate-stderr broker_leaks
+	echo "$stderr"
 	echo "leaks: $output"
 	wait "$rpid"
 	# no_new_privs and the one seccomp filter are the broker's own (it sets
