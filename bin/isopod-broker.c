@@ -27,6 +27,7 @@
 #include "allow.h"
 #include "broker.h"
 #include "dnsfwd.h"
+#include "egress.h"
 #include "proxy.h"
 #include "ranges.h"
 #include "util.h"
@@ -35,8 +36,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/netlink.h>
+#include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +51,11 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define USAGE                                                                              \
-	"isopod-broker --listen ADDR --ledger FILE [--proxy-port N] [--dns-port N] "       \
+	"isopod-broker --listen ADDR --ledger FILE [--ledger-fd N] [--proxy-port N] [--dns-port N] " \
 	"[--allow PATTERN]... [--allow-all] [--allow-range CIDR]... [--no-proxy] "         \
 	"[--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT]"
 
@@ -57,7 +64,7 @@
 /* What the command line names beyond the broker's own state. */
 struct args {
 	const char *listen, *ledger, *resolver;
-	long long parent;
+	long long parent, ledger_fd;
 };
 
 static void parse_resolver(struct broker *b, const char *s)
@@ -80,25 +87,16 @@ static void parse_resolver(struct broker *b, const char *s)
 }
 
 /* The first IPv4 nameserver of /etc/resolv.conf (inside `ip netns exec`,
- * the namespace's /etc/netns/NAME/resolv.conf is mounted over it). */
+ * the namespace's /etc/netns/NAME/resolv.conf is mounted over it).  A
+ * jailed broker has none to read: lib/egress.c reads it and passes
+ * --resolver. */
 static void default_resolver(struct broker *b)
 {
-	FILE *fp = fopen("/etc/resolv.conf", "re");
-	char line[512], addr[64];
+	char addr[64];
 
-	if (fp) {
-		while (fgets(line, sizeof line, fp)) {
-			if (sscanf(line, " nameserver %63s", addr) == 1 &&
-			    inet_pton(AF_INET, addr, &b->resolver.sin_addr) == 1) {
-				b->resolver.sin_family = AF_INET;
-				b->resolver.sin_port = htons(53);
-				fclose(fp);
-				return;
-			}
-		}
-		fclose(fp);
-	}
-	die(EX_SYS, "no IPv4 nameserver in /etc/resolv.conf: give --resolver ADDR[:PORT]");
+	if (egress_default_resolver(addr, sizeof addr) < 0)
+		die(EX_SYS, "no IPv4 nameserver in /etc/resolv.conf: give --resolver ADDR[:PORT]");
+	parse_resolver(b, addr);
 }
 
 static void add_allow(struct policy *p, const char *pattern)
@@ -140,6 +138,7 @@ static void parse_args(struct broker *b, struct args *a, int argc, char **argv)
 	static const struct option lo[] = {
 		{ "listen", required_argument, NULL, 'l' },
 		{ "ledger", required_argument, NULL, 'L' },
+		{ "ledger-fd", required_argument, NULL, 'F' },
 		{ "proxy-port", required_argument, NULL, 'p' },
 		{ "dns-port", required_argument, NULL, 'd' },
 		{ "allow", required_argument, NULL, 'a' },
@@ -162,6 +161,12 @@ static void parse_args(struct broker *b, struct args *a, int argc, char **argv)
 			break;
 		case 'L':
 			a->ledger = optarg;
+			break;
+		case 'F':
+			if (parse_ll(optarg, 3, 65535, &a->ledger_fd) < 0 ||
+			    fcntl((int)a->ledger_fd, F_SETFD, FD_CLOEXEC) < 0)
+				die(EX_USAGE, "--ledger-fd %s: not an open descriptor above 2",
+				    EXC(optarg));
 			break;
 		case 'p':
 			b->proxy_port = port_arg("proxy-port", optarg, 0, 65535);
@@ -237,8 +242,11 @@ static void set_up_process(struct broker *b, long long parent)
 	if (parent) {
 		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0)
 			die(EX_SYS, "unable to set the parent-death signal:");
-		/* the parent may have died before prctl: then nobody would stop us */
-		if (getppid() != (pid_t)parent)
+		/* the parent may have died before prctl: then nobody would stop us.
+		 * PID 1 of a pid namespace (the jail's) has its parent outside:
+		 * getppid is 0; the jail checked the parent up to the exec, and
+		 * had it died since, the ready line meets a closed pipe. */
+		if (getppid() != (pid_t)parent && !(getpid() == 1 && getppid() == 0))
 			die(EX_SYS, "parent %lld is gone", parent);
 	}
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
@@ -263,12 +271,13 @@ static int bind_or_die(struct broker *b, int type, unsigned *port)
 }
 
 /* The ledger, the sockets, epoll, and (--canary) the table's answer. */
-static void set_up_sockets(struct broker *b, const char *ledger_path)
+static void set_up_sockets(struct broker *b, const struct args *a)
 {
 	const char *vm = b->ledger.vm;
 
-	if (ledger_open(&b->ledger, ledger_path, vm) < 0)
-		die(EX_SYS, "unable to open the ledger %s:", ledger_path);
+	if (a->ledger_fd >= 0 ? ledger_open_fd(&b->ledger, (int)a->ledger_fd, vm) < 0
+			      : ledger_open(&b->ledger, a->ledger, vm) < 0)
+		die(EX_SYS, "unable to open the ledger %s:", a->ledger);
 	/* before any flow: every later change of the host's addresses is
 	 * announced on it (a failure only means no cache) */
 	policy_host_open(&b->host);
@@ -293,12 +302,12 @@ static void set_up_sockets(struct broker *b, const char *ledger_path)
 	}
 }
 
-static void announce(const struct broker *b)
+/* nul: /dev/null, opened before lock_down (which refuses every open). */
+static void announce(const struct broker *b, int nul)
 {
 	char ab[INET_ADDRSTRLEN], rb[INET_ADDRSTRLEN], proxy[32], dns[32], res[32];
 	char t[RANGES_TEXT_MAX];
 	json_t *allow = json_array(), *ar = json_array(), *o;
-	int fd;
 
 	inet_ntop(AF_INET, &b->listen, ab, sizeof ab);
 	inet_ntop(AF_INET, &b->resolver.sin_addr, rb, sizeof rb);
@@ -321,11 +330,66 @@ static void announce(const struct broker *b)
 	/* The parent reads to EOF: let go of stdout, keep fd 1 taken. */
 	if (fclose(stdout) == EOF)
 		die(EX_SYS, "unable to close standard output:");
-	fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	if (fd >= 0 && fd != 1) {
-		dup2(fd, 1);
-		close(fd);
+	if (nul >= 0 && nul != 1) {
+		dup2(nul, 1);
+		close(nul);
 	}
+}
+
+/* Once listening, before the first byte of the guest's is read: a seccomp
+ * filter for what the broker never does again -- open a file (its ledger
+ * and log are descriptors already), run or fork a program, look into
+ * another process, open a socket other than IPv4 and the route netlink
+ * that reads the host's addresses -- nor the kernel surfaces no broker
+ * needs (io_uring, userfaultfd, perf, bpf, keyrings, namespaces, mounts).
+ * It stacks on the jail's (lib/jailchild.c); without the jail it is still
+ * applied.  Foreign architectures' calls are killed. */
+#if defined(__x86_64__)
+#define BK_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define BK_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "isopod-broker: no seccomp filter for this architecture"
+#endif
+#define BK_DENY(nr)                                                                                \
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                            \
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+#define BK_ARG(n) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[n]))
+static void lock_down(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, BK_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#ifdef __x86_64__
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1), /* x32 */
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BK_DENY(SYS_open), BK_DENY(SYS_creat), BK_DENY(SYS_fork), BK_DENY(SYS_vfork),
+#endif
+		BK_DENY(SYS_openat), BK_DENY(SYS_openat2), BK_DENY(SYS_open_by_handle_at),
+		BK_DENY(SYS_execve), BK_DENY(SYS_execveat), BK_DENY(SYS_clone), BK_DENY(SYS_clone3),
+		BK_DENY(SYS_ptrace), BK_DENY(SYS_process_vm_readv), BK_DENY(SYS_process_vm_writev),
+		BK_DENY(SYS_socketpair), BK_DENY(SYS_io_uring_setup), BK_DENY(SYS_userfaultfd),
+		BK_DENY(SYS_perf_event_open), BK_DENY(SYS_bpf), BK_DENY(SYS_keyctl),
+		BK_DENY(SYS_add_key), BK_DENY(SYS_request_key), BK_DENY(SYS_unshare),
+		BK_DENY(SYS_setns), BK_DENY(SYS_mount), BK_DENY(SYS_pivot_root),
+		BK_DENY(SYS_memfd_create),
+		/* socket(): AF_INET, or AF_NETLINK with NETLINK_ROUTE only */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 6),
+		BK_ARG(0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 4, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 0, 2),
+		BK_ARG(2),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NETLINK_ROUTE, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof f / sizeof f[0], .filter = f };
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		die(EX_SYS, "unable to install the seccomp filter:");
 }
 
 static void reap(struct broker *b)
@@ -424,13 +488,17 @@ int main(int argc, char **argv)
 		.canary = { .fd = -1 },
 		.host = { .fd = -1 },
 	};
-	struct args a = { .parent = 0 };
+	struct args a = { .parent = 0, .ledger_fd = -1 };
+	int nul;
 
 	progname = "isopod-broker";
 	parse_args(&b, &a, argc, argv);
 	set_up_process(&b, a.parent);
-	set_up_sockets(&b, a.ledger);
-	announce(&b);
+	set_up_sockets(&b, &a);
+	/* the ready line promises the filter: it goes out after it */
+	nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	lock_down();
+	announce(&b, nul);
 	serve(&b);
 	shut_down(&b);
 	if (b.fatal[0])

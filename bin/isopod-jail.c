@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-jail [--vm-dir DIR] [--ro PATH]... [--rw PATH]... [--mem-mib N] " \
-	      "[--pids N] [--kvm] [--json-fd N] -- PROG [ARG...]"
+	      "[--pids N] [--kvm] [--hostnet] [--landlock] [--name NAME] [--json-fd N] -- PROG [ARG...]"
 #define NPATH (2 * JAIL_PATHS_MAX)
 
 /* PROG as the jail will exec it: a path made absolute, or found in PATH. */
@@ -57,12 +57,15 @@ int main(int argc, char **argv)
 		{ "rw", required_argument, NULL, 'w' },     { "mem-mib", required_argument, NULL, 'm' },
 		{ "pids", required_argument, NULL, 'p' },   { "kvm", no_argument, NULL, 'k' },
 		{ "json-fd", required_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
+		{ "hostnet", no_argument, NULL, 'H' },      { "landlock", no_argument, NULL, 'L' },
+		{ "name", required_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static char *ro[NPATH], *rw[NPATH];
 	struct jail_spec js = { .name = NULL };
 	struct jail j;
 	char prog[PATH_MAX], vmdir[PATH_MAX], name[80], err[1024];
+	const char *jname = NULL;
 	long long v, jfd = -1;
 	size_t nro = 0, nrw = 0;
 	int c, st, sfd, pfd;
@@ -102,6 +105,15 @@ int main(int argc, char **argv)
 		case 'k':
 			js.kvm = 1;
 			break;
+		case 'H':
+			js.hostnet = 1;
+			break;
+		case 'L':
+			js.landlock = 1;
+			break;
+		case 'n':
+			jname = optarg;
+			break;
 		case 'j':
 			if (parse_ll(optarg, 3, INT_MAX, &jfd) < 0 || fcntl((int)jfd, F_GETFD) < 0)
 				die(EX_USAGE, "--json-fd %s: not an open descriptor above 2", EXC(optarg));
@@ -132,6 +144,8 @@ int main(int argc, char **argv)
 	snprintf(name, sizeof name, "jail-%d", (int)getpid());
 	if (js.vm_dir && strrchr(js.vm_dir, '/')[1])
 		snprintf(name, sizeof name, "%.64s", strrchr(js.vm_dir, '/') + 1);
+	if (jname) /* the broker's jail is named broker-<VM id> (lib/egress.c) */
+		snprintf(name, sizeof name, "%.64s", jname);
 	js.name = name;
 	if (geteuid() == 0 && jail_identity(name, &js.uid, &js.gid, err, sizeof err) < 0)
 		die(EX_USAGE, "%s", err);

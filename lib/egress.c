@@ -1,10 +1,12 @@
 /* egress.c - start and stop a VM's isopod-broker (see egress.h). */
 
 #include "egress.h"
+#include "jail.h"
 #include "net.h"
 #include "proc.h"
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -42,8 +44,14 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	add(e, e->arg[0]);
 	add(e, "--listen");
 	add(e, e->arg[1]);
+	/* The ledger is opened by egress_start and handed over as fd 4: the
+	 * jailed broker has no writable path at all.  Its path stays on the
+	 * command line: the broker names it, isopod-gc recognises a leaked
+	 * broker by it. */
 	add(e, "--ledger");
 	add(e, e->arg[2]);
+	add(e, "--ledger-fd");
+	add(e, "4");
 	add(e, "--vm");
 	add(e, e->arg[4]);
 	/* The broker proves isopod-netsetup's table is loaded before it
@@ -51,14 +59,21 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	snprintf(e->arg[6], sizeof e->arg[6], "%d", NET_CANARY_PORT);
 	add(e, "--canary");
 	add(e, e->arg[6]);
-	if (getenv("ISOPOD_RESOLVER") && *getenv("ISOPOD_RESOLVER")) {
-		snprintf(e->arg[5], sizeof e->arg[5], "%s", getenv("ISOPOD_RESOLVER"));
+	/* The upstream resolver always on the command line: a jailed broker
+	 * cannot read /etc/resolv.conf (none found: the broker says so). */
+	if ((getenv("ISOPOD_RESOLVER") && *getenv("ISOPOD_RESOLVER") &&
+	     snprintf(e->arg[5], sizeof e->arg[5], "%s", getenv("ISOPOD_RESOLVER"))) ||
+	    egress_default_resolver(e->arg[5], sizeof e->arg[5]) == 0) {
 		add(e, "--resolver");
 		add(e, e->arg[5]);
 	}
 	if ((rc = ranges_load_config(ranges_config_path(), ranges, RANGES_ALLOW_MAX, &nranges, msg,
 				     msz)) < 0)
 		return rc;
+	/* ISOPOD_JAIL or the config's jail: a bad value is a usage error
+	 * before anything boots. */
+	if (jail_wanted(msg, msz) < 0)
+		return -1;
 	for (i = 0; i < nranges; i++) {
 		add(e, "--allow-range");
 		add(e, range_text(&ranges[i], e->range[i], sizeof e->range[i]));
@@ -89,34 +104,99 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	return 0;
 }
 
+/* The broker's jail (see egress.h): nothing of the host's file system but
+ * its binary and what it loads, nothing writable, no uid of the
+ * supervisor's.  Memory: room for every flow's pipes (256 flows x 2 x 256
+ * KiB) and buffers; it is one process, the pids limit only stops a fork. */
+#define BROKER_MEM_BYTES (384ll << 20)
+#define BROKER_PIDS 8
+#define BROKER_RO_MAX 64
+
+static pid_t spawn_jailed(struct egress *e, const struct proc_spec *ps, int logfd, char *msg,
+			  size_t msz)
+{
+	char *ro[BROKER_RO_MAX], name[96], prog[PATH_MAX], err[1024];
+	struct jail_spec js = { .name = name, .hostnet = 1, .landlock = 1,
+				.mem_bytes = BROKER_MEM_BYTES, .pids = BROKER_PIDS };
+	size_t nro = 0, i;
+	pid_t pid = -1;
+
+	snprintf(name, sizeof name, "broker-%.56s", e->arg[4]);
+	if (!realpath(e->argv[0], prog)) {
+		snprintf(msg, msz, "egress broker: %s: %s", e->argv[0], strerror(errno));
+		return -1;
+	}
+	snprintf(err, sizeof err, "out of memory");
+	if (!(ro[nro++] = strdup(prog)) || jail_deps(prog, ro, &nro, BROKER_RO_MAX, err, sizeof err) < 0 ||
+	    (geteuid() == 0 && jail_identity(name, &js.uid, &js.gid, err, sizeof err) < 0)) {
+		snprintf(msg, msz, "egress broker: %s", err);
+		goto out;
+	}
+	js.ro = (const char *const *)ro;
+	js.nro = nro;
+	if ((pid = jail_spawn(&js, ps, &e->jail, err, sizeof err)) < 0) {
+		snprintf(msg, msz, "egress broker: %s", err);
+		goto out;
+	}
+	{
+		char *s = json_dumps(e->jail.applied, JSON_COMPACT);
+
+		dprintf(logfd, "isopod-broker: jail: %s\n", s ? s : "{}");
+		free(s);
+	}
+out:
+	for (i = 0; i < nro; i++)
+		free(ro[i]);
+	return pid;
+}
+
 int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *msg, size_t msz)
 {
-	char line[512];
+	char line[512], why[512] = "";
 	size_t got = 0;
-	int out[2], st;
+	int out[2], st, ledger, jailed;
 	int64_t deadline = mono_ms() + timeout_ms;
 	pid_t me = getpid();
 
 	snprintf(e->arg[3], sizeof e->arg[3], "%ld", (long)me);
+	if ((jailed = jail_wanted(why, sizeof why)) < 0) {
+		snprintf(msg, msz, "egress broker: %s", why);
+		return -1;
+	}
+	if (!jailed)
+		dprintf(logfd, "isopod-broker: %s\n", why);
+	ledger = open(e->arg[2], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW,
+		      0600);
+	if (ledger < 0) {
+		snprintf(msg, msz, "egress broker: unable to open the ledger %s: %s", e->arg[2],
+			 strerror(errno));
+		return -1;
+	}
 	if (pipe2(out, O_CLOEXEC) < 0) {
 		snprintf(msg, msz, "egress broker: pipe: %s", strerror(errno));
+		close(ledger);
 		return -1;
 	}
 	{
 		/* SIGTERM, not SIGKILL: the broker writes its ledger lines.
-		 * The slot lock as its fd 3: the slot is busy while it lives. */
+		 * The slot lock as its fd 3: the slot is busy while it lives;
+		 * the ledger its fd 4. */
 		struct proc_spec ps = PROC_SPEC(e->argv);
 
 		ps.file = e->argv[0];
 		ps.out = out[1];
 		ps.err = logfd;
 		ps.keep[0] = lockfd;
-		ps.nkeep = lockfd >= 0;
+		ps.keep[1] = ledger;
+		ps.nkeep = 2;
 		ps.pdeathsig = SIGTERM;
-		e->pid = proc_spawn(&ps);
+		if (jailed)
+			e->pid = spawn_jailed(e, &ps, logfd, msg, msz);
+		else if ((e->pid = proc_spawn(&ps)) < 0)
+			snprintf(msg, msz, "egress broker: fork: %s", strerror(errno));
 	}
+	close(ledger);
 	if (e->pid < 0) {
-		snprintf(msg, msz, "egress broker: fork: %s", strerror(errno));
 		close(out[0]);
 		close(out[1]);
 		return -1;
@@ -190,10 +270,36 @@ void egress_stop(struct egress *e)
 			;
 		e->pid = -1;
 	}
+	if (e->jail.pid > 0) {
+		char err[512];
+
+		if (jail_release(&e->jail, err, sizeof err) < 0)
+			warn("egress broker: %s", err);
+		e->jail.pid = -1;
+	}
 	if (e->pidfd >= 0) {
 		close(e->pidfd);
 		e->pidfd = -1;
 	}
+}
+
+int egress_default_resolver(char *out, size_t sz)
+{
+	FILE *fp = fopen("/etc/resolv.conf", "re");
+	char line[512], addr[64];
+	struct in_addr a;
+
+	if (!fp)
+		return -1;
+	while (fgets(line, sizeof line, fp)) {
+		if (sscanf(line, " nameserver %63s", addr) == 1 && inet_pton(AF_INET, addr, &a) == 1) {
+			fclose(fp);
+			snprintf(out, sz, "%s", addr);
+			return 0;
+		}
+	}
+	fclose(fp);
+	return -1;
 }
 
 const char *egress_broker_path(char *buf, size_t sz)

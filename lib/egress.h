@@ -8,6 +8,7 @@
 #ifndef ISOPOD_EGRESS_H
 #define ISOPOD_EGRESS_H
 
+#include "jail.h"
 #include "ranges.h"
 
 #include <jansson.h>
@@ -21,6 +22,7 @@ struct egress {
 	char arg[8][4096];
 	char range[RANGES_ALLOW_MAX][RANGES_TEXT_MAX]; /* --allow-range values */
 	int argc;
+	struct jail jail; /* jail.pid > 0: the broker runs jailed (jail_release after the reap) */
 };
 
 /* Plan the broker's command line (in the parent, before the supervisor
@@ -35,8 +37,14 @@ struct egress {
 int egress_plan(struct egress *e, const char *broker, const char *mode, const char *gw,
 		const json_t *allow, const char *ledger, const char *vmid, char *msg, size_t msz);
 
-/* Start it (in the supervisor): stderr to logfd, lockfd inherited, pdeath
- * to us; wait (<= timeout_ms) for its ready line.  0, or -1 with msg. */
+/* Start it (in the supervisor): stderr to logfd, lockfd inherited as its
+ * fd 3, its ledger opened here and handed over as fd 4, pdeath to us; wait
+ * (<= timeout_ms) for its ready line.  Unless jail_wanted() says no, in a
+ * jail (lib/jail.c) of its own: uid jail_identity("broker-<VM id>"), no
+ * capabilities, new mount/pid/ipc/uts/cgroup namespaces but the host's
+ * network, its binary and libraries read-only and nothing writable,
+ * Landlock, limits (isopod-broker(1), JAIL).  What the jail applied (or why
+ * none) is a line in logfd.  0, or -1 with msg. */
 int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *msg, size_t msz);
 
 /* SIGTERM, wait <= 3 s for it to flush its ledger, then SIGKILL; reaps. */
@@ -45,6 +53,10 @@ void egress_stop(struct egress *e);
 /* Append ": <the last line of the broker's log at path>" to msg (its reason
  * for failing to start, e.g. no network policy: run isopod-netsetup). */
 void egress_log_reason(const char *path, char *msg, size_t msz);
+
+/* The first IPv4 nameserver of /etc/resolv.conf into out (the broker's
+ * default upstream, read before it is jailed).  0, or -1: none. */
+int egress_default_resolver(char *out, size_t sz);
 
 /* The isopod-broker next to the running program (or $ISOPOD_BROKER). */
 const char *egress_broker_path(char *buf, size_t sz);

@@ -125,6 +125,62 @@ int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t er
 	return 0;
 }
 
+struct wanted {
+	int on;
+	char *why;
+	size_t wsz;
+};
+
+static int wanted_value(const char *v, const char *where, void *arg)
+{
+	struct wanted *w = arg;
+
+	if (!strcmp(v, "yes") || !strcmp(v, "1"))
+		w->on = 1;
+	else if (!strcmp(v, "no") || !strcmp(v, "0"))
+		w->on = 0;
+	else {
+		errno = EINVAL;
+		return fail(w->why, w->wsz, "%s: jail: yes or no, not %s", where, EXC(v));
+	}
+	return 0;
+}
+
+/* The one switch for QEMU's jail and the broker's: the environment first
+ * (a run's own choice, e.g. a host without the kernel it needs), then the
+ * host's file (the last `jail` line wins).  On by default. */
+int jail_wanted(char *why, size_t wsz)
+{
+	const char *e = getenv("ISOPOD_JAIL"), *path = ranges_config_path();
+	struct wanted w = { .on = 1, .why = why, .wsz = wsz };
+	char msg[256];
+	int rc;
+
+	if (e && *e) {
+		if (wanted_value(e, "ISOPOD_JAIL", &w) < 0)
+			return -1;
+		if (!w.on)
+			snprintf(why, wsz, "jail: off (ISOPOD_JAIL=%s)", e);
+		return w.on;
+	}
+	rc = config_each(path, "jail", wanted_value, &w, msg, sizeof msg);
+	if (rc == -1)
+		return -1;
+	if (rc == -2)
+		return fail(why, wsz, "unable to read %s:", path);
+	if (!w.on)
+		snprintf(why, wsz, "jail: off (%s: jail = no)", path);
+	return w.on;
+}
+
+int jail_landlock_abi(void)
+{
+	/* LANDLOCK_CREATE_RULESET_VERSION: the ABI, no ruleset made */
+	long v = syscall(SYS_landlock_create_ruleset, NULL, 0, 1u << 0);
+
+	return v > 0 ? (int)v : 0;
+}
+
 /* Absolute, no "", "." or ".." component (so below() can compare strings). */
 static int clean(const char *p)
 {
@@ -381,6 +437,8 @@ static json_t *strings(const char *const *v, size_t n)
 
 static json_t *applied(const struct jail_spec *js, int userns, json_t *cg, json_t *warnings)
 {
+	int ll = js->landlock ? jail_landlock_abi() : 0;
+
 	json_t *o, *rw = strings(js->rw, js->nrw), *dev = json_array();
 
 	if (js->vm_dir)
@@ -400,6 +458,14 @@ static json_t *applied(const struct jail_spec *js, int userns, json_t *cg, json_
 		json_array_insert_new(json_object_get(o, "namespaces"), 1, json_string("pid"));
 	if (o && userns)
 		json_array_insert_new(json_object_get(o, "namespaces"), 0, json_string("user"));
+	if (o && js->hostnet) /* "net" is the last */
+		json_array_remove(json_object_get(o, "namespaces"),
+				  json_array_size(json_object_get(o, "namespaces")) - 1);
+	if (o && ll)
+		json_object_set_new(o, "landlock_abi", json_integer(ll));
+	else if (o && js->landlock)
+		json_array_append_new(warnings, json_string("jail: no Landlock: the kernel offers "
+							    "none (CONFIG_SECURITY_LANDLOCK, lsm=)"));
 #ifdef JAIL_MUTANT
 	if (o && mutant())
 		json_object_set_new(o, "mutant", json_string(getenv("ISOPOD_JAIL_MUTANT")));
@@ -649,6 +715,8 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 		goto out;
 	if (userns)
 		flags |= CLONE_NEWUSER;
+	if (js->hostnet)
+		flags &= ~(unsigned long)CLONE_NEWNET;
 	if (mutant() & MUT_NO_PIDNS)
 		flags &= ~(unsigned long)CLONE_NEWPID;
 	cg_setup(js, j, cg, warnings);

@@ -42,6 +42,11 @@ struct jail_spec {
 	gid_t gid;
 	long long mem_bytes;    /* memory limit; 0: none */
 	long long pids;         /* process/thread limit; 0: none */
+	int hostnet;            /* 1: keep the caller's network namespace (the
+				 * broker: it listens on the gateway, connects out) */
+	int landlock;           /* 1: Landlock before the exec: read and execute
+				 * the ro paths, write only the rw ones and the
+				 * devices; no signals or abstract sockets outside */
 };
 
 /* What jail_spawn made, for jail_release once the program was reaped. */
@@ -75,6 +80,15 @@ int jail_covers(const struct jail_spec *js, const char *path);
 #define JAIL_UID_BASE 2000000000u
 #define JAIL_UID_COUNT 65536u
 int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz);
+
+/* Whether QEMU and the broker are jailed: 1, or 0 with why filled (env
+ * ISOPOD_JAIL=0, or the host config's `jail = no`).  A bad value in either
+ * is -1 with why (a usage error). */
+int jail_wanted(char *why, size_t wsz);
+
+/* The Landlock ABI the kernel offers (landlock_create_ruleset's version);
+ * 0 when it has none (not built in, or off at boot). */
+int jail_landlock_abi(void);
 
 /* The shared libraries prog loads (ldd, resolved), appended to out[*n]
  * (prog is the host's own: ldd runs its dynamic loader)

@@ -22,6 +22,7 @@ enum {
 	MUT_OLD_KERNEL = 8,
 	MUT_NO_SECCOMP = 16,
 	MUT_NO_RESOLVE = 32,
+	MUT_NO_LANDLOCK = 64,
 };
 #ifdef JAIL_MUTANT
 static unsigned mutant(void)
@@ -41,6 +42,8 @@ static unsigned mutant(void)
 		m |= MUT_NO_SECCOMP;
 	if (e && strstr(e, "no-resolve"))
 		m |= MUT_NO_RESOLVE;
+	if (e && strstr(e, "no-landlock"))
+		m |= MUT_NO_LANDLOCK;
 	return m;
 }
 #else

@@ -13,21 +13,26 @@
 #include <time.h>
 #include <unistd.h>
 
-int ledger_open(struct ledger *l, const char *path, const char *vm)
+int ledger_open_fd(struct ledger *l, int fd, const char *vm)
 {
 	const char *e = getenv("ISOPOD_LEDGER_MAX");
 	struct stat st;
 	long long lm;
 
-	*l = (struct ledger){ .fd = -1, .vm = vm, .max = LEDGER_MAX_DEFAULT };
+	*l = (struct ledger){ .fd = fd, .vm = vm, .max = LEDGER_MAX_DEFAULT };
 	if (e && *e && parse_ll(e, 1024, 1ll << 40, &lm) == 0)
 		l->max = lm;
-	l->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-	if (l->fd < 0)
+	if (fd < 0)
 		return -1;
 	if (fstat(l->fd, &st) == 0)
 		l->bytes = (long long)st.st_size;
 	return 0;
+}
+
+int ledger_open(struct ledger *l, const char *path, const char *vm)
+{
+	return ledger_open_fd(l, open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600),
+			      vm);
 }
 
 char *ledger_time(char *buf, size_t sz)

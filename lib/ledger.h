@@ -42,6 +42,9 @@ struct ledger_rec {
  * cap; the cap from $ISOPOD_LEDGER_MAX when that is a number in
  * 1024..2^40.  0, or -1 with errno. */
 int ledger_open(struct ledger *l, const char *path, const char *vm);
+/* The same with a descriptor opened for appending by the caller (the
+ * jailed broker's: it has no writable path); fd is the ledger's now. */
+int ledger_open_fd(struct ledger *l, int fd, const char *vm);
 
 /* The line of r at time ts, with vm when not NULL: a malloc'd string
  * ending in "\n" (the caller frees it), or NULL (ENOMEM). */

@@ -162,6 +162,20 @@ proof_planted_link() {
 	[[ "$stderr" == *"link/kernel: passes through $VM, below the jail's read-write path $VM" ]]
 }
 
+# --landlock (the broker's jail, lib/egress.c): beyond the mounts, nothing
+# written but the read-write paths and the devices, nothing read but the
+# read-only paths.  /proc/self/comm is the witness: the jail's /proc leaves
+# it writable by its owner (the control test shows the plain jail writing
+# it), Landlock refuses it (EACCES); the VM's directory stays writable.
+proof_landlock() {
+	run --separate-stderr timeout 60 "${J[@]}" --landlock --vm-dir "$VM" -- "$PROBE" write /proc/self/comm
+	echo "comm: $status $output $stderr" >&2
+	[ "$status" -eq 1 ] && [ "$output" = "refused write /proc/self/comm: EACCES" ] || return 1
+	run --separate-stderr timeout 60 "${J[@]}" --landlock --vm-dir "$VM" -- "$PROBE" write "$VM"
+	echo "vm dir: $status $output $stderr" >&2
+	[ "$status" -eq 0 ] && [ "$output" = "written $VM" ]
+}
+
 # ---- the tool -----------------------------------------------------------------
 
 @test "jail: -h prints the man page's SYNOPSIS; bad usage 100; a failure follows the contract" {
@@ -435,6 +449,36 @@ proof_planted_link() {
 	[ "$output" = lo ]
 }
 
+@test "jail: a caller's umask 077 (isopod's) does not lock the jail's uid out of its own root" {
+	run --separate-stderr bash -c 'umask 077 && exec timeout 60 isopod-jail -- "$1" id' sh "$PROBE"
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[[ "$output" == "uid="* ]]
+}
+
+@test "jail --hostnet: the caller's network interfaces (the broker's case); the JSON names no net namespace" {
+	run --separate-stderr timeout 60 isopod-jail --hostnet --json-fd 3 -- "$PROBE" net \
+		3>"$BATS_TEST_TMPDIR/applied.json"
+	[ "$status" -eq 0 ]
+	[ "$(sort <<<"$output")" = "$(ls /sys/class/net | sort)" ]
+	[ "$(ls /sys/class/net | wc -l)" -gt 1 ] # more than lo: the control
+	jq -e '.namespaces == ["mount", "pid", "ipc", "uts", "cgroup"]' "$BATS_TEST_TMPDIR/applied.json"
+}
+
+@test "jail --landlock: writes its read-write paths only, not /proc/self/comm the mounts allow; reads only its read-only paths" {
+	# the control: without Landlock the jail's /proc lets it write its comm
+	jail write /proc/self/comm
+	[ "$status" -eq 0 ] && [ "$output" = "written /proc/self/comm" ]
+	proof_landlock
+	run --separate-stderr timeout 60 isopod-jail --landlock --json-fd 3 -- "$PROBE" read /proc/self/status \
+		3>"$BATS_TEST_TMPDIR/applied.json"
+	[ "$status" -eq 1 ] && [ "$output" = "refused read /proc/self/status: EACCES" ]
+	jq -e '.landlock_abi >= 1 and .warnings == []' "$BATS_TEST_TMPDIR/applied.json"
+	# /dev/null stays writable (the broker's stdout after its ready line)
+	run --separate-stderr timeout 60 isopod-jail --landlock -- "$PROBE" write /dev/null
+	[ "$status" -eq 0 ] && [ "$output" = "written /dev/null" ]
+}
+
 @test "jail: a fork bomb stops at the pids limit, quickly, and leaves no cgroup" {
 	local t0=$SECONDS
 	run --separate-stderr timeout 60 isopod-jail --pids 32 --json-fd 3 -- "$PROBE" forkbomb 2000 \
@@ -503,6 +547,7 @@ proof_planted_link() {
 	proof_signal
 	proof_ptrace
 	proof_userns
+	proof_landlock
 }
 
 @test "mutation: without AT_RECURSIVE, the submount proof fails" {
@@ -541,4 +586,10 @@ proof_planted_link() {
 	mutant no-resolve
 	leaks proof_planted_link
 	[ "$output" = "read $BATS_TEST_TMPDIR/link/kernel: $(head -n 1 /etc/hostname)" ]
+}
+
+@test "mutation: without the Landlock step, the Landlock proof fails" {
+	mutant no-landlock
+	leaks proof_landlock
+	[ "$output" = "written /proc/self/comm" ]
 }

@@ -265,10 +265,107 @@ s.bind(("10.213.0.1", 3128)); s.listen(1); time.sleep(60)' &
 broker_pids() {
 	local d
 	for d in /proc/[0-9]*; do
-		tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q "isopod-broker .*--ledger $ISOPOD_HOME/" &&
+		tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -q "isopod-broker .*--ledger $ISOPOD_HOME/" &&
 			echo "${d#/proc/}"
 	done
 	return 0
+}
+
+# jail_uid NAME: lib/jail.c jail_identity with the default range
+# (2000000000 + FNV-1a(NAME) mod 65536; the lab's config sets none).
+jail_uid() {
+	local h=2166136261 i c
+	for ((i = 0; i < ${#1}; i++)); do
+		printf -v c '%d' "'${1:i:1}"
+		h=$(((h ^ c) * 16777619 & 0xffffffff))
+	done
+	echo $((2000000000 + h % 65536))
+}
+
+# sleeper ENV...: a filtered run in the background (its guest: sleep, then
+# one request, so the ledger is written while the broker is jailed), the
+# run's pid in $rpid; once its supervisor has the broker's ready line
+# (broker_pid in the record, ≤ 60 s), the VM's id in $id and the broker's
+# pid in $bp.
+sleeper() {
+	local i
+	ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" \
+		PATH="$PATH" "$@" isopod run --json-only --net filtered --allow pkg.test --timeout-s 120 -- \
+		sh -c 'sleep 6; wget -q -O- http://pkg.test/' >"$BATS_TEST_TMPDIR/run.json" 2>&1 3>&- &
+	rpid=$!
+	for i in $(seq 1 300); do
+		bp=$(broker_pids)
+		id=$(tr '\0' '\n' 2>/dev/null <"/proc/$bp/cmdline" | grep -A1 -x -- --vm | tail -n 1)
+		[ -n "$id" ] && [ "$(jq -r '.broker_pid // 0' "$ISOPOD_HOME/vms/$id/meta.json" 2>/dev/null)" = "$bp" ] &&
+			return 0
+		sleep 0.2
+	done
+	return 1
+}
+
+# broker_leaks: each way the broker of $id ($bp) is not jailed, one word a
+# line (none: it is); read-only looks at /proc from outside.
+broker_leaks() {
+	local st sup ns uid
+	st=$(cat "/proc/$bp/status")
+	sup=$(awk '/^PPid:/ {print $2}' <<<"$st") # the supervisor: the jail's parent
+	grep -E '^(Uid|Gid|NoNewPrivs|Cap|Seccomp)' <<<"$st" >&2
+	uid=$(jail_uid "broker-$id")
+	# its own identity from the jail range: not root, not its VM's QEMU's
+	grep -qx "Uid:[[:space:]]*$uid[[:space:]]*$uid[[:space:]]*$uid[[:space:]]*$uid" <<<"$st" &&
+		[ "$uid" != "$(jail_uid "$id")" ] || echo uid
+	grep -qx 'NoNewPrivs:[[:space:]]*1' <<<"$st" || echo no_new_privs
+	grep -qx 'CapEff:[[:space:]]*0000000000000000' <<<"$st" &&
+		grep -qx 'CapPrm:[[:space:]]*0000000000000000' <<<"$st" &&
+		grep -qx 'CapBnd:[[:space:]]*0000000000000000' <<<"$st" || echo caps
+	# the jail's filter and the broker's own (installed before its ready line)
+	grep -qx 'Seccomp_filters:[[:space:]]*2' <<<"$st" || echo seccomp
+	for ns in pid mnt ipc uts cgroup; do
+		[ "$(readlink "/proc/$bp/ns/$ns")" != "$(readlink "/proc/$sup/ns/$ns")" ] || echo "ns_$ns"
+	done
+	# the host's network namespace, where the gateway is (the control)
+	[ "$(readlink "/proc/$bp/ns/net")" = "$(readlink "/proc/$sup/ns/net")" ] || echo net_not_hosts
+	# nothing writable: every mount read-only but its /proc; the ledger a descriptor
+	awk '$5 != "/proc" && $6 !~ /(^|,)ro(,|$)/ {print "writable " $5 >"/dev/stderr"; w = 1}
+		END {exit w}' "/proc/$bp/mountinfo" || echo mounts
+	[ "$(readlink "/proc/$bp/fd/4")" = "$ISOPOD_HOME/vms/$id/ledger.jsonl" ] || echo ledger_fd
+}
+
+@test "filtered: the broker runs jailed: its own uid, no capabilities, no_new_privs, two seccomp filters, its own namespaces but the host's network, nothing writable but its ledger descriptor" {
+	sleeper
+	run --separate-stderr broker_leaks
+	echo "$stderr"
+	echo "leaks: $output"
+	[ -z "$output" ]
+	# what the jail applied is in the broker's log
+	grep -q '^isopod-broker: jail: {.*"landlock_abi":[1-9]' "$ISOPOD_HOME/vms/$id/broker.log"
+	# the root it sees: its binary, its libraries, two devices, /proc
+	[ "$(ls "/proc/$bp/root")" != "$(ls /)" ]
+	[ ! -e "/proc/$bp/root/etc" ] && [ -x "/proc/$bp/root$(readlink -f "$ISOPOD_SRC/bin/isopod-broker")" ]
+	wait "$rpid"
+	jq -e '.ok and .stdout == "lab 198.51.100.10\n" and
+		(.egress.allowed | map(select(.kind == "http" and .name == "pkg.test")) | length == 1)' \
+		"$BATS_TEST_TMPDIR/run.json"
+}
+
+@test "mutation: ISOPOD_JAIL=0 — the broker runs as the supervisor does, and every jail check fails" {
+	sleeper ISOPOD_JAIL=0
+	run --separate-stderr broker_leaks
+	echo "$stderr"
+	echo "leaks: $output"
+	wait "$rpid"
+	# no_new_privs and the one seccomp filter are the broker's own (it sets
+	# them without the jail); the ledger descriptor is egress.c's either way
+	[ "$(tr '\n' ' ' <<<"$output")" = "uid caps seccomp ns_pid ns_mnt ns_ipc ns_uts ns_cgroup mounts " ]
+	grep -qx 'isopod-broker: jail: off (ISOPOD_JAIL=0)' "$ISOPOD_HOME/vms/$id/broker.log"
+	jq -e .ok "$BATS_TEST_TMPDIR/run.json"
+	# a bad value is a usage error before anything boots
+	export ISOPOD_JAIL=maybe
+	run --separate-stderr vrun --net filtered --allow pkg.test -- true
+	unset ISOPOD_JAIL
+	echo "$output $stderr"
+	[ "$status" -eq 100 ]
+	[[ "$output $stderr" == *"ISOPOD_JAIL: jail: yes or no, not maybe"* ]]
 }
 
 @test "filtered: 18 concurrent runs on 16 filtered slots: 16 run with their own brokers, 2 get 102 'slots busy', none leaks" {
