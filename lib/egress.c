@@ -164,7 +164,7 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 		return -1;
 	}
 	if (!jailed)
-		dprintf(logfd, "isopod-broker: %s\n", why);
+		dprintf(logfd, "isopod-broker: jail: off (%s)\n", why);
 	ledger = open(e->arg[2], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW,
 		      0600);
 	if (ledger < 0) {

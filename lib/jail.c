@@ -135,20 +135,23 @@ static int wanted_value(const char *v, const char *where, void *arg)
 {
 	struct wanted *w = arg;
 
-	if (!strcmp(v, "yes") || !strcmp(v, "1"))
+	if (!strcmp(v, "yes") || !strcmp(v, "1") || !strcmp(v, "on"))
 		w->on = 1;
-	else if (!strcmp(v, "no") || !strcmp(v, "0"))
+	else if (!strcmp(v, "no") || !strcmp(v, "0") || !strcmp(v, "off"))
 		w->on = 0;
 	else {
 		errno = EINVAL;
 		return fail(w->why, w->wsz, "%s: jail: yes or no, not %s", where, EXC(v));
 	}
+	if (strcmp(where, "ISOPOD_JAIL"))
+		snprintf(w->why, w->wsz, "%s: jail = %s", where, v);
 	return 0;
 }
 
 /* The one switch for QEMU's jail and the broker's: the environment first
  * (a run's own choice, e.g. a host without the kernel it needs), then the
- * host's file (the last `jail` line wins).  On by default. */
+ * host's file (the last `jail` line wins).  On by default.  why says which
+ * ("ISOPOD_JAIL=0", "FILE:LINE: jail = no", "default"). */
 int jail_wanted(char *why, size_t wsz)
 {
 	const char *e = getenv("ISOPOD_JAIL"), *path = ranges_config_path();
@@ -156,20 +159,18 @@ int jail_wanted(char *why, size_t wsz)
 	char msg[256];
 	int rc;
 
+	snprintf(why, wsz, "default");
 	if (e && *e) {
 		if (wanted_value(e, "ISOPOD_JAIL", &w) < 0)
 			return -1;
-		if (!w.on)
-			snprintf(why, wsz, "jail: off (ISOPOD_JAIL=%s)", e);
+		snprintf(why, wsz, "ISOPOD_JAIL=%s", e);
 		return w.on;
 	}
 	rc = config_each(path, "jail", wanted_value, &w, msg, sizeof msg);
 	if (rc == -1)
 		return -1;
 	if (rc == -2)
-		return fail(why, wsz, "unable to read %s:", path);
-	if (!w.on)
-		snprintf(why, wsz, "jail: off (%s: jail = no)", path);
+		return fail(why, wsz, "%s", msg);
 	return w.on;
 }
 

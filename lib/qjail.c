@@ -36,68 +36,6 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errsz, c
 	return -1;
 }
 
-static int flag(const char *v, int *on)
-{
-	if (!strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off"))
-		*on = 0;
-	else if (!strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on"))
-		*on = 1;
-	else
-		return -1;
-	return 0;
-}
-
-struct last {
-	char v[16], where[PATH_MAX + 32];
-	int bad;
-};
-
-static int keep_last(const char *val, const char *where, void *arg)
-{
-	struct last *l = arg;
-	int on;
-
-	if (flag(val, &on) < 0) {
-		snprintf(l->where, sizeof l->where, "%s", where);
-		l->bad = 1;
-		return 1;
-	}
-	snprintf(l->v, sizeof l->v, "%s", val);
-	snprintf(l->where, sizeof l->where, "%s", where);
-	return 0;
-}
-
-static int wanted(char *why, size_t wsz)
-{
-	const char *e = getenv("ISOPOD_JAIL");
-	struct last l = { .bad = 0 };
-	char msg[PATH_MAX + 64];
-	int on = 1, rc;
-
-	if (e && *e) {
-		if (flag(e, &on) < 0) {
-			snprintf(why, wsz, "ISOPOD_JAIL=%s: want 0 or 1", EXC(e));
-			return -1;
-		}
-		snprintf(why, wsz, "ISOPOD_JAIL=%s", e);
-		return on;
-	}
-	/* The host's file only: whether VMMs are jailed is the host's policy. */
-	rc = config_each(ranges_config_path(), "jail", keep_last, &l, msg, sizeof msg);
-	if (rc == -2 || l.bad) {
-		snprintf(why, wsz, "%s", l.bad ? l.where : msg);
-		if (l.bad)
-			snprintf(why, wsz, "%s: jail: want yes or no", l.where);
-		return -1;
-	}
-	if (rc > 0 && flag(l.v, &on) == 0) {
-		snprintf(why, wsz, "%s: jail = %s", l.where, l.v);
-		return on;
-	}
-	snprintf(why, wsz, "default");
-	return 1;
-}
-
 json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings)
 {
 	json_t *rec, *j, *v;
@@ -123,7 +61,7 @@ json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings)
 
 int qjail_wanted(char *why, size_t wsz, json_t *warnings)
 {
-	int on = wanted(why, wsz);
+	int on = jail_wanted(why, wsz);
 
 	if (on == 0)
 		json_array_append_new(warnings, json_sprintf("QEMU runs unjailed (%s)", why));
