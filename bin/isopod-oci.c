@@ -374,20 +374,6 @@ static int pull_local(struct pull *pl, int i)
 				  "the registry's %s)", s->id, dg, s->m.layer.digest);
 		return 1;
 	}
-	/* A name is a reference too (stage_find): a label's syntax. */
-	if (json_string_value(json_object_get(s->cfg, "name"))) {
-		const char *nm = json_string_value(json_object_get(s->cfg, "name"));
-
-		if ((why = label_invalid(nm)))
-			pull_fail(pl, EX_SYS, "stage %s: its name: %s", s->id, why);
-		/* nor a flavor's (`--stage debian` would run the registry's) or a
-		 * label here (review) */
-		if ((why = label_reserved(nm)))
-			pull_fail(pl, EX_CONFLICT, "stage %s: its name %s: %s", s->id, EXC(nm), why);
-		if (label_taken(nm, holder, sizeof holder) && strcmp(holder, s->id))
-			pull_fail(pl, EX_CONFLICT, "stage %s: its name %s is a label here of stage %s",
-				  s->id, EXC(nm), holder);
-	}
 	if (label) {
 		if ((why = label_invalid(label)))
 			pull_fail(pl, EX_SYS, "stage %s: its label %s: %s", s->id, EXC(label), why);
@@ -401,6 +387,20 @@ static int pull_local(struct pull *pl, int i)
 				       json_object_get(s->cfg, "label")))
 				pull_fail(pl, EX_SYS, "stages %s and %s have the same label %s", s->id,
 					  pl->st[k].id, EXC(label));
+	}
+	if (json_string_value(json_object_get(s->cfg, "name"))) {
+		const char *nm = json_string_value(json_object_get(s->cfg, "name"));
+
+		if ((why = label_invalid(nm)))
+			pull_fail(pl, EX_SYS, "stage %s: its name: %s", s->id, why);
+		/* A name is a reference too (stage_find): a label's syntax, not
+		 * a flavor's (`--stage debian` would run the registry's) nor a
+		 * label here (review) */
+		if ((why = label_reserved(nm)))
+			pull_fail(pl, EX_CONFLICT, "stage %s: its name %s: %s", s->id, EXC(nm), why);
+		if (label_taken(nm, holder, sizeof holder) && strcmp(holder, s->id))
+			pull_fail(pl, EX_CONFLICT, "stage %s: its name %s is a label here of stage %s",
+				  s->id, EXC(nm), holder);
 	}
 	return 0;
 }
