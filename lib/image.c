@@ -135,7 +135,12 @@ long long qcow2_size(const char *path)
 
 	if (fd < 0)
 		return -1;
+	char why[160];
+
 	n = read(fd, hd, sizeof hd);
+	/* boot's root `qemu-img resize` follows on this size: the header first */
+	if (qcow2_header_ok(fd, why, sizeof why) < 0)
+		n = 0;
 	close(fd);
 	if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
 		errno = EINVAL;

@@ -33,7 +33,8 @@ int resolve_kernel(struct img *im, char *err, size_t errsz);
 /* The base image: the one a fork recorded (sha given), else the current
  * build of the flavor.  0, or an exit class with err. */
 int resolve_base(struct img *im, const char *flavor, const char *sha, char *err, size_t errsz);
-/* Virtual size of a qcow2 image from its header; -1 (errno) when it is not one. */
+/* Virtual size of a qcow2 image from its header; -1 (errno) when it is not
+ * one or fails qcow2_header_ok. */
 long long qcow2_size(const char *path);
 /* A qcow2 header no root qemu-img may be trusted to open unless it holds:
  * version 2 or 3, no incompatible feature but dirty and compression type,

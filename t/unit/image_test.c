@@ -49,7 +49,8 @@ int main(void)
 	if (!mkdtemp(dir))
 		return 1;
 	snprintf(p, sizeof p, "%s/v3.qcow2", dir);
-	ok(create(p, "") == 0 && check(p) == 0, "a fresh qcow2 v3 passes");
+	ok(create(p, "") == 0 && check(p) == 0 && qcow2_size(p) == 1 << 20,
+	   "a fresh qcow2 v3 passes (its size read)");
 	/* incompatible_features: bytes 72..79, its low byte at 79 */
 	poke(p, 79, bit0, 1);
 	ok(check(p) == 0, "the dirty bit passes (a QEMU that was killed)");
@@ -65,6 +66,7 @@ int main(void)
 	snprintf(p, sizeof p, "%s/data.qcow2", dir);
 	snprintf(d, sizeof d, "-o data_file=%s/host-file", dir);
 	ok(create(p, d) == 0 && check(p) < 0, "qemu-img's own external data file is refused");
+	ok(qcow2_size(p) == -1, "qcow2_size (boot's resize) refuses it too");
 	poke(p, 79, none, 1);
 	ok(check(p) < 0, "the data file extension without its bit is refused");
 	snprintf(p, sizeof p, "%s/host-file", dir);
