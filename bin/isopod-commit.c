@@ -12,6 +12,7 @@
  * --check validates a planned commit before anything boots. */
 #include "frame.h"
 #include "host.h"
+#include "image.h"
 #include "proc.h"
 #include "stage.h"
 #include "util.h"
@@ -184,6 +185,21 @@ static json_t *make_stage(const char *id, json_t *vm, const char *label, const c
 
 		if (stage_chain_sealed(parent, msg, sizeof msg) < 0)
 			die(EX_SYS, "%s; nothing was committed", msg);
+	}
+	/* The guest's QEMU wrote this file: a header naming an external data
+	 * file (a host path) must not reach the root qemu-img below nor any
+	 * later one that opens the stage. */
+	{
+		char why[256];
+		int fd = open(layer, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+
+		if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+			die(EX_SYS, "the disk of vm %s, %s: not a regular file; nothing was committed",
+			    id, layer);
+		if (qcow2_header_ok(fd, why, sizeof why) < 0)
+			die(EX_SYS, "the disk of vm %s, %s, is refused: %s; nothing was committed", id,
+			    layer, why);
+		close(fd);
 	}
 	depth = depth_on(parent);
 	if (rand_hex(hex, 6) < 0)

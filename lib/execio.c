@@ -216,7 +216,12 @@ int exec_open_logs(struct exec_session *s, const char *dir)
 		if (errno != EEXIST || n > 100000)
 			return fail(s, EX_SYS, "io", "%s: %s", o[0].path, strerror(errno));
 	}
-	o[1].fd = open(o[1].path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	/* The VM's directory is the jail's to write too: an exec-N.stderr it
+	 * planted (a FIFO that would block us, a hard link to a root file we
+	 * would truncate) goes, and ours is a new file or nothing. */
+	if (unlink(o[1].path) < 0 && errno != ENOENT)
+		return fail(s, EX_SYS, "io", "%s: %s", o[1].path, strerror(errno));
+	o[1].fd = open(o[1].path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (o[1].fd < 0)
 		return fail(s, EX_SYS, "io", "%s: %s", o[1].path, strerror(errno));
 	for (int i = 0; i < 2; i++) {

@@ -135,7 +135,12 @@ long long qcow2_size(const char *path)
 
 	if (fd < 0)
 		return -1;
+	char why[160];
+
 	n = read(fd, hd, sizeof hd);
+	/* boot's root `qemu-img resize` follows on this size: the header first */
+	if (qcow2_header_ok(fd, why, sizeof why) < 0)
+		n = 0;
 	close(fd);
 	if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
 		errno = EINVAL;
@@ -144,6 +149,70 @@ long long qcow2_size(const char *path)
 	for (i = 24; i < 32; i++)
 		v = v << 8 | hd[i];
 	return v;
+}
+
+static unsigned long long be(const unsigned char *p, int n)
+{
+	unsigned long long v = 0;
+
+	while (n-- > 0)
+		v = v << 8 | *p++;
+	return v;
+}
+
+int qcow2_header_ok(int fd, char *why, size_t wsz)
+{
+	unsigned char hd[104], ext[8];
+	unsigned long long inc, off, end;
+	unsigned version, cbits, hlen, i;
+
+	memset(hd, 0, sizeof hd);
+	if (pread(fd, hd, sizeof hd, 0) < 72 || memcmp(hd, "QFI\xfb", 4)) {
+		snprintf(why, wsz, "not a qcow2 image");
+		return -1;
+	}
+	version = (unsigned)be(hd + 4, 4);
+	cbits = (unsigned)be(hd + 20, 4);
+	if ((version != 2 && version != 3) || cbits < 9 || cbits > 21) {
+		snprintf(why, wsz, "qcow2 version %u, cluster bits %u: not one qemu-img makes",
+			 version, cbits);
+		return -1;
+	}
+	inc = version == 3 ? be(hd + 72, 8) : 0;
+	hlen = version == 3 ? (unsigned)be(hd + 100, 4) : 72;
+	/* Only dirty (bit 0) and the compression type (bit 3): the corrupt
+	 * bit (1) and the external data file (2) are a guest's doing. */
+	if (inc & ~(1ULL | 8ULL)) {
+		snprintf(why, wsz, "qcow2 incompatible features %#llx (%s)", inc,
+			 inc & 4 ? "an external data file" : "not dirty or compression type");
+		return -1;
+	}
+	if (version == 3 && (hlen < 104 || hlen % 8)) {
+		snprintf(why, wsz, "qcow2 header length %u", hlen);
+		return -1;
+	}
+	/* The header extensions, where QEMU reads them: up to the backing
+	 * file's name, else the first cluster.  The data-file extension names
+	 * a host path QEMU would open, whatever the feature bit says. */
+	end = be(hd + 8, 8) ? be(hd + 8, 8) : 1ULL << cbits;
+	for (off = hlen, i = 0; off + sizeof ext <= end && i < 1024; i++) {
+		unsigned long long type, len;
+
+		if (pread(fd, ext, sizeof ext, (off_t)off) != (ssize_t)sizeof ext) {
+			snprintf(why, wsz, "qcow2 header extension at %llu: unreadable", off);
+			return -1;
+		}
+		type = be(ext, 4);
+		len = be(ext + 4, 4);
+		if (!type)
+			return 0;
+		if (type == 0x44415441) {
+			snprintf(why, wsz, "qcow2 external data file extension");
+			return -1;
+		}
+		off += sizeof ext + ((len + 7) & ~7ULL);
+	}
+	return 0; /* QEMU stops where the area ends too */
 }
 
 int disk_chain(const char *disk, json_t *layers, char bsha[65])
@@ -173,6 +242,11 @@ int disk_chain(const char *disk, json_t *layers, char bsha[65])
 			memcpy(bsha, b + 5, 64);
 			bsha[64] = 0;
 			return hex64_ok(bsha) ? 0 : -1;
+		}
+		if (qcow2_header_ok(fd, name, sizeof name) < 0) {
+			close(fd);
+			errno = EINVAL;
+			return -1;
 		}
 		if (depth > 0) {
 			/* .../stages/<id>/layer.qcow2 */

@@ -33,11 +33,19 @@ int resolve_kernel(struct img *im, char *err, size_t errsz);
 /* The base image: the one a fork recorded (sha given), else the current
  * build of the flavor.  0, or an exit class with err. */
 int resolve_base(struct img *im, const char *flavor, const char *sha, char *err, size_t errsz);
-/* Virtual size of a qcow2 image from its header; -1 (errno) when it is not one. */
+/* Virtual size of a qcow2 image from its header; -1 (errno) when it is not
+ * one or fails qcow2_header_ok. */
 long long qcow2_size(const char *path);
+/* A qcow2 header no root qemu-img may be trusted to open unless it holds:
+ * version 2 or 3, no incompatible feature but dirty and compression type,
+ * no external data file extension (a host path QEMU would open).  The
+ * guest's QEMU writes its disk: commit, fork, boot and stage check every
+ * layer with this before a root qemu-img reads it.  0, or -1 with why. */
+int qcow2_header_ok(int fd, char *why, size_t wsz);
 /* The backing chain of a qcow2 disk from the images' headers: the stage
  * ids root first (appended to layers) and the sha256 of the raw base
  * image at its end.  0, or -1 when it is not a chain of stage layers
+ * (or a layer's header fails qcow2_header_ok)
  * over a store base image. */
 int disk_chain(const char *disk, json_t *layers, char bsha[65]);
 

@@ -14,6 +14,8 @@
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <linux/if_tun.h>
+#include <linux/sockios.h>
 #include <linux/keyctl.h>
 #include <linux/openat2.h>
 #include <linux/seccomp.h>
@@ -310,7 +312,16 @@ static void landlock_jail(const struct jail_spec *js, realpath_t *rp, int errfd)
  * bpf.  clone3 passes its flags in memory a filter cannot read: ENOSYS, so
  * the C library falls back to clone (Flatpak's filter does the same).
  * Another architecture's calls (i386's int 0x80, x32) are killed.  Filters
- * stack: QEMU's own -sandbox adds to this one. */
+ * stack: QEMU's own -sandbox adds to this one.
+ *
+ * The tap descriptor QEMU is handed takes ioctls without any capability
+ * once attached: its owner, group, persistence, carrier, link type, MAC
+ * and queue would be the guest's to change after an escape.  QEMU 7.2's
+ * -netdev tap,fd= uses only TUNGETIFF, TUNGETFEATURES, TUNSETOFFLOAD,
+ * TUNSETSNDBUF, TUNSET/GETVNETHDRSZ and TUNSETVNETLE/BE (net/tap-linux.c;
+ * TUNSETQUEUE only with queues > 1, steering eBPF only with RSS): the rest
+ * of the tap's setters are EPERM.  The kernel takes ioctl's request as an
+ * unsigned int: its low 32 bits are the whole of it. */
 #if defined(__x86_64__)
 #define JAIL_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
@@ -329,6 +340,10 @@ static void landlock_jail(const struct jail_spec *js, realpath_t *rp, int errfd)
 		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, (mask), 0, 1),                                 \
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),                               \
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+#define NTAP 11 /* the DENY()s of ioctl requests, which the jump over them counts */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "lib/jailchild.c: the ioctl request is read as args[1]'s first (low) word"
+#endif
 static void seccomp_jail(int errfd)
 {
 #ifdef JAIL_ARCH
@@ -350,6 +365,12 @@ static void seccomp_jail(int errfd)
 		DENY_FLAGS(SYS_unshare, NS_FLAGS | 0x80 /* CLONE_NEWTIME */),
 		/* clone's low byte is the exit signal: CLONE_NEWTIME is clone3's */
 		DENY_FLAGS(SYS_clone, NS_FLAGS),
+		/* ioctl: skip the NTAP request checks below unless it is one */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ioctl, 0, 1 + 2 * NTAP),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+		DENY(TUNSETIFF), DENY(TUNSETPERSIST), DENY(TUNSETOWNER), DENY(TUNSETGROUP),
+		DENY(TUNSETLINK), DENY(TUNSETCARRIER), DENY(TUNSETQUEUE), DENY(TUNSETIFINDEX),
+		DENY(TUNSETSTEERINGEBPF), DENY(TUNSETFILTEREBPF), DENY(SIOCSIFHWADDR),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
 	struct sock_fprog prog = { .len = sizeof f / sizeof f[0], .filter = f };

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The command line.  Device order is fixed: memory snapshots are only
@@ -232,11 +233,18 @@ const char *last_line(const char *path, char *out, size_t sz)
 	char buf[2048];
 	ssize_t n;
 	char *e, *s, *p;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	/* console.log is the jail's file, QEMU may still run: a FIFO in its
+	 * place must not block us, a hard link must not show another file. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 
 	out[0] = 0;
 	if (fd < 0)
 		return out;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+		close(fd);
+		return out;
+	}
 	n = lseek(fd, 0, SEEK_END);
 	if (n > (ssize_t)sizeof buf - 1)
 		lseek(fd, n - (ssize_t)(sizeof buf - 1), SEEK_SET);

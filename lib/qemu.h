@@ -87,7 +87,8 @@ int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *
 int qemu_img_grow(const char *disk, long long bytes, char *err, size_t errsz);
 
 /* The last non-empty line of a log (console.log is guest output: control
- * and non-ASCII bytes become '?').  Returns out. */
+ * and non-ASCII bytes become '?'); "" unless a regular file with one link
+ * (the jail owns it: no FIFO to block on, no hard link).  Returns out. */
 const char *last_line(const char *path, char *out, size_t sz);
 /* Does the (small) file contain needle? */
 int file_has(const char *path, const char *needle);

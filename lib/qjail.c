@@ -238,6 +238,11 @@ int qjail_give(struct qjail *qj, const char *dir, char *err, size_t errsz)
 {
 	if (geteuid() != 0) /* a user's jail is the user: nothing to hand over */
 		return 0;
+	/* The jail's uid writes in the directory: without this sysctl it could
+	 * hard-link a root file there for root to write through. */
+	if (sysctl_value("/proc/sys/fs/protected_hardlinks") != 1)
+		return fail(err, errsz, "the jail needs fs.protected_hardlinks = 1 "
+			    "(/proc/sys/fs/protected_hardlinks); ISOPOD_JAIL=0 runs without the jail");
 	qj->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (qj->dirfd < 0 || fchown(qj->dirfd, 0, qj->js.gid) < 0 || fchmod(qj->dirfd, 01770) < 0)
 		return fail(err, errsz, "handing %s to the jail: %s", dir, strerror(errno));

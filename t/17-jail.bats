@@ -530,6 +530,22 @@ proof_landlock() {
 	proof_planted_link
 }
 
+# proof_tap: an attached tap handed in (as QEMU's -netdev tap,fd= is; made
+# here in a network namespace of the test's own) keeps its owner, group,
+# persistence, carrier and MAC: the seccomp filter's EPERM, not a capability
+# check (the kernel makes none on an attached tap).
+proof_tap() {
+	run --separate-stderr timeout 60 unshare -n "$PROBE" tapexec tapj0 "${J[@]}" --vm-dir "$VM" \
+		-- "$PROBE" tap
+	echo "$status: $output $stderr" >&2
+	[ "$status" -eq 1 ] || return 1
+	[ "$output" = "tap tapj0 persist=EPERM owner=EPERM group=EPERM carrier=EPERM mac=EPERM" ]
+}
+
+@test "jail: a tap handed in cannot be re-owned, made persistent, or have its carrier or MAC set" {
+	proof_tap
+}
+
 @test "jail: no core file (RLIMIT_CORE 0, hard limit too)" {
 	jail core
 	[ "$status" -eq 0 ]
@@ -580,6 +596,14 @@ proof_landlock() {
 	mutant no-seccomp
 	leaks proof_userns
 	[ "$output" = "unshared and mounted" ]
+}
+
+@test "mutation: without the seccomp filter, the tap proof fails" {
+	mutant none
+	proof_tap
+	mutant no-seccomp
+	leaks proof_tap
+	[ "$output" = "tap tapj0 persist=ok owner=ok group=ok carrier=ok mac=ok" ]
 }
 
 @test "mutation: with the paths compared as strings, the planted link pulls a host file in" {

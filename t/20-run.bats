@@ -72,7 +72,10 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	id=$(echo "$output" | jq -r .vm.id)
 	echo "$output" | jq -e '.jail.enabled == false and (.jail.why | test("ISOPOD_JAIL=0"))'
 	echo "$output" | jq -e '.warnings | any(test("QEMU runs unjailed .ISOPOD_JAIL=0"))'
-	run ! jail_check "$id"
+	run --separate-stderr jail_check "$id"
+	[ "$status" -eq 1 ]
+	echo "$stderr" | grep -q "no seccomp filter of the jail's"
+	echo "$stderr" | grep -q "the supervisor's mount namespace"
 	isopod vm stop "$id" >/dev/null
 	echo 'jail = no' >"$DATA/jail.conf"
 	ISOPOD_SYSCONFIG=$DATA/jail.conf run --separate-stderr isopod run --json-only -- true

@@ -555,6 +555,25 @@ commit_waiting() {
 	echo "$old" >"$ISOPOD_HOME/images/current-base"
 }
 
+# A compromised QEMU can rewrite its disk's header: incompatible feature bit
+# 2 (an external data file) would have commit's root qemu-img, and every
+# later one on the stage, open a host path.  Set while the commit waits for
+# the lock (the VM stopped): refused, the VM named, nothing committed.
+@test "commit: a disk whose qcow2 header asks for an external data file is refused: 111, nothing committed" {
+	local runrc=0 disk
+	commit_waiting datafile
+	disk=$(find "$ISOPOD_HOME/vms" -name disk.qcow2 -printf '%T@ %p\n' | sort -n | tail -n 1 | cut -d' ' -f2)
+	printf '\004' | dd of="$disk" bs=1 seek=79 conv=notrunc status=none
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	wait "$runpid" || runrc=$?
+	cat "$DATA/datafile.err" >&2
+	[ "$runrc" -eq 111 ]
+	jq -e '.ok == false and (.commit.error | contains("external data file") and contains("nothing was committed"))' "$DATA/datafile.json"
+	run isopod stage info datafile
+	[ "$status" -eq 101 ]
+}
+
 # mkrec HOME N STATE AGE_S [OWNER_PID [KEEP]]: a stopped VM record made by
 # hand (as lib/vm.c writes one), created and stopped AGE_S seconds ago, with
 # an exec log; its id printed.

@@ -251,11 +251,14 @@ adverse_coverage() {
 # jail_check ID: the running VM's QEMU (its pid from the record) is in the
 # jail (issue 12): the jail's uid in every slot, NoNewPrivs 1, no effective
 # or bounding capability, a network namespace other than its supervisor's
-# holding only lo, a pid namespace of its own (QEMU its PID 1), and the
-# cgroup limits the record says were applied.  Each failed check is named
-# on stderr.  Shared by the VM suites: it checks VMs they boot anyway.
+# holding only lo, a pid namespace of its own (QEMU its PID 1), the jail's
+# seccomp filter under QEMU's own (-sandbox alone is one filter), a mount
+# namespace of its own whose root holds its kernel but no other VM's
+# directory and no image but its base, and the cgroup limits the record
+# says were applied.  Every failed check is named on stderr (the mutation
+# test reads them).  Shared by the VM suites: it checks VMs they boot anyway.
 jail_check() {
-	local meta="$ISOPOD_HOME/vms/$1/meta.json" q s uid mem pids cm cp f
+	local meta="$ISOPOD_HOME/vms/$1/meta.json" q s uid mem pids cm cp f r h k bad=0
 	q=$(jq -r '.qemu_pid // 0' "$meta")
 	s=$(jq -r '.supervisor_pid // 0' "$meta")
 	uid=$(jq -r '.jail.uid // "none"' "$meta")
@@ -267,25 +270,39 @@ jail_check() {
 	if ! awk -v u="$uid" '$1 == "Uid:" || $1 == "Gid:" {
 		if ($2 != u || $3 != u || $4 != u || $5 != u) bad = 1 } END { exit bad }' "$f"; then
 		echo "jail_check: uid/gid not the jail's ($uid)" >&2
-		return 1
+		bad=1
 	fi
 	if ! grep -q '^NoNewPrivs:[[:space:]]*1$' "$f"; then
 		echo "jail_check: no NoNewPrivs" >&2
-		return 1
+		bad=1
 	fi
 	if ! grep -q '^CapEff:[[:space:]]*0*$' "$f" || ! grep -q '^CapBnd:[[:space:]]*0*$' "$f"; then
 		echo "jail_check: capabilities left" >&2
-		return 1
+		bad=1
 	fi
 	if [ "$(readlink "/proc/$q/ns/net")" = "$(readlink "/proc/$s/ns/net")" ] ||
 		[ "$(awk 'NR > 2 { sub(":", "", $1); print $1 }' "/proc/$q/net/dev")" != lo ]; then
 		echo "jail_check: the supervisor's net namespace, or interfaces other than lo" >&2
-		return 1
+		bad=1
 	fi
 	if [ "$(readlink "/proc/$q/ns/pid")" = "$(readlink "/proc/$s/ns/pid")" ] ||
 		! grep -q "^NSpid:[[:space:]]*${q}[[:space:]]*1$" "$f"; then
 		echo "jail_check: not PID 1 of a pid namespace of its own" >&2
-		return 1
+		bad=1
+	fi
+	if ! grep -q '^Seccomp:[[:space:]]*2$' "$f" ||
+		[ "$(awk '$1 == "Seccomp_filters:" { print $2 }' "$f")" -lt 2 ]; then
+		echo "jail_check: no seccomp filter of the jail's under QEMU's" >&2
+		bad=1
+	fi
+	r=/proc/$q/root h=$(realpath "$ISOPOD_HOME")
+	k=$(tr '\0' '\n' <"/proc/$q/cmdline" | awk 'p { print; exit } $0 == "-kernel" { p = 1 }')
+	if [ "$(readlink "/proc/$q/ns/mnt")" = "$(readlink "/proc/$s/ns/mnt")" ] ||
+		[ ! -f "$r$(realpath "$k")" ] || [ "$(ls -A "$r$h/vms")" != "$1" ] ||
+		find "$r$h/images" -mindepth 1 -maxdepth 1 ! -name "base-$(jq -r .base.sha256 "$meta").img" \
+			2>/dev/null | grep -q .; then
+		echo "jail_check: the supervisor's mount namespace, or a root without its kernel ($k), with another VM or another image" >&2
+		bad=1
 	fi
 	mem=$(jq -r '.jail.cgroup.memory_bytes // 0' "$meta")
 	pids=$(jq -r '.jail.cgroup.pids // 0' "$meta")
@@ -298,6 +315,7 @@ jail_check() {
 	fi
 	if [ "$mem" -le 0 ] || [ "$pids" -le 0 ] || [ "$(cat "$cm")" != "$mem" ] || [ "$(cat "$cp")" != "$pids" ]; then
 		echo "jail_check: cgroup limits ($mem, $pids) not in force ($cm, $cp)" >&2
-		return 1
+		bad=1
 	fi
+	return "$bad"
 }

@@ -295,6 +295,39 @@ static void test_failures(void)
 		exec_free(&a);
 		exec_free(&b);
 	}
+	/* What the jail could plant as the next stderr log: a hard link to a
+	 * file root owns (truncated through it, before) and a FIFO (an open
+	 * for writing blocks without a reader: the alarm ends the test). */
+	{
+		struct exec_session a;
+		char d[PATH_MAX], p[PATH_MAX + 32], q[PATH_MAX + 32];
+		struct stat st;
+		int fd;
+
+		snprintf(d, sizeof d, "%s/planted", dir);
+		snprintf(p, sizeof p, "%s/exec-1.stderr", d);
+		snprintf(q, sizeof q, "%s/precious", d);
+		mkdir(d, 0700);
+		fd = open(q, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		ok(fd >= 0 && write(fd, "keep", 4) == 4 && link(q, p) == 0, "a hard link planted");
+		close(fd);
+		exec_init(&a);
+		a.vm_id = "vm-000000000000";
+		ok(exec_open_logs(&a, d) == 0 && stat(q, &st) == 0 && st.st_size == 4 &&
+		   st.st_nlink == 1, "the linked file is left whole (%lld bytes)",
+		   (long long)st.st_size);
+		exec_free(&a);
+		unlink(p);
+		snprintf(p, sizeof p, "%s/exec-2.stderr", d);
+		ok(mkfifo(p, 0600) == 0, "a FIFO planted");
+		exec_init(&a);
+		a.vm_id = "vm-000000000000";
+		alarm(10);
+		ok(exec_open_logs(&a, d) == 0 && lstat(p, &st) == 0 && S_ISREG(st.st_mode),
+		   "the FIFO is replaced by a regular file, without blocking");
+		alarm(0);
+		exec_free(&a);
+	}
 }
 
 static void test_opts(void)

@@ -51,6 +51,33 @@ static int has(const struct qemu_cfg *c, const char *arg)
 	return 0;
 }
 
+/* last_line on what a jail could plant as console.log: a FIFO (without
+ * O_NONBLOCK the open blocks: the alarm ends the test) and a hard link. */
+static void test_last_line(void)
+{
+	char d[] = "/tmp/qemu_test.XXXXXX", p[64], q[64], out[128];
+	int fd;
+
+	if (!mkdtemp(d))
+		return;
+	snprintf(p, sizeof p, "%s/console.log", d);
+	snprintf(q, sizeof q, "%s/other", d);
+	fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ok(fd >= 0 && write(fd, "boot\nlast words\n", 16) == 16, "a console log written");
+	close(fd);
+	ok(!strcmp(last_line(p, out, sizeof out), "last words"), "its last line: %s", out);
+	ok(link(p, q) == 0 && !strcmp(last_line(p, out, sizeof out), ""),
+	   "a hard-linked log reads as empty: %s", out);
+	unlink(p);
+	unlink(q);
+	alarm(10);
+	ok(mkfifo(p, 0600) == 0 && !strcmp(last_line(p, out, sizeof out), ""),
+	   "a FIFO in its place neither blocks nor reads");
+	alarm(0);
+	unlink(p);
+	rmdir(d);
+}
+
 int main(void)
 {
 	char fp[65], longp[PATH_MAX + 16];
@@ -382,6 +409,7 @@ int main(void)
 	   strstr(joined(&q), "mem-path=@mem,share=on") && strstr(joined(&q), "ifname=@tap") &&
 	   strstr(joined(&q), "mac=@mac") && !strstr(joined(&q), "/store"),
 	   "the shape command line has placeholders for every per-VM part");
+	test_last_line();
 	qemu_fingerprint(fp);
 	ok(!strcmp(fp, "88584839703d514c2385691249a4c3b7d05b948d7bd945ddbb31c9fddba7655c"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);

@@ -1,0 +1,78 @@
+/* image_test.c - qcow2_header_ok (lib/image.c): the header check every
+ * layer passes before a root qemu-img opens it.  Images made by qemu-img
+ * itself, then bytes set as a compromised QEMU would set them in its disk. */
+#include "../../lib/image.c"
+
+#include "tap.h"
+
+#include <stdlib.h>
+
+static char dir[] = "/tmp/isopod-image-test.XXXXXX";
+
+/* PATH made by `qemu-img create -f qcow2 OPTS` (OPTS may be ""). */
+static int create(const char *path, const char *opts)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof cmd, "qemu-img create -q -f qcow2 %s %s 1M >/dev/null", opts, path);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void poke(const char *path, off_t off, const void *b, size_t n)
+{
+	int fd = open(path, O_WRONLY);
+
+	if (fd < 0 || pwrite(fd, b, n, off) != (ssize_t)n)
+		printf("# poke %s failed\n", path);
+	close(fd);
+}
+
+/* The check's verdict on path: 0, or -1 with why (printed). */
+static int check(const char *path)
+{
+	char why[256] = "";
+	int fd = open(path, O_RDONLY), r;
+
+	r = qcow2_header_ok(fd, why, sizeof why);
+	close(fd);
+	if (r < 0)
+		printf("# %s: %s\n", strrchr(path, '/') + 1, why);
+	return r;
+}
+
+int main(void)
+{
+	char p[PATH_MAX], d[PATH_MAX];
+	static const unsigned char bit0[] = { 1 }, bit1[] = { 2 }, bit2[] = { 4 }, none[] = { 0 },
+				   v4[] = { 4 };
+
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(p, sizeof p, "%s/v3.qcow2", dir);
+	ok(create(p, "") == 0 && check(p) == 0 && qcow2_size(p) == 1 << 20,
+	   "a fresh qcow2 v3 passes (its size read)");
+	/* incompatible_features: bytes 72..79, its low byte at 79 */
+	poke(p, 79, bit0, 1);
+	ok(check(p) == 0, "the dirty bit passes (a QEMU that was killed)");
+	poke(p, 79, bit1, 1);
+	ok(check(p) < 0, "the corrupt bit is refused");
+	poke(p, 79, bit2, 1);
+	ok(check(p) < 0, "the external data file bit is refused");
+	poke(p, 79, none, 1);
+	poke(p, 7, v4, 1);
+	ok(check(p) < 0, "version 4 is refused");
+	snprintf(p, sizeof p, "%s/v2.qcow2", dir);
+	ok(create(p, "-o compat=0.10") == 0 && check(p) == 0, "a qcow2 v2 passes");
+	snprintf(p, sizeof p, "%s/data.qcow2", dir);
+	snprintf(d, sizeof d, "-o data_file=%s/host-file", dir);
+	ok(create(p, d) == 0 && check(p) < 0, "qemu-img's own external data file is refused");
+	ok(qcow2_size(p) == -1, "qcow2_size (boot's resize) refuses it too");
+	poke(p, 79, none, 1);
+	ok(check(p) < 0, "the data file extension without its bit is refused");
+	snprintf(p, sizeof p, "%s/host-file", dir);
+	ok(check(p) < 0, "a raw file is not a qcow2 image");
+	snprintf(d, sizeof d, "rm -rf %s", dir);
+	if (system(d) != 0)
+		printf("# unable to remove %s\n", dir);
+	return tap_done();
+}
