@@ -17,6 +17,7 @@
  *        base and the stages, root first, each renamed into place as
  *        isopod-commit publishes one (same id, same layout, 0444, a seal
  *        whose sha256 is the verified digest).  A refusal writes nothing. */
+#include "image.h"
 #include "oci.h"
 #include "ocireg.h"
 #include "proc.h"
@@ -495,6 +496,13 @@ static int layer_shape_ok(const char *path, const char *backing, const char *bfm
 		if (fd >= 0)
 			close(fd);
 		snprintf(why, wsz, "it is not a qcow2 image");
+		return -1;
+	}
+	/* The header in C before any qemu-img opens it: a qemu-img without
+	 * the CVE-2024-4467 fix opens an external data file even for `info`
+	 * (review). */
+	if (qcow2_header_ok(fd, why, wsz) < 0) {
+		close(fd);
 		return -1;
 	}
 	close(fd);

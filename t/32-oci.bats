@@ -208,6 +208,24 @@ lie() { echo "$*" >"$MODE"; }
 	[ -z "$(written "$T/f")" ]
 }
 
+@test "pull refuses a layer whose qcow2 header asks for an external data file (a host path), before any qemu-img opens it" {
+	id=$(sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$T/x" 1 1 xdata)
+	f="$T/x/stages/$id/layer.qcow2"
+	chmod 0644 "$f"
+	# incompatible feature bit 2, the low byte of the 8-byte field at 72
+	printf '\004' | dd of="$f" bs=1 seek=79 conv=notrunc status=none
+	chmod 0444 "$f"
+	jq 'del(.seal)' "$T/x/stages/$id/meta.json" >"$T/x.meta"
+	mv "$T/x.meta" "$T/x/stages/$id/meta.json"
+	ISOPOD_HOME="$T/x" isopod-stage verify --reseal "$id" >/dev/null || true
+	st "$T/x" push --plain-http "$id" "$REG/isopod/xdata:v1"
+	[ "$status" -eq 0 ]
+	st "$T/y" pull --plain-http "$REG/isopod/xdata:v1"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"its layer is refused: qcow2 incompatible features 0x4"* ]]
+	[ -z "$(written "$T/y")" ]
+}
+
 @test "pull: a stage whose name is a flavor here (debian) is refused (102), nothing written" {
 	# a name is a reference too: pulled as is, --stage debian would run it
 	id=$(sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$T/n" 1 1 named)
