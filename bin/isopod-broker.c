@@ -375,6 +375,22 @@ static void lock_down(void)
 		BK_DENY(SYS_add_key), BK_DENY(SYS_request_key), BK_DENY(SYS_unshare),
 		BK_DENY(SYS_setns), BK_DENY(SYS_mount), BK_DENY(SYS_pivot_root),
 		BK_DENY(SYS_memfd_create),
+		/* review (broker jail): the slot lock's flock is the supervisor's
+		 * too (LOCK_UN would free the slot); prctl could drop the
+		 * parent-death signal; ftruncate/fallocate/pwritev2 would rewrite
+		 * the ledger behind O_APPEND; pidfds and kcmp reach other
+		 * processes when the jail is off */
+		BK_DENY(SYS_flock), BK_DENY(SYS_prctl), BK_DENY(SYS_ftruncate),
+		BK_DENY(SYS_fallocate), BK_DENY(SYS_pwritev2), BK_DENY(SYS_pidfd_open),
+		BK_DENY(SYS_pidfd_getfd), BK_DENY(SYS_pidfd_send_signal), BK_DENY(SYS_kcmp),
+		/* fcntl(F_SETFL) would clear the ledger's O_APPEND (nothing here
+		 * sets a flag after this point: sockets and pipes are made
+		 * non-blocking at birth) */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_fcntl, 0, 4),
+		BK_ARG(1),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_SETFL, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		/* socket(): AF_INET, or AF_NETLINK with NETLINK_ROUTE only */
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 6),
 		BK_ARG(0),
