@@ -130,7 +130,10 @@ EOF
 		return 1
 	}
 	mkdir -p "$DATA/out"
-	(cd "$ISOPOD_SRC" && tar --exclude='*.bin' --exclude='*.o' -czf "$DATA/src.tgz" \
+	# t/unit/image_test.c makes its images with qemu-img, which the debian
+	# flavor does not hold (the host's unit run covers it)
+	(cd "$ISOPOD_SRC" && tar --exclude='*.bin' --exclude='*.o' --exclude='t/unit/image_test.c' \
+		-czf "$DATA/src.tgz" \
 		Makefile lib/*.c lib/*.h bin/*.c agent/*.c agent/*.h t/unit t/run-unit t/attest)
 	local args
 	args=$(jq -nc '{name: "sandbox_run", args: {stage: "debian", timeout_s: 3600, mem_mib: 1024,
