@@ -390,7 +390,7 @@ fork_on() {
 	main_home=$ISOPOD_HOME
 	export ISOPOD_HOME="$DATA/small/home"
 	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
-	run --separate-stderr isopod run --json-only --cold --disk-mib 512 --commit-as big -- sh -c 'head -c 150000000 /dev/urandom > /root/big'
+	run --separate-stderr isopod run --json-only --cold --disk-mib 512 --commit-as big -- sh -c 'head -c 50000000 /dev/urandom > /root/big'
 	json_is '.commit.stage.label == "big"'
 	# a running VM to commit once the disk is full
 	vm=$(isopod run --json-only --cold --keep -- true | jq -r .vm.id)
@@ -411,7 +411,7 @@ fork_on() {
 	# the existing stage still works once there is room again
 	rm -f "$DATA/small/filler"
 	run --separate-stderr isopod run --json-only --cold --stage big -- sh -c 'wc -c < /root/big'
-	json_is '.stdout == "150000000\n"'
+	json_is '.stdout == "50000000\n"'
 	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || true
 	export ISOPOD_HOME=$main_home
 	umount "$DATA/small"
@@ -649,6 +649,28 @@ mkrec() {
 	wait "$owner" "$young" 2>/dev/null || true
 	run --separate-stderr isopod-gc --all
 	jq -e --arg a "$live" '.removed == [$a]' <<<"$output"
+}
+
+@test "gc: a running KVM probe's dir (accel/probe-<16 hex>, under accel/<64 hex>.lock) is left alone; a dead one's is removed" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	mkdir -p "$ISOPOD_HOME/vms"
+	k=9a73ef94ce0510183bc181040d788e54c16ccfa2baf1f1d5ea5e443b7fd31a72
+	mkdir -p "$ISOPOD_HOME/accel/probe-${k:0:16}"
+	: >"$ISOPOD_HOME/accel/probe-${k:0:16}/disk.qcow2"
+	hold_lock "$ISOPOD_HOME/accel/$k.lock"
+	run --separate-stderr isopod-gc
+	[ "$status" -eq 0 ]
+	# before the fix gc locked a <16 hex>.lock of its own making, always
+	# free, and a fresh store's first run lost its probe to its gc --auto
+	[ -f "$ISOPOD_HOME/accel/probe-${k:0:16}/disk.qcow2" ]
+	[ ! -e "$ISOPOD_HOME/accel/${k:0:16}.lock" ]
+	json_is '[.leaked[]? | select(.kind == "probe")] == []'
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	run --separate-stderr isopod-gc
+	[ "$status" -eq 0 ]
+	[ ! -e "$ISOPOD_HOME/accel/probe-${k:0:16}" ]
+	json_is '[.leaked[] | select(.kind == "probe")] | length == 1'
 }
 
 @test "gc --auto: never waits for a lock, detaches, at most once per gc_interval; off turns it off" {
