@@ -620,6 +620,19 @@ hi" ]
 	[ "$status" -eq 0 ]
 }
 
+@test "lint: source files are under 1000 lines; C functions in bin/, lib/ and agent/ at most 150 (opening to closing brace)" {
+	local long
+	cd "$ISOPOD_SRC"
+	long=$(awk 'FNR == 1000 { print FILENAME }' bin/*.c lib/*.[ch] agent/*.[ch] fuzz/*.[ch] \
+		t/unit/*.[ch] t/jail/*.c sh/isopod)
+	[ -z "$long" ] || { echo "1000 lines or more: $long"; false; }
+	# the style puts a function's braces in column 0, and nothing else's
+	long=$(awk 'FNR == 1 { s = 0 } /^\{/ { s = FNR }
+		/^\}/ { if (s && FNR - s + 1 > 150) print FILENAME ":" s ": " FNR - s + 1; s = 0 }' \
+		bin/*.c lib/*.c agent/*.c)
+	[ -z "$long" ] || { echo "functions over 150 lines: $long"; false; }
+}
+
 @test "lint: no library changes the process's environment to reach a child (struct proc_spec's env does)" {
 	cd "$ISOPOD_SRC"
 	# The one exception: lib/util.c's constructor takes ISOPOD_STATUS_FD
