@@ -189,19 +189,6 @@ static char *pattern_of(const struct pflow *f)
 	return strdup(buf);
 }
 
-/* No wildcard is proposed.  "*.PARENT" over three shards read well until a
- * review found the parents a rule of labels cannot tell apart: github.io,
- * cloudfront.net, co.uk are public suffixes, where anyone may register a
- * host, so a folded "*.github.io" would let a later filtered run reach an
- * attacker's.  Without a public suffix list, exact names only. */
-static int fold(struct strs *names, struct strs *out)
-{
-	for (size_t i = 0; i < names->n; i++)
-		if (add_str(out, strdup(names->v[i])) < 0)
-			return -1;
-	return 0;
-}
-
 static long find(const struct strs *pats, const char *key)
 {
 	char *const *hit = pats->n ? bsearch(&key, pats->v, pats->n, sizeof *pats->v, str_cmp) : NULL;
@@ -209,9 +196,9 @@ static long find(const struct strs *pats, const char *key)
 	return hit ? (long)(hit - pats->v) : -1;
 }
 
-/* The entry covering f: its exact pattern, else a wildcard over one of its
- * parents.  A dns flow has no port: the name's entry of ports 80/443, else
- * any of its ports' entries (found by a scan of the sorted list). */
+/* The entry covering f: its exact pattern.  A dns flow has no port: the
+ * name's entry of ports 80/443, else any of its ports' entries (found by a
+ * scan of the sorted list). */
 static long cover(const struct strs *pats, const struct pflow *f)
 {
 	char key[ALLOW_PATTERN_MAX];
@@ -240,11 +227,6 @@ static long cover(const struct strs *pats, const struct pflow *f)
 		if (a < pats->n && !strncmp(pats->v[a], key, nl + 1))
 			return (long)a;
 	}
-	for (const char *d = strchr(f->name, '.'); d; d = strchr(d + 1, '.')) {
-		snprintf(key, sizeof key, "*%s", d);
-		if ((e = find(pats, key)) >= 0)
-			return e;
-	}
 	return -1;
 }
 
@@ -271,10 +253,15 @@ static json_t *unservable(const struct pflow *f)
 	return o;
 }
 
-/* The proposal of the merged flows (see propose.h). */
+/* The proposal of the merged flows (see propose.h).  No wildcard is
+ * proposed.  "*.PARENT" over three shards read well until a review found
+ * the parents a rule of labels cannot tell apart: github.io,
+ * cloudfront.net, co.uk are public suffixes, where anyone may register a
+ * host, so a folded "*.github.io" would let a later filtered run reach an
+ * attacker's.  Without a public suffix list, exact names only. */
 static json_t *build(struct plist *l, long long lines, long long skipped, long long failed)
 {
-	struct strs names = { .n = 0 }, pats = { .n = 0 };
+	struct strs pats = { .n = 0 };
 	json_t *allow = NULL, *un = json_array(), *out = NULL, **ent = NULL;
 	size_t i;
 
@@ -283,13 +270,9 @@ static json_t *build(struct plist *l, long long lines, long long skipped, long l
 
 		if (f->kind[0] == 'd' || !f->valid)
 			continue;
-		if (f->port == 80 || f->port == 443 ? add_str(&names, strdup(f->name)) < 0
-						    : add_str(&pats, pattern_of(f)) < 0)
+		if (add_str(&pats, pattern_of(f)) < 0)
 			goto out;
 	}
-	uniq(&names);
-	if (fold(&names, &pats) < 0)
-		goto out;
 	uniq(&pats);
 	if (!(allow = json_array()) || !un || !(ent = calloc(pats.n + 1, sizeof *ent)))
 		goto out;
@@ -314,7 +297,6 @@ out:
 	free(ent);
 	json_decref(allow);
 	json_decref(un);
-	strs_free(&names);
 	strs_free(&pats);
 	return out;
 }
