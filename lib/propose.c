@@ -338,7 +338,9 @@ out:
 
 json_t *propose_path(const char *path, const char **why)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO in the ledger's place must not hang the reader
+	 * before fstat can refuse it */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	struct stat st;
 	size_t got = 0;
 	char *buf = NULL;

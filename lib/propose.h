@@ -37,7 +37,8 @@
 json_t *propose_ledger(const char *buf, size_t n);
 
 /* The proposal of the ledger file at path, or NULL with *why set (a static
- * text; errno set when a call failed): unreadable, too large, no memory. */
+ * text; errno set when a call failed): unreadable, not a regular file (a
+ * FIFO or a device is refused, never waited on), too large, no memory. */
 json_t *propose_path(const char *path, const char **why);
 
 #endif

@@ -5,7 +5,11 @@
 #include "../../lib/propose.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/allow.c"
 
+#include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 
 #include "tap.h"
 
@@ -148,6 +152,59 @@ static void test_edges(void)
 	json_decref(p);
 }
 
+/* propose_path in a child, bounded by time (a FIFO would hang a reader
+ * that blocks on its open): 1 when it refused path as "not a regular
+ * file", 0 when it did not, -1 when it was still in it after 10 s. */
+static int refused_in_time(const char *path)
+{
+	struct timespec ms = { .tv_nsec = 10 * 1000 * 1000 };
+	pid_t pid = fork(), w = 0;
+	int st = 0;
+
+	if (pid == 0) {
+		const char *why;
+		json_t *p = propose_path(path, &why);
+
+		_exit(!p && !strcmp(why, "not a regular file") ? 0 : 1);
+	}
+	for (int i = 0; pid > 0 && i < 1000 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++)
+		nanosleep(&ms, NULL);
+	if (pid > 0 && w == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
+	return pid > 0 && w == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void test_path(void)
+{
+	char dir[] = "/tmp/isopod-propose-test.XXXXXX", fifo[64], file[64];
+	const char *why;
+	json_t *p;
+	FILE *f;
+
+	if (!mkdtemp(dir)) {
+		ok(0, "mkdtemp");
+		return;
+	}
+	snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+	snprintf(file, sizeof file, "%s/ledger", dir);
+	ok(mkfifo(fifo, 0600) == 0 && refused_in_time(fifo) == 1,
+	   "a FIFO as the ledger is refused at once (no writer: an open without O_NONBLOCK hangs)");
+	ok(refused_in_time("/dev/null") == 1, "a device as the ledger is refused");
+	if ((f = fopen(file, "w"))) {
+		fputs(OK("pkg.test", 443, "connect"), f);
+		fclose(f);
+	}
+	p = propose_path(file, &why);
+	ok(p && json_array_size(json_object_get(p, "allow")) == 1, "a regular file is read");
+	json_decref(p);
+	unlink(fifo);
+	unlink(file);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	test_names();
@@ -155,5 +212,6 @@ int main(void)
 	test_fold();
 	test_unservable();
 	test_edges();
+	test_path();
 	return tap_done();
 }
