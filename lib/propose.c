@@ -6,6 +6,7 @@
 #include "allow.h"
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,13 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A name as the ledger had it, at most this long (the broker writes host
- * names of <= 253 characters and addresses; more is not a ledger of ours). */
-#define RAW_MAX 300
-
 struct pflow {
 	const char *kind; /* "connect", "http", "dns": static */
-	char *name;       /* normalised when valid, else the ledger's bytes */
+	char *name;       /* normalised when valid, else an IP address as written */
 	unsigned port;
 	int valid;        /* a host name (lib/allow.c), not an address */
 	long long count;
@@ -30,6 +27,11 @@ struct pflow {
 struct plist {
 	struct pflow *v;
 	size_t n, cap;
+};
+
+/* The ledger's lines, as the proposal counts them (see propose.h). */
+struct tally {
+	long long lines, skipped, failed, not_names;
 };
 
 static int push(struct plist *l, const struct pflow *f)
@@ -57,8 +59,19 @@ static const char *kind_of(const char *k)
 	return NULL;
 }
 
+/* Is name an IPv4 or IPv6 address (what the broker writes for a flow to
+ * an address rather than a name)? */
+static int is_address(const char *name)
+{
+	unsigned char a[16];
+
+	return strlen(name) < INET6_ADDRSTRLEN &&
+	       (inet_pton(AF_INET, name, a) == 1 || inet_pton(AF_INET6, name, a) == 1);
+}
+
 /* One line: 1 a succeeded flow (into f), 0 a line of no flow (a policy or
- * ledger line), 2 a flow that did not succeed, -1 not a ledger object. */
+ * ledger line), 2 a flow that did not succeed, 3 a succeeded flow whose
+ * name is neither a host name nor an address, -1 not a ledger object. */
 static int read_line(const char *p, size_t n, struct pflow *f)
 {
 	char norm[ALLOW_NAME_MAX + 1];
@@ -88,8 +101,14 @@ static int read_line(const char *p, size_t n, struct pflow *f)
 	    json_integer_value(port) > 65535)
 		goto out;
 	f->port = (unsigned)json_integer_value(port);
+	/* Any other name is counted, never listed: the guest chose its bytes,
+	 * and a name cut to a length could end inside a UTF-8 sequence (no
+	 * longer JSON text). */
 	f->valid = allow_name_norm(norm, sizeof norm, name) == 0;
-	f->name = f->valid ? strdup(norm) : strndup(name, RAW_MAX);
+	r = 3;
+	if (!f->valid && !is_address(name))
+		goto out;
+	f->name = strdup(f->valid ? norm : name);
 	r = f->name ? 1 : -2;
 out:
 	json_decref(j);
@@ -244,7 +263,7 @@ static json_t *unservable(const struct pflow *f)
 	if (f->kind[0] != 'd')
 		why = "to an IP address: filtered serves names only";
 	else if (!f->valid)
-		why = "not a host name: filtered refuses the query";
+		why = "an address, not a host name: filtered refuses the query";
 	else
 		why = "resolved, and no flow through the proxy went to it: another protocol, or a "
 		      "client that ignores http_proxy/https_proxy (filtered cannot serve it)";
@@ -259,7 +278,7 @@ static json_t *unservable(const struct pflow *f)
  * cloudfront.net, co.uk are public suffixes, where anyone may register a
  * host, so a folded "*.github.io" would let a later filtered run reach an
  * attacker's.  Without a public suffix list, exact names only. */
-static json_t *build(struct plist *l, long long lines, long long skipped, long long failed)
+static json_t *build(struct plist *l, const struct tally *t)
 {
 	struct strs pats = { .n = 0 };
 	json_t *allow = NULL, *un = json_array(), *out = NULL, **ent = NULL;
@@ -290,9 +309,9 @@ static json_t *build(struct plist *l, long long lines, long long skipped, long l
 				  : json_array_append_new(un, unservable(f)))
 			goto out;
 	}
-	out = json_pack("{s:O, s:O, s:I, s:I, s:I}", "allow", allow, "unservable", un, "lines",
-			(json_int_t)lines, "skipped", (json_int_t)skipped, "not_succeeded",
-			(json_int_t)failed);
+	out = json_pack("{s:O, s:O, s:I, s:I, s:I, s:I}", "allow", allow, "unservable", un,
+			"lines", (json_int_t)t->lines, "skipped", (json_int_t)t->skipped,
+			"not_succeeded", (json_int_t)t->failed, "not_names", (json_int_t)t->not_names);
 out:
 	free(ent);
 	json_decref(allow);
@@ -304,7 +323,7 @@ out:
 json_t *propose_ledger(const char *buf, size_t n)
 {
 	struct plist l = { .n = 0 };
-	long long lines = 0, skipped = 0, failed = 0;
+	struct tally t = { .lines = 0 };
 	json_t *out = NULL;
 	size_t i = 0;
 
@@ -315,20 +334,21 @@ json_t *propose_ledger(const char *buf, size_t n)
 		int r;
 
 		if (len) {
-			lines++;
+			t.lines++;
 			r = read_line(buf + i, len, &f);
 			if (r == -2 || (r == 1 && push(&l, &f) < 0)) {
 				if (r == 1)
 					free(f.name);
 				goto out;
 			}
-			skipped += r == -1;
-			failed += r == 2;
+			t.skipped += r == -1;
+			t.failed += r == 2;
+			t.not_names += r == 3;
 		}
 		i += len + 1;
 	}
 	merge(&l);
-	out = build(&l, lines, skipped, failed);
+	out = build(&l, &t);
 out:
 	for (i = 0; i < l.n; i++)
 		free(l.v[i].name);

@@ -17,11 +17,13 @@
  *   Each entry lists the flows it covers, the dns queries for its names
  *   among them;
  * - "unservable": the succeeded flows filtered mode cannot serve, each with
- *   its "why": to an IP address (filtered serves names only), or a name
- *   resolved that no flow through the proxy went to (another protocol, or a
- *   client that ignores http_proxy/https_proxy);
+ *   its "why": to an IP address (filtered serves names only), a query for
+ *   an address, or a name resolved that no flow through the proxy went to
+ *   (another protocol, or a client that ignores http_proxy/https_proxy);
  * - "lines", "skipped" (lines not ledger objects), "not_succeeded" (flow
- *   lines that did not succeed: refusals, connections that failed). */
+ *   lines that did not succeed: refusals, connections that failed),
+ *   "not_names" (succeeded flow lines whose name is neither a host name nor
+ *   an IP address: counted, never listed, so never cut to a length). */
 #ifndef ISOPOD_PROPOSE_H
 #define ISOPOD_PROPOSE_H
 

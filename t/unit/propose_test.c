@@ -114,18 +114,22 @@ static void test_fold(void)
 static void test_unservable(void)
 {
 	char b[256];
-	json_t *p = run(OK("198.51.100.7", 443, "connect") DNS("git.test") DNS("_srv.test")
-			OK("pkg.test", 443, "connect")),
+	json_t *p = run(OK("198.51.100.7", 443, "connect") DNS("git.test") DNS("198.51.100.9")
+			DNS("_srv.test") OK("pkg.test", 443, "connect")),
 	       *u = json_object_get(p, "unservable");
 	const char *w0 = json_string_value(json_object_get(json_array_get(u, 0), "why"));
 	const char *w1 = json_string_value(json_object_get(json_array_get(u, 1), "why"));
 	const char *w2 = json_string_value(json_object_get(json_array_get(u, 2), "why"));
+	const char *n1 = json_string_value(json_object_get(json_array_get(u, 1), "name"));
 
 	ok(!strcmp(pats(p, b, sizeof b), "pkg.test"), "only the name: %s", b);
 	ok(json_array_size(u) == 3, "three unservable flows");
 	ok(w0 && strstr(w0, "IP address"), "the address named as such: %s", w0);
-	ok(w1 && strstr(w1, "not a host name"), "a name that is not a host name: %s", w1);
+	ok(w1 && strstr(w1, "not a host name") && n1 && !strcmp(n1, "198.51.100.9"),
+	   "a query for an address: %s", w1);
 	ok(w2 && strstr(w2, "another protocol"), "a name resolved and never fetched: %s", w2);
+	ok(json_integer_value(json_object_get(p, "not_names")) == 1,
+	   "a name neither a host name nor an address (_srv.test) is counted, not listed");
 	json_decref(p);
 }
 
@@ -144,11 +148,27 @@ static void test_edges(void)
 	snprintf(big + 500, sizeof big - 500,
 		 "\",\"port\":443,\"address\":\"1.2.3.4\",\"verdict\":\"allowed\"}");
 	p = run(big);
-	ok(p && json_array_size(json_object_get(p, "unservable")) == 1 &&
-		   strlen(json_string_value(json_object_get(
-			   json_array_get(json_object_get(p, "unservable"), 0), "name"))) <= RAW_MAX,
-	   "a name too long is unservable, cut to %d bytes", RAW_MAX);
+	ok(p && json_array_size(json_object_get(p, "unservable")) == 0 &&
+		   json_integer_value(json_object_get(p, "not_names")) == 1,
+	   "a name too long is counted, not listed");
 	ok(!strcmp(pats(p, b, sizeof b), ""), "and proposes nothing");
+	json_decref(p);
+	/* a cut at any byte count could end inside the 2-byte U+00E9 */
+	for (size_t at = 250; at < 320; at++) {
+		memset(big, 'a', sizeof big);
+		memcpy(big, "{\"kind\":\"dns\",\"name\":\"", 22);
+		memcpy(big + 22 + at, "\xc3\xa9", 2);
+		snprintf(big + 22 + at + 2, sizeof big - 24 - at,
+			 ".test\",\"port\":53,\"verdict\":\"allowed\",\"reason\":null}");
+		p = run(big);
+		if (!p || json_integer_value(json_object_get(p, "not_names")) != 1 ||
+		    json_array_size(json_object_get(p, "unservable")))
+			break;
+		json_decref(p);
+		p = NULL;
+	}
+	ok(!p, "a non-ASCII name of any length is counted, never cut (a cut inside its "
+	       "UTF-8 is not JSON text: the proposal failed)");
 	json_decref(p);
 }
 
