@@ -272,6 +272,82 @@ static json_t *unservable(const struct pflow *f)
 	return o;
 }
 
+/* A candidate for a capped list: its weight (the count of the flows it
+ * stands for), the bytes of its name or pattern, its place in the list. */
+struct weigh {
+	long long w;
+	size_t len, i;
+};
+
+static int weigh_cmp(const void *pa, const void *pb)
+{
+	const struct weigh *a = pa, *b = pb;
+
+	if (a->w != b->w)
+		return a->w > b->w ? -1 : 1;
+	return (a->i > b->i) - (a->i < b->i);
+}
+
+/* The guest chooses how many names a ledger holds (each name it looks up
+ * is one), and a proposal must stay small enough for its readers (people,
+ * jq over a run's result): of a list's n candidates v, the heaviest first
+ * are kept (keep[i] = 1) while the list holds fewer than PROPOSE_LIST_MAX
+ * and their names fit in PROPOSE_NAMES_BYTES; *omitted says how many were
+ * left out ({what: N, count: their weight}), or stays NULL: none were. */
+static int cap(struct weigh *v, size_t n, char *keep, const char *what, json_t **omitted)
+{
+	size_t kept = 0, bytes = 0;
+	long long gone = 0, w = 0;
+
+	qsort(v, n, sizeof *v, weigh_cmp);
+	for (size_t i = 0; i < n; i++) {
+		if (kept < PROPOSE_LIST_MAX && v[i].len <= PROPOSE_NAMES_BYTES - bytes) {
+			keep[v[i].i] = 1;
+			kept++;
+			bytes += v[i].len;
+		} else {
+			gone++;
+			w += v[i].w;
+		}
+	}
+	*omitted = NULL;
+	if (gone && !(*omitted = json_pack("{s:I, s:I}", what, (json_int_t)gone, "count",
+					   (json_int_t)w)))
+		return -1;
+	return 0;
+}
+
+/* Which patterns and which unservable flows the proposal keeps (cap):
+ * keep_pat[pats->n], keep_flow[l->n] (an unservable flow's own; a covered
+ * flow goes with its entry), and what was left out of each. */
+static int keep_of(const struct plist *l, const struct strs *pats, char *keep_pat,
+		   char *keep_flow, json_t **pat_gone, json_t **flow_gone)
+{
+	struct weigh *pw = calloc(pats->n + 1, sizeof *pw), *fw = calloc(l->n + 1, sizeof *fw);
+	size_t i, nf = 0;
+	int r = -1;
+
+	if (!pw || !fw)
+		goto out;
+	for (i = 0; i < pats->n; i++)
+		pw[i] = (struct weigh){ .len = strlen(pats->v[i]), .i = i };
+	for (i = 0; i < l->n; i++) {
+		const struct pflow *f = &l->v[i];
+
+		if (f->entry >= 0)
+			pw[f->entry].w += f->count;
+		else
+			fw[nf++] = (struct weigh){ .w = f->count, .len = strlen(f->name), .i = i };
+	}
+	if (cap(pw, pats->n, keep_pat, "entries", pat_gone) == 0 &&
+	    cap(fw, nf, keep_flow, "flows", flow_gone) == 0)
+		r = 0;
+out:
+	free(pw);
+	free(fw);
+	return r;
+}
+
 /* The proposal of the merged flows (see propose.h).  No wildcard is
  * proposed.  "*.PARENT" over three shards read well until a review found
  * the parents a rule of labels cannot tell apart: github.io,
@@ -281,7 +357,9 @@ static json_t *unservable(const struct pflow *f)
 static json_t *build(struct plist *l, const struct tally *t)
 {
 	struct strs pats = { .n = 0 };
-	json_t *allow = NULL, *un = json_array(), *out = NULL, **ent = NULL;
+	json_t *allow = json_array(), *un = json_array(), *out = NULL, **ent = NULL;
+	json_t *pat_gone = NULL, *flow_gone = NULL;
+	char *keep_pat = NULL, *keep_flow = NULL;
 	size_t i;
 
 	for (i = 0; i < l->n; i++) {
@@ -293,27 +371,42 @@ static json_t *build(struct plist *l, const struct tally *t)
 			goto out;
 	}
 	uniq(&pats);
-	if (!(allow = json_array()) || !un || !(ent = calloc(pats.n + 1, sizeof *ent)))
+	for (i = 0; i < l->n; i++)
+		l->v[i].entry = l->v[i].valid ? cover(&pats, &l->v[i]) : -1;
+	if (!allow || !un || !(ent = calloc(pats.n + 1, sizeof *ent)) ||
+	    !(keep_pat = calloc(pats.n + 1, 1)) || !(keep_flow = calloc(l->n + 1, 1)) ||
+	    keep_of(l, &pats, keep_pat, keep_flow, &pat_gone, &flow_gone) < 0)
 		goto out;
 	for (i = 0; i < pats.n; i++) {
+		if (!keep_pat[i])
+			continue;
 		ent[i] = json_pack("{s:s, s:[]}", "pattern", pats.v[i], "flows");
 		if (!ent[i] || json_array_append_new(allow, ent[i]) < 0)
 			goto out;
 	}
 	for (i = 0; i < l->n; i++) {
-		struct pflow *f = &l->v[i];
+		const struct pflow *f = &l->v[i];
 
-		f->entry = f->valid ? cover(&pats, f) : -1;
-		if (f->entry >= 0 ? json_array_append_new(json_object_get(ent[f->entry], "flows"),
-							  flow_json(f))
-				  : json_array_append_new(un, unservable(f)))
+		if (f->entry >= 0 ? keep_pat[f->entry] &&
+					    json_array_append_new(json_object_get(ent[f->entry], "flows"),
+								  flow_json(f))
+				  : keep_flow[i] && json_array_append_new(un, unservable(f)))
 			goto out;
 	}
 	out = json_pack("{s:O, s:O, s:I, s:I, s:I, s:I}", "allow", allow, "unservable", un,
 			"lines", (json_int_t)t->lines, "skipped", (json_int_t)t->skipped,
 			"not_succeeded", (json_int_t)t->failed, "not_names", (json_int_t)t->not_names);
+	if (out && ((pat_gone && json_object_set(out, "allow_omitted", pat_gone) < 0) ||
+		    (flow_gone && json_object_set(out, "unservable_omitted", flow_gone) < 0))) {
+		json_decref(out);
+		out = NULL;
+	}
 out:
 	free(ent);
+	free(keep_pat);
+	free(keep_flow);
+	json_decref(pat_gone);
+	json_decref(flow_gone);
 	json_decref(allow);
 	json_decref(un);
 	strs_free(&pats);

@@ -30,6 +30,15 @@
 #include <jansson.h>
 #include <stddef.h>
 
+/* Each list of a proposal ("allow"'s entries, "unservable"'s flows) holds
+ * at most PROPOSE_LIST_MAX items and PROPOSE_NAMES_BYTES of their patterns
+ * or names: the guest chooses how many names a ledger holds.  Past either,
+ * the items with the most count are kept, in their order, and
+ * "allow_omitted":{entries,count} / "unservable_omitted":{flows,count}
+ * says what was left out (absent: nothing was). */
+#define PROPOSE_LIST_MAX 256
+#define PROPOSE_NAMES_BYTES 16384
+
 /* A ledger larger than this is refused rather than read (the broker's cap
  * is 64 MiB unless ISOPOD_LEDGER_MAX says otherwise). */
 #define PROPOSE_READ_MAX (1ll << 30)

@@ -838,6 +838,19 @@ L
 	[[ "$stderr" == *"usage: isopod-allow propose LEDGER"* ]]
 }
 
+@test "run --net learn: the proposal keeps at most 256 entries (the most counted), says what it left out, and warns" {
+	use_fake
+	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"
+	local i
+	for i in $(seq 1 300); do
+		printf '{"time":"t","kind":"connect","name":"n%s.test","port":443,"address":"198.51.100.10","up":9,"down":9,"verdict":"allowed","reason":null,"ms":3}\n' "$i"
+	done >"$FAKE_LEDGER"
+	run_isopod -0 run --json-only --net learn -- true
+	json_is '.proposed_allowlist.allow | length == 256'
+	json_is '.proposed_allowlist.allow_omitted == {entries: 44, count: 44}'
+	json_is '.warnings == ["the proposed allowlist leaves out 44 entries (it keeps at most 256, in 16384 bytes)"]'
+}
+
 # ---- the failure contract and isopod-result --------------------------------------
 
 @test "contract: a failing tool leaves stdout empty and writes one status object to ISOPOD_STATUS_FD" {

@@ -6,6 +6,7 @@
 #include "../../lib/allow.c"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -172,6 +173,84 @@ static void test_edges(void)
 	json_decref(p);
 }
 
+/* A ledger of n succeeded connects: to names "<pad>NNN.test" (pad: a
+ * prefix of labels), or to addresses 198.51.N.N; one to heavy.test more
+ * (count 3) when heavy. */
+static json_t *many(size_t n, const char *pad, int addresses, int heavy)
+{
+	size_t sz = (n + 3) * (strlen(pad) + 200), o = 0;
+	char *buf = malloc(sz), name[300];
+	json_t *p;
+
+	if (!buf)
+		return NULL;
+	buf[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		if (addresses)
+			snprintf(name, sizeof name, "198.51.%zu.%zu", i / 250, i % 250 + 1);
+		else
+			snprintf(name, sizeof name, "%s%03zu.test", pad, i);
+		o += (size_t)snprintf(buf + o, sz - o,
+				      "{\"kind\":\"connect\",\"name\":\"%s\",\"port\":443,"
+				      "\"address\":\"198.51.100.10\",\"verdict\":\"allowed\"}\n", name);
+	}
+	for (int i = 0; heavy && i < 3; i++)
+		o += (size_t)snprintf(buf + o, sz - o, "%s", OK("heavy.test", 443, "connect"));
+	p = propose_ledger(buf, o);
+	free(buf);
+	return p;
+}
+
+static long long omitted(const json_t *p, const char *list, const char *key)
+{
+	return json_integer_value(json_object_get(json_object_get(p, list), key));
+}
+
+/* The guest chooses how many names it looks up: a proposal's lists are
+ * capped, the most counted kept, what was left out said. */
+static void test_caps(void)
+{
+	char pad[200];
+	size_t bytes = 0, i;
+	json_t *p = many(PROPOSE_LIST_MAX, "", 0, 0), *e;
+
+	ok(p && json_array_size(json_object_get(p, "allow")) == PROPOSE_LIST_MAX &&
+		   !json_object_get(p, "allow_omitted") && !json_object_get(p, "unservable_omitted"),
+	   "%d names: all proposed, nothing said omitted", PROPOSE_LIST_MAX);
+	json_decref(p);
+	p = many(PROPOSE_LIST_MAX + 44, "", 0, 1);
+	ok(p && json_array_size(json_object_get(p, "allow")) == PROPOSE_LIST_MAX,
+	   "%d names and one more counted: %d proposed", PROPOSE_LIST_MAX + 45, PROPOSE_LIST_MAX);
+	ok(omitted(p, "allow_omitted", "entries") == 45 && omitted(p, "allow_omitted", "count") == 45,
+	   "allow_omitted says 45 entries, their 45 flows");
+	e = json_object_get(json_array_get(json_object_get(p, "allow"), PROPOSE_LIST_MAX - 1),
+			    "pattern");
+	ok(json_is_string(e) && !strcmp(json_string_value(e), "heavy.test"),
+	   "the most counted name is kept (heavy.test, sorted last)");
+	json_decref(p);
+	/* 191-byte names: 85 fit in PROPOSE_NAMES_BYTES */
+	memset(pad, 'a', 60);
+	memcpy(pad + 60, ".", 1);
+	memcpy(pad + 61, pad, 61);
+	memcpy(pad + 122, pad, 61);
+	pad[183] = '\0';
+	p = many(100, pad, 0, 0);
+	json_array_foreach(json_object_get(p, "allow"), i, e)
+		bytes += strlen(json_string_value(json_object_get(e, "pattern")));
+	ok(p && bytes <= PROPOSE_NAMES_BYTES && bytes + 192 > PROPOSE_NAMES_BYTES,
+	   "long names: as many as fit in %d bytes (%zu)", PROPOSE_NAMES_BYTES, bytes);
+	ok(omitted(p, "allow_omitted", "entries") == 100 - (long long)json_array_size(json_object_get(
+								   p, "allow")),
+	   "and the rest said omitted");
+	json_decref(p);
+	p = many(PROPOSE_LIST_MAX + 10, "", 1, 0);
+	ok(p && json_array_size(json_object_get(p, "unservable")) == PROPOSE_LIST_MAX &&
+		   omitted(p, "unservable_omitted", "flows") == 10 &&
+		   omitted(p, "unservable_omitted", "count") == 10,
+	   "unservable flows: %d, unservable_omitted says the 10 others", PROPOSE_LIST_MAX);
+	json_decref(p);
+}
+
 /* propose_path in a child, bounded by time (a FIFO would hang a reader
  * that blocks on its open): 1 when it refused path as "not a regular
  * file", 0 when it did not, -1 when it was still in it after 10 s. */
@@ -232,6 +311,7 @@ int main(void)
 	test_fold();
 	test_unservable();
 	test_edges();
+	test_caps();
 	test_path();
 	return tap_done();
 }
