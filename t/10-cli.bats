@@ -770,13 +770,21 @@ L
 	json_is 'has("egress") | not'
 }
 
-@test "run: egress keeps at most 256 denied groups (the most counted) and says what it left out" {
+# fake_ledger N LINE: use_fake, with a ledger of N lines LINE (a printf
+# format: %s is the line's number, 1..N).
+fake_ledger() {
+	local i
 	use_fake
 	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"
-	local i
-	for i in $(seq 1 300); do
-		printf '{"time":"t","kind":"dns","name":"n%s.exfil.test","port":53,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}\n' "$i"
+	for i in $(seq 1 "$1"); do
+		# shellcheck disable=SC2059
+		printf "$2\n" "$i"
 	done >"$FAKE_LEDGER"
+}
+
+@test "run: egress keeps at most 256 denied groups (the most counted) and says what it left out" {
+	local i
+	fake_ledger 300 '{"time":"t","kind":"dns","name":"n%s.exfil.test","port":53,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}'
 	for i in 1 2 3; do
 		echo '{"time":"t","kind":"http","name":"hot.test","port":80,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}'
 	done >>"$FAKE_LEDGER"
@@ -839,12 +847,7 @@ L
 }
 
 @test "run --net learn: the proposal keeps at most 256 entries (the most counted), says what it left out, and warns" {
-	use_fake
-	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"
-	local i
-	for i in $(seq 1 300); do
-		printf '{"time":"t","kind":"connect","name":"n%s.test","port":443,"address":"198.51.100.10","up":9,"down":9,"verdict":"allowed","reason":null,"ms":3}\n' "$i"
-	done >"$FAKE_LEDGER"
+	fake_ledger 300 '{"time":"t","kind":"connect","name":"n%s.test","port":443,"address":"198.51.100.10","up":9,"down":9,"verdict":"allowed","reason":null,"ms":3}'
 	run_isopod -0 run --json-only --net learn -- true
 	json_is '.proposed_allowlist.allow | length == 256'
 	json_is '.proposed_allowlist.allow_omitted == {entries: 44, count: 44}'
