@@ -403,16 +403,26 @@ static const char *str(const json_t *j, const char *key)
 }
 
 /* A learn run's proposal (lib/propose.h) from its ledger, or null with a
- * warning when the ledger cannot be read. */
+ * warning when the ledger cannot be read; a warning too when the proposal
+ * is capped (an allowlist of it would not serve every flow). */
 static json_t *learned(const char *id, json_t *warnings)
 {
 	char p[PATH_MAX], w[PATH_MAX + 128];
 	const char *why = "no ledger";
 	json_t *j = NULL;
+	json_int_t n;
 
 	if (id_vm_ok(id) && pathn(p, sizeof p, "%s/vms/%s/ledger.jsonl", store_home(), id) == 0 &&
-	    (j = propose_path(p, &why)))
+	    (j = propose_path(p, &why))) {
+		n = json_integer_value(json_object_get(json_object_get(j, "allow_omitted"), "entries"));
+		if (n)
+			json_array_append_new(warnings,
+					      json_sprintf("the proposed allowlist leaves out %lld "
+							   "entries (it keeps at most %d, in %d bytes)",
+							   (long long)n, PROPOSE_LIST_MAX,
+							   PROPOSE_NAMES_BYTES));
 		return j;
+	}
 	snprintf(w, sizeof w, "no proposed allowlist: the ledger of %s: %s", id, why);
 	json_array_append_new(warnings, json_string(w));
 	return json_null();

@@ -269,22 +269,32 @@ static int status_fail(struct reg *r, const char *what, long st)
 		    "%s: the registry answered HTTP %ld", what, st);
 }
 
-int reg_blob_head(struct reg *r, const char *digest)
+/* method ("HEAD" or "GET") r->base/what/name (what: "blobs" or
+ * "manifests"), redirects followed, into x: 1 on HTTP 200; 0 on a HEAD's
+ * 404 (not there); -1 with r->err (transport, or the status). */
+static int retrieve(struct reg *r, const char *method, const char *what, const char *name,
+		    const char *accept, struct xfer *x)
 {
 	char url[800];
-	struct xfer x;
 	long st;
 
-	xfer_init(&x);
-	snprintf(url, sizeof url, "%s/blobs/%s", r->base, digest);
-	st = request(r, "HEAD", url, NULL, NULL, &x, 1);
+	snprintf(url, sizeof url, "%s/%s/%s", r->base, what, name);
+	st = request(r, method, url, NULL, accept, x, 1);
 	if (st < 0)
 		return -1;
 	if (st == 200)
 		return 1;
-	if (st == 404)
+	if (st == 404 && !strcmp(method, "HEAD"))
 		return 0;
 	return status_fail(r, url, st);
+}
+
+int reg_blob_head(struct reg *r, const char *digest)
+{
+	struct xfer x;
+
+	xfer_init(&x);
+	return retrieve(r, "HEAD", "blobs", digest, NULL, &x);
 }
 
 static int blob_put(struct reg *r, const char *digest, struct xfer *x, long long size)
@@ -346,18 +356,17 @@ int reg_blob_put_mem(struct reg *r, const char *digest, const char *buf, size_t 
 /* GET url into x, then hold it to d. */
 static int blob_get(struct reg *r, const struct oci_desc *d, struct xfer *x)
 {
-	char url[800], got[OCI_DIGEST_SZ];
-	long st;
+	char got[OCI_DIGEST_SZ];
+	int ok;
 
-	snprintf(url, sizeof url, "%s/blobs/%s", r->base, d->digest);
 	x->want = d->size;
-	st = request(r, "GET", url, NULL, NULL, x, 1);
-	if (st < 0)
-		return -1;
+	ok = retrieve(r, "GET", "blobs", d->digest, NULL, x);
+	/* a write error aborts the transfer as a write error, never a
+	 * transport failure: it is named before the status */
 	if (x->werr)
 		return fail(r, x->werr, "writing blob %s: %s", d->digest, strerror(x->werr));
-	if (st != 200)
-		return status_fail(r, url, st);
+	if (ok < 0)
+		return -1;
 	if (x->too_long)
 		return fail(r, EBADMSG, "blob %s: the registry sent more than its %lld bytes",
 			    d->digest, d->size);
@@ -406,25 +415,21 @@ int reg_blob_get_mem(struct reg *r, const struct oci_desc *d, char **buf, size_t
 int reg_manifest_get(struct reg *r, const char *ref, char **buf, size_t *n,
 		     char digest[OCI_DIGEST_SZ])
 {
-	char url[800];
 	struct xfer x;
-	long st;
 
 	xfer_init(&x);
 	x.cap = OCI_MANIFEST_MAX;
 	x.mem = malloc(x.cap + 1);
 	if (!x.mem)
 		return fail(r, ENOMEM, "out of memory");
-	snprintf(url, sizeof url, "%s/manifests/%s", r->base, ref);
-	st = request(r, "GET", url, NULL, OCI_MT_MANIFEST, &x, 1);
-	if (st < 0 || st != 200 || x.too_long) {
+	/* too long is a write error, never a transport failure: it is named
+	 * before the status */
+	if (retrieve(r, "GET", "manifests", ref, OCI_MT_MANIFEST, &x) < 0 || x.too_long) {
 		free(x.mem);
-		if (st < 0)
-			return -1;
 		if (x.too_long)
 			return fail(r, EBADMSG, "manifest %s: more than %u bytes", ref,
 				    OCI_MANIFEST_MAX);
-		return status_fail(r, url, st);
+		return -1;
 	}
 	x.mem[x.n] = 0;
 	xfer_digest(&x, digest);
@@ -440,21 +445,14 @@ int reg_manifest_get(struct reg *r, const char *ref, char **buf, size_t *n,
 
 int reg_manifest_head(struct reg *r, const char *ref, char digest[OCI_DIGEST_SZ])
 {
-	char url[800];
 	struct xfer x;
-	long st;
+	int ok;
 
 	xfer_init(&x);
-	snprintf(url, sizeof url, "%s/manifests/%s", r->base, ref);
-	st = request(r, "HEAD", url, NULL, OCI_MT_MANIFEST, &x, 1);
-	if (st < 0)
-		return -1;
-	if (st == 404)
-		return 0;
-	if (st != 200)
-		return status_fail(r, url, st);
-	snprintf(digest, OCI_DIGEST_SZ, "%s", x.digest);
-	return 1;
+	ok = retrieve(r, "HEAD", "manifests", ref, OCI_MT_MANIFEST, &x);
+	if (ok == 1)
+		snprintf(digest, OCI_DIGEST_SZ, "%s", x.digest);
+	return ok;
 }
 
 int reg_manifest_put(struct reg *r, const char *ref, const char *buf, size_t n)

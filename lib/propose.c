@@ -6,6 +6,7 @@
 #include "allow.h"
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,13 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A name as the ledger had it, at most this long (the broker writes host
- * names of <= 253 characters and addresses; more is not a ledger of ours). */
-#define RAW_MAX 300
-
 struct pflow {
 	const char *kind; /* "connect", "http", "dns": static */
-	char *name;       /* normalised when valid, else the ledger's bytes */
+	char *name;       /* normalised when valid, else an IP address as written */
 	unsigned port;
 	int valid;        /* a host name (lib/allow.c), not an address */
 	long long count;
@@ -30,6 +27,11 @@ struct pflow {
 struct plist {
 	struct pflow *v;
 	size_t n, cap;
+};
+
+/* The ledger's lines, as the proposal counts them (see propose.h). */
+struct tally {
+	long long lines, skipped, failed, not_names;
 };
 
 static int push(struct plist *l, const struct pflow *f)
@@ -57,8 +59,19 @@ static const char *kind_of(const char *k)
 	return NULL;
 }
 
+/* Is name an IPv4 or IPv6 address (what the broker writes for a flow to
+ * an address rather than a name)? */
+static int is_address(const char *name)
+{
+	unsigned char a[16];
+
+	return strlen(name) < INET6_ADDRSTRLEN &&
+	       (inet_pton(AF_INET, name, a) == 1 || inet_pton(AF_INET6, name, a) == 1);
+}
+
 /* One line: 1 a succeeded flow (into f), 0 a line of no flow (a policy or
- * ledger line), 2 a flow that did not succeed, -1 not a ledger object. */
+ * ledger line), 2 a flow that did not succeed, 3 a succeeded flow whose
+ * name is neither a host name nor an address, -1 not a ledger object. */
 static int read_line(const char *p, size_t n, struct pflow *f)
 {
 	char norm[ALLOW_NAME_MAX + 1];
@@ -88,8 +101,14 @@ static int read_line(const char *p, size_t n, struct pflow *f)
 	    json_integer_value(port) > 65535)
 		goto out;
 	f->port = (unsigned)json_integer_value(port);
+	/* Any other name is counted, never listed: the guest chose its bytes,
+	 * and a name cut to a length could end inside a UTF-8 sequence (no
+	 * longer JSON text). */
 	f->valid = allow_name_norm(norm, sizeof norm, name) == 0;
-	f->name = f->valid ? strdup(norm) : strndup(name, RAW_MAX);
+	r = 3;
+	if (!f->valid && !is_address(name))
+		goto out;
+	f->name = strdup(f->valid ? norm : name);
 	r = f->name ? 1 : -2;
 out:
 	json_decref(j);
@@ -189,19 +208,6 @@ static char *pattern_of(const struct pflow *f)
 	return strdup(buf);
 }
 
-/* No wildcard is proposed.  "*.PARENT" over three shards read well until a
- * review found the parents a rule of labels cannot tell apart: github.io,
- * cloudfront.net, co.uk are public suffixes, where anyone may register a
- * host, so a folded "*.github.io" would let a later filtered run reach an
- * attacker's.  Without a public suffix list, exact names only. */
-static int fold(struct strs *names, struct strs *out)
-{
-	for (size_t i = 0; i < names->n; i++)
-		if (add_str(out, strdup(names->v[i])) < 0)
-			return -1;
-	return 0;
-}
-
 static long find(const struct strs *pats, const char *key)
 {
 	char *const *hit = pats->n ? bsearch(&key, pats->v, pats->n, sizeof *pats->v, str_cmp) : NULL;
@@ -209,9 +215,9 @@ static long find(const struct strs *pats, const char *key)
 	return hit ? (long)(hit - pats->v) : -1;
 }
 
-/* The entry covering f: its exact pattern, else a wildcard over one of its
- * parents.  A dns flow has no port: the name's entry of ports 80/443, else
- * any of its ports' entries (found by a scan of the sorted list). */
+/* The entry covering f: its exact pattern.  A dns flow has no port: the
+ * name's entry of ports 80/443, else any of its ports' entries (found by a
+ * scan of the sorted list). */
 static long cover(const struct strs *pats, const struct pflow *f)
 {
 	char key[ALLOW_PATTERN_MAX];
@@ -240,11 +246,6 @@ static long cover(const struct strs *pats, const struct pflow *f)
 		if (a < pats->n && !strncmp(pats->v[a], key, nl + 1))
 			return (long)a;
 	}
-	for (const char *d = strchr(f->name, '.'); d; d = strchr(d + 1, '.')) {
-		snprintf(key, sizeof key, "*%s", d);
-		if ((e = find(pats, key)) >= 0)
-			return e;
-	}
 	return -1;
 }
 
@@ -262,7 +263,7 @@ static json_t *unservable(const struct pflow *f)
 	if (f->kind[0] != 'd')
 		why = "to an IP address: filtered serves names only";
 	else if (!f->valid)
-		why = "not a host name: filtered refuses the query";
+		why = "an address, not a host name: filtered refuses the query";
 	else
 		why = "resolved, and no flow through the proxy went to it: another protocol, or a "
 		      "client that ignores http_proxy/https_proxy (filtered cannot serve it)";
@@ -271,11 +272,94 @@ static json_t *unservable(const struct pflow *f)
 	return o;
 }
 
-/* The proposal of the merged flows (see propose.h). */
-static json_t *build(struct plist *l, long long lines, long long skipped, long long failed)
+/* A candidate for a capped list: its weight (the count of the flows it
+ * stands for), the bytes of its name or pattern, its place in the list. */
+struct weigh {
+	long long w;
+	size_t len, i;
+};
+
+static int weigh_cmp(const void *pa, const void *pb)
 {
-	struct strs names = { .n = 0 }, pats = { .n = 0 };
-	json_t *allow = NULL, *un = json_array(), *out = NULL, **ent = NULL;
+	const struct weigh *a = pa, *b = pb;
+
+	if (a->w != b->w)
+		return a->w > b->w ? -1 : 1;
+	return (a->i > b->i) - (a->i < b->i);
+}
+
+/* The guest chooses how many names a ledger holds (each name it looks up
+ * is one), and a proposal must stay small enough for its readers (people,
+ * jq over a run's result): of a list's n candidates v, the heaviest first
+ * are kept (keep[i] = 1) while the list holds fewer than PROPOSE_LIST_MAX
+ * and their names fit in PROPOSE_NAMES_BYTES; *omitted says how many were
+ * left out ({what: N, count: their weight}), or stays NULL: none were. */
+static int cap(struct weigh *v, size_t n, char *keep, const char *what, json_t **omitted)
+{
+	size_t kept = 0, bytes = 0;
+	long long gone = 0, w = 0;
+
+	qsort(v, n, sizeof *v, weigh_cmp);
+	for (size_t i = 0; i < n; i++) {
+		if (kept < PROPOSE_LIST_MAX && v[i].len <= PROPOSE_NAMES_BYTES - bytes) {
+			keep[v[i].i] = 1;
+			kept++;
+			bytes += v[i].len;
+		} else {
+			gone++;
+			w += v[i].w;
+		}
+	}
+	*omitted = NULL;
+	if (gone && !(*omitted = json_pack("{s:I, s:I}", what, (json_int_t)gone, "count",
+					   (json_int_t)w)))
+		return -1;
+	return 0;
+}
+
+/* Which patterns and which unservable flows the proposal keeps (cap):
+ * keep_pat[pats->n], keep_flow[l->n] (an unservable flow's own; a covered
+ * flow goes with its entry), and what was left out of each. */
+static int keep_of(const struct plist *l, const struct strs *pats, char *keep_pat,
+		   char *keep_flow, json_t **pat_gone, json_t **flow_gone)
+{
+	struct weigh *pw = calloc(pats->n + 1, sizeof *pw), *fw = calloc(l->n + 1, sizeof *fw);
+	size_t i, nf = 0;
+	int r = -1;
+
+	if (!pw || !fw)
+		goto out;
+	for (i = 0; i < pats->n; i++)
+		pw[i] = (struct weigh){ .len = strlen(pats->v[i]), .i = i };
+	for (i = 0; i < l->n; i++) {
+		const struct pflow *f = &l->v[i];
+
+		if (f->entry >= 0)
+			pw[f->entry].w += f->count;
+		else
+			fw[nf++] = (struct weigh){ .w = f->count, .len = strlen(f->name), .i = i };
+	}
+	if (cap(pw, pats->n, keep_pat, "entries", pat_gone) == 0 &&
+	    cap(fw, nf, keep_flow, "flows", flow_gone) == 0)
+		r = 0;
+out:
+	free(pw);
+	free(fw);
+	return r;
+}
+
+/* The proposal of the merged flows (see propose.h).  No wildcard is
+ * proposed.  "*.PARENT" over three shards read well until a review found
+ * the parents a rule of labels cannot tell apart: github.io,
+ * cloudfront.net, co.uk are public suffixes, where anyone may register a
+ * host, so a folded "*.github.io" would let a later filtered run reach an
+ * attacker's.  Without a public suffix list, exact names only. */
+static json_t *build(struct plist *l, const struct tally *t)
+{
+	struct strs pats = { .n = 0 };
+	json_t *allow = json_array(), *un = json_array(), *out = NULL, **ent = NULL;
+	json_t *pat_gone = NULL, *flow_gone = NULL;
+	char *keep_pat = NULL, *keep_flow = NULL;
 	size_t i;
 
 	for (i = 0; i < l->n; i++) {
@@ -283,38 +367,48 @@ static json_t *build(struct plist *l, long long lines, long long skipped, long l
 
 		if (f->kind[0] == 'd' || !f->valid)
 			continue;
-		if (f->port == 80 || f->port == 443 ? add_str(&names, strdup(f->name)) < 0
-						    : add_str(&pats, pattern_of(f)) < 0)
+		if (add_str(&pats, pattern_of(f)) < 0)
 			goto out;
 	}
-	uniq(&names);
-	if (fold(&names, &pats) < 0)
-		goto out;
 	uniq(&pats);
-	if (!(allow = json_array()) || !un || !(ent = calloc(pats.n + 1, sizeof *ent)))
+	for (i = 0; i < l->n; i++)
+		l->v[i].entry = l->v[i].valid ? cover(&pats, &l->v[i]) : -1;
+	if (!allow || !un || !(ent = calloc(pats.n + 1, sizeof *ent)) ||
+	    !(keep_pat = calloc(pats.n + 1, 1)) || !(keep_flow = calloc(l->n + 1, 1)) ||
+	    keep_of(l, &pats, keep_pat, keep_flow, &pat_gone, &flow_gone) < 0)
 		goto out;
 	for (i = 0; i < pats.n; i++) {
+		if (!keep_pat[i])
+			continue;
 		ent[i] = json_pack("{s:s, s:[]}", "pattern", pats.v[i], "flows");
 		if (!ent[i] || json_array_append_new(allow, ent[i]) < 0)
 			goto out;
 	}
 	for (i = 0; i < l->n; i++) {
-		struct pflow *f = &l->v[i];
+		const struct pflow *f = &l->v[i];
 
-		f->entry = f->valid ? cover(&pats, f) : -1;
-		if (f->entry >= 0 ? json_array_append_new(json_object_get(ent[f->entry], "flows"),
-							  flow_json(f))
-				  : json_array_append_new(un, unservable(f)))
+		if (f->entry >= 0 ? keep_pat[f->entry] &&
+					    json_array_append_new(json_object_get(ent[f->entry], "flows"),
+								  flow_json(f))
+				  : keep_flow[i] && json_array_append_new(un, unservable(f)))
 			goto out;
 	}
-	out = json_pack("{s:O, s:O, s:I, s:I, s:I}", "allow", allow, "unservable", un, "lines",
-			(json_int_t)lines, "skipped", (json_int_t)skipped, "not_succeeded",
-			(json_int_t)failed);
+	out = json_pack("{s:O, s:O, s:I, s:I, s:I, s:I}", "allow", allow, "unservable", un,
+			"lines", (json_int_t)t->lines, "skipped", (json_int_t)t->skipped,
+			"not_succeeded", (json_int_t)t->failed, "not_names", (json_int_t)t->not_names);
+	if (out && ((pat_gone && json_object_set(out, "allow_omitted", pat_gone) < 0) ||
+		    (flow_gone && json_object_set(out, "unservable_omitted", flow_gone) < 0))) {
+		json_decref(out);
+		out = NULL;
+	}
 out:
 	free(ent);
+	free(keep_pat);
+	free(keep_flow);
+	json_decref(pat_gone);
+	json_decref(flow_gone);
 	json_decref(allow);
 	json_decref(un);
-	strs_free(&names);
 	strs_free(&pats);
 	return out;
 }
@@ -322,7 +416,7 @@ out:
 json_t *propose_ledger(const char *buf, size_t n)
 {
 	struct plist l = { .n = 0 };
-	long long lines = 0, skipped = 0, failed = 0;
+	struct tally t = { .lines = 0 };
 	json_t *out = NULL;
 	size_t i = 0;
 
@@ -333,20 +427,21 @@ json_t *propose_ledger(const char *buf, size_t n)
 		int r;
 
 		if (len) {
-			lines++;
+			t.lines++;
 			r = read_line(buf + i, len, &f);
 			if (r == -2 || (r == 1 && push(&l, &f) < 0)) {
 				if (r == 1)
 					free(f.name);
 				goto out;
 			}
-			skipped += r == -1;
-			failed += r == 2;
+			t.skipped += r == -1;
+			t.failed += r == 2;
+			t.not_names += r == 3;
 		}
 		i += len + 1;
 	}
 	merge(&l);
-	out = build(&l, lines, skipped, failed);
+	out = build(&l, &t);
 out:
 	for (i = 0; i < l.n; i++)
 		free(l.v[i].name);
@@ -356,7 +451,9 @@ out:
 
 json_t *propose_path(const char *path, const char **why)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO in the ledger's place must not hang the reader
+	 * before fstat can refuse it */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	struct stat st;
 	size_t got = 0;
 	char *buf = NULL;

@@ -17,16 +17,27 @@
  *   Each entry lists the flows it covers, the dns queries for its names
  *   among them;
  * - "unservable": the succeeded flows filtered mode cannot serve, each with
- *   its "why": to an IP address (filtered serves names only), or a name
- *   resolved that no flow through the proxy went to (another protocol, or a
- *   client that ignores http_proxy/https_proxy);
+ *   its "why": to an IP address (filtered serves names only), a query for
+ *   an address, or a name resolved that no flow through the proxy went to
+ *   (another protocol, or a client that ignores http_proxy/https_proxy);
  * - "lines", "skipped" (lines not ledger objects), "not_succeeded" (flow
- *   lines that did not succeed: refusals, connections that failed). */
+ *   lines that did not succeed: refusals, connections that failed),
+ *   "not_names" (succeeded flow lines whose name is neither a host name nor
+ *   an IP address: counted, never listed, so never cut to a length). */
 #ifndef ISOPOD_PROPOSE_H
 #define ISOPOD_PROPOSE_H
 
 #include <jansson.h>
 #include <stddef.h>
+
+/* Each list of a proposal ("allow"'s entries, "unservable"'s flows) holds
+ * at most PROPOSE_LIST_MAX items and PROPOSE_NAMES_BYTES of their patterns
+ * or names: the guest chooses how many names a ledger holds.  Past either,
+ * the items with the most count are kept, in their order, and
+ * "allow_omitted":{entries,count} / "unservable_omitted":{flows,count}
+ * says what was left out (absent: nothing was). */
+#define PROPOSE_LIST_MAX 256
+#define PROPOSE_NAMES_BYTES 16384
 
 /* A ledger larger than this is refused rather than read (the broker's cap
  * is 64 MiB unless ISOPOD_LEDGER_MAX says otherwise). */
@@ -37,7 +48,8 @@
 json_t *propose_ledger(const char *buf, size_t n);
 
 /* The proposal of the ledger file at path, or NULL with *why set (a static
- * text; errno set when a call failed): unreadable, too large, no memory. */
+ * text; errno set when a call failed): unreadable, not a regular file (a
+ * FIFO or a device is refused, never waited on), too large, no memory. */
 json_t *propose_path(const char *path, const char **why);
 
 #endif

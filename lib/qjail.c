@@ -234,6 +234,21 @@ void qjail_free(struct qjail *qj)
 	qj->dirfd = -1;
 }
 
+/* A sysctl's value as a number (/proc/sys/fs/protected_hardlinks: the
+ * jail's handover relies on 1); -1 when unreadable or not a number. */
+static long sysctl_value(const char *path)
+{
+	char b[32] = "", *e;
+	long v;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, b, sizeof b - 1);
+
+	if (fd >= 0)
+		close(fd);
+	v = n > 0 ? strtol(b, &e, 10) : -1;
+	return n > 0 && e != b && (*e == '\n' || !*e) ? v : -1;
+}
+
 int qjail_give(struct qjail *qj, const char *dir, char *err, size_t errsz)
 {
 	if (geteuid() != 0) /* a user's jail is the user: nothing to hand over */

@@ -554,19 +554,6 @@ size_t hex_span(const char *s)
 	return i;
 }
 
-long sysctl_value(const char *path)
-{
-	char b[32] = "", *e;
-	long v;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd < 0 ? -1 : read(fd, b, sizeof b - 1);
-
-	if (fd >= 0)
-		close(fd);
-	v = n > 0 ? strtol(b, &e, 10) : -1;
-	return n > 0 && e != b && (*e == '\n' || !*e) ? v : -1;
-}
-
 int hex64_ok(const char *s)
 {
 	return s && hex_span(s) == 64 && !s[64];

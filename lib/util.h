@@ -90,10 +90,6 @@ json_t *json_read_stdin(void);
  * text, may be NULL). */
 json_t *json_parse(const char *buf, size_t n, size_t flags, char *why, size_t whysz);
 
-/* A sysctl's value as a number (/proc/sys/fs/protected_hardlinks: the
- * jail's handover relies on 1); -1 when unreadable or not a number. */
-long sysctl_value(const char *path);
-
 /* Syntax of the store's names, checked before anything is looked up.
  * hex_span: how many lower-case hex digits s starts with. */
 size_t hex_span(const char *s);

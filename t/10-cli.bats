@@ -620,6 +620,19 @@ hi" ]
 	[ "$status" -eq 0 ]
 }
 
+@test "lint: source files are under 1000 lines; C functions in bin/, lib/ and agent/ at most 150 (opening to closing brace)" {
+	local long
+	cd "$ISOPOD_SRC"
+	long=$(awk 'FNR == 1000 { print FILENAME }' bin/*.c lib/*.[ch] agent/*.[ch] fuzz/*.[ch] \
+		t/unit/*.[ch] t/jail/*.c sh/isopod)
+	[ -z "$long" ] || { echo "1000 lines or more: $long"; false; }
+	# the style puts a function's braces in column 0, and nothing else's
+	long=$(awk 'FNR == 1 { s = 0 } /^\{/ { s = FNR }
+		/^\}/ { if (s && FNR - s + 1 > 150) print FILENAME ":" s ": " FNR - s + 1; s = 0 }' \
+		bin/*.c lib/*.c agent/*.c)
+	[ -z "$long" ] || { echo "functions over 150 lines: $long"; false; }
+}
+
 @test "lint: no library changes the process's environment to reach a child (struct proc_spec's env does)" {
 	cd "$ISOPOD_SRC"
 	# The one exception: lib/util.c's constructor takes ISOPOD_STATUS_FD
@@ -757,13 +770,21 @@ L
 	json_is 'has("egress") | not'
 }
 
-@test "run: egress keeps at most 256 denied groups (the most counted) and says what it left out" {
+# fake_ledger N LINE: use_fake, with a ledger of N lines LINE (a printf
+# format: %s is the line's number, 1..N).
+fake_ledger() {
+	local i
 	use_fake
 	export FAKE_LEDGER="$BATS_TEST_TMPDIR/ledger"
-	local i
-	for i in $(seq 1 300); do
-		printf '{"time":"t","kind":"dns","name":"n%s.exfil.test","port":53,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}\n' "$i"
+	for i in $(seq 1 "$1"); do
+		# shellcheck disable=SC2059
+		printf "$2\n" "$i"
 	done >"$FAKE_LEDGER"
+}
+
+@test "run: egress keeps at most 256 denied groups (the most counted) and says what it left out" {
+	local i
+	fake_ledger 300 '{"time":"t","kind":"dns","name":"n%s.exfil.test","port":53,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}'
 	for i in 1 2 3; do
 		echo '{"time":"t","kind":"http","name":"hot.test","port":80,"address":null,"up":0,"down":0,"verdict":"denied","reason":"not in the allowlist","ms":0}'
 	done >>"$FAKE_LEDGER"
@@ -823,6 +844,14 @@ L
 	[[ "$stderr" == *"not a regular file"* ]]
 	run_isopod -100 allow list
 	[[ "$stderr" == *"usage: isopod-allow propose LEDGER"* ]]
+}
+
+@test "run --net learn: the proposal keeps at most 256 entries (the most counted), says what it left out, and warns" {
+	fake_ledger 300 '{"time":"t","kind":"connect","name":"n%s.test","port":443,"address":"198.51.100.10","up":9,"down":9,"verdict":"allowed","reason":null,"ms":3}'
+	run_isopod -0 run --json-only --net learn -- true
+	json_is '.proposed_allowlist.allow | length == 256'
+	json_is '.proposed_allowlist.allow_omitted == {entries: 44, count: 44}'
+	json_is '.warnings == ["the proposed allowlist leaves out 44 entries (it keeps at most 256, in 16384 bytes)"]'
 }
 
 # ---- the failure contract and isopod-result --------------------------------------

@@ -52,6 +52,22 @@ st() {
 # what a store holds below its top directories
 written() { (cd "$1" 2>/dev/null && find . -mindepth 2 | sort); }
 lie() { echo "$*" >"$MODE"; }
+# pull_altered FROM ID NAME EDIT TO STATUS WANT: stage ID of store $T/FROM,
+# its meta.json edited by the jq filter EDIT and sealed anew as it is now
+# (trust on first use: its seal dropped), is pushed as NAME:v1 and pulled
+# into store $T/TO: refused with STATUS, stderr saying WANT, nothing written.
+pull_altered() {
+	local from=$T/$1 id=$2 name=$3 edit=$4 to=$T/$5 want_status=$6 want=$7
+	jq "$edit | del(.seal)" "$from/stages/$id/meta.json" >"$from.meta"
+	mv "$from.meta" "$from/stages/$id/meta.json"
+	ISOPOD_HOME="$from" isopod-stage verify --reseal "$id" >/dev/null
+	st "$from" push --plain-http "$id" "$REG/isopod/$name:v1"
+	[ "$status" -eq 0 ]
+	st "$to" pull --plain-http "$REG/isopod/$name:v1"
+	[ "$status" -eq "$want_status" ]
+	[[ "$stderr" == *"$want"* ]]
+	[ -z "$(written "$to")" ]
+}
 
 @test "push: a 15-layer chain and its base, one manifest each naming its parent by digest; again: nothing moves; one layer more: one layer moves" {
 	st "$T/a" push --plain-http s15 "$REG/isopod/chain:v1"
@@ -196,16 +212,8 @@ lie() { echo "$*" >"$MODE"; }
 	chmod 0644 "$f"
 	qemu-img rebase -u -f qcow2 -F raw -b /etc/hostname "$f"
 	chmod 0444 "$f"
-	# sealed anew as it is now (trust on first use: its seal dropped)
-	jq 'del(.seal)' "$T/e/stages/$id/meta.json" >"$T/e.meta"
-	mv "$T/e.meta" "$T/e/stages/$id/meta.json"
-	ISOPOD_HOME="$T/e" isopod-stage verify --reseal "$id" >/dev/null
-	st "$T/e" push --plain-http "$id" "$REG/isopod/evil:v1"
-	[ "$status" -eq 0 ]
-	st "$T/f" pull --plain-http "$REG/isopod/evil:v1"
-	[ "$status" -eq 111 ]
-	[[ "$stderr" == *"its layer is refused: its backing file is /etc/hostname (raw), not ../../images/base-"* ]]
-	[ -z "$(written "$T/f")" ]
+	pull_altered e "$id" evil . f 111 \
+		"its layer is refused: its backing file is /etc/hostname (raw), not ../../images/base-"
 }
 
 @test "pull refuses a layer whose qcow2 header asks for an external data file (a host path), before any qemu-img opens it" {
@@ -229,15 +237,7 @@ lie() { echo "$*" >"$MODE"; }
 @test "pull: a stage whose name is a flavor here (debian) is refused (102), nothing written" {
 	# a name is a reference too: pulled as is, --stage debian would run it
 	id=$(sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$T/n" 1 1 named)
-	jq '.name = "debian" | del(.seal)' "$T/n/stages/$id/meta.json" >"$T/n.meta"
-	mv "$T/n.meta" "$T/n/stages/$id/meta.json"
-	ISOPOD_HOME="$T/n" isopod-stage verify --reseal "$id" >/dev/null
-	st "$T/n" push --plain-http "$id" "$REG/isopod/named:v1"
-	[ "$status" -eq 0 ]
-	st "$T/o" pull --plain-http "$REG/isopod/named:v1"
-	[ "$status" -eq 102 ]
-	[[ "$stderr" == *"its name debian: "* ]]
-	[ -z "$(written "$T/o")" ]
+	pull_altered n "$id" named '.name = "debian"' o 102 "its name debian: "
 }
 
 @test "pull: a label this store gives another stage is a conflict (102), nothing written" {

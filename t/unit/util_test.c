@@ -410,30 +410,6 @@ static void test_run_options(void)
 	   "run_options_json: no value where the getopt table takes none: %s", err);
 }
 
-/* sysctl_value: what qjail_give compares protected_hardlinks with. */
-static void test_sysctl(void)
-{
-	static const char *const text[] = { "1\n", "0\n", "", "x\n", "12" };
-	static const long want[] = { 1, 0, -1, -1, 12 };
-	char p[PATH_MAX];
-
-	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-		FILE *f;
-
-		snprintf(p, sizeof p, "%s/sysctl-%zu", dir, i);
-		f = fopen(p, "w");
-		if (f) {
-			fputs(text[i], f);
-			fclose(f);
-		}
-		ok(sysctl_value(p) == want[i], "sysctl_value of text %zu: %ld", i, want[i]);
-	}
-	snprintf(p, sizeof p, "%s/no-such-sysctl", dir);
-	ok(sysctl_value(p) == -1, "sysctl_value of a missing file: -1");
-	ok(sysctl_value("/proc/sys/fs/protected_hardlinks") == 1,
-	   "this host protects hard links (the jail's handover needs it)");
-}
-
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "status-child"))
@@ -453,7 +429,6 @@ int main(int argc, char **argv)
 	test_utf8();
 	test_status_fd(argv[0]);
 	test_run_options();
-	test_sysctl();
 	{
 		char cmd[300];
 
