@@ -125,7 +125,7 @@ fail:
 /* The filter for what the broker never does again -- open a file (its ledger
  * and log are descriptors already), run or fork a program, look into
  * another process, open a socket other than IPv4 and the route netlink
- * that reads the host's addresses -- nor the kernel surfaces no broker
+ * that reads the host's addresses, bind or listen on a socket -- nor the kernel surfaces no broker
  * needs (io_uring, userfaultfd, perf, bpf, keyrings, namespaces, mounts).
  * It stacks on the jail's (lib/jailchild.c); without the jail it is still
  * applied.  Foreign architectures' calls are killed. */
@@ -168,6 +168,13 @@ int bk_lock_down(void)
 		BK_DENY(SYS_flock), BK_DENY(SYS_prctl), BK_DENY(SYS_ftruncate),
 		BK_DENY(SYS_fallocate), BK_DENY(SYS_pwritev2), BK_DENY(SYS_pidfd_open),
 		BK_DENY(SYS_pidfd_getfd), BK_DENY(SYS_pidfd_send_signal), BK_DENY(SYS_kcmp),
+		/* review (broker bind): its listeners are bound already; a bind or
+		 * listen now could take another slot's gateway:3128 (or :1053)
+		 * before that slot's broker does, and its guest's traffic with it.
+		 * Sockets made since get a port at connect/sendto, chosen by the
+		 * kernel; the host's addresses are read without a bind
+		 * (policy_own_addr) */
+		BK_DENY(SYS_bind), BK_DENY(SYS_listen),
 		/* fcntl(F_SETFL) would clear the ledger's O_APPEND (nothing here
 		 * sets a flag after this point: sockets and pipes are made
 		 * non-blocking at birth) */
