@@ -92,6 +92,8 @@ static void sup_setup(struct sup *s)
 static void sup_broker(struct sup *s)
 {
 	char bl[PATH_MAX], msg[512];
+	unsigned long long start = 0;
+	long long uid = -1;
 	json_t *m;
 	int blog;
 
@@ -106,8 +108,16 @@ static void sup_broker(struct sup *s)
 		_exit(111);
 	}
 	close(blog);
-	/* for isopod-gc, should a broker ever outlive us */
-	m = json_pack("{s:I}", "broker_pid", (json_int_t)s->eg.pid);
+	/* for isopod-gc, should a broker ever outlive us: who it is, as the
+	 * kernel says (our child, unreaped: the pid is its own), not its
+	 * cmdline, which a subverted broker may rewrite */
+	if (proc_ident(s->eg.pid, &start, &uid, NULL) < 0) {
+		warn("supervisor: unable to read the broker's start and uid:");
+		start = 0;
+		uid = -1;
+	}
+	m = json_pack("{s:I, s:I, s:I}", "broker_pid", (json_int_t)s->eg.pid, "broker_start",
+		      (json_int_t)start, "broker_uid", (json_int_t)uid);
 	if (!m || vm_meta_update(s->id, NULL, m) < 0)
 		warn("supervisor: unable to record the broker's pid:");
 	json_decref(m);

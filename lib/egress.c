@@ -46,8 +46,9 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	add(e, e->arg[1]);
 	/* The ledger is opened by egress_start and handed over as fd 4: the
 	 * jailed broker has no writable path at all.  Its path stays on the
-	 * command line: the broker names it, isopod-gc recognises a leaked
-	 * broker by it. */
+	 * command line: the broker names it in its messages.  (isopod-gc
+	 * knows a leaked broker by its start time and uid, which the
+	 * supervisor records: a cmdline the broker can rewrite.) */
 	add(e, "--ledger");
 	add(e, e->arg[2]);
 	add(e, "--ledger-fd");

@@ -651,6 +651,51 @@ mkrec() {
 	jq -e --arg a "$live" '.removed == [$a]' <<<"$output"
 }
 
+# start_of PID, proc_state PID: fields 22 and 3 of /proc/PID/stat (its
+# comm, sleep, has no space)
+start_of() { cut -d' ' -f22 "/proc/$1/stat"; }
+proc_state() { cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null; }
+# leaked_rec N PID START UID: a running record whose supervisor is gone (no
+# lock) naming PID as its broker, started at START (ticks) as UID
+leaked_rec() {
+	local id
+	id=$(mkrec "$ISOPOD_HOME" "$1" running 60)
+	command jq --argjson p "$2" --argjson s "$3" --argjson u "$4" \
+		'. + {broker_pid: $p, broker_start: $s, broker_uid: $u}' \
+		"$ISOPOD_HOME/vms/$id/meta.json" >"$BATS_TEST_TMPDIR/m" &&
+		mv "$BATS_TEST_TMPDIR/m" "$ISOPOD_HOME/vms/$id/meta.json"
+	echo "$id"
+}
+
+@test "gc: a leaked broker is known by its start time and uid, not its cmdline: imitations are left alone, the real one is killed" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local d=$ISOPOD_HOME/vms
+	# two imitations: cmdlines that name their VM's directory, as a broker's
+	# --ledger does; one with another start time recorded, one another uid
+	bash -c "exec -a $d/vm-000000000001/ledger.jsonl sleep 60" 3>&- &
+	fake1=$!
+	bash -c "exec -a $d/vm-000000000002/ledger.jsonl sleep 60" 3>&- &
+	fake2=$!
+	# the real one has rewritten its cmdline: nothing of its VM's in it
+	sleep 60 3>&- &
+	real=$!
+	sleep 0.3
+	r1=$(leaked_rec 1 "$fake1" $(($(start_of "$fake1") + 1)) "$(id -u)")
+	r2=$(leaked_rec 2 "$fake2" "$(start_of "$fake2")" $(($(id -u) + 4242)))
+	r3=$(leaked_rec 3 "$real" "$(start_of "$real")" "$(id -u)")
+	run --separate-stderr isopod-gc
+	[ "$status" -eq 0 ]
+	jq -e --arg r "$r3" --argjson p "$real" \
+		'.leaked == [{kind: "broker", vm: $r, pid: $p, killed: true}]' <<<"$output"
+	# gone, or a zombie (ours: bash may not have waited for it yet)
+	[ "$(proc_state "$fake1")" = S ] && [ "$(proc_state "$fake2")" = S ]
+	for _ in $(seq 1 50); do [[ "$(proc_state "$real")" == @(|Z) ]] && break; sleep 0.1; done
+	[[ "$(proc_state "$real")" == @(|Z) ]]
+	jq -e '.state == "failed"' "$d/$r1/meta.json" "$d/$r2/meta.json" "$d/$r3/meta.json"
+	kill "$fake1" "$fake2"
+	wait "$fake1" "$fake2" "$real" 2>/dev/null || true
+}
+
 @test "gc --auto: never waits for a lock, detaches, at most once per gc_interval; off turns it off" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	for i in $(seq 1 3); do mkrec "$ISOPOD_HOME" "$i" stopped 7200 >/dev/null; done

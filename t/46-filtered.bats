@@ -337,6 +337,9 @@ broker_leaks() {
 	echo "$stderr"
 	echo "leaks: $output"
 	[ -z "$output" ]
+	# how isopod-gc would know it (the supervisor's record): its start and uid
+	jq -e --argjson s "$(cut -d' ' -f22 "/proc/$bp/stat")" --argjson u "$(jail_uid "broker-$id")" \
+		'.broker_start == $s and .broker_uid == $u' "$ISOPOD_HOME/vms/$id/meta.json"
 	# what the jail applied is in the broker's log
 	grep -q '^isopod-broker: jail: {.*"landlock_abi":[1-9]' "$ISOPOD_HOME/vms/$id/broker.log"
 	# the root it sees: its binary, its libraries, two devices, /proc
