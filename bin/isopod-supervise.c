@@ -13,9 +13,10 @@
  *   fd 8  (--slot) the network slot's lock: held while the VM lives, and
  *         the broker's fd 3
  * stdin: one JSON object {"vm":ID, "dir":DIR, "qemu":[ARGV...],
- * "net":{"mode","gateway","allow":[...]}|null, "jail":true|false}.  With
- * "jail":true QEMU runs in the jail (lib/qjail.c, lib/jail.c), and what
- * the jail applied goes into the VM's record as "jail".  The supervisor watches
+ * "net":{"mode","gateway","allow":[...]}|null, "jail":true|false,
+ * "jail_why":WHY}.  With "jail":true QEMU runs in the jail (lib/qjail.c,
+ * lib/jail.c), and so does its broker; what the jail applied goes into the
+ * VM's record as "jail".  False: neither, the broker's log says WHY.  The supervisor watches
  * QEMU, the owner and its signals through pidfds and a signalfd, and kills
  * QEMU (the pid it forked itself, never a pid read from a file).  QEMU
  * carries PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
@@ -341,6 +342,10 @@ static json_t *read_spec(struct sup *s, char **av, size_t avn)
 	if ((r = egress_plan(&s->eg, egress_broker_path(bp, sizeof bp), mode, gw,
 			     json_object_get(net, "allow"), ledger, s->id, msg, sizeof msg)) < 0)
 		die(r == -2 ? EX_SYS : EX_USAGE, "vm %s: %s", s->id, msg);
+	/* the broker as QEMU: isopod-boot decided once for both */
+	s->eg.jailed = s->jailed;
+	snprintf(s->eg.jail_why, sizeof s->eg.jail_why, "%s",
+		 json_string_value(json_object_get(spec, "jail_why")) ?: "the spec's jail is false");
 	return spec;
 }
 
