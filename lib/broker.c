@@ -1,14 +1,12 @@
 /* broker.c - isopod-broker's shared helpers (see broker.h). */
+#include "bpfdeny.h"
 #include "broker.h"
 #include "proxy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
 #include <linux/netlink.h>
-#include <linux/seccomp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -129,52 +127,37 @@ fail:
  * needs (io_uring, userfaultfd, perf, bpf, keyrings, namespaces, mounts).
  * It stacks on the jail's (lib/jailchild.c); without the jail it is still
  * applied.  Foreign architectures' calls are killed. */
-#if defined(__x86_64__)
-#define BK_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define BK_ARCH AUDIT_ARCH_AARCH64
-#else
-#error "isopod-broker: no seccomp filter for this architecture"
-#endif
-#define BK_DENY(nr)                                                                                \
-	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                            \
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
 #define BK_ARG(n) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[n]))
 int bk_lock_down(void)
 {
 	struct sock_filter f[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, BK_ARCH, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		SECCOMP_ARCH_CHECK,
 #ifdef __x86_64__
-		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1), /* x32 */
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		BK_DENY(SYS_open), BK_DENY(SYS_creat), BK_DENY(SYS_fork), BK_DENY(SYS_vfork),
+		DENY(SYS_open), DENY(SYS_creat), DENY(SYS_fork), DENY(SYS_vfork),
 #endif
-		BK_DENY(SYS_openat), BK_DENY(SYS_openat2), BK_DENY(SYS_open_by_handle_at),
-		BK_DENY(SYS_execve), BK_DENY(SYS_execveat), BK_DENY(SYS_clone), BK_DENY(SYS_clone3),
-		BK_DENY(SYS_ptrace), BK_DENY(SYS_process_vm_readv), BK_DENY(SYS_process_vm_writev),
-		BK_DENY(SYS_socketpair), BK_DENY(SYS_io_uring_setup), BK_DENY(SYS_userfaultfd),
-		BK_DENY(SYS_perf_event_open), BK_DENY(SYS_bpf), BK_DENY(SYS_keyctl),
-		BK_DENY(SYS_add_key), BK_DENY(SYS_request_key), BK_DENY(SYS_unshare),
-		BK_DENY(SYS_setns), BK_DENY(SYS_mount), BK_DENY(SYS_pivot_root),
-		BK_DENY(SYS_memfd_create),
+		DENY(SYS_openat), DENY(SYS_openat2), DENY(SYS_open_by_handle_at),
+		DENY(SYS_execve), DENY(SYS_execveat), DENY(SYS_clone), DENY(SYS_clone3),
+		DENY(SYS_ptrace), DENY(SYS_process_vm_readv), DENY(SYS_process_vm_writev),
+		DENY(SYS_socketpair), DENY(SYS_io_uring_setup), DENY(SYS_userfaultfd),
+		DENY(SYS_perf_event_open), DENY(SYS_bpf), DENY(SYS_keyctl),
+		DENY(SYS_add_key), DENY(SYS_request_key), DENY(SYS_unshare),
+		DENY(SYS_setns), DENY(SYS_mount), DENY(SYS_pivot_root),
+		DENY(SYS_memfd_create),
 		/* review (broker jail): the slot lock's flock is the supervisor's
 		 * too (LOCK_UN would free the slot); prctl could drop the
 		 * parent-death signal; ftruncate/fallocate/pwritev2 would rewrite
 		 * the ledger behind O_APPEND; pidfds and kcmp reach other
 		 * processes when the jail is off */
-		BK_DENY(SYS_flock), BK_DENY(SYS_prctl), BK_DENY(SYS_ftruncate),
-		BK_DENY(SYS_fallocate), BK_DENY(SYS_pwritev2), BK_DENY(SYS_pidfd_open),
-		BK_DENY(SYS_pidfd_getfd), BK_DENY(SYS_pidfd_send_signal), BK_DENY(SYS_kcmp),
+		DENY(SYS_flock), DENY(SYS_prctl), DENY(SYS_ftruncate),
+		DENY(SYS_fallocate), DENY(SYS_pwritev2), DENY(SYS_pidfd_open),
+		DENY(SYS_pidfd_getfd), DENY(SYS_pidfd_send_signal), DENY(SYS_kcmp),
 		/* review (broker bind): its listeners are bound already; a bind or
 		 * listen now could take another slot's gateway:3128 (or :1053)
 		 * before that slot's broker does, and its guest's traffic with it.
 		 * Sockets made since get a port at connect/sendto, chosen by the
 		 * kernel; the host's addresses are read without a bind
 		 * (policy_own_addr) */
-		BK_DENY(SYS_bind), BK_DENY(SYS_listen),
+		DENY(SYS_bind), DENY(SYS_listen),
 		/* fcntl(F_SETFL) would clear the ledger's O_APPEND (nothing here
 		 * sets a flag after this point: sockets and pipes are made
 		 * non-blocking at birth) */
