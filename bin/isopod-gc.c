@@ -357,6 +357,9 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 		r->created = parse_iso(json_string_value(json_object_get(j, "created")), r->created);
 		v = json_object_get(j, "qemu_pid");
 		r->qemu_pid = json_is_integer(v) ? json_integer_value(v) : 0;
+		v = json_object_get(j, "qemu_start");
+		r->qemu_start = json_is_integer(v) && json_integer_value(v) > 0
+					? (unsigned long long)json_integer_value(v) : 0;
 		v = json_object_get(j, "broker_pid");
 		r->broker_pid = json_is_integer(v) ? json_integer_value(v) : 0;
 		v = json_object_get(j, "broker_start");
@@ -379,9 +382,10 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 }
 
 /* Is pid still the process the record names?  With its start recorded
- * (the broker's: the supervisor read it at spawn), by what the kernel says
- * and the process cannot change: the same start time and uid.  Without
- * (QEMU, a record of an older isopod): its cmdline names dir/. */
+ * (the supervisor read it at spawn), by what the kernel says and the
+ * process cannot change: the same start time, and uid when recorded (the
+ * broker's).  Without (a record of an older isopod): its cmdline names
+ * dir/. */
 static int still_ours(long long pid, unsigned long long start, long long uid, const char *dir)
 {
 	unsigned long long t;
@@ -430,7 +434,7 @@ static void reap_stale(struct rec *r, const char *vmsdir)
 	if (strcmp(r->state, "booting") && strcmp(r->state, "running"))
 		return;
 	pathf(dir, sizeof dir, "%s/%s", vmsdir, r->id);
-	reap_pid("qemu", r->qemu_pid, 0, -1, r->id, dir);
+	reap_pid("qemu", r->qemu_pid, r->qemu_start, -1, r->id, dir);
 	reap_pid("broker", r->broker_pid, r->broker_start, r->broker_uid, r->id, dir);
 	if (gs.dry_run)
 		return;

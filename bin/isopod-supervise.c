@@ -162,6 +162,8 @@ static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 static void sup_qemu(struct sup *s)
 {
 	char msg[1024];
+	unsigned long long start;
+	json_t *m;
 
 	if (s->jailed) {
 		s->q = sup_jailed(s, msg, sizeof msg);
@@ -186,6 +188,13 @@ static void sup_qemu(struct sup *s)
 		dprintf(s->repfd, "error: pidfd_open: %s\n", strerror(errno));
 		_exit(111);
 	}
+	/* for isopod-gc, as the broker's: its start time, which QEMU cannot
+	 * change (its uid may not be the jail's yet: not recorded) */
+	m = proc_ident(s->q, &start, NULL, NULL) == 0
+		    ? json_pack("{s:I}", "qemu_start", (json_int_t)start) : NULL;
+	if (!m || vm_meta_update(s->id, NULL, m) < 0)
+		warn("supervisor: unable to record QEMU's start:");
+	json_decref(m);
 	dprintf(s->repfd, "%ld\n", (long)s->q);
 	close(s->repfd);
 }
