@@ -16,10 +16,11 @@
  * "net":{"mode","gateway","allow":[...]}|null, "jail":true|false,
  * "jail_why":WHY}.  With "jail":true QEMU runs in the jail (lib/qjail.c,
  * lib/jail.c), and so does its broker; what the jail applied goes into the
- * VM's record as "jail".  False: neither, the broker's log says WHY.  The supervisor watches
- * QEMU, the owner and its signals through pidfds and a signalfd, and kills
- * QEMU (the pid it forked itself, never a pid read from a file).  QEMU
- * carries PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
+ * VM's record as "jail".  False: neither, the broker's log says WHY.  The
+ * supervisor watches QEMU, the owner and its signals through pidfds and a
+ * signalfd, and kills QEMU (the pid it forked itself, never a pid read
+ * from a file).  QEMU carries PDEATHSIG=SIGKILL, so a SIGKILLed supervisor
+ * takes QEMU with it. */
 
 #include "egress.h"
 #include "proc.h"
