@@ -2,7 +2,7 @@
  *
  * Process shape:
  *   isopod-boot ──spawn──> isopod-supervise ──jail_spawn──> qemu-system-x86_64
- * QEMU runs in the jail (lib/qjail.c) unless ISOPOD_JAIL=0 or `jail = no`.
+ * QEMU and its broker run jailed (lib/qjail.c) unless ISOPOD_JAIL=0 or `jail = no`.
  * The supervisor (isopod-supervise(1)), exec'd with fixed descriptors,
  * holds vms/<id>/lock (LOCK_EX) for its whole life: that lock IS "the VM
  * is running".  It watches QEMU, the owner and its signals through pidfds
@@ -87,7 +87,7 @@ struct boot {
 	struct conn *conn;        /* 130 KiB of buffers: on the heap */
 	struct hello h;
 	struct pool w;
-	int jail; char jail_why[PATH_MAX + 64]; /* QEMU jailed?  why (qjail_wanted) */
+	int jail; char jail_why[PATH_MAX + 64]; /* QEMU and broker jailed?  why (jail_wanted, once) */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -190,8 +190,8 @@ static pid_t start_supervisor(struct boot *bt, char *const *av, int keepfd, int 
 {
 	char sup[PATH_MAX], *sav[8], *text;
 	int k = 0, spec[2];
-	json_t *j = json_pack("{s:s, s:s, s:[], s:O?, s:b}", "vm", bt->id, "dir", bt->in.dir,
-			      "qemu", "net", bt->supnet, "jail", bt->jail);
+	json_t *j = json_pack("{s:s, s:s, s:[], s:O?, s:b, s:s}", "vm", bt->id, "dir", bt->in.dir,
+			      "qemu", "net", bt->supnet, "jail", bt->jail, "jail_why", bt->jail_why);
 	struct proc_spec ps = PROC_SPEC(sav);
 	pid_t pid;
 
@@ -622,7 +622,7 @@ static void load_vm(struct boot *bt)
 	if (vm_resolve(bt->a_vm, bt->idbuf, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
 	bt->id = bt->idbuf;
-	if ((bt->jail = qjail_wanted(bt->jail_why, sizeof bt->jail_why, bt->w.warnings)) < 0)
+	if ((bt->jail = jail_wanted(bt->jail_why, sizeof bt->jail_why)) < 0)
 		die(EX_USAGE, "%s", bt->jail_why);
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
 	if (inst_paths(&bt->in, dir) < 0)

@@ -36,13 +36,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/netlink.h>
-#include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +46,6 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define USAGE                                                                              \
@@ -302,7 +296,7 @@ static void set_up_sockets(struct broker *b, const struct args *a)
 	}
 }
 
-/* nul: /dev/null, opened before lock_down (which refuses every open). */
+/* nul: /dev/null, opened before bk_lock_down (which refuses every open). */
 static void announce(const struct broker *b, int nul)
 {
 	char ab[INET_ADDRSTRLEN], rb[INET_ADDRSTRLEN], proxy[32], dns[32], res[32];
@@ -334,78 +328,6 @@ static void announce(const struct broker *b, int nul)
 		dup2(nul, 1);
 		close(nul);
 	}
-}
-
-/* Once listening, before the first byte of the guest's is read: a seccomp
- * filter for what the broker never does again -- open a file (its ledger
- * and log are descriptors already), run or fork a program, look into
- * another process, open a socket other than IPv4 and the route netlink
- * that reads the host's addresses -- nor the kernel surfaces no broker
- * needs (io_uring, userfaultfd, perf, bpf, keyrings, namespaces, mounts).
- * It stacks on the jail's (lib/jailchild.c); without the jail it is still
- * applied.  Foreign architectures' calls are killed. */
-#if defined(__x86_64__)
-#define BK_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define BK_ARCH AUDIT_ARCH_AARCH64
-#else
-#error "isopod-broker: no seccomp filter for this architecture"
-#endif
-#define BK_DENY(nr)                                                                                \
-	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                            \
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
-#define BK_ARG(n) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[n]))
-static void lock_down(void)
-{
-	struct sock_filter f[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, BK_ARCH, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-#ifdef __x86_64__
-		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1), /* x32 */
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		BK_DENY(SYS_open), BK_DENY(SYS_creat), BK_DENY(SYS_fork), BK_DENY(SYS_vfork),
-#endif
-		BK_DENY(SYS_openat), BK_DENY(SYS_openat2), BK_DENY(SYS_open_by_handle_at),
-		BK_DENY(SYS_execve), BK_DENY(SYS_execveat), BK_DENY(SYS_clone), BK_DENY(SYS_clone3),
-		BK_DENY(SYS_ptrace), BK_DENY(SYS_process_vm_readv), BK_DENY(SYS_process_vm_writev),
-		BK_DENY(SYS_socketpair), BK_DENY(SYS_io_uring_setup), BK_DENY(SYS_userfaultfd),
-		BK_DENY(SYS_perf_event_open), BK_DENY(SYS_bpf), BK_DENY(SYS_keyctl),
-		BK_DENY(SYS_add_key), BK_DENY(SYS_request_key), BK_DENY(SYS_unshare),
-		BK_DENY(SYS_setns), BK_DENY(SYS_mount), BK_DENY(SYS_pivot_root),
-		BK_DENY(SYS_memfd_create),
-		/* review (broker jail): the slot lock's flock is the supervisor's
-		 * too (LOCK_UN would free the slot); prctl could drop the
-		 * parent-death signal; ftruncate/fallocate/pwritev2 would rewrite
-		 * the ledger behind O_APPEND; pidfds and kcmp reach other
-		 * processes when the jail is off */
-		BK_DENY(SYS_flock), BK_DENY(SYS_prctl), BK_DENY(SYS_ftruncate),
-		BK_DENY(SYS_fallocate), BK_DENY(SYS_pwritev2), BK_DENY(SYS_pidfd_open),
-		BK_DENY(SYS_pidfd_getfd), BK_DENY(SYS_pidfd_send_signal), BK_DENY(SYS_kcmp),
-		/* fcntl(F_SETFL) would clear the ledger's O_APPEND (nothing here
-		 * sets a flag after this point: sockets and pipes are made
-		 * non-blocking at birth) */
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_fcntl, 0, 4),
-		BK_ARG(1),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_SETFL, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* socket(): AF_INET, or AF_NETLINK with NETLINK_ROUTE only */
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 6),
-		BK_ARG(0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 4, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 0, 2),
-		BK_ARG(2),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NETLINK_ROUTE, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog prog = { .len = sizeof f / sizeof f[0], .filter = f };
-
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
-		die(EX_SYS, "unable to install the seccomp filter:");
 }
 
 static void reap(struct broker *b)
@@ -513,7 +435,8 @@ int main(int argc, char **argv)
 	set_up_sockets(&b, &a);
 	/* the ready line promises the filter: it goes out after it */
 	nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	lock_down();
+	if (bk_lock_down() < 0)
+		die(EX_SYS, "unable to install the seccomp filter:");
 	announce(&b, nul);
 	serve(&b);
 	shut_down(&b);

@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "gcstore.h"
+#include "proc.h"
 #include "util.h"
 #include "vm.h"
 #include "warm.h"
@@ -95,35 +96,12 @@ static int pid_alive(long long pid)
  * or /proc cannot say. */
 static time_t proc_started(long long pid)
 {
-	char p[64], buf[1024], *rp;
+	char buf[256];
 	unsigned long long ticks = 0, btime = 0;
 	long hz = sysconf(_SC_CLK_TCK);
 	FILE *fp;
-	int i, got = 0;
 
-	if (pid <= 0 || pid > INT_MAX || hz <= 0)
-		return -1;
-	snprintf(p, sizeof p, "/proc/%lld/stat", pid);
-	if (!(fp = fopen(p, "re")))
-		return -1;
-	if (!fgets(buf, sizeof buf, fp)) {
-		fclose(fp);
-		return -1;
-	}
-	fclose(fp);
-	/* Field 22 (starttime), counted after the ")" that ends comm (a
-	 * comm may hold spaces and parentheses). */
-	if (!(rp = strrchr(buf, ')')))
-		return -1;
-	for (i = 3, rp++; *rp && i <= 22; i++) {
-		while (*rp == ' ')
-			rp++;
-		if (i == 22)
-			got = sscanf(rp, "%llu", &ticks) == 1;
-		while (*rp && *rp != ' ')
-			rp++;
-	}
-	if (!got || !(fp = fopen("/proc/stat", "re")))
+	if (hz <= 0 || proc_ident(pid, &ticks, NULL, NULL) < 0 || !(fp = fopen("/proc/stat", "re")))
 		return -1;
 	while (fgets(buf, sizeof buf, fp))
 		if (sscanf(buf, "btime %llu", &btime) == 1)
@@ -379,8 +357,16 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 		r->created = parse_iso(json_string_value(json_object_get(j, "created")), r->created);
 		v = json_object_get(j, "qemu_pid");
 		r->qemu_pid = json_is_integer(v) ? json_integer_value(v) : 0;
+		v = json_object_get(j, "qemu_start");
+		r->qemu_start = json_is_integer(v) && json_integer_value(v) > 0
+					? (unsigned long long)json_integer_value(v) : 0;
 		v = json_object_get(j, "broker_pid");
 		r->broker_pid = json_is_integer(v) ? json_integer_value(v) : 0;
+		v = json_object_get(j, "broker_start");
+		r->broker_start = json_is_integer(v) && json_integer_value(v) > 0
+					  ? (unsigned long long)json_integer_value(v) : 0;
+		v = json_object_get(j, "broker_uid");
+		r->broker_uid = json_is_integer(v) ? json_integer_value(v) : -1;
 		v = json_object_get(j, "owner_pid");
 		r->owner_pid = json_is_integer(v) ? json_integer_value(v) : 0;
 		r->keep = json_is_true(json_object_get(j, "keep"));
@@ -395,14 +381,31 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 	json_decref(j);
 }
 
-/* Kill what pid names if it is still a process of the VM in dir (its
- * cmdline names dir/): pidfd first, then verify, so a recycled pid cannot
- * slip in between.  kind: "qemu" or "broker". */
-static void reap_pid(const char *kind, long long pid, const char *id, const char *dir)
+/* Is pid still the process the record names?  With its start recorded
+ * (the supervisor read it at spawn), by what the kernel says and the
+ * process cannot change: the same start time, and uid when recorded (the
+ * broker's).  Without (a record of an older isopod): its cmdline names
+ * dir/. */
+static int still_ours(long long pid, unsigned long long start, long long uid, const char *dir)
+{
+	unsigned long long t;
+	long long ru, eu;
+
+	if (!start)
+		return cmdline_names((int)pid, dir);
+	return proc_ident(pid, &t, &ru, &eu) == 0 && t == start &&
+	       (uid < 0 || (ru == uid && eu == uid));
+}
+
+/* Kill what pid names if it is still a process of the VM in dir
+ * (still_ours): pidfd first, then verify, so a recycled pid cannot slip
+ * in between.  kind: "qemu" or "broker". */
+static void reap_pid(const char *kind, long long pid, unsigned long long start, long long uid,
+		     const char *id, const char *dir)
 {
 	int pfd = pid > 0 && pid <= INT_MAX ? pidfd_open_((pid_t)pid) : -1;
 
-	if (pfd >= 0 && cmdline_names((int)pid, dir)) {
+	if (pfd >= 0 && still_ours(pid, start, uid, dir)) {
 		int killed = 0;
 
 		if (!gs.dry_run) {
@@ -420,7 +423,7 @@ static void reap_pid(const char *kind, long long pid, const char *id, const char
 }
 
 /* A record that says booting/running but whose lock is free: its supervisor
- * is gone.  Kill a surviving QEMU or egress broker (verified by cmdline),
+ * is gone.  Kill a surviving QEMU or egress broker (verified: still_ours),
  * mark it failed. */
 static void reap_stale(struct rec *r, const char *vmsdir)
 {
@@ -431,8 +434,8 @@ static void reap_stale(struct rec *r, const char *vmsdir)
 	if (strcmp(r->state, "booting") && strcmp(r->state, "running"))
 		return;
 	pathf(dir, sizeof dir, "%s/%s", vmsdir, r->id);
-	reap_pid("qemu", r->qemu_pid, r->id, dir);
-	reap_pid("broker", r->broker_pid, r->id, dir);
+	reap_pid("qemu", r->qemu_pid, r->qemu_start, -1, r->id, dir);
+	reap_pid("broker", r->broker_pid, r->broker_start, r->broker_uid, r->id, dir);
 	if (gs.dry_run)
 		return;
 	m = json_pack("{s:s, s:s, s:s}", "state", "failed", "error",

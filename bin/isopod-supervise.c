@@ -13,12 +13,14 @@
  *   fd 8  (--slot) the network slot's lock: held while the VM lives, and
  *         the broker's fd 3
  * stdin: one JSON object {"vm":ID, "dir":DIR, "qemu":[ARGV...],
- * "net":{"mode","gateway","allow":[...]}|null, "jail":true|false}.  With
- * "jail":true QEMU runs in the jail (lib/qjail.c, lib/jail.c), and what
- * the jail applied goes into the VM's record as "jail".  The supervisor watches
- * QEMU, the owner and its signals through pidfds and a signalfd, and kills
- * QEMU (the pid it forked itself, never a pid read from a file).  QEMU
- * carries PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it. */
+ * "net":{"mode","gateway","allow":[...]}|null, "jail":true|false,
+ * "jail_why":WHY}.  With "jail":true QEMU runs in the jail (lib/qjail.c,
+ * lib/jail.c), and so does its broker; what the jail applied goes into the
+ * VM's record as "jail".  False: neither, the broker's log says WHY.  The
+ * supervisor watches QEMU, the owner and its signals through pidfds and a
+ * signalfd, and kills QEMU (the pid it forked itself, never a pid read
+ * from a file).  QEMU carries PDEATHSIG=SIGKILL, so a SIGKILLed supervisor
+ * takes QEMU with it. */
 
 #include "egress.h"
 #include "proc.h"
@@ -92,6 +94,8 @@ static void sup_setup(struct sup *s)
 static void sup_broker(struct sup *s)
 {
 	char bl[PATH_MAX], msg[512];
+	unsigned long long start = 0;
+	long long uid = -1;
 	json_t *m;
 	int blog;
 
@@ -106,8 +110,16 @@ static void sup_broker(struct sup *s)
 		_exit(111);
 	}
 	close(blog);
-	/* for isopod-gc, should a broker ever outlive us */
-	m = json_pack("{s:I}", "broker_pid", (json_int_t)s->eg.pid);
+	/* for isopod-gc, should a broker ever outlive us: who it is, as the
+	 * kernel says (our child, unreaped: the pid is its own), not its
+	 * cmdline, which a subverted broker may rewrite */
+	if (proc_ident(s->eg.pid, &start, &uid, NULL) < 0) {
+		warn("supervisor: unable to read the broker's start and uid:");
+		start = 0;
+		uid = -1;
+	}
+	m = json_pack("{s:I, s:I, s:I}", "broker_pid", (json_int_t)s->eg.pid, "broker_start",
+		      (json_int_t)start, "broker_uid", (json_int_t)uid);
 	if (!m || vm_meta_update(s->id, NULL, m) < 0)
 		warn("supervisor: unable to record the broker's pid:");
 	json_decref(m);
@@ -151,6 +163,8 @@ static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 static void sup_qemu(struct sup *s)
 {
 	char msg[1024];
+	unsigned long long start;
+	json_t *m;
 
 	if (s->jailed) {
 		s->q = sup_jailed(s, msg, sizeof msg);
@@ -175,6 +189,13 @@ static void sup_qemu(struct sup *s)
 		dprintf(s->repfd, "error: pidfd_open: %s\n", strerror(errno));
 		_exit(111);
 	}
+	/* for isopod-gc, as the broker's: its start time, which QEMU cannot
+	 * change (its uid may not be the jail's yet: not recorded) */
+	m = proc_ident(s->q, &start, NULL, NULL) == 0
+		    ? json_pack("{s:I}", "qemu_start", (json_int_t)start) : NULL;
+	if (!m || vm_meta_update(s->id, NULL, m) < 0)
+		warn("supervisor: unable to record QEMU's start:");
+	json_decref(m);
 	dprintf(s->repfd, "%ld\n", (long)s->q);
 	close(s->repfd);
 }
@@ -331,6 +352,10 @@ static json_t *read_spec(struct sup *s, char **av, size_t avn)
 	if ((r = egress_plan(&s->eg, egress_broker_path(bp, sizeof bp), mode, gw,
 			     json_object_get(net, "allow"), ledger, s->id, msg, sizeof msg)) < 0)
 		die(r == -2 ? EX_SYS : EX_USAGE, "vm %s: %s", s->id, msg);
+	/* the broker as QEMU: isopod-boot decided once for both */
+	s->eg.jailed = s->jailed;
+	snprintf(s->eg.jail_why, sizeof s->eg.jail_why, "%s",
+		 json_string_value(json_object_get(spec, "jail_why")) ?: "the spec's jail is false");
 	return spec;
 }
 

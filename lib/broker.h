@@ -79,4 +79,9 @@ void bk_closefd(int *fd);
  * becomes EIO) and the failure in msg. */
 int bk_bind(struct in_addr addr, int type, unsigned *port, char *msg, size_t msz);
 
+/* Once listening, before the first byte of the guest's is read: the
+ * broker's own seccomp filter (no_new_privs first), for the rest of its
+ * life.  0, or -1 with errno. */
+int bk_lock_down(void);
+
 #endif

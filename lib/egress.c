@@ -37,6 +37,7 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	memset(e, 0, sizeof *e);
 	e->pid = -1;
 	e->pidfd = -1;
+	e->jailed = 1;
 	snprintf(e->arg[0], sizeof e->arg[0], "%s", broker);
 	snprintf(e->arg[1], sizeof e->arg[1], "%s", gw);
 	snprintf(e->arg[2], sizeof e->arg[2], "%s", ledger);
@@ -46,8 +47,9 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	add(e, e->arg[1]);
 	/* The ledger is opened by egress_start and handed over as fd 4: the
 	 * jailed broker has no writable path at all.  Its path stays on the
-	 * command line: the broker names it, isopod-gc recognises a leaked
-	 * broker by it. */
+	 * command line: the broker names it in its messages.  (isopod-gc
+	 * knows a leaked broker by its start time and uid, which the
+	 * supervisor records: a cmdline the broker can rewrite.) */
 	add(e, "--ledger");
 	add(e, e->arg[2]);
 	add(e, "--ledger-fd");
@@ -70,10 +72,6 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
 	if ((rc = ranges_load_config(ranges_config_path(), ranges, RANGES_ALLOW_MAX, &nranges, msg,
 				     msz)) < 0)
 		return rc;
-	/* ISOPOD_JAIL or the config's jail: a bad value is a usage error
-	 * before anything boots. */
-	if (jail_wanted(msg, msz) < 0)
-		return -1;
 	for (i = 0; i < nranges; i++) {
 		add(e, "--allow-range");
 		add(e, range_text(&ranges[i], e->range[i], sizeof e->range[i]));
@@ -152,19 +150,15 @@ out:
 
 int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *msg, size_t msz)
 {
-	char line[512], why[512] = "";
+	char line[512];
 	size_t got = 0;
-	int out[2], st, ledger, jailed;
+	int out[2], st, ledger, jailed = e->jailed;
 	int64_t deadline = mono_ms() + timeout_ms;
 	pid_t me = getpid();
 
 	snprintf(e->arg[3], sizeof e->arg[3], "%ld", (long)me);
-	if ((jailed = jail_wanted(why, sizeof why)) < 0) {
-		snprintf(msg, msz, "egress broker: %s", why);
-		return -1;
-	}
 	if (!jailed)
-		dprintf(logfd, "isopod-broker: jail: off (%s)\n", why);
+		dprintf(logfd, "isopod-broker: jail: off (%s)\n", e->jail_why);
 	ledger = open(e->arg[2], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW,
 		      0600);
 	if (ledger < 0) {

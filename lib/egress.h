@@ -12,6 +12,7 @@
 #include "ranges.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -23,6 +24,11 @@ struct egress {
 	char range[RANGES_ALLOW_MAX][RANGES_TEXT_MAX]; /* --allow-range values */
 	int argc;
 	struct jail jail; /* jail.pid > 0: the broker runs jailed (jail_release after the reap) */
+	/* Jail the broker?  egress_plan sets 1; the caller sets what it
+	 * decided once for the whole VM (isopod-boot's jail_wanted, passed to
+	 * the supervisor in its spec), so QEMU and its broker never differ. */
+	int jailed;
+	char jail_why[PATH_MAX + 64]; /* when not jailed: why (the broker's log says it) */
 };
 
 /* Plan the broker's command line (in the parent, before the supervisor
@@ -43,8 +49,9 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
  * jail (lib/jail.c) of its own: uid jail_identity("broker-<VM id>"), no
  * capabilities, new mount/pid/ipc/uts/cgroup namespaces but the host's
  * network, its binary and libraries read-only and nothing writable,
- * Landlock, limits (isopod-broker(1), JAIL).  What the jail applied (or why
- * none) is a line in logfd.  0, or -1 with msg. */
+ * Landlock, limits (isopod-broker(1), JAIL), unless e->jailed is 0 (the
+ * environment and the host's file are not read again here).  What the jail
+ * applied (or why none) is a line in logfd.  0, or -1 with msg. */
 int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *msg, size_t msz);
 
 /* SIGTERM, wait <= 3 s for it to flush its ledger, then SIGKILL; reaps. */

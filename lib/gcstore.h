@@ -18,6 +18,8 @@ struct rec {
 	char kernel[65];   /* the kernel it booted */
 	time_t created, ref; /* ref: stopped_at, else created */
 	long long qemu_pid, broker_pid, owner_pid;
+	unsigned long long qemu_start, broker_start; /* /proc stat start (ticks), 0: none recorded */
+	long long broker_uid;            /* -1: none recorded */
 	int running, candidate, keep, in_use;
 };
 

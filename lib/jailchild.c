@@ -5,6 +5,7 @@
  * pivots into it, gives up its identity and capabilities, installs the
  * seccomp filter and execs.  Any failure before the exec is written to the
  * error pipe (cdie). */
+#include "bpfdeny.h"
 #include "jailchild.h"
 #include "util.h"
 
@@ -322,17 +323,9 @@ static void landlock_jail(const struct jail_spec *js, realpath_t *rp, int errfd)
  * TUNSETQUEUE only with queues > 1, steering eBPF only with RSS): the rest
  * of the tap's setters are EPERM.  The kernel takes ioctl's request as an
  * unsigned int: its low 32 bits are the whole of it. */
-#if defined(__x86_64__)
-#define JAIL_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define JAIL_ARCH AUDIT_ARCH_AARCH64
-#endif
 #define NS_FLAGS                                                                                   \
 	(CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |             \
 	 CLONE_NEWPID | CLONE_NEWNET)
-#define DENY(nr)                                                                                   \
-	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                            \
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
 /* nr with any of mask in its first argument: EPERM (5 instructions). */
 #define DENY_FLAGS(nr, mask)                                                                       \
 	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 4),                                            \
@@ -346,16 +339,8 @@ static void landlock_jail(const struct jail_spec *js, realpath_t *rp, int errfd)
 #endif
 static void seccomp_jail(int errfd)
 {
-#ifdef JAIL_ARCH
 	struct sock_filter f[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, JAIL_ARCH, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-#ifdef __x86_64__
-		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1), /* x32 */
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-#endif
+		SECCOMP_ARCH_CHECK,
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
 		DENY(SYS_setns), DENY(SYS_mount), DENY(SYS_umount2), DENY(SYS_pivot_root),
@@ -379,9 +364,6 @@ static void seccomp_jail(int errfd)
 		return;
 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
 		cdie(errfd, "seccomp:");
-#else
-#error "lib/jailchild.c: no seccomp filter for this architecture"
-#endif
 }
 
 __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const struct proc_spec *ps,

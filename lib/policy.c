@@ -1,14 +1,15 @@
 /* policy.c - isopod-broker's allowlist and deny checks (see policy.h). */
 #include "policy.h"
 #include "allow.h"
+#include "nldump.h"
 
 #include <errno.h>
-#include <ifaddrs.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -78,21 +79,63 @@ const char *policy_range_denied(const struct policy *p, uint32_t a)
 	return ranges_denied(4, (const uint8_t *)&a, p->allow_range, p->nallow_range);
 }
 
+/* One address of the dump: IFA_LOCAL is the host's end (on a
+ * point-to-point link IFA_ADDRESS is the peer's); without it, IFA_ADDRESS
+ * (getifaddrs' reading). */
+struct own_walk {
+	uint32_t a;
+	int own;
+};
+
+static void own_cb(const struct nlmsghdr *h, void *data)
+{
+	struct own_walk *w = data;
+	const struct ifaddrmsg *ifa = NLMSG_DATA(h);
+	const struct rtattr *rta;
+	uint32_t local = 0, addr = 0;
+	int has_local = 0, has_addr = 0, len;
+
+	if (h->nlmsg_type != RTM_NEWADDR || h->nlmsg_len < NLMSG_LENGTH(sizeof *ifa) ||
+	    ifa->ifa_family != AF_INET)
+		return;
+	len = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof *ifa));
+	for (rta = IFA_RTA(ifa); RTA_OK(rta, len); rta = RTA_NEXT(rta, len)) {
+		if (RTA_PAYLOAD(rta) < sizeof(uint32_t))
+			continue;
+		if (rta->rta_type == IFA_LOCAL) {
+			memcpy(&local, RTA_DATA(rta), sizeof local);
+			has_local = 1;
+		} else if (rta->rta_type == IFA_ADDRESS) {
+			memcpy(&addr, RTA_DATA(rta), sizeof addr);
+			has_addr = 1;
+		}
+	}
+	if (has_local ? local == w->a : has_addr && addr == w->a)
+		w->own = 1;
+}
+
 /* An interface added since the broker started counts too, and so does
  * every address however many the host has (a fixed-size copy of the list
- * would let the ones past its end through). */
+ * would let the ones past its end through).  An RTM_GETADDR dump of our
+ * own, not getifaddrs: glibc's bind()s its netlink socket, and the
+ * broker's filter (bk_lock_down) refuses bind; nl_dump's socket is bound
+ * by the kernel at connect(). */
 int policy_own_addr(uint32_t a)
 {
-	struct ifaddrs *ifa, *i;
-	int own = 0;
+	struct {
+		struct nlmsghdr n;
+		struct ifaddrmsg i;
+	} req = {
+		.n = { .nlmsg_len = sizeof req, .nlmsg_type = RTM_GETADDR,
+		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1 },
+		.i = { .ifa_family = AF_INET },
+	};
+	struct own_walk w = { .a = a, .own = 0 };
+	int nlerr;
 
-	if (getifaddrs(&ifa) < 0)
+	if (nl_dump(NETLINK_ROUTE, &req, sizeof req, own_cb, &w, &nlerr) < 0 || nlerr)
 		return -1;
-	for (i = ifa; i && !own; i = i->ifa_next)
-		own = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-		      ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr == a;
-	freeifaddrs(ifa);
-	return own;
+	return w.own;
 }
 
 /* Asked of the kernel's routing (RTM_GETROUTE, which needs no privilege),

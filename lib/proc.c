@@ -191,3 +191,49 @@ const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env
 	snprintf(buf, sz, "%s/%s", self, name);
 	return buf;
 }
+
+int proc_ident(long long pid, unsigned long long *start, long long *uid, long long *euid)
+{
+	char p[64], buf[1024], *rp;
+	long long r = -1, e = -1;
+	FILE *fp;
+	int i, got = 0;
+
+	if (pid <= 0 || pid > INT_MAX)
+		return -1;
+	snprintf(p, sizeof p, "/proc/%lld/stat", pid);
+	if (!(fp = fopen(p, "re")))
+		return -1;
+	rp = fgets(buf, sizeof buf, fp);
+	fclose(fp);
+	/* Field 22, counted after the ")" that ends comm (a comm may hold
+	 * spaces and parentheses). */
+	if (!rp || !(rp = strrchr(buf, ')')))
+		return -1;
+	for (i = 3, rp++; *rp && i <= 22; i++) {
+		while (*rp == ' ')
+			rp++;
+		if (i == 22)
+			got = sscanf(rp, "%llu", start) == 1;
+		while (*rp && *rp != ' ')
+			rp++;
+	}
+	if (!got)
+		return -1;
+	if (!uid && !euid)
+		return 0;
+	snprintf(p, sizeof p, "/proc/%lld/status", pid);
+	if (!(fp = fopen(p, "re")))
+		return -1;
+	while (fgets(buf, sizeof buf, fp))
+		if (sscanf(buf, "Uid: %lld %lld", &r, &e) == 2)
+			break;
+	fclose(fp);
+	if (r < 0 || e < 0)
+		return -1;
+	if (uid)
+		*uid = r;
+	if (euid)
+		*euid = e;
+	return 0;
+}

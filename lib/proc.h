@@ -60,4 +60,11 @@ int proc_run(char *const argv[], int out, int err);
  * isopod-supervise so), or $env when set.  Returns buf. */
 const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env);
 
+/* Who process pid is, as the kernel says and it cannot change: its start
+ * (field 22 of /proc/PID/stat, clock ticks since boot) and its real and
+ * effective uids (/proc/PID/status).  isopod-gc knows a leaked broker by
+ * them, not by its cmdline, which the process may rewrite.  0, or -1
+ * (gone, unreadable).  uid, euid may be NULL. */
+int proc_ident(long long pid, unsigned long long *start, long long *uid, long long *euid);
+
 #endif

@@ -38,12 +38,21 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errsz, c
 
 json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings)
 {
-	json_t *rec, *j, *v;
+	json_t *rec = vm_read(id), *j, *v;
 	size_t i;
 
-	if (!on)
+	if (!on) {
+		/* a VM with a network has a broker, under the same switch */
+		const char *mode = json_string_value(json_object_get(json_object_get(rec, "net"),
+								     "mode"));
+		int broker = mode && strcmp(mode, "none");
+
+		json_decref(rec);
+		json_array_append_new(warnings,
+				      json_sprintf("QEMU %s unjailed (%s)",
+						   broker ? "and its egress broker run" : "runs", why));
 		return json_pack("{s:b, s:s}", "enabled", 0, "why", why);
-	rec = vm_read(id);
+	}
 	j = json_deep_copy(json_object_get(rec, "jail"));
 	json_decref(rec);
 	if (!json_is_object(j)) {
@@ -57,15 +66,6 @@ json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings)
 	json_array_foreach(json_object_get(j, "warnings"), i, v)
 		json_array_append(warnings, v);
 	return j;
-}
-
-int qjail_wanted(char *why, size_t wsz, json_t *warnings)
-{
-	int on = jail_wanted(why, wsz);
-
-	if (on == 0)
-		json_array_append_new(warnings, json_sprintf("QEMU runs unjailed (%s)", why));
-	return on;
 }
 
 /* The value after opt in av, or NULL. */

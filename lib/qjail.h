@@ -1,8 +1,9 @@
 /* qjail.h - a VM's QEMU in the jail (lib/jail.c): whether it is wanted,
  * what goes in (issue 12), and the VM directory handed over and back.
  *
- * isopod-boot decides (qjail_wanted) and tells its supervisor; the
- * supervisor plans (qjail_plan) and starts QEMU with jail_spawn.  Inside,
+ * isopod-boot decides (jail_wanted, once, for QEMU and its broker) and
+ * tells its supervisor in its spec; the supervisor plans (qjail_plan) and
+ * starts QEMU with jail_spawn (the broker with egress_start).  Inside,
  * QEMU finds its binary and the libraries and modules it loads, its data
  * files, the kernel, the initramfs and this disk's backing chain (stage
  * layers, base image) read-only; its VM directory read-write; its tap as
@@ -40,16 +41,12 @@ struct qjail {
 	int dirfd;           /* the VM directory, while handed to the jail */
 };
 
-/* Is QEMU to be jailed?  $ISOPOD_JAIL (0/no/off, 1/yes/on) first, then the
- * host config's `jail` (yes/no), else yes.  1 yes; 0 no, why saying what
- * turned it off and "QEMU runs unjailed (WHY)" appended to warnings; -1 a
- * bad value (why says which). */
-int qjail_wanted(char *why, size_t wsz, json_t *warnings);
-
 /* The result's "jail" for VM id: what its supervisor recorded that the
  * jail applied (the read-only list as a count: it is QEMU's libraries),
  * its warnings appended to warnings; or, jail off (on 0),
- * {"enabled":false,"why":why}. */
+ * {"enabled":false,"why":why} and the warning "QEMU runs unjailed (WHY)",
+ * or "QEMU and its egress broker run unjailed (WHY)" when the record has a
+ * network (isopod-boot's one jail_wanted decides for both). */
 json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings);
 
 /* The jail of VM id's QEMU av (qemu_argv's), its directory dir: the

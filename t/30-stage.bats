@@ -671,6 +671,60 @@ mkrec() {
 	[ "$status" -eq 0 ]
 	[ ! -e "$ISOPOD_HOME/accel/probe-${k:0:16}" ]
 	json_is '[.leaked[] | select(.kind == "probe")] | length == 1'
+# start_of PID, proc_state PID: fields 22 and 3 of /proc/PID/stat (its
+# comm, sleep, has no space)
+start_of() { cut -d' ' -f22 "/proc/$1/stat"; }
+proc_state() { cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null; }
+# leaked_rec N KIND PID START [UID]: a running record whose supervisor is
+# gone (no lock) naming PID as its KIND (broker, qemu), started at START
+# (ticks) as UID (the broker's)
+leaked_rec() {
+	local id
+	id=$(mkrec "$ISOPOD_HOME" "$1" running 60)
+	command jq --arg k "$2" --argjson p "$3" --argjson s "$4" --argjson u "${5:-null}" \
+		'.[$k + "_pid"] = $p | .[$k + "_start"] = $s | if $u then .broker_uid = $u else . end' \
+		"$ISOPOD_HOME/vms/$id/meta.json" >"$BATS_TEST_TMPDIR/m" &&
+		mv "$BATS_TEST_TMPDIR/m" "$ISOPOD_HOME/vms/$id/meta.json"
+	echo "$id"
+}
+
+@test "gc: a leaked broker or QEMU is known by its start time (and the broker's uid), not its cmdline: imitations are left alone, the real ones are killed" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local d=$ISOPOD_HOME/vms
+	# three imitations: cmdlines that name their VM's directory, as a
+	# broker's --ledger and QEMU's paths do; a broker and a QEMU with
+	# another start time recorded, a broker with another uid
+	bash -c "exec -a $d/vm-000000000001/ledger.jsonl sleep 60" 3>&- &
+	fake1=$!
+	bash -c "exec -a $d/vm-000000000002/ledger.jsonl sleep 60" 3>&- &
+	fake2=$!
+	bash -c "exec -a $d/vm-000000000004/disk.qcow2 sleep 60" 3>&- &
+	fake4=$!
+	# the real ones have rewritten their cmdlines: nothing of their VM's
+	sleep 60 3>&- &
+	real3=$!
+	sleep 60 3>&- &
+	real5=$!
+	sleep 0.3
+	r1=$(leaked_rec 1 broker "$fake1" $(($(start_of "$fake1") + 1)) "$(id -u)")
+	r2=$(leaked_rec 2 broker "$fake2" "$(start_of "$fake2")" $(($(id -u) + 4242)))
+	r3=$(leaked_rec 3 broker "$real3" "$(start_of "$real3")" "$(id -u)")
+	r4=$(leaked_rec 4 qemu "$fake4" $(($(start_of "$fake4") - 1)))
+	r5=$(leaked_rec 5 qemu "$real5" "$(start_of "$real5")")
+	run --separate-stderr isopod-gc
+	[ "$status" -eq 0 ]
+	jq -e --arg r3 "$r3" --argjson p3 "$real3" --arg r5 "$r5" --argjson p5 "$real5" \
+		'(.leaked | sort_by(.vm)) == [{kind: "broker", vm: $r3, pid: $p3, killed: true},
+					   {kind: "qemu", vm: $r5, pid: $p5, killed: true}]' <<<"$output"
+	# gone, or a zombie (ours: bash may not have waited for it yet)
+	for p in "$fake1" "$fake2" "$fake4"; do [ "$(proc_state "$p")" = S ]; done
+	for p in "$real3" "$real5"; do
+		for _ in $(seq 1 50); do [[ "$(proc_state "$p")" == @(|Z) ]] && break; sleep 0.1; done
+		[[ "$(proc_state "$p")" == @(|Z) ]]
+	done
+	for r in "$r1" "$r2" "$r3" "$r4" "$r5"; do jq -e '.state == "failed"' "$d/$r/meta.json"; done
+	kill "$fake1" "$fake2" "$fake4"
+	wait "$fake1" "$fake2" "$fake4" "$real3" "$real5" 2>/dev/null || true
 }
 
 @test "gc --auto: never waits for a lock, detaches, at most once per gc_interval; off turns it off" {

@@ -337,6 +337,9 @@ broker_leaks() {
 	echo "$stderr"
 	echo "leaks: $output"
 	[ -z "$output" ]
+	# how isopod-gc would know it (the supervisor's record): its start and uid
+	jq -e --argjson s "$(cut -d' ' -f22 "/proc/$bp/stat")" --argjson u "$(jail_uid "broker-$id")" \
+		'.broker_start == $s and .broker_uid == $u' "$ISOPOD_HOME/vms/$id/meta.json"
 	# what the jail applied is in the broker's log
 	grep -q '^isopod-broker: jail: {.*"landlock_abi":[1-9]' "$ISOPOD_HOME/vms/$id/broker.log"
 	# the root it sees: its binary, its libraries, two devices, /proc
@@ -349,11 +352,19 @@ broker_leaks() {
 }
 
 @test "mutation: ISOPOD_JAIL=0 — the broker runs as the supervisor does, and every jail check fails" {
-	sleeper ISOPOD_JAIL=0
+	# the switch is read once, by isopod-boot, for QEMU and the broker: a
+	# supervisor that finds it flipped (ISOPOD_JAIL=1 here) still follows
+	# the boot's decision in its spec
+	printf '#!/bin/sh\nISOPOD_JAIL=1 exec "%s/bin/isopod-supervise" "$@"\n' "$ISOPOD_SRC" \
+		>"$BATS_TEST_TMPDIR/supervise"
+	chmod +x "$BATS_TEST_TMPDIR/supervise"
+	sleeper ISOPOD_JAIL=0 ISOPOD_SUPERVISE="$BATS_TEST_TMPDIR/supervise"
 	run --separate-stderr broker_leaks
 	echo "$stderr"
 	echo "leaks: $output"
 	wait "$rpid"
+	jq -e '.warnings | any(. == "QEMU and its egress broker run unjailed (ISOPOD_JAIL=0)")' \
+		"$BATS_TEST_TMPDIR/run.json"
 	# no_new_privs and the one seccomp filter are the broker's own (it sets
 	# them without the jail); the ledger descriptor is egress.c's either way
 	[ "$(tr '\n' ' ' <<<"$output")" = "uid caps seccomp ns_pid ns_mnt ns_ipc ns_uts ns_cgroup mounts " ]

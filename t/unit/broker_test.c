@@ -1,7 +1,9 @@
 /* broker_test.c - isopod-broker's shared helpers (lib/broker.c) and the
  * proxy's epoll interest (lib/proxy.c): a listen() that fails is a system
  * failure, not a taken port (only bind()'s EADDRINUSE is 102); an epoll
- * MOD that fails leaves the recorded interest as epoll has it. */
+ * MOD that fails leaves the recorded interest as epoll has it; the
+ * broker's seccomp filter (bk_lock_down), installed in a child, refuses
+ * bind and listen while the host-address checks still work under it. */
 #define listen fake_listen /* to make listen() fail as it may (EADDRINUSE) */
 #include "../../lib/allow.c"
 #include "../../lib/broker.c"
@@ -12,10 +14,13 @@
 #include "../../lib/proxy.c"
 #include "../../lib/ranges.c"
 #include "../../lib/config.c"
+#include "../../lib/nldump.c"
 #undef listen
 int listen(int fd, int backlog); /* its declaration was renamed above */
 
 #include "tap.h"
+
+#include <sys/wait.h>
 
 static int listen_errno; /* 0: the real listen() */
 
@@ -80,9 +85,77 @@ static void test_interest(void)
 	close(b.ep);
 }
 
+/* What a child under the filter saw: each a return value, then errno. */
+struct locked {
+	int installed, own, route, bind_tcp, bind_udp, listen_auto, open, e[5];
+};
+
+static void locked_child(int wfd)
+{
+	struct sockaddr_in lo = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct locked r = { .installed = bk_lock_down() };
+	int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int t2 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	r.own = policy_own_addr(htonl(INADDR_LOOPBACK));
+	r.route = policy_local_route(htonl(0x7f000002));
+	r.bind_tcp = bind(t, (struct sockaddr *)&lo, sizeof lo);
+	r.e[0] = errno;
+	r.bind_udp = bind(u, (struct sockaddr *)&lo, sizeof lo);
+	r.e[1] = errno;
+	/* listen() on an unbound socket would bind one itself (a port on
+	 * every address) */
+	r.listen_auto = listen(t2, 1);
+	r.e[2] = errno;
+	r.open = openat(AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC);
+	r.e[3] = errno;
+	if (write(wfd, &r, sizeof r) != (ssize_t)sizeof r)
+		_exit(2);
+	/* _exit: LeakSanitizer's exit check clones and ptraces, which the
+	 * filter refuses */
+	_exit(0);
+}
+
+static void test_lock_down(void)
+{
+	struct locked r = { .installed = -2 };
+	int p[2], st = -1;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+		ok(0, "a child for the filter: %s", strerror(errno));
+		return;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		locked_child(p[1]);
+	}
+	close(p[1]);
+	if (read(p[0], &r, sizeof r) != (ssize_t)sizeof r)
+		r.installed = -2;
+	close(p[0]);
+	waitpid(pid, &st, 0);
+	ok(r.installed == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "the filter installed in a child (%d, status %#x)", r.installed, st);
+	ok(r.own == 1, "under it, 127.0.0.1 is still the host's own (%d): no bind to read them",
+	   r.own);
+	ok(r.route == 1, "under it, 127.0.0.2 is still routed to the host (%d)", r.route);
+	ok(r.bind_tcp == -1 && r.e[0] == EPERM, "under it, bind() of TCP 127.0.0.1: EPERM (%d, %s)",
+	   r.bind_tcp, strerror(r.e[0]));
+	ok(r.bind_udp == -1 && r.e[1] == EPERM, "under it, bind() of UDP 127.0.0.1: EPERM (%d, %s)",
+	   r.bind_udp, strerror(r.e[1]));
+	ok(r.listen_auto == -1 && r.e[2] == EPERM,
+	   "under it, listen() of an unbound TCP socket: EPERM (%d, %s)", r.listen_auto,
+	   strerror(r.e[2]));
+	ok(r.open == -1 && r.e[3] == EPERM, "under it, openat: EPERM (%d, %s)", r.open,
+	   strerror(r.e[3]));
+}
+
 int main(void)
 {
 	test_bind();
 	test_interest();
+	test_lock_down();
 	return tap_done();
 }

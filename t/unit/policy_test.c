@@ -6,6 +6,7 @@
 #include "../../lib/allow.c"
 #include "../../lib/ranges.c"
 #include "../../lib/config.c"
+#include "../../lib/nldump.c"
 
 #include <arpa/inet.h>
 #include <string.h>
