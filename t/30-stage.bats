@@ -671,6 +671,8 @@ mkrec() {
 	[ "$status" -eq 0 ]
 	[ ! -e "$ISOPOD_HOME/accel/probe-${k:0:16}" ]
 	json_is '[.leaked[] | select(.kind == "probe")] | length == 1'
+}
+
 # start_of PID, proc_state PID: fields 22 and 3 of /proc/PID/stat (its
 # comm, sleep, has no space)
 start_of() { cut -d' ' -f22 "/proc/$1/stat"; }
