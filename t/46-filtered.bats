@@ -420,8 +420,50 @@ jail_egress_check() {
 		.jail_egress.uid_last - .jail_egress.uid_first == 65535' "$BATS_FILE_TMPDIR/netsetup.json"
 }
 
-@test "mutation: the jail chain's uid match gone (nft flush chain inet isopod jail): the jail egress check FAILS; netsetup restores it" {
+# A real broker whose own policy lets everything through (--allow-all and
+# 10.0.0.0/8 opened: what a guest that subverted it would make it do), on
+# slot 0's gateway, as root and as a jail uid: only root's reaches the lab
+# host in 10/8; the jail uid's connect is dropped and counted in jail_deny.
+# The jail uid's broker started at all: its canary passed the chain.
+widened_broker_check() {
+	local uid who bp got ok d0 d1 out=""
+	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
+	mkdir "$BATS_TEST_TMPDIR/b"
+	for who in root jail; do
+		set -- # root: as is
+		[ "$who" = root ] || set -- setpriv --reuid="$uid" --regid="$uid" --clear-groups
+		d0=$(je_drops)
+		# the ledger handed over as descriptor 4, as the supervisor does
+		ip netns exec "$LAB_NAME-host" "$@" "$ISOPOD_SRC/bin/isopod-broker" --listen 10.213.0.1 \
+			--ledger "$BATS_TEST_TMPDIR/b/$who.ledger" --ledger-fd 4 --resolver 198.51.100.53:53 --canary 1054 \
+			--allow-all --allow-range 10.0.0.0/8 --allow-range 198.51.100.0/24 \
+			>"$BATS_TEST_TMPDIR/b/$who.out" 2>"$BATS_TEST_TMPDIR/b/$who.err" 4>>"$BATS_TEST_TMPDIR/b/$who.ledger" 3>&- </dev/null &
+		bp=$!
+		for _ in $(seq 1 50); do [ -s "$BATS_TEST_TMPDIR/b/$who.out" ] && break; sleep 0.1; done
+		got=$(ip netns exec "$LAB_NAME-host" curl -s -m 4 -x http://10.213.0.1:3128 http://10.99.0.5/ || :)
+		ok=$(ip netns exec "$LAB_NAME-host" curl -s -m 4 -x http://10.213.0.1:3128 http://pkg.test/ || :)
+		d1=$(je_drops)
+		kill "$bp" 2>/dev/null || cat "$BATS_TEST_TMPDIR/b/$who.err"
+		wait "$bp" 2>/dev/null || :
+		out+="$who: announced '$(head -c 60 "$BATS_TEST_TMPDIR/b/$who.out")' 10.99.0.5 '$got' pkg.test '$ok' counted $((d1 - d0))"$'\n'
+	done
+	echo "$out"
+	grep -q "^root: announced '{\"pid\".* 10.99.0.5 'lab 10.99.0.5' pkg.test 'lab 198.51.100.10' counted 0$" <<<"$out" &&
+		grep -q "^jail: announced '{\"pid\".* 10.99.0.5 '' pkg.test 'lab 198.51.100.10' counted [1-9]" <<<"$out"
+}
+
+@test "jail egress: a broker widened to 10.0.0.0/8 reaches 10.99.0.5 as root but not as a jail uid (jail_deny counts it); its canary and the resolver pass" {
+	run widened_broker_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
+@test "mutation: the jail chain's uid match gone (nft flush chain inet isopod jail): the widened broker reaches 10.99.0.5 as a jail uid and the jail egress check FAILS; netsetup restores it" {
 	ip netns exec "$LAB_NAME-host" nft flush chain inet isopod jail
+	run widened_broker_check
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"jail: announced '{"*" 10.99.0.5 'lab 10.99.0.5'"* ]]
 	run jail_egress_check
 	echo "$output"
 	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
