@@ -22,6 +22,8 @@
  * reads the options, runs the steps in the order that keeps a slot from
  * being offered half made, reports, and picks the exit status. */
 
+#include "egress.h"
+#include "jail.h"
 #include "net.h"
 #include "netstate.h"
 #include "netslot.h"
@@ -42,7 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define USAGE "isopod-netsetup [--slots N] [--open-slots M] [--base ADDR] [--user UID] [--conn-limit N] [--no-docker-user] [--remove]"
+#define USAGE "isopod-netsetup [--slots N] [--open-slots M] [--base ADDR] [--user UID] [--conn-limit N] [--resolver ADDR[:PORT]] [--no-docker-user] [--remove]"
 
 #define TABLE NFTB_TABLE
 #define MAX_SLOTS NET_MAX_SLOTS
@@ -54,6 +56,7 @@ struct nsctx {
 	struct rtnl rt;
 	struct nftb nb;
 	int remove;
+	const char *resolver;              /* --resolver, else as a run's broker finds it */
 	int made[MAX_SLOTS], busy[MAX_SLOTS];
 	unsigned char tapok[MAX_SLOTS], v6off[MAX_SLOTS];
 	unsigned created, v6bad, rules_v4, rules_v6, tc_good;
@@ -80,6 +83,7 @@ static void parse_args(struct nsctx *c, int argc, char **argv)
 		{ "base", required_argument, NULL, 'b' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "conn-limit", required_argument, NULL, 'c' },
+		{ "resolver", required_argument, NULL, 'r' },
 		{ "no-docker-user", no_argument, NULL, 'D' },
 		{ "remove", no_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
@@ -117,6 +121,9 @@ static void parse_args(struct nsctx *c, int argc, char **argv)
 				die(EX_USAGE, "bad --conn-limit %.40s: want 1..1000000", optarg);
 			p->conn_limit = (unsigned)v;
 			break;
+		case 'r':
+			c->resolver = optarg;
+			break;
 		case 'D':
 			p->docker = 0;
 			break;
@@ -132,6 +139,40 @@ static void parse_args(struct nsctx *c, int argc, char **argv)
 	}
 	if (optind != argc)
 		die(EX_USAGE, "usage: %s", USAGE);
+}
+
+/* The resolver the jail egress chain lets the brokers reach: --resolver,
+ * else the one a run hands its broker (ISOPOD_RESOLVER, else the first
+ * IPv4 nameserver of /etc/resolv.conf: lib/egress.c), port 53 unless
+ * named.  None found: no rule (warned), the brokers' DNS is dropped. */
+static void plan_resolver(struct nsctx *c)
+{
+	struct netplan *p = &c->plan;
+	const char *s = c->resolver, *e = getenv("ISOPOD_RESOLVER");
+	char buf[64], *colon;
+	struct in_addr a;
+	long long port = 53;
+
+	if (!s && e && *e)
+		s = e;
+	if (!s && egress_default_resolver(buf, sizeof buf) == 0)
+		s = buf;
+	if (!s) {
+		warn("no resolver (no --resolver, ISOPOD_RESOLVER nor IPv4 nameserver in /etc/resolv.conf): "
+		     "the brokers' DNS will be dropped");
+		return;
+	}
+	if (s != buf)
+		snprintf(buf, sizeof buf, "%s", s);
+	if ((colon = strchr(buf, ':'))) {
+		*colon = 0;
+		if (parse_ll(colon + 1, 1, 65535, &port) < 0)
+			die(EX_USAGE, "bad resolver %.64s: want ADDR[:PORT]", s);
+	}
+	if (inet_pton(AF_INET, buf, &a) != 1)
+		die(EX_USAGE, "bad resolver %.64s: want an IPv4 address", s);
+	p->resolver = ntohl(a.s_addr);
+	p->resolver_port = (uint16_t)port;
 }
 
 /* The plan's derived parts, checked; the host's overrides of the deny
@@ -159,6 +200,16 @@ static void plan_finish(struct nsctx *c)
 	if (!c->remove && (r = ranges_load_config(ranges_config_path(), p->allow, RANGES_ALLOW_MAX,
 					       &p->nallow, msg, sizeof msg)) < 0)
 		die(r == -1 ? EX_USAGE : EX_SYS, "%s", msg);
+	if (!c->remove) {
+		uid_t first, count;
+
+		/* the same lines jail_identity reads: one range for every broker */
+		if (jail_uid_range(&first, &count, msg, sizeof msg) < 0)
+			die(EX_USAGE, "%s", msg);
+		p->jail_first = (uint32_t)first;
+		p->jail_last = (uint32_t)(first + count - 1);
+		plan_resolver(c);
+	}
 }
 
 static void remove_all(struct nsctx *c)
@@ -398,6 +449,16 @@ static void report(struct nsctx *c)
 		NET_LOCAL_PREF, "late_priority", NET_LOCAL_LATE_PREF, "tapmark", markhex, "verified",
 		c->local_ok));
 	json_object_set_new(out, "allow_ranges", allow_ranges_json(p));
+	{
+		struct in_addr ra = { htonl(p->resolver) };
+		char rs[INET_ADDRSTRLEN + 8];
+
+		inet_ntop(AF_INET, &ra, rs, INET_ADDRSTRLEN);
+		snprintf(rs + strlen(rs), 8, ":%u", p->resolver_port);
+		json_object_set_new(out, "jail_egress", json_pack("{s:s, s:I, s:I, s:o}", "chain", "jail",
+			"uid_first", (json_int_t)p->jail_first, "uid_last", (json_int_t)p->jail_last,
+			"resolver", p->resolver_port ? json_string(rs) : json_null()));
+	}
 	json_emit(out);
 	json_decref(out);
 }

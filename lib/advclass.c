@@ -3,6 +3,7 @@
  * resolver); see advprobe.h. */
 #include "advprobe.h"
 #include "dns.h"
+#include "net.h"
 #include "sniff.h"
 
 #include <arpa/inet.h>
@@ -509,9 +510,12 @@ static void probe_v6(struct adv *a, const struct avm *vm, const char *what, cons
 
 /* ---- DNS rebinding ---- */
 
+/* On NET_DOCTOR_DNS_PORT: the one loopback port the brokers' uids may
+ * reach besides the host's resolver (isopod-netsetup(8), JAIL EGRESS). */
 int adv_rebind_open(struct adv *a)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(NET_DOCTOR_DNS_PORT),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t sl = sizeof sa;
 	struct own *o;
 	int fd;

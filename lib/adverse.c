@@ -399,7 +399,8 @@ static int probe_all(struct adv *a, const struct adv_opts *op, struct setup *su,
 		setsockopt(a->sniff, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
 	}
 	if (su->want_filt && !op->vmref && adv_rebind_open(a) < 0) {
-		snprintf(su->why, sizeof su->why, "unable to open the doctor's resolver on 127.0.0.1: %s", strerror(errno));
+		snprintf(su->why, sizeof su->why, "unable to open the doctor's resolver on 127.0.0.1:%d: %s",
+			 NET_DOCTOR_DNS_PORT, strerror(errno));
 		return su->step = "listeners", -1;
 	}
 	/* (two networked VMs booted: each must probe the other) */

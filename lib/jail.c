@@ -94,15 +94,14 @@ static int identity(const char *v, const char *where, void *arg)
 	return 0;
 }
 
-int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz)
+int jail_uid_range(uid_t *first, uid_t *count, char *err, size_t errsz)
 {
 	const char *path = ranges_config_path();
-	long long base = JAIL_UID_BASE, count = JAIL_UID_COUNT;
+	long long base = JAIL_UID_BASE, n = JAIL_UID_COUNT;
 	struct identity ids[] = {
 		{ .v = &base, .lo = 65536, .key = "jail_uid_base", .err = err, .errsz = errsz },
-		{ .v = &count, .lo = 1, .key = "jail_uid_count", .err = err, .errsz = errsz },
+		{ .v = &n, .lo = 1, .key = "jail_uid_count", .err = err, .errsz = errsz },
 	};
-	uint32_t h = 2166136261u;
 	char msg[256];
 
 	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
@@ -113,11 +112,23 @@ int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t er
 		if (rc == -2)
 			return fail(err, errsz, "unable to read %s:", path);
 	}
-	if (base + count > 4294967294ll) {
+	if (base + n > 4294967294ll) {
 		errno = EINVAL;
 		return fail(err, errsz, "%s: jail_uid_base %lld + jail_uid_count %lld: past uid "
-			    "4294967293", path, base, count);
+			    "4294967293", path, base, n);
 	}
+	*first = (uid_t)base;
+	*count = (uid_t)n;
+	return 0;
+}
+
+int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz)
+{
+	uint32_t h = 2166136261u;
+	uid_t base, count;
+
+	if (jail_uid_range(&base, &count, err, errsz) < 0)
+		return -1;
 	for (; *name; name++)
 		h = (h ^ (unsigned char)*name) * 16777619u;
 	*uid = (uid_t)(base + h % count);

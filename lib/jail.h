@@ -80,6 +80,9 @@ int jail_covers(const struct jail_spec *js, const char *path);
 #define JAIL_UID_BASE 2000000000u
 #define JAIL_UID_COUNT 65536u
 int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz);
+/* The whole range those identities come from: *first .. *first + *count - 1
+ * (isopod-netsetup's jail egress chain matches it).  0, or -1 with a reason. */
+int jail_uid_range(uid_t *first, uid_t *count, char *err, size_t errsz);
 
 /* Whether QEMU and the broker are jailed: 1, or 0 with why filled (env
  * ISOPOD_JAIL=0, or the host config's `jail = no`).  A bad value in either

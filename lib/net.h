@@ -32,6 +32,10 @@
  * the broker's own canary socket.  It comes back only while the table is loaded: positive evidence
  * an unprivileged process can get (isopod-netsetup(8), FAIL CLOSED). */
 #define NET_CANARY_PORT 1054
+/* The doctor's own resolver (its DNS rebinding probes) on 127.0.0.1: the
+ * one loopback port besides the host's resolver the jail egress chain lets
+ * a broker's uid reach (isopod-netsetup(8), JAIL EGRESS). */
+#define NET_DOCTOR_DNS_PORT 1052
 /* The fail-closed routing rules (isopod-netsetup(8), FAIL CLOSED): per tap
  * at NET_RULE_PREF - 1 (ICMP to its gateway: local) and NET_RULE_PREF
  * (blackholed unless the table set NET_FWMARK); the kernel's `local` rule

@@ -76,6 +76,12 @@ struct netplan {
 	 * instead, whatever the overrides say. */
 	struct range allow[RANGES_ALLOW_MAX];
 	size_t nallow;
+	/* The jail egress chain (isopod-netsetup(8), JAIL EGRESS): the jail
+	 * identities' uids (lib/jail.h, the host config), and the resolver
+	 * their brokers ask (host order; port 0: none known, no rule). */
+	uint32_t jail_first, jail_last;
+	uint32_t resolver;
+	uint16_t resolver_port;
 };
 
 struct mnl_socket;

@@ -113,7 +113,7 @@ static void put_fresh_table(struct nftb *b, uint16_t family)
 }
 
 /* A chain; hook < 0 for a regular (jump target) chain. */
-static void put_chain(struct nftb *b, uint16_t family, const char *name, int hook, int prio, const char *type)
+void nftb_put_chain(struct nftb *b, uint16_t family, const char *name, int hook, int prio, const char *type)
 {
 	struct nftnl_chain *c;
 
@@ -144,7 +144,7 @@ static void put_chain(struct nftb *b, uint16_t family, const char *name, int hoo
 
 /* A rule for chain of our table in b->family; NULL once the batch has
  * failed (the helpers then build nothing). */
-static struct nftnl_rule *rule_new(struct nftb *b, const char *chain)
+struct nftnl_rule *nftb_rule_new(struct nftb *b, const char *chain)
 {
 	struct nftnl_rule *r;
 	unsigned i;
@@ -165,7 +165,7 @@ static struct nftnl_rule *rule_new(struct nftb *b, const char *chain)
 	return r;
 }
 
-static void rule_put(struct nftb *b, struct nftnl_rule *r)
+void nftb_rule_put(struct nftb *b, struct nftnl_rule *r)
 {
 	if (!r)
 		return;
@@ -182,39 +182,39 @@ static void rule_put(struct nftb *b, struct nftnl_rule *r)
 /* `<iif|oif>name "isopod-tap*" [counter] verdict [chain]` */
 static void rule_taps(struct nftb *b, const char *chain, uint32_t key, int verdict, const char *target)
 {
-	struct nftnl_rule *r = rule_new(b, chain);
+	struct nftnl_rule *r = nftb_rule_new(b, chain);
 
 	m_ifname(b, r, key, NFT_CMP_EQ, TAP_PREFIX, 1);
 	if (verdict == NF_DROP)
 		x_counter(b, r);
 	x_verdict(b, r, verdict, target);
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 }
 
-static void rule_drop_all(struct nftb *b, const char *chain)
+void nftb_rule_drop_all(struct nftb *b, const char *chain)
 {
-	struct nftnl_rule *r = rule_new(b, chain);
+	struct nftnl_rule *r = nftb_rule_new(b, chain);
 
 	x_counter(b, r);
 	x_verdict(b, r, NF_DROP, NULL);
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 }
 
 /* `[<key> "isopod-tap*"] ct state established,related accept` */
-static void rule_ct_reply(struct nftb *b, const char *chain, uint32_t key, const char *ifname)
+void nftb_rule_ct_reply(struct nftb *b, const char *chain, uint32_t key, const char *ifname)
 {
-	struct nftnl_rule *r = rule_new(b, chain);
+	struct nftnl_rule *r = nftb_rule_new(b, chain);
 
 	if (ifname)
 		m_ifname(b, r, key, NFT_CMP_EQ, ifname, 1);
 	m_ct_reply(b, r);
 	x_verdict(b, r, NF_ACCEPT, NULL);
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 }
 
 static void rule_icmp_echo(struct nftb *b, const char *chain)
 {
-	struct nftnl_rule *r = rule_new(b, chain);
+	struct nftnl_rule *r = nftb_rule_new(b, chain);
 	uint8_t type = 8; /* icmp echo-request */
 
 	m_nfproto(b, r, NFPROTO_IPV4);
@@ -222,22 +222,22 @@ static void rule_icmp_echo(struct nftb *b, const char *chain)
 	x_payload(b, r, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 1);
 	x_cmp(b, r, NFT_CMP_EQ, &type, 1);
 	x_verdict(b, r, NF_ACCEPT, NULL);
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 }
 
 static void rule_port(struct nftb *b, const char *chain, uint8_t proto, uint16_t port)
 {
-	struct nftnl_rule *r = rule_new(b, chain);
+	struct nftnl_rule *r = nftb_rule_new(b, chain);
 
 	m_dport(b, r, proto, port);
 	x_verdict(b, r, NF_ACCEPT, NULL);
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 }
 
 /* `iifname "isopod-tap*" meta nfproto ipv4 <proto> dport 53 redirect to :1053` */
 static void rule_dns_redirect(struct nftb *b, uint8_t proto)
 {
-	struct nftnl_rule *r = rule_new(b, "dns");
+	struct nftnl_rule *r = nftb_rule_new(b, "dns");
 	struct nftnl_expr *e;
 
 	m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_EQ, TAP_PREFIX, 1);
@@ -249,7 +249,7 @@ static void rule_dns_redirect(struct nftb *b, uint8_t proto)
 		nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MAX, NFT_REG_1);
 		nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED);
 	}
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 }
 
 static uint32_t range_v4(const struct range *b)
@@ -265,7 +265,7 @@ static uint32_t range_v4(const struct range *b)
  * override takes its block out of every listed block that holds it).
  * IPv6 too: nothing IPv6 passes prerouting today, and when a policy lets
  * it, the same list is already here. */
-static void rules_deny(struct nftb *b, const char *chain)
+void nftb_rules_deny(struct nftb *b, const char *chain)
 {
 	const struct range_def *l;
 	struct nftnl_rule *r;
@@ -274,14 +274,14 @@ static void rules_deny(struct nftb *b, const char *chain)
 	size_t n, i;
 
 	for (i = 0; i < b->plan->nallow; i++) {
-		r = rule_new(b, chain);
+		r = nftb_rule_new(b, chain);
 		if (b->plan->allow[i].af == 4)
 			m_ip(b, r, 16, NFT_CMP_EQ, range_v4(&b->plan->allow[i]), b->plan->allow[i].len);
 		else
 			m_ip6_daddr(b, r, NFT_CMP_EQ, b->plan->allow[i].a, b->plan->allow[i].len);
 		x_counter(b, r);
 		x_verdict(b, r, NFT_RETURN, NULL);
-		rule_put(b, r);
+		nftb_rule_put(b, r);
 	}
 	l = ranges_list(&n);
 	for (i = 0; i < n; i++) {
@@ -289,14 +289,14 @@ static void rules_deny(struct nftb *b, const char *chain)
 			nftb_fail(b, "unable to parse the deny list's %s: %s", l[i].cidr, why);
 			return;
 		}
-		r = rule_new(b, chain);
+		r = nftb_rule_new(b, chain);
 		if (rb.af == 4)
 			m_ip(b, r, 16, NFT_CMP_EQ, range_v4(&rb), rb.len);
 		else
 			m_ip6_daddr(b, r, NFT_CMP_EQ, rb.a, rb.len);
 		x_counter(b, r);
 		x_verdict(b, r, NF_DROP, NULL);
-		rule_put(b, r);
+		nftb_rule_put(b, r);
 	}
 }
 
@@ -316,17 +316,17 @@ static void build_inet(struct nftb *b)
 	 * prerouting (-150, anti-spoof), then dns (-100, dstnat: the redirect
 	 * sees only what passed anti-spoof), routing, then input or forward
 	 * (-10, which see the redirected port 1053). */
-	put_chain(b, NFPROTO_INET, "prerouting", NF_INET_PRE_ROUTING, -150, "filter");
-	put_chain(b, NFPROTO_INET, "vm_pre", -1, 0, NULL);
-	put_chain(b, NFPROTO_INET, "dns", NF_INET_PRE_ROUTING, -100, "nat");
-	put_chain(b, NFPROTO_INET, "input", NF_INET_LOCAL_IN, -10, "filter");
-	put_chain(b, NFPROTO_INET, "vm_in", -1, 0, NULL);
-	put_chain(b, NFPROTO_INET, "gw_filtered", -1, 0, NULL);
-	put_chain(b, NFPROTO_INET, "gw_open", -1, 0, NULL);
-	put_chain(b, NFPROTO_INET, "forward", NF_INET_FORWARD, -10, "filter");
-	put_chain(b, NFPROTO_INET, "vm_fwd", -1, 0, NULL);
-	put_chain(b, NFPROTO_INET, "fwd_open", -1, 0, NULL);
-	put_chain(b, NFPROTO_INET, "postrouting", NF_INET_POST_ROUTING, 100, "nat");
+	nftb_put_chain(b, NFPROTO_INET, "prerouting", NF_INET_PRE_ROUTING, -150, "filter");
+	nftb_put_chain(b, NFPROTO_INET, "vm_pre", -1, 0, NULL);
+	nftb_put_chain(b, NFPROTO_INET, "dns", NF_INET_PRE_ROUTING, -100, "nat");
+	nftb_put_chain(b, NFPROTO_INET, "input", NF_INET_LOCAL_IN, -10, "filter");
+	nftb_put_chain(b, NFPROTO_INET, "vm_in", -1, 0, NULL);
+	nftb_put_chain(b, NFPROTO_INET, "gw_filtered", -1, 0, NULL);
+	nftb_put_chain(b, NFPROTO_INET, "gw_open", -1, 0, NULL);
+	nftb_put_chain(b, NFPROTO_INET, "forward", NF_INET_FORWARD, -10, "filter");
+	nftb_put_chain(b, NFPROTO_INET, "vm_fwd", -1, 0, NULL);
+	nftb_put_chain(b, NFPROTO_INET, "fwd_open", -1, 0, NULL);
+	nftb_put_chain(b, NFPROTO_INET, "postrouting", NF_INET_POST_ROUTING, 100, "nat");
 
 	/* Anti-spoof, before routing so it covers input and forward alike:
 	 * a frame from tap K passes only with slot K's MAC and IPv4 source,
@@ -341,7 +341,7 @@ static void build_inet(struct nftb *b)
 
 		tap_name(k, name);
 		slot_mac(k, mac);
-		r = rule_new(b, "vm_pre");
+		r = nftb_rule_new(b, "vm_pre");
 		m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		m_ct_state(b, r, NF_CT_STATE_BIT(IP_CT_NEW), NFT_CMP_NEQ);
 		{
@@ -354,17 +354,17 @@ static void build_inet(struct nftb *b)
 		}
 		x_counter(b, r);
 		x_verdict(b, r, NF_DROP, NULL);
-		rule_put(b, r);
-		r = rule_new(b, "vm_pre");
+		nftb_rule_put(b, r);
+		r = nftb_rule_new(b, "vm_pre");
 		m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		m_ether_saddr(b, r, mac);
 		m_ip(b, r, 12, NFT_CMP_EQ, b->plan->base + 4 * k + 2, 32);
 		x_payload(b, r, NFT_PAYLOAD_NETWORK_HEADER, 0, 1);
 		x_cmp(b, r, NFT_CMP_EQ, &v4ihl5, 1);
 		x_verdict(b, r, NFT_RETURN, NULL);
-		rule_put(b, r);
+		nftb_rule_put(b, r);
 	}
-	rule_drop_all(b, "vm_pre");
+	nftb_rule_drop_all(b, "vm_pre");
 
 	/* DNS: a guest asks port 53 of any address; it lands on its own
 	 * gateway's port 1053, where its broker (unprivileged, so not on
@@ -389,13 +389,13 @@ static void build_inet_input(struct nftb *b)
 	 * the host itself (lo) only replies to what the host started reach
 	 * them, so the brokers serve their guests, not the uplink's
 	 * neighbours (nothing is anti-spoofed there). */
-	r = rule_new(b, "input");
+	r = nftb_rule_new(b, "input");
 	m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_NEQ, "lo", 0);
 	m_ip(b, r, 16, NFT_CMP_EQ, b->plan->base, b->plan->prefix);
 	m_ct_state(b, r, CT_REPLY, NFT_CMP_EQ);
 	x_counter(b, r);
 	x_verdict(b, r, NF_DROP, NULL);
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 	/* Per slot: replies to what the host itself started towards slot K's
 	 * guest (a test probing a guest's listener, say) come back, ICMP
 	 * errors about them included.  Only those: conntrack calls an ICMP
@@ -405,30 +405,30 @@ static void build_inet_input(struct nftb *b)
 	 * route_localnet, other slots).  Then its own gateway's services. */
 	for (k = 0; k < b->plan->total; k++) {
 		tap_name(k, name);
-		r = rule_new(b, "vm_in");
+		r = nftb_rule_new(b, "vm_in");
 		m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		m_ct_orig_daddr(b, r, b->plan->base + 4 * k + 2);
 		m_ct_reply(b, r);
 		x_verdict(b, r, NF_ACCEPT, NULL);
-		rule_put(b, r);
-		r = rule_new(b, "vm_in");
+		nftb_rule_put(b, r);
+		r = nftb_rule_new(b, "vm_in");
 		m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		m_ip(b, r, 16, NFT_CMP_EQ, b->plan->base + 4 * k + 1, 32);
 		x_verdict(b, r, NFT_GOTO, k < b->plan->nslots ? "gw_filtered" : "gw_open");
-		rule_put(b, r);
+		nftb_rule_put(b, r);
 	}
-	rule_drop_all(b, "vm_in");
+	nftb_rule_drop_all(b, "vm_in");
 	/* filtered: the broker's DNS and HTTP proxy; open: DNS only (the
 	 * broker resolves for every VM; open VMs connect directly). */
 	rule_icmp_echo(b, "gw_filtered");
 	rule_port(b, "gw_filtered", IPPROTO_TCP, PORT_BROKER_HTTP);
 	rule_port(b, "gw_filtered", IPPROTO_UDP, PORT_BROKER_DNS);
 	rule_port(b, "gw_filtered", IPPROTO_TCP, PORT_BROKER_DNS);
-	rule_drop_all(b, "gw_filtered");
+	nftb_rule_drop_all(b, "gw_filtered");
 	rule_icmp_echo(b, "gw_open");
 	rule_port(b, "gw_open", IPPROTO_UDP, PORT_BROKER_DNS);
 	rule_port(b, "gw_open", IPPROTO_TCP, PORT_BROKER_DNS);
-	rule_drop_all(b, "gw_open");
+	nftb_rule_drop_all(b, "gw_open");
 }
 
 /* `inet isopod`'s forward side and the NAT of open slots. */
@@ -443,36 +443,36 @@ static void build_inet_forward(struct nftb *b)
 	 * forward nothing at all, their egress is the broker's.  Open slots
 	 * never to another VM nor a denied range; to a VM only replies. */
 	rule_taps(b, "forward", NFT_META_IIFNAME, NFT_JUMP, "vm_fwd");
-	rule_ct_reply(b, "forward", NFT_META_OIFNAME, TAP_PREFIX);
+	nftb_rule_ct_reply(b, "forward", NFT_META_OIFNAME, TAP_PREFIX);
 	rule_taps(b, "forward", NFT_META_OIFNAME, NF_DROP, NULL);
 	for (k = b->plan->nslots; k < b->plan->total; k++) {
 		tap_name(k, name);
-		r = rule_new(b, "vm_fwd");
+		r = nftb_rule_new(b, "vm_fwd");
 		m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		x_verdict(b, r, NFT_GOTO, "fwd_open");
-		rule_put(b, r);
+		nftb_rule_put(b, r);
 	}
-	rule_drop_all(b, "vm_fwd");
+	nftb_rule_drop_all(b, "vm_fwd");
 	/* What conntrack cannot track (invalid: a SYN|FIN, an ICMP error
 	 * about nothing) is never masqueraded: it would leave with the
 	 * guest's own 10.x source. */
-	r = rule_new(b, "fwd_open");
+	r = nftb_rule_new(b, "fwd_open");
 	m_ct_state(b, r, NF_CT_STATE_INVALID_BIT | NF_CT_STATE_UNTRACKED_BIT, NFT_CMP_NEQ);
 	x_counter(b, r);
 	x_verdict(b, r, NF_DROP, NULL);
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 	rule_taps(b, "fwd_open", NFT_META_OIFNAME, NF_DROP, NULL);
-	rules_deny(b, "fwd_open");
+	nftb_rules_deny(b, "fwd_open");
 
 	/* open mode: NAT out of the slot range to anything but a tap, nor
 	 * lo: the host's own datagrams from a gateway address to itself (the
 	 * brokers' canaries) stay as they are. */
-	r = rule_new(b, "postrouting");
+	r = nftb_rule_new(b, "postrouting");
 	m_ip(b, r, 12, NFT_CMP_EQ, b->plan->base, b->plan->prefix);
 	m_ifname(b, r, NFT_META_OIFNAME, NFT_CMP_NEQ, TAP_PREFIX, 1);
 	m_ifname(b, r, NFT_META_OIFNAME, NFT_CMP_NEQ, "lo", 0);
 	expr_new(b, r, "masq");
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 }
 
 /* The table `arp isopod`.  ARP is not IP: the inet family's hooks (ingress
@@ -491,8 +491,8 @@ static void build_arp(struct nftb *b)
 
 	b->family = NFPROTO_ARP;
 	put_fresh_table(b, NFPROTO_ARP);
-	put_chain(b, NFPROTO_ARP, "input", NF_ARP_IN, 0, "filter");
-	put_chain(b, NFPROTO_ARP, "vm_arp", -1, 0, NULL);
+	nftb_put_chain(b, NFPROTO_ARP, "input", NF_ARP_IN, 0, "filter");
+	nftb_put_chain(b, NFPROTO_ARP, "vm_arp", -1, 0, NULL);
 	rule_taps(b, "input", NFT_META_IIFNAME, NFT_JUMP, "vm_arp");
 	for (k = 0; k < b->plan->total; k++) {
 		uint32_t ip = htonl(b->plan->base + 4 * k + 2);
@@ -500,15 +500,15 @@ static void build_arp(struct nftb *b)
 		tap_name(k, name);
 		slot_mac(k, sender);
 		memcpy(sender + 6, &ip, 4);
-		r = rule_new(b, "vm_arp");
+		r = nftb_rule_new(b, "vm_arp");
 		m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		m_ether_saddr(b, r, sender);
 		m_net_bytes(b, r, 0, eth_ipv4, sizeof eth_ipv4);
 		m_net_bytes(b, r, 8, sender, sizeof sender); /* sha, spa */
 		x_verdict(b, r, NF_ACCEPT, NULL);
-		rule_put(b, r);
+		nftb_rule_put(b, r);
 	}
-	rule_drop_all(b, "vm_arp");
+	nftb_rule_drop_all(b, "vm_arp");
 	b->family = NFPROTO_INET;
 }
 
@@ -898,10 +898,10 @@ static void build_failclosed(struct nftb *b)
 	 * so the routing looks the host's addresses up for it again (after
 	 * the dns chain's redirect; the input chain then judges it).  With
 	 * this table gone the bit stays and only the per-tap rules apply. */
-	r = rule_new(b, "prerouting");
+	r = nftb_rule_new(b, "prerouting");
 	m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_EQ, TAP_PREFIX, 1);
 	x_mark_bit(b, r, TAPMARK, 0);
-	rule_put(b, r);
+	nftb_rule_put(b, r);
 
 	/* Open slots: what passed anti-spoof (vm_pre returned) carries the
 	 * mark the routing rules ask for; the forward chain still decides
@@ -909,19 +909,19 @@ static void build_failclosed(struct nftb *b)
 	 * nothing, and now the routing says so too. */
 	for (k = b->plan->nslots; k < b->plan->total; k++) {
 		tap_name(k, name);
-		r = rule_new(b, "prerouting");
+		r = nftb_rule_new(b, "prerouting");
 		m_ifname(b, r, NFT_META_IIFNAME, NFT_CMP_EQ, name, 0);
 		x_mark_bit(b, r, FWMARK, 1);
-		rule_put(b, r);
+		nftb_rule_put(b, r);
 	}
 	/* The canary: `ip daddr GW udp dport 1054 udp dport set 1055` per
 	 * slot, for the host's own datagrams only (output hook; the input
 	 * chain drops a guest's to either port).  Stateless
 	 * on purpose: a NAT rule would be remembered by conntrack and keep
 	 * rewriting an old flow after the table is gone. */
-	put_chain(b, NFPROTO_INET, "canary", NF_INET_LOCAL_OUT, 0, "filter");
+	nftb_put_chain(b, NFPROTO_INET, "canary", NF_INET_LOCAL_OUT, 0, "filter");
 	for (k = 0; k < b->plan->total; k++) {
-		r = rule_new(b, "canary");
+		r = nftb_rule_new(b, "canary");
 		m_ip(b, r, 16, NFT_CMP_EQ, b->plan->base + 4 * k + 1, 32);
 		m_dport(b, r, IPPROTO_UDP, PORT_CANARY);
 		x_port_reg1(b, r, PORT_CANARY + 1);
@@ -933,7 +933,7 @@ static void build_failclosed(struct nftb *b)
 			nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_CSUM_TYPE, NFT_PAYLOAD_CSUM_INET);
 			nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_CSUM_OFFSET, 6); /* udp checksum */
 		}
-		rule_put(b, r);
+		nftb_rule_put(b, r);
 	}
 }
 
@@ -949,6 +949,7 @@ int nftb_load(struct nftb *b)
 	build_inet_input(b);
 	build_inet_forward(b);
 	build_failclosed(b);
+	nftb_build_jail(b);
 	build_arp(b);
 	docker_del(b);
 	if (b->dk_want)

@@ -19,6 +19,7 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/x_tables.h>
 #include <linux/netfilter/xt_conntrack.h>
+#include <linux/rtnetlink.h>
 
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
@@ -300,3 +301,37 @@ void x_mark_bit(struct nftb *b, struct nftnl_rule *r, uint32_t bit, int set)
 	nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
 }
 
+
+void m_skuid_range(struct nftb *b, struct nftnl_rule *r, uint32_t first, uint32_t last)
+{
+	struct nftnl_expr *e;
+	uint32_t lo = htonl(first), hi = htonl(last);
+
+	x_meta(b, r, NFT_META_SKUID);
+	if ((e = expr_new(b, r, "byteorder"))) {
+		nftnl_expr_set_u32(e, NFTNL_EXPR_BYTEORDER_SREG, NFT_REG_1);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_BYTEORDER_DREG, NFT_REG_1);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_BYTEORDER_OP, NFT_BYTEORDER_HTON);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_BYTEORDER_LEN, 4);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_BYTEORDER_SIZE, 4);
+	}
+	if (!(e = expr_new(b, r, "range")))
+		return;
+	nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_SREG, NFT_REG_1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_OP, NFT_RANGE_EQ);
+	nftnl_expr_set(e, NFTNL_EXPR_RANGE_FROM_DATA, &lo, 4);
+	nftnl_expr_set(e, NFTNL_EXPR_RANGE_TO_DATA, &hi, 4);
+}
+
+void m_fib_daddr_local(struct nftb *b, struct nftnl_rule *r)
+{
+	struct nftnl_expr *e = expr_new(b, r, "fib");
+	uint32_t local = RTN_LOCAL;
+
+	if (!e)
+		return;
+	nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_FLAGS, NFTA_FIB_F_DADDR);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_DREG, NFT_REG_1);
+	x_cmp(b, r, NFT_CMP_EQ, &local, 4);
+}

@@ -42,5 +42,24 @@ void m_ct_reply(struct nftb *b, struct nftnl_rule *r);
 void m_ct_orig_daddr(struct nftb *b, struct nftnl_rule *r, uint32_t addr);
 void x_xt_ctstate(struct nftb *b, struct nftnl_rule *r);
 void x_mark_bit(struct nftb *b, struct nftnl_rule *r, uint32_t bit, int set);
+/* `meta skuid first..last` (nft's encoding: the host-order uid turned big
+ * endian, then a range); a packet without a full socket never matches. */
+void m_skuid_range(struct nftb *b, struct nftnl_rule *r, uint32_t first, uint32_t last);
+/* `fib daddr type local` */
+void m_fib_daddr_local(struct nftb *b, struct nftnl_rule *r);
+
+/* The builders lib/nftbuild.c shares with lib/nftjail.c: a chain of our
+ * table (hook < 0: a regular one), a rule of b->family's table for chain
+ * (NULL once failed) and its sending, `counter drop`, `[KEY IFNAME*] ct
+ * state established,related accept`, and the deny list (overrides return,
+ * listed blocks counter drop). */
+void nftb_put_chain(struct nftb *b, uint16_t family, const char *name, int hook, int prio, const char *type);
+struct nftnl_rule *nftb_rule_new(struct nftb *b, const char *chain);
+void nftb_rule_put(struct nftb *b, struct nftnl_rule *r);
+void nftb_rule_drop_all(struct nftb *b, const char *chain);
+void nftb_rule_ct_reply(struct nftb *b, const char *chain, uint32_t key, const char *ifname);
+void nftb_rules_deny(struct nftb *b, const char *chain);
+/* The jail egress chains (lib/nftjail.c; isopod-netsetup(8), JAIL EGRESS). */
+void nftb_build_jail(struct nftb *b);
 
 #endif

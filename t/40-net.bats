@@ -143,7 +143,7 @@ docker_nft() {
 	output=$(cat "$BATS_FILE_TMPDIR/netsetup.json")
 	json_is '.table == "inet isopod" and .tables == ["inet isopod", "arp isopod"] and .verified == true'
 	json_is '.slots == 2 and .open_slots == 18 and .forwarding == true and .ipv6 == "dropped"'
-	json_is '.docker_user == false and .owner == 0 and .chains == 14 and .prefix == 25'
+	json_is '.docker_user == false and .owner == 0 and .chains == 17 and .prefix == 25'
 	json_is '[.taps[].name] == [range(20) | "isopod-tap\(.)"]'
 	json_is '[.taps[].mode] == ["filtered", "filtered"] + [range(18) | "open"]'
 	json_is '.taps[19] | .gateway == "10.213.0.77" and .guest == "10.213.0.78" and .mac == "02:69:73:00:00:13"'

@@ -379,6 +379,112 @@ broker_leaks() {
 	[[ "$output $stderr" == *"ISOPOD_JAIL: jail: yes or no, not maybe"* ]]
 }
 
+# ---- the jail egress chain (isopod-netsetup(8), JAIL EGRESS) ----------------
+# No VM: a probe process (t/lab/jailegress.py) runs in the lab's host netns
+# as root (the control: every target answers) and as a jail identity (the
+# uid a broker gets), with listeners of its own on 127.0.0.1, ::1 and slot
+# 1's gateway (where that slot's broker would serve :3128 and :1053).
+JE_BLOCKED='tcp:127.0.0.1:7001 udp:127.0.0.1:7001 tcp:[::1]:7001 tcp:10.213.0.5:3128 udp:10.213.0.5:1053
+	tcp:203.0.113.1:80 tcp:10.99.0.5:80 tcp:169.254.169.254:80 udp:198.51.100.10:7 icmp:198.51.100.10'
+JE_ALLOWED='tcp:198.51.100.10:80 dns:198.51.100.53:53'
+
+# The packets counted by the jail chains' drop rules.
+je_drops() {
+	{ ip netns exec "$LAB_NAME-host" nft list chain inet isopod jail_out
+	  ip netns exec "$LAB_NAME-host" nft list chain inet isopod jail_deny; } |
+		awk '/ drop/ { for (i = 1; i < NF; i++) if ($i == "packets") s += $(i + 1) } END { print s + 0 }'
+}
+
+# jail_egress_check: 0 when every JE_BLOCKED target answers root but not a
+# jail uid, each JE_ALLOWED answers both, and the drops were counted.
+jail_egress_check() {
+	local uid py=/usr/bin/python3 srv d0 d1 root jail st=0
+	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
+	# ping sockets for every gid, as on a host whose range covers the jail's
+	ip netns exec "$LAB_NAME-host" sysctl -qw net.ipv4.ping_group_range="0 2147483647"
+	ip netns exec "$LAB_NAME-host" "$py" "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
+		127.0.0.1:7001 '[::1]:7001' 10.213.0.5:3128 10.213.0.5:1053 >"$BATS_TEST_TMPDIR/srv" 2>&1 3>&- &
+	srv=$!
+	for _ in $(seq 1 50); do grep -q ready "$BATS_TEST_TMPDIR/srv" && break; sleep 0.1; done
+	# shellcheck disable=SC2086 # the lists split into specs
+	root=$(ip netns exec "$LAB_NAME-host" "$py" "$BATS_TEST_DIRNAME/lab/jailegress.py" probe $JE_BLOCKED $JE_ALLOWED)
+	d0=$(je_drops)
+	# shellcheck disable=SC2086
+	jail=$(ip netns exec "$LAB_NAME-host" setpriv --reuid="$uid" --regid="$uid" --clear-groups \
+		"$py" "$BATS_TEST_DIRNAME/lab/jailegress.py" probe $JE_BLOCKED $JE_ALLOWED)
+	d1=$(je_drops)
+	kill "$srv"
+	wait "$srv" 2>/dev/null || :
+	printf 'uid %s; root:\n%s\njail:\n%s\ndrops %s -> %s\n' "$uid" "$root" "$jail" "$d0" "$d1"
+	[ "$(grep -c ' ok$' <<<"$root")" -eq 12 ] || { echo "the control failed"; return 1; }
+	for t in $JE_BLOCKED; do grep -qxF "$t blocked" <<<"$jail" || { echo "not blocked: $t"; st=1; }; done
+	for t in $JE_ALLOWED; do grep -qxF "$t ok" <<<"$jail" || { echo "not allowed: $t"; st=1; }; done
+	[ "$d1" -ge $((d0 + 10)) ] || { echo "not counted"; st=1; }
+	return "$st"
+}
+
+@test "jail egress: a jail uid reaches no loopback, host, other gateway, denied range, UDP but DNS, ICMP or IPv6 (dropped, counted); the lab internet and the resolver still answer" {
+	run jail_egress_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+	jq -e '.jail_egress.chain == "jail" and .jail_egress.resolver == "198.51.100.53:53" and
+		.jail_egress.uid_last - .jail_egress.uid_first == 65535' "$BATS_FILE_TMPDIR/netsetup.json"
+}
+
+# A real broker whose own policy lets everything through (--allow-all and
+# 10.0.0.0/8 opened: what a guest that subverted it would make it do), on
+# slot 0's gateway, as root and as a jail uid: only root's reaches the lab
+# host in 10/8; the jail uid's connect is dropped and counted in jail_deny.
+# The jail uid's broker started at all: its canary passed the chain.
+widened_broker_check() {
+	local uid who bp got ok d0 d1 out=""
+	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
+	mkdir "$BATS_TEST_TMPDIR/b"
+	for who in root jail; do
+		set -- # root: as is
+		[ "$who" = root ] || set -- setpriv --reuid="$uid" --regid="$uid" --clear-groups
+		d0=$(je_drops)
+		# the ledger handed over as descriptor 4, as the supervisor does
+		ip netns exec "$LAB_NAME-host" "$@" "$ISOPOD_SRC/bin/isopod-broker" --listen 10.213.0.1 \
+			--ledger "$BATS_TEST_TMPDIR/b/$who.ledger" --ledger-fd 4 --resolver 198.51.100.53:53 --canary 1054 \
+			--allow-all --allow-range 10.0.0.0/8 --allow-range 198.51.100.0/24 \
+			>"$BATS_TEST_TMPDIR/b/$who.out" 2>"$BATS_TEST_TMPDIR/b/$who.err" 4>>"$BATS_TEST_TMPDIR/b/$who.ledger" 3>&- </dev/null &
+		bp=$!
+		for _ in $(seq 1 50); do [ -s "$BATS_TEST_TMPDIR/b/$who.out" ] && break; sleep 0.1; done
+		got=$(ip netns exec "$LAB_NAME-host" curl -s -m 4 -x http://10.213.0.1:3128 http://10.99.0.5/ || :)
+		ok=$(ip netns exec "$LAB_NAME-host" curl -s -m 4 -x http://10.213.0.1:3128 http://pkg.test/ || :)
+		d1=$(je_drops)
+		kill "$bp" 2>/dev/null || cat "$BATS_TEST_TMPDIR/b/$who.err"
+		wait "$bp" 2>/dev/null || :
+		out+="$who: announced '$(head -c 60 "$BATS_TEST_TMPDIR/b/$who.out")' 10.99.0.5 '$got' pkg.test '$ok' counted $((d1 - d0))"$'\n'
+	done
+	echo "$out"
+	grep -q "^root: announced '{\"pid\".* 10.99.0.5 'lab 10.99.0.5' pkg.test 'lab 198.51.100.10' counted 0$" <<<"$out" &&
+		grep -q "^jail: announced '{\"pid\".* 10.99.0.5 '' pkg.test 'lab 198.51.100.10' counted [1-9]" <<<"$out"
+}
+
+@test "jail egress: a broker widened to 10.0.0.0/8 reaches 10.99.0.5 as root but not as a jail uid (jail_deny counts it); its canary and the resolver pass" {
+	run widened_broker_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
+@test "mutation: the jail chain's uid match gone (nft flush chain inet isopod jail): the widened broker reaches 10.99.0.5 as a jail uid and the jail egress check FAILS; netsetup restores it" {
+	ip netns exec "$LAB_NAME-host" nft flush chain inet isopod jail
+	run widened_broker_check
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"jail: announced '{"*" 10.99.0.5 'lab 10.99.0.5'"* ]]
+	run jail_egress_check
+	echo "$output"
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"tcp:127.0.0.1:7001 ok"* ]]
+	run jail_egress_check
+	echo "after netsetup: $output"
+	[ "$status" -eq 0 ]
+}
+
 @test "filtered: 18 concurrent runs on 16 filtered slots: 16 run with their own brokers, 2 get 102 'slots busy', none leaks" {
 	local d="$BATS_TEST_TMPDIR/conc" k ok busy other
 	# 17 filtered slots (slot 2 is the stand-in's: 16 free) and the open one.

@@ -518,13 +518,17 @@ open/ipv6-ula
 EOF
 }
 
-@test "mutation: the brokers' deny ranges widened (allow_range 169.254.0.0/16 and 10.0.0.0/8 in the host config, the table untouched): exactly those rebinding probes FAIL" {
+@test "mutation: the deny ranges widened (allow_range 169.254.0.0/16 and 10.0.0.0/8 in the host config, read by the brokers and by netsetup's jail egress chain): exactly those rebinding probes FAIL" {
 	local wide="$BATS_TEST_TMPDIR/wide.conf"
 	{
 		cat "$LAB_CONF"
 		printf 'allow_range = 169.254.0.0/16\nallow_range = 10.0.0.0/8\n'
 	} >"$wide"
+	# both layers: the brokers' own check and the table's jail_deny chain
+	# (isopod-netsetup(8), JAIL EGRESS), which holds with the first alone
+	ISOPOD_SYSCONFIG=$wide netsetup
 	ISOPOD_SYSCONFIG=$wide run --separate-stderr doctor --modes filtered --class dns-rebinding
+	netsetup
 	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
 	[ "$status" -eq 1 ]
 	json_is '.counts.error == 0 and .counts.probes == 8'

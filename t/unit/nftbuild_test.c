@@ -31,6 +31,7 @@ static struct nftnl_rule *test_rule_alloc(void)
 #define nftnl_rule_alloc test_rule_alloc
 #include "../../lib/nftbuild.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/nftexpr.c"
+#include "../../lib/nftjail.c"
 #include "../../lib/ranges.c"
 #include "../../lib/config.c"
 #undef nftnl_chain_alloc

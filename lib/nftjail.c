@@ -1,0 +1,118 @@
+/* nftjail.c - the jail egress chains of `inet isopod` (isopod-netsetup(8),
+ * JAIL EGRESS): what a socket owned by a jail identity (the egress brokers;
+ * lib/jail.h) may send.  A broker keeps the host's network namespace and
+ * serves its guest; subverted by that guest, its own checks (lib/policy.c)
+ * are the guest's.  This chain is the same policy outside the process:
+ *
+ *   jail      output hook: meta skuid FIRST-LAST goto jail_out
+ *   jail_out  ct state established,related accept   (replies to its guest,
+ *                                                    its own flows' packets)
+ *             the canary datagram (GW:1055 -> GW:1054) accept
+ *             the doctor's resolver 127.0.0.1 udp 1052 accept
+ *             the resolver udp/tcp accept    (before the local drops: the
+ *                                             host's may be 127.0.0.53)
+ *             fib daddr type local counter drop   (the host, every gateway)
+ *             ip daddr 127.0.0.0/8 counter drop
+ *             ipv4 tcp ct state new jump jail_deny
+ *             ipv4 tcp ct state new accept
+ *             counter drop                   (UDP, ICMP, IPv6, the rest)
+ *   jail_deny the deny list less the host's overrides (nftb_rules_deny:
+ *             the forward chain's, so both layers agree)
+ *
+ * Priority -5: before the canary chain (0) rewrites the canary's port. */
+
+#include "net.h"
+#include "nftexpr.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nf_tables.h>
+
+#include <libnftnl/rule.h>
+
+#define CHAIN "jail_out"
+
+/* `udp sport port` (host order). */
+static void m_udp_sport(struct nftb *b, struct nftnl_rule *r, uint16_t port)
+{
+	uint16_t p = htons(port);
+
+	m_l4proto(b, r, IPPROTO_UDP);
+	x_payload(b, r, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 2);
+	x_cmp(b, r, NFT_CMP_EQ, &p, 2);
+}
+
+/* `ip daddr addr/len <proto> dport port accept` */
+static void rule_to(struct nftb *b, uint32_t addr, int len, uint8_t proto, uint16_t port)
+{
+	struct nftnl_rule *r = nftb_rule_new(b, CHAIN);
+
+	m_ip(b, r, 16, NFT_CMP_EQ, addr, len);
+	m_dport(b, r, proto, port);
+	x_verdict(b, r, NF_ACCEPT, NULL);
+	nftb_rule_put(b, r);
+}
+
+/* `meta nfproto ipv4 meta l4proto tcp ct state new <verdict> [chain]` */
+static void rule_tcp_new(struct nftb *b, int verdict, const char *target)
+{
+	struct nftnl_rule *r = nftb_rule_new(b, CHAIN);
+
+	m_nfproto(b, r, NFPROTO_IPV4);
+	m_l4proto(b, r, IPPROTO_TCP);
+	m_ct_state(b, r, NF_CT_STATE_BIT(IP_CT_NEW), NFT_CMP_NEQ);
+	x_verdict(b, r, verdict, target);
+	nftb_rule_put(b, r);
+}
+
+void nftb_build_jail(struct nftb *b)
+{
+	const struct netplan *p = b->plan;
+	struct nftnl_rule *r;
+
+	b->family = NFPROTO_INET;
+	nftb_put_chain(b, NFPROTO_INET, "jail", NF_INET_LOCAL_OUT, -5, "filter");
+	nftb_put_chain(b, NFPROTO_INET, CHAIN, -1, 0, NULL);
+	nftb_put_chain(b, NFPROTO_INET, "jail_deny", -1, 0, NULL);
+
+	r = nftb_rule_new(b, "jail");
+	m_skuid_range(b, r, p->jail_first, p->jail_last);
+	x_verdict(b, r, NFT_GOTO, CHAIN);
+	nftb_rule_put(b, r);
+
+	nftb_rule_ct_reply(b, CHAIN, 0, NULL);
+	/* The canary (lib/canary.h): from a gateway's NET_CANARY_PORT+1 to a
+	 * gateway's NET_CANARY_PORT, which the canary chain then rewrites.
+	 * Another slot's canary socket is connected to itself: it never
+	 * takes what a broker sends it from elsewhere. */
+	r = nftb_rule_new(b, CHAIN);
+	m_ip(b, r, 12, NFT_CMP_EQ, p->base, p->prefix);
+	m_ip(b, r, 16, NFT_CMP_EQ, p->base, p->prefix);
+	m_udp_sport(b, r, NET_CANARY_PORT + 1);
+	m_dport(b, r, IPPROTO_UDP, NET_CANARY_PORT);
+	x_verdict(b, r, NF_ACCEPT, NULL);
+	nftb_rule_put(b, r);
+	rule_to(b, INADDR_LOOPBACK, 32, IPPROTO_UDP, NET_DOCTOR_DNS_PORT);
+	if (p->resolver_port) {
+		rule_to(b, p->resolver, 32, IPPROTO_UDP, p->resolver_port);
+		rule_to(b, p->resolver, 32, IPPROTO_TCP, p->resolver_port);
+	}
+	r = nftb_rule_new(b, CHAIN);
+	m_fib_daddr_local(b, r);
+	x_counter(b, r);
+	x_verdict(b, r, NF_DROP, NULL);
+	nftb_rule_put(b, r);
+	r = nftb_rule_new(b, CHAIN);
+	m_ip(b, r, 16, NFT_CMP_EQ, INADDR_LOOPBACK, 8);
+	x_counter(b, r);
+	x_verdict(b, r, NF_DROP, NULL);
+	nftb_rule_put(b, r);
+	rule_tcp_new(b, NFT_JUMP, "jail_deny");
+	rule_tcp_new(b, NF_ACCEPT, NULL);
+	nftb_rule_drop_all(b, CHAIN);
+	nftb_rules_deny(b, "jail_deny");
+}
