@@ -86,6 +86,7 @@ struct runner {
 	char checked[32];
 	int64_t next_check;
 	int64_t hold_until; /* no job taken before: a worker just died */
+	long long stale_seq; /* attestations up to this sequence saw the host change */
 };
 
 /* Tests kill the runner or a worker at a given step: ISOPOD_TEST_KILL_AT. */
@@ -170,9 +171,28 @@ static int verify(struct runner *r, char *why, size_t whysz)
 {
 	struct attcheck a = { .tool = r->attest, .att = r->att, .dir = r->att_dir,
 			      .pubkey = r->pubkey, .timeout_ms = VERIFY_TIMEOUT_MS };
+	json_t *seqj, *fail;
+	long long seq;
+	size_t i;
 
 	json_decref(r->verdict);
 	r->valid = attcheck_verify(&a, &r->verdict, why, whysz);
+	seqj = json_object_get(r->verdict, "sequence");
+	seq = json_is_integer(seqj) ? (long long)json_integer_value(seqj) : 0;
+	/* A subject that no longer matched means the host changed after the
+	 * doctor proved it; putting the bytes back (netsetup) makes that
+	 * attestation verify again, but what happened meanwhile is unproved:
+	 * only a fresh one (a new doctor run, signed: a higher sequence)
+	 * resumes the runner, as isopod-runner(8) says. */
+	json_array_foreach(json_object_get(r->verdict, "failures"), i, fail)
+		if (!r->valid && seq > r->stale_seq && json_object_get(fail, "subject"))
+			r->stale_seq = seq;
+	if (r->valid && r->stale_seq > 0 && seq <= r->stale_seq) {
+		r->valid = 0;
+		snprintf(why, whysz, "attestation %s (sequence %lld) verifies again, but the host changed "
+			 "after it was signed: waiting for a fresh one (isopod doctor --adverse, then "
+			 "isopod-attest sign)", r->att, seq);
+	}
 	iso_now(r->checked, sizeof r->checked);
 	r->next_check = mono_ms() + (int64_t)r->recheck_s * 1000;
 	return r->valid;
