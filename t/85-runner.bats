@@ -218,8 +218,15 @@ runner_exit() {
 	sleep $((3 * RECHECK))
 	is queue 5 && is running 0 && is done 20 || false
 	status_is paused
-	# netsetup + a fresh attestation: it resumes and finishes them.
+	# netsetup puts the same ruleset back: the old attestation verifies
+	# again, but the host changed under it: still paused until a fresh one
 	netsetup
+	run --separate-stderr attest verify "$ATT"
+	[ "$status" -eq 0 ]
+	sleep $((2 * RECHECK))
+	is queue 5 && is done 20 || false
+	jq -e '.state == "paused" and (.reason | contains("verifies again, but the host changed"))' "$SPOOL/status.json"
+	# a fresh attestation: it resumes and finishes them.
 	sign
 	wait_until 120 is done 25
 	is queue 0 && is failed 0 || false
