@@ -86,6 +86,7 @@ struct runner {
 	char checked[32];
 	int64_t next_check;
 	int64_t hold_until; /* no job taken before: a worker just died */
+	long long stale_seq; /* attestations up to this sequence saw the host change */
 };
 
 /* Tests kill the runner or a worker at a given step: ISOPOD_TEST_KILL_AT. */
@@ -170,9 +171,28 @@ static int verify(struct runner *r, char *why, size_t whysz)
 {
 	struct attcheck a = { .tool = r->attest, .att = r->att, .dir = r->att_dir,
 			      .pubkey = r->pubkey, .timeout_ms = VERIFY_TIMEOUT_MS };
+	json_t *seqj, *fail;
+	long long seq;
+	size_t i;
 
 	json_decref(r->verdict);
 	r->valid = attcheck_verify(&a, &r->verdict, why, whysz);
+	seqj = json_object_get(r->verdict, "sequence");
+	seq = json_is_integer(seqj) ? (long long)json_integer_value(seqj) : 0;
+	/* A subject that no longer matched means the host changed after the
+	 * doctor proved it; putting the bytes back (netsetup) makes that
+	 * attestation verify again, but what happened meanwhile is unproved:
+	 * only a fresh one (a new doctor run, signed: a higher sequence)
+	 * resumes the runner, as isopod-runner(8) says. */
+	json_array_foreach(json_object_get(r->verdict, "failures"), i, fail)
+		if (!r->valid && seq > r->stale_seq && json_object_get(fail, "subject"))
+			r->stale_seq = seq;
+	if (r->valid && r->stale_seq > 0 && seq <= r->stale_seq) {
+		r->valid = 0;
+		snprintf(why, whysz, "attestation %s (sequence %lld) verifies again, but the host changed "
+			 "after it was signed: waiting for a fresh one (isopod doctor --adverse, then "
+			 "isopod-attest sign)", r->att, seq);
+	}
 	iso_now(r->checked, sizeof r->checked);
 	r->next_check = mono_ms() + (int64_t)r->recheck_s * 1000;
 	return r->valid;
@@ -201,6 +221,13 @@ static int finish(struct runner *r, const char *d, const char *state, json_t *re
 	char p[PATH_MAX], q[PATH_MAX], now[32];
 	json_t *st;
 
+	/* a job's provenance (provenance: true) is written in its directory,
+	 * which moves whole: the result names where it ends */
+	if (json_is_object(json_object_get(result, "provenance")) &&
+	    !strcmp(json_string_value(json_object_get(json_object_get(result, "provenance"), "path")) ?: "",
+		    sp(r, p, "running/%s/provenance.json", d)))
+		json_object_set_new(json_object_get(result, "provenance"), "path",
+				    json_string(sp(r, q, "%s/%s/provenance.json", state, d)));
 	if (result && json_write_atomic(sp(r, p, "running/%s/result.json", d), result) < 0) {
 		warn("unable to write %s: %s", p, strerror(errno));
 		return -1;
@@ -446,7 +473,8 @@ static json_t *load_result(const char *path)
 __attribute__((noreturn)) static void worker(struct runner *r, const char *d, char **av,
 					     long long budget_s)
 {
-	char p[PATH_MAX], why[256] = "";
+	char p[PATH_MAX], why[256] = "", attenv[PATH_MAX + 32];
+	char *const envs[] = { attenv, NULL };
 	sigset_t m;
 	int sfd, out, err, st = 0, rc, done = 0, kill_result;
 	int64_t deadline = mono_ms() + (budget_s + GRACE_S) * 1000, kill_at = 0;
@@ -474,6 +502,9 @@ __attribute__((noreturn)) static void worker(struct runner *r, const char *d, ch
 	unsetenv("ISOPOD_TEST_KILL_AT"); /* the front end's tools have kill points too */
 	out = open(sp(r, p, "running/%s/stdout", d), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	err = open(sp(r, p, "running/%s/stderr.log", d), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* a job's provenance names the attestation this runner checks */
+	if (pathn(attenv, sizeof attenv, "ISOPOD_ATTESTATION=%s", r->att) == 0)
+		ps.env = envs;
 	ps.file = av[0], ps.out = out, ps.err = err, ps.pdeathsig = SIGTERM, ps.setsid = 1;
 	if (sfd < 0 || out < 0 || err < 0 || (pid = proc_spawn(&ps)) < 0) {
 		res = json_failure("infra", "unable to start %s: %s", av[0], strerror(errno));
@@ -593,7 +624,7 @@ static int net_over(const struct runner *r, json_t *job, char *why, size_t whysz
  * back to the queue.  0 started or failed, -1 error or paused. */
 static int dispatch(struct runner *r, const char *id)
 {
-	char d[DNAME_MAX], p[PATH_MAX], why[JOB_WHY_SZ], **av = NULL;
+	char d[DNAME_MAX], p[PATH_MAX], q[PATH_MAX], why[JOB_WHY_SZ], **av = NULL;
 	json_t *job = NULL, *res, *in;
 	int lk, slot, c, infra = 0;
 	long long budget;
@@ -623,7 +654,8 @@ static int dispatch(struct runner *r, const char *id)
 	if (job && in &&
 	    atomic_write(sp(r, p, "running/%s/stdin", d), json_string_value(in), json_string_length(in), 0600) < 0)
 		snprintf(why, sizeof why, "unable to write %.300s: %s", p, strerror(errno));
-	else if (job && !(av = job_argv(job, r->front, in ? p : NULL)))
+	else if (job && !(av = job_argv(job, r->front, in ? p : NULL,
+					sp(r, q, "running/%s/provenance.json", d))))
 		snprintf(why, sizeof why, "out of memory");
 	if (!av) {
 		warn("job %s failed: %s", d, why);

@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	n = json_array_size(cmd);
 	if (!n || n > JOB_ARGV_MAX)
 		abort();
-	av = job_argv(job, "FRONT", json_object_get(job, "stdin") ? "/spool/stdin" : NULL);
+	av = job_argv(job, "FRONT", json_object_get(job, "stdin") ? "/spool/stdin" : NULL, "/spool/p.json");
 	if (!av || strcmp(av[0], "FRONT") || strcmp(av[1], "run") || strcmp(av[2], "--json-only"))
 		abort();
 	/* options come in pairs (or alone: --cold) up to the first "--" */

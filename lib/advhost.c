@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 /* The tap's IPv4 address (its slot's gateway), network order; 0 none. */
@@ -143,11 +144,54 @@ static int broker_ask(uint32_t gw, char *why, size_t wsz)
 	return rc;
 }
 
+/* One request to gw (network order) on the broker's HTTP proxy port: the
+ * reply's status code, or -1 with why.  The request line says HTTP/0.9,
+ * which the broker refuses itself (400, "malformed request") before any
+ * name is looked at: nothing leaves the host, whatever the allowlist, and
+ * the refusal header says the answer is the broker's, not any listener's. */
+static int broker_http(uint32_t gw, char *why, size_t wsz)
+{
+	static const char req[] = "GET /isopod-doctor-broker-check HTTP/0.9\r\n\r\n";
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(TCFILTER_PORT_BROKER_HTTP),
+				  .sin_addr = { .s_addr = gw } };
+	struct timeval tv = { .tv_sec = 2 };
+	char r[1024];
+	size_t have = 0;
+	ssize_t n;
+	int fd, code = -1;
+
+	/* bounded: connect, send and every read give up after 2 s */
+	if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || write_all(fd, req, sizeof req - 1) < 0) {
+		snprintf(why, wsz, "the broker's proxy port %d: %s", TCFILTER_PORT_BROKER_HTTP,
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	while (have < sizeof r - 1 && (n = read(fd, r + have, sizeof r - 1 - have)) > 0) {
+		have += (size_t)n;
+		r[have] = 0;
+		if (strstr(r, "\r\n\r\n"))
+			break;
+	}
+	close(fd);
+	r[have] = 0;
+	if (sscanf(r, "HTTP/1.%*1[01] %3d ", &code) != 1 || !strcasestr(r, "\r\nX-Isopod-Refusal:")) {
+		snprintf(why, wsz, "the broker's proxy port %d gave no refusal of its own within 2 s (%zu "
+			 "bytes)", TCFILTER_PORT_BROKER_HTTP, have);
+		return -1;
+	}
+	return code;
+}
+
 json_t *adv_broker_check(int k, const char *mode)
 {
 	char tap[32], why[256] = "";
 	uint32_t gw;
-	int busy, rc = -1;
+	int busy, ok, rc = -1, http = -1, proxy = !strcmp(mode, "filtered");
 
 	snprintf(tap, sizeof tap, NET_TAP_PREFIX "%d", k);
 	gw = tap_addr(tap);
@@ -156,12 +200,16 @@ json_t *adv_broker_check(int k, const char *mode)
 		snprintf(why, sizeof why, "%s: its carrier is unreadable", tap);
 	else if (busy && !gw)
 		snprintf(why, sizeof why, "%s: no IPv4 address", tap);
-	else if (busy)
-		rc = broker_ask(gw, why, sizeof why);
-	return json_pack("{s:s, s:s, s:s, s:b, s:b, s:b, s:o, s:s?}", "check", "broker", "tap", tap,
-			 "mode", mode, "ok", busy == 0 || rc >= 0, "vm_on_slot", busy > 0, "answered",
-			 rc >= 0, "rcode", rc >= 0 ? json_integer(rc) : json_null(), "why",
-			 busy == 0 || rc >= 0 ? NULL : why);
+	else if (busy && (rc = broker_ask(gw, why, sizeof why)) >= 0 && proxy)
+		/* a filtered slot's broker is its HTTP proxy too: a DNS answer
+		 * alone does not say the guest's one way out is served */
+		http = broker_http(gw, why, sizeof why);
+	ok = busy == 0 || (rc >= 0 && (!proxy || http >= 0));
+	return json_pack("{s:s, s:s, s:s, s:b, s:b, s:b, s:o, s:o?, s:s?}", "check", "broker", "tap",
+			 tap, "mode", mode, "ok", ok, "vm_on_slot", busy > 0, "answered", rc >= 0,
+			 "rcode", rc >= 0 ? json_integer(rc) : json_null(), "http_status",
+			 !proxy || busy <= 0 ? NULL : http >= 0 ? json_integer(http) : json_null(),
+			 "why", ok ? NULL : why);
 }
 
 json_t *adv_route_check(const struct adv *a, int k, int listed)

@@ -37,6 +37,7 @@ static const struct jkey {
 	{ .key = "cwd", .type = J_STRING, .opt = "--cwd" },
 	{ .key = "cold", .type = J_BOOL, .opt = "--cold" },
 	{ .key = "stdin", .type = J_STRING, .opt = NULL },
+	{ .key = "provenance", .type = J_BOOL, .opt = NULL },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -214,7 +215,8 @@ static void put(struct words *w, const char *a, const char *b)
 	w->bytes += la + (b ? lb + 1 : 0) + 1;
 }
 
-static void lay_out(struct words *w, const json_t *job, const char *front, const char *stdin_path)
+static void lay_out(struct words *w, const json_t *job, const char *front, const char *stdin_path,
+		    const char *prov_path)
 {
 	const char *k;
 	json_t *v, *e;
@@ -261,24 +263,28 @@ static void lay_out(struct words *w, const json_t *job, const char *front, const
 		put(w, "--stdin-file", NULL);
 		put(w, stdin_path, NULL);
 	}
+	if (prov_path && json_is_true(json_object_get(job, "provenance"))) {
+		put(w, "--provenance", NULL);
+		put(w, prov_path, NULL);
+	}
 	put(w, "--", NULL);
 	v = json_object_get(job, "argv");
 	for (i = 0; i < json_array_size(v); i++)
 		put(w, json_string_value(json_array_get(v, i)), NULL);
 }
 
-char **job_argv(const json_t *job, const char *front, const char *stdin_path)
+char **job_argv(const json_t *job, const char *front, const char *stdin_path, const char *prov_path)
 {
 	struct words w = { .av = NULL };
 	char **av;
 
-	lay_out(&w, job, front, stdin_path);
+	lay_out(&w, job, front, stdin_path, prov_path);
 	if (!(av = malloc((w.n + 1) * sizeof *av + w.bytes))) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	w = (struct words){ .av = av, .text = (char *)(av + w.n + 1) };
-	lay_out(&w, job, front, stdin_path);
+	lay_out(&w, job, front, stdin_path, prov_path);
 	av[w.n] = NULL;
 	return av;
 }

@@ -27,7 +27,7 @@ int job_id_ok(const char *s);
  *   allow      array of at most JOB_LIST_MAX strings
  *   env        object of at most JOB_LIST_MAX strings, keys without '='
  *   timeout_s, vcpus, mem_mib, disk_mib       integers 1..2^31-1
- *   cold       boolean
+ *   cold, provenance                          booleans
  * The object, or NULL with a reason (naming the key) in why. */
 json_t *job_parse(const char *buf, size_t n, char *why, size_t whysz);
 
@@ -38,8 +38,10 @@ json_t *job_load(const char *path, char *why, size_t whysz);
 
 /* The front end's argv for a parsed job: FRONT run --json-only [options]
  * -- ARGV..., NULL-terminated.  stdin_path: the file holding the job's
- * `stdin` (NULL when it has none).  One malloc'd block: free() it.  NULL
+ * `stdin` (NULL when it has none); prov_path: where the envelope goes
+ * (--provenance) when the job asks for provenance (the runner's choice,
+ * never the job's: a job names no host path).  One malloc'd block: free() it.  NULL
  * with errno (ENOMEM). */
-char **job_argv(const json_t *job, const char *front, const char *stdin_path);
+char **job_argv(const json_t *job, const char *front, const char *stdin_path, const char *prov_path);
 
 #endif

@@ -42,6 +42,13 @@ void call_free(struct call *c)
 	json_decref(c->hostmap);
 	json_decref(c->args);
 	json_decref(c->progress);
+	if (c->prov_dir[0]) {
+		char p[sizeof c->prov_dir + 32];
+
+		snprintf(p, sizeof p, "%s/" PROV_ENVELOPE, c->prov_dir);
+		unlink(p);
+		rmdir(c->prov_dir);
+	}
 	*c = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .notes_fd = -1 };
 }
 /* ---- progress ---------------------------------------------------------------- */
@@ -402,6 +409,23 @@ static int uncommit(struct server *s, struct call *c)
 		      "the stage stays", c->tool->name, id, rc);
 }
 
+/* sandbox_run provenance:true: the envelope the front end signed in the
+ * call's private directory goes into the answer (provenance.envelope), the
+ * path, which the client cannot reach and call_free removes, out of it. */
+static void inline_provenance(struct call *c, json_t *res)
+{
+	json_t *prov = json_object_get(res, "provenance"), *env;
+	char p[sizeof c->prov_dir + 32];
+
+	if (!c->prov_dir[0] || !json_is_object(prov))
+		return;
+	snprintf(p, sizeof p, "%s/" PROV_ENVELOPE, c->prov_dir);
+	if ((env = json_load_path(p))) {
+		json_object_set_new(prov, "envelope", env);
+		json_object_del(prov, "path");
+	}
+}
+
 /* The call's answer, from what its child left; the call is freed.  0, or
  * -1 when the answer (or a log, a progress notification before it) could
  * not be sent. */
@@ -451,6 +475,7 @@ int finish_call(struct server *s, struct call *c)
 	}
 	mcp_unmap_hosts(c, res);
 	remember_kept(s, c, res);
+	inline_provenance(c, res);
 	if (json_is_true(json_object_get(res, "ok"))) {
 		sent = reply_tool(c->id, res, 0);
 	} else {

@@ -282,6 +282,25 @@ static int add_command(struct call *c, json_t *args, json_t **err)
 	return 0;
 }
 
+/* provenance:true: the front end signs its envelope (--provenance) into a
+ * directory of this call's own (0700, made here; call_free removes it), and
+ * the answer carries the envelope itself: a client names no host path for
+ * it.  The front end refuses it without copy_out or commit_as (100). */
+static int build_prov(struct call *c, json_t *args)
+{
+	const char *t = getenv("TMPDIR");
+
+	if (!json_is_true(json_object_get(args, "provenance")))
+		return 0;
+	if (snprintf(c->prov_dir, sizeof c->prov_dir, "%s/isopod-mcp-prov.XXXXXX",
+		     t && *t && strlen(t) < sizeof c->prov_dir - 32 ? t : "/tmp") >= (int)sizeof c->prov_dir ||
+	    !mkdtemp(c->prov_dir)) {
+		c->prov_dir[0] = 0;
+		return -1; /* the server's failure (errno) */
+	}
+	return arg(c, "--provenance") < 0 || argf(c, "%s/" PROV_ENVELOPE, c->prov_dir) < 0 ? -1 : 0;
+}
+
 static int build_run(struct server *s, struct call *c, json_t *args, json_t **err)
 {
 	static const struct {
@@ -310,7 +329,7 @@ static int build_run(struct server *s, struct call *c, json_t *args, json_t **er
 	    (json_is_true(json_object_get(args, "cold")) && arg(c, "--cold") < 0) || add_env(c, args) < 0)
 		return -1;
 	if (build_stdin(s, c, args, err) < 0 ||
-	    build_copies(s, c, args, "--copy-in", "--copy-out", err) < 0)
+	    build_copies(s, c, args, "--copy-in", "--copy-out", err) < 0 || build_prov(c, args) < 0)
 		return -1;
 	return add_command(c, args, err);
 }
@@ -455,7 +474,9 @@ const struct tool mcp_tools[] = {
 		"\"stage\":" REF ",\"commit_as\":" REF ",\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":63},"
 		"\"net\":{\"type\":\"string\",\"enum\":[\"none\",\"filtered\",\"open\"],\"description\":\"none, filtered or open\"},"
 		"\"allow\":{\"type\":\"array\",\"maxItems\":64,\"items\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":300}},"
-		"\"keep\":{\"type\":\"boolean\"},\"cold\":{\"type\":\"boolean\"}}}",
+		"\"keep\":{\"type\":\"boolean\"},\"cold\":{\"type\":\"boolean\"},"
+		"\"provenance\":{\"type\":\"boolean\",\"description\":\"sign what copy_out brings back "
+		"and a commit_as stage (in-toto/SLSA, the host key): the answer's provenance.envelope\"}}}",
 	  .out = OUT_OBJ(",\"exit_code\":{\"type\":[\"integer\",\"null\"]},\"timed_out\":{\"type\":\"boolean\"},"
 			 "\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
 			 "\"vm\":{},\"warnings\":{\"type\":\"array\"}") },

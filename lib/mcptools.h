@@ -21,6 +21,7 @@
 #define MAX_CALLS 64               /* in flight + queued; more: busy */
 #define COPY_MAX 32                /* copy_in, copy_out entries per call */
 #define HOLD_MAX (2 * COPY_MAX + 2)
+#define PROV_ENVELOPE "provenance.json" /* sandbox_run provenance:true, in its call's directory */
 
 enum runner { R_FRONT, R_TOOL };
 
@@ -58,6 +59,9 @@ struct call {
 				     * progress (ISOPOD_PROGRESS_FD) */
 	char vm_id[24];             /* what it wrote, once read ("" until then) */
 	off_t notes_off;            /* how much of it was read */
+	char prov_dir[64];          /* sandbox_run provenance:true: the private
+				     * directory its envelope is written to, read
+				     * into the answer, then removed ("" none) */
 };
 
 struct server {

@@ -218,8 +218,15 @@ runner_exit() {
 	sleep $((3 * RECHECK))
 	is queue 5 && is running 0 && is done 20 || false
 	status_is paused
-	# netsetup + a fresh attestation: it resumes and finishes them.
+	# netsetup puts the same ruleset back: the old attestation verifies
+	# again, but the host changed under it: still paused until a fresh one
 	netsetup
+	run --separate-stderr attest verify "$ATT"
+	[ "$status" -eq 0 ]
+	sleep $((2 * RECHECK))
+	is queue 5 && is done 20 || false
+	jq -e '.state == "paused" and (.reason | contains("verifies again, but the host changed"))' "$SPOOL/status.json"
+	# a fresh attestation: it resumes and finishes them.
 	sign
 	wait_until 120 is done 25
 	is queue 0 && is failed 0 || false
@@ -261,6 +268,25 @@ runner_exit() {
 	wait_until 60 is done 2
 	status_is running
 	netsetup
+}
+
+@test "provenance: true: the run signs an envelope in the job's directory, naming the attestation the runner checks; it verifies with --require-attestation; without commit_as or copy-out the front end refuses it (failed)" {
+	local res sid
+	runner
+	job p '{"argv": ["true"], "net": "none", "commit_as": "t85-prov", "provenance": true}'
+	job q '{"argv": ["true"], "net": "none", "provenance": true}'
+	wait_until 120 eval 'is done 1 && is failed 1'
+	res="$SPOOL/done/p/result.json"
+	jq -e --arg p "$SPOOL/done/p/provenance.json" '.ok and .provenance.path == $p' "$res"
+	sid=$(jq -r .commit.stage.id "$res")
+	run --separate-stderr innet "$ISOPOD_SRC/sh/isopod" verify-artifact --require-attestation \
+		"$ISOPOD_HOME/stages/$sid/layer.qcow2" "$SPOOL/done/p/provenance.json"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	jq -e --arg s "$(sha256sum <"$ATT" | cut -c1-64)" '.valid and .attestation.sha256 == $s and .attestation.valid' <<<"$output"
+	# q asked for it with nothing to sign: the front end's refusal
+	jq -e '.ok == false and (.error | contains("--provenance"))' "$SPOOL/failed/q/result.json"
+	isopod stage rm t85-prov >/dev/null
 }
 
 @test "job fields map onto isopod run: argv, env, cwd, stdin, timeout_s; a guest failure is done, the front end's refusal failed" {

@@ -229,6 +229,24 @@ EOF
 	echo "$output" | jq -e '.result.structuredContent.stdout == "text-in"'
 }
 
+@test "mcp: sandbox_run provenance:true answers with the signed envelope, which verifies against the copied-out file; its private directory is gone" {
+	local d="$BATS_TEST_TMPDIR"
+	export ISOPOD_ATTEST_DIR="$d/keys" TMPDIR="$d/tmp"
+	mkdir -p "$TMPDIR"
+	"$ISOPOD_SRC/bin/isopod-attest" keygen >/dev/null
+	call sandbox_run '{"command":"echo made >/tmp/o","copy_out":[{"guest":"/tmp/o","host":"prov-out.txt"}],"provenance":true}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok'
+	echo "$output" | jq -e '.result.structuredContent.provenance | .path == null and .envelope.payloadType == "application/vnd.in-toto+json" and .subjects[0].name == "prov-out.txt"'
+	echo "$output" | jq '.result.structuredContent.provenance.envelope' >"$d/env.json"
+	run_isopod -0 verify-artifact "$IO/sub/prov-out.txt" "$d/env.json"
+	jq -e '.valid and .command == ["sh", "-c", "echo made >/tmp/o"]' <<<"$output"
+	[ -z "$(find "$TMPDIR" -name 'isopod-mcp-prov.*')" ]
+	# nothing to sign: the front end's refusal, as bad input
+	refused sandbox_run '{"argv":["true"],"provenance":true}' 'provenance'
+	[ -z "$(find "$TMPDIR" -name 'isopod-mcp-prov.*')" ]
+	rm -f "$IO/sub/prov-out.txt"
+}
+
 @test "mcp: a copy_out NAME made a symlink to a directory during the run is not followed" {
 	# Checked at call time (absent), planted while the command sleeps (once
 	# its VM runs: a fixed delay planted it before the call started on a

@@ -63,7 +63,7 @@ int main(void)
 
 	j = parse("{\"argv\":[\"echo\",\"hi\"]}");
 	ok(j != NULL, "a minimal job parses");
-	av = job_argv(j, "/x/isopod", NULL);
+	av = job_argv(j, "/x/isopod", NULL, "/p");
 	ok(av && !strcmp(joined(av), "/x/isopod|run|--json-only|--|echo|hi"), "minimal argv: %s", joined(av));
 	free(av);
 	json_decref(j);
@@ -71,18 +71,19 @@ int main(void)
 	j = parse("{\"cold\":true,\"env\":{\"A\":\"x y\",\"B\":\"\"},\"argv\":[\"sh\",\"-c\",\"--net\"],"
 		  "\"net\":\"filtered\",\"allow\":[\"a.test\",\"*.b.test:8443\"],\"stage\":\"--keep\","
 		  "\"commit_as\":\"l\",\"name\":\"n\",\"timeout_s\":60,\"vcpus\":2,\"mem_mib\":512,"
-		  "\"disk_mib\":1024,\"cwd\":\"/tmp\",\"stdin\":\"in\"}");
+		  "\"disk_mib\":1024,\"cwd\":\"/tmp\",\"stdin\":\"in\",\"provenance\":true}");
 	ok(j != NULL, "every key parses: %s", why);
-	av = job_argv(j, "isopod", "/s/stdin");
+	av = job_argv(j, "isopod", "/s/stdin", "/s/prov.json");
 	ok(av && !strcmp(joined(av), "isopod|run|--json-only|--net|filtered|--allow|a.test|--allow|*.b.test:8443|"
 			  "--stage|--keep|--commit-as|l|--name|n|--timeout-s|60|--vcpus|2|--mem-mib|512|"
-			  "--disk-mib|1024|--env|A=x y|--env|B=|--cwd|/tmp|--cold|--stdin-file|/s/stdin|--|"
+			  "--disk-mib|1024|--env|A=x y|--env|B=|--cwd|/tmp|--cold|--stdin-file|/s/stdin|"
+			  "--provenance|/s/prov.json|--|"
 			  "sh|-c|--net"),
 	   "full argv, values as separate words, the command after --: %s", joined(av));
 	free(av);
 	json_decref(j);
-	j = parse("{\"argv\":[\"true\"],\"cold\":false,\"allow\":[],\"env\":{}}");
-	av = job_argv(j, "isopod", NULL);
+	j = parse("{\"argv\":[\"true\"],\"cold\":false,\"provenance\":false,\"allow\":[],\"env\":{}}");
+	av = job_argv(j, "isopod", NULL, "/p");
 	ok(av && !strcmp(joined(av), "isopod|run|--json-only|--|true"), "cold false, empty lists: no options");
 	free(av);
 	json_decref(j);
@@ -103,6 +104,8 @@ int main(void)
 	ok(refused("{\"argv\":[\"a\"],\"vcpus\":2147483648}", "vcpus"), "vcpus over 2^31-1 refused");
 	ok(refused("{\"argv\":[\"a\"],\"timeout_s\":\"60\"}", "timeout_s"), "timeout_s as a string refused");
 	ok(refused("{\"argv\":[\"a\"],\"cold\":1}", "cold: not true or false"), "cold as 1 refused");
+	ok(refused("{\"argv\":[\"a\"],\"provenance\":\"/etc/x\"}", "provenance: not true or false"),
+	   "provenance as a path refused: the runner picks where the envelope goes");
 	ok(refused("{\"argv\":[\"a\"],\"env\":{\"A=B\":\"c\"}}", "env: bad name A=B"), "env name with = refused");
 	ok(refused("{\"argv\":[\"a\"],\"env\":{\"\":\"c\"}}", "env: bad name"), "empty env name refused");
 	ok(refused("{\"argv\":[\"a\"],\"env\":{\"A\":1}}", "env.A: not a string"), "env value 1 refused");
