@@ -518,7 +518,7 @@ static int probe_locks(const char *dir, const char *hex16, int *fds, int max)
 	int n = 0;
 
 	if (!d)
-		return 0;
+		return -1; /* unknown: as if busy */
 	while ((de = readdir(d))) {
 		if (strlen(de->d_name) != 64 + 5 || strncmp(de->d_name, hex16, 16) ||
 		    strcmp(de->d_name + 64, ".lock"))

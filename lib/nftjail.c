@@ -88,8 +88,11 @@ void nftb_build_jail(struct nftb *b)
 	/* The canary (lib/canary.h): from a gateway's NET_CANARY_PORT+1 to a
 	 * gateway's NET_CANARY_PORT, which the canary chain then rewrites.
 	 * Another slot's canary socket is connected to itself: it never
-	 * takes what a broker sends it from elsewhere. */
+	 * takes what a broker sends it from elsewhere.  Only on lo: a
+	 * gateway-to-gateway datagram is local; without it a broker's
+	 * sendto() reached another slot's guest on :1054 (review M1). */
 	r = nftb_rule_new(b, CHAIN);
+	m_ifname(b, r, NFT_META_OIFNAME, NFT_CMP_EQ, "lo", 0);
 	m_ip(b, r, 12, NFT_CMP_EQ, p->base, p->prefix);
 	m_ip(b, r, 16, NFT_CMP_EQ, p->base, p->prefix);
 	m_udp_sport(b, r, NET_CANARY_PORT + 1);
@@ -108,6 +111,19 @@ void nftb_build_jail(struct nftb *b)
 	nftb_rule_put(b, r);
 	r = nftb_rule_new(b, CHAIN);
 	m_ip(b, r, 16, NFT_CMP_EQ, INADDR_LOOPBACK, 8);
+	x_counter(b, r);
+	x_verdict(b, r, NF_DROP, NULL);
+	nftb_rule_put(b, r);
+	/* The guests: their slot range and the taps, whatever the deny list
+	 * says (a host override may allow 10/8, or --base lie outside it),
+	 * as the forward chain's fwd_open does (review M2). */
+	r = nftb_rule_new(b, CHAIN);
+	m_ip(b, r, 16, NFT_CMP_EQ, p->base, p->prefix);
+	x_counter(b, r);
+	x_verdict(b, r, NF_DROP, NULL);
+	nftb_rule_put(b, r);
+	r = nftb_rule_new(b, CHAIN);
+	m_ifname(b, r, NFT_META_OIFNAME, NFT_CMP_EQ, NET_TAP_PREFIX, 1);
 	x_counter(b, r);
 	x_verdict(b, r, NF_DROP, NULL);
 	nftb_rule_put(b, r);
