@@ -201,7 +201,7 @@ docker_nft() {
 	[[ "$stderr" == *"aligned"* ]]
 	run "$ISOPOD_SRC/bin/isopod-netsetup" -h
 	[ "$status" -eq 0 ]
-	[ "$output" = "usage: isopod-netsetup [--slots N] [--open-slots M] [--base ADDR] [--user UID] [--conn-limit N] [--no-docker-user] [--remove]" ]
+	[ "$output" = "usage: isopod-netsetup [--slots N] [--open-slots M] [--base ADDR] [--user UID] [--conn-limit N] [--resolver ADDR[:PORT]] [--no-docker-user] [--remove]" ]
 	# In a namespace of its own: a veth squatting on the name of slot 0.
 	local ns="${LAB_NAME}-c"
 	ip netns add "$ns"
