@@ -77,6 +77,15 @@ vrun() {
 		PATH="$PATH" isopod run --json-only "$@"
 }
 
+# mutant_vrun FLAG: a kept filtered VM whose broker runs with FLAG.  The
+# wrapper is a shell script, and the broker's jail holds the broker alone
+# (no /bin/sh): these mutations are of its service or policy, not its jail.
+mutant_vrun() {
+	local w="$BATS_TEST_TMPDIR/broker"
+	printf '#!/bin/sh\nexec "%s/bin/isopod-broker" %s "$@"\n' "$ISOPOD_SRC" "$1" >"$w"
+	chmod +x "$w"
+	ISOPOD_JAIL=0 ISOPOD_BROKER=$w run --separate-stderr vrun --net filtered --keep --timeout-s 120 -- true
+}
 # verdicts: "VERDICT NAME" of every probe, sorted.
 verdicts() { jq -r '.probes[] | "\(.verdict) \(.name)"' <<<"$output" | sort; }
 # not_passing: the names of the probes that did not pass, sorted, one a line.
@@ -402,12 +411,8 @@ EOF
 }
 
 @test "mutation: a filtered VM's broker without its HTTP proxy (started with --no-proxy, as an open slot's is; its DNS still answers): the host check of its slot's broker FAILs naming the proxy port, nothing else" {
-	local w="$BATS_TEST_TMPDIR/broker" id tap
-	printf '#!/bin/sh\nexec "%s/bin/isopod-broker" --no-proxy "$@"\n' "$ISOPOD_SRC" >"$w"
-	chmod +x "$w"
-	# the wrapper is a shell script: the broker's jail holds the broker
-	# alone (no /bin/sh), and this mutation is of its service, not its jail
-	ISOPOD_JAIL=0 ISOPOD_BROKER=$w run --separate-stderr vrun --net filtered --keep --timeout-s 120 -- true
+	local id tap
+	mutant_vrun --no-proxy
 	[ "$status" -eq 0 ]
 	id=$(jq -r .vm.id <<<"$output")
 	tap=$(jq -r .net.tap "$ISOPOD_HOME/vms/$id/meta.json")
@@ -682,12 +687,8 @@ EOF
 }
 
 @test "mutation: a filtered VM's broker allowing every name (started with --allow-all, as a host's wider configuration would; the claim takes no IP literal nor a bare *): exactly the probes the allowlist stops FAIL" {
-	local w="$BATS_TEST_TMPDIR/broker" id bp
-	printf '#!/bin/sh\nexec "%s/bin/isopod-broker" --allow-all "$@"\n' "$ISOPOD_SRC" >"$w"
-	chmod +x "$w"
-	# the wrapper is a shell script: the broker's jail holds the broker
-	# alone (no /bin/sh), and this mutation is of its policy, not its jail
-	ISOPOD_JAIL=0 ISOPOD_BROKER=$w run --separate-stderr vrun --net filtered --keep --timeout-s 120 -- true
+	local id bp
+	mutant_vrun --allow-all
 	[ "$status" -eq 0 ]
 	id=$(jq -r .vm.id <<<"$output")
 	bp=$(jq -r .broker_pid "$ISOPOD_HOME/vms/$id/meta.json")
