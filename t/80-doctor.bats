@@ -86,6 +86,16 @@ mutant_vrun() {
 	chmod +x "$w"
 	ISOPOD_JAIL=0 ISOPOD_BROKER=$w run --separate-stderr vrun --net filtered --keep --timeout-s 120 -- true
 }
+# doctor_broker_fails ID TAP: a doctor without probes, VM ID stopped after
+# it, exits 1: its one probe passes, and TAP's broker is the one check failing.
+doctor_broker_fails() {
+	run --separate-stderr doctor --modes none
+	isopod-stop --force --vm "$1" >/dev/null || :
+	echo "$output" | jq -c '.host_checks[] | select(.check == "broker")'
+	[ "$status" -eq 1 ]
+	json_is '.counts.pass == .counts.probes and .counts.probes == 1'
+	[ "$(failing_checks)" = "broker $2" ]
+}
 # verdicts: "VERDICT NAME" of every probe, sorted.
 verdicts() { jq -r '.probes[] | "\(.verdict) \(.name)"' <<<"$output" | sort; }
 # not_passing: the names of the probes that did not pass, sorted, one a line.
@@ -395,12 +405,7 @@ EOF
 	run --separate-stderr doctor --vm "$id" --class metadata,gateway-port
 	probes=$output pst=$status
 	# the host side sees it without a probe: its slot's broker does not answer
-	run --separate-stderr doctor --modes none
-	isopod-stop --force --vm "$id" >/dev/null || :
-	echo "$output" | jq -c '.host_checks[] | select(.check == "broker")'
-	[ "$status" -eq 1 ]
-	json_is '.counts.pass == .counts.probes and .counts.probes == 1'
-	[ "$(failing_checks)" = "broker $tap" ]
+	doctor_broker_fails "$id" "$tap"
 	json_is '[.host_checks[] | select(.check == "broker" and .vm_on_slot) | .tap] == ["'"$tap"'"]'
 	output=$probes status=$pst
 	echo "$output" | jq -c '.probes[] | select(.verdict != "pass") | [.name, .verdict, .why]'
@@ -416,12 +421,7 @@ EOF
 	[ "$status" -eq 0 ]
 	id=$(jq -r .vm.id <<<"$output")
 	tap=$(jq -r .net.tap "$ISOPOD_HOME/vms/$id/meta.json")
-	run --separate-stderr doctor --modes none
-	isopod-stop --force --vm "$id" >/dev/null || :
-	echo "$output" | jq -c '.host_checks[] | select(.check == "broker")'
-	[ "$status" -eq 1 ]
-	json_is '.counts.pass == .counts.probes and .counts.probes == 1'
-	[ "$(failing_checks)" = "broker $tap" ]
+	doctor_broker_fails "$id" "$tap"
 	# its DNS answered: only the proxy port is missing
 	json_is '[.host_checks[] | select(.check == "broker" and .vm_on_slot) | [.tap, .answered, .http_status, (.why | test("proxy port 3128"))]] == [["'"$tap"'", true, null, true]]'
 }
