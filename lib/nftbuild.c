@@ -180,7 +180,7 @@ void nftb_rule_put(struct nftb *b, struct nftnl_rule *r)
 }
 
 /* `<iif|oif>name "isopod-tap*" [counter] verdict [chain]` */
-static void rule_taps(struct nftb *b, const char *chain, uint32_t key, int verdict, const char *target)
+void nftb_rule_taps(struct nftb *b, const char *chain, uint32_t key, int verdict, const char *target)
 {
 	struct nftnl_rule *r = nftb_rule_new(b, chain);
 
@@ -335,7 +335,7 @@ static void build_inet(struct nftb *b)
 	 * of ours, no source routes).  Everything else from any isopod tap —
 	 * IPv6 (no policy allows it yet), spoofed addresses, IP options, a
 	 * tap left over from a larger setup — is dropped. */
-	rule_taps(b, "prerouting", NFT_META_IIFNAME, NFT_JUMP, "vm_pre");
+	nftb_rule_taps(b, "prerouting", NFT_META_IIFNAME, NFT_JUMP, "vm_pre");
 	for (k = 0; k < b->plan->total; k++) {
 		static const uint8_t v4ihl5 = 0x45;
 
@@ -384,7 +384,7 @@ static void build_inet_input(struct nftb *b)
 	/* The host itself: only slot K's own gateway address, and there only
 	 * the gateway services of the slot's mode.  Any other host address
 	 * (uplink, docker0, another slot's gateway, broadcast) is dropped. */
-	rule_taps(b, "input", NFT_META_IIFNAME, NFT_JUMP, "vm_in");
+	nftb_rule_taps(b, "input", NFT_META_IIFNAME, NFT_JUMP, "vm_in");
 	/* The gateway addresses belong to the taps: from anywhere else but
 	 * the host itself (lo) only replies to what the host started reach
 	 * them, so the brokers serve their guests, not the uplink's
@@ -442,9 +442,9 @@ static void build_inet_forward(struct nftb *b)
 	 * (or any tap without a slot) falls to the final drop: filtered VMs
 	 * forward nothing at all, their egress is the broker's.  Open slots
 	 * never to another VM nor a denied range; to a VM only replies. */
-	rule_taps(b, "forward", NFT_META_IIFNAME, NFT_JUMP, "vm_fwd");
+	nftb_rule_taps(b, "forward", NFT_META_IIFNAME, NFT_JUMP, "vm_fwd");
 	nftb_rule_ct_reply(b, "forward", NFT_META_OIFNAME, TAP_PREFIX);
-	rule_taps(b, "forward", NFT_META_OIFNAME, NF_DROP, NULL);
+	nftb_rule_taps(b, "forward", NFT_META_OIFNAME, NF_DROP, NULL);
 	for (k = b->plan->nslots; k < b->plan->total; k++) {
 		tap_name(k, name);
 		r = nftb_rule_new(b, "vm_fwd");
@@ -461,7 +461,7 @@ static void build_inet_forward(struct nftb *b)
 	x_counter(b, r);
 	x_verdict(b, r, NF_DROP, NULL);
 	nftb_rule_put(b, r);
-	rule_taps(b, "fwd_open", NFT_META_OIFNAME, NF_DROP, NULL);
+	nftb_rule_taps(b, "fwd_open", NFT_META_OIFNAME, NF_DROP, NULL);
 	nftb_rules_deny(b, "fwd_open");
 
 	/* open mode: NAT out of the slot range to anything but a tap, nor
@@ -493,7 +493,7 @@ static void build_arp(struct nftb *b)
 	put_fresh_table(b, NFPROTO_ARP);
 	nftb_put_chain(b, NFPROTO_ARP, "input", NF_ARP_IN, 0, "filter");
 	nftb_put_chain(b, NFPROTO_ARP, "vm_arp", -1, 0, NULL);
-	rule_taps(b, "input", NFT_META_IIFNAME, NFT_JUMP, "vm_arp");
+	nftb_rule_taps(b, "input", NFT_META_IIFNAME, NFT_JUMP, "vm_arp");
 	for (k = 0; k < b->plan->total; k++) {
 		uint32_t ip = htonl(b->plan->base + 4 * k + 2);
 

@@ -57,6 +57,8 @@ void nftb_put_chain(struct nftb *b, uint16_t family, const char *name, int hook,
 struct nftnl_rule *nftb_rule_new(struct nftb *b, const char *chain);
 void nftb_rule_put(struct nftb *b, struct nftnl_rule *r);
 void nftb_rule_drop_all(struct nftb *b, const char *chain);
+/* `<KEY> "isopod-tap*" [counter, for a drop] VERDICT [TARGET]` */
+void nftb_rule_taps(struct nftb *b, const char *chain, uint32_t key, int verdict, const char *target);
 void nftb_rule_ct_reply(struct nftb *b, const char *chain, uint32_t key, const char *ifname);
 void nftb_rules_deny(struct nftb *b, const char *chain);
 /* The jail egress chains (lib/nftjail.c; isopod-netsetup(8), JAIL EGRESS). */

@@ -7,12 +7,14 @@
  *   jail      output hook: meta skuid FIRST-LAST goto jail_out
  *   jail_out  ct state established,related accept   (replies to its guest,
  *                                                    its own flows' packets)
- *             the canary datagram (GW:1055 -> GW:1054) accept
+ *             oifname lo, the canary datagram (GW:1055 -> GW:1054) accept
  *             the doctor's resolver 127.0.0.1 udp 1052 accept
  *             the resolver udp/tcp accept    (before the local drops: the
  *                                             host's may be 127.0.0.53)
  *             fib daddr type local counter drop   (the host, every gateway)
  *             ip daddr 127.0.0.0/8 counter drop
+ *             ip daddr SLOTS counter drop     (the guests, whatever the
+ *             oifname "isopod-tap*" counter drop  deny list allows)
  *             ipv4 tcp ct state new jump jail_deny
  *             ipv4 tcp ct state new accept
  *             counter drop                   (UDP, ICMP, IPv6, the rest)
@@ -122,11 +124,7 @@ void nftb_build_jail(struct nftb *b)
 	x_counter(b, r);
 	x_verdict(b, r, NF_DROP, NULL);
 	nftb_rule_put(b, r);
-	r = nftb_rule_new(b, CHAIN);
-	m_ifname(b, r, NFT_META_OIFNAME, NFT_CMP_EQ, NET_TAP_PREFIX, 1);
-	x_counter(b, r);
-	x_verdict(b, r, NF_DROP, NULL);
-	nftb_rule_put(b, r);
+	nftb_rule_taps(b, CHAIN, NFT_META_OIFNAME, NF_DROP, NULL);
 	rule_tcp_new(b, NFT_JUMP, "jail_deny");
 	rule_tcp_new(b, NF_ACCEPT, NULL);
 	nftb_rule_drop_all(b, CHAIN);
