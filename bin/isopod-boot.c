@@ -10,15 +10,16 @@
  * read from a file) when the owner goes away.  QEMU carries
  * PDEATHSIG=SIGKILL, so a SIGKILLed supervisor takes QEMU with it.
  * What boots comes from lib/: the image (image.c), the accelerator
- * (accel.c), the command line (qemu.c), the warm pool (warmpool.c). */
+ * (accel.c), the command line (qemu.c), the warm pool (warmpool.c), the
+ * supervisor's start, the handshake and a resume (launch.c). */
 
 #include "accel.h"
 #include "host.h"
 #include "image.h"
+#include "launch.h"
 #include "proc.h"
 #include "qemu.h"
 #include "qjail.h"
-#include "qmp.h"
 #include "stage.h"
 #include "egress.h"
 #include "net.h"
@@ -28,10 +29,8 @@
 #include "warmpool.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,7 +39,6 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define USAGE "isopod-boot [--vm REF] [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
@@ -76,18 +74,15 @@ struct boot {
 	const char *a_disk;       /* --disk-mib, checked once the disk is known */
 	const char *a_vm;         /* --vm REF: the VM (nothing is read on stdin) */
 	char idbuf[VM_ID_SZ];     /* the id --vm resolved to */
-	/* taken or started, undone by fail() */
-	pid_t sup;                /* the supervisor, our child */
-	int supfd, ctlfd, lockfd, ownerfd;
+	/* The supervisor and QEMU (lib/launch.h): the vm lock and the owner's
+	 * pidfd it is handed, the jail, the handshake; undone by fail(). */
+	struct launch ln;
 	/* The network slot (--net filtered|open): taken before QEMU starts,
 	 * its lock held by the supervisor for the VM's whole life.  slot -1:
 	 * no NIC, and then the command line is the one without networking. */
 	struct netslot net;
-	json_t *supnet;           /* {mode, gateway, allow} for the supervisor, or NULL */
 	struct conn *conn;        /* 130 KiB of buffers: on the heap */
-	struct hello h;
 	struct pool w;
-	int jail; char jail_why[PATH_MAX + 64]; /* QEMU and broker jailed?  why (jail_wanted, once) */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -111,36 +106,6 @@ static long long mem_available_mib(void)
 
 /* ---- boot ------------------------------------------------------------- */
 
-/* Stop what launch() started, before the boot was confirmed: EOF on ctl
- * without 'r' makes the supervisor kill QEMU, and it reaps QEMU before it
- * exits itself.  The supervisor is our child (not reaped), so signalling
- * it by pid is safe. */
-static void abandon(struct boot *bt)
-{
-	if (bt->ctlfd >= 0) {
-		close(bt->ctlfd);
-		bt->ctlfd = -1;
-	}
-	if (bt->sup > 0) {
-		struct pollfd p = { bt->supfd, POLLIN, 0 };
-		int st;
-
-		if (bt->supfd < 0 || poll(&p, 1, 3000) <= 0) {
-			kill(bt->sup, SIGTERM);
-			p.revents = 0;
-			if (bt->supfd < 0 || poll(&p, 1, 2000) <= 0)
-				kill(bt->sup, SIGKILL);
-		}
-		while (waitpid(bt->sup, &st, 0) < 0 && errno == EINTR)
-			;
-		bt->sup = -1;
-	}
-	if (bt->supfd >= 0) {
-		close(bt->supfd);
-		bt->supfd = -1;
-	}
-}
-
 /* Undo what was started, record state failed with the message, exit. */
 __attribute__((noreturn, format(printf, 3, 4))) static void fail(struct boot *bt, int code,
 							       const char *fmt, ...)
@@ -152,7 +117,7 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(struct boot *bt
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	abandon(bt);
+	launch_abandon(&bt->ln);
 	/* Our own hold on the vm lock goes last: the record is final first. */
 	if (bt->recorded) {
 		m = json_pack("{s:s, s:s}", "state", "failed", "error", msg);
@@ -160,9 +125,9 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(struct boot *bt
 			warn("unable to record the failure of %s:", bt->id);
 		json_decref(m);
 	}
-	if (bt->lockfd >= 0) {
-		close(bt->lockfd);
-		bt->lockfd = -1;
+	if (bt->ln.lockfd >= 0) {
+		close(bt->ln.lockfd);
+		bt->ln.lockfd = -1;
 		if (vm_wait_stopped(bt->id, mono_ms() + 5000) < 0)
 			warn("vm %s: lock still held after its supervisor exited", bt->id);
 	}
@@ -177,303 +142,6 @@ static void range(const char *opt, const char *arg, long long lo, long long hi, 
 			die(EX_USAGE, "%s %s: no valid value on this host (%s)", opt, EXC(arg), why);
 		die(EX_USAGE, "%s %s: out of range %lld..%lld (%s)", opt, EXC(arg), lo, hi, why);
 	}
-}
-
-/* Start isopod-supervise with its fixed descriptors (isopod-supervise(1)):
- * it starts QEMU with av (keepfd, when >= 0, becomes QEMU's fd 3); read
- * back QEMU's pid.  It inherits the vm lock's open file description, so
- * the lock never has a gap; the parent keeps its own hold on it too
- * (bt->lockfd): a failed attempt's supervisor can exit without the VM ever
- * looking free to gc.  0, or -1 with msg. */
-static pid_t start_supervisor(struct boot *bt, char *const *av, int keepfd, int ctlfd, int repfd,
-			      char *msg, size_t msz)
-{
-	char sup[PATH_MAX], *sav[8], *text;
-	int k = 0, spec[2];
-	json_t *j = json_pack("{s:s, s:s, s:[], s:O?, s:b, s:s}", "vm", bt->id, "dir", bt->in.dir,
-			      "qemu", "net", bt->supnet, "jail", bt->jail, "jail_why", bt->jail_why);
-	struct proc_spec ps = PROC_SPEC(sav);
-	pid_t pid;
-
-	for (char *const *a = av; j && *a; a++)
-		json_array_append_new(json_object_get(j, "qemu"), json_string(*a));
-	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	if (!text) {
-		snprintf(msg, msz, "unable to build the supervisor's spec");
-		return -1;
-	}
-	if (pipe2(spec, O_CLOEXEC) < 0) {
-		snprintf(msg, msz, "unable to create a pipe: %s", strerror(errno));
-		free(text);
-		return -1;
-	}
-	sav[k++] = "isopod-supervise";
-	if (bt->ownerfd >= 0)
-		sav[k++] = "--owner";
-	if (keepfd >= 0)
-		sav[k++] = "--mem";
-	if (bt->net.lock_fd >= 0)
-		sav[k++] = "--slot";
-	sav[k] = NULL;
-	ps.file = proc_sibling(sup, sizeof sup, "isopod-supervise", "ISOPOD_SUPERVISE");
-	ps.in = spec[0];
-	ps.err = PROC_INHERIT; /* until it has opened qemu.log */
-	ps.setsid = 1;
-	ps.keep[0] = bt->lockfd;
-	ps.keep[1] = ctlfd;
-	ps.keep[2] = repfd;
-	ps.keep[3] = bt->ownerfd >= 0 ? bt->ownerfd : PROC_NULL;
-	ps.keep[4] = keepfd >= 0 ? keepfd : PROC_NULL;
-	ps.keep[5] = bt->net.lock_fd >= 0 ? bt->net.lock_fd : PROC_NULL;
-	ps.nkeep = 6;
-	pid = proc_spawn(&ps);
-	close(spec[0]);
-	if (pid < 0)
-		snprintf(msg, msz, "unable to fork: %s", strerror(errno));
-	else if (write_all(spec[1], text, strlen(text)) < 0)
-		warn("unable to write the supervisor's spec:"); /* it reports no pid */
-	close(spec[1]);
-	free(text);
-	return pid;
-}
-
-/* Start the supervisor, which starts QEMU with av (keepfd, when >= 0,
- * becomes QEMU's fd 3), and read back QEMU's pid.  0, or -1 with msg. */
-static int launch(struct boot *bt, char *const *av, int keepfd, char *msg, size_t msz)
-{
-	static const char *const booting[] = { "booting", NULL };
-	char line[1024], *end; /* room for a broker's reason (egress_log_reason) */
-	int ctl[2], rep[2];
-	size_t got = 0;
-	long long v;
-	ssize_t n;
-	json_t *m;
-
-	if (pipe2(ctl, O_CLOEXEC) < 0) {
-		snprintf(msg, msz, "unable to create a pipe: %s", strerror(errno));
-		return -1;
-	}
-	if (pipe2(rep, O_CLOEXEC) < 0) {
-		snprintf(msg, msz, "unable to create a pipe: %s", strerror(errno));
-		close(ctl[0]);
-		close(ctl[1]);
-		return -1;
-	}
-	bt->sup = start_supervisor(bt, av, keepfd, ctl[0], rep[1], msg, msz);
-	if (bt->sup < 0) {
-		close(ctl[0]);
-		close(ctl[1]);
-		close(rep[0]);
-		close(rep[1]);
-		return -1;
-	}
-	close(ctl[0]);
-	close(rep[1]);
-	bt->ctlfd = ctl[1];
-	bt->supfd = pidfd_open_(bt->sup);
-
-	while (got < sizeof line - 1 && (n = read(rep[0], line + got, sizeof line - 1 - got)) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		got += (size_t)n;
-	}
-	close(rep[0]);
-	line[got] = 0;
-	if (got > 0 && line[got - 1] == '\n')
-		line[got - 1] = 0;
-	errno = 0;
-	v = strtoll(line, &end, 10);
-	if (!got || errno || *end || v <= 0) {
-		snprintf(msg, msz, "supervisor failed to start qemu: %s", got ? line : "no report");
-		return -1;
-	}
-	m = json_pack("{s:I, s:I}", "supervisor_pid", (json_int_t)bt->sup, "qemu_pid", (json_int_t)v);
-	if (!m || vm_meta_update(bt->id, booting, m) < 0)
-		warn("unable to update the record of %s:", bt->id);
-	json_decref(m);
-	return 0;
-}
-
-/* Is the supervisor (and so QEMU) gone? */
-static int sup_gone(const struct boot *bt)
-{
-	struct pollfd p = { bt->supfd, POLLIN, 0 };
-
-	return bt->supfd >= 0 && poll(&p, 1, 0) > 0;
-}
-
-/* Connect to the agent of what launch() started and shake hands (h), by
- * deadline.  0, or an exit code (EX_SYS, EX_TIMEOUT) with msg; `within`
- * names the bound in the timeout message. */
-static int handshake(struct boot *bt, int64_t deadline, long long within, char *msg,
-		     size_t msz)
-{
-	struct hello *h = &bt->h;
-	char l1[256], l2[256];
-	int r, st;
-
-	for (;;) {
-		int64_t slice = mono_ms() + 100;
-
-		if (conn_open(bt->conn, bt->in.agent, slice < deadline ? slice : deadline) == 0)
-			break;
-		if (errno != ETIMEDOUT) {
-			snprintf(msg, msz, "unable to connect to the agent: %s", bt->conn->err);
-			return EX_SYS;
-		}
-		if (sup_gone(bt) || mono_ms() >= deadline)
-			break;
-	}
-	r = bt->conn->fd >= 0 ? conn_hello(bt->conn, h, deadline) : -1;
-	if (r == 0) {
-		conn_close(bt->conn);
-		return 0;
-	}
-	{
-		struct pollfd p = { bt->supfd, POLLIN, 0 };
-
-		/* QEMU gone?  Give the supervisor a moment to notice and exit. */
-		if (bt->supfd >= 0 && poll(&p, 1, r == -3 ? 0 : 1000) > 0 &&
-		    waitpid(bt->sup, &st, 0) == bt->sup) {
-			bt->sup = -1;
-			conn_close(bt->conn);
-			last_line(bt->in.qlog, l1, sizeof l1);
-			last_line(bt->in.console, l2, sizeof l2);
-			snprintf(msg, msz, "qemu exited with status %d before the agent answered%s%s%s%s",
-				 proc_status(st), l1[0] ? ": " : "", l1, l2[0] ? "; console: " : "",
-				 l2);
-			return EX_SYS;
-		}
-	}
-	last_line(bt->in.console, l2, sizeof l2);
-	if (h->guest_error[0])
-		snprintf(msg, msz, "the guest agent reported: %s", h->guest_error);
-	else if (r == -3 || bt->conn->fd < 0)
-		snprintf(msg, msz, "the guest agent did not answer within %lld ms%s%s", within,
-			 l2[0] ? "; console: " : "", l2);
-	else
-		snprintf(msg, msz, "agent handshake failed: %s", bt->conn->err);
-	conn_close(bt->conn);
-	return !h->guest_error[0] && (r == -3 || bt->conn->fd < 0) ? EX_TIMEOUT : EX_SYS;
-}
-
-/* ---- the warm pool: a resume ---------------------------------------- */
-
-/* Resume this VM from the checked snapshot sn: the cold command line with
- * RAM as a private mapping of the snapshot's memory file (QEMU's fd 3,
- * from the supervisor) and `-incoming defer`; then over QMP
- * x-ignore-shared, the state file passed by getfd, migrate-incoming,
- * wait for "paused", cont; then the usual HELLO (hostname, clock, a fresh
- * RNG seed) to the agent.  0 with h filled and the supervisor waiting for
- * 'r', or an exit code with msg and nothing left running. */
-static int resume(struct boot *bt, struct snap *sn, int64_t deadline, char *msg, size_t msz)
-{
-	const struct inst *in = &bt->in;
-	struct qmp *qm = malloc(sizeof *qm); /* 64 KiB of buffer */
-	char l1[256], qerr[600];
-	struct qemu_argv q;
-	json_t *ret;
-	int r;
-
-	if (!qm) {
-		snprintf(msg, msz, "out of memory");
-		return EX_SYS;
-	}
-	qm->fd = -1;
-	{
-		/* share=off: a private copy-on-write mapping of the checked
-		 * memory file, which the supervisor hands QEMU as its fd 3. */
-		struct qemu_cfg qc = qemu_cfg_at(&bt->vm, in);
-
-		qc.memfile = "/proc/self/fd/3";
-		qc.incoming = 1;
-		if (qemu_argv(&q, &qc) < 0) {
-			snprintf(msg, msz, "path too long in %.512s", in->dir);
-			close(sn->memfd);
-			sn->memfd = -1;
-			r = EX_SYS;
-			goto bad;
-		}
-	}
-	unlink(in->agent);
-	unlink(in->qmp);
-	unlink(in->console);
-	r = launch(bt, q.av, sn->memfd, msg, msz);
-	close(sn->memfd);
-	sn->memfd = -1;
-	if (r < 0)
-		goto bad;
-	for (;;) {
-		int64_t slice = mono_ms() + 100;
-
-		r = qmp_open(qm, in->qmp, slice < deadline ? slice : deadline);
-		if (r == 0 || r != -3 || sup_gone(bt) || mono_ms() >= deadline)
-			break;
-	}
-	if (r < 0)
-		goto qbad;
-	if (qmp_call(qm, "migrate-set-capabilities",
-		     json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared",
-			       "state", 1),
-		     -1, NULL, deadline) < 0 ||
-	    qmp_call(qm, "getfd", json_pack("{s:s}", "fdname", WARM_STATE_FD), sn->statefd, NULL,
-		     deadline) < 0 ||
-	    qmp_call(qm, "migrate-incoming", json_pack("{s:s}", "uri", "fd:" WARM_STATE_FD), -1, NULL,
-		     deadline) < 0)
-		goto qbad;
-	for (;;) {
-		const char *s;
-
-		if (qmp_call(qm, "query-status", NULL, -1, &ret, deadline) < 0)
-			goto qbad;
-		s = json_string_value(json_object_get(ret, "status"));
-		if (s && !strcmp(s, "paused")) {
-			json_decref(ret);
-			break;
-		}
-		if (!s || strcmp(s, "inmigrate")) {
-			snprintf(qm->err, sizeof qm->err, "unexpected status %s after the state was loaded",
-				 s ? s : "(none)");
-			json_decref(ret);
-			goto qbad;
-		}
-		json_decref(ret);
-		usleep(2000);
-	}
-	if (qmp_call(qm, "cont", NULL, -1, NULL, deadline) < 0)
-		goto qbad;
-	qmp_close(qm);
-	close(sn->statefd);
-	sn->statefd = -1;
-	if ((r = handshake(bt, deadline, WARM_RESUME_MAX_MS, msg, msz)) != 0)
-		goto bad2;
-	if (strcmp(bt->h.root, "ro")) {
-		snprintf(msg, msz, "the resumed agent reports its root as %s, not ro", bt->h.root);
-		r = EX_SYS;
-		goto bad2;
-	}
-	free(qm);
-	return 0;
-qbad:
-	snprintf(qerr, sizeof qerr, "%s", qm->err);
-	qmp_close(qm);
-	abandon(bt); /* QEMU is gone after this: its log is complete */
-	last_line(in->qlog, l1, sizeof l1);
-	snprintf(msg, msz, "%s%s%s", qerr, l1[0] ? "; qemu: " : "", l1);
-	r = strstr(qerr, "timed out") ? EX_TIMEOUT : EX_SYS;
-	goto bad;
-bad2:
-	abandon(bt);
-bad:
-	if (sn->statefd >= 0)
-		close(sn->statefd);
-	sn->statefd = -1;
-	free(qm);
-	return r ? r : EX_SYS;
 }
 
 /* The pool's settings from the environment, checked before anything
@@ -598,8 +266,8 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		cf->owner = getppid();
 	}
 	if (!cf->keep) {
-		bt->ownerfd = bt->w.ownerfd = pidfd_open_((pid_t)cf->owner);
-		if (bt->ownerfd < 0) {
+		bt->ln.ownerfd = bt->w.ownerfd = pidfd_open_((pid_t)cf->owner);
+		if (bt->ln.ownerfd < 0) {
 			if (errno == ESRCH)
 				die(EX_USAGE, "owner pid %lld: no such process", cf->owner);
 			die(EX_SYS, "unable to watch owner pid %lld:", cf->owner);
@@ -622,8 +290,8 @@ static void load_vm(struct boot *bt)
 	if (vm_resolve(bt->a_vm, bt->idbuf, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
 	bt->id = bt->idbuf;
-	if ((bt->jail = jail_wanted(bt->jail_why, sizeof bt->jail_why)) < 0)
-		die(EX_USAGE, "%s", bt->jail_why);
+	if ((bt->ln.jail = jail_wanted(bt->ln.jail_why, sizeof bt->ln.jail_why)) < 0)
+		die(EX_USAGE, "%s", bt->ln.jail_why);
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
 	if (inst_paths(&bt->in, dir) < 0)
 		die(EX_USAGE, "path too long: %.64s...", dir);
@@ -692,8 +360,8 @@ static void take_vm(struct boot *bt)
 	const char *state;
 
 	pathf(lockp, sizeof lockp, "%s/lock", bt->in.dir);
-	bt->lockfd = lock_open(lockp, LOCK_EX | LOCK_NB);
-	if (bt->lockfd < 0) {
+	bt->ln.lockfd = lock_open(lockp, LOCK_EX | LOCK_NB);
+	if (bt->ln.lockfd < 0) {
 		if (errno == EWOULDBLOCK)
 			die(EX_CONFLICT, "vm %s is already running", bt->id);
 		die(EX_SYS, "unable to lock %s:", lockp);
@@ -729,6 +397,7 @@ static void take_net(struct boot *bt)
 		return;
 	if ((r = net_take_slot(&bt->net, bt->net_mode, err, sizeof err)))
 		die(r, "%s", err);
+	bt->ln.slotfd = bt->net.lock_fd;
 	pathf(ledger, sizeof ledger, "%s/ledger.jsonl", bt->in.dir);
 	/* Every mode gets a broker: filtered and learn for everything, open for DNS
 	 * (netsetup redirects every guest port 53 to it).  The supervisor
@@ -740,9 +409,9 @@ static void take_net(struct boot *bt)
 			     ledger, bt->id, err, sizeof err)) < 0)
 		die(r == -2 ? EX_SYS : EX_USAGE, "vm %s: %s", bt->id, err);
 	free(eg);
-	bt->supnet = json_pack("{s:s, s:s, s:O?}", "mode", bt->net_mode, "gateway", bt->net.gw,
+	bt->ln.net = json_pack("{s:s, s:s, s:O?}", "mode", bt->net_mode, "gateway", bt->net.gw,
 			       "allow", json_is_array(allow) ? allow : NULL);
-	if (!bt->supnet)
+	if (!bt->ln.net)
 		die(EX_SYS, "unable to allocate memory:");
 }
 
@@ -794,7 +463,7 @@ static void prepare_disk(struct boot *bt)
 {
 	char err[PATH_MAX + 128];
 	const char *env;
-	struct hello *h = &bt->h;
+	struct hello *h = &bt->ln.h;
 
 	/* The warm pool: resume a snapshot of this shape, building it first
 	 * when there is none.  Whatever goes wrong there ends in a cold boot
@@ -860,7 +529,7 @@ static void try_warm(struct boot *bt)
 	if (bt->forked && copy_small(bt->in.disk, pristine) < 0)
 		fail(bt, EX_SYS, "unable to copy %s to %s: %s", bt->in.disk, pristine,
 		     strerror(errno));
-	r = resume(bt, &sn, bound, msg, sizeof msg);
+	r = launch_resume(&bt->ln, &bt->vm, &sn, bound, msg, sizeof msg);
 	if (r == 0) {
 		bt->resumed = 1;
 		bt->w.resume_ms = mono_ms() - t1;
@@ -909,9 +578,9 @@ static void boot_cold(struct boot *bt)
 	unlink(bt->in.console);
 	if (qemu_argv(&q, &qc) < 0)
 		fail(bt, EX_USAGE, "path too long: %.64s...", bt->in.dir);
-	if (launch(bt, q.av, -1, msg, sizeof msg) < 0)
+	if (launch_start(&bt->ln, q.av, -1, msg, sizeof msg) < 0)
 		fail(bt, EX_SYS, "%s", msg);
-	if ((r = handshake(bt, bt->deadline, bt->cf.timeout_ms, msg, sizeof msg)) != 0)
+	if ((r = launch_handshake(&bt->ln, bt->deadline, bt->cf.timeout_ms, msg, sizeof msg)) != 0)
 		fail(bt, r, "%s", msg);
 }
 
@@ -924,12 +593,10 @@ static void confirm_and_emit(struct boot *bt)
 	int64_t boot_ms;
 	json_t *m, *out;
 
-	if (write(bt->ctlfd, "r", 1) != 1) /* the supervisor is gone: QEMU is too */
+	if (launch_confirm(&bt->ln) < 0) /* the supervisor is gone: QEMU is too */
 		fail(bt, EX_SYS, "the supervisor exited before the boot was confirmed");
-	close(bt->ctlfd);
-	bt->ctlfd = -1;
-	if (bt->ownerfd >= 0)
-		close(bt->ownerfd);
+	if (bt->ln.ownerfd >= 0)
+		close(bt->ln.ownerfd);
 	if (bt->resumed)
 		warm_touch(&bt->w, !strcmp(w->path, "warm"));
 	boot_ms = mono_ms() - bt->t0;
@@ -945,7 +612,7 @@ static void confirm_and_emit(struct boot *bt)
 			bt->in.agent, "qmp_sock", bt->in.qmp, "path", w->path, "accel", bt->accel,
 			"boot_ms", (json_int_t)boot_ms, "kernel", "sha256", bt->im.ksha, "base",
 			"flavor", bt->im.flavor, "sha256", bt->im.bsha, "root",
-			bt->h.root[0] ? bt->h.root : "ro");
+			bt->ln.h.root[0] ? bt->ln.h.root : "ro");
 	if (!out)
 		die(EX_SYS, "unable to build the output");
 	if (!strcmp(bt->accel, "tcg"))
@@ -957,7 +624,7 @@ static void confirm_and_emit(struct boot *bt)
 	if (w->on)
 		json_object_set_new(out, "warm_key", json_string(w->key));
 	json_object_set_new(out, "net", net_json(&bt->net, bt->net_mode));
-	json_object_set_new(out, "jail", qjail_result(bt->jail, bt->jail_why, bt->id, w->warnings));
+	json_object_set_new(out, "jail", qjail_result(bt->ln.jail, bt->ln.jail_why, bt->id, w->warnings));
 	json_object_set(out, "warnings", w->warnings);
 	json_emit(out);
 }
@@ -973,12 +640,15 @@ int main(int argc, char **argv)
 	*bt = (struct boot){
 		.cf = { .vcpus = 1, .mem_mib = 512, .timeout_ms = 60000 },
 		.t0 = mono_ms(),
-		.sup = -1, .supfd = -1, .ctlfd = -1, .lockfd = -1, .ownerfd = -1,
+		.ln = LAUNCH_INIT,
 		.net = { .slot = -1, .lock_fd = -1 },
 		.conn = bt->conn,
 		.w = POOL_INIT,
 	};
 	bt->conn->fd = -1;
+	bt->ln.id = bt->idbuf;
+	bt->ln.in = &bt->in;
+	bt->ln.conn = bt->conn;
 	bt->w.vm = &bt->vm;
 	bt->w.im = &bt->im;
 	bt->w.conn = bt->conn;
