@@ -50,7 +50,18 @@ static void resolve(const char *prog, char *out)
 	die(EX_NOTFOUND, "%s:", EXC(prog));
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for, then the jail's plan. */
+struct args {
+	struct jail_spec js;
+	char *ro[NPATH], *rw[NPATH];
+	size_t nro, nrw;
+	char prog[PATH_MAX], vmdir[PATH_MAX], name[80];
+	const char *jname;
+	long long jfd;
+};
+
+/* Options; optind is then PROG's index. */
+static void parse_args(struct args *a, int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "vm-dir", required_argument, NULL, 'v' }, { "ro", required_argument, NULL, 'r' },
@@ -61,98 +72,107 @@ int main(int argc, char **argv)
 		{ "name", required_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
-	static char *ro[NPATH], *rw[NPATH];
-	struct jail_spec js = { .name = NULL };
-	struct jail j;
-	char prog[PATH_MAX], vmdir[PATH_MAX], name[80], err[1024];
-	const char *jname = NULL;
-	long long v, jfd = -1;
-	size_t nro = 0, nrw = 0;
-	int c, st, sfd, pfd;
-	sigset_t sigs;
-	pid_t pid;
+	struct jail_spec *js = &a->js;
+	long long v;
+	int c;
 
-	progname = "isopod-jail";
-	signal(SIGPIPE, SIG_IGN);
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'v':
-			if (!realpath(optarg, vmdir))
+			if (!realpath(optarg, a->vmdir))
 				die(EX_NOTFOUND, "--vm-dir %s:", EXC(optarg));
-			js.vm_dir = vmdir;
+			js->vm_dir = a->vmdir;
 			break;
 		case 'r':
 		case 'w':
-			if ((c == 'r' ? nro : nrw) >= JAIL_PATHS_MAX)
+			if ((c == 'r' ? a->nro : a->nrw) >= JAIL_PATHS_MAX)
 				die(EX_USAGE, "more than %d --ro or --rw paths", JAIL_PATHS_MAX);
 			if (optarg[0] != '/')
 				die(EX_USAGE, "--%s %s: not an absolute path", c == 'r' ? "ro" : "rw",
 				    EXC(optarg));
 			if (c == 'r')
-				ro[nro++] = optarg;
+				a->ro[a->nro++] = optarg;
 			else
-				rw[nrw++] = optarg;
+				a->rw[a->nrw++] = optarg;
 			break;
 		case 'm':
 			if (parse_ll(optarg, 1, 1 << 20, &v) < 0)
 				die(EX_USAGE, "--mem-mib %s: out of range 1..1048576", EXC(optarg));
-			js.mem_bytes = v << 20;
+			js->mem_bytes = v << 20;
 			break;
 		case 'p':
-			if (parse_ll(optarg, 1, 4194304, &js.pids) < 0)
+			if (parse_ll(optarg, 1, 4194304, &js->pids) < 0)
 				die(EX_USAGE, "--pids %s: out of range 1..4194304", EXC(optarg));
 			break;
 		case 'k':
-			js.kvm = 1;
+			js->kvm = 1;
 			break;
 		case 'H':
-			js.hostnet = 1;
+			js->hostnet = 1;
 			break;
 		case 'L':
-			js.landlock = 1;
+			js->landlock = 1;
 			break;
 		case 'n':
-			jname = optarg;
+			a->jname = optarg;
 			break;
 		case 'j':
-			if (parse_ll(optarg, 3, INT_MAX, &jfd) < 0 || fcntl((int)jfd, F_GETFD) < 0)
+			if (parse_ll(optarg, 3, INT_MAX, &a->jfd) < 0 || fcntl((int)a->jfd, F_GETFD) < 0)
 				die(EX_USAGE, "--json-fd %s: not an open descriptor above 2", EXC(optarg));
 			break;
 		case 'h':
 			puts("usage: " USAGE);
-			return 0;
+			exit(0);
 		default:
 			die(EX_USAGE, "usage: %s", USAGE);
 		}
 	}
 	if (optind >= argc)
 		die(EX_USAGE, "usage: %s", USAGE);
-	resolve(argv[optind], prog);
-	js.rw = (const char *const *)rw;
-	js.nrw = nrw;
+}
+
+/* The jail's paths, name and identity for PROG. */
+static void plan(struct args *a, const char *prog)
+{
+	struct jail_spec *js = &a->js;
+	char err[1024];
+
+	resolve(prog, a->prog);
+	js->rw = (const char *const *)a->rw;
+	js->nrw = a->nrw;
 	/* The program and the libraries it loads, read-only at their paths
 	 * (unless already in the jail: a program in DIR is the jail's own). */
-	if (!jail_covers(&js, prog))
-		ro[nro++] = prog;
-	if (jail_deps(prog, ro, &nro, NPATH, err, sizeof err) < 0)
+	if (!jail_covers(js, a->prog))
+		a->ro[a->nro++] = a->prog;
+	if (jail_deps(a->prog, a->ro, &a->nro, NPATH, err, sizeof err) < 0)
 		die(EX_SYS, "%s", err);
-	if (nro > JAIL_PATHS_MAX)
+	if (a->nro > JAIL_PATHS_MAX)
 		die(EX_USAGE, "more than %d read-only paths with PROG's libraries", JAIL_PATHS_MAX);
-	js.ro = (const char *const *)ro;
-	js.nro = nro;
+	js->ro = (const char *const *)a->ro;
+	js->nro = a->nro;
 	/* The VM's id names the jail (its cgroup, its hostname, its uid). */
-	snprintf(name, sizeof name, "jail-%d", (int)getpid());
-	if (js.vm_dir && strrchr(js.vm_dir, '/')[1])
-		snprintf(name, sizeof name, "%.64s", strrchr(js.vm_dir, '/') + 1);
-	if (jname) /* the broker's jail is named broker-<VM id> (lib/egress.c) */
-		snprintf(name, sizeof name, "%.64s", jname);
-	js.name = name;
-	if (geteuid() == 0 && jail_identity(name, &js.uid, &js.gid, err, sizeof err) < 0)
+	snprintf(a->name, sizeof a->name, "jail-%d", (int)getpid());
+	if (js->vm_dir && strrchr(js->vm_dir, '/')[1])
+		snprintf(a->name, sizeof a->name, "%.64s", strrchr(js->vm_dir, '/') + 1);
+	if (a->jname) /* the broker's jail is named broker-<VM id> (lib/egress.c) */
+		snprintf(a->name, sizeof a->name, "%.64s", a->jname);
+	js->name = a->name;
+	if (geteuid() == 0 && jail_identity(a->name, &js->uid, &js->gid, err, sizeof err) < 0)
 		die(EX_USAGE, "%s", err);
 	/* The VM's directory is the jail's to write: as root, the directory
 	 * itself (not what is in it) goes to the jail's uid, as a VM's does. */
-	if (geteuid() == 0 && js.vm_dir && chown(js.vm_dir, js.uid, js.gid) < 0)
-		die(EX_SYS, "chown %s:", js.vm_dir);
+	if (geteuid() == 0 && js->vm_dir && chown(js->vm_dir, js->uid, js->gid) < 0)
+		die(EX_SYS, "chown %s:", js->vm_dir);
+}
+
+/* Run argv in the jail, report what it applied, wait; its status. */
+static int run(struct args *a, char **argv)
+{
+	struct jail j;
+	char err[1024];
+	int st, sfd, pfd;
+	sigset_t sigs;
+	pid_t pid;
 
 	/* Signals that would kill us first kill the jail (then its cgroups go). */
 	sigemptyset(&sigs);
@@ -163,21 +183,21 @@ int main(int argc, char **argv)
 	    (sfd = signalfd(-1, &sigs, SFD_CLOEXEC)) < 0)
 		die(EX_SYS, "signalfd:");
 	{
-		struct proc_spec ps = PROC_SPEC(argv + optind);
+		struct proc_spec ps = PROC_SPEC(argv);
 
-		ps.file = prog;
+		ps.file = a->prog;
 		ps.in = ps.out = ps.err = PROC_INHERIT;
 		ps.pdeathsig = SIGKILL;
-		if ((pid = jail_spawn(&js, &ps, &j, err, sizeof err)) < 0)
+		if ((pid = jail_spawn(&a->js, &ps, &j, err, sizeof err)) < 0)
 			die(errno == EINVAL ? EX_USAGE : EX_SYS, "%s", err);
 	}
 	if ((pfd = pidfd_open_(pid)) < 0)
 		die(EX_SYS, "pidfd_open:"); /* the jail dies with us (pdeathsig) */
-	if (jfd >= 0) {
+	if (a->jfd >= 0) {
 		char *s = json_dumps(j.applied, JSON_COMPACT);
 
-		if (!s || write_all((int)jfd, s, strlen(s)) < 0 || write_all((int)jfd, "\n", 1) < 0)
-			die(EX_SYS, "--json-fd %lld:", jfd);
+		if (!s || write_all((int)a->jfd, s, strlen(s)) < 0 || write_all((int)a->jfd, "\n", 1) < 0)
+			die(EX_SYS, "--json-fd %lld:", a->jfd);
 		free(s);
 	}
 	for (;;) {
@@ -200,4 +220,15 @@ int main(int argc, char **argv)
 	if (jail_release(&j, err, sizeof err) < 0)
 		warn("%s", err);
 	return proc_status(st);
+}
+
+int main(int argc, char **argv)
+{
+	struct args a = { .js = { .name = NULL }, .jfd = -1 };
+
+	progname = "isopod-jail";
+	signal(SIGPIPE, SIG_IGN);
+	parse_args(&a, argc, argv);
+	plan(&a, argv[optind]);
+	return run(&a, argv + optind);
 }

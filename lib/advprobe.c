@@ -640,20 +640,14 @@ static void peer_note(struct adv *a, const struct avm *o)
 	json_object_set_new(l, "peer_alive", json_true());
 }
 
-void adv_probes_net(struct adv *a, const struct avm *vm, const struct range *allow, size_t nallow,
-		    int again)
+/* One address of every denied IPv4 block: its first host. */
+static void probes_ranges(struct adv *a, const struct avm *vm, const struct range *allow,
+			  size_t nallow)
 {
 	const struct range_def *rl;
 	size_t nr, i;
-	char n[128], gwn[96];
-	int k;
+	char n[128];
 
-	if (again)
-		goto other_vm; /* a second VM of a mode: the same policy, but the way back */
-	probe_ip(a, vm, "metadata", "metadata-tcp", IPPROTO_TCP, a->meta, 80);
-	probe_ip(a, vm, "metadata", "metadata-udp", IPPROTO_UDP, a->meta, a->udp_port);
-	probe_ip(a, vm, "metadata", "metadata-icmp", IPPROTO_ICMP, a->meta, -1);
-	/* one address of every denied IPv4 block: its first host */
 	rl = ranges_list(&nr);
 	for (i = 0; i < nr; i++) {
 		struct range r;
@@ -683,6 +677,15 @@ void adv_probes_net(struct adv *a, const struct avm *vm, const struct range *all
 		else
 			probe_ip(a, vm, "denied-range", n, IPPROTO_TCP, t, 80);
 	}
+}
+
+/* The host's own addresses, the gateway's ports other than the broker's,
+ * the host's default gateway. */
+static void probes_host(struct adv *a, const struct avm *vm)
+{
+	char n[128], gwn[96];
+	int k;
+
 	/* the host's own addresses: the doctor's listener on each */
 	if (!a->nhost)
 		adv_probe_missing(a, vm, "host", "host-none", "no host address to probe: the class would pass empty (give --host-addr)");
@@ -709,8 +712,15 @@ void adv_probes_net(struct adv *a, const struct avm *vm, const struct range *all
 		snprintf(n, sizeof n, "host-gateway-%s-icmp", a->gwhost);
 		probe_ip(a, vm, "host-gateway", n, IPPROTO_ICMP, a->gwhost, -1);
 	}
-	/* another VM, this way (the other VM probes back in its own turn) */
-other_vm:
+}
+
+/* Another VM, this way (the other VM probes back in its own turn). */
+static void probes_other_vm(struct adv *a, const struct avm *vm)
+{
+	char n[128];
+	size_t i;
+	int k;
+
 	for (k = 0, i = 0; k < a->nvm; k++) {
 		const struct avm *o = &a->vm[k];
 
@@ -732,8 +742,12 @@ other_vm:
 	}
 	if (!i && a->want_peers)
 		adv_probe_missing(a, vm, "other-vm", "other-vm-none", "no other networked VM to probe: the class would pass empty");
-	if (again || strcmp(vm->mode, "filtered"))
-		return;
+}
+
+/* Filtered forwards nothing (an IP literal, without and with the proxy),
+ * and an unlisted name never leaves the host. */
+static void probes_filtered(struct adv *a, const struct avm *vm)
+{
 	/* filtered forwards nothing: an IP literal, without and with the proxy */
 	{
 		struct probe p;
@@ -788,6 +802,23 @@ other_vm:
 		p.ledger_kind = "dns";
 		adv_run_probe(a, vm, &p);
 	}
+}
+
+void adv_probes_net(struct adv *a, const struct avm *vm, const struct range *allow, size_t nallow,
+		    int again)
+{
+	/* a second VM of a mode: the same policy, but the way back */
+	if (!again) {
+		probe_ip(a, vm, "metadata", "metadata-tcp", IPPROTO_TCP, a->meta, 80);
+		probe_ip(a, vm, "metadata", "metadata-udp", IPPROTO_UDP, a->meta, a->udp_port);
+		probe_ip(a, vm, "metadata", "metadata-icmp", IPPROTO_ICMP, a->meta, -1);
+		probes_ranges(a, vm, allow, nallow);
+		probes_host(a, vm);
+	}
+	probes_other_vm(a, vm);
+	if (again || strcmp(vm->mode, "filtered"))
+		return;
+	probes_filtered(a, vm);
 }
 
 void adv_probes_none(struct adv *a, const struct avm *vm)
