@@ -306,7 +306,8 @@ static int fsync_dir_of(const char *path)
 	char *slash;
 	int fd, r;
 
-	pathf(dir, sizeof dir, "%s", path);
+	if (pathn(dir, sizeof dir, "%s", path) < 0)
+		return -1;
 	slash = strrchr(dir, '/');
 	if (slash == dir)
 		slash[1] = 0;
@@ -336,8 +337,9 @@ int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
 	for (tries = 0; fd < 0 && tries < 16; tries++) {
 		if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
 			return -1;
-		pathf(tmp, sizeof tmp, "%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp.%ld", path, rnd[0], rnd[1],
-		      rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7], (long)getpid());
+		if (pathn(tmp, sizeof tmp, "%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp.%ld", path, rnd[0],
+			  rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7], (long)getpid()) < 0)
+			return -1;
 		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
 		if (fd < 0 && errno != EEXIST)
 			return -1;
@@ -942,7 +944,8 @@ int vm_wait_stopped(const char *id, int64_t deadline_ms)
 	char p[PATH_MAX];
 	int fd;
 
-	pathf(p, sizeof p, "%s/vms/%s/lock", store_home(), id);
+	if (pathn(p, sizeof p, "%s/vms/%s/lock", store_home(), id) < 0)
+		return -1;
 	for (;;) {
 		fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0)

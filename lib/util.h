@@ -67,7 +67,8 @@ void mkdirs(const char *path, mode_t mode);
  * be made in failed (ENAMETOOLONG: path itself). */
 int mkdir_p(const char *path, mode_t mode, char *failed, size_t fsz);
 
-/* Atomic write: tmp + fsync + rename + fsync(dir).  Returns 0 or -1 (errno). */
+/* Atomic write: tmp + fsync + rename + fsync(dir).  Returns 0 or -1 (errno;
+ * ENAMETOOLONG when the temporary name beside path does not fit). */
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
 /* Write a JSON object atomically (pretty, sorted keys off, trailing newline). */
 int json_write_atomic(const char *path, json_t *obj);
@@ -197,7 +198,8 @@ int utf8_valid(const void *p, size_t n);
 int json_update_locked(const char *lockpath, const char *path,
 		       int (*edit)(json_t *obj, void *arg), void *arg);
 /* Wait until vms/<id>/lock is free (poll LOCK_EX|LOCK_NB every 20 ms) or the
- * monotonic deadline passes.  0 free, -1 still held (errno ETIMEDOUT). */
+ * monotonic deadline passes.  0 free, -1 still held (errno ETIMEDOUT) or
+ * the lock's path too long (ENAMETOOLONG). */
 int vm_wait_stopped(const char *id, int64_t deadline_ms);
 /* pidfd_open(2) / pidfd_send_signal(2) through syscall(2). */
 int pidfd_open_(pid_t pid);

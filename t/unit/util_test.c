@@ -66,6 +66,22 @@ static void test_atomic_write(void)
 	ok(atomic_write(p, "x", 1, 0644) == -1 && errno == ENOENT,
 	   "atomic_write into a missing directory fails with ENOENT");
 	ok(entries() == 1, "a failed atomic_write leaves nothing behind");
+	/* A library function returns an error, it does not exit: a path whose
+	 * temporary name does not fit, and a VM whose lock path does not. */
+	{
+		char lp[PATH_MAX];
+
+		memset(lp, 'a', sizeof lp - 10);
+		lp[0] = '/';
+		lp[sizeof lp - 10] = 0;
+		errno = 0;
+		ok(atomic_write(lp, "x", 1, 0644) == -1 && errno == ENAMETOOLONG,
+		   "atomic_write whose temporary name does not fit: -1 ENAMETOOLONG, no exit");
+		errno = 0;
+		ok(vm_wait_stopped(lp + 1, mono_ms()) == -1 && errno == ENAMETOOLONG,
+		   "vm_wait_stopped whose lock path does not fit: -1 ENAMETOOLONG, no exit");
+	}
+	ok(entries() == 1, "still nothing behind");
 
 	/* A file planted at the name the temporary file once had (path.tmp.<pid>,
 	 * predictable) is neither written through nor renamed into place. */
