@@ -13,16 +13,15 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define USAGE "isopod-stop [--force] [--timeout-ms N] --vm REF"
 
-static struct conn conn;
-
 /* HELLO, SHUTDOWN, wait for SHUTDOWN_ACK (at most 10 s), hang up: the agent
  * then syncs, leaves the root read-only and powers off. */
-static int via_agent(const char *sock, int64_t deadline)
+static int agent_shutdown(struct conn *c, const char *sock, int64_t deadline)
 {
 	struct hello h = { 0 };
 	struct frame fr;
@@ -31,23 +30,23 @@ static int via_agent(const char *sock, int64_t deadline)
 
 	if (ack > deadline)
 		ack = deadline;
-	if (conn_open(&conn, sock, mono_ms() + 1000) < 0) {
-		warn("agent: %s", conn.err);
+	if (conn_open(c, sock, mono_ms() + 1000) < 0) {
+		warn("agent: %s", c->err);
 		return -1;
 	}
 	/* A busy agent (another client holds the port) never answers: keep
 	 * this short and fall back to QMP. */
-	if (conn_hello(&conn, &h, mono_ms() + 2000) < 0 ||
-	    conn_queue(&conn, F_SHUTDOWN, STREAM_CTL, NULL, 0) < 0) {
-		warn("agent: %s", conn.err[0] ? conn.err : "unable to queue SHUTDOWN");
-		conn_close(&conn);
+	if (conn_hello(c, &h, mono_ms() + 2000) < 0 ||
+	    conn_queue(c, F_SHUTDOWN, STREAM_CTL, NULL, 0) < 0) {
+		warn("agent: %s", c->err[0] ? c->err : "unable to queue SHUTDOWN");
+		conn_close(c);
 		return -1;
 	}
 	for (;;) {
-		r = conn_wait(&conn, &fr, ack);
+		r = conn_wait(c, &fr, ack);
 		if (r < 0) {
-			warn("agent: %s", conn.err);
-			conn_close(&conn);
+			warn("agent: %s", c->err);
+			conn_close(c);
 			return -1;
 		}
 		if (fr.type == F_SHUTDOWN_ACK) {
@@ -64,12 +63,27 @@ static int via_agent(const char *sock, int64_t deadline)
 
 			frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
 			warn("agent: shutdown refused: %s: %s", kind, msg);
-			conn_close(&conn);
+			conn_close(c);
 			return -1;
 		}
 	}
-	conn_close(&conn);
+	conn_close(c);
 	return 0;
+}
+
+/* The same with the connection's buffers (130 KiB) on the heap. */
+static int via_agent(const char *sock, int64_t deadline)
+{
+	struct conn *c = malloc(sizeof *c);
+	int r;
+
+	if (!c) {
+		warn("agent: out of memory");
+		return -1;
+	}
+	r = agent_shutdown(c, sock, deadline);
+	free(c);
+	return r;
 }
 
 int main(int argc, char **argv)
