@@ -81,7 +81,7 @@ static void check_label(const char *label, const char *parent)
 static void wait_unlocked(const char *id, int64_t deadline)
 {
 	while (vm_running(id)) {
-		struct timespec ts = {0, 20 * 1000000};
+		struct timespec ts = { .tv_nsec = 20 * 1000000 };
 
 		if (mono_ms() > deadline)
 			die(EX_TIMEOUT, "vm %s did not stop after its guest shut down", id);

@@ -200,7 +200,7 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 	/* The ready line: one JSON object, then EOF (the broker closes its
 	 * stdout).  EOF without it: the broker failed; its reason is in the log. */
 	for (;;) {
-		struct pollfd p = { out[0], POLLIN, 0 };
+		struct pollfd p = { .fd = out[0], .events = POLLIN };
 		int64_t left = deadline - mono_ms();
 		ssize_t n;
 
@@ -255,7 +255,7 @@ void egress_stop(struct egress *e)
 
 	if (e->pid > 0) {
 		/* Our unreaped child: its pid cannot have been recycled. */
-		struct pollfd p = { e->pidfd, POLLIN, 0 };
+		struct pollfd p = { .fd = e->pidfd, .events = POLLIN };
 
 		kill(e->pid, SIGTERM);
 		if (e->pidfd < 0 || poll(&p, 1, 3000) <= 0)

@@ -69,7 +69,7 @@ int conn_open(struct conn *c, const char *sock_path, int64_t deadline_ms)
 			errno = ETIMEDOUT;
 			return -1;
 		}
-		struct timespec ts = {0, 10 * 1000000};
+		struct timespec ts = { .tv_nsec = 10 * 1000000 };
 		nanosleep(&ts, NULL);
 	}
 }
@@ -145,7 +145,7 @@ int conn_flush_some(struct conn *c)
 int conn_flush(struct conn *c, int64_t deadline_ms)
 {
 	while (c->woff < c->wlen) {
-		struct pollfd p = {c->fd, POLLOUT, 0};
+		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
 
 		if (conn_flush_some(c) < 0)
 			return -1;

@@ -138,7 +138,7 @@ int launch_start(struct launch *l, char *const *av, int keepfd, char *msg, size_
 /* Is the supervisor (and so QEMU) gone? */
 int launch_gone(const struct launch *l)
 {
-	struct pollfd p = { l->supfd, POLLIN, 0 };
+	struct pollfd p = { .fd = l->supfd, .events = POLLIN };
 
 	return l->supfd >= 0 && poll(&p, 1, 0) > 0;
 }
@@ -171,7 +171,7 @@ int launch_handshake(struct launch *l, int64_t deadline, long long within, char 
 		return 0;
 	}
 	{
-		struct pollfd p = { l->supfd, POLLIN, 0 };
+		struct pollfd p = { .fd = l->supfd, .events = POLLIN };
 
 		/* QEMU gone?  Give the supervisor a moment to notice and exit. */
 		if (l->supfd >= 0 && poll(&p, 1, r == -3 ? 0 : 1000) > 0 &&
@@ -323,7 +323,7 @@ void launch_abandon(struct launch *l)
 		l->ctlfd = -1;
 	}
 	if (l->sup > 0) {
-		struct pollfd p = { l->supfd, POLLIN, 0 };
+		struct pollfd p = { .fd = l->supfd, .events = POLLIN };
 		int st;
 
 		if (l->supfd < 0 || poll(&p, 1, 3000) <= 0) {

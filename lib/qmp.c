@@ -29,7 +29,7 @@ static json_t *next_msg(struct qmp *q, int64_t deadline_ms, int *rc)
 {
 	for (;;) {
 		char *nl = memchr(q->buf, '\n', q->len);
-		struct pollfd p = { q->fd, POLLIN, 0 };
+		struct pollfd p = { .fd = q->fd, .events = POLLIN };
 		ssize_t r;
 
 		if (nl) {
@@ -83,7 +83,7 @@ static int send_all(struct qmp *q, const char *buf, size_t n, int fd, int64_t de
 			struct cmsghdr align;
 		} cm;
 		struct msghdr mh = { 0 };
-		struct pollfd p = { q->fd, POLLOUT, 0 };
+		struct pollfd p = { .fd = q->fd, .events = POLLOUT };
 		ssize_t w;
 
 		mh.msg_iov = &iov;
@@ -204,7 +204,7 @@ static int qmp_open_(struct qmp *q, const char *sock_path, int retry, int64_t de
 	strcpy(sa.sun_path, sock_path);
 	for (;;) {
 		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e;
-		struct timespec ts = { 0, 5 * 1000000 };
+		struct timespec ts = { .tv_nsec = 5 * 1000000 };
 
 		if (fd < 0) {
 			snprintf(q->err, sizeof q->err, "qmp: socket: %s", strerror(errno));

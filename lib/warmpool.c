@@ -33,7 +33,7 @@
  * waiting for a snapshot. */
 int owner_gone(const struct pool *w)
 {
-	struct pollfd p = { w->ownerfd, POLLIN, 0 };
+	struct pollfd p = { .fd = w->ownerfd, .events = POLLIN };
 
 	return w->ownerfd >= 0 && poll(&p, 1, 0) > 0;
 }

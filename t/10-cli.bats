@@ -633,6 +633,13 @@ hi" ]
 	[ -z "$long" ] || { echo "functions over 150 lines: $long"; false; }
 }
 
+@test "lint: a struct pollfd or timespec is initialised by its members' names, not by position" {
+	cd "$ISOPOD_SRC"
+	# (an array's elements and `{ 0 }` are positional by nature)
+	run grep -nE 'struct (pollfd|timespec) [a-z_]+ = \{ *[^ .{}0]' bin/*.c lib/*.c agent/*.c
+	[ -z "$output" ] || { echo "positional: $output"; false; }
+}
+
 @test "lint: no library changes the process's environment to reach a child (struct proc_spec's env does)" {
 	cd "$ISOPOD_SRC"
 	# The one exception: lib/util.c's constructor takes ISOPOD_STATUS_FD
