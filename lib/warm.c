@@ -6,7 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <fts.h>
 #include <limits.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -314,45 +314,76 @@ toolong:
 
 /* ---- removal ---------------------------------------------------------- */
 
-static long long nftw_bytes;
-static int nftw_err;
-
-static int du_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/* Walk the tree at path without following a link: its blocks in *bytes,
+ * and with rm, remove it, what a directory holds before the directory.
+ * A missing path is an empty tree.  0, or -1 with errno (the first
+ * removal that failed). */
+static int tree_walk(const char *path, int rm, long long *bytes)
 {
-	(void)path;
-	(void)flag;
-	(void)ftw;
-	nftw_bytes += (long long)st->st_blocks * 512;
-	return 0;
-}
+	char *roots[] = { (char *)path, NULL };
+	FTS *f = fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, NULL);
+	FTSENT *e;
+	int err = 0;
 
-static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT && !nftw_err)
-		nftw_err = errno;
+	*bytes = 0;
+	if (!f)
+		return -1;
+	for (;;) {
+		int dir = 0;
+
+		errno = 0;
+		if (!(e = fts_read(f))) {
+			if (errno && !err)
+				err = errno;
+			break;
+		}
+		switch (e->fts_info) {
+		case FTS_D: /* counted on the way in, removed on the way out */
+			*bytes += (long long)e->fts_statp->st_blocks * 512;
+			continue;
+		case FTS_DP:
+		case FTS_DNR: /* unreadable: its rmdir fails unless it is empty */
+			dir = 1;
+			break;
+		case FTS_NS:
+		case FTS_NSOK: /* no stat: nothing to count, still removed */
+			if (e->fts_level == FTS_ROOTLEVEL && e->fts_errno == ENOENT)
+				continue; /* no tree */
+			break;
+		case FTS_ERR:
+			if (!err)
+				err = e->fts_errno;
+			continue;
+		default: /* a file, a link (not followed), a socket, ... */
+			*bytes += (long long)e->fts_statp->st_blocks * 512;
+			break;
+		}
+		if (rm && (dir ? rmdir(e->fts_accpath) : unlink(e->fts_accpath)) < 0 &&
+		    errno != ENOENT && !err)
+			err = errno;
+	}
+	fts_close(f);
+	if (err) {
+		errno = err;
+		return -1;
+	}
 	return 0;
 }
 
 long long tree_bytes(const char *path)
 {
-	nftw_bytes = 0;
-	nftw(path, du_cb, 16, FTW_PHYS);
-	return nftw_bytes;
+	long long b;
+
+	tree_walk(path, 0, &b);
+	return b;
 }
 
 int tree_remove(const char *path, long long *bytes)
 {
-	long long b = tree_bytes(path);
+	long long b;
 
-	nftw_err = 0;
-	if (nftw(path, rm_cb, 16, FTW_PHYS | FTW_DEPTH) < 0 && errno != ENOENT)
+	if (tree_walk(path, 1, &b) < 0)
 		return -1;
-	if (nftw_err) {
-		errno = nftw_err;
-		return -1;
-	}
 	if (bytes)
 		*bytes += b;
 	return 0;
