@@ -8,6 +8,8 @@
  *                               with result.json (`isopod run`'s result shape)
  *   SPOOL/status.json           what the runner does and why (paused: which
  *                               subject or field of the attestation failed)
+ *   SPOOL/stale.json            the host changed under an attestation: the
+ *                               sequence and when (lib/attcheck.c attstale)
  *
  * A job runs as `isopod run` (the front end the attestation covers, beside
  * this program), one worker process per job, at most --workers at once.
@@ -86,7 +88,8 @@ struct runner {
 	char checked[32];
 	int64_t next_check;
 	int64_t hold_until; /* no job taken before: a worker just died */
-	long long stale_seq; /* attestations up to this sequence saw the host change */
+	struct attstale stale; /* SPOOL/stale.json: the host changed under an attestation */
+	int stale_unsaved;     /* ...and that record is not yet on disk */
 };
 
 /* Tests kill the runner or a worker at a given step: ISOPOD_TEST_KILL_AT. */
@@ -171,27 +174,22 @@ static int verify(struct runner *r, char *why, size_t whysz)
 {
 	struct attcheck a = { .tool = r->attest, .att = r->att, .dir = r->att_dir,
 			      .pubkey = r->pubkey, .timeout_ms = VERIFY_TIMEOUT_MS };
-	json_t *seqj, *fail;
-	long long seq;
-	size_t i;
+	char now[32], p[PATH_MAX];
 
 	json_decref(r->verdict);
 	r->valid = attcheck_verify(&a, &r->verdict, why, whysz);
-	seqj = json_object_get(r->verdict, "sequence");
-	seq = json_is_integer(seqj) ? (long long)json_integer_value(seqj) : 0;
-	/* A subject that no longer matched means the host changed after the
-	 * doctor proved it; putting the bytes back (netsetup) makes that
-	 * attestation verify again, but what happened meanwhile is unproved:
-	 * only a fresh one (a new doctor run, signed: a higher sequence)
-	 * resumes the runner, as isopod-runner(8) says. */
-	json_array_foreach(json_object_get(r->verdict, "failures"), i, fail)
-		if (!r->valid && seq > r->stale_seq && json_object_get(fail, "subject"))
-			r->stale_seq = seq;
-	if (r->valid && r->stale_seq > 0 && seq <= r->stale_seq) {
+	/* After the host changed under an attestation only a fresh one (a
+	 * doctor run started since, signed) resumes; what the runner saw is
+	 * on disk before it acts on it, or it takes no job (isopod-runner(8)). */
+	r->stale_unsaved |= attstale_apply(&r->stale, r->verdict, &r->valid, r->att,
+					   iso_now(now, sizeof now), why, whysz);
+	if (r->stale_unsaved && attstale_save(sp(r, p, "stale.json"), &r->stale) < 0) {
+		if (r->valid)
+			snprintf(why, whysz, "unable to record %.300s (the host changed under an attestation): %s",
+				 p, strerror(errno));
 		r->valid = 0;
-		snprintf(why, whysz, "attestation %s (sequence %lld) verifies again, but the host changed "
-			 "after it was signed: waiting for a fresh one (isopod doctor --adverse, then "
-			 "isopod-attest sign)", r->att, seq);
+	} else {
+		r->stale_unsaved = 0;
 	}
 	iso_now(r->checked, sizeof r->checked);
 	r->next_check = mono_ms() + (int64_t)r->recheck_s * 1000;
@@ -808,6 +806,13 @@ static void setup(struct runner *r)
 	if ((r->spool_lock = lock_open(sp(r, p, "runner.lock"), LOCK_EX | LOCK_NB)) < 0)
 		die(errno == EWOULDBLOCK ? EX_CONFLICT : EX_SYS, "%s: %s", p,
 		    errno == EWOULDBLOCK ? "another isopod-runner serves this spool" : strerror(errno));
+	/* never forgotten: a record that cannot be read refuses the start */
+	if (attstale_load(sp(r, p, "stale.json"), &r->stale, d, sizeof d) < 0) {
+		snprintf(r->reason, sizeof r->reason, "unable to read what this spool's runner saw: %.1500s", d);
+		r->state = "refused";
+		status_write(r);
+		die(EX_SYS, "refusing to start: %s", r->reason);
+	}
 	sigemptyset(&m);
 	sigaddset(&m, SIGTERM), sigaddset(&m, SIGINT), sigaddset(&m, SIGHUP), sigaddset(&m, SIGCHLD);
 	if (sigprocmask(SIG_BLOCK, &m, NULL) < 0 || (r->sfd = signalfd(-1, &m, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)

@@ -107,6 +107,101 @@ int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_
 	return attcheck_finish(a, &r, st, verdict, why, whysz);
 }
 
+/* YYYY-MM-DDTHH:MM:SSZ, the only shape compared here: as text, in time
+ * order. */
+static int iso_shape(const char *s)
+{
+	static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+	size_t i;
+
+	if (!s || strlen(s) != sizeof shape - 1)
+		return 0;
+	for (i = 0; shape[i]; i++)
+		if (shape[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != shape[i])
+			return 0;
+	return 1;
+}
+
+int attstale_load(const char *path, struct attstale *s, char *why, size_t whysz)
+{
+	json_t *j, *q, *t;
+
+	s->seq = 0, s->seen[0] = 0;
+	if (!(j = json_load_path(path))) {
+		if (errno == ENOENT)
+			return 0;
+		snprintf(why, whysz, "%.300s: %s", path,
+			 errno == EINVAL || errno == EFBIG ? "not one JSON object" : strerror(errno));
+		return -1;
+	}
+	q = json_object_get(j, "sequence");
+	t = json_object_get(j, "seen");
+	if (!json_is_object(j) || json_object_size(j) != 2 || !json_is_integer(q) ||
+	    json_integer_value(q) < 0 || !iso_shape(json_string_value(t))) {
+		snprintf(why, whysz, "%.300s: not a record of {sequence, seen}", path);
+		json_decref(j);
+		return -1;
+	}
+	s->seq = (long long)json_integer_value(q);
+	snprintf(s->seen, sizeof s->seen, "%s", json_string_value(t));
+	json_decref(j);
+	return 0;
+}
+
+int attstale_save(const char *path, const struct attstale *s)
+{
+	json_t *j = json_pack("{s:I, s:s}", "sequence", (json_int_t)s->seq, "seen", s->seen);
+	int r;
+
+	if (!j) {
+		errno = ENOMEM;
+		return -1;
+	}
+	r = json_write_atomic(path, j);
+	json_decref(j);
+	return r;
+}
+
+int attstale_apply(struct attstale *s, json_t *verdict, int *valid, const char *att, const char *now,
+		   char *why, size_t whysz)
+{
+	json_t *q = json_object_get(verdict, "sequence"), *f;
+	const char *started = json_string_value(json_object_get(verdict, "started"));
+	long long seq = json_is_integer(q) ? (long long)json_integer_value(q) : 0;
+	size_t i;
+
+	/* A subject that no longer matched: the host changed after the doctor
+	 * proved it.  Putting the bytes back (netsetup) makes that attestation
+	 * verify again, and its report could be signed again (a higher
+	 * sequence), but what happened meanwhile is unproved: only a doctor
+	 * run that started after the change was last seen resumes. */
+	if (!*valid) {
+		json_array_foreach(json_object_get(verdict, "failures"), i, f)
+			if (json_object_get(f, "subject") && iso_shape(now)) {
+				if (seq > s->seq)
+					s->seq = seq;
+				snprintf(s->seen, sizeof s->seen, "%s", now);
+				return 1;
+			}
+		return 0;
+	}
+	if (!s->seen[0])
+		return 0;
+	if (seq <= s->seq) {
+		*valid = 0;
+		snprintf(why, whysz, "attestation %s (sequence %lld) verifies again, but the host changed "
+			 "after it was signed: waiting for a fresh one (isopod doctor --adverse, then "
+			 "isopod-attest sign)", att, seq);
+	} else if (!iso_shape(started) || strcmp(started, s->seen) <= 0) {
+		*valid = 0;
+		snprintf(why, whysz, "attestation %s (sequence %lld) is of a doctor run started %s, not "
+			 "after the host changed under the last one (seen %s): waiting for a fresh one "
+			 "(isopod doctor --adverse, then isopod-attest sign)", att, seq,
+			 started ? started : "(not said)", s->seen);
+	}
+	return 0;
+}
+
 struct required {
 	int *req;
 	char *msg;

@@ -49,6 +49,32 @@ int attcheck_finish(const struct attcheck *a, struct attcheck_run *r, int st, js
  * NULL) gets the verifier's JSON, or NULL. */
 int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_t whysz);
 
+/* What a runner remembers of the host changing under its attestation
+ * (isopod-runner(8) FRESHNESS), kept across restarts in a file of its
+ * spool: {"sequence": N, "seen": "YYYY-MM-DDTHH:MM:SSZ"}. */
+struct attstale {
+	long long seq; /* the highest sequence that failed on a subject; 0 none */
+	char seen[32]; /* when a subject failure was last seen; "" never */
+};
+
+/* Read the record at path: 0 with *s set (a missing file: nothing seen),
+ * -1 with why when it cannot be read or is not such a record (the caller
+ * fails closed: it must not forget). */
+int attstale_load(const char *path, struct attstale *s, char *why, size_t whysz);
+
+/* Write it atomically (temporary file, fsync, rename, fsync of the
+ * directory).  0, or -1 with errno. */
+int attstale_save(const char *path, const struct attstale *s);
+
+/* After a verification whose verdict (isopod-attest verify's JSON, may be
+ * NULL) said *valid: a failed subject marks s (the sequence, now as seen);
+ * a valid verdict after a mark stays valid only when fresh: a sequence
+ * above s->seq and a doctor run (the verdict's "started") that began after
+ * s->seen; else *valid becomes 0 and why says so.  1 when s changed (to be
+ * saved), else 0. */
+int attstale_apply(struct attstale *s, json_t *verdict, int *valid, const char *att, const char *now,
+		   char *why, size_t whysz);
+
 /* The host config's `require_attestation` (yes/no, true/false, 1/0; the
  * last line wins; absent: no) from path (ranges_config_path(); read by
  * config_each, lib/config.c).  0 with

@@ -704,11 +704,11 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 {
 	unsigned char pk[32], *body = NULL;
 	char id[65], st[SHOWN_SZ], stpath[SHOWN_SZ], lkpath[SHOWN_SZ + 8];
-	char mid[64], msg[512], t[32], stname[40];
+	char mid[64], msg[512], t[32], t_s[2][32], stname[40];
 	const char *field = NULL, *type = NULL;
 	struct fails f = { .a = json_array() };
 	json_t *env = NULL, *stmt = NULL, *pred = NULL;
-	long long now = wall_ms() / 1000, seq = -1, last = 0, exp = -1, cur;
+	long long now = wall_ms() / 1000, seq = -1, last = 0, exp = -1, cur, t_run[2];
 	size_t blen;
 	int lock = -1, valid, r;
 
@@ -825,9 +825,16 @@ done:
 		}
 		json_decref(rec);
 	}
-	*verdict = json_pack("{s:b, s:s, s:o, s:o, s:O}", "valid", valid, "key_id", id,
+	/* the doctor run's times (signed: pred is NULL unless the signature
+	 * verified), for a caller that asks how fresh the proof is
+	 * (isopod-runner after the host changed under it) */
+	t_run[0] = attest_iso_parse(json_string_value(json_object_get(pred, "started")));
+	t_run[1] = attest_iso_parse(json_string_value(json_object_get(pred, "finished")));
+	*verdict = json_pack("{s:b, s:s, s:o, s:o, s:o, s:o, s:O}", "valid", valid, "key_id", id,
 			     "sequence", seq > 0 ? json_integer(seq) : json_null(),
 			     "expires", exp >= 0 ? json_string(attest_iso(exp, t)) : json_null(),
+			     "started", t_run[0] >= 0 ? json_string(attest_iso(t_run[0], t_s[0])) : json_null(),
+			     "finished", t_run[1] >= 0 ? json_string(attest_iso(t_run[1], t_s[1])) : json_null(),
 			     "failures", f.a);
 	if (!*verdict)
 		r = attest_errf(ATTEST_ESYS, why, whysz, "out of memory");

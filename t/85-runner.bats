@@ -251,6 +251,85 @@ runner_exit() {
 	status_is running
 }
 
+# past_seen: the clock is past the second the runner last saw the host
+# change (SPOOL/stale.json): a report made now is of a doctor run after it.
+past_seen() { [[ "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$(jq -r .seen "$SPOOL/stale.json")" ]]; }
+
+# runner_fg: the runner in the foreground, where it is expected to refuse
+# (a runner that starts instead is stopped after 30 s: status 124).
+runner_fg() { run --separate-stderr timeout 30 ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-runner" --spool "$SPOOL" --attestation "$ATT"; }
+
+# flushed_paused: the table flushed under a running runner: paused,
+# remembered in stale.json (the attestation's sequence); netsetup puts the
+# bytes back and the old attestation verifies again.
+flushed_paused() {
+	innet nft flush table inet isopod
+	wait_until $((RECHECK + 10)) status_is paused
+	jq -e --argjson q "$(jq -r .payload "$ATT" | base64 -d | jq .predicate.sequence)" \
+		'.sequence == $q and (.seen | test("^[0-9-]{10}T[0-9:]{8}Z$"))' "$SPOOL/stale.json"
+	netsetup
+	run --separate-stderr attest verify "$ATT"
+	[ "$status" -eq 0 ]
+}
+
+@test "the host changed under it is remembered across a restart (stale.json): the old attestation is refused at the restart, an unreadable record refuses the start (111), a fresh one starts it" {
+	local why
+	runner
+	flushed_paused
+	kill -TERM "$RUNNER"
+	runner_exit 20
+	[ "$rc" -eq 0 ]
+	# the same spool, the same attestation, verifying again: refused
+	job a '{"argv": ["echo", "a"], "net": "none"}'
+	runner_fg
+	echo "$stderr"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"verifies again, but the host changed"* ]]
+	jq -e '.state == "refused" and (.reason | contains("verifies again"))' "$SPOOL/status.json"
+	# a record that cannot be read is never taken for "nothing seen"
+	cp "$SPOOL/stale.json" "$BATS_TEST_TMPDIR/stale.json"
+	for why in '{"sequence": 1' '{"sequence": "1", "seen": "2026-01-01T00:00:00Z"}' \
+		'{"sequence": 1, "seen": "yesterday"}' '[]'; do
+		printf '%s\n' "$why" >"$SPOOL/stale.json"
+		runner_fg
+		[ "$status" -eq 111 ]
+		[[ "$stderr" == *"refusing to start: unable to read what this spool's runner saw: $SPOOL/stale.json: not "* ]]
+		jq -e '.state == "refused" and (.reason | contains("stale.json"))' "$SPOOL/status.json"
+	done
+	cp "$BATS_TEST_TMPDIR/stale.json" "$SPOOL/stale.json"
+	is queue 1 && is done 0 || false
+	# a fresh doctor run (after the change), signed: it starts and runs
+	wait_until 5 past_seen
+	sign
+	runner
+	status_is running
+	wait_until 60 is done 1
+}
+
+@test "after the host changed, a higher sequence is not enough: the report from before, signed again, keeps it paused; a doctor run started since resumes it" {
+	cp "$BATS_TEST_TMPDIR/report.json" "$BATS_TEST_TMPDIR/before.json"
+	runner
+	flushed_paused
+	wait_until $((RECHECK + 10)) eval 'jq -e ".reason | contains(\"verifies again\")" "$SPOOL/status.json" >/dev/null'
+	job a '{"argv": ["echo", "a"], "net": "none"}'
+	# the report made before the flush, signed again: a higher sequence,
+	# the same doctor run
+	attest sign -o "$ATT" "$BATS_TEST_TMPDIR/before.json" >/dev/null
+	run --separate-stderr attest verify "$ATT"
+	[ "$status" -eq 0 ]
+	jq -e --argjson q "$(jq .sequence "$SPOOL/stale.json")" --arg t "$(jq -r .started "$BATS_TEST_TMPDIR/before.json")" \
+		'.sequence > $q and .started == $t' <<<"$output"
+	wait_until $((RECHECK + 10)) eval 'jq -e ".reason | contains(\"is of a doctor run started\")" "$SPOOL/status.json" >/dev/null'
+	sleep $((2 * RECHECK))
+	jq -e '.state == "paused" and .attestation.verify.valid' "$SPOOL/status.json"
+	is queue 1 && is done 0 || false
+	# a report of a doctor run started after the change: resumed
+	wait_until 5 past_seen
+	sign
+	wait_until 60 is done 1
+	status_is running
+}
+
 @test "mutation: with a verifier that always says valid, the flushed table goes unnoticed (the acceptance check would fail)" {
 	local lx="$BATS_TEST_TMPDIR/libexec" f
 	mkdir -p "$lx"

@@ -35,6 +35,66 @@ static int req(const char *text, int *r, char *msg, size_t msz)
 	return attcheck_required(file("config", text, 0600), r, msg, msz);
 }
 
+/* apply V (a verdict's JSON) said VALID to s: *valid after, in *out */
+static int apply(struct attstale *s, const char *v, int valid, const char *now, int *out, char *why, size_t whysz)
+{
+	json_t *j = json_loads(v, 0, NULL);
+	int r;
+
+	why[0] = 0;
+	r = attstale_apply(s, j, &valid, "/att.json", now, why, whysz);
+	json_decref(j);
+	*out = valid;
+	return r;
+}
+
+/* The runner's record of the host changing under an attestation. */
+static void stale_tests(char *why, size_t whysz)
+{
+	static const char *const bad[] = { "", "{\"sequence\": 1", "[]", "{\"sequence\": 1}",
+		"{\"sequence\": \"1\", \"seen\": \"2026-01-01T00:00:00Z\"}",
+		"{\"sequence\": -1, \"seen\": \"2026-01-01T00:00:00Z\"}",
+		"{\"sequence\": 1, \"seen\": \"2026-01-01 00:00:00\"}",
+		"{\"sequence\": 1, \"seen\": \"2026-01-01T00:00:00Z\", \"x\": 1}",
+		"{\"sequence\": 1, \"sequence\": 2, \"seen\": \"2026-01-01T00:00:00Z\"}" };
+	const char *sub = "{\"valid\":false,\"sequence\":4,\"failures\":[{\"subject\":\"ruleset/nftables\"}]}";
+	struct attstale s = { .seq = 9 }, t;
+	char p[512];
+	int v;
+
+	snprintf(p, sizeof p, "%s/stale", dir);
+	ok(attstale_load(p, &s, why, whysz) == 0 && s.seq == 0 && !s.seen[0], "no record: nothing seen");
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+		ok(attstale_load(file("stale", bad[i], 0600), &s, why, whysz) == -1 && strstr(why, "/stale: not "),
+		   "a malformed record: -1, never nothing seen (%s: %s)", bad[i], why);
+	ok(attstale_load(dir, &s, why, whysz) == -1 && strstr(why, "Is a directory"), "unreadable: -1 (%s)", why);
+	s = (struct attstale){ 0 };
+	ok(apply(&s, "{\"valid\":false,\"sequence\":4,\"failures\":[{\"field\":\"predicate.expires\"}]}", 0,
+		 "2026-01-01T00:00:10Z", &v, why, whysz) == 0 && !s.seen[0], "a failed field marks nothing");
+	ok(apply(&s, sub, 0, "2026-01-01T00:00:10Z", &v, why, whysz) == 1 && s.seq == 4 &&
+		   !strcmp(s.seen, "2026-01-01T00:00:10Z"), "a failed subject marks its sequence and when");
+	ok(attstale_save(p, &s) == 0 && attstale_load(p, &t, why, whysz) == 0 && t.seq == 4 &&
+		   !strcmp(t.seen, s.seen), "saved and read back");
+	apply(&s, "{\"valid\":false,\"sequence\":3,\"failures\":[{\"subject\":\"qemu\"}]}", 0,
+	      "2026-01-01T00:00:20Z", &v, why, whysz);
+	ok(s.seq == 4 && !strcmp(s.seen, "2026-01-01T00:00:20Z"), "the highest sequence, the last time seen");
+	apply(&s, "{\"valid\":true,\"sequence\":4,\"started\":\"2026-01-01T00:01:00Z\",\"failures\":[]}", 1,
+	      "2026-01-01T00:02:00Z", &v, why, whysz);
+	ok(v == 0 && strstr(why, "(sequence 4) verifies again"), "the same sequence verifying again: not valid (%s)", why);
+	apply(&s, "{\"valid\":true,\"sequence\":5,\"started\":\"2026-01-01T00:00:05Z\",\"failures\":[]}", 1,
+	      "2026-01-01T00:02:00Z", &v, why, whysz);
+	ok(v == 0 && strstr(why, "doctor run started 2026-01-01T00:00:05Z, not after"),
+	   "a higher sequence of a doctor run from before: not valid (%s)", why);
+	apply(&s, "{\"valid\":true,\"sequence\":5,\"started\":\"2026-01-01T00:00:20Z\",\"failures\":[]}", 1,
+	      "2026-01-01T00:02:00Z", &v, why, whysz);
+	ok(v == 0, "a doctor run started in the second the change was seen: not valid");
+	apply(&s, "{\"valid\":true,\"sequence\":5,\"failures\":[]}", 1, "2026-01-01T00:02:00Z", &v, why, whysz);
+	ok(v == 0 && strstr(why, "(not said)"), "no start said: not valid (%s)", why);
+	ok(apply(&s, "{\"valid\":true,\"sequence\":5,\"started\":\"2026-01-01T00:00:21Z\",\"failures\":[]}", 1,
+		 "2026-01-01T00:02:00Z", &v, why, whysz) == 0 && v == 1 && !why[0],
+	   "a higher sequence of a doctor run started after: valid");
+}
+
 int main(void)
 {
 	char msg[512], why[2048];
@@ -80,7 +140,8 @@ int main(void)
 	a.tool = "/nonexistent/isopod-attest";
 	ok(attcheck_verify(&a, NULL, why, sizeof why) == 0 && strstr(why, "(isopod-attest exit 127)"),
 	   "no verifier: not valid (%s)", why);
-	for (const char *const *n = (const char *const[]){ "config", "valid", "fails", "lies", "slow", NULL };
+	stale_tests(why, sizeof why);
+	for (const char *const *n = (const char *const[]){ "config", "valid", "fails", "lies", "slow", "stale", NULL };
 	     *n; n++) {
 		snprintf(msg, sizeof msg, "%s/%s", dir, *n);
 		unlink(msg);
