@@ -6,8 +6,9 @@
  * anything younger than a grace period stay; config file keys gc_keep_last,
  * gc_grace).  A process is only killed when the record says it should be
  * gone (state booting/running with a free lock) and the process is still
- * the one it names (start time, uid: still_ours).  --auto is what every run starts: at most once
- * per gc_interval, never waiting for a lock, detached from its caller. */
+ * the one it names (start time, uid: still_ours).  --auto is what every
+ * run starts: at most once per gc_interval, never waiting for a lock,
+ * detached from its caller. */
 
 #include "config.h"
 #include "gcstore.h"
