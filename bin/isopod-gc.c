@@ -5,12 +5,14 @@
  * reading its logs.  Records go by a retention policy (the newest N and
  * anything younger than a grace period stay; config file keys gc_keep_last,
  * gc_grace).  A process is only killed when the record says it should be
- * gone (state booting/running with a free lock) and its /proc/<pid>/cmdline
- * names the VM's directory.  --auto is what every run starts: at most once
- * per gc_interval, never waiting for a lock, detached from its caller. */
+ * gone (state booting/running with a free lock) and the process is still
+ * the one it names (start time, uid: still_ours).  --auto is what every
+ * run starts: at most once per gc_interval, never waiting for a lock,
+ * detached from its caller. */
 
 #include "config.h"
 #include "gcstore.h"
+#include "jail.h"
 #include "proc.h"
 #include "util.h"
 #include "vm.h"
@@ -381,31 +383,69 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 	json_decref(j);
 }
 
-/* Is pid still the process the record names?  With its start recorded
- * (the supervisor read it at spawn), by what the kernel says and the
- * process cannot change: the same start time, and uid when recorded (the
- * broker's).  Without (a record of an older isopod): its cmdline names
- * dir/. */
-static int still_ours(long long pid, unsigned long long start, long long uid, const char *dir)
+/* May this store have started a process of uid u?  The store's owner (of
+ * its vms/ directory, lstat: a symlink is its maker's) runs its VMs as
+ * itself (a user's jail maps the user's own uid), and only root's store
+ * runs them as jail identities (lib/jail.h).  A record is the store
+ * owner's to write: forged in a user's store, it must not have a root gc
+ * kill root's or another user's process (review L6). */
+static int store_uid(long long u, const char *vmsdir)
+{
+	struct stat st;
+	uid_t first, count;
+	char err[256];
+
+	if (u < 0 || lstat(vmsdir, &st) < 0)
+		return 0;
+	if (u == (long long)st.st_uid)
+		return 1;
+	return st.st_uid == 0 && jail_uid_range(&first, &count, err, sizeof err) == 0 &&
+	       u >= (long long)first && u - (long long)first < (long long)count;
+}
+
+/* Is pid still the process the record names?  By what the kernel says and
+ * the process cannot change: the start time the supervisor recorded at
+ * spawn, the broker's uid when recorded, and a uid this store can have
+ * started (store_uid).  1 yes; 0 no; -1 unknown: no start recorded (a
+ * supervisor that could not read it, or an older isopod) and its cmdline,
+ * which a process can rewrite, names dir/: never killed on that alone
+ * (review L5), reported. */
+static int still_ours(long long pid, unsigned long long start, long long uid, const char *dir,
+		      const char *vmsdir)
 {
 	unsigned long long t;
 	long long ru, eu;
 
 	if (!start)
-		return cmdline_names((int)pid, dir);
-	return proc_ident(pid, &t, &ru, &eu) == 0 && t == start &&
-	       (uid < 0 || (ru == uid && eu == uid));
+		return cmdline_names((int)pid, dir) ? -1 : 0;
+	if (proc_ident(pid, &t, &ru, &eu) < 0 || t != start || (uid >= 0 && (ru != uid || eu != uid)))
+		return 0;
+	if (store_uid(ru, vmsdir) && store_uid(eu, vmsdir))
+		return 1;
+	warn("the record of %s names pid %lld (uid %lld), which this store cannot have started: left alone",
+	     dir, pid, ru);
+	return 0;
 }
 
 /* Kill what pid names if it is still a process of the VM in dir
  * (still_ours): pidfd first, then verify, so a recycled pid cannot slip
  * in between.  kind: "qemu" or "broker". */
 static void reap_pid(const char *kind, long long pid, unsigned long long start, long long uid,
-		     const char *id, const char *dir)
+		     const char *id, const char *vmsdir)
 {
 	int pfd = pid > 0 && pid <= INT_MAX ? pidfd_open_((pid_t)pid) : -1;
+	char dir[PATH_MAX];
+	int ours;
 
-	if (pfd >= 0 && still_ours(pid, start, uid, dir)) {
+	pathf(dir, sizeof dir, "%s/%s", vmsdir, id);
+	ours = pfd >= 0 ? still_ours(pid, start, uid, dir, vmsdir) : 0;
+	if (ours < 0) {
+		warn("leaked %s %lld of %s not killed: its start time was not recorded, and a "
+		     "cmdline naming the VM does not prove it is the VM's", kind, pid, id);
+		json_array_append_new(leaked, json_pack("{s:s, s:s, s:I, s:b, s:s}", "kind", kind, "vm",
+							id, "pid", (json_int_t)pid, "killed", 0,
+							"why", "start time unknown"));
+	} else if (ours) {
 		int killed = 0;
 
 		if (!gs.dry_run) {
@@ -428,14 +468,13 @@ static void reap_pid(const char *kind, long long pid, unsigned long long start, 
 static void reap_stale(struct rec *r, const char *vmsdir)
 {
 	static const char *const live[] = { "booting", "running", NULL };
-	char dir[PATH_MAX], now[32];
+	char now[32];
 	json_t *m;
 
 	if (strcmp(r->state, "booting") && strcmp(r->state, "running"))
 		return;
-	pathf(dir, sizeof dir, "%s/%s", vmsdir, r->id);
-	reap_pid("qemu", r->qemu_pid, r->qemu_start, -1, r->id, dir);
-	reap_pid("broker", r->broker_pid, r->broker_start, r->broker_uid, r->id, dir);
+	reap_pid("qemu", r->qemu_pid, r->qemu_start, -1, r->id, vmsdir);
+	reap_pid("broker", r->broker_pid, r->broker_start, r->broker_uid, r->id, vmsdir);
 	if (gs.dry_run)
 		return;
 	m = json_pack("{s:s, s:s, s:s}", "state", "failed", "error",

@@ -409,6 +409,83 @@ static json_t *allow_ranges_json(const struct netplan *p)
 	return a;
 }
 
+/* A /proc/sys/net/ipv4 value (this network namespace's) into buf, its
+ * newline cut.  0, or -1 with errno. */
+static int read_sysctl(const char *name, char *buf, size_t sz)
+{
+	char p[128];
+	ssize_t n;
+	int fd;
+
+	snprintf(p, sizeof p, "/proc/sys/net/ipv4/%s", name);
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	n = read(fd, buf, sz - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}
+
+/* Is port in ip_local_reserved_ports' list ("1053,3128,5000-5010")? */
+static int port_reserved(const char *list, unsigned port)
+{
+	for (const char *q = list; *q;) {
+		char *e;
+		unsigned long a = strtoul(q, &e, 10), b = a;
+
+		if (e == q)
+			return 0;
+		if (*e == '-')
+			b = strtoul(e + 1, &e, 10);
+		if (port >= a && port <= b)
+			return 1;
+		q = *e == ',' ? e + 1 : e;
+		if (*e && *e != ',')
+			return 0;
+	}
+	return 0;
+}
+
+/* The ports every broker binds on its own gateway (lib/tcfilter.h, the
+ * canary's in lib/net.h) must never be an autobound (ephemeral) port: a
+ * broker's sendto/connect from a wildcard socket would take another
+ * slot's gateway:1053 before that slot's broker binds it (review L4).
+ * Refused rather than reserved: ip_local_reserved_ports and the port range
+ * are the host's (per network namespace), and the default range
+ * (32768-60999) never covers them.  And the doctor's resolver port must
+ * stay privileged (net.h NET_DOCTOR_DNS_PORT, review L3). */
+static void check_ports(void)
+{
+	static const unsigned fixed[] = { TCFILTER_PORT_BROKER_DNS, NET_CANARY_PORT, NET_CANARY_PORT + 1,
+					  TCFILTER_PORT_BROKER_HTTP };
+	char range[64], res[4096] = "", hit[64] = "";
+	unsigned long lo, hi, unpriv;
+
+	if (read_sysctl("ip_local_port_range", range, sizeof range) < 0 ||
+	    sscanf(range, "%lu %lu", &lo, &hi) != 2)
+		die(EX_SYS, "unable to read net.ipv4.ip_local_port_range:");
+	if (read_sysctl("ip_local_reserved_ports", res, sizeof res) < 0)
+		res[0] = 0;
+	for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+		if (fixed[i] >= lo && fixed[i] <= hi && !port_reserved(res, fixed[i]))
+			snprintf(hit + strlen(hit), sizeof hit - strlen(hit), "%s%u", *hit ? "," : "",
+				 fixed[i]);
+	if (*hit)
+		die(EX_CONFLICT, "net.ipv4.ip_local_port_range is %lu-%lu: it covers the brokers' fixed "
+		    "ports %s, which a broker's autobound socket could take from another slot; narrow "
+		    "it (the default is 32768 60999) or add them to net.ipv4.ip_local_reserved_ports",
+		    lo, hi, hit);
+	if (read_sysctl("ip_unprivileged_port_start", range, sizeof range) == 0 &&
+	    sscanf(range, "%lu", &unpriv) == 1 && unpriv <= NET_DOCTOR_DNS_PORT)
+		die(EX_CONFLICT, "net.ipv4.ip_unprivileged_port_start is %lu: any user could listen on "
+		    "127.0.0.1:%d, the doctor's resolver, which the jail egress chain lets every "
+		    "broker reach; raise it above %d (the default is 1024)", unpriv, NET_DOCTOR_DNS_PORT,
+		    NET_DOCTOR_DNS_PORT);
+}
+
 static int read_forwarding(void)
 {
 	char ch = '0';
@@ -483,6 +560,7 @@ int main(int argc, char **argv)
 			die(EX_SYS, "%s", c.err);
 		return 0;
 	}
+	check_ports();
 	make_taps(&c);
 	set_taps(&c);
 	/* The routing rules before the table: an open slot is blackholed

@@ -114,7 +114,8 @@ static void sup_broker(struct sup *s)
 	 * kernel says (our child, unreaped: the pid is its own), not its
 	 * cmdline, which a subverted broker may rewrite */
 	if (proc_ident(s->eg.pid, &start, &uid, NULL) < 0) {
-		warn("supervisor: unable to read the broker's start and uid:");
+		warn("supervisor: unable to read the broker's start and uid (recorded as 0 and -1: "
+		     "isopod-gc will not kill it should it leak, only report it):");
 		start = 0;
 		uid = -1;
 	}
@@ -191,8 +192,12 @@ static void sup_qemu(struct sup *s)
 	}
 	/* for isopod-gc, as the broker's: its start time, which QEMU cannot
 	 * change (its uid may not be the jail's yet: not recorded) */
-	m = proc_ident(s->q, &start, NULL, NULL) == 0
-		    ? json_pack("{s:I}", "qemu_start", (json_int_t)start) : NULL;
+	if (proc_ident(s->q, &start, NULL, NULL) < 0) {
+		warn("supervisor: unable to read QEMU's start (recorded as 0: isopod-gc will not "
+		     "kill it should it leak, only report it):");
+		start = 0;
+	}
+	m = json_pack("{s:I}", "qemu_start", (json_int_t)start);
 	if (!m || vm_meta_update(s->id, NULL, m) < 0)
 		warn("supervisor: unable to record QEMU's start:");
 	json_decref(m);

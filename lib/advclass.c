@@ -510,11 +510,14 @@ static void probe_v6(struct adv *a, const struct avm *vm, const char *what, cons
 
 /* ---- DNS rebinding ---- */
 
-/* On NET_DOCTOR_DNS_PORT: the one loopback port the brokers' uids may
- * reach besides the host's resolver (isopod-netsetup(8), JAIL EGRESS). */
+/* As root on NET_DOCTOR_DNS_PORT: the one loopback port the brokers' uids
+ * may reach besides the host's resolver (isopod-netsetup(8), JAIL EGRESS),
+ * privileged.  Not root: any free port (the user's brokers run as the user,
+ * outside that chain, and could not bind a privileged one). */
 int adv_rebind_open(struct adv *a)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(NET_DOCTOR_DNS_PORT),
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_port = htons(geteuid() ? 0 : NET_DOCTOR_DNS_PORT),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t sl = sizeof sa;
 	struct own *o;

@@ -34,8 +34,11 @@
 #define NET_CANARY_PORT 1054
 /* The doctor's own resolver (its DNS rebinding probes) on 127.0.0.1: the
  * one loopback port besides the host's resolver the jail egress chain lets
- * a broker's uid reach (isopod-netsetup(8), JAIL EGRESS). */
-#define NET_DOCTOR_DNS_PORT 1052
+ * a broker's uid reach (isopod-netsetup(8), JAIL EGRESS).  Privileged
+ * (below net.ipv4.ip_unprivileged_port_start, which netsetup checks), and
+ * unassigned: only root can listen there, so no local user hears the
+ * brokers' queries when no doctor runs (review L3; it was 1052). */
+#define NET_DOCTOR_DNS_PORT 952
 /* The fail-closed routing rules (isopod-netsetup(8), FAIL CLOSED): per tap
  * at NET_RULE_PREF - 1 (ICMP to its gateway: local) and NET_RULE_PREF
  * (blackholed unless the table set NET_FWMARK); the kernel's `local` rule

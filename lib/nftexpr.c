@@ -241,6 +241,18 @@ void m_ct_reply(struct nftb *b, struct nftnl_rule *r)
 	m_ct_state(b, r, CT_REPLY, NFT_CMP_NEQ);
 }
 
+/* `ct direction original|reply` (dir: IP_CT_DIR_ORIGINAL or _REPLY) */
+void m_ct_direction(struct nftb *b, struct nftnl_rule *r, uint8_t dir)
+{
+	struct nftnl_expr *e = expr_new(b, r, "ct");
+
+	if (!e)
+		return;
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_DIRECTION);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+	x_cmp(b, r, NFT_CMP_EQ, &dir, 1);
+}
+
 /* `ct original ip daddr addr` (host order) */
 void m_ct_orig_daddr(struct nftb *b, struct nftnl_rule *r, uint32_t addr)
 {

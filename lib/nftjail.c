@@ -5,10 +5,12 @@
  * are the guest's.  This chain is the same policy outside the process:
  *
  *   jail      output hook: meta skuid FIRST-LAST goto jail_out
- *   jail_out  ct state established,related accept   (replies to its guest,
- *                                                    its own flows' packets)
+ *   jail_out  ipv4 tcp ct direction original ct state established accept
+ *                                     (the TCP flows it opened)
+ *             ip daddr SLOTS ct direction reply ct state established accept
+ *                                     (its answers to its guest: proxy, DNS)
  *             oifname lo, the canary datagram (GW:1055 -> GW:1054) accept
- *             the doctor's resolver 127.0.0.1 udp 1052 accept
+ *             the doctor's resolver 127.0.0.1 udp 952 accept (privileged)
  *             the resolver udp/tcp accept    (before the local drops: the
  *                                             host's may be 127.0.0.53)
  *             fib daddr type local counter drop   (the host, every gateway)
@@ -32,6 +34,7 @@
 
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nf_conntrack_tuple_common.h>
 #include <linux/netfilter/nf_tables.h>
 
 #include <libnftnl/rule.h>
@@ -86,7 +89,24 @@ void nftb_build_jail(struct nftb *b)
 	x_verdict(b, r, NFT_GOTO, CHAIN);
 	nftb_rule_put(b, r);
 
-	nftb_rule_ct_reply(b, CHAIN, 0, NULL);
+	/* Established, never "established,related" of any flow: a peer that
+	 * starts a UDP or TCP flow to a broker's socket (an autobound port)
+	 * would have its answers pass as replies (review L2).  A broker's
+	 * own flows are TCP (the resolver's and the canary's datagrams have
+	 * their own rules below); what it answers is its guest's. */
+	r = nftb_rule_new(b, CHAIN);
+	m_nfproto(b, r, NFPROTO_IPV4);
+	m_l4proto(b, r, IPPROTO_TCP);
+	m_ct_direction(b, r, IP_CT_DIR_ORIGINAL);
+	m_ct_state(b, r, NF_CT_STATE_BIT(IP_CT_ESTABLISHED), NFT_CMP_NEQ);
+	x_verdict(b, r, NF_ACCEPT, NULL);
+	nftb_rule_put(b, r);
+	r = nftb_rule_new(b, CHAIN);
+	m_ip(b, r, 16, NFT_CMP_EQ, p->base, p->prefix);
+	m_ct_direction(b, r, IP_CT_DIR_REPLY);
+	m_ct_state(b, r, NF_CT_STATE_BIT(IP_CT_ESTABLISHED), NFT_CMP_NEQ);
+	x_verdict(b, r, NF_ACCEPT, NULL);
+	nftb_rule_put(b, r);
 	/* The canary (lib/canary.h): from a gateway's NET_CANARY_PORT+1 to a
 	 * gateway's NET_CANARY_PORT, which the canary chain then rewrites.
 	 * Another slot's canary socket is connected to itself: it never

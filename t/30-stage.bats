@@ -729,6 +729,75 @@ leaked_rec() {
 	wait "$fake1" "$fake2" "$fake4" "$real3" "$real5" 2>/dev/null || true
 }
 
+@test "gc: a leaked process whose start time was not recorded is never killed on its cmdline: left alone, reported (killed false, why) and named on stderr" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local d=$ISOPOD_HOME/vms r1 r2 p1 p2
+	# cmdlines that name their VM's directory, as QEMU's and a broker's do
+	bash -c "exec -a $d/vm-000000000001/disk.qcow2 sleep 60" 3>&- &
+	p1=$!
+	bash -c "exec -a $d/vm-000000000002/ledger.jsonl sleep 60" 3>&- &
+	p2=$!
+	sleep 0.3
+	# start 0: what a supervisor that could not read it records
+	r1=$(leaked_rec 1 qemu "$p1" 0)
+	r2=$(leaked_rec 2 broker "$p2" 0 "$(id -u)")
+	run --separate-stderr isopod-gc
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	jq -e --arg r1 "$r1" --argjson p1 "$p1" --arg r2 "$r2" --argjson p2 "$p2" \
+		'(.leaked | sort_by(.vm)) == [{kind: "qemu", vm: $r1, pid: $p1, killed: false, why: "start time unknown"},
+			{kind: "broker", vm: $r2, pid: $p2, killed: false, why: "start time unknown"}]' <<<"$output"
+	[[ "$stderr" == *"leaked qemu $p1 of $r1 not killed: its start time was not recorded"* ]]
+	[[ "$stderr" == *"leaked broker $p2 of $r2 not killed"* ]]
+	for p in "$p1" "$p2"; do [ "$(proc_state "$p")" = S ]; done
+	kill "$p1" "$p2"
+	wait "$p1" "$p2" 2>/dev/null || true
+}
+
+# uidproc UID: a sleep running as UID (pid in $up)
+uidproc() {
+	setpriv --reuid="$1" --regid="$1" --clear-groups sleep 60 3>&- &
+	up=$!
+}
+
+@test "gc: a record names only processes its store can have started: a user's store (vms/ the user's) its user's; root's store a jail identity too; a forged record naming root's or another uid's process is left alone" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: processes of other uids"
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local d=$ISOPOD_HOME/vms u=4242 jail=$((2000000000 + 77)) up pr pu po pj r
+	mkdir -p "$d"
+	sleep 60 3>&- &
+	pr=$!
+	uidproc "$u"; pu=$up
+	uidproc $((u + 1)); po=$up
+	uidproc "$jail"; pj=$up
+	sleep 0.3
+	# the user's store: forged records with the right start times (anyone
+	# can read them) and uids
+	chown "$u" "$d"
+	r=$(leaked_rec 1 qemu "$pr" "$(start_of "$pr")")
+	leaked_rec 2 broker "$pr" "$(start_of "$pr")" 0 >/dev/null
+	leaked_rec 3 broker "$po" "$(start_of "$po")" $((u + 1)) >/dev/null
+	leaked_rec 4 qemu "$pj" "$(start_of "$pj")" >/dev/null
+	r=$(leaked_rec 5 broker "$pu" "$(start_of "$pu")" "$u")
+	run --separate-stderr isopod-gc
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	jq -e --arg r "$r" --argjson p "$pu" '.leaked == [{kind: "broker", vm: $r, pid: $p, killed: true}]' <<<"$output"
+	[[ "$stderr" == *"names pid $pr (uid 0), which this store cannot have started: left alone"* ]]
+	[[ "$stderr" == *"names pid $po (uid $((u + 1)))"* ]]
+	[[ "$stderr" == *"names pid $pj (uid $jail)"* ]]
+	for p in "$pr" "$po" "$pj"; do [ "$(proc_state "$p")" = S ]; done
+	# root's store: a jail identity's process is its own
+	rm -rf "$d"
+	mkdir -p "$d"
+	r=$(leaked_rec 6 qemu "$pj" "$(start_of "$pj")")
+	run --separate-stderr isopod-gc
+	[ "$status" -eq 0 ]
+	jq -e --arg r "$r" --argjson p "$pj" '.leaked == [{kind: "qemu", vm: $r, pid: $p, killed: true}]' <<<"$output"
+	kill "$pr" "$po" "$pu" 2>/dev/null || :
+	wait "$pr" "$po" "$pu" "$pj" 2>/dev/null || true
+}
+
 @test "gc --auto: never waits for a lock, detaches, at most once per gc_interval; off turns it off" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	for i in $(seq 1 3); do mkrec "$ISOPOD_HOME" "$i" stopped 7200 >/dev/null; done

@@ -212,6 +212,33 @@ docker_nft() {
 	[[ "$stderr" == *"isopod-tap0"*"not a tap"* ]]
 }
 
+@test "netsetup: an ephemeral port range covering a broker's fixed ports (1053), or unprivileged ports reaching the doctor's 952, is a conflict (102, nothing made); reserved ports, or the defaults, pass" {
+	# Both sysctls are per network namespace: a namespace of its own.
+	local ns="${LAB_NAME}-p"
+	ip netns add "$ns"
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_local_port_range="1024 60999"
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1
+	echo "range: $status $stderr"
+	local st1=$status err1=$stderr made1
+	made1=$(ip netns exec "$ns" ip -o link show | grep -c isopod-tap || :)
+	# reserved, the same range passes
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_local_reserved_ports="1053-1055,3128"
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1
+	echo "reserved: $status $stderr"
+	local st2=$status
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_unprivileged_port_start=900
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1
+	echo "unprivileged: $status $stderr"
+	local st3=$status err3=$stderr
+	netns_del "$ns"
+	[ "$st1" -eq 102 ]
+	[ "$made1" -eq 0 ]
+	[[ "$err1" == *"net.ipv4.ip_local_port_range is 1024-60999: it covers the brokers' fixed ports 1053,1054,1055,3128"* ]]
+	[ "$st2" -eq 0 ]
+	[ "$st3" -eq 102 ]
+	[[ "$err3" == *"net.ipv4.ip_unprivileged_port_start is 900: any user could listen on 127.0.0.1:952"* ]]
+}
+
 @test "netsetup --remove deletes both tables and every tap; a rerun restores them" {
 	local ns="${LAB_NAME}-r"
 	ip netns add "$ns"

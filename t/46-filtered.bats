@@ -485,6 +485,85 @@ widened_broker_check() {
 	[ "$status" -eq 0 ]
 }
 
+# A peer on the lab internet starts flows to a jail uid's sockets (what an
+# autobound port of a broker would get): its UDP answer and TCP SYN-ACK are
+# "established" to conntrack but not the jail's own flows (review L2).
+# Root's listener (the control) answers.
+inbound_check() {
+	local uid who srv out=""
+	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
+	for who in root jail; do
+		set --
+		[ "$who" = root ] || set -- setpriv --reuid="$uid" --regid="$uid" --clear-groups
+		ip netns exec "$LAB_NAME-host" "$@" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
+			203.0.113.1:7003 >"$BATS_TEST_TMPDIR/srv-$who" 2>&1 3>&- &
+		srv=$!
+		for _ in $(seq 1 50); do grep -q ready "$BATS_TEST_TMPDIR/srv-$who" && break; sleep 0.1; done
+		# one at a time: the jail's listener dies of its sendto's EPERM
+		out+="$who: $(for t in tcpr udp; do ip netns exec "$LAB_NAME-inet" /usr/bin/python3 \
+			"$BATS_TEST_DIRNAME/lab/jailegress.py" probe "$t:203.0.113.1:7003"; done | tr '\n' ' ')"$'\n'
+		kill "$srv"
+		wait "$srv" 2>/dev/null || :
+	done
+	echo "$out"
+	grep -qx "root: tcpr:203.0.113.1:7003 ok udp:203.0.113.1:7003 ok " <<<"$out" &&
+		grep -qx "jail: tcpr:203.0.113.1:7003 blocked udp:203.0.113.1:7003 blocked " <<<"$out"
+}
+
+@test "jail egress: a flow a peer on the internet starts to a jail uid's socket gets no answer (UDP, TCP); root's does; the jail's own flows and DNS still pass" {
+	run inbound_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+	run jail_egress_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
+@test "mutation: jail_out accepting established,related of every flow: the peer's UDP and TCP flows to a jail uid are answered and the check FAILS; netsetup restores it" {
+	local h
+	h=$(ip netns exec "$LAB_NAME-host" nft -a list chain inet isopod jail_out | awk '/ct direction original/ { print $NF; exit }')
+	[ -n "$h" ]
+	ip netns exec "$LAB_NAME-host" nft insert rule inet isopod jail_out position "$h" ct state established,related accept
+	run inbound_check
+	echo "$output"
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"jail: tcpr:203.0.113.1:7003 ok udp:203.0.113.1:7003 ok"* ]]
+	run inbound_check
+	[ "$status" -eq 0 ]
+}
+
+# The doctor's resolver port (review L3): the one 127.0.0.1 port jail_out
+# accepts is privileged, so a jail uid (any non-root user) cannot bind it;
+# a jail uid reaches it and not the old 1052.
+@test "jail egress: the chain's one 127.0.0.1 port (the doctor's resolver, 952) is privileged: a non-root uid cannot bind it (EACCES); a jail uid reaches it and not 1052" {
+	local uid chain port srv got
+	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
+	chain=$(ip netns exec "$LAB_NAME-host" nft list chain inet isopod jail_out)
+	echo "$chain"
+	[ "$(grep -c 'ip daddr 127\.0\.0\.1 ' <<<"$chain")" -eq 1 ]
+	port=$(sed -n 's/.*ip daddr 127\.0\.0\.1 udp dport \([0-9]*\) accept.*/\1/p' <<<"$chain")
+	echo "port $port"
+	[ -n "$port" ]
+	run ip netns exec "$LAB_NAME-host" setpriv --reuid="$uid" --regid="$uid" --clear-groups /usr/bin/python3 -c \
+		"import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)
+try: s.bind(('127.0.0.1', int(sys.argv[1]))); print('bound')
+except OSError as e: print(e.strerror)" "$port"
+	echo "$output"
+	[ "$output" = "Permission denied" ]
+	[ "$port" = 952 ]
+	ip netns exec "$LAB_NAME-host" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
+		127.0.0.1:"$port" 127.0.0.1:1052 >"$BATS_TEST_TMPDIR/srv" 2>&1 3>&- &
+	srv=$!
+	for _ in $(seq 1 50); do grep -q ready "$BATS_TEST_TMPDIR/srv" && break; sleep 0.1; done
+	got=$(ip netns exec "$LAB_NAME-host" setpriv --reuid="$uid" --regid="$uid" --clear-groups \
+		/usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe udp:127.0.0.1:"$port" udp:127.0.0.1:1052 | tr '\n' ' ')
+	kill "$srv"
+	wait "$srv" 2>/dev/null || :
+	echo "$got"
+	[ "$got" = "udp:127.0.0.1:$port ok udp:127.0.0.1:1052 blocked " ]
+}
+
 @test "filtered: 18 concurrent runs on 16 filtered slots: 16 run with their own brokers, 2 get 102 'slots busy', none leaks" {
 	local d="$BATS_TEST_TMPDIR/conc" k ok busy other
 	# 17 filtered slots (slot 2 is the stand-in's: 16 free) and the open one.

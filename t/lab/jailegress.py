@@ -3,7 +3,9 @@
   jailegress.py serve ADDR:PORT...   listeners (TCP: "up\\n"; UDP: echo) until killed
   jailegress.py probe SPEC...        one line per SPEC: "SPEC ok|blocked|refused|error"
 
-SPEC is tcp:ADDR:PORT, udp:ADDR:PORT, dns:ADDR:PORT (an A query for
+SPEC is tcp:ADDR:PORT, tcpr:ADDR:PORT (connect, then read the listener's
+"up": a SYN-ACK has no full socket, so the output hook's skuid match does
+not see it), udp:ADDR:PORT, dns:ADDR:PORT (an A query for
 pkg.test, answered by the lab's DNS), icmp:ADDR (a ping socket: needs
 net.ipv4.ping_group_range to hold the gid).  ADDR may be IPv6 ([::1]).
 "ok" is an answer; Probes run at once.  "blocked" no answer within a second or EPERM (what a
@@ -36,10 +38,12 @@ def probe(spec):
     kind, host, port = split(spec)
     fam = family(host)
     try:
-        if kind == "tcp":
+        if kind in ("tcp", "tcpr"):
             s = socket.socket(fam, socket.SOCK_STREAM)
             s.settimeout(TMO)
             s.connect((host, port))
+            if kind == "tcpr" and s.recv(3) != b"up\n":
+                return "error"
             s.close()
             return "ok"
         if kind == "icmp":
