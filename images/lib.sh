@@ -47,12 +47,25 @@ home_dir() {
 	fi
 }
 
+# sha256_stdin: the hex sha256 of stdin.  OpenSSL's when it is installed: it
+# uses the CPU's SHA instructions, ~5x coreutils' sha256sum here, and the
+# content address of a base image reads its every byte, the sparse 2 GiB of
+# free room included (~1.5 s instead of ~10 s of CPU).  Same digest.
 sha256_stdin() {
-	sha256sum | cut -d' ' -f1
+	if command -v openssl >/dev/null 2>&1; then
+		openssl dgst -sha256 -r | cut -d' ' -f1
+	else
+		sha256sum | cut -d' ' -f1
+	fi
 }
 
+# sha256_file FILE (openssl reads a named file in larger blocks than stdin).
 sha256_file() {
-	sha256sum <"$1" | cut -d' ' -f1
+	if command -v openssl >/dev/null 2>&1; then
+		openssl dgst -sha256 -r -- "$1" | cut -d' ' -f1
+	else
+		sha256sum <"$1" | cut -d' ' -f1
+	fi
 }
 
 # place SRC DST: make DST the same bytes as SRC, atomically (a reader sees the

@@ -38,9 +38,10 @@ static void oom(struct subjects *s)
 	s->failed = -1;
 }
 
-/* Hashing a 1.8 GiB base image takes ~10 s of CPU, and the runner verifies
- * before every job: a file whose device, inode, size, mtime and ctime are
- * those recorded with its digest is not read again.  A write moves ctime,
+/* Hashing the 2.8 GiB debian base image (sparse, but every byte is hashed)
+ * takes ~10 s of CPU, and the runner verifies before every job: a file
+ * whose device, inode, size, mtime and ctime are those recorded with its
+ * digest is not read again.  A write moves ctime,
  * and ctime cannot be set back (utimensat sets only atime and mtime), so a
  * changed file is always re-read.  The cache lives in the key directory
  * (root's alone, 0700), so nobody but root can plant a digest. */

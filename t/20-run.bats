@@ -355,7 +355,7 @@ EOF_C
 	head -c $((64 * 1024 * 1024)) /dev/urandom > "$DATA/big"
 	want=$(sha256sum < "$DATA/big" | cut -d' ' -f1)
 	mkdir -p "$DATA/out"
-	run --separate-stderr isopod run --json-only --timeout-s 1800 --disk-mib 1024 \
+	run --separate-stderr isopod run --json-only --timeout-s 1800 \
 		--stdin-file "$DATA/big" --copy-in "$DATA/big:/root/in.bin" --copy-out "/root/out.bin:$DATA/out/" \
 		-- sh -c 'sha256sum | cut -d" " -f1; sha256sum < /root/in.bin | cut -d" " -f1; cp /root/in.bin /root/out.bin'
 	[ "$status" -eq 0 ]
@@ -364,6 +364,36 @@ $want" ]
 	echo "$output" | jq -e --arg w "$want" '.copied_out[0].sha256 == $w and .copied_out[0].bytes == 67108864'
 	[ "$(sha256sum < "$DATA/out/out.bin" | cut -d' ' -f1)" = "$want" ]
 	rm -f "$DATA/big" "$DATA/out/out.bin"
+}
+
+@test "run: a fresh VM has 2 GiB free on / without a flag; filling it is ENOSPC inside, the host's overlay capped at the disk" {
+	# Filling 2 GiB with real bytes would take a minute under TCG: the bulk
+	# is reserved by fallocate (no bytes written), the last 128 MiB written
+	# by dd until the file system is full.
+	run --separate-stderr isopod run --json-only --keep -- sh -c '
+		a=$(df -k / | awk "NR==2 {print \$4}"); echo "avail $a"
+		fallocate -l $(( (a - 131072) * 1024 )) /root/bulk || echo "fallocate failed"
+		dd if=/dev/zero of=/root/fill bs=1M 2>&1; echo "dd $?"
+		sync; echo "left $(df -k / | awk "NR==2 {print \$4}")"
+		echo more >/root/more 2>/dev/null; echo "more $?"'
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	out=$(echo "$output" | jq -r .stdout)
+	echo "$out" >&3
+	avail=$(awk '$1 == "avail" {print $2}' <<<"$out")
+	[ "$avail" -ge $((2 * 1024 * 1024)) ]
+	! grep -q "fallocate failed" <<<"$out" || false
+	grep -q "No space left on device" <<<"$out"
+	grep -qx "dd 1" <<<"$out" && grep -qx "more 1" <<<"$out" && grep -qx "left 0" <<<"$out" || false
+	# the host: what the VM wrote is in its overlay, whose virtual size is
+	# the base image's (the disk's cap); nothing more
+	bsha=$(cat "$ISOPOD_HOME/images/current-base")
+	cap=$(stat -c %s "$ISOPOD_HOME/images/base-$bsha.img")
+	info=$(qemu-img info -U --output=json "$ISOPOD_HOME/vms/$id/disk.qcow2")
+	echo "overlay: $(jq -c '{"virtual-size", "actual-size"}' <<<"$info")" >&3
+	jq -e --argjson cap "$cap" '."virtual-size" == $cap and
+		."actual-size" >= 128 * 1048576 and ."actual-size" <= $cap + 64 * 1048576' <<<"$info"
+	isopod-stop --vm "$id" >/dev/null
 }
 
 @test "run: copy-out of a missing guest file is a warning and an error entry, not lost silently" {

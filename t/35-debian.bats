@@ -157,6 +157,36 @@ EOF
 	[[ "$output" == "usage: isopod-exec "* ]]
 }
 
+# Not a boot: the base flavor's build, twice, each in a fresh cache of its
+# own.  build-base places each into the repo's build/: the files there are
+# put back right after (hard links to the build cache's).
+@test "base image: two builds in fresh caches are the same bytes; 2 GiB free in a sparse file (a few MiB on disk), every inode table zeroed" {
+	local f st=0
+	[ "$(id -u)" -eq 0 ] || skip "images/build-base runs as root"
+	for f in base-base.img base-base.inputs.json; do
+		[ ! -e "$ISOPOD_SRC/build/$f" ] || ln "$ISOPOD_SRC/build/$f" "$BATS_TEST_TMPDIR/$f"
+	done
+	for i in 1 2; do
+		ISOPOD_CACHE="$BATS_TEST_TMPDIR/c$i" run --separate-stderr sh "$ISOPOD_SRC/images/build-base" base
+		[ "$status" -eq 0 ] || { show; st=1; break; }
+	done
+	for f in base-base.img base-base.inputs.json; do
+		[ ! -e "$BATS_TEST_TMPDIR/$f" ] || ln -f "$BATS_TEST_TMPDIR/$f" "$ISOPOD_SRC/build/$f"
+	done
+	[ "$st" -eq 0 ]
+	a=$(echo "$BATS_TEST_TMPDIR"/c1/base/*/base.img)
+	b=$(echo "$BATS_TEST_TMPDIR"/c2/base/*/base.img)
+	[ -f "$a" ] && [ -f "$b" ] && [ "$(stat -c %i "$a")" != "$(stat -c %i "$b")" ] || false
+	cmp "$a" "$b"
+	echo "# $(stat -c %s "$a") bytes, $(du -k "$a" | cut -f1) KiB on disk" >&3
+	[ "$(du -k "$a" | cut -f1)" -le 16384 ]
+	free=$(dumpe2fs -h "$a" 2>/dev/null | awk -F: '/^Free blocks/ {print $2 * 4}')
+	[ "$free" -ge $((2 * 1024 * 1024)) ]
+	# no group left for the kernel's lazy inode-table init at the first mount
+	dumpe2fs "$a" 2>/dev/null | grep -q '^Group 1[0-9]*:'
+	! dumpe2fs "$a" 2>/dev/null | grep '^Group [0-9]*:' | grep -qv ITABLE_ZEROED || false
+}
+
 @test "debian: isopod image build of an unknown flavor is refused with 100" {
 	run --separate-stderr isopod image build nosuch
 	[ "$status" -eq 100 ]
