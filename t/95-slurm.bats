@@ -129,20 +129,28 @@ within_slots() {
 	[ "$(maxconc "$T/rec" b)" -eq 3 ]
 }
 
-@test "features: isopod-slurm refresh puts host a's stages and base on node a; a job constrained to a stage lands there; stage rm and refresh take it away" {
-	local s1 s2 f2
-	s1=$(sed -n 1p "$T/a.ids") s2=$(sed -n 2p "$T/a.ids") f2="isopod_st_${s2#st-}"
+@test "features: a stage committed on host a after the conf is on node a once isopod-slurm refresh ran; a job constrained to it lands there; stage rm and refresh take it away" {
+	local s1 s2 s3 f3 slurm_conf=$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf
+	s1=$(sed -n 1p "$T/a.ids") s2=$(sed -n 2p "$T/a.ids")
+	# a third stage, on s2, that slurm.conf's Feature= does not name
+	s3=$(sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$T/store-a" 1 1 s "$s2")
+	f3="isopod_st_${s3#st-}"
+	run cx ctl sinfo -h -N -o '%N %f'
+	[[ ${lines[0]} != *"$f3"* ]]
 	run --separate-stderr ip netns exec "$LAB_NAME-a" env ISOPOD_HOME="$T/store-a" \
-		SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" isopod-slurm refresh --node a
+		SLURM_CONF="$slurm_conf" isopod-slurm refresh --node a
 	[ "$status" -eq 0 ]
-	echo "$output" | jq -e --slurpfile c "$T/conf-a.json" '.updated == true and .features == $c[0].features'
+	echo "$output" | jq -e --slurpfile c "$T/conf-a.json" --arg f3 "$f3" \
+		'.updated == true and .features == ($c[0].features + [$f3] | sort)'
+	local want
+	want=$(echo "$output" | jq -r '.features | join(",")')
 	run cx ctl sinfo -h -N -o '%N %f|%b'
-	[ "${lines[0]}" = "a $(jq -r '.features | join(",")' "$T/conf-a.json")|$(jq -r '.features | join(",")' "$T/conf-a.json")" ]
+	[ "${lines[0]}" = "a $want|$want" ]
 	[ "${lines[1]}" = "b (null)|(null)" ]
-	# placement by feature: 4 jobs asking for stage s2 all run on a
+	# placement by feature: 4 jobs asking for stage s3 all run on a
 	: >"$T/placed"
 	for i in 1 2 3 4; do
-		cx ctl sbatch -Q -o /dev/null --chdir=/tmp -C "$f2" --wrap "echo \$SLURMD_NODENAME >>$T/placed"
+		cx ctl sbatch -Q -o /dev/null --chdir=/tmp -C "$f3" --wrap "echo \$SLURMD_NODENAME >>$T/placed"
 	done
 	for i in $(seq 1 60); do
 		[ -n "$(cx ctl squeue -h)" ] || break
@@ -151,14 +159,15 @@ within_slots() {
 	[ "$(sort "$T/placed" | uniq -c | awk '{print $1, $2}')" = "4 a" ]
 	# the stage goes: after a refresh no node offers it, and a job asking
 	# for it is refused
-	ISOPOD_HOME="$T/store-a" isopod stage rm "$s2" >/dev/null
+	ISOPOD_HOME="$T/store-a" isopod stage rm "$s3" >/dev/null
 	run --separate-stderr ip netns exec "$LAB_NAME-a" env ISOPOD_HOME="$T/store-a" \
-		SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" isopod-slurm refresh --node a
+		SLURM_CONF="$slurm_conf" isopod-slurm refresh --node a
 	[ "$status" -eq 0 ]
-	echo "$output" | jq -e --arg f "$f2" --arg f1 "isopod_st_${s1#st-}" '(.features | index($f)) == null and (.features | index($f1)) != null'
+	echo "$output" | jq -e --slurpfile c "$T/conf-a.json" '.features == $c[0].features'
 	run cx ctl sinfo -h -N -o '%N %f'
-	[[ ${lines[0]} != *"$f2"* ]]
-	run cx ctl sbatch -o /dev/null --chdir=/tmp -C "$f2" --wrap true
+	[[ ${lines[0]} != *"$f3"* ]]
+	[[ ${lines[0]} == *"isopod_st_${s1#st-}"* ]]
+	run cx ctl sbatch -o /dev/null --chdir=/tmp -C "$f3" --wrap true
 	[ "$status" -ne 0 ]
 	# (Slurm 22.05 says which way it refuses by whether any node ever had it)
 	[[ $output == *"Requested node configuration is not available"* ||
