@@ -4,11 +4,13 @@
 # for its verbs (it uses lab.sh's nsx, spawn, await, die, STATE, LAB_DIR):
 #
 #   lab.sh cluster NAME          three namespaces and munged (root)
-#   lab.sh slurm NAME A.json B.json
+#   lab.sh slurm NAME A.json B.json [EPILOG]
 #                                slurmctld in NAME-ctl, slurmd "a" in NAME-a and
 #                                "b" in NAME-b; A.json and B.json are what
 #                                `isopod-slurm conf` printed on each host
-#                                (their slurm_conf and gres_conf lines)
+#                                (their slurm_conf and gres_conf lines);
+#                                EPILOG: slurm.conf's Epilog= (a program
+#                                slurmd runs as root after each job)
 #   lab.sh unslurm NAME          stop the daemons and every job (cluster stays)
 #   lab.sh cexec NAME H CMD...   run CMD in NAME-H (H: ctl, a, b), SLURM_CONF set
 #
@@ -112,6 +114,7 @@ write_conf() {
 		SlurmdTimeout=30
 		$types
 	EOF
+	[ -z "${4-}" ] || echo "Epilog=$4" >>"$s/etc/slurm.conf"
 	: >"$s/etc/gres.conf"
 	for h in a b; do
 		[ "$h" = a ] && f=$2 || f=$3
@@ -132,7 +135,7 @@ nodes_idle() {
 
 cmd_slurm() {
 	name=$1
-	[ $# -eq 3 ] || die "usage: lab.sh slurm NAME A.json B.json"
+	[ $# -eq 3 ] || [ $# -eq 4 ] || die "usage: lab.sh slurm NAME A.json B.json [EPILOG]"
 	ip netns list | grep -q "^$name-ctl\b" || die "no cluster $name: lab.sh cluster $name first"
 	[ ! -s "$STATE/slurm/daemons" ] || die "slurm already runs in $name: lab.sh unslurm $name first"
 	s=$STATE/slurm
