@@ -264,6 +264,7 @@ int main(int argc, char **argv)
 	};
 	const char *opt_node = NULL, *verb;
 	char node[65];
+	json_t *out;
 	int c, dry = 0;
 
 	progname = "isopod-slurm";
@@ -293,15 +294,13 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		die(EX_USAGE, "unexpected operand '%s'\nusage: %s", EXC(argv[optind]), USAGE);
-	node_name(node, sizeof node, opt_node);
-	if (!strcmp(verb, "conf")) {
-		if (dry)
-			die(EX_USAGE, "--dry-run is refresh's\nusage: %s", USAGE);
-		json_emit(cmd_conf(node));
-	} else if (!strcmp(verb, "refresh")) {
-		json_emit(cmd_refresh(node, dry));
-	} else {
+	if (strcmp(verb, "conf") && strcmp(verb, "refresh"))
 		die(EX_USAGE, "unknown verb '%s'\nusage: %s", EXC(verb), USAGE);
-	}
+	if (dry && !strcmp(verb, "conf"))
+		die(EX_USAGE, "--dry-run is refresh's\nusage: %s", USAGE);
+	node_name(node, sizeof node, opt_node);
+	out = !strcmp(verb, "conf") ? cmd_conf(node) : cmd_refresh(node, dry);
+	json_emit(out);
+	json_decref(out);
 	return 0;
 }

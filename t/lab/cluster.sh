@@ -170,14 +170,24 @@ kill_ns_pids() {
 	done
 }
 
+# Wait (<= 5 s) until no process but munged is left in netns NS (a
+# process that is gone has no netns to list, even while it is a zombie).
+# 1 when some are.
+ns_empty() {
+	i=0
+	mpid=$(cat "$STATE/slurm/munge/pid" 2>/dev/null) || mpid=
+	while [ -n "$(ip netns pids "$1" 2>/dev/null | grep -vx "${mpid:-none}")" ]; do
+		i=$((i + 1))
+		[ "$i" -le 50 ] || return 1
+		sleep 0.1
+	done
+}
+
 cmd_unslurm() {
 	name=$1
 	kill_ns_pids "$name-ctl" "$name-a" "$name-b"
-	i=0
-	while [ -n "$(ip netns pids "$name-a" 2>/dev/null)$(ip netns pids "$name-b" 2>/dev/null)" ]; do
-		i=$((i + 1))
-		[ "$i" -le 50 ] || die "cluster $name: processes left in its hosts after 5 s"
-		sleep 0.1
+	for ns in "$name-ctl" "$name-a" "$name-b"; do
+		ns_empty "$ns" || die "cluster $name: processes left in $ns after 5 s"
 	done
 	: >"$STATE/slurm/daemons"
 }

@@ -207,7 +207,10 @@ cmd_down() {
 	for ns in $(ip netns list | awk '{print $1}'); do
 		case $ns in
 		"$name-host" | "$name-a" | "$name-b")
-			[ "$ns" = "$name-host" ] || kill_ns_pids "$ns"
+			if [ "$ns" != "$name-host" ]; then
+				kill_ns_pids "$ns"
+				ns_empty "$ns" || echo "lab: processes left in $ns after 5 s" >&2
+			fi
 			# isopod-netsetup's record of this netns (man isopod-netsetup, FILES)
 			ino=$(ip netns exec "$ns" stat -L -c %i /proc/self/ns/net 2>/dev/null) &&
 				rm -f "/run/isopod/netstate-$ino.json"
@@ -215,6 +218,7 @@ cmd_down() {
 			;;
 		"$name-ctl")
 			kill_ns_pids "$ns"
+			ns_empty "$ns" || echo "lab: processes left in $ns after 5 s" >&2
 			ip netns del "$ns"
 			;;
 		"$name-inet" | "$name"-vm[0-9]*) ip netns del "$ns" ;;
