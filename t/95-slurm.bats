@@ -119,6 +119,14 @@ within_slots() {
 		'.features == ([$s1, $s2, $b] | sort) and all(.features[]; test("^[a-z0-9_]+$"))' "$T/conf-a.json"
 	jq -e '.features == [] and .slurm_conf == "NodeName=b Gres=isopod_filtered:3,isopod_open:1"' "$T/conf-b.json"
 	jq -e '.gres_conf == "NodeName=b Name=isopod_filtered Count=3\nNodeName=b Name=isopod_open Count=1\n"' "$T/conf-b.json"
+	# --dry-run names the command and runs nothing (a failing scontrol here)
+	run --separate-stderr env ISOPOD_HOME="$T/store-a" ISOPOD_SCONTROL=/bin/false isopod-slurm refresh --dry-run --node a
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e --slurpfile c "$T/conf-a.json" '.updated == false and
+		.command == ["/bin/false", "update", "NodeName=a", "AvailableFeatures=\($c[0].features | join(","))",
+			"ActiveFeatures=\($c[0].features | join(","))"]'
+	run --separate-stderr env ISOPOD_HOME="$T/store-a" ISOPOD_SCONTROL=/bin/false isopod-slurm refresh --node a
+	[ "$status" -eq 111 ] && [ -z "$output" ] && [[ $stderr == *"/bin/false update NodeName=a failed (exit 1)"* ]]
 	run --separate-stderr isopod-slurm conf --node '-x'
 	[ "$status" -eq 100 ] && [ -z "$output" ]
 	run --separate-stderr isopod-slurm refresh --node 'a b'
