@@ -176,8 +176,8 @@ static json_t *cmd_conf(const char *node)
 	char *fl = joined(feat), *sc = NULL, *gc = NULL, *types = NULL, *line, *gt;
 	const char *k;
 	json_t *o;
-	size_t n = 0;
 
+	/* gres has one member per slot mode, so sc, gc and types are set */
 	json_object_foreach(gres, k, v) {
 		char *t;
 
@@ -195,10 +195,7 @@ static json_t *cmd_conf(const char *node)
 			die(EX_SYS, "out of memory");
 		free(types);
 		types = t;
-		n++;
 	}
-	if (!n)
-		die(EX_SYS, "no slot modes"); /* gres_modes is never empty */
 	if (asprintf(&line, "NodeName=%s Gres=%s%s%s", node, sc, *fl ? " Feature=" : "", fl) < 0 ||
 	    asprintf(&gt, "GresTypes=%s", types) < 0)
 		die(EX_SYS, "out of memory");
