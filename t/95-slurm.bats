@@ -8,7 +8,7 @@
 # The jobs are stand-ins, not VMs: each records its start and end with a
 # timestamp into a shared file and sleeps $HOLD s in between; the check is
 # that no host ever ran more of them at once than it has slots.  No VM is
-# booted here.  ~40 s alone.
+# booted here.  ~20 s alone.
 
 load helpers
 

@@ -6,7 +6,7 @@
 # back what does not fit and every run succeeds; with the GRES raised above
 # the slots (the mutation), Slurm starts more runs than slots and the
 # surplus fails with isopod's own "all 2 filtered network slots busy"
-# (exit 102).  Boots VMs: run under the VM test lock.  ~60 s alone.
+# (exit 102).  Boots VMs: run under the VM test lock.  ~30 s alone.
 
 load helpers
 
