@@ -24,7 +24,7 @@ TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/iso
 	bin/isopod-fork bin/isopod-commit bin/isopod-stage bin/isopod-netsetup bin/isopod-warm \
 	bin/isopod-broker bin/isopod-supervise bin/isopod-attest bin/isopod-image bin/isopod-doctor \
 	bin/isopod-result bin/isopod-runner bin/isopod-vm bin/isopod-mcp bin/isopod-jail bin/isopod-provenance \
-	bin/isopod-allow bin/isopod-oci
+	bin/isopod-allow bin/isopod-oci bin/isopod-slurm
 # t/17-jail.bats' programs (see below)
 JAILTEST = build/jail/probe build/jail/isopod-jail-mutant
 HOSTLIB = lib/util.o lib/proc.o lib/launch.o lib/qemu.o lib/image.o lib/accel.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/warm.o lib/warmpool.o lib/net.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/execopt.o lib/execio.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/jail.o lib/jailchild.o lib/qjail.o lib/attcheck.o lib/config.o lib/propose.o

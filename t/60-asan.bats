@@ -109,3 +109,20 @@ clean_stderr() {
 	[ "$status" -eq 1 ]
 	clean_stderr
 }
+
+@test "asan: isopod-slurm conf and refresh (a stand-in scontrol), refusals included" {
+	run --separate-stderr "$ASAN_BIN/isopod-slurm" conf --node n1
+	[ "$status" -eq 0 ]
+	clean_stderr
+	jq -e '.node == "n1" and (.features | any(startswith("isopod_base_"))) and (.gres | keys) == ["isopod_filtered", "isopod_open"]' <<<"$output"
+	run --separate-stderr env ISOPOD_SCONTROL=/bin/true "$ASAN_BIN/isopod-slurm" refresh --node n1
+	[ "$status" -eq 0 ]
+	clean_stderr
+	jq -e '.updated == true and .command[0] == "/bin/true"' <<<"$output"
+	run --separate-stderr env ISOPOD_SCONTROL=/bin/false "$ASAN_BIN/isopod-slurm" refresh --node n1
+	[ "$status" -eq 111 ] && [ -z "$output" ]
+	clean_stderr
+	run --separate-stderr "$ASAN_BIN/isopod-slurm" conf --node -x
+	[ "$status" -eq 100 ] && [ -z "$output" ]
+	clean_stderr
+}

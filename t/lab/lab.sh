@@ -13,6 +13,9 @@
 #   lab.sh registry NAME         an OCI registry (Debian's docker-registry,
 #                                plain HTTP) on 198.51.100.20:5000 in NAME-inet,
 #                                its storage in $STATE/registry
+#   lab.sh cluster|slurm|unslurm|cexec NAME ...
+#                                a Slurm cluster of a controller and two
+#                                hosts (t/lab/cluster.sh says how)
 #
 # Two namespaces and one veth pair, created inside them; nothing is linked
 # to the root namespace, so nothing sent in the lab can leave this machine:
@@ -203,10 +206,19 @@ cmd_down() {
 	fi
 	for ns in $(ip netns list | awk '{print $1}'); do
 		case $ns in
-		"$name-host")
+		"$name-host" | "$name-a" | "$name-b")
+			if [ "$ns" != "$name-host" ]; then
+				kill_ns_pids "$ns"
+				ns_empty "$ns" || echo "lab: processes left in $ns after 5 s" >&2
+			fi
 			# isopod-netsetup's record of this netns (man isopod-netsetup, FILES)
 			ino=$(ip netns exec "$ns" stat -L -c %i /proc/self/ns/net 2>/dev/null) &&
 				rm -f "/run/isopod/netstate-$ino.json"
+			ip netns del "$ns"
+			;;
+		"$name-ctl")
+			kill_ns_pids "$ns"
+			ns_empty "$ns" || echo "lab: processes left in $ns after 5 s" >&2
 			ip netns del "$ns"
 			;;
 		"$name-inet" | "$name"-vm[0-9]*) ip netns del "$ns" ;;
@@ -280,7 +292,10 @@ cmd_registry() {
 	echo "$REGISTRY_ADDR:5000"
 }
 
-[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec|rmvm|hits|registry NAME [ARGS...]"
+# shellcheck source=t/lab/cluster.sh
+. "$LAB_DIR/cluster.sh"
+
+[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec|rmvm|hits|registry|cluster|slurm|unslurm|cexec NAME [ARGS...]"
 verb=$1 name=$2
 shift 2
 check_name "$name"
@@ -299,5 +314,9 @@ gexec)
 hits) cat "$STATE/hits" ;;
 config) echo "$STATE/isopod.conf" ;;
 registry) cmd_registry "$name" ;;
+cluster) cmd_cluster "$name" ;;
+slurm) cmd_slurm "$name" "$@" ;;
+unslurm) cmd_unslurm "$name" ;;
+cexec) cmd_cexec "$name" "$@" ;;
 *) die "unknown verb $verb" ;;
 esac

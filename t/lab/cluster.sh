@@ -1,0 +1,200 @@
+# shellcheck shell=sh
+# shellcheck disable=SC2154 # spawned: set by lab.sh's spawn
+# t/lab/cluster.sh - the lab's Slurm cluster (issue 16), sourced by lab.sh
+# for its verbs (it uses lab.sh's nsx, spawn, await, die, STATE, LAB_DIR):
+#
+#   lab.sh cluster NAME          three namespaces and munged (root)
+#   lab.sh slurm NAME A.json B.json [EPILOG]
+#                                slurmctld in NAME-ctl, slurmd "a" in NAME-a and
+#                                "b" in NAME-b; A.json and B.json are what
+#                                `isopod-slurm conf` printed on each host
+#                                (their slurm_conf and gres_conf lines);
+#                                EPILOG: slurm.conf's Epilog= (a program
+#                                slurmd runs as root after each job)
+#   lab.sh unslurm NAME          stop the daemons and every job (cluster stays)
+#   lab.sh cexec NAME H CMD...   run CMD in NAME-H (H: ctl, a, b), SLURM_CONF set
+#
+# Three namespaces joined by a bridge that lives in NAME-ctl, made inside
+# them; nothing is linked to the root namespace:
+#
+#   NAME-ctl  br0 192.0.2.1/24 (TEST-NET-1): slurmctld, host name "ctl"
+#   NAME-a    e0 192.0.2.11/24: slurmd -N a, host name "a" (a UTS namespace)
+#   NAME-b    e0 192.0.2.12/24: slurmd -N b, host name "b"
+#
+# One munged (the filesystem's socket $STATE/slurm/munge/sock serves every
+# namespace; its own key, never /etc/munge's).  Slurm 22.05 (Debian 12) as
+# root, in the foreground, no systemd: ProctrackType=proctrack/linuxproc,
+# TaskPlugin=task/none, CgroupPlugin=cgroup/v1 (slurmd loads the cgroup
+# plugin even then, and its autodetection fails on this hybrid hierarchy:
+# "No filesystem mounted on /sys/fs/cgroup"), no accounting.  Each node is
+# told 8 CPUs (SlurmdParameters=config_overrides) so that CPUs never limit
+# concurrency before the GRES does.  Every wait is bounded (await: 5 s).
+
+CL_NET=192.0.2
+CL_CTL=$CL_NET.1
+
+cl_addr() {
+	case $1 in
+	ctl) echo "$CL_CTL" ;;
+	a) echo "$CL_NET.11" ;;
+	b) echo "$CL_NET.12" ;;
+	*) die "no cluster host '$1': want ctl, a or b" ;;
+	esac
+}
+
+cmd_cluster() {
+	name=$1
+	[ "$(id -u)" -eq 0 ] || die "needs root (network namespaces)"
+	command -v munged >/dev/null || die "munge not installed (.ci/setup)"
+	if ip netns list | grep -q "^$name-ctl\b"; then
+		die "cluster $name exists: lab.sh down $name first"
+	fi
+	mkdir -p "$STATE/slurm/munge" "$STATE/slurm/etc"
+	touch "$STATE/pids" "$STATE/log"
+	chmod 700 "$STATE/slurm/munge"
+	ip netns add "$name-ctl"
+	nsx "$name-ctl" ip link set lo up
+	nsx "$name-ctl" ip link add br0 type bridge
+	nsx "$name-ctl" ip addr add "$CL_CTL/24" dev br0
+	nsx "$name-ctl" ip link set br0 up
+	for h in a b; do
+		ip netns add "$name-$h"
+		nsx "$name-$h" ip link set lo up
+		# born in the host's netns, its peer moved straight into NAME-ctl
+		nsx "$name-$h" ip link add e0 type veth peer name "v$h" netns "$name-ctl"
+		nsx "$name-ctl" ip link set "v$h" master br0 up
+		nsx "$name-$h" ip addr add "$(cl_addr "$h")/24" dev e0
+		nsx "$name-$h" ip link set e0 up
+	done
+	for h in a b; do
+		await nsx "$name-$h" busybox ping -c1 -W1 "$CL_CTL" || die "cluster $name: $h cannot reach ctl"
+	done
+	m=$STATE/slurm/munge
+	head -c 128 /dev/urandom >"$m/key"
+	chmod 400 "$m/key"
+	spawn "$name-ctl" munged -F -f --key-file="$m/key" --socket="$m/sock" \
+		--pid-file="$m/pid" --seed-file="$m/seed" --log-file="$m/log"
+	# shellcheck disable=SC2016 # $1 is the inner shell's
+	await sh -c 'echo x | munge -S "$1" | unmunge -S "$1"' sh "$m/sock" ||
+		die "cluster $name: munged does not answer on $m/sock"
+	echo "cluster $name: ctl $CL_CTL, a $(cl_addr a), b $(cl_addr b), state $STATE/slurm"
+}
+
+# slurm.conf: the cluster's own lines, then each host's NodeName line as
+# isopod-slurm printed it with the lab's NodeAddr and CPUs put in.
+write_conf() {
+	s=$STATE/slurm
+	types=$(jq -r .gres_types "$2")
+	cat >"$s/etc/slurm.conf" <<-EOF
+		ClusterName=isopodlab
+		SlurmctldHost=ctl($CL_CTL)
+		SlurmUser=root
+		SlurmdUser=root
+		AuthType=auth/munge
+		AuthInfo=socket=$s/munge/sock
+		CredType=cred/munge
+		StateSaveLocation=$s/state/ctl
+		SlurmdSpoolDir=$s/state/%n
+		SlurmctldPidFile=$s/state/ctl.pid
+		SlurmdPidFile=$s/state/%n.pid
+		SlurmctldLogFile=$s/log/ctl.log
+		SlurmdLogFile=$s/log/%n.log
+		ProctrackType=proctrack/linuxproc
+		TaskPlugin=task/none
+		JobAcctGatherType=jobacct_gather/none
+		AccountingStorageType=accounting_storage/none
+		MpiDefault=none
+		MailProg=/bin/true
+		SelectType=select/cons_tres
+		SelectTypeParameters=CR_CPU
+		SlurmdParameters=config_overrides
+		ReturnToService=2
+		SchedulerParameters=sched_interval=1
+		SlurmctldTimeout=30
+		SlurmdTimeout=30
+		$types
+	EOF
+	[ -z "${4-}" ] || echo "Epilog=$4" >>"$s/etc/slurm.conf"
+	: >"$s/etc/gres.conf"
+	for h in a b; do
+		[ "$h" = a ] && f=$2 || f=$3
+		[ "$(jq -r .node "$f")" = "$h" ] || die "$f: not host $h's conf (its node is not '$h')"
+		jq -r .slurm_conf "$f" | sed "s/^NodeName=$h /NodeName=$h NodeAddr=$(cl_addr "$h") CPUs=8 State=UNKNOWN /" \
+			>>"$s/etc/slurm.conf"
+		jq -j .gres_conf "$f" >>"$s/etc/gres.conf"
+	done
+	echo "PartitionName=lab Nodes=a,b Default=YES MaxTime=10 State=UP" >>"$s/etc/slurm.conf"
+	echo "CgroupPlugin=cgroup/v1" >"$s/etc/cgroup.conf"
+}
+
+# Both nodes idle, as sinfo says (≤ 20 s: slurmd registers within a few).
+nodes_idle() {
+	nsx "$1-ctl" env SLURM_CONF="$STATE/slurm/etc/slurm.conf" sinfo -h -N -o '%N %T' |
+		awk '$2 == "idle" { n++ } END { exit n != 2 }'
+}
+
+cmd_slurm() {
+	name=$1
+	[ $# -eq 3 ] || [ $# -eq 4 ] || die "usage: lab.sh slurm NAME A.json B.json [EPILOG]"
+	ip netns list | grep -q "^$name-ctl\b" || die "no cluster $name: lab.sh cluster $name first"
+	[ ! -s "$STATE/slurm/daemons" ] || die "slurm already runs in $name: lab.sh unslurm $name first"
+	s=$STATE/slurm
+	rm -rf "$s/state" "$s/log"
+	mkdir -p "$s/state/ctl" "$s/state/a" "$s/state/b" "$s/log"
+	write_conf "$@"
+	export SLURM_CONF="$s/etc/slurm.conf"
+	: >"$s/daemons"
+	spawn "$name-ctl" unshare --uts sh -c 'hostname ctl && exec slurmctld -D -i'
+	echo "$spawned" >>"$s/daemons"
+	await nsx "$name-ctl" scontrol ping || die "cluster $name: slurmctld does not answer (see $s/log)"
+	for h in a b; do
+		spawn "$name-$h" unshare --uts sh -c "hostname $h && exec slurmd -D -N $h"
+		echo "$spawned" >>"$s/daemons"
+	done
+	i=0
+	until nodes_idle "$name"; do
+		i=$((i + 1))
+		[ "$i" -le 40 ] || die "cluster $name: nodes not idle in 20 s: $(nsx "$name-ctl" sinfo -N 2>&1)"
+		sleep 0.5
+	done
+	echo "slurm up in $name: SLURM_CONF=$SLURM_CONF"
+}
+
+# Every process in the cluster's namespaces but munged: the daemons and
+# whatever their jobs left (slurmstepd, the job scripts), by pid.
+kill_ns_pids() {
+	for ns in "$@"; do
+		for pid in $(ip netns pids "$ns" 2>/dev/null); do
+			[ "$pid" = "$(cat "$STATE/slurm/munge/pid" 2>/dev/null)" ] || kill "$pid" 2>/dev/null || :
+		done
+	done
+}
+
+# Wait (<= 5 s) until no process but munged is left in netns NS (a
+# process that is gone has no netns to list, even while it is a zombie).
+# 1 when some are.
+ns_empty() {
+	i=0
+	mpid=$(cat "$STATE/slurm/munge/pid" 2>/dev/null) || mpid=
+	while [ -n "$(ip netns pids "$1" 2>/dev/null | grep -vx "${mpid:-none}")" ]; do
+		i=$((i + 1))
+		[ "$i" -le 50 ] || return 1
+		sleep 0.1
+	done
+}
+
+cmd_unslurm() {
+	name=$1
+	kill_ns_pids "$name-ctl" "$name-a" "$name-b"
+	for ns in "$name-ctl" "$name-a" "$name-b"; do
+		ns_empty "$ns" || die "cluster $name: processes left in $ns after 5 s"
+	done
+	: >"$STATE/slurm/daemons"
+}
+
+cmd_cexec() {
+	name=$1 h=$2
+	shift 2
+	cl_addr "$h" >/dev/null
+	nsx "$name-$h" env SLURM_CONF="$STATE/slurm/etc/slurm.conf" "$@"
+}
