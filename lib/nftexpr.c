@@ -221,16 +221,26 @@ void m_net_bytes(struct nftb *b, struct nftnl_rule *r, uint32_t off, const void 
 	x_cmp(b, r, NFT_CMP_EQ, data, len);
 }
 
+/* `ct KEY` loaded into register 1: the one ct load of the m_ct_*
+ * matches.  The expression (a caller may set its direction), or NULL. */
+static struct nftnl_expr *x_ct(struct nftb *b, struct nftnl_rule *r, uint32_t key)
+{
+	struct nftnl_expr *e = expr_new(b, r, "ct");
+
+	if (!e)
+		return NULL;
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, key);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+	return e;
+}
+
 /* `ct state MASK` (op NEQ: any of those states; EQ: none of them) */
 void m_ct_state(struct nftb *b, struct nftnl_rule *r, uint32_t ctmask, uint32_t op)
 {
-	struct nftnl_expr *e = expr_new(b, r, "ct");
 	uint32_t zero = 0;
 
-	if (!e)
+	if (!x_ct(b, r, NFT_CT_STATE))
 		return;
-	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
-	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
 	x_bitwise(b, r, &ctmask, 4);
 	x_cmp(b, r, op, &zero, 4);
 }
@@ -244,12 +254,8 @@ void m_ct_reply(struct nftb *b, struct nftnl_rule *r)
 /* `ct direction original|reply` (dir: IP_CT_DIR_ORIGINAL or _REPLY) */
 void m_ct_direction(struct nftb *b, struct nftnl_rule *r, uint8_t dir)
 {
-	struct nftnl_expr *e = expr_new(b, r, "ct");
-
-	if (!e)
+	if (!x_ct(b, r, NFT_CT_DIRECTION))
 		return;
-	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_DIRECTION);
-	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
 	x_cmp(b, r, NFT_CMP_EQ, &dir, 1);
 }
 
@@ -260,11 +266,9 @@ void m_ct_orig_daddr(struct nftb *b, struct nftnl_rule *r, uint32_t addr)
 	uint32_t a = htonl(addr);
 
 	m_nfproto(b, r, NFPROTO_IPV4);
-	if (!(e = expr_new(b, r, "ct")))
+	if (!(e = x_ct(b, r, NFT_CT_DST_IP)))
 		return;
-	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_DST_IP);
 	nftnl_expr_set_u8(e, NFTNL_EXPR_CT_DIR, IP_CT_DIR_ORIGINAL);
-	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
 	x_cmp(b, r, NFT_CMP_EQ, &a, 4);
 }
 
