@@ -442,7 +442,13 @@ static json_t *cmd_refresh(const char *node, const char *att, int dry)
 	}
 	if (!o)
 		die(EX_SYS, "unable to build the JSON");
-	free(a1), free(a2), free(a3), free(s2), free(s3), free(fa), free(fb);
+	free(a1);
+	free(a2);
+	free(a3);
+	free(s2);
+	free(s3);
+	free(fa);
+	free(fb);
 	return o;
 }
 
