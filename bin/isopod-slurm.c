@@ -10,8 +10,10 @@
  * left in this network namespace (their ifalias names the mode, lib/net.c),
  * so the fragment printed here is the host as it is, not as configured. */
 
+#include "attcheck.h"
 #include "net.h"
 #include "proc.h"
+#include "ranges.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -22,21 +24,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-#define USAGE "isopod-slurm conf [--node NAME] | refresh [--node NAME] [--dry-run]"
+#define USAGE "isopod-slurm conf [--node NAME] [--attestation FILE] | " \
+	      "refresh [--node NAME] [--attestation FILE] [--dry-run]"
 
 /* The GRES names, one per slot mode ("learn" runs on a filtered slot). */
 static const char *const gres_modes[] = { "filtered", "open" };
 #define NMODES (sizeof gres_modes / sizeof gres_modes[0])
 
 /* A Slurm node name: what NodeName= takes without quoting, and short
- * enough for one argument.  1 valid, 0 not. */
+ * enough for one argument; one node, never many: no nodeset ("a[1-4]",
+ * "a,b": no '[' or ','), not "ALL", which scontrol update takes as every
+ * node (any case).  1 valid, 0 not. */
 static int node_ok(const char *s)
 {
 	size_t n = strlen(s);
 
-	if (!n || n > 64 || s[0] == '-')
+	if (!n || n > 64 || s[0] == '-' || !strcasecmp(s, "ALL"))
 		return 0;
 	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == n;
 }
@@ -56,7 +63,8 @@ static void node_name(char *out, size_t sz, const char *opt)
 		src = h;
 	}
 	if (!node_ok(src))
-		die(EX_USAGE, "node name '%s': want 1-64 of [A-Za-z0-9._-], not starting with '-'", EXC(src));
+		die(EX_USAGE, "node name '%s': want one node: 1-64 of [A-Za-z0-9._-], not starting "
+		    "with '-', not ALL", EXC(src));
 	snprintf(out, sz, "%.64s", src);
 }
 
@@ -170,12 +178,58 @@ static char *joined(json_t *a)
 	return s;
 }
 
-static json_t *cmd_conf(const char *node)
+/* The host's gate: does it require an attestation (the host config's
+ * require_attestation, as isopod-mcp reads it) and does that verify
+ * (isopod-attest verify, the one beside our tools, as isopod-runner runs
+ * it)?  A bad config line: 100; the config unreadable: 111. */
+struct gate {
+	int required, valid;
+	char why[1024];
+};
+
+static void gate_check(const char *att, struct gate *g)
 {
-	json_t *gres = gres_counts(), *feat = store_features(), *v;
-	char *fl = joined(feat), *sc = NULL, *gc = NULL, *types = NULL, *line, *gt;
+	char tool[PATH_MAX];
+	const char *le = getenv("ISOPOD_LIBEXEC");
+	struct attcheck a = { .tool = tool, .att = att };
+	int rc = attcheck_required(ranges_config_path(), &g->required, g->why, sizeof g->why);
+
+	if (rc < 0)
+		die(rc == -1 ? EX_USAGE : EX_SYS, "%s", g->why);
+	g->valid = 1;
+	g->why[0] = '\0';
+	if (!g->required)
+		return;
+	if (le && *le)
+		pathf(tool, sizeof tool, "%s/isopod-attest", le);
+	else
+		proc_sibling(tool, sizeof tool, "isopod-attest", NULL);
+	g->valid = attcheck_verify(&a, NULL, g->why, sizeof g->why);
+}
+
+static json_t *gate_json(const struct gate *g, const char *att)
+{
+	return g->required ? json_pack("{s:b, s:s, s:b, s:s*}", "required", 1, "path", att, "valid",
+				       g->valid, "why", g->valid ? NULL : g->why)
+			   : json_pack("{s:b}", "required", 0);
+}
+
+/* conf: refused (111) when the host requires an attestation and it does
+ * not verify, rather than a fragment that offers its slots. */
+static json_t *cmd_conf(const char *node, const char *att)
+{
+	json_t *gres, *feat, *v;
+	char *fl, *sc = NULL, *gc = NULL, *types = NULL, *line, *gt;
 	const char *k;
+	struct gate g = { 0 };
 	json_t *o;
+
+	gate_check(att, &g);
+	if (!g.valid)
+		die(EX_SYS, "refusing: this host requires an attestation: %s", g.why);
+	gres = gres_counts();
+	feat = store_features();
+	fl = joined(feat);
 
 	/* gres has one member per slot mode, so sc, gc and types are set */
 	json_object_foreach(gres, k, v) {
@@ -199,8 +253,9 @@ static json_t *cmd_conf(const char *node)
 	if (asprintf(&line, "NodeName=%s Gres=%s%s%s", node, sc, *fl ? " Feature=" : "", fl) < 0 ||
 	    asprintf(&gt, "GresTypes=%s", types) < 0)
 		die(EX_SYS, "out of memory");
-	o = json_pack("{s:s, s:o, s:o, s:s, s:s, s:s}", "node", node, "gres", gres, "features", feat,
-		      "gres_types", gt, "slurm_conf", line, "gres_conf", gc);
+	o = json_pack("{s:s, s:o, s:o, s:s, s:s, s:s, s:o}", "node", node, "gres", gres, "features",
+		      feat, "gres_types", gt, "slurm_conf", line, "gres_conf", gc, "attestation",
+		      gate_json(&g, att));
 	if (!o)
 		die(EX_SYS, "unable to build the JSON");
 	free(line);
@@ -212,42 +267,188 @@ static json_t *cmd_conf(const char *node)
 	return o;
 }
 
-/* scontrol update NodeName=NODE AvailableFeatures=F ActiveFeatures=F:
- * both lists, so a constraint on a stage (an active feature) is met on
- * exactly the nodes that hold it now.  scontrol is $ISOPOD_SCONTROL or the
- * one in PATH; its output goes to our stderr (stdout is JSON only). */
-static json_t *cmd_refresh(const char *node, int dry)
+/* scontrol ARGS... ($ISOPOD_SCONTROL or the one in PATH): its stderr is
+ * ours; its stdout too (stdout is JSON only), unless out is not NULL, which
+ * then gets it.  Failing to start or failing: 111. */
+static void scontrol(char *const av[], char **out)
 {
-	json_t *feat = store_features();
-	char *fl = joined(feat), *a1, *a2, *a3;
-	const char *sc = getenv("ISOPOD_SCONTROL");
-	json_t *o;
+	int fd = PROC_INHERIT, st;
+	char cmd[256] = "";
+	size_t n, off = 0;
 
-	if (asprintf(&a1, "NodeName=%s", node) < 0 ||
-	    asprintf(&a2, "AvailableFeatures=%s", fl) < 0 ||
-	    asprintf(&a3, "ActiveFeatures=%s", fl) < 0)
-		die(EX_SYS, "out of memory");
-	{
-		char *const av[] = { (char *)(sc && *sc ? sc : "scontrol"), "update", a1, a2, a3, NULL };
-		int st;
-
-		o = json_pack("{s:s, s:o, s:[sssss]}", "node", node, "features", feat, "command",
-			      av[0], av[1], av[2], av[3], av[4]);
-		if (!o)
-			die(EX_SYS, "unable to build the JSON");
-		if (!dry) {
-			st = proc_run(av, 2, 2);
-			if (st < 0)
-				die(EX_SYS, "unable to start %s:", av[0]);
-			if (st)
-				die(EX_SYS, "%s update NodeName=%s failed (exit %d)", av[0], node, st);
-		}
-		json_object_set_new(o, "updated", json_boolean(!dry));
+	if (out && (fd = memfd_create("scontrol", MFD_CLOEXEC)) < 0)
+		die(EX_SYS, "memfd_create:");
+	st = proc_run(av, out ? fd : 2, 2);
+	if (st < 0)
+		die(EX_SYS, "unable to start %s:", av[0]);
+	for (size_t i = 0; av[i] && (i < 3 || !strchr(av[i], '=')) && off < sizeof cmd; i++)
+		off += (size_t)snprintf(cmd + off, sizeof cmd - off, "%s%s", i ? " " : "", av[i]);
+	if (st)
+		die(EX_SYS, "%s failed (exit %d)", EXC(cmd), st);
+	if (out) {
+		if (!(*out = fd_text(fd, 1 << 20, &n)))
+			die(EX_SYS, "unable to read what %s printed:", av[0]);
+		close(fd);
 	}
+}
+
+/* What slurmctld says of the node (`scontrol -o show node NODE`, one line
+ * per node): its features other than ours (the site's, e.g. Feature=intel
+ * in slurm.conf), which a refresh keeps, and whether it is drained and by
+ * whom (a Reason of ours starts "isopod:"). */
+struct node_now {
+	json_t *avail, *active; /* the site's features, in Slurm's order */
+	int drained, ours;
+};
+
+/* The value of " KEY=" in line, to the next space; NULL if absent. */
+static char *field(const char *line, const char *key)
+{
+	const char *p = strstr(line, key);
+
+	return p ? strndup(p + strlen(key), strcspn(p + strlen(key), " \n")) : NULL;
+}
+
+/* The features of list v (Slurm's "a,b" or "(null)") not named isopod_*. */
+static json_t *site_features(char *v)
+{
+	json_t *a = json_array();
+	char *sv = NULL;
+
+	for (char *t = v ? strtok_r(v, ",", &sv) : NULL; t; t = strtok_r(NULL, ",", &sv))
+		if (strcmp(t, "(null)") && strncmp(t, "isopod_", 7))
+			json_array_append_new(a, json_string(t));
+	free(v);
+	return a;
+}
+
+static void node_read(const char *sc, const char *node, struct node_now *n)
+{
+	char *const av[] = { (char *)sc, "-o", "show", "node", (char *)node, NULL };
+	char *out, *st, want[80];
+	const char *r;
+	size_t lines = 0;
+
+	scontrol(av, &out);
+	for (const char *p = out; *p; lines++) {
+		size_t k = strcspn(p, "\n");
+
+		p += k + (p[k] == '\n');
+	}
+	/* a name Slurm expands (a nodeset, ALL) is refused before this; a
+	 * name that is not exactly this one node is refused here */
+	snprintf(want, sizeof want, "NodeName=%s ", node);
+	if (lines != 1 || strncmp(out, want, strlen(want)))
+		die(EX_USAGE, "node name '%s': scontrol -o show node gives %zu node(s), not that one",
+		    node, lines);
+	n->avail = site_features(field(out, " AvailableFeatures="));
+	n->active = site_features(field(out, " ActiveFeatures="));
+	st = field(out, " State=");
+	n->drained = st && strstr(st, "DRAIN");
+	r = strstr(out, " Reason=");
+	n->ours = r && !strncmp(r + 8, "isopod:", 7);
+	free(st);
+	free(out);
+}
+
+/* a's strings then b's, joined with ',' (a and b are released). */
+static char *merged(json_t *a, json_t *b)
+{
+	char *s;
+
+	json_array_extend(a, b);
+	s = joined(a);
+	json_decref(a);
+	return s;
+}
+
+/* The arguments of scontrol update NodeName=NODE State=DRAIN
+ * Reason="isopod: WHY" (WHY without the attestation's path, cut to fit a
+ * reason, printable ASCII only), or State=RESUME (*a3 NULL). */
+static void state_args(const char *why, char **a2, char **a3)
+{
+	const char *t = why ? strstr(why, " does not verify: ") : NULL;
+	char r[160];
+
+	if (t)
+		snprintf(r, sizeof r, "Reason=isopod: attestation does not verify: %.100s", t + 18);
+	else
+		snprintf(r, sizeof r, "Reason=isopod: %.140s", why ? why : "");
+	for (size_t i = 0; r[i]; i++)
+		if (r[i] < 0x20 || r[i] > 0x7e)
+			r[i] = '?';
+	*a3 = NULL;
+	if (asprintf(a2, "State=%s", why ? "DRAIN" : "RESUME") < 0 || (why && !(*a3 = strdup(r))))
+		die(EX_SYS, "out of memory");
+}
+
+/* argv (NULL-ended) as a JSON array. */
+static json_t *argv_json(char *const av[])
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; av[i]; i++)
+		json_array_append_new(a, json_string(av[i]));
+	return a;
+}
+
+/* refresh: the gate first, then the node's state and features.  A host
+ * whose attestation fails is drained (unless someone else drained it: their
+ * reason stays), first, so that no feature update can fail before it; a
+ * node drained by us is resumed once the gate passes, last.  The features:
+ * AvailableFeatures= and ActiveFeatures= the node's own (not isopod_*) and
+ * the store's, so a constraint on a stage (an active feature) is met on
+ * exactly the nodes that hold it now, and the site's features stay. */
+static json_t *cmd_refresh(const char *node, const char *att, int dry)
+{
+	json_t *feat = store_features(), *o, *sj = json_null();
+	const char *env = getenv("ISOPOD_SCONTROL"), *sc = env && *env ? env : "scontrol";
+	char *a1, *a2, *a3, *s2 = NULL, *s3 = NULL, *fa, *fb;
+	struct node_now n = { 0 };
+	struct gate g = { 0 };
+	int drain, resume;
+
+	gate_check(att, &g);
+	node_read(sc, node, &n);
+	drain = !g.valid && (!n.drained || n.ours);
+	resume = g.valid && n.drained && n.ours;
+	if (!g.valid && !drain)
+		warn("node %s is drained by someone else: its reason stays", node);
+	fa = merged(n.avail, json_deep_copy(feat));
+	fb = merged(n.active, json_deep_copy(feat));
+	if (asprintf(&a1, "NodeName=%s", node) < 0 || asprintf(&a2, "AvailableFeatures=%s", fa) < 0 ||
+	    asprintf(&a3, "ActiveFeatures=%s", fb) < 0)
+		die(EX_SYS, "out of memory");
+	if (drain || resume)
+		state_args(drain ? g.why : NULL, &s2, &s3);
+	{
+		char *const av[] = { (char *)sc, "update", a1, a2, a3, NULL };
+		char *const sv[] = { (char *)sc, "update", a1, s2, s3, NULL };
+
+		if (s2) {
+			json_decref(sj);
+			sj = argv_json(sv);
+		}
+		if (!dry && drain)
+			scontrol(sv, NULL);
+		if (!dry)
+			scontrol(av, NULL);
+		if (!dry && resume)
+			scontrol(sv, NULL);
+		o = json_pack("{s:s, s:o, s:[sssss], s:o, s:o, s:b, s:s*, s:b, s:b}", "node", node,
+			      "features", feat, "command", av[0], av[1], av[2], av[3], av[4],
+			      "state_command", sj, "attestation", gate_json(&g, att), "drained",
+			      !g.valid, "why", g.valid ? NULL : g.why, "resumed", resume, "updated", !dry);
+	}
+	if (!o)
+		die(EX_SYS, "unable to build the JSON");
 	free(a1);
 	free(a2);
 	free(a3);
-	free(fl);
+	free(s2);
+	free(s3);
+	free(fa);
+	free(fb);
 	return o;
 }
 
@@ -256,10 +457,11 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "node", required_argument, NULL, 'n' },
 		{ "dry-run", no_argument, NULL, 'd' },
+		{ "attestation", required_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *opt_node = NULL, *verb;
+	const char *opt_node = NULL, *verb, *att = ATTESTATION_DEFAULT;
 	char node[65];
 	json_t *out;
 	int c, dry = 0;
@@ -282,6 +484,11 @@ int main(int argc, char **argv)
 		case 'd':
 			dry = 1;
 			break;
+		case 'a':
+			if (!*optarg)
+				die(EX_USAGE, "--attestation: want a file");
+			att = optarg;
+			break;
 		case 'h':
 			puts("usage: " USAGE);
 			return 0;
@@ -296,7 +503,7 @@ int main(int argc, char **argv)
 	if (dry && !strcmp(verb, "conf"))
 		die(EX_USAGE, "--dry-run is refresh's\nusage: %s", USAGE);
 	node_name(node, sizeof node, opt_node);
-	out = !strcmp(verb, "conf") ? cmd_conf(node) : cmd_refresh(node, dry);
+	out = !strcmp(verb, "conf") ? cmd_conf(node, att) : cmd_refresh(node, att, dry);
 	json_emit(out);
 	json_decref(out);
 	return 0;

@@ -110,19 +110,38 @@ clean_stderr() {
 	clean_stderr
 }
 
-@test "asan: isopod-slurm conf and refresh (a stand-in scontrol), refusals included" {
+@test "asan: isopod-slurm conf and refresh (a stand-in scontrol and isopod-attest), refusals included" {
+	local d=$BATS_TEST_TMPDIR
 	run --separate-stderr "$ASAN_BIN/isopod-slurm" conf --node n1
 	[ "$status" -eq 0 ]
 	clean_stderr
 	jq -e '.node == "n1" and (.features | any(startswith("isopod_base_"))) and (.gres | keys) == ["isopod_filtered", "isopod_open"]' <<<"$output"
-	run --separate-stderr env ISOPOD_SCONTROL=/bin/true "$ASAN_BIN/isopod-slurm" refresh --node n1
+	# shellcheck disable=SC2016 # the stand-in expands them
+	printf '#!/bin/sh\necho "$*" >>%s/sc.log\n[ "$1" != -o ] || echo "NodeName=n1 AvailableFeatures=intel,isopod_st_000000000000 ActiveFeatures=intel State=IDLE+DRAIN Reason=isopod: x [root@t]"\n' \
+		"$d" >"$d/scontrol"
+	mkdir -p "$d/lx"
+	printf '#!/bin/sh\necho '\''{"valid":false,"failures":[{"subject":"s","why":"w"}]}'\''\nexit 1\n' >"$d/lx/isopod-attest"
+	chmod 755 "$d/scontrol" "$d/lx/isopod-attest"
+	echo 'require_attestation = yes' >"$d/conf"
+	run --separate-stderr env ISOPOD_SCONTROL="$d/scontrol" "$ASAN_BIN/isopod-slurm" refresh --node n1
 	[ "$status" -eq 0 ]
 	clean_stderr
-	jq -e '.updated == true and .command[0] == "/bin/true"' <<<"$output"
+	jq -e '.updated == true and .resumed == true and (.command[3] | startswith("AvailableFeatures=intel,isopod_base_"))' <<<"$output"
+	run --separate-stderr env ISOPOD_SCONTROL="$d/scontrol" ISOPOD_SYSCONFIG="$d/conf" ISOPOD_LIBEXEC="$d/lx" \
+		"$ASAN_BIN/isopod-slurm" refresh --node n1
+	[ "$status" -eq 0 ]
+	clean_stderr
+	jq -e '.drained == true and .state_command[3:] == ["State=DRAIN", "Reason=isopod: attestation does not verify: s: w"]' <<<"$output"
+	run --separate-stderr env ISOPOD_SYSCONFIG="$d/conf" ISOPOD_LIBEXEC="$d/lx" "$ASAN_BIN/isopod-slurm" conf --node n1
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
+	clean_stderr
 	run --separate-stderr env ISOPOD_SCONTROL=/bin/false "$ASAN_BIN/isopod-slurm" refresh --node n1
-	[ "$status" -eq 111 ] && [ -z "$output" ]
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
 	clean_stderr
 	run --separate-stderr "$ASAN_BIN/isopod-slurm" conf --node -x
-	[ "$status" -eq 100 ] && [ -z "$output" ]
+	[ "$status" -eq 100 ]
+	[ -z "$output" ]
 	clean_stderr
 }

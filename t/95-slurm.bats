@@ -8,7 +8,8 @@
 # The jobs are stand-ins, not VMs: each records its start and end with a
 # timestamp into a shared file and sleeps $HOLD s in between; the check is
 # that no host ever ran more of them at once than it has slots.  No VM is
-# booted here.  ~20 s alone.
+# booted here; isopod-attest and, for the refusals, scontrol are stand-ins
+# where said.  ~25 s alone.
 
 load helpers
 
@@ -41,7 +42,21 @@ setup_file() {
 		exec $ISOPOD_SRC/bin/isopod-slurm refresh --node "\$SLURMD_NODENAME" >>$T/epilog.log 2>&1
 	EOF
 	chmod 755 "$T/epilog"
-	sh "$LAB" slurm "$LAB_NAME" "$T/conf-a.json" "$T/conf-b.json" "$T/epilog" >/dev/null
+	# the site's own features on a (slurm.conf's Feature=), which a refresh keeps
+	jq '.slurm_conf |= sub(" Feature="; " Feature=intel,ib,")' "$T/conf-a.json" >"$T/conf-a-site.json"
+	grep -q 'Feature=intel,ib,isopod_' "$T/conf-a-site.json"
+	sh "$LAB" slurm "$LAB_NAME" "$T/conf-a-site.json" "$T/conf-b.json" "$T/epilog" >/dev/null
+	# stand-ins: an scontrol that logs its arguments and shows $SC_SHOW;
+	# isopod-attest verifying always ($T/lx-good) or never ($T/lx-bad);
+	# the host config requiring an attestation
+	# shellcheck disable=SC2016 # the stand-in expands them
+	printf '#!/bin/sh\necho "$*" >>"$SC_LOG"\n[ "$1" != -o ] || cat "$SC_SHOW"\n' >"$T/scontrol"
+	mkdir -p "$T/lx-good" "$T/lx-bad"
+	printf '#!/bin/sh\necho '\''{"valid":true,"failures":[]}'\''\n' >"$T/lx-good/isopod-attest"
+	printf '#!/bin/sh\necho '\''{"valid":false,"failures":[{"subject":"ruleset/nftables","why":"digest differs"}]}'\''\nexit 1\n' \
+		>"$T/lx-bad/isopod-attest"
+	chmod 755 "$T/scontrol" "$T/lx-good/isopod-attest" "$T/lx-bad/isopod-attest"
+	echo 'require_attestation = yes' >"$T/hostconf"
 }
 
 teardown_file() {
@@ -119,20 +134,45 @@ within_slots() {
 		'.features == ([$s1, $s2, $b] | sort) and all(.features[]; test("^[a-z0-9_]+$"))' "$T/conf-a.json"
 	jq -e '.features == [] and .slurm_conf == "NodeName=b Gres=isopod_filtered:3,isopod_open:1"' "$T/conf-b.json"
 	jq -e '.gres_conf == "NodeName=b Name=isopod_filtered Count=3\nNodeName=b Name=isopod_open Count=1\n"' "$T/conf-b.json"
-	# --dry-run names the command and runs nothing (a failing scontrol here)
-	run --separate-stderr env ISOPOD_HOME="$T/store-a" ISOPOD_SCONTROL=/bin/false isopod-slurm refresh --dry-run --node a
+	# --dry-run reads the node (a stand-in scontrol), names the command, and
+	# updates nothing; the site's features (not isopod_*) stay, ours replace
+	# the old isopod_ ones
+	echo "NodeName=a Arch=x86_64 AvailableFeatures=intel,isopod_st_000000000000,ib ActiveFeatures=isopod_st_000000000000,intel OS=Linux 6.1 #1 SMP State=IDLE ThreadsPerCore=1" >"$T/show-a"
+	export SC_LOG="$T/sc.log" SC_SHOW="$T/show-a"
+	: >"$SC_LOG"
+	run --separate-stderr env ISOPOD_HOME="$T/store-a" ISOPOD_SYSCONFIG="$T/none" ISOPOD_SCONTROL="$T/scontrol" \
+		isopod-slurm refresh --dry-run --node a
 	[ "$status" -eq 0 ]
-	echo "$output" | jq -e --slurpfile c "$T/conf-a.json" '.updated == false and
-		.command == ["/bin/false", "update", "NodeName=a", "AvailableFeatures=\($c[0].features | join(","))",
-			"ActiveFeatures=\($c[0].features | join(","))"]'
+	echo "$output" | jq -e --slurpfile c "$T/conf-a.json" --arg sc "$T/scontrol" '.updated == false and
+		.drained == false and .attestation == {required: false} and .state_command == null and
+		.features == $c[0].features and .command == [$sc, "update", "NodeName=a", "AvailableFeatures=\(["intel", "ib"] + $c[0].features | join(","))",
+			"ActiveFeatures=\(["intel"] + $c[0].features | join(","))"]'
+	[ "$(cat "$SC_LOG")" = "-o show node a" ]
 	run --separate-stderr env ISOPOD_HOME="$T/store-a" ISOPOD_SCONTROL=/bin/false isopod-slurm refresh --node a
-	[ "$status" -eq 111 ] && [ -z "$output" ] && [[ $stderr == *"/bin/false update NodeName=a failed (exit 1)"* ]]
+	[ "$status" -eq 111 ] && [ -z "$output" ] && [[ $stderr == *"/bin/false -o show node a failed (exit 1)"* ]] || false
+	# one node, never many: ALL (any case) and nodesets are refused before
+	# scontrol runs, and a name scontrol shows as not exactly one node
+	: >"$SC_LOG"
+	for n in ALL all aLl 'a[1-2]' a,b; do
+		run --separate-stderr env ISOPOD_SCONTROL="$T/scontrol" isopod-slurm refresh --node "$n"
+		[ "$status" -eq 100 ] && [ -z "$output" ] && [[ $stderr == *"want one node"* ]] || false
+		run --separate-stderr isopod-slurm conf --node "$n"
+		[ "$status" -eq 100 ] && [ -z "$output" ] || false
+	done
+	[ ! -s "$SC_LOG" ]
+	printf 'NodeName=a Arch=x\nNodeName=a2 Arch=x\n' >"$T/show-2"
+	run --separate-stderr env SC_SHOW="$T/show-2" ISOPOD_SCONTROL="$T/scontrol" isopod-slurm refresh --node a
+	[ "$status" -eq 100 ] && [ -z "$output" ] && [[ $stderr == *"gives 2 node(s), not that one"* ]] || false
+	echo "NodeName=a2 Arch=x" >"$T/show-2"
+	run --separate-stderr env SC_SHOW="$T/show-2" ISOPOD_SCONTROL="$T/scontrol" isopod-slurm refresh --node a
+	[ "$status" -eq 100 ] && [ -z "$output" ] || false
+	[ "$(grep -c update "$SC_LOG")" -eq 0 ]
 	run --separate-stderr isopod-slurm conf --node '-x'
-	[ "$status" -eq 100 ] && [ -z "$output" ]
+	[ "$status" -eq 100 ] && [ -z "$output" ] || false
 	run --separate-stderr isopod-slurm refresh --node 'a b'
-	[ "$status" -eq 100 ] && [ -z "$output" ]
+	[ "$status" -eq 100 ] && [ -z "$output" ] || false
 	run --separate-stderr isopod-slurm frob
-	[ "$status" -eq 100 ] && [[ $stderr == *usage:* ]]
+	[ "$status" -eq 100 ] && [[ $stderr == *usage:* ]] || false
 }
 
 @test "GRES: 10 jobs of --gres=isopod_filtered:1 on hosts of 2 and 3 filtered slots never exceed the slots, fill them, and all finish" {
@@ -148,8 +188,10 @@ within_slots() {
 @test "features: a stage a job commits on host a is on node a when the job is done (Slurm's Epilog runs isopod-slurm refresh); a job constrained to it lands there; stage rm and refresh take it away" {
 	local s1 s2 s3 f3 want slurm_conf=$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf
 	s1=$(sed -n 1p "$T/a.ids") s2=$(sed -n 2p "$T/a.ids")
-	run cx ctl sinfo -h -N -o '%N %f'
-	[ "${lines[0]}" = "a $(jq -r '.features | join(",")' "$T/conf-a.json")" ]
+	# the Epilog refreshed a after the GRES test's jobs: the site's
+	# features intel and ib (slurm.conf) stay, before the store's
+	run cx ctl sinfo -h -N -o '%N %f|%b'
+	[ "${lines[0]}" = "a $(jq -r '["intel", "ib"] + .features | join(",")' "$T/conf-a.json")|$(jq -r '["intel", "ib"] + .features | join(",")' "$T/conf-a.json")" ]
 	# a job on a commits a third stage, on s2, that slurm.conf's Feature=
 	# does not name (the stand-in commit: t/oci/mkchain.sh)
 	cx ctl sbatch -Q -o /dev/null --chdir=/tmp -w a --wrap \
@@ -161,7 +203,7 @@ within_slots() {
 	s3=$(cat "$T/s3.id")
 	[[ $s3 =~ ^st-[0-9a-f]{12}$ ]]
 	f3="isopod_st_${s3#st-}"
-	want=$(jq -r --arg f3 "$f3" '.features + [$f3] | sort | join(",")' "$T/conf-a.json")
+	want=$(jq -r --arg f3 "$f3" '["intel", "ib"] + (.features + [$f3] | sort) | join(",")' "$T/conf-a.json")
 	run cx ctl sinfo -h -N -o '%N %f|%b'
 	[ "${lines[0]}" = "a $want|$want" ]
 	# b has nothing (its epilog ran after the GRES test's jobs: an empty
@@ -187,12 +229,83 @@ within_slots() {
 	echo "$output" | jq -e --slurpfile c "$T/conf-a.json" '.features == $c[0].features'
 	run cx ctl sinfo -h -N -o '%N %f'
 	[[ ${lines[0]} != *"$f3"* ]]
+	[[ ${lines[0]} == "a intel,ib,isopod_"* ]]
 	[[ ${lines[0]} == *"isopod_st_${s1#st-}"* ]]
 	run cx ctl sbatch -o /dev/null --chdir=/tmp -C "$f3" --wrap true
 	[ "$status" -ne 0 ]
 	# (Slurm 22.05 says which way it refuses by whether any node ever had it)
 	[[ $output == *"Requested node configuration is not available"* ||
 		$output == *"Invalid feature specification"* ]]
+}
+
+# rb LIBEXEC [ARGS]: isopod-slurm refresh of node b in b's netns, the host
+# config requiring an attestation, isopod-attest the one in LIBEXEC.
+rb() {
+	local lx=$1
+	shift
+	run --separate-stderr ip netns exec "$LAB_NAME-b" env ISOPOD_HOME="$T/store-b" ISOPOD_SYSCONFIG="$T/hostconf" \
+		ISOPOD_LIBEXEC="$lx" SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" isopod-slurm refresh --node b "$@"
+}
+
+# state_b: node b's state and reason, "STATE|REASON".
+state_b() { cx ctl sinfo -h -N -n b -o '%T|%E'; }
+
+# state_b_becomes WANT: state_b is WANT within 5 s (a resume shows late).
+state_b_becomes() {
+	local i
+	for i in $(seq 1 10); do
+		[ "$(state_b)" != "$1" ] || return 0
+		sleep 0.5
+	done
+	echo "# node b: $(state_b), not $1" >&3
+	return 1
+}
+
+@test "attestation: required and failing, refresh drains node b (a job for b waits) and conf refuses; verifying again, refresh resumes it and the job runs; a drain by someone else is never resumed nor overwritten" {
+	[ "$(state_b)" = "idle|none" ]
+	rb "$T/lx-bad"
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.drained == true and .resumed == false and .updated == true and
+		.attestation.required and .attestation.valid == false and (.why | contains("ruleset/nftables: digest differs")) and
+		.state_command[1:] == ["update", "NodeName=b", "State=DRAIN", "Reason=isopod: attestation does not verify: ruleset/nftables: digest differs"]'
+	[ "$(state_b)" = "drained|isopod: attestation does not verify: ruleset/nftables: digest differs" ]
+	cx ctl sbatch -Q -o /dev/null --chdir=/tmp -w b -J gated --wrap "echo ran >$T/gated"
+	sleep 3
+	[ "$(cx ctl squeue -h -n gated -o %T)" = PENDING ]
+	[ ! -e "$T/gated" ]
+	# conf on a host whose attestation fails offers nothing: refused
+	run --separate-stderr env ISOPOD_HOME="$T/store-b" ISOPOD_SYSCONFIG="$T/hostconf" ISOPOD_LIBEXEC="$T/lx-bad" \
+		isopod-slurm conf --node b
+	[ "$status" -eq 111 ] && [ -z "$output" ] && [[ $stderr == *"refusing: this host requires an attestation"*"digest differs"* ]] || false
+	run --separate-stderr env ISOPOD_HOME="$T/store-b" ISOPOD_SYSCONFIG="$T/hostconf" ISOPOD_LIBEXEC="$T/lx-good" \
+		isopod-slurm conf --node b
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.attestation == {required: true, path: "/etc/isopod/attestation.json", valid: true}'
+	# verifying: our drain is lifted, the job runs
+	rb "$T/lx-good"
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.drained == false and .resumed == true and .attestation.valid and (has("why") | not) and
+		.state_command[1:] == ["update", "NodeName=b", "State=RESUME"]'
+	for i in $(seq 1 40); do
+		[ -n "$(cx ctl squeue -h -n gated)" ] || break
+		sleep 0.5
+	done
+	[ "$(cat "$T/gated")" = ran ]
+	[ "$(state_b)" = "idle|none" ]
+	# a node the site drained: verifying does not resume it, failing does
+	# not overwrite its reason
+	cx ctl scontrol update NodeName=b State=DRAIN Reason=maintenance
+	rb "$T/lx-good"
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.resumed == false and .state_command == null'
+	[ "$(state_b)" = "drained|maintenance" ]
+	rb "$T/lx-bad"
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.drained == true and .state_command == null'
+	[[ $stderr == *"node b is drained by someone else"* ]]
+	[ "$(state_b)" = "drained|maintenance" ]
+	cx ctl scontrol update NodeName=b State=RESUME
+	state_b_becomes "idle|none"
 }
 
 @test "mutation: node a given 4 filtered GRES for its 2 slots: the same 10 jobs run 4 at once there and the slot check FAILS" {
