@@ -89,7 +89,6 @@ struct runner {
 	int64_t next_check;
 	int64_t hold_until; /* no job taken before: a worker just died */
 	struct attstale stale; /* SPOOL/stale.json: the host changed under an attestation */
-	int stale_unsaved;     /* ...and that record is not yet on disk */
 };
 
 /* Tests kill the runner or a worker at a given step: ISOPOD_TEST_KILL_AT. */
@@ -178,20 +177,20 @@ static int verify(struct runner *r, char *why, size_t whysz)
 
 	json_decref(r->verdict);
 	r->valid = attcheck_verify(&a, &r->verdict, why, whysz);
+	iso_now(r->checked, sizeof r->checked);
 	/* After the host changed under an attestation only a fresh one (a
 	 * doctor run started since, signed) resumes; what the runner saw is
-	 * on disk before it acts on it, or it takes no job (isopod-runner(8)). */
-	r->stale_unsaved |= attstale_apply(&r->stale, r->verdict, &r->valid, r->att,
-					   iso_now(now, sizeof now), why, whysz);
-	if (r->stale_unsaved && attstale_save(sp(r, p, "stale.json"), &r->stale) < 0) {
-		if (r->valid)
-			snprintf(why, whysz, "unable to record %.300s (the host changed under an attestation): %s",
-				 p, strerror(errno));
+	 * on disk before it acts on it.  When it cannot be recorded the
+	 * runner stops (111): a restart would read the old record and could
+	 * take the stale attestation again (isopod-runner(8) FRESHNESS). */
+	if (attstale_apply(&r->stale, r->verdict, &r->valid, r->att, iso_now(now, sizeof now), why, whysz) &&
+	    attstale_save(sp(r, p, "stale.json"), &r->stale) < 0) {
+		snprintf(why, whysz, "unable to record %.300s (the host changed under an attestation): %s", p,
+			 strerror(errno));
 		r->valid = 0;
-	} else {
-		r->stale_unsaved = 0;
+		set_state(r, "refused", why);
+		die(EX_SYS, "refusing to go on: %s", why);
 	}
-	iso_now(r->checked, sizeof r->checked);
 	r->next_check = mono_ms() + (int64_t)r->recheck_s * 1000;
 	return r->valid;
 }

@@ -6,12 +6,15 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int attcheck_start(const struct attcheck *a, struct attcheck_run *r, char *why, size_t whysz)
@@ -107,11 +110,17 @@ int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_
 	return attcheck_finish(a, &r, st, verdict, why, whysz);
 }
 
-/* YYYY-MM-DDTHH:MM:SSZ, the only shape compared here: as text, in time
- * order. */
-static int iso_shape(const char *s)
+/* A real UTC time written YYYY-MM-DDTHH:MM:SSZ, the only form compared
+ * here (as text: in time order), as lib/attest.c attest_iso_parse (not
+ * linked here) takes it: the shape, and what strptime read prints back the
+ * same (not 2026-02-31, not 25:00:00). */
+static int iso_time(const char *s)
 {
 	static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+	struct tm tm = { 0 };
+	time_t t;
+	char back[32];
+	const char *e;
 	size_t i;
 
 	if (!s || strlen(s) != sizeof shape - 1)
@@ -119,31 +128,63 @@ static int iso_shape(const char *s)
 	for (i = 0; shape[i]; i++)
 		if (shape[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != shape[i])
 			return 0;
-	return 1;
+	if (!(e = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm)) || *e)
+		return 0;
+	t = timegm(&tm);
+	return gmtime_r(&t, &tm) && strftime(back, sizeof back, "%Y-%m-%dT%H:%M:%SZ", &tm) &&
+	       !strcmp(back, s);
+}
+
+/* the record at path, opened as attstale_load says: NULL with why */
+static json_t *stale_read(const char *path, char *why, size_t whysz)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), e;
+	struct stat st;
+	json_t *j;
+
+	/* not json_load_path: a FIFO there would hang the start, a symlink
+	 * (dangling: "nothing seen") would let another file speak for it */
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		e = errno;
+		snprintf(why, whysz, "%.300s: %s", path,
+			 fd >= 0 ? "not a regular file" :
+			 e == ELOOP ? "a symbolic link, not a regular file" : strerror(e));
+		if (fd >= 0)
+			close(fd);
+		errno = fd < 0 ? e : EINVAL;
+		return NULL;
+	}
+	j = json_load_fd(fd);
+	e = errno;
+	close(fd);
+	if (!j)
+		snprintf(why, whysz, "%.300s: %s", path,
+			 e == EINVAL || e == EFBIG ? "not one JSON object" : strerror(e));
+	errno = e;
+	return j;
 }
 
 int attstale_load(const char *path, struct attstale *s, char *why, size_t whysz)
 {
-	json_t *j, *q, *t;
+	json_t *j, *q, *t, *a;
 
-	s->seq = 0, s->seen[0] = 0;
-	if (!(j = json_load_path(path))) {
-		if (errno == ENOENT)
-			return 0;
-		snprintf(why, whysz, "%.300s: %s", path,
-			 errno == EINVAL || errno == EFBIG ? "not one JSON object" : strerror(errno));
-		return -1;
-	}
+	s->seq = 0, s->seen[0] = 0, s->after[0] = 0;
+	if (!(j = stale_read(path, why, whysz)))
+		return errno == ENOENT ? 0 : -1;
 	q = json_object_get(j, "sequence");
 	t = json_object_get(j, "seen");
-	if (!json_is_object(j) || json_object_size(j) != 2 || !json_is_integer(q) ||
-	    json_integer_value(q) < 0 || !iso_shape(json_string_value(t))) {
-		snprintf(why, whysz, "%.300s: not a record of {sequence, seen}", path);
+	a = json_object_get(j, "after"); /* absent in records of older runners */
+	if (!json_is_object(j) || json_object_size(j) != 2 + !!a || !json_is_integer(q) ||
+	    json_integer_value(q) < 0 || json_integer_value(q) > ATTSTALE_SEQ_MAX ||
+	    !iso_time(json_string_value(t)) || (a && !iso_time(json_string_value(a)))) {
+		snprintf(why, whysz, "%.300s: not a record of {sequence, seen[, after]}", path);
 		json_decref(j);
 		return -1;
 	}
 	s->seq = (long long)json_integer_value(q);
 	snprintf(s->seen, sizeof s->seen, "%s", json_string_value(t));
+	if (a)
+		snprintf(s->after, sizeof s->after, "%s", json_string_value(a));
 	json_decref(j);
 	return 0;
 }
@@ -153,6 +194,8 @@ int attstale_save(const char *path, const struct attstale *s)
 	json_t *j = json_pack("{s:I, s:s}", "sequence", (json_int_t)s->seq, "seen", s->seen);
 	int r;
 
+	if (j && s->after[0] && json_object_set_new(j, "after", json_string(s->after)) < 0)
+		json_decref(j), j = NULL;
 	if (!j) {
 		errno = ENOMEM;
 		return -1;
@@ -162,12 +205,41 @@ int attstale_save(const char *path, const struct attstale *s)
 	return r;
 }
 
+/* *to = t when t is later (as text, both of one shape or ""): 1, else 0 */
+static int later(char *to, size_t tosz, const char *t)
+{
+	if (strcmp(t, to) <= 0)
+		return 0;
+	snprintf(to, tosz, "%s", t);
+	return 1;
+}
+
+/* not fresh: why, after a mark */
+static void stale_why(const struct attstale *s, const char *att, long long seq, const char *started,
+		      char *why, size_t whysz)
+{
+	if (seq <= s->seq)
+		snprintf(why, whysz, "attestation %s (sequence %lld) verifies again, but the host changed "
+			 "after it was signed: waiting for a fresh one (isopod doctor --adverse, then "
+			 "isopod-attest sign)", att, seq);
+	else
+		snprintf(why, whysz, "attestation %s (sequence %lld) is of a doctor run started %s, not "
+			 "after the host changed under the last one (seen %s%s%s): waiting for a fresh one "
+			 "(isopod doctor --adverse, then isopod-attest sign)%s", att, seq,
+			 started ? started : "(not said)", s->seen,
+			 s->after[0] ? "; the failed attestation's doctor run finished " : "", s->after,
+			 strcmp(s->seen, ATTSTALE_NEVER) ? ""
+			 : "; the runner's clock could not say when: only removing stale.json resumes");
+}
+
 int attstale_apply(struct attstale *s, json_t *verdict, int *valid, const char *att, const char *now,
 		   char *why, size_t whysz)
 {
 	json_t *q = json_object_get(verdict, "sequence"), *f;
 	const char *started = json_string_value(json_object_get(verdict, "started"));
+	const char *finished = json_string_value(json_object_get(verdict, "finished"));
 	long long seq = json_is_integer(q) ? (long long)json_integer_value(q) : 0;
+	int changed = 0;
 	size_t i;
 
 	/* A subject that no longer matched: the host changed after the doctor
@@ -176,28 +248,31 @@ int attstale_apply(struct attstale *s, json_t *verdict, int *valid, const char *
 	 * sequence), but what happened meanwhile is unproved: only a doctor
 	 * run that started after the change was last seen resumes. */
 	if (!*valid) {
-		json_array_foreach(json_object_get(verdict, "failures"), i, f)
-			if (json_object_get(f, "subject") && iso_shape(now)) {
-				if (seq > s->seq)
-					s->seq = seq;
-				snprintf(s->seen, sizeof s->seen, "%s", now);
-				return 1;
-			}
+		json_array_foreach(json_object_get(verdict, "failures"), i, f) {
+			if (!json_object_get(f, "subject"))
+				continue;
+			if (seq > s->seq)
+				s->seq = seq, changed = 1;
+			/* The runner's clock says when; one that cannot say
+			 * records a time no doctor run is after: failing
+			 * closed (never "nothing seen"), until the operator
+			 * removes the record. */
+			changed |= later(s->seen, sizeof s->seen, iso_time(now) ? now : ATTSTALE_NEVER);
+			/* The doctor's clock too, not the runner's alone: the
+			 * failing attestation's own run (signed) ended before a
+			 * run that may resume began. */
+			if (iso_time(finished))
+				changed |= later(s->after, sizeof s->after, finished);
+			return changed;
+		}
 		return 0;
 	}
 	if (!s->seen[0])
 		return 0;
-	if (seq <= s->seq) {
+	if (seq <= s->seq || !iso_time(started) || strcmp(started, s->seen) <= 0 ||
+	    strcmp(started, s->after) <= 0) {
 		*valid = 0;
-		snprintf(why, whysz, "attestation %s (sequence %lld) verifies again, but the host changed "
-			 "after it was signed: waiting for a fresh one (isopod doctor --adverse, then "
-			 "isopod-attest sign)", att, seq);
-	} else if (!iso_shape(started) || strcmp(started, s->seen) <= 0) {
-		*valid = 0;
-		snprintf(why, whysz, "attestation %s (sequence %lld) is of a doctor run started %s, not "
-			 "after the host changed under the last one (seen %s): waiting for a fresh one "
-			 "(isopod doctor --adverse, then isopod-attest sign)", att, seq,
-			 started ? started : "(not said)", s->seen);
+		stale_why(s, att, seq, started, why, whysz);
 	}
 	return 0;
 }

@@ -51,15 +51,26 @@ int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_
 
 /* What a runner remembers of the host changing under its attestation
  * (isopod-runner(8) FRESHNESS), kept across restarts in a file of its
- * spool: {"sequence": N, "seen": "YYYY-MM-DDTHH:MM:SSZ"}. */
+ * spool: {"sequence": N, "seen": "YYYY-MM-DDTHH:MM:SSZ"[, "after": ...]}. */
 struct attstale {
-	long long seq; /* the highest sequence that failed on a subject; 0 none */
-	char seen[32]; /* when a subject failure was last seen; "" never */
+	long long seq;  /* the highest sequence that failed on a subject; 0 none */
+	char seen[32];  /* the latest time (the runner's clock) a subject failure was seen; "" never */
+	char after[32]; /* the latest signed predicate.finished (the doctor's clock) of an
+			 * attestation that failed on a subject; "" not said (older records) */
 };
+
+/* The highest sequence the signer writes (lib/attest.c): 2^53-1. */
+#define ATTSTALE_SEQ_MAX 9007199254740991LL
+/* seen when the runner's clock could not say when (not a time): later than
+ * any doctor run, so nothing resumes until the record is removed by hand. */
+#define ATTSTALE_NEVER "9999-12-31T23:59:59Z"
 
 /* Read the record at path: 0 with *s set (a missing file: nothing seen),
  * -1 with why when it cannot be read or is not such a record (the caller
- * fails closed: it must not forget). */
+ * fails closed: it must not forget).  Opened without following a symlink
+ * and without blocking (a FIFO); it must be a regular file, of one object
+ * with sequence (an integer 0..2^53-1), seen (a real UTC time to the
+ * second) and optionally after (the same), nothing else. */
 int attstale_load(const char *path, struct attstale *s, char *why, size_t whysz);
 
 /* Write it atomically (temporary file, fsync, rename, fsync of the
@@ -67,10 +78,12 @@ int attstale_load(const char *path, struct attstale *s, char *why, size_t whysz)
 int attstale_save(const char *path, const struct attstale *s);
 
 /* After a verification whose verdict (isopod-attest verify's JSON, may be
- * NULL) said *valid: a failed subject marks s (the sequence, now as seen);
- * a valid verdict after a mark stays valid only when fresh: a sequence
- * above s->seq and a doctor run (the verdict's "started") that began after
- * s->seen; else *valid becomes 0 and why says so.  1 when s changed (to be
+ * NULL) said *valid: a failed subject marks s (the highest sequence, the
+ * latest of seen and now -- ATTSTALE_NEVER when now is not a time -- and
+ * the latest of after and the verdict's signed "finished"); a valid verdict
+ * after a mark stays valid only when fresh: a sequence above s->seq and a
+ * doctor run (the verdict's "started") that began after s->seen and after
+ * s->after; else *valid becomes 0 and why says so.  1 when s changed (to be
  * saved), else 0. */
 int attstale_apply(struct attstale *s, json_t *verdict, int *valid, const char *att, const char *now,
 		   char *why, size_t whysz);

@@ -330,6 +330,57 @@ flushed_paused() {
 	status_is running
 }
 
+@test "stale.json that cannot be written stops it (111), never paused on the old record; a FIFO or a symlink there refuses the start (111) at once (no VM)" {
+	local ok='{"valid":true,"sequence":2,"started":"2026-06-01T00:00:00Z","finished":"2026-06-01T00:01:00Z","failures":[]}'
+	local bad='{"valid":false,"sequence":2,"started":"2026-06-01T00:00:00Z","finished":"2026-06-01T00:01:00Z","failures":[{"subject":"ruleset/nftables","why":"sha256 differs"}]}'
+	fake_libexec
+	# a stand-in verifier: valid, until $BATS_TEST_TMPDIR/broken exists (a subject fails)
+	printf '#!/bin/sh\nif [ -e "%s/broken" ]; then echo '\''%s'\''; exit 1; fi\necho '\''%s'\''\n' \
+		"$BATS_TEST_TMPDIR" "$bad" "$ok" >"$LX/isopod-attest"
+	# an earlier record (sequence 1); the rename over it fails (EBUSY: in a
+	# private mount namespace it is a mount point), as ENOSPC or EROFS would
+	printf '{"sequence": 1, "seen": "2026-01-01T00:00:00Z"}\n' >"$SPOOL/stale.json"
+	ISOPOD_LIBEXEC=$LX unshare -m --propagation private sh -c 'mount --bind "$0" "$0" && exec "$@"' \
+		"$SPOOL/stale.json" "$ISOPOD_SRC/bin/isopod-runner" --spool "$SPOOL" --attestation "$ATT" \
+		--recheck-s 3600 </dev/null >"$SPOOL.out" 2>>"$SPOOL.err" 3>&- &
+	RUNNER=$!
+	wait_until 10 status_is running
+	touch "$BATS_TEST_TMPDIR/broken"
+	kill -HUP "$RUNNER"
+	runner_exit 20
+	cat "$SPOOL.err"
+	[ "$rc" -eq 111 ]
+	grep -F "isopod-runner: fatal: refusing to go on: unable to record $SPOOL/stale.json (the host changed under an attestation)" "$SPOOL.err"
+	jq -e '.state == "refused" and (.reason | contains("unable to record")) and .attestation.valid == false' \
+		"$SPOOL/status.json"
+	# the old record is all a restart would read: it is not running on it
+	jq -e '.sequence == 1' "$SPOOL/stale.json"
+	[ -z "$(find "$SPOOL" -maxdepth 1 -name 'stale.json.*')" ]
+	# the control: the same, writable: recorded, paused, still running
+	rm "$BATS_TEST_TMPDIR/broken" "$SPOOL/status.json"
+	ISOPOD_LIBEXEC=$LX runner --recheck-s 3600
+	status_is running
+	touch "$BATS_TEST_TMPDIR/broken"
+	kill -HUP "$RUNNER"
+	wait_until 10 status_is paused
+	jq -e '.sequence == 2 and .after == "2026-06-01T00:01:00Z"' "$SPOOL/stale.json"
+	kill -0 "$RUNNER"
+	kill -TERM "$RUNNER"
+	runner_exit 20
+	[ "$rc" -eq 0 ]
+	# not a regular file: refused at once (a FIFO would hang the start), never "nothing seen"
+	rm "$SPOOL/stale.json"
+	mkfifo "$SPOOL/stale.json"
+	runner_fg
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"refusing to start: unable to read what this spool's runner saw: $SPOOL/stale.json: not a regular file"* ]]
+	rm "$SPOOL/stale.json"
+	ln -s "$BATS_TEST_TMPDIR/nonexistent" "$SPOOL/stale.json"
+	runner_fg
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"$SPOOL/stale.json: a symbolic link, not a regular file"* ]]
+}
+
 @test "mutation: with a verifier that always says valid, the flushed table goes unnoticed (the acceptance check would fail)" {
 	local lx="$BATS_TEST_TMPDIR/libexec" f
 	mkdir -p "$lx"

@@ -48,6 +48,69 @@ static int apply(struct attstale *s, const char *v, int valid, const char *now, 
 	return r;
 }
 
+/* The record's file: never followed through a symlink, never a FIFO
+ * (it would hang the runner's start), never taken for nothing seen. */
+static void stale_files(char *why, size_t whysz)
+{
+	struct attstale s;
+	char p[512], q[512];
+
+	snprintf(p, sizeof p, "%s/stale.lnk", dir);
+	snprintf(q, sizeof q, "%s/stale.fifo", dir);
+	ok(symlink("/nonexistent/stale.json", p) == 0 && attstale_load(p, &s, why, whysz) == -1 &&
+		   strstr(why, "stale.lnk: a symbolic link"), "a dangling symlink: -1, not nothing seen (%s)", why);
+	unlink(p);
+	ok(symlink(file("stale", "{\"sequence\": 1, \"seen\": \"2026-01-01T00:00:00Z\"}", 0600), p) == 0 &&
+		   attstale_load(p, &s, why, whysz) == -1 && strstr(why, "a symbolic link"),
+	   "a symlink to a good record: -1 (%s)", why);
+	unlink(p);
+	fflush(stdout);
+	alarm(10); /* a hang is a failure (SIGALRM), not a stuck run */
+	ok(mkfifo(q, 0600) == 0 && attstale_load(q, &s, why, whysz) == -1 && strstr(why, "stale.fifo: not a regular file"),
+	   "a FIFO without a writer: -1 at once, no hang (%s)", why);
+	alarm(0);
+	unlink(q);
+}
+
+/* Whose clock: a runner's clock that cannot say when fails closed; the
+ * failing attestation's own signed finish (the doctor's clock) binds too. */
+static void stale_clocks(const char *p, char *why, size_t whysz)
+{
+	const char *fin = "{\"valid\":false,\"sequence\":6,\"started\":\"2026-01-01T00:00:00Z\","
+			  "\"finished\":\"2026-01-01T00:05:00Z\",\"failures\":[{\"subject\":\"qemu\"}]}";
+	const char *bad[] = { "", "garbage", "2026-01-01 00:00:00", "2026-02-31T00:00:00Z", NULL };
+	struct attstale s, t;
+	int v;
+
+	for (const char **n = bad; *n; n++) {
+		s = (struct attstale){ 0 };
+		ok(apply(&s, fin, 0, *n, &v, why, whysz) == 1 && s.seq == 6 && !strcmp(s.seen, ATTSTALE_NEVER),
+		   "a subject failure with now '%s' (not a time): marked, seen %s", *n, s.seen);
+		apply(&s, "{\"valid\":true,\"sequence\":7,\"started\":\"2099-01-01T00:00:00Z\",\"failures\":[]}",
+		      1, "2026-01-01T00:10:00Z", &v, why, whysz);
+		ok(v == 0 && strstr(why, "only removing stale.json resumes"), "...then nothing resumes (%s)", why);
+	}
+	/* the runner's clock behind (it says 00:01, the failing doctor run
+	 * finished 00:05): a run started 00:02 is not after the change */
+	s = (struct attstale){ 0 };
+	ok(apply(&s, fin, 0, "2026-01-01T00:01:00Z", &v, why, whysz) == 1 &&
+		   !strcmp(s.after, "2026-01-01T00:05:00Z"), "the failing attestation's finished: recorded as after");
+	ok(attstale_save(p, &s) == 0 && attstale_load(p, &t, why, whysz) == 0 && !strcmp(t.after, s.after) &&
+		   !strcmp(t.seen, s.seen) && t.seq == 6, "after saved and read back");
+	apply(&s, "{\"valid\":true,\"sequence\":7,\"started\":\"2026-01-01T00:02:00Z\",\"failures\":[]}", 1,
+	      "2026-01-01T00:10:00Z", &v, why, whysz);
+	ok(v == 0 && strstr(why, "the failed attestation's doctor run finished 2026-01-01T00:05:00Z"),
+	   "a run started after seen but before the failing run finished: not valid (%s)", why);
+	apply(&s, "{\"valid\":true,\"sequence\":7,\"started\":\"2026-01-01T00:05:00Z\",\"failures\":[]}", 1,
+	      "2026-01-01T00:10:00Z", &v, why, whysz);
+	ok(v == 0, "started in the second it finished: not valid");
+	ok(apply(&s, fin, 0, "2026-01-01T00:00:30Z", &v, why, whysz) == 0 && !strcmp(s.seen, "2026-01-01T00:01:00Z"),
+	   "the runner's clock going back: seen kept (the latest), nothing to save");
+	apply(&s, "{\"valid\":true,\"sequence\":7,\"started\":\"2026-01-01T00:05:01Z\",\"failures\":[]}", 1,
+	      "2026-01-01T00:10:00Z", &v, why, whysz);
+	ok(v == 1 && !why[0], "a run started after both: valid");
+}
+
 /* The runner's record of the host changing under an attestation. */
 static void stale_tests(char *why, size_t whysz)
 {
@@ -56,7 +119,14 @@ static void stale_tests(char *why, size_t whysz)
 		"{\"sequence\": -1, \"seen\": \"2026-01-01T00:00:00Z\"}",
 		"{\"sequence\": 1, \"seen\": \"2026-01-01 00:00:00\"}",
 		"{\"sequence\": 1, \"seen\": \"2026-01-01T00:00:00Z\", \"x\": 1}",
-		"{\"sequence\": 1, \"sequence\": 2, \"seen\": \"2026-01-01T00:00:00Z\"}" };
+		"{\"sequence\": 1, \"sequence\": 2, \"seen\": \"2026-01-01T00:00:00Z\"}",
+		/* above the signer's cap, 2^53-1; a shaped seen that is no time */
+		"{\"sequence\": 9007199254740992, \"seen\": \"2026-01-01T00:00:00Z\"}",
+		"{\"sequence\": 1, \"seen\": \"2026-02-31T00:00:00Z\"}",
+		"{\"sequence\": 1, \"seen\": \"2026-01-01T25:00:00Z\"}",
+		"{\"sequence\": 1, \"seen\": \"2026-01-01T00:00:00Z\", \"after\": \"2026-13-01T00:00:00Z\"}",
+		"{\"sequence\": 1, \"seen\": \"2026-01-01T00:00:00Z\", \"after\": 1}",
+		"{\"sequence\": 1, \"after\": \"2026-01-01T00:00:00Z\", \"x\": 1}" };
 	const char *sub = "{\"valid\":false,\"sequence\":4,\"failures\":[{\"subject\":\"ruleset/nftables\"}]}";
 	struct attstale s = { .seq = 9 }, t;
 	char p[512];
@@ -67,7 +137,15 @@ static void stale_tests(char *why, size_t whysz)
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
 		ok(attstale_load(file("stale", bad[i], 0600), &s, why, whysz) == -1 && strstr(why, "/stale: not "),
 		   "a malformed record: -1, never nothing seen (%s: %s)", bad[i], why);
-	ok(attstale_load(dir, &s, why, whysz) == -1 && strstr(why, "Is a directory"), "unreadable: -1 (%s)", why);
+	ok(attstale_load(file("stale", "{\"sequence\": 9007199254740991, \"seen\": \"2026-01-01T00:00:00Z\"}", 0600),
+			 &s, why, whysz) == 0 && s.seq == 9007199254740991LL && !s.after[0],
+	   "the signer's cap, 2^53-1, and an older record without after: read");
+	ok(attstale_load(file("stale", "{\"after\": \"2025-12-31T23:59:59Z\", \"sequence\": 2, \"seen\": "
+			      "\"2026-01-01T00:00:00Z\"}", 0600), &s, why, whysz) == 0 && s.seq == 2 &&
+		   !strcmp(s.after, "2025-12-31T23:59:59Z"), "a record with after: read");
+	ok(attstale_load(dir, &s, why, whysz) == -1 && strstr(why, ": not a regular file"),
+	   "a directory: -1 (%s)", why);
+	stale_files(why, whysz);
 	s = (struct attstale){ 0 };
 	ok(apply(&s, "{\"valid\":false,\"sequence\":4,\"failures\":[{\"field\":\"predicate.expires\"}]}", 0,
 		 "2026-01-01T00:00:10Z", &v, why, whysz) == 0 && !s.seen[0], "a failed field marks nothing");
@@ -93,6 +171,7 @@ static void stale_tests(char *why, size_t whysz)
 	ok(apply(&s, "{\"valid\":true,\"sequence\":5,\"started\":\"2026-01-01T00:00:21Z\",\"failures\":[]}", 1,
 		 "2026-01-01T00:02:00Z", &v, why, whysz) == 0 && v == 1 && !why[0],
 	   "a higher sequence of a doctor run started after: valid");
+	stale_clocks(p, why, whysz);
 }
 
 int main(void)
