@@ -186,6 +186,7 @@ int bk_lock_down(void)
 
 int bk_jail_probe(char *msg, size_t msz)
 {
+	static const char probe[] = "isopod jail egress probe";
 	struct sockaddr_in to = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
 				  .sin_port = htons(BK_JAIL_PROBE_PORT) };
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), e;
@@ -196,7 +197,7 @@ int bk_jail_probe(char *msg, size_t msz)
 			 strerror(errno));
 		return -1;
 	}
-	n = sendto(fd, "isopod jail probe", 17, MSG_DONTWAIT, (const struct sockaddr *)&to,
+	n = sendto(fd, probe, sizeof probe - 1, MSG_DONTWAIT, (const struct sockaddr *)&to,
 		   sizeof to);
 	e = errno;
 	close(fd);
