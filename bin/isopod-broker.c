@@ -51,7 +51,7 @@
 #define USAGE                                                                              \
 	"isopod-broker --listen ADDR --ledger FILE [--ledger-fd N] [--proxy-port N] [--dns-port N] " \
 	"[--allow PATTERN]... [--allow-all] [--allow-range CIDR]... [--no-proxy] "         \
-	"[--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT]"
+	"[--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT] [--expect-jail-chain]"
 
 #define TICK_MS 200
 
@@ -59,6 +59,7 @@
 struct args {
 	const char *listen, *ledger, *resolver;
 	long long parent, ledger_fd;
+	int expect_jail_chain; /* --expect-jail-chain: bk_jail_probe before the ready line */
 };
 
 static void parse_resolver(struct broker *b, const char *s)
@@ -143,6 +144,7 @@ static void parse_args(struct broker *b, struct args *a, int argc, char **argv)
 		{ "parent", required_argument, NULL, 'P' },
 		{ "vm", required_argument, NULL, 'v' },
 		{ "canary", required_argument, NULL, 'c' },
+		{ "expect-jail-chain", no_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -192,6 +194,9 @@ static void parse_args(struct broker *b, struct args *a, int argc, char **argv)
 			break;
 		case 'c':
 			b->canary.port = port_arg("canary", optarg, 1, 65534);
+			break;
+		case 'J':
+			a->expect_jail_chain = 1;
 			break;
 		case 'h':
 			puts("usage: " USAGE);
@@ -427,6 +432,7 @@ int main(int argc, char **argv)
 		.host = { .fd = -1 },
 	};
 	struct args a = { .parent = 0, .ledger_fd = -1 };
+	char msg[512];
 	int nul;
 
 	progname = "isopod-broker";
@@ -437,6 +443,10 @@ int main(int argc, char **argv)
 	nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (bk_lock_down() < 0)
 		die(EX_SYS, "unable to install the seccomp filter:");
+	/* under the filter, as every later datagram: the kernel's jail egress
+	 * chain holds this uid (isopod-broker(1), --expect-jail-chain) */
+	if (a.expect_jail_chain && bk_jail_probe(msg, sizeof msg) < 0)
+		die(EX_SYS, "%s", msg);
 	announce(&b, nul);
 	serve(&b);
 	shut_down(&b);

@@ -183,3 +183,34 @@ int bk_lock_down(void)
 		return -1;
 	return 0;
 }
+
+int bk_jail_probe(char *msg, size_t msz)
+{
+	static const char probe[] = "isopod jail egress probe";
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				  .sin_port = htons(BK_JAIL_PROBE_PORT) };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), e;
+	ssize_t n;
+
+	if (fd < 0) {
+		snprintf(msg, msz, "the jail egress probe: unable to create a socket: %s",
+			 strerror(errno));
+		return -1;
+	}
+	n = sendto(fd, probe, sizeof probe - 1, MSG_DONTWAIT, (const struct sockaddr *)&to,
+		   sizeof to);
+	e = errno;
+	close(fd);
+	if (n < 0 && e == EPERM)
+		return 0;
+	if (n >= 0)
+		snprintf(msg, msz, "this broker's uid %u is not in the host's jail egress chain: "
+			 "the jail uid range changed since isopod-netsetup ran, or netsetup "
+			 "predates it; run isopod-netsetup again", (unsigned)getuid());
+	else
+		snprintf(msg, msz, "the jail egress probe (udp 127.0.0.1:%d) failed with %s, not "
+			 "the chain's EPERM: this broker's uid %u is not known to be in the host's "
+			 "jail egress chain; run isopod-netsetup again", BK_JAIL_PROBE_PORT,
+			 strerror(e), (unsigned)getuid());
+	return -1;
+}

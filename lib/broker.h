@@ -84,4 +84,13 @@ int bk_bind(struct in_addr addr, int type, unsigned *port, char *msg, size_t msz
  * life.  0, or -1 with errno. */
 int bk_lock_down(void);
 
+/* The jail egress chain's proof, by behaviour (isopod-netsetup(8), JAIL
+ * EGRESS): one datagram to BK_JAIL_PROBE_PORT on 127.0.0.1, which the
+ * chain's jail_out drops for a jail uid (NF_DROP on the local output path:
+ * sendto fails with EPERM).  0 when the kernel refused it; -1 with msg when
+ * it went out (this uid is not in the chain: the range changed since
+ * isopod-netsetup ran, or netsetup predates it) or failed otherwise. */
+#define BK_JAIL_PROBE_PORT 9 /* discard */
+int bk_jail_probe(char *msg, size_t msz);
+
 #endif

@@ -184,6 +184,13 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 		ps.keep[1] = ledger;
 		ps.nkeep = 2;
 		ps.pdeathsig = SIGTERM;
+		/* Root's jail runs it as a jail uid, which the host's jail egress
+		 * chain must hold: it proves that before its ready line (a range
+		 * changed since netsetup ran would leave it outside, review L1).
+		 * Unjailed, or a user's jail (its own uid, in a user namespace):
+		 * outside the chain anyway (isopod-netsetup(8), JAIL EGRESS). */
+		if (jailed && geteuid() == 0)
+			add(e, "--expect-jail-chain");
 		if (jailed)
 			e->pid = spawn_jailed(e, &ps, logfd, msg, msz);
 		else if ((e->pid = proc_spawn(&ps)) < 0)

@@ -77,7 +77,22 @@ int jail_covers(const struct jail_spec *js, const char *path);
 /* As root, the per-VM identity: uid = gid = base + (FNV-1a(name) mod count),
  * from the host config's jail_uid_base and jail_uid_count (defaults
  * JAIL_UID_BASE, JAIL_UID_COUNT).  0, or -1 with a reason (a bad config). */
-#define JAIL_UID_BASE 2000000000u
+/* The default range, 0x78000000..0x7800FFFF (2013265920..2013331455), lies
+ * where no one allocates by default (review L7):
+ * - above systemd's container ranges 0x00080000..0x6FFFFFFF (524288..
+ *   1879048191, systemd docs/UIDS-GIDS.md, nspawn's --private-users=pick)
+ *   and below its "foreign" range 0x7FFE0000..0x7FFEFFFF (2147352576..
+ *   2147418111, the same document; userdbctl's foreign-N users);
+ * - below 2^31: UIDS-GIDS.md asks to stay away from 2147483648..4294967294
+ *   (devpts and setfsuid() take uids as signed);
+ * - above sssd's default ID-mapping range, ldap_idmap_range_min 200000 ..
+ *   ldap_idmap_range_max 2000200000 (sssd-ldap(5)), where the old default
+ *   2000000000 + 65536 lay: an AD/LDAP user mapped there would have been a
+ *   broker's uid to the jail egress chain;
+ * - 64K-aligned, a whole 16-bit block, as UIDS-GIDS.md recommends.
+ * A site whose ID mapping or subuid ranges reach it sets jail_uid_base
+ * (doc/DECISIONS.md, jail uids). */
+#define JAIL_UID_BASE 0x78000000u
 #define JAIL_UID_COUNT 65536u
 int jail_identity(const char *name, uid_t *uid, gid_t *gid, char *err, size_t errsz);
 /* The whole range those identities come from: *first .. *first + *count - 1

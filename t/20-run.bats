@@ -42,7 +42,7 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	run --separate-stderr isopod run --json-only --keep -- true
 	[ "$status" -eq 0 ]
 	id=$(echo "$output" | jq -r .vm.id)
-	echo "$output" | jq -e '.jail.enabled == true and .jail.uid >= 2000000000 and .jail.no_new_privs == true'
+	echo "$output" | jq -e '.jail.enabled == true and .jail.uid >= 2013265920 and .jail.uid < 2013331456 and .jail.no_new_privs == true'
 	echo "$output" | jq -e '(.jail.namespaces | index("pid") and index("net")) and .jail.cgroup.memory_bytes > 0 and .jail.cgroup.pids > 0'
 	echo "$output" | jq -e '.warnings == []'
 	jail_check "$id"

@@ -764,7 +764,7 @@ uidproc() {
 @test "gc: a record names only processes its store can have started: a user's store (vms/ the user's) its user's; root's store a jail identity too; a forged record naming root's or another uid's process is left alone" {
 	[ "$(id -u)" -eq 0 ] || skip "needs root: processes of other uids"
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	local d=$ISOPOD_HOME/vms u=4242 jail=$((2000000000 + 77)) up pr pu po pj r
+	local d=$ISOPOD_HOME/vms u=4242 jail=$((0x78000000 + 77)) up pr pu po pj r
 	mkdir -p "$d"
 	sleep 60 3>&- &
 	pr=$!

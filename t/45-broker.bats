@@ -712,7 +712,7 @@ s.sendto(q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 1, 0, 0) + question + b"\
 	[[ "$stderr" == *"--canary 0"* ]]
 	run "$ISOPOD_SRC/bin/isopod-broker" -h
 	[ "$status" -eq 0 ]
-	[ "$output" = "usage: isopod-broker --listen ADDR --ledger FILE [--ledger-fd N] [--proxy-port N] [--dns-port N] [--allow PATTERN]... [--allow-all] [--allow-range CIDR]... [--no-proxy] [--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT]" ]
+	[ "$output" = "usage: isopod-broker --listen ADDR --ledger FILE [--ledger-fd N] [--proxy-port N] [--dns-port N] [--allow PATTERN]... [--allow-all] [--allow-range CIDR]... [--no-proxy] [--resolver ADDR[:PORT]] [--parent PID] [--vm ID] [--canary PORT] [--expect-jail-chain]" ]
 	# and the man page's SYNOPSIS says the same
 	local synopsis
 	synopsis=$(MANWIDTH=1000 man -l "$ISOPOD_SRC/man/isopod-broker.1" 2>/dev/null |

@@ -272,14 +272,14 @@ broker_pids() {
 }
 
 # jail_uid NAME: lib/jail.c jail_identity with the default range
-# (2000000000 + FNV-1a(NAME) mod 65536; the lab's config sets none).
+# (0x78000000 + FNV-1a(NAME) mod 65536; the lab's config sets none).
 jail_uid() {
 	local h=2166136261 i c
 	for ((i = 0; i < ${#1}; i++)); do
 		printf -v c '%d' "'${1:i:1}"
 		h=$(((h ^ c) * 16777619 & 0xffffffff))
 	done
-	echo $((2000000000 + h % 65536))
+	echo $((0x78000000 + h % 65536))
 }
 
 # sleeper ENV...: a filtered run in the background (its guest: sleep, then
@@ -530,6 +530,81 @@ inbound_check() {
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"jail: tcpr:203.0.113.1:7003 ok udp:203.0.113.1:7003 ok"* ]]
 	run inbound_check
+	[ "$status" -eq 0 ]
+}
+
+# A real broker on slot 0's gateway (its canary passes: the table is
+# loaded), as uid $1, with --expect-jail-chain unless $2 is "no-flag": one
+# line "announced" or "exit N: <its last stderr line>" (review L1).
+chain_broker() {
+	local d="$BATS_TEST_TMPDIR/cb" bp flag=--expect-jail-chain st=0
+	[ "${2-}" != no-flag ] || flag=
+	mkdir -p "$d"
+	: >"$d/out"
+	# shellcheck disable=SC2086,SC2094 # $flag: none or one word; the ledger path is named, not read
+	ip netns exec "$LAB_NAME-host" setpriv --reuid="$1" --regid="$1" --clear-groups \
+		"$ISOPOD_SRC/bin/isopod-broker" --listen 10.213.0.1 --ledger "$d/ledger" --ledger-fd 4 \
+		--resolver 198.51.100.53:53 --canary 1054 --allow pkg.test $flag \
+		>"$d/out" 2>"$d/err" 4>>"$d/ledger" 3>&- </dev/null &
+	bp=$!
+	for _ in $(seq 1 50); do [ -s "$d/out" ] && break; kill -0 "$bp" 2>/dev/null || break; sleep 0.1; done
+	if [ -s "$d/out" ]; then
+		echo announced
+		kill "$bp"
+		wait "$bp" 2>/dev/null || :
+	else
+		wait "$bp" || st=$?
+		echo "exit $st: $(tail -n 1 "$d/err")"
+	fi
+}
+
+@test "jail egress: a broker with --expect-jail-chain starts as a uid in the chain's range; beyond it, or with the chain's uid match gone, it refuses (111) naming its uid and isopod-netsetup; without the flag it starts (the gap it closes)" {
+	local first in out msg
+	first=$(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json")
+	in=$((first + 43900)) out=$((first + 65536 + 43900))
+	msg="isopod-broker: fatal: this broker's uid $out is not in the host's jail egress chain: the jail uid range changed since isopod-netsetup ran, or netsetup predates it; run isopod-netsetup again"
+	run chain_broker "$in"
+	echo "in the range: $output"
+	[ "$output" = announced ]
+	run chain_broker "$out"
+	echo "beyond it: $output"
+	[ "$output" = "exit 111: $msg" ]
+	# the gap: a broker outside the chain serves all the same when not asked
+	run chain_broker "$out" no-flag
+	echo "beyond it, no flag: $output"
+	[ "$output" = announced ]
+	# the chain's uid match gone (an older netsetup's table): refused in the range too
+	ip netns exec "$LAB_NAME-host" nft flush chain inet isopod jail
+	run chain_broker "$in"
+	echo "chain flushed: $output"
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
+	[ "$output" = "exit 111: ${msg//$out/$in}" ]
+	run chain_broker "$in"
+	echo "after netsetup: $output"
+	[ "$output" = announced ]
+}
+
+@test "jail egress: with the host config's jail_uid_base moved after netsetup, a filtered run fails (111) before its VM boots, naming the broker's uid and isopod-netsetup; the slot is free again" {
+	local first conf="$BATS_TEST_TMPDIR/config" id
+	first=$(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json")
+	cat "$LAB_CONF" >"$conf"
+	echo "jail_uid_base = $((first + 65536))" >>"$conf"
+	ISOPOD_SYSCONFIG=$conf run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
+	echo "$output"
+	[ "$status" -eq 111 ]
+	json_is '.ok == false and (.error | test("egress broker failed to start \\(exit 111\\)")) and
+		(.error | test("this broker.s uid [0-9]+ is not in the host.s jail egress chain")) and
+		(.error | test("run isopod-netsetup again"))'
+	# the uid it names is of the moved range; its QEMU never started
+	id=$(jq -r '.vm.id // empty' <<<"$output")
+	if [ -n "$id" ] && [ -f "$ISOPOD_HOME/vms/$id/meta.json" ]; then
+		jq -e '.qemu_pid == null' "$ISOPOD_HOME/vms/$id/meta.json"
+		[ ! -s "$ISOPOD_HOME/vms/$id/console.log" ]
+	fi
+	[ "$(jq -r .error <<<"$output" | sed -n 's/.*uid \([0-9]*\) is not.*/\1/p')" -ge $((first + 65536)) ]
+	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
+	# the control: the same run with the range netsetup knows
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 120 -- true
 	[ "$status" -eq 0 ]
 }
 

@@ -3,7 +3,10 @@
  * failure, not a taken port (only bind()'s EADDRINUSE is 102); an epoll
  * MOD that fails leaves the recorded interest as epoll has it; the
  * broker's seccomp filter (bk_lock_down), installed in a child, refuses
- * bind and listen while the host-address checks still work under it. */
+ * bind and listen while the host-address checks still work under it; the
+ * jail egress probe (bk_jail_probe) works under it too, and passes only
+ * when the kernel refuses its datagram (a netns of its own with a drop
+ * rule, as root). */
 #define listen fake_listen /* to make listen() fail as it may (EADDRINUSE) */
 #include "../../lib/allow.c"
 #include "../../lib/broker.c"
@@ -20,6 +23,8 @@ int listen(int fd, int backlog); /* its declaration was renamed above */
 
 #include "tap.h"
 
+#include <sched.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 static int listen_errno; /* 0: the real listen() */
@@ -87,7 +92,8 @@ static void test_interest(void)
 
 /* What a child under the filter saw: each a return value, then errno. */
 struct locked {
-	int installed, own, route, bind_tcp, bind_udp, listen_auto, open, e[5];
+	int installed, own, route, bind_tcp, bind_udp, listen_auto, open, probe, e[5];
+	char pmsg[512];
 };
 
 static void locked_child(int wfd)
@@ -110,6 +116,9 @@ static void locked_child(int wfd)
 	r.e[2] = errno;
 	r.open = openat(AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC);
 	r.e[3] = errno;
+	/* socket() and sendto() of a datagram: allowed (no chain here holds
+	 * this uid: the datagram goes out, the probe fails) */
+	r.probe = bk_jail_probe(r.pmsg, sizeof r.pmsg);
 	if (write(wfd, &r, sizeof r) != (ssize_t)sizeof r)
 		_exit(2);
 	/* _exit: LeakSanitizer's exit check clones and ptraces, which the
@@ -120,6 +129,7 @@ static void locked_child(int wfd)
 static void test_lock_down(void)
 {
 	struct locked r = { .installed = -2 };
+	char want[512];
 	int p[2], st = -1;
 	pid_t pid;
 
@@ -150,6 +160,64 @@ static void test_lock_down(void)
 	   strerror(r.e[2]));
 	ok(r.open == -1 && r.e[3] == EPERM, "under it, openat: EPERM (%d, %s)", r.open,
 	   strerror(r.e[3]));
+	snprintf(want, sizeof want, "this broker's uid %u is not in the host's jail egress chain: "
+		 "the jail uid range changed since isopod-netsetup ran, or netsetup predates it; "
+		 "run isopod-netsetup again", (unsigned)getuid());
+	ok(r.probe == -1 && !strcmp(r.pmsg, want),
+	   "under it, the jail egress probe runs; its datagram went out: refused: %s", r.pmsg);
+}
+
+/* In a child of its own network namespace (root only): the probe without
+ * and with a rule that drops it on the output path, as jail_out does. */
+static void netns_child(int wfd)
+{
+	int res[2] = { 9, 9 };
+	char msg[512];
+
+	if (unshare(CLONE_NEWNET) < 0)
+		res[0] = res[1] = 7; /* no netns here (a container): skipped */
+	else if (system("ip link set lo up") == 0) {
+		res[0] = bk_jail_probe(msg, sizeof msg);
+		if (system("nft add table inet l1u && nft add chain inet l1u o "
+			   "'{ type filter hook output priority 0; }' && "
+			   "nft add rule inet l1u o ip daddr 127.0.0.0/8 udp dport 9 counter drop") == 0)
+			res[1] = bk_jail_probe(msg, sizeof msg);
+	}
+	if (write(wfd, res, sizeof res) != (ssize_t)sizeof res)
+		_exit(2);
+	_exit(0);
+}
+
+static void test_jail_probe(void)
+{
+	int p[2], res[2] = { 8, 8 }, st = -1;
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		ok(1, "# skip the jail egress probe in a netns: needs root");
+		return;
+	}
+	if (pipe2(p, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+		ok(0, "a child for the netns: %s", strerror(errno));
+		return;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		netns_child(p[1]);
+	}
+	close(p[1]);
+	if (read(p[0], res, sizeof res) != (ssize_t)sizeof res)
+		res[0] = res[1] = 8;
+	close(p[0]);
+	waitpid(pid, &st, 0);
+	if (res[0] == 7) {
+		ok(1, "# skip the jail egress probe in a netns: unshare(CLONE_NEWNET) refused");
+		return;
+	}
+	ok(res[0] == -1, "a netns without the chain: the datagram goes out, the probe fails (%d)",
+	   res[0]);
+	ok(res[1] == 0, "a rule dropping it on the output path: sendto's EPERM, the probe passes (%d)",
+	   res[1]);
 }
 
 int main(void)
@@ -157,5 +225,6 @@ int main(void)
 	test_bind();
 	test_interest();
 	test_lock_down();
+	test_jail_probe();
 	return tap_done();
 }
