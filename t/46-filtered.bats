@@ -587,6 +587,34 @@ gateway_user_check() {
 	[ "$status" -eq 0 ]
 }
 
+# A broker as a jail uid on slot 2's gateway (10.213.0.9), asked by the
+# stand-in guest behind isopod-tap2 (no VM): its DNS on port 53 (the dns
+# chain redirects it to 1053) and its proxy on 3128 answer the guest, out
+# of the tap, under jail_out's narrowed reply rules.
+guest_answer_check() {
+	local uid bp dns web
+	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
+	mkdir -p "$BATS_TEST_TMPDIR/g"
+	ip netns exec "$LAB_NAME-host" setpriv --reuid="$uid" --regid="$uid" --clear-groups \
+		"$ISOPOD_SRC/bin/isopod-broker" --listen 10.213.0.9 --ledger "$BATS_TEST_TMPDIR/g/ledger" --ledger-fd 4 \
+		--resolver 198.51.100.53:53 --canary 1054 --allow pkg.test --allow-range 198.51.100.0/24 \
+		>"$BATS_TEST_TMPDIR/g/out" 2>"$BATS_TEST_TMPDIR/g/err" 4>>"$BATS_TEST_TMPDIR/g/ledger" 3>&- </dev/null &
+	bp=$!
+	for _ in $(seq 1 50); do [ -s "$BATS_TEST_TMPDIR/g/out" ] && break; sleep 0.1; done
+	dns=$(sh "$LAB" gexec "$LAB_NAME" 2 /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:53)
+	web=$(sh "$LAB" gexec "$LAB_NAME" 2 curl -s -m 4 -x http://10.213.0.9:3128 http://pkg.test/ || :)
+	kill "$bp" 2>/dev/null || cat "$BATS_TEST_TMPDIR/g/err"
+	wait "$bp" 2>/dev/null || :
+	echo "announced '$(head -c 60 "$BATS_TEST_TMPDIR/g/out")' $dns web '$web'"
+	[ "$dns" = "dns:10.213.0.9:53 ok" ] && [ "$web" = "lab 198.51.100.10" ]
+}
+
+@test "jail egress: a jailed broker's DNS (port 53, redirected) and proxy answer a guest on its tap (the lab's stand-in guest, no VM)" {
+	run guest_answer_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
 # The doctor's resolver port (review L3): the one 127.0.0.1 port jail_out
 # accepts is privileged, so a jail uid (any non-root user) cannot bind it;
 # a jail uid reaches it and not the old 1052.
