@@ -590,9 +590,10 @@ gateway_user_check() {
 # A broker as a jail uid on slot 2's gateway (10.213.0.9), asked by the
 # stand-in guest behind isopod-tap2 (no VM): its DNS on port 53 (the dns
 # chain redirects it to 1053) and its proxy on 3128 answer the guest, out
-# of the tap, under jail_out's narrowed reply rules.
+# of the tap, under jail_out's narrowed reply rules; and its DNS port
+# answers a host process on lo, as the doctor's broker check asks it.
 guest_answer_check() {
-	local uid bp dns web
+	local uid bp dns web host
 	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
 	mkdir -p "$BATS_TEST_TMPDIR/g"
 	ip netns exec "$LAB_NAME-host" setpriv --reuid="$uid" --regid="$uid" --clear-groups \
@@ -603,13 +604,14 @@ guest_answer_check() {
 	for _ in $(seq 1 50); do [ -s "$BATS_TEST_TMPDIR/g/out" ] && break; sleep 0.1; done
 	dns=$(sh "$LAB" gexec "$LAB_NAME" 2 /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:53)
 	web=$(sh "$LAB" gexec "$LAB_NAME" 2 curl -s -m 4 -x http://10.213.0.9:3128 http://pkg.test/ || :)
+	host=$(ip netns exec "$LAB_NAME-host" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:1053)
 	kill "$bp" 2>/dev/null || cat "$BATS_TEST_TMPDIR/g/err"
 	wait "$bp" 2>/dev/null || :
-	echo "announced '$(head -c 60 "$BATS_TEST_TMPDIR/g/out")' $dns web '$web'"
-	[ "$dns" = "dns:10.213.0.9:53 ok" ] && [ "$web" = "lab 198.51.100.10" ]
+	echo "announced '$(head -c 60 "$BATS_TEST_TMPDIR/g/out")' $dns web '$web' host $host"
+	[ "$dns" = "dns:10.213.0.9:53 ok" ] && [ "$web" = "lab 198.51.100.10" ] && [ "$host" = "dns:10.213.0.9:1053 ok" ]
 }
 
-@test "jail egress: a jailed broker's DNS (port 53, redirected) and proxy answer a guest on its tap (the lab's stand-in guest, no VM)" {
+@test "jail egress: a jailed broker's DNS (port 53, redirected) and proxy answer a guest on its tap (the lab's stand-in guest, no VM), its DNS a host process on lo (the doctor's check)" {
 	run guest_answer_check
 	echo "$output"
 	[ "$status" -eq 0 ]
