@@ -383,23 +383,59 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 	json_decref(j);
 }
 
-/* May this store have started a process of uid u?  The store's owner (of
- * its vms/ directory, lstat: a symlink is its maker's) runs its VMs as
- * itself (a user's jail maps the user's own uid), and only root's store
- * runs them as jail identities (lib/jail.h).  A record is the store
- * owner's to write: forged in a user's store, it must not have a root gc
- * kill root's or another user's process (review L6). */
-static int store_uid(long long u, const char *vmsdir)
+/* The store as one object (review L6): opened once, before any record is
+ * read, and from then on reached only through that descriptor (its
+ * /proc/self/fd path becomes ISOPOD_HOME, so lib/ reads the records, takes
+ * the locks and sweeps through it), so a store swapped for a symlink to
+ * another afterwards changes nothing gc sees.  Returns the store's owner
+ * for store_uid: of its vms/ (a user's store may be a directory root made
+ * for it), unless someone else could swap vms/ for their own: a store
+ * directory of another non-root uid (its owner, then), or one writable by
+ * group or others without the sticky bit (-1: nobody's, nothing killed).
+ * The path the user gave goes to orig (diagnostics, cmdlines). */
+static long long store_pin(char *orig, size_t osz)
 {
-	struct stat st;
+	char fdp[32];
+	struct stat st, vs;
+	int fd, vfd;
+
+	pathf(orig, osz, "%s", store_home());
+	mkdirs(orig, 0700);
+	if ((fd = open(orig, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0)
+		die(EX_SYS, "unable to open the store %s:", orig);
+	/* "/.": the directory itself, also to what does not follow a
+	 * symlink at the top (nftw FTW_PHYS: the tmp sweep, df's total) */
+	snprintf(fdp, sizeof fdp, "/proc/self/fd/%d/.", fd);
+	if (setenv("ISOPOD_HOME", fdp, 1) < 0)
+		die(EX_SYS, "unable to set ISOPOD_HOME:");
+	if ((st.st_mode & 022) && !(st.st_mode & S_ISVTX))
+		return -1;
+	if ((vfd = openat(fd, "vms", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? (long long)st.st_uid : -1;
+	if (fstat(vfd, &vs) < 0)
+		vs.st_uid = (uid_t)-1;
+	close(vfd);
+	if (vs.st_uid == (uid_t)-1 || (st.st_uid != 0 && vs.st_uid != st.st_uid))
+		return st.st_uid == 0 ? -1 : (long long)st.st_uid;
+	return vs.st_uid;
+}
+
+/* May this store (its owner: store_pin) have started a process of uid u?
+ * Its owner runs its VMs as itself (a user's jail maps the user's own
+ * uid), and only root's store runs them as jail identities (lib/jail.h).
+ * A record is the store owner's to write: forged in a user's store, it
+ * must not have a root gc kill root's or another user's process (review
+ * L6). */
+static int store_uid(long long u, long long owner)
+{
 	uid_t first, count;
 	char err[256];
 
-	if (u < 0 || lstat(vmsdir, &st) < 0)
+	if (u < 0 || owner < 0)
 		return 0;
-	if (u == (long long)st.st_uid)
+	if (u == owner)
 		return 1;
-	return st.st_uid == 0 && jail_uid_range(&first, &count, err, sizeof err) == 0 &&
+	return owner == 0 && jail_uid_range(&first, &count, err, sizeof err) == 0 &&
 	       u >= (long long)first && u - (long long)first < (long long)count;
 }
 
@@ -411,7 +447,7 @@ static int store_uid(long long u, const char *vmsdir)
  * which a process can rewrite, names dir/: never killed on that alone
  * (review L5), reported. */
 static int still_ours(long long pid, unsigned long long start, long long uid, const char *dir,
-		      const char *vmsdir)
+		      long long owner)
 {
 	unsigned long long t;
 	long long ru, eu;
@@ -420,7 +456,7 @@ static int still_ours(long long pid, unsigned long long start, long long uid, co
 		return cmdline_names((int)pid, dir) ? -1 : 0;
 	if (proc_ident(pid, &t, &ru, &eu) < 0 || t != start || (uid >= 0 && (ru != uid || eu != uid)))
 		return 0;
-	if (store_uid(ru, vmsdir) && store_uid(eu, vmsdir))
+	if (store_uid(ru, owner) && store_uid(eu, owner))
 		return 1;
 	warn("the record of %s names pid %lld (uid %lld), which this store cannot have started: left alone",
 	     dir, pid, ru);
@@ -431,14 +467,15 @@ static int still_ours(long long pid, unsigned long long start, long long uid, co
  * (still_ours): pidfd first, then verify, so a recycled pid cannot slip
  * in between.  kind: "qemu" or "broker". */
 static void reap_pid(const char *kind, long long pid, unsigned long long start, long long uid,
-		     const char *id, const char *vmsdir)
+		     const char *id, long long owner)
 {
 	int pfd = pid > 0 && pid <= INT_MAX ? pidfd_open_((pid_t)pid) : -1;
 	char dir[PATH_MAX];
 	int ours;
 
-	pathf(dir, sizeof dir, "%s/%s", vmsdir, id);
-	ours = pfd >= 0 ? still_ours(pid, start, uid, dir, vmsdir) : 0;
+	/* the store by the path given: what cmdlines and the user name */
+	pathf(dir, sizeof dir, "%s/vms/%s", gs.store, id);
+	ours = pfd >= 0 ? still_ours(pid, start, uid, dir, owner) : 0;
 	if (ours < 0) {
 		warn("leaked %s %lld of %s not killed: its start time was not recorded, and a "
 		     "cmdline naming the VM does not prove it is the VM's", kind, pid, id);
@@ -465,7 +502,7 @@ static void reap_pid(const char *kind, long long pid, unsigned long long start, 
 /* A record that says booting/running but whose lock is free: its supervisor
  * is gone.  Kill a surviving QEMU or egress broker (verified: still_ours),
  * mark it failed. */
-static void reap_stale(struct rec *r, const char *vmsdir)
+static void reap_stale(struct rec *r, long long owner)
 {
 	static const char *const live[] = { "booting", "running", NULL };
 	char now[32];
@@ -473,8 +510,8 @@ static void reap_stale(struct rec *r, const char *vmsdir)
 
 	if (strcmp(r->state, "booting") && strcmp(r->state, "running"))
 		return;
-	reap_pid("qemu", r->qemu_pid, r->qemu_start, -1, r->id, vmsdir);
-	reap_pid("broker", r->broker_pid, r->broker_start, r->broker_uid, r->id, vmsdir);
+	reap_pid("qemu", r->qemu_pid, r->qemu_start, -1, r->id, owner);
+	reap_pid("broker", r->broker_pid, r->broker_start, r->broker_uid, r->id, owner);
 	if (gs.dry_run)
 		return;
 	m = json_pack("{s:s, s:s, s:s}", "state", "failed", "error",
@@ -519,6 +556,7 @@ static long long staging_pid(const char *b, int isdir)
 static int tmp_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	int isdir = flag == FTW_D;
+	char shown[PATH_MAX];
 	long long pid;
 
 	if (flag != FTW_F && flag != FTW_SL && !isdir)
@@ -537,7 +575,8 @@ static int tmp_cb(const char *path, const struct stat *st, int flag, struct FTW 
 		if (!gs.dry_run && unlink(path) < 0 && errno != ENOENT)
 			warn("unable to remove %s:", path);
 	}
-	json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path", path,
+	pathf(shown, sizeof shown, "%s%s", gs.store, path + strlen(store_home()));
+	json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path", shown,
 						"removed", !gs.dry_run));
 	return isdir ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
 }
@@ -684,8 +723,8 @@ static void warm_sweep(json_t *warm_removed)
 /* The VM records: read them all, end what leaked from a stale one, and
  * remove (holding its lock) each the retention policy lets go.  Returns
  * the records (*nrecp of them) for the store sweeps; *keptp counts those
- * that stay. */
-static struct rec *sweep_records(long long keep_last, long long older, time_t now,
+ * that stay.  owner: store_pin's, fixed before the first record is read. */
+static struct rec *sweep_records(long long keep_last, long long older, time_t now, long long owner,
 				 json_t *removed, size_t *nrecp, long long *keptp)
 {
 	char vmsdir[PATH_MAX], p[PATH_MAX];
@@ -718,7 +757,7 @@ static struct rec *sweep_records(long long keep_last, long long older, time_t no
 
 		if (r->running)
 			continue;
-		reap_stale(r, vmsdir);
+		reap_stale(r, owner);
 		if ((r->in_use = owner_alive(r)))
 			continue;
 		if (!strcmp(r->state, "claimed") && now - r->created < CLAIM_GRACE_S)
@@ -775,7 +814,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	char p[PATH_MAX];
-	long long keep_last = -1, older = -1, kept = 0;
+	long long keep_last = -1, older = -1, kept = 0, owner;
 	struct rec *recs = NULL;
 	size_t nrec = 0;
 	int all = 0, is_auto = 0, df = 0, cache = 0;
@@ -849,6 +888,8 @@ int main(int argc, char **argv)
 	    !(evicted = json_array()) || !(kernels_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
+	owner = store_pin(gs.store, sizeof gs.store);
+	test_pause("gc-pinned");
 	if (df)
 		usage = store_usage();
 	/* Decide and take victims out of the store (renames) under the store
@@ -858,7 +899,7 @@ int main(int argc, char **argv)
 	if (!gs.dry_run && gcstore_trash_open(&gs) < 0)
 		warn("unable to make a trash directory in %s/trash (removing in place):",
 		     store_home());
-	recs = sweep_records(keep_last, older, now, removed, &nrec, &kept);
+	recs = sweep_records(keep_last, older, now, owner, removed, &nrec, &kept);
 	test_pause("gc-records");
 
 	stale_probes();
@@ -891,7 +932,7 @@ int main(int argc, char **argv)
 		json_object_set_new(out, "cache_busy", cache_busy);
 	}
 	if (usage) {
-		json_object_set_new(out, "store", json_string(store_home()));
+		json_object_set_new(out, "store", json_string(gs.store));
 		json_object_set_new(out, "usage", usage);
 		json_object_set_new(out, "auto_error", auto_error());
 	}

@@ -34,6 +34,8 @@ struct gcstore {
 	int trash_fd;          /* our trash directory, flocked; -1 when none */
 	char trash[PATH_MAX];
 	unsigned long ntrash;  /* victims moved so far: their names' prefix */
+	char store[PATH_MAX];  /* the store as named (isopod-gc: ISOPOD_HOME is then
+				* its pinned /proc/self/fd path), for output */
 };
 
 /* Under the store lock: make our trash directory and adopt every trash

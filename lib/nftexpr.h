@@ -40,6 +40,7 @@ void m_net_bytes(struct nftb *b, struct nftnl_rule *r, uint32_t off, const void 
 void m_ct_state(struct nftb *b, struct nftnl_rule *r, uint32_t ctmask, uint32_t op);
 void m_ct_reply(struct nftb *b, struct nftnl_rule *r);
 void m_ct_direction(struct nftb *b, struct nftnl_rule *r, uint8_t dir);
+void m_ct_reply_sport(struct nftb *b, struct nftnl_rule *r, uint16_t port);
 void m_ct_orig_daddr(struct nftb *b, struct nftnl_rule *r, uint32_t addr);
 void x_xt_ctstate(struct nftb *b, struct nftnl_rule *r);
 void x_mark_bit(struct nftb *b, struct nftnl_rule *r, uint32_t bit, int set);

@@ -7,8 +7,10 @@
  *   jail      output hook: meta skuid FIRST-LAST goto jail_out
  *   jail_out  ipv4 tcp ct direction original ct state established accept
  *                                     (the TCP flows it opened)
- *             ip daddr SLOTS ct direction reply ct state established accept
- *                                     (its answers to its guest: proxy, DNS)
+ *             oifname "isopod-tap*"|lo ip daddr SLOTS ct direction reply
+ *               ct state established ct reply proto-src 1053|3128 accept
+ *                                     (its service's answers to its guest,
+ *                                      and to the doctor's check: DNS, proxy)
  *             oifname lo, the canary datagram (GW:1055 -> GW:1054) accept
  *             the doctor's resolver 127.0.0.1 udp 952 accept (privileged)
  *             the resolver udp/tcp accept    (before the local drops: the
@@ -27,6 +29,7 @@
 
 #include "net.h"
 #include "nftexpr.h"
+#include "tcfilter.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -74,6 +77,29 @@ static void rule_tcp_new(struct nftb *b, int verdict, const char *target)
 	nftb_rule_put(b, r);
 }
 
+/* `oifname "isopod-tap*"|lo ip daddr SLOTS <proto> ct direction reply ct
+ * state established ct reply proto-src port accept`: a broker's answer
+ * from its gateway service on port (DNS: 53 is redirected to 1053 before
+ * conntrack confirms the flow, so the reply tuple has the broker's port)
+ * to its guest (a tap) or to a host process bound to a gateway address
+ * (lo: the doctor's broker check, lib/advhost.c).  Not every reply to the
+ * slot range: a local user bound to a gateway address who writes to a
+ * broker's other sockets (an autobound port) would read its answers
+ * (review L2). */
+static void rule_answer(struct nftb *b, int lo, uint8_t proto, uint16_t port)
+{
+	struct nftnl_rule *r = nftb_rule_new(b, CHAIN);
+
+	m_ifname(b, r, NFT_META_OIFNAME, NFT_CMP_EQ, lo ? "lo" : NET_TAP_PREFIX, !lo);
+	m_ip(b, r, 16, NFT_CMP_EQ, b->plan->base, b->plan->prefix);
+	m_l4proto(b, r, proto);
+	m_ct_direction(b, r, IP_CT_DIR_REPLY);
+	m_ct_state(b, r, NF_CT_STATE_BIT(IP_CT_ESTABLISHED), NFT_CMP_NEQ);
+	m_ct_reply_sport(b, r, port);
+	x_verdict(b, r, NF_ACCEPT, NULL);
+	nftb_rule_put(b, r);
+}
+
 void nftb_build_jail(struct nftb *b)
 {
 	const struct netplan *p = b->plan;
@@ -101,12 +127,11 @@ void nftb_build_jail(struct nftb *b)
 	m_ct_state(b, r, NF_CT_STATE_BIT(IP_CT_ESTABLISHED), NFT_CMP_NEQ);
 	x_verdict(b, r, NF_ACCEPT, NULL);
 	nftb_rule_put(b, r);
-	r = nftb_rule_new(b, CHAIN);
-	m_ip(b, r, 16, NFT_CMP_EQ, p->base, p->prefix);
-	m_ct_direction(b, r, IP_CT_DIR_REPLY);
-	m_ct_state(b, r, NF_CT_STATE_BIT(IP_CT_ESTABLISHED), NFT_CMP_NEQ);
-	x_verdict(b, r, NF_ACCEPT, NULL);
-	nftb_rule_put(b, r);
+	for (int lo = 0; lo < 2; lo++) {
+		rule_answer(b, lo, IPPROTO_UDP, TCFILTER_PORT_BROKER_DNS);
+		rule_answer(b, lo, IPPROTO_TCP, TCFILTER_PORT_BROKER_DNS);
+		rule_answer(b, lo, IPPROTO_TCP, TCFILTER_PORT_BROKER_HTTP);
+	}
 	/* The canary (lib/canary.h): from a gateway's NET_CANARY_PORT+1 to a
 	 * gateway's NET_CANARY_PORT, which the canary chain then rewrites.
 	 * Another slot's canary socket is connected to itself: it never

@@ -799,6 +799,40 @@ uidproc() {
 	wait "$pr" "$po" "$pu" "$pj" 2>/dev/null || true
 }
 
+# A user's store named by a symlink the user swaps for one to root's store
+# once gc has started (the review's L6 race: records read from the user's
+# store, its owner then looked up by path in root's).  gc stops itself
+# once it has opened the store (gc-pinned), before reading any record;
+# the swap then changes nothing: the records and the owner are the
+# user's store's, and root's process a forged record names lives.
+@test "gc: the store is opened once, before its records: swapped for a symlink to root's store after that, a forged record still cannot have root's process killed; the records worked on are the first store's" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: a user's store beside root's"
+	local t=$BATS_TEST_TMPDIR u=4242 pr r gc
+	mkdir -p "$t/u/vms" "$t/r/vms"
+	chown "$u" "$t/u/vms"
+	sleep 60 3>&- &
+	pr=$!
+	sleep 0.3
+	export ISOPOD_HOME="$t/u"
+	r=$(leaked_rec 1 broker "$pr" "$(start_of "$pr")" 0)
+	ln -s "$t/u" "$t/link"
+	export ISOPOD_HOME="$t/link"
+	ISOPOD_TEST_PAUSE_AT=gc-pinned isopod-gc >"$t/gc.json" 2>"$t/gc.err" 3>&- &
+	gc=$!
+	wait_paused "$gc"
+	ln -sfn "$t/r" "$t/link"
+	kill -CONT "$gc"
+	wait "$gc"
+	cat "$t/gc.json" "$t/gc.err"
+	[ "$(proc_state "$pr")" = S ]
+	kill "$pr"
+	wait "$pr" 2>/dev/null || :
+	jq -e '.leaked == []' "$t/gc.json"
+	grep -qF "the record of $t/link/vms/$r names pid $pr (uid 0), which this store cannot have started: left alone" "$t/gc.err"
+	jq -e '.state == "failed"' "$t/u/vms/$r/meta.json"
+	[ -z "$(ls -A "$t/r/vms")" ]
+}
+
 @test "gc --auto: never waits for a lock, detaches, at most once per gc_interval; off turns it off" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	for i in $(seq 1 3); do mkrec "$ISOPOD_HOME" "$i" stopped 7200 >/dev/null; done

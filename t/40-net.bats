@@ -229,7 +229,28 @@ docker_nft() {
 	ip netns exec "$ns" sysctl -qw net.ipv4.ip_unprivileged_port_start=900
 	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1
 	echo "unprivileged: $status $stderr"
-	local st3=$status err3=$stderr
+	local st3=$status err3=$stderr st4 st5 st6 st7 err6
+	# the boundaries: 952 is the doctor's port (a conflict), 953 the first
+	# start that keeps it privileged
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_unprivileged_port_start=952
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1
+	echo "unprivileged 952: $status $stderr"
+	st4=$status
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_unprivileged_port_start=953
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1
+	echo "unprivileged 953: $status $stderr"
+	st5=$status
+	# nothing reserved: a range starting at 3128 covers it; one ending
+	# just below it and starting above 1055 covers none
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_local_reserved_ports=
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_local_port_range="3128 60999"
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1
+	echo "range 3128: $status $stderr"
+	st6=$status err6=$stderr
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_local_port_range="1056 3127"
+	run --separate-stderr ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1
+	echo "range 1056-3127: $status $stderr"
+	st7=$status
 	netns_del "$ns"
 	[ "$st1" -eq 102 ]
 	[ "$made1" -eq 0 ]
@@ -237,6 +258,11 @@ docker_nft() {
 	[ "$st2" -eq 0 ]
 	[ "$st3" -eq 102 ]
 	[[ "$err3" == *"net.ipv4.ip_unprivileged_port_start is 900: any user could listen on 127.0.0.1:952"* ]]
+	[ "$st4" -eq 102 ]
+	[ "$st5" -eq 0 ]
+	[ "$st6" -eq 102 ]
+	[[ "$err6" == *"net.ipv4.ip_local_port_range is 3128-60999: it covers the brokers' fixed ports 3128"* ]]
+	[ "$st7" -eq 0 ]
 }
 
 @test "netsetup --remove deletes both tables and every tap; a rerun restores them" {

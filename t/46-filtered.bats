@@ -608,6 +608,90 @@ chain_broker() {
 	[ "$status" -eq 0 ]
 }
 
+# A local user (uid 4242: neither root nor a jail uid) binds a gateway
+# address, as any user may, and writes to a jail uid's UDP socket and TCP
+# listener there (what a broker's autobound port would get): the answers
+# are replies to a slot address, but not from a broker's service port
+# (1053, 3128), so jail_out drops them (review L2).
+# Root's listener (the control) answers.
+gateway_user_check() {
+	local uid who srv out=""
+	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
+	for who in root jail; do
+		set --
+		[ "$who" = root ] || set -- setpriv --reuid="$uid" --regid="$uid" --clear-groups
+		ip netns exec "$LAB_NAME-host" "$@" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
+			10.213.0.1:7005 >"$BATS_TEST_TMPDIR/srv-$who" 2>&1 3>&- &
+		srv=$!
+		for _ in $(seq 1 50); do grep -q ready "$BATS_TEST_TMPDIR/srv-$who" && break; sleep 0.1; done
+		# one at a time: the jail's listener dies of its sendto's EPERM
+		out+="$who: $(for t in tcpr udp; do ip netns exec "$LAB_NAME-host" setpriv --reuid=4242 --regid=4242 \
+			--clear-groups /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe \
+			"$t:10.213.0.1:7005@10.213.0.1"; done | tr '\n' ' ')"$'\n'
+		kill "$srv"
+		wait "$srv" 2>/dev/null || :
+	done
+	echo "$out"
+	grep -qx "root: tcpr:10.213.0.1:7005@10.213.0.1 ok udp:10.213.0.1:7005@10.213.0.1 ok " <<<"$out" &&
+		grep -qx "jail: tcpr:10.213.0.1:7005@10.213.0.1 blocked udp:10.213.0.1:7005@10.213.0.1 blocked " <<<"$out"
+}
+
+@test "jail egress: a local user bound to a gateway address gets no answer from a jail uid's socket (UDP, TCP); root's answers; the jail's own flows and DNS still pass" {
+	run gateway_user_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+	run jail_egress_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
+@test "mutation: jail_out accepting every established reply to the slot range (no tap, no port): the local user reads the jail uid's answers and the check FAILS; netsetup restores it" {
+	local h slots
+	h=$(ip netns exec "$LAB_NAME-host" nft -a list chain inet isopod jail_out | awk '/ct direction original/ { print $NF; exit }')
+	slots=$(jq -r '"\(.base)/\(.prefix)"' "$BATS_FILE_TMPDIR/netsetup.json")
+	echo "slots $slots"
+	[ -n "$h" ]
+	ip netns exec "$LAB_NAME-host" nft insert rule inet isopod jail_out position "$h" \
+		ip daddr "$slots" ct direction reply ct state established accept
+	run gateway_user_check
+	echo "$output"
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"jail: tcpr:10.213.0.1:7005@10.213.0.1 ok udp:10.213.0.1:7005@10.213.0.1 ok"* ]]
+	run gateway_user_check
+	[ "$status" -eq 0 ]
+}
+
+# A broker as a jail uid on slot 2's gateway (10.213.0.9), asked by the
+# stand-in guest behind isopod-tap2 (no VM): its DNS on port 53 (the dns
+# chain redirects it to 1053) and its proxy on 3128 answer the guest, out
+# of the tap, under jail_out's narrowed reply rules; and its DNS port
+# answers a host process on lo, as the doctor's broker check asks it.
+guest_answer_check() {
+	local uid bp dns web host
+	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
+	mkdir -p "$BATS_TEST_TMPDIR/g"
+	ip netns exec "$LAB_NAME-host" setpriv --reuid="$uid" --regid="$uid" --clear-groups \
+		"$ISOPOD_SRC/bin/isopod-broker" --listen 10.213.0.9 --ledger "$BATS_TEST_TMPDIR/g/ledger" --ledger-fd 4 \
+		--resolver 198.51.100.53:53 --canary 1054 --allow pkg.test --allow-range 198.51.100.0/24 \
+		>"$BATS_TEST_TMPDIR/g/out" 2>"$BATS_TEST_TMPDIR/g/err" 4>>"$BATS_TEST_TMPDIR/g/ledger" 3>&- </dev/null &
+	bp=$!
+	for _ in $(seq 1 50); do [ -s "$BATS_TEST_TMPDIR/g/out" ] && break; sleep 0.1; done
+	dns=$(sh "$LAB" gexec "$LAB_NAME" 2 /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:53)
+	web=$(sh "$LAB" gexec "$LAB_NAME" 2 curl -s -m 4 -x http://10.213.0.9:3128 http://pkg.test/ || :)
+	host=$(ip netns exec "$LAB_NAME-host" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:1053)
+	kill "$bp" 2>/dev/null || cat "$BATS_TEST_TMPDIR/g/err"
+	wait "$bp" 2>/dev/null || :
+	echo "announced '$(head -c 60 "$BATS_TEST_TMPDIR/g/out")' $dns web '$web' host $host"
+	[ "$dns" = "dns:10.213.0.9:53 ok" ] && [ "$web" = "lab 198.51.100.10" ] && [ "$host" = "dns:10.213.0.9:1053 ok" ]
+}
+
+@test "jail egress: a jailed broker's DNS (port 53, redirected) and proxy answer a guest on its tap (the lab's stand-in guest, no VM), its DNS a host process on lo (the doctor's check)" {
+	run guest_answer_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
 # The doctor's resolver port (review L3): the one 127.0.0.1 port jail_out
 # accepts is privileged, so a jail uid (any non-root user) cannot bind it;
 # a jail uid reaches it and not the old 1052.

@@ -4,10 +4,13 @@
   jailegress.py probe SPEC...        one line per SPEC: "SPEC ok|blocked|refused|error"
 
 SPEC is tcp:ADDR:PORT, tcpr:ADDR:PORT (connect, then read the listener's
-"up": a SYN-ACK has no full socket, so the output hook's skuid match does
-not see it), udp:ADDR:PORT, dns:ADDR:PORT (an A query for
-pkg.test, answered by the lab's DNS), icmp:ADDR (a ping socket: needs
-net.ipv4.ping_group_range to hold the gid).  ADDR may be IPv6 ([::1]).
+"up": the SYN-ACK is matched by the listener's uid, as this kernel's
+sk_to_full_sk maps a request socket to its listener, but a syncookie's is
+unowned; the data after it is the listener's), udp:ADDR:PORT, dns:ADDR:PORT
+(an A query for pkg.test, answered by the lab's DNS), icmp:ADDR (a ping
+socket: needs net.ipv4.ping_group_range to hold the gid).  ADDR may be
+IPv6 ([::1]).  A tcp, udp or dns SPEC may end in @SRC: the socket is bound
+to SRC first (e.g. a gateway address, as any local user may).
 "ok" is an answer; Probes run at once.  "blocked" no answer within a second or EPERM (what a
 netfilter drop in the output hook gives the sender); "refused" the host's
 stack answered (it got there).  t/46-filtered.bats runs it as root (the
@@ -25,9 +28,10 @@ TMO = 1.0
 def split(spec):
     kind, rest = spec.split(":", 1)
     if kind == "icmp":
-        return kind, rest, 0
+        return kind, rest, 0, None
+    rest, _, src = rest.partition("@")
     host, port = rest.rsplit(":", 1)
-    return kind, host.strip("[]"), int(port)
+    return kind, host.strip("[]"), int(port), src.strip("[]") or None
 
 
 def family(host):
@@ -35,12 +39,14 @@ def family(host):
 
 
 def probe(spec):
-    kind, host, port = split(spec)
+    kind, host, port, src = split(spec)
     fam = family(host)
     try:
         if kind in ("tcp", "tcpr"):
             s = socket.socket(fam, socket.SOCK_STREAM)
             s.settimeout(TMO)
+            if src:
+                s.bind((src, 0))
             s.connect((host, port))
             if kind == "tcpr" and s.recv(3) != b"up\n":
                 return "error"
@@ -53,6 +59,8 @@ def probe(spec):
             return "ok" if s.recv(100)[:1] == b"\x00" else "error"
         s = socket.socket(fam, socket.SOCK_DGRAM)
         s.settimeout(TMO)
+        if src:
+            s.bind((src, 0))
         s.connect((host, port))
         if kind == "dns":
             s.send(bytes.fromhex("abcd01000001000000000000") + b"\3pkg\4test\0\0\1\0\1")
