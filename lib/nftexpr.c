@@ -263,14 +263,12 @@ void m_ct_direction(struct nftb *b, struct nftnl_rule *r, uint8_t dir)
  * from, where its first packet went after any redirect. */
 void m_ct_reply_sport(struct nftb *b, struct nftnl_rule *r, uint16_t port)
 {
-	struct nftnl_expr *e = expr_new(b, r, "ct");
+	struct nftnl_expr *e = x_ct(b, r, NFT_CT_PROTO_SRC);
 	uint16_t p = htons(port);
 
 	if (!e)
 		return;
-	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_PROTO_SRC);
 	nftnl_expr_set_u8(e, NFTNL_EXPR_CT_DIR, IP_CT_DIR_REPLY);
-	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
 	x_cmp(b, r, NFT_CMP_EQ, &p, 2);
 }
 
