@@ -640,6 +640,16 @@ hi" ]
 	[ -z "$output" ] || { echo "positional: $output"; false; }
 }
 
+@test "lint: no bats check is a bare \`[ a ] && [ b ]\` (bash's errexit ignores a failure before the last &&: only the last check could fail the test)" {
+	cd "$ISOPOD_SRC"
+	# A list that ends the line in a test or check: each such one needs
+	# `|| false`, or its checks on lines of their own.  Loops' `&& break`
+	# and guarded actions (`&& return`, `kill`, `|| ...`) are not checks.
+	run grep -nE "^[[:space:]]+(\[|json_is).* && (\[|json_is).*(\]|')\$" t/*.bats
+	bad=$(grep -vE '\|\| |&& (break|return)' <<<"$output" || :)
+	[ -z "$bad" ] || { echo "a && b with only b checked: $bad"; false; }
+}
+
 @test "lint: no library changes the process's environment to reach a child (struct proc_spec's env does)" {
 	cd "$ISOPOD_SRC"
 	# The one exception: lib/util.c's constructor takes ISOPOD_STATUS_FD

@@ -95,13 +95,13 @@ proof_submount() {
 		chmod 666 "$1/sub/f" && shift && exec timeout 60 "$@"' sh "$KDIR" "${J[@]}" \
 		--vm-dir "$VM" --ro "$KDIR" -- "$PROBE" write "$KDIR/sub/f"
 	echo "$output $stderr" >&2
-	[ "$status" -eq 1 ] && [[ "$output" == "refused write $KDIR/sub/f: EROFS" ]]
+	[ "$status" -eq 1 ] && [[ "$output" == "refused write $KDIR/sub/f: EROFS" ]] || false
 }
 
 proof_procs() {
 	jail procs
 	echo "$output" >&2
-	[ "$status" -eq 0 ] && [ "$output" = 1 ]
+	[ "$status" -eq 0 ] && [ "$output" = 1 ] || false
 }
 
 # $outsider: a process of the jail's own uid outside the jail (the case a
@@ -145,7 +145,7 @@ proof_ptrace() {
 proof_userns() {
 	jail userns
 	echo "$output $stderr" >&2
-	[ "$status" -eq 1 ] && [ "$output" = "refused unshare CLONE_NEWUSER: EPERM" ]
+	[ "$status" -eq 1 ] && [ "$output" = "refused unshare CLONE_NEWUSER: EPERM" ] || false
 }
 
 # The reviewer's layout: a symlink planted in the VM's directory, reached
@@ -173,7 +173,7 @@ proof_landlock() {
 	[ "$status" -eq 1 ] && [ "$output" = "refused write /proc/self/comm: EACCES" ] || return 1
 	run --separate-stderr timeout 60 "${J[@]}" --landlock --vm-dir "$VM" -- "$PROBE" write "$VM"
 	echo "vm dir: $status $output $stderr" >&2
-	[ "$status" -eq 0 ] && [ "$output" = "written $VM" ]
+	[ "$status" -eq 0 ] && [ "$output" = "written $VM" ] || false
 }
 
 # ---- the tool -----------------------------------------------------------------
@@ -468,15 +468,15 @@ proof_landlock() {
 @test "jail --landlock: writes its read-write paths only, not /proc/self/comm the mounts allow; reads only its read-only paths" {
 	# the control: without Landlock the jail's /proc lets it write its comm
 	jail write /proc/self/comm
-	[ "$status" -eq 0 ] && [ "$output" = "written /proc/self/comm" ]
+	[ "$status" -eq 0 ] && [ "$output" = "written /proc/self/comm" ] || false
 	proof_landlock
 	run --separate-stderr timeout 60 isopod-jail --landlock --json-fd 3 -- "$PROBE" read /proc/self/status \
 		3>"$BATS_TEST_TMPDIR/applied.json"
-	[ "$status" -eq 1 ] && [ "$output" = "refused read /proc/self/status: EACCES" ]
+	[ "$status" -eq 1 ] && [ "$output" = "refused read /proc/self/status: EACCES" ] || false
 	jq -e '.landlock_abi >= 1 and .warnings == []' "$BATS_TEST_TMPDIR/applied.json"
 	# /dev/null stays writable (the broker's stdout after its ready line)
 	run --separate-stderr timeout 60 isopod-jail --landlock -- "$PROBE" write /dev/null
-	[ "$status" -eq 0 ] && [ "$output" = "written /dev/null" ]
+	[ "$status" -eq 0 ] && [ "$output" = "written /dev/null" ] || false
 }
 
 @test "jail: a fork bomb stops at the pids limit, quickly, and leaves no cgroup" {

@@ -618,7 +618,7 @@ mkrec() {
 	[[ "$stderr" == *"$BATS_TEST_TMPDIR/bad:1: gc_grace soon"* ]]
 	# the front end accepts the keys (isopod-gc checks them)
 	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" run --separate-stderr isopod run --timeout-s 0 -- true
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"--timeout-s 0"* ]]
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--timeout-s 0"* ]] || false
 	run --separate-stderr isopod-gc --all --keep-last 3
 	[ "$status" -eq 100 ]
 	[ "$(nvms)" -eq 28 ]
@@ -645,7 +645,7 @@ mkrec() {
 	run --separate-stderr isopod-gc --all
 	[ "$status" -eq 0 ]
 	jq -e --arg a "$reused" --arg b "$kept" '(.removed | sort) == ([$a, $b] | sort) and .kept == 1' <<<"$output"
-	[ -f "$ISOPOD_HOME/vms/$live/meta.json" ] && [ -f "$ISOPOD_HOME/vms/$live/exec-1.stdout" ]
+	[ -f "$ISOPOD_HOME/vms/$live/meta.json" ] && [ -f "$ISOPOD_HOME/vms/$live/exec-1.stdout" ] || false
 	kill "$owner" "$young"
 	wait "$owner" "$young" 2>/dev/null || true
 	run --separate-stderr isopod-gc --all
@@ -841,13 +841,13 @@ uidproc() {
 	# another gc at work: not due, at once
 	hold_lock "$ISOPOD_HOME/locks/gc"
 	run --separate-stderr timeout 5 isopod-gc --auto
-	[ "$status" -eq 0 ] && json_is '.started == false'
+	[ "$status" -eq 0 ] && json_is '.started == false' || false
 	kill "$holder"
 	# the store lock held: --auto still returns at once, its child waits
 	hold_lock "$ISOPOD_HOME/locks/store"
 	t0=$(date +%s%N)
 	run --separate-stderr timeout 5 isopod-gc --auto
-	[ "$status" -eq 0 ] && json_is '.started == true'
+	[ "$status" -eq 0 ] && json_is '.started == true' || false
 	[ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 2000 ]
 	[ "$(nvms)" -eq 3 ]
 	[ ! -e "$ISOPOD_HOME/locks/gc-auto.json" ]
@@ -880,7 +880,7 @@ uidproc() {
 		cwd=$(readlink "/proc/$gp/cwd") fd2=$(readlink "/proc/$gp/fd/2")
 		kill -CONT "$gp"
 		for _ in $(seq 1 100); do kill -0 "$gp" 2>/dev/null || break; sleep 0.1; done
-		[ "$cwd" = / ] && [ "$fd2" = "$ISOPOD_HOME/locks/gc-auto.log" ]
+		[ "$cwd" = / ] && [ "$fd2" = "$ISOPOD_HOME/locks/gc-auto.log" ] || false
 	done
 	# a bad setting: the automatic gc says so in its report, and df shows it
 	printf 'gc_grace = soon\n' >"$BATS_TEST_TMPDIR/config"
@@ -950,7 +950,7 @@ uidproc() {
 	cp "$ISOPOD_HOME/images/current-base" "$ISOPOD_HOME/images/current-t30flavor"
 	run --separate-stderr isopod-commit --check -- t30flavor
 	rm -f "$ISOPOD_HOME/images/current-t30flavor"
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"reserved"* ]]
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"reserved"* ]] || false
 	run --separate-stderr isopod-commit --check -- debian-ish
 	[ "$status" -eq 0 ]
 	[ "$(nvms)" -eq "$n" ]
@@ -959,7 +959,7 @@ uidproc() {
 @test "stage: rm of a stage a live VM runs on is refused (102, naming it); gc racing that run leaves its record and logs; the run started the automatic gc" {
 	st=$(isopod run --json-only --commit-as live-s -- sh -c 'echo s > /root/s' | jq -er .commit.stage.id)
 	run --separate-stderr isopod stage flatten live-s --as base
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"reserved"* ]]
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"reserved"* ]] || false
 	rm -f "$ISOPOD_HOME/locks/gc-auto" "$ISOPOD_HOME/locks/gc-auto.json"
 	ISOPOD_GC_INTERVAL=1s isopod run --json-only --stage live-s -- sh -c 'sleep 6; cat /root/s; echo done' \
 		>"$BATS_TEST_TMPDIR/run.json" 2>"$BATS_TEST_TMPDIR/run.err" &
@@ -1050,8 +1050,8 @@ uidproc() {
 	[ -d "$ISOPOD_HOME/kernels/$unused" ]
 	run --separate-stderr isopod-gc
 	jq -e --arg k "$unused" '[.kernels_removed[].sha256] == [$k]' <<<"$output"
-	[ ! -e "$ISOPOD_HOME/kernels/$unused" ] && [ ! -e "$ISOPOD_HOME/accel/$unused.json" ]
-	[ -f "$ISOPOD_HOME/kernels/$inuse/vmlinux" ] && [ -f "$ISOPOD_HOME/kernels/$cur/vmlinux" ]
+	[ ! -e "$ISOPOD_HOME/kernels/$unused" ] && [ ! -e "$ISOPOD_HOME/accel/$unused.json" ] || false
+	[ -f "$ISOPOD_HOME/kernels/$inuse/vmlinux" ] && [ -f "$ISOPOD_HOME/kernels/$cur/vmlinux" ] || false
 	kill "$holder"
 	wait "$holder" 2>/dev/null || true
 	run --separate-stderr isopod-gc
@@ -1114,7 +1114,7 @@ uidproc() {
 	json_is '.cache_busy == ["kernel"] and all(.cache_removed[]; .kind == "base")'
 	run --separate-stderr isopod-gc --cache
 	json_is "(.cache_removed | map(.key) | sort) == $want and all(.cache_removed[]; .bytes > 0)"
-	[ ! -e "$c/kernel/$(h k-old)" ] && [ ! -e "$c/base/$(h b-old)" ] && [ ! -e "$c/base/$(h b-new)" ]
+	[ ! -e "$c/kernel/$(h k-old)" ] && [ ! -e "$c/base/$(h b-old)" ] && [ ! -e "$c/base/$(h b-new)" ] || false
 	[ -d "$c/kernel/$(h k-new)" ]
 	for b in b-reg d-only b-young; do [ -d "$c/base/$(h $b)" ]; done
 	[ -f "$c/base/debs/x.deb" ]

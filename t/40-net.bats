@@ -787,7 +787,7 @@ time.sleep(120)' &
 	jq -e '[.taps[] | select(.busy) | .slot] == [1]' "$BATS_TEST_TMPDIR/rerun.json" >/dev/null
 	# the free tap lost its alias, the busy one kept it
 	[ "$st1" -eq 111 ] && [ "$alias0" = "" ] && [ "$alias1" = "isopod filtered" ] || false
-	[ "$st2" -eq 102 ] && [ "$alias2" = "isopod filtered" ]
+	[ "$st2" -eq 102 ] && [ "$alias2" = "isopod filtered" ] || false
 }
 
 @test "deny: cloud metadata 169.254.169.254" {

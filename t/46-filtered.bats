@@ -344,7 +344,7 @@ broker_leaks() {
 	grep -q '^isopod-broker: jail: {.*"landlock_abi":[1-9]' "$ISOPOD_HOME/vms/$id/broker.log"
 	# the root it sees: its binary, its libraries, two devices, /proc
 	[ "$(ls "/proc/$bp/root")" != "$(ls /)" ]
-	[ ! -e "/proc/$bp/root/etc" ] && [ -x "/proc/$bp/root$(readlink -f "$ISOPOD_SRC/bin/isopod-broker")" ]
+	[ ! -e "/proc/$bp/root/etc" ] && [ -x "/proc/$bp/root$(readlink -f "$ISOPOD_SRC/bin/isopod-broker")" ] || false
 	wait "$rpid"
 	jq -e '.ok and .stdout == "lab 198.51.100.10\n" and
 		(.egress.allowed | map(select(.kind == "http" and .name == "pkg.test")) | length == 1)' \
@@ -683,7 +683,7 @@ guest_answer_check() {
 	kill "$bp" 2>/dev/null || cat "$BATS_TEST_TMPDIR/g/err"
 	wait "$bp" 2>/dev/null || :
 	echo "announced '$(head -c 60 "$BATS_TEST_TMPDIR/g/out")' $dns web '$web' host $host"
-	[ "$dns" = "dns:10.213.0.9:53 ok" ] && [ "$web" = "lab 198.51.100.10" ] && [ "$host" = "dns:10.213.0.9:1053 ok" ]
+	[ "$dns" = "dns:10.213.0.9:53 ok" ] && [ "$web" = "lab 198.51.100.10" ] && [ "$host" = "dns:10.213.0.9:1053 ok" ] || false
 }
 
 @test "jail egress: a jailed broker's DNS (port 53, redirected) and proxy answer a guest on its tap (the lab's stand-in guest, no VM), its DNS a host process on lo (the doctor's check)" {

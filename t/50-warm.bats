@@ -161,7 +161,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	# 0606: a jailed clone's QEMU reopens its fd 3 O_RDWR as the jail's uid;
 	# the pool's directories (0700) keep every other path out
 	[ "$(stat -c %a "$(W)/$key/mem")" = 606 ]
-	[ "$(stat -c %a "$(W)")" = 700 ] && [ "$(stat -c %a "$(W)/$key")" = 700 ]
+	[ "$(stat -c %a "$(W)")" = 700 ] && [ "$(stat -c %a "$(W)/$key")" = 700 ] || false
 	[ -s "$(W)/$key/state" ]
 	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
 }
@@ -670,7 +670,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	# the budget from the config file; a bad one names file and line
 	printf 'warm_budget = lots\n' >"$BATS_TEST_TMPDIR/config"
 	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" run --separate-stderr isopod-gc --dry-run
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"config:1: warm_budget lots"* ]]
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"config:1: warm_budget lots"* ]] || false
 	printf 'warm_budget = 1G\n' >"$BATS_TEST_TMPDIR/config"
 	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" run --separate-stderr isopod-gc --dry-run
 	json_is '.policy.warm_budget == 1073741824'
