@@ -420,6 +420,18 @@ static long long store_pin(char *orig, size_t osz)
 	return vs.st_uid;
 }
 
+/* A path in the store as the user named the store (gs.store), not as gc
+ * reaches it (store_pin's /proc/self/fd path): what reports show. */
+static const char *as_given(char *buf, size_t sz, const char *p)
+{
+	size_t n = strlen(store_home());
+
+	if (strncmp(p, store_home(), n))
+		return p;
+	pathf(buf, sz, "%s%s", gs.store, p + n);
+	return buf;
+}
+
 /* May this store (its owner: store_pin) have started a process of uid u?
  * Its owner runs its VMs as itself (a user's jail maps the user's own
  * uid), and only root's store runs them as jail identities (lib/jail.h).
@@ -575,8 +587,8 @@ static int tmp_cb(const char *path, const struct stat *st, int flag, struct FTW 
 		if (!gs.dry_run && unlink(path) < 0 && errno != ENOENT)
 			warn("unable to remove %s:", path);
 	}
-	pathf(shown, sizeof shown, "%s%s", gs.store, path + strlen(store_home()));
-	json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path", shown,
+	json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path",
+						as_given(shown, sizeof shown, path),
 						"removed", !gs.dry_run));
 	return isdir ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
 }
@@ -617,7 +629,7 @@ static int probe_locks(const char *dir, const char *hex16, int *fds, int max)
 /* accel/probe-<16 hex of ksha>: the KVM probe's scratch dir, left by a killed boot. */
 static void stale_probes(void)
 {
-	char dir[PATH_MAX], p[PATH_MAX];
+	char dir[PATH_MAX], p[PATH_MAX], shown[PATH_MAX];
 	struct dirent *de;
 	DIR *d;
 
@@ -634,7 +646,8 @@ static void stale_probes(void)
 		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
 		remove_tree(p);
 		json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "probe", "path",
-							p, "removed", !gs.dry_run));
+							as_given(shown, sizeof shown, p),
+							"removed", !gs.dry_run));
 		while (n > 0)
 			close(fds[--n]);
 	}
@@ -648,7 +661,7 @@ static void stale_probes(void)
  * live builder or resumer uses is touched. */
 static void warm_sweep(json_t *warm_removed)
 {
-	char dir[PATH_MAX], p[PATH_MAX], key[65], qv[256], qerr[512];
+	char dir[PATH_MAX], p[PATH_MAX], shown[PATH_MAX], key[65], qv[256], qerr[512];
 	const char *cur_qemu = NULL;
 	struct dirent *de;
 	struct stat st;
@@ -675,7 +688,8 @@ static void warm_sweep(json_t *warm_removed)
 			if (gcstore_discard(&gs, p) < 0 && errno != ENOENT)
 				warn("unable to remove %s:", p);
 			json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "warm",
-								"path", p, "removed", !gs.dry_run));
+								"path", as_given(shown, sizeof shown, p),
+								"removed", !gs.dry_run));
 			if (lk >= 0)
 				close(lk);
 		} else if (warm_key_valid(n)) {

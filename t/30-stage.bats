@@ -672,6 +672,8 @@ mkrec() {
 	[ "$status" -eq 0 ]
 	[ ! -e "$ISOPOD_HOME/accel/probe-${k:0:16}" ]
 	json_is '[.leaked[] | select(.kind == "probe")] | length == 1'
+	# the path as the store was named, not as gc reaches it (/proc/self/fd)
+	jq -e --arg p "$ISOPOD_HOME/accel/probe-${k:0:16}" '[.leaked[] | select(.path == $p)] | length == 1' <<<"$output"
 }
 
 # start_of PID, proc_state PID: fields 22 and 3 of /proc/PID/stat (its
