@@ -23,8 +23,10 @@ int listen(int fd, int backlog); /* its declaration was renamed above */
 
 #include "tap.h"
 
+#include <net/if.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 
 static int listen_errno; /* 0: the real listen() */
@@ -167,6 +169,22 @@ static void test_lock_down(void)
 	   "under it, the jail egress probe runs; its datagram went out: refused: %s", r.pmsg);
 }
 
+/* lo up in this network namespace, by ioctl (t/35's guest has no ip(8)). */
+static int lo_up(void)
+{
+	struct ifreq ifr = { .ifr_name = "lo" };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), r = -1;
+
+	if (fd < 0)
+		return -1;
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0) {
+		ifr.ifr_flags |= IFF_UP;
+		r = ioctl(fd, SIOCSIFFLAGS, &ifr);
+	}
+	close(fd);
+	return r;
+}
+
 /* In a child of its own network namespace (root only): the probe without
  * and with a rule that drops it on the output path, as jail_out does. */
 static void netns_child(int wfd)
@@ -176,12 +194,14 @@ static void netns_child(int wfd)
 
 	if (unshare(CLONE_NEWNET) < 0)
 		res[0] = res[1] = 7; /* no netns here (a container): skipped */
-	else if (system("ip link set lo up") == 0) {
+	else if (lo_up() == 0) {
 		res[0] = bk_jail_probe(msg, sizeof msg);
 		if (system("nft add table inet l1u && nft add chain inet l1u o "
 			   "'{ type filter hook output priority 0; }' && "
 			   "nft add rule inet l1u o ip daddr 127.0.0.0/8 udp dport 9 counter drop") == 0)
 			res[1] = bk_jail_probe(msg, sizeof msg);
+		else
+			res[1] = 6; /* no nft, or a kernel without nf_tables (t/35's guest) */
 	}
 	if (write(wfd, res, sizeof res) != (ssize_t)sizeof res)
 		_exit(2);
@@ -216,6 +236,10 @@ static void test_jail_probe(void)
 	}
 	ok(res[0] == -1, "a netns without the chain: the datagram goes out, the probe fails (%d)",
 	   res[0]);
+	if (res[1] == 6) {
+		ok(1, "# skip the probe under a drop rule: nft could not make one here");
+		return;
+	}
 	ok(res[1] == 0, "a rule dropping it on the output path: sendto's EPERM, the probe passes (%d)",
 	   res[1]);
 }
