@@ -651,6 +651,9 @@ static void require_attestation(struct server *s, char *why, size_t wsz)
 	s->att.timeout_ms = VERIFY_MS;
 	if (pathn(s->stale_path, sizeof s->stale_path, "%s/attest-stale.json", store_home()) < 0)
 		die(EX_USAGE, "the store's path is too long: %s", store_home());
+	/* the store may not exist yet (its first run makes it): a change
+	 * seen now must still be recorded */
+	mkdirs(store_home(), 0700);
 	if (attstale_load(s->stale_path, &s->stale, why, wsz) < 0)
 		die(EX_SYS, "refusing to start: unable to read what this store's servers saw: %s", why);
 	s->v_of = mono_ms();
