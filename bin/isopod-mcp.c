@@ -633,6 +633,7 @@ static void require_attestation(struct server *s, char *why, size_t wsz)
 {
 	const char *conf = ranges_config_path();
 	int req = 0, rc = attcheck_required(conf, &req, why, wsz);
+	json_t *verdict = NULL;
 
 	if (rc < 0)
 		die(rc == -1 ? EX_USAGE : EX_SYS, "%s", why);
@@ -648,10 +649,19 @@ static void require_attestation(struct server *s, char *why, size_t wsz)
 		die(EX_SYS, "unable to find isopod-attest in %s:", s->libexec);
 	s->att.tool = s->attest;
 	s->att.timeout_ms = VERIFY_MS;
+	if (pathn(s->stale_path, sizeof s->stale_path, "%s/attest-stale.json", store_home()) < 0)
+		die(EX_USAGE, "the store's path is too long: %s", store_home());
+	/* the store may not exist yet (its first run makes it): a change
+	 * seen now must still be recorded */
+	mkdirs(store_home(), 0700);
+	if (attstale_load(s->stale_path, &s->stale, why, wsz) < 0)
+		die(EX_SYS, "refusing to start: unable to read what this store's servers saw: %s", why);
 	s->v_of = mono_ms();
-	if (!attcheck_verify(&s->att, NULL, why, wsz))
-		die(EX_SYS, "refusing to start: this host requires an attestation: %s", why);
-	s->v_valid = 1;
+	s->v_valid = attcheck_verify(&s->att, &verdict, s->v_why, sizeof s->v_why);
+	s->v_valid = att_fresh(s, verdict, s->v_valid);
+	json_decref(verdict);
+	if (!s->v_valid)
+		die(EX_SYS, "refusing to start: this host requires an attestation: %s", s->v_why);
 	fprintf(stderr, "%s: info: the attestation %s verifies; sandbox_run and vm_exec start only "
 		"while it does (verified again for each, --recheck-s %lld)\n", progname, s->att.att,
 		(long long)(s->recheck_ms / 1000));

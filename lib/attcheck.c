@@ -214,6 +214,17 @@ static int later(char *to, size_t tosz, const char *t)
 	return 1;
 }
 
+int attstale_merge(struct attstale *into, const struct attstale *from)
+{
+	int changed = 0;
+
+	if (from->seq > into->seq)
+		into->seq = from->seq, changed = 1;
+	changed |= later(into->seen, sizeof into->seen, from->seen);
+	changed |= later(into->after, sizeof into->after, from->after);
+	return changed;
+}
+
 /* not fresh: why, after a mark */
 static void stale_why(const struct attstale *s, const char *att, long long seq, const char *started,
 		      char *why, size_t whysz)

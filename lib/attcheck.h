@@ -77,6 +77,11 @@ int attstale_load(const char *path, struct attstale *s, char *why, size_t whysz)
  * directory).  0, or -1 with errno. */
 int attstale_save(const char *path, const struct attstale *s);
 
+/* Another record's marks into `into` (the highest sequence, the latest
+ * seen and after): what two readers of one file each saw.  1 when into
+ * changed. */
+int attstale_merge(struct attstale *into, const struct attstale *from);
+
 /* After a verification whose verdict (isopod-attest verify's JSON, may be
  * NULL) said *valid: a failed subject marks s (the highest sequence, the
  * latest of seen and now -- ATTSTALE_NEVER when now is not a time -- and

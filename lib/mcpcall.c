@@ -156,11 +156,52 @@ static void verify_start(struct server *s)
 	s->v_deadline = s->v_began + VERIFY_MS;
 }
 
+/* A verdict (valid, its JSON) weighed against what this store's servers
+ * saw (att_fresh): valid only when it is, and, after the host changed
+ * under an attestation, only a fresh one (a sequence above the one that
+ * failed, a doctor run that began after the change was last seen and
+ * after the failed one's ended).  The record is read again first, so a
+ * change another server of the store saw counts here too; one that
+ * cannot be read refuses.  The change is on disk before a command may
+ * start again.  1 valid, else 0 with s->v_why saying why. */
+int att_fresh(struct server *s, json_t *verdict, int valid)
+{
+	struct attstale disk;
+	char now[32], why[512];
+
+	if (attstale_load(s->stale_path, &disk, why, sizeof why) < 0) {
+		snprintf(s->v_why, sizeof s->v_why, "unable to read what this store's servers saw: %s", why);
+		return 0;
+	}
+	/* another server's mark: weighed below (on disk already) */
+	(void)attstale_merge(&s->stale, &disk);
+	if (attstale_apply(&s->stale, verdict, &valid, s->att.att, iso_now(now, sizeof now), s->v_why,
+			   sizeof s->v_why))
+		s->stale_unsaved = 1;
+	if (s->stale_unsaved) {
+		if (attstale_save(s->stale_path, &s->stale) == 0) {
+			s->stale_unsaved = 0;
+		} else {
+			/* A restart would read the old record and could take
+			 * the old attestation again: nothing starts until the
+			 * change is recorded. */
+			size_t n = strlen(s->v_why);
+
+			snprintf(s->v_why + n, sizeof s->v_why - n,
+				 "%sunable to record %.300s (the host changed under an attestation): %s",
+				 n ? "; and " : "", s->stale_path, strerror(errno));
+			valid = 0;
+		}
+	}
+	return valid;
+}
+
 /* The verification running, once it ended (or past its time: killed).
  * 0, or -1 when its log could not be sent. */
 int verify_reap(struct server *s)
 {
 	int st, was = s->v_valid;
+	json_t *verdict = NULL;
 	pid_t r;
 
 	if (!s->verifying)
@@ -185,7 +226,9 @@ int verify_reap(struct server *s)
 		return logmsg(s, 4, "isopod-attest verify outlived %d ms: SIGKILL", VERIFY_MS);
 	}
 	s->verifying = 0;
-	s->v_valid = attcheck_finish(&s->att, &s->vrun, st, NULL, s->v_why, sizeof s->v_why);
+	s->v_valid = attcheck_finish(&s->att, &s->vrun, st, &verdict, s->v_why, sizeof s->v_why);
+	s->v_valid = att_fresh(s, verdict, s->v_valid);
+	json_decref(verdict);
 	s->v_of = s->v_began;
 	if (was == s->v_valid)
 		return 0;

@@ -41,6 +41,7 @@ int reply_tool(json_t *id, json_t *sc, int is_error);
 void call_free(struct call *c);
 int progress(struct call *c, const char *msg);
 int awaits_verdict(struct server *s, const struct call *c);
+int att_fresh(struct server *s, json_t *verdict, int valid);
 int attested(struct server *s, struct call *c);   /* 0 go, 1 refused (answered) */
 int build_call(struct server *s, struct call *c); /* 0 built, 1 refused (answered) */
 int progress_tick(struct server *s);

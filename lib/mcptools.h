@@ -83,6 +83,13 @@ struct server {
 	struct attcheck att;
 	struct attcheck_run vrun;
 	char attest[PATH_MAX], v_why[2048];
+	/* What this store's servers saw of the host changing under the
+	 * attestation (attstale, isopod-runner(8) FRESHNESS): the record,
+	 * where it is kept, and whether a mark is not on disk yet (then no
+	 * command starts, and each verdict tries to write it again). */
+	struct attstale stale;
+	char stale_path[PATH_MAX];
+	int stale_unsaved;
 };
 
 struct tool {

@@ -632,8 +632,8 @@ teardown() {
 	# valid: it serves; then the table flushed: sandbox_run and vm_exec
 	# refuse, naming the subject; the other tools still answer
 	n0=$(isopod vm ls | wc -l)
-	run --separate-stderr python3 "$RAW" --want 5 --timeout 240 -- \
-		ip netns exec "$LAB_NAME-host" "$MCP" --attestation "$att" <<EOF
+	run --separate-stderr python3 "$RAW" --want 6 --timeout 240 -- \
+		ip netns exec "$LAB_NAME-host" "$MCP" --attestation "$att" --recheck-s 0 <<EOF
 $INIT
 {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["echo","attested"]}}}
 @WAIT:2
@@ -641,6 +641,9 @@ $INIT
 {"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["echo","unattested"]}}}
 {"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"vm_exec","arguments":{"vm":"vm-000000000000","argv":["true"]}}}
 {"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"stage_list","arguments":{}}}
+@WAIT:5
+@SH:sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --user 0 >/dev/null
+{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["echo","stale"]}}}
 EOF
 	[ "$status" -eq 0 ]
 	r() { echo "$output" | jq -e --argjson i "$1" "[.messages[] | select(.id == \$i)][0].result | $2"; }
@@ -649,7 +652,73 @@ EOF
 		(.structuredContent.error | contains("ruleset/nftables"))'
 	r 4 '.isError == true and .structuredContent.error_kind == "attestation"'
 	r 5 '.isError == false'
+	# the bytes back (netsetup): the old attestation verifies again, but
+	# the host changed after it was signed
+	r 6 '.isError == true and .structuredContent.error_kind == "attestation" and
+		(.structuredContent.error | contains("verifies again, but the host changed"))'
 	# the refused call claimed no VM: one record more, the attested call's
 	[ "$(isopod vm ls | wc -l)" -eq $((n0 + 1)) ]
 	echo "$stderr" | grep -q 'refusing sandbox_run: attestation .* does not verify'
+	# The store remembers the change (attest-stale.json): netsetup puts
+	# the bytes back and the old attestation verifies again, but neither
+	# this server nor a new one takes it; a doctor run started since does.
+	jq -e --argjson q "$(jq -r .payload "$att" | base64 -d | jq .predicate.sequence)" \
+		'.sequence == $q and (.seen | test("^[0-9-]{10}T[0-9:]{8}Z$"))' "$ISOPOD_HOME/attest-stale.json"
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 1 --user 0 >/dev/null
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-attest" verify "$att" >/dev/null
+	run --separate-stderr ip netns exec "$LAB_NAME-host" "$MCP" --attestation "$att" </dev/null
+	echo "$stderr"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"refusing to start: this host requires an attestation: attestation $att (sequence "*") verifies again, but the host changed after it was signed"* ]]
+	# a record that cannot be read is never "nothing seen": at the start,
+	# and at a call (another server of the store marked it meanwhile)
+	cp "$ISOPOD_HOME/attest-stale.json" "$BATS_TEST_TMPDIR/stale.json"
+	echo '{"sequence": 1' >"$ISOPOD_HOME/attest-stale.json"
+	run --separate-stderr ip netns exec "$LAB_NAME-host" "$MCP" --attestation "$att" </dev/null
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"refusing to start: unable to read what this store's servers saw: $ISOPOD_HOME/attest-stale.json"* ]]
+	rm "$ISOPOD_HOME/attest-stale.json"
+	run --separate-stderr python3 "$RAW" --want 4 --timeout 240 -- \
+		ip netns exec "$LAB_NAME-host" "$MCP" --attestation "$att" <<EOF
+$INIT
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"stage_list","arguments":{}}}
+@WAIT:2
+@SH:mkdir "$ISOPOD_HOME/attest-stale.json"
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["echo","unread"]}}}
+@WAIT:3
+@SH:rmdir "$ISOPOD_HOME/attest-stale.json" && cp "$BATS_TEST_TMPDIR/stale.json" "$ISOPOD_HOME/attest-stale.json"
+{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["echo","marked"]}}}
+EOF
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	r 3 '.isError == true and .structuredContent.error_kind == "attestation" and
+		(.structuredContent.error | contains("unable to read what this store.s servers saw"))'
+	# the mark another server made (the record put back) holds here too
+	r 4 '.isError == true and .structuredContent.error_kind == "attestation" and
+		(.structuredContent.error | contains("verifies again, but the host changed"))'
+	# a report of a doctor run started after the change, signed: it serves
+	wait_past_seen
+	now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+	jq --arg now "$now" '.started = $now | .finished = $now' "$BATS_TEST_TMPDIR/report.json" >"$BATS_TEST_TMPDIR/fresh.json"
+	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-attest" sign -o "$att" "$BATS_TEST_TMPDIR/fresh.json" >/dev/null
+	run --separate-stderr python3 "$RAW" --want 2 --timeout 240 -- \
+		ip netns exec "$LAB_NAME-host" "$MCP" --attestation "$att" <<EOF
+$INIT
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["echo","fresh"]}}}
+EOF
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	r 2 '.isError == false and .structuredContent.stdout == "fresh\n"'
+}
+
+# wait_past_seen: the clock is past the second this store's servers last
+# saw the host change: a report made now is of a doctor run after it.
+wait_past_seen() {
+	local seen i
+	seen=$(jq -r .seen "$ISOPOD_HOME/attest-stale.json")
+	for i in $(seq 1 50); do
+		[[ "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$seen" ]] && return 0
+		sleep 0.1
+	done
+	return 1
 }

@@ -172,6 +172,20 @@ static void stale_tests(char *why, size_t whysz)
 		 "2026-01-01T00:02:00Z", &v, why, whysz) == 0 && v == 1 && !why[0],
 	   "a higher sequence of a doctor run started after: valid");
 	stale_clocks(p, why, whysz);
+	/* two readers' marks: the highest sequence, the latest times */
+	s = (struct attstale){ .seq = 4, .seen = "2026-01-01T00:03:00Z", .after = "" };
+	{
+		struct attstale o = { .seq = 3, .seen = "2026-01-01T00:05:00Z", .after = "2026-01-01T00:01:00Z" };
+		struct attstale same = o;
+
+		ok(attstale_merge(&s, &o) == 1 && s.seq == 4 && !strcmp(s.seen, "2026-01-01T00:05:00Z") &&
+			   !strcmp(s.after, "2026-01-01T00:01:00Z"),
+		   "merge: the highest sequence, the latest seen and after (%lld %s %s)", s.seq, s.seen, s.after);
+		ok(attstale_merge(&s, &same) == 0 && s.seq == 4, "merge of what it holds: unchanged");
+		o = (struct attstale){ 0 };
+		ok(attstale_merge(&o, &s) == 1 && o.seq == 4 && !strcmp(o.seen, s.seen),
+		   "merge into nothing seen: the mark");
+	}
 }
 
 int main(void)
