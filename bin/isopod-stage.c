@@ -275,8 +275,8 @@ static int progress_fd(void)
 	return (int)v;
 }
 
-/* The copy of the chain into one layer (qa: qemu-img convert ... -q ...).
- * With a progress descriptor, convert -p instead: its "(P/100%)\r" records
+/* The copy of the chain into one layer (qa: qemu-img rebase -q ..., the
+ * safe one).  With a progress descriptor, rebase -p instead: its "(P/100%)\r" records
  * on stdout become a line "flatten P%" there at each tenth (0 % and 100 %
  * always: qemu-img prints both).  Its exit status, or -1 with errno. */
 static int flatten_copy(char **qa)
@@ -323,7 +323,7 @@ static void cmd_flatten(const char *ref, const char *label)
 {
 	char serr[DIAG_MAX];
 	char id[64], hex[13], stid[64], tmp[PATH_MAX], dst[PATH_MAX], src[PATH_MAX], out[PATH_MAX],
-		base[PATH_MAX], rel[PATH_MAX], holder[64], now[32];
+		base[PATH_MAX], rel[PATH_MAX], holder[64], now[32], srcabs[PATH_MAX], baseabs[PATH_MAX];
 	const char *why = label_invalid(label), *bsha;
 	json_t *m, *sm;
 	struct stat st;
@@ -353,17 +353,32 @@ static void cmd_flatten(const char *ref, const char *label)
 	pathf(base, sizeof base, "%s/images/base-%s.img", store_home(), bsha ? bsha : "none");
 	pathf(out, sizeof out, "%s/layer.qcow2", tmp);
 	pathf(rel, sizeof rel, "../../images/base-%s.img", bsha ? bsha : "none");
+	/* qemu-img takes a relative backing path as relative to the layer's
+	 * own directory: both by their absolute paths (the layer's base is
+	 * made relative again below) */
+	if (!realpath(src, srcabs))
+		die(EX_SYS, "unable to resolve %s:", src);
+	if (!realpath(base, baseabs))
+		die(EX_SYS, "unable to resolve %s:", base);
 	if (mkdir(tmp, 0755) < 0)
 		die(EX_SYS, "unable to create %s:", tmp);
 	{
-		/* -B: the output holds exactly what differs from the base, so
-		 * it is one layer on the same base, with the same content. */
-		char *qa[] = {"qemu-img", "convert", "-q", "-O", "qcow2", "-B", base, "-F", "raw",
-			      src, out, NULL};
+		/* An empty layer over the chain, then a safe rebase onto the
+		 * base: it writes every cluster where the chain reads other
+		 * than the base, so the layer holds all that the chain's
+		 * layers changed, and the same content on one layer.  (Not
+		 * `convert -B base`: with a target backing file convert copies
+		 * only what the source's top layer holds itself -- QEMU takes
+		 * -B for the source's own backing file -- and every older
+		 * layer's data not in a cluster the top one rewrote was lost.) */
+		char *ca[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", srcabs,
+			      out, NULL};
+		char *qa[] = {"qemu-img", "rebase", "-q", "-f", "qcow2", "-F", "raw", "-b", baseabs,
+			      out, NULL};
 		char *ra[] = {"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", "raw", "-b", rel,
 			      out, NULL};
 
-		if (flatten_copy(qa) != 0 ||
+		if (proc_run(ca, PROC_NULL, PROC_INHERIT) != 0 || flatten_copy(qa) != 0 ||
 		    proc_run(ra, PROC_NULL, PROC_INHERIT) != 0 || chmod(out, 0444) < 0) {
 			unlink(out);
 			rmdir(tmp);

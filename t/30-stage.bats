@@ -175,6 +175,34 @@ fork_on() {
 	[ ! -e "$ISOPOD_HOME/stages/$a" ] && [ ! -e "$ISOPOD_HOME/stages/$b" ] && [ ! -e "$ISOPOD_HOME/stages/$c" ] || false
 }
 
+# No VM: a chain of five layers made as t/32's stages are (each writes its
+# own MiB, in clusters no later layer touches), flattened.  The one layer
+# reads as the chain does: every layer's data, not only the top one's
+# (qemu-img convert -B, which flatten used, kept only the top layer's
+# clusters: the older layers' data read as the base's).
+@test "stage flatten: the flat layer reads as the chain, every layer's data kept; one layer on the same base, by a relative path" {
+	local h="$BATS_TEST_TMPDIR/fh" ids top flat
+	ids=$(PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 5 1 f)
+	top=$(tail -n 1 <<<"$ids")
+	ISOPOD_HOME=$h run --separate-stderr isopod stage flatten "$top" --as flat5
+	[ "$status" -eq 0 ] || { echo "$stderr"; false; }
+	flat=$(jq -r .stage.id <<<"$output")
+	json_is '.stage.depth == 1 and .stage.parent == null'
+	run qemu-img compare -f qcow2 -F qcow2 "$h/stages/$top/layer.qcow2" "$h/stages/$flat/layer.qcow2"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "Images are identical." ]
+	# each layer's own MiB, read through the flat layer
+	for i in 1 2 3 4 5; do
+		qemu-io -r -f qcow2 -c "read -P $((i + 1)) ${i}M 1M" "$h/stages/$flat/layer.qcow2" | grep -q '^read 1048576/1048576 bytes' ||
+			{ echo "layer $i's data lost"; false; }
+		! qemu-io -r -f qcow2 -c "read -P $((i + 1)) ${i}M 1M" "$h/stages/$flat/layer.qcow2" | grep -q 'Pattern verification failed' ||
+			{ echo "layer $i's data lost"; false; }
+	done
+	[ "$(qemu-img info --output=json "$h/stages/$flat/layer.qcow2" | jq -r '."backing-filename"')" = \
+		"../../images/$(basename "$(readlink -f "$h/stages/$top/../../images/base-"*.img)")" ]
+}
+
 @test "stage: a 12-deep chain shows every layer's file; the cap names flatten; after flatten the commit works" {
 	export ISOPOD_MAX_DEPTH=12
 	prev=
@@ -195,9 +223,9 @@ fork_on() {
 	run --separate-stderr isopod stage flatten deep12 --as flat12
 	[ "$status" -eq 0 ]
 	json_is '.stage.depth == 1 and .stage.parent == null and .stage.label == "flat12"'
-	run --separate-stderr isopod run --json-only --stage flat12 --commit-as deep13 -- sh -c 'cat /root/f1 /root/f12'
+	run --separate-stderr isopod run --json-only --stage flat12 --commit-as deep13 -- sh -c 'cat /root/f1 /root/f2 /root/f3 /root/f4 /root/f5 /root/f6 /root/f7 /root/f8 /root/f9 /root/f10 /root/f11 /root/f12 | tr "\n" " "'
 	[ "$status" -eq 0 ]
-	json_is '.stdout == "1\n12\n" and .commit.stage.depth == 2'
+	json_is '.stdout == "1 2 3 4 5 6 7 8 9 10 11 12 " and .commit.stage.depth == 2'
 }
 
 @test "stage: a stage with a missing, truncated or non-qcow2 layer is refused before boot, named" {

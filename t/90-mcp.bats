@@ -345,7 +345,7 @@ EOF
 	echo "$heard" | jq -e 'map(select(test("^vm-[0-9a-f]{12}: running, (warm|cold|snapshot-build)$"))) | length == 1'
 	# every notification came before the answer
 	echo "$output" | jq -e '.messages | (map(.id == 2) | index(true)) == length - 1'
-	# stage_flatten of that stage: qemu-img convert's progress, each tenth
+	# stage_flatten of that stage: qemu-img rebase's progress, each tenth
 	# (0 % and 100 % at least), as isopod-stage writes it on
 	# ISOPOD_PROGRESS_FD, before the answer (about 2 s, no VM)
 	run --separate-stderr python3 "$RAW" --want 2 --timeout 120 -- "$MCP" <<EOF
