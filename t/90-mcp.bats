@@ -692,7 +692,7 @@ EOF
 	echo "$stderr"
 	[ "$status" -eq 0 ]
 	r 3 '.isError == true and .structuredContent.error_kind == "attestation" and
-		(.structuredContent.error | contains("unable to read what this store.s servers saw"))'
+		(.structuredContent.error | test("unable to read what this store.s servers saw"))'
 	# the mark another server made (the record put back) holds here too
 	r 4 '.isError == true and .structuredContent.error_kind == "attestation" and
 		(.structuredContent.error | contains("verifies again, but the host changed"))'
