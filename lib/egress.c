@@ -328,7 +328,13 @@ const char *egress_broker_path(char *buf, size_t sz)
 
 void egress_log_reason(const char *path, char *msg, size_t msz)
 {
-	char buf[1024], *line, *nl;
+	/* The broker's reason is its last line but the jail line: that one is
+	 * written by us, the parent, after jail_spawn returns, so it may land
+	 * after the broker's own last words (seen in CI: the reason was cut
+	 * off behind a 600-byte jail description).  The tail read holds more
+	 * than one jail line, whose size grows with the store's paths. */
+	static const char jl[] = "isopod-broker: jail: ";
+	char buf[16384], *line = NULL, *p;
 	size_t len = strlen(msg);
 	ssize_t n;
 	off_t end;
@@ -346,9 +352,20 @@ void egress_log_reason(const char *path, char *msg, size_t msz)
 	if (n <= 0)
 		return;
 	buf[n] = '\0';
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		buf[--n] = '\0';
-	line = (nl = strrchr(buf, '\n')) ? nl + 1 : buf;
-	if (*line && len + 3 < msz)
+	/* from the end: the first whole line, not empty, not the jail's */
+	for (p = buf + n; p > buf && !line;) {
+		char *eol = p, *bol;
+
+		while (eol > buf && (eol[-1] == '\n' || eol[-1] == '\r'))
+			*--eol = '\0';
+		for (bol = eol; bol > buf && bol[-1] != '\n'; bol--)
+			;
+		if (bol == buf && end > 0)
+			break; /* a line cut by the read: not whole */
+		if (*bol && strncmp(bol, jl, sizeof jl - 1))
+			line = bol;
+		p = bol;
+	}
+	if (line && len + 3 < msz)
 		snprintf(msg + len, msz - len, ": %s", line);
 }

@@ -57,8 +57,9 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 /* SIGTERM, wait <= 3 s for it to flush its ledger, then SIGKILL; reaps. */
 void egress_stop(struct egress *e);
 
-/* Append ": <the last line of the broker's log at path>" to msg (its reason
- * for failing to start, e.g. no network policy: run isopod-netsetup). */
+/* Append ": <the broker's last line in its log at path>" to msg (its reason
+ * for failing to start, e.g. no network policy: run isopod-netsetup); the
+ * jail line egress_start writes there is never the reason. */
 void egress_log_reason(const char *path, char *msg, size_t msz);
 
 /* The first IPv4 nameserver of /etc/resolv.conf into out (the broker's
