@@ -360,6 +360,10 @@ static void cmd_flatten(const char *ref, const char *label)
 		die(EX_SYS, "unable to resolve %s:", src);
 	if (!realpath(base, baseabs))
 		die(EX_SYS, "unable to resolve %s:", base);
+	/* qcow2 holds a backing path of at most 1023 bytes */
+	if (strlen(srcabs) > 1023 || strlen(baseabs) > 1023)
+		die(EX_USAGE, "the store's path is too long for a qcow2 backing file (1023 bytes at "
+			      "most): %s", strlen(srcabs) > 1023 ? srcabs : baseabs);
 	if (mkdir(tmp, 0755) < 0)
 		die(EX_SYS, "unable to create %s:", tmp);
 	{

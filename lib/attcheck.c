@@ -250,7 +250,6 @@ int attstale_apply(struct attstale *s, json_t *verdict, int *valid, const char *
 	const char *started = json_string_value(json_object_get(verdict, "started"));
 	const char *finished = json_string_value(json_object_get(verdict, "finished"));
 	long long seq = json_is_integer(q) ? (long long)json_integer_value(q) : 0;
-	int changed = 0;
 	size_t i;
 
 	/* A subject that no longer matched: the host changed after the doctor
@@ -260,21 +259,21 @@ int attstale_apply(struct attstale *s, json_t *verdict, int *valid, const char *
 	 * run that started after the change was last seen resumes. */
 	if (!*valid) {
 		json_array_foreach(json_object_get(verdict, "failures"), i, f) {
+			struct attstale mark = { .seq = seq };
+
 			if (!json_object_get(f, "subject"))
 				continue;
-			if (seq > s->seq)
-				s->seq = seq, changed = 1;
 			/* The runner's clock says when; one that cannot say
 			 * records a time no doctor run is after: failing
 			 * closed (never "nothing seen"), until the operator
 			 * removes the record. */
-			changed |= later(s->seen, sizeof s->seen, iso_time(now) ? now : ATTSTALE_NEVER);
+			snprintf(mark.seen, sizeof mark.seen, "%s", iso_time(now) ? now : ATTSTALE_NEVER);
 			/* The doctor's clock too, not the runner's alone: the
 			 * failing attestation's own run (signed) ended before a
 			 * run that may resume began. */
 			if (iso_time(finished))
-				changed |= later(s->after, sizeof s->after, finished);
-			return changed;
+				snprintf(mark.after, sizeof mark.after, "%s", finished);
+			return attstale_merge(s, &mark);
 		}
 		return 0;
 	}

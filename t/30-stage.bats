@@ -182,7 +182,7 @@ fork_on() {
 # clusters: the older layers' data read as the base's).
 @test "stage flatten: the flat layer reads as the chain, every layer's data kept; one layer on the same base, by a relative path" {
 	local h="$BATS_TEST_TMPDIR/fh" ids top flat
-	ids=$(PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 5 1 f)
+	ids=$(MKCHAIN_EDGES=1 PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 5 1 f)
 	top=$(tail -n 1 <<<"$ids")
 	ISOPOD_HOME=$h run --separate-stderr isopod stage flatten "$top" --as flat5
 	[ "$status" -eq 0 ] || { echo "$stderr"; false; }
@@ -193,7 +193,14 @@ fork_on() {
 	[ "$status" -eq 0 ]
 	[ "$output" = "Images are identical." ]
 	# each layer's own MiB, read through the flat layer
-	for i in 1 2 3 4 5; do
+	# (the top layer also zeroed base data at 0, discarded layer 2's first
+	# cluster and grew the disk to 5 GiB with data at 4.5: mkchain's edges)
+	qemu-io -r -f qcow2 -c "read -P 0 0 64k" -c "read -P 119 4608M 64k" "$h/stages/$flat/layer.qcow2" |
+		grep -c '^read 65536/65536 bytes' | grep -qx 2
+	! qemu-io -r -f qcow2 -c "read -P 0 0 64k" -c "read -P 119 4608M 64k" "$h/stages/$flat/layer.qcow2" |
+		grep -q 'Pattern verification failed'
+	[ "$(qemu-img info --output=json "$h/stages/$flat/layer.qcow2" | jq '."virtual-size"')" -eq $((5 << 30)) ]
+	for i in 1 3 4 5; do
 		qemu-io -r -f qcow2 -c "read -P $((i + 1)) ${i}M 1M" "$h/stages/$flat/layer.qcow2" | grep -q '^read 1048576/1048576 bytes' ||
 			{ echo "layer $i's data lost"; false; }
 		! qemu-io -r -f qcow2 -c "read -P $((i + 1)) ${i}M 1M" "$h/stages/$flat/layer.qcow2" | grep -q 'Pattern verification failed' ||

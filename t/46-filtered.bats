@@ -490,24 +490,32 @@ widened_broker_check() {
 # "established" to conntrack but not the jail's own flows (review L2).
 # Root's listener (the control) answers.
 inbound_check() {
-	local uid who srv out=""
+	served_check 203.0.113.1:7003 203.0.113.1:7003 ip netns exec "$LAB_NAME-inet" /usr/bin/python3
+}
+
+# served_check ADDR TARGET PROBER...: a listener on ADDR (UDP and TCP) in
+# the host netns, as root and then as a jail uid, each probed at TARGET by
+# `PROBER jailegress.py probe`; root's must answer, the jail uid's not.
+served_check() {
+	local addr=$1 target=$2 uid who srv out=""
+	shift 2
 	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
 	for who in root jail; do
-		set --
-		[ "$who" = root ] || set -- setpriv --reuid="$uid" --regid="$uid" --clear-groups
-		ip netns exec "$LAB_NAME-host" "$@" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
-			203.0.113.1:7003 >"$BATS_TEST_TMPDIR/srv-$who" 2>&1 3>&- &
+		local as=()
+		[ "$who" = root ] || as=(setpriv --reuid="$uid" --regid="$uid" --clear-groups)
+		ip netns exec "$LAB_NAME-host" "${as[@]}" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
+			"$addr" >"$BATS_TEST_TMPDIR/srv-$who" 2>&1 3>&- &
 		srv=$!
 		for _ in $(seq 1 50); do grep -q ready "$BATS_TEST_TMPDIR/srv-$who" && break; sleep 0.1; done
 		# one at a time: the jail's listener dies of its sendto's EPERM
-		out+="$who: $(for t in tcpr udp; do ip netns exec "$LAB_NAME-inet" /usr/bin/python3 \
-			"$BATS_TEST_DIRNAME/lab/jailegress.py" probe "$t:203.0.113.1:7003"; done | tr '\n' ' ')"$'\n'
+		out+="$who: $(for t in tcpr udp; do "$@" "$BATS_TEST_DIRNAME/lab/jailegress.py" probe "$t:$target"
+			done | tr '\n' ' ')"$'\n'
 		kill "$srv"
 		wait "$srv" 2>/dev/null || :
 	done
 	echo "$out"
-	grep -qx "root: tcpr:203.0.113.1:7003 ok udp:203.0.113.1:7003 ok " <<<"$out" &&
-		grep -qx "jail: tcpr:203.0.113.1:7003 blocked udp:203.0.113.1:7003 blocked " <<<"$out"
+	grep -qx "root: tcpr:$target ok udp:$target ok " <<<"$out" &&
+		grep -qx "jail: tcpr:$target blocked udp:$target blocked " <<<"$out"
 }
 
 @test "jail egress: a flow a peer on the internet starts to a jail uid's socket gets no answer (UDP, TCP); root's does; the jail's own flows and DNS still pass" {
@@ -615,25 +623,8 @@ chain_broker() {
 # (1053, 3128), so jail_out drops them (review L2).
 # Root's listener (the control) answers.
 gateway_user_check() {
-	local uid who srv out=""
-	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
-	for who in root jail; do
-		set --
-		[ "$who" = root ] || set -- setpriv --reuid="$uid" --regid="$uid" --clear-groups
-		ip netns exec "$LAB_NAME-host" "$@" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
-			10.213.0.1:7005 >"$BATS_TEST_TMPDIR/srv-$who" 2>&1 3>&- &
-		srv=$!
-		for _ in $(seq 1 50); do grep -q ready "$BATS_TEST_TMPDIR/srv-$who" && break; sleep 0.1; done
-		# one at a time: the jail's listener dies of its sendto's EPERM
-		out+="$who: $(for t in tcpr udp; do ip netns exec "$LAB_NAME-host" setpriv --reuid=4242 --regid=4242 \
-			--clear-groups /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe \
-			"$t:10.213.0.1:7005@10.213.0.1"; done | tr '\n' ' ')"$'\n'
-		kill "$srv"
-		wait "$srv" 2>/dev/null || :
-	done
-	echo "$out"
-	grep -qx "root: tcpr:10.213.0.1:7005@10.213.0.1 ok udp:10.213.0.1:7005@10.213.0.1 ok " <<<"$out" &&
-		grep -qx "jail: tcpr:10.213.0.1:7005@10.213.0.1 blocked udp:10.213.0.1:7005@10.213.0.1 blocked " <<<"$out"
+	served_check 10.213.0.1:7005 10.213.0.1:7005@10.213.0.1 \
+		ip netns exec "$LAB_NAME-host" setpriv --reuid=4242 --regid=4242 --clear-groups /usr/bin/python3
 }
 
 @test "jail egress: a local user bound to a gateway address gets no answer from a jail uid's socket (UDP, TCP); root's answers; the jail's own flows and DNS still pass" {

@@ -36,6 +36,14 @@ for i in $(seq "$first" $((first + n - 1))); do
 		qemu-img rebase -u -f qcow2 -F qcow2 -b "../$parent/layer.qcow2" "$d/layer.qcow2"
 	fi
 	qemu-io -f qcow2 -c "write -P $((i % 250 + 1)) $((i * mib))M ${mib}M" "$d/layer.qcow2" >/dev/null
+	# MKCHAIN_EDGES=1: the last layer also zeroes base data (at 0),
+	# discards a lower layer's cluster (at 2 MiB) and grows the disk to
+	# 5 GiB with data past the base's 4 (what a flatten must keep)
+	if [ "${MKCHAIN_EDGES:-0}" = 1 ] && [ "$i" -eq $((first + n - 1)) ]; then
+		qemu-io -f qcow2 -c "write -z 0 64k" -c "discard 2M 64k" "$d/layer.qcow2" >/dev/null
+		qemu-img resize -q -f qcow2 "$d/layer.qcow2" 5G
+		qemu-io -f qcow2 -c "write -P 119 4608M 64k" "$d/layer.qcow2" >/dev/null
+	fi
 	chmod 0444 "$d/layer.qcow2"
 	jq -n --arg id "$id" --arg p "$parent" --argjson depth "$i" --arg sha "$sha" \
 		--arg lb "$prefix$i" \

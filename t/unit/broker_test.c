@@ -92,6 +92,33 @@ static void test_interest(void)
 	close(b.ep);
 }
 
+/* fn(wfd) in a child (it writes n bytes there and exits), read into buf;
+ * waited for, its wait status in *st.  0, 1 when its answer was short
+ * (buf partly written: the caller's sentinel is to be set again), or -1
+ * with errno when no child ran. */
+static int in_child(void (*fn)(int), void *buf, size_t n, int *st)
+{
+	int p[2], r;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	if ((pid = fork()) < 0) {
+		close(p[0]);
+		close(p[1]);
+		return -1;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		fn(p[1]);
+	}
+	close(p[1]);
+	r = read(p[0], buf, n) != (ssize_t)n;
+	close(p[0]);
+	waitpid(pid, st, 0);
+	return r;
+}
+
 /* What a child under the filter saw: each a return value, then errno. */
 struct locked {
 	int installed, own, route, bind_tcp, bind_udp, listen_auto, open, probe, e[5];
@@ -132,22 +159,14 @@ static void test_lock_down(void)
 {
 	struct locked r = { .installed = -2 };
 	char want[512];
-	int p[2], st = -1;
-	pid_t pid;
+	int st = -1, got = in_child(locked_child, &r, sizeof r, &st);
 
-	if (pipe2(p, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+	if (got < 0) {
 		ok(0, "a child for the filter: %s", strerror(errno));
 		return;
 	}
-	if (pid == 0) {
-		close(p[0]);
-		locked_child(p[1]);
-	}
-	close(p[1]);
-	if (read(p[0], &r, sizeof r) != (ssize_t)sizeof r)
+	if (got == 1)
 		r.installed = -2;
-	close(p[0]);
-	waitpid(pid, &st, 0);
 	ok(r.installed == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	   "the filter installed in a child (%d, status %#x)", r.installed, st);
 	ok(r.own == 1, "under it, 127.0.0.1 is still the host's own (%d): no bind to read them",
@@ -210,26 +229,18 @@ static void netns_child(int wfd)
 
 static void test_jail_probe(void)
 {
-	int p[2], res[2] = { 8, 8 }, st = -1;
-	pid_t pid;
+	int res[2] = { 8, 8 }, st = -1, got;
 
 	if (geteuid() != 0) {
 		ok(1, "# skip the jail egress probe in a netns: needs root");
 		return;
 	}
-	if (pipe2(p, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+	if ((got = in_child(netns_child, res, sizeof res, &st)) < 0) {
 		ok(0, "a child for the netns: %s", strerror(errno));
 		return;
 	}
-	if (pid == 0) {
-		close(p[0]);
-		netns_child(p[1]);
-	}
-	close(p[1]);
-	if (read(p[0], res, sizeof res) != (ssize_t)sizeof res)
+	if (got == 1)
 		res[0] = res[1] = 8;
-	close(p[0]);
-	waitpid(pid, &st, 0);
 	if (res[0] == 7) {
 		ok(1, "# skip the jail egress probe in a netns: unshare(CLONE_NEWNET) refused");
 		return;
