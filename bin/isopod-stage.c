@@ -408,6 +408,9 @@ static void cmd_flatten(const char *ref, const char *label)
 		       "name", label, "label", label, "parent", "depth", 1, "base",
 		       json_object_get(m, "base"), "size", (json_int_t)st.st_blocks * 512, "created",
 		       iso_now(now, sizeof now), "flattened_from", id);
+	/* how: stages flattened before this field existed may lack data
+	 * (isopod-stage verify compares them with their chain) */
+	json_object_set_new(sm, "flattened_by", json_string("rebase"));
 	json_object_set_new(sm, "seal", seal_new(&st));
 	json_object_set_new(sm, "flatten_ms", json_integer(mono_ms() - t0));
 	pathf(src, sizeof src, "%s/meta.json", tmp);
@@ -558,6 +561,87 @@ static json_t *verify_one(const char *id, int want_reseal, int *bad)
 	return r;
 }
 
+/* A flattened stage against the chain it was flattened from, while that
+ * chain exists: `qemu-img compare` of the two (every guest-visible byte).
+ * Flatten before 23ffd0a (qemu-img convert -B) kept only the top layer's
+ * clusters: those stages read the older layers' data as the base's, and
+ * their seals sealed the wrong bytes, so only this comparison finds them.
+ * New reference: {"stage","status":identical|differs|gone|unknown|error,
+ * "why"?}; *bad set when it differs or cannot be compared. */
+static json_t *verify_flat(json_t *m, const char *id, int *bad)
+{
+	const char *src = json_string_value(json_object_get(m, "flattened_from"));
+	const char *by = json_string_value(json_object_get(m, "flattened_by"));
+	char fl[PATH_MAX], sl[PATH_MAX], why[DIAG_MAX] = "", out[256] = "", *nl;
+	const char *status;
+	json_t *sm, *r;
+
+	if (!src)
+		return NULL;
+	pathf(fl, sizeof fl, "%s/stages/%s/layer.qcow2", store_home(), id);
+	pathf(sl, sizeof sl, "%s/stages/%s/layer.qcow2", store_home(), src);
+	sm = stage_meta(src);
+	if (!sm && errno == ENOENT) {
+		/* Nothing to compare with.  A stage made by the fixed flatten
+		 * says so; an older one may lack data, and nothing can tell. */
+		status = by ? "gone" : "unknown";
+		if (!by)
+			snprintf(why, sizeof why, "flattened before isopod kept every layer's data "
+				 "(flatten before 23ffd0a lost the older layers' clusters) and stage %s, "
+				 "its chain, is gone: it may lack data; nothing can tell", src);
+	} else if (!sm || stage_verify_chain(src, why, sizeof why) < 0) {
+		status = "error";
+		if (!why[0])
+			snprintf(why, sizeof why, "unable to read stage %s: %s", src, strerror(errno));
+		*bad = 1;
+	} else {
+		char *ca[] = {"qemu-img", "compare", "-f", "qcow2", "-F", "qcow2", fl, sl, NULL};
+		struct proc_spec ps = PROC_SPEC(ca);
+		int p[2], st = -1, rc = -1;
+		size_t got = 0;
+		ssize_t n;
+		pid_t pid = -1;
+
+		if (pipe2(p, O_CLOEXEC) == 0) {
+			ps.out = p[1];
+			ps.err = p[1];
+			pid = proc_spawn(&ps);
+			close(p[1]);
+			while (pid > 0 && (n = read(p[0], out + got, sizeof out - 1 - got)) != 0) {
+				if (n < 0 && errno == EINTR)
+					continue;
+				if (n < 0 || (got += (size_t)n) == sizeof out - 1)
+					break;
+			}
+			close(p[0]);
+			if (pid > 0 && proc_wait(pid, &st) == 0)
+				rc = proc_status(st);
+		}
+		out[got] = 0;
+		if ((nl = strchr(out, '\n')))
+			*nl = 0;
+		if (rc == 0) {
+			status = "identical";
+		} else if (rc == 1) {
+			status = "differs";
+			snprintf(why, sizeof why, "it reads other than stage %s, the chain it was flattened "
+				 "from (%s): it lost data (flatten before 23ffd0a); flatten %s again and "
+				 "remove this one", src, out, src);
+			*bad = 1;
+		} else {
+			status = "error";
+			snprintf(why, sizeof why, "qemu-img compare failed (exit %d): %s", rc,
+				 out[0] ? out : "no output");
+			*bad = 1;
+		}
+	}
+	json_decref(sm);
+	r = json_pack("{s:s, s:s}", "stage", src, "status", status);
+	if (why[0])
+		json_object_set_new(r, "why", json_string(why));
+	return r;
+}
+
 static void cmd_verify(const char *ref, int want_reseal)
 {
 	char serr[DIAG_MAX];
@@ -597,8 +681,20 @@ static void cmd_verify(const char *ref, int want_reseal)
 		bad = 1;
 	base = json_pack("{s:s, s:s, s:s?, s:s}", "image", p, "status", status, "sha256",
 			 sha[0] ? sha : NULL, "named_sha256", bsha);
-	json_emit(json_pack("{s:s, s:b, s:o, s:o}", "stage", id, "ok", !bad, "layers", layers,
-			    "base", base));
+	{
+		json_t *m = stage_meta(id), *r = json_pack("{s:s, s:b, s:o, s:o}", "stage", id, "ok",
+							    !bad, "layers", layers, "base", base);
+		json_t *fr = m ? verify_flat(m, id, &bad) : NULL;
+
+		if (fr) {
+			if (!strcmp(json_string_value(json_object_get(fr, "status")), "unknown"))
+				warn("stage %s: %s", id, json_string_value(json_object_get(fr, "why")));
+			json_object_set_new(r, "flattened_from", fr);
+			json_object_set_new(r, "ok", json_boolean(!bad));
+		}
+		json_decref(m);
+		json_emit(r);
+	}
 	if (bad)
 		exit(EX_GUEST);
 }

@@ -208,6 +208,56 @@ fork_on() {
 	done
 	[ "$(qemu-img info --output=json "$h/stages/$flat/layer.qcow2" | jq -r '."backing-filename"')" = \
 		"../../images/$(basename "$(readlink -f "$h/stages/$top/../../images/base-"*.img)")" ]
+	# verify compares a flattened stage with its chain
+	ISOPOD_HOME=$h run --separate-stderr isopod stage verify "$flat"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	jq -e --arg t "$top" '.ok and .flattened_from == {stage: $t, status: "identical"}' <<<"$output"
+}
+
+# A stage flattened as isopod did before 23ffd0a (qemu-img convert -B, which
+# kept only the top layer's clusters), its meta.json as that flatten wrote
+# it and sealed: the seal holds, so only the comparison with the chain it
+# was flattened from finds the lost data; with the chain gone, verify says
+# it cannot tell.  The control: the same layer made by today's flatten.
+@test "stage verify: a stage flattened by the old flatten (convert -B) reads other than its chain: verify fails naming it; chain gone: unknown, warned" {
+	local h="$BATS_TEST_TMPDIR/fo" ids top base old=st-01d0f1a77e00 d
+	ids=$(PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 3 1 f)
+	top=$(tail -n 1 <<<"$ids")
+	base=$(readlink -f "$h/images/base-"*.img)
+	d=$h/stages/$old
+	mkdir "$d"
+	qemu-img convert -q -O qcow2 -B "$base" -F raw "$h/stages/$top/layer.qcow2" "$d/layer.qcow2"
+	qemu-img rebase -u -f qcow2 -F raw -b "../../images/$(basename "$base")" "$d/layer.qcow2"
+	chmod 0444 "$d/layer.qcow2"
+	jq --arg id "$old" --arg t "$top" '.id = $id | .name = "old" | .label = "old" | .parent = null |
+		.depth = 1 | del(.seal) | .flattened_from = $t' "$h/stages/$top/meta.json" >"$d/meta.json"
+	ISOPOD_HOME=$h isopod stage verify --reseal "$old" >/dev/null || :
+	# the layers and the base are as sealed; the comparison is what fails
+	ISOPOD_HOME=$h run --separate-stderr isopod stage verify "$old"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	jq -e --arg t "$top" '.ok == false and ([.layers[].status] == ["ok"]) and .base.status == "ok" and
+		.flattened_from.stage == $t and .flattened_from.status == "differs" and
+		(.flattened_from.why | test("Content mismatch at offset")) and
+		(.flattened_from.why | test("flatten " + $t + " again"))' <<<"$output"
+	# the chain gone: nothing can tell; warned, not failed (the seal holds)
+	ISOPOD_HOME=$h isopod stage rm "$top" >/dev/null
+	ISOPOD_HOME=$h run --separate-stderr isopod stage verify "$old"
+	echo "$output"
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	json_is '.ok and .flattened_from.status == "unknown" and (.flattened_from.why | test("may lack data"))'
+	[[ "$stderr" == *"may lack data"* ]]
+	# the control: today's flatten of a chain, its chain gone, says gone
+	ids=$(PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 2 1 g)
+	top=$(tail -n 1 <<<"$ids")
+	old=$(ISOPOD_HOME=$h isopod stage flatten "$top" --as new | jq -r .stage.id)
+	ISOPOD_HOME=$h isopod stage rm "$top" >/dev/null
+	ISOPOD_HOME=$h run --separate-stderr isopod stage verify "$old"
+	[ "$status" -eq 0 ]
+	json_is '.ok and .flattened_from.status == "gone" and (.flattened_from | has("why") | not)'
+	[ -z "$stderr" ]
 }
 
 @test "stage: a 12-deep chain shows every layer's file; the cap names flatten; after flatten the commit works" {
