@@ -308,6 +308,54 @@ state_b_becomes() {
 	state_b_becomes "idle|none"
 }
 
+# The gate between jobs: slurmd runs its HealthCheckProgram every
+# HealthCheckInterval whatever the node's state (HealthCheckNodeState=ANY),
+# so refresh there notices a host that broke while no job ends.  The site's
+# script is the Epilog's, with PATH set (slurmd may give it an empty
+# environment) and the node's name from the host name when slurmd sets no
+# SLURMD_NODENAME.  The control first: without it, node b stays idle under
+# an attestation that fails (the gap it closes).
+@test "attestation between jobs: refresh as slurmd's HealthCheckProgram drains node b within 20 s of its attestation failing, no job ending and no refresh by hand, and resumes it once it verifies; without it b stays idle" {
+	local i
+	[ "$(state_b)" = "idle|none" ]
+	echo "$T/lx-bad" >"$T/health-lx-b"
+	echo "$T/lx-good" >"$T/health-lx-a"
+	cat >"$T/health" <<-ZZHC
+		#!/bin/sh
+		PATH=/usr/sbin:/usr/bin:/sbin:/bin
+		n=\${SLURMD_NODENAME:-\$(hostname)}
+		echo "\$n \${SLURMD_NODENAME:+env}" >>$T/health.runs
+		export ISOPOD_HOME=$T/store-\$n ISOPOD_SYSCONFIG=$T/hostconf ISOPOD_LIBEXEC=\$(cat $T/health-lx-\$n)
+		export SLURM_CONF=$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf
+		exec $ISOPOD_SRC/bin/isopod-slurm refresh --node "\$n" >>$T/health.log 2>&1
+	ZZHC
+	chmod 755 "$T/health"
+	# the control: no health check configured, nothing notices
+	sleep 6
+	[ "$(state_b)" = "idle|none" ]
+	[ ! -e "$T/health.runs" ]
+	sh "$LAB" unslurm "$LAB_NAME"
+	# verifying at the start (the lab waits for both nodes idle), then not
+	echo "$T/lx-good" >"$T/health-lx-b"
+	sh "$LAB" slurm "$LAB_NAME" "$T/conf-a-site.json" "$T/conf-b.json" "$T/epilog" "$T/health" >/dev/null
+	echo "$T/lx-bad" >"$T/health-lx-b"
+	for i in $(seq 1 40); do
+		[ "$(state_b)" != "drained|isopod: attestation does not verify: ruleset/nftables: digest differs" ] || break
+		sleep 0.5
+	done
+	echo "# runs: $(sort "$T/health.runs" | uniq -c | tr '\n' ' ')" >&3
+	[ "$(state_b)" = "drained|isopod: attestation does not verify: ruleset/nftables: digest differs" ]
+	grep -q '^a' "$T/health.runs"
+	[ "$(cx ctl sinfo -h -N -n a -o '%T')" = idle ]
+	# verifying again: the next health check resumes it
+	echo "$T/lx-good" >"$T/health-lx-b"
+	for i in $(seq 1 40); do
+		[ "$(state_b)" != "idle|none" ] || break
+		sleep 0.5
+	done
+	[ "$(state_b)" = "idle|none" ]
+}
+
 @test "mutation: node a given 4 filtered GRES for its 2 slots: the same 10 jobs run 4 at once there and the slot check FAILS" {
 	jq '.slurm_conf |= sub("isopod_filtered:2"; "isopod_filtered:4") | .gres_conf |= sub("isopod_filtered Count=2"; "isopod_filtered Count=4")' \
 		"$T/conf-a.json" >"$T/conf-a-lie.json"

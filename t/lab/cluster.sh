@@ -10,7 +10,12 @@
 #                                `isopod-slurm conf` printed on each host
 #                                (their slurm_conf and gres_conf lines);
 #                                EPILOG: slurm.conf's Epilog= (a program
-#                                slurmd runs as root after each job)
+#                                slurmd runs as root after each job; ""
+#                                for none)
+#   lab.sh slurm NAME A.json B.json EPILOG HEALTH
+#                                also HealthCheckProgram=HEALTH, run by
+#                                each slurmd every 2 s whatever the node's
+#                                state (HealthCheckNodeState=ANY)
 #   lab.sh unslurm NAME          stop the daemons and every job (cluster stays)
 #   lab.sh cexec NAME H CMD...   run CMD in NAME-H (H: ctl, a, b), SLURM_CONF set
 #
@@ -115,6 +120,8 @@ write_conf() {
 		$types
 	EOF
 	[ -z "${4-}" ] || echo "Epilog=$4" >>"$s/etc/slurm.conf"
+	[ -z "${5-}" ] || printf 'HealthCheckProgram=%s\nHealthCheckInterval=2\nHealthCheckNodeState=ANY\n' "$5" \
+		>>"$s/etc/slurm.conf"
 	: >"$s/etc/gres.conf"
 	for h in a b; do
 		[ "$h" = a ] && f=$2 || f=$3
@@ -135,7 +142,7 @@ nodes_idle() {
 
 cmd_slurm() {
 	name=$1
-	[ $# -eq 3 ] || [ $# -eq 4 ] || die "usage: lab.sh slurm NAME A.json B.json [EPILOG]"
+	case $# in 3 | 4 | 5) ;; *) die "usage: lab.sh slurm NAME A.json B.json [EPILOG [HEALTH]]" ;; esac
 	ip netns list | grep -q "^$name-ctl\b" || die "no cluster $name: lab.sh cluster $name first"
 	[ ! -s "$STATE/slurm/daemons" ] || die "slurm already runs in $name: lab.sh unslurm $name first"
 	s=$STATE/slurm
