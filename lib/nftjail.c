@@ -25,6 +25,12 @@
  *   jail_deny the deny list less the host's overrides (nftb_rules_deny:
  *             the forward chain's, so both layers agree)
  *
+ * and, for every other local socket, in `jail` after the goto:
+ *             ip daddr SLOTS udp|tcp dport 1053, tcp dport 3128
+ *               meta skuid != 0 [meta skuid != OWNER] counter drop
+ *                                     (the brokers serve their guests, root
+ *                                      and the taps' owner, no other user)
+ *
  * Priority -5: before the canary chain (0) rewrites the canary's port. */
 
 #include "net.h"
@@ -100,6 +106,34 @@ static void rule_answer(struct nftb *b, int lo, uint8_t proto, uint16_t port)
 	nftb_rule_put(b, r);
 }
 
+/* A broker's service port on every gateway, for local sockets other than
+ * root's (the doctor's broker check, a root store's tools) and the taps'
+ * owner's (a user's own brokers and doctor): dropped before their first
+ * packet leaves.  Otherwise any local user could use a VM's broker as a
+ * proxy of its own and write requests into that VM's egress ledger, which
+ * its provenance names and learn mode turns into a proposed allowlist.
+ * Guests come through their taps (the input path: not this hook); jail
+ * uids went to jail_out above.  A packet with no full socket (a TCP reset
+ * for a timewait one) has no skuid: the rule does not match it. */
+static void rule_local_client(struct nftb *b, uint8_t proto, uint16_t port)
+{
+	const struct netplan *p = b->plan;
+	struct nftnl_rule *r = nftb_rule_new(b, "jail");
+	uint32_t root = 0, owner = p->owner > 0 ? (uint32_t)p->owner : 0;
+
+	m_ip(b, r, 16, NFT_CMP_EQ, p->base, p->prefix);
+	m_dport(b, r, proto, port);
+	x_meta(b, r, NFT_META_SKUID);
+	x_cmp(b, r, NFT_CMP_NEQ, &root, 4);
+	if (owner) {
+		x_meta(b, r, NFT_META_SKUID);
+		x_cmp(b, r, NFT_CMP_NEQ, &owner, 4);
+	}
+	x_counter(b, r);
+	x_verdict(b, r, NF_DROP, NULL);
+	nftb_rule_put(b, r);
+}
+
 void nftb_build_jail(struct nftb *b)
 {
 	const struct netplan *p = b->plan;
@@ -114,6 +148,9 @@ void nftb_build_jail(struct nftb *b)
 	m_skuid_range(b, r, p->jail_first, p->jail_last);
 	x_verdict(b, r, NFT_GOTO, CHAIN);
 	nftb_rule_put(b, r);
+	rule_local_client(b, IPPROTO_UDP, TCFILTER_PORT_BROKER_DNS);
+	rule_local_client(b, IPPROTO_TCP, TCFILTER_PORT_BROKER_DNS);
+	rule_local_client(b, IPPROTO_TCP, TCFILTER_PORT_BROKER_HTTP);
 
 	/* Established, never "established,related" of any flow: a peer that
 	 * starts a UDP or TCP flow to a broker's socket (an autobound port)

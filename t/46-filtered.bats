@@ -659,7 +659,7 @@ gateway_user_check() {
 # of the tap, under jail_out's narrowed reply rules; and its DNS port
 # answers a host process on lo, as the doctor's broker check asks it.
 guest_answer_check() {
-	local uid bp dns web host
+	local uid bp dns web host user
 	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
 	mkdir -p "$BATS_TEST_TMPDIR/g"
 	ip netns exec "$LAB_NAME-host" setpriv --reuid="$uid" --regid="$uid" --clear-groups \
@@ -670,16 +670,44 @@ guest_answer_check() {
 	for _ in $(seq 1 50); do [ -s "$BATS_TEST_TMPDIR/g/out" ] && break; sleep 0.1; done
 	dns=$(sh "$LAB" gexec "$LAB_NAME" 2 /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:53)
 	web=$(sh "$LAB" gexec "$LAB_NAME" 2 curl -s -m 4 -x http://10.213.0.9:3128 http://pkg.test/ || :)
-	host=$(ip netns exec "$LAB_NAME-host" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:1053)
+	host=$(ip netns exec "$LAB_NAME-host" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:1053 \
+		tcp:10.213.0.9:3128 | tr '\n' ' ')
+	# another local user (neither root nor the taps' owner): refused
+	user=$(ip netns exec "$LAB_NAME-host" setpriv --reuid=4242 --regid=4242 --clear-groups /usr/bin/python3 \
+		"$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:1053 tcp:10.213.0.9:3128 | tr '\n' ' ')
 	kill "$bp" 2>/dev/null || cat "$BATS_TEST_TMPDIR/g/err"
 	wait "$bp" 2>/dev/null || :
-	echo "announced '$(head -c 60 "$BATS_TEST_TMPDIR/g/out")' $dns web '$web' host $host"
-	[ "$dns" = "dns:10.213.0.9:53 ok" ] && [ "$web" = "lab 198.51.100.10" ] && [ "$host" = "dns:10.213.0.9:1053 ok" ] || false
+	echo "announced '$(head -c 60 "$BATS_TEST_TMPDIR/g/out")' $dns web '$web' host $host user $user"
+	# one status (run's subshell has no errexit): the guest's and root's
+	# answered, the other user's refused
+	[ "$dns" = "dns:10.213.0.9:53 ok" ] && [ "$web" = "lab 198.51.100.10" ] &&
+		[ "$host" = "dns:10.213.0.9:1053 ok tcp:10.213.0.9:3128 ok " ] &&
+		[ "$user" = "dns:10.213.0.9:1053 blocked tcp:10.213.0.9:3128 blocked " ]
 }
 
-@test "jail egress: a jailed broker's DNS (port 53, redirected) and proxy answer a guest on its tap (the lab's stand-in guest, no VM), its DNS a host process on lo (the doctor's check)" {
+@test "jail egress: a jailed broker's DNS (port 53, redirected) and proxy answer a guest on its tap (the lab's stand-in guest, no VM), its DNS and proxy root on lo (the doctor's check), not another local user" {
 	run guest_answer_check
 	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
+# The mutation: the three local-client drops gone, the other local user's
+# DNS query and proxy connection are answered and the check FAILS.
+@test "mutation: jail's local-client drops deleted: another local user reaches a broker's DNS and proxy and the check FAILS; netsetup restores it" {
+	local hs h
+	hs=$(ip netns exec "$LAB_NAME-host" nft -a list chain inet isopod jail |
+		awk '/dport (1053|3128) meta skuid != 0/ { print $NF }')
+	echo "handles: $hs"
+	[ "$(wc -w <<<"$hs")" -eq 3 ]
+	for h in $hs; do
+		ip netns exec "$LAB_NAME-host" nft delete rule inet isopod jail handle "$h"
+	done
+	run guest_answer_check
+	echo "$output"
+	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"user dns:10.213.0.9:1053 ok tcp:10.213.0.9:3128 ok"* ]]
+	run guest_answer_check
 	[ "$status" -eq 0 ]
 }
 
