@@ -249,7 +249,7 @@ pull_altered() {
 	[ "$(written "$T/g")" = "$before" ]
 }
 
-@test "a stage on the real base, pushed and pulled into another store on the same base (present: not moved), boots there and reads its file" {
+@test "a stage on the real base, pushed and pulled into another store on the same base (present: not moved), boots there and reads its file; isopod run --stage REGISTRY/REPO:TAG pulls it itself, a missing tag fails the run (101) before anything boots" {
 	# the stage without a VM: /marker written into a copy of the base by
 	# debugfs, the difference kept as a qcow2 layer on the base (what
 	# flatten makes), rebased, sealed; one boot, on the other side
@@ -280,4 +280,28 @@ pull_altered() {
 		--stage oci-marker -- cat /marker
 	[ "$status" -eq 0 ] || { echo "$stderr"; false; }
 	jq -e '.stdout == "pulled-ok\n"' <<<"$output"
+	# pull before boot: a third store, `isopod run --stage REGISTRY/REPO:TAG`
+	# pulls the chain itself (what a Slurm job on a host without the stage
+	# does), then boots on it; the stage is the store's, as pulled
+	third="$T/vm-third"
+	sh "$ISOPOD_SRC/images/register" "$third" >/dev/null
+	run --separate-stderr ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$third" PATH="$PATH" \
+		"$ISOPOD_SRC/sh/isopod" run --json-only --cold --stage "$REG/isopod/marker:v1" --pull-plain-http -- cat /marker
+	[ "$status" -eq 0 ] || { echo "$stderr"; false; }
+	jq -e '.stdout == "pulled-ok\n" and .on.stage.id == "st-0c1000000001"' <<<"$output"
+	jq -e --arg r "$REG/isopod/marker:v1" '.label == "oci-marker" and .pulled.from == $r' \
+		"$third/stages/st-0c1000000001/meta.json"
+	# a tag the registry lacks: the run fails with the pull's status and
+	# reason, nothing claimed or booted
+	vms=$(ls -A "$third/vms")
+	run --separate-stderr ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$third" PATH="$PATH" \
+		"$ISOPOD_SRC/sh/isopod" run --json-only --stage "$REG/isopod/marker:v9" --pull-plain-http -- true
+	echo "$output"
+	[ "$status" -eq 101 ]
+	jq -e '.ok == false and .error_kind == "not_found" and (.error | test("marker:v9"))' <<<"$output"
+	[ "$(ls -A "$third/vms")" = "$vms" ]
+	# the pull options are for a registry's stage only
+	run --separate-stderr env ISOPOD_HOME="$third" "$ISOPOD_SRC/sh/isopod" run --stage oci-marker --pull-plain-http -- true
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"for a --stage a registry holds"* ]]
 }
