@@ -26,10 +26,15 @@
  *             the forward chain's, so both layers agree)
  *
  * and, for every other local socket, in `jail` after the goto:
- *             ip daddr SLOTS udp|tcp dport 1053, tcp dport 3128
+ *             ip daddr GW udp|tcp dport 1053, tcp dport 3128
+ *               meta skuid != 0 counter drop
+ *                                     (the brokers serve their guests and
+ *                                      root's doctor, no other user)
+ *             ip saddr GW udp|tcp sport 1053, tcp sport 3128
  *               meta skuid != 0 [meta skuid != OWNER] counter drop
- *                                     (the brokers serve their guests, root
- *                                      and the taps' owner, no other user)
+ *                                     (no squatter on a broker's port
+ *                                      answers a guest)
+ *   GW: ip addr & 0.0.0.3 == 0.0.0.1 in SLOTS, a gateway's.
  *
  * Priority -5: before the canary chain (0) rewrites the canary's port. */
 
@@ -106,23 +111,44 @@ static void rule_answer(struct nftb *b, int lo, uint8_t proto, uint16_t port)
 	nftb_rule_put(b, r);
 }
 
-/* A broker's service port on every gateway, for local sockets other than
- * root's (the doctor's broker check, a root store's tools) and the taps'
- * owner's (a user's own brokers and doctor): dropped before their first
- * packet leaves.  Otherwise any local user could use a VM's broker as a
- * proxy of its own and write requests into that VM's egress ledger, which
- * its provenance names and learn mode turns into a proposed allowlist.
- * Guests come through their taps (the input path: not this hook); jail
- * uids went to jail_out above.  A packet with no full socket (a TCP reset
- * for a timewait one) has no skuid: the rule does not match it. */
-static void rule_local_client(struct nftb *b, uint8_t proto, uint16_t port)
+/* ip saddr (off 12) or daddr (16): a gateway's, the first host of its
+ * slot's /30 (lib/net.c: base + 4k + 1; the base is aligned to the
+ * range's prefix, netsetup checks). */
+static void m_gateway(struct nftb *b, struct nftnl_rule *r, uint32_t off)
+{
+	uint32_t mask = htonl(3), one = htonl(1);
+
+	m_ip(b, r, off, NFT_CMP_EQ, b->plan->base, b->plan->prefix);
+	x_payload(b, r, NFT_PAYLOAD_NETWORK_HEADER, off, 4);
+	x_bitwise(b, r, &mask, 4);
+	x_cmp(b, r, NFT_CMP_EQ, &one, 4);
+}
+
+/* A broker's service port on a gateway, for local sockets (jail uids went
+ * to jail_out above).  Guests come through their taps (the input path,
+ * not this hook).
+ *   to (client): from any uid but root's (the doctor's broker check; no
+ *     other host tool asks a broker), dropped before its first packet
+ *     leaves: otherwise any local user could use a VM's broker as a proxy
+ *     of its own and write requests into that VM's egress ledger, which
+ *     its provenance names and learn mode turns into a proposed allowlist.
+ *   from (squatter): any uid but root's (an unjailed broker) and the
+ *     taps' owner's (a user's store runs its brokers as that user): a local
+ *     user who bound a gateway's port while its broker was not running
+ *     never answers the guest (it still keeps the broker from starting).
+ * A packet with no full socket (a TCP reset for a timewait one) has no
+ * skuid: the rules do not match it. */
+static void rule_local(struct nftb *b, int from, uint8_t proto, uint16_t port)
 {
 	const struct netplan *p = b->plan;
 	struct nftnl_rule *r = nftb_rule_new(b, "jail");
-	uint32_t root = 0, owner = p->owner > 0 ? (uint32_t)p->owner : 0;
+	uint32_t root = 0, owner = from && p->owner > 0 ? (uint32_t)p->owner : 0;
+	uint16_t pn = htons(port);
 
-	m_ip(b, r, 16, NFT_CMP_EQ, p->base, p->prefix);
-	m_dport(b, r, proto, port);
+	m_gateway(b, r, from ? 12 : 16);
+	m_l4proto(b, r, proto);
+	x_payload(b, r, NFT_PAYLOAD_TRANSPORT_HEADER, from ? 0 : 2, 2);
+	x_cmp(b, r, NFT_CMP_EQ, &pn, 2);
 	x_meta(b, r, NFT_META_SKUID);
 	x_cmp(b, r, NFT_CMP_NEQ, &root, 4);
 	if (owner) {
@@ -148,9 +174,11 @@ void nftb_build_jail(struct nftb *b)
 	m_skuid_range(b, r, p->jail_first, p->jail_last);
 	x_verdict(b, r, NFT_GOTO, CHAIN);
 	nftb_rule_put(b, r);
-	rule_local_client(b, IPPROTO_UDP, TCFILTER_PORT_BROKER_DNS);
-	rule_local_client(b, IPPROTO_TCP, TCFILTER_PORT_BROKER_DNS);
-	rule_local_client(b, IPPROTO_TCP, TCFILTER_PORT_BROKER_HTTP);
+	for (int from = 0; from < 2; from++) {
+		rule_local(b, from, IPPROTO_UDP, TCFILTER_PORT_BROKER_DNS);
+		rule_local(b, from, IPPROTO_TCP, TCFILTER_PORT_BROKER_DNS);
+		rule_local(b, from, IPPROTO_TCP, TCFILTER_PORT_BROKER_HTTP);
+	}
 
 	/* Established, never "established,related" of any flow: a peer that
 	 * starts a UDP or TCP flow to a broker's socket (an autobound port)

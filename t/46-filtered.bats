@@ -671,18 +671,21 @@ guest_answer_check() {
 	dns=$(sh "$LAB" gexec "$LAB_NAME" 2 /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:53)
 	web=$(sh "$LAB" gexec "$LAB_NAME" 2 curl -s -m 4 -x http://10.213.0.9:3128 http://pkg.test/ || :)
 	host=$(ip netns exec "$LAB_NAME-host" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:1053 \
-		tcp:10.213.0.9:3128 | tr '\n' ' ')
-	# another local user (neither root nor the taps' owner): refused
+		tcp:10.213.0.9:1053 tcp:10.213.0.9:3128 | tr '\n' ' ')
+	# another local user (not root): dropped before it leaves ("blocked");
+	# root's TCP to 1053 reaches the host ("refused": this broker serves
+	# DNS on UDP), the control that the user's is dropped, not refused
 	user=$(ip netns exec "$LAB_NAME-host" setpriv --reuid=4242 --regid=4242 --clear-groups /usr/bin/python3 \
-		"$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:1053 tcp:10.213.0.9:3128 | tr '\n' ' ')
+		"$BATS_TEST_DIRNAME/lab/jailegress.py" probe dns:10.213.0.9:1053 tcp:10.213.0.9:1053 tcp:10.213.0.9:3128 |
+		tr '\n' ' ')
 	kill "$bp" 2>/dev/null || cat "$BATS_TEST_TMPDIR/g/err"
 	wait "$bp" 2>/dev/null || :
 	echo "announced '$(head -c 60 "$BATS_TEST_TMPDIR/g/out")' $dns web '$web' host $host user $user"
 	# one status (run's subshell has no errexit): the guest's and root's
 	# answered, the other user's refused
 	[ "$dns" = "dns:10.213.0.9:53 ok" ] && [ "$web" = "lab 198.51.100.10" ] &&
-		[ "$host" = "dns:10.213.0.9:1053 ok tcp:10.213.0.9:3128 ok " ] &&
-		[ "$user" = "dns:10.213.0.9:1053 blocked tcp:10.213.0.9:3128 blocked " ]
+		[ "$host" = "dns:10.213.0.9:1053 ok tcp:10.213.0.9:1053 refused tcp:10.213.0.9:3128 ok " ] &&
+		[ "$user" = "dns:10.213.0.9:1053 blocked tcp:10.213.0.9:1053 blocked tcp:10.213.0.9:3128 blocked " ]
 }
 
 @test "jail egress: a jailed broker's DNS (port 53, redirected) and proxy answer a guest on its tap (the lab's stand-in guest, no VM), its DNS and proxy root on lo (the doctor's check), not another local user" {
@@ -691,23 +694,74 @@ guest_answer_check() {
 	[ "$status" -eq 0 ]
 }
 
-# The mutation: the three local-client drops gone, the other local user's
-# DNS query and proxy connection are answered and the check FAILS.
-@test "mutation: jail's local-client drops deleted: another local user reaches a broker's DNS and proxy and the check FAILS; netsetup restores it" {
+# squat_check: a local user (uid 4242) binds slot 2's gateway DNS and proxy
+# ports while no broker runs there, as any user may (they are not
+# privileged); the stand-in guest's DNS (53, redirected), TCP DNS and proxy
+# connections reach it, and its answers are dropped.  Root's (an unjailed
+# broker's stand-in) are answered: the control.
+squat_check() {
+	local who srv out=""
+	for who in root user; do
+		set --
+		[ "$who" = root ] || set -- setpriv --reuid=4242 --regid=4242 --clear-groups
+		ip netns exec "$LAB_NAME-host" "$@" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
+			10.213.0.9:1053 10.213.0.9:3128 >"$BATS_TEST_TMPDIR/sq-$who" 2>&1 3>&- &
+		srv=$!
+		for _ in $(seq 1 50); do grep -q ready "$BATS_TEST_TMPDIR/sq-$who" && break; sleep 0.1; done
+		out+="$who: $(sh "$LAB" gexec "$LAB_NAME" 2 /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe \
+			udp:10.213.0.9:53 tcpr:10.213.0.9:53 tcpr:10.213.0.9:3128 | tr '\n' ' ')"$'\n'
+		kill "$srv"
+		wait "$srv" 2>/dev/null || :
+	done
+	echo "$out"
+	grep -qx "root: udp:10.213.0.9:53 ok tcpr:10.213.0.9:53 ok tcpr:10.213.0.9:3128 ok " <<<"$out" &&
+		grep -qx "user: udp:10.213.0.9:53 blocked tcpr:10.213.0.9:53 blocked tcpr:10.213.0.9:3128 blocked " <<<"$out"
+}
+
+@test "jail egress: a local user squatting a broker's ports on a gateway (no broker there) never answers the guest (UDP and TCP DNS, proxy); root's listener does" {
+	run squat_check
+	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
+# mutate PATTERN: delete the jail chain's rules whose listing matches the
+# awk PATTERN (printing how many), for a mutation; netsetup restores them.
+mutate_jail() {
 	local hs h
-	hs=$(ip netns exec "$LAB_NAME-host" nft -a list chain inet isopod jail |
-		awk '/dport (1053|3128) meta skuid != 0/ { print $NF }')
-	echo "handles: $hs"
-	[ "$(wc -w <<<"$hs")" -eq 3 ]
+	hs=$(ip netns exec "$LAB_NAME-host" nft -a list chain inet isopod jail | awk "/$1/ { print \$NF }")
+	echo "deleted: $(wc -w <<<"$hs")"
 	for h in $hs; do
 		ip netns exec "$LAB_NAME-host" nft delete rule inet isopod jail handle "$h"
 	done
+}
+
+# The mutations: the client drops gone one at a time, the other local
+# user's query or connection on that port is answered and the check FAILS;
+# the squatter drops gone, its answers reach the guest and the check FAILS.
+@test "mutation: each of jail's local-client drops deleted alone (udp 1053, tcp 1053, tcp 3128), or the squatter drops: the user's probe on that port passes and the check FAILS; netsetup restores them" {
+	local m want
+	for m in "udp dport 1053 meta skuid/udp:1053" "tcp dport 1053 meta skuid/tcp:10.213.0.9:1053 refused" \
+		"tcp dport 3128 meta skuid/tcp:10.213.0.9:3128 ok"; do
+		want=${m#*/}
+		[ "$want" != udp:1053 ] || want="dns:10.213.0.9:1053 ok"
+		run mutate_jail "${m%%/*}"
+		[ "$output" = "deleted: 1" ]
+		run guest_answer_check
+		echo "$output"
+		sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
+		[ "$status" -ne 0 ]
+		[[ "$output" == *"user "*"$want"* ]]
+	done
 	run guest_answer_check
+	[ "$status" -eq 0 ]
+	run mutate_jail "sport (1053|3128) meta skuid"
+	[ "$output" = "deleted: 3" ]
+	run squat_check
 	echo "$output"
 	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
 	[ "$status" -ne 0 ]
-	[[ "$output" == *"user dns:10.213.0.9:1053 ok tcp:10.213.0.9:3128 ok"* ]]
-	run guest_answer_check
+	[[ "$output" == *"user: udp:10.213.0.9:53 ok tcpr:10.213.0.9:53 ok tcpr:10.213.0.9:3128 ok"* ]]
+	run squat_check
 	[ "$status" -eq 0 ]
 }
 
