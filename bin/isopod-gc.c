@@ -813,6 +813,15 @@ static struct rec *sweep_records(long long keep_last, long long older, time_t no
 	return recs;
 }
 
+/* A sweep's -1 (lib/gcstore.h): a path too long is a usage error (100), as
+ * pathf made it; out of memory is 111. */
+static __attribute__((noreturn)) void sweep_failed(const struct gcstore *g)
+{
+	if (errno == ENAMETOOLONG)
+		die(EX_USAGE, "%s", g->err);
+	die(EX_SYS, "unable to allocate memory:");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -904,13 +913,15 @@ int main(int argc, char **argv)
 
 	owner = store_pin(gs.store, sizeof gs.store);
 	test_pause("gc-pinned");
-	if (df)
-		usage = store_usage();
+	if (df && !(usage = store_usage(&gs)))
+		sweep_failed(&gs);
 	/* Decide and take victims out of the store (renames) under the store
 	 * lock; delete them after it is released, so that claims, commits and
 	 * stage rm never wait for the deletion of a large file. */
 	lk = store_lock();
-	if (!gs.dry_run && gcstore_trash_open(&gs) < 0)
+	if (!gs.dry_run && (c = gcstore_trash_open(&gs)) == -2)
+		die(EX_SYS, "%s:", gs.err);
+	if (!gs.dry_run && c == -1)
 		warn("unable to make a trash directory in %s/trash (removing in place):",
 		     store_home());
 	recs = sweep_records(keep_last, older, now, owner, removed, &nrec, &kept);
@@ -918,14 +929,14 @@ int main(int argc, char **argv)
 
 	stale_probes();
 	warm_sweep(warm_removed);
-	if (warm_evict(&gs, budget, recs, nrec, warm_removed, evicted, &warm_total) < 0)
-		die(EX_SYS, "unable to allocate memory:");
-	prune_kernels(&gs, recs, nrec, warm_removed, kernels_removed);
+	if (warm_evict(&gs, budget, recs, nrec, warm_removed, evicted, &warm_total) < 0 ||
+	    prune_kernels(&gs, recs, nrec, warm_removed, kernels_removed) < 0)
+		sweep_failed(&gs);
 	if (cache) {
 		if (!(cache_removed = json_array()))
 			die(EX_SYS, "unable to allocate memory:");
 		if (!(cache_busy = json_array()) || cache_sweep(&gs, older, cache_removed, cache_busy) < 0)
-			die(EX_SYS, "unable to allocate memory:");
+			sweep_failed(&gs);
 	}
 	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
 	close(lk);
