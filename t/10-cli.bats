@@ -633,10 +633,11 @@ hi" ]
 	[ -z "$long" ] || { echo "functions over 150 lines: $long"; false; }
 }
 
-@test "lint: a struct pollfd or timespec is initialised by its members' names, not by position" {
+@test "lint: a struct (declared or a compound literal) is initialised by its members' names, not by position" {
 	cd "$ISOPOD_SRC"
 	# (an array's elements and `{ 0 }` are positional by nature)
-	run grep -nE 'struct (pollfd|timespec) [a-z_]+ = \{ *[^ .{}0]' bin/*.c lib/*.c agent/*.c
+	run grep -nE 'struct [a-z_]+ [a-z_]+ = \{ *[^ .{}0]|\(struct [a-z_]+\) *\{ *[^ .{}0]' \
+		bin/*.c lib/*.c agent/*.c
 	[ -z "$output" ] || { echo "positional: $output"; false; }
 }
 
