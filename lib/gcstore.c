@@ -187,6 +187,29 @@ long long parse_size(const char *s)
 	return v * mul;
 }
 
+/* 30s, 10m, 2h, 7d -> seconds; -1 if malformed. */
+long long parse_dur(const char *s)
+{
+	char num[32];
+	size_t n = strlen(s);
+	long long v, mul;
+
+	if (n < 2 || n >= sizeof num)
+		return -1;
+	switch (s[n - 1]) {
+	case 's': mul = 1; break;
+	case 'm': mul = 60; break;
+	case 'h': mul = 3600; break;
+	case 'd': mul = 86400; break;
+	default: return -1;
+	}
+	memcpy(num, s, n - 1);
+	num[n - 1] = 0;
+	if (parse_ll(num, 0, 100LL * 365 * 86400 / mul, &v) < 0)
+		return -1;
+	return v * mul;
+}
+
 /* Room for element n, zeroed, in an array of *cap elements of size sz
  * (doubling, from 16): the array to use from now on, or NULL (errno ENOMEM)
  * with v freed. */

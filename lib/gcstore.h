@@ -59,6 +59,8 @@ void gcstore_remove_tree(struct gcstore *g, const char *dir);
  * holds it shared from before it resumes until its record names the key. */
 int gcstore_warm_in_use(const char *key);
 long long parse_size(const char *s);
+/* 30s, 10m, 2h, 7d -> seconds; -1 if malformed. */
+long long parse_dur(const char *s);
 /* The sweeps: 0, or -1 with errno: ENOMEM, or ENAMETOOLONG with g->err
  * "path too long: <its start>..." (a store or cache path that does not fit
  * PATH_MAX).  store_usage: the object, or NULL likewise. */
