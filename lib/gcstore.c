@@ -569,13 +569,13 @@ static int cache_registered(struct gcstore *g, const char *dir, const char *name
 }
 
 /* The entries of one kind's cache directory (open as d, locked): into *vp
- * (*np of them, *capp allocated), each with its group and keep.  0, or -1
+ * (*np of them, *capp allocated), each with its group and keep (younger
+ * than grace at now, or registered).  0, or -1
  * (errno ENOMEM, or too_long) with *vp freed. */
-static int cache_scan(struct gcstore *g, DIR *d, const char *dir, const char *k, long long grace,
-		      struct centry **vp, size_t *np, size_t *capp)
+static int cache_scan(struct gcstore *g, DIR *d, const char *dir, const char *k, time_t now,
+		      long long grace, struct centry **vp, size_t *np, size_t *capp)
 {
 	char p[PATH_MAX];
-	time_t now = time(NULL);
 	struct dirent *de;
 	struct stat st;
 
@@ -630,6 +630,7 @@ int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy)
 {
 	static const char *const kinds[] = { "kernel", "base", "tools", NULL };
 	char root[PATH_MAX], dir[PATH_MAX], p[PATH_MAX];
+	time_t now = time(NULL);
 
 	if (cache_dir(g, root, sizeof root) < 0)
 		return -1;
@@ -652,7 +653,7 @@ int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy)
 			json_array_append_new(busy, json_string(*k));
 			continue;
 		}
-		if (cache_scan(g, d, dir, *k, grace, &v, &n, &cap) < 0) {
+		if (cache_scan(g, d, dir, *k, now, grace, &v, &n, &cap) < 0) {
 			closedir(d);
 			close(lk);
 			return -1;
