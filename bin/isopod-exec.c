@@ -30,9 +30,9 @@
 
 #define MAX_ITEMS 256
 
-/* The command line and the vm record; s is main's session, which fail
- * reads the warnings of. */
-static struct {
+/* The command line and the vm record (main's, passed down); s is main's
+ * session, which fail reads the warnings of. */
+struct opts {
 	char id[64], name[128], dir[PATH_MAX], agent_sock[PATH_MAX], qmp_sock[PATH_MAX];
 	char proxy_env[EXEC_PROXY_MAX][EXEC_PROXY_SZ]; /* filtered mode: the broker, before --env */
 	int nproxy;
@@ -48,14 +48,14 @@ static struct {
 	long long watchdog_ms, copy_out_max;
 	long long qemu_pid;       /* from the vm record, for the last resort */
 	struct exec_session *s;
-} o = {.watchdog_ms = EXEC_WATCHDOG_MS_DEFAULT, .copy_out_max = EXEC_COPY_OUT_MAX_DEFAULT};
+};
 
 /* Emit {"ok":false,...} on stdout and exit: stdout stays JSON even when the
  * infrastructure fails, so a caller can always parse it (the failure
  * contract's one exception: the output so far and the vm are data); the
  * status descriptor gets its kind too. */
-__attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const char *kind,
-								  const char *fmt, ...)
+__attribute__((noreturn, format(printf, 4, 5))) static void fail(const struct opts *o, int code,
+								  const char *kind, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -75,44 +75,45 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(int code, const
 	 * same, so that no byte can make the object NULL and stdout empty. */
 	j = json_pack("{s:b, s:o, s:o, s:{s:s, s:s}}", "ok", 0, "error",
 		      utf8_json((const uint8_t *)msg, strlen(msg), 0), "error_kind",
-		      utf8_json((const uint8_t *)kind, strlen(kind), 0), "vm", "id", o.id, "name",
-		      o.name);
-	if (j && o.s && o.s->warnings)
-		json_object_set(j, "warnings", o.s->warnings);
+		      utf8_json((const uint8_t *)kind, strlen(kind), 0), "vm", "id", o->id, "name",
+		      o->name);
+	if (j && o->s && o->s->warnings)
+		json_object_set(j, "warnings", o->s->warnings);
 	if (j)
 		json_emit(j);
 	exit(code);
 }
 
 /* A step of the session failed: its own status, kind and message. */
-static __attribute__((noreturn)) void fail_session(const struct exec_session *s)
+static __attribute__((noreturn)) void fail_session(const struct opts *o,
+						   const struct exec_session *s)
 {
-	fail(s->err_code, s->err_kind, "%s", s->err);
+	fail(o, s->err_code, s->err_kind, "%s", s->err);
 }
 
-static void load_vm(const char *ref)
+static void load_vm(struct opts *o, const char *ref)
 {
 	char why[512];
 	json_t *m;
 	const char *s;
 
-	if (vm_open(ref, o.id, &m, why, sizeof why) < 0)
+	if (vm_open(ref, o->id, &m, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
-	pathf(o.dir, sizeof o.dir, "%s/vms/%s", store_home(), o.id);
+	pathf(o->dir, sizeof o->dir, "%s/vms/%s", store_home(), o->id);
 	s = json_string_value(json_object_get(m, "name"));
-	snprintf(o.name, sizeof o.name, "%s", s ? s : "");
+	snprintf(o->name, sizeof o->name, "%s", s ? s : "");
 	s = json_string_value(json_object_get(m, "agent_sock"));
-	pathf(o.agent_sock, sizeof o.agent_sock, "%s", s ? s : "");
+	pathf(o->agent_sock, sizeof o->agent_sock, "%s", s ? s : "");
 	s = json_string_value(json_object_get(m, "qmp_sock"));
-	pathf(o.qmp_sock, sizeof o.qmp_sock, "%s", s ? s : "");
-	o.qemu_pid = json_is_integer(json_object_get(m, "qemu_pid"))
+	pathf(o->qmp_sock, sizeof o->qmp_sock, "%s", s ? s : "");
+	o->qemu_pid = json_is_integer(json_object_get(m, "qemu_pid"))
 			     ? json_integer_value(json_object_get(m, "qemu_pid")) : 0;
 	/* Every command of a filtered vm gets the proxy variables, ahead of
 	 * the caller's --env, which may override them. */
-	o.nproxy = exec_proxy_env(json_object_get(m, "net"), o.proxy_env);
+	o->nproxy = exec_proxy_env(json_object_get(m, "net"), o->proxy_env);
 	json_decref(m);
-	if (!o.agent_sock[0])
-		fail(EX_CONFLICT, "not_running", "vm %s (%s) has not been booted", o.id, o.name);
+	if (!o->agent_sock[0])
+		fail(o, EX_CONFLICT, "not_running", "vm %s (%s) has not been booted", o->id, o->name);
 }
 
 static void add_copy(char *spec, const char *opt, struct exec_copy *list, int *n, int host_first)
@@ -128,7 +129,7 @@ static void add_copy(char *spec, const char *opt, struct exec_copy *list, int *n
 
 /* The options; then the copy-in sources, checked before anything touches
  * the VM; then --check, or the vm. */
-static const char *parse_opts(int argc, char **argv)
+static const char *parse_opts(struct opts *o, int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{"vm", required_argument, 0, 'v'},
@@ -162,31 +163,31 @@ static const char *parse_opts(int argc, char **argv)
 		switch (ch) {
 		case 'v': vm = optarg; break;
 		case 't':
-			if (parse_ll(optarg, 1, 86400000, &o.timeout_ms) < 0)
+			if (parse_ll(optarg, 1, 86400000, &o->timeout_ms) < 0)
 				die(EX_USAGE, "--timeout-ms %s: expected 1..86400000", EXC(optarg));
 			break;
 		case 'e':
-			if (o.nenv == MAX_ITEMS)
+			if (o->nenv == MAX_ITEMS)
 				die(EX_USAGE, "too many --env");
 			if ((bad = exec_env_invalid(optarg)))
 				die(EX_USAGE, "--env '%s': %s", EXC(optarg), bad);
-			o.env[o.nenv++] = optarg;
+			o->env[o->nenv++] = optarg;
 			break;
 		case 'C':
 			if (optarg[0] != '/')
 				die(EX_USAGE, "--cwd %s: must be an absolute path", EXC(optarg));
-			o.cwd = optarg;
+			o->cwd = optarg;
 			break;
-		case 'i': o.stdin_file = optarg; break;
-		case 'I': add_copy(optarg, "--copy-in", o.in, &o.nin, 1); break;
-		case 'O': add_copy(optarg, "--copy-out", o.out, &o.nout, 0); break;
+		case 'i': o->stdin_file = optarg; break;
+		case 'I': add_copy(optarg, "--copy-in", o->in, &o->nin, 1); break;
+		case 'O': add_copy(optarg, "--copy-out", o->out, &o->nout, 0); break;
 		case 'M':
-			if (parse_ll(optarg, 0, 1LL << 50, &o.copy_out_max) < 0)
+			if (parse_ll(optarg, 0, 1LL << 50, &o->copy_out_max) < 0)
 				die(EX_USAGE, "--copy-out-max %s: expected 0..%lld", EXC(optarg),
 				    1LL << 50);
 			break;
-		case 's': o.shell = 1; break;
-		case 'K': o.check = 1; break;
+		case 's': o->shell = 1; break;
+		case 'K': o->check = 1; break;
 		case 'R':
 			if (run_options_print(ro, lo, err, sizeof err) < 0)
 				die(EX_SYS, "%s", err);
@@ -195,36 +196,36 @@ static const char *parse_opts(int argc, char **argv)
 		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}
 	}
-	o.argv = argv + optind;
-	o.argc = argc - optind;
-	if (o.argc < 1)
+	o->argv = argv + optind;
+	o->argc = argc - optind;
+	if (o->argc < 1)
 		die(EX_USAGE, "no command given\n%s", USAGE);
-	if (o.shell && o.argc != 1)
+	if (o->shell && o->argc != 1)
 		die(EX_USAGE, "--shell takes exactly one script argument");
 	if ((w = getenv("ISOPOD_WATCHDOG_MS")) && parse_ll(w, 100, 86400000, &v) == 0)
-		o.watchdog_ms = v;
+		o->watchdog_ms = v;
 	return vm;
 }
 
-static void parse_args(int argc, char **argv)
+static void parse_args(struct opts *o, int argc, char **argv)
 {
-	const char *vm = parse_opts(argc, argv);
+	const char *vm = parse_opts(o, argc, argv);
 
 	/* Copy-in sources are checked before anything touches the VM. */
-	for (int i = 0; i < o.nin; i++) {
+	for (int i = 0; i < o->nin; i++) {
 		struct stat st;
 
-		if (stat(o.in[i].host, &st) < 0)
-			die(EX_USAGE, "--copy-in %s:", EXC(o.in[i].host));
+		if (stat(o->in[i].host, &st) < 0)
+			die(EX_USAGE, "--copy-in %s:", EXC(o->in[i].host));
 		if (!S_ISREG(st.st_mode))
-			die(EX_USAGE, "--copy-in %s: only regular files can be copied", EXC(o.in[i].host));
+			die(EX_USAGE, "--copy-in %s: only regular files can be copied", EXC(o->in[i].host));
 	}
 	/* --check: what the command would be given, checked before a VM exists
 	 * (isopod run refuses a bad value before anything is claimed or booted). */
-	if (o.check) {
+	if (o->check) {
 		char why[4096];
 
-		if (exec_check_paths(o.stdin_file, o.in, o.nin, o.out, o.nout, why, sizeof why) < 0)
+		if (exec_check_paths(o->stdin_file, o->in, o->nin, o->out, o->nout, why, sizeof why) < 0)
 			die(EX_USAGE, "%s", why);
 		json_emit(json_pack("{s:b}", "ok", 1));
 		exit(0);
@@ -232,19 +233,19 @@ static void parse_args(int argc, char **argv)
 	/* The record is the channel: boot's JSON on stdin is not read. */
 	if (!vm)
 		die(EX_USAGE, "no VM: name it with --vm REF (standard input is not read)\n%s", USAGE);
-	load_vm(vm);
+	load_vm(o, vm);
 }
 
 /* --stdin-file: the command's stdin, or -1 (none: EOF at once). */
-static int open_stdin(void)
+static int open_stdin(const struct opts *o)
 {
 	int fd;
 
-	if (!o.stdin_file)
+	if (!o->stdin_file)
 		return -1;
-	fd = strcmp(o.stdin_file, "-") ? open(o.stdin_file, O_RDONLY | O_CLOEXEC) : dup(0);
+	fd = strcmp(o->stdin_file, "-") ? open(o->stdin_file, O_RDONLY | O_CLOEXEC) : dup(0);
 	if (fd < 0)
-		fail(EX_USAGE, "io", "--stdin-file %s: %s", EXC(o.stdin_file), strerror(errno));
+		fail(o, EX_USAGE, "io", "--stdin-file %s: %s", EXC(o->stdin_file), strerror(errno));
 	/* No O_NONBLOCK: on a dup of fd 0 it would change the caller's own
 	 * stdin.  We read only after poll says readable, and one read returns
 	 * what a pipe or tty has without waiting for more. */
@@ -252,14 +253,14 @@ static int open_stdin(void)
 }
 
 /* Print the result and exit with the command's verdict. */
-static __attribute__((noreturn)) void finish(struct exec_session *s, const struct exec_status *ex,
-					     json_t *copied_in, json_t *copied_out,
-					     int64_t exec_ms)
+static __attribute__((noreturn)) void finish(const struct opts *o, struct exec_session *s,
+					     const struct exec_status *ex, json_t *copied_in,
+					     json_t *copied_out, int64_t exec_ms)
 {
-	json_t *res = exec_result(s, o.name, ex, copied_in, copied_out, exec_ms);
+	json_t *res = exec_result(s, o->name, ex, copied_in, copied_out, exec_ms);
 
 	if (!res)
-		fail_session(s);
+		fail_session(o, s);
 	json_emit(res);
 	exit(ex->code == 0 && !ex->timed_out ? EX_OK : EX_GUEST);
 }
@@ -270,21 +271,23 @@ static __attribute__((noreturn)) void finish(struct exec_session *s, const struc
  * VM: a timeout like any other (timed_out, signal 9, 137, the output
  * received so far), with a warning saying the guest did not answer.
  * Copy-outs are not attempted: their VM is gone. */
-static void step(struct exec_session *s, int r, json_t *copied_in)
+static void step(const struct opts *o, struct exec_session *s, int r, json_t *copied_in)
 {
 	static const struct exec_status killed = {.code = 128 + 9, .sig = 9, .timed_out = 1};
 	json_t *copied_out;
 
 	if (r == 0)
 		return;
-	if (r != EXEC_DEADLINE || exec_at_deadline(s, o.out, o.nout, &copied_out) < 0)
-		fail_session(s);
-	finish(s, &killed, copied_in, copied_out, s->t_exec ? mono_ms() - s->t_exec : 0);
+	if (r != EXEC_DEADLINE || exec_at_deadline(s, o->out, o->nout, &copied_out) < 0)
+		fail_session(o, s);
+	finish(o, s, &killed, copied_in, copied_out, s->t_exec ? mono_ms() - s->t_exec : 0);
 }
 
 int main(int argc, char **argv)
 {
 	static struct exec_session s;
+	struct opts o = {.watchdog_ms = EXEC_WATCHDOG_MS_DEFAULT,
+			 .copy_out_max = EXEC_COPY_OUT_MAX_DEFAULT};
 	struct exec_status ex = {.code = -1};
 	json_t *copied_in = NULL, *copied_out;
 	int stdin_fd;
@@ -297,7 +300,7 @@ int main(int argc, char **argv)
 	if (exec_init(&s) < 0)
 		die(EX_SYS, "out of memory");
 	o.s = &s;
-	parse_args(argc, argv);
+	parse_args(&o, argc, argv);
 	s.vm_id = o.id;
 	s.qmp_sock = o.qmp_sock;
 	s.qemu_pid = o.qemu_pid;
@@ -310,19 +313,19 @@ int main(int argc, char **argv)
 	 * must not stretch the caller's budget into the watchdog's. */
 	if (o.timeout_ms)
 		s.deadline_ms = mono_ms() + o.timeout_ms;
-	stdin_fd = open_stdin();
-	step(&s, exec_open_logs(&s, o.dir), NULL);
-	step(&s, exec_connect(&s, o.agent_sock), NULL);
+	stdin_fd = open_stdin(&o);
+	step(&o, &s, exec_open_logs(&s, o.dir), NULL);
+	step(&o, &s, exec_connect(&s, o.agent_sock), NULL);
 	copied_in = json_array();
-	step(&s, exec_copy_in(&s, o.in, o.nin, copied_in), copied_in);
-	step(&s, exec_send(&s, &(struct exec_request){
+	step(&o, &s, exec_copy_in(&s, o.in, o.nin, copied_in), copied_in);
+	step(&o, &s, exec_send(&s, &(struct exec_request){
 			.argv = o.argv, .argc = o.argc, .shell = o.shell,
 			.proxy = (const char (*)[EXEC_PROXY_SZ])o.proxy_env, .nproxy = o.nproxy,
 			.env = o.env, .nenv = o.nenv, .cwd = o.cwd, .has_stdin = stdin_fd >= 0}),
 	     copied_in);
-	step(&s, exec_run(&s, stdin_fd, &ex), copied_in);
+	step(&o, &s, exec_run(&s, stdin_fd, &ex), copied_in);
 	exec_ms = mono_ms() - s.t_exec;
 	copied_out = json_array();
-	step(&s, exec_copy_out(&s, o.out, o.nout, copied_out), copied_in);
-	finish(&s, &ex, copied_in, copied_out, exec_ms);
+	step(&o, &s, exec_copy_out(&s, o.out, o.nout, copied_out), copied_in);
+	finish(&o, &s, &ex, copied_in, copied_out, exec_ms);
 }

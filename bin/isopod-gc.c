@@ -21,7 +21,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <fts.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -48,9 +48,15 @@
 /* --auto: at most one automatic gc per store this often. */
 #define AUTO_INTERVAL_DEFAULT_S 300
 
-/* The sweep's state (lib/gcstore.h): dry run, bytes reclaimed, the trash. */
-static struct gcstore gs = { .trash_fd = -1 };
-static json_t *leaked;
+/* isopod-gc's state: main's, passed down.  gs: the sweep's (lib/gcstore.h:
+ * dry run, bytes reclaimed, the trash); leaked: what was found leaked; the
+ * options (-1: not given). */
+struct gc {
+	struct gcstore gs;
+	json_t *leaked;
+	long long keep_last, older, budget, every;
+	int all, is_auto, df, cache;
+};
 
 static time_t parse_iso(const char *s, time_t dflt)
 {
@@ -64,29 +70,6 @@ static time_t parse_iso(const char *s, time_t dflt)
 	if (!e)
 		return dflt;
 	return timegm(&tm);
-}
-
-/* 30s, 10m, 2h, 7d -> seconds; -1 if malformed. */
-static long long parse_dur(const char *s)
-{
-	char num[32];
-	size_t n = strlen(s);
-	long long v, mul;
-
-	if (n < 2 || n >= sizeof num)
-		return -1;
-	switch (s[n - 1]) {
-	case 's': mul = 1; break;
-	case 'm': mul = 60; break;
-	case 'h': mul = 3600; break;
-	case 'd': mul = 86400; break;
-	default: return -1;
-	}
-	memcpy(num, s, n - 1);
-	num[n - 1] = 0;
-	if (parse_ll(num, 0, 100LL * 365 * 86400 / mul, &v) < 0)
-		return -1;
-	return v * mul;
 }
 
 static int pid_alive(long long pid)
@@ -335,12 +318,6 @@ static int cmdline_names(int pid, const char *dir)
 	return found;
 }
 
-/* Count, then (unless dry run) move a tree into the trash (lib/gcstore.c). */
-static void remove_tree(const char *dir)
-{
-	gcstore_remove_tree(&gs, dir);
-}
-
 static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 {
 	char p[PATH_MAX];
@@ -420,15 +397,15 @@ static long long store_pin(char *orig, size_t osz)
 	return vs.st_uid;
 }
 
-/* A path in the store as the user named the store (gs.store), not as gc
+/* A path in the store as the user named the store (c->gs.store), not as gc
  * reaches it (store_pin's /proc/self/fd path): what reports show. */
-static const char *as_given(char *buf, size_t sz, const char *p)
+static const char *as_given(const struct gc *c, char *buf, size_t sz, const char *p)
 {
 	size_t n = strlen(store_home());
 
 	if (strncmp(p, store_home(), n))
 		return p;
-	pathf(buf, sz, "%s%s", gs.store, p + n);
+	pathf(buf, sz, "%s%s", c->gs.store, p + n);
 	return buf;
 }
 
@@ -478,7 +455,7 @@ static int still_ours(long long pid, unsigned long long start, long long uid, co
 /* Kill what pid names if it is still a process of the VM in dir
  * (still_ours): pidfd first, then verify, so a recycled pid cannot slip
  * in between.  kind: "qemu" or "broker". */
-static void reap_pid(const char *kind, long long pid, unsigned long long start, long long uid,
+static void reap_pid(struct gc *c, const char *kind, long long pid, unsigned long long start, long long uid,
 		     const char *id, long long owner)
 {
 	int pfd = pid > 0 && pid <= INT_MAX ? pidfd_open_((pid_t)pid) : -1;
@@ -486,24 +463,24 @@ static void reap_pid(const char *kind, long long pid, unsigned long long start, 
 	int ours;
 
 	/* the store by the path given: what cmdlines and the user name */
-	pathf(dir, sizeof dir, "%s/vms/%s", gs.store, id);
+	pathf(dir, sizeof dir, "%s/vms/%s", c->gs.store, id);
 	ours = pfd >= 0 ? still_ours(pid, start, uid, dir, owner) : 0;
 	if (ours < 0) {
 		warn("leaked %s %lld of %s not killed: its start time was not recorded, and a "
 		     "cmdline naming the VM does not prove it is the VM's", kind, pid, id);
-		json_array_append_new(leaked, json_pack("{s:s, s:s, s:I, s:b, s:s}", "kind", kind, "vm",
+		json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:I, s:b, s:s}", "kind", kind, "vm",
 							id, "pid", (json_int_t)pid, "killed", 0,
 							"why", "start time unknown"));
 	} else if (ours) {
 		int killed = 0;
 
-		if (!gs.dry_run) {
+		if (!c->gs.dry_run) {
 			if (pidfd_kill(pfd, SIGKILL) == 0)
 				killed = 1;
 			else
 				warn("unable to kill leaked %s %lld of %s:", kind, pid, id);
 		}
-		json_array_append_new(leaked, json_pack("{s:s, s:s, s:I, s:b}", "kind", kind, "vm",
+		json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:I, s:b}", "kind", kind, "vm",
 							id, "pid", (json_int_t)pid, "killed",
 							killed));
 	}
@@ -514,7 +491,7 @@ static void reap_pid(const char *kind, long long pid, unsigned long long start, 
 /* A record that says booting/running but whose lock is free: its supervisor
  * is gone.  Kill a surviving QEMU or egress broker (verified: still_ours),
  * mark it failed. */
-static void reap_stale(struct rec *r, long long owner)
+static void reap_stale(struct gc *c, struct rec *r, long long owner)
 {
 	static const char *const live[] = { "booting", "running", NULL };
 	char now[32];
@@ -522,9 +499,9 @@ static void reap_stale(struct rec *r, long long owner)
 
 	if (strcmp(r->state, "booting") && strcmp(r->state, "running"))
 		return;
-	reap_pid("qemu", r->qemu_pid, r->qemu_start, -1, r->id, owner);
-	reap_pid("broker", r->broker_pid, r->broker_start, r->broker_uid, r->id, owner);
-	if (gs.dry_run)
+	reap_pid(c, "qemu", r->qemu_pid, r->qemu_start, -1, r->id, owner);
+	reap_pid(c, "broker", r->broker_pid, r->broker_start, r->broker_uid, r->id, owner);
+	if (c->gs.dry_run)
 		return;
 	m = json_pack("{s:s, s:s, s:s}", "state", "failed", "error",
 		      "the supervisor vanished (found by isopod-gc)", "stopped_at",
@@ -564,33 +541,52 @@ static long long staging_pid(const char *b, int isdir)
 	return pid;
 }
 
-/* Staging files and directories whose writer is gone. */
-static int tmp_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/* One entry of the store's walk (tmp_sweep): a staging file or directory
+ * whose writer is gone goes.  1: do not descend into it. */
+static int tmp_one(struct gc *c, const FTSENT *e)
 {
-	int isdir = flag == FTW_D;
+	int isdir = e->fts_info == FTS_D;
+	const struct stat *st = e->fts_statp;
+	const char *path = e->fts_path;
 	char shown[PATH_MAX];
 	long long pid;
 
-	if (flag != FTW_F && flag != FTW_SL && !isdir)
-		return FTW_CONTINUE;
+	if (e->fts_info != FTS_F && e->fts_info != FTS_SL && e->fts_info != FTS_SLNONE && !isdir)
+		return 0;
 	/* The trash is emptied by its own gc (or adopted by the next). */
-	if (isdir && ftw->level == 1 && !strcmp(path + ftw->base, "trash"))
-		return FTW_SKIP_SUBTREE;
-	if (!(pid = staging_pid(path + ftw->base, isdir)))
-		return FTW_CONTINUE;
+	if (isdir && e->fts_level == 1 && !strcmp(e->fts_name, "trash"))
+		return 1;
+	if (!(pid = staging_pid(e->fts_name, isdir)))
+		return 0;
 	if (pid_alive(pid) && time(NULL) - st->st_mtime < TMP_GRACE_S)
-		return isdir ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
+		return isdir;
 	if (isdir) {
-		remove_tree(path);
+		gcstore_remove_tree(&c->gs, path);
 	} else {
-		gs.reclaimed += (long long)st->st_blocks * 512;
-		if (!gs.dry_run && unlink(path) < 0 && errno != ENOENT)
+		c->gs.reclaimed += (long long)st->st_blocks * 512;
+		if (!c->gs.dry_run && unlink(path) < 0 && errno != ENOENT)
 			warn("unable to remove %s:", path);
 	}
-	json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path",
-						as_given(shown, sizeof shown, path),
-						"removed", !gs.dry_run));
-	return isdir ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
+	json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path",
+						   as_given(c, shown, sizeof shown, path),
+						   "removed", !c->gs.dry_run));
+	return isdir;
+}
+
+/* Staging files and directories whose writer is gone, anywhere in the
+ * store: a walk that follows no symlink and changes no directory. */
+static void tmp_sweep(struct gc *c)
+{
+	char *roots[] = { (char *)store_home(), NULL };
+	FTS *f = fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, NULL);
+	FTSENT *e;
+
+	if (!f)
+		return;
+	while ((e = fts_read(f)))
+		if (tmp_one(c, e))
+			fts_set(f, e, FTS_SKIP);
+	fts_close(f);
 }
 
 /* The probe holds accel/<64 hex of ksha>.lock while it uses its dir, which
@@ -627,7 +623,7 @@ static int probe_locks(const char *dir, const char *hex16, int *fds, int max)
 }
 
 /* accel/probe-<16 hex of ksha>: the KVM probe's scratch dir, left by a killed boot. */
-static void stale_probes(void)
+static void stale_probes(struct gc *c)
 {
 	char dir[PATH_MAX], p[PATH_MAX], shown[PATH_MAX];
 	struct dirent *de;
@@ -644,10 +640,10 @@ static void stale_probes(void)
 		if ((n = probe_locks(dir, de->d_name + 6, fds, 8)) < 0)
 			continue; /* a probe is running */
 		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
-		remove_tree(p);
-		json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "probe", "path",
-							as_given(shown, sizeof shown, p),
-							"removed", !gs.dry_run));
+		gcstore_remove_tree(&c->gs, p);
+		json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "probe", "path",
+							as_given(c, shown, sizeof shown, p),
+							"removed", !c->gs.dry_run));
 		while (n > 0)
 			close(fds[--n]);
 	}
@@ -659,7 +655,7 @@ static void stale_probes(void)
  * files of keys that have no snapshot.  Everything is done holding the
  * key's lock (LOCK_NB: a key busy building is left alone), so nothing a
  * live builder or resumer uses is touched. */
-static void warm_sweep(json_t *warm_removed)
+static void warm_sweep(struct gc *c, json_t *warm_removed)
 {
 	char dir[PATH_MAX], p[PATH_MAX], shown[PATH_MAX], key[65], qv[256], qerr[512];
 	const char *cur_qemu = NULL;
@@ -685,11 +681,11 @@ static void warm_sweep(json_t *warm_removed)
 			lk = warm_lock(key, LOCK_EX | LOCK_NB);
 			if (lk < 0 && pid_alive(pid))
 				continue;
-			if (gcstore_discard(&gs, p) < 0 && errno != ENOENT)
+			if (gcstore_discard(&c->gs, p) < 0 && errno != ENOENT)
 				warn("unable to remove %s:", p);
-			json_array_append_new(leaked, json_pack("{s:s, s:s, s:b}", "kind", "warm",
-								"path", as_given(shown, sizeof shown, p),
-								"removed", !gs.dry_run));
+			json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "warm",
+								"path", as_given(c, shown, sizeof shown, p),
+								"removed", !c->gs.dry_run));
 			if (lk >= 0)
 				close(lk);
 		} else if (warm_key_valid(n)) {
@@ -706,9 +702,9 @@ static void warm_sweep(json_t *warm_removed)
 				json_decref(why);
 				continue;
 			}
-			if (gcstore_discard(&gs, p) < 0 && errno != ENOENT)
+			if (gcstore_discard(&c->gs, p) < 0 && errno != ENOENT)
 				warn("unable to remove the warm snapshot %s:", p);
-			if (!gs.dry_run) {
+			if (!c->gs.dry_run) {
 				pathf(p, sizeof p, "%s/%s.lock", dir, n);
 				unlink(p);
 			}
@@ -720,7 +716,7 @@ static void warm_sweep(json_t *warm_removed)
 			memcpy(key, n, 64);
 			key[64] = 0;
 			pathf(p, sizeof p, "%s/%s", dir, key);
-			if (!warm_key_valid(key) || stat(p, &st) == 0 || gs.dry_run)
+			if (!warm_key_valid(key) || stat(p, &st) == 0 || c->gs.dry_run)
 				continue;
 			if ((lk = warm_lock(key, LOCK_EX | LOCK_NB)) < 0)
 				continue;
@@ -738,8 +734,8 @@ static void warm_sweep(json_t *warm_removed)
  * remove (holding its lock) each the retention policy lets go.  Returns
  * the records (*nrecp of them) for the store sweeps; *keptp counts those
  * that stay.  owner: store_pin's, fixed before the first record is read. */
-static struct rec *sweep_records(long long keep_last, long long older, time_t now, long long owner,
-				 json_t *removed, size_t *nrecp, long long *keptp)
+static struct rec *sweep_records(struct gc *c, time_t now, long long owner, json_t *removed,
+				 size_t *nrecp, long long *keptp)
 {
 	char vmsdir[PATH_MAX], p[PATH_MAX];
 	long long kept = 0;
@@ -771,12 +767,12 @@ static struct rec *sweep_records(long long keep_last, long long older, time_t no
 
 		if (r->running)
 			continue;
-		reap_stale(r, owner);
+		reap_stale(c, r, owner);
 		if ((r->in_use = owner_alive(r)))
 			continue;
 		if (!strcmp(r->state, "claimed") && now - r->created < CLAIM_GRACE_S)
 			continue;
-		r->candidate = now - r->ref >= older;
+		r->candidate = now - r->ref >= c->older;
 	}
 	/* --keep-last N: the N newest records that are not running survive. */
 	if (nrec) /* qsort's base must not be NULL, even for no element */
@@ -789,7 +785,7 @@ static struct rec *sweep_records(long long keep_last, long long older, time_t no
 			kept++;
 			continue;
 		}
-		if ((long long)ncand++ < keep_last)
+		if ((long long)ncand++ < c->keep_last)
 			r->candidate = 0;
 		if (!r->candidate) {
 			kept++;
@@ -804,7 +800,7 @@ static struct rec *sweep_records(long long keep_last, long long older, time_t no
 			continue;
 		}
 		pathf(p, sizeof p, "%s/%s", vmsdir, r->id);
-		remove_tree(p);
+		gcstore_remove_tree(&c->gs, p);
 		close(fd);
 		json_array_append_new(removed, json_string(r->id));
 	}
@@ -813,7 +809,18 @@ static struct rec *sweep_records(long long keep_last, long long older, time_t no
 	return recs;
 }
 
-int main(int argc, char **argv)
+/* A sweep's -1 (lib/gcstore.h): a path too long is a usage error (100), as
+ * pathf made it; out of memory is 111. */
+static __attribute__((noreturn)) void sweep_failed(const struct gcstore *g)
+{
+	if (errno == ENAMETOOLONG)
+		die(EX_USAGE, "%s", g->err);
+	die(EX_SYS, "unable to allocate memory:");
+}
+
+/* The options, then the settings they leave to the config file (policy);
+ * a bad one is a usage error (--auto: reported, auto_failed). */
+static void parse_opts(struct gc *c, int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "keep-last", required_argument, NULL, 'k' },
@@ -827,118 +834,130 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char p[PATH_MAX];
-	long long keep_last = -1, older = -1, kept = 0, owner;
-	struct rec *recs = NULL;
-	size_t nrec = 0;
-	int all = 0, is_auto = 0, df = 0, cache = 0;
-	long long budget = -1, warm_total = 0, every = 0;
 	char err[4600];
-	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL, *cache_busy = NULL;
-	json_t *removed, *out, *warm_removed;
-	time_t now = time(NULL);
-	int c, lk;
+	int ch, r;
 
-	progname = "isopod-gc";
-	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
-		switch (c) {
+	while ((ch = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		switch (ch) {
 		case 'k':
-			if (set_parse(SET_COUNT, optarg, &keep_last) < 0)
+			if (set_parse(SET_COUNT, optarg, &c->keep_last) < 0)
 				die(EX_USAGE, "--keep-last %s: want %s", EXC(optarg), set_want[SET_COUNT]);
 			break;
 		case 'o':
-			if (set_parse(SET_DUR, optarg, &older) < 0)
+			if (set_parse(SET_DUR, optarg, &c->older) < 0)
 				die(EX_USAGE, "--older-than %s: want %s", EXC(optarg), set_want[SET_DUR]);
 			break;
 		case 'n':
-			gs.dry_run = 1;
+			c->gs.dry_run = 1;
 			break;
 		case 'a':
-			all = 1;
+			c->all = 1;
 			break;
 		case 'A':
-			is_auto = 1;
+			c->is_auto = 1;
 			break;
 		case 'D':
-			df = gs.dry_run = 1;
+			c->df = c->gs.dry_run = 1;
 			break;
 		case 'c':
-			cache = 1;
+			c->cache = 1;
 			break;
 		case 'w':
-			if (set_parse(SET_SIZE, optarg, &budget) < 0)
+			if (set_parse(SET_SIZE, optarg, &c->budget) < 0)
 				die(EX_USAGE, "--warm-budget %s: want %s", EXC(optarg), set_want[SET_SIZE]);
 			break;
 		case 'h':
 			puts("usage: " USAGE);
-			return 0;
+			exit(0);
 		default:
 			die(EX_USAGE, "usage: %s", USAGE);
 		}
 	}
 	if (optind != argc)
 		die(EX_USAGE, "usage: %s", USAGE);
-	if (all && (keep_last >= 0 || older >= 0))
+	if (c->all && (c->keep_last >= 0 || c->older >= 0))
 		die(EX_USAGE, "--all is --keep-last 0 --older-than 0s; it takes neither");
-	if (is_auto && (all || gs.dry_run || df))
+	if (c->is_auto && (c->all || c->gs.dry_run || c->df))
 		die(EX_USAGE, "--auto applies the configured policy; it takes no --all or --dry-run");
-	if (all)
-		keep_last = older = 0;
-	if ((c = policy(keep_last, "gc_keep_last", SET_COUNT, KEEP_LAST_DEFAULT, &keep_last, err,
+	if (c->all)
+		c->keep_last = c->older = 0;
+	if ((r = policy(c->keep_last, "gc_keep_last", SET_COUNT, KEEP_LAST_DEFAULT, &c->keep_last,
+			err, sizeof err)) ||
+	    (r = policy(c->older, "gc_grace", SET_DUR, GRACE_DEFAULT_S, &c->older, err,
 			sizeof err)) ||
-	    (c = policy(older, "gc_grace", SET_DUR, GRACE_DEFAULT_S, &older, err, sizeof err)) ||
-	    (c = policy(budget, "warm_budget", SET_SIZE, WARM_BUDGET_DEFAULT, &budget, err,
+	    (r = policy(c->budget, "warm_budget", SET_SIZE, WARM_BUDGET_DEFAULT, &c->budget, err,
 			sizeof err)) ||
-	    (is_auto && (c = auto_interval(&every, err, sizeof err)))) {
-		if (is_auto)
-			auto_failed(c, err);
-		die(c, "%s", err);
+	    (c->is_auto && (r = auto_interval(&c->every, err, sizeof err)))) {
+		if (c->is_auto)
+			auto_failed(r, err);
+		die(r, "%s", err);
 	}
-	if (is_auto && !auto_start(every)) {
+}
+
+int main(int argc, char **argv)
+{
+	struct gc c = { .gs = { .trash_fd = -1 }, .keep_last = -1, .older = -1, .budget = -1 };
+	char p[PATH_MAX];
+	long long kept = 0, owner;
+	struct rec *recs = NULL;
+	size_t nrec = 0;
+	long long warm_total = 0;
+	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL, *cache_busy = NULL;
+	json_t *removed, *out, *warm_removed;
+	time_t now = time(NULL);
+	int r = 0, lk;
+
+	progname = "isopod-gc";
+	parse_opts(&c, argc, argv);
+	if (c.is_auto && !auto_start(c.every)) {
 		json_emit(json_pack("{s:b}", "started", 0));
 		return 0;
 	}
-	if (!(removed = json_array()) || !(leaked = json_array()) || !(warm_removed = json_array()) ||
-	    !(evicted = json_array()) || !(kernels_removed = json_array()))
+	if (!(removed = json_array()) || !(c.leaked = json_array()) ||
+	    !(warm_removed = json_array()) || !(evicted = json_array()) ||
+	    !(kernels_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
-	owner = store_pin(gs.store, sizeof gs.store);
+	owner = store_pin(c.gs.store, sizeof c.gs.store);
 	test_pause("gc-pinned");
-	if (df)
-		usage = store_usage();
+	if (c.df && !(usage = store_usage(&c.gs)))
+		sweep_failed(&c.gs);
 	/* Decide and take victims out of the store (renames) under the store
 	 * lock; delete them after it is released, so that claims, commits and
 	 * stage rm never wait for the deletion of a large file. */
 	lk = store_lock();
-	if (!gs.dry_run && gcstore_trash_open(&gs) < 0)
+	if (!c.gs.dry_run && (r = gcstore_trash_open(&c.gs)) == -2)
+		die(EX_SYS, "%s:", c.gs.err);
+	if (r == -1)
 		warn("unable to make a trash directory in %s/trash (removing in place):",
 		     store_home());
-	recs = sweep_records(keep_last, older, now, owner, removed, &nrec, &kept);
+	recs = sweep_records(&c, now, owner, removed, &nrec, &kept);
 	test_pause("gc-records");
 
-	stale_probes();
-	warm_sweep(warm_removed);
-	if (warm_evict(&gs, budget, recs, nrec, warm_removed, evicted, &warm_total) < 0)
-		die(EX_SYS, "unable to allocate memory:");
-	prune_kernels(&gs, recs, nrec, warm_removed, kernels_removed);
-	if (cache) {
+	stale_probes(&c);
+	warm_sweep(&c, warm_removed);
+	if (warm_evict(&c.gs, c.budget, recs, nrec, warm_removed, evicted, &warm_total) < 0 ||
+	    prune_kernels(&c.gs, recs, nrec, warm_removed, kernels_removed) < 0)
+		sweep_failed(&c.gs);
+	if (c.cache) {
 		if (!(cache_removed = json_array()))
 			die(EX_SYS, "unable to allocate memory:");
-		if (!(cache_busy = json_array()) || cache_sweep(&gs, older, cache_removed, cache_busy) < 0)
-			die(EX_SYS, "unable to allocate memory:");
+		if (!(cache_busy = json_array()) ||
+		    cache_sweep(&c.gs, c.older, cache_removed, cache_busy) < 0)
+			sweep_failed(&c.gs);
 	}
-	nftw(store_home(), tmp_cb, 16, FTW_PHYS | FTW_ACTIONRETVAL);
+	tmp_sweep(&c);
 	close(lk);
 	test_pause("gc-trash");
-	gcstore_trash_empty(&gs);
+	gcstore_trash_empty(&c.gs);
 
 	out = json_pack("{s:o, s:I, s:o, s:o, s:o, s:I, s:o, s:I, s:b, s:{s:I, s:I, s:o}}", "removed",
-			removed, "kept", (json_int_t)kept, "leaked", leaked, "warm_removed",
+			removed, "kept", (json_int_t)kept, "leaked", c.leaked, "warm_removed",
 			warm_removed, "warm_evicted", evicted, "warm_bytes", (json_int_t)warm_total,
 			"kernels_removed", kernels_removed,
-			"reclaimed_bytes", (json_int_t)gs.reclaimed, "dry_run", gs.dry_run, "policy",
-			"keep_last", (json_int_t)keep_last, "older_than_s", (json_int_t)older,
-			"warm_budget", budget >= 0 ? json_integer(budget) : json_null());
+			"reclaimed_bytes", (json_int_t)c.gs.reclaimed, "dry_run", c.gs.dry_run, "policy",
+			"keep_last", (json_int_t)c.keep_last, "older_than_s", (json_int_t)c.older,
+			"warm_budget", c.budget >= 0 ? json_integer(c.budget) : json_null());
 	if (!out)
 		die(EX_SYS, "unable to build the output");
 	if (cache_removed) {
@@ -946,11 +965,11 @@ int main(int argc, char **argv)
 		json_object_set_new(out, "cache_busy", cache_busy);
 	}
 	if (usage) {
-		json_object_set_new(out, "store", json_string(gs.store));
+		json_object_set_new(out, "store", json_string(c.gs.store));
 		json_object_set_new(out, "usage", usage);
 		json_object_set_new(out, "auto_error", auto_error());
 	}
-	if (is_auto) {
+	if (c.is_auto) {
 		/* Our stdout is /dev/null: the report goes beside the stamp. */
 		pathf(p, sizeof p, "%s/locks/gc-auto.json", store_home());
 		json_object_set_new(out, "auto", json_true());

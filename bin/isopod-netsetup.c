@@ -503,7 +503,7 @@ static void report(struct nsctx *c)
 {
 	const struct netplan *p = &c->plan;
 	char gw[INET_ADDRSTRLEN], markhex[16];
-	struct in_addr a = { htonl(p->base) };
+	struct in_addr a = { .s_addr = htonl(p->base) };
 	json_t *out, *fc;
 
 	inet_ntop(AF_INET, &a, gw, sizeof gw);
@@ -527,7 +527,7 @@ static void report(struct nsctx *c)
 		c->local_ok));
 	json_object_set_new(out, "allow_ranges", allow_ranges_json(p));
 	{
-		struct in_addr ra = { htonl(p->resolver) };
+		struct in_addr ra = { .s_addr = htonl(p->resolver) };
 		char rs[INET_ADDRSTRLEN + 8];
 
 		inet_ntop(AF_INET, &ra, rs, INET_ADDRSTRLEN);

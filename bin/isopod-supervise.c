@@ -226,12 +226,12 @@ static void sup_watch(struct sup *s)
 	for (;;) {
 		int n = 0, iq, is, io = -1, ic = -1;
 
-		pf[iq = n++] = (struct pollfd){ s->qfd, POLLIN, 0 };
-		pf[is = n++] = (struct pollfd){ s->sfd, POLLIN, 0 };
+		pf[iq = n++] = (struct pollfd){ .fd = s->qfd, .events = POLLIN };
+		pf[is = n++] = (struct pollfd){ .fd = s->sfd, .events = POLLIN };
 		if (s->ownerfd >= 0)
-			pf[io = n++] = (struct pollfd){ s->ownerfd, POLLIN, 0 };
+			pf[io = n++] = (struct pollfd){ .fd = s->ownerfd, .events = POLLIN };
 		if (s->ctlfd >= 0)
-			pf[ic = n++] = (struct pollfd){ s->ctlfd, POLLIN, 0 };
+			pf[ic = n++] = (struct pollfd){ .fd = s->ctlfd, .events = POLLIN };
 		if (poll(pf, (nfds_t)n, -1) < 0) {
 			if (errno == EINTR)
 				continue;

@@ -239,7 +239,7 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 		 * a moment to be reapable, so its status (102: address in use)
 		 * can be told, not guessed. */
 		if (e->pidfd >= 0)
-			poll(&(struct pollfd){ e->pidfd, POLLIN, 0 }, 1, 2000);
+			poll(&(struct pollfd){ .fd = e->pidfd, .events = POLLIN }, 1, 2000);
 		if (waitpid(e->pid, &st, WNOHANG) == e->pid) {
 			code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 			e->pid = -1;

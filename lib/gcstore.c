@@ -29,6 +29,15 @@ static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *
 	return 0;
 }
 
+/* A path that does not fit (pathn): -1, errno ENAMETOOLONG, and g->err
+ * naming it by its start, as pathf named it when it exited. */
+static int too_long(struct gcstore *g, const char *start)
+{
+	snprintf(g->err, sizeof g->err, "path too long: %.64s...", start);
+	errno = ENAMETOOLONG;
+	return -1;
+}
+
 /* Remove in place.  FTW_PHYS: never follow a symlink out of the store. */
 static void remove_now(const char *path)
 {
@@ -37,7 +46,7 @@ static void remove_now(const char *path)
 
 int gcstore_trash_open(struct gcstore *g)
 {
-	char root[PATH_MAX], p[PATH_MAX];
+	char root[PATH_MAX], p[PATH_MAX], failed[PATH_MAX];
 	const char *mine;
 	struct dirent *de;
 	DIR *d;
@@ -45,7 +54,13 @@ int gcstore_trash_open(struct gcstore *g)
 	if (pathn(root, sizeof root, "%s/trash", store_home()) < 0 ||
 	    pathn(g->trash, sizeof g->trash, "%s/gc-XXXXXX", root) < 0)
 		return -1;
-	mkdirs(root, 0700);
+	if (mkdir_p(root, 0700, failed, sizeof failed) < 0) {
+		int e = errno;
+
+		snprintf(g->err, sizeof g->err, "unable to create %s", failed);
+		errno = e;
+		return -2;
+	}
 	if (!mkdtemp(g->trash))
 		return -1;
 	g->trash_fd = open(g->trash, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -172,6 +187,29 @@ long long parse_size(const char *s)
 	return v * mul;
 }
 
+/* 30s, 10m, 2h, 7d -> seconds; -1 if malformed. */
+long long parse_dur(const char *s)
+{
+	char num[32];
+	size_t n = strlen(s);
+	long long v, mul;
+
+	if (n < 2 || n >= sizeof num)
+		return -1;
+	switch (s[n - 1]) {
+	case 's': mul = 1; break;
+	case 'm': mul = 60; break;
+	case 'h': mul = 3600; break;
+	case 'd': mul = 86400; break;
+	default: return -1;
+	}
+	memcpy(num, s, n - 1);
+	num[n - 1] = 0;
+	if (parse_ll(num, 0, 100LL * 365 * 86400 / mul, &v) < 0)
+		return -1;
+	return v * mul;
+}
+
 /* Room for element n, zeroed, in an array of *cap elements of size sz
  * (doubling, from 16): the array to use from now on, or NULL (errno ENOMEM)
  * with v freed. */
@@ -221,7 +259,8 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 	DIR *d;
 
 	*total = 0;
-	pathf(dir, sizeof dir, "%s/warm", store_home());
+	if (pathn(dir, sizeof dir, "%s/warm", store_home()) < 0)
+		return too_long(g, store_home());
 	if (!(d = opendir(dir)))
 		return 0;
 	while ((de = readdir(d))) {
@@ -242,7 +281,11 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 			return -1;
 		}
 		memcpy(v[n].key, de->d_name, 64); /* warm_key_valid: 64 hex */
-		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		if (pathn(p, sizeof p, "%s/%s", dir, de->d_name) < 0) {
+			closedir(d);
+			free(v);
+			return too_long(g, dir);
+		}
 		v[n].bytes = tree_bytes(p);
 		m = warm_meta(de->d_name);
 		lu = json_string_value(json_object_get(m, "last_used"));
@@ -270,17 +313,24 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 			close(lk);
 			continue;
 		}
-		pathf(p, sizeof p, "%s/%s", dir, v[i].key);
+		if (pathn(p, sizeof p, "%s/%s", dir, v[i].key) < 0) {
+			close(lk);
+			free(v);
+			return too_long(g, dir);
+		}
 		if (gcstore_discard(g, p) < 0) {
 			if (errno != ENOENT)
 				warn("unable to remove the warm snapshot %s:", v[i].key);
 			close(lk);
 			continue;
 		}
-		if (!g->dry_run) {
-			pathf(p, sizeof p, "%s/%s.lock", dir, v[i].key);
-			unlink(p);
+		if (!g->dry_run && pathn(p, sizeof p, "%s/%s.lock", dir, v[i].key) < 0) {
+			close(lk);
+			free(v);
+			return too_long(g, dir);
 		}
+		if (!g->dry_run)
+			unlink(p);
 		close(lk);
 		*total -= v[i].bytes;
 		json_array_append_new(evicted, json_pack("{s:s, s:I, s:s}", "key", v[i].key, "bytes",
@@ -291,28 +341,62 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 	return 0;
 }
 
+/* Is kernel k in the shape of a warm snapshot the sweep kept?  1 or 0, or
+ * -1 (too_long). */
+static int warm_uses_kernel(struct gcstore *g, const char *k, json_t *swept)
+{
+	char wdir[PATH_MAX];
+	struct dirent *we;
+	DIR *wd;
+	int used = 0;
+
+	if (pathn(wdir, sizeof wdir, "%s/warm", store_home()) < 0)
+		return too_long(g, store_home());
+	if (!(wd = opendir(wdir)))
+		return 0;
+	while (!used && (we = readdir(wd))) {
+		json_t *m, *o;
+		size_t j;
+		int gone = 0;
+
+		if (!warm_key_valid(we->d_name))
+			continue;
+		json_array_foreach(swept, j, o)
+			gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "", we->d_name);
+		if (gone || !(m = warm_meta(we->d_name)))
+			continue;
+		used = !strcmp(json_string_value(json_object_get(json_object_get(m, "shape"),
+								 "kernel")) ?: "", k);
+		json_decref(m);
+	}
+	closedir(wd);
+	return used;
+}
+
 /* Kernels nothing uses: not kernels/current, not the kernel of a running
  * VM (a warm resume of it needs the very files), not in the shape of a
  * warm snapshot the sweep kept.  Stages are disk layers: they name no
  * kernel.  Removed with the accelerator verdict cached for them. */
-void prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t *swept,
-		   json_t *out)
+int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t *swept,
+		  json_t *out)
 {
 	char dir[PATH_MAX], p[PATH_MAX], cur[80] = "";
 	struct dirent *de;
 	DIR *d;
 	FILE *fp;
 
-	pathf(dir, sizeof dir, "%s/kernels", store_home());
-	pathf(p, sizeof p, "%s/current", dir);
+	if (pathn(dir, sizeof dir, "%s/kernels", store_home()) < 0)
+		return too_long(g, store_home());
+	if (pathn(p, sizeof p, "%s/current", dir) < 0)
+		return too_long(g, dir);
 	if (!(fp = fopen(p, "re")))
-		return; /* no current kernel: nothing can be told apart */
+		return 0; /* no current kernel: nothing can be told apart */
 	if (!fgets(cur, sizeof cur, fp))
 		cur[0] = 0;
 	fclose(fp);
 	cur[strcspn(cur, "\n")] = 0;
 	if (!hex64_ok(cur) || !(d = opendir(dir)))
-		return;
+		return 0;
 	while ((de = readdir(d))) {
 		const char *k = de->d_name;
 		int used = !strcmp(k, cur);
@@ -322,35 +406,16 @@ void prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_
 			continue;
 		for (i = 0; i < nrec && !used; i++)
 			used = recs[i].running && !strcmp(recs[i].kernel, k);
-		if (!used) {
-			char wdir[PATH_MAX];
-			struct dirent *we;
-			DIR *wd;
-
-			pathf(wdir, sizeof wdir, "%s/warm", store_home());
-			if ((wd = opendir(wdir))) {
-				while (!used && (we = readdir(wd))) {
-					json_t *m, *o;
-					size_t j;
-					int gone = 0;
-
-					if (!warm_key_valid(we->d_name))
-						continue;
-					json_array_foreach(swept, j, o)
-						gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "",
-								we->d_name);
-					if (gone || !(m = warm_meta(we->d_name)))
-						continue;
-					used = !strcmp(json_string_value(json_object_get(
-							       json_object_get(m, "shape"), "kernel")) ?: "", k);
-					json_decref(m);
-				}
-				closedir(wd);
-			}
+		if (!used && (used = warm_uses_kernel(g, k, swept)) < 0) {
+			closedir(d);
+			return -1;
 		}
 		if (used)
 			continue;
-		pathf(p, sizeof p, "%s/%s", dir, k);
+		if (pathn(p, sizeof p, "%s/%s", dir, k) < 0) {
+			closedir(d);
+			return too_long(g, dir);
+		}
 		{
 			long long b = g->reclaimed;
 
@@ -358,20 +423,24 @@ void prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_
 			json_array_append_new(out, json_pack("{s:s, s:I}", "sha256", k, "bytes",
 							     (json_int_t)(g->reclaimed - b)));
 		}
-		if (!g->dry_run) {
-			pathf(p, sizeof p, "%s/accel/%s.json", store_home(), k);
-			unlink(p);
-			pathf(p, sizeof p, "%s/accel/%s.log", store_home(), k);
+		if (g->dry_run)
+			continue;
+		for (const char *const *x = (const char *const[]){ "json", "log", NULL }; *x; x++) {
+			if (pathn(p, sizeof p, "%s/accel/%s.%s", store_home(), k, *x) < 0) {
+				closedir(d);
+				return too_long(g, store_home());
+			}
 			unlink(p);
 		}
 	}
 	closedir(d);
+	return 0;
 }
 
 /* --df: what each part of the store takes on disk (allocated bytes; a
  * file hard-linked from the build cache counts here too), before this
  * (dry) collection.  The rest of the object says what it would reclaim. */
-json_t *store_usage(void)
+json_t *store_usage(struct gcstore *g)
 {
 	static const char *const parts[] = { "kernels", "images", "stages", "vms", "warm", "accel",
 					     "locks", NULL };
@@ -379,10 +448,18 @@ json_t *store_usage(void)
 	long long all, sum = 0;
 	char p[PATH_MAX];
 
+	if (!u) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	for (const char *const *q = parts; *q; q++) {
 		long long b;
 
-		pathf(p, sizeof p, "%s/%s", store_home(), *q);
+		if (pathn(p, sizeof p, "%s/%s", store_home(), *q) < 0) {
+			json_decref(u);
+			too_long(g, store_home());
+			return NULL;
+		}
 		b = tree_bytes(p);
 		sum += b;
 		json_object_set_new(u, *q, json_integer(b));
@@ -395,24 +472,29 @@ json_t *store_usage(void)
 
 /* The build cache (images/lib.sh cache_dir): $ISOPOD_CACHE, else
  * /var/cache/isopod as root, else $XDG_CACHE_HOME/isopod or
- * ~/.cache/isopod. */
-static void cache_dir(char *out, size_t sz)
+ * ~/.cache/isopod.  0, or -1 (too_long). */
+static int cache_dir(struct gcstore *g, char *out, size_t sz)
 {
 	const char *e = getenv("ISOPOD_CACHE"), *h;
+	int r;
 
 	if (e && *e)
-		pathf(out, sz, "%s", e);
+		r = pathn(out, sz, "%s", h = e);
 	else if (geteuid() == 0)
-		pathf(out, sz, "/var/cache/isopod");
+		r = pathn(out, sz, "%s", h = "/var/cache/isopod");
 	else if ((h = getenv("XDG_CACHE_HOME")) && *h)
-		pathf(out, sz, "%s/isopod", h);
-	else
-		pathf(out, sz, "%s/.cache/isopod", (h = getenv("HOME")) && *h ? h : "/nonexistent");
+		r = pathn(out, sz, "%s/isopod", h);
+	else {
+		if (!(h = getenv("HOME")) || !*h)
+			h = "/nonexistent";
+		r = pathn(out, sz, "%s/.cache/isopod", h);
+	}
+	return r < 0 ? too_long(g, h) : 0;
 }
 
 /* Does any file in dir share an inode with path (images/register
- * hard-links what it registers)? */
-static int linked_into(const char *path, const char *dir)
+ * hard-links what it registers)?  1 or 0, or -1 (too_long). */
+static int linked_into(struct gcstore *g, const char *path, const char *dir)
 {
 	char p[PATH_MAX];
 	struct stat a, b;
@@ -425,7 +507,10 @@ static int linked_into(const char *path, const char *dir)
 	while (!found && (de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
-		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		if (pathn(p, sizeof p, "%s/%s", dir, de->d_name) < 0) {
+			closedir(d);
+			return too_long(g, dir);
+		}
 		found = lstat(p, &b) == 0 && b.st_ino == a.st_ino && b.st_dev == a.st_dev;
 	}
 	closedir(d);
@@ -448,6 +533,90 @@ static int newest_entry_first(const void *a, const void *b)
 	return x->mtime != y->mtime ? (x->mtime < y->mtime ? 1 : -1) : strcmp(x->name, y->name);
 }
 
+/* Is the cache entry dir/name of kind k registered in the store (the same
+ * inode: images/register hard-links it)?  1 or 0, or -1 (too_long). */
+static int cache_registered(struct gcstore *g, const char *dir, const char *name, const char *k)
+{
+	char p[PATH_MAX], store_dir[PATH_MAX], kd[PATH_MAX];
+	struct dirent *ke;
+	DIR *kdir;
+	int keep = 0;
+
+	if (!strcmp(k, "base")) {
+		if (pathn(p, sizeof p, "%s/%s/base.img", dir, name) < 0)
+			return too_long(g, dir);
+		if (pathn(store_dir, sizeof store_dir, "%s/images", store_home()) < 0)
+			return too_long(g, store_home());
+		return linked_into(g, p, store_dir);
+	}
+	if (strcmp(k, "kernel"))
+		return 0;
+	if (pathn(p, sizeof p, "%s/%s/vmlinux", dir, name) < 0)
+		return too_long(g, dir);
+	if (pathn(store_dir, sizeof store_dir, "%s/kernels", store_home()) < 0)
+		return too_long(g, store_home());
+	if (!(kdir = opendir(store_dir)))
+		return 0;
+	while (keep == 0 && (ke = readdir(kdir)))
+		if (hex64_ok(ke->d_name)) {
+			if (pathn(kd, sizeof kd, "%s/%s", store_dir, ke->d_name) < 0)
+				keep = too_long(g, store_dir);
+			else
+				keep = linked_into(g, p, kd);
+		}
+	closedir(kdir);
+	return keep;
+}
+
+/* The entries of one kind's cache directory (open as d, locked): into *vp
+ * (*np of them, *capp allocated), each with its group and keep (younger
+ * than grace at now, or registered).  0, or -1
+ * (errno ENOMEM, or too_long) with *vp freed. */
+static int cache_scan(struct gcstore *g, DIR *d, const char *dir, const char *k, time_t now,
+		      long long grace, struct centry **vp, size_t *np, size_t *capp)
+{
+	char p[PATH_MAX];
+	struct dirent *de;
+	struct stat st;
+
+	while ((de = readdir(d))) {
+		struct centry *v;
+		json_t *in;
+		int r;
+
+		if (!hex64_ok(de->d_name))
+			continue;
+		if (pathn(p, sizeof p, "%s/%s", dir, de->d_name) < 0)
+			goto too_long;
+		if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		if (!(*vp = grow(*vp, capp, *np, sizeof **vp)))
+			return -1;
+		v = *vp + *np;
+		memcpy(v->name, de->d_name, 64);
+		v->mtime = st.st_mtime;
+		if (pathn(p, sizeof p, "%s/%s/inputs.json", dir, de->d_name) < 0)
+			goto too_long;
+		in = json_load_path(p);
+		snprintf(v->group, sizeof v->group, "%.79s",
+			 json_string_value(json_object_get(in, "flavor")) ?: "");
+		json_decref(in);
+		v->keep = now - v->mtime < grace;
+		if ((r = cache_registered(g, dir, de->d_name, k)) < 0) {
+			free(*vp);
+			*vp = NULL;
+			return -1;
+		}
+		v->keep |= r;
+		(*np)++;
+	}
+	return 0;
+too_long:
+	free(*vp);
+	*vp = NULL;
+	return too_long(g, dir);
+}
+
 /* --cache: the build cache keeps, per kind (kernel, tools, and base per
  * flavor), its newest entry (what the next build of unchanged inputs hits;
  * images/build-base also falls back on it offline), every entry younger
@@ -456,74 +625,38 @@ static int newest_entry_first(const void *a, const void *b)
  * package downloads) is left alone.  Each kind is swept holding its lock
  * (<kind>/.lock, which images/build-* hold while they build); a kind whose
  * build is running is left alone and named in busy.  0, or -1 (errno
- * ENOMEM) when out of memory. */
+ * ENOMEM, or ENAMETOOLONG: too_long). */
 int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy)
 {
 	static const char *const kinds[] = { "kernel", "base", "tools", NULL };
-	char root[PATH_MAX], dir[PATH_MAX], p[PATH_MAX], store_dir[PATH_MAX];
+	char root[PATH_MAX], dir[PATH_MAX], p[PATH_MAX];
 	time_t now = time(NULL);
 
-	cache_dir(root, sizeof root);
+	if (cache_dir(g, root, sizeof root) < 0)
+		return -1;
 	for (const char *const *k = kinds; *k; k++) {
 		struct centry *v = NULL;
 		size_t n = 0, cap = 0, i;
-		struct dirent *de;
-		struct stat st;
 		DIR *d;
-
 		int lk;
 
-		pathf(dir, sizeof dir, "%s/%s", root, *k);
+		if (pathn(dir, sizeof dir, "%s/%s", root, *k) < 0)
+			return too_long(g, root);
 		if (!(d = opendir(dir)))
 			continue;
-		pathf(p, sizeof p, "%s/.lock", dir);
+		if (pathn(p, sizeof p, "%s/.lock", dir) < 0) {
+			closedir(d);
+			return too_long(g, dir);
+		}
 		if ((lk = lock_open(p, LOCK_EX | LOCK_NB)) < 0) {
 			closedir(d);
 			json_array_append_new(busy, json_string(*k));
 			continue;
 		}
-		while ((de = readdir(d))) {
-			json_t *in;
-
-			if (!hex64_ok(de->d_name))
-				continue;
-			pathf(p, sizeof p, "%s/%s", dir, de->d_name);
-			if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
-				continue;
-			if (!(v = grow(v, &cap, n, sizeof *v))) {
-				closedir(d);
-				close(lk);
-				return -1;
-			}
-			memcpy(v[n].name, de->d_name, 64);
-			v[n].mtime = st.st_mtime;
-			pathf(p, sizeof p, "%s/%s/inputs.json", dir, de->d_name);
-			in = json_load_path(p);
-			snprintf(v[n].group, sizeof v[n].group, "%.79s",
-				 json_string_value(json_object_get(in, "flavor")) ?: "");
-			json_decref(in);
-			v[n].keep = now - v[n].mtime < grace;
-			if (!strcmp(*k, "base")) {
-				pathf(p, sizeof p, "%s/%s/base.img", dir, de->d_name);
-				pathf(store_dir, sizeof store_dir, "%s/images", store_home());
-				v[n].keep |= linked_into(p, store_dir);
-			} else if (!strcmp(*k, "kernel")) {
-				char kd[PATH_MAX];
-				struct dirent *ke;
-				DIR *kdir;
-
-				pathf(p, sizeof p, "%s/%s/vmlinux", dir, de->d_name);
-				pathf(store_dir, sizeof store_dir, "%s/kernels", store_home());
-				if ((kdir = opendir(store_dir))) {
-					while (!v[n].keep && (ke = readdir(kdir)))
-						if (hex64_ok(ke->d_name)) {
-							pathf(kd, sizeof kd, "%s/%s", store_dir, ke->d_name);
-							v[n].keep |= linked_into(p, kd);
-						}
-					closedir(kdir);
-				}
-			}
-			n++;
+		if (cache_scan(g, d, dir, *k, now, grace, &v, &n, &cap) < 0) {
+			closedir(d);
+			close(lk);
+			return -1;
 		}
 		closedir(d);
 		if (n)
@@ -533,7 +666,11 @@ int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy)
 
 			if (v[i].keep || i == 0 || strcmp(v[i].group, v[i - 1].group))
 				continue; /* kept, or the newest of its group */
-			pathf(p, sizeof p, "%s/%s", dir, v[i].name);
+			if (pathn(p, sizeof p, "%s/%s", dir, v[i].name) < 0) {
+				free(v);
+				close(lk);
+				return too_long(g, dir);
+			}
 			gcstore_remove_tree(g, p);
 			json_array_append_new(out, json_pack("{s:s, s:s, s:I}", "kind", *k, "key",
 							     v[i].name, "bytes",

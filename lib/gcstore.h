@@ -36,11 +36,13 @@ struct gcstore {
 	unsigned long ntrash;  /* victims moved so far: their names' prefix */
 	char store[PATH_MAX];  /* the store as named (isopod-gc: ISOPOD_HOME is then
 				* its pinned /proc/self/fd path), for output */
+	char err[PATH_MAX + 64]; /* what a -1 (or -2) below failed at, when it says */
 };
 
 /* Under the store lock: make our trash directory and adopt every trash
  * directory whose gc is gone (its flock free: a gc killed before it emptied
- * it).  0, or -1 (errno; the sweep then removes in place). */
+ * it).  0, or -1 (errno; the sweep then removes in place), or -2 (errno,
+ * g->err: store/trash could not be made; the caller's exit). */
 int gcstore_trash_open(struct gcstore *g);
 /* Take path (a file or a tree in the store) out of the store: count its
  * bytes, then (unless dry) rename it into the trash (one atomic rename,
@@ -57,11 +59,16 @@ void gcstore_remove_tree(struct gcstore *g, const char *dir);
  * holds it shared from before it resumes until its record names the key. */
 int gcstore_warm_in_use(const char *key);
 long long parse_size(const char *s);
+/* 30s, 10m, 2h, 7d -> seconds; -1 if malformed. */
+long long parse_dur(const char *s);
+/* The sweeps: 0, or -1 with errno: ENOMEM, or ENAMETOOLONG with g->err
+ * "path too long: <its start>..." (a store or cache path that does not fit
+ * PATH_MAX).  store_usage: the object, or NULL likewise. */
 int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size_t nrec,
 	       json_t *swept, json_t *evicted, long long *total);
-void prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t *swept,
-		   json_t *out);
-json_t *store_usage(void);
+int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t *swept,
+		  json_t *out);
+json_t *store_usage(struct gcstore *g);
 int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy);
 
 #endif

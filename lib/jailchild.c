@@ -377,11 +377,11 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	char go;
 
 	for (i = 0; i < js->nro; i++, nb++)
-		b[nb] = (struct bindreq){ js->ro[i], rp[nb], B_RO };
+		b[nb] = (struct bindreq){ .path = js->ro[i], .real = rp[nb], .kind = B_RO };
 	for (i = 0; i < js->nrw; i++, nb++)
-		b[nb] = (struct bindreq){ js->rw[i], rp[nb], B_RW };
+		b[nb] = (struct bindreq){ .path = js->rw[i], .real = rp[nb], .kind = B_RW };
 	if (js->vm_dir) {
-		b[nb] = (struct bindreq){ js->vm_dir, rp[nb], B_RW };
+		b[nb] = (struct bindreq){ .path = js->vm_dir, .real = rp[nb], .kind = B_RW };
 		nb++;
 	}
 	/* The root's directories and nodes are made with this umask: the

@@ -54,7 +54,7 @@ __attribute__((format(printf, 2, 3))) static int fail(struct rtnl *rt, const cha
 
 void slot_ip(const struct netplan *p, unsigned k, unsigned host, char *out)
 {
-	struct in_addr a = { htonl(p->base + 4 * k + host) };
+	struct in_addr a = { .s_addr = htonl(p->base + 4 * k + host) };
 
 	inet_ntop(AF_INET, &a, out, INET_ADDRSTRLEN);
 }

@@ -830,7 +830,7 @@ int nftb_verify(struct nftb *b)
 
 int nftb_open(struct nftb *b, const struct netplan *plan)
 {
-	struct timeval tv = { 5, 0 };
+	struct timeval tv = { .tv_sec = 5, .tv_usec = 0 };
 	int sz = 8 << 20;
 
 	*b = (struct nftb){ .plan = plan, .family = NFPROTO_INET };

@@ -77,7 +77,7 @@ static json_t *next_msg(struct qmp *q, int64_t deadline_ms, int *rc)
 static int send_all(struct qmp *q, const char *buf, size_t n, int fd, int64_t deadline_ms)
 {
 	while (n) {
-		struct iovec iov = { (void *)buf, n };
+		struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
 		union {
 			char b[CMSG_SPACE(sizeof(int))];
 			struct cmsghdr align;

@@ -233,7 +233,7 @@ static void label_one(const char *id, json_t *m, void *argp)
 
 int label_taken(const char *label, char *holder, size_t hsz)
 {
-	struct labelarg a = {label, holder, hsz, 0};
+	struct labelarg a = { .label = label, .holder = holder, .hsz = hsz, .found = 0 };
 
 	each_stage(label_one, &a);
 	return a.found;

@@ -633,10 +633,11 @@ hi" ]
 	[ -z "$long" ] || { echo "functions over 150 lines: $long"; false; }
 }
 
-@test "lint: a struct pollfd or timespec is initialised by its members' names, not by position" {
+@test "lint: a struct (declared or a compound literal) is initialised by its members' names, not by position" {
 	cd "$ISOPOD_SRC"
 	# (an array's elements and `{ 0 }` are positional by nature)
-	run grep -nE 'struct (pollfd|timespec) [a-z_]+ = \{ *[^ .{}0]' bin/*.c lib/*.c agent/*.c
+	run grep -nE 'struct [a-z_]+ [a-z_]+ = \{ *[^ .{}0]|\(struct [a-z_]+\) *\{ *[^ .{}0]' \
+		bin/*.c lib/*.c agent/*.c
 	[ -z "$output" ] || { echo "positional: $output"; false; }
 }
 
@@ -940,4 +941,23 @@ C
 	run --separate-stderr isopod-result --failed boot --rc 7 --dir "$BATS_TEST_TMPDIR"
 	[ "$status" -eq 111 ]
 	json_is '. == {ok: false, error: "isopod-boot failed (exit 7)", error_kind: "infra"}'
+}
+
+@test "gc: a path that does not fit (a long ISOPOD_CACHE) is a usage error (100) naming its start, stdout empty: lib/gcstore.c returns it, isopod-gc exits" {
+	local home="$BATS_TEST_TMPDIR/gcstore" pad root n
+	# The root fits PATH_MAX (4095 bytes) but root/kernel does not; then a
+	# root that does not fit at all.
+	for n in 4092 5000; do
+		pad=$(printf '%*s' "$((n - ${#BATS_TEST_TMPDIR} - 1))" '' | tr ' ' c)
+		root="$BATS_TEST_TMPDIR/$pad"
+		[ "${#root}" -eq "$n" ]
+		ISOPOD_HOME="$home" ISOPOD_CACHE="$root" run --separate-stderr isopod-gc --cache --dry-run
+		[ "$status" -eq 100 ]
+		[[ "$stderr" == *"isopod-gc: fatal: path too long: ${root:0:64}..."* ]]
+		[ -z "$output" ]
+	done
+	# the same store and option sweep when the path fits
+	ISOPOD_HOME="$home" ISOPOD_CACHE="$BATS_TEST_TMPDIR/cache" run --separate-stderr isopod-gc --cache --dry-run
+	[ "$status" -eq 0 ]
+	json_is '.cache_removed == [] and .cache_busy == []'
 }

@@ -1,0 +1,91 @@
+/* gcstore_test.c - lib/gcstore.c's sweeps return a path that does not fit
+ * PATH_MAX (-1, errno ENAMETOOLONG, g->err "path too long: <its start>...")
+ * to isopod-gc's main, which picks the exit status: the library never exits
+ * (it used pathf, which did).  Each check runs in this process: had the
+ * library exited, the program would end before its "N passed" line. */
+#include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
+#include "../../lib/qemu.c"
+#include "../../lib/vm.c"
+#include "../../lib/warm.c"
+#include "../../lib/gcstore.c"
+
+#include "tap.h"
+
+#include <stdlib.h>
+
+/* dir + "/" + c...: a path of exactly len bytes. */
+static void long_path(char *out, size_t len, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	memcpy(out, dir, n);
+	out[n] = '/';
+	memset(out + n + 1, 'c', len - n - 1);
+	out[len] = 0;
+}
+
+int main(void)
+{
+	static char root[8192], home[PATH_MAX], want[128];
+	struct gcstore g = { .dry_run = 1, .trash_fd = -1 };
+	json_t *out = json_array(), *busy = json_array(), *u;
+	char tmpl[] = "/tmp/gcstore_test.XXXXXX";
+	const char *dir = mkdtemp(tmpl);
+	long long total = -1;
+
+	if (!dir || !out || !busy)
+		return 1;
+	snprintf(home, sizeof home, "%s/store", dir);
+	mkdir(home, 0700);
+	setenv("ISOPOD_HOME", home, 1);
+	/* A cache root that fits, but not with /kernel after it. */
+	long_path(root, PATH_MAX - 4, dir);
+	setenv("ISOPOD_CACHE", root, 1);
+	snprintf(want, sizeof want, "path too long: %.64s...", root);
+	errno = 0;
+	ok(cache_sweep(&g, 0, out, busy) == -1 && errno == ENAMETOOLONG,
+	   "cache_sweep: root/kind too long is -1 ENAMETOOLONG");
+	ok(!strcmp(g.err, want), "cache_sweep: g->err names the path's start (%s)", g.err);
+	/* A cache root that does not fit at all. */
+	long_path(root, PATH_MAX + 100, dir);
+	setenv("ISOPOD_CACHE", root, 1);
+	g.err[0] = 0;
+	errno = 0;
+	ok(cache_sweep(&g, 0, out, busy) == -1 && errno == ENAMETOOLONG && !strcmp(g.err, want),
+	   "cache_sweep: a root past PATH_MAX is -1 ENAMETOOLONG, named");
+	ok(json_array_size(out) == 0 && json_array_size(busy) == 0, "nothing swept, nothing busy");
+	/* A store whose paths do not fit. */
+	long_path(root, PATH_MAX - 3, dir);
+	setenv("ISOPOD_HOME", root, 1);
+	snprintf(want, sizeof want, "path too long: %.64s...", root);
+	g.err[0] = 0;
+	errno = 0;
+	ok(warm_evict(&g, 0, NULL, 0, out, out, &total) == -1 && errno == ENAMETOOLONG &&
+		   !strcmp(g.err, want),
+	   "warm_evict: store/warm too long is -1 ENAMETOOLONG, named");
+	g.err[0] = 0;
+	errno = 0;
+	ok(prune_kernels(&g, NULL, 0, out, out) == -1 && errno == ENAMETOOLONG &&
+		   !strcmp(g.err, want),
+	   "prune_kernels: store/kernels too long is -1 ENAMETOOLONG, named");
+	g.err[0] = 0;
+	errno = 0;
+	u = store_usage(&g);
+	ok(!u && errno == ENAMETOOLONG && !strcmp(g.err, want),
+	   "store_usage: store/kernels too long is NULL ENAMETOOLONG, named");
+	json_decref(u);
+	/* The store as it is: the sweeps run. */
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(root, sizeof root, "%s/cache", dir);
+	setenv("ISOPOD_CACHE", root, 1);
+	ok(cache_sweep(&g, 0, out, busy) == 0 && warm_evict(&g, 0, NULL, 0, out, out, &total) == 0 &&
+		   total == 0 && prune_kernels(&g, NULL, 0, out, out) == 0,
+	   "a store and cache that fit: 0");
+	ok((u = store_usage(&g)) != NULL, "store_usage of a store that fits: an object");
+	json_decref(u);
+	json_decref(out);
+	json_decref(busy);
+	rmdir(home);
+	rmdir(dir);
+	return tap_done();
+}
