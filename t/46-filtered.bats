@@ -493,29 +493,36 @@ inbound_check() {
 	served_check 203.0.113.1:7003 203.0.113.1:7003 ip netns exec "$LAB_NAME-inet" /usr/bin/python3
 }
 
-# served_check ADDR TARGET PROBER...: a listener on ADDR (UDP and TCP) in
-# the host netns, as root and then as a jail uid, each probed at TARGET by
-# `PROBER jailegress.py probe`; root's must answer, the jail uid's not.
+# served_check ADDRS TARGET PROBER...: listeners on ADDRS (one or more
+# ADDR:PORT, UDP and TCP each) in the host netns, as root and then as a
+# jail uid ("jail"; with SERVED_AS=UID, that uid: "user"), each probed by
+# `PROBER jailegress.py probe` with tcpr:TARGET and udp:TARGET (or the
+# SPECs in SERVED_PROBES), one at a time: a listener refused a sendto dies
+# of the EPERM, so UDP goes last.  Root's must answer, the other's not.
 served_check() {
-	local addr=$1 target=$2 uid who srv out=""
+	local addr=$1 target=$2 uid who srv out="" t ok="" blocked="" probes other=jail
 	shift 2
-	uid=$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))
-	for who in root jail; do
+	[ -z "${SERVED_AS-}" ] || other=user
+	uid=${SERVED_AS:-$(( $(jq .jail_egress.uid_first "$BATS_FILE_TMPDIR/netsetup.json") + 43900 ))}
+	probes=${SERVED_PROBES:-"tcpr:$target udp:$target"}
+	for t in $probes; do
+		ok+="$t ok " blocked+="$t blocked "
+	done
+	for who in root "$other"; do
 		local as=()
 		[ "$who" = root ] || as=(setpriv --reuid="$uid" --regid="$uid" --clear-groups)
+		# shellcheck disable=SC2086 # ADDRS: one listener each
 		ip netns exec "$LAB_NAME-host" "${as[@]}" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
-			"$addr" >"$BATS_TEST_TMPDIR/srv-$who" 2>&1 3>&- &
+			$addr >"$BATS_TEST_TMPDIR/srv-$who" 2>&1 3>&- &
 		srv=$!
 		for _ in $(seq 1 50); do grep -q ready "$BATS_TEST_TMPDIR/srv-$who" && break; sleep 0.1; done
-		# one at a time: the jail's listener dies of its sendto's EPERM
-		out+="$who: $(for t in tcpr udp; do "$@" "$BATS_TEST_DIRNAME/lab/jailegress.py" probe "$t:$target"
+		out+="$who: $(for t in $probes; do "$@" "$BATS_TEST_DIRNAME/lab/jailegress.py" probe "$t"
 			done | tr '\n' ' ')"$'\n'
 		kill "$srv"
 		wait "$srv" 2>/dev/null || :
 	done
 	echo "$out"
-	grep -qx "root: tcpr:$target ok udp:$target ok " <<<"$out" &&
-		grep -qx "jail: tcpr:$target blocked udp:$target blocked " <<<"$out"
+	grep -qxF "root: $ok" <<<"$out" && grep -qxF "$other: $blocked" <<<"$out"
 }
 
 @test "jail egress: a flow a peer on the internet starts to a jail uid's socket gets no answer (UDP, TCP); root's does; the jail's own flows and DNS still pass" {
@@ -696,26 +703,12 @@ guest_answer_check() {
 
 # squat_check: a local user (uid 4242) binds slot 2's gateway DNS and proxy
 # ports while no broker runs there, as any user may (they are not
-# privileged); the stand-in guest's DNS (53, redirected), TCP DNS and proxy
-# connections reach it, and its answers are dropped.  Root's (an unjailed
+# privileged); the stand-in guest's TCP DNS (53, redirected), proxy and
+# UDP DNS reach it, and its answers are dropped.  Root's (an unjailed
 # broker's stand-in) are answered: the control.
 squat_check() {
-	local who srv out=""
-	for who in root user; do
-		set --
-		[ "$who" = root ] || set -- setpriv --reuid=4242 --regid=4242 --clear-groups
-		ip netns exec "$LAB_NAME-host" "$@" /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" serve \
-			10.213.0.9:1053 10.213.0.9:3128 >"$BATS_TEST_TMPDIR/sq-$who" 2>&1 3>&- &
-		srv=$!
-		for _ in $(seq 1 50); do grep -q ready "$BATS_TEST_TMPDIR/sq-$who" && break; sleep 0.1; done
-		out+="$who: $(sh "$LAB" gexec "$LAB_NAME" 2 /usr/bin/python3 "$BATS_TEST_DIRNAME/lab/jailegress.py" probe \
-			udp:10.213.0.9:53 tcpr:10.213.0.9:53 tcpr:10.213.0.9:3128 | tr '\n' ' ')"$'\n'
-		kill "$srv"
-		wait "$srv" 2>/dev/null || :
-	done
-	echo "$out"
-	grep -qx "root: udp:10.213.0.9:53 ok tcpr:10.213.0.9:53 ok tcpr:10.213.0.9:3128 ok " <<<"$out" &&
-		grep -qx "user: udp:10.213.0.9:53 blocked tcpr:10.213.0.9:53 blocked tcpr:10.213.0.9:3128 blocked " <<<"$out"
+	SERVED_AS=4242 SERVED_PROBES="tcpr:10.213.0.9:53 tcpr:10.213.0.9:3128 udp:10.213.0.9:53" \
+		served_check "10.213.0.9:1053 10.213.0.9:3128" - sh "$LAB" gexec "$LAB_NAME" 2 /usr/bin/python3
 }
 
 @test "jail egress: a local user squatting a broker's ports on a gateway (no broker there) never answers the guest (UDP and TCP DNS, proxy); root's listener does" {
@@ -760,7 +753,7 @@ mutate_jail() {
 	echo "$output"
 	sh "$LAB" exec "$LAB_NAME" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 3 --open-slots 1 --user 0 >/dev/null
 	[ "$status" -ne 0 ]
-	[[ "$output" == *"user: udp:10.213.0.9:53 ok tcpr:10.213.0.9:53 ok tcpr:10.213.0.9:3128 ok"* ]]
+	[[ "$output" == *"user: tcpr:10.213.0.9:53 ok tcpr:10.213.0.9:3128 ok udp:10.213.0.9:53 ok"* ]]
 	run squat_check
 	[ "$status" -eq 0 ]
 }
