@@ -285,7 +285,19 @@ pull_altered() {
 	# does), then boots on it; the stage is the store's, as pulled
 	third="$T/vm-third"
 	sh "$ISOPOD_SRC/images/register" "$third" >/dev/null
-	run --separate-stderr ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$third" PATH="$PATH" \
+	# only from where the configuration says (pull_from): not here, nor a
+	# repository that merely starts like the entry; nothing contacted
+	printf 'pull_from = %s/isopod\n' "$REG" >"$T/pull.conf"
+	for ref in "$REG/isopod/marker:v1" "$REG/isopodx/marker:v1" 169.254.169.254/isopod/marker:v1; do
+		conf=$T/pull.conf
+		[ "$ref" != "$REG/isopod/marker:v1" ] || conf=/dev/null
+		run --separate-stderr ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$third" ISOPOD_CONFIG="$conf" \
+			PATH="$PATH" "$ISOPOD_SRC/sh/isopod" run --stage "$ref" --pull-plain-http -- true
+		[ "$status" -eq 100 ]
+		jq -e '.error_kind == "usage" and (.error | test("pulled only from a place the configuration names"))' <<<"$output"
+	done
+	[ ! -e "$third/stages/st-0c1000000001" ]
+	run --separate-stderr ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$third" ISOPOD_CONFIG="$T/pull.conf" PATH="$PATH" \
 		"$ISOPOD_SRC/sh/isopod" run --json-only --cold --stage "$REG/isopod/marker:v1" --pull-plain-http -- cat /marker
 	[ "$status" -eq 0 ] || { echo "$stderr"; false; }
 	jq -e '.stdout == "pulled-ok\n" and .on.stage.id == "st-0c1000000001"' <<<"$output"
@@ -294,8 +306,8 @@ pull_altered() {
 	# a tag the registry lacks: the run fails with the pull's status and
 	# reason, nothing claimed or booted
 	vms=$(ls -A "$third/vms")
-	run --separate-stderr ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$third" PATH="$PATH" \
-		"$ISOPOD_SRC/sh/isopod" run --json-only --stage "$REG/isopod/marker:v9" --pull-plain-http -- true
+	run --separate-stderr ip netns exec "$LAB_NAME-host" env ISOPOD_HOME="$third" ISOPOD_CONFIG="$T/pull.conf" \
+		PATH="$PATH" "$ISOPOD_SRC/sh/isopod" run --json-only --stage "$REG/isopod/marker:v9" --pull-plain-http -- true
 	echo "$output"
 	[ "$status" -eq 101 ]
 	jq -e '.ok == false and .error_kind == "not_found" and (.error | test("marker:v9"))' <<<"$output"
