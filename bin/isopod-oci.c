@@ -35,8 +35,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "usage: isopod-oci push [--plain-http] [--ca-file FILE] [--auth-file FILE] REF REGISTRY/REPO[:TAG]\n" \
-	      "       isopod-oci pull [--plain-http] [--ca-file FILE] [--auth-file FILE] REGISTRY/REPO[:TAG|@sha256:HEX]\n"
+#define USAGE "usage: isopod-oci push [--plain-http] [--ca-file FILE] [--auth-file FILE] [--timeout-ms N] REF REGISTRY/REPO[:TAG]\n" \
+	      "       isopod-oci pull [--plain-http] [--ca-file FILE] [--auth-file FILE] [--timeout-ms N] REGISTRY/REPO[:TAG|@sha256:HEX]\n"
 
 #define CHAIN_MAX 64
 
@@ -56,7 +56,7 @@ static json_t *counts_json(const struct counts *c, const char *verb)
 
 static int reg_exit(int e)
 {
-	return e == ENOENT ? EX_NOTFOUND : e == EINVAL ? EX_USAGE : EX_SYS;
+	return e == ENOENT ? EX_NOTFOUND : e == EINVAL ? EX_USAGE : e == ETIMEDOUT ? EX_TIMEOUT : EX_SYS;
 }
 
 /* ---- push ---- */
@@ -324,7 +324,8 @@ static void pull_manifest(struct pull *pl, const char *ref, long long want_size,
 		if (errno == ENOENT && pl->n)
 			pull_fail(pl, EX_SYS, "%s: the registry lies: manifest %s names a parent %s "
 				  "it does not have", pl->src, pl->st[pl->n - 1].mdigest, ref);
-		pull_fail(pl, errno == ENOENT ? EX_NOTFOUND : EX_SYS, "%s: %s", pl->src, pl->r.err);
+		pull_fail(pl, errno == ENOENT ? EX_NOTFOUND : errno == ETIMEDOUT ? EX_TIMEOUT : EX_SYS, "%s: %s",
+			  pl->src, pl->r.err);
 	}
 	if (want_size >= 0 && (long long)n != want_size) {
 		free(buf);
@@ -346,8 +347,8 @@ static json_t *pull_config(struct pull *pl, const struct oci_desc *d)
 	json_t *j;
 
 	if (reg_blob_get_mem(&pl->r, d, &buf, &n) < 0)
-		pull_fail(pl, EX_SYS, "%s: %s%s", pl->src, errno == EBADMSG ? "the registry lies: " : "",
-			  pl->r.err);
+		pull_fail(pl, errno == ETIMEDOUT ? EX_TIMEOUT : EX_SYS, "%s: %s%s", pl->src,
+			  errno == EBADMSG ? "the registry lies: " : "", pl->r.err);
 	j = json_parse(buf, n, 0, why, sizeof why);
 	free(buf);
 	if (!j)
@@ -546,9 +547,11 @@ static int blob_file(struct pull *pl, const char *path, mode_t mode)
 static void fetch_blob(struct pull *pl, const struct oci_desc *d, int fd)
 {
 	if (reg_blob_get(&pl->r, d, fd) < 0) {
+		int e = errno;
+
 		close(fd);
-		pull_fail(pl, EX_SYS, "%s: %s%s", pl->src,
-			  errno == EBADMSG ? "the registry lies: " : "", pl->r.err);
+		pull_fail(pl, e == ETIMEDOUT ? EX_TIMEOUT : EX_SYS, "%s: %s%s", pl->src,
+			  e == EBADMSG ? "the registry lies: " : "", pl->r.err);
 	}
 	if (fsync(fd) < 0 || fchmod(fd, 0444) < 0) {
 		close(fd);
@@ -735,6 +738,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {{"plain-http", no_argument, 0, 'p'},
 					   {"ca-file", required_argument, 0, 'c'},
 					   {"auth-file", required_argument, 0, 'a'},
+					   {"timeout-ms", required_argument, 0, 't'},
 					   {"help", no_argument, 0, 'h'},
 					   {0, 0, 0, 0}};
 	struct reg_opts o = {0};
@@ -755,6 +759,10 @@ int main(int argc, char **argv)
 		case 'p': o.plain_http = 1; break;
 		case 'c': o.ca_file = optarg; break;
 		case 'a': o.auth_file = optarg; break;
+		case 't':
+			if (parse_ll(optarg, 1, 86400000LL, &o.timeout_ms) < 0)
+				die(EX_USAGE, "--timeout-ms %s: want 1..86400000", EXC(optarg));
+			break;
 		case 'h': fputs(USAGE, stdout); return 0;
 		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
 		}

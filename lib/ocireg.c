@@ -159,6 +159,8 @@ int reg_open(struct reg *r, const struct oci_ref *ref, const struct reg_opts *o)
 	r->hdrs = h;
 	if (o->ca_file)
 		snprintf(r->ca_file, sizeof r->ca_file, "%s", o->ca_file);
+	if (o->timeout_ms > 0)
+		r->deadline_ms = mono_ms() + o->timeout_ms;
 	return 0;
 }
 
@@ -181,12 +183,23 @@ static long request(struct reg *r, const char *method, const char *url, const ch
 	struct curl_slist *h = NULL, *s;
 	char hv[300];
 	long status = 0;
+	long long left = 0;
 	CURLcode rc;
 
 	/* Each request from a clean handle (the connection stays). */
 	curl_easy_reset(c);
+	if (r->deadline_ms) {
+		left = r->deadline_ms - mono_ms();
+		if (left <= 0) {
+			fail(r, ETIMEDOUT, "%s %s: out of time (the caller's deadline)", method, url);
+			return -1;
+		}
+		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)left);
+	}
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	/* A redirect keeps the registry's scheme: an https registry never
+	 * sends us to plain http. */
+	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, strncmp(r->origin, "https:", 6) ? "http" : "https");
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 15L);
 	/* A registry that stops sending for 60 s is gone. */
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -237,6 +250,14 @@ static long request(struct reg *r, const char *method, const char *url, const ch
 	rc = curl_easy_perform(c);
 	curl_slist_free_all(h);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	/* Ours, not curl's connect or stall timeout: curl measures on a clock
+	 * of its own, which may run a little ahead of ours (slack: 100 ms and
+	 * 1 per mille of what was left). */
+	if (rc == CURLE_OPERATION_TIMEDOUT && r->deadline_ms &&
+	    mono_ms() + 100 + left / 1000 >= r->deadline_ms) {
+		fail(r, ETIMEDOUT, "%s %s: out of time (the caller's deadline)", method, url);
+		return -1;
+	}
 	if (rc != CURLE_OK && !(rc == CURLE_WRITE_ERROR && (x->too_long || x->werr))) {
 		fail(r, EIO, "%s %s: %s", method, url, curl_easy_strerror(rc));
 		return -1;
@@ -270,8 +291,10 @@ static int status_fail(struct reg *r, const char *what, long st)
 }
 
 /* method ("HEAD" or "GET") r->base/what/name (what: "blobs" or
- * "manifests"), redirects followed, into x: 1 on HTTP 200; 0 on a HEAD's
- * 404 (not there); -1 with r->err (transport, or the status). */
+ * "manifests"), into x: 1 on HTTP 200; 0 on a HEAD's 404 (not there); -1
+ * with r->err (transport, or the status).  Redirects are followed for
+ * blobs only (a registry may keep them in other storage); a manifest
+ * comes from the registry named. */
 static int retrieve(struct reg *r, const char *method, const char *what, const char *name,
 		    const char *accept, struct xfer *x)
 {
@@ -279,7 +302,7 @@ static int retrieve(struct reg *r, const char *method, const char *what, const c
 	long st;
 
 	snprintf(url, sizeof url, "%s/%s/%s", r->base, what, name);
-	st = request(r, method, url, NULL, accept, x, 1);
+	st = request(r, method, url, NULL, accept, x, !strcmp(what, "blobs"));
 	if (st < 0)
 		return -1;
 	if (st == 200)
@@ -316,11 +339,8 @@ static int blob_put(struct reg *r, const char *digest, struct xfer *x, long long
 	else if (!strncmp(x->location, r->origin, strlen(r->origin)) &&
 		 x->location[strlen(r->origin)] == '/')
 		snprintf(loc, sizeof loc, "%s", x->location);
-	else {
-		snprintf(r->err, sizeof r->err, "the registry sent the upload elsewhere (not %s): refused",
-			 r->origin);
-		return -1;
-	}
+	else
+		return fail(r, EIO, "the registry sent the upload elsewhere (not %s): refused", r->origin);
 	snprintf(url, sizeof url, "%s%cdigest=%s", loc, strchr(loc, '?') ? '&' : '?', digest);
 	x->want = size;
 	st = request(r, "PUT", url, "application/octet-stream", NULL, x, 0);

@@ -15,6 +15,7 @@ struct reg_opts {
 	int plain_http;        /* http:// (a test registry); else https:// */
 	const char *ca_file;   /* TLS: trust these CAs (else the system's) */
 	const char *auth_file; /* "basic USER:PASSWORD" or "bearer TOKEN" (one line) */
+	long long timeout_ms;  /* > 0: every request ends by then (ETIMEDOUT) */
 };
 
 struct reg {
@@ -26,6 +27,7 @@ struct reg {
 	char ca_file[4096];
 	char err[512];
 	long long bytes_up, bytes_down; /* blob bytes moved */
+	long long deadline_ms;          /* mono_ms; 0: none */
 };
 
 /* 0, or -1 with r->err. */

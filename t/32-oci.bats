@@ -161,7 +161,7 @@ pull_altered() {
 	[ "$status" -eq 100 ]
 }
 
-@test "a registry that lies is refused, nothing written: a blob whose digest differs, a truncated blob, a manifest naming a missing parent; a credential from --auth-file" {
+@test "a registry that lies is refused, nothing written: a blob whose digest differs, a truncated blob, a manifest naming a missing parent, a trickle past --timeout-ms (99), a manifest redirected; a credential from --auth-file" {
 	leaf=$(jq -r '.layers[-1].layer' "$T/push1.json")
 	root=$(jq -r '.layers[0].layer' "$T/push1.json")
 	lie flip "$leaf"
@@ -197,6 +197,34 @@ pull_altered() {
 	lie auth Bearer tok3n
 	st "$T/l2" pull --plain-http --auth-file "$T/cred" "$LIAR/isopod/chain:v1"
 	[ "$status" -eq 0 ]
+
+	# a registry that trickles (its manifest, then only the root layer's
+	# blob, mid-pull): only the deadline ends the pull (99, out of time, at
+	# it), nothing written
+	rm -rf "$T/l"
+	for m in trickle "trickle $root"; do
+		lie "$m"
+		t0=$(date +%s%N)
+		st "$T/l" pull --plain-http --timeout-ms 2500 "$LIAR/isopod/chain:v1"
+		t=$(( ($(date +%s%N) - t0) / 1000000 ))
+		echo "$m: $t ms: $stderr"
+		[ "$status" -eq 99 ]
+		[[ "$stderr" == *"out of time (the caller's deadline)"* ]]
+		[ "$t" -ge 2400 ] && [ "$t" -lt 10000 ] || false
+		[ -z "$(written "$T/l")" ]
+	done
+	# a manifest redirected elsewhere (the honest registry itself, here):
+	# not followed, refused, nothing written; a blob redirected: followed
+	lie redirect manifests
+	st "$T/l" pull --plain-http "$LIAR/isopod/chain:v1"
+	echo "$stderr"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"the registry answered HTTP 302"* ]]
+	[ -z "$(written "$T/l")" ]
+	lie redirect blobs
+	st "$T/l" pull --plain-http "$LIAR/isopod/chain:v1"
+	[ "$status" -eq 0 ] || { echo "$stderr"; false; }
+	[ -n "$(written "$T/l")" ]
 
 	# the same liar, honest: the same pull lands
 	rm -rf "$T/l"

@@ -12,11 +12,20 @@ request, so one liar serves every test):
                       manifest that does not exist
   auth VALUE          honest, but only to requests whose Authorization header
                       is VALUE (else 401)
+  trickle [DIGEST]    every body (or only the blob DIGEST's) one byte per
+                      half second (never a 60 s stall: only the caller's
+                      deadline ends it; at most 120 bytes, then the
+                      connection is dropped)
+  redirect KIND       every manifest (KIND manifests: refused, a manifest
+                      comes from the registry named) or blob (KIND blobs:
+                      followed, as storage is) a 302 to the same path on
+                      UPSTREAM
 Each request is logged to stderr."""
 import http.client
 import http.server
 import json
 import sys
+import time
 
 ADDR, PORT, UPSTREAM, MODEFILE = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 
@@ -49,6 +58,12 @@ class Liar(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if m[0] == "redirect" and "/" + m[1] + "/" in self.path:
+            self.send_response(302)
+            self.send_header("Location", "http://" + UPSTREAM + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         r, body = self.fetch()
         ctype = r.getheader("Content-Type", "application/octet-stream")
         if r.status == 200:
@@ -64,8 +79,16 @@ class Liar(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if not head:
-            self.wfile.write(body)
+        if head:
+            return
+        if m[0] == "trickle" and (len(m) == 1 or self.path.endswith("/blobs/" + m[1])):
+            for b in body[:120]:
+                self.wfile.write(bytes([b]))
+                self.wfile.flush()
+                time.sleep(0.5)
+            self.close_connection = True
+            return
+        self.wfile.write(body)
 
     def do_GET(self):
         self.answer(False)
