@@ -240,8 +240,18 @@ static void sup_watch(struct sup *s)
 			kill(s->q, SIGKILL);
 			break;
 		}
-		if (pf[iq].revents)
+		if (pf[iq].revents) {
+			/* QEMU is gone.  A confirmation already in the pipe still
+			 * counts: the boot was confirmed before we saw the exit
+			 * (seen under load: the record said failed). */
+			struct pollfd c = { .fd = s->ctlfd, .events = POLLIN };
+			char b = 0;
+
+			if (ic >= 0 && !s->ready && poll(&c, 1, 0) == 1 && (c.revents & POLLIN) &&
+			    read(s->ctlfd, &b, 1) == 1 && b == 'r')
+				s->ready = 1;
 			break;
+		}
 		if (pf[is].revents) {
 			struct signalfd_siginfo si;
 			char note[64];
