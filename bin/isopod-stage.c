@@ -646,7 +646,7 @@ static void cmd_verify(const char *ref, int want_reseal)
 {
 	char serr[DIAG_MAX];
 	char id[64], cur[64], p[PATH_MAX], sha[65] = "", bsha[65] = "";
-	json_t *layers = json_array(), *base;
+	json_t *layers = json_array(), *base, *m, *fr, *r;
 	const char *status = "ok";
 	int bad = 0, fd;
 
@@ -681,20 +681,15 @@ static void cmd_verify(const char *ref, int want_reseal)
 		bad = 1;
 	base = json_pack("{s:s, s:s, s:s?, s:s}", "image", p, "status", status, "sha256",
 			 sha[0] ? sha : NULL, "named_sha256", bsha);
-	{
-		json_t *m = stage_meta(id), *r = json_pack("{s:s, s:b, s:o, s:o}", "stage", id, "ok",
-							    !bad, "layers", layers, "base", base);
-		json_t *fr = m ? verify_flat(m, id, &bad) : NULL;
-
-		if (fr) {
-			if (!strcmp(json_string_value(json_object_get(fr, "status")), "unknown"))
-				warn("stage %s: %s", id, json_string_value(json_object_get(fr, "why")));
-			json_object_set_new(r, "flattened_from", fr);
-			json_object_set_new(r, "ok", json_boolean(!bad));
-		}
-		json_decref(m);
-		json_emit(r);
-	}
+	m = stage_meta(id);
+	fr = m ? verify_flat(m, id, &bad) : NULL;
+	json_decref(m);
+	if (fr && !strcmp(json_string_value(json_object_get(fr, "status")), "unknown"))
+		warn("stage %s: %s", id, json_string_value(json_object_get(fr, "why")));
+	r = json_pack("{s:s, s:b, s:o, s:o}", "stage", id, "ok", !bad, "layers", layers, "base", base);
+	if (fr)
+		json_object_set_new(r, "flattened_from", fr);
+	json_emit(r);
 	if (bad)
 		exit(EX_GUEST);
 }

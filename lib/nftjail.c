@@ -97,6 +97,16 @@ static void rule_tcp_new(struct nftb *b, int verdict, const char *target)
  * slot range: a local user bound to a gateway address who writes to a
  * broker's other sockets (an autobound port) would read its answers
  * (review L2). */
+/* A broker's service ports: DNS (UDP, TCP) and the proxy. */
+static const struct {
+	uint8_t proto;
+	uint16_t port;
+} svc[] = {
+	{ .proto = IPPROTO_UDP, .port = TCFILTER_PORT_BROKER_DNS },
+	{ .proto = IPPROTO_TCP, .port = TCFILTER_PORT_BROKER_DNS },
+	{ .proto = IPPROTO_TCP, .port = TCFILTER_PORT_BROKER_HTTP },
+};
+
 static void rule_answer(struct nftb *b, int lo, uint8_t proto, uint16_t port)
 {
 	struct nftnl_rule *r = nftb_rule_new(b, CHAIN);
@@ -174,11 +184,9 @@ void nftb_build_jail(struct nftb *b)
 	m_skuid_range(b, r, p->jail_first, p->jail_last);
 	x_verdict(b, r, NFT_GOTO, CHAIN);
 	nftb_rule_put(b, r);
-	for (int from = 0; from < 2; from++) {
-		rule_local(b, from, IPPROTO_UDP, TCFILTER_PORT_BROKER_DNS);
-		rule_local(b, from, IPPROTO_TCP, TCFILTER_PORT_BROKER_DNS);
-		rule_local(b, from, IPPROTO_TCP, TCFILTER_PORT_BROKER_HTTP);
-	}
+	for (int from = 0; from < 2; from++)
+		for (size_t i = 0; i < sizeof svc / sizeof svc[0]; i++)
+			rule_local(b, from, svc[i].proto, svc[i].port);
 
 	/* Established, never "established,related" of any flow: a peer that
 	 * starts a UDP or TCP flow to a broker's socket (an autobound port)
@@ -192,11 +200,9 @@ void nftb_build_jail(struct nftb *b)
 	m_ct_state(b, r, NF_CT_STATE_BIT(IP_CT_ESTABLISHED), NFT_CMP_NEQ);
 	x_verdict(b, r, NF_ACCEPT, NULL);
 	nftb_rule_put(b, r);
-	for (int lo = 0; lo < 2; lo++) {
-		rule_answer(b, lo, IPPROTO_UDP, TCFILTER_PORT_BROKER_DNS);
-		rule_answer(b, lo, IPPROTO_TCP, TCFILTER_PORT_BROKER_DNS);
-		rule_answer(b, lo, IPPROTO_TCP, TCFILTER_PORT_BROKER_HTTP);
-	}
+	for (int lo = 0; lo < 2; lo++)
+		for (size_t i = 0; i < sizeof svc / sizeof svc[0]; i++)
+			rule_answer(b, lo, svc[i].proto, svc[i].port);
 	/* The canary (lib/canary.h): from a gateway's NET_CANARY_PORT+1 to a
 	 * gateway's NET_CANARY_PORT, which the canary chain then rewrites.
 	 * Another slot's canary socket is connected to itself: it never
