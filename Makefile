@@ -151,7 +151,8 @@ agent/isopod-agent: $(AGENTSRC) agent/agent.h lib/frame.c lib/frame.h
 	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ $(AGENTSRC) lib/frame.c
 
 # Reproducible, no root needed, works before any kernel is built (images/mkinitramfs).
-build/initramfs.cpio: agent/isopod-agent images/mkinitramfs images/lib.sh
+# isopod-image (order only): images/lib.sh asks it where the build cache is.
+build/initramfs.cpio: agent/isopod-agent images/mkinitramfs images/lib.sh | bin/isopod-image
 	mkdir -p build
 	sh images/mkinitramfs agent/isopod-agent $@
 

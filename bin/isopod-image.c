@@ -3,16 +3,19 @@
  *   ls              one JSON object per line: every kernel, then every base
  *   build [FLAVOR]  build a base with the images/ scripts and register it
  *   rm SHA256       remove a base no stage and no running VM stands on
+ *   where           the store, the build cache, the configuration files
  *
  * rm reads, decides and deletes under the store lock (locks/store), the
  * lock isopod-commit publishes a stage under: a commit either published
  * its stage before rm looked (rm refuses, naming it) or finds the base
  * gone when it gets the lock (it refuses, and nothing is committed).
  * Never a stage over a missing base. */
+#include "config.h"
 #include "image.h"
 #include "proc.h"
 #include "stage.h"
 #include "util.h"
+#include "vm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,7 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "isopod-image ls | isopod-image build [FLAVOR] | isopod-image rm SHA256"
+#define USAGE \
+	"isopod-image ls | isopod-image build [FLAVOR] | isopod-image rm SHA256 | isopod-image where"
 
 static void usage(const char *msg)
 {
@@ -254,37 +258,32 @@ static int cmd_build(int argc, char **argv)
 }
 
 /* The running VMs whose record names base sha: a space-separated list in
- * out ("" when none). */
-static void vms_on_base(const char *sha, char *out, size_t sz)
+ * out ("" when none).  The records as lib/vm.c reads them; 0, or -1 with a
+ * sentence in why when they cannot be read (rm then removes nothing). */
+static int vms_on_base(const char *sha, char *out, size_t sz, char *why, size_t wsz)
 {
-	char dir[PATH_MAX], p[PATH_MAX];
 	json_t *all, *v;
 	size_t i, used = 0;
 
 	out[0] = 0;
-	pathf(dir, sizeof dir, "%s/vms", store_home());
-	all = names(dir, "vm-", "");
+	if (!(all = vm_list(NULL, why, wsz)))
+		return -1;
 	json_array_foreach(all, i, v) {
-		const char *id = json_string_value(v);
-		json_t *m;
-		const char *b;
+		const char *id = json_string_value(json_object_get(v, "id"));
+		const char *b = json_string_value(json_object_get(json_object_get(v, "base"), "sha256"));
 
-		if (!id_vm_ok(id) || !vm_running(id))
-			continue;
-		pathf(p, sizeof p, "%s/%s/meta.json", dir, id);
-		if (!(m = json_load_path(p)))
-			continue;
-		b = json_string_value(json_object_get(json_object_get(m, "base"), "sha256"));
-		if (b && !strcmp(b, sha) && used + strlen(id) + 2 < sz)
+		if (json_is_true(json_object_get(v, "running")) && b && !strcmp(b, sha) &&
+		    used + strlen(id) + 2 < sz)
 			used += (size_t)snprintf(out + used, sz - used, "%s%s", used ? " " : "", id);
-		json_decref(m);
 	}
 	json_decref(all);
+	return 0;
 }
 
 static int cmd_rm(int argc, char **argv)
 {
 	char img[PATH_MAX], j[PATH_MAX], cur[PATH_MAX], p[PATH_MAX], line[128], running[1024];
+	char why[512];
 	const char *sha, *flavor;
 	json_t *pins, *meta;
 	int lk;
@@ -318,7 +317,8 @@ static int cmd_rm(int argc, char **argv)
 		die(EX_CONFLICT, "base %s is pinned by stages %s; remove them first", sha, list);
 	}
 	json_decref(pins);
-	vms_on_base(sha, running, sizeof running);
+	if (vms_on_base(sha, running, sizeof running, why, sizeof why) < 0)
+		die(EX_SYS, "image rm: %s", why);
 	if (running[0])
 		die(EX_CONFLICT, "base %s is in use by running VMs %s; stop them first", sha, running);
 	meta = json_load_path(j);
@@ -346,6 +346,25 @@ static int cmd_rm(int argc, char **argv)
 	return 0;
 }
 
+/* Where the store, the build cache and the configuration files are, as the
+ * tools decide it (lib/util.c store_home, lib/config.c): sh/isopod and
+ * images/ ask here rather than deciding it a second time. */
+static int cmd_where(void)
+{
+	char cache[PATH_MAX], user[PATH_MAX];
+
+	if (cache_home(cache, sizeof cache) < 0)
+		die(EX_USAGE, "the build cache's path is too long (ISOPOD_CACHE, XDG_CACHE_HOME, HOME)");
+	if (config_user_file(user, sizeof user) < 0)
+		die(EX_USAGE, "the user's configuration file's path is too long "
+		    "(ISOPOD_CONFIG, XDG_CONFIG_HOME, HOME)");
+	if (strlen(store_home()) >= PATH_MAX)
+		die(EX_USAGE, "the store's path is too long (ISOPOD_HOME, HOME)");
+	json_emit(json_pack("{s:s, s:s, s:{s:s, s:s}}", "store", store_home(), "cache", cache,
+			    "config", "host", config_host_file(), "user", user));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	progname = "isopod-image";
@@ -361,6 +380,11 @@ int main(int argc, char **argv)
 		ls_kernels();
 		ls_bases(NULL, NULL);
 		return 0;
+	}
+	if (!strcmp(argv[1], "where")) {
+		if (argc > 2)
+			usage("image where takes no arguments");
+		return cmd_where();
 	}
 	if (!strcmp(argv[1], "build"))
 		return cmd_build(argc - 2, argv + 2);

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,11 +61,12 @@ static int show(int n, char **refs)
 	return 0;
 }
 
-/* The ids alone: what a caller that removes VMs needs, even a VM whose
- * record can no longer be read (resolution reads only names). */
+/* The ids and their directories: what a caller that removes VMs needs,
+ * even a VM whose record can no longer be read (resolution reads only
+ * names). */
 static int resolve(int n, char **refs)
 {
-	char id[VM_ID_SZ], why[512];
+	char id[VM_ID_SZ], why[512], dir[PATH_MAX];
 	json_t *out = json_array();
 	int i;
 
@@ -73,7 +75,10 @@ static int resolve(int n, char **refs)
 	for (i = 0; i < n; i++) {
 		if (vm_resolve(refs[i], id, why, sizeof why) < 0)
 			die(vm_exit_code(errno), "%s", why);
-		if (json_array_append_new(out, json_pack("{s:s, s:s}", "ref", refs[i], "id", id)) < 0)
+		if (pathn(dir, sizeof dir, "%s/vms/%s", store_home(), id) < 0)
+			die(EX_USAGE, "the store's path is too long: %s...", EXC(store_home()));
+		if (json_array_append_new(out, json_pack("{s:s, s:s, s:s}", "ref", refs[i], "id", id,
+							 "dir", dir)) < 0)
 			die(EX_SYS, "unable to allocate memory:");
 	}
 	for (i = 0; i < n; i++)

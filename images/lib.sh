@@ -25,26 +25,28 @@ usage() {
 	exit 100
 }
 
-# Build cache outside the repo (doc/INTERFACES.md).
-cache_dir() {
-	if [ -n "${ISOPOD_CACHE:-}" ]; then
-		printf '%s\n' "$ISOPOD_CACHE"
-	elif [ "$(id -u)" -eq 0 ]; then
-		printf '%s\n' /var/cache/isopod
-	else
-		printf '%s\n' "${XDG_CACHE_HOME:-$HOME/.cache}/isopod"
-	fi
+# where KEY: the store or the build cache (doc/INTERFACES.md), as the tools
+# decide it (isopod-image where): $ISOPOD_LIBEXEC's, else the tree's bin/
+# (images/ in the source tree), else the one beside images/ (installed).
+where() {
+	_lib=$(cd "$(dirname "$0")" && pwd)
+	for _t in ${ISOPOD_LIBEXEC:+"$ISOPOD_LIBEXEC/isopod-image"} "$_lib/../bin/isopod-image" \
+		"$_lib/../isopod-image"; do
+		if [ -x "$_t" ]; then
+			_w=$("$_t" where) || die_with $? "isopod-image where failed"
+			printf '%s\n' "$_w" | jq -r ".$1"
+			return
+		fi
+	done
+	die_with 101 "unable to find isopod-image (run make first, or set ISOPOD_LIBEXEC)"
 }
 
-# The store (doc/INTERFACES.md).
+cache_dir() {
+	where cache
+}
+
 home_dir() {
-	if [ -n "${ISOPOD_HOME:-}" ]; then
-		printf '%s\n' "$ISOPOD_HOME"
-	elif [ "$(id -u)" -eq 0 ]; then
-		printf '%s\n' /var/lib/isopod
-	else
-		printf '%s\n' "$HOME/.isopod"
-	fi
+	where store
 }
 
 # sha256_stdin: the hex sha256 of stdin.  OpenSSL's when it is installed: it

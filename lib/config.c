@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Blanks off both ends, as the front end's [[:space:]] trims. */
 static char *trim(char *s)
@@ -100,22 +101,67 @@ static int scan(const char *path, const char *key, struct last *l)
 	return n > 0;
 }
 
+/* snprintf that never leaves a shorter, other path: 0, or -1 (ENAMETOOLONG)
+ * and out "". */
+static int fits(char *out, size_t sz, const char *a, const char *b)
+{
+	int n = snprintf(out, sz, "%s%s", a, b);
+
+	if (n < 0 || (size_t)n >= sz) {
+		out[0] = 0;
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+/* $name when set and not empty, else NULL. */
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+const char *config_host_file(void)
+{
+	return env("ISOPOD_SYSCONFIG") ?: "/etc/isopod/config";
+}
+
+int config_user_file(char *out, size_t sz)
+{
+	const char *v;
+
+	if ((v = env("ISOPOD_CONFIG")))
+		return fits(out, sz, v, "");
+	if ((v = env("XDG_CONFIG_HOME")))
+		return fits(out, sz, v, "/isopod/config");
+	return fits(out, sz, env("HOME") ?: "/nonexistent", "/.config/isopod/config");
+}
+
+int cache_home(char *out, size_t sz)
+{
+	const char *v;
+
+	if ((v = env("ISOPOD_CACHE")))
+		return fits(out, sz, v, "");
+	if (geteuid() == 0)
+		return fits(out, sz, "/var/cache/isopod", "");
+	if ((v = env("XDG_CACHE_HOME")))
+		return fits(out, sz, v, "/isopod");
+	return fits(out, sz, env("HOME") ?: "/nonexistent", "/.cache/isopod");
+}
+
 int config_value(const char *key, char *val, size_t vsz, char *where, size_t wsz)
 {
-	const char *h = getenv("ISOPOD_SYSCONFIG"), *u = getenv("ISOPOD_CONFIG");
+	const char *h = config_host_file();
 	char user[4096];
 	struct last l = { .val = val, .vsz = vsz, .where = where, .wsz = wsz };
 	int a, b;
 
-	if (!h || !*h)
-		h = "/etc/isopod/config";
-	if (u && *u) {
-		snprintf(user, sizeof user, "%s", u);
-	} else if ((u = getenv("XDG_CONFIG_HOME")) && *u) {
-		snprintf(user, sizeof user, "%s/isopod/config", u);
-	} else {
-		u = getenv("HOME");
-		snprintf(user, sizeof user, "%s/.config/isopod/config", u && *u ? u : "/nonexistent");
+	if (config_user_file(user, sizeof user) < 0) {
+		snprintf(where, wsz, "the user's configuration file (path too long)");
+		return -1;
 	}
 	if ((a = scan(h, key, &l)) < 0)
 		return -1;

@@ -34,4 +34,18 @@ int config_each(const char *path, const char *key, config_fn *fn, void *arg, cha
  * where = the file). */
 int config_value(const char *key, char *val, size_t vsz, char *where, size_t wsz);
 
+/* Where the files are, decided here alone (lib/subjects.c hashes them,
+ * `isopod-image where` prints them for sh/isopod and images/): the host's
+ * file; the user's into out (0, or -1 with errno ENAMETOOLONG and out "").
+ * An unset or empty variable counts as unset; with no HOME, the user's
+ * file is under /nonexistent (none). */
+const char *config_host_file(void);
+int config_user_file(char *out, size_t sz);
+
+/* The build cache (images/: kernels, bases, tools by input hash):
+ * $ISOPOD_CACHE, else /var/cache/isopod as root, else
+ * $XDG_CACHE_HOME/isopod, else $HOME/.cache/isopod (/nonexistent with no
+ * HOME).  0, or -1 with errno ENAMETOOLONG and out "". */
+int cache_home(char *out, size_t sz);
+
 #endif

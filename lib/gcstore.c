@@ -3,6 +3,7 @@
  * (--cache), and what each part of the store takes (--df).  isopod-gc's
  * main decides the order of the sweep and the exit status. */
 #include "gcstore.h"
+#include "config.h"
 #include "util.h"
 #include "vm.h"
 #include "warm.h"
@@ -470,26 +471,14 @@ json_t *store_usage(struct gcstore *g)
 	return u;
 }
 
-/* The build cache (images/lib.sh cache_dir): $ISOPOD_CACHE, else
- * /var/cache/isopod as root, else $XDG_CACHE_HOME/isopod or
- * ~/.cache/isopod.  0, or -1 (too_long). */
+/* The build cache (lib/config.c cache_home).  0, or -1 (too_long). */
 static int cache_dir(struct gcstore *g, char *out, size_t sz)
 {
-	const char *e = getenv("ISOPOD_CACHE"), *h;
-	int r;
+	const char *e = getenv("ISOPOD_CACHE");
 
-	if (e && *e)
-		r = pathn(out, sz, "%s", h = e);
-	else if (geteuid() == 0)
-		r = pathn(out, sz, "%s", h = "/var/cache/isopod");
-	else if ((h = getenv("XDG_CACHE_HOME")) && *h)
-		r = pathn(out, sz, "%s/isopod", h);
-	else {
-		if (!(h = getenv("HOME")) || !*h)
-			h = "/nonexistent";
-		r = pathn(out, sz, "%s/.cache/isopod", h);
-	}
-	return r < 0 ? too_long(g, h) : 0;
+	if (cache_home(out, sz) < 0)
+		return too_long(g, e && *e ? e : getenv("XDG_CACHE_HOME") ?: getenv("HOME") ?: "");
+	return 0;
 }
 
 /* Does any file in dir share an inode with path (images/register

@@ -1,6 +1,7 @@
 /* subjects.c - the live host's subjects (subjects.h): hashed files and
  * the canonical ruleset, each named as an attestation names it. */
 #include "subjects.h"
+#include "config.h"
 #include "image.h"
 #include "ruleset.h"
 #include "util.h"
@@ -350,18 +351,10 @@ static void subj_bins(struct subjects *s)
  * empty. */
 static void subj_config(struct subjects *s)
 {
-	const char *e = getenv("ISOPOD_SYSCONFIG"), *x, *h;
 	char p[PATH_MAX];
 
-	subj_file(s, "config/host", e && *e ? e : "/etc/isopod/config", 1);
-	if ((e = getenv("ISOPOD_CONFIG")) && *e)
-		e = pathn(p, sizeof p, "%s", e) < 0 ? NULL : p;
-	else if ((x = getenv("XDG_CONFIG_HOME")) && *x)
-		e = pathn(p, sizeof p, "%s/isopod/config", x) < 0 ? NULL : p;
-	else
-		e = pathn(p, sizeof p, "%s/.config/isopod/config",
-			  (h = getenv("HOME")) && *h ? h : "/nonexistent") < 0 ? NULL : p;
-	if (e)
+	subj_file(s, "config/host", config_host_file(), 1);
+	if (config_user_file(p, sizeof p) == 0)
 		subj_file(s, "config/user", p, 1);
 	else
 		subj_err(s, "config/user", "the user's configuration file: %s", strerror(errno));

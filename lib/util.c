@@ -169,26 +169,25 @@ void warnx_(const char *fmt, ...)
 	fprintf(stderr, "%s\n", line);
 }
 
+/* HOME is an environment string, so never longer than the kernel's
+ * MAX_ARG_STRLEN (128 KiB): buf holds any HOME/.isopod, and a password
+ * database home cut to fit is still far over PATH_MAX.  A root too long to
+ * use fails where it is used (pathn returns -1, pathf dies in main), as an
+ * over-long ISOPOD_HOME does: nothing here exits. */
 const char *store_home(void)
 {
-	static char buf[PATH_MAX];
+	static char buf[(32 << 12) + sizeof "/.isopod"];
 	const char *h = getenv("ISOPOD_HOME");
+	struct passwd *pw;
 
 	if (h && *h)
 		return h;
-	if (buf[0])
-		return buf;
-	if (geteuid() == 0) {
+	if (!buf[0] && geteuid() == 0)
 		snprintf(buf, sizeof buf, "/var/lib/isopod");
-	} else {
-		const char *home = getenv("HOME");
-		struct passwd *pw;
-
-		if (!home || !*home) {
-			pw = getpwuid(geteuid());
-			home = pw ? pw->pw_dir : "/tmp";
-		}
-		pathf(buf, sizeof buf, "%s/.isopod", home);
+	else if (!buf[0]) {
+		if (!(h = getenv("HOME")) || !*h)
+			h = (pw = getpwuid(geteuid())) && pw->pw_dir[0] ? pw->pw_dir : "/tmp";
+		snprintf(buf, sizeof buf, "%s/.isopod", h);
 	}
 	return buf;
 }
@@ -824,7 +823,8 @@ int vm_running(const char *id)
 	char p[PATH_MAX];
 	int fd;
 
-	pathf(p, sizeof p, "%s/vms/%s/lock", store_home(), id);
+	if (pathn(p, sizeof p, "%s/vms/%s/lock", store_home(), id) < 0)
+		return -1;
 	fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return 0;

@@ -54,7 +54,9 @@ __attribute__((noreturn, format(printf, 3, 4))) void die_kind(int code, const ch
 __attribute__((format(printf, 1, 2))) void warnx_(const char *fmt, ...);
 #define warn warnx_
 
-/* Store root: $ISOPOD_HOME, else /var/lib/isopod as root, ~/.isopod otherwise. */
+/* Store root: $ISOPOD_HOME, else /var/lib/isopod as root, else $HOME/.isopod,
+ * else the password database's home/.isopod, else /tmp/.isopod.  Never NULL,
+ * never exits: a root too long for a path fails where a path is made. */
 const char *store_home(void);
 /* snprintf into a static-ish caller buffer; dies on truncation. */
 __attribute__((format(printf, 3, 4))) char *pathf(char *buf, size_t sz, const char *fmt, ...);
@@ -169,7 +171,9 @@ void sha256_hex(const void *data, size_t n, char out[65]);
 /* Parse a decimal integer in [lo, hi]; -1 if not a number or out of range. */
 int parse_ll(const char *s, long long lo, long long hi, long long *out);
 
-/* Is the VM's supervisor alive (its lock on vms/<id>/lock is held)? */
+/* Is the VM's supervisor alive (its lock on vms/<id>/lock is held)?  1 or
+ * 0; -1 (ENAMETOOLONG) when the lock's path does not fit, which every caller
+ * takes as running: the answer that removes and starts nothing. */
 int vm_running(const char *id);
 
 /* connect(2) the AF_UNIX stream socket fd to the socket at path, never

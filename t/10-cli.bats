@@ -210,12 +210,12 @@ E=" ]
 	[ "$status" -eq 100 ]
 	run --separate-stderr isopod-vm -h
 	[ "$status" -eq 0 ] && [ "$output" = "usage: isopod-vm ls | isopod-vm show REF... | isopod-vm resolve REF..." ] || false
-	# resolve: ids only, the same statuses; a record that cannot be read
+	# resolve: ids and directories only, the same statuses; a record that cannot be read
 	# still resolves by id (show refuses it: 111), and vm rm removes it
 	echo '{"id":"vm-abc000000001","name":"one","name":"dup"}' >"$ISOPOD_HOME/vms/vm-abc000000002/meta.json"
 	run --separate-stderr isopod-vm resolve one vm-abc000000002
 	[ "$status" -eq 0 ]
-	[ "$output" = '{"ref":"one","id":"vm-abc000000001"}'$'\n''{"ref":"vm-abc000000002","id":"vm-abc000000002"}' ]
+	[ "$output" = '{"ref":"one","id":"vm-abc000000001","dir":"'"$ISOPOD_HOME"'/vms/vm-abc000000001"}'$'\n''{"ref":"vm-abc000000002","id":"vm-abc000000002","dir":"'"$ISOPOD_HOME"'/vms/vm-abc000000002"}' ]
 	run --separate-stderr isopod-vm resolve one abc
 	[ "$status" -eq 102 ] && [ -z "$output" ] || false
 	run --separate-stderr isopod-vm resolve nosuchvm
@@ -349,6 +349,39 @@ fake_stage() {
 	grep -q "pinned by stages st-0000000000c1" "$BATS_TEST_TMPDIR/rm.err"
 	[ ! -s "$BATS_TEST_TMPDIR/rm.json" ]
 	[ -e "$ISOPOD_HOME/images/base-$a.img" ]
+}
+
+@test "image where: the store, cache and config files as the tools decide them; the front end and images/ ask it" {
+	# root: the fixed places, each variable first
+	run --separate-stderr env -u ISOPOD_HOME -u ISOPOD_CACHE -u ISOPOD_CONFIG -u XDG_CONFIG_HOME \
+		-u ISOPOD_SYSCONFIG HOME=/r "$ISOPOD_SRC/bin/isopod-image" where
+	[ "$status" -eq 0 ]
+	json_is '.store == "/var/lib/isopod" and .cache == "/var/cache/isopod"
+		and .config.host == "/etc/isopod/config" and .config.user == "/r/.config/isopod/config"'
+	run --separate-stderr env ISOPOD_HOME=/s ISOPOD_CACHE=/c ISOPOD_CONFIG=/u ISOPOD_SYSCONFIG=/y \
+		"$ISOPOD_SRC/bin/isopod-image" where
+	json_is '.store == "/s" and .cache == "/c" and .config.user == "/u" and .config.host == "/y"'
+	# a user: HOME, else the password database's home (nobody's: /nonexistent)
+	local as_user=(setpriv --reuid 65534 --regid 65534 --clear-groups env -u ISOPOD_HOME -u ISOPOD_CACHE
+		-u XDG_CACHE_HOME -u ISOPOD_CONFIG -u XDG_CONFIG_HOME)
+	run --separate-stderr "${as_user[@]}" HOME=/h "$ISOPOD_SRC/bin/isopod-image" where
+	json_is '.store == "/h/.isopod" and .cache == "/h/.cache/isopod"'
+	run --separate-stderr "${as_user[@]}" -u HOME "$ISOPOD_SRC/bin/isopod-image" where
+	json_is '.store == "/nonexistent/.isopod" and .cache == "/nonexistent/.cache/isopod"'
+	# images/ (register's default store, every build's cache) and the front end's help agree;
+	# $0 is an images/ script's, as when one sources lib.sh
+	run --separate-stderr "${as_user[@]}" HOME=/h sh -c \
+		'prog=t; . "${0%/*}/lib.sh"; printf "%s|%s\n" "$(home_dir)" "$(cache_dir)"' "$ISOPOD_SRC/images/x"
+	[ "$status" -eq 0 ]
+	[ "$output" = "/h/.isopod|/h/.cache/isopod" ]
+	run --separate-stderr "${as_user[@]}" -u HOME sh -c \
+		'prog=t; . "${0%/*}/lib.sh"; printf "%s|%s\n" "$(home_dir)" "$(cache_dir)"' "$ISOPOD_SRC/images/x"
+	[ "$output" = "/nonexistent/.isopod|/nonexistent/.cache/isopod" ]
+	run --separate-stderr "${as_user[@]}" HOME=/h "$ISOPOD_SRC/sh/isopod" help
+	[[ "$output" == *"Store: /h/.isopod (ISOPOD_HOME)"* ]]
+	# a path too long to use: 100, stdout empty
+	run --separate-stderr env ISOPOD_CACHE="/$(printf 'c%.0s' $(seq 1 5000))" "$ISOPOD_SRC/bin/isopod-image" where
+	[ "$status" -eq 100 ] && [ -z "$output" ] && [[ "$stderr" == *"too long"* ]] || false
 }
 
 @test "image: usage errors are 100 with the usage line; an unknown flavor is 100" {

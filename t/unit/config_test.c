@@ -160,6 +160,56 @@ int main(void)
 	ok(config_value("k", val, sizeof val, where, sizeof where) == -1 && !strcmp(where, dir),
 	   "an unreadable host file: -1 (%s)", where);
 
+	/* Where the files are: the one decision (isopod-image where prints
+	 * it); a path that does not fit is -1 ENAMETOOLONG and "", never a
+	 * shorter, other path */
+	{
+		char out[64];
+
+		unsetenv("ISOPOD_CONFIG");
+		unsetenv("XDG_CONFIG_HOME");
+		setenv("HOME", "/hh", 1);
+		ok(config_user_file(out, sizeof out) == 0 && !strcmp(out, "/hh/.config/isopod/config"),
+		   "user file: $HOME/.config/isopod/config (%s)", out);
+		setenv("XDG_CONFIG_HOME", "/x", 1);
+		ok(config_user_file(out, sizeof out) == 0 && !strcmp(out, "/x/isopod/config"),
+		   "user file: $XDG_CONFIG_HOME/isopod/config (%s)", out);
+		setenv("ISOPOD_CONFIG", "", 1);
+		unsetenv("XDG_CONFIG_HOME");
+		unsetenv("HOME");
+		ok(config_user_file(out, sizeof out) == 0 &&
+			   !strcmp(out, "/nonexistent/.config/isopod/config"),
+		   "user file: an empty ISOPOD_CONFIG is unset; no HOME: /nonexistent (%s)", out);
+		setenv("ISOPOD_CONFIG", "/a/path/longer/than/the/sixty-four/bytes/of/this/buffer/here/and/more", 1);
+		errno = 0;
+		ok(config_user_file(out, sizeof out) == -1 && errno == ENAMETOOLONG && !out[0],
+		   "user file: too long: -1 ENAMETOOLONG, \"\"");
+		big = malloc(5000);
+		if (!big)
+			return 111;
+		memset(big, 'u', 4999);
+		big[0] = '/';
+		big[4999] = 0;
+		setenv("ISOPOD_CONFIG", big, 1);
+		unsetenv("ISOPOD_SYSCONFIG");
+		ok(config_value("k", val, sizeof val, where, sizeof where) == -1 &&
+			   strstr(where, "too long"),
+		   "config_value with a user file over 4096 bytes: -1, not a shorter file (%s)", where);
+		free(big);
+		unsetenv("ISOPOD_CONFIG");
+		setenv("ISOPOD_CACHE", "/cc", 1);
+		ok(cache_home(out, sizeof out) == 0 && !strcmp(out, "/cc"), "cache: $ISOPOD_CACHE (%s)",
+		   out);
+		setenv("ISOPOD_CACHE", "/a/path/longer/than/the/sixty-four/bytes/of/this/buffer/here/and/more", 1);
+		errno = 0;
+		ok(cache_home(out, sizeof out) == -1 && errno == ENAMETOOLONG && !out[0],
+		   "cache: too long: -1 ENAMETOOLONG, \"\"");
+		unsetenv("ISOPOD_CACHE");
+		setenv("ISOPOD_SYSCONFIG", "", 1);
+		ok(!strcmp(config_host_file(), "/etc/isopod/config"), "host file: default (%s)",
+		   config_host_file());
+	}
+
 	snprintf(where, sizeof where, "rm -rf '%s'", dir);
 	if (system(where) != 0)
 		return 111;

@@ -426,10 +426,67 @@ static void test_run_options(void)
 	   "run_options_json: no value where the getopt table takes none: %s", err);
 }
 
+/* The child of test_store_home, a new process (store_home keeps its first
+ * answer): as a user (the HOME fallback is not root's), HOME from argv.
+ * Exit 0 when store_home is HOME/.isopod whole and, with want_long,
+ * vm_running is -1 ENAMETOOLONG -- all without exiting elsewhere. */
+static void home_child(const char *home, int want_long)
+{
+	char want[16384];
+	const char *h;
+	int r;
+
+	if (geteuid() == 0 && (setgid(65534) < 0 || setuid(65534) < 0))
+		_exit(9);
+	unsetenv("ISOPOD_HOME");
+	setenv("HOME", home, 1);
+	snprintf(want, sizeof want, "%s/.isopod", home);
+	h = store_home();
+	if (strcmp(h, want))
+		_exit(1);
+	errno = 0;
+	r = vm_running("vm-0123456789ab");
+	if (want_long && (r != -1 || errno != ENAMETOOLONG))
+		_exit(2);
+	if (!want_long && r != 0)
+		_exit(3);
+	_exit(0);
+}
+
+/* store_home never exits (a library path): a HOME too long for any path
+ * gives a root that long, and vm_running then -1 ENAMETOOLONG (which its
+ * callers take as running) instead of dying in pathf. */
+static void test_store_home(void)
+{
+	static char home[8192];
+	char *av[] = { "/proc/self/exe", "home-child", home, "long", NULL };
+	int i, st;
+	pid_t pid;
+
+	memset(home, 'h', sizeof home - 1);
+	home[0] = '/';
+	for (i = 0; i < 2; i++) {
+		if (i == 1) {
+			snprintf(home, sizeof home, "/h");
+			av[3] = "short";
+		}
+		st = -1;
+		if ((pid = fork()) == 0) {
+			execv(av[0], av);
+			_exit(8);
+		}
+		ok(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		   "store_home as a user, HOME of %zu bytes: HOME/.isopod whole, vm_running %s "
+		   "(child status %d)", strlen(home), i ? "0" : "-1 ENAMETOOLONG, no exit", st);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "status-child"))
 		status_child();
+	if (argc > 3 && !strcmp(argv[1], "home-child"))
+		home_child(argv[2], !strcmp(argv[3], "long"));
 	umask(022);
 	if (!mkdtemp(dir)) {
 		perror("mkdtemp");
@@ -443,6 +500,7 @@ int main(int argc, char **argv)
 	test_ids();
 	test_excerpt();
 	test_utf8();
+	test_store_home();
 	test_status_fd(argv[0]);
 	test_run_options();
 	{
