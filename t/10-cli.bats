@@ -694,6 +694,42 @@ hi" ]
 	[ -z "$(grep -vE '^lib/util\.c:[0-9]+:	unsetenv\("ISOPOD_STATUS_FD"\);$' <<<"$output")" ]
 }
 
+# lib/util.c's helpers that exit (main only): the only code in lib/ that may.
+MAIN_ONLY='die|die_kind|pathf|mkdirs|json_read_stdin|json_emit|store_lock|run_options_print'
+
+@test "lint: libraries never exit: only lib/util.c's main-only helpers call die or exit, and no library calls them" {
+	cd "$ISOPOD_SRC"
+	# every other library: no call to exit, die or a helper that dies
+	# (comment lines aside; _exit in a forked child and abort on a broken
+	# constant table are not a tool's exit status)
+	run grep -nE "(^|[^a-z_])(exit|$MAIN_ONLY)\(" lib/*.c
+	local bad
+	bad=$(grep -v '^lib/util\.c:' <<<"$output" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*(/?\*|//)' || true)
+	[ -z "$bad" ] || { echo "a library that exits: $bad"; false; }
+	# lib/util.c: exit and die only inside those helpers (and vdie, status_report under die)
+	bad=$(awk -v ok="^($MAIN_ONLY|vdie|status_report)\$" '
+		/^[a-z].*\(/ && !/;$/ { fn = $0; sub(/\(.*/, "", fn); sub(/.*[ *]/, "", fn) }
+		/(^|[^a-z_])(exit|'"$MAIN_ONLY"')\(/ && !/^[ \t]*(\/?\*|\/\/)/ && fn !~ ok { print FILENAME ":" NR ": " fn }
+	' lib/util.c)
+	[ -z "$bad" ] || { echo "a lib/util.c function that exits and is not main-only: $bad"; false; }
+}
+
+@test "lint: no file-scope mutable variable in the tools or lib/ (function-scope statics and progname only)" {
+	cd "$ISOPOD_SRC"
+	# Writable data (.data, .bss, .data.rel.local) named without the
+	# compiler's .N suffix of a function-scope static; progname is set by
+	# every main (by design), the BPF program's counter map is the kernel's,
+	# the rest is the C runtime's and libc's copy relocations (name@GLIBC).
+	local f bad=
+	for f in lib/*.o bin/isopod-*; do
+		case $f in *.c | lib/tapfilter.bpf.o) continue ;; esac
+		[ -f "$f" ] || continue
+		bad=$bad$(objdump -t "$f" | awk -v f="$f" '$3 == "O" && $4 ~ /^\.(data|bss)/ && $4 !~ /rel\.ro/ &&
+			$NF !~ /[.@]/ && $NF !~ /^(progname|__dso_handle|__TMC_END__)$/ { print " " f ":" $NF }')
+	done
+	[ -z "$bad" ] || { echo "file-scope mutable:$bad"; false; }
+}
+
 @test "run --net: the default is filtered; config files, ISOPOD_NET and --net override in that order" {
 	use_fake
 	unset ISOPOD_NET
