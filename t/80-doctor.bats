@@ -154,20 +154,18 @@ not_passing() { jq -r '.probes[] | select(.verdict != "pass") | .name' <<<"$outp
 
 # Issue 10's acceptance, on the first test's real doctor run (its signed
 # report is the attestation: no doctor run of its own).  Its signed report
-# starts the runner, which runs 4 jobs on 2 workers: the runner verifies
-# before every job, so each job is a verification of the real doctor's
-# attestation that passed, and the second round shows the workers go on
-# taking jobs under it.  (The count is not what is proved here: t/85's
-# acceptance runs 20 jobs through the same pause and resume with a
-# stand-in report.)  The lab's whole ruleset flushed (`nft flush ruleset`
-# in the lab's host netns: every isopod table, as a host's firewall reload
-# would) pauses the running runner within its recheck and leaves 2 new
-# jobs queued; a doctor run then cannot pass (the brokers fail closed: no
+# starts the runner, which runs the issue's 20 queued jobs on 2 workers
+# (about 3 s): the runner verifies before every job, so each job is a
+# verification of the real doctor's attestation that passed.  The lab's
+# whole ruleset flushed (`nft flush ruleset` in the lab's host netns: every
+# isopod table, as a host's firewall reload would) makes verify fail and
+# pauses the running runner within its recheck and leaves 2 new jobs
+# queued; a doctor run then cannot pass (the brokers fail closed: no
 # networked VM boots: 111) and sign refuses it, the attestation untouched;
 # isopod-netsetup puts the same ruleset back, so the old attestation
 # verifies again, yet the runner stays paused: only a fresh one resumes it.
 # The resume itself needs a second full doctor run (sign refuses anything
-# less: every live mode, every class), 5-11 min under TCG: the next test,
+# less: every live mode, every class), 3-11 min: the next test,
 # with ISOPOD_TEST_SLOW=1.  (The flushed-table mutation of the doctor is
 # this test's refused doctor run.)
 #
@@ -193,28 +191,35 @@ acc_poll() {
 }
 acc_seq() { jq -r .payload "$1" | base64 -d | jq .predicate.sequence; }
 
-@test "acceptance with the first test's real doctor: its signed attestation starts the runner, 4 jobs run; the ruleset flushed: the running runner pauses, new jobs stay queued, a doctor exits 111 and sign refuses; netsetup: the old attestation verifies again, the runner stays paused" {
-	local env="$BATS_FILE_TMPDIR/env.json" spool="$BATS_FILE_TMPDIR/spool" rpid rc=0 i t0=$SECONDS sum
+@test "acceptance with the first test's real doctor: its signed attestation starts the runner, 20 queued jobs run; the ruleset flushed: verify fails: the running runner pauses within its recheck, new jobs stay queued, a doctor exits 111 and sign refuses; netsetup: the old attestation verifies again, the runner stays paused" {
+	local env="$BATS_FILE_TMPDIR/env.json" spool="$BATS_FILE_TMPDIR/spool" rpid rc=0 i t0=$SECONDS t1 sum
 	# signed by the first test, from its full doctor run in this lab
 	[ -s "$env" ]
 	acc_seq "$env" >"$BATS_FILE_TMPDIR/seq0"
 	mkdir -p "$spool/queue"
-	for i in 1 2 3 4; do acc_job "j$i"; done
+	for i in $(seq -w 1 20); do acc_job "j$i"; done
 	ip netns exec "$LAB_NAME-host" "$ISOPOD_SRC/bin/isopod-runner" --spool "$spool" --workers 2 \
 		--attestation "$env" --recheck-s 5 </dev/null >"$spool.out" 2>"$spool.err" 3>&- &
 	rpid=$!
 	echo "$rpid" >"$BATS_FILE_TMPDIR/runner.pid"
 	# shellcheck disable=SC2016 # expanded by eval, in acc_poll
-	acc_poll 300 eval '[ "$(acc_count "done")" -eq 4 ]' || { cat "$spool.err"; false; }
-	echo "# 4 jobs: $((SECONDS - t0)) s" >&3
+	acc_poll 300 eval '[ "$(acc_count "done")" -eq 20 ]' || { cat "$spool.err"; false; }
+	echo "# 20 jobs: $((SECONDS - t0)) s" >&3
 	jq -e '.state == "running" and .attestation.valid' "$spool/status.json"
-	for i in 1 2 3 4; do
+	for i in $(seq -w 1 20); do
 		jq -e --arg o "j$i" '.ok and .stdout == "\($o)\n"' "$spool/done/j$i/result.json" >/dev/null
 	done
 	# the breakage, inside the lab: its host's whole ruleset flushed, the
 	# runner running
+	t1=$SECONDS
 	lab exec nft flush ruleset
+	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest verify "$env"
+	[ "$status" -eq 1 ]
+	json_is 'any(.failures[]; .subject == "ruleset/nftables")'
 	acc_poll 30 jq -e '.state == "paused"' "$spool/status.json" >/dev/null
+	# within the recheck (5 s), with slack for a verify under load
+	echo "# paused $((SECONDS - t1)) s after the flush" >&3
+	[ $((SECONDS - t1)) -le 10 ]
 	jq -e '.attestation.valid == false and (.reason | contains("ruleset/nftables"))' "$spool/status.json"
 	acc_job k1
 	acc_job k2
@@ -231,7 +236,7 @@ acc_seq() { jq -r .payload "$1" | base64 -d | jq .predicate.sequence; }
 	[ "$status" -eq 1 ]
 	[ "$(sha256sum <"$env")" = "$sum" ]
 	# meanwhile nothing ran: the new jobs stay queued, the runner paused
-	[ "$(acc_count "done")" -eq 4 ] && [ "$(acc_count queue)" -eq 2 ] && [ "$(acc_count running)" -eq 0 ] || false
+	[ "$(acc_count "done")" -eq 20 ] && [ "$(acc_count queue)" -eq 2 ] && [ "$(acc_count running)" -eq 0 ] || false
 	jq -e '.state == "paused"' "$spool/status.json"
 	# netsetup puts the same ruleset back: the real doctor's attestation
 	# verifies again, but the host changed under it: still paused, past
@@ -244,7 +249,7 @@ acc_seq() { jq -r .payload "$1" | base64 -d | jq .predicate.sequence; }
 	acc_poll 30 jq -e '.state == "paused" and (.reason | test("sequence [0-9]+\\) verifies again, but the host changed"))' "$spool/status.json"
 	sleep 6
 	jq -e '.state == "paused" and (.reason | contains("verifies again"))' "$spool/status.json"
-	[ "$(acc_count "done")" -eq 4 ] && [ "$(acc_count queue)" -eq 2 ] && [ "$(acc_count running)" -eq 0 ] || false
+	[ "$(acc_count "done")" -eq 20 ] && [ "$(acc_count queue)" -eq 2 ] && [ "$(acc_count running)" -eq 0 ] || false
 	echo "# acceptance (no doctor run of its own but the refused one): $((SECONDS - t0)) s" >&3
 	if [ "${ISOPOD_TEST_SLOW:-0}" = 1 ]; then
 		touch "$BATS_FILE_TMPDIR/runner.keep" # the next test resumes it
@@ -254,7 +259,7 @@ acc_seq() { jq -r .payload "$1" | base64 -d | jq .predicate.sequence; }
 	kill -TERM "$rpid"
 	wait "$rpid" || rc=$?
 	[ "$rc" -eq 0 ]
-	[ "$(acc_count queue)" -eq 2 ] && [ "$(acc_count "done")" -eq 4 ] || false
+	[ "$(acc_count queue)" -eq 2 ] && [ "$(acc_count "done")" -eq 20 ] || false
 }
 
 @test "acceptance, the resume (ISOPOD_TEST_SLOW=1: a second full doctor run): netsetup + a fresh real doctor + sign into the file the runner watches: it resumes and runs the queued jobs" {
@@ -273,13 +278,15 @@ acc_seq() { jq -r .payload "$1" | base64 -d | jq .predicate.sequence; }
 	[ "$status" -eq 0 ]
 	echo "$output" >"$BATS_TEST_TMPDIR/r2.json"
 	# still paused while the doctor ran (the old attestation verifies)
-	[ "$(acc_count "done")" -eq 4 ] && [ "$(acc_count queue)" -eq 2 ] || false
+	[ "$(acc_count "done")" -eq 20 ] && [ "$(acc_count queue)" -eq 2 ] || false
 	run --separate-stderr ip netns exec "$LAB_NAME-host" isopod-attest sign -o "$env" "$BATS_TEST_TMPDIR/r2.json"
 	echo "$stderr"
 	[ "$status" -eq 0 ]
 	[ "$(acc_seq "$env")" -gt "$(cat "$BATS_FILE_TMPDIR/seq0")" ]
+	t0=$SECONDS
 	# shellcheck disable=SC2016 # expanded by eval, in acc_poll
-	acc_poll 300 eval '[ "$(acc_count "done")" -eq 6 ]' || { cat "$spool.err"; false; }
+	acc_poll 300 eval '[ "$(acc_count "done")" -eq 22 ]' || { cat "$spool.err"; false; }
+	echo "# resumed and finished the 2 queued jobs: $((SECONDS - t0)) s after sign" >&3
 	jq -e '.state == "running" and .attestation.valid' "$spool/status.json"
 	for i in 1 2; do
 		jq -e --arg o "k$i" '.ok and .stdout == "\($o)\n"' "$spool/done/k$i/result.json" >/dev/null
@@ -360,6 +367,41 @@ acc_seq() { jq -r .payload "$1" | base64 -d | jq .predicate.sequence; }
 		isopod-doctor --adverse --modes open
 	[ "$status" -eq 111 ]
 	json_is '.setup.step == "targets" and .vms == []'
+}
+
+@test "regression: no free slot is 111 naming the boot step (the lab's one open slot held by a kept VM), no probe" {
+	local id
+	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
+	run --separate-stderr doctor --modes open
+	isopod-stop --force --vm "$id" >/dev/null || :
+	jq -c .setup <<<"$output"
+	[ "$status" -eq 111 ]
+	json_is '.verdict == "error" and .setup.ok == false and .setup.step == "boot" and .probes == []'
+	json_is '.setup.why | test("isopod-claim --net open failed \\(exit 102\\): no free slot")'
+}
+
+# The targets are the host's own by default (test 1: the lab host's gateway
+# and address, the metadata address); each flag moves its probes.  Pointed
+# at an address an open slot may reach (198.51.100.10, which answers on
+# every port), the probes go there and get through: a flag the doctor
+# ignored would leave them passing against the defaults.
+@test "targets are configurable: --metadata and --host-gateway at an address open slots reach: exactly those probes FAIL, the report names the targets" {
+	run --separate-stderr doctor --modes open --class metadata,host-gateway \
+		--metadata 198.51.100.10 --host-gateway 198.51.100.10
+	echo "$output" | jq -c '.targets, .counts, (.probes[] | [.name, .verdict, .why])'
+	[ "$status" -eq 1 ]
+	json_is '.verdict == "fail" and .counts.error == 0 and .counts.pass == 0'
+	json_is '.targets.metadata == "198.51.100.10" and .targets.host_gateway == "198.51.100.10"'
+	diff <(not_passing) - <<'EOF'
+open/host-gateway-198.51.100.10-icmp
+open/host-gateway-198.51.100.10-tcp
+open/metadata-icmp
+open/metadata-tcp
+open/metadata-udp
+EOF
+	json_is 'all(.probes[]; .steps[3].target == "198.51.100.10" and .steps[4].out_to_target > 0)'
 }
 
 @test "mutation: the open slots' 169.254.0.0/16 rule deleted: exactly the metadata probes and that range FAIL" {
@@ -454,7 +496,7 @@ EOF
 	[ "$status" -eq 0 ]
 }
 
-@test "mutation: ONLY the open tap's tc filter taken off: its filter check FAILs and every probe of its VM lacks the counter evidence (the host-address ones FAIL though nothing got through); then vm_in's catch-all drop deleted too: exactly the probes of the host's address get through" {
+@test "mutation: ONLY the open tap's tc filter taken off: its filter check FAILs and every probe of its VM lacks the counter evidence (the host-address ones FAIL though nothing got through); then vm_in's catch-all drop deleted too: exactly the probes of the host's address get through (not the gateway's port)" {
 	local id probes pst both bst h
 	# a claim refuses a tap without the filter: boot first, then break it
 	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
@@ -468,7 +510,7 @@ EOF
 	run --separate-stderr doctor --modes none
 	# the same VM, the second layer gone too
 	lab exec nft delete rule inet isopod vm_in handle "$h"
-	both=$(doctor --vm "$id" --class host,denied-range) && bst=0 || bst=$?
+	both=$(doctor --vm "$id" --class host,denied-range,gateway-port) && bst=0 || bst=$?
 	isopod-stop --force --vm "$id" >/dev/null || :
 	netsetup
 	echo "$output" | jq -c '.host_checks[] | select(.ok | not)'
@@ -492,7 +534,9 @@ EOF
 	[ "$bst" -eq 1 ]
 	json_is '.counts.error == 0'
 	# without the tap's filter no probe has its evidence (the filter's
-	# counters); exactly the probes of the host's address got through
+	# counters); exactly the probes of the host's address got through: the
+	# gateway's port is reached through vm_in's goto to gw_open, whose own
+	# drop (and input's rule for the gateway addresses) still stop it
 	json_is '.counts.pass == 0 and all(.probes[]; .steps[4].tc_filter == null)'
 	diff <(jq -r '.probes[] | select(.steps[3].answered or .steps[4].own_listener_hits > 0 or .steps[4].out_to_target > 0) | .name' <<<"$output" | sort) - <<'EOF'
 open/host-203.0.113.1-icmp

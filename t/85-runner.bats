@@ -188,6 +188,30 @@ runner_exit() {
 	wait_until 60 is done 1
 }
 
+# The unit shipped (contrib/isopod-runner.service), as systemd reads it:
+# every line parses (systemd-analyze verify warns, on stderr, about a key
+# or value it ignores, and exits 0 all the same), and its ExecStart is
+# options the runner takes: without an attestation it refuses (111), not a
+# usage error (100) that the unit would never retry.
+@test "the systemd unit shipped parses (systemd-analyze verify: no warning), drains by SIGTERM to the runner alone, and its ExecStart options are the runner's" {
+	local u="$BATS_TEST_TMPDIR/isopod-runner.service" args
+	command -v systemd-analyze >/dev/null || skip "no systemd-analyze"
+	sed "s|^ExecStart=/usr/local/bin/isopod-runner|ExecStart=$ISOPOD_SRC/bin/isopod-runner|" \
+		"$ISOPOD_SRC/contrib/isopod-runner.service" >"$u"
+	grep -q "^ExecStart=$ISOPOD_SRC/bin/isopod-runner " "$u"
+	run --separate-stderr systemd-analyze verify --man=no "$u"
+	echo "$stderr"
+	[ "$status" -eq 0 ] && [ -z "$stderr" ] || false
+	grep -qx 'KillMode=mixed' "$u"
+	grep -qx 'RestartPreventExitStatus=100 102' "$u"
+	args=$(sed -n 's|^ExecStart=[^ ]* ||p' "$u" | sed "s|/var/spool/isopod|$SPOOL|")
+	# shellcheck disable=SC2086 # the unit's words
+	run --separate-stderr innet "$ISOPOD_SRC/bin/isopod-runner" $args --attestation "$BATS_TEST_TMPDIR/none.json"
+	echo "$stderr"
+	[ "$status" -eq 111 ]
+	jq -e '.state == "refused"' "$SPOOL/status.json"
+}
+
 @test "acceptance: 20 jobs on 2 workers; the table flushed: paused within the recheck, jobs stay queued; netsetup + sign: resumed and finished" {
 	local i t0 t1
 	for i in $(seq -w 1 20); do
