@@ -6,11 +6,14 @@
  * The ledger's lines come from guest-chosen names and requests; lib/propose.c
  * reads them as untrusted bytes (fuzz/propose_fuzz.c). */
 #include "propose.h"
+#include "psl.h"
 #include "util.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define USAGE "isopod-allow propose LEDGER"
@@ -21,7 +24,9 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	char nopsl[PATH_MAX + 256] = "";
 	const char *why;
+	struct psl *psl;
 	json_t *p;
 	int c;
 
@@ -39,7 +44,12 @@ int main(int argc, char **argv)
 	argv += optind;
 	if (argc != 2 || strcmp(argv[0], "propose"))
 		die(EX_USAGE, "usage: %s", USAGE);
-	if (!(p = propose_path(argv[1], &why))) {
+	/* a list that cannot be read: no fold, said in "fold" and here */
+	if (!(psl = psl_open(getenv("ISOPOD_PUBLIC_SUFFIX_LIST"), nopsl, sizeof nopsl)))
+		warn("%s", nopsl);
+	p = propose_path(argv[1], psl, psl ? NULL : nopsl, &why);
+	psl_free(psl);
+	if (!p) {
 		int e = errno;
 
 		die(e == ENOENT ? EX_NOTFOUND : e == ENOMEM || e == EIO ? EX_SYS : EX_USAGE,

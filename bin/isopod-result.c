@@ -9,6 +9,7 @@
  * failure the front end itself decided (usage, timeout, signal). */
 
 #include "propose.h"
+#include "psl.h"
 #include "ranges.h"
 #include "util.h"
 
@@ -407,13 +408,18 @@ static const char *str(const json_t *j, const char *key)
  * is capped (an allowlist of it would not serve every flow). */
 static json_t *learned(const char *id, json_t *warnings)
 {
-	char p[PATH_MAX], w[PATH_MAX + 128];
+	char p[PATH_MAX], w[PATH_MAX + 128], nopsl[PATH_MAX + 256] = "";
 	const char *why = "no ledger";
+	struct psl *psl = psl_open(getenv("ISOPOD_PUBLIC_SUFFIX_LIST"), nopsl, sizeof nopsl);
 	json_t *j = NULL;
 	json_int_t n;
 
+	/* no list: no fold, said in "fold" and among the warnings */
+	if (!psl)
+		json_array_append_new(warnings, json_string(nopsl));
 	if (id_vm_ok(id) && pathn(p, sizeof p, "%s/vms/%s/ledger.jsonl", store_home(), id) == 0 &&
-	    (j = propose_path(p, &why))) {
+	    (j = propose_path(p, psl, psl ? NULL : nopsl, &why))) {
+		psl_free(psl);
 		n = json_integer_value(json_object_get(json_object_get(j, "allow_omitted"), "entries"));
 		if (n)
 			json_array_append_new(warnings,
@@ -423,6 +429,7 @@ static json_t *learned(const char *id, json_t *warnings)
 							   PROPOSE_NAMES_BYTES));
 		return j;
 	}
+	psl_free(psl);
 	snprintf(w, sizeof w, "no proposed allowlist: the ledger of %s: %s", id, why);
 	json_array_append_new(warnings, json_string(w));
 	return json_null();

@@ -4,6 +4,7 @@
  * may name as many as it likes) costs n log n, not n squared. */
 #include "propose.h"
 #include "allow.h"
+#include "psl.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -197,15 +198,124 @@ static void uniq(struct strs *s)
 	s->n = k + 1;
 }
 
-static char *pattern_of(const struct pflow *f)
+/* A name a succeeded connect/http flow went to, at a port key (0: ports
+ * 80/443, which a pattern without a port allows; else the port), and the
+ * pattern of the entry that serves it. */
+struct pname {
+	const char *name; /* the flow's */
+	unsigned pk;
+	const char *reg;  /* its registrable domain when below it, else NULL */
+	const char *fold; /* its entry's "*.domain" pattern (owned by a struct
+			   * strs of folds), NULL: its exact name is its entry */
+};
+
+static int pname_cmp(const void *pa, const void *pb)
+{
+	const struct pname *a = pa, *b = pb;
+	int c = strcmp(a->name, b->name);
+
+	return c ? c : (a->pk > b->pk) - (a->pk < b->pk);
+}
+
+/* by registrable domain, port key, name: a fold's group is a run */
+static int group_cmp(const void *pa, const void *pb)
+{
+	const struct pname *a = pa, *b = pb;
+	int c = strcmp(a->reg, b->reg);
+
+	if (!c)
+		c = (a->pk > b->pk) - (a->pk < b->pk);
+	return c ? c : strcmp(a->name, b->name);
+}
+
+static char *pattern_of(const char *name, unsigned pk, int wild)
 {
 	char buf[ALLOW_PATTERN_MAX];
 
-	if (f->port == 80 || f->port == 443)
-		snprintf(buf, sizeof buf, "%s", f->name);
-	else
-		snprintf(buf, sizeof buf, "%s:%u", f->name, f->port);
+	snprintf(buf, sizeof buf, pk ? "%s%s:%u" : "%s%s", wild ? "*." : "", name, pk);
 	return strdup(buf);
+}
+
+/* Is s a label suffix of name (name itself, or name ends with "." s)? */
+static int under(const char *name, const char *s)
+{
+	size_t n = strlen(name), k = strlen(s);
+
+	return k <= n && !strcmp(name + n - k, s) && (k == n || name[n - k - 1] == '.');
+}
+
+/* The fold of the group v[0..n) (one registrable domain and port key, each
+ * name strictly below it): "*.P", P the deepest domain every name is
+ * strictly below, when the group has PROPOSE_FOLD_MIN names or more and
+ * no rule of the list lies below P (s3.amazonaws.com below amazonaws.com:
+ * "*.amazonaws.com" would reach anyone's buckets).  P is never above the
+ * registrable domain, so never a public suffix.  NULL: no fold (the names
+ * stay exact); *err when out of memory. */
+static char *fold_of(const struct psl *psl, const struct pname *v, size_t n, int *err)
+{
+	const char *p = strchr(v[0].name, '.') + 1;
+	char *pat;
+
+	if (n < PROPOSE_FOLD_MIN)
+		return NULL;
+	for (size_t i = 1; i < n; i++)
+		while (!under(strchr(v[i].name, '.') + 1, p))
+			p = strchr(p, '.') + 1; /* stops at reg: every parent is under it */
+	if (!strchr(p, '.') || psl_rule_below(psl, p) != 0)
+		return NULL;
+	if (!(pat = pattern_of(p, v[0].pk, 1)))
+		*err = 1;
+	return pat;
+}
+
+/* The patterns of the proposal (into pats, sorted, unique) and each
+ * name's fold (v[i].fold, the folds' strings kept in folds), v sorted by
+ * name and port key on return. */
+static int patterns(const struct psl *psl, struct pname *v, size_t n, struct strs *pats,
+		    struct strs *folds)
+{
+	size_t i, j;
+	int err = 0;
+
+	for (i = 0; i < n; i++) {
+		const char *r = psl ? psl_registrable(psl, v[i].name) : NULL;
+
+		v[i].reg = r && r != v[i].name ? r : NULL;
+		v[i].fold = NULL;
+	}
+	/* the names below a registrable domain first, grouped (reg NULL last) */
+	for (i = 0, j = n; i < j;)
+		if (v[i].reg) {
+			i++;
+		} else {
+			struct pname t = v[i];
+
+			v[i] = v[--j];
+			v[j] = t;
+		}
+	qsort(v, j, sizeof *v, group_cmp);
+	for (i = 0; i < j;) {
+		size_t k = i + 1;
+		char *pat;
+
+		while (k < j && !strcmp(v[k].reg, v[i].reg) && v[k].pk == v[i].pk)
+			k++;
+		if ((pat = fold_of(psl, v + i, k - i, &err))) {
+			if (add_str(folds, pat) < 0 || add_str(pats, strdup(pat)) < 0)
+				return -1;
+			for (size_t m = i; m < k; m++)
+				v[m].fold = pat;
+		}
+		if (err)
+			return -1;
+		i = k;
+	}
+	for (i = 0; i < n; i++)
+		if (!v[i].fold && add_str(pats, pattern_of(v[i].name, v[i].pk, 0)) < 0)
+			return -1;
+	qsort(v, n, sizeof *v, pname_cmp);
+	uniq(pats);
+	return 0;
 }
 
 static long find(const struct strs *pats, const char *key)
@@ -215,38 +325,32 @@ static long find(const struct strs *pats, const char *key)
 	return hit ? (long)(hit - pats->v) : -1;
 }
 
-/* The entry covering f: its exact pattern.  A dns flow has no port: the
- * name's entry of ports 80/443, else any of its ports' entries (found by a
- * scan of the sorted list). */
-static long cover(const struct strs *pats, const struct pflow *f)
+/* The entry covering f: its name's at its port key; a dns flow (no port):
+ * its name's at ports 80/443, else at any port (the first: names sorted by
+ * name and port key, 0 first).  -1: none (no flow through the proxy went
+ * to the name). */
+static long cover(const struct strs *pats, const struct pname *v, size_t n, const struct pflow *f)
 {
+	unsigned pk = f->port == 80 || f->port == 443 ? 0 : f->port;
 	char key[ALLOW_PATTERN_MAX];
-	long e;
+	size_t a = 0, b = n;
 
-	if (f->kind[0] != 'd') {
-		snprintf(key, sizeof key, f->port == 80 || f->port == 443 ? "%s" : "%s:%u",
-			 f->name, f->port);
-		if ((e = find(pats, key)) >= 0)
-			return e;
-	} else {
-		size_t nl = strlen(f->name), a = 0, b = pats->n;
+	/* the lower bound of (name, pk; a dns flow: 0) */
+	while (a < b) {
+		size_t m = a + (b - a) / 2;
+		int c = strcmp(v[m].name, f->name);
 
-		if ((e = find(pats, f->name)) >= 0)
-			return e;
-		/* the first "NAME:PORT": the lower bound of "NAME:" */
-		snprintf(key, sizeof key, "%s:", f->name);
-		while (a < b) {
-			size_t m = a + (b - a) / 2;
-
-			if (strcmp(pats->v[m], key) < 0)
-				a = m + 1;
-			else
-				b = m;
-		}
-		if (a < pats->n && !strncmp(pats->v[a], key, nl + 1))
-			return (long)a;
+		if (c < 0 || (!c && f->kind[0] != 'd' && v[m].pk < pk))
+			a = m + 1;
+		else
+			b = m;
 	}
-	return -1;
+	if (a == n || strcmp(v[a].name, f->name) || (f->kind[0] != 'd' && v[a].pk != pk))
+		return -1;
+	if (v[a].fold)
+		return find(pats, v[a].fold);
+	snprintf(key, sizeof key, v[a].pk ? "%s:%u" : "%s", v[a].name, v[a].pk);
+	return find(pats, key);
 }
 
 static json_t *flow_json(const struct pflow *f)
@@ -348,13 +452,61 @@ out:
 	return r;
 }
 
-/* The proposal of the merged flows (see propose.h).  No wildcard is
- * proposed.  "*.PARENT" over three shards read well until a review found
- * the parents a rule of labels cannot tell apart: github.io,
- * cloudfront.net, co.uk are public suffixes, where anyone may register a
- * host, so a folded "*.github.io" would let a later filtered run reach an
- * attacker's.  Without a public suffix list, exact names only. */
-static json_t *build(struct plist *l, const struct tally *t)
+/* Each flow's entry (l->v[i].entry) and the entries' patterns (pats):
+ * the names the succeeded connect/http flows went to, distinct by name and
+ * port key, folded as patterns() says. */
+static int entries(struct plist *l, const struct psl *psl, struct strs *pats)
+{
+	struct strs folds = { .n = 0 };
+	struct pname *v = calloc(l->n + 1, sizeof *v);
+	size_t n = 0, k = 0, i;
+	int r = -1;
+
+	if (!v)
+		return -1;
+	for (i = 0; i < l->n; i++) {
+		const struct pflow *f = &l->v[i];
+
+		if (f->kind[0] != 'd' && f->valid)
+			v[n++] = (struct pname){ .name = f->name,
+						 .pk = f->port == 80 || f->port == 443 ? 0 : f->port };
+	}
+	/* connect and http to one name, ports 80 and 443: one name each */
+	if (n)
+		qsort(v, n, sizeof *v, pname_cmp);
+	for (i = 1; i < n; i++)
+		if (pname_cmp(&v[k], &v[i]))
+			v[++k] = v[i];
+	n = n ? k + 1 : 0;
+	if (patterns(psl, v, n, pats, &folds) == 0) {
+		for (i = 0; i < l->n; i++)
+			l->v[i].entry = l->v[i].valid ? cover(pats, v, n, &l->v[i]) : -1;
+		r = 0;
+	}
+	strs_free(&folds);
+	free(v);
+	return r;
+}
+
+/* What folded the names: the list's rule count and the fold's threshold,
+ * or why nothing was folded (no list: never a fold without one). */
+static json_t *fold_json(const struct psl *psl, const char *no_psl)
+{
+	if (psl)
+		return json_pack("{s:I, s:i}", "public_suffixes", (json_int_t)psl_rules(psl),
+				 "min_names", PROPOSE_FOLD_MIN);
+	return json_pack("{s:n, s:s}", "public_suffixes", "why",
+			 no_psl ? no_psl : "no public suffix list: no name folded");
+}
+
+/* The proposal of the merged flows (see propose.h).  A fold needs the
+ * public suffix list: "*.PARENT" over three shards, by a rule of labels,
+ * read well until a review found the parents it cannot tell apart:
+ * github.io, cloudfront.net, co.uk are public suffixes, where anyone may
+ * register a host, so a folded "*.github.io" would let a later filtered
+ * run reach an attacker's.  Without the list, exact names only. */
+static json_t *build(struct plist *l, const struct tally *t, const struct psl *psl,
+		     const char *no_psl)
 {
 	struct strs pats = { .n = 0 };
 	json_t *allow = json_array(), *un = json_array(), *out = NULL, **ent = NULL;
@@ -362,17 +514,8 @@ static json_t *build(struct plist *l, const struct tally *t)
 	char *keep_pat = NULL, *keep_flow = NULL;
 	size_t i;
 
-	for (i = 0; i < l->n; i++) {
-		const struct pflow *f = &l->v[i];
-
-		if (f->kind[0] == 'd' || !f->valid)
-			continue;
-		if (add_str(&pats, pattern_of(f)) < 0)
-			goto out;
-	}
-	uniq(&pats);
-	for (i = 0; i < l->n; i++)
-		l->v[i].entry = l->v[i].valid ? cover(&pats, &l->v[i]) : -1;
+	if (entries(l, psl, &pats) < 0)
+		goto out;
 	if (!allow || !un || !(ent = calloc(pats.n + 1, sizeof *ent)) ||
 	    !(keep_pat = calloc(pats.n + 1, 1)) || !(keep_flow = calloc(l->n + 1, 1)) ||
 	    keep_of(l, &pats, keep_pat, keep_flow, &pat_gone, &flow_gone) < 0)
@@ -393,9 +536,10 @@ static json_t *build(struct plist *l, const struct tally *t)
 				  : keep_flow[i] && json_array_append_new(un, unservable(f)))
 			goto out;
 	}
-	out = json_pack("{s:O, s:O, s:I, s:I, s:I, s:I}", "allow", allow, "unservable", un,
+	out = json_pack("{s:O, s:O, s:I, s:I, s:I, s:I, s:o}", "allow", allow, "unservable", un,
 			"lines", (json_int_t)t->lines, "skipped", (json_int_t)t->skipped,
-			"not_succeeded", (json_int_t)t->failed, "not_names", (json_int_t)t->not_names);
+			"not_succeeded", (json_int_t)t->failed, "not_names", (json_int_t)t->not_names,
+			"fold", fold_json(psl, no_psl));
 	if (out && ((pat_gone && json_object_set(out, "allow_omitted", pat_gone) < 0) ||
 		    (flow_gone && json_object_set(out, "unservable_omitted", flow_gone) < 0))) {
 		json_decref(out);
@@ -413,7 +557,7 @@ out:
 	return out;
 }
 
-json_t *propose_ledger(const char *buf, size_t n)
+json_t *propose_ledger(const char *buf, size_t n, const struct psl *psl, const char *no_psl)
 {
 	struct plist l = { .n = 0 };
 	struct tally t = { .lines = 0 };
@@ -441,7 +585,7 @@ json_t *propose_ledger(const char *buf, size_t n)
 		i += len + 1;
 	}
 	merge(&l);
-	out = build(&l, &t);
+	out = build(&l, &t, psl, no_psl);
 out:
 	for (i = 0; i < l.n; i++)
 		free(l.v[i].name);
@@ -449,7 +593,8 @@ out:
 	return out;
 }
 
-json_t *propose_path(const char *path, const char **why)
+json_t *propose_path(const char *path, const struct psl *psl, const char *no_psl,
+		     const char **why)
 {
 	/* O_NONBLOCK: a FIFO in the ledger's place must not hang the reader
 	 * before fstat can refuse it */
@@ -480,7 +625,7 @@ json_t *propose_path(const char *path, const char **why)
 		}
 		got += (size_t)k;
 	}
-	if ((out = propose_ledger(buf, got)))
+	if ((out = propose_ledger(buf, got, psl, no_psl)))
 		goto out;
 nomem:
 	*why = "out of memory";

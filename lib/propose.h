@@ -12,10 +12,13 @@
  * The proposal:
  * - "allow": entries {pattern, flows:[{kind,name,port,count}]}, sorted by
  *   pattern: every name a succeeded connect/http flow went to, as "NAME"
- *   (ports 80 and 443) or "NAME:PORT", never a wildcard (a rule of labels
- *   cannot tell a CDN's parent from a public suffix such as github.io).
- *   Each entry lists the flows it covers, the dns queries for its names
- *   among them;
+ *   (ports 80 and 443) or "NAME:PORT", unless folded: the names of one
+ *   port (80/443 as one) strictly below one registrable domain (its public
+ *   suffix and one label more, lib/psl.h), PROPOSE_FOLD_MIN of them or
+ *   more, are one entry "*.P[:PORT]", P the deepest domain all of them are
+ *   strictly below, when no rule of the list lies below P.  Never a fold
+ *   to or above a public suffix, never one without the list.  Each entry
+ *   lists the flows it covers, the dns queries for its names among them;
  * - "unservable": the succeeded flows filtered mode cannot serve, each with
  *   its "why": to an IP address (filtered serves names only), a query for
  *   an address, or a name resolved that no flow through the proxy went to
@@ -23,7 +26,10 @@
  * - "lines", "skipped" (lines not ledger objects), "not_succeeded" (flow
  *   lines that did not succeed: refusals, connections that failed),
  *   "not_names" (succeeded flow lines whose name is neither a host name nor
- *   an IP address: counted, never listed, so never cut to a length). */
+ *   an IP address: counted, never listed, so never cut to a length);
+ * - "fold": {public_suffixes: N rules, min_names: PROPOSE_FOLD_MIN} when
+ *   names were folded with the list, {public_suffixes: null, why} when
+ *   there was no list (nothing folded). */
 #ifndef ISOPOD_PROPOSE_H
 #define ISOPOD_PROPOSE_H
 
@@ -43,13 +49,25 @@
  * is 64 MiB unless ISOPOD_LEDGER_MAX says otherwise). */
 #define PROPOSE_READ_MAX (1ll << 30)
 
+/* The fewest names below one registrable domain that fold (see above):
+ * one name is its own entry, and two exact names are a list as short as a
+ * pattern and a name, for a grant far wider (every host the domain's owner
+ * names, now or later); from three on, the names are shards or mirrors
+ * whose set changes from run to run, and the list gets shorter. */
+#define PROPOSE_FOLD_MIN 3
+
+struct psl; /* lib/psl.h */
+
 /* The proposal of the ledger bytes buf[0..n) (JSON lines; a last line
- * without "\n" counts).  NULL only when out of memory. */
-json_t *propose_ledger(const char *buf, size_t n);
+ * without "\n" counts), its names folded with the public suffix list psl;
+ * psl NULL: none folded, no_psl says why in "fold" (NULL: a default text).
+ * NULL only when out of memory. */
+json_t *propose_ledger(const char *buf, size_t n, const struct psl *psl, const char *no_psl);
 
 /* The proposal of the ledger file at path, or NULL with *why set (a static
  * text; errno set when a call failed): unreadable, not a regular file (a
  * FIFO or a device is refused, never waited on), too large, no memory. */
-json_t *propose_path(const char *path, const char **why);
+json_t *propose_path(const char *path, const struct psl *psl, const char *no_psl,
+		     const char **why);
 
 #endif

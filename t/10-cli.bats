@@ -941,6 +941,34 @@ L
 	json_is '.warnings == ["the proposed allowlist leaves out 44 entries (it keeps at most 256, in 16384 bytes)"]'
 }
 
+@test "run --net learn: the proposal folds names by the public suffix list, never under a public suffix; no list, no fold and a warning" {
+	local n
+	fake_ledger 0 ''
+	for n in a.cdn.example.org b.cdn.example.org c.cdn.example.org a.github.io b.github.io c.github.io; do
+		printf '{"time":"t","kind":"connect","name":"%s","port":443,"address":"198.51.100.10","up":9,"down":9,"verdict":"allowed","reason":null,"ms":3}\n' "$n"
+	done >"$FAKE_LEDGER"
+	printf 'org\nio\n// ===BEGIN PRIVATE DOMAINS===\ngithub.io\n// ===END PRIVATE DOMAINS===\n' \
+		>"$BATS_TEST_TMPDIR/psl.dat"
+	export ISOPOD_PUBLIC_SUFFIX_LIST="$BATS_TEST_TMPDIR/psl.dat"
+	run_isopod -0 run --json-only --net learn -- true
+	json_is '[.proposed_allowlist.allow[].pattern] == ["*.cdn.example.org", "a.github.io", "b.github.io", "c.github.io"]'
+	json_is '.proposed_allowlist.allow[0].flows | map(.name) == ["a.cdn.example.org", "b.cdn.example.org", "c.cdn.example.org"]'
+	json_is '.proposed_allowlist.fold == {public_suffixes: 3, min_names: 3} and .warnings == []'
+	ISOPOD_PUBLIC_SUFFIX_LIST="$BATS_TEST_TMPDIR/nothing" run_isopod -0 run --json-only --net learn -- true
+	json_is '(.proposed_allowlist.allow | map(.pattern) | map(select(startswith("*"))) | length) == 0'
+	json_is '.warnings == ["the public suffix list '"$BATS_TEST_TMPDIR"'/nothing: unable to read it: No such file or directory: no name folded into a *.domain pattern"]'
+	unset ISOPOD_LIBEXEC
+	run_isopod -0 allow propose "$FAKE_LEDGER"
+	json_is '[.allow[].pattern] == ["*.cdn.example.org", "a.github.io", "b.github.io", "c.github.io"]'
+	[ -z "$stderr" ]
+	# a list cut short (no END PRIVATE line) is no list: names only
+	printf 'org\nio\n' >"$BATS_TEST_TMPDIR/psl.dat"
+	run_isopod -0 allow propose "$FAKE_LEDGER"
+	json_is '(.allow | length) == 6 and .fold.public_suffixes == null'
+	json_is '.fold.why | test("not the whole list")'
+	[[ "$stderr" == *"warning: the public suffix list $BATS_TEST_TMPDIR/psl.dat: no \"===END PRIVATE DOMAINS===\" line"* ]]
+}
+
 # ---- the failure contract and isopod-result --------------------------------------
 
 @test "contract: a failing tool leaves stdout empty and writes one status object to ISOPOD_STATUS_FD" {

@@ -1,9 +1,11 @@
 /* propose_test.c - the allowlist a learn run proposes (lib/propose.c):
- * which flows count as succeeded, names and ports into patterns, the
- * no wildcard fold (exact names only), the flows filtered cannot serve, and
+ * which flows count as succeeded, names and ports into patterns, the fold
+ * into "*.domain" with the public suffix list (never to or above a public
+ * suffix; none without the list), the flows filtered cannot serve, and
  * ledger lines that are not ledger objects. */
 #include "../../lib/propose.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/allow.c"
+#include "../../lib/psl.c"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -23,7 +25,22 @@
 
 static json_t *run(const char *ledger)
 {
-	return propose_ledger(ledger, strlen(ledger));
+	return propose_ledger(ledger, strlen(ledger), NULL, NULL);
+}
+
+/* The rules the fold tests meet, as the list has them (publicsuffix.org,
+ * both sections). */
+static const char rules[] = "com\norg\nnet\nio\nuk\nco.uk\n*.mm\n*.ck\n!www.ck\n"
+			    "// ===BEGIN PRIVATE DOMAINS===\ngithub.io\ns3.amazonaws.com\n"
+			    "*.compute.amazonaws.com\n// ===END PRIVATE DOMAINS===\n";
+
+static json_t *runp(const char *ledger)
+{
+	struct psl *psl = psl_parse(rules, sizeof rules - 1);
+	json_t *p = psl ? propose_ledger(ledger, strlen(ledger), psl, NULL) : NULL;
+
+	psl_free(psl);
+	return p;
 }
 
 /* The patterns of the proposal, joined with ' ' (into buf). */
@@ -88,27 +105,67 @@ static void test_succeeded(void)
 	json_decref(p);
 }
 
+#define C3(a, b, c) OK(a, 443, "connect") OK(b, 443, "connect") OK(c, 443, "connect")
+
 static void test_fold(void)
 {
 	char b[512];
-	json_t *p = run(OK("a.cdn.example.org", 443, "connect") OK("b.cdn.example.org", 443, "connect")
-			OK("c.cdn.example.org", 443, "connect") DNS("d.cdn.example.org")
-			OK("x.test", 443, "connect") OK("y.test", 443, "connect")
-			OK("z.test", 443, "connect") OK("a.two.org", 443, "connect")
-			OK("b.two.org", 443, "connect") OK("cdn.example.org", 443, "connect"));
+	json_t *p = runp(C3("a.example.com", "b.example.com", "c.example.com") DNS("b.example.com")
+			 DNS("d.example.com") OK("pkg.test", 443, "connect"));
 
-	ok(!strcmp(pats(p, b, sizeof b),
-		   "a.cdn.example.org a.two.org b.cdn.example.org b.two.org c.cdn.example.org "
-		   "cdn.example.org x.test y.test z.test"),
-	   "no wildcard: three siblings stay exact names (github.io is a parent too): %s", b);
-	ok(nflows(p, 0) == 1, "an exact name covers its own flow");
+	ok(!strcmp(pats(p, b, sizeof b), "*.example.com pkg.test"),
+	   "three names under example.com: *.example.com: %s", b);
+	ok(nflows(p, 0) == 4, "it covers their three connects and the query for one of them");
+	ok(json_array_size(json_object_get(p, "unservable")) == 1,
+	   "a name only resolved stays unservable under the fold (no proxied flow went to it)");
+	ok(json_integer_value(json_object_get(json_object_get(p, "fold"), "min_names")) == 3 &&
+		   json_integer_value(json_object_get(json_object_get(p, "fold"), "public_suffixes")) == 12,
+	   "fold says the list's 12 rules and the threshold");
 	json_decref(p);
-	p = run(OK("a.cdn.example.org", 8443, "connect") OK("b.cdn.example.org", 8443, "connect")
-		OK("c.cdn.example.org", 8443, "connect") DNS("b.cdn.example.org"));
+	p = runp(C3("a.github.io", "b.github.io", "c.github.io")
+		 C3("a.co.uk", "b.co.uk", "c.co.uk"));
+	ok(!strcmp(pats(p, b, sizeof b), "a.co.uk a.github.io b.co.uk b.github.io c.co.uk c.github.io"),
+	   "github.io (PRIVATE section), co.uk: public suffixes, never folded: %s", b);
+	json_decref(p);
+	p = runp(C3("www.bbc.co.uk", "news.bbc.co.uk", "static.bbc.co.uk")
+		 C3("a.x.mm", "b.x.mm", "c.x.mm") C3("a.b.x.mm", "b.b.x.mm", "c.b.x.mm"));
+	ok(!strcmp(pats(p, b, sizeof b), "*.b.x.mm *.bbc.co.uk a.x.mm b.x.mm c.x.mm"),
+	   "below co.uk and below *.mm's suffixes they fold, never to the suffix: %s", b);
+	json_decref(p);
+	p = runp(C3("a.www.ck", "b.www.ck", "c.www.ck") C3("a.t.ck", "b.t.ck", "c.t.ck"));
+	ok(!strcmp(pats(p, b, sizeof b), "*.www.ck a.t.ck b.t.ck c.t.ck"),
+	   "*.ck with !www.ck: www.ck is registrable (folds), t.ck a suffix (does not): %s", b);
+	json_decref(p);
+	p = runp(C3("a.amazonaws.com", "b.amazonaws.com", "c.amazonaws.com"));
+	ok(!strcmp(pats(p, b, sizeof b), "a.amazonaws.com b.amazonaws.com c.amazonaws.com"),
+	   "no fold over a suffix below (s3.amazonaws.com: anyone's buckets): %s", b);
+	json_decref(p);
+	p = runp(OK("a.example.net", 443, "connect") OK("b.example.net", 443, "connect")
+		 OK("example.net", 443, "connect") C3("a.cdn.example.org", "b.cdn.example.org",
+						       "c.cdn.example.org"));
 	ok(!strcmp(pats(p, b, sizeof b),
-		   "a.cdn.example.org:8443 b.cdn.example.org:8443 c.cdn.example.org:8443"),
-	   "names with a port are not folded: %s", b);
-	ok(nflows(p, 1) == 2, "a query goes with its name's port entry");
+		   "*.cdn.example.org a.example.net b.example.net example.net"),
+	   "two names below do not fold (the apex does not count: *.d does not match d); the "
+	   "fold is to the deepest common parent: %s", b);
+	json_decref(p);
+	p = runp(C3("a.cdn.example.org", "b.cdn.example.org", "c.cdn.example.org")
+		 OK("www.example.org", 443, "connect") OK("example.org", 80, "http"));
+	ok(!strcmp(pats(p, b, sizeof b), "*.example.org example.org"),
+	   "another name higher up: the fold is to the registrable domain; its apex exact: %s", b);
+	json_decref(p);
+	p = runp(OK("a.example.com", 8443, "connect") OK("b.example.com", 8443, "connect")
+		 OK("c.example.com", 8443, "connect") OK("a.example.com", 443, "connect")
+		 OK("b.example.com", 80, "http") DNS("a.example.com"));
+	ok(!strcmp(pats(p, b, sizeof b), "*.example.com:8443 a.example.com b.example.com"),
+	   "one fold per port (80/443 as one): %s", b);
+	ok(nflows(p, 1) == 2, "a query goes with its name's 80/443 entry");
+	json_decref(p);
+	p = run(C3("a.example.com", "b.example.com", "c.example.com"));
+	ok(!strcmp(pats(p, b, sizeof b), "a.example.com b.example.com c.example.com") &&
+		   json_is_null(json_object_get(json_object_get(p, "fold"), "public_suffixes")) &&
+		   strstr(json_string_value(json_object_get(json_object_get(p, "fold"), "why")),
+			  "no public suffix list"),
+	   "no list: no fold, and fold says why: %s", b);
 	json_decref(p);
 }
 
@@ -141,7 +198,7 @@ static void test_edges(void)
 
 	ok(p && json_array_size(json_object_get(p, "allow")) == 0, "an empty ledger: nothing");
 	json_decref(p);
-	p = propose_ledger("{\"kind\":\"dns\"", 13);
+	p = propose_ledger("{\"kind\":\"dns\"", 13, NULL, NULL);
 	ok(p && json_integer_value(json_object_get(p, "skipped")) == 1, "a cut line is skipped");
 	json_decref(p);
 	memset(big, 'a', sizeof big);
@@ -196,7 +253,7 @@ static json_t *many(size_t n, const char *pad, int addresses, int heavy)
 	}
 	for (int i = 0; heavy && i < 3; i++)
 		o += (size_t)snprintf(buf + o, sz - o, "%s", OK("heavy.test", 443, "connect"));
-	p = propose_ledger(buf, o);
+	p = propose_ledger(buf, o, NULL, NULL);
 	free(buf);
 	return p;
 }
@@ -262,7 +319,7 @@ static int refused_in_time(const char *path)
 
 	if (pid == 0) {
 		const char *why;
-		json_t *p = propose_path(path, &why);
+		json_t *p = propose_path(path, NULL, NULL, &why);
 
 		_exit(!p && !strcmp(why, "not a regular file") ? 0 : 1);
 	}
@@ -296,7 +353,7 @@ static void test_path(void)
 		fputs(OK("pkg.test", 443, "connect"), f);
 		fclose(f);
 	}
-	p = propose_path(file, &why);
+	p = propose_path(file, NULL, NULL, &why);
 	ok(p && json_array_size(json_object_get(p, "allow")) == 1, "a regular file is read");
 	json_decref(p);
 	unlink(fifo);
