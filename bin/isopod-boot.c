@@ -395,7 +395,7 @@ static void take_net(struct boot *bt)
 		die(EX_USAGE, "vm %s: net mode %s is not supported", bt->id, bt->net_mode);
 	if (!strcmp(bt->net_mode, "none"))
 		return;
-	if ((r = net_take_slot(&bt->net, bt->net_mode, err, sizeof err)))
+	if ((r = net_take_slot(&bt->net, bt->net_mode, bt->w.warnings, err, sizeof err)))
 		die(r, "%s", err);
 	bt->ln.slotfd = bt->net.lock_fd;
 	pathf(ledger, sizeof ledger, "%s/ledger.jsonl", bt->in.dir);

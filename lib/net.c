@@ -2,6 +2,7 @@
 
 #include "net.h"
 #include "nldump.h"
+#include "taphold.h"
 #include "tcfilter.h"
 #include "util.h"
 
@@ -295,14 +296,29 @@ static int tap_routed(int k, uint32_t gw, char *err, size_t errsz)
 	return 0;
 }
 
+/* Slot k's tap held open by a process that is not an isopod VM: never
+ * used, or every later run would fail on it the same way (doc/DECISIONS.md
+ * "A tap someone else holds").  The sentence naming the holder in why. */
+static void slot_held(int k, char *why, size_t sz)
+{
+	char tap[IFNAMSIZ], who[256];
+
+	snprintf(tap, sizeof tap, NET_TAP_PREFIX "%d", k % NET_MAX_SLOTS);
+	taphold_who(tap, who, sizeof who);
+	if (snprintf(why, sz, "slot %d (%s) is held open by %s, not by an isopod VM", k, tap, who) >= (int)sz)
+		snprintf(why + sz - 4, 4, "...");
+}
+
 /* The first free slot of this mode, locked (its fd in *fd, the slot in
- * *slot).  0, or an exit class with err: 111 when there is no slot of the
- * mode, 102 when all of them are busy. */
-static int find_slot(const char *asked, int *fd, int *slot, char *err, size_t errsz)
+ * *slot), skipping the slots whose tap something else holds open (one
+ * warning each in warnings, when not NULL).  0, or an exit class with err:
+ * 111 when there is no slot of the mode, 102 when all of them are busy or
+ * held. */
+static int find_slot(const char *asked, int *fd, int *slot, json_t *warnings, char *err, size_t errsz)
 {
 	char dir[PATH_MAX], m[16], why[320];
 	const char *mode = net_slot_mode(asked);
-	int n = net_require_taps(err, errsz), k, nmode = 0, r;
+	int n = net_require_taps(err, errsz), k, nmode = 0, nheld = 0, first_held = -1, r;
 
 	if (!n)
 		return EX_SYS;
@@ -313,6 +329,18 @@ static int find_slot(const char *asked, int *fd, int *slot, char *err, size_t er
 			continue;
 		nmode++;
 		if ((*fd = try_slot(dir, k, err, errsz)) >= 0) {
+			snprintf(why, sizeof why, NET_TAP_PREFIX "%d", k % NET_MAX_SLOTS);
+			if (taphold_busy(why)) {
+				close(*fd);
+				nheld++;
+				if (first_held < 0)
+					first_held = k;
+				if (warnings) {
+					slot_held(k, why, sizeof why);
+					json_array_append_new(warnings, json_sprintf("%s: skipped it", why));
+				}
+				continue;
+			}
 			/* The tap must hold the fail-closed filter too (a
 			 * netsetup that died part-way, a tool that took it). */
 			if ((r = tap_filtered(k, mode, why, sizeof why)) != 1) {
@@ -349,6 +377,14 @@ static int find_slot(const char *asked, int *fd, int *slot, char *err, size_t er
 			 strcmp(mode, "open") ? "--slots" : "--open-slots");
 		return EX_SYS;
 	}
+	if (first_held >= 0) {
+		slot_held(first_held, why, sizeof why);
+		snprintf(err, errsz, "all %d %s network slots busy%s, %d of them held open by a process "
+			 "that is not an isopod VM: %s%s; end it, or use --net none", nmode, mode,
+			 strcmp(asked, "learn") ? "" : " (--net learn runs on them)", nheld, why,
+			 nheld > 1 ? " (the first of them)" : "");
+		return EX_CONFLICT;
+	}
 	snprintf(err, errsz, "all %d %s network slots busy%s: wait for a networked VM to end, or use "
 		 "--net none", nmode, mode, strcmp(asked, "learn") ? "" : " (--net learn runs on them)");
 	return EX_CONFLICT;
@@ -356,7 +392,7 @@ static int find_slot(const char *asked, int *fd, int *slot, char *err, size_t er
 
 int net_check_free(const char *mode, char *err, size_t errsz)
 {
-	int fd, k, r = find_slot(mode, &fd, &k, err, errsz);
+	int fd, k, r = find_slot(mode, &fd, &k, NULL, err, errsz);
 
 	if (!r)
 		close(fd);
@@ -395,9 +431,9 @@ static int tap_info(struct netslot *ns, char *err, size_t errsz)
 	return 0;
 }
 
-int net_take_slot(struct netslot *ns, const char *mode, char *err, size_t errsz)
+int net_take_slot(struct netslot *ns, const char *mode, json_t *warnings, char *err, size_t errsz)
 {
-	int fd, k, r = find_slot(mode, &fd, &k, err, errsz);
+	int fd, k, r = find_slot(mode, &fd, &k, warnings, err, errsz);
 
 	if (r)
 		return r;

@@ -84,12 +84,16 @@ const char *net_tap_mode(int k, char *out, size_t sz);
  * slot itself is taken by net_take_slot); else an exit class with err:
  * 111 when no tap is there or none has this mode ("no open slots: run
  * `sudo isopod-netsetup --open-slots N`"), 102 "all N open network slots
- * busy" when every slot lock of the mode is held. */
+ * busy" when every slot of the mode is held: its lock by an isopod VM, or
+ * its tap open in a process that is not one (err then names the first
+ * such slot, its tap and the holder). */
 int net_check_free(const char *mode, char *err, size_t errsz);
-/* Take the first free slot of that mode (LOCK_EX|LOCK_NB, in order) and
- * describe it.  0, or an exit class with err as net_check_free, and 111
- * when the tap has no address. */
-int net_take_slot(struct netslot *ns, const char *mode, char *err, size_t errsz);
+/* Take the first free slot of that mode (LOCK_EX|LOCK_NB, in order; a
+ * slot whose tap another process holds open is skipped, with a warning
+ * naming slot, tap and holder appended to warnings when it is not NULL)
+ * and describe it.  0, or an exit class with err as net_check_free, and
+ * 111 when the tap has no address. */
+int net_take_slot(struct netslot *ns, const char *mode, json_t *warnings, char *err, size_t errsz);
 /* {"mode", "slot", "tap", "guest_ip", "gateway", "mac"} */
 json_t *net_json(const struct netslot *ns, const char *mode);
 

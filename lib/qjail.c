@@ -1,6 +1,7 @@
 /* qjail.c - a VM's QEMU in the jail (see qjail.h). */
 #include "config.h"
 #include "image.h"
+#include "taphold.h"
 #include "qjail.h"
 #include "ranges.h"
 #include "util.h"
@@ -161,8 +162,19 @@ static int tap(struct qjail *qj, char *err, size_t errsz)
 	/* the spawn's plan dups it to QEMU's fd 4 (dup2 clears CLOEXEC) */
 	if ((qj->tapfd = open("/dev/net/tun", O_RDWR | O_CLOEXEC)) < 0)
 		return fail(err, errsz, "/dev/net/tun: %s", strerror(errno));
-	if (ioctl(qj->tapfd, TUNSETIFF, &ifr) < 0)
-		return fail(err, errsz, "TUNSETIFF %s: %s", ifr.ifr_name, strerror(errno));
+	if (ioctl(qj->tapfd, TUNSETIFF, &ifr) < 0) {
+		char who[256];
+		int e = errno;
+
+		if (e != EBUSY)
+			return fail(err, errsz, "TUNSETIFF %s: %s", ifr.ifr_name, strerror(e));
+		/* Taken since isopod-boot found the slot's tap free (lib/taphold.c
+		 * taphold_busy): this run fails, the next one skips the slot. */
+		taphold_who(ifr.ifr_name, who, sizeof who);
+		errno = e;
+		return fail(err, errsz, "the network slot's tap %s is held open by %s, not by this VM "
+			    "(TUNSETIFF: %s): the next run skips this slot", ifr.ifr_name, who, strerror(e));
+	}
 	snprintf(qj->netdev, sizeof qj->netdev, "tap,id=net0,fd=%d", QJAIL_TAP_FD);
 	qj->av[i] = qj->netdev;
 	return 0;

@@ -191,6 +191,30 @@ EOF
 	! dumpe2fs "$a" 2>/dev/null | grep '^Group [0-9]*:' | grep -qv ITABLE_ZEROED || false
 }
 
+# Not a boot: the registered image's one apt source, read from the ext4
+# file with debugfs, is the snapshot.debian.org archive of the release it
+# was built from, a day after that InRelease's Date (images/build-base
+# snapshot_url), as its inputs say.  t/47 installs a package through it.
+@test "debian: the image's apt source is the snapshot of the release it was built from, recorded in its inputs" {
+	need_debian
+	local sha meta want ts
+	sha=$(head -n 1 "$ISOPOD_HOME/images/current-debian")
+	meta="$ISOPOD_HOME/images/base-$sha.json"
+	ts=$(date -u -d "@$(($(date -u -d "$(jq -r .inputs.release.date "$meta")" +%s) + 86400))" +%Y%m%dT%H%M%SZ)
+	want="http://snapshot.debian.org/archive/debian/$ts/"
+	echo "inputs: $(jq -c '.inputs | {release, apt_source}' "$meta")" >&2
+	[ "$(jq -r .inputs.apt_source "$meta")" = "$want" ]
+	run --separate-stderr debugfs -R 'cat /etc/apt/sources.list' "$DEBIAN_IMG"
+	echo "sources.list: $output" >&2
+	[ "$status" -eq 0 ]
+	[ "$output" = "deb [check-valid-until=no] $want bookworm main" ]
+	# no other source, no lists: apt-get update fetches them
+	run --separate-stderr debugfs -R 'ls -l /etc/apt/sources.list.d' "$DEBIAN_IMG"
+	! grep -q '\.list\|\.sources' <<<"$output" || false
+	run --separate-stderr debugfs -R 'ls /var/lib/apt/lists' "$DEBIAN_IMG"
+	! grep -q InRelease <<<"$output" || false
+}
+
 @test "debian: isopod image build of an unknown flavor is refused with 100" {
 	run --separate-stderr isopod image build nosuch
 	[ "$status" -eq 100 ]

@@ -63,6 +63,10 @@ vrun() {
 # A test that made Docker's table in the lab host netns takes it out
 # again, even when it failed.
 teardown() {
+	local p
+	for p in $(cat "$BATS_TEST_TMPDIR/holders" 2>/dev/null); do
+		kill "$p" 2>/dev/null || :
+	done
 	hostdns_down
 	# the mutations' `local` rule is proto static: the kernel's loose
 	# delete match would take isopod's own at priority 0 otherwise
@@ -1696,6 +1700,58 @@ done'
 	run --separate-stderr vrun --net open --timeout-s 60 -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 2 198.51.100.10 80 | tail -n 1'
 	[ "$status" -eq 0 ]
 	json_is '.net.slot == 2 and .stdout == "lab 198.51.100.10\n"'
+}
+
+# hold_taps OUT ARGS...: t/lab/tapholder.py ARGS in the lab's host netns,
+# in the background (its pid in $held, killed by teardown), once it printed
+# "ready" into OUT.
+hold_taps() {
+	local out=$1 i
+	shift
+	(exec ip netns exec "$LAB_NAME-host" python3 "$BATS_TEST_DIRNAME/lab/tapholder.py" "$@") \
+		>"$out" 2>&1 3>&- </dev/null &
+	held=$!
+	echo "$held" >>"$BATS_TEST_TMPDIR/holders"
+	for i in $(seq 1 50); do
+		grep -q ready "$out" && return 0
+		sleep 0.1
+	done
+	cat "$out" >&2
+	return 1
+}
+
+@test "vm: a tap held open by a process that is not isopod's: a run taking it between the check and QEMU fails naming it, the next skips that slot and warns naming slot, tap and holder; all held: 102 naming them" {
+	vm_tests
+	local d=$BATS_TEST_TMPDIR a r b
+	# slots 2..15: held before any run; 16: taken once a run has checked it
+	hold_taps "$d/a" $(seq -f 'isopod-tap%g' 2 15)
+	a=$held
+	hold_taps "$d/r" --when-recorded "$ISOPOD_HOME/vms" isopod-tap16
+	r=$held
+	run --separate-stderr vrun --net open --cold --timeout-s 60 -- true
+	echo "first: $status $output" >&2
+	cat "$d/r" >&2
+	[ "$status" -eq 111 ]
+	jq -e --arg r "$r" '.ok == false and (.error | test("tap isopod-tap16 is held open by pid " + $r + " \\(python3\\), not by this VM") and test("next run skips"))' <<<"$output"
+	grep -q holding "$d/r"
+	flock -n "$ISOPOD_NET_LOCKS/slot-16" true
+	run --separate-stderr vrun --net open --timeout-s 60 -- true
+	echo "second: $status $output" >&2
+	[ "$status" -eq 0 ]
+	json_is '.net.slot == 17'
+	jq -e --arg a "$a" --arg r "$r" '[.warnings[] | select(test("^slot [0-9]+ \\(isopod-tap[0-9]+\\) is held open by pid [0-9]+ \\(python3\\), not by an isopod VM: skipped it$"))] as $w |
+		($w | length) == 15 and ($w[0] | test("^slot 2 \\(isopod-tap2\\) is held open by pid " + $a + " ")) and
+		($w[14] | test("^slot 16 \\(isopod-tap16\\) is held open by pid " + $r + " "))' <<<"$output"
+	# every open slot held (18 and 19 by the stand-in guests' locks): refused
+	# before anything boots, naming the first held by a process
+	hold_taps "$d/b" isopod-tap17
+	run --separate-stderr vrun --net open --timeout-s 60 -- true
+	echo "third: $status $output" >&2
+	[ "$status" -eq 102 ]
+	jq -e --arg a "$a" '.ok == false and (.error | test("all 18 open network slots busy, 16 of them held open by a process that is not an isopod VM: slot 2 \\(isopod-tap2\\) is held open by pid " + $a + " \\(python3\\)"))' <<<"$output"
+	for k in $(seq 2 17); do
+		flock -n "$ISOPOD_NET_LOCKS/slot-$k" true
+	done
 }
 
 # vm_mutation flush|delete|replace: a run on an open slot whose table goes

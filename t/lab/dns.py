@@ -14,6 +14,8 @@ receives, before answering, so a test can prove a query never arrived.
     bench.test      A 198.18.0.10          (benchmarking space, 198.18.0.0/15)
     ula.test        AAAA fd00::5           (IPv6 only: a unique-local address)
     mapped.test     AAAA ::ffff:198.18.0.10 (IPv6 only: IPv4-mapped)
+    snapshot.debian.org  A 198.51.100.30 (the lab's stand-in, `lab.sh mirror`:
+                    the debian image's apt source, never the real one)
     anything else   NXDOMAIN; a known name asked for another type: no data
 """
 import socket
@@ -33,6 +35,7 @@ ZONE = {
     "bench.test": [("A", "198.18.0.10")],
     "ula.test": [("AAAA", "fd00::5")],
     "mapped.test": [("AAAA", "::ffff:198.18.0.10")],
+    "snapshot.debian.org": [("A", "198.51.100.30")],
 }
 TYPES = {1: "A", 5: "CNAME", 28: "AAAA", 16: "TXT", 15: "MX", 2: "NS", 6: "SOA", 255: "ANY"}
 

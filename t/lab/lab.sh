@@ -13,6 +13,9 @@
 #   lab.sh registry NAME         an OCI registry (Debian's docker-registry,
 #                                plain HTTP) on 198.51.100.20:5000 in NAME-inet,
 #                                its storage in $STATE/registry
+#   lab.sh mirror NAME DIR       DIR served over HTTP on 198.51.100.30:80 in
+#                                NAME-inet, the address the lab's DNS gives
+#                                snapshot.debian.org (t/47's apt test)
 #   lab.sh cluster|slurm|unslurm|cexec NAME ...
 #                                a Slurm cluster of a controller and two
 #                                hosts (t/lab/cluster.sh says how)
@@ -292,10 +295,26 @@ cmd_registry() {
 	echo "$REGISTRY_ADDR:5000"
 }
 
+# A static web server (python3's http.server) for DIR on MIRROR_ADDR:80,
+# which the lab's DNS names snapshot.debian.org: the Debian snapshot
+# archive the debian image's apt source names (images/build-base), with
+# whatever repository a test lays out in DIR.  Requests are logged to
+# $STATE/log ("GET /path HTTP/1.1" 200).
+MIRROR_ADDR=198.51.100.30
+cmd_mirror() {
+	name=$1 dir=$2
+	[ -d "$dir" ] || die "mirror: no directory $dir"
+	nsx "$name-inet" ip addr add "$MIRROR_ADDR/32" dev lo
+	spawn "$name-inet" python3 -m http.server --bind "$MIRROR_ADDR" --directory "$dir" 80
+	await nsx "$name-host" python3 -c 'import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+		"http://$MIRROR_ADDR/" || die "lab $name: no web server on $MIRROR_ADDR:80"
+	echo "$MIRROR_ADDR"
+}
+
 # shellcheck source=t/lab/cluster.sh
 . "$LAB_DIR/cluster.sh"
 
-[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec|rmvm|hits|registry|cluster|slurm|unslurm|cexec NAME [ARGS...]"
+[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec|rmvm|hits|registry|mirror|cluster|slurm|unslurm|cexec NAME [ARGS...]"
 verb=$1 name=$2
 shift 2
 check_name "$name"
@@ -314,6 +333,7 @@ gexec)
 hits) cat "$STATE/hits" ;;
 config) echo "$STATE/isopod.conf" ;;
 registry) cmd_registry "$name" ;;
+mirror) cmd_mirror "$name" "$@" ;;
 cluster) cmd_cluster "$name" ;;
 slurm) cmd_slurm "$name" "$@" ;;
 unslurm) cmd_unslurm "$name" ;;
