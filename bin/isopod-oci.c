@@ -774,6 +774,7 @@ int main(int argc, char **argv)
 	else if (strcmp(verb, "push") && strcmp(verb, "pull"))
 		die_usage(USAGE, "unknown command %s", EXC(verb));
 	else
-		die_usage(USAGE, "%s takes %s", verb, verb[1] == 'u' ? "REF REGISTRY/REPO[:TAG]" : "one REGISTRY/REPO");
+		die_usage(USAGE, "%s takes %s", verb, !strcmp(verb, "push") ? "REF REGISTRY/REPO[:TAG]" :
+			  "one REGISTRY/REPO");
 	return 0;
 }
