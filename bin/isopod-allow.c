@@ -37,13 +37,16 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	argc -= optind;
 	argv += optind;
-	if (argc != 2 || strcmp(argv[0], "propose"))
-		die(EX_USAGE, "usage: %s", USAGE);
+	if (argc < 1 || strcmp(argv[0], "propose"))
+		die_usage(USAGE, "%s%s", argc < 1 ? "no command given" : "unknown command ",
+			  argc < 1 ? "" : EXC(argv[0]));
+	if (argc != 2)
+		die_usage(USAGE, "propose takes one LEDGER");
 	/* a list that cannot be read: no fold, said in "fold" and here */
 	if (!(psl = psl_open(getenv("ISOPOD_PUBLIC_SUFFIX_LIST"), nopsl, sizeof nopsl)))
 		warn("%s", nopsl);

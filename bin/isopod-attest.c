@@ -161,11 +161,11 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc < 2)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "no command given");
 	verb = argv[1];
 	if (strcmp(verb, "keygen") && strcmp(verb, "sign") && strcmp(verb, "verify") &&
 	    strcmp(verb, "subjects"))
-		die(EX_USAGE, "unknown command %s; usage: %s", EXC(verb), USAGE);
+		die_usage(USAGE, "unknown command %s", EXC(verb));
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+ho:", lo, NULL)) != -1) {
 		switch (c) {
@@ -188,7 +188,7 @@ int main(int argc, char **argv)
 		case 'p': pubp = optarg; break;
 		case 's': statep = optarg; break;
 		case 'h': puts("usage: " USAGE); return 0;
-		default: die(EX_USAGE, "usage: %s", USAGE);
+		default: die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (sodium_init() < 0)
@@ -197,23 +197,23 @@ int main(int argc, char **argv)
 	if (!strcmp(verb, "keygen")) {
 		if (optind != argc || pubp || statep || outp || expires_s != ATTEST_EXPIRES_DEFAULT ||
 		    max_age != REPORT_AGE_DEFAULT || max_valid >= 0)
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "keygen takes --dir and --force only");
 		return cmd_keygen(dir, force);
 	}
 	if (!strcmp(verb, "subjects")) {
 		if (optind != argc || pubp || statep || outp || force || expires_s != ATTEST_EXPIRES_DEFAULT ||
 		    max_age != REPORT_AGE_DEFAULT || max_valid >= 0)
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "subjects takes --dir only");
 		return cmd_subjects(dir);
 	}
 	if (!strcmp(verb, "sign")) {
 		if (argc - optind > 1 || pubp || statep || force || max_valid >= 0)
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "an option or operand sign does not take");
 		return cmd_sign(dir, expires_s, max_age, optind < argc ? argv[optind] : NULL, outp);
 	}
 	if (argc - optind > 1 || outp || force || expires_s != ATTEST_EXPIRES_DEFAULT ||
 	    max_age != REPORT_AGE_DEFAULT)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "an option or operand verify does not take");
 	return cmd_verify(&(const struct attest_opts){
 		.dir = dir, .pubkey = pubp, .state = statep,
 		.envelope = optind < argc ? argv[optind] : NULL,

@@ -220,11 +220,11 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 			puts("usage: " USAGE);
 			exit(0);
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (optind != argc)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
 	if (!cf->accel && (env = getenv("ISOPOD_ACCEL")) && *env) {
 		if (strcmp(env, "kvm") && strcmp(env, "tcg"))
 			die(EX_USAGE, "ISOPOD_ACCEL=%s: want kvm or tcg", EXC(env));
@@ -286,7 +286,7 @@ static void load_vm(struct boot *bt)
 
 	/* The record is the channel: a claim on stdin is not read. */
 	if (!bt->a_vm)
-		die(EX_USAGE, "no VM: name it with --vm REF (standard input is not read)\nusage: %s", USAGE);
+		die_usage(USAGE, "no VM: name it with --vm REF (standard input is not read)");
 	if (vm_resolve(bt->a_vm, bt->idbuf, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
 	bt->id = bt->idbuf;

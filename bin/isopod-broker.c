@@ -202,11 +202,13 @@ static void parse_args(struct broker *b, struct args *a, int argc, char **argv)
 			puts("usage: " USAGE);
 			exit(0);
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
-	if (optind != argc || !a->listen || !a->ledger)
-		die(EX_USAGE, "usage: %s", USAGE);
+	if (optind != argc)
+		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
+	if (!a->listen || !a->ledger)
+		die_usage(USAGE, "--listen and --ledger are required");
 	if (inet_pton(AF_INET, a->listen, &b->listen) != 1)
 		die(EX_USAGE, "--listen %s: not an IPv4 address", EXC(a->listen));
 	if (a->resolver)

@@ -170,11 +170,11 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (optind != argc)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
 	if (want && !valid_name(want))
 		die(EX_USAGE, "invalid name %s: want 1..63 of [a-z0-9-], not starting with '-' or 'vm-'",
 		    EXC(want));

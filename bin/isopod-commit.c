@@ -32,8 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define USAGE "usage: isopod-commit --check [--stage REF] LABEL\n" \
-	      "       isopod-commit [--label LABEL] --vm REF\n"
+#define USAGE "isopod-commit --check [--stage REF] LABEL\n" \
+	      "       isopod-commit [--label LABEL] --vm REF"
 
 /* Tests kill the commit at each step: ISOPOD_TEST_KILL_AT=<point>. */
 static void test_point(const char *name)
@@ -293,16 +293,20 @@ int main(int argc, char **argv)
 		case 's': sref = optarg; break;
 		case 'l': label = optarg; break;
 		case 'v': vref = optarg; break;
-		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
+		case 'h': puts("usage: " USAGE); return 0;
+		default: die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	/* --check's operand is the label; the VM is only ever --vm REF
 	 * (one way to name a VM: an operand is refused, not guessed). */
 	if (!check && argc != optind)
-		die(EX_USAGE, "unexpected operand; name the VM with --vm REF\n%s", USAGE);
-	if (check ? vref || argc - optind != 1 : !vref || argc != optind)
-		die(EX_USAGE, "%s", USAGE);
+		die_usage(USAGE, "unexpected operand; name the VM with --vm REF");
+	if (check && vref)
+		die_usage(USAGE, "--check takes no --vm");
+	if (check && argc - optind != 1)
+		die_usage(USAGE, "--check takes one LABEL");
+	if (!check && !vref)
+		die_usage(USAGE, "no VM: name it with --vm REF");
 	if (check) {
 		/* A base flavor as --stage means depth 1 on that base. */
 		if (sref) {

@@ -373,14 +373,14 @@ static int parse(int argc, char **argv, struct cli *c)
 		case 'U': a->v6_ula = adv_ipv6(optarg, "--ipv6-ula"); break;
 		case 'G': a->v6_global = adv_ipv6(optarg, "--ipv6-global"); break;
 		case 'C': a->classes = adv_classes(optarg); break;
-		default: fprintf(stderr, "usage: %s\n", USAGE); return EX_USAGE;
+		default: die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (optind < argc)
-		die(EX_USAGE, "unknown argument %s\nusage: %s", EXC(argv[optind]), USAGE);
+		die_usage(USAGE, "unknown argument %s", EXC(argv[optind]));
 	if (!c->adv_on && (c->op.vmref || c->op.modes || c->hostset || c->gwset || a->allow ||
 			   a->open_control || a->classes))
-		die(EX_USAGE, "those options are the adverse suite's: add --adverse\nusage: %s", USAGE);
+		die_usage(USAGE, "those options are the adverse suite's: add --adverse");
 	return -1;
 }
 
@@ -395,7 +395,7 @@ static int adverse(struct cli *c)
 	int hbad = 0, rc;
 
 	if (c->quick)
-		die(EX_USAGE, "--quick and --adverse: one or the other\nusage: %s", USAGE);
+		die_usage(USAGE, "--quick and --adverse: one or the other");
 	if (c->op.vmref && !vm_ref_ok(c->op.vmref))
 		die(EX_USAGE, "--vm %s: not a VM reference", EXC(c->op.vmref));
 	if (c->op.modes && strspn(c->op.modes, "nonefilteredopen,") != strlen(c->op.modes))

@@ -23,10 +23,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "usage: isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
+#define USAGE "isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
 	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
-	"                   [--check] [--run-options] -- CMD [ARG]...\n"
+	"                   [--check] [--run-options] -- CMD [ARG]..."
 
 #define MAX_ITEMS 256
 
@@ -192,14 +192,14 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 			if (run_options_print(ro, lo, err, sizeof err) < 0)
 				die(EX_SYS, "%s", err);
 			exit(0);
-		case 'h': fputs(USAGE, stdout); exit(0);
-		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
+		case 'h': puts("usage: " USAGE); exit(0);
+		default: die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	o->argv = argv + optind;
 	o->argc = argc - optind;
 	if (o->argc < 1)
-		die(EX_USAGE, "no command given\n%s", USAGE);
+		die_usage(USAGE, "no command given");
 	if (o->shell && o->argc != 1)
 		die(EX_USAGE, "--shell takes exactly one script argument");
 	if ((w = getenv("ISOPOD_WATCHDOG_MS")) && parse_ll(w, 100, 86400000, &v) == 0)
@@ -232,7 +232,7 @@ static void parse_args(struct opts *o, int argc, char **argv)
 	}
 	/* The record is the channel: boot's JSON on stdin is not read. */
 	if (!vm)
-		die(EX_USAGE, "no VM: name it with --vm REF (standard input is not read)\n%s", USAGE);
+		die_usage(USAGE, "no VM: name it with --vm REF (standard input is not read)");
 	load_vm(o, vm);
 }
 

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define USAGE "usage: isopod-fork --vm REF --stage REF\n"
+#define USAGE "isopod-fork --vm REF --stage REF"
 
 static json_t *orjnull(json_t *j)
 {
@@ -68,15 +68,17 @@ int main(int argc, char **argv)
 		switch (ch) {
 		case 'v': vmref = optarg; break;
 		case 's': ref = optarg; break;
-		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
+		case 'h': puts("usage: " USAGE); return 0;
+		default: die_usage(USAGE, "bad option (usage above)");
 		}
 	}
-	if (!ref || optind != argc)
-		die(EX_USAGE, "%s", USAGE);
+	if (optind != argc)
+		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
+	if (!ref)
+		die_usage(USAGE, "no stage: name it with --stage REF");
 	/* The record is the channel: a claim on stdin is not read. */
 	if (!vmref)
-		die(EX_USAGE, "no VM: name it with --vm REF (standard input is not read)\n%s", USAGE);
+		die_usage(USAGE, "no VM: name it with --vm REF (standard input is not read)");
 	if (vm_open(vmref, id, &vm, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
 	vmid = id;

@@ -870,11 +870,11 @@ static void parse_opts(struct gc *c, int argc, char **argv)
 			puts("usage: " USAGE);
 			exit(0);
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (optind != argc)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
 	if (c->all && (c->keep_last >= 0 || c->older >= 0))
 		die(EX_USAGE, "--all is --keep-last 0 --older-than 0s; it takes neither");
 	if (c->is_auto && (c->all || c->gs.dry_run || c->df))

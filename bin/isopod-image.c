@@ -30,11 +30,6 @@
 #define USAGE \
 	"isopod-image ls | isopod-image build [FLAVOR] | isopod-image rm SHA256 | isopod-image where"
 
-static void usage(const char *msg)
-{
-	fprintf(stderr, "%s: fatal: %s\nusage: %s\n", progname, msg, USAGE);
-	exit(EX_USAGE);
-}
 
 /* The names in dir that start with prefix and end with suffix, sorted
  * (as the shell's glob was); dot files never.  New reference. */
@@ -213,7 +208,7 @@ static int cmd_build(int argc, char **argv)
 	int r;
 
 	if (argc > 1)
-		usage("image build takes one flavor");
+		die_usage(USAGE, "image build takes one flavor");
 	{
 		const char *const *f = image_flavors;
 
@@ -289,7 +284,7 @@ static int cmd_rm(int argc, char **argv)
 	int lk;
 
 	if (argc != 1)
-		usage("image rm takes one sha256");
+		die_usage(USAGE, "image rm takes one sha256");
 	sha = argv[0];
 	if (!hex64_ok(sha))
 		die(EX_USAGE, "image rm: '%s' is not a sha256", EXC(sha));
@@ -369,32 +364,26 @@ int main(int argc, char **argv)
 {
 	progname = "isopod-image";
 	if (argc < 2)
-		usage("image needs a subcommand");
+		die_usage(USAGE, "image needs a subcommand");
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		printf("usage: %s\n", USAGE);
 		return 0;
 	}
 	if (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list")) {
 		if (argc > 2)
-			usage("image ls takes no arguments");
+			die_usage(USAGE, "image ls takes no arguments");
 		ls_kernels();
 		ls_bases(NULL, NULL);
 		return 0;
 	}
 	if (!strcmp(argv[1], "where")) {
 		if (argc > 2)
-			usage("image where takes no arguments");
+			die_usage(USAGE, "image where takes no arguments");
 		return cmd_where();
 	}
 	if (!strcmp(argv[1], "build"))
 		return cmd_build(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "rm") || !strcmp(argv[1], "remove"))
 		return cmd_rm(argc - 2, argv + 2);
-	{
-		char msg[EXCERPT_SZ + 64];
-
-		snprintf(msg, sizeof msg, "unknown image subcommand '%s'", EXC(argv[1]));
-		usage(msg);
-	}
-	return EX_USAGE;
+	die_usage(USAGE, "unknown image subcommand '%s'", EXC(argv[1]));
 }

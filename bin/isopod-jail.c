@@ -124,11 +124,11 @@ static void parse_args(struct args *a, int argc, char **argv)
 			puts("usage: " USAGE);
 			exit(0);
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (optind >= argc)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "no PROG given");
 }
 
 /* The jail's paths, name and identity for PROG. */

@@ -717,12 +717,11 @@ int main(int argc, char **argv)
 			printf("usage: %s\n", USAGE);
 			return 0;
 		default:
-			fprintf(stderr, "usage: %s\n", USAGE);
-			return EX_USAGE;
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (optind != argc)
-		die(EX_USAGE, "unexpected argument %s\nusage: %s", EXC(argv[optind]), USAGE);
+		die_usage(USAGE, "unexpected argument %s", EXC(argv[optind]));
 	if (!realpath(root, s->root))
 		die(EX_USAGE, "--io-root %s:", EXC(root));
 	if ((s->root_fd = open(s->root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)

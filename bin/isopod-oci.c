@@ -35,8 +35,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "usage: isopod-oci push [--plain-http] [--ca-file FILE] [--auth-file FILE] [--timeout-ms N] REF REGISTRY/REPO[:TAG]\n" \
-	      "       isopod-oci pull [--plain-http] [--ca-file FILE] [--auth-file FILE] [--timeout-ms N] REGISTRY/REPO[:TAG|@sha256:HEX]\n"
+#define USAGE "isopod-oci push [--plain-http] [--ca-file FILE] [--auth-file FILE] [--timeout-ms N] REF REGISTRY/REPO[:TAG]\n" \
+	      "       isopod-oci pull [--plain-http] [--ca-file FILE] [--auth-file FILE] [--timeout-ms N] REGISTRY/REPO[:TAG|@sha256:HEX]"
 
 #define CHAIN_MAX 64
 
@@ -747,10 +747,10 @@ int main(int argc, char **argv)
 
 	progname = "isopod-oci";
 	if (argc < 2)
-		die(EX_USAGE, "%s", USAGE);
+		die_usage(USAGE, "no command given");
 	verb = argv[1];
 	if (!strcmp(verb, "-h") || !strcmp(verb, "--help")) {
-		fputs(USAGE, stdout);
+		puts("usage: " USAGE);
 		return 0;
 	}
 	optind = 2;
@@ -763,15 +763,18 @@ int main(int argc, char **argv)
 			if (parse_ll(optarg, 1, 86400000LL, &o.timeout_ms) < 0)
 				die(EX_USAGE, "--timeout-ms %s: want 1..86400000", EXC(optarg));
 			break;
-		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
+		case 'h': puts("usage: " USAGE); return 0;
+		default: die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (!strcmp(verb, "push") && argc - optind == 2)
 		cmd_push(argv[optind], argv[optind + 1], &o);
 	else if (!strcmp(verb, "pull") && argc - optind == 1)
 		cmd_pull(argv[optind], &o);
+	else if (strcmp(verb, "push") && strcmp(verb, "pull"))
+		die_usage(USAGE, "unknown command %s", EXC(verb));
 	else
-		die(EX_USAGE, "%s", USAGE);
+		die_usage(USAGE, "%s takes %s", verb, !strcmp(verb, "push") ? "REF REGISTRY/REPO[:TAG]" :
+			  "one REGISTRY/REPO");
 	return 0;
 }

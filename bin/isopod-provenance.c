@@ -641,10 +641,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc < 2)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "no command given");
 	verb = argv[1];
 	if (strcmp(verb, "sign") && strcmp(verb, "verify"))
-		die(EX_USAGE, "unknown command %s; usage: %s", EXC(verb), USAGE);
+		die_usage(USAGE, "unknown command %s", EXC(verb));
 	sign = !strcmp(verb, "sign");
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+ho:", lo, NULL)) != -1) {
@@ -676,7 +676,7 @@ int main(int argc, char **argv)
 		case 'K': o.kernel = optarg; break;
 		case 'o': o.out = optarg; break;
 		case 'h': puts("usage: " USAGE); return 0;
-		default: die(EX_USAGE, "usage: %s", USAGE);
+		default: die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (sodium_init() < 0)
@@ -685,10 +685,10 @@ int main(int argc, char **argv)
 	if (sign) {
 		if (o.key || !o.out || o.allow_failed || o.require_att || o.kernel ||
 		    (o.stdin_file && o.stdin_pipe))
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "sign: an option verify's, no -o FILE, or both stdin options");
 		if (!o.check) {
 			if (!o.vm || !o.result || optind >= argc || !id_vm_ok(o.vm))
-				die(EX_USAGE, "usage: %s", USAGE);
+				die_usage(USAGE, "sign: want --vm ID (an id), --result FILE and -- CMD");
 			o.cmd = argv + optind;
 			o.ncmd = argc - optind;
 		}
@@ -699,7 +699,7 @@ int main(int argc, char **argv)
 	if (o.att || o.check || o.vm || o.result || o.have_start || o.cwd || o.out || o.commit ||
 	    o.stdin_file || o.stdin_pipe ||
 	    json_array_size(o.env_names) || argc - optind != 2)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "verify: an option sign's, or not FILE PROVENANCE");
 	json_decref(o.env_names);
 	return cmd_verify(&o, argv[optind], argv[optind + 1]);
 }

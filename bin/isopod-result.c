@@ -94,9 +94,10 @@ __attribute__((noreturn)) static void run_fail(const struct opts *o, int code, c
 	json_t *j;
 
 	clip(c, msg);
-	fprintf(stderr, "isopod: fatal: %s\n", c);
+	/* the synopsis first, the diagnostic last (lib/util.c die_usage) */
 	if (!strcmp(kind, "usage") && o->usage)
 		fprintf(stderr, "usage: %s\n", o->usage);
+	fprintf(stderr, "isopod: fatal: %s\n", c);
 	j = json_pack("{s:b, s:s, s:s}", "ok", 0, "error", c, "error_kind", kind);
 	add_vm(o, j);
 	emit(o, j);
@@ -796,19 +797,21 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (o.have_fail) {
 		if (optind != argc - 1 || !o.fail_kind)
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "--fail wants --kind KIND and one MESSAGE");
 		run_fail(&o, (int)o.fail_code, o.fail_kind, argv[optind]);
 	}
-	if (optind != argc || !o.dir)
-		die(EX_USAGE, "usage: %s", USAGE);
+	if (optind != argc)
+		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
+	if (!o.dir)
+		die_usage(USAGE, "no --dir DIR (nor --fail)");
 	if (o.failed) {
 		if (!o.have_rc || strchr(o.failed, '/'))
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "--failed wants a STEP name and --rc N");
 		step_failed(&o);
 	}
 	merge(&o);

@@ -890,11 +890,13 @@ int main(int argc, char **argv)
 				die(EX_USAGE, "--net-max: none, filtered or open, not %s", EXC(optarg));
 			break;
 		case 'h': puts("usage: " USAGE); return 0;
-		default: die(EX_USAGE, "usage: %s", USAGE);
+		default: die_usage(USAGE, "bad option (usage above)");
 		}
 	}
-	if (optind != argc || !r.spool[0] || !*r.att)
-		die(EX_USAGE, "usage: %s", USAGE);
+	if (optind != argc)
+		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
+	if (!r.spool[0] || !*r.att)
+		die_usage(USAGE, "--spool and --attestation take a non-empty value");
 	if (!(r.slots = calloc((size_t)r.workers, sizeof *r.slots)))
 		die(EX_SYS, "out of memory");
 	r.pid = getpid();

@@ -473,7 +473,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc < 2 || argv[1][0] == '-')
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "no verb given (conf or refresh first)");
 	verb = argv[1];
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -493,15 +493,15 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (optind != argc)
-		die(EX_USAGE, "unexpected operand '%s'\nusage: %s", EXC(argv[optind]), USAGE);
+		die_usage(USAGE, "unexpected operand '%s'", EXC(argv[optind]));
 	if (strcmp(verb, "conf") && strcmp(verb, "refresh"))
-		die(EX_USAGE, "unknown verb '%s'\nusage: %s", EXC(verb), USAGE);
+		die_usage(USAGE, "unknown verb '%s'", EXC(verb));
 	if (dry && !strcmp(verb, "conf"))
-		die(EX_USAGE, "--dry-run is refresh's\nusage: %s", USAGE);
+		die_usage(USAGE, "--dry-run is refresh's");
 	node_name(node, sizeof node, opt_node);
 	out = !strcmp(verb, "conf") ? cmd_conf(node, att) : cmd_refresh(node, att, dry);
 	json_emit(out);

@@ -29,11 +29,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "usage: isopod-stage ls\n" \
+#define USAGE "isopod-stage ls\n" \
 	      "       isopod-stage info REF\n" \
 	      "       isopod-stage rm [--recursive] REF\n" \
 	      "       isopod-stage flatten REF --as LABEL\n" \
-	      "       isopod-stage verify [--reseal] REF\n"
+	      "       isopod-stage verify [--reseal] REF"
 
 /* All complete stages, sorted by created then id. */
 static json_t *all_stages(void)
@@ -45,6 +45,9 @@ static json_t *all_stages(void)
 
 	pathf(dir, sizeof dir, "%s/stages", store_home());
 	n = scandir(dir, &ents, NULL, alphasort);
+	/* no stages/ yet is no stage; one that cannot be read is not "none" */
+	if (n < 0 && errno != ENOENT)
+		die(EX_SYS, "unable to read %s:", dir);
 	for (int i = 0; i < n; i++) {
 		json_t *m = strncmp(ents[i]->d_name, "st-", 3) ? NULL : stage_meta(ents[i]->d_name);
 
@@ -706,7 +709,7 @@ int main(int argc, char **argv)
 
 	progname = "isopod-stage";
 	if (argc < 2)
-		die(EX_USAGE, "%s", USAGE);
+		die_usage(USAGE, "no command given");
 	verb = argv[1];
 	optind = 2;
 	while ((ch = getopt_long(argc, argv, "hr", lo, NULL)) != -1) {
@@ -714,16 +717,16 @@ int main(int argc, char **argv)
 		case 'r': recursive = 1; break;
 		case 'a': as = optarg; break;
 		case 'R': want_reseal = 1; break;
-		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); die(EX_USAGE, "bad option (usage above)");
+		case 'h': puts("usage: " USAGE); return 0;
+		default: die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (!strcmp(verb, "-h") || !strcmp(verb, "--help")) {
-		fputs(USAGE, stdout);
+		puts("usage: " USAGE);
 		return 0;
 	}
 	if (want_reseal && strcmp(verb, "verify"))
-		die(EX_USAGE, "%s", USAGE);
+		die_usage(USAGE, "--reseal is verify's");
 	if (!strcmp(verb, "ls") && optind == argc)
 		cmd_ls();
 	else if (!strcmp(verb, "info") && argc - optind == 1)
@@ -734,7 +737,11 @@ int main(int argc, char **argv)
 		cmd_flatten(argv[optind], as);
 	else if (!strcmp(verb, "verify") && argc - optind == 1)
 		cmd_verify(argv[optind], want_reseal);
+	else if (strcmp(verb, "ls") && strcmp(verb, "info") && strcmp(verb, "rm") &&
+		 strcmp(verb, "flatten") && strcmp(verb, "verify"))
+		die_usage(USAGE, "unknown command %s", EXC(verb));
 	else
-		die(EX_USAGE, "%s", USAGE);
+		die_usage(USAGE, "%s: %s", verb, !strcmp(verb, "ls") ? "takes no operand" :
+			  !strcmp(verb, "flatten") ? "takes REF and --as LABEL" : "takes one REF");
 	return 0;
 }

@@ -119,14 +119,14 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	/* One way to name a VM: a REF as an operand is refused, not guessed. */
 	if (argc != optind)
-		die(EX_USAGE, "unexpected operand; name the VM with --vm REF\nusage: %s", USAGE);
+		die_usage(USAGE, "unexpected operand; name the VM with --vm REF");
 	if (!ref)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "no VM: name it with --vm REF");
 	if (vm_resolve(ref, id, err, sizeof err) < 0)
 		die(vm_exit_code(errno), "%s", err);
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), id);

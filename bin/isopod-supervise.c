@@ -400,11 +400,11 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (optind != argc)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
 	for (i = FD_LOCK; i <= FD_SLOT; i++)
 		if ((i <= FD_REP || i == s.ownerfd || i == s.memfd || i == s.slotfd) && !fd_open(i))
 			die(EX_USAGE, "fd %d is not open; isopod-boot starts isopod-supervise "

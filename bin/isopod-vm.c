@@ -102,7 +102,7 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	argc -= optind;
@@ -113,5 +113,9 @@ int main(int argc, char **argv)
 		return show(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[0], "resolve"))
 		return resolve(argc - 1, argv + 1);
-	die(EX_USAGE, "usage: %s", USAGE);
+	if (argc == 0)
+		die_usage(USAGE, "no command given");
+	if (strcmp(argv[0], "ls") && strcmp(argv[0], "show") && strcmp(argv[0], "resolve"))
+		die_usage(USAGE, "unknown command %s", EXC(argv[0]));
+	die_usage(USAGE, "%s %s", argv[0], argc > 1 ? "takes no operand" : "takes REF...");
 }

@@ -127,17 +127,23 @@ static int cmd_ls(void)
 	return 0;
 }
 
-/* Remove one snapshot under its lock.  0 removed, 1 busy, -1 failed. */
-static int remove_one(const char *key, long long *bytes)
+/* The key's lock, not waited for: its fd, or -1 when a build, publish or
+ * retire holds it (busy).  Any other failure dies. */
+static int lock_key(const char *key)
 {
-	char p[PATH_MAX];
 	int lk = warm_lock(key, LOCK_EX | LOCK_NB);
 
-	if (lk < 0) {
-		if (errno == EWOULDBLOCK)
-			return 1;
+	if (lk < 0 && errno != EWOULDBLOCK)
 		die(EX_SYS, "unable to lock the warm snapshot %s:", key);
-	}
+	return lk;
+}
+
+/* Remove one snapshot whose lock lk is held; lk is closed.  0, or -1
+ * (warned: the caller fails once all are tried). */
+static int remove_locked(const char *key, int lk, long long *bytes)
+{
+	char p[PATH_MAX];
+
 	if (warm_remove(key, bytes) < 0 && errno != ENOENT) {
 		warn("unable to remove the warm snapshot %s:", key);
 		close(lk);
@@ -150,6 +156,27 @@ static int remove_one(const char *key, long long *bytes)
 	return 0;
 }
 
+/* rm KEY...: all or nothing.  Every key's lock is taken before anything
+ * is removed, so a busy one (102) leaves the others too, and the failure
+ * has nothing to report but its diagnostic (stdout stays empty). */
+static void lock_named(json_t *keys, int *lks)
+{
+	json_t *k;
+	size_t j, busy = 0;
+	const char *first = NULL;
+
+	json_array_foreach(keys, j, k)
+		if ((lks[j] = lock_key(json_string_value(k))) < 0 && !busy++)
+			first = json_string_value(k);
+	if (!busy)
+		return;
+	json_array_foreach(keys, j, k)
+		if (lks[j] >= 0)
+			close(lks[j]);
+	die(EX_CONFLICT, "warm snapshot %s is being built or retired (%zu of the %zu named are busy); "
+	    "nothing removed", first, busy, json_array_size(keys));
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -160,7 +187,7 @@ int main(int argc, char **argv)
 	};
 	json_t *keys, *removed, *busy, *k, *out;
 	long long bytes = 0;
-	int c, orphaned = 0, all = 0, failed = 0, i;
+	int c, orphaned = 0, all = 0, failed = 0, i, *lks;
 	size_t j;
 
 	progname = "isopod-warm";
@@ -169,14 +196,14 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc < 2)
-		die(EX_USAGE, "usage: %s", USAGE);
+		die_usage(USAGE, "no command given");
 	if (!strcmp(argv[1], "ls")) {
 		if (argc != 2)
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "ls takes no operand");
 		return cmd_ls();
 	}
 	if (strcmp(argv[1], "rm"))
-		die(EX_USAGE, "unknown command %s; usage: %s", EXC(argv[1]), USAGE);
+		die_usage(USAGE, "unknown command %s", EXC(argv[1]));
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
@@ -186,11 +213,11 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die(EX_USAGE, "usage: %s", USAGE);
+			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
 	if (orphaned + all + (optind < argc) != 1)
-		die(EX_USAGE, "rm wants KEY..., --orphaned or --all; usage: %s", USAGE);
+		die_usage(USAGE, "rm wants KEY..., --orphaned or --all");
 	if (!(removed = json_array()) || !(busy = json_array()))
 		die(EX_SYS, "out of memory");
 	keys = all_keys();
@@ -216,7 +243,12 @@ int main(int argc, char **argv)
 				die(EX_NOTFOUND, "no such warm snapshot: %s", ref);
 			if (hits > 1)
 				die(EX_CONFLICT, "warm snapshot key %s is ambiguous (%zu match)", ref, hits);
-			json_array_append_new(want, json_string(hit));
+			/* a key named twice is one key (its lock taken once) */
+			json_array_foreach(want, j, k)
+				if (!strcmp(json_string_value(k), hit))
+					break;
+			if (j == json_array_size(want))
+				json_array_append_new(want, json_string(hit));
 		}
 		json_decref(keys);
 		keys = want;
@@ -235,32 +267,30 @@ int main(int argc, char **argv)
 		json_decref(keys);
 		keys = want;
 	}
+	if (!(lks = calloc(json_array_size(keys) + 1, sizeof *lks)))
+		die(EX_SYS, "out of memory");
+	/* Named keys: all locked first, or none removed.  With --orphaned or
+	 * --all a busy one is simply left for next time (and listed). */
+	if (optind < argc)
+		lock_named(keys, lks);
 	json_array_foreach(keys, j, k) {
-		int r = remove_one(json_string_value(k), &bytes);
+		const char *key = json_string_value(k);
 
-		if (r == 0)
-			json_array_append(removed, k);
-		else if (r == 1)
+		if (optind >= argc && (lks[j] = lock_key(key)) < 0)
 			json_array_append(busy, k);
+		else if (remove_locked(key, lks[j], &bytes) == 0)
+			json_array_append(removed, k);
 		else
-			failed = 1;
+			failed++;
 	}
+	free(lks);
+	if (failed)
+		die(EX_SYS, "%d of %zu warm snapshots not removed (above); %zu removed (%lld bytes)",
+		    failed, json_array_size(keys), json_array_size(removed), bytes);
 	out = json_pack("{s:o, s:o, s:I}", "removed", removed, "busy", busy, "reclaimed_bytes",
 			(json_int_t)bytes);
 	if (!out)
 		die(EX_SYS, "out of memory");
-	/* Named keys that are busy are a conflict; with --orphaned/--all a
-	 * busy one is simply left for next time (and listed). */
-	if (failed) {
-		json_emit(out);
-		return EX_SYS;
-	}
-	if (optind < argc && json_array_size(busy)) {
-		json_emit(out);
-		warn("%zu warm snapshot(s) are being built or retired; not removed",
-		     json_array_size(busy));
-		return EX_CONFLICT;
-	}
 	json_emit(out);
 	json_decref(keys);
 	return 0;

@@ -140,21 +140,22 @@ __attribute__((noreturn)) static void vdie(int code, const char *kind, const cha
 	exit(code);
 }
 
-void die(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vdie(code, NULL, fmt, ap);
-	va_end(ap);
-}
-
 void die_kind(int code, const char *kind, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
 	vdie(code, kind, fmt, ap);
+	va_end(ap);
+}
+
+void die_usage(const char *synopsis, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "usage: %s\n", synopsis);
+	va_start(ap, fmt);
+	vdie(EX_USAGE, NULL, fmt, ap);
 	va_end(ap);
 }
 

@@ -47,10 +47,19 @@ void status_report(int code, const char *kind, const char *line);
  * A message ending in ':' gets ": strerror(errno)" appended (sbase eprintf).
  * A message over DIAG_MAX bytes is cut (a last net under EXC() below). */
 #define DIAG_MAX 4096
-__attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *fmt, ...);
-/* die with a kind more precise than exit_kind(code) in the status object. */
+#define die(code, ...) die_kind((code), NULL, __VA_ARGS__)
+/* die with a kind more precise than exit_kind(code) in the status object
+ * (NULL: exit_kind(code); die is that). */
 __attribute__((noreturn, format(printf, 3, 4))) void die_kind(int code, const char *kind,
 							       const char *fmt, ...);
+/* A command line of the wrong shape (an unknown option, an operand missing
+ * or too many), the one usage shape of every tool: "usage: <synopsis>" on
+ * stderr (synopsis: the tool's USAGE, the man page's SYNOPSIS; a line break
+ * in it is followed by its own indentation), then the diagnostic
+ * "isopod-X: fatal: <why>" last, as die(EX_USAGE) (status object kind
+ * usage, exit 100).  A bad value of a well-formed option is die(EX_USAGE). */
+__attribute__((noreturn, format(printf, 2, 3))) void die_usage(const char *synopsis,
+								const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void warnx_(const char *fmt, ...);
 #define warn warnx_
 

@@ -695,7 +695,7 @@ hi" ]
 }
 
 # lib/util.c's helpers that exit (main only): the only code in lib/ that may.
-MAIN_ONLY='die|die_kind|pathf|mkdirs|json_read_stdin|json_emit|store_lock|run_options_print'
+MAIN_ONLY='die|die_kind|die_usage|pathf|mkdirs|json_read_stdin|json_emit|store_lock|run_options_print'
 
 @test "lint: libraries never exit: only lib/util.c's main-only helpers call die or exit, and no library calls them" {
 	cd "$ISOPOD_SRC"
@@ -971,20 +971,154 @@ L
 
 # ---- the failure contract and isopod-result --------------------------------------
 
-@test "contract: a failing tool leaves stdout empty and writes one status object to ISOPOD_STATUS_FD" {
-	local f="$BATS_TEST_TMPDIR/status"
-	run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-stop --vm nosuchvm 5>"$1"' sh "$f"
-	[ "$status" -eq 101 ]
-	[ -z "$output" ]
-	[ "$(wc -l <"$f")" -eq 1 ]
-	jq -e --arg last "${stderr##*$'\n'}" \
-		'. == {error: $last, error_kind: "not_found", exit: 101} and ($last | startswith("isopod-stop: fatal: no such vm"))' "$f"
+# contract S K CMD...: CMD fails as doc/INTERFACES.md "Failure contract" says:
+# status S, stdout empty, stderr's last line "<prog>: fatal: ..." (prog the
+# first isopod-X in CMD's words), and on ISOPOD_STATUS_FD exactly one line, the
+# object {error: that line, error_kind: K, exit: S}.  CMD is exec'd by the
+# shell that opens the descriptor (its pid is that shell's), stdin empty.
+contract() {
+	local want=$1 kind=$2 f="$BATS_TEST_TMPDIR/status" prog="" a last
+	shift 2
+	for a in "$@"; do
+		[[ ! "$a" =~ (^|[/ ])(isopod-[a-z]+) ]] || { prog=${BASH_REMATCH[2]}; break; }
+	done
+	: >"$f"
+	run --separate-stderr bash -c 'f=$1; shift; ISOPOD_STATUS_FD=5 exec "$@" 5>"$f" </dev/null' sh "$f" "$@"
+	last=${stderr##*$'\n'}
+	if [ "$status" -ne "$want" ] || [ -n "$output" ] || [[ "$last" != "$prog: fatal: "* ]] ||
+		[ "$(wc -l <"$f")" -ne 1 ] || ! jq -e --arg l "$last" --arg k "$kind" --argjson s "$want" \
+			'. == {error: $l, error_kind: $k, exit: $s}' "$f" >/dev/null; then
+		echo "contract broken by: $*"
+		echo "  status $status (want $want), stdout: ${output:0:200}"
+		echo "  stderr's last line: $last"
+		echo "  status descriptor: $(head -c 400 "$f")"
+		return 1
+	fi
+}
+
+@test "contract: every tool in bin/ refuses a bad command line with stdout empty, the synopsis, then its fatal line last and one usage status object" {
+	local t n=0 guard=()
+	# a tool that failed to refuse must not touch the host: no network
+	# (isopod-netsetup as root), an empty store of our own
+	! unshare -n true 2>/dev/null || guard=(unshare -n)
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/store"
+	for t in "$ISOPOD_SRC"/bin/isopod-*; do
+		[[ "$t" != *.* ]] && [ -x "$t" ] || continue
+		n=$((n + 1))
+		contract 100 usage "${guard[@]}" "$t" --bogus-option
+		[[ "$stderr" == *$'\n'"usage: ${t##*/} "* || "$stderr" == "usage: ${t##*/} "* ]] ||
+			{ echo "${t##*/} --bogus-option: no synopsis on stderr"; false; }
+	done
+	# every tool's source built and listed: a new one is in the loop
+	[ "$n" -eq "$(ls "$ISOPOD_SRC"/bin/isopod-*.c | wc -l)" ] && [ "$n" -ge 24 ] || false
+	# an operand missing, too many or of the wrong kind, per tool and verb
+	while read -r t; do
+		# shellcheck disable=SC2086 # the line's words are the command
+		contract 100 usage "${guard[@]}" "$ISOPOD_SRC"/bin/$t
+		[[ "$stderr" == *"usage: "* ]] || { echo "$t: no synopsis"; false; }
+	done <<'CASES'
+isopod-allow
+isopod-allow propose
+isopod-attest
+isopod-attest frob
+isopod-attest keygen extra
+isopod-boot extra
+isopod-boot
+isopod-broker
+isopod-claim extra
+isopod-commit
+isopod-commit --check
+isopod-commit --check --vm x label
+isopod-doctor extra
+isopod-doctor --quick --adverse
+isopod-exec
+isopod-exec -- true
+isopod-fork --vm x
+isopod-gc extra
+isopod-image
+isopod-image frob
+isopod-image rm
+isopod-image ls extra
+isopod-image build a b
+isopod-jail
+isopod-mcp extra
+isopod-netsetup extra
+isopod-oci
+isopod-oci frob
+isopod-oci push x
+isopod-oci pull a b c
+isopod-provenance
+isopod-provenance sign
+isopod-provenance verify a
+isopod-result
+isopod-result extra
+isopod-result --fail 100 --kind usage
+isopod-runner extra
+isopod-slurm
+isopod-slurm frob
+isopod-slurm conf extra
+isopod-slurm conf --dry-run
+isopod-stage
+isopod-stage frob
+isopod-stage info
+isopod-stage ls extra
+isopod-stage flatten x
+isopod-stop
+isopod-stop extra
+isopod-supervise extra
+isopod-vm
+isopod-vm frob
+isopod-vm show
+isopod-vm ls extra
+isopod-warm
+isopod-warm frob
+isopod-warm ls extra
+isopod-warm rm
+isopod-warm rm --all 0123
+CASES
+}
+
+@test "contract: real failures (not found, a store that is a file, a usage value, warm rm busy 102 and failed 111) leave stdout empty and write one status object" {
+	local home="$BATS_TEST_TMPDIR/store" ka kb f="$BATS_TEST_TMPDIR/status" holder
+	mkdir -p "$home"
+	export ISOPOD_HOME="$home"
+	contract 101 not_found isopod-stop --vm nosuchvm
+	[[ "${stderr##*$'\n'}" == "isopod-stop: fatal: no such vm"* ]]
+	contract 101 not_found isopod-vm show nosuchvm
+	contract 101 not_found isopod-stage info st-000000000000
+	contract 101 not_found isopod-image rm 0000000000000000000000000000000000000000000000000000000000000000
+	contract 101 not_found isopod-warm rm 0123
 	# a usage refusal of --check, with no store touched
-	run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-exec --check --env =x -- true 5>"$1"' sh "$f"
-	[ "$status" -eq 100 ]
-	[ -z "$output" ]
-	jq -e '.error_kind == "usage" and .exit == 100 and (.error | contains("--env '"'"'=x'"'"'"))' "$f"
-	# success: nothing on the descriptor
+	contract 100 usage isopod-exec --check --env =x -- true
+	jq -e '.error | contains("--env '"'"'=x'"'"'")' "$f" >/dev/null
+	# the store is a file: every reader and writer fails (111), none says "empty"
+	echo x >"$BATS_TEST_TMPDIR/file"
+	for cmd in isopod-claim "isopod-vm ls" "isopod-stage ls" "isopod-warm ls" "isopod-gc --dry-run" \
+		"isopod-image ls" "isopod-stop --vm x"; do
+		# shellcheck disable=SC2086 # the words are the command
+		ISOPOD_HOME="$BATS_TEST_TMPDIR/file" contract 111 infra $cmd
+	done
+	# warm rm: two snapshots, one busy (its build lock held): 102, nothing removed
+	ka=$(printf 'a%.0s' {1..64}) kb=$(printf 'b%.0s' {1..64})
+	mkdir -p "$home/warm/$ka" "$home/warm/$kb"
+	flock -o "$home/warm/$ka.lock" sleep 30 >/dev/null 2>&1 &
+	holder=$!
+	for _ in $(seq 100); do flock -n "$home/warm/$ka.lock" true || break; sleep 0.05; done
+	contract 102 busy isopod-warm rm aaaa bbbb
+	[[ "${stderr##*$'\n'}" == *"warm snapshot $ka is being built or retired (1 of the 2 named are busy); nothing removed" ]]
+	[ -d "$home/warm/$ka" ] && [ -d "$home/warm/$kb" ] || false
+	kill "$holder"
+	wait "$holder" || true
+	# a removal that fails (its retired name taken: the tool's pid is the
+	# shell's, exec'd): 111, the failure named on stderr, stdout empty
+	contract 111 infra bash -c 'mkdir -p "$ISOPOD_HOME/warm/.retired-$1.$$/x" && exec isopod-warm rm bbbb' sh "$kb"
+	[[ "$stderr" == *"isopod-warm: warning: unable to remove the warm snapshot $kb: Directory not empty"* ]]
+	[[ "${stderr##*$'\n'}" == "isopod-warm: fatal: 1 of 1 warm snapshots not removed (above); 0 removed (0 bytes)" ]]
+	# success: nothing on the descriptor, the answer on stdout
+	rm -r "$home/warm/.retired-$kb".*
+	run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-warm rm bbbb aaaa bbbb 5>"$1"' sh "$f"
+	[ "$status" -eq 0 ] && [ ! -s "$f" ] || false
+	jq -e --arg a "$ka" --arg b "$kb" '.removed == [$b, $a] and .busy == []' <<<"$output"
 	run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-exec --check --env A=B -- true 5>"$1"' sh "$f"
 	[ "$status" -eq 0 ]
 	[ "$output" = '{"ok":true}' ]
@@ -1034,7 +1168,7 @@ C
 	[ "$status" -eq 100 ]
 	json_is '.ok == false and .error_kind == "usage" and .vm == {id: "vm-000000000001", name: "n"}'
 	json_is '(.error | startswith("bad???xx")) and (.error | endswith("…(706 bytes)"))'
-	[[ "$stderr" == *"isopod: fatal: bad???"*"usage: isopod run …"* ]]
+	[[ "$stderr" == *"usage: isopod run …"$'\n'"isopod: fatal: bad???"* ]]
 	run --separate-stderr isopod-result --failed boot --rc 7 --dir "$BATS_TEST_TMPDIR"
 	[ "$status" -eq 111 ]
 	json_is '. == {ok: false, error: "isopod-boot failed (exit 7)", error_kind: "infra"}'

@@ -521,14 +521,17 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	run --separate-stderr isopod run --json-only --mem-mib 384 -- true
 	key=$(key_of 376)
 	[ -n "$key" ]
-	# a unique prefix names it; a held lock makes it busy (102), not removed
+	# a unique prefix names it; a held lock makes it busy (102): named keys
+	# are all or nothing, so the free one named with it stays too; stdout
+	# empty, the diagnostic last (the failure contract)
 	flock -o "$(W)/$key.lock" sleep 30 >/dev/null 2>&1 3>&- &
 	holder=$!
 	held "$(W)/$key.lock"
-	run --separate-stderr isopod-warm rm "${key:0:12}"
+	run --separate-stderr isopod-warm rm "${key:0:12}" "$(key_of 384)"
 	[ "$status" -eq 102 ]
-	jout --arg k "$key" '.busy == [$k] and .removed == []'
-	[ -d "$(W)/$key" ]
+	[ -z "$output" ]
+	[[ "${stderr##*$'\n'}" == "isopod-warm: fatal: warm snapshot $key is being built or retired (1 of the 2 named are busy); nothing removed" ]]
+	[ -d "$(W)/$key" ] && [ -d "$(W)/$(key_of 384)" ] || false
 	kill "$holder"
 	wait "$holder" || true
 	run --separate-stderr isopod-warm rm "${key:0:12}"
