@@ -529,6 +529,20 @@ EOF
 	echo "$output" | jq -e '.result.structuredContent.vms | type == "array"'
 }
 
+@test "mcp: doctor_status reports the attestation the server checks: whether it verifies, and why not" {
+	local att="$BATS_TEST_TMPDIR/attestation.json"
+	echo '{"payloadType":"x"}' >"$att"
+	MCP_EXTRA=",\"--attestation\",\"$att\"" call doctor_status '{}'
+	echo "$output" | jq -e --arg a "$att" '.result.isError == false and
+		(.result.structuredContent.attestation | .path == $a and .required == false and
+		 .valid == false and (.error | contains("does not verify")))'
+	# none there, none required: no attestation key (the CLI's doctor too)
+	MCP_EXTRA=",\"--attestation\",\"$att.absent\"" call doctor_status '{}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.attestation == null'
+	ISOPOD_ATTESTATION=$att run --separate-stderr isopod doctor --quick
+	echo "$output" | jq -e --arg a "$att" '.attestation.path == $a and .attestation.valid == false'
+}
+
 @test "mcp: logging/setLevel debug sends notifications/message; stdout is JSON-RPC only" {
 	run --separate-stderr python3 "$RAW" --want 3 -- "$MCP" <<EOF
 $INIT
