@@ -396,6 +396,22 @@ EOF
 	isopod stage rm t90-steps >/dev/null
 }
 
+@test "mcp: a call that has to build the warm snapshot says so in its progress (booting, then running, snapshot-build)" {
+	run --separate-stderr python3 "$RAW" --want 3 --timeout 240 -- "$MCP" <<EOF
+$INIT
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"warm_rm","arguments":{"all":true}}}
+@WAIT:2
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["sleep","2"]},"_meta":{"progressToken":"s3"}}}
+EOF
+	[ "$status" -eq 0 ]
+	local heard
+	heard=$(echo "$output" | jq -c '[.messages[] | select(.method == "notifications/progress") | .params.message]')
+	echo "# $heard" >&3
+	echo "$output" | jq -e '[.messages[] | select(.id == 3)][0].result.structuredContent | .exit_code == 0 and .path == "snapshot-build"'
+	echo "$heard" | jq -e 'map(select(test("^vm-[0-9a-f]{12}: running, snapshot-build$"))) | length == 1'
+}
+
 @test "mcp: progress reads the call's own VM record, not any record naming its front end as owner" {
 	# A record planted while the call runs, owned (owner_pid) by the call's
 	# front end: matching records by owner pid reported it as the call's VM.
