@@ -13,6 +13,7 @@
  * signs. */
 #include "accel.h"
 #include "adverse.h"
+#include "attcheck.h"
 #include "image.h"
 #include "net.h"
 #include "proc.h"
@@ -451,13 +452,43 @@ static json_t *tools_have(struct diag *d, const char *libexec)
 	return have;
 }
 
+/* The host's attestation state, asked the way isopod-runner and isopod-mcp
+ * ask it (lib/attcheck.c: isopod-attest verify beside us):
+ * {path, required, valid[, error]} for the attestation in force
+ * ($ISOPOD_ATTESTATION, which isopod-mcp sets to its --attestation, else
+ * ATTESTATION_DEFAULT) when it exists or the host config requires one;
+ * NULL otherwise.  A config that cannot be read is a warning, not a
+ * verdict. */
+static json_t *attestation_state(struct diag *d, const char *libexec)
+{
+	const char *e = getenv("ISOPOD_ATTESTATION");
+	char tool[PATH_MAX], why[1024];
+	struct attcheck a = { .att = e && *e ? e : ATTESTATION_DEFAULT, .tool = tool };
+	int req = 0, valid;
+
+	if (attcheck_required(ranges_config_path(), &req, why, sizeof why) < 0) {
+		json_array_append_new(d->warnings, json_string(why));
+		req = 0;
+	}
+	if (!req && access(a.att, F_OK) < 0)
+		return NULL;
+	if (pathn(tool, sizeof tool, "%s/isopod-attest", libexec) < 0) {
+		snprintf(why, sizeof why, "the path of isopod-attest is too long");
+		valid = 0;
+	} else {
+		valid = attcheck_verify(&a, NULL, why, sizeof why);
+	}
+	return json_pack("{s:s, s:b, s:b, s:s?}", "path", a.att, "required", req, "valid", valid,
+			 "error", valid ? NULL : why);
+}
+
 /* What this host can do: 0 when a run can work. */
 static int doctor(const struct cli *c)
 {
 	struct diag d = { .missing = json_array(), .warnings = json_array() };
 	const char *defnet = c->defnet, *shell = c->shell;
 	char libexec[PATH_MAX], err[1024];
-	json_t *kvm, *qemu, *net, *have, *run = NULL, *o;
+	json_t *kvm, *qemu, *net, *have, *run = NULL, *o, *att;
 	int usable, run_ok;
 	size_t i;
 
@@ -509,6 +540,8 @@ static int doctor(const struct cli *c)
 		die(EX_SYS, "unable to build the report");
 	if (run)
 		json_object_set_new(o, "run", run);
+	if ((att = attestation_state(&d, libexec)))
+		json_object_set_new(o, "attestation", att);
 	emit(o);
 	if (json_array_size(d.missing)) {
 		char list[2048] = "";

@@ -149,8 +149,8 @@ static int start_call(struct server *s, struct call *c)
 {
 	int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
 	struct proc_spec ps = PROC_SPEC(c->argv);
-	char status_env[] = "ISOPOD_STATUS_FD=3", vmid_env[] = "ISOPOD_VM_ID_FD=9", *envv[3];
-	char progress_env[] = "ISOPOD_PROGRESS_FD=9";
+	char status_env[] = "ISOPOD_STATUS_FD=3", vmid_env[] = "ISOPOD_VM_ID_FD=9", *envv[4];
+	char progress_env[] = "ISOPOD_PROGRESS_FD=9", att_env[PATH_MAX + 32];
 	int ne = 0;
 	pid_t pid;
 	int rc;
@@ -196,6 +196,10 @@ static int start_call(struct server *s, struct call *c)
 		ps.keep[NOTES_FD - 3] = c->notes_fd, ps.nkeep = NOTES_FD - 2;
 		envv[ne++] = strcmp(c->tool->name, "sandbox_run") ? progress_env : vmid_env;
 	}
+	/* doctor_status reports the attestation this server checks */
+	if (!strcmp(c->tool->name, "doctor_status") &&
+	    pathn(att_env, sizeof att_env, "ISOPOD_ATTESTATION=%s", s->att.att) == 0)
+		envv[ne++] = att_env;
 	envv[ne] = NULL;
 	ps.env = ne ? envv : NULL; /* the child's, through the spawn (lib/proc.h) */
 	pid = proc_spawn(&ps);

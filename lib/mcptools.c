@@ -541,9 +541,12 @@ const struct tool mcp_tools[] = {
 		"\"older_than\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":32}}}",
 	  .out = OUT_OBJ("") },
 	{ .name = "doctor_status", .runner = R_FRONT, .build = build_simple,
-	  .desc = "What this host can do: accelerator, QEMU, images (isopod doctor --quick).",
+	  .desc = "What this host can do: accelerator, QEMU, images, and the host's attestation "
+		  "(whether it verifies now) when one exists or is required (isopod doctor --quick).",
 	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{}}",
-	  .out = OUT_OBJ("") },
+	  .out = OUT_OBJ(",\"attestation\":{\"type\":\"object\",\"required\":[\"path\",\"required\",\"valid\"],"
+			 "\"properties\":{\"path\":{\"type\":\"string\"},\"required\":{\"type\":\"boolean\"},"
+			 "\"valid\":{\"type\":\"boolean\"},\"error\":{\"type\":\"string\"}}}") },
 };
 const size_t mcp_ntools = sizeof mcp_tools / sizeof mcp_tools[0];
 

@@ -301,6 +301,37 @@ EOF
 	echo "$output" | jq -e '(.running_before | length) == 1 and .running_after == []'
 }
 
+@test "mcp: --max-concurrent 1 queues the second call; cancelling the first frees its slot for it" {
+	# The ping is a marker in the answers' order: id 3 answered before it
+	# ran beside id 2 (the bound broken); never answered, the cancelled
+	# call kept its slot.  And by the records: id 3's VM was claimed at
+	# least the 4 s of the sleep after the first one (after the cancel).
+	local first="$BATS_TEST_TMPDIR/first" second
+	run --separate-stderr python3 "$RAW" --want 3 --timeout 120 -- "$MCP" --max-concurrent 1 <<EOF
+$INIT
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["sleep","120"]}}}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["echo","second"]}}}
+@SH:i=0; until [ "\$(isopod vm ls | jq -r 'select(.running) | .id' | wc -l)" -ge 1 ]; do i=\$((i+1)); [ \$i -lt 600 ] || exit 1; sleep 0.1; done; isopod vm ls | jq -r 'select(.running) | .id' | head -n 1 >"$first"
+@SLEEP:4
+{"jsonrpc":"2.0","id":4,"method":"ping"}
+@WAIT:2
+{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}
+EOF
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -c '[.messages[] | select(.id) | .id]'
+	echo "$output" | jq -e '[.messages[] | select(.id) | .id] == [1, 4, 3] and .rc == 0'
+	echo "$output" | jq -e '[.messages[] | select(.id == 3)][0].result.structuredContent.stdout == "second\n"'
+	second=$(echo "$output" | jq -er '[.messages[] | select(.id == 3)][0].result.structuredContent.vm.id')
+	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
+	# (claimed at once when both ran: 0 s apart, the bound broken, though
+	# the answers' order held on a loaded host)
+	[ "$(cat "$first")" != "$second" ]
+	isopod vm ls | jq -s -e --arg a "$(cat "$first")" --arg b "$second" \
+		'(map(select(.id == $a))[0].created | fromdateiso8601) as $t1 |
+		(map(select(.id == $b))[0].created | fromdateiso8601) as $t2 | $t2 - $t1 >= 4'
+}
+
 @test "mcp: the server's end stops the VMs its calls kept" {
 	local id i
 	call sandbox_run '{"argv":["true"],"keep":true}'
@@ -363,6 +394,22 @@ EOF
 	echo "$output" | jq -e '.messages | (map(.id == 2) | index(true)) == length - 1'
 	isopod stage rm t90-flat >/dev/null
 	isopod stage rm t90-steps >/dev/null
+}
+
+@test "mcp: a call that has to build the warm snapshot says so in its progress (booting, then running, snapshot-build)" {
+	run --separate-stderr python3 "$RAW" --want 3 --timeout 240 -- "$MCP" <<EOF
+$INIT
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"warm_rm","arguments":{"all":true}}}
+@WAIT:2
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["sleep","2"]},"_meta":{"progressToken":"s3"}}}
+EOF
+	[ "$status" -eq 0 ]
+	local heard
+	heard=$(echo "$output" | jq -c '[.messages[] | select(.method == "notifications/progress") | .params.message]')
+	echo "# $heard" >&3
+	echo "$output" | jq -e '[.messages[] | select(.id == 3)][0].result.structuredContent | .exit_code == 0 and .path == "snapshot-build"'
+	echo "$heard" | jq -e 'map(select(test("^vm-[0-9a-f]{12}: running, snapshot-build$"))) | length == 1'
 }
 
 @test "mcp: progress reads the call's own VM record, not any record naming its front end as owner" {
@@ -496,6 +543,20 @@ EOF
 	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.ok == true'
 	call vm_list '{}'
 	echo "$output" | jq -e '.result.structuredContent.vms | type == "array"'
+}
+
+@test "mcp: doctor_status reports the attestation the server checks: whether it verifies, and why not" {
+	local att="$BATS_TEST_TMPDIR/attestation.json"
+	echo '{"payloadType":"x"}' >"$att"
+	MCP_EXTRA=",\"--attestation\",\"$att\"" call doctor_status '{}'
+	echo "$output" | jq -e --arg a "$att" '.result.isError == false and
+		(.result.structuredContent.attestation | .path == $a and .required == false and
+		 .valid == false and (.error | contains("does not verify")))'
+	# none there, none required: no attestation key (the CLI's doctor too)
+	MCP_EXTRA=",\"--attestation\",\"$att.absent\"" call doctor_status '{}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.attestation == null'
+	ISOPOD_ATTESTATION=$att run --separate-stderr isopod doctor --quick
+	echo "$output" | jq -e --arg a "$att" '.attestation.path == $a and .attestation.valid == false'
 }
 
 @test "mcp: logging/setLevel debug sends notifications/message; stdout is JSON-RPC only" {
