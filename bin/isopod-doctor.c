@@ -78,16 +78,6 @@ static int in_path(const char *name)
 	}
 }
 
-/* The directory of the tools: $ISOPOD_LIBEXEC, else our own. */
-static void tools_dir(char *out, size_t sz)
-{
-	char *slash;
-
-	proc_sibling(out, sz, "isopod-doctor", "ISOPOD_LIBEXEC");
-	if ((!getenv("ISOPOD_LIBEXEC") || !*getenv("ISOPOD_LIBEXEC")) && (slash = strrchr(out, '/')))
-		*slash = 0;
-}
-
 /* kvm:{device, present, usable, pvm}: what the host has (the verdict
  * itself is lib/accel.c's). */
 static json_t *kvm_facts(int *usable)
@@ -402,7 +392,8 @@ static int adverse(struct cli *c)
 		    EXC(c->op.modes));
 	if (!(a->probes = json_array()) || !(a->warnings = json_array()))
 		die(EX_SYS, "out of memory");
-	tools_dir(a->libexec, sizeof a->libexec);
+	if (proc_tools_dir(a->libexec, sizeof a->libexec) < 0)
+		die(EX_SYS, "unable to find the tools' directory:");
 	if (!c->gwset)
 		adv_default_gateway(a->gwhost, sizeof a->gwhost);
 	if (!c->hostset)
@@ -480,7 +471,8 @@ static int doctor(const struct cli *c)
 	kvm = kvm_facts(&usable);
 	accel_of(&d, json_is_true(json_object_get(kvm, "pvm")));
 
-	tools_dir(libexec, sizeof libexec);
+	if (proc_tools_dir(libexec, sizeof libexec) < 0)
+		die(EX_SYS, "unable to find the tools' directory:");
 	have = tools_have(&d, libexec);
 	if (!in_path("flock"))
 		miss(&d, "flock");

@@ -188,8 +188,7 @@ struct gate {
 
 static void gate_check(const char *att, struct gate *g)
 {
-	char tool[PATH_MAX];
-	const char *le = getenv("ISOPOD_LIBEXEC");
+	char tool[PATH_MAX], dir[PATH_MAX];
 	struct attcheck a = { .tool = tool, .att = att };
 	int rc = attcheck_required(ranges_config_path(), &g->required, g->why, sizeof g->why);
 
@@ -199,10 +198,9 @@ static void gate_check(const char *att, struct gate *g)
 	g->why[0] = '\0';
 	if (!g->required)
 		return;
-	if (le && *le)
-		pathf(tool, sizeof tool, "%s/isopod-attest", le);
-	else
-		proc_sibling(tool, sizeof tool, "isopod-attest", NULL);
+	if (proc_tools_dir(dir, sizeof dir) < 0)
+		die(EX_SYS, "unable to find the tools' directory:");
+	pathf(tool, sizeof tool, "%s/isopod-attest", dir);
 	g->valid = attcheck_verify(&a, NULL, g->why, sizeof g->why);
 }
 

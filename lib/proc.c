@@ -265,6 +265,34 @@ const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env
 	return buf;
 }
 
+int proc_tools_dir(char *buf, size_t sz)
+{
+	const char *e = getenv("ISOPOD_LIBEXEC");
+	char self[PATH_MAX], *slash;
+	ssize_t n;
+
+	if (e && *e)
+		return pathn(buf, sz, "%s", e);
+	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
+		return n == 0 ? (errno = ENOENT, -1) : -1;
+	self[n] = '\0';
+	if ((slash = strrchr(self, '/')))
+		*slash = '\0';
+	return pathn(buf, sz, "%s", self);
+}
+
+int proc_front_end(const char *dir, char *buf, size_t sz)
+{
+	char p[PATH_MAX], real[PATH_MAX];
+
+	if (pathn(buf, sz, "%s/isopod", dir) == 0 && access(buf, X_OK) == 0)
+		return 0;
+	if (pathn(p, sizeof p, "%s/../sh/isopod", dir) < 0 || !realpath(p, real) ||
+	    access(real, X_OK) < 0 || pathn(buf, sz, "%s", real) < 0)
+		return -1;
+	return 0;
+}
+
 int proc_ident(long long pid, unsigned long long *start, long long *uid, long long *euid)
 {
 	char p[64], buf[1024], *rp;

@@ -73,6 +73,15 @@ int proc_capture(const struct proc_spec *ps, char *buf, size_t sz, size_t *len);
 /* The tool `name` beside the running program (isopod-boot finds
  * isopod-supervise so), or $env when set.  Returns buf. */
 const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env);
+/* The directory of the isopod tools: $ISOPOD_LIBEXEC when set, else the
+ * running program's own.  0, or -1 with errno (ENAMETOOLONG; /proc/self/exe
+ * unreadable). */
+int proc_tools_dir(char *buf, size_t sz);
+/* The front end `isopod` beside the tools in dir (installed), else the
+ * source tree's dir/../sh/isopod, resolved: what isopod-runner and
+ * isopod-mcp run, and isopod-attest lists as a subject.  0, or -1 with
+ * errno (ENOENT: in neither, or not executable). */
+int proc_front_end(const char *dir, char *buf, size_t sz);
 
 /* Who process pid is, as the kernel says and it cannot change: its start
  * (field 22 of /proc/PID/stat, clock ticks since boot) and its real and

@@ -273,6 +273,40 @@ int main(void)
 		   "a spawn refused: -1, no descriptor left open (lowest free %d, then %d)", a2, b2);
 	}
 
+	/* The tools' directory and the front end beside it (isopod-runner,
+	 * isopod-mcp), or the source tree's ../sh/isopod. */
+	{
+		char d[PATH_MAX], t[64], f[PATH_MAX], w[PATH_MAX + 256];
+		char *slash;
+
+		setenv("ISOPOD_LIBEXEC", "/opt/isopod/libexec", 1);
+		ok(proc_tools_dir(d, sizeof d) == 0 && !strcmp(d, "/opt/isopod/libexec"),
+		   "tools dir: $ISOPOD_LIBEXEC as is: %s", d);
+		unsetenv("ISOPOD_LIBEXEC");
+		r = readlink("/proc/self/exe", w, sizeof w - 1);
+		w[r > 0 ? r : 0] = 0;
+		if ((slash = strrchr(w, '/')))
+			*slash = 0;
+		ok(proc_tools_dir(d, sizeof d) == 0 && !strcmp(d, w), "tools dir: else our own: %s", d);
+		snprintf(t, sizeof t, "/tmp/proc_test.%ld.tree", (long)getpid());
+		snprintf(w, sizeof w, "mkdir -p %s/bin %s/sh && touch %s/sh/isopod", t, t, t);
+		r = system(w);
+		snprintf(d, sizeof d, "%s/bin", t);
+		errno = 0;
+		ok(r == 0 && proc_front_end(d, f, sizeof f) < 0,
+		   "front end: not executable anywhere: -1 (%s)", strerror(errno));
+		snprintf(w, sizeof w, "%s/sh/isopod", t);
+		chmod(w, 0755);
+		ok(proc_front_end(d, f, sizeof f) == 0 && !strcmp(f, w),
+		   "front end: the source tree's ../sh/isopod, resolved: %s", f);
+		snprintf(w, sizeof w, "%s/bin/isopod", t);
+		close(open(w, O_WRONLY | O_CREAT | O_CLOEXEC, 0755));
+		ok(proc_front_end(d, f, sizeof f) == 0 && !strcmp(f, w),
+		   "front end: beside the tools first: %s", f);
+		snprintf(w, sizeof w, "rm -rf %s", t);
+		r = system(w);
+	}
+
 	ok(proc_exited_within(proc_spawn(&(struct proc_spec)PROC_SPEC(t_true)), &st, 2000) &&
 	   proc_status(st) == 0, "proc_exited_within reaps a quick child");
 	{
