@@ -155,6 +155,11 @@ int64_t mono_ms(void);
 int64_t wall_ms(void);
 /* ISO-8601 UTC timestamp of now, into buf (>= 32 bytes). */
 char *iso_now(char *buf, size_t sz);
+/* The seconds since the epoch that s says, when s is a real UTC time
+ * written exactly YYYY-MM-DDTHH:MM:SSZ, as isopod writes and signs them
+ * (times of that one shape compare as strings); -1 for anything else
+ * (strptime alone takes spaces, one-digit fields and 2026-02-31). */
+long long iso_parse(const char *s);
 
 /* Random bytes (getrandom).  0, or -1 with errno. */
 int rand_bytes(void *buf, size_t n);
@@ -183,7 +188,7 @@ int unix_connect_nofollow(int fd, const char *path);
 /* Write all of buf to fd, retrying on EINTR/short writes; -1 on error. */
 int write_all(int fd, const void *buf, size_t n);
 
-/* A JSON string from guest bytes: invalid UTF-8 and NUL become U+FFFD; with
+/* (lib/utf8.c) A JSON string from guest bytes: invalid UTF-8 and NUL become U+FFFD; with
  * `cut`, a character split by a size cap at the end is dropped. */
 json_t *utf8_json(const uint8_t *p, size_t n, int cut);
 /* 1 when p[0..n) is all valid UTF-8 (no overlong forms, no surrogates). */
