@@ -129,9 +129,8 @@ static json_t *stale_read(const char *path, char *why, size_t whysz)
 		errno = fd < 0 ? e : EINVAL;
 		return NULL;
 	}
-	j = json_load_fd(fd);
+	j = json_load_close(fd);
 	e = errno;
-	close(fd);
 	if (!j)
 		snprintf(why, whysz, "%.300s: %s", path,
 			 e == EINVAL || e == EFBIG ? "not one JSON object" : strerror(e));

@@ -235,16 +235,8 @@ int attest_load_pubkey(const struct attest_dir *d, const char *path, unsigned ch
 static json_t *load_private(int at, const char *name)
 {
 	struct stat st;
-	int fd = open_owned(at, name, 07777, 0600, &st), e;
-	json_t *j;
 
-	if (fd < 0)
-		return NULL;
-	j = json_load_fd(fd);
-	e = errno;
-	close(fd);
-	errno = e;
-	return j;
+	return json_load_close(open_owned(at, name, 07777, 0600, &st));
 }
 
 /* The host's id: /etc/machine-id (systemd's, also written by Debian

@@ -499,10 +499,10 @@ json_t *json_load_fd(int fd)
 	return json_load_jin(&in, 0, why, sizeof why);
 }
 
-json_t *json_load_path(const char *path)
+json_t *json_load_close(int fd)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC), e;
 	json_t *j;
+	int e;
 
 	if (fd < 0)
 		return NULL;
@@ -511,6 +511,11 @@ json_t *json_load_path(const char *path)
 	close(fd);
 	errno = e;
 	return j;
+}
+
+json_t *json_load_path(const char *path)
+{
+	return json_load_close(open(path, O_RDONLY | O_CLOEXEC));
 }
 
 json_t *json_read_stdin(void)

@@ -83,6 +83,9 @@ int json_write_atomic(const char *path, json_t *obj);
 json_t *json_load_path(const char *path);
 /* The same from an open fd (read to its end, not closed). */
 json_t *json_load_fd(int fd);
+/* json_load_fd, then fd closed, errno kept.  fd < 0: NULL with errno as it
+ * is, so that json_load_close(open(...)) says why the open failed. */
+json_t *json_load_close(int fd);
 /* Read one JSON object from standard input (what follows it is left);
  * dies with EX_USAGE naming the problem (a duplicate key by name). */
 json_t *json_read_stdin(void);
