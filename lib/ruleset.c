@@ -57,6 +57,18 @@ fail:
 	return -1;
 }
 
+/* Close m, the memstream over *text, and append its text under key (both
+ * taken over). */
+static int add_stream(struct canon *c, FILE *m, char **text, char *key)
+{
+	if (fclose(m) != 0) {
+		free(*text);
+		free(key);
+		return -1;
+	}
+	return add(c, key, *text);
+}
+
 static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *strf(const char *fmt, ...)
 {
@@ -137,11 +149,7 @@ int canon_chain(struct canon *c, const struct nftnl_chain *ch)
 		put_devices(m, devs);
 	if (nftnl_chain_is_set(ch, NFTNL_CHAIN_FLAGS))
 		fprintf(m, " flags %" PRIu32, nftnl_chain_get_u32(ch, NFTNL_CHAIN_FLAGS));
-	if (fclose(m) != 0) {
-		free(text);
-		return -1;
-	}
-	return add(c, strf("%s\x01%s\x01" "1%s", fam, table, name), text);
+	return add_stream(c, m, &text, strf("%s\x01%s\x01" "1%s", fam, table, name));
 }
 
 static void hexf(FILE *m, const void *p, uint32_t n)
@@ -243,11 +251,7 @@ int canon_rule(struct canon *c, const struct nftnl_rule *r)
 		fputs(" udata ", m);
 		hexf(m, p, n);
 	}
-	if (fclose(m) != 0) {
-		free(text);
-		return -1;
-	}
-	return add(c, strf("%s\x01%s\x01" "2%s", fam, table, chain), text);
+	return add_stream(c, m, &text, strf("%s\x01%s\x01" "2%s", fam, table, chain));
 }
 
 static int str_cmp(const void *a, const void *b)
@@ -419,11 +423,7 @@ int canon_obj(struct canon *c, struct nftnl_obj *o)
 		fprintf(m, " %s", buf);
 	if ((p = nftnl_obj_get_data(o, NFTNL_OBJ_USERDATA, &n)) && n)
 		fputs(" udata ", m), hexf(m, p, n);
-	if (fclose(m) != 0) {
-		free(text);
-		return -1;
-	}
-	return add(c, strf("%s\x01%s\x01" "4%s", fam, table, name), text);
+	return add_stream(c, m, &text, strf("%s\x01%s\x01" "4%s", fam, table, name));
 }
 
 int canon_flowtable(struct canon *c, const struct nftnl_flowtable *ft)
@@ -447,11 +447,7 @@ int canon_flowtable(struct canon *c, const struct nftnl_flowtable *ft)
 		nftnl_flowtable_get_u32(ft, NFTNL_FLOWTABLE_FLAGS));
 	if ((devs = nftnl_flowtable_get_array(ft, NFTNL_FLOWTABLE_DEVICES)))
 		put_devices(m, devs);
-	if (fclose(m) != 0) {
-		free(text);
-		return -1;
-	}
-	return add(c, strf("%s\x01%s\x01" "5%s", fam, table, name), text);
+	return add_stream(c, m, &text, strf("%s\x01%s\x01" "5%s", fam, table, name));
 }
 
 static int line_cmp(const void *a, const void *b)
