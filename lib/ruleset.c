@@ -398,6 +398,20 @@ out:
 	return r;
 }
 
+/* The stream for the line of a named thing of a covered table (family
+ * f), over *text: NULL with *rc 0 when there is nothing to add (no table,
+ * no name, a table not covered), NULL with *rc -1 when out of memory. */
+static FILE *covered_line(uint32_t f, const char *table, const char *name, char **text,
+			  size_t *sz, int *rc)
+{
+	FILE *m = NULL;
+
+	*rc = 0;
+	if (table && name && canon_covered(f, table) && !(m = open_memstream(text, sz)))
+		*rc = -1;
+	return m;
+}
+
 int canon_obj(struct canon *c, struct nftnl_obj *o)
 {
 	const char *table = nftnl_obj_get_str(o, NFTNL_OBJ_TABLE);
@@ -408,11 +422,10 @@ int canon_obj(struct canon *c, struct nftnl_obj *o)
 	const void *p;
 	size_t sz = 0;
 	FILE *m;
+	int rc;
 
-	if (!table || !name || !canon_covered(f, table))
-		return 0;
-	if (!(m = open_memstream(&text, &sz)))
-		return -1;
+	if (!(m = covered_line(f, table, name, &text, &sz, &rc)))
+		return rc;
 	fprintf(m, "object %s %s %s type %" PRIu32, fam, table, name, type);
 	/* A counter's values and a quota's consumption move with traffic. */
 	if (type == NFT_OBJECT_QUOTA)
@@ -436,11 +449,10 @@ int canon_flowtable(struct canon *c, const struct nftnl_flowtable *ft)
 	const char *const *devs;
 	size_t sz = 0;
 	FILE *m;
+	int rc;
 
-	if (!table || !name || !canon_covered(f, table))
-		return 0;
-	if (!(m = open_memstream(&text, &sz)))
-		return -1;
+	if (!(m = covered_line(f, table, name, &text, &sz, &rc)))
+		return rc;
 	fprintf(m, "flowtable %s %s %s hook %" PRIu32 " prio %" PRId32 " flags %" PRIu32, fam, table,
 		name, nftnl_flowtable_get_u32(ft, NFTNL_FLOWTABLE_HOOKNUM),
 		nftnl_flowtable_get_s32(ft, NFTNL_FLOWTABLE_PRIO),
