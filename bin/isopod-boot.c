@@ -405,8 +405,9 @@ static void take_net(struct boot *bt)
 	 * boots. */
 	if (!(eg = malloc(sizeof *eg)))
 		die(EX_SYS, "unable to allocate memory:");
-	if ((r = egress_plan(eg, egress_broker_path(bp, sizeof bp), bt->net_mode, bt->net.gw, allow,
-			     ledger, bt->id, err, sizeof err)) < 0)
+	proc_sibling(bp, sizeof bp, "isopod-broker", "ISOPOD_BROKER");
+	if ((r = egress_plan(eg, bp, bt->net_mode, bt->net.gw, allow, ledger, bt->id, err,
+			     sizeof err)) < 0)
 		die(r == -2 ? EX_SYS : EX_USAGE, "vm %s: %s", bt->id, err);
 	free(eg);
 	bt->ln.net = json_pack("{s:s, s:s, s:O?}", "mode", bt->net_mode, "gateway", bt->net.gw,

@@ -79,16 +79,6 @@ static int in_path(const char *name)
 	}
 }
 
-/* The directory of the tools: $ISOPOD_LIBEXEC, else our own. */
-static void tools_dir(char *out, size_t sz)
-{
-	char *slash;
-
-	proc_sibling(out, sz, "isopod-doctor", "ISOPOD_LIBEXEC");
-	if ((!getenv("ISOPOD_LIBEXEC") || !*getenv("ISOPOD_LIBEXEC")) && (slash = strrchr(out, '/')))
-		*slash = 0;
-}
-
 /* kvm:{device, present, usable, pvm}: what the host has (the verdict
  * itself is lib/accel.c's). */
 static json_t *kvm_facts(int *usable)
@@ -201,28 +191,27 @@ static json_t *real_run(const char *front, const char *defnet, int *ok)
 	char *av[] = { (char *)front, "run", "--json-only", "--timeout-s", RUN_TIMEOUT_S, "--net",
 		       (char *)defnet, "--", "true", NULL };
 	struct proc_spec ps = PROC_SPEC(av);
-	char home[PATH_MAX + 16], *env[] = { home, NULL };
-	int pfd[2], st = 0;
-	json_t *out;
-	pid_t pid;
+	char home[PATH_MAX + 16], *env[] = { home, NULL }, why[512], *buf;
+	json_t *out = NULL;
+	size_t len;
+	int st;
 
 	*ok = 0;
 	/* the run uses this very store, however the doctor found it */
 	if (pathn(home, sizeof home, "ISOPOD_HOME=%s", store_home()) < 0)
 		die(EX_USAGE, "path too long: %.64s...", store_home());
-	if (pipe2(pfd, O_CLOEXEC) < 0)
+	if (!(buf = malloc(JSON_MAX_BYTES + 1)))
 		die(EX_SYS, "unable to set up the test run:");
-	ps.out = pfd[1];
+	ps.out = PROC_PIPE;
 	ps.err = PROC_INHERIT;
 	ps.env = env;
-	if ((pid = proc_spawn(&ps)) < 0)
-		die(EX_SYS, "unable to start %s:", front);
-	close(pfd[1]);
-	out = json_load_fd(pfd[0]);
-	close(pfd[0]);
-	if (proc_wait(pid, &st) < 0)
-		die(EX_SYS, "unable to wait for %s:", front);
-	*ok = proc_status(st) == 0;
+	if ((st = proc_capture(&ps, buf, JSON_MAX_BYTES + 1, &len)) < 0)
+		die(EX_SYS, "unable to run %s:", front);
+	/* more than JSON_MAX_BYTES: json_parse refuses it */
+	if (len)
+		out = json_parse(buf, len > JSON_MAX_BYTES ? JSON_MAX_BYTES + 1 : len, 0, why, sizeof why);
+	free(buf);
+	*ok = st == 0;
 	return out ? out : json_pack("{s:b}", "ok", 0);
 }
 
@@ -404,7 +393,8 @@ static int adverse(struct cli *c)
 		    EXC(c->op.modes));
 	if (!(a->probes = json_array()) || !(a->warnings = json_array()))
 		die(EX_SYS, "out of memory");
-	tools_dir(a->libexec, sizeof a->libexec);
+	if (proc_tools_dir(a->libexec, sizeof a->libexec) < 0)
+		die(EX_SYS, "unable to find the tools' directory:");
 	if (!c->gwset)
 		adv_default_gateway(a->gwhost, sizeof a->gwhost);
 	if (!c->hostset)
@@ -512,7 +502,8 @@ static int doctor(const struct cli *c)
 	kvm = kvm_facts(&usable);
 	accel_of(&d, json_is_true(json_object_get(kvm, "pvm")));
 
-	tools_dir(libexec, sizeof libexec);
+	if (proc_tools_dir(libexec, sizeof libexec) < 0)
+		die(EX_SYS, "unable to find the tools' directory:");
 	have = tools_have(&d, libexec);
 	if (!in_path("flock"))
 		miss(&d, "flock");

@@ -174,16 +174,12 @@ static void ls_bases(const char *flavor, json_t *extra)
 static void images_dir(char *out, size_t sz)
 {
 	const char *env = getenv("ISOPOD_IMAGES");
-	char tools[PATH_MAX], p[PATH_MAX], *slash;
+	char tools[PATH_MAX], p[PATH_MAX];
 	const char *cand[3];
 	int i;
 
-	proc_sibling(tools, sizeof tools, "isopod-image", "ISOPOD_LIBEXEC");
-	/* proc_sibling gives $ISOPOD_LIBEXEC as is, else <our dir>/isopod-image */
-	if (!getenv("ISOPOD_LIBEXEC") || !*getenv("ISOPOD_LIBEXEC")) {
-		if ((slash = strrchr(tools, '/')))
-			*slash = 0;
-	}
+	if (proc_tools_dir(tools, sizeof tools) < 0)
+		die(EX_SYS, "unable to find the tools' directory:");
 	cand[0] = env && *env ? env : NULL;
 	cand[1] = "../images";
 	cand[2] = "../lib/isopod/images";

@@ -604,29 +604,13 @@ static int loop(struct server *s)
 
 static void find_tools(struct server *s)
 {
-	char self[PATH_MAX], *slash;
-	const char *le = getenv("ISOPOD_LIBEXEC");
-	ssize_t k;
-
-	if (le && *le) {
-		snprintf(s->libexec, sizeof s->libexec, "%s", le);
-	} else {
-		if ((k = readlink("/proc/self/exe", self, sizeof self - 1)) < 0)
-			die(EX_SYS, "unable to read /proc/self/exe:");
-		self[k] = 0;
-		slash = strrchr(self, '/');
-		*slash = 0;
-		snprintf(s->libexec, sizeof s->libexec, "%s", self);
-	}
+	if (proc_tools_dir(s->libexec, sizeof s->libexec) < 0)
+		die(EX_SYS, "unable to find the tools' directory:");
 	/* The front end beside the tools (installed), else ../sh/isopod (the
 	 * source tree), as isopod-runner finds it. */
-	if (pathn(s->front, sizeof s->front, "%s/isopod", s->libexec) < 0 ||
-	    access(s->front, X_OK) < 0) {
-		if (pathn(self, sizeof self, "%s/../sh/isopod", s->libexec) < 0 ||
-		    !realpath(self, s->front) || access(s->front, X_OK) < 0)
-			die(EX_SYS, "unable to find the front end isopod in %s or %s/../sh",
-			    s->libexec, s->libexec);
-	}
+	if (proc_front_end(s->libexec, s->front, sizeof s->front) < 0)
+		die(EX_SYS, "unable to find the front end isopod in %s or %s/../sh", s->libexec,
+		    s->libexec);
 }
 
 /* The host requires an attestation (--require-attestation, or the host

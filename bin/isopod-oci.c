@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -488,8 +487,11 @@ static int layer_shape_ok(const char *path, const char *backing, const char *bfm
 			  size_t wsz)
 {
 	char *qa[] = {"qemu-img", "info", "-f", "qcow2", "--output=json", (char *)path, NULL};
+	struct proc_spec ps = PROC_SPEC(qa);
 	unsigned char magic[4];
-	int fd = open(path, O_RDONLY | O_CLOEXEC), out, st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char *buf = NULL;
+	size_t len;
 	json_t *j, *fs;
 	const char *b, *f;
 
@@ -507,15 +509,15 @@ static int layer_shape_ok(const char *path, const char *backing, const char *bfm
 		return -1;
 	}
 	close(fd);
-	out = memfd_create("qemu-img-info", MFD_CLOEXEC);
-	if (out < 0 || (st = proc_run(qa, out, PROC_NULL)) != 0 || lseek(out, 0, SEEK_SET) < 0 ||
-	    !(j = json_load_fd(out))) {
-		if (out >= 0)
-			close(out);
+	ps.out = PROC_PIPE;
+	if (!(buf = malloc(JSON_MAX_BYTES + 1)) ||
+	    proc_capture(&ps, buf, JSON_MAX_BYTES + 1, &len) != 0 || len > JSON_MAX_BYTES ||
+	    !(j = json_parse(buf, len, 0, why, wsz))) {
+		free(buf);
 		snprintf(why, wsz, "`qemu-img info` refuses it");
 		return -1;
 	}
-	close(out);
+	free(buf);
 	b = json_string_value(json_object_get(j, "backing-filename"));
 	f = json_string_value(json_object_get(j, "backing-filename-format"));
 	fs = json_object_get(json_object_get(j, "format-specific"), "data");

@@ -764,27 +764,14 @@ static void reap(struct runner *r)
  * source tree's ../sh/isopod), as isopod-attest lists its subjects. */
 static void find_tools(struct runner *r)
 {
-	char dir[PATH_MAX], p[PATH_MAX];
-	const char *e = getenv("ISOPOD_LIBEXEC");
+	char dir[PATH_MAX];
 
-	if (e && *e) {
-		pathf(dir, sizeof dir, "%s", e);
-	} else {
-		ssize_t n = readlink("/proc/self/exe", p, sizeof p - 1);
-
-		if (n <= 0)
-			die(EX_SYS, "unable to read /proc/self/exe:");
-		p[n] = 0;
-		pathf(dir, sizeof dir, "%s", dirname(p));
-	}
+	if (proc_tools_dir(dir, sizeof dir) < 0)
+		die(EX_SYS, "unable to find the tools' directory:");
 	pathf(r->attest, sizeof r->attest, "%s/isopod-attest", dir);
 	if (access(r->attest, X_OK) < 0)
 		die(EX_SYS, "unable to find isopod-attest in %s:", dir);
-	pathf(r->front, sizeof r->front, "%s/isopod", dir);
-	if (access(r->front, X_OK) == 0)
-		return;
-	pathf(p, sizeof p, "%s/../sh/isopod", dir);
-	if (!realpath(p, r->front) || access(r->front, X_OK) < 0)
+	if (proc_front_end(dir, r->front, sizeof r->front) < 0)
 		die(EX_SYS, "unable to find the front end isopod in %s or %s/../sh", dir, dir);
 }
 

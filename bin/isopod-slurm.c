@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #define USAGE "isopod-slurm conf [--node NAME] [--attestation FILE] | " \
@@ -189,8 +188,7 @@ struct gate {
 
 static void gate_check(const char *att, struct gate *g)
 {
-	char tool[PATH_MAX];
-	const char *le = getenv("ISOPOD_LIBEXEC");
+	char tool[PATH_MAX], dir[PATH_MAX];
 	struct attcheck a = { .tool = tool, .att = att };
 	int rc = attcheck_required(ranges_config_path(), &g->required, g->why, sizeof g->why);
 
@@ -200,10 +198,9 @@ static void gate_check(const char *att, struct gate *g)
 	g->why[0] = '\0';
 	if (!g->required)
 		return;
-	if (le && *le)
-		pathf(tool, sizeof tool, "%s/isopod-attest", le);
-	else
-		proc_sibling(tool, sizeof tool, "isopod-attest", NULL);
+	if (proc_tools_dir(dir, sizeof dir) < 0)
+		die(EX_SYS, "unable to find the tools' directory:");
+	pathf(tool, sizeof tool, "%s/isopod-attest", dir);
 	g->valid = attcheck_verify(&a, NULL, g->why, sizeof g->why);
 }
 
@@ -267,29 +264,35 @@ static json_t *cmd_conf(const char *node, const char *att)
 	return o;
 }
 
+#define SCONTROL_MAX (1 << 20) /* what we read of scontrol's stdout */
+
 /* scontrol ARGS... ($ISOPOD_SCONTROL or the one in PATH): its stderr is
  * ours; its stdout too (stdout is JSON only), unless out is not NULL, which
- * then gets it.  Failing to start or failing: 111. */
+ * then gets it.  Failing to start, failing, or printing more than
+ * SCONTROL_MAX bytes: 111. */
 static void scontrol(char *const av[], char **out)
 {
-	int fd = PROC_INHERIT, st;
+	struct proc_spec ps = PROC_SPEC(av);
 	char cmd[256] = "";
-	size_t n, off = 0;
+	size_t off = 0, n = 0;
+	int st;
 
-	if (out && (fd = memfd_create("scontrol", MFD_CLOEXEC)) < 0)
-		die(EX_SYS, "memfd_create:");
-	st = proc_run(av, out ? fd : 2, 2);
+	if (out) {
+		if (!(*out = malloc(SCONTROL_MAX + 1)))
+			die(EX_SYS, "unable to read what %s printed:", av[0]);
+		ps.out = PROC_PIPE, ps.err = 2;
+		st = proc_capture(&ps, *out, SCONTROL_MAX + 1, &n);
+	} else {
+		st = proc_run(av, 2, 2);
+	}
 	if (st < 0)
 		die(EX_SYS, "unable to start %s:", av[0]);
 	for (size_t i = 0; av[i] && (i < 3 || !strchr(av[i], '=')) && off < sizeof cmd; i++)
 		off += (size_t)snprintf(cmd + off, sizeof cmd - off, "%s%s", i ? " " : "", av[i]);
 	if (st)
 		die(EX_SYS, "%s failed (exit %d)", EXC(cmd), st);
-	if (out) {
-		if (!(*out = fd_text(fd, 1 << 20, &n)))
-			die(EX_SYS, "unable to read what %s printed:", av[0]);
-		close(fd);
-	}
+	if (n > SCONTROL_MAX)
+		die(EX_SYS, "%s printed more than %d bytes", EXC(cmd), SCONTROL_MAX);
 }
 
 /* What slurmctld says of the node (`scontrol -o show node NODE`, one line

@@ -285,7 +285,7 @@ static int progress_fd(void)
 static int flatten_copy(char **qa)
 {
 	struct proc_spec ps = PROC_SPEC(qa);
-	int pfd = progress_fd(), p[2], st, tenth = -1;
+	int pfd = progress_fd(), rfd, st, tenth = -1;
 	char *rec = NULL;
 	size_t cap = 0;
 	double pct;
@@ -295,17 +295,14 @@ static int flatten_copy(char **qa)
 	if (pfd < 0)
 		return proc_run(qa, PROC_NULL, PROC_INHERIT);
 	qa[2] = "-p";
-	if (pipe2(p, O_CLOEXEC) < 0)
+	ps.out = PROC_PIPE, ps.err = PROC_INHERIT;
+	if ((pid = proc_spawn_pipe(&ps, &rfd)) < 0)
 		return -1;
-	ps.out = p[1], ps.err = PROC_INHERIT;
-	pid = proc_spawn(&ps);
-	close(p[1]);
-	if (pid < 0 || !(f = fdopen(p[0], "r"))) {
+	if (!(f = fdopen(rfd, "r"))) {
 		int e = errno;
 
-		close(p[0]);
-		if (pid > 0)
-			proc_wait(pid, &st);
+		close(rfd);
+		proc_wait(pid, &st);
 		errno = e;
 		return -1;
 	}
@@ -600,27 +597,10 @@ static json_t *verify_flat(json_t *m, const char *id, int *bad)
 	} else {
 		char *ca[] = {"qemu-img", "compare", "-f", "qcow2", "-F", "qcow2", fl, sl, NULL};
 		struct proc_spec ps = PROC_SPEC(ca);
-		int p[2], st = -1, rc = -1;
-		size_t got = 0;
-		ssize_t n;
-		pid_t pid = -1;
+		int rc;
 
-		if (pipe2(p, O_CLOEXEC) == 0) {
-			ps.out = p[1];
-			ps.err = p[1];
-			pid = proc_spawn(&ps);
-			close(p[1]);
-			while (pid > 0 && (n = read(p[0], out + got, sizeof out - 1 - got)) != 0) {
-				if (n < 0 && errno == EINTR)
-					continue;
-				if (n < 0 || (got += (size_t)n) == sizeof out - 1)
-					break;
-			}
-			close(p[0]);
-			if (pid > 0 && proc_wait(pid, &st) == 0)
-				rc = proc_status(st);
-		}
-		out[got] = 0;
+		ps.out = ps.err = PROC_PIPE;
+		rc = proc_capture(&ps, out, sizeof out, NULL);
 		if ((nl = strchr(out, '\n')))
 			*nl = 0;
 		if (rc == 0) {

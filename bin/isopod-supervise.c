@@ -364,8 +364,9 @@ static json_t *read_spec(struct sup *s, char **av, size_t avn)
 		die(EX_USAGE, "standard input: want \"net\": {\"mode\":\"filtered\"|\"open\"|\"learn\","
 			      "\"gateway\":ADDRESS,\"allow\":[...]} or null");
 	snprintf(ledger, sizeof ledger, "%s/ledger.jsonl", s->dir);
-	if ((r = egress_plan(&s->eg, egress_broker_path(bp, sizeof bp), mode, gw,
-			     json_object_get(net, "allow"), ledger, s->id, msg, sizeof msg)) < 0)
+	proc_sibling(bp, sizeof bp, "isopod-broker", "ISOPOD_BROKER");
+	if ((r = egress_plan(&s->eg, bp, mode, gw, json_object_get(net, "allow"), ledger, s->id, msg,
+			     sizeof msg)) < 0)
 		die(r == -2 ? EX_SYS : EX_USAGE, "vm %s: %s", s->id, msg);
 	/* the broker as QEMU: isopod-boot decided once for both */
 	s->eg.jailed = s->jailed;

@@ -162,22 +162,15 @@ static json_t *host_checks(struct adv *a)
 	json_t *out = json_array(), *rules = NULL, *r;
 	char *av[] = { "ip", "-j", "-4", "rule", "show", NULL };
 	struct proc_spec ps = PROC_SPEC(av);
-	int k, nt = net_ntaps(), pfd[2], w = 0;
-	size_t i;
-	pid_t pid;
+	int k, nt = net_ntaps();
+	char *buf = malloc(JSON_MAX_BYTES + 1);
+	size_t i, len;
 
-	if (pipe2(pfd, O_CLOEXEC) == 0) {
-		ps.out = pfd[1];
-		if ((pid = proc_spawn(&ps)) >= 0) {
-			close(pfd[1]);
-			/* an array: jansson's own reader (json_load_fd wants an object) */
-			rules = json_loadfd(pfd[0], 0, NULL);
-			proc_wait(pid, &w);
-		} else {
-			close(pfd[1]);
-		}
-		close(pfd[0]);
-	}
+	ps.out = PROC_PIPE;
+	/* an array: jansson's own parser (json_parse wants an object) */
+	if (buf && proc_capture(&ps, buf, JSON_MAX_BYTES + 1, &len) >= 0 && len <= JSON_MAX_BYTES)
+		rules = json_loadb(buf, len, 0, NULL);
+	free(buf);
 	for (k = 0; k < nt; k++) {
 		char tap[32], p[PATH_MAX], mode[32], have[8] = "?";
 		const char *want;

@@ -189,7 +189,7 @@ json_t *adv_tool_json_env(struct adv *a, char **av, char *const *env, int in, in
 {
 	char path[PATH_MAX];
 	struct proc_spec ps = PROC_SPEC(av);
-	int pfd[2], w = 0;
+	int rfd, w = 0;
 	json_t *out;
 	pid_t pid;
 
@@ -203,17 +203,11 @@ json_t *adv_tool_json_env(struct adv *a, char **av, char *const *env, int in, in
 	ps.in = in;
 	ps.err = PROC_INHERIT;
 	ps.env = env;
-	if (pipe2(pfd, O_CLOEXEC) < 0)
-		return adv_fatal(a, EX_SYS, "unable to make a pipe:"), NULL;
-	ps.out = pfd[1];
-	if ((pid = proc_spawn(&ps)) < 0) {
-		adv_fatal(a, EX_SYS, "unable to start %s:", path);
-		close(pfd[0]), close(pfd[1]);
-		return NULL;
-	}
-	close(pfd[1]);
-	out = read_serving(a, pfd[0]);
-	close(pfd[0]);
+	ps.out = PROC_PIPE;
+	if ((pid = proc_spawn_pipe(&ps, &rfd)) < 0)
+		return adv_fatal(a, EX_SYS, "unable to start %s:", path), NULL;
+	out = read_serving(a, rfd);
+	close(rfd);
 	if (proc_wait(pid, &w) < 0) {
 		adv_fatal(a, EX_SYS, "unable to wait for %s:", path);
 		json_decref(out);

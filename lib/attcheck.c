@@ -110,31 +110,6 @@ int attcheck_verify(const struct attcheck *a, json_t **verdict, char *why, size_
 	return attcheck_finish(a, &r, st, verdict, why, whysz);
 }
 
-/* A real UTC time written YYYY-MM-DDTHH:MM:SSZ, the only form compared
- * here (as text: in time order), as lib/attest.c attest_iso_parse (not
- * linked here) takes it: the shape, and what strptime read prints back the
- * same (not 2026-02-31, not 25:00:00). */
-static int iso_time(const char *s)
-{
-	static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
-	struct tm tm = { 0 };
-	time_t t;
-	char back[32];
-	const char *e;
-	size_t i;
-
-	if (!s || strlen(s) != sizeof shape - 1)
-		return 0;
-	for (i = 0; shape[i]; i++)
-		if (shape[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != shape[i])
-			return 0;
-	if (!(e = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm)) || *e)
-		return 0;
-	t = timegm(&tm);
-	return gmtime_r(&t, &tm) && strftime(back, sizeof back, "%Y-%m-%dT%H:%M:%SZ", &tm) &&
-	       !strcmp(back, s);
-}
-
 /* the record at path, opened as attstale_load says: NULL with why */
 static json_t *stale_read(const char *path, char *why, size_t whysz)
 {
@@ -154,9 +129,8 @@ static json_t *stale_read(const char *path, char *why, size_t whysz)
 		errno = fd < 0 ? e : EINVAL;
 		return NULL;
 	}
-	j = json_load_fd(fd);
+	j = json_load_close(fd);
 	e = errno;
-	close(fd);
 	if (!j)
 		snprintf(why, whysz, "%.300s: %s", path,
 			 e == EINVAL || e == EFBIG ? "not one JSON object" : strerror(e));
@@ -176,7 +150,7 @@ int attstale_load(const char *path, struct attstale *s, char *why, size_t whysz)
 	a = json_object_get(j, "after"); /* absent in records of older runners */
 	if (!json_is_object(j) || json_object_size(j) != 2 + !!a || !json_is_integer(q) ||
 	    json_integer_value(q) < 0 || json_integer_value(q) > ATTSTALE_SEQ_MAX ||
-	    !iso_time(json_string_value(t)) || (a && !iso_time(json_string_value(a)))) {
+	    iso_parse(json_string_value(t)) < 0 || (a && iso_parse(json_string_value(a)) < 0)) {
 		snprintf(why, whysz, "%.300s: not a record of {sequence, seen[, after]}", path);
 		json_decref(j);
 		return -1;
@@ -267,11 +241,11 @@ int attstale_apply(struct attstale *s, json_t *verdict, int *valid, const char *
 			 * records a time no doctor run is after: failing
 			 * closed (never "nothing seen"), until the operator
 			 * removes the record. */
-			snprintf(mark.seen, sizeof mark.seen, "%s", iso_time(now) ? now : ATTSTALE_NEVER);
+			snprintf(mark.seen, sizeof mark.seen, "%s", iso_parse(now) >= 0 ? now : ATTSTALE_NEVER);
 			/* The doctor's clock too, not the runner's alone: the
 			 * failing attestation's own run (signed) ended before a
 			 * run that may resume began. */
-			if (iso_time(finished))
+			if (iso_parse(finished) >= 0)
 				snprintf(mark.after, sizeof mark.after, "%s", finished);
 			return attstale_merge(s, &mark);
 		}
@@ -279,7 +253,7 @@ int attstale_apply(struct attstale *s, json_t *verdict, int *valid, const char *
 	}
 	if (!s->seen[0])
 		return 0;
-	if (seq <= s->seq || !iso_time(started) || strcmp(started, s->seen) <= 0 ||
+	if (seq <= s->seq || iso_parse(started) < 0 || strcmp(started, s->seen) <= 0 ||
 	    strcmp(started, s->after) <= 0) {
 		*valid = 0;
 		stale_why(s, att, seq, started, why, whysz);

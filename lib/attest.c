@@ -235,16 +235,8 @@ int attest_load_pubkey(const struct attest_dir *d, const char *path, unsigned ch
 static json_t *load_private(int at, const char *name)
 {
 	struct stat st;
-	int fd = open_owned(at, name, 07777, 0600, &st), e;
-	json_t *j;
 
-	if (fd < 0)
-		return NULL;
-	j = json_load_fd(fd);
-	e = errno;
-	close(fd);
-	errno = e;
-	return j;
+	return json_load_close(open_owned(at, name, 07777, 0600, &st));
 }
 
 /* The host's id: /etc/machine-id (systemd's, also written by Debian
@@ -288,28 +280,6 @@ char *attest_iso(long long t, char buf[32])
  * is anything else.  strptime alone takes spaces, one-digit fields and
  * out-of-range days (2026-02-31 is March 3rd): the text must also be what
  * the parsed time prints as. */
-long long attest_iso_parse(const char *s)
-{
-	static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
-	struct tm tm = { 0 };
-	char back[32];
-	const char *e;
-	long long t;
-	size_t i;
-
-	if (!s || strlen(s) != sizeof shape - 1)
-		return -1;
-	for (i = 0; shape[i]; i++)
-		if (shape[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != shape[i])
-			return -1;
-	if (!(e = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm)) || *e)
-		return -1;
-	t = (long long)timegm(&tm);
-	if (strcmp(attest_iso(t, back), s))
-		return -1;
-	return t;
-}
-
 /* The live subjects, with the directory's digest cache (an unreadable or
  * malformed cache is only a cache: started afresh). */
 int attest_subjects(const struct attest_dir *d, json_t **list, json_t **errors, char *why,
@@ -613,7 +583,7 @@ static void check_times(struct fails *fails, json_t *pred, long long exp, long l
 	size_t k;
 
 	for (k = 0; k < 3; k++)
-		if ((t[k] = attest_iso_parse(json_string_value(json_object_get(pred, key[k])))) < 0) {
+		if ((t[k] = iso_parse(json_string_value(json_object_get(pred, key[k])))) < 0) {
 			fail_(fails, "field", key[k] == key[0] ? "predicate.started" : key[k] == key[1] ?
 			      "predicate.finished" : "predicate.signed", "missing or not YYYY-MM-DDTHH:MM:SSZ");
 			return;
@@ -768,7 +738,7 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 	    strcmp(json_string_value(json_object_get(stmt, "predicateType")), ATTEST_PREDICATE_TYPE))
 		FIELD(&f, "predicateType", "not %s", ATTEST_PREDICATE_TYPE);
 	pred = json_object_get(stmt, "predicate");
-	exp = attest_iso_parse(json_string_value(json_object_get(pred, "expires")));
+	exp = iso_parse(json_string_value(json_object_get(pred, "expires")));
 	if (exp < 0)
 		FIELD(&f, "predicate.expires", "missing or not YYYY-MM-DDTHH:MM:SSZ");
 	else if (now >= exp)
@@ -828,8 +798,8 @@ done:
 	/* the doctor run's times (signed: pred is NULL unless the signature
 	 * verified), for a caller that asks how fresh the proof is
 	 * (isopod-runner after the host changed under it) */
-	t_run[0] = attest_iso_parse(json_string_value(json_object_get(pred, "started")));
-	t_run[1] = attest_iso_parse(json_string_value(json_object_get(pred, "finished")));
+	t_run[0] = iso_parse(json_string_value(json_object_get(pred, "started")));
+	t_run[1] = iso_parse(json_string_value(json_object_get(pred, "finished")));
 	*verdict = json_pack("{s:b, s:s, s:o, s:o, s:o, s:o, s:O}", "valid", valid, "key_id", id,
 			     "sequence", seq > 0 ? json_integer(seq) : json_null(),
 			     "expires", exp >= 0 ? json_string(attest_iso(exp, t)) : json_null(),

@@ -36,14 +36,12 @@ enum {
  * returns cls. */
 __attribute__((format(printf, 4, 5))) int attest_errf(int cls, char *why, size_t whysz,
 						     const char *fmt, ...);
-/* Times as the predicate writes them, exactly YYYY-MM-DDTHH:MM:SSZ (UTC):
- * attest_iso_parse returns -1 for anything else (strptime alone takes
- * spaces, one-digit fields and 2026-02-31). */
+/* Times as the predicate writes them, exactly YYYY-MM-DDTHH:MM:SSZ (UTC);
+ * lib/util.c iso_parse reads them back. */
 char *attest_iso(long long t, char buf[32]);
 /* The host's id (/etc/machine-id, its first line): what the doctor's
  * report and the signed predicates name.  0, or -1 with errno. */
 int attest_machine_id(char out[64]);
-long long attest_iso_parse(const char *s);
 
 /* The key directory (private key, counter, verify state, digest cache):
  * root's alone, mode 0700, no symlink.  Opened once with O_DIRECTORY |

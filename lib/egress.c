@@ -303,29 +303,6 @@ int egress_default_resolver(char *out, size_t sz)
 	return -1;
 }
 
-const char *egress_broker_path(char *buf, size_t sz)
-{
-	const char *env = getenv("ISOPOD_BROKER");
-	char self[PATH_MAX];
-	ssize_t n;
-	char *slash;
-
-	if (env && *env) {
-		snprintf(buf, sz, "%s", env);
-		return buf;
-	}
-	n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0) {
-		snprintf(buf, sz, "isopod-broker");
-		return buf;
-	}
-	self[n] = '\0';
-	if ((slash = strrchr(self, '/')))
-		*slash = '\0';
-	snprintf(buf, sz, "%s/isopod-broker", self);
-	return buf;
-}
-
 void egress_log_reason(const char *path, char *msg, size_t msz)
 {
 	/* The broker's reason is its last line but the jail line: that one is

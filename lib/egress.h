@@ -66,7 +66,4 @@ void egress_log_reason(const char *path, char *msg, size_t msz);
  * default upstream, read before it is jailed).  0, or -1: none. */
 int egress_default_resolver(char *out, size_t sz);
 
-/* The isopod-broker next to the running program (or $ISOPOD_BROKER). */
-const char *egress_broker_path(char *buf, size_t sz);
-
 #endif

@@ -231,6 +231,18 @@ static void *grow(void *v, size_t *cap, size_t n, size_t sz)
 	return nv;
 }
 
+/* Is key one of the warm snapshots this sweep removed (or, dry, would)? */
+static int swept_has(json_t *swept, const char *key)
+{
+	json_t *o;
+	size_t i;
+
+	json_array_foreach(swept, i, o)
+		if (!strcmp(json_string_value(json_object_get(o, "key")) ?: "", key))
+			return 1;
+	return 0;
+}
+
 struct snap {
 	char key[65], last_used[40];
 	long long bytes;
@@ -265,17 +277,11 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 	if (!(d = opendir(dir)))
 		return 0;
 	while ((de = readdir(d))) {
-		json_t *m, *o;
+		json_t *m;
 		const char *lu;
-		size_t k;
-		int gone = 0;
 
-		if (!warm_key_valid(de->d_name))
-			continue;
 		/* Orphans the sweep removed (or, dry, would): not the pool's. */
-		json_array_foreach(swept, k, o)
-			gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "", de->d_name);
-		if (gone)
+		if (!warm_key_valid(de->d_name) || swept_has(swept, de->d_name))
 			continue;
 		if (!(v = grow(v, &cap, n, sizeof *v))) {
 			closedir(d);
@@ -356,15 +362,10 @@ static int warm_uses_kernel(struct gcstore *g, const char *k, json_t *swept)
 	if (!(wd = opendir(wdir)))
 		return 0;
 	while (!used && (we = readdir(wd))) {
-		json_t *m, *o;
-		size_t j;
-		int gone = 0;
+		json_t *m;
 
-		if (!warm_key_valid(we->d_name))
-			continue;
-		json_array_foreach(swept, j, o)
-			gone |= !strcmp(json_string_value(json_object_get(o, "key")) ?: "", we->d_name);
-		if (gone || !(m = warm_meta(we->d_name)))
+		if (!warm_key_valid(we->d_name) || swept_has(swept, we->d_name) ||
+		    !(m = warm_meta(we->d_name)))
 			continue;
 		used = !strcmp(json_string_value(json_object_get(json_object_get(m, "shape"),
 								 "kernel")) ?: "", k);

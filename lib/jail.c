@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -814,17 +813,12 @@ int jail_release(struct jail *j, char *err, size_t errsz)
 int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz)
 {
 	char *argv[] = { "ldd", (char *)prog, NULL }, buf[65536], *line, *save;
-	int fd = memfd_create("ldd", MFD_CLOEXEC), st;
-	ssize_t len;
+	struct proc_spec ps = PROC_SPEC(argv);
+	int st;
 
-	if (fd < 0)
-		return fail(err, errsz, "memfd_create:");
-	st = proc_run(argv, fd, PROC_NULL);
-	len = pread(fd, buf, sizeof buf - 1, 0);
-	close(fd);
-	if (st < 0 || len < 0)
+	ps.out = PROC_PIPE;
+	if ((st = proc_capture(&ps, buf, sizeof buf, NULL)) < 0)
 		return fail(err, errsz, "ldd %s:", prog);
-	buf[len] = '\0';
 	if (st != 0) /* "not a dynamic executable": nothing to add */
 		return 0;
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {

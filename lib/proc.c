@@ -169,6 +169,79 @@ int proc_run(char *const argv[], int out, int err)
 	return proc_status(st);
 }
 
+pid_t proc_spawn_pipe(const struct proc_spec *ps, int *rfd)
+{
+	struct proc_spec sp = *ps;
+	int p[2], e, used = 0;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	if (sp.out == PROC_PIPE)
+		sp.out = p[1], used = 1;
+	if (sp.err == PROC_PIPE)
+		sp.err = p[1], used = 1;
+	if (sp.in == PROC_PIPE) /* a pipe the caller reads is no one's input */
+		used = 0;
+	if (!used) {
+		close(p[0]);
+		close(p[1]);
+		return errno = EINVAL, -1;
+	}
+	pid = proc_spawn(&sp);
+	e = errno;
+	close(p[1]);
+	if (pid < 0) {
+		close(p[0]);
+		return errno = e, -1;
+	}
+	*rfd = p[0];
+	return pid;
+}
+
+int proc_capture(const struct proc_spec *ps, char *buf, size_t sz, size_t *len)
+{
+	char drop[4096];
+	size_t got = 0, all = 0;
+	int fd, st, rerr = 0;
+	ssize_t n;
+	pid_t pid;
+
+	if (len)
+		*len = 0;
+	if (sz)
+		buf[0] = 0;
+	if (!sz)
+		return errno = EINVAL, -1;
+	if ((pid = proc_spawn_pipe(ps, &fd)) < 0)
+		return -1;
+	for (;;) {
+		/* past the buffer's end: read on and drop, so that it ends
+		 * as it would have, not killed by a closed pipe */
+		int room = got < sz - 1;
+
+		n = room ? read(fd, buf + got, sz - 1 - got) : read(fd, drop, sizeof drop);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rerr = n < 0 ? errno : 0;
+			break;
+		}
+		all += (size_t)n;
+		if (room)
+			got += (size_t)n;
+	}
+	buf[got] = 0;
+	close(fd);
+	if (len)
+		*len = all;
+	if (proc_wait(pid, &st) < 0)
+		return -1;
+	if (rerr)
+		return errno = rerr, -1;
+	return proc_status(st);
+}
+
 const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env)
 {
 	const char *e = env ? getenv(env) : NULL;
@@ -190,6 +263,34 @@ const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env
 		*slash = '\0';
 	snprintf(buf, sz, "%s/%s", self, name);
 	return buf;
+}
+
+int proc_tools_dir(char *buf, size_t sz)
+{
+	const char *e = getenv("ISOPOD_LIBEXEC");
+	char self[PATH_MAX], *slash;
+	ssize_t n;
+
+	if (e && *e)
+		return pathn(buf, sz, "%s", e);
+	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
+		return n == 0 ? (errno = ENOENT, -1) : -1;
+	self[n] = '\0';
+	if ((slash = strrchr(self, '/')))
+		*slash = '\0';
+	return pathn(buf, sz, "%s", self);
+}
+
+int proc_front_end(const char *dir, char *buf, size_t sz)
+{
+	char p[PATH_MAX], real[PATH_MAX];
+
+	if (pathn(buf, sz, "%s/isopod", dir) == 0 && access(buf, X_OK) == 0)
+		return 0;
+	if (pathn(p, sizeof p, "%s/../sh/isopod", dir) < 0 || !realpath(p, real) ||
+	    access(real, X_OK) < 0 || pathn(buf, sz, "%s", real) < 0)
+		return -1;
+	return 0;
 }
 
 int proc_ident(long long pid, unsigned long long *start, long long *uid, long long *euid)

@@ -17,6 +17,8 @@
 
 #define PROC_NULL (-1)    /* a std fd: /dev/null; a keep entry: left closed */
 #define PROC_INHERIT (-2) /* a std fd: the caller's own */
+#define PROC_PIPE (-3)    /* a std fd: the pipe back to the caller (proc_spawn_pipe,
+			     proc_capture only) */
 #define PROC_KEEP_MAX 8
 
 struct proc_spec {
@@ -56,9 +58,30 @@ int proc_exited_within(pid_t pid, int *st, int ms);
 /* Run argv to completion (stdin /dev/null, stdout and stderr as given).
  * Its proc_status, or -1 with errno when it could not be started. */
 int proc_run(char *const argv[], int out, int err);
+/* Start ps with each std fd that is PROC_PIPE (stdout, stderr or both)
+ * on one pipe, whose read end (close-on-exec) goes to *rfd: for a caller
+ * that reads the output as it comes.  The pid, or -1 with errno (EINVAL:
+ * no std fd is PROC_PIPE), nothing left open. */
+pid_t proc_spawn_pipe(const struct proc_spec *ps, int *rfd);
+/* Run ps to completion with proc_spawn_pipe, what it writes to PROC_PIPE
+ * in buf, NUL-ended: at most sz - 1 bytes, the rest read and dropped, so
+ * the status is the program's own and not a SIGPIPE.  *len (may be NULL):
+ * how many bytes it wrote in all; more than sz - 1 says buf is cut short.
+ * Its proc_status, or -1 with errno (not started, a read failed: then
+ * waited for all the same). */
+int proc_capture(const struct proc_spec *ps, char *buf, size_t sz, size_t *len);
 /* The tool `name` beside the running program (isopod-boot finds
  * isopod-supervise so), or $env when set.  Returns buf. */
 const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env);
+/* The directory of the isopod tools: $ISOPOD_LIBEXEC when set, else the
+ * running program's own.  0, or -1 with errno (ENAMETOOLONG; /proc/self/exe
+ * unreadable). */
+int proc_tools_dir(char *buf, size_t sz);
+/* The front end `isopod` beside the tools in dir (installed), else the
+ * source tree's dir/../sh/isopod, resolved: what isopod-runner and
+ * isopod-mcp run, and isopod-attest lists as a subject.  0, or -1 with
+ * errno (ENOENT: in neither, or not executable). */
+int proc_front_end(const char *dir, char *buf, size_t sz);
 
 /* Who process pid is, as the kernel says and it cannot change: its start
  * (field 22 of /proc/PID/stat, clock ticks since boot) and its real and

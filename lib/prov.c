@@ -45,21 +45,6 @@ static json_t *copy(json_t *v)
 	return v ? json_deep_copy(v) : json_null();
 }
 
-/* Exactly YYYY-MM-DDTHH:MM:SSZ (what isopod signs): times of that one
- * shape compare as strings. */
-static int iso_ok(const char *s)
-{
-	static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
-	size_t i;
-
-	if (!s || strlen(s) != sizeof shape - 1)
-		return 0;
-	for (i = 0; shape[i]; i++)
-		if (shape[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != shape[i])
-			return 0;
-	return 1;
-}
-
 /* An array of strings (each passing ok when given); NULL when not. */
 static json_t *strings(json_t *a, int (*ok)(const char *))
 {
@@ -238,7 +223,7 @@ static void read_run(json_t *pred, json_t *out, json_t *fails)
 		fail(fails, "runDetails.metadata.invocationId", "missing or not a string");
 	else
 		json_object_set_new(out, "invocationId", copy(get(md, "invocationId")));
-	if (!iso_ok(s0) || !iso_ok(s1))
+	if (iso_parse(s0) < 0 || iso_parse(s1) < 0)
 		fail(fails, "runDetails.metadata", "startedOn or finishedOn missing or not YYYY-MM-DDTHH:MM:SSZ");
 	else if (strcmp(s0, s1) > 0)
 		fail(fails, "runDetails.metadata.finishedOn", "before startedOn");

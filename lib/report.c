@@ -230,8 +230,8 @@ int report_check(json_t *rep, const char *mid, const struct report_live *live, l
 	const char *v = json_string_value(json_object_get(rep, "verdict"));
 	const char *hid = json_string_value(json_object_get(host, "id"));
 	const char *ver = json_string_value(json_object_get(json_object_get(rep, "doctor"), "version"));
-	long long st = attest_iso_parse(json_string_value(json_object_get(rep, "started")));
-	long long fin = attest_iso_parse(json_string_value(json_object_get(rep, "finished")));
+	long long st = iso_parse(json_string_value(json_object_get(rep, "started")));
+	long long fin = iso_parse(json_string_value(json_object_get(rep, "finished")));
 	size_t i, j;
 	int r;
 

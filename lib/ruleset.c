@@ -57,6 +57,18 @@ fail:
 	return -1;
 }
 
+/* Close m, the memstream over *text, and append its text under key (both
+ * taken over). */
+static int add_stream(struct canon *c, FILE *m, char **text, char *key)
+{
+	if (fclose(m) != 0) {
+		free(*text);
+		free(key);
+		return -1;
+	}
+	return add(c, key, *text);
+}
+
 static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *strf(const char *fmt, ...)
 {
@@ -137,11 +149,7 @@ int canon_chain(struct canon *c, const struct nftnl_chain *ch)
 		put_devices(m, devs);
 	if (nftnl_chain_is_set(ch, NFTNL_CHAIN_FLAGS))
 		fprintf(m, " flags %" PRIu32, nftnl_chain_get_u32(ch, NFTNL_CHAIN_FLAGS));
-	if (fclose(m) != 0) {
-		free(text);
-		return -1;
-	}
-	return add(c, strf("%s\x01%s\x01" "1%s", fam, table, name), text);
+	return add_stream(c, m, &text, strf("%s\x01%s\x01" "1%s", fam, table, name));
 }
 
 static void hexf(FILE *m, const void *p, uint32_t n)
@@ -243,11 +251,7 @@ int canon_rule(struct canon *c, const struct nftnl_rule *r)
 		fputs(" udata ", m);
 		hexf(m, p, n);
 	}
-	if (fclose(m) != 0) {
-		free(text);
-		return -1;
-	}
-	return add(c, strf("%s\x01%s\x01" "2%s", fam, table, chain), text);
+	return add_stream(c, m, &text, strf("%s\x01%s\x01" "2%s", fam, table, chain));
 }
 
 static int str_cmp(const void *a, const void *b)
@@ -394,6 +398,20 @@ out:
 	return r;
 }
 
+/* The stream for the line of a named thing of a covered table (family
+ * f), over *text: NULL with *rc 0 when there is nothing to add (no table,
+ * no name, a table not covered), NULL with *rc -1 when out of memory. */
+static FILE *covered_line(uint32_t f, const char *table, const char *name, char **text,
+			  size_t *sz, int *rc)
+{
+	FILE *m = NULL;
+
+	*rc = 0;
+	if (table && name && canon_covered(f, table) && !(m = open_memstream(text, sz)))
+		*rc = -1;
+	return m;
+}
+
 int canon_obj(struct canon *c, struct nftnl_obj *o)
 {
 	const char *table = nftnl_obj_get_str(o, NFTNL_OBJ_TABLE);
@@ -404,11 +422,10 @@ int canon_obj(struct canon *c, struct nftnl_obj *o)
 	const void *p;
 	size_t sz = 0;
 	FILE *m;
+	int rc;
 
-	if (!table || !name || !canon_covered(f, table))
-		return 0;
-	if (!(m = open_memstream(&text, &sz)))
-		return -1;
+	if (!(m = covered_line(f, table, name, &text, &sz, &rc)))
+		return rc;
 	fprintf(m, "object %s %s %s type %" PRIu32, fam, table, name, type);
 	/* A counter's values and a quota's consumption move with traffic. */
 	if (type == NFT_OBJECT_QUOTA)
@@ -419,11 +436,7 @@ int canon_obj(struct canon *c, struct nftnl_obj *o)
 		fprintf(m, " %s", buf);
 	if ((p = nftnl_obj_get_data(o, NFTNL_OBJ_USERDATA, &n)) && n)
 		fputs(" udata ", m), hexf(m, p, n);
-	if (fclose(m) != 0) {
-		free(text);
-		return -1;
-	}
-	return add(c, strf("%s\x01%s\x01" "4%s", fam, table, name), text);
+	return add_stream(c, m, &text, strf("%s\x01%s\x01" "4%s", fam, table, name));
 }
 
 int canon_flowtable(struct canon *c, const struct nftnl_flowtable *ft)
@@ -436,22 +449,17 @@ int canon_flowtable(struct canon *c, const struct nftnl_flowtable *ft)
 	const char *const *devs;
 	size_t sz = 0;
 	FILE *m;
+	int rc;
 
-	if (!table || !name || !canon_covered(f, table))
-		return 0;
-	if (!(m = open_memstream(&text, &sz)))
-		return -1;
+	if (!(m = covered_line(f, table, name, &text, &sz, &rc)))
+		return rc;
 	fprintf(m, "flowtable %s %s %s hook %" PRIu32 " prio %" PRId32 " flags %" PRIu32, fam, table,
 		name, nftnl_flowtable_get_u32(ft, NFTNL_FLOWTABLE_HOOKNUM),
 		nftnl_flowtable_get_s32(ft, NFTNL_FLOWTABLE_PRIO),
 		nftnl_flowtable_get_u32(ft, NFTNL_FLOWTABLE_FLAGS));
 	if ((devs = nftnl_flowtable_get_array(ft, NFTNL_FLOWTABLE_DEVICES)))
 		put_devices(m, devs);
-	if (fclose(m) != 0) {
-		free(text);
-		return -1;
-	}
-	return add(c, strf("%s\x01%s\x01" "5%s", fam, table, name), text);
+	return add_stream(c, m, &text, strf("%s\x01%s\x01" "5%s", fam, table, name));
 }
 
 static int line_cmp(const void *a, const void *b)

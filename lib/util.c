@@ -499,10 +499,10 @@ json_t *json_load_fd(int fd)
 	return json_load_jin(&in, 0, why, sizeof why);
 }
 
-json_t *json_load_path(const char *path)
+json_t *json_load_close(int fd)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC), e;
 	json_t *j;
+	int e;
 
 	if (fd < 0)
 		return NULL;
@@ -511,6 +511,11 @@ json_t *json_load_path(const char *path)
 	close(fd);
 	errno = e;
 	return j;
+}
+
+json_t *json_load_path(const char *path)
+{
+	return json_load_close(open(path, O_RDONLY | O_CLOEXEC));
 }
 
 json_t *json_read_stdin(void)
@@ -724,6 +729,30 @@ char *iso_now(char *buf, size_t sz)
 	return buf;
 }
 
+long long iso_parse(const char *s)
+{
+	static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+	struct tm tm = { 0 };
+	char back[32];
+	const char *e;
+	time_t t;
+	size_t i;
+
+	if (!s || strlen(s) != sizeof shape - 1)
+		return -1;
+	for (i = 0; shape[i]; i++)
+		if (shape[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != shape[i])
+			return -1;
+	if (!(e = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm)) || *e)
+		return -1;
+	/* what it read prints back the same: not 2026-02-31, not 25:00:00 */
+	t = timegm(&tm);
+	if (!gmtime_r(&t, &tm) || !strftime(back, sizeof back, "%Y-%m-%dT%H:%M:%SZ", &tm) ||
+	    strcmp(back, s))
+		return -1;
+	return (long long)t;
+}
+
 int rand_bytes(void *buf, size_t n)
 {
 	char *p = buf;
@@ -839,83 +868,6 @@ int vm_running(const char *id)
 	close(fd);
 	return 0;
 }
-
-/* The length of the UTF-8 character at p (n bytes left), 0 when it is not a
- * valid one (overlong, surrogate, beyond U+10FFFF, truncated); *want gets the
- * length its first byte announces (0 for a byte that starts none). */
-static size_t utf8_char(const uint8_t *p, size_t n, size_t *want)
-{
-	uint8_t b = p[0];
-	size_t len = b < 0x80 ? 1 : (b & 0xe0) == 0xc0 ? 2 : (b & 0xf0) == 0xe0 ? 3
-		   : (b & 0xf8) == 0xf0 ? 4 : 0;
-	size_t m;
-	int ok = len > 0 && len <= n;
-
-	*want = len;
-	for (m = 1; ok && m < len; m++)
-		ok = (p[m] & 0xc0) == 0x80;
-	if (ok && len == 2 && b < 0xc2)
-		ok = 0; /* overlong */
-	if (ok && len == 3) {
-		uint32_t cp = (uint32_t)(b & 0x0f) << 12 | (uint32_t)(p[1] & 0x3f) << 6 |
-			      (p[2] & 0x3f);
-		ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
-	}
-	if (ok && len == 4) {
-		uint32_t cp = (uint32_t)(b & 0x07) << 18 | (uint32_t)(p[1] & 0x3f) << 12 |
-			      (uint32_t)(p[2] & 0x3f) << 6 | (p[3] & 0x3f);
-		ok = cp >= 0x10000 && cp <= 0x10ffff;
-	}
-	return ok ? len : 0;
-}
-
-int utf8_valid(const void *p, size_t n)
-{
-	const uint8_t *s = p;
-	size_t i = 0, want, len;
-
-	while (i < n) {
-		if (!(len = utf8_char(s + i, n - i, &want)))
-			return 0;
-		i += len;
-	}
-	return 1;
-}
-
-/* utf8_json: the in-band copy of guest output: valid UTF-8 (jansson requires it), cut on a character
- * boundary when `cut` says the bytes were cut by a cap, invalid bytes and NUL
- * replaced by U+FFFD.  The log keeps the bytes. */
-json_t *utf8_json(const uint8_t *p, size_t n, int cut)
-{
-	char *out = malloc(n * 3 + 1);
-	size_t i = 0, k = 0;
-	json_t *j;
-
-	if (!out)
-		return json_string("");
-	while (i < n) {
-		uint8_t b = p[i];
-		size_t want, len = utf8_char(p + i, n - i, &want);
-
-		if (!len && cut && want > 0 && i + want > n)
-			break; /* a character cut by the cap: drop the tail */
-		if (!len || b == 0) {
-			/* NUL is valid UTF-8 but C strings end there: U+FFFD too */
-			memcpy(out + k, "\xef\xbf\xbd", 3);
-			k += 3;
-			i++;
-			continue;
-		}
-		memcpy(out + k, p + i, len);
-		k += len;
-		i += len;
-	}
-	out[k] = 0;
-	j = json_stringn(out, k);
-	free(out);
-	return j ? j : json_string("");
-}
-
 
 int json_update_locked(const char *lockpath, const char *path,
 		       int (*edit)(json_t *obj, void *arg), void *arg)

@@ -94,6 +94,9 @@ int json_write_atomic(const char *path, json_t *obj);
 json_t *json_load_path(const char *path);
 /* The same from an open fd (read to its end, not closed). */
 json_t *json_load_fd(int fd);
+/* json_load_fd, then fd closed, errno kept.  fd < 0: NULL with errno as it
+ * is, so that json_load_close(open(...)) says why the open failed. */
+json_t *json_load_close(int fd);
 /* Read one JSON object from standard input (what follows it is left);
  * dies with EX_USAGE naming the problem (a duplicate key by name). */
 json_t *json_read_stdin(void);
@@ -166,6 +169,11 @@ int64_t mono_ms(void);
 int64_t wall_ms(void);
 /* ISO-8601 UTC timestamp of now, into buf (>= 32 bytes). */
 char *iso_now(char *buf, size_t sz);
+/* The seconds since the epoch that s says, when s is a real UTC time
+ * written exactly YYYY-MM-DDTHH:MM:SSZ, as isopod writes and signs them
+ * (times of that one shape compare as strings); -1 for anything else
+ * (strptime alone takes spaces, one-digit fields and 2026-02-31). */
+long long iso_parse(const char *s);
 
 /* Random bytes (getrandom).  0, or -1 with errno. */
 int rand_bytes(void *buf, size_t n);
@@ -196,7 +204,7 @@ int unix_connect_nofollow(int fd, const char *path);
 /* Write all of buf to fd, retrying on EINTR/short writes; -1 on error. */
 int write_all(int fd, const void *buf, size_t n);
 
-/* A JSON string from guest bytes: invalid UTF-8 and NUL become U+FFFD; with
+/* (lib/utf8.c) A JSON string from guest bytes: invalid UTF-8 and NUL become U+FFFD; with
  * `cut`, a character split by a size cap at the end is dropped. */
 json_t *utf8_json(const uint8_t *p, size_t n, int cut);
 /* 1 when p[0..n) is all valid UTF-8 (no overlong forms, no surrogates). */

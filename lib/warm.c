@@ -71,47 +71,19 @@ static int find_qemu(char *out, size_t sz)
 
 static int run_version(const char *bin, char *out, size_t sz, char *err, size_t errsz)
 {
-	char buf[512];
-	size_t got = 0;
-	ssize_t n;
-	int pfd[2], st;
-	pid_t pid;
-	char *nl;
+	char *av[] = { QEMU, "--version", NULL }, buf[512], *nl;
+	struct proc_spec ps = PROC_SPEC(av);
+	int st;
 
-	if (pipe2(pfd, O_CLOEXEC) < 0) {
-		snprintf(err, errsz, "pipe: %s", strerror(errno));
+	ps.file = bin;
+	ps.out = PROC_PIPE;
+	if ((st = proc_capture(&ps, buf, sizeof buf, NULL)) < 0) {
+		snprintf(err, errsz, "%s --version: %s", bin, strerror(errno));
 		return -1;
 	}
-	{
-		char *av[] = { QEMU, "--version", NULL };
-		struct proc_spec ps = PROC_SPEC(av);
-
-		ps.file = bin;
-		ps.out = pfd[1];
-		pid = proc_spawn(&ps);
-	}
-	if (pid < 0) {
-		snprintf(err, errsz, "fork: %s", strerror(errno));
-		close(pfd[0]);
-		close(pfd[1]);
-		return -1;
-	}
-	close(pfd[1]);
-	while (got < sizeof buf - 1 && (n = read(pfd[0], buf + got, sizeof buf - 1 - got)) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		got += (size_t)n;
-	}
-	close(pfd[0]);
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	buf[got] = 0;
 	if ((nl = strchr(buf, '\n')))
 		*nl = 0;
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || strncmp(buf, "QEMU emulator version ", 22)) {
+	if (st != 0 || strncmp(buf, "QEMU emulator version ", 22)) {
 		snprintf(err, errsz, "%s --version failed or printed no version", bin);
 		return -1;
 	}

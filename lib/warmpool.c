@@ -735,8 +735,7 @@ int snap_open(struct pool *w, struct snap *sn, char *why, size_t wsz)
 		snprintf(why, wsz, "unable to read its meta.json: %s", strerror(errno));
 		goto out;
 	}
-	meta = json_load_fd(fd);
-	close(fd);
+	meta = json_load_close(fd);
 	mm = json_object_get(meta, "mem");
 	sm = json_object_get(meta, "state");
 	want = json_string_value(json_object_get(sm, "sha256"));

@@ -6,34 +6,19 @@
 
 #include "tap.h"
 
-/* Run ps with stdout on a pipe; the output (trailing newline dropped) into
- * out, the status as proc_status.  -1 when it could not be started. */
+/* Run ps with stdout captured (proc_capture); the output (trailing
+ * newline dropped) into out, the status as proc_status.  -1 when it could
+ * not be started. */
 static int capture(struct proc_spec *ps, char *out, size_t sz)
 {
-	int p[2], st;
-	size_t got = 0;
-	ssize_t n;
-	pid_t pid;
+	size_t got;
+	int r;
 
-	out[0] = 0;
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return -1;
-	ps->out = p[1];
-	pid = proc_spawn(ps);
-	close(p[1]);
-	if (pid < 0) {
-		close(p[0]);
-		return -1;
-	}
-	while (got < sz - 1 && (n = read(p[0], out + got, sz - 1 - got)) > 0)
-		got += (size_t)n;
-	close(p[0]);
-	out[got] = 0;
-	if (got && out[got - 1] == '\n')
+	ps->out = PROC_PIPE;
+	r = proc_capture(ps, out, sz, NULL);
+	if ((got = strlen(out)) && out[got - 1] == '\n')
 		out[got - 1] = 0;
-	if (proc_wait(pid, &st) < 0)
-		return -1;
-	return proc_status(st);
+	return r;
 }
 
 /* The shell's own descriptors, listed by a child (ls) so that listing
@@ -237,6 +222,89 @@ int main(void)
 		ok(kid > 0 && gone, "pdeathsig: the child died with its parent (pid %ld)", (long)kid);
 		if (kid > 0 && !gone)
 			kill(kid, SIGKILL);
+	}
+
+	/* proc_capture: stdout, stderr or both into a bounded buffer; what
+	 * does not fit is read and dropped, the status is the program's. */
+	{
+		char *t_both[] = { "sh", "-c", "echo out; echo err >&2; exit 3", NULL };
+		char *t_long[] = { "sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; "
+				  "i=$((i + 1)); done; exit 4", NULL };
+		char small[16];
+		size_t len = 0;
+		int a2, b2;
+
+		ps = (struct proc_spec)PROC_SPEC(t_both);
+		ps.out = PROC_PIPE;
+		r = proc_capture(&ps, out, sizeof out, &len);
+		ok(r == 3 && !strcmp(out, "out\n") && len == 4, "capture stdout: exit 3, \"out\": %d %s", r,
+		   out);
+		ps.out = PROC_NULL, ps.err = PROC_PIPE;
+		r = proc_capture(&ps, out, sizeof out, &len);
+		ok(r == 3 && !strcmp(out, "err\n"), "capture stderr alone: %s", out);
+		ps.out = PROC_PIPE;
+		r = proc_capture(&ps, out, sizeof out, &len);
+		ok(r == 3 && !strcmp(out, "out\nerr\n") && len == 8, "capture both: %s", out);
+		ps = (struct proc_spec)PROC_SPEC(t_long);
+		ps.out = PROC_PIPE;
+		r = proc_capture(&ps, small, sizeof small, &len);
+		ok(r == 4 && len == 100000 && strlen(small) == sizeof small - 1 &&
+		   strspn(small, "x") == sizeof small - 1,
+		   "over-long output: the first %zu bytes kept, %zu counted, its own exit 4 (%d)",
+		   strlen(small), len, r);
+		ps = (struct proc_spec)PROC_SPEC(t_missing);
+		ps.out = PROC_PIPE, ps.err = PROC_PIPE;
+		r = proc_capture(&ps, out, sizeof out, &len);
+		ok(r == 127 && strstr(out, "unable to exec /nonexistent/isopod-no-such-program"),
+		   "a program that is not there: 127 and why: %s", out);
+		ps = (struct proc_spec)PROC_SPEC(t_true);
+		errno = 0;
+		ok(proc_capture(&ps, out, sizeof out, &len) == -1 && errno == EINVAL,
+		   "no std fd on the pipe: EINVAL, nothing started");
+		ps.out = PROC_PIPE;
+		ps.env = (char *[]){ "NOEQUALS", NULL };
+		a2 = dup(0);
+		close(a2);
+		errno = 0;
+		r = proc_capture(&ps, small, sizeof small, &len);
+		b2 = dup(0);
+		close(b2);
+		ok(r == -1 && errno == EINVAL && a2 == b2,
+		   "a spawn refused: -1, no descriptor left open (lowest free %d, then %d)", a2, b2);
+	}
+
+	/* The tools' directory and the front end beside it (isopod-runner,
+	 * isopod-mcp), or the source tree's ../sh/isopod. */
+	{
+		char d[PATH_MAX], t[64], f[PATH_MAX], w[PATH_MAX + 256];
+		char *slash;
+
+		setenv("ISOPOD_LIBEXEC", "/opt/isopod/libexec", 1);
+		ok(proc_tools_dir(d, sizeof d) == 0 && !strcmp(d, "/opt/isopod/libexec"),
+		   "tools dir: $ISOPOD_LIBEXEC as is: %s", d);
+		unsetenv("ISOPOD_LIBEXEC");
+		r = readlink("/proc/self/exe", w, sizeof w - 1);
+		w[r > 0 ? r : 0] = 0;
+		if ((slash = strrchr(w, '/')))
+			*slash = 0;
+		ok(proc_tools_dir(d, sizeof d) == 0 && !strcmp(d, w), "tools dir: else our own: %s", d);
+		snprintf(t, sizeof t, "/tmp/proc_test.%ld.tree", (long)getpid());
+		snprintf(w, sizeof w, "mkdir -p %s/bin %s/sh && touch %s/sh/isopod", t, t, t);
+		r = system(w);
+		snprintf(d, sizeof d, "%s/bin", t);
+		errno = 0;
+		ok(r == 0 && proc_front_end(d, f, sizeof f) < 0,
+		   "front end: not executable anywhere: -1 (%s)", strerror(errno));
+		snprintf(w, sizeof w, "%s/sh/isopod", t);
+		chmod(w, 0755);
+		ok(proc_front_end(d, f, sizeof f) == 0 && !strcmp(f, w),
+		   "front end: the source tree's ../sh/isopod, resolved: %s", f);
+		snprintf(w, sizeof w, "%s/bin/isopod", t);
+		close(open(w, O_WRONLY | O_CREAT | O_CLOEXEC, 0755));
+		ok(proc_front_end(d, f, sizeof f) == 0 && !strcmp(f, w),
+		   "front end: beside the tools first: %s", f);
+		snprintf(w, sizeof w, "rm -rf %s", t);
+		r = system(w);
 	}
 
 	ok(proc_exited_within(proc_spawn(&(struct proc_spec)PROC_SPEC(t_true)), &st, 2000) &&

@@ -146,6 +146,45 @@ static void drops(void)
 	nftnl_rule_free(r1), nftnl_rule_free(r2), nftnl_rule_free(r3);
 }
 
+/* Objects and flowtables: isopod's table's (or a netdev table's) make a
+ * line each; another inet table's make none. */
+static void objects(void)
+{
+	struct canon c = { 0 };
+	struct nftnl_obj *o = nftnl_obj_alloc(), *x = nftnl_obj_alloc();
+	struct nftnl_flowtable *ft = nftnl_flowtable_alloc(), *fx = nftnl_flowtable_alloc();
+	char *t;
+	size_t n = 0;
+
+	nftnl_obj_set_u32(o, NFTNL_OBJ_FAMILY, NFPROTO_INET);
+	nftnl_obj_set_str(o, NFTNL_OBJ_TABLE, RULESET_TABLE);
+	nftnl_obj_set_str(o, NFTNL_OBJ_NAME, "q");
+	nftnl_obj_set_u32(o, NFTNL_OBJ_TYPE, NFT_OBJECT_QUOTA);
+	nftnl_obj_set_u64(o, NFTNL_OBJ_QUOTA_BYTES, 100);
+	nftnl_obj_set_u32(x, NFTNL_OBJ_FAMILY, NFPROTO_INET);
+	nftnl_obj_set_str(x, NFTNL_OBJ_TABLE, "othertool");
+	nftnl_obj_set_str(x, NFTNL_OBJ_NAME, "q2");
+	nftnl_obj_set_u32(x, NFTNL_OBJ_TYPE, NFT_OBJECT_QUOTA);
+	nftnl_flowtable_set_u32(ft, NFTNL_FLOWTABLE_FAMILY, NFPROTO_INET);
+	nftnl_flowtable_set_str(ft, NFTNL_FLOWTABLE_TABLE, RULESET_TABLE);
+	nftnl_flowtable_set_str(ft, NFTNL_FLOWTABLE_NAME, "ft");
+	nftnl_flowtable_set_u32(fx, NFTNL_FLOWTABLE_FAMILY, NFPROTO_INET);
+	nftnl_flowtable_set_str(fx, NFTNL_FLOWTABLE_TABLE, "othertool");
+	nftnl_flowtable_set_str(fx, NFTNL_FLOWTABLE_NAME, "fx");
+	ok(canon_obj(&c, o) == 0 && canon_obj(&c, x) == 0 && canon_flowtable(&c, ft) == 0 &&
+	   canon_flowtable(&c, fx) == 0 && c.n == 2, "an object and a flowtable of isopod's table: 2 lines, "
+	   "another table's: none (%zu)", c.n);
+	t = canon_text(&c, &n);
+	ok(t && strstr(t, "object inet isopod q type 2 bytes 100") && strstr(t, "flowtable inet isopod ft") &&
+	   !strstr(t, "othertool"), "their lines: %s", t ? t : "(none)");
+	free(t);
+	canon_free(&c);
+	nftnl_obj_free(o);
+	nftnl_obj_free(x);
+	nftnl_flowtable_free(ft);
+	nftnl_flowtable_free(fx);
+}
+
 int main(void)
 {
 	static const char *what[] = {
@@ -172,5 +211,6 @@ int main(void)
 	}
 	free(ref);
 	drops();
+	objects();
 	return tap_done();
 }

@@ -481,6 +481,24 @@ static void test_store_home(void)
 	}
 }
 
+/* iso_parse: the one reader of isopod's times (attest, attcheck, prov,
+ * report): the exact shape, and a real time. */
+static void test_iso_parse(void)
+{
+	static const char *bad[] = { "2026-02-31T00:00:00Z", "2026-01-01T25:00:00Z",
+				     "2026-01-01 00:00:00Z", "2026-1-01T00:00:00Z",
+				     "2026-01-01T00:00:00", "2026-01-01T00:00:00+00:00",
+				     " 2026-01-01T00:00:00Z", "", NULL };
+	char now[32];
+	size_t i;
+
+	ok(iso_parse("1970-01-01T00:00:01Z") == 1, "iso_parse: the epoch's second 1");
+	ok(iso_parse("2026-12-03T13:00:00Z") == 1796302800LL, "iso_parse: 2026-12-03T13:00:00Z");
+	ok(iso_parse(iso_now(now, sizeof now)) >= 0, "iso_parse reads iso_now: %s", now);
+	for (i = 0; i < sizeof bad / sizeof *bad; i++)
+		ok(iso_parse(bad[i]) == -1, "iso_parse refuses \"%s\"", bad[i] ? bad[i] : "(null)");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "status-child"))
@@ -501,6 +519,7 @@ int main(int argc, char **argv)
 	test_excerpt();
 	test_utf8();
 	test_store_home();
+	test_iso_parse();
 	test_status_fd(argv[0]);
 	test_run_options();
 	{
