@@ -244,11 +244,16 @@ E=" ]
 	echo '{"flavor":"base","sha256":"bbb","size":2}' >"$ISOPOD_HOME/images/base-bbb.json"
 	echo bbb >"$ISOPOD_HOME/images/current-base"
 	echo '{"note":"x"}' >"$ISOPOD_HOME/kernels/k1/meta.json"
+	echo '{"agent_protocol":7}' >"$ISOPOD_HOME/kernels/k2/meta.json"
 	echo k1 >"$ISOPOD_HOME/kernels/current"
 	run_isopod -0 image ls
 	[ "$(wc -l <<<"$output")" -eq 4 ]
+	# the agent protocol the kernel's initramfs speaks: null before the stamp
+	[ "$(jq -sc 'map(select(.kind == "kernel")) | map(.agent_protocol)' <<<"$output")" = '[null,7]' ]
 	[ "$(jq -s 'map(select(.current)) | map(.kind + ":" + .sha256) | sort | join(",")' <<<"$output")" = '"base:bbb,kernel:k1"' ]
 	[ "$(jq -s 'map(select(.current | not)) | length' <<<"$output")" -eq 2 ]
+	run_isopod -0 image version
+	json_is '.version == "'"$(sed -n 's/^#define ISOPOD_VERSION "\(.*\)"$/\1/p' "$ISOPOD_SRC/lib/util.h")"'" and .protocol == '"$(sed -n 's/^#define ISOPOD_PROTO_NUM //p' "$ISOPOD_SRC/lib/frame.h")"
 }
 
 @test "doctor --quick: JSON with an accel field; 0 only when a run can work" {
@@ -424,8 +429,12 @@ doctor_json() {
 	json_is '.warnings == [] and (has("run") | not)'
 	[ "$(jq -r 'keys_unsorted | join(",")' <<<"$output")" = ok,version,accel,accel_reason,accel_probed,kvm,qemu,kernel,base,shell,home,libexec,tools,net,warnings,missing ]
 	# the version is the front end's
+	# and the protocol lib/frame.h's (the front end keeps no copy of either)
+	proto=$(sed -n 's/^#define ISOPOD_PROTO_NUM \([0-9]*\)$/\1/p' "$ISOPOD_SRC/lib/frame.h")
+	[ -n "$proto" ]
 	v=$(isopod version)
-	[ "$v" = "isopod $(jq -r .version <<<"$output") (protocol 1)" ]
+	[ "$v" = "isopod $(jq -r .version <<<"$output") (protocol $proto)" ]
+	! grep -n 'PROTOCOL_VERSION=\|ISOPOD_VERSION=' "$ISOPOD_SRC/sh/isopod" || false
 	# a kernel and a base: present, with their sha256
 	mkdir -p "$ISOPOD_HOME/kernels/$ksha" "$ISOPOD_HOME/accel"
 	: >"$ISOPOD_HOME/kernels/$ksha/vmlinux"
@@ -433,6 +442,15 @@ doctor_json() {
 	echo "$ksha" >"$ISOPOD_HOME/kernels/current"
 	fake_base "$ksha"
 	echo "$ksha" >"$ISOPOD_HOME/images/current-base"
+	# a kernel whose agent speaks another protocol (or whose record has no
+	# stamp) is no kernel a run can boot
+	echo '{"agent_protocol": 999}' >"$ISOPOD_HOME/kernels/$ksha/meta.json"
+	ISOPOD_KVM_DEV=/dev/null doctor_json -111 doctor --quick
+	json_is '.kernel.present == false and (.missing | index("kernel"))'
+	echo '{}' >"$ISOPOD_HOME/kernels/$ksha/meta.json"
+	ISOPOD_KVM_DEV=/dev/null doctor_json -111 doctor --quick
+	json_is '.kernel.present == false and (.missing | index("kernel"))'
+	echo "{\"agent_protocol\": $proto}" >"$ISOPOD_HOME/kernels/$ksha/meta.json"
 	ISOPOD_KVM_DEV=/dev/null doctor_json doctor --quick
 	json_is '.kernel == {present: true, sha256: "'"$ksha"'"} and .base.present == true and .base.sha256 == "'"$ksha"'"'
 	json_is '(.missing | index("kernel") | not) and (.missing | index("base-image") | not)'
