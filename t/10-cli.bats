@@ -284,6 +284,33 @@ fake_stage() {
 		base: {flavor: "base", sha256: $s}}' >"$ISOPOD_HOME/stages/$1/meta.json"
 }
 
+# images/mkinitramfs writes the newc archive itself (no linux-source, no
+# compiler, no cache): with a PATH of only the commands it may use, twice.
+@test "mkinitramfs: with a shell, wc, cat and mv alone; the same bytes twice; /init the agent, the entries gen_init_cpio wrote; the protocol stamp inside" {
+	local d=$BATS_TEST_TMPDIR t
+	mkdir "$d/bin"
+	for t in sh dirname wc cat mv rm; do ln -s "$(command -v "$t")" "$d/bin/$t"; done
+	for i in 1 2; do
+		run --separate-stderr env PATH="$d/bin" ISOPOD_CACHE="$d/c$i" \
+			sh "$ISOPOD_SRC/images/mkinitramfs" "$ISOPOD_SRC/agent/isopod-agent" "$d/$i.cpio"
+		[ "$status" -eq 0 ] || { echo "$stderr" >&2; false; }
+	done
+	[ ! -e "$d/c1" ] && [ ! -e "$d/c2" ] || false
+	cmp "$d/1.cpio" "$d/2.cpio"
+	[ "$(($(stat -c %s "$d/1.cpio") % 512))" -eq 0 ]
+	# the archive the kernel's usr/gen_init_cpio -t 0 wrote for this list
+	[ "$(cpio -itv <"$d/1.cpio" 2>/dev/null | awk '{print $1, $2, $3, $4, $NF}' | tr '\n' ';')" = \
+		"drwxr-xr-x 2 root root dev;crw------- 1 root root dev/console;drwxr-xr-x 2 root root mnt;drwxr-xr-x 2 root root newroot;dr-xr-xr-x 2 root root proc;dr-xr-xr-x 2 root root sys;-rwxr-xr-x 1 root root init;" ]
+	cpio -itv <"$d/1.cpio" 2>/dev/null | grep -q ' 5, *1 .* dev/console$'
+	[ -z "$(cpio -itv <"$d/1.cpio" 2>/dev/null | grep -v ' 1970 ')" ]
+	mkdir "$d/x"
+	(cd "$d/x" && cpio -id init <"$d/1.cpio" 2>/dev/null)
+	cmp "$d/x/init" "$ISOPOD_SRC/agent/isopod-agent"
+	# what images/register stamps into the kernel's record
+	[ "$(LC_ALL=C grep -ao 'isopod-agent-protocol=[0-9]*;' "$d/1.cpio")" = \
+		"isopod-agent-protocol=$(sed -n 's/^#define ISOPOD_PROTO_NUM //p' "$ISOPOD_SRC/lib/frame.h");" ]
+}
+
 @test "image rm: a bad sha is 100, an unknown one 101; a free base goes with its current pointer" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	local a b
