@@ -150,9 +150,9 @@ AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c a
 agent/isopod-agent: $(AGENTSRC) agent/agent.h lib/frame.c lib/frame.h
 	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ $(AGENTSRC) lib/frame.c
 
-# Reproducible, no root needed, works before any kernel is built (images/mkinitramfs).
-# isopod-image (order only): images/lib.sh asks it where the build cache is.
-build/initramfs.cpio: agent/isopod-agent images/mkinitramfs images/lib.sh | bin/isopod-image
+# Reproducible, no root needed, works before any kernel is built and needs
+# nothing but a shell (images/mkinitramfs writes the cpio itself, no cache).
+build/initramfs.cpio: agent/isopod-agent images/mkinitramfs images/lib.sh
 	mkdir -p build
 	sh images/mkinitramfs agent/isopod-agent $@
 
@@ -161,7 +161,7 @@ sh/isopod.out: sh/isopod
 
 # Kernel and base images (each cached by input hash outside the repo, in
 # $ISOPOD_CACHE), then registration in the store $ISOPOD_HOME (images/register).
-# The debian flavor (a cold build downloads ~150 MB from the host's Debian
+# The debian flavor (a cold build downloads ~220 MB from the host's Debian
 # mirror and takes ~3.5 min) unless ISOPOD_DEBIAN=0.
 images: all
 	sh images/build-kernel

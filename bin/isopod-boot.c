@@ -301,7 +301,8 @@ static void load_vm(struct boot *bt)
 			die(EX_NOTFOUND, "no such vm: %s", bt->id);
 		die(EX_SYS, "unable to read %s:", bt->meta);
 	}
-	if ((r = resolve_kernel(&bt->im, err, sizeof err)))
+	if ((r = resolve_kernel(&bt->im, err, sizeof err)) ||
+	    (r = kernel_agent_ok(&bt->im, err, sizeof err)))
 		die(r, "%s", err);
 	/* isopod-fork leaves the disk (over a stage chain) and the base it
 	 * rests on in the record; boot then boots that disk as it is. */

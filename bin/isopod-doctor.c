@@ -492,7 +492,9 @@ static int doctor(const struct cli *c)
 		    EXC(defnet));
 
 	/* the kernel and base image a run boots */
-	d.kpresent = resolve_kernel(&d.im, err, sizeof err) == 0;
+	/* a kernel whose agent speaks another protocol boots nothing */
+	d.kpresent = resolve_kernel(&d.im, err, sizeof err) == 0 &&
+		     kernel_agent_ok(&d.im, err, sizeof err) == 0;
 	if (!d.kpresent)
 		miss(&d, "kernel");
 	d.bpresent = resolve_base(&d.im, "base", NULL, err, sizeof err) == 0;

@@ -4,6 +4,8 @@
  *   build [FLAVOR]  build a base with the images/ scripts and register it
  *   rm SHA256       remove a base no stage and no running VM stands on
  *   where           the store, the build cache, the configuration files
+ *   version         {version, protocol}: isopod's and the agent protocol's
+ *                   (lib/frame.h), what `isopod version` prints
  *
  * rm reads, decides and deletes under the store lock (locks/store), the
  * lock isopod-commit publishes a stage under: a commit either published
@@ -11,6 +13,7 @@
  * gone when it gets the lock (it refuses, and nothing is committed).
  * Never a stage over a missing base. */
 #include "config.h"
+#include "frame.h"
 #include "image.h"
 #include "proc.h"
 #include "stage.h"
@@ -28,7 +31,8 @@
 #include <unistd.h>
 
 #define USAGE \
-	"isopod-image ls | isopod-image build [FLAVOR] | isopod-image rm SHA256 | isopod-image where"
+	"isopod-image ls | isopod-image build [FLAVOR] | isopod-image rm SHA256 | isopod-image where " \
+	"| isopod-image version"
 
 
 /* The names in dir that start with prefix and end with suffix, sorted
@@ -102,6 +106,10 @@ static void ls_kernels(void)
 		}
 		o = record("kernel", sha, meta);
 		json_decref(meta);
+		/* always there: null on a record from before the stamp (a boot
+		 * refuses it, as it refuses another version than ours) */
+		if (!json_object_get(o, "agent_protocol"))
+			json_object_set_new(o, "agent_protocol", json_null());
 		json_object_set_new(o, "path", json_string(k));
 		json_object_set_new(o, "current", json_boolean(is_current("kernels", "current", sha)));
 		json_emit(o);
@@ -376,6 +384,14 @@ int main(int argc, char **argv)
 		if (argc > 2)
 			die_usage(USAGE, "image where takes no arguments");
 		return cmd_where();
+	}
+	if (!strcmp(argv[1], "version")) {
+		if (argc > 2)
+			usage("image version takes no arguments");
+		/* the front end's version line: one source, the C headers */
+		json_emit(json_pack("{s:s, s:i}", "version", ISOPOD_VERSION, "protocol",
+				    (int)ISOPOD_PROTO_VERSION));
+		return 0;
 	}
 	if (!strcmp(argv[1], "build"))
 		return cmd_build(argc - 2, argv + 2);

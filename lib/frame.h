@@ -13,7 +13,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ISOPOD_PROTO_VERSION 1u
+/* The one place the protocol version is written.  ISOPOD_PROTO_NUM is the
+ * bare number so it can be spelled into ISOPOD_PROTO_STAMP: the agent
+ * carries that string (agent/pid1.c), images/register reads it out of the
+ * uncompressed initramfs into the kernel's record (agent_protocol), and
+ * kernel_agent_ok (lib/image.c) refuses a record whose agent speaks another
+ * version before anything boots.  The front end asks isopod-image version. */
+#define ISOPOD_PROTO_NUM 1
+#define ISOPOD_PROTO_VERSION ((unsigned)ISOPOD_PROTO_NUM)
+#define ISOPOD_STR_(x) #x
+#define ISOPOD_STR(x) ISOPOD_STR_(x)
+#define ISOPOD_PROTO_STAMP "isopod-agent-protocol=" ISOPOD_STR(ISOPOD_PROTO_NUM) ";"
 
 #define FRAME_HDR 9u
 /* Hard cap on one payload, both directions.  A peer announcing more is

@@ -1,5 +1,6 @@
 /* image.c - the kernel and base image a VM boots (see image.h). */
 #include "image.h"
+#include "frame.h"
 #include "util.h"
 
 #include <errno.h>
@@ -45,6 +46,43 @@ int read_sha(const char *path, char out[65])
 		return -1;
 	}
 	memcpy(out, buf, 65);
+	return 0;
+}
+
+/* Refused here, before QEMU starts, rather than as a failed handshake
+ * after a whole boot.  A record without the stamp is one from before it:
+ * nothing says what its agent speaks, so it is refused too.  Not found
+ * (101), as a missing kernel is: the kernel these tools can boot is not
+ * in the store, and the fix is the same. */
+int kernel_agent_ok(const struct img *im, char *err, size_t errsz)
+{
+	char p[PATH_MAX];
+	json_t *meta, *v;
+	json_int_t got;
+
+	if (pathn(p, sizeof p, "%s/kernels/%s/meta.json", store_home(), im->ksha) < 0) {
+		snprintf(err, errsz, "store path %.512s is too long", store_home());
+		return EX_USAGE;
+	}
+	meta = json_load_path(p);
+	v = json_object_get(meta, "agent_protocol");
+	if (!json_is_integer(v)) {
+		json_decref(meta);
+		snprintf(err, errsz,
+			 "kernel %.12s's record (%.512s) states no agent protocol version (these tools "
+			 "speak %u): run `make images` (or images/register) again to stamp it",
+			 im->ksha, p, ISOPOD_PROTO_VERSION);
+		return EX_NOTFOUND;
+	}
+	got = json_integer_value(v);
+	json_decref(meta);
+	if (got != (json_int_t)ISOPOD_PROTO_VERSION) {
+		snprintf(err, errsz,
+			 "kernel %.12s's agent speaks protocol %lld, these tools speak %u: run `make "
+			 "images` to build and register the agent of this tree",
+			 im->ksha, (long long)got, ISOPOD_PROTO_VERSION);
+		return EX_NOTFOUND;
+	}
 	return 0;
 }
 

@@ -30,6 +30,13 @@ int read_pointer(const char *path, char *out, size_t sz);
 int read_sha(const char *path, char out[65]);
 /* kernels/current.  0, or an exit class with err. */
 int resolve_kernel(struct img *im, char *err, size_t errsz);
+/* The agent in the resolved kernel's initramfs speaks these tools'
+ * protocol: its record's agent_protocol (kernels/<ksha>/meta.json, stamped
+ * by images/register) is ISOPOD_PROTO_VERSION (lib/frame.h).  What boots
+ * checks it (isopod-boot, the doctor); the files alone (attest) need not.
+ * 0, or an exit class with err (EX_NOTFOUND naming both versions and the
+ * fix, `make images`, when another version or none is recorded). */
+int kernel_agent_ok(const struct img *im, char *err, size_t errsz);
 /* The base image: the one a fork recorded (sha given), else the current
  * build of the flavor.  0, or an exit class with err. */
 int resolve_base(struct img *im, const char *flavor, const char *sha, char *err, size_t errsz);

@@ -244,11 +244,16 @@ E=" ]
 	echo '{"flavor":"base","sha256":"bbb","size":2}' >"$ISOPOD_HOME/images/base-bbb.json"
 	echo bbb >"$ISOPOD_HOME/images/current-base"
 	echo '{"note":"x"}' >"$ISOPOD_HOME/kernels/k1/meta.json"
+	echo '{"agent_protocol":7}' >"$ISOPOD_HOME/kernels/k2/meta.json"
 	echo k1 >"$ISOPOD_HOME/kernels/current"
 	run_isopod -0 image ls
 	[ "$(wc -l <<<"$output")" -eq 4 ]
+	# the agent protocol the kernel's initramfs speaks: null before the stamp
+	[ "$(jq -sc 'map(select(.kind == "kernel")) | map(.agent_protocol)' <<<"$output")" = '[null,7]' ]
 	[ "$(jq -s 'map(select(.current)) | map(.kind + ":" + .sha256) | sort | join(",")' <<<"$output")" = '"base:bbb,kernel:k1"' ]
 	[ "$(jq -s 'map(select(.current | not)) | length' <<<"$output")" -eq 2 ]
+	run_isopod -0 image version
+	json_is '.version == "'"$(sed -n 's/^#define ISOPOD_VERSION "\(.*\)"$/\1/p' "$ISOPOD_SRC/lib/util.h")"'" and .protocol == '"$(sed -n 's/^#define ISOPOD_PROTO_NUM //p' "$ISOPOD_SRC/lib/frame.h")"
 }
 
 @test "doctor --quick: JSON with an accel field; 0 only when a run can work" {
@@ -277,6 +282,33 @@ fake_stage() {
 	mkdir -p "$ISOPOD_HOME/stages/$1"
 	jq -n --arg id "$1" --arg s "$2" '{id: $id, name: $id, label: null, parent: null, depth: 1,
 		base: {flavor: "base", sha256: $s}}' >"$ISOPOD_HOME/stages/$1/meta.json"
+}
+
+# images/mkinitramfs writes the newc archive itself (no linux-source, no
+# compiler, no cache): with a PATH of only the commands it may use, twice.
+@test "mkinitramfs: with a shell, wc, cat and mv alone; the same bytes twice; /init the agent, the entries gen_init_cpio wrote; the protocol stamp inside" {
+	local d=$BATS_TEST_TMPDIR t
+	mkdir "$d/bin"
+	for t in sh dirname wc cat mv rm; do ln -s "$(command -v "$t")" "$d/bin/$t"; done
+	for i in 1 2; do
+		run --separate-stderr env PATH="$d/bin" ISOPOD_CACHE="$d/c$i" \
+			sh "$ISOPOD_SRC/images/mkinitramfs" "$ISOPOD_SRC/agent/isopod-agent" "$d/$i.cpio"
+		[ "$status" -eq 0 ] || { echo "$stderr" >&2; false; }
+	done
+	[ ! -e "$d/c1" ] && [ ! -e "$d/c2" ] || false
+	cmp "$d/1.cpio" "$d/2.cpio"
+	[ "$(($(stat -c %s "$d/1.cpio") % 512))" -eq 0 ]
+	# the archive the kernel's usr/gen_init_cpio -t 0 wrote for this list
+	[ "$(cpio -itv <"$d/1.cpio" 2>/dev/null | awk '{print $1, $2, $3, $4, $NF}' | tr '\n' ';')" = \
+		"drwxr-xr-x 2 root root dev;crw------- 1 root root dev/console;drwxr-xr-x 2 root root mnt;drwxr-xr-x 2 root root newroot;dr-xr-xr-x 2 root root proc;dr-xr-xr-x 2 root root sys;-rwxr-xr-x 1 root root init;" ]
+	cpio -itv <"$d/1.cpio" 2>/dev/null | grep -q ' 5, *1 .* dev/console$'
+	[ -z "$(cpio -itv <"$d/1.cpio" 2>/dev/null | grep -v ' 1970 ')" ]
+	mkdir "$d/x"
+	(cd "$d/x" && cpio -id init <"$d/1.cpio" 2>/dev/null)
+	cmp "$d/x/init" "$ISOPOD_SRC/agent/isopod-agent"
+	# what images/register stamps into the kernel's record
+	[ "$(LC_ALL=C grep -ao 'isopod-agent-protocol=[0-9]*;' "$d/1.cpio")" = \
+		"isopod-agent-protocol=$(sed -n 's/^#define ISOPOD_PROTO_NUM //p' "$ISOPOD_SRC/lib/frame.h");" ]
 }
 
 @test "image rm: a bad sha is 100, an unknown one 101; a free base goes with its current pointer" {
@@ -424,8 +456,12 @@ doctor_json() {
 	json_is '.warnings == [] and (has("run") | not)'
 	[ "$(jq -r 'keys_unsorted | join(",")' <<<"$output")" = ok,version,accel,accel_reason,accel_probed,kvm,qemu,kernel,base,shell,home,libexec,tools,net,warnings,missing ]
 	# the version is the front end's
+	# and the protocol lib/frame.h's (the front end keeps no copy of either)
+	proto=$(sed -n 's/^#define ISOPOD_PROTO_NUM \([0-9]*\)$/\1/p' "$ISOPOD_SRC/lib/frame.h")
+	[ -n "$proto" ]
 	v=$(isopod version)
-	[ "$v" = "isopod $(jq -r .version <<<"$output") (protocol 1)" ]
+	[ "$v" = "isopod $(jq -r .version <<<"$output") (protocol $proto)" ]
+	! grep -n 'PROTOCOL_VERSION=\|ISOPOD_VERSION=' "$ISOPOD_SRC/sh/isopod" || false
 	# a kernel and a base: present, with their sha256
 	mkdir -p "$ISOPOD_HOME/kernels/$ksha" "$ISOPOD_HOME/accel"
 	: >"$ISOPOD_HOME/kernels/$ksha/vmlinux"
@@ -433,6 +469,15 @@ doctor_json() {
 	echo "$ksha" >"$ISOPOD_HOME/kernels/current"
 	fake_base "$ksha"
 	echo "$ksha" >"$ISOPOD_HOME/images/current-base"
+	# a kernel whose agent speaks another protocol (or whose record has no
+	# stamp) is no kernel a run can boot
+	echo '{"agent_protocol": 999}' >"$ISOPOD_HOME/kernels/$ksha/meta.json"
+	ISOPOD_KVM_DEV=/dev/null doctor_json -111 doctor --quick
+	json_is '.kernel.present == false and (.missing | index("kernel"))'
+	echo '{}' >"$ISOPOD_HOME/kernels/$ksha/meta.json"
+	ISOPOD_KVM_DEV=/dev/null doctor_json -111 doctor --quick
+	json_is '.kernel.present == false and (.missing | index("kernel"))'
+	echo "{\"agent_protocol\": $proto}" >"$ISOPOD_HOME/kernels/$ksha/meta.json"
 	ISOPOD_KVM_DEV=/dev/null doctor_json doctor --quick
 	json_is '.kernel == {present: true, sha256: "'"$ksha"'"} and .base.present == true and .base.sha256 == "'"$ksha"'"'
 	json_is '(.missing | index("kernel") | not) and (.missing | index("base-image") | not)'

@@ -425,6 +425,39 @@ $want" ]
 	[ ! -d "$ISOPOD_HOME/vms/$id" ]
 }
 
+@test "run: a kernel whose agent speaks another protocol is refused before boot (101), naming both versions and the fix; no QEMU starts" {
+	proto=$(sed -n 's/^#define ISOPOD_PROTO_NUM //p' "$ROOT/lib/frame.h")
+	k=$ISOPOD_HOME/kernels/$(cat "$ISOPOD_HOME/kernels/current")
+	# registration stamped the agent's own version into the record
+	jq -e --argjson p "$proto" '.agent_protocol == $p' "$k/meta.json"
+	isopod image ls | jq -se --argjson p "$proto" 'any(.[]; .kind == "kernel" and .current and .agent_protocol == $p)'
+	cp "$k/meta.json" "$BATS_TEST_TMPDIR/meta.json"
+	# a QEMU first on PATH that leaves a mark (no jail: the jail's mount
+	# namespace would not see this directory, and would hide the attempt)
+	q=$(mktemp -d /tmp/isopod-t20-q.XXXXXX)
+	printf '#!/bin/sh\ntouch %s/ran\nexit 1\n' "$q" >"$q/qemu-system-x86_64"
+	chmod 0755 "$q/qemu-system-x86_64"
+	jq '.agent_protocol = 999' "$BATS_TEST_TMPDIR/meta.json" >"$k/meta.json"
+	ISOPOD_JAIL=0 PATH="$q:$PATH" run --separate-stderr isopod run --json-only --cold -- true
+	st1=$status err1=$stderr
+	jq 'del(.agent_protocol)' "$BATS_TEST_TMPDIR/meta.json" >"$k/meta.json"
+	ISOPOD_JAIL=0 PATH="$q:$PATH" run --separate-stderr isopod run --json-only --cold -- true
+	st2=$status err2=$stderr
+	ran=$(ls "$q")
+	rm -rf "$q"
+	echo "$st1: $err1" >&2
+	echo "$st2: $err2" >&2
+	[ "$st1" -eq 101 ] && [ "$st2" -eq 101 ] || false
+	[[ "$err1" == *"agent speaks protocol 999, these tools speak $proto"* && "$err1" == *"run \`make images\`"* ]]
+	[[ "$err2" == *"states no agent protocol version (these tools speak $proto)"* && "$err2" == *"images/register) again"* ]]
+	[ "$ran" = qemu-system-x86_64 ]
+	# registering again stamps the old record; then it boots
+	sh "$ROOT/images/register" "$ISOPOD_HOME" 2>/dev/null
+	jq -e --argjson p "$proto" '.agent_protocol == $p' "$k/meta.json"
+	run --separate-stderr isopod run --json-only --cold -- true
+	[ "$status" -eq 0 ]
+}
+
 @test "vm: a nonexistent VM name or id is exit 101 naming it" {
 	run --separate-stderr isopod vm rm no-such-vm-name
 	[ "$status" -eq 101 ]

@@ -466,6 +466,8 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	new=$(echo "new $ksha" | sha256sum | cut -c1-64)
 	mkdir "$ISOPOD_HOME/kernels/$new"
 	ln "$ISOPOD_HOME/kernels/$ksha/vmlinux" "$ISOPOD_HOME/kernels/$ksha/initramfs.cpio" "$ISOPOD_HOME/kernels/$new/"
+	# its record too: a boot wants the agent protocol stamp (lib/image.c)
+	cp "$ISOPOD_HOME/kernels/$ksha/meta.json" "$ISOPOD_HOME/kernels/$new/"
 	echo "$new" > "$ISOPOD_HOME/kernels/current"
 	run --separate-stderr isopod-warm ls
 	jout -s --arg k "$old" '.[] | select(.key == $k) | .orphaned and (.orphaned_by[0] | test("kernel .* is no longer current"))'
