@@ -387,7 +387,7 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "version")) {
 		if (argc > 2)
-			usage("image version takes no arguments");
+			die_usage(USAGE, "image version takes no arguments");
 		/* the front end's version line: one source, the C headers */
 		json_emit(json_pack("{s:s, s:i}", "version", ISOPOD_VERSION, "protocol",
 				    (int)ISOPOD_PROTO_VERSION));
