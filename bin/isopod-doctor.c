@@ -58,27 +58,6 @@ static void miss(struct diag *d, const char *what)
 	json_array_append_new(d->missing, json_string(what));
 }
 
-/* Is there an executable `name` in $PATH (what `command -v` finds)? */
-static int in_path(const char *name)
-{
-	const char *path = getenv("PATH"), *p, *e;
-	char f[PATH_MAX];
-
-	if (!path || !*path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	for (p = path;; p = e + 1) {
-		size_t n;
-
-		e = strchr(p, ':');
-		n = e ? (size_t)(e - p) : strlen(p);
-		if (pathn(f, sizeof f, "%.*s/%s", (int)n, n ? p : ".", name) == 0 &&
-		    access(f, X_OK) == 0)
-			return 1;
-		if (!e)
-			return 0;
-	}
-}
-
 /* kvm:{device, present, usable, pvm}: what the host has (the verdict
  * itself is lib/accel.c's). */
 static json_t *kvm_facts(int *usable)
@@ -132,9 +111,9 @@ static void accel_of(struct diag *d, int pvm)
  * caches it by the binary's identity). */
 static json_t *qemu_facts(struct diag *d)
 {
-	char v[256], err[512], *e;
+	char v[256], err[512], path[PATH_MAX], *e;
 
-	if (!in_path(QEMU)) {
+	if (proc_path_find(QEMU, path, sizeof path) < 0) {
 		miss(d, "qemu(" QEMU ")");
 		return json_pack("{s:s, s:n}", "binary", QEMU, "version");
 	}
@@ -507,7 +486,7 @@ static int doctor(const struct cli *c)
 	if (proc_tools_dir(libexec, sizeof libexec) < 0)
 		die(EX_SYS, "unable to find the tools' directory:");
 	have = tools_have(&d, libexec);
-	if (!in_path("flock"))
+	if (proc_path_find("flock", err, sizeof err) < 0)
 		miss(&d, "flock");
 	net = net_facts(&d, defnet);
 

@@ -338,3 +338,25 @@ int proc_ident(long long pid, unsigned long long *start, long long *uid, long lo
 		*euid = e;
 	return 0;
 }
+
+int proc_path_find(const char *name, char *out, size_t sz)
+{
+	const char *path = getenv("PATH"), *p, *e;
+
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	for (p = path;; p = e + 1) {
+		size_t n;
+
+		e = strchr(p, ':');
+		n = e ? (size_t)(e - p) : strlen(p);
+		if (pathn(out, sz, "%.*s/%s", (int)(n ? n : 1), n ? p : ".", name) == 0 &&
+		    access(out, X_OK) == 0)
+			return 0;
+		if (!e)
+			break;
+	}
+	out[0] = 0;
+	errno = ENOENT;
+	return -1;
+}

@@ -73,6 +73,10 @@ int proc_capture(const struct proc_spec *ps, char *buf, size_t sz, size_t *len);
 /* The tool `name` beside the running program (isopod-boot finds
  * isopod-supervise so), or $env when set.  Returns buf. */
 const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env);
+/* name found as execvp would find it: the first executable PATH entry
+ * ("/usr/local/bin:/usr/bin:/bin" when PATH is unset or empty; an empty
+ * entry is the current directory) into out.  0, or -1 with errno ENOENT. */
+int proc_path_find(const char *name, char *out, size_t sz);
 /* The directory of the isopod tools: $ISOPOD_LIBEXEC when set, else the
  * running program's own.  0, or -1 with errno (ENAMETOOLONG; /proc/self/exe
  * unreadable). */

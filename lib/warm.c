@@ -45,30 +45,6 @@ static int warm_path(char *buf, size_t sz, const char *name)
 
 /* ---- the QEMU version, cached by the binary's identity --------------- */
 
-/* The binary execvp(QEMU) would run. */
-static int find_qemu(char *out, size_t sz)
-{
-	const char *path = getenv("PATH"), *p, *e;
-
-	if (!path || !*path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	for (p = path; ; p = e + 1) {
-		size_t n;
-
-		e = strchr(p, ':');
-		n = e ? (size_t)(e - p) : strlen(p);
-		if (n == 0 && snprintf(out, sz, "./%s", QEMU) < (int)sz && access(out, X_OK) == 0)
-			return 0;
-		if (n && snprintf(out, sz, "%.*s/%s", (int)n, p, QEMU) < (int)sz &&
-		    access(out, X_OK) == 0)
-			return 0;
-		if (!e)
-			break;
-	}
-	errno = ENOENT;
-	return -1;
-}
-
 static int run_version(const char *bin, char *out, size_t sz, char *err, size_t errsz)
 {
 	char *av[] = { QEMU, "--version", NULL }, buf[512], *nl;
@@ -98,7 +74,7 @@ int qemu_version(char *out, size_t sz, char *err, size_t errsz)
 	json_t *c, *n;
 	const char *v;
 
-	if (find_qemu(bin, sizeof bin) < 0 || stat(bin, &st) < 0) {
+	if (proc_path_find(QEMU, bin, sizeof bin) < 0 || stat(bin, &st) < 0) {
 		snprintf(err, errsz, "%s not found in PATH", QEMU);
 		return -1;
 	}

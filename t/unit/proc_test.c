@@ -273,6 +273,31 @@ int main(void)
 		   "a spawn refused: -1, no descriptor left open (lowest free %d, then %d)", a2, b2);
 	}
 
+	/* A program on PATH as execvp finds it (isopod-doctor's checks, the
+	 * warm pool's QEMU): the first executable entry; an empty entry is
+	 * ".", a missing program ENOENT and "" */
+	{
+		char f[PATH_MAX], *old = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
+
+		setenv("PATH", "/nonexistent:/bin:/usr/bin", 1);
+		ok(proc_path_find("sh", f, sizeof f) == 0 && !strcmp(f, "/bin/sh"),
+		   "path_find: the first executable entry (%s)", f);
+		setenv("PATH", "/nonexistent", 1);
+		errno = 0;
+		ok(proc_path_find("sh", f, sizeof f) == -1 && errno == ENOENT && !f[0],
+		   "path_find: nowhere: -1 ENOENT, \"\"");
+		setenv("PATH", "", 1);
+		ok(proc_path_find("sh", f, sizeof f) == 0 && !strncmp(f, "/", 1),
+		   "path_find: an empty PATH is the default one (%s)", f);
+		setenv("PATH", ":/nonexistent", 1);
+		ok(proc_path_find("proc_test.bin", f, sizeof f) == (access("proc_test.bin", X_OK) ? -1 : 0),
+		   "path_find: an empty entry is the current directory");
+		if (old) {
+			setenv("PATH", old, 1);
+			free(old);
+		}
+	}
+
 	/* The tools' directory and the front end beside it (isopod-runner,
 	 * isopod-mcp), or the source tree's ../sh/isopod. */
 	{
