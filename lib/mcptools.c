@@ -459,6 +459,29 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 #define POSREF "{\"type\":\"string\",\"minLength\":1,\"maxLength\":200," \
 	"\"pattern\":\"^[^-./\\u0001-\\u001f\\u007f][^/\\u0001-\\u001f\\u007f]*$\"}"
 
+/* sandbox_run's answer: `isopod run`'s result (isopod(1) JSON RESULT), each
+ * member typed, none but ok required (a failed run has only what it got
+ * to), members not listed allowed (new ones may be added). */
+#define INT_OR_NULL "{\"type\":[\"integer\",\"null\"]}"
+#define STR_OR_NULL "{\"type\":[\"string\",\"null\"]}"
+#define OBJ "{\"type\":\"object\"}"
+#define RUN_OUT \
+	",\"vm\":{\"type\":\"object\",\"properties\":{\"id\":" STR_OR_NULL ",\"name\":" STR_OR_NULL "}}," \
+	"\"accel\":{\"type\":[\"string\",\"null\"],\"enum\":[\"kvm\",\"tcg\",null]},\"accel_reason\":" STR_OR_NULL "," \
+	"\"path\":{\"type\":\"string\",\"enum\":[\"cold\",\"warm\",\"snapshot-build\"]}," \
+	"\"resume_ms\":" INT_OR_NULL ",\"warm_key\":" STR_OR_NULL "," \
+	"\"exit_code\":" INT_OR_NULL ",\"signal\":" INT_OR_NULL ",\"timed_out\":{\"type\":\"boolean\"}," \
+	"\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"}," \
+	"\"stdout_bytes\":{\"type\":\"integer\",\"minimum\":0},\"stderr_bytes\":{\"type\":\"integer\",\"minimum\":0}," \
+	"\"stdout_truncated\":{\"type\":\"boolean\"},\"stderr_truncated\":{\"type\":\"boolean\"}," \
+	"\"stdout_log\":" STR_OR_NULL ",\"stderr_log\":" STR_OR_NULL "," \
+	"\"copied_in\":{\"type\":\"array\",\"items\":" OBJ "},\"copied_out\":{\"type\":\"array\",\"items\":" OBJ "}," \
+	"\"warnings\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}," \
+	"\"on\":" OBJ ",\"commit\":" OBJ ",\"provenance\":" OBJ ",\"net\":" OBJ ",\"egress\":" OBJ "," \
+	"\"proposed_allowlist\":" OBJ "," \
+	"\"timings\":{\"type\":\"object\",\"properties\":{\"boot_ms\":" INT_OR_NULL ",\"exec_ms\":" INT_OR_NULL \
+	",\"total_ms\":" INT_OR_NULL "}}"
+
 const struct tool mcp_tools[] = {
 	{ .name = "sandbox_run", .runner = R_FRONT, .build = build_run,
 	  .desc = "Run a command in a fresh isopod microVM (QEMU; egress denied at the host unless "
@@ -477,9 +500,7 @@ const struct tool mcp_tools[] = {
 		"\"keep\":{\"type\":\"boolean\"},\"cold\":{\"type\":\"boolean\"},"
 		"\"provenance\":{\"type\":\"boolean\",\"description\":\"sign what copy_out brings back "
 		"and a commit_as stage (in-toto/SLSA, the host key): the answer's provenance.envelope\"}}}",
-	  .out = OUT_OBJ(",\"exit_code\":{\"type\":[\"integer\",\"null\"]},\"timed_out\":{\"type\":\"boolean\"},"
-			 "\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
-			 "\"vm\":{},\"warnings\":{\"type\":\"array\"}") },
+	  .out = OUT_OBJ(RUN_OUT) },
 	{ .name = "vm_exec", .runner = R_TOOL, .build = build_exec,
 	  .desc = "Run another command in a VM kept with sandbox_run keep:true (isopod-exec).",
 	  .in = "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"vm\"],\"properties\":{"

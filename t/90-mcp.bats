@@ -84,6 +84,28 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
 	done
 }
 
+@test "mcp: sandbox_run's outputSchema types every member of isopod run's result (isopod(1) JSON RESULT), none but ok required" {
+	run --separate-stderr python3 "$RAW" --want 2 --timeout 30 -- "$MCP" <<EOF
+$INIT
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/list"}
+EOF
+	[ "$status" -eq 0 ]
+	local out
+	out=$(echo "$output" | jq -c '.messages[] | select(.id == 2) | .result.tools[] | select(.name == "sandbox_run") | .outputSchema')
+	echo "$out" >&2
+	# the man page's members, each with a type (the SDK client checks every answer against it)
+	local m
+	for m in ok error error_kind vm accel accel_reason path resume_ms warm_key exit_code signal timed_out \
+		stdout stderr stdout_bytes stderr_bytes stdout_truncated stderr_truncated stdout_log stderr_log \
+		copied_in copied_out warnings on commit provenance net egress timings; do
+		echo "$out" | jq -e --arg m "$m" '.properties[$m].type != null' >/dev/null ||
+			{ echo "untyped: $m"; false; }
+	done
+	echo "$out" | jq -e '.required == ["ok"] and .properties.stdout_bytes.type == "integer"
+		and .properties.timings.properties.total_ms.type == ["integer", "null"]'
+}
+
 @test "mcp: initialize answers the client's revision when supported, else our newest" {
 	for v in 2025-11-25 2025-06-18 2024-11-05; do
 		run --separate-stderr python3 "$RAW" --want 1 -- "$MCP" <<<"${INIT/2025-11-25/$v}"
