@@ -588,9 +588,10 @@ int main(int argc, char **argv)
 		    "until a rerun verifies)", c.tables_ok ? "ok" : "differ", c.rules_ok ? "ok" : "differ",
 		    c.tc_good, c.plan.total, c.v6bad);
 	}
-	report(&c);
-	/* What was verified, recorded for the doctor to compare (lib/netstate.h). */
+	/* What was verified, recorded for the doctor to compare (lib/netstate.h),
+	 * before the report: a failure to record leaves stdout empty too. */
 	if (netstate_write(c.err, sizeof c.err) < 0)
 		die(EX_SYS, "%s", c.err);
+	report(&c);
 	return 0;
 }

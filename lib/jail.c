@@ -814,13 +814,27 @@ int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, si
 {
 	char *argv[] = { "ldd", (char *)prog, NULL }, buf[65536], *line, *save;
 	struct proc_spec ps = PROC_SPEC(argv);
+	size_t len = 0;
 	int st;
 
-	ps.out = PROC_PIPE;
-	if ((st = proc_capture(&ps, buf, sizeof buf, NULL)) < 0)
+	/* Both streams: "not a dynamic executable" is on stderr; a line that
+	 * is not a path is skipped below. */
+	ps.out = ps.err = PROC_PIPE;
+	if ((st = proc_capture(&ps, buf, sizeof buf, &len)) < 0)
 		return fail(err, errsz, "ldd %s:", prog);
-	if (st != 0) /* "not a dynamic executable": nothing to add */
+	/* A cut list would bind a cut path (a directory prefix) into the jail,
+	 * or leave a library out: never a partial answer. */
+	if (len >= sizeof buf) {
+		errno = E2BIG;
+		return fail(err, errsz, "ldd %s: more than %zu bytes of output", prog, sizeof buf - 1);
+	}
+	if (st != 0 && strstr(buf, "not a dynamic executable")) /* static: nothing to add */
 		return 0;
+	if (st != 0) {
+		errno = EINVAL;
+		return fail(err, errsz, "ldd %s: exit status %d: %s", prog, st,
+			    EXC(buf[0] ? buf : "(no output)"));
+	}
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *p = strstr(line, "=> "), *e;
 

@@ -89,6 +89,12 @@ int taphold_who(const char *tap, char *out, size_t sz)
 				comm[strcspn(comm, "\n") < (size_t)n ? strcspn(comm, "\n") : (size_t)n] = '\0';
 			close(fd);
 		}
+		/* The holder names itself (prctl PR_SET_NAME): printable ASCII
+		 * only, so it never writes control bytes to a terminal or
+		 * breaks the UTF-8 of a result's warning. */
+		for (char *c = comm; *c; c++)
+			if (*c < 0x20 || *c > 0x7e)
+				*c = '?';
 		/* Tap names are per network namespace: a holder in another
 		 * one may hold another tap of the same name. */
 		same = !sameok || (pathn(p, sizeof p, "/proc/%s/ns/net", e->d_name) == 0 &&

@@ -855,15 +855,20 @@ int vm_running(const char *id)
 
 	if (pathn(p, sizeof p, "%s/vms/%s/lock", store_home(), id) < 0)
 		return -1;
+	/* No lock file: never started.  Any other failure (EMFILE, EACCES...)
+	 * cannot tell, and "not running" would let gc reap a live VM. */
 	fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
-		return 0;
+		return errno == ENOENT ? 0 : -1;
 	/* A shared probe fails exactly when the supervisor holds it (LOCK_EX):
 	 * two probes at once (`isopod vm ls` in a loop, gc) never see each
 	 * other as a running VM, as two exclusive ones would. */
 	if (flock(fd, LOCK_SH | LOCK_NB) < 0) {
+		int e = errno;
+
 		close(fd);
-		return errno == EWOULDBLOCK;
+		errno = e;
+		return e == EWOULDBLOCK ? 1 : -1;
 	}
 	close(fd);
 	return 0;

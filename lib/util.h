@@ -189,8 +189,10 @@ void sha256_hex(const void *data, size_t n, char out[65]);
 int parse_ll(const char *s, long long lo, long long hi, long long *out);
 
 /* Is the VM's supervisor alive (its lock on vms/<id>/lock is held)?  1 or
- * 0; -1 (ENAMETOOLONG) when the lock's path does not fit, which every caller
- * takes as running: the answer that removes and starts nothing. */
+ * 0 (0 only when the lock is free or there is none); -1 with errno when it
+ * cannot tell (the lock's path does not fit, ENAMETOOLONG; the lock cannot
+ * be opened or probed), which every caller takes as running: the answer
+ * that removes and starts nothing. */
 int vm_running(const char *id);
 
 /* connect(2) the AF_UNIX stream socket fd to the socket at path, never

@@ -39,6 +39,30 @@ static void test_sysctl(const char *dir)
 	   "this host protects hard links (the jail's handover needs it)");
 }
 
+/* jail_deps: what the jail binds for a program (ldd): every path of a
+ * dynamic one, nothing for a static one, and an error, never a partial or
+ * empty list, when ldd fails. */
+static void test_deps(void)
+{
+	char *out[256], err[512];
+	size_t n = 0, i;
+	int r, libc = 0;
+
+	r = jail_deps("/bin/sh", out, &n, 256, err, sizeof err);
+	for (i = 0; i < n; i++) {
+		libc |= strstr(out[i], "libc.so") != NULL;
+		free(out[i]);
+	}
+	ok(r == 0 && n >= 2 && libc, "deps of /bin/sh: %zu paths, libc among them", n);
+	n = 0;
+	r = jail_deps("agent/isopod-agent", out, &n, 256, err, sizeof err);
+	ok(access("agent/isopod-agent", X_OK) != 0 || (r == 0 && n == 0),
+	   "deps of the static agent: none (%d, %zu)", r, n);
+	n = 0;
+	r = jail_deps("/nonexistent/prog", out, &n, 256, err, sizeof err);
+	ok(r < 0 && n == 0, "deps of a missing program: an error, no list (%s)", err);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/isopod-qjail-test.XXXXXX";
@@ -48,6 +72,7 @@ int main(void)
 		return 1;
 	}
 	test_sysctl(dir);
+	test_deps();
 	rmdir(dir);
 	return tap_done();
 }

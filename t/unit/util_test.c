@@ -426,6 +426,35 @@ static void test_run_options(void)
 	   "run_options_json: no value where the getopt table takes none: %s", err);
 }
 
+/* vm_running: 0 only when it can tell (no lock file, or a free lock); a
+ * lock it cannot open is -1 (taken as running), never "not running". */
+static void test_vm_running(void)
+{
+	char home[300], p[400];
+	const char *old = getenv("ISOPOD_HOME");
+	char *keep = old ? strdup(old) : NULL;
+
+	snprintf(home, sizeof home, "%s/vmrun", dir);
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "%s/vms/vm-0123456789ab", home);
+	mkdir_p(p, 0755, NULL, 0);
+	ok(vm_running("vm-0123456789ab") == 0, "vm_running: no lock file: 0");
+	snprintf(p, sizeof p, "%s/vms/vm-0123456789ab/lock", home);
+	close(open(p, O_CREAT | O_WRONLY, 0644));
+	ok(vm_running("vm-0123456789ab") == 0, "vm_running: a free lock: 0");
+	unlink(p);
+	mkdir(p, 0755);
+	errno = 0;
+	ok(vm_running("vm-0123456789ab") == -1 && errno == EISDIR,
+	   "vm_running: a lock it cannot open: -1 (%s), not 0", strerror(errno));
+	if (keep) {
+		setenv("ISOPOD_HOME", keep, 1);
+		free(keep);
+	} else {
+		unsetenv("ISOPOD_HOME");
+	}
+}
+
 /* The child of test_store_home, a new process (store_home keeps its first
  * answer): as a user (the HOME fallback is not root's), HOME from argv.
  * Exit 0 when store_home is HOME/.isopod whole and, with want_long,
@@ -519,6 +548,7 @@ int main(int argc, char **argv)
 	test_excerpt();
 	test_utf8();
 	test_store_home();
+	test_vm_running();
 	test_iso_parse();
 	test_status_fd(argv[0]);
 	test_run_options();
