@@ -810,3 +810,138 @@ EOF
 	# the lab is whole again
 	lab exec busybox ping -c1 -W2 198.51.100.10 >/dev/null
 }
+
+# ---- the classes of issue 10's audit without a mutation of their own ------
+# gateway-port, host-gateway, other-vm and none (doc/ISSUE10.md): each test
+# breaks the layers that stop that class only, runs the doctor on that
+# class and one it does not touch, and restores the lab with netsetup.
+# Each layer named is needed: with the break left out, or with only the
+# input rule (gateway-port) or the rp_filter (other-vm) kept, every probe
+# of the class passed (2026-12-03; the layer kept took them: "routing" for
+# other-vm).
+
+# rule_handle CHAIN SED-REGEX: the handle of CHAIN's one rule matching it.
+rule_handle() {
+	local h
+	h=$(lab exec nft -a list chain inet isopod "$1" | sed -n "s|$2.* # handle \([0-9]*\)\$|\1|p")
+	[ "$(echo "$h" | wc -w)" -eq 1 ] || { echo "rule_handle $1 '$2': '$h'"; return 1; }
+	echo "$h"
+}
+# got_through: the probes whose attempt got an answer, hit the doctor's own
+# listener or left the host, sorted.
+got_through() { jq -r '.probes[] | select(.steps[3].answered or .steps[4].own_listener_hits > 0 or .steps[4].out_to_target > 0) | .name' <<<"$output" | sort; }
+
+@test "mutation: the deny rule that covers the host's default gateway (fwd_open's 203.0.113.0/24) deleted: exactly the host-gateway probes FAIL; --host-addr and the IPv6 targets are named and probed" {
+	local h t0=$SECONDS
+	# An open guest reaches the host's default gateway by forwarding: what
+	# stops it is the deny list's block that holds it (a host's gateway is
+	# in a private range; the lab's in TEST-NET-3), in fwd_open.  The
+	# range probe of that block goes to its first host, the lab host's own
+	# 203.0.113.1 (input, not forward): it does not depend on this rule.
+	# A host address the default would not list (on lo): only --host-addr names it.
+	lab exec ip addr add 192.0.2.77/32 dev lo
+	h=$(rule_handle fwd_open 'ip daddr 203\.0\.113\.0/24 .* drop')
+	lab exec nft delete rule inet isopod fwd_open handle "$h"
+	run --separate-stderr doctor --modes open --class host-gateway,host,ipv6 \
+		--host-addr 192.0.2.77 --ipv6-ula fd00:db8::7 --ipv6-global 2001:db8::7
+	lab exec ip addr del 192.0.2.77/32 dev lo
+	netsetup
+	echo "# $((SECONDS - t0)) s" >&3
+	echo "$output" | jq -c '.targets, .counts, (.probes[] | [.name, .verdict, .why, .steps[3].target])'
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 8'
+	diff <(not_passing) - <<'EOF'
+open/host-gateway-203.0.113.254-icmp
+open/host-gateway-203.0.113.254-tcp
+EOF
+	# they left the host: the gateway's deny rule was all that stopped them
+	json_is 'all(.probes[] | select(.verdict == "fail"); .steps[4].out_to_target > 0)'
+	# --host-addr: the report's host addresses are exactly it, and its
+	# three probes went to it (they reached the tap, the filter took them)
+	json_is '.targets.host_addresses == ["192.0.2.77"]'
+	diff <(jq -r '.probes[] | select(.class == "host") | "\(.name) \(.steps[3].target)"' <<<"$output" | sort) - <<'EOF'
+open/host-192.0.2.77-icmp 192.0.2.77
+open/host-192.0.2.77-tcp 192.0.2.77
+open/host-192.0.2.77-udp 192.0.2.77
+EOF
+	json_is 'all(.probes[] | select(.class == "host"); .steps[4].in_from_guest > 0 and .steps[4].enforced)'
+	# --ipv6-ula and --ipv6-global (the lab has no IPv6 address to answer:
+	# the guest's attempt on the tap is the evidence they were probed)
+	diff <(jq -r '.probes[] | select(.class == "ipv6") | .name' <<<"$output" | grep -v link-local | sort) - <<'EOF'
+open/ipv6-global-2001:db8::7
+open/ipv6-ula-fd00:db8::7
+EOF
+	json_is 'all(.probes[] | select(.class == "ipv6"); .steps[4].in_from_guest > 0)'
+}
+
+@test "mutation: an open VM's gateway ports opened (its tap's tc filter off, gw_open's drop and input's drop of the gateway addresses deleted): exactly the gateway-port probes get through and FAIL (the rest for the filter's missing counters alone)" {
+	local id h1 h2 t0=$SECONDS
+	# a claim refuses a tap without the filter: boot first, then break it
+	run --separate-stderr vrun --net open --keep --timeout-s 120 -- true
+	[ "$status" -eq 0 ]
+	id=$(jq -r .vm.id <<<"$output")
+	h1=$(rule_handle gw_open '^[[:space:]]*counter packets .* drop')
+	h2=$(rule_handle input 'iifname != "lo" ip daddr 10\.213\.0\.0/[0-9]* .* drop')
+	lab exec tc filter del dev isopod-tap2 ingress
+	lab exec nft delete rule inet isopod gw_open handle "$h1"
+	lab exec nft delete rule inet isopod input handle "$h2"
+	run --separate-stderr doctor --vm "$id" --class gateway-port,metadata
+	isopod-stop --force --vm "$id" >/dev/null || :
+	netsetup
+	echo "# $((SECONDS - t0)) s" >&3
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why])'
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 5'
+	diff <(got_through | sed 's/gateway-10\.213\.0\.[0-9]*-/gateway-GW-/') - <<'EOF'
+open/gateway-GW-port-9-tcp
+open/gateway-GW-port-9-udp
+EOF
+	json_is 'all(.probes[] | select(.class == "gateway-port"); .verdict == "fail" and .steps[4].own_listener_hits > 0)'
+	json_is 'all(.probes[] | select(.class != "gateway-port"); .why | test("tc filter counters are absent"))'
+}
+
+@test "mutation: the open slot's way to other VMs opened (its tap's strict rp_filter off, fwd_open's tap and 10.0.0.0/8 drops and forward's tap drop deleted): exactly the open VM's other-vm probes FAIL, the filtered VMs' pass" {
+	local h1 h2 h3 t0=$SECONDS
+	h1=$(rule_handle fwd_open 'oifname "isopod-tap\*" .* drop')
+	h2=$(rule_handle fwd_open 'ip daddr 10\.0\.0\.0/8 .* drop')
+	h3=$(rule_handle forward 'oifname "isopod-tap\*" counter .* drop')
+	lab exec sysctl -qw net.ipv4.conf.isopod-tap2.rp_filter=0
+	lab exec nft delete rule inet isopod fwd_open handle "$h1"
+	lab exec nft delete rule inet isopod fwd_open handle "$h2"
+	lab exec nft delete rule inet isopod forward handle "$h3"
+	run --separate-stderr doctor --modes filtered,open --class other-vm
+	netsetup
+	echo "# $((SECONDS - t0)) s" >&3
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why, .steps[4].enforced_by])'
+	[ "$status" -eq 1 ]
+	json_is '.counts.error == 0 and .counts.probes == 12'
+	diff <(not_passing) - <<'EOF'
+open/other-vm-10.213.0.10-to-10.213.0.2-icmp
+open/other-vm-10.213.0.10-to-10.213.0.2-tcp
+open/other-vm-10.213.0.10-to-10.213.0.6-icmp
+open/other-vm-10.213.0.10-to-10.213.0.6-tcp
+EOF
+	json_is 'all(.probes[] | select(.verdict == "fail"); .steps[4].out_to_target > 0)'
+}
+
+@test "mutation: the none VM given a NIC (a QEMU wrapper adds a restricted user-mode virtio-net device; ISOPOD_JAIL=0): exactly none/no-nic FAILs, every host check passes" {
+	local q="$BATS_TEST_TMPDIR/qemu" real t0=$SECONDS
+	# none's enforcement is that its QEMU gets no network device: a QEMU
+	# found first in PATH (the jail would hold the real binary alone) adds
+	# one to a VM without one, user-mode and restricted (nothing reaches
+	# the host or beyond); --version and the like go through as they are
+	real=$(command -v qemu-system-x86_64)
+	mkdir -p "$q"
+	printf '#!/bin/sh\ncase " $* " in *" -netdev "*) ;; *" -kernel "*) exec %s "$@" -netdev user,id=mut0,restrict=on -device virtio-net-device,netdev=mut0;; esac\nexec %s "$@"\n' \
+		"$real" "$real" >"$q/qemu-system-x86_64"
+	chmod +x "$q/qemu-system-x86_64"
+	PATH="$q:$PATH" ISOPOD_JAIL=0 run --separate-stderr doctor --modes none
+	echo "# $((SECONDS - t0)) s" >&3
+	echo "$output" | jq -c '.counts, (.probes[] | [.name, .verdict, .why, .steps[3], .steps[4]])'
+	[ "$status" -eq 1 ]
+	json_is '.counts.probes == 1 and .counts.fail == 1 and all(.host_checks[]; .ok)'
+	json_is '.probes[0].name == "none/no-nic"'
+	json_is '.probes[0].steps[3].answered and .probes[0].steps[4].no_nic == false'
+	# the guest saw an interface, and the host its QEMU's network device
+	json_is '.probes[0].steps[4].why | test("network device")'
+}
