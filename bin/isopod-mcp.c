@@ -655,6 +655,38 @@ static void require_attestation(struct server *s, char *why, size_t wsz)
 		(long long)(s->recheck_ms / 1000));
 }
 
+/* The default bound on calls at once: the host's CPUs, and no more than
+ * its available memory holds at a default VM each -- 512 MiB of guest, 256
+ * MiB for QEMU and, for TCG, its translation buffer, min(1 GiB, RAM / 8),
+ * as the jail's memory limit counts a VM (doc/DECISIONS.md): on a host with
+ * more cores than memory, memory binds.  $ISOPOD_MEMINFO names another
+ * /proc/meminfo (for tests). */
+static int default_conc(long *avail_mib)
+{
+	const char *e = getenv("ISOPOD_MEMINFO");
+	FILE *f = fopen(e && *e ? e : "/proc/meminfo", "re");
+	long n = get_nprocs(), avail = -1, total = -1, v, per;
+	char line[256];
+
+	while (f && fgets(line, sizeof line, f)) {
+		if (sscanf(line, "MemAvailable: %ld kB", &v) == 1)
+			avail = v;
+		else if (sscanf(line, "MemTotal: %ld kB", &v) == 1)
+			total = v;
+	}
+	if (f)
+		fclose(f);
+	*avail_mib = avail >= 0 ? avail / 1024 : -1;
+	if (n < 1)
+		n = 1;
+	if (avail >= 0 && total > 0) {
+		per = (512 + 256) * 1024L + (total / 8 < 1048576 ? total / 8 : 1048576);
+		if (avail / per < n)
+			n = avail / per > 0 ? avail / per : 1;
+	}
+	return n > MAX_CALLS ? MAX_CALLS : (int)n;
+}
+
 int main(int argc, char **argv)
 {
 	static struct server srv;
@@ -673,12 +705,13 @@ int main(int argc, char **argv)
 	char why[2048];
 	long long v;
 	sigset_t m;
-	int o, err;
+	long avail_mib;
+	int o, err, conc_set = 0;
 
 	progname = "isopod-mcp";
 	s->level = 3; /* warning, until the client sets it */
 	s->v_of = -1;
-	s->max_conc = get_nprocs() > 0 ? get_nprocs() : 1;
+	s->max_conc = default_conc(&avail_mib);
 	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (o) {
 		case 'r': root = optarg; break;
@@ -686,6 +719,7 @@ int main(int argc, char **argv)
 			if (parse_ll(optarg, 1, MAX_CALLS, &v) < 0)
 				die(EX_USAGE, "--max-concurrent %s: want 1..%d", EXC(optarg), MAX_CALLS);
 			s->max_conc = (int)v;
+			conc_set = 1;
 			break;
 		case 'l':
 			if (parse_ll(optarg, 1024, 1LL << 30, &v) < 0)
@@ -715,6 +749,8 @@ int main(int argc, char **argv)
 	if ((s->root_fd = open(s->root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 		die(EX_USAGE, "--io-root %s: not a directory:", EXC(root));
 	find_tools(s);
+	logmsg(s, 1, "at most %d calls at once (%s; %d CPUs, %ld MiB available)", s->max_conc,
+	       conc_set ? "--max-concurrent" : "the default", get_nprocs(), avail_mib);
 	require_attestation(s, why, sizeof why);
 	for (int i = 0; i < MAX_CALLS; i++)
 		s->calls[i] = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .notes_fd = -1 };

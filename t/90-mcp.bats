@@ -75,6 +75,22 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
 	[ "$status" -eq 100 ]
 }
 
+@test "mcp: --max-concurrent's default is the CPUs, and no more than the available memory holds at a default VM each" {
+	local mi="$BATS_TEST_TMPDIR/meminfo" cpus
+	cpus=$(getconf _NPROCESSORS_ONLN)
+	# 1 GiB available of 2: one default VM (512 + 256 + 256 MiB for TCG) fits
+	printf 'MemTotal:        2097152 kB\nMemAvailable:    1048576 kB\n' >"$mi"
+	run --separate-stderr env ISOPOD_MEMINFO="$mi" "$MCP" </dev/null
+	[ "$status" -eq 0 ] && [[ "$stderr" == *"at most 1 calls at once (the default; $cpus CPUs, 1024 MiB available)"* ]] || false
+	# plenty of memory: the CPUs bind
+	printf 'MemTotal:        67108864 kB\nMemAvailable:    67108864 kB\n' >"$mi"
+	run --separate-stderr env ISOPOD_MEMINFO="$mi" "$MCP" </dev/null
+	[[ "$stderr" == *"at most $cpus calls at once (the default;"* ]]
+	# the option wins
+	run --separate-stderr env ISOPOD_MEMINFO="$mi" "$MCP" --max-concurrent 5 </dev/null
+	[[ "$stderr" == *"at most 5 calls at once (--max-concurrent;"* ]]
+}
+
 @test "mcp: the SDK client initializes and lists every tool with input and output schemas" {
 	client init
 	echo "$output" | jq -e '.server.name == "isopod-mcp" and .capabilities.tools != null and .capabilities.logging != null'
