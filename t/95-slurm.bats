@@ -195,6 +195,9 @@ within_slots() {
 	# Slurm queued the rest, not idled: each host ran its slots full
 	[ "$(maxconc "$T/rec" a)" -eq 2 ]
 	[ "$(maxconc "$T/rec" b)" -eq 3 ]
+	# the figure of doc/schedulers.md: 10 jobs of $HOLD s on 5 slots take
+	# 2 waves (4 s) at best, Slurm starting each the moment a slot frees
+	echo "# 10 jobs on 5 slots: $(LC_ALL=C sort -k1,1n "$T/rec" | awk 'NR == 1 { s = $1 } { e = $1 } END { printf "%.1f s, %.0f jobs/min", e - s, 10 * 60 / (e - s) }')" >&3
 }
 
 @test "features: a stage a job commits on host a is on node a when the job is done (Slurm's Epilog runs isopod-slurm refresh); a job constrained to it lands there; stage rm and refresh take it away" {
