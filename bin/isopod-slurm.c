@@ -14,6 +14,7 @@
 #include "net.h"
 #include "proc.h"
 #include "ranges.h"
+#include "stage.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -28,7 +29,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-slurm conf [--node NAME] [--attestation FILE] | " \
-	      "refresh [--node NAME] [--attestation FILE] [--dry-run]"
+	      "refresh [--node NAME] [--attestation FILE] [--dry-run] | feature REF"
 
 /* The GRES names, one per slot mode ("learn" runs on a filtered slot). */
 static const char *const gres_modes[] = { "filtered", "open" };
@@ -110,6 +111,13 @@ static json_t *sorted(json_t *a)
 	return o;
 }
 
+/* Stage id st-<hex>'s feature, isopod_st_<hex>: the one spelling of it,
+ * for the store's list and for `feature`. */
+static void stage_feature(const char *id, char *f, size_t fsz)
+{
+	snprintf(f, fsz, "isopod_st_%s", id + 3);
+}
+
 /* The features of the store: isopod_st_<12 hex> for each stage,
  * isopod_base_<64 hex> for each base image.  Slurm's constraint parser
  * reserves & | , * [ ] ( ) : ! and more, so a content address is spelled
@@ -132,7 +140,7 @@ static json_t *store_features(void)
 			pathf(mp, sizeof mp, "%s/%s/meta.json", p, e->d_name);
 			if (access(mp, F_OK) < 0) /* a stage being removed or landed */
 				continue;
-			snprintf(f, sizeof f, "isopod_st_%s", e->d_name + 3);
+			stage_feature(e->d_name, f, sizeof f);
 			json_array_append_new(a, json_string(f));
 		}
 		closedir(d);
@@ -455,6 +463,24 @@ static json_t *cmd_refresh(const char *node, const char *att, int dry)
 	return o;
 }
 
+/* feature REF: the feature of stage REF of this store (id, id prefix,
+ * name or label, as isopod-stage resolves it), so that a site's job
+ * script can ask `--prefer` or `-C` for it without knowing how
+ * isopod-slurm spells it.  No such stage: 101; ambiguous or a bad REF: as
+ * stage_resolve says (100). */
+static json_t *cmd_feature(const char *ref)
+{
+	char id[64], f[96], why[DIAG_MAX];
+	json_t *o;
+
+	if (stage_resolve(ref, id, sizeof id, why, sizeof why) < 0)
+		die(exit_code_of(errno), "%s", why);
+	stage_feature(id, f, sizeof f);
+	if (!(o = json_pack("{s:s, s:s}", "stage", id, "feature", f)))
+		die(EX_SYS, "unable to build the JSON");
+	return o;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -467,7 +493,7 @@ int main(int argc, char **argv)
 	const char *opt_node = NULL, *verb, *att = ATTESTATION_DEFAULT;
 	char node[65];
 	json_t *out;
-	int c, dry = 0;
+	int c, dry = 0, opts = 0;
 
 	progname = "isopod-slurm";
 	signal(SIGPIPE, SIG_IGN);
@@ -476,10 +502,11 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc < 2 || argv[1][0] == '-')
-		die_usage(USAGE, "no verb given (conf or refresh first)");
+		die_usage(USAGE, "no verb given (conf, refresh or feature first)");
 	verb = argv[1];
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		opts += c != 'h';
 		switch (c) {
 		case 'n':
 			opt_node = optarg;
@@ -499,10 +526,20 @@ int main(int argc, char **argv)
 			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
+	if (strcmp(verb, "conf") && strcmp(verb, "refresh") && strcmp(verb, "feature"))
+		die_usage(USAGE, "unknown verb '%s'", EXC(verb));
+	if (!strcmp(verb, "feature")) {
+		if (opts)
+			die_usage(USAGE, "feature takes no option");
+		if (argc - optind != 1)
+			die_usage(USAGE, "feature: want one stage REF");
+		out = cmd_feature(argv[optind]);
+		json_emit(out);
+		json_decref(out);
+		return 0;
+	}
 	if (optind != argc)
 		die_usage(USAGE, "unexpected operand '%s'", EXC(argv[optind]));
-	if (strcmp(verb, "conf") && strcmp(verb, "refresh"))
-		die_usage(USAGE, "unknown verb '%s'", EXC(verb));
 	if (dry && !strcmp(verb, "conf"))
 		die_usage(USAGE, "--dry-run is refresh's");
 	node_name(node, sizeof node, opt_node);

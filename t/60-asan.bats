@@ -110,7 +110,7 @@ clean_stderr() {
 	clean_stderr
 }
 
-@test "asan: isopod-slurm conf and refresh (a stand-in scontrol and isopod-attest), refusals included" {
+@test "asan: isopod-slurm conf, refresh (a stand-in scontrol and isopod-attest) and feature, refusals included" {
 	local d=$BATS_TEST_TMPDIR
 	run --separate-stderr "$ASAN_BIN/isopod-slurm" conf --node n1
 	[ "$status" -eq 0 ]
@@ -141,6 +141,20 @@ clean_stderr() {
 	[ -z "$output" ]
 	clean_stderr
 	run --separate-stderr "$ASAN_BIN/isopod-slurm" conf --node -x
+	[ "$status" -eq 100 ]
+	[ -z "$output" ]
+	clean_stderr
+	# feature REF: a stage of a store of its own, an unknown one, none
+	sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$d/h" 1 >"$d/h.ids"
+	run --separate-stderr env ISOPOD_HOME="$d/h" "$ASAN_BIN/isopod-slurm" feature s1
+	[ "$status" -eq 0 ]
+	clean_stderr
+	jq -e --arg id "$(cat "$d/h.ids")" '.stage == $id and .feature == "isopod_st_" + $id[3:]' <<<"$output"
+	run --separate-stderr env ISOPOD_HOME="$d/h" "$ASAN_BIN/isopod-slurm" feature nosuch
+	[ "$status" -eq 101 ]
+	[ -z "$output" ]
+	clean_stderr
+	run --separate-stderr "$ASAN_BIN/isopod-slurm" feature
 	[ "$status" -eq 100 ]
 	[ -z "$output" ]
 	clean_stderr

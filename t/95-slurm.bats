@@ -67,14 +67,16 @@ teardown_file() {
 # cx H CMD...: CMD in the cluster's host H (ctl, a, b), SLURM_CONF set.
 cx() { sh "$LAB" cexec "$LAB_NAME" "$@"; }
 
-# burst N GRES REC: N batch jobs asking for GRES each (one CPU), each
-# appending "<time> + <node> <job>" when it starts and "<time> - ..." when
-# it ends to REC, $HOLD s apart; then wait (<= 60 s) until none is left.
+# burst N GRES REC [ARGS...]: N batch jobs asking for GRES each (one CPU;
+# ARGS: more of sbatch's options), each appending "<time> + <node> <job>"
+# when it starts and "<time> - ..." when it ends to REC, $HOLD s apart;
+# then wait (<= 60 s) until none is left.
 burst() {
 	local n=$1 gres=$2 rec=$3 i
+	shift 3
 	: >"$rec"
 	for i in $(seq 1 "$n"); do
-		cx ctl sbatch -Q -o /dev/null --chdir=/tmp -J "burst$i" -c1 --gres="$gres" --wrap \
+		cx ctl sbatch -Q -o /dev/null --chdir=/tmp -J "burst$i" -c1 --gres="$gres" "$@" --wrap \
 			"echo \"\$(date +%s.%N) + \$SLURMD_NODENAME \$SLURM_JOB_ID\" >>$rec; sleep $HOLD; echo \"\$(date +%s.%N) - \$SLURMD_NODENAME \$SLURM_JOB_ID\" >>$rec"
 	done
 	for i in $(seq 1 120); do
@@ -89,6 +91,16 @@ burst() {
 # maxconc REC NODE: the most jobs REC shows running at once on NODE.
 maxconc() {
 	LC_ALL=C sort -k1,1n "$1" | awk -v n="$2" '$3 == n { c += ($2 == "+") ? 1 : -1; if (c > m) m = c } END { print m + 0 }'
+}
+
+# maxall REC: the most jobs REC shows running at once, all nodes together.
+maxall() {
+	LC_ALL=C sort -k1,1n "$1" | awk '{ c += ($2 == "+") ? 1 : -1; if (c > m) m = c } END { print m + 0 }'
+}
+
+# placed REC: how many jobs started on each node, "a N b M".
+placed() {
+	echo "a $(grep -c ' + a ' "$1") b $(grep -c ' + b ' "$1")"
 }
 
 # within_slots REC: every host ran at most as many jobs at once as
@@ -183,6 +195,9 @@ within_slots() {
 	# Slurm queued the rest, not idled: each host ran its slots full
 	[ "$(maxconc "$T/rec" a)" -eq 2 ]
 	[ "$(maxconc "$T/rec" b)" -eq 3 ]
+	# the figure of doc/schedulers.md: 10 jobs of $HOLD s on 5 slots take
+	# 2 waves (4 s) at best, Slurm starting each the moment a slot frees
+	echo "# 10 jobs on 5 slots: $(LC_ALL=C sort -k1,1n "$T/rec" | awk 'NR == 1 { s = $1 } { e = $1 } END { printf "%.1f s, %.0f jobs/min", e - s, 10 * 60 / (e - s) }')" >&3
 }
 
 @test "features: a stage a job commits on host a is on node a when the job is done (Slurm's Epilog runs isopod-slurm refresh); a job constrained to it lands there; stage rm and refresh take it away" {
@@ -236,6 +251,46 @@ within_slots() {
 	# (Slurm 22.05 says which way it refuses by whether any node ever had it)
 	[[ $output == *"Requested node configuration is not available"* ||
 		$output == *"Invalid feature specification"* ]]
+}
+
+@test "soft placement: jobs that --prefer the feature isopod-slurm feature names for a's stage land on a while it has a free slot, then on b without waiting; without --prefer they land on b" {
+	local s2 f
+	s2=$(sed -n 2p "$T/a.ids")
+	# feature REF: the stage's feature, by label, id or id prefix, as
+	# conf spells it; nothing else of the store
+	run --separate-stderr env ISOPOD_HOME="$T/store-a" isopod-slurm feature s2
+	[ "$status" -eq 0 ]
+	f="isopod_st_${s2#st-}"
+	[ "$output" = "{\"stage\":\"$s2\",\"feature\":\"$f\"}" ]
+	jq -e --arg f "$f" '.features | index($f)' "$T/conf-a.json"
+	for r in "$s2" "${s2:0:7}"; do
+		run --separate-stderr env ISOPOD_HOME="$T/store-a" isopod-slurm feature "$r"
+		[ "$status" -eq 0 ] && [ "$(jq -r .feature <<<"$output")" = "$f" ] || false
+	done
+	run --separate-stderr env ISOPOD_HOME="$T/store-a" isopod-slurm feature nosuch
+	[ "$status" -eq 101 ] && [ -z "$output" ] && [[ $stderr == *"no such stage: nosuch"* ]] || false
+	run --separate-stderr env ISOPOD_HOME="$T/store-b" isopod-slurm feature s2
+	[ "$status" -eq 101 ] && [ -z "$output" ] || false
+	for a in "" "s1 s2" "--node a s2" "--dry-run s2" "-x s2"; do
+		# shellcheck disable=SC2086 # the words are the arguments
+		run --separate-stderr env ISOPOD_HOME="$T/store-a" isopod-slurm feature $a
+		[ "$status" -eq 100 ] && [ -z "$output" ] && [[ $stderr == *usage:* ]] || false
+	done
+	# Slurm's own choice is b (a weighs more: lower weight is picked
+	# first), so a job on a is the --prefer's doing, not the node order
+	cx ctl scontrol update NodeName=a Weight=100
+	# the control: 2 jobs without --prefer both land on b
+	burst 2 isopod_filtered:1 "$T/rec-noprefer"
+	echo "# without --prefer: $(placed "$T/rec-noprefer")" >&3
+	[ "$(placed "$T/rec-noprefer")" = "a 0 b 2" ]
+	# preferring a's stage: a's 2 filtered slots first, then b; all 4 at
+	# once (none waited for a)
+	burst 4 isopod_filtered:1 "$T/rec-prefer" --prefer="$f"
+	echo "# --prefer=$f: $(placed "$T/rec-prefer"), at most $(maxall "$T/rec-prefer") at once" >&3
+	[ "$(placed "$T/rec-prefer")" = "a 2 b 2" ]
+	[ "$(maxall "$T/rec-prefer")" -eq 4 ]
+	within_slots "$T/rec-prefer"
+	cx ctl scontrol update NodeName=a Weight=1
 }
 
 # rb LIBEXEC [ARGS]: isopod-slurm refresh of node b in b's netns, the host

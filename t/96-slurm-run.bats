@@ -73,6 +73,10 @@ maxconc() {
 		jq -e '.ok == true and .exit_code == 0 and .net.mode == "filtered" and (.net.tap | test("^isopod-tap[01]$"))' "$f"
 	done
 	[ "$(maxconc "$T/ok/rec" a)" -eq 2 ]
+	# the figures of doc/schedulers.md: first start to last end, and each
+	# run's own timings (boot, exec, total)
+	echo "# 4 runs on 2 slots: $(LC_ALL=C sort -k1,1n "$T/ok/rec" | awk 'NR == 1 { s = $1 } { e = $1 } END { printf "%.1f s, %.0f jobs/min", e - s, 4 * 60 / (e - s) }');" \
+		"timings (boot/exec/total ms): $(jq -r '.timings | "\(.boot_ms)/\(.exec_ms)/\(.total_ms)"' "$T"/ok/*.json | tr '\n' ' ')" >&3
 }
 
 @test "mutation: host a's GRES raised to 4 for its 2 slots: Slurm starts 4 runs at once and the 2 surplus fail with 102 (slots busy)" {

@@ -114,7 +114,7 @@ write_conf() {
 		SelectTypeParameters=CR_CPU
 		SlurmdParameters=config_overrides
 		ReturnToService=2
-		SchedulerParameters=sched_interval=1
+		SchedulerParameters=sched_interval=1,bf_interval=1
 		SlurmctldTimeout=30
 		SlurmdTimeout=30
 		$types
