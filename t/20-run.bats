@@ -311,6 +311,34 @@ EOF_C
 	echo "$output" | jq -e '.stdout == "from-file"'
 }
 
+# ok_quiet: $output is a success (exit 0) with no error, warning or stderr.
+ok_quiet() {
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	json_is '.ok == true and .exit_code == 0 and .signal == null and .timed_out == false and
+		.warnings == [] and (has("error") | not) and (has("error_kind") | not)'
+}
+
+@test "run: stdin the command never reads (1 and 4 MiB to true; EPIPE in the guest) is exit 0 with no error or warning" {
+	# The guest's stdin pipe holds 1 MiB (agent PIPE_SZ) and the agent's
+	# ring 256 KiB more: 1 MiB to true may all fit before true exits; 4
+	# MiB cannot, so the agent's write meets a pipe with no reader: EPIPE.
+	# The rest is credited and dropped, never an error.  A command that
+	# closes its stdin and lives on makes the EPIPE certain, mid-exec.
+	head -c 4194304 /dev/urandom >"$DATA/4m"
+	head -c 1048576 "$DATA/4m" >"$DATA/1m"
+	run --separate-stderr isopod run --json-only --stdin-file "$DATA/1m" -- true
+	ok_quiet
+	run --separate-stderr bash -c 'head -c 1048576 /dev/zero | "$ROOT/sh/isopod" run --json-only -- true'
+	ok_quiet
+	run --separate-stderr isopod run --json-only --stdin-file "$DATA/4m" -- true
+	ok_quiet
+	run --separate-stderr isopod run --json-only --stdin-file "$DATA/4m" -- sh -c 'exec <&-; sleep 1; echo alive'
+	ok_quiet
+	json_is '.stdout == "alive\n"'
+	rm -f "$DATA/1m" "$DATA/4m"
+}
+
 @test "run: a missing --stdin-file or --copy-in source is refused before boot" {
 	run --separate-stderr isopod run --stdin-file /no/such/file -- cat
 	[ "$status" -eq 100 ]
