@@ -123,6 +123,26 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	echo "$output" | jq -e '.stdout == "/tmp bar a b\n"'
 }
 
+@test "run: PATH and HOME are the agent's defaults; --env replaces each (one entry, not a second), and the command is looked up on the PATH given" {
+	local path
+	path=$(sed -n 's/^#define DEFAULT_PATH "\(.*\)"$/\1/p' "$ROOT/agent/agent.h")
+	[ -n "$path" ]
+	run --separate-stderr isopod run --json-only -- env
+	[ "$status" -eq 0 ]
+	jq -e --arg p "PATH=$path" '(.stdout | split("\n")) as $e |
+		[$e[] | select(startswith("PATH="))] == [$p] and
+		[$e[] | select(startswith("HOME="))] == ["HOME=/root"]' <<<"$output"
+	# env itself, not a shell: a shell would fold a duplicate away
+	run --separate-stderr isopod run --json-only --env PATH=/opt/none:/bin --env HOME=/tmp -- env
+	[ "$status" -eq 0 ]
+	json_is '(.stdout | split("\n")) as $e |
+		[$e[] | select(startswith("PATH="))] == ["PATH=/opt/none:/bin"] and
+		[$e[] | select(startswith("HOME="))] == ["HOME=/tmp"]'
+	# the agent searches the command's own PATH, not its default
+	run -127 --separate-stderr isopod run --json-only --env PATH=/opt/none -- env
+	json_is '.exit_code == 127 and .error_kind == "not_found"'
+}
+
 @test "run: bad env names are refused before boot (exit 100), no VM record made" {
 	mkdir -p "$ISOPOD_HOME/vms"
 	before=$(ls "$ISOPOD_HOME/vms" | wc -l)
