@@ -319,6 +319,35 @@ fork_on() {
 	[ "$status" -eq 0 ]
 }
 
+@test "run: a root disk the guest cannot mount (a base flavor that is no ext4) is a run error (111) naming it, never a run on the initramfs" {
+	# A registered flavor whose image is 8 MiB of zeroes: every check
+	# before boot passes (the base is only stat'ed), and the agent, as
+	# PID 1, fails to mount /dev/vda and refuses to run anything.
+	local img sha vm nwarm
+	img=$ISOPOD_HOME/images/noroot.tmp
+	head -c 8388608 /dev/zero >"$img"
+	sha=$(sha256sum <"$img" | cut -d' ' -f1)
+	mv "$img" "$ISOPOD_HOME/images/base-$sha.img"
+	chmod 0444 "$ISOPOD_HOME/images/base-$sha.img"
+	printf '{"flavor":"noroot","sha256":"%s","size":8388608,"created":"2026-01-01T00:00:00Z","inputs":{}}\n' \
+		"$sha" >"$ISOPOD_HOME/images/base-$sha.json"
+	echo "$sha" >"$ISOPOD_HOME/images/current-noroot"
+	nwarm=$(isopod-warm ls | wc -l)
+	# the default path: the warm template refuses it, then the cold boot
+	run --separate-stderr isopod run --json-only --stage noroot -- true
+	echo "$stderr" >&2
+	rm -f "$ISOPOD_HOME/images/current-noroot" "$ISOPOD_HOME/images/base-$sha.json"
+	[ "$status" -eq 111 ]
+	json_is '.ok == false and .error_kind == "infra" and (has("exit_code") | not) and
+		(.error | startswith("isopod-boot: fatal: the guest agent reported: mount /dev/vda (ext4, read-only)"))'
+	[[ "$stderr" == *"not built: template: mount /dev/vda (ext4, read-only)"* ]]
+	vm=$(jq -r .vm.id <<<"$output")
+	jq -e '.state == "failed" and (.error | contains("/dev/vda"))' "$ISOPOD_HOME/vms/$vm/meta.json"
+	# nothing of it was published for a later run to resume
+	[ "$(isopod-warm ls | wc -l)" -eq "$nwarm" ]
+	rm -f "$ISOPOD_HOME/images/base-$sha.img"
+}
+
 @test "stage: 4 data bytes flipped in a sealed layer: fork and run refuse, naming it; verify finds it; the seal is what stops it" {
 	run --separate-stderr isopod run --json-only --cold --commit-as seal-a -- sh -c 'echo a > /root/a'
 	[ "$status" -eq 0 ]
