@@ -123,6 +123,26 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	echo "$output" | jq -e '.stdout == "/tmp bar a b\n"'
 }
 
+@test "run: PATH and HOME are the agent's defaults; --env replaces each (one entry, not a second), and the command is looked up on the PATH given" {
+	local path
+	path=$(sed -n 's/^#define DEFAULT_PATH "\(.*\)"$/\1/p' "$ROOT/agent/agent.h")
+	[ -n "$path" ]
+	run --separate-stderr isopod run --json-only -- env
+	[ "$status" -eq 0 ]
+	jq -e --arg p "PATH=$path" '(.stdout | split("\n")) as $e |
+		[$e[] | select(startswith("PATH="))] == [$p] and
+		[$e[] | select(startswith("HOME="))] == ["HOME=/root"]' <<<"$output"
+	# env itself, not a shell: a shell would fold a duplicate away
+	run --separate-stderr isopod run --json-only --env PATH=/opt/none:/bin --env HOME=/tmp -- env
+	[ "$status" -eq 0 ]
+	json_is '(.stdout | split("\n")) as $e |
+		[$e[] | select(startswith("PATH="))] == ["PATH=/opt/none:/bin"] and
+		[$e[] | select(startswith("HOME="))] == ["HOME=/tmp"]'
+	# the agent searches the command's own PATH, not its default
+	run -127 --separate-stderr isopod run --json-only --env PATH=/opt/none -- env
+	json_is '.exit_code == 127 and .error_kind == "not_found"'
+}
+
 @test "run: bad env names are refused before boot (exit 100), no VM record made" {
 	mkdir -p "$ISOPOD_HOME/vms"
 	before=$(ls "$ISOPOD_HOME/vms" | wc -l)
@@ -309,6 +329,34 @@ EOF_C
 	run --separate-stderr isopod run --json-only --stdin-file "$DATA/in.txt" -- cat
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -e '.stdout == "from-file"'
+}
+
+# ok_quiet: $output is a success (exit 0) with no error, warning or stderr.
+ok_quiet() {
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	json_is '.ok == true and .exit_code == 0 and .signal == null and .timed_out == false and
+		.warnings == [] and (has("error") | not) and (has("error_kind") | not)'
+}
+
+@test "run: stdin the command never reads (1 and 4 MiB to true; EPIPE in the guest) is exit 0 with no error or warning" {
+	# The guest's stdin pipe holds 1 MiB (agent PIPE_SZ) and the agent's
+	# ring 256 KiB more: 1 MiB to true may all fit before true exits; 4
+	# MiB cannot, so the agent's write meets a pipe with no reader: EPIPE.
+	# The rest is credited and dropped, never an error.  A command that
+	# closes its stdin and lives on makes the EPIPE certain, mid-exec.
+	head -c 4194304 /dev/urandom >"$DATA/4m"
+	head -c 1048576 "$DATA/4m" >"$DATA/1m"
+	run --separate-stderr isopod run --json-only --stdin-file "$DATA/1m" -- true
+	ok_quiet
+	run --separate-stderr bash -c 'head -c 1048576 /dev/zero | "$ROOT/sh/isopod" run --json-only -- true'
+	ok_quiet
+	run --separate-stderr isopod run --json-only --stdin-file "$DATA/4m" -- true
+	ok_quiet
+	run --separate-stderr isopod run --json-only --stdin-file "$DATA/4m" -- sh -c 'exec <&-; sleep 1; echo alive'
+	ok_quiet
+	json_is '.stdout == "alive\n"'
+	rm -f "$DATA/1m" "$DATA/4m"
 }
 
 @test "run: a missing --stdin-file or --copy-in source is refused before boot" {

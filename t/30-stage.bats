@@ -285,6 +285,40 @@ fork_on() {
 	json_is '.stdout == "1 2 3 4 5 6 7 8 9 10 11 12 " and .commit.stage.depth == 2'
 }
 
+@test "stage: the default depth cap is 16: a 16th commit passes its check and a 16-deep chain forks; a 17th is refused before anything is claimed (102) naming flatten" {
+	# Stand-in chains (t/oci/mkchain.sh, no VM): the cap is checked by
+	# isopod-commit --check, which the front end runs before it claims.
+	local h ids vm top
+	h=$DATA/depth
+	ids=$(PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 16 1 d)
+	[ "$(wc -l <<<"$ids")" -eq 16 ]
+	unset ISOPOD_MAX_DEPTH
+	export ISOPOD_HOME=$h
+	run --separate-stderr isopod-commit --check --stage d15 next
+	[ "$status" -eq 0 ]
+	json_is '.ok and .depth == 16'
+	run --separate-stderr isopod-commit --check --stage d16 next
+	[ "$status" -eq 102 ]
+	top=$(tail -n 1 <<<"$ids")
+	[[ "$stderr" == *"is at the chain depth cap (16); run \`isopod stage flatten $top --as LABEL\`"* ]]
+	run --separate-stderr isopod run --json-only --stage d16 --commit-as next -- true
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"isopod stage flatten $top"* ]]
+	[ ! -e "$h/vms" ] || [ -z "$(ls -A "$h/vms")" ]
+	# 16 layers are a chain a VM runs on (forked, not booted: a stand-in base)
+	vm=$(isopod-claim | jq -er .vm.id)
+	run --separate-stderr isopod-fork --vm "$vm" --stage d16
+	[ "$status" -eq 0 ]
+	jq -e '.depth == 16 and (.layers | length) == 16' "$h/vms/$vm/meta.json"
+	isopod vm rm "$vm" >/dev/null
+	# the remedy: flattened, it takes commits again
+	isopod stage flatten d16 --as flat16 >/dev/null
+	run --separate-stderr isopod-commit --check --stage flat16 next
+	[ "$status" -eq 0 ]
+	json_is '.depth == 2'
+	rm -rf "$h"
+}
+
 @test "stage: a stage with a missing, truncated or non-qcow2 layer is refused before boot, named" {
 	id=$(isopod run --json-only --commit-as broken -- sh -c 'head -c 4000000 /dev/urandom > /root/r' | jq -r .commit.stage.id)
 	layer="$ISOPOD_HOME/stages/$id/layer.qcow2"
@@ -317,6 +351,35 @@ fork_on() {
 	json_is '.layers[0].status == "resealed"'
 	run --separate-stderr isopod run --stage broken -- true
 	[ "$status" -eq 0 ]
+}
+
+@test "run: a root disk the guest cannot mount (a base flavor that is no ext4) is a run error (111) naming it, never a run on the initramfs" {
+	# A registered flavor whose image is 8 MiB of zeroes: every check
+	# before boot passes (the base is only stat'ed), and the agent, as
+	# PID 1, fails to mount /dev/vda and refuses to run anything.
+	local img sha vm nwarm
+	img=$ISOPOD_HOME/images/noroot.tmp
+	head -c 8388608 /dev/zero >"$img"
+	sha=$(sha256sum <"$img" | cut -d' ' -f1)
+	mv "$img" "$ISOPOD_HOME/images/base-$sha.img"
+	chmod 0444 "$ISOPOD_HOME/images/base-$sha.img"
+	printf '{"flavor":"noroot","sha256":"%s","size":8388608,"created":"2026-01-01T00:00:00Z","inputs":{}}\n' \
+		"$sha" >"$ISOPOD_HOME/images/base-$sha.json"
+	echo "$sha" >"$ISOPOD_HOME/images/current-noroot"
+	nwarm=$(isopod-warm ls | wc -l)
+	# the default path: the warm template refuses it, then the cold boot
+	run --separate-stderr isopod run --json-only --stage noroot -- true
+	echo "$stderr" >&2
+	rm -f "$ISOPOD_HOME/images/current-noroot" "$ISOPOD_HOME/images/base-$sha.json"
+	[ "$status" -eq 111 ]
+	json_is '.ok == false and .error_kind == "infra" and (has("exit_code") | not) and
+		(.error | startswith("isopod-boot: fatal: the guest agent reported: mount /dev/vda (ext4, read-only)"))'
+	[[ "$stderr" == *"not built: template: mount /dev/vda (ext4, read-only)"* ]]
+	vm=$(jq -r .vm.id <<<"$output")
+	jq -e '.state == "failed" and (.error | contains("/dev/vda"))' "$ISOPOD_HOME/vms/$vm/meta.json"
+	# nothing of it was published for a later run to resume
+	[ "$(isopod-warm ls | wc -l)" -eq "$nwarm" ]
+	rm -f "$ISOPOD_HOME/images/base-$sha.img"
 }
 
 @test "stage: 4 data bytes flipped in a sealed layer: fork and run refuse, naming it; verify finds it; the seal is what stops it" {

@@ -1706,6 +1706,33 @@ done'
 	json_is '.net.slot == 2 and .stdout == "lab 198.51.100.10\n"'
 }
 
+@test "vm: a boot that times out with QEMU running (isopod-boot --timeout-ms) frees its slot at once; the next run gets it" {
+	vm_tests
+	local vm t0
+	lab_env() {
+		ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" \
+			ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" "$@"
+	}
+	vm=$(lab_env isopod-claim --net open | jq -er .vm.id)
+	# A cold TCG boot takes ~1 s to its agent's answer; QEMU starts within
+	# ~100 ms.  400 ms falls between: a real VM on the slot, timed out.
+	t0=$(date +%s%N)
+	run --separate-stderr lab_env isopod-boot --vm "$vm" --owner-pid $$ --cold --accel tcg --timeout-ms 400
+	echo "$status after $((($(date +%s%N) - t0) / 1000000)) ms: $stderr" >&2
+	[ "$status" -eq 99 ]
+	[[ "$stderr" == *"the guest agent did not answer within 400 ms"* ]]
+	jq -e '.state == "failed" and .qemu_pid > 0 and .net.slot == 2' "$ISOPOD_HOME/vms/$vm/meta.json"
+	# free the moment isopod-boot returned
+	flock -n "$ISOPOD_NET_LOCKS/slot-2" true
+	# one line, the fatal one: no "lock still held after its supervisor
+	# exited" (QEMU and its supervisor are gone before isopod-boot exits)
+	[ "$(wc -l <<<"$stderr")" -eq 1 ]
+	! vm_locked "$vm" || false
+	run --separate-stderr vrun --net open --timeout-s 60 -- true
+	[ "$status" -eq 0 ]
+	json_is '.net.slot == 2'
+}
+
 # hold_taps OUT ARGS...: t/lab/tapholder.py ARGS in the lab's host netns,
 # in the background (its pid in $held, killed by teardown), once it printed
 # "ready" into OUT.
