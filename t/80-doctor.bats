@@ -941,7 +941,10 @@ EOF
 	[ "$status" -eq 1 ]
 	json_is '.counts.probes == 1 and .counts.fail == 1 and all(.host_checks[]; .ok)'
 	json_is '.probes[0].name == "none/no-nic"'
-	json_is '.probes[0].steps[3].answered and .probes[0].steps[4].no_nic == false'
+	# the host saw its QEMU's network device: that is the FAIL (whether the
+	# guest's restricted user-mode NIC got an answer in time varies with load:
+	# the rehearsal's did not, the helper's did)
+	json_is '.probes[0].verdict == "fail" and .probes[0].steps[4].no_nic == false'
 	# the guest saw an interface, and the host its QEMU's network device
 	json_is '.probes[0].steps[4].why | test("network device")'
 }
