@@ -603,7 +603,6 @@ json_t *propose_path(const char *path, const struct psl *psl, const char *no_psl
 	size_t got = 0;
 	char *buf = NULL;
 	json_t *out = NULL;
-	ssize_t k;
 
 	*why = "unable to read it";
 	if (fd < 0 || fstat(fd, &st) < 0)
@@ -613,18 +612,13 @@ json_t *propose_path(const char *path, const struct psl *psl, const char *no_psl
 		errno = 0;
 		goto out;
 	}
-	if (!(buf = malloc((size_t)st.st_size + 1)))
+	/* a ledger still being appended to: what was there at fstat; short
+	 * only at its end (kept) or at a read error (refused) */
+	errno = 0;
+	if (!(buf = fd_text(fd, (size_t)st.st_size, &got)))
 		goto nomem;
-	/* a ledger still being appended to: what was there at fstat */
-	while (got < (size_t)st.st_size &&
-	       (k = read(fd, buf + got, (size_t)st.st_size - got)) != 0) {
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			goto out;
-		}
-		got += (size_t)k;
-	}
+	if (got < (size_t)st.st_size && errno)
+		goto out;
 	if ((out = propose_ledger(buf, got, psl, no_psl)))
 		goto out;
 nomem:

@@ -943,8 +943,9 @@ char *fd_text(int fd, size_t cap, size_t *n)
 		free(b);
 		return NULL;
 	}
-	while (*n < cap && (k = read(fd, b + *n, cap - *n)) > 0)
-		*n += (size_t)k;
+	while (*n < cap && ((k = read(fd, b + *n, cap - *n)) > 0 || (k < 0 && errno == EINTR)))
+		if (k > 0)
+			*n += (size_t)k;
 	b[*n] = 0;
 	return b;
 }

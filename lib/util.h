@@ -228,7 +228,9 @@ int vm_wait_stopped(const char *id, int64_t deadline_ms);
 int pidfd_open_(pid_t pid);
 int pidfd_kill(int pidfd, int sig);
 /* At most cap bytes of fd from its start (a memfd a child wrote; a pipe
- * from where it is), NUL-terminated, their number in *n; NULL with errno. */
+ * from where it is), NUL-terminated, their number in *n; NULL with errno.
+ * Reading stops at end of file or at a read error other than EINTR (then
+ * errno says which, and *n counts what came before). */
 char *fd_text(int fd, size_t cap, size_t *n);
 
 #endif
