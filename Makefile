@@ -203,6 +203,7 @@ fuzz:
 bench: all
 	sh bench/run
 	sh bench/compare
+	sh bench/scale
 
 install: all
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1
