@@ -68,6 +68,8 @@ PGET='pget() { printf "GET http://$1/ HTTP/1.0\r\nHost: $1\r\n\r\n" | nc -w 5 "$
 		[{name: "other.test", kind: "dns"}, {name: "198.51.100.10", kind: "http"}]'
 	json_is '.proposed_allowlist.unservable[0].why | test("another protocol")'
 	json_is '.proposed_allowlist.unservable[1].why | test("IP address")'
+	# no name below a registrable domain (.test is no public suffix): no fold
+	json_is '.proposed_allowlist.folds == [] and .proposed_allowlist.fold.applied == false'
 	# the refusal is in the ledger, not in the proposal
 	json_is '[.egress.denied[] | select(.name == "rebind.test")] | length == 1'
 	# isopod allow propose reads the same ledger to the same proposal
@@ -101,6 +103,12 @@ prun() {
 		--copy-in "$ISOPOD_LAB_STATE/$LAB_NAME/tls/ca.pem:/root/ca.pem" -- sh -c "$PIP"
 }
 
+# ptime WHAT: the pip run's timings on the TAP stream (the figures that
+# decide whether this test can afford make check).
+ptime() {
+	echo "# pip $1: $(jq -c '.timings | {boot_ms, exec_ms, total_ms}' <<<"$output" 2>/dev/null)" >&3
+}
+
 @test "learn, debian guest: pip install from the lab index (a redirect to a second name); filtered with the proposal installs it; with either entry removed it fails" {
 	if [ "${ISOPOD_DEBIAN:-1}" = 0 ]; then
 		skip "ISOPOD_DEBIAN=0: make images did not build the debian flavor"
@@ -115,6 +123,7 @@ prun() {
 	local pats p args=() rest
 	run --separate-stderr prun --net learn
 	echo "$output" | jq -r .stdout,.stderr
+	ptime learn
 	[ "$status" -eq 0 ]
 	json_is '.stdout | test("lab index")'
 	json_is '[.proposed_allowlist.allow[].pattern] == ["files.test", "pkg.test"]'
@@ -126,6 +135,7 @@ prun() {
 	done
 	run --separate-stderr prun --net filtered "${args[@]}"
 	echo "$output" | jq -r .stdout,.stderr
+	ptime filtered
 	[ "$status" -eq 0 ]
 	json_is '.stdout | test("lab index")'
 	for p in $pats; do
@@ -133,6 +143,7 @@ prun() {
 		# shellcheck disable=SC2086 # one word per pattern
 		run --separate-stderr prun --net filtered $rest
 		echo "without $p: $(jq -c '{exit_code, denied: .egress.denied}' <<<"$output")"
+		ptime "filtered without $p"
 		[ "$status" -ne 0 ]
 		json_is '.stdout | test("lab index") | not'
 		json_is '[.egress.denied[] | select(.name == "'"$p"'")] | length >= 1'
