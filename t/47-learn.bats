@@ -106,7 +106,7 @@ prun() {
 # ptime WHAT: the pip run's timings on the TAP stream (the figures that
 # decide whether this test can afford make check).
 ptime() {
-	echo "# pip $1: $(jq -c '.timings | {boot_ms, exec_ms, total_ms}' <<<"$output" 2>/dev/null)" >&3
+	echo "# pip $1: $(jq -c '{path, accel} + (.timings | {boot_ms, exec_ms, total_ms})' <<<"$output" 2>/dev/null)" >&3
 }
 
 @test "learn, debian guest: pip install from the lab index (a redirect to a second name); filtered with the proposal installs it; with either entry removed it fails" {
