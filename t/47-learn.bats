@@ -108,10 +108,10 @@ prun() {
 		--copy-in "$ISOPOD_LAB_STATE/$LAB_NAME/tls/ca.pem:/root/ca.pem" -- sh -c "$PIP"
 }
 
-# ptime WHAT: the pip run's timings on the TAP stream (the figures that
+# ptime WHAT RESULT: the pip run's timings on the TAP stream (the figures that
 # decide whether this test can afford make check).
 ptime() {
-	echo "# pip $1: $(jq -c '{path, accel} + (.timings | {boot_ms, exec_ms, total_ms})' <<<"$output" 2>/dev/null)" >&3
+	echo "# pip $1: $(jq -c '{path, accel} + (.timings | {boot_ms, exec_ms, total_ms})' <<<"$2" 2>/dev/null)" >&3
 }
 
 @test "learn, debian guest: pip install from the lab index (a redirect to a second name); filtered with the proposal installs it; with either entry removed it fails" {
@@ -129,7 +129,7 @@ ptime() {
 	local pats p args=() rest
 	run --separate-stderr prun --net learn
 	echo "$output" | jq -r .stdout,.stderr
-	ptime learn
+	ptime learn "$output"
 	[ "$status" -eq 0 ]
 	json_is '.stdout | test("lab index")'
 	json_is '[.proposed_allowlist.allow[].pattern] == ["files.test", "pkg.test"]'
@@ -141,7 +141,7 @@ ptime() {
 	done
 	run --separate-stderr prun --net filtered "${args[@]}"
 	echo "$output" | jq -r .stdout,.stderr
-	ptime filtered
+	ptime filtered "$output"
 	[ "$status" -eq 0 ]
 	json_is '.stdout | test("lab index")'
 	for p in $pats; do
@@ -149,7 +149,7 @@ ptime() {
 		# shellcheck disable=SC2086 # one word per pattern
 		run --separate-stderr prun --net filtered $rest
 		echo "without $p: $(jq -c '{exit_code, denied: .egress.denied}' <<<"$output")"
-		ptime "filtered without $p"
+		ptime "filtered without $p" "$output"
 		[ "$status" -ne 0 ]
 		json_is '.stdout | test("lab index") | not'
 		json_is '[.egress.denied[] | select(.name == "'"$p"'")] | length >= 1'
