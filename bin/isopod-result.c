@@ -23,7 +23,7 @@
 
 #define USAGE "isopod-result [--pretty] [--vm ID --name NAME] [--usage TEXT]\n" \
 	"       (--fail CODE --kind KIND MESSAGE | --failed STEP --rc N --dir DIR |\n" \
-	"        --dir DIR [--net MODE] [--start-ms N] [--commit-as LABEL [--commit-rc N]]\n" \
+	"        --dir DIR [--net MODE [--fold]] [--start-ms N] [--commit-as LABEL [--commit-rc N]]\n" \
 	"        [--provenance FILE [--provenance-rc N]] [--warning TEXT]...\n" \
 	"        [--allow-ranges LINES --sysconfig PATH])"
 
@@ -32,7 +32,7 @@
 #define CLIP_MAX 600
 
 struct opts {
-	int pretty;
+	int pretty, fold;
 	const char *vm, *name, *usage, *dir, *net, *commit_as, *ranges, *sysconf, *prov;
 	const char *fail_kind, *fail_msg, *failed;
 	long long fail_code, rc, start_ms, commit_rc, prov_rc;
@@ -404,10 +404,11 @@ static const char *str(const json_t *j, const char *key)
 	return json_string_value(json_object_get(j, key));
 }
 
-/* A learn run's proposal (lib/propose.h) from its ledger, or null with a
- * warning when the ledger cannot be read; a warning too when the proposal
- * is capped (an allowlist of it would not serve every flow). */
-static json_t *learned(const char *id, json_t *warnings)
+/* A learn run's proposal (lib/propose.h) from its ledger, its folds in
+ * "allow" when fold asks, or null with a warning when the ledger cannot be
+ * read; a warning too when the proposal is capped (an allowlist of it
+ * would not serve every flow). */
+static json_t *learned(const char *id, int fold, json_t *warnings)
 {
 	char p[PATH_MAX], w[PATH_MAX + 128], nopsl[PATH_MAX + 256] = "";
 	const char *why = "no ledger";
@@ -419,7 +420,7 @@ static json_t *learned(const char *id, json_t *warnings)
 	if (!psl)
 		json_array_append_new(warnings, json_string(nopsl));
 	if (id_vm_ok(id) && pathn(p, sizeof p, "%s/vms/%s/ledger.jsonl", store_home(), id) == 0 &&
-	    (j = propose_path(p, psl, psl ? NULL : nopsl, &why))) {
+	    (j = propose_path(p, psl, psl ? NULL : nopsl, fold, &why))) {
 		psl_free(psl);
 		n = json_integer_value(json_object_get(json_object_get(j, "allow_omitted"), "entries"));
 		if (n)
@@ -668,7 +669,7 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 		eg = egress(id ? id : "", lost);
 		json_object_set_new(r, "egress", eg);
 		if (!strcmp(o->net, "learn"))
-			json_object_set_new(r, "proposed_allowlist", learned(id ? id : "", lost));
+			json_object_set_new(r, "proposed_allowlist", learned(id ? id : "", o->fold, lost));
 	}
 	et = json_object_get(ex, "timings");
 	t = json_is_object(et) ? json_deep_copy(et) : json_object();
@@ -738,6 +739,7 @@ int main(int argc, char **argv)
 		{"rc", required_argument, NULL, 'r'},
 		{"dir", required_argument, NULL, 'd'},
 		{"net", required_argument, NULL, 'N'},
+		{"fold", no_argument, NULL, 'o'},
 		{"start-ms", required_argument, NULL, 's'},
 		{"commit-as", required_argument, NULL, 'c'},
 		{"commit-rc", required_argument, NULL, 'C'},
@@ -773,6 +775,7 @@ int main(int argc, char **argv)
 			break;
 		case 'd': o.dir = optarg; break;
 		case 'N': o.net = optarg; break;
+		case 'o': o.fold = 1; break;
 		case 's':
 			if (parse_ll(optarg, 0, (long long)1 << 60, &o.start_ms) < 0)
 				die(EX_USAGE, "--start-ms %s: want milliseconds", EXC(optarg));

@@ -23,6 +23,7 @@ struct pflow {
 	int valid;        /* a host name (lib/allow.c), not an address */
 	long long count;
 	long entry;       /* the allow entry that covers it, or -1 */
+	long cand;        /* the fold its name is in (applied or not), or -1 */
 };
 
 struct plist {
@@ -84,7 +85,7 @@ static int read_line(const char *p, size_t n, struct pflow *f)
 		goto out;
 	r = 0;
 	*f = (struct pflow){ .kind = kind_of(json_string_value(json_object_get(j, "kind"))),
-			     .count = 1, .entry = -1 };
+			     .count = 1, .entry = -1, .cand = -1 };
 	if (!f->kind)
 		goto out;
 	verdict = json_string_value(json_object_get(j, "verdict"));
@@ -205,8 +206,10 @@ struct pname {
 	const char *name; /* the flow's */
 	unsigned pk;
 	const char *reg;  /* its registrable domain when below it, else NULL */
-	const char *fold; /* its entry's "*.domain" pattern (owned by a struct
-			   * strs of folds), NULL: its exact name is its entry */
+	const char *cand; /* the "*.domain" fold of its group (owned by a struct
+			   * strs of folds), NULL: none */
+	const char *fold; /* cand when folds are applied (its entry's pattern),
+			   * NULL: its exact name is its entry */
 };
 
 static int pname_cmp(const void *pa, const void *pb)
@@ -268,11 +271,12 @@ static char *fold_of(const struct psl *psl, const struct pname *v, size_t n, int
 	return pat;
 }
 
-/* The patterns of the proposal (into pats, sorted, unique) and each
- * name's fold (v[i].fold, the folds' strings kept in folds), v sorted by
- * name and port key on return. */
-static int patterns(const struct psl *psl, struct pname *v, size_t n, struct strs *pats,
-		    struct strs *folds)
+/* The folds (into folds, sorted: one per group, so unique), each name's
+ * (v[i].cand), and the patterns of the proposal (into pats, sorted,
+ * unique): the exact names, or with apply their folds in their place
+ * (v[i].fold).  v sorted by name and port key on return. */
+static int patterns(const struct psl *psl, struct pname *v, size_t n, int apply,
+		    struct strs *pats, struct strs *folds)
 {
 	size_t i, j;
 	int err = 0;
@@ -281,7 +285,7 @@ static int patterns(const struct psl *psl, struct pname *v, size_t n, struct str
 		const char *r = psl ? psl_registrable(psl, v[i].name) : NULL;
 
 		v[i].reg = r && r != v[i].name ? r : NULL;
-		v[i].fold = NULL;
+		v[i].cand = v[i].fold = NULL;
 	}
 	/* the names below a registrable domain first, grouped (reg NULL last) */
 	for (i = 0, j = n; i < j;)
@@ -301,10 +305,12 @@ static int patterns(const struct psl *psl, struct pname *v, size_t n, struct str
 		while (k < j && !strcmp(v[k].reg, v[i].reg) && v[k].pk == v[i].pk)
 			k++;
 		if ((pat = fold_of(psl, v + i, k - i, &err))) {
-			if (add_str(folds, pat) < 0 || add_str(pats, strdup(pat)) < 0)
+			if (add_str(folds, pat) < 0 || (apply && add_str(pats, strdup(pat)) < 0))
 				return -1;
-			for (size_t m = i; m < k; m++)
-				v[m].fold = pat;
+			for (size_t m = i; m < k; m++) {
+				v[m].cand = pat;
+				v[m].fold = apply ? pat : NULL;
+			}
 		}
 		if (err)
 			return -1;
@@ -315,6 +321,8 @@ static int patterns(const struct psl *psl, struct pname *v, size_t n, struct str
 			return -1;
 	qsort(v, n, sizeof *v, pname_cmp);
 	uniq(pats);
+	if (folds->n) /* the strings stay where v[].cand points */
+		qsort(folds->v, folds->n, sizeof *folds->v, str_cmp);
 	return 0;
 }
 
@@ -325,14 +333,13 @@ static long find(const struct strs *pats, const char *key)
 	return hit ? (long)(hit - pats->v) : -1;
 }
 
-/* The entry covering f: its name's at its port key; a dns flow (no port):
- * its name's at ports 80/443, else at any port (the first: names sorted by
- * name and port key, 0 first).  -1: none (no flow through the proxy went
- * to the name). */
-static long cover(const struct strs *pats, const struct pname *v, size_t n, const struct pflow *f)
+/* The name of v that serves f: its name at its port key; a dns flow (no
+ * port): its name at ports 80/443, else at any port (the first: names
+ * sorted by name and port key, 0 first).  -1: none (no flow through the
+ * proxy went to the name). */
+static long locate(const struct pname *v, size_t n, const struct pflow *f)
 {
 	unsigned pk = f->port == 80 || f->port == 443 ? 0 : f->port;
-	char key[ALLOW_PATTERN_MAX];
 	size_t a = 0, b = n;
 
 	/* the lower bound of (name, pk; a dns flow: 0) */
@@ -347,9 +354,19 @@ static long cover(const struct strs *pats, const struct pname *v, size_t n, cons
 	}
 	if (a == n || strcmp(v[a].name, f->name) || (f->kind[0] != 'd' && v[a].pk != pk))
 		return -1;
-	if (v[a].fold)
-		return find(pats, v[a].fold);
-	snprintf(key, sizeof key, v[a].pk ? "%s:%u" : "%s", v[a].name, v[a].pk);
+	return (long)a;
+}
+
+/* The entry covering the name v (-1: none). */
+static long cover(const struct strs *pats, const struct pname *v)
+{
+	char key[ALLOW_PATTERN_MAX];
+
+	if (!v)
+		return -1;
+	if (v->fold)
+		return find(pats, v->fold);
+	snprintf(key, sizeof key, v->pk ? "%s:%u" : "%s", v->name, v->pk);
 	return find(pats, key);
 }
 
@@ -452,12 +469,13 @@ out:
 	return r;
 }
 
-/* Each flow's entry (l->v[i].entry) and the entries' patterns (pats):
- * the names the succeeded connect/http flows went to, distinct by name and
- * port key, folded as patterns() says. */
-static int entries(struct plist *l, const struct psl *psl, struct strs *pats)
+/* Each flow's entry and fold (l->v[i].entry, .cand), the entries'
+ * patterns (pats), the folds (folds) and the names of each (fnames: one
+ * array per fold, in name order): the names the succeeded connect/http
+ * flows went to, distinct by name and port key, folded as patterns() says. */
+static int entries(struct plist *l, const struct psl *psl, int apply, struct strs *pats,
+		   struct strs *folds, json_t *fnames)
 {
-	struct strs folds = { .n = 0 };
 	struct pname *v = calloc(l->n + 1, sizeof *v);
 	size_t n = 0, k = 0, i;
 	int r = -1;
@@ -478,25 +496,105 @@ static int entries(struct plist *l, const struct psl *psl, struct strs *pats)
 		if (pname_cmp(&v[k], &v[i]))
 			v[++k] = v[i];
 	n = n ? k + 1 : 0;
-	if (patterns(psl, v, n, pats, &folds) == 0) {
-		for (i = 0; i < l->n; i++)
-			l->v[i].entry = l->v[i].valid ? cover(pats, v, n, &l->v[i]) : -1;
-		r = 0;
+	if (patterns(psl, v, n, apply, pats, folds) < 0)
+		goto out;
+	for (i = 0; i < folds->n; i++)
+		if (json_array_append_new(fnames, json_array()) < 0)
+			goto out;
+	for (i = 0; i < n; i++)
+		if (v[i].cand && json_array_append_new(json_array_get(fnames, (size_t)find(folds, v[i].cand)),
+						       json_string(v[i].name)) < 0)
+			goto out;
+	for (i = 0; i < l->n; i++) {
+		struct pflow *f = &l->v[i];
+		long a = f->valid ? locate(v, n, f) : -1;
+
+		f->entry = cover(pats, a >= 0 ? &v[a] : NULL);
+		f->cand = a >= 0 && v[a].cand ? find(folds, v[a].cand) : -1;
 	}
-	strs_free(&folds);
+	r = 0;
+out:
 	free(v);
 	return r;
 }
 
-/* What folded the names: the list's rule count and the fold's threshold,
- * or why nothing was folded (no list: never a fold without one). */
-static json_t *fold_json(const struct psl *psl, const char *no_psl)
+/* What the fold pat ("*.P" or "*.P:PORT") of n names grants beyond them. */
+static json_t *widens(const char *pat, size_t n)
+{
+	const char *p = pat + 2, *colon = strchr(p, ':');
+	int len = colon ? (int)(colon - p) : (int)strlen(p);
+
+	return json_sprintf("every name below %.*s (%s%s), not only the %zu seen: any its owner "
+			    "adds later, and anyone's if %.*s is shared hosting the public suffix "
+			    "list does not name (Debian's lacks blob.core.windows.net, on.aws)",
+			    len, p, colon ? "port " : "ports 80 and 443", colon ? colon + 1 : "", n,
+			    len, p);
+}
+
+/* The "folds" of the proposal (see propose.h), capped as the other lists
+ * (*gone: what was left out); NULL when out of memory. */
+static json_t *folds_json(const struct plist *l, const struct strs *folds, const json_t *fnames,
+			  json_t **gone)
+{
+	struct weigh *w = calloc(folds->n + 1, sizeof *w);
+	char *keep = calloc(folds->n + 1, 1);
+	json_t *out = json_array(), *o;
+	size_t i, j;
+
+	*gone = NULL;
+	if (!w || !keep || !out)
+		goto fail;
+	for (i = 0; i < folds->n; i++) {
+		const json_t *names = json_array_get(fnames, i);
+
+		w[i] = (struct weigh){ .len = strlen(folds->v[i]), .i = i };
+		for (j = 0; j < json_array_size(names) && j < PROPOSE_FOLD_NAMES; j++)
+			w[i].len += strlen(json_string_value(json_array_get(names, j)));
+	}
+	for (i = 0; i < l->n; i++)
+		if (l->v[i].cand >= 0)
+			w[l->v[i].cand].w += l->v[i].count;
+	if (cap(w, folds->n, keep, "folds", gone) < 0)
+		goto fail;
+	for (i = 0; i < folds->n; i++) {
+		const json_t *names = json_array_get(fnames, i);
+		size_t nn = json_array_size(names);
+
+		if (!keep[i])
+			continue;
+		o = json_pack("{s:s, s:[], s:o}", "pattern", folds->v[i], "names", "widens",
+			      widens(folds->v[i], nn));
+		if (!o || json_array_append_new(out, o) < 0)
+			goto fail;
+		for (j = 0; j < nn && j < PROPOSE_FOLD_NAMES; j++)
+			if (json_array_append(json_object_get(o, "names"), json_array_get(names, j)) < 0)
+				goto fail;
+		if (nn > PROPOSE_FOLD_NAMES &&
+		    json_object_set_new(o, "names_omitted", json_integer((json_int_t)(nn - PROPOSE_FOLD_NAMES))) < 0)
+			goto fail;
+	}
+	free(w);
+	free(keep);
+	return out;
+fail:
+	free(w);
+	free(keep);
+	json_decref(out);
+	json_decref(*gone);
+	*gone = NULL;
+	return NULL;
+}
+
+/* What found the folds: the list's rule count and the fold's threshold,
+ * and whether they are in "allow"; or why there is none (no list: never a
+ * fold without one). */
+static json_t *fold_json(const struct psl *psl, const char *no_psl, int apply)
 {
 	if (psl)
-		return json_pack("{s:I, s:i}", "public_suffixes", (json_int_t)psl_rules(psl),
-				 "min_names", PROPOSE_FOLD_MIN);
-	return json_pack("{s:n, s:s}", "public_suffixes", "why",
-			 no_psl ? no_psl : "no public suffix list: no name folded");
+		return json_pack("{s:I, s:i, s:b}", "public_suffixes", (json_int_t)psl_rules(psl),
+				 "min_names", PROPOSE_FOLD_MIN, "applied", apply);
+	return json_pack("{s:n, s:s, s:b}", "public_suffixes", "why",
+			 no_psl ? no_psl : "no public suffix list: no name folded", "applied", 0);
 }
 
 /* The proposal of the merged flows (see propose.h).  A fold needs the
@@ -504,17 +602,22 @@ static json_t *fold_json(const struct psl *psl, const char *no_psl)
  * read well until a review found the parents it cannot tell apart:
  * github.io, cloudfront.net, co.uk are public suffixes, where anyone may
  * register a host, so a folded "*.github.io" would let a later filtered
- * run reach an attacker's.  Without the list, exact names only. */
+ * run reach an attacker's.  Without the list, no fold.  With it, a later
+ * review found the parents the list lacks (blob.core.windows.net, on.aws):
+ * so the folds are only reported beside "allow", and go into it only when
+ * apply asks (doc/DECISIONS.md). */
 static json_t *build(struct plist *l, const struct tally *t, const struct psl *psl,
-		     const char *no_psl)
+		     const char *no_psl, int apply)
 {
-	struct strs pats = { .n = 0 };
+	struct strs pats = { .n = 0 }, folds = { .n = 0 };
 	json_t *allow = json_array(), *un = json_array(), *out = NULL, **ent = NULL;
-	json_t *pat_gone = NULL, *flow_gone = NULL;
+	json_t *pat_gone = NULL, *flow_gone = NULL, *fold_gone = NULL, *fnames = json_array();
+	json_t *fl = NULL;
 	char *keep_pat = NULL, *keep_flow = NULL;
 	size_t i;
 
-	if (entries(l, psl, &pats) < 0)
+	if (!fnames || entries(l, psl, apply, &pats, &folds, fnames) < 0 ||
+	    !(fl = folds_json(l, &folds, fnames, &fold_gone)))
 		goto out;
 	if (!allow || !un || !(ent = calloc(pats.n + 1, sizeof *ent)) ||
 	    !(keep_pat = calloc(pats.n + 1, 1)) || !(keep_flow = calloc(l->n + 1, 1)) ||
@@ -536,12 +639,13 @@ static json_t *build(struct plist *l, const struct tally *t, const struct psl *p
 				  : keep_flow[i] && json_array_append_new(un, unservable(f)))
 			goto out;
 	}
-	out = json_pack("{s:O, s:O, s:I, s:I, s:I, s:I, s:o}", "allow", allow, "unservable", un,
-			"lines", (json_int_t)t->lines, "skipped", (json_int_t)t->skipped,
-			"not_succeeded", (json_int_t)t->failed, "not_names", (json_int_t)t->not_names,
-			"fold", fold_json(psl, no_psl));
+	out = json_pack("{s:O, s:O, s:O, s:I, s:I, s:I, s:I, s:o}", "allow", allow, "folds", fl,
+			"unservable", un, "lines", (json_int_t)t->lines, "skipped",
+			(json_int_t)t->skipped, "not_succeeded", (json_int_t)t->failed, "not_names",
+			(json_int_t)t->not_names, "fold", fold_json(psl, no_psl, apply));
 	if (out && ((pat_gone && json_object_set(out, "allow_omitted", pat_gone) < 0) ||
-		    (flow_gone && json_object_set(out, "unservable_omitted", flow_gone) < 0))) {
+		    (flow_gone && json_object_set(out, "unservable_omitted", flow_gone) < 0) ||
+		    (fold_gone && json_object_set(out, "folds_omitted", fold_gone) < 0))) {
 		json_decref(out);
 		out = NULL;
 	}
@@ -551,13 +655,18 @@ out:
 	free(keep_flow);
 	json_decref(pat_gone);
 	json_decref(flow_gone);
+	json_decref(fold_gone);
+	json_decref(fl);
+	json_decref(fnames);
 	json_decref(allow);
 	json_decref(un);
 	strs_free(&pats);
+	strs_free(&folds);
 	return out;
 }
 
-json_t *propose_ledger(const char *buf, size_t n, const struct psl *psl, const char *no_psl)
+json_t *propose_ledger(const char *buf, size_t n, const struct psl *psl, const char *no_psl,
+		       int fold)
 {
 	struct plist l = { .n = 0 };
 	struct tally t = { .lines = 0 };
@@ -585,7 +694,7 @@ json_t *propose_ledger(const char *buf, size_t n, const struct psl *psl, const c
 		i += len + 1;
 	}
 	merge(&l);
-	out = build(&l, &t, psl, no_psl);
+	out = build(&l, &t, psl, no_psl, fold);
 out:
 	for (i = 0; i < l.n; i++)
 		free(l.v[i].name);
@@ -593,7 +702,7 @@ out:
 	return out;
 }
 
-json_t *propose_path(const char *path, const struct psl *psl, const char *no_psl,
+json_t *propose_path(const char *path, const struct psl *psl, const char *no_psl, int fold,
 		     const char **why)
 {
 	/* O_NONBLOCK: a FIFO in the ledger's place must not hang the reader
@@ -619,7 +728,7 @@ json_t *propose_path(const char *path, const struct psl *psl, const char *no_psl
 		goto nomem;
 	if (got < (size_t)st.st_size && errno)
 		goto out;
-	if ((out = propose_ledger(buf, got, psl, no_psl)))
+	if ((out = propose_ledger(buf, got, psl, no_psl, fold)))
 		goto out;
 nomem:
 	*why = "out of memory";

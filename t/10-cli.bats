@@ -975,7 +975,7 @@ L
 	run_isopod -100 allow propose "$BATS_TEST_TMPDIR"
 	[[ "$stderr" == *"not a regular file"* ]]
 	run_isopod -100 allow list
-	[[ "$stderr" == *"usage: isopod-allow propose LEDGER"* ]]
+	[[ "$stderr" == *"usage: isopod-allow propose [--fold] LEDGER"* ]]
 }
 
 @test "run --net learn: the proposal keeps at most 256 entries (the most counted), says what it left out, and warns" {
@@ -986,7 +986,7 @@ L
 	json_is '.warnings == ["the proposed allowlist leaves out 44 entries (it keeps at most 256, in 16384 bytes)"]'
 }
 
-@test "run --net learn: the proposal folds names by the public suffix list, never under a public suffix; no list, no fold and a warning" {
+@test "run --net learn: the proposal's allow holds the names seen; the folds by the public suffix list (never under a public suffix) are reported, and applied only with --fold; no list, no fold and a warning" {
 	local n
 	fake_ledger 0 ''
 	for n in a.cdn.example.org b.cdn.example.org c.cdn.example.org a.github.io b.github.io c.github.io; do
@@ -995,17 +995,36 @@ L
 	printf 'org\nio\n// ===BEGIN PRIVATE DOMAINS===\ngithub.io\n// ===END PRIVATE DOMAINS===\n' \
 		>"$BATS_TEST_TMPDIR/psl.dat"
 	export ISOPOD_PUBLIC_SUFFIX_LIST="$BATS_TEST_TMPDIR/psl.dat"
+	# not asked: the names seen, the fold beside them
 	run_isopod -0 run --json-only --net learn -- true
+	json_is '[.proposed_allowlist.allow[].pattern] == ["a.cdn.example.org", "a.github.io", "b.cdn.example.org", "b.github.io", "c.cdn.example.org", "c.github.io"]'
+	json_is '.proposed_allowlist.folds == [{pattern: "*.cdn.example.org",
+		names: ["a.cdn.example.org", "b.cdn.example.org", "c.cdn.example.org"],
+		widens: "every name below cdn.example.org (ports 80 and 443), not only the 3 seen: any its owner adds later, and anyone'"'"'s if cdn.example.org is shared hosting the public suffix list does not name (Debian'"'"'s lacks blob.core.windows.net, on.aws)"}]'
+	json_is '.proposed_allowlist.fold == {public_suffixes: 3, min_names: 3, applied: false} and .warnings == []'
+	# asked: the fold in allow, in its names' place
+	run_isopod -0 run --json-only --net learn --fold -- true
 	json_is '[.proposed_allowlist.allow[].pattern] == ["*.cdn.example.org", "a.github.io", "b.github.io", "c.github.io"]'
 	json_is '.proposed_allowlist.allow[0].flows | map(.name) == ["a.cdn.example.org", "b.cdn.example.org", "c.cdn.example.org"]'
-	json_is '.proposed_allowlist.fold == {public_suffixes: 3, min_names: 3} and .warnings == []'
-	ISOPOD_PUBLIC_SUFFIX_LIST="$BATS_TEST_TMPDIR/nothing" run_isopod -0 run --json-only --net learn -- true
+	json_is '.proposed_allowlist.fold == {public_suffixes: 3, min_names: 3, applied: true}'
+	json_is '[.proposed_allowlist.folds[].pattern] == ["*.cdn.example.org"]'
+	# --fold is learn's: refused with any other mode, before anything runs
+	run_isopod -100 run --json-only --net filtered --fold -- true
+	[[ "$stderr" == *"--fold folds the allowlist --net learn proposes; this run is --net filtered"* ]]
+	ISOPOD_PUBLIC_SUFFIX_LIST="$BATS_TEST_TMPDIR/nothing" run_isopod -0 run --json-only --net learn --fold -- true
 	json_is '(.proposed_allowlist.allow | map(.pattern) | map(select(startswith("*"))) | length) == 0'
+	json_is '.proposed_allowlist.folds == [] and .proposed_allowlist.fold.applied == false'
 	json_is '.warnings == ["the public suffix list '"$BATS_TEST_TMPDIR"'/nothing: unable to read it: No such file or directory: no name folded into a *.domain pattern"]'
 	unset ISOPOD_LIBEXEC
 	run_isopod -0 allow propose "$FAKE_LEDGER"
-	json_is '[.allow[].pattern] == ["*.cdn.example.org", "a.github.io", "b.github.io", "c.github.io"]'
+	json_is '(.allow | length) == 6 and (.allow | map(.pattern) | map(select(startswith("*"))) | length) == 0'
+	json_is '[.folds[].pattern] == ["*.cdn.example.org"] and .fold.applied == false'
 	[ -z "$stderr" ]
+	run_isopod -0 allow propose --fold "$FAKE_LEDGER"
+	json_is '[.allow[].pattern] == ["*.cdn.example.org", "a.github.io", "b.github.io", "c.github.io"]'
+	json_is '[.folds[].pattern] == ["*.cdn.example.org"] and .fold.applied == true'
+	run_isopod -100 allow propose --fold
+	[[ "$stderr" == *"usage: isopod-allow propose [--fold] LEDGER"* ]]
 	# a list cut short (no END PRIVATE line) is no list: names only
 	printf 'org\nio\n' >"$BATS_TEST_TMPDIR/psl.dat"
 	run_isopod -0 allow propose "$FAKE_LEDGER"

@@ -1,8 +1,9 @@
 /* propose_test.c - the allowlist a learn run proposes (lib/propose.c):
- * which flows count as succeeded, names and ports into patterns, the fold
+ * which flows count as succeeded, names and ports into patterns, the folds
  * into "*.domain" with the public suffix list (never to or above a public
- * suffix; none without the list), the flows filtered cannot serve, and
- * ledger lines that are not ledger objects. */
+ * suffix; none without the list), reported beside "allow" and in it only
+ * when asked, the flows filtered cannot serve, and ledger lines that are
+ * not ledger objects. */
 #include "../../lib/propose.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/allow.c"
 #include "../../lib/psl.c"
@@ -25,7 +26,7 @@
 
 static json_t *run(const char *ledger)
 {
-	return propose_ledger(ledger, strlen(ledger), NULL, NULL);
+	return propose_ledger(ledger, strlen(ledger), NULL, NULL, 0);
 }
 
 /* The rules the fold tests meet, as the list has them (publicsuffix.org,
@@ -34,13 +35,27 @@ static const char rules[] = "com\norg\nnet\nio\nuk\nco.uk\n*.mm\n*.ck\n!www.ck\n
 			    "// ===BEGIN PRIVATE DOMAINS===\ngithub.io\ns3.amazonaws.com\n"
 			    "*.compute.amazonaws.com\n// ===END PRIVATE DOMAINS===\n";
 
-static json_t *runp(const char *ledger)
+/* with the list, its folds applied (fold 1) or only reported (0) */
+static json_t *runp(const char *ledger, int fold)
 {
 	struct psl *psl = psl_parse(rules, sizeof rules - 1);
-	json_t *p = psl ? propose_ledger(ledger, strlen(ledger), psl, NULL) : NULL;
+	json_t *p = psl ? propose_ledger(ledger, strlen(ledger), psl, NULL, fold) : NULL;
 
 	psl_free(psl);
 	return p;
+}
+
+/* The folds' patterns, joined with ' ' (into buf). */
+static const char *fpats(const json_t *p, char *buf, size_t sz)
+{
+	size_t i, o = 0;
+	json_t *e;
+
+	buf[0] = '\0';
+	json_array_foreach(json_object_get(p, "folds"), i, e)
+		o += (size_t)snprintf(buf + o, sz - o, "%s%s", i ? " " : "",
+				      json_string_value(json_object_get(e, "pattern")));
+	return buf;
 }
 
 /* The patterns of the proposal, joined with ' ' (into buf). */
@@ -107,11 +122,13 @@ static void test_succeeded(void)
 
 #define C3(a, b, c) OK(a, 443, "connect") OK(b, 443, "connect") OK(c, 443, "connect")
 
+/* The folds as the list allows them, asked for (fold 1): each pattern in
+ * "allow" in its names' place. */
 static void test_fold(void)
 {
 	char b[512];
 	json_t *p = runp(C3("a.example.com", "b.example.com", "c.example.com") DNS("b.example.com")
-			 DNS("d.example.com") OK("pkg.test", 443, "connect"));
+			 DNS("d.example.com") OK("pkg.test", 443, "connect"), 1);
 
 	ok(!strcmp(pats(p, b, sizeof b), "*.example.com pkg.test"),
 	   "three names under example.com: *.example.com: %s", b);
@@ -119,43 +136,44 @@ static void test_fold(void)
 	ok(json_array_size(json_object_get(p, "unservable")) == 1,
 	   "a name only resolved stays unservable under the fold (no proxied flow went to it)");
 	ok(json_integer_value(json_object_get(json_object_get(p, "fold"), "min_names")) == 3 &&
-		   json_integer_value(json_object_get(json_object_get(p, "fold"), "public_suffixes")) == 12,
-	   "fold says the list's 12 rules and the threshold");
+		   json_integer_value(json_object_get(json_object_get(p, "fold"), "public_suffixes")) == 12 &&
+		   json_is_true(json_object_get(json_object_get(p, "fold"), "applied")),
+	   "fold says the list's 12 rules, the threshold and that the folds are applied");
 	json_decref(p);
 	p = runp(C3("a.github.io", "b.github.io", "c.github.io")
-		 C3("a.co.uk", "b.co.uk", "c.co.uk"));
+		 C3("a.co.uk", "b.co.uk", "c.co.uk"), 1);
 	ok(!strcmp(pats(p, b, sizeof b), "a.co.uk a.github.io b.co.uk b.github.io c.co.uk c.github.io"),
 	   "github.io (PRIVATE section), co.uk: public suffixes, never folded: %s", b);
 	json_decref(p);
 	p = runp(C3("www.bbc.co.uk", "news.bbc.co.uk", "static.bbc.co.uk")
-		 C3("a.x.mm", "b.x.mm", "c.x.mm") C3("a.b.x.mm", "b.b.x.mm", "c.b.x.mm"));
+		 C3("a.x.mm", "b.x.mm", "c.x.mm") C3("a.b.x.mm", "b.b.x.mm", "c.b.x.mm"), 1);
 	ok(!strcmp(pats(p, b, sizeof b), "*.b.x.mm *.bbc.co.uk a.x.mm b.x.mm c.x.mm"),
 	   "below co.uk and below *.mm's suffixes they fold, never to the suffix: %s", b);
 	json_decref(p);
-	p = runp(C3("a.www.ck", "b.www.ck", "c.www.ck") C3("a.t.ck", "b.t.ck", "c.t.ck"));
+	p = runp(C3("a.www.ck", "b.www.ck", "c.www.ck") C3("a.t.ck", "b.t.ck", "c.t.ck"), 1);
 	ok(!strcmp(pats(p, b, sizeof b), "*.www.ck a.t.ck b.t.ck c.t.ck"),
 	   "*.ck with !www.ck: www.ck is registrable (folds), t.ck a suffix (does not): %s", b);
 	json_decref(p);
-	p = runp(C3("a.amazonaws.com", "b.amazonaws.com", "c.amazonaws.com"));
+	p = runp(C3("a.amazonaws.com", "b.amazonaws.com", "c.amazonaws.com"), 1);
 	ok(!strcmp(pats(p, b, sizeof b), "a.amazonaws.com b.amazonaws.com c.amazonaws.com"),
 	   "no fold over a suffix below (s3.amazonaws.com: anyone's buckets): %s", b);
 	json_decref(p);
 	p = runp(OK("a.example.net", 443, "connect") OK("b.example.net", 443, "connect")
 		 OK("example.net", 443, "connect") C3("a.cdn.example.org", "b.cdn.example.org",
-						       "c.cdn.example.org"));
+						       "c.cdn.example.org"), 1);
 	ok(!strcmp(pats(p, b, sizeof b),
 		   "*.cdn.example.org a.example.net b.example.net example.net"),
 	   "two names below do not fold (the apex does not count: *.d does not match d); the "
 	   "fold is to the deepest common parent: %s", b);
 	json_decref(p);
 	p = runp(C3("a.cdn.example.org", "b.cdn.example.org", "c.cdn.example.org")
-		 OK("www.example.org", 443, "connect") OK("example.org", 80, "http"));
+		 OK("www.example.org", 443, "connect") OK("example.org", 80, "http"), 1);
 	ok(!strcmp(pats(p, b, sizeof b), "*.example.org example.org"),
 	   "another name higher up: the fold is to the registrable domain; its apex exact: %s", b);
 	json_decref(p);
 	p = runp(OK("a.example.com", 8443, "connect") OK("b.example.com", 8443, "connect")
 		 OK("c.example.com", 8443, "connect") OK("a.example.com", 443, "connect")
-		 OK("b.example.com", 80, "http") DNS("a.example.com"));
+		 OK("b.example.com", 80, "http") DNS("a.example.com"), 1);
 	ok(!strcmp(pats(p, b, sizeof b), "*.example.com:8443 a.example.com b.example.com"),
 	   "one fold per port (80/443 as one): %s", b);
 	ok(nflows(p, 1) == 2, "a query goes with its name's 80/443 entry");
@@ -166,6 +184,104 @@ static void test_fold(void)
 		   strstr(json_string_value(json_object_get(json_object_get(p, "fold"), "why")),
 			  "no public suffix list"),
 	   "no list: no fold, and fold says why: %s", b);
+	json_decref(p);
+}
+
+/* The text of f's member key, "" when it has none (strstr never gets NULL). */
+static const char *text(const json_t *f, const char *key)
+{
+	const char *t = json_string_value(json_object_get(f, key));
+
+	return t ? t : "";
+}
+
+/* A ledger of n groups of three names (a., b., c.dNNN.com): n folds. */
+static json_t *many_folds(size_t n)
+{
+	size_t sz = n * 3 * 200, o = 0;
+	char *buf = malloc(sz);
+	json_t *p;
+
+	if (!buf)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		for (const char *l = "abc"; *l; l++)
+			o += (size_t)snprintf(buf + o, sz - o,
+					      "{\"kind\":\"connect\",\"name\":\"%c.d%03zu.com\",\"port\":443,"
+					      "\"address\":\"198.51.100.10\",\"verdict\":\"allowed\"}\n",
+					      *l, i);
+	buf[o] = '\0';
+	p = runp(buf, 0);
+	free(buf);
+	return p;
+}
+
+static long long omitted(const json_t *p, const char *list, const char *key);
+
+/* By default "allow" holds the names seen, never a fold: the list lacks
+ * shared-hosting parents (blob.core.windows.net), so a fold may reach
+ * anyone's host.  The folds the rule finds are reported beside it. */
+static void test_fold_apart(void)
+{
+	char b[512];
+	json_t *p = runp(C3("a.blob.core.windows.net", "b.blob.core.windows.net",
+			    "c.blob.core.windows.net") DNS("c.blob.core.windows.net")
+			 C3("a.github.io", "b.github.io", "c.github.io")
+			 OK("a.example.com", 8443, "connect") OK("b.example.com", 8443, "connect")
+			 OK("c.example.com", 8443, "connect"), 0), *f;
+	const char *n0;
+
+	ok(!strcmp(pats(p, b, sizeof b), "a.blob.core.windows.net a.example.com:8443 a.github.io "
+		   "b.blob.core.windows.net b.example.com:8443 b.github.io c.blob.core.windows.net "
+		   "c.example.com:8443 c.github.io"),
+	   "not asked: allow holds the names seen, no fold: %s", b);
+	ok(nflows(p, 6) == 2, "a name's entry covers its connect and its query");
+	ok(!strcmp(fpats(p, b, sizeof b), "*.blob.core.windows.net *.example.com:8443"),
+	   "the folds the rule finds are reported (github.io, a public suffix, none): %s", b);
+	f = json_array_get(json_object_get(p, "folds"), 0);
+	ok(json_array_size(json_object_get(f, "names")) == 3 &&
+		   (n0 = json_string_value(json_array_get(json_object_get(f, "names"), 0))) &&
+		   !strcmp(n0, "a.blob.core.windows.net") &&
+		   !json_object_get(f, "names_omitted"),
+	   "a fold names the names it stands for");
+	ok(strstr(text(f, "widens"),
+		  "every name below blob.core.windows.net (ports 80 and 443), not only the 3 seen") != NULL,
+	   "and says what it grants beyond them: %s", text(f, "widens"));
+	ok(strstr(text(json_array_get(json_object_get(p, "folds"), 1), "widens"), "(port 8443)") != NULL,
+	   "a fold of one port says that port");
+	ok(json_is_false(json_object_get(json_object_get(p, "fold"), "applied")),
+	   "fold says the folds are not applied");
+	json_decref(p);
+	p = runp(C3("a.blob.core.windows.net", "b.blob.core.windows.net",
+		    "c.blob.core.windows.net") DNS("c.blob.core.windows.net"), 1);
+	ok(!strcmp(pats(p, b, sizeof b), "*.blob.core.windows.net") && nflows(p, 0) == 4 &&
+		   !strcmp(fpats(p, b, sizeof b), "*.blob.core.windows.net"),
+	   "asked: the fold in allow, covering the names' flows, and still reported");
+	json_decref(p);
+	p = runp(C3("n01.example.org", "n02.example.org", "n03.example.org")
+		 C3("n04.example.org", "n05.example.org", "n06.example.org")
+		 C3("n07.example.org", "n08.example.org", "n09.example.org")
+		 C3("n10.example.org", "n11.example.org", "n12.example.org")
+		 C3("n13.example.org", "n14.example.org", "n15.example.org")
+		 C3("n16.example.org", "n17.example.org", "n18.example.org"), 0);
+	f = json_array_get(json_object_get(p, "folds"), 0);
+	ok(json_array_size(json_object_get(f, "names")) == PROPOSE_FOLD_NAMES &&
+		   json_integer_value(json_object_get(f, "names_omitted")) == 18 - PROPOSE_FOLD_NAMES &&
+		   strstr(text(f, "widens"), "not only the 18 seen"),
+	   "a fold lists at most %d names, counts the rest, and widens counts them all",
+	   PROPOSE_FOLD_NAMES);
+	json_decref(p);
+	p = many_folds(PROPOSE_LIST_MAX + 44);
+	ok(p && json_array_size(json_object_get(p, "folds")) == PROPOSE_LIST_MAX &&
+		   omitted(p, "folds_omitted", "folds") == 44 &&
+		   omitted(p, "folds_omitted", "count") == 3 * 44,
+	   "%d folds: %d reported, folds_omitted says 44 and their 132 flows",
+	   PROPOSE_LIST_MAX + 44, PROPOSE_LIST_MAX);
+	json_decref(p);
+	p = run(C3("a.example.com", "b.example.com", "c.example.com"));
+	ok(json_array_size(json_object_get(p, "folds")) == 0 &&
+		   json_is_false(json_object_get(json_object_get(p, "fold"), "applied")),
+	   "no list: no fold found, none applied");
 	json_decref(p);
 }
 
@@ -198,7 +314,7 @@ static void test_edges(void)
 
 	ok(p && json_array_size(json_object_get(p, "allow")) == 0, "an empty ledger: nothing");
 	json_decref(p);
-	p = propose_ledger("{\"kind\":\"dns\"", 13, NULL, NULL);
+	p = propose_ledger("{\"kind\":\"dns\"", 13, NULL, NULL, 0);
 	ok(p && json_integer_value(json_object_get(p, "skipped")) == 1, "a cut line is skipped");
 	json_decref(p);
 	memset(big, 'a', sizeof big);
@@ -253,7 +369,7 @@ static json_t *many(size_t n, const char *pad, int addresses, int heavy)
 	}
 	for (int i = 0; heavy && i < 3; i++)
 		o += (size_t)snprintf(buf + o, sz - o, "%s", OK("heavy.test", 443, "connect"));
-	p = propose_ledger(buf, o, NULL, NULL);
+	p = propose_ledger(buf, o, NULL, NULL, 0);
 	free(buf);
 	return p;
 }
@@ -319,7 +435,7 @@ static int refused_in_time(const char *path)
 
 	if (pid == 0) {
 		const char *why;
-		json_t *p = propose_path(path, NULL, NULL, &why);
+		json_t *p = propose_path(path, NULL, NULL, 0, &why);
 
 		_exit(!p && !strcmp(why, "not a regular file") ? 0 : 1);
 	}
@@ -353,7 +469,7 @@ static void test_path(void)
 		fputs(OK("pkg.test", 443, "connect"), f);
 		fclose(f);
 	}
-	p = propose_path(file, NULL, NULL, &why);
+	p = propose_path(file, NULL, NULL, 0, &why);
 	ok(p && json_array_size(json_object_get(p, "allow")) == 1, "a regular file is read");
 	json_decref(p);
 	unlink(fifo);
@@ -366,6 +482,7 @@ int main(void)
 	test_names();
 	test_succeeded();
 	test_fold();
+	test_fold_apart();
 	test_unservable();
 	test_edges();
 	test_caps();
