@@ -62,7 +62,7 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 		.network == {mode: "none", allow: []} and .ledger == null and .attestation == null and
 		.chain.base.sha256 == $b and .chain.kernel.vmlinux == $k and
 		.chain.layers == [{stage: $sid, sha256: $l}] and .expected_chain.layers[0].sha256 == $l and
-		.accelerator.name == "tcg" and .exit.exitCode == 0 and (.timings.bootMs | type) == "number" and
+		.accelerator.name == $r[0].accel and .exit.exitCode == 0 and (.timings.bootMs | type) == "number" and
 		.invocationId == $r[0].vm.id' <<<"$output"
 }
 
