@@ -42,7 +42,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-boot [--vm REF] [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
-	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--check] [--run-options]"
+	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--check] [--run-options[=text]]"
 
 #define MIB (1024LL * 1024)
 
@@ -175,7 +175,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		{ "accel", required_argument, NULL, 'a' },
 		{ "cold", no_argument, NULL, 'C' },
 		{ "check", no_argument, NULL, 'K' },
-		{ "run-options", no_argument, NULL, 'R' },
+		{ "run-options", optional_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -213,7 +213,11 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 			cf->accel_src = "--accel";
 			break;
 		case 'R':
-			if (run_options_print(ro, lo, why, sizeof why) < 0)
+			/* =text: the lines isopod run reads (util.h) */
+			if (optarg && strcmp(optarg, "text"))
+				die_usage(USAGE, "--run-options=%s: want text, or no value for JSON",
+					  EXC(optarg));
+			if (run_options_print(ro, lo, !!optarg, why, sizeof why) < 0)
 				die(EX_SYS, "%s", why);
 			exit(0);
 		case 'h':

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "isopod-claim [--name NAME] [--net none|filtered|open] [--allow PATTERN]..."
+#define USAGE "isopod-claim [--name NAME] [--net none|filtered|open] [--allow PATTERN]... [--id-file FILE]"
 
 static const char *const adjectives[] = {
 	"amber", "brave", "calm", "dapper", "eager", "fancy", "gentle", "happy",
@@ -132,13 +132,14 @@ int main(int argc, char **argv)
 		{ "name", required_argument, NULL, 'n' },
 		{ "net", required_argument, NULL, 'N' },
 		{ "allow", required_argument, NULL, 'a' },
+		{ "id-file", required_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct names ns = { 0 };
 	char vmsdir[PATH_MAX], dir[PATH_MAX];
 	char id[3 + 12 + 1], name[64], hex[13], now[32];
-	const char *want = NULL, *net = "none";
+	const char *want = NULL, *net = "none", *idfile = NULL;
 	json_t *rec, *out, *netj = NULL, *allow = json_array();
 	char pat[ALLOW_PATTERN_MAX];
 	const char *why;
@@ -153,6 +154,9 @@ int main(int argc, char **argv)
 			break;
 		case 'N':
 			net = optarg;
+			break;
+		case 'i':
+			idfile = optarg;
 			break;
 		case 'a':
 			/* Normalised here, once: the broker and the record read the
@@ -223,6 +227,22 @@ int main(int argc, char **argv)
 			die(EX_SYS, "unable to create %s:", dir);
 	}
 
+	/* The id and the name as two lines, for isopod run: a shell reads
+	 * them with `read`, without a JSON parser (a process) on every run.
+	 * Both are of [a-z0-9-] (valid_name, the id's hex).  Written before
+	 * the record: when it fails, nothing is claimed. */
+	if (idfile) {
+		char ids[sizeof id + sizeof name + 2];
+		int n = snprintf(ids, sizeof ids, "%s\n%s\n", id, name);
+
+		if (atomic_write(idfile, ids, (size_t)n, 0600) < 0) {
+			int e = errno;
+
+			rmdir(dir);
+			errno = e;
+			die(EX_SYS, "unable to write --id-file %s:", idfile);
+		}
+	}
 	rec = json_pack("{s:s, s:s, s:s, s:s}", "id", id, "name", name, "created",
 			iso_now(now, sizeof now), "state", "claimed");
 	if (!rec)

@@ -26,7 +26,7 @@
 #define USAGE "isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
 	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
-	"                   [--check] [--run-options] -- CMD [ARG]..."
+	"                   [--check] [--run-options[=text]] -- CMD [ARG]..."
 
 #define MAX_ITEMS 256
 
@@ -142,7 +142,7 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 		{"copy-out-max", required_argument, 0, 'M'},
 		{"shell", no_argument, 0, 's'},
 		{"check", no_argument, 0, 'K'},
-		{"run-options", no_argument, 0, 'R'},
+		{"run-options", optional_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
 	/* The options isopod run takes and passes on as given (isopod-exec(1),
@@ -189,7 +189,11 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 		case 's': o->shell = 1; break;
 		case 'K': o->check = 1; break;
 		case 'R':
-			if (run_options_print(ro, lo, err, sizeof err) < 0)
+			/* =text: the lines isopod run reads (util.h) */
+			if (optarg && strcmp(optarg, "text"))
+				die_usage(USAGE, "--run-options=%s: want text, or no value for JSON",
+					  EXC(optarg));
+			if (run_options_print(ro, lo, !!optarg, err, sizeof err) < 0)
 				die(EX_SYS, "%s", err);
 			exit(0);
 		case 'h': puts("usage: " USAGE); exit(0);

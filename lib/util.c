@@ -651,11 +651,58 @@ json_t *run_options_json(const struct run_option *ro, const struct option *lo, c
 	return o;
 }
 
-int run_options_print(const struct run_option *ro, const struct option *lo, char *err, size_t errsz)
+char *run_options_text(const struct run_option *ro, const struct option *lo, char *err,
+		       size_t errsz)
 {
 	json_t *j = run_options_json(ro, lo, err, errsz);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+	int bad;
 
 	if (!j)
+		return NULL;
+	json_decref(j);
+	if (!(f = open_memstream(&buf, &len))) {
+		snprintf(err, errsz, "out of memory");
+		return NULL;
+	}
+	for (; ro->name; ro++) {
+		if (ro->arg && (!*ro->arg || !strcmp(ro->arg, "-") || strpbrk(ro->arg, " \t\n"))) {
+			snprintf(err, errsz, "run option --%s: placeholder '%s' would not read back",
+				 ro->name, ro->arg);
+			break;
+		}
+		fprintf(f, "--%s %s %d\n", ro->name, ro->arg ? ro->arg : "-", !!ro->repeat);
+	}
+	bad = ro->name != NULL; /* stopped at a placeholder: err says which */
+	if (fclose(f) != 0 && !bad) {
+		snprintf(err, errsz, "out of memory");
+		bad = 1;
+	}
+	if (!bad)
+		return buf;
+	free(buf);
+	return NULL;
+}
+
+int run_options_print(const struct run_option *ro, const struct option *lo, int text, char *err,
+		      size_t errsz)
+{
+	json_t *j;
+	char *t;
+
+	if (text) {
+		if (!(t = run_options_text(ro, lo, err, errsz)))
+			return -1;
+		if (fputs(t, stdout) == EOF || fflush(stdout) == EOF || ferror(stdout)) {
+			free(t);
+			die(EX_SYS, "unable to write to standard output:");
+		}
+		free(t);
+		return 0;
+	}
+	if (!(j = run_options_json(ro, lo, err, errsz)))
 		return -1;
 	json_emit(j);
 	json_decref(j);

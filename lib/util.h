@@ -150,8 +150,17 @@ struct option;
  * or disagrees with it on taking a value (the two tables drifted). */
 json_t *run_options_json(const struct run_option *ro, const struct option *lo, char *err,
 			 size_t errsz);
-/* That answer on stdout (json_emit); -1 with err as run_options_json. */
-int run_options_print(const struct run_option *ro, const struct option *lo, char *err, size_t errsz);
+/* --run-options=text's answer: one line per run option, "--N PLACEHOLDER R"
+ * (PLACEHOLDER '-' for an option without a value, R 1 when repeatable, else
+ * 0), what isopod run reads with its shell's `read`, without a JSON parser
+ * on every run.  malloc'd; NULL with err as run_options_json, or when a
+ * placeholder is empty, '-' or holds a blank (it would not read back). */
+char *run_options_text(const struct run_option *ro, const struct option *lo, char *err,
+		       size_t errsz);
+/* That answer on stdout: the JSON one (json_emit), or with text the lines
+ * of run_options_text; -1 with err as those. */
+int run_options_print(const struct run_option *ro, const struct option *lo, int text, char *err,
+		      size_t errsz);
 
 /* Lock helpers: open (O_CREAT|O_CLOEXEC) and flock.  op = LOCK_EX / LOCK_SH,
  * optionally | LOCK_NB.  Returns the fd, or -1 with errno (EWOULDBLOCK = held). */

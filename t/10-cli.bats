@@ -561,8 +561,8 @@ doctor_json() {
 	cat >"$lx/isopod-boot" <<'B'
 #!/bin/sh
 case $1 in
---run-options)
-	echo '{"tool":"isopod-boot","run_options":[{"option":"--frob","arg":"X","repeat":false}]}'
+--run-options=text)
+	echo '--frob X 0'
 	exit 0 ;;
 --check) echo '{"ok":true}'; exit 0 ;;
 esac

@@ -121,6 +121,24 @@ small_stderr() {
 # The datum on one channel: a tool given --vm reads nothing about its VM on
 # stdin.  A duplicate-key document there is not even read: the --vm REF
 # decides, here 101.
+@test "claim: --id-file holds the id and the name of its JSON, one a line (what isopod run reads); unwritable, 111" {
+	local f="$BATS_TEST_TMPDIR/ids" id
+	run --separate-stderr isopod-claim --id-file "$f" --name idfile-box
+	[ "$status" -eq 0 ]
+	id=$(jq -er .vm.id <<<"$output")
+	[ "$(cat "$f")" = "$id
+idfile-box" ]
+	rm -rf "${ISOPOD_HOME:?}/vms/$id"
+	# unwritable: nothing claimed (no record left behind)
+	local before after
+	before=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 | wc -l)
+	run --separate-stderr isopod-claim --id-file "$BATS_TEST_TMPDIR/no/such/dir/ids"
+	[ "$status" -eq 111 ]
+	[[ "$stderr" == *"--id-file"* ]]
+	after=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 | wc -l)
+	[ "$before" = "$after" ]
+}
+
 @test "--vm: the VM comes from the REF and its record; stdin is not read for it" {
 	dup="{\"vm\":{\"id\":\"$A\"},\"vm\":{\"id\":\"$B\"}}"
 	for i in 1 2 3; do

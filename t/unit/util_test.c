@@ -407,6 +407,8 @@ static void test_run_options(void)
 	static const struct run_option absent[] = {{.name = "hostname", .arg = "NAME"}, {.name = NULL}};
 	static const struct run_option noval[] = {{.name = "vcpus"}, {.name = NULL}};
 	static const struct run_option val[] = {{.name = "cold", .arg = "X"}, {.name = NULL}};
+	static const struct run_option blank[] = {{.name = "vcpus", .arg = "N M"}, {.name = NULL}};
+	static const struct run_option dash[] = {{.name = "vcpus", .arg = "-"}, {.name = NULL}};
 	char err[200] = "", *s;
 	json_t *j;
 
@@ -424,6 +426,17 @@ static void test_run_options(void)
 	   "run_options_json: a value the getopt table requires is declared: %s", err);
 	ok(!run_options_json(val, lo, err, sizeof err) && strstr(err, "--cold: takes a value"),
 	   "run_options_json: no value where the getopt table takes none: %s", err);
+	/* =text: the same entries as lines a shell's `read` takes apart */
+	s = run_options_text(good, lo, err, sizeof err);
+	ok(s && !strcmp(s, "--vcpus N 1\n--cold - 0\n"),
+	   "run_options_text: option, placeholder ('-' without a value), repeat: %s", s ? s : "NULL");
+	free(s);
+	ok(!run_options_text(noval, lo, err, sizeof err) && strstr(err, "--vcpus: takes a value"),
+	   "run_options_text: the drift run_options_json refuses: %s", err);
+	ok(!run_options_text(blank, lo, err, sizeof err) && strstr(err, "would not read back"),
+	   "run_options_text: a placeholder with a blank is refused: %s", err);
+	ok(!run_options_text(dash, lo, err, sizeof err) && strstr(err, "would not read back"),
+	   "run_options_text: a placeholder '-' (no value) is refused: %s", err);
 }
 
 /* vm_running: 0 only when it can tell (no lock file, or a free lock); a
