@@ -152,3 +152,32 @@ ended() {
 	jq -e '.ok == false and .error_kind == "infra" and (.error | test("sbatch exited")) and (has("slurm") | not)' \
 		"$d/result.json"
 }
+
+@test "its worker SIGKILLed mid-job: the runner settles the job interrupted and cancels its Slurm job (state.json's slurm_job)" {
+	job wkill '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}'
+	wait_until 60 jq -e '.slurm_job' "$SPOOL/running/wkill/state.json"
+	id=$(jq -r .slurm_job "$SPOOL/running/wkill/state.json")
+	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
+	kill -KILL "$(jq -r .worker_pid "$SPOOL/running/wkill/state.json")"
+	wait_until 30 ended wkill
+	d=$(ended wkill)
+	[ "$d" = "$SPOOL/interrupted/wkill" ]
+	jq -e '.ok == false and .error_kind == "interrupted"' "$d/result.json"
+	# Slurm no longer runs it (squeue shows an ended job for MinJobAge: none, or not RUNNING)
+	wait_until 60 eval '! cx ctl squeue -h -j "$id" -o %T 2>/dev/null | grep -qx "RUNNING\|PENDING\|COMPLETING"'
+	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+}
+
+@test "the runner SIGKILLed mid-job (last: it stays dead): its worker cancels the Slurm job and writes interrupted" {
+	job rkill '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}'
+	wait_until 60 jq -e '.slurm_job' "$SPOOL/running/rkill/state.json"
+	id=$(jq -r .slurm_job "$SPOOL/running/rkill/state.json")
+	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
+	kill -KILL "$(cat "$T/runner.pid")"
+	wait_until 60 ended rkill
+	d=$(ended rkill)
+	echo "# $(jq -c '{error, error_kind, slurm}' "$d/result.json")" >&3
+	[ "$d" = "$SPOOL/interrupted/rkill" ]
+	jq -e '.ok == false and .error_kind == "interrupted" and .slurm.state == "CANCELLED"' "$d/result.json"
+	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+}
