@@ -22,6 +22,7 @@
 #include "attcheck.h"
 #include "job.h"
 #include "proc.h"
+#include "slurmjob.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -46,7 +47,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-runner [--spool DIR] [--workers N] [--attestation FILE] " \
-	      "[--attest-dir DIR] [--pubkey FILE] [--recheck-s N] [--net-max MODE]"
+	      "[--attest-dir DIR] [--pubkey FILE] [--recheck-s N] [--net-max MODE] [--backend local|slurm]"
 #define SPOOL_DEFAULT "/var/spool/isopod"
 #define WORKERS_MAX 64
 #define RECHECK_DEFAULT 60
@@ -76,10 +77,11 @@ struct slot {
 };
 
 struct runner {
-	char spool[PATH_MAX], attest[PATH_MAX], front[PATH_MAX], att_base[NAME_MAX + 1];
+	char spool[PATH_MAX], attest[PATH_MAX], front[PATH_MAX], tools[PATH_MAX], att_base[NAME_MAX + 1];
 	const char *att, *att_dir, *pubkey;
 	int workers, recheck_s, busy, draining, valid, sfd, ifd, wd_att, spool_lock;
 	int net_max; /* index in nets */
+	int slurm;   /* --backend slurm: jobs go to sbatch, the attestation is each node's */
 	pid_t pid;
 	struct slot *slots;
 	const char *state;
@@ -144,12 +146,13 @@ static void status_write(struct runner *r)
 	for (i = 0; run && i < r->workers; i++)
 		if (r->slots[i].pid)
 			json_array_append_new(run, json_string(r->slots[i].dname));
-	st = json_pack("{s:i, s:s, s:s?, s:s, s:{s:i, s:i}, s:o, s:{s:s, s:b, s:s?, s:O?}}",
+	st = json_pack("{s:i, s:s, s:s?, s:s, s:{s:i, s:i}, s:o, s:s, s:o}",
 		       "pid", (int)r->pid, "state", r->state, "reason", r->reason[0] ? r->reason : NULL,
 		       "updated", iso_now(now, sizeof now), "workers", "max", r->workers, "busy",
-		       r->busy, "running", run ? run : json_array(), "attestation", "path", r->att,
-		       "valid", r->valid, "checked", r->checked[0] ? r->checked : NULL, "verify",
-		       r->verdict);
+		       r->busy, "running", run ? run : json_array(), "backend", r->slurm ? "slurm" : "local",
+		       "attestation", r->slurm ? json_null() /* each node's: isopod-slurm refresh */ :
+		       json_pack("{s:s, s:b, s:s?, s:O?}", "path", r->att, "valid", r->valid, "checked",
+				 r->checked[0] ? r->checked : NULL, "verify", r->verdict));
 	if (!st || json_write_atomic(sp(r, p, "status.json"), st) < 0)
 		warn("unable to write %s: %s", p, strerror(errno));
 	json_decref(st);
@@ -300,6 +303,10 @@ static int settle(struct runner *r, const char *d, const char *why)
 		       -1, 0);
 		json_decref(res);
 	} else if (exists(sp(r, p, "running/%s/state.json", d))) {
+		/* its Slurm job (--backend slurm) is not left running unwatched */
+		if ((res = json_load_path(p)) && json_is_string(json_object_get(res, "slurm_job")))
+			sjob_cancel(json_string_value(json_object_get(res, "slurm_job")));
+		json_decref(res);
 		res = json_failure("interrupted", "interrupted: %s; its logs are beside this result", why);
 		finish(r, d, "interrupted", res, why, -1, 0);
 		json_decref(res);
@@ -463,12 +470,42 @@ static json_t *load_result(const char *path)
 	return j;
 }
 
+/* The worker of --backend slurm: the same argv and job directory, run by
+ * Slurm on a node (sbatch; lib/slurmjob.c), its stdout read back from the
+ * directory the nodes share; a signal or the budget cancels it (scancel). */
+__attribute__((noreturn)) static void worker_slurm(struct runner *r, const char *d, char **av, const json_t *job,
+						   int sfd, long long budget_s, int kill_result)
+{
+	char p[PATH_MAX], dir[PATH_MAX], why[512], feat[256], attenv[PATH_MAX + 32];
+	char *const envs[] = { attenv, NULL };
+	const char *stage = json_string_value(json_object_get(job, "stage"));
+	struct sjob j = { .dir = sp(r, dir, "running/%s", d), .argv = av, .name = d,
+			  .env = pathn(attenv, sizeof attenv, "ISOPOD_ATTESTATION=%s", r->att) == 0 ? envs : NULL,
+			  .net = json_string_value(json_object_get(job, "net")),
+			  .prefer = stage && sjob_feature(r->tools, stage, feat, sizeof feat) == 0 ? feat : NULL,
+			  .cpus = (int)json_integer_value(json_object_get(job, "vcpus")),
+			  .time_s = json_object_get(job, "timeout_s") ? budget_s + GRACE_S : 0 };
+	struct sjob_state s = { .exit = -1 };
+	json_t *res;
+	int rc;
+
+	if (getppid() != r->pid) /* the runner died before PDEATHSIG was set */
+		kill(getpid(), SIGTERM);
+	rc = sjob_run(&j, sfd, mono_ms() + (budget_s + GRACE_S) * 1000, sp(r, p, "running/%s/state.json", d), &s,
+		      why, sizeof why);
+	res = sjob_result(rc < 0 ? NULL : load_result(sp(r, p, "running/%s/stdout", d)), &j, rc < 0 ? NULL : &s, why);
+	if (finish(r, d, rc < 0 ? "failed" : why[0] ? "interrupted" : json_is_true(json_object_get(res, "ok")) ? "done" : "failed",
+		   res, why[0] ? why : NULL, rc < 0 ? -1 : s.exit, kill_result) < 0)
+		_exit(EX_SYS);
+	_exit(0);
+}
+
 /* Runs in the forked child; holds the job's lock (lk) for its whole life.
  * A SIGTERM (its runner died: PDEATHSIG, or an operator) interrupts the
  * job: the front end gets SIGTERM (it stops its VM and says so), then
  * SIGKILL after STOP_GRACE_MS. */
 __attribute__((noreturn)) static void worker(struct runner *r, const char *d, char **av,
-					     long long budget_s)
+					     const json_t *job, long long budget_s)
 {
 	char p[PATH_MAX], why[256] = "", attenv[PATH_MAX + 32];
 	char *const envs[] = { attenv, NULL };
@@ -497,6 +534,8 @@ __attribute__((noreturn)) static void worker(struct runner *r, const char *d, ch
 	test_point("worker-started");
 	kill_result = getenv("ISOPOD_TEST_KILL_AT") && !strcmp(getenv("ISOPOD_TEST_KILL_AT"), "worker-result");
 	unsetenv("ISOPOD_TEST_KILL_AT"); /* the front end's tools have kill points too */
+	if (r->slurm)
+		worker_slurm(r, d, av, job, sfd, budget_s, kill_result);
 	out = open(sp(r, p, "running/%s/stdout", d), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	err = open(sp(r, p, "running/%s/stderr.log", d), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	/* a job's provenance names the attestation this runner checks */
@@ -640,7 +679,7 @@ static int dispatch(struct runner *r, const char *id)
 	}
 	if (job && net_over(r, job, why, sizeof why))
 		json_decref(job), job = NULL;
-	if (job && !recheck(r)) {
+	if (job && !r->slurm && !recheck(r)) {
 		/* (settle needs the lock: it is ours, taken again there) */
 		json_decref(job);
 		close(lk);
@@ -664,18 +703,19 @@ static int dispatch(struct runner *r, const char *id)
 		return 0;
 	}
 	budget = json_integer_value(json_object_get(job, "timeout_s")) ?: BUDGET_DEFAULT_S;
-	json_decref(job);
 	for (slot = 0; r->slots[slot].pid; slot++)
 		;
 	if ((pid = fork()) < 0) {
 		warn("unable to fork a worker for %s: %s", d, strerror(errno));
+		json_decref(job);
 		close(lk);
 		free(av);
 		settle(r, d, "no worker could be started");
 		return -1;
 	}
 	if (pid == 0)
-		worker(r, d, av, budget);
+		worker(r, d, av, job, budget);
+	json_decref(job);
 	close(lk); /* the worker alone holds it now */
 	free(av);
 	r->slots[slot].pid = pid;
@@ -768,8 +808,9 @@ static void find_tools(struct runner *r)
 
 	if (proc_tools_dir(dir, sizeof dir) < 0)
 		die(EX_SYS, "unable to find the tools' directory:");
+	pathf(r->tools, sizeof r->tools, "%s", dir);
 	pathf(r->attest, sizeof r->attest, "%s/isopod-attest", dir);
-	if (access(r->attest, X_OK) < 0)
+	if (!r->slurm && access(r->attest, X_OK) < 0)
 		die(EX_SYS, "unable to find isopod-attest in %s:", dir);
 	if (proc_front_end(dir, r->front, sizeof r->front) < 0)
 		die(EX_SYS, "unable to find the front end isopod in %s or %s/../sh", dir, dir);
@@ -842,6 +883,7 @@ int main(int argc, char **argv)
 		{ "pubkey", required_argument, NULL, 'p' },
 		{ "recheck-s", required_argument, NULL, 'r' },
 		{ "net-max", required_argument, NULL, 'n' },
+		{ "backend", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -876,6 +918,11 @@ int main(int argc, char **argv)
 			if ((r.net_max = net_rank(optarg)) < 0)
 				die(EX_USAGE, "--net-max: none, filtered or open, not %s", EXC(optarg));
 			break;
+		case 'b':
+			if (strcmp(optarg, "local") && strcmp(optarg, "slurm"))
+				die(EX_USAGE, "--backend: local or slurm, not %s", EXC(optarg));
+			r.slurm = !strcmp(optarg, "slurm");
+			break;
 		case 'h': puts("usage: " USAGE); return 0;
 		default: die_usage(USAGE, "bad option (usage above)");
 		}
@@ -890,15 +937,19 @@ int main(int argc, char **argv)
 	find_tools(&r);
 	setup(&r);
 	/* No valid attestation, no start: exit 111, the reason on stderr and in
-	 * status.json. */
-	if (!verify(&r, why, sizeof why)) {
+	 * status.json.  Under Slurm the gate is each node's (isopod-slurm
+	 * refresh drains a node whose attestation fails): this host runs no VM. */
+	if (r.slurm)
+		r.valid = 1;
+	else if (!verify(&r, why, sizeof why)) {
 		set_state(&r, "refused", why);
 		die(EX_SYS, "refusing to start: %s", why);
 	}
-	set_state(&r, "running", "taking jobs: the attestation verifies");
+	set_state(&r, "running", r.slurm ? "taking jobs: Slurm runs them; each node's attestation gates its own"
+					 : "taking jobs: the attestation verifies");
 	for (;;) {
 		struct pollfd pf[2] = { { .fd = r.sfd, .events = POLLIN }, { .fd = r.ifd, .events = POLLIN } };
-		int64_t now = mono_ms(), t = r.next_check - now;
+		int64_t now = mono_ms(), t = r.slurm ? TICK_MS : r.next_check - now;
 
 		if (now - last_scan >= TICK_MS) {
 			scan_running(&r);
@@ -927,7 +978,7 @@ int main(int argc, char **argv)
 		}
 		drain_inotify(&r);
 		reap(&r);
-		if (!r.draining && mono_ms() >= r.next_check)
+		if (!r.draining && !r.slurm && mono_ms() >= r.next_check)
 			recheck(&r);
 	}
 }

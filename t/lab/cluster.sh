@@ -33,7 +33,8 @@
 # plugin even then, and its autodetection fails on this hybrid hierarchy:
 # "No filesystem mounted on /sys/fs/cgroup"), no accounting.  Each node is
 # told 8 CPUs (SlurmdParameters=config_overrides) so that CPUs never limit
-# concurrency before the GRES does.  Every wait is bounded (await: 5 s).
+# concurrency before the GRES does; ISOPOD_LAB_CPUS=N tells it N instead
+# (t/97: 1, so that one-CPU jobs spread over both nodes).  Every wait is bounded (await: 5 s).
 
 CL_NET=192.0.2
 CL_CTL=$CL_NET.1
@@ -126,7 +127,7 @@ write_conf() {
 	for h in a b; do
 		[ "$h" = a ] && f=$2 || f=$3
 		[ "$(jq -r .node "$f")" = "$h" ] || die "$f: not host $h's conf (its node is not '$h')"
-		jq -r .slurm_conf "$f" | sed "s/^NodeName=$h /NodeName=$h NodeAddr=$(cl_addr "$h") CPUs=8 State=UNKNOWN /" \
+		jq -r .slurm_conf "$f" | sed "s/^NodeName=$h /NodeName=$h NodeAddr=$(cl_addr "$h") CPUs=${ISOPOD_LAB_CPUS:-8} State=UNKNOWN /" \
 			>>"$s/etc/slurm.conf"
 		jq -j .gres_conf "$f" >>"$s/etc/gres.conf"
 	done

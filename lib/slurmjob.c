@@ -1,0 +1,238 @@
+/* slurmjob.c - one job handed to Slurm (slurmjob.h). */
+#include "slurmjob.h"
+#include "proc.h"
+#include "util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#define SJOB_ARGS_MAX 16 /* sbatch's own words before the script */
+#define SJOB_TICK_MS 1000
+#define SJOB_OUT_MAX 65536
+/* a scancel not acted on (slurmctld down): the worker stops waiting */
+#define SJOB_CANCEL_WAIT_MS 120000
+/* scontrol failing this long (slurmctld restarting, or the job forgotten):
+ * the worker gives up; a shorter outage is waited out, not a failed job */
+#define SJOB_POLL_FAIL_MS 60000
+
+/* The script: the front end's argv comes as its arguments, never through
+ * a shell's parsing of job-supplied words. */
+static const char script[] = "#!/bin/sh\n# isopod-runner --backend slurm: the front end's argv\nexec \"$@\"\n";
+
+int sjob_submit(struct sjob *j, char *why, size_t whysz)
+{
+	char sh[PATH_MAX], out[PATH_MAX], err[PATH_MAX], chdir_[PATH_MAX + 16], jn[160], gres[64],
+		pref[300], cpus[32], tm[32], buf[4096] = "";
+	const char *pre[SJOB_ARGS_MAX];
+	char **av;
+	size_t n = 0, k = 0, len = 0;
+	int st;
+
+	/* sbatch's file names are patterns (%j, %N, ...): a '%' would name
+	 * another file, so no such directory is handed over */
+	if (strchr(j->dir, '%')) {
+		snprintf(why, whysz, "%s: a '%%' in the spool's path is a pattern to sbatch", EXC(j->dir));
+		return -1;
+	}
+	if (pathn(sh, sizeof sh, "%s/slurm.sh", j->dir) < 0 || pathn(out, sizeof out, "--output=%s/stdout", j->dir) < 0 ||
+	    pathn(err, sizeof err, "--error=%s/stderr.log", j->dir) < 0 ||
+	    pathn(chdir_, sizeof chdir_, "--chdir=%s", j->dir) < 0 ||
+	    atomic_write(sh, script, sizeof script - 1, 0700) < 0) {
+		snprintf(why, whysz, "unable to write %s: %s", sh, strerror(errno));
+		return -1;
+	}
+	snprintf(jn, sizeof jn, "--job-name=%s", j->name);
+	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = jn, pre[k++] = chdir_;
+	pre[k++] = out, pre[k++] = err;
+	if (j->net && (!strcmp(j->net, "filtered") || !strcmp(j->net, "open"))) {
+		snprintf(gres, sizeof gres, "--gres=isopod_%s:1", j->net);
+		pre[k++] = gres;
+	}
+	if (j->prefer && snprintf(pref, sizeof pref, "--prefer=%s", j->prefer) < (int)sizeof pref)
+		pre[k++] = pref;
+	if (j->cpus > 0)
+		snprintf(cpus, sizeof cpus, "--cpus-per-task=%d", j->cpus), pre[k++] = cpus;
+	if (j->time_s > 0)
+		snprintf(tm, sizeof tm, "--time=%lld", (j->time_s + 59) / 60), pre[k++] = tm;
+	pre[k++] = sh;
+	while (j->argv[n])
+		n++;
+	if (!(av = calloc(k + n + 1, sizeof *av))) {
+		snprintf(why, whysz, "out of memory");
+		return -1;
+	}
+	memcpy(av, pre, k * sizeof *av);
+	memcpy(av + k, j->argv, n * sizeof *av);
+	struct proc_spec ps = PROC_SPEC(av);
+
+	ps.env = j->env, ps.out = PROC_PIPE, ps.err = PROC_PIPE;
+	st = proc_capture(&ps, buf, sizeof buf, &len);
+	free(av);
+	buf[strcspn(buf, "\n")] = 0;
+	/* --parsable: "ID" or "ID;CLUSTER" */
+	if (st == 0 && buf[0] && strspn(buf, "0123456789") == strcspn(buf, ";") &&
+	    strcspn(buf, ";") < sizeof j->id) {
+		snprintf(j->id, sizeof j->id, "%.*s", (int)strcspn(buf, ";"), buf);
+		return 0;
+	}
+	if (st < 0)
+		snprintf(why, whysz, "unable to start sbatch: %s", strerror(errno));
+	else
+		snprintf(why, whysz, "sbatch exited %d: %s", st, EXC(buf));
+	return -1;
+}
+
+/* The value of " KEY=" in line (or at its start), to the next space, into out. */
+static int field(const char *line, const char *key, char *out, size_t sz)
+{
+	size_t kl = strlen(key);
+	const char *p = line;
+
+	while ((p = strstr(p, key)) && p != line && p[-1] != ' ')
+		p += kl;
+	if (!p)
+		return -1;
+	snprintf(out, sz, "%.*s", (int)strcspn(p + kl, " \n"), p + kl);
+	return 0;
+}
+
+int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
+{
+	static const char *const finals[] = { "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+					      "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY" };
+	char *const av[] = { "scontrol", "-o", "show", "job", (char *)id, NULL };
+	struct proc_spec ps = PROC_SPEC(av);
+	char buf[SJOB_OUT_MAX], ec[32] = "";
+	int st, code = 0, sig = 0;
+
+	ps.out = PROC_PIPE, ps.err = PROC_PIPE;
+	st = proc_capture(&ps, buf, sizeof buf, NULL);
+	if (st != 0 || field(buf, "JobState=", s->state, sizeof s->state) < 0) {
+		buf[strcspn(buf, "\n")] = 0;
+		snprintf(why, whysz, "scontrol show job %s: %s", id,
+			 st < 0 ? strerror(errno) : buf[0] ? EXC(buf) : "no JobState");
+		return -1;
+	}
+	if (field(buf, "BatchHost=", s->node, sizeof s->node) < 0 || !strcmp(s->node, "(null)"))
+		s->node[0] = 0;
+	if (field(buf, "Reason=", s->reason, sizeof s->reason) < 0)
+		s->reason[0] = 0;
+	field(buf, "ExitCode=", ec, sizeof ec);
+	sscanf(ec, "%d:%d", &code, &sig);
+	s->exit = sig ? 128 + sig : code;
+	s->final = 0;
+	for (size_t i = 0; i < sizeof finals / sizeof *finals; i++)
+		s->final |= !strcmp(s->state, finals[i]);
+	return 0;
+}
+
+int sjob_cancel(const char *id)
+{
+	char *const av[] = { "scancel", (char *)id, NULL };
+
+	return proc_run(av, 2, 2);
+}
+
+int sjob_feature(const char *dir, const char *ref, char *out, size_t sz)
+{
+	char tool[PATH_MAX], buf[4096];
+	char *const av[] = { tool, "feature", (char *)ref, NULL };
+	struct proc_spec ps = PROC_SPEC(av);
+	json_t *j;
+	int rc = -1;
+
+	if (pathn(tool, sizeof tool, "%s/isopod-slurm", dir) < 0)
+		return -1;
+	ps.file = tool, ps.out = PROC_PIPE;
+	if (proc_capture(&ps, buf, sizeof buf, NULL) != 0 || !(j = json_loads(buf, 0, NULL)))
+		return -1;
+	if (json_is_string(json_object_get(j, "feature")) &&
+	    snprintf(out, sz, "%s", json_string_value(json_object_get(j, "feature"))) < (int)sz)
+		rc = 0;
+	json_decref(j);
+	return rc;
+}
+
+int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_path, struct sjob_state *s,
+	     char *why, size_t whysz)
+{
+	json_t *st;
+	struct signalfd_siginfo si;
+	int64_t cancelled = 0, failing = 0;
+	char w[512];
+
+	why[0] = 0;
+	if (sjob_submit(j, w, sizeof w) < 0) {
+		snprintf(why, whysz, "%s", w);
+		return -1;
+	}
+	if (!(st = json_load_path(state_path)) || json_object_set_new(st, "slurm_job", json_string(j->id)) < 0 ||
+	    json_write_atomic(state_path, st) < 0)
+		warn("unable to write %s: %s", state_path, strerror(errno));
+	json_decref(st);
+	for (;;) {
+		struct pollfd pf = { .fd = sfd, .events = POLLIN };
+
+		if (sjob_poll(j->id, s, w, sizeof w) == 0) {
+			failing = 0;
+			if (s->final)
+				return 0;
+		} else if (!failing) {
+			failing = mono_ms();
+		} else if (mono_ms() - failing >= SJOB_POLL_FAIL_MS) {
+			sjob_cancel(j->id);
+			snprintf(why + strlen(why), whysz - strlen(why), "%s%s (for %d s)", why[0] ? "; " : "", w,
+				 SJOB_POLL_FAIL_MS / 1000);
+			return -1;
+		}
+		if (cancelled && mono_ms() - cancelled > SJOB_CANCEL_WAIT_MS) {
+			snprintf(why + strlen(why), whysz - strlen(why), "; Slurm job %s still %s %d s after scancel",
+				 j->id, s->state, SJOB_CANCEL_WAIT_MS / 1000);
+			return -1;
+		}
+		poll(&pf, 1, SJOB_TICK_MS);
+		while (pf.revents && read(sfd, &si, sizeof si) == sizeof si)
+			if (si.ssi_signo != SIGCHLD && !why[0])
+				snprintf(why, whysz, "the worker got SIG%s", sigabbrev_np((int)si.ssi_signo));
+		if (!why[0] && mono_ms() > deadline_ms)
+			snprintf(why, whysz, "Slurm job %s outlived its budget", j->id);
+		if (why[0] && !cancelled) {
+			sjob_cancel(j->id);
+			cancelled = mono_ms();
+		}
+	}
+}
+
+json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *s, const char *why)
+{
+	int ran = s && (!strcmp(s->state, "COMPLETED") || !strcmp(s->state, "FAILED"));
+	const char *kind = !s ? "infra"
+			   : !strcmp(s->state, "CANCELLED") || !strcmp(s->state, "PREEMPTED") ? "interrupted"
+			   : !strcmp(s->state, "TIMEOUT") || !strcmp(s->state, "DEADLINE")    ? "timeout"
+											       : "infra";
+
+	if (!ran || !json_is_boolean(json_object_get(res, "ok"))) {
+		json_decref(res);
+		if (!s)
+			res = json_failure(kind, "Slurm: %s", why);
+		else if (ran)
+			res = json_failure("infra", "isopod run exited %d without a result (Slurm job %s on %s)",
+					   s->exit, j->id, s->node[0] ? s->node : "no node");
+		else
+			res = json_failure(kind, "Slurm job %s %s%s%s (reason %s, exit %d); its logs are beside this result",
+					   j->id, s->state, s->node[0] ? " on " : " before it ran on a node", s->node,
+					   s->reason[0] ? s->reason : "none", s->exit);
+	}
+	if (j->id[0])
+		json_object_set_new(res, "slurm", json_pack("{s:s, s:s?, s:s?, s:i}", "job_id", j->id, "node",
+							     s && s->node[0] ? s->node : NULL, "state",
+							     s ? s->state : NULL, "exit", s ? s->exit : -1));
+	return res;
+}

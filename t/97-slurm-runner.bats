@@ -1,0 +1,183 @@
+#!/usr/bin/env bats
+# shellcheck disable=SC2016 # single quotes: JSON and code for jq
+# shellcheck disable=SC1010 # "done" is a state directory here, an argument
+# isopod-runner --backend slurm (issue 16): the runner in the controller's
+# namespace of the lab's cluster (t/lab/cluster.sh) hands each job to Slurm
+# (sbatch of `isopod run --json-only ...`, the argv the local backend runs);
+# the jobs are real `isopod run --net none` VMs on node a or b, each in its
+# own network namespace; stdout and stderr come back through the spool,
+# which the "hosts" share with the runner (one machine).  Each node is told
+# 1 CPU (ISOPOD_LAB_CPUS), so one-CPU jobs spread over both.  No
+# attestation here: under Slurm it is each node's (t/95).  Boots VMs: run
+# under the VM test lock.
+
+load helpers
+
+setup_file() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
+	command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null ||
+		skip "slurmctld, slurmd or munged not installed (.ci/setup)"
+	isopod_setup_file --images
+	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh" LAB_NAME="t97s$$" ISOPOD_LAB_CPUS=1
+	export ISOPOD_LAB_STATE="$BATS_FILE_TMPDIR/lab" T="$BATS_FILE_TMPDIR/t"
+	mkdir -p "$T"
+	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
+	sh "$LAB" cluster "$LAB_NAME" >/dev/null
+	for h in a b; do
+		ip netns exec "$LAB_NAME-$h" isopod-slurm conf --node "$h" >"$T/conf-$h.json"
+	done
+	sh "$LAB" slurm "$LAB_NAME" "$T/conf-a.json" "$T/conf-b.json" >/dev/null
+	export SPOOL="$T/spool"
+	mkdir -p "$SPOOL/queue"
+	# the runner, in the controller's namespace ($RUNNER: its pid: env execs it)
+	ip netns exec "$LAB_NAME-ctl" env SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" \
+		"$ISOPOD_SRC/bin/isopod-runner" --backend slurm --spool "$SPOOL" --workers 4 \
+		</dev/null >"$T/runner.out" 2>"$T/runner.err" 3>&- &
+	echo $! >"$T/runner.pid"
+	wait_until 10 jq -e '.state == "running"' "$SPOOL/status.json"
+}
+
+teardown_file() {
+	local pid i
+	if [ -s "${T-}/runner.pid" ]; then
+		pid=$(cat "$T/runner.pid")
+		kill "$pid" 2>/dev/null || :
+		for i in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+		kill -KILL "$pid" 2>/dev/null || :
+	fi
+	[ -z "${LAB-}" ] || sh "$LAB" down "$LAB_NAME"
+	isopod_teardown_file
+}
+
+teardown() {
+	[ -n "${BATS_TEST_COMPLETED-}" ] || sed 's/^/# runner: /' "$T/runner.err" | tail -n 20 >&3
+}
+
+cx() { sh "$LAB" cexec "$LAB_NAME" "$@"; }
+
+wait_until() {
+	local end=$((SECONDS + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		if [ "$SECONDS" -ge "$end" ]; then
+			echo "wait_until: still not true: $*" >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+
+# job NAME JSON: written beside the queue, then renamed in (as writers must).
+job() {
+	printf '%s\n' "$2" >"$SPOOL/.$1.tmp"
+	mv "$SPOOL/.$1.tmp" "$SPOOL/queue/$1.json"
+}
+
+# ended NAME: the job's directory in a final state, its path on stdout.
+ended() {
+	local s
+	for s in done failed interrupted; do
+		[ ! -d "$SPOOL/$s/$1" ] || { echo "$SPOOL/$s/$1"; return 0; }
+	done
+	return 1
+}
+
+@test "status: backend slurm, no local attestation (each node's); --backend other than local or slurm: 100" {
+	jq -e '.backend == "slurm" and .attestation == null and .state == "running"' "$SPOOL/status.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-runner" --spool "$T/other" --backend pbs
+	[ "$status" -eq 100 ]
+	[ -z "$output" ]
+}
+
+@test "4 jobs on the two-host cluster: done, each result the shape of a local run's plus where it ran (job id, node), on both nodes" {
+	# the local shape: the front end's own result, which the local backend writes as is
+	isopod run --json-only --net none --timeout-s 60 -- echo hi >"$T/local.json"
+	local i t0=$SECONDS
+	for i in 1 2 3 4; do job "ok$i" '{"argv": ["echo", "hi"], "net": "none", "timeout_s": 60}'; done
+	wait_until 240 eval '[ "$(ls "$SPOOL/done" | wc -l)" -eq 4 ]'
+	echo "# 4 jobs queued to all done: $((SECONDS - t0)) s; total_ms of each run: $(jq -r .timings.total_ms "$SPOOL"/done/ok*/result.json | tr '\n' ' ')" >&3
+	for i in 1 2 3 4; do
+		d=$SPOOL/done/ok$i
+		jq -e '.ok == true and .exit_code == 0 and .stdout == "hi\n" and .slurm.state == "COMPLETED"
+			and (.slurm.node | IN("a", "b")) and (.slurm.job_id | test("^[0-9]+$")) and .slurm.exit == 0' \
+			"$d/result.json"
+		# the same keys as the local result, and "slurm"
+		jq -e --slurpfile l "$T/local.json" '(keys - ["slurm"]) == ($l[0] | keys)' "$d/result.json"
+		jq -e --slurpfile r "$d/result.json" '.state == "done" and .exit == 0 and .slurm_job == $r[0].slurm.job_id' \
+			"$d/state.json"
+		# the job's stderr came back too (isopod run's diagnostics)
+		[ -f "$d/stderr.log" ]
+	done
+	local nodes
+	nodes=$(jq -r .slurm.node "$SPOOL"/done/ok*/result.json | sort -u | tr '\n' ' ')
+	echo "# nodes: $(jq -r .slurm.node "$SPOOL"/done/ok*/result.json | sort | uniq -c | tr '\n' ' ')" >&3
+	[ "$nodes" = "a b " ]
+}
+
+@test "a job that fails inside: its real exit, as the local run gives it" {
+	local rc=0
+	isopod run --json-only --net none --timeout-s 60 -- sh -c 'exit 7' >"$T/local7.json" || rc=$?
+	job fail7 '{"argv": ["sh", "-c", "exit 7"], "net": "none", "timeout_s": 60}'
+	wait_until 120 ended fail7
+	d=$(ended fail7)
+	echo "# local exit $rc, runner: $(jq -c '{state, exit}' "$d/state.json")" >&3
+	jq -e '.exit_code == 7 and .slurm.exit == '"$rc" "$d/result.json"
+	jq -e '.exit == '"$rc" "$d/state.json"
+	jq -e --slurpfile l "$T/local7.json" '(keys - ["slurm"]) == ($l[0] | keys) and .ok == $l[0].ok' "$d/result.json"
+}
+
+@test "a job Slurm cancels (scancel): failed, interrupted, CANCELLED on its node; never a success; its VM stopped" {
+	job long '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}'
+	wait_until 60 jq -e '.slurm_job' "$SPOOL/running/long/state.json"
+	id=$(jq -r .slurm_job "$SPOOL/running/long/state.json")
+	# running on its node, its VM up (the guest's sleep started)
+	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
+	wait_until 60 eval '[ -n "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	cx ctl scancel "$id"
+	wait_until 90 ended long
+	d=$(ended long)
+	echo "# $(jq -c '{error, error_kind, slurm}' "$d/result.json")" >&3
+	[ "$d" = "$SPOOL/failed/long" ]
+	jq -e '.ok == false and .error_kind == "interrupted" and .slurm.state == "CANCELLED"
+		and (.slurm.node | IN("a", "b")) and (.error | test("CANCELLED"))' "$d/result.json"
+	jq -e '.state == "failed" and .exit != 0' "$d/state.json"
+	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+}
+
+@test "a job no node can take (a filtered slot: none here): failed at once with sbatch's words, no Slurm job" {
+	job nofit '{"argv": ["true"], "net": "filtered"}'
+	wait_until 30 ended nofit
+	d=$(ended nofit)
+	[ "$d" = "$SPOOL/failed/nofit" ]
+	jq -e '.ok == false and .error_kind == "infra" and (.error | test("sbatch exited")) and (has("slurm") | not)' \
+		"$d/result.json"
+}
+
+@test "its worker SIGKILLed mid-job: the runner settles the job interrupted and cancels its Slurm job (state.json's slurm_job)" {
+	job wkill '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}'
+	wait_until 60 jq -e '.slurm_job' "$SPOOL/running/wkill/state.json"
+	id=$(jq -r .slurm_job "$SPOOL/running/wkill/state.json")
+	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
+	kill -KILL "$(jq -r .worker_pid "$SPOOL/running/wkill/state.json")"
+	wait_until 30 ended wkill
+	d=$(ended wkill)
+	[ "$d" = "$SPOOL/interrupted/wkill" ]
+	jq -e '.ok == false and .error_kind == "interrupted"' "$d/result.json"
+	# Slurm no longer runs it (squeue shows an ended job for MinJobAge: none, or not RUNNING)
+	wait_until 60 eval '! cx ctl squeue -h -j "$id" -o %T 2>/dev/null | grep -qx "RUNNING\|PENDING\|COMPLETING"'
+	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+}
+
+@test "the runner SIGKILLed mid-job (last: it stays dead): its worker cancels the Slurm job and writes interrupted" {
+	job rkill '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}'
+	wait_until 60 jq -e '.slurm_job' "$SPOOL/running/rkill/state.json"
+	id=$(jq -r .slurm_job "$SPOOL/running/rkill/state.json")
+	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
+	kill -KILL "$(cat "$T/runner.pid")"
+	wait_until 60 ended rkill
+	d=$(ended rkill)
+	echo "# $(jq -c '{error, error_kind, slurm}' "$d/result.json")" >&3
+	[ "$d" = "$SPOOL/interrupted/rkill" ]
+	jq -e '.ok == false and .error_kind == "interrupted" and .slurm.state == "CANCELLED"' "$d/result.json"
+	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+}
