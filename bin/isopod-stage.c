@@ -295,14 +295,18 @@ static int flatten_copy(char **qa, const char *const *rd, size_t nrd, const char
 	double pct;
 	FILE *f;
 
+	struct qimg_req rq = { .av = qa, .reads = rd, .nreads = nrd, .chain = 1, .writes = out,
+			       .outfd = PROC_NULL, .errfd = PROC_INHERIT };
+
 	if (pfd < 0)
-		return qjail_img(qa, rd, nrd, out, PROC_INHERIT, err, errsz);
+		return qjail_img(&rq, err, errsz);
 	qa[2] = "-p";
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		snprintf(err, errsz, "pipe: %s", strerror(errno));
 		return -1;
 	}
-	r = qjail_img_spawn(&qi, qa, rd, nrd, out, p[1], PROC_INHERIT, err, errsz) < 0 ? -1 : 0;
+	rq.outfd = p[1];
+	r = qjail_img_spawn(&qi, &rq, err, errsz) < 0 ? -1 : 0;
 	close(p[1]);
 	if (r < 0) {
 		close(p[0]);
@@ -394,10 +398,15 @@ static void cmd_flatten(const char *ref, const char *label)
 		char ierr[DIAG_MAX] = "";
 		int rc;
 
-		if ((rc = qjail_img(ca, rd, 2, out, PROC_INHERIT, ierr, sizeof ierr)) == 0)
+		struct qimg_req rq = { .av = ca, .reads = rd, .nreads = 2, .chain = 1, .writes = out,
+				       .outfd = PROC_NULL, .errfd = PROC_INHERIT };
+
+		if ((rc = qjail_img(&rq, ierr, sizeof ierr)) == 0)
 			rc = flatten_copy(qa, rd, 2, out, ierr, sizeof ierr);
+		/* -u: out's header alone (and out is the jailed qemu-img's) */
+		rq.av = ra, rq.nreads = 0;
 		if (rc == 0)
-			rc = qjail_img(ra, rd, 2, out, PROC_INHERIT, ierr, sizeof ierr);
+			rc = qjail_img(&rq, ierr, sizeof ierr);
 		if (rc != 0 || chmod(out, 0444) < 0) {
 			unlink(out);
 			rmdir(tmp);
@@ -610,12 +619,17 @@ static json_t *verify_flat(json_t *m, const char *id, int *bad)
 			snprintf(why, sizeof why, "unable to read stage %s: %s", src, strerror(errno));
 		*bad = 1;
 	} else {
+		/* Both chains are what jailed QEMUs (and qemu-imgs) wrote. */
 		char *ca[] = {"qemu-img", "compare", "-f", "qcow2", "-F", "qcow2", fl, sl, NULL};
-		struct proc_spec ps = PROC_SPEC(ca);
+		const char *rd[] = { fl, sl };
+		char ierr[DIAG_MAX] = "";
 		int rc;
 
-		ps.out = ps.err = PROC_PIPE;
-		rc = proc_capture(&ps, out, sizeof out, NULL);
+		rc = qjail_img_capture(&(struct qimg_req){ .av = ca, .reads = rd, .nreads = 2,
+							   .chain = 1, .errfd = PROC_PIPE },
+				       out, sizeof out, ierr, sizeof ierr);
+		if (rc < 0)
+			snprintf(out, sizeof out, "%s", ierr);
 		if ((nl = strchr(out, '\n')))
 			*nl = 0;
 		if (rc == 0) {

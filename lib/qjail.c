@@ -311,10 +311,10 @@ void qjail_reclaim(struct qjail *qj)
 	qj->dirfd = -1;
 }
 
-/* A file qemu-img reads: itself, and when it is a qcow2 its backing chain
- * (disk_chain reads the headers here, in C; the paths bound are the
- * store's own). */
-static int img_read(struct qjail *qj, const char *path, char *err, size_t errsz)
+/* A file qemu-img reads: itself, and (chained) when it is a qcow2 its
+ * backing chain (disk_chain reads the headers here, in C; the paths bound
+ * are the store's own). */
+static int img_read(struct qjail *qj, const char *path, int chained, char *err, size_t errsz)
 {
 	char magic[4] = "";
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -326,7 +326,7 @@ static int img_read(struct qjail *qj, const char *path, char *err, size_t errsz)
 		return fail(err, errsz, "%s: %s", path, strerror(errno));
 	if (add(qj, path, err, errsz) < 0)
 		return -1;
-	return n == 4 && !memcmp(magic, "QFI\xfb", 4) ? chain(qj, path, err, errsz) : 0;
+	return chained && n == 4 && !memcmp(magic, "QFI\xfb", 4) ? chain(qj, path, err, errsz) : 0;
 }
 
 /* The file qemu-img writes: root's, the jail's group may write it for the
@@ -363,27 +363,27 @@ static void img_giveback(struct qimg *qi)
 	qi->wfd = -1;
 }
 
-pid_t qjail_img_spawn(struct qimg *qi, char *const av[], const char *const *reads, size_t nreads,
-		      const char *writes, int outfd, int errfd, char *err, size_t errsz)
+pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, size_t errsz)
 {
-	struct proc_spec ps = PROC_SPEC(av);
+	struct proc_spec ps = PROC_SPEC(rq->av);
 	char why[256];
 	size_t n;
 	int on = jail_wanted(why, sizeof why);
 
 	*qi = (struct qimg){ .qj = { .tapfd = -1, .dirfd = -1 }, .wfd = -1, .pid = -1 };
-	ps.out = outfd;
-	ps.err = errfd;
+	ps.out = rq->outfd;
+	ps.err = rq->errfd;
 	ps.umask = 0177; /* as qemu_spawn's: what it makes is 0600 */
 	if (on < 0)
 		return fail(err, errsz, "%s", why);
 	if (!on) {
-		warn("qemu-img %s runs unjailed (%s)", av[1], why);
+		warn("qemu-img %s runs unjailed (%s)", rq->av[1], why);
 		if ((qi->pid = proc_spawn(&ps)) < 0)
 			fail(err, errsz, "unable to start qemu-img: %s", strerror(errno));
 		return qi->pid;
 	}
 	qi->jailed = 1;
+	/* the cgroup's name: one per caller (a caller runs one at a time) */
 	snprintf(qi->name, sizeof qi->name, "img-%ld", (long)getpid());
 	qi->qj.js = (struct jail_spec){
 		.name = qi->name,
@@ -393,13 +393,14 @@ pid_t qjail_img_spawn(struct qimg *qi, char *const av[], const char *const *read
 	if (geteuid() == 0 &&
 	    jail_identity("qemu-img", &qi->qj.js.uid, &qi->qj.js.gid, err, errsz) < 0)
 		goto fail;
-	if (which(av[0], qi->qj.prog, err, errsz) < 0 || add(&qi->qj, qi->qj.prog, err, errsz) < 0 ||
+	if (which(rq->av[0], qi->qj.prog, err, errsz) < 0 ||
+	    add(&qi->qj, qi->qj.prog, err, errsz) < 0 ||
 	    jail_deps(qi->qj.prog, qi->qj.ro, &qi->qj.nro, JAIL_PATHS_MAX, err, errsz) < 0)
 		goto fail;
-	for (n = 0; n < nreads; n++)
-		if (img_read(&qi->qj, reads[n], err, errsz) < 0)
+	for (n = 0; n < rq->nreads; n++)
+		if (img_read(&qi->qj, rq->reads[n], rq->chain, err, errsz) < 0)
 			goto fail;
-	if (writes && img_write(qi, writes, err, errsz) < 0)
+	if (rq->writes && img_write(qi, rq->writes, err, errsz) < 0)
 		goto fail;
 	qi->qj.js.ro = (const char *const *)qi->qj.ro;
 	qi->qj.js.nro = qi->qj.nro;
@@ -427,12 +428,45 @@ int qjail_img_wait(struct qimg *qi, char *err, size_t errsz)
 	return r;
 }
 
-int qjail_img(char *const av[], const char *const *reads, size_t nreads, const char *writes,
-	      int errfd, char *err, size_t errsz)
+int qjail_img(const struct qimg_req *rq, char *err, size_t errsz)
 {
 	struct qimg qi;
 
-	if (qjail_img_spawn(&qi, av, reads, nreads, writes, PROC_NULL, errfd, err, errsz) < 0)
+	if (qjail_img_spawn(&qi, rq, err, errsz) < 0)
 		return -1;
+	return qjail_img_wait(&qi, err, errsz);
+}
+
+int qjail_img_capture(const struct qimg_req *rq, char *buf, size_t sz, char *err, size_t errsz)
+{
+	struct qimg_req r = *rq;
+	struct qimg qi;
+	size_t len = 0;
+	ssize_t n;
+	char skip[512];
+	int p[2];
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return fail(err, errsz, "pipe: %s", strerror(errno));
+	r.outfd = p[1];
+	if (r.errfd == PROC_PIPE)
+		r.errfd = p[1];
+	pid = qjail_img_spawn(&qi, &r, err, errsz);
+	close(p[1]);
+	if (pid < 0) {
+		close(p[0]);
+		return -1;
+	}
+	/* all of it: a qemu-img blocked on a full pipe would never exit */
+	while ((n = read(p[0], len + 1 < sz ? buf + len : skip,
+			 len + 1 < sz ? sz - 1 - len : sizeof skip)) != 0)
+		if (n > 0 && len + 1 < sz)
+			len += (size_t)n;
+		else if (n < 0 && errno != EINTR)
+			break;
+	close(p[0]);
+	if (sz)
+		buf[len] = '\0';
 	return qjail_img_wait(&qi, err, errsz);
 }

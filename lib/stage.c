@@ -292,7 +292,9 @@ static int verify_layer(const char *id, json_t *meta, const char *path, char *wh
 	close(fd);
 	/* A jailed QEMU wrote this layer: `qemu-img check` parses it in the
 	 * jail (lib/qjail.c qjail_img), the layer and its chain read-only. */
-	rc = qjail_img(argv, &path, 1, NULL, PROC_NULL, msg, sizeof msg);
+	rc = qjail_img(&(struct qimg_req){ .av = argv, .reads = &path, .nreads = 1, .chain = 1,
+					.outfd = PROC_NULL, .errfd = PROC_NULL },
+		       msg, sizeof msg);
 	if (rc < 0) {
 		snprintf(why, wsz, "stage %s: its layer %s could not be checked: %s", id, path, msg);
 		return -1;

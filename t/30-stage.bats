@@ -233,7 +233,7 @@ fork_on() {
 	[ "$(grep -c '^imgprobe ' <<<"$stderr")" -eq 3 ]
 	[ "$(grep -c '^imgprobe create \|^imgprobe rebase ' <<<"$stderr")" -eq 3 ]
 	jail_uid=$(sed -n 's/^imgprobe .* uid=\([0-9]*\) .*/\1/p' <<<"$stderr" | sort -u)
-	[ "$jail_uid" -ge 2013265920 ] && [ "$jail_uid" -le 2013331455 ]
+	[ "$jail_uid" -ge 2013265920 ] && [ "$jail_uid" -le 2013331455 ] || false
 	! grep '^imgprobe ' <<<"$stderr" | grep -v 'CapEff=0000000000000000 NoNewPrivs=1 store=EROFS$'
 	[ -z "$(find "$h/stages" -maxdepth 1 -name '.probe-*')" ]
 	# the control: unjailed, the same stand-in is root and writes the store
