@@ -334,16 +334,24 @@ static int img_read(struct qjail *qj, const char *path, int chained, char *err, 
  * for qjail_img_wait. */
 static int img_write(struct qimg *qi, const char *path, char *err, size_t errsz)
 {
-	struct stat st;
+	struct stat st = { .st_mode = S_IFREG };
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 
-	qi->wfd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (qi->wfd < 0 || fstat(qi->wfd, &st) < 0)
+	if (fd < 0)
 		return fail(err, errsz, "%s: %s", path, strerror(errno));
-	if (!S_ISREG(st.st_mode)) {
-		errno = EINVAL;
-		return fail(err, errsz, "%s: not a regular file", path);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+
+		close(fd);
+		errno = e;
+		return fail(err, errsz, "%s: %s", path, e == EINVAL ? "not a regular file"
+								    : strerror(e));
 	}
-	qi->wuid = st.st_uid, qi->wgid = st.st_gid, qi->wmode = st.st_mode & 07777;
+	/* from here img_giveback puts owner and mode back */
+	qi->wfd = fd;
+	qi->wuid = st.st_uid;
+	qi->wgid = st.st_gid;
+	qi->wmode = st.st_mode & 07777;
 	if (geteuid() == 0 && (fchown(qi->wfd, 0, qi->qj.js.gid) < 0 || fchmod(qi->wfd, 0660) < 0))
 		return fail(err, errsz, "handing %s to the jail: %s", path, strerror(errno));
 	qi->rw[0] = path;
