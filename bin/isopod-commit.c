@@ -14,6 +14,7 @@
 #include "host.h"
 #include "image.h"
 #include "proc.h"
+#include "qjail.h"
 #include "stage.h"
 #include "util.h"
 #include "vm.h"
@@ -225,8 +226,17 @@ static json_t *make_stage(const char *id, json_t *vm, const char *label, const c
 	{
 		char *qa[] = {"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", parent ? "qcow2" : "raw",
 			      "-b", rel, p, NULL};
+		/* The guest's QEMU wrote this header: qemu-img parses it in its
+		 * jail (lib/qjail.c), the layer its one file (-u: the backing
+		 * is named, not opened). */
+		char ierr[DIAG_MAX] = "";
+		int rc = qjail_img(&(struct qimg_req){ .av = qa, .writes = p, .outfd = PROC_NULL,
+						       .errfd = PROC_INHERIT },
+				   ierr, sizeof ierr);
 
-		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0 || chmod(p, 0444) < 0 || fsync_path(p) < 0) {
+		if (rc < 0)
+			warn("%s", ierr);
+		if (rc != 0 || chmod(p, 0444) < 0 || fsync_path(p) < 0) {
 			int e = errno;
 
 			rename(p, layer); /* give the VM its disk back */

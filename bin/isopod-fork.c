@@ -5,6 +5,7 @@
  * overlay over the stage's top layer.  isopod-boot then boots that disk.
  * O(1): nothing of the chain is copied. */
 #include "proc.h"
+#include "qjail.h"
 #include "stage.h"
 #include "util.h"
 #include "vm.h"
@@ -121,11 +122,21 @@ int main(int argc, char **argv)
 	if (access(disk, F_OK) == 0)
 		die(EX_CONFLICT, "vm %s already has a disk", vmid);
 	{
+		/* create -b opens the backing chain (its size): stage layers
+		 * jailed QEMUs wrote, so in qemu-img's jail (lib/qjail.c) */
 		char *qa[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-F",
 			      stid[0] ? "qcow2" : "raw", "-b", backing, disk, NULL};
+		const char *rd[] = { backing };
+		char ierr[DIAG_MAX] = "";
+		int rc = qjail_img(&(struct qimg_req){ .av = qa, .reads = rd, .nreads = 1, .chain = 1,
+						       .writes = disk, .outfd = PROC_NULL,
+						       .errfd = PROC_INHERIT },
+				   ierr, sizeof ierr);
 
-		if (proc_run(qa, PROC_NULL, PROC_INHERIT) != 0)
-			die(EX_SYS, "qemu-img create %s failed", disk);
+		if (rc != 0) {
+			unlink(disk);
+			die(EX_SYS, "qemu-img create %s failed%s%s", disk, rc < 0 ? ": " : "", ierr);
+		}
 	}
 	test_pause("fork-created");
 	base = json_pack("{s:s, s:s}", "flavor", flavor, "sha256", bsha);

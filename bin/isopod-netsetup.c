@@ -58,6 +58,7 @@ struct nsctx {
 	int remove;
 	const char *resolver;              /* --resolver, else as a run's broker finds it */
 	int made[MAX_SLOTS], busy[MAX_SLOTS];
+	char unverified[256];  /* the busy taps advertise() marked unverified */
 	unsigned char tapok[MAX_SLOTS], v6off[MAX_SLOTS];
 	unsigned created, v6bad, rules_v4, rules_v6, tc_good;
 	int has_v6, rules_ok, local_ok, verified, tables_ok;
@@ -263,7 +264,9 @@ static void make_taps(struct nsctx *c)
 		if ((c->made[k] = tap_make(&c->rt, name, &c->busy[k])) < 0)
 			die(c->made[k] == -2 ? EX_CONFLICT : EX_SYS, "%s", c->rt.err);
 		c->created += (unsigned)c->made[k];
-		if (c->busy[k] && *net_tap_mode((int)k, was, sizeof was) && strcmp(was, slot_mode(p, k)))
+		/* an unverified alias too: the VM still runs in that mode */
+		if (c->busy[k] && *net_tap_kept_mode((int)k, was, sizeof was, NULL) &&
+		    strcmp(was, slot_mode(p, k)))
 			die(EX_CONFLICT, "unable to make %s %s: a VM is using it in %s mode now", name,
 			    slot_mode(p, k), was);
 	}
@@ -367,22 +370,31 @@ static void set_tables(struct nsctx *c)
  * is never offered without them. */
 static void advertise(struct nsctx *c)
 {
-	char name[IFNAMSIZ], alias[32];
+	char name[IFNAMSIZ], alias[48], was[16];
 	unsigned k;
+	size_t u;
 
 	for (k = 0; k < c->plan.total; k++) {
-		int idx, r;
+		int idx, r, ok = c->tapok[k] && c->v6off[k] && c->verified, keep = 0;
 
 		tap_name(k, name);
-		snprintf(alias, sizeof alias, NET_ALIAS_PREFIX "%s", slot_mode(&c->plan, k));
-		if (!c->tapok[k] || !c->v6off[k] || !c->verified)
+		snprintf(alias, sizeof alias, "%s%s", ok ? NET_ALIAS_PREFIX : NET_ALIAS_UNVERIFIED,
+			 slot_mode(&c->plan, k));
+		/* A VM's tap keeps its mode, unverified: the mode is what the
+		 * next run checks before it changes a busy tap (without one
+		 * --open-slots would open a running filtered VM's slot), and
+		 * "unverified" keeps it from every claim once that VM is gone,
+		 * until a run verifies it (doc/DECISIONS.md).  An idle tap
+		 * that did not verify loses its alias. */
+		if (!ok && c->busy[k] && !*net_tap_kept_mode((int)k, was, sizeof was, NULL))
+			keep = 1; /* never advertised (held by another program): as it is */
+		else if (!ok && c->busy[k] &&
+			 (u = strlen(c->unverified)) + IFNAMSIZ + 2 < sizeof c->unverified)
+			snprintf(c->unverified + u, sizeof c->unverified - u, "%s%s", u ? ", " : "", name);
+		if (!ok && !c->busy[k])
 			*alias = 0;
-		/* A VM's tap keeps its alias: its mode is what the next run
-		 * checks before it changes a busy tap, and without one
-		 * --open-slots would open a running filtered VM's slot.  Its
-		 * lock keeps it from a claim. */
 		if (!(idx = (int)if_nametoindex(name)) ||
-		    (r = link_set(&c->rt, idx, c->busy[k] && !*alias ? NULL : alias)) < 0) {
+		    (r = link_set(&c->rt, idx, keep ? NULL : alias)) < 0) {
 			errno = idx ? -r : ENODEV;
 			die(EX_SYS, "unable to bring %s up:", name);
 		}
@@ -585,8 +597,11 @@ int main(int argc, char **argv)
 	if (!c.verified) {
 		die(EX_SYS, "unable to verify the tables (%s), routing rules (%s), tc filters (%u of %u "
 		    "taps) and IPv6 settings (%u taps failed) after loading them (no slot is offered "
-		    "until a rerun verifies)", c.tables_ok ? "ok" : "differ", c.rules_ok ? "ok" : "differ",
-		    c.tc_good, c.plan.total, c.v6bad);
+		    "until a rerun verifies)%s%s", c.tables_ok ? "ok" : "differ",
+		    c.rules_ok ? "ok" : "differ", c.tc_good, c.plan.total, c.v6bad,
+		    *c.unverified ? "; a VM runs on a slot that did not verify, its tap marked "
+				    "\"" NET_ALIAS_UNVERIFIED "MODE\" (no claim takes it after that VM): "
+				  : "", c.unverified);
 	}
 	/* What was verified, recorded for the doctor to compare (lib/netstate.h),
 	 * before the report: a failure to record leaves stdout empty too. */

@@ -21,6 +21,7 @@
 #include "oci.h"
 #include "ocireg.h"
 #include "proc.h"
+#include "qjail.h"
 #include "stage.h"
 #include "util.h"
 
@@ -487,7 +488,7 @@ static int layer_shape_ok(const char *path, const char *backing, const char *bfm
 			  size_t wsz)
 {
 	char *qa[] = {"qemu-img", "info", "-f", "qcow2", "--output=json", (char *)path, NULL};
-	struct proc_spec ps = PROC_SPEC(qa);
+	const char *rd[] = { path };
 	unsigned char magic[4];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	char *buf = NULL;
@@ -509,10 +510,13 @@ static int layer_shape_ok(const char *path, const char *backing, const char *bfm
 		return -1;
 	}
 	close(fd);
-	ps.out = PROC_PIPE;
+	/* A registry's file: qemu-img reads it in its jail (lib/qjail.c), the
+	 * layer alone (info opens no backing file). */
 	if (!(buf = malloc(JSON_MAX_BYTES + 1)) ||
-	    proc_capture(&ps, buf, JSON_MAX_BYTES + 1, &len) != 0 || len > JSON_MAX_BYTES ||
-	    !(j = json_parse(buf, len, 0, why, wsz))) {
+	    qjail_img_capture(&(struct qimg_req){ .av = qa, .reads = rd, .nreads = 1,
+						   .errfd = PROC_NULL }, buf,
+			      JSON_MAX_BYTES + 1, why, wsz) != 0 ||
+	    (len = strlen(buf)) > JSON_MAX_BYTES || !(j = json_parse(buf, len, 0, why, wsz))) {
 		free(buf);
 		snprintf(why, wsz, "`qemu-img info` refuses it");
 		return -1;

@@ -13,6 +13,7 @@
  *                   a layer that has none, or whose bytes are proven the
  *                   sealed ones but whose stat moved (a copied store) */
 #include "proc.h"
+#include "qjail.h"
 #include "stage.h"
 #include "util.h"
 #include "vm.h"
@@ -279,31 +280,42 @@ static int progress_fd(void)
 }
 
 /* The copy of the chain into one layer (qa: qemu-img rebase -q ..., the
- * safe one).  With a progress descriptor, rebase -p instead: its "(P/100%)\r" records
- * on stdout become a line "flatten P%" there at each tenth (0 % and 100 %
- * always: qemu-img prints both).  Its exit status, or -1 with errno. */
-static int flatten_copy(char **qa)
+ * safe one), in qemu-img's jail (qjail_img): it reads the chain (rd) and
+ * writes out alone.  With a progress descriptor, rebase -p instead: its
+ * "(P/100%)\r" records on stdout come back on a pipe and become a line
+ * "flatten P%" there at each tenth (0 % and 100 % always: qemu-img prints
+ * both).  Its exit status, or -1 with err. */
+static int flatten_copy(char **qa, const char *const *rd, size_t nrd, const char *out, char *err,
+			size_t errsz)
 {
-	struct proc_spec ps = PROC_SPEC(qa);
-	int pfd = progress_fd(), rfd, st, tenth = -1;
+	struct qimg qi;
+	int pfd = progress_fd(), p[2], tenth = -1, r;
 	char *rec = NULL;
 	size_t cap = 0;
 	double pct;
 	FILE *f;
-	pid_t pid;
+
+	struct qimg_req rq = { .av = qa, .reads = rd, .nreads = nrd, .chain = 1, .writes = out,
+			       .outfd = PROC_NULL, .errfd = PROC_INHERIT };
 
 	if (pfd < 0)
-		return proc_run(qa, PROC_NULL, PROC_INHERIT);
+		return qjail_img(&rq, err, errsz);
 	qa[2] = "-p";
-	ps.out = PROC_PIPE, ps.err = PROC_INHERIT;
-	if ((pid = proc_spawn_pipe(&ps, &rfd)) < 0)
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		snprintf(err, errsz, "pipe: %s", strerror(errno));
 		return -1;
-	if (!(f = fdopen(rfd, "r"))) {
-		int e = errno;
-
-		close(rfd);
-		proc_wait(pid, &st);
-		errno = e;
+	}
+	rq.outfd = p[1];
+	r = qjail_img_spawn(&qi, &rq, err, errsz) < 0 ? -1 : 0;
+	close(p[1]);
+	if (r < 0) {
+		close(p[0]);
+		return -1;
+	}
+	if (!(f = fdopen(p[0], "r"))) {
+		snprintf(err, errsz, "fdopen: %s", strerror(errno));
+		close(p[0]);
+		qjail_img_wait(&qi, err + strlen(err), errsz - strlen(err));
 		return -1;
 	}
 	while (getdelim(&rec, &cap, '\r', f) > 0)
@@ -314,9 +326,7 @@ static int flatten_copy(char **qa)
 		}
 	free(rec);
 	fclose(f);
-	if (proc_wait(pid, &st) < 0)
-		return -1;
-	return proc_status(st);
+	return qjail_img_wait(&qi, err, errsz);
 }
 
 static void cmd_flatten(const char *ref, const char *label)
@@ -382,12 +392,26 @@ static void cmd_flatten(const char *ref, const char *label)
 		char *ra[] = {"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", "raw", "-b", rel,
 			      out, NULL};
 
-		if (proc_run(ca, PROC_NULL, PROC_INHERIT) != 0 || flatten_copy(qa) != 0 ||
-		    proc_run(ra, PROC_NULL, PROC_INHERIT) != 0 || chmod(out, 0444) < 0) {
+		/* Each in qemu-img's jail: the chain is what jailed QEMUs wrote,
+		 * and out is what the jailed qemu-img before wrote. */
+		const char *rd[] = { srcabs, baseabs };
+		char ierr[DIAG_MAX] = "";
+		int rc;
+
+		struct qimg_req rq = { .av = ca, .reads = rd, .nreads = 2, .chain = 1, .writes = out,
+				       .outfd = PROC_NULL, .errfd = PROC_INHERIT };
+
+		if ((rc = qjail_img(&rq, ierr, sizeof ierr)) == 0)
+			rc = flatten_copy(qa, rd, 2, out, ierr, sizeof ierr);
+		/* -u: out's header alone (and out is the jailed qemu-img's) */
+		rq.av = ra, rq.nreads = 0;
+		if (rc == 0)
+			rc = qjail_img(&rq, ierr, sizeof ierr);
+		if (rc != 0 || chmod(out, 0444) < 0) {
 			unlink(out);
 			rmdir(tmp);
-			die(EX_SYS, "flatten of stage %s failed (no space left?); nothing was created",
-			    id);
+			die(EX_SYS, "flatten of stage %s failed (%s); nothing was created", id,
+			    ierr[0] ? ierr : "no space left?");
 		}
 	}
 	{
@@ -595,12 +619,17 @@ static json_t *verify_flat(json_t *m, const char *id, int *bad)
 			snprintf(why, sizeof why, "unable to read stage %s: %s", src, strerror(errno));
 		*bad = 1;
 	} else {
+		/* Both chains are what jailed QEMUs (and qemu-imgs) wrote. */
 		char *ca[] = {"qemu-img", "compare", "-f", "qcow2", "-F", "qcow2", fl, sl, NULL};
-		struct proc_spec ps = PROC_SPEC(ca);
+		const char *rd[] = { fl, sl };
+		char ierr[DIAG_MAX] = "";
 		int rc;
 
-		ps.out = ps.err = PROC_PIPE;
-		rc = proc_capture(&ps, out, sizeof out, NULL);
+		rc = qjail_img_capture(&(struct qimg_req){ .av = ca, .reads = rd, .nreads = 2,
+							   .chain = 1, .errfd = PROC_PIPE },
+				       out, sizeof out, ierr, sizeof ierr);
+		if (rc < 0)
+			snprintf(out, sizeof out, "%s", ierr);
 		if ((nl = strchr(out, '\n')))
 			*nl = 0;
 		if (rc == 0) {

@@ -113,14 +113,17 @@ static int try_slot(const char *dir, int k, char *err, size_t errsz)
 	return fd;
 }
 
-const char *net_tap_mode(int k, char *out, size_t sz)
+const char *net_tap_kept_mode(int k, char *out, size_t sz, int *unverified)
 {
 	char p[PATH_MAX], buf[64];
-	size_t n = strlen(NET_ALIAS_PREFIX);
+	size_t n = strlen(NET_ALIAS_PREFIX), nu = strlen(NET_ALIAS_UNVERIFIED);
+	const char *m;
 	ssize_t r;
 	int fd;
 
 	*out = '\0';
+	if (unverified)
+		*unverified = 0;
 	if (pathn(p, sizeof p, "/sys/class/net/" NET_TAP_PREFIX "%d/ifalias", k) < 0 ||
 	    (fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
 		return out;
@@ -130,9 +133,24 @@ const char *net_tap_mode(int k, char *out, size_t sz)
 		return out;
 	buf[r] = '\0';
 	buf[strcspn(buf, "\n")] = '\0';
-	if (!strncmp(buf, NET_ALIAS_PREFIX, n) &&
-	    (!strcmp(buf + n, "filtered") || !strcmp(buf + n, "open")))
-		snprintf(out, sz, "%s", buf + n);
+	if (strncmp(buf, NET_ALIAS_PREFIX, n))
+		return out;
+	m = strncmp(buf, NET_ALIAS_UNVERIFIED, nu) ? buf + n : buf + nu;
+	if (!strcmp(m, "filtered") || !strcmp(m, "open")) {
+		snprintf(out, sz, "%s", m);
+		if (unverified)
+			*unverified = m == buf + nu;
+	}
+	return out;
+}
+
+const char *net_tap_mode(int k, char *out, size_t sz)
+{
+	int unverified;
+
+	net_tap_kept_mode(k, out, sz, &unverified);
+	if (unverified)
+		*out = '\0';
 	return out;
 }
 

@@ -78,8 +78,17 @@ int net_ntaps(void);
  * isopod-netsetup` and `--net none` when no tap is there. */
 int net_require_taps(char *err, size_t errsz);
 /* The mode of tap k per its ifalias ("filtered", "open"), or "" when it
- * has none (not made by this isopod-netsetup).  Returns out. */
+ * has none (not made by this isopod-netsetup, or not advertised: see
+ * NET_ALIAS_UNVERIFIED).  Returns out. */
 const char *net_tap_mode(int k, char *out, size_t sz);
+/* A busy tap (a VM runs on it) that a failed netsetup could not verify:
+ * ifalias "isopod unverified MODE".  No claim takes it (net_tap_mode says
+ * ""), and netsetup still knows its running VM's mode (net_tap_kept_mode)
+ * until a run verifies it again. */
+#define NET_ALIAS_UNVERIFIED NET_ALIAS_PREFIX "unverified "
+/* The mode tap k's ifalias names, advertised or unverified; *unverified
+ * (when not NULL) set to which.  Returns out. */
+const char *net_tap_kept_mode(int k, char *out, size_t sz, int *unverified);
 /* 0 when a slot of this mode is free right now (claim's early check; the
  * slot itself is taken by net_take_slot); else an exit class with err:
  * 111 when no tap is there or none has this mode ("no open slots: run

@@ -207,6 +207,9 @@ int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
 	return 0;
 }
 
+/* Unjailed on purpose (issue 12; the files a jailed QEMU wrote go through
+ * lib/qjail.c qjail_img): the backing is a raw base image root built,
+ * opened -F raw (no header to parse), and the overlay is new. */
 int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *err,
 		     size_t errsz)
 {
@@ -219,6 +222,10 @@ int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *
 	return qemu_img(av, disk, err, errsz);
 }
 
+/* Unjailed on purpose: boot grows the overlay it just made (or copied
+ * from a template's blank one, made the same way) before any QEMU ran on
+ * it: root's header over a root-built base.  (resize opens the backing
+ * chain too: that is a base image here.) */
 int qemu_img_grow(const char *disk, long long bytes, char *err, size_t errsz)
 {
 	char size[32];

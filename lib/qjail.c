@@ -3,6 +3,7 @@
 #include "image.h"
 #include "taphold.h"
 #include "qjail.h"
+#include "proc.h"
 #include "ranges.h"
 #include "util.h"
 #include "vm.h"
@@ -80,6 +81,9 @@ static const char *arg_of(char *const *av, const char *opt)
 
 static int add(struct qjail *qj, const char *p, char *err, size_t errsz)
 {
+	for (size_t n = 0; n < qj->nro; n++)
+		if (!strcmp(qj->ro[n], p)) /* a base named twice: one bind */
+			return 0;
 	if (qj->nro >= JAIL_PATHS_MAX) {
 		errno = E2BIG;
 		return fail(err, errsz, "more than %d read-only paths for QEMU", JAIL_PATHS_MAX);
@@ -305,4 +309,172 @@ void qjail_reclaim(struct qjail *qj)
 		warn("unable to take the VM directory back from the jail:");
 	close(qj->dirfd);
 	qj->dirfd = -1;
+}
+
+/* A file qemu-img reads: itself, and (chained) when it is a qcow2 its
+ * backing chain (disk_chain reads the headers here, in C; the paths bound
+ * are the store's own). */
+static int img_read(struct qjail *qj, const char *path, int chained, char *err, size_t errsz)
+{
+	char magic[4] = "";
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	ssize_t n = fd < 0 ? -1 : pread(fd, magic, sizeof magic, 0);
+
+	if (fd >= 0)
+		close(fd);
+	if (fd < 0)
+		return fail(err, errsz, "%s: %s", path, strerror(errno));
+	if (add(qj, path, err, errsz) < 0)
+		return -1;
+	return chained && n == 4 && !memcmp(magic, "QFI\xfb", 4) ? chain(qj, path, err, errsz) : 0;
+}
+
+/* The file qemu-img writes: root's, the jail's group may write it for the
+ * run (as qjail_give hands a VM's disk over); its owner and mode are kept
+ * for qjail_img_wait. */
+static int img_write(struct qimg *qi, const char *path, char *err, size_t errsz)
+{
+	struct stat st = { .st_mode = S_IFREG };
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return fail(err, errsz, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+
+		close(fd);
+		errno = e;
+		return fail(err, errsz, "%s: %s", path, e == EINVAL ? "not a regular file"
+								    : strerror(e));
+	}
+	/* from here img_giveback puts owner and mode back */
+	qi->wfd = fd;
+	qi->wuid = st.st_uid;
+	qi->wgid = st.st_gid;
+	qi->wmode = st.st_mode & 07777;
+	if (geteuid() == 0 && (fchown(qi->wfd, 0, qi->qj.js.gid) < 0 || fchmod(qi->wfd, 0660) < 0))
+		return fail(err, errsz, "handing %s to the jail: %s", path, strerror(errno));
+	qi->rw[0] = path;
+	qi->qj.js.rw = qi->rw;
+	qi->qj.js.nrw = 1;
+	return 0;
+}
+
+static void img_giveback(struct qimg *qi)
+{
+	if (qi->wfd < 0)
+		return;
+	if (geteuid() == 0 &&
+	    (fchown(qi->wfd, qi->wuid, qi->wgid) < 0 || fchmod(qi->wfd, qi->wmode) < 0))
+		warn("unable to take %s back from qemu-img's jail:", qi->rw[0] ? qi->rw[0] : "a file");
+	close(qi->wfd);
+	qi->wfd = -1;
+}
+
+pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, size_t errsz)
+{
+	struct proc_spec ps = PROC_SPEC(rq->av);
+	char why[256];
+	size_t n;
+	int on = jail_wanted(why, sizeof why);
+
+	*qi = (struct qimg){ .qj = { .tapfd = -1, .dirfd = -1 }, .wfd = -1, .pid = -1 };
+	ps.out = rq->outfd;
+	ps.err = rq->errfd;
+	ps.umask = 0177; /* as qemu_spawn's: what it makes is 0600 */
+	if (on < 0)
+		return fail(err, errsz, "%s", why);
+	if (!on) {
+		warn("qemu-img %s runs unjailed (%s)", rq->av[1], why);
+		if ((qi->pid = proc_spawn(&ps)) < 0)
+			fail(err, errsz, "unable to start qemu-img: %s", strerror(errno));
+		return qi->pid;
+	}
+	qi->jailed = 1;
+	/* the cgroup's name: one per caller (a caller runs one at a time) */
+	snprintf(qi->name, sizeof qi->name, "img-%ld", (long)getpid());
+	qi->qj.js = (struct jail_spec){
+		.name = qi->name,
+		.mem_bytes = (long long)QJAIL_IMG_MEM_MIB << 20,
+		.pids = QJAIL_PIDS_BASE,
+	};
+	if (geteuid() == 0 &&
+	    jail_identity("qemu-img", &qi->qj.js.uid, &qi->qj.js.gid, err, errsz) < 0)
+		goto fail;
+	if (which(rq->av[0], qi->qj.prog, err, errsz) < 0 ||
+	    add(&qi->qj, qi->qj.prog, err, errsz) < 0 ||
+	    jail_deps(qi->qj.prog, qi->qj.ro, &qi->qj.nro, JAIL_PATHS_MAX, err, errsz) < 0)
+		goto fail;
+	for (n = 0; n < rq->nreads; n++)
+		if (img_read(&qi->qj, rq->reads[n], rq->chain, err, errsz) < 0)
+			goto fail;
+	if (rq->writes && img_write(qi, rq->writes, err, errsz) < 0)
+		goto fail;
+	qi->qj.js.ro = (const char *const *)qi->qj.ro;
+	qi->qj.js.nro = qi->qj.nro;
+	ps.file = qi->qj.prog;
+	if ((qi->pid = jail_spawn(&qi->qj.js, &ps, &qi->j, err, errsz)) >= 0)
+		return qi->pid;
+fail:
+	img_giveback(qi);
+	qjail_free(&qi->qj);
+	return -1;
+}
+
+int qjail_img_wait(struct qimg *qi, char *err, size_t errsz)
+{
+	char why[256];
+	int st, r;
+
+	r = proc_wait(qi->pid, &st) < 0 ? fail(err, errsz, "unable to wait for qemu-img: %s",
+					       strerror(errno))
+					: proc_status(st);
+	if (qi->jailed && jail_release(&qi->j, why, sizeof why) < 0)
+		warn("qemu-img's jail: %s", why);
+	img_giveback(qi);
+	qjail_free(&qi->qj);
+	return r;
+}
+
+int qjail_img(const struct qimg_req *rq, char *err, size_t errsz)
+{
+	struct qimg qi;
+
+	if (qjail_img_spawn(&qi, rq, err, errsz) < 0)
+		return -1;
+	return qjail_img_wait(&qi, err, errsz);
+}
+
+int qjail_img_capture(const struct qimg_req *rq, char *buf, size_t sz, char *err, size_t errsz)
+{
+	struct qimg_req r = *rq;
+	struct qimg qi;
+	size_t len = 0;
+	ssize_t n;
+	char skip[512];
+	int p[2];
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return fail(err, errsz, "pipe: %s", strerror(errno));
+	r.outfd = p[1];
+	if (r.errfd == PROC_PIPE)
+		r.errfd = p[1];
+	pid = qjail_img_spawn(&qi, &r, err, errsz);
+	close(p[1]);
+	if (pid < 0) {
+		close(p[0]);
+		return -1;
+	}
+	/* all of it: a qemu-img blocked on a full pipe would never exit */
+	while ((n = read(p[0], len + 1 < sz ? buf + len : skip,
+			 len + 1 < sz ? sz - 1 - len : sizeof skip)) != 0)
+		if (n > 0 && len + 1 < sz)
+			len += (size_t)n;
+		else if (n < 0 && errno != EINTR)
+			break;
+	close(p[0]);
+	if (sz)
+		buf[len] = '\0';
+	return qjail_img_wait(&qi, err, errsz);
 }

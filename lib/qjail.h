@@ -66,4 +66,50 @@ int qjail_give(struct qjail *qj, const char *dir, char *err, size_t errsz);
  * again (0600, 0700). */
 void qjail_reclaim(struct qjail *qj);
 
+/* qemu-img on files a jailed QEMU wrote (issue 12): a layer's header is the
+ * guest's QEMU's to craft, and a root qemu-img would parse it.  So it runs
+ * in a jail as QEMU does: the jail's uid ("qemu-img"'s jail_identity), no
+ * network, its binary and libraries and the files it reads read-only, the
+ * one file it writes read-write (made here when absent, handed to the
+ * jail's group for the run, its owner and mode restored after), nothing
+ * else of the store; no_new_privs, no capabilities, QJAIL_IMG_MEM_MIB and
+ * QJAIL_PIDS_BASE as limits.  With the jail off (jail_wanted 0) it runs as
+ * the caller, with the warning "qemu-img CMD runs unjailed (WHY)" on
+ * stderr. */
+#define QJAIL_IMG_MEM_MIB 1024
+struct qimg_req {
+	char *const *av;           /* "qemu-img", ...: found in PATH */
+	const char *const *reads;  /* the files it reads */
+	size_t nreads;
+	int chain;                 /* 1: each qcow2 read with its backing chain
+				    * (disk_chain's: store layers over a base) */
+	const char *writes;        /* the file it writes; NULL: none */
+	int outfd, errfd;          /* its stdout, stderr: an fd (a pipe's write
+				    * end: the caller closes it after),
+				    * PROC_NULL or PROC_INHERIT */
+};
+struct qimg {
+	struct qjail qj;
+	struct jail j;
+	const char *rw[1];
+	char name[32];
+	int wfd;             /* the written file, while handed to the jail */
+	uid_t wuid;
+	gid_t wgid;
+	mode_t wmode;
+	int jailed;
+	pid_t pid;
+};
+/* Start rq's qemu-img.  The pid, or -1 with err (nothing left over).
+ * qjail_img_wait after. */
+pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, size_t errsz);
+/* Reap it, release its jail, give the written file back: its exit status
+ * (proc_status's), or -1 with err. */
+int qjail_img_wait(struct qimg *qi, char *err, size_t errsz);
+/* Both. */
+int qjail_img(const struct qimg_req *rq, char *err, size_t errsz);
+/* Both, its stdout (rq's outfd unused), and its stderr too when rq's
+ * errfd is PROC_PIPE, into buf (NUL-terminated, cut at sz - 1). */
+int qjail_img_capture(const struct qimg_req *rq, char *buf, size_t sz, char *err, size_t errsz);
+
 #endif

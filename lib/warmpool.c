@@ -430,6 +430,10 @@ static int build_template(struct pool *w, const struct inst *vin, int plain, con
 		goto out;
 	}
 	av_img[9] = t.disk;
+	/* Still unjailed (doc/DECISIONS.md, qemu-img in a jail of its own):
+	 * the VM's disk is root's fresh overlay, but create -b opens its
+	 * chain, stage layers jailed QEMUs wrote, each header checked in C
+	 * (disk_chain, at boot) first.  To move under qjail_img. */
 	if (qemu_img(av_img, NULL, msg, msz) < 0)
 		goto out;
 	/* This VM's disk is still the empty overlay qemu-img made over the

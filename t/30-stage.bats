@@ -215,6 +215,36 @@ fork_on() {
 	jq -e --arg t "$top" '.ok and .flattened_from == {stage: $t, status: "identical"}' <<<"$output"
 }
 
+# qemu-img reads layers a jailed (maybe compromised) QEMU wrote: flatten's
+# check, create and rebases run in qemu-img's jail (lib/qjail.c qjail_img).
+# The stand-in qemu-img is t/17's static probe under that name: it says
+# who runs it and whether it can write the store, and exits 3 if it could
+# (`qemu-img check` discards its stderr: the check then fails the flatten).
+# ISOPOD_JAIL=0 is the control: root, every capability, the store written.
+@test "stage flatten: qemu-img check, create and rebase run as the jail's uid, no capabilities, no_new_privs, the store read-only" {
+	local h="$BATS_TEST_TMPDIR/jh" ids top sb="$BATS_TEST_TMPDIR/imgbin" jail_uid
+	ids=$(PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 2 1 j)
+	top=$(tail -n 1 <<<"$ids")
+	mkdir -p "$sb"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-img"
+	ISOPOD_HOME=$h IMGPROBE_WRITE=$h/stages PATH="$sb:$PATH" run --separate-stderr isopod stage flatten "$top" --as jailed
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '^imgprobe ' <<<"$stderr")" -eq 3 ]
+	[ "$(grep -c '^imgprobe create \|^imgprobe rebase ' <<<"$stderr")" -eq 3 ]
+	jail_uid=$(sed -n 's/^imgprobe .* uid=\([0-9]*\) .*/\1/p' <<<"$stderr" | sort -u)
+	[ "$jail_uid" -ge 2013265920 ] && [ "$jail_uid" -le 2013331455 ] || false
+	! grep '^imgprobe ' <<<"$stderr" | grep -v 'CapEff=0000000000000000 NoNewPrivs=1 store=EROFS$'
+	[ -z "$(find "$h/stages" -maxdepth 1 -name '.probe-*')" ]
+	# the control: unjailed, the same stand-in is root and writes the store
+	ISOPOD_JAIL=0 ISOPOD_HOME=$h IMGPROBE_WRITE=$h/stages PATH="$sb:$PATH" run --separate-stderr isopod stage flatten "$top" --as unjailed
+	echo "$stderr"
+	[ "$status" -ne 0 ]
+	[[ "$stderr" == *"qemu-img check runs unjailed (ISOPOD_JAIL=0)"* ]]
+	[[ "$stderr" == *"fails \`qemu-img check\`"* ]]
+	[ -n "$(find "$h/stages" -maxdepth 1 -name '.probe-*')" ]
+}
+
 # A stage flattened as isopod did before 23ffd0a (qemu-img convert -B, which
 # kept only the top layer's clusters), its meta.json as that flatten wrote
 # it and sealed: the seal holds, so only the comparison with the chain it

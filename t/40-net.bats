@@ -762,8 +762,9 @@ docker_nft() {
 	[ "$status" -eq 0 ]
 }
 
-@test "netsetup: a rerun whose check fails keeps a busy tap's alias, so the next run cannot switch the running VM's slot to open (102)" {
-	local ns="${LAB_NAME}-b" holder st1 st2 alias1 alias2 alias0
+@test "netsetup: a rerun whose check fails marks a busy tap unverified: the next run still cannot switch the running VM's slot to open (102), and no claim takes it after that VM until a rerun verifies" {
+	local ns="${LAB_NAME}-b" home="$BATS_TEST_TMPDIR/home" holder st1 st2 st3 st4 alias1 alias2 alias0 alias3 err3
+	claim() { ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" isopod-claim "$@"; }
 	ip netns add "$ns"
 	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 >/dev/null
 	# a VM on filtered slot 1: its tap held open, as QEMU holds it
@@ -787,13 +788,27 @@ time.sleep(120)' &
 	alias2=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap1/ifalias)
 	kill "$holder"
 	wait "$holder" 2>/dev/null || :
+	# the VM is gone: its slot, never verified since, is offered to no claim
+	st3=0
+	claim --net filtered >/dev/null 2>"$BATS_TEST_TMPDIR/claim.err" || st3=$?
+	err3=$(cat "$BATS_TEST_TMPDIR/claim.err")
+	# a rerun that verifies advertises it again
+	ip netns exec "$ns" "$ISOPOD_SRC/bin/isopod-netsetup" --slots 2 >/dev/null
+	alias3=$(ip netns exec "$ns" cat /sys/class/net/isopod-tap1/ifalias)
+	st4=0
+	claim --net filtered >/dev/null || st4=$?
 	netns_del "$ns"
-	echo "rerun: exit $st1, aliases '$alias0' '$alias1'; switch: exit $st2, alias '$alias2'"
-	# a rerun that does not verify prints no report (the failure contract): it says why
+	echo "rerun: exit $st1, aliases '$alias0' '$alias1'; switch: exit $st2, alias '$alias2'; claim after the VM: $st3 $err3; verified: '$alias3', claim $st4"
+	cat "$BATS_TEST_TMPDIR/rerun.err"
+	# a rerun that does not verify prints no report (the failure contract): it
+	# says why, and names the busy tap it marked
 	[ ! -s "$BATS_TEST_TMPDIR/rerun.json" ] && grep -q 'unable to verify' "$BATS_TEST_TMPDIR/rerun.err" || false
-	# the free tap lost its alias, the busy one kept it
-	[ "$st1" -eq 111 ] && [ "$alias0" = "" ] && [ "$alias1" = "isopod filtered" ] || false
-	[ "$st2" -eq 102 ] && [ "$alias2" = "isopod filtered" ] || false
+	grep -q 'a VM runs on a slot that did not verify.*isopod unverified MODE.*: isopod-tap1$' "$BATS_TEST_TMPDIR/rerun.err"
+	# the free tap lost its alias, the busy one keeps its mode, unverified
+	[ "$st1" -eq 111 ] && [ "$alias0" = "" ] && [ "$alias1" = "isopod unverified filtered" ] || false
+	[ "$st2" -eq 102 ] && [ "$alias2" = "isopod unverified filtered" ] || false
+	[ "$st3" -eq 111 ] && [[ "$err3" == *"no filtered slots"* ]] || false
+	[ "$alias3" = "isopod filtered" ] && [ "$st4" -eq 0 ] || false
 }
 
 @test "deny: cloud metadata 169.254.169.254" {

@@ -24,6 +24,11 @@
  *   probe tap                on fd 0, a tap: TUNGETIFF (the control), then
  *                            the setters QEMU never needs: persist, owner,
  *                            group, carrier, MAC; worked if any one did
+ * As "qemu-img" (a copy of it by that name: t/30's stand-in for the real
+ * one), one line on stderr, "imgprobe ARG1 uid=U CapEff=X NoNewPrivs=N
+ * store=written|E", store the result of writing $IMGPROBE_WRITE (a
+ * directory: a new file in it); exit 0, or 3 when it could write there
+ * (a caller that discards stderr, `qemu-img check`'s, then fails).
  * Exit 0: it worked ("written", "sent", "attached", a bomb or allocation
  * that reached MAX); 1: refused (the reason's errno name on stdout). */
 #include <dirent.h>
@@ -180,11 +185,33 @@ static int mem(long mib)
 	return 0;
 }
 
+/* Who runs qemu-img: see the top. */
+static int as_qemu_img(const char *sub)
+{
+	char line[256], cap[64] = "?", nnp[16] = "?";
+	const char *w = getenv("IMGPROBE_WRITE");
+	FILE *fp = fopen("/proc/self/status", "r");
+	int wr = w ? try_write(w) : -1, e = errno;
+
+	while (fp && fgets(line, sizeof line, fp)) {
+		sscanf(line, "CapEff: %63s", cap);
+		sscanf(line, "NoNewPrivs: %15s", nnp);
+	}
+	if (fp)
+		fclose(fp);
+	fprintf(stderr, "imgprobe %s uid=%d CapEff=%s NoNewPrivs=%s store=%s\n", sub, (int)getuid(),
+		cap, nnp, !w ? "unasked" : wr == 0 ? "written" : ename(e));
+	return wr == 0 ? 3 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "", *arg = argc > 2 ? argv[2] : "";
+	const char *me = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 
 	setvbuf(stdout, NULL, _IONBF, 0);
+	if (!strcmp(me, "qemu-img"))
+		return as_qemu_img(cmd);
 	if (!strcmp(cmd, "id")) {
 		char line[256];
 		FILE *fp = fopen("/proc/self/status", "r");
