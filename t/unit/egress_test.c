@@ -10,6 +10,7 @@
 #include "../../lib/jailchild.c"
 #include "../../lib/proc.c"
 #include "../../lib/ranges.c"
+#include "../../lib/taphold.c"
 
 #include "tap.h"
 
