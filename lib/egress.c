@@ -4,6 +4,7 @@
 #include "jail.h"
 #include "net.h"
 #include "proc.h"
+#include "taphold.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -148,6 +149,15 @@ out:
 	return pid;
 }
 
+/* An open slot's broker: DNS only, no proxy port. */
+static int no_proxy(const struct egress *e)
+{
+	for (int i = 0; i < e->argc; i++)
+		if (!strcmp(e->argv[i], "--no-proxy"))
+			return 1;
+	return 0;
+}
+
 int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *msg, size_t msz)
 {
 	char line[512];
@@ -233,6 +243,8 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 	close(out[0]);
 	out[0] = -1;
 	if (!strchr(line, '\n') || line[0] != '{') {
+		char why[400];
+		struct in_addr gw;
 		int code = -1;
 
 		/* End of file without the line: the broker is exiting; give it
@@ -246,6 +258,13 @@ int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *
 		}
 		snprintf(msg, msz, "egress broker failed to start (exit %d)%s", code,
 			 code == 102 ? ": its address is in use (another broker on this slot?)" : "");
+		/* Bound since the claim found the slot free (lib/taphold.c
+		 * taphold_ports_held): this run fails naming the holder, the
+		 * next one skips the slot. */
+		if (code == 102 && inet_pton(AF_INET, e->arg[1], &gw) == 1 &&
+		    taphold_ports_held(gw.s_addr, no_proxy(e), NET_CANARY_PORT + 1, why, sizeof why))
+			snprintf(msg, msz, "egress broker failed to start (exit 102): %s: the next run "
+				 "skips this slot", why);
 		goto fail;
 	}
 	return 0;

@@ -110,7 +110,15 @@ int jail_landlock_abi(void);
 
 /* The shared libraries prog loads (ldd, resolved), appended to out[*n]
  * (prog is the host's own: ldd runs its dynamic loader)
- * (malloc'd strings, at most max).  0, or -1 with a reason. */
+ * (malloc'd strings, at most max).  0, or -1 with a reason.  The answer is
+ * cached in <store>/jail/deps-<sha256(prog):16>.json (lib/jaildeps.c),
+ * valid while prog, /etc/ld.so.cache, /etc/ld.so.preload, every library
+ * and its directory keep their identity. */
 int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz);
+/* jail_deps with the cache in cache_dir (NULL: none, ldd every time) and
+ * the loader's cache at ldcache (a stand-in in tests); *hit (may be NULL)
+ * is 1 when the answer came from the cache. */
+int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcache, char **out,
+		     size_t *n, size_t max, int *hit, char *err, size_t errsz);
 
 #endif

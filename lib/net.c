@@ -314,17 +314,30 @@ static int tap_routed(int k, uint32_t gw, char *err, size_t errsz)
 	return 0;
 }
 
-/* Slot k's tap held open by a process that is not an isopod VM: never
- * used, or every later run would fail on it the same way (doc/DECISIONS.md
- * "A tap someone else holds").  The sentence naming the holder in why. */
-static void slot_held(int k, char *why, size_t sz)
+/* Slot k held by a process that is not isopod's -- its tap held open, or
+ * one of its broker's ports on the gateway bound: never used, or every
+ * later run would fail on it the same way (doc/DECISIONS.md "A tap someone
+ * else holds", "A port someone else holds").  1 with the sentence naming
+ * the holder in why, else 0. */
+static int slot_held(int k, const char *mode, char *why, size_t sz)
 {
-	char tap[IFNAMSIZ], who[256];
+	char tap[IFNAMSIZ], who[320];
 
 	snprintf(tap, sizeof tap, NET_TAP_PREFIX "%d", k % NET_MAX_SLOTS);
-	taphold_who(tap, who, sizeof who);
-	if (snprintf(why, sz, "slot %d (%s) is held open by %s, not by an isopod VM", k, tap, who) >= (int)sz)
-		snprintf(why + sz - 4, 4, "...");
+	if (taphold_busy(tap)) {
+		taphold_who(tap, who, sizeof who);
+		if (snprintf(why, sz, "slot %d (%s) is held open by %s, not by an isopod VM", k, tap,
+			     who) >= (int)sz)
+			snprintf(why + sz - 4, 4, "...");
+		return 1;
+	}
+	if (taphold_ports_held(htonl(tap_gw(k)), !strcmp(mode, "open"), NET_CANARY_PORT + 1, who,
+			       sizeof who)) {
+		if (snprintf(why, sz, "slot %d (%s): %s", k, tap, who) >= (int)sz)
+			snprintf(why + sz - 4, 4, "...");
+		return 1;
+	}
+	return 0;
 }
 
 /* The first free slot of this mode, locked (its fd in *fd, the slot in
@@ -334,9 +347,9 @@ static void slot_held(int k, char *why, size_t sz)
  * held. */
 static int find_slot(const char *asked, int *fd, int *slot, json_t *warnings, char *err, size_t errsz)
 {
-	char dir[PATH_MAX], m[16], why[320];
+	char dir[PATH_MAX], m[16], why[400], held[400] = "";
 	const char *mode = net_slot_mode(asked);
-	int n = net_require_taps(err, errsz), k, nmode = 0, nheld = 0, first_held = -1, r;
+	int n = net_require_taps(err, errsz), k, nmode = 0, nheld = 0, r;
 
 	if (!n)
 		return EX_SYS;
@@ -347,16 +360,12 @@ static int find_slot(const char *asked, int *fd, int *slot, json_t *warnings, ch
 			continue;
 		nmode++;
 		if ((*fd = try_slot(dir, k, err, errsz)) >= 0) {
-			snprintf(why, sizeof why, NET_TAP_PREFIX "%d", k % NET_MAX_SLOTS);
-			if (taphold_busy(why)) {
+			if (slot_held(k, mode, why, sizeof why)) {
 				close(*fd);
-				nheld++;
-				if (first_held < 0)
-					first_held = k;
-				if (warnings) {
-					slot_held(k, why, sizeof why);
+				if (!nheld++)
+					snprintf(held, sizeof held, "%s", why);
+				if (warnings)
 					json_array_append_new(warnings, json_sprintf("%s: skipped it", why));
-				}
 				continue;
 			}
 			/* The tap must hold the fail-closed filter too (a
@@ -395,11 +404,10 @@ static int find_slot(const char *asked, int *fd, int *slot, json_t *warnings, ch
 			 strcmp(mode, "open") ? "--slots" : "--open-slots");
 		return EX_SYS;
 	}
-	if (first_held >= 0) {
-		slot_held(first_held, why, sizeof why);
+	if (nheld) {
 		snprintf(err, errsz, "all %d %s network slots busy%s, %d of them held open by a process "
 			 "that is not an isopod VM: %s%s; end it, or use --net none", nmode, mode,
-			 strcmp(asked, "learn") ? "" : " (--net learn runs on them)", nheld, why,
+			 strcmp(asked, "learn") ? "" : " (--net learn runs on them)", nheld, held,
 			 nheld > 1 ? " (the first of them)" : "");
 		return EX_CONFLICT;
 	}

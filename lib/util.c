@@ -852,6 +852,16 @@ void sha256_hex(const void *data, size_t n, char out[65])
 	hex32(h, out);
 }
 
+json_t *file_identity(const char *path, const struct stat *st)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", path, "dev",
+			 (json_int_t)st->st_dev, "ino", (json_int_t)st->st_ino, "size",
+			 (json_int_t)st->st_size, "mtime_ns",
+			 (json_int_t)(st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec),
+			 "ctime_ns",
+			 (json_int_t)(st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec));
+}
+
 int sha256_file(const char *path, char out[65])
 {
 	crypto_hash_sha256_state st;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* isopod's version, as the front end's ISOPOD_VERSION says it (t/10-cli
@@ -193,6 +194,11 @@ int rand_hex(char *out, size_t nbytes);
 /* sha256 of a file, lower-case hex into out[65].  -1 with errno on failure. */
 int sha256_file(const char *path, char out[65]);
 void sha256_hex(const void *data, size_t n, char out[65]);
+/* What a cache keyed by a file's identity compares: {path, dev, ino, size,
+ * mtime_ns, ctime_ns} of st (path's stat).  A package upgrade replaces the
+ * inode; a rewrite in place moves ctime, which nobody can set back.  NULL:
+ * out of memory. */
+json_t *file_identity(const char *path, const struct stat *st);
 
 /* Parse a decimal integer in [lo, hi]; -1 if not a number or out of range. */
 int parse_ll(const char *s, long long lo, long long hi, long long *out);

@@ -84,12 +84,7 @@ int qemu_version(char *out, size_t sz, char *err, size_t errsz)
 	}
 	/* The cache is valid for this very file: path, inode, size and both
 	 * times (a package upgrade replaces the inode; ctime cannot be set). */
-	n = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", bin, "dev", (json_int_t)st.st_dev,
-		      "ino", (json_int_t)st.st_ino, "size", (json_int_t)st.st_size, "mtime_ns",
-		      (json_int_t)(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec),
-		      "ctime_ns",
-		      (json_int_t)(st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec));
-	if (!n) {
+	if (!(n = file_identity(bin, &st))) {
 		snprintf(err, errsz, "out of memory");
 		return -1;
 	}

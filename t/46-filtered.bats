@@ -208,7 +208,8 @@ PCONNECT='pconnect() { printf "CONNECT $1:80 HTTP/1.1\r\nHost: $1:80\r\n\r\nGET 
 	[ "$status" -eq 111 ]
 	json_is '.ok == false and (.error | test("egress broker"))'
 	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
-	# Someone else on slot 0's proxy port: the broker says so, the run fails.
+	# Someone else (root) on slot 0's proxy port: the claim finds it bound
+	# and skips the slot, naming it; the run goes on on slot 1.
 	ip netns exec "$LAB_NAME-host" python3 -c '
 import socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -218,8 +219,106 @@ s.bind(("10.213.0.1", 3128)); s.listen(1); time.sleep(60)' &
 	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
 	kill "$pid"
 	wait "$pid" || :
-	[ "$status" -eq 111 ]
-	json_is '.error | test("in use")'
+	[ "$status" -eq 0 ]
+	json_is '.net.slot == 1 and (.warnings | any(test("^slot 0 \\(isopod-tap0\\): TCP port 10.213.0.1:3128 is bound by uid 0, pid [0-9]+ \\(python3\\), not by an isopod broker: skipped it$")))'
+	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
+}
+
+# squat K PORTS...: a local user (uid 4242) binds slot K's gateway on each
+# PORT (u:N UDP, t:N TCP listener), as any user may (they are not
+# privileged), and stays; its pid in $BATS_TEST_TMPDIR/squat-K.pid.
+squat() {
+	local k=$1
+	shift
+	ip netns exec "$LAB_NAME-host" setpriv --reuid=4242 --regid=4242 --clear-groups /usr/bin/python3 -c '
+import socket, sys, time
+gw = "10.213.0.%d" % (4 * int(sys.argv[1]) + 1)
+keep = []
+for p in sys.argv[2:]:
+    s = socket.socket(type=socket.SOCK_DGRAM if p[0] == "u" else socket.SOCK_STREAM)
+    s.bind((gw, int(p[2:])))
+    if p[0] == "t":
+        s.listen(1)
+    keep.append(s)
+print("bound", flush=True)
+time.sleep(120)' "$k" "$@" >"$BATS_TEST_TMPDIR/squat-$k.out" 2>&1 &
+	echo $! >"$BATS_TEST_TMPDIR/squat-$k.pid"
+	for _ in $(seq 50); do
+		grep -q bound "$BATS_TEST_TMPDIR/squat-$k.out" && return 0
+		sleep 0.1
+	done
+	cat "$BATS_TEST_TMPDIR/squat-$k.out"
+	return 1
+}
+unsquat() {
+	local f
+	for f in "$BATS_TEST_TMPDIR"/squat-*.pid; do
+		[ -f "$f" ] || continue
+		kill "$(cat "$f")" 2>/dev/null || :
+		wait "$(cat "$f")" 2>/dev/null || :
+		rm -f "$f"
+	done
+}
+
+@test "filtered: a local user (uid 4242) squatting a slot's broker ports: the run skips that slot naming port, uid and pid, and runs on the next; every free slot squatted: 102 naming the squatter" {
+	local a
+	squat 0 u:1053
+	a=$(cat "$BATS_TEST_TMPDIR/squat-0.pid")
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
+	[ "$status" -eq 0 ] || { unsquat; echo "$output $stderr"; false; }
+	jq -e --arg a "$a" '.net.slot == 1 and (.warnings | any(. == "slot 0 (isopod-tap0): UDP port 10.213.0.1:1053 is bound by uid 4242, pid \($a) (python3), not by an isopod broker: skipped it"))' <<<"$output" ||
+		{ unsquat; echo "$output"; false; }
+	# slot 1 too (its canary answer port and its proxy): with slot 2
+	# another VM's, no filtered slot is left; the error names slot 0's.
+	squat 1 u:1055 t:3128
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
+	unsquat
+	echo "$output"
+	[ "$status" -eq 102 ]
+	jq -e --arg a "$a" '.ok == false and (.error | contains("all 3 filtered network slots busy, 2 of them held open by a process that is not an isopod VM: slot 0 (isopod-tap0): UDP port 10.213.0.1:1053 is bound by uid 4242, pid \($a) (python3), not by an isopod broker (the first of them)"))' <<<"$output"
+	# gone: slot 0 is used again
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
+	[ "$status" -eq 0 ]
+	json_is '.net.slot == 0 and ([.warnings[] | select(test("skipped it"))] | length == 0)'
+	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
+	flock -n "$ISOPOD_NET_LOCKS/slot-1" true
+}
+
+@test "filtered: a port bound after the claim's check fails that run naming the squatter (uid 4242, pid); the next run skips the slot" {
+	local b="$BATS_TEST_TMPDIR/broker" p
+	# A stand-in broker (unjailed: a script) that lets uid 4242 bind its
+	# slot's DNS port first, then execs the real broker, which cannot bind.
+	rm -f "$BATS_TEST_TMPDIR/race.pid"
+	cat >"$b" <<-'SH'
+	#!/bin/sh
+	gw=; prev=
+	for a in "$@"; do [ "$prev" = --listen ] && gw=$a; prev=$a; done
+	# once: a warm resume that fails boots cold, with a broker again
+	[ -e "$RACE_DIR/race.pid" ] || {
+		setpriv --reuid=4242 --regid=4242 --clear-groups /usr/bin/python3 -c '
+		import socket, sys, time
+		s = socket.socket(type=socket.SOCK_DGRAM); s.bind((sys.argv[1], 1053))
+		print("bound", flush=True); time.sleep(120)' "$gw" </dev/null >"$RACE_DIR/race.out" 2>&1 3>&- 4>&- &
+		echo $! >"$RACE_DIR/race.pid"
+		for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+			grep -q bound "$RACE_DIR/race.out" && break
+			sleep 0.1
+		done
+	}
+	exec "$REAL_BROKER" "$@"
+	SH
+	chmod 755 "$b"
+	ISOPOD_JAIL=0 RACE_DIR=$BATS_TEST_TMPDIR REAL_BROKER=$ISOPOD_SRC/bin/isopod-broker ISOPOD_BROKER=$b \
+		run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
+	p=$(cat "$BATS_TEST_TMPDIR/race.pid")
+	echo "$output"
+	[ "$status" -eq 111 ] || { kill "$p"; false; }
+	jq -e --arg p "$p" '.error | contains("egress broker failed to start (exit 102): UDP port 10.213.0.1:1053 is bound by uid 4242, pid \($p) (python3), not by an isopod broker: the next run skips this slot")' <<<"$output" ||
+		{ kill "$p"; false; }
+	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- true
+	kill "$p"
+	[ "$status" -eq 0 ]
+	json_is '.net.slot == 1 and (.warnings | any(test("^slot 0 \\(isopod-tap0\\): UDP port 10.213.0.1:1053 is bound by uid 4242")))'
 	flock -n "$ISOPOD_NET_LOCKS/slot-0" true
 }
 

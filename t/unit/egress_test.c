@@ -6,9 +6,11 @@
 #include "../../lib/config.c"
 #include "../../lib/image.c"
 #include "../../lib/jail.c"
+#include "../../lib/jaildeps.c"
 #include "../../lib/jailchild.c"
 #include "../../lib/proc.c"
 #include "../../lib/ranges.c"
+#include "../../lib/taphold.c"
 
 #include "tap.h"
 

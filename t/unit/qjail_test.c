@@ -7,6 +7,7 @@
 #include "../../lib/config.c"
 #include "../../lib/image.c"
 #include "../../lib/jail.c"
+#include "../../lib/jaildeps.c"
 #include "../../lib/jailchild.c"
 #include "../../lib/proc.c"
 #include "../../lib/ranges.c"

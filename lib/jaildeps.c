@@ -1,0 +1,267 @@
+/* jaildeps.c - the shared libraries a jailed program loads (ldd), cached
+ * by the identity of every file the answer depends on (see jail.h).
+ *
+ * ldd was ~20 ms of every jailed run (issue 12's bench: a warm run is
+ * ~300 ms): it runs the dynamic loader over QEMU each time, for an answer
+ * that changes only when QEMU, a library or the loader's cache does.  The
+ * cache keeps that answer with the identity (lib/util.c file_identity) of
+ * the program, /etc/ld.so.cache, /etc/ld.so.preload, each library and each
+ * library's directory; a hit needs every one unchanged.
+ *
+ * What a cache may not do is weaken the jail.  Its answer only names what
+ * is bound read-only, and every path still goes through jail_spawn's
+ * resolution and refusals (never /proc, /sys, /run, /dev, never below a
+ * read-write path); the jail shows nothing but what is bound.  So a stale
+ * answer can at worst bind a library QEMU no longer needs, or miss one it
+ * now needs (QEMU then fails to start, loudly): still, any doubt is a
+ * miss and ldd runs.  The file must be ours (the euid's), a regular file
+ * writable by nobody else, or it is ignored; an environment with any LD_
+ * variable (ldd honours LD_LIBRARY_PATH, LD_PRELOAD) is never cached. */
+#include "jail.h"
+#include "proc.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEPS_MAX 256 /* more than any program we jail: QEMU loads ~50 */
+
+extern char **environ;
+
+__attribute__((format(printf, 3, 4))) static int deps_fail(char *err, size_t sz, const char *fmt,
+							   ...)
+{
+	va_list ap;
+	int e = errno;
+
+	va_start(ap, fmt);
+	vreason(err, sz, e, fmt, ap);
+	va_end(ap);
+	errno = e;
+	return -1;
+}
+
+/* ldd's answer for prog into out[*n..] (malloc'd strings, at most max). */
+static int run_ldd(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz)
+{
+	char *argv[] = { "ldd", (char *)prog, NULL }, buf[65536], *line, *save;
+	struct proc_spec ps = PROC_SPEC(argv);
+	size_t len = 0;
+	int st;
+
+	/* Both streams: "not a dynamic executable" is on stderr; a line that
+	 * is not a path is skipped below. */
+	ps.out = ps.err = PROC_PIPE;
+	if ((st = proc_capture(&ps, buf, sizeof buf, &len)) < 0)
+		return deps_fail(err, errsz, "ldd %s:", prog);
+	/* A cut list would bind a cut path (a directory prefix) into the jail,
+	 * or leave a library out: never a partial answer. */
+	if (len >= sizeof buf) {
+		errno = E2BIG;
+		return deps_fail(err, errsz, "ldd %s: more than %zu bytes of output", prog,
+				 sizeof buf - 1);
+	}
+	if (st != 0 && strstr(buf, "not a dynamic executable")) /* static: nothing to add */
+		return 0;
+	if (st != 0) {
+		errno = EINVAL;
+		return deps_fail(err, errsz, "ldd %s: exit status %d: %s", prog, st,
+				 EXC(buf[0] ? buf : "(no output)"));
+	}
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *p = strstr(line, "=> "), *e;
+
+		p = p ? p + 3 : line + strspn(line, " \t");
+		if (strstr(p, "not found")) {
+			errno = ENOENT;
+			return deps_fail(err, errsz, "ldd %s: %s", prog, EXC(line));
+		}
+		if (*p != '/') /* linux-vdso.so.1: in the kernel, not a file */
+			continue;
+		if ((e = strstr(p, " (")))
+			*e = '\0';
+		if (*n >= max) {
+			errno = E2BIG;
+			return deps_fail(err, errsz, "ldd %s: more than %zu paths", prog, max);
+		}
+		if (!(out[(*n)++] = strdup(p)))
+			return deps_fail(err, errsz, "strdup:");
+	}
+	return 0;
+}
+
+/* One member of the key: path's identity, null when it does not exist
+ * (/etc/ld.so.preload, usually).  NULL: doubt (another error). */
+static json_t *ident(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return errno == ENOENT ? json_null() : NULL;
+	return file_identity(path, &st);
+}
+
+static int push(json_t *key, const char *path)
+{
+	return json_array_append_new(key, ident(path));
+}
+
+/* The key of an answer: prog, the loader's cache and preload list, then
+ * each library and its directory (a library added beside one, which the
+ * loader could now pick first, moves the directory's mtime).  NULL: doubt. */
+static json_t *deps_key(const char *prog, const char *ldcache, char *const *deps, size_t nd)
+{
+	json_t *key = json_array();
+	char dir[PATH_MAX];
+	size_t i;
+
+	if (!key || push(key, prog) < 0 || push(key, ldcache) < 0 ||
+	    push(key, "/etc/ld.so.preload") < 0)
+		goto doubt;
+	for (i = 0; i < nd; i++) {
+		char *sl;
+
+		if (deps[i][0] != '/' || pathn(dir, sizeof dir, "%s", deps[i]) < 0 ||
+		    push(key, deps[i]) < 0)
+			goto doubt;
+		sl = strrchr(dir, '/');
+		sl[sl == dir] = '\0';
+		if (push(key, dir) < 0)
+			goto doubt;
+	}
+	return key;
+doubt:
+	json_decref(key);
+	return NULL;
+}
+
+/* ldd's answer depends on these; such an environment is never cached. */
+static int ld_env(void)
+{
+	for (char **e = environ; e && *e; e++)
+		if (!strncmp(*e, "LD_", 3))
+			return 1;
+	return 0;
+}
+
+/* The cached answer for prog, appended to out[*n..]: 1 (a hit), else 0 (a
+ * miss: absent, not ours, writable by another, unreadable, another key). */
+static int cache_read(const char *path, const char *prog, const char *ldcache, char **out,
+		      size_t *n, size_t max)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	json_t *c, *deps, *key = NULL, *v;
+	char *list[DEPS_MAX];
+	struct stat st;
+	size_t i, nd;
+	int hit = 0;
+
+	if (fd < 0)
+		return 0;
+	/* Ours and nobody else's to write: a file another user could have put
+	 * or changed here is no answer. */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 022)) {
+		close(fd);
+		return 0;
+	}
+	if (!(c = json_load_close(fd)))
+		return 0;
+	deps = json_object_get(c, "deps");
+	v = json_object_get(c, "prog");
+	nd = json_array_size(deps);
+	if (!json_is_string(v) || strcmp(json_string_value(v), prog) || !json_is_array(deps) ||
+	    nd > DEPS_MAX || *n + nd > max)
+		goto out;
+	json_array_foreach(deps, i, v) {
+		if (!json_is_string(v))
+			goto out;
+		list[i] = (char *)json_string_value(v);
+	}
+	if (!(key = deps_key(prog, ldcache, list, nd)) || !json_equal(key, json_object_get(c, "key")))
+		goto out;
+	for (i = 0; i < nd; i++)
+		if (!(out[*n + i] = strdup(list[i]))) {
+			while (i > 0)
+				free(out[*n + --i]);
+			goto out;
+		}
+	*n += nd;
+	hit = 1;
+out:
+	json_decref(key);
+	json_decref(c);
+	return hit;
+}
+
+/* Keep ldd's answer out[from..to) for prog, when the key read before ldd
+ * ran (before) still holds: a file that changed while ldd read it is not
+ * cached with its new identity.  A failure costs only the next run's ldd. */
+static void cache_write(const char *path, const char *prog, const char *ldcache, json_t *before,
+			char *const *deps, size_t nd)
+{
+	json_t *key = deps_key(prog, ldcache, deps, nd), *c = NULL, *list = json_array();
+	char *s = NULL;
+	size_t i;
+
+	if (!key || !list || json_array_size(key) < 3)
+		goto out;
+	for (i = 0; i < 3; i++)
+		if (!json_equal(json_array_get(key, i), json_array_get(before, i)))
+			goto out;
+	for (i = 0; i < nd; i++)
+		json_array_append_new(list, json_string(deps[i]));
+	c = json_pack("{s:i, s:s, s:O, s:O}", "version", 1, "prog", prog, "deps", list, "key", key);
+	if (c && (s = json_dumps(c, JSON_COMPACT)))
+		atomic_write(path, s, strlen(s), 0600);
+out:
+	free(s);
+	json_decref(c);
+	json_decref(list);
+	json_decref(key);
+}
+
+int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcache, char **out,
+		     size_t *n, size_t max, int *hit, char *err, size_t errsz)
+{
+	char path[PATH_MAX], sha[65];
+	json_t *before = NULL;
+	size_t from = *n;
+	int r;
+
+	if (hit)
+		*hit = 0;
+	sha256_hex(prog, strlen(prog), sha);
+	if (!cache_dir || ld_env() ||
+	    pathn(path, sizeof path, "%s/deps-%.16s.json", cache_dir, sha) < 0)
+		return run_ldd(prog, out, n, max, err, errsz);
+	if (cache_read(path, prog, ldcache, out, n, max)) {
+		if (hit)
+			*hit = 1;
+		return 0;
+	}
+	before = deps_key(prog, ldcache, NULL, 0);
+	if ((r = run_ldd(prog, out, n, max, err, errsz)) == 0 && before && *n - from <= DEPS_MAX)
+		cache_write(path, prog, ldcache, before, out + from, *n - from);
+	json_decref(before);
+	return r;
+}
+
+int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz)
+{
+	char dir[PATH_MAX];
+	const char *cache = NULL;
+
+	/* <store>/jail, made when the store exists (a tool run without one,
+	 * isopod-jail by hand, only goes without the cache). */
+	if (pathn(dir, sizeof dir, "%s/jail", store_home()) == 0 &&
+	    (mkdir(dir, 0700) == 0 || errno == EEXIST))
+		cache = dir;
+	return jail_deps_cached(prog, cache, "/etc/ld.so.cache", out, n, max, NULL, err, errsz);
+}

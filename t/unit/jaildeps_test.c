@@ -1,0 +1,187 @@
+/* jaildeps_test.c - lib/jaildeps.c: ldd's answer cached by identity, and
+ * never trusted when the key moved or the file is not ours alone.  Each
+ * check compares with ldd's own answer: a hit must be ldd's answer, and a
+ * planted answer (an extra "library" this test controls) must vanish as
+ * soon as anything in its key changes. */
+#include "../../lib/jaildeps.c"
+#include "../../lib/proc.c"
+
+#include "tap.h"
+
+#include <sys/time.h>
+
+struct fix {
+	char dir[64], prog[128], ldc[128], cache[128], file[256], lib[128];
+	char *ldd[DEPS_MAX];
+	size_t nldd;
+};
+
+static int put_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	int r = fd < 0 ? -1 : write_all(fd, text, strlen(text));
+
+	if (fd >= 0)
+		close(fd);
+	return r;
+}
+
+static int copy(const char *from, const char *to)
+{
+	char buf[65536];
+	int in = open(from, O_RDONLY | O_CLOEXEC), out, r = 0;
+	ssize_t n;
+
+	if (in < 0)
+		return -1;
+	if ((out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755)) < 0) {
+		close(in);
+		return -1;
+	}
+	while ((n = read(in, buf, sizeof buf)) > 0)
+		if (write_all(out, buf, (size_t)n) < 0)
+			r = -1;
+	close(in);
+	close(out);
+	return n < 0 ? -1 : r;
+}
+
+/* One lookup: its hit flag; *same: the answer is ldd's, *planted: it holds
+ * the planted library. */
+static int look(struct fix *f, int *same, int *planted)
+{
+	char *out[DEPS_MAX], err[512];
+	size_t n = 0, i;
+	int hit = -1, r = jail_deps_cached(f->prog, f->cache, f->ldc, out, &n, DEPS_MAX, &hit, err,
+					   sizeof err);
+
+	*same = r == 0 && n == f->nldd;
+	*planted = 0;
+	for (i = 0; i < n; i++) {
+		if (*same && strcmp(out[i], f->ldd[i]))
+			*same = 0;
+		*planted |= !strcmp(out[i], f->lib);
+		free(out[i]);
+	}
+	if (r < 0)
+		printf("# jail_deps_cached: %s\n", err);
+	return hit;
+}
+
+/* A cache file that says prog loads ldd's libraries and f->lib, with the
+ * right key for all of them: as if written by us. */
+static void plant(struct fix *f)
+{
+	char *list[DEPS_MAX];
+	json_t *before = deps_key(f->prog, f->ldc, NULL, 0);
+
+	memcpy(list, f->ldd, f->nldd * sizeof *list);
+	list[f->nldd] = f->lib;
+	unlink(f->file);
+	cache_write(f->file, f->prog, f->ldc, before, list, f->nldd + 1);
+	json_decref(before);
+}
+
+static void later(const char *path)
+{
+	struct timespec t[2] = { { .tv_sec = 1000000000, .tv_nsec = 0 },
+				 { .tv_sec = 1000000000, .tv_nsec = 0 } };
+
+	utimensat(AT_FDCWD, path, t, 0);
+}
+
+static void test_cache(struct fix *f)
+{
+	char err[512], sha[65], target[192];
+	struct stat st;
+	int same, planted, h;
+
+	ok(run_ldd(f->prog, f->ldd, &f->nldd, DEPS_MAX, err, sizeof err) == 0 && f->nldd >= 2,
+	   "ldd's own answer for a copy of /bin/sh: %zu paths", f->nldd);
+	sha256_hex(f->prog, strlen(f->prog), sha);
+	snprintf(f->file, sizeof f->file, "%s/deps-%.16s.json", f->cache, sha);
+
+	h = look(f, &same, &planted);
+	ok(h == 0 && same, "first lookup: a miss, ldd's answer");
+	ok(stat(f->file, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 07777) == 0600,
+	   "the answer is kept, ours, 0600 (%o)", (unsigned)st.st_mode & 07777);
+	h = look(f, &same, &planted);
+	ok(h == 1 && same, "second lookup: a hit, the same answer");
+
+	plant(f);
+	h = look(f, &same, &planted);
+	ok(h == 1 && planted, "a planted answer with a right key is used (the test sees the cache)");
+	later(f->prog);
+	h = look(f, &same, &planted);
+	ok(h == 0 && same && !planted, "the program touched: recomputed, ldd's answer");
+
+	plant(f);
+	later(f->ldc);
+	h = look(f, &same, &planted);
+	ok(h == 0 && same && !planted, "the loader's cache (a stand-in) touched: recomputed");
+
+	plant(f);
+	later(f->lib);
+	h = look(f, &same, &planted);
+	ok(h == 0 && same && !planted, "a listed library touched: recomputed");
+
+	plant(f);
+	chmod(f->file, 0620);
+	h = look(f, &same, &planted);
+	ok(h == 0 && same && !planted, "a group-writable cache file is ignored");
+	plant(f);
+	chmod(f->file, 0602);
+	h = look(f, &same, &planted);
+	ok(h == 0 && same && !planted, "a world-writable cache file is ignored");
+	plant(f);
+	if (chown(f->file, 4242, 4242) == 0) {
+		h = look(f, &same, &planted);
+		ok(h == 0 && same && !planted, "a cache file owned by uid 4242 is ignored");
+	} else
+		ok(1, "# skip: a cache file of another uid (chown: %s)", strerror(errno));
+
+	/* the real file beside it, in the cache directory (not in the key) */
+	plant(f);
+	snprintf(target, sizeof target, "%s/target.json", f->cache);
+	h = rename(f->file, target) == 0 && symlink(target, f->file) == 0 ? look(f, &same, &planted)
+									   : -1;
+	ok(h == 0 && same && !planted, "a cache file that is a symlink is ignored");
+	unlink(target);
+
+	plant(f);
+	setenv("LD_LIBRARY_PATH", f->dir, 1);
+	h = look(f, &same, &planted);
+	unsetenv("LD_LIBRARY_PATH");
+	ok(h == 0 && !planted, "with LD_LIBRARY_PATH set, the cache is not read");
+
+	put_file(f->file, "{\"version\":1,", 0600);
+	h = look(f, &same, &planted);
+	ok(h == 0 && same, "a cut cache file is a miss, not an error");
+}
+
+int main(void)
+{
+	struct fix f = { .dir = "/tmp/isopod-jaildeps-test.XXXXXX" };
+	char cmd[128];
+
+	if (!mkdtemp(f.dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	snprintf(f.prog, sizeof f.prog, "%s/prog", f.dir);
+	snprintf(f.ldc, sizeof f.ldc, "%s/ld.so.cache", f.dir);
+	snprintf(f.cache, sizeof f.cache, "%s/cache", f.dir);
+	snprintf(f.lib, sizeof f.lib, "%s/libplanted.so", f.dir);
+	if (copy("/bin/sh", f.prog) < 0 || put_file(f.ldc, "a stand-in\n", 0644) < 0 ||
+	    put_file(f.lib, "a library\n", 0644) < 0 || mkdir(f.cache, 0700) < 0) {
+		perror("fixture");
+		return 1;
+	}
+	test_cache(&f);
+	for (size_t i = 0; i < f.nldd; i++)
+		free(f.ldd[i]);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", f.dir);
+	if (system(cmd) != 0)
+		printf("# unable to remove %s\n", f.dir);
+	return tap_done();
+}
