@@ -96,20 +96,21 @@ static int run_ldd(const char *prog, char **out, size_t *n, size_t max, char *er
 	return 0;
 }
 
-/* One member of the key: path's identity, null when it does not exist
- * (/etc/ld.so.preload, usually).  NULL: doubt (another error). */
-static json_t *ident(const char *path)
+/* One member of the key: path's identity; with may_lack, null when it
+ * does not exist (/etc/ld.so.preload, usually).  NULL: doubt (another
+ * error, or a library that is gone: ldd's answer is then already stale). */
+static json_t *ident(const char *path, int may_lack)
 {
 	struct stat st;
 
 	if (stat(path, &st) < 0)
-		return errno == ENOENT ? json_null() : NULL;
+		return errno == ENOENT && may_lack ? json_null() : NULL;
 	return file_identity(path, &st);
 }
 
-static int push(json_t *key, const char *path)
+static int push(json_t *key, const char *path, int may_lack)
 {
-	return json_array_append_new(key, ident(path));
+	return json_array_append_new(key, ident(path, may_lack));
 }
 
 /* The key of an answer: prog, the loader's cache and preload list, then
@@ -121,18 +122,18 @@ static json_t *deps_key(const char *prog, const char *ldcache, char *const *deps
 	char dir[PATH_MAX];
 	size_t i;
 
-	if (!key || push(key, prog) < 0 || push(key, ldcache) < 0 ||
-	    push(key, "/etc/ld.so.preload") < 0)
+	if (!key || push(key, prog, 0) < 0 || push(key, ldcache, 0) < 0 ||
+	    push(key, "/etc/ld.so.preload", 1) < 0)
 		goto doubt;
 	for (i = 0; i < nd; i++) {
 		char *sl;
 
 		if (deps[i][0] != '/' || pathn(dir, sizeof dir, "%s", deps[i]) < 0 ||
-		    push(key, deps[i]) < 0)
+		    push(key, deps[i], 0) < 0)
 			goto doubt;
 		sl = strrchr(dir, '/');
 		sl[sl == dir] = '\0';
-		if (push(key, dir) < 0)
+		if (push(key, dir, 0) < 0)
 			goto doubt;
 	}
 	return key;
@@ -141,11 +142,13 @@ doubt:
 	return NULL;
 }
 
-/* ldd's answer depends on these; such an environment is never cached. */
+/* ldd's answer depends on these (GLIBC_TUNABLES: glibc.cpu.hwcaps picks
+ * the loader's glibc-hwcaps directory); such an environment is never
+ * cached. */
 static int ld_env(void)
 {
 	for (char **e = environ; e && *e; e++)
-		if (!strncmp(*e, "LD_", 3))
+		if (!strncmp(*e, "LD_", 3) || !strncmp(*e, "GLIBC_TUNABLES=", 15))
 			return 1;
 	return 0;
 }
@@ -155,7 +158,8 @@ static int ld_env(void)
 static int cache_read(const char *path, const char *prog, const char *ldcache, char **out,
 		      size_t *n, size_t max)
 {
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO here would otherwise hold the open */
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	json_t *c, *deps, *key = NULL, *v;
 	char *list[DEPS_MAX];
 	struct stat st;
@@ -227,6 +231,31 @@ out:
 	json_decref(key);
 }
 
+/* Whether ldd's answer deps[0..nd) is settled enough to keep: the key of
+ * it, a second ldd's answer and the key again all agree.  A library
+ * replaced after ldd read it but before its identity was taken would
+ * otherwise be kept with the new identity and the old answer (QEMU then
+ * failing to start until the key moved); a change before the first key
+ * shows in the second answer, one between the keys in the keys. */
+static int settled(const char *prog, const char *ldcache, char *const *deps, size_t nd)
+{
+	json_t *k1 = deps_key(prog, ldcache, deps, nd), *k2 = NULL;
+	char *again[DEPS_MAX], err[256];
+	size_t n = 0, i;
+	int same = 0;
+
+	if (k1 && run_ldd(prog, again, &n, DEPS_MAX, err, sizeof err) == 0 && n == nd) {
+		for (same = 1, i = 0; i < nd; i++)
+			same &= !strcmp(again[i], deps[i]);
+		same = same && (k2 = deps_key(prog, ldcache, deps, nd)) && json_equal(k1, k2);
+	}
+	for (i = 0; i < n; i++)
+		free(again[i]);
+	json_decref(k1);
+	json_decref(k2);
+	return same;
+}
+
 int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcache, char **out,
 		     size_t *n, size_t max, int *hit, char *err, size_t errsz)
 {
@@ -247,7 +276,8 @@ int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcach
 		return 0;
 	}
 	before = deps_key(prog, ldcache, NULL, 0);
-	if ((r = run_ldd(prog, out, n, max, err, errsz)) == 0 && before && *n - from <= DEPS_MAX)
+	if ((r = run_ldd(prog, out, n, max, err, errsz)) == 0 && before && *n - from <= DEPS_MAX &&
+	    settled(prog, ldcache, out + from, *n - from))
 		cache_write(path, prog, ldcache, before, out + from, *n - from);
 	json_decref(before);
 	return r;
@@ -258,10 +288,16 @@ int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, si
 	char dir[PATH_MAX];
 	const char *cache = NULL;
 
+	struct stat st;
+
 	/* <store>/jail, made when the store exists (a tool run without one,
-	 * isopod-jail by hand, only goes without the cache). */
+	 * isopod-jail by hand, only goes without the cache).  It must be a
+	 * directory of ours that nobody else may write (not a link: lstat),
+	 * or root, running on a user's store (sudo -E), would write the
+	 * answer where that user's link points. */
 	if (pathn(dir, sizeof dir, "%s/jail", store_home()) == 0 &&
-	    (mkdir(dir, 0700) == 0 || errno == EEXIST))
+	    (mkdir(dir, 0700) == 0 || errno == EEXIST) && lstat(dir, &st) == 0 &&
+	    S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022))
 		cache = dir;
 	return jail_deps_cached(prog, cache, "/etc/ld.so.cache", out, n, max, NULL, err, errsz);
 }

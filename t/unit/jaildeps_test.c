@@ -154,6 +154,34 @@ static void test_cache(struct fix *f)
 	unsetenv("LD_LIBRARY_PATH");
 	ok(h == 0 && !planted, "with LD_LIBRARY_PATH set, the cache is not read");
 
+	plant(f);
+	setenv("GLIBC_TUNABLES", "glibc.cpu.hwcaps=-AVX2", 1);
+	h = look(f, &same, &planted);
+	unsetenv("GLIBC_TUNABLES");
+	ok(h == 0 && !planted, "with GLIBC_TUNABLES set (it picks the loader's hwcaps directory), the cache is not read");
+
+	{
+		char *list[DEPS_MAX];
+		json_t *before = deps_key(f->prog, f->ldc, NULL, 0);
+		struct stat gone;
+
+		memcpy(list, f->ldd, f->nldd * sizeof *list);
+		list[f->nldd] = "/nonexistent/libgone.so";
+		unlink(f->file);
+		cache_write(f->file, f->prog, f->ldc, before, list, f->nldd + 1);
+		json_decref(before);
+		ok(lstat(f->file, &gone) < 0 && errno == ENOENT,
+		   "an answer naming a library that is gone is not kept (doubt, not a null identity)");
+	}
+
+	unlink(f->file);
+	if (mkfifo(f->file, 0600) == 0) {
+		h = look(f, &same, &planted);
+		ok(h == 0 && same, "a FIFO in the cache file's place is a miss at once (no blocking open)");
+	} else
+		ok(0, "mkfifo %s: %s", f->file, strerror(errno));
+	unlink(f->file);
+
 	put_file(f->file, "{\"version\":1,", 0600);
 	h = look(f, &same, &planted);
 	ok(h == 0 && same, "a cut cache file is a miss, not an error");
