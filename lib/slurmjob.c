@@ -23,8 +23,19 @@
 #define SJOB_POLL_FAIL_MS 60000
 
 /* The script: the front end's argv comes as its arguments, never through
- * a shell's parsing of job-supplied words. */
-static const char script[] = "#!/bin/sh\n# isopod-runner --backend slurm: the front end's argv\nexec \"$@\"\n";
+ * a shell's parsing of job-supplied words.  Each word comes with an "x"
+ * before it, taken off here: sbatch removes every word that is exactly
+ * ":" (its heterogeneous-job separator) from its whole argv, the script's
+ * arguments included, which would shift a job's word into an option's
+ * place; "x:" is no such word. */
+static const char script[] = "#!/bin/sh\n# isopod-runner --backend slurm: the front end's argv, each word after an x\n"
+			     "for a do set -- \"$@\" \"${a#x}\"; shift; done\nexec \"$@\"\n";
+
+static void free_words(char **w)
+{
+	for (; *w; w++)
+		free(*w);
+}
 
 int sjob_submit(struct sjob *j, char *why, size_t whysz)
 {
@@ -69,11 +80,19 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		return -1;
 	}
 	memcpy(av, pre, k * sizeof *av);
-	memcpy(av + k, j->argv, n * sizeof *av);
+	for (size_t i = 0; i < n; i++)
+		if (asprintf(&av[k + i], "x%s", j->argv[i]) < 0) {
+			av[k + i] = NULL;
+			free_words(av + k);
+			free(av);
+			snprintf(why, whysz, "out of memory");
+			return -1;
+		}
 	struct proc_spec ps = PROC_SPEC(av);
 
 	ps.env = j->env, ps.out = PROC_PIPE, ps.err = PROC_PIPE;
 	st = proc_capture(&ps, buf, sizeof buf, &len);
+	free_words(av + k);
 	free(av);
 	buf[strcspn(buf, "\n")] = 0;
 	/* --parsable: "ID" or "ID;CLUSTER" */

@@ -84,10 +84,26 @@ int main(void)
 	snprintf(want, sizeof want,
 		 "--parsable\n--job-name=j1\n--chdir=%s\n--output=%s/stdout\n--error=%s/stderr.log\n"
 		 "--gres=isopod_filtered:1\n--prefer=isopod_st_ab12\n--cpus-per-task=2\n--time=3\n%s/slurm.sh\n"
-		 "/opt/isopod/isopod\nrun\n--json-only\n--\nsh\n-c\necho \"$HOME\" 'a b'\n",
+		 "x/opt/isopod/isopod\nxrun\nx--json-only\nx--\nxsh\nx-c\nxecho \"$HOME\" 'a b'\n",
 		 p, p, p, p);
 	ok(!strcmp(slurp("args"), want), "submit: stdout/stderr in the job's directory, GRES, prefer, CPUs, time up to the minute, the argv as words");
 	ok(strstr(slurp("job/slurm.sh"), "exec \"$@\"") != NULL, "submit: the script execs its arguments");
+	/* sbatch as the real one: every word ":" removed from its argv (its
+	 * het-job separator, src/sbatch/opt.c), then the script run with the
+	 * words after it; the job's words must reach the front end as given */
+	char *colon[] = { "printf", "[%s]\n", ":", "-n", "", "a b", "x\ny", ":", "--", "x", NULL };
+	struct sjob jc = { .argv = colon, .name = "j2", .dir = p };
+
+	snprintf(why, sizeof why,
+		 "for a do shift; [ \"$a\" = : ] || set -- \"$@\" \"$a\"; done\n"
+		 "while [ \"${1#--}\" != \"$1\" ]; do shift; done\n\"$@\" >%s/ran; echo 43", dir);
+	stand_in("sbatch", why);
+	ok(sjob_submit(&jc, why, sizeof why) == 0 &&
+	   !strcmp(slurp("ran"), "[:]\n[-n]\n[]\n[a b]\n[x\ny]\n[:]\n[--]\n[x]\n"),
+	   "submit: words ':', '-n', empty, 'a b', a newline reach the front end as given though sbatch drops ':' words: %s",
+	   slurp("ran"));
+	snprintf(why, sizeof why, "for a; do printf '%%s\\n' \"$a\"; done >%s/args; echo '42;lab'", dir);
+	stand_in("sbatch", why);
 	j.net = "none", j.prefer = NULL, j.cpus = 0, j.time_s = 0;
 	sjob_submit(&j, why, sizeof why);
 	ok(!strstr(slurp("args"), "--gres") && !strstr(slurp("args"), "--prefer") && !strstr(slurp("args"), "--time"),
