@@ -60,7 +60,10 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		return -1;
 	}
 	snprintf(jn, sizeof jn, "--job-name=%s", j->name);
-	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = jn, pre[k++] = chdir_;
+	/* --no-requeue: Slurm's JobRequeue is 1 by default, and a requeued job
+	 * (node failure, preemption, scontrol requeue) would run again from
+	 * its start: a second VM, its egress, its commit */
+	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = "--no-requeue", pre[k++] = jn, pre[k++] = chdir_;
 	pre[k++] = out, pre[k++] = err;
 	if (j->net && (!strcmp(j->net, "filtered") || !strcmp(j->net, "open"))) {
 		snprintf(gres, sizeof gres, "--gres=isopod_%s:1", j->net);
@@ -143,6 +146,8 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 		s->node[0] = 0;
 	if (field(buf, "Reason=", s->reason, sizeof s->reason) < 0)
 		s->reason[0] = 0;
+	s->restarts = field(buf, "Restarts=", ec, sizeof ec) == 0 ? atoi(ec) : 0;
+	ec[0] = 0;
 	field(buf, "ExitCode=", ec, sizeof ec);
 	sscanf(ec, "%d:%d", &code, &sig);
 	s->exit = sig ? 128 + sig : code;
@@ -203,6 +208,11 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 			failing = 0;
 			if (s->final)
 				return 0;
+			/* requeued all the same (an admin's scontrol requeue
+			 * despite --no-requeue): its second run is stopped,
+			 * and sjob_result never reports one */
+			if (s->restarts > 0 && !why[0])
+				snprintf(why, whysz, "Slurm requeued job %s (Restarts=%d)", j->id, s->restarts);
 		} else if (!failing) {
 			failing = mono_ms();
 		} else if (mono_ms() - failing >= SJOB_POLL_FAIL_MS) {
@@ -231,8 +241,10 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 
 json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *s, const char *why)
 {
-	int ran = s && (!strcmp(s->state, "COMPLETED") || !strcmp(s->state, "FAILED"));
-	const char *kind = !s ? "infra"
+	/* a job Slurm restarted ran (or began) twice: whatever its state, not
+	 * the one run it was asked for */
+	int ran = s && !s->restarts && (!strcmp(s->state, "COMPLETED") || !strcmp(s->state, "FAILED"));
+	const char *kind = !s || s->restarts ? "infra"
 			   : !strcmp(s->state, "CANCELLED") || !strcmp(s->state, "PREEMPTED") ? "interrupted"
 			   : !strcmp(s->state, "TIMEOUT") || !strcmp(s->state, "DEADLINE")    ? "timeout"
 											       : "infra";
@@ -244,6 +256,9 @@ json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *
 		else if (ran)
 			res = json_failure("infra", "isopod run exited %d without a result (Slurm job %s on %s)",
 					   s->exit, j->id, s->node[0] ? s->node : "no node");
+		else if (s->restarts)
+			res = json_failure(kind, "Slurm job %s was requeued and run again (Restarts=%d), then %s; its logs are beside this result",
+					   j->id, s->restarts, s->state);
 		else
 			res = json_failure(kind, "Slurm job %s %s%s%s (reason %s, exit %d); its logs are beside this result",
 					   j->id, s->state, s->node[0] ? " on " : " before it ran on a node", s->node,

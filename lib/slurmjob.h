@@ -31,6 +31,7 @@ struct sjob {
 struct sjob_state {
 	char state[32], node[128], reason[128];
 	int exit, final;
+	int restarts; /* Restarts=: > 0, Slurm requeued it (infra, never a second run reported) */
 };
 
 /* Write DIR/slurm.sh and submit it.  0 with j->id set, or -1 with why
@@ -58,7 +59,7 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
  * why says how): the step's own result (res, taken) when Slurm ran it to
  * its end (COMPLETED, FAILED) and it has an "ok", else a failure saying
  * what Slurm did (CANCELLED: interrupted; TIMEOUT, DEADLINE: timeout; the
- * rest: infra), never a success; with "slurm": {job_id, node, state, exit}. */
+ * rest, and any job Slurm restarted: infra), never a success; with "slurm": {job_id, node, state, exit}. */
 json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *s, const char *why);
 
 #endif

@@ -132,7 +132,10 @@ ended() {
 	wait_until 120 ended colon
 	d=$(ended colon)
 	# what scontrol says of an ended job (its fields' order: lib/slurmjob.c cuts before Command=)
-	echo "# $(cx ctl scontrol -o show job "$(jq -r .slurm.job_id "$d/result.json")" | cut -c1-1500)" >&3
+	cx ctl scontrol -o show job "$(jq -r .slurm.job_id "$d/result.json")" >"$T/colon.scontrol"
+	echo "# $(cut -c1-1500 "$T/colon.scontrol")" >&3
+	# submitted --no-requeue: a node failure or preemption never runs it again
+	grep -q ' Requeue=0 Restarts=0 ' "$T/colon.scontrol"
 	jq -e '.stdout == "[:][-n][][a b][:]"' "$T/localc.json"
 	jq -e --slurpfile l "$T/localc.json" '.ok == true and .stdout == $l[0].stdout' "$d/result.json"
 }

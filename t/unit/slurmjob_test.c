@@ -82,7 +82,7 @@ int main(void)
 	stand_in("sbatch", why);
 	ok(sjob_submit(&j, why, sizeof why) == 0 && !strcmp(j.id, "42"), "submit: the id of --parsable's ID;CLUSTER");
 	snprintf(want, sizeof want,
-		 "--parsable\n--job-name=j1\n--chdir=%s\n--output=%s/stdout\n--error=%s/stderr.log\n"
+		 "--parsable\n--no-requeue\n--job-name=j1\n--chdir=%s\n--output=%s/stdout\n--error=%s/stderr.log\n"
 		 "--gres=isopod_filtered:1\n--prefer=isopod_st_ab12\n--cpus-per-task=2\n--time=3\n%s/slurm.sh\n"
 		 "x/opt/isopod/isopod\nxrun\nx--json-only\nx--\nxsh\nx-c\nxecho \"$HOME\" 'a b'\n",
 		 p, p, p, p);
@@ -129,6 +129,42 @@ int main(void)
 	   s.final && s.exit == 143 && !strcmp(s.node, "a"), "poll: cancelled is final, exit 128+15");
 	ok(poll_of("JobId=42 JobState=FAILED Reason=NonZeroExitCode BatchHost=a ExitCode=7:0", &s, why, sizeof why) == 0 &&
 	   s.final && s.exit == 7, "poll: failed, its code");
+	ok(poll_of("JobId=42 JobState=RUNNING Reason=None Requeue=0 Restarts=1 BatchHost=a ExitCode=0:0", &s, why, sizeof why) == 0 &&
+	   s.restarts == 1 && !s.final, "poll: Restarts=1 read");
+	ok(poll_of("JobId=42 JobState=RUNNING Reason=None Requeue=0 Restarts=0 BatchHost=a ExitCode=0:0", &s, why, sizeof why) == 0 &&
+	   s.restarts == 0, "poll: Restarts=0 read");
+	/* requeued despite --no-requeue (scontrol requeue): the worker cancels
+	 * the second run and reports infra, never that run's result */
+	{
+		char state[PATH_MAX], body[1024];
+		sigset_t none;
+		int sfd;
+
+		sigemptyset(&none);
+		sfd = signalfd(-1, &none, SFD_NONBLOCK);
+		snprintf(state, sizeof state, "%s/state.json", dir);
+		atomic_write(state, "{}", 2, 0600);
+		stand_in("sbatch", "echo 42");
+		snprintf(body, sizeof body, "touch %s/cancelled", dir);
+		stand_in("scancel", body);
+		snprintf(body, sizeof body,
+			 "if [ -e %s/cancelled ]; then s=CANCELLED; else s=RUNNING; fi\n"
+			 "echo \"JobId=42 JobState=$s Reason=None Requeue=0 Restarts=1 BatchHost=b ExitCode=0:0\"", dir);
+		stand_in("scontrol", body);
+		memset(&s, 0, sizeof s);
+		ok(sjob_run(&j, sfd, mono_ms() + 5000, state, &s, why, sizeof why) == 0 && !strcmp(s.state, "CANCELLED") &&
+		   strstr(why, "requeued"), "run: a job Slurm restarted is cancelled: %s", why);
+		r = sjob_result(json_pack("{s:b}", "ok", 1), &j, &s, why);
+		ok(json_is_false(json_object_get(r, "ok")) && !strcmp(str(r, "error_kind"), "infra") && strstr(str(r, "error"), "Restarts=1"),
+		   "result: a restarted job is infra: %s", str(r, "error"));
+		json_decref(r);
+		s = (struct sjob_state){ .state = "COMPLETED", .node = "a", .exit = 0, .final = 1, .restarts = 1 };
+		r = sjob_result(json_pack("{s:b, s:i}", "ok", 1, "exit_code", 0), &j, &s, "");
+		ok(json_is_false(json_object_get(r, "ok")) && !strcmp(str(r, "error_kind"), "infra"),
+		   "result: a restarted job that completed is infra, never its second run's success");
+		json_decref(r);
+		close(sfd);
+	}
 	stand_in("scontrol", "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1");
 	ok(sjob_poll("42", &s, why, sizeof why) < 0 && strstr(why, "Invalid job id"), "poll: a job Slurm forgot is an error: %s", why);
 
