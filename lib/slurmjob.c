@@ -131,11 +131,22 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 					      "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY" };
 	char *const av[] = { "scontrol", "-o", "show", "job", (char *)id, NULL };
 	struct proc_spec ps = PROC_SPEC(av);
-	char buf[SJOB_OUT_MAX], ec[32] = "";
+	static const char *const tail[] = { " Command=", " WorkDir=", " StdErr=", " StdIn=", " StdOut=",
+					    " Comment=", " AdminComment=", " SubmitLine=" };
+	char buf[SJOB_OUT_MAX], ec[32] = "", *t;
 	int st, code = 0, sig = 0;
 
 	ps.out = PROC_PIPE, ps.err = PROC_PIPE;
 	st = proc_capture(&ps, buf, sizeof buf, NULL);
+	/* the fields a job's words reach (Command= holds the script's
+	 * arguments, the argv; SubmitLine= in later Slurm) come after the ones
+	 * read here (22.05: ... BatchHost= ... Command= WorkDir= StdErr= ...):
+	 * the line is cut before the first of them, so a job's text never
+	 * passes for a field (a BatchHost= of a job cancelled while pending) */
+	if (st == 0)
+		for (size_t i = 0; i < sizeof tail / sizeof *tail; i++)
+			if ((t = strstr(buf, tail[i])))
+				*t = 0;
 	if (st != 0 || field(buf, "JobState=", s->state, sizeof s->state) < 0) {
 		buf[strcspn(buf, "\n")] = 0;
 		snprintf(why, whysz, "scontrol show job %s: %s", id,

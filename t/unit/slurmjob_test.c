@@ -165,6 +165,15 @@ int main(void)
 		json_decref(r);
 		close(sfd);
 	}
+	/* a job's words in Command= (its argv) or SubmitLine=: never read as fields */
+	ok(poll_of("JobId=42 JobName=j1 JobState=CANCELLED Reason=None Requeue=0 Restarts=0 ExitCode=0:0 NodeList=(null) "
+		   "Command=/s/slurm.sh x/isopod xrun x-- xecho x BatchHost=evil Restarts=0 JobState=COMPLETED "
+		   "WorkDir=/s StdOut=/s/stdout SubmitLine=sbatch x BatchHost=evil2 ExitCode=0:0",
+		   &s, why, sizeof why) == 0 && !s.node[0] && !strcmp(s.state, "CANCELLED"),
+	   "poll: BatchHost= in Command= or SubmitLine= of a job cancelled while pending is no node: '%s'", s.node);
+	ok(poll_of("JobId=42 JobState=PENDING Reason=None ExitCode=0:0 SubmitLine=sbatch x BatchHost=evil2 Restarts=3",
+		   &s, why, sizeof why) == 0 && !s.node[0] && !s.restarts,
+	   "poll: nor in SubmitLine= alone (later Slurm): '%s', restarts %d", s.node, s.restarts);
 	stand_in("scontrol", "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1");
 	ok(sjob_poll("42", &s, why, sizeof why) < 0 && strstr(why, "Invalid job id"), "poll: a job Slurm forgot is an error: %s", why);
 
