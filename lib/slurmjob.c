@@ -170,15 +170,21 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 
 int sjob_cancel(const char *id)
 {
-	char *const av[] = { "scancel", (char *)id, NULL };
+	char *const av[] = { "scancel", "--", (char *)id, NULL };
 
+	/* the id may come back from state.json: only a job id, never an
+	 * option or another selection (-u USER cancels all of theirs) */
+	if (!id[0] || strspn(id, "0123456789") != strlen(id)) {
+		errno = EINVAL;
+		return -1;
+	}
 	return proc_run(av, 2, 2);
 }
 
 int sjob_feature(const char *dir, const char *ref, char *out, size_t sz)
 {
 	char tool[PATH_MAX], buf[4096];
-	char *const av[] = { tool, "feature", (char *)ref, NULL };
+	char *const av[] = { tool, "feature", "--", (char *)ref, NULL };
 	struct proc_spec ps = PROC_SPEC(av);
 	json_t *j;
 	int rc = -1;

@@ -40,8 +40,9 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz);
 /* scontrol -o show job ID into *s.  0, or -1 with why (scontrol failed,
  * or Slurm no longer knows the job: MinJobAge). */
 int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz);
-/* scancel ID (Slurm signals the job's processes, then kills them).
- * scancel's status, or -1 with errno. */
+/* scancel -- ID (Slurm signals the job's processes, then kills them).
+ * scancel's status, or -1 with errno (EINVAL: ID is not all digits, and
+ * scancel is not run). */
 int sjob_cancel(const char *id);
 /* The feature of the local store's stage ref (`isopod-slurm feature` of
  * the tools in dir) into out: 0, or -1 (no such stage here: no preference). */

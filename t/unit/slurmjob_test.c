@@ -177,6 +177,24 @@ int main(void)
 	stand_in("scontrol", "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1");
 	ok(sjob_poll("42", &s, why, sizeof why) < 0 && strstr(why, "Invalid job id"), "poll: a job Slurm forgot is an error: %s", why);
 
+	/* scancel: a job id only, after "--" (state.json's slurm_job is read back) */
+	snprintf(why, sizeof why, "for a; do printf '%%s\\n' \"$a\"; done >%s/args", dir);
+	stand_in("scancel", why);
+	snprintf(want, sizeof want, "%s/args", dir);
+	unlink(want);
+	ok(sjob_cancel("-u") < 0 && errno == EINVAL && sjob_cancel("") < 0 && sjob_cancel("42 -u") < 0 &&
+	   sjob_cancel("--") < 0 && access(want, F_OK) < 0, "cancel: an id not all digits is refused, scancel not run");
+	ok(sjob_cancel("42") == 0 && !strcmp(slurp("args"), "--\n42\n"), "cancel: scancel -- ID: %s", slurp("args"));
+	/* isopod-slurm feature -- REF: a ref that looks like an option is a ref */
+	snprintf(why, sizeof why, "for a; do printf '%%s\\n' \"$a\"; done >%s/args; echo '{\"feature\": \"isopod_st_ab\"}'", dir);
+	stand_in("isopod-slurm", why);
+	snprintf(want, sizeof want, "%s/bin", dir);
+	char feat[64] = "";
+
+	ok(sjob_feature(want, "--help", feat, sizeof feat) == 0 && !strcmp(feat, "isopod_st_ab") &&
+	   !strcmp(slurp("args"), "feature\n--\n--help\n"),
+	   "feature: isopod-slurm feature -- REF: %s", slurp("args"));
+
 	snprintf(j.id, sizeof j.id, "42");
 	s = (struct sjob_state){ .state = "CANCELLED", .node = "a", .exit = 143, .final = 1 };
 	r = sjob_result(json_pack("{s:b, s:i}", "ok", 1, "exit_code", 0), &j, &s, "");
