@@ -23,8 +23,19 @@
 #define SJOB_POLL_FAIL_MS 60000
 
 /* The script: the front end's argv comes as its arguments, never through
- * a shell's parsing of job-supplied words. */
-static const char script[] = "#!/bin/sh\n# isopod-runner --backend slurm: the front end's argv\nexec \"$@\"\n";
+ * a shell's parsing of job-supplied words.  Each word comes with an "x"
+ * before it, taken off here: sbatch removes every word that is exactly
+ * ":" (its heterogeneous-job separator) from its whole argv, the script's
+ * arguments included, which would shift a job's word into an option's
+ * place; "x:" is no such word. */
+static const char script[] = "#!/bin/sh\n# isopod-runner --backend slurm: the front end's argv, each word after an x\n"
+			     "for a do set -- \"$@\" \"${a#x}\"; shift; done\nexec \"$@\"\n";
+
+static void free_words(char **w)
+{
+	for (; *w; w++)
+		free(*w);
+}
 
 int sjob_submit(struct sjob *j, char *why, size_t whysz)
 {
@@ -49,7 +60,10 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		return -1;
 	}
 	snprintf(jn, sizeof jn, "--job-name=%s", j->name);
-	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = jn, pre[k++] = chdir_;
+	/* --no-requeue: Slurm's JobRequeue is 1 by default, and a requeued job
+	 * (node failure, preemption, scontrol requeue) would run again from
+	 * its start: a second VM, its egress, its commit */
+	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = "--no-requeue", pre[k++] = jn, pre[k++] = chdir_;
 	pre[k++] = out, pre[k++] = err;
 	if (j->net && (!strcmp(j->net, "filtered") || !strcmp(j->net, "open"))) {
 		snprintf(gres, sizeof gres, "--gres=isopod_%s:1", j->net);
@@ -69,11 +83,19 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		return -1;
 	}
 	memcpy(av, pre, k * sizeof *av);
-	memcpy(av + k, j->argv, n * sizeof *av);
+	for (size_t i = 0; i < n; i++)
+		if (asprintf(&av[k + i], "x%s", j->argv[i]) < 0) {
+			av[k + i] = NULL;
+			free_words(av + k);
+			free(av);
+			snprintf(why, whysz, "out of memory");
+			return -1;
+		}
 	struct proc_spec ps = PROC_SPEC(av);
 
 	ps.env = j->env, ps.out = PROC_PIPE, ps.err = PROC_PIPE;
 	st = proc_capture(&ps, buf, sizeof buf, &len);
+	free_words(av + k);
 	free(av);
 	buf[strcspn(buf, "\n")] = 0;
 	/* --parsable: "ID" or "ID;CLUSTER" */
@@ -109,11 +131,22 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 					      "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY" };
 	char *const av[] = { "scontrol", "-o", "show", "job", (char *)id, NULL };
 	struct proc_spec ps = PROC_SPEC(av);
-	char buf[SJOB_OUT_MAX], ec[32] = "";
+	static const char *const tail[] = { " Command=", " WorkDir=", " StdErr=", " StdIn=", " StdOut=",
+					    " Comment=", " AdminComment=", " SubmitLine=" };
+	char buf[SJOB_OUT_MAX], ec[32] = "", *t;
 	int st, code = 0, sig = 0;
 
 	ps.out = PROC_PIPE, ps.err = PROC_PIPE;
 	st = proc_capture(&ps, buf, sizeof buf, NULL);
+	/* the fields a job's words reach (Command= holds the script's
+	 * arguments, the argv; SubmitLine= in later Slurm) come after the ones
+	 * read here (22.05: ... BatchHost= ... Command= WorkDir= StdErr= ...):
+	 * the line is cut before the first of them, so a job's text never
+	 * passes for a field (a BatchHost= of a job cancelled while pending) */
+	if (st == 0)
+		for (size_t i = 0; i < sizeof tail / sizeof *tail; i++)
+			if ((t = strstr(buf, tail[i])))
+				*t = 0;
 	if (st != 0 || field(buf, "JobState=", s->state, sizeof s->state) < 0) {
 		buf[strcspn(buf, "\n")] = 0;
 		snprintf(why, whysz, "scontrol show job %s: %s", id,
@@ -124,6 +157,8 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 		s->node[0] = 0;
 	if (field(buf, "Reason=", s->reason, sizeof s->reason) < 0)
 		s->reason[0] = 0;
+	s->restarts = field(buf, "Restarts=", ec, sizeof ec) == 0 ? atoi(ec) : 0;
+	ec[0] = 0;
 	field(buf, "ExitCode=", ec, sizeof ec);
 	sscanf(ec, "%d:%d", &code, &sig);
 	s->exit = sig ? 128 + sig : code;
@@ -135,15 +170,21 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 
 int sjob_cancel(const char *id)
 {
-	char *const av[] = { "scancel", (char *)id, NULL };
+	char *const av[] = { "scancel", "--", (char *)id, NULL };
 
+	/* the id may come back from state.json: only a job id, never an
+	 * option or another selection (-u USER cancels all of theirs) */
+	if (!id[0] || strspn(id, "0123456789") != strlen(id)) {
+		errno = EINVAL;
+		return -1;
+	}
 	return proc_run(av, 2, 2);
 }
 
 int sjob_feature(const char *dir, const char *ref, char *out, size_t sz)
 {
 	char tool[PATH_MAX], buf[4096];
-	char *const av[] = { tool, "feature", (char *)ref, NULL };
+	char *const av[] = { tool, "feature", "--", (char *)ref, NULL };
 	struct proc_spec ps = PROC_SPEC(av);
 	json_t *j;
 	int rc = -1;
@@ -184,6 +225,11 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 			failing = 0;
 			if (s->final)
 				return 0;
+			/* requeued all the same (an admin's scontrol requeue
+			 * despite --no-requeue): its second run is stopped,
+			 * and sjob_result never reports one */
+			if (s->restarts > 0 && !why[0])
+				snprintf(why, whysz, "Slurm requeued job %s (Restarts=%d)", j->id, s->restarts);
 		} else if (!failing) {
 			failing = mono_ms();
 		} else if (mono_ms() - failing >= SJOB_POLL_FAIL_MS) {
@@ -212,8 +258,10 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 
 json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *s, const char *why)
 {
-	int ran = s && (!strcmp(s->state, "COMPLETED") || !strcmp(s->state, "FAILED"));
-	const char *kind = !s ? "infra"
+	/* a job Slurm restarted ran (or began) twice: whatever its state, not
+	 * the one run it was asked for */
+	int ran = s && !s->restarts && (!strcmp(s->state, "COMPLETED") || !strcmp(s->state, "FAILED"));
+	const char *kind = !s || s->restarts ? "infra"
 			   : !strcmp(s->state, "CANCELLED") || !strcmp(s->state, "PREEMPTED") ? "interrupted"
 			   : !strcmp(s->state, "TIMEOUT") || !strcmp(s->state, "DEADLINE")    ? "timeout"
 											       : "infra";
@@ -225,6 +273,9 @@ json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *
 		else if (ran)
 			res = json_failure("infra", "isopod run exited %d without a result (Slurm job %s on %s)",
 					   s->exit, j->id, s->node[0] ? s->node : "no node");
+		else if (s->restarts)
+			res = json_failure(kind, "Slurm job %s was requeued and run again (Restarts=%d), then %s; its logs are beside this result",
+					   j->id, s->restarts, s->state);
 		else
 			res = json_failure(kind, "Slurm job %s %s%s%s (reason %s, exit %d); its logs are beside this result",
 					   j->id, s->state, s->node[0] ? " on " : " before it ran on a node", s->node,

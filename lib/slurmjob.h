@@ -31,6 +31,7 @@ struct sjob {
 struct sjob_state {
 	char state[32], node[128], reason[128];
 	int exit, final;
+	int restarts; /* Restarts=: > 0, Slurm requeued it (infra, never a second run reported) */
 };
 
 /* Write DIR/slurm.sh and submit it.  0 with j->id set, or -1 with why
@@ -39,8 +40,9 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz);
 /* scontrol -o show job ID into *s.  0, or -1 with why (scontrol failed,
  * or Slurm no longer knows the job: MinJobAge). */
 int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz);
-/* scancel ID (Slurm signals the job's processes, then kills them).
- * scancel's status, or -1 with errno. */
+/* scancel -- ID (Slurm signals the job's processes, then kills them).
+ * scancel's status, or -1 with errno (EINVAL: ID is not all digits, and
+ * scancel is not run). */
 int sjob_cancel(const char *id);
 /* The feature of the local store's stage ref (`isopod-slurm feature` of
  * the tools in dir) into out: 0, or -1 (no such stage here: no preference). */
@@ -58,7 +60,7 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
  * why says how): the step's own result (res, taken) when Slurm ran it to
  * its end (COMPLETED, FAILED) and it has an "ok", else a failure saying
  * what Slurm did (CANCELLED: interrupted; TIMEOUT, DEADLINE: timeout; the
- * rest: infra), never a success; with "slurm": {job_id, node, state, exit}. */
+ * rest, and any job Slurm restarted: infra), never a success; with "slurm": {job_id, node, state, exit}. */
 json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *s, const char *why);
 
 #endif

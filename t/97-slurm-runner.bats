@@ -126,6 +126,20 @@ ended() {
 	jq -e --slurpfile l "$T/local7.json" '(keys - ["slurm"]) == ($l[0] | keys) and .ok == $l[0].ok' "$d/result.json"
 }
 
+@test "argv words ':' and '-n' (sbatch drops every ':' word of its argv): the same command as locally" {
+	isopod run --json-only --net none --timeout-s 60 -- printf '[%s]' : -n '' 'a b' : >"$T/localc.json"
+	job colon '{"argv": ["printf", "[%s]", ":", "-n", "", "a b", ":"], "net": "none", "timeout_s": 60}'
+	wait_until 120 ended colon
+	d=$(ended colon)
+	# what scontrol says of an ended job (its fields' order: lib/slurmjob.c cuts before Command=)
+	cx ctl scontrol -o show job "$(jq -r .slurm.job_id "$d/result.json")" >"$T/colon.scontrol"
+	echo "# $(cut -c1-1500 "$T/colon.scontrol")" >&3
+	# submitted --no-requeue: a node failure or preemption never runs it again
+	grep -q ' Requeue=0 Restarts=0 ' "$T/colon.scontrol"
+	jq -e '.stdout == "[:][-n][][a b][:]"' "$T/localc.json"
+	jq -e --slurpfile l "$T/localc.json" '.ok == true and .stdout == $l[0].stdout' "$d/result.json"
+}
+
 @test "a job Slurm cancels (scancel): failed, interrupted, CANCELLED on its node; never a success; its VM stopped" {
 	job long '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}'
 	wait_until 60 jq -e '.slurm_job' "$SPOOL/running/long/state.json"

@@ -82,12 +82,28 @@ int main(void)
 	stand_in("sbatch", why);
 	ok(sjob_submit(&j, why, sizeof why) == 0 && !strcmp(j.id, "42"), "submit: the id of --parsable's ID;CLUSTER");
 	snprintf(want, sizeof want,
-		 "--parsable\n--job-name=j1\n--chdir=%s\n--output=%s/stdout\n--error=%s/stderr.log\n"
+		 "--parsable\n--no-requeue\n--job-name=j1\n--chdir=%s\n--output=%s/stdout\n--error=%s/stderr.log\n"
 		 "--gres=isopod_filtered:1\n--prefer=isopod_st_ab12\n--cpus-per-task=2\n--time=3\n%s/slurm.sh\n"
-		 "/opt/isopod/isopod\nrun\n--json-only\n--\nsh\n-c\necho \"$HOME\" 'a b'\n",
+		 "x/opt/isopod/isopod\nxrun\nx--json-only\nx--\nxsh\nx-c\nxecho \"$HOME\" 'a b'\n",
 		 p, p, p, p);
 	ok(!strcmp(slurp("args"), want), "submit: stdout/stderr in the job's directory, GRES, prefer, CPUs, time up to the minute, the argv as words");
 	ok(strstr(slurp("job/slurm.sh"), "exec \"$@\"") != NULL, "submit: the script execs its arguments");
+	/* sbatch as the real one: every word ":" removed from its argv (its
+	 * het-job separator, src/sbatch/opt.c), then the script run with the
+	 * words after it; the job's words must reach the front end as given */
+	char *colon[] = { "printf", "[%s]\n", ":", "-n", "", "a b", "x\ny", ":", "--", "x", NULL };
+	struct sjob jc = { .argv = colon, .name = "j2", .dir = p };
+
+	snprintf(why, sizeof why,
+		 "for a do shift; [ \"$a\" = : ] || set -- \"$@\" \"$a\"; done\n"
+		 "while [ \"${1#--}\" != \"$1\" ]; do shift; done\n\"$@\" >%s/ran; echo 43", dir);
+	stand_in("sbatch", why);
+	ok(sjob_submit(&jc, why, sizeof why) == 0 &&
+	   !strcmp(slurp("ran"), "[:]\n[-n]\n[]\n[a b]\n[x\ny]\n[:]\n[--]\n[x]\n"),
+	   "submit: words ':', '-n', empty, 'a b', a newline reach the front end as given though sbatch drops ':' words: %s",
+	   slurp("ran"));
+	snprintf(why, sizeof why, "for a; do printf '%%s\\n' \"$a\"; done >%s/args; echo '42;lab'", dir);
+	stand_in("sbatch", why);
 	j.net = "none", j.prefer = NULL, j.cpus = 0, j.time_s = 0;
 	sjob_submit(&j, why, sizeof why);
 	ok(!strstr(slurp("args"), "--gres") && !strstr(slurp("args"), "--prefer") && !strstr(slurp("args"), "--time"),
@@ -113,8 +129,71 @@ int main(void)
 	   s.final && s.exit == 143 && !strcmp(s.node, "a"), "poll: cancelled is final, exit 128+15");
 	ok(poll_of("JobId=42 JobState=FAILED Reason=NonZeroExitCode BatchHost=a ExitCode=7:0", &s, why, sizeof why) == 0 &&
 	   s.final && s.exit == 7, "poll: failed, its code");
+	ok(poll_of("JobId=42 JobState=RUNNING Reason=None Requeue=0 Restarts=1 BatchHost=a ExitCode=0:0", &s, why, sizeof why) == 0 &&
+	   s.restarts == 1 && !s.final, "poll: Restarts=1 read");
+	ok(poll_of("JobId=42 JobState=RUNNING Reason=None Requeue=0 Restarts=0 BatchHost=a ExitCode=0:0", &s, why, sizeof why) == 0 &&
+	   s.restarts == 0, "poll: Restarts=0 read");
+	/* requeued despite --no-requeue (scontrol requeue): the worker cancels
+	 * the second run and reports infra, never that run's result */
+	{
+		char state[PATH_MAX], body[1024];
+		sigset_t none;
+		int sfd;
+
+		sigemptyset(&none);
+		sfd = signalfd(-1, &none, SFD_NONBLOCK);
+		snprintf(state, sizeof state, "%s/state.json", dir);
+		atomic_write(state, "{}", 2, 0600);
+		stand_in("sbatch", "echo 42");
+		snprintf(body, sizeof body, "touch %s/cancelled", dir);
+		stand_in("scancel", body);
+		snprintf(body, sizeof body,
+			 "if [ -e %s/cancelled ]; then s=CANCELLED; else s=RUNNING; fi\n"
+			 "echo \"JobId=42 JobState=$s Reason=None Requeue=0 Restarts=1 BatchHost=b ExitCode=0:0\"", dir);
+		stand_in("scontrol", body);
+		memset(&s, 0, sizeof s);
+		ok(sjob_run(&j, sfd, mono_ms() + 5000, state, &s, why, sizeof why) == 0 && !strcmp(s.state, "CANCELLED") &&
+		   strstr(why, "requeued"), "run: a job Slurm restarted is cancelled: %s", why);
+		r = sjob_result(json_pack("{s:b}", "ok", 1), &j, &s, why);
+		ok(json_is_false(json_object_get(r, "ok")) && !strcmp(str(r, "error_kind"), "infra") && strstr(str(r, "error"), "Restarts=1"),
+		   "result: a restarted job is infra: %s", str(r, "error"));
+		json_decref(r);
+		s = (struct sjob_state){ .state = "COMPLETED", .node = "a", .exit = 0, .final = 1, .restarts = 1 };
+		r = sjob_result(json_pack("{s:b, s:i}", "ok", 1, "exit_code", 0), &j, &s, "");
+		ok(json_is_false(json_object_get(r, "ok")) && !strcmp(str(r, "error_kind"), "infra"),
+		   "result: a restarted job that completed is infra, never its second run's success");
+		json_decref(r);
+		close(sfd);
+	}
+	/* a job's words in Command= (its argv) or SubmitLine=: never read as fields */
+	ok(poll_of("JobId=42 JobName=j1 JobState=CANCELLED Reason=None Requeue=0 Restarts=0 ExitCode=0:0 NodeList=(null) "
+		   "Command=/s/slurm.sh x/isopod xrun x-- xecho x BatchHost=evil Restarts=0 JobState=COMPLETED "
+		   "WorkDir=/s StdOut=/s/stdout SubmitLine=sbatch x BatchHost=evil2 ExitCode=0:0",
+		   &s, why, sizeof why) == 0 && !s.node[0] && !strcmp(s.state, "CANCELLED"),
+	   "poll: BatchHost= in Command= or SubmitLine= of a job cancelled while pending is no node: '%s'", s.node);
+	ok(poll_of("JobId=42 JobState=PENDING Reason=None ExitCode=0:0 SubmitLine=sbatch x BatchHost=evil2 Restarts=3",
+		   &s, why, sizeof why) == 0 && !s.node[0] && !s.restarts,
+	   "poll: nor in SubmitLine= alone (later Slurm): '%s', restarts %d", s.node, s.restarts);
 	stand_in("scontrol", "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1");
 	ok(sjob_poll("42", &s, why, sizeof why) < 0 && strstr(why, "Invalid job id"), "poll: a job Slurm forgot is an error: %s", why);
+
+	/* scancel: a job id only, after "--" (state.json's slurm_job is read back) */
+	snprintf(why, sizeof why, "for a; do printf '%%s\\n' \"$a\"; done >%s/args", dir);
+	stand_in("scancel", why);
+	snprintf(want, sizeof want, "%s/args", dir);
+	unlink(want);
+	ok(sjob_cancel("-u") < 0 && errno == EINVAL && sjob_cancel("") < 0 && sjob_cancel("42 -u") < 0 &&
+	   sjob_cancel("--") < 0 && access(want, F_OK) < 0, "cancel: an id not all digits is refused, scancel not run");
+	ok(sjob_cancel("42") == 0 && !strcmp(slurp("args"), "--\n42\n"), "cancel: scancel -- ID: %s", slurp("args"));
+	/* isopod-slurm feature -- REF: a ref that looks like an option is a ref */
+	snprintf(why, sizeof why, "for a; do printf '%%s\\n' \"$a\"; done >%s/args; echo '{\"feature\": \"isopod_st_ab\"}'", dir);
+	stand_in("isopod-slurm", why);
+	snprintf(want, sizeof want, "%s/bin", dir);
+	char feat[64] = "";
+
+	ok(sjob_feature(want, "--help", feat, sizeof feat) == 0 && !strcmp(feat, "isopod_st_ab") &&
+	   !strcmp(slurp("args"), "feature\n--\n--help\n"),
+	   "feature: isopod-slurm feature -- REF: %s", slurp("args"));
 
 	snprintf(j.id, sizeof j.id, "42");
 	s = (struct sjob_state){ .state = "CANCELLED", .node = "a", .exit = 143, .final = 1 };
