@@ -29,6 +29,9 @@
  * store=written|E", store the result of writing $IMGPROBE_WRITE (a
  * directory: a new file in it); exit 0, or 3 when it could write there
  * (a caller that discards stderr, `qemu-img check`'s, then fails).
+ * Run as root with $IMGPROBE_REAL set, it is that qemu-img instead,
+ * silently: t/50 boots a VM, whose overlay and grow stay root's on
+ * purpose, and only the jailed calls are the probe's.
  * Exit 0: it worked ("written", "sent", "attached", a bomb or allocation
  * that reached MAX); 1: refused (the reason's errno name on stdout). */
 #include <dirent.h>
@@ -210,8 +213,15 @@ int main(int argc, char **argv)
 	const char *me = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 
 	setvbuf(stdout, NULL, _IONBF, 0);
-	if (!strcmp(me, "qemu-img"))
+	if (!strcmp(me, "qemu-img")) {
+		const char *real = getenv("IMGPROBE_REAL");
+
+		if (real && getuid() == 0) {
+			execv(real, argv);
+			return refused("exec", real, errno);
+		}
 		return as_qemu_img(cmd);
+	}
 	if (!strcmp(cmd, "id")) {
 		char line[256];
 		FILE *fp = fopen("/proc/self/status", "r");
