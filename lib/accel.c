@@ -3,6 +3,7 @@
 #include "host.h"
 #include "proc.h"
 #include "qemu.h"
+#include "qjail.h"
 #include "util.h"
 
 #include <errno.h>
@@ -17,6 +18,63 @@
 
 #define PROBE_MS 10000
 
+/* The probe's QEMU (av, qemu_argv's, over dir): in QEMU's jail as boot's
+ * are (lib/qjail.c: qjail_plan binds /dev/kvm for accel=kvm, qjail_give
+ * hands dir, accel/probe-<16 hex>, over), unless jail_wanted says no (then as ourselves, with
+ * the warning "the kvm probe's QEMU runs unjailed (WHY)").  *jailed says
+ * which, for probe_reap.  The pid, or -1 with err (dir root's again). */
+static pid_t probe_spawn(struct qjail *qj, struct jail *j, int *jailed, char *const *av,
+			 const char *dir, int logfd, char *err, size_t esz)
+{
+	char why[PATH_MAX + 64];
+	struct proc_spec ps;
+	int w = jail_wanted(why, sizeof why);
+
+	*jailed = 0;
+	if (w < 0) {
+		snprintf(err, esz, "%s", why);
+		return -1;
+	}
+	if (!w) {
+		warn("the kvm probe's QEMU runs unjailed (%s)", why);
+		return qemu_spawn(av, logfd, 1, -1);
+	}
+	/* named as its directory, probe-<16 hex of the kernel's sha>: a
+	 * cgroup and an identity per kernel, as probes of two kernels may
+	 * run at once (one lock per kernel) */
+	if (qjail_plan(qj, strrchr(dir, '/') + 1, dir, av, err, esz) < 0 ||
+	    qjail_give(qj, dir, err, esz) < 0) {
+		qjail_reclaim(qj);
+		qjail_free(qj);
+		return -1;
+	}
+	ps = (struct proc_spec)PROC_SPEC(qj->av);
+	ps.file = qj->prog;
+	ps.out = ps.err = logfd;
+	ps.pdeathsig = SIGKILL;
+	ps.umask = 0177; /* as qemu_spawn: its sockets 0600 from the start */
+	if (jail_spawn(&qj->js, &ps, j, err, esz) < 0) {
+		qjail_reclaim(qj);
+		qjail_free(qj);
+		return -1;
+	}
+	*jailed = 1;
+	return j->pid;
+}
+
+/* The probe's QEMU was reaped: its jail released, dir root's again. */
+static void probe_reap(struct qjail *qj, struct jail *j, int jailed)
+{
+	char why[512];
+
+	if (!jailed)
+		return;
+	if (jail_release(j, why, sizeof why) < 0)
+		warn("the kvm probe's jail: %s", why);
+	qjail_reclaim(qj);
+	qjail_free(qj);
+}
+
 /* Boot the real kernel with KVM on a throwaway overlay and see whether the
  * agent answers within PROBE_MS.  On PVM hosts /dev/kvm opens fine and an
  * unmodified guest dies late with "KVM internal error": only a real boot
@@ -26,11 +84,13 @@ int accel_probe(const struct img *im, char *reason, size_t rsz, char *err_out, s
 	char dir[PATH_MAX], err[PATH_MAX + 128], line[256], keep[PATH_MAX];
 	struct inst in;
 	struct qemu_argv q;
+	struct qjail qj;
+	struct jail j;
 	struct hello h = { 0 };
 	struct conn *conn = malloc(sizeof *conn); /* 130 KiB of buffers */
 	const char *files[] = { in.disk, in.agent, in.qmp, in.console, in.qlog };
 	int64_t t0 = mono_ms(), deadline = t0 + PROBE_MS;
-	int logfd, ok = 0, st, r = -1;
+	int logfd, ok = 0, st, r = -1, jailed = 0;
 	size_t i;
 	pid_t pid;
 
@@ -79,12 +139,15 @@ int accel_probe(const struct img *im, char *reason, size_t rsz, char *err_out, s
 			.qmp_sock = in.qmp,
 		};
 
+		err[0] = 0;
 		pid = qemu_argv(&q, &qc) < 0 ? (errno = ENAMETOOLONG, -1)
-					      : qemu_spawn(q.av, logfd, 1, -1);
+					      : probe_spawn(&qj, &j, &jailed, q.av, dir, logfd, err,
+							    sizeof err);
 	}
 	close(logfd);
 	if (pid < 0) {
-		snprintf(err_out, esz, "unable to start the kvm probe: %s", strerror(errno));
+		snprintf(err_out, esz, "unable to start the kvm probe: %s",
+			 err[0] ? err : strerror(errno));
 		free(conn);
 		return -1;
 	}
@@ -130,6 +193,7 @@ done:
 		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 			;
 	}
+	probe_reap(&qj, &j, jailed);
 	/* Keep the probe's QEMU log beside the verdict, for whoever doubts it. */
 	snprintf(keep, sizeof keep, "%s/accel/%s.log", store_home(), im->ksha);
 	if (rename(in.qlog, keep) < 0)

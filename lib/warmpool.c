@@ -6,6 +6,7 @@
 #include "host.h"
 #include "qmp.h"
 #include "proc.h"
+#include "qjail.h"
 #include "util.h"
 #include "warm.h"
 #include "warmpool.h"
@@ -384,6 +385,42 @@ static int template_meta(struct pool *w, const struct stat *msb, const struct st
 	return 0;
 }
 
+/* The template's disk: an overlay over the VM's disk.  create -b opens
+ * that disk's chain (its size): stage layers jailed QEMUs wrote, so in
+ * qemu-img's jail (lib/qjail.c), the chain read-only, the template's disk
+ * its one file.  The VM's disk is root's 0600 fresh overlay (no QEMU ran
+ * on it yet) in its 0700 directory: 0644 for the run lets the jail's uid
+ * read the one copy bound into its jail and no one else reach it; its
+ * mode is put back after.  0, or -1 with msg. */
+static int template_overlay(const char *vdisk, const char *tdisk, char *msg, size_t msz)
+{
+	char *av[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
+		       (char *)vdisk, (char *)tdisk, NULL };
+	const char *rd[] = { vdisk };
+	int fd = open(vdisk, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc;
+	struct stat st;
+
+	if (fd < 0 || fstat(fd, &st) < 0 || (!S_ISREG(st.st_mode) && (errno = EINVAL)) ||
+	    fchmod(fd, 0644) < 0) {
+		snprintf(msg, msz, "unable to lend %.512s to qemu-img: %s", vdisk, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	rc = qjail_img(&(struct qimg_req){ .av = av, .reads = rd, .nreads = 1, .chain = 1,
+					   .writes = tdisk, .outfd = PROC_NULL,
+					   .errfd = PROC_INHERIT },
+		       msg, msz);
+	if (fchmod(fd, st.st_mode & 07777) < 0 && rc == 0) {
+		snprintf(msg, msz, "unable to restore the mode of %.512s: %s", vdisk, strerror(errno));
+		rc = -1;
+	}
+	close(fd);
+	if (rc > 0)
+		snprintf(msg, msz, "qemu-img create failed (status %d)", rc);
+	return rc != 0 ? -1 : 0;
+}
+
 /* Boot the template of this shape in the staging directory sd and take
  * its snapshot there.  The template runs as our own child (PDEATHSIG: it
  * dies with us), on a throwaway overlay over this VM's still-empty disk
@@ -399,8 +436,6 @@ static int build_template(struct pool *w, const struct inst *vin, int plain, con
 	char blank[PATH_MAX], bsha[65] = "";
 	struct qmp *qm = malloc(sizeof *qm); /* 64 KiB of buffer */
 	char memp[PATH_MAX], statep[PATH_MAX], metap[PATH_MAX], sha[65];
-	char *av_img[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
-			   (char *)vin->disk, NULL, NULL };
 	struct inst t;
 	struct qemu_argv q;
 	struct stat ms, ss;
@@ -429,12 +464,7 @@ static int build_template(struct pool *w, const struct inst *vin, int plain, con
 		snprintf(msg, msz, "store path %.512s is too long for the template's sockets", vin->dir);
 		goto out;
 	}
-	av_img[9] = t.disk;
-	/* Still unjailed (doc/DECISIONS.md, qemu-img in a jail of its own):
-	 * the VM's disk is root's fresh overlay, but create -b opens its
-	 * chain, stage layers jailed QEMUs wrote, each header checked in C
-	 * (disk_chain, at boot) first.  To move under qjail_img. */
-	if (qemu_img(av_img, NULL, msg, msz) < 0)
+	if (template_overlay(vin->disk, t.disk, msg, msz) < 0)
 		goto out;
 	/* This VM's disk is still the empty overlay qemu-img made over the
 	 * base: later runs of this shape copy it instead of running qemu-img. */

@@ -809,3 +809,34 @@ EOF
 	echo "$output" | jq -e '.ok == false and .missing == ["working-run"] and .run == {ok: false}'
 	[[ "$stderr" == *"missing: working-run"* ]]
 }
+
+# The KVM probe boots the real kernel under KVM: its QEMU runs in QEMU's
+# jail as a VM's does (lib/accel.c probe_spawn: qjail_plan with /dev/kvm,
+# qjail_give, jail_spawn; jail_release and qjail_reclaim after).  The
+# stand-in QEMU is t/17's static probe under that name: it logs who runs it
+# and exits 1, so the verdict's reason ("qemu exited ...: LAST LOG LINE")
+# carries its uid.  The store's verdicts are put back after.
+@test "accel: the KVM probe's QEMU runs as the jail's uid, no capabilities, no_new_privs; its directory is removed after" {
+	local sb="$BATS_TEST_TMPDIR/qbin" keep="$BATS_TEST_TMPDIR/accel" reason uid vm
+	[ -e /dev/kvm ] || skip "no /dev/kvm: the probe never runs"
+	[ "$(id -u)" -eq 0 ] || skip "root only: the jail's uid"
+	mkdir -p "$sb" "$keep"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-system-x86_64"
+	cp -a "$ISOPOD_HOME/accel/." "$keep/" 2>/dev/null || :
+	rm -f "$ISOPOD_HOME"/accel/*.json
+	vm=$(isopod-claim | jq -er .vm.id)
+	PATH="$sb:$PATH" run --separate-stderr isopod-boot --vm "$vm" --owner-pid $$
+	echo "$stderr"
+	reason=$(jq -r .reason "$ISOPOD_HOME"/accel/*.json)
+	rm -f "$ISOPOD_HOME"/accel/*.json
+	cp -a "$keep/." "$ISOPOD_HOME/accel/"
+	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || :
+	echo "reason: $reason"
+	[[ "$reason" == "kvm: qemu exited with status 1: qemuprobe uid="* ]]
+	uid=$(sed -n 's/.*qemuprobe uid=\([0-9]*\) .*/\1/p' <<<"$reason")
+	[ "$uid" -ge 2013265920 ] && [ "$uid" -le 2013331455 ] || false
+	[[ "$reason" == *" CapEff=0000000000000000 NoNewPrivs=1 kvm="* ]]
+	# /dev/kvm is in its jail (a VM's tcg jail has none: ENOENT)
+	[[ "$reason" != *"kvm=ENOENT"* ]]
+	[ -z "$(find "$ISOPOD_HOME/accel" -maxdepth 1 -name 'probe-*')" ]
+}

@@ -385,7 +385,9 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	mkdir -p "$DATA/bin"
 	printf '#!/bin/sh\ncase "$*" in *"/.staging-"*) echo "qemu-img: no" >&2; exit 1 ;; esac\nexec /usr/bin/qemu-img "$@"\n' > "$DATA/bin/qemu-img"
 	chmod 755 "$DATA/bin/qemu-img"
-	PATH="$DATA/bin:$PATH" boot_vm --mem-mib 392
+	# (unjailed: this create runs in qemu-img's jail, which has no shell
+	# for a script; the jailed create is the next test's)
+	ISOPOD_JAIL=0 PATH="$DATA/bin:$PATH" boot_vm --mem-mib 392
 	[ "$status" -eq 0 ]
 	json_is '.path == "cold" and (.warnings[0] | test("warm snapshot .* not built: qemu-img create failed"))'
 	[ -z "$(key_of 392)" ]
@@ -420,6 +422,32 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	! pgrep -f "$staging" || false
 	jq -e '.state == "failed"' "$ISOPOD_HOME/vms/$vm/meta.json"
 	! vm_locked "$vm" || false
+}
+
+# The template's `qemu-img create -b` opens the VM's disk's chain (stage
+# layers jailed QEMUs wrote): it runs in qemu-img's jail (lib/qjail.c
+# qjail_img).  The stand-in qemu-img is t/17's static probe under that name
+# (t/30's): jailed, it says who runs it and whether it can write the store,
+# and makes no image, so the template cannot boot and the run goes cold; run
+# as root (boot's own overlay and grow, unjailed on purpose) it is the real
+# qemu-img (IMGPROBE_REAL).
+@test "warm: the template's qemu-img create runs as the jail's uid, no capabilities, no_new_privs, the store read-only" {
+	local sb="$BATS_TEST_TMPDIR/imgbin" jail_uid
+	mkdir -p "$sb"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-img"
+	IMGPROBE_REAL=$(command -v qemu-img) IMGPROBE_WRITE=$ISOPOD_HOME PATH="$sb:$PATH" boot_vm --mem-mib 396
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and any(.warnings[]; test("warm snapshot .* not built"))'
+	[ "$(grep -c '^imgprobe ' <<<"$stderr")" -eq 1 ]
+	grep -q '^imgprobe create ' <<<"$stderr"
+	jail_uid=$(sed -n 's/^imgprobe .* uid=\([0-9]*\) .*/\1/p' <<<"$stderr")
+	[ "$jail_uid" -ge 2013265920 ] && [ "$jail_uid" -le 2013331455 ] || false
+	grep '^imgprobe ' <<<"$stderr" | grep -q 'CapEff=0000000000000000 NoNewPrivs=1 store=EROFS$'
+	[ -z "$(find "$ISOPOD_HOME" -maxdepth 1 -name '.probe-*')" ]
+	[ -z "$(key_of 396)" ]
+	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
+	stop_vm "$vm"
 }
 
 @test "warm: a stage chain forked with isopod-fork resumes with the stage's files visible; removing the stage orphans it" {
