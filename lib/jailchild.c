@@ -194,13 +194,26 @@ static void bind_path(const char *path, const char *want, int kind, int errfd)
  * every capability set cleared, and each verified.  As root the uid change
  * clears permitted and effective by itself; in a user namespace it does
  * not (the uid stays), so the capset is what drops them there. */
+/* The one supplementary group a root jail keeps: the group of the bound
+ * /dev/kvm when that group may use it and is not root's.  1 (and *g), or 0. */
+static size_t kvm_group(const struct jail_spec *js, gid_t *g)
+{
+	struct stat st;
+
+	if (!js->kvm || stat("/dev/kvm", &st) < 0 || !S_ISCHR(st.st_mode) ||
+	    (st.st_mode & 0060) != 0060 || st.st_gid == 0)
+		return 0;
+	*g = st.st_gid;
+	return 1;
+}
+
 static void drop_privs(const struct jail_spec *js, int userns, int errfd)
 {
 	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
 	struct __user_cap_data_struct d[2] = { { 0 } };
 	int keep = mutant() & MUT_KEEP_CAP ? CAP_SYS_ADMIN : -1;
 	uid_t uid = userns ? getuid() : js->uid;
-	gid_t gid = userns ? getgid() : js->gid;
+	gid_t gid = userns ? getgid() : js->gid, kg = 0;
 	int c;
 
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -213,8 +226,11 @@ static void drop_privs(const struct jail_spec *js, int userns, int errfd)
 	if (keep >= 0 && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
 		cdie(errfd, "PR_SET_KEEPCAPS:");
 	/* In a user namespace setgroups is denied (we wrote "deny"); the
-	 * supplementary groups there are the caller's own. */
-	if (!userns && setgroups(0, NULL) < 0)
+	 * supplementary groups there are the caller's own.  As root, no group
+	 * but /dev/kvm's when KVM is bound: the node is usually root:kvm 0660,
+	 * and without its group a jailed QEMU (and the jailed KVM probe) could
+	 * not open it where KVM is real. */
+	if (!userns && setgroups(kvm_group(js, &kg), &kg) < 0)
 		cdie(errfd, "setgroups:");
 	if (setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
 		cdie(errfd, "unable to become %u:%u:", (unsigned)uid, (unsigned)gid);

@@ -840,3 +840,28 @@ EOF
 	[[ "$reason" != *"kvm=ENOENT"* ]]
 	[ -z "$(find "$ISOPOD_HOME/accel" -maxdepth 1 -name 'probe-*')" ]
 }
+
+# Where KVM is real /dev/kvm is root:kvm 0660 (here root:root 0600): the
+# jail keeps that one group.  A stand-in node of the same device, group
+# 4243 0660, bound over /dev/kvm in a mount namespace of this test's own.
+@test "accel: where /dev/kvm is group-usable (root:kvm 0660), the jailed probe keeps that group and opens it" {
+	local sb="$BATS_TEST_TMPDIR/qbin" keep="$BATS_TEST_TMPDIR/accel" node="$BATS_TEST_TMPDIR/kvm" reason vm
+	[ -c /dev/kvm ] || skip "no /dev/kvm: the probe never runs"
+	[ "$(id -u)" -eq 0 ] || skip "root only: the jail's groups"
+	mkdir -p "$sb" "$keep"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-system-x86_64"
+	mknod -m 0660 "$node" c "$((0x$(stat -c %t /dev/kvm)))" "$((0x$(stat -c %T /dev/kvm)))"
+	chgrp 4243 "$node"
+	cp -a "$ISOPOD_HOME/accel/." "$keep/" 2>/dev/null || :
+	rm -f "$ISOPOD_HOME"/accel/*.json
+	vm=$(isopod-claim | jq -er .vm.id)
+	PATH="$sb:$PATH" run --separate-stderr unshare -m sh -c 'mount --bind "$1" /dev/kvm && shift && exec "$@"' \
+		sh "$node" isopod-boot --vm "$vm" --owner-pid $$
+	echo "$stderr"
+	reason=$(jq -r .reason "$ISOPOD_HOME"/accel/*.json)
+	rm -f "$ISOPOD_HOME"/accel/*.json
+	cp -a "$keep/." "$ISOPOD_HOME/accel/"
+	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || :
+	echo "reason: $reason"
+	[[ "$reason" == *"qemuprobe uid="*" NoNewPrivs=1 kvm=opened"* ]]
+}
