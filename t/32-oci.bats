@@ -50,7 +50,10 @@ st() {
 		"$ISOPOD_SRC/sh/isopod" stage "$@"
 }
 # what a store holds below its top directories
-written() { (cd "$1" 2>/dev/null && find . -mindepth 2 | sort); }
+# what a store holds below its top directories, but the jail's ldd cache
+# (jail/deps-*.json, lib/jaildeps.c: the jailed qemu-img that checks a
+# fetched layer leaves it; it is no stage data)
+written() { (cd "$1" 2>/dev/null && find . -mindepth 2 ! -path './jail/*' | sort); }
 lie() { echo "$*" >"$MODE"; }
 # pull_altered FROM ID NAME EDIT TO STATUS WANT: stage ID of store $T/FROM,
 # its meta.json edited by the jq filter EDIT and sealed anew as it is now
