@@ -408,6 +408,9 @@ pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, siz
 	for (n = 0; n < rq->nreads; n++)
 		if (img_read(&qi->qj, rq->reads[n], rq->chain, err, errsz) < 0)
 			goto fail;
+	/* the chain is read from the header before the file is handed over */
+	if (rq->writes && rq->wchain && chain(&qi->qj, rq->writes, err, errsz) < 0)
+		goto fail;
 	if (rq->writes && img_write(qi, rq->writes, err, errsz) < 0)
 		goto fail;
 	qi->qj.js.ro = (const char *const *)qi->qj.ro;

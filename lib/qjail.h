@@ -84,6 +84,9 @@ struct qimg_req {
 	int chain;                 /* 1: each qcow2 read with its backing chain
 				    * (disk_chain's: store layers over a base) */
 	const char *writes;        /* the file it writes; NULL: none */
+	int wchain;                /* 1: the written file is a qcow2 whose
+				    * backing chain (disk_chain's) it reads:
+				    * resize opens it for the size */
 	int outfd, errfd;          /* its stdout, stderr: an fd (a pipe's write
 				    * end: the caller closes it after),
 				    * PROC_NULL or PROC_INHERIT */

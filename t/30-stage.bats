@@ -245,6 +245,34 @@ fork_on() {
 	[ -n "$(find "$h/stages" -maxdepth 1 -name '.probe-*')" ]
 }
 
+# boot grows a forked disk (--disk-mib above its size) with qemu-img resize,
+# which opens the disk's header (a jailed qemu-img wrote it) and its chain
+# (layers guests' QEMUs wrote): in qemu-img's jail.  The stand-in is t/17's
+# probe: jailed it cannot write the store and exits 0; as root it could and
+# exits 3, and the boot fails.
+@test "boot: a forked disk's grow (qemu-img resize) runs as the jail's uid, no capabilities, no_new_privs, the store read-only" {
+	local sb="$BATS_TEST_TMPDIR/imgbin" st vm size jail_uid
+	st=$(isopod run --json-only --commit-as growbase -- true | jq -er .commit.stage.id)
+	vm=$(isopod-claim | jq -er .vm.id)
+	isopod-fork --vm "$vm" --stage "$st" >/dev/null
+	size=$(qemu-img info --output=json "$ISOPOD_HOME/vms/$vm/disk.qcow2" | jq '."virtual-size"')
+	mkdir -p "$sb"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-img"
+	IMGPROBE_WRITE=$ISOPOD_HOME/stages PATH="$sb:$PATH" run --separate-stderr \
+		isopod-boot --vm "$vm" --cold --disk-mib $((size / 1048576 + 64))
+	echo "$output"
+	echo "$stderr"
+	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || :
+	[ "$(grep -c '^imgprobe resize ' <<<"$stderr")" -eq 1 ]
+	jail_uid=$(sed -n 's/^imgprobe resize uid=\([0-9]*\) .*/\1/p' <<<"$stderr")
+	[ "$jail_uid" -ge 2013265920 ] && [ "$jail_uid" -le 2013331455 ] || false
+	grep -q '^imgprobe resize .*CapEff=0000000000000000 NoNewPrivs=1 store=EROFS$' <<<"$stderr"
+	[ -z "$(find "$ISOPOD_HOME/stages" -maxdepth 1 -name '.probe-*')" ]
+	[ "$status" -eq 0 ]
+	isopod vm rm "$vm" >/dev/null 2>&1 || :
+	isopod stage rm "$st" >/dev/null
+}
+
 # A stage flattened as isopod did before 23ffd0a (qemu-img convert -B, which
 # kept only the top layer's clusters), its meta.json as that flatten wrote
 # it and sealed: the seal holds, so only the comparison with the chain it
