@@ -334,18 +334,22 @@ static int img_read(struct qjail *qj, const char *path, int chained, char *err, 
  * for qjail_img_wait. */
 static int img_write(struct qimg *qi, const char *path, char *err, size_t errsz)
 {
-	struct stat st = { .st_mode = S_IFREG };
+	struct stat st = { .st_mode = S_IFREG, .st_nlink = 1 };
 	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 
 	if (fd < 0)
 		return fail(err, errsz, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+	/* A second link (a VM's QEMU can link its 0660 disk in its own
+	 * directory) would keep the inode in the jail's reach after the run:
+	 * only a file with one name is handed over. */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+		int e = !S_ISREG(st.st_mode) ? EINVAL : st.st_nlink != 1 ? EMLINK : errno;
 
 		close(fd);
 		errno = e;
 		return fail(err, errsz, "%s: %s", path, e == EINVAL ? "not a regular file"
-								    : strerror(e));
+							: e == EMLINK ? "has more than one link"
+								      : strerror(e));
 	}
 	/* from here img_giveback puts owner and mode back */
 	qi->wfd = fd;

@@ -70,7 +70,8 @@ void qjail_reclaim(struct qjail *qj);
  * guest's QEMU's to craft, and a root qemu-img would parse it.  So it runs
  * in a jail as QEMU does: the jail's uid ("qemu-img"'s jail_identity), no
  * network, its binary and libraries and the files it reads read-only, the
- * one file it writes read-write (made here when absent, handed to the
+ * one file it writes read-write (made here when absent, refused with a
+ * second link, handed to the
  * jail's group for the run, its owner and mode restored after), nothing
  * else of the store; no_new_privs, no capabilities, QJAIL_IMG_MEM_MIB and
  * QJAIL_PIDS_BASE as limits.  With the jail off (jail_wanted 0) it runs as

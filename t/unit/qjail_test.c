@@ -64,6 +64,35 @@ static void test_deps(void)
 	ok(r < 0 && n == 0, "deps of a missing program: an error, no list (%s)", err);
 }
 
+/* img_write: the file qemu-img writes is handed over only when it has one
+ * name (a second link would keep the inode in the jail's reach); the
+ * refused file keeps its owner and mode. */
+static void test_img_write(const char *dir)
+{
+	char p[PATH_MAX], l[PATH_MAX], err[512] = "";
+	struct qimg qi = { .wfd = -1 };
+	struct stat st;
+	int fd, r;
+
+	snprintf(p, sizeof p, "%s/disk.qcow2", dir);
+	snprintf(l, sizeof l, "%s/link", dir);
+	fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+	ok(link(p, l) == 0, "a second link to the disk");
+	r = img_write(&qi, p, err, sizeof err);
+	ok(r < 0 && qi.wfd < 0 && strstr(err, "more than one link"),
+	   "img_write refuses a file with 2 links (%s)", err);
+	ok(stat(p, &st) == 0 && (st.st_mode & 07777) == 0600, "its mode kept: %o",
+	   (unsigned)(st.st_mode & 07777));
+	unlink(l);
+	r = img_write(&qi, p, err, sizeof err);
+	ok(r == 0 && qi.wfd >= 0, "the control: one link, handed over (%d)", r);
+	img_giveback(&qi);
+	ok(stat(p, &st) == 0 && (st.st_mode & 07777) == 0600, "and given back 0600");
+	unlink(p);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/isopod-qjail-test.XXXXXX";
@@ -74,6 +103,7 @@ int main(void)
 	}
 	test_sysctl(dir);
 	test_deps();
+	test_img_write(dir);
 	rmdir(dir);
 	return tap_done();
 }
