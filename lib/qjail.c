@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,6 +388,10 @@ pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, siz
 	ps.out = rq->outfd;
 	ps.err = rq->errfd;
 	ps.umask = 0177; /* as qemu_spawn's: what it makes is 0600 */
+	/* a caller killed (commit, fork, flatten under the store lock) takes
+	 * its qemu-img along; it may run no longer than the deadline either */
+	ps.pdeathsig = SIGKILL;
+	qi->until = mono_ms() + (rq->timeout_ms > 0 ? rq->timeout_ms : QJAIL_IMG_TIMEOUT_MS);
 	if (on < 0)
 		return fail(err, errsz, "%s", why);
 	if (!on) {
@@ -433,9 +439,17 @@ int qjail_img_wait(struct qimg *qi, char *err, size_t errsz)
 	char why[256];
 	int st, r;
 
-	r = proc_wait(qi->pid, &st) < 0 ? fail(err, errsz, "unable to wait for qemu-img: %s",
-					       strerror(errno))
-					: proc_status(st);
+	int64_t left = qi->until - mono_ms();
+
+	if (!proc_exited_within(qi->pid, &st, left > 0 ? (int)(left < INT32_MAX ? left : INT32_MAX) : 0)) {
+		/* jailed, the pid is its namespace's init: all of it goes */
+		kill(qi->pid, SIGKILL);
+		r = proc_wait(qi->pid, &st) < 0 ? -1 : 0;
+		errno = ETIMEDOUT;
+		r = fail(err, errsz, "qemu-img killed at its deadline%s", r < 0 ? " (not reaped)" : "");
+	} else {
+		r = proc_status(st);
+	}
 	if (qi->jailed && jail_release(&qi->j, why, sizeof why) < 0)
 		warn("qemu-img's jail: %s", why);
 	img_giveback(qi);
@@ -473,13 +487,21 @@ int qjail_img_capture(const struct qimg_req *rq, char *buf, size_t sz, char *err
 		close(p[0]);
 		return -1;
 	}
-	/* all of it: a qemu-img blocked on a full pipe would never exit */
-	while ((n = read(p[0], len + 1 < sz ? buf + len : skip,
-			 len + 1 < sz ? sz - 1 - len : sizeof skip)) != 0)
+	/* all of it: a qemu-img blocked on a full pipe would never exit; until
+	 * its deadline (qjail_img_wait kills it then) */
+	for (;;) {
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		int64_t left = qi.until - mono_ms();
+
+		if (left <= 0 || poll(&pf, 1, (int)(left < INT32_MAX ? left : INT32_MAX)) == 0)
+			break;
+		n = read(p[0], len + 1 < sz ? buf + len : skip,
+			 len + 1 < sz ? sz - 1 - len : sizeof skip);
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			break;
 		if (n > 0 && len + 1 < sz)
 			len += (size_t)n;
-		else if (n < 0 && errno != EINTR)
-			break;
+	}
 	close(p[0]);
 	if (sz)
 		buf[len] = '\0';

@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* QEMU's fd of its tap: the supervisor's keep[1] (fd 3 is a clone's
  * memory file, or closed). */
@@ -91,7 +92,11 @@ struct qimg_req {
 	int outfd, errfd;          /* its stdout, stderr: an fd (a pipe's write
 				    * end: the caller closes it after),
 				    * PROC_NULL or PROC_INHERIT */
+	int timeout_ms;            /* then SIGKILL (commit and fork hold the
+				    * store lock); 0: QJAIL_IMG_TIMEOUT_MS */
 };
+/* A flatten of GiBs of layers takes minutes on a slow disk: an hour. */
+#define QJAIL_IMG_TIMEOUT_MS (60 * 60 * 1000)
 struct qimg {
 	struct qjail qj;
 	struct jail j;
@@ -103,12 +108,15 @@ struct qimg {
 	mode_t wmode;
 	int jailed;
 	pid_t pid;
+	int64_t until;       /* mono_ms() deadline: killed then */
 };
 /* Start rq's qemu-img.  The pid, or -1 with err (nothing left over).
- * qjail_img_wait after. */
+ * It dies with its caller (PR_SET_PDEATHSIG SIGKILL: jailed, its pid
+ * namespace goes with it).  qjail_img_wait after. */
 pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, size_t errsz);
-/* Reap it, release its jail, give the written file back: its exit status
- * (proc_status's), or -1 with err. */
+/* Reap it (SIGKILLed at rq's deadline: -1 with err), release its jail,
+ * give the written file back: its exit status (proc_status's), or -1
+ * with err. */
 int qjail_img_wait(struct qimg *qi, char *err, size_t errsz);
 /* Both. */
 int qjail_img(const struct qimg_req *rq, char *err, size_t errsz);

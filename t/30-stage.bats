@@ -273,6 +273,39 @@ fork_on() {
 	isopod stage rm "$st" >/dev/null
 }
 
+# A jailed qemu-img dies with its caller (PR_SET_PDEATHSIG): flatten killed
+# while its qemu-img (t/17's probe, sleeping) runs leaves no process; the
+# next one reuses nothing of it (its cgroup, empty, is reclaimed).
+@test "stage flatten killed: its jailed qemu-img goes with it; the stage is not made, a later flatten works" {
+	local h="$BATS_TEST_TMPDIR/jk" ids top sb="$BATS_TEST_TMPDIR/imgbin" caller i left
+	ids=$(PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 2 1 k)
+	top=$(tail -n 1 <<<"$ids")
+	mkdir -p "$sb"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-img"
+	IMGPROBE_SLEEP=120 ISOPOD_HOME=$h PATH="$sb:$PATH" "$ISOPOD_SRC/bin/isopod-stage" flatten "$top" \
+		--as killed 2>"$BATS_TEST_TMPDIR/k.err" >/dev/null &
+	caller=$!
+	for i in $(seq 1 100); do
+		grep -q '^imgprobe ' "$BATS_TEST_TMPDIR/k.err" && break
+		sleep 0.1
+	done
+	cat "$BATS_TEST_TMPDIR/k.err"
+	pgrep -f -- "$h/stages" >/dev/null
+	kill -9 "$caller"
+	wait "$caller" 2>/dev/null || :
+	for i in $(seq 1 50); do
+		pgrep -f -- "$h/stages" >/dev/null || break
+		sleep 0.1
+	done
+	left=$(pgrep -f -- "$h/stages" || :)
+	[ -z "$left" ] || kill -9 $left
+	[ -z "$left" ]
+	! ISOPOD_HOME=$h "$ISOPOD_SRC/sh/isopod" stage info killed >/dev/null 2>&1
+	ISOPOD_HOME=$h run --separate-stderr isopod stage flatten "$top" --as after
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+}
+
 # A stage flattened as isopod did before 23ffd0a (qemu-img convert -B, which
 # kept only the top layer's clusters), its meta.json as that flatten wrote
 # it and sealed: the seal holds, so only the comparison with the chain it

@@ -93,6 +93,33 @@ static void test_img_write(const char *dir)
 	unlink(p);
 }
 
+/* The deadline of a qemu-img (here unjailed: the same wait): killed at
+ * it, reaped, an error; captured output read only until then. */
+static void test_deadline(void)
+{
+	char *slow[] = { "sleep", "30", NULL }, *quick[] = { "true", NULL };
+	char err[512] = "", buf[64];
+	int64_t t0;
+	int r;
+
+	setenv("ISOPOD_JAIL", "0", 1);
+	t0 = mono_ms();
+	r = qjail_img(&(struct qimg_req){ .av = slow, .outfd = PROC_NULL, .errfd = PROC_INHERIT,
+					  .timeout_ms = 300 }, err, sizeof err);
+	ok(r == -1 && errno == ETIMEDOUT && strstr(err, "deadline") && mono_ms() - t0 < 5000,
+	   "a qemu-img past its deadline is killed: %d, %s, %lld ms", r, err,
+	   (long long)(mono_ms() - t0));
+	t0 = mono_ms();
+	r = qjail_img_capture(&(struct qimg_req){ .av = slow, .errfd = PROC_INHERIT,
+						  .timeout_ms = 300 }, buf, sizeof buf, err, sizeof err);
+	ok(r == -1 && mono_ms() - t0 < 5000, "and captured, too: %d, %lld ms", r,
+	   (long long)(mono_ms() - t0));
+	r = qjail_img(&(struct qimg_req){ .av = quick, .outfd = PROC_NULL, .errfd = PROC_INHERIT,
+					  .timeout_ms = 300 }, err, sizeof err);
+	ok(r == 0, "the control: one that ends in time: 0 (%d)", r);
+	unsetenv("ISOPOD_JAIL");
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/isopod-qjail-test.XXXXXX";
@@ -104,6 +131,7 @@ int main(void)
 	test_sysctl(dir);
 	test_deps();
 	test_img_write(dir);
+	test_deadline();
 	rmdir(dir);
 	return tap_done();
 }
