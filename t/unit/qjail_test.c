@@ -97,7 +97,7 @@ static void test_img_write(const char *dir)
  * it, reaped, an error; captured output read only until then. */
 static void test_deadline(void)
 {
-	char *slow[] = { "sleep", "30", NULL }, *quick[] = { "true", NULL };
+	char *slow[] = { "sleep", "30", NULL }, *quick[] = { "true", "info", NULL };
 	char err[512] = "", buf[64];
 	int64_t t0;
 	int r;
