@@ -463,6 +463,24 @@ static void record_booting(struct boot *bt)
 	};
 }
 
+/* A forked disk grown: its header a jailed qemu-img wrote, over stage
+ * layers guests' QEMUs wrote, and resize opens that chain (the size), so
+ * in qemu-img's jail (lib/qjail.c), the disk its one writable file. */
+static void grow_forked(struct boot *bt)
+{
+	char size[32], err[DIAG_MAX] = "";
+	char *qa[] = { "qemu-img", "resize", "-q", bt->in.disk, size, NULL };
+	int rc;
+
+	snprintf(size, sizeof size, "%lld", bt->disk_bytes);
+	rc = qjail_img(&(struct qimg_req){ .av = qa, .writes = bt->in.disk, .wchain = 1,
+					   .outfd = PROC_NULL, .errfd = PROC_INHERIT },
+		       err, sizeof err);
+	if (rc != 0)
+		fail(bt, EX_SYS, "qemu-img resize %s failed%s%s", bt->in.disk, rc < 0 ? ": " : "",
+		     err);
+}
+
 /* The disk (a copy of a snapshot's empty overlay, a new overlay, or the
  * fork's, grown) and the HELLO this VM's agent gets. */
 static void prepare_disk(struct boot *bt)
@@ -482,9 +500,8 @@ static void prepare_disk(struct boot *bt)
 	if (!bt->forked && !(bt->w.on && blank_copy(&bt->w, bt->in.disk, bt->disk_bytes) == 0) &&
 	    qemu_img_overlay(bt->im.base, bt->in.disk, bt->disk_bytes, err, sizeof err) < 0)
 		fail(bt, EX_SYS, "%s", err);
-	if (bt->forked && bt->disk_bytes > bt->cur_bytes &&
-	    qemu_img_grow(bt->in.disk, bt->disk_bytes, err, sizeof err) < 0)
-		fail(bt, EX_SYS, "%s", err);
+	if (bt->forked && bt->disk_bytes > bt->cur_bytes)
+		grow_forked(bt);
 	bt->deadline = bt->t0 + bt->cf.timeout_ms;
 	h->hostname = bt->name;
 	h->set_time = 1;

@@ -136,11 +136,23 @@ static json_t *net_facts(struct diag *d, const char *defnet)
 	size_t n = 0, i;
 	json_t *ranges = json_array();
 
+	/* Only a tap netsetup verified counts for its mode: an unaliased one
+	 * takes no claim, nor does one marked "isopod unverified MODE" (a
+	 * rerun whose check failed while a VM ran on it), which is named. */
 	for (k = 0; k < nt; k++) {
-		if (!strcmp(net_tap_mode(k, mode, sizeof mode), "open"))
+		int unverified = 0;
+
+		net_tap_kept_mode(k, mode, sizeof mode, &unverified);
+		if (unverified) {
+			char item[96];
+
+			snprintf(item, sizeof item, "network(unverified-slot-%d:sudo-isopod-netsetup)", k);
+			miss(d, item);
+		} else if (!strcmp(mode, "open")) {
 			nopen++;
-		else
+		} else if (!strcmp(mode, "filtered")) {
 			nfilt++;
+		}
 	}
 	if (!strcmp(defnet, "filtered") && !nfilt)
 		miss(d, "network(no-filtered-slots:sudo-isopod-netsetup)");

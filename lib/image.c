@@ -253,6 +253,38 @@ int qcow2_header_ok(int fd, char *why, size_t wsz)
 	return 0; /* QEMU stops where the area ends too */
 }
 
+/* A backing name a header gave, before it is opened: the store's own
+ * form (<store>/stages/st-ID/layer.qcow2 or <store>/images/base-SHA.img),
+ * its directory resolving (".." and linked directories applied) to that
+ * directory of the store.  A guest's QEMU wrote the header. */
+static int backing_in_store(const char *path)
+{
+	char dir[PATH_MAX], want[PATH_MAX], rd[PATH_MAX], rw[PATH_MAX];
+	const char *b = strrchr(path, '/'), *id;
+
+	if (!b || b == path || (size_t)(b - path) >= sizeof dir)
+		return -1;
+	memcpy(dir, path, (size_t)(b - path));
+	dir[b - path] = 0;
+	b++;
+	id = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+	if (!strcmp(b, "layer.qcow2")) {
+		if (strncmp(id, "st-", 3) ||
+		    pathn(want, sizeof want, "%s/stages/%s", store_home(), id) < 0)
+			return -1;
+	} else if (!strncmp(b, "base-", 5) && strlen(b) == 5 + 64 + 4 && !strcmp(b + 69, ".img")) {
+		if (pathn(want, sizeof want, "%s/images", store_home()) < 0)
+			return -1;
+	} else {
+		return -1;
+	}
+	if (!realpath(dir, rd) || !realpath(want, rw) || strcmp(rd, rw)) {
+		errno = EINVAL;
+		return -1;
+	}
+	return 0;
+}
+
 int disk_chain(const char *disk, json_t *layers, char bsha[65])
 {
 	char cur[PATH_MAX], name[PATH_MAX], nxt[PATH_MAX];
@@ -266,10 +298,17 @@ int disk_chain(const char *disk, json_t *layers, char bsha[65])
 		unsigned long long off = 0;
 		unsigned len = 0;
 		ssize_t n;
-		int fd = open(cur, O_RDONLY | O_CLOEXEC);
+		/* a FIFO would hang us, a device be opened, a link lead out */
+		int fd = open(cur, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+		struct stat st;
 
 		if (fd < 0)
 			return -1;
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+			close(fd);
+			errno = EINVAL;
+			return -1;
+		}
 		n = pread(fd, hd, sizeof hd, 0);
 		if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
 			/* raw: the base image */
@@ -322,6 +361,8 @@ int disk_chain(const char *disk, json_t *layers, char bsha[65])
 			if (pathn(nxt, sizeof nxt, "%.*s%s", dl, cur, name) < 0)
 				return -1;
 		}
+		if (backing_in_store(nxt) < 0)
+			return -1;
 		memcpy(cur, nxt, sizeof cur);
 	}
 	return -1;

@@ -52,8 +52,10 @@ int qcow2_header_ok(int fd, char *why, size_t wsz);
 /* The backing chain of a qcow2 disk from the images' headers: the stage
  * ids root first (appended to layers) and the sha256 of the raw base
  * image at its end.  0, or -1 when it is not a chain of stage layers
- * (or a layer's header fails qcow2_header_ok)
- * over a store base image. */
+ * (or a layer's header fails qcow2_header_ok) over a store base image:
+ * each backing name must be of the store's form and resolve into its
+ * stages/ or images/ (store_home()) before it is opened, and be a
+ * regular file reached without a symlink. */
 int disk_chain(const char *disk, json_t *layers, char bsha[65]);
 
 #endif

@@ -335,8 +335,11 @@ static int cg_make(struct jail *j, const char *mnt, const char *self, const char
 
 	if (pathn(dir, PATH_MAX, "%s%s/isopod-%s", mnt, strcmp(self, "/") ? self : "", name) < 0)
 		return fail(why, wsz, "cgroup path too long");
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return fail(why, wsz, "mkdir %s:", dir);
+	/* One left by a caller that was killed (its jail's init died with it)
+	 * is empty and goes; one still holding processes is not ours to share
+	 * (its limits and its members would be). */
+	if (mkdir(dir, 0755) < 0 && (errno != EEXIST || rmdir(dir) < 0 || mkdir(dir, 0755) < 0))
+		return fail(why, wsz, "mkdir %s (a cgroup of that name still in use?):", dir);
 	for (i = 0; i < nfile; i++)
 		if (vals[i] > 0 && put(dir, files[i], vals[i]) < 0) {
 			fail(why, wsz, "%s/%s:", dir, files[i]);

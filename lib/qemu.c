@@ -222,19 +222,6 @@ int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *
 	return qemu_img(av, disk, err, errsz);
 }
 
-/* Unjailed on purpose: boot grows the overlay it just made (or copied
- * from a template's blank one, made the same way) before any QEMU ran on
- * it: root's header over a root-built base.  (resize opens the backing
- * chain too: that is a base image here.) */
-int qemu_img_grow(const char *disk, long long bytes, char *err, size_t errsz)
-{
-	char size[32];
-	char *av[] = { "qemu-img", "resize", "-q", (char *)disk, size, NULL };
-
-	snprintf(size, sizeof size, "%lld", bytes);
-	return qemu_img(av, disk, err, errsz);
-}
-
 const char *last_line(const char *path, char *out, size_t sz)
 {
 	char buf[2048];

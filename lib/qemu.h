@@ -83,8 +83,6 @@ pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd);
 int qemu_img(char *const av[], const char *disk, char *err, size_t errsz);
 /* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <bytes>. */
 int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *err, size_t errsz);
-/* qemu-img resize -q <disk> <bytes>. */
-int qemu_img_grow(const char *disk, long long bytes, char *err, size_t errsz);
 
 /* The last non-empty line of a log (console.log is guest output: control
  * and non-ASCII bytes become '?'); "" unless a regular file with one link

@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,18 +336,22 @@ static int img_read(struct qjail *qj, const char *path, int chained, char *err, 
  * for qjail_img_wait. */
 static int img_write(struct qimg *qi, const char *path, char *err, size_t errsz)
 {
-	struct stat st = { .st_mode = S_IFREG };
+	struct stat st = { .st_mode = S_IFREG, .st_nlink = 1 };
 	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 
 	if (fd < 0)
 		return fail(err, errsz, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+	/* A second link (a VM's QEMU can link its 0660 disk in its own
+	 * directory) would keep the inode in the jail's reach after the run:
+	 * only a file with one name is handed over. */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+		int e = !S_ISREG(st.st_mode) ? EINVAL : st.st_nlink != 1 ? EMLINK : errno;
 
 		close(fd);
 		errno = e;
 		return fail(err, errsz, "%s: %s", path, e == EINVAL ? "not a regular file"
-								    : strerror(e));
+							: e == EMLINK ? "has more than one link"
+								      : strerror(e));
 	}
 	/* from here img_giveback puts owner and mode back */
 	qi->wfd = fd;
@@ -382,6 +388,10 @@ pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, siz
 	ps.out = rq->outfd;
 	ps.err = rq->errfd;
 	ps.umask = 0177; /* as qemu_spawn's: what it makes is 0600 */
+	/* a caller killed (commit, fork, flatten under the store lock) takes
+	 * its qemu-img along; it may run no longer than the deadline either */
+	ps.pdeathsig = SIGKILL;
+	qi->until = mono_ms() + (rq->timeout_ms > 0 ? rq->timeout_ms : QJAIL_IMG_TIMEOUT_MS);
 	if (on < 0)
 		return fail(err, errsz, "%s", why);
 	if (!on) {
@@ -408,6 +418,9 @@ pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, siz
 	for (n = 0; n < rq->nreads; n++)
 		if (img_read(&qi->qj, rq->reads[n], rq->chain, err, errsz) < 0)
 			goto fail;
+	/* the chain is read from the header before the file is handed over */
+	if (rq->writes && rq->wchain && chain(&qi->qj, rq->writes, err, errsz) < 0)
+		goto fail;
 	if (rq->writes && img_write(qi, rq->writes, err, errsz) < 0)
 		goto fail;
 	qi->qj.js.ro = (const char *const *)qi->qj.ro;
@@ -426,9 +439,17 @@ int qjail_img_wait(struct qimg *qi, char *err, size_t errsz)
 	char why[256];
 	int st, r;
 
-	r = proc_wait(qi->pid, &st) < 0 ? fail(err, errsz, "unable to wait for qemu-img: %s",
-					       strerror(errno))
-					: proc_status(st);
+	int64_t left = qi->until - mono_ms();
+
+	if (!proc_exited_within(qi->pid, &st, left > 0 ? (int)(left < INT32_MAX ? left : INT32_MAX) : 0)) {
+		/* jailed, the pid is its namespace's init: all of it goes */
+		kill(qi->pid, SIGKILL);
+		r = proc_wait(qi->pid, &st) < 0 ? -1 : 0;
+		errno = ETIMEDOUT;
+		r = fail(err, errsz, "qemu-img killed at its deadline%s", r < 0 ? " (not reaped)" : "");
+	} else {
+		r = proc_status(st);
+	}
 	if (qi->jailed && jail_release(&qi->j, why, sizeof why) < 0)
 		warn("qemu-img's jail: %s", why);
 	img_giveback(qi);
@@ -466,13 +487,21 @@ int qjail_img_capture(const struct qimg_req *rq, char *buf, size_t sz, char *err
 		close(p[0]);
 		return -1;
 	}
-	/* all of it: a qemu-img blocked on a full pipe would never exit */
-	while ((n = read(p[0], len + 1 < sz ? buf + len : skip,
-			 len + 1 < sz ? sz - 1 - len : sizeof skip)) != 0)
+	/* all of it: a qemu-img blocked on a full pipe would never exit; until
+	 * its deadline (qjail_img_wait kills it then) */
+	for (;;) {
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		int64_t left = qi.until - mono_ms();
+
+		if (left <= 0 || poll(&pf, 1, (int)(left < INT32_MAX ? left : INT32_MAX)) == 0)
+			break;
+		n = read(p[0], len + 1 < sz ? buf + len : skip,
+			 len + 1 < sz ? sz - 1 - len : sizeof skip);
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			break;
 		if (n > 0 && len + 1 < sz)
 			len += (size_t)n;
-		else if (n < 0 && errno != EINTR)
-			break;
+	}
 	close(p[0]);
 	if (sz)
 		buf[len] = '\0';

@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* QEMU's fd of its tap: the supervisor's keep[1] (fd 3 is a clone's
  * memory file, or closed). */
@@ -70,7 +71,8 @@ void qjail_reclaim(struct qjail *qj);
  * guest's QEMU's to craft, and a root qemu-img would parse it.  So it runs
  * in a jail as QEMU does: the jail's uid ("qemu-img"'s jail_identity), no
  * network, its binary and libraries and the files it reads read-only, the
- * one file it writes read-write (made here when absent, handed to the
+ * one file it writes read-write (made here when absent, refused with a
+ * second link, handed to the
  * jail's group for the run, its owner and mode restored after), nothing
  * else of the store; no_new_privs, no capabilities, QJAIL_IMG_MEM_MIB and
  * QJAIL_PIDS_BASE as limits.  With the jail off (jail_wanted 0) it runs as
@@ -84,10 +86,17 @@ struct qimg_req {
 	int chain;                 /* 1: each qcow2 read with its backing chain
 				    * (disk_chain's: store layers over a base) */
 	const char *writes;        /* the file it writes; NULL: none */
+	int wchain;                /* 1: the written file is a qcow2 whose
+				    * backing chain (disk_chain's) it reads:
+				    * resize opens it for the size */
 	int outfd, errfd;          /* its stdout, stderr: an fd (a pipe's write
 				    * end: the caller closes it after),
 				    * PROC_NULL or PROC_INHERIT */
+	int timeout_ms;            /* then SIGKILL (commit and fork hold the
+				    * store lock); 0: QJAIL_IMG_TIMEOUT_MS */
 };
+/* A flatten of GiBs of layers takes minutes on a slow disk: an hour. */
+#define QJAIL_IMG_TIMEOUT_MS (60 * 60 * 1000)
 struct qimg {
 	struct qjail qj;
 	struct jail j;
@@ -99,12 +108,15 @@ struct qimg {
 	mode_t wmode;
 	int jailed;
 	pid_t pid;
+	int64_t until;       /* mono_ms() deadline: killed then */
 };
 /* Start rq's qemu-img.  The pid, or -1 with err (nothing left over).
- * qjail_img_wait after. */
+ * It dies with its caller (PR_SET_PDEATHSIG SIGKILL: jailed, its pid
+ * namespace goes with it).  qjail_img_wait after. */
 pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, size_t errsz);
-/* Reap it, release its jail, give the written file back: its exit status
- * (proc_status's), or -1 with err. */
+/* Reap it (SIGKILLed at rq's deadline: -1 with err), release its jail,
+ * give the written file back: its exit status (proc_status's), or -1
+ * with err. */
 int qjail_img_wait(struct qimg *qi, char *err, size_t errsz);
 /* Both. */
 int qjail_img(const struct qimg_req *rq, char *err, size_t errsz);

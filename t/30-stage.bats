@@ -245,6 +245,67 @@ fork_on() {
 	[ -n "$(find "$h/stages" -maxdepth 1 -name '.probe-*')" ]
 }
 
+# boot grows a forked disk (--disk-mib above its size) with qemu-img resize,
+# which opens the disk's header (a jailed qemu-img wrote it) and its chain
+# (layers guests' QEMUs wrote): in qemu-img's jail.  The stand-in is t/17's
+# probe: jailed it cannot write the store and exits 0; as root it could and
+# exits 3, and the boot fails.
+@test "boot: a forked disk's grow (qemu-img resize) runs as the jail's uid, no capabilities, no_new_privs, the store read-only" {
+	local sb="$BATS_TEST_TMPDIR/imgbin" st vm size jail_uid
+	st=$(isopod run --json-only --commit-as growbase -- true | jq -er .commit.stage.id)
+	vm=$(isopod-claim | jq -er .vm.id)
+	isopod-fork --vm "$vm" --stage "$st" >/dev/null
+	size=$(qemu-img info --output=json "$ISOPOD_HOME/vms/$vm/disk.qcow2" | jq '."virtual-size"')
+	mkdir -p "$sb"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-img"
+	IMGPROBE_WRITE=$ISOPOD_HOME/stages PATH="$sb:$PATH" run --separate-stderr \
+		isopod-boot --vm "$vm" --cold --disk-mib $((size / 1048576 + 64))
+	echo "$output"
+	echo "$stderr"
+	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || :
+	[ "$(grep -c '^imgprobe resize ' <<<"$stderr")" -eq 1 ]
+	jail_uid=$(sed -n 's/^imgprobe resize uid=\([0-9]*\) .*/\1/p' <<<"$stderr")
+	[ "$jail_uid" -ge 2013265920 ] && [ "$jail_uid" -le 2013331455 ] || false
+	grep -q '^imgprobe resize .*CapEff=0000000000000000 NoNewPrivs=1 store=EROFS$' <<<"$stderr"
+	[ -z "$(find "$ISOPOD_HOME/stages" -maxdepth 1 -name '.probe-*')" ]
+	[ "$status" -eq 0 ]
+	isopod vm rm "$vm" >/dev/null 2>&1 || :
+	isopod stage rm "$st" >/dev/null
+}
+
+# A jailed qemu-img dies with its caller (PR_SET_PDEATHSIG): flatten killed
+# while its qemu-img (t/17's probe, sleeping) runs leaves no process; the
+# next one reuses nothing of it (its cgroup, empty, is reclaimed).
+@test "stage flatten killed: its jailed qemu-img goes with it; the stage is not made, a later flatten works" {
+	local h="$BATS_TEST_TMPDIR/jk" ids top sb="$BATS_TEST_TMPDIR/imgbin" caller i left
+	ids=$(PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 2 1 k)
+	top=$(tail -n 1 <<<"$ids")
+	mkdir -p "$sb"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-img"
+	IMGPROBE_SLEEP=120 ISOPOD_HOME=$h PATH="$sb:$PATH" "$ISOPOD_SRC/bin/isopod-stage" flatten "$top" \
+		--as killed 2>"$BATS_TEST_TMPDIR/k.err" >/dev/null &
+	caller=$!
+	for i in $(seq 1 100); do
+		grep -q '^imgprobe ' "$BATS_TEST_TMPDIR/k.err" && break
+		sleep 0.1
+	done
+	cat "$BATS_TEST_TMPDIR/k.err"
+	pgrep -f -- "$h/stages" >/dev/null
+	kill -9 "$caller"
+	wait "$caller" 2>/dev/null || :
+	for i in $(seq 1 50); do
+		pgrep -f -- "$h/stages" >/dev/null || break
+		sleep 0.1
+	done
+	left=$(pgrep -f -- "$h/stages" || :)
+	[ -z "$left" ] || kill -9 $left
+	[ -z "$left" ]
+	! ISOPOD_HOME=$h "$ISOPOD_SRC/sh/isopod" stage info killed >/dev/null 2>&1
+	ISOPOD_HOME=$h run --separate-stderr isopod stage flatten "$top" --as after
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+}
+
 # A stage flattened as isopod did before 23ffd0a (qemu-img convert -B, which
 # kept only the top layer's clusters), its meta.json as that flatten wrote
 # it and sealed: the seal holds, so only the comparison with the chain it

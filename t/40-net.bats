@@ -762,6 +762,27 @@ docker_nft() {
 	[ "$status" -eq 0 ]
 }
 
+# The doctor counts a slot only as netsetup verified it: in a namespace of
+# ours, taps aliased as netsetup leaves them (no netsetup run): "isopod
+# filtered" counts, "isopod unverified filtered" is named as missing,
+# an unaliased tap counts for nothing.
+@test "doctor --quick: an unverified tap is missing (named), an unaliased one is no slot; only verified taps count" {
+	local ns="${LAB_NAME}-d" out st=0
+	ip netns add "$ns"
+	ip netns exec "$ns" ip tuntap add isopod-tap0 mode tap
+	ip netns exec "$ns" ip tuntap add isopod-tap1 mode tap
+	ip netns exec "$ns" ip tuntap add isopod-tap2 mode tap
+	ip netns exec "$ns" ip link set dev isopod-tap0 alias "isopod filtered"
+	ip netns exec "$ns" ip link set dev isopod-tap1 alias "isopod unverified filtered"
+	out=$(ip netns exec "$ns" env ISOPOD_HOME="$ISOPOD_HOME" "$ISOPOD_SRC/bin/isopod-doctor" --quick 2>/dev/null) || st=$?
+	netns_del "$ns"
+	echo "$out"
+	[ "$st" -eq 111 ]
+	jq -e '.net.filtered_slots == 1 and .net.open_slots == 0 and
+		(.missing | index("network(unverified-slot-1:sudo-isopod-netsetup)")) != null and
+		([.missing[] | select(test("slot-[02]"))] | length) == 0' <<<"$out"
+}
+
 @test "netsetup: a rerun whose check fails marks a busy tap unverified: the next run still cannot switch the running VM's slot to open (102), and no claim takes it after that VM until a rerun verifies" {
 	local ns="${LAB_NAME}-b" home="$BATS_TEST_TMPDIR/home" holder st1 st2 st3 st4 alias1 alias2 alias0 alias3 err3
 	claim() { ip netns exec "$ns" env ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$home/locks" isopod-claim "$@"; }

@@ -28,7 +28,8 @@
  * one), one line on stderr, "imgprobe ARG1 uid=U CapEff=X NoNewPrivs=N
  * store=written|E", store the result of writing $IMGPROBE_WRITE (a
  * directory: a new file in it); exit 0, or 3 when it could write there
- * (a caller that discards stderr, `qemu-img check`'s, then fails).
+ * (a caller that discards stderr, `qemu-img check`'s, then fails);
+ * with $IMGPROBE_SLEEP, it then sleeps that many seconds before it exits.
  * Run as root with $IMGPROBE_REAL set, it is that qemu-img instead,
  * silently: t/50 boots a VM, whose overlay and grow stay root's on
  * purpose, and only the jailed calls are the probe's.
@@ -224,6 +225,8 @@ static int as_qemu_img(const char *sub)
 		fclose(fp);
 	fprintf(stderr, "imgprobe %s uid=%d CapEff=%s NoNewPrivs=%s store=%s\n", sub, (int)getuid(),
 		cap, nnp, !w ? "unasked" : wr == 0 ? "written" : ename(e));
+	if (getenv("IMGPROBE_SLEEP")) /* a slow qemu-img: its caller is killed meanwhile */
+		sleep((unsigned)atoi(getenv("IMGPROBE_SLEEP")));
 	return wr == 0 ? 3 : 0;
 }
 

@@ -1,4 +1,4 @@
-/* image_test.c - qcow2_header_ok (lib/image.c): the header check every
+/* image_test.c - qcow2_header_ok and disk_chain (lib/image.c): the header check every
  * layer passes before a root qemu-img opens it.  Images made by qemu-img
  * itself, then bytes set as a compromised QEMU would set them in its disk. */
 #include "../../lib/image.c"
@@ -6,6 +6,7 @@
 #include "tap.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static char dir[] = "/tmp/isopod-image-test.XXXXXX";
 
@@ -40,6 +41,73 @@ static int check(const char *path)
 	return r;
 }
 
+#define SHA "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+/* A qcow2 at PATH over BACKING (named, not opened: -u). */
+static int over(const char *path, const char *fmt, const char *backing)
+{
+	char cmd[3 * PATH_MAX];
+
+	snprintf(cmd, sizeof cmd, "qemu-img create -q -f qcow2 -u -F %s -b '%s' '%s' 1M >/dev/null",
+		 fmt, backing, path);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* disk_chain of a VM disk over BACKING: 0, or -1 (an alarm ends a hang). */
+static int chain_of(const char *backing, json_t *layers)
+{
+	char disk[PATH_MAX], b[65];
+	int r;
+
+	snprintf(disk, sizeof disk, "%s/disk.qcow2", dir);
+	unlink(disk);
+	if (over(disk, "qcow2", backing) < 0)
+		return -2;
+	json_array_clear(layers);
+	alarm(10);
+	r = disk_chain(disk, layers, b);
+	alarm(0);
+	return r;
+}
+
+/* disk_chain follows the names a guest's QEMU may have written: only store
+ * layers and a store base, each a regular file reached without a link. */
+static void test_chain(void)
+{
+	char h[256], p[PATH_MAX], q[PATH_MAX];
+	json_t *l = json_array();
+	FILE *f;
+
+	snprintf(h, sizeof h, "%s/store", dir);
+	setenv("ISOPOD_HOME", h, 1);
+	snprintf(p, sizeof p, "mkdir -p %s/images %s/stages/st-a %s/stages/st-fifo "
+		 "%s/stages/st-link %s/st-out", h, h, h, h, dir);
+	if (system(p) != 0)
+		printf("# mkdir failed\n");
+	snprintf(p, sizeof p, "%s/images/base-" SHA ".img", h);
+	if ((f = fopen(p, "w"))) {
+		fputs("raw base bytes, not a qcow2 header", f);
+		fclose(f);
+	}
+	snprintf(p, sizeof p, "%s/stages/st-a/layer.qcow2", h);
+	ok(over(p, "raw", "../../images/base-" SHA ".img") == 0, "a store layer over the base");
+	ok(chain_of(p, l) == 0 && json_array_size(l) == 1 &&
+	   !strcmp(json_string_value(json_array_get(l, 0)), "st-a"),
+	   "the control: a disk over it is a chain [st-a]");
+	snprintf(q, sizeof q, "%s/stages/st-fifo/layer.qcow2", h);
+	ok(mkfifo(q, 0600) == 0 && chain_of(q, l) == -1, "a FIFO as a layer: refused, no hang");
+	snprintf(q, sizeof q, "%s/stages/st-link/layer.qcow2", h);
+	ok(symlink(p, q) == 0 && chain_of(q, l) == -1, "a symlink as a layer: refused");
+	snprintf(q, sizeof q, "%s/st-out/layer.qcow2", dir);
+	snprintf(p, sizeof p, "%s/images/base-" SHA ".img", h);
+	ok(over(q, "raw", p) == 0 && chain_of(q, l) == -1,
+	   "a layer outside the store (its name of the store's form, over the store's base): refused");
+	snprintf(q, sizeof q, "%s/stages/st-a/../../../st-out/layer.qcow2", h);
+	ok(chain_of(q, l) == -1, "and by .. from inside the store: refused");
+	unsetenv("ISOPOD_HOME");
+	json_decref(l);
+}
+
 int main(void)
 {
 	char p[PATH_MAX], d[PATH_MAX];
@@ -71,6 +139,7 @@ int main(void)
 	ok(check(p) < 0, "the data file extension without its bit is refused");
 	snprintf(p, sizeof p, "%s/host-file", dir);
 	ok(check(p) < 0, "a raw file is not a qcow2 image");
+	test_chain();
 	snprintf(d, sizeof d, "rm -rf %s", dir);
 	if (system(d) != 0)
 		printf("# unable to remove %s\n", dir);

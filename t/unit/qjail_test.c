@@ -64,6 +64,62 @@ static void test_deps(void)
 	ok(r < 0 && n == 0, "deps of a missing program: an error, no list (%s)", err);
 }
 
+/* img_write: the file qemu-img writes is handed over only when it has one
+ * name (a second link would keep the inode in the jail's reach); the
+ * refused file keeps its owner and mode. */
+static void test_img_write(const char *dir)
+{
+	char p[PATH_MAX], l[PATH_MAX], err[512] = "";
+	struct qimg qi = { .wfd = -1 };
+	struct stat st;
+	int fd, r;
+
+	snprintf(p, sizeof p, "%s/disk.qcow2", dir);
+	snprintf(l, sizeof l, "%s/link", dir);
+	fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+	ok(link(p, l) == 0, "a second link to the disk");
+	r = img_write(&qi, p, err, sizeof err);
+	ok(r < 0 && qi.wfd < 0 && strstr(err, "more than one link"),
+	   "img_write refuses a file with 2 links (%s)", err);
+	ok(stat(p, &st) == 0 && (st.st_mode & 07777) == 0600, "its mode kept: %o",
+	   (unsigned)(st.st_mode & 07777));
+	unlink(l);
+	r = img_write(&qi, p, err, sizeof err);
+	ok(r == 0 && qi.wfd >= 0, "the control: one link, handed over (%d)", r);
+	img_giveback(&qi);
+	ok(stat(p, &st) == 0 && (st.st_mode & 07777) == 0600, "and given back 0600");
+	unlink(p);
+}
+
+/* The deadline of a qemu-img (here unjailed: the same wait): killed at
+ * it, reaped, an error; captured output read only until then. */
+static void test_deadline(void)
+{
+	char *slow[] = { "sleep", "30", NULL }, *quick[] = { "true", "info", NULL };
+	char err[512] = "", buf[64];
+	int64_t t0;
+	int r;
+
+	setenv("ISOPOD_JAIL", "0", 1);
+	t0 = mono_ms();
+	r = qjail_img(&(struct qimg_req){ .av = slow, .outfd = PROC_NULL, .errfd = PROC_INHERIT,
+					  .timeout_ms = 300 }, err, sizeof err);
+	ok(r == -1 && errno == ETIMEDOUT && strstr(err, "deadline") && mono_ms() - t0 < 5000,
+	   "a qemu-img past its deadline is killed: %d, %s, %lld ms", r, err,
+	   (long long)(mono_ms() - t0));
+	t0 = mono_ms();
+	r = qjail_img_capture(&(struct qimg_req){ .av = slow, .errfd = PROC_INHERIT,
+						  .timeout_ms = 300 }, buf, sizeof buf, err, sizeof err);
+	ok(r == -1 && mono_ms() - t0 < 5000, "and captured, too: %d, %lld ms", r,
+	   (long long)(mono_ms() - t0));
+	r = qjail_img(&(struct qimg_req){ .av = quick, .outfd = PROC_NULL, .errfd = PROC_INHERIT,
+					  .timeout_ms = 300 }, err, sizeof err);
+	ok(r == 0, "the control: one that ends in time: 0 (%d)", r);
+	unsetenv("ISOPOD_JAIL");
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/isopod-qjail-test.XXXXXX";
@@ -74,6 +130,8 @@ int main(void)
 	}
 	test_sysctl(dir);
 	test_deps();
+	test_img_write(dir);
+	test_deadline();
 	rmdir(dir);
 	return tap_done();
 }
