@@ -21,7 +21,6 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,18 +31,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t sz, const char *fmt, ...)
-{
-	va_list ap;
-	int e = errno;
-
-	va_start(ap, fmt);
-	vreason(err, sz, e, fmt, ap);
-	va_end(ap);
-	errno = e;
-	return -1;
-}
-
 /* mount_setattr(2) with AT_RECURSIVE is Linux 5.12. */
 static int kernel_ok(char *err, size_t sz)
 {
@@ -51,12 +38,12 @@ static int kernel_ok(char *err, size_t sz)
 	unsigned maj = 0, min = 0;
 
 	if (uname(&u) < 0)
-		return fail(err, sz, "uname:");
+		return reason_fail(err, sz, "uname:");
 	if (mutant() & MUT_OLD_KERNEL)
 		snprintf(u.release, sizeof u.release, "5.11.22-mutant");
 	if (sscanf(u.release, "%u.%u", &maj, &min) != 2 || maj < 5 || (maj == 5 && min < 12)) {
 		errno = ENOSYS;
-		return fail(err, sz, "the jail needs Linux 5.12 or later (mount_setattr with "
+		return reason_fail(err, sz, "the jail needs Linux 5.12 or later (mount_setattr with "
 			    "AT_RECURSIVE); this host runs %s; ISOPOD_JAIL=0 runs without the jail",
 			    u.release);
 	}
@@ -87,7 +74,7 @@ static int identity(const char *v, const char *where, void *arg)
 
 	if (parse_ll(v, id->lo, 4294967293ll, id->v) < 0) {
 		errno = EINVAL;
-		return fail(id->err, id->errsz, "%s: %s: want a number in %lld..4294967293", where,
+		return reason_fail(id->err, id->errsz, "%s: %s: want a number in %lld..4294967293", where,
 			    id->key, id->lo);
 	}
 	return 0;
@@ -109,11 +96,11 @@ int jail_uid_range(uid_t *first, uid_t *count, char *err, size_t errsz)
 		if (rc == -1)
 			return -1;
 		if (rc == -2)
-			return fail(err, errsz, "unable to read %s:", path);
+			return reason_fail(err, errsz, "unable to read %s:", path);
 	}
 	if (base + n > 4294967294ll) {
 		errno = EINVAL;
-		return fail(err, errsz, "%s: jail_uid_base %lld + jail_uid_count %lld: past uid "
+		return reason_fail(err, errsz, "%s: jail_uid_base %lld + jail_uid_count %lld: past uid "
 			    "4294967293", path, base, n);
 	}
 	*first = (uid_t)base;
@@ -151,7 +138,7 @@ static int wanted_value(const char *v, const char *where, void *arg)
 		w->on = 0;
 	else {
 		errno = EINVAL;
-		return fail(w->why, w->wsz, "%s: jail: yes or no, not %s", where, EXC(v));
+		return reason_fail(w->why, w->wsz, "%s: jail: yes or no, not %s", where, EXC(v));
 	}
 	if (strcmp(where, "ISOPOD_JAIL"))
 		snprintf(w->why, w->wsz, "%s: jail = %s", where, v);
@@ -180,7 +167,7 @@ int jail_wanted(char *why, size_t wsz)
 	if (rc == -1)
 		return -1;
 	if (rc == -2)
-		return fail(why, wsz, "%s", msg);
+		return reason_fail(why, wsz, "%s", msg);
 	return w.on;
 }
 
@@ -334,15 +321,15 @@ static int cg_make(struct jail *j, const char *mnt, const char *self, const char
 	int i;
 
 	if (pathn(dir, PATH_MAX, "%s%s/isopod-%s", mnt, strcmp(self, "/") ? self : "", name) < 0)
-		return fail(why, wsz, "cgroup path too long");
+		return reason_fail(why, wsz, "cgroup path too long");
 	/* One left by a caller that was killed (its jail's init died with it)
 	 * is empty and goes; one still holding processes is not ours to share
 	 * (its limits and its members would be). */
 	if (mkdir(dir, 0755) < 0 && (errno != EEXIST || rmdir(dir) < 0 || mkdir(dir, 0755) < 0))
-		return fail(why, wsz, "mkdir %s (a cgroup of that name still in use?):", dir);
+		return reason_fail(why, wsz, "mkdir %s (a cgroup of that name still in use?):", dir);
 	for (i = 0; i < nfile; i++)
 		if (vals[i] > 0 && put(dir, files[i], vals[i]) < 0) {
-			fail(why, wsz, "%s/%s:", dir, files[i]);
+			reason_fail(why, wsz, "%s/%s:", dir, files[i]);
 			rmdir(dir);
 			return -1;
 		}
@@ -494,16 +481,16 @@ static int spec_ok(const struct jail_spec *js, char *err, size_t errsz)
 
 	if (!js->name || !name_ok(js->name)) {
 		errno = EINVAL;
-		return fail(err, errsz, "jail name %s: want 1-64 of [A-Za-z0-9._-]",
+		return reason_fail(err, errsz, "jail name %s: want 1-64 of [A-Za-z0-9._-]",
 			    js->name ? EXC(js->name) : "(none)");
 	}
 	if (js->nro > JAIL_PATHS_MAX || js->nrw > JAIL_PATHS_MAX) {
 		errno = E2BIG;
-		return fail(err, errsz, "more than %d paths", JAIL_PATHS_MAX);
+		return reason_fail(err, errsz, "more than %d paths", JAIL_PATHS_MAX);
 	}
 	if (js->vm_dir && !clean(js->vm_dir)) {
 		errno = EINVAL;
-		return fail(err, errsz, "%s: not an absolute path without . or .. or empty components",
+		return reason_fail(err, errsz, "%s: not an absolute path without . or .. or empty components",
 			    EXC(js->vm_dir));
 	}
 	for (i = 0; i < js->nro + js->nrw; i++) {
@@ -511,7 +498,7 @@ static int spec_ok(const struct jail_spec *js, char *err, size_t errsz)
 
 		if (!clean(p)) {
 			errno = EINVAL;
-			return fail(err, errsz, "%s: not an absolute path without . or .. or empty "
+			return reason_fail(err, errsz, "%s: not an absolute path without . or .. or empty "
 				    "components", EXC(p));
 		}
 		/* Below a read-write path, a path is the jail's own to change
@@ -519,7 +506,7 @@ static int spec_ok(const struct jail_spec *js, char *err, size_t errsz)
 		 * bind anywhere on the host): it is never bound again. */
 		if (jail_covers(js, p) && (i < js->nro || strcmp(p, js->rw[i - js->nro]))) {
 			errno = EINVAL;
-			return fail(err, errsz, "%s: below a read-write path of the jail", EXC(p));
+			return reason_fail(err, errsz, "%s: below a read-write path of the jail", EXC(p));
 		}
 	}
 	return 0;
@@ -542,7 +529,7 @@ static int resolve(const char *path, char *out, size_t sz, realpath_t *rw, size_
 
 	if (pathn(todo, sizeof todo, "%s", path) < 0) {
 		errno = ENAMETOOLONG;
-		return fail(err, errsz, "jail: %s: path too long", path);
+		return reason_fail(err, errsz, "jail: %s: path too long", path);
 	}
 	for (;;) {
 		char *p = todo, *c;
@@ -567,29 +554,29 @@ static int resolve(const char *path, char *out, size_t sz, realpath_t *rw, size_
 		}
 		if (pathn(cand, sizeof cand, "%s/%s", done, c) < 0) {
 			errno = ENAMETOOLONG;
-			return fail(err, errsz, "jail: %s: path too long", path);
+			return reason_fail(err, errsz, "jail: %s: path too long", path);
 		}
 		for (k = 0; k < nrw; k++)
 			if (k != self && below(cand, rw[k])) {
 				errno = EINVAL;
-				return fail(err, errsz, "%s: passes through %s, below the jail's read-write "
+				return reason_fail(err, errsz, "%s: passes through %s, below the jail's read-write "
 					    "path %s", EXC(path), EXC(cand), EXC(rw[k]));
 			}
 		if (lstat(cand, &st) < 0)
-			return fail(err, errsz, "jail: %s: %s:", path, cand);
+			return reason_fail(err, errsz, "jail: %s: %s:", path, cand);
 		if (S_ISLNK(st.st_mode)) {
 			if (++hops > 40) {
 				errno = ELOOP;
-				return fail(err, errsz, "jail: %s:", path);
+				return reason_fail(err, errsz, "jail: %s:", path);
 			}
 			if ((n = readlink(cand, link, sizeof link - 1)) < 0)
-				return fail(err, errsz, "jail: readlink %s:", cand);
+				return reason_fail(err, errsz, "jail: readlink %s:", cand);
 			link[n] = '\0';
 			if (link[0] == '/')
 				done[0] = '\0';
 			if (pathn(todo, sizeof todo, "%s%s", link, rest) < 0) {
 				errno = ENAMETOOLONG;
-				return fail(err, errsz, "jail: %s: path too long", path);
+				return reason_fail(err, errsz, "jail: %s: path too long", path);
 			}
 			continue;
 		}
@@ -597,7 +584,7 @@ static int resolve(const char *path, char *out, size_t sz, realpath_t *rw, size_
 		memmove(todo, rest, strlen(rest) + 1);
 		if (todo[strspn(todo, "/")] != '\0' && !S_ISDIR(st.st_mode)) {
 			errno = ENOTDIR;
-			return fail(err, errsz, "jail: %s: %s:", path, cand);
+			return reason_fail(err, errsz, "jail: %s: %s:", path, cand);
 		}
 	}
 }
@@ -640,13 +627,13 @@ static int resolve_all(const struct jail_spec *js, realpath_t *real, char *err, 
 		for (k = 0; k < sizeof forbidden / sizeof forbidden[0]; k++)
 			if (below(real[i], forbidden[k]) || below(forbidden[k], real[i])) {
 				errno = EINVAL;
-				return fail(err, errsz, "%s: resolves to %s: the host's %s is never "
+				return reason_fail(err, errsz, "%s: resolves to %s: the host's %s is never "
 					    "bound into the jail", EXC(p), EXC(real[i]),
 					    strcmp(real[i], "/") ? forbidden[k] : "/");
 			}
 		if (js->vm_dir && i != n - 1 && below(rw[nw - 1], real[i])) {
 			errno = EINVAL;
-			return fail(err, errsz, "%s: resolves to %s, an ancestor of the VM's directory "
+			return reason_fail(err, errsz, "%s: resolves to %s, an ancestor of the VM's directory "
 				    "%s", EXC(p), EXC(real[i]), EXC(rw[nw - 1]));
 		}
 	}
@@ -666,7 +653,7 @@ static int plan_ok(const struct proc_spec *ps, char *err, size_t errsz)
 			fd = i;
 		if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
 			errno = EINVAL;
-			return fail(err, errsz, "descriptor %d (the jail's fd %d) is a directory: a way "
+			return reason_fail(err, errsz, "descriptor %d (the jail's fd %d) is a directory: a way "
 				    "out of the jail", fd, i);
 		}
 	}
@@ -688,19 +675,19 @@ static int release(pid_t pid, int userns, const struct jail *j, int syncfd, int 
 	if (userns) { /* ourselves, and nobody else, inside */
 		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)getuid(), (unsigned)getuid());
 		if (write_file(pid, "setgroups", "deny") < 0 || write_file(pid, "uid_map", map) < 0)
-			return fail(why, wsz, "writing the user namespace's uid map:");
+			return reason_fail(why, wsz, "writing the user namespace's uid map:");
 		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)getgid(), (unsigned)getgid());
 		if (write_file(pid, "gid_map", map) < 0)
-			return fail(why, wsz, "writing the user namespace's gid map:");
+			return reason_fail(why, wsz, "writing the user namespace's gid map:");
 	}
 	for (i = 0; i < j->ncg; i++)
 		if (put(j->cg[i], "cgroup.procs", pid) < 0)
-			return fail(why, wsz, "%s/cgroup.procs:", j->cg[i]);
+			return reason_fail(why, wsz, "%s/cgroup.procs:", j->cg[i]);
 	if (send(syncfd, "1", 1, MSG_NOSIGNAL) != 1)
-		return fail(why, wsz, "releasing the jailed child:");
+		return reason_fail(why, wsz, "releasing the jailed child:");
 	while (n < (ssize_t)wsz - 1 && (r = read(errfd, why + n, wsz - 1 - (size_t)n)) != 0) {
 		if (r < 0 && errno != EINTR)
-			return fail(why, wsz, "reading the jailed child's verdict:");
+			return reason_fail(why, wsz, "reading the jailed child's verdict:");
 		n += r > 0 ? r : 0;
 	}
 	why[n] = '\0';
@@ -722,7 +709,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	if (kernel_ok(err, errsz) < 0 || spec_ok(js, err, errsz) < 0 || plan_ok(ps, err, errsz) < 0)
 		goto out;
 	if (!(real = calloc(js->nro + js->nrw + 1, sizeof *real))) {
-		fail(err, errsz, "calloc:");
+		reason_fail(err, errsz, "calloc:");
 		goto out;
 	}
 	if (resolve_all(js, real, err, errsz) < 0)
@@ -737,11 +724,11 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	/* The go travels on a socket: a child already dead gets EPIPE from
 	 * send(MSG_NOSIGNAL), never our caller a SIGPIPE. */
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync) < 0) {
-		fail(err, errsz, "socketpair:");
+		reason_fail(err, errsz, "socketpair:");
 		goto out_cg;
 	}
 	if (pipe2(ep, O_CLOEXEC) < 0) {
-		fail(err, errsz, "pipe:");
+		reason_fail(err, errsz, "pipe:");
 		close(sync[0]);
 		close(sync[1]);
 		goto out_cg;
@@ -762,7 +749,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 		close(sync[1]);
 		close(ep[0]);
 		errno = e;
-		fail(err, errsz, "clone into new namespaces:");
+		reason_fail(err, errsz, "clone into new namespaces:");
 		goto out_cg;
 	}
 	r = release(pid, userns, j, sync[1], ep[0], why, sizeof why);
@@ -807,7 +794,7 @@ int jail_release(struct jail *j, char *err, size_t errsz)
 		while ((rc = rmdir(j->cg[i])) < 0 && errno == EBUSY && mono_ms() < until)
 			usleep(10 * 1000);
 		if (rc < 0 && errno != ENOENT)
-			r = fail(err, errsz, "rmdir %s:", j->cg[i]);
+			r = reason_fail(err, errsz, "rmdir %s:", j->cg[i]);
 	}
 	j->ncg = 0;
 	return r;

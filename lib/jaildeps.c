@@ -23,7 +23,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,19 +32,6 @@
 #define DEPS_MAX 256 /* more than any program we jail: QEMU loads ~50 */
 
 extern char **environ;
-
-__attribute__((format(printf, 3, 4))) static int deps_fail(char *err, size_t sz, const char *fmt,
-							   ...)
-{
-	va_list ap;
-	int e = errno;
-
-	va_start(ap, fmt);
-	vreason(err, sz, e, fmt, ap);
-	va_end(ap);
-	errno = e;
-	return -1;
-}
 
 /* ldd's answer for prog into out[*n..] (malloc'd strings, at most max). */
 static int run_ldd(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz)
@@ -59,19 +45,19 @@ static int run_ldd(const char *prog, char **out, size_t *n, size_t max, char *er
 	 * is not a path is skipped below. */
 	ps.out = ps.err = PROC_PIPE;
 	if ((st = proc_capture(&ps, buf, sizeof buf, &len)) < 0)
-		return deps_fail(err, errsz, "ldd %s:", prog);
+		return reason_fail(err, errsz, "ldd %s:", prog);
 	/* A cut list would bind a cut path (a directory prefix) into the jail,
 	 * or leave a library out: never a partial answer. */
 	if (len >= sizeof buf) {
 		errno = E2BIG;
-		return deps_fail(err, errsz, "ldd %s: more than %zu bytes of output", prog,
+		return reason_fail(err, errsz, "ldd %s: more than %zu bytes of output", prog,
 				 sizeof buf - 1);
 	}
 	if (st != 0 && strstr(buf, "not a dynamic executable")) /* static: nothing to add */
 		return 0;
 	if (st != 0) {
 		errno = EINVAL;
-		return deps_fail(err, errsz, "ldd %s: exit status %d: %s", prog, st,
+		return reason_fail(err, errsz, "ldd %s: exit status %d: %s", prog, st,
 				 EXC(buf[0] ? buf : "(no output)"));
 	}
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -80,7 +66,7 @@ static int run_ldd(const char *prog, char **out, size_t *n, size_t max, char *er
 		p = p ? p + 3 : line + strspn(line, " \t");
 		if (strstr(p, "not found")) {
 			errno = ENOENT;
-			return deps_fail(err, errsz, "ldd %s: %s", prog, EXC(line));
+			return reason_fail(err, errsz, "ldd %s: %s", prog, EXC(line));
 		}
 		if (*p != '/') /* linux-vdso.so.1: in the kernel, not a file */
 			continue;
@@ -88,10 +74,10 @@ static int run_ldd(const char *prog, char **out, size_t *n, size_t max, char *er
 			*e = '\0';
 		if (*n >= max) {
 			errno = E2BIG;
-			return deps_fail(err, errsz, "ldd %s: more than %zu paths", prog, max);
+			return reason_fail(err, errsz, "ldd %s: more than %zu paths", prog, max);
 		}
 		if (!(out[(*n)++] = strdup(p)))
-			return deps_fail(err, errsz, "strdup:");
+			return reason_fail(err, errsz, "strdup:");
 	}
 	return 0;
 }

@@ -55,6 +55,18 @@ void vreason(char *buf, size_t sz, int e, const char *fmt, va_list ap)
 		snprintf(buf + k, sz - k, " %s", strerror(e));
 }
 
+int reason_fail(char *err, size_t sz, const char *fmt, ...)
+{
+	va_list ap;
+	int e = errno;
+
+	va_start(ap, fmt);
+	vreason(err, sz, e, fmt, ap);
+	va_end(ap);
+	errno = e;
+	return -1;
+}
+
 const char *exit_kind(int code)
 {
 	switch (code) {

@@ -128,6 +128,9 @@ char *excerpt(char buf[EXCERPT_SZ], const void *p, size_t n);
 /* fmt's text into buf as die() words it (a format ending in ':' gets
  * strerror(e) appended), for a library that hands its reason back. */
 __attribute__((format(printf, 4, 0))) void vreason(char *buf, size_t sz, int e, const char *fmt, va_list ap);
+/* vreason with errno's text, for a library's error return: errno kept,
+ * always -1 (`return reason_fail(err, errsz, "open %s:", path);`). */
+__attribute__((format(printf, 3, 4))) int reason_fail(char *err, size_t sz, const char *fmt, ...);
 
 /* Print obj compactly + "\n" to stdout and check the write (dies EX_SYS). */
 void json_emit(json_t *obj);

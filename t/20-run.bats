@@ -816,22 +816,30 @@ EOF
 # stand-in QEMU is t/17's static probe under that name: it logs who runs it
 # and exits 1, so the verdict's reason ("qemu exited ...: LAST LOG LINE")
 # carries its uid.  The store's verdicts are put back after.
-@test "accel: the KVM probe's QEMU runs as the jail's uid, no capabilities, no_new_privs; its directory is removed after" {
-	local sb="$BATS_TEST_TMPDIR/qbin" keep="$BATS_TEST_TMPDIR/accel" reason uid vm
-	[ -e /dev/kvm ] || skip "no /dev/kvm: the probe never runs"
-	[ "$(id -u)" -eq 0 ] || skip "root only: the jail's uid"
+# probe_reason [WRAP...]: the reason of the verdict a KVM probe by that
+# stand-in leaves (isopod-boot of a claimed VM, run through WRAP...), in
+# $reason; the store's verdicts are put back.
+probe_reason() {
+	local sb="$BATS_TEST_TMPDIR/qbin" keep="$BATS_TEST_TMPDIR/accel" vm
 	mkdir -p "$sb" "$keep"
 	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-system-x86_64"
 	cp -a "$ISOPOD_HOME/accel/." "$keep/" 2>/dev/null || :
 	rm -f "$ISOPOD_HOME"/accel/*.json
 	vm=$(isopod-claim | jq -er .vm.id)
-	PATH="$sb:$PATH" run --separate-stderr isopod-boot --vm "$vm" --owner-pid $$
+	PATH="$sb:$PATH" run --separate-stderr "$@" isopod-boot --vm "$vm" --owner-pid $$
 	echo "$stderr"
 	reason=$(jq -r .reason "$ISOPOD_HOME"/accel/*.json)
 	rm -f "$ISOPOD_HOME"/accel/*.json
 	cp -a "$keep/." "$ISOPOD_HOME/accel/"
 	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || :
 	echo "reason: $reason"
+}
+
+@test "accel: the KVM probe's QEMU runs as the jail's uid, no capabilities, no_new_privs; its directory is removed after" {
+	local reason uid
+	[ -e /dev/kvm ] || skip "no /dev/kvm: the probe never runs"
+	[ "$(id -u)" -eq 0 ] || skip "root only: the jail's uid"
+	probe_reason
 	[[ "$reason" == "kvm: qemu exited with status 1: qemuprobe uid="* ]]
 	uid=$(sed -n 's/.*qemuprobe uid=\([0-9]*\) .*/\1/p' <<<"$reason")
 	[ "$uid" -ge 2013265920 ] && [ "$uid" -le 2013331455 ] || false
@@ -845,23 +853,12 @@ EOF
 # jail keeps that one group.  A stand-in node of the same device, group
 # 4243 0660, bound over /dev/kvm in a mount namespace of this test's own.
 @test "accel: where /dev/kvm is group-usable (root:kvm 0660), the jailed probe keeps that group and opens it" {
-	local sb="$BATS_TEST_TMPDIR/qbin" keep="$BATS_TEST_TMPDIR/accel" node="$BATS_TEST_TMPDIR/kvm" reason vm
+	local node="$BATS_TEST_TMPDIR/kvm" reason
 	[ -c /dev/kvm ] || skip "no /dev/kvm: the probe never runs"
 	[ "$(id -u)" -eq 0 ] || skip "root only: the jail's groups"
-	mkdir -p "$sb" "$keep"
-	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-system-x86_64"
 	mknod -m 0660 "$node" c "$((0x$(stat -c %t /dev/kvm)))" "$((0x$(stat -c %T /dev/kvm)))"
 	chgrp 4243 "$node"
-	cp -a "$ISOPOD_HOME/accel/." "$keep/" 2>/dev/null || :
-	rm -f "$ISOPOD_HOME"/accel/*.json
-	vm=$(isopod-claim | jq -er .vm.id)
-	PATH="$sb:$PATH" run --separate-stderr unshare -m sh -c 'mount --bind "$1" /dev/kvm && shift && exec "$@"' \
-		sh "$node" isopod-boot --vm "$vm" --owner-pid $$
-	echo "$stderr"
-	reason=$(jq -r .reason "$ISOPOD_HOME"/accel/*.json)
-	rm -f "$ISOPOD_HOME"/accel/*.json
-	cp -a "$keep/." "$ISOPOD_HOME/accel/"
-	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || :
-	echo "reason: $reason"
+	# shellcheck disable=SC2016 # expanded by that sh
+	probe_reason unshare -m sh -c 'mount --bind "$1" /dev/kvm && shift && exec "$@"' sh "$node"
 	[[ "$reason" == *"qemuprobe uid="*" NoNewPrivs=1 kvm=opened"* ]]
 }

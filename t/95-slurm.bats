@@ -16,9 +16,7 @@ load helpers
 HOLD=2
 
 setup_file() {
-	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
-	command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null ||
-		skip "slurmctld, slurmd or munged not installed (.ci/setup)"
+	need_slurm
 	isopod_setup_file
 	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh" LAB_NAME="t95s$$"
 	export ISOPOD_LAB_STATE="$BATS_FILE_TMPDIR/lab" T="$BATS_FILE_TMPDIR/t"

@@ -25,6 +25,16 @@ export ISOPOD_SYSCONFIG ISOPOD_CONFIG ISOPOD_NET
 ISOPOD_GC_INTERVAL=off
 export ISOPOD_GC_INTERVAL
 
+# need_slurm: skip the file unless it runs as root (network namespaces)
+# with Slurm and munge installed (.ci/setup): t/95, t/96, t/97's clusters.
+need_slurm() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: network namespaces"
+	local c
+	for c in slurmctld slurmd munged; do
+		command -v "$c" >/dev/null || skip "slurmctld, slurmd or munged not installed (.ci/setup)"
+	done
+}
+
 isopod_setup_file() {
 	ISOPOD_HOME=$(mktemp -d "/tmp/isopod-t.$(basename "$BATS_TEST_FILENAME" .bats).XXXXXX")
 	export ISOPOD_HOME
