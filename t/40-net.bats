@@ -891,7 +891,12 @@ time.sleep(120)' &
 	json_is '.conn_limit == 4096'
 	restored=$(lab gexec 18 python3 "$fake" udpmany 198.51.100.10 7 30)
 	echo "limited $limited restored $restored" >&2
-	[ "$limited" -ge 5 ] && [ "$limited" -le 10 ] || false
+	# a flow or two past the limit is the kernel's: its count (nf_conncount)
+	# is kept lazily, pruning entries it does not find in the conntrack
+	# table as later flows are counted, and on a loaded host one more than
+	# the limit has passed (11, the rehearsal of 2026-12-03); a limit not
+	# applied lets all 30 by
+	[ "$limited" -ge 5 ] && [ "$limited" -le 12 ] || false
 	[ "$restored" -eq 30 ]
 	run --separate-stderr netsetup --conn-limit 0
 	[ "$status" -eq 100 ]
