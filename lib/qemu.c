@@ -186,7 +186,10 @@ pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd)
 	return proc_spawn(&ps);
 }
 
-int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
+/* Run qemu-img (av) to completion, unjailed; its messages go to our
+ * stderr.  0, or -1 with err naming the verb (av[1]) and, when given, the
+ * disk.  Only qemu_img_overlay's: every other qemu-img is lib/qjail.c's. */
+static int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
 {
 	pid_t pid;
 	int st;

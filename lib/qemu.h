@@ -78,9 +78,6 @@ struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in);
  * nothing else open.  With pdeath, SIGKILLed when the caller dies. */
 pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd);
 
-/* Run qemu-img (av) to completion; its messages go to our stderr.  0, or
- * -1 with err naming the verb (av[1]) and, when given, the disk. */
-int qemu_img(char *const av[], const char *disk, char *err, size_t errsz);
 /* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <bytes>. */
 int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *err, size_t errsz);
 
