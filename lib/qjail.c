@@ -434,14 +434,20 @@ fail:
 	return -1;
 }
 
+/* What is left of qi's deadline, in ms for poll: 0 once it has passed. */
+static int img_left_ms(const struct qimg *qi)
+{
+	int64_t left = qi->until - mono_ms();
+
+	return left <= 0 ? 0 : left < INT32_MAX ? (int)left : INT32_MAX;
+}
+
 int qjail_img_wait(struct qimg *qi, char *err, size_t errsz)
 {
 	char why[256];
 	int st, r;
 
-	int64_t left = qi->until - mono_ms();
-
-	if (!proc_exited_within(qi->pid, &st, left > 0 ? (int)(left < INT32_MAX ? left : INT32_MAX) : 0)) {
+	if (!proc_exited_within(qi->pid, &st, img_left_ms(qi))) {
 		/* jailed, the pid is its namespace's init: all of it goes */
 		kill(qi->pid, SIGKILL);
 		r = proc_wait(qi->pid, &st) < 0 ? -1 : 0;
@@ -491,9 +497,9 @@ int qjail_img_capture(const struct qimg_req *rq, char *buf, size_t sz, char *err
 	 * its deadline (qjail_img_wait kills it then) */
 	for (;;) {
 		struct pollfd pf = { .fd = p[0], .events = POLLIN };
-		int64_t left = qi.until - mono_ms();
+		int left = img_left_ms(&qi);
 
-		if (left <= 0 || poll(&pf, 1, (int)(left < INT32_MAX ? left : INT32_MAX)) == 0)
+		if (left == 0 || poll(&pf, 1, left) == 0)
 			break;
 		n = read(p[0], len + 1 < sz ? buf + len : skip,
 			 len + 1 < sz ? sz - 1 - len : sizeof skip);

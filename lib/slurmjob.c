@@ -186,13 +186,14 @@ int sjob_feature(const char *dir, const char *ref, char *out, size_t sz)
 	char tool[PATH_MAX], buf[4096];
 	char *const av[] = { tool, "feature", "--", (char *)ref, NULL };
 	struct proc_spec ps = PROC_SPEC(av);
+	size_t len = 0;
 	json_t *j;
 	int rc = -1;
 
 	if (pathn(tool, sizeof tool, "%s/isopod-slurm", dir) < 0)
 		return -1;
 	ps.file = tool, ps.out = PROC_PIPE;
-	if (proc_capture(&ps, buf, sizeof buf, NULL) != 0 || !(j = json_loads(buf, 0, NULL)))
+	if (proc_capture(&ps, buf, sizeof buf, &len) != 0 || !(j = json_parse(buf, len, 0, NULL, 0)))
 		return -1;
 	if (json_is_string(json_object_get(j, "feature")) &&
 	    snprintf(out, sz, "%s", json_string_value(json_object_get(j, "feature"))) < (int)sz)
