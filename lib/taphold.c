@@ -37,17 +37,16 @@ int taphold_busy(const char *tap)
 	return held;
 }
 
-/* Does /proc/PID hold a /dev/net/tun file attached to tap (its fdinfo
- * says "iff:\tTAP")?  1 yes, 0 no or not ours to read. */
-static int pid_holds_tap(const char *pid, const char *tap)
+/* Does /proc/PID hold a descriptor whose link reads link (and, with info,
+ * whose fdinfo holds info)?  1 yes, 0 no or not ours to read. */
+static int pid_holds(const char *pid, const char *link, const char *info)
 {
-	char p[PATH_MAX], l[64], want[IFNAMSIZ + 8], buf[1024];
+	char p[PATH_MAX], l[64], buf[1024];
 	struct dirent *e;
 	DIR *d;
 	ssize_t n;
 	int fd, found = 0;
 
-	snprintf(want, sizeof want, "iff:\t%s\n", tap);
 	if (pathn(p, sizeof p, "/proc/%s/fd", pid) < 0 || !(d = opendir(p)))
 		return 0;
 	while (!found && (e = readdir(d))) {
@@ -55,17 +54,32 @@ static int pid_holds_tap(const char *pid, const char *tap)
 		    (n = readlink(p, l, sizeof l - 1)) < 0)
 			continue;
 		l[n] = '\0';
-		if (strcmp(l, "/dev/net/tun") ||
-		    pathn(p, sizeof p, "/proc/%s/fdinfo/%s", pid, e->d_name) < 0 ||
+		if (strcmp(l, link))
+			continue;
+		if (!info) {
+			found = 1;
+			continue;
+		}
+		if (pathn(p, sizeof p, "/proc/%s/fdinfo/%s", pid, e->d_name) < 0 ||
 		    (fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
 			continue;
 		n = read(fd, buf, sizeof buf - 1);
 		close(fd);
 		buf[n > 0 ? n : 0] = '\0';
-		found = strstr(buf, want) != NULL;
+		found = strstr(buf, info) != NULL;
 	}
 	closedir(d);
 	return found;
+}
+
+/* Does /proc/PID hold a /dev/net/tun file attached to tap (its fdinfo
+ * says "iff:\tTAP")? */
+static int pid_holds_tap(const char *pid, const char *tap)
+{
+	char want[IFNAMSIZ + 8];
+
+	snprintf(want, sizeof want, "iff:\t%s\n", tap);
+	return pid_holds(pid, "/dev/net/tun", want);
 }
 
 /* /proc/PID/comm, printable: the holder names itself (prctl
@@ -154,25 +168,16 @@ static int port_busy(uint32_t gw, int type, unsigned port)
  * to out as ", pid N (comm)". */
 static size_t socket_pids(unsigned long ino, char *out, size_t len, size_t sz)
 {
-	char want[64], p[PATH_MAX], l[64], comm[32];
-	struct dirent *e, *f;
-	DIR *d, *fds;
-	ssize_t n;
+	char want[64], comm[32];
+	struct dirent *e;
+	DIR *d;
 
 	snprintf(want, sizeof want, "socket:[%lu]", ino);
 	if (!(d = opendir("/proc")))
 		return len;
 	while ((e = readdir(d)) && len < sz) {
-		int found = 0;
-
 		if (strspn(e->d_name, "0123456789") != strlen(e->d_name) ||
-		    pathn(p, sizeof p, "/proc/%s/fd", e->d_name) < 0 || !(fds = opendir(p)))
-			continue;
-		while (!found && (f = readdir(fds)))
-			found = pathn(p, sizeof p, "/proc/%s/fd/%s", e->d_name, f->d_name) == 0 &&
-				(n = readlink(p, l, sizeof l - 1)) > 0 && (l[n] = '\0', !strcmp(l, want));
-		closedir(fds);
-		if (!found)
+		    !pid_holds(e->d_name, want, NULL))
 			continue;
 		comm_of(e->d_name, comm, sizeof comm);
 		len += (size_t)snprintf(out + len, sz - len, ", pid %s (%s)", e->d_name, comm);
