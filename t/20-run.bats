@@ -170,6 +170,19 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	[ "$status" -eq 100 ]
 }
 
+@test "run: --disk-mib below the base image's size is a usage error naming that size, before QEMU starts" {
+	bsha=$(cat "$ISOPOD_HOME/images/current-base")
+	mib=$(( ($(stat -c %s "$ISOPOD_HOME/images/base-$bsha.img") + 1048575) / 1048576 ))
+	# within --check's 64..1048576, so refused by the boot itself, which
+	# knows the base
+	run --separate-stderr isopod run --json-only --disk-mib $((mib - 1)) -- true
+	[ "$status" -eq 100 ]
+	json_is '.ok == false and .error_kind == "usage"'
+	[[ "$stderr" == *"--disk-mib $((mib - 1))"*"the base image is $mib MiB"* ]]
+	id=$(echo "$output" | jq -r .vm.id)
+	[ ! -e "$ISOPOD_HOME/vms/$id/disk.qcow2" ] && ! vm_locked "$id" || false
+}
+
 @test "run: the hostname is the VM's vanity name; lo is up; /tmp is 1777" {
 	run --separate-stderr isopod run --json-only -- sh -c 'hostname; stat -c %a /tmp; ip -o link show lo 2>/dev/null || cat /sys/class/net/lo/operstate; ping -c1 -W2 127.0.0.1 >/dev/null && echo lo-ok'
 	[ "$status" -eq 0 ]
@@ -414,34 +427,61 @@ $want" ]
 	rm -f "$DATA/big" "$DATA/out/out.bin"
 }
 
-@test "run: a fresh VM has 2 GiB free on / without a flag; filling it is ENOSPC inside, the host's overlay capped at the disk" {
-	# Filling 2 GiB with real bytes would take a minute under TCG: the bulk
-	# is reserved by fallocate (no bytes written), the last 128 MiB written
-	# by dd until the file system is full.
-	run --separate-stderr isopod run --json-only --keep -- sh -c '
+# fill_disk [RUN-OPTION...]: a kept VM (vm.id in $id) that reserves all
+# but 128 MiB of / with fallocate (2 GiB of real bytes would take a minute
+# under TCG; a reservation writes none), then writes zeros with dd until the
+# file system is full, at most the disk's cap + 64 MiB ($cap: the size the
+# disk must have, in bytes), then tries one more file.  Prints its lines
+# (avail, size, dd, left, more) in $out.
+fill_disk() {
+	run --separate-stderr isopod run --json-only --keep "$@" -- sh -c '
 		a=$(df -k / | awk "NR==2 {print \$4}"); echo "avail $a"
+		echo "size $(df -k / | awk "NR==2 {print \$2}")"
 		fallocate -l $(( (a - 131072) * 1024 )) /root/bulk || echo "fallocate failed"
-		dd if=/dev/zero of=/root/fill bs=1M 2>&1; echo "dd $?"
+		dd if=/dev/zero of=/root/fill bs=1M count="$1" 2>&1; echo "dd $?"
 		sync; echo "left $(df -k / | awk "NR==2 {print \$4}")"
-		echo more >/root/more 2>/dev/null; echo "more $?"'
+		echo more >/root/more 2>/dev/null; echo "more $?"' sh $((cap / 1048576 + 64))
 	[ "$status" -eq 0 ]
 	id=$(echo "$output" | jq -r .vm.id)
 	out=$(echo "$output" | jq -r .stdout)
 	echo "$out" >&3
-	avail=$(awk '$1 == "avail" {print $2}' <<<"$out")
-	[ "$avail" -ge $((2 * 1024 * 1024)) ]
+}
+
+# fill_checked: what fill_disk leaves: ENOSPC inside (dd and the next write
+# fail, nothing left), and on the host the overlay's virtual size is the cap
+# and what it holds no more than the cap (plus the qcow2 tables).
+fill_checked() {
 	! grep -q "fallocate failed" <<<"$out" || false
 	grep -q "No space left on device" <<<"$out"
 	grep -qx "dd 1" <<<"$out" && grep -qx "more 1" <<<"$out" && grep -qx "left 0" <<<"$out" || false
-	# the host: what the VM wrote is in its overlay, whose virtual size is
-	# the base image's (the disk's cap); nothing more
-	bsha=$(cat "$ISOPOD_HOME/images/current-base")
-	cap=$(stat -c %s "$ISOPOD_HOME/images/base-$bsha.img")
 	info=$(qemu-img info -U --output=json "$ISOPOD_HOME/vms/$id/disk.qcow2")
-	echo "overlay: $(jq -c '{"virtual-size", "actual-size"}' <<<"$info")" >&3
+	echo "overlay: $(jq -c '{"virtual-size", "actual-size"}' <<<"$info"), cap $cap" >&3
 	jq -e --argjson cap "$cap" '."virtual-size" == $cap and
 		."actual-size" >= 128 * 1048576 and ."actual-size" <= $cap + 64 * 1048576' <<<"$info"
+	[ "$(stat -c %s "$ISOPOD_HOME/vms/$id/disk.qcow2")" -le $((cap + 64 * 1048576)) ]
 	isopod-stop --vm "$id" >/dev/null
+}
+
+@test "run: a fresh VM has 2 GiB free on / without a flag; filling it is ENOSPC inside, the host's overlay capped at the disk" {
+	# without a flag the disk is the base image: its size is the cap
+	bsha=$(cat "$ISOPOD_HOME/images/current-base")
+	cap=$(stat -c %s "$ISOPOD_HOME/images/base-$bsha.img")
+	fill_disk
+	avail=$(awk '$1 == "avail" {print $2}' <<<"$out")
+	[ "$avail" -ge $((2 * 1024 * 1024)) ]
+	fill_checked
+}
+
+@test "run: --disk-mib above the base: filling the grown disk is ENOSPC inside, the host's overlay capped at --disk-mib" {
+	bsha=$(cat "$ISOPOD_HOME/images/current-base")
+	mib=$(( ($(stat -c %s "$ISOPOD_HOME/images/base-$bsha.img") + 1048575) / 1048576 + 64 ))
+	cap=$((mib * 1048576))
+	fill_disk --disk-mib "$mib"
+	# the file system was grown past the base's size (the base's own
+	# file system is smaller than its file: its inode tables)
+	size=$(awk '$1 == "size" {print $2}' <<<"$out")
+	[ "$size" -gt $(((mib - 64) * 1024)) ]
+	fill_checked
 }
 
 @test "run: copy-out of a missing guest file is a warning and an error entry, not lost silently" {
