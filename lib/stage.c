@@ -483,7 +483,7 @@ int layer_hash(int fd, char sha[65], struct stat *after)
 {
 	struct stat before;
 
-	if (fstat(fd, &before) < 0 || lseek(fd, 0, SEEK_SET) < 0 || warm_sha256_fd(fd, sha) < 0 ||
+	if (fstat(fd, &before) < 0 || lseek(fd, 0, SEEK_SET) < 0 || sha256_fd(fd, sha) < 0 ||
 	    fstat(fd, after) < 0)
 		return -1;
 	return same_file(&before, after) ? 0 : 1;

@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,27 +52,6 @@ static json_t *stat_json(const struct stat *st)
 			 "mtime_s", (json_int_t)st->st_mtim.tv_sec, "mtime_ns",
 			 (json_int_t)st->st_mtim.tv_nsec, "ctime_s", (json_int_t)st->st_ctim.tv_sec,
 			 "ctime_ns", (json_int_t)st->st_ctim.tv_nsec);
-}
-
-/* sha256 of what fd reads, from where it is (a fresh open: the start). */
-static int hash_fd(int fd, char hex[65])
-{
-	crypto_hash_sha256_state st;
-	unsigned char h[crypto_hash_sha256_BYTES], buf[1 << 16];
-	ssize_t r;
-
-	crypto_hash_sha256_init(&st);
-	while ((r = read(fd, buf, sizeof buf)) != 0) {
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		crypto_hash_sha256_update(&st, buf, (unsigned long long)r);
-	}
-	crypto_hash_sha256_final(&st, h);
-	sodium_bin2hex(hex, 65, h, sizeof h);
-	return 0;
 }
 
 /* A file system whose server or daemon decides what a read returns, and
@@ -136,7 +114,7 @@ static int hash_file(struct subjects *s, const char *path, char hex[65])
 			return 0;
 		}
 	}
-	if (hash_fd(fd, hex) < 0) {
+	if (sha256_fd(fd, hex) < 0) {
 		json_decref(have);
 		goto fail;
 	}

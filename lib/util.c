@@ -807,31 +807,66 @@ json_t *file_identity(const char *path, const struct stat *st)
 			 (json_int_t)(st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec));
 }
 
+int sha256_fd(int fd, char out[65])
+{
+	static const unsigned char zero[1 << 16];
+	crypto_hash_sha256_state st;
+	unsigned char h[crypto_hash_sha256_BYTES], buf[1 << 16];
+	struct stat sb;
+	off_t pos, next;
+	ssize_t r;
+	int seek;
+
+	if (!(seek = (pos = lseek(fd, 0, SEEK_CUR)) >= 0) && errno != ESPIPE)
+		return -1;
+	crypto_hash_sha256_init(&st);
+	for (;;) {
+		/* A hole reads as zeros: they are hashed, not read.  A base
+		 * image is 2 GiB of holes: read, they took ~5 s of kernel time
+		 * (cold) and filled the page cache with 2 GiB of zero pages. */
+		next = seek ? lseek(fd, pos, SEEK_DATA) : pos;
+		if (next < 0 && errno == ENXIO) { /* a hole up to the end */
+			if (fstat(fd, &sb) < 0)
+				return -1;
+			next = sb.st_size > pos ? sb.st_size : pos;
+		} else if (next < 0) { /* no SEEK_DATA here: read it all */
+			next = pos;
+		}
+		for (; pos < next; pos += r) {
+			r = next - pos < (off_t)sizeof zero ? (ssize_t)(next - pos) : (ssize_t)sizeof zero;
+			crypto_hash_sha256_update(&st, zero, (unsigned long long)r);
+		}
+		/* The end is where a read finds it (the size may have moved). */
+		r = seek ? pread(fd, buf, sizeof buf, pos) : read(fd, buf, sizeof buf);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			break;
+		crypto_hash_sha256_update(&st, buf, (unsigned long long)r);
+		pos += r;
+	}
+	if (seek && lseek(fd, pos, SEEK_SET) < 0)
+		return -1;
+	crypto_hash_sha256_final(&st, h);
+	hex32(h, out);
+	return 0;
+}
+
 int sha256_file(const char *path, char out[65])
 {
-	crypto_hash_sha256_state st;
-	unsigned char h[crypto_hash_sha256_BYTES];
-	static unsigned char buf[1 << 16];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t r;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), e;
 
 	if (fd < 0)
 		return -1;
-	crypto_hash_sha256_init(&st);
-	while ((r = read(fd, buf, sizeof buf)) != 0) {
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			int e = errno;
-			close(fd);
-			errno = e;
-			return -1;
-		}
-		crypto_hash_sha256_update(&st, buf, (unsigned long long)r);
+	if (sha256_fd(fd, out) < 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return -1;
 	}
 	close(fd);
-	crypto_hash_sha256_final(&st, h);
-	hex32(h, out);
 	return 0;
 }
 

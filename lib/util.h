@@ -196,6 +196,10 @@ int rand_hex(char *out, size_t nbytes);
 
 /* sha256 of a file, lower-case hex into out[65].  -1 with errno on failure. */
 int sha256_file(const char *path, char out[65]);
+/* sha256 of what fd holds from its offset to its end (the offset left at
+ * the end); holes are hashed as the zeros they read as, without reading
+ * them.  A pipe is read.  -1 with errno on failure. */
+int sha256_fd(int fd, char out[65]);
 void sha256_hex(const void *data, size_t n, char out[65]);
 /* What a cache keyed by a file's identity compares: {path, dev, ino, size,
  * mtime_ns, ctime_ns} of st (path's stat).  A package upgrade replaces the

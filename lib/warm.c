@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <fts.h>
 #include <limits.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,30 +366,4 @@ int warm_stale_name(const char *name, char key[65], long long *pid)
 	if (!warm_key_valid(key) || parse_ll(p + 65, 1, INT_MAX, pid) < 0)
 		return 0;
 	return 1;
-}
-
-int warm_sha256_fd(int fd, char out[65])
-{
-	crypto_hash_sha256_state st;
-	unsigned char h[crypto_hash_sha256_BYTES];
-	static unsigned char buf[1 << 16];
-	ssize_t n;
-	int i;
-
-	crypto_hash_sha256_init(&st);
-	for (;;) {
-		n = read(fd, buf, sizeof buf);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		if (n == 0)
-			break;
-		crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
-	}
-	crypto_hash_sha256_final(&st, h);
-	for (i = 0; i < 32; i++)
-		sprintf(out + 2 * i, "%02x", h[i]);
-	out[64] = 0;
-	return 0;
 }

@@ -68,7 +68,5 @@ int warm_remove(const char *key, long long *bytes);
 /* Parse ".staging-<key>.<pid>" / ".retired-<key>.<pid>": 1 and fills key
  * and pid, else 0. */
 int warm_stale_name(const char *name, char key[65], long long *pid);
-/* sha256 of what is left to read on fd, hex into out.  0 or -1 (errno). */
-int warm_sha256_fd(int fd, char out[65]);
 
 #endif

@@ -277,7 +277,7 @@ static int template_blank(const char *disk, const char *blank, char bsha[65], ch
 		snprintf(msg, msz, "unable to copy %.512s: %s", disk, strerror(errno));
 		return -1;
 	}
-	if (fsync(bfd) < 0 || warm_sha256_fd(bfd, bsha) < 0) {
+	if (fsync(bfd) < 0 || sha256_fd(bfd, bsha) < 0) {
 		snprintf(msg, msz, "unable to read %.512s: %s", blank, strerror(errno));
 		close(bfd);
 		return -1;
@@ -536,7 +536,7 @@ static int build_template(struct pool *w, const struct inst *vin, int plain, con
 	 * reaches the file: the pool's directories are root's 0700. */
 	if ((mfd = open(memp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fsync(mfd) < 0 ||
 	    fchmod(mfd, 0606) < 0 || fstat(mfd, &ms) < 0 || fsync(sfd) < 0 || fstat(sfd, &ss) < 0 ||
-	    lseek(sfd, 0, SEEK_SET) < 0 || warm_sha256_fd(sfd, sha) < 0) {
+	    lseek(sfd, 0, SEEK_SET) < 0 || sha256_fd(sfd, sha) < 0) {
 		snprintf(msg, msz, "unable to sync the snapshot in %.512s: %s", sd, strerror(errno));
 		goto out;
 	}
@@ -817,7 +817,7 @@ int snap_open(struct pool *w, struct snap *sn, char *why, size_t wsz)
 			 (long long)ss.st_size, (long long)json_integer_value(json_object_get(sm, "bytes")));
 		goto out;
 	}
-	if (warm_sha256_fd(sn->statefd, sha) < 0 || lseek(sn->statefd, 0, SEEK_SET) < 0) {
+	if (sha256_fd(sn->statefd, sha) < 0 || lseek(sn->statefd, 0, SEEK_SET) < 0) {
 		snprintf(why, wsz, "unable to read its state file: %s", strerror(errno));
 		goto out;
 	}
@@ -887,7 +887,7 @@ int blank_copy(struct pool *w, const char *disk, long long bytes)
 		goto out;
 	if ((fd = open(disk, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
 		goto out;
-	if (warm_sha256_fd(fd, sha) == 0 &&
+	if (sha256_fd(fd, sha) == 0 &&
 	    !strcmp(sha, json_string_value(json_object_get(b, "sha256"))) &&
 	    qcow2_size(disk) == bytes)
 		r = 0;

@@ -541,6 +541,64 @@ static void test_iso_parse(void)
 		ok(iso_parse(bad[i]) == -1, "iso_parse refuses \"%s\"", bad[i] ? bad[i] : "(null)");
 }
 
+/* sha256_fd: holes are hashed as zeros without being read, and the digest
+ * is the one of every byte, against the sha256 of the same bytes in memory:
+ * hole, data, hole, data (not block-aligned), trailing hole (a sparse base
+ * image's shape); data from the first byte; only a hole; one byte of hole;
+ * from an offset; a pipe (no SEEK_DATA: read). */
+static void test_sha256_fd(void)
+{
+	static const struct {
+		long long len;
+		int data, head;
+	} cs[] = { { .len = 5 << 20, .data = 1 },
+		   { .len = (3 << 20) + 200000, .data = 1, .head = 1 },
+		   { .len = 3 << 20 },
+		   { .len = 1 } };
+	char path[sizeof dir + 16], want[65], got[65];
+	unsigned char *mem = calloc(1, 5 << 20);
+	size_t i;
+	int fd, p[2];
+
+	snprintf(path, sizeof path, "%s/sparse", dir);
+	for (i = 0; i < sizeof cs / sizeof *cs && mem; i++) {
+		memset(mem, 0, 5 << 20);
+		unlink(path);
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (cs[i].head)
+			memset(mem, 'h', 1 << 20);
+		if (cs[i].data) {
+			memset(mem + (1 << 20), 'a', 4096);
+			memset(mem + (2 << 20) + 7, 'z', 70000);
+		}
+		ok(fd >= 0 && (!cs[i].head || pwrite(fd, mem, 1 << 20, 0) == 1 << 20) &&
+			   (!cs[i].data || (pwrite(fd, mem + (1 << 20), 4096, 1 << 20) == 4096 &&
+					    pwrite(fd, mem + (2 << 20) + 7, 70000, (2 << 20) + 7) == 70000)) &&
+			   ftruncate(fd, (off_t)cs[i].len) == 0 && lseek(fd, 0, SEEK_SET) == 0,
+		   "sparse file %zu: %lld bytes", i, cs[i].len);
+		sha256_hex(mem, (size_t)cs[i].len, want);
+		ok(sha256_fd(fd, got) == 0 && !strcmp(got, want), "sha256_fd of it: %s", got);
+		ok(lseek(fd, 0, SEEK_CUR) == (off_t)cs[i].len, "the offset left at the end");
+		ok(sha256_file(path, got) == 0 && !strcmp(got, want), "sha256_file agrees");
+		if (i == 0) {
+			sha256_hex(mem + 4096, (size_t)cs[i].len - 4096, want);
+			ok(lseek(fd, 4096, SEEK_SET) == 4096 && sha256_fd(fd, got) == 0 &&
+				   !strcmp(got, want),
+			   "sha256_fd from an offset: what is left");
+		}
+		close(fd);
+	}
+	ok(pipe(p) == 0 && write(p[1], "abc", 3) == 3 && close(p[1]) == 0, "a pipe");
+	ok(sha256_fd(p[0], got) == 0 &&
+		   !strcmp(got, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+	   "sha256_fd of a pipe reads it");
+	close(p[0]);
+	errno = 0;
+	ok(sha256_fd(-1, got) == -1 && errno == EBADF, "sha256_fd of a bad fd: -1, EBADF");
+	unlink(path);
+	free(mem);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "status-child"))
@@ -565,6 +623,7 @@ int main(int argc, char **argv)
 	test_iso_parse();
 	test_status_fd(argv[0]);
 	test_run_options();
+	test_sha256_fd();
 	{
 		char cmd[300];
 
