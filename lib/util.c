@@ -813,31 +813,42 @@ int sha256_fd(int fd, char out[65])
 	crypto_hash_sha256_state st;
 	unsigned char h[crypto_hash_sha256_BYTES], buf[1 << 16];
 	struct stat sb;
-	off_t pos, next;
+	off_t pos, next, end = 0; /* [pos, end) is data, read without a seek; -1: to EOF */
 	ssize_t r;
+	size_t n;
 	int seek;
 
-	if (!(seek = (pos = lseek(fd, 0, SEEK_CUR)) >= 0) && errno != ESPIPE)
-		return -1;
+	if (!(seek = (pos = lseek(fd, 0, SEEK_CUR)) >= 0)) {
+		if (errno != ESPIPE)
+			return -1;
+		end = -1;
+	}
 	crypto_hash_sha256_init(&st);
 	for (;;) {
-		/* A hole reads as zeros: they are hashed, not read.  A base
-		 * image is 2 GiB of holes: read, they took ~5 s of kernel time
-		 * (cold) and filled the page cache with 2 GiB of zero pages. */
-		next = seek ? lseek(fd, pos, SEEK_DATA) : pos;
-		if (next < 0 && errno == ENXIO) { /* a hole up to the end */
-			if (fstat(fd, &sb) < 0)
-				return -1;
-			next = sb.st_size > pos ? sb.st_size : pos;
-		} else if (next < 0) { /* no SEEK_DATA here: read it all */
-			next = pos;
+		/* A hole reads as zeros: they are hashed, not read (a base is
+		 * 2 GiB of holes: read, ~6 s of kernel time, cold, and 2 GiB of
+		 * zero pages cached).  Two seeks per extent: a file without
+		 * holes (a warm state, hashed at each resume) costs two more. */
+		if (end >= 0 && pos >= end) {
+			if ((next = lseek(fd, pos, SEEK_DATA)) >= 0) {
+				if ((end = lseek(fd, next, SEEK_HOLE)) <= next)
+					end = -1; /* no SEEK_HOLE, or a race: read */
+			} else if (errno == ENXIO) { /* a hole up to the end */
+				if (fstat(fd, &sb) < 0)
+					return -1;
+				next = sb.st_size > pos ? sb.st_size : pos;
+				end = -1;
+			} else { /* no SEEK_DATA here: read it all */
+				next = pos;
+				end = -1;
+			}
+			for (; pos < next; pos += (off_t)n) {
+				n = next - pos < (off_t)sizeof zero ? (size_t)(next - pos) : sizeof zero;
+				crypto_hash_sha256_update(&st, zero, n);
+			}
 		}
-		for (; pos < next; pos += r) {
-			r = next - pos < (off_t)sizeof zero ? (ssize_t)(next - pos) : (ssize_t)sizeof zero;
-			crypto_hash_sha256_update(&st, zero, (unsigned long long)r);
-		}
-		/* The end is where a read finds it (the size may have moved). */
-		r = seek ? pread(fd, buf, sizeof buf, pos) : read(fd, buf, sizeof buf);
+		n = end >= 0 && end - pos < (off_t)sizeof buf ? (size_t)(end - pos) : sizeof buf;
+		r = seek ? pread(fd, buf, n, pos) : read(fd, buf, n);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
