@@ -64,6 +64,7 @@ teardown() {
 # namespace, with a scancel in front of Slurm's that refuses (exit 1) while
 # $T/refuse-scancel exists: settle's scancel failing for real.
 runner2() {
+	stop_runner "$T/runner2.pid" # one a test left running (it failed before stopping it)
 	mkdir -p "$SPOOL2/queue" "$T/fakebin"
 	printf '#!/bin/sh\nif [ -e %s/refuse-scancel ]; then echo "scancel: error: stand-in refuses job $2" >&2; exit 1; fi\nexec %s "$@"\n' \
 		"$T" "$(command -v scancel)" >"$T/fakebin/scancel"
