@@ -47,7 +47,8 @@
 #include <unistd.h>
 
 #define USAGE "isopod-runner [--spool DIR] [--workers N] [--attestation FILE] " \
-	      "[--attest-dir DIR] [--pubkey FILE] [--recheck-s N] [--net-max MODE] [--backend local|slurm]"
+	      "[--attest-dir DIR] [--pubkey FILE] [--recheck-s N] [--net-max MODE] [--backend local|slurm] " \
+	      "[--queue-timeout-s N]"
 #define SPOOL_DEFAULT "/var/spool/isopod"
 #define WORKERS_MAX 64
 #define RECHECK_DEFAULT 60
@@ -56,6 +57,9 @@
  * worker stops a front end that hangs (SIGTERM, then SIGKILL). */
 #define BUDGET_DEFAULT_S 86400
 #define GRACE_S 120
+/* --backend slurm: how long a job may wait in Slurm's queue (its budget
+ * runs from Slurm's start) */
+#define QUEUE_DEFAULT_S 3600
 #define STOP_GRACE_MS 20000
 #define TICK_MS 1000
 #define DNAME_MAX (JOB_ID_MAX + 24)
@@ -82,6 +86,7 @@ struct runner {
 	int workers, recheck_s, busy, draining, valid, sfd, ifd, wd_att, spool_lock;
 	int net_max; /* index in nets */
 	int slurm;   /* --backend slurm: jobs go to sbatch, the attestation is each node's */
+	long long queue_s; /* --queue-timeout-s */
 	pid_t pid;
 	struct slot *slots;
 	const char *state;
@@ -303,12 +308,14 @@ static int settle(struct runner *r, const char *d, const char *why)
 		       -1, 0);
 		json_decref(res);
 	} else if (exists(sp(r, p, "running/%s/state.json", d))) {
-		/* its Slurm job (--backend slurm) is not left running unwatched */
-		if ((res = json_load_path(p)) && json_is_string(json_object_get(res, "slurm_job")))
-			sjob_cancel(json_string_value(json_object_get(res, "slurm_job")));
-		json_decref(res);
-		res = json_failure("interrupted", "interrupted: %s; its logs are beside this result", why);
-		finish(r, d, "interrupted", res, why, -1, 0);
+		char w[768];
+		/* its Slurm job (--backend slurm) is not left running unwatched;
+		 * one scancel did not stop is not reported stopped */
+		int gone = sjob_abandon(p, w, sizeof w) == 0;
+
+		res = gone ? json_failure("interrupted", "interrupted: %s; its logs are beside this result", why)
+			   : json_failure("infra", "%s; %s", why, w);
+		finish(r, d, gone ? "interrupted" : "failed", res, why, -1, 0);
 		json_decref(res);
 	} else {
 		/* its name: D, or what precedes "~" (a name used twice, claim) */
@@ -484,17 +491,18 @@ __attribute__((noreturn)) static void worker_slurm(struct runner *r, const char 
 			  .net = json_string_value(json_object_get(job, "net")),
 			  .prefer = stage && sjob_feature(r->tools, stage, feat, sizeof feat) == 0 ? feat : NULL,
 			  .cpus = (int)json_integer_value(json_object_get(job, "vcpus")),
-			  .time_s = json_object_get(job, "timeout_s") ? budget_s + GRACE_S : 0 };
+			  .time_s = json_object_get(job, "timeout_s") ? budget_s + GRACE_S : 0,
+			  .run_ms = (budget_s + GRACE_S) * 1000, .queue_ms = r->queue_s * 1000 };
 	struct sjob_state s = { .exit = -1 };
 	json_t *res;
 	int rc;
 
 	if (getppid() != r->pid) /* the runner died before PDEATHSIG was set */
 		kill(getpid(), SIGTERM);
-	rc = sjob_run(&j, sfd, mono_ms() + (budget_s + GRACE_S) * 1000, sp(r, p, "running/%s/state.json", d), &s,
-		      why, sizeof why);
+	/* the budget runs from Slurm's start, the queue has its own bound */
+	rc = sjob_run(&j, sfd, INT64_MAX, sp(r, p, "running/%s/state.json", d), &s, why, sizeof why);
 	res = sjob_result(rc < 0 ? NULL : load_result(sp(r, p, "running/%s/stdout", d)), &j, rc < 0 ? NULL : &s, why);
-	if (finish(r, d, rc < 0 ? "failed" : why[0] ? "interrupted" : json_is_true(json_object_get(res, "ok")) ? "done" : "failed",
+	if (finish(r, d, rc < 0 || s.queue_timeout ? "failed" : why[0] ? "interrupted" : json_is_true(json_object_get(res, "ok")) ? "done" : "failed",
 		   res, why[0] ? why : NULL, rc < 0 ? -1 : s.exit, kill_result) < 0)
 		_exit(EX_SYS);
 	_exit(0);
@@ -884,11 +892,12 @@ int main(int argc, char **argv)
 		{ "recheck-s", required_argument, NULL, 'r' },
 		{ "net-max", required_argument, NULL, 'n' },
 		{ "backend", required_argument, NULL, 'b' },
+		{ "queue-timeout-s", required_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct runner r = { .att = ATTESTATION_DEFAULT, .workers = 2, .recheck_s = RECHECK_DEFAULT,
-			    .state = "starting", .net_max = 1, .sfd = -1, .ifd = -1, .wd_att = -1, .spool_lock = -1 };
+			    .state = "starting", .net_max = 1, .queue_s = QUEUE_DEFAULT_S, .sfd = -1, .ifd = -1, .wd_att = -1, .spool_lock = -1 };
 	struct signalfd_siginfo si;
 	char id[DNAME_MAX], why[sizeof r.reason], p[PATH_MAX];
 	long long v;
@@ -922,6 +931,10 @@ int main(int argc, char **argv)
 			if (strcmp(optarg, "local") && strcmp(optarg, "slurm"))
 				die(EX_USAGE, "--backend: local or slurm, not %s", EXC(optarg));
 			r.slurm = !strcmp(optarg, "slurm");
+			break;
+		case 'q':
+			if (parse_ll(optarg, 1, 31 * 86400, &r.queue_s) < 0)
+				die(EX_USAGE, "--queue-timeout-s: 1 to %d seconds, not %s", 31 * 86400, EXC(optarg));
 			break;
 		case 'h': puts("usage: " USAGE); return 0;
 		default: die_usage(USAGE, "bad option (usage above)");

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -201,9 +202,15 @@ pid_t proc_spawn_pipe(const struct proc_spec *ps, int *rfd)
 
 int proc_capture(const struct proc_spec *ps, char *buf, size_t sz, size_t *len)
 {
+	return proc_capture_within(ps, buf, sz, len, -1);
+}
+
+int proc_capture_within(const struct proc_spec *ps, char *buf, size_t sz, size_t *len, int ms)
+{
 	char drop[4096];
 	size_t got = 0, all = 0;
-	int fd, st, rerr = 0;
+	int fd, st, rerr = 0, late = 0;
+	int64_t until = ms < 0 ? 0 : mono_ms() + ms;
 	ssize_t n;
 	pid_t pid;
 
@@ -220,6 +227,15 @@ int proc_capture(const struct proc_spec *ps, char *buf, size_t sz, size_t *len)
 		 * as it would have, not killed by a closed pipe */
 		int room = got < sz - 1;
 
+		if (ms >= 0) {
+			struct pollfd pf = { .fd = fd, .events = POLLIN };
+			int64_t left = until - mono_ms();
+
+			if (left <= 0 || poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left) == 0) {
+				late = 1;
+				break;
+			}
+		}
 		n = room ? read(fd, buf + got, sz - 1 - got) : read(fd, drop, sizeof drop);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -235,7 +251,22 @@ int proc_capture(const struct proc_spec *ps, char *buf, size_t sz, size_t *len)
 	close(fd);
 	if (len)
 		*len = all;
-	if (proc_wait(pid, &st) < 0)
+	/* its pipe closed (or the deadline passed) while it runs on, or a
+	 * child of its own holds the pipe: what is left of the deadline,
+	 * then SIGKILL (to its process group when it has a session of its
+	 * own: what it started goes too) */
+	if (ms >= 0 && !late) {
+		int64_t left = until - mono_ms();
+
+		late = !proc_exited_within(pid, &st, left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left);
+	}
+	if (late) {
+		kill(ps->setsid ? -pid : pid, SIGKILL);
+		if (proc_wait(pid, &st) < 0)
+			return -1;
+		return errno = ETIMEDOUT, -1;
+	}
+	if (ms < 0 && proc_wait(pid, &st) < 0)
 		return -1;
 	if (rerr)
 		return errno = rerr, -1;

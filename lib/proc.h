@@ -70,6 +70,12 @@ pid_t proc_spawn_pipe(const struct proc_spec *ps, int *rfd);
  * Its proc_status, or -1 with errno (not started, a read failed: then
  * waited for all the same). */
 int proc_capture(const struct proc_spec *ps, char *buf, size_t sz, size_t *len);
+/* proc_capture within ms milliseconds (ms < 0: no bound, proc_capture):
+ * past them the program is killed (SIGKILL; its whole process group when
+ * ps->setsid) and reaped, and -1 comes back with errno ETIMEDOUT, buf
+ * holding what it wrote so far (sbatch, scontrol and scancel that hang
+ * on a slurmctld that does not answer). */
+int proc_capture_within(const struct proc_spec *ps, char *buf, size_t sz, size_t *len, int ms);
 /* The tool `name` beside the running program (isopod-boot finds
  * isopod-supervise so), or $env when set.  Returns buf. */
 const char *proc_sibling(char *buf, size_t sz, const char *name, const char *env);

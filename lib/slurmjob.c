@@ -10,17 +10,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/param.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #define SJOB_ARGS_MAX 16 /* sbatch's own words before the script */
-#define SJOB_TICK_MS 1000
 #define SJOB_OUT_MAX 65536
+/* (each #ifndef: t/unit/slurmjob_test.c runs them ten times faster) */
+#ifndef SJOB_TICK_MS
+#define SJOB_TICK_MS 1000
+#endif
+/* the gap between two scontrol calls of one job grows to this while its
+ * state stays the same (a worker per job: the workers' calls add up) */
+#ifndef SJOB_POLL_MAX_MS
+#define SJOB_POLL_MAX_MS 10000
+#endif
 /* a scancel not acted on (slurmctld down): the worker stops waiting */
+#ifndef SJOB_CANCEL_WAIT_MS
 #define SJOB_CANCEL_WAIT_MS 120000
+#endif
 /* scontrol failing this long (slurmctld restarting, or the job forgotten):
  * the worker gives up; a shorter outage is waited out, not a failed job */
+#ifndef SJOB_POLL_FAIL_MS
 #define SJOB_POLL_FAIL_MS 60000
+#endif
+/* each sbatch, scontrol, scancel: killed past it (slurmjob.h) */
+#ifndef SJOB_CMD_MS
+#define SJOB_CMD_MS 30000
+#endif
 
 /* The script: the front end's argv comes as its arguments, never through
  * a shell's parsing of job-supplied words.  Each word comes with an "x"
@@ -93,8 +110,8 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		}
 	struct proc_spec ps = PROC_SPEC(av);
 
-	ps.env = j->env, ps.out = PROC_PIPE, ps.err = PROC_PIPE;
-	st = proc_capture(&ps, buf, sizeof buf, &len);
+	ps.env = j->env, ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
+	st = proc_capture_within(&ps, buf, sizeof buf, &len, SJOB_CMD_MS);
 	free_words(av + k);
 	free(av);
 	buf[strcspn(buf, "\n")] = 0;
@@ -104,7 +121,10 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		snprintf(j->id, sizeof j->id, "%.*s", (int)strcspn(buf, ";"), buf);
 		return 0;
 	}
-	if (st < 0)
+	if (st < 0 && errno == ETIMEDOUT)
+		snprintf(why, whysz, "sbatch hung: killed after %d s (a job named %s may have been submitted all the same)",
+			 SJOB_CMD_MS / 1000, j->name);
+	else if (st < 0)
 		snprintf(why, whysz, "unable to start sbatch: %s", strerror(errno));
 	else
 		snprintf(why, whysz, "sbatch exited %d: %s", st, EXC(buf));
@@ -125,6 +145,19 @@ static int field(const char *line, const char *key, char *out, size_t sz)
 	return 0;
 }
 
+/* "[D-]HH:MM:SS" (RunTime=) in seconds; -1 when it is not that */
+static long long dhms(const char *v)
+{
+	long long d = 0, h, m, sec;
+	char more;
+	int n = strchr(v, '-') ? sscanf(v, "%lld-%lld:%lld:%lld%c", &d, &h, &m, &sec, &more)
+			       : sscanf(v, "%lld:%lld:%lld%c", &h, &m, &sec, &more) + 1;
+
+	if (n != 4 || d < 0 || h < 0 || m < 0 || sec < 0)
+		return -1;
+	return ((d * 24 + h) * 60 + m) * 60 + sec;
+}
+
 int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 {
 	static const char *const finals[] = { "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
@@ -136,8 +169,8 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 	char buf[SJOB_OUT_MAX], ec[32] = "", *t;
 	int st, code = 0, sig = 0;
 
-	ps.out = PROC_PIPE, ps.err = PROC_PIPE;
-	st = proc_capture(&ps, buf, sizeof buf, NULL);
+	ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
+	st = proc_capture_within(&ps, buf, sizeof buf, NULL, SJOB_CMD_MS);
 	/* the fields a job's words reach (Command= holds the script's
 	 * arguments, the argv; SubmitLine= in later Slurm) come after the ones
 	 * read here (22.05: ... BatchHost= ... Command= WorkDir= StdErr= ...):
@@ -147,6 +180,10 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 		for (size_t i = 0; i < sizeof tail / sizeof *tail; i++)
 			if ((t = strstr(buf, tail[i])))
 				*t = 0;
+	if (st < 0 && errno == ETIMEDOUT) {
+		snprintf(why, whysz, "scontrol show job %s hung: killed after %d s", id, SJOB_CMD_MS / 1000);
+		return -1;
+	}
 	if (st != 0 || field(buf, "JobState=", s->state, sizeof s->state) < 0) {
 		buf[strcspn(buf, "\n")] = 0;
 		snprintf(why, whysz, "scontrol show job %s: %s", id,
@@ -158,6 +195,7 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 	if (field(buf, "Reason=", s->reason, sizeof s->reason) < 0)
 		s->reason[0] = 0;
 	s->restarts = field(buf, "Restarts=", ec, sizeof ec) == 0 ? atoi(ec) : 0;
+	s->run_s = field(buf, "RunTime=", ec, sizeof ec) == 0 ? dhms(ec) : -1;
 	ec[0] = 0;
 	field(buf, "ExitCode=", ec, sizeof ec);
 	sscanf(ec, "%d:%d", &code, &sig);
@@ -168,17 +206,56 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 	return 0;
 }
 
-int sjob_cancel(const char *id)
+int sjob_cancel_why(const char *id, char *why, size_t whysz)
 {
 	char *const av[] = { "scancel", "--", (char *)id, NULL };
+	struct proc_spec ps = PROC_SPEC(av);
+	char buf[1024];
+	int st, e;
 
 	/* the id may come back from state.json: only a job id, never an
 	 * option or another selection (-u USER cancels all of theirs) */
 	if (!id[0] || strspn(id, "0123456789") != strlen(id)) {
-		errno = EINVAL;
-		return -1;
+		snprintf(why, whysz, "Slurm job %s: not a job id, not cancelled", EXC(id));
+		return errno = EINVAL, -1;
 	}
-	return proc_run(av, 2, 2);
+	ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
+	st = proc_capture_within(&ps, buf, sizeof buf, NULL, SJOB_CMD_MS);
+	e = errno;
+	buf[strcspn(buf, "\n")] = 0;
+	if (st < 0 && e == ETIMEDOUT)
+		snprintf(why, whysz, "scancel of Slurm job %s hung: killed after %d s", id, SJOB_CMD_MS / 1000);
+	else if (st < 0)
+		snprintf(why, whysz, "unable to run scancel for Slurm job %s: %s", id, strerror(e));
+	else if (st)
+		snprintf(why, whysz, "scancel of Slurm job %s exited %d: %s", id, st, buf[0] ? EXC(buf) : "(nothing said)");
+	errno = e;
+	return st;
+}
+
+int sjob_cancel(const char *id)
+{
+	char why[512];
+
+	return sjob_cancel_why(id, why, sizeof why);
+}
+
+int sjob_abandon(const char *state_path, char *why, size_t whysz)
+{
+	json_t *st = json_load_path(state_path);
+	const char *id = json_string_value(json_object_get(st, "slurm_job"));
+	struct sjob_state s = { .exit = -1 };
+	char w[512];
+	int rc = 0;
+
+	/* scancel failing on a job that has ended (already done, forgotten
+	 * since): scontrol says so, and it is stopped all the same */
+	if (id && sjob_cancel_why(id, why, whysz) != 0 && (sjob_poll(id, &s, w, sizeof w) < 0 || !s.final)) {
+		snprintf(why + strlen(why), whysz - strlen(why), ": it may still be running");
+		rc = -1;
+	}
+	json_decref(st);
+	return rc;
 }
 
 int sjob_feature(const char *dir, const char *ref, char *out, size_t sz)
@@ -192,8 +269,8 @@ int sjob_feature(const char *dir, const char *ref, char *out, size_t sz)
 
 	if (pathn(tool, sizeof tool, "%s/isopod-slurm", dir) < 0)
 		return -1;
-	ps.file = tool, ps.out = PROC_PIPE;
-	if (proc_capture(&ps, buf, sizeof buf, &len) != 0 || !(j = json_parse(buf, len, 0, NULL, 0)))
+	ps.file = tool, ps.out = PROC_PIPE, ps.setsid = 1;
+	if (proc_capture_within(&ps, buf, sizeof buf, &len, SJOB_CMD_MS) != 0 || !(j = json_parse(buf, len, 0, NULL, 0)))
 		return -1;
 	if (json_is_string(json_object_get(j, "feature")) &&
 	    snprintf(out, sz, "%s", json_string_value(json_object_get(j, "feature"))) < (int)sz)
@@ -202,58 +279,117 @@ int sjob_feature(const char *dir, const char *ref, char *out, size_t sz)
 	return rc;
 }
 
+/* The first of j's bounds still ahead: deadline_ms, the queue's (not
+ * started yet), the run's (from Slurm's start). */
+static int64_t limit_at(const struct sjob *j, int64_t deadline_ms, int64_t submitted, int64_t started)
+{
+	int64_t t = deadline_ms;
+
+	if (!started && j->queue_ms > 0 && submitted + j->queue_ms < t)
+		t = submitted + j->queue_ms;
+	if (started && j->run_ms > 0 && started + j->run_ms < t)
+		t = started + j->run_ms;
+	return t;
+}
+
+/* A bound passed (just after a poll): why, and the queue's flag. */
+static void limit_why(const struct sjob *j, struct sjob_state *s, int64_t deadline_ms, int64_t now,
+		      int64_t submitted, int64_t started, char *why, size_t whysz)
+{
+	if (now >= deadline_ms)
+		snprintf(why, whysz, "Slurm job %s outlived its budget", j->id);
+	else if (started)
+		snprintf(why, whysz, "Slurm job %s outlived its budget: %lld s since Slurm started it", j->id,
+			 (long long)(now - started) / 1000);
+	else if ((s->queue_timeout = 1))
+		snprintf(why, whysz, "Slurm job %s waited %lld s in Slurm's queue (reason %s), past the queue timeout of %lld s",
+			 j->id, (long long)(now - submitted) / 1000, s->reason[0] ? s->reason : "none",
+			 (long long)j->queue_ms / 1000);
+}
+
 int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_path, struct sjob_state *s,
 	     char *why, size_t whysz)
 {
 	json_t *st;
 	struct signalfd_siginfo si;
-	int64_t cancelled = 0, failing = 0;
-	char w[512];
+	int64_t submitted, started = 0, cancelled = 0, failing = 0, next = 0, gap = SJOB_TICK_MS, now, wait;
+	char w[512], cw[512] = "", last[sizeof s->state] = "";
 
 	why[0] = 0;
+	s->queue_timeout = 0, s->queued_ms = 0;
 	if (sjob_submit(j, w, sizeof w) < 0) {
 		snprintf(why, whysz, "%s", w);
 		return -1;
 	}
+	submitted = mono_ms();
 	if (!(st = json_load_path(state_path)) || json_object_set_new(st, "slurm_job", json_string(j->id)) < 0 ||
 	    json_write_atomic(state_path, st) < 0)
 		warn("unable to write %s: %s", state_path, strerror(errno));
 	json_decref(st);
 	for (;;) {
 		struct pollfd pf = { .fd = sfd, .events = POLLIN };
+		int64_t t0 = mono_ms();
 
-		if (sjob_poll(j->id, s, w, sizeof w) == 0) {
-			failing = 0;
-			if (s->final)
-				return 0;
-			/* requeued all the same (an admin's scontrol requeue
-			 * despite --no-requeue): its second run is stopped,
-			 * and sjob_result never reports one */
-			if (s->restarts > 0 && !why[0])
-				snprintf(why, whysz, "Slurm requeued job %s (Restarts=%d)", j->id, s->restarts);
-		} else if (!failing) {
-			failing = mono_ms();
-		} else if (mono_ms() - failing >= SJOB_POLL_FAIL_MS) {
-			sjob_cancel(j->id);
-			snprintf(why + strlen(why), whysz - strlen(why), "%s%s (for %d s)", why[0] ? "; " : "", w,
-				 SJOB_POLL_FAIL_MS / 1000);
-			return -1;
+		/* a poll when due, and before a bound is acted on */
+		if (t0 >= next || (!cancelled && t0 >= limit_at(j, deadline_ms, submitted, started))) {
+			if (sjob_poll(j->id, s, w, sizeof w) == 0) {
+				failing = 0;
+				/* the gap: 1 s at each change of state, doubling while it stays */
+				gap = strcmp(last, s->state) ? SJOB_TICK_MS : MIN(gap * 2, SJOB_POLL_MAX_MS);
+				snprintf(last, sizeof last, "%s", s->state);
+				/* started: its budget runs from Slurm's start (RunTime
+				 * ago), never before the submission (another clock) */
+				if (strcmp(s->state, "PENDING") || s->run_s > 0) {
+					int64_t at = s->run_s > 0 ? t0 - s->run_s * 1000 : started ? started : t0;
+
+					started = at > submitted ? at : submitted;
+				}
+				if (s->final) {
+					s->queued_ms = (started ? started : t0) - submitted;
+					return 0;
+				}
+				/* requeued all the same (an admin's scontrol requeue
+				 * despite --no-requeue): its second run is stopped,
+				 * and sjob_result never reports one */
+				if (s->restarts > 0 && !why[0])
+					snprintf(why, whysz, "Slurm requeued job %s (Restarts=%d)", j->id, s->restarts);
+			} else if (!failing) {
+				failing = t0; /* since this call began: a hung one counts */
+				gap = SJOB_TICK_MS;
+			} else if (mono_ms() - failing >= SJOB_POLL_FAIL_MS) {
+				if (sjob_cancel_why(j->id, cw, sizeof cw) == 0)
+					cw[0] = 0;
+				snprintf(why + strlen(why), whysz - strlen(why), "%s%s (for %d s)%s%s%s", why[0] ? "; " : "",
+					 w, SJOB_POLL_FAIL_MS / 1000, cw[0] ? "; " : "", cw,
+					 cw[0] ? ": it may still be running" : "");
+				return -1;
+			}
+			/* a scancel that failed is tried again */
+			if (cancelled && cw[0] && sjob_cancel_why(j->id, cw, sizeof cw) == 0)
+				cw[0] = 0;
+			next = mono_ms() + (cancelled ? SJOB_TICK_MS : gap);
+		}
+		now = mono_ms();
+		if (!why[0] && now >= limit_at(j, deadline_ms, submitted, started))
+			limit_why(j, s, deadline_ms, now, submitted, started, why, whysz);
+		if (why[0] && !cancelled) {
+			if (sjob_cancel_why(j->id, cw, sizeof cw) == 0)
+				cw[0] = 0;
+			cancelled = now;
+			next = now + SJOB_TICK_MS;
 		}
 		if (cancelled && mono_ms() - cancelled > SJOB_CANCEL_WAIT_MS) {
-			snprintf(why + strlen(why), whysz - strlen(why), "; Slurm job %s still %s %d s after scancel",
-				 j->id, s->state, SJOB_CANCEL_WAIT_MS / 1000);
+			snprintf(why + strlen(why), whysz - strlen(why), "; Slurm job %s still %s %d s after scancel%s%s",
+				 j->id, s->state, SJOB_CANCEL_WAIT_MS / 1000, cw[0] ? ": " : "", cw);
 			return -1;
 		}
-		poll(&pf, 1, SJOB_TICK_MS);
+		wait = (cancelled ? next : MIN(next, limit_at(j, deadline_ms, submitted, started))) - mono_ms();
+		/* woken by a SIGCHLD (each scontrol's own end) or a signal: the
+		 * loop waits on for the next poll, never polls at once */
+		poll(&pf, 1, wait < 0 ? 0 : wait > SJOB_POLL_MAX_MS ? SJOB_POLL_MAX_MS : (int)wait);
 		while (pf.revents && read(sfd, &si, sizeof si) == sizeof si)
 			if (si.ssi_signo != SIGCHLD && !why[0])
 				snprintf(why, whysz, "the worker got SIG%s", sigabbrev_np((int)si.ssi_signo));
-		if (!why[0] && mono_ms() > deadline_ms)
-			snprintf(why, whysz, "Slurm job %s outlived its budget", j->id);
-		if (why[0] && !cancelled) {
-			sjob_cancel(j->id);
-			cancelled = mono_ms();
-		}
 	}
 }
 
@@ -263,9 +399,11 @@ json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *
 	 * the one run it was asked for */
 	int ran = s && !s->restarts && (!strcmp(s->state, "COMPLETED") || !strcmp(s->state, "FAILED"));
 	const char *kind = !s || s->restarts ? "infra"
+			   : s->queue_timeout ? "queue_timeout" /* never the job's own timeout: it never ran */
 			   : !strcmp(s->state, "CANCELLED") || !strcmp(s->state, "PREEMPTED") ? "interrupted"
 			   : !strcmp(s->state, "TIMEOUT") || !strcmp(s->state, "DEADLINE")    ? "timeout"
 											       : "infra";
+	json_t *sl;
 
 	if (!ran || !json_is_boolean(json_object_get(res, "ok"))) {
 		json_decref(res);
@@ -277,14 +415,21 @@ json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *
 		else if (s->restarts)
 			res = json_failure(kind, "Slurm job %s was requeued and run again (Restarts=%d), then %s; its logs are beside this result",
 					   j->id, s->restarts, s->state);
+		else if (s->queue_timeout)
+			res = json_failure(kind, "%s: %s", why, s->state);
 		else
 			res = json_failure(kind, "Slurm job %s %s%s%s (reason %s, exit %d); its logs are beside this result",
 					   j->id, s->state, s->node[0] ? " on " : " before it ran on a node", s->node,
 					   s->reason[0] ? s->reason : "none", s->exit);
 	}
-	if (j->id[0])
-		json_object_set_new(res, "slurm", json_pack("{s:s, s:s?, s:s?, s:i}", "job_id", j->id, "node",
-							     s && s->node[0] ? s->node : NULL, "state",
-							     s ? s->state : NULL, "exit", s ? s->exit : -1));
+	if (j->id[0] && (sl = json_pack("{s:s, s:s?, s:s?, s:i}", "job_id", j->id, "node", s && s->node[0] ? s->node : NULL,
+					 "state", s ? s->state : NULL, "exit", s ? s->exit : -1))) {
+		/* added: the wait in Slurm's queue, and the run Slurm counted */
+		if (s) {
+			json_object_set_new(sl, "queued_s", json_integer(s->queued_ms / 1000));
+			json_object_set_new(sl, "run_s", s->run_s >= 0 ? json_integer(s->run_s) : json_null());
+		}
+		json_object_set_new(res, "slurm", sl);
+	}
 	return res;
 }

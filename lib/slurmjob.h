@@ -4,8 +4,10 @@
  * backend would run it, its stdout and stderr written by the node into
  * the job's directory (a file system the nodes share), its state read
  * back with `scontrol -o show job`, `scancel` to stop it.  sbatch,
- * scontrol and scancel are Slurm's, found in PATH.  No die(): errors come
- * back as text. */
+ * scontrol and scancel are Slurm's, found in PATH, each killed (SIGKILL,
+ * its process group) past SJOB_CMD_MS, 30 s: a slurmctld that does not
+ * answer makes an error that names the command, never a hung worker.  No
+ * die(): errors come back as text. */
 #ifndef ISOPOD_SLURMJOB_H
 #define ISOPOD_SLURMJOB_H
 
@@ -23,6 +25,12 @@ struct sjob {
 	int cpus;           /* 0, or --cpus-per-task (the VM's vCPUs) */
 	long long time_s;   /* 0, or the job's limit in Slurm (--time, whole minutes up) */
 	char id[32];        /* set by sjob_submit: Slurm's job id */
+	/* sjob_run's bounds besides its deadline_ms (added for issue 16's
+	 * review: a job's time in Slurm's queue is not its run's) */
+	int64_t run_ms;     /* 0, or the budget counted from when Slurm starts the job
+			       (now - RunTime): past it, cancelled ("outlived its budget") */
+	int64_t queue_ms;   /* 0, or how long it may wait in Slurm's queue (PENDING):
+			       past it, cancelled, s->queue_timeout set */
 };
 
 /* What Slurm says of a job: its state (COMPLETED, RUNNING, ...), the node
@@ -32,6 +40,10 @@ struct sjob_state {
 	char state[32], node[128], reason[128];
 	int exit, final;
 	int restarts; /* Restarts=: > 0, Slurm requeued it (infra, never a second run reported) */
+	long long run_s;    /* RunTime= in seconds (Slurm's now - StartTime, suspended time
+			       aside): 0 before it starts, -1 when not given */
+	int64_t queued_ms;  /* sjob_run: sbatch to Slurm's start (or to the end: never started) */
+	int queue_timeout;  /* sjob_run: 1, it cancelled the job for waiting past j->queue_ms */
 };
 
 /* Write DIR/slurm.sh and submit it.  0 with j->id set, or -1 with why
@@ -44,12 +56,26 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz);
  * scancel's status, or -1 with errno (EINVAL: ID is not all digits, and
  * scancel is not run). */
 int sjob_cancel(const char *id);
+/* sjob_cancel, and when scancel did not exit 0 (refused, failed, hung and
+ * killed past SJOB_CMD_MS: -1 ETIMEDOUT), why names the job and scancel's
+ * words.  Same return as sjob_cancel. */
+int sjob_cancel_why(const char *id, char *why, size_t whysz);
+/* A job whose worker is gone: cancel the Slurm job the JSON object at
+ * state_path names ("slurm_job", as sjob_run writes it).  0: none named,
+ * or scancel took it, or Slurm says it has ended; -1 with why (scancel's
+ * error, naming the job): it may still be running. */
+int sjob_abandon(const char *state_path, char *why, size_t whysz);
 /* The feature of the local store's stage ref (`isopod-slurm feature` of
  * the tools in dir) into out: 0, or -1 (no such stage here: no preference). */
 int sjob_feature(const char *dir, const char *ref, char *out, size_t sz);
-/* Submit, then poll every tick until Slurm says the job is final; a
- * signal on sfd (SIGCHLD aside) or mono_ms() past deadline_ms cancels it
- * first, saying why in why (else why is left empty).  The job id goes into
+/* Submit, then poll until Slurm says the job is final: every second,
+ * the gap doubling to 10 s while its state stays the same, back to 1 s
+ * when it changes (a 30 s job: 7 scontrol calls).  A signal on sfd
+ * (SIGCHLD aside), mono_ms() past deadline_ms (INT64_MAX: none), j->run_ms
+ * past Slurm's start or j->queue_ms in the queue cancels it first (each
+ * bound after one more scontrol: the job may have moved on), saying why in
+ * why (else why is left empty); a failed scancel is tried again at each
+ * poll, and named in why if the job is still not final 120 s on.  The job id goes into
  * the JSON object at state_path ("slurm_job") once known: a runner that
  * finds the job's worker dead cancels it.  0 with *s final, or -1 with why
  * (the submission failed, or scontrol failed for a minute on end: the job
@@ -59,8 +85,10 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 /* The runner's result for a job sjob_run returned (s NULL: it failed,
  * why says how): the step's own result (res, taken) when Slurm ran it to
  * its end (COMPLETED, FAILED) and it has an "ok", else a failure saying
- * what Slurm did (CANCELLED: interrupted; TIMEOUT, DEADLINE: timeout; the
- * rest, and any job Slurm restarted: infra), never a success; with "slurm": {job_id, node, state, exit}. */
+ * what Slurm did (CANCELLED: interrupted, or queue_timeout when sjob_run
+ * cancelled it in the queue; TIMEOUT, DEADLINE: timeout; the rest, and any
+ * job Slurm restarted: infra), never a success; with "slurm": {job_id,
+ * node, state, exit, and, given s, queued_s and run_s}. */
 json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *s, const char *why);
 
 #endif

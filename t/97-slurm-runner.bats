@@ -25,7 +25,7 @@ setup_file() {
 		ip netns exec "$LAB_NAME-$h" isopod-slurm conf --node "$h" >"$T/conf-$h.json"
 	done
 	sh "$LAB" slurm "$LAB_NAME" "$T/conf-a.json" "$T/conf-b.json" >/dev/null
-	export SPOOL="$T/spool"
+	export SPOOL="$T/spool" SPOOL2="$T/spool2"
 	mkdir -p "$SPOOL/queue"
 	# the runner, in the controller's namespace ($RUNNER: its pid: env execs it)
 	ip netns exec "$LAB_NAME-ctl" env SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" \
@@ -35,20 +35,45 @@ setup_file() {
 	wait_until 10 jq -e '.state == "running"' "$SPOOL/status.json"
 }
 
-teardown_file() {
+# stop_runner FILE: the runner whose pid FILE holds, SIGTERM then SIGKILL.
+stop_runner() {
 	local pid i
-	if [ -s "${T-}/runner.pid" ]; then
-		pid=$(cat "$T/runner.pid")
-		kill "$pid" 2>/dev/null || :
-		for i in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-		kill -KILL "$pid" 2>/dev/null || :
-	fi
+	[ -s "$1" ] || return 0
+	pid=$(cat "$1")
+	kill "$pid" 2>/dev/null || :
+	for i in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+	kill -KILL "$pid" 2>/dev/null || :
+	rm -f "$1"
+}
+
+teardown_file() {
+	stop_runner "${T-}/runner2.pid"
+	stop_runner "${T-}/runner.pid"
 	[ -z "${LAB-}" ] || sh "$LAB" down "$LAB_NAME"
 	isopod_teardown_file
 }
 
 teardown() {
 	[ -n "${BATS_TEST_COMPLETED-}" ] || sed 's/^/# runner: /' "$T/runner.err" | tail -n 20 >&3
+	[ -n "${BATS_TEST_COMPLETED-}" ] || [ ! -f "$T/runner2.err" ] || sed 's/^/# runner2: /' "$T/runner2.err" | tail -n 20 >&3
+	# a test that drained the nodes gives them back, whatever happened
+	[ ! -e "$T/drained" ] || { cx ctl scontrol update NodeName=a,b State=RESUME || :; rm -f "$T/drained"; }
+}
+
+# runner2 ARGS...: a second runner on $SPOOL2 in the controller's
+# namespace, with a scancel in front of Slurm's that refuses (exit 1) while
+# $T/refuse-scancel exists: settle's scancel failing for real.
+runner2() {
+	stop_runner "$T/runner2.pid" # one a test left running (it failed before stopping it)
+	mkdir -p "$SPOOL2/queue" "$T/fakebin"
+	printf '#!/bin/sh\nif [ -e %s/refuse-scancel ]; then echo "scancel: error: stand-in refuses job $2" >&2; exit 1; fi\nexec %s "$@"\n' \
+		"$T" "$(command -v scancel)" >"$T/fakebin/scancel"
+	chmod +x "$T/fakebin/scancel"
+	ip netns exec "$LAB_NAME-ctl" env SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" \
+		PATH="$T/fakebin:$PATH" "$ISOPOD_SRC/bin/isopod-runner" --backend slurm --spool "$SPOOL2" --workers 2 "$@" \
+		</dev/null >"$T/runner2.out" 2>"$T/runner2.err" 3>&- &
+	echo $! >"$T/runner2.pid"
+	wait_until 10 jq -e '.state == "running"' "$SPOOL2/status.json"
 }
 
 cx() { sh "$LAB" cexec "$LAB_NAME" "$@"; }
@@ -163,6 +188,51 @@ ended() {
 	[ "$d" = "$SPOOL/failed/nofit" ]
 	jq -e '.ok == false and .error_kind == "infra" and (.error | test("sbatch exited")) and (has("slurm") | not)' \
 		"$d/result.json"
+}
+
+@test "--queue-timeout-s: a job that cannot start (both nodes drained) is cancelled in the queue: failed, queue_timeout, never run" {
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-runner" --spool "$T/other" --backend slurm --queue-timeout-s 0
+	[ "$status" -eq 100 ]
+	touch "$T/drained"
+	cx ctl scontrol update NodeName=a,b State=DRAIN Reason=t97-hold
+	runner2 --queue-timeout-s 5
+	printf '%s\n' '{"argv": ["echo", "hi"], "net": "none", "timeout_s": 60}' >"$SPOOL2/.q.tmp"
+	mv "$SPOOL2/.q.tmp" "$SPOOL2/queue/qwait.json"
+	wait_until 60 eval '[ -d "$SPOOL2/failed/qwait" ]'
+	d=$SPOOL2/failed/qwait
+	echo "# $(jq -c '{error, error_kind, slurm}' "$d/result.json")" >&3
+	jq -e '.ok == false and .error_kind == "queue_timeout" and (.error | test("queue timeout of 5 s"))
+		and .slurm.state == "CANCELLED" and .slurm.node == null and .slurm.queued_s >= 5 and .slurm.queued_s < 30' \
+		"$d/result.json"
+	jq -e '.state == "failed"' "$d/state.json"
+	[ ! -s "$d/stdout" ]
+	cx ctl scontrol update NodeName=a,b State=RESUME
+	rm -f "$T/drained"
+	stop_runner "$T/runner2.pid"
+}
+
+@test "its worker SIGKILLed while scancel fails: settled failed (infra, naming the job and scancel's words), never interrupted; the Slurm job runs on" {
+	runner2
+	printf '%s\n' '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}' >"$SPOOL2/.n.tmp"
+	mv "$SPOOL2/.n.tmp" "$SPOOL2/queue/nocancel.json"
+	wait_until 60 jq -e '.slurm_job' "$SPOOL2/running/nocancel/state.json"
+	id=$(jq -r .slurm_job "$SPOOL2/running/nocancel/state.json")
+	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
+	touch "$T/refuse-scancel"
+	kill -KILL "$(jq -r .worker_pid "$SPOOL2/running/nocancel/state.json")"
+	wait_until 30 eval '[ -d "$SPOOL2/failed/nocancel" ] || [ -d "$SPOOL2/interrupted/nocancel" ]'
+	d=$SPOOL2/failed/nocancel
+	echo "# $(jq -c '{error, error_kind}' "$d/result.json")" >&3
+	jq -e --arg id "$id" '.ok == false and .error_kind == "infra" and (.error | contains("Slurm job " + $id))
+		and (.error | contains("stand-in refuses job " + $id)) and (.error | contains("may still be running"))' "$d/result.json"
+	jq -e '.state == "failed"' "$d/state.json"
+	# the runner did not stop it, and said so: Slurm still runs it
+	cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING
+	rm -f "$T/refuse-scancel"
+	cx ctl scancel "$id"
+	wait_until 60 eval '! cx ctl squeue -h -j "$id" -o %T 2>/dev/null | grep -qx "RUNNING\|PENDING\|COMPLETING"'
+	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	stop_runner "$T/runner2.pid"
 }
 
 @test "its worker SIGKILLed mid-job: the runner settles the job interrupted and cancels its Slurm job (state.json's slurm_job)" {

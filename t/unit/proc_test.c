@@ -21,6 +21,21 @@ static int capture(struct proc_spec *ps, char *out, size_t sz)
 	return r;
 }
 
+/* pid is there and not a zombie (a killed child of a shell that exited
+ * is its new parent's to reap, whenever that is) */
+static int alive(long pid)
+{
+	char p[64], buf[512], *rp;
+	FILE *f;
+
+	snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+	if (!(f = fopen(p, "r")))
+		return 0;
+	rp = fgets(buf, sizeof buf, f);
+	fclose(f);
+	return rp && (rp = strrchr(buf, ')')) && rp[1] == ' ' && rp[2] != 'Z';
+}
+
 /* The shell's own descriptors, listed by a child (ls) so that listing
  * them opens none in the shell. */
 static int fds_of(struct proc_spec *ps, char *out, size_t sz)
@@ -271,6 +286,46 @@ int main(void)
 		close(b2);
 		ok(r == -1 && errno == EINVAL && a2 == b2,
 		   "a spawn refused: -1, no descriptor left open (lowest free %d, then %d)", a2, b2);
+	}
+
+	/* proc_capture_within: a program that hangs (sbatch, scontrol or
+	 * scancel on a slurmctld that does not answer) is killed at its
+	 * deadline and reaped, -1 ETIMEDOUT with what it wrote; its session's
+	 * children too (setsid: the group is killed, so a sleep holding the
+	 * pipe is no hang either); one that ends in time is its status. */
+	{
+		char *t_hang[] = { "sh", "-c", "echo part; exec sleep 30", NULL };
+		char *t_kid[] = { "sh", "-c", "sleep 30 & echo $!; exit 0", NULL };
+		char *t_quick[] = { "sh", "-c", "echo done; exit 5", NULL };
+		int64_t t0 = mono_ms(), el;
+		size_t len = 0;
+		long kid = 0;
+
+		ps = (struct proc_spec)PROC_SPEC(t_hang);
+		ps.out = PROC_PIPE;
+		errno = 0;
+		r = proc_capture_within(&ps, out, sizeof out, &len, 300);
+		el = mono_ms() - t0;
+		ok(r == -1 && errno == ETIMEDOUT && !strcmp(out, "part\n") && el >= 300 && el < 3000,
+		   "capture within 300 ms: a hang is killed, ETIMEDOUT, its output so far (%d, %lld ms, %s)", r,
+		   (long long)el, out);
+		ps = (struct proc_spec)PROC_SPEC(t_kid);
+		ps.out = PROC_PIPE, ps.setsid = 1;
+		t0 = mono_ms();
+		errno = 0;
+		r = proc_capture_within(&ps, out, sizeof out, &len, 300);
+		el = mono_ms() - t0;
+		kid = atol(out);
+		usleep(100 * 1000);
+		ok(r == -1 && errno == ETIMEDOUT && el < 3000 && kid > 0 && !alive(kid),
+		   "capture within: a child holding the pipe past the deadline is killed with its group (%d, %lld ms, pid %ld)",
+		   r, (long long)el, kid);
+		if (kid > 0)
+			kill((pid_t)kid, SIGKILL);
+		ps = (struct proc_spec)PROC_SPEC(t_quick);
+		ps.out = PROC_PIPE;
+		r = proc_capture_within(&ps, out, sizeof out, &len, 5000);
+		ok(r == 5 && !strcmp(out, "done\n"), "capture within: in time, its own status (%d)", r);
 	}
 
 	/* A program on PATH as execvp finds it (isopod-doctor's checks, the

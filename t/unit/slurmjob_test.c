@@ -3,6 +3,13 @@
  * given (the argv as its own words, the GRES per net mode), what is read
  * back from `scontrol -o show job`, and that a job Slurm did not run to
  * its end is never a success.  Built by t/run-unit with ASan + UBSan. */
+/* Slurm's times ten times faster: a tick of 100 ms, gaps up to 1 s; each
+ * command's deadline 1 s */
+#define SJOB_TICK_MS 100
+#define SJOB_POLL_MAX_MS 1000
+#define SJOB_CANCEL_WAIT_MS 2000
+#define SJOB_POLL_FAIL_MS 1500
+#define SJOB_CMD_MS 1000
 #include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/slurmjob.c"
 
@@ -57,6 +64,135 @@ static int poll_of(const char *line, struct sjob_state *s, char *why, size_t why
 }
 
 static const char *str(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)) ?: ""; }
+
+/* scontrol from a script of times since its first call: "ms" is the
+ * milliseconds since then, cancelled whether scancel (touch) ran */
+static void scontrol_by_time(const char *body)
+{
+	char sc[4096];
+
+	snprintf(sc, sizeof sc,
+		 "now=$(($(date +%%s%%N) / 1000000)); [ -s %s/t0 ] || echo $now >%s/t0; echo >>%s/calls\n"
+		 "ms=$((now - $(cat %s/t0))); if [ -e %s/cancelled ]; then c=1; else c=0; fi\n%s",
+		 dir, dir, dir, dir, dir, body);
+	stand_in("scontrol", sc);
+}
+
+static void fresh(const char *state)
+{
+	char p[PATH_MAX];
+
+	snprintf(p, sizeof p, "rm -f %s/t0 %s/calls %s/cancelled", dir, dir, dir);
+	if (system(p) != 0)
+		return;
+	atomic_write(state, "{}", 2, 0600);
+	snprintf(p, sizeof p, "touch %s/cancelled", dir);
+	stand_in("scancel", p);
+	stand_in("sbatch", "echo 42");
+}
+
+static int lines(const char *name)
+{
+	const char *b = slurp(name);
+	int n = 0;
+
+	for (; *b; b++)
+		n += *b == '\n';
+	return n;
+}
+
+/* sjob_run's bounds (ten times faster: 100 ms a "second"). */
+static void run_tests(struct sjob *j)
+{
+	char state[PATH_MAX], why[1024];
+	struct sjob_state s;
+	sigset_t m;
+	json_t *r;
+	int sfd, rc;
+	int64_t t0;
+
+	/* SIGCHLD on the worker's signalfd, as the runner's worker has it:
+	 * each scontrol's end wakes the loop, which must not poll again */
+	sigemptyset(&m);
+	sigaddset(&m, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &m, NULL);
+	sfd = signalfd(-1, &m, SFD_NONBLOCK | SFD_CLOEXEC);
+	snprintf(state, sizeof state, "%s/state.json", dir);
+	j->prefer = NULL, j->time_s = 0;
+
+	/* a "30 s" job: RUNNING 3 s, then COMPLETED; a poll each tick was 31
+	 * scontrol calls (and the SIGCHLD of each woke the loop at once:
+	 * thousands); the back-off is 1 2 4 8 10 10 ticks: 7 */
+	fresh(state);
+	scontrol_by_time("if [ $ms -lt 3000 ]; then s=RUNNING; else s=COMPLETED; fi\n"
+			 "echo \"JobId=42 JobState=$s Reason=None BatchHost=a RunTime=00:00:0$((ms / 1000)) ExitCode=0:0\"");
+	j->run_ms = 60000, j->queue_ms = 60000;
+	t0 = mono_ms();
+	rc = sjob_run(j, sfd, INT64_MAX, state, &s, why, sizeof why);
+	ok(rc == 0 && !strcmp(s.state, "COMPLETED") && !why[0] && lines("calls") <= 10 && lines("calls") >= 3,
+	   "run: a 3 s job, %d scontrol calls (was one a tick: 31, or one per SIGCHLD), seen ended after %lld ms",
+	   lines("calls"), (long long)(mono_ms() - t0));
+
+	/* a job that waits in the queue longer than its budget, then runs
+	 * within it: its budget runs from Slurm's start, so it completes */
+	fresh(state);
+	scontrol_by_time("if [ $ms -lt 2500 ]; then s=PENDING r=00:00:00; elif [ $ms -lt 3100 ]; then s=RUNNING r=00:00:00; "
+			 "else s=COMPLETED r=00:00:01; fi\n[ $c = 0 ] || s=CANCELLED\n"
+			 "echo \"JobId=42 JobState=$s Reason=Resources BatchHost=a RunTime=$r ExitCode=0:0\"");
+	j->run_ms = 1500, j->queue_ms = 60000;
+	rc = sjob_run(j, sfd, mono_ms() + 20000, state, &s, why, sizeof why);
+	r = sjob_result(json_pack("{s:b, s:i}", "ok", 1, "exit_code", 0), j, &s, why);
+	ok(rc == 0 && !strcmp(s.state, "COMPLETED") && !why[0] && json_is_true(json_object_get(r, "ok")) &&
+	   s.queued_ms >= 2000 && json_integer_value(json_object_get(json_object_get(r, "slurm"), "queued_s")) >= 2,
+	   "run: 2.5 s in the queue, a budget of 1.5 s from Slurm's start: completed, queued %lld ms (%s)",
+	   (long long)s.queued_ms, why);
+	json_decref(r);
+
+	/* the queue's own bound: PENDING past queue_ms is cancelled, as
+	 * queue_timeout (never timeout: it never ran), and fails */
+	fresh(state);
+	scontrol_by_time("[ $c = 0 ] && s=PENDING || s=CANCELLED\n"
+			 "echo \"JobId=42 JobState=$s Reason=Resources BatchHost=(null) RunTime=00:00:00 ExitCode=0:0\"");
+	j->run_ms = 600000, j->queue_ms = 800;
+	rc = sjob_run(j, sfd, mono_ms() + 5000, state, &s, why, sizeof why);
+	r = sjob_result(NULL, j, &s, why);
+	ok(rc == 0 && s.queue_timeout && !strcmp(s.state, "CANCELLED") && !strcmp(str(r, "error_kind"), "queue_timeout") &&
+	   strstr(str(r, "error"), "queue") && strstr(str(r, "error"), "Resources") &&
+	   json_is_null(json_object_get(json_object_get(r, "slurm"), "node")),
+	   "run: past the queue timeout while PENDING: cancelled, queue_timeout: %s", str(r, "error"));
+	json_decref(r);
+	/* a running job is not bound by the queue's timeout, only its budget */
+	fresh(state);
+	scontrol_by_time("[ $c = 0 ] && s=RUNNING || s=CANCELLED\n"
+			 "echo \"JobId=42 JobState=$s Reason=None BatchHost=a RunTime=00:00:00 ExitCode=0:15\"");
+	j->run_ms = 1500, j->queue_ms = 300;
+	t0 = mono_ms();
+	rc = sjob_run(j, sfd, mono_ms() + 10000, state, &s, why, sizeof why);
+	ok(rc == 0 && !s.queue_timeout && strstr(why, "outlived its budget") && mono_ms() - t0 >= 1500,
+	   "run: running past the queue timeout is no queue timeout; its budget cancels it: %s", why);
+
+	/* the budget cancels it, scancel fails and the job runs on: never
+	 * "stopped": an error naming the job and scancel's words */
+	fresh(state);
+	stand_in("scancel", "echo 'scancel: error: Kill job error on job id 42: Access/permission denied' >&2; exit 1");
+	scontrol_by_time("echo \"JobId=42 JobState=RUNNING Reason=None BatchHost=a RunTime=00:00:00 ExitCode=0:0\"");
+	j->run_ms = 300, j->queue_ms = 0;
+	rc = sjob_run(j, sfd, INT64_MAX, state, &s, why, sizeof why);
+	r = sjob_result(NULL, j, rc < 0 ? NULL : &s, why);
+	ok(rc < 0 && !strcmp(str(r, "error_kind"), "infra") && strstr(str(r, "error"), "still RUNNING") &&
+	   strstr(str(r, "error"), "scancel of Slurm job 42 exited 1") && strstr(str(r, "error"), "Access/permission denied"),
+	   "run: scancel failed, the job still RUNNING: infra, naming it: %s", str(r, "error"));
+	json_decref(r);
+	/* scontrol hanging on end: given up at SJOB_POLL_FAIL_MS, naming it */
+	fresh(state);
+	stand_in("scontrol", "exec sleep 30");
+	j->run_ms = 0;
+	rc = sjob_run(j, sfd, INT64_MAX, state, &s, why, sizeof why);
+	ok(rc < 0 && strstr(why, "scontrol show job 42 hung"), "run: scontrol hanging: given up, named: %s", why);
+	close(sfd);
+	sigprocmask(SIG_UNBLOCK, &m, NULL);
+	j->run_ms = j->queue_ms = 0;
+}
 
 int main(void)
 {
@@ -174,8 +310,61 @@ int main(void)
 	ok(poll_of("JobId=42 JobState=PENDING Reason=None ExitCode=0:0 SubmitLine=sbatch x BatchHost=evil2 Restarts=3",
 		   &s, why, sizeof why) == 0 && !s.node[0] && !s.restarts,
 	   "poll: nor in SubmitLine= alone (later Slurm): '%s', restarts %d", s.node, s.restarts);
+	ok(poll_of("JobId=42 JobState=RUNNING Reason=None RunTime=1-02:03:04 TimeLimit=00:05:00 BatchHost=a ExitCode=0:0",
+		   &s, why, sizeof why) == 0 && s.run_s == 93784, "poll: RunTime= D-HH:MM:SS read (%lld)", s.run_s);
+	ok(poll_of("JobId=42 JobState=PENDING Reason=None RunTime=00:00:00 ExitCode=0:0", &s, why, sizeof why) == 0 &&
+	   s.run_s == 0 && poll_of("JobId=42 JobState=PENDING Reason=None RunTime=x ExitCode=0:0", &s, why, sizeof why) == 0 &&
+	   s.run_s == -1, "poll: RunTime 0 while pending; not a time: -1");
 	stand_in("scontrol", "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1");
 	ok(sjob_poll("42", &s, why, sizeof why) < 0 && strstr(why, "Invalid job id"), "poll: a job Slurm forgot is an error: %s", why);
+
+	/* a hung sbatch, scontrol or scancel (slurmctld not answering) is
+	 * killed at its deadline (SJOB_CMD_MS, 1 s here) and named */
+	{
+		int64_t t0 = mono_ms();
+		int rc;
+
+		stand_in("sbatch", "echo 'sbatch: waiting'; exec sleep 30");
+		ok(sjob_submit(&j, why, sizeof why) < 0 && strstr(why, "sbatch hung: killed after 1 s") &&
+		   strstr(why, "j1") && mono_ms() - t0 < 5000, "submit: a hung sbatch is killed and named: %s", why);
+		stand_in("scontrol", "exec sleep 30");
+		t0 = mono_ms();
+		ok(sjob_poll("42", &s, why, sizeof why) < 0 && strstr(why, "scontrol show job 42 hung") && mono_ms() - t0 < 5000,
+		   "poll: a hung scontrol is killed and named: %s", why);
+		stand_in("scancel", "exec sleep 30");
+		t0 = mono_ms();
+		errno = 0;
+		rc = sjob_cancel_why("42", why, sizeof why);
+		ok(rc == -1 && errno == ETIMEDOUT && strstr(why, "scancel of Slurm job 42 hung") && mono_ms() - t0 < 5000,
+		   "cancel: a hung scancel is killed and named: %d %s", rc, why);
+		stand_in("scancel", "echo 'scancel: error: Kill job error on job id 42: Access/permission denied' >&2; exit 1");
+		ok(sjob_cancel_why("42", why, sizeof why) == 1 && strstr(why, "scancel of Slurm job 42 exited 1") &&
+		   strstr(why, "Access/permission denied") && sjob_cancel("42") == 1,
+		   "cancel: scancel's refusal, its status and words: %s", why);
+	}
+	/* settle's cancel (the worker is gone): a failed scancel is never
+	 * "stopped", unless Slurm says the job has ended */
+	{
+		char state[PATH_MAX], body[256];
+
+		snprintf(state, sizeof state, "%s/abandon.json", dir);
+		atomic_write(state, "{\"slurm_job\": \"42\"}", 19, 0600);
+		stand_in("scontrol", "echo 'JobId=42 JobState=RUNNING Reason=None BatchHost=a ExitCode=0:0'");
+		ok(sjob_abandon(state, why, sizeof why) < 0 && strstr(why, "Slurm job 42") && strstr(why, "Access/permission denied") &&
+		   strstr(why, "may still be running"), "abandon: scancel failed, the job runs: -1 naming it: %s", why);
+		stand_in("scancel", "exec sleep 30");
+		ok(sjob_abandon(state, why, sizeof why) < 0 && strstr(why, "hung"), "abandon: scancel hung: -1: %s", why);
+		stand_in("scontrol", "echo 'JobId=42 JobState=COMPLETED Reason=None BatchHost=a ExitCode=0:0'");
+		ok(sjob_abandon(state, why, sizeof why) == 0, "abandon: scancel failed on a job that has ended: stopped");
+		snprintf(body, sizeof body, "touch %s/cancelled2", dir);
+		stand_in("scancel", body);
+		stand_in("scontrol", "echo 'JobId=42 JobState=RUNNING Reason=None BatchHost=a ExitCode=0:0'");
+		ok(sjob_abandon(state, why, sizeof why) == 0 && !access(strcat(strcpy(body, dir), "/cancelled2"), F_OK),
+		   "abandon: scancel took it: 0");
+		atomic_write(state, "{}", 2, 0600);
+		unlink(body);
+		ok(sjob_abandon(state, why, sizeof why) == 0 && access(body, F_OK) < 0, "abandon: no Slurm job named: 0, no scancel");
+	}
 
 	/* scancel: a job id only, after "--" (state.json's slurm_job is read back) */
 	snprintf(why, sizeof why, "for a; do printf '%%s\\n' \"$a\"; done >%s/args", dir);
@@ -227,6 +416,8 @@ int main(void)
 	ok(!strcmp(str(r, "error_kind"), "infra") && strstr(str(r, "error"), "sbatch exited 1") && !json_object_get(r, "slurm"),
 	   "result: a failed submission is infra, no slurm member");
 	json_decref(r);
+
+	run_tests(&j);
 
 	snprintf(why, sizeof why, "rm -rf %s", dir);
 	if (system(why) != 0)
