@@ -543,17 +543,14 @@ static void run_relay_log(const char *jd)
 }
 
 /* The job's directory and what Slurm left in it, once the result is
- * printed: removed after a success; kept after a failure (its slurm.sh,
- * stdout and stderr.log say what happened), its path on stderr. */
-static void run_cleanup(const char *jd, int ok)
+ * printed: removed, failure or not.  What it held is the answer (stdout)
+ * and our stderr (stderr.log, relayed first): kept, it would pile up, one
+ * per cancelled call, with nobody to read it. */
+static void run_cleanup(const char *jd)
 {
 	static const char *const files[] = { "slurm.sh", "stdout", "stderr.log", "stdin", "state.json" };
 	char p[PATH_MAX];
 
-	if (!ok) {
-		warn("the Slurm job's directory stays: %s", jd);
-		return;
-	}
 	for (size_t i = 0; i < sizeof files / sizeof *files; i++)
 		if (pathn(p, sizeof p, "%s/%s", jd, files[i]) == 0)
 			unlink(p);
@@ -610,7 +607,7 @@ static int cmd_run(const struct run_opts *o, char **av)
 	run_relay_log(jd);
 	ok = json_is_true(json_object_get(res, "ok"));
 	json_emit(res);
-	run_cleanup(jd, ok);
+	run_cleanup(jd);
 	/* the front end's status when Slurm ran it to its end, once (the
 	 * command's, or the front end's own failure's: isopod(1)); else what
 	 * the failure's kind maps to (a success never exits 0 by accident) */

@@ -214,6 +214,8 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	echo "$output" | jq -e '(.running_before | length) == 1'
 	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
 	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	# isopod-slurm run waited for CANCELLED, then removed its job's directory
+	[ -z "$(ls -A "$T/mcpjobs")" ]
 }
 
 @test "mcp --backend slurm: keep, copy_in and vm_exec refused (-32602 naming slurm), nothing submitted; --backend other: 100" {
