@@ -303,7 +303,7 @@ static int build_prov(struct call *c, json_t *args)
 
 static int tool_path(struct server *s, struct call *c, const char *name);
 
-/* --backend slurm (isopod-mcp(1) SLURM): the job runs on a Slurm node,
+/* --backend slurm (isopod-mcp(1) Slurm): the job runs on a Slurm node,
  * where a path of ours (beneath the I/O root, a descriptor of this
  * server), a VM kept here or an envelope written here mean nothing:
  * refused with -32602, naming the field and the backend, before anything
