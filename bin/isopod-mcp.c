@@ -45,7 +45,7 @@
 
 #define USAGE "isopod-mcp [--io-root DIR] [--max-concurrent N] [--line-max BYTES] " \
 	      "[--require-attestation] [--attestation FILE] [--attest-dir DIR] [--pubkey FILE] " \
-	      "[--recheck-s N]"
+	      "[--recheck-s N] [--backend local|slurm] [--slurm-dir DIR]"
 
 /* The revisions we speak: the newest the pinned SDK client sends
  * (t/mcp/package.json) and the one before it.  Newest first. */
@@ -163,7 +163,7 @@ static int start_call(struct server *s, struct call *c)
 	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
 	    (c->tool->runner == R_TOOL &&
 	     (c->status_fd = memfd_create("isopod-mcp-status", MFD_CLOEXEC)) < 0) ||
-	    (HAS_NOTES(c->tool) &&
+	    (HAS_NOTES(c->tool) && !(s->slurm && c->tool->runner == R_FRONT) &&
 	     (c->notes_fd = memfd_create("isopod-mcp-notes", MFD_CLOEXEC)) < 0)) {
 		int e = errno;
 
@@ -630,6 +630,14 @@ static void require_attestation(struct server *s, char *why, size_t wsz)
 		s->att.att = ATTESTATION_DEFAULT;
 	if (!*s->att.att)
 		die(EX_USAGE, "--attestation: want a file");
+	/* Under Slurm the gate is each node's (isopod-slurm refresh drains a
+	 * node whose attestation fails), as for isopod-runner: no command
+	 * runs here (vm_exec is refused) */
+	if (s->slurm && s->att_required) {
+		fprintf(stderr, "%s: info: --backend slurm: the attestation is each node's (isopod-slurm "
+			"refresh); none is verified here\n", progname);
+		s->att_required = 0;
+	}
 	if (!s->att_required)
 		return;
 	if (pathn(s->attest, sizeof s->attest, "%s/isopod-attest", s->libexec) < 0 ||
@@ -699,6 +707,8 @@ int main(int argc, char **argv)
 					    { "attest-dir", required_argument, 0, 'd' },
 					    { "pubkey", required_argument, 0, 'p' },
 					    { "recheck-s", required_argument, 0, 'c' },
+					    { "backend", required_argument, 0, 'b' },
+					    { "slurm-dir", required_argument, 0, 'D' },
 					    { "help", no_argument, 0, 'h' },
 					    { 0, 0, 0, 0 } };
 	const char *root = ".";
@@ -735,6 +745,17 @@ int main(int argc, char **argv)
 				die(EX_USAGE, "--recheck-s %s: want 0..86400 seconds", EXC(optarg));
 			s->recheck_ms = v * 1000;
 			break;
+		case 'b':
+			if (strcmp(optarg, "local") && strcmp(optarg, "slurm"))
+				die(EX_USAGE, "--backend: local or slurm, not %s", EXC(optarg));
+			s->slurm = !strcmp(optarg, "slurm");
+			break;
+		case 'D':
+			if (optarg[0] != '/')
+				die(EX_USAGE, "--slurm-dir %s: want an absolute path (the nodes see it at the same path)",
+				    EXC(optarg));
+			s->slurm_dir = optarg;
+			break;
 		case 'h':
 			printf("usage: %s\n", USAGE);
 			return 0;
@@ -744,13 +765,20 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		die_usage(USAGE, "unexpected argument %s", EXC(argv[optind]));
+	if (s->slurm_dir && !s->slurm)
+		die(EX_USAGE, "--slurm-dir is --backend slurm's");
+	/* Slurm queues what its nodes cannot take yet: each call here is one
+	 * isopod-slurm watching its job, not a VM */
+	if (s->slurm && !conc_set)
+		s->max_conc = MAX_CALLS;
 	if (!realpath(root, s->root))
 		die(EX_USAGE, "--io-root %s:", EXC(root));
 	if ((s->root_fd = open(s->root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 		die(EX_USAGE, "--io-root %s: not a directory:", EXC(root));
 	find_tools(s);
-	logmsg(s, 1, "at most %d calls at once (%s; %d CPUs, %ld MiB available)", s->max_conc,
-	       conc_set ? "--max-concurrent" : "the default", get_nprocs(), avail_mib);
+	logmsg(s, 1, "at most %d calls at once (%s; %d CPUs, %ld MiB available)%s", s->max_conc,
+	       conc_set ? "--max-concurrent" : "the default", get_nprocs(), avail_mib,
+	       s->slurm ? "; sandbox_run goes to Slurm (--backend slurm)" : "");
 	require_attestation(s, why, sizeof why);
 	for (int i = 0; i < MAX_CALLS; i++)
 		s->calls[i] = (struct call){ .in_fd = -1, .status_fd = -1, .out_fd = -1, .err_fd = -1, .notes_fd = -1 };

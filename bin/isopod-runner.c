@@ -63,11 +63,6 @@
 #define STOP_GRACE_MS 20000
 #define TICK_MS 1000
 #define DNAME_MAX (JOB_ID_MAX + 24)
-/* `isopod run`'s result: its stdout and stderr excerpts and egress (at most
- * 256 groups a list) are bounded well below this; JSON_MAX_BYTES (1 MiB)
- * is not a bound the front end keeps, and a guest must not turn its
- * job's success into "no result" by being verbose. */
-#define RESULT_MAX_BYTES (16u << 20)
 
 static const char *const final_states[] = { "done", "failed", "interrupted" };
 /* --net-max: net modes by how much they let out */
@@ -457,26 +452,6 @@ static int worker_state(struct runner *r, const char *d, pid_t front)
 	return rc;
 }
 
-/* The front end's result (one JSON object, no duplicate key) within
- * RESULT_MAX_BYTES; NULL otherwise. */
-static json_t *load_result(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	size_t n = 0;
-	char *b = fd >= 0 ? fd_text(fd, RESULT_MAX_BYTES + 1, &n) : NULL;
-	json_t *j = NULL;
-	json_error_t e;
-
-	if (b && n <= RESULT_MAX_BYTES)
-		j = json_loadb(b, n, JSON_REJECT_DUPLICATES, &e);
-	if (j && !json_is_object(j))
-		json_decref(j), j = NULL;
-	if (fd >= 0)
-		close(fd);
-	free(b);
-	return j;
-}
-
 /* The worker of --backend slurm: the same argv and job directory, run by
  * Slurm on a node (sbatch; lib/slurmjob.c), its stdout read back from the
  * directory the nodes share; a signal or the budget cancels it (scancel). */
@@ -501,7 +476,7 @@ __attribute__((noreturn)) static void worker_slurm(struct runner *r, const char 
 		kill(getpid(), SIGTERM);
 	/* the budget runs from Slurm's start, the queue has its own bound */
 	rc = sjob_run(&j, sfd, INT64_MAX, sp(r, p, "running/%s/state.json", d), &s, why, sizeof why);
-	res = sjob_result(rc < 0 ? NULL : load_result(sp(r, p, "running/%s/stdout", d)), &j, rc < 0 ? NULL : &s, why);
+	res = sjob_result(rc < 0 ? NULL : job_result_load(sp(r, p, "running/%s/stdout", d)), &j, rc < 0 ? NULL : &s, why);
 	if (finish(r, d, rc < 0 || s.queue_timeout ? "failed" : why[0] ? "interrupted" : json_is_true(json_object_get(res, "ok")) ? "done" : "failed",
 		   res, why[0] ? why : NULL, rc < 0 ? -1 : s.exit, kill_result) < 0)
 		_exit(EX_SYS);
@@ -579,7 +554,7 @@ __attribute__((noreturn)) static void worker(struct runner *r, const char *d, ch
 			kill(pid, SIGKILL), kill_at = 0;
 	}
 	rc = proc_status(st);
-	res = load_result(sp(r, p, "running/%s/stdout", d));
+	res = job_result_load(sp(r, p, "running/%s/stdout", d));
 	if (!json_is_boolean(json_object_get(res, "ok"))) {
 		json_decref(res);
 		res = json_failure(why[0] ? "interrupted" : "infra", "isopod run exited %d without a result%s%s",

@@ -11,14 +11,17 @@
  * so the fragment printed here is the host as it is, not as configured. */
 
 #include "attcheck.h"
+#include "job.h"
 #include "net.h"
 #include "proc.h"
 #include "ranges.h"
+#include "slurmjob.h"
 #include "stage.h"
 #include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -26,10 +29,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define USAGE "isopod-slurm conf [--node NAME] [--attestation FILE] | " \
-	      "refresh [--node NAME] [--attestation FILE] [--dry-run] | feature REF"
+	      "refresh [--node NAME] [--attestation FILE] [--dry-run] | feature REF | " \
+	      "run [--dir DIR] [--net MODE] [--stage REF] [--vcpus N] [--timeout-s N] [--stdin] -- ARGV..."
+
+/* run: the front end's own budget when no --timeout-s is given (isopod(1)) */
+#define RUN_BUDGET_DEFAULT_S 600
+/* run: past its budget by this much the job is cancelled; below
+ * isopod-mcp's own grace (60 s), which then stops us */
+#define RUN_GRACE_S 30
+#define RUN_LOG_MAX 65536 /* the job's stderr.log relayed to ours: its tail */
 
 /* The GRES names, one per slot mode ("learn" runs on a filtered slot). */
 static const char *const gres_modes[] = { "filtered", "open" };
@@ -481,6 +494,188 @@ static json_t *cmd_feature(const char *ref)
 	return o;
 }
 
+
+/* ---- run: one `isopod run` handed to Slurm -------------------------------- */
+
+struct run_opts {
+	const char *dir, *net, *stage;
+	int vcpus, use_stdin;
+	long long timeout_s;
+};
+
+/* Our stdin (isopod-mcp's memfd of the call's `stdin`) into the job's
+ * directory as "stdin": the argv's --stdin-file names it relative to the
+ * job's working directory (sbatch --chdir), since a node never sees our
+ * descriptors. */
+static void run_stdin(const char *jd)
+{
+	char p[PATH_MAX], *b;
+	size_t n = 0;
+	int fd;
+
+	pathf(p, sizeof p, "%s/stdin", jd);
+	if (!(b = fd_text(0, (size_t)1 << 30, &n)) ||
+	    (fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+		die(EX_SYS, "unable to copy standard input to %s:", p);
+	if (write_all(fd, b, n) < 0 || close(fd) < 0)
+		die(EX_SYS, "unable to write %s:", p);
+	free(b);
+}
+
+/* The tail of the job's stderr.log (isopod run's diagnostics, written by
+ * the node) to our stderr: the caller's log of it (isopod-mcp relays it). */
+static void run_relay_log(const char *jd)
+{
+	char p[PATH_MAX], b[4096];
+	struct stat st;
+	ssize_t k;
+	int fd;
+
+	pathf(p, sizeof p, "%s/stderr.log", jd);
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+		return;
+	if (fstat(fd, &st) == 0 && st.st_size > RUN_LOG_MAX)
+		lseek(fd, st.st_size - RUN_LOG_MAX, SEEK_SET);
+	while ((k = read(fd, b, sizeof b)) > 0)
+		if (write_all(2, b, (size_t)k) < 0)
+			break;
+	close(fd);
+}
+
+/* The job's directory and what Slurm left in it, once the result is
+ * printed: removed, failure or not.  What it held is the answer (stdout)
+ * and our stderr (stderr.log, relayed first): kept, it would pile up, one
+ * per cancelled call, with nobody to read it. */
+static void run_cleanup(const char *jd)
+{
+	static const char *const files[] = { "slurm.sh", "stdout", "stderr.log", "stdin", "state.json" };
+	char p[PATH_MAX];
+
+	for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+		if (pathn(p, sizeof p, "%s/%s", jd, files[i]) == 0)
+			unlink(p);
+	if (rmdir(jd) < 0)
+		warn("unable to remove %s: %s", jd, strerror(errno));
+}
+
+/* run: sbatch of ARGV (lib/slurmjob.c, as isopod-runner --backend slurm
+ * does), watched until Slurm says it ended; the result on stdout is the
+ * front end's own with "slurm" added, or a failure saying what Slurm did
+ * (sjob_result).  SIGTERM, SIGINT, SIGHUP or the budget: scancel first. */
+static int cmd_run(const struct run_opts *o, char **av)
+{
+	char jd[PATH_MAX], st[PATH_MAX], feat[96], id[64], why[1024];
+	long long budget = o->timeout_s ? o->timeout_s : RUN_BUDGET_DEFAULT_S;
+	struct sjob j = { .argv = av, .net = o->net, .cpus = o->vcpus,
+			  .time_s = o->timeout_s ? o->timeout_s + RUN_GRACE_S : 0 };
+	struct sjob_state s = { .exit = -1 };
+	json_t *res, *state;
+	sigset_t m;
+	int sfd, rc, ok;
+
+	sigemptyset(&m);
+	sigaddset(&m, SIGTERM), sigaddset(&m, SIGINT), sigaddset(&m, SIGHUP), sigaddset(&m, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &m, NULL);
+	if ((sfd = signalfd(-1, &m, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
+		die(EX_SYS, "signalfd:");
+	/* our caller's descriptors mean nothing on a node (sbatch exports
+	 * the environment): the node's front end must not write to its fd 9 */
+	unsetenv("ISOPOD_VM_ID_FD"), unsetenv("ISOPOD_STATUS_FD"), unsetenv("ISOPOD_PROGRESS_FD");
+	mkdirs(o->dir, 0700);
+	pathf(jd, sizeof jd, "%s/isopod-run.XXXXXX", o->dir);
+	if (!mkdtemp(jd))
+		die(EX_SYS, "unable to make a job directory in %s:", o->dir);
+	j.dir = jd, j.name = strrchr(jd, '/') + 1;
+	if (o->use_stdin)
+		run_stdin(jd);
+	/* sjob_run records the job's id there once known */
+	pathf(st, sizeof st, "%s/state.json", jd);
+	if (!(state = json_pack("{s:s}", "job", j.name)) || json_write_atomic(st, state) < 0)
+		die(EX_SYS, "unable to write %s:", st);
+	json_decref(state);
+	/* a stage this host holds: the job prefers the nodes that hold it
+	 * (as `feature REF` spells it); one this host lacks: no preference */
+	if (o->stage && stage_resolve(o->stage, id, sizeof id, why, sizeof why) == 0) {
+		stage_feature(id, feat, sizeof feat);
+		j.prefer = feat;
+	}
+	rc = sjob_run(&j, sfd, mono_ms() + (budget + RUN_GRACE_S) * 1000, st, &s, why, sizeof why);
+	pathf(st, sizeof st, "%s/stdout", jd);
+	res = sjob_result(rc < 0 ? NULL : job_result_load(st), &j, rc < 0 ? NULL : &s, why);
+	if (!res)
+		die(EX_SYS, "unable to build the result");
+	run_relay_log(jd);
+	ok = json_is_true(json_object_get(res, "ok"));
+	json_emit(res);
+	run_cleanup(jd);
+	/* the front end's status when Slurm ran it to its end, once (the
+	 * command's, or the front end's own failure's: isopod(1)); else what
+	 * the failure's kind maps to (a success never exits 0 by accident) */
+	if (rc == 0 && !s.restarts && (!strcmp(s.state, "COMPLETED") || !strcmp(s.state, "FAILED")) &&
+	    (s.exit != 0 || ok))
+		rc = s.exit;
+	else
+		rc = !strcmp(json_string_value(json_object_get(res, "error_kind")) ?: "", "timeout") ? EX_TIMEOUT : EX_SYS;
+	json_decref(res);
+	return rc;
+}
+
+static int main_run(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "dir", required_argument, NULL, 'D' },
+		{ "net", required_argument, NULL, 'N' },
+		{ "stage", required_argument, NULL, 'S' },
+		{ "vcpus", required_argument, NULL, 'c' },
+		{ "timeout-s", required_argument, NULL, 't' },
+		{ "stdin", no_argument, NULL, 'i' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct run_opts o = { 0 };
+	char dflt[PATH_MAX];
+	const char *last = NULL;
+	long long v;
+	int c;
+
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		last = optarg;
+		switch (c) {
+		case 'D': o.dir = optarg; break;
+		case 'N': o.net = optarg; break;
+		case 'S': o.stage = optarg; break;
+		case 'c':
+			if (parse_ll(optarg, 1, 1024, &v) < 0)
+				die(EX_USAGE, "--vcpus %s: want 1..1024", EXC(optarg));
+			o.vcpus = (int)v;
+			break;
+		case 't':
+			if (parse_ll(optarg, 1, 86400, &v) < 0)
+				die(EX_USAGE, "--timeout-s %s: want 1..86400", EXC(optarg));
+			o.timeout_s = v;
+			break;
+		case 'i': o.use_stdin = 1; break;
+		case 'h':
+			puts("usage: " USAGE);
+			return 0;
+		default:
+			die_usage(USAGE, "bad option (usage above)");
+		}
+	}
+	/* the "--" getopt stopped at, not an option's value (--dir --) */
+	if (optind >= argc || strcmp(argv[optind - 1], "--") || argv[optind - 1] == last)
+		die_usage(USAGE, "run: want -- ARGV (the front end's: isopod run --json-only ...)");
+	if (!o.dir) {
+		pathf(dflt, sizeof dflt, "%s/slurm-jobs", store_home());
+		o.dir = dflt;
+	}
+	/* the nodes find the job's files by this path */
+	if (o.dir[0] != '/')
+		die(EX_USAGE, "--dir %s: want an absolute path (the nodes see it at the same path)", EXC(o.dir));
+	return cmd_run(&o, argv + optind);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -502,8 +697,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc < 2 || argv[1][0] == '-')
-		die_usage(USAGE, "no verb given (conf, refresh or feature first)");
+		die_usage(USAGE, "no verb given (conf, refresh, feature or run first)");
 	verb = argv[1];
+	if (!strcmp(verb, "run"))
+		return main_run(argc, argv);
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		opts += c != 'h';

@@ -288,3 +288,21 @@ char **job_argv(const json_t *job, const char *front, const char *stdin_path, co
 	av[w.n] = NULL;
 	return av;
 }
+
+json_t *job_result_load(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t n = 0;
+	char *b = fd >= 0 ? fd_text(fd, RESULT_MAX_BYTES + 1, &n) : NULL;
+	json_t *j = NULL;
+	json_error_t e;
+
+	if (b && n <= RESULT_MAX_BYTES)
+		j = json_loadb(b, n, JSON_REJECT_DUPLICATES, &e);
+	if (j && !json_is_object(j))
+		json_decref(j), j = NULL;
+	if (fd >= 0)
+		close(fd);
+	free(b);
+	return j;
+}

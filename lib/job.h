@@ -44,4 +44,14 @@ json_t *job_load(const char *path, char *why, size_t whysz);
  * with errno (ENOMEM). */
 char **job_argv(const json_t *job, const char *front, const char *stdin_path, const char *prov_path);
 
+/* `isopod run`'s result: its stdout and stderr excerpts and egress (at most
+ * 256 groups a list) are bounded well below this; JSON_MAX_BYTES (1 MiB)
+ * is not a bound the front end keeps, and a guest must not turn its
+ * job's success into "no result" by being verbose. */
+#define RESULT_MAX_BYTES (16u << 20)
+/* The front end's result at path (its stdout, written by the runner's
+ * worker or by Slurm's node): one JSON object, no duplicate key, within
+ * RESULT_MAX_BYTES; NULL otherwise. */
+json_t *job_result_load(const char *path);
+
 #endif

@@ -301,6 +301,63 @@ static int build_prov(struct call *c, json_t *args)
 	return arg(c, "--provenance") < 0 || argf(c, "%s/" PROV_ENVELOPE, c->prov_dir) < 0 ? -1 : 0;
 }
 
+static int tool_path(struct server *s, struct call *c, const char *name);
+
+/* --backend slurm (isopod-mcp(1) Slurm): the job runs on a Slurm node,
+ * where a path of ours (beneath the I/O root, a descriptor of this
+ * server), a VM kept here or an envelope written here mean nothing:
+ * refused with -32602, naming the field and the backend, before anything
+ * is submitted.  The tools that act on a kept VM are refused whole. */
+static int slurm_refuses(struct server *s, struct call *c, json_t *args, json_t **err)
+{
+	static const struct {
+		const char *key, *why;
+	} here[] = { { "keep", "a kept VM would stay on the Slurm node, out of vm_exec's reach" },
+		     { "stdin_file", "a host path of this server; the job runs on a Slurm node (stdin: give the text)" },
+		     { "copy_in", "host paths of this server; the job runs on a Slurm node" },
+		     { "copy_out", "host paths of this server; the job runs on a Slurm node" },
+		     { "provenance", "the envelope would be signed and written on the Slurm node, not here" } };
+	const char *n = c->tool->name;
+	json_t *v;
+
+	if (!s->slurm)
+		return 0;
+	if (!strcmp(n, "vm_exec") || !strcmp(n, "vm_stop") || !strcmp(n, "vm_rm"))
+		return jschema_bad(err, "name", "%s: refused under --backend slurm: sandbox_run's VMs run on "
+			   "Slurm's nodes and none is kept (keep is refused)", n);
+	for (size_t i = 0; i < sizeof here / sizeof here[0]; i++)
+		if ((v = json_object_get(args, here[i].key)) && !json_is_false(v) &&
+		    !(json_is_array(v) && !json_array_size(v)))
+			return jschema_bad(err, here[i].key, "%s: refused under --backend slurm: %s",
+				   here[i].key, here[i].why);
+	return 0;
+}
+
+/* --backend slurm: `isopod-slurm run` first, with what Slurm must know of
+ * the run (its net slot, its stage's nodes, its vCPUs, its time), then the
+ * very argv a local run has, which it submits; `stdin` goes through the
+ * job's directory (--stdin: its copy there, the front end's
+ * --stdin-file stdin, relative to the job's working directory). */
+static int build_slurm(struct server *s, struct call *c, json_t *args, json_t **err)
+{
+	static const char *const strs[][2] = { { "net", "--net" }, { "stage", "--stage" } },
+				 *const ints[][2] = { { "vcpus", "--vcpus" }, { "timeout_s", "--timeout-s" } };
+	json_t *v;
+
+	if (slurm_refuses(s, c, args, err) < 0 || tool_path(s, c, "isopod-slurm") < 0 || arg(c, "run") < 0 ||
+	    (s->slurm_dir && (arg(c, "--dir") < 0 || arg(c, s->slurm_dir) < 0)))
+		return -1;
+	for (size_t i = 0; i < 2; i++)
+		if (((v = json_object_get(args, strs[i][0])) &&
+		     (arg(c, strs[i][1]) < 0 || arg(c, json_string_value(v)) < 0)) ||
+		    ((v = json_object_get(args, ints[i][0])) &&
+		     argf(c, "%s=%lld", ints[i][1], (long long)json_integer_value(v)) < 0))
+			return -1;
+	if (json_object_get(args, "stdin") && arg(c, "--stdin") < 0)
+		return -1;
+	return arg(c, "--");
+}
+
 static int build_run(struct server *s, struct call *c, json_t *args, json_t **err)
 {
 	static const struct {
@@ -312,7 +369,10 @@ static int build_run(struct server *s, struct call *c, json_t *args, json_t **er
 	json_t *v;
 	size_t i;
 
-	if (arg(c, s->front) < 0 || arg(c, "run") < 0 || arg(c, "--json-only") < 0)
+	if ((s->slurm && build_slurm(s, c, args, err) < 0) || arg(c, s->front) < 0 || arg(c, "run") < 0 ||
+	    arg(c, "--json-only") < 0)
+		return -1;
+	if (s->slurm && json_object_get(args, "stdin") && (arg(c, "--stdin-file") < 0 || arg(c, "stdin") < 0))
 		return -1;
 	for (i = 0; i < sizeof strs / sizeof strs[0]; i++)
 		if ((v = json_object_get(args, strs[i].key)) &&
@@ -343,7 +403,7 @@ static int build_exec(struct server *s, struct call *c, json_t *args, json_t **e
 {
 	json_t *v;
 
-	if (tool_path(s, c, "isopod-exec") < 0 || arg(c, "--vm") < 0 ||
+	if (slurm_refuses(s, c, args, err) < 0 || tool_path(s, c, "isopod-exec") < 0 || arg(c, "--vm") < 0 ||
 	    arg(c, json_string_value(json_object_get(args, "vm"))) < 0 ||
 	    argf(c, "--timeout-ms=%lld", (v = json_object_get(args, "timeout_s")) ?
 			(long long)json_integer_value(v) * 1000 : 600000LL) < 0 ||
@@ -367,6 +427,8 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	json_t *e;
 	size_t i;
 
+	if (slurm_refuses(s, c, args, err) < 0)
+		return -1;
 	if (!strcmp(n, "vm_list"))
 		return tool_path(s, c, "isopod-vm") < 0 || arg(c, "ls") < 0 ? -1 : 0;
 	if (!strcmp(n, "vm_stop"))

@@ -69,6 +69,11 @@ struct server {
 	int initialized, level, eof, sfd, root_fd, max_conc, running;
 	unsigned long long seq;
 	char root[PATH_MAX], libexec[PATH_MAX], front[PATH_MAX];
+	/* --backend slurm: sandbox_run is `isopod-slurm run ... -- FRONT run
+	 * ...` (sbatch; its job directory in slurm_dir, "" the tool's
+	 * default), and what means a VM or a path here is refused */
+	int slurm;
+	const char *slurm_dir;
 	struct call calls[MAX_CALLS];
 	json_t *kept; /* ids of VMs sandbox_run kept: stopped when the server ends */
 	/* The host requires an attestation (attcheck.h): a command call

@@ -110,6 +110,46 @@ clean_stderr() {
 	clean_stderr
 }
 
+@test "asan: isopod-slurm run (stand-in sbatch, scontrol, scancel): the result with slurm, --stdin, the exit statuses, the job directory removed" {
+	local d=$BATS_TEST_TMPDIR
+	mkdir -p "$d/bin"
+	# sbatch runs the script at once, as a node would (its words logged);
+	# scontrol says $FAKE_STATE with the script's status
+	# shellcheck disable=SC2016 # the stand-ins expand them
+	printf '#!/bin/sh\necho "$*" >>%s/sbatch.log\nwhile :; do case $1 in --output=*) o=${1#*=};; --error=*) e=${1#*=};; --chdir=*) c=${1#*=};; --*) ;; *) break;; esac; shift; done\n(cd "$c" && sh "$@" >"$o" 2>"$e" </dev/null; echo $? >%s/rc)\necho 42\n' "$d" "$d" >"$d/bin/sbatch"
+	# shellcheck disable=SC2016
+	printf '#!/bin/sh\necho "JobId=$4 JobState=${FAKE_STATE:-COMPLETED} Reason=None Restarts=0 BatchHost=a ExitCode=$(cat %s/rc):0 Command=x"\n' "$d" >"$d/bin/scontrol"
+	printf '#!/bin/sh\nexit 0\n' >"$d/bin/scancel"
+	# the front end stand-in: its result, with what it read from --stdin-file
+	# shellcheck disable=SC2016
+	printf '#!/bin/sh\nprintf "{\\"ok\\":true,\\"exit_code\\":3,\\"stdout\\":\\"%%s\\"}\\n" "$(cat "$2")"\necho front-diag >&2\nexit 3\n' >"$d/front"
+	chmod 755 "$d/bin/sbatch" "$d/bin/scontrol" "$d/bin/scancel" "$d/front"
+	run --separate-stderr env PATH="$d/bin:$PATH" "$ASAN_BIN/isopod-slurm" run --dir "$d/jobs" --stdin --net filtered \
+		--vcpus 2 --timeout-s 10 --stage nosuch -- "$d/front" --stdin-file stdin <<<"fed"
+	echo "# $output" >&3
+	[ "$status" -eq 3 ]
+	clean_stderr
+	jq -e '.ok == true and .exit_code == 3 and .stdout == "fed" and .slurm == {"job_id": "42", "node": "a", "state": "COMPLETED", "exit": 3}' <<<"$output"
+	grep -q -- '--no-requeue --job-name=isopod-run\..* --gres=isopod_filtered:1 --cpus-per-task=2 --time=1 ' "$d/sbatch.log"
+	! grep -q -- '--prefer' "$d/sbatch.log" || false
+	[[ "$stderr" == *front-diag* ]] || false
+	[ -z "$(ls -A "$d/jobs")" ]
+	# Slurm's TIMEOUT: a failure, exit 99, never the step's success; the directory gone too
+	run --separate-stderr env PATH="$d/bin:$PATH" FAKE_STATE=TIMEOUT "$ASAN_BIN/isopod-slurm" run --dir "$d/jobs" -- "$d/front" /dev/null
+	[ "$status" -eq 99 ]
+	clean_stderr
+	jq -e '.ok == false and .error_kind == "timeout" and .slurm.state == "TIMEOUT"' <<<"$output"
+	[ -z "$(ls -A "$d/jobs")" ]
+	# no "--" (one that is --dir's value is none), a relative --dir: usage
+	run --separate-stderr "$ASAN_BIN/isopod-slurm" run --dir -- "$d/front"
+	[ "$status" -eq 100 ]
+	[ -z "$output" ]
+	clean_stderr
+	run --separate-stderr "$ASAN_BIN/isopod-slurm" run --dir jobs -- "$d/front"
+	[ "$status" -eq 100 ]
+	clean_stderr
+}
+
 @test "asan: isopod-slurm conf, refresh (a stand-in scontrol and isopod-attest) and feature, refusals included" {
 	local d=$BATS_TEST_TMPDIR
 	run --separate-stderr "$ASAN_BIN/isopod-slurm" conf --node n1

@@ -235,6 +235,77 @@ ended() {
 	stop_runner "$T/runner2.pid"
 }
 
+# shellcheck disable=SC2154 # $stderr is set by bats' run
+# mcp ARGS_JSON_TAIL SCENARIO [JSON]: the SDK client (t/mcp/client.mjs, as
+# t/90 drives it) against isopod-mcp --backend slurm in the controller's
+# namespace (ip netns exec execs it: the server is the client's child); its
+# one-line JSON in $output.
+mcp() {
+	local extra=$1
+	shift
+	MCP_SERVER=ip MCP_ARGS="[\"netns\",\"exec\",\"$LAB_NAME-ctl\",\"env\",\"SLURM_CONF=$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf\",\"$ISOPOD_SRC/bin/isopod-mcp\",\"--io-root\",\"$T\"$extra]" \
+		run --separate-stderr node "$ISOPOD_SRC/t/mcp/client.mjs" "$@"
+	[ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
+}
+# the server's arguments for --backend slurm (its job directories in $T/mcpjobs)
+sl() { printf ',"--backend","slurm","--slurm-dir","%s/mcpjobs"' "$T"; }
+
+# Slurm's jobs of isopod-mcp's calls (isopod-slurm run: isopod-run.XXXXXX) not ended
+mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' CANCELLED$\| COMPLETED$\| FAILED$' || :; }
+
+@test "mcp --backend slurm: sandbox_run on a node: the local result's keys and 'slurm' (job id, node), the command's stdout and stdin, exit 7 is 7" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	local args='{"name":"sandbox_run","args":{"argv":["sh","-c","echo hi; cat; exit 7"],"stdin":"fed\n","net":"none","timeout_s":60}}'
+	MCP_SERVER= MCP_ARGS="[\"--io-root\",\"$T\"]" run --separate-stderr node "$ISOPOD_SRC/t/mcp/client.mjs" call "$args"
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -c .result.structuredContent >"$T/mcp-local.json"
+	mcp "$(sl)" call "$args"
+	echo "$output" | jq -c .result.structuredContent >"$T/mcp-slurm.json"
+	echo "# $(jq -c '{ok, exit_code, stdout, slurm}' "$T/mcp-slurm.json")" >&3
+	echo "$output" | jq -e '.result.isError == false'
+	jq -e '.ok == true and .exit_code == 7 and .stdout == "hi\nfed\n"' "$T/mcp-local.json"
+	jq -e '.ok == true and .exit_code == 7 and .stdout == "hi\nfed\n" and .slurm.state == "FAILED" and .slurm.exit == 7
+		and (.slurm.node | IN("a", "b")) and (.slurm.job_id | test("^[0-9]+$"))' "$T/mcp-slurm.json"
+	jq -e --slurpfile l "$T/mcp-local.json" '(keys - ["slurm"]) == ($l[0] | keys)' "$T/mcp-slurm.json"
+	# the job's directory went with its success
+	[ -z "$(ls -A "$T/mcpjobs")" ]
+}
+
+@test "mcp --backend slurm: a cancelled call (notifications/cancelled) and a server whose client is gone leave no job in squeue, no VM running" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	local args='{"args":{"argv":["sleep","120"],"net":"none","timeout_s":200}}'
+	mcp "$(sl)" cancel "$args"
+	echo "# cancel: $(echo "$output" | jq -c '{running_before, running_after, stop_ms}')" >&3
+	echo "$output" | jq -e '(.running_before | length) == 1 and (.aborted.message | contains("test cancel"))'
+	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
+	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	mcp "$(sl)" close_running "$args"
+	echo "# client gone: $(echo "$output" | jq -c '{running_before, close_ms}')" >&3
+	echo "$output" | jq -e '(.running_before | length) == 1'
+	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
+	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	# isopod-slurm run waited for CANCELLED, then removed its job's directory
+	[ -z "$(ls -A "$T/mcpjobs")" ]
+}
+
+@test "mcp --backend slurm: keep, copy_in and vm_exec refused (-32602 naming slurm), nothing submitted; --backend other: 100" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	local n0
+	n0=$(ls "$T/mcpjobs" 2>/dev/null | wc -l)
+	mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"net":"none","keep":true}}'
+	echo "$output" | jq -e '.error.code == -32602 and (.error.message | contains("keep: refused under --backend slurm"))'
+	mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"copy_in":[{"host":"spool","guest":"/tmp/x"}]}}'
+	echo "$output" | jq -e '.error.code == -32602 and (.error.message | contains("copy_in: refused under --backend slurm"))'
+	mcp "$(sl)" call '{"name":"vm_exec","args":{"vm":"vm-000000000000","argv":["true"]}}'
+	echo "$output" | jq -e '.error.code == -32602 and (.error.message | contains("vm_exec: refused under --backend slurm"))'
+	[ "$(ls "$T/mcpjobs" 2>/dev/null | wc -l)" -eq "$n0" ]
+	[ -z "$(mcp_jobs)" ]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-mcp" --backend pbs </dev/null
+	[ "$status" -eq 100 ]
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-mcp" --slurm-dir /tmp </dev/null
+	[ "$status" -eq 100 ]
+}
+
 @test "its worker SIGKILLed mid-job: the runner settles the job interrupted and cancels its Slurm job (state.json's slurm_job)" {
 	job wkill '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}'
 	wait_until 60 jq -e '.slurm_job' "$SPOOL/running/wkill/state.json"

@@ -102,6 +102,18 @@ async function main() {
 		res = ({ running_before: vms, running_after: left, stop_ms: Date.now() - tc, aborted: r.error ?? null });
 		break;
 	}
+	case 'close_running': { // {args}: once its VM runs, the client goes (stdin closed), no cancel
+		const p = callOrError(client, 'sandbox_run', input.args);
+		let vms = [];
+		const t0 = Date.now();
+		while (Date.now() - t0 < 240000 && !(vms = await runningVms(client)).length)
+			await sleep(200);
+		const tc = Date.now();
+		await client.close();
+		const r = await p;
+		out({ running_before: vms, close_ms: Date.now() - tc, answer: r.result ?? r.error ?? null, logs });
+		return;
+	}
 	case 'cancel_commit': { // {args} with commit_as: cancel once its stage exists
 		const label = input.args.commit_as;
 		const labels = async () => (await client.callTool({ name: 'stage_list', arguments: {} }))
