@@ -39,7 +39,8 @@
 
 /* run: the front end's own budget when no --timeout-s is given (isopod(1)) */
 #define RUN_BUDGET_DEFAULT_S 600
-/* run: past its budget by this much the job is cancelled; below
+/* run: past its budget (from the submission: the caller waits in the
+ * queue too, unlike the runner's) by this much the job is cancelled; below
  * isopod-mcp's own grace (60 s), which then stops us */
 #define RUN_GRACE_S 30
 #define RUN_LOG_MAX 65536 /* the job's stderr.log relayed to ours: its tail */
@@ -288,28 +289,39 @@ static json_t *cmd_conf(const char *node, const char *att)
 #define SCONTROL_MAX (1 << 20) /* what we read of scontrol's stdout */
 
 /* scontrol ARGS... ($ISOPOD_SCONTROL or the one in PATH): its stderr is
- * ours; its stdout too (stdout is JSON only), unless out is not NULL, which
- * then gets it.  Failing to start, failing, or printing more than
+ * ours; its stdout goes to out when not NULL, else to our stderr (stdout
+ * is JSON only).  Bounded as lib/slurmjob.c bounds its Slurm commands
+ * (SJOB_CMD_MS, then SIGKILL to its process group): a refresh in an
+ * Epilog or a health check must not hang on a slurmctld that does not
+ * answer.  Failing to start, failing, hanging, or printing more than
  * SCONTROL_MAX bytes: 111. */
 static void scontrol(char *const av[], char **out)
 {
 	struct proc_spec ps = PROC_SPEC(av);
-	char cmd[256] = "";
+	char cmd[256] = "", *b = malloc(SCONTROL_MAX + 1);
 	size_t off = 0, n = 0;
-	int st;
+	int st, e;
 
+	if (!b)
+		die(EX_SYS, "unable to read what %s printed:", av[0]);
+	ps.out = PROC_PIPE, ps.err = 2;
+	ps.setsid = 1; /* killed as a group at the deadline */
+	st = proc_capture_within(&ps, b, SCONTROL_MAX + 1, &n, SJOB_CMD_MS);
+	e = errno;
 	if (out) {
-		if (!(*out = malloc(SCONTROL_MAX + 1)))
-			die(EX_SYS, "unable to read what %s printed:", av[0]);
-		ps.out = PROC_PIPE, ps.err = 2;
-		st = proc_capture(&ps, *out, SCONTROL_MAX + 1, &n);
+		*out = b;
 	} else {
-		st = proc_run(av, 2, 2);
+		if (st >= 0 && n)
+			fprintf(stderr, "%s", b);
+		free(b);
 	}
-	if (st < 0)
-		die(EX_SYS, "unable to start %s:", av[0]);
 	for (size_t i = 0; av[i] && (i < 3 || !strchr(av[i], '=')) && off < sizeof cmd; i++)
 		off += (size_t)snprintf(cmd + off, sizeof cmd - off, "%s%s", i ? " " : "", av[i]);
+	if (st < 0 && e == ETIMEDOUT)
+		die(EX_SYS, "%s did not end within %d s: killed", EXC(cmd), SJOB_CMD_MS / 1000);
+	errno = e;
+	if (st < 0)
+		die(EX_SYS, "unable to start %s:", av[0]);
 	if (st)
 		die(EX_SYS, "%s failed (exit %d)", EXC(cmd), st);
 	if (n > SCONTROL_MAX)

@@ -34,10 +34,6 @@
 #ifndef SJOB_POLL_FAIL_MS
 #define SJOB_POLL_FAIL_MS 60000
 #endif
-/* each sbatch, scontrol, scancel: killed past it (slurmjob.h) */
-#ifndef SJOB_CMD_MS
-#define SJOB_CMD_MS 30000
-#endif
 
 /* The script: the front end's argv comes as its arguments, never through
  * a shell's parsing of job-supplied words.  Each word comes with an "x"

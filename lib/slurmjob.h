@@ -13,6 +13,12 @@
 
 #include <jansson.h>
 #include <stddef.h>
+
+/* each sbatch, scontrol, scancel (and isopod-slurm's own scontrol): killed
+ * past it */
+#ifndef SJOB_CMD_MS
+#define SJOB_CMD_MS 30000
+#endif
 #include <stdint.h>
 
 struct sjob {

@@ -185,6 +185,24 @@ within_slots() {
 	[ "$status" -eq 100 ] && [[ $stderr == *usage:* ]] || false
 }
 
+@test "isopod-slurm refresh: an scontrol that hangs is killed with what it started at 30 s: 111, naming it" {
+	printf '#!/bin/sh\nsleep 300 &\necho $! >"$SC_PID"\nwait\n' >"$T/scontrol-hang"
+	chmod 755 "$T/scontrol-hang"
+	local t0 t1
+	t0=$(date +%s)
+	run --separate-stderr env SC_PID="$T/hang.pid" ISOPOD_HOME="$T/store-a" ISOPOD_SYSCONFIG="$T/none" \
+		ISOPOD_SCONTROL="$T/scontrol-hang" timeout 90 isopod-slurm refresh --dry-run --node a
+	t1=$(date +%s)
+	echo "# $status after $((t1 - t0)) s: $stderr" >&3
+	[ "$status" -eq 111 ] && [ -z "$output" ] && [[ $stderr == *"did not end within 30 s"* ]] || false
+	[ $((t1 - t0)) -lt 60 ]
+	# its child went with it (the group was killed): gone, or a zombie
+	# no one reaped yet
+	local st
+	st=$(ps -o stat= -p "$(cat "$T/hang.pid")" || :)
+	[ -z "$st" ] || [[ $st == Z* ]]
+}
+
 @test "GRES: 10 jobs of --gres=isopod_filtered:1 on hosts of 2 and 3 filtered slots never exceed the slots, fill them, and all finish" {
 	burst 10 isopod_filtered:1 "$T/rec"
 	[ "$(grep -c ' + ' "$T/rec")" -eq 10 ]
