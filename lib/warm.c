@@ -369,6 +369,11 @@ int warm_stale_name(const char *name, char key[65], long long *pid)
 	return 1;
 }
 
+void warm_tpl_name(const char *key, char out[WARM_TPL_NAME_SZ])
+{
+	snprintf(out, WARM_TPL_NAME_SZ, "tpl-%.32s", key);
+}
+
 int warm_sha256_fd(int fd, char out[65])
 {
 	crypto_hash_sha256_state st;
