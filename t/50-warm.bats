@@ -407,6 +407,17 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	run isopod-exec --vm "$vm" -- true
 	[ "$status" -eq 0 ]
 	stop_vm "$vm"
+	# a template QEMU that leaves a file of its own in the staging directory
+	# (jailed, the jail's uid could): nothing it made is published
+	rm -f "$DATA/bin/qemu-img"
+	printf '#!/bin/sh\nfor a in "$@"; do case $a in *mem-path=*/.staging-*) p=${a#*mem-path=}; : > "${p%%%%/mem,*}/leftover" ;; esac; done\nexec /usr/bin/qemu-system-x86_64 "$@"\n' > "$DATA/bin/qemu-system-x86_64"
+	chmod 755 "$DATA/bin/qemu-system-x86_64"
+	ISOPOD_JAIL=0 PATH="$DATA/bin:$PATH" boot_vm --mem-mib 416
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("warm snapshot .* not built: template: its QEMU left leftover in .*: not published"))'
+	[ -z "$(key_of 416)" ]
+	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
+	stop_vm "$vm"
 	# a QEMU whose version cannot be read: no pool, a warning, a cold boot
 	printf '#!/bin/sh\n[ "$1" = --version ] && exit 1\nexec /usr/bin/qemu-system-x86_64 "$@"\n' > "$DATA/bin/qemu-system-x86_64"
 	chmod 755 "$DATA/bin/qemu-system-x86_64"
