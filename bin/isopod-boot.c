@@ -296,6 +296,8 @@ static void load_vm(struct boot *bt)
 	bt->id = bt->idbuf;
 	if ((bt->ln.jail = jail_wanted(bt->ln.jail_why, sizeof bt->ln.jail_why)) < 0)
 		die(EX_USAGE, "%s", bt->ln.jail_why);
+	bt->w.jail = bt->ln.jail; /* the warm template's QEMU too */
+	bt->w.jail_why = bt->ln.jail_why;
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
 	if (inst_paths(&bt->in, dir) < 0)
 		die(EX_USAGE, "path too long: %.64s...", dir);

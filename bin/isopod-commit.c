@@ -36,15 +36,6 @@
 #define USAGE "isopod-commit --check [--stage REF] LABEL\n" \
 	      "       isopod-commit [--label LABEL] --vm REF"
 
-/* Tests kill the commit at each step: ISOPOD_TEST_KILL_AT=<point>. */
-static void test_point(const char *name)
-{
-	const char *k = getenv("ISOPOD_TEST_KILL_AT");
-
-	if (k && !strcmp(k, name))
-		raise(SIGKILL);
-}
-
 /* Depth the new stage would have on top of `parent` (NULL = on a base). */
 static int depth_on(const char *parent)
 {
@@ -212,11 +203,11 @@ static json_t *make_stage(const char *id, json_t *vm, const char *label, const c
 	pathf(dst, sizeof dst, "%s/stages/%s", store_home(), stid);
 	if (mkdir(tmp, 0755) < 0)
 		die(EX_SYS, "unable to create %s:", tmp);
-	test_point("before-rename");
+	test_kill("before-rename");
 	pathf(p, sizeof p, "%s/layer.qcow2", tmp);
 	if (rename(layer, p) < 0)
 		die(EX_SYS, "unable to move %s into the store:", layer);
-	test_point("after-disk-rename");
+	test_kill("after-disk-rename");
 	/* Relative backing: the store can move, the chain still resolves. */
 	if (parent)
 		pathf(rel, sizeof rel, "../%s/layer.qcow2", parent);
@@ -269,12 +260,12 @@ static json_t *make_stage(const char *id, json_t *vm, const char *label, const c
 		errno = e;
 		die(EX_SYS, "unable to write the stage's meta.json (nothing was committed):");
 	}
-	test_point("before-commit-rename");
+	test_kill("before-commit-rename");
 	if (rename(tmp, dst) < 0)
 		die(EX_SYS, "unable to rename %s to %s:", tmp, dst);
 	pathf(p, sizeof p, "%s/stages", store_home());
 	fsync_path(p);
-	test_point("after-commit-rename");
+	test_kill("after-commit-rename");
 	close(lk);
 	if (stage_seal_spawn(stid) < 0)
 		warn("unable to start the background hash of stage %s: %s; `isopod stage verify %s` "
@@ -347,7 +338,7 @@ int main(int argc, char **argv)
 	if (access(layer, F_OK) < 0)
 		die(EX_NOTFOUND, "vm %s has no disk:", id);
 
-	test_point("before-shutdown");
+	test_kill("before-shutdown");
 	shutdown_ms = shutdown_guest(id, json_string_value(json_object_get(vm, "agent_sock")));
 
 	sm = make_stage(id, vm, label, layer, shutdown_ms);

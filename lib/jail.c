@@ -337,6 +337,26 @@ static int cg_make(struct jail *j, const char *mnt, const char *self, const char
 	return 0;
 }
 
+int jail_cg_reclaim(const char *name)
+{
+	static const char *const ctl[] = { NULL, "memory", "pids" }; /* cg_setup's */
+	char mnt[PATH_MAX], self[PATH_MAX], dir[PATH_MAX];
+	int n = 0;
+
+	if (!name_ok(name)) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++)
+		if (cg_mount(ctl[i] ? "cgroup" : "cgroup2", ctl[i], mnt, sizeof mnt) == 0 &&
+		    cg_self(ctl[i], self, sizeof self) == 0 &&
+		    pathn(dir, sizeof dir, "%s%s/isopod-%s", mnt, strcmp(self, "/") ? self : "",
+			  name) == 0 &&
+		    rmdir(dir) == 0) /* EBUSY: a live jail's, left alone */
+			n++;
+	return n;
+}
+
 /* Make the cgroups (before the clone); what was applied into cg, what
  * could not be into warnings. */
 static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, json_t *warnings)

@@ -57,18 +57,26 @@ json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings)
 						   broker ? "and its egress broker run" : "runs", why));
 		return json_pack("{s:b, s:s}", "enabled", 0, "why", why);
 	}
-	j = json_deep_copy(json_object_get(rec, "jail"));
+	j = qjail_summary(json_object_get(rec, "jail"));
 	json_decref(rec);
-	if (!json_is_object(j)) {
-		json_decref(j);
+	if (!j) {
 		json_array_append_new(warnings, json_string("the jail's record is missing"));
 		return json_pack("{s:b}", "enabled", 1);
 	}
+	json_array_foreach(json_object_get(j, "warnings"), i, v)
+		json_array_append(warnings, v);
+	return j;
+}
+
+json_t *qjail_summary(const json_t *applied)
+{
+	json_t *j = json_is_object(applied) ? json_deep_copy(applied) : NULL;
+
+	if (!j)
+		return NULL;
 	json_object_set_new(j, "enabled", json_true());
 	json_object_set_new(j, "read_only", json_integer((json_int_t)json_array_size(
 						      json_object_get(j, "read_only"))));
-	json_array_foreach(json_object_get(j, "warnings"), i, v)
-		json_array_append(warnings, v);
 	return j;
 }
 
@@ -193,8 +201,10 @@ static long long phys_mib(void)
 	return pages > 0 && psz > 0 ? (long long)pages * psz >> 20 : 0;
 }
 
-int qjail_plan(struct qjail *qj, const char *id, const char *dir, char *const *av, char *err,
-	       size_t errsz)
+/* qjail_plan's, and qjail_plan_over's with over: the disk in dir lies
+ * over the VM disk over, bound read-only with its chain. */
+static int plan(struct qjail *qj, const char *id, const char *dir, const char *over,
+		char *const *av, char *err, size_t errsz)
 {
 	const char *m = arg_of(av, "-m"), *smp = arg_of(av, "-smp"), *acc = arg_of(av, "-accel");
 	const char *k = arg_of(av, "-kernel"), *i = arg_of(av, "-initrd");
@@ -217,8 +227,13 @@ int qjail_plan(struct qjail *qj, const char *id, const char *dir, char *const *a
 	for (n = 0; n < sizeof qemu_data / sizeof qemu_data[0]; n++)
 		if (access(qemu_data[n], F_OK) == 0 && add(qj, qemu_data[n], err, errsz) < 0)
 			return -1;
-	if (add(qj, k, err, errsz) < 0 || add(qj, i, err, errsz) < 0 ||
-	    pathn(disk, sizeof disk, "%s/disk.qcow2", dir) < 0 || chain(qj, disk, err, errsz) < 0)
+	if (add(qj, k, err, errsz) < 0 || add(qj, i, err, errsz) < 0)
+		return -1;
+	/* the chain the disk's own (over's: a VM's disk, itself bound) */
+	if (over ? pathn(disk, sizeof disk, "%s", over) < 0 || add(qj, over, err, errsz) < 0
+		 : pathn(disk, sizeof disk, "%s/disk.qcow2", dir) < 0)
+		return -1;
+	if (chain(qj, disk, err, errsz) < 0)
 		return -1;
 	if (tap(qj, err, errsz) < 0)
 		return -1;
@@ -237,6 +252,18 @@ int qjail_plan(struct qjail *qj, const char *id, const char *dir, char *const *a
 	if (geteuid() == 0 && jail_identity(id, &qj->js.uid, &qj->js.gid, err, errsz) < 0)
 		return -1;
 	return 0;
+}
+
+int qjail_plan(struct qjail *qj, const char *id, const char *dir, char *const *av, char *err,
+	       size_t errsz)
+{
+	return plan(qj, id, dir, NULL, av, err, errsz);
+}
+
+int qjail_plan_over(struct qjail *qj, const char *id, const char *dir, const char *over,
+		    char *const *av, char *err, size_t errsz)
+{
+	return plan(qj, id, dir, over, av, err, errsz);
 }
 
 void qjail_free(struct qjail *qj)

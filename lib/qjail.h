@@ -49,6 +49,9 @@ struct qjail {
  * or "QEMU and its egress broker run unjailed (WHY)" when the record has a
  * network (isopod-boot's one jail_wanted decides for both). */
 json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings);
+/* jail_spawn's applied as a result shows it: a copy with "enabled":true and
+ * the read-only list as its count; NULL when applied is not an object. */
+json_t *qjail_summary(const json_t *applied);
 
 /* The jail of VM id's QEMU av (qemu_argv's), its directory dir: the
  * paths, the identity, the limits; the NIC's tap opened here (TUNSETIFF on
@@ -56,6 +59,13 @@ json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings);
  * 0, or -1 with err.  qjail_free after. */
 int qjail_plan(struct qjail *qj, const char *id, const char *dir, char *const *av, char *err,
 	       size_t errsz);
+/* qjail_plan for a disk in dir that lies over another VM's disk over (a
+ * warm template's throwaway overlay over its VM's disk): over is bound
+ * read-only, with over's chain (disk_chain's: stage layers over a base),
+ * instead of dir/disk.qcow2's.  The caller makes over readable to the
+ * jail's uid for the run. */
+int qjail_plan_over(struct qjail *qj, const char *id, const char *dir, const char *over,
+		    char *const *av, char *err, size_t errsz);
 void qjail_free(struct qjail *qj);
 
 /* Hand dir to the jail's uid: the directory root:<jail gid> 01770 (the

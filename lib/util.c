@@ -694,6 +694,14 @@ void test_pause(const char *point)
 		raise(SIGSTOP);
 }
 
+void test_kill(const char *point)
+{
+	const char *k = getenv("ISOPOD_TEST_KILL_AT");
+
+	if (k && !strcmp(k, point))
+		raise(SIGKILL);
+}
+
 int64_t mono_ms(void)
 {
 	struct timespec ts;

@@ -176,6 +176,9 @@ int store_lock(void);
  * SIGSTOP itself there (the test resumes it with SIGCONT).  A no-op unless
  * the variable names this point. */
 void test_pause(const char *point);
+/* ISOPOD_TEST_KILL_AT=<point>: the process SIGKILLs itself there (the
+ * tests of what a killed tool leaves). */
+void test_kill(const char *point);
 
 /* Milliseconds: monotonic and wall clock (epoch). */
 int64_t mono_ms(void);

@@ -367,3 +367,8 @@ int warm_stale_name(const char *name, char key[65], long long *pid)
 		return 0;
 	return 1;
 }
+
+void warm_tpl_name(const char *key, char out[WARM_TPL_NAME_SZ])
+{
+	snprintf(out, WARM_TPL_NAME_SZ, "tpl-%.32s", key);
+}

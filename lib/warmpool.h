@@ -44,6 +44,8 @@ struct pool {
 				  * (its record names warm_key by then): gc and
 				  * isopod-warm rm never remove it meanwhile */
 	long long wait_ms;       /* ISOPOD_WARM_WAIT_MS */
+	int jail;                /* the template's QEMU jailed (jail_wanted) */
+	const char *jail_why;    /* else why not */
 	const struct qemu_vm *vm;
 	const struct img *im;
 	struct conn *conn;       /* the agent connection's buffers (large) */
@@ -70,6 +72,12 @@ int warm_setup(struct pool *w, json_t *rec, long long disk_bytes, const char *fo
  * (boot cold; a warning says why).  With a snapshot, its key's lock is held
  * shared (w->hold) until exit or warm_retire. */
 int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline);
+/* Build the snapshot of this shape in the staging directory sd (lib/
+ * warmtpl.c): the template QEMU, jailed when w->jail, on an overlay over
+ * the VM in's disk; sd/meta.json last.  0, or -1 with msg (sd is the
+ * caller's to remove). */
+int warm_build(struct pool *w, const struct inst *in, int plain, const char *sd,
+	       int64_t deadline, char *msg, size_t msz);
 /* Open the published snapshot and check it.  0, or -1 with why. */
 int snap_open(struct pool *w, struct snap *sn, char *why, size_t wsz);
 /* Take the snapshot we checked or resumed from out of use. */

@@ -257,7 +257,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ "$(isopod-warm ls | jq --arg k "$key" 'select(.key == $k) | .hits')" -eq 5 ]
 	# nothing but whole snapshots and their lock files
 	[ -z "$(ls -A "$(W)" | grep -vE '^[0-9a-f]{64}(\.lock)?$|^(qemu-version|argv)\.json$')" ]
-	[ -z "$(find "$ISOPOD_HOME/vms" -name 'tpl-*' -o -name '*.pristine')" ]
+	[ -z "$(find "$ISOPOD_HOME/vms" -name 'tpl' -o -name 'tpl-*' -o -name '*.pristine')" ]
 }
 
 @test "warm: a truncated or overwritten state file is refused, retired, and the run boots cold with a warning" {
@@ -335,10 +335,22 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		# the template QEMU died with its builder
 		for _ in $(seq 1 50); do pgrep -f "$staging" > /dev/null || break; sleep 0.1; done
 		! pgrep -f "$staging" || false
+		# its jail's cgroup (named by the key: lib/warm.h warm_tpl_name):
+		# left by a builder killed with the template running, which never
+		# reached jail_release; gc's sweep of the staging removes it
+		k=${staging##*/.staging-}
+		k=${k:0:32}
+		cgs=$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-$k")
+		echo "$point: $cgs" >&2
+		if [ "$point" = warm-template ]; then [ -n "$cgs" ]; else [ -z "$cgs" ]; fi
+		# published or not, the VM's disk lent to the template is 0600 again
+		# once the template is built
+		[ "$point" = warm-template ] || [ "$(stat -c %a "$ISOPOD_HOME/vms/$vm/disk.qcow2")" = 600 ]
 		run --separate-stderr isopod-gc
 		[ "$status" -eq 0 ]
 		jout --arg p "$staging" '[.leaked[] | select(.kind == "warm" and .path == $p and .removed)] | length == 1'
 		[ ! -e "$staging" ]
+		[ -z "$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-$k")" ]
 	done
 	# the shape still works, and is built afresh
 	run --separate-stderr isopod run --json-only --mem-mib 352 -- true
@@ -395,6 +407,17 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	run isopod-exec --vm "$vm" -- true
 	[ "$status" -eq 0 ]
 	stop_vm "$vm"
+	# a template QEMU that leaves a file of its own in the staging directory
+	# (jailed, the jail's uid could): nothing it made is published
+	rm -f "$DATA/bin/qemu-img"
+	printf '#!/bin/sh\nfor a in "$@"; do case $a in *mem-path=*/.staging-*) p=${a#*mem-path=}; : > "${p%%%%/mem,*}/leftover" ;; esac; done\nexec /usr/bin/qemu-system-x86_64 "$@"\n' > "$DATA/bin/qemu-system-x86_64"
+	chmod 755 "$DATA/bin/qemu-system-x86_64"
+	ISOPOD_JAIL=0 PATH="$DATA/bin:$PATH" boot_vm --mem-mib 416
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and (.warnings[0] | test("warm snapshot .* not built: template: its QEMU left leftover in .*: not published"))'
+	[ -z "$(key_of 416)" ]
+	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
+	stop_vm "$vm"
 	# a QEMU whose version cannot be read: no pool, a warning, a cold boot
 	printf '#!/bin/sh\n[ "$1" = --version ] && exit 1\nexec /usr/bin/qemu-system-x86_64 "$@"\n' > "$DATA/bin/qemu-system-x86_64"
 	chmod 755 "$DATA/bin/qemu-system-x86_64"
@@ -447,6 +470,80 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ -z "$(find "$ISOPOD_HOME" -maxdepth 1 -name '.probe-*')" ]
 	[ -z "$(key_of 396)" ]
 	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
+	stop_vm "$vm"
+}
+
+# The template's QEMU boots on the VM's disk chain (stage layers guests'
+# QEMUs wrote; its block layer parses their headers): it runs in the jail
+# every VM's QEMU gets (lib/warmtpl.c tpl_start).  ISOPOD_TEST_PAUSE_AT=
+# warm-template stops isopod-boot once the template's agent has answered,
+# the template still running, to look at it; with the jail off it is root's.
+@test "warm: the template's QEMU runs jailed (not root, no_new_privs, no capabilities, its own pid and net namespaces, only its files); meta.json says so; ISOPOD_JAIL=0: root's" {
+	local boot q f k r h st uid cg
+	vm=$(isopod-claim | jq -er .vm.id)
+	ISOPOD_TEST_PAUSE_AT=warm-template isopod-boot --vm "$vm" --owner-pid $$ --mem-mib 404 \
+		>"$BATS_TEST_TMPDIR/boot.json" 2>"$BATS_TEST_TMPDIR/boot.err" &
+	boot=$!
+	for _ in $(seq 1 600); do
+		[ "$(awk '{ print $3 }' "/proc/$boot/stat" 2>/dev/null)" = T ] && break
+		sleep 0.1
+	done
+	q=$(pgrep -f -- "$(W)/\.staging-" || :)
+	st=0
+	if [ -z "$q" ] || [ "$(wc -w <<<"$q")" -ne 1 ]; then
+		echo "no one template qemu: '$q'" >&2
+		st=1
+	else
+		f=/proc/$q/status r=/proc/$q/root h=$(realpath "$ISOPOD_HOME")
+		cat "$f" >&2
+		awk '$1 == "Uid:" || $1 == "Gid:" { for (i = 2; i <= 5; i++) if ($i == 0) bad = 1 }
+			END { exit bad }' "$f" || st=1
+		uid=$(awk '$1 == "Uid:" { print $2 }' "$f")
+		grep -q '^NoNewPrivs:[[:space:]]*1$' "$f" || st=1
+		grep -q '^CapEff:[[:space:]]*0*$' "$f" && grep -q '^CapBnd:[[:space:]]*0*$' "$f" || st=1
+		[ "$(readlink "/proc/$q/ns/net")" != "$(readlink /proc/self/ns/net)" ] || st=1
+		[ "$(readlink "/proc/$q/ns/pid")" != "$(readlink /proc/self/ns/pid)" ] || st=1
+		grep -q "^NSpid:[[:space:]]*${q}[[:space:]]*1$" "$f" || st=1
+		# its root: of the VM's directory only the disk (read-only) and
+		# the sockets' directory; no other VM, no snapshot but its staging
+		ls -A "$r$h/vms/$vm" >&2 || :
+		[ "$(ls -A "$r$h/vms" 2>/dev/null)" = "$vm" ] || st=1
+		[ "$(ls -A "$r$h/vms/$vm" 2>/dev/null | tr '\n' ' ')" = "disk.qcow2 tpl " ] || st=1
+		[ "$(ls -A "$r$h/warm" 2>/dev/null | grep -c .)" -eq 1 ] || st=1
+		cg=$(awk -F: '$2 ~ /(^|,)pids(,|$)/ || $1 == "0" { print $3 }' "/proc/$q/cgroup")
+		echo "cgroups: $cg" >&2
+		grep -q '/isopod-tpl-[0-9a-f]\{32\}$' <<<"$cg" || st=1
+	fi
+	kill -CONT "$boot"
+	wait "$boot" || st=1
+	cat "$BATS_TEST_TMPDIR/boot.err"
+	[ "$st" -eq 0 ]
+	jq -e '.path == "snapshot-build"' "$BATS_TEST_TMPDIR/boot.json"
+	k=$(key_of 404)
+	jq -e --argjson u "$uid" '.template_jail | .enabled == true and .uid == $u and .no_new_privs and
+		.capabilities == [] and (.namespaces | index("pid") and index("net")) and
+		.cgroup.memory_bytes > 0 and .cgroup.pids > 0' "$(W)/$k/meta.json"
+	# after the build: the sockets' directory is gone, the template's
+	# cgroup too; the snapshot's files are root's
+	[ ! -e "$ISOPOD_HOME/vms/$vm/tpl" ]
+	[ -z "$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-${k:0:32}")" ]
+	[ -z "$(find "$(W)/$k" ! -user 0)" ]
+	stop_vm "$vm"
+	# the control: the jail off, the template runs as root, and says so
+	vm=$(isopod-claim | jq -er .vm.id)
+	ISOPOD_JAIL=0 ISOPOD_TEST_PAUSE_AT=warm-template isopod-boot --vm "$vm" --owner-pid $$ \
+		--mem-mib 412 >"$BATS_TEST_TMPDIR/boot.json" 2>"$BATS_TEST_TMPDIR/boot.err" &
+	boot=$!
+	for _ in $(seq 1 600); do
+		[ "$(awk '{ print $3 }' "/proc/$boot/stat" 2>/dev/null)" = T ] && break
+		sleep 0.1
+	done
+	q=$(pgrep -f -- "$(W)/\.staging-" || :)
+	uid=$(awk '$1 == "Uid:" { print $2 }' "/proc/$q/status" 2>/dev/null || :)
+	kill -CONT "$boot"
+	wait "$boot"
+	[ "$uid" = 0 ]
+	jq -e '.template_jail == {"enabled": false, "why": "ISOPOD_JAIL=0"}' "$(W)/$(key_of 412)/meta.json"
 	stop_vm "$vm"
 }
 

@@ -120,6 +120,63 @@ static void test_deadline(void)
 	unsetenv("ISOPOD_JAIL");
 }
 
+static int has_ro(const struct qjail *qj, const char *p)
+{
+	for (size_t i = 0; i < qj->nro; i++)
+		if (!strcmp(qj->ro[i], p))
+			return 1;
+	return 0;
+}
+
+/* The warm template's plan: its disk lies over a VM's disk, not over a
+ * stage layer, so qjail_plan refuses it; qjail_plan_over binds the VM's
+ * disk and that disk's chain (the store's base), and the template's disk
+ * is its directory's (read-write), never bound read-only. */
+static void test_plan_over(const char *dir)
+{
+	char home[1024], vdir[2048], tdir[2048], base[PATH_MAX], vdisk[PATH_MAX], tdisk[PATH_MAX];
+	char cmd[5 * PATH_MAX], err[1024] = "";
+	char *av[] = { "qemu-system-x86_64", "-m", "256", "-smp", "1", "-accel", "tcg", "-kernel",
+		       "/bin/true", "-initrd", "/bin/false", NULL };
+	struct qjail qj;
+	int r, fd;
+
+	snprintf(home, sizeof home, "%s/store", dir);
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(base, sizeof base, "%s/images", home);
+	snprintf(vdir, sizeof vdir, "%s/vms/vm-1", home);
+	snprintf(tdir, sizeof tdir, "%s/warm/.staging-t", home);
+	snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s' '%s'", base, vdir, tdir);
+	ok(system(cmd) == 0, "a store with a VM directory and a staging directory");
+	snprintf(base, sizeof base, "%s/images/base-%064d.img", home, 0);
+	if ((fd = open(base, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) >= 0) {
+		ok(ftruncate(fd, 1 << 20) == 0, "a raw base image");
+		close(fd);
+	}
+	snprintf(vdisk, sizeof vdisk, "%s/disk.qcow2", vdir);
+	snprintf(tdisk, sizeof tdisk, "%s/disk.qcow2", tdir);
+	snprintf(cmd, sizeof cmd, "qemu-img create -q -f qcow2 -F raw -b '%s' '%s' 1M && "
+		 "qemu-img create -q -f qcow2 -F qcow2 -b '%s' '%s' 1M", base, vdisk, vdisk, tdisk);
+	ok(system(cmd) == 0, "a VM's disk over the base, a template's over the VM's");
+	r = qjail_plan(&qj, "tpl-x", tdir, av, err, sizeof err);
+	ok(r < 0 && strstr(err, "not a chain of stage layers"),
+	   "qjail_plan refuses the template's disk (%s)", err);
+	qjail_free(&qj);
+	r = qjail_plan_over(&qj, "tpl-x", tdir, vdisk, av, err, sizeof err);
+	ok(r == 0 && has_ro(&qj, vdisk) && has_ro(&qj, base) && !has_ro(&qj, tdisk) &&
+	   !strcmp(qj.js.vm_dir, tdir) && !strcmp(qj.js.name, "tpl-x"),
+	   "qjail_plan_over binds the VM's disk and the base, not the template's disk (%s)", err);
+	ok(geteuid() != 0 || qj.js.uid >= JAIL_UID_BASE, "as root, the template's own identity (%u)",
+	   (unsigned)qj.js.uid);
+	qjail_free(&qj);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", home);
+	ok(system(cmd) == 0, "cleaned up");
+	unsetenv("ISOPOD_HOME");
+	ok(jail_cg_reclaim("../x") == -1 && errno == EINVAL && jail_cg_reclaim("") == -1,
+	   "jail_cg_reclaim refuses a name jail_spawn would");
+	ok(jail_cg_reclaim("tpl-no-such-jail-here") == 0, "and removes nothing that is not there");
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/isopod-qjail-test.XXXXXX";
@@ -132,6 +189,7 @@ int main(void)
 	test_deps();
 	test_img_write(dir);
 	test_deadline();
+	test_plan_over(dir);
 	rmdir(dir);
 	return tap_done();
 }

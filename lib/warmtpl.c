@@ -1,0 +1,598 @@
+/* warmtpl.c - the warm pool's template: a shape's snapshot built (see
+ * warmpool.h warm_build).  Its QEMU runs on a chain of layers guests'
+ * QEMUs wrote, so it runs in the jail every VM's QEMU gets (issue 12),
+ * unless the jail is off.
+ *
+ * Every path built here lies under the store root or a VM directory,
+ * which isopod-boot has checked to be short (a unix socket path must fit
+ * 108 bytes), so none is ever cut short. */
+#include "host.h"
+#include "jail.h"
+#include "proc.h"
+#include "qjail.h"
+#include "qmp.h"
+#include "util.h"
+#include "warm.h"
+#include "warmpool.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MIB (1024LL * 1024)
+
+/* Poll query-migrate (template) until the migration is over.  0 or -1. */
+static int migrate_wait(struct qmp *qm, int64_t deadline, char *msg, size_t msz)
+{
+	for (;;) {
+		json_t *ret = NULL;
+		const char *s;
+		int r = qmp_call(qm, "query-migrate", NULL, -1, &ret, deadline);
+
+		if (r < 0) {
+			snprintf(msg, msz, "%s", qm->err);
+			return -1;
+		}
+		s = json_string_value(json_object_get(ret, "status"));
+		if (s && !strcmp(s, "completed")) {
+			json_decref(ret);
+			return 0;
+		}
+		if (s && (!strcmp(s, "failed") || !strcmp(s, "cancelled"))) {
+			const char *d = json_string_value(json_object_get(ret, "error-desc"));
+
+			snprintf(msg, msz, "migration %s: %s", s, d ? d : "no reason given");
+			json_decref(ret);
+			return -1;
+		}
+		json_decref(ret);
+		usleep(2000);
+	}
+}
+
+/* Wait until QEMU has seen our hang-up on the agent socket.  Its handling
+ * writes a control message into guest RAM; with share=on that must happen
+ * before the device state is saved, or the memory file and the state
+ * would disagree about the virtqueue.  0, or -1 (qm->err). */
+static int agent_hung_up(struct qmp *qm, int64_t deadline)
+{
+	for (;;) {
+		json_t *ret = NULL, *v;
+		size_t i;
+		int down = 0;
+
+		if (qmp_call(qm, "query-chardev", NULL, -1, &ret, deadline) < 0)
+			return -1;
+		json_array_foreach(ret, i, v) {
+			const char *l = json_string_value(json_object_get(v, "label"));
+			const char *f = json_string_value(json_object_get(v, "filename"));
+
+			if (l && f && !strcmp(l, "agent"))
+				down = !strncmp(f, "disconnected:", 13);
+		}
+		json_decref(ret);
+		if (down)
+			return 0;
+		if (mono_ms() >= deadline) {
+			snprintf(qm->err, sizeof qm->err, "the agent socket still looks connected");
+			return -1;
+		}
+		usleep(2000);
+	}
+}
+
+/* This VM's disk is still the empty overlay qemu-img made over the base:
+ * a copy of it goes with the snapshot (blank), its sha256 into bsha, so
+ * that later runs of this shape copy it instead of running qemu-img.  0,
+ * or -1 with msg. */
+static int template_blank(const char *disk, const char *blank, char bsha[65], char *msg,
+			  size_t msz)
+{
+	int bfd;
+
+	if (copy_small(disk, blank) < 0 ||
+	    (bfd = open(blank, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		snprintf(msg, msz, "unable to copy %.512s: %s", disk, strerror(errno));
+		return -1;
+	}
+	if (fsync(bfd) < 0 || sha256_fd(bfd, bsha) < 0) {
+		snprintf(msg, msz, "unable to read %.512s: %s", blank, strerror(errno));
+		close(bfd);
+		return -1;
+	}
+	close(bfd);
+	return 0;
+}
+
+/* Wait for the template's agent and shake hands: a bare HELLO (no
+ * hostname, clock or seed: each clone gets its own); its root must still
+ * be read-only.  0, or -1 with msg (*pid -1 when QEMU exited). */
+static int template_hello(struct pool *w, const struct inst *t, pid_t *pid, int64_t deadline,
+			  char *msg, size_t msz)
+{
+	struct hello th = { 0 };
+	char l1[256];
+	int st;
+
+	for (;;) {
+		int64_t slice = mono_ms() + 100;
+
+		if (conn_open(w->conn, t->agent, slice < deadline ? slice : deadline) == 0)
+			break;
+		if (errno != ETIMEDOUT) {
+			snprintf(msg, msz, "template: %s", w->conn->err);
+			return -1;
+		}
+		if (waitpid(*pid, &st, WNOHANG) == *pid) {
+			*pid = -1;
+			snprintf(msg, msz, "template qemu exited with status %d: %s", proc_status(st),
+				 last_line(t->qlog, l1, sizeof l1));
+			return -1;
+		}
+		if (owner_gone(w)) {
+			snprintf(msg, msz, "the owner exited");
+			return -1;
+		}
+		if (mono_ms() >= deadline) {
+			snprintf(msg, msz, "template: the guest agent did not answer in time");
+			return -1;
+		}
+	}
+	if (conn_hello(w->conn, &th, deadline) != 0) {
+		snprintf(msg, msz, "template: %s", th.guest_error[0] ? th.guest_error : w->conn->err);
+		conn_close(w->conn);
+		return -1;
+	}
+	conn_close(w->conn);
+	test_kill("warm-template");
+	test_pause("warm-template");
+	if (strcmp(th.root, "ro")) {
+		snprintf(msg, msz, "template: the agent reports its root as %s, not ro", th.root);
+		return -1;
+	}
+	return 0;
+}
+
+/* Describe the snapshot in its meta.json (metap): the shape, the
+ * identity of its files, the template's jail (tj: what it applied, or
+ * {"enabled":false,"why"}).  bsha: the blank overlay's sha256, or NULL.
+ * 0, or -1 with msg. */
+static int template_meta(struct pool *w, const struct stat *msb, const struct stat *ssb,
+			 const char *sha, const char *bsha, json_t *tj, const char *metap,
+			 char *msg, size_t msz)
+{
+	const struct img *im = w->im;
+	const struct stat ms = *msb, ss = *ssb;
+	char now[32];
+	json_t *meta;
+
+	/* mem: identified by inode and ctime, which every write, truncation
+	 * or hole punched changes (hashing 512 MiB per resume would cost
+	 * more than the resume); state: small, hashed on every resume. */
+	meta = json_pack("{s:i, s:s, s:s, s:{s:s, s:{s:s, s:s}, s:O, s:I, s:I, s:I, s:s, s:s, s:s},"
+			 " s:s, s:n, s:i, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:{s:I, s:s}, s:s}",
+			 "format", WARM_FORMAT, "key", w->key, "key_text", w->text, "shape", "kernel",
+			 im->ksha, "base", "flavor", im->flavor, "sha256", im->bsha, "layers",
+			 w->layers, "disk_bytes", (json_int_t)w->disk_bytes, "vcpus",
+			 (json_int_t)w->vm->vcpus, "mem_mib", (json_int_t)w->vm->mem_mib, "net", w->net,
+			 "accel", w->vm->accel, "qemu", w->qver, "created", iso_now(now, sizeof now),
+			 "last_used", "hits", 0, "size",
+			 (json_int_t)(((long long)ms.st_blocks + ss.st_blocks) * 512), "build_ms",
+			 (json_int_t)w->build_ms, "builder_pid", (json_int_t)getpid(), "mem", "bytes",
+			 (json_int_t)ms.st_size, "ino", (json_int_t)ms.st_ino, "ctime_s",
+			 (json_int_t)ms.st_ctim.tv_sec, "ctime_ns", (json_int_t)ms.st_ctim.tv_nsec, "state",
+			 "bytes", (json_int_t)ss.st_size, "sha256", sha, "argv_fingerprint",
+			 w->argv_fp);
+	if (!meta || json_object_set(meta, "template_jail", tj) < 0) {
+		snprintf(msg, msz, "out of memory");
+		json_decref(meta);
+		return -1;
+	}
+	if (bsha) {
+		json_t *b = json_pack("{s:s, s:I, s:s}", "backing", im->base, "bytes",
+				      (json_int_t)w->disk_bytes, "sha256", bsha);
+
+		if (!b || json_object_set_new(meta, "blank", b) < 0) {
+			snprintf(msg, msz, "out of memory");
+			json_decref(meta);
+			return -1;
+		}
+	}
+	if (json_write_atomic(metap, meta) < 0) {
+		snprintf(msg, msz, "unable to write %.512s: %s", metap, strerror(errno));
+		json_decref(meta);
+		return -1;
+	}
+	json_decref(meta);
+	return 0;
+}
+
+
+/* The template's disk: an overlay over the VM's disk (lent readable by
+ * the caller).  create -b opens that disk's chain (its size): stage layers
+ * jailed QEMUs wrote, so in qemu-img's jail (lib/qjail.c), the chain
+ * read-only, the template's disk its one file.  0, or -1 with msg. */
+static int template_overlay(const char *vdisk, const char *tdisk, char *msg, size_t msz)
+{
+	char *av[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
+		       (char *)vdisk, (char *)tdisk, NULL };
+	const char *rd[] = { vdisk };
+	int rc = qjail_img(&(struct qimg_req){ .av = av, .reads = rd, .nreads = 1, .chain = 1,
+					       .writes = tdisk, .outfd = PROC_NULL,
+					       .errfd = PROC_INHERIT },
+			   msg, msz);
+
+	if (rc > 0)
+		snprintf(msg, msz, "qemu-img create failed (status %d)", rc);
+	return rc != 0 ? -1 : 0;
+}
+
+/* The template's QEMU while it runs, and what it was lent. */
+struct tpl {
+	pid_t pid;                 /* our unreaped child, or -1 */
+	int jailed;                /* j and qj are live: release and reclaim */
+	struct qjail qj;
+	struct jail j;
+	char name[WARM_TPL_NAME_SZ];
+	char sockdir[PATH_MAX];    /* vms/<id>/tpl: its sockets ("" once gone) */
+	const char *rw[1];
+	json_t *tj;                /* meta.json's "template_jail" */
+	int lendfd;                /* the VM's disk, while lent */
+	mode_t lendmode;
+};
+
+/* The VM's disk is root's 0600 fresh overlay (no QEMU ran on it yet) in
+ * its 0700 directory: 0644 while the template is built lets the jail's uid
+ * (qemu-img's, the template QEMU's) read the one copy bound into its jail,
+ * and no one else reach it; tpl_end puts its mode back.  0, or -1. */
+static int tpl_lend(struct tpl *tp, const char *vdisk, char *msg, size_t msz)
+{
+	struct stat st;
+	int fd = open(vdisk, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0 || fstat(fd, &st) < 0 || (!S_ISREG(st.st_mode) && (errno = EINVAL)) ||
+	    fchmod(fd, 0644) < 0) {
+		snprintf(msg, msz, "unable to lend %.512s to the template: %s", vdisk,
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	tp->lendfd = fd;
+	tp->lendmode = st.st_mode & 07777;
+	return 0;
+}
+
+/* Its sockets' directory: vms/<id>/tpl, beside the VM's own sockets (a
+ * short path, unlike sd: sun_path), not the VM's, so an isopod-stop
+ * meanwhile cannot reach the template.  Jailed, it is the jail's second
+ * read-write path, handed over as a VM's directory is (root:<jail gid>
+ * 01770).  0, or -1. */
+static int tpl_sockdir(struct tpl *tp, const char *vdir, char *msg, size_t msz)
+{
+	if (pathn(tp->sockdir, sizeof tp->sockdir, "%s/tpl", vdir) < 0 ||
+	    (tree_remove(tp->sockdir, NULL) < 0 && errno != ENOENT) || mkdir(tp->sockdir, 0700) < 0) {
+		snprintf(msg, msz, "unable to make %.512s/tpl: %s", vdir, strerror(errno));
+		tp->sockdir[0] = '\0';
+		return -1;
+	}
+	return 0;
+}
+
+/* Start the template's QEMU (av, qemu_argv's; stdout and stderr logfd):
+ * with the jail on (isopod-boot's jail_wanted), in the jail every VM's
+ * QEMU gets (lib/qjail.c, as isopod-supervise's sup_jailed): its uid and
+ * cgroup named by warm_tpl_name, the staging directory sd its VM
+ * directory (handed over with its disk), the VM's disk vdisk and its chain
+ * read-only, tp->sockdir read-write, the NIC's tap as fd 4.  Off: as root,
+ * as before.  Dies with us (PDEATHSIG; jailed, its pid namespace goes
+ * along).  0, or -1 with msg (tpl_end undoes what was done). */
+static int tpl_start(struct tpl *tp, const struct pool *w, const char *sd, const char *vdisk,
+		     char *const *av, int logfd, char *msg, size_t msz)
+{
+	struct proc_spec ps = PROC_SPEC(tp->qj.av);
+	int dfd;
+
+	if (!w->jail) {
+		tp->tj = json_pack("{s:b, s:s}", "enabled", 0, "why", w->jail_why);
+		if ((tp->pid = qemu_spawn(av, logfd, 1, -1)) < 0)
+			snprintf(msg, msz, "unable to fork: %s", strerror(errno));
+		return tp->pid < 0 ? -1 : 0;
+	}
+	warm_tpl_name(w->key, tp->name);
+	if (qjail_plan_over(&tp->qj, tp->name, sd, vdisk, av, msg, msz) < 0)
+		return -1;
+	tp->jailed = 1; /* from here tpl_end reclaims sd */
+	tp->rw[0] = tp->sockdir;
+	tp->qj.js.rw = tp->rw;
+	tp->qj.js.nrw = 1;
+	if (geteuid() == 0 &&
+	    ((dfd = open(tp->sockdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	     fchown(dfd, 0, tp->qj.js.gid) < 0 || fchmod(dfd, 01770) < 0 || close(dfd) < 0)) {
+		snprintf(msg, msz, "handing %.512s to the jail: %s", tp->sockdir, strerror(errno));
+		return -1;
+	}
+	if (qjail_give(&tp->qj, sd, msg, msz) < 0)
+		return -1;
+	ps.file = tp->qj.prog;
+	ps.out = ps.err = logfd;
+	ps.keep[0] = PROC_NULL; /* fd 3: a clone's memory file; the template's is a path */
+	ps.keep[1] = tp->qj.tapfd;
+	ps.nkeep = tp->qj.tapfd >= 0 ? 2 : 0;
+	ps.pdeathsig = SIGKILL;
+	ps.umask = 0177; /* as qemu_spawn: its sockets 0600 from the start */
+	if (jail_spawn(&tp->qj.js, &ps, &tp->j, msg, msz) < 0)
+		return -1;
+	tp->pid = tp->j.pid;
+	if (tp->qj.tapfd >= 0)
+		close(tp->qj.tapfd); /* QEMU's now, as its fd 4 */
+	tp->qj.tapfd = -1;
+	if (!(tp->tj = qjail_summary(tp->j.applied))) {
+		snprintf(msg, msz, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* QEMU gone (killed and reaped here if it is not yet), its jail released,
+ * sd root's again (qjail_reclaim: what the jail's uid left as links goes),
+ * its sockets' directory removed, the VM's disk's mode put back.  Again
+ * and again: what is done is not redone.  0, or -1 with msg when the
+ * disk's mode could not be restored. */
+static int tpl_end(struct tpl *tp, char *msg, size_t msz)
+{
+	char why[512];
+	int st, r = 0;
+
+	if (tp->pid > 0) { /* our own unreaped child */
+		kill(tp->pid, SIGKILL);
+		while (waitpid(tp->pid, &st, 0) < 0 && errno == EINTR)
+			;
+	}
+	tp->pid = -1;
+	if (tp->jailed) {
+		/* jail_spawn failed: it released what it made */
+		if (tp->j.pid > 0 && jail_release(&tp->j, why, sizeof why) < 0)
+			warn("the warm template's jail: %s", why);
+		qjail_reclaim(&tp->qj);
+		tp->jailed = 0;
+	}
+	qjail_free(&tp->qj);
+	if (tp->sockdir[0] && tree_remove(tp->sockdir, NULL) < 0 && errno != ENOENT)
+		warn("unable to remove %s:", tp->sockdir);
+	tp->sockdir[0] = '\0';
+	if (tp->lendfd >= 0) {
+		if (fchmod(tp->lendfd, tp->lendmode) < 0) {
+			snprintf(msg, msz, "unable to restore the mode of the VM's disk: %s",
+				 strerror(errno));
+			r = -1;
+		}
+		close(tp->lendfd);
+		tp->lendfd = -1;
+	}
+	return r;
+}
+
+/* What the template's QEMU (the jail's uid) left in sd, once it is gone
+ * and sd is root's again: exactly the files this command line makes it
+ * make, each a regular file, or nothing is published -- a QEMU that did
+ * more than that was not the QEMU its snapshot can be trusted from, and
+ * root writes meta.json into sd next.  The memory file, then, root's
+ * (the clones map it) with one link.  The memory file's fd, or -1 with
+ * msg. */
+static int tpl_take_back(const char *sd, int plain, char *msg, size_t msz)
+{
+	static const char *const want[] = { "disk.qcow2", "console.log", "qemu.log", "mem",
+					    "state", "blank.qcow2" };
+	int dfd = open(sd, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), fd = -1, d2;
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (dfd < 0 || (d2 = dup(dfd)) < 0 || !(d = fdopendir(d2))) {
+		snprintf(msg, msz, "unable to read %.512s: %s", sd, strerror(errno));
+		goto out;
+	}
+	while ((de = readdir(d))) {
+		size_t i, n = sizeof want / sizeof want[0] - !plain;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		for (i = 0; i < n && strcmp(de->d_name, want[i]); i++)
+			;
+		if (i == n || fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(st.st_mode)) {
+			snprintf(msg, msz, "template: its QEMU left %.256s in %.512s: not published",
+				 EXC(de->d_name), sd);
+			closedir(d);
+			goto out;
+		}
+	}
+	closedir(d);
+	fd = openat(dfd, "mem", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		snprintf(msg, msz, "unable to open %.512s/mem: %s", sd, strerror(errno));
+	} else if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+		snprintf(msg, msz, "template: its memory file has %lu links: not published",
+			 (unsigned long)st.st_nlink);
+	} else if (geteuid() == 0 && fchown(fd, 0, 0) < 0) {
+		snprintf(msg, msz, "unable to take back %.512s/mem: %s", sd, strerror(errno));
+	} else {
+		close(dfd);
+		return fd;
+	}
+	if (fd >= 0)
+		close(fd);
+out:
+	if (dfd >= 0)
+		close(dfd);
+	return -1;
+}
+
+/* The stopped template's device state into sd/state (sfd, root's, made
+ * here): migrated with x-ignore-shared (RAM stays in sd/mem), then QEMU
+ * is told to quit.  The state's fd, or -1 with msg. */
+static int template_snapshot(struct qmp *qm, const char *statep, int64_t deadline, char *msg,
+			     size_t msz)
+{
+	int sfd;
+
+	if (agent_hung_up(qm, deadline) < 0 || qmp_call(qm, "stop", NULL, -1, NULL, deadline) < 0 ||
+	    qmp_call(qm, "migrate-set-capabilities",
+		     json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared",
+			       "state", 1),
+		     -1, NULL, deadline) < 0) {
+		snprintf(msg, msz, "template: %s", qm->err);
+		return -1;
+	}
+	/* O_EXCL, O_NOFOLLOW: sd is the jail's to write in meanwhile */
+	sfd = open(statep, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (sfd < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", statep, strerror(errno));
+		return -1;
+	}
+	if (qmp_call(qm, "getfd", json_pack("{s:s}", "fdname", WARM_STATE_FD), sfd, NULL, deadline) < 0 ||
+	    qmp_call(qm, "migrate", json_pack("{s:s}", "uri", "fd:" WARM_STATE_FD), -1, NULL,
+		     deadline) < 0) {
+		snprintf(msg, msz, "template: %s", qm->err);
+		close(sfd);
+		return -1;
+	}
+	if (migrate_wait(qm, deadline, msg, msz) < 0) {
+		close(sfd);
+		return -1;
+	}
+	qmp_call(qm, "quit", NULL, -1, NULL, mono_ms() + 3000);
+	return sfd;
+}
+
+/* Boot the template of this shape in the staging directory sd and take
+ * its snapshot there.  The template runs as our own child (PDEATHSIG: it
+ * dies with us), jailed as a VM's QEMU is when the jail is on (tpl_start),
+ * on a throwaway overlay over this VM's still-empty disk (the same chain
+ * and size), with guest RAM in sd/mem (share=on).  Once its agent has
+ * answered a bare HELLO (root still read-only, nothing run) we hang up,
+ * stop it, migrate its device state into sd/state and quit it: a template
+ * is never resumed.  Then sd is taken back (tpl_take_back), everything is
+ * fsynced and described in sd/meta.json.  0, or -1 with msg; sd is the
+ * caller's to remove. */
+int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd,
+	       int64_t deadline, char *msg, size_t msz)
+{
+	char blank[PATH_MAX], bsha[65] = "", memp[PATH_MAX], statep[PATH_MAX], metap[PATH_MAX];
+	char sha[65], scratch[256];
+	struct qmp *qm = malloc(sizeof *qm); /* 64 KiB of buffer */
+	struct tpl tp = { .pid = -1, .qj = { .tapfd = -1, .dirfd = -1 }, .lendfd = -1 };
+	struct inst t;
+	struct qemu_argv q;
+	struct stat ms, ss;
+	int64_t t0 = mono_ms();
+	int logfd, sfd = -1, mfd = -1, r = -1, st;
+
+	if (!qm) {
+		snprintf(msg, msz, "out of memory");
+		return -1;
+	}
+	qm->fd = -1;
+	snprintf(t.dir, sizeof t.dir, "%s", sd);
+	pathn(t.disk, sizeof t.disk, "%s/disk.qcow2", sd);
+	pathn(t.console, sizeof t.console, "%s/console.log", sd);
+	pathn(t.qlog, sizeof t.qlog, "%s/qemu.log", sd);
+	pathn(memp, sizeof memp, "%s/mem", sd);
+	pathn(statep, sizeof statep, "%s/state", sd);
+	pathn(metap, sizeof metap, "%s/meta.json", sd);
+	if (tpl_sockdir(&tp, vin->dir, msg, msz) < 0 ||
+	    pathn(t.agent, sizeof t.agent, "%s/agent.sock", tp.sockdir) < 0 ||
+	    pathn(t.qmp, sizeof t.qmp, "%s/qmp.sock", tp.sockdir) < 0 ||
+	    strlen(t.agent) >= sizeof ((struct sockaddr_un *)0)->sun_path ||
+	    strlen(t.qmp) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+		if (tp.sockdir[0])
+			snprintf(msg, msz, "store path %.512s is too long for the template's sockets",
+				 vin->dir);
+		goto out;
+	}
+	if (tpl_lend(&tp, vin->disk, msg, msz) < 0 || template_overlay(vin->disk, t.disk, msg, msz) < 0)
+		goto out;
+	/* This VM's disk is still the empty overlay qemu-img made over the
+	 * base: later runs of this shape copy it instead of running qemu-img. */
+	pathn(blank, sizeof blank, "%s/blank.qcow2", sd);
+	if (plain && template_blank(vin->disk, blank, bsha, msg, msz) < 0)
+		goto out;
+	logfd = open(t.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (logfd < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", t.qlog, strerror(errno));
+		goto out;
+	}
+	{
+		struct qemu_cfg qc = qemu_cfg_at(w->vm, &t);
+
+		qc.memfile = memp;
+		qc.share = 1;
+		if (qemu_argv(&q, &qc) < 0) {
+			snprintf(msg, msz, "template: path too long in %.512s", sd);
+			close(logfd);
+			goto out;
+		}
+	}
+	st = tpl_start(&tp, w, sd, vin->disk, q.av, logfd, msg, msz);
+	close(logfd);
+	if (st < 0 || template_hello(w, &t, &tp.pid, deadline, msg, msz) < 0)
+		goto out;
+	if (qmp_open(qm, t.qmp, deadline) < 0) {
+		snprintf(msg, msz, "template: %s", qm->err);
+		goto out;
+	}
+	if ((sfd = template_snapshot(qm, statep, deadline, msg, msz)) < 0)
+		goto out;
+	qmp_close(qm);
+	if (!proc_exited_within(tp.pid, &st, 5000)) {
+		snprintf(msg, msz, "template qemu did not quit");
+		goto out;
+	}
+	tp.pid = -1;
+	if (tpl_end(&tp, msg, msz) < 0 || (mfd = tpl_take_back(sd, plain, msg, msz)) < 0)
+		goto out;
+
+	/* Durable before it is published.  Mode 0606: a jailed clone's QEMU
+	 * (the jail's uid, lib/qjail.c) reopens its fd 3 as /proc/self/fd/3
+	 * O_RDWR -- QEMU 7.2 opens a memory-backend-file so whatever share= is
+	 * -- and that reopen checks the inode's mode.  Only that descriptor
+	 * reaches the file: the pool's directories are root's 0700. */
+	if (fsync(mfd) < 0 || fchmod(mfd, 0606) < 0 || fstat(mfd, &ms) < 0 || fsync(sfd) < 0 ||
+	    fstat(sfd, &ss) < 0 || lseek(sfd, 0, SEEK_SET) < 0 || sha256_fd(sfd, sha) < 0) {
+		snprintf(msg, msz, "unable to sync the snapshot in %.512s: %s", sd, strerror(errno));
+		goto out;
+	}
+	if (ms.st_size != w->vm->mem_mib * MIB || ss.st_size == 0) {
+		snprintf(msg, msz, "template: memory file of %lld bytes, state of %lld bytes",
+			 (long long)ms.st_size, (long long)ss.st_size);
+		goto out;
+	}
+	unlink(t.disk);
+	unlink(t.console);
+	unlink(t.qlog);
+	w->build_ms = mono_ms() - t0;
+	if (template_meta(w, &ms, &ss, sha, plain ? bsha : NULL, tp.tj, metap, msg, msz) < 0)
+		goto out;
+	r = 0;
+out:
+	if (tpl_end(&tp, r < 0 ? scratch : msg, r < 0 ? sizeof scratch : msz) < 0 && r == 0)
+		r = -1;
+	json_decref(tp.tj);
+	qmp_close(qm);
+	free(qm);
+	if (sfd >= 0)
+		close(sfd);
+	if (mfd >= 0)
+		close(mfd);
+	return r;
+}
