@@ -110,6 +110,12 @@ struct qimg {
 	pid_t pid;
 	int64_t until;       /* mono_ms() deadline: killed then */
 };
+/* qemu-img's jail, and so its cgroup (JAIL_CG_PREFIX), is named
+ * QJAIL_IMG_NAME followed by its caller's pid: one per caller, which runs
+ * one at a time.  A caller killed leaves it (isopod-gc removes it). */
+#define QJAIL_IMG_NAME "img-"
+/* The caller's pid in such a name; 0 when name is not one. */
+long long qjail_img_owner(const char *name);
 /* Start rq's qemu-img.  The pid, or -1 with err (nothing left over).
  * It dies with its caller (PR_SET_PDEATHSIG SIGKILL: jailed, its pid
  * namespace goes with it).  qjail_img_wait after. */
