@@ -378,6 +378,32 @@ fork_on() {
 		'([.cgroups[] | select(.path == $r and .removed)] | length == 1) and ([.cgroups[] | select(.path == $m)] == [])' <<<"$output"
 }
 
+# A VM's jail cgroups (its QEMU's isopod-<id>, its broker's
+# isopod-broker-<id>) go once its lock is free; a running VM's (its lock
+# held) and those of a VM this store does not know stay.  Only cgroups this
+# test makes, in the pids hierarchy.
+@test "gc: a VM's QEMU and broker cgroups go once its lock is free; a running VM's and another store's VM's stay" {
+	local h="$BATS_TEST_TMPDIR/jv" root=/sys/fs/cgroup/pids a b u holder i
+	[ -d "$root" ] || skip "no v1 pids hierarchy at $root"
+	a=$(mkrec "$h" 181818181801 stopped 60)
+	b=$(mkrec "$h" 181818181802 running 60)
+	u=vm-$(printf '%012x' 181818181803)
+	flock "$h/vms/$b/lock" sleep 300 3>&- &
+	holder=$!
+	for i in $(seq 1 50); do
+		flock -n "$h/vms/$b/lock" true || break
+		sleep 0.1
+	done
+	mkdir "$root/isopod-$a" "$root/isopod-broker-$a" "$root/isopod-$b" "$root/isopod-broker-$b" "$root/isopod-$u"
+	ISOPOD_HOME=$h run --separate-stderr isopod-gc
+	kill "$holder"
+	rmdir "$root/isopod-$a" "$root/isopod-broker-$a" "$root/isopod-$b" "$root/isopod-broker-$b" "$root/isopod-$u" 2>/dev/null || :
+	echo "$output"
+	jq -e --arg r "$root" --arg a "$a" --arg b "$b" --arg u "$u" \
+		'[.cgroups[] | select(.path | endswith($a) or endswith($b) or endswith($u)) | {path, vm, removed}] | sort_by(.path) ==
+		 [{path: ($r + "/isopod-broker-" + $a), vm: $a, removed: true}, {path: ($r + "/isopod-" + $a), vm: $a, removed: true}]' <<<"$output"
+}
+
 # A fork's disk is written by qemu-img under a staging name: a fork killed
 # meanwhile leaves no disk.qcow2 (a second fork of the VM works) but a
 # staging file, the jail's group's to write, which gc removes.
