@@ -388,7 +388,8 @@ fork_on() {
 	a=$(mkrec "$h" 181818181801 stopped 60)
 	b=$(mkrec "$h" 181818181802 running 60)
 	u=vm-$(printf '%012x' 181818181803)
-	flock "$h/vms/$b/lock" sleep 300 3>&- &
+	# the lock held by the sleep itself (exec'd), so that kill ends both
+	(flock 9 && exec sleep 300) 9>"$h/vms/$b/lock" 3>&- &
 	holder=$!
 	for i in $(seq 1 50); do
 		flock -n "$h/vms/$b/lock" true || break
