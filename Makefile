@@ -54,7 +54,7 @@ bin/isopod-broker: bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LIBHDR) $(BROKE
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-broker.c $(HOSTLIB) $(BROKERLIB) $(LDLIBS_HOST)
 
 # isopod-gc's sweeps of the store's space (lib/gcstore.h): only gc links them.
-GCLIB = lib/gcstore.o
+GCLIB = lib/gcstore.o lib/gcjail.o
 $(GCLIB): $(LIBHDR)
 
 bin/isopod-gc: bin/isopod-gc.c $(HOSTLIB) $(GCLIB) $(LIBHDR)

@@ -123,18 +123,30 @@ int main(int argc, char **argv)
 		die(EX_CONFLICT, "vm %s already has a disk", vmid);
 	{
 		/* create -b opens the backing chain (its size): stage layers
-		 * jailed QEMUs wrote, so in qemu-img's jail (lib/qjail.c) */
+		 * jailed QEMUs wrote, so in qemu-img's jail (lib/qjail.c).  It
+		 * writes a staging name, renamed once qemu-img gave it back: a
+		 * fork killed meanwhile leaves a file the jail's group may write
+		 * (and no disk.qcow2 that a second fork would refuse), which
+		 * isopod-gc removes as it does every staging file. */
+		char tmp[PATH_MAX];
 		char *qa[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-F",
-			      stid[0] ? "qcow2" : "raw", "-b", backing, disk, NULL};
+			      stid[0] ? "qcow2" : "raw", "-b", backing, tmp, NULL};
 		const char *rd[] = { backing };
 		char ierr[DIAG_MAX] = "";
-		int rc = qjail_img(&(struct qimg_req){ .av = qa, .reads = rd, .nreads = 1, .chain = 1,
-						       .writes = disk, .outfd = PROC_NULL,
-						       .errfd = PROC_INHERIT },
-				   ierr, sizeof ierr);
+		int rc;
 
-		if (rc != 0) {
-			unlink(disk);
+		pathf(tmp, sizeof tmp, "%s.tmp.%ld", disk, (long)getpid());
+		rc = qjail_img(&(struct qimg_req){ .av = qa, .reads = rd, .nreads = 1, .chain = 1,
+						   .writes = tmp, .outfd = PROC_NULL,
+						   .errfd = PROC_INHERIT },
+			       ierr, sizeof ierr);
+		if (rc != 0 || rename(tmp, disk) < 0) {
+			int e = errno;
+
+			unlink(tmp);
+			errno = e;
+			if (rc == 0)
+				die(EX_SYS, "unable to rename %s to %s:", tmp, disk);
 			die(EX_SYS, "qemu-img create %s failed%s%s", disk, rc < 0 ? ": " : "", ierr);
 		}
 	}

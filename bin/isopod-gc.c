@@ -72,31 +72,6 @@ static time_t parse_iso(const char *s, time_t dflt)
 	return timegm(&tm);
 }
 
-static int pid_alive(long long pid)
-{
-	return pid > 0 && pid <= INT_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
-}
-
-/* When did process pid start (seconds since the epoch)?  -1 if it is gone
- * or /proc cannot say. */
-static time_t proc_started(long long pid)
-{
-	char buf[256];
-	unsigned long long ticks = 0, btime = 0;
-	long hz = sysconf(_SC_CLK_TCK);
-	FILE *fp;
-
-	if (hz <= 0 || proc_ident(pid, &ticks, NULL, NULL) < 0 || !(fp = fopen("/proc/stat", "re")))
-		return -1;
-	while (fgets(buf, sizeof buf, fp))
-		if (sscanf(buf, "btime %llu", &btime) == 1)
-			break;
-	fclose(fp);
-	if (!btime)
-		return -1;
-	return (time_t)(btime + ticks / (unsigned long long)hz);
-}
-
 /* Is the run that booted this record still alive?  Its front end passed
  * its own pid as the owner; while it lives it may still read the record's
  * logs (isopod-result), so the record is in use even when the VM stopped.
@@ -108,7 +83,7 @@ static int owner_alive(const struct rec *r)
 {
 	time_t t;
 
-	if (r->keep || !pid_alive(r->owner_pid))
+	if (r->keep || !proc_alive(r->owner_pid))
 		return 0;
 	t = proc_started(r->owner_pid);
 	return t >= 0 && t <= r->created + 2;
@@ -558,7 +533,7 @@ static int tmp_one(struct gc *c, const FTSENT *e)
 		return 1;
 	if (!(pid = staging_pid(e->fts_name, isdir)))
 		return 0;
-	if (pid_alive(pid) && time(NULL) - st->st_mtime < TMP_GRACE_S)
+	if (proc_alive(pid) && time(NULL) - st->st_mtime < TMP_GRACE_S)
 		return isdir;
 	if (isdir) {
 		gcstore_remove_tree(&c->gs, path);
@@ -679,7 +654,7 @@ static void warm_sweep(struct gc *c, json_t *warm_removed)
 			 * as its directory exists; a free lock or a dead pid
 			 * means nobody will ever finish or remove it. */
 			lk = warm_lock(key, LOCK_EX | LOCK_NB);
-			if (lk < 0 && pid_alive(pid))
+			if (lk < 0 && proc_alive(pid))
 				continue;
 			if (gcstore_discard(&c->gs, p) < 0 && errno != ENOENT)
 				warn("unable to remove %s:", p);
@@ -912,7 +887,7 @@ int main(int argc, char **argv)
 	size_t nrec = 0;
 	long long warm_total = 0;
 	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL, *cache_busy = NULL;
-	json_t *removed, *out, *warm_removed;
+	json_t *removed, *out, *warm_removed, *cgroups, *jcache;
 	time_t now = time(NULL);
 	int r = 0, lk;
 
@@ -924,7 +899,8 @@ int main(int argc, char **argv)
 	}
 	if (!(removed = json_array()) || !(c.leaked = json_array()) ||
 	    !(warm_removed = json_array()) || !(evicted = json_array()) ||
-	    !(kernels_removed = json_array()))
+	    !(kernels_removed = json_array()) || !(cgroups = json_array()) ||
+	    !(jcache = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
 	owner = store_pin(c.gs.store, sizeof c.gs.store);
@@ -956,6 +932,10 @@ int main(int argc, char **argv)
 			sweep_failed(&c.gs);
 	}
 	tmp_sweep(&c);
+	/* after the records: a leaked QEMU reap_stale killed has left its
+	 * cgroup (or is still leaving it: the next gc) */
+	jail_cgroups_sweep(&c.gs, recs, nrec, cgroups);
+	jail_cache_sweep(&c.gs, c.cache, jcache);
 	close(lk);
 	test_pause("gc-trash");
 	gcstore_trash_empty(&c.gs);
@@ -967,7 +947,8 @@ int main(int argc, char **argv)
 			"reclaimed_bytes", (json_int_t)c.gs.reclaimed, "dry_run", c.gs.dry_run, "policy",
 			"keep_last", (json_int_t)c.keep_last, "older_than_s", (json_int_t)c.older,
 			"warm_budget", c.budget >= 0 ? json_integer(c.budget) : json_null());
-	if (!out)
+	if (!out || json_object_set_new(out, "cgroups", cgroups) < 0 ||
+	    json_object_set_new(out, "jail_cache_removed", jcache) < 0)
 		die(EX_SYS, "unable to build the output");
 	if (cache_removed) {
 		json_object_set_new(out, "cache_removed", cache_removed);

@@ -120,7 +120,7 @@ static pid_t spawn_jailed(struct egress *e, const struct proc_spec *ps, int logf
 	size_t nro = 0, i;
 	pid_t pid = -1;
 
-	snprintf(name, sizeof name, "broker-%.56s", e->arg[4]);
+	snprintf(name, sizeof name, EGRESS_JAIL_NAME "%.56s", e->arg[4]);
 	if (!realpath(e->argv[0], prog)) {
 		snprintf(msg, msz, "egress broker: %s: %s", e->argv[0], strerror(errno));
 		return -1;
@@ -147,6 +147,13 @@ out:
 	for (i = 0; i < nro; i++)
 		free(ro[i]);
 	return pid;
+}
+
+const char *egress_jail_vm(const char *name)
+{
+	size_t n = strlen(EGRESS_JAIL_NAME);
+
+	return strncmp(name, EGRESS_JAIL_NAME, n) ? NULL : name + n;
 }
 
 /* An open slot's broker: DNS only, no proxy port. */

@@ -54,6 +54,12 @@ int egress_plan(struct egress *e, const char *broker, const char *mode, const ch
  * applied (or why none) is a line in logfd.  0, or -1 with msg. */
 int egress_start(struct egress *e, int logfd, int lockfd, int timeout_ms, char *msg, size_t msz);
 
+/* The broker's jail (its identity, its cgroup: JAIL_CG_PREFIX) is named
+ * EGRESS_JAIL_NAME followed by its VM's id. */
+#define EGRESS_JAIL_NAME "broker-"
+/* The VM id in such a name (a pointer into it), or NULL. */
+const char *egress_jail_vm(const char *name);
+
 /* SIGTERM, wait <= 3 s for it to flush its ledger, then SIGKILL; reaps. */
 void egress_stop(struct egress *e);
 

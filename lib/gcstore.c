@@ -445,7 +445,7 @@ int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t
 json_t *store_usage(struct gcstore *g)
 {
 	static const char *const parts[] = { "kernels", "images", "stages", "vms", "warm", "accel",
-					     "locks", NULL };
+					     "locks", "jail", NULL };
 	json_t *u = json_object();
 	long long all, sum = 0;
 	char p[PATH_MAX];

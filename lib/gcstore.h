@@ -71,4 +71,15 @@ int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t
 json_t *store_usage(struct gcstore *g);
 int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy);
 
+/* What jails leave behind (lib/gcjail.c).  jail_cgroups_sweep: every jail
+ * cgroup (lib/jail.h jail_cg_each) with no member whose owner is gone: a
+ * qemu-img caller's pid that no longer is its (qjail_img_owner), or a VM
+ * of recs (its QEMU's or its broker's) whose lock is free; removed (or,
+ * dry, not) and each as {path, pid|vm, removed} into out.
+ * jail_cache_sweep: the ldd cache's files in <store>/jail that are stale
+ * (jail_deps_valid 0), or all of them; each as {name, bytes, stale} into
+ * out.  0 (nothing there fails them). */
+int jail_cgroups_sweep(struct gcstore *g, const struct rec *recs, size_t nrec, json_t *out);
+int jail_cache_sweep(struct gcstore *g, int all, json_t *out);
+
 #endif

@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fts.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -320,7 +321,7 @@ static int cg_make(struct jail *j, const char *mnt, const char *self, const char
 	char *dir = j->cg[j->ncg];
 	int i;
 
-	if (pathn(dir, PATH_MAX, "%s%s/isopod-%s", mnt, strcmp(self, "/") ? self : "", name) < 0)
+	if (pathn(dir, PATH_MAX, "%s%s/" JAIL_CG_PREFIX "%s", mnt, strcmp(self, "/") ? self : "", name) < 0)
 		return reason_fail(why, wsz, "cgroup path too long");
 	/* One left by a caller that was killed (its jail's init died with it)
 	 * is empty and goes; one still holding processes is not ours to share
@@ -350,11 +351,65 @@ int jail_cg_reclaim(const char *name)
 	for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++)
 		if (cg_mount(ctl[i] ? "cgroup" : "cgroup2", ctl[i], mnt, sizeof mnt) == 0 &&
 		    cg_self(ctl[i], self, sizeof self) == 0 &&
-		    pathn(dir, sizeof dir, "%s%s/isopod-%s", mnt, strcmp(self, "/") ? self : "",
+		    pathn(dir, sizeof dir, "%s%s/" JAIL_CG_PREFIX "%s", mnt, strcmp(self, "/") ? self : "",
 			  name) == 0 &&
 		    rmdir(dir) == 0) /* EBUSY: a live jail's, left alone */
 			n++;
 	return n;
+}
+
+int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),
+		 void *arg)
+{
+	static const char *const fs[] = { "cgroup2", "cgroup", "cgroup" }, *const ctl[] = { NULL, "memory", "pids" };
+	char mnt[3][PATH_MAX] = { "" };
+	size_t pl = strlen(JAIL_CG_PREFIX);
+	int i, k, r = 0;
+
+	for (i = 0; i < 3 && r == 0; i++) {
+		char *roots[] = { mnt[i], NULL };
+		FTSENT *e;
+		FTS *f;
+
+		if (cg_mount(fs[i], ctl[i], mnt[i], sizeof mnt[i]) < 0)
+			continue;
+		for (k = 0; k < i && strcmp(mnt[k], mnt[i]); k++)
+			; /* co-mounted controllers: one walk */
+		if (k < i || !(f = fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, NULL)))
+			continue;
+		/* A creator's cgroup may be anywhere (a service's, a session's,
+		 * a job's): the whole tree, which holds only directories and
+		 * their control files, each jail cgroup a leaf. */
+		while (r == 0 && (e = fts_read(f))) {
+			if (e->fts_info != FTS_D || e->fts_level == 0 ||
+			    strncmp(e->fts_name, JAIL_CG_PREFIX, pl))
+				continue;
+			r = fn(e->fts_path, e->fts_name + pl, e->fts_statp, arg);
+			fts_set(f, e, FTS_SKIP);
+		}
+		fts_close(f);
+	}
+	return r;
+}
+
+int jail_cg_remove(const char *dir, int dry)
+{
+	char p[PATH_MAX + 16], b[16];
+	int fd;
+	ssize_t n;
+
+	if (pathn(p, sizeof p, "%s/cgroup.procs", dir) < 0)
+		return -1;
+	/* a reader's check: rmdir would refuse a member anyway (EBUSY) */
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	n = read(fd, b, sizeof b);
+	close(fd);
+	if (n != 0) {
+		errno = n > 0 ? EBUSY : errno;
+		return -1;
+	}
+	return dry ? 0 : rmdir(dir);
 }
 
 /* Make the cgroups (before the clone); what was applied into cg, what

@@ -25,6 +25,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define JAIL_PATHS_MAX 256
@@ -48,6 +49,10 @@ struct jail_spec {
 				 * the ro paths, write only the rw ones and the
 				 * devices; no signals or abstract sockets outside */
 };
+
+/* A jail's cgroup is JAIL_CG_PREFIX followed by its name (jail_spec's),
+ * in each hierarchy it uses, below its creator's own cgroup there. */
+#define JAIL_CG_PREFIX "isopod-"
 
 /* What jail_spawn made, for jail_release once the program was reaped. */
 struct jail {
@@ -75,6 +80,17 @@ int jail_release(struct jail *j, char *err, size_t errsz);
  * removed when empty (a live jail's is busy and stays).  How many were
  * removed, or -1 (EINVAL) for a name jail_spawn would refuse. */
 int jail_cg_reclaim(const char *name);
+/* Every jail cgroup (JAIL_CG_PREFIX NAME) in the hierarchies jail_spawn
+ * makes them in (v2, the v1 memory and pids controllers), wherever its
+ * creator's cgroup was: fn(dir, NAME, dir's stat, arg) for each; a
+ * nonzero return of fn stops the walk and is returned.  0 when there is
+ * no hierarchy. */
+int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),
+		 void *arg);
+/* Remove the jail cgroup dir when no process is in it (its cgroup.procs
+ * empty; the kernel refuses a populated one too); with dry, only say
+ * whether it would go.  0, or -1 with errno (EBUSY: a member). */
+int jail_cg_remove(const char *dir, int dry);
 
 /* 1 when path is vm_dir or a rw path, or lies below one: already in the
  * jail, read-write (jail_spawn refuses to bind such a path again). */
@@ -126,5 +142,12 @@ int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, si
  * is 1 when the answer came from the cache. */
 int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcache, char **out,
 		     size_t *n, size_t max, int *hit, char *err, size_t errsz);
+/* The loader's cache jail_deps keys its answers by. */
+#define JAIL_LDCACHE "/etc/ld.so.cache"
+/* Whether the cache file at path (jail_deps_cached's, named for its prog)
+ * would still be a hit: 1; 0 when it is stale (a file of its key changed
+ * or is gone), not ours alone, not a cache file, or unreadable.  What
+ * isopod-gc removes from <store>/jail (the next run rebuilds it). */
+int jail_deps_valid(const char *path, const char *ldcache);
 
 #endif

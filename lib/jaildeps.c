@@ -141,27 +141,33 @@ static int ld_env(void)
 
 /* The cached answer for prog, appended to out[*n..]: 1 (a hit), else 0 (a
  * miss: absent, not ours, writable by another, unreadable, another key). */
-static int cache_read(const char *path, const char *prog, const char *ldcache, char **out,
-		      size_t *n, size_t max)
+static json_t *cache_load(const char *path)
 {
 	/* O_NONBLOCK: a FIFO here would otherwise hold the open */
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	json_t *c, *deps, *key = NULL, *v;
-	char *list[DEPS_MAX];
 	struct stat st;
-	size_t i, nd;
-	int hit = 0;
 
 	if (fd < 0)
-		return 0;
+		return NULL;
 	/* Ours and nobody else's to write: a file another user could have put
 	 * or changed here is no answer. */
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
 	    (st.st_mode & 022)) {
 		close(fd);
-		return 0;
+		return NULL;
 	}
-	if (!(c = json_load_close(fd)))
+	return json_load_close(fd);
+}
+
+static int cache_read(const char *path, const char *prog, const char *ldcache, char **out,
+		      size_t *n, size_t max)
+{
+	json_t *c = cache_load(path), *deps, *key = NULL, *v;
+	char *list[DEPS_MAX];
+	size_t i, nd;
+	int hit = 0;
+
+	if (!c)
 		return 0;
 	deps = json_object_get(c, "deps");
 	v = json_object_get(c, "prog");
@@ -269,6 +275,27 @@ int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcach
 	return r;
 }
 
+int jail_deps_valid(const char *path, const char *ldcache)
+{
+	json_t *c = cache_load(path);
+	const char *prog = json_string_value(json_object_get(c, "prog")), *b = strrchr(path, '/');
+	char *out[DEPS_MAX], name[32], sha[65];
+	size_t n = 0;
+	int hit = 0;
+
+	if (prog) {
+		/* the name jail_deps_cached would look it up by */
+		sha256_hex(prog, strlen(prog), sha);
+		snprintf(name, sizeof name, "deps-%.16s.json", sha);
+		hit = !strcmp(b ? b + 1 : path, name) &&
+		      cache_read(path, prog, ldcache, out, &n, DEPS_MAX);
+	}
+	while (n > 0)
+		free(out[--n]);
+	json_decref(c);
+	return hit;
+}
+
 int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz)
 {
 	char dir[PATH_MAX];
@@ -285,5 +312,5 @@ int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, si
 	    (mkdir(dir, 0700) == 0 || errno == EEXIST) && lstat(dir, &st) == 0 &&
 	    S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022))
 		cache = dir;
-	return jail_deps_cached(prog, cache, "/etc/ld.so.cache", out, n, max, NULL, err, errsz);
+	return jail_deps_cached(prog, cache, JAIL_LDCACHE, out, n, max, NULL, err, errsz);
 }

@@ -391,3 +391,26 @@ int proc_path_find(const char *name, char *out, size_t sz)
 	errno = ENOENT;
 	return -1;
 }
+
+int proc_alive(long long pid)
+{
+	return pid > 0 && pid <= INT_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+time_t proc_started(long long pid)
+{
+	char buf[256];
+	unsigned long long ticks = 0, btime = 0;
+	long hz = sysconf(_SC_CLK_TCK);
+	FILE *fp;
+
+	if (hz <= 0 || proc_ident(pid, &ticks, NULL, NULL) < 0 || !(fp = fopen("/proc/stat", "re")))
+		return -1;
+	while (fgets(buf, sizeof buf, fp))
+		if (sscanf(buf, "btime %llu", &btime) == 1)
+			break;
+	fclose(fp);
+	if (!btime)
+		return -1;
+	return (time_t)(btime + ticks / (unsigned long long)hz);
+}

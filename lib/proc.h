@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <sys/types.h>
+#include <time.h>
 
 #define PROC_NULL (-1)    /* a std fd: /dev/null; a keep entry: left closed */
 #define PROC_INHERIT (-2) /* a std fd: the caller's own */
@@ -99,5 +100,11 @@ int proc_front_end(const char *dir, char *buf, size_t sz);
  * them, not by its cmdline, which the process may rewrite.  0, or -1
  * (gone, unreadable).  uid, euid may be NULL. */
 int proc_ident(long long pid, unsigned long long *start, long long *uid, long long *euid);
+/* Whether process pid exists (EPERM counts: it does). */
+int proc_alive(long long pid);
+/* When process pid started, in seconds since the epoch (/proc/stat's
+ * btime plus its start: a second's resolution, btime jitters); -1 when it
+ * is gone or /proc cannot say. */
+time_t proc_started(long long pid);
 
 #endif

@@ -404,6 +404,14 @@ static void img_giveback(struct qimg *qi)
 	qi->wfd = -1;
 }
 
+long long qjail_img_owner(const char *name)
+{
+	size_t n = strlen(QJAIL_IMG_NAME);
+	long long pid;
+
+	return strncmp(name, QJAIL_IMG_NAME, n) || parse_ll(name + n, 1, INT_MAX, &pid) < 0 ? 0 : pid;
+}
+
 pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, size_t errsz)
 {
 	struct proc_spec ps = PROC_SPEC(rq->av);
@@ -429,7 +437,7 @@ pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, siz
 	}
 	qi->jailed = 1;
 	/* the cgroup's name: one per caller (a caller runs one at a time) */
-	snprintf(qi->name, sizeof qi->name, "img-%ld", (long)getpid());
+	snprintf(qi->name, sizeof qi->name, QJAIL_IMG_NAME "%ld", (long)getpid());
 	qi->qj.js = (struct jail_spec){
 		.name = qi->name,
 		.mem_bytes = (long long)QJAIL_IMG_MEM_MIB << 20,

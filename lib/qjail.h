@@ -87,7 +87,17 @@ void qjail_reclaim(struct qjail *qj);
  * else of the store; no_new_privs, no capabilities, QJAIL_IMG_MEM_MIB and
  * QJAIL_PIDS_BASE as limits.  With the jail off (jail_wanted 0) it runs as
  * the caller, with the warning "qemu-img CMD runs unjailed (WHY)" on
- * stderr. */
+ * stderr.
+ * A caller SIGKILLed mid-run leaves the written file root:<jail gid> 0660.
+ * Every qemu-img run has the one gid of "qemu-img" (a VM's QEMU its own,
+ * unless its id hashes onto it), and a jail binds the rest of the store
+ * read-only (EROFS whatever the mode), so only a host process of that gid
+ * (none by design) could write it: the writers keep such a file out of
+ * the store's life anyway.  Flatten's layer, commit's and the template's
+ * overlay are staging files, and fork's disk is written under a staging
+ * name (disk.qcow2.tmp.PID), all removed by isopod-gc; boot's grow resizes
+ * a VM's disk in place, in its root 0700 directory, handed to the VM's own
+ * gid (qjail_give) before any QEMU opens it. */
 #define QJAIL_IMG_MEM_MIB 1024
 struct qimg_req {
 	char *const *av;           /* "qemu-img", ...: found in PATH */
@@ -120,6 +130,12 @@ struct qimg {
 	pid_t pid;
 	int64_t until;       /* mono_ms() deadline: killed then */
 };
+/* qemu-img's jail, and so its cgroup (JAIL_CG_PREFIX), is named
+ * QJAIL_IMG_NAME followed by its caller's pid: one per caller, which runs
+ * one at a time.  A caller killed leaves it (isopod-gc removes it). */
+#define QJAIL_IMG_NAME "img-"
+/* The caller's pid in such a name; 0 when name is not one. */
+long long qjail_img_owner(const char *name);
 /* Start rq's qemu-img.  The pid, or -1 with err (nothing left over).
  * It dies with its caller (PR_SET_PDEATHSIG SIGKILL: jailed, its pid
  * namespace goes with it).  qjail_img_wait after. */

@@ -306,6 +306,142 @@ fork_on() {
 	[ "$status" -eq 0 ]
 }
 
+# What a killed qemu-img caller leaves: its jail's cgroup isopod-img-<its
+# pid> (in each hierarchy, empty: the jail died with it) and the file
+# qemu-img wrote, still root:<the jail's gid> 0660.  Flatten's is a staging
+# file: gc removes both, and says so (cgroups; leaked kind tmp).
+@test "gc: a killed flatten's qemu-img cgroup (no member, its caller gone) and its staging layer, still the jail's group's to write, go; reported" {
+	local h="$BATS_TEST_TMPDIR/jg" ids top sb="$BATS_TEST_TMPDIR/imgbin" caller i left cgs out g
+	ids=$(PATH="$ISOPOD_SRC/bin:$PATH" sh "$BATS_TEST_DIRNAME/oci/mkchain.sh" "$h" 1 1 g)
+	top=$(tail -n 1 <<<"$ids")
+	mkdir -p "$sb"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-img"
+	IMGPROBE_SLEEP=120 IMGPROBE_SLEEP_ON=create ISOPOD_HOME=$h PATH="$sb:$PATH" \
+		"$ISOPOD_SRC/bin/isopod-stage" flatten "$top" --as killed 2>"$BATS_TEST_TMPDIR/g.err" >/dev/null &
+	caller=$!
+	for i in $(seq 1 600); do
+		grep -q '^imgprobe create ' "$BATS_TEST_TMPDIR/g.err" && break
+		sleep 0.1
+	done
+	cat "$BATS_TEST_TMPDIR/g.err"
+	grep -q '^imgprobe create ' "$BATS_TEST_TMPDIR/g.err"
+	out=$(echo "$h"/stages/.tmp-st-*."$caller"/layer.qcow2)
+	g=$(stat -c '%a %g' "$out")
+	kill -9 "$caller"
+	wait "$caller" 2>/dev/null || :
+	for i in $(seq 1 50); do
+		pgrep -f -- "$h/stages" >/dev/null || break
+		sleep 0.1
+	done
+	left=$(pgrep -f -- "$h/stages" || :)
+	[ -z "$left" ] || kill -9 $left
+	cgs=$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-img-$caller" | sort)
+	echo "layer: $g; cgroups: $cgs"
+	[ "$g" = "660 $(jail_uid qemu-img)" ]
+	[ -n "$cgs" ]
+	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc --dry-run
+	jq -e --argjson p "$caller" --arg c "$cgs" \
+		'[.cgroups[] | select(.pid == $p and .removed == false) | .path] | sort == ($c | split("\n") | sort)' <<<"$output"
+	[ -f "$out" ]
+	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc
+	echo "$output"
+	jq -e --argjson p "$caller" --arg c "$cgs" \
+		'[.cgroups[] | select(.pid == $p and .removed) | .path] | sort == ($c | split("\n") | sort)' <<<"$output"
+	jq -e --arg d "$(dirname "$out")" '[.leaked[] | select(.kind == "tmp" and .path == $d and .removed)] | length == 1' <<<"$output"
+	[ -z "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-img-$caller")" ]
+	[ ! -e "$out" ]
+}
+
+# gc knows a qemu-img cgroup's owner by its pid and start: a live process
+# that started before the cgroup was made may be its caller between mkdir
+# and the jail's entry (kept); one that started after it is a pid reused
+# (the cgroup goes).  Only cgroups this test makes, in the pids hierarchy.
+@test "gc: a qemu-img cgroup whose pid is alive stays; one whose pid was reused (its process younger than the cgroup) goes" {
+	local h="$BATS_TEST_TMPDIR/jr" root=/sys/fs/cgroup/pids young mine reused
+	[ -d "$root" ] || skip "no v1 pids hierarchy at $root"
+	mine=$root/isopod-img-$$
+	# a cgroup directory's times are its inode's, made at its first
+	# lookup (kernfs): the caller's limit files make it at once
+	mkdir "$root/gcjail-t30-$$"
+	stat "$root/gcjail-t30-$$" >/dev/null
+	sleep 5
+	sleep 300 &
+	young=$!
+	reused=$root/isopod-img-$young
+	mv "$root/gcjail-t30-$$" "$reused"
+	mkdir "$mine"
+	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc
+	kill "$young"
+	rmdir "$mine" "$reused" 2>/dev/null || :
+	echo "$output"
+	jq -e --arg r "$reused" --arg m "$mine" \
+		'([.cgroups[] | select(.path == $r and .removed)] | length == 1) and ([.cgroups[] | select(.path == $m)] == [])' <<<"$output"
+}
+
+# A VM's jail cgroups (its QEMU's isopod-<id>, its broker's
+# isopod-broker-<id>) go once its lock is free; a running VM's (its lock
+# held) and those of a VM this store does not know stay.  Only cgroups this
+# test makes, in the pids hierarchy.
+@test "gc: a VM's QEMU and broker cgroups go once its lock is free; a running VM's and another store's VM's stay" {
+	local h="$BATS_TEST_TMPDIR/jv" root=/sys/fs/cgroup/pids a b u holder i
+	[ -d "$root" ] || skip "no v1 pids hierarchy at $root"
+	a=$(mkrec "$h" 181818181801 stopped 60)
+	b=$(mkrec "$h" 181818181802 running 60)
+	u=vm-$(printf '%012x' 181818181803)
+	# the lock held by the sleep itself (exec'd), so that kill ends both
+	(flock 9 && exec sleep 300) 9>"$h/vms/$b/lock" 3>&- &
+	holder=$!
+	for i in $(seq 1 50); do
+		flock -n "$h/vms/$b/lock" true || break
+		sleep 0.1
+	done
+	mkdir "$root/isopod-$a" "$root/isopod-broker-$a" "$root/isopod-$b" "$root/isopod-broker-$b" "$root/isopod-$u"
+	ISOPOD_HOME=$h run --separate-stderr isopod-gc
+	kill "$holder"
+	rmdir "$root/isopod-$a" "$root/isopod-broker-$a" "$root/isopod-$b" "$root/isopod-broker-$b" "$root/isopod-$u" 2>/dev/null || :
+	echo "$output"
+	jq -e --arg r "$root" --arg a "$a" --arg b "$b" --arg u "$u" \
+		'[.cgroups[] | select(.path | endswith($a) or endswith($b) or endswith($u)) | {path, vm, removed}] | sort_by(.path) ==
+		 [{path: ($r + "/isopod-broker-" + $a), vm: $a, removed: true}, {path: ($r + "/isopod-" + $a), vm: $a, removed: true}]' <<<"$output"
+}
+
+# A fork's disk is written by qemu-img under a staging name: a fork killed
+# meanwhile leaves no disk.qcow2 (a second fork of the VM works) but a
+# staging file, the jail's group's to write, which gc removes.
+@test "fork killed while its qemu-img creates the disk: no disk.qcow2 is left, gc removes the staging file, the next fork works" {
+	local sb="$BATS_TEST_TMPDIR/imgbin" st vm caller i tmp g
+	st=$(isopod run --json-only --commit-as forkkill -- true | jq -er .commit.stage.id)
+	vm=$(isopod-claim | jq -er .vm.id)
+	mkdir -p "$sb"
+	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-img"
+	IMGPROBE_SLEEP=120 IMGPROBE_SLEEP_ON=create PATH="$sb:$PATH" isopod-fork --vm "$vm" --stage "$st" \
+		2>"$BATS_TEST_TMPDIR/f.err" >/dev/null &
+	caller=$!
+	for i in $(seq 1 600); do
+		grep -q '^imgprobe create ' "$BATS_TEST_TMPDIR/f.err" && break
+		sleep 0.1
+	done
+	cat "$BATS_TEST_TMPDIR/f.err"
+	grep -q '^imgprobe create ' "$BATS_TEST_TMPDIR/f.err"
+	tmp=$ISOPOD_HOME/vms/$vm/disk.qcow2.tmp.$caller
+	g=$(stat -c '%a %g' "$tmp")
+	kill -9 "$caller"
+	wait "$caller" 2>/dev/null || :
+	echo "staging: $g"
+	[ "$g" = "660 $(jail_uid qemu-img)" ]
+	[ ! -e "$ISOPOD_HOME/vms/$vm/disk.qcow2" ]
+	run --separate-stderr isopod-gc --dry-run
+	jq -e --arg p "$tmp" '[.leaked[] | select(.kind == "tmp" and .path == $p)] | length == 1' <<<"$output"
+	run --separate-stderr isopod-gc --keep-last 1000 --older-than 1d
+	[ ! -e "$tmp" ]
+	run --separate-stderr isopod-fork --vm "$vm" --stage "$st"
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ -f "$ISOPOD_HOME/vms/$vm/disk.qcow2" ]
+	isopod vm rm "$vm" >/dev/null 2>&1 || :
+	isopod stage rm "$st" >/dev/null
+}
+
 # A stage flattened as isopod did before 23ffd0a (qemu-img convert -B, which
 # kept only the top layer's clusters), its meta.json as that flatten wrote
 # it and sealed: the seal holds, so only the comparison with the chain it
@@ -1309,13 +1445,39 @@ uidproc() {
 	[ "$status" -eq 100 ]
 	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/c" run --separate-stderr isopod df
 	[ "$status" -eq 0 ]
-	json_is '.dry_run and (.usage | [.kernels, .images, .stages, .vms, .warm, .accel, .locks, .other, .total] | all(type == "number"))'
+	json_is '.dry_run and (.usage | [.kernels, .images, .stages, .vms, .warm, .accel, .locks, .jail, .other, .total] | all(type == "number"))'
 	json_is '.usage.vms >= 1048576 and .usage.images > 0 and .usage.kernels > 0'
 	json_is '.usage.total >= (.usage | .kernels + .images + .vms)'
 	printf 'gc_keep_last = 0\n' >"$BATS_TEST_TMPDIR/c"
 	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/c" run --separate-stderr isopod df
 	jq -e --arg id "$old" '.removed == [$id] and .reclaimed_bytes >= 1048576' <<<"$output"
 	[ -f "$ISOPOD_HOME/vms/$old/exec-1.stdout" ]
+}
+
+# <store>/jail holds lib/jaildeps.c's ldd cache: df counts it; gc removes
+# an answer whose key moved (stale), --cache every answer (the next jailed
+# run rebuilds it).
+@test "gc: the jail's ldd cache is counted by df; a stale answer goes with every gc, all of them with --cache" {
+	local h="$BATS_TEST_TMPDIR/jc" a b
+	mkdir -p "$h"
+	ISOPOD_HOME=$h isopod-jail -- /bin/true
+	ISOPOD_HOME=$h isopod-jail -- /bin/sh -c true
+	a=$(jq -r 'select(.prog | endswith("/true")) | input_filename' "$h"/jail/deps-*.json)
+	b=$(jq -r 'select(.prog | endswith("/true") | not) | input_filename' "$h"/jail/deps-*.json)
+	[ -f "$a" ] && [ -f "$b" ] || false
+	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc --df
+	jq -e --argjson n "$(du -sB1 "$h/jail" | cut -f1)" '.usage.jail == $n and $n > 0 and .jail_cache_removed == []' <<<"$output"
+	# a library of its answer replaced: here, its key says another identity
+	jq -c '.key[0].ino = 1' "$a" >"$a.new"
+	chmod 600 "$a.new"
+	mv "$a.new" "$a"
+	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc
+	echo "$output"
+	jq -e --arg n "$(basename "$a")" '[.jail_cache_removed[] | {name, stale}] == [{name: $n, stale: true}]' <<<"$output"
+	[ ! -e "$a" ] && [ -f "$b" ] || false
+	ISOPOD_CACHE="$BATS_TEST_TMPDIR/cache" ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc --cache
+	jq -e --arg n "$(basename "$b")" '[.jail_cache_removed[] | {name, stale}] == [{name: $n, stale: false}]' <<<"$output"
+	[ -z "$(ls "$h/jail")" ]
 }
 
 @test "gc --cache: the build cache keeps the newest entry of each kind and flavor, young ones and what the store registered; the rest goes" {

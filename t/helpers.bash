@@ -339,3 +339,14 @@ jail_check() {
 	fi
 	return "$bad"
 }
+
+# jail_uid NAME: lib/jail.c jail_identity with the default range
+# (0x78000000 + FNV-1a(NAME) mod 65536; the lab's config sets none).
+jail_uid() {
+	local h=2166136261 i c
+	for ((i = 0; i < ${#1}; i++)); do
+		printf -v c '%d' "'${1:i:1}"
+		h=$(((h ^ c) * 16777619 & 0xffffffff))
+	done
+	echo $((0x78000000 + h % 65536))
+}

@@ -29,7 +29,8 @@
  * store=written|E", store the result of writing $IMGPROBE_WRITE (a
  * directory: a new file in it); exit 0, or 3 when it could write there
  * (a caller that discards stderr, `qemu-img check`'s, then fails);
- * with $IMGPROBE_SLEEP, it then sleeps that many seconds before it exits.
+ * with $IMGPROBE_SLEEP, it then sleeps that many seconds before it exits
+ * (with $IMGPROBE_SLEEP_ON too, only as that subcommand).
  * Run as root with $IMGPROBE_REAL set, it is that qemu-img instead,
  * silently: t/50 boots a VM, whose overlay and grow stay root's on
  * purpose, and only the jailed calls are the probe's.
@@ -225,7 +226,11 @@ static int as_qemu_img(const char *sub)
 		fclose(fp);
 	fprintf(stderr, "imgprobe %s uid=%d CapEff=%s NoNewPrivs=%s store=%s\n", sub, (int)getuid(),
 		cap, nnp, !w ? "unasked" : wr == 0 ? "written" : ename(e));
-	if (getenv("IMGPROBE_SLEEP")) /* a slow qemu-img: its caller is killed meanwhile */
+	/* a slow qemu-img: its caller is killed meanwhile (only in the
+	 * subcommand $IMGPROBE_SLEEP_ON when set: a flatten checks its chain
+	 * before it creates its layer) */
+	if (getenv("IMGPROBE_SLEEP") &&
+	    (!getenv("IMGPROBE_SLEEP_ON") || !strcmp(sub, getenv("IMGPROBE_SLEEP_ON"))))
 		sleep((unsigned)atoi(getenv("IMGPROBE_SLEEP")));
 	return wr == 0 ? 3 : 0;
 }

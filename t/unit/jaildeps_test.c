@@ -107,11 +107,21 @@ static void test_cache(struct fix *f)
 	   "the answer is kept, ours, 0600 (%o)", (unsigned)st.st_mode & 07777);
 	h = look(f, &same, &planted);
 	ok(h == 1 && same, "second lookup: a hit, the same answer");
+	ok(jail_deps_valid(f->file, f->ldc) == 1, "jail_deps_valid: the answer kept is valid");
+	{
+		char other[256];
+
+		snprintf(other, sizeof other, "%s/deps-0000000000000000.json", f->cache);
+		ok(link(f->file, other) == 0 && jail_deps_valid(other, f->ldc) == 0,
+		   "jail_deps_valid: the same answer under a name not its program's is not");
+		unlink(other);
+	}
 
 	plant(f);
 	h = look(f, &same, &planted);
 	ok(h == 1 && planted, "a planted answer with a right key is used (the test sees the cache)");
 	later(f->prog);
+	ok(jail_deps_valid(f->file, f->ldc) == 0, "jail_deps_valid: stale once the program was touched");
 	h = look(f, &same, &planted);
 	ok(h == 0 && same && !planted, "the program touched: recomputed, ldd's answer");
 
@@ -122,6 +132,7 @@ static void test_cache(struct fix *f)
 
 	plant(f);
 	later(f->lib);
+	ok(jail_deps_valid(f->file, f->ldc) == 0, "jail_deps_valid: stale once a library was touched");
 	h = look(f, &same, &planted);
 	ok(h == 0 && same && !planted, "a listed library touched: recomputed");
 

@@ -1,0 +1,121 @@
+/* gcjail.c - isopod-gc's sweeps of what jails leave behind (lib/gcstore.h):
+ * the cgroups of jails whose owner is gone, and the ldd cache's answers
+ * that no longer hold (<store>/jail, lib/jaildeps.c). */
+#include "egress.h"
+#include "gcstore.h"
+#include "jail.h"
+#include "proc.h"
+#include "qjail.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+struct cgsweep {
+	struct gcstore *g;
+	const struct rec *recs;
+	size_t nrec;
+	json_t *out;
+};
+
+static int rec_known(const struct cgsweep *s, const char *id)
+{
+	for (size_t i = 0; i < s->nrec; i++)
+		if (!strcmp(s->recs[i].id, id))
+			return 1;
+	return 0;
+}
+
+/* One jail cgroup (jail_cg_each): it goes when it has no member and its
+ * owner is gone.  A qemu-img jail's owner is its caller (the pid in its
+ * name), gone when no process has that pid or the one that has it started
+ * after the cgroup was made (a pid reused; 2 s of slack: btime jitters).
+ * The cgroup's ctime is its inode's, made at its first lookup (kernfs:
+ * the caller's limit files, at once), again after an eviction: never
+ * before the cgroup was, so a live caller is never taken for a reuser;
+ * a VM's QEMU's or broker's owner is the VM, gone when its lock is free
+ * (held while the cgroup goes: a boot of it would make its own).  Any
+ * other (another store's VM, a probe, isopod-jail's) is left alone. */
+static int cg_one(const char *dir, const char *name, const struct stat *st, void *arg)
+{
+	struct cgsweep *s = arg;
+	long long pid = qjail_img_owner(name);
+	const char *vm = egress_jail_vm(name);
+	char p[PATH_MAX];
+	json_t *o;
+	time_t t;
+	int lk = -1, r;
+
+	/* another user's, or root's seen by a user: not ours to judge */
+	if (st->st_uid != geteuid())
+		return 0;
+	if (pid > 0) {
+		if (proc_alive(pid) && ((t = proc_started(pid)) < 0 || t <= st->st_ctime + 2))
+			return 0;
+		o = json_pack("{s:s, s:I}", "path", dir, "pid", (json_int_t)pid);
+	} else {
+		vm = vm ? vm : name;
+		if (!rec_known(s, vm) || pathn(p, sizeof p, "%s/vms/%s/lock", store_home(), vm) < 0)
+			return 0;
+		/* ENOENT: the record went (this gc removed it): nobody boots it */
+		if ((lk = lock_open(p, LOCK_EX | LOCK_NB)) < 0 && errno != ENOENT)
+			return 0;
+		o = json_pack("{s:s, s:s}", "path", dir, "vm", vm);
+	}
+	r = jail_cg_remove(dir, s->g->dry_run);
+	if (lk >= 0)
+		close(lk);
+	if (r < 0 && (errno == EBUSY || errno == ENOENT)) { /* in use, or gone meanwhile */
+		json_decref(o);
+		return 0;
+	}
+	if (r < 0)
+		warn("unable to remove the jail's cgroup %s:", dir);
+	json_object_set_new(o, "removed", json_boolean(r == 0 && !s->g->dry_run));
+	json_array_append_new(s->out, o);
+	return 0;
+}
+
+int jail_cgroups_sweep(struct gcstore *g, const struct rec *recs, size_t nrec, json_t *out)
+{
+	struct cgsweep s = { .g = g, .recs = recs, .nrec = nrec, .out = out };
+
+	return jail_cg_each(cg_one, &s);
+}
+
+int jail_cache_sweep(struct gcstore *g, int all, json_t *out)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+
+	if (pathn(dir, sizeof dir, "%s/jail", store_home()) < 0 || !(d = opendir(dir)))
+		return 0;
+	while ((de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		long long b;
+		int valid;
+
+		/* deps-<16 hex>.json; atomic_write's staging files are the
+		 * tmp sweep's */
+		if (strncmp(de->d_name, "deps-", 5) || n < 10 || strcmp(de->d_name + n - 5, ".json") ||
+		    pathn(p, sizeof p, "%s/%s", dir, de->d_name) < 0)
+			continue;
+		valid = jail_deps_valid(p, JAIL_LDCACHE);
+		if (valid && !all)
+			continue;
+		if ((b = gcstore_discard(g, p)) < 0) {
+			if (errno != ENOENT)
+				warn("unable to remove %s:", p);
+			continue;
+		}
+		json_array_append_new(out, json_pack("{s:s, s:I, s:b}", "name", de->d_name, "bytes",
+						     (json_int_t)b, "stale", !valid));
+	}
+	closedir(d);
+	return 0;
+}
