@@ -1,7 +1,8 @@
 /* isopod-exec - run one command in a booted VM through its guest agent.
  *
- * Copy-in, the command, copy-out, over one agent connection.  The complete
- * output goes byte-exact to vms/<id>/exec-<n>.{stdout,stderr}; the result
+ * Copy-in, the command, copy-out, over one agent connection.  The output
+ * goes byte-exact to vms/<id>/exec-<n>.{stdout,stderr}, up to --log-max
+ * bytes a stream (the rest counted, not kept); the result
  * JSON carries at most 64 KiB of each, cut on a UTF-8 boundary.  The
  * session itself (the pumping, the deadline and the watchdog) is
  * lib/execio.c; what needs no VM is lib/execopt.c. */
@@ -26,7 +27,7 @@
 #define USAGE "isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
 	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
-	"                   [--check] [--run-options[=text]] -- CMD [ARG]..."
+	"                   [--log-max BYTES] [--check] [--run-options[=text]] -- CMD [ARG]..."
 
 #define MAX_ITEMS 256
 
@@ -45,7 +46,7 @@ struct opts {
 	int shell, check;
 	char **argv;
 	int argc;
-	long long watchdog_ms, copy_out_max;
+	long long watchdog_ms, copy_out_max, log_max;
 	long long qemu_pid;       /* from the vm record, for the last resort */
 	struct exec_session *s;
 };
@@ -140,6 +141,7 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 		{"copy-in", required_argument, 0, 'I'},
 		{"copy-out", required_argument, 0, 'O'},
 		{"copy-out-max", required_argument, 0, 'M'},
+		{"log-max", required_argument, 0, 'L'},
 		{"shell", no_argument, 0, 's'},
 		{"check", no_argument, 0, 'K'},
 		{"run-options", optional_argument, 0, 'R'},
@@ -185,6 +187,10 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 			if (parse_ll(optarg, 0, 1LL << 50, &o->copy_out_max) < 0)
 				die(EX_USAGE, "--copy-out-max %s: expected 0..%lld", EXC(optarg),
 				    1LL << 50);
+			break;
+		case 'L':
+			if (parse_ll(optarg, 0, 1LL << 50, &o->log_max) < 0)
+				die(EX_USAGE, "--log-max %s: expected 0..%lld", EXC(optarg), 1LL << 50);
 			break;
 		case 's': o->shell = 1; break;
 		case 'K': o->check = 1; break;
@@ -291,7 +297,8 @@ int main(int argc, char **argv)
 {
 	static struct exec_session s;
 	struct opts o = {.watchdog_ms = EXEC_WATCHDOG_MS_DEFAULT,
-			 .copy_out_max = EXEC_COPY_OUT_MAX_DEFAULT};
+			 .copy_out_max = EXEC_COPY_OUT_MAX_DEFAULT,
+			 .log_max = EXEC_LOG_MAX_DEFAULT};
 	struct exec_status ex = {.code = -1};
 	json_t *copied_in = NULL, *copied_out;
 	int stdin_fd;
@@ -311,6 +318,7 @@ int main(int argc, char **argv)
 	s.watchdog_ms = o.watchdog_ms;
 	s.ping_ms = o.watchdog_ms / 6 > 0 ? o.watchdog_ms / 6 : 1;
 	s.copy_out_max = o.copy_out_max;
+	s.log_max = o.log_max;
 	/* The budget starts once the vm is known (the front end passes --vm
 	 * and what is left of its own budget).  The agent enforces the timeout in the guest; the host enforces it too,
 	 * from this start: a guest too starved to act on its timer (a fork bomb)

@@ -36,6 +36,7 @@ int exec_init(struct exec_session *s)
 	s->watchdog_ms = EXEC_WATCHDOG_MS_DEFAULT;
 	s->ping_ms = EXEC_WATCHDOG_MS_DEFAULT / 6;
 	s->copy_out_max = EXEC_COPY_OUT_MAX_DEFAULT;
+	s->log_max = EXEC_LOG_MAX_DEFAULT;
 	s->c.fd = -1;
 	s->out[0] = (struct exec_stream){.name = "stdout", .fd = -1};
 	s->out[1] = (struct exec_stream){.name = "stderr", .fd = -1};
@@ -372,17 +373,22 @@ int exec_send(struct exec_session *s, const struct exec_request *r)
 	return 0;
 }
 
+/* Past log_max the bytes are still taken (the guest never blocks on a full
+ * pipe) and counted, not written: the log cannot fill the host's store. */
 static int take_output(struct exec_session *s, struct exec_stream *o, const struct frame *fr)
 {
+	uint64_t cap = s->log_max > 0 ? (uint64_t)s->log_max : 0;
+	size_t w = o->bytes >= cap ? 0 : cap - o->bytes < fr->len ? (size_t)(cap - o->bytes) : fr->len;
+
 	if (o->inlen < EXEC_INBAND_MAX) {
 		size_t k = fr->len < EXEC_INBAND_MAX - o->inlen ? fr->len : EXEC_INBAND_MAX - o->inlen;
 
 		memcpy(o->inband + o->inlen, fr->payload, k);
 		o->inlen += k;
 	}
-	o->bytes += fr->len;
-	if (write_all(o->fd, fr->payload, fr->len) < 0)
+	if (w && write_all(o->fd, fr->payload, w) < 0)
 		return fail(s, EX_SYS, "io", "%s: %s", o->path, strerror(errno));
+	o->bytes += fr->len;
 	return 0;
 }
 
@@ -745,6 +751,8 @@ json_t *exec_result(struct exec_session *s, const char *vm_name, const struct ex
 		json_object_set_new(res, k, json_boolean(o->bytes > o->inlen));
 		snprintf(k, sizeof k, "%s_log", o->name);
 		json_object_set_new(res, k, json_string(o->path));
+		snprintf(k, sizeof k, "%s_log_truncated", o->name);
+		json_object_set_new(res, k, json_boolean(o->bytes > (uint64_t)s->log_max));
 		if (!o->eof)
 			json_array_append_new(s->warnings,
 					      json_sprintf("%s: no end-of-stream from the agent",

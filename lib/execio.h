@@ -51,7 +51,7 @@ struct exec_stream {
 	char path[PATH_MAX];
 	uint8_t *inband;        /* first EXEC_INBAND_MAX bytes */
 	size_t inlen;
-	uint64_t bytes;
+	uint64_t bytes;         /* all the guest sent; the log holds the first log_max */
 	int eof;
 };
 
@@ -64,6 +64,7 @@ struct exec_session {
 	int64_t ping_ms;        /* silence after which the agent is pinged */
 	int64_t deadline_ms;    /* monotonic end of --timeout-ms; 0 = none */
 	long long copy_out_max; /* bytes, all copy-outs together */
+	long long log_max;      /* bytes each stream's log keeps (--log-max) */
 	json_t *warnings;       /* exec_init's array; the caller may add */
 	/* The session's own. */
 	struct conn c;
@@ -110,8 +111,9 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 int exec_at_deadline(struct exec_session *s, const struct exec_copy *out, int n,
 		     json_t **copied_out);
 /* The result object: the vm, the status, each stream's in-band part, size,
- * truncation and log, the copies (references stolen), the warnings and
- * exec_ms; the logs are fsynced first.  NULL on failure (s->err). */
+ * truncation, log and whether the log stopped at log_max, the copies
+ * (references stolen), the warnings and exec_ms; the logs are fsynced
+ * first.  NULL on failure (s->err). */
 json_t *exec_result(struct exec_session *s, const char *vm_name, const struct exec_status *ex,
 		    json_t *copied_in, json_t *copied_out, int64_t exec_ms);
 

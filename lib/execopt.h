@@ -15,6 +15,9 @@
 /* What all --copy-out of one exec may bring to the host by default: generous
  * for build artefacts, finite so that a guest cannot fill the host's disk. */
 #define EXEC_COPY_OUT_MAX_DEFAULT (4LL << 30)
+/* What each output stream's log (vms/<id>/exec-<n>.stdout, .stderr) keeps
+ * by default; past it the bytes are counted, not written (DECISIONS.md). */
+#define EXEC_LOG_MAX_DEFAULT (1LL << 30)
 /* The proxy variables of a filtered VM: at most this many, this long. */
 #define EXEC_PROXY_MAX 8
 #define EXEC_PROXY_SZ 96

@@ -289,6 +289,30 @@ EOF_C
 	run ! vm_locked "$id"
 }
 
+@test "exec: each log keeps at most --log-max bytes, byte-exact; the rest is counted (stdout_bytes), not written" {
+	run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	# 1 MiB of numbered lines (not one repeated byte: a shifted or stale
+	# prefix would show) through a 5000-byte cap on each stream, not a
+	# multiple of the pipe's 4 KiB: the frame that crosses it is cut
+	gen='seq 1 200000 | head -c 1048576'
+	run --separate-stderr isopod-exec --vm "$id" --log-max 5000 -- sh -c "$gen; echo under >&2"
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.exit_code == 0 and .stdout_bytes == 1048576 and .stdout_log_truncated == true'
+	echo "$output" | jq -e '.stderr_bytes == 6 and .stderr_log_truncated == false'
+	log=$(echo "$output" | jq -r .stdout_log)
+	[ "$(stat -c %s "$log")" -eq 5000 ]
+	cmp "$log" <(seq 1 200000 | head -c 5000)
+	[ "$(cat "$(echo "$output" | jq -r .stderr_log)")" = under ]
+	# under the cap (the default): the whole output, the field false
+	run --separate-stderr isopod-exec --vm "$id" -- sh -c "$gen"
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.stdout_bytes == 1048576 and .stdout_log_truncated == false'
+	cmp "$(echo "$output" | jq -r .stdout_log)" <(seq 1 200000 | head -c 1048576)
+	isopod-stop --vm "$id" >/dev/null
+}
+
 @test "exec: at the deadline a QEMU that ignores QMP (SIGSTOPped) is killed: a timeout, the vm stopped" {
 	run --separate-stderr isopod run --json-only --keep -- true
 	[ "$status" -eq 0 ]

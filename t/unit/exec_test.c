@@ -195,6 +195,7 @@ static void test_session(void)
 	   !strcmp(json_string_value(json_object_get(res, "stdout")), "hi\n") &&
 	   json_integer_value(json_object_get(res, "stdout_bytes")) == 3 &&
 	   json_is_false(json_object_get(res, "stdout_truncated")) &&
+	   json_is_false(json_object_get(res, "stdout_log_truncated")) &&
 	   json_is_null(json_object_get(res, "signal")) &&
 	   json_integer_value(json_object_get(json_array_get(json_object_get(res, "copied_out"), 0),
 					      "bytes")) == 4 &&
@@ -228,6 +229,35 @@ static void test_flood(void)
 	ok(err && strstr(err, "more than the 10 bytes") && access(host, F_OK) < 0,
 	   "flood: over --copy-out-max is an error entry, no file (%s)", err ? err : "none");
 	json_decref(out);
+	stop(&s, pid);
+}
+
+/* --log-max: the log keeps the first log_max bytes, the count is all of
+ * them, and the result says the log was cut (the stream under it not). */
+static void test_log_max(void)
+{
+	struct exec_session s;
+	struct exec_status ex = {.code = -1};
+	char got[8] = {0};
+	json_t *res;
+	pid_t pid;
+	int fd;
+
+	start(&s, A_OK, &pid);
+	s.log_max = 2;
+	exec_send(&s, &req);
+	ok(exec_run(&s, -1, &ex) == 0 && s.out[0].bytes == 3, "log-max: all 3 bytes counted");
+	fd = open(s.out[0].path, O_RDONLY | O_CLOEXEC);
+	ok(fd >= 0 && read(fd, got, sizeof got) == 2 && !strcmp(got, "hi"),
+	   "log-max: the log holds the first 2 bytes only (%s)", got);
+	if (fd >= 0)
+		close(fd);
+	res = exec_result(&s, "name", &ex, NULL, json_array(), 1);
+	ok(res && json_integer_value(json_object_get(res, "stdout_bytes")) == 3 &&
+	   json_is_true(json_object_get(res, "stdout_log_truncated")) &&
+	   json_is_false(json_object_get(res, "stderr_log_truncated")),
+	   "log-max: stdout_log_truncated true, stderr_log_truncated false");
+	json_decref(res);
 	stop(&s, pid);
 }
 
@@ -472,6 +502,7 @@ int main(void)
 	test_wire();
 	test_session();
 	test_flood();
+	test_log_max();
 	test_failures();
 	{
 		char cmd[128];
