@@ -531,6 +531,16 @@ static int tmp_one(struct gc *c, const FTSENT *e)
 	/* The trash is emptied by its own gc (or adopted by the next). */
 	if (isdir && e->fts_level == 1 && !strcmp(e->fts_name, "trash"))
 		return 1;
+	/* Only our own: a jail's uid writes in a running VM's directory (and
+	 * a building template's), and could plant a ".tmp-x.<dead pid>" there
+	 * and swap a directory in it for a link between our lstat and our
+	 * unlink.  Every staging name isopod writes is the euid's; a directory
+	 * handed to a jail (group- or other-writable, not our group: qjail_give)
+	 * is not walked at all while it is handed over. */
+	if (e->fts_level > 0 && st->st_uid != geteuid())
+		return isdir;
+	if (isdir && (st->st_mode & 0022) && st->st_gid != getegid())
+		return 1;
 	if (!(pid = staging_pid(e->fts_name, isdir)))
 		return 0;
 	if (proc_alive(pid) && time(NULL) - st->st_mtime < TMP_GRACE_S)

@@ -1454,6 +1454,34 @@ uidproc() {
 	[ -f "$ISOPOD_HOME/vms/$old/exec-1.stdout" ]
 }
 
+# A jail's uid writes in a running VM's directory: a staging name it plants
+# there (".tmp-x.<dead pid>", a directory it could swap for a link while gc
+# removes it) is never gc's to remove, nor is anything in a directory handed
+# to a jail (group-writable, another group).  Root's own staging names are.
+@test "gc: staging names a jail's uid planted, and any inside a directory handed to a jail, are left alone; root's own go" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	local v=$ISOPOD_HOME/vms/vm-0123456789ab dead=2147483000
+	mkdir -p "$v/.tmp-planted.$dead/d" "$ISOPOD_HOME/stages/.tmp-st-root.$dead"
+	echo x >"$v/.tmp-planted.$dead/d/f"
+	echo x >"$v/own.json.tmp.$dead"
+	chown -R 4242:4242 "$v/.tmp-planted.$dead"
+	# the VM's directory as qjail_give hands it over, a root file inside
+	chown 0:4242 "$v" && chmod 01770 "$v"
+	echo x >"$ISOPOD_HOME/stages/.tmp-st-root.$dead/layer.qcow2"
+	run --separate-stderr isopod-gc --keep-last 1000
+	[ "$status" -eq 0 ]
+	echo "# $(jq -c '[.leaked[] | select(.kind == "tmp") | .path]' <<<"$output")" >&3
+	[ -f "$v/.tmp-planted.$dead/d/f" ] && [ -f "$v/own.json.tmp.$dead" ]
+	[ ! -e "$ISOPOD_HOME/stages/.tmp-st-root.$dead" ]
+	jq -e '[.leaked[] | select(.kind == "tmp") | .path] | length == 1 and (.[0] | test("tmp-st-root"))' <<<"$output"
+	# handed back (root's 0700 again): root's own staging file there goes
+	chown 0:0 "$v" && chmod 0700 "$v"
+	run --separate-stderr isopod-gc --keep-last 1000
+	[ "$status" -eq 0 ]
+	[ ! -e "$v/own.json.tmp.$dead" ] && [ -f "$v/.tmp-planted.$dead/d/f" ]
+}
+
 # <store>/jail holds lib/jaildeps.c's ldd cache: df counts it; gc removes
 # an answer whose key moved (stale), --cache every answer (the next jailed
 # run rebuilds it).
