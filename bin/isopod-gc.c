@@ -668,15 +668,6 @@ static void warm_sweep(struct gc *c, json_t *warm_removed)
 				continue;
 			if (gcstore_discard(&c->gs, p) < 0 && errno != ENOENT)
 				warn("unable to remove %s:", p);
-			/* a killed builder's template cgroup (jail_release never
-			 * ran); only under the key's lock: a new builder's may be
-			 * made but not yet joined */
-			if (lk >= 0 && !c->gs.dry_run && !strncmp(n, ".staging-", 9)) {
-				char tn[WARM_TPL_NAME_SZ];
-
-				warm_tpl_name(key, tn);
-				jail_cg_reclaim(tn);
-			}
 			json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "warm",
 								"path", as_given(c, shown, sizeof shown, p),
 								"removed", !c->gs.dry_run));

@@ -7,8 +7,10 @@
 #include "proc.h"
 #include "qjail.h"
 #include "util.h"
+#include "warm.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,6 +32,45 @@ static int rec_known(const struct cgsweep *s, const char *id)
 	return 0;
 }
 
+/* A warm template's jail is "tpl-" and the first 32 hex of its key
+ * (warm_tpl_name); its owner is the builder, which holds the key's lock
+ * from before the cgroup is made until it is released.  Every existing
+ * warm/<key>.lock of that prefix taken (never made) into fds: how many, or
+ * -1 when one is held (a builder lives, the cgroup may be its, not yet
+ * joined) or the name is not a template's. */
+static int tpl_locks(const char *name, int *fds, int max)
+{
+	char p[PATH_MAX];
+	const char *root = warm_root(0);
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	if (strncmp(name, "tpl-", 4) || strlen(name) != 4 + 32 || hex_span(name + 4) != 32 || !root)
+		return -1;
+	if (!(d = opendir(root)))
+		return errno == ENOENT ? 0 : -1;
+	while ((de = readdir(d))) {
+		int fd;
+
+		if (strlen(de->d_name) != 64 + 5 || strncmp(de->d_name, name + 4, 32) ||
+		    strcmp(de->d_name + 64, ".lock") || pathn(p, sizeof p, "%s/%s", root, de->d_name) < 0)
+			continue;
+		fd = n < max ? open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1;
+		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			if (fd >= 0)
+				close(fd);
+			while (n > 0)
+				close(fds[--n]);
+			closedir(d);
+			return -1;
+		}
+		fds[n++] = fd;
+	}
+	closedir(d);
+	return n;
+}
+
 /* One jail cgroup (jail_cg_each): it goes when it has no member and its
  * owner is gone.  A qemu-img jail's owner is its caller (the pid in its
  * name), gone when no process has that pid or the one that has it started
@@ -38,8 +79,10 @@ static int rec_known(const struct cgsweep *s, const char *id)
  * the caller's limit files, at once), again after an eviction: never
  * before the cgroup was, so a live caller is never taken for a reuser;
  * a VM's QEMU's or broker's owner is the VM, gone when its lock is free
- * (held while the cgroup goes: a boot of it would make its own).  Any
- * other (another store's VM, a probe, isopod-jail's) is left alone. */
+ * (held while the cgroup goes: a boot of it would make its own); a warm
+ * template's owner is its builder, gone when no lock of its key is held
+ * (tpl_locks, held while it goes).  Any other (another store's VM, a
+ * probe, isopod-jail's) is left alone. */
 static int cg_one(const char *dir, const char *name, const struct stat *st, void *arg)
 {
 	struct cgsweep *s = arg;
@@ -48,7 +91,7 @@ static int cg_one(const char *dir, const char *name, const struct stat *st, void
 	char p[PATH_MAX];
 	json_t *o;
 	time_t t;
-	int lk = -1, r;
+	int lk = -1, r, tl[4], ntl = -1;
 
 	/* another user's, or root's seen by a user: not ours to judge */
 	if (st->st_uid != geteuid())
@@ -57,6 +100,10 @@ static int cg_one(const char *dir, const char *name, const struct stat *st, void
 		if (proc_alive(pid) && ((t = proc_started(pid)) < 0 || t <= st->st_ctime + 2))
 			return 0;
 		o = json_pack("{s:s, s:I}", "path", dir, "pid", (json_int_t)pid);
+	} else if (!strncmp(name, "tpl-", 4)) {
+		if ((ntl = tpl_locks(name, tl, 4)) < 0)
+			return 0;
+		o = json_pack("{s:s, s:s}", "path", dir, "template", name);
 	} else {
 		vm = vm ? vm : name;
 		if (!rec_known(s, vm) || pathn(p, sizeof p, "%s/vms/%s/lock", store_home(), vm) < 0)
@@ -69,6 +116,8 @@ static int cg_one(const char *dir, const char *name, const struct stat *st, void
 	r = jail_cg_remove(dir, s->g->dry_run);
 	if (lk >= 0)
 		close(lk);
+	while (ntl > 0)
+		close(tl[--ntl]);
 	if (r < 0 && (errno == EBUSY || errno == ENOENT)) { /* in use, or gone meanwhile */
 		json_decref(o);
 		return 0;

@@ -338,26 +338,6 @@ static int cg_make(struct jail *j, const char *mnt, const char *self, const char
 	return 0;
 }
 
-int jail_cg_reclaim(const char *name)
-{
-	static const char *const ctl[] = { NULL, "memory", "pids" }; /* cg_setup's */
-	char mnt[PATH_MAX], self[PATH_MAX], dir[PATH_MAX];
-	int n = 0;
-
-	if (!name_ok(name)) {
-		errno = EINVAL;
-		return -1;
-	}
-	for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++)
-		if (cg_mount(ctl[i] ? "cgroup" : "cgroup2", ctl[i], mnt, sizeof mnt) == 0 &&
-		    cg_self(ctl[i], self, sizeof self) == 0 &&
-		    pathn(dir, sizeof dir, "%s%s/" JAIL_CG_PREFIX "%s", mnt, strcmp(self, "/") ? self : "",
-			  name) == 0 &&
-		    rmdir(dir) == 0) /* EBUSY: a live jail's, left alone */
-			n++;
-	return n;
-}
-
 int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),
 		 void *arg)
 {
@@ -379,13 +359,14 @@ int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat 
 			continue;
 		/* A creator's cgroup may be anywhere (a service's, a session's,
 		 * a job's): the whole tree, which holds only directories and
-		 * their control files, each jail cgroup a leaf. */
+		 * their control files.  A jail cgroup is a leaf, but a name of
+		 * ours is not always a jail's: isopod-runner.service holds the
+		 * jails of its runs below it, so it is walked into too. */
 		while (r == 0 && (e = fts_read(f))) {
 			if (e->fts_info != FTS_D || e->fts_level == 0 ||
 			    strncmp(e->fts_name, JAIL_CG_PREFIX, pl))
 				continue;
 			r = fn(e->fts_path, e->fts_name + pl, e->fts_statp, arg);
-			fts_set(f, e, FTS_SKIP);
 		}
 		fts_close(f);
 	}

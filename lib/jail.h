@@ -75,11 +75,6 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
  * 0, or -1 with a reason (a cgroup still busy after 2 s). */
 int jail_release(struct jail *j, char *err, size_t errsz);
 
-/* The cgroups of a jail named name that a killed caller left (it never
- * reached jail_release), below ours in each hierarchy cg_setup uses: each
- * removed when empty (a live jail's is busy and stays).  How many were
- * removed, or -1 (EINVAL) for a name jail_spawn would refuse. */
-int jail_cg_reclaim(const char *name);
 /* Every jail cgroup (JAIL_CG_PREFIX NAME) in the hierarchies jail_spawn
  * makes them in (v2, the v1 memory and pids controllers), wherever its
  * creator's cgroup was: fn(dir, NAME, dir's stat, arg) for each; a

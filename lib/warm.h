@@ -72,8 +72,8 @@ int warm_stale_name(const char *name, char key[65], long long *pid);
  * QEMU that builds key's snapshot: "tpl-" and the key's first 32 hex.  Of
  * the key, not of the VM: one builder per key at a time (the key's lock),
  * and a cgroup a killed builder left is found again -- by the next build
- * of the shape (jail_spawn reclaims an empty one) and by isopod-gc as it
- * sweeps that builder's staging directory (jail_cg_reclaim). */
+ * of the shape (jail_spawn reclaims an empty one) and by isopod-gc's
+ * cgroup sweep while no lock of the key is held (lib/gcjail.c). */
 #define WARM_TPL_NAME_SZ 40
 void warm_tpl_name(const char *key, char out[WARM_TPL_NAME_SZ]);
 

@@ -351,6 +351,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		jout --arg p "$staging" '[.leaked[] | select(.kind == "warm" and .path == $p and .removed)] | length == 1'
 		[ ! -e "$staging" ]
 		[ -z "$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-$k")" ]
+		[ "$point" != warm-template ] || jout --arg t "tpl-$k" '[.cgroups[] | select(.template == $t and .removed)] | length >= 1'
 	done
 	# the shape still works, and is built afresh
 	run --separate-stderr isopod run --json-only --mem-mib 352 -- true
