@@ -11,6 +11,7 @@
 #include "vm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -136,6 +137,11 @@ int main(int argc, char **argv)
 		int rc;
 
 		pathf(tmp, sizeof tmp, "%s.tmp.%ld", disk, (long)getpid());
+		/* ours, new: a file already there (planted) is never the one
+		 * handed over and renamed into place */
+		if ((rc = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+			die(EX_SYS, "unable to create %s:", tmp);
+		close(rc);
 		rc = qjail_img(&(struct qimg_req){ .av = qa, .reads = rd, .nreads = 1, .chain = 1,
 						   .writes = tmp, .outfd = PROC_NULL,
 						   .errfd = PROC_INHERIT },

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct cgsweep {
@@ -142,8 +143,20 @@ int jail_cache_sweep(struct gcstore *g, int all, json_t *out)
 	struct dirent *de;
 	DIR *d;
 
-	if (pathn(dir, sizeof dir, "%s/jail", store_home()) < 0 || !(d = opendir(dir)))
+	struct stat st;
+	int fd;
+
+	if (pathn(dir, sizeof dir, "%s/jail", store_home()) < 0)
 		return 0;
+	/* as lib/jaildeps.c uses it: our own directory, not a link, written by
+	 * no one else (root's gc on a user's store removes nothing elsewhere) */
+	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return 0;
+	if (fstat(fd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 0022) ||
+	    !(d = fdopendir(fd))) {
+		close(fd);
+		return 0;
+	}
 	while ((de = readdir(d))) {
 		size_t n = strlen(de->d_name);
 		long long b;

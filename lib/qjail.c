@@ -332,8 +332,14 @@ void qjail_reclaim(struct qjail *qj)
 	} else if (fd >= 0) {
 		close(fd);
 	}
-	if (fchownat(qj->dirfd, "disk.qcow2", 0, 0, AT_SYMLINK_NOFOLLOW) == 0)
-		fchmodat(qj->dirfd, "disk.qcow2", 0600, 0);
+	/* by its descriptor: a name the jail could have made a link never
+	 * chmods what it points at */
+	if ((fd = openat(qj->dirfd, "disk.qcow2",
+			 O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) >= 0) {
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fchown(fd, 0, 0) == 0)
+			fchmod(fd, 0600);
+		close(fd);
+	}
 	if (fchmod(qj->dirfd, 0700) < 0 || fchown(qj->dirfd, 0, 0) < 0)
 		warn("unable to take the VM directory back from the jail:");
 	close(qj->dirfd);

@@ -346,8 +346,8 @@ static int tpl_start(struct tpl *tp, const struct pool *w, const char *sd, const
 /* QEMU gone (killed and reaped here if it is not yet), its jail released,
  * sd root's again (qjail_reclaim: what the jail's uid left as links goes),
  * its sockets' directory removed, the VM's disk's mode put back.  Again
- * and again: what is done is not redone.  0, or -1 with msg when the
- * disk's mode could not be restored. */
+ * and again: what is done is not redone.  0, or -1 with msg when its
+ * jail's cgroup was still busy or the disk's mode could not be restored. */
 static int tpl_end(struct tpl *tp, char *msg, size_t msz)
 {
 	char why[512];
@@ -360,9 +360,15 @@ static int tpl_end(struct tpl *tp, char *msg, size_t msz)
 	}
 	tp->pid = -1;
 	if (tp->jailed) {
-		/* jail_spawn failed: it released what it made */
-		if (tp->j.pid > 0 && jail_release(&tp->j, why, sizeof why) < 0)
+		/* (j.pid 0: jail_spawn failed and released what it made.)  A
+		 * cgroup still busy: something of the jail's may still write in
+		 * sd (I/O in flight in the kernel) after our checks of it: not
+		 * a snapshot to publish. */
+		if (tp->j.pid > 0 && jail_release(&tp->j, why, sizeof why) < 0) {
 			warn("the warm template's jail: %s", why);
+			snprintf(msg, msz, "the template's jail did not end (%s): not published", why);
+			r = -1;
+		}
 		qjail_reclaim(&tp->qj);
 		tp->jailed = 0;
 	}
