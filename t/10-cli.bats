@@ -729,6 +729,18 @@ hi" ]
 	[ -z "$bad" ] || { echo "a && b with only b checked: $bad"; false; }
 }
 
+@test "lint: no bats check is a bare \`! cmd\` before a test's last line (errexit ignores a negated command: it could never fail the test)" {
+	command -v shellcheck >/dev/null || skip "shellcheck not installed"
+	cd "$ISOPOD_SRC"
+	# shellcheck knows bats: SC2314/SC2315 are exactly this (\`! cmd || false\`
+	# or \`run ! cmd\` can fail)
+	local f bad=
+	for f in t/*.bats; do
+		bad+=$(shellcheck -s bash -f gcc -i SC2314,SC2315 "$f" || :)
+	done
+	[ -z "$bad" ] || { echo "$bad"; false; }
+}
+
 @test "lint: no library changes the process's environment to reach a child (struct proc_spec's env does)" {
 	cd "$ISOPOD_SRC"
 	# The one exception: lib/util.c's constructor takes ISOPOD_STATUS_FD

@@ -46,6 +46,23 @@ flip4() {
 }
 # fork_on REF: isopod-claim, then isopod-fork --vm ID --stage REF (no boot),
 # the fork under bats' run (a failed claim fails the test here)
+# kill_caller PID STORE: SIGKILL a stage tool we started and reap it; what
+# still runs on STORE's stages 5 s later (its qemu-img, which must have died
+# with it) is printed, and killed by its pid.
+kill_caller() {
+	local i left
+	kill -9 "$1"
+	wait "$1" 2>/dev/null || :
+	for i in $(seq 1 50); do
+		pgrep -f -- "$2/stages" >/dev/null || break
+		sleep 0.1
+	done
+	left=$(pgrep -f -- "$2/stages" || :)
+	# shellcheck disable=SC2086 # pids, one per word
+	[ -z "$left" ] || kill -9 $left
+	echo "$left"
+}
+
 fork_on() {
 	local id
 	id=$(isopod-claim | jq -er .vm.id)
@@ -198,7 +215,7 @@ fork_on() {
 	qemu-io -r -f qcow2 -c "read -P 0 0 64k" -c "read -P 119 4608M 64k" "$h/stages/$flat/layer.qcow2" |
 		grep -c '^read 65536/65536 bytes' | grep -qx 2
 	! qemu-io -r -f qcow2 -c "read -P 0 0 64k" -c "read -P 119 4608M 64k" "$h/stages/$flat/layer.qcow2" |
-		grep -q 'Pattern verification failed'
+		grep -q 'Pattern verification failed' || false
 	[ "$(qemu-img info --output=json "$h/stages/$flat/layer.qcow2" | jq '."virtual-size"')" -eq $((5 << 30)) ]
 	for i in 1 3 4 5; do
 		qemu-io -r -f qcow2 -c "read -P $((i + 1)) ${i}M 1M" "$h/stages/$flat/layer.qcow2" | grep -q '^read 1048576/1048576 bytes' ||
@@ -234,7 +251,7 @@ fork_on() {
 	[ "$(grep -c '^imgprobe create \|^imgprobe rebase ' <<<"$stderr")" -eq 3 ]
 	jail_uid=$(sed -n 's/^imgprobe .* uid=\([0-9]*\) .*/\1/p' <<<"$stderr" | sort -u)
 	[ "$jail_uid" -ge 2013265920 ] && [ "$jail_uid" -le 2013331455 ] || false
-	! grep '^imgprobe ' <<<"$stderr" | grep -v 'CapEff=0000000000000000 NoNewPrivs=1 store=EROFS$'
+	! grep '^imgprobe ' <<<"$stderr" | grep -v 'CapEff=0000000000000000 NoNewPrivs=1 store=EROFS$' || false
 	[ -z "$(find "$h/stages" -maxdepth 1 -name '.probe-*')" ]
 	# the control: unjailed, the same stand-in is root and writes the store
 	ISOPOD_JAIL=0 ISOPOD_HOME=$h IMGPROBE_WRITE=$h/stages PATH="$sb:$PATH" run --separate-stderr isopod stage flatten "$top" --as unjailed
@@ -291,16 +308,9 @@ fork_on() {
 	done
 	cat "$BATS_TEST_TMPDIR/k.err"
 	pgrep -f -- "$h/stages" >/dev/null
-	kill -9 "$caller"
-	wait "$caller" 2>/dev/null || :
-	for i in $(seq 1 50); do
-		pgrep -f -- "$h/stages" >/dev/null || break
-		sleep 0.1
-	done
-	left=$(pgrep -f -- "$h/stages" || :)
-	[ -z "$left" ] || kill -9 $left
+	left=$(kill_caller "$caller" "$h")
 	[ -z "$left" ]
-	! ISOPOD_HOME=$h "$ISOPOD_SRC/sh/isopod" stage info killed >/dev/null 2>&1
+	! ISOPOD_HOME=$h "$ISOPOD_SRC/sh/isopod" stage info killed >/dev/null 2>&1 || false
 	ISOPOD_HOME=$h run --separate-stderr isopod stage flatten "$top" --as after
 	echo "$stderr"
 	[ "$status" -eq 0 ]
@@ -327,14 +337,7 @@ fork_on() {
 	grep -q '^imgprobe create ' "$BATS_TEST_TMPDIR/g.err"
 	out=$(echo "$h"/stages/.tmp-st-*."$caller"/layer.qcow2)
 	g=$(stat -c '%a %g' "$out")
-	kill -9 "$caller"
-	wait "$caller" 2>/dev/null || :
-	for i in $(seq 1 50); do
-		pgrep -f -- "$h/stages" >/dev/null || break
-		sleep 0.1
-	done
-	left=$(pgrep -f -- "$h/stages" || :)
-	[ -z "$left" ] || kill -9 $left
+	left=$(kill_caller "$caller" "$h")
 	cgs=$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-img-$caller" | sort)
 	echo "layer: $g; cgroups: $cgs"
 	[ "$g" = "660 $(jail_uid qemu-img)" ]
@@ -926,8 +929,8 @@ commit_waiting() {
 	wait "$runpid" || runrc=$?
 	[ "$runrc" -eq 101 ]
 	jq -e '.ok == false and (.commit.error | contains("is gone") and contains("nothing was committed"))' "$DATA/gone.json"
-	! grep -l "$new" "$ISOPOD_HOME"/stages/st-*/meta.json
-	! isopod stage info gone 2>/dev/null
+	! grep -l "$new" "$ISOPOD_HOME"/stages/st-*/meta.json || false
+	! isopod stage info gone 2>/dev/null || false
 	echo "$old" >"$ISOPOD_HOME/images/current-base"
 }
 
