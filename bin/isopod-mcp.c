@@ -771,6 +771,8 @@ int main(int argc, char **argv)
 	 * isopod-slurm watching its job, not a VM */
 	if (s->slurm && !conc_set)
 		s->max_conc = MAX_CALLS;
+	if (s->slurm && mcp_slurm_defaults(s, why, sizeof why) < 0)
+		die(EX_USAGE, "--backend slurm: the front end's default: %s", why);
 	if (!realpath(root, s->root))
 		die(EX_USAGE, "--io-root %s:", EXC(root));
 	if ((s->root_fd = open(s->root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)

@@ -53,7 +53,7 @@ static void free_words(char **w)
 int sjob_submit(struct sjob *j, char *why, size_t whysz)
 {
 	char sh[PATH_MAX], out[PATH_MAX], err[PATH_MAX], chdir_[PATH_MAX + 16], jn[160], gres[64],
-		pref[300], cpus[32], tm[32], buf[4096] = "";
+		pref[300], cpus[32], mem[40], tm[32], buf[4096] = "";
 	const char *pre[SJOB_ARGS_MAX];
 	char **av;
 	size_t n = 0, k = 0, len = 0;
@@ -86,6 +86,8 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		pre[k++] = pref;
 	if (j->cpus > 0)
 		snprintf(cpus, sizeof cpus, "--cpus-per-task=%d", j->cpus), pre[k++] = cpus;
+	if (j->mem_mib > 0)
+		snprintf(mem, sizeof mem, "--mem=%lldM", j->mem_mib), pre[k++] = mem;
 	if (j->time_s > 0)
 		snprintf(tm, sizeof tm, "--time=%lld", (j->time_s + 59) / 60), pre[k++] = tm;
 	pre[k++] = sh;

@@ -29,6 +29,7 @@ struct sjob {
 	const char *net;    /* the job's net mode: filtered and open ask one slot (GRES) */
 	const char *prefer; /* NULL, or a node feature the job prefers (--prefer) */
 	int cpus;           /* 0, or --cpus-per-task (the VM's vCPUs) */
+	long long mem_mib;  /* 0, or --mem in MiB (the VM's memory: QEMU's own is on top) */
 	long long time_s;   /* 0, or the job's limit in Slurm (--time, whole minutes up) */
 	char id[32];        /* set by sjob_submit: Slurm's job id */
 	/* sjob_run's bounds besides its deadline_ms (added for issue 16's

@@ -271,6 +271,20 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	[ -z "$(ls -A "$T/mcpjobs")" ]
 }
 
+@test "mcp --backend slurm: a call without net asks Slurm for the default's slot (filtered: none here, sbatch refuses, nothing runs); the default size is what Slurm is asked (--mem)" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	# ISOPOD_NET empty, no configuration: the front end's default, filtered
+	ISOPOD_NET='' mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"timeout_s":60}}'
+	echo "# $(echo "$output" | jq -c '.result.structuredContent | {ok, error_kind, error}')" >&3
+	echo "$output" | jq -e '.result.structuredContent | .ok == false and (.error | test("sbatch exited")) and (has("slurm") | not)'
+	# the environment's memory (ISOPOD_NET=none here, helpers.bash): asked of Slurm, run with it
+	ISOPOD_MEM_MIB=320 mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"timeout_s":60}}'
+	echo "$output" | jq -e '.result.structuredContent | .ok == true and .exit_code == 0'
+	id=$(echo "$output" | jq -r .result.structuredContent.slurm.job_id)
+	cx ctl scontrol -o show job "$id" | grep -q 'MinMemoryNode=320M'
+	[ -z "$(ls -A "$T/mcpjobs")" ]
+}
+
 @test "mcp --backend slurm: a cancelled call (notifications/cancelled) and a server whose client is gone leave no job in squeue, no VM running" {
 	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
 	local args='{"args":{"argv":["sleep","120"],"net":"none","timeout_s":200}}'
