@@ -586,8 +586,8 @@ static int loop(struct server *s)
 			if (!c->exited && c->kill_at && now > c->kill_at) {
 				kill(-c->pid, SIGKILL);
 				c->kill_at = 0;
-				check_sent(s, logmsg(s, 3, "call %s (pid %d) outlived SIGTERM by %d ms: SIGKILL",
-						     c->tool->name, (int)c->pid, KILL_GRACE_MS), &err);
+				check_sent(s, logmsg(s, 3, "call %s (pid %d) outlived SIGTERM by %lld ms: SIGKILL",
+						     c->tool->name, (int)c->pid, (long long)kill_grace_ms(s, c)), &err);
 			}
 			/* A grandchild may hold a pipe open: the exit decides. */
 			if (c->exited)

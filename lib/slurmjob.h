@@ -38,6 +38,9 @@ struct sjob {
 			       (now - RunTime): past it, cancelled ("outlived its budget") */
 	int64_t queue_ms;   /* 0, or how long it may wait in Slurm's queue (PENDING):
 			       past it, cancelled, s->queue_timeout set */
+	int cancel_returns; /* 1: a signal's scancel that succeeded ends sjob_run (-1)
+			       without waiting for Slurm's final state (isopod-slurm
+			       run: its caller SIGKILLs it soon; its cleanup must run) */
 };
 
 /* What Slurm says of a job: its state (COMPLETED, RUNNING, ...), the node
@@ -63,6 +66,11 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz);
  * scancel's status, or -1 with errno (EINVAL: ID is not all digits, and
  * scancel is not run). */
 int sjob_cancel(const char *id);
+/* scancel --name=NAME --user=EUID: the job of a submission whose id never
+ * came back (sbatch killed past SJOB_CMD_MS; the name is the job
+ * directory's, unique).  Same return as sjob_cancel_why, why set when it
+ * did not exit 0; -1 EINVAL for an empty name or one with a ','. */
+int sjob_cancel_name(const char *name, char *why, size_t whysz);
 /* sjob_cancel, and when scancel did not exit 0 (refused, failed, hung and
  * killed past SJOB_CMD_MS: -1 ETIMEDOUT), why names the job and scancel's
  * words.  Same return as sjob_cancel. */

@@ -292,14 +292,16 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	echo "# cancel: $(echo "$output" | jq -c '{running_before, running_after, stop_ms}')" >&3
 	echo "$output" | jq -e '(.running_before | length) == 1 and (.aborted.message | contains("test cancel"))'
 	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
+	# isopod-slurm run, back once scancel took, removed the job's directory itself
+	wait_until 15 eval '[ -z "$(ls -A "$T/mcpjobs")" ]'
 	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
 	mcp "$(sl)" close_running "$args"
 	echo "# client gone: $(echo "$output" | jq -c '{running_before, close_ms}')" >&3
 	echo "$output" | jq -e '(.running_before | length) == 1'
 	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
 	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
-	# isopod-slurm run waited for CANCELLED, then removed its job's directory
-	[ -z "$(ls -A "$T/mcpjobs")" ]
+	# isopod-slurm run, back once scancel took, removed its job's directory
+	wait_until 15 eval '[ -z "$(ls -A "$T/mcpjobs")" ]' 
 }
 
 @test "mcp --backend slurm: keep, copy_in and vm_exec refused (-32602 naming slurm), nothing submitted; --backend other: 100" {
