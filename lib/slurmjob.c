@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/param.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -53,11 +54,11 @@ static void free_words(char **w)
 int sjob_submit(struct sjob *j, char *why, size_t whysz)
 {
 	char sh[PATH_MAX], out[PATH_MAX], err[PATH_MAX], chdir_[PATH_MAX + 16], jn[160], gres[64],
-		pref[300], cpus[32], mem[40], tm[32], buf[4096] = "";
+		pref[300], cpus[32], mem[40], tm[32], buf[4096] = "", ebuf[4096] = "";
 	const char *pre[SJOB_ARGS_MAX];
 	char **av;
 	size_t n = 0, k = 0, len = 0;
-	int st;
+	int st, e, efd;
 
 	/* sbatch's file names are patterns (%j, %N, ...): a '%' would name
 	 * another file, so no such directory is handed over */
@@ -108,10 +109,24 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		}
 	struct proc_spec ps = PROC_SPEC(av);
 
-	ps.env = j->env, ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
+	/* stdout alone holds the id: a warning sbatch writes on stderr before
+	 * it (a deprecated option, a cgroup notice) is no refusal; stderr is
+	 * kept apart, for the error's words */
+	efd = memfd_create("sbatch-stderr", MFD_CLOEXEC);
+	ps.env = j->env, ps.out = PROC_PIPE, ps.err = efd >= 0 ? efd : PROC_NULL, ps.setsid = 1;
 	st = proc_capture_within(&ps, buf, sizeof buf, &len, SJOB_CMD_MS);
+	e = errno;
 	free_words(av + k);
 	free(av);
+	if (efd >= 0) {
+		ssize_t r = pread(efd, ebuf, sizeof ebuf - 1, 0);
+
+		ebuf[r > 0 ? r : 0] = 0;
+		close(efd);
+	}
+	for (char *c = ebuf; (c = strchr(c, '\n'));)
+		*c = c[1] ? ' ' : 0;
+	errno = e;
 	buf[strcspn(buf, "\n")] = 0;
 	/* --parsable: "ID" or "ID;CLUSTER" */
 	if (st == 0 && buf[0] && strspn(buf, "0123456789") == strcspn(buf, ";") &&
@@ -127,7 +142,7 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 	else if (st < 0)
 		snprintf(why, whysz, "unable to start sbatch: %s", strerror(errno));
 	else
-		snprintf(why, whysz, "sbatch exited %d: %s", st, EXC(buf));
+		snprintf(why, whysz, "sbatch exited %d: %s", st, ebuf[0] ? EXC(ebuf) : buf[0] ? EXC(buf) : "(nothing said)");
 	return -1;
 }
 

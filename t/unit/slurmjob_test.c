@@ -250,6 +250,12 @@ int main(void)
 	stand_in("sbatch", "echo 'sbatch: error: Batch job submission failed: Requested node configuration is not available' >&2; exit 1");
 	ok(sjob_submit(&j, why, sizeof why) < 0 && strstr(why, "sbatch exited 1") && strstr(why, "not available"),
 	   "submit: a refusal is an error with sbatch's words: %s", why);
+	stand_in("sbatch", "echo 'sbatch: warning: --cpus-per-task is deprecated here' >&2; echo 44");
+	ok(sjob_submit(&j, why, sizeof why) == 0 && !strcmp(j.id, "44"),
+	   "submit: a warning on stderr before the id is no refusal: the id is stdout's (%s)", j.id);
+	stand_in("sbatch", "echo 'sbatch: warning: w' >&2; echo 'sbatch: error: Batch job submission failed: Invalid account' >&2; exit 1");
+	ok(sjob_submit(&j, why, sizeof why) < 0 && strstr(why, "sbatch exited 1: sbatch: warning: w sbatch: error: Batch job submission failed: Invalid account"),
+	   "submit: a refusal says all of stderr, on one line: %s", why);
 	stand_in("sbatch", "echo 'Submitted batch job 42'");
 	ok(sjob_submit(&j, why, sizeof why) < 0, "submit: output that is no id is an error");
 	j.dir = "/tmp/a%jb";
