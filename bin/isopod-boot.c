@@ -663,7 +663,7 @@ int main(int argc, char **argv)
 	if (!bt || !(bt->conn = malloc(sizeof *bt->conn)))
 		die(EX_SYS, "unable to allocate memory:");
 	*bt = (struct boot){
-		.cf = { .vcpus = 1, .mem_mib = 512, .timeout_ms = 60000 },
+		.cf = { .vcpus = VM_VCPUS_DEFAULT, .mem_mib = VM_MEM_MIB_DEFAULT, .timeout_ms = 60000 },
 		.t0 = mono_ms(),
 		.ln = LAUNCH_INIT,
 		.net = { .slot = -1, .lock_fd = -1 },

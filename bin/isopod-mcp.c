@@ -586,8 +586,8 @@ static int loop(struct server *s)
 			if (!c->exited && c->kill_at && now > c->kill_at) {
 				kill(-c->pid, SIGKILL);
 				c->kill_at = 0;
-				check_sent(s, logmsg(s, 3, "call %s (pid %d) outlived SIGTERM by %d ms: SIGKILL",
-						     c->tool->name, (int)c->pid, KILL_GRACE_MS), &err);
+				check_sent(s, logmsg(s, 3, "call %s (pid %d) outlived SIGTERM by %lld ms: SIGKILL",
+						     c->tool->name, (int)c->pid, (long long)kill_grace_ms(s, c)), &err);
 			}
 			/* A grandchild may hold a pipe open: the exit decides. */
 			if (c->exited)
@@ -771,6 +771,8 @@ int main(int argc, char **argv)
 	 * isopod-slurm watching its job, not a VM */
 	if (s->slurm && !conc_set)
 		s->max_conc = MAX_CALLS;
+	if (s->slurm && mcp_slurm_defaults(s, why, sizeof why) < 0)
+		die(EX_USAGE, "--backend slurm: the front end's default: %s", why);
 	if (!realpath(root, s->root))
 		die(EX_USAGE, "--io-root %s:", EXC(root));
 	if ((s->root_fd = open(s->root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)

@@ -466,6 +466,7 @@ __attribute__((noreturn)) static void worker_slurm(struct runner *r, const char 
 			  .net = json_string_value(json_object_get(job, "net")),
 			  .prefer = stage && sjob_feature(r->tools, stage, feat, sizeof feat) == 0 ? feat : NULL,
 			  .cpus = (int)json_integer_value(json_object_get(job, "vcpus")),
+			  .mem_mib = json_integer_value(json_object_get(job, "mem_mib")),
 			  .time_s = json_object_get(job, "timeout_s") ? budget_s + GRACE_S : 0,
 			  .run_ms = (budget_s + GRACE_S) * 1000, .queue_ms = r->queue_s * 1000 };
 	struct sjob_state s = { .exit = -1 };

@@ -35,7 +35,7 @@
 
 #define USAGE "isopod-slurm conf [--node NAME] [--attestation FILE] | " \
 	      "refresh [--node NAME] [--attestation FILE] [--dry-run] | feature REF | " \
-	      "run [--dir DIR] [--net MODE] [--stage REF] [--vcpus N] [--timeout-s N] [--stdin] -- ARGV..."
+	      "run [--dir DIR] [--net MODE] [--stage REF] [--vcpus N] [--mem-mib N] [--timeout-s N] [--stdin] -- ARGV..."
 
 /* run: the front end's own budget when no --timeout-s is given (isopod(1)) */
 #define RUN_BUDGET_DEFAULT_S 600
@@ -512,7 +512,7 @@ static json_t *cmd_feature(const char *ref)
 struct run_opts {
 	const char *dir, *net, *stage;
 	int vcpus, use_stdin;
-	long long timeout_s;
+	long long timeout_s, mem_mib;
 };
 
 /* Our stdin (isopod-mcp's memfd of the call's `stdin`) into the job's
@@ -578,7 +578,7 @@ static int cmd_run(const struct run_opts *o, char **av)
 {
 	char jd[PATH_MAX], st[PATH_MAX], feat[96], id[64], why[1024];
 	long long budget = o->timeout_s ? o->timeout_s : RUN_BUDGET_DEFAULT_S;
-	struct sjob j = { .argv = av, .net = o->net, .cpus = o->vcpus,
+	struct sjob j = { .argv = av, .net = o->net, .cpus = o->vcpus, .mem_mib = o->mem_mib, .cancel_returns = 1,
 			  .time_s = o->timeout_s ? o->timeout_s + RUN_GRACE_S : 0 };
 	struct sjob_state s = { .exit = -1 };
 	json_t *res, *state;
@@ -639,6 +639,7 @@ static int main_run(int argc, char **argv)
 		{ "net", required_argument, NULL, 'N' },
 		{ "stage", required_argument, NULL, 'S' },
 		{ "vcpus", required_argument, NULL, 'c' },
+		{ "mem-mib", required_argument, NULL, 'm' },
 		{ "timeout-s", required_argument, NULL, 't' },
 		{ "stdin", no_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },
@@ -661,6 +662,10 @@ static int main_run(int argc, char **argv)
 			if (parse_ll(optarg, 1, 1024, &v) < 0)
 				die(EX_USAGE, "--vcpus %s: want 1..1024", EXC(optarg));
 			o.vcpus = (int)v;
+			break;
+		case 'm':
+			if (parse_ll(optarg, 64, 1 << 24, &o.mem_mib) < 0)
+				die(EX_USAGE, "--mem-mib %s: want 64..16777216", EXC(optarg));
 			break;
 		case 't':
 			if (parse_ll(optarg, 1, 86400, &v) < 0)

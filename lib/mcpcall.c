@@ -283,7 +283,12 @@ int build_call(struct server *s, struct call *c)
 					      c->tool->name, strerror(e)), 1) < 0 ? -1 : 1;
 }
 
-/* SIGTERM to the call's group (SIGKILL KILL_GRACE_MS later, the poll
+int64_t kill_grace_ms(const struct server *s, const struct call *c)
+{
+	return s->slurm && !strcmp(c->tool->name, "sandbox_run") ? SLURM_KILL_GRACE_MS : KILL_GRACE_MS;
+}
+
+/* SIGTERM to the call's group (SIGKILL kill_grace_ms later, the poll
  * loop's).  0, or -1 when its log could not be sent (signalled all the
  * same). */
 int stop_call(struct server *s, struct call *c, const char *why)
@@ -291,7 +296,7 @@ int stop_call(struct server *s, struct call *c, const char *why)
 	if (!c->started || c->exited || c->kill_at)
 		return 0;
 	kill(-c->pid, SIGTERM);
-	c->kill_at = mono_ms() + KILL_GRACE_MS;
+	c->kill_at = mono_ms() + kill_grace_ms(s, c);
 	return logmsg(s, 1, "call %s (pid %d): %s: SIGTERM to its group", c->tool->name, (int)c->pid, why);
 }
 

@@ -13,11 +13,17 @@
 #define ISOPOD_MCPCALL_H
 
 #include "mcptools.h"
+#include "slurmjob.h"
 
 #include <jansson.h>
 
 #define OUT_MAX (16u << 20)        /* a tool's stdout (the runner's bound too) */
 #define KILL_GRACE_MS 5000         /* SIGTERM to the group, then SIGKILL */
+/* --backend slurm's sandbox_run (isopod-slurm run): a SIGTERM may find it
+ * in sbatch (SJOB_CMD_MS at most), then it runs scancel (as long) and one
+ * scontrol, then removes its job directory: a SIGKILL before that loses
+ * the job's id or leaves the job queued and its directory behind. */
+#define SLURM_KILL_GRACE_MS (3 * SJOB_CMD_MS + 10000)
 /* The front end keeps a run's budget (timeout_s, default 600) itself; a
  * call still there this long after it is stopped, as isopod-runner does. */
 #define BUDGET_GRACE_S 60
@@ -46,6 +52,8 @@ int attested(struct server *s, struct call *c);   /* 0 go, 1 refused (answered) 
 int build_call(struct server *s, struct call *c); /* 0 built, 1 refused (answered) */
 int progress_tick(struct server *s);
 int verify_reap(struct server *s);
+/* How long a stopped call has between SIGTERM and SIGKILL. */
+int64_t kill_grace_ms(const struct server *s, const struct call *c);
 int stop_call(struct server *s, struct call *c, const char *why);
 void stop_kept(struct server *s);
 int finish_call(struct server *s, struct call *c);

@@ -1,7 +1,9 @@
 /* mcptools.c - isopod-mcp's tools (mcptools.h): argv building, the I/O
  * root, the tool table. */
+#include "config.h"
 #include "jschema.h"
 #include "mcptools.h"
+#include "qemu.h"
 #include "util.h"
 
 #include <errno.h>
@@ -333,6 +335,49 @@ static int slurm_refuses(struct server *s, struct call *c, json_t *args, json_t 
 	return 0;
 }
 
+/* One default as the front end picks it: the variable when set and not
+ * empty, else the configuration's key, else dflt.  1 from the variable or
+ * a file (where names it), 0 dflt, -1 a file unreadable. */
+static int front_default(const char *env, const char *key, const char *dflt, char *val, size_t vsz,
+			 char *where, size_t wsz)
+{
+	const char *e = getenv(env);
+	int r;
+
+	if (e && *e) {
+		snprintf(val, vsz, "%s", e), snprintf(where, wsz, "%s", env);
+		return 1;
+	}
+	if ((r = config_value(key, val, vsz, where, wsz)) != 0)
+		return r;
+	snprintf(val, vsz, "%s", dflt), snprintf(where, wsz, "the default");
+	return 0;
+}
+
+int mcp_slurm_defaults(struct server *s, char *why, size_t wsz)
+{
+	char v[64], w[PATH_MAX + 32], d[2][24];
+	long long *out[2] = { &s->def_vcpus, &s->def_mem_mib };
+	static const char *const keys[2][2] = { { "ISOPOD_VCPUS", "vcpus" }, { "ISOPOD_MEM_MIB", "mem_mib" } };
+	static const long long lo[2] = { 1, 64 }, hi[2] = { 1024, 1 << 24 };
+
+	snprintf(d[0], sizeof d[0], "%d", VM_VCPUS_DEFAULT), snprintf(d[1], sizeof d[1], "%d", VM_MEM_MIB_DEFAULT);
+	if (front_default("ISOPOD_NET", "net", "filtered", v, sizeof v, w, sizeof w) < 0)
+		return snprintf(why, wsz, "unable to read %s: %s", w, strerror(errno)), -1;
+	/* learn is never a default (sh/isopod): the front end refuses it */
+	if (strcmp(v, "none") && strcmp(v, "filtered") && strcmp(v, "open"))
+		return snprintf(why, wsz, "%s: net '%s': want none, filtered or open", w, EXC(v)), -1;
+	snprintf(s->def_net, sizeof s->def_net, "%s", v);
+	for (int i = 0; i < 2; i++) {
+		if (front_default(keys[i][0], keys[i][1], d[i], v, sizeof v, w, sizeof w) < 0)
+			return snprintf(why, wsz, "unable to read %s: %s", w, strerror(errno)), -1;
+		if (parse_ll(v, lo[i], hi[i], out[i]) < 0)
+			return snprintf(why, wsz, "%s: %s '%s': want %lld..%lld", w, keys[i][1], EXC(v), lo[i],
+					hi[i]), -1;
+	}
+	return 0;
+}
+
 /* --backend slurm: `isopod-slurm run` first, with what Slurm must know of
  * the run (its net slot, its stage's nodes, its vCPUs, its time), then the
  * very argv a local run has, which it submits; `stdin` goes through the
@@ -340,14 +385,21 @@ static int slurm_refuses(struct server *s, struct call *c, json_t *args, json_t 
  * --stdin-file stdin, relative to the job's working directory). */
 static int build_slurm(struct server *s, struct call *c, json_t *args, json_t **err)
 {
-	static const char *const strs[][2] = { { "net", "--net" }, { "stage", "--stage" } },
-				 *const ints[][2] = { { "vcpus", "--vcpus" }, { "timeout_s", "--timeout-s" } };
+	static const char *const strs[][2] = { { "stage", "--stage" } },
+				 *const ints[][2] = { { "timeout_s", "--timeout-s" } };
 	json_t *v;
 
 	if (slurm_refuses(s, c, args, err) < 0 || tool_path(s, c, "isopod-slurm") < 0 || arg(c, "run") < 0 ||
 	    (s->slurm_dir && (arg(c, "--dir") < 0 || arg(c, s->slurm_dir) < 0)))
 		return -1;
-	for (size_t i = 0; i < 2; i++)
+	/* what the node's VM gets is what Slurm reserved: the call's, else
+	 * the defaults resolved here (slurm_sizes gives the front end the same) */
+	if (arg(c, "--net") < 0 || arg(c, (v = json_object_get(args, "net")) ? json_string_value(v) : s->def_net) < 0 ||
+	    argf(c, "--vcpus=%lld", (v = json_object_get(args, "vcpus")) ? (long long)json_integer_value(v) : s->def_vcpus) < 0 ||
+	    argf(c, "--mem-mib=%lld",
+		 (v = json_object_get(args, "mem_mib")) ? (long long)json_integer_value(v) : s->def_mem_mib) < 0)
+		return -1;
+	for (size_t i = 0; i < 1; i++)
 		if (((v = json_object_get(args, strs[i][0])) &&
 		     (arg(c, strs[i][1]) < 0 || arg(c, json_string_value(v)) < 0)) ||
 		    ((v = json_object_get(args, ints[i][0])) &&
@@ -382,6 +434,12 @@ static int build_run(struct server *s, struct call *c, json_t *args, json_t **er
 		if ((v = json_object_get(args, ints[i].key)) &&
 		    argf(c, "%s=%lld", ints[i].opt, (long long)json_integer_value(v)) < 0)
 			return -1;
+	/* --backend slurm: the node's front end gets the sizes and net mode
+	 * Slurm was asked for (build_slurm), not the node's own defaults */
+	if (s->slurm && ((!json_object_get(args, "net") && (arg(c, "--net") < 0 || arg(c, s->def_net) < 0)) ||
+			 (!json_object_get(args, "vcpus") && argf(c, "--vcpus=%lld", s->def_vcpus) < 0) ||
+			 (!json_object_get(args, "mem_mib") && argf(c, "--mem-mib=%lld", s->def_mem_mib) < 0)))
+		return -1;
 	json_array_foreach(json_object_get(args, "allow"), i, v)
 		if (arg(c, "--allow") < 0 || arg(c, json_string_value(v)) < 0)
 			return -1;

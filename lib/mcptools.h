@@ -74,6 +74,12 @@ struct server {
 	 * default), and what means a VM or a path here is refused */
 	int slurm;
 	const char *slurm_dir;
+	/* --backend slurm: the front end's defaults (ISOPOD_NET, ..., the
+	 * configuration, the built-in ones), resolved once at start: a call
+	 * that sets none asks Slurm for these and hands the same to the node's
+	 * front end (mcp_slurm_defaults) */
+	char def_net[16];
+	long long def_vcpus, def_mem_mib;
 	struct call calls[MAX_CALLS];
 	json_t *kept; /* ids of VMs sandbox_run kept: stopped when the server ends */
 	/* The host requires an attestation (attcheck.h): a command call
@@ -113,5 +119,12 @@ int mcp_argv_fits(const struct call *c, json_t **err);
 
 /* res's copied_in/copied_out "host" back to the client's paths. */
 void mcp_unmap_hosts(struct call *c, json_t *res);
+
+/* --backend slurm: the front end's defaults for net, vcpus and mem_mib
+ * (sh/isopod run_parse: ISOPOD_NET, ISOPOD_VCPUS, ISOPOD_MEM_MIB, then the
+ * configuration's net, vcpus, mem_mib, then filtered and isopod-boot's
+ * size) into s.  0, or -1 with why (a value the front end would refuse, a
+ * configuration file that cannot be read). */
+int mcp_slurm_defaults(struct server *s, char *why, size_t wsz);
 
 #endif

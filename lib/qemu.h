@@ -14,6 +14,12 @@
 
 #define QEMU "qemu-system-x86_64"
 
+/* A VM's size when neither the caller nor the configuration gives one:
+ * isopod-boot's, and what isopod-mcp --backend slurm asks Slurm for then
+ * (lib/mcptools.c mcp_slurm_defaults). */
+#define VM_VCPUS_DEFAULT 1
+#define VM_MEM_MIB_DEFAULT 512
+
 /* One QEMU instance: what it boots, how big, where its files are, how its
  * RAM starts.  Fill it with designated initialisers; unset members are
  * off (no RAM file, no NIC, not incoming). */

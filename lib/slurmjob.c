@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/param.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -53,11 +54,11 @@ static void free_words(char **w)
 int sjob_submit(struct sjob *j, char *why, size_t whysz)
 {
 	char sh[PATH_MAX], out[PATH_MAX], err[PATH_MAX], chdir_[PATH_MAX + 16], jn[160], gres[64],
-		pref[300], cpus[32], tm[32], buf[4096] = "";
+		pref[300], cpus[32], mem[40], tm[32], buf[4096] = "", ebuf[4096] = "";
 	const char *pre[SJOB_ARGS_MAX];
 	char **av;
 	size_t n = 0, k = 0, len = 0;
-	int st;
+	int st, e, efd;
 
 	/* sbatch's file names are patterns (%j, %N, ...): a '%' would name
 	 * another file, so no such directory is handed over */
@@ -86,6 +87,8 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		pre[k++] = pref;
 	if (j->cpus > 0)
 		snprintf(cpus, sizeof cpus, "--cpus-per-task=%d", j->cpus), pre[k++] = cpus;
+	if (j->mem_mib > 0)
+		snprintf(mem, sizeof mem, "--mem=%lldM", j->mem_mib), pre[k++] = mem;
 	if (j->time_s > 0)
 		snprintf(tm, sizeof tm, "--time=%lld", (j->time_s + 59) / 60), pre[k++] = tm;
 	pre[k++] = sh;
@@ -106,10 +109,24 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		}
 	struct proc_spec ps = PROC_SPEC(av);
 
-	ps.env = j->env, ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
+	/* stdout alone holds the id: a warning sbatch writes on stderr before
+	 * it (a deprecated option, a cgroup notice) is no refusal; stderr is
+	 * kept apart, for the error's words */
+	efd = memfd_create("sbatch-stderr", MFD_CLOEXEC);
+	ps.env = j->env, ps.out = PROC_PIPE, ps.err = efd >= 0 ? efd : PROC_NULL, ps.setsid = 1;
 	st = proc_capture_within(&ps, buf, sizeof buf, &len, SJOB_CMD_MS);
+	e = errno;
 	free_words(av + k);
 	free(av);
+	if (efd >= 0) {
+		ssize_t r = pread(efd, ebuf, sizeof ebuf - 1, 0);
+
+		ebuf[r > 0 ? r : 0] = 0;
+		close(efd);
+	}
+	for (char *c = ebuf; (c = strchr(c, '\n'));)
+		*c = c[1] ? ' ' : 0;
+	errno = e;
 	buf[strcspn(buf, "\n")] = 0;
 	/* --parsable: "ID" or "ID;CLUSTER" */
 	if (st == 0 && buf[0] && strspn(buf, "0123456789") == strcspn(buf, ";") &&
@@ -117,13 +134,15 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		snprintf(j->id, sizeof j->id, "%.*s", (int)strcspn(buf, ";"), buf);
 		return 0;
 	}
-	if (st < 0 && errno == ETIMEDOUT)
+	if (st < 0 && errno == ETIMEDOUT) {
 		snprintf(why, whysz, "sbatch hung: killed after %d s (a job named %s may have been submitted all the same)",
 			 SJOB_CMD_MS / 1000, j->name);
+		return errno = ETIMEDOUT, -1;
+	}
 	else if (st < 0)
 		snprintf(why, whysz, "unable to start sbatch: %s", strerror(errno));
 	else
-		snprintf(why, whysz, "sbatch exited %d: %s", st, EXC(buf));
+		snprintf(why, whysz, "sbatch exited %d: %s", st, ebuf[0] ? EXC(ebuf) : buf[0] ? EXC(buf) : "(nothing said)");
 	return -1;
 }
 
@@ -229,6 +248,32 @@ int sjob_cancel_why(const char *id, char *why, size_t whysz)
 	return st;
 }
 
+int sjob_cancel_name(const char *name, char *why, size_t whysz)
+{
+	char nm[200], user[32];
+	char *const av[] = { "scancel", nm, user, NULL };
+	struct proc_spec ps = PROC_SPEC(av);
+	char buf[1024];
+	int st, e;
+
+	/* scancel's --name takes a list: a ',' would name a second job */
+	if (!name[0] || strchr(name, ',') || snprintf(nm, sizeof nm, "--name=%s", name) >= (int)sizeof nm) {
+		snprintf(why, whysz, "Slurm job name %s: not cancelled", EXC(name));
+		return errno = EINVAL, -1;
+	}
+	snprintf(user, sizeof user, "--user=%u", (unsigned)geteuid());
+	ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
+	st = proc_capture_within(&ps, buf, sizeof buf, NULL, SJOB_CMD_MS);
+	e = errno;
+	buf[strcspn(buf, "\n")] = 0;
+	if (st < 0)
+		snprintf(why, whysz, "scancel --name=%s: %s", name, e == ETIMEDOUT ? "hung, killed" : strerror(e));
+	else if (st)
+		snprintf(why, whysz, "scancel --name=%s exited %d: %s", name, st, buf[0] ? EXC(buf) : "(nothing said)");
+	errno = e;
+	return st;
+}
+
 int sjob_cancel(const char *id)
 {
 	char why[512];
@@ -309,11 +354,17 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 	json_t *st;
 	struct signalfd_siginfo si;
 	int64_t submitted, started = 0, cancelled = 0, failing = 0, next = 0, gap = SJOB_TICK_MS, now, wait;
-	char w[512], cw[512] = "", last[sizeof s->state] = "";
+	char w[1100], cw[512] = "", last[sizeof s->state] = "";
+	int signalled = 0;
 
 	why[0] = 0;
 	s->queue_timeout = 0, s->queued_ms = 0;
 	if (sjob_submit(j, w, sizeof w) < 0) {
+		/* an sbatch killed past its deadline may have queued the job: its
+		 * id never came, its name (unique) cancels it */
+		if (errno == ETIMEDOUT)
+			snprintf(w + strlen(w), sizeof w - strlen(w), "; %s",
+				 sjob_cancel_name(j->name, cw, sizeof cw) == 0 ? "scancel --name: done" : cw);
 		snprintf(why, whysz, "%s", w);
 		return -1;
 	}
@@ -373,6 +424,12 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 				cw[0] = 0;
 			cancelled = now;
 			next = now + SJOB_TICK_MS;
+			/* Slurm took the scancel: a caller about to be SIGKILLed
+			 * returns now (COMPLETING may last), its cleanup to do */
+			if (j->cancel_returns && signalled && !cw[0]) {
+				snprintf(why + strlen(why), whysz - strlen(why), "; Slurm job %s cancelled (scancel)", j->id);
+				return -1;
+			}
 		}
 		if (cancelled && mono_ms() - cancelled > SJOB_CANCEL_WAIT_MS) {
 			snprintf(why + strlen(why), whysz - strlen(why), "; Slurm job %s still %s %d s after scancel%s%s",
@@ -384,7 +441,7 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 		 * loop waits on for the next poll, never polls at once */
 		poll(&pf, 1, wait < 0 ? 0 : wait > SJOB_POLL_MAX_MS ? SJOB_POLL_MAX_MS : (int)wait);
 		while (pf.revents && read(sfd, &si, sizeof si) == sizeof si)
-			if (si.ssi_signo != SIGCHLD && !why[0])
+			if (si.ssi_signo != SIGCHLD && !why[0] && (signalled = 1))
 				snprintf(why, whysz, "the worker got SIG%s", sigabbrev_np((int)si.ssi_signo));
 	}
 }

@@ -29,6 +29,7 @@ struct sjob {
 	const char *net;    /* the job's net mode: filtered and open ask one slot (GRES) */
 	const char *prefer; /* NULL, or a node feature the job prefers (--prefer) */
 	int cpus;           /* 0, or --cpus-per-task (the VM's vCPUs) */
+	long long mem_mib;  /* 0, or --mem in MiB (the VM's memory: QEMU's own is on top) */
 	long long time_s;   /* 0, or the job's limit in Slurm (--time, whole minutes up) */
 	char id[32];        /* set by sjob_submit: Slurm's job id */
 	/* sjob_run's bounds besides its deadline_ms (added for issue 16's
@@ -37,6 +38,9 @@ struct sjob {
 			       (now - RunTime): past it, cancelled ("outlived its budget") */
 	int64_t queue_ms;   /* 0, or how long it may wait in Slurm's queue (PENDING):
 			       past it, cancelled, s->queue_timeout set */
+	int cancel_returns; /* 1: a signal's scancel that succeeded ends sjob_run (-1)
+			       without waiting for Slurm's final state (isopod-slurm
+			       run: its caller SIGKILLs it soon; its cleanup must run) */
 };
 
 /* What Slurm says of a job: its state (COMPLETED, RUNNING, ...), the node
@@ -62,6 +66,11 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz);
  * scancel's status, or -1 with errno (EINVAL: ID is not all digits, and
  * scancel is not run). */
 int sjob_cancel(const char *id);
+/* scancel --name=NAME --user=EUID: the job of a submission whose id never
+ * came back (sbatch killed past SJOB_CMD_MS; the name is the job
+ * directory's, unique).  Same return as sjob_cancel_why, why set when it
+ * did not exit 0; -1 EINVAL for an empty name or one with a ','. */
+int sjob_cancel_name(const char *name, char *why, size_t whysz);
 /* sjob_cancel, and when scancel did not exit 0 (refused, failed, hung and
  * killed past SJOB_CMD_MS: -1 ETIMEDOUT), why names the job and scancel's
  * words.  Same return as sjob_cancel. */

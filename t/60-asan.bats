@@ -129,7 +129,7 @@ clean_stderr() {
 	echo "# $output" >&3
 	[ "$status" -eq 3 ]
 	clean_stderr
-	jq -e '.ok == true and .exit_code == 3 and .stdout == "fed" and .slurm == {"job_id": "42", "node": "a", "state": "COMPLETED", "exit": 3}' <<<"$output"
+	jq -e '.ok == true and .exit_code == 3 and .stdout == "fed" and (.slurm | del(.queued_s, .run_s)) == {"job_id": "42", "node": "a", "state": "COMPLETED", "exit": 3}' <<<"$output"
 	grep -q -- '--no-requeue --job-name=isopod-run\..* --gres=isopod_filtered:1 --cpus-per-task=2 --time=1 ' "$d/sbatch.log"
 	! grep -q -- '--prefer' "$d/sbatch.log" || false
 	[[ "$stderr" == *front-diag* ]] || false
@@ -197,5 +197,54 @@ clean_stderr() {
 	run --separate-stderr "$ASAN_BIN/isopod-slurm" feature
 	[ "$status" -eq 100 ]
 	[ -z "$output" ]
+	clean_stderr
+}
+
+# mcp_slurm ENV... -- JSON_ARGS: one sandbox_run call through the ASan
+# isopod-mcp --backend slurm whose tools are stand-ins in $d/lx (its
+# isopod-slurm logs its argv to $d/slurm.log, one line a call); the
+# server's stderr in $stderr, the raw.py transcript in $output.
+mcp_slurm() {
+	local d=$BATS_TEST_TMPDIR e=()
+	while [ "$1" != -- ]; do e+=("$1"); shift; done
+	shift
+	run --separate-stderr env "${e[@]}" ISOPOD_LIBEXEC="$d/lx" ISOPOD_CONFIG=/dev/null \
+		python3 "$ISOPOD_SRC/t/mcp/raw.py" --want 2 --timeout 30 -- "$ASAN_BIN/isopod-mcp" --io-root "$d" \
+		--backend slurm --slurm-dir "$d/jobs" <<EOT
+{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":$1}}
+EOT
+}
+
+@test "asan: isopod-mcp --backend slurm (stand-in isopod-slurm): a call without net, vcpus, mem_mib asks Slurm for the front end's defaults and hands the node's front end the same" {
+	local d=$BATS_TEST_TMPDIR
+	mkdir -p "$d/lx"
+	# shellcheck disable=SC2016 # the stand-in expands them
+	printf '#!/bin/sh\necho "$*" >>%s/slurm.log\necho '\''{"ok":true,"exit_code":0,"stdout":"","stderr":""}'\''\n' "$d" >"$d/lx/isopod-slurm"
+	printf '#!/bin/sh\nexit 111\n' >"$d/lx/isopod"
+	chmod 755 "$d/lx/isopod-slurm" "$d/lx/isopod"
+	# no variable, no configuration: filtered (a slot asked), 1 vCPU, 512 MiB
+	mcp_slurm ISOPOD_NET= ISOPOD_VCPUS= ISOPOD_MEM_MIB= -- '{"argv":["true"]}'
+	echo "# $(cat "$d/slurm.log")" >&3
+	[ "$status" -eq 0 ]
+	clean_stderr
+	l=$(sed -n 1p "$d/slurm.log")
+	[[ "${l%% -- *}" == *" --net filtered --vcpus=1 --mem-mib=512"* ]] || false
+	f=" ${l#* -- }"
+	[[ "$f" == *" --net filtered "* && "$f" == *" --vcpus=1 "* && "$f" == *" --mem-mib=512 "* ]] || false
+	# the environment's, and a call's own vcpus over them, the same on both sides
+	echo 'mem_mib = 300' >"$d/conf"
+	mcp_slurm ISOPOD_NET=none ISOPOD_VCPUS=3 ISOPOD_SYSCONFIG="$d/conf" -- '{"argv":["true"],"vcpus":2}'
+	[ "$status" -eq 0 ]
+	clean_stderr
+	l=$(sed -n 2p "$d/slurm.log")
+	[[ "${l%% -- *}" == *" --net none --vcpus=2 --mem-mib=300"* ]] || false
+	f=" ${l#* -- }"
+	[[ "$f" == *" --net none "* && "$f" == *" --vcpus=2 "* && "$f" == *" --mem-mib=300 "* ]] || false
+	[[ "$f" != *"--vcpus=3"* ]] || false
+	# learn is never a default: the server refuses to start
+	run --separate-stderr env ISOPOD_NET=learn ISOPOD_LIBEXEC="$d/lx" "$ASAN_BIN/isopod-mcp" --io-root "$d" --backend slurm </dev/null
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"net 'learn'"* ]] || false
 	clean_stderr
 }

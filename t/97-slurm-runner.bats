@@ -271,6 +271,20 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	[ -z "$(ls -A "$T/mcpjobs")" ]
 }
 
+@test "mcp --backend slurm: a call without net asks Slurm for the default's slot (filtered: none here, sbatch refuses, nothing runs); the default size is what Slurm is asked (--mem)" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	# ISOPOD_NET empty, no configuration: the front end's default, filtered
+	ISOPOD_NET='' mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"timeout_s":60}}'
+	echo "# $(echo "$output" | jq -c '.result.structuredContent | {ok, error_kind, error}')" >&3
+	echo "$output" | jq -e '.result.structuredContent | .ok == false and (.error | test("sbatch exited")) and (has("slurm") | not)'
+	# the environment's memory (ISOPOD_NET=none here, helpers.bash): asked of Slurm, run with it
+	ISOPOD_MEM_MIB=320 mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"timeout_s":60}}'
+	echo "$output" | jq -e '.result.structuredContent | .ok == true and .exit_code == 0'
+	id=$(echo "$output" | jq -r .result.structuredContent.slurm.job_id)
+	cx ctl scontrol -o show job "$id" | grep -q 'MinMemoryNode=320M'
+	[ -z "$(ls -A "$T/mcpjobs")" ]
+}
+
 @test "mcp --backend slurm: a cancelled call (notifications/cancelled) and a server whose client is gone leave no job in squeue, no VM running" {
 	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
 	local args='{"args":{"argv":["sleep","120"],"net":"none","timeout_s":200}}'
@@ -278,14 +292,16 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	echo "# cancel: $(echo "$output" | jq -c '{running_before, running_after, stop_ms}')" >&3
 	echo "$output" | jq -e '(.running_before | length) == 1 and (.aborted.message | contains("test cancel"))'
 	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
+	# isopod-slurm run, back once scancel took, removed the job's directory itself
+	wait_until 15 eval '[ -z "$(ls -A "$T/mcpjobs")" ]'
 	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
 	mcp "$(sl)" close_running "$args"
 	echo "# client gone: $(echo "$output" | jq -c '{running_before, close_ms}')" >&3
 	echo "$output" | jq -e '(.running_before | length) == 1'
 	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
 	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
-	# isopod-slurm run waited for CANCELLED, then removed its job's directory
-	[ -z "$(ls -A "$T/mcpjobs")" ]
+	# isopod-slurm run, back once scancel took, removed its job's directory
+	wait_until 15 eval '[ -z "$(ls -A "$T/mcpjobs")" ]' 
 }
 
 @test "mcp --backend slurm: keep, copy_in and vm_exec refused (-32602 naming slurm), nothing submitted; --backend other: 100" {

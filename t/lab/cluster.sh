@@ -127,7 +127,7 @@ write_conf() {
 	for h in a b; do
 		[ "$h" = a ] && f=$2 || f=$3
 		[ "$(jq -r .node "$f")" = "$h" ] || die "$f: not host $h's conf (its node is not '$h')"
-		jq -r .slurm_conf "$f" | sed "s/^NodeName=$h /NodeName=$h NodeAddr=$(cl_addr "$h") CPUs=${ISOPOD_LAB_CPUS:-8} State=UNKNOWN /" \
+		jq -r .slurm_conf "$f" | sed "s/^NodeName=$h /NodeName=$h NodeAddr=$(cl_addr "$h") CPUs=${ISOPOD_LAB_CPUS:-8} RealMemory=${ISOPOD_LAB_MEM_MIB:-4096} State=UNKNOWN /" \
 			>>"$s/etc/slurm.conf"
 		jq -j .gres_conf "$f" >>"$s/etc/gres.conf"
 	done

@@ -250,6 +250,12 @@ int main(void)
 	stand_in("sbatch", "echo 'sbatch: error: Batch job submission failed: Requested node configuration is not available' >&2; exit 1");
 	ok(sjob_submit(&j, why, sizeof why) < 0 && strstr(why, "sbatch exited 1") && strstr(why, "not available"),
 	   "submit: a refusal is an error with sbatch's words: %s", why);
+	stand_in("sbatch", "echo 'sbatch: warning: --cpus-per-task is deprecated here' >&2; echo 44");
+	ok(sjob_submit(&j, why, sizeof why) == 0 && !strcmp(j.id, "44"),
+	   "submit: a warning on stderr before the id is no refusal: the id is stdout's (%s)", j.id);
+	stand_in("sbatch", "echo 'sbatch: warning: w' >&2; echo 'sbatch: error: Batch job submission failed: Invalid account' >&2; exit 1");
+	ok(sjob_submit(&j, why, sizeof why) < 0 && strstr(why, "sbatch exited 1: sbatch: warning: w sbatch: error: Batch job submission failed: Invalid account"),
+	   "submit: a refusal says all of stderr, on one line: %s", why);
 	stand_in("sbatch", "echo 'Submitted batch job 42'");
 	ok(sjob_submit(&j, why, sizeof why) < 0, "submit: output that is no id is an error");
 	j.dir = "/tmp/a%jb";
@@ -341,6 +347,47 @@ int main(void)
 		ok(sjob_cancel_why("42", why, sizeof why) == 1 && strstr(why, "scancel of Slurm job 42 exited 1") &&
 		   strstr(why, "Access/permission denied") && sjob_cancel("42") == 1,
 		   "cancel: scancel's refusal, its status and words: %s", why);
+	}
+	/* a hung sbatch (killed): the job it may have queued is cancelled by
+	 * its name, its id never having come back */
+	{
+		char state[PATH_MAX], body[512], want2[128];
+		sigset_t m;
+		int64_t t0;
+		int sfd, rc;
+
+		sigemptyset(&m);
+		sfd = signalfd(-1, &m, SFD_NONBLOCK);
+		snprintf(state, sizeof state, "%s/state.json", dir);
+		atomic_write(state, "{}", 2, 0600);
+		stand_in("sbatch", "exec sleep 30");
+		snprintf(body, sizeof body, "echo \"$*\" >%s/scancel.args", dir);
+		stand_in("scancel", body);
+		ok(sjob_run(&j, sfd, mono_ms() + 5000, state, &s, why, sizeof why) < 0 && strstr(why, "sbatch hung") &&
+		   strstr(why, "scancel --name: done"), "run: a hung sbatch's job is cancelled by its name: %s", why);
+		snprintf(want2, sizeof want2, "--name=j1 --user=%u\n", (unsigned)geteuid());
+		ok(!strcmp(slurp("scancel.args"), want2), "run: scancel --name=NAME --user=EUID: %s", slurp("scancel.args"));
+		ok(sjob_cancel_name("a,b", why, sizeof why) < 0 && errno == EINVAL, "cancel by name: a list is refused");
+		close(sfd);
+		/* cancel_returns (isopod-slurm run): a signal's scancel that
+		 * succeeded ends the run at once, Slurm still saying RUNNING */
+		sigaddset(&m, SIGUSR1);
+		sigprocmask(SIG_BLOCK, &m, NULL);
+		sfd = signalfd(-1, &m, SFD_NONBLOCK);
+		stand_in("sbatch", "echo 42");
+		stand_in("scontrol", "echo 'JobId=42 JobState=RUNNING Reason=None BatchHost=a ExitCode=0:0'");
+		raise(SIGUSR1);
+		j.cancel_returns = 1;
+		t0 = mono_ms();
+		rc = sjob_run(&j, sfd, mono_ms() + 5000, state, &s, why, sizeof why);
+		ok(rc < 0 && strstr(why, "SIGUSR1") && strstr(why, "Slurm job 42 cancelled (scancel)") && mono_ms() - t0 < 1500 &&
+		   strstr(slurp("scancel.args"), "-- 42"), "run: cancel_returns: back at once after scancel (%lld ms): %s",
+		   (long long)(mono_ms() - t0), why);
+		j.cancel_returns = 0;
+		close(sfd);
+		sigprocmask(SIG_UNBLOCK, &m, NULL);
+		/* the refusing scancel the tests below expect */
+		stand_in("scancel", "echo 'scancel: error: Kill job error on job id 42: Access/permission denied' >&2; exit 1");
 	}
 	/* settle's cancel (the worker is gone): a failed scancel is never
 	 * "stopped", unless Slurm says the job has ended */
