@@ -1475,14 +1475,14 @@ uidproc() {
 	run --separate-stderr isopod-gc --keep-last 1000
 	[ "$status" -eq 0 ]
 	echo "# $(jq -c '[.leaked[] | select(.kind == "tmp") | .path]' <<<"$output")" >&3
-	[ -f "$v/.tmp-planted.$dead/d/f" ] && [ -f "$v/own.json.tmp.$dead" ]
+	[ -f "$v/.tmp-planted.$dead/d/f" ] && [ -f "$v/own.json.tmp.$dead" ] || false
 	[ ! -e "$ISOPOD_HOME/stages/.tmp-st-root.$dead" ]
 	jq -e '[.leaked[] | select(.kind == "tmp") | .path] | length == 1 and (.[0] | test("tmp-st-root"))' <<<"$output"
 	# handed back (root's 0700 again): root's own staging file there goes
 	chown 0:0 "$v" && chmod 0700 "$v"
 	run --separate-stderr isopod-gc --keep-last 1000
 	[ "$status" -eq 0 ]
-	[ ! -e "$v/own.json.tmp.$dead" ] && [ -f "$v/.tmp-planted.$dead/d/f" ]
+	[ ! -e "$v/own.json.tmp.$dead" ] && [ -f "$v/.tmp-planted.$dead/d/f" ] || false
 }
 
 # <store>/jail holds lib/jaildeps.c's ldd cache: df counts it; gc removes
