@@ -315,11 +315,18 @@ static int tpl_start(struct tpl *tp, const struct pool *w, const char *sd, const
 	tp->rw[0] = tp->sockdir;
 	tp->qj.js.rw = tp->rw;
 	tp->qj.js.nrw = 1;
-	if (geteuid() == 0 &&
-	    ((dfd = open(tp->sockdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-	     fchown(dfd, 0, tp->qj.js.gid) < 0 || fchmod(dfd, 01770) < 0 || close(dfd) < 0)) {
-		snprintf(msg, msz, "handing %.512s to the jail: %s", tp->sockdir, strerror(errno));
-		return -1;
+	if (geteuid() == 0) {
+		int e = 0;
+
+		if ((dfd = open(tp->sockdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+		    fchown(dfd, 0, tp->qj.js.gid) < 0 || fchmod(dfd, 01770) < 0)
+			e = errno;
+		if (dfd >= 0)
+			close(dfd);
+		if (e) {
+			snprintf(msg, msz, "handing %.512s to the jail: %s", tp->sockdir, strerror(e));
+			return -1;
+		}
 	}
 	if (qjail_give(&tp->qj, sd, msg, msz) < 0)
 		return -1;
