@@ -141,6 +141,12 @@ static void test_plan_over(const char *dir)
 	struct qjail qj;
 	int r, fd;
 
+	/* qjail_plan finds QEMU in PATH and the disks are qemu-img's: the
+	 * self-build (t/35) runs these tests in a guest that has neither */
+	if (system("command -v qemu-img >/dev/null && command -v qemu-system-x86_64 >/dev/null") != 0) {
+		printf("# test_plan_over: qemu-img or qemu-system-x86_64 not in PATH: skipped\n");
+		return;
+	}
 	snprintf(home, sizeof home, "%s/store", dir);
 	setenv("ISOPOD_HOME", home, 1);
 	snprintf(base, sizeof base, "%s/images", home);
