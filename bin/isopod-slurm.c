@@ -518,20 +518,29 @@ struct run_opts {
 /* Our stdin (isopod-mcp's memfd of the call's `stdin`) into the job's
  * directory as "stdin": the argv's --stdin-file names it relative to the
  * job's working directory (sbatch --chdir), since a node never sees our
- * descriptors. */
-static void run_stdin(const char *jd)
+ * descriptors.  Copied as it comes, 64 KiB at a time (no buffer of the
+ * whole, no length cut).  0, or -1 with errno (the caller removes the
+ * directory before it dies). */
+static int run_stdin(const char *jd)
 {
-	char p[PATH_MAX], *b;
-	size_t n = 0;
-	int fd;
+	char p[PATH_MAX], b[1 << 16];
+	ssize_t k;
+	int fd, e;
 
-	pathf(p, sizeof p, "%s/stdin", jd);
-	if (!(b = fd_text(0, (size_t)1 << 30, &n)) ||
-	    (fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
-		die(EX_SYS, "unable to copy standard input to %s:", p);
-	if (write_all(fd, b, n) < 0 || close(fd) < 0)
-		die(EX_SYS, "unable to write %s:", p);
-	free(b);
+	if (pathn(p, sizeof p, "%s/stdin", jd) < 0 ||
+	    (fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+		return -1;
+	while ((k = read(0, b, sizeof b)) != 0) {
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 || write_all(fd, b, (size_t)k) < 0)
+			break;
+	}
+	e = k == 0 ? 0 : errno;
+	if (close(fd) < 0 && !e)
+		e = errno;
+	errno = e;
+	return e ? -1 : 0;
 }
 
 /* The tail of the job's stderr.log (isopod run's diagnostics, written by
@@ -598,8 +607,13 @@ static int cmd_run(const struct run_opts *o, char **av)
 	if (!mkdtemp(jd))
 		die(EX_SYS, "unable to make a job directory in %s:", o->dir);
 	j.dir = jd, j.name = strrchr(jd, '/') + 1;
-	if (o->use_stdin)
-		run_stdin(jd);
+	if (o->use_stdin && run_stdin(jd) < 0) {
+		int e = errno;
+
+		run_cleanup(jd);
+		errno = e;
+		die(EX_SYS, "unable to copy standard input to %s/stdin:", jd);
+	}
 	/* sjob_run records the job's id there once known */
 	pathf(st, sizeof st, "%s/state.json", jd);
 	if (!(state = json_pack("{s:s}", "job", j.name)) || json_write_atomic(st, state) < 0)

@@ -134,6 +134,22 @@ clean_stderr() {
 	! grep -q -- '--prefer' "$d/sbatch.log" || false
 	[[ "$stderr" == *front-diag* ]] || false
 	[ -z "$(ls -A "$d/jobs")" ]
+	# stdin copied as it comes: 3 MiB (more than isopod-mcp's 1 MiB) whole;
+	# an unreadable stdin (a directory) fails before sbatch, its directory gone
+	head -c 3145728 /dev/urandom >"$d/big"
+	printf '#!/bin/sh\ncmp -s "$2" %s/big && echo "{\\"ok\\":true,\\"exit_code\\":0}"\n' "$d" >"$d/front2"
+	chmod 755 "$d/front2"
+	: >"$d/sbatch.log"
+	run --separate-stderr env PATH="$d/bin:$PATH" "$ASAN_BIN/isopod-slurm" run --dir "$d/jobs" --stdin -- \
+		"$d/front2" --stdin-file stdin <"$d/big"
+	[ "$status" -eq 0 ]
+	clean_stderr
+	jq -e '.ok == true' <<<"$output"
+	run --separate-stderr env PATH="$d/bin:$PATH" "$ASAN_BIN/isopod-slurm" run --dir "$d/jobs" --stdin -- \
+		"$d/front2" --stdin-file stdin <"$d"
+	[ "$status" -eq 111 ] && [[ $stderr == *"unable to copy standard input"* ]] || false
+	[ -z "$(ls -A "$d/jobs")" ]
+	[ "$(wc -l <"$d/sbatch.log")" -eq 1 ]
 	# Slurm's TIMEOUT: a failure, exit 99, never the step's success; the directory gone too
 	run --separate-stderr env PATH="$d/bin:$PATH" FAKE_STATE=TIMEOUT "$ASAN_BIN/isopod-slurm" run --dir "$d/jobs" -- "$d/front" /dev/null
 	[ "$status" -eq 99 ]
