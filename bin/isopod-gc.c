@@ -574,39 +574,6 @@ static void tmp_sweep(struct gc *c)
 	fts_close(f);
 }
 
-/* The probe holds accel/<64 hex of ksha>.lock while it uses its dir, which
- * is named by the first 16 (a unix socket path limit, lib/accel.c).  Lock
- * every such lock that exists, never making one: a lock of gc's own making
- * (<16 hex>.lock) is always free, and gc then moved a running probe's dir to
- * the trash under it -- a fresh store's first run failed in its KVM probe,
- * its gc --auto racing it.  The locks stay held while the dir goes.
- * Returns how many are held in fds[], or -1 when one is busy. */
-static int probe_locks(const char *dir, const char *hex16, int *fds, int max)
-{
-	char p[PATH_MAX];
-	struct dirent *de;
-	DIR *d = opendir(dir);
-	int n = 0;
-
-	if (!d)
-		return -1; /* unknown: as if busy */
-	while ((de = readdir(d))) {
-		if (strlen(de->d_name) != 64 + 5 || strncmp(de->d_name, hex16, 16) ||
-		    strcmp(de->d_name + 64, ".lock"))
-			continue;
-		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
-		if (n == max || (fds[n] = lock_open(p, LOCK_EX | LOCK_NB)) < 0) {
-			while (n > 0)
-				close(fds[--n]);
-			closedir(d);
-			return -1;
-		}
-		n++;
-	}
-	closedir(d);
-	return n;
-}
-
 /* accel/probe-<16 hex of ksha>: the KVM probe's scratch dir, left by a killed boot. */
 static void stale_probes(struct gc *c)
 {
@@ -622,7 +589,14 @@ static void stale_probes(struct gc *c)
 
 		if (strncmp(de->d_name, "probe-", 6) || strlen(de->d_name) != 6 + 16)
 			continue;
-		if ((n = probe_locks(dir, de->d_name + 6, fds, 8)) < 0)
+		/* The probe holds accel/<64 hex of ksha>.lock while it uses
+		 * its dir, named by the first 16 (a unix socket path limit,
+		 * lib/accel.c): every such lock, never one of gc's own making
+		 * (<16 hex>.lock, always free: gc once moved a running probe's
+		 * dir to the trash under it, and a fresh store's first run
+		 * failed in its KVM probe, its gc --auto racing it).  They
+		 * stay held while the dir goes. */
+		if ((n = gcstore_lock_prefix(dir, de->d_name + 6, fds, 8)) < 0)
 			continue; /* a probe is running */
 		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
 		gcstore_remove_tree(&c->gs, p);

@@ -36,40 +36,16 @@ static int rec_known(const struct cgsweep *s, const char *id)
 /* A warm template's jail is "tpl-" and the first 32 hex of its key
  * (warm_tpl_name); its owner is the builder, which holds the key's lock
  * from before the cgroup is made until it is released.  Every existing
- * warm/<key>.lock of that prefix taken (never made) into fds: how many, or
- * -1 when one is held (a builder lives, the cgroup may be its, not yet
- * joined) or the name is not a template's. */
+ * warm/<key>.lock of that prefix taken (gcstore_lock_prefix) into fds: how
+ * many, or -1 when one is held (a builder lives, the cgroup may be its,
+ * not yet joined) or the name is not a template's. */
 static int tpl_locks(const char *name, int *fds, int max)
 {
-	char p[PATH_MAX];
 	const char *root = warm_root(0);
-	struct dirent *de;
-	DIR *d;
-	int n = 0;
 
 	if (strncmp(name, "tpl-", 4) || strlen(name) != 4 + 32 || hex_span(name + 4) != 32 || !root)
 		return -1;
-	if (!(d = opendir(root)))
-		return errno == ENOENT ? 0 : -1;
-	while ((de = readdir(d))) {
-		int fd;
-
-		if (strlen(de->d_name) != 64 + 5 || strncmp(de->d_name, name + 4, 32) ||
-		    strcmp(de->d_name + 64, ".lock") || pathn(p, sizeof p, "%s/%s", root, de->d_name) < 0)
-			continue;
-		fd = n < max ? open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1;
-		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
-			if (fd >= 0)
-				close(fd);
-			while (n > 0)
-				close(fds[--n]);
-			closedir(d);
-			return -1;
-		}
-		fds[n++] = fd;
-	}
-	closedir(d);
-	return n;
+	return gcstore_lock_prefix(root, name + 4, fds, max);
 }
 
 /* One jail cgroup (jail_cg_each): it goes when it has no member and its

@@ -671,3 +671,35 @@ int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy)
 	}
 	return 0;
 }
+
+int gcstore_lock_prefix(const char *dir, const char *prefix, int *fds, int max)
+{
+	char p[PATH_MAX];
+	size_t pl = strlen(prefix);
+	struct dirent *de;
+	DIR *d = opendir(dir);
+	int n = 0;
+
+	if (!d)
+		return errno == ENOENT ? 0 : -1; /* unreadable: unknown, as if held */
+	while ((de = readdir(d))) {
+		int fd;
+
+		if (strlen(de->d_name) != 64 + 5 || strncmp(de->d_name, prefix, pl) ||
+		    strcmp(de->d_name + 64, ".lock") || pathn(p, sizeof p, "%s/%s", dir, de->d_name) < 0)
+			continue;
+		/* never made here: a lock of gc's own making is always free */
+		fd = n < max ? open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1;
+		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			if (fd >= 0)
+				close(fd);
+			while (n > 0)
+				close(fds[--n]);
+			closedir(d);
+			return -1;
+		}
+		fds[n++] = fd;
+	}
+	closedir(d);
+	return n;
+}

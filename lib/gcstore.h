@@ -71,6 +71,15 @@ int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t
 json_t *store_usage(struct gcstore *g);
 int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy);
 
+/* Every <64 hex>.lock in dir whose name starts with prefix, taken
+ * (LOCK_EX, not waiting) but never made, into fds (at most max): how many,
+ * or -1 (none left held) when one is held by someone, there are more than
+ * max, or dir cannot be read (unknown: as if held).  A dir that does not
+ * exist holds none: 0.  The KVM probe's accel/<ksha>.lock (prefix: its
+ * dir's 16 hex), a warm template builder's warm/<key>.lock (prefix: its
+ * cgroup's 32). */
+int gcstore_lock_prefix(const char *dir, const char *prefix, int *fds, int max);
+
 /* What jails leave behind (lib/gcjail.c).  jail_cgroups_sweep: every jail
  * cgroup (lib/jail.h jail_cg_each) with no member whose owner is gone: a
  * qemu-img caller's pid that no longer is its (qjail_img_owner), or a VM
