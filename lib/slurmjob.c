@@ -221,12 +221,33 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 	return 0;
 }
 
-int sjob_cancel_why(const char *id, char *why, size_t whysz)
+/* scancel av (its own session, killed past SJOB_CMD_MS), what is
+ * cancelled named by what ("scancel of Slurm job 42"): its status, with
+ * why filled when it is not 0; -1 with errno (ETIMEDOUT: it hung). */
+static int scancel_run(char *const *av, const char *what, char *why, size_t whysz)
 {
-	char *const av[] = { "scancel", "--", (char *)id, NULL };
 	struct proc_spec ps = PROC_SPEC(av);
 	char buf[1024];
 	int st, e;
+
+	ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
+	st = proc_capture_within(&ps, buf, sizeof buf, NULL, SJOB_CMD_MS);
+	e = errno;
+	buf[strcspn(buf, "\n")] = 0;
+	if (st < 0 && e == ETIMEDOUT)
+		snprintf(why, whysz, "%s hung: killed after %d s", what, SJOB_CMD_MS / 1000);
+	else if (st < 0)
+		snprintf(why, whysz, "unable to run %s: %s", what, strerror(e));
+	else if (st)
+		snprintf(why, whysz, "%s exited %d: %s", what, st, buf[0] ? EXC(buf) : "(nothing said)");
+	errno = e;
+	return st;
+}
+
+int sjob_cancel_why(const char *id, char *why, size_t whysz)
+{
+	char *const av[] = { "scancel", "--", (char *)id, NULL };
+	char what[160];
 
 	/* the id may come back from state.json: only a job id, never an
 	 * option or another selection (-u USER cancels all of theirs) */
@@ -234,27 +255,14 @@ int sjob_cancel_why(const char *id, char *why, size_t whysz)
 		snprintf(why, whysz, "Slurm job %s: not a job id, not cancelled", EXC(id));
 		return errno = EINVAL, -1;
 	}
-	ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
-	st = proc_capture_within(&ps, buf, sizeof buf, NULL, SJOB_CMD_MS);
-	e = errno;
-	buf[strcspn(buf, "\n")] = 0;
-	if (st < 0 && e == ETIMEDOUT)
-		snprintf(why, whysz, "scancel of Slurm job %s hung: killed after %d s", id, SJOB_CMD_MS / 1000);
-	else if (st < 0)
-		snprintf(why, whysz, "unable to run scancel for Slurm job %s: %s", id, strerror(e));
-	else if (st)
-		snprintf(why, whysz, "scancel of Slurm job %s exited %d: %s", id, st, buf[0] ? EXC(buf) : "(nothing said)");
-	errno = e;
-	return st;
+	snprintf(what, sizeof what, "scancel of Slurm job %s", id);
+	return scancel_run(av, what, why, whysz);
 }
 
 int sjob_cancel_name(const char *name, char *why, size_t whysz)
 {
-	char nm[200], user[32];
+	char nm[200], user[32], what[216];
 	char *const av[] = { "scancel", nm, user, NULL };
-	struct proc_spec ps = PROC_SPEC(av);
-	char buf[1024];
-	int st, e;
 
 	/* scancel's --name takes a list: a ',' would name a second job */
 	if (!name[0] || strchr(name, ',') || snprintf(nm, sizeof nm, "--name=%s", name) >= (int)sizeof nm) {
@@ -262,16 +270,8 @@ int sjob_cancel_name(const char *name, char *why, size_t whysz)
 		return errno = EINVAL, -1;
 	}
 	snprintf(user, sizeof user, "--user=%u", (unsigned)geteuid());
-	ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
-	st = proc_capture_within(&ps, buf, sizeof buf, NULL, SJOB_CMD_MS);
-	e = errno;
-	buf[strcspn(buf, "\n")] = 0;
-	if (st < 0)
-		snprintf(why, whysz, "scancel --name=%s: %s", name, e == ETIMEDOUT ? "hung, killed" : strerror(e));
-	else if (st)
-		snprintf(why, whysz, "scancel --name=%s exited %d: %s", name, st, buf[0] ? EXC(buf) : "(nothing said)");
-	errno = e;
-	return st;
+	snprintf(what, sizeof what, "scancel %s", nm);
+	return scancel_run(av, what, why, whysz);
 }
 
 int sjob_cancel(const char *id)
