@@ -385,8 +385,6 @@ int mcp_slurm_defaults(struct server *s, char *why, size_t wsz)
  * --stdin-file stdin, relative to the job's working directory). */
 static int build_slurm(struct server *s, struct call *c, json_t *args, json_t **err)
 {
-	static const char *const strs[][2] = { { "stage", "--stage" } },
-				 *const ints[][2] = { { "timeout_s", "--timeout-s" } };
 	json_t *v;
 
 	if (slurm_refuses(s, c, args, err) < 0 || tool_path(s, c, "isopod-slurm") < 0 || arg(c, "run") < 0 ||
@@ -399,12 +397,10 @@ static int build_slurm(struct server *s, struct call *c, json_t *args, json_t **
 	    argf(c, "--mem-mib=%lld",
 		 (v = json_object_get(args, "mem_mib")) ? (long long)json_integer_value(v) : s->def_mem_mib) < 0)
 		return -1;
-	for (size_t i = 0; i < 1; i++)
-		if (((v = json_object_get(args, strs[i][0])) &&
-		     (arg(c, strs[i][1]) < 0 || arg(c, json_string_value(v)) < 0)) ||
-		    ((v = json_object_get(args, ints[i][0])) &&
-		     argf(c, "%s=%lld", ints[i][1], (long long)json_integer_value(v)) < 0))
-			return -1;
+	if (((v = json_object_get(args, "stage")) && (arg(c, "--stage") < 0 || arg(c, json_string_value(v)) < 0)) ||
+	    ((v = json_object_get(args, "timeout_s")) &&
+	     argf(c, "--timeout-s=%lld", (long long)json_integer_value(v)) < 0))
+		return -1;
 	if (json_object_get(args, "stdin") && arg(c, "--stdin") < 0)
 		return -1;
 	return arg(c, "--");
