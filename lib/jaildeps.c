@@ -159,10 +159,21 @@ static json_t *cache_load(const char *path)
 	return json_load_close(fd);
 }
 
-static int cache_read(const char *path, const char *prog, const char *ldcache, char **out,
-		      size_t *n, size_t max)
+/* "deps-<sha256(prog):16>.json": the file of prog's answer. */
+static void cache_name(const char *prog, char name[32])
 {
-	json_t *c = cache_load(path), *deps, *key = NULL, *v;
+	char sha[65];
+
+	sha256_hex(prog, strlen(prog), sha);
+	snprintf(name, 32, "deps-%.16s.json", sha);
+}
+
+/* c (cache_load's, still the caller's) as the answer for prog: out[*n..]
+ * filled and 1 when it holds and its key is still the files' own. */
+static int cache_read(json_t *c, const char *prog, const char *ldcache, char **out, size_t *n,
+		      size_t max)
+{
+	json_t *deps, *key = NULL, *v;
 	char *list[DEPS_MAX];
 	size_t i, nd;
 	int hit = 0;
@@ -192,7 +203,6 @@ static int cache_read(const char *path, const char *prog, const char *ldcache, c
 	hit = 1;
 out:
 	json_decref(key);
-	json_decref(c);
 	return hit;
 }
 
@@ -251,18 +261,20 @@ static int settled(const char *prog, const char *ldcache, char *const *deps, siz
 int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcache, char **out,
 		     size_t *n, size_t max, int *hit, char *err, size_t errsz)
 {
-	char path[PATH_MAX], sha[65];
-	json_t *before = NULL;
+	char path[PATH_MAX], name[32];
+	json_t *before = NULL, *c;
 	size_t from = *n;
 	int r;
 
 	if (hit)
 		*hit = 0;
-	sha256_hex(prog, strlen(prog), sha);
-	if (!cache_dir || ld_env() ||
-	    pathn(path, sizeof path, "%s/deps-%.16s.json", cache_dir, sha) < 0)
+	cache_name(prog, name);
+	if (!cache_dir || ld_env() || pathn(path, sizeof path, "%s/%s", cache_dir, name) < 0)
 		return run_ldd(prog, out, n, max, err, errsz);
-	if (cache_read(path, prog, ldcache, out, n, max)) {
+	c = cache_load(path);
+	r = c && cache_read(c, prog, ldcache, out, n, max);
+	json_decref(c);
+	if (r) {
 		if (hit)
 			*hit = 1;
 		return 0;
@@ -279,16 +291,14 @@ int jail_deps_valid(const char *path, const char *ldcache)
 {
 	json_t *c = cache_load(path);
 	const char *prog = json_string_value(json_object_get(c, "prog")), *b = strrchr(path, '/');
-	char *out[DEPS_MAX], name[32], sha[65];
+	char *out[DEPS_MAX], name[32];
 	size_t n = 0;
 	int hit = 0;
 
 	if (prog) {
 		/* the name jail_deps_cached would look it up by */
-		sha256_hex(prog, strlen(prog), sha);
-		snprintf(name, sizeof name, "deps-%.16s.json", sha);
-		hit = !strcmp(b ? b + 1 : path, name) &&
-		      cache_read(path, prog, ldcache, out, &n, DEPS_MAX);
+		cache_name(prog, name);
+		hit = !strcmp(b ? b + 1 : path, name) && cache_read(c, prog, ldcache, out, &n, DEPS_MAX);
 	}
 	while (n > 0)
 		free(out[--n]);
