@@ -34,7 +34,15 @@ NETLIB = lib/ruleset.o
 NSLIB = lib/netslot.o lib/nftbuild.o lib/nftexpr.o lib/nftjail.o
 LIBHDR = lib/util.h lib/proc.h lib/launch.h lib/qemu.h lib/image.h lib/accel.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/slurmjob.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/jail.h lib/jailchild.h lib/qjail.h lib/attcheck.h lib/config.h lib/gcstore.h lib/mcpcall.h lib/propose.h lib/psl.h lib/bpfdeny.h
 
-all: $(TOOLS) agent/isopod-agent build/initramfs.cpio sh/isopod.out $(JAILTEST)
+# Preloaded into a warm clone's QEMU only (lib/qemu.c qemu_clone_env): it
+# opens the snapshot's memory file read-only.  Beside the tools, where the
+# supervisor looks for it.
+MEMRO = bin/isopod-memro.so
+
+all: $(TOOLS) $(MEMRO) agent/isopod-agent build/initramfs.cpio sh/isopod.out $(JAILTEST)
+
+$(MEMRO): lib/memro.c lib/qemu.h
+	$(CC) $(ALL_CFLAGS) -fPIC -shared -o $@ lib/memro.c
 
 $(HOSTLIB) $(NETLIB) $(NSLIB): $(LIBHDR)
 
@@ -207,7 +215,7 @@ bench: all
 
 install: all
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1
-	for t in $(TOOLS); do cp $$t $(DESTDIR)$(BINDIR)/; done
+	for t in $(TOOLS) $(MEMRO); do cp $$t $(DESTDIR)$(BINDIR)/; done
 	cp sh/isopod $(DESTDIR)$(BINDIR)/isopod
 	cp agent/isopod-agent build/initramfs.cpio $(DESTDIR)$(LIBEXECDIR)/
 	cp -R images $(DESTDIR)$(LIBEXECDIR)/
@@ -216,7 +224,7 @@ install: all
 	cp man/*.8 $(DESTDIR)$(MANDIR)/man8/
 
 clean:
-	rm -f $(TOOLS) lib/*.o agent/isopod-agent sh/isopod.out
+	rm -f $(TOOLS) $(MEMRO) lib/*.o agent/isopod-agent sh/isopod.out
 	rm -rf build
 
 .PHONY: all images check asan fuzz bench install clean

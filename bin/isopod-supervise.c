@@ -132,6 +132,7 @@ static void sup_broker(struct sup *s)
 static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 {
 	struct proc_spec ps = PROC_SPEC(s->qj.av);
+	char *env[] = { s->qj.preload, NULL };
 	json_t *m;
 
 	if (qjail_plan(&s->qj, s->id, s->dir, s->av, msg, msz) < 0 ||
@@ -140,6 +141,8 @@ static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 		return -1;
 	}
 	ps.file = s->qj.prog;
+	if (s->qj.preload[0]) /* a clone's: its RAM file read-only (lib/memro.c) */
+		ps.env = env;
 	ps.out = ps.err = 2;
 	ps.keep[0] = s->memfd;
 	ps.keep[1] = s->qj.tapfd;
@@ -171,7 +174,11 @@ static void sup_qemu(struct sup *s)
 		s->q = sup_jailed(s, msg, sizeof msg);
 	} else {
 		s->q = qemu_spawn(s->av, 2, 1, s->memfd);
-		snprintf(msg, sizeof msg, "unable to fork: %s", strerror(errno));
+		if (errno == ENOENT) /* qemu_clone_env's */
+			snprintf(msg, sizeof msg, "%s: %s (a warm clone's QEMU needs it)",
+				 QEMU_MEMRO_SO, strerror(errno));
+		else
+			snprintf(msg, sizeof msg, "unable to fork: %s", strerror(errno));
 	}
 	if (s->memfd >= 0)
 		close(s->memfd); /* QEMU has its own copy as fd 3 */

@@ -757,13 +757,17 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	int userns = geteuid() != 0, sync[2], ep[2], st, e, r;
 	unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
 	json_t *cg = json_object(), *warnings = json_array();
-	char why[1024] = "";
+	char why[1024] = "", **envp = NULL;
 	realpath_t *real = NULL;
 	pid_t pid;
 
 	*j = (struct jail){ .pid = -1 };
 	if (kernel_ok(err, errsz) < 0 || spec_ok(js, err, errsz) < 0 || plan_ok(ps, err, errsz) < 0)
 		goto out;
+	if (ps->env && !(envp = proc_env(ps))) {
+		reason_fail(err, errsz, "the jailed program's environment:");
+		goto out;
+	}
 	if (!(real = calloc(js->nro + js->nrw + 1, sizeof *real))) {
 		reason_fail(err, errsz, "calloc:");
 		goto out;
@@ -796,7 +800,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	if (pid == 0) {
 		close(sync[1]);
 		close(ep[0]);
-		jail_child(js, ps, real, userns, sync[0], ep[1]);
+		jail_child(js, ps, envp, real, userns, sync[0], ep[1]);
 	}
 	e = errno;
 	close(sync[0]);
@@ -816,6 +820,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 		j->pid = pid;
 		j->applied = applied(js, userns, cg, warnings);
 		free(real);
+		free(envp);
 		return pid;
 	}
 	kill(pid, SIGKILL);
@@ -829,6 +834,7 @@ out_cg:
 out:
 	e = errno;
 	free(real);
+	free(envp);
 	errno = e;
 	json_decref(cg);
 	json_decref(warnings);

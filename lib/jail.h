@@ -68,7 +68,8 @@ struct jail {
  * a directory among them would be a way out (QEMU gets sockets, a tap,
  * files). ps->setsid is forced: the program always has a session of its own.  The pid (also in j->pid), or -1 with a
  * reason in err (nothing left behind).  A program that cannot be executed
- * inside exits 127, as with proc_spawn; ps->pdeathsig is honoured. */
+ * inside exits 127, as with proc_spawn; ps->pdeathsig and ps->env
+ * (a clone QEMU's LD_PRELOAD) are honoured. */
 pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct jail *j,
 		 char *err, size_t errsz);
 /* After the program was reaped: remove its cgroups, free j->applied.

@@ -383,7 +383,8 @@ static void seccomp_jail(int errfd)
 }
 
 __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const struct proc_spec *ps,
-					  realpath_t *rp, int userns, int syncfd, int errfd)
+					  char **envp, realpath_t *rp, int userns, int syncfd,
+					  int errfd)
 {
 	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
 	struct proc_spec p = *ps;
@@ -484,9 +485,9 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 		cdie(errfd, "setting up the jailed program's descriptors:");
 	seccomp_jail(errfd);
 	if (p.file)
-		execv(p.file, p.argv);
+		execve(p.file, p.argv, envp ? envp : environ);
 	else
-		execvp(p.argv[0], p.argv);
+		execvpe(p.argv[0], p.argv, envp ? envp : environ);
 	dprintf(2, "%s: fatal: unable to exec %s in the jail: %s\n", progname ? progname : "isopod",
 		p.file ? p.file : p.argv[0], strerror(errno));
 	_exit(127);

@@ -54,8 +54,10 @@ static unsigned mutant(void)
  * (resolve_all: ro, then rw, then vm_dir). */
 typedef char realpath_t[PATH_MAX];
 
-/* The clone's child: waits for the go on syncfd, builds the root, drops privileges, execs ps. */
+/* The clone's child: waits for the go on syncfd, builds the root, drops
+ * privileges, execs ps with envp (proc_env's for ps->env), or NULL: ours. */
 __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const struct proc_spec *ps,
-					  realpath_t *rp, int userns, int syncfd, int errfd);
+					  char **envp, realpath_t *rp, int userns, int syncfd,
+					  int errfd);
 
 #endif

@@ -222,10 +222,11 @@ int launch_resume(struct launch *l, const struct qemu_vm *vm, struct snap *sn, i
 	qm->fd = -1;
 	{
 		/* share=off: a private copy-on-write mapping of the checked
-		 * memory file, which the supervisor hands QEMU as its fd 3. */
+		 * memory file, which the supervisor hands QEMU as its fd 3 (and
+		 * QEMU opens read-only: qemu_clone_env). */
 		struct qemu_cfg qc = qemu_cfg_at(vm, in);
 
-		qc.memfile = "/proc/self/fd/3";
+		qc.memfile = QEMU_CLONE_MEM;
 		qc.incoming = 1;
 		if (qemu_argv(&q, &qc) < 0) {
 			snprintf(msg, msz, "path too long in %.512s", in->dir);

@@ -73,10 +73,9 @@ int proc_child_setup(const struct proc_spec *ps, pid_t parent)
 	return 0;
 }
 
-/* The environment for ps's program: the caller's, each of ps->env set
- * over it (a NAME there replaces the caller's NAME).  Only the array is
- * new (free it); its strings are the caller's and ps's.  NULL with errno. */
-static char **env_for(const struct proc_spec *ps)
+/* A NAME in ps->env replaces the caller's NAME; the array's strings are
+ * the caller's and ps's. */
+char **proc_env(const struct proc_spec *ps)
 {
 	size_t n = 0, k = 0, i, j;
 	char **out;
@@ -109,7 +108,7 @@ pid_t proc_spawn(const struct proc_spec *ps)
 	char **envp = NULL;
 
 	/* built before the fork: the child only execs */
-	if (ps->env && !(envp = env_for(ps)))
+	if (ps->env && !(envp = proc_env(ps)))
 		return -1;
 	fflush(NULL);
 	pid = fork();

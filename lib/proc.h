@@ -46,6 +46,10 @@ struct proc_spec {
  * plan closed).  parent is the forking process's pid.  0, or -1: the
  * child should _exit. */
 int proc_child_setup(const struct proc_spec *ps, pid_t parent);
+/* ps's program's environment, built before a fork (the child only
+ * execs): the caller's, each of ps->env set over it.  Only the array is
+ * new (free it).  NULL with errno (EINVAL: an entry without '='). */
+char **proc_env(const struct proc_spec *ps);
 /* Start it.  The child exits 126 when it cannot set its descriptors up,
  * 127 when exec fails (naming the program on its stderr).  The pid, or -1
  * with errno (EINVAL: an env entry without '='). */

@@ -18,7 +18,9 @@
  * restorable into an identical machine.  With memfile, guest RAM is that
  * file (memory-backend-file): share=1 for a warm template (its RAM lands
  * in the file), share=0 for a clone (a private copy-on-write mapping of
- * it: clones share its clean pages); incoming adds `-incoming defer`.
+ * it: clones share its clean pages; the file is root's 0644 and the
+ * clone's QEMU opens it read-only, qemu_clone_env); incoming adds
+ * `-incoming defer`.
  * Everything else is the same for cold boots, templates and clones.
  * Never add a device that discards guest RAM (virtio-balloon, virtio-mem):
  * QEMU 7.2 discards file-backed RAM with fallocate(PUNCH_HOLE) on the
@@ -170,10 +172,36 @@ struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
 	};
 }
 
+int qemu_clone_env(char *const av[], char *buf, size_t sz)
+{
+	char so[PATH_MAX];
+	struct stat st;
+
+	for (; *av && av[1]; av++)
+		if (!strcmp(*av, "-object") && strstr(av[1], ",mem-path=" QEMU_CLONE_MEM ","))
+			break;
+	if (!*av || !av[1])
+		return 0;
+	/* beside this program (the supervisor), never found through PATH or
+	 * the environment: it runs inside QEMU, as root when unjailed */
+	proc_sibling(so, sizeof so, QEMU_MEMRO_SO, NULL);
+	if (pathn(buf, sz, "LD_PRELOAD=%s", so) < 0)
+		return -1;
+	if (so[0] != '/' || stat(so, &st) < 0 || !S_ISREG(st.st_mode))
+		return errno = ENOENT, -1;
+	return 1;
+}
+
 pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd)
 {
 	struct proc_spec ps = PROC_SPEC(av);
+	char env[PATH_MAX + 16], *envv[] = { env, NULL };
+	int clone = qemu_clone_env(av, env, sizeof env);
 
+	if (clone < 0)
+		return -1;
+	if (clone)
+		ps.env = envv;
 	ps.out = ps.err = outfd;
 	ps.keep[0] = keepfd;
 	ps.nkeep = keepfd >= 0;

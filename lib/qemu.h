@@ -77,11 +77,28 @@ struct qemu_vm {
  * incoming: the caller adds those). */
 struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in);
 
+/* A warm clone's RAM file as its QEMU names it (qemu_cfg's memfile): its
+ * fd 3, the snapshot's memory file the supervisor hands over. */
+#define QEMU_CLONE_MEM "/proc/self/fd/3"
+/* The library preloaded into a clone's QEMU (lib/memro.c): it opens
+ * QEMU_CLONE_MEM read-only, which QEMU 7.2 cannot be told to do.  Built
+ * beside the tools. */
+#define QEMU_MEMRO_SO "isopod-memro.so"
+/* When av (qemu_argv's) is a clone's -- its RAM QEMU_CLONE_MEM -- buf is
+ * "LD_PRELOAD=<this program's directory>/" QEMU_MEMRO_SO, for its
+ * environment, and 1; 0 when av is not a clone's; -1 with errno (ENOENT:
+ * the library is missing -- no clone starts without it, so none ever opens
+ * the file for writing; ENAMETOOLONG). */
+int qemu_clone_env(char *const av[], char *buf, size_t sz);
+/* The library's path in qemu_clone_env's buf. */
+#define QEMU_CLONE_ENV_PATH(buf) ((buf) + sizeof "LD_PRELOAD=" - 1)
+
 /* Start QEMU (av): stdin /dev/null, stdout+stderr on outfd, umask 077
  * (the sockets it creates are 0600), keepfd (when >= 0) as fd 3 -- a
- * clone's memory file, which QEMU opens as /proc/self/fd/3 (the very
- * inode that was verified, not a path that may have changed since) --
- * nothing else open.  With pdeath, SIGKILLed when the caller dies. */
+ * clone's memory file, which QEMU opens as QEMU_CLONE_MEM (the very
+ * inode that was verified, not a path that may have changed since) read-
+ * only (qemu_clone_env's library in its environment) -- nothing else
+ * open.  With pdeath, SIGKILLed when the caller dies. */
 pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd);
 
 /* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <bytes>. */

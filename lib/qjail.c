@@ -4,6 +4,7 @@
 #include "taphold.h"
 #include "qjail.h"
 #include "proc.h"
+#include "qemu.h"
 #include "ranges.h"
 #include "util.h"
 #include "vm.h"
@@ -211,6 +212,7 @@ static int plan(struct qjail *qj, const char *id, const char *dir, const char *o
 	long long mib, vcpus, tcg;
 	char disk[PATH_MAX];
 	size_t n;
+	int c;
 
 	*qj = (struct qjail){ .tapfd = -1, .dirfd = -1 };
 	for (n = 0; av[n] && n + 1 < sizeof qj->av / sizeof qj->av[0]; n++)
@@ -234,6 +236,14 @@ static int plan(struct qjail *qj, const char *id, const char *dir, const char *o
 		 : pathn(disk, sizeof disk, "%s/disk.qcow2", dir) < 0)
 		return -1;
 	if (chain(qj, disk, err, errsz) < 0)
+		return -1;
+	/* a clone's RAM file read-only (lib/memro.c): its library in too */
+	if ((c = qemu_clone_env(av, qj->preload, sizeof qj->preload)) < 0) {
+		qj->preload[0] = '\0';
+		return fail(err, errsz, "%s: %s (a warm clone's QEMU needs it)", QEMU_MEMRO_SO,
+			    strerror(errno));
+	}
+	if (c && add(qj, QEMU_CLONE_ENV_PATH(qj->preload), err, errsz) < 0)
 		return -1;
 	if (tap(qj, err, errsz) < 0)
 		return -1;

@@ -37,6 +37,7 @@ struct qjail {
 	size_t nro;
 	char prog[PATH_MAX];
 	char netdev[96];
+	char preload[PATH_MAX + 16]; /* a clone's: qemu_clone_env's, or "" */
 	char *av[128];
 	int tapfd;           /* -1: no NIC */
 	int dirfd;           /* the VM directory, while handed to the jail */
@@ -55,7 +56,9 @@ json_t *qjail_summary(const json_t *applied);
 
 /* The jail of VM id's QEMU av (qemu_argv's), its directory dir: the
  * paths, the identity, the limits; the NIC's tap opened here (TUNSETIFF on
- * the persistent tap) and av rewritten to take it as fd QJAIL_TAP_FD.
+ * the persistent tap) and av rewritten to take it as fd QJAIL_TAP_FD; a
+ * clone's preload library (qemu_clone_env) bound read-only, preload its
+ * LD_PRELOAD for QEMU's environment.
  * 0, or -1 with err.  qjail_free after. */
 int qjail_plan(struct qjail *qj, const char *id, const char *dir, char *const *av, char *err,
 	       size_t errsz);

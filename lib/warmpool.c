@@ -428,6 +428,14 @@ int snap_open(struct pool *w, struct snap *sn, char *why, size_t wsz)
 		snprintf(why, wsz, "its memory file was modified or replaced after the build");
 		goto out;
 	}
+	/* Every clone of the shape maps it: no clone's QEMU (another uid) may
+	 * write it.  A snapshot published 0606 (before isopod-memro.so) too. */
+	if (ms.st_uid != geteuid() || (ms.st_mode & 0022) || ms.st_nlink != 1) {
+		snprintf(why, wsz, "its memory file is uid %lld mode %04o with %lld links, not ours "
+			 "0644 with one: another uid could write it", (long long)ms.st_uid,
+			 (unsigned)(ms.st_mode & 07777), (long long)ms.st_nlink);
+		goto out;
+	}
 	sn->statefd = openat(dfd, "state", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (sn->statefd < 0 || fstat(sn->statefd, &ss) < 0) {
 		snprintf(why, wsz, "unable to open its state file: %s", strerror(errno));

@@ -575,12 +575,14 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	if (tpl_end(&tp, msg, msz) < 0 || (mfd = tpl_take_back(sd, plain, msg, msz)) < 0)
 		goto out;
 
-	/* Durable before it is published.  Mode 0606: a jailed clone's QEMU
-	 * (the jail's uid, lib/qjail.c) reopens its fd 3 as /proc/self/fd/3
-	 * O_RDWR -- QEMU 7.2 opens a memory-backend-file so whatever share= is
-	 * -- and that reopen checks the inode's mode.  Only that descriptor
-	 * reaches the file: the pool's directories are root's 0700. */
-	if (fsync(mfd) < 0 || fchmod(mfd, 0606) < 0 || fstat(mfd, &ms) < 0 || fsync(sfd) < 0 ||
+	/* Durable before it is published.  Mode 0644, never writable by
+	 * another uid: every clone of the shape maps it.  A jailed clone's
+	 * QEMU (the jail's uid, lib/qjail.c) reopens its fd 3 as
+	 * QEMU_CLONE_MEM, which checks the inode's mode: read is all it gets,
+	 * and isopod-memro.so (lib/memro.c) makes QEMU 7.2 ask only that (it
+	 * asks O_RDWR whatever share= is).  Only that descriptor reaches the
+	 * file: the pool's directories are root's 0700. */
+	if (fsync(mfd) < 0 || fchmod(mfd, 0644) < 0 || fstat(mfd, &ms) < 0 || fsync(sfd) < 0 ||
 	    fstat(sfd, &ss) < 0 || lseek(sfd, 0, SEEK_SET) < 0 || sha256_fd(sfd, sha) < 0) {
 		snprintf(msg, msz, "unable to sync the snapshot in %.512s: %s", sd, strerror(errno));
 		goto out;

@@ -78,6 +78,40 @@ static void test_last_line(void)
 	rmdir(d);
 }
 
+/* qemu_clone_env: only a clone's command line (its RAM QEMU_CLONE_MEM)
+ * gets the preload library, and none when the library is missing. */
+static void test_clone_env(void)
+{
+	const struct qemu_cfg tpl = { .accel = "tcg", .mem_mib = 64, .vcpus = 1, FILES,
+				      .memfile = VM "/mem", .share = 1 };
+	const struct qemu_cfg near = { .accel = "tcg", .mem_mib = 64, .vcpus = 1, FILES,
+				       .memfile = QEMU_CLONE_MEM "0", .incoming = 1 };
+	const struct qemu_cfg clone = { .accel = "tcg", .mem_mib = 64, .vcpus = 1, FILES,
+					.memfile = QEMU_CLONE_MEM, .incoming = 1 };
+	struct qemu_argv q;
+	char buf[PATH_MAX + 16], so[PATH_MAX], want[PATH_MAX + 16];
+	int fd, r;
+
+	proc_sibling(so, sizeof so, QEMU_MEMRO_SO, NULL);
+	snprintf(want, sizeof want, "LD_PRELOAD=%s", so);
+	ok(qemu_argv(&q, &tpl) == 0 && qemu_clone_env(q.av, buf, sizeof buf) == 0,
+	   "a template's command line: no preload");
+	ok(qemu_argv(&q, &near) == 0 && qemu_clone_env(q.av, buf, sizeof buf) == 0,
+	   "RAM at %s0: no preload", QEMU_CLONE_MEM);
+	unlink(so);
+	errno = 0;
+	ok(qemu_argv(&q, &clone) == 0 && qemu_clone_env(q.av, buf, sizeof buf) == -1 &&
+	   errno == ENOENT, "a clone's, the library missing: ENOENT (%s)", strerror(errno));
+	fd = open(so, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	r = fd >= 0 ? qemu_clone_env(q.av, buf, sizeof buf) : -2;
+	ok(r == 1 && !strcmp(buf, want) && !strcmp(QEMU_CLONE_ENV_PATH(buf), so),
+	   "a clone's: %s", r == 1 ? buf : "(none)");
+	if (fd >= 0) {
+		close(fd);
+		unlink(so);
+	}
+}
+
 int main(void)
 {
 	char fp[65], longp[PATH_MAX + 16];
@@ -410,6 +444,7 @@ int main(void)
 	   strstr(joined(&q), "mac=@mac") && !strstr(joined(&q), "/store"),
 	   "the shape command line has placeholders for every per-VM part");
 	test_last_line();
+	test_clone_env();
 	qemu_fingerprint(fp);
 	ok(!strcmp(fp, "88584839703d514c2385691249a4c3b7d05b948d7bd945ddbb31c9fddba7655c"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);

@@ -10,6 +10,7 @@
 #include "../../lib/jaildeps.c"
 #include "../../lib/jailchild.c"
 #include "../../lib/proc.c"
+#include "../../lib/qemu.c"
 #include "../../lib/ranges.c"
 #include "../../lib/taphold.c"
 #include "../../lib/vm.c"

@@ -1,0 +1,95 @@
+/* memro.c - isopod-memro.so, preloaded into a warm clone's QEMU only
+ * (lib/qemu.c qemu_clone_env): its RAM file opened read-only.
+ *
+ * A clone's guest RAM is a private (copy-on-write) mapping of the
+ * snapshot's memory file, which every clone of the shape maps: it must
+ * not be writable by a clone's QEMU (a jailed QEMU's uid, lib/qjail.c), so
+ * it is root's 0644.  QEMU 7.2's file_ram_open (softmmu/physmem.c) opens
+ * mem-path O_RDWR whatever share= says (only 8.2's readonly=on,rom=off
+ * opens it O_RDONLY and still maps it writable), and the reopen of
+ * QEMU_CLONE_MEM checks the inode's mode: EACCES.  So QEMU's open of
+ * exactly that path, asking O_RDWR, is made O_RDONLY here; QEMU then maps
+ * it MAP_PRIVATE with PROT_WRITE, which a read-only descriptor allows.
+ * Nothing else of QEMU's changes.  ftruncate (only of an empty file) and
+ * fallocate (a discard: no device of ours asks one) would fail EBADF.
+ *
+ * Without this library the jailed open fails (EACCES: the mode, not this
+ * code, is the boundary), the resume fails and the run boots cold.  The
+ * four names are the ones QEMU 7.2 and glib call: open64, __open64_2
+ * (fortified, flags not a constant), openat64, and glibc's open/openat
+ * (the same functions on x86_64, separate symbols); their fortified
+ * forms too.  Each makes the syscall itself: no dlsym, no recursion. */
+#undef _FORTIFY_SOURCE
+#include "qemu.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int __open_2(const char *path, int flags);
+int __open64_2(const char *path, int flags);
+int __openat_2(int dirfd, const char *path, int flags);
+int __openat64_2(int dirfd, const char *path, int flags);
+
+static int memro_openat(int dirfd, const char *path, int flags, mode_t mode)
+{
+	if (path && !strcmp(path, QEMU_CLONE_MEM) && (flags & O_ACCMODE) == O_RDWR)
+		flags = (flags & ~O_ACCMODE) | O_RDONLY;
+	return (int)syscall(SYS_openat, dirfd, path, flags, mode);
+}
+
+/* The mode argument is there only with O_CREAT or O_TMPFILE (open(2)). */
+#define MODE_ARG(flags, last)                                                      \
+	mode_t mode = 0;                                                           \
+	if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) {               \
+		va_list ap;                                                        \
+		va_start(ap, last);                                                \
+		mode = va_arg(ap, mode_t);                                         \
+		va_end(ap);                                                        \
+	}
+
+int open(const char *path, int flags, ...)
+{
+	MODE_ARG(flags, flags)
+	return memro_openat(AT_FDCWD, path, flags, mode);
+}
+
+int open64(const char *path, int flags, ...)
+{
+	MODE_ARG(flags, flags)
+	return memro_openat(AT_FDCWD, path, flags, mode);
+}
+
+int openat(int dirfd, const char *path, int flags, ...)
+{
+	MODE_ARG(flags, flags)
+	return memro_openat(dirfd, path, flags, mode);
+}
+
+int openat64(int dirfd, const char *path, int flags, ...)
+{
+	MODE_ARG(flags, flags)
+	return memro_openat(dirfd, path, flags, mode);
+}
+
+int __open_2(const char *path, int flags)
+{
+	return memro_openat(AT_FDCWD, path, flags, 0);
+}
+
+int __open64_2(const char *path, int flags)
+{
+	return memro_openat(AT_FDCWD, path, flags, 0);
+}
+
+int __openat_2(int dirfd, const char *path, int flags)
+{
+	return memro_openat(dirfd, path, flags, 0);
+}
+
+int __openat64_2(int dirfd, const char *path, int flags)
+{
+	return memro_openat(dirfd, path, flags, 0);
+}
