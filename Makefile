@@ -193,8 +193,9 @@ build/asan/lib/%.o: lib/%.c $(LIBHDR)
 
 # lib/mcpcall.c calls isopod-mcp's output functions (lib/mcpcall.h), so
 # only that tool links it.
-asan: $(TOOLS) $(ASAN_OBJ) build/asan/lib/mcpcall.o
+asan: $(TOOLS) $(MEMRO) $(ASAN_OBJ) build/asan/lib/mcpcall.o
 	mkdir -p build/asan/bin
+	cp $(MEMRO) build/asan/bin/ # beside the supervisor: a warm clone's QEMU preloads it
 	for t in $(TOOLS); do \
 		$(CC) $(WARN) $(ASAN_CFLAGS) -std=c11 -D_GNU_SOURCE -Ilib -o build/asan/$$t \
 			$$t.c $(ASAN_OBJ) $$(test $$t != bin/isopod-mcp || echo build/asan/lib/mcpcall.o) \

@@ -158,9 +158,10 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	jout -s --arg k "$key" '.[] | select(.key == $k) | .shape.mem_mib == 512 and .shape.vcpus == 1 and .shape.net == "none" and .shape.layers == []'
 	# guest RAM as a file of the guest's size (sparse), device state beside it
 	[ "$(stat -c %s "$(W)/$key/mem")" -eq $((512 * 1024 * 1024)) ]
-	# 0606: a jailed clone's QEMU reopens its fd 3 O_RDWR as the jail's uid;
-	# the pool's directories (0700) keep every other path out
-	[ "$(stat -c %a "$(W)/$key/mem")" = 606 ]
+	# root's 0644, one link: every clone maps it, none may write it (a
+	# jailed clone's QEMU reopens its fd 3 read-only: lib/memro.c); the
+	# pool's directories (0700) keep every other path out
+	[ "$(stat -c '%u %a %h' "$(W)/$key/mem")" = "0 644 1" ]
 	[ "$(stat -c %a "$(W)")" = 700 ] && [ "$(stat -c %a "$(W)/$key")" = 700 ] || false
 	[ -s "$(W)/$key/state" ]
 	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
@@ -184,6 +185,66 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ "$alloc" -lt $((size / 4)) ]
 	# and it is the guest's RAM, not an empty file: the kernel is in it
 	[ "$alloc" -gt $((4 * 1024 * 1024)) ]
+}
+
+@test "warm: a jailed clone's QEMU holds its RAM file read-only and its uid cannot open it for writing; without isopod-memro.so no clone starts" {
+	local meta q uid gid key mem fd fl fds=() err
+	boot_vm --mem-mib 440
+	[ "$status" -eq 0 ]
+	json_is '(.path == "warm" or .path == "snapshot-build") and .jail.enabled == true and .warnings == []'
+	meta=$ISOPOD_HOME/vms/$vm/meta.json key=$(jq -r .warm_key <<<"$output")
+	q=$(jq -r .qemu_pid "$meta") uid=$(jq -r .jail.uid "$meta") gid=$(jq -r .jail.gid "$meta")
+	mem=$(W)/$key/mem
+	[ "$(stat -c '%u %a %h' "$mem")" = "0 644 1" ]
+	# QEMU's descriptors of the snapshot's memory file: fd 3 (the
+	# supervisor's) and its own reopen of /proc/self/fd/3
+	for fd in /proc/"$q"/fd/*; do
+		[ "$(stat -L -c %d:%i "$fd" 2>/dev/null)" = "$(stat -c %d:%i "$mem")" ] && fds+=("${fd##*/}")
+	done
+	echo "qemu $q (uid $uid): mem fds ${fds[*]}" >&2
+	[ "${#fds[@]}" -ge 2 ]
+	for fd in "${fds[@]}"; do
+		# O_ACCMODE of its flags (octal) is O_RDONLY
+		fl=$(awk '$1 == "flags:" { print $2 }' "/proc/$q/fdinfo/$fd")
+		echo "fd $fd: flags $fl" >&2
+		[ -n "$fl" ]
+		[ $((8#$fl & 3)) -eq 0 ]
+		# as QEMU's uid, through QEMU's own descriptor: EACCES
+		err=$(setpriv --reuid="$uid" --regid="$gid" --clear-groups sh -c \
+			"exec 9<>/proc/$q/fd/$fd && echo OPENED" 2>&1 || :)
+		echo "fd $fd: $err" >&2
+		[[ "$err" == *"Permission denied"* && "$err" != *OPENED* ]]
+	done
+	stop_vm "$vm"
+	# The supervisor beside no isopod-memro.so: the clone does not start
+	# (jailed, its QEMU could not open the file anyway; unjailed it would
+	# write it as root), the run boots cold and says why.
+	cp "$ISOPOD_SRC/bin/isopod-supervise" "$BATS_TEST_TMPDIR/"
+	ISOPOD_SUPERVISE=$BATS_TEST_TMPDIR/isopod-supervise boot_vm --mem-mib 440
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and any(.warnings[]; test("failed to resume: .*isopod-memro.so"))'
+	stop_vm "$vm"
+}
+
+@test "warm: a memory file another uid could write (0606, as published before isopod-memro.so) is retired, not resumed" {
+	local key d ct
+	boot_vm --mem-mib 444
+	[ "$status" -eq 0 ]
+	key=$(jq -r .warm_key <<<"$output")
+	d=$(W)/$key
+	stop_vm "$vm"
+	# the mode as it was, the record's ctime made to match (the ctime
+	# check alone would retire a chmod'ed file)
+	chmod 0606 "$d/mem"
+	ct=$(stat -c %.9Z "$d/mem")
+	jq --argjson s "${ct%.*}" --argjson n "$((10#${ct#*.}))" '.mem.ctime_s = $s | .mem.ctime_ns = $n' \
+		"$d/meta.json" >"$d/meta.json.new"
+	mv "$d/meta.json.new" "$d/meta.json"
+	boot_vm --mem-mib 444
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and any(.warnings[]; test("refused: .*mode 0606"))'
+	stop_vm "$vm"
+	[ ! -e "$(W)/$key" ]
 }
 
 @test "warm: isopod-boot reports resume_ms, warm_key and warnings; the resumed QEMU is jailed; --cold and ISOPOD_WARM=0 boot cold" {
