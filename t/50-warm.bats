@@ -58,6 +58,24 @@ boot_vm() {
 
 stop_vm() { isopod-stop --force --vm "$1" > /dev/null; }
 
+# ro_fds PID FILE: PID's descriptors of FILE's inode in fds; fails unless
+# there are two or more (a clone's QEMU: fd 3, the supervisor's, and its
+# own reopen of /proc/self/fd/3) and each is read-only (O_ACCMODE of the
+# octal flags in /proc/PID/fdinfo, which are logged).
+ro_fds() {
+	local fd fl
+	fds=()
+	for fd in /proc/"$1"/fd/*; do
+		[ "$(stat -L -c %d:%i "$fd" 2>/dev/null)" = "$(stat -c %d:%i "$2")" ] && fds+=("${fd##*/}")
+	done
+	for fd in "${fds[@]}"; do
+		fl=$(awk '$1 == "flags:" { print $2 }' "/proc/$1/fdinfo/$fd")
+		echo "pid $1 fd $fd: flags $fl" >&2
+		[ -n "$fl" ] && [ $((8#$fl & 3)) -eq 0 ] || return 1
+	done
+	[ "${#fds[@]}" -ge 2 ]
+}
+
 # jout [JQ-OPTIONS...] FILTER: json_is with jq options (--arg ...).
 jout() {
 	if ! jq -e "$@" >/dev/null <<<"$output"; then
@@ -188,7 +206,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 }
 
 @test "warm: a jailed clone's QEMU holds its RAM file read-only and its uid cannot open it for writing; without isopod-memro.so no clone starts" {
-	local meta q uid gid key mem fd fl fds=() err
+	local meta q uid gid key mem fd fds err
 	boot_vm --mem-mib 440
 	[ "$status" -eq 0 ]
 	json_is '(.path == "warm" or .path == "snapshot-build") and .jail.enabled == true and .warnings == []'
@@ -196,25 +214,25 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	q=$(jq -r .qemu_pid "$meta") uid=$(jq -r .jail.uid "$meta") gid=$(jq -r .jail.gid "$meta")
 	mem=$(W)/$key/mem
 	[ "$(stat -c '%u %a %h' "$mem")" = "0 644 1" ]
-	# QEMU's descriptors of the snapshot's memory file: fd 3 (the
-	# supervisor's) and its own reopen of /proc/self/fd/3
-	for fd in /proc/"$q"/fd/*; do
-		[ "$(stat -L -c %d:%i "$fd" 2>/dev/null)" = "$(stat -c %d:%i "$mem")" ] && fds+=("${fd##*/}")
-	done
-	echo "qemu $q (uid $uid): mem fds ${fds[*]}" >&2
-	[ "${#fds[@]}" -ge 2 ]
+	ro_fds "$q" "$mem"
 	for fd in "${fds[@]}"; do
-		# O_ACCMODE of its flags (octal) is O_RDONLY
-		fl=$(awk '$1 == "flags:" { print $2 }' "/proc/$q/fdinfo/$fd")
-		echo "fd $fd: flags $fl" >&2
-		[ -n "$fl" ]
-		[ $((8#$fl & 3)) -eq 0 ]
-		# as QEMU's uid, through QEMU's own descriptor: EACCES
+		# as QEMU's uid, through QEMU's own descriptor: reading is
+		# allowed (so the path itself is open to that uid), writing EACCES
+		err=$(setpriv --reuid="$uid" --regid="$gid" --clear-groups sh -c \
+			"exec 9</proc/$q/fd/$fd && echo OPENED" 2>&1 || :)
+		[ "$err" = OPENED ]
 		err=$(setpriv --reuid="$uid" --regid="$gid" --clear-groups sh -c \
 			"exec 9<>/proc/$q/fd/$fd && echo OPENED" 2>&1 || :)
 		echo "fd $fd: $err" >&2
 		[[ "$err" == *"Permission denied"* && "$err" != *OPENED* ]]
 	done
+	stop_vm "$vm"
+	# Unjailed (root's QEMU, which the mode would not stop): the same
+	# read-only descriptors
+	ISOPOD_JAIL=0 boot_vm --mem-mib 440
+	[ "$status" -eq 0 ]
+	json_is '.path == "warm" and .jail.enabled == false'
+	ro_fds "$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$vm/meta.json")" "$mem"
 	stop_vm "$vm"
 	# The supervisor beside no isopod-memro.so: the clone does not start
 	# (jailed, its QEMU could not open the file anyway; unjailed it would
