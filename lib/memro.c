@@ -14,11 +14,12 @@
  * fallocate (a discard: no device of ours asks one) would fail EBADF.
  *
  * Without this library the jailed open fails (EACCES: the mode, not this
- * code, is the boundary), the resume fails and the run boots cold.  The
- * four names are the ones QEMU 7.2 and glib call: open64, __open64_2
- * (fortified, flags not a constant), openat64, and glibc's open/openat
- * (the same functions on x86_64, separate symbols); their fortified
- * forms too.  Each makes the syscall itself: no dlsym, no recursion. */
+ * code, is the boundary), the resume fails and the run boots cold.
+ * QEMU 7.2 (Debian's build) imports open64, __open64_2 (the fortified
+ * open of flags that are not a constant: file_ram_open's) and openat64;
+ * open and openat (glib's; on x86_64 the same functions under other
+ * names) and the other fortified forms are here too.  Each makes the
+ * syscall itself: no dlsym, no recursion. */
 #undef _FORTIFY_SOURCE
 #include "qemu.h"
 

@@ -196,11 +196,11 @@ pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd)
 {
 	struct proc_spec ps = PROC_SPEC(av);
 	char env[PATH_MAX + 16], *envv[] = { env, NULL };
-	int clone = qemu_clone_env(av, env, sizeof env);
+	int is_clone = qemu_clone_env(av, env, sizeof env);
 
-	if (clone < 0)
+	if (is_clone < 0)
 		return -1;
-	if (clone)
+	if (is_clone)
 		ps.env = envv;
 	ps.out = ps.err = outfd;
 	ps.keep[0] = keepfd;
