@@ -15,9 +15,11 @@
 #include "adverse.h"
 #include "attcheck.h"
 #include "image.h"
+#include "jail.h"
 #include "net.h"
 #include "proc.h"
 #include "qemu.h"
+#include "qjail.h"
 #include "ranges.h"
 #include "util.h"
 #include "vm.h"
@@ -173,6 +175,25 @@ static json_t *net_facts(struct diag *d, const char *defnet)
 	}
 	return json_pack("{s:s, s:i, s:i, s:o, s:s}", "default_mode", defnet, "filtered_slots", nfilt,
 			 "open_slots", nopen, "allow_ranges", ranges, "config", conf);
+}
+
+/* cgroup:{hierarchy, limits, paths, ok, warnings}: where a run's jail
+ * would put its limits, tried for real by the jail's own code (lib/jail.c
+ * jail_cg_check: an empty isopod-doctor-<pid> made with a qemu-img
+ * jail's limits, then removed).  What could not be done is a warning, as
+ * in a run's result (the run goes on without that limit), not missing. */
+static json_t *cgroup_facts(struct diag *d)
+{
+	char name[32];
+	json_t *o, *w;
+	size_t i;
+
+	snprintf(name, sizeof name, "doctor-%ld", (long)getpid());
+	if (!(o = jail_cg_check(name, (long long)QJAIL_IMG_MEM_MIB << 20, QJAIL_PIDS_BASE)))
+		die(EX_SYS, "out of memory");
+	json_array_foreach(json_object_get(o, "warnings"), i, w)
+		json_array_append(d->warnings, w);
+	return o;
 }
 
 /* One `isopod run -- true` through the front end: its result (or
@@ -469,7 +490,7 @@ static int doctor(const struct cli *c)
 	struct diag d = { .missing = json_array(), .warnings = json_array() };
 	const char *defnet = c->defnet, *shell = c->shell;
 	char libexec[PATH_MAX], err[1024];
-	json_t *kvm, *qemu, *net, *have, *run = NULL, *o, *att;
+	json_t *kvm, *qemu, *net, *have, *run = NULL, *o, *att, *cg;
 	int usable, run_ok;
 	size_t i;
 
@@ -501,6 +522,7 @@ static int doctor(const struct cli *c)
 	if (proc_path_find("flock", err, sizeof err) < 0)
 		miss(&d, "flock");
 	net = net_facts(&d, defnet);
+	cg = cgroup_facts(&d);
 
 	if (!c->quick && json_array_size(d.missing) == 0) {
 		run = real_run(c->front, defnet, &run_ok);
@@ -512,14 +534,14 @@ static int doctor(const struct cli *c)
 	}
 
 	o = json_pack("{s:b, s:s, s:s, s:s?, s:b, s:o, s:o, s:{s:b, s:s?}, s:{s:b, s:s, s:s?},"
-		      " s:{s:s?, s:b}, s:s, s:s, s:o, s:o, s:O, s:O}",
+		      " s:{s:s?, s:b}, s:s, s:s, s:o, s:o, s:o, s:O, s:O}",
 		      "ok", json_array_size(d.missing) == 0, "version", ISOPOD_VERSION, "accel",
 		      d.accel, "accel_reason", d.reason[0] ? d.reason : NULL, "accel_probed", d.probed,
 		      "kvm", kvm, "qemu", qemu, "kernel", "present", d.kpresent, "sha256",
 		      d.im.ksha[0] ? d.im.ksha : NULL, "base", "present", d.bpresent, "flavor", "base",
 		      "sha256", d.im.bsha[0] ? d.im.bsha : NULL, "shell", "path", shell, "pipefail",
 		      shell != NULL, "home", store_home(), "libexec", libexec, "tools", have, "net",
-		      net, "warnings", d.warnings, "missing", d.missing);
+		      net, "cgroup", cg, "warnings", d.warnings, "missing", d.missing);
 	if (!o)
 		die(EX_SYS, "unable to build the report");
 	if (run)

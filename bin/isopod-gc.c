@@ -609,6 +609,46 @@ static void stale_probes(struct gc *c)
 	closedir(d);
 }
 
+/* What a warm template's builder killed mid-build left in its VM's
+ * directory (lib/warm.h): its sockets' directory, and the VM's disk still
+ * lent at 0644.  Each record not running, under its lock (the builder's
+ * boot holds it throughout, and none starts meanwhile), taken only when
+ * there is something to undo: a claimed VM's boot (gc --auto runs beside
+ * every run's) would fail "already running" while gc held it. */
+static void tpl_leftovers(struct gc *c, const struct rec *recs, size_t nrec)
+{
+	char dir[PATH_MAX], p[PATH_MAX], t[PATH_MAX], shown[PATH_MAX];
+	struct stat st;
+	size_t i;
+	int lk, r;
+
+	for (i = 0; i < nrec; i++) {
+		pathf(dir, sizeof dir, "%s/vms/%s", store_home(), recs[i].id);
+		pathf(t, sizeof t, "%s/" WARM_TPL_DIR, dir);
+		pathf(p, sizeof p, "%s/lock", dir);
+		if (recs[i].running || ((lstat(t, &st) < 0 || !S_ISDIR(st.st_mode)) &&
+					warm_tpl_unlend(dir, 1) <= 0))
+			continue;
+		/* a record removed by this gc is gone: ENOENT */
+		if ((lk = lock_open(p, LOCK_EX | LOCK_NB)) < 0)
+			continue;
+		if (lstat(t, &st) == 0 && S_ISDIR(st.st_mode)) {
+			gcstore_remove_tree(&c->gs, t);
+			json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "tpl", "path",
+								as_given(c, shown, sizeof shown, t),
+								"removed", !c->gs.dry_run));
+		}
+		pathf(p, sizeof p, "%s/disk.qcow2", dir);
+		if ((r = warm_tpl_unlend(dir, c->gs.dry_run)) < 0)
+			warn("unable to put the mode of %s back to 0600:", p);
+		if (r)
+			json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "lent", "path",
+								as_given(c, shown, sizeof shown, p),
+								"removed", r > 0 && !c->gs.dry_run));
+		close(lk);
+	}
+}
+
 /* The warm pool (lib/warm.h): snapshots that can never be resumed again
  * (orphans), staging and retired directories whose writer is gone, lock
  * files of keys that have no snapshot.  Everything is done holding the
@@ -895,6 +935,7 @@ int main(int argc, char **argv)
 	test_pause("gc-records");
 
 	stale_probes(&c);
+	tpl_leftovers(&c, recs, nrec);
 	warm_sweep(&c, warm_removed);
 	if (warm_evict(&c.gs, c.budget, recs, nrec, warm_removed, evicted, &warm_total) < 0 ||
 	    prune_kernels(&c.gs, recs, nrec, warm_removed, kernels_removed) < 0)

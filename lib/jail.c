@@ -327,7 +327,8 @@ static int cg_make(struct jail *j, const char *mnt, const char *self, const char
 	 * is empty and goes; one still holding processes is not ours to share
 	 * (its limits and its members would be). */
 	if (mkdir(dir, 0755) < 0 && (errno != EEXIST || rmdir(dir) < 0 || mkdir(dir, 0755) < 0))
-		return reason_fail(why, wsz, "mkdir %s (a cgroup of that name still in use?):", dir);
+		return reason_fail(why, wsz, errno == EBUSY || errno == EEXIST
+				   ? "mkdir %s (a cgroup of that name still in use?):" : "mkdir %s:", dir);
 	for (i = 0; i < nfile; i++)
 		if (vals[i] > 0 && put(dir, files[i], vals[i]) < 0) {
 			reason_fail(why, wsz, "%s/%s:", dir, files[i]);
@@ -397,13 +398,14 @@ int jail_cg_remove(const char *dir, int dry)
  * could not be into warnings. */
 static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, json_t *warnings)
 {
-	char mnt[PATH_MAX], self[PATH_MAX], base[PATH_MAX * 2], why[512];
+	char mnt[PATH_MAX], self[PATH_MAX], base[PATH_MAX * 2], why[512], v2why[600] = "";
 	int want_mem = js->mem_bytes > 0, want_pids = js->pids > 0;
 
 	if (!want_mem && !want_pids)
 		return;
 	/* v2 when the controllers are available to a child of ours (enabled in
-	 * our subtree_control, or enabled there by us now). */
+	 * our subtree_control, or enabled there by us now).  Why not, in v2:
+	 * said with v1's own failure, so that a host with neither names both. */
 	if (cg_mount("cgroup2", NULL, mnt, sizeof mnt) == 0 && cg_self(NULL, self, sizeof self) == 0 &&
 	    pathn(base, sizeof base, "%s%s/cgroup.subtree_control", mnt, self) == 0) {
 		int ok = (!want_mem || has_word(base, "memory")) && (!want_pids || has_word(base, "pids"));
@@ -416,6 +418,8 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 			ok = fd >= 0 && write_all(fd, sub, strlen(sub)) == 0;
 			if (fd >= 0 && close(fd) < 0)
 				ok = 0;
+			if (!ok)
+				reason_fail(v2why, sizeof v2why, "; v2: writing \"%s\" to %s:", sub, base);
 		}
 		if (ok) {
 			static const char *const f2[] = { "memory.max", "pids.max" };
@@ -432,6 +436,7 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 					json_object_set_new(cg, "pids", json_integer(js->pids));
 				return;
 			}
+			snprintf(v2why, sizeof v2why, "; v2: %.500s", why);
 		}
 	}
 	/* v1: the memory and pids controllers, each in its own hierarchy. */
@@ -441,8 +446,8 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 
 		if (cg_mount("cgroup", "memory", mnt, sizeof mnt) < 0 ||
 		    cg_self("memory", self, sizeof self) < 0) {
-			json_array_append_new(warnings, json_string("jail: no memory limit: no cgroup "
-								    "memory controller"));
+			json_array_append_new(warnings, json_sprintf("jail: no memory limit: no cgroup "
+								     "memory controller%s", v2why));
 		} else if (cg_make(j, mnt, self, js->name, f, &js->mem_bytes, 1, why, sizeof why) < 0) {
 			json_array_append_new(warnings, json_sprintf("jail: no memory limit: %s", why));
 		} else {
@@ -457,13 +462,46 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 
 		if (cg_mount("cgroup", "pids", mnt, sizeof mnt) < 0 ||
 		    cg_self("pids", self, sizeof self) < 0) {
-			json_array_append_new(warnings, json_string("jail: no pids limit: no cgroup pids "
-								    "controller"));
+			json_array_append_new(warnings, json_sprintf("jail: no pids limit: no cgroup pids "
+								     "controller%s", v2why));
 		} else if (cg_make(j, mnt, self, js->name, f, &js->pids, 1, why, sizeof why) < 0) {
 			json_array_append_new(warnings, json_sprintf("jail: no pids limit: %s", why));
 		} else
 			json_object_set_new(cg, "pids", json_integer(js->pids));
 	}
+}
+
+json_t *jail_cg_check(const char *name, long long mem_bytes, long long pids)
+{
+	struct jail_spec js = { .name = name, .mem_bytes = mem_bytes, .pids = pids };
+	struct jail j = { .pid = -1 };
+	json_t *cg = json_object(), *warnings = json_array(), *paths = json_array(), *limits = json_array();
+	const char *h;
+	char why[PATH_MAX + 128];
+	int i;
+
+	if (!cg || !warnings || !paths || !limits || !name_ok(name)) {
+		json_decref(cg);
+		json_decref(warnings);
+		json_decref(paths);
+		json_decref(limits);
+		return NULL;
+	}
+	cg_setup(&js, &j, cg, warnings);
+	for (i = 0; i < j.ncg; i++)
+		json_array_append_new(paths, json_string(j.cg[i]));
+	if (json_object_get(cg, "memory_bytes"))
+		json_array_append_new(limits, json_string("memory"));
+	if (json_object_get(cg, "pids"))
+		json_array_append_new(limits, json_string("pids"));
+	h = !j.ncg ? "none" : json_integer_value(json_object_get(cg, "version")) == 2 ? "v2" : "v1";
+	/* the test cgroup goes again: a child we cannot remove is as bad as
+	 * one we cannot make (every run would leave its own behind) */
+	if (jail_release(&j, why, sizeof why) < 0)
+		json_array_append_new(warnings, json_sprintf("jail: %s", why));
+	json_decref(cg);
+	return json_pack("{s:s, s:o, s:o, s:b, s:o}", "hierarchy", h, "limits", limits, "paths",
+			 paths, "ok", json_array_size(warnings) == 0, "warnings", warnings);
 }
 
 /* ---- the parent --------------------------------------------------------- */

@@ -88,6 +88,17 @@ int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat 
  * whether it would go.  0, or -1 with errno (EBUSY: a member). */
 int jail_cg_remove(const char *dir, int dry);
 
+/* isopod-doctor's cgroup check: jail_spawn's own cgroup step (the
+ * hierarchy it picks: v2, else the v1 memory and pids controllers) done
+ * for real for a jail named name (JAIL_CG_PREFIX name, empty, with the
+ * limits mem_bytes and pids written), then removed.
+ * {hierarchy:"v2"|"v1"|"none", limits:["memory"?,"pids"?] (applied),
+ * paths:[the cgroups made], ok, warnings:[the run's own words for each
+ * limit not applied, naming the path and errno; a cgroup not removed]};
+ * ok when every limit applied and every cgroup went.  NULL: out of memory,
+ * or a bad name. */
+json_t *jail_cg_check(const char *name, long long mem_bytes, long long pids);
+
 /* 1 when path is vm_dir or a rw path, or lies below one: already in the
  * jail, read-write (jail_spawn refuses to bind such a path again). */
 int jail_covers(const struct jail_spec *js, const char *path);

@@ -77,4 +77,17 @@ int warm_stale_name(const char *name, char key[65], long long *pid);
 #define WARM_TPL_NAME_SZ 40
 void warm_tpl_name(const char *key, char out[WARM_TPL_NAME_SZ]);
 
+/* What a template's builder (lib/warmtpl.c, inside its VM's isopod-boot)
+ * killed mid-build leaves in that VM's directory, which its tpl_end would
+ * have undone: the template's sockets' directory WARM_TPL_DIR, and the
+ * VM's disk lent to the template's jail at WARM_TPL_LEND_MODE.  For
+ * isopod-gc, holding the VM's lock: a builder's boot holds it from before
+ * the lend until after tpl_end, so no builder of that VM lives or starts.
+ * warm_tpl_unlend: vdir/disk.qcow2 (a regular file, not followed) back to
+ * 0600 when it has the lend's mode (unless dry); 1 when it had, 0 when not
+ * (or there is no disk), -1 with errno. */
+#define WARM_TPL_DIR "tpl"
+#define WARM_TPL_LEND_MODE 0644
+int warm_tpl_unlend(const char *vdir, int dry);
+
 #endif

@@ -260,7 +260,7 @@ static int tpl_lend(struct tpl *tp, const char *vdisk, char *msg, size_t msz)
 	int fd = open(vdisk, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd < 0 || fstat(fd, &st) < 0 || (!S_ISREG(st.st_mode) && (errno = EINVAL)) ||
-	    fchmod(fd, 0644) < 0) {
+	    fchmod(fd, WARM_TPL_LEND_MODE) < 0) {
 		snprintf(msg, msz, "unable to lend %.512s to the template: %s", vdisk,
 			 strerror(errno));
 		if (fd >= 0)
@@ -272,6 +272,23 @@ static int tpl_lend(struct tpl *tp, const char *vdisk, char *msg, size_t msz)
 	return 0;
 }
 
+int warm_tpl_unlend(const char *vdir, int dry)
+{
+	char p[PATH_MAX];
+	struct stat st;
+	int fd, r = 0;
+
+	if (pathn(p, sizeof p, "%s/disk.qcow2", vdir) < 0)
+		return -1;
+	/* by its descriptor: a link planted in its place is never followed */
+	if ((fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? 0 : -1;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) == WARM_TPL_LEND_MODE)
+		r = dry || fchmod(fd, 0600) == 0 ? 1 : -1;
+	close(fd);
+	return r;
+}
+
 /* Its sockets' directory: vms/<id>/tpl, beside the VM's own sockets (a
  * short path, unlike sd: sun_path), not the VM's, so an isopod-stop
  * meanwhile cannot reach the template.  Jailed, it is the jail's second
@@ -279,7 +296,7 @@ static int tpl_lend(struct tpl *tp, const char *vdisk, char *msg, size_t msz)
  * 01770).  0, or -1. */
 static int tpl_sockdir(struct tpl *tp, const char *vdir, char *msg, size_t msz)
 {
-	if (pathn(tp->sockdir, sizeof tp->sockdir, "%s/tpl", vdir) < 0 ||
+	if (pathn(tp->sockdir, sizeof tp->sockdir, "%s/" WARM_TPL_DIR, vdir) < 0 ||
 	    (tree_remove(tp->sockdir, NULL) < 0 && errno != ENOENT) || mkdir(tp->sockdir, 0700) < 0) {
 		snprintf(msg, msz, "unable to make %.512s/tpl: %s", vdir, strerror(errno));
 		tp->sockdir[0] = '\0';

@@ -454,7 +454,7 @@ doctor_json() {
 	json_is '.tools == ["claim", "boot", "exec", "stop", "gc", "broker"]'
 	json_is '.net.default_mode == "none" and (.net.filtered_slots | type == "number") and (.net.open_slots | type == "number")'
 	json_is '.warnings == [] and (has("run") | not)'
-	[ "$(jq -r 'keys_unsorted | join(",")' <<<"$output")" = ok,version,accel,accel_reason,accel_probed,kvm,qemu,kernel,base,shell,home,libexec,tools,net,warnings,missing ]
+	[ "$(jq -r 'keys_unsorted | join(",")' <<<"$output")" = ok,version,accel,accel_reason,accel_probed,kvm,qemu,kernel,base,shell,home,libexec,tools,net,cgroup,warnings,missing ]
 	# the version is the front end's
 	# and the protocol lib/frame.h's (the front end keeps no copy of either)
 	proto=$(sed -n 's/^#define ISOPOD_PROTO_NUM \([0-9]*\)$/\1/p' "$ISOPOD_SRC/lib/frame.h")
@@ -500,6 +500,53 @@ doctor_json() {
 	run_isopod -100 doctor --frob
 	run_isopod -0 doctor -h
 	[[ "$output" == "usage: isopod-doctor "* ]]
+}
+
+# cgroup_ro CMD...: CMD in a private mount namespace whose cgroup
+# hierarchies (every cgroup and cgroup2 mount) are read-only: a host where
+# none is writable, as the jail and the doctor both find it (mountinfo).
+cgroup_ro() {
+	unshare -m --propagation private sh -c '
+		for m in $(awk "\$9 ~ /^cgroup2?\$/ {print \$5}" /proc/self/mountinfo); do
+			mount -o remount,bind,ro "$m" || exit 99
+		done
+		exec "$@"' sh "$@"
+}
+
+# The doctor's cgroup check is the jail's own cgroup step (lib/jail.c
+# jail_cg_check, cg_setup), done for real: an empty isopod-doctor-<pid>
+# made where a run's jail would make its cgroups, then removed.  A
+# hierarchy it cannot write is the run's own warning, naming the path and
+# the error, and never what a run misses: runs proceed without the limit.
+@test "doctor --quick: the cgroup check makes and removes a child where the jail would; none writable (read-only, or unmounted) is a warning naming path and errno, not missing" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: a mount namespace, the host's cgroups"
+	[ -d /sys/fs/cgroup/pids ] || [ -e /sys/fs/cgroup/cgroup.controllers ] || skip "no cgroup hierarchy"
+	local st0
+	run --separate-stderr isopod-doctor --quick --net none
+	st0=$status
+	echo "$output" | jq -c .cgroup
+	json_is '.cgroup.ok == true and .cgroup.warnings == [] and (.cgroup.hierarchy == "v1" or .cgroup.hierarchy == "v2")'
+	json_is '.cgroup.limits == ["memory", "pids"] and (.cgroup.paths | length >= 1)'
+	json_is '[.cgroup.paths[] | test("/isopod-doctor-[0-9]+$")] | all'
+	json_is '[.warnings[] | select(startswith("jail:"))] == []'
+	# made and removed again
+	for p in $(jq -r '.cgroup.paths[]' <<<"$output"); do
+		[ -d "$(dirname "$p")" ] && [ ! -e "$p" ] || false
+	done
+	# every hierarchy read-only: the run's warning for each limit
+	run --separate-stderr cgroup_ro isopod-doctor --quick --net none
+	echo "$output" | jq -c .cgroup
+	# the same exit status: a warning, never what a run misses
+	[ "$status" -eq "$st0" ]
+	json_is '.cgroup.ok == false and .cgroup.hierarchy == "none" and .cgroup.limits == [] and .cgroup.paths == []'
+	json_is '(.cgroup.warnings | length == 2) and .cgroup.warnings == [.warnings[] | select(startswith("jail:"))]'
+	json_is '.cgroup.warnings[0] | test("^jail: no memory limit: mkdir /sys/fs/cgroup/.*/isopod-doctor-[0-9]+: Read-only file system$")'
+	json_is '.cgroup.warnings[1] | test("^jail: no pids limit: mkdir /sys/fs/cgroup/.*/isopod-doctor-[0-9]+: Read-only file system$")'
+	json_is '.missing | map(select(test("cgroup|jail"))) == []'
+	# no hierarchy mounted at all
+	run --separate-stderr unshare -m --propagation private sh -c 'umount -R /sys/fs/cgroup && exec "$@"' sh \
+		isopod-doctor --quick --net none
+	json_is '.cgroup == {hierarchy: "none", limits: [], paths: [], ok: false, warnings: ["jail: no memory limit: no cgroup memory controller", "jail: no pids limit: no cgroup pids controller"]}'
 }
 
 # ---- the run flow, through stand-in tools -----------------------------------------

@@ -874,6 +874,30 @@ EOF
 	[[ "$stderr" == *"missing: working-run"* ]]
 }
 
+# No cgroup hierarchy writable (every cgroup mount read-only in a private
+# mount namespace, where the doctor and its test run both live): the run
+# proceeds without its limits, its result says so, and the doctor reports
+# it as a warning (the same words), exit 0: nothing a run needs is missing.
+@test "doctor: no writable cgroup hierarchy: the test run works and its result warns; the doctor's cgroup check fails and warns, exit 0" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root: a mount namespace"
+	run --separate-stderr unshare -m --propagation private sh -c '
+		for m in $(awk "\$9 ~ /^cgroup2?\$/ {print \$5}" /proc/self/mountinfo); do
+			mount -o remount,bind,ro "$m" || exit 99
+		done
+		exec isopod doctor'
+	echo "$output" | jq -c '{cgroup, warnings, run: {ok: .run.ok, warnings: .run.warnings, cgroup: .run.jail.cgroup}}'
+	[ "$status" -eq 0 ]
+	json_is '.ok == true and .missing == [] and .run.ok == true and .run.exit_code == 0'
+	json_is '.cgroup.ok == false and .cgroup.hierarchy == "none" and .cgroup.paths == []'
+	json_is '.cgroup.warnings | length == 2 and (.[0] | test("^jail: no memory limit: mkdir /sys/fs/cgroup/.*/isopod-doctor-[0-9]+: Read-only file system$"))'
+	# the run's own warning, for its QEMU's cgroup (named by its VM id)
+	json_is '.run.jail.enabled == true and (.run.jail.cgroup | has("memory_bytes") or has("pids") | not)'
+	jq -e --arg id "$(jq -r .run.vm.id <<<"$output")" \
+		'[.run.warnings[] | select(test("^jail: no memory limit: mkdir /sys/fs/cgroup/.*/isopod-" + $id + ": Read-only file system$"))] | length == 1' <<<"$output"
+	# the doctor names it in its own warnings too
+	json_is '[.warnings[] | select(startswith("jail: no "))] == .cgroup.warnings'
+}
+
 # The KVM probe boots the real kernel under KVM: its QEMU runs in QEMU's
 # jail as a VM's does (lib/accel.c probe_spawn: qjail_plan with /dev/kvm,
 # qjail_give, jail_spawn; jail_release and qjail_reclaim after).  The

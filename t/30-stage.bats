@@ -408,6 +408,59 @@ fork_on() {
 		 [{path: ($r + "/isopod-broker-" + $a), vm: $a, removed: true}, {path: ($r + "/isopod-" + $a), vm: $a, removed: true}]' <<<"$output"
 }
 
+# A VM's cgroups whose id has no record in this store (another store's, or
+# a record gone) go when empty, ours and older than the grace period
+# (lib/gcjail.c unknown_stale; ISOPOD_TEST_CG_GRACE_S=2 here, 600 s by
+# default, which keeps the young ones of the test above): ctime says
+# age, so a cgroup made 3 s ago goes and one made now stays, as do one
+# with a member, another uid's and one whose name is no VM id.  Only
+# cgroups this test makes, in the pids hierarchy.
+@test "gc: an empty cgroup of a VM id with no record goes once older than the grace; a young one, a populated one, another uid's and a non-VM name stay" {
+	local h="$BATS_TEST_TMPDIR/ju" root=/sys/fs/cgroup/pids old young busy other notvm sleeper all dry wet dflt left
+	[ -d "$root" ] || skip "no v1 pids hierarchy at $root"
+	mkdir -p "$h/vms"
+	# vm-002caf4677NN
+	old=vm-$(printf '%012x' 191919191901)
+	young=vm-$(printf '%012x' 191919191902)
+	busy=vm-$(printf '%012x' 191919191903)
+	other=vm-$(printf '%012x' 191919191904)
+	notvm=isopod-vmx-$$
+	all="$root/isopod-$old $root/isopod-broker-$old $root/isopod-$busy $root/isopod-$other $root/$notvm"
+	# shellcheck disable=SC2086
+	mkdir $all
+	# shellcheck disable=SC2086
+	stat $all >/dev/null
+	chown 4242 "$root/isopod-$other"
+	sleep 300 &
+	sleeper=$!
+	echo "$sleeper" >"$root/isopod-$busy/cgroup.procs"
+	sleep 3
+	mkdir "$root/isopod-$young"
+	# every step first, the cgroups removed, then the checks (a failed
+	# check leaves nothing behind)
+	dry=$(ISOPOD_TEST_CG_GRACE_S=2 ISOPOD_HOME=$h isopod-gc --dry-run)
+	wet=$(ISOPOD_TEST_CG_GRACE_S=2 ISOPOD_HOME=$h isopod-gc)
+	kill "$sleeper"
+	wait "$sleeper" || :
+	# shellcheck disable=SC2086
+	left=$(ls -d $all "$root/isopod-$young" 2>/dev/null | sort | tr '\n' ' ')
+	# the default grace: none of the rest goes, though now empty and old enough for 2 s
+	dflt=$(ISOPOD_HOME=$h isopod-gc)
+	# shellcheck disable=SC2086
+	rmdir $all "$root/isopod-$young" 2>/dev/null || :
+	echo "dry: $dry"
+	echo "wet: $wet"
+	echo "left: $left"
+	jq -e --arg r "$root" --arg o "$old" \
+		'[.cgroups[] | select(.vm | startswith("vm-002caf4677")) | {path, vm, removed}] | sort_by(.path) ==
+		 [{path: ($r + "/isopod-broker-" + $o), vm: $o, removed: false}, {path: ($r + "/isopod-" + $o), vm: $o, removed: false}]' <<<"$dry"
+	jq -e --arg r "$root" --arg o "$old" \
+		'[.cgroups[] | select(.vm | startswith("vm-002caf4677")) | {path, vm, removed}] | sort_by(.path) ==
+		 [{path: ($r + "/isopod-broker-" + $o), vm: $o, removed: true}, {path: ($r + "/isopod-" + $o), vm: $o, removed: true}]' <<<"$wet"
+	[ "$left" = "$(printf '%s\n' "$root/isopod-$busy" "$root/isopod-$other" "$root/$notvm" "$root/isopod-$young" | sort | tr '\n' ' ')" ]
+	jq -e '[.cgroups[] | select(.vm | startswith("vm-002caf4677"))] == []' <<<"$dflt"
+}
+
 # A fork's disk is written by qemu-img under a staging name: a fork killed
 # meanwhile leaves no disk.qcow2 (a second fork of the VM works) but a
 # staging file, the jail's group's to write, which gc removes.

@@ -423,12 +423,35 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		echo "$point: $cgs" >&2
 		if [ "$point" = warm-template ]; then [ -n "$cgs" ]; else [ -z "$cgs" ]; fi
 		# published or not, the VM's disk lent to the template is 0600 again
-		# once the template is built
-		[ "$point" = warm-template ] || [ "$(stat -c %a "$ISOPOD_HOME/vms/$vm/disk.qcow2")" = 600 ]
+		# once the template is built; killed while it ran, the disk is
+		# still lent (0644) and the template's sockets' directory is left
+		vdir=$ISOPOD_HOME/vms/$vm
+		if [ "$point" = warm-template ]; then
+			[ "$(stat -c %a "$vdir/disk.qcow2")" = 644 ] && [ -d "$vdir/tpl" ] || false
+		else
+			[ "$(stat -c %a "$vdir/disk.qcow2")" = 600 ] && [ ! -e "$vdir/tpl" ] || false
+		fi
+		# a dry run says so and changes nothing
+		run --separate-stderr isopod-gc --dry-run
+		[ "$status" -eq 0 ]
+		if [ "$point" = warm-template ]; then
+			jout --arg t "$vdir/tpl" --arg d "$vdir/disk.qcow2" \
+				'[.leaked[] | select(.kind == "tpl" or .kind == "lent")] == [{kind: "tpl", path: $t, removed: false}, {kind: "lent", path: $d, removed: false}]'
+			[ "$(stat -c %a "$vdir/disk.qcow2")" = 644 ] && [ -d "$vdir/tpl" ] || false
+		fi
+		# gc, the VM's lock free (its boot, the builder, is gone): the
+		# disk back to 0600, the directory removed, each reported
 		run --separate-stderr isopod-gc
 		[ "$status" -eq 0 ]
 		jout --arg p "$staging" '[.leaked[] | select(.kind == "warm" and .path == $p and .removed)] | length == 1'
 		[ ! -e "$staging" ]
+		[ "$(stat -c %a "$vdir/disk.qcow2")" = 600 ] && [ ! -e "$vdir/tpl" ] || false
+		if [ "$point" = warm-template ]; then
+			jout --arg t "$vdir/tpl" --arg d "$vdir/disk.qcow2" \
+				'[.leaked[] | select(.kind == "tpl" or .kind == "lent")] == [{kind: "tpl", path: $t, removed: true}, {kind: "lent", path: $d, removed: true}]'
+		else
+			jout '[.leaked[] | select(.kind == "tpl" or .kind == "lent")] == []'
+		fi
 		[ -z "$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-$k")" ]
 		[ "$point" != warm-template ] || jout --arg t "tpl-$k" '[.cgroups[] | select(.template == $t and .removed)] | length >= 1'
 	done
