@@ -218,7 +218,7 @@ sign_refuses() {
 		.predicateType == "urn:isopod:predicate:containment:v1"' "$BATS_TEST_TMPDIR/stmt.json"
 	# Every subject the issue lists, each {name, digest: {sha256}}.
 	for n in ruleset/nftables qemu kernel/vmlinux kernel/initramfs image/base image/debian \
-		bin/isopod bin/isopod-attest bin/isopod-boot bin/isopod-netsetup config/host config/user; do
+		bin/isopod bin/isopod-attest bin/isopod-boot bin/isopod-netsetup bin/isopod-memro.so config/host config/user; do
 		jq -e --arg n "$n" 'any(.subject[]; .name == $n and (.digest.sha256 | test("^[0-9a-f]{64}$")))' \
 			"$BATS_TEST_TMPDIR/stmt.json" || { echo "no subject $n"; return 1; }
 	done
