@@ -320,6 +320,22 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	[ "$status" -eq 100 ]
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-mcp" --slurm-dir /tmp </dev/null
 	[ "$status" -eq 100 ]
+	# a job directory root another user could write, or a link: 100 naming
+	# it, before any call (the server) or any submission (isopod-slurm run)
+	mkdir -p "$T/gw" "$T/real"
+	chmod 0777 "$T/gw"
+	ln -sfn "$T/real" "$T/lnk"
+	for d in gw lnk; do
+		run --separate-stderr "$ISOPOD_SRC/bin/isopod-mcp" --backend slurm --slurm-dir "$T/$d" </dev/null
+		echo "# $stderr" >&3
+		[ "$status" -eq 100 ] && [[ $stderr == *"--slurm-dir $T/$d: "* ]] || false
+		# in the lab (a mutant's sbatch then asks the lab's slurmctld, nothing else)
+		run --separate-stderr ip netns exec "$LAB_NAME-ctl" env SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" \
+			"$ISOPOD_SRC/bin/isopod-slurm" run --dir "$T/$d" -- true
+		[ "$status" -eq 100 ] && [[ $stderr == *"--dir $T/$d: "* ]] || false
+		[ -z "$output" ] && [ -z "$(ls -A "$T/$d/")" ] || false
+	done
+	[ -z "$(mcp_jobs)" ]
 }
 
 @test "its worker SIGKILLed mid-job: the runner settles the job interrupted and cancels its Slurm job (state.json's slurm_job)" {
