@@ -333,13 +333,14 @@ static int64_t limit_at(const struct sjob *j, int64_t deadline_ms, int64_t submi
 	return t;
 }
 
-/* A bound passed (just after a poll): why, and the queue's flag. */
+/* A bound passed (just after a poll): why, and the flag of the bound (the
+ * budget's: a timeout, as a local run's own deadline says it). */
 static void limit_why(const struct sjob *j, struct sjob_state *s, int64_t deadline_ms, int64_t now,
 		      int64_t submitted, int64_t started, char *why, size_t whysz)
 {
-	if (now >= deadline_ms)
+	if (now >= deadline_ms && (s->budget_timeout = 1))
 		snprintf(why, whysz, "Slurm job %s outlived its budget", j->id);
-	else if (started)
+	else if (started && (s->budget_timeout = 1))
 		snprintf(why, whysz, "Slurm job %s outlived its budget: %lld s since Slurm started it", j->id,
 			 (long long)(now - started) / 1000);
 	else if ((s->queue_timeout = 1))
@@ -358,7 +359,7 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 	int signalled = 0;
 
 	why[0] = 0;
-	s->queue_timeout = 0, s->queued_ms = 0;
+	s->queue_timeout = 0, s->budget_timeout = 0, s->queued_ms = 0;
 	if (sjob_submit(j, w, sizeof w) < 0) {
 		/* an sbatch killed past its deadline may have queued the job: its
 		 * id never came, its name (unique) cancels it */
@@ -453,6 +454,7 @@ json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *
 	int ran = s && !s->restarts && (!strcmp(s->state, "COMPLETED") || !strcmp(s->state, "FAILED"));
 	const char *kind = !s || s->restarts ? "infra"
 			   : s->queue_timeout ? "queue_timeout" /* never the job's own timeout: it never ran */
+			   : s->budget_timeout ? "timeout" /* cancelled for it: a local run past its deadline */
 			   : !strcmp(s->state, "CANCELLED") || !strcmp(s->state, "PREEMPTED") ? "interrupted"
 			   : !strcmp(s->state, "TIMEOUT") || !strcmp(s->state, "DEADLINE")    ? "timeout"
 											       : "infra";
@@ -468,7 +470,7 @@ json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *
 		else if (s->restarts)
 			res = json_failure(kind, "Slurm job %s was requeued and run again (Restarts=%d), then %s; its logs are beside this result",
 					   j->id, s->restarts, s->state);
-		else if (s->queue_timeout)
+		else if (s->queue_timeout || s->budget_timeout)
 			res = json_failure(kind, "%s: %s", why, s->state);
 		else
 			res = json_failure(kind, "Slurm job %s %s%s%s (reason %s, exit %d); its logs are beside this result",

@@ -304,6 +304,28 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	wait_until 15 eval '[ -z "$(ls -A "$T/mcpjobs")" ]' 
 }
 
+@test "mcp --backend slurm: a budget past while Slurm still queues the job (nodes drained): cancelled, timeout as a local run past its deadline (isopod-slurm run: 99), nothing left in squeue" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	local pid rc=0 t0=$SECONDS
+	touch "$T/drained"
+	cx ctl scontrol update NodeName=a,b State=DRAIN Reason=t97-budget
+	# isopod-slurm run as isopod-mcp runs it (its budget: timeout_s + 30 s
+	# from the submission), for its exit status; the server's call beside it
+	ip netns exec "$LAB_NAME-ctl" env SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" \
+		"$ISOPOD_SRC/bin/isopod-slurm" run --dir "$T/budjobs" --net none --timeout-s 1 -- \
+		"$ISOPOD_SRC/sh/isopod" run --json-only --net none --timeout-s 1 -- true >"$T/budget.json" 2>"$T/budget.err" &
+	pid=$!
+	mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"net":"none","timeout_s":1}}'
+	wait "$pid" || rc=$?
+	echo "# after $((SECONDS - t0)) s: isopod-slurm run exit $rc $(jq -c '{error_kind, error, slurm}' "$T/budget.json"); mcp: $(echo "$output" | jq -c '.result | {isError, kind: .structuredContent.error_kind}')" >&3
+	[ "$rc" -eq 99 ]
+	jq -e '.ok == false and .error_kind == "timeout" and (.error | test("outlived its budget")) and .slurm.state == "CANCELLED"' "$T/budget.json"
+	echo "$output" | jq -e '.result.isError == true and (.result.structuredContent | .ok == false and .error_kind == "timeout" and .slurm.state == "CANCELLED")'
+	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
+	cx ctl scontrol update NodeName=a,b State=RESUME
+	rm -f "$T/drained"
+}
+
 @test "mcp --backend slurm: keep, copy_in and vm_exec refused (-32602 naming slurm), nothing submitted; --backend other: 100" {
 	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
 	local n0

@@ -170,6 +170,29 @@ static void run_tests(struct sjob *j)
 	rc = sjob_run(j, sfd, mono_ms() + 10000, state, &s, why, sizeof why);
 	ok(rc == 0 && !s.queue_timeout && strstr(why, "outlived its budget") && mono_ms() - t0 >= 1500,
 	   "run: running past the queue timeout is no queue timeout; its budget cancels it: %s", why);
+	/* cancelled for its budget: a timeout, as a local run past its own
+	 * deadline (was interrupted, and isopod-slurm run's 111) */
+	r = sjob_result(NULL, j, &s, why);
+	ok(s.budget_timeout && !strcmp(str(r, "error_kind"), "timeout") && strstr(str(r, "error"), "outlived its budget") &&
+	   strstr(str(r, "error"), "CANCELLED"), "result: cancelled past its budget (from Slurm's start) is timeout: %s",
+	   str(r, "error"));
+	json_decref(r);
+	/* the caller's deadline (isopod-slurm run's, time in the queue
+	 * included) passing while it is PENDING: a timeout too */
+	fresh(state);
+	scontrol_by_time("[ $c = 0 ] && s=PENDING || s=CANCELLED\n"
+			 "echo \"JobId=42 JobState=$s Reason=Resources BatchHost=(null) RunTime=00:00:00 ExitCode=0:0\"");
+	j->run_ms = 0, j->queue_ms = 0;
+	rc = sjob_run(j, sfd, mono_ms() + 500, state, &s, why, sizeof why);
+	r = sjob_result(NULL, j, &s, why);
+	ok(rc == 0 && s.budget_timeout && !s.queue_timeout && !strcmp(str(r, "error_kind"), "timeout"),
+	   "result: the caller's deadline passing in the queue is timeout: %s", str(r, "error"));
+	json_decref(r);
+	/* a signal's cancel stays interrupted */
+	s = (struct sjob_state){ .state = "CANCELLED", .node = "a", .exit = 143, .final = 1 };
+	r = sjob_result(NULL, j, &s, "the worker got SIGTERM");
+	ok(!strcmp(str(r, "error_kind"), "interrupted"), "result: a cancel without the budget's flag is interrupted");
+	json_decref(r);
 
 	/* the budget cancels it, scancel fails and the job runs on: never
 	 * "stopped": an error naming the job and scancel's words */
