@@ -458,11 +458,11 @@ static int worker_state(struct runner *r, const char *d, pid_t front)
 __attribute__((noreturn)) static void worker_slurm(struct runner *r, const char *d, char **av, const json_t *job,
 						   int sfd, long long budget_s, int kill_result)
 {
-	char p[PATH_MAX], dir[PATH_MAX], why[512], feat[256], attenv[PATH_MAX + 32];
-	char *const envs[] = { attenv, NULL };
+	char p[PATH_MAX], dir[PATH_MAX], why[512], feat[256];
 	const char *stage = json_string_value(json_object_get(job, "stage"));
+	/* no ISOPOD_ATTESTATION: the attestation is the node's, and sbatch
+	 * carries none of our environment (lib/slurmjob.c) */
 	struct sjob j = { .dir = sp(r, dir, "running/%s", d), .argv = av, .name = d,
-			  .env = pathn(attenv, sizeof attenv, "ISOPOD_ATTESTATION=%s", r->att) == 0 ? envs : NULL,
 			  .net = json_string_value(json_object_get(job, "net")),
 			  .prefer = stage && sjob_feature(r->tools, stage, feat, sizeof feat) == 0 ? feat : NULL,
 			  .cpus = (int)json_integer_value(json_object_get(job, "vcpus")),

@@ -599,9 +599,6 @@ static int cmd_run(const struct run_opts *o, char **av)
 	sigprocmask(SIG_BLOCK, &m, NULL);
 	if ((sfd = signalfd(-1, &m, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
 		die(EX_SYS, "signalfd:");
-	/* our caller's descriptors mean nothing on a node (sbatch exports
-	 * the environment): the node's front end must not write to its fd 9 */
-	unsetenv("ISOPOD_VM_ID_FD"), unsetenv("ISOPOD_STATUS_FD"), unsetenv("ISOPOD_PROGRESS_FD");
 	mkdirs(o->dir, 0700);
 	/* the job's files are written there and its result read back: a
 	 * directory another user may write (or a link to one) lets them swap

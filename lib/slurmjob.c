@@ -76,8 +76,15 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 	snprintf(jn, sizeof jn, "--job-name=%s", j->name);
 	/* --no-requeue: Slurm's JobRequeue is 1 by default, and a requeued job
 	 * (node failure, preemption, scontrol requeue) would run again from
-	 * its start: a second VM, its egress, its commit */
-	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = "--no-requeue", pre[k++] = jn, pre[k++] = chdir_;
+	 * its start: a second VM, its egress, its commit.  --export=NONE:
+	 * sbatch's default (ALL) hands the submitter's whole environment to
+	 * the job, so an ISOPOD_JAIL=0 or a test hook (ISOPOD_TEST_*) in the
+	 * runner's would turn the node's jail off; none of it travels (Slurm's
+	 * SLURM_* aside), and the node gives the job its own: the user's login
+	 * environment there (Slurm loads it, as --get-user-env) and what
+	 * slurm.conf's TaskProlog exports (doc/slurm.md) */
+	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = "--no-requeue", pre[k++] = "--export=NONE";
+	pre[k++] = jn, pre[k++] = chdir_;
 	pre[k++] = out, pre[k++] = err;
 	if (j->net && (!strcmp(j->net, "filtered") || !strcmp(j->net, "open"))) {
 		snprintf(gres, sizeof gres, "--gres=isopod_%s:1", j->net);
@@ -113,7 +120,7 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 	 * it (a deprecated option, a cgroup notice) is no refusal; stderr is
 	 * kept apart, for the error's words */
 	efd = memfd_create("sbatch-stderr", MFD_CLOEXEC);
-	ps.env = j->env, ps.out = PROC_PIPE, ps.err = efd >= 0 ? efd : PROC_NULL, ps.setsid = 1;
+	ps.out = PROC_PIPE, ps.err = efd >= 0 ? efd : PROC_NULL, ps.setsid = 1;
 	st = proc_capture_within(&ps, buf, sizeof buf, &len, SJOB_CMD_MS);
 	e = errno;
 	free_words(av + k);

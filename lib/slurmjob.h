@@ -1,5 +1,6 @@
 /* slurmjob.h - one job handed to Slurm instead of run here
- * (isopod-runner --backend slurm, man isopod-runner.8 SLURM): `sbatch`
+ * (isopod-runner --backend slurm, man isopod-runner.8 SLURM): `sbatch
+ * --export=NONE` (nothing of the caller's environment reaches the job)
  * of a two-line script that execs the front end's argv as the local
  * backend would run it, its stdout and stderr written by the node into
  * the job's directory (a file system the nodes share), its state read
@@ -24,7 +25,6 @@
 struct sjob {
 	const char *dir;    /* the job's directory: slurm.sh, stdout, stderr.log */
 	char *const *argv;  /* the front end's argv */
-	char *const *env;   /* NULL or NAME=VALUEs set for sbatch (it exports them) */
 	const char *name;   /* the Slurm job's name (-J) */
 	const char *net;    /* the job's net mode: filtered and open ask one slot (GRES) */
 	const char *prefer; /* NULL, or a node feature the job prefers (--prefer) */

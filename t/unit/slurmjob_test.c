@@ -241,11 +241,11 @@ int main(void)
 	stand_in("sbatch", why);
 	ok(sjob_submit(&j, why, sizeof why) == 0 && !strcmp(j.id, "42"), "submit: the id of --parsable's ID;CLUSTER");
 	snprintf(want, sizeof want,
-		 "--parsable\n--no-requeue\n--job-name=j1\n--chdir=%s\n--output=%s/stdout\n--error=%s/stderr.log\n"
+		 "--parsable\n--no-requeue\n--export=NONE\n--job-name=j1\n--chdir=%s\n--output=%s/stdout\n--error=%s/stderr.log\n"
 		 "--gres=isopod_filtered:1\n--prefer=isopod_st_ab12\n--cpus-per-task=2\n--time=3\n%s/slurm.sh\n"
 		 "x/opt/isopod/isopod\nxrun\nx--json-only\nx--\nxsh\nx-c\nxecho \"$HOME\" 'a b'\n",
 		 p, p, p, p);
-	ok(!strcmp(slurp("args"), want), "submit: stdout/stderr in the job's directory, GRES, prefer, CPUs, time up to the minute, the argv as words");
+	ok(!strcmp(slurp("args"), want), "submit: --export=NONE (nothing of the submitter's environment), stdout/stderr in the job's directory, GRES, prefer, CPUs, time up to the minute, the argv as words");
 	ok(strstr(slurp("job/slurm.sh"), "exec \"$@\"") != NULL, "submit: the script execs its arguments");
 	/* sbatch as the real one: every word ":" removed from its argv (its
 	 * het-job separator, src/sbatch/opt.c), then the script run with the
