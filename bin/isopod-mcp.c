@@ -695,6 +695,21 @@ static int default_conc(long *avail_mib)
 	return n > MAX_CALLS ? MAX_CALLS : (int)n;
 }
 
+/* --slurm-dir, when it exists, as isopod-slurm run checks it (ours, not a
+ * link, written by no one else): a bad one is refused at the start, not
+ * at each call; one not made yet is isopod-slurm run's to make. */
+static void slurm_dir_check(const char *dir)
+{
+	char why[PATH_MAX + 256];
+	int fd;
+
+	if (!dir || ((fd = dir_own_open(dir, why, sizeof why)) < 0 && errno == ENOENT))
+		return;
+	if (fd < 0)
+		die(errno == EPERM || errno == ELOOP || errno == ENOTDIR ? EX_USAGE : EX_SYS, "--slurm-dir %s", why);
+	close(fd);
+}
+
 int main(int argc, char **argv)
 {
 	static struct server srv;
@@ -767,6 +782,7 @@ int main(int argc, char **argv)
 		die_usage(USAGE, "unexpected argument %s", EXC(argv[optind]));
 	if (s->slurm_dir && !s->slurm)
 		die(EX_USAGE, "--slurm-dir is --backend slurm's");
+	slurm_dir_check(s->slurm_dir);
 	/* Slurm queues what its nodes cannot take yet: each call here is one
 	 * isopod-slurm watching its job, not a VM */
 	if (s->slurm && !conc_set)

@@ -458,11 +458,11 @@ static int worker_state(struct runner *r, const char *d, pid_t front)
 __attribute__((noreturn)) static void worker_slurm(struct runner *r, const char *d, char **av, const json_t *job,
 						   int sfd, long long budget_s, int kill_result)
 {
-	char p[PATH_MAX], dir[PATH_MAX], why[512], feat[256], attenv[PATH_MAX + 32];
-	char *const envs[] = { attenv, NULL };
+	char p[PATH_MAX], dir[PATH_MAX], why[512], feat[256];
 	const char *stage = json_string_value(json_object_get(job, "stage"));
+	/* no ISOPOD_ATTESTATION: the attestation is the node's, and sbatch
+	 * carries none of our environment (lib/slurmjob.c) */
 	struct sjob j = { .dir = sp(r, dir, "running/%s", d), .argv = av, .name = d,
-			  .env = pathn(attenv, sizeof attenv, "ISOPOD_ATTESTATION=%s", r->att) == 0 ? envs : NULL,
 			  .net = json_string_value(json_object_get(job, "net")),
 			  .prefer = stage && sjob_feature(r->tools, stage, feat, sizeof feat) == 0 ? feat : NULL,
 			  .cpus = (int)json_integer_value(json_object_get(job, "vcpus")),
@@ -478,7 +478,9 @@ __attribute__((noreturn)) static void worker_slurm(struct runner *r, const char 
 	/* the budget runs from Slurm's start, the queue has its own bound */
 	rc = sjob_run(&j, sfd, INT64_MAX, sp(r, p, "running/%s/state.json", d), &s, why, sizeof why);
 	res = sjob_result(rc < 0 ? NULL : job_result_load(sp(r, p, "running/%s/stdout", d)), &j, rc < 0 ? NULL : &s, why);
-	if (finish(r, d, rc < 0 || s.queue_timeout ? "failed" : why[0] ? "interrupted" : json_is_true(json_object_get(res, "ok")) ? "done" : "failed",
+	/* cancelled past its budget (a timeout) or its queue wait: failed, as
+	 * a local run past its own deadline; a signal's cancel: interrupted */
+	if (finish(r, d, rc < 0 || s.queue_timeout ? "failed" : why[0] && !s.budget_timeout ? "interrupted" : json_is_true(json_object_get(res, "ok")) ? "done" : "failed",
 		   res, why[0] ? why : NULL, rc < 0 ? -1 : s.exit, kill_result) < 0)
 		_exit(EX_SYS);
 	_exit(0);

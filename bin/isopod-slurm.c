@@ -592,17 +592,20 @@ static int cmd_run(const struct run_opts *o, char **av)
 	struct sjob_state s = { .exit = -1 };
 	json_t *res, *state;
 	sigset_t m;
-	int sfd, rc, ok;
+	int sfd, sfd2, rc, ok;
 
 	sigemptyset(&m);
 	sigaddset(&m, SIGTERM), sigaddset(&m, SIGINT), sigaddset(&m, SIGHUP), sigaddset(&m, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &m, NULL);
 	if ((sfd = signalfd(-1, &m, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
 		die(EX_SYS, "signalfd:");
-	/* our caller's descriptors mean nothing on a node (sbatch exports
-	 * the environment): the node's front end must not write to its fd 9 */
-	unsetenv("ISOPOD_VM_ID_FD"), unsetenv("ISOPOD_STATUS_FD"), unsetenv("ISOPOD_PROGRESS_FD");
 	mkdirs(o->dir, 0700);
+	/* the job's files are written there and its result read back: a
+	 * directory another user may write (or a link to one) lets them swap
+	 * them; refused before anything is submitted */
+	if ((sfd2 = dir_own_open(o->dir, why, sizeof why)) < 0)
+		die(errno == EPERM || errno == ELOOP || errno == ENOTDIR ? EX_USAGE : EX_SYS, "--dir %s", why);
+	close(sfd2);
 	pathf(jd, sizeof jd, "%s/isopod-run.XXXXXX", o->dir);
 	if (!mkdtemp(jd))
 		die(EX_SYS, "unable to make a job directory in %s:", o->dir);

@@ -162,21 +162,18 @@ int jail_cgroups_sweep(struct gcstore *g, const struct rec *recs, size_t nrec, j
 
 int jail_cache_sweep(struct gcstore *g, int all, json_t *out)
 {
-	char dir[PATH_MAX], p[PATH_MAX];
+	char dir[PATH_MAX], p[PATH_MAX], why[PATH_MAX + 256];
 	struct dirent *de;
 	DIR *d;
-
-	struct stat st;
 	int fd;
 
 	if (pathn(dir, sizeof dir, "%s/jail", store_home()) < 0)
 		return 0;
 	/* as lib/jaildeps.c uses it: our own directory, not a link, written by
 	 * no one else (root's gc on a user's store removes nothing elsewhere) */
-	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+	if ((fd = dir_own_open(dir, why, sizeof why)) < 0)
 		return 0;
-	if (fstat(fd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 0022) ||
-	    !(d = fdopendir(fd))) {
+	if (!(d = fdopendir(fd))) {
 		close(fd);
 		return 0;
 	}

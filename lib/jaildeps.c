@@ -308,19 +308,19 @@ int jail_deps_valid(const char *path, const char *ldcache)
 
 int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz)
 {
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], why[PATH_MAX + 256];
 	const char *cache = NULL;
-
-	struct stat st;
+	int fd;
 
 	/* <store>/jail, made when the store exists (a tool run without one,
 	 * isopod-jail by hand, only goes without the cache).  It must be a
-	 * directory of ours that nobody else may write (not a link: lstat),
-	 * or root, running on a user's store (sudo -E), would write the
-	 * answer where that user's link points. */
+	 * directory of ours that nobody else may write (not a link), or root,
+	 * running on a user's store (sudo -E), would write the answer where
+	 * that user's link points. */
 	if (pathn(dir, sizeof dir, "%s/jail", store_home()) == 0 &&
-	    (mkdir(dir, 0700) == 0 || errno == EEXIST) && lstat(dir, &st) == 0 &&
-	    S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022))
+	    (mkdir(dir, 0700) == 0 || errno == EEXIST) && (fd = dir_own_open(dir, why, sizeof why)) >= 0) {
+		close(fd);
 		cache = dir;
+	}
 	return jail_deps_cached(prog, cache, JAIL_LDCACHE, out, n, max, NULL, err, errsz);
 }

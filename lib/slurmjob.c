@@ -76,8 +76,15 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 	snprintf(jn, sizeof jn, "--job-name=%s", j->name);
 	/* --no-requeue: Slurm's JobRequeue is 1 by default, and a requeued job
 	 * (node failure, preemption, scontrol requeue) would run again from
-	 * its start: a second VM, its egress, its commit */
-	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = "--no-requeue", pre[k++] = jn, pre[k++] = chdir_;
+	 * its start: a second VM, its egress, its commit.  --export=NONE:
+	 * sbatch's default (ALL) hands the submitter's whole environment to
+	 * the job, so an ISOPOD_JAIL=0 or a test hook (ISOPOD_TEST_*) in the
+	 * runner's would turn the node's jail off; none of it travels (Slurm's
+	 * SLURM_* aside), and the node gives the job its own: the user's login
+	 * environment there (Slurm loads it, as --get-user-env) and what
+	 * slurm.conf's TaskProlog exports (doc/slurm.md) */
+	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = "--no-requeue", pre[k++] = "--export=NONE";
+	pre[k++] = jn, pre[k++] = chdir_;
 	pre[k++] = out, pre[k++] = err;
 	if (j->net && (!strcmp(j->net, "filtered") || !strcmp(j->net, "open"))) {
 		snprintf(gres, sizeof gres, "--gres=isopod_%s:1", j->net);
@@ -113,7 +120,7 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 	 * it (a deprecated option, a cgroup notice) is no refusal; stderr is
 	 * kept apart, for the error's words */
 	efd = memfd_create("sbatch-stderr", MFD_CLOEXEC);
-	ps.env = j->env, ps.out = PROC_PIPE, ps.err = efd >= 0 ? efd : PROC_NULL, ps.setsid = 1;
+	ps.out = PROC_PIPE, ps.err = efd >= 0 ? efd : PROC_NULL, ps.setsid = 1;
 	st = proc_capture_within(&ps, buf, sizeof buf, &len, SJOB_CMD_MS);
 	e = errno;
 	free_words(av + k);
@@ -333,13 +340,14 @@ static int64_t limit_at(const struct sjob *j, int64_t deadline_ms, int64_t submi
 	return t;
 }
 
-/* A bound passed (just after a poll): why, and the queue's flag. */
+/* A bound passed (just after a poll): why, and the flag of the bound (the
+ * budget's: a timeout, as a local run's own deadline says it). */
 static void limit_why(const struct sjob *j, struct sjob_state *s, int64_t deadline_ms, int64_t now,
 		      int64_t submitted, int64_t started, char *why, size_t whysz)
 {
-	if (now >= deadline_ms)
+	if (now >= deadline_ms && (s->budget_timeout = 1))
 		snprintf(why, whysz, "Slurm job %s outlived its budget", j->id);
-	else if (started)
+	else if (started && (s->budget_timeout = 1))
 		snprintf(why, whysz, "Slurm job %s outlived its budget: %lld s since Slurm started it", j->id,
 			 (long long)(now - started) / 1000);
 	else if ((s->queue_timeout = 1))
@@ -358,7 +366,7 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 	int signalled = 0;
 
 	why[0] = 0;
-	s->queue_timeout = 0, s->queued_ms = 0;
+	s->queue_timeout = 0, s->budget_timeout = 0, s->queued_ms = 0;
 	if (sjob_submit(j, w, sizeof w) < 0) {
 		/* an sbatch killed past its deadline may have queued the job: its
 		 * id never came, its name (unique) cancels it */
@@ -453,6 +461,7 @@ json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *
 	int ran = s && !s->restarts && (!strcmp(s->state, "COMPLETED") || !strcmp(s->state, "FAILED"));
 	const char *kind = !s || s->restarts ? "infra"
 			   : s->queue_timeout ? "queue_timeout" /* never the job's own timeout: it never ran */
+			   : s->budget_timeout ? "timeout" /* cancelled for it: a local run past its deadline */
 			   : !strcmp(s->state, "CANCELLED") || !strcmp(s->state, "PREEMPTED") ? "interrupted"
 			   : !strcmp(s->state, "TIMEOUT") || !strcmp(s->state, "DEADLINE")    ? "timeout"
 											       : "infra";
@@ -468,7 +477,7 @@ json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *
 		else if (s->restarts)
 			res = json_failure(kind, "Slurm job %s was requeued and run again (Restarts=%d), then %s; its logs are beside this result",
 					   j->id, s->restarts, s->state);
-		else if (s->queue_timeout)
+		else if (s->queue_timeout || s->budget_timeout)
 			res = json_failure(kind, "%s: %s", why, s->state);
 		else
 			res = json_failure(kind, "Slurm job %s %s%s%s (reason %s, exit %d); its logs are beside this result",

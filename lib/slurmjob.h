@@ -1,5 +1,6 @@
 /* slurmjob.h - one job handed to Slurm instead of run here
- * (isopod-runner --backend slurm, man isopod-runner.8 SLURM): `sbatch`
+ * (isopod-runner --backend slurm, man isopod-runner.8 SLURM): `sbatch
+ * --export=NONE` (nothing of the caller's environment reaches the job)
  * of a two-line script that execs the front end's argv as the local
  * backend would run it, its stdout and stderr written by the node into
  * the job's directory (a file system the nodes share), its state read
@@ -24,7 +25,6 @@
 struct sjob {
 	const char *dir;    /* the job's directory: slurm.sh, stdout, stderr.log */
 	char *const *argv;  /* the front end's argv */
-	char *const *env;   /* NULL or NAME=VALUEs set for sbatch (it exports them) */
 	const char *name;   /* the Slurm job's name (-J) */
 	const char *net;    /* the job's net mode: filtered and open ask one slot (GRES) */
 	const char *prefer; /* NULL, or a node feature the job prefers (--prefer) */
@@ -54,6 +54,8 @@ struct sjob_state {
 			       aside): 0 before it starts, -1 when not given */
 	int64_t queued_ms;  /* sjob_run: sbatch to Slurm's start (or to the end: never started) */
 	int queue_timeout;  /* sjob_run: 1, it cancelled the job for waiting past j->queue_ms */
+	int budget_timeout; /* sjob_run: 1, it cancelled the job past deadline_ms or j->run_ms
+			       (sjob_result: timeout, as a local run's own deadline) */
 };
 
 /* Write DIR/slurm.sh and submit it.  0 with j->id set, or -1 with why
@@ -101,7 +103,8 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
  * why says how): the step's own result (res, taken) when Slurm ran it to
  * its end (COMPLETED, FAILED) and it has an "ok", else a failure saying
  * what Slurm did (CANCELLED: interrupted, or queue_timeout when sjob_run
- * cancelled it in the queue; TIMEOUT, DEADLINE: timeout; the rest, and any
+ * cancelled it in the queue, or timeout when it cancelled it past its
+ * budget; TIMEOUT, DEADLINE: timeout; the rest, and any
  * job Slurm restarted: infra), never a success; with "slurm": {job_id,
  * node, state, exit, and, given s, queued_s and run_s}. */
 json_t *sjob_result(json_t *res, const struct sjob *j, const struct sjob_state *s, const char *why);

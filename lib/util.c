@@ -261,6 +261,29 @@ fail:
 	return -1;
 }
 
+int dir_own_open(const char *path, char *why, size_t whysz)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0 && (errno == ELOOP || errno == ENOTDIR))
+		return reason_fail(why, whysz, "%s: not a directory (or a symbolic link)", EXC(path));
+	if (fd < 0)
+		return reason_fail(why, whysz, "%s:", EXC(path));
+	if (fstat(fd, &st) < 0) {
+		reason_fail(why, whysz, "%s:", EXC(path));
+		close(fd);
+		return -1;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+		snprintf(why, whysz, "%s: owned by uid %ld with mode %04o: want owned by uid %ld and writable by no one else",
+			 EXC(path), (long)st.st_uid, (unsigned)(st.st_mode & 07777), (long)geteuid());
+		close(fd);
+		return errno = EPERM, -1;
+	}
+	return fd;
+}
+
 void mkdirs(const char *path, mode_t mode)
 {
 	char failed[PATH_MAX];

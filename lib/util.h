@@ -78,6 +78,13 @@ void mkdirs(const char *path, mode_t mode);
 /* mkdir -p with mode: 0, or -1 with errno and the directory that could not
  * be made in failed (ENAMETOOLONG: path itself). */
 int mkdir_p(const char *path, mode_t mode, char *failed, size_t fsz);
+/* A directory of ours that others may share only by reading: path itself a
+ * directory (not a symbolic link), owned by our euid, writable by neither
+ * its group nor others (else another user could swap in what we write to
+ * or read back).  Its fd (O_DIRECTORY, close-on-exec), or -1 with errno
+ * (ELOOP or ENOTDIR: a link or no directory; EPERM: the owner or the
+ * mode) and why, naming path. */
+int dir_own_open(const char *path, char *why, size_t whysz);
 
 /* Atomic write: tmp + fsync + rename + fsync(dir).  Returns 0 or -1 (errno;
  * ENAMETOOLONG when the temporary name beside path does not fit). */

@@ -130,7 +130,7 @@ clean_stderr() {
 	[ "$status" -eq 3 ]
 	clean_stderr
 	jq -e '.ok == true and .exit_code == 3 and .stdout == "fed" and (.slurm | del(.queued_s, .run_s)) == {"job_id": "42", "node": "a", "state": "COMPLETED", "exit": 3}' <<<"$output"
-	grep -q -- '--no-requeue --job-name=isopod-run\..* --gres=isopod_filtered:1 --cpus-per-task=2 --time=1 ' "$d/sbatch.log"
+	grep -q -- '--no-requeue --export=NONE --job-name=isopod-run\..* --gres=isopod_filtered:1 --cpus-per-task=2 --time=1 ' "$d/sbatch.log"
 	! grep -q -- '--prefer' "$d/sbatch.log" || false
 	[[ "$stderr" == *front-diag* ]] || false
 	[ -z "$(ls -A "$d/jobs")" ]

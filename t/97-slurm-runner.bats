@@ -7,7 +7,9 @@
 # the jobs are real `isopod run --net none` VMs on node a or b, each in its
 # own network namespace; stdout and stderr come back through the spool,
 # which the "hosts" share with the runner (one machine).  Each node is told
-# 1 CPU (ISOPOD_LAB_CPUS), so one-CPU jobs spread over both.  No
+# 1 CPU (ISOPOD_LAB_CPUS), so one-CPU jobs spread over both.  sbatch
+# carries none of the runner's environment (--export=NONE): the nodes find
+# the store through their own configuration, slurm.conf's TaskProlog.  No
 # attestation here: under Slurm it is each node's (t/95).  Boots VMs: run
 # under the VM test lock.
 
@@ -18,7 +20,22 @@ setup_file() {
 	isopod_setup_file --images
 	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh" LAB_NAME="t97s$$" ISOPOD_LAB_CPUS=1
 	export ISOPOD_LAB_STATE="$BATS_FILE_TMPDIR/lab" T="$BATS_FILE_TMPDIR/t"
-	mkdir -p "$T"
+	mkdir -p "$T/jobenv"
+	# the nodes' own configuration of their jobs (slurm.conf's TaskProlog:
+	# sbatch --export=NONE carries nothing of the submitter's environment):
+	# the store they share with the runner, no host or user config, and
+	# the job's environment as the node gave it, in $T/jobenv/<job id>
+	cat >"$T/taskprolog" <<-EOF
+		#!/bin/sh
+		env >"$T/jobenv/\$SLURM_JOB_ID"
+		echo export ISOPOD_HOME="$ISOPOD_HOME"
+		echo export ISOPOD_SYSCONFIG=/dev/null
+		echo export ISOPOD_CONFIG=/dev/null
+		echo export ISOPOD_NET=none
+		echo export ISOPOD_GC_INTERVAL=off
+	EOF
+	chmod 755 "$T/taskprolog"
+	export ISOPOD_LAB_TASKPROLOG="$T/taskprolog"
 	sh "$LAB" down "$LAB_NAME" 2>/dev/null || :
 	sh "$LAB" cluster "$LAB_NAME" >/dev/null
 	for h in a b; do
@@ -190,6 +207,21 @@ ended() {
 		"$d/result.json"
 }
 
+@test "the runner's environment never reaches the job (sbatch --export=NONE): with ISOPOD_JAIL=0 and a test hook in it, the node's run is jailed and neither is in the job's environment" {
+	ISOPOD_JAIL=0 ISOPOD_TEST_T97=leak runner2
+	printf '%s\n' '{"argv": ["true"], "net": "none", "timeout_s": 60}' >"$SPOOL2/.e.tmp"
+	mv "$SPOOL2/.e.tmp" "$SPOOL2/queue/envleak.json"
+	wait_until 120 eval '[ -d "$SPOOL2/done/envleak" ] || [ -d "$SPOOL2/failed/envleak" ]'
+	d=$SPOOL2/done/envleak
+	id=$(jq -r .slurm.job_id "$d/result.json")
+	echo "# $(jq -c '{ok, jail: {enabled: .jail.enabled, why: .jail.why}}' "$d/result.json"); the job's ISOPOD_*: $(grep '^ISOPOD_' "$T/jobenv/$id" | tr '\n' ' ')" >&3
+	jq -e '.ok == true and .jail.enabled == true' "$d/result.json"
+	# the job's environment as the node gave it (TaskProlog's record)
+	grep -q '^SLURM_JOB_ID=' "$T/jobenv/$id"
+	! grep -q '^ISOPOD_JAIL=\|^ISOPOD_TEST_' "$T/jobenv/$id" || false
+	stop_runner "$T/runner2.pid"
+}
+
 @test "--queue-timeout-s: a job that cannot start (both nodes drained) is cancelled in the queue: failed, queue_timeout, never run" {
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-runner" --spool "$T/other" --backend slurm --queue-timeout-s 0
 	[ "$status" -eq 100 ]
@@ -304,6 +336,39 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	wait_until 15 eval '[ -z "$(ls -A "$T/mcpjobs")" ]' 
 }
 
+@test "mcp --backend slurm: the server's ISOPOD_JAIL=0 and a test hook never reach the job: jailed on its node, neither in the job's environment" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	ISOPOD_JAIL=0 ISOPOD_TEST_T97=leak mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"net":"none","timeout_s":60}}'
+	echo "$output" | jq -c .result.structuredContent >"$T/mcp-env.json"
+	id=$(jq -r .slurm.job_id "$T/mcp-env.json")
+	echo "# $(jq -c '{ok, jail: {enabled: .jail.enabled, why: .jail.why}}' "$T/mcp-env.json"); the job's ISOPOD_*: $(grep '^ISOPOD_' "$T/jobenv/$id" | tr '\n' ' ')" >&3
+	jq -e '.ok == true and .jail.enabled == true' "$T/mcp-env.json"
+	grep -q '^SLURM_JOB_ID=' "$T/jobenv/$id"
+	! grep -q '^ISOPOD_JAIL=\|^ISOPOD_TEST_' "$T/jobenv/$id" || false
+}
+
+@test "mcp --backend slurm: a budget past while Slurm still queues the job (nodes drained): cancelled, timeout as a local run past its deadline (isopod-slurm run: 99), nothing left in squeue" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	local pid rc=0 t0=$SECONDS
+	touch "$T/drained"
+	cx ctl scontrol update NodeName=a,b State=DRAIN Reason=t97-budget
+	# isopod-slurm run as isopod-mcp runs it (its budget: timeout_s + 30 s
+	# from the submission), for its exit status; the server's call beside it
+	ip netns exec "$LAB_NAME-ctl" env SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" \
+		"$ISOPOD_SRC/bin/isopod-slurm" run --dir "$T/budjobs" --net none --timeout-s 1 -- \
+		"$ISOPOD_SRC/sh/isopod" run --json-only --net none --timeout-s 1 -- true >"$T/budget.json" 2>"$T/budget.err" &
+	pid=$!
+	mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"net":"none","timeout_s":1}}'
+	wait "$pid" || rc=$?
+	echo "# after $((SECONDS - t0)) s: isopod-slurm run exit $rc $(jq -c '{error_kind, error, slurm}' "$T/budget.json"); mcp: $(echo "$output" | jq -c '.result | {isError, kind: .structuredContent.error_kind}')" >&3
+	[ "$rc" -eq 99 ]
+	jq -e '.ok == false and .error_kind == "timeout" and (.error | test("outlived its budget")) and .slurm.state == "CANCELLED"' "$T/budget.json"
+	echo "$output" | jq -e '.result.isError == true and (.result.structuredContent | .ok == false and .error_kind == "timeout" and .slurm.state == "CANCELLED")'
+	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
+	cx ctl scontrol update NodeName=a,b State=RESUME
+	rm -f "$T/drained"
+}
+
 @test "mcp --backend slurm: keep, copy_in and vm_exec refused (-32602 naming slurm), nothing submitted; --backend other: 100" {
 	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
 	local n0
@@ -320,6 +385,22 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	[ "$status" -eq 100 ]
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-mcp" --slurm-dir /tmp </dev/null
 	[ "$status" -eq 100 ]
+	# a job directory root another user could write, or a link: 100 naming
+	# it, before any call (the server) or any submission (isopod-slurm run)
+	mkdir -p "$T/gw" "$T/real"
+	chmod 0777 "$T/gw"
+	ln -sfn "$T/real" "$T/lnk"
+	for d in gw lnk; do
+		run --separate-stderr "$ISOPOD_SRC/bin/isopod-mcp" --backend slurm --slurm-dir "$T/$d" </dev/null
+		echo "# $stderr" >&3
+		[ "$status" -eq 100 ] && [[ $stderr == *"--slurm-dir $T/$d: "* ]] || false
+		# in the lab (a mutant's sbatch then asks the lab's slurmctld, nothing else)
+		run --separate-stderr ip netns exec "$LAB_NAME-ctl" env SLURM_CONF="$ISOPOD_LAB_STATE/$LAB_NAME/slurm/etc/slurm.conf" \
+			"$ISOPOD_SRC/bin/isopod-slurm" run --dir "$T/$d" -- true
+		[ "$status" -eq 100 ] && [[ $stderr == *"--dir $T/$d: "* ]] || false
+		[ -z "$output" ] && [ -z "$(ls -A "$T/$d/")" ] || false
+	done
+	[ -z "$(mcp_jobs)" ]
 }
 
 @test "its worker SIGKILLed mid-job: the runner settles the job interrupted and cancels its Slurm job (state.json's slurm_job)" {

@@ -34,7 +34,12 @@
 # "No filesystem mounted on /sys/fs/cgroup"), no accounting.  Each node is
 # told 8 CPUs (SlurmdParameters=config_overrides) so that CPUs never limit
 # concurrency before the GRES does; ISOPOD_LAB_CPUS=N tells it N instead
-# (t/97: 1, so that one-CPU jobs spread over both nodes).  Every wait is bounded (await: 5 s).
+# (t/97: 1, so that one-CPU jobs spread over both nodes).
+# ISOPOD_LAB_TASKPROLOG=PROG: slurm.conf's TaskProlog=PROG, which slurmd
+# runs on the node before each job's script; the "export NAME=VALUE" lines
+# it prints are the job's environment (a node's own configuration: t/97's
+# nodes name their store there, since sbatch --export=NONE carries none of
+# the submitter's).  Every wait is bounded (await: 5 s).
 
 CL_NET=192.0.2
 CL_CTL=$CL_NET.1
@@ -121,6 +126,7 @@ write_conf() {
 		$types
 	EOF
 	[ -z "${4-}" ] || echo "Epilog=$4" >>"$s/etc/slurm.conf"
+	[ -z "${ISOPOD_LAB_TASKPROLOG-}" ] || echo "TaskProlog=$ISOPOD_LAB_TASKPROLOG" >>"$s/etc/slurm.conf"
 	[ -z "${5-}" ] || printf 'HealthCheckProgram=%s\nHealthCheckInterval=2\nHealthCheckNodeState=ANY\n' "$5" \
 		>>"$s/etc/slurm.conf"
 	: >"$s/etc/gres.conf"

@@ -170,6 +170,29 @@ static void run_tests(struct sjob *j)
 	rc = sjob_run(j, sfd, mono_ms() + 10000, state, &s, why, sizeof why);
 	ok(rc == 0 && !s.queue_timeout && strstr(why, "outlived its budget") && mono_ms() - t0 >= 1500,
 	   "run: running past the queue timeout is no queue timeout; its budget cancels it: %s", why);
+	/* cancelled for its budget: a timeout, as a local run past its own
+	 * deadline (was interrupted, and isopod-slurm run's 111) */
+	r = sjob_result(NULL, j, &s, why);
+	ok(s.budget_timeout && !strcmp(str(r, "error_kind"), "timeout") && strstr(str(r, "error"), "outlived its budget") &&
+	   strstr(str(r, "error"), "CANCELLED"), "result: cancelled past its budget (from Slurm's start) is timeout: %s",
+	   str(r, "error"));
+	json_decref(r);
+	/* the caller's deadline (isopod-slurm run's, time in the queue
+	 * included) passing while it is PENDING: a timeout too */
+	fresh(state);
+	scontrol_by_time("[ $c = 0 ] && s=PENDING || s=CANCELLED\n"
+			 "echo \"JobId=42 JobState=$s Reason=Resources BatchHost=(null) RunTime=00:00:00 ExitCode=0:0\"");
+	j->run_ms = 0, j->queue_ms = 0;
+	rc = sjob_run(j, sfd, mono_ms() + 500, state, &s, why, sizeof why);
+	r = sjob_result(NULL, j, &s, why);
+	ok(rc == 0 && s.budget_timeout && !s.queue_timeout && !strcmp(str(r, "error_kind"), "timeout"),
+	   "result: the caller's deadline passing in the queue is timeout: %s", str(r, "error"));
+	json_decref(r);
+	/* a signal's cancel stays interrupted */
+	s = (struct sjob_state){ .state = "CANCELLED", .node = "a", .exit = 143, .final = 1 };
+	r = sjob_result(NULL, j, &s, "the worker got SIGTERM");
+	ok(!strcmp(str(r, "error_kind"), "interrupted"), "result: a cancel without the budget's flag is interrupted");
+	json_decref(r);
 
 	/* the budget cancels it, scancel fails and the job runs on: never
 	 * "stopped": an error naming the job and scancel's words */
@@ -218,11 +241,11 @@ int main(void)
 	stand_in("sbatch", why);
 	ok(sjob_submit(&j, why, sizeof why) == 0 && !strcmp(j.id, "42"), "submit: the id of --parsable's ID;CLUSTER");
 	snprintf(want, sizeof want,
-		 "--parsable\n--no-requeue\n--job-name=j1\n--chdir=%s\n--output=%s/stdout\n--error=%s/stderr.log\n"
+		 "--parsable\n--no-requeue\n--export=NONE\n--job-name=j1\n--chdir=%s\n--output=%s/stdout\n--error=%s/stderr.log\n"
 		 "--gres=isopod_filtered:1\n--prefer=isopod_st_ab12\n--cpus-per-task=2\n--time=3\n%s/slurm.sh\n"
 		 "x/opt/isopod/isopod\nxrun\nx--json-only\nx--\nxsh\nx-c\nxecho \"$HOME\" 'a b'\n",
 		 p, p, p, p);
-	ok(!strcmp(slurp("args"), want), "submit: stdout/stderr in the job's directory, GRES, prefer, CPUs, time up to the minute, the argv as words");
+	ok(!strcmp(slurp("args"), want), "submit: --export=NONE (nothing of the submitter's environment), stdout/stderr in the job's directory, GRES, prefer, CPUs, time up to the minute, the argv as words");
 	ok(strstr(slurp("job/slurm.sh"), "exec \"$@\"") != NULL, "submit: the script execs its arguments");
 	/* sbatch as the real one: every word ":" removed from its argv (its
 	 * het-job separator, src/sbatch/opt.c), then the script run with the

@@ -599,6 +599,45 @@ static void test_sha256_fd(void)
 	free(mem);
 }
 
+/* dir_own_open: ours and written by no one else, else refused naming it
+ * (isopod-slurm run --dir, isopod-mcp --slurm-dir) */
+static void test_dir_own_open(void)
+{
+	char p[PATH_MAX], l[PATH_MAX], f[PATH_MAX], why[PATH_MAX + 256];
+	int fd;
+
+	snprintf(p, sizeof p, "%s/own", dir);
+	mkdir(p, 0700);
+	fd = dir_own_open(p, why, sizeof why);
+	ok(fd >= 0, "dir_own_open: a 0700 directory of ours");
+	if (fd >= 0)
+		close(fd);
+	chmod(p, 0755);
+	fd = dir_own_open(p, why, sizeof why);
+	ok(fd >= 0, "dir_own_open: 0755 (others read it: the nodes)");
+	if (fd >= 0)
+		close(fd);
+	chmod(p, 0775);
+	ok(dir_own_open(p, why, sizeof why) < 0 && errno == EPERM && strstr(why, p) && strstr(why, "0775"),
+	   "dir_own_open: group-writable refused, naming it: %s", why);
+	chmod(p, 0707);
+	ok(dir_own_open(p, why, sizeof why) < 0 && errno == EPERM, "dir_own_open: other-writable refused");
+	chmod(p, 0700);
+	snprintf(l, sizeof l, "%s/link", dir);
+	ok(symlink(p, l) == 0 && dir_own_open(l, why, sizeof why) < 0 && (errno == ELOOP || errno == ENOTDIR) &&
+	   strstr(why, "symbolic link"), "dir_own_open: a link to our own directory refused: %s", why);
+	snprintf(f, sizeof f, "%s/file", dir);
+	close(open(f, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	ok(dir_own_open(f, why, sizeof why) < 0 && errno == ENOTDIR, "dir_own_open: a file refused");
+	snprintf(f, sizeof f, "%s/none", dir);
+	ok(dir_own_open(f, why, sizeof why) < 0 && errno == ENOENT && strstr(why, f), "dir_own_open: absent: ENOENT");
+	if (geteuid() == 0) {
+		ok(chown(p, 65534, 65534) == 0 && dir_own_open(p, why, sizeof why) < 0 && errno == EPERM &&
+		   strstr(why, "uid 65534"), "dir_own_open: another user's directory refused: %s", why);
+		chown(p, 0, 0);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "status-child"))
@@ -624,6 +663,7 @@ int main(int argc, char **argv)
 	test_status_fd(argv[0]);
 	test_run_options();
 	test_sha256_fd();
+	test_dir_own_open();
 	{
 		char cmd[300];
 
