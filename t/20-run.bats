@@ -313,6 +313,34 @@ EOF_C
 	isopod-stop --vm "$id" >/dev/null
 }
 
+@test "console: console.log keeps at most --console-max bytes, byte-exact, the rest counted (console_bytes); cold, snapshot-build and warm" {
+	# numbered, and no newline: the tty's ONLCR makes each \n a \r\n
+	gen() { seq 1 700000 | tr '\n' ' ' | head -c "$1"; }
+	cmd() { echo "gen() { seq 1 700000 | tr '\\n' ' ' | head -c \"\$1\"; }; gen $1 >/dev/console; echo ok"; }
+	# where the command's bytes start: after the agent's own lines (cold)
+	from() { grep -a -b -o '1 2 3 4 5 6 ' "$1" | head -n 1 | cut -d: -f1; }
+	# 3 MiB through a 1 MiB cap: the log is the cap, the run succeeds
+	run --separate-stderr isopod run --json-only --cold --console-max 1048576 -- sh -c "$(cmd 3145728)"
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.ok == true and .exit_code == 0 and .stdout == "ok\n"'
+	echo "$output" | jq -e '.console_log_truncated == true and .console_bytes >= 3145728'
+	log=$ISOPOD_HOME/vms/$(echo "$output" | jq -r .vm.id)/console.log
+	[ "$(stat -c %s "$log")" -eq 1048576 ]
+	off=$(from "$log")
+	cmp <(tail -c +$((off + 1)) "$log") <(gen $((1048576 - off)))
+	# under the cap, through the warm pool (its build, then a resume): all of it
+	for path in snapshot-build warm; do
+		run --separate-stderr isopod run --json-only --console-max 1048576 -- sh -c "$(cmd 100000)"
+		[ "$status" -eq 0 ]
+		echo "$output" | jq -e --arg p "$path" '.ok == true and .path == $p and .stdout == "ok\n"'
+		echo "$output" | jq -e '.console_log_truncated == false and .console_bytes >= 100000'
+		log=$ISOPOD_HOME/vms/$(echo "$output" | jq -r .vm.id)/console.log
+		[ "$(stat -c %s "$log")" -eq "$(echo "$output" | jq .console_bytes)" ]
+		off=$(from "$log")
+		cmp <(tail -c +$((off + 1)) "$log") <(gen 100000)
+	done
+}
+
 @test "exec: at the deadline a QEMU that ignores QMP (SIGSTOPped) is killed: a timeout, the vm stopped" {
 	run --separate-stderr isopod run --json-only --keep -- true
 	[ "$status" -eq 0 ]
