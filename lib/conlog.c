@@ -23,6 +23,9 @@ int conlog_open(struct conlog *c, const char *path, long long max, int *qemu_fd)
 		errno = e;
 		return -1;
 	}
+	/* room for the supervisor's batching (CONSOLE_BATCH_MS) at any
+	 * UART rate; best effort: 64 KiB is what a failure leaves */
+	fcntl(p[0], F_SETPIPE_SZ, 1 << 20);
 	c->rfd = p[0];
 	*qemu_fd = p[1];
 	return 0;
