@@ -341,6 +341,25 @@ EOF_C
 	done
 }
 
+@test "console: a kept VM's record says truncated at once; its supervisor SIGKILLed while the guest floods the console: QEMU goes too, the exec fails (111)" {
+	run --separate-stderr isopod run --json-only --keep --console-max 65536 -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	m=$ISOPOD_HOME/vms/$id/meta.json
+	q=$(jq -r .qemu_pid "$m")
+	isopod-exec --vm "$id" --timeout-ms 60000 -- sh -c 'while :; do cat /proc/cpuinfo; done >/dev/console' >/dev/null 2>&1 &
+	ex=$!
+	for _ in $(seq 1 100); do jq -e '.console_log_truncated == true' "$m" >/dev/null && break; sleep 0.1; done
+	jq -e '.console_log_truncated == true' "$m"
+	[ "$(stat -c %s "$ISOPOD_HOME/vms/$id/console.log")" -eq 65536 ]
+	kill -9 "$(jq -r .supervisor_pid "$m")" # ours: this test started it
+	for _ in $(seq 1 100); do kill -0 "$q" 2>/dev/null || break; sleep 0.1; done
+	run ! kill -0 "$q"
+	run wait "$ex"
+	[ "$status" -eq 111 ]
+	isopod-gc >/dev/null # the jail's cgroups of the killed supervisor
+}
+
 @test "exec: at the deadline a QEMU that ignores QMP (SIGSTOPped) is killed: a timeout, the vm stopped" {
 	run --separate-stderr isopod run --json-only --keep -- true
 	[ "$status" -eq 0 ]
