@@ -168,6 +168,9 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	[ "$status" -eq 100 ]
 	run --separate-stderr isopod run --disk-mib 1 -- true
 	[ "$status" -eq 100 ]
+	run --separate-stderr isopod run --console-max -1 -- true
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"--console-max -1: out of range 0.."* ]]
 }
 
 @test "run: --disk-mib below the base image's size is a usage error naming that size, before QEMU starts" {
