@@ -18,8 +18,9 @@
  * into a pipe (its fd QEMU_CONSOLE_FD) that we read for the VM's whole
  * life into DIR/console.log, its first console_max bytes (default
  * CONSOLE_MAX_DEFAULT); the rest is counted, and the record gets
- * console_bytes and console_log_truncated (lib/conlog.c).  With "jail":true QEMU runs in the jail (lib/qjail.c,
- * lib/jail.c), and so does its broker; what the jail applied goes into the
+ * console_bytes and console_log_truncated (lib/conlog.c).  With
+ * "jail":true QEMU runs in the jail (lib/qjail.c, lib/jail.c), and so
+ * does its broker; what the jail applied goes into the
  * VM's record as "jail".  False: neither, the broker's log says WHY.  The
  * supervisor watches QEMU, the owner and its signals through pidfds and a
  * signalfd, and kills QEMU (the pid it forked itself, never a pid read

@@ -331,9 +331,10 @@ EOF_C
 	[ "$(stat -c %s "$log")" -eq 1048576 ]
 	off=$(from "$log")
 	cmp <(tail -c +$((off + 1)) "$log") <(gen $((1048576 - off)))
-	# under the cap, through the warm pool (its build, then a resume): all of it
+	# under the cap, through the warm pool (its build, then a resume; a
+	# shape of its own, whatever ran before): all of it
 	for path in snapshot-build warm; do
-		run --separate-stderr isopod run --json-only --console-max 1048576 -- sh -c "$(cmd 100000)"
+		run --separate-stderr isopod run --json-only --mem-mib 328 --console-max 1048576 -- sh -c "$(cmd 100000)"
 		[ "$status" -eq 0 ]
 		echo "$output" | jq -e --arg p "$path" '.ok == true and .path == $p and .stdout == "ok\n"'
 		echo "$output" | jq -e '.console_log_truncated == false and .console_bytes >= 100000'
