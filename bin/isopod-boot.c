@@ -42,7 +42,8 @@
 #include <unistd.h>
 
 #define USAGE "isopod-boot [--vm REF] [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
-	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--check] [--run-options[=text]]"
+	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--console-max BYTES] [--check] " \
+	      "[--run-options[=text]]"
 
 #define MIB (1024LL * 1024)
 
@@ -174,6 +175,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		{ "keep", no_argument, NULL, 'k' },
 		{ "accel", required_argument, NULL, 'a' },
 		{ "cold", no_argument, NULL, 'C' },
+		{ "console-max", required_argument, NULL, 'M' },
 		{ "check", no_argument, NULL, 'K' },
 		{ "run-options", optional_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
@@ -186,6 +188,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		{ .name = "mem-mib", .arg = "N" },
 		{ .name = "disk-mib", .arg = "N" },
 		{ .name = "cold" },
+		{ .name = "console-max", .arg = "BYTES" },
 		{ .name = NULL },
 	};
 	const char *a_vcpus = NULL, *a_mem = NULL, *a_to = NULL, *a_owner = NULL, *env;
@@ -206,6 +209,10 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		case 'k': cf->keep = 1; break;
 		case 'C': cf->cold = 1; break;
 		case 'K': check = 1; break;
+		case 'M':
+			range("--console-max", optarg, 0, CONSOLE_MAX_LIMIT, "bytes",
+			      &bt->ln.console_max);
+			break;
 		case 'a':
 			if (strcmp(optarg, "kvm") && strcmp(optarg, "tcg"))
 				die(EX_USAGE, "--accel %s: want kvm or tcg", EXC(optarg));

@@ -12,6 +12,7 @@
 #include "psl.h"
 #include "ranges.h"
 #include "util.h"
+#include "vm.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -623,6 +624,20 @@ static json_t *range_warnings(const struct opts *o)
 	return w;
 }
 
+/* The console's, from the VM's record (isopod-supervise writes it as the
+ * VM stops, and console_log_truncated as soon as the cap cut the log):
+ * console_bytes all the guest wrote to its console (null while a kept VM
+ * runs), console_log_truncated whether console.log kept less. */
+static void console_fields(json_t *r, const char *id)
+{
+	json_t *rec = id ? vm_read(id) : NULL, *b = json_object_get(rec, "console_bytes");
+
+	json_object_set_new(r, "console_bytes", json_is_integer(b) ? json_incref(b) : json_null());
+	json_object_set_new(r, "console_log_truncated",
+			    json_boolean(json_is_true(json_object_get(rec, "console_log_truncated"))));
+	json_decref(rec);
+}
+
 static void append_all(json_t *to, const json_t *from)
 {
 	if (json_is_array(from))
@@ -663,6 +678,7 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 	set_if(r, "warm_key", json_object_get(boot, "warm_key"));
 	set_if(r, "net", json_object_get(boot, "net"));
 	set_if(r, "jail", json_object_get(boot, "jail"));
+	console_fields(r, str(json_object_get(boot, "vm"), "id"));
 	if (networked) {
 		const char *id = str(json_object_get(boot, "vm"), "id");
 

@@ -22,9 +22,10 @@
  * are (lib/qjail.c: qjail_plan binds /dev/kvm for accel=kvm, qjail_give
  * hands dir, accel/probe-<16 hex>, over), unless jail_wanted says no (then as ourselves, with
  * the warning "the kvm probe's QEMU runs unjailed (WHY)").  *jailed says
- * which, for probe_reap.  The pid, or -1 with err (dir root's again). */
+ * which, for probe_reap.  Its console is confd (QEMU_CONSOLE_FD).  The
+ * pid, or -1 with err (dir root's again). */
 static pid_t probe_spawn(struct qjail *qj, struct jail *j, int *jailed, char *const *av,
-			 const char *dir, int logfd, char *err, size_t esz)
+			 const char *dir, int logfd, int confd, char *err, size_t esz)
 {
 	char why[PATH_MAX + 64];
 	struct proc_spec ps;
@@ -37,7 +38,7 @@ static pid_t probe_spawn(struct qjail *qj, struct jail *j, int *jailed, char *co
 	}
 	if (!w) {
 		warn("the kvm probe's QEMU runs unjailed (%s)", why);
-		return qemu_spawn(av, logfd, 1, -1);
+		return qemu_spawn(av, logfd, 1, -1, confd);
 	}
 	/* named as its directory, probe-<16 hex of the kernel's sha>: a
 	 * cgroup and an identity per kernel, as probes of two kernels may
@@ -51,6 +52,9 @@ static pid_t probe_spawn(struct qjail *qj, struct jail *j, int *jailed, char *co
 	ps = (struct proc_spec)PROC_SPEC(qj->av);
 	ps.file = qj->prog;
 	ps.out = ps.err = logfd;
+	ps.keep[0] = ps.keep[1] = PROC_NULL; /* no memory file, no NIC */
+	ps.keep[2] = confd;
+	ps.nkeep = 3;
 	ps.pdeathsig = SIGKILL;
 	ps.umask = 0177; /* as qemu_spawn: its sockets 0600 from the start */
 	if (jail_spawn(&qj->js, &ps, j, err, esz) < 0) {
@@ -90,7 +94,7 @@ int accel_probe(const struct img *im, char *reason, size_t rsz, char *err_out, s
 	struct conn *conn = malloc(sizeof *conn); /* 130 KiB of buffers */
 	const char *files[] = { in.disk, in.agent, in.qmp, in.console, in.qlog };
 	int64_t t0 = mono_ms(), deadline = t0 + PROBE_MS;
-	int logfd, ok = 0, st, r = -1, jailed = 0;
+	int logfd, confd, ok = 0, st, r = -1, jailed = 0;
 	size_t i;
 	pid_t pid;
 
@@ -121,8 +125,14 @@ int accel_probe(const struct img *im, char *reason, size_t rsz, char *err_out, s
 		return -1;
 	}
 	logfd = open(in.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (logfd < 0) {
-		snprintf(err_out, esz, "unable to create %.512s: %s", in.qlog, strerror(errno));
+	/* the probe's console is thrown away with its directory: /dev/null,
+	 * as bounded as it gets */
+	confd = logfd < 0 ? -1 : open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (logfd < 0 || confd < 0) {
+		snprintf(err_out, esz, "unable to create %.512s: %s",
+			 logfd < 0 ? in.qlog : "/dev/null", strerror(errno));
+		if (logfd >= 0)
+			close(logfd);
 		free(conn);
 		return -1;
 	}
@@ -133,7 +143,6 @@ int accel_probe(const struct img *im, char *reason, size_t rsz, char *err_out, s
 			.vcpus = 1,
 			.vmlinux = im->vmlinux,
 			.initrd = im->initrd,
-			.console = in.console,
 			.disk = in.disk,
 			.agent_sock = in.agent,
 			.qmp_sock = in.qmp,
@@ -141,10 +150,11 @@ int accel_probe(const struct img *im, char *reason, size_t rsz, char *err_out, s
 
 		err[0] = 0;
 		pid = qemu_argv(&q, &qc) < 0 ? (errno = ENAMETOOLONG, -1)
-					      : probe_spawn(&qj, &j, &jailed, q.av, dir, logfd, err,
-							    sizeof err);
+					      : probe_spawn(&qj, &j, &jailed, q.av, dir, logfd, confd,
+							    err, sizeof err);
 	}
 	close(logfd);
+	close(confd);
 	if (pid < 0) {
 		snprintf(err_out, esz, "unable to start the kvm probe: %s",
 			 err[0] ? err : strerror(errno));

@@ -27,8 +27,9 @@ static pid_t start_supervisor(struct launch *l, char *const *av, int keepfd, int
 {
 	char sup[PATH_MAX], *sav[8], *text;
 	int k = 0, spec[2];
-	json_t *j = json_pack("{s:s, s:s, s:[], s:O?, s:b, s:s}", "vm", l->id, "dir", l->in->dir,
-			      "qemu", "net", l->net, "jail", l->jail, "jail_why", l->jail_why);
+	json_t *j = json_pack("{s:s, s:s, s:[], s:O?, s:b, s:s, s:I}", "vm", l->id, "dir",
+			      l->in->dir, "qemu", "net", l->net, "jail", l->jail, "jail_why",
+			      l->jail_why, "console_max", (json_int_t)l->console_max);
 	struct proc_spec ps = PROC_SPEC(sav);
 	pid_t pid;
 

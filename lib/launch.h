@@ -15,6 +15,7 @@
 #ifndef ISOPOD_LAUNCH_H
 #define ISOPOD_LAUNCH_H
 
+#include "conlog.h"
 #include "host.h"
 #include "image.h"
 #include "warmpool.h"
@@ -38,6 +39,7 @@ struct launch {
 	json_t *net;              /* {mode, gateway, allow} for the supervisor, or NULL */
 	int jail;                 /* QEMU and broker jailed? */
 	char jail_why[PATH_MAX + 64]; /* why (jail_wanted) */
+	long long console_max;    /* bytes console.log keeps (--console-max) */
 	struct conn *conn;        /* the agent connection's buffers (large) */
 	struct hello h;           /* what the agent is told, and what it answers */
 	/* what launch_start started; launch_abandon undoes it */
@@ -46,7 +48,7 @@ struct launch {
 	int ctlfd;                /* its ctl pipe: 'r' confirms, EOF abandons */
 };
 
-#define LAUNCH_INIT { .lockfd = -1, .ownerfd = -1, .slotfd = -1, .sup = -1, .supfd = -1, .ctlfd = -1 }
+#define LAUNCH_INIT { .console_max = CONSOLE_MAX_DEFAULT, .lockfd = -1, .ownerfd = -1, .slotfd = -1, .sup = -1, .supfd = -1, .ctlfd = -1 }
 
 /* Start the supervisor, which starts QEMU with av (keepfd, when >= 0,
  * becomes QEMU's fd 3), read back QEMU's pid and put both pids in the

@@ -592,6 +592,7 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	"\"stdout_truncated\":{\"type\":\"boolean\"},\"stderr_truncated\":{\"type\":\"boolean\"}," \
 	"\"stdout_log\":" STR_OR_NULL ",\"stderr_log\":" STR_OR_NULL "," \
 	"\"stdout_log_truncated\":{\"type\":\"boolean\"},\"stderr_log_truncated\":{\"type\":\"boolean\"}," \
+	"\"console_bytes\":" INT_OR_NULL ",\"console_log_truncated\":{\"type\":\"boolean\"}," \
 	"\"copied_in\":{\"type\":\"array\",\"items\":" OBJ "},\"copied_out\":{\"type\":\"array\",\"items\":" OBJ "}," \
 	"\"warnings\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}," \
 	"\"on\":" OBJ ",\"commit\":" OBJ ",\"provenance\":" OBJ ",\"net\":" OBJ ",\"egress\":" OBJ "," \

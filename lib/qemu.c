@@ -36,8 +36,7 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 		 tcg ? ",pit=on" : "", memfile ? ",memory-backend=mem0" : "");
 	snprintf(q->mem, sizeof q->mem, "%lld", c->mem_mib);
 	snprintf(q->smp, sizeof q->smp, "%lld", c->vcpus);
-	if (pathn(q->con, sizeof q->con, "file,id=con,path=%s", c->console) < 0 ||
-	    pathn(q->drive, sizeof q->drive,
+	if (pathn(q->drive, sizeof q->drive,
 		 "id=root,file=%s,format=qcow2,if=none,discard=unmap,werror=report,rerror=report",
 		 c->disk) < 0 ||
 	    pathn(q->agent, sizeof q->agent, "socket,id=agent,path=%s,server=on,wait=off",
@@ -68,7 +67,15 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	A("-initrd"); A(c->initrd);
 	A("-append");
 	A("console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000");
-	A("-chardev"); A(q->con);
+	/* The console is a descriptor (QEMU_CONSOLE_FD), not a path QEMU
+	 * writes as much as the guest likes to: QEMU 7.2's file chardev opens
+	 * /dev/fdset/N by dup'ing the set's fd of the same access mode
+	 * (O_WRONLY, qemu_dup_flags) and sets it O_NONBLOCK; a full pipe
+	 * stalls the guest's UART (the 16550 retries on G_IO_OUT), never
+	 * QEMU's main loop.  append=on: without it the chardev asks O_TRUNC,
+	 * and qemu_dup_flags ftruncate()s the dup -- EINVAL on a pipe. */
+	A("-add-fd"); A("fd=" QEMU_CONSOLE_FD_S ",set=" QEMU_CONSOLE_FD_S ",opaque=console");
+	A("-chardev"); A("file,id=con,path=/dev/fdset/" QEMU_CONSOLE_FD_S ",append=on");
 	A("-serial"); A("chardev:con");
 	A("-drive"); A(q->drive);
 	A("-device"); A("virtio-blk-device,drive=root");
@@ -110,7 +117,6 @@ int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, l
 		.vcpus = vcpus,
 		.vmlinux = "@kernel/vmlinux",
 		.initrd = "@kernel/initramfs.cpio",
-		.console = "@vm/console.log",
 		.disk = "@vm/disk.qcow2",
 		.agent_sock = "@vm/agent.sock",
 		.qmp_sock = "@vm/qmp.sock",
@@ -163,7 +169,6 @@ struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
 		.vcpus = vm->vcpus,
 		.vmlinux = vm->vmlinux,
 		.initrd = vm->initrd,
-		.console = in->console,
 		.disk = in->disk,
 		.agent_sock = in->agent,
 		.qmp_sock = in->qmp,
@@ -192,7 +197,7 @@ int qemu_clone_env(char *const av[], char *buf, size_t sz)
 	return 1;
 }
 
-pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd)
+pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd, int confd)
 {
 	struct proc_spec ps = PROC_SPEC(av);
 	char env[PATH_MAX + 16], *envv[] = { env, NULL };
@@ -203,8 +208,10 @@ pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd)
 	if (is_clone)
 		ps.env = envv;
 	ps.out = ps.err = outfd;
-	ps.keep[0] = keepfd;
-	ps.nkeep = keepfd >= 0;
+	ps.keep[0] = keepfd >= 0 ? keepfd : PROC_NULL;
+	ps.keep[1] = PROC_NULL; /* fd 4: the jailed NIC's tap */
+	ps.keep[2] = confd >= 0 ? confd : PROC_NULL;
+	ps.nkeep = confd >= 0 ? 3 : keepfd >= 0;
 	ps.pdeathsig = pdeath ? SIGKILL : 0;
 	/* bind() makes a unix socket 0777 & ~umask: 0177 gives QEMU's sockets
 	 * (qmp.sock, agent.sock) 0600 from the start, with no window a chmod
@@ -222,7 +229,7 @@ static int qemu_img(char *const av[], const char *disk, char *err, size_t errsz)
 	pid_t pid;
 	int st;
 
-	if ((pid = qemu_spawn(av, 2, 0, -1)) < 0) {
+	if ((pid = qemu_spawn(av, 2, 0, -1, -1)) < 0) {
 		snprintf(err, errsz, "unable to fork qemu-img: %s", strerror(errno));
 		return -1;
 	}

@@ -20,6 +20,15 @@
 #define VM_VCPUS_DEFAULT 1
 #define VM_MEM_MIB_DEFAULT 512
 
+/* QEMU's fd of the guest's serial console (-add-fd into fd set
+ * QEMU_CONSOLE_FD, -chardev file at /dev/fdset/QEMU_CONSOLE_FD): a VM's
+ * is the write end of a pipe its supervisor reads and caps into
+ * console.log (lib/conlog.c); the warm template's and the KVM probe's,
+ * which run no command, a regular file their caller opened.  Fd 3 is a
+ * clone's memory file, fd 4 the jailed NIC's tap (QJAIL_TAP_FD). */
+#define QEMU_CONSOLE_FD 5
+#define QEMU_CONSOLE_FD_S "5"
+
 /* One QEMU instance: what it boots, how big, where its files are, how its
  * RAM starts.  Fill it with designated initialisers; unset members are
  * off (no RAM file, no NIC, not incoming). */
@@ -27,7 +36,7 @@ struct qemu_cfg {
 	const char *accel;              /* "kvm" or "tcg" */
 	long long mem_mib, vcpus;
 	const char *vmlinux, *initrd;
-	const char *console, *disk, *agent_sock, *qmp_sock;
+	const char *disk, *agent_sock, *qmp_sock;
 	const char *memfile;            /* guest RAM file (warm), or NULL */
 	int share;                      /* with memfile: 1 a template, 0 a clone */
 	int incoming;                   /* -incoming defer: a clone */
@@ -35,7 +44,7 @@ struct qemu_cfg {
 };
 
 struct qemu_argv {
-	char machine[160], mem[32], smp[32], con[PATH_MAX + 32], drive[PATH_MAX + 64];
+	char machine[160], mem[32], smp[32], drive[PATH_MAX + 64];
 	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32], obj[PATH_MAX + 128];
 	char netdev[96], nic[96];
 	char *av[64];
@@ -97,9 +106,10 @@ int qemu_clone_env(char *const av[], char *buf, size_t sz);
  * (the sockets it creates are 0600), keepfd (when >= 0) as fd 3 -- a
  * clone's memory file, which QEMU opens as QEMU_CLONE_MEM (the very
  * inode that was verified, not a path that may have changed since) read-
- * only (qemu_clone_env's library in its environment) -- nothing else
- * open.  With pdeath, SIGKILLed when the caller dies. */
-pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd);
+ * only (qemu_clone_env's library in its environment) -- confd (when >= 0)
+ * as fd QEMU_CONSOLE_FD, nothing else open.  With pdeath, SIGKILLed when
+ * the caller dies. */
+pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd, int confd);
 
 /* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <bytes>. */
 int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *err, size_t errsz);

@@ -305,7 +305,9 @@ static int tpl_sockdir(struct tpl *tp, const char *vdir, char *msg, size_t msz)
 	return 0;
 }
 
-/* Start the template's QEMU (av, qemu_argv's; stdout and stderr logfd):
+/* Start the template's QEMU (av, qemu_argv's; stdout and stderr logfd,
+ * its console confd -- a file: the template runs no command, only its
+ * kernel and agent up to HELLO, whose console stays small):
  * with the jail on (isopod-boot's jail_wanted), in the jail every VM's
  * QEMU gets (lib/qjail.c, as isopod-supervise's sup_jailed): its uid and
  * cgroup named by warm_tpl_name, the staging directory sd its VM
@@ -314,14 +316,14 @@ static int tpl_sockdir(struct tpl *tp, const char *vdir, char *msg, size_t msz)
  * as before.  Dies with us (PDEATHSIG; jailed, its pid namespace goes
  * along).  0, or -1 with msg (tpl_end undoes what was done). */
 static int tpl_start(struct tpl *tp, const struct pool *w, const char *sd, const char *vdisk,
-		     char *const *av, int logfd, char *msg, size_t msz)
+		     char *const *av, int logfd, int confd, char *msg, size_t msz)
 {
 	struct proc_spec ps = PROC_SPEC(tp->qj.av);
 	int dfd;
 
 	if (!w->jail) {
 		tp->tj = json_pack("{s:b, s:s}", "enabled", 0, "why", w->jail_why);
-		if ((tp->pid = qemu_spawn(av, logfd, 1, -1)) < 0)
+		if ((tp->pid = qemu_spawn(av, logfd, 1, -1, confd)) < 0)
 			snprintf(msg, msz, "unable to fork: %s", strerror(errno));
 		return tp->pid < 0 ? -1 : 0;
 	}
@@ -351,7 +353,8 @@ static int tpl_start(struct tpl *tp, const struct pool *w, const char *sd, const
 	ps.out = ps.err = logfd;
 	ps.keep[0] = PROC_NULL; /* fd 3: a clone's memory file; the template's is a path */
 	ps.keep[1] = tp->qj.tapfd;
-	ps.nkeep = tp->qj.tapfd >= 0 ? 2 : 0;
+	ps.keep[2] = confd;
+	ps.nkeep = 3;
 	ps.pdeathsig = SIGKILL;
 	ps.umask = 0177; /* as qemu_spawn: its sockets 0600 from the start */
 	if (jail_spawn(&tp->qj.js, &ps, &tp->j, msg, msz) < 0)
@@ -526,7 +529,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	struct qemu_argv q;
 	struct stat ms, ss;
 	int64_t t0 = mono_ms();
-	int logfd, sfd = -1, mfd = -1, r = -1, st;
+	int logfd, confd, sfd = -1, mfd = -1, r = -1, st;
 
 	if (!qm) {
 		snprintf(msg, msz, "out of memory");
@@ -558,8 +561,14 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	if (plain && template_blank(vin->disk, blank, bsha, msg, msz) < 0)
 		goto out;
 	logfd = open(t.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (logfd < 0) {
-		snprintf(msg, msz, "unable to create %.512s: %s", t.qlog, strerror(errno));
+	confd = logfd < 0 ? -1
+			  : open(t.console, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC |
+						    O_NOFOLLOW, 0600);
+	if (logfd < 0 || confd < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", logfd < 0 ? t.qlog : t.console,
+			 strerror(errno));
+		if (logfd >= 0)
+			close(logfd);
 		goto out;
 	}
 	{
@@ -570,11 +579,13 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 		if (qemu_argv(&q, &qc) < 0) {
 			snprintf(msg, msz, "template: path too long in %.512s", sd);
 			close(logfd);
+			close(confd);
 			goto out;
 		}
 	}
-	st = tpl_start(&tp, w, sd, vin->disk, q.av, logfd, msg, msz);
+	st = tpl_start(&tp, w, sd, vin->disk, q.av, logfd, confd, msg, msz);
 	close(logfd);
+	close(confd);
 	if (st < 0 || template_hello(w, &t, &tp.pid, deadline, msg, msz) < 0)
 		goto out;
 	if (qmp_open(qm, t.qmp, deadline) < 0) {

@@ -85,20 +85,21 @@ rec() { jq -e "$1" "$VDIR/meta.json"; }
 	grep -q 'fake qemu: running' "$VDIR/qemu.log" # QEMU's stderr: qemu.log
 }
 
-@test "supervise: QEMU inherits only 0 1 2 (none of the lock, pipes, pidfds or signalfd) and runs in the supervisor's session" {
+@test "supervise: QEMU inherits only 0 1 2 and its console pipe as 5 (none of the lock, pipes, pidfds or signalfd) and runs in the supervisor's session" {
 	run "$DRIVE" "$ISOPOD_HOME" "$ID" --owner-sleep confirm qemu-ready term wait -- "$FAKE"
 	[ "$status" -eq 0 ]
-	[ "$(cat "$FAKE_QEMU_DIR/qemu.fds")" = "0 1 2 " ]
+	[ "$(cat "$FAKE_QEMU_DIR/qemu.fds")" = "0 1 2 5 " ]
+	[[ "$(cat "$FAKE_QEMU_DIR/qemu.fd5")" == pipe:* ]]
 	sid=$(cat "$FAKE_QEMU_DIR/qemu.sid")
 	[ "$sid" != "$(cut -d' ' -f6 /proc/$$/stat)" ] # a session of its own, not ours
 	[ "$sid" != "$(cat "$FAKE_QEMU_DIR/qemu.pid")" ]
 }
 
-@test "supervise: --mem: the memory file becomes QEMU's fd 3, and nothing else" {
+@test "supervise: --mem: the memory file becomes QEMU's fd 3, and nothing else but the console (5)" {
 	echo snapshot >"$BATS_TEST_TMPDIR/mem"
 	FAKE_QEMU=mem run "$DRIVE" "$ISOPOD_HOME" "$ID" --mem "$BATS_TEST_TMPDIR/mem" confirm qemu-ready term wait -- "$FAKE"
 	[ "$status" -eq 0 ]
-	[ "$(cat "$FAKE_QEMU_DIR/qemu.fds")" = "0 1 2 3 " ]
+	[ "$(cat "$FAKE_QEMU_DIR/qemu.fds")" = "0 1 2 3 5 " ]
 	[ "$(cat "$FAKE_QEMU_DIR/qemu.fd3")" = "$BATS_TEST_TMPDIR/mem" ]
 }
 
@@ -109,4 +110,28 @@ rec() { jq -e "$1" "$VDIR/meta.json"; }
 	rec '.state == "failed" and .qemu_exit == 127 and .stopped_by == "qemu"'
 	rec '.error == "qemu stopped before the agent answered"'
 	grep -q 'unable to exec /nonexistent/qemu-system-x86_64' "$VDIR/qemu.log"
+}
+
+@test "supervise: the console: console.log keeps the first console_max bytes of QEMU's fd 5, byte-exact; the rest is counted; the record says so" {
+	# 300000 bytes through a 100000-byte cap (not a multiple of the pipe's 64 KiB)
+	SUP_CONSOLE_MAX=100000 FAKE_QEMU=console:300000 run "$DRIVE" "$ISOPOD_HOME" "$ID" wait -- "$FAKE"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"exit: 0"* ]]
+	rec '.console_bytes == 300000 and .console_log_truncated == true'
+	[ "$(stat -c %s "$VDIR/console.log")" -eq 100000 ]
+	cmp "$VDIR/console.log" <(seq 1 200000 | head -c 100000)
+	grep -q 'console.log reached its cap of 100000 bytes' "$VDIR/qemu.log"
+	# under the cap: all of it, the field false
+	SUP_CONSOLE_MAX=100000 FAKE_QEMU=console:99999 run "$DRIVE" "$ISOPOD_HOME" "$ID" wait -- "$FAKE"
+	[ "$status" -eq 0 ]
+	rec '.console_bytes == 99999 and .console_log_truncated == false'
+	cmp "$VDIR/console.log" <(seq 1 200000 | head -c 99999)
+	# no console_max in the spec: 16 MiB
+	FAKE_QEMU=console:300000 run "$DRIVE" "$ISOPOD_HOME" "$ID" wait -- "$FAKE"
+	rec '.console_bytes == 300000 and .console_log_truncated == false'
+	cmp "$VDIR/console.log" <(seq 1 200000 | head -c 300000)
+	run --separate-stderr sh -c "echo '{\"vm\":\"$ID\",\"dir\":\"$VDIR\",\"qemu\":[\"q\"],\"console_max\":-1}' |
+		isopod-supervise 3</dev/null 4</dev/null 5>/dev/null"
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *'"console_max": 0..'* ]]
 }

@@ -168,6 +168,9 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	[ "$status" -eq 100 ]
 	run --separate-stderr isopod run --disk-mib 1 -- true
 	[ "$status" -eq 100 ]
+	run --separate-stderr isopod run --console-max -1 -- true
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"--console-max -1: out of range 0.."* ]]
 }
 
 @test "run: --disk-mib below the base image's size is a usage error naming that size, before QEMU starts" {
@@ -311,6 +314,54 @@ EOF_C
 	echo "$output" | jq -e '.stdout_bytes == 1048576 and .stdout_log_truncated == false'
 	cmp "$(echo "$output" | jq -r .stdout_log)" <(seq 1 200000 | head -c 1048576)
 	isopod-stop --vm "$id" >/dev/null
+}
+
+@test "console: console.log keeps at most --console-max bytes, byte-exact, the rest counted (console_bytes); cold, snapshot-build and warm" {
+	# numbered, and no newline: the tty's ONLCR makes each \n a \r\n
+	gen() { seq 1 700000 | tr '\n' ' ' | head -c "$1"; }
+	cmd() { echo "gen() { seq 1 700000 | tr '\\n' ' ' | head -c \"\$1\"; }; gen $1 >/dev/console; echo ok"; }
+	# where the command's bytes start: after the agent's own lines (cold)
+	from() { grep -a -b -o '1 2 3 4 5 6 ' "$1" | head -n 1 | cut -d: -f1; }
+	# 3 MiB through a 1 MiB cap: the log is the cap, the run succeeds
+	run --separate-stderr isopod run --json-only --cold --console-max 1048576 -- sh -c "$(cmd 3145728)"
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.ok == true and .exit_code == 0 and .stdout == "ok\n"'
+	echo "$output" | jq -e '.console_log_truncated == true and .console_bytes >= 3145728'
+	log=$ISOPOD_HOME/vms/$(echo "$output" | jq -r .vm.id)/console.log
+	[ "$(stat -c %s "$log")" -eq 1048576 ]
+	off=$(from "$log")
+	cmp <(tail -c +$((off + 1)) "$log") <(gen $((1048576 - off)))
+	# under the cap, through the warm pool (its build, then a resume; a
+	# shape of its own, whatever ran before): all of it
+	for path in snapshot-build warm; do
+		run --separate-stderr isopod run --json-only --mem-mib 328 --console-max 1048576 -- sh -c "$(cmd 100000)"
+		[ "$status" -eq 0 ]
+		echo "$output" | jq -e --arg p "$path" '.ok == true and .path == $p and .stdout == "ok\n"'
+		echo "$output" | jq -e '.console_log_truncated == false and .console_bytes >= 100000'
+		log=$ISOPOD_HOME/vms/$(echo "$output" | jq -r .vm.id)/console.log
+		[ "$(stat -c %s "$log")" -eq "$(echo "$output" | jq .console_bytes)" ]
+		off=$(from "$log")
+		cmp <(tail -c +$((off + 1)) "$log") <(gen 100000)
+	done
+}
+
+@test "console: a kept VM's record says truncated at once; its supervisor SIGKILLed while the guest floods the console: QEMU goes too, the exec fails (111)" {
+	run --separate-stderr isopod run --json-only --keep --console-max 65536 -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	m=$ISOPOD_HOME/vms/$id/meta.json
+	q=$(jq -r .qemu_pid "$m")
+	isopod-exec --vm "$id" --timeout-ms 60000 -- sh -c 'while :; do cat /proc/cpuinfo; done >/dev/console' >/dev/null 2>&1 &
+	ex=$!
+	for _ in $(seq 1 100); do jq -e '.console_log_truncated == true' "$m" >/dev/null && break; sleep 0.1; done
+	jq -e '.console_log_truncated == true' "$m"
+	[ "$(stat -c %s "$ISOPOD_HOME/vms/$id/console.log")" -eq 65536 ]
+	kill -9 "$(jq -r .supervisor_pid "$m")" # ours: this test started it
+	for _ in $(seq 1 100); do kill -0 "$q" 2>/dev/null || break; sleep 0.1; done
+	run ! kill -0 "$q"
+	run wait "$ex"
+	[ "$status" -eq 111 ]
+	isopod-gc >/dev/null # the jail's cgroups of the killed supervisor
 }
 
 @test "exec: at the deadline a QEMU that ignores QMP (SIGSTOPped) is killed: a timeout, the vm stopped" {

@@ -11,7 +11,7 @@
 #define TAP "isopod-tap3"
 #define MAC "02:69:73:00:00:03"
 #define FILES .vmlinux = "/store/kernels/K/vmlinux", .initrd = "/store/kernels/K/initramfs.cpio", \
-	      .console = VM "/console.log", .disk = VM "/disk.qcow2", .agent_sock = VM "/agent.sock", \
+	      .disk = VM "/disk.qcow2", .agent_sock = VM "/agent.sock", \
 	      .qmp_sock = VM "/qmp.sock"
 
 /* The command line, one argument per line. */
@@ -144,8 +144,10 @@ int main(void)
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
 	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-add-fd\n"
+	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
-	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"file,id=con,path=/dev/fdset/5,append=on\n"
 	"-serial\n"
 	"chardev:con\n"
 	"-drive\n"
@@ -191,8 +193,10 @@ int main(void)
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
 	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-add-fd\n"
+	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
-	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"file,id=con,path=/dev/fdset/5,append=on\n"
 	"-serial\n"
 	"chardev:con\n"
 	"-drive\n"
@@ -238,8 +242,10 @@ int main(void)
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
 	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-add-fd\n"
+	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
-	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"file,id=con,path=/dev/fdset/5,append=on\n"
 	"-serial\n"
 	"chardev:con\n"
 	"-drive\n"
@@ -291,8 +297,10 @@ int main(void)
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
 	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-add-fd\n"
+	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
-	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"file,id=con,path=/dev/fdset/5,append=on\n"
 	"-serial\n"
 	"chardev:con\n"
 	"-drive\n"
@@ -344,8 +352,10 @@ int main(void)
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
 	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-add-fd\n"
+	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
-	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"file,id=con,path=/dev/fdset/5,append=on\n"
 	"-serial\n"
 	"chardev:con\n"
 	"-drive\n"
@@ -395,8 +405,10 @@ int main(void)
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
 	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"-add-fd\n"
+	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
-	"file,id=con,path=/store/vms/vm-0123456789ab/console.log\n"
+	"file,id=con,path=/dev/fdset/5,append=on\n"
 	"-serial\n"
 	"chardev:con\n"
 	"-drive\n"
@@ -446,7 +458,7 @@ int main(void)
 	test_last_line();
 	test_clone_env();
 	qemu_fingerprint(fp);
-	ok(!strcmp(fp, "88584839703d514c2385691249a4c3b7d05b948d7bd945ddbb31c9fddba7655c"),
+	ok(!strcmp(fp, "3cce5a87782feb0c5ebb39fd412b05da6b4b7a03413e3634ec2ce7259ca2e9a2"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
 	return tap_done();
 }
