@@ -381,6 +381,26 @@ fork_on() {
 		'([.cgroups[] | select(.path == $r and .removed)] | length == 1) and ([.cgroups[] | select(.path == $m)] == [])' <<<"$output"
 }
 
+# A killed isopod doctor leaves its cgroup check's isopod-doctor-<pid>
+# (lib/jail.c jail_cg_check): judged as a qemu-img caller's, by that pid:
+# one whose pid is dead goes, one whose pid lives (and started before it)
+# stays.  Only cgroups this test makes, in the pids hierarchy.
+@test "gc: a killed doctor's isopod-doctor-<pid> cgroup goes; a live one's stays" {
+	local h="$BATS_TEST_TMPDIR/jd" root=/sys/fs/cgroup/pids dead gone live
+	[ -d "$root" ] || skip "no v1 pids hierarchy at $root"
+	sh -c 'exit 0' &
+	dead=$!
+	wait "$dead"
+	gone=$root/isopod-doctor-$dead
+	live=$root/isopod-doctor-$$
+	mkdir "$gone" "$live"
+	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc
+	rmdir "$gone" "$live" 2>/dev/null || :
+	echo "$output"
+	jq -e --arg g "$gone" --arg l "$live" --argjson p "$dead" \
+		'([.cgroups[] | select(.path == $g and .pid == $p and .removed)] | length == 1) and ([.cgroups[] | select(.path == $l)] == [])' <<<"$output"
+}
+
 # A VM's jail cgroups (its QEMU's isopod-<id>, its broker's
 # isopod-broker-<id>) go once its lock is free; a running VM's (its lock
 # held) and those of a VM this store does not know stay.  Only cgroups this
