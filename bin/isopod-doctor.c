@@ -188,7 +188,7 @@ static json_t *cgroup_facts(struct diag *d)
 	json_t *o, *w;
 	size_t i;
 
-	snprintf(name, sizeof name, "doctor-%ld", (long)getpid());
+	snprintf(name, sizeof name, JAIL_CG_CHECK_NAME "%ld", (long)getpid());
 	if (!(o = jail_cg_check(name, (long long)QJAIL_IMG_MEM_MIB << 20, QJAIL_PIDS_BASE)))
 		die(EX_SYS, "out of memory");
 	json_array_foreach(json_object_get(o, "warnings"), i, w)

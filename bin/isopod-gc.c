@@ -610,34 +610,26 @@ static void stale_probes(struct gc *c)
 }
 
 /* What a warm template's builder killed mid-build left in its VM's
- * directory (lib/warm.h): its sockets' directory, and the VM's disk still
- * lent at 0644.  Each record not running, under its lock (the builder's
- * boot holds it throughout, and none starts meanwhile), taken only when
- * there is something to undo: a claimed VM's boot (gc --auto runs beside
- * every run's) would fail "already running" while gc held it. */
+ * directory (lib/warm.h): its sockets' directory tpl/, which the jail's
+ * uid writes (emptied by its fd, never walked; a directory in it stays,
+ * named), and the VM's disk still lent at 0644.  tpl/ is the sign of
+ * both.  Each record not running, under its lock (the builder's boot
+ * holds it throughout, and none starts meanwhile), taken only when there
+ * is something to undo: a claimed VM's boot (gc --auto runs beside every
+ * run's) would fail "already running" while gc held it. */
 static void tpl_leftovers(struct gc *c, const struct rec *recs, size_t nrec)
 {
-	char dir[PATH_MAX], p[PATH_MAX], t[PATH_MAX], shown[PATH_MAX];
-	struct stat st;
+	char dir[PATH_MAX], p[PATH_MAX], t[PATH_MAX], shown[PATH_MAX], left[PATH_MAX];
 	size_t i;
 	int lk, r;
 
 	for (i = 0; i < nrec; i++) {
 		pathf(dir, sizeof dir, "%s/vms/%s", store_home(), recs[i].id);
-		pathf(t, sizeof t, "%s/" WARM_TPL_DIR, dir);
 		pathf(p, sizeof p, "%s/lock", dir);
-		if (recs[i].running || ((lstat(t, &st) < 0 || !S_ISDIR(st.st_mode)) &&
-					warm_tpl_unlend(dir, 1) <= 0))
-			continue;
 		/* a record removed by this gc is gone: ENOENT */
-		if ((lk = lock_open(p, LOCK_EX | LOCK_NB)) < 0)
+		if (recs[i].running || warm_tpl_clear(dir, 1, left, sizeof left) <= 0 ||
+		    (lk = lock_open(p, LOCK_EX | LOCK_NB)) < 0)
 			continue;
-		if (lstat(t, &st) == 0 && S_ISDIR(st.st_mode)) {
-			gcstore_remove_tree(&c->gs, t);
-			json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "tpl", "path",
-								as_given(c, shown, sizeof shown, t),
-								"removed", !c->gs.dry_run));
-		}
 		pathf(p, sizeof p, "%s/disk.qcow2", dir);
 		if ((r = warm_tpl_unlend(dir, c->gs.dry_run)) < 0)
 			warn("unable to put the mode of %s back to 0600:", p);
@@ -645,6 +637,16 @@ static void tpl_leftovers(struct gc *c, const struct rec *recs, size_t nrec)
 			json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "lent", "path",
 								as_given(c, shown, sizeof shown, p),
 								"removed", r > 0 && !c->gs.dry_run));
+		pathf(t, sizeof t, "%s/" WARM_TPL_DIR, dir);
+		if ((r = warm_tpl_clear(dir, c->gs.dry_run, left, sizeof left)) < 0)
+			warn("unable to remove %s:", t);
+		else if (r == 2)
+			warn("left %s: %s in it is not the template's to remove",
+			     as_given(c, shown, sizeof shown, t), left);
+		if (r > 0)
+			json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "tpl", "path",
+								as_given(c, shown, sizeof shown, t),
+								"removed", r == 1 && !c->gs.dry_run));
 		close(lk);
 	}
 }

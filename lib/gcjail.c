@@ -65,8 +65,9 @@ static int unknown_stale(const char *vm, const struct stat *st)
 	char p[PATH_MAX];
 	struct stat ds;
 
+	/* at least 1 s: a cgroup made this very second is never old */
 	if (e && *e && parse_ll(e, 0, 86400, &v) == 0)
-		grace = v;
+		grace = v < 1 ? 1 : v;
 	/* a record made since gc read them (a claim meanwhile) is known */
 	if (!id_vm_ok(vm) || pathn(p, sizeof p, "%s/vms/%s", store_home(), vm) < 0 ||
 	    lstat(p, &ds) == 0 || errno != ENOENT)
@@ -87,6 +88,19 @@ static int tpl_locks(const char *name, int *fds, int max)
 	if (strncmp(name, "tpl-", 4) || strlen(name) != 4 + 32 || hex_span(name + 4) != 32 || !root)
 		return -1;
 	return gcstore_lock_prefix(root, name + 4, fds, max);
+}
+
+/* dir is still the cgroup judged from st (the walk's): the same inode,
+ * its ctime no newer.  Another store's maker may have removed that name
+ * and made its own since (lib/jail.c cg_make): a new one is not the one
+ * judged empty and old, nor owned by the same pid.  Checked last, just
+ * before the rmdir; a cgroup that is not the same is left as one gone. */
+static int cg_same(const char *dir, const struct stat *st)
+{
+	struct stat now;
+
+	return lstat(dir, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino &&
+	       now.st_ctime <= st->st_ctime;
 }
 
 /* One jail cgroup (jail_cg_each): it goes when it has no member and its
@@ -137,7 +151,7 @@ static int cg_one(const char *dir, const char *name, const struct stat *st, void
 		}
 		o = json_pack("{s:s, s:s}", "path", dir, "vm", vm);
 	}
-	r = jail_cg_remove(dir, s->g->dry_run);
+	r = cg_same(dir, st) ? jail_cg_remove(dir, s->g->dry_run) : (errno = ENOENT, -1);
 	if (lk >= 0)
 		close(lk);
 	while (ntl > 0)

@@ -325,8 +325,10 @@ static int cg_make(struct jail *j, const char *mnt, const char *self, const char
 		return reason_fail(why, wsz, "cgroup path too long");
 	/* One left by a caller that was killed (its jail's init died with it)
 	 * is empty and goes; one still holding processes is not ours to share
-	 * (its limits and its members would be). */
-	if (mkdir(dir, 0755) < 0 && (errno != EEXIST || rmdir(dir) < 0 || mkdir(dir, 0755) < 0))
+	 * (its limits and its members would be).  ENOENT: another removed
+	 * it meanwhile (isopod-gc, another store's maker): ours to make. */
+	if (mkdir(dir, 0755) < 0 &&
+	    (errno != EEXIST || (rmdir(dir) < 0 && errno != ENOENT) || mkdir(dir, 0755) < 0))
 		return reason_fail(why, wsz, errno == EBUSY || errno == EEXIST
 				   ? "mkdir %s (a cgroup of that name still in use?):" : "mkdir %s:", dir);
 	for (i = 0; i < nfile; i++)

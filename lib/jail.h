@@ -96,7 +96,10 @@ int jail_cg_remove(const char *dir, int dry);
  * paths:[the cgroups made], ok, warnings:[the run's own words for each
  * limit not applied, naming the path and errno; a cgroup not removed]};
  * ok when every limit applied and every cgroup went.  NULL: out of memory,
- * or a bad name. */
+ * or a bad name.  isopod doctor's is JAIL_CG_CHECK_NAME and its pid: a
+ * doctor killed between the two leaves it, which isopod-gc judges as a
+ * qemu-img caller's (lib/qjail.h qjail_img_owner). */
+#define JAIL_CG_CHECK_NAME "doctor-"
 json_t *jail_cg_check(const char *name, long long mem_bytes, long long pids);
 
 /* 1 when path is vm_dir or a rw path, or lies below one: already in the

@@ -422,10 +422,14 @@ static void img_giveback(struct qimg *qi)
 
 long long qjail_img_owner(const char *name)
 {
-	size_t n = strlen(QJAIL_IMG_NAME);
+	size_t n = strlen(QJAIL_IMG_NAME), m = strlen(JAIL_CG_CHECK_NAME);
 	long long pid;
 
-	return strncmp(name, QJAIL_IMG_NAME, n) || parse_ll(name + n, 1, INT_MAX, &pid) < 0 ? 0 : pid;
+	if (!strncmp(name, QJAIL_IMG_NAME, n))
+		return parse_ll(name + n, 1, INT_MAX, &pid) < 0 ? 0 : pid;
+	if (!strncmp(name, JAIL_CG_CHECK_NAME, m))
+		return parse_ll(name + m, 1, INT_MAX, &pid) < 0 ? 0 : pid;
+	return 0;
 }
 
 pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, size_t errsz)

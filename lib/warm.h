@@ -83,11 +83,19 @@ void warm_tpl_name(const char *key, char out[WARM_TPL_NAME_SZ]);
  * VM's disk lent to the template's jail at WARM_TPL_LEND_MODE.  For
  * isopod-gc, holding the VM's lock: a builder's boot holds it from before
  * the lend until after tpl_end, so no builder of that VM lives or starts.
- * warm_tpl_unlend: vdir/disk.qcow2 (a regular file, not followed) back to
- * 0600 when it has the lend's mode (unless dry); 1 when it had, 0 when not
- * (or there is no disk), -1 with errno. */
+ * tpl/ is the sign of a lend: both act only where vdir/tpl is a directory
+ * (not a link) of our own uid, as the builder made it.
+ * warm_tpl_unlend: vdir/disk.qcow2 (a regular file of our uid and one
+ * link, not followed) back to 0600 when it has the lend's mode (unless
+ * dry); 1 when it had, 0 when not (or no disk, no tpl/), -1 with errno.
+ * warm_tpl_clear: tpl/ emptied by its descriptor (what is not a directory
+ * unlinked, links as links; nothing descended into: the jail's uid writes
+ * there) and removed (unless dry); 0 when there is no such tpl/, 1 when
+ * it went (would go), 2 when something stays (a directory: its name in
+ * tpl/ in left, or rmdir's error; tpl/ left), -1 with errno.  Also the builder's own, before and after. */
 #define WARM_TPL_DIR "tpl"
 #define WARM_TPL_LEND_MODE 0644
 int warm_tpl_unlend(const char *vdir, int dry);
+int warm_tpl_clear(const char *vdir, int dry, char *left, size_t lsz);
 
 #endif

@@ -272,20 +272,107 @@ static int tpl_lend(struct tpl *tp, const char *vdisk, char *msg, size_t msz)
 	return 0;
 }
 
+/* vdir's tpl/ (vfd its descriptor) as the builder made it: a directory,
+ * not a link to one, of our own uid (tpl_sockdir's mkdir); its fd, or -1
+ * (ENOENT: none; ELOOP, ENOTDIR, EPERM: not the builder's, left alone). */
+static int tpl_open(int vfd)
+{
+	struct stat st;
+	int fd = openat(vfd, WARM_TPL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) ||
+			(st.st_uid != geteuid() && (errno = EPERM)))) {
+		int e = errno;
+
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
 int warm_tpl_unlend(const char *vdir, int dry)
 {
-	char p[PATH_MAX];
 	struct stat st;
-	int fd, r = 0;
+	int vfd, fd, r = 0;
 
-	if (pathn(p, sizeof p, "%s/disk.qcow2", vdir) < 0)
-		return -1;
-	/* by its descriptor: a link planted in its place is never followed */
-	if ((fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
+	if ((vfd = open(vdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
 		return errno == ENOENT ? 0 : -1;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) == WARM_TPL_LEND_MODE)
+	/* only where the lend's sign is (tpl/): a stopped VM's disk at 0644
+	 * for another reason is not the template's to give back */
+	if ((fd = tpl_open(vfd)) < 0) {
+		close(vfd);
+		return 0;
+	}
+	close(fd);
+	/* by its descriptor: a link planted in its place is never followed */
+	fd = openat(vfd, "disk.qcow2", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	close(vfd);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -1;
+	/* our own, and its only name: a hard link to another file does not
+	 * make that one ours to change */
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+	    st.st_nlink == 1 && (st.st_mode & 07777) == WARM_TPL_LEND_MODE)
 		r = dry || fchmod(fd, 0600) == 0 ? 1 : -1;
 	close(fd);
+	return r;
+}
+
+/* tpl/'s entries, by its descriptor: each that is not a directory
+ * unlinked (a socket; a link as a link, never followed), none descended
+ * into: the jail's uid may have made any of them, and a template QEMU
+ * may outlive its killed builder, so no walk by path.  The first entry
+ * that stays named in left; 1 when nothing stays, 2 when something does. */
+static int tpl_empty(int dfd, int dry, char *left, size_t lsz)
+{
+	struct dirent *de;
+	struct stat st;
+	DIR *d = fdopendir(dfd);
+	int r = 1;
+
+	if (!d) {
+		close(dfd);
+		return -1;
+	}
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;
+		} else if (!S_ISDIR(st.st_mode) &&
+			   (dry || unlinkat(dfd, de->d_name, 0) == 0 || errno == ENOENT)) {
+			continue;
+		}
+		if (r == 1)
+			snprintf(left, lsz, "%s", de->d_name);
+		r = 2;
+	}
+	closedir(d);
+	return r;
+}
+
+int warm_tpl_clear(const char *vdir, int dry, char *left, size_t lsz)
+{
+	int vfd, dfd, r;
+
+	left[0] = '\0';
+	if ((vfd = open(vdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? 0 : -1;
+	if ((dfd = tpl_open(vfd)) < 0) {
+		r = errno == ENOENT || errno == ELOOP || errno == ENOTDIR || errno == EPERM ? 0 : -1;
+		close(vfd);
+		return r;
+	}
+	/* rmdir by name, below our own fd of the VM's directory: it removes
+	 * an empty directory and nothing else (ENOTEMPTY: made meanwhile) */
+	if ((r = tpl_empty(dfd, dry, left, lsz)) == 1 && !dry &&
+	    unlinkat(vfd, WARM_TPL_DIR, AT_REMOVEDIR) < 0 && errno != ENOENT) {
+		snprintf(left, lsz, "(%s)", strerror(errno));
+		r = 2;
+	}
+	close(vfd);
 	return r;
 }
 
@@ -296,8 +383,11 @@ int warm_tpl_unlend(const char *vdir, int dry)
  * 01770).  0, or -1. */
 static int tpl_sockdir(struct tpl *tp, const char *vdir, char *msg, size_t msz)
 {
+	char left[PATH_MAX];
+
+	/* one a killed build left: cleared as gc would, never walked */
 	if (pathn(tp->sockdir, sizeof tp->sockdir, "%s/" WARM_TPL_DIR, vdir) < 0 ||
-	    (tree_remove(tp->sockdir, NULL) < 0 && errno != ENOENT) || mkdir(tp->sockdir, 0700) < 0) {
+	    warm_tpl_clear(vdir, 0, left, sizeof left) < 0 || mkdir(tp->sockdir, 0700) < 0) {
 		snprintf(msg, msz, "unable to make %.512s/tpl: %s", vdir, strerror(errno));
 		tp->sockdir[0] = '\0';
 		return -1;
@@ -400,9 +490,8 @@ static int tpl_end(struct tpl *tp, char *msg, size_t msz)
 		tp->jailed = 0;
 	}
 	qjail_free(&tp->qj);
-	if (tp->sockdir[0] && tree_remove(tp->sockdir, NULL) < 0 && errno != ENOENT)
-		warn("unable to remove %s:", tp->sockdir);
-	tp->sockdir[0] = '\0';
+	/* the mode first: tpl/ is the sign gc's warm_tpl_unlend needs to
+	 * give the disk back if we are killed between the two */
 	if (tp->lendfd >= 0) {
 		if (fchmod(tp->lendfd, tp->lendmode) < 0) {
 			snprintf(msg, msz, "unable to restore the mode of the VM's disk: %s",
@@ -412,6 +501,18 @@ static int tpl_end(struct tpl *tp, char *msg, size_t msz)
 		close(tp->lendfd);
 		tp->lendfd = -1;
 	}
+	if (tp->sockdir[0]) {
+		char vdir[PATH_MAX], left[PATH_MAX], *sl;
+
+		snprintf(vdir, sizeof vdir, "%s", tp->sockdir);
+		if ((sl = strrchr(vdir, '/')))
+			*sl = '\0';
+		if (warm_tpl_clear(vdir, 0, left, sizeof left) < 0)
+			warn("unable to remove %s:", tp->sockdir);
+		else if (left[0])
+			warn("%s left: %s in it is not the template's to remove", tp->sockdir, left);
+	}
+	tp->sockdir[0] = '\0';
 	return r;
 }
 

@@ -381,6 +381,26 @@ fork_on() {
 		'([.cgroups[] | select(.path == $r and .removed)] | length == 1) and ([.cgroups[] | select(.path == $m)] == [])' <<<"$output"
 }
 
+# A killed isopod doctor leaves its cgroup check's isopod-doctor-<pid>
+# (lib/jail.c jail_cg_check): judged as a qemu-img caller's, by that pid:
+# one whose pid is dead goes, one whose pid lives (and started before it)
+# stays.  Only cgroups this test makes, in the pids hierarchy.
+@test "gc: a killed doctor's isopod-doctor-<pid> cgroup goes; a live one's stays" {
+	local h="$BATS_TEST_TMPDIR/jd" root=/sys/fs/cgroup/pids dead gone live
+	[ -d "$root" ] || skip "no v1 pids hierarchy at $root"
+	sh -c 'exit 0' &
+	dead=$!
+	wait "$dead"
+	gone=$root/isopod-doctor-$dead
+	live=$root/isopod-doctor-$$
+	mkdir "$gone" "$live"
+	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc
+	rmdir "$gone" "$live" 2>/dev/null || :
+	echo "$output"
+	jq -e --arg g "$gone" --arg l "$live" --argjson p "$dead" \
+		'([.cgroups[] | select(.path == $g and .pid == $p and .removed)] | length == 1) and ([.cgroups[] | select(.path == $l)] == [])' <<<"$output"
+}
+
 # A VM's jail cgroups (its QEMU's isopod-<id>, its broker's
 # isopod-broker-<id>) go once its lock is free; a running VM's (its lock
 # held) and those of a VM this store does not know stay.  Only cgroups this
@@ -1059,6 +1079,56 @@ mkrec() {
 	run --separate-stderr isopod gc --all
 	json_is '(.removed | length) == 20 and .kept == 0 and (.policy | {keep_last, older_than_s}) == {"keep_last": 0, "older_than_s": 0}'
 	[ "$(nvms)" -eq 0 ]
+}
+
+# What a warm template's builder killed mid-build leaves, planted in
+# stopped VMs' directories (lib/warm.h): tpl/ is handed to the jail's uid,
+# which can make links and directories there, so gc empties it by its fd,
+# never walking it: a file and a link (to a directory outside, holding a
+# file) go, the link unfollowed; a directory in it stays, with tpl/, named
+# on stderr.  A tpl that is a link, or another uid's, is left alone, and
+# without tpl/ (the lend's sign) a 0644 disk stays 0644, as does one with a
+# second link.
+@test "gc: a killed builder's tpl/ is emptied by its fd, never walked; a tpl link, another uid's tpl and a 0644 disk without tpl/ are left alone" {
+	local h="$BATS_TEST_TMPDIR/tl" o="$BATS_TEST_TMPDIR/outside" a b c d e v
+	a=$(mkrec "$h" 191919191901 stopped 60)
+	b=$(mkrec "$h" 191919191902 stopped 60)
+	c=$(mkrec "$h" 191919191903 stopped 60)
+	d=$(mkrec "$h" 191919191904 stopped 60)
+	e=$(mkrec "$h" 191919191905 stopped 60)
+	mkdir -p "$o/dir"
+	echo keep >"$o/dir/file"
+	for v in "$a" "$b" "$c" "$d" "$e"; do
+		: >"$h/vms/$v/disk.qcow2"
+		chmod 644 "$h/vms/$v/disk.qcow2"
+	done
+	mkdir -p "$h/vms/$a/tpl/sub"
+	: >"$h/vms/$a/tpl/qmp.sock"
+	: >"$h/vms/$a/tpl/sub/f"
+	ln -s "$o/dir" "$h/vms/$a/tpl/link"
+	ln -s "$o/dir" "$h/vms/$b/tpl"
+	mkdir "$h/vms/$c/tpl"
+	: >"$h/vms/$c/tpl/x"
+	chown -R 4242 "$h/vms/$c/tpl"
+	mkdir "$h/vms/$e/tpl"
+	ln "$h/vms/$e/disk.qcow2" "$h/vms/$e/disk2"
+	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc
+	echo "$output"
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ "$(cat "$o/dir/file")" = keep ]
+	[ ! -e "$h/vms/$a/tpl/qmp.sock" ] && [ ! -L "$h/vms/$a/tpl/link" ] && [ -f "$h/vms/$a/tpl/sub/f" ] || false
+	grep -qF "left $h/vms/$a/tpl: sub in it is not" <<<"$stderr"
+	[ "$(stat -c %a "$h/vms/$a/disk.qcow2")" = 600 ]
+	[ -L "$h/vms/$b/tpl" ] && [ "$(stat -c %a "$h/vms/$b/disk.qcow2")" = 644 ] || false
+	[ -f "$h/vms/$c/tpl/x" ] && [ "$(stat -c %a "$h/vms/$c/disk.qcow2")" = 644 ] || false
+	[ "$(stat -c %a "$h/vms/$d/disk.qcow2")" = 644 ]
+	[ ! -e "$h/vms/$e/tpl" ] && [ "$(stat -c %a "$h/vms/$e/disk.qcow2")" = 644 ] || false
+	jq -e --arg v "$h/vms" --arg a "$a" --arg e "$e" \
+		'[.leaked[] | select(.kind == "tpl" or .kind == "lent")] | sort_by(.path) ==
+		 [{kind: "lent", path: ($v + "/" + $a + "/disk.qcow2"), removed: true},
+		  {kind: "tpl", path: ($v + "/" + $a + "/tpl"), removed: false},
+		  {kind: "tpl", path: ($v + "/" + $e + "/tpl"), removed: true}]' <<<"$output"
 }
 
 @test "gc: a stopped record whose run is alive keeps its record and logs, even with --all; a reused pid does not pin" {

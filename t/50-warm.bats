@@ -436,7 +436,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		[ "$status" -eq 0 ]
 		if [ "$point" = warm-template ]; then
 			jout --arg t "$vdir/tpl" --arg d "$vdir/disk.qcow2" \
-				'[.leaked[] | select(.kind == "tpl" or .kind == "lent")] == [{kind: "tpl", path: $t, removed: false}, {kind: "lent", path: $d, removed: false}]'
+				'[.leaked[] | select(.kind == "tpl" or .kind == "lent")] == [{kind: "lent", path: $d, removed: false}, {kind: "tpl", path: $t, removed: false}]'
 			[ "$(stat -c %a "$vdir/disk.qcow2")" = 644 ] && [ -d "$vdir/tpl" ] || false
 		fi
 		# gc, the VM's lock free (its boot, the builder, is gone): the
@@ -448,7 +448,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		[ "$(stat -c %a "$vdir/disk.qcow2")" = 600 ] && [ ! -e "$vdir/tpl" ] || false
 		if [ "$point" = warm-template ]; then
 			jout --arg t "$vdir/tpl" --arg d "$vdir/disk.qcow2" \
-				'[.leaked[] | select(.kind == "tpl" or .kind == "lent")] == [{kind: "tpl", path: $t, removed: true}, {kind: "lent", path: $d, removed: true}]'
+				'[.leaked[] | select(.kind == "tpl" or .kind == "lent")] == [{kind: "lent", path: $d, removed: true}, {kind: "tpl", path: $t, removed: true}]'
 		else
 			jout '[.leaked[] | select(.kind == "tpl" or .kind == "lent")] == []'
 		fi

@@ -181,6 +181,18 @@ static void test_plan_over(const char *dir)
 	unsetenv("ISOPOD_HOME");
 }
 
+/* The cgroups named by their maker's pid: qemu-img's caller's and isopod
+ * doctor's check's (one rule in isopod-gc); any other name has none. */
+static void test_img_owner(void)
+{
+	ok(qjail_img_owner(QJAIL_IMG_NAME "1234") == 1234, "img-<pid>: its caller's pid");
+	ok(qjail_img_owner(JAIL_CG_CHECK_NAME "4321") == 4321, "doctor-<pid>: the doctor's pid");
+	ok(qjail_img_owner(JAIL_CG_CHECK_NAME "x1") == 0 && qjail_img_owner(JAIL_CG_CHECK_NAME "0") == 0,
+	   "doctor- with no pid: none");
+	ok(qjail_img_owner("vm-123456789abc") == 0 && qjail_img_owner("tpl-1") == 0,
+	   "a VM's, a template's: none");
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/isopod-qjail-test.XXXXXX";
@@ -194,6 +206,7 @@ int main(void)
 	test_img_write(dir);
 	test_deadline();
 	test_plan_over(dir);
+	test_img_owner();
 	rmdir(dir);
 	return tap_done();
 }
