@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,15 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
+		warn("unable to remove %s:", path);
+	return 0;
+}
 
 /* A path that does not fit (pathn): -1, errno ENAMETOOLONG, and g->err
  * naming it by its start, as pathf named it when it exited. */
@@ -29,11 +39,10 @@ static int too_long(struct gcstore *g, const char *start)
 	return -1;
 }
 
-/* Remove in place, never following a link (tree_remove). */
+/* Remove in place.  FTW_PHYS: never follow a symlink out of the store. */
 static void remove_now(const char *path)
 {
-	if (tree_remove(path, NULL) < 0)
-		warn("unable to remove %s:", path);
+	nftw(path, rm_cb, 16, FTW_PHYS | FTW_DEPTH);
 }
 
 int gcstore_trash_open(struct gcstore *g)

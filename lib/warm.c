@@ -6,7 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <dirent.h>
+#include <fts.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,90 +256,55 @@ toolong:
 
 /* ---- removal ---------------------------------------------------------- */
 
-/* How deep a tree is walked: one descriptor a level.  Deeper is left, with
- * ELOOP (a tree a jail wrote can be made as deep as it likes). */
-#define TREE_DEPTH_MAX 128
-
-static void first_err(int *err, int e)
-{
-	if (!*err && e != ENOENT)
-		*err = e;
-}
-
-/* The entries of the directory dfd (closed here), depth first: their
- * blocks in *bytes and, with rm, each removed.  Every step is relative to
- * a descriptor, and a directory is entered only through openat(O_NOFOLLOW):
- * a subdirectory swapped for a symbolic link while we walk (a tree a
- * jail's uid could write) is removed as the link it now is, never entered.
- * fts and nftw open each directory again by its whole path, which follows
- * such a link (review of isopod-gc's tpl/ sweep).  0 or the first errno. */
-static int walk_fd(int dfd, int rm, long long *bytes, int depth)
-{
-	DIR *d = fdopendir(dfd);
-	struct dirent *de;
-	int err = 0;
-
-	if (!d) {
-		err = errno;
-		close(dfd);
-		return err;
-	}
-	while ((errno = 0, de = readdir(d))) {
-		const char *n = de->d_name;
-		struct stat st;
-		int sub = -1, flag = 0;
-
-		if (!strcmp(n, ".") || !strcmp(n, ".."))
-			continue;
-		if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			first_err(&err, errno);
-			continue;
-		}
-		*bytes += (long long)st.st_blocks * 512;
-		if (S_ISDIR(st.st_mode)) {
-			if (depth >= TREE_DEPTH_MAX) {
-				first_err(&err, ELOOP);
-				continue;
-			}
-			sub = openat(dirfd(d), n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0) {
-				first_err(&err, walk_fd(sub, rm, bytes, depth + 1));
-				flag = AT_REMOVEDIR;
-			} else if (errno != ENOTDIR && errno != ELOOP) {
-				first_err(&err, errno);
-				continue;
-			} /* no longer a directory: removed as what it is now */
-		}
-		if (rm && unlinkat(dirfd(d), n, flag) < 0)
-			first_err(&err, errno);
-	}
-	first_err(&err, errno);
-	closedir(d);
-	return err;
-}
-
 /* Walk the tree at path without following a link: its blocks in *bytes,
  * and with rm, remove it, what a directory holds before the directory.
  * A missing path is an empty tree.  0, or -1 with errno (the first
  * removal that failed). */
 static int tree_walk(const char *path, int rm, long long *bytes)
 {
-	struct stat st;
-	int err = 0, fd;
+	char *roots[] = { (char *)path, NULL };
+	FTS *f = fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, NULL);
+	FTSENT *e;
+	int err = 0;
 
 	*bytes = 0;
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0 : -1;
-	*bytes += (long long)st.st_blocks * 512;
-	if (S_ISDIR(st.st_mode)) {
-		if ((fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-			return errno == ENOENT ? 0 : -1;
-		first_err(&err, walk_fd(fd, rm, bytes, 1));
-		if (rm && rmdir(path) < 0)
-			first_err(&err, errno);
-	} else if (rm && unlink(path) < 0) {
-		first_err(&err, errno);
+	if (!f)
+		return -1;
+	for (;;) {
+		int dir = 0;
+
+		errno = 0;
+		if (!(e = fts_read(f))) {
+			if (errno && !err)
+				err = errno;
+			break;
+		}
+		switch (e->fts_info) {
+		case FTS_D: /* counted on the way in, removed on the way out */
+			*bytes += (long long)e->fts_statp->st_blocks * 512;
+			continue;
+		case FTS_DP:
+		case FTS_DNR: /* unreadable: its rmdir fails unless it is empty */
+			dir = 1;
+			break;
+		case FTS_NS:
+		case FTS_NSOK: /* no stat: nothing to count, still removed */
+			if (e->fts_level == FTS_ROOTLEVEL && e->fts_errno == ENOENT)
+				continue; /* no tree */
+			break;
+		case FTS_ERR:
+			if (!err)
+				err = e->fts_errno;
+			continue;
+		default: /* a file, a link (not followed), a socket, ... */
+			*bytes += (long long)e->fts_statp->st_blocks * 512;
+			break;
+		}
+		if (rm && (dir ? rmdir(e->fts_accpath) : unlink(e->fts_accpath)) < 0 &&
+		    errno != ENOENT && !err)
+			err = errno;
 	}
+	fts_close(f);
 	if (err) {
 		errno = err;
 		return -1;
