@@ -251,12 +251,14 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	stop_vm "$vm"
 	# The supervisor beside no isopod-memro.so: the clone does not start
 	# (jailed, its QEMU could not open the file anyway; unjailed it would
-	# write it as root), the run boots cold and says why.
+	# not load the library), the run boots cold and says why, and the
+	# snapshot stays (its fault it is not: no rebuild on every run).
 	cp "$ISOPOD_SRC/bin/isopod-supervise" "$BATS_TEST_TMPDIR/"
 	ISOPOD_SUPERVISE=$BATS_TEST_TMPDIR/isopod-supervise boot_vm --mem-mib 440
 	[ "$status" -eq 0 ]
-	json_is '.path == "cold" and any(.warnings[]; test("failed to resume: .*isopod-memro.so"))'
+	json_is '.path == "cold" and any(.warnings[]; test("skipped: .*isopod-memro.so: No such file"))'
 	stop_vm "$vm"
+	[ "$(stat -c '%u %a %h' "$mem")" = "0 644 1" ]
 }
 
 @test "warm: a memory file another uid could write (0606, as published before isopod-memro.so) is retired, not resumed" {
