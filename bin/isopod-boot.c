@@ -534,11 +534,19 @@ static void prepare_disk(struct boot *bt)
  * to a cold boot on a pristine disk. */
 static void try_warm(struct boot *bt)
 {
-	int got = warm_get(&bt->w, &bt->in, !bt->forked, bt->deadline);
 	char msg[2048], why[256], pristine[PATH_MAX], err[PATH_MAX + 128];
 	struct snap sn;
 	int64_t t1, bound;
-	int r;
+	int got, r;
+
+	/* No clone starts without the library: neither build nor retire a
+	 * snapshot for that (the supervisor's setup, not the snapshot's). */
+	if (launch_memro_ok(msg, sizeof msg) < 0) {
+		warm_warn(&bt->w, "warm snapshots skipped: %s (a warm clone's QEMU needs %s); booted cold",
+			  msg, QEMU_MEMRO_SO);
+		return;
+	}
+	got = warm_get(&bt->w, &bt->in, !bt->forked, bt->deadline);
 
 	/* A VM never outlives its owner: do not start one for nobody. */
 	if (owner_gone(&bt->w))
@@ -580,9 +588,11 @@ static void try_warm(struct boot *bt)
 	} else {
 		char keep[PATH_MAX];
 
-		warm_warn(&bt->w, "warm snapshot %.12s failed to resume: %s; retired, booted cold",
-			  bt->w.key, msg);
-		warm_retire(&bt->w);
+		/* the supervisor started no QEMU: its setup, not the snapshot */
+		warm_warn(&bt->w, "warm snapshot %.12s failed to resume: %s; %s, booted cold",
+			  bt->w.key, msg, bt->ln.start_failed ? "kept" : "retired");
+		if (!bt->ln.start_failed)
+			warm_retire(&bt->w);
 		vm_resume_undo(bt->id, bt->in.qlog, pathf(keep, sizeof keep, "%s/qemu-resume.log",
 							  bt->in.dir));
 		if (bt->forked && rename(pristine, bt->in.disk) < 0)

@@ -243,8 +243,12 @@ int launch_resume(struct launch *l, const struct qemu_vm *vm, struct snap *sn, i
 	r = launch_start(l, q.av, sn->memfd, msg, msz);
 	close(sn->memfd);
 	sn->memfd = -1;
-	if (r < 0)
+	if (r < 0) {
+		/* the supervisor's own setup, not the snapshot */
+		l->start_failed = 1;
+		r = EX_SYS;
 		goto bad;
+	}
 	for (;;) {
 		int64_t slice = mono_ms() + 100;
 
@@ -312,6 +316,24 @@ bad:
 	sn->statefd = -1;
 	free(qm);
 	return r ? r : EX_SYS;
+}
+
+int launch_memro_ok(char *why, size_t wsz)
+{
+	char sup[PATH_MAX], real[PATH_MAX], so[PATH_MAX];
+
+	/* the supervisor looks beside its /proc/self/exe: so do we */
+	proc_sibling(sup, sizeof sup, "isopod-supervise", "ISOPOD_SUPERVISE");
+	if (!realpath(sup, real)) {
+		snprintf(why, wsz, "the supervisor %.512s: %s", sup, strerror(errno));
+		return -1;
+	}
+	*strrchr(real, '/') = '\0';
+	if (pathn(so, sizeof so, "%s/%s", real, QEMU_MEMRO_SO) < 0) {
+		snprintf(why, wsz, "%s beside %.512s: path too long", QEMU_MEMRO_SO, real);
+		return -1;
+	}
+	return qemu_memro_ok(so, why, wsz);
 }
 
 /* Stop what launch_start() started, before the boot was confirmed: EOF on ctl

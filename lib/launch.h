@@ -46,6 +46,7 @@ struct launch {
 	pid_t sup;                /* the supervisor, our child */
 	int supfd;                /* its pidfd */
 	int ctlfd;                /* its ctl pipe: 'r' confirms, EOF abandons */
+	int start_failed;         /* launch_resume: the supervisor started no QEMU */
 };
 
 #define LAUNCH_INIT { .console_max = CONSOLE_MAX_DEFAULT, .lockfd = -1, .ownerfd = -1, .slotfd = -1, .sup = -1, .supfd = -1, .ctlfd = -1 }
@@ -67,6 +68,9 @@ int launch_handshake(struct launch *l, int64_t deadline, long long within, char 
  * closed here (but when the first allocation fails). */
 int launch_resume(struct launch *l, const struct qemu_vm *vm, struct snap *sn, int64_t deadline,
 		  char *msg, size_t msz);
+/* The preload library beside the supervisor fit for a clone's QEMU
+ * (qemu_memro_ok)?  0, or -1 with why. */
+int launch_memro_ok(char *why, size_t wsz);
 /* Confirm the boot to the supervisor ('r' on ctl, which is then closed).
  * 0, or -1 when the supervisor (and so QEMU) is gone. */
 int launch_confirm(struct launch *l);

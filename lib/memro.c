@@ -13,14 +13,18 @@
  * Nothing else of QEMU's changes.  ftruncate (only of an empty file) and
  * fallocate (a discard: no device of ours asks one) would fail EBADF.
  *
- * Without this library the jailed open fails (EACCES: the mode, not this
- * code, is the boundary), the resume fails and the run boots cold.
+ * Without this library the jailed open fails (EACCES), the resume fails
+ * and the run boots cold.  Neither it nor the mode is the boundary: as
+ * root the descriptor is of a read-only mount (lib/warmpool.c mem_open).
  * QEMU 7.2 (Debian's build) imports open64, __open64_2 (the fortified
  * open of flags that are not a constant: file_ram_open's) and openat64;
  * open and openat (glib's; on x86_64 the same functions under other
  * names) and the other fortified forms are here too.  Each makes the
  * syscall itself: no dlsym, no recursion. */
 #undef _FORTIFY_SOURCE
+/* open64 and friends are macros to open under _FILE_OFFSET_BITS=64: the
+ * definitions below must keep their own names whatever CFLAGS say */
+#undef _FILE_OFFSET_BITS
 #include "qemu.h"
 
 #include <fcntl.h>
@@ -36,8 +40,9 @@ int __openat64_2(int dirfd, const char *path, int flags);
 
 static int memro_openat(int dirfd, const char *path, int flags, mode_t mode)
 {
+	/* and nothing that writes: truncating, creating, appending */
 	if (path && !strcmp(path, QEMU_CLONE_MEM) && (flags & O_ACCMODE) == O_RDWR)
-		flags = (flags & ~O_ACCMODE) | O_RDONLY;
+		flags = (flags & ~(O_ACCMODE | O_TRUNC | O_CREAT | O_APPEND)) | O_RDONLY;
 	return (int)syscall(SYS_openat, dirfd, path, flags, mode);
 }
 

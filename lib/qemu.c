@@ -177,10 +177,36 @@ struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
 	};
 }
 
+int qemu_memro_ok(const char *so, char *why, size_t wsz)
+{
+	struct stat st;
+
+	/* ld.so splits LD_PRELOAD at ' ', ':' and tab, and skips an entry it
+	 * cannot load: QEMU would run without it */
+	if (so[0] != '/' || strpbrk(so, " :\t")) {
+		snprintf(why, wsz, "%.512s: not an absolute path free of ' ', ':' and tab", so);
+		return errno = EINVAL, -1;
+	}
+	if (stat(so, &st) < 0) {
+		snprintf(why, wsz, "%.512s: %s", so, strerror(errno));
+		return errno = ENOENT, -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, wsz, "%.512s: not a regular file", so);
+		return errno = ENOENT, -1;
+	}
+	/* it runs inside QEMU, as root when unjailed (jaildeps' cache rule) */
+	if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 022)) {
+		snprintf(why, wsz, "%.512s: uid %lld mode %04o: must be ours or root's, writable "
+			 "by no other", so, (long long)st.st_uid, (unsigned)(st.st_mode & 07777));
+		return errno = EPERM, -1;
+	}
+	return 0;
+}
+
 int qemu_clone_env(char *const av[], char *buf, size_t sz)
 {
-	char so[PATH_MAX];
-	struct stat st;
+	char so[PATH_MAX], why[PATH_MAX + 128];
 
 	for (; *av && av[1]; av++)
 		if (!strcmp(*av, "-object") && strstr(av[1], ",mem-path=" QEMU_CLONE_MEM ","))
@@ -192,9 +218,7 @@ int qemu_clone_env(char *const av[], char *buf, size_t sz)
 	proc_sibling(so, sizeof so, QEMU_MEMRO_SO, NULL);
 	if (pathn(buf, sz, "LD_PRELOAD=%s", so) < 0)
 		return -1;
-	if (so[0] != '/' || stat(so, &st) < 0 || !S_ISREG(st.st_mode))
-		return errno = ENOENT, -1;
-	return 1;
+	return qemu_memro_ok(so, why, sizeof why) < 0 ? -1 : 1;
 }
 
 pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd, int confd)

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -365,6 +366,40 @@ void warm_retire(struct pool *w)
 	close(lk);
 }
 
+/* Open warm/<key>'s memory file read-only for the clone's QEMU (fd 3).
+ * As root, through a read-only detached bind mount of the file alone
+ * (open_tree, mount_setattr): every write path from that descriptor -- a
+ * reopen of /proc/self/fd/3 O_RDWR, fchmod, ftruncate, fallocate -- fails
+ * EROFS whatever the uid, so neither the mode nor isopod-memro.so is the
+ * boundary.  The mount, never attached anywhere, lives as long as a
+ * descriptor of it does.  Not root: the file itself (no mount then;
+ * doc/DECISIONS.md says what that leaves). */
+static int mem_open(int dfd)
+{
+	const struct mount_attr ro = {
+		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			    MOUNT_ATTR_NOEXEC,
+	};
+	char p[64];
+	int t, fd, e;
+
+	if (geteuid() != 0)
+		return openat(dfd, "mem", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	t = open_tree(dfd, "mem", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+	if (t < 0)
+		return -1;
+	/* a file-rooted tree: no name to openat beneath it, /proc reopens it */
+	if (mount_setattr(t, "", AT_EMPTY_PATH, (struct mount_attr *)&ro, sizeof ro) < 0 ||
+	    pathn(p, sizeof p, "/proc/self/fd/%d", t) < 0)
+		fd = -1;
+	else
+		fd = open(p, O_RDONLY | O_CLOEXEC); /* a magic link: no O_NOFOLLOW */
+	e = errno;
+	close(t);
+	errno = e;
+	return fd;
+}
+
 /* Open warm/<key> for a resume and check it: its meta, the memory file
  * (size, inode, ctime, by fd: exactly what QEMU will map) and the state
  * file (size and sha256, by fd: exactly what QEMU will read).  0, or -1
@@ -411,7 +446,7 @@ int snap_open(struct pool *w, struct snap *sn, char *why, size_t wsz)
 		snprintf(why, wsz, "it was built by an isopod-boot that gave QEMU another command line");
 		goto out;
 	}
-	sn->memfd = openat(dfd, "mem", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	sn->memfd = mem_open(dfd);
 	if (sn->memfd < 0 || fstat(sn->memfd, &ms) < 0) {
 		snprintf(why, wsz, "unable to open its memory file: %s", strerror(errno));
 		goto out;
@@ -422,7 +457,8 @@ int snap_open(struct pool *w, struct snap *sn, char *why, size_t wsz)
 			 w->vm->mem_mib * MIB);
 		goto out;
 	}
-	if ((json_int_t)ms.st_ino != json_integer_value(json_object_get(mm, "ino")) ||
+	/* the mount's file is the directory's (same file system, inode) */
+	if (ms.st_dev != ds.st_dev || (json_int_t)ms.st_ino != json_integer_value(json_object_get(mm, "ino")) ||
 	    (json_int_t)ms.st_ctim.tv_sec != json_integer_value(json_object_get(mm, "ctime_s")) ||
 	    (json_int_t)ms.st_ctim.tv_nsec != json_integer_value(json_object_get(mm, "ctime_ns"))) {
 		snprintf(why, wsz, "its memory file was modified or replaced after the build");

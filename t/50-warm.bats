@@ -76,6 +76,18 @@ ro_fds() {
 	[ "${#fds[@]}" -ge 2 ]
 }
 
+# ro_mount PID: as root (whom no mode stops), each of fds (ro_fds's) of
+# PID cannot be reopened for writing: its mount is read-only (EROFS,
+# lib/warmpool.c mem_open), whatever the file's mode or isopod-memro.so.
+ro_mount() {
+	local fd err
+	for fd in "${fds[@]}"; do
+		err=$(sh -c "exec 9<>/proc/$1/fd/$fd && echo OPENED" 2>&1 || :)
+		echo "root, pid $1 fd $fd: $err" >&2
+		[[ "$err" == *"Read-only file system"* && "$err" != *OPENED* ]] || return 1
+	done
+}
+
 # jout [JQ-OPTIONS...] FILTER: json_is with jq options (--arg ...).
 jout() {
 	if ! jq -e "$@" >/dev/null <<<"$output"; then
@@ -226,22 +238,27 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		echo "fd $fd: $err" >&2
 		[[ "$err" == *"Permission denied"* && "$err" != *OPENED* ]]
 	done
+	ro_mount "$q"
 	stop_vm "$vm"
 	# Unjailed (root's QEMU, which the mode would not stop): the same
 	# read-only descriptors
 	ISOPOD_JAIL=0 boot_vm --mem-mib 440
 	[ "$status" -eq 0 ]
 	json_is '.path == "warm" and .jail.enabled == false'
-	ro_fds "$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$vm/meta.json")" "$mem"
+	q=$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$vm/meta.json")
+	ro_fds "$q" "$mem"
+	ro_mount "$q"
 	stop_vm "$vm"
 	# The supervisor beside no isopod-memro.so: the clone does not start
 	# (jailed, its QEMU could not open the file anyway; unjailed it would
-	# write it as root), the run boots cold and says why.
+	# not load the library), the run boots cold and says why, and the
+	# snapshot stays (its fault it is not: no rebuild on every run).
 	cp "$ISOPOD_SRC/bin/isopod-supervise" "$BATS_TEST_TMPDIR/"
 	ISOPOD_SUPERVISE=$BATS_TEST_TMPDIR/isopod-supervise boot_vm --mem-mib 440
 	[ "$status" -eq 0 ]
-	json_is '.path == "cold" and any(.warnings[]; test("failed to resume: .*isopod-memro.so"))'
+	json_is '.path == "cold" and any(.warnings[]; test("skipped: .*isopod-memro.so: No such file"))'
 	stop_vm "$vm"
+	[ "$(stat -c '%u %a %h' "$mem")" = "0 644 1" ]
 }
 
 @test "warm: a memory file another uid could write (0606, as published before isopod-memro.so) is retired, not resumed" {

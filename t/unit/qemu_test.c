@@ -112,6 +112,47 @@ static void test_clone_env(void)
 	}
 }
 
+/* qemu_memro_ok: a path ld.so would split, a file another could write or
+ * that is not ours or root's, is refused. */
+static void test_memro_ok(void)
+{
+	char dir[] = "/tmp/qemu_test.XXXXXX", p[PATH_MAX], why[PATH_MAX + 128];
+	const char *bad[] = { "a b.so", "a:b.so", "a\tb.so" };
+	int fd;
+
+	if (!mkdtemp(dir)) {
+		ok(0, "mkdtemp: %s", strerror(errno));
+		return;
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		snprintf(p, sizeof p, "%s/%s", dir, bad[i]);
+		fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		errno = 0;
+		ok(fd >= 0 && qemu_memro_ok(p, why, sizeof why) == -1 && errno == EINVAL,
+		   "split by ld.so: %s", why);
+		if (fd >= 0)
+			close(fd);
+		unlink(p);
+	}
+	ok(qemu_memro_ok("isopod-memro.so", why, sizeof why) == -1 && errno == EINVAL,
+	   "relative: %s", why);
+	snprintf(p, sizeof p, "%s/m.so", dir);
+	ok(qemu_memro_ok(p, why, sizeof why) == -1 && errno == ENOENT, "missing: %s", why);
+	fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	ok(fd >= 0 && qemu_memro_ok(p, why, sizeof why) == 0, "ours, 0644: fit");
+	ok(fchmod(fd, 0664) == 0 && qemu_memro_ok(p, why, sizeof why) == -1 && errno == EPERM,
+	   "group-writable: %s", why);
+	ok(fchmod(fd, 0646) == 0 && qemu_memro_ok(p, why, sizeof why) == -1 && errno == EPERM,
+	   "other-writable: %s", why);
+	if (geteuid() == 0) {
+		ok(fchmod(fd, 0644) == 0 && fchown(fd, 65534, 65534) == 0 &&
+		   qemu_memro_ok(p, why, sizeof why) == -1 && errno == EPERM, "another's: %s", why);
+	}
+	close(fd);
+	unlink(p);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	char fp[65], longp[PATH_MAX + 16];
@@ -457,6 +498,7 @@ int main(void)
 	   "the shape command line has placeholders for every per-VM part");
 	test_last_line();
 	test_clone_env();
+	test_memro_ok();
 	qemu_fingerprint(fp);
 	ok(!strcmp(fp, "3cce5a87782feb0c5ebb39fd412b05da6b4b7a03413e3634ec2ce7259ca2e9a2"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
