@@ -182,7 +182,7 @@ static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 /* Start QEMU and report its pid to isopod-boot. */
 static void sup_qemu(struct sup *s)
 {
-	char msg[1024], clog[PATH_MAX], env[PATH_MAX + 16], so[PATH_MAX], why[PATH_MAX + 128];
+	char msg[1024], clog[PATH_MAX], env[PATH_MAX + 16], why[PATH_MAX + 128];
 	unsigned long long start;
 	json_t *m;
 
@@ -192,12 +192,9 @@ static void sup_qemu(struct sup *s)
 		s->q = -1;
 	} else if (s->jailed) {
 		s->q = sup_jailed(s, msg, sizeof msg);
-	} else if (qemu_clone_env(s->av, env, sizeof env) < 0) {
+	} else if (qemu_clone_env(s->av, env, sizeof env, why, sizeof why) < 0) {
 		/* qemu_spawn's own check, said first and in full */
 		s->q = -1;
-		proc_sibling(so, sizeof so, QEMU_MEMRO_SO, NULL);
-		if (errno == ENAMETOOLONG || qemu_memro_ok(so, why, sizeof why) == 0)
-			snprintf(why, sizeof why, "%.512s: path too long", so);
 		snprintf(msg, sizeof msg, "%.900s (a warm clone's QEMU needs it)", why);
 	} else if ((s->q = qemu_spawn(s->av, 2, 1, s->memfd, s->conwfd)) < 0) {
 		snprintf(msg, sizeof msg, "unable to fork: %s", strerror(errno));

@@ -204,9 +204,9 @@ int qemu_memro_ok(const char *so, char *why, size_t wsz)
 	return 0;
 }
 
-int qemu_clone_env(char *const av[], char *buf, size_t sz)
+int qemu_clone_env(char *const av[], char *buf, size_t sz, char *why, size_t wsz)
 {
-	char so[PATH_MAX], why[PATH_MAX + 128];
+	char so[PATH_MAX];
 
 	for (; *av && av[1]; av++)
 		if (!strcmp(*av, "-object") && strstr(av[1], ",mem-path=" QEMU_CLONE_MEM ","))
@@ -216,16 +216,18 @@ int qemu_clone_env(char *const av[], char *buf, size_t sz)
 	/* beside this program (the supervisor), never found through PATH or
 	 * the environment: it runs inside QEMU, as root when unjailed */
 	proc_sibling(so, sizeof so, QEMU_MEMRO_SO, NULL);
-	if (pathn(buf, sz, "LD_PRELOAD=%s", so) < 0)
+	if (pathn(buf, sz, "LD_PRELOAD=%s", so) < 0) {
+		snprintf(why, wsz, "%.512s: path too long", so);
 		return -1;
-	return qemu_memro_ok(so, why, sizeof why) < 0 ? -1 : 1;
+	}
+	return qemu_memro_ok(so, why, wsz) < 0 ? -1 : 1;
 }
 
 pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd, int confd)
 {
 	struct proc_spec ps = PROC_SPEC(av);
-	char env[PATH_MAX + 16], *envv[] = { env, NULL };
-	int is_clone = qemu_clone_env(av, env, sizeof env);
+	char env[PATH_MAX + 16], *envv[] = { env, NULL }, why[PATH_MAX + 128];
+	int is_clone = qemu_clone_env(av, env, sizeof env, why, sizeof why);
 
 	if (is_clone < 0)
 		return -1;

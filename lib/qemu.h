@@ -95,10 +95,10 @@ struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in);
 #define QEMU_MEMRO_SO "isopod-memro.so"
 /* When av (qemu_argv's) is a clone's -- its RAM QEMU_CLONE_MEM -- buf is
  * "LD_PRELOAD=<this program's directory>/" QEMU_MEMRO_SO, for its
- * environment, and 1; 0 when av is not a clone's; -1 with errno
+ * environment, and 1; 0 when av is not a clone's; -1 with errno and why
  * (qemu_memro_ok's: no clone starts without the library, so none asks to
  * open the file for writing; ENAMETOOLONG). */
-int qemu_clone_env(char *const av[], char *buf, size_t sz);
+int qemu_clone_env(char *const av[], char *buf, size_t sz, char *why, size_t wsz);
 /* so fit to preload: absolute with no ' ', ':' or tab (ld.so would split
  * it: EINVAL), a regular file (ENOENT), ours or root's and not group- or
  * other-writable (EPERM).  0, or -1 with errno and why. */

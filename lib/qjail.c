@@ -210,7 +210,7 @@ static int plan(struct qjail *qj, const char *id, const char *dir, const char *o
 	const char *m = arg_of(av, "-m"), *smp = arg_of(av, "-smp"), *acc = arg_of(av, "-accel");
 	const char *k = arg_of(av, "-kernel"), *i = arg_of(av, "-initrd");
 	long long mib, vcpus, tcg;
-	char disk[PATH_MAX];
+	char disk[PATH_MAX], why[PATH_MAX + 128];
 	size_t n;
 	int c;
 
@@ -238,10 +238,9 @@ static int plan(struct qjail *qj, const char *id, const char *dir, const char *o
 	if (chain(qj, disk, err, errsz) < 0)
 		return -1;
 	/* a clone's RAM file read-only (lib/memro.c): its library in too */
-	if ((c = qemu_clone_env(av, qj->preload, sizeof qj->preload)) < 0) {
+	if ((c = qemu_clone_env(av, qj->preload, sizeof qj->preload, why, sizeof why)) < 0) {
 		qj->preload[0] = '\0';
-		return fail(err, errsz, "%s: %s (a warm clone's QEMU needs it)", QEMU_MEMRO_SO,
-			    strerror(errno));
+		return fail(err, errsz, "%s (a warm clone's QEMU needs it)", why);
 	}
 	if (c && add(qj, QEMU_CLONE_ENV_PATH(qj->preload), err, errsz) < 0)
 		return -1;

@@ -89,21 +89,21 @@ static void test_clone_env(void)
 	const struct qemu_cfg clone = { .accel = "tcg", .mem_mib = 64, .vcpus = 1, FILES,
 					.memfile = QEMU_CLONE_MEM, .incoming = 1 };
 	struct qemu_argv q;
-	char buf[PATH_MAX + 16], so[PATH_MAX], want[PATH_MAX + 16];
+	char buf[PATH_MAX + 16], so[PATH_MAX], want[PATH_MAX + 16], why[PATH_MAX + 128];
 	int fd, r;
 
 	proc_sibling(so, sizeof so, QEMU_MEMRO_SO, NULL);
 	snprintf(want, sizeof want, "LD_PRELOAD=%s", so);
-	ok(qemu_argv(&q, &tpl) == 0 && qemu_clone_env(q.av, buf, sizeof buf) == 0,
+	ok(qemu_argv(&q, &tpl) == 0 && qemu_clone_env(q.av, buf, sizeof buf, why, sizeof why) == 0,
 	   "a template's command line: no preload");
-	ok(qemu_argv(&q, &near) == 0 && qemu_clone_env(q.av, buf, sizeof buf) == 0,
+	ok(qemu_argv(&q, &near) == 0 && qemu_clone_env(q.av, buf, sizeof buf, why, sizeof why) == 0,
 	   "RAM at %s0: no preload", QEMU_CLONE_MEM);
 	unlink(so);
 	errno = 0;
-	ok(qemu_argv(&q, &clone) == 0 && qemu_clone_env(q.av, buf, sizeof buf) == -1 &&
-	   errno == ENOENT, "a clone's, the library missing: ENOENT (%s)", strerror(errno));
+	ok(qemu_argv(&q, &clone) == 0 && qemu_clone_env(q.av, buf, sizeof buf, why, sizeof why) == -1 &&
+	   errno == ENOENT && strstr(why, QEMU_MEMRO_SO), "a clone's, the library missing: ENOENT (%s)", why);
 	fd = open(so, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	r = fd >= 0 ? qemu_clone_env(q.av, buf, sizeof buf) : -2;
+	r = fd >= 0 ? qemu_clone_env(q.av, buf, sizeof buf, why, sizeof why) : -2;
 	ok(r == 1 && !strcmp(buf, want) && !strcmp(QEMU_CLONE_ENV_PATH(buf), so),
 	   "a clone's: %s", r == 1 ? buf : "(none)");
 	if (fd >= 0) {
