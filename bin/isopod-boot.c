@@ -305,6 +305,7 @@ static void load_vm(struct boot *bt)
 		die(EX_USAGE, "%s", bt->ln.jail_why);
 	bt->w.jail = bt->ln.jail; /* the warm template's QEMU too */
 	bt->w.jail_why = bt->ln.jail_why;
+	bt->w.console_max = bt->ln.console_max; /* the template's console too */
 	pathf(dir, sizeof dir, "%s/vms/%s", store_home(), bt->id);
 	if (inst_paths(&bt->in, dir) < 0)
 		die(EX_USAGE, "path too long: %.64s...", dir);

@@ -9,6 +9,7 @@
 #ifndef ISOPOD_WARMPOOL_H
 #define ISOPOD_WARMPOOL_H
 
+#include "conlog.h"
 #include "image.h"
 #include "qemu.h"
 
@@ -46,12 +47,16 @@ struct pool {
 	long long wait_ms;       /* ISOPOD_WARM_WAIT_MS */
 	int jail;                /* the template's QEMU jailed (jail_wanted) */
 	const char *jail_why;    /* else why not */
+	long long console_max;   /* the template's console.log keeps this
+				  * much (isopod-boot --console-max) */
 	const struct qemu_vm *vm;
 	const struct img *im;
 	struct conn *conn;       /* the agent connection's buffers (large) */
 };
 
-#define POOL_INIT { .path = "cold", .resume_ms = -1, .build_ms = -1, .ownerfd = -1, .hold = -1 }
+#define POOL_INIT                                                                           \
+	{ .path = "cold", .resume_ms = -1, .build_ms = -1, .ownerfd = -1, .hold = -1,      \
+	  .console_max = CONSOLE_MAX_DEFAULT }
 
 enum { GOT_NONE, GOT_PUBLISHED, GOT_BUILT };
 

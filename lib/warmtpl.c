@@ -6,6 +6,7 @@
  * Every path built here lies under the store root or a VM directory,
  * which isopod-boot has checked to be short (a unix socket path must fit
  * 108 bytes), so none is ever cut short. */
+#include "conlog.h"
 #include "host.h"
 #include "jail.h"
 #include "proc.h"
@@ -29,9 +30,14 @@
 #include <unistd.h>
 
 #define MIB (1024LL * 1024)
+/* What the template's console pipe gives up per wait below: as
+ * isopod-supervise's rounds, so the deadline stays in view. */
+#define CON_BUDGET (4u << 20)
 
-/* Poll query-migrate (template) until the migration is over.  0 or -1. */
-static int migrate_wait(struct qmp *qm, int64_t deadline, char *msg, size_t msz)
+/* Poll query-migrate (template) until the migration is over, reading its
+ * console meanwhile.  0 or -1. */
+static int migrate_wait(struct qmp *qm, struct conlog *con, int64_t deadline, char *msg,
+			size_t msz)
 {
 	for (;;) {
 		json_t *ret = NULL;
@@ -55,6 +61,7 @@ static int migrate_wait(struct qmp *qm, int64_t deadline, char *msg, size_t msz)
 			return -1;
 		}
 		json_decref(ret);
+		conlog_drain(con, CON_BUDGET);
 		usleep(2000);
 	}
 }
@@ -62,8 +69,9 @@ static int migrate_wait(struct qmp *qm, int64_t deadline, char *msg, size_t msz)
 /* Wait until QEMU has seen our hang-up on the agent socket.  Its handling
  * writes a control message into guest RAM; with share=on that must happen
  * before the device state is saved, or the memory file and the state
- * would disagree about the virtqueue.  0, or -1 (qm->err). */
-static int agent_hung_up(struct qmp *qm, int64_t deadline)
+ * would disagree about the virtqueue.  Its console is read meanwhile.  0,
+ * or -1 (qm->err). */
+static int agent_hung_up(struct qmp *qm, struct conlog *con, int64_t deadline)
 {
 	for (;;) {
 		json_t *ret = NULL, *v;
@@ -86,6 +94,7 @@ static int agent_hung_up(struct qmp *qm, int64_t deadline)
 			snprintf(qm->err, sizeof qm->err, "the agent socket still looks connected");
 			return -1;
 		}
+		conlog_drain(con, CON_BUDGET);
 		usleep(2000);
 	}
 }
@@ -113,11 +122,12 @@ static int template_blank(const char *disk, const char *blank, char bsha[65], ch
 	return 0;
 }
 
-/* Wait for the template's agent and shake hands: a bare HELLO (no
- * hostname, clock or seed: each clone gets its own); its root must still
- * be read-only.  0, or -1 with msg (*pid -1 when QEMU exited). */
-static int template_hello(struct pool *w, const struct inst *t, pid_t *pid, int64_t deadline,
-			  char *msg, size_t msz)
+/* Wait for the template's agent, reading its console meanwhile (the
+ * boot is what writes there), and shake hands: a bare HELLO (no hostname,
+ * clock or seed: each clone gets its own); its root must still be
+ * read-only.  0, or -1 with msg (*pid -1 when QEMU exited). */
+static int template_hello(struct pool *w, const struct inst *t, struct conlog *con, pid_t *pid,
+			  int64_t deadline, char *msg, size_t msz)
 {
 	struct hello th = { 0 };
 	char l1[256];
@@ -126,6 +136,7 @@ static int template_hello(struct pool *w, const struct inst *t, pid_t *pid, int6
 	for (;;) {
 		int64_t slice = mono_ms() + 100;
 
+		conlog_drain(con, CON_BUDGET);
 		if (conn_open(w->conn, t->agent, slice < deadline ? slice : deadline) == 0)
 			break;
 		if (errno != ETIMEDOUT) {
@@ -164,11 +175,12 @@ static int template_hello(struct pool *w, const struct inst *t, pid_t *pid, int6
 
 /* Describe the snapshot in its meta.json (metap): the shape, the
  * identity of its files, the template's jail (tj: what it applied, or
- * {"enabled":false,"why"}).  bsha: the blank overlay's sha256, or NULL.
- * 0, or -1 with msg. */
+ * {"enabled":false,"why"}), its console (con, drained to QEMU's exit: as
+ * a VM record's console_bytes and console_log_truncated).  bsha: the
+ * blank overlay's sha256, or NULL.  0, or -1 with msg. */
 static int template_meta(struct pool *w, const struct stat *msb, const struct stat *ssb,
-			 const char *sha, const char *bsha, json_t *tj, const char *metap,
-			 char *msg, size_t msz)
+			 const char *sha, const char *bsha, json_t *tj, const struct conlog *con,
+			 const char *metap, char *msg, size_t msz)
 {
 	const struct img *im = w->im;
 	const struct stat ms = *msb, ss = *ssb;
@@ -192,7 +204,10 @@ static int template_meta(struct pool *w, const struct stat *msb, const struct st
 			 (json_int_t)ms.st_ctim.tv_sec, "ctime_ns", (json_int_t)ms.st_ctim.tv_nsec, "state",
 			 "bytes", (json_int_t)ss.st_size, "sha256", sha, "argv_fingerprint",
 			 w->argv_fp);
-	if (!meta || json_object_set(meta, "template_jail", tj) < 0) {
+	if (!meta || json_object_set(meta, "template_jail", tj) < 0 ||
+	    json_object_set_new(meta, "console_bytes", json_integer((json_int_t)con->bytes)) < 0 ||
+	    json_object_set_new(meta, "console_log_truncated",
+				json_boolean(conlog_truncated(con))) < 0) {
 		snprintf(msg, msz, "out of memory");
 		json_decref(meta);
 		return -1;
@@ -396,8 +411,7 @@ static int tpl_sockdir(struct tpl *tp, const char *vdir, char *msg, size_t msz)
 }
 
 /* Start the template's QEMU (av, qemu_argv's; stdout and stderr logfd,
- * its console confd -- a file: the template runs no command, only its
- * kernel and agent up to HELLO, whose console stays small):
+ * its console confd: the write end of warm_build's conlog pipe):
  * with the jail on (isopod-boot's jail_wanted), in the jail every VM's
  * QEMU gets (lib/qjail.c, as isopod-supervise's sup_jailed): its uid and
  * cgroup named by warm_tpl_name, the staging directory sd its VM
@@ -574,13 +588,14 @@ out:
 
 /* The stopped template's device state into sd/state (sfd, root's, made
  * here): migrated with x-ignore-shared (RAM stays in sd/mem), then QEMU
- * is told to quit.  The state's fd, or -1 with msg. */
-static int template_snapshot(struct qmp *qm, const char *statep, int64_t deadline, char *msg,
-			     size_t msz)
+ * is told to quit; its console con read meanwhile.  The state's fd, or -1
+ * with msg. */
+static int template_snapshot(struct qmp *qm, struct conlog *con, const char *statep,
+			     int64_t deadline, char *msg, size_t msz)
 {
 	int sfd;
 
-	if (agent_hung_up(qm, deadline) < 0 || qmp_call(qm, "stop", NULL, -1, NULL, deadline) < 0 ||
+	if (agent_hung_up(qm, con, deadline) < 0 || qmp_call(qm, "stop", NULL, -1, NULL, deadline) < 0 ||
 	    qmp_call(qm, "migrate-set-capabilities",
 		     json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared",
 			       "state", 1),
@@ -601,12 +616,29 @@ static int template_snapshot(struct qmp *qm, const char *statep, int64_t deadlin
 		close(sfd);
 		return -1;
 	}
-	if (migrate_wait(qm, deadline, msg, msz) < 0) {
+	if (migrate_wait(qm, con, deadline, msg, msz) < 0) {
 		close(sfd);
 		return -1;
 	}
 	qmp_call(qm, "quit", NULL, -1, NULL, mono_ms() + 3000);
 	return sfd;
+}
+
+/* The template's console once its QEMU is gone: what is left in the pipe,
+ * then closed; a cut is a warning, as isopod-supervise's. */
+static void template_console_end(struct pool *w, struct conlog *con)
+{
+	if (con->logfd < 0) /* never opened, or ended */
+		return;
+	conlog_drain(con, UINT64_MAX);
+	if (con->werr)
+		warm_warn(w, "the warm template's console.log: %s after %llu bytes: the rest was "
+			  "counted, not kept", strerror(con->werr), (unsigned long long)con->kept);
+	else if (conlog_truncated(con))
+		warm_warn(w, "the warm template's console.log reached its cap of %lld bytes "
+			  "(--console-max): %llu bytes written, the rest counted, not kept",
+			  con->max, (unsigned long long)con->bytes);
+	conlog_close(con);
 }
 
 /* Boot the template of this shape in the staging directory sd and take
@@ -626,6 +658,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	char sha[65], scratch[256];
 	struct qmp *qm = malloc(sizeof *qm); /* 64 KiB of buffer */
 	struct tpl tp = { .pid = -1, .qj = { .tapfd = -1, .dirfd = -1 }, .lendfd = -1 };
+	struct conlog con = { .rfd = -1, .logfd = -1 };
 	struct inst t;
 	struct qemu_argv q;
 	struct stat ms, ss;
@@ -661,10 +694,13 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	pathn(blank, sizeof blank, "%s/blank.qcow2", sd);
 	if (plain && template_blank(vin->disk, blank, bsha, msg, msz) < 0)
 		goto out;
+	/* Its console as a VM's: a pipe read into console.log up to the cap
+	 * (lib/conlog.c), here in the waits below.  The template runs no
+	 * command, but its guest kernel and agent write there, and a bad base
+	 * image could write without end. */
 	logfd = open(t.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-	confd = logfd < 0 ? -1
-			  : open(t.console, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC |
-						    O_NOFOLLOW, 0600);
+	if (logfd >= 0 && conlog_open(&con, t.console, w->console_max, &confd) < 0)
+		confd = -1;
 	if (logfd < 0 || confd < 0) {
 		snprintf(msg, msz, "unable to create %.512s: %s", logfd < 0 ? t.qlog : t.console,
 			 strerror(errno));
@@ -687,13 +723,13 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	st = tpl_start(&tp, w, sd, vin->disk, q.av, logfd, confd, msg, msz);
 	close(logfd);
 	close(confd);
-	if (st < 0 || template_hello(w, &t, &tp.pid, deadline, msg, msz) < 0)
+	if (st < 0 || template_hello(w, &t, &con, &tp.pid, deadline, msg, msz) < 0)
 		goto out;
 	if (qmp_open(qm, t.qmp, deadline) < 0) {
 		snprintf(msg, msz, "template: %s", qm->err);
 		goto out;
 	}
-	if ((sfd = template_snapshot(qm, statep, deadline, msg, msz)) < 0)
+	if ((sfd = template_snapshot(qm, &con, statep, deadline, msg, msz)) < 0)
 		goto out;
 	qmp_close(qm);
 	if (!proc_exited_within(tp.pid, &st, 5000)) {
@@ -701,6 +737,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 		goto out;
 	}
 	tp.pid = -1;
+	template_console_end(w, &con);
 	if (tpl_end(&tp, msg, msz) < 0 || (mfd = tpl_take_back(sd, plain, msg, msz)) < 0)
 		goto out;
 
@@ -725,12 +762,14 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	unlink(t.console);
 	unlink(t.qlog);
 	w->build_ms = mono_ms() - t0;
-	if (template_meta(w, &ms, &ss, sha, plain ? bsha : NULL, tp.tj, metap, msg, msz) < 0)
+	if (template_meta(w, &ms, &ss, sha, plain ? bsha : NULL, tp.tj, &con, metap, msg,
+			  msz) < 0)
 		goto out;
 	r = 0;
 out:
 	if (tpl_end(&tp, r < 0 ? scratch : msg, r < 0 ? sizeof scratch : msz) < 0 && r == 0)
 		r = -1;
+	template_console_end(w, &con); /* QEMU is gone: what it left, for the kept log */
 	json_decref(tp.tj);
 	qmp_close(qm);
 	free(qm);

@@ -194,6 +194,8 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ "$(stat -c '%u %a %h' "$(W)/$key/mem")" = "0 644 1" ]
 	[ "$(stat -c %a "$(W)")" = 700 ] && [ "$(stat -c %a "$(W)/$key")" = 700 ] || false
 	[ -s "$(W)/$key/state" ]
+	# the template's console, as a VM's (lib/conlog.c): a boot is quiet
+	jq -e '.console_bytes >= 0 and .console_log_truncated == false' "$(W)/$key/meta.json"
 	[ -z "$(ls -A "$(W)" | grep -E '^\.(staging|retired)-')" ]
 }
 
@@ -565,6 +567,41 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	! pgrep -f "$staging" || false
 	jq -e '.state == "failed"' "$ISOPOD_HOME/vms/$vm/meta.json"
 	! vm_locked "$vm" || false
+}
+
+@test "warm: the template's console.log keeps the first --console-max bytes, byte-exact; the rest is counted: meta.json and a warning say so" {
+	# a template QEMU whose guest writes 300000 bytes to its console
+	# (QEMU's fd 5) before it boots; TPL_EXIT: then fails, its logs kept
+	mkdir -p "$DATA/con"
+	cat >"$DATA/con/qemu-system-x86_64" <<-'EOF'
+	#!/bin/sh
+	for a in "$@"; do
+		case $a in
+		*mem-path=*/.staging-*)
+			seq 1 200000 | head -c 300000 >&5
+			[ -z "${TPL_EXIT-}" ] || exit 1
+			;;
+		esac
+	done
+	exec /usr/bin/qemu-system-x86_64 "$@"
+	EOF
+	chmod 755 "$DATA/con/qemu-system-x86_64"
+	# (unjailed: the jail runs binaries, not a script whose shell it lacks)
+	ISOPOD_JAIL=0 PATH="$DATA/con:$PATH" boot_vm --mem-mib 448 --console-max 100000
+	[ "$status" -eq 0 ]
+	json_is '.path == "snapshot-build" and any(.warnings[]; test("the warm template.s console.log reached its cap of 100000 bytes .--console-max.: [0-9]+ bytes written"))'
+	key=$(key_of 448)
+	[ -n "$key" ]
+	jq -e '.console_bytes >= 300000 and .console_log_truncated == true' "$(W)/$key/meta.json"
+	stop_vm "$vm"
+	# a build that fails keeps the template's console.log: the cap's bytes
+	TPL_EXIT=1 ISOPOD_JAIL=0 PATH="$DATA/con:$PATH" boot_vm --mem-mib 456 --console-max 100000
+	[ "$status" -eq 0 ]
+	json_is '.path == "cold" and any(.warnings[]; test("reached its cap of 100000 bytes .--console-max.: 300000 bytes written")) and any(.warnings[]; test("not built: template qemu exited"))'
+	[ -z "$(key_of 456)" ]
+	cmp "$ISOPOD_HOME/vms/$vm/template-console.log" <(seq 1 200000 | head -c 100000)
+	stop_vm "$vm"
+	rm -rf "$DATA/con"
 }
 
 # The template's `qemu-img create -b` opens the VM's disk's chain (stage
