@@ -23,8 +23,8 @@
 /* QEMU's fd of the guest's serial console (-add-fd into fd set
  * QEMU_CONSOLE_FD, -chardev file at /dev/fdset/QEMU_CONSOLE_FD): a VM's
  * is the write end of a pipe its supervisor reads and caps into
- * console.log (lib/conlog.c); the warm template's and the KVM probe's,
- * which run no command, a regular file their caller opened.  Fd 3 is a
+ * console.log (lib/conlog.c), as is the warm template's, which its
+ * builder reads (lib/warmtpl.c); the KVM probe's, thrown away, /dev/null.  Fd 3 is a
  * clone's memory file, fd 4 the jailed NIC's tap (QJAIL_TAP_FD). */
 #define QEMU_CONSOLE_FD 5
 #define QEMU_CONSOLE_FD_S "5"

@@ -6,7 +6,8 @@
  *                         x-ignore-shared: RAM is not in it)
  * warm/<key>/meta.json    {format, key, key_text, shape, created, last_used,
  *                         hits, size, build_ms, mem:{bytes,ino,ctime_ns},
- *                         state:{bytes,sha256}}
+ *                         state:{bytes,sha256}, console_bytes,
+ *                         console_log_truncated}
  * warm/<key>.lock         flock: held by the one run building <key>, and by
  *                         whoever publishes, retires or removes it
  * warm/.staging-<key>.<pid>   a build in progress (or killed): only <pid>
