@@ -663,7 +663,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	struct qemu_argv q;
 	struct stat ms, ss;
 	int64_t t0 = mono_ms();
-	int logfd, confd, sfd = -1, mfd = -1, r = -1, st;
+	int logfd, confd = -1, sfd = -1, mfd = -1, r = -1, st;
 
 	if (!qm) {
 		snprintf(msg, msz, "out of memory");
@@ -700,7 +700,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	 * image could write without end. */
 	logfd = open(t.qlog, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (logfd >= 0 && conlog_open(&con, t.console, w->console_max, &confd) < 0)
-		confd = -1;
+		confd = -1; /* (errno is conlog_open's) */
 	if (logfd < 0 || confd < 0) {
 		snprintf(msg, msz, "unable to create %.512s: %s", logfd < 0 ? t.qlog : t.console,
 			 strerror(errno));
