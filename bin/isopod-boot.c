@@ -589,7 +589,8 @@ static void try_warm(struct boot *bt)
 	} else {
 		char keep[PATH_MAX];
 
-		/* the supervisor started no QEMU: its setup, not the snapshot */
+		/* no QEMU started (the supervisor's setup, or the store's
+		 * paths too long for its command line): not the snapshot */
 		warm_warn(&bt->w, "warm snapshot %.12s failed to resume: %s; %s, booted cold",
 			  bt->w.key, msg, bt->ln.start_failed ? "kept" : "retired");
 		if (!bt->ln.start_failed)
@@ -619,8 +620,9 @@ static void boot_cold(struct boot *bt)
 	unlink(bt->in.agent);
 	unlink(bt->in.qmp);
 	unlink(bt->in.console);
-	if (qemu_argv(&q, &qc) < 0)
-		fail(bt, EX_USAGE, "path too long: %.64s...", bt->in.dir);
+	if (qemu_argv(&q, &qc) < 0) /* the store's paths (a resume keeps its snapshot) */
+		fail(bt, EX_USAGE, "the VM's paths are too long for QEMU's command line (its disk %.512s...)",
+		     bt->in.disk);
 	if (launch_start(&bt->ln, q.av, -1, msg, sizeof msg) < 0)
 		fail(bt, EX_SYS, "%s", msg);
 	if ((r = launch_handshake(&bt->ln, bt->deadline, bt->cf.timeout_ms, msg, sizeof msg)) != 0)

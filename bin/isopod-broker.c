@@ -241,7 +241,12 @@ static void set_up_process(struct broker *b, long long parent)
 	    (b->sfd = signalfd(-1, &ss, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
 		die(EX_SYS, "unable to set up signals:");
 	if (parent) {
-		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0)
+		int cur = 0;
+
+		/* Jailed, the jail set it before the exec, and its filter
+		 * refuses PR_SET_PDEATHSIG (lib/jailchild.c): only read it. */
+		if (prctl(PR_GET_PDEATHSIG, &cur) < 0 ||
+		    (cur != SIGTERM && prctl(PR_SET_PDEATHSIG, SIGTERM) < 0))
 			die(EX_SYS, "unable to set the parent-death signal:");
 		/* the parent may have died before prctl: then nobody would stop us.
 		 * PID 1 of a pid namespace (the jail's) has its parent outside:

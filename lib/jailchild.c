@@ -338,7 +338,23 @@ static void landlock_jail(const struct jail_spec *js, realpath_t *rp, int errfd)
  * TUNSETSNDBUF, TUNSET/GETVNETHDRSZ and TUNSETVNETLE/BE (net/tap-linux.c;
  * TUNSETQUEUE only with queues > 1, steering eBPF only with RSS): the rest
  * of the tap's setters are EPERM.  The kernel takes ioctl's request as an
- * unsigned int: its low 32 bits are the whole of it. */
+ * unsigned int: its low 32 bits are the whole of it.
+ *
+ * prctl's options that undo what the host set up or relies on are EPERM
+ * too (the option is an int: args[0]'s low word): PR_SET_PDEATHSIG (set
+ * to 0, or to a signal it ignores, the program outlives its supervisor),
+ * PR_SET_CHILD_SUBREAPER (orphans of its own would stay its, not the pid
+ * namespace's), PR_SET_DUMPABLE (whether its uid may ptrace it and read
+ * /proc/PID/mem, whether a core holding the guest's memory is written:
+ * the exec's choice, not the program's), PR_SET_PTRACER (Yama's
+ * exception: any process of its uid could attach) and PR_SET_MM (its
+ * /proc/PID/cmdline, environ and exe link, which name it to the host).
+ * Debian's QEMU 7.2 calls prctl at six places: PR_SET_NAME (its threads,
+ * -name process=), PR_MCE_KILL (SIGBUS handling), PR_SET_TIMERSLACK (its
+ * timers), PR_SET_NO_NEW_PRIVS (-sandbox's elevateprivileges=children)
+ * and, only under -async-teardown (never passed), PR_SET_PDEATHSIG in
+ * its clean-up child; a traced boot makes only the MCE, timer-slack and
+ * no_new_privs calls. */
 #define NS_FLAGS                                                                                   \
 	(CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |             \
 	 CLONE_NEWPID | CLONE_NEWNET)
@@ -350,6 +366,7 @@ static void landlock_jail(const struct jail_spec *js, realpath_t *rp, int errfd)
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),                               \
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
 #define NTAP 11 /* the DENY()s of ioctl requests, which the jump over them counts */
+#define NPRCTL 5 /* the same for prctl's options */
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "lib/jailchild.c: the ioctl request is read as args[1]'s first (low) word"
 #endif
@@ -366,6 +383,12 @@ static void seccomp_jail(int errfd)
 		DENY_FLAGS(SYS_unshare, NS_FLAGS | 0x80 /* CLONE_NEWTIME */),
 		/* clone's low byte is the exit signal: CLONE_NEWTIME is clone3's */
 		DENY_FLAGS(SYS_clone, NS_FLAGS),
+		/* prctl: skip the NPRCTL option checks and their allow unless it is one */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_prctl, 0, 2 + 2 * NPRCTL),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+		DENY(PR_SET_PDEATHSIG), DENY(PR_SET_CHILD_SUBREAPER), DENY(PR_SET_DUMPABLE),
+		DENY(PR_SET_PTRACER), DENY(PR_SET_MM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		/* ioctl: skip the NTAP request checks below unless it is one */
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ioctl, 0, 1 + 2 * NTAP),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),

@@ -230,9 +230,14 @@ int launch_resume(struct launch *l, const struct qemu_vm *vm, struct snap *sn, i
 		qc.memfile = QEMU_CLONE_MEM;
 		qc.incoming = 1;
 		if (qemu_argv(&q, &qc) < 0) {
-			snprintf(msg, msz, "path too long in %.512s", in->dir);
+			/* the store's paths, the host's doing: the snapshot
+			 * is kept, as when the supervisor fails to start */
+			snprintf(msg, msz, "the VM's paths are too long for QEMU's command line "
+					   "(its disk %.512s...): no QEMU started",
+				 in->disk);
 			close(sn->memfd);
 			sn->memfd = -1;
+			l->start_failed = 1;
 			r = EX_SYS;
 			goto bad;
 		}

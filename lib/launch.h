@@ -46,7 +46,7 @@ struct launch {
 	pid_t sup;                /* the supervisor, our child */
 	int supfd;                /* its pidfd */
 	int ctlfd;                /* its ctl pipe: 'r' confirms, EOF abandons */
-	int start_failed;         /* launch_resume: the supervisor started no QEMU */
+	int start_failed;         /* launch_resume: no QEMU started (the supervisor, the paths) */
 };
 
 #define LAUNCH_INIT { .console_max = CONSOLE_MAX_DEFAULT, .lockfd = -1, .ownerfd = -1, .slotfd = -1, .sup = -1, .supfd = -1, .ctlfd = -1 }

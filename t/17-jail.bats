@@ -546,6 +546,22 @@ proof_tap() {
 	proof_tap
 }
 
+# proof_prctl: the parent-death signal the jail set (isopod-jail's SIGKILL)
+# cannot be cleared, so the program dies with its supervisor; nor can it
+# become a subreaper, change its dumpability, name a ptracer or rewrite its
+# mm fields: the seccomp filter's EPERM (PR_SET_MM's MAP_SIZE query and
+# the others need no capability).  PR_SET_NAME, which QEMU uses, works.
+proof_prctl() {
+	jail prctl
+	echo "$status: $output $stderr" >&2
+	[ "$status" -eq 1 ] || return 1
+	[ "$output" = "pdeathsig 9 set=EPERM subreaper=EPERM dumpable=EPERM ptracer=EPERM mm=EPERM name=ok now 9" ]
+}
+
+@test "jail: the parent-death signal stays set; prctl's other host-facing options are refused" {
+	proof_prctl
+}
+
 @test "jail: no core file (RLIMIT_CORE 0, hard limit too)" {
 	jail core
 	[ "$status" -eq 0 ]
@@ -564,6 +580,7 @@ proof_tap() {
 	proof_ptrace
 	proof_userns
 	proof_landlock
+	proof_prctl
 }
 
 @test "mutation: without AT_RECURSIVE, the submount proof fails" {
@@ -604,6 +621,12 @@ proof_tap() {
 	mutant no-seccomp
 	leaks proof_tap
 	[ "$output" = "tap tapj0 persist=ok owner=ok group=ok carrier=ok mac=ok" ]
+}
+
+@test "mutation: without the seccomp filter, the prctl proof fails (the parent-death signal is cleared)" {
+	mutant no-seccomp
+	leaks proof_prctl
+	[[ "$output" == "pdeathsig 9 set=ok subreaper=ok dumpable=ok ptracer="*" mm=ok name=ok now 0" ]]
 }
 
 @test "mutation: with the paths compared as strings, the planted link pulls a host file in" {

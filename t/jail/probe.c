@@ -24,6 +24,12 @@
  *   probe tap                on fd 0, a tap: TUNGETIFF (the control), then
  *                            the setters QEMU never needs: persist, owner,
  *                            group, carrier, MAC; worked if any one did
+ *   probe prctl              PR_GET_PDEATHSIG, then the prctl options the
+ *                            jail refuses: the parent-death signal cleared,
+ *                            subreaper, dumpable, ptracer, PR_SET_MM (its
+ *                            harmless MAP_SIZE query); PR_SET_NAME the
+ *                            control; the signal read back; worked if any
+ *                            refused one did
  * As "qemu-img" (a copy of it by that name: t/30's stand-in for the real
  * one), one line on stderr, "imgprobe ARG1 uid=U CapEff=X NoNewPrivs=N
  * store=written|E", store the result of writing $IMGPROBE_WRITE (a
@@ -64,6 +70,7 @@ static const char *ename(int e)
 	case EACCES: return "EACCES";
 	case ENOENT: return "ENOENT";
 	case EAGAIN: return "EAGAIN";
+	case EINVAL: return "EINVAL";
 	default: return strerror(e);
 	}
 }
@@ -111,6 +118,42 @@ static int tap(void)
 		worked |= ok;
 	}
 	printf("\n");
+	return !worked;
+}
+
+/* "pdeathsig S set=R subreaper=R dumpable=R ptracer=R mm=R name=R now S"
+ * (S a signal number, R "ok" or why not).  Each setter leaves the state as
+ * an escaped QEMU would want it, or as it was (dumpable 1: what the exec
+ * left). */
+static int prctls(void)
+{
+	int before = -1, after = -1, worked = 0;
+	unsigned int mapsz = 0;
+	struct {
+		const char *name;
+		int opt;
+		unsigned long arg;
+	} t[] = {
+		{ .name = "set", .opt = PR_SET_PDEATHSIG, .arg = 0 },
+		{ .name = "subreaper", .opt = PR_SET_CHILD_SUBREAPER, .arg = 1 },
+		{ .name = "dumpable", .opt = PR_SET_DUMPABLE, .arg = 1 },
+		{ .name = "ptracer", .opt = PR_SET_PTRACER, .arg = (unsigned long)-1 },
+		{ .name = "mm", .opt = PR_SET_MM, .arg = PR_SET_MM_MAP_SIZE },
+	};
+
+	if (prctl(PR_GET_PDEATHSIG, &before) < 0)
+		return refused("prctl", "PR_GET_PDEATHSIG", errno) + 1;
+	printf("pdeathsig %d", before);
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		int ok = (t[i].opt == PR_SET_MM ? prctl(t[i].opt, t[i].arg, &mapsz, 0, 0)
+						 : prctl(t[i].opt, t[i].arg, 0, 0, 0)) == 0;
+
+		printf(" %s=%s", t[i].name, ok ? "ok" : ename(errno));
+		worked |= ok;
+	}
+	printf(" name=%s", prctl(PR_SET_NAME, "probe-named", 0, 0, 0) == 0 ? "ok" : ename(errno));
+	prctl(PR_GET_PDEATHSIG, &after);
+	printf(" now %d\n", after);
 	return !worked;
 }
 
@@ -336,6 +379,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "tap"))
 		return tap();
+	if (!strcmp(cmd, "prctl"))
+		return prctls();
 	if (!strcmp(cmd, "userns")) {
 		if (unshare(CLONE_NEWUSER) < 0)
 			return refused("unshare", "CLONE_NEWUSER", errno);
