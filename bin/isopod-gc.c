@@ -356,7 +356,8 @@ static long long store_pin(char *orig, size_t osz)
 	if ((fd = open(orig, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0)
 		die(EX_SYS, "unable to open the store %s:", orig);
 	/* "/.": the directory itself, also to what does not follow a
-	 * symlink at the top (nftw FTW_PHYS: the tmp sweep, df's total) */
+	 * symlink at the top (fts FTS_PHYSICAL: the tmp sweep; tree_bytes's
+	 * O_NOFOLLOW: df's total) */
 	snprintf(fdp, sizeof fdp, "/proc/self/fd/%d/.", fd);
 	if (setenv("ISOPOD_HOME", fdp, 1) < 0)
 		die(EX_SYS, "unable to set ISOPOD_HOME:");

@@ -11,6 +11,7 @@
  * layout.  Removal takes the key's lock, so a snapshot is never removed
  * while it is being built, published or retired; running clones keep
  * their private mapping of the removed memory file. */
+#include "tree.h"
 #include "util.h"
 #include "warm.h"
 

@@ -4,6 +4,7 @@
  * main decides the order of the sweep and the exit status. */
 #include "gcstore.h"
 #include "config.h"
+#include "tree.h"
 #include "util.h"
 #include "vm.h"
 #include "warm.h"
@@ -11,7 +12,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,15 +20,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
-		warn("unable to remove %s:", path);
-	return 0;
-}
 
 /* A path that does not fit (pathn): -1, errno ENAMETOOLONG, and g->err
  * naming it by its start, as pathf named it when it exited. */
@@ -39,10 +30,14 @@ static int too_long(struct gcstore *g, const char *start)
 	return -1;
 }
 
-/* Remove in place.  FTW_PHYS: never follow a symlink out of the store. */
+/* Remove in place, by descriptor: never following a link, never into
+ * another mount (tree_remove); what is left is named. */
 static void remove_now(const char *path)
 {
-	nftw(path, rm_cb, 16, FTW_PHYS | FTW_DEPTH);
+	char why[PATH_MAX + 128];
+
+	if (tree_remove(path, NULL, why, sizeof why) < 0)
+		warn("unable to remove %s: %s", path, why);
 }
 
 int gcstore_trash_open(struct gcstore *g)

@@ -1,12 +1,12 @@
 /* warm.c - the warm pool's store (see warm.h). */
 #include "proc.h"
 #include "qemu.h"
+#include "tree.h"
 #include "warm.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <fts.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,81 +256,6 @@ toolong:
 
 /* ---- removal ---------------------------------------------------------- */
 
-/* Walk the tree at path without following a link: its blocks in *bytes,
- * and with rm, remove it, what a directory holds before the directory.
- * A missing path is an empty tree.  0, or -1 with errno (the first
- * removal that failed). */
-static int tree_walk(const char *path, int rm, long long *bytes)
-{
-	char *roots[] = { (char *)path, NULL };
-	FTS *f = fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, NULL);
-	FTSENT *e;
-	int err = 0;
-
-	*bytes = 0;
-	if (!f)
-		return -1;
-	for (;;) {
-		int dir = 0;
-
-		errno = 0;
-		if (!(e = fts_read(f))) {
-			if (errno && !err)
-				err = errno;
-			break;
-		}
-		switch (e->fts_info) {
-		case FTS_D: /* counted on the way in, removed on the way out */
-			*bytes += (long long)e->fts_statp->st_blocks * 512;
-			continue;
-		case FTS_DP:
-		case FTS_DNR: /* unreadable: its rmdir fails unless it is empty */
-			dir = 1;
-			break;
-		case FTS_NS:
-		case FTS_NSOK: /* no stat: nothing to count, still removed */
-			if (e->fts_level == FTS_ROOTLEVEL && e->fts_errno == ENOENT)
-				continue; /* no tree */
-			break;
-		case FTS_ERR:
-			if (!err)
-				err = e->fts_errno;
-			continue;
-		default: /* a file, a link (not followed), a socket, ... */
-			*bytes += (long long)e->fts_statp->st_blocks * 512;
-			break;
-		}
-		if (rm && (dir ? rmdir(e->fts_accpath) : unlink(e->fts_accpath)) < 0 &&
-		    errno != ENOENT && !err)
-			err = errno;
-	}
-	fts_close(f);
-	if (err) {
-		errno = err;
-		return -1;
-	}
-	return 0;
-}
-
-long long tree_bytes(const char *path)
-{
-	long long b;
-
-	tree_walk(path, 0, &b);
-	return b;
-}
-
-int tree_remove(const char *path, long long *bytes)
-{
-	long long b;
-
-	if (tree_walk(path, 1, &b) < 0)
-		return -1;
-	if (bytes)
-		*bytes += b;
-	return 0;
-}
-
 int warm_remove(const char *key, long long *bytes)
 {
 	char from[PATH_MAX], to[PATH_MAX], name[96];
@@ -346,7 +271,7 @@ int warm_remove(const char *key, long long *bytes)
 	 * of the (now unlinked) memory file. */
 	if (rename(from, to) < 0)
 		return -1;
-	return tree_remove(to, bytes);
+	return tree_remove(to, bytes, NULL, 0);
 }
 
 int warm_stale_name(const char *name, char key[65], long long *pid)

@@ -57,11 +57,6 @@ json_t *warm_meta(const char *key);
  * still can.  New reference; NULL when out of memory or a path does not fit
  * (ENAMETOOLONG; the callers then keep the snapshot). */
 json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu);
-/* Bytes a tree takes on disk. */
-long long tree_bytes(const char *path);
-/* Remove a directory tree without following symlinks; adds its size to
- * *bytes when not NULL.  0, or -1 (errno) on the first failure. */
-int tree_remove(const char *path, long long *bytes);
 /* Remove warm/<key>: rename it to warm/.retired-<key>.<pid>, then delete
  * that.  The caller holds the key's lock.  0, or -1 (errno; ENOENT when
  * there is nothing to remove). */

@@ -7,6 +7,7 @@
 #include "qmp.h"
 #include "proc.h"
 #include "qjail.h"
+#include "tree.h"
 #include "util.h"
 #include "warm.h"
 #include "warmpool.h"
@@ -292,7 +293,7 @@ int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline)
 	/* Ours to build.  The staging name carries our pid: no other run
 	 * ever writes or removes it, and gc knows when it is stale. */
 	pathn(sd, sizeof sd, "%s/.staging-%s.%ld", warm_root(0), w->key, (long)getpid());
-	tree_remove(sd, NULL);
+	tree_remove(sd, NULL, NULL, 0);
 	if (mkdir(sd, 0700) < 0) {
 		warm_warn(w, "warm snapshot not built: unable to create %s: %s; booted cold", sd,
 		      strerror(errno));
@@ -328,8 +329,8 @@ int warm_get(struct pool *w, const struct inst *in, int plain, int64_t deadline)
 			close(dfd);
 		built = 1;
 	}
-	if (!built && tree_remove(sd, NULL) < 0)
-		warn("unable to remove %s:", sd);
+	if (!built && tree_remove(sd, NULL, msg, sizeof msg) < 0)
+		warn("unable to remove %s: %s", sd, msg);
 	/* What we built we resume from: keep the lock, shared (a downgrade
 	 * conflicts with nobody: no one else holds it). */
 	if (built && flock(lk, LOCK_SH) == 0) {

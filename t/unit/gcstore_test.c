@@ -6,6 +6,7 @@
 #include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/qemu.c"
 #include "../../lib/vm.c"
+#include "../../lib/tree.c"
 #include "../../lib/warm.c"
 #include "../../lib/config.c"
 #include "../../lib/gcstore.c"

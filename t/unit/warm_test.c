@@ -3,6 +3,7 @@
  * lib/qemu.c, with no warm/argv.json to read (an old one is ignored). */
 #include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/qemu.c"
+#include "../../lib/tree.c"
 #include "../../lib/warm.c"
 
 #include "tap.h"
@@ -31,47 +32,6 @@ static int has_reason(json_t *why, const char *needle)
 		if (strstr(json_string_value(v), needle))
 			return 1;
 	return 0;
-}
-
-/* tree_bytes and tree_remove: a tree with a subdirectory and links that
- * point out of it; what the links point to stays. */
-static void test_tree(const char *home)
-{
-	char t[PATH_MAX], p[PATH_MAX], out[PATH_MAX / 2], keep[PATH_MAX], blk[4096];
-	long long bytes, b = 7;
-	struct stat st;
-	int fd;
-
-	memset(blk, 'b', sizeof blk);
-	snprintf(t, sizeof t, "%s/tree/sub/deeper", home);
-	mkdirs(t, 0700);
-	snprintf(out, sizeof out, "%s/outside", home);
-	mkdirs(out, 0700);
-	put(home, "outside/keep", "kept");
-	snprintf(p, sizeof p, "%s/tree/f", home);
-	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	ok(fd >= 0 && write(fd, blk, sizeof blk) == (ssize_t)sizeof blk && close(fd) == 0, "tree: a file");
-	put(home, "tree/sub/deeper/g", "g");
-	snprintf(p, sizeof p, "%s/tree/sub/to-dir", home);
-	ok(symlink(out, p) == 0, "tree: a link to a directory outside");
-	snprintf(p, sizeof p, "%s/tree/to-file", home);
-	snprintf(keep, sizeof keep, "%s/keep", out);
-	ok(symlink(keep, p) == 0, "tree: a link to a file outside");
-	snprintf(p, sizeof p, "%s/tree/dangling", home);
-	ok(symlink("/nonexistent/x", p) == 0, "tree: a dangling link");
-	snprintf(t, sizeof t, "%s/tree", home);
-	bytes = tree_bytes(t);
-	ok(bytes >= 4096, "tree_bytes counts the tree's blocks (%lld)", bytes);
-	ok(tree_bytes(out) < bytes + 4096 && tree_bytes(keep) > 0, "tree_bytes of the outside (links not followed)");
-	ok(tree_remove(t, &b) == 0 && b == 7 + bytes, "tree_remove: 0, its bytes added (%lld)", b - 7);
-	ok(lstat(t, &st) < 0 && errno == ENOENT, "tree_remove: the tree is gone");
-	ok(lstat(keep, &st) == 0, "tree_remove: what a link pointed to stays");
-	b = 7;
-	ok(tree_remove(t, &b) == 0 && b == 7, "tree_remove of a missing tree: 0, nothing added");
-	ok(tree_bytes(t) == 0, "tree_bytes of a missing tree: 0");
-	snprintf(p, sizeof p, "%s/tree-file", home);
-	put(home, "tree-file", "x");
-	ok(tree_remove(p, NULL) == 0 && lstat(p, &st) < 0, "tree_remove of a plain file removes it");
 }
 
 int main(void)
@@ -156,7 +116,6 @@ int main(void)
 		free(big);
 	}
 	json_decref(meta);
-	test_tree(home);
 
 	snprintf(p, sizeof p, "rm -rf %s", home);
 	if (system(p) != 0)
