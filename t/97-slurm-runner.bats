@@ -222,6 +222,38 @@ ended() {
 	stop_runner "$T/runner2.pid"
 }
 
+# sbatch, scancel and scontrol read options from the environment (their
+# man pages' ENVIRONMENT VARIABLES); the runner's own must not shape the
+# job or the calls (lib/slurmjob.c sjob_env): SLURM_CONF alone goes on.
+@test "Slurm's option variables in the runner's environment (SBATCH_PARTITION, SBATCH_TIMELIMIT, SCANCEL_STATE, SLURM_*) shape neither the job nor its cancel" {
+	SBATCH_PARTITION=nonexistent SBATCH_TIMELIMIT=1 SBATCH_EXPORT=ALL SCANCEL_STATE=PENDING \
+		SCONTROL_FEDERATION=1 SLURM_ISOPOD_T97=leak runner2
+	printf '%s\n' '{"argv": ["echo", "hi"], "net": "none"}' >"$SPOOL2/.o.tmp"
+	mv "$SPOOL2/.o.tmp" "$SPOOL2/queue/optenv.json"
+	printf '%s\n' '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}' >"$SPOOL2/.c.tmp"
+	mv "$SPOOL2/.c.tmp" "$SPOOL2/queue/optcancel.json"
+	wait_until 120 eval '[ -d "$SPOOL2/done/optenv" ] || [ -d "$SPOOL2/failed/optenv" ]'
+	[ ! -d "$SPOOL2/failed/optenv" ] || { jq -c . "$SPOOL2/failed/optenv/result.json"; false; }
+	d=$SPOOL2/done/optenv
+	id=$(jq -r .slurm.job_id "$d/result.json")
+	cx ctl scontrol -o show job "$id" >"$T/optenv.scontrol"
+	echo "# $(grep -o 'Partition=[^ ]*\|TimeLimit=[^ ]*' "$T/optenv.scontrol" | tr '\n' ' ')" >&3
+	jq -e '.ok == true and .stdout == "hi\n"' "$d/result.json"
+	# the lab's partition and its MaxTime (no timeout_s: no --time), not the runner's variables'
+	grep -q ' Partition=lab ' "$T/optenv.scontrol"
+	grep -q ' TimeLimit=00:10:00 ' "$T/optenv.scontrol"
+	# --export=NONE still passes the submitter's SLURM_*: not the runner's
+	! grep -q '^SLURM_ISOPOD_T97=\|^SBATCH_' "$T/jobenv/$id" || false
+	# the worker gone mid-job: the runner's scancel takes the running job (SCANCEL_STATE=PENDING would not)
+	wait_until 60 jq -e '.slurm_job' "$SPOOL2/running/optcancel/state.json"
+	id=$(jq -r .slurm_job "$SPOOL2/running/optcancel/state.json")
+	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
+	kill -KILL "$(jq -r .worker_pid "$SPOOL2/running/optcancel/state.json")"
+	wait_until 30 eval '[ -d "$SPOOL2/interrupted/optcancel" ]'
+	wait_until 30 eval '! cx ctl squeue -h -j "$id" -o %T 2>/dev/null | grep -qx "RUNNING\|PENDING\|COMPLETING"'
+	stop_runner "$T/runner2.pid"
+}
+
 @test "--queue-timeout-s: a job that cannot start (both nodes drained) is cancelled in the queue: failed, queue_timeout, never run" {
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-runner" --spool "$T/other" --backend slurm --queue-timeout-s 0
 	[ "$status" -eq 100 ]
