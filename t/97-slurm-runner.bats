@@ -335,6 +335,19 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	[ -z "$(ls -A "$T/mcpjobs")" ]
 }
 
+# --max-concurrent bounds the calls in flight under Slurm too (each is a
+# Slurm job): a site's cap on one client's share of the cluster.
+@test "mcp --backend slurm --max-concurrent 1: the second call's job runs after the first's (two nodes free: they would overlap)" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	mcp "$(sl),\"--max-concurrent\",\"1\"" concurrent \
+		'{"args":{"argv":["sh","-c","date +%s; sleep 4; date +%s"],"net":"none","timeout_s":60}}'
+	echo "# $(echo "$output" | jq -c '[.calls[].result.structuredContent | {stdout, node: .slurm.node}]')" >&3
+	echo "$output" | jq -e '[.calls[].result.structuredContent | .ok and .exit_code == 0] == [true, true]'
+	# [start, end] of each command by the guests' clocks: one after the other
+	echo "$output" | jq -e '[.calls[].result.structuredContent.stdout | split("\n")[:2] | map(tonumber)] as [$a, $b] |
+		$a[1] <= $b[0] or $b[1] <= $a[0]'
+}
+
 @test "mcp --backend slurm: a call without net asks Slurm for the default's slot (filtered: none here, sbatch refuses, nothing runs); the default size is what Slurm is asked (--mem)" {
 	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
 	# ISOPOD_NET empty, no configuration: the front end's default, filtered
