@@ -805,11 +805,19 @@ static void find_tools(struct runner *r)
 static void setup(struct runner *r)
 {
 	static const char *const dirs[] = { "queue", "running", "done", "failed", "interrupted" };
-	char p[PATH_MAX], d[PATH_MAX];
+	char p[PATH_MAX], d[PATH_MAX + 256];
 	sigset_t m;
+	int fd;
 
 	if (mkdir_p(r->spool, 0700, p, sizeof p) < 0)
 		die(EX_SYS, "unable to create %s:", p);
+	/* jobs, their results and stale.json live there: a spool another
+	 * user may write (or a link to one, or theirs) lets them swap a job
+	 * or a result, or the record that keeps the runner paused; refused
+	 * as isopod-slurm run --dir and isopod-mcp --slurm-dir are */
+	if ((fd = dir_own_open(r->spool, d, sizeof d)) < 0)
+		die(errno == EPERM || errno == ELOOP || errno == ENOTDIR ? EX_USAGE : EX_SYS, "--spool %s", d);
+	close(fd);
 	/* the longest path: <spool>/interrupted/<name>~<ms>/result.json.<16 hex>.tmp.<n> */
 	if (strlen(r->spool) + DNAME_MAX + 96 >= PATH_MAX)
 		die(EX_USAGE, "--spool %s: too long", EXC(r->spool));

@@ -298,7 +298,7 @@ static json_t *cmd_conf(const char *node, const char *att)
 static void scontrol(char *const av[], char **out)
 {
 	struct proc_spec ps = PROC_SPEC(av);
-	char cmd[256] = "", *b = malloc(SCONTROL_MAX + 1);
+	char cmd[256] = "", *b = malloc(SCONTROL_MAX + 1), *conf[2];
 	size_t off = 0, n = 0;
 	int st, e;
 
@@ -306,6 +306,7 @@ static void scontrol(char *const av[], char **out)
 		die(EX_SYS, "unable to read what %s printed:", av[0]);
 	ps.out = PROC_PIPE, ps.err = 2;
 	ps.setsid = 1; /* killed as a group at the deadline */
+	sjob_env(&ps, conf); /* no SLURM_CLUSTERS, SCONTROL_* of the caller's: this cluster, as asked */
 	st = proc_capture_within(&ps, b, SCONTROL_MAX + 1, &n, SJOB_CMD_MS);
 	e = errno;
 	if (out) {

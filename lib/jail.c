@@ -804,7 +804,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	*j = (struct jail){ .pid = -1 };
 	if (kernel_ok(err, errsz) < 0 || spec_ok(js, err, errsz) < 0 || plan_ok(ps, err, errsz) < 0)
 		goto out;
-	if (ps->env && !(envp = proc_env(ps))) {
+	if ((ps->env || ps->unset) && !(envp = proc_env(ps))) {
 		reason_fail(err, errsz, "the jailed program's environment:");
 		goto out;
 	}

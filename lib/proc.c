@@ -73,31 +73,50 @@ int proc_child_setup(const struct proc_spec *ps, pid_t parent)
 	return 0;
 }
 
-/* A NAME in ps->env replaces the caller's NAME; the array's strings are
- * the caller's and ps's. */
+/* Whether the caller's entry e (NAME=VALUE, its name nl long) is one of
+ * ps->unset's names or patterns. */
+static int unset_has(const struct proc_spec *ps, const char *e, size_t nl)
+{
+	for (size_t j = 0; ps->unset && ps->unset[j]; j++) {
+		size_t ul = strlen(ps->unset[j]);
+
+		if (ps->unset[j][ul - 1] == '*' ? nl >= ul - 1 && !strncmp(ps->unset[j], e, ul - 1)
+						: ul == nl && !strncmp(ps->unset[j], e, nl))
+			return 1;
+	}
+	return 0;
+}
+
+/* A NAME in ps->env replaces the caller's NAME, one in ps->unset drops
+ * it; the array's strings are the caller's and ps's. */
 char **proc_env(const struct proc_spec *ps)
 {
+	static char *const none[] = { NULL };
+	char *const *env = ps->env ? ps->env : none;
 	size_t n = 0, k = 0, i, j;
 	char **out;
 
 	for (i = 0; environ && environ[i]; i++)
 		n++;
-	for (j = 0; ps->env[j]; j++)
-		if (!strchr(ps->env[j], '=') || ps->env[j][0] == '=')
+	for (j = 0; env[j]; j++)
+		if (!strchr(env[j], '=') || env[j][0] == '=')
+			return errno = EINVAL, NULL;
+	for (i = 0; ps->unset && ps->unset[i]; i++)
+		if (!ps->unset[i][0] || strchr(ps->unset[i], '='))
 			return errno = EINVAL, NULL;
 	if (!(out = calloc(n + j + 1, sizeof *out)))
 		return NULL;
 	for (i = 0; i < n; i++) {
 		size_t nl = strcspn(environ[i], "=");
-		int over = 0;
+		int over = unset_has(ps, environ[i], nl);
 
-		for (j = 0; ps->env[j] && !over; j++)
-			over = strcspn(ps->env[j], "=") == nl && !strncmp(ps->env[j], environ[i], nl);
+		for (j = 0; env[j] && !over; j++)
+			over = strcspn(env[j], "=") == nl && !strncmp(env[j], environ[i], nl);
 		if (!over)
 			out[k++] = environ[i];
 	}
-	for (j = 0; ps->env[j]; j++)
-		out[k++] = ps->env[j];
+	for (j = 0; env[j]; j++)
+		out[k++] = env[j];
 	out[k] = NULL;
 	return out;
 }
@@ -108,7 +127,7 @@ pid_t proc_spawn(const struct proc_spec *ps)
 	char **envp = NULL;
 
 	/* built before the fork: the child only execs */
-	if (ps->env && !(envp = proc_env(ps)))
+	if ((ps->env || ps->unset) && !(envp = proc_env(ps)))
 		return -1;
 	fflush(NULL);
 	pid = fork();

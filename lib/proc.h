@@ -33,6 +33,9 @@ struct proc_spec {
 	int umask;              /* -1: unchanged */
 	char *const *env;       /* NULL, or "NAME=VALUE"s, NULL-ended: the program's
 				   environment is the caller's with these set over it */
+	char *const *unset;     /* NULL, or NAMEs, NULL-ended, taken out of the caller's
+				   environment before env is set (a NAME ending in '*':
+				   every name that starts with what comes before it) */
 };
 
 /* A spec with every member in its neutral state: argv set, std fds
@@ -47,8 +50,9 @@ struct proc_spec {
  * child should _exit. */
 int proc_child_setup(const struct proc_spec *ps, pid_t parent);
 /* ps's program's environment, built before a fork (the child only
- * execs): the caller's, each of ps->env set over it.  Only the array is
- * new (free it).  NULL with errno (EINVAL: an entry without '='). */
+ * execs): the caller's less ps->unset, each of ps->env set over it.
+ * Only the array is new (free it).  NULL with errno (EINVAL: an env
+ * entry without '=', an unset entry that is empty or holds '='). */
 char **proc_env(const struct proc_spec *ps);
 /* Start it.  The child exits 126 when it cannot set its descriptors up,
  * 127 when exec fails (naming the program on its stderr).  The pid, or -1

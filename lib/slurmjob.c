@@ -45,6 +45,39 @@
 static const char script[] = "#!/bin/sh\n# isopod-runner --backend slurm: the front end's argv, each word after an x\n"
 			     "for a do set -- \"$@\" \"${a#x}\"; shift; done\nexec \"$@\"\n";
 
+/* The variables Slurm's commands read as options (sbatch(1) INPUT
+ * ENVIRONMENT VARIABLES, scancel(1) and scontrol(1) ENVIRONMENT
+ * VARIABLES) shape the job and the calls over isopod's own words: the
+ * command line wins over them, but isopod gives no --partition,
+ * --account, --qos, --constraint, ... (SBATCH_PARTITION would pick the
+ * partition, SBATCH_TIMELIMIT the limit of a job without timeout_s,
+ * SBATCH_WAIT hold sbatch to the job's end: killed past SJOB_CMD_MS, a
+ * failed submission of a job that runs), SCANCEL_STATE=PENDING would leave
+ * a running job uncancelled, SCANCEL_INTERACTIVE ask /dev/null, and
+ * SCONTROL_FEDERATION/_LOCAL/_SIBLING change what scontrol shows.  Of
+ * SLURM_*, the man pages' SLURM_CLUSTERS (another cluster), SLURM_HINT
+ * (--hint), SLURM_UMASK (the mode of the job's stdout, the runner's
+ * umask otherwise), SLURM_EXIT_ERROR (sbatch's status), SLURM_TIME_FORMAT
+ * and SLURM_BITSTR_LEN (the scontrol output sjob_poll reads) do the same,
+ * SLURM_DEBUG_FLAGS and SLURM_STEP_KILLED_MSG_NODE_ID only log, and
+ * --export=NONE still defines every SLURM_* of the submitter's in the job
+ * (sbatch(1) --export): all go but SLURM_CONF, the one that finds the
+ * controller (slurm.conf's SlurmctldHost, AuthType, AuthInfo; without it
+ * the built-in path or configless's DNS SRV, neither from the
+ * environment).  Every SBATCH_* goes, not only those listed: each is an
+ * option of sbatch's. */
+void sjob_env(struct proc_spec *ps, char *conf[2])
+{
+	static char *const unset[] = { "SBATCH_*", "SCANCEL_*", "SCONTROL_*", "SLURM_*", NULL };
+
+	conf[0] = conf[1] = NULL;
+	for (char **e = environ; e && *e && !conf[0]; e++)
+		if (!strncmp(*e, "SLURM_CONF=", 11))
+			conf[0] = *e;
+	ps->unset = unset;
+	ps->env = conf[0] ? conf : NULL;
+}
+
 static void free_words(char **w)
 {
 	for (; *w; w++)
@@ -56,7 +89,7 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 	char sh[PATH_MAX], out[PATH_MAX], err[PATH_MAX], chdir_[PATH_MAX + 16], jn[160], gres[64],
 		pref[300], cpus[32], mem[40], tm[32], buf[4096] = "", ebuf[4096] = "";
 	const char *pre[SJOB_ARGS_MAX];
-	char **av;
+	char **av, *conf[2];
 	size_t n = 0, k = 0, len = 0;
 	int st, e, efd;
 
@@ -79,10 +112,11 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 	 * its start: a second VM, its egress, its commit.  --export=NONE:
 	 * sbatch's default (ALL) hands the submitter's whole environment to
 	 * the job, so an ISOPOD_JAIL=0 or a test hook (ISOPOD_TEST_*) in the
-	 * runner's would turn the node's jail off; none of it travels (Slurm's
-	 * SLURM_* aside), and the node gives the job its own: the user's login
-	 * environment there (Slurm loads it, as --get-user-env) and what
-	 * slurm.conf's TaskProlog exports (doc/slurm.md) */
+	 * runner's would turn the node's jail off; none of it travels (sbatch
+	 * passes SLURM_* on: sjob_env leaves it only SLURM_CONF), and the
+	 * node gives the job its own: the user's login environment there
+	 * (Slurm loads it, as --get-user-env) and what slurm.conf's
+	 * TaskProlog exports (doc/slurm.md) */
 	pre[k++] = "sbatch", pre[k++] = "--parsable", pre[k++] = "--no-requeue", pre[k++] = "--export=NONE";
 	pre[k++] = jn, pre[k++] = chdir_;
 	pre[k++] = out, pre[k++] = err;
@@ -121,6 +155,7 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 	 * kept apart, for the error's words */
 	efd = memfd_create("sbatch-stderr", MFD_CLOEXEC);
 	ps.out = PROC_PIPE, ps.err = efd >= 0 ? efd : PROC_NULL, ps.setsid = 1;
+	sjob_env(&ps, conf);
 	st = proc_capture_within(&ps, buf, sizeof buf, &len, SJOB_CMD_MS);
 	e = errno;
 	free_words(av + k);
@@ -188,10 +223,11 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 	struct proc_spec ps = PROC_SPEC(av);
 	static const char *const tail[] = { " Command=", " WorkDir=", " StdErr=", " StdIn=", " StdOut=",
 					    " Comment=", " AdminComment=", " SubmitLine=" };
-	char buf[SJOB_OUT_MAX], ec[32] = "", *t;
+	char buf[SJOB_OUT_MAX], ec[32] = "", *t, *conf[2];
 	int st, code = 0, sig = 0;
 
 	ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
+	sjob_env(&ps, conf);
 	st = proc_capture_within(&ps, buf, sizeof buf, NULL, SJOB_CMD_MS);
 	/* the fields a job's words reach (Command= holds the script's
 	 * arguments, the argv; SubmitLine= in later Slurm) come after the ones
@@ -234,10 +270,11 @@ int sjob_poll(const char *id, struct sjob_state *s, char *why, size_t whysz)
 static int scancel_run(char *const *av, const char *what, char *why, size_t whysz)
 {
 	struct proc_spec ps = PROC_SPEC(av);
-	char buf[1024];
+	char buf[1024], *conf[2];
 	int st, e;
 
 	ps.out = PROC_PIPE, ps.err = PROC_PIPE, ps.setsid = 1;
+	sjob_env(&ps, conf);
 	st = proc_capture_within(&ps, buf, sizeof buf, NULL, SJOB_CMD_MS);
 	e = errno;
 	buf[strcspn(buf, "\n")] = 0;

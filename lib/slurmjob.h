@@ -58,6 +58,13 @@ struct sjob_state {
 			       (sjob_result: timeout, as a local run's own deadline) */
 };
 
+struct proc_spec;
+/* Slurm's environment for ps (sbatch, scontrol, scancel): the caller's
+ * less every variable that sets one of their options (SBATCH_*,
+ * SCANCEL_*, SCONTROL_*) and every SLURM_* but SLURM_CONF (which
+ * slurm.conf: where the controller is); conf (two entries) holds the
+ * caller's SLURM_CONF entry that ps->env then points at. */
+void sjob_env(struct proc_spec *ps, char *conf[2]);
 /* Write DIR/slurm.sh and submit it.  0 with j->id set, or -1 with why
  * (sbatch's own words when it refused). */
 int sjob_submit(struct sjob *j, char *why, size_t whysz);

@@ -164,6 +164,34 @@ runner_exit() {
 	done
 }
 
+# The spool holds the jobs, their results and stale.json: one another user
+# may write, theirs, or a link is refused as isopod-slurm run --dir is
+# (lib/util.c dir_own_open), before anything is made in it (no VM).
+@test "--spool another user could write, theirs, a symbolic link or a file: 100 naming it, nothing made there" {
+	local b="$BATS_TEST_TMPDIR/sp" d
+	mkdir -p "$b/g" "$b/o" "$b/t" "$b/other" "$b/real"
+	chmod 0770 "$b/g"
+	chmod 0707 "$b/o"
+	chmod 1777 "$b/t"
+	chown 65534:65534 "$b/other"
+	ln -s real "$b/lnk"
+	: >"$b/file"
+	# no attestation: a runner that took such a spool stops at it (111), never runs on
+	for d in g o t other lnk file; do
+		run --separate-stderr innet "$ISOPOD_SRC/bin/isopod-runner" --spool "$b/$d" \
+			--attestation "$BATS_TEST_TMPDIR/none.json"
+		echo "# $d: $status $stderr" >&3
+		[ "$status" -eq 100 ] && [ -z "$output" ] || false
+		[[ $stderr == *"isopod-runner: fatal: --spool $b/$d: "* ]]
+	done
+	[ -z "$(find "$b" -mindepth 2)" ] && [ ! -s "$b/file" ] || false
+	# the control: ours, 0755 (others may read): past the check, to the attestation (111)
+	chmod 0755 "$b/g"
+	run --separate-stderr innet "$ISOPOD_SRC/bin/isopod-runner" --spool "$b/g" \
+		--attestation "$BATS_TEST_TMPDIR/none.json"
+	[ "$status" -eq 111 ] && [ -d "$b/g/queue" ] || false
+}
+
 @test "refuses to start without a valid attestation: 111, the reason on stderr and in status.json; nothing taken" {
 	job a '{"argv": ["true"]}'
 	run --separate-stderr innet "$ISOPOD_SRC/bin/isopod-runner" --spool "$SPOOL" \

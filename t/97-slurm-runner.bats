@@ -222,6 +222,38 @@ ended() {
 	stop_runner "$T/runner2.pid"
 }
 
+# sbatch, scancel and scontrol read options from the environment (their
+# man pages' ENVIRONMENT VARIABLES); the runner's own must not shape the
+# job or the calls (lib/slurmjob.c sjob_env): SLURM_CONF alone goes on.
+@test "Slurm's option variables in the runner's environment (SBATCH_PARTITION, SBATCH_TIMELIMIT, SCANCEL_STATE, SLURM_*) shape neither the job nor its cancel" {
+	SBATCH_PARTITION=nonexistent SBATCH_TIMELIMIT=1 SBATCH_EXPORT=ALL SCANCEL_STATE=PENDING \
+		SCONTROL_FEDERATION=1 SLURM_ISOPOD_T97=leak runner2
+	printf '%s\n' '{"argv": ["echo", "hi"], "net": "none"}' >"$SPOOL2/.o.tmp"
+	mv "$SPOOL2/.o.tmp" "$SPOOL2/queue/optenv.json"
+	printf '%s\n' '{"argv": ["sleep", "120"], "net": "none", "timeout_s": 200}' >"$SPOOL2/.c.tmp"
+	mv "$SPOOL2/.c.tmp" "$SPOOL2/queue/optcancel.json"
+	wait_until 120 eval '[ -d "$SPOOL2/done/optenv" ] || [ -d "$SPOOL2/failed/optenv" ]'
+	[ ! -d "$SPOOL2/failed/optenv" ] || { jq -c . "$SPOOL2/failed/optenv/result.json"; false; }
+	d=$SPOOL2/done/optenv
+	id=$(jq -r .slurm.job_id "$d/result.json")
+	cx ctl scontrol -o show job "$id" >"$T/optenv.scontrol"
+	echo "# $(grep -o 'Partition=[^ ]*\|TimeLimit=[^ ]*' "$T/optenv.scontrol" | tr '\n' ' ')" >&3
+	jq -e '.ok == true and .stdout == "hi\n"' "$d/result.json"
+	# the lab's partition and its MaxTime (no timeout_s: no --time), not the runner's variables'
+	grep -q ' Partition=lab ' "$T/optenv.scontrol"
+	grep -q ' TimeLimit=00:10:00 ' "$T/optenv.scontrol"
+	# --export=NONE still passes the submitter's SLURM_*: not the runner's
+	! grep -q '^SLURM_ISOPOD_T97=\|^SBATCH_' "$T/jobenv/$id" || false
+	# the worker gone mid-job: the runner's scancel takes the running job (SCANCEL_STATE=PENDING would not)
+	wait_until 60 jq -e '.slurm_job' "$SPOOL2/running/optcancel/state.json"
+	id=$(jq -r .slurm_job "$SPOOL2/running/optcancel/state.json")
+	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
+	kill -KILL "$(jq -r .worker_pid "$SPOOL2/running/optcancel/state.json")"
+	wait_until 30 eval '[ -d "$SPOOL2/interrupted/optcancel" ]'
+	wait_until 30 eval '! cx ctl squeue -h -j "$id" -o %T 2>/dev/null | grep -qx "RUNNING\|PENDING\|COMPLETING"'
+	stop_runner "$T/runner2.pid"
+}
+
 @test "--queue-timeout-s: a job that cannot start (both nodes drained) is cancelled in the queue: failed, queue_timeout, never run" {
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-runner" --spool "$T/other" --backend slurm --queue-timeout-s 0
 	[ "$status" -eq 100 ]
@@ -301,6 +333,19 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	jq -e --slurpfile l "$T/mcp-local.json" '(keys - ["slurm"]) == ($l[0] | keys)' "$T/mcp-slurm.json"
 	# the job's directory went with its success
 	[ -z "$(ls -A "$T/mcpjobs")" ]
+}
+
+# --max-concurrent bounds the calls in flight under Slurm too (each is a
+# Slurm job): a site's cap on one client's share of the cluster.
+@test "mcp --backend slurm --max-concurrent 1: the second call's job runs after the first's (two nodes free: they would overlap)" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	mcp "$(sl),\"--max-concurrent\",\"1\"" concurrent \
+		'{"args":{"argv":["sh","-c","date +%s; sleep 4; date +%s"],"net":"none","timeout_s":60}}'
+	echo "# $(echo "$output" | jq -c '[.calls[].result.structuredContent | {stdout, node: .slurm.node}]')" >&3
+	echo "$output" | jq -e '[.calls[].result.structuredContent | .ok and .exit_code == 0] == [true, true]'
+	# [start, end] of each command by the guests' clocks: one after the other
+	echo "$output" | jq -e '[.calls[].result.structuredContent.stdout | split("\n")[:2] | map(tonumber)] as [$a, $b] |
+		$a[1] <= $b[0] or $b[1] <= $a[0]'
 }
 
 @test "mcp --backend slurm: a call without net asks Slurm for the default's slot (filtered: none here, sbatch refuses, nothing runs); the default size is what Slurm is asked (--mem)" {

@@ -194,6 +194,40 @@ int main(void)
 		errno = 0;
 		ok(proc_spawn(&ps) == -1 && errno == EINVAL, "an env entry without a name: EINVAL");
 	}
+	/* unset: names and NAME* patterns taken out of the caller's, then env
+	 * set over it (lib/slurmjob.c: Slurm's option variables, SLURM_CONF kept) */
+	setenv("PROC_TESTX_A", "a", 1);
+	setenv("PROC_TESTX_B", "b", 1);
+	setenv("PROC_TESTX", "c", 1);
+	setenv("PROC_TESTY", "y", 1);
+	setenv("PROC_TESTY2", "y2", 1);
+	{
+		char *t_env[] = { "sh", "-c", "env | grep ^PROC_TEST | LC_ALL=C sort | tr '\\n' ' '", NULL };
+		char *un[] = { "PROC_TESTX*", "PROC_TESTY", "PROC_TEST_NOTSET", NULL };
+		char *add[] = { "PROC_TESTX_B=again", NULL };
+		char *bad[] = { "A=B", NULL }, *bad2[] = { "", NULL };
+
+		ps = (struct proc_spec)PROC_SPEC(t_env);
+		ps.unset = un;
+		r = capture(&ps, out, sizeof out);
+		ok(r == 0 && !strcmp(out, "PROC_TESTY2=y2 PROC_TEST_KEPT=mine PROC_TEST_OVER=caller "),
+		   "unset: a NAME* pattern takes every name it starts, a NAME that name alone: %s", out);
+		ps.env = add;
+		r = capture(&ps, out, sizeof out);
+		ok(r == 0 && !strcmp(out, "PROC_TESTX_B=again PROC_TESTY2=y2 PROC_TEST_KEPT=mine PROC_TEST_OVER=caller "),
+		   "unset, then env set over it: %s", out);
+		ok(!strcmp(getenv("PROC_TESTX_A") ?: "", "a") && !strcmp(getenv("PROC_TESTY") ?: "", "y"),
+		   "unset: the caller's environment is unchanged");
+		ps.env = NULL;
+		ps.unset = bad;
+		errno = 0;
+		ok(proc_spawn(&ps) == -1 && errno == EINVAL, "an unset entry with '=': EINVAL, nothing started");
+		ps.unset = bad2;
+		errno = 0;
+		ok(proc_spawn(&ps) == -1 && errno == EINVAL, "an empty unset entry: EINVAL");
+	}
+	unsetenv("PROC_TESTX_A"), unsetenv("PROC_TESTX_B"), unsetenv("PROC_TESTX");
+	unsetenv("PROC_TESTY"), unsetenv("PROC_TESTY2");
 
 	ps = (struct proc_spec)PROC_SPEC(t_arg0);
 	ps.file = "/bin/sh";

@@ -284,6 +284,45 @@ int main(void)
 	j.dir = "/tmp/a%jb";
 	ok(sjob_submit(&j, why, sizeof why) < 0 && strstr(why, "pattern"), "submit: a '%%' in the directory is refused");
 	j.dir = p;
+	/* Slurm's option variables in the caller's environment reach none of
+	 * sbatch, scontrol, scancel (sjob_env); SLURM_CONF does */
+	{
+		static const char *const vars[][2] = { { "SBATCH_PARTITION", "nonexistent" }, { "SBATCH_TIMELIMIT", "1" },
+						       { "SBATCH_EXPORT", "ALL" }, { "SBATCH_NEWONE", "x" },
+						       { "SLURM_CLUSTERS", "other" }, { "SLURM_UMASK", "000" },
+						       { "SCANCEL_STATE", "PENDING" }, { "SCONTROL_LOCAL", "1" },
+						       { "SLURM_CONF", "/x/slurm.conf" } };
+		static const char *const cmds[] = { "sbatch", "scontrol", "scancel" };
+		char body[512];
+		struct sjob_state s2;
+
+		for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+			setenv(vars[i][0], vars[i][1], 1);
+		for (int with_conf = 1; with_conf >= 0; with_conf--) {
+			if (!with_conf)
+				unsetenv("SLURM_CONF");
+			for (size_t i = 0; i < 3; i++) {
+				snprintf(body, sizeof body,
+					 "env | grep -E '^(SBATCH|SLURM|SCANCEL|SCONTROL)_' | LC_ALL=C sort | tr '\\n' ' ' >%s/env.%s; echo 45",
+					 dir, cmds[i]);
+				stand_in(cmds[i], body);
+			}
+			sjob_submit(&j, why, sizeof why);
+			sjob_poll("45", &s2, why, sizeof why);
+			sjob_cancel("45");
+			for (size_t i = 0; i < 3; i++) {
+				char f[32];
+
+				snprintf(f, sizeof f, "env.%s", cmds[i]);
+				ok(!strcmp(slurp(f), with_conf ? "SLURM_CONF=/x/slurm.conf " : ""),
+				   "%s: none of the caller's SBATCH_*, SCANCEL_*, SCONTROL_*, SLURM_*%s: [%s]", cmds[i],
+				   with_conf ? " but SLURM_CONF" : " (no SLURM_CONF set)", slurp(f));
+			}
+		}
+		ok(!strcmp(getenv("SBATCH_PARTITION") ?: "", "nonexistent"), "env: the caller's own is unchanged");
+		for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+			unsetenv(vars[i][0]);
+	}
 
 	ok(poll_of("JobId=42 JobName=j1 JobState=RUNNING Reason=None Dependency=(null) BatchHost=b DerivedExitCode=3:0 ExitCode=0:0",
 		   &s, why, sizeof why) == 0 && !strcmp(s.state, "RUNNING") && !s.final && !strcmp(s.node, "b") && s.exit == 0,
