@@ -243,10 +243,11 @@ static void set_up_process(struct broker *b, long long parent)
 	if (parent) {
 		int cur = 0;
 
-		/* Jailed, the jail set it before the exec, and its filter
-		 * refuses PR_SET_PDEATHSIG (lib/jailchild.c): only read it. */
+		/* Jailed, the jail set one before the exec (lib/egress.c:
+		 * SIGTERM), and its filter refuses PR_SET_PDEATHSIG
+		 * (lib/jailchild.c): set ours only where none is. */
 		if (prctl(PR_GET_PDEATHSIG, &cur) < 0 ||
-		    (cur != SIGTERM && prctl(PR_SET_PDEATHSIG, SIGTERM) < 0))
+		    (cur == 0 && prctl(PR_SET_PDEATHSIG, SIGTERM) < 0))
 			die(EX_SYS, "unable to set the parent-death signal:");
 		/* the parent may have died before prctl: then nobody would stop us.
 		 * PID 1 of a pid namespace (the jail's) has its parent outside:

@@ -365,8 +365,17 @@ static void landlock_jail(const struct jail_spec *js, realpath_t *rp, int errfd)
 		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, (mask), 0, 1),                                 \
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),                               \
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
-#define NTAP 11 /* the DENY()s of ioctl requests, which the jump over them counts */
-#define NPRCTL 5 /* the same for prctl's options */
+/* The ioctl requests and prctl options refused, each a DENY() of two
+ * instructions; the jump over a list counts it, so the list is its own
+ * count (a DENY added without the count would fall into the next block). */
+#define TAP_DENIES                                                                                 \
+	DENY(TUNSETIFF), DENY(TUNSETPERSIST), DENY(TUNSETOWNER), DENY(TUNSETGROUP),                \
+		DENY(TUNSETLINK), DENY(TUNSETCARRIER), DENY(TUNSETQUEUE), DENY(TUNSETIFINDEX),     \
+		DENY(TUNSETSTEERINGEBPF), DENY(TUNSETFILTEREBPF), DENY(SIOCSIFHWADDR)
+#define PRCTL_DENIES                                                                               \
+	DENY(PR_SET_PDEATHSIG), DENY(PR_SET_CHILD_SUBREAPER), DENY(PR_SET_DUMPABLE),               \
+		DENY(PR_SET_PTRACER), DENY(PR_SET_MM)
+#define NINSN(...) (sizeof((struct sock_filter[]){ __VA_ARGS__ }) / sizeof(struct sock_filter))
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "lib/jailchild.c: the ioctl request is read as args[1]'s first (low) word"
 #endif
@@ -383,18 +392,15 @@ static void seccomp_jail(int errfd)
 		DENY_FLAGS(SYS_unshare, NS_FLAGS | 0x80 /* CLONE_NEWTIME */),
 		/* clone's low byte is the exit signal: CLONE_NEWTIME is clone3's */
 		DENY_FLAGS(SYS_clone, NS_FLAGS),
-		/* prctl: skip the NPRCTL option checks and their allow unless it is one */
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_prctl, 0, 2 + 2 * NPRCTL),
+		/* prctl: skip its option checks and their allow unless it is one */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_prctl, 0, 2 + NINSN(PRCTL_DENIES)),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-		DENY(PR_SET_PDEATHSIG), DENY(PR_SET_CHILD_SUBREAPER), DENY(PR_SET_DUMPABLE),
-		DENY(PR_SET_PTRACER), DENY(PR_SET_MM),
+		PRCTL_DENIES,
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* ioctl: skip the NTAP request checks below unless it is one */
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ioctl, 0, 1 + 2 * NTAP),
+		/* ioctl: skip the request checks below unless it is one */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ioctl, 0, 1 + NINSN(TAP_DENIES)),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
-		DENY(TUNSETIFF), DENY(TUNSETPERSIST), DENY(TUNSETOWNER), DENY(TUNSETGROUP),
-		DENY(TUNSETLINK), DENY(TUNSETCARRIER), DENY(TUNSETQUEUE), DENY(TUNSETIFINDEX),
-		DENY(TUNSETSTEERINGEBPF), DENY(TUNSETFILTEREBPF), DENY(SIOCSIFHWADDR),
+		TAP_DENIES,
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
 	struct sock_fprog prog = { .len = sizeof f / sizeof f[0], .filter = f };
