@@ -67,6 +67,23 @@ static void left(struct tw *t, int e, const char *name, const char *what)
 	t->err = e;
 	snprintf(t->why, sizeof t->why, "%.3800s%s%.255s: %.100s", t->rl || name ? t->rel : ".",
 		 t->rl && name ? "/" : "", name ? name : "", what ? what : strerror(e));
+	/* the names are the jail's: no line or escape of theirs on stderr */
+	for (char *c = t->why; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+}
+
+/* The bytes st's file takes, added to t->bytes (saturated).  A file of
+ * several links is shared: measuring counts its share; removing, only the
+ * last link frees anything (a jail could link a big file of ours many
+ * times, inflating what gc says it reclaimed). */
+static void add(struct tw *t, const struct stat *st)
+{
+	long long b = (long long)st->st_blocks * 512;
+
+	if (!S_ISDIR(st->st_mode) && st->st_nlink > 1)
+		b = t->rm ? 0 : b / (long long)st->st_nlink;
+	t->bytes = b > LLONG_MAX - t->bytes ? LLONG_MAX : t->bytes + b;
 }
 
 static unsigned long long mnt_id(int fd)
@@ -92,11 +109,11 @@ static int same_mount(const struct tw *t, int fd, struct stat *st)
 static void drop(struct tw *t, int dfd, const char *n, const struct stat *st)
 {
 	if (!t->rm) {
-		t->bytes += (long long)st->st_blocks * 512;
+		add(t, st);
 		return;
 	}
 	if (unlinkat(dfd, n, 0) == 0) {
-		t->bytes += (long long)st->st_blocks * 512;
+		add(t, st);
 		t->progress = 1;
 	} else if (errno == EISDIR) {
 		t->progress = 1; /* a directory again: the next walk */
@@ -162,10 +179,20 @@ static void walk_sub(struct tw *t, int dfd, const char *n, const struct stat *ls
 			drop(t, dfd, n, lst);
 		} else if (e == EACCES || e == EPERM) { /* unreadable: gone if empty */
 			if (t->rm && unlinkat(dfd, n, AT_REMOVEDIR) == 0) {
-				t->bytes += (long long)lst->st_blocks * 512;
+				add(t, lst);
 				t->progress = 1;
-			} else
-				left(t, e, n, t->rm ? "unreadable, not empty: left" : NULL);
+			} else if (t->rm && errno == ENOTDIR) {
+				t->progress = 1; /* swapped for a link: the next walk */
+			} else if (t->rm) {
+				char what[100];
+
+				snprintf(what, sizeof what, "unreadable, %s: left",
+					 errno == ENOTEMPTY || errno == EEXIST ? "not empty"
+									       : strerror(errno));
+				left(t, e, n, what);
+			} else {
+				left(t, e, n, NULL);
+			}
 		} else {
 			left(t, e, n, NULL);
 		}
@@ -177,7 +204,7 @@ static void walk_sub(struct tw *t, int dfd, const char *n, const struct stat *ls
 		return;
 	}
 	if (!t->rm) {
-		t->bytes += (long long)st.st_blocks * 512;
+		add(t, &st);
 		if (depth >= TREE_FDS) {
 			keep_for_later(t, sub, n);
 			return;
@@ -191,8 +218,10 @@ static void walk_sub(struct tw *t, int dfd, const char *n, const struct stat *ls
 		return;
 	/* by name below dfd: an empty directory, or (swapped) nothing */
 	if (unlinkat(dfd, n, AT_REMOVEDIR) == 0) {
-		t->bytes += (long long)st.st_blocks * 512;
+		add(t, &st);
 		t->progress = 1;
+	} else if (errno == ENOTDIR) {
+		t->progress = 1; /* swapped for a link meanwhile: the next walk */
 	} else {
 		left(t, errno, n, NULL);
 	}
@@ -247,7 +276,7 @@ static int walk_top_other(struct tw *t, const char *path, int e)
 			return errno == ENOENT ? 0 : -1;
 		if (t->rm && unlink(path) < 0)
 			return errno == ENOENT ? 0 : -1;
-		t->bytes += (long long)st.st_blocks * 512;
+		add(t, &st);
 		return 0;
 	}
 	if ((e == EACCES || e == EPERM) && t->rm && rmdir(path) == 0)
@@ -291,11 +320,11 @@ static int tree_walk(struct tw *t, const char *path)
 	}
 	close(t->top);
 	if (!t->rm) {
-		t->bytes += (long long)st.st_blocks * 512;
+		add(t, &st);
 		return 0;
 	}
 	if (rmdir(path) == 0 || errno == ENOENT) {
-		t->bytes += (long long)st.st_blocks * 512;
+		add(t, &st);
 		return 0;
 	}
 	if (!t->err) {

@@ -367,6 +367,50 @@ static void test_unreadable(const char *home)
 	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "unreadable: the child ran its checks");
 }
 
+/* A file of ours the jail linked into the tree many times (review L2): it
+ * is not what gc reclaims when the links go, nor counted whole by each. */
+static void test_links(const char *home, const char *keep)
+{
+	char t[PATH_MAX / 2], p[PATH_MAX], why[4096];
+	long long bytes, b = 0;
+	int i;
+
+	snprintf(t, sizeof t, "%s/links", home);
+	mkdir(t, 0700);
+	for (i = 0; i < 8; i++) {
+		snprintf(p, sizeof p, "%s/l%d", t, i);
+		if (link(keep, p) < 0)
+			ok(0, "links: link");
+	}
+	bytes = tree_bytes(t);
+	ok(bytes < BIG, "links: 8 links to a %d-byte file outside count a share of it, not 8 times (%lld)",
+	   BIG, bytes);
+	ok(tree_remove(t, &b, why, sizeof why) == 0 && !exists(t) && b < BIG,
+	   "links: removing them frees nothing of the file, and says so (%lld)", b);
+	ok(exists(keep), "links: the file stays");
+}
+
+/* A name with a newline and an escape, reported as left (a mount point,
+ * an unreadable directory: left() as the walk calls it): the reason says
+ * it without them (review L4), so the jail's names forge no line of
+ * gc's stderr. */
+static void test_escape(const char *home)
+{
+	char t[PATH_MAX / 2], p[PATH_MAX];
+	struct tw w = { .rm = 1 };
+	int r;
+
+	snprintf(t, sizeof t, "%s/esc", home);
+	mkdir(t, 0700);
+	snprintf(p, sizeof p, "%s/bad\nname\033[2J", t);
+	mkdir(p, 0700);
+	left(&w, EXDEV, "bad\nname\033[2J", "a mount point: left, not entered");
+	ok(!strchr(w.why, '\n') && !strchr(w.why, '\033') && strstr(w.why, "bad?name?[2J"),
+	   "escape: a left name's newline and escape are '?' (%s)", w.why);
+	r = tree_remove(t, NULL, NULL, 0);
+	ok(r == 0 && !exists(t), "escape: such a name is removed as any");
+}
+
 int main(void)
 {
 	char home[64], out[PATH_MAX / 2], keep[PATH_MAX], cmd[128];
@@ -383,6 +427,9 @@ int main(void)
 	outside(home, "mounts", out, sizeof out, keep, sizeof keep);
 	test_mounts(home, out, keep);
 	test_unreadable(home);
+	outside(home, "links", out, sizeof out, keep, sizeof keep);
+	test_links(home, keep);
+	test_escape(home);
 
 	snprintf(cmd, sizeof cmd, "rm -rf %s", home);
 	if (system(cmd) != 0)
