@@ -475,4 +475,10 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	[ "$d" = "$SPOOL/interrupted/rkill" ]
 	jq -e '.ok == false and .error_kind == "interrupted" and .slurm.state == "CANCELLED"' "$d/result.json"
 	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	# and the job's processes have ended: a VM's lock is free before the
+	# last of them writes its record (stop 29's rehearsal: the lab, taken
+	# down right after, killed one mid-write and gc saw its meta.json's
+	# staging file as a leak)
+	wait_until 60 eval '! cx ctl squeue -h -j "$id" -o %T | grep -qxE "RUNNING|COMPLETING"'
+	wait_until 60 eval '[ -z "$(find "$ISOPOD_HOME/vms" -name "*.tmp.*")" ]'
 }
