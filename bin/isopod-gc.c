@@ -14,6 +14,7 @@
 #include "gcstore.h"
 #include "jail.h"
 #include "proc.h"
+#include "tree.h"
 #include "util.h"
 #include "vm.h"
 #include "warm.h"
@@ -21,7 +22,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fts.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -356,8 +356,8 @@ static long long store_pin(char *orig, size_t osz)
 	if ((fd = open(orig, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0)
 		die(EX_SYS, "unable to open the store %s:", orig);
 	/* "/.": the directory itself, also to what does not follow a
-	 * symlink at the top (fts FTS_PHYSICAL: the tmp sweep; tree_bytes's
-	 * O_NOFOLLOW: df's total) */
+	 * symlink at the top (tree_visit's O_NOFOLLOW: the tmp sweep;
+	 * tree_bytes's: df's total) */
 	snprintf(fdp, sizeof fdp, "/proc/self/fd/%d/.", fd);
 	if (setenv("ISOPOD_HOME", fdp, 1) < 0)
 		die(EX_SYS, "unable to set ISOPOD_HOME:");
@@ -517,62 +517,61 @@ static long long staging_pid(const char *b, int isdir)
 	return pid;
 }
 
-/* One entry of the store's walk (tmp_sweep): a staging file or directory
- * whose writer is gone goes.  1: do not descend into it. */
-static int tmp_one(struct gc *c, const FTSENT *e)
+/* One entry of the store's walk (tmp_sweep, a tree_visit callback): a
+ * staging file or directory whose writer is gone goes, decided on its
+ * fstatat relative to its parent's descriptor and removed by that
+ * descriptor and its name, never by a path a jail could swap a link into.
+ * 1: do not descend into it. */
+static int tmp_one(const struct tree_ent *e, void *arg)
 {
-	int isdir = e->fts_info == FTS_D;
-	const struct stat *st = e->fts_statp;
-	const char *path = e->fts_path;
-	char shown[PATH_MAX];
+	struct gc *c = arg;
+	const struct stat *st = e->st;
+	int isdir = S_ISDIR(st->st_mode);
+	char path[PATH_MAX], shown[PATH_MAX];
 	long long pid;
 
-	if (e->fts_info != FTS_F && e->fts_info != FTS_SL && e->fts_info != FTS_SLNONE && !isdir)
+	if (!S_ISREG(st->st_mode) && !S_ISLNK(st->st_mode) && !isdir)
 		return 0;
 	/* The trash is emptied by its own gc (or adopted by the next). */
-	if (isdir && e->fts_level == 1 && !strcmp(e->fts_name, "trash"))
+	if (isdir && e->depth == 1 && !strcmp(e->name, "trash"))
 		return 1;
 	/* Only our own: a jail's uid writes in a running VM's directory (and
-	 * a building template's), and could plant a ".tmp-x.<dead pid>" there
-	 * and swap a directory in it for a link between our lstat and our
-	 * unlink.  Every staging name isopod writes is the euid's; a directory
-	 * handed to a jail (group- or other-writable, not our group: qjail_give)
-	 * is not walked at all while it is handed over. */
-	if (e->fts_level > 0 && st->st_uid != geteuid())
+	 * a building template's), and could plant a ".tmp-x.<dead pid>" there.
+	 * Every staging name isopod writes is the euid's; a directory handed
+	 * to a jail (group- or other-writable, not our group: qjail_give) is
+	 * not walked at all while it is handed over. */
+	if (st->st_uid != geteuid())
 		return isdir;
 	if (isdir && (st->st_mode & 0022) && st->st_gid != getegid())
 		return 1;
-	if (!(pid = staging_pid(e->fts_name, isdir)))
+	if (!(pid = staging_pid(e->name, isdir)))
 		return 0;
 	if (proc_alive(pid) && time(NULL) - st->st_mtime < TMP_GRACE_S)
 		return isdir;
+	if (pathn(path, sizeof path, "%s/%s", store_home(), e->path) < 0)
+		snprintf(path, sizeof path, ".../%s", e->name);
+	test_pause("gc-tmp"); /* t/30: the parent swapped for a link here */
 	if (isdir) {
-		gcstore_remove_tree(&c->gs, path);
+		gcstore_remove_tree_at(&c->gs, e->dfd, e->name, path);
 	} else {
 		c->gs.reclaimed += (long long)st->st_blocks * 512;
-		if (!c->gs.dry_run && unlink(path) < 0 && errno != ENOENT)
+		if (!c->gs.dry_run && unlinkat(e->dfd, e->name, 0) < 0 && errno != ENOENT)
 			warn("unable to remove %s:", path);
 	}
-	json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path",
-						   as_given(c, shown, sizeof shown, path),
+	if (pathn(shown, sizeof shown, "%s/%s", c->gs.store, e->path) < 0)
+		snprintf(shown, sizeof shown, "%s", path);
+	json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "tmp", "path", shown,
 						   "removed", !c->gs.dry_run));
 	return isdir;
 }
 
 /* Staging files and directories whose writer is gone, anywhere in the
- * store: a walk that follows no symlink and changes no directory. */
+ * store: lib/tree.c's visit (by descriptor: a directory swapped for a link
+ * is not followed, another mount not entered).  What it could not visit
+ * is not ours to report: it was not walked, as before. */
 static void tmp_sweep(struct gc *c)
 {
-	char *roots[] = { (char *)store_home(), NULL };
-	FTS *f = fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, NULL);
-	FTSENT *e;
-
-	if (!f)
-		return;
-	while ((e = fts_read(f)))
-		if (tmp_one(c, e))
-			fts_set(f, e, FTS_SKIP);
-	fts_close(f);
+	tree_visit(AT_FDCWD, store_home(), tmp_one, c, NULL, 0);
 }
 
 /* accel/probe-<16 hex of ksha>: the KVM probe's scratch dir, left by a killed boot. */

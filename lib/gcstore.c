@@ -32,12 +32,12 @@ static int too_long(struct gcstore *g, const char *start)
 
 /* Remove in place, by descriptor: never following a link, never into
  * another mount (tree_remove); what is left is named. */
-static void remove_now(const char *path)
+static void remove_now(int at, const char *path, const char *shown)
 {
 	char why[PATH_MAX + 128];
 
-	if (tree_remove(path, NULL, why, sizeof why) < 0)
-		warn("unable to remove %s: %s", path, why);
+	if (tree_remove_at(at, path, NULL, why, sizeof why) < 0)
+		warn("unable to remove %s: %s", shown, why);
 }
 
 int gcstore_trash_open(struct gcstore *g)
@@ -97,32 +97,38 @@ int gcstore_trash_open(struct gcstore *g)
 	return 0;
 }
 
-long long gcstore_discard(struct gcstore *g, const char *path)
+long long gcstore_discard_at(struct gcstore *g, int at, const char *path, const char *shown)
 {
-	char to[PATH_MAX];
+	char to[NAME_MAX + 1];
 	const char *b = strrchr(path, '/');
 	struct stat st;
 	long long bytes;
 
-	if (lstat(path, &st) < 0)
+	if (fstatat(at, path, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return -1;
-	bytes = tree_bytes(path);
+	bytes = tree_bytes_at(at, path);
 	g->reclaimed += bytes;
 	if (g->dry_run)
 		return bytes;
+	/* into the trash by its descriptor: renameat, no path below it */
 	if (g->trash_fd >= 0 &&
-	    pathn(to, sizeof to, "%s/%lu-%s", g->trash, g->ntrash++, b ? b + 1 : path) == 0 &&
-	    rename(path, to) == 0)
+	    snprintf(to, sizeof to, "%lu-%s", g->ntrash++, b ? b + 1 : path) < (int)sizeof to &&
+	    renameat(at, path, g->trash_fd, to) == 0)
 		return bytes;
-	remove_now(path);
+	remove_now(at, path, shown);
 	return bytes;
+}
+
+long long gcstore_discard(struct gcstore *g, const char *path)
+{
+	return gcstore_discard_at(g, AT_FDCWD, path, path);
 }
 
 void gcstore_trash_empty(struct gcstore *g)
 {
 	if (g->trash_fd < 0)
 		return;
-	remove_now(g->trash);
+	remove_now(AT_FDCWD, g->trash, g->trash);
 	close(g->trash_fd);
 	g->trash_fd = -1;
 }
@@ -131,8 +137,13 @@ void gcstore_trash_empty(struct gcstore *g)
  * when there is one. */
 void gcstore_remove_tree(struct gcstore *g, const char *dir)
 {
-	if (gcstore_discard(g, dir) < 0 && errno != ENOENT)
-		warn("unable to remove %s:", dir);
+	gcstore_remove_tree_at(g, AT_FDCWD, dir, dir);
+}
+
+void gcstore_remove_tree_at(struct gcstore *g, int at, const char *name, const char *shown)
+{
+	if (gcstore_discard_at(g, at, name, shown) < 0 && errno != ENOENT)
+		warn("unable to remove %s:", shown);
 }
 
 int gcstore_warm_in_use(const char *key)

@@ -50,10 +50,14 @@ int gcstore_trash_open(struct gcstore *g);
  * trash or the rename cannot be done (another file system).  Returns its
  * bytes, or -1 (errno; ENOENT when path is gone). */
 long long gcstore_discard(struct gcstore *g, const char *path);
+/* The same for path relative to the directory at (a walk's parent: no
+ * path above it is followed again); shown names it in warnings. */
+long long gcstore_discard_at(struct gcstore *g, int at, const char *path, const char *shown);
 /* After the store lock is released: delete the trash and close it. */
 void gcstore_trash_empty(struct gcstore *g);
 /* gcstore_discard, warning on a failure. */
 void gcstore_remove_tree(struct gcstore *g, const char *dir);
+void gcstore_remove_tree_at(struct gcstore *g, int at, const char *name, const char *shown);
 /* Is a running VM (its lock held) recorded as resumed from warm/<key>?
  * Read from the records now, for a caller holding the key's lock: a boot
  * holds it shared from before it resumes until its record names the key. */

@@ -1,4 +1,4 @@
-/* tree.c - tree_bytes and tree_remove (tree.h): a walk by descriptor.
+/* tree.c - tree_bytes, tree_remove and tree_visit (tree.h): walks by descriptor.
  *
  * Not fts or nftw: they open each directory again by its whole path, so a
  * subdirectory swapped for a symbolic link while they walk (by a jailed
@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -265,37 +266,37 @@ static void walk_dir(struct tw *t, int dfd, int depth)
 
 /* The top at path is not a directory we can open: a link (never followed:
  * unlinked), a file, or unreadable. */
-static int walk_top_other(struct tw *t, const char *path, int e)
+static int walk_top_other(struct tw *t, int at, const char *path, int e)
 {
 	struct stat st;
 
 	if (e == ENOENT)
 		return 0;
 	if (e == ELOOP || e == ENOTDIR) {
-		if (lstat(path, &st) < 0)
+		if (fstatat(at, path, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			return errno == ENOENT ? 0 : -1;
-		if (t->rm && unlink(path) < 0)
+		if (t->rm && unlinkat(at, path, 0) < 0)
 			return errno == ENOENT ? 0 : -1;
 		add(t, &st);
 		return 0;
 	}
-	if ((e == EACCES || e == EPERM) && t->rm && rmdir(path) == 0)
+	if ((e == EACCES || e == EPERM) && t->rm && unlinkat(at, path, AT_REMOVEDIR) == 0)
 		return 0;
 	errno = e;
 	return -1;
 }
 
-/* Measure or remove the tree at path (tree.h).  0, or -1 with errno and
- * t->why. */
-static int tree_walk(struct tw *t, const char *path)
+/* Measure or remove the tree at path, relative to the directory at (or
+ * AT_FDCWD) (tree.h).  0, or -1 with errno and t->why. */
+static int tree_walk(struct tw *t, int at, const char *path)
 {
 	struct stat st;
 	int pass, dfd;
 
 	t->bytes = 0;
 	t->why[0] = t->rel[0] = '\0';
-	if ((t->top = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-		return walk_top_other(t, path, errno);
+	if ((t->top = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return walk_top_other(t, at, path, errno);
 	if (fstat(t->top, &st) < 0) {
 		int e = errno;
 
@@ -323,7 +324,7 @@ static int tree_walk(struct tw *t, const char *path)
 		add(t, &st);
 		return 0;
 	}
-	if (rmdir(path) == 0 || errno == ENOENT) {
+	if (unlinkat(at, path, AT_REMOVEDIR) == 0 || errno == ENOENT) {
 		add(t, &st);
 		return 0;
 	}
@@ -337,23 +338,292 @@ static int tree_walk(struct tw *t, const char *path)
 	return -1;
 }
 
-long long tree_bytes(const char *path)
+long long tree_bytes_at(int at, const char *path)
 {
 	struct tw t = { .rm = 0 };
 
-	tree_walk(&t, path);
+	tree_walk(&t, at, path);
 	return t.bytes;
 }
 
-int tree_remove(const char *path, long long *bytes, char *why, size_t whysz)
+long long tree_bytes(const char *path)
+{
+	return tree_bytes_at(AT_FDCWD, path);
+}
+
+int tree_remove_at(int at, const char *path, long long *bytes, char *why, size_t whysz)
 {
 	struct tw t = { .rm = 1 };
-	int r = tree_walk(&t, path), e = errno;
+	int r = tree_walk(&t, at, path), e = errno;
 
 	if (bytes)
 		*bytes += t.bytes;
 	if (why && whysz)
 		snprintf(why, whysz, "%s", r < 0 && t.why[0] ? t.why : r < 0 ? strerror(e) : "");
+	errno = e;
+	return r;
+}
+
+int tree_remove(const char *path, long long *bytes, char *why, size_t whysz)
+{
+	return tree_remove_at(AT_FDCWD, path, bytes, why, whysz);
+}
+
+/* tree_visit: a read-only walk that hands every entry to a callback with
+ * its parent's descriptor.  The same rules as the walk above (openat
+ * O_NOFOLLOW | O_DIRECTORY, the top's mount only, TREE_FDS directories
+ * open, TREE_ENTRIES entries), but nothing is renamed: a directory at the
+ * depth bound is queued by its path below the top, not by a descriptor,
+ * so no queue of descriptors can fill up and drop it; it is reached again
+ * from the top one name at a time, each step O_NOFOLLOW and on the top's
+ * mount, and visited only if it is still the directory (st_dev, st_ino)
+ * that was queued.  A jail renaming directories meanwhile can only move
+ * the visit elsewhere inside the top, never outside it. */
+#define TREE_PENDING (64L << 20) /* visiting: bytes of queued paths */
+
+struct pend {
+	char *rel;
+	int lvl; /* its entries' depth below the top, less one */
+	dev_t dev;
+	ino_t ino;
+};
+
+struct tv {
+	struct tw w;           /* top, dev, mnt, entries, stop, err, why; hooks */
+	tree_visit_fn fn;
+	void *arg;
+	char *rel;             /* where we are below the top, any length */
+	size_t rl, rcap;
+	int base;              /* the depth of the directory a walk started at */
+	struct pend *pend;
+	size_t np, pcap, pbytes;
+};
+
+/* The first thing left, named by where we are (v->rel). */
+static void vleft(struct tv *v, int e, const char *what)
+{
+	if (v->w.err || e == ENOENT)
+		return;
+	v->w.err = e;
+	snprintf(v->w.why, sizeof v->w.why, "%.3800s: %.100s", v->rl ? v->rel : ".",
+		 what ? what : strerror(e));
+}
+
+static int rel_set(struct tv *v, size_t at, const char *sep, const char *n)
+{
+	size_t need = at + strlen(sep) + strlen(n) + 1;
+
+	if (need > v->rcap) {
+		char *r = realloc(v->rel, need + 256);
+
+		if (!r)
+			return -1;
+		v->rel = r;
+		v->rcap = need + 256;
+	}
+	snprintf(v->rel + at, v->rcap - at, "%s%s", sep, n);
+	v->rl = need - 1;
+	return 0;
+}
+
+/* Queue the directory at v->rel (its lstat st, its entries at lvl). */
+static void pend_push(struct tv *v, const struct stat *st, int lvl)
+{
+	struct pend p = { .lvl = lvl, .dev = st->st_dev, .ino = st->st_ino };
+
+	if (v->pbytes + v->rl + 1 > TREE_PENDING) {
+		vleft(v, ELOOP, "too deep, too many: not visited");
+		return;
+	}
+	if (v->np == v->pcap) {
+		size_t n = v->pcap ? v->pcap * 2 : 64;
+		struct pend *q = realloc(v->pend, n * sizeof *q);
+
+		if (!q) {
+			vleft(v, errno, NULL);
+			return;
+		}
+		v->pend = q;
+		v->pcap = n;
+	}
+	if (!(p.rel = strdup(v->rel))) {
+		vleft(v, errno, NULL);
+		return;
+	}
+	v->pbytes += v->rl + 1;
+	v->pend[v->np++] = p;
+}
+
+/* Open the directory n of dfd (its lstat lst) as a directory of the top's
+ * mount that is still the one looked at: its descriptor, or -1 (left). */
+static int sub_open(struct tv *v, int dfd, const char *n, dev_t dev, ino_t ino)
+{
+	struct stat st;
+	int sub;
+
+	if (v->w.before_open)
+		v->w.before_open(v->w.arg, dfd, n);
+	if ((sub = openat(dfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		int e = errno;
+
+		vleft(v, e, e == ELOOP || e == ENOTDIR ? "no longer a directory: not entered" : NULL);
+		return -1;
+	}
+	if (!same_mount(&v->w, sub, &st)) {
+		close(sub);
+		vleft(v, EXDEV, "a mount point: not entered");
+		return -1;
+	}
+	if (st.st_dev != dev || st.st_ino != ino) {
+		close(sub);
+		vleft(v, ESTALE, "changed since it was looked at: not entered");
+		return -1;
+	}
+	return sub;
+}
+
+/* A queued directory, reached from the top name by name (p->rel). */
+static int pend_open(struct tv *v, const struct pend *p)
+{
+	char name[NAME_MAX + 1];
+	const char *s = p->rel, *e;
+	int fd = v->w.top, next;
+	struct stat st;
+
+	if (rel_set(v, 0, "", p->rel) < 0)
+		return -1;
+	while (*s) {
+		size_t n;
+
+		e = strchr(s, '/');
+		n = e ? (size_t)(e - s) : strlen(s);
+		if (n > NAME_MAX) {
+			next = -1, vleft(v, ENAMETOOLONG, NULL);
+		} else {
+			memcpy(name, s, n);
+			name[n] = '\0';
+			v->rel[v->rl = (size_t)(s - p->rel) + n] = '\0'; /* what vleft names */
+			if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				next = -1, vleft(v, errno, NULL);
+			else
+				next = sub_open(v, fd, name, e ? st.st_dev : p->dev, e ? st.st_ino : p->ino);
+		}
+		if (fd != v->w.top)
+			close(fd);
+		if ((fd = next) < 0)
+			return -1;
+		if (e)
+			v->rel[v->rl = (size_t)(e - p->rel)] = '/';
+		s = e ? e + 1 : s + n;
+	}
+	v->rl = strlen(v->rel);
+	return fd == v->w.top ? -1 : fd;
+}
+
+static void visit_dir(struct tv *v, int dfd, int depth);
+
+/* One entry n of dfd: to the callback, then into it (a directory the
+ * callback did not refuse). */
+static void visit_one(struct tv *v, int dfd, const char *n, int depth)
+{
+	size_t rl = v->rl;
+	struct stat st;
+	int r, sub;
+
+	if (rel_set(v, rl, rl ? "/" : "", n) < 0) {
+		vleft(v, errno, NULL);
+		v->w.stop = 1;
+		return;
+	}
+	if (fstatat(dfd, n, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		vleft(v, errno, NULL);
+	} else {
+		r = v->fn(&(struct tree_ent){ .dfd = dfd, .name = n, .path = v->rel,
+					       .depth = v->base + depth, .st = &st }, v->arg);
+		if (r < 0)
+			v->w.stop = 1;
+		else if (r == 0 && S_ISDIR(st.st_mode) && depth >= TREE_FDS)
+			pend_push(v, &st, v->base + depth);
+		else if (r == 0 && S_ISDIR(st.st_mode) &&
+			 (sub = sub_open(v, dfd, n, st.st_dev, st.st_ino)) >= 0)
+			visit_dir(v, sub, depth + 1);
+	}
+	v->rel[v->rl = rl] = '\0';
+}
+
+/* The entries of the directory dfd (closed here). */
+static void visit_dir(struct tv *v, int dfd, int depth)
+{
+	DIR *d = fdopendir(dfd);
+	struct dirent *de;
+
+	if (!d) {
+		vleft(v, errno, NULL);
+		close(dfd);
+		return;
+	}
+	while (!v->w.stop && (errno = 0, de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (++v->w.entries > TREE_ENTRIES) {
+			v->w.stop = 1;
+			v->w.err = 0; /* this, rather than what it cut short */
+			vleft(v, ELOOP, "more entries than a visit looks at: the rest not visited");
+			break;
+		}
+		visit_one(v, dirfd(d), de->d_name, depth);
+	}
+	if (errno && !v->w.stop)
+		vleft(v, errno, NULL);
+	closedir(d);
+}
+
+/* tree_visit with v's hooks (t/unit/tree_test.c sets them). */
+static int visit_run(struct tv *v, int at, const char *path)
+{
+	struct stat st;
+	int fd;
+
+	v->w.why[0] = '\0';
+	if ((v->w.top = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    fstat(v->w.top, &st) < 0 || (fd = openat(v->w.top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		int e = errno;
+
+		if (v->w.top >= 0)
+			close(v->w.top);
+		snprintf(v->w.why, sizeof v->w.why, "%s", strerror(e));
+		errno = e;
+		return -1;
+	}
+	v->w.dev = st.st_dev;
+	v->w.mnt = v->w.no_mnt_id ? 0 : mnt_id(v->w.top);
+	visit_dir(v, fd, 1);
+	while (v->np > 0) {
+		struct pend p = v->pend[--v->np];
+
+		v->pbytes -= strlen(p.rel) + 1;
+		v->base = p.lvl;
+		if (!v->w.stop && (fd = pend_open(v, &p)) >= 0)
+			visit_dir(v, fd, 1);
+		free(p.rel);
+	}
+	free(v->pend);
+	free(v->rel);
+	close(v->w.top);
+	if (v->w.err) {
+		errno = v->w.err;
+		return -1;
+	}
+	return 0;
+}
+
+int tree_visit(int at, const char *path, tree_visit_fn fn, void *arg, char *why, size_t whysz)
+{
+	struct tv v = { .w = { .rm = 0 }, .fn = fn, .arg = arg };
+	int r = visit_run(&v, at, path), e = errno;
+
+	if (why && whysz)
+		snprintf(why, whysz, "%s", r < 0 ? v.w.why : "");
 	errno = e;
 	return r;
 }

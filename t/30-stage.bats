@@ -1633,6 +1633,44 @@ uidproc() {
 	[ ! -e "$v/own.json.tmp.$dead" ] && [ -f "$v/.tmp-planted.$dead/d/f" ] || false
 }
 
+# The staging sweep decides on an entry's fstatat below its parent's
+# descriptor and removes it by that descriptor and its name: the parent
+# swapped for a link to outside meanwhile (by a jailed process that
+# outlived its VM, in a directory handed back) takes gc nowhere else.
+@test "gc: a directory swapped for a link to outside while the staging sweep is in it: the staging file the link reaches stays, the one gc looked at goes" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	local t=$BATS_TEST_TMPDIR d=$BATS_TEST_TMPDIR/h/x/d dead=2147483000 gc
+	mkdir -p "$d" "$t/outside"
+	echo x >"$d/f.tmp.$dead"
+	echo x >"$t/outside/f.tmp.$dead"
+	ISOPOD_TEST_PAUSE_AT=gc-tmp isopod-gc --keep-last 1000 >"$t/gc.json" 2>"$t/gc.err" 3>&- &
+	gc=$!
+	wait_paused "$gc"
+	mv "$d" "$d.aside"
+	ln -s "$t/outside" "$d"
+	kill -CONT "$gc"
+	wait "$gc"
+	cat "$t/gc.json" "$t/gc.err"
+	[ -f "$t/outside/f.tmp.$dead" ]
+	[ ! -e "$d.aside/f.tmp.$dead" ]
+	jq -e '[.leaked[] | select(.kind == "tmp") | .path] | length == 1' "$t/gc.json"
+	# a staging directory: out by its parent's descriptor too
+	rm "$d"
+	mkdir -p "$d/.tmp-s.$dead" "$t/outside/.tmp-s.$dead"
+	echo x >"$t/outside/.tmp-s.$dead/keep"
+	ISOPOD_TEST_PAUSE_AT=gc-tmp isopod-gc --keep-last 1000 >"$t/gc.json" 2>"$t/gc.err" 3>&- &
+	gc=$!
+	wait_paused "$gc"
+	mv "$d" "$d.aside2"
+	ln -s "$t/outside" "$d"
+	kill -CONT "$gc"
+	wait "$gc"
+	cat "$t/gc.json" "$t/gc.err"
+	[ -f "$t/outside/.tmp-s.$dead/keep" ]
+	[ ! -e "$d.aside2/.tmp-s.$dead" ]
+}
+
 # <store>/jail holds lib/jaildeps.c's ldd cache: df counts it; gc removes
 # an answer whose key moved (stale), --cache every answer (the next jailed
 # run rebuilds it).

@@ -5,7 +5,13 @@
  * still removed whole and counted, a mount point inside is neither entered
  * nor counted (a bind mount of the same filesystem, a tmpfs; in a mount
  * namespace of a child's), and an unreadable directory goes when empty and
- * is named when not (as uid 65534 when we are root). */
+ * is named when not (as uid 65534 when we are root).  tree_visit: every
+ * entry handed over once with its parent's fd; a directory swapped for a
+ * link, or for another directory, between its fstatat and its openat is
+ * not entered (also one queued at the depth bound, when it is reached
+ * again); any depth with at most FDS_MAX descriptors, 100 directories at
+ * the bound none dropped; neither mount entered; a directory the callback
+ * refuses is not entered. */
 #include "../../lib/tree.c"
 #include "../../lib/util.h"
 
@@ -62,7 +68,7 @@ static int walk(const char *path, int rm, long long *bytes,
 		void (*hook)(void *, int, const char *), void *arg)
 {
 	struct tw t = { .rm = rm, .before_open = hook, .arg = arg };
-	int r = tree_walk(&t, path);
+	int r = tree_walk(&t, AT_FDCWD, path);
 
 	*bytes = t.bytes;
 	return r;
@@ -232,14 +238,240 @@ static void test_top_link(const char *home, const char *out, const char *keep)
 	ok(exists(keep), "top: its target stays");
 }
 
+/* tree_visit's tests: a callback as isopod-gc's tmp sweep uses it, which
+ * unlinks every "*.tmp.<pid>" file by its parent's descriptor. */
+struct seen {
+	int entries, staged, maxdepth, deepest_file;
+	int outside;       /* an entry named "keep" or "file": outside, or in a mount */
+	int max_fds, base; /* descriptors open, beyond base, at the callback */
+};
+
+static int visit_cb(const struct tree_ent *e, void *arg)
+{
+	struct seen *s = arg;
+	struct stat st;
+	int n = fds_open() - s->base;
+
+	s->entries++;
+	if (n > s->max_fds)
+		s->max_fds = n;
+	if (e->depth > s->maxdepth)
+		s->maxdepth = e->depth;
+	if (!strcmp(e->name, "keep") || !strcmp(e->name, "file") || !strcmp(e->name, "o.tmp.1"))
+		s->outside++;
+	if (S_ISDIR(e->st->st_mode) && !strcmp(e->name, "skip"))
+		return 1; /* as gc's for a directory handed to a jail */
+	/* the stat given is the entry's below dfd */
+	if (fstatat(e->dfd, e->name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_ino != e->st->st_ino)
+		return 0;
+	if (S_ISREG(e->st->st_mode) && strstr(e->name, ".tmp.")) {
+		if (unlinkat(e->dfd, e->name, 0) == 0)
+			s->staged++;
+		if (e->depth > s->deepest_file)
+			s->deepest_file = e->depth;
+	}
+	return 0;
+}
+
+/* tree_visit with the test hooks */
+static int visit(const char *path, struct seen *s, void (*hook)(void *, int, const char *),
+		 void *arg, int no_mnt_id, char *why, size_t whysz)
+{
+	struct tv v = { .w = { .before_open = hook, .arg = arg, .no_mnt_id = no_mnt_id },
+			.fn = visit_cb, .arg = s };
+	int r = visit_run(&v, AT_FDCWD, path), e = errno;
+
+	snprintf(why, whysz, "%s", v.w.why);
+	errno = e;
+	return r;
+}
+
+/* A plain tree, and a link to the outside directory (its "keep.tmp.1")
+ * inside: every entry seen once, the link not followed, nothing moved. */
+static void test_visit_plain(const char *home, const char *out)
+{
+	char t[PATH_MAX], p[PATH_MAX], why[256], keep[PATH_MAX];
+	struct seen s = { .base = 0 };
+
+	snprintf(t, sizeof t, "%s/visit/sub/deeper", home);
+	mkdir_p(t, 0700, p, sizeof p);
+	snprintf(p, sizeof p, "%s/visit/sub/x.tmp.1", home);
+	put(p, 1);
+	snprintf(p, sizeof p, "%s/visit/skip", home);
+	mkdir(p, 0700);
+	snprintf(p, sizeof p, "%s/visit/skip/s.tmp.1", home);
+	put(p, 1);
+	snprintf(p, sizeof p, "%s/visit/sub/link", home);
+	ok(symlink(out, p) == 0, "visit: a tree, a link to outside in it");
+	snprintf(keep, sizeof keep, "%s/keep.tmp.1", out);
+	put(keep, 1);
+	snprintf(t, sizeof t, "%s/visit", home);
+	ok(visit(t, &s, NULL, NULL, 0, why, sizeof why) == 0 && s.entries == 5 && s.staged == 1 &&
+	   s.maxdepth == 2 && !s.outside && exists(p),
+	   "visit: 5 entries, one staging file, the link not followed, a directory refused not entered (%d %d %d: %s)",
+	   s.entries, s.staged, s.maxdepth, why);
+	ok(exists(keep), "visit: the outside staging file stays");
+	snprintf(p, sizeof p, "%s/visit/sub/link", home);
+	ok(tree_visit(AT_FDCWD, p, visit_cb, &s, why, sizeof why) < 0 && errno == ENOTDIR,
+	   "visit: a top that is a link is not followed (%s)", why);
+}
+
+/* What a jail could do between the visit's fstatat and its openat: the
+ * directory "victim" swapped for a link to outside, or for another
+ * directory ("other", beside the tree) */
+struct vswap {
+	const char *out, *other;
+	int done;
+};
+
+static void vswap_hook(void *arg, int dfd, const char *name)
+{
+	struct vswap *s = arg;
+
+	if (s->done || strcmp(name, "victim"))
+		return;
+	if (renameat(dfd, "victim", dfd, "victim.aside") < 0)
+		return;
+	s->done = s->other ? renameat(AT_FDCWD, s->other, dfd, "victim") == 0
+			   : symlinkat(s->out, dfd, "victim") == 0;
+}
+
+static void test_visit_swap(const char *home, const char *out)
+{
+	char t[PATH_MAX], p[PATH_MAX], keep[PATH_MAX], why[256];
+	struct vswap w = { .out = out };
+	struct seen s = { .base = 0 };
+
+	swap_tree(home, "vswap", t, sizeof t);
+	snprintf(keep, sizeof keep, "%s/keep.tmp.1", out);
+	put(keep, 1);
+	ok(visit(t, &s, vswap_hook, &w, 0, why, sizeof why) < 0 && w.done && (errno == ELOOP || errno == ENOTDIR) && !s.outside,
+	   "visit swap: a directory swapped for a link is not followed (%s)", why);
+	ok(exists(keep), "visit swap: the outside staging file stays");
+	swap_tree(home, "vswap2", t, sizeof t);
+	snprintf(p, sizeof p, "%s/vswap2-other", home);
+	mkdir(p, 0700);
+	snprintf(keep, sizeof keep, "%s/vswap2-other/o.tmp.1", home);
+	put(keep, 1);
+	w = (struct vswap){ .out = out, .other = p };
+	memset(&s, 0, sizeof s);
+	ok(visit(t, &s, vswap_hook, &w, 0, why, sizeof why) < 0 && w.done && errno == ESTALE && strstr(why, "victim: changed since"),
+	   "visit swap: a directory swapped for another one is not entered (%s)", why);
+}
+
+/* The directory chain <t>/l1/.../l<n>, its fd (or -1). */
+static int chain(const char *t, int n)
+{
+	int fd = open(t, O_RDONLY | O_DIRECTORY | O_CLOEXEC), i;
+
+	for (i = 1; fd >= 0 && i <= n; i++) {
+		char l[16];
+		int sub;
+
+		snprintf(l, sizeof l, "l%d", i);
+		mkdirat(fd, l, 0700);
+		sub = openat(fd, l, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		close(fd);
+		fd = sub;
+	}
+	return fd;
+}
+
+/* l5 swapped for a link to outside when the visit reaches it again (its
+ * second open: a directory below TREE_FDS queued, reached name by name);
+ * with other set, the queued l16 itself swapped for that directory. */
+static void again_hook(void *arg, int dfd, const char *name)
+{
+	struct vswap *s = arg;
+	const char *n = s->other ? "l16" : "l5";
+
+	if (strcmp(name, n) || s->done++ != (s->other ? 0 : 1))
+		return;
+	if (renameat(dfd, n, dfd, "aside") < 0 ||
+	    (s->other ? renameat(AT_FDCWD, s->other, dfd, n) : symlinkat(s->out, dfd, n)) < 0)
+		s->done = -100;
+}
+
+/* DEEP levels, a staging file at the bottom: visited, with at most
+ * FDS_MAX descriptors, nothing moved; 100 directories at the depth bound
+ * (more than tree_bytes's queue) all visited; a queued directory's path
+ * swapped for a link when it is reached again: not followed. */
+static void test_visit_deep(const char *home, const char *out)
+{
+	char t[PATH_MAX], keep[PATH_MAX], why[256];
+	struct seen s = { .base = 0 };
+	struct vswap w = { .out = out };
+	int fd, i;
+
+	snprintf(t, sizeof t, "%s/vdeep", home);
+	mkdir(t, 0700);
+	if ((fd = chain(t, DEEP)) >= 0) {
+		close(openat(fd, "bottom.tmp.1", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+		close(fd);
+	}
+	s.base = fds_open() + 1;
+	ok(visit(t, &s, NULL, NULL, 0, why, sizeof why) == 0 && s.staged == 1 && s.deepest_file == DEEP + 1 &&
+	   s.entries == DEEP + 1, "visit deep: %d levels, the bottom's staging file seen (%d %d: %s)",
+	   DEEP, s.entries, s.deepest_file, why);
+	ok(s.max_fds <= FDS_MAX, "visit deep: at most %d descriptors open (%d)", FDS_MAX, s.max_fds);
+	snprintf(t, sizeof t, "%s/vwide", home);
+	mkdir(t, 0700);
+	if ((fd = chain(t, 15)) >= 0) {
+		for (i = 0; i < 100; i++) {
+			char n[16];
+			int sub;
+
+			snprintf(n, sizeof n, "w%d", i);
+			mkdirat(fd, n, 0700);
+			if ((sub = openat(fd, n, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+				close(openat(sub, "f.tmp.1", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+				close(sub);
+			}
+		}
+		close(fd);
+	}
+	memset(&s, 0, sizeof s);
+	ok(visit(t, &s, NULL, NULL, 0, why, sizeof why) == 0 && s.staged == 100,
+	   "visit wide: 100 directories at the depth bound, none dropped (%d: %s)", s.staged, why);
+	snprintf(t, sizeof t, "%s/vagain", home);
+	mkdir(t, 0700);
+	if ((fd = chain(t, 20)) >= 0) {
+		close(openat(fd, "a.tmp.1", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+		close(fd);
+	}
+	snprintf(keep, sizeof keep, "%s/keep.tmp.1", out);
+	put(keep, 1);
+	memset(&s, 0, sizeof s);
+	ok(visit(t, &s, again_hook, &w, 0, why, sizeof why) < 0 && (errno == ELOOP || errno == ENOTDIR) && w.done == 2 &&
+	   s.staged == 0 && exists(keep), "visit again: a queued directory's path swapped for a link is "
+	   "not followed, the outside staging file stays (%s)", why);
+	snprintf(t, sizeof t, "%s/vqueued", home);
+	mkdir(t, 0700);
+	if ((fd = chain(t, 20)) >= 0)
+		close(fd);
+	snprintf(keep, sizeof keep, "%s/vqueued-other", home);
+	mkdir(keep, 0700);
+	w = (struct vswap){ .out = out, .other = keep };
+	snprintf(keep, sizeof keep, "%s/vqueued-other/o.tmp.1", home);
+	put(keep, 1);
+	snprintf(keep, sizeof keep, "%s/vqueued-other", home);
+	memset(&s, 0, sizeof s);
+	ok(visit(t, &s, again_hook, &w, 0, why, sizeof why) < 0 && errno == ESTALE && w.done == 1 && !s.outside,
+	   "visit again: a queued directory swapped for another one is not entered (%s)", why);
+}
+
 static void mounts_check(const char *t, const char *b, const char *m, const char *mf, const char *f,
 			 const char *keep)
 {
 	char why[512];
 	long long bytes = 0;
+	struct seen s;
 	int r, e;
 
 	put(mf, BIG);
+	memset(&s, 0, sizeof s);
+	ok(visit(t, &s, NULL, NULL, 0, why, sizeof why) < 0 && errno == EXDEV && !s.outside && s.entries == 4,
+	   "mounts: tree_visit enters neither mount (%d entries: %s)", s.entries, why);
 	ok(tree_bytes(t) < BIG, "mounts: tree_bytes counts neither mount (%lld)", tree_bytes(t));
 	r = tree_remove(t, &bytes, why, sizeof why);
 	e = errno;
@@ -256,12 +488,18 @@ static void mounts_dev_check(const char *t, const char *mf)
 {
 	struct tw w = { .rm = 0, .no_mnt_id = 1 };
 	struct tw r = { .rm = 1, .no_mnt_id = 1 };
+	struct seen s;
+	char why[512];
 
 	put(mf, BIG);
-	ok(tree_walk(&w, t) == 0 && w.bytes < BIG, "mounts, by st_dev alone: the tmpfs is not counted (%lld)",
+	ok(tree_walk(&w, AT_FDCWD, t) == 0 && w.bytes < BIG, "mounts, by st_dev alone: the tmpfs is not counted (%lld)",
 	   w.bytes);
-	ok(tree_walk(&r, t) < 0 && errno == EXDEV && exists(mf),
+	ok(tree_walk(&r, AT_FDCWD, t) < 0 && errno == EXDEV && exists(mf),
 	   "mounts, by st_dev alone: the tmpfs is left, EXDEV, not entered (%s)", r.why);
+	put(mf, BIG);
+	memset(&s, 0, sizeof s);
+	ok(visit(t, &s, NULL, NULL, 1, why, sizeof why) < 0 && errno == EXDEV && !s.outside,
+	   "mounts, by st_dev alone: tree_visit does not enter the tmpfs (%s)", why);
 }
 
 /* In a mount namespace of our own (our mounts go with it): a bind mount of
@@ -430,6 +668,12 @@ int main(void)
 	outside(home, "links", out, sizeof out, keep, sizeof keep);
 	test_links(home, keep);
 	test_escape(home);
+	outside(home, "visit", out, sizeof out, keep, sizeof keep);
+	test_visit_plain(home, out);
+	outside(home, "vswap", out, sizeof out, keep, sizeof keep);
+	test_visit_swap(home, out);
+	outside(home, "vdeep", out, sizeof out, keep, sizeof keep);
+	test_visit_deep(home, out);
 
 	snprintf(cmd, sizeof cmd, "rm -rf %s", home);
 	if (system(cmd) != 0)
