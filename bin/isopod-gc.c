@@ -542,8 +542,9 @@ static int tmp_one(const struct tree_ent *e, void *arg)
 	 * not walked at all while it is handed over. */
 	if (st->st_uid != geteuid())
 		return isdir;
-	if (isdir && (st->st_mode & 0022) && st->st_gid != getegid())
-		return 1;
+	if (isdir && (((st->st_mode & 0022) && st->st_gid != getegid()) ||
+		      ((st->st_mode & S_IWOTH) && !(st->st_mode & S_ISVTX))))
+		return 1; /* others could rename our entries in it */
 	if (!(pid = staging_pid(e->name, isdir)))
 		return 0;
 	if (proc_alive(pid) && time(NULL) - st->st_mtime < TMP_GRACE_S)
@@ -554,9 +555,10 @@ static int tmp_one(const struct tree_ent *e, void *arg)
 	if (isdir) {
 		gcstore_remove_tree_at(&c->gs, e->dfd, e->name, path);
 	} else {
-		c->gs.reclaimed += (long long)st->st_blocks * 512;
+		if (st->st_nlink == 1) /* another link: frees nothing */
+			c->gs.reclaimed += (long long)st->st_blocks * 512;
 		if (!c->gs.dry_run && unlinkat(e->dfd, e->name, 0) < 0 && errno != ENOENT)
-			warn("unable to remove %s:", path);
+			warn("unable to remove %s:", EXC(path));
 	}
 	if (pathn(shown, sizeof shown, "%s/%s", c->gs.store, e->path) < 0)
 		snprintf(shown, sizeof shown, "%s", path);
@@ -571,7 +573,11 @@ static int tmp_one(const struct tree_ent *e, void *arg)
  * is not ours to report: it was not walked, as before. */
 static void tmp_sweep(struct gc *c)
 {
-	tree_visit(AT_FDCWD, store_home(), tmp_one, c, NULL, 0);
+	struct stat st; /* a store others may rename in (not sticky): not swept */
+
+	if (stat(store_home(), &st) == 0 && !((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) &&
+	    !((st.st_mode & S_IWGRP) && st.st_gid != getegid()))
+		tree_visit(AT_FDCWD, store_home(), tmp_one, c, NULL, 0);
 }
 
 /* accel/probe-<16 hex of ksha>: the KVM probe's scratch dir, left by a killed boot. */

@@ -37,7 +37,7 @@ static void remove_now(int at, const char *path, const char *shown)
 	char why[PATH_MAX + 128];
 
 	if (tree_remove_at(at, path, NULL, why, sizeof why) < 0)
-		warn("unable to remove %s: %s", shown, why);
+		warn("unable to remove %s: %s", EXC(shown), why);
 }
 
 int gcstore_trash_open(struct gcstore *g)
@@ -143,7 +143,7 @@ void gcstore_remove_tree(struct gcstore *g, const char *dir)
 void gcstore_remove_tree_at(struct gcstore *g, int at, const char *name, const char *shown)
 {
 	if (gcstore_discard_at(g, at, name, shown) < 0 && errno != ENOENT)
-		warn("unable to remove %s:", shown);
+		warn("unable to remove %s:", EXC(shown));
 }
 
 int gcstore_warm_in_use(const char *key)

@@ -59,6 +59,14 @@ struct tw {
 	void *arg;
 };
 
+/* The names are the jail's: no line or escape of theirs on stderr. */
+static void unctrl(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 /* Something is left: the first of this walk is what tree_remove reports
  * (name below where we are; NULL: where we are).  ENOENT is nothing left. */
 static void left(struct tw *t, int e, const char *name, const char *what)
@@ -68,10 +76,7 @@ static void left(struct tw *t, int e, const char *name, const char *what)
 	t->err = e;
 	snprintf(t->why, sizeof t->why, "%.3800s%s%.255s: %.100s", t->rl || name ? t->rel : ".",
 		 t->rl && name ? "/" : "", name ? name : "", what ? what : strerror(e));
-	/* the names are the jail's: no line or escape of theirs on stderr */
-	for (char *c = t->why; *c; c++)
-		if ((unsigned char)*c < 0x20 || *c == 0x7f)
-			*c = '?';
+	unctrl(t->why);
 }
 
 /* The bytes st's file takes, added to t->bytes (saturated).  A file of
@@ -407,6 +412,7 @@ static void vleft(struct tv *v, int e, const char *what)
 	v->w.err = e;
 	snprintf(v->w.why, sizeof v->w.why, "%.3800s: %.100s", v->rl ? v->rel : ".",
 		 what ? what : strerror(e));
+	unctrl(v->w.why);
 }
 
 static int rel_set(struct tv *v, size_t at, const char *sep, const char *n)
@@ -495,6 +501,16 @@ static int pend_open(struct tv *v, const struct pend *p)
 	while (*s) {
 		size_t n;
 
+		/* each step down again counts: a chain deep past the fds
+		 * would otherwise cost its depth squared, unbounded */
+		if (++v->w.entries > TREE_ENTRIES) {
+			v->w.stop = 1;
+			v->w.err = 0;
+			vleft(v, ELOOP, "more entries than a visit looks at: the rest not visited");
+			if (fd != v->w.top)
+				close(fd);
+			return -1;
+		}
 		e = strchr(s, '/');
 		n = e ? (size_t)(e - s) : strlen(s);
 		if (n > NAME_MAX) {
