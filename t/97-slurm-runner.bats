@@ -290,8 +290,11 @@ ended() {
 	jq -e --arg id "$id" '.ok == false and .error_kind == "infra" and (.error | contains("Slurm job " + $id))
 		and (.error | contains("stand-in refuses job " + $id)) and (.error | contains("may still be running"))' "$d/result.json"
 	jq -e '.state == "failed"' "$d/state.json"
-	# the runner did not stop it, and said so: Slurm still runs it
-	cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING
+	# the runner did not stop it, and said so: Slurm still runs it (a few
+	# tries: squeue's call to a loaded controller can time out, and an
+	# ended job never runs again; stop 30's rehearsal failed here once)
+	wait_until 10 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING' ||
+		{ cx ctl scontrol -o show job "$id"; false; }
 	rm -f "$T/refuse-scancel"
 	cx ctl scancel "$id"
 	wait_until 60 eval '! cx ctl squeue -h -j "$id" -o %T 2>/dev/null | grep -qx "RUNNING\|PENDING\|COMPLETING"'
