@@ -458,7 +458,20 @@ static void jail_init(int pdeathsig, int errfd)
 	seccomp_jail(errfd);
 	/* Nothing of the program's plan: its descriptors (the caller's pipes,
 	 * the error pipe, the sync socket) are the program's alone. */
-	close_range(0, ~0U, 0);
+	/* Checked: an error pipe the init still held would read as the exec
+	 * never reached, the caller's pipes as never closed. */
+	if (close_range(0, ~0U, 0) < 0) {
+		struct rlimit rl;
+		int fd, n = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536
+				    ? (int)rl.rlim_cur : 65536;
+
+		for (fd = 0; fd < n; fd++)
+			close(fd);
+	}
+	/* Belt and braces: blocked signals are queued for sigwaitinfo even
+	 * to a PID 1, but one without a handler would be dropped were the
+	 * mask ever lifted.  A program stopped (SIGSTOP from its own
+	 * children) keeps the init waiting: the caller's deadline kills it. */
 	for (i = 0; i < sizeof fwd / sizeof fwd[0]; i++)
 		sigaction(fwd[i], &(struct sigaction){ .sa_handler = on_signal }, NULL);
 	for (;;) {
