@@ -224,7 +224,9 @@ static int run(struct args *a, char **argv)
 
 int main(int argc, char **argv)
 {
-	struct args a = { .js = { .name = NULL }, .jfd = -1 };
+	/* PROG may be anything: an init of ours keeps the parent-death
+	 * signal whatever it execs (jail.h) */
+	struct args a = { .js = { .name = NULL, .init = 1 }, .jfd = -1 };
 
 	progname = "isopod-jail";
 	signal(SIGPIPE, SIG_IGN);

@@ -48,6 +48,8 @@ struct jail_spec {
 	int landlock;           /* 1: Landlock before the exec: read and execute
 				 * the ro paths, write only the rw ones and the
 				 * devices; no signals or abstract sockets outside */
+	int init;               /* 1: a trusted PID 1 of the jail's between the
+				 * jail and the program (jail_spawn) */
 };
 
 /* A jail's cgroup is JAIL_CG_PREFIX followed by its name (jail_spec's),
@@ -69,7 +71,19 @@ struct jail {
  * files). ps->setsid is forced: the program always has a session of its own.  The pid (also in j->pid), or -1 with a
  * reason in err (nothing left behind).  A program that cannot be executed
  * inside exits 127, as with proc_spawn; ps->pdeathsig and ps->env
- * (a clone QEMU's LD_PRELOAD) are honoured. */
+ * (a clone QEMU's LD_PRELOAD) are honoured.
+ *
+ * With js->init, the pid is not the program's but a small init of ours,
+ * PID 1 of the jail's pid namespace, that never execs (bubblewrap's
+ * design): the program is its child, PID 2.  ps->pdeathsig is the init's,
+ * and stays set whatever the program does (the kernel clears a process's
+ * parent-death signal when a thread other than its main one execs); when
+ * the init dies the kernel kills the whole namespace.  The init forwards
+ * SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program,
+ * reaps every orphan, and exits when the program ends with its exit code,
+ * or 128 + the signal's number when a signal killed it (so the caller's
+ * proc_status reads the same either way; only WIFSIGNALED differs).
+ * The init is not dumpable: the program (same uid) cannot ptrace it. */
 pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct jail *j,
 		 char *err, size_t errsz);
 /* After the program was reaped: remove its cgroups, free j->applied.

@@ -22,6 +22,7 @@
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- the child ---------------------------------------------------------- */
@@ -411,6 +413,79 @@ static void seccomp_jail(int errfd)
 		cdie(errfd, "seccomp:");
 }
 
+/* js->init: fork; the parent stays the jail's PID 1 and never execs, so the
+ * parent-death signal set on it stays set whatever the program does (a
+ * thread of the program that execs clears the program's own: the kernel
+ * gives the new leader a fresh one).  When the init dies the kernel kills
+ * every process of the pid namespace.  The child returns and goes on to the
+ * exec, its parent-death signal set again (fork clears it), now for the
+ * init's death.  The init is made non-dumpable before the fork, so the
+ * program (same uid) can neither ptrace it nor read its memory; the exec
+ * gives the program its own dumpability back.  The forwarded signals are
+ * blocked across the fork (the child restores the mask): none is lost, and
+ * as PID 1 the init gets only those it has a handler for. */
+static void on_signal(int sig)
+{
+	(void)sig;
+}
+
+static void jail_init(int pdeathsig, int errfd)
+{
+	static const int fwd[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD };
+	sigset_t set, old;
+	size_t i;
+	pid_t child;
+
+	sigemptyset(&set);
+	for (i = 0; i < sizeof fwd / sizeof fwd[0]; i++)
+		sigaddset(&set, fwd[i]);
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		cdie(errfd, "PR_SET_DUMPABLE for the jail's init:");
+	if (sigprocmask(SIG_BLOCK, &set, &old) < 0)
+		cdie(errfd, "sigprocmask:");
+	if ((child = fork()) < 0)
+		cdie(errfd, "fork of the jail's init:");
+	if (child == 0) {
+		if (sigprocmask(SIG_SETMASK, &old, NULL) < 0)
+			cdie(errfd, "sigprocmask:");
+		if (pdeathsig && prctl(PR_SET_PDEATHSIG, pdeathsig) < 0)
+			cdie(errfd, "PR_SET_PDEATHSIG:");
+		return;
+	}
+	/* The init takes the filter too (it needs none of what it refuses): a
+	 * failure is reported as the child's would be, and the init's exit
+	 * takes the child along. */
+	seccomp_jail(errfd);
+	/* Nothing of the program's plan: its descriptors (the caller's pipes,
+	 * the error pipe, the sync socket) are the program's alone. */
+	/* Checked: an error pipe the init still held would read as the exec
+	 * never reached, the caller's pipes as never closed. */
+	if (close_range(0, ~0U, 0) < 0) {
+		struct rlimit rl;
+		int fd, n = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536
+				    ? (int)rl.rlim_cur : 65536;
+
+		for (fd = 0; fd < n; fd++)
+			close(fd);
+	}
+	/* Belt and braces: blocked signals are queued for sigwaitinfo even
+	 * to a PID 1, but one without a handler would be dropped were the
+	 * mask ever lifted.  A program stopped (SIGSTOP from its own
+	 * children) keeps the init waiting: the caller's deadline kills it. */
+	for (i = 0; i < sizeof fwd / sizeof fwd[0]; i++)
+		sigaction(fwd[i], &(struct sigaction){ .sa_handler = on_signal }, NULL);
+	for (;;) {
+		int sig = sigwaitinfo(&set, NULL), st;
+		pid_t w;
+
+		if (sig > 0 && sig != SIGCHLD)
+			kill(child, sig);
+		while ((w = waitpid(-1, &st, WNOHANG)) > 0)
+			if (w == child)
+				_exit(WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st));
+	}
+}
+
 __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const struct proc_spec *ps,
 					  char **envp, realpath_t *rp, int userns, int syncfd,
 					  int errfd)
@@ -512,6 +587,11 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	 * unwritten, which reads as the exec reached. */
 	if (proc_child_setup(&p, 0) < 0)
 		cdie(errfd, "setting up the jailed program's descriptors:");
+	/* After every other step, before the filter (it refuses the init's
+	 * PR_SET_DUMPABLE and the child's PR_SET_PDEATHSIG); each installs it
+	 * after the fork. */
+	if (js->init && !(mutant() & MUT_NO_INIT))
+		jail_init(ps->pdeathsig, errfd);
 	seccomp_jail(errfd);
 	if (p.file)
 		execve(p.file, p.argv, envp ? envp : environ);

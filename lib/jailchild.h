@@ -23,6 +23,7 @@ enum {
 	MUT_NO_SECCOMP = 16,
 	MUT_NO_RESOLVE = 32,
 	MUT_NO_LANDLOCK = 64,
+	MUT_NO_INIT = 128,
 };
 #ifdef JAIL_MUTANT
 static unsigned mutant(void)
@@ -44,6 +45,8 @@ static unsigned mutant(void)
 		m |= MUT_NO_RESOLVE;
 	if (e && strstr(e, "no-landlock"))
 		m |= MUT_NO_LANDLOCK;
+	if (e && strstr(e, "no-init"))
+		m |= MUT_NO_INIT;
 	return m;
 }
 #else

@@ -460,7 +460,11 @@ pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, siz
 	qi->qj.js = (struct jail_spec){
 		.name = qi->name,
 		.mem_bytes = (long long)QJAIL_IMG_MEM_MIB << 20,
-		.pids = QJAIL_PIDS_BASE,
+		.pids = QJAIL_PIDS_BASE + 1, /* the init's own */
+		/* qemu-img has no filter of its own against execve (QEMU's
+		 * -sandbox spawn=deny): a thread's exec would clear its
+		 * parent-death signal; an init of ours keeps it (jail.h) */
+		.init = 1,
 	};
 	if (geteuid() == 0 &&
 	    jail_identity("qemu-img", &qi->qj.js.uid, &qi->qj.js.gid, err, errsz) < 0)

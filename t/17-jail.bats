@@ -98,10 +98,74 @@ proof_submount() {
 	[ "$status" -eq 1 ] && [[ "$output" == "refused write $KDIR/sub/f: EROFS" ]] || false
 }
 
+# The jail's init (PID 1, jail.h) and the probe (PID 2), nothing else.
 proof_procs() {
 	jail procs
 	echo "$output" >&2
-	[ "$status" -eq 0 ] && [ "$output" = 1 ] || false
+	[ "$status" -eq 0 ] && [ "$output" = "$(printf '1\n2')" ] || false
+}
+
+# proof_thread_exec: a thread of the program (not its main one) execs, which
+# clears the program's parent-death signal (the kernel's rule: pdsleep reads
+# 0); the jail's init never execs and keeps its own, so SIGKILL of
+# isopod-jail still ends the program: its stdout (a fifo) reaches EOF once
+# every writer is gone, within 10 s (the survivor would sleep 30).
+proof_thread_exec() {
+	local f=$BATS_TEST_TMPDIR/te.fifo name=te-$$ jp line rc=0 cg
+	rm -f "$f"
+	mkfifo "$f"
+	"${J[@]}" --name "$name" --pids 16 -- "$PROBE" thread-exec 30 >"$f" 2>/dev/null 3>&- &
+	jp=$!
+	exec 4<"$f"
+	read -r -t 10 line <&4 || rc=1
+	echo "after the thread's exec: $line" >&2
+	[ "$line" = "pdeathsig 0" ] || rc=1
+	kill -KILL "$jp"
+	wait "$jp" 2>/dev/null || :
+	timeout 10 cat <&4 >/dev/null || rc=1
+	exec 4<&-
+	# a survivor (ours) goes by its cgroup's list (--pids: there is one), then the cgroup
+	for cg in $(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-$name" 2>/dev/null); do
+		xargs -r kill -KILL <"$cg/cgroup.procs" 2>/dev/null || :
+		sleep 0.3
+		rmdir "$cg" 2>/dev/null || :
+	done
+	return "$rc"
+}
+
+# The init's pid on the host: of its cgroup's members (--pids: there is one),
+# the one that is 1 in the jail's pid namespace.
+init_pid() {
+	local cg p i
+	for i in $(seq 1 100); do
+		cg=$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-$1" | head -n 1)
+		for p in $(cat "$cg/cgroup.procs" 2>/dev/null); do
+			[ "$(awk '/^NSpid:/ { print $NF }' "/proc/$p/status" 2>/dev/null)" = 1 ] &&
+				[ "$(wc -l <"$cg/cgroup.procs")" -ge 2 ] && echo "$p" && return 0
+		done
+		sleep 0.1
+	done
+	return 1
+}
+
+@test "jail: the init forwards SIGTERM to the program and exits 128+N when signal N killed it" {
+	local name=fw-$$ jp ip i st
+	"${J[@]}" --name "$name" --pids 16 -- "$PROBE" pdsleep 30 >/dev/null 2>&1 3>&- &
+	jp=$!
+	ip=$(init_pid "$name")
+	kill -TERM "$ip"
+	for i in $(seq 1 100); do
+		kill -0 "$jp" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$jp" 2>/dev/null || : # not forwarded: the test fails below
+	wait "$jp" && st=0 || st=$?
+	echo "isopod-jail: $st" >&2
+	[ "$st" -eq 143 ]
+}
+
+@test "jail: a thread's exec clears the program's parent-death signal; SIGKILL of isopod-jail still ends it" {
+	proof_thread_exec
 }
 
 # $outsider: a process of the jail's own uid outside the jail (the case a
@@ -291,7 +355,7 @@ proof_landlock() {
 	[ "$output" = "refused write $d/ro/base.img: EROFS" ]
 	run --separate-stderr timeout 60 setpriv --reuid=$u --regid=$u --clear-groups \
 		isopod-jail --vm-dir "$d/vm" -- "$PROBE" procs
-	[ "$output" = 1 ]
+	[ "$output" = "$(printf '1\n2')" ]
 	rm -rf "$d"
 }
 
@@ -427,7 +491,7 @@ proof_landlock() {
 	[ "$(sort <<<"$output" | tr '\n' ' ')" = "kvm null urandom " ]
 }
 
-@test "jail: the host's root is unreachable: only the jail's mounts; /proc/1/root and /.. stay inside" {
+@test "jail: the host's root is unreachable: only the jail's mounts; /proc/self/root and /.. stay inside, PID 1 (the init) is closed" {
 	local want top
 	jail mounts
 	[ "$status" -eq 0 ]
@@ -437,8 +501,12 @@ proof_landlock() {
 	[ "$status" -eq 0 ]
 	top=$(sort <<<"$output")
 	[ "$top" = "$(printf '%s\n' "$(cut -d/ -f2 <<<"$want" | sort -u | grep .)")" ]
-	jail ls /proc/1/root
+	jail ls /proc/self/root
 	[ "$(sort <<<"$output")" = "$top" ]
+	# PID 1 is the jail's init, not dumpable: not the program's to enter
+	jail ls /proc/1/root
+	[ "$status" -eq 1 ]
+	[ "$output" = "refused opendir /proc/1/root: EACCES" ]
 	jail ls /..
 	[ "$(sort <<<"$output")" = "$top" ]
 }
@@ -581,6 +649,7 @@ proof_prctl() {
 	proof_userns
 	proof_landlock
 	proof_prctl
+	proof_thread_exec
 }
 
 @test "mutation: without AT_RECURSIVE, the submount proof fails" {
@@ -627,6 +696,11 @@ proof_prctl() {
 	mutant no-seccomp
 	leaks proof_prctl
 	[[ "$output" == "pdeathsig 9 set=ok subreaper=ok dumpable=ok ptracer="*" mm=ok name=ok now 0" ]]
+}
+
+@test "mutation: without the jail's init, a thread's exec outlives SIGKILL of isopod-jail" {
+	mutant no-init
+	leaks proof_thread_exec
 }
 
 @test "mutation: with the paths compared as strings, the planted link pulls a host file in" {

@@ -30,6 +30,11 @@
  *                            harmless MAP_SIZE query); PR_SET_NAME the
  *                            control; the signal read back; worked if any
  *                            refused one did
+ *   probe thread-exec SECS   a thread (not the main one) execs the probe
+ *                            itself as "pdsleep SECS" (the kernel clears
+ *                            the parent-death signal of such an exec)
+ *   probe pdsleep SECS       "pdeathsig S" (PR_GET_PDEATHSIG), then sleep
+ *                            SECS seconds (bounded: a leak ends by itself)
  * As "qemu-img" (a copy of it by that name: t/30's stand-in for the real
  * one), one line on stderr, "imgprobe ARG1 uid=U CapEff=X NoNewPrivs=N
  * store=written|E", store the result of writing $IMGPROBE_WRITE (a
@@ -60,6 +65,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <pthread.h>
 
 static const char *ename(int e)
 {
@@ -278,6 +284,15 @@ static int as_qemu_img(const char *sub)
 	return wr == 0 ? 3 : 0;
 }
 
+/* thread-exec's thread: the probe again, as pdsleep SECS. */
+static void *exec_self(void *secs)
+{
+	char *av[] = { "probe", "pdsleep", secs, NULL };
+
+	execv("/proc/self/exe", av);
+	_exit(refused("exec", "/proc/self/exe", errno));
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "", *arg = argc > 2 ? argv[2] : "";
@@ -402,6 +417,23 @@ int main(int argc, char **argv)
 			line[0] = '\0';
 		fclose(fp);
 		printf("read %s: %s", arg, line);
+		return 0;
+	}
+	if (!strcmp(cmd, "thread-exec")) {
+		pthread_t t;
+		int e = pthread_create(&t, NULL, exec_self, (void *)arg);
+
+		if (e)
+			return refused("pthread_create", arg, e);
+		pause(); /* the exec replaces us */
+		return 1;
+	}
+	if (!strcmp(cmd, "pdsleep")) {
+		int sig = -1;
+
+		prctl(PR_GET_PDEATHSIG, &sig);
+		printf("pdeathsig %d\n", sig);
+		sleep((unsigned)atoi(arg));
 		return 0;
 	}
 	if (!strcmp(cmd, "core")) {
