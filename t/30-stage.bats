@@ -1637,21 +1637,29 @@ uidproc() {
 # descriptor and removes it by that descriptor and its name: the parent
 # swapped for a link to outside meanwhile (by a jailed process that
 # outlived its VM, in a directory handed back) takes gc nowhere else.
-@test "gc: a directory swapped for a link to outside while the staging sweep is in it: the staging file the link reaches stays, the one gc looked at goes" {
-	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
-	local t=$BATS_TEST_TMPDIR d=$BATS_TEST_TMPDIR/h/x/d dead=2147483000 gc
-	mkdir -p "$d" "$t/outside"
-	echo x >"$d/f.tmp.$dead"
-	echo x >"$t/outside/f.tmp.$dead"
+# gc_swapped ASIDE: isopod-gc paused in its staging sweep (gc-tmp), $d moved
+# to ASIDE and a link to $t/outside put in its place, gc let go; its JSON
+# in $t/gc.json, both shown.
+gc_swapped() {
+	local gc
 	ISOPOD_TEST_PAUSE_AT=gc-tmp isopod-gc --keep-last 1000 >"$t/gc.json" 2>"$t/gc.err" 3>&- &
 	gc=$!
 	wait_paused "$gc"
-	mv "$d" "$d.aside"
+	mv "$d" "$1"
 	ln -s "$t/outside" "$d"
 	kill -CONT "$gc"
 	wait "$gc"
 	cat "$t/gc.json" "$t/gc.err"
+}
+
+@test "gc: a directory swapped for a link to outside while the staging sweep is in it: the staging file the link reaches stays, the one gc looked at goes" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	local t=$BATS_TEST_TMPDIR d=$BATS_TEST_TMPDIR/h/x/d dead=2147483000
+	mkdir -p "$d" "$t/outside"
+	echo x >"$d/f.tmp.$dead"
+	echo x >"$t/outside/f.tmp.$dead"
+	gc_swapped "$d.aside"
 	[ -f "$t/outside/f.tmp.$dead" ]
 	[ ! -e "$d.aside/f.tmp.$dead" ]
 	jq -e '[.leaked[] | select(.kind == "tmp") | .path] | length == 1' "$t/gc.json"
@@ -1659,14 +1667,7 @@ uidproc() {
 	rm "$d"
 	mkdir -p "$d/.tmp-s.$dead" "$t/outside/.tmp-s.$dead"
 	echo x >"$t/outside/.tmp-s.$dead/keep"
-	ISOPOD_TEST_PAUSE_AT=gc-tmp isopod-gc --keep-last 1000 >"$t/gc.json" 2>"$t/gc.err" 3>&- &
-	gc=$!
-	wait_paused "$gc"
-	mv "$d" "$d.aside2"
-	ln -s "$t/outside" "$d"
-	kill -CONT "$gc"
-	wait "$gc"
-	cat "$t/gc.json" "$t/gc.err"
+	gc_swapped "$d.aside2"
 	[ -f "$t/outside/.tmp-s.$dead/keep" ]
 	[ ! -e "$d.aside2/.tmp-s.$dead" ]
 }
