@@ -282,6 +282,11 @@ ended() {
 	wait_until 60 jq -e '.slurm_job' "$SPOOL2/running/nocancel/state.json"
 	id=$(jq -r .slurm_job "$SPOOL2/running/nocancel/state.json")
 	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
+	# and launched: squeue says RUNNING while slurmstepd still sets the job
+	# up, and a settle that moves the job's directory before it has opened
+	# its stdout there fails the launch (JobLaunchFailure: a CI run, and 1
+	# of 3 here); the TaskProlog's file is written once the task is set up
+	wait_until 60 eval '[ -s "$T/jobenv/$id" ]'
 	touch "$T/refuse-scancel"
 	kill -KILL "$(jq -r .worker_pid "$SPOOL2/running/nocancel/state.json")"
 	wait_until 30 eval '[ -d "$SPOOL2/failed/nocancel" ] || [ -d "$SPOOL2/interrupted/nocancel" ]'

@@ -80,7 +80,7 @@ isopod_teardown_file() {
 		if [ -x "$gc" ]; then
 			out=$("$gc" --dry-run) || st=1
 			if ! jq -e '(.leaked // []) == []' >/dev/null <<<"$out"; then
-				echo "# teardown: isopod gc --dry-run reports leaks: $out" >&3
+				echo "# teardown: isopod gc --dry-run reports leaks: $out" >&2
 				st=1
 			fi
 		else
