@@ -252,18 +252,14 @@ static void sup_kill(struct sup *s, const char *why, const char *note)
  * VM runs) and qemu.log says where. */
 static void sup_console(struct sup *s, uint64_t budget)
 {
+	char why[256];
 	json_t *m;
 
 	conlog_drain(&s->con, budget);
 	if (s->con_noted || !conlog_truncated(&s->con))
 		return;
 	s->con_noted = 1;
-	if (s->con.werr)
-		warn("supervisor: console.log: %s after %llu bytes: the rest is counted, not kept",
-		     strerror(s->con.werr), (unsigned long long)s->con.kept);
-	else
-		warn("supervisor: console.log reached its cap of %lld bytes (--console-max): the rest "
-		     "is counted, not kept", s->con.max);
+	warn("supervisor: %s", conlog_cut(&s->con, why, sizeof why));
 	m = json_pack("{s:b}", "console_log_truncated", 1);
 	if (!m || vm_meta_update(s->id, NULL, m) < 0)
 		warn("supervisor: unable to record the console's cut:");

@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 int conlog_open(struct conlog *c, const char *path, long long max, int *qemu_fd)
@@ -66,6 +68,17 @@ int conlog_drain(struct conlog *c, uint64_t budget)
 int conlog_truncated(const struct conlog *c)
 {
 	return c->bytes > c->kept;
+}
+
+const char *conlog_cut(const struct conlog *c, char *buf, size_t sz)
+{
+	if (c->werr)
+		snprintf(buf, sz, "console.log: %s after %llu bytes: %llu bytes written, the rest counted, "
+			 "not kept", strerror(c->werr), (unsigned long long)c->kept, (unsigned long long)c->bytes);
+	else
+		snprintf(buf, sz, "console.log reached its cap of %lld bytes (--console-max): %llu bytes "
+			 "written, the rest counted, not kept", c->max, (unsigned long long)c->bytes);
+	return buf;
 }
 
 void conlog_close(struct conlog *c)

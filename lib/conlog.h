@@ -10,6 +10,7 @@
 #ifndef ISOPOD_CONLOG_H
 #define ISOPOD_CONLOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* isopod-boot --console-max: its default and its range's top. */
@@ -36,6 +37,10 @@ int conlog_open(struct conlog *c, const char *path, long long max, int *qemu_fd)
 int conlog_drain(struct conlog *c, uint64_t budget);
 /* Did the log keep less than the guest wrote? */
 int conlog_truncated(const struct conlog *c);
+/* Why the log kept less than the guest wrote, in buf ("console.log
+ * reached its cap ..."): one wording for a VM's supervisor and the warm
+ * template's builder.  Returns buf. */
+const char *conlog_cut(const struct conlog *c, char *buf, size_t sz);
 /* Close both descriptors (safe twice). */
 void conlog_close(struct conlog *c);
 

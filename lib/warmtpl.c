@@ -628,16 +628,13 @@ static int template_snapshot(struct qmp *qm, struct conlog *con, const char *sta
  * then closed; a cut is a warning, as isopod-supervise's. */
 static void template_console_end(struct pool *w, struct conlog *con)
 {
+	char why[256];
+
 	if (con->logfd < 0) /* never opened, or ended */
 		return;
 	conlog_drain(con, UINT64_MAX);
-	if (con->werr)
-		warm_warn(w, "the warm template's console.log: %s after %llu bytes: the rest was "
-			  "counted, not kept", strerror(con->werr), (unsigned long long)con->kept);
-	else if (conlog_truncated(con))
-		warm_warn(w, "the warm template's console.log reached its cap of %lld bytes "
-			  "(--console-max): %llu bytes written, the rest counted, not kept",
-			  con->max, (unsigned long long)con->bytes);
+	if (conlog_truncated(con))
+		warm_warn(w, "the warm template's %s", conlog_cut(con, why, sizeof why));
 	conlog_close(con);
 }
 
