@@ -163,8 +163,7 @@ static int start_call(struct server *s, struct call *c)
 	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
 	    (c->tool->runner == R_TOOL &&
 	     (c->status_fd = memfd_create("isopod-mcp-status", MFD_CLOEXEC)) < 0) ||
-	    (HAS_NOTES(c->tool) && !(s->slurm && c->tool->runner == R_FRONT) &&
-	     (c->notes_fd = memfd_create("isopod-mcp-notes", MFD_CLOEXEC)) < 0)) {
+	    (HAS_NOTES(c->tool) && (c->notes_fd = memfd_create("isopod-mcp-notes", MFD_CLOEXEC)) < 0)) {
 		int e = errno;
 
 		for (int i = 0; i < 2; i++) {
@@ -194,7 +193,9 @@ static int start_call(struct server *s, struct call *c)
 		for (int i = ps.nkeep; i < NOTES_FD - 3; i++)
 			ps.keep[i] = PROC_NULL;
 		ps.keep[NOTES_FD - 3] = c->notes_fd, ps.nkeep = NOTES_FD - 2;
-		envv[ne++] = strcmp(c->tool->name, "sandbox_run") ? progress_env : vmid_env;
+		/* the local front end's VM id and steps; else progress lines */
+		c->notes_relay = s->slurm || strcmp(c->tool->name, "sandbox_run");
+		envv[ne++] = c->notes_relay ? progress_env : vmid_env;
 	}
 	/* doctor_status reports the attestation this server checks */
 	if (!strcmp(c->tool->name, "doctor_status") &&

@@ -588,8 +588,9 @@ static int cmd_run(const struct run_opts *o, char **av)
 {
 	char jd[PATH_MAX], st[PATH_MAX], feat[96], id[64], why[1024];
 	long long budget = o->timeout_s ? o->timeout_s : RUN_BUDGET_DEFAULT_S;
+	/* isopod-mcp's progress descriptor: Slurm's state of the job, each change */
 	struct sjob j = { .argv = av, .net = o->net, .cpus = o->vcpus, .mem_mib = o->mem_mib, .cancel_returns = 1,
-			  .time_s = o->timeout_s ? o->timeout_s + RUN_GRACE_S : 0 };
+			  .time_s = o->timeout_s ? o->timeout_s + RUN_GRACE_S : 0, .progress_fd = progress_fd() };
 	struct sjob_state s = { .exit = -1 };
 	json_t *res, *state;
 	sigset_t m;

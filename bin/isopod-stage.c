@@ -264,21 +264,6 @@ static void cmd_rm(const char *ref, int recursive)
 	json_emit(json_pack("{s:o}", "removed", removed));
 }
 
-/* The caller's progress descriptor (ISOPOD_PROGRESS_FD: isopod-mcp's
- * stage_flatten gives one, to send notifications/progress), or -1. */
-static int progress_fd(void)
-{
-	const char *e = getenv("ISOPOD_PROGRESS_FD");
-	long long v;
-	int fl;
-
-	if (!e || parse_ll(e, 3, 1 << 20, &v) < 0 || (fl = fcntl((int)v, F_GETFL)) < 0 ||
-	    (fl & O_ACCMODE) == O_RDONLY)
-		return -1;
-	fcntl((int)v, F_SETFD, FD_CLOEXEC);
-	return (int)v;
-}
-
 /* The copy of the chain into one layer (qa: qemu-img rebase -q ..., the
  * safe one), in qemu-img's jail (qjail_img): it reads the chain (rd) and
  * writes out alone.  With a progress descriptor, rebase -p instead: its

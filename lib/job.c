@@ -306,3 +306,20 @@ json_t *job_result_load(const char *path)
 	free(b);
 	return j;
 }
+
+json_t *job_overrun_result(json_t *res, const char *why, int rc)
+{
+	json_t *ok = json_object_get(res, "ok"), *f;
+	const char *e = json_string_value(json_object_get(res, "error"));
+
+	if (!json_is_boolean(ok)) {
+		json_decref(res);
+		return json_failure("timeout", "%s; it exited %d without a result; its logs are beside this result",
+				    why, rc);
+	}
+	f = json_failure("timeout", "%s; its own result said: %s", why, e ? e : json_is_true(ok) ? "ok" : "no error");
+	if (!f || json_object_update(res, f) < 0)
+		json_decref(res), res = NULL;
+	json_decref(f);
+	return res;
+}

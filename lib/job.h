@@ -54,4 +54,13 @@ char **job_argv(const json_t *job, const char *front, const char *stdin_path, co
  * RESULT_MAX_BYTES; NULL otherwise. */
 json_t *job_result_load(const char *path);
 
+/* The result of a job whose front end outlived its budget (its timeout
+ * plus the runner's grace) and was stopped by the runner: error_kind
+ * `timeout`, as a run past its own deadline reports, never `interrupted`
+ * (no one asked it to stop; it overran).  res: the front end's result
+ * (consumed; NULL when it gave none), kept when it is one (its output so
+ * far), ok false, its error after why; else a failure naming rc, its exit
+ * status.  NULL when out of memory. */
+json_t *job_overrun_result(json_t *res, const char *why, int rc);
+
 #endif

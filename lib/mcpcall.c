@@ -68,13 +68,15 @@ int progress(struct call *c, const char *msg)
  * into c->vm_id ("" until then), then "step NAME" as each later step
  * (fork, boot, exec, commit) starts; the id, not an owner pid matched over
  * every record, names the call's own VM.  stage_flatten's isopod-stage
- * (ISOPOD_PROGRESS_FD): "flatten P%" lines.  0, or -1 when a notification
- * could not be sent (the lines after it are read at the next look). */
+ * (ISOPOD_PROGRESS_FD): "flatten P%" lines; --backend slurm's sandbox_run
+ * (isopod-slurm run, ISOPOD_PROGRESS_FD, c->notes_relay): "Slurm job ID:
+ * STATE..." lines.  0, or -1 when a notification could not be sent (the
+ * lines after it are read at the next look). */
 static int call_notes(struct call *c, int relay)
 {
 	char b[512], *p, *nl;
 	ssize_t k;
-	int rc = 0, run = !strcmp(c->tool->name, "sandbox_run");
+	int rc = 0, run = !c->notes_relay;
 
 	if (c->notes_fd < 0 || (k = pread(c->notes_fd, b, sizeof b - 1, c->notes_off)) <= 0)
 		return 0;

@@ -57,6 +57,10 @@ struct call {
 				     * front end writes its VM's id and its steps
 				     * there (ISOPOD_VM_ID_FD), stage_flatten its
 				     * progress (ISOPOD_PROGRESS_FD) */
+	int notes_relay;            /* 1: each line there is a progress message
+				     * (ISOPOD_PROGRESS_FD: stage_flatten, and
+				     * sandbox_run's isopod-slurm run, which says
+				     * what Slurm says of its job) */
 	char vm_id[24];             /* what it wrote, once read ("" until then) */
 	off_t notes_off;            /* how much of it was read */
 	char prov_dir[64];          /* sandbox_run provenance:true: the private

@@ -393,13 +393,32 @@ static void limit_why(const struct sjob *j, struct sjob_state *s, int64_t deadli
 			 (long long)j->queue_ms / 1000);
 }
 
+/* j->progress_fd: a line at each change of what Slurm says of the job
+ * (its state, node, reason), at most one a poll, so a caller's client
+ * waiting on a queued job sees why it waits (PENDING (Resources)), then
+ * where it runs.  last: the line written before ("" none). */
+static void sjob_note(const struct sjob *j, const struct sjob_state *s, char *last, size_t lastsz)
+{
+	char m[sizeof s->state + sizeof s->node + sizeof s->reason + sizeof j->id + 32];
+	int why = s->reason[0] && strcmp(s->reason, "None");
+
+	if (j->progress_fd <= 0)
+		return;
+	snprintf(m, sizeof m, "Slurm job %s: %s%s%s%s%s%s", j->id, s->state, s->node[0] ? " on " : "", s->node,
+		 why ? " (" : "", why ? s->reason : "", why ? ")" : "");
+	if (!strcmp(m, last))
+		return;
+	snprintf(last, lastsz, "%s", m);
+	dprintf(j->progress_fd, "%s\n", m);
+}
+
 int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_path, struct sjob_state *s,
 	     char *why, size_t whysz)
 {
 	json_t *st;
 	struct signalfd_siginfo si;
 	int64_t submitted, started = 0, cancelled = 0, failing = 0, next = 0, gap = SJOB_TICK_MS, now, wait;
-	char w[1100], cw[512] = "", last[sizeof s->state] = "";
+	char w[1100], cw[512] = "", last[sizeof s->state] = "", note[512] = "";
 	int signalled = 0;
 
 	why[0] = 0;
@@ -426,6 +445,7 @@ int sjob_run(struct sjob *j, int sfd, int64_t deadline_ms, const char *state_pat
 		if (t0 >= next || (!cancelled && t0 >= limit_at(j, deadline_ms, submitted, started))) {
 			if (sjob_poll(j->id, s, w, sizeof w) == 0) {
 				failing = 0;
+				sjob_note(j, s, note, sizeof note);
 				/* the gap: 1 s at each change of state, doubling while it stays */
 				gap = strcmp(last, s->state) ? SJOB_TICK_MS : MIN(gap * 2, SJOB_POLL_MAX_MS);
 				snprintf(last, sizeof last, "%s", s->state);

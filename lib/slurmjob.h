@@ -41,6 +41,10 @@ struct sjob {
 	int cancel_returns; /* 1: a signal's scancel that succeeded ends sjob_run (-1)
 			       without waiting for Slurm's final state (isopod-slurm
 			       run: its caller SIGKILLs it soon; its cleanup must run) */
+	int progress_fd;    /* > 0: sjob_run writes a line there at each change of what
+			       Slurm says of the job ("Slurm job ID: STATE[ on NODE][
+			       (REASON)]"; isopod-slurm run: isopod-mcp's progress);
+			       0: none */
 };
 
 /* What Slurm says of a job: its state (COMPLETED, RUNNING, ...), the node

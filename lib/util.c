@@ -902,3 +902,16 @@ char *fd_text(int fd, size_t cap, size_t *n)
 	b[*n] = 0;
 	return b;
 }
+
+int progress_fd(void)
+{
+	const char *e = getenv("ISOPOD_PROGRESS_FD");
+	long long v;
+	int fl;
+
+	if (!e || parse_ll(e, 3, 1 << 20, &v) < 0 || (fl = fcntl((int)v, F_GETFL)) < 0 ||
+	    (fl & O_ACCMODE) == O_RDONLY)
+		return -1;
+	fcntl((int)v, F_SETFD, FD_CLOEXEC);
+	return (int)v;
+}

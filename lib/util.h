@@ -219,6 +219,11 @@ json_t *file_identity(const char *path, const struct stat *st);
 
 /* Parse a decimal integer in [lo, hi]; -1 if not a number or out of range. */
 int parse_ll(const char *s, long long lo, long long hi, long long *out);
+/* The caller's progress descriptor (ISOPOD_PROGRESS_FD, isopod-mcp's: one
+ * line there is one notifications/progress; isopod-stage flatten,
+ * isopod-slurm run), made close-on-exec (no program we start writes
+ * there), or -1: none, not a number from 3, or not open for writing. */
+int progress_fd(void);
 
 /* Is the VM's supervisor alive (its lock on vms/<id>/lock is held)?  1 or
  * 0 (0 only when the lock is free or there is none); -1 with errno when it

@@ -108,7 +108,9 @@ job() {
 # call a line in $BATS_TEST_TMPDIR/verifies) and whose front end isopod
 # starts no VM: it appends "PID LASTWORD" to $BATS_TEST_TMPDIR/fronts and
 # says ok, or, when the job's last word is "hang", ignores SIGTERM and
-# sleeps, or when it is "big", says ok in 2 MB.  For the runner's own logic, fast; run with ISOPOD_LIBEXEC=$LX.
+# sleeps, or when it is "overrun", sleeps and answers SIGTERM as isopod
+# run does (its own ok:false result, kind interrupted, its output so far),
+# or when it is "big", says ok in 2 MB.  For the runner's own logic, fast; run with ISOPOD_LIBEXEC=$LX.
 fake_libexec() {
 	LX="$BATS_TEST_TMPDIR/libexec"
 	mkdir -p "$LX"
@@ -120,6 +122,10 @@ for a; do last=\$a; done
 echo "\$\$ \$last" >>"$BATS_TEST_TMPDIR/fronts"
 echo "\$*" >>"$BATS_TEST_TMPDIR/args"
 if [ "\$last" = hang ]; then trap '' TERM; sleep 300; fi
+if [ "\$last" = overrun ]; then
+	trap 'kill \$s; echo '\''{"ok": false, "error_kind": "interrupted", "error": "interrupted by SIGTERM", "stdout": "so far"}'\''; exit 143' TERM
+	sleep 300 & s=\$!; wait
+fi
 if [ "\$last" = big ]; then
 	printf '{"ok": true, "exit_code": 0, "stdout": "'; head -c 2000000 /dev/zero | tr '\\0' x; echo '"}'
 	exit 0
@@ -705,6 +711,25 @@ flushed_paused() {
 	wait_until 30 is done 1
 	ran b 1
 	grep -q "front end (pid $f) outlived its worker" "$SPOOL.err"
+}
+
+@test "a front end past its budget (timeout_s + the grace) is stopped by the runner: failed, error_kind timeout (never interrupted), its own result kept" {
+	fake_libexec
+	job over '{"argv": ["overrun"], "timeout_s": 1}'
+	job mute '{"argv": ["hang"], "timeout_s": 1}'
+	ISOPOD_TEST_GRACE_S=1 ISOPOD_LIBEXEC=$LX runner --workers 2
+	# over answers the SIGTERM with its result (kind interrupted), which
+	# keeps its output but not its kind: no one asked it to stop
+	wait_until 20 is failed 1
+	jq -e '.ok == false and .error_kind == "timeout" and .stdout == "so far" and
+		(.error | startswith("isopod run outlived its budget (1 s + 1 s) and the runner stopped it; its own result said: interrupted by SIGTERM"))' \
+		"$SPOOL/failed/over/result.json"
+	jq -e '.state == "failed" and (.reason | contains("outlived its budget")) and .exit == 143' "$SPOOL/failed/over/state.json"
+	# mute ignores the SIGTERM: SIGKILL 20 s on, no result of its own
+	wait_until 40 is failed 2
+	jq -e '.ok == false and .error_kind == "timeout" and
+		(.error | contains("the runner stopped it; it exited 137 without a result"))' "$SPOOL/failed/mute/result.json"
+	is interrupted 0 && is done 0 || false
 }
 
 @test "the job's bytes are copied at the claim: a writer's hard link cannot edit the job that ran" {

@@ -422,6 +422,30 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	rm -f "$T/drained"
 }
 
+@test "mcp --backend slurm: a call with a progressToken hears Slurm's state of its job: PENDING with the reason (nodes drained), then RUNNING on its node, one notification a change" {
+	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
+	local pid
+	touch "$T/drained"
+	cx ctl scontrol update NodeName=a,b State=DRAIN Reason=t97-progress
+	# sleep 12: RUNNING lasts past the longest gap between polls (10 s)
+	(mcp "$(sl)" progress '{"args":{"argv":["sleep","12"],"net":"none","timeout_s":60}}' && echo "$output" >"$T/progress.json") &
+	pid=$!
+	# queued, a few polls seen (the gap doubles while the state stays), then free
+	wait_until 30 eval '[ -n "$(mcp_jobs)" ]'
+	sleep 4
+	cx ctl scontrol update NodeName=a,b State=RESUME
+	rm -f "$T/drained"
+	wait "$pid"
+	echo "# $(jq -c '[.heard[].message]' "$T/progress.json")" >&3
+	jq -e '.result.structuredContent | .ok == true and .exit_code == 0' "$T/progress.json"
+	jq -e '.result.structuredContent.slurm as $s | [.heard[].message] as $m | ($m | length) <= 8 and $m[0] == "started" and
+		($m[1:] | all(startswith("Slurm job \($s.job_id): "))) and
+		($m | map(test(": PENDING \\(.+\\)$")) | index(true)) as $p | ($m | index("Slurm job \($s.job_id): RUNNING on \($s.node)")) as $r |
+		$p != null and $r != null and $p < $r and
+		([range(1; $m | length) | select($m[.] == $m[. - 1])] | length) == 0' "$T/progress.json"
+	jq -e '[.heard[].progress] as $p | $p == ($p | sort) and ($p | unique | length) == ($p | length)' "$T/progress.json"
+}
+
 @test "mcp --backend slurm: keep, copy_in and vm_exec refused (-32602 naming slurm), nothing submitted; --backend other: 100" {
 	[ -d "$ISOPOD_SRC/t/mcp/node_modules/@modelcontextprotocol/sdk" ] || skip "t/mcp/node_modules: npm ci in t/mcp"
 	local n0

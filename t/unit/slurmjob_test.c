@@ -148,6 +148,28 @@ static void run_tests(struct sjob *j)
 	   (long long)s.queued_ms, why);
 	json_decref(r);
 
+	/* progress_fd (isopod-mcp's progress through isopod-slurm run): one
+	 * line at each change of state, node or reason, none at a poll that
+	 * found nothing new; each phase outlasts the longest gap (1 s here) */
+	fresh(state);
+	scontrol_by_time("if [ $ms -lt 1200 ]; then s=PENDING r=None h='(null)'; elif [ $ms -lt 2400 ]; then s=PENDING r=Resources h='(null)'; "
+			 "elif [ $ms -lt 3600 ]; then s=RUNNING r=None h=a; else s=COMPLETED r=None h=a; fi\n"
+			 "echo \"JobId=42 JobState=$s Reason=$r BatchHost=$h RunTime=00:00:00 ExitCode=0:0\"");
+	j->run_ms = 60000, j->queue_ms = 60000;
+	j->progress_fd = memfd_create("notes", MFD_CLOEXEC);
+	rc = sjob_run(j, sfd, mono_ms() + 20000, state, &s, why, sizeof why);
+	{
+		char notes[512] = "";
+		ssize_t k = pread(j->progress_fd, notes, sizeof notes - 1, 0);
+
+		notes[k > 0 ? k : 0] = 0;
+		ok(rc == 0 && !strcmp(notes, "Slurm job 42: PENDING\nSlurm job 42: PENDING (Resources)\n"
+					    "Slurm job 42: RUNNING on a\nSlurm job 42: COMPLETED on a\n") && lines("calls") > 4,
+		   "run: progress, a line a change (%d polls): %s", lines("calls"), notes);
+	}
+	close(j->progress_fd);
+	j->progress_fd = 0;
+
 	/* the queue's own bound: PENDING past queue_ms is cancelled, as
 	 * queue_timeout (never timeout: it never ran), and fails */
 	fresh(state);
