@@ -984,5 +984,6 @@ tree_term() {
 	echo "gc: $gc"
 	[ -z "$left" ]
 	jq -e --arg id "$id" '.leaked == [] and [.cgroups[] | select(.vm == $id)] == []' <<<"$gc"
-	! vm_locked "$id"
+	run vm_locked "$id"
+	[ "$status" -ne 0 ]
 }
