@@ -938,6 +938,16 @@ while True:
         os.wait()
     except ChildProcessError:
         break'
+# step_run: a filtered run of `sleep 60` in the lab, as that step's task
+# ($stepd: the stand-in slurmstepd; its stdout, stderr in $BATS_TEST_TMPDIR).
+step_run() {
+	python3 -c "$STEPD" "$BATS_TEST_TMPDIR/task.pid" ip netns exec "$LAB_NAME-host" \
+		sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" \
+		ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" isopod run --json-only --net filtered \
+		--timeout-s 120 -- sleep 60 >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- </dev/null &
+	stepd=$!
+}
+
 tree_term() {
 	local all= new="$1" p kids
 	while [ -n "$new" ]; do
@@ -961,11 +971,8 @@ tree_term() {
 # every hierarchy) before the front end lets the step end: nothing is left
 # for gc, which reports no leak and no cgroup.
 @test "filtered: SIGTERM to the whole process tree at once (scancel), then SIGKILL to the rest: no cgroup of the VM is left, gc reports no leak" {
-	local d="$BATS_TEST_TMPDIR" id i stepd left gc
-	python3 -c "$STEPD" "$d/task.pid" ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" \
-		env ISOPOD_HOME="$ISOPOD_HOME" ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" \
-		isopod run --json-only --net filtered --timeout-s 120 -- sleep 60 >"$d/out" 2>"$d/err" 3>&- </dev/null &
-	stepd=$!
+	local d="$BATS_TEST_TMPDIR" id i left gc
+	step_run
 	for i in $(seq 1 1200); do
 		id=$(isopod vm ls 2>/dev/null | jq -r 'select(.running) | .id' | head -n 1)
 		[ -n "$id" ] && [ -n "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-broker-$id" 2>/dev/null)" ] && break
@@ -986,4 +993,35 @@ tree_term() {
 	jq -e --arg id "$id" '.leaked == [] and [.cgroups[] | select(.vm == $id)] == []' <<<"$gc"
 	run vm_locked "$id"
 	[ "$status" -ne 0 ]
+}
+
+# The same while the run's boot builds the warm template (the first run of
+# its shape): isopod-boot holds the signal until the build has stopped and
+# cleaned up after itself (lib/warmpool.c owner_gone): the template's jail
+# and its cgroups, the VM's disk lent to it, vms/<id>/tpl, the staging
+# directory.  Nothing is left for gc.
+@test "filtered: the same tree-wide SIGTERM while the warm template is built: no template cgroup, lent disk, tpl/ or staging directory is left, gc reports no leak" {
+	local d="$BATS_TEST_TMPDIR" id i st key left gc
+	rm -rf "$ISOPOD_HOME/warm"
+	step_run
+	for i in $(seq 1 1200); do
+		st=$(ls -d "$ISOPOD_HOME"/warm/.staging-* 2>/dev/null) && key=${st##*/.staging-} && key=${key%%.*} &&
+			[ -n "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-tpl-${key:0:32}" 2>/dev/null)" ] && break
+		sleep 0.05
+	done
+	id=$(isopod vm ls | jq -r .id | head -n 1)
+	echo "vm: $id, staging: $st"
+	[ -n "$key" ]
+	tree_term "$stepd"
+	wait "$stepd" || :
+	left=$(find /sys/fs/cgroup -maxdepth 6 -type d \( -name "isopod-*$id" -o -name "isopod-tpl-${key:0:32}" \))
+	gc=$(isopod-gc --dry-run)
+	cat "$d/err"
+	echo "left: $left"
+	echo "gc: $gc"
+	[ -z "$left" ]
+	[ ! -e "$ISOPOD_HOME/vms/$id/tpl" ]
+	[ -z "$(ls -d "$ISOPOD_HOME"/warm/.staging-* 2>/dev/null)" ]
+	jq -e --arg id "$id" --arg t "tpl-${key:0:32}" \
+		'.leaked == [] and [.cgroups[] | select(.vm == $id or .template == $t)] == []' <<<"$gc"
 }
