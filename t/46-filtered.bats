@@ -1025,3 +1025,29 @@ tree_term() {
 	jq -e --arg id "$id" --arg t "tpl-${key:0:32}" \
 		'.leaked == [] and [.cgroups[] | select(.vm == $id or .template == $t)] == []' <<<"$gc"
 }
+
+# QEMU that cannot start after the broker did (here: its console.log is a
+# directory, so the supervisor cannot open it): the supervisor ends the
+# broker and removes its jail's cgroups before it exits, and the boot fails
+# saying why.  Nothing of the broker's is left for gc.
+@test "filtered: QEMU fails to start after the broker: the supervisor removes the broker's cgroups; gc finds none" {
+	local vm left gc
+	lab_env() {
+		ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" \
+			ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" "$@"
+	}
+	vm=$(lab_env isopod-claim --net filtered | jq -er .vm.id)
+	mkdir "$ISOPOD_HOME/vms/$vm/console.log"
+	run --separate-stderr lab_env isopod-boot --vm "$vm" --owner-pid $$ --cold --timeout-ms 60000
+	left=$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-*$vm")
+	gc=$(isopod-gc --dry-run)
+	echo "$status: $stderr"
+	cat "$ISOPOD_HOME/vms/$vm/broker.log"
+	echo "left: $left"
+	echo "gc: $gc"
+	[ "$status" -ne 0 ]
+	[[ "$stderr" == *"console.log"* ]]
+	grep -q '"cgroup":{"version"' "$ISOPOD_HOME/vms/$vm/broker.log"
+	[ -z "$left" ]
+	jq -e --arg id "$vm" '[.cgroups[] | select(.vm == $id)] == []' <<<"$gc"
+}
