@@ -537,6 +537,7 @@ static void try_warm(struct boot *bt)
 {
 	char msg[2048], why[256], pristine[PATH_MAX], err[PATH_MAX + 128];
 	struct snap sn;
+	sigset_t stop, old;
 	int64_t t1, bound;
 	int got, r;
 
@@ -547,7 +548,17 @@ static void try_warm(struct boot *bt)
 			  msg, QEMU_MEMRO_SO);
 		return;
 	}
+	/* A stop signal waits while the snapshot is prepared (owner_gone sees
+	 * it pending: the build stops and cleans up what it made, its
+	 * template's jail cgroups, the lent disk, tpl/, the staging
+	 * directory), then ends us as it would have at once. */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGHUP);
+	sigprocmask(SIG_BLOCK, &stop, &old);
 	got = warm_get(&bt->w, &bt->in, !bt->forked, bt->deadline);
+	sigprocmask(SIG_SETMASK, &old, NULL);
 
 	/* A VM never outlives its owner: do not start one for nobody. */
 	if (owner_gone(&bt->w))

@@ -7,6 +7,7 @@
  * 100/111 when the jail could not be made. */
 #include "jail.h"
 #include "proc.h"
+#include "qjail.h"
 #include "util.h"
 
 #include <errno.h>
@@ -136,6 +137,7 @@ static void plan(struct args *a, const char *prog)
 {
 	struct jail_spec *js = &a->js;
 	char err[1024];
+	long long owner;
 
 	resolve(prog, a->prog);
 	js->rw = (const char *const *)a->rw;
@@ -151,11 +153,18 @@ static void plan(struct args *a, const char *prog)
 	js->ro = (const char *const *)a->ro;
 	js->nro = a->nro;
 	/* The VM's id names the jail (its cgroup, its hostname, its uid). */
-	snprintf(a->name, sizeof a->name, "jail-%d", (int)getpid());
+	snprintf(a->name, sizeof a->name, JAIL_TOOL_NAME "%d", (int)getpid());
 	if (js->vm_dir && strrchr(js->vm_dir, '/')[1])
 		snprintf(a->name, sizeof a->name, "%.64s", strrchr(js->vm_dir, '/') + 1);
 	if (a->jname) /* the broker's jail is named broker-<VM id> (lib/egress.c) */
 		snprintf(a->name, sizeof a->name, "%.64s", a->jname);
+	/* isopod-gc judges a cgroup named for a pid (ours by default, a
+	 * qemu-img caller's, a doctor's) by that pid alone: another's pid in
+	 * a name of the caller's choosing would let it go while we are
+	 * between its mkdir and our program's entry */
+	if ((owner = qjail_img_owner(a->name)) > 0 && owner != (long long)getpid())
+		die(EX_USAGE, "jail name %s: names the jail of process %lld (isopod-gc judges its "
+			      "cgroup by that pid)", EXC(a->name), owner);
 	js->name = a->name;
 	if (geteuid() == 0 && jail_identity(a->name, &js->uid, &js->gid, err, sizeof err) < 0)
 		die(EX_USAGE, "%s", err);

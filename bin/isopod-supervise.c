@@ -179,6 +179,28 @@ static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 	return s->j.pid;
 }
 
+/* QEMU did not start (or cannot be watched): report why and exit, the
+ * broker ended first.  Its jail's cgroups are ours to remove (egress_stop):
+ * exiting without would leave them to isopod-gc, as would a QEMU started
+ * but not watched, which goes the same way. */
+__attribute__((noreturn)) static void sup_start_failed(struct sup *s, const char *what)
+{
+	char err[512];
+
+	if (s->q > 0) {
+		kill(s->q, SIGKILL);
+		while (waitpid(s->q, &s->st, 0) < 0 && errno == EINTR)
+			;
+		if (s->jailed && jail_release(&s->j, err, sizeof err) < 0)
+			warn("supervisor: %s", err);
+		if (s->jailed) /* (a failed start was reclaimed by sup_jailed) */
+			qjail_reclaim(&s->qj);
+	}
+	egress_stop(&s->eg);
+	dprintf(s->repfd, "error: %s\n", what);
+	_exit(111);
+}
+
 /* Start QEMU and report its pid to isopod-boot. */
 static void sup_qemu(struct sup *s)
 {
@@ -209,15 +231,13 @@ static void sup_qemu(struct sup *s)
 		for (char *c = msg; *c; c++)
 			if (*c == '\n')
 				*c = ' ';
-		dprintf(s->repfd, "error: %s\n", msg);
 		warn("supervisor: %s", msg);
-		_exit(111);
+		sup_start_failed(s, msg);
 	}
 	s->qfd = pidfd_open_(s->q); /* our unreaped child: cannot be a recycled pid */
 	if (s->qfd < 0) {
-		kill(s->q, SIGKILL);
-		dprintf(s->repfd, "error: pidfd_open: %s\n", strerror(errno));
-		_exit(111);
+		snprintf(msg, sizeof msg, "pidfd_open: %s", strerror(errno));
+		sup_start_failed(s, msg);
 	}
 	/* for isopod-gc, as the broker's: its start time, which QEMU cannot
 	 * change (its uid may not be the jail's yet: not recorded) */

@@ -86,8 +86,9 @@ int gcstore_lock_prefix(const char *dir, const char *prefix, int *fds, int max);
 
 /* What jails leave behind (lib/gcjail.c).  jail_cgroups_sweep: every jail
  * cgroup (lib/jail.h jail_cg_each) with no member whose owner is gone: a
- * qemu-img caller's (or a killed doctor's check's) pid that no longer
- * is its (qjail_img_owner), or a VM
+ * qemu-img caller's (or a killed doctor's check's, or a killed
+ * isopod-jail's jail-<pid>) pid that no longer is its (qjail_img_owner),
+ * or a VM
  * of recs (its QEMU's or its broker's) whose lock is free, or a VM id no
  * record has when the cgroup is 10 minutes old (lib/gcjail.c
  * unknown_stale: the name says no store); removed (or,

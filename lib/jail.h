@@ -114,6 +114,10 @@ int jail_cg_remove(const char *dir, int dry);
  * doctor killed between the two leaves it, which isopod-gc judges as a
  * qemu-img caller's (lib/qjail.h qjail_img_owner). */
 #define JAIL_CG_CHECK_NAME "doctor-"
+/* isopod-jail's own name for a jail (no DIR, no --name): JAIL_TOOL_NAME
+ * and its pid.  Killed, it leaves that cgroup, judged as a qemu-img
+ * caller's too. */
+#define JAIL_TOOL_NAME "jail-"
 json_t *jail_cg_check(const char *name, long long mem_bytes, long long pids);
 
 /* 1 when path is vm_dir or a rw path, or lies below one: already in the

@@ -421,13 +421,12 @@ static void img_giveback(struct qimg *qi)
 
 long long qjail_img_owner(const char *name)
 {
-	size_t n = strlen(QJAIL_IMG_NAME), m = strlen(JAIL_CG_CHECK_NAME);
+	static const char *const pre[] = { QJAIL_IMG_NAME, JAIL_CG_CHECK_NAME, JAIL_TOOL_NAME };
 	long long pid;
 
-	if (!strncmp(name, QJAIL_IMG_NAME, n))
-		return parse_ll(name + n, 1, INT_MAX, &pid) < 0 ? 0 : pid;
-	if (!strncmp(name, JAIL_CG_CHECK_NAME, m))
-		return parse_ll(name + m, 1, INT_MAX, &pid) < 0 ? 0 : pid;
+	for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
+		if (!strncmp(name, pre[i], strlen(pre[i])))
+			return parse_ll(name + strlen(pre[i]), 1, INT_MAX, &pid) < 0 ? 0 : pid;
 	return 0;
 }
 

@@ -138,9 +138,10 @@ struct qimg {
  * one at a time.  A caller killed leaves it (isopod-gc removes it). */
 #define QJAIL_IMG_NAME "img-"
 /* The caller's pid in such a name, or in isopod doctor's cgroup check's
- * (JAIL_CG_CHECK_NAME and its pid: one per process, left by one killed,
- * so the same rule: its owner is gone when that pid is, or was reused);
- * 0 when name is neither. */
+ * (JAIL_CG_CHECK_NAME and its pid) or isopod-jail's own (JAIL_TOOL_NAME
+ * and its pid): one per process, left by one killed, so the same rule:
+ * its owner is gone when that pid is, or was reused; 0 when name is none
+ * of them. */
 long long qjail_img_owner(const char *name);
 /* Start rq's qemu-img.  The pid, or -1 with err (nothing left over).
  * It dies with its caller (PR_SET_PDEATHSIG SIGKILL: jailed, its pid

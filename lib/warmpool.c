@@ -32,12 +32,21 @@
 #define RETIRE_WAIT_MS 5000
 #define MIB (1024LL * 1024)
 
-/* Has the owner exited?  Then no run wants this VM: stop building or
- * waiting for a snapshot. */
+/* Has the owner exited, or were we asked to stop?  Then no run wants this
+ * VM: stop building or waiting for a snapshot.  A stop signal is seen
+ * pending: isopod-boot blocks them while it prepares the snapshot, so that
+ * the build's own cleanup (the template's jail and its cgroups, the lent
+ * disk, tpl/, the staging directory) runs before the signal ends it --
+ * a whole process tree signalled at once (Slurm's scancel) would
+ * otherwise leave all of that to isopod-gc. */
 int owner_gone(const struct pool *w)
 {
 	struct pollfd p = { .fd = w->ownerfd, .events = POLLIN };
+	sigset_t pend;
 
+	if (sigpending(&pend) == 0 && (sigismember(&pend, SIGTERM) == 1 ||
+				       sigismember(&pend, SIGINT) == 1 || sigismember(&pend, SIGHUP) == 1))
+		return 1;
 	return w->ownerfd >= 0 && poll(&p, 1, 0) > 0;
 }
 

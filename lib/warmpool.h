@@ -66,7 +66,9 @@ struct snap {
 
 /* A warning for the result (and stderr, which the front end relays). */
 __attribute__((format(printf, 2, 3))) void warm_warn(struct pool *w, const char *fmt, ...);
-/* Has the owner exited?  Then no run wants this VM. */
+/* Has the owner exited, or is a stop signal (SIGTERM, SIGINT, SIGHUP)
+ * pending, blocked by isopod-boot while the snapshot is prepared?  Then no
+ * run wants this VM. */
 int owner_gone(const struct pool *w);
 /* Key this VM's shape (record rec, disk size, forked disk or NULL, net
  * mode).  0, or -1 when it cannot be keyed (a warning says why). */

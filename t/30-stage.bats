@@ -401,6 +401,57 @@ fork_on() {
 		'([.cgroups[] | select(.path == $g and .pid == $p and .removed)] | length == 1) and ([.cgroups[] | select(.path == $l)] == [])' <<<"$output"
 }
 
+# A SIGKILLed isopod-jail leaves its own isopod-jail-<pid> cgroups (its
+# jail dies with it, parent-death signal): judged by that pid, as a
+# qemu-img caller's; a live isopod-jail's stay.  A name of the caller's
+# that names another process's pid is refused: gc would judge it by that.
+@test "gc: a SIGKILLed isopod-jail's isopod-jail-<pid> cgroups go (a dry run lists them); a live one's stay; --name jail-<not mine> is refused" {
+	local h="$BATS_TEST_TMPDIR/jj" dead live cgs livecgs i c dry wet
+	mkdir -p "$h"
+	ISOPOD_HOME=$h isopod-jail --pids 16 --mem-mib 64 -- sleep 300 3>&- >/dev/null 2>&1 &
+	dead=$!
+	ISOPOD_HOME=$h isopod-jail --pids 16 --mem-mib 64 -- sleep 300 3>&- >/dev/null 2>&1 &
+	live=$!
+	for i in $(seq 1 100); do
+		[ -n "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-jail-$dead" -exec cat {}/cgroup.procs \; 2>/dev/null)" ] &&
+			[ -n "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-jail-$live" -exec cat {}/cgroup.procs \; 2>/dev/null)" ] && break
+		sleep 0.1
+	done
+	kill -KILL "$dead"
+	wait "$dead" || :
+	# its jail's init dies of the parent-death signal, the namespace with it
+	for i in $(seq 1 100); do
+		[ -z "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-jail-$dead" -exec cat {}/cgroup.procs \; 2>/dev/null)" ] && break
+		sleep 0.1
+	done
+	cgs=$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-jail-$dead" | sort)
+	livecgs=$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-jail-$live" | sort)
+	dry=$(ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null isopod-gc --dry-run)
+	c=$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-jail-$dead" | sort)
+	wet=$(ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null isopod-gc)
+	kill "$live"
+	wait "$live" || :
+	echo "dead $dead: $cgs; live $live: $livecgs"
+	echo "dry: $dry"
+	echo "wet: $wet"
+	[ -n "$cgs" ]
+	[ -n "$livecgs" ]
+	[ "$c" = "$cgs" ] # the dry run removed nothing
+	jq -e --argjson p "$dead" --arg c "$cgs" \
+		'[.cgroups[] | select(.pid == $p and .removed == false) | .path] | sort == ($c | split("\n") | sort)' <<<"$dry"
+	jq -e --argjson p "$dead" --arg c "$cgs" \
+		'[.cgroups[] | select(.pid == $p and .removed) | .path] | sort == ($c | split("\n") | sort)' <<<"$wet"
+	jq -e --argjson p "$live" '[.cgroups[] | select(.pid == $p)] == []' <<<"$dry"
+	jq -e --argjson p "$live" '[.cgroups[] | select(.pid == $p)] == []' <<<"$wet"
+	[ -z "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-jail-$dead")" ]
+	# a caller's name for another's pid: refused before any cgroup is made
+	run --separate-stderr isopod-jail --name "jail-$live" -- true
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"names the jail of process $live"* ]]
+	run --separate-stderr isopod-jail --name "img-$live" -- true
+	[ "$status" -eq 100 ]
+}
+
 # A VM's jail cgroups (its QEMU's isopod-<id>, its broker's
 # isopod-broker-<id>) go once its lock is free; a running VM's (its lock
 # held) and those of a VM this store does not know stay.  Only cgroups this

@@ -901,3 +901,153 @@ except OSError as e: print(e.strerror)" "$port"
 	json_is '[.egress.allowed[] | select(.kind == "connect" and .name == "pkg.test" and .port == 443)] | length == 1'
 	json_is '[.egress.denied[] | select(.name == "other.test") | .kind] | sort == ["connect", "http"]'
 }
+
+# slurmstepd with proctrack/linuxproc, in small: python3 -c "$STEPD" PIDFILE
+# CMD... is a child subreaper (an orphan of the step stays its
+# descendant) that runs CMD in a session of its own, its pid in PIDFILE,
+# and once CMD exits SIGKILLs every process still below it, as slurmstepd
+# ends a step whose task exited.  tree_term PID: SIGTERM to PID and every
+# descendant at once, scancel's signal to the step.
+STEPD='import ctypes, os, sys, signal
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    os.execvp(sys.argv[2], sys.argv[2:])
+open(sys.argv[1], "w").write("%d\n" % pid)
+os.waitpid(pid, 0)
+def below(p):
+    out = []
+    for t in os.listdir("/proc/%d/task" % p):
+        try:
+            kids = [int(k) for k in open("/proc/%d/task/%s/children" % (p, t)).read().split()]
+        except OSError:
+            kids = []
+        for k in kids:
+            out += [k] + below(k)
+    return out
+left = below(os.getpid())
+sys.stderr.write("stepd: the task exited; SIGKILL to what is left: %s\n" % left)
+for k in left:
+    try:
+        os.kill(k, signal.SIGKILL)
+    except OSError:
+        pass
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break'
+# step_run: a filtered run of `sleep 60` in the lab, as that step's task
+# ($stepd: the stand-in slurmstepd; its stdout, stderr in $BATS_TEST_TMPDIR).
+step_run() {
+	python3 -c "$STEPD" "$BATS_TEST_TMPDIR/task.pid" ip netns exec "$LAB_NAME-host" \
+		sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" \
+		ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" isopod run --json-only --net filtered \
+		--timeout-s 120 -- sleep 60 >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- </dev/null &
+	stepd=$!
+}
+
+tree_term() {
+	local all= new="$1" p kids
+	while [ -n "$new" ]; do
+		kids=
+		for p in $new; do
+			kids="$kids $(cat /proc/"$p"/task/*/children 2>/dev/null || :)"
+		done
+		# shellcheck disable=SC2086 # the words: pids
+		new=$(echo $kids)
+		all="$all $new"
+	done
+	# shellcheck disable=SC2086
+	kill -TERM $all 2>/dev/null || :
+}
+
+# What Slurm's scancel does to a run (proctrack/linuxproc): SIGTERM to every
+# process of the step at once, the front end, isopod-exec, the supervisor,
+# QEMU and the broker (each jail's init and program), then SIGKILL to what
+# is left once the task exited.  The supervisor's cleanup must have removed
+# the VM's cgroups (QEMU's isopod-<id>, the broker's isopod-broker-<id>, in
+# every hierarchy) before the front end lets the step end: nothing is left
+# for gc, which reports no leak and no cgroup.
+@test "filtered: SIGTERM to the whole process tree at once (scancel), then SIGKILL to the rest: no cgroup of the VM is left, gc reports no leak" {
+	local d="$BATS_TEST_TMPDIR" id i left gc
+	step_run
+	for i in $(seq 1 1200); do
+		id=$(isopod vm ls 2>/dev/null | jq -r 'select(.running) | .id' | head -n 1)
+		[ -n "$id" ] && [ -n "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-broker-$id" 2>/dev/null)" ] && break
+		sleep 0.1
+	done
+	echo "vm: $id"
+	[ -n "$id" ]
+	# the guest's command runs: the run is past its boot
+	sleep 1
+	tree_term "$stepd"
+	wait "$stepd" || :
+	left=$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-*$id")
+	gc=$(isopod-gc --dry-run)
+	cat "$d/err"
+	echo "left: $left"
+	echo "gc: $gc"
+	[ -z "$left" ]
+	jq -e --arg id "$id" '.leaked == [] and [.cgroups[] | select(.vm == $id)] == []' <<<"$gc"
+	run vm_locked "$id"
+	[ "$status" -ne 0 ]
+}
+
+# The same while the run's boot builds the warm template (the first run of
+# its shape): isopod-boot holds the signal until the build has stopped and
+# cleaned up after itself (lib/warmpool.c owner_gone): the template's jail
+# and its cgroups, the VM's disk lent to it, vms/<id>/tpl, the staging
+# directory.  Nothing is left for gc.
+@test "filtered: the same tree-wide SIGTERM while the warm template is built: no template cgroup, lent disk, tpl/ or staging directory is left, gc reports no leak" {
+	local d="$BATS_TEST_TMPDIR" id i st key left gc
+	rm -rf "$ISOPOD_HOME/warm"
+	step_run
+	for i in $(seq 1 1200); do
+		st=$(ls -d "$ISOPOD_HOME"/warm/.staging-* 2>/dev/null) && key=${st##*/.staging-} && key=${key%%.*} &&
+			[ -n "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-tpl-${key:0:32}" 2>/dev/null)" ] && break
+		sleep 0.05
+	done
+	id=$(isopod vm ls | jq -r .id | head -n 1)
+	echo "vm: $id, staging: $st"
+	[ -n "$key" ]
+	tree_term "$stepd"
+	wait "$stepd" || :
+	left=$(find /sys/fs/cgroup -maxdepth 6 -type d \( -name "isopod-*$id" -o -name "isopod-tpl-${key:0:32}" \))
+	gc=$(isopod-gc --dry-run)
+	cat "$d/err"
+	echo "left: $left"
+	echo "gc: $gc"
+	[ -z "$left" ]
+	[ ! -e "$ISOPOD_HOME/vms/$id/tpl" ]
+	[ -z "$(ls -d "$ISOPOD_HOME"/warm/.staging-* 2>/dev/null)" ]
+	jq -e --arg id "$id" --arg t "tpl-${key:0:32}" \
+		'.leaked == [] and [.cgroups[] | select(.vm == $id or .template == $t)] == []' <<<"$gc"
+}
+
+# QEMU that cannot start after the broker did (here: its console.log is a
+# directory, so the supervisor cannot open it): the supervisor ends the
+# broker and removes its jail's cgroups before it exits, and the boot fails
+# saying why.  Nothing of the broker's is left for gc.
+@test "filtered: QEMU fails to start after the broker: the supervisor removes the broker's cgroups; gc finds none" {
+	local vm left gc
+	lab_env() {
+		ip netns exec "$LAB_NAME-host" sh "$BATS_TEST_DIRNAME/lab/cgexec" env ISOPOD_HOME="$ISOPOD_HOME" \
+			ISOPOD_NET_LOCKS="$ISOPOD_NET_LOCKS" PATH="$PATH" "$@"
+	}
+	vm=$(lab_env isopod-claim --net filtered | jq -er .vm.id)
+	mkdir "$ISOPOD_HOME/vms/$vm/console.log"
+	run --separate-stderr lab_env isopod-boot --vm "$vm" --owner-pid $$ --cold --timeout-ms 60000
+	left=$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-*$vm")
+	gc=$(isopod-gc --dry-run)
+	echo "$status: $stderr"
+	cat "$ISOPOD_HOME/vms/$vm/broker.log"
+	echo "left: $left"
+	echo "gc: $gc"
+	[ "$status" -ne 0 ]
+	[[ "$stderr" == *"console.log"* ]]
+	grep -q '"cgroup":{"version"' "$ISOPOD_HOME/vms/$vm/broker.log"
+	[ -z "$left" ]
+	jq -e --arg id "$vm" '[.cgroups[] | select(.vm == $id)] == []' <<<"$gc"
+}
