@@ -1,5 +1,6 @@
 /* accel.c - kvm or tcg: the probe and its cached verdict (see accel.h). */
 #include "accel.h"
+#include "accelhost.h"
 #include "host.h"
 #include "proc.h"
 #include "qemu.h"
@@ -237,16 +238,26 @@ static int cache_read(const char *ksha, const char **accel, char *reason, size_t
 	return found;
 }
 
-int accel_known(const char *forced, const char *forced_by, const struct img *im,
-		const char **accel, int *cached, char *reason, size_t rsz, char *err, size_t errsz)
+/* $ISOPOD_KVM_DEV, else /dev/kvm: the device whose opening decides. */
+static const char *kvm_dev(void)
 {
 	const char *dev = getenv("ISOPOD_KVM_DEV");
+
+	return dev && *dev ? dev : "/dev/kvm";
+}
+
+/* accel_known's decision; with host, the host's cache asked too when the
+ * store has no verdict (*from 2; 1 the store's, 0 neither). */
+static int decide(const char *forced, const char *forced_by, const struct img *im, int host,
+		  const char **accel, int *from, char *reason, size_t rsz, char *err, size_t errsz)
+{
+	const char *dev = kvm_dev();
+	char probed[32];
+	json_t *key;
 	int fd;
 
 	reason[0] = 0;
-	*cached = 0;
-	if (!dev || !*dev)
-		dev = "/dev/kvm";
+	*from = 0;
 	*accel = "tcg";
 	if (forced) {
 		snprintf(reason, rsz, "forced by %s", forced_by);
@@ -267,20 +278,53 @@ int accel_known(const char *forced, const char *forced_by, const struct img *im,
 	}
 	close(fd);
 	*accel = NULL;
-	if (im->ksha[0] && cache_read(im->ksha, accel, reason, rsz))
-		*cached = 1;
+	if (!im->ksha[0])
+		return 0;
+	if (cache_read(im->ksha, accel, reason, rsz)) {
+		*from = 1;
+		return 0;
+	}
+	if (host && (key = accel_host_key(im->ksha, dev))) {
+		if (accel_host_read(key, accel, reason, rsz, probed, sizeof probed))
+			*from = 2;
+		json_decref(key);
+	}
 	return 0;
+}
+
+int accel_known(const char *forced, const char *forced_by, const struct img *im,
+		const char **accel, int *cached, char *reason, size_t rsz, char *err, size_t errsz)
+{
+	int r = decide(forced, forced_by, im, 1, accel, cached, reason, rsz, err, errsz);
+
+	*cached = *cached != 0;
+	return r;
+}
+
+/* The verdict into the store's accel/<ksha>.json (under its lock). */
+static void cache_write(const char *ksha, const char *accel, const char *reason,
+			const char *probed)
+{
+	char p[PATH_MAX];
+	json_t *v;
+
+	snprintf(p, sizeof p, "%s/accel/%s.json", store_home(), ksha);
+	v = json_pack("{s:s, s:s, s:s}", "accel", accel, "reason", reason, "probed", probed);
+	if (!v || json_write_atomic(p, v) < 0)
+		warn("unable to record the kvm verdict in %s:", p);
+	json_decref(v);
 }
 
 int accel_choose(const char *forced, const char *forced_by, const struct img *im,
 		 const char **accel, char *reason, size_t rsz, char *err, size_t errsz)
 {
 	char p[PATH_MAX], f[PATH_MAX], now[32];
-	json_t *v;
-	int lk, ok, cached, r;
+	json_t *key;
+	int lk, ok, from, r;
 
-	if ((r = accel_known(forced, forced_by, im, accel, &cached, reason, rsz, err, errsz)) ||
-	    *accel)
+	/* the store's verdict only: the host's is asked under the lock below,
+	 * where a hit is copied into the store */
+	if ((r = decide(forced, forced_by, im, 0, accel, &from, reason, rsz, err, errsz)) || *accel)
 		return r;
 	*accel = "tcg";
 	snprintf(p, sizeof p, "%s/accel", store_home());
@@ -299,17 +343,26 @@ int accel_choose(const char *forced, const char *forced_by, const struct img *im
 		close(lk);
 		return 0;
 	}
+	/* Another store's probe on this host, for this very key: its verdict,
+	 * kept in this store too (with its reason saying where it came from,
+	 * and the time of that probe). */
+	key = accel_host_key(im->ksha, kvm_dev());
+	if (accel_host_read(key, accel, reason, rsz, now, sizeof now)) {
+		cache_write(im->ksha, *accel, reason, now);
+		json_decref(key);
+		close(lk);
+		return 0;
+	}
 	if ((ok = accel_probe(im, reason, rsz, err, errsz)) < 0) {
+		json_decref(key);
 		close(lk);
 		return EX_SYS;
 	}
-	snprintf(p, sizeof p, "%s/accel/%s.json", store_home(), im->ksha);
-	v = json_pack("{s:s, s:s, s:s}", "accel", ok ? "kvm" : "tcg", "reason", reason,
-		      "probed", iso_now(now, sizeof now));
-	if (!v || json_write_atomic(p, v) < 0)
-		warn("unable to record the kvm verdict in %s:", p);
-	json_decref(v);
-	close(lk);
 	*accel = ok ? "kvm" : "tcg";
+	iso_now(now, sizeof now);
+	cache_write(im->ksha, *accel, reason, now);
+	accel_host_write(key, *accel, reason, now);
+	json_decref(key);
+	close(lk);
 	return 0;
 }

@@ -2,8 +2,12 @@
  *
  * --accel / $ISOPOD_ACCEL force it; else tcg when /dev/kvm
  * ($ISOPOD_KVM_DEV) does not open O_RDWR; else the verdict cached in
- * accel/<ksha>.json; else a real boot of the kernel under KVM (bounded at
- * 10 s) decides, and its verdict is cached with its qemu.log beside it.
+ * accel/<ksha>.json; else the host's cached verdict for the same key
+ * (lib/accelhost.h: another store's probe on this host, this boot, this
+ * QEMU), copied into the store with its reason ending " (host cache)";
+ * else a real boot of the kernel under KVM (bounded at 10 s) decides, and
+ * its verdict is cached -- in the store, with its qemu.log beside it, and
+ * in the host's cache.
  * On PVM hosts /dev/kvm opens fine and an unmodified guest dies late with
  * "KVM internal error": only a real boot tells.  isopod-boot and the
  * doctor both ask here; nobody repeats the probe. */
@@ -22,7 +26,8 @@ int accel_choose(const char *forced, const char *forced_by, const struct img *im
 /* What accel_choose decides before it would boot a probe, without
  * writing anything (the doctor's view): 0 with *accel set -- forced
  * (reason "forced by ..."), tcg when the device does not open (reason
- * says why), or the cached verdict (*cached = 1) --, or 0 with *accel NULL
+ * says why), or the cached verdict, the store's or else the host's
+ * (*cached = 1) --, or 0 with *accel NULL
  * when only a probe can tell (the device opens and nothing is cached for
  * im->ksha, or im->ksha is empty).  An exit class with err as
  * accel_choose. */

@@ -263,8 +263,13 @@ fail:
 
 int dir_own_open(const char *path, char *why, size_t whysz)
 {
+	return dir_own_openat(AT_FDCWD, path, why, whysz);
+}
+
+int dir_own_openat(int at, const char *path, char *why, size_t whysz)
+{
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd < 0 && (errno == ELOOP || errno == ENOTDIR))
 		return reason_fail(why, whysz, "%s: not a directory (or a symbolic link)", EXC(path));

@@ -85,6 +85,11 @@ int mkdir_p(const char *path, mode_t mode, char *failed, size_t fsz);
  * (ELOOP or ENOTDIR: a link or no directory; EPERM: the owner or the
  * mode) and why, naming path. */
 int dir_own_open(const char *path, char *why, size_t whysz);
+/* The same for path below the directory at (AT_FDCWD: dir_own_open): a
+ * chain of such directories opened step by step from a checked one, so
+ * that no step is resolved through a directory another user could write
+ * (lib/accelhost.c). */
+int dir_own_openat(int at, const char *path, char *why, size_t whysz);
 
 /* Atomic write: tmp + fsync + rename + fsync(dir).  Returns 0 or -1 (errno;
  * ENAMETOOLONG when the temporary name beside path does not fit). */

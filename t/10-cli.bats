@@ -440,6 +440,8 @@ doctor_json() {
 
 @test "doctor --quick: every field, the accelerator as lib/accel.c decides it, 111 naming what is missing" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	# the host's verdict cache of this test's own: none for this kernel
+	export ISOPOD_ACCEL_HOST_CACHE_DIR="$BATS_TEST_TMPDIR/hostcache"
 	local ksha=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef v
 	# an empty store: kernel and base missing, exit 111 naming them
 	ISOPOD_KVM_DEV=/nonexistent/kvm doctor_json -111 doctor --quick
@@ -890,6 +892,9 @@ MAIN_ONLY='die|die_kind|die_usage|pathf|mkdirs|json_read_stdin|json_emit|store_l
 	printf 'net = open\ncolour = blue\n' >"$conf"
 	ISOPOD_CONFIG="$conf" run_isopod -100 run -- true
 	[[ "$stderr" == *"$conf:2: unknown key 'colour'"* ]]
+	printf 'accel_host_cache = no\naccel_host_cache = maybe\n' >"$conf"
+	ISOPOD_CONFIG="$conf" run_isopod -100 run -- true
+	[[ "$stderr" == *"$conf:2: accel_host_cache 'maybe': want yes or no"* ]]
 	printf 'just words\n' >"$conf"
 	ISOPOD_CONFIG="$conf" run_isopod -100 run -- true
 	[[ "$stderr" == *"$conf:1: expected 'key = value'"* ]]

@@ -957,21 +957,30 @@ EOF
 # carries its uid.  The store's verdicts are put back after.
 # probe_reason [WRAP...]: the reason of the verdict a KVM probe by that
 # stand-in leaves (isopod-boot of a claimed VM, run through WRAP...), in
-# $reason; the store's verdicts are put back.
+# $reason, and in $probed whether a probe ran (1: its qemu.log was kept as
+# accel/<ksha>.log; 0: the verdict came from the host's cache); the store's
+# verdicts are put back.  The host's cache is the test's own
+# ($BATS_TEST_TMPDIR/hostcache): a stand-in's verdict never reaches
+# /run/isopod/accel.  The stand-in is copied once per test: its identity is
+# in the host cache's key.
 probe_reason() {
 	local sb="$BATS_TEST_TMPDIR/qbin" keep="$BATS_TEST_TMPDIR/accel" vm
 	mkdir -p "$sb" "$keep"
-	cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-system-x86_64"
+	[ -e "$sb/qemu-system-x86_64" ] || cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-system-x86_64"
+	rm -rf "${keep:?}"/*
 	cp -a "$ISOPOD_HOME/accel/." "$keep/" 2>/dev/null || :
-	rm -f "$ISOPOD_HOME"/accel/*.json
+	rm -f "$ISOPOD_HOME"/accel/*.json "$ISOPOD_HOME"/accel/*.log
 	vm=$(isopod-claim | jq -er .vm.id)
-	PATH="$sb:$PATH" run --separate-stderr "$@" isopod-boot --vm "$vm" --owner-pid $$
+	PATH="$sb:$PATH" ISOPOD_ACCEL_HOST_CACHE_DIR="$BATS_TEST_TMPDIR/hostcache" \
+		run --separate-stderr "$@" isopod-boot --vm "$vm" --owner-pid $$
 	echo "$stderr"
 	reason=$(jq -r .reason "$ISOPOD_HOME"/accel/*.json)
-	rm -f "$ISOPOD_HOME"/accel/*.json
+	probed=0
+	! compgen -G "$ISOPOD_HOME/accel/*.log" >/dev/null || probed=1
+	rm -f "$ISOPOD_HOME"/accel/*.json "$ISOPOD_HOME"/accel/*.log
 	cp -a "$keep/." "$ISOPOD_HOME/accel/"
 	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || :
-	echo "reason: $reason"
+	echo "reason: $reason probed: $probed"
 }
 
 @test "accel: the KVM probe's QEMU runs as the jail's uid, no capabilities, no_new_privs; its directory is removed after" {
@@ -1000,4 +1009,56 @@ probe_reason() {
 	# shellcheck disable=SC2016 # expanded by that sh
 	probe_reason unshare -m sh -c 'mount --bind "$1" /dev/kvm && shift && exec "$@"' sh "$node"
 	[[ "$reason" == *"qemuprobe uid="*" NoNewPrivs=1 kvm=opened"* ]]
+}
+
+# The host's verdict (lib/accelhost.c) as a second store finds it: in the
+# test's own directory (probe_reason), the stand-in QEMU the probe (no
+# 10 s); whether a probe ran is probe_reason's $probed (its qemu.log kept
+# in the store).  The key holds the boot id ($ISOPOD_TEST_BOOT_ID fakes
+# another boot); a file of another uid, or a directory others may write,
+# is no verdict (a probe, never an error).
+@test "accel: a second store takes the host's verdict without a probe; another boot, another uid's file, a directory others may write: a probe" {
+	local reason probed first hc="$BATS_TEST_TMPDIR/hostcache" s2="$BATS_TEST_TMPDIR/s2" h1=$ISOPOD_HOME f
+	[ -e /dev/kvm ] || skip "no /dev/kvm: the probe never runs"
+	probe_reason
+	[ "$probed" = 1 ] && [[ "$reason" == "kvm: qemu exited with status 1: "* ]] || false
+	first=$reason
+	f=$(echo "$hc"/*.json)
+	[ "$(stat -c %a "$hc")" = 700 ] && [ "$(stat -c %a "$f")" = 600 ] || false
+	jq -e --arg b "$(cat /proc/sys/kernel/random/boot_id)" --arg r "$first" \
+		'.key.boot_id == $b and .accel == "tcg" and .reason == $r and (.key.qemu.path | endswith("/qbin/qemu-system-x86_64"))' "$f"
+	# a second store, fresh: the first's kernel and base (hard links), no verdict
+	mkdir -p "$s2/locks"
+	cp -al "$ISOPOD_HOME/kernels" "$ISOPOD_HOME/images" "$s2/"
+	export ISOPOD_HOME=$s2
+	probe_reason
+	[ "$probed" = 0 ] && [ "$reason" = "$first (host cache)" ] || false
+	# another boot (a fake boot id): probed again, kept beside the first (one file per key)
+	ISOPOD_TEST_BOOT_ID=00000000-0000-0000-0000-000000000001 probe_reason
+	[ "$probed" = 1 ] && [ "$reason" = "$first" ] || false
+	jq -se --arg b "$(cat /proc/sys/kernel/random/boot_id)" \
+		'map(.key.boot_id) | sort == ([$b, "00000000-0000-0000-0000-000000000001"] | sort)' "$hc"/*.json
+	ISOPOD_TEST_BOOT_ID=00000000-0000-0000-0000-000000000001 probe_reason
+	[ "$probed" = 0 ] && [ "$reason" = "$first (host cache)" ] || false
+	probe_reason # the real boot's verdict is still there
+	[ "$probed" = 0 ] || false
+	# a directory others may write: ignored (and nothing written there)
+	chmod 0770 "$hc"
+	probe_reason
+	[ "$probed" = 1 ] && [ "$reason" = "$first" ] || false
+	[[ "$stderr" == *"the host's accel cache is not used: $hc: owned by uid $(id -u) with mode 0770"* ]]
+	chmod 0700 "$hc"
+	probe_reason
+	[ "$probed" = 0 ] || false
+	# a file of another uid: ignored, replaced by the probe's
+	if [ "$(id -u)" -eq 0 ]; then
+		chown 4242 "$f"
+		probe_reason
+		[ "$probed" = 1 ] && [ "$reason" = "$first" ] || false
+		[ "$(stat -c %u "$f")" = 0 ]
+		probe_reason
+		[ "$probed" = 0 ] || false
+	fi
+	export ISOPOD_HOME=$h1
+	rm -rf "$s2"
 }

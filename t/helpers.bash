@@ -35,6 +35,12 @@ need_slurm() {
 	done
 }
 
+# The host's cache of KVM verdicts (lib/accelhost.c; /run/isopod/accel as
+# root) is deliberately not a per-file directory: each file's store takes
+# the verdict the first store's probe left there (up to 10 s each saved).
+# Only real probes write it, keyed by QEMU, kernel, boot and jail setting;
+# a test that fakes a probe or plants a verdict points
+# ISOPOD_ACCEL_HOST_CACHE_DIR at its own directory (t/20's probe_reason).
 isopod_setup_file() {
 	ISOPOD_HOME=$(mktemp -d "/tmp/isopod-t.$(basename "$BATS_TEST_FILENAME" .bats).XXXXXX")
 	export ISOPOD_HOME
