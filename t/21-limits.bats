@@ -18,10 +18,10 @@ setup_file() {
 	local self mnt
 	self=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)
 	mnt=$(awk '$9 == "cgroup" && $NF ~ /(^|,)memory(,|$)/ { print $5; exit }' /proc/self/mountinfo)
-	[ -n "$self" ] && [ -n "$mnt" ] || {
+	if [ -z "$self" ] || [ -z "$mnt" ]; then
 		echo "# t/21-limits.bats: needs a cgroup v1 memory hierarchy (as this host has)" >&3
 		return 1
-	}
+	fi
 	[ "$self" != / ] || self=''
 	CG=$mnt$self/t-limits-$$
 	mkdir "$CG" "$CG/run"
@@ -29,10 +29,10 @@ setup_file() {
 }
 
 teardown_file() {
-	local i
+	local _
 	isopod_teardown_file
 	# the runs are over (their jail cgroups gone with them): empty, so rmdir
-	for i in 1 2 3 4 5 6 7 8 9 10; do
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
 		rmdir "$CG/run" "$CG" 2>/dev/null
 		[ -d "$CG" ] || break
 		sleep 0.5
@@ -81,7 +81,8 @@ in_cg() {
 	json_is ".limits.memory_bytes == $(((384 + over) * 1048576))"
 	# the guest's RAM is the reduced size (less what the kernel keeps)
 	kb=$(echo "$output" | jq -r .stdout | awk '/^MemTotal:/ { print $2 }')
-	[ "$kb" -gt $((300 * 1024)) ] && [ "$kb" -le $((384 * 1024)) ]
+	[ "$kb" -gt $((300 * 1024)) ]
+	[ "$kb" -le $((384 * 1024)) ]
 	id=$(echo "$output" | jq -r .vm.id)
 	[ "$(jq .mem_mib "$ISOPOD_HOME/vms/$id/meta.json")" = 384 ]
 }
