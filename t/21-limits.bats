@@ -103,3 +103,26 @@ in_cg() {
 	[[ "$stderr" == *"not even the smallest VM fits the cgroup's memory limit: 64 MiB of guest RAM + "*"> 200 MiB (209715200 bytes, $CG)"* ]]
 	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -eq "$n" ]
 }
+
+@test "limits: an explicit --vcpus beyond the cgroup's CFS quota is a usage error naming the quota's cgroup; within it the check passes" {
+	local cmnt cself
+	cmnt=$(awk '$9 == "cgroup" && $NF ~ /(^|,)cpu(,|$)/ { print $5; exit }' /proc/self/mountinfo)
+	cself=$(awk -F: '{ n = split($2, c, ","); for (i = 1; i <= n; i++) if (c[i] == "cpu") print $3 }' /proc/self/cgroup)
+	[ -n "$cmnt" ] || skip "no cgroup v1 cpu hierarchy"
+	[ "$cself" != / ] || cself=''
+	CPUCG=$cmnt$cself/t-limits-$$
+	mkdir "$CPUCG"
+	echo 100000 >"$CPUCG/cpu.cfs_period_us"
+	echo 150000 >"$CPUCG/cpu.cfs_quota_us"
+	# 1.5 CPUs: 1 whole CPU
+	run --separate-stderr sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CPUCG" \
+		"$ROOT/bin/isopod-boot" --check --vcpus 2
+	st=$status err=$stderr
+	run --separate-stderr sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CPUCG" \
+		"$ROOT/bin/isopod-boot" --check --vcpus 1
+	st1=$status
+	rmdir "$CPUCG"
+	[ "$st" -eq 100 ]
+	[[ "$err" == *"--vcpus 2 does not fit the cgroup's CPU limit: 1 CPUs (CFS quota of $CPUCG)"* ]]
+	[ "$st1" -eq 0 ]
+}
