@@ -14,6 +14,7 @@
  * supervisor's start, the handshake and a resume (launch.c). */
 
 #include "accel.h"
+#include "cgroup.h"
 #include "host.h"
 #include "image.h"
 #include "launch.h"
@@ -84,6 +85,9 @@ struct boot {
 	struct netslot net;
 	struct conn *conn;        /* 130 KiB of buffers: on the heap */
 	struct pool w;
+	struct cg_limits lim;     /* the caller's cgroup limits (lib/cgroup.c) */
+	struct cg_fit fit;        /* the VM's size within them */
+	long long want_mem, want_vcpus; /* the size before the fit */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -143,6 +147,55 @@ static void range(const char *opt, const char *arg, long long lo, long long hi, 
 			die(EX_USAGE, "%s %s: no valid value on this host (%s)", opt, EXC(arg), why);
 		die(EX_USAGE, "%s %s: out of range %lld..%lld (%s)", opt, EXC(arg), lo, hi, why);
 	}
+}
+
+/* The VM's size fitted into the caller's cgroup limits (read once, by
+ * parse_args): a default lowered, a given size (an option, or the
+ * configuration the front end passes as one) that does not fit refused,
+ * as a size beyond the host's headroom is.  tcg: QEMU's budget with TCG's
+ * translation buffer: --check knows it only when TCG is forced or
+ * /dev/kvm does not open (lib/accel.c accel_known), record_booting fits
+ * again once the accelerator is chosen.  0, or -1 with why. */
+static int fit_limits(struct boot *bt, int tcg, char *why, size_t wsz)
+{
+	struct cg_fit *f = &bt->fit;
+
+	f->mem_mib = bt->want_mem;
+	f->vcpus = bt->want_vcpus;
+	f->overhead_mib = qjail_mem_mib(0, tcg);
+	f->min_mem_mib = 64;
+	if (cg_fit_vm(&bt->lim, f, why, wsz) < 0)
+		return -1;
+	bt->cf.mem_mib = f->mem_mib;
+	bt->cf.vcpus = f->vcpus;
+	return 0;
+}
+
+/* The limits read (garbage there: 111), their warnings, the first fit. */
+static void read_limits(struct boot *bt, int mem_given, int vcpus_given)
+{
+	char why[2 * PATH_MAX + 256], err[PATH_MAX + 256];
+	const char *acc = NULL;
+	int cached, tcg;
+
+	if (cg_limits_read("", &bt->lim, why, sizeof why) < 0)
+		die(EX_SYS, "unable to read this process's cgroup limits: %s", why);
+	if (bt->lim.warning[0])
+		json_array_append_new(bt->w.warnings, json_string(bt->lim.warning));
+	bt->fit.mem_given = mem_given;
+	bt->fit.vcpus_given = vcpus_given;
+	bt->want_mem = bt->cf.mem_mib;
+	bt->want_vcpus = bt->cf.vcpus;
+	tcg = accel_known(bt->cf.accel, bt->cf.accel_src, &bt->im, &acc, &cached, why, sizeof why,
+			  err, sizeof err) == 0 && acc && !strcmp(acc, "tcg");
+	if (fit_limits(bt, tcg, why, sizeof why) < 0)
+		die(EX_USAGE, "%s", why);
+	if (bt->lim.pids.v >= 0 && bt->lim.pids.v < QJAIL_PIDS_BASE + bt->cf.vcpus)
+		json_array_append_new(bt->w.warnings,
+				       json_sprintf("cgroup limits: pids.max %lld of %s is below the "
+						    "%lld threads QEMU's jail allows",
+						    bt->lim.pids.v, bt->lim.pids.dir,
+						    (long long)QJAIL_PIDS_BASE + bt->cf.vcpus));
 }
 
 /* The pool's settings from the environment, checked before anything
@@ -260,6 +313,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 	else if (cf->mem_mib > memmax)
 		die(EX_USAGE, "default memory %lld MiB exceeds the host headroom (%s); pass --mem-mib",
 		    cf->mem_mib, why);
+	read_limits(bt, !!a_mem, !!a_vcpus);
 	if (a_to)
 		range("--timeout-ms", a_to, 1, 86400000, "milliseconds", &cf->timeout_ms);
 	if (check) {
@@ -442,6 +496,8 @@ static void record_booting(struct boot *bt)
 	if ((r = accel_choose(cf->accel, cf->accel_src, &bt->im, &bt->accel, bt->reason,
 			      sizeof bt->reason, err, sizeof err)))
 		die(r, "%s", err);
+	if (fit_limits(bt, !strcmp(bt->accel, "tcg"), err, sizeof err) < 0)
+		fail(bt, EX_USAGE, "%s", err);
 	m = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?, s:{s:s}, s:{s:s, s:s}, s:s, s:s, s:I, s:b}",
 		      "state", "booting", "vcpus", (json_int_t)cf->vcpus, "mem_mib",
 		      (json_int_t)cf->mem_mib, "disk_mib", (json_int_t)cf->disk_mib, "accel", bt->accel,
@@ -681,6 +737,7 @@ static void confirm_and_emit(struct boot *bt)
 		json_object_set_new(out, "warm_key", json_string(w->key));
 	json_object_set_new(out, "net", net_json(&bt->net, bt->net_mode));
 	json_object_set_new(out, "jail", qjail_result(bt->ln.jail, bt->ln.jail_why, bt->id, w->warnings));
+	json_object_set_new(out, "limits", cg_limits_json(&bt->lim, &bt->fit));
 	json_object_set(out, "warnings", w->warnings);
 	json_emit(out);
 }

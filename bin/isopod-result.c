@@ -678,6 +678,7 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 	set_if(r, "warm_key", json_object_get(boot, "warm_key"));
 	set_if(r, "net", json_object_get(boot, "net"));
 	set_if(r, "jail", json_object_get(boot, "jail"));
+	set_if(r, "limits", json_object_get(boot, "limits"));
 	console_fields(r, str(json_object_get(boot, "vm"), "id"));
 	if (networked) {
 		const char *id = str(json_object_get(boot, "vm"), "id");

@@ -12,6 +12,7 @@
  * written to an error pipe (close-on-exec: EOF means it got that far) and
  * jail_spawn returns it.  The child's side is lib/jailchild.c. */
 #include "jail.h"
+#include "cgroup.h"
 #include "config.h"
 #include "jailchild.h"
 #include "ranges.h"
@@ -221,65 +222,6 @@ int jail_covers(const struct jail_spec *js, const char *path)
 
 /* ---- cgroups ------------------------------------------------------------ */
 
-/* The mount point of the hierarchy of fstype (cgroup2, or cgroup with the
- * v1 controller ctl among its super options). */
-static int cg_mount(const char *fstype, const char *ctl, char *out, size_t sz)
-{
-	FILE *fp = fopen("/proc/self/mountinfo", "re");
-	char line[4096];
-	int found = -1;
-
-	if (!fp)
-		return -1;
-	while (found < 0 && fgets(line, sizeof line, fp)) {
-		char mnt[1024], fs[64], opts[1024], *dash = strstr(line, " - "), *tok, *save;
-
-		if (!dash || sscanf(line, "%*s %*s %*s %*s %1023s", mnt) != 1 ||
-		    sscanf(dash + 3, "%63s %*s %1023s", fs, opts) != 2 || strcmp(fs, fstype) ||
-		    strchr(mnt, '\\'))
-			continue;
-		if (!ctl) {
-			found = pathn(out, sz, "%s", mnt);
-			continue;
-		}
-		for (tok = strtok_r(opts, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-			if (!strcmp(tok, ctl))
-				found = pathn(out, sz, "%s", mnt);
-	}
-	fclose(fp);
-	return found;
-}
-
-/* Our own cgroup in the hierarchy of ctl (NULL: v2's "0::"). */
-static int cg_self(const char *ctl, char *out, size_t sz)
-{
-	FILE *fp = fopen("/proc/self/cgroup", "re");
-	char line[4096];
-	int found = -1;
-
-	if (!fp)
-		return -1;
-	while (found < 0 && fgets(line, sizeof line, fp)) {
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL, *tok, *save;
-
-		if (!b)
-			continue;
-		*b = '\0';
-		line[strcspn(line, "\n")] = '\0';
-		b[1 + strcspn(b + 1, "\n")] = '\0';
-		if (!ctl) {
-			if (!strcmp(line, "0") && a[1] == '\0')
-				found = pathn(out, sz, "%s", b + 1);
-			continue;
-		}
-		for (tok = strtok_r(a + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-			if (!strcmp(tok, ctl))
-				found = pathn(out, sz, "%s", b + 1);
-	}
-	fclose(fp);
-	return found;
-}
-
 static int put(const char *dir, const char *file, long long v)
 {
 	char p[PATH_MAX + 64], s[32];
@@ -354,7 +296,7 @@ int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat 
 		FTSENT *e;
 		FTS *f;
 
-		if (cg_mount(fs[i], ctl[i], mnt[i], sizeof mnt[i]) < 0)
+		if (cg_mount("", fs[i], ctl[i], mnt[i], sizeof mnt[i]) < 0)
 			continue;
 		for (k = 0; k < i && strcmp(mnt[k], mnt[i]); k++)
 			; /* co-mounted controllers: one walk */
@@ -408,7 +350,7 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 	/* v2 when the controllers are available to a child of ours (enabled in
 	 * our subtree_control, or enabled there by us now).  Why not, in v2:
 	 * said with v1's own failure, so that a host with neither names both. */
-	if (cg_mount("cgroup2", NULL, mnt, sizeof mnt) == 0 && cg_self(NULL, self, sizeof self) == 0 &&
+	if (cg_mount("", "cgroup2", NULL, mnt, sizeof mnt) == 0 && cg_self("", NULL, self, sizeof self) == 0 &&
 	    pathn(base, sizeof base, "%s%s/cgroup.subtree_control", mnt, self) == 0) {
 		int ok = (!want_mem || has_word(base, "memory")) && (!want_pids || has_word(base, "pids"));
 
@@ -446,8 +388,8 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 	if (want_mem) {
 		static const char *const f[] = { "memory.limit_in_bytes" };
 
-		if (cg_mount("cgroup", "memory", mnt, sizeof mnt) < 0 ||
-		    cg_self("memory", self, sizeof self) < 0) {
+		if (cg_mount("", "cgroup", "memory", mnt, sizeof mnt) < 0 ||
+		    cg_self("", "memory", self, sizeof self) < 0) {
 			json_array_append_new(warnings, json_sprintf("jail: no memory limit: no cgroup "
 								     "memory controller%s", v2why));
 		} else if (cg_make(j, mnt, self, js->name, f, &js->mem_bytes, 1, why, sizeof why) < 0) {
@@ -462,8 +404,8 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 	if (want_pids) {
 		static const char *const f[] = { "pids.max" };
 
-		if (cg_mount("cgroup", "pids", mnt, sizeof mnt) < 0 ||
-		    cg_self("pids", self, sizeof self) < 0) {
+		if (cg_mount("", "cgroup", "pids", mnt, sizeof mnt) < 0 ||
+		    cg_self("", "pids", self, sizeof self) < 0) {
 			json_array_append_new(warnings, json_sprintf("jail: no pids limit: no cgroup pids "
 								     "controller%s", v2why));
 		} else if (cg_make(j, mnt, self, js->name, f, &js->pids, 1, why, sizeof why) < 0) {

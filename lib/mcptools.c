@@ -596,6 +596,7 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	"\"copied_in\":{\"type\":\"array\",\"items\":" OBJ "},\"copied_out\":{\"type\":\"array\",\"items\":" OBJ "}," \
 	"\"warnings\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}," \
 	"\"on\":" OBJ ",\"commit\":" OBJ ",\"provenance\":" OBJ ",\"net\":" OBJ ",\"egress\":" OBJ "," \
+	"\"limits\":" OBJ "," \
 	"\"proposed_allowlist\":" OBJ "," \
 	"\"timings\":{\"type\":\"object\",\"properties\":{\"boot_ms\":" INT_OR_NULL ",\"exec_ms\":" INT_OR_NULL \
 	",\"total_ms\":" INT_OR_NULL "}}"

@@ -202,6 +202,13 @@ static long long phys_mib(void)
 	return pages > 0 && psz > 0 ? (long long)pages * psz >> 20 : 0;
 }
 
+long long qjail_mem_mib(long long mib, int tcg)
+{
+	long long t = phys_mib() / 8 < QJAIL_TCG_MAX_MIB ? phys_mib() / 8 : QJAIL_TCG_MAX_MIB;
+
+	return mib + QJAIL_MEM_BASE_MIB + (tcg ? t : 0);
+}
+
 /* qjail_plan's, and qjail_plan_over's with over: the disk in dir lies
  * over the VM disk over, bound read-only with its chain. */
 static int plan(struct qjail *qj, const char *id, const char *dir, const char *over,
@@ -252,10 +259,7 @@ static int plan(struct qjail *qj, const char *id, const char *dir, const char *o
 		.ro = (const char *const *)qj->ro,
 		.nro = qj->nro,
 		.kvm = !tcg,
-		.mem_bytes = (mib + QJAIL_MEM_BASE_MIB +
-			      (tcg ? (phys_mib() / 8 < QJAIL_TCG_MAX_MIB ? phys_mib() / 8
-									 : QJAIL_TCG_MAX_MIB)
-				   : 0)) << 20,
+		.mem_bytes = qjail_mem_mib(mib, (int)tcg) << 20,
 		.pids = QJAIL_PIDS_BASE + vcpus,
 	};
 	if (geteuid() == 0 && jail_identity(id, &qj->js.uid, &qj->js.gid, err, errsz) < 0)

@@ -31,6 +31,11 @@
  * to spare. */
 #define QJAIL_PIDS_BASE 96
 
+/* The memory limit of the jail of a QEMU with mib MiB of guest RAM (tcg:
+ * under TCG): guest RAM + QEMU's own budget above.  isopod-boot fits it
+ * into the caller's cgroup limit (lib/cgroup.c cg_fit_vm). */
+long long qjail_mem_mib(long long mib, int tcg);
+
 struct qjail {
 	struct jail_spec js;
 	char *ro[JAIL_PATHS_MAX];

@@ -114,7 +114,7 @@ EOF
 	local m
 	for m in ok error error_kind vm accel accel_reason path resume_ms warm_key exit_code signal timed_out \
 		stdout stderr stdout_bytes stderr_bytes stdout_truncated stderr_truncated stdout_log stderr_log \
-		copied_in copied_out warnings on commit provenance net egress timings; do
+		copied_in copied_out warnings on commit provenance net egress limits timings; do
 		echo "$out" | jq -e --arg m "$m" '.properties[$m].type != null' >/dev/null ||
 			{ echo "untyped: $m"; false; }
 	done

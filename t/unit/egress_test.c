@@ -5,6 +5,7 @@
 #include "../../lib/egress.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/config.c"
 #include "../../lib/image.c"
+#include "../../lib/cgroup.c"
 #include "../../lib/jail.c"
 #include "../../lib/jaildeps.c"
 #include "../../lib/jailchild.c"

@@ -6,6 +6,7 @@
 #undef fail
 #include "../../lib/config.c"
 #include "../../lib/image.c"
+#include "../../lib/cgroup.c"
 #include "../../lib/jail.c"
 #include "../../lib/jaildeps.c"
 #include "../../lib/jailchild.c"

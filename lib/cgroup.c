@@ -1,0 +1,435 @@
+/* cgroup.c - the caller's own cgroups and their limits (cgroup.h).
+ *
+ * A Slurm job step, a container, a systemd service: whatever put us in a
+ * cgroup with limits put QEMU there too (jail_spawn's cgroups are made
+ * below ours, and a hierarchy the jail makes none in is inherited), so a
+ * VM bigger than the limit is killed by the OOM killer or starved, late.
+ * isopod-boot reads the limits first and fits the VM into them. */
+#include "cgroup.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* v1's "no limit" is 2^63 - 1 rounded down to a page; any page size. */
+#define CG_V1_UNLIMITED (1LL << 62)
+
+/* The mount point (below root) of fstype's hierarchy (ctl among a v1
+ * mount's options), and the mount's own root inside the hierarchy
+ * (mountinfo's 4th field: "/" but in a container's bind of its cgroup). */
+static int mount_of(const char *root, const char *fstype, const char *ctl, char *out, size_t sz,
+		    char *mroot, size_t msz)
+{
+	char line[4096], p[PATH_MAX];
+	int found = -1;
+	FILE *fp;
+
+	if (pathn(p, sizeof p, "%s/proc/self/mountinfo", root) < 0 || !(fp = fopen(p, "re")))
+		return -1;
+	while (found < 0 && fgets(line, sizeof line, fp)) {
+		char mnt[1024], mr[1024], fs[64], opts[1024], *dash = strstr(line, " - "), *tok, *save;
+		int hit = !ctl;
+
+		if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", mr, mnt) != 2 ||
+		    sscanf(dash + 3, "%63s %*s %1023s", fs, opts) != 2 || strcmp(fs, fstype) ||
+		    strchr(mnt, '\\') || strchr(mr, '\\'))
+			continue;
+		for (tok = ctl ? strtok_r(opts, ",", &save) : NULL; tok && !hit;
+		     tok = strtok_r(NULL, ",", &save))
+			hit = !strcmp(tok, ctl);
+		if (hit && pathn(out, sz, "%s%s", root, mnt) == 0 &&
+		    (!mroot || pathn(mroot, msz, "%s", mr) == 0))
+			found = 0;
+	}
+	fclose(fp);
+	return found;
+}
+
+int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, size_t sz)
+{
+	return mount_of(root, fstype, ctl, out, sz, NULL, 0);
+}
+
+int cg_self(const char *root, const char *ctl, char *out, size_t sz)
+{
+	char line[4096], p[PATH_MAX];
+	int found = -1;
+	FILE *fp;
+
+	if (pathn(p, sizeof p, "%s/proc/self/cgroup", root) < 0 || !(fp = fopen(p, "re")))
+		return -1;
+	while (found < 0 && fgets(line, sizeof line, fp)) {
+		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL, *tok, *save;
+
+		if (!b)
+			continue;
+		*b = '\0';
+		b[1 + strcspn(b + 1, "\n")] = '\0';
+		if (!ctl) {
+			/* "0::PATH" (this was "0:" compared with "0" until
+			 * issue 16: the jail's v2 cgroups were never made) */
+			if (a == line + 1 && line[0] == '0' && b == a + 1)
+				found = pathn(out, sz, "%s", b + 1);
+			continue;
+		}
+		for (tok = strtok_r(a + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			if (!strcmp(tok, ctl))
+				found = pathn(out, sz, "%s", b + 1);
+	}
+	fclose(fp);
+	return found;
+}
+
+/* A control file's text, NUL-terminated, one line at most (its newline
+ * dropped).  Its length; -1 with ENOENT when absent, EINVAL when longer
+ * than sz - 1 or more than one line. */
+static ssize_t read_line(const char *path, char *buf, size_t sz, char *why, size_t wsz)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n, m;
+
+	if (fd < 0)
+		return errno == ENOENT ? -1 : reason_fail(why, wsz, "%s:", path);
+	n = read(fd, buf, sz - 1);
+	m = n == (ssize_t)sz - 1 ? read(fd, (char[1]){ 0 }, 1) : 0;
+	close(fd);
+	if (n < 0 || m < 0)
+		return reason_fail(why, wsz, "%s:", path);
+	buf[n] = '\0';
+	if (n > 0 && buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	if (m > 0 || strlen(buf) != (size_t)n || strchr(buf, '\n')) {
+		errno = EINVAL;
+		return reason_fail(why, wsz, "%s: not one line of at most %zu bytes", path, sz - 2);
+	}
+	return n;
+}
+
+static int garbage(const char *path, const char *text, const char *want, char *why, size_t wsz)
+{
+	errno = EINVAL;
+	return reason_fail(why, wsz, "%s: %s is not %s", path, EXC(text), want);
+}
+
+/* A number the kernel writes: digits only, or "max" (*v = -1) when
+ * max_ok.  0, or -1 (EINVAL, named). */
+static int number(const char *path, const char *s, int max_ok, long long *v, char *why, size_t wsz)
+{
+	if (max_ok && !strcmp(s, "max")) {
+		*v = -1;
+		return 0;
+	}
+	if (!*s || strspn(s, "0123456789") != strlen(s) || parse_ll(s, 0, LLONG_MAX, v) < 0)
+		return garbage(path, s, max_ok ? "a number or \"max\"" : "a number", why, wsz);
+	return 0;
+}
+
+/* The number of CPUs in a list ("0-3,8,10-11"); -1 (EINVAL) otherwise. */
+static long long cpu_count(const char *path, const char *s, char *why, size_t wsz)
+{
+	long long n = 0, lo, hi;
+	char *e;
+
+	while (*s) {
+		if (*s < '0' || *s > '9')
+			return garbage(path, s, "a CPU list", why, wsz);
+		lo = hi = strtoll(s, &e, 10);
+		if (*e == '-') {
+			if (e[1] < '0' || e[1] > '9')
+				return garbage(path, s, "a CPU list", why, wsz);
+			hi = strtoll(e + 1, &e, 10);
+		}
+		if (lo > hi || hi >= 1 << 20 || (*e && *e != ','))
+			return garbage(path, s, "a CPU list", why, wsz);
+		n += hi - lo + 1;
+		s = *e ? e + 1 : e;
+		if (*e && !*s)
+			return garbage(path, s, "a CPU list", why, wsz);
+	}
+	return n;
+}
+
+/* A path /proc/self/cgroup gave: absolute, no "." or ".." component. */
+static int path_ok(const char *p)
+{
+	const char *c;
+
+	if (p[0] != '/')
+		return 0;
+	for (c = p; c; c = strchr(c + 1, '/'))
+		if (!strncmp(c, "/./", 3) || !strcmp(c, "/.") || !strncmp(c, "/../", 4) ||
+		    !strcmp(c, "/..") || !strncmp(c, "//", 2))
+			return 0;
+	return 1;
+}
+
+/* Our cgroup's directory for controller ctl: v2's when the controller is
+ * bound there (listed in the v2 root's cgroup.controllers), else v1's.
+ * 2 or 1 (the version) with dir and *mlen (the mount point's length: the
+ * walk's end), 0 when we are in no hierarchy of ctl, -1 on garbage. */
+static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, struct cg_limits *l,
+		   char *why, size_t wsz)
+{
+	char mnt[PATH_MAX], mr[PATH_MAX], self[PATH_MAX], p[PATH_MAX + 32], b[512], *tok, *save;
+	const char *rel;
+	int v = 0;
+	struct stat st;
+
+	if (mount_of(root, "cgroup2", NULL, mnt, sizeof mnt, mr, sizeof mr) == 0 &&
+	    pathn(p, sizeof p, "%s/cgroup.controllers", mnt) == 0 &&
+	    read_line(p, b, sizeof b, why, wsz) >= 0)
+		for (tok = strtok_r(b, " ", &save); tok && !v; tok = strtok_r(NULL, " ", &save))
+			v = !strcmp(tok, ctl) ? 2 : 0;
+	if (!v && mount_of(root, "cgroup", ctl, mnt, sizeof mnt, mr, sizeof mr) == 0)
+		v = 1;
+	if (!v || cg_self(root, v == 2 ? NULL : ctl, self, sizeof self) < 0)
+		return 0;
+	if (!path_ok(self) || !path_ok(mr)) {
+		errno = EINVAL;
+		return reason_fail(why, wsz, "%s/proc/self/cgroup: %s's cgroup %s (mount root %s) is not "
+				   "a clean absolute path", root, ctl, EXC(self), EXC(mr));
+	}
+	/* A container's view without a cgroup namespace: the mount is its own
+	 * cgroup, which /proc/self/cgroup names from the hierarchy's root. */
+	rel = self;
+	if (strcmp(mr, "/") && !strncmp(self, mr, strlen(mr)) &&
+	    (self[strlen(mr)] == '/' || !self[strlen(mr)]))
+		rel += strlen(mr);
+	*mlen = strlen(mnt);
+	if (pathn(dir, PATH_MAX, "%s%s", mnt, strcmp(rel, "/") ? rel : "") < 0)
+		return reason_fail(why, wsz, "cgroup path too long");
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(l->warning, sizeof l->warning, "cgroup limits: our %s cgroup %.1024s is not "
+			 "there: its limits are not known", ctl, dir);
+		return 0;
+	}
+	return v;
+}
+
+/* What one cgroup directory limits: *v (-1 none), *q and *p for cpu. */
+typedef int (*cg_reader)(const char *dir, int ver, long long *v, long long *q, long long *p,
+			 char *why, size_t wsz);
+
+static int rd_mem(const char *dir, int ver, long long *v, long long *q, long long *p, char *why,
+		  size_t wsz)
+{
+	char f[PATH_MAX + 32], b[64];
+
+	(void)q, (void)p;
+	*v = -1;
+	if (pathn(f, sizeof f, "%s/%s", dir, ver == 2 ? "memory.max" : "memory.limit_in_bytes") < 0)
+		return reason_fail(why, wsz, "cgroup path too long");
+	if (read_line(f, b, sizeof b, why, wsz) < 0)
+		return errno == ENOENT ? 0 : -1;
+	if (number(f, b, ver == 2, v, why, wsz) < 0)
+		return -1;
+	if (ver == 1 && *v >= CG_V1_UNLIMITED)
+		*v = -1;
+	return 0;
+}
+
+static int rd_pids(const char *dir, int ver, long long *v, long long *q, long long *p, char *why,
+		   size_t wsz)
+{
+	char f[PATH_MAX + 32], b[64];
+
+	(void)ver, (void)q, (void)p;
+	*v = -1;
+	if (pathn(f, sizeof f, "%s/pids.max", dir) < 0)
+		return reason_fail(why, wsz, "cgroup path too long");
+	if (read_line(f, b, sizeof b, why, wsz) < 0)
+		return errno == ENOENT ? 0 : -1;
+	return number(f, b, 1, v, why, wsz);
+}
+
+/* cpu.max "QUOTA PERIOD" ("max PERIOD"), or v1's cfs_quota_us (-1: none)
+ * and cfs_period_us.  *v the whole CPUs (at least 1). */
+static int rd_cpu(const char *dir, int ver, long long *v, long long *q, long long *p, char *why,
+		  size_t wsz)
+{
+	char f[PATH_MAX + 32], b[64], *sp;
+
+	*v = *q = *p = -1;
+	if (pathn(f, sizeof f, "%s/%s", dir, ver == 2 ? "cpu.max" : "cpu.cfs_quota_us") < 0)
+		return reason_fail(why, wsz, "cgroup path too long");
+	if (read_line(f, b, sizeof b, why, wsz) < 0)
+		return errno == ENOENT ? 0 : -1;
+	if (ver == 2) {
+		if (!(sp = strchr(b, ' ')))
+			return garbage(f, b, "\"QUOTA PERIOD\"", why, wsz);
+		*sp = '\0';
+		if (number(f, b, 1, q, why, wsz) < 0 || number(f, sp + 1, 0, p, why, wsz) < 0)
+			return -1;
+	} else {
+		if (!strcmp(b, "-1"))
+			return 0;
+		if (number(f, b, 0, q, why, wsz) < 0)
+			return -1;
+		if (pathn(f, sizeof f, "%s/cpu.cfs_period_us", dir) < 0)
+			return reason_fail(why, wsz, "cgroup path too long");
+		if (read_line(f, b, sizeof b, why, wsz) < 0)
+			return errno == ENOENT ? 0 : -1;
+		if (number(f, b, 0, p, why, wsz) < 0)
+			return -1;
+	}
+	if (*q < 0)
+		return *q = *p = -1, 0;
+	if (*p == 0 || *q == 0)
+		return garbage(f, b, "a quota and a period above 0", why, wsz);
+	*v = *q / *p > 0 ? *q / *p : 1;
+	return 0;
+}
+
+/* The smallest limit (by value, for cpu by quota/period) from dir up to
+ * the mount point (its first mlen bytes) into out. */
+static int walk(char *dir, size_t mlen, int ver, cg_reader rd, struct cg_limit *out,
+		long long *bq, long long *bp, char *why, size_t wsz)
+{
+	long long v, q, p;
+	char *slash;
+
+	for (;;) {
+		if (rd(dir, ver, &v, &q, &p, why, wsz) < 0)
+			return -1;
+		if (v >= 0 && (out->v < 0 ||
+			       (bq ? (double)q / (double)p < (double)*bq / (double)*bp : v < out->v))) {
+			out->v = v;
+			snprintf(out->dir, sizeof out->dir, "%s", dir);
+			if (bq)
+				*bq = q, *bp = p;
+		}
+		if (strlen(dir) <= mlen || !(slash = strrchr(dir, '/')) || (size_t)(slash - dir) < mlen)
+			return 0;
+		*slash = '\0';
+	}
+}
+
+static int rd_cpuset(const char *dir, int ver, struct cg_limit *out, char *why, size_t wsz)
+{
+	static const char *const f2[] = { "cpuset.cpus.effective", NULL },
+				 *const f1[] = { "cpuset.effective_cpus", "cpuset.cpus", NULL };
+	const char *const *f = ver == 2 ? f2 : f1;
+	char p[PATH_MAX + 32], b[4096];
+	long long n;
+
+	for (; *f; f++) {
+		if (pathn(p, sizeof p, "%s/%s", dir, *f) < 0)
+			return reason_fail(why, wsz, "cgroup path too long");
+		if (read_line(p, b, sizeof b, why, wsz) < 0) {
+			if (errno != ENOENT)
+				return -1;
+			continue;
+		}
+		if (!*b) /* a v1 cpuset not set up: holds no process, not ours */
+			return 0;
+		if ((n = cpu_count(p, b, why, wsz)) < 0)
+			return -1;
+		out->v = n;
+		snprintf(out->dir, sizeof out->dir, "%s", dir);
+		return 0;
+	}
+	return 0;
+}
+
+int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
+{
+	char dir[PATH_MAX];
+	size_t mlen;
+	int v;
+
+	*l = (struct cg_limits){ .mem.v = -1, .cpu.v = -1, .cpuset.v = -1, .pids.v = -1,
+				 .quota_us = -1, .period_us = -1 };
+	if ((v = ctl_dir(root, "memory", dir, &mlen, l, why, wsz)) < 0 ||
+	    (v && walk(dir, mlen, v, rd_mem, &l->mem, NULL, NULL, why, wsz) < 0))
+		return -1;
+	l->version = v;
+	if ((v = ctl_dir(root, "cpu", dir, &mlen, l, why, wsz)) < 0 ||
+	    (v && walk(dir, mlen, v, rd_cpu, &l->cpu, &l->quota_us, &l->period_us, why, wsz) < 0))
+		return -1;
+	if (!l->version)
+		l->version = v;
+	if ((v = ctl_dir(root, "cpuset", dir, &mlen, l, why, wsz)) < 0 ||
+	    (v && rd_cpuset(dir, v, &l->cpuset, why, wsz) < 0))
+		return -1;
+	if ((v = ctl_dir(root, "pids", dir, &mlen, l, why, wsz)) < 0 ||
+	    (v && walk(dir, mlen, v, rd_pids, &l->pids, NULL, NULL, why, wsz) < 0))
+		return -1;
+	return 0;
+}
+
+long long cg_cpus(const struct cg_limits *l)
+{
+	if (l->cpu.v < 0 || (l->cpuset.v >= 0 && l->cpuset.v < l->cpu.v))
+		return l->cpuset.v;
+	return l->cpu.v;
+}
+
+int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz)
+{
+	long long cpus = cg_cpus(l), room;
+	const struct cg_limit *cl = l->cpu.v == cpus ? &l->cpu : &l->cpuset;
+
+	f->mem_reduced = f->vcpus_reduced = 0;
+	if (cpus >= 0 && f->vcpus > cpus) {
+		if (f->vcpus_given) {
+			errno = EINVAL;
+			return reason_fail(why, wsz, "--vcpus %lld does not fit the cgroup's CPU limit: "
+					   "%lld CPUs (%s of %s)", f->vcpus, cpus,
+					   cl == &l->cpu ? "CFS quota" : "cpuset", cl->dir);
+		}
+		f->vcpus = cpus > 0 ? cpus : 1;
+		f->vcpus_reduced = 1;
+	}
+	if (l->mem.v < 0)
+		return 0;
+	room = (l->mem.v >> 20) - f->overhead_mib;
+	if (f->mem_mib <= room)
+		return 0;
+	if (room < f->min_mem_mib) {
+		errno = ENOSPC;
+		return reason_fail(why, wsz, "not even the smallest VM fits the cgroup's memory limit: "
+				   "%lld MiB of guest RAM + %lld MiB for QEMU > %lld MiB (%lld bytes, "
+				   "%s)", f->min_mem_mib, f->overhead_mib, l->mem.v >> 20, l->mem.v,
+				   l->mem.dir);
+	}
+	if (f->mem_given) {
+		errno = EINVAL;
+		return reason_fail(why, wsz, "--mem-mib %lld does not fit the cgroup's memory limit: "
+				   "%lld MiB + %lld MiB for QEMU > %lld MiB (%lld bytes, %s); at most "
+				   "--mem-mib %lld", f->mem_mib, f->mem_mib, f->overhead_mib,
+				   l->mem.v >> 20, l->mem.v, l->mem.dir, room);
+	}
+	f->mem_mib = room;
+	f->mem_reduced = 1;
+	return 0;
+}
+
+static json_t *lim(const struct cg_limit *c)
+{
+	return c->v < 0 ? json_null() : json_integer(c->v);
+}
+
+static json_t *limdir(const struct cg_limit *c)
+{
+	return c->v < 0 ? json_null() : json_string(c->dir);
+}
+
+json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f)
+{
+	json_t *j = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:b, s:b}",
+			      "cgroup", l->version ? json_integer(l->version) : json_null(),
+			      "memory_bytes", lim(&l->mem), "memory_cgroup", limdir(&l->mem),
+			      "cpus", lim(&l->cpu), "cpu_cgroup", limdir(&l->cpu),
+			      "cpuset_cpus", lim(&l->cpuset), "cpuset_cgroup", limdir(&l->cpuset),
+			      "pids", lim(&l->pids), "pids_cgroup", limdir(&l->pids),
+			      "vcpus", (json_int_t)f->vcpus, "mem_mib", (json_int_t)f->mem_mib,
+			      "qemu_overhead_mib", (json_int_t)f->overhead_mib,
+			      "vcpus_reduced", f->vcpus_reduced, "mem_reduced", f->mem_reduced);
+
+	return j;
+}

@@ -1,0 +1,68 @@
+/* cgroup.h - the caller's own cgroups: where they are (the jail makes its
+ * cgroups below them, lib/jail.c) and the limits they put on whatever runs
+ * in them, QEMU included (isopod-boot sizes a VM within them, issue 16).
+ *
+ * root is "" for this system, or a directory standing for "/" (a test's
+ * fake tree): /proc/self/cgroup, /proc/self/mountinfo and every mount point
+ * they name are read below it.  What these files hold is the host's, but
+ * it is parsed as untrusted bytes: a number that is not one, a path with a
+ * "." or ".." component, is refused (EINVAL, the file named). */
+#ifndef ISOPOD_CGROUP_H
+#define ISOPOD_CGROUP_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+
+/* The mount point (below root) of the hierarchy of fstype: "cgroup2", or
+ * "cgroup" with the v1 controller ctl among its options.  0, or -1. */
+int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, size_t sz);
+/* Our own cgroup in the hierarchy of ctl (NULL: v2's "0::" line), as
+ * /proc/self/cgroup says it (relative to that hierarchy's root).  0, or -1. */
+int cg_self(const char *root, const char *ctl, char *out, size_t sz);
+
+/* One limit: its value (-1: none on the path) and the cgroup directory
+ * that sets it (the smallest along our path up to the mount's root: an
+ * ancestor's limit applies to its descendants). */
+struct cg_limit {
+	long long v;
+	char dir[PATH_MAX];
+};
+
+struct cg_limits {
+	int version;             /* 2 or 1: the hierarchy memory's limit (else cpu's) is in; 0: none */
+	struct cg_limit mem;     /* bytes: memory.max, v1 memory.limit_in_bytes (>= 2^62: none) */
+	struct cg_limit cpu;     /* whole CPUs of the CFS quota: floor(quota / period), at least 1 */
+	long long quota_us, period_us; /* that quota's (-1: none) */
+	struct cg_limit cpuset;  /* CPUs in our cpuset (v2 cpuset.cpus.effective, v1 cpuset.effective_cpus or cpuset.cpus) */
+	struct cg_limit pids;    /* pids.max */
+	char warning[PATH_MAX + 128]; /* a hierarchy we are in but whose directory is not there */
+};
+
+/* Our limits as above.  0 (a missing hierarchy or file is no limit), or
+ * -1 with errno and a reason (EINVAL: a file that is not what the kernel
+ * writes, named, its bytes quoted). */
+int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz);
+/* The CPUs the limits allow (min of the quota's and the cpuset's), -1: no limit. */
+long long cg_cpus(const struct cg_limits *l);
+
+/* A VM's size fitted into the limits.  In: the size wanted, whether each
+ * was given (an option, the configuration) or is the default, QEMU's
+ * budget beyond guest RAM (lib/qjail.c qjail_mem_mib) and the smallest
+ * guest RAM.  Out: the size applied, and which defaults were lowered. */
+struct cg_fit {
+	long long mem_mib, vcpus;
+	int mem_given, vcpus_given;
+	long long overhead_mib, min_mem_mib;
+	int mem_reduced, vcpus_reduced;
+};
+
+/* 0 with f's size fitted (a default lowered to fit: guest RAM + overhead
+ * <= the memory limit, vCPUs <= cg_cpus, at least 1); -1 with a reason
+ * naming the limit, its cgroup and the size: EINVAL, a given size that
+ * does not fit; ENOSPC, not even the smallest VM fits. */
+int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz);
+/* The result's "limits" (doc/INTERFACES.md): the limits read and the size applied. */
+json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f);
+
+#endif
