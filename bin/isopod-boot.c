@@ -87,6 +87,7 @@ struct boot {
 	struct pool w;
 	struct cg_limits lim;     /* the caller's cgroup limits (lib/cgroup.c) */
 	struct cg_fit fit;        /* the VM's size within them */
+	int tight_noted;          /* its warning that TCG may not fit given */
 	long long want_mem, want_vcpus; /* the size before the fit */
 };
 
@@ -163,9 +164,17 @@ static int fit_limits(struct boot *bt, int tcg, char *why, size_t wsz)
 	f->mem_mib = bt->want_mem;
 	f->vcpus = bt->want_vcpus;
 	f->overhead_mib = qjail_mem_mib(0, tcg);
+	f->base_mib = qjail_mem_mib(0, 0);
 	f->min_mem_mib = 64;
 	if (cg_fit_vm(&bt->lim, f, why, wsz) < 0)
 		return -1;
+	if (f->mem_tight && !bt->tight_noted && (bt->tight_noted = 1))
+		json_array_append_new(bt->w.warnings,
+				       json_sprintf("cgroup limits: --mem-mib %lld and QEMU's fixed %lld MiB fit the "
+						    "memory limit of %lld MiB (%s), TCG's translation buffer (up to "
+						    "%lld MiB more) may not: past it the cgroup's OOM killer ends QEMU",
+						    f->mem_mib, f->base_mib, bt->lim.mem.v >> 20, bt->lim.mem.dir,
+						    f->overhead_mib - f->base_mib));
 	bt->cf.mem_mib = f->mem_mib;
 	bt->cf.vcpus = f->vcpus;
 	return 0;
@@ -609,9 +618,15 @@ static void try_warm(struct boot *bt)
 	 * template's jail cgroups, the lent disk, tpl/, the staging
 	 * directory), then ends us as it would have at once. */
 	sigemptyset(&stop);
-	sigaddset(&stop, SIGTERM);
-	sigaddset(&stop, SIGINT);
-	sigaddset(&stop, SIGHUP);
+	for (int i = 0; i < 3; i++) {
+		/* an ignored one (nohup's HUP, a background job's INT) would be
+		 * pending all the same, blocked, and abandon the build */
+		static const int sigs[] = { SIGTERM, SIGINT, SIGHUP };
+		struct sigaction sa;
+
+		if (sigaction(sigs[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
+			sigaddset(&stop, sigs[i]);
+	}
 	sigprocmask(SIG_BLOCK, &stop, &old);
 	got = warm_get(&bt->w, &bt->in, !bt->forked, bt->deadline);
 	sigprocmask(SIG_SETMASK, &old, NULL);

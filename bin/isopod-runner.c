@@ -499,7 +499,8 @@ __attribute__((noreturn)) static void worker(struct runner *r, const char *d, ch
 	int sfd, out, err, st = 0, rc, done = 0, kill_result, overrun = 0;
 	/* ISOPOD_TEST_GRACE_S (t/85): a shorter grace, to see an overrun */
 	const char *tg = getenv("ISOPOD_TEST_GRACE_S");
-	int grace = tg && atoi(tg) > 0 && atoi(tg) < GRACE_S ? atoi(tg) : GRACE_S;
+	long long tgv;
+	int grace = tg && parse_ll(tg, 1, GRACE_S - 1, &tgv) == 0 ? (int)tgv : GRACE_S;
 	int64_t deadline = mono_ms() + (budget_s + grace) * 1000, kill_at = 0;
 	struct proc_spec ps = PROC_SPEC(av);
 	struct signalfd_siginfo si;

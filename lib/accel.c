@@ -361,7 +361,13 @@ int accel_choose(const char *forced, const char *forced_by, const struct img *im
 	*accel = ok ? "kvm" : "tcg";
 	iso_now(now, sizeof now);
 	cache_write(im->ksha, *accel, reason, now);
-	accel_host_write(key, *accel, reason, now);
+	/* shared with the host's other stores only when it holds for them:
+	 * KVM works, or QEMU could not start KVM at all (no right to the
+	 * device, no VT-x); a timeout, a socket path too long or a QEMU that
+	 * died of something else may be this store's or this moment's (a
+	 * loaded host), and stays the store's alone */
+	if (ok || strstr(reason, "failed to initialize kvm"))
+		accel_host_write(key, *accel, reason, now);
 	json_decref(key);
 	close(lk);
 	return 0;

@@ -29,7 +29,10 @@ static int boot_id(char out[37])
 	size_t i;
 	FILE *f;
 
-	if (t && *t)
+	/* only beside a cache directory of the test's own: the default ones
+	 * (tmpfs) are emptied at boot, and a fake id must never make a
+	 * verdict there outlive one */
+	if (t && *t && getenv("ISOPOD_ACCEL_HOST_CACHE_DIR"))
 		snprintf(buf, sizeof buf, "%s", t);
 	else if ((f = fopen("/proc/sys/kernel/random/boot_id", "re"))) {
 		if (!fgets(buf, sizeof buf, f))
@@ -132,8 +135,10 @@ static int step(int at, const char *name, int mk, char *why, size_t wsz)
  * or -1 with why ("" when there is none: off, no runtime directory, not
  * made yet).  The base is itself checked as ours (root: /run is root's
  * 0755; a user's $XDG_RUNTIME_DIR is theirs, 0700): as root a user's
- * $XDG_RUNTIME_DIR (sudo -E) is never used, and one passed in
- * $ISOPOD_ACCEL_HOST_CACHE_DIR fails the owner check. */
+ * $XDG_RUNTIME_DIR (sudo -E) is never used.  $ISOPOD_ACCEL_HOST_CACHE_DIR
+ * (tests) is taken by name: its last directory must be ours, writable by
+ * no one else, but the path to it is not walked (whoever sets our
+ * environment has PATH and ISOPOD_HOME too). */
 static int host_dir(int mk, char *where, size_t wsz, char *why, size_t whysz)
 {
 	const char *d = getenv("ISOPOD_ACCEL_HOST_CACHE_DIR"), *base;

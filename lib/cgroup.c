@@ -371,10 +371,10 @@ long long cg_cpus(const struct cg_limits *l)
 
 int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz)
 {
-	long long cpus = cg_cpus(l), room;
+	long long cpus = cg_cpus(l), room, over = f->overhead_mib;
 	const struct cg_limit *cl = l->cpu.v == cpus ? &l->cpu : &l->cpuset;
 
-	f->mem_reduced = f->vcpus_reduced = 0;
+	f->mem_reduced = f->vcpus_reduced = f->mem_tight = 0;
 	if (cpus >= 0 && f->vcpus > cpus) {
 		if (f->vcpus_given) {
 			errno = EINVAL;
@@ -390,18 +390,29 @@ int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz
 	room = (l->mem.v >> 20) - f->overhead_mib;
 	if (f->mem_mib <= room)
 		return 0;
+	/* a given size that fits with QEMU's fixed cost but not with TCG's
+	 * translation buffer (base_mib < overhead_mib), which grows only as
+	 * the guest runs new code: kept, with a warning (f->mem_tight), so
+	 * a scheduler's request of guest RAM + the fixed cost (isopod-slurm
+	 * run's --mem) is honoured on a TCG node too; a default is lowered
+	 * to fit the whole budget */
+	if (f->mem_given && f->base_mib > 0 && f->base_mib < f->overhead_mib) {
+		over = f->base_mib;
+		room = (l->mem.v >> 20) - over;
+		if (f->mem_mib <= room)
+			return f->mem_tight = 1, 0;
+	}
 	if (room < f->min_mem_mib) {
 		errno = ENOSPC;
 		return reason_fail(why, wsz, "not even the smallest VM fits the cgroup's memory limit: "
 				   "%lld MiB of guest RAM + %lld MiB for QEMU > %lld MiB (%lld bytes, "
-				   "%s)", f->min_mem_mib, f->overhead_mib, l->mem.v >> 20, l->mem.v,
-				   l->mem.dir);
+				   "%s)", f->min_mem_mib, over, l->mem.v >> 20, l->mem.v, l->mem.dir);
 	}
 	if (f->mem_given) {
 		errno = EINVAL;
 		return reason_fail(why, wsz, "--mem-mib %lld does not fit the cgroup's memory limit: "
 				   "%lld MiB + %lld MiB for QEMU > %lld MiB (%lld bytes, %s); at most "
-				   "--mem-mib %lld", f->mem_mib, f->mem_mib, f->overhead_mib,
+				   "--mem-mib %lld", f->mem_mib, f->mem_mib, over,
 				   l->mem.v >> 20, l->mem.v, l->mem.dir, room);
 	}
 	f->mem_mib = room;

@@ -54,13 +54,17 @@ struct cg_fit {
 	long long mem_mib, vcpus;
 	int mem_given, vcpus_given;
 	long long overhead_mib, min_mem_mib;
+	long long base_mib; /* QEMU's fixed cost alone (overhead_mib less TCG's
+			       translation buffer; 0: no such leeway) */
 	int mem_reduced, vcpus_reduced;
+	int mem_tight;      /* a given size that fits with base_mib only */
 };
 
 /* 0 with f's size fitted (a default lowered to fit: guest RAM + overhead
  * <= the memory limit, vCPUs <= cg_cpus, at least 1); -1 with a reason
  * naming the limit, its cgroup and the size: EINVAL, a given size that
- * does not fit; ENOSPC, not even the smallest VM fits. */
+ * does not fit; ENOSPC, not even the smallest VM fits.  A given size that
+ * fits with base_mib but not overhead_mib is kept, f->mem_tight set. */
 int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz);
 /* The result's "limits" (doc/INTERFACES.md): the limits read and the size applied. */
 json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f);

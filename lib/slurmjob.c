@@ -1,5 +1,6 @@
 /* slurmjob.c - one job handed to Slurm (slurmjob.h). */
 #include "slurmjob.h"
+#include "qjail.h"
 #include "proc.h"
 #include "util.h"
 
@@ -128,8 +129,12 @@ int sjob_submit(struct sjob *j, char *why, size_t whysz)
 		pre[k++] = pref;
 	if (j->cpus > 0)
 		snprintf(cpus, sizeof cpus, "--cpus-per-task=%d", j->cpus), pre[k++] = cpus;
+	/* guest RAM and QEMU's fixed cost: the node's isopod-boot fits the VM
+	 * into the job's cgroup (lib/cgroup.c), and refuses a --mem-mib that
+	 * does not leave QEMU that much (a TCG node warns of its translation
+	 * buffer beyond it) */
 	if (j->mem_mib > 0)
-		snprintf(mem, sizeof mem, "--mem=%lldM", j->mem_mib), pre[k++] = mem;
+		snprintf(mem, sizeof mem, "--mem=%lldM", j->mem_mib + QJAIL_MEM_BASE_MIB), pre[k++] = mem;
 	if (j->time_s > 0)
 		snprintf(tm, sizeof tm, "--time=%lld", (j->time_s + 59) / 60), pre[k++] = tm;
 	pre[k++] = sh;

@@ -911,11 +911,15 @@ char *fd_text(int fd, size_t cap, size_t *n)
 int progress_fd(void)
 {
 	const char *e = getenv("ISOPOD_PROGRESS_FD");
+	struct stat st;
 	long long v;
 	int fl;
 
+	/* a regular file (isopod-mcp's memfd) only: a write there never
+	 * blocks, where a pipe whose reader stalled would stop the writer's
+	 * loop (isopod-slurm run's polls, its cancel on a signal) */
 	if (!e || parse_ll(e, 3, 1 << 20, &v) < 0 || (fl = fcntl((int)v, F_GETFL)) < 0 ||
-	    (fl & O_ACCMODE) == O_RDONLY)
+	    (fl & O_ACCMODE) == O_RDONLY || fstat((int)v, &st) < 0 || !S_ISREG(st.st_mode))
 		return -1;
 	fcntl((int)v, F_SETFD, FD_CLOEXEC);
 	return (int)v;

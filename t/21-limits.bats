@@ -96,6 +96,16 @@ in_cg() {
 	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -eq "$n" ]
 }
 
+@test "limits: under TCG a given --mem-mib that fits with QEMU's fixed 256 MiB but not the translation buffer's budget runs, with a warning (what isopod-slurm asks of Slurm)" {
+	run --separate-stderr in_cg 600 env ISOPOD_ACCEL=tcg "$ROOT/sh/isopod" run --json-only --mem-mib 256 -- true
+	[ "$status" -eq 0 ]
+	json_is '.ok == true and .limits.mem_mib == 256 and .limits.mem_reduced == false'
+	json_is 'any(.warnings[]; test("--mem-mib 256 and QEMU.s fixed 256 MiB fit the memory limit of 600 MiB .*OOM killer"))'
+	# 345 + 256 > 600: refused, as before
+	run --separate-stderr in_cg 600 env ISOPOD_ACCEL=tcg "$ROOT/sh/isopod" run --json-only --mem-mib 345 -- true
+	[ "$status" -eq 100 ]
+}
+
 @test "limits: a cgroup too small for the smallest VM is a usage error saying so, before anything is claimed" {
 	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
 	run --separate-stderr in_cg 200 "$ROOT/sh/isopod" run --json-only -- true

@@ -366,7 +366,7 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	ISOPOD_MEM_MIB=320 mcp "$(sl)" call '{"name":"sandbox_run","args":{"argv":["true"],"timeout_s":60}}'
 	echo "$output" | jq -e '.result.structuredContent | .ok == true and .exit_code == 0'
 	id=$(echo "$output" | jq -r .result.structuredContent.slurm.job_id)
-	cx ctl scontrol -o show job "$id" | grep -q 'MinMemoryNode=320M'
+	cx ctl scontrol -o show job "$id" | grep -q 'MinMemoryNode=576M' # 320 + QEMU's fixed 256
 	[ -z "$(ls -A "$T/mcpjobs")" ]
 }
 

@@ -241,7 +241,9 @@ static int mem(long mib)
 
 /* As "qemu-system-x86_64" (t/20's stand-in for the KVM probe's QEMU):
  * one line on stderr (its log), "qemuprobe uid=U CapEff=X NoNewPrivs=N
- * kvm=opened|E" (E: why /dev/kvm would not open), and exit 1. */
+ * kvm=opened|E" (E: why /dev/kvm would not open, then QEMU's words for
+ * it, "failed to initialize kvm": a verdict lib/accel.c shares with the
+ * host's other stores), and exit 1. */
 static int as_qemu(void)
 {
 	char line[256], cap[64] = "?", nnp[16] = "?";
@@ -254,8 +256,8 @@ static int as_qemu(void)
 	}
 	if (fp)
 		fclose(fp);
-	fprintf(stderr, "qemuprobe uid=%d CapEff=%s NoNewPrivs=%s kvm=%s\n", (int)getuid(), cap, nnp,
-		fd >= 0 ? "opened" : ename(e));
+	fprintf(stderr, "qemuprobe uid=%d CapEff=%s NoNewPrivs=%s kvm=%s%s\n", (int)getuid(), cap, nnp,
+		fd >= 0 ? "opened" : ename(e), fd >= 0 ? "" : ": failed to initialize kvm (stand-in)");
 	return 1;
 }
 

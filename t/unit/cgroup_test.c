@@ -239,6 +239,21 @@ static void test_fit(void)
 	errno = 0;
 	ok(cg_fit_vm(&l, &f, why, sizeof why) == -1 && errno == EINVAL && strstr(why, "/cg/cpu") &&
 	   strstr(why, "--vcpus 3"), "fit: --vcpus beyond the quota is refused: %s", why);
+	/* TCG: 1280 MiB for QEMU at most, 256 fixed; 600 MiB of limit */
+	f = (struct cg_fit){ .mem_mib = 320, .vcpus = 1, .mem_given = 1, .overhead_mib = 1280,
+			     .base_mib = 256, .min_mem_mib = 64 };
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == 0 && f.mem_mib == 320 && f.mem_tight && !f.mem_reduced,
+	   "fit: a given 320 + 256 fixed in 600 MiB under TCG: kept, tight");
+	f = (struct cg_fit){ .mem_mib = 345, .vcpus = 1, .mem_given = 1, .overhead_mib = 1280,
+			     .base_mib = 256, .min_mem_mib = 64 };
+	errno = 0;
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == -1 && errno == EINVAL && !f.mem_tight,
+	   "fit: a given 345 + 256 fixed in 600 MiB: refused: %s", why);
+	f = (struct cg_fit){ .mem_mib = 512, .vcpus = 1, .overhead_mib = 1280, .base_mib = 256,
+			     .min_mem_mib = 64 };
+	errno = 0;
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == -1 && errno == ENOSPC && !f.mem_tight,
+	   "fit: a default under TCG gets no leeway: %s", why);
 	l.mem.v = 300LL << 20;
 	f = (struct cg_fit){ .mem_mib = 512, .vcpus = 1, .overhead_mib = 256, .min_mem_mib = 64 };
 	errno = 0;
