@@ -106,7 +106,8 @@ static int cg_same(const char *dir, const struct stat *st)
 /* One jail cgroup (jail_cg_each): it goes when it has no member and its
  * owner is gone.  A qemu-img jail's owner is its caller (the pid in its
  * name; as for a doctor's check and isopod-jail's own jail-<pid>: a
- * caller-chosen name cannot name another's pid, bin/isopod-jail.c), gone when no process has that pid or the one that has it started
+ * caller-chosen name cannot name another's pid, bin/isopod-jail.c),
+ * gone when no process has that pid or the one that has it started
  * after the cgroup was made (a pid reused; 2 s of slack: btime jitters).
  * The cgroup's ctime is its inode's, made at its first lookup (kernfs:
  * the caller's limit files, at once), again after an eviction: never
@@ -117,7 +118,11 @@ static int cg_same(const char *dir, const struct stat *st)
  * (tpl_locks, held while it goes); a VM's of no record here (another
  * store's, or one whose record went) when it is empty and old
  * (unknown_stale).  Any other (a probe's, isopod-jail's of a name its
- * caller chose: no owner to prove gone) is left alone. */
+ * caller chose: no owner to prove gone) is left alone; but an
+ * isopod-jail name of a VM's or a template's shape (vm-<hex>,
+ * broker-vm-<hex>, tpl-<32 hex>) is judged as theirs: fail-closed, as
+ * rmdir refuses a cgroup with members and a jail whose cgroup went
+ * before its program joined it fails to start, never runs unlimited. */
 static int cg_one(const char *dir, const char *name, const struct stat *st, void *arg)
 {
 	struct cgsweep *s = arg;
