@@ -362,11 +362,12 @@ int accel_choose(const char *forced, const char *forced_by, const struct img *im
 	iso_now(now, sizeof now);
 	cache_write(im->ksha, *accel, reason, now);
 	/* shared with the host's other stores only when it holds for them:
-	 * KVM works, or QEMU could not start KVM at all (no right to the
-	 * device, no VT-x); a timeout, a socket path too long or a QEMU that
-	 * died of something else may be this store's or this moment's (a
-	 * loaded host), and stays the store's alone */
-	if (ok || strstr(reason, "failed to initialize kvm"))
+	 * KVM works, QEMU could not start KVM at all (no right to the
+	 * device, no VT-x), or KVM itself failed the guest ("KVM internal
+	 * error" in QEMU's log: a PVM host); a bare timeout, a socket path
+	 * too long or a QEMU that died of something else may be this store's
+	 * or this moment's (a loaded host), and stays the store's alone */
+	if (ok || strstr(reason, "failed to initialize kvm") || strstr(reason, "(KVM internal error"))
 		accel_host_write(key, *accel, reason, now);
 	json_decref(key);
 	close(lk);

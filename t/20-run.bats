@@ -971,7 +971,10 @@ probe_reason() {
 	cp -a "$ISOPOD_HOME/accel/." "$keep/" 2>/dev/null || :
 	rm -f "$ISOPOD_HOME"/accel/*.json "$ISOPOD_HOME"/accel/*.log
 	vm=$(isopod-claim | jq -er .vm.id)
-	PATH="$sb:$PATH" ISOPOD_ACCEL_HOST_CACHE_DIR="$BATS_TEST_TMPDIR/hostcache" \
+	# PROBE_REAL=1: the real QEMU, not the stand-in
+	local pre="$sb:"
+	[ -z "${PROBE_REAL-}" ] || pre=
+	PATH="$pre$PATH" ISOPOD_ACCEL_HOST_CACHE_DIR="$BATS_TEST_TMPDIR/hostcache" \
 		run --separate-stderr "$@" isopod-boot --vm "$vm" --owner-pid $$
 	echo "$stderr"
 	reason=$(jq -r .reason "$ISOPOD_HOME"/accel/*.json)
@@ -1064,4 +1067,25 @@ probe_reason() {
 	fi
 	export ISOPOD_HOME=$h1
 	rm -rf "$s2"
+}
+
+# The PVM case for real: unjailed, this host's probe boots and the guest
+# dies of a KVM internal error (where KVM works: the probe's "kvm", shared
+# as well) -- a verdict of the host, not of one store or moment: a second
+# store takes it without the 10 s probe.
+@test "accel: a verdict of KVM itself (this PVM host's unjailed probe: a KVM internal error) is shared with a second store" {
+	local reason probed first s2="$BATS_TEST_TMPDIR/s2" h1=$ISOPOD_HOME
+	[ -e /dev/kvm ] || skip "no /dev/kvm: the probe never runs"
+	PROBE_REAL=1 probe_reason env ISOPOD_JAIL=0
+	[[ "$reason" == *"(KVM internal error in qemu.log)" || "$reason" == "kvm: "*"answered"* ]] ||
+		skip "neither a PVM host nor KVM: $reason"
+	[ "$probed" = 1 ] || false
+	first=$reason
+	mkdir -p "$s2/locks"
+	cp -al "$ISOPOD_HOME/kernels" "$ISOPOD_HOME/images" "$s2/"
+	export ISOPOD_HOME=$s2
+	PROBE_REAL=1 probe_reason env ISOPOD_JAIL=0
+	export ISOPOD_HOME=$h1
+	rm -rf "$s2"
+	[ "$probed" = 0 ] && [ "$reason" = "$first (host cache)" ] || false
 }
