@@ -189,10 +189,15 @@ static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, s
 		v = 1;
 	if (!v || cg_self(root, v == 2 ? NULL : ctl, self, sizeof self) < 0)
 		return 0;
+	/* "/../.." (a cgroup namespace over the host's bound tree), "//deleted":
+	 * a layout we cannot place ourselves in is no limit known, with a
+	 * warning, never a run refused (it booted before limits were read) */
 	if (!path_ok(self) || !path_ok(mr)) {
-		errno = EINVAL;
-		return reason_fail(why, wsz, "%s/proc/self/cgroup: %s's cgroup %s (mount root %s) is not "
-				   "a clean absolute path", root, ctl, EXC(self), EXC(mr));
+		if (!l->warning[0])
+			snprintf(l->warning, sizeof l->warning, "cgroup limits: our %s cgroup %.512s (mount "
+				 "root %.512s) is not a clean absolute path: its limits are not known",
+				 ctl, self, mr);
+		return 0;
 	}
 	/* A container's view without a cgroup namespace: the mount is its own
 	 * cgroup, which /proc/self/cgroup names from the hierarchy's root. */
@@ -204,8 +209,9 @@ static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, s
 	if (pathn(dir, PATH_MAX, "%s%s", mnt, strcmp(rel, "/") ? rel : "") < 0)
 		return reason_fail(why, wsz, "cgroup path too long");
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(l->warning, sizeof l->warning, "cgroup limits: our %s cgroup %.1024s is not "
-			 "there: its limits are not known", ctl, dir);
+		if (!l->warning[0])
+			snprintf(l->warning, sizeof l->warning, "cgroup limits: our %s cgroup %.1024s is "
+				 "not there: its limits are not known", ctl, dir);
 		return 0;
 	}
 	return v;
@@ -321,8 +327,10 @@ static int rd_cpuset(const char *dir, int ver, struct cg_limit *out, char *why, 
 		if (pathn(p, sizeof p, "%s/%s", dir, *f) < 0)
 			return reason_fail(why, wsz, "cgroup path too long");
 		if (read_line(p, b, sizeof b, why, wsz) < 0) {
+			/* a list longer than b (thousands of CPUs, sparse):
+			 * not known, as the vCPUs it could cap are few */
 			if (errno != ENOENT)
-				return -1;
+				return 0;
 			continue;
 		}
 		if (!*b) /* a v1 cpuset not set up: holds no process, not ours */
@@ -403,10 +411,17 @@ int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz
 			return f->mem_tight = 1, 0;
 	}
 	if (room < f->min_mem_mib) {
+		char hint[96] = "";
+
+		/* a default under TCG: what a given size could still do */
+		if (!f->mem_given && f->base_mib > 0 && f->base_mib < over &&
+		    (l->mem.v >> 20) - f->base_mib >= f->min_mem_mib)
+			snprintf(hint, sizeof hint, "; a given --mem-mib up to %lld runs, with a warning",
+				 (l->mem.v >> 20) - f->base_mib);
 		errno = ENOSPC;
 		return reason_fail(why, wsz, "not even the smallest VM fits the cgroup's memory limit: "
 				   "%lld MiB of guest RAM + %lld MiB for QEMU > %lld MiB (%lld bytes, "
-				   "%s)", f->min_mem_mib, over, l->mem.v >> 20, l->mem.v, l->mem.dir);
+				   "%s)%s", f->min_mem_mib, over, l->mem.v >> 20, l->mem.v, l->mem.dir, hint);
 	}
 	if (f->mem_given) {
 		errno = EINVAL;
