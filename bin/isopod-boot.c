@@ -171,10 +171,11 @@ static int fit_limits(struct boot *bt, int tcg, char *why, size_t wsz)
 	if (f->mem_tight && !bt->tight_noted && (bt->tight_noted = 1))
 		json_array_append_new(bt->w.warnings,
 				       json_sprintf("cgroup limits: --mem-mib %lld and QEMU's fixed %lld MiB fit the "
-						    "memory limit of %lld MiB (%s), TCG's translation buffer (up to "
-						    "%lld MiB more) may not: past it the cgroup's OOM killer ends QEMU",
+						    "memory limit of %lld MiB (%s), TCG's translation buffer's budget "
+						    "(%lld MiB) does not: the buffer is capped at %lld MiB (tb-size), "
+						    "a guest that runs much new code runs slower",
 						    f->mem_mib, f->base_mib, bt->lim.mem.v >> 20, bt->lim.mem.dir,
-						    f->overhead_mib - f->base_mib));
+						    f->overhead_mib - f->base_mib, f->tb_mib));
 	bt->cf.mem_mib = f->mem_mib;
 	bt->cf.vcpus = f->vcpus;
 	return 0;
@@ -535,6 +536,7 @@ static void record_booting(struct boot *bt)
 		.initrd = bt->im.initrd,
 		.tap = bt->net.slot >= 0 ? bt->net.tap : NULL,
 		.mac = bt->net.slot >= 0 ? bt->net.macs : NULL,
+		.tb_mib = bt->fit.mem_tight ? bt->fit.tb_mib : 0,
 	};
 }
 

@@ -383,6 +383,7 @@ int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz
 	const struct cg_limit *cl = l->cpu.v == cpus ? &l->cpu : &l->cpuset;
 
 	f->mem_reduced = f->vcpus_reduced = f->mem_tight = 0;
+	f->tb_mib = 0;
 	if (cpus >= 0 && f->vcpus > cpus) {
 		if (f->vcpus_given) {
 			errno = EINVAL;
@@ -407,8 +408,12 @@ int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz
 	if (f->mem_given && f->base_mib > 0 && f->base_mib < f->overhead_mib) {
 		over = f->base_mib;
 		room = (l->mem.v >> 20) - over;
-		if (f->mem_mib <= room)
+		/* the buffer capped to what is left (QEMU's tb-size;
+		 * below 16 MiB it re-translates 4-9x slower: doc/SPEED.md) */
+		if (f->mem_mib <= room) {
+			f->tb_mib = room - f->mem_mib > 16 ? room - f->mem_mib : 16;
 			return f->mem_tight = 1, 0;
+		}
 	}
 	if (room < f->min_mem_mib) {
 		char hint[96] = "";
@@ -447,7 +452,7 @@ static json_t *limdir(const struct cg_limit *c)
 
 json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f)
 {
-	json_t *j = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:b, s:b}",
+	json_t *j = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:b, s:b, s:o}",
 			      "cgroup", l->version ? json_integer(l->version) : json_null(),
 			      "memory_bytes", lim(&l->mem), "memory_cgroup", limdir(&l->mem),
 			      "cpus", lim(&l->cpu), "cpu_cgroup", limdir(&l->cpu),
@@ -455,7 +460,8 @@ json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f)
 			      "pids", lim(&l->pids), "pids_cgroup", limdir(&l->pids),
 			      "vcpus", (json_int_t)f->vcpus, "mem_mib", (json_int_t)f->mem_mib,
 			      "qemu_overhead_mib", (json_int_t)f->overhead_mib,
-			      "vcpus_reduced", f->vcpus_reduced, "mem_reduced", f->mem_reduced);
+			      "vcpus_reduced", f->vcpus_reduced, "mem_reduced", f->mem_reduced,
+			      "tcg_tb_mib", f->mem_tight ? json_integer(f->tb_mib) : json_null());
 
 	return j;
 }

@@ -58,6 +58,7 @@ struct cg_fit {
 			       translation buffer; 0: no such leeway) */
 	int mem_reduced, vcpus_reduced;
 	int mem_tight;      /* a given size that fits with base_mib only */
+	long long tb_mib;   /* then TCG's translation buffer to fit (MiB, at least 16) */
 };
 
 /* 0 with f's size fitted (a default lowered to fit: guest RAM + overhead

@@ -51,7 +51,13 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 #define A(s) (q->av[n++] = (char *)(s))
 	A(QEMU);
 	A("-M"); A(q->machine);
-	A("-accel"); A(tcg ? "tcg" : "kvm");
+	/* tb-size: a cgroup's limit that leaves QEMU less than its 1 GiB
+	 * default; a full buffer is flushed and refilled, never grown */
+	if (tcg && c->tb_mib > 0)
+		snprintf(q->accel, sizeof q->accel, "tcg,tb-size=%lld", c->tb_mib);
+	else
+		snprintf(q->accel, sizeof q->accel, "%s", tcg ? "tcg" : "kvm");
+	A("-accel"); A(q->accel);
 	A("-cpu"); A(tcg ? "max" : "host");
 	A("-m"); A(q->mem);
 	if (memfile) {
@@ -174,6 +180,7 @@ struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
 		.qmp_sock = in->qmp,
 		.tap = vm->tap,
 		.mac = vm->mac,
+		.tb_mib = vm->tb_mib,
 	};
 }
 

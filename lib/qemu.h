@@ -41,10 +41,11 @@ struct qemu_cfg {
 	int share;                      /* with memfile: 1 a template, 0 a clone */
 	int incoming;                   /* -incoming defer: a clone */
 	const char *tap, *mac;          /* the NIC (last device), or NULL: none */
+	long long tb_mib;               /* TCG's translation buffer (tb-size), 0: QEMU's own */
 };
 
 struct qemu_argv {
-	char machine[160], mem[32], smp[32], drive[PATH_MAX + 64];
+	char machine[160], accel[48], mem[32], smp[32], drive[PATH_MAX + 64];
 	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32], obj[PATH_MAX + 128];
 	char netdev[96], nic[96];
 	char *av[64];
@@ -80,6 +81,8 @@ struct qemu_vm {
 	long long mem_mib, vcpus;
 	const char *vmlinux, *initrd;
 	const char *tap, *mac;          /* the NIC, or NULL */
+	long long tb_mib;               /* TCG's translation buffer (tb-size), 0: QEMU's own
+					   (1 GiB); set to fit a cgroup's limit (lib/cgroup.c) */
 };
 
 /* The configuration of vm's QEMU with its files at in (no RAM file, not

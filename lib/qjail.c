@@ -229,7 +229,7 @@ static int plan(struct qjail *qj, const char *id, const char *dir, const char *o
 		errno = EINVAL;
 		return fail(err, errsz, "QEMU's command line is not qemu_argv's");
 	}
-	tcg = !strcmp(acc, "tcg");
+	tcg = !strcmp(acc, "tcg") || !strncmp(acc, "tcg,", 4); /* tcg,tb-size=N */
 	if (which(av[0], qj->prog, err, errsz) < 0 || add(qj, qj->prog, err, errsz) < 0 ||
 	    jail_deps(qj->prog, qj->ro, &qj->nro, JAIL_PATHS_MAX, err, errsz) < 0)
 		return -1;

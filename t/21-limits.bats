@@ -96,11 +96,16 @@ in_cg() {
 	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -eq "$n" ]
 }
 
-@test "limits: under TCG a given --mem-mib that fits with QEMU's fixed 256 MiB but not the translation buffer's budget runs, with a warning (what isopod-slurm asks of Slurm)" {
-	run --separate-stderr in_cg 600 env ISOPOD_ACCEL=tcg "$ROOT/sh/isopod" run --json-only --mem-mib 256 -- true
+@test "limits: under TCG a given --mem-mib that fits with QEMU's fixed 256 MiB but not the translation buffer's budget runs, its buffer capped to fit (tb-size), with a warning (what isopod-slurm asks of Slurm)" {
+	run --separate-stderr in_cg 600 env ISOPOD_ACCEL=tcg "$ROOT/sh/isopod" run --json-only --keep --mem-mib 256 -- true
 	[ "$status" -eq 0 ]
-	json_is '.ok == true and .limits.mem_mib == 256 and .limits.mem_reduced == false'
-	json_is 'any(.warnings[]; test("--mem-mib 256 and QEMU.s fixed 256 MiB fit the memory limit of 600 MiB .*OOM killer"))'
+	json_is '.ok == true and .limits.mem_mib == 256 and .limits.mem_reduced == false and .limits.tcg_tb_mib == 88'
+	json_is 'any(.warnings[]; test("--mem-mib 256 and QEMU.s fixed 256 MiB fit the memory limit of 600 MiB .*capped at 88 MiB .tb-size."))'
+	# 600 - 256 - 256: QEMU runs with that buffer
+	id=$(echo "$output" | jq -r .vm.id)
+	pid=$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$id/meta.json")
+	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- ' -accel tcg,tb-size=88 '
+	isopod vm stop "$id" >/dev/null
 	# 345 + 256 > 600: refused, as before
 	run --separate-stderr in_cg 600 env ISOPOD_ACCEL=tcg "$ROOT/sh/isopod" run --json-only --mem-mib 345 -- true
 	[ "$status" -eq 100 ]

@@ -258,7 +258,8 @@ static void test_fit(void)
 	/* TCG: 1280 MiB for QEMU at most, 256 fixed; 600 MiB of limit */
 	f = (struct cg_fit){ .mem_mib = 320, .vcpus = 1, .mem_given = 1, .overhead_mib = 1280,
 			     .base_mib = 256, .min_mem_mib = 64 };
-	ok(cg_fit_vm(&l, &f, why, sizeof why) == 0 && f.mem_mib == 320 && f.mem_tight && !f.mem_reduced,
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == 0 && f.mem_mib == 320 && f.mem_tight && !f.mem_reduced &&
+	   f.tb_mib == 24,
 	   "fit: a given 320 + 256 fixed in 600 MiB under TCG: kept, tight");
 	f = (struct cg_fit){ .mem_mib = 345, .vcpus = 1, .mem_given = 1, .overhead_mib = 1280,
 			     .base_mib = 256, .min_mem_mib = 64 };

@@ -208,6 +208,17 @@ int main(void)
 	}
 
 	{
+		/* tb-size (a cgroup's limit, lib/cgroup.c): under TCG only */
+		const struct qemu_cfg t = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, .tb_mib = 88, FILES };
+		const struct qemu_cfg k = { .accel = "kvm", .mem_mib = 512, .vcpus = 1, .tb_mib = 88, FILES };
+
+		ok(qemu_argv(&q, &t) == 0 && strstr(joined(&q), "\n-accel\ntcg,tb-size=88\n-cpu\n"),
+		   "TCG with tb_mib: -accel tcg,tb-size=88");
+		ok(qemu_argv(&q, &k) == 0 && strstr(joined(&q), "\n-accel\nkvm\n-cpu\n"),
+		   "KVM with tb_mib: -accel kvm, no tb-size");
+	}
+
+	{
 		const struct qemu_cfg c = { .accel = "kvm", .mem_mib = 512, .vcpus = 2, FILES };
 
 		ok(same(&c,

@@ -176,6 +176,12 @@ static void test_plan_over(const char *dir)
 	   "qjail_plan_over binds the VM's disk and the base, not the template's disk (%s)", err);
 	ok(geteuid() != 0 || qj.js.uid >= JAIL_UID_BASE, "as root, the template's own identity (%u)",
 	   (unsigned)qj.js.uid);
+	ok(!qj.js.kvm, "-accel tcg: no /dev/kvm in the jail");
+	qjail_free(&qj);
+	/* a cgroup's limit caps TCG's buffer (lib/cgroup.c): still TCG */
+	av[6] = "tcg,tb-size=88";
+	r = qjail_plan_over(&qj, "tpl-x", tdir, vdisk, av, err, sizeof err);
+	ok(r == 0 && !qj.js.kvm, "-accel tcg,tb-size=88: TCG, no /dev/kvm in the jail (%s)", err);
 	qjail_free(&qj);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", home);
 	ok(system(cmd) == 0, "cleaned up");
