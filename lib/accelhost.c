@@ -72,16 +72,6 @@ json_t *accel_host_key(const char *ksha, const char *dev)
 	return k;
 }
 
-/* accel_host_cache's value: 1 yes, 0 no, -1 neither. */
-static int yes_no(const char *v)
-{
-	if (!strcmp(v, "yes") || !strcmp(v, "1") || !strcmp(v, "on"))
-		return 1;
-	if (!strcmp(v, "no") || !strcmp(v, "0") || !strcmp(v, "off"))
-		return 0;
-	return -1;
-}
-
 /* Wanted: $ISOPOD_ACCEL_HOST_CACHE, else the configuration's
  * accel_host_cache (the user's line wins over the host's: the cache is the
  * user's own), else yes.  A bad value or an unreadable file: no (why), as
@@ -93,7 +83,7 @@ static int wanted(char *why, size_t wsz)
 	int r;
 
 	if (e && *e) {
-		if ((r = yes_no(e)) < 0)
+		if ((r = config_bool(e)) < 0)
 			snprintf(why, wsz, "ISOPOD_ACCEL_HOST_CACHE=%s: want yes or no", EXC(e));
 		return r > 0;
 	}
@@ -103,7 +93,7 @@ static int wanted(char *why, size_t wsz)
 	}
 	if (!r)
 		return 1;
-	if ((r = yes_no(v)) < 0)
+	if ((r = config_bool(v)) < 0)
 		snprintf(why, wsz, "%s: accel_host_cache %s: want yes or no", where, EXC(v));
 	return r > 0;
 }

@@ -123,6 +123,15 @@ static const char *env(const char *name)
 	return v && *v ? v : NULL;
 }
 
+int config_bool(const char *v)
+{
+	if (!strcmp(v, "yes") || !strcmp(v, "1") || !strcmp(v, "on"))
+		return 1;
+	if (!strcmp(v, "no") || !strcmp(v, "0") || !strcmp(v, "off"))
+		return 0;
+	return -1;
+}
+
 const char *config_host_file(void)
 {
 	return env("ISOPOD_SYSCONFIG") ?: "/etc/isopod/config";

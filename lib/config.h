@@ -33,6 +33,10 @@ int config_each(const char *path, const char *key, config_fn *fn, void *arg, cha
  * no file sets it; -1 when a file that exists cannot be read (errno,
  * where = the file). */
 int config_value(const char *key, char *val, size_t vsz, char *where, size_t wsz);
+/* A switch's value (jail, accel_host_cache, and their ISOPOD_* variables;
+ * sh/isopod checks the same words): "yes", "1", "on" 1; "no", "0",
+ * "off" 0; anything else -1. */
+int config_bool(const char *v);
 
 /* Where the files are, decided here alone (lib/subjects.c hashes them,
  * `isopod-image where` prints them for sh/isopod and images/): the host's

@@ -133,15 +133,13 @@ struct wanted {
 static int wanted_value(const char *v, const char *where, void *arg)
 {
 	struct wanted *w = arg;
+	int on = config_bool(v);
 
-	if (!strcmp(v, "yes") || !strcmp(v, "1") || !strcmp(v, "on"))
-		w->on = 1;
-	else if (!strcmp(v, "no") || !strcmp(v, "0") || !strcmp(v, "off"))
-		w->on = 0;
-	else {
+	if (on < 0) {
 		errno = EINVAL;
 		return reason_fail(w->why, w->wsz, "%s: jail: yes or no, not %s", where, EXC(v));
 	}
+	w->on = on;
 	if (strcmp(where, "ISOPOD_JAIL"))
 		snprintf(w->why, w->wsz, "%s: jail = %s", where, v);
 	return 0;
