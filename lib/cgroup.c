@@ -85,6 +85,23 @@ int cg_self(const char *root, const char *ctl, char *out, size_t sz)
 	return found;
 }
 
+int cg_has_word(const char *path, const char *w)
+{
+	char buf[1024], *tok, *save;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	for (tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save))
+		if (!strcmp(tok, w))
+			return 1;
+	return 0;
+}
+
 /* A control file's text, NUL-terminated, one line at most (its newline
  * dropped).  Its length; -1 with ENOENT when absent, EINVAL when longer
  * than sz - 1 or more than one line. */
@@ -175,16 +192,14 @@ static int path_ok(const char *p)
 static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, struct cg_limits *l,
 		   char *why, size_t wsz)
 {
-	char mnt[PATH_MAX], mr[PATH_MAX], self[PATH_MAX], p[PATH_MAX + 32], b[512], *tok, *save;
+	char mnt[PATH_MAX], mr[PATH_MAX], self[PATH_MAX], p[PATH_MAX + 32];
 	const char *rel;
 	int v = 0;
 	struct stat st;
 
 	if (mount_of(root, "cgroup2", NULL, mnt, sizeof mnt, mr, sizeof mr) == 0 &&
-	    pathn(p, sizeof p, "%s/cgroup.controllers", mnt) == 0 &&
-	    read_line(p, b, sizeof b, why, wsz) >= 0)
-		for (tok = strtok_r(b, " ", &save); tok && !v; tok = strtok_r(NULL, " ", &save))
-			v = !strcmp(tok, ctl) ? 2 : 0;
+	    pathn(p, sizeof p, "%s/cgroup.controllers", mnt) == 0 && cg_has_word(p, ctl))
+		v = 2;
 	if (!v && mount_of(root, "cgroup", ctl, mnt, sizeof mnt, mr, sizeof mr) == 0)
 		v = 1;
 	if (!v || cg_self(root, v == 2 ? NULL : ctl, self, sizeof self) < 0)

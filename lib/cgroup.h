@@ -39,6 +39,11 @@ struct cg_limits {
 	char warning[PATH_MAX + 128]; /* a hierarchy we are in but whose directory is not there */
 };
 
+/* Is w one of the words (space or newline apart) of the small control
+ * file at path (cgroup.controllers, cgroup.subtree_control)?  0 when it
+ * is not, or the file cannot be read. */
+int cg_has_word(const char *path, const char *w);
+
 /* Our limits as above.  0 (a missing hierarchy or file is no limit), or
  * -1 with errno and a reason (EINVAL: a file that is not what the kernel
  * writes, named, its bytes quoted). */

@@ -236,23 +236,6 @@ static int put(const char *dir, const char *file, long long v)
 	return r;
 }
 
-static int has_word(const char *path, const char *w)
-{
-	char buf[1024], *tok, *save;
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	for (tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save))
-		if (!strcmp(tok, w))
-			return 1;
-	return 0;
-}
-
 /* A cgroup of our own below ours in one hierarchy: mkdir, then the limit
  * files.  0, or -1 with a reason (the directory removed again). */
 static int cg_make(struct jail *j, const char *mnt, const char *self, const char *name,
@@ -350,7 +333,7 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 	 * said with v1's own failure, so that a host with neither names both. */
 	if (cg_mount("", "cgroup2", NULL, mnt, sizeof mnt) == 0 && cg_self("", NULL, self, sizeof self) == 0 &&
 	    pathn(base, sizeof base, "%s%s/cgroup.subtree_control", mnt, self) == 0) {
-		int ok = (!want_mem || has_word(base, "memory")) && (!want_pids || has_word(base, "pids"));
+		int ok = (!want_mem || cg_has_word(base, "memory")) && (!want_pids || cg_has_word(base, "pids"));
 
 		if (!ok) {
 			char sub[64];
