@@ -3,8 +3,11 @@
  * with no capabilities, cgroup limits.
  *
  * The shape follows bubblewrap: the parent clones the child into its new
- * namespaces, places it in its cgroups (and writes its uid/gid maps when it
- * is not root), then lets it go over a socket; the child builds its root on a
+ * namespaces, writes its uid/gid maps when it is not root and lets it build
+ * its root (a first go over a socket), places it in its cgroups meanwhile,
+ * then lets it go on (a second go; the child waits for it before it drops
+ * its identity, before its init's fork and the exec, so nothing of the
+ * program runs outside them).  The child builds its root on a
  * tmpfs at /tmp (bubblewrap's base), pivots into that so the host stays
  * reachable as /oldroot while it binds what the spec names into /newroot,
  * pivots again into /newroot and detaches the rest, then gives up its
@@ -679,18 +682,43 @@ static int plan_ok(const struct proc_spec *ps, char *err, size_t errsz)
 	return 0;
 }
 
+/* The child's verdict on errfd, up to EOF (its exec, or its death): its
+ * reason's length (0: none), or -1. */
+static ssize_t verdict(int errfd, char *why, size_t wsz)
+{
+	ssize_t n = 0, r;
+
+	while (n < (ssize_t)wsz - 1 && (r = read(errfd, why + n, wsz - 1 - (size_t)n)) != 0) {
+		if (r < 0 && errno != EINTR)
+			return -1;
+		n += r > 0 ? r : 0;
+	}
+	why[n] = '\0';
+	return n;
+}
+
 /* The parent's side once the child exists: the user namespace's maps, the
- * cgroups, then the go; the child's verdict comes back on errfd.  0: it is
- * past every step (EOF: it closed the pipe at its exec), or -1 with the
- * reason in why.  syncfd stays open throughout: the child's check that we
- * are alive. */
+ * first go, the cgroups, the second go; the child's verdict comes back on
+ * errfd.  0: it is past every step (EOF: it closed the pipe at its exec), or
+ * -1 with the reason in why (the child killed when it may be building its
+ * root).  syncfd stays open throughout: the child's check that we are
+ * alive.
+ *
+ * The order is what keeps the program inside its cgroups: the child builds
+ * its root between the two goes (mounts, pivot_root: bounded work of ours,
+ * charged to our cgroups), and waits for the second before its cgroup
+ * namespace, its identity's drop, its init's fork and the exec.  The maps
+ * come before the first: the child's tmpfs needs its uid mapped. */
 static int release(pid_t pid, int userns, const struct jail *j, int syncfd, int errfd, char *why,
 		   size_t wsz)
 {
-	char map[64];
-	ssize_t n = 0, r;
-	int i;
+	char map[64], child[1024];
+	const char go[] = { JAIL_GO_MAPS, JAIL_GO_CGROUPS };
+	ssize_t n;
+	int i, e;
 
+	if (mutant() & MUT_SLOW_PARENT) /* the tests' window: a child not waiting acts first */
+		usleep(300 * 1000);
 	if (userns) { /* ourselves, and nobody else, inside */
 		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)getuid(), (unsigned)getuid());
 		if (write_file(pid, "setgroups", "deny") < 0 || write_file(pid, "uid_map", map) < 0)
@@ -699,19 +727,35 @@ static int release(pid_t pid, int userns, const struct jail *j, int syncfd, int 
 		if (write_file(pid, "gid_map", map) < 0)
 			return reason_fail(why, wsz, "writing the user namespace's gid map:");
 	}
+	if (send(syncfd, &go[0], 1, MSG_NOSIGNAL) != 1)
+		return reason_fail(why, wsz, "releasing the jailed child:");
+	if (mutant() & MUT_SLOW_PARENT)
+		usleep(300 * 1000);
 	for (i = 0; i < j->ncg; i++)
 		if (put(j->cg[i], "cgroup.procs", pid) < 0)
-			return reason_fail(why, wsz, "%s/cgroup.procs:", j->cg[i]);
-	if (send(syncfd, "1", 1, MSG_NOSIGNAL) != 1)
-		return reason_fail(why, wsz, "releasing the jailed child:");
-	while (n < (ssize_t)wsz - 1 && (r = read(errfd, why + n, wsz - 1 - (size_t)n)) != 0) {
-		if (r < 0 && errno != EINTR)
-			return reason_fail(why, wsz, "reading the jailed child's verdict:");
-		n += r > 0 ? r : 0;
+			break;
+	if (i < j->ncg)
+		reason_fail(why, wsz, "%s/cgroup.procs:", j->cg[i]);
+	else if (!(mutant() & MUT_NO_CG_WAIT) && send(syncfd, &go[1], 1, MSG_NOSIGNAL) != 1)
+		reason_fail(why, wsz, "releasing the jailed child:");
+	else if ((n = verdict(errfd, why, wsz)) < 0)
+		return reason_fail(why, wsz, "reading the jailed child's verdict:");
+	else {
+		errno = EPERM;
+		return n ? -1 : 0;
 	}
-	why[n] = '\0';
-	errno = EPERM;
-	return n ? -1 : 0;
+	/* Our failure, while the child may have failed on its own building its
+	 * root (a dead child's pid is no cgroup's, its socket takes no go): its
+	 * reason, when it gave one, is the one that tells.  Killed first, so its
+	 * end of the pipe is closed and the read ends. */
+	e = errno;
+	kill(pid, SIGKILL);
+	if (verdict(errfd, child, sizeof child) > 0) {
+		snprintf(why, wsz, "%s", child);
+		e = EPERM;
+	}
+	errno = e;
+	return -1;
 }
 
 pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct jail *j,

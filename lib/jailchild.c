@@ -1,10 +1,11 @@
 /* jailchild.c - the jail's child (jail.c is the parent's side): what runs
  * after the clone, in the new namespaces, until the exec.  It waits for the
- * parent's go, builds its root on a tmpfs (the spec's paths bound as the
- * parent resolved them, the device nodes, a /proc of its pid namespace),
- * pivots into it, gives up its identity and capabilities, installs the
- * seccomp filter and execs.  Any failure before the exec is written to the
- * error pipe (cdie). */
+ * parent's first go (its maps written), builds its root on a tmpfs (the
+ * spec's paths bound as the parent resolved them, the device nodes, a /proc
+ * of its pid namespace) and pivots into it while the parent places it in its
+ * cgroups, waits for the second go (it is in them), then gives up its
+ * identity and capabilities, installs the seccomp filter and execs.  Any
+ * failure before the exec is written to the error pipe (cdie). */
 #include "bpfdeny.h"
 #include "jailchild.h"
 #include "util.h"
@@ -509,13 +510,11 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	 * caller's (isopod's 077) would leave them root's alone, and the
 	 * jailed uid unable to reach /dev/null.  ps->umask is the program's. */
 	umask(022);
-	/* The parent placed us in our cgroups (and wrote our maps): EOF here
+	/* The first go: the parent wrote our user namespace's maps (the
+	 * tmpfs below makes inodes: our uid must be mapped there).  EOF here
 	 * means it failed or died. */
-	if (read(syncfd, &go, 1) != 1)
+	if (read(syncfd, &go, 1) != 1 || go != JAIL_GO_MAPS)
 		_exit(126);
-	/* Our cgroup namespace is rooted at the jail's own cgroup. */
-	if (unshare(CLONE_NEWCGROUP) < 0)
-		cdie(errfd, "unshare(CLONE_NEWCGROUP):");
 	/* Nothing mounted below propagates back to the host. */
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		cdie(errfd, "making / private:");
@@ -560,6 +559,16 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 		cdie(errfd, "sethostname:");
 	if (chdir(js->vm_dir ? js->vm_dir : "/") < 0)
 		cdie(errfd, "chdir %s:", js->vm_dir);
+	/* The second go: the parent placed us in our cgroups (its writes to
+	 * cgroup.procs wait for an RCU grace period under cgroup v1, which is
+	 * why the root above was built meanwhile).  Only our own steps ran
+	 * before: nothing of the program, no fork (the init's is below), and
+	 * the namespace below is rooted at the jail's cgroup.  EOF: the
+	 * parent failed or died. */
+	if (!(mutant() & MUT_NO_CG_WAIT) && (read(syncfd, &go, 1) != 1 || go != JAIL_GO_CGROUPS))
+		_exit(126);
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		cdie(errfd, "unshare(CLONE_NEWCGROUP):");
 	drop_privs(js, userns, errfd);
 	landlock_jail(js, rp, errfd);
 	/* The parent-death signal is cleared by the uid change: set it now, then

@@ -24,6 +24,8 @@ enum {
 	MUT_NO_RESOLVE = 32,
 	MUT_NO_LANDLOCK = 64,
 	MUT_NO_INIT = 128,
+	MUT_NO_CG_WAIT = 256,
+	MUT_SLOW_PARENT = 512,
 };
 #ifdef JAIL_MUTANT
 static unsigned mutant(void)
@@ -47,18 +49,30 @@ static unsigned mutant(void)
 		m |= MUT_NO_LANDLOCK;
 	if (e && strstr(e, "no-init"))
 		m |= MUT_NO_INIT;
+	if (e && strstr(e, "no-cg-wait"))
+		m |= MUT_NO_CG_WAIT;
+	if (e && strstr(e, "slow-parent")) /* not a weakening: the parent's steps late */
+		m |= MUT_SLOW_PARENT;
 	return m;
 }
 #else
 #define mutant() 0u
 #endif
 
+/* The parent's two messages on the sync socket, in this order: the user
+ * namespace's maps are written (the child may build its root), then the
+ * child is in every cgroup of the jail (it may go on to its init and the
+ * program). */
+#define JAIL_GO_MAPS '1'
+#define JAIL_GO_CGROUPS '2'
+
 /* The host path each of the spec's paths finally names, symlinks resolved
  * (resolve_all: ro, then rw, then vm_dir). */
 typedef char realpath_t[PATH_MAX];
 
-/* The clone's child: waits for the go on syncfd, builds the root, drops
- * privileges, execs ps with envp (proc_env's for ps->env), or NULL: ours. */
+/* The clone's child: waits for the maps on syncfd, builds the root, waits
+ * for the cgroups, drops privileges, execs ps with envp (proc_env's for
+ * ps->env), or NULL: ours. */
 __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const struct proc_spec *ps,
 					  char **envp, realpath_t *rp, int userns, int syncfd,
 					  int errfd);

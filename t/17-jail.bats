@@ -98,6 +98,21 @@ proof_submount() {
 	[ "$status" -eq 1 ] && [[ "$output" == "refused write $KDIR/sub/f: EROFS" ]] || false
 }
 
+# The program's first act, a fork bomb, then an allocation, meets the
+# jail's limits: nothing of it runs before the parent placed the jail in its
+# cgroups (the child builds its root meanwhile, lib/jail.c release).  Not
+# /proc/self/cgroup: in the jail's cgroup namespace a process still in its
+# maker's cgroup reads "/" too.  A fork before the attach would stay outside
+# for good (cgroup.procs moves the init alone).
+proof_cg_first() {
+	run --separate-stderr timeout 60 "${J[@]}" --pids 16 -- "$PROBE" forkbomb 64
+	echo "pids: $output" >&2
+	[ "$status" -eq 1 ] && [[ "$output" == "contained after "*": EAGAIN" ]] || return 1
+	run --separate-stderr timeout 60 "${J[@]}" --mem-mib 64 -- "$PROBE" mem 256
+	echo "memory: $status $output" >&2
+	[ "$status" -eq 137 ] && [[ "$output" != *"not contained"* ]] || false
+}
+
 # The jail's init (PID 1, jail.h) and the probe (PID 2), nothing else.
 proof_procs() {
 	jail procs
@@ -355,6 +370,13 @@ proof_landlock() {
 	[ "$output" = "refused write $d/ro/base.img: EROFS" ]
 	run --separate-stderr timeout 60 setpriv --reuid=$u --regid=$u --clear-groups \
 		isopod-jail --vm-dir "$d/vm" -- "$PROBE" procs
+	[ "$output" = "$(printf '1\n2')" ]
+	# The maps come before the child builds its root (its tmpfs needs its
+	# uid mapped): with the parent slowed (the mutant's slow-parent, no
+	# weakening) a child not waiting for them would fail, EOVERFLOW.
+	run --separate-stderr timeout 60 setpriv --reuid=$u --regid=$u --clear-groups \
+		env ISOPOD_JAIL_MUTANT=slow-parent "$MUTANT" --vm-dir "$d/vm" --pids 16 -- "$PROBE" procs
+	echo "$output $stderr"
 	[ "$output" = "$(printf '1\n2')" ]
 	rm -rf "$d"
 }
@@ -701,6 +723,20 @@ proof_prctl() {
 @test "mutation: without the jail's init, a thread's exec outlives SIGKILL of isopod-jail" {
 	mutant no-init
 	leaks proof_thread_exec
+}
+
+# slow-parent is no weakening: the parent waits 0.3 s before its maps and
+# again before its writes to cgroup.procs, so that a child not waiting for
+# them would surely act first.
+@test "mutation: a program exec'd before its cgroup attach escapes its pids and memory limits" {
+	proof_cg_first
+	mutant slow-parent
+	proof_cg_first
+	mutant slow-parent,no-cg-wait
+	leaks proof_cg_first
+	[ "$output" = "not contained: 64 children" ]
+	run --separate-stderr timeout 60 "${J[@]}" --mem-mib 64 -- "$PROBE" mem 256
+	[ "$output" = "not contained: 256 MiB" ]
 }
 
 @test "mutation: with the paths compared as strings, the planted link pulls a host file in" {
