@@ -140,6 +140,27 @@ struct bindreq {
  * cloned detached (open_tree), its attributes set on the whole tree at once
  * (mount_setattr, AT_RECURSIVE: a submount -- a tmpfs, another disk -- is
  * read-only too), and only then attached: it is never visible writable. */
+/* Wait for the parent's go `want` on syncfd.  EOF: the parent failed (its
+ * reason is its own) or died: a silent exit, nothing of the program ran.
+ * Anything else is said on errfd, so the parent never reads an empty
+ * verdict as "exec reached" for a child that stopped here. */
+static void await_go(int syncfd, char want, int errfd)
+{
+	char go = 0;
+	ssize_t n;
+
+	while ((n = read(syncfd, &go, 1)) < 0 && errno == EINTR)
+		;
+	if (n == 0)
+		_exit(126);
+	if (n < 0)
+		cdie(errfd, "waiting for the parent's go:");
+	if (go != want) {
+		errno = EPROTO;
+		cdie(errfd, "the parent's go was '%c', not '%c':", go, want);
+	}
+}
+
 static void bind_path(const char *path, const char *want, int kind, int errfd)
 {
 	char real[PATH_MAX], in[PATH_MAX + 16];
@@ -496,7 +517,6 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	struct pollfd pf = { .fd = syncfd, .events = POLLIN };
 	struct bindreq b[2 * JAIL_PATHS_MAX + 1];
 	size_t i, nb = 0;
-	char go;
 
 	for (i = 0; i < js->nro; i++, nb++)
 		b[nb] = (struct bindreq){ .path = js->ro[i], .real = rp[nb], .kind = B_RO };
@@ -513,8 +533,7 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	/* The first go: the parent wrote our user namespace's maps (the
 	 * tmpfs below makes inodes: our uid must be mapped there).  EOF here
 	 * means it failed or died. */
-	if (read(syncfd, &go, 1) != 1 || go != JAIL_GO_MAPS)
-		_exit(126);
+	await_go(syncfd, JAIL_GO_MAPS, errfd);
 	/* Nothing mounted below propagates back to the host. */
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		cdie(errfd, "making / private:");
@@ -565,8 +584,8 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	 * before: nothing of the program, no fork (the init's is below), and
 	 * the namespace below is rooted at the jail's cgroup.  EOF: the
 	 * parent failed or died. */
-	if (!(mutant() & MUT_NO_CG_WAIT) && (read(syncfd, &go, 1) != 1 || go != JAIL_GO_CGROUPS))
-		_exit(126);
+	if (!(mutant() & MUT_NO_CG_WAIT))
+		await_go(syncfd, JAIL_GO_CGROUPS, errfd);
 	if (unshare(CLONE_NEWCGROUP) < 0)
 		cdie(errfd, "unshare(CLONE_NEWCGROUP):");
 	drop_privs(js, userns, errfd);
