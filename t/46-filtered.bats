@@ -361,11 +361,13 @@ unsquat() {
 
 # The pids of isopod-broker processes serving this file's store (read-only
 # look at /proc: nothing is signalled here).
+# One grep over every cmdline first: a loop of two processes a pid took
+# 3.7 s a pass on a loaded host, past the guest's 6 s below.
 broker_pids() {
-	local d
-	for d in /proc/[0-9]*; do
-		tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -q "isopod-broker .*--ledger $ISOPOD_HOME/" &&
-			echo "${d#/proc/}"
+	local f
+	for f in $(grep -laF -- "$ISOPOD_HOME/" /proc/[0-9]*/cmdline 2>/dev/null); do
+		tr '\0' ' ' 2>/dev/null <"$f" | grep -q "isopod-broker .*--ledger $ISOPOD_HOME/" &&
+			echo "${f//[!0-9]/}"
 	done
 	return 0
 }
