@@ -8,7 +8,7 @@
 # name the memory limit and cpuset Slurm put on the job, in Slurm's own
 # cgroups (slurm_a/uid_0/job_<id>/step_batch), and the VM must fit them.
 # The control: the same job under task/none sees no limit.  Boots VMs: run
-# under the VM test lock.  About 20 s alone.
+# under the VM test lock.  About 30 s alone.
 
 load helpers
 
@@ -107,6 +107,18 @@ step_cg() { echo "/sys/fs/cgroup/$1/slurm_a/uid_0/job_$(cat "$T/$2.id")/step_bat
 	kb=$(jq -r .stdout "$T/fit.json" | awk '{ print $2 }')
 	[ "$kb" -le $((384 * 1024)) ]
 	[ "$kb" -gt $((352 * 1024)) ]
+}
+
+@test "what isopod-slurm run asks of Slurm, --mem = --mem-mib + 256: the node's run keeps the given size (under TCG its translation buffer capped to fit)" {
+	job asked --mem=$((384 + 256)) -c1 -- --mem-mib 384 -- sh -c "'head -1 /proc/meminfo'"
+	cat "$T/asked.out" >&2
+	[ "$(cat "$T/asked.rc")" = 0 ]
+	jq -e --arg m "$(step_cg memory asked)" \
+		'.ok == true and .exit_code == 0 and .limits.memory_bytes == (640 * 1048576) and .limits.memory_cgroup == $m
+		and .limits.mem_mib == 384 and .limits.mem_reduced == false
+		and (if .limits.qemu_overhead_mib > 256 then .limits.tcg_tb_mib >= 16 else .limits.tcg_tb_mib == null end)' "$T/asked.json"
+	jq -c .limits "$T/asked.json" >&3
+	echo "# job cgroup's peak memory: $(($(cat "$T/asked.max") / 1048576)) MiB of 640" >&3
 }
 
 @test "a given --mem-mib over the job's --mem, and --vcpus 2 in a one-CPU job: refused with 100, naming the limit and the step's cgroup" {
