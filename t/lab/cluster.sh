@@ -39,13 +39,14 @@
 # runs on the node before each job's script; the "export NAME=VALUE" lines
 # it prints are the job's environment (a node's own configuration: t/97's
 # nodes name their store there, since sbatch --export=NONE carries none of
-# the submitter's).  ISOPOD_LAB_TASKCG=1: the jobs in cgroups with their
-# limits instead, ProctrackType=proctrack/cgroup and TaskPlugin=task/cgroup
-# (cgroup.conf ConstrainRAMSpace, ConstrainCores): each slurmd runs in a
-# cgroup namespace of its own (t/lab/cgns), the hierarchies mounted there,
-# so that its slurm_a/... tree is below the lab's own cgroup, not at the
-# host's root; `unslurm` and `down` remove them.  Every wait is bounded
-# (await: 5 s).
+# the submitter's).  ISOPOD_LAB_TASKCG=1: Slurm puts each job in cgroups
+# with its limits: ProctrackType=proctrack/cgroup, TaskPlugin=task/cgroup,
+# SelectTypeParameters=CR_CPU_Memory, cgroup.conf ConstrainRAMSpace and
+# ConstrainCores (set ISOPOD_LAB_CPUS to the machine's CPUs: a job's CPUs
+# become its cpuset); each slurmd runs in a cgroup namespace of its own
+# (t/lab/cgns), the hierarchies mounted there, so that its slurm_a/...
+# tree is below the lab's own cgroup, not at the host's root; `unslurm`
+# and `down` remove those trees.  Every wait is bounded (await: 5 s).
 
 CL_NET=192.0.2
 CL_CTL=$CL_NET.1
