@@ -39,7 +39,14 @@
 # runs on the node before each job's script; the "export NAME=VALUE" lines
 # it prints are the job's environment (a node's own configuration: t/97's
 # nodes name their store there, since sbatch --export=NONE carries none of
-# the submitter's).  Every wait is bounded (await: 5 s).
+# the submitter's).  ISOPOD_LAB_TASKCG=1: Slurm puts each job in cgroups
+# with its limits: ProctrackType=proctrack/cgroup, TaskPlugin=task/cgroup,
+# SelectTypeParameters=CR_CPU_Memory, cgroup.conf ConstrainRAMSpace and
+# ConstrainCores (set ISOPOD_LAB_CPUS to the machine's CPUs: a job's CPUs
+# become its cpuset); each slurmd runs in a cgroup namespace of its own
+# (t/lab/cgns), the hierarchies mounted there, so that its slurm_a/...
+# tree is below the lab's own cgroup, not at the host's root; `unslurm`
+# and `down` remove those trees.  Every wait is bounded (await: 5 s).
 
 CL_NET=192.0.2
 CL_CTL=$CL_NET.1
@@ -96,6 +103,10 @@ cmd_cluster() {
 write_conf() {
 	s=$STATE/slurm
 	types=$(jq -r .gres_types "$2")
+	proctrack=linuxproc task=none cr=CR_CPU
+	# memory a consumable (CR_CPU_Memory): else a job's --mem is not its
+	# allocation and task/cgroup limits it to the node's RAM
+	[ "${ISOPOD_LAB_TASKCG-}" != 1 ] || proctrack=cgroup task=cgroup cr=CR_CPU_Memory
 	cat >"$s/etc/slurm.conf" <<-EOF
 		ClusterName=isopodlab
 		SlurmctldHost=ctl($CL_CTL)
@@ -110,14 +121,14 @@ write_conf() {
 		SlurmdPidFile=$s/state/%n.pid
 		SlurmctldLogFile=$s/log/ctl.log
 		SlurmdLogFile=$s/log/%n.log
-		ProctrackType=proctrack/linuxproc
-		TaskPlugin=task/none
+		ProctrackType=proctrack/$proctrack
+		TaskPlugin=task/$task
 		JobAcctGatherType=jobacct_gather/none
 		AccountingStorageType=accounting_storage/none
 		MpiDefault=none
 		MailProg=/bin/true
 		SelectType=select/cons_tres
-		SelectTypeParameters=CR_CPU
+		SelectTypeParameters=$cr
 		SlurmdParameters=config_overrides
 		ReturnToService=2
 		SchedulerParameters=sched_interval=1,bf_interval=1
@@ -139,6 +150,7 @@ write_conf() {
 	done
 	echo "PartitionName=lab Nodes=a,b Default=YES MaxTime=10 State=UP" >>"$s/etc/slurm.conf"
 	echo "CgroupPlugin=cgroup/v1" >"$s/etc/cgroup.conf"
+	[ "$task" = none ] || printf 'ConstrainRAMSpace=yes\nConstrainCores=yes\n' >>"$s/etc/cgroup.conf"
 }
 
 # Both nodes idle, as sinfo says (≤ 20 s: slurmd registers within a few).
@@ -162,7 +174,12 @@ cmd_slurm() {
 	echo "$spawned" >>"$s/daemons"
 	await nsx "$name-ctl" scontrol ping || die "cluster $name: slurmctld does not answer (see $s/log)"
 	for h in a b; do
-		spawn "$name-$h" unshare --uts sh -c "hostname $h && exec slurmd -D -N $h"
+		if [ "${ISOPOD_LAB_TASKCG-}" = 1 ]; then
+			spawn "$name-$h" sh "$LAB_DIR/cgns" "$s/cgroups" "lab-$name-$h" \
+				unshare --uts sh -c "hostname $h && exec slurmd -D -N $h"
+		else
+			spawn "$name-$h" unshare --uts sh -c "hostname $h && exec slurmd -D -N $h"
+		fi
 		echo "$spawned" >>"$s/daemons"
 	done
 	i=0
@@ -186,15 +203,40 @@ kill_ns_pids() {
 
 # Wait (<= 5 s) until no process but munged is left in netns NS (a
 # process that is gone has no netns to list, even while it is a zombie).
-# 1 when some are.
+# Whatever is still there after 3 s is sent SIGKILL: a slurmstepd whose
+# job was still running blocks SIGTERM and retries its report to the
+# daemons just killed, for minutes (with task/cgroup its job's cgroups
+# stay as long).  1 when some are left.
 ns_empty() {
 	i=0
 	mpid=$(cat "$STATE/slurm/munge/pid" 2>/dev/null) || mpid=
-	while [ -n "$(ip netns pids "$1" 2>/dev/null | grep -vx "${mpid:-none}")" ]; do
+	while left=$(ip netns pids "$1" 2>/dev/null | grep -vx "${mpid:-none}") && [ -n "$left" ]; do
+		i=$((i + 1))
+		[ "$i" -le 50 ] || return 1
+		# shellcheck disable=SC2086 # a list of pids
+		[ "$i" -ne 30 ] || kill -KILL $left 2>/dev/null || :
+		sleep 0.1
+	done
+}
+
+# Remove the cgroup trees t/lab/cgns made for the slurmds (listed in
+# $STATE/slurm/cgroups), deepest first, once their processes are gone
+# (<= 5 s: an exiting job may still be counted).  1 when some are left.
+rm_cgroups() {
+	f=$STATE/slurm/cgroups
+	[ -s "$f" ] || return 0
+	i=0
+	while :; do
+		left=
+		while read -r d; do
+			[ ! -d "$d" ] || find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || left=$d
+		done <"$f"
+		[ -n "$left" ] || break
 		i=$((i + 1))
 		[ "$i" -le 50 ] || return 1
 		sleep 0.1
 	done
+	: >"$f"
 }
 
 cmd_unslurm() {
@@ -203,6 +245,7 @@ cmd_unslurm() {
 	for ns in "$name-ctl" "$name-a" "$name-b"; do
 		ns_empty "$ns" || die "cluster $name: processes left in $ns after 5 s"
 	done
+	rm_cgroups || die "cluster $name: cgroups left: $(cat "$STATE/slurm/cgroups")"
 	: >"$STATE/slurm/daemons"
 }
 

@@ -227,6 +227,7 @@ cmd_down() {
 		"$name-inet" | "$name"-vm[0-9]*) ip netns del "$ns" ;;
 		esac
 	done
+	rm_cgroups || echo "lab: cgroups left: $(cat "$STATE/slurm/cgroups")" >&2
 	rm -rf "$STATE" "/etc/netns/$name-host"
 }
 
