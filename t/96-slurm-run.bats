@@ -161,7 +161,8 @@ wait_jobs() {
 	cx ctl sbatch -Q -o "$d/b.out" --chdir=/tmp -w b --wrap \
 		"isopod run --json-only --net none --cold --stage $REG/isopod/travel@$dg --pull-plain-http --timeout-s 100 -- cat /travel >$d/run-b.json; echo \$? >$d/b.rc"
 	wait_jobs
-	echo "# a job on b pulling the stage and running on it: $(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s; its timings: $(jq -c .timings "$d/run-b.json")" >&3
+	echo "# a job on b pulling the stage and running on it: $(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s" \
+		"submitted to gone; its timings: $(jq -c .timings "$d/run-b.json"); the layer: $(stat -c %s "$STORE_B/stages/$id/layer.qcow2" 2>/dev/null) bytes" >&3
 	[ "$(cat "$d/b.rc")" = 0 ] || { cat "$d/b.out" "$d/run-b.json" >&3; false; }
 	jq -e --arg id "$id" '.ok and .stdout == "\($mk)\n" and .on.stage.id == $id' --arg mk "$mk" "$d/run-b.json"
 	# the same stage, id and bytes, in b's own store, pulled from the registry
