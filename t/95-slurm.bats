@@ -386,7 +386,7 @@ state_b_becomes() {
 # environment) and the node's name from the host name when slurmd sets no
 # SLURMD_NODENAME.  The control first: without it, node b stays idle under
 # an attestation that fails (the gap it closes).
-@test "attestation between jobs: refresh as slurmd's HealthCheckProgram drains node b within 20 s of its attestation failing, no job ending and no refresh by hand, and resumes it once it verifies; without it b stays idle" {
+@test "attestation between jobs: refresh as slurmd's HealthCheckProgram drains node b within 20 s of its attestation failing, no job ending and no refresh by hand (jobs Slurm would give b run on a), and resumes it once it verifies; without it b stays idle" {
 	local i
 	[ "$(state_b)" = "idle|none" ]
 	echo "$T/lx-bad" >"$T/health-lx-b"
@@ -418,6 +418,14 @@ state_b_becomes() {
 	[ "$(state_b)" = "drained|isopod: attestation does not verify: ruleset/nftables: digest differs" ]
 	grep -q '^a' "$T/health.runs"
 	[ "$(cx ctl sinfo -h -N -n a -o '%T')" = idle ]
+	# the work goes to the other host: with a weighing more, Slurm's own
+	# choice is b (t/95's soft-placement control: "a 0 b 2"), yet the jobs
+	# run on a while b is drained
+	cx ctl scontrol update NodeName=a Weight=100
+	burst 2 isopod_filtered:1 "$T/rec-drained"
+	cx ctl scontrol update NodeName=a Weight=1
+	echo "# b drained: $(placed "$T/rec-drained")" >&3
+	[ "$(placed "$T/rec-drained")" = "a 2 b 0" ]
 	# verifying again: the next health check resumes it
 	echo "$T/lx-good" >"$T/health-lx-b"
 	for i in $(seq 1 40); do
