@@ -9,7 +9,8 @@
 # timestamp into a shared file and sleeps $HOLD s in between; the check is
 # that no host ever ran more of them at once than it has slots.  No VM is
 # booted here; isopod-attest and, for the refusals, scontrol are stand-ins
-# where said.  ~25 s alone.
+# where said.  ~90 s alone (30 s of it the hung scontrol's; 82 s with 10
+# jobs on 2+3 slots).
 
 load helpers
 

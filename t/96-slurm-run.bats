@@ -12,7 +12,7 @@
 # a real VM and pushes it to the cluster's registry (lab.sh cregistry, its
 # own namespace on the cluster's bridge); a job on b runs on it by digest,
 # isopod run pulling it first.  Boots VMs: run under the VM test lock.
-# ~45 s alone.
+# ~60 s alone (29 s before the travel test).
 
 load helpers
 
