@@ -9,7 +9,9 @@
 # which the "hosts" share with the runner (one machine).  Each node is told
 # 1 CPU (ISOPOD_LAB_CPUS), so one-CPU jobs spread over both.  sbatch
 # carries none of the runner's environment (--export=NONE): the nodes find
-# the store through their own configuration, slurm.conf's TaskProlog.  No
+# their stores through their own configuration, slurm.conf's TaskProlog
+# (each node its own: a's the file's, b's another with the same kernel and
+# base).  No
 # attestation here: under Slurm it is each node's (t/95).  Boots VMs: run
 # under the VM test lock.
 
@@ -21,14 +23,22 @@ setup_file() {
 	export LAB="$BATS_TEST_DIRNAME/lab/lab.sh" LAB_NAME="t97s$$" ISOPOD_LAB_CPUS=1
 	export ISOPOD_LAB_STATE="$BATS_FILE_TMPDIR/lab" T="$BATS_FILE_TMPDIR/t"
 	mkdir -p "$T/jobenv"
+	# node b's own store (a short path: unix sockets), the same kernel and
+	# base as a's: hard links of the file's registered images (immutable)
+	STORE_B=$(mktemp -d /tmp/isopod-t.97-b.XXXXXX)
+	export STORE_B
+	cp -al "$ISOPOD_HOME/kernels" "$ISOPOD_HOME/images" "$STORE_B/"
 	# the nodes' own configuration of their jobs (slurm.conf's TaskProlog:
 	# sbatch --export=NONE carries nothing of the submitter's environment):
-	# the store they share with the runner, no host or user config, and
-	# the job's environment as the node gave it, in $T/jobenv/<job id>
+	# the node's own store, no host or user config, and the job's
+	# environment as the node gave it, in $T/jobenv/<job id>
 	cat >"$T/taskprolog" <<-EOF
 		#!/bin/sh
 		env >"$T/jobenv/\$SLURM_JOB_ID"
-		echo export ISOPOD_HOME="$ISOPOD_HOME"
+		case \$SLURMD_NODENAME in
+		a) echo export ISOPOD_HOME="$ISOPOD_HOME" ;;
+		b) echo export ISOPOD_HOME="$STORE_B" ;;
+		esac
 		echo export ISOPOD_SYSCONFIG=/dev/null
 		echo export ISOPOD_CONFIG=/dev/null
 		echo export ISOPOD_NET=none
@@ -66,8 +76,19 @@ stop_runner() {
 teardown_file() {
 	stop_runner "${T-}/runner2.pid"
 	stop_runner "${T-}/runner.pid"
+	local st=0
 	[ -z "${LAB-}" ] || sh "$LAB" down "$LAB_NAME"
-	isopod_teardown_file
+	[ -z "${STORE_B-}" ] || ISOPOD_HOME=$STORE_B isopod_teardown_file || st=1
+	isopod_teardown_file || st=1
+	return "$st"
+}
+
+# running_vms: the ids of the VMs running in either node's store.
+running_vms() {
+	local h
+	for h in "$ISOPOD_HOME" "$STORE_B"; do
+		ISOPOD_HOME=$h isopod vm ls | jq -r 'select(.running) | .id'
+	done
 }
 
 teardown() {
@@ -186,7 +207,7 @@ ended() {
 	id=$(jq -r .slurm_job "$SPOOL/running/long/state.json")
 	# running on its node, its VM up (the guest's sleep started)
 	wait_until 60 eval 'cx ctl squeue -h -j "$id" -o %T | grep -qx RUNNING'
-	wait_until 60 eval '[ -n "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	wait_until 60 eval '[ -n "$(running_vms)" ]'
 	cx ctl scancel "$id"
 	wait_until 90 ended long
 	d=$(ended long)
@@ -195,7 +216,7 @@ ended() {
 	jq -e '.ok == false and .error_kind == "interrupted" and .slurm.state == "CANCELLED"
 		and (.slurm.node | IN("a", "b")) and (.error | test("CANCELLED"))' "$d/result.json"
 	jq -e '.state == "failed" and .exit != 0' "$d/state.json"
-	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	wait_until 60 eval '[ -z "$(running_vms)" ]'
 }
 
 @test "a job no node can take (a filtered slot: none here): failed at once with sbatch's words, no Slurm job" {
@@ -303,7 +324,7 @@ ended() {
 	rm -f "$T/refuse-scancel"
 	cx ctl scancel "$id"
 	wait_until 60 eval '! cx ctl squeue -h -j "$id" -o %T 2>/dev/null | grep -qx "RUNNING\|PENDING\|COMPLETING"'
-	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	wait_until 60 eval '[ -z "$(running_vms)" ]'
 	stop_runner "$T/runner2.pid"
 }
 
@@ -379,12 +400,12 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
 	# isopod-slurm run, back once scancel took, removed the job's directory itself
 	wait_until 15 eval '[ -z "$(ls -A "$T/mcpjobs")" ]'
-	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	wait_until 60 eval '[ -z "$(running_vms)" ]'
 	mcp "$(sl)" close_running "$args"
 	echo "# client gone: $(echo "$output" | jq -c '{running_before, close_ms}')" >&3
 	echo "$output" | jq -e '(.running_before | length) == 1'
 	wait_until 30 eval '[ -z "$(mcp_jobs)" ]'
-	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	wait_until 60 eval '[ -z "$(running_vms)" ]'
 	# isopod-slurm run, back once scancel took, removed its job's directory
 	wait_until 15 eval '[ -z "$(ls -A "$T/mcpjobs")" ]' 
 }
@@ -492,7 +513,7 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	jq -e '.ok == false and .error_kind == "interrupted"' "$d/result.json"
 	# Slurm no longer runs it (squeue shows an ended job for MinJobAge: none, or not RUNNING)
 	wait_until 60 eval '! cx ctl squeue -h -j "$id" -o %T 2>/dev/null | grep -qx "RUNNING\|PENDING\|COMPLETING"'
-	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	wait_until 60 eval '[ -z "$(running_vms)" ]'
 }
 
 @test "the runner SIGKILLed mid-job (last: it stays dead): its worker cancels the Slurm job and writes interrupted" {
@@ -506,11 +527,11 @@ mcp_jobs() { cx ctl squeue -h -o '%j %i %T' | grep '^isopod-run\.' | grep -v ' C
 	echo "# $(jq -c '{error, error_kind, slurm}' "$d/result.json")" >&3
 	[ "$d" = "$SPOOL/interrupted/rkill" ]
 	jq -e '.ok == false and .error_kind == "interrupted" and .slurm.state == "CANCELLED"' "$d/result.json"
-	wait_until 60 eval '[ -z "$(isopod vm ls | jq -r "select(.running) | .id")" ]'
+	wait_until 60 eval '[ -z "$(running_vms)" ]'
 	# and the job's processes have ended: a VM's lock is free before the
 	# last of them writes its record (stop 29's rehearsal: the lab, taken
 	# down right after, killed one mid-write and gc saw its meta.json's
 	# staging file as a leak)
 	wait_until 60 eval '! cx ctl squeue -h -j "$id" -o %T | grep -qxE "RUNNING|COMPLETING"'
-	wait_until 60 eval '[ -z "$(find "$ISOPOD_HOME/vms" -name "*.tmp.*")" ]'
+	wait_until 60 eval '[ -z "$(find "$ISOPOD_HOME/vms" "$STORE_B/vms" -name "*.tmp.*" 2>/dev/null)" ]'
 }

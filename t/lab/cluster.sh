@@ -18,6 +18,11 @@
 #                                state (HealthCheckNodeState=ANY)
 #   lab.sh unslurm NAME          stop the daemons and every job (cluster stays)
 #   lab.sh cexec NAME H CMD...   run CMD in NAME-H (H: ctl, a, b), SLURM_CONF set
+#   lab.sh cregistry NAME        an OCI registry (docker-registry, plain
+#                                HTTP) on 192.0.2.20:5000 in a fourth
+#                                namespace, NAME-reg, on the cluster's bridge
+#                                (where a site's registry would be: a host
+#                                of its own); its storage $STATE/registry
 #
 # Three namespaces joined by a bridge that lives in NAME-ctl, made inside
 # them; nothing is linked to the root namespace:
@@ -25,6 +30,7 @@
 #   NAME-ctl  br0 192.0.2.1/24 (TEST-NET-1): slurmctld, host name "ctl"
 #   NAME-a    e0 192.0.2.11/24: slurmd -N a, host name "a" (a UTS namespace)
 #   NAME-b    e0 192.0.2.12/24: slurmd -N b, host name "b"
+#   NAME-reg  e0 192.0.2.20/24: the registry (cregistry only)
 #
 # One munged (the filesystem's socket $STATE/slurm/munge/sock serves every
 # namespace; its own key, never /etc/munge's).  Slurm 22.05 (Debian 12) as
@@ -56,8 +62,20 @@ cl_addr() {
 	ctl) echo "$CL_CTL" ;;
 	a) echo "$CL_NET.11" ;;
 	b) echo "$CL_NET.12" ;;
-	*) die "no cluster host '$1': want ctl, a or b" ;;
+	reg) echo "$CL_NET.20" ;;
+	*) die "no cluster host '$1': want ctl, a, b or reg" ;;
 	esac
+}
+
+# cl_host NAME H: netns NAME-H, its e0 (H's address) on NAME-ctl's bridge.
+cl_host() {
+	ip netns add "$1-$2"
+	nsx "$1-$2" ip link set lo up
+	# born in the host's netns, its peer moved straight into NAME-ctl
+	nsx "$1-$2" ip link add e0 type veth peer name "v$2" netns "$1-ctl"
+	nsx "$1-ctl" ip link set "v$2" master br0 up
+	nsx "$1-$2" ip addr add "$(cl_addr "$2")/24" dev e0
+	nsx "$1-$2" ip link set e0 up
 }
 
 cmd_cluster() {
@@ -76,13 +94,7 @@ cmd_cluster() {
 	nsx "$name-ctl" ip addr add "$CL_CTL/24" dev br0
 	nsx "$name-ctl" ip link set br0 up
 	for h in a b; do
-		ip netns add "$name-$h"
-		nsx "$name-$h" ip link set lo up
-		# born in the host's netns, its peer moved straight into NAME-ctl
-		nsx "$name-$h" ip link add e0 type veth peer name "v$h" netns "$name-ctl"
-		nsx "$name-ctl" ip link set "v$h" master br0 up
-		nsx "$name-$h" ip addr add "$(cl_addr "$h")/24" dev e0
-		nsx "$name-$h" ip link set e0 up
+		cl_host "$name" "$h"
 	done
 	for h in a b; do
 		await nsx "$name-$h" busybox ping -c1 -W1 "$CL_CTL" || die "cluster $name: $h cannot reach ctl"
@@ -254,4 +266,11 @@ cmd_cexec() {
 	shift 2
 	cl_addr "$h" >/dev/null
 	nsx "$name-$h" env SLURM_CONF="$STATE/slurm/etc/slurm.conf" "$@"
+}
+
+cmd_cregistry() {
+	name=$1
+	ip netns list | grep -q "^$name-ctl\b" || die "no cluster $name: lab.sh cluster $name first"
+	cl_host "$name" reg
+	registry_serve "$name-reg" "$(cl_addr reg)" "$name-a" "cluster $name"
 }

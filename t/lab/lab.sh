@@ -16,7 +16,7 @@
 #   lab.sh mirror NAME DIR       DIR served over HTTP on 198.51.100.30:80 in
 #                                NAME-inet, the address the lab's DNS gives
 #                                snapshot.debian.org (t/47's apt test)
-#   lab.sh cluster|slurm|unslurm|cexec NAME ...
+#   lab.sh cluster|slurm|unslurm|cexec|cregistry NAME ...
 #                                a Slurm cluster of a controller and two
 #                                hosts (t/lab/cluster.sh says how)
 #
@@ -224,7 +224,7 @@ cmd_down() {
 			ns_empty "$ns" || echo "lab: processes left in $ns after 5 s" >&2
 			ip netns del "$ns"
 			;;
-		"$name-inet" | "$name"-vm[0-9]*) ip netns del "$ns" ;;
+		"$name-inet" | "$name-reg" | "$name"-vm[0-9]*) ip netns del "$ns" ;;
 		esac
 	done
 	rm_cgroups || echo "lab: cgroups left: $(cat "$STATE/slurm/cgroups")" >&2
@@ -275,6 +275,14 @@ cmd_rmvm() {
 REGISTRY_ADDR=198.51.100.20
 cmd_registry() {
 	name=$1
+	nsx "$name-inet" ip addr add "$REGISTRY_ADDR/32" dev lo
+	registry_serve "$name-inet" "$REGISTRY_ADDR" "$name-host" "lab $name"
+}
+
+# registry_serve NS ADDR FROM WHAT: docker-registry in netns NS on ADDR:5000
+# (an address NS already has), its storage $STATE/registry; answers /v2/
+# as seen from netns FROM, else dies naming WHAT.  Prints ADDR:5000.
+registry_serve() {
 	command -v docker-registry >/dev/null || die "docker-registry not installed (.ci/setup)"
 	mkdir -p "$STATE/registry"
 	cat >"$STATE/registry.yml" <<-EOF
@@ -287,13 +295,12 @@ cmd_registry() {
 		  delete:
 		    enabled: true
 		http:
-		  addr: $REGISTRY_ADDR:5000
+		  addr: $2:5000
 	EOF
-	nsx "$name-inet" ip addr add "$REGISTRY_ADDR/32" dev lo
-	spawn "$name-inet" docker-registry serve "$STATE/registry.yml"
-	await nsx "$name-host" python3 -c 'import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)' \
-		"http://$REGISTRY_ADDR:5000/v2/" || die "lab $name: no registry on $REGISTRY_ADDR:5000"
-	echo "$REGISTRY_ADDR:5000"
+	spawn "$1" docker-registry serve "$STATE/registry.yml"
+	await nsx "$3" python3 -c 'import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+		"http://$2:5000/v2/" || die "$4: no registry on $2:5000"
+	echo "$2:5000"
 }
 
 # A static web server (python3's http.server) for DIR on MIRROR_ADDR:80,
@@ -315,7 +322,7 @@ cmd_mirror() {
 # shellcheck source=t/lab/cluster.sh
 . "$LAB_DIR/cluster.sh"
 
-[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec|rmvm|hits|registry|mirror|cluster|slurm|unslurm|cexec NAME [ARGS...]"
+[ $# -ge 2 ] || die "usage: lab.sh up|down|exec|fakevm|gexec|rmvm|hits|registry|mirror|cluster|slurm|unslurm|cexec|cregistry NAME [ARGS...]"
 verb=$1 name=$2
 shift 2
 check_name "$name"
@@ -339,5 +346,6 @@ cluster) cmd_cluster "$name" ;;
 slurm) cmd_slurm "$name" "$@" ;;
 unslurm) cmd_unslurm "$name" ;;
 cexec) cmd_cexec "$name" "$@" ;;
+cregistry) cmd_cregistry "$name" ;;
 *) die "unknown verb $verb" ;;
 esac
