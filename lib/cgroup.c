@@ -232,51 +232,43 @@ static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, s
 	return v;
 }
 
-/* What one cgroup directory limits: *v (-1 none), *q and *p for cpu. */
-typedef int (*cg_reader)(const char *dir, int ver, long long *v, long long *q, long long *p,
-			 char *why, size_t wsz);
+/* What one cgroup directory's control file (file, the one of version
+ * ver) limits: *v (-1 none), *q and *p for cpu. */
+typedef int (*cg_reader)(const char *dir, const char *file, int ver, long long *v, long long *q,
+			 long long *p, char *why, size_t wsz);
 
-static int rd_mem(const char *dir, int ver, long long *v, long long *q, long long *p, char *why,
-		  size_t wsz)
+/* A file of one number: memory.max, pids.max (v1's too),
+ * memory.limit_in_bytes.  "max" is what the kernel writes in a *.max
+ * file for none (and nowhere else); v1's memory has no "max", its none is
+ * 2^62 or more. */
+static int rd_num(const char *dir, const char *file, int ver, long long *v, long long *q,
+		  long long *p, char *why, size_t wsz)
 {
 	char f[PATH_MAX + 32], b[64];
+	size_t n = strlen(file);
 
 	(void)q, (void)p;
 	*v = -1;
-	if (pathn(f, sizeof f, "%s/%s", dir, ver == 2 ? "memory.max" : "memory.limit_in_bytes") < 0)
+	if (pathn(f, sizeof f, "%s/%s", dir, file) < 0)
 		return reason_fail(why, wsz, "cgroup path too long");
 	if (read_line(f, b, sizeof b, why, wsz) < 0)
 		return errno == ENOENT ? 0 : -1;
-	if (number(f, b, ver == 2, v, why, wsz) < 0)
+	if (number(f, b, n > 4 && !strcmp(file + n - 4, ".max"), v, why, wsz) < 0)
 		return -1;
 	if (ver == 1 && *v >= CG_V1_UNLIMITED)
 		*v = -1;
 	return 0;
 }
 
-static int rd_pids(const char *dir, int ver, long long *v, long long *q, long long *p, char *why,
-		   size_t wsz)
-{
-	char f[PATH_MAX + 32], b[64];
-
-	(void)ver, (void)q, (void)p;
-	*v = -1;
-	if (pathn(f, sizeof f, "%s/pids.max", dir) < 0)
-		return reason_fail(why, wsz, "cgroup path too long");
-	if (read_line(f, b, sizeof b, why, wsz) < 0)
-		return errno == ENOENT ? 0 : -1;
-	return number(f, b, 1, v, why, wsz);
-}
-
 /* cpu.max "QUOTA PERIOD" ("max PERIOD"), or v1's cfs_quota_us (-1: none)
  * and cfs_period_us.  *v the whole CPUs (at least 1). */
-static int rd_cpu(const char *dir, int ver, long long *v, long long *q, long long *p, char *why,
-		  size_t wsz)
+static int rd_cpu(const char *dir, const char *file, int ver, long long *v, long long *q,
+		  long long *p, char *why, size_t wsz)
 {
 	char f[PATH_MAX + 32], b[64], *sp;
 
 	*v = *q = *p = -1;
-	if (pathn(f, sizeof f, "%s/%s", dir, ver == 2 ? "cpu.max" : "cpu.cfs_quota_us") < 0)
+	if (pathn(f, sizeof f, "%s/%s", dir, file) < 0)
 		return reason_fail(why, wsz, "cgroup path too long");
 	if (read_line(f, b, sizeof b, why, wsz) < 0)
 		return errno == ENOENT ? 0 : -1;
@@ -308,14 +300,14 @@ static int rd_cpu(const char *dir, int ver, long long *v, long long *q, long lon
 
 /* The smallest limit (by value, for cpu by quota/period) from dir up to
  * the mount point (its first mlen bytes) into out. */
-static int walk(char *dir, size_t mlen, int ver, cg_reader rd, struct cg_limit *out,
-		long long *bq, long long *bp, char *why, size_t wsz)
+static int walk(char *dir, size_t mlen, int ver, const char *file, cg_reader rd,
+		struct cg_limit *out, long long *bq, long long *bp, char *why, size_t wsz)
 {
 	long long v, q, p;
 	char *slash;
 
 	for (;;) {
-		if (rd(dir, ver, &v, &q, &p, why, wsz) < 0)
+		if (rd(dir, file, ver, &v, &q, &p, why, wsz) < 0)
 			return -1;
 		if (v >= 0 && (out->v < 0 ||
 			       (bq ? (double)q / (double)p < (double)*bq / (double)*bp : v < out->v))) {
@@ -368,11 +360,13 @@ int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
 	*l = (struct cg_limits){ .mem.v = -1, .cpu.v = -1, .cpuset.v = -1, .pids.v = -1,
 				 .quota_us = -1, .period_us = -1 };
 	if ((v = ctl_dir(root, "memory", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && walk(dir, mlen, v, rd_mem, &l->mem, NULL, NULL, why, wsz) < 0))
+	    (v && walk(dir, mlen, v, v == 2 ? "memory.max" : "memory.limit_in_bytes", rd_num,
+		       &l->mem, NULL, NULL, why, wsz) < 0))
 		return -1;
 	l->version = v;
 	if ((v = ctl_dir(root, "cpu", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && walk(dir, mlen, v, rd_cpu, &l->cpu, &l->quota_us, &l->period_us, why, wsz) < 0))
+	    (v && walk(dir, mlen, v, v == 2 ? "cpu.max" : "cpu.cfs_quota_us", rd_cpu, &l->cpu,
+		       &l->quota_us, &l->period_us, why, wsz) < 0))
 		return -1;
 	if (!l->version)
 		l->version = v;
@@ -380,7 +374,7 @@ int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
 	    (v && rd_cpuset(dir, v, &l->cpuset, why, wsz) < 0))
 		return -1;
 	if ((v = ctl_dir(root, "pids", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && walk(dir, mlen, v, rd_pids, &l->pids, NULL, NULL, why, wsz) < 0))
+	    (v && walk(dir, mlen, v, "pids.max", rd_num, &l->pids, NULL, NULL, why, wsz) < 0))
 		return -1;
 	return 0;
 }

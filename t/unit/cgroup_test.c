@@ -104,6 +104,14 @@ static void test_v1(void)
 	   "v1: absent pids.max is no limit; absent effective_cpus falls back to cpuset.cpus (%lld, %lld)",
 	   l.pids.v, l.cpuset.v);
 
+	/* one reader of a number (rd_num): "max" is none in a *.max file (v1's
+	 * pids.max above), garbage in v1's memory.limit_in_bytes */
+	put_file(r, "sys/fs/cgroup/memory/a/b/memory.limit_in_bytes", "max\n");
+	errno = 0;
+	ok(cg_limits_read(r, &l, why, sizeof why) == -1 && errno == EINVAL &&
+	   strstr(why, "memory.limit_in_bytes"), "v1: \"max\" in memory.limit_in_bytes is refused: %s", why);
+	put_file(r, "sys/fs/cgroup/memory/a/b/memory.limit_in_bytes", "9223372036854771712\n");
+
 	/* our cgroup's directory is not there: no limit, a warning */
 	put_file(r, "proc/self/cgroup", "8:pids:/a/b\n4:memory:/gone\n3:cpuset:/a/b\n2:cpu,cpuacct:/a/b\n");
 	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == -1 &&
