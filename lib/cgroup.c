@@ -322,33 +322,49 @@ static int walk(char *dir, size_t mlen, int ver, const char *file, cg_reader rd,
 	}
 }
 
-static int rd_cpuset(const char *dir, int ver, struct cg_limit *out, char *why, size_t wsz)
+/* Our CPUs: the cpuset's effective list, at our level or, where there is
+ * none, the nearest ancestor's (dir cut as walk does, mlen its end).  Not
+ * a minimum along the path, as the other limits are: the effective list
+ * already is one.  v2's cpuset.cpus.effective is "the onlined CPUs that
+ * are actually granted to this cgroup by its parent" (cgroup-v2.rst):
+ * cpuset.cpus and the parent's effective list, so every ancestor's.  It
+ * "exists on all cpuset-enabled cgroups": a cgroup whose parent did not
+ * enable cpuset in its subtree_control (a Slurm step below a job that
+ * did, a service) has no such file and its tasks run on the nearest
+ * enabled ancestor's CPUs, which is the file read then.  v1's
+ * cpuset.effective_cpus is the same list; without it (an old kernel)
+ * cpuset.cpus, which v1 keeps a subset of the parent's. */
+static int rd_cpuset(char *dir, size_t mlen, int ver, struct cg_limit *out, char *why, size_t wsz)
 {
 	static const char *const f2[] = { "cpuset.cpus.effective", NULL },
 				 *const f1[] = { "cpuset.effective_cpus", "cpuset.cpus", NULL };
-	const char *const *f = ver == 2 ? f2 : f1;
-	char p[PATH_MAX + 32], b[4096];
+	char p[PATH_MAX + 32], b[4096], *slash;
 	long long n;
 
-	for (; *f; f++) {
-		if (pathn(p, sizeof p, "%s/%s", dir, *f) < 0)
-			return reason_fail(why, wsz, "cgroup path too long");
-		if (read_line(p, b, sizeof b, why, wsz) < 0) {
-			/* a list longer than b (thousands of CPUs, sparse):
-			 * not known, as the vCPUs it could cap are few */
-			if (errno != ENOENT)
+	for (;;) {
+		for (const char *const *f = ver == 2 ? f2 : f1; *f; f++) {
+			if (pathn(p, sizeof p, "%s/%s", dir, *f) < 0)
+				return reason_fail(why, wsz, "cgroup path too long");
+			if (read_line(p, b, sizeof b, why, wsz) < 0) {
+				/* a list longer than b (thousands of CPUs,
+				 * sparse): not known, as the vCPUs it could
+				 * cap are few */
+				if (errno != ENOENT)
+					return 0;
+				continue;
+			}
+			if (!*b) /* a v1 cpuset not set up: holds no process, not ours */
 				return 0;
-			continue;
-		}
-		if (!*b) /* a v1 cpuset not set up: holds no process, not ours */
+			if ((n = cpu_count(p, b, why, wsz)) < 0)
+				return -1;
+			out->v = n;
+			snprintf(out->dir, sizeof out->dir, "%s", dir);
 			return 0;
-		if ((n = cpu_count(p, b, why, wsz)) < 0)
-			return -1;
-		out->v = n;
-		snprintf(out->dir, sizeof out->dir, "%s", dir);
-		return 0;
+		}
+		if (strlen(dir) <= mlen || !(slash = strrchr(dir, '/')) || (size_t)(slash - dir) < mlen)
+			return 0;
+		*slash = '\0';
 	}
-	return 0;
 }
 
 int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
@@ -371,7 +387,7 @@ int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
 	if (!l->version)
 		l->version = v;
 	if ((v = ctl_dir(root, "cpuset", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && rd_cpuset(dir, v, &l->cpuset, why, wsz) < 0))
+	    (v && rd_cpuset(dir, mlen, v, &l->cpuset, why, wsz) < 0))
 		return -1;
 	if ((v = ctl_dir(root, "pids", dir, &mlen, l, why, wsz)) < 0 ||
 	    (v && walk(dir, mlen, v, "pids.max", rd_num, &l->pids, NULL, NULL, why, wsz) < 0))

@@ -34,7 +34,8 @@ struct cg_limits {
 	struct cg_limit mem;     /* bytes: memory.max, v1 memory.limit_in_bytes (>= 2^62: none) */
 	struct cg_limit cpu;     /* whole CPUs of the CFS quota: floor(quota / period), at least 1 */
 	long long quota_us, period_us; /* that quota's (-1: none) */
-	struct cg_limit cpuset;  /* CPUs in our cpuset (v2 cpuset.cpus.effective, v1 cpuset.effective_cpus or cpuset.cpus) */
+	struct cg_limit cpuset;  /* CPUs in our cpuset (v2 cpuset.cpus.effective, v1 cpuset.effective_cpus or cpuset.cpus):
+				    ours, or the nearest ancestor's where we have none */
 	struct cg_limit pids;    /* pids.max */
 	char warning[PATH_MAX + 128]; /* a hierarchy we are in but whose directory is not there */
 };

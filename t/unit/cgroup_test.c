@@ -144,6 +144,23 @@ static void test_v2(void)
 	   l.cpuset.v);
 	ok(l.pids.v == -1, "v2: no pids.max anywhere: no limit");
 
+	/* the cpuset's effective list is ours, already within every
+	 * ancestor's (not their minimum: a parent's 0-7 does not count) */
+	put_file(r, "sys/fs/cgroup/job_7/cpuset.cpus.effective", "0-7\n");
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.cpuset.v == 2,
+	   "v2: cpuset.cpus.effective at our level, not a parent's larger one (%lld)", l.cpuset.v);
+	/* cpuset not enabled below the job (its subtree_control): no file at
+	 * our level, our tasks run on the job's CPUs */
+	snprintf(want, sizeof want, "%s/sys/fs/cgroup/job_7/step_0/user/task_0/cpuset.cpus.effective", r);
+	unlink(want);
+	put_file(r, "sys/fs/cgroup/job_7/cpuset.cpus.effective", "4-6\n");
+	snprintf(want, sizeof want, "%s/sys/fs/cgroup/job_7", r);
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.cpuset.v == 3 && !strcmp(l.cpuset.dir, want) &&
+	   cg_cpus(&l) == 1,
+	   "v2: no cpuset.cpus.effective at our level: the nearest ancestor's, 3 CPUs (%lld, %s)",
+	   l.cpuset.v, l.cpuset.dir);
+	put_file(r, "sys/fs/cgroup/job_7/step_0/user/task_0/cpuset.cpus.effective", "2-3\n");
+
 	put_file(r, "sys/fs/cgroup/job_7/cpu.max", "50000 100000\n");
 	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.cpu.v == 1 && l.quota_us == 50000,
 	   "v2: half a CPU is 1 CPU, and is the smaller quota (%lld, %lld)", l.cpu.v, l.quota_us);
