@@ -19,19 +19,34 @@
 /* v1's "no limit" is 2^63 - 1 rounded down to a page; any page size. */
 #define CG_V1_UNLIMITED (1LL << 62)
 
+/* Does a mount whose root (mountinfo's 4th field) is mr show the cgroup
+ * self: mr is "/" or self's ancestor (whole components) or self? */
+static int covers(const char *mr, const char *self)
+{
+	size_t n = strlen(mr);
+
+	return !strcmp(mr, "/") || (!strncmp(self, mr, n) && (self[n] == '/' || !self[n]));
+}
+
 /* The mount point (below root) of fstype's hierarchy (ctl among a v1
  * mount's options), and the mount's own root inside the hierarchy
- * (mountinfo's 4th field: "/" but in a container's bind of its cgroup). */
-static int mount_of(const char *root, const char *fstype, const char *ctl, char *out, size_t sz,
-		    char *mroot, size_t msz)
+ * (mountinfo's 4th field: "/" but in a container's bind of its cgroup).
+ * With self (our cgroup there, as /proc/self/cgroup names it) only a mount
+ * that shows it: one whose root is self or above it (a bind of another
+ * subtree, mounted first, would put self somewhere it is not), the widest
+ * of them (the walk up sees the most ancestors).  0; -1, no mount of it;
+ * -2, none shows self. */
+static int mount_of(const char *root, const char *fstype, const char *ctl, const char *self,
+		    char *out, size_t sz, char *mroot, size_t msz)
 {
 	char line[4096], p[PATH_MAX];
+	size_t best = 0;
 	int found = -1;
 	FILE *fp;
 
 	if (pathn(p, sizeof p, "%s/proc/self/mountinfo", root) < 0 || !(fp = fopen(p, "re")))
 		return -1;
-	while (found < 0 && fgets(line, sizeof line, fp)) {
+	while ((found != 0 || self) && fgets(line, sizeof line, fp)) {
 		char mnt[1024], mr[1024], fs[64], opts[1024], *dash = strstr(line, " - "), *tok, *save;
 		int hit = !ctl;
 
@@ -42,9 +57,18 @@ static int mount_of(const char *root, const char *fstype, const char *ctl, char 
 		for (tok = ctl ? strtok_r(opts, ",", &save) : NULL; tok && !hit;
 		     tok = strtok_r(NULL, ",", &save))
 			hit = !strcmp(tok, ctl);
-		if (hit && pathn(out, sz, "%s%s", root, mnt) == 0 &&
-		    (!mroot || pathn(mroot, msz, "%s", mr) == 0))
+		if (!hit)
+			continue;
+		if (self && !covers(mr, self)) {
+			found = found == 0 ? 0 : -2;
+			continue;
+		}
+		if (found == 0 && strlen(mr) >= best)
+			continue;
+		if (pathn(out, sz, "%s%s", root, mnt) == 0 && (!mroot || pathn(mroot, msz, "%s", mr) == 0)) {
 			found = 0;
+			best = strlen(mr);
+		}
 	}
 	fclose(fp);
 	return found;
@@ -52,37 +76,7 @@ static int mount_of(const char *root, const char *fstype, const char *ctl, char 
 
 int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, size_t sz)
 {
-	return mount_of(root, fstype, ctl, out, sz, NULL, 0);
-}
-
-int cg_self(const char *root, const char *ctl, char *out, size_t sz)
-{
-	char line[4096], p[PATH_MAX];
-	int found = -1;
-	FILE *fp;
-
-	if (pathn(p, sizeof p, "%s/proc/self/cgroup", root) < 0 || !(fp = fopen(p, "re")))
-		return -1;
-	while (found < 0 && fgets(line, sizeof line, fp)) {
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL, *tok, *save;
-
-		if (!b)
-			continue;
-		*b = '\0';
-		b[1 + strcspn(b + 1, "\n")] = '\0';
-		if (!ctl) {
-			/* "0::PATH" (this was "0:" compared with "0" until
-			 * issue 16: the jail's v2 cgroups were never made) */
-			if (a == line + 1 && line[0] == '0' && b == a + 1)
-				found = pathn(out, sz, "%s", b + 1);
-			continue;
-		}
-		for (tok = strtok_r(a + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-			if (!strcmp(tok, ctl))
-				found = pathn(out, sz, "%s", b + 1);
-	}
-	fclose(fp);
-	return found;
+	return mount_of(root, fstype, ctl, NULL, out, sz, NULL, 0);
 }
 
 int cg_has_word(const char *path, const char *w)
@@ -185,44 +179,107 @@ static int path_ok(const char *p)
 	return 1;
 }
 
-/* Our cgroup's directory for controller ctl: v2's when the controller is
- * bound there (listed in the v2 root's cgroup.controllers), else v1's.
- * 2 or 1 (the version) with dir and *mlen (the mount point's length: the
- * walk's end), 0 when we are in no hierarchy of ctl, -1 on garbage. */
-static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, struct cg_limits *l,
-		   char *why, size_t wsz)
+int cg_self(const char *root, const char *ctl, char *out, size_t sz)
 {
-	char mnt[PATH_MAX], mr[PATH_MAX], self[PATH_MAX], p[PATH_MAX + 32];
-	const char *rel;
-	int v = 0;
-	struct stat st;
+	char line[4096], p[PATH_MAX];
+	int found = -1;
+	FILE *fp;
 
-	if (mount_of(root, "cgroup2", NULL, mnt, sizeof mnt, mr, sizeof mr) == 0 &&
-	    pathn(p, sizeof p, "%s/cgroup.controllers", mnt) == 0 && cg_has_word(p, ctl))
-		v = 2;
-	if (!v && mount_of(root, "cgroup", ctl, mnt, sizeof mnt, mr, sizeof mr) == 0)
-		v = 1;
-	if (!v || cg_self(root, v == 2 ? NULL : ctl, self, sizeof self) < 0)
-		return 0;
+	if (pathn(p, sizeof p, "%s/proc/self/cgroup", root) < 0 || !(fp = fopen(p, "re")))
+		return -1;
+	while (found < 0 && fgets(line, sizeof line, fp)) {
+		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL, *tok, *save;
+
+		if (!b)
+			continue;
+		*b = '\0';
+		b[1 + strcspn(b + 1, "\n")] = '\0';
+		if (!ctl) {
+			/* "0::PATH" (this was "0:" compared with "0" until
+			 * issue 16: the jail's v2 cgroups were never made) */
+			if (a == line + 1 && line[0] == '0' && b == a + 1)
+				found = pathn(out, sz, "%s", b + 1);
+			continue;
+		}
+		for (tok = strtok_r(a + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			if (!strcmp(tok, ctl))
+				found = pathn(out, sz, "%s", b + 1);
+	}
+	fclose(fp);
+	return found;
+}
+
+int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen, char *why,
+	   size_t wsz)
+{
+	char mnt[PATH_MAX], mr[PATH_MAX], self[PATH_MAX];
+	const char *rel;
+	int r;
+
+	if (cg_self(root, ctl, self, sizeof self) < 0) {
+		errno = ENOENT;
+		return reason_fail(why, wsz, "we are in no %s hierarchy", ctl ? ctl : "cgroup v2");
+	}
 	/* "/../.." (a cgroup namespace over the host's bound tree), "//deleted":
-	 * a layout we cannot place ourselves in is no limit known, with a
-	 * warning, never a run refused (it booted before limits were read) */
-	if (!path_ok(self) || !path_ok(mr)) {
-		if (!l->warning[0])
-			snprintf(l->warning, sizeof l->warning, "cgroup limits: our %s cgroup %.512s (mount "
-				 "root %.512s) is not a clean absolute path: its limits are not known",
-				 ctl, self, mr);
-		return 0;
+	 * a layout we cannot place ourselves in */
+	if (!path_ok(self)) {
+		errno = EINVAL;
+		return reason_fail(why, wsz, "our %s cgroup %s is not a clean absolute path",
+				   ctl ? ctl : "v2", EXC(self));
+	}
+	if ((r = mount_of(root, ctl ? "cgroup" : "cgroup2", ctl, self, mnt, sizeof mnt, mr, sizeof mr)) < 0) {
+		errno = r == -1 ? ENOENT : ENOTDIR;
+		return reason_fail(why, wsz, r == -1 ? "no %s hierarchy is mounted" : "our %s cgroup %s is "
+				   "below no mount of its hierarchy (each a bind of another subtree)",
+				   ctl ? ctl : "cgroup v2", EXC(self));
+	}
+	if (!path_ok(mr)) {
+		errno = EINVAL;
+		return reason_fail(why, wsz, "our %s cgroup %s: its mount's root %s is not a clean "
+				   "absolute path", ctl ? ctl : "v2", EXC(self), EXC(mr));
 	}
 	/* A container's view without a cgroup namespace: the mount is its own
-	 * cgroup, which /proc/self/cgroup names from the hierarchy's root. */
-	rel = self;
-	if (strcmp(mr, "/") && !strncmp(self, mr, strlen(mr)) &&
-	    (self[strlen(mr)] == '/' || !self[strlen(mr)]))
-		rel += strlen(mr);
+	 * cgroup (or an ancestor), which /proc/self/cgroup names from the
+	 * hierarchy's root. */
+	rel = strcmp(mr, "/") ? self + strlen(mr) : self;
 	*mlen = strlen(mnt);
-	if (pathn(dir, PATH_MAX, "%s%s", mnt, strcmp(rel, "/") ? rel : "") < 0)
+	if (pathn(dir, sz, "%s%s", mnt, strcmp(rel, "/") ? rel : "") < 0) {
+		errno = ENAMETOOLONG;
 		return reason_fail(why, wsz, "cgroup path too long");
+	}
+	return 0;
+}
+
+/* Our cgroup's directory for controller ctl: v2's when the controller is
+ * bound there (listed in the v2 mount's cgroup.controllers), else v1's.
+ * 2 or 1 (the version) with dir and *mlen (the mount point's length: the
+ * walk's end), 0 when we are in no hierarchy of ctl or cannot place
+ * ourselves in it (a warning: no limit known, never a run refused, as it
+ * booted before limits were read). */
+static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, struct cg_limits *l)
+{
+	char p[PATH_MAX + 32], w2[PATH_MAX + 128], w1[PATH_MAX + 128];
+	int v = 0, e2 = ENOENT, e1 = ENOENT;
+	struct stat st;
+
+	if (cg_dir(root, NULL, dir, PATH_MAX, mlen, w2, sizeof w2) < 0)
+		e2 = errno;
+	else if (pathn(p, sizeof p, "%.*s/cgroup.controllers", (int)*mlen, dir) == 0 &&
+		 cg_has_word(p, ctl))
+		v = 2;
+	if (!v && cg_dir(root, ctl, dir, PATH_MAX, mlen, w1, sizeof w1) == 0)
+		v = 1;
+	else if (!v)
+		e1 = errno;
+	if (!v) {
+		/* v1's reason when it has ctl, else v2's (where ctl may be) */
+		const char *w = e1 != ENOENT ? w1 : e2 != ENOENT ? w2 : NULL;
+
+		if (w && !l->warning[0])
+			snprintf(l->warning, sizeof l->warning, "cgroup limits: %.1200s: its %s limits are "
+				 "not known", w, ctl);
+		return 0;
+	}
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		if (!l->warning[0])
 			snprintf(l->warning, sizeof l->warning, "cgroup limits: our %s cgroup %.1024s is "
@@ -375,22 +432,22 @@ int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
 
 	*l = (struct cg_limits){ .mem.v = -1, .cpu.v = -1, .cpuset.v = -1, .pids.v = -1,
 				 .quota_us = -1, .period_us = -1 };
-	if ((v = ctl_dir(root, "memory", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && walk(dir, mlen, v, v == 2 ? "memory.max" : "memory.limit_in_bytes", rd_num,
+	if ((v = ctl_dir(root, "memory", dir, &mlen, l)) &&
+	    (walk(dir, mlen, v, v == 2 ? "memory.max" : "memory.limit_in_bytes", rd_num,
 		       &l->mem, NULL, NULL, why, wsz) < 0))
 		return -1;
 	l->version = v;
-	if ((v = ctl_dir(root, "cpu", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && walk(dir, mlen, v, v == 2 ? "cpu.max" : "cpu.cfs_quota_us", rd_cpu, &l->cpu,
+	if ((v = ctl_dir(root, "cpu", dir, &mlen, l)) &&
+	    (walk(dir, mlen, v, v == 2 ? "cpu.max" : "cpu.cfs_quota_us", rd_cpu, &l->cpu,
 		       &l->quota_us, &l->period_us, why, wsz) < 0))
 		return -1;
 	if (!l->version)
 		l->version = v;
-	if ((v = ctl_dir(root, "cpuset", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && rd_cpuset(dir, mlen, v, &l->cpuset, why, wsz) < 0))
+	if ((v = ctl_dir(root, "cpuset", dir, &mlen, l)) &&
+	    (rd_cpuset(dir, mlen, v, &l->cpuset, why, wsz) < 0))
 		return -1;
-	if ((v = ctl_dir(root, "pids", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && walk(dir, mlen, v, "pids.max", rd_num, &l->pids, NULL, NULL, why, wsz) < 0))
+	if ((v = ctl_dir(root, "pids", dir, &mlen, l)) &&
+	    (walk(dir, mlen, v, "pids.max", rd_num, &l->pids, NULL, NULL, why, wsz) < 0))
 		return -1;
 	return 0;
 }

@@ -20,6 +20,18 @@ int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, s
 /* Our own cgroup in the hierarchy of ctl (NULL: v2's "0::" line), as
  * /proc/self/cgroup says it (relative to that hierarchy's root).  0, or -1. */
 int cg_self(const char *root, const char *ctl, char *out, size_t sz);
+/* Our own cgroup's directory (below root) in the hierarchy of ctl (NULL:
+ * v2's, else v1's controller ctl): /proc/self/cgroup's path, checked (no
+ * "", "." or ".." component: under a cgroup namespace over a bound host
+ * tree it is "/../.."), below the mount that shows it (mountinfo's root
+ * of that mount is the path or above it; a bind of another subtree
+ * mounted first is passed over).  0 with dir and *mlen (the mount
+ * point's length), or -1 with errno and a reason: ENOENT, no such
+ * hierarchy or we are in none; EINVAL, a path that is not clean; ENOTDIR,
+ * no mount shows our cgroup; ENAMETOOLONG.  The directory may not be
+ * there (a cgroup removed under us): the caller's stat or mkdir says. */
+int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen, char *why,
+	   size_t wsz);
 
 /* One limit: its value (-1: none on the path) and the cgroup directory
  * that sets it (the smallest along our path up to the mount's root: an

@@ -175,6 +175,78 @@ static void test_v2(void)
 	   "a bind of the container's own cgroup: its limit (%lld; %s)", l.mem.v, l.warning);
 }
 
+/* Which mount: the one whose root shows our cgroup (mountinfo's 4th
+ * field is our path or above it), not the first of its type. */
+static void test_mounts(void)
+{
+	const char *r = fresh("mounts");
+	char why[1024] = "", want[PATH_MAX], dir[PATH_MAX];
+	struct cg_limits l;
+	size_t mlen;
+
+	/* a bind of another subtree mounted first, then the whole tree */
+	put_file(r, "proc/self/mountinfo",
+		 "50 30 0:23 /other /mnt/other rw - cgroup2 cgroup2 rw\n"
+		 "51 30 0:23 /job_7 /mnt/job rw - cgroup2 cgroup2 rw\n"
+		 "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_file(r, "proc/self/cgroup", "0::/job_7/step_0\n");
+	put_file(r, "mnt/other/cgroup.controllers", "memory\n");
+	put_file(r, "mnt/other/memory.max", "4096\n");
+	put_file(r, "mnt/other/job_7/step_0/memory.max", "8192\n");
+	put_file(r, "mnt/job/cgroup.controllers", "memory\n");
+	put_file(r, "mnt/job/step_0/memory.max", "max\n");
+	put_file(r, "sys/fs/cgroup/cgroup.controllers", "memory\n");
+	put_file(r, "sys/fs/cgroup/memory.max", "max\n");
+	put_file(r, "sys/fs/cgroup/job_7/memory.max", "1073741824\n");
+	put_file(r, "sys/fs/cgroup/job_7/step_0/memory.max", "max\n");
+	snprintf(want, sizeof want, "%s/sys/fs/cgroup/job_7", r);
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 1073741824 &&
+	   !strcmp(l.mem.dir, want) && !l.warning[0],
+	   "mounts: a bind of another subtree (and a narrower one) mounted first is passed over: the "
+	   "whole tree's (%lld, %s; %s)", l.mem.v, l.mem.dir, l.warning);
+	snprintf(want, sizeof want, "%s/sys/fs/cgroup/job_7/step_0", r);
+	ok(cg_dir(r, NULL, dir, sizeof dir, &mlen, why, sizeof why) == 0 && !strcmp(dir, want) &&
+	   mlen == strlen(r) + strlen("/sys/fs/cgroup"), "mounts: cg_dir is the whole tree's (%s)", dir);
+
+	/* only a bind of an ancestor: our path below its root */
+	put_file(r, "proc/self/mountinfo",
+		 "50 30 0:23 /other /mnt/other rw - cgroup2 cgroup2 rw\n"
+		 "51 30 0:23 /job_7 /mnt/job rw - cgroup2 cgroup2 rw\n");
+	put_file(r, "mnt/job/memory.max", "2147483648\n");
+	snprintf(want, sizeof want, "%s/mnt/job", r);
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 2147483648LL &&
+	   !strcmp(l.mem.dir, want) && !l.warning[0],
+	   "mounts: a bind of our job's cgroup, another's first: our path below its root (%lld, %s; %s)",
+	   l.mem.v, l.mem.dir, l.warning);
+
+	/* no mount shows our cgroup: no limit known, a warning */
+	put_file(r, "proc/self/mountinfo", "50 30 0:23 /other /mnt/other rw - cgroup2 cgroup2 rw\n"
+		 "51 30 0:23 /job_77 /mnt/job rw - cgroup2 cgroup2 rw\n");
+	errno = 0;
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == -1 && l.version == 0 &&
+	   strstr(l.warning, "below no mount") && strstr(l.warning, "/job_7/step_0"),
+	   "mounts: none shows our cgroup (/job_77 is not /job_7's): no limit known, a warning: %s",
+	   l.warning);
+	ok(cg_dir(r, NULL, dir, sizeof dir, &mlen, why, sizeof why) == -1 && errno == ENOTDIR,
+	   "mounts: cg_dir: ENOTDIR (%s)", why);
+
+	/* v1: the controller's mount that shows us */
+	put_file(r, "proc/self/mountinfo",
+		 "40 31 0:32 /docker/other /mnt/mem rw - cgroup cgroup rw,memory\n"
+		 "41 31 0:32 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+	put_file(r, "proc/self/cgroup", "4:memory:/docker/abc\n");
+	put_file(r, "sys/fs/cgroup/memory/memory.limit_in_bytes", "536870912\n");
+	put_file(r, "mnt/mem/memory.limit_in_bytes", "4096\n");
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 536870912 && !l.warning[0],
+	   "mounts: v1: another container's bind first is passed over (%lld; %s)", l.mem.v, l.warning);
+
+	/* a path with ".." (a cgroup namespace over a bound host tree) */
+	put_file(r, "proc/self/cgroup", "4:memory:/../../etc\n");
+	errno = 0;
+	ok(cg_dir(r, "memory", dir, sizeof dir, &mlen, why, sizeof why) == -1 && errno == EINVAL &&
+	   strstr(why, "not a clean absolute path"), "cg_dir: a \"..\" path refused: %s", why);
+}
+
 /* Each garbage text in FILE (relative to the v2 tree) refused with EINVAL, naming it. */
 static void garbage_in(const char *file, const char *const *texts, size_t n)
 {
@@ -317,6 +389,7 @@ int main(void)
 		return 1;
 	test_v1();
 	test_v2();
+	test_mounts();
 	test_garbage();
 	test_fit();
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
