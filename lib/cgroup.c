@@ -179,7 +179,10 @@ static int path_ok(const char *p)
 	return 1;
 }
 
-int cg_self(const char *root, const char *ctl, char *out, size_t sz)
+/* Our own cgroup in the hierarchy of ctl (NULL: v2's "0::" line), as
+ * /proc/self/cgroup says it (relative to that hierarchy's root, or our
+ * cgroup namespace's).  0, or -1. */
+static int cg_self(const char *root, const char *ctl, char *out, size_t sz)
 {
 	char line[4096], p[PATH_MAX];
 	int found = -1;

@@ -17,9 +17,6 @@
 /* The mount point (below root) of the hierarchy of fstype: "cgroup2", or
  * "cgroup" with the v1 controller ctl among its options.  0, or -1. */
 int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, size_t sz);
-/* Our own cgroup in the hierarchy of ctl (NULL: v2's "0::" line), as
- * /proc/self/cgroup says it (relative to that hierarchy's root).  0, or -1. */
-int cg_self(const char *root, const char *ctl, char *out, size_t sz);
 /* Our own cgroup's directory (below root) in the hierarchy of ctl (NULL:
  * v2's, else v1's controller ctl): /proc/self/cgroup's path, checked (no
  * "", "." or ".." component: under a cgroup namespace over a bound host

@@ -1,5 +1,6 @@
 /* qjail_test.c - lib/qjail.c: sysctl_value, what qjail_give compares
- * fs.protected_hardlinks with before it hands a VM directory to the jail. */
+ * fs.protected_hardlinks with before it hands a VM directory to the jail;
+ * and lib/jail.c's cgroups (cg_setup) made below a fake tree's. */
 /* qjail.c and jail.c each have a static fail(); this program includes both */
 #define fail qjail_fail
 #include "../../lib/qjail.c" /* self-contained: t/run-unit links frame+util only */
@@ -200,9 +201,61 @@ static void test_img_owner(void)
 	   "a VM's, a template's: none");
 }
 
+/* root/REL with text, its directories made. */
+static void put_text(const char *root, const char *rel, const char *text)
+{
+	char p[PATH_MAX], *s;
+	FILE *f;
+
+	snprintf(p, sizeof p, "%s/%s", root, rel);
+	for (s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
+		*s = '\0';
+		mkdir(p, 0755);
+		*s = '/';
+	}
+	if ((f = fopen(p, "w"))) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/* The jail's cgroups on fake trees: what cg_setup makes, writes, warns. */
+static void test_jail_cg(const char *dir)
+{
+	struct jail_spec js = { .name = "t", .mem_bytes = 1 << 20, .pids = 10 };
+	struct jail j = { .pid = -1 };
+	char root[PATH_MAX], p[PATH_MAX + 64];
+	json_t *cg = json_object(), *w = json_array(), *v;
+	size_t i, clean = 0;
+	struct stat st;
+
+	/* under a cgroup namespace over a bound host tree our path is
+	 * "/../..": never placed (cg_dir's path check), as cgroup.c's limits
+	 * are not; what it would name (the fake root's sys/) holds a
+	 * subtree_control that would take a child */
+	snprintf(root, sizeof root, "%s/cg-dotdot", dir);
+	mkdir(root, 0755);
+	put_text(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_text(root, "proc/self/cgroup", "0::/../..\n");
+	put_text(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
+	put_text(root, "sys/cgroup.subtree_control", "memory pids\n");
+	cg_setup(root, &js, &j, cg, w);
+	json_array_foreach(w, i, v)
+		clean += json_is_string(v) && strstr(json_string_value(v), "not a clean absolute path") &&
+			 !strstr(json_string_value(v), JAIL_CG_PREFIX "t");
+	snprintf(p, sizeof p, "%s/sys/" JAIL_CG_PREFIX "t", root);
+	ok(j.ncg == 0 && json_array_size(w) == 2 && clean == 2 && lstat(p, &st) < 0,
+	   "jail cgroups: our path \"/../..\" is refused (cg_dir's check), nothing made outside the "
+	   "hierarchy, a warning for each limit (%zu of %zu: %s)", clean, json_array_size(w),
+	   json_string_value(json_array_get(w, 0)));
+	jail_release(&j, p, sizeof p);
+	json_decref(cg);
+	json_decref(w);
+}
+
 int main(void)
 {
-	char dir[] = "/tmp/isopod-qjail-test.XXXXXX";
+	char dir[] = "/tmp/isopod-qjail-test.XXXXXX", cmd[64];
 
 	if (!mkdtemp(dir)) {
 		perror("mkdtemp");
@@ -214,6 +267,9 @@ int main(void)
 	test_deadline();
 	test_plan_over(dir);
 	test_img_owner();
-	rmdir(dir);
+	test_jail_cg(dir);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		ok(0, "remove %s", dir);
 	return tap_done();
 }
