@@ -344,12 +344,22 @@ static void cg_setup(const char *root, const struct jail_spec *js, struct jail *
 			snprintf(v2why, sizeof v2why, "; v2: %s", why);
 	} else if (pathn(base, sizeof base, "%s/cgroup.subtree_control", ours) == 0) {
 		int ok = (!want_mem || cg_has_word(base, "memory")) && (!want_pids || cg_has_word(base, "pids"));
+		char sub[64], type[PATH_MAX + 16];
 
-		if (!ok) {
-			char sub[64];
+		snprintf(sub, sizeof sub, "%s%s", want_mem ? "+memory " : "", want_pids ? "+pids" : "");
+		/* the host's root cgroup (the one without cgroup.type; a cgroup
+		 * namespace's root has one): what its subtree_control enables,
+		 * every cgroup of the host gets (a root-level service's limits,
+		 * its accounting): not a jail's to change.  Skipped, as an
+		 * unwritable hierarchy is (no per-VM limit, a warning). */
+		if (!ok && pathn(type, sizeof type, "%s/cgroup.type", ours) == 0 &&
+		    access(type, F_OK) < 0 && errno == ENOENT) {
+			snprintf(v2why, sizeof v2why, "; v2: our cgroup %.1024s is the host's root cgroup: "
+				 "\"%s\" in its cgroup.subtree_control would be a host-wide change, not made",
+				 ours, sub);
+		} else if (!ok) {
 			int fd = open(base, O_WRONLY | O_CLOEXEC);
 
-			snprintf(sub, sizeof sub, "%s%s", want_mem ? "+memory " : "", want_pids ? "+pids" : "");
 			ok = fd >= 0 && write_all(fd, sub, strlen(sub)) == 0;
 			if (fd >= 0 && close(fd) < 0)
 				ok = 0;

@@ -251,6 +251,44 @@ static void test_jail_cg(const char *dir)
 	jail_release(&j, p, sizeof p);
 	json_decref(cg);
 	json_decref(w);
+
+	/* the host's root cgroup (no cgroup.type): its subtree_control is
+	 * not written (a host-wide change); a warning, no per-VM limits */
+	for (int top = 1; top >= 0; top--) {
+		char sc[PATH_MAX + 64], text[64] = "";
+		FILE *f;
+
+		snprintf(root, sizeof root, "%s/cg-%s", dir, top ? "root" : "svc");
+		mkdir(root, 0755);
+		put_text(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+		put_text(root, "proc/self/cgroup", top ? "0::/\n" : "0::/svc\n");
+		put_text(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
+		put_text(root, top ? "sys/fs/cgroup/cgroup.subtree_control" : "sys/fs/cgroup/svc/cgroup.subtree_control", "");
+		if (!top)
+			put_text(root, "sys/fs/cgroup/svc/cgroup.type", "domain\n");
+		cg = json_object();
+		w = json_array();
+		cg_setup(root, &js, &j, cg, w);
+		snprintf(sc, sizeof sc, "%s/sys/fs/cgroup%s/cgroup.subtree_control", root, top ? "" : "/svc");
+		if ((f = fopen(sc, "re"))) {
+			if (!fgets(text, sizeof text, f))
+				text[0] = '\0';
+			fclose(f);
+		}
+		if (top)
+			ok(j.ncg == 0 && !text[0] && json_array_size(w) == 2 &&
+			   strstr(json_string_value(json_array_get(w, 0)), "host's root cgroup") &&
+			   strstr(json_string_value(json_array_get(w, 0)), "host-wide change"),
+			   "jail cgroups: in the host's root cgroup, its subtree_control is not written, a "
+			   "warning (\"%s\"; %s)", text, json_string_value(json_array_get(w, 0)));
+		else /* the control: a cgroup of ours below it is written */
+			ok(!strcmp(text, "+memory +pids"),
+			   "jail cgroups: below the root (cgroup.type there), controllers enabled in our "
+			   "subtree_control (\"%s\")", text);
+		jail_release(&j, p, sizeof p);
+		json_decref(cg);
+		json_decref(w);
+	}
 }
 
 int main(void)
