@@ -464,21 +464,40 @@ long long cg_cpus(const struct cg_limits *l)
 
 int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz)
 {
-	long long cpus = cg_cpus(l), room, over = f->overhead_mib;
+	long long cpus = cg_cpus(l), room, over = f->overhead_mib, most = cpus;
 	const struct cg_limit *cl = l->cpu.v == cpus ? &l->cpu : &l->cpuset;
+	int quota = l->cpu.v >= 0 && l->quota_us > 0 && l->period_us > 0;
 
-	f->mem_reduced = f->vcpus_reduced = f->mem_tight = 0;
+	f->mem_reduced = f->vcpus_reduced = f->mem_tight = f->vcpus_throttled = 0;
 	f->tb_mib = 0;
-	if (cpus >= 0 && f->vcpus > cpus) {
+	/* A fractional CFS quota (1.5 CPUs) runs as many vCPUs as its ceiling
+	 * (2), each throttled to share it: a given --vcpus up to that runs,
+	 * flagged (its warning is the caller's); a default stays at the whole
+	 * CPUs (at least 1).  A cpuset's CPUs are whole: at most that many. */
+	if (quota) {
+		most = (l->quota_us + l->period_us - 1) / l->period_us;
+		if (l->cpuset.v >= 0 && l->cpuset.v < most)
+			most = l->cpuset.v, cl = &l->cpuset;
+		else
+			cl = &l->cpu;
+	}
+	if (cpus >= 0 && f->vcpus > (f->vcpus_given ? most : cpus)) {
 		if (f->vcpus_given) {
 			errno = EINVAL;
+			if (quota && cl == &l->cpu)
+				return reason_fail(why, wsz, "--vcpus %lld does not fit the cgroup's CPU limit: "
+						   "%lld.%02lld CPUs (CFS quota of %s): at most --vcpus %lld",
+						   f->vcpus, l->quota_us / l->period_us,
+						   l->quota_us % l->period_us * 100 / l->period_us, cl->dir, most);
 			return reason_fail(why, wsz, "--vcpus %lld does not fit the cgroup's CPU limit: "
-					   "%lld CPUs (%s of %s)", f->vcpus, cpus,
+					   "%lld CPUs (%s of %s)", f->vcpus, most,
 					   cl == &l->cpu ? "CFS quota" : "cpuset", cl->dir);
 		}
 		f->vcpus = cpus > 0 ? cpus : 1;
 		f->vcpus_reduced = 1;
 	}
+	if (quota && f->vcpus * l->period_us > l->quota_us)
+		f->vcpus_throttled = 1;
 	if (l->mem.v < 0)
 		return 0;
 	room = (l->mem.v >> 20) - f->overhead_mib;
@@ -537,7 +556,7 @@ static json_t *limdir(const struct cg_limit *c)
 
 json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f)
 {
-	json_t *j = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:b, s:b, s:o}",
+	json_t *j = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:b, s:b, s:b, s:o}",
 			      "cgroup", l->version ? json_integer(l->version) : json_null(),
 			      "memory_bytes", lim(&l->mem), "memory_cgroup", limdir(&l->mem),
 			      "cpus", lim(&l->cpu), "cpu_cgroup", limdir(&l->cpu),
@@ -545,7 +564,8 @@ json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f)
 			      "pids", lim(&l->pids), "pids_cgroup", limdir(&l->pids),
 			      "vcpus", (json_int_t)f->vcpus, "mem_mib", (json_int_t)f->mem_mib,
 			      "qemu_overhead_mib", (json_int_t)f->overhead_mib,
-			      "vcpus_reduced", f->vcpus_reduced, "mem_reduced", f->mem_reduced,
+			      "vcpus_reduced", f->vcpus_reduced, "vcpus_throttled", f->vcpus_throttled,
+			      "mem_reduced", f->mem_reduced,
 			      "tcg_tb_mib", f->mem_tight ? json_integer(f->tb_mib) : json_null());
 
 	return j;

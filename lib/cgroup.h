@@ -72,12 +72,16 @@ struct cg_fit {
 	long long base_mib; /* QEMU's fixed cost alone (overhead_mib less TCG's
 			       translation buffer; 0: no such leeway) */
 	int mem_reduced, vcpus_reduced;
+	int vcpus_throttled; /* more vCPUs than a fractional CFS quota's CPUs
+				(quota / period): each runs, throttled */
 	int mem_tight;      /* a given size that fits with base_mib only */
 	long long tb_mib;   /* then TCG's translation buffer to fit (MiB, at least 16) */
 };
 
 /* 0 with f's size fitted (a default lowered to fit: guest RAM + overhead
- * <= the memory limit, vCPUs <= cg_cpus, at least 1); -1 with a reason
+ * <= the memory limit, vCPUs <= cg_cpus, at least 1; a given --vcpus may
+ * be up to the ceiling of a fractional CFS quota, vcpus_throttled set,
+ * as is a default of 1 above a quota below 1 CPU); -1 with a reason
  * naming the limit, its cgroup and the size: EINVAL, a given size that
  * does not fit; ENOSPC, not even the smallest VM fits.  A given size that
  * fits with base_mib but not overhead_mib is kept, f->mem_tight set. */

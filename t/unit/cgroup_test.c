@@ -352,6 +352,37 @@ static void test_fit(void)
 	errno = 0;
 	ok(cg_fit_vm(&l, &f, why, sizeof why) == -1 && errno == EINVAL && strstr(why, "/cg/cpu") &&
 	   strstr(why, "--vcpus 3"), "fit: --vcpus beyond the quota is refused: %s", why);
+	/* a fractional quota, 1.5 CPUs: a given 2 runs throttled, 3 does not;
+	 * the default is the whole CPUs, 1 */
+	l.cpu.v = 1, l.quota_us = 150000, l.period_us = 100000;
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 2, .vcpus_given = 1, .overhead_mib = 256,
+			     .min_mem_mib = 64 };
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == 0 && f.vcpus == 2 && f.vcpus_throttled &&
+	   !f.vcpus_reduced, "fit: --vcpus 2 in a quota of 1.5 CPUs runs, throttled");
+	j = cg_limits_json(&l, &f);
+	ok(j && json_is_true(json_object_get(j, "vcpus_throttled")), "limits JSON: vcpus_throttled");
+	json_decref(j);
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 3, .vcpus_given = 1, .overhead_mib = 256,
+			     .min_mem_mib = 64 };
+	errno = 0;
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == -1 && errno == EINVAL && strstr(why, "--vcpus 3") &&
+	   strstr(why, "1.50 CPUs (CFS quota of /cg/cpu)") && strstr(why, "at most --vcpus 2"),
+	   "fit: --vcpus 3 in a quota of 1.5 CPUs is refused: %s", why);
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 4, .overhead_mib = 256, .min_mem_mib = 64 };
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == 0 && f.vcpus == 1 && f.vcpus_reduced && !f.vcpus_throttled,
+	   "fit: the default in a quota of 1.5 CPUs is 1, not throttled (%lld)", f.vcpus);
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 2, .vcpus_given = 1, .overhead_mib = 256,
+			     .min_mem_mib = 64 };
+	l.cpuset.v = 1, snprintf(l.cpuset.dir, sizeof l.cpuset.dir, "/cg/set");
+	errno = 0;
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == -1 && errno == EINVAL && strstr(why, "1 CPUs (cpuset of /cg/set)"),
+	   "fit: --vcpus 2 in a quota of 1.5 CPUs and a cpuset of 1: the cpuset's whole CPUs: %s", why);
+	l.cpuset.v = -1, l.quota_us = 50000;
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 4, .overhead_mib = 256, .min_mem_mib = 64 };
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == 0 && f.vcpus == 1 && f.vcpus_throttled,
+	   "fit: the default in a quota of half a CPU is 1, throttled");
+	l.cpu.v = 2, l.quota_us = l.period_us = -1;
+
 	/* TCG: 1280 MiB for QEMU at most, 256 fixed; 600 MiB of limit */
 	f = (struct cg_fit){ .mem_mib = 320, .vcpus = 1, .mem_given = 1, .overhead_mib = 1280,
 			     .base_mib = 256, .min_mem_mib = 64 };
