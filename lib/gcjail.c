@@ -75,19 +75,27 @@ static int unknown_stale(const char *vm, const struct stat *st)
 	return (long long)time(NULL) - (long long)st->st_ctime >= grace;
 }
 
-/* A warm template's jail is "tpl-" and the first 32 hex of its key
- * (warm_tpl_name); its owner is the builder, which holds the key's lock
- * from before the cgroup is made until it is released.  Every existing
- * warm/<key>.lock of that prefix taken (gcstore_lock_prefix) into fds: how
- * many, or -1 when one is held (a builder lives, the cgroup may be its,
- * not yet joined) or the name is not a template's. */
+/* A warm template's jail is "tpl-", the first 32 hex of its key and the
+ * store's 16 (warm_tpl_name); its owner is the builder, which holds the
+ * key's lock from before the cgroup is made until it is released.  Every
+ * existing warm/<key>.lock of that prefix taken (gcstore_lock_prefix) into
+ * fds: how many, or -1 when one is held (a builder lives, the cgroup may be
+ * its, not yet joined), the name is not a template's, or it is another
+ * store's (its builder's lock is in that store, which this gc cannot see:
+ * its own gc's to judge; a name of no store suffix, an older isopod's, is
+ * no store's known: left). */
 static int tpl_locks(const char *name, int *fds, int max)
 {
 	const char *root = warm_root(0);
+	char ours[WARM_TPL_NAME_SZ], key[33];
 
-	if (strncmp(name, "tpl-", 4) || strlen(name) != 4 + 32 || hex_span(name + 4) != 32 || !root)
+	if (strncmp(name, "tpl-", 4) || hex_span(name + 4) < 32 || !root)
 		return -1;
-	return gcstore_lock_prefix(root, name + 4, fds, max);
+	snprintf(key, sizeof key, "%.32s", name + 4);
+	warm_tpl_name(key, ours);
+	if (strcmp(name, ours))
+		return -1;
+	return gcstore_lock_prefix(root, key, fds, max);
 }
 
 /* dir is still the cgroup judged from st (the walk's): the same inode,
@@ -120,7 +128,7 @@ static int cg_same(const char *dir, const struct stat *st)
  * (unknown_stale).  Any other (a probe's, isopod-jail's of a name its
  * caller chose: no owner to prove gone) is left alone; but an
  * isopod-jail name of a VM's or a template's shape (vm-<hex>,
- * broker-vm-<hex>, tpl-<32 hex>) is judged as theirs: fail-closed, as
+ * broker-vm-<hex>, tpl-<32 hex>-<this store's 16 hex>) is judged as theirs: fail-closed, as
  * rmdir refuses a cgroup with members and a jail whose cgroup went
  * before its program joined it fails to start, never runs unlimited. */
 static int cg_one(const char *dir, const char *name, const struct stat *st, void *arg)

@@ -479,6 +479,43 @@ fork_on() {
 		 [{path: ($r + "/isopod-broker-" + $a), vm: $a, removed: true}, {path: ($r + "/isopod-" + $a), vm: $a, removed: true}]' <<<"$output"
 }
 
+# A warm template's cgroup is isopod-tpl-<32 hex of the key>-<16 hex of
+# the store> (lib/warm.c warm_tpl_name: sha256 of the store directory's
+# device:inode): this store's goes when no lock of its key is held; one
+# whose key's lock is held (a builder between mkdir and join) stays;
+# another store's (its own gc's to judge) and a name without a store stay.
+# Only cgroups this test makes, in the pids hierarchy.
+@test "gc: a warm template's cgroup of this store goes once its key's lock is free; a held one, another store's and an unsuffixed one stay" {
+	local h="$BATS_TEST_TMPDIR/jt" root=/sys/fs/cgroup/pids tag k1 k2 mine held other bare holder i left c
+	[ -d "$root" ] || skip "no v1 pids hierarchy at $root"
+	mkdir -p "$h/vms" "$h/warm"
+	tag=$(printf '%x:%x' "$(stat -c %d "$h")" "$(stat -c %i "$h")" | sha256sum | cut -c1-16)
+	k1=$(printf 'a%.0s' $(seq 1 64))
+	k2=$(printf 'b%.0s' $(seq 1 64))
+	mine=isopod-tpl-${k1:0:32}-$tag
+	held=isopod-tpl-${k2:0:32}-$tag
+	other=isopod-tpl-${k1:0:32}-0123456789abcdef
+	bare=isopod-tpl-${k1:0:32}
+	: >"$h/warm/$k2.lock"
+	(flock 9 && exec sleep 300) 9>"$h/warm/$k2.lock" 3>&- &
+	holder=$!
+	for i in $(seq 1 50); do
+		flock -n "$h/warm/$k2.lock" true || break
+		sleep 0.1
+	done
+	mkdir "$root/$mine" "$root/$held" "$root/$other" "$root/$bare"
+	ISOPOD_HOME=$h run --separate-stderr isopod-gc
+	kill "$holder"
+	left=$(for c in "$mine" "$held" "$other" "$bare"; do [ ! -d "$root/$c" ] || echo "$c"; done)
+	rmdir "$root/$mine" "$root/$held" "$root/$other" "$root/$bare" 2>/dev/null || :
+	echo "$output"
+	echo "left: $left"
+	[ "$status" -eq 0 ]
+	jq -e --arg r "$root" --arg m "$mine" '[.cgroups[] | select(.path | contains("/isopod-tpl-")) | {path, template, removed}] ==
+		[{path: ($r + "/" + $m), template: $m[7:], removed: true}]' <<<"$output"
+	[ "$left" = "$(printf '%s\n' "$held" "$other" "$bare")" ]
+}
+
 # A VM's cgroups whose id has no record in this store (another store's, or
 # a record gone) go when empty, ours and older than the grace period
 # (lib/gcjail.c unknown_stale; ISOPOD_TEST_CG_GRACE_S=2 here, 600 s by
