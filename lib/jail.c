@@ -351,9 +351,17 @@ static void cg_setup(const char *root, const struct jail_spec *js, struct jail *
 		 * namespace's root has one): what its subtree_control enables,
 		 * every cgroup of the host gets (a root-level service's limits,
 		 * its accounting): not a jail's to change.  Skipped, as an
-		 * unwritable hierarchy is (no per-VM limit, a warning). */
-		if (!ok && pathn(type, sizeof type, "%s/cgroup.type", ours) == 0 &&
-		    access(type, F_OK) < 0 && errno == ENOENT) {
+		 * unwritable hierarchy is (no per-VM limit, a warning).  A
+		 * trade-off: on a v2 host without systemd, run as root from
+		 * the root cgroup, no per-VM limit at all (doc/DECISIONS.md;
+		 * the site runs isopod from a child cgroup).  Our own
+		 * directory first: one removed under us, or hidden by a mount
+		 * over it, has no cgroup.type either and is not the root. */
+		if (!ok && access(ours, F_OK) < 0) {
+			reason_fail(v2why, sizeof v2why, "; v2: our cgroup %.1024s is not there (removed, "
+				    "or hidden by a mount over it):", ours);
+		} else if (!ok && pathn(type, sizeof type, "%s/cgroup.type", ours) == 0 &&
+			   access(type, F_OK) < 0 && errno == ENOENT) {
 			snprintf(v2why, sizeof v2why, "; v2: our cgroup %.1024s is the host's root cgroup: "
 				 "\"%s\" in its cgroup.subtree_control would be a host-wide change, not made",
 				 ours, sub);

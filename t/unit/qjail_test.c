@@ -289,6 +289,27 @@ static void test_jail_cg(const char *dir)
 		json_decref(cg);
 		json_decref(w);
 	}
+
+	/* our cgroup's directory is not there (removed under us): it has no
+	 * cgroup.type either, but is not the host's root; the warning says so */
+	snprintf(root, sizeof root, "%s/cg-gone", dir);
+	mkdir(root, 0755);
+	put_text(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_text(root, "proc/self/cgroup", "0::/gone\n");
+	put_text(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
+	put_text(root, "sys/fs/cgroup/cgroup.subtree_control", "");
+	cg = json_object();
+	w = json_array();
+	cg_setup(root, &js, &j, cg, w);
+	v = json_array_get(w, 0);
+	ok(j.ncg == 0 && json_array_size(w) == 2 && json_is_string(v) &&
+	   strstr(json_string_value(v), "/sys/fs/cgroup/gone is not there") &&
+	   !strstr(json_string_value(v), "root cgroup"),
+	   "jail cgroups: our cgroup's directory gone: the warning says it is not there, not the "
+	   "host's root (%s)", json_string_value(v));
+	jail_release(&j, p, sizeof p);
+	json_decref(cg);
+	json_decref(w);
 }
 
 int main(void)
