@@ -265,12 +265,18 @@ static int cg_make(struct jail *j, const char *ours, const char *name, const cha
 	return 0;
 }
 
-int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),
-		 void *arg)
+/* jail_cg_each's walk below root ("": this system; a test's fake tree).
+ * Each hierarchy's mount is the one cg_dir places the jail's cgroups
+ * below (the widest that shows our cgroup: a bind of another subtree
+ * mounted first holds none of ours), else, where we cannot place
+ * ourselves, the first of its type (another's jails may be there). */
+static int cg_each_at(const char *root,
+		      int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),
+		      void *arg)
 {
 	static const char *const fs[] = { "cgroup2", "cgroup", "cgroup" }, *const ctl[] = { NULL, "memory", "pids" };
-	char mnt[3][PATH_MAX] = { "" };
-	size_t pl = strlen(JAIL_CG_PREFIX);
+	char mnt[3][PATH_MAX] = { "" }, why[PATH_MAX + 128];
+	size_t pl = strlen(JAIL_CG_PREFIX), ml;
 	int i, k, r = 0;
 
 	for (i = 0; i < 3 && r == 0; i++) {
@@ -278,7 +284,9 @@ int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat 
 		FTSENT *e;
 		FTS *f;
 
-		if (cg_mount("", fs[i], ctl[i], mnt[i], sizeof mnt[i]) < 0)
+		if (cg_dir(root, ctl[i], mnt[i], sizeof mnt[i], &ml, why, sizeof why) == 0)
+			mnt[i][ml] = '\0';
+		else if (cg_mount(root, fs[i], ctl[i], mnt[i], sizeof mnt[i]) < 0)
 			continue;
 		for (k = 0; k < i && strcmp(mnt[k], mnt[i]); k++)
 			; /* co-mounted controllers: one walk */
@@ -298,6 +306,12 @@ int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat 
 		fts_close(f);
 	}
 	return r;
+}
+
+int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),
+		 void *arg)
+{
+	return cg_each_at("", fn, arg);
 }
 
 int jail_cg_remove(const char *dir, int dry)

@@ -219,6 +219,56 @@ static void put_text(const char *root, const char *rel, const char *text)
 	}
 }
 
+struct found {
+	char path[PATH_MAX];
+	int n;
+};
+
+static int found_t(const char *dir, const char *name, const struct stat *st, void *arg)
+{
+	struct found *f = arg;
+
+	(void)st;
+	if (!strcmp(name, "t")) {
+		snprintf(f->path, sizeof f->path, "%s", dir);
+		f->n++;
+	}
+	return 0;
+}
+
+/* gc's walk (cg_each_at) finds the jail's cgroups where the jail makes
+ * them: below the mount cg_dir places ours under (cg_setup's), not the
+ * first of its type (a bind of another subtree, mounted first, holding a
+ * decoy of the name).  The fake tree's limit files cannot be written
+ * (put() does not create them), so the jail's cgroup is planted where
+ * cg_dir says cg_setup would make it. */
+static void test_jail_cg_walk(const char *dir)
+{
+	struct found f = { .n = 0 };
+	char root[PATH_MAX], ours[PATH_MAX], want[PATH_MAX + 64], why[PATH_MAX + 128];
+	size_t ml;
+
+	snprintf(root, sizeof root, "%s/cg-walk", dir);
+	mkdir(root, 0755);
+	put_text(root, "proc/self/mountinfo",
+		 "24 30 0:23 /other /run/other rw - cgroup2 cgroup2 rw\n"
+		 "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_text(root, "proc/self/cgroup", "0::/svc\n");
+	put_text(root, "run/other/" JAIL_CG_PREFIX "t/cgroup.procs", "");
+	if (cg_dir(root, NULL, ours, sizeof ours, &ml, why, sizeof why) < 0) {
+		ok(0, "cg_dir places us in the fake tree (%s)", why);
+		return;
+	}
+	snprintf(want, sizeof want, "%s/" JAIL_CG_PREFIX "t", ours);
+	put_text(root, want + strlen(root) + 1, "");
+	unlink(want);
+	mkdir(want, 0755);
+	cg_each_at(root, found_t, &f);
+	ok(f.n == 1 && !strcmp(f.path, want),
+	   "gc's walk finds the jail's cgroup where the jail makes it (%d: %s), not in the first "
+	   "mount's (a bind of another subtree)", f.n, f.path);
+}
+
 /* The jail's cgroups on fake trees: what cg_setup makes, writes, warns. */
 static void test_jail_cg(const char *dir)
 {
@@ -327,6 +377,7 @@ int main(void)
 	test_plan_over(dir);
 	test_img_owner();
 	test_jail_cg(dir);
+	test_jail_cg_walk(dir);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
 		ok(0, "remove %s", dir);
