@@ -28,36 +28,72 @@ static int covers(const char *mr, const char *self)
 	return !strcmp(mr, "/") || (!strncmp(self, mr, n) && (self[n] == '/' || !self[n]));
 }
 
+/* The next space-separated field of *s, moved past: into out (NULL: only
+ * skipped, any length).  0; -1 when there is none; -2 when it is longer
+ * than sz - 1 (not cut: the rest of a cut field would be read as the next
+ * one, another mount point or root than the line's). */
+static int field(const char **s, char *out, size_t sz)
+{
+	size_t n;
+
+	*s += strspn(*s, " ");
+	if (!(n = strcspn(*s, " \n")))
+		return -1;
+	if (out && n >= sz)
+		return -2;
+	if (out) {
+		memcpy(out, *s, n);
+		out[n] = '\0';
+	}
+	*s += n;
+	return 0;
+}
+
 /* The mount point (below root) of fstype's hierarchy (ctl among a v1
  * mount's options), and the mount's own root inside the hierarchy
  * (mountinfo's 4th field: "/" but in a container's bind of its cgroup).
  * With self (our cgroup there, as /proc/self/cgroup names it) only a mount
  * that shows it: one whose root is self or above it (a bind of another
  * subtree, mounted first, would put self somewhere it is not), the widest
- * of them (the walk up sees the most ancestors).  0; -1, no mount of it;
- * -2, none shows self. */
+ * of them (the walk up sees the most ancestors).  A line of fstype with a
+ * field longer than our buffers (1023 bytes) is skipped, never read cut.
+ * 0; -1, no mount of it; -2, none shows self; -3, none found but such a
+ * line was skipped (it may have been ours: not known). */
 static int mount_of(const char *root, const char *fstype, const char *ctl, const char *self,
 		    char *out, size_t sz, char *mroot, size_t msz)
 {
-	char line[4096], p[PATH_MAX];
-	size_t best = 0;
-	int found = -1;
+	char *line = NULL, p[PATH_MAX];
+	size_t lsz = 0, best = 0;
+	int found = -1, skipped = 0;
 	FILE *fp;
 
 	if (pathn(p, sizeof p, "%s/proc/self/mountinfo", root) < 0 || !(fp = fopen(p, "re")))
 		return -1;
-	while ((found != 0 || self) && fgets(line, sizeof line, fp)) {
-		char mnt[1024], mr[1024], fs[64], opts[1024], *dash = strstr(line, " - "), *tok, *save;
-		int hit = !ctl;
+	while ((found != 0 || self) && getline(&line, &lsz, fp) > 0) {
+		char mnt[1024], mr[1024], fs[64], opts[1024], *tok, *save;
+		const char *dash = strstr(line, " - "), *f = dash ? dash + 3 : NULL;
+		int hit = !ctl, fo;
 
-		if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", mr, mnt) != 2 ||
-		    sscanf(dash + 3, "%63s %*s %1023s", fs, opts) != 2 || strcmp(fs, fstype) ||
-		    strchr(mnt, '\\') || strchr(mr, '\\'))
+		if (!f || field(&f, fs, sizeof fs) < 0 || strcmp(fs, fstype) || field(&f, NULL, 0) < 0)
 			continue;
-		for (tok = ctl ? strtok_r(opts, ",", &save) : NULL; tok && !hit;
+		/* a v1 controller's name is among the options: needed only then */
+		if ((fo = field(&f, opts, sizeof opts)) == -2 && ctl) {
+			skipped = 1;
+			continue;
+		}
+		for (tok = ctl && fo == 0 ? strtok_r(opts, ",", &save) : NULL; tok && !hit;
 		     tok = strtok_r(NULL, ",", &save))
 			hit = !strcmp(tok, ctl);
 		if (!hit)
+			continue;
+		f = line;
+		fo = 0;
+		if (field(&f, NULL, 0) < 0 || field(&f, NULL, 0) < 0 || field(&f, NULL, 0) < 0 ||
+		    (fo = field(&f, mr, sizeof mr)) < 0 || (fo = field(&f, mnt, sizeof mnt)) < 0) {
+			skipped |= fo == -2;
+			continue;
+		}
+		if (strchr(mnt, '\\') || strchr(mr, '\\'))
 			continue;
 		if (self && !covers(mr, self)) {
 			found = found == 0 ? 0 : -2;
@@ -70,8 +106,9 @@ static int mount_of(const char *root, const char *fstype, const char *ctl, const
 			best = strlen(mr);
 		}
 	}
+	free(line);
 	fclose(fp);
-	return found;
+	return found != 0 && skipped ? -3 : found;
 }
 
 int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, size_t sz)
@@ -231,9 +268,11 @@ int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen
 				   ctl ? ctl : "v2", EXC(self));
 	}
 	if ((r = mount_of(root, ctl ? "cgroup" : "cgroup2", ctl, self, mnt, sizeof mnt, mr, sizeof mr)) < 0) {
-		errno = r == -1 ? ENOENT : ENOTDIR;
-		return reason_fail(why, wsz, r == -1 ? "no %s hierarchy is mounted" : "our %s cgroup %s is "
-				   "below no mount of its hierarchy (each a bind of another subtree)",
+		errno = r == -1 ? ENOENT : r == -2 ? ENOTDIR : E2BIG;
+		return reason_fail(why, wsz, r == -1 ? "no %s hierarchy is mounted" : r == -2 ? "our %s cgroup "
+				   "%s is below no mount of its hierarchy (each a bind of another subtree)" :
+				   "our %s cgroup %s: a line of its hierarchy in /proc/self/mountinfo has a field "
+				   "longer than 1023 bytes (skipped: its mount not known)",
 				   ctl ? ctl : "cgroup v2", EXC(self));
 	}
 	if (!path_ok(mr)) {

@@ -25,7 +25,9 @@ int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, s
  * mounted first is passed over).  0 with dir and *mlen (the mount
  * point's length), or -1 with errno and a reason: ENOENT, no such
  * hierarchy or we are in none; EINVAL, a path that is not clean; ENOTDIR,
- * no mount shows our cgroup; ENAMETOOLONG.  The directory may not be
+ * no mount shows our cgroup; E2BIG, none found but a mountinfo line of
+ * the hierarchy with a field longer than 1023 bytes was skipped (it may
+ * have been ours); ENAMETOOLONG.  The directory may not be
  * there (a cgroup removed under us): the caller's stat or mkdir says. */
 int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen, char *why,
 	   size_t wsz);

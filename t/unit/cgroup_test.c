@@ -240,6 +240,38 @@ static void test_mounts(void)
 	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 536870912 && !l.warning[0],
 	   "mounts: v1: another container's bind first is passed over (%lld; %s)", l.mem.v, l.warning);
 
+	/* a mountinfo field longer than the parser's 1023 bytes: the line
+	 * skipped, never read cut (the mount point's first 1023 bytes as
+	 * another directory, the rest as the next field); the limit not
+	 * known, a warning; with another mount that shows us, that one */
+	{
+		char mi[4096], lim[PATH_MAX + 1500];
+		int n;
+
+		n = snprintf(mi, sizeof mi, "25 30 0:23 / /mnt/");
+		memset(mi + n, 'a', 1100);
+		snprintf(mi + n + 1100, sizeof mi - n - 1100, " rw - cgroup2 cgroup2 rw\n");
+		put_file(r, "proc/self/mountinfo", mi);
+		put_file(r, "proc/self/cgroup", "0::/job_7\n");
+		snprintf(lim, sizeof lim, "mnt/%.1023s/cgroup.controllers", mi + n);
+		put_file(r, lim, "memory\n");
+		snprintf(lim, sizeof lim, "mnt/%.1023s/job_7/memory.max", mi + n);
+		put_file(r, lim, "4096\n");
+		errno = 0;
+		ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == -1 &&
+		   strstr(l.warning, "longer than 1023 bytes") && strstr(l.warning, "/job_7"),
+		   "mounts: a mountinfo field over 1023 bytes: the line skipped, no limit known, a "
+		   "warning (%lld; %.200s)", l.mem.v, l.warning);
+		ok(cg_dir(r, NULL, dir, sizeof dir, &mlen, why, sizeof why) == -1 && errno == E2BIG,
+		   "mounts: cg_dir: E2BIG (%.200s)", why);
+		snprintf(mi + n + 1100, sizeof mi - n - 1100, " rw - cgroup2 cgroup2 rw\n"
+			 "26 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+		put_file(r, "proc/self/mountinfo", mi);
+		ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 1073741824 && !l.warning[0],
+		   "mounts: an over-long line, then a mount that shows us: that one's limit (%lld; %s)",
+		   l.mem.v, l.warning);
+	}
+
 	/* a path with ".." (a cgroup namespace over a bound host tree) */
 	put_file(r, "proc/self/cgroup", "4:memory:/../../etc\n");
 	errno = 0;
