@@ -88,6 +88,7 @@ struct boot {
 	struct cg_limits lim;     /* the caller's cgroup limits (lib/cgroup.c) */
 	struct cg_fit fit;        /* the VM's size within them */
 	int tight_noted;          /* its warning that TCG may not fit given */
+	int throttle_noted;       /* its warning of vCPUs beyond a CFS quota */
 	long long want_mem, want_vcpus; /* the size before the fit */
 };
 
@@ -176,6 +177,14 @@ static int fit_limits(struct boot *bt, int tcg, char *why, size_t wsz)
 						    "a guest that runs much new code runs slower",
 						    f->mem_mib, f->base_mib, bt->lim.mem.v >> 20, bt->lim.mem.dir,
 						    f->overhead_mib - f->base_mib, f->tb_mib));
+	if (f->vcpus_throttled && !bt->throttle_noted && (bt->throttle_noted = 1))
+		json_array_append_new(bt->w.warnings,
+				       json_sprintf("cgroup limits: %lld vCPUs in a CFS quota of %lld.%02lld CPUs "
+						    "(%s): each runs, throttled to share the quota (a guest's "
+						    "CPU-bound threads run slower, its timing jitters)",
+						    f->vcpus, bt->lim.quota_us / bt->lim.period_us,
+						    bt->lim.quota_us % bt->lim.period_us * 100 / bt->lim.period_us,
+						    bt->lim.cpu.dir));
 	bt->cf.mem_mib = f->mem_mib;
 	bt->cf.vcpus = f->vcpus;
 	return 0;

@@ -19,70 +19,101 @@
 /* v1's "no limit" is 2^63 - 1 rounded down to a page; any page size. */
 #define CG_V1_UNLIMITED (1LL << 62)
 
+/* Does a mount whose root (mountinfo's 4th field) is mr show the cgroup
+ * self: mr is "/" or self's ancestor (whole components) or self? */
+static int covers(const char *mr, const char *self)
+{
+	size_t n = strlen(mr);
+
+	return !strcmp(mr, "/") || (!strncmp(self, mr, n) && (self[n] == '/' || !self[n]));
+}
+
+/* The next space-separated field of *s, moved past: into out (NULL: only
+ * skipped, any length).  0; -1 when there is none; -2 when it is longer
+ * than sz - 1 (not cut: the rest of a cut field would be read as the next
+ * one, another mount point or root than the line's). */
+static int field(const char **s, char *out, size_t sz)
+{
+	size_t n;
+
+	*s += strspn(*s, " ");
+	if (!(n = strcspn(*s, " \n")))
+		return -1;
+	if (out && n >= sz)
+		return -2;
+	if (out) {
+		memcpy(out, *s, n);
+		out[n] = '\0';
+	}
+	*s += n;
+	return 0;
+}
+
 /* The mount point (below root) of fstype's hierarchy (ctl among a v1
  * mount's options), and the mount's own root inside the hierarchy
- * (mountinfo's 4th field: "/" but in a container's bind of its cgroup). */
-static int mount_of(const char *root, const char *fstype, const char *ctl, char *out, size_t sz,
-		    char *mroot, size_t msz)
+ * (mountinfo's 4th field: "/" but in a container's bind of its cgroup).
+ * With self (our cgroup there, as /proc/self/cgroup names it) only a mount
+ * that shows it: one whose root is self or above it (a bind of another
+ * subtree, mounted first, would put self somewhere it is not), the widest
+ * of them (the walk up sees the most ancestors).  A line of fstype with a
+ * field longer than our buffers (1023 bytes) is skipped, never read cut.
+ * 0; -1, no mount of it; -2, none shows self; -3, none found but such a
+ * line was skipped (it may have been ours: not known). */
+static int mount_of(const char *root, const char *fstype, const char *ctl, const char *self,
+		    char *out, size_t sz, char *mroot, size_t msz)
 {
-	char line[4096], p[PATH_MAX];
-	int found = -1;
+	char *line = NULL, p[PATH_MAX];
+	size_t lsz = 0, best = 0;
+	int found = -1, skipped = 0;
 	FILE *fp;
 
 	if (pathn(p, sizeof p, "%s/proc/self/mountinfo", root) < 0 || !(fp = fopen(p, "re")))
 		return -1;
-	while (found < 0 && fgets(line, sizeof line, fp)) {
-		char mnt[1024], mr[1024], fs[64], opts[1024], *dash = strstr(line, " - "), *tok, *save;
-		int hit = !ctl;
+	while ((found != 0 || self) && getline(&line, &lsz, fp) > 0) {
+		char mnt[1024], mr[1024], fs[64], opts[1024], *tok, *save;
+		const char *dash = strstr(line, " - "), *f = dash ? dash + 3 : NULL;
+		int hit = !ctl, fo;
 
-		if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", mr, mnt) != 2 ||
-		    sscanf(dash + 3, "%63s %*s %1023s", fs, opts) != 2 || strcmp(fs, fstype) ||
-		    strchr(mnt, '\\') || strchr(mr, '\\'))
+		if (!f || field(&f, fs, sizeof fs) < 0 || strcmp(fs, fstype) || field(&f, NULL, 0) < 0)
 			continue;
-		for (tok = ctl ? strtok_r(opts, ",", &save) : NULL; tok && !hit;
+		/* a v1 controller's name is among the options: needed only then */
+		if ((fo = field(&f, opts, sizeof opts)) == -2 && ctl) {
+			skipped = 1;
+			continue;
+		}
+		for (tok = ctl && fo == 0 ? strtok_r(opts, ",", &save) : NULL; tok && !hit;
 		     tok = strtok_r(NULL, ",", &save))
 			hit = !strcmp(tok, ctl);
-		if (hit && pathn(out, sz, "%s%s", root, mnt) == 0 &&
-		    (!mroot || pathn(mroot, msz, "%s", mr) == 0))
+		if (!hit)
+			continue;
+		f = line;
+		fo = 0;
+		if (field(&f, NULL, 0) < 0 || field(&f, NULL, 0) < 0 || field(&f, NULL, 0) < 0 ||
+		    (fo = field(&f, mr, sizeof mr)) < 0 || (fo = field(&f, mnt, sizeof mnt)) < 0) {
+			skipped |= fo == -2;
+			continue;
+		}
+		if (strchr(mnt, '\\') || strchr(mr, '\\'))
+			continue;
+		if (self && !covers(mr, self)) {
+			found = found == 0 ? 0 : -2;
+			continue;
+		}
+		if (found == 0 && strlen(mr) >= best)
+			continue;
+		if (pathn(out, sz, "%s%s", root, mnt) == 0 && (!mroot || pathn(mroot, msz, "%s", mr) == 0)) {
 			found = 0;
+			best = strlen(mr);
+		}
 	}
+	free(line);
 	fclose(fp);
-	return found;
+	return found != 0 && skipped ? -3 : found;
 }
 
 int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, size_t sz)
 {
-	return mount_of(root, fstype, ctl, out, sz, NULL, 0);
-}
-
-int cg_self(const char *root, const char *ctl, char *out, size_t sz)
-{
-	char line[4096], p[PATH_MAX];
-	int found = -1;
-	FILE *fp;
-
-	if (pathn(p, sizeof p, "%s/proc/self/cgroup", root) < 0 || !(fp = fopen(p, "re")))
-		return -1;
-	while (found < 0 && fgets(line, sizeof line, fp)) {
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL, *tok, *save;
-
-		if (!b)
-			continue;
-		*b = '\0';
-		b[1 + strcspn(b + 1, "\n")] = '\0';
-		if (!ctl) {
-			/* "0::PATH" (this was "0:" compared with "0" until
-			 * issue 16: the jail's v2 cgroups were never made) */
-			if (a == line + 1 && line[0] == '0' && b == a + 1)
-				found = pathn(out, sz, "%s", b + 1);
-			continue;
-		}
-		for (tok = strtok_r(a + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-			if (!strcmp(tok, ctl))
-				found = pathn(out, sz, "%s", b + 1);
-	}
-	fclose(fp);
-	return found;
+	return mount_of(root, fstype, ctl, NULL, out, sz, NULL, 0);
 }
 
 int cg_has_word(const char *path, const char *w)
@@ -185,44 +216,112 @@ static int path_ok(const char *p)
 	return 1;
 }
 
-/* Our cgroup's directory for controller ctl: v2's when the controller is
- * bound there (listed in the v2 root's cgroup.controllers), else v1's.
- * 2 or 1 (the version) with dir and *mlen (the mount point's length: the
- * walk's end), 0 when we are in no hierarchy of ctl, -1 on garbage. */
-static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, struct cg_limits *l,
-		   char *why, size_t wsz)
+/* Our own cgroup in the hierarchy of ctl (NULL: v2's "0::" line), as
+ * /proc/self/cgroup says it (relative to that hierarchy's root, or our
+ * cgroup namespace's).  0, or -1. */
+static int cg_self(const char *root, const char *ctl, char *out, size_t sz)
 {
-	char mnt[PATH_MAX], mr[PATH_MAX], self[PATH_MAX], p[PATH_MAX + 32];
-	const char *rel;
-	int v = 0;
-	struct stat st;
+	char line[4096], p[PATH_MAX];
+	int found = -1;
+	FILE *fp;
 
-	if (mount_of(root, "cgroup2", NULL, mnt, sizeof mnt, mr, sizeof mr) == 0 &&
-	    pathn(p, sizeof p, "%s/cgroup.controllers", mnt) == 0 && cg_has_word(p, ctl))
-		v = 2;
-	if (!v && mount_of(root, "cgroup", ctl, mnt, sizeof mnt, mr, sizeof mr) == 0)
-		v = 1;
-	if (!v || cg_self(root, v == 2 ? NULL : ctl, self, sizeof self) < 0)
-		return 0;
+	if (pathn(p, sizeof p, "%s/proc/self/cgroup", root) < 0 || !(fp = fopen(p, "re")))
+		return -1;
+	while (found < 0 && fgets(line, sizeof line, fp)) {
+		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL, *tok, *save;
+
+		if (!b)
+			continue;
+		*b = '\0';
+		b[1 + strcspn(b + 1, "\n")] = '\0';
+		if (!ctl) {
+			/* "0::PATH" (this was "0:" compared with "0" until
+			 * issue 16: the jail's v2 cgroups were never made) */
+			if (a == line + 1 && line[0] == '0' && b == a + 1)
+				found = pathn(out, sz, "%s", b + 1);
+			continue;
+		}
+		for (tok = strtok_r(a + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			if (!strcmp(tok, ctl))
+				found = pathn(out, sz, "%s", b + 1);
+	}
+	fclose(fp);
+	return found;
+}
+
+int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen, char *why,
+	   size_t wsz)
+{
+	char mnt[PATH_MAX], mr[PATH_MAX], self[PATH_MAX];
+	const char *rel;
+	int r;
+
+	if (cg_self(root, ctl, self, sizeof self) < 0) {
+		errno = ENOENT;
+		return reason_fail(why, wsz, "we are in no %s hierarchy", ctl ? ctl : "cgroup v2");
+	}
 	/* "/../.." (a cgroup namespace over the host's bound tree), "//deleted":
-	 * a layout we cannot place ourselves in is no limit known, with a
-	 * warning, never a run refused (it booted before limits were read) */
-	if (!path_ok(self) || !path_ok(mr)) {
-		if (!l->warning[0])
-			snprintf(l->warning, sizeof l->warning, "cgroup limits: our %s cgroup %.512s (mount "
-				 "root %.512s) is not a clean absolute path: its limits are not known",
-				 ctl, self, mr);
-		return 0;
+	 * a layout we cannot place ourselves in */
+	if (!path_ok(self)) {
+		errno = EINVAL;
+		return reason_fail(why, wsz, "our %s cgroup %s is not a clean absolute path",
+				   ctl ? ctl : "v2", EXC(self));
+	}
+	if ((r = mount_of(root, ctl ? "cgroup" : "cgroup2", ctl, self, mnt, sizeof mnt, mr, sizeof mr)) < 0) {
+		errno = r == -1 ? ENOENT : r == -2 ? ENOTDIR : E2BIG;
+		return reason_fail(why, wsz, r == -1 ? "no %s hierarchy is mounted" : r == -2 ? "our %s cgroup "
+				   "%s is below no mount of its hierarchy (each a bind of another subtree)" :
+				   "our %s cgroup %s: a line of its hierarchy in /proc/self/mountinfo has a field "
+				   "longer than 1023 bytes (skipped: its mount not known)",
+				   ctl ? ctl : "cgroup v2", EXC(self));
+	}
+	if (!path_ok(mr)) {
+		errno = EINVAL;
+		return reason_fail(why, wsz, "our %s cgroup %s: its mount's root %s is not a clean "
+				   "absolute path", ctl ? ctl : "v2", EXC(self), EXC(mr));
 	}
 	/* A container's view without a cgroup namespace: the mount is its own
-	 * cgroup, which /proc/self/cgroup names from the hierarchy's root. */
-	rel = self;
-	if (strcmp(mr, "/") && !strncmp(self, mr, strlen(mr)) &&
-	    (self[strlen(mr)] == '/' || !self[strlen(mr)]))
-		rel += strlen(mr);
+	 * cgroup (or an ancestor), which /proc/self/cgroup names from the
+	 * hierarchy's root. */
+	rel = strcmp(mr, "/") ? self + strlen(mr) : self;
 	*mlen = strlen(mnt);
-	if (pathn(dir, PATH_MAX, "%s%s", mnt, strcmp(rel, "/") ? rel : "") < 0)
+	if (pathn(dir, sz, "%s%s", mnt, strcmp(rel, "/") ? rel : "") < 0) {
+		errno = ENAMETOOLONG;
 		return reason_fail(why, wsz, "cgroup path too long");
+	}
+	return 0;
+}
+
+/* Our cgroup's directory for controller ctl: v2's when the controller is
+ * bound there (listed in the v2 mount's cgroup.controllers), else v1's.
+ * 2 or 1 (the version) with dir and *mlen (the mount point's length: the
+ * walk's end), 0 when we are in no hierarchy of ctl or cannot place
+ * ourselves in it (a warning: no limit known, never a run refused, as it
+ * booted before limits were read). */
+static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, struct cg_limits *l)
+{
+	char p[PATH_MAX + 32], w2[PATH_MAX + 128], w1[PATH_MAX + 128];
+	int v = 0, e2 = ENOENT, e1 = ENOENT;
+	struct stat st;
+
+	if (cg_dir(root, NULL, dir, PATH_MAX, mlen, w2, sizeof w2) < 0)
+		e2 = errno;
+	else if (pathn(p, sizeof p, "%.*s/cgroup.controllers", (int)*mlen, dir) == 0 &&
+		 cg_has_word(p, ctl))
+		v = 2;
+	if (!v && cg_dir(root, ctl, dir, PATH_MAX, mlen, w1, sizeof w1) == 0)
+		v = 1;
+	else if (!v)
+		e1 = errno;
+	if (!v) {
+		/* v1's reason when it has ctl, else v2's (where ctl may be) */
+		const char *w = e1 != ENOENT ? w1 : e2 != ENOENT ? w2 : NULL;
+
+		if (w && !l->warning[0])
+			snprintf(l->warning, sizeof l->warning, "cgroup limits: %.1200s: its %s limits are "
+				 "not known", w, ctl);
+		return 0;
+	}
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		if (!l->warning[0])
 			snprintf(l->warning, sizeof l->warning, "cgroup limits: our %s cgroup %.1024s is "
@@ -232,51 +331,43 @@ static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, s
 	return v;
 }
 
-/* What one cgroup directory limits: *v (-1 none), *q and *p for cpu. */
-typedef int (*cg_reader)(const char *dir, int ver, long long *v, long long *q, long long *p,
-			 char *why, size_t wsz);
+/* What one cgroup directory's control file (file, the one of version
+ * ver) limits: *v (-1 none), *q and *p for cpu. */
+typedef int (*cg_reader)(const char *dir, const char *file, int ver, long long *v, long long *q,
+			 long long *p, char *why, size_t wsz);
 
-static int rd_mem(const char *dir, int ver, long long *v, long long *q, long long *p, char *why,
-		  size_t wsz)
+/* A file of one number: memory.max, pids.max (v1's too),
+ * memory.limit_in_bytes.  "max" is what the kernel writes in a *.max
+ * file for none (and nowhere else); v1's memory has no "max", its none is
+ * 2^62 or more. */
+static int rd_num(const char *dir, const char *file, int ver, long long *v, long long *q,
+		  long long *p, char *why, size_t wsz)
 {
 	char f[PATH_MAX + 32], b[64];
+	size_t n = strlen(file);
 
 	(void)q, (void)p;
 	*v = -1;
-	if (pathn(f, sizeof f, "%s/%s", dir, ver == 2 ? "memory.max" : "memory.limit_in_bytes") < 0)
+	if (pathn(f, sizeof f, "%s/%s", dir, file) < 0)
 		return reason_fail(why, wsz, "cgroup path too long");
 	if (read_line(f, b, sizeof b, why, wsz) < 0)
 		return errno == ENOENT ? 0 : -1;
-	if (number(f, b, ver == 2, v, why, wsz) < 0)
+	if (number(f, b, n > 4 && !strcmp(file + n - 4, ".max"), v, why, wsz) < 0)
 		return -1;
 	if (ver == 1 && *v >= CG_V1_UNLIMITED)
 		*v = -1;
 	return 0;
 }
 
-static int rd_pids(const char *dir, int ver, long long *v, long long *q, long long *p, char *why,
-		   size_t wsz)
-{
-	char f[PATH_MAX + 32], b[64];
-
-	(void)ver, (void)q, (void)p;
-	*v = -1;
-	if (pathn(f, sizeof f, "%s/pids.max", dir) < 0)
-		return reason_fail(why, wsz, "cgroup path too long");
-	if (read_line(f, b, sizeof b, why, wsz) < 0)
-		return errno == ENOENT ? 0 : -1;
-	return number(f, b, 1, v, why, wsz);
-}
-
 /* cpu.max "QUOTA PERIOD" ("max PERIOD"), or v1's cfs_quota_us (-1: none)
  * and cfs_period_us.  *v the whole CPUs (at least 1). */
-static int rd_cpu(const char *dir, int ver, long long *v, long long *q, long long *p, char *why,
-		  size_t wsz)
+static int rd_cpu(const char *dir, const char *file, int ver, long long *v, long long *q,
+		  long long *p, char *why, size_t wsz)
 {
 	char f[PATH_MAX + 32], b[64], *sp;
 
 	*v = *q = *p = -1;
-	if (pathn(f, sizeof f, "%s/%s", dir, ver == 2 ? "cpu.max" : "cpu.cfs_quota_us") < 0)
+	if (pathn(f, sizeof f, "%s/%s", dir, file) < 0)
 		return reason_fail(why, wsz, "cgroup path too long");
 	if (read_line(f, b, sizeof b, why, wsz) < 0)
 		return errno == ENOENT ? 0 : -1;
@@ -308,14 +399,14 @@ static int rd_cpu(const char *dir, int ver, long long *v, long long *q, long lon
 
 /* The smallest limit (by value, for cpu by quota/period) from dir up to
  * the mount point (its first mlen bytes) into out. */
-static int walk(char *dir, size_t mlen, int ver, cg_reader rd, struct cg_limit *out,
-		long long *bq, long long *bp, char *why, size_t wsz)
+static int walk(char *dir, size_t mlen, int ver, const char *file, cg_reader rd,
+		struct cg_limit *out, long long *bq, long long *bp, char *why, size_t wsz)
 {
 	long long v, q, p;
 	char *slash;
 
 	for (;;) {
-		if (rd(dir, ver, &v, &q, &p, why, wsz) < 0)
+		if (rd(dir, file, ver, &v, &q, &p, why, wsz) < 0)
 			return -1;
 		if (v >= 0 && (out->v < 0 ||
 			       (bq ? (double)q / (double)p < (double)*bq / (double)*bp : v < out->v))) {
@@ -330,33 +421,49 @@ static int walk(char *dir, size_t mlen, int ver, cg_reader rd, struct cg_limit *
 	}
 }
 
-static int rd_cpuset(const char *dir, int ver, struct cg_limit *out, char *why, size_t wsz)
+/* Our CPUs: the cpuset's effective list, at our level or, where there is
+ * none, the nearest ancestor's (dir cut as walk does, mlen its end).  Not
+ * a minimum along the path, as the other limits are: the effective list
+ * already is one.  v2's cpuset.cpus.effective is "the onlined CPUs that
+ * are actually granted to this cgroup by its parent" (cgroup-v2.rst):
+ * cpuset.cpus and the parent's effective list, so every ancestor's.  It
+ * "exists on all cpuset-enabled cgroups": a cgroup whose parent did not
+ * enable cpuset in its subtree_control (a Slurm step below a job that
+ * did, a service) has no such file and its tasks run on the nearest
+ * enabled ancestor's CPUs, which is the file read then.  v1's
+ * cpuset.effective_cpus is the same list; without it (an old kernel)
+ * cpuset.cpus, which v1 keeps a subset of the parent's. */
+static int rd_cpuset(char *dir, size_t mlen, int ver, struct cg_limit *out, char *why, size_t wsz)
 {
 	static const char *const f2[] = { "cpuset.cpus.effective", NULL },
 				 *const f1[] = { "cpuset.effective_cpus", "cpuset.cpus", NULL };
-	const char *const *f = ver == 2 ? f2 : f1;
-	char p[PATH_MAX + 32], b[4096];
+	char p[PATH_MAX + 32], b[4096], *slash;
 	long long n;
 
-	for (; *f; f++) {
-		if (pathn(p, sizeof p, "%s/%s", dir, *f) < 0)
-			return reason_fail(why, wsz, "cgroup path too long");
-		if (read_line(p, b, sizeof b, why, wsz) < 0) {
-			/* a list longer than b (thousands of CPUs, sparse):
-			 * not known, as the vCPUs it could cap are few */
-			if (errno != ENOENT)
+	for (;;) {
+		for (const char *const *f = ver == 2 ? f2 : f1; *f; f++) {
+			if (pathn(p, sizeof p, "%s/%s", dir, *f) < 0)
+				return reason_fail(why, wsz, "cgroup path too long");
+			if (read_line(p, b, sizeof b, why, wsz) < 0) {
+				/* a list longer than b (thousands of CPUs,
+				 * sparse): not known, as the vCPUs it could
+				 * cap are few */
+				if (errno != ENOENT)
+					return 0;
+				continue;
+			}
+			if (!*b) /* a v1 cpuset not set up: holds no process, not ours */
 				return 0;
-			continue;
-		}
-		if (!*b) /* a v1 cpuset not set up: holds no process, not ours */
+			if ((n = cpu_count(p, b, why, wsz)) < 0)
+				return -1;
+			out->v = n;
+			snprintf(out->dir, sizeof out->dir, "%s", dir);
 			return 0;
-		if ((n = cpu_count(p, b, why, wsz)) < 0)
-			return -1;
-		out->v = n;
-		snprintf(out->dir, sizeof out->dir, "%s", dir);
-		return 0;
+		}
+		if (strlen(dir) <= mlen || !(slash = strrchr(dir, '/')) || (size_t)(slash - dir) < mlen)
+			return 0;
+		*slash = '\0';
 	}
-	return 0;
 }
 
 int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
@@ -367,20 +474,22 @@ int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
 
 	*l = (struct cg_limits){ .mem.v = -1, .cpu.v = -1, .cpuset.v = -1, .pids.v = -1,
 				 .quota_us = -1, .period_us = -1 };
-	if ((v = ctl_dir(root, "memory", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && walk(dir, mlen, v, rd_mem, &l->mem, NULL, NULL, why, wsz) < 0))
+	if ((v = ctl_dir(root, "memory", dir, &mlen, l)) &&
+	    (walk(dir, mlen, v, v == 2 ? "memory.max" : "memory.limit_in_bytes", rd_num,
+		       &l->mem, NULL, NULL, why, wsz) < 0))
 		return -1;
 	l->version = v;
-	if ((v = ctl_dir(root, "cpu", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && walk(dir, mlen, v, rd_cpu, &l->cpu, &l->quota_us, &l->period_us, why, wsz) < 0))
+	if ((v = ctl_dir(root, "cpu", dir, &mlen, l)) &&
+	    (walk(dir, mlen, v, v == 2 ? "cpu.max" : "cpu.cfs_quota_us", rd_cpu, &l->cpu,
+		       &l->quota_us, &l->period_us, why, wsz) < 0))
 		return -1;
 	if (!l->version)
 		l->version = v;
-	if ((v = ctl_dir(root, "cpuset", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && rd_cpuset(dir, v, &l->cpuset, why, wsz) < 0))
+	if ((v = ctl_dir(root, "cpuset", dir, &mlen, l)) &&
+	    (rd_cpuset(dir, mlen, v, &l->cpuset, why, wsz) < 0))
 		return -1;
-	if ((v = ctl_dir(root, "pids", dir, &mlen, l, why, wsz)) < 0 ||
-	    (v && walk(dir, mlen, v, rd_pids, &l->pids, NULL, NULL, why, wsz) < 0))
+	if ((v = ctl_dir(root, "pids", dir, &mlen, l)) &&
+	    (walk(dir, mlen, v, "pids.max", rd_num, &l->pids, NULL, NULL, why, wsz) < 0))
 		return -1;
 	return 0;
 }
@@ -394,21 +503,40 @@ long long cg_cpus(const struct cg_limits *l)
 
 int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz)
 {
-	long long cpus = cg_cpus(l), room, over = f->overhead_mib;
+	long long cpus = cg_cpus(l), room, over = f->overhead_mib, most = cpus;
 	const struct cg_limit *cl = l->cpu.v == cpus ? &l->cpu : &l->cpuset;
+	int quota = l->cpu.v >= 0 && l->quota_us > 0 && l->period_us > 0;
 
-	f->mem_reduced = f->vcpus_reduced = f->mem_tight = 0;
+	f->mem_reduced = f->vcpus_reduced = f->mem_tight = f->vcpus_throttled = 0;
 	f->tb_mib = 0;
-	if (cpus >= 0 && f->vcpus > cpus) {
+	/* A fractional CFS quota (1.5 CPUs) runs as many vCPUs as its ceiling
+	 * (2), each throttled to share it: a given --vcpus up to that runs,
+	 * flagged (its warning is the caller's); a default stays at the whole
+	 * CPUs (at least 1).  A cpuset's CPUs are whole: at most that many. */
+	if (quota) {
+		most = (l->quota_us + l->period_us - 1) / l->period_us;
+		if (l->cpuset.v >= 0 && l->cpuset.v < most)
+			most = l->cpuset.v, cl = &l->cpuset;
+		else
+			cl = &l->cpu;
+	}
+	if (cpus >= 0 && f->vcpus > (f->vcpus_given ? most : cpus)) {
 		if (f->vcpus_given) {
 			errno = EINVAL;
+			if (quota && cl == &l->cpu)
+				return reason_fail(why, wsz, "--vcpus %lld does not fit the cgroup's CPU limit: "
+						   "%lld.%02lld CPUs (CFS quota of %s): at most --vcpus %lld",
+						   f->vcpus, l->quota_us / l->period_us,
+						   l->quota_us % l->period_us * 100 / l->period_us, cl->dir, most);
 			return reason_fail(why, wsz, "--vcpus %lld does not fit the cgroup's CPU limit: "
-					   "%lld CPUs (%s of %s)", f->vcpus, cpus,
+					   "%lld CPUs (%s of %s)", f->vcpus, most,
 					   cl == &l->cpu ? "CFS quota" : "cpuset", cl->dir);
 		}
 		f->vcpus = cpus > 0 ? cpus : 1;
 		f->vcpus_reduced = 1;
 	}
+	if (quota && f->vcpus * l->period_us > l->quota_us)
+		f->vcpus_throttled = 1;
 	if (l->mem.v < 0)
 		return 0;
 	room = (l->mem.v >> 20) - f->overhead_mib;
@@ -467,7 +595,7 @@ static json_t *limdir(const struct cg_limit *c)
 
 json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f)
 {
-	json_t *j = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:b, s:b, s:o}",
+	json_t *j = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:b, s:b, s:b, s:o}",
 			      "cgroup", l->version ? json_integer(l->version) : json_null(),
 			      "memory_bytes", lim(&l->mem), "memory_cgroup", limdir(&l->mem),
 			      "cpus", lim(&l->cpu), "cpu_cgroup", limdir(&l->cpu),
@@ -475,7 +603,8 @@ json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f)
 			      "pids", lim(&l->pids), "pids_cgroup", limdir(&l->pids),
 			      "vcpus", (json_int_t)f->vcpus, "mem_mib", (json_int_t)f->mem_mib,
 			      "qemu_overhead_mib", (json_int_t)f->overhead_mib,
-			      "vcpus_reduced", f->vcpus_reduced, "mem_reduced", f->mem_reduced,
+			      "vcpus_reduced", f->vcpus_reduced, "vcpus_throttled", f->vcpus_throttled,
+			      "mem_reduced", f->mem_reduced,
 			      "tcg_tb_mib", f->mem_tight ? json_integer(f->tb_mib) : json_null());
 
 	return j;

@@ -17,9 +17,20 @@
 /* The mount point (below root) of the hierarchy of fstype: "cgroup2", or
  * "cgroup" with the v1 controller ctl among its options.  0, or -1. */
 int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, size_t sz);
-/* Our own cgroup in the hierarchy of ctl (NULL: v2's "0::" line), as
- * /proc/self/cgroup says it (relative to that hierarchy's root).  0, or -1. */
-int cg_self(const char *root, const char *ctl, char *out, size_t sz);
+/* Our own cgroup's directory (below root) in the hierarchy of ctl (NULL:
+ * v2's, else v1's controller ctl): /proc/self/cgroup's path, checked (no
+ * "", "." or ".." component: under a cgroup namespace over a bound host
+ * tree it is "/../.."), below the mount that shows it (mountinfo's root
+ * of that mount is the path or above it; a bind of another subtree
+ * mounted first is passed over).  0 with dir and *mlen (the mount
+ * point's length), or -1 with errno and a reason: ENOENT, no such
+ * hierarchy or we are in none; EINVAL, a path that is not clean; ENOTDIR,
+ * no mount shows our cgroup; E2BIG, none found but a mountinfo line of
+ * the hierarchy with a field longer than 1023 bytes was skipped (it may
+ * have been ours); ENAMETOOLONG.  The directory may not be
+ * there (a cgroup removed under us): the caller's stat or mkdir says. */
+int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen, char *why,
+	   size_t wsz);
 
 /* One limit: its value (-1: none on the path) and the cgroup directory
  * that sets it (the smallest along our path up to the mount's root: an
@@ -34,7 +45,8 @@ struct cg_limits {
 	struct cg_limit mem;     /* bytes: memory.max, v1 memory.limit_in_bytes (>= 2^62: none) */
 	struct cg_limit cpu;     /* whole CPUs of the CFS quota: floor(quota / period), at least 1 */
 	long long quota_us, period_us; /* that quota's (-1: none) */
-	struct cg_limit cpuset;  /* CPUs in our cpuset (v2 cpuset.cpus.effective, v1 cpuset.effective_cpus or cpuset.cpus) */
+	struct cg_limit cpuset;  /* CPUs in our cpuset (v2 cpuset.cpus.effective, v1 cpuset.effective_cpus or cpuset.cpus):
+				    ours, or the nearest ancestor's where we have none */
 	struct cg_limit pids;    /* pids.max */
 	char warning[PATH_MAX + 128]; /* a hierarchy we are in but whose directory is not there */
 };
@@ -62,12 +74,16 @@ struct cg_fit {
 	long long base_mib; /* QEMU's fixed cost alone (overhead_mib less TCG's
 			       translation buffer; 0: no such leeway) */
 	int mem_reduced, vcpus_reduced;
+	int vcpus_throttled; /* more vCPUs than a fractional CFS quota's CPUs
+				(quota / period): each runs, throttled */
 	int mem_tight;      /* a given size that fits with base_mib only */
 	long long tb_mib;   /* then TCG's translation buffer to fit (MiB, at least 16) */
 };
 
 /* 0 with f's size fitted (a default lowered to fit: guest RAM + overhead
- * <= the memory limit, vCPUs <= cg_cpus, at least 1); -1 with a reason
+ * <= the memory limit, vCPUs <= cg_cpus, at least 1; a given --vcpus may
+ * be up to the ceiling of a fractional CFS quota, vcpus_throttled set,
+ * as is a default of 1 above a quota below 1 CPU); -1 with a reason
  * naming the limit, its cgroup and the size: EINVAL, a given size that
  * does not fit; ENOSPC, not even the smallest VM fits.  A given size that
  * fits with base_mib but not overhead_mib is kept, f->mem_tight set. */

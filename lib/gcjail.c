@@ -58,36 +58,63 @@ static int rec_known(const struct cgsweep *s, const char *id)
  * ISOPOD_TEST_CG_GRACE_S, is read here and nowhere else. */
 #define CG_UNKNOWN_GRACE_S 600
 
-static int unknown_stale(const char *vm, const struct stat *st)
+/* st's cgroup is older than the grace above (the rule's age; the rest of
+ * it, empty and of our uid, is cg_one's and jail_cg_remove's) */
+static int cg_old(const struct stat *st)
 {
 	const char *e = getenv("ISOPOD_TEST_CG_GRACE_S");
 	long long grace = CG_UNKNOWN_GRACE_S, v;
-	char p[PATH_MAX];
-	struct stat ds;
 
 	/* at least 1 s: a cgroup made this very second is never old */
 	if (e && *e && parse_ll(e, 0, 86400, &v) == 0)
 		grace = v < 1 ? 1 : v;
+	return (long long)time(NULL) - (long long)st->st_ctime >= grace;
+}
+
+static int unknown_stale(const char *vm, const struct stat *st)
+{
+	char p[PATH_MAX];
+	struct stat ds;
+
 	/* a record made since gc read them (a claim meanwhile) is known */
 	if (!id_vm_ok(vm) || pathn(p, sizeof p, "%s/vms/%s", store_home(), vm) < 0 ||
 	    lstat(p, &ds) == 0 || errno != ENOENT)
 		return 0;
-	return (long long)time(NULL) - (long long)st->st_ctime >= grace;
+	return cg_old(st);
 }
 
-/* A warm template's jail is "tpl-" and the first 32 hex of its key
- * (warm_tpl_name); its owner is the builder, which holds the key's lock
- * from before the cgroup is made until it is released.  Every existing
- * warm/<key>.lock of that prefix taken (gcstore_lock_prefix) into fds: how
- * many, or -1 when one is held (a builder lives, the cgroup may be its,
- * not yet joined) or the name is not a template's. */
+/* A warm template's jail is "tpl-", the first 32 hex of its key and the
+ * store's 16 (warm_tpl_name); its owner is the builder, which holds the
+ * key's lock from before the cgroup is made until it is released.  1 when
+ * name is this store's, 0 when it is a template's of another store (its
+ * builder's lock is in that store, which this gc cannot see) or of the
+ * older unsuffixed shape tpl-<32 hex> (a builder killed before the
+ * upgrade: no store known), -1 when it is no template's name. */
+static int tpl_ours(const char *name)
+{
+	char ours[WARM_TPL_NAME_SZ], key[33];
+	size_t n = strlen(name);
+
+	if (strncmp(name, "tpl-", 4) || hex_span(name + 4) < 32 ||
+	    (n != 36 && (n != 53 || name[36] != '-' || hex_span(name + 37) != 16)))
+		return -1;
+	snprintf(key, sizeof key, "%.32s", name + 4);
+	warm_tpl_name(key, ours);
+	return !strcmp(name, ours);
+}
+
+/* Every existing warm/<key>.lock of our template name's prefix taken
+ * (gcstore_lock_prefix) into fds: how many, or -1 when one is held (a
+ * builder lives, the cgroup may be its, not yet joined). */
 static int tpl_locks(const char *name, int *fds, int max)
 {
 	const char *root = warm_root(0);
+	char key[33];
 
-	if (strncmp(name, "tpl-", 4) || strlen(name) != 4 + 32 || hex_span(name + 4) != 32 || !root)
+	if (!root)
 		return -1;
-	return gcstore_lock_prefix(root, name + 4, fds, max);
+	snprintf(key, sizeof key, "%.32s", name + 4);
+	return gcstore_lock_prefix(root, key, fds, max);
 }
 
 /* dir is still the cgroup judged from st (the walk's): the same inode,
@@ -114,13 +141,15 @@ static int cg_same(const char *dir, const struct stat *st)
  * before the cgroup was, so a live caller is never taken for a reuser;
  * a VM's QEMU's or broker's owner is the VM, gone when its lock is free
  * (held while the cgroup goes: a boot of it would make its own); a warm
- * template's owner is its builder, gone when no lock of its key is held
- * (tpl_locks, held while it goes); a VM's of no record here (another
- * store's, or one whose record went) when it is empty and old
- * (unknown_stale).  Any other (a probe's, isopod-jail's of a name its
+ * template's of this store's owner is its builder, gone when no lock of
+ * its key is held (tpl_locks, held while it goes); a VM's of no record
+ * here (another store's, or one whose record went) when it is empty and
+ * old (unknown_stale), and so another store's template's or an unsuffixed
+ * one's (cg_old: a template's cgroup, as a VM's, is empty only between
+ * its mkdir and its QEMU's entry, and after it exited).  Any other (a probe's, isopod-jail's of a name its
  * caller chose: no owner to prove gone) is left alone; but an
  * isopod-jail name of a VM's or a template's shape (vm-<hex>,
- * broker-vm-<hex>, tpl-<32 hex>) is judged as theirs: fail-closed, as
+ * broker-vm-<hex>, tpl-<32 hex>[-<16 hex>]) is judged as theirs: fail-closed, as
  * rmdir refuses a cgroup with members and a jail whose cgroup went
  * before its program joined it fails to start, never runs unlimited. */
 static int cg_one(const char *dir, const char *name, const struct stat *st, void *arg)
@@ -141,7 +170,8 @@ static int cg_one(const char *dir, const char *name, const struct stat *st, void
 			return 0;
 		o = json_pack("{s:s, s:I}", "path", dir, "pid", (json_int_t)pid);
 	} else if (!strncmp(name, "tpl-", 4)) {
-		if ((ntl = tpl_locks(name, tl, 4)) < 0)
+		if ((r = tpl_ours(name)) < 0 || (r == 0 && !cg_old(st)) ||
+		    (r == 1 && (ntl = tpl_locks(name, tl, 4)) < 0))
 			return 0;
 		o = json_pack("{s:s, s:s}", "path", dir, "template", name);
 	} else {

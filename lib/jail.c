@@ -239,15 +239,16 @@ static int put(const char *dir, const char *file, long long v)
 	return r;
 }
 
-/* A cgroup of our own below ours in one hierarchy: mkdir, then the limit
- * files.  0, or -1 with a reason (the directory removed again). */
-static int cg_make(struct jail *j, const char *mnt, const char *self, const char *name,
-		   const char *const *files, const long long *vals, int nfile, char *why, size_t wsz)
+/* A cgroup of our own below ours (the directory ours, lib/cgroup.c
+ * cg_dir's) in one hierarchy: mkdir, then the limit files.  0, or -1 with
+ * a reason (the directory removed again). */
+static int cg_make(struct jail *j, const char *ours, const char *name, const char *const *files,
+		   const long long *vals, int nfile, char *why, size_t wsz)
 {
 	char *dir = j->cg[j->ncg];
 	int i;
 
-	if (pathn(dir, PATH_MAX, "%s%s/" JAIL_CG_PREFIX "%s", mnt, strcmp(self, "/") ? self : "", name) < 0)
+	if (pathn(dir, PATH_MAX, "%s/" JAIL_CG_PREFIX "%s", ours, name) < 0)
 		return reason_fail(why, wsz, "cgroup path too long");
 	/* One left by a caller that was killed (its jail's init died with it)
 	 * is empty and goes; one still holding processes is not ours to share
@@ -267,12 +268,18 @@ static int cg_make(struct jail *j, const char *mnt, const char *self, const char
 	return 0;
 }
 
-int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),
-		 void *arg)
+/* jail_cg_each's walk below root ("": this system; a test's fake tree).
+ * Each hierarchy's mount is the one cg_dir places the jail's cgroups
+ * below (the widest that shows our cgroup: a bind of another subtree
+ * mounted first holds none of ours), else, where we cannot place
+ * ourselves, the first of its type (another's jails may be there). */
+static int cg_each_at(const char *root,
+		      int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),
+		      void *arg)
 {
 	static const char *const fs[] = { "cgroup2", "cgroup", "cgroup" }, *const ctl[] = { NULL, "memory", "pids" };
-	char mnt[3][PATH_MAX] = { "" };
-	size_t pl = strlen(JAIL_CG_PREFIX);
+	char mnt[3][PATH_MAX] = { "" }, why[PATH_MAX + 128];
+	size_t pl = strlen(JAIL_CG_PREFIX), ml;
 	int i, k, r = 0;
 
 	for (i = 0; i < 3 && r == 0; i++) {
@@ -280,7 +287,9 @@ int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat 
 		FTSENT *e;
 		FTS *f;
 
-		if (cg_mount("", fs[i], ctl[i], mnt[i], sizeof mnt[i]) < 0)
+		if (cg_dir(root, ctl[i], mnt[i], sizeof mnt[i], &ml, why, sizeof why) == 0)
+			mnt[i][ml] = '\0';
+		else if (cg_mount(root, fs[i], ctl[i], mnt[i], sizeof mnt[i]) < 0)
 			continue;
 		for (k = 0; k < i && strcmp(mnt[k], mnt[i]); k++)
 			; /* co-mounted controllers: one walk */
@@ -300,6 +309,12 @@ int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat 
 		fts_close(f);
 	}
 	return r;
+}
+
+int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),
+		 void *arg)
+{
+	return cg_each_at("", fn, arg);
 }
 
 int jail_cg_remove(const char *dir, int dry)
@@ -322,27 +337,54 @@ int jail_cg_remove(const char *dir, int dry)
 	return dry ? 0 : rmdir(dir);
 }
 
-/* Make the cgroups (before the clone); what was applied into cg, what
- * could not be into warnings. */
-static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, json_t *warnings)
+/* Make the cgroups (before the clone) below ours, as cg_dir finds them
+ * below root ("": this system; a test's fake tree); what was applied into
+ * cg, what could not be into warnings.  Our cgroup's path is checked
+ * there (cg_dir: under a cgroup namespace over a bound host tree
+ * /proc/self/cgroup says "/../..", which would put the jail's cgroup
+ * outside the hierarchy, or on another's), and found below the mount that
+ * shows it. */
+static void cg_setup(const char *root, const struct jail_spec *js, struct jail *j, json_t *cg,
+		     json_t *warnings)
 {
-	char mnt[PATH_MAX], self[PATH_MAX], base[PATH_MAX * 2], why[512], v2why[600] = "";
+	char ours[PATH_MAX], base[PATH_MAX + 32], why[PATH_MAX + 128], v2why[PATH_MAX + 160] = "";
 	int want_mem = js->mem_bytes > 0, want_pids = js->pids > 0;
+	size_t mlen;
 
 	if (!want_mem && !want_pids)
 		return;
 	/* v2 when the controllers are available to a child of ours (enabled in
 	 * our subtree_control, or enabled there by us now).  Why not, in v2:
 	 * said with v1's own failure, so that a host with neither names both. */
-	if (cg_mount("", "cgroup2", NULL, mnt, sizeof mnt) == 0 && cg_self("", NULL, self, sizeof self) == 0 &&
-	    pathn(base, sizeof base, "%s%s/cgroup.subtree_control", mnt, self) == 0) {
+	if (cg_dir(root, NULL, ours, sizeof ours, &mlen, why, sizeof why) < 0) {
+		if (errno != ENOENT)
+			snprintf(v2why, sizeof v2why, "; v2: %s", why);
+	} else if (pathn(base, sizeof base, "%s/cgroup.subtree_control", ours) == 0) {
 		int ok = (!want_mem || cg_has_word(base, "memory")) && (!want_pids || cg_has_word(base, "pids"));
+		char sub[64], type[PATH_MAX + 16];
 
-		if (!ok) {
-			char sub[64];
+		snprintf(sub, sizeof sub, "%s%s", want_mem ? "+memory " : "", want_pids ? "+pids" : "");
+		/* the host's root cgroup (the one without cgroup.type; a cgroup
+		 * namespace's root has one): what its subtree_control enables,
+		 * every cgroup of the host gets (a root-level service's limits,
+		 * its accounting): not a jail's to change.  Skipped, as an
+		 * unwritable hierarchy is (no per-VM limit, a warning).  A
+		 * trade-off: on a v2 host without systemd, run as root from
+		 * the root cgroup, no per-VM limit at all (doc/DECISIONS.md;
+		 * the site runs isopod from a child cgroup).  Our own
+		 * directory first: one removed under us, or hidden by a mount
+		 * over it, has no cgroup.type either and is not the root. */
+		if (!ok && access(ours, F_OK) < 0) {
+			reason_fail(v2why, sizeof v2why, "; v2: our cgroup %.1024s is not there (removed, "
+				    "or hidden by a mount over it):", ours);
+		} else if (!ok && pathn(type, sizeof type, "%s/cgroup.type", ours) == 0 &&
+			   access(type, F_OK) < 0 && errno == ENOENT) {
+			snprintf(v2why, sizeof v2why, "; v2: our cgroup %.1024s is the host's root cgroup: "
+				 "\"%s\" in its cgroup.subtree_control would be a host-wide change, not made",
+				 ours, sub);
+		} else if (!ok) {
 			int fd = open(base, O_WRONLY | O_CLOEXEC);
 
-			snprintf(sub, sizeof sub, "%s%s", want_mem ? "+memory " : "", want_pids ? "+pids" : "");
 			ok = fd >= 0 && write_all(fd, sub, strlen(sub)) == 0;
 			if (fd >= 0 && close(fd) < 0)
 				ok = 0;
@@ -353,7 +395,7 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 			static const char *const f2[] = { "memory.max", "pids.max" };
 			long long v2[] = { js->mem_bytes, js->pids };
 
-			if (cg_make(j, mnt, self, js->name, f2, v2, 2, why, sizeof why) == 0) {
+			if (cg_make(j, ours, js->name, f2, v2, 2, why, sizeof why) == 0) {
 				/* no swap beyond the limit: best effort (no swap, no file) */
 				if (want_mem)
 					put(j->cg[0], "memory.swap.max", 0);
@@ -372,11 +414,11 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 	if (want_mem) {
 		static const char *const f[] = { "memory.limit_in_bytes" };
 
-		if (cg_mount("", "cgroup", "memory", mnt, sizeof mnt) < 0 ||
-		    cg_self("", "memory", self, sizeof self) < 0) {
-			json_array_append_new(warnings, json_sprintf("jail: no memory limit: no cgroup "
-								     "memory controller%s", v2why));
-		} else if (cg_make(j, mnt, self, js->name, f, &js->mem_bytes, 1, why, sizeof why) < 0) {
+		if (cg_dir(root, "memory", ours, sizeof ours, &mlen, why, sizeof why) < 0) {
+			json_array_append_new(warnings, errno == ENOENT
+					      ? json_sprintf("jail: no memory limit: no cgroup memory controller%s", v2why)
+					      : json_sprintf("jail: no memory limit: %s%s", why, v2why));
+		} else if (cg_make(j, ours, js->name, f, &js->mem_bytes, 1, why, sizeof why) < 0) {
 			json_array_append_new(warnings, json_sprintf("jail: no memory limit: %s", why));
 		} else {
 			/* memory+swap capped at the same value: best effort (needs
@@ -388,11 +430,11 @@ static void cg_setup(const struct jail_spec *js, struct jail *j, json_t *cg, jso
 	if (want_pids) {
 		static const char *const f[] = { "pids.max" };
 
-		if (cg_mount("", "cgroup", "pids", mnt, sizeof mnt) < 0 ||
-		    cg_self("", "pids", self, sizeof self) < 0) {
-			json_array_append_new(warnings, json_sprintf("jail: no pids limit: no cgroup pids "
-								     "controller%s", v2why));
-		} else if (cg_make(j, mnt, self, js->name, f, &js->pids, 1, why, sizeof why) < 0) {
+		if (cg_dir(root, "pids", ours, sizeof ours, &mlen, why, sizeof why) < 0) {
+			json_array_append_new(warnings, errno == ENOENT
+					      ? json_sprintf("jail: no pids limit: no cgroup pids controller%s", v2why)
+					      : json_sprintf("jail: no pids limit: %s%s", why, v2why));
+		} else if (cg_make(j, ours, js->name, f, &js->pids, 1, why, sizeof why) < 0) {
 			json_array_append_new(warnings, json_sprintf("jail: no pids limit: %s", why));
 		} else
 			json_object_set_new(cg, "pids", json_integer(js->pids));
@@ -415,7 +457,7 @@ json_t *jail_cg_check(const char *name, long long mem_bytes, long long pids)
 		json_decref(limits);
 		return NULL;
 	}
-	cg_setup(&js, &j, cg, warnings);
+	cg_setup("", &js, &j, cg, warnings);
 	for (i = 0; i < j.ncg; i++)
 		json_array_append_new(paths, json_string(j.cg[i]));
 	if (json_object_get(cg, "memory_bytes"))
@@ -787,7 +829,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 		flags &= ~(unsigned long)CLONE_NEWNET;
 	if (mutant() & MUT_NO_PIDNS)
 		flags &= ~(unsigned long)CLONE_NEWPID;
-	cg_setup(js, j, cg, warnings);
+	cg_setup("", js, j, cg, warnings);
 	/* The go travels on a socket: a child already dead gets EPIPE from
 	 * send(MSG_NOSIGNAL), never our caller a SIGPIPE. */
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync) < 0) {

@@ -91,8 +91,9 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 int jail_release(struct jail *j, char *err, size_t errsz);
 
 /* Every jail cgroup (JAIL_CG_PREFIX NAME) in the hierarchies jail_spawn
- * makes them in (v2, the v1 memory and pids controllers), wherever its
- * creator's cgroup was: fn(dir, NAME, dir's stat, arg) for each; a
+ * makes them in (v2, the v1 memory and pids controllers; each below the
+ * mount lib/cgroup.c cg_dir places them under), wherever its creator's
+ * cgroup was: fn(dir, NAME, dir's stat, arg) for each; a
  * nonzero return of fn stops the walk and is returned.  0 when there is
  * no hierarchy. */
 int jail_cg_each(int (*fn)(const char *dir, const char *name, const struct stat *st, void *arg),

@@ -295,5 +295,17 @@ int warm_stale_name(const char *name, char key[65], long long *pid)
 
 void warm_tpl_name(const char *key, char out[WARM_TPL_NAME_SZ])
 {
-	snprintf(out, WARM_TPL_NAME_SZ, "tpl-%.32s", key);
+	const char *home = store_home();
+	char id[64], h[65];
+	struct stat st;
+
+	/* the store by its directory's identity, not its path: one store
+	 * reached by two paths (a link, a bind) is one name */
+	if (stat(home, &st) == 0)
+		snprintf(id, sizeof id, "%llx:%llx", (unsigned long long)st.st_dev,
+			 (unsigned long long)st.st_ino);
+	else
+		snprintf(id, sizeof id, "%.63s", home);
+	sha256_hex(id, strlen(id), h);
+	snprintf(out, WARM_TPL_NAME_SZ, "tpl-%.32s-%.16s", key, h);
 }

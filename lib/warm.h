@@ -65,12 +65,17 @@ int warm_remove(const char *key, long long *bytes);
  * and pid, else 0. */
 int warm_stale_name(const char *name, char key[65], long long *pid);
 /* The jail name (its cgroup isopod-<name>, its identity) of the template
- * QEMU that builds key's snapshot: "tpl-" and the key's first 32 hex.  Of
- * the key, not of the VM: one builder per key at a time (the key's lock),
- * and a cgroup a killed builder left is found again -- by the next build
- * of the shape (jail_spawn reclaims an empty one) and by isopod-gc's
- * cgroup sweep while no lock of the key is held (lib/gcjail.c). */
-#define WARM_TPL_NAME_SZ 40
+ * QEMU that builds key's snapshot: "tpl-", the key's first 32 hex, "-" and
+ * the store's 16 (of sha256 of its directory's device and inode).  Of the
+ * key, not of the VM: one builder per key at a time in a store (the key's
+ * lock), and a cgroup a killed builder left is found again -- by the next
+ * build of the shape (jail_spawn reclaims an empty one) and by isopod-gc's
+ * cgroup sweep while no lock of the key is held (lib/gcjail.c).  Of the
+ * store: every store's cgroups of a user share a parent (the caller's),
+ * and two stores building one key at once would have wanted one cgroup
+ * (the second's mkdir refused: booted cold); gc judges only its own
+ * store's (the locks it can see are its own store's). */
+#define WARM_TPL_NAME_SZ 56
 void warm_tpl_name(const char *key, char out[WARM_TPL_NAME_SZ]);
 
 /* What a template's builder (lib/warmtpl.c, inside its VM's isopod-boot)

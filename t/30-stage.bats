@@ -479,6 +479,54 @@ fork_on() {
 		 [{path: ($r + "/isopod-broker-" + $a), vm: $a, removed: true}, {path: ($r + "/isopod-" + $a), vm: $a, removed: true}]' <<<"$output"
 }
 
+# A warm template's cgroup is isopod-tpl-<32 hex of the key>-<16 hex of
+# the store> (lib/warm.c warm_tpl_name: sha256 of the store directory's
+# device:inode): this store's goes when no lock of its key is held, at any
+# age; one whose key's lock is held (a builder between mkdir and join)
+# stays, old as it is.  Another store's and a name without a store (an
+# older isopod's) go by the rule of a VM of no record here (lib/gcjail.c
+# cg_old; ISOPOD_TEST_CG_GRACE_S=2 here): empty and older than the grace,
+# so those made 3 s ago go and those made now stay.  Only cgroups this
+# test makes, in the pids hierarchy.
+@test "gc: a warm template's cgroup of this store goes once its key's lock is free; a held one stays; another store's and an unsuffixed one go once old" {
+	local h="$BATS_TEST_TMPDIR/jt" root=/sys/fs/cgroup/pids tag k1 k2 k3 mine held other bare oother obare holder i left c all
+	[ -d "$root" ] || skip "no v1 pids hierarchy at $root"
+	mkdir -p "$h/vms" "$h/warm"
+	tag=$(printf '%x:%x' "$(stat -c %d "$h")" "$(stat -c %i "$h")" | sha256sum | cut -c1-16)
+	k1=$(printf 'a%.0s' $(seq 1 64))
+	k2=$(printf 'b%.0s' $(seq 1 64))
+	k3=$(printf 'c%.0s' $(seq 1 64))
+	mine=isopod-tpl-${k1:0:32}-$tag
+	held=isopod-tpl-${k2:0:32}-$tag
+	other=isopod-tpl-${k1:0:32}-0123456789abcdef
+	bare=isopod-tpl-${k1:0:32}
+	oother=isopod-tpl-${k3:0:32}-0123456789abcdef
+	obare=isopod-tpl-${k3:0:32}
+	all="$mine $held $other $bare $oother $obare"
+	: >"$h/warm/$k2.lock"
+	(flock 9 && exec sleep 300) 9>"$h/warm/$k2.lock" 3>&- &
+	holder=$!
+	for i in $(seq 1 50); do
+		flock -n "$h/warm/$k2.lock" true || break
+		sleep 0.1
+	done
+	mkdir "$root/$held" "$root/$oother" "$root/$obare"
+	stat "$root/$held" "$root/$oother" "$root/$obare" >/dev/null
+	sleep 3
+	mkdir "$root/$mine" "$root/$other" "$root/$bare"
+	ISOPOD_TEST_CG_GRACE_S=2 ISOPOD_HOME=$h run --separate-stderr isopod-gc
+	kill "$holder"
+	left=$(for c in $all; do [ ! -d "$root/$c" ] || echo "$c"; done)
+	for c in $all; do rmdir "$root/$c" 2>/dev/null || :; done
+	echo "$output"
+	echo "left: $left"
+	[ "$status" -eq 0 ]
+	jq -e --arg r "$root" --arg m "$mine" --arg o "$oother" --arg b "$obare" \
+		'[.cgroups[] | select(.path | contains("/isopod-tpl-")) | {path, template, removed}] | sort_by(.path) ==
+		([$m, $o, $b] | map({path: ($r + "/" + .), template: .[7:], removed: true}) | sort_by(.path))' <<<"$output"
+	[ "$left" = "$(printf '%s\n' "$held" "$other" "$bare")" ]
+}
+
 # A VM's cgroups whose id has no record in this store (another store's, or
 # a record gone) go when empty, ours and older than the grace period
 # (lib/gcjail.c unknown_stale; ISOPOD_TEST_CG_GRACE_S=2 here, 600 s by

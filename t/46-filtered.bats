@@ -1008,7 +1008,7 @@ tree_term() {
 	step_run
 	for i in $(seq 1 1200); do
 		st=$(ls -d "$ISOPOD_HOME"/warm/.staging-* 2>/dev/null) && key=${st##*/.staging-} && key=${key%%.*} &&
-			[ -n "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-tpl-${key:0:32}" 2>/dev/null)" ] && break
+			[ -n "$(find /sys/fs/cgroup -maxdepth 6 -type d -name "isopod-tpl-${key:0:32}-*" 2>/dev/null)" ] && break
 		sleep 0.05
 	done
 	id=$(isopod vm ls | jq -r .id | head -n 1)
@@ -1016,7 +1016,7 @@ tree_term() {
 	[ -n "$key" ]
 	tree_term "$stepd"
 	wait "$stepd" || :
-	left=$(find /sys/fs/cgroup -maxdepth 6 -type d \( -name "isopod-*$id" -o -name "isopod-tpl-${key:0:32}" \))
+	left=$(find /sys/fs/cgroup -maxdepth 6 -type d \( -name "isopod-*$id" -o -name "isopod-tpl-${key:0:32}-*" \))
 	gc=$(isopod-gc --dry-run)
 	cat "$d/err"
 	echo "left: $left"
@@ -1024,8 +1024,8 @@ tree_term() {
 	[ -z "$left" ]
 	[ ! -e "$ISOPOD_HOME/vms/$id/tpl" ]
 	[ -z "$(ls -d "$ISOPOD_HOME"/warm/.staging-* 2>/dev/null)" ]
-	jq -e --arg id "$id" --arg t "tpl-${key:0:32}" \
-		'.leaked == [] and [.cgroups[] | select(.vm == $id or .template == $t)] == []' <<<"$gc"
+	jq -e --arg id "$id" --arg t "tpl-${key:0:32}-" \
+		'.leaked == [] and [.cgroups[] | select(.vm == $id or (.template // "" | startswith($t)))] == []' <<<"$gc"
 }
 
 # QEMU that cannot start after the broker did (here: its console.log is a

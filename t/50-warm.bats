@@ -433,12 +433,12 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		# the template QEMU died with its builder
 		for _ in $(seq 1 50); do pgrep -f "$staging" > /dev/null || break; sleep 0.1; done
 		! pgrep -f "$staging" || false
-		# its jail's cgroup (named by the key: lib/warm.h warm_tpl_name):
+		# its jail's cgroup (named by the key and the store: lib/warm.h warm_tpl_name):
 		# left by a builder killed with the template running, which never
 		# reached jail_release; gc's sweep of the staging removes it
 		k=${staging##*/.staging-}
 		k=${k:0:32}
-		cgs=$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-$k")
+		cgs=$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-$k-*")
 		echo "$point: $cgs" >&2
 		if [ "$point" = warm-template ]; then [ -n "$cgs" ]; else [ -z "$cgs" ]; fi
 		# published or not, the VM's disk lent to the template is 0600 again
@@ -471,8 +471,8 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		else
 			jout '[.leaked[] | select(.kind == "tpl" or .kind == "lent")] == []'
 		fi
-		[ -z "$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-$k")" ]
-		[ "$point" != warm-template ] || jout --arg t "tpl-$k" '[.cgroups[] | select(.template == $t and .removed)] | length >= 1'
+		[ -z "$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-$k-*")" ]
+		[ "$point" != warm-template ] || jout --arg t "tpl-$k-" '[.cgroups[] | select((.template // "" | startswith($t)) and .removed)] | length >= 1'
 	done
 	# the shape still works, and is built afresh
 	run --separate-stderr isopod run --json-only --mem-mib 352 -- true
@@ -669,7 +669,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 		[ "$(ls -A "$r$h/warm" 2>/dev/null | grep -c .)" -eq 1 ] || st=1
 		cg=$(awk -F: '$2 ~ /(^|,)pids(,|$)/ || $1 == "0" { print $3 }' "/proc/$q/cgroup")
 		echo "cgroups: $cg" >&2
-		grep -q '/isopod-tpl-[0-9a-f]\{32\}$' <<<"$cg" || st=1
+		grep -q '/isopod-tpl-[0-9a-f]\{32\}-[0-9a-f]\{16\}$' <<<"$cg" || st=1
 	fi
 	kill -CONT "$boot"
 	wait "$boot" || st=1
@@ -683,7 +683,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	# after the build: the sockets' directory is gone, the template's
 	# cgroup too; the snapshot's files are root's
 	[ ! -e "$ISOPOD_HOME/vms/$vm/tpl" ]
-	[ -z "$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-${k:0:32}")" ]
+	[ -z "$(find /sys/fs/cgroup -maxdepth 8 -type d -name "isopod-tpl-${k:0:32}-*")" ]
 	[ -z "$(find "$(W)/$k" ! -user 0)" ]
 	stop_vm "$vm"
 	# the control: the jail off, the template runs as root, and says so

@@ -104,6 +104,14 @@ static void test_v1(void)
 	   "v1: absent pids.max is no limit; absent effective_cpus falls back to cpuset.cpus (%lld, %lld)",
 	   l.pids.v, l.cpuset.v);
 
+	/* one reader of a number (rd_num): "max" is none in a *.max file (v1's
+	 * pids.max above), garbage in v1's memory.limit_in_bytes */
+	put_file(r, "sys/fs/cgroup/memory/a/b/memory.limit_in_bytes", "max\n");
+	errno = 0;
+	ok(cg_limits_read(r, &l, why, sizeof why) == -1 && errno == EINVAL &&
+	   strstr(why, "memory.limit_in_bytes"), "v1: \"max\" in memory.limit_in_bytes is refused: %s", why);
+	put_file(r, "sys/fs/cgroup/memory/a/b/memory.limit_in_bytes", "9223372036854771712\n");
+
 	/* our cgroup's directory is not there: no limit, a warning */
 	put_file(r, "proc/self/cgroup", "8:pids:/a/b\n4:memory:/gone\n3:cpuset:/a/b\n2:cpu,cpuacct:/a/b\n");
 	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == -1 &&
@@ -136,6 +144,23 @@ static void test_v2(void)
 	   l.cpuset.v);
 	ok(l.pids.v == -1, "v2: no pids.max anywhere: no limit");
 
+	/* the cpuset's effective list is ours, already within every
+	 * ancestor's (not their minimum: a parent's 0-7 does not count) */
+	put_file(r, "sys/fs/cgroup/job_7/cpuset.cpus.effective", "0-7\n");
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.cpuset.v == 2,
+	   "v2: cpuset.cpus.effective at our level, not a parent's larger one (%lld)", l.cpuset.v);
+	/* cpuset not enabled below the job (its subtree_control): no file at
+	 * our level, our tasks run on the job's CPUs */
+	snprintf(want, sizeof want, "%s/sys/fs/cgroup/job_7/step_0/user/task_0/cpuset.cpus.effective", r);
+	unlink(want);
+	put_file(r, "sys/fs/cgroup/job_7/cpuset.cpus.effective", "4-6\n");
+	snprintf(want, sizeof want, "%s/sys/fs/cgroup/job_7", r);
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.cpuset.v == 3 && !strcmp(l.cpuset.dir, want) &&
+	   cg_cpus(&l) == 1,
+	   "v2: no cpuset.cpus.effective at our level: the nearest ancestor's, 3 CPUs (%lld, %s)",
+	   l.cpuset.v, l.cpuset.dir);
+	put_file(r, "sys/fs/cgroup/job_7/step_0/user/task_0/cpuset.cpus.effective", "2-3\n");
+
 	put_file(r, "sys/fs/cgroup/job_7/cpu.max", "50000 100000\n");
 	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.cpu.v == 1 && l.quota_us == 50000,
 	   "v2: half a CPU is 1 CPU, and is the smaller quota (%lld, %lld)", l.cpu.v, l.quota_us);
@@ -148,6 +173,110 @@ static void test_v2(void)
 	put_file(r, "sys/fs/cgroup/memory/memory.limit_in_bytes", "536870912\n");
 	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 536870912 && !l.warning[0],
 	   "a bind of the container's own cgroup: its limit (%lld; %s)", l.mem.v, l.warning);
+}
+
+/* Which mount: the one whose root shows our cgroup (mountinfo's 4th
+ * field is our path or above it), not the first of its type. */
+static void test_mounts(void)
+{
+	const char *r = fresh("mounts");
+	char why[1024] = "", want[PATH_MAX], dir[PATH_MAX];
+	struct cg_limits l;
+	size_t mlen;
+
+	/* a bind of another subtree mounted first, then the whole tree */
+	put_file(r, "proc/self/mountinfo",
+		 "50 30 0:23 /other /mnt/other rw - cgroup2 cgroup2 rw\n"
+		 "51 30 0:23 /job_7 /mnt/job rw - cgroup2 cgroup2 rw\n"
+		 "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_file(r, "proc/self/cgroup", "0::/job_7/step_0\n");
+	put_file(r, "mnt/other/cgroup.controllers", "memory\n");
+	put_file(r, "mnt/other/memory.max", "4096\n");
+	put_file(r, "mnt/other/job_7/step_0/memory.max", "8192\n");
+	put_file(r, "mnt/job/cgroup.controllers", "memory\n");
+	put_file(r, "mnt/job/step_0/memory.max", "max\n");
+	put_file(r, "sys/fs/cgroup/cgroup.controllers", "memory\n");
+	put_file(r, "sys/fs/cgroup/memory.max", "max\n");
+	put_file(r, "sys/fs/cgroup/job_7/memory.max", "1073741824\n");
+	put_file(r, "sys/fs/cgroup/job_7/step_0/memory.max", "max\n");
+	snprintf(want, sizeof want, "%s/sys/fs/cgroup/job_7", r);
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 1073741824 &&
+	   !strcmp(l.mem.dir, want) && !l.warning[0],
+	   "mounts: a bind of another subtree (and a narrower one) mounted first is passed over: the "
+	   "whole tree's (%lld, %s; %s)", l.mem.v, l.mem.dir, l.warning);
+	snprintf(want, sizeof want, "%s/sys/fs/cgroup/job_7/step_0", r);
+	ok(cg_dir(r, NULL, dir, sizeof dir, &mlen, why, sizeof why) == 0 && !strcmp(dir, want) &&
+	   mlen == strlen(r) + strlen("/sys/fs/cgroup"), "mounts: cg_dir is the whole tree's (%s)", dir);
+
+	/* only a bind of an ancestor: our path below its root */
+	put_file(r, "proc/self/mountinfo",
+		 "50 30 0:23 /other /mnt/other rw - cgroup2 cgroup2 rw\n"
+		 "51 30 0:23 /job_7 /mnt/job rw - cgroup2 cgroup2 rw\n");
+	put_file(r, "mnt/job/memory.max", "2147483648\n");
+	snprintf(want, sizeof want, "%s/mnt/job", r);
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 2147483648LL &&
+	   !strcmp(l.mem.dir, want) && !l.warning[0],
+	   "mounts: a bind of our job's cgroup, another's first: our path below its root (%lld, %s; %s)",
+	   l.mem.v, l.mem.dir, l.warning);
+
+	/* no mount shows our cgroup: no limit known, a warning */
+	put_file(r, "proc/self/mountinfo", "50 30 0:23 /other /mnt/other rw - cgroup2 cgroup2 rw\n"
+		 "51 30 0:23 /job_77 /mnt/job rw - cgroup2 cgroup2 rw\n");
+	errno = 0;
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == -1 && l.version == 0 &&
+	   strstr(l.warning, "below no mount") && strstr(l.warning, "/job_7/step_0"),
+	   "mounts: none shows our cgroup (/job_77 is not /job_7's): no limit known, a warning: %s",
+	   l.warning);
+	ok(cg_dir(r, NULL, dir, sizeof dir, &mlen, why, sizeof why) == -1 && errno == ENOTDIR,
+	   "mounts: cg_dir: ENOTDIR (%s)", why);
+
+	/* v1: the controller's mount that shows us */
+	put_file(r, "proc/self/mountinfo",
+		 "40 31 0:32 /docker/other /mnt/mem rw - cgroup cgroup rw,memory\n"
+		 "41 31 0:32 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+	put_file(r, "proc/self/cgroup", "4:memory:/docker/abc\n");
+	put_file(r, "sys/fs/cgroup/memory/memory.limit_in_bytes", "536870912\n");
+	put_file(r, "mnt/mem/memory.limit_in_bytes", "4096\n");
+	ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 536870912 && !l.warning[0],
+	   "mounts: v1: another container's bind first is passed over (%lld; %s)", l.mem.v, l.warning);
+
+	/* a mountinfo field longer than the parser's 1023 bytes: the line
+	 * skipped, never read cut (the mount point's first 1023 bytes as
+	 * another directory, the rest as the next field); the limit not
+	 * known, a warning; with another mount that shows us, that one */
+	{
+		char mi[4096], lim[PATH_MAX + 1500];
+		int n;
+
+		n = snprintf(mi, sizeof mi, "25 30 0:23 / /mnt/");
+		memset(mi + n, 'a', 1100);
+		snprintf(mi + n + 1100, sizeof mi - n - 1100, " rw - cgroup2 cgroup2 rw\n");
+		put_file(r, "proc/self/mountinfo", mi);
+		put_file(r, "proc/self/cgroup", "0::/job_7\n");
+		snprintf(lim, sizeof lim, "mnt/%.1023s/cgroup.controllers", mi + n);
+		put_file(r, lim, "memory\n");
+		snprintf(lim, sizeof lim, "mnt/%.1023s/job_7/memory.max", mi + n);
+		put_file(r, lim, "4096\n");
+		errno = 0;
+		ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == -1 &&
+		   strstr(l.warning, "longer than 1023 bytes") && strstr(l.warning, "/job_7"),
+		   "mounts: a mountinfo field over 1023 bytes: the line skipped, no limit known, a "
+		   "warning (%lld; %.200s)", l.mem.v, l.warning);
+		ok(cg_dir(r, NULL, dir, sizeof dir, &mlen, why, sizeof why) == -1 && errno == E2BIG,
+		   "mounts: cg_dir: E2BIG (%.200s)", why);
+		snprintf(mi + n + 1100, sizeof mi - n - 1100, " rw - cgroup2 cgroup2 rw\n"
+			 "26 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+		put_file(r, "proc/self/mountinfo", mi);
+		ok(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 1073741824 && !l.warning[0],
+		   "mounts: an over-long line, then a mount that shows us: that one's limit (%lld; %s)",
+		   l.mem.v, l.warning);
+	}
+
+	/* a path with ".." (a cgroup namespace over a bound host tree) */
+	put_file(r, "proc/self/cgroup", "4:memory:/../../etc\n");
+	errno = 0;
+	ok(cg_dir(r, "memory", dir, sizeof dir, &mlen, why, sizeof why) == -1 && errno == EINVAL &&
+	   strstr(why, "not a clean absolute path"), "cg_dir: a \"..\" path refused: %s", why);
 }
 
 /* Each garbage text in FILE (relative to the v2 tree) refused with EINVAL, naming it. */
@@ -255,6 +384,37 @@ static void test_fit(void)
 	errno = 0;
 	ok(cg_fit_vm(&l, &f, why, sizeof why) == -1 && errno == EINVAL && strstr(why, "/cg/cpu") &&
 	   strstr(why, "--vcpus 3"), "fit: --vcpus beyond the quota is refused: %s", why);
+	/* a fractional quota, 1.5 CPUs: a given 2 runs throttled, 3 does not;
+	 * the default is the whole CPUs, 1 */
+	l.cpu.v = 1, l.quota_us = 150000, l.period_us = 100000;
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 2, .vcpus_given = 1, .overhead_mib = 256,
+			     .min_mem_mib = 64 };
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == 0 && f.vcpus == 2 && f.vcpus_throttled &&
+	   !f.vcpus_reduced, "fit: --vcpus 2 in a quota of 1.5 CPUs runs, throttled");
+	j = cg_limits_json(&l, &f);
+	ok(j && json_is_true(json_object_get(j, "vcpus_throttled")), "limits JSON: vcpus_throttled");
+	json_decref(j);
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 3, .vcpus_given = 1, .overhead_mib = 256,
+			     .min_mem_mib = 64 };
+	errno = 0;
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == -1 && errno == EINVAL && strstr(why, "--vcpus 3") &&
+	   strstr(why, "1.50 CPUs (CFS quota of /cg/cpu)") && strstr(why, "at most --vcpus 2"),
+	   "fit: --vcpus 3 in a quota of 1.5 CPUs is refused: %s", why);
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 4, .overhead_mib = 256, .min_mem_mib = 64 };
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == 0 && f.vcpus == 1 && f.vcpus_reduced && !f.vcpus_throttled,
+	   "fit: the default in a quota of 1.5 CPUs is 1, not throttled (%lld)", f.vcpus);
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 2, .vcpus_given = 1, .overhead_mib = 256,
+			     .min_mem_mib = 64 };
+	l.cpuset.v = 1, snprintf(l.cpuset.dir, sizeof l.cpuset.dir, "/cg/set");
+	errno = 0;
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == -1 && errno == EINVAL && strstr(why, "1 CPUs (cpuset of /cg/set)"),
+	   "fit: --vcpus 2 in a quota of 1.5 CPUs and a cpuset of 1: the cpuset's whole CPUs: %s", why);
+	l.cpuset.v = -1, l.quota_us = 50000;
+	f = (struct cg_fit){ .mem_mib = 64, .vcpus = 4, .overhead_mib = 256, .min_mem_mib = 64 };
+	ok(cg_fit_vm(&l, &f, why, sizeof why) == 0 && f.vcpus == 1 && f.vcpus_throttled,
+	   "fit: the default in a quota of half a CPU is 1, throttled");
+	l.cpu.v = 2, l.quota_us = l.period_us = -1;
+
 	/* TCG: 1280 MiB for QEMU at most, 256 fixed; 600 MiB of limit */
 	f = (struct cg_fit){ .mem_mib = 320, .vcpus = 1, .mem_given = 1, .overhead_mib = 1280,
 			     .base_mib = 256, .min_mem_mib = 64 };
@@ -292,6 +452,7 @@ int main(void)
 		return 1;
 	test_v1();
 	test_v2();
+	test_mounts();
 	test_garbage();
 	test_fit();
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);

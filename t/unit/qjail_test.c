@@ -1,5 +1,6 @@
 /* qjail_test.c - lib/qjail.c: sysctl_value, what qjail_give compares
- * fs.protected_hardlinks with before it hands a VM directory to the jail. */
+ * fs.protected_hardlinks with before it hands a VM directory to the jail;
+ * and lib/jail.c's cgroups (cg_setup) made below a fake tree's. */
 /* qjail.c and jail.c each have a static fail(); this program includes both */
 #define fail qjail_fail
 #include "../../lib/qjail.c" /* self-contained: t/run-unit links frame+util only */
@@ -200,9 +201,170 @@ static void test_img_owner(void)
 	   "a VM's, a template's: none");
 }
 
+/* root/REL with text, its directories made. */
+static void put_text(const char *root, const char *rel, const char *text)
+{
+	char p[PATH_MAX], *s;
+	FILE *f;
+
+	snprintf(p, sizeof p, "%s/%s", root, rel);
+	for (s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
+		*s = '\0';
+		mkdir(p, 0755);
+		*s = '/';
+	}
+	if ((f = fopen(p, "w"))) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+struct found {
+	char path[PATH_MAX];
+	int n;
+};
+
+static int found_t(const char *dir, const char *name, const struct stat *st, void *arg)
+{
+	struct found *f = arg;
+
+	(void)st;
+	if (!strcmp(name, "t")) {
+		snprintf(f->path, sizeof f->path, "%s", dir);
+		f->n++;
+	}
+	return 0;
+}
+
+/* gc's walk (cg_each_at) finds the jail's cgroups where the jail makes
+ * them: below the mount cg_dir places ours under (cg_setup's), not the
+ * first of its type (a bind of another subtree, mounted first, holding a
+ * decoy of the name).  The fake tree's limit files cannot be written
+ * (put() does not create them), so the jail's cgroup is planted where
+ * cg_dir says cg_setup would make it. */
+static void test_jail_cg_walk(const char *dir)
+{
+	struct found f = { .n = 0 };
+	char root[PATH_MAX], ours[PATH_MAX], want[PATH_MAX + 64], why[PATH_MAX + 128];
+	size_t ml;
+
+	snprintf(root, sizeof root, "%s/cg-walk", dir);
+	mkdir(root, 0755);
+	put_text(root, "proc/self/mountinfo",
+		 "24 30 0:23 /other /run/other rw - cgroup2 cgroup2 rw\n"
+		 "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_text(root, "proc/self/cgroup", "0::/svc\n");
+	put_text(root, "run/other/" JAIL_CG_PREFIX "t/cgroup.procs", "");
+	if (cg_dir(root, NULL, ours, sizeof ours, &ml, why, sizeof why) < 0) {
+		ok(0, "cg_dir places us in the fake tree (%s)", why);
+		return;
+	}
+	snprintf(want, sizeof want, "%s/" JAIL_CG_PREFIX "t", ours);
+	put_text(root, want + strlen(root) + 1, "");
+	unlink(want);
+	mkdir(want, 0755);
+	cg_each_at(root, found_t, &f);
+	ok(f.n == 1 && !strcmp(f.path, want),
+	   "gc's walk finds the jail's cgroup where the jail makes it (%d: %s), not in the first "
+	   "mount's (a bind of another subtree)", f.n, f.path);
+}
+
+/* The jail's cgroups on fake trees: what cg_setup makes, writes, warns. */
+static void test_jail_cg(const char *dir)
+{
+	struct jail_spec js = { .name = "t", .mem_bytes = 1 << 20, .pids = 10 };
+	struct jail j = { .pid = -1 };
+	char root[PATH_MAX], p[PATH_MAX + 64];
+	json_t *cg = json_object(), *w = json_array(), *v;
+	size_t i, clean = 0;
+	struct stat st;
+
+	/* under a cgroup namespace over a bound host tree our path is
+	 * "/../..": never placed (cg_dir's path check), as cgroup.c's limits
+	 * are not; what it would name (the fake root's sys/) holds a
+	 * subtree_control that would take a child */
+	snprintf(root, sizeof root, "%s/cg-dotdot", dir);
+	mkdir(root, 0755);
+	put_text(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_text(root, "proc/self/cgroup", "0::/../..\n");
+	put_text(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
+	put_text(root, "sys/cgroup.subtree_control", "memory pids\n");
+	cg_setup(root, &js, &j, cg, w);
+	json_array_foreach(w, i, v)
+		clean += json_is_string(v) && strstr(json_string_value(v), "not a clean absolute path") &&
+			 !strstr(json_string_value(v), JAIL_CG_PREFIX "t");
+	snprintf(p, sizeof p, "%s/sys/" JAIL_CG_PREFIX "t", root);
+	ok(j.ncg == 0 && json_array_size(w) == 2 && clean == 2 && lstat(p, &st) < 0,
+	   "jail cgroups: our path \"/../..\" is refused (cg_dir's check), nothing made outside the "
+	   "hierarchy, a warning for each limit (%zu of %zu: %s)", clean, json_array_size(w),
+	   json_string_value(json_array_get(w, 0)));
+	jail_release(&j, p, sizeof p);
+	json_decref(cg);
+	json_decref(w);
+
+	/* the host's root cgroup (no cgroup.type): its subtree_control is
+	 * not written (a host-wide change); a warning, no per-VM limits */
+	for (int top = 1; top >= 0; top--) {
+		char sc[PATH_MAX + 64], text[64] = "";
+		FILE *f;
+
+		snprintf(root, sizeof root, "%s/cg-%s", dir, top ? "root" : "svc");
+		mkdir(root, 0755);
+		put_text(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+		put_text(root, "proc/self/cgroup", top ? "0::/\n" : "0::/svc\n");
+		put_text(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
+		put_text(root, top ? "sys/fs/cgroup/cgroup.subtree_control" : "sys/fs/cgroup/svc/cgroup.subtree_control", "");
+		if (!top)
+			put_text(root, "sys/fs/cgroup/svc/cgroup.type", "domain\n");
+		cg = json_object();
+		w = json_array();
+		cg_setup(root, &js, &j, cg, w);
+		snprintf(sc, sizeof sc, "%s/sys/fs/cgroup%s/cgroup.subtree_control", root, top ? "" : "/svc");
+		if ((f = fopen(sc, "re"))) {
+			if (!fgets(text, sizeof text, f))
+				text[0] = '\0';
+			fclose(f);
+		}
+		if (top)
+			ok(j.ncg == 0 && !text[0] && json_array_size(w) == 2 &&
+			   strstr(json_string_value(json_array_get(w, 0)), "host's root cgroup") &&
+			   strstr(json_string_value(json_array_get(w, 0)), "host-wide change"),
+			   "jail cgroups: in the host's root cgroup, its subtree_control is not written, a "
+			   "warning (\"%s\"; %s)", text, json_string_value(json_array_get(w, 0)));
+		else /* the control: a cgroup of ours below it is written */
+			ok(!strcmp(text, "+memory +pids"),
+			   "jail cgroups: below the root (cgroup.type there), controllers enabled in our "
+			   "subtree_control (\"%s\")", text);
+		jail_release(&j, p, sizeof p);
+		json_decref(cg);
+		json_decref(w);
+	}
+
+	/* our cgroup's directory is not there (removed under us): it has no
+	 * cgroup.type either, but is not the host's root; the warning says so */
+	snprintf(root, sizeof root, "%s/cg-gone", dir);
+	mkdir(root, 0755);
+	put_text(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_text(root, "proc/self/cgroup", "0::/gone\n");
+	put_text(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
+	put_text(root, "sys/fs/cgroup/cgroup.subtree_control", "");
+	cg = json_object();
+	w = json_array();
+	cg_setup(root, &js, &j, cg, w);
+	v = json_array_get(w, 0);
+	ok(j.ncg == 0 && json_array_size(w) == 2 && json_is_string(v) &&
+	   strstr(json_string_value(v), "/sys/fs/cgroup/gone is not there") &&
+	   !strstr(json_string_value(v), "root cgroup"),
+	   "jail cgroups: our cgroup's directory gone: the warning says it is not there, not the "
+	   "host's root (%s)", json_string_value(v));
+	jail_release(&j, p, sizeof p);
+	json_decref(cg);
+	json_decref(w);
+}
+
 int main(void)
 {
-	char dir[] = "/tmp/isopod-qjail-test.XXXXXX";
+	char dir[] = "/tmp/isopod-qjail-test.XXXXXX", cmd[64];
 
 	if (!mkdtemp(dir)) {
 		perror("mkdtemp");
@@ -214,6 +376,10 @@ int main(void)
 	test_deadline();
 	test_plan_over(dir);
 	test_img_owner();
-	rmdir(dir);
+	test_jail_cg(dir);
+	test_jail_cg_walk(dir);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		ok(0, "remove %s", dir);
 	return tap_done();
 }

@@ -117,6 +117,29 @@ int main(void)
 	}
 	json_decref(meta);
 
+	{
+		/* the template's jail name: of the key and the store, by the
+		 * store's identity (another store: another name; the same
+		 * store by another path: the same name) */
+		char a[WARM_TPL_NAME_SZ], b[WARM_TPL_NAME_SZ], c[WARM_TPL_NAME_SZ], other[PATH_MAX],
+			link[PATH_MAX];
+
+		warm_tpl_name(K, a);
+		snprintf(other, sizeof other, "%s/other", home);
+		mkdirs(other, 0700);
+		setenv("ISOPOD_HOME", other, 1);
+		warm_tpl_name(K, b);
+		snprintf(link, sizeof link, "%s/link", home);
+		ok(symlink(home, link) == 0, "a link to the store");
+		setenv("ISOPOD_HOME", link, 1);
+		warm_tpl_name(K, c);
+		setenv("ISOPOD_HOME", home, 1);
+		ok(strlen(a) == 4 + 32 + 1 + 16 && !strncmp(a, "tpl-", 4) && !strncmp(a + 4, K, 32) &&
+		   a[36] == '-' && hex_span(a + 37) == 16, "warm_tpl_name: tpl-<32 of the key>-<16 of the store> (%s)", a);
+		ok(strcmp(a, b) != 0, "warm_tpl_name: another store's is another name (%s, %s)", a, b);
+		ok(!strcmp(a, c), "warm_tpl_name: the same store by a link is the same name (%s)", c);
+	}
+
 	snprintf(p, sizeof p, "rm -rf %s", home);
 	if (system(p) != 0)
 		printf("# unable to remove %s\n", home);
