@@ -79,13 +79,7 @@ runs() {
 			echo \$? >$dir/\$SLURM_JOB_ID.rc
 			echo \"\$(date +%s.%N) - \$SLURMD_NODENAME \$SLURM_JOB_ID\" >>$dir/rec"
 	done
-	for i in $(seq 1 300); do
-		[ -n "$(cx ctl squeue -h)" ] || return 0
-		sleep 0.5
-	done
-	echo "# jobs still queued after 150 s:" >&3
-	cx ctl squeue >&3
-	return 1
+	wait_jobs 150
 }
 
 maxconc() {
@@ -121,14 +115,14 @@ maxconc() {
 	done
 }
 
-# wait_jobs: until no job is left in squeue (<= 120 s).
+# wait_jobs [SECONDS]: until no job is left in squeue (<= SECONDS, 120).
 wait_jobs() {
-	local i
-	for i in $(seq 1 240); do
+	local i s=${1:-120}
+	for i in $(seq 1 $((s * 2))); do
 		[ -n "$(cx ctl squeue -h)" ] || return 0
 		sleep 0.5
 	done
-	echo "# jobs still queued after 120 s:" >&3
+	echo "# jobs still queued after $s s:" >&3
 	cx ctl squeue >&3
 	return 1
 }
