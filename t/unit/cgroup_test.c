@@ -3,33 +3,12 @@
  * "max", absent files, garbage; and a VM's size fitted into them. */
 #include "../../lib/cgroup.c"
 
+#include "faketree.h"
 #include "tap.h"
 
 #include <stdarg.h>
 
 static char top[256];
-
-/* root/REL with text (its directories made); text NULL: a directory. */
-static void put_file(const char *root, const char *rel, const char *text)
-{
-	char p[PATH_MAX], *s;
-	FILE *f;
-
-	snprintf(p, sizeof p, "%s/%s", root, rel);
-	for (s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
-		*s = '\0';
-		mkdir(p, 0755);
-		*s = '/';
-	}
-	if (!text) {
-		mkdir(p, 0755);
-		return;
-	}
-	if ((f = fopen(p, "w"))) {
-		fputs(text, f);
-		fclose(f);
-	}
-}
 
 static const char *fresh(const char *name)
 {

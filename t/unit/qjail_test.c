@@ -17,6 +17,7 @@
 #include "../../lib/taphold.c"
 #include "../../lib/vm.c"
 
+#include "faketree.h"
 #include "tap.h"
 
 static void test_sysctl(const char *dir)
@@ -201,24 +202,6 @@ static void test_img_owner(void)
 	   "a VM's, a template's: none");
 }
 
-/* root/REL with text, its directories made. */
-static void put_text(const char *root, const char *rel, const char *text)
-{
-	char p[PATH_MAX], *s;
-	FILE *f;
-
-	snprintf(p, sizeof p, "%s/%s", root, rel);
-	for (s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
-		*s = '\0';
-		mkdir(p, 0755);
-		*s = '/';
-	}
-	if ((f = fopen(p, "w"))) {
-		fputs(text, f);
-		fclose(f);
-	}
-}
-
 struct found {
 	char path[PATH_MAX];
 	int n;
@@ -250,17 +233,17 @@ static void test_jail_cg_walk(const char *dir)
 
 	snprintf(root, sizeof root, "%s/cg-walk", dir);
 	mkdir(root, 0755);
-	put_text(root, "proc/self/mountinfo",
+	put_file(root, "proc/self/mountinfo",
 		 "24 30 0:23 /other /run/other rw - cgroup2 cgroup2 rw\n"
 		 "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
-	put_text(root, "proc/self/cgroup", "0::/svc\n");
-	put_text(root, "run/other/" JAIL_CG_PREFIX "t/cgroup.procs", "");
+	put_file(root, "proc/self/cgroup", "0::/svc\n");
+	put_file(root, "run/other/" JAIL_CG_PREFIX "t/cgroup.procs", "");
 	if (cg_dir(root, NULL, ours, sizeof ours, &ml, why, sizeof why) < 0) {
 		ok(0, "cg_dir places us in the fake tree (%s)", why);
 		return;
 	}
 	snprintf(want, sizeof want, "%s/" JAIL_CG_PREFIX "t", ours);
-	put_text(root, want + strlen(root) + 1, "");
+	put_file(root, want + strlen(root) + 1, "");
 	unlink(want);
 	mkdir(want, 0755);
 	cg_each_at(root, found_t, &f);
@@ -285,10 +268,10 @@ static void test_jail_cg(const char *dir)
 	 * subtree_control that would take a child */
 	snprintf(root, sizeof root, "%s/cg-dotdot", dir);
 	mkdir(root, 0755);
-	put_text(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
-	put_text(root, "proc/self/cgroup", "0::/../..\n");
-	put_text(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
-	put_text(root, "sys/cgroup.subtree_control", "memory pids\n");
+	put_file(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_file(root, "proc/self/cgroup", "0::/../..\n");
+	put_file(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
+	put_file(root, "sys/cgroup.subtree_control", "memory pids\n");
 	cg_setup(root, &js, &j, cg, w);
 	json_array_foreach(w, i, v)
 		clean += json_is_string(v) && strstr(json_string_value(v), "not a clean absolute path") &&
@@ -310,12 +293,12 @@ static void test_jail_cg(const char *dir)
 
 		snprintf(root, sizeof root, "%s/cg-%s", dir, top ? "root" : "svc");
 		mkdir(root, 0755);
-		put_text(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
-		put_text(root, "proc/self/cgroup", top ? "0::/\n" : "0::/svc\n");
-		put_text(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
-		put_text(root, top ? "sys/fs/cgroup/cgroup.subtree_control" : "sys/fs/cgroup/svc/cgroup.subtree_control", "");
+		put_file(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+		put_file(root, "proc/self/cgroup", top ? "0::/\n" : "0::/svc\n");
+		put_file(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
+		put_file(root, top ? "sys/fs/cgroup/cgroup.subtree_control" : "sys/fs/cgroup/svc/cgroup.subtree_control", "");
 		if (!top)
-			put_text(root, "sys/fs/cgroup/svc/cgroup.type", "domain\n");
+			put_file(root, "sys/fs/cgroup/svc/cgroup.type", "domain\n");
 		cg = json_object();
 		w = json_array();
 		cg_setup(root, &js, &j, cg, w);
@@ -344,10 +327,10 @@ static void test_jail_cg(const char *dir)
 	 * cgroup.type either, but is not the host's root; the warning says so */
 	snprintf(root, sizeof root, "%s/cg-gone", dir);
 	mkdir(root, 0755);
-	put_text(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
-	put_text(root, "proc/self/cgroup", "0::/gone\n");
-	put_text(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
-	put_text(root, "sys/fs/cgroup/cgroup.subtree_control", "");
+	put_file(root, "proc/self/mountinfo", "25 30 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put_file(root, "proc/self/cgroup", "0::/gone\n");
+	put_file(root, "sys/fs/cgroup/cgroup.controllers", "memory pids\n");
+	put_file(root, "sys/fs/cgroup/cgroup.subtree_control", "");
 	cg = json_object();
 	w = json_array();
 	cg_setup(root, &js, &j, cg, w);
