@@ -1321,7 +1321,8 @@ C
 	printf 'noise\n' >"$d/boot.err"
 	run --separate-stderr isopod-result --failed boot --rc 102 --dir "$d"
 	json_is '. == {ok: false, error: "the why", error_kind: "busy"}'
-	[ -f "$d/boot.status" ] && [ -f "$d/boot.err" ]
+	[ -f "$d/boot.status" ]
+	[ -f "$d/boot.err" ]
 	run --separate-stderr isopod-result --failed boot --rc 102 --dir "$d" --remove-dir
 	[ "$status" -eq 102 ]
 	json_is '. == {ok: false, error: "the why", error_kind: "busy"}'
@@ -1330,7 +1331,8 @@ C
 	printf 'the last line\n' >"$d/boot.err"
 	run --separate-stderr isopod-result --failed boot --rc 7 --dir "$d" --remove-dir
 	json_is '. == {ok: false, error: "the last line", error_kind: "infra"}'
-	[ -d "$d/sub" ] && [ ! -e "$d/boot.err" ]
+	[ -d "$d/sub" ]
+	[ ! -e "$d/boot.err" ]
 }
 
 @test "gc: a path that does not fit (a long ISOPOD_CACHE) is a usage error (100) naming its start, stdout empty: lib/gcstore.c returns it, isopod-gc exits" {
