@@ -634,6 +634,20 @@ B
 	grep -q -- "--owner-pid [0-9]* --frob x y --timeout-ms" "$FAKE_LOG"
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --vcpus 1 -- true
 	[[ "$stderr" == *"unknown option --vcpus"* ]]
+	# a tool is asked for its table only for an option in none learnt so
+	# far: boot's options alone ask boot alone (one process less a run)
+	rm "$lx/isopod-exec"
+	cat >"$lx/isopod-exec" <<'X'
+#!/bin/sh
+case $1 in --run-options=text) echo asked >>"$FAKE_DIR/exec-asked" ;; esac
+exec "$ISOPOD_SRC/t/fake/isopod-exec" "$@"
+X
+	chmod +x "$lx/isopod-exec"
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x -- true
+	[ ! -e "$FAKE_DIR/exec-asked" ]
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x --env A=b -- true
+	[ "$(cat "$FAKE_DIR/exec-asked")" = asked ]
+	grep -q -- "--owner-pid [0-9]* --frob x --timeout-ms" "$FAKE_LOG"
 }
 
 @test "run: exec output that is not JSON is an infrastructure failure (111)" {
