@@ -635,19 +635,29 @@ B
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --vcpus 1 -- true
 	[[ "$stderr" == *"unknown option --vcpus"* ]]
 	# a tool is asked for its table only for an option in none learnt so
-	# far: boot's options alone ask boot alone (one process less a run)
+	# far: boot's options alone ask boot alone (one process less a run);
+	# exec --check only when it has something to check (its options, a
+	# --stdin-file)
 	rm "$lx/isopod-exec"
 	cat >"$lx/isopod-exec" <<'X'
 #!/bin/sh
-case $1 in --run-options=text) echo asked >>"$FAKE_DIR/exec-asked" ;; esac
+case $1 in --run-options=text | --check) echo "$1" >>"$FAKE_DIR/exec-asked" ;; esac
 exec "$ISOPOD_SRC/t/fake/isopod-exec" "$@"
 X
 	chmod +x "$lx/isopod-exec"
 	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x -- true
 	[ ! -e "$FAKE_DIR/exec-asked" ]
 	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x --env A=b -- true
-	[ "$(cat "$FAKE_DIR/exec-asked")" = asked ]
+	[ "$(cat "$FAKE_DIR/exec-asked")" = "--run-options=text
+--check" ]
+	rm "$FAKE_DIR/exec-asked"
+	echo in >"$BATS_TEST_TMPDIR/in"
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --stdin-file "$BATS_TEST_TMPDIR/in" -- true
+	[ "$(cat "$FAKE_DIR/exec-asked")" = --check ]
 	grep -q -- "--owner-pid [0-9]* --frob x --timeout-ms" "$FAKE_LOG"
+	rm "$FAKE_LOG"
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --stdin-file "$BATS_TEST_TMPDIR/none" -- true
+	no_claim
 }
 
 @test "run: exec output that is not JSON is an infrastructure failure (111)" {
