@@ -571,6 +571,18 @@ cgroup_ro() {
 	json_is '.signal == 9'
 }
 
+@test "run: the scratch directory is gone after the run, whether it succeeded, a step failed or the front end refused" {
+	use_fake
+	local t="$BATS_TEST_TMPDIR/tmp"
+	mkdir "$t"
+	TMPDIR=$t run_isopod -0 run --json-only -- true
+	[ -z "$(ls -A "$t")" ]
+	TMPDIR=$t FAKE_CLAIM_FAIL=1 run_isopod -102 run --json-only -- true
+	[ -z "$(ls -A "$t")" ]
+	TMPDIR=$t run_isopod -100 run --json-only --timeout-s 0 -- true
+	[ -z "$(ls -A "$t")" ]
+}
+
 @test "run: resources and --keep reach isopod-boot; the owner pid is isopod's own" {
 	use_fake
 	run_isopod -0 run --json-only --vcpus 1 --mem-mib 128 --disk-mib 100 -- true
@@ -622,6 +634,30 @@ B
 	grep -q -- "--owner-pid [0-9]* --frob x y --timeout-ms" "$FAKE_LOG"
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --vcpus 1 -- true
 	[[ "$stderr" == *"unknown option --vcpus"* ]]
+	# a tool is asked for its table only for an option in none learnt so
+	# far: boot's options alone ask boot alone (one process less a run);
+	# exec --check only when it has something to check (its options, a
+	# --stdin-file)
+	rm "$lx/isopod-exec"
+	cat >"$lx/isopod-exec" <<'X'
+#!/bin/sh
+case $1 in --run-options=text | --check) echo "$1" >>"$FAKE_DIR/exec-asked" ;; esac
+exec "$ISOPOD_SRC/t/fake/isopod-exec" "$@"
+X
+	chmod +x "$lx/isopod-exec"
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x -- true
+	[ ! -e "$FAKE_DIR/exec-asked" ]
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x --env A=b -- true
+	[ "$(cat "$FAKE_DIR/exec-asked")" = "--run-options=text
+--check" ]
+	rm "$FAKE_DIR/exec-asked"
+	echo in >"$BATS_TEST_TMPDIR/in"
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --stdin-file "$BATS_TEST_TMPDIR/in" -- true
+	[ "$(cat "$FAKE_DIR/exec-asked")" = --check ]
+	grep -q -- "--owner-pid [0-9]* --frob x --timeout-ms" "$FAKE_LOG"
+	rm "$FAKE_LOG"
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --stdin-file "$BATS_TEST_TMPDIR/none" -- true
+	no_claim
 }
 
 @test "run: exec output that is not JSON is an infrastructure failure (111)" {
@@ -1300,6 +1336,27 @@ C
 	run --separate-stderr isopod-result --failed boot --rc 7 --dir "$BATS_TEST_TMPDIR"
 	[ "$status" -eq 111 ]
 	json_is '. == {ok: false, error: "isopod-boot failed (exit 7)", error_kind: "infra"}'
+}
+
+@test "isopod-result --remove-dir: the directory's files, then the directory, once the result is out; a subdirectory leaves it; without the option nothing goes" {
+	local d="$BATS_TEST_TMPDIR/scratch"
+	mkdir "$d"
+	printf '{"ok":false,"error":"the why","error_kind":"busy"}\n' >"$d/boot.status"
+	printf 'noise\n' >"$d/boot.err"
+	run --separate-stderr isopod-result --failed boot --rc 102 --dir "$d"
+	json_is '. == {ok: false, error: "the why", error_kind: "busy"}'
+	[ -f "$d/boot.status" ]
+	[ -f "$d/boot.err" ]
+	run --separate-stderr isopod-result --failed boot --rc 102 --dir "$d" --remove-dir
+	[ "$status" -eq 102 ]
+	json_is '. == {ok: false, error: "the why", error_kind: "busy"}'
+	[ ! -e "$d" ]
+	mkdir -p "$d/sub"
+	printf 'the last line\n' >"$d/boot.err"
+	run --separate-stderr isopod-result --failed boot --rc 7 --dir "$d" --remove-dir
+	json_is '. == {ok: false, error: "the last line", error_kind: "infra"}'
+	[ -d "$d/sub" ]
+	[ ! -e "$d/boot.err" ]
 }
 
 @test "gc: a path that does not fit (a long ISOPOD_CACHE) is a usage error (100) naming its start, stdout empty: lib/gcstore.c returns it, isopod-gc exits" {
