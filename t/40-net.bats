@@ -76,6 +76,7 @@ teardown() {
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table inet othertool 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip labcount 2>/dev/null || :
+	[ -n "${LAB_NAME-}" ] && ip netns exec "$LAB_NAME-inet" ip addr del 198.51.100.77/32 dev lo 2>/dev/null || :
 }
 
 teardown_file() {
@@ -1755,21 +1756,26 @@ wait'
 @test "vm: 18 concurrent networked runs on 16 open slots: 16 run, 2 get 102 'slots busy', none leaks" {
 	vm_tests
 	local d="$BATS_TEST_TMPDIR/conc" k ok busy other word
-	# each guest holds its slot until the host's word, sent to all 16 once
-	# two runs were refused (≤ 120 s)
+	# each guest holds its slot until the host's word: a lab address
+	# (198.51.100.77, in the allow_range) that answers ping once two runs
+	# were refused (≤ 120 s)
 	(
 		for _ in $(seq 1 600); do
 			[ "$(grep -l 'open network slots busy' "$d"/*.err 2>/dev/null | wc -l)" -lt 2 ] || break
 			sleep 0.2
 		done
-		for k in $(seq 2 17); do
-			word_to_guest "10.213.$((4 * k / 256)).$((4 * k % 256 + 2))" || echo "slot $k: no word" >&2
-		done
+		ip netns exec "$LAB_NAME-inet" ip addr add 198.51.100.77/32 dev lo
 	) 3>&- &
 	word=$!
-	run_many "$d" 18 'open network slots busy' vrun --net open --mem-mib 192 --timeout-s 240 -- \
-		sh -c "$GUEST_AWAIT"'await_word'
+	run_many "$d" 18 'open network slots busy' vrun --net open --mem-mib 192 --timeout-s 240 -- sh -c '
+		n=0
+		while ! ping -c1 -W1 198.51.100.77 >/dev/null 2>&1; do
+			n=$((n + 1))
+			[ "$n" -lt 80 ] || { echo "no word from the host"; break; }
+			sleep 0.5
+		done'
 	wait "$word"
+	ip netns exec "$LAB_NAME-inet" ip addr del 198.51.100.77/32 dev lo
 	[ "$ok" -eq 16 ] && [ "$busy" -eq 2 ] && [ "$other" -eq 0 ] || false
 	# no guest ran out of waiting: each got the word after the refusals
 	[ "$(cat "$d"/*.json | jq -r 'select(.net) | .stdout' | grep -c 'no word')" -eq 0 ]
