@@ -1100,7 +1100,7 @@ vxlan_count() { _probe_count "udp 10.99.0.5 192.0.2.2"; }
 # vxlan_since N0 T0: how many hits 10.99.0.5's listener logged from inner
 # datagrams (the lab's ground truth) beyond N0 (vxlan_count before the
 # sends), looked at until one arrives or 2 s after T0 (${EPOCHREALTIME/./}
-# before the sends): what the test did meanwhile counts as waiting.
+# right after the last send): what the test did meanwhile counts as waiting.
 vxlan_since() {
 	local n i
 	for i in {1..40}; do
@@ -1113,10 +1113,10 @@ vxlan_since() {
 
 # vxlan_hits K ADDR: vxlan_send, then vxlan_since.
 vxlan_hits() {
-	local n0 t0=${EPOCHREALTIME/./}
+	local n0
 	n0=$(vxlan_count)
 	vxlan_send "$1" "$2"
-	vxlan_since "$n0" "$t0"
+	vxlan_since "$n0" "${EPOCHREALTIME/./}"
 }
 
 # A tunnel of the host, as a host might have one: vxlan on all addresses,
@@ -1169,11 +1169,11 @@ labvx_up() {
 		mutate $m
 		# a vxlan packet to the host's address, or to the gateway (looked
 		# for after the probes below: they are its 2 s of waiting)
-		t0=${EPOCHREALTIME/./}
 		vx0=$(vxlan_count)
 		vxlan_send 18 203.0.113.1
 		vxlan_send 18 10.213.0.73
 		vxlan_send 0 10.213.0.1
+		t0=${EPOCHREALTIME/./}
 		# the host's own non-gateway address: TCP, UDP, ICMP, from an open
 		# and a filtered slot
 		assert_blocked 18 203.0.113.1
