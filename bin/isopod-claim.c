@@ -136,7 +136,7 @@ static int valid_name(const char *s)
  * /dev/null, and it returns at once (it detaches to collect). */
 static void gc_auto(int lk)
 {
-	char gc[PATH_MAX], err[512];
+	char dir[PATH_MAX], gc[PATH_MAX], err[512];
 	char *av[] = { gc, "--auto", NULL };
 	struct proc_spec ps = PROC_SPEC(av);
 	long long every;
@@ -146,11 +146,8 @@ static void gc_auto(int lk)
 	close(lk);
 	if (!gc_auto_interval(&every, err, sizeof err) && !gc_auto_due(every))
 		return;
-	if (proc_tools_dir(gc, sizeof gc) < 0 ||
-	    strlen(gc) + sizeof "/isopod-gc" > sizeof gc)
-		return;
-	strcat(gc, "/isopod-gc");
-	if (access(gc, X_OK) < 0)
+	if (proc_tools_dir(dir, sizeof dir) < 0 || pathn(gc, sizeof gc, "%s/isopod-gc", dir) < 0 ||
+	    access(gc, X_OK) < 0)
 		return;
 	ps.file = gc;
 	if ((pid = proc_spawn(&ps)) > 0)
