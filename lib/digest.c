@@ -74,6 +74,7 @@ void sha256_hex(const void *data, size_t n, char out[65])
 struct fhash {
 	crypto_hash_sha256_state st;
 	void *lib, *ctx;
+	int bad; /* an update libcrypto refused: the digest is not the file's */
 	int (*update)(void *, const void *, size_t);
 	int (*final)(void *, unsigned char *, unsigned int *);
 	void (*free)(void *);
@@ -85,7 +86,9 @@ static void fhash_init(struct fhash *f)
 	const void *(*md)(void);
 	int (*init)(void *, const void *, void *);
 
-	*f = (struct fhash){ .lib = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL) };
+	/* RTLD_NODELETE: fhash_final's dlclose leaves it mapped, so the next
+	 * file's dlopen (attest's subjects, a chain's layers) loads nothing */
+	*f = (struct fhash){ .lib = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) };
 	if (f->lib) {
 		*(void **)&ctx_new = dlsym(f->lib, "EVP_MD_CTX_new");
 		*(void **)&md = dlsym(f->lib, "EVP_sha256");
@@ -106,13 +109,15 @@ static void fhash_init(struct fhash *f)
 
 static void fhash_update(struct fhash *f, const unsigned char *b, size_t n)
 {
-	if (f->ctx)
-		f->update(f->ctx, b, n);
-	else
+	if (f->ctx) {
+		if (f->update(f->ctx, b, n) != 1)
+			f->bad = 1;
+	} else
 		crypto_hash_sha256_update(&f->st, b, (unsigned long long)n);
 }
 
-/* The digest into h, and the state freed.  -1 when libcrypto failed. */
+/* The digest into h, and the state freed.  -1 when libcrypto failed (an
+ * update or the final). */
 static int fhash_final(struct fhash *f, unsigned char h[crypto_hash_sha256_BYTES])
 {
 	unsigned int n = 0;
@@ -120,7 +125,7 @@ static int fhash_final(struct fhash *f, unsigned char h[crypto_hash_sha256_BYTES
 
 	if (!f->ctx)
 		return crypto_hash_sha256_final(&f->st, h), 0;
-	if (f->final(f->ctx, h, &n) != 1 || n != crypto_hash_sha256_BYTES)
+	if (f->bad || f->final(f->ctx, h, &n) != 1 || n != crypto_hash_sha256_BYTES)
 		r = -1;
 	f->free(f->ctx);
 	dlclose(f->lib);
