@@ -20,6 +20,7 @@
 #include "launch.h"
 #include "proc.h"
 #include "qemu.h"
+#include "ovtpl.h"
 #include "qjail.h"
 #include "stage.h"
 #include "egress.h"
@@ -69,6 +70,7 @@ struct boot {
 	struct img im;
 	struct qemu_vm vm;        /* the shape every QEMU of this VM shares */
 	int forked;               /* isopod-fork made the disk */
+	const char *overlay;      /* what made the disk: meta.json's "overlay" */
 	long long disk_bytes, cur_bytes;
 	int64_t t0, deadline;
 	int resumed;
@@ -567,11 +569,22 @@ static void grow_forked(struct boot *bt)
 		     err);
 }
 
+/* A new empty overlay over the base: the store's template copied, else
+ * qemu-img's (lib/ovtpl.c). */
+static void new_overlay(struct boot *bt)
+{
+	char err[PATH_MAX + 128];
+	int r = overlay_new(bt->im.base, bt->in.disk, bt->disk_bytes, err, sizeof err);
+
+	if (r < 0)
+		fail(bt, EX_SYS, "%s", err);
+	bt->overlay = r ? "template" : "qemu-img";
+}
+
 /* The disk (a copy of a snapshot's empty overlay, a new overlay, or the
  * fork's, grown) and the HELLO this VM's agent gets. */
 static void prepare_disk(struct boot *bt)
 {
-	char err[PATH_MAX + 128];
 	const char *env;
 	struct hello *h = &bt->ln.h;
 
@@ -582,10 +595,14 @@ static void prepare_disk(struct boot *bt)
 				   bt->forked ? bt->in.disk : NULL, net_slot_mode(bt->net_mode)) < 0)
 		bt->w.on = 0;
 	/* A published snapshot of a plain chain carries the empty overlay
-	 * qemu-img made for its build: a copy of it spares a qemu-img run. */
-	if (!bt->forked && !(bt->w.on && blank_copy(&bt->w, bt->in.disk, bt->disk_bytes) == 0) &&
-	    qemu_img_overlay(bt->im.base, bt->in.disk, bt->disk_bytes, err, sizeof err) < 0)
-		fail(bt, EX_SYS, "%s", err);
+	 * qemu-img made for its build: a copy of it spares a qemu-img run, as
+	 * does the store's template (lib/ovtpl.c) for a cold boot. */
+	if (bt->forked)
+		bt->overlay = "fork";
+	else if (bt->w.on && blank_copy(&bt->w, bt->in.disk, bt->disk_bytes) == 0)
+		bt->overlay = "snapshot";
+	else
+		new_overlay(bt);
 	if (bt->forked && bt->disk_bytes > bt->cur_bytes)
 		grow_forked(bt);
 	bt->deadline = bt->t0 + bt->cf.timeout_ms;
@@ -611,7 +628,7 @@ static void prepare_disk(struct boot *bt)
  * to a cold boot on a pristine disk. */
 static void try_warm(struct boot *bt)
 {
-	char msg[2048], why[256], pristine[PATH_MAX], err[PATH_MAX + 128];
+	char msg[2048], why[256], pristine[PATH_MAX];
 	struct snap sn;
 	sigset_t stop, old;
 	int64_t t1, bound;
@@ -692,9 +709,8 @@ static void try_warm(struct boot *bt)
 							  bt->in.dir));
 		if (bt->forked && rename(pristine, bt->in.disk) < 0)
 			fail(bt, EX_SYS, "unable to restore %s: %s", bt->in.disk, strerror(errno));
-		if (!bt->forked && qemu_img_overlay(bt->im.base, bt->in.disk, bt->disk_bytes, err,
-						    sizeof err) < 0)
-			fail(bt, EX_SYS, "%s", err);
+		if (!bt->forked)
+			new_overlay(bt);
 	}
 }
 
@@ -738,8 +754,9 @@ static void confirm_and_emit(struct boot *bt)
 	if (bt->resumed)
 		warm_touch(&bt->w, !strcmp(w->path, "warm"));
 	boot_ms = mono_ms() - bt->t0;
-	m = json_pack("{s:s, s:I, s:s, s:s?}", "state", "running", "boot_ms", (json_int_t)boot_ms,
-		      "path", w->path, "warm_key", w->on ? w->key : NULL);
+	m = json_pack("{s:s, s:I, s:s, s:s?, s:s?}", "state", "running", "boot_ms",
+		      (json_int_t)boot_ms, "path", w->path, "warm_key", w->on ? w->key : NULL,
+		      "overlay", bt->resumed ? NULL : bt->overlay);
 	if (m && w->resume_ms >= 0)
 		json_object_set_new(m, "resume_ms", json_integer(w->resume_ms));
 	if (!m || vm_meta_update(bt->id, live, m) < 0)

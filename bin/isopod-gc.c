@@ -834,7 +834,7 @@ int main(int argc, char **argv)
 	struct rec *recs = NULL;
 	size_t nrec = 0;
 	long long warm_total = 0;
-	json_t *evicted, *kernels_removed, *usage = NULL, *cache_removed = NULL, *cache_busy = NULL;
+	json_t *evicted, *kernels_removed, *overlays_removed, *usage = NULL, *cache_removed = NULL, *cache_busy = NULL;
 	json_t *removed, *out, *warm_removed, *cgroups, *jcache;
 	time_t now = time(NULL);
 	int r = 0, lk;
@@ -848,7 +848,7 @@ int main(int argc, char **argv)
 	if (!(removed = json_array()) || !(c.leaked = json_array()) ||
 	    !(warm_removed = json_array()) || !(evicted = json_array()) ||
 	    !(kernels_removed = json_array()) || !(cgroups = json_array()) ||
-	    !(jcache = json_array()))
+	    !(jcache = json_array()) || !(overlays_removed = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
 	owner = store_pin(c.gs.store, sizeof c.gs.store);
@@ -871,7 +871,8 @@ int main(int argc, char **argv)
 	tpl_leftovers(&c, recs, nrec);
 	warm_sweep(&c, warm_removed);
 	if (warm_evict(&c.gs, c.budget, recs, nrec, warm_removed, evicted, &warm_total) < 0 ||
-	    prune_kernels(&c.gs, recs, nrec, warm_removed, kernels_removed) < 0)
+	    prune_kernels(&c.gs, recs, nrec, warm_removed, kernels_removed) < 0 ||
+	    prune_overlays(&c.gs, overlays_removed) < 0)
 		sweep_failed(&c.gs);
 	if (c.cache) {
 		if (!(cache_removed = json_array()))
@@ -897,7 +898,8 @@ int main(int argc, char **argv)
 			"keep_last", (json_int_t)c.keep_last, "older_than_s", (json_int_t)c.older,
 			"warm_budget", c.budget >= 0 ? json_integer(c.budget) : json_null());
 	if (!out || json_object_set_new(out, "cgroups", cgroups) < 0 ||
-	    json_object_set_new(out, "jail_cache_removed", jcache) < 0)
+	    json_object_set_new(out, "jail_cache_removed", jcache) < 0 ||
+	    json_object_set_new(out, "overlays_removed", overlays_removed) < 0)
 		die(EX_SYS, "unable to build the output");
 	if (cache_removed) {
 		json_object_set_new(out, "cache_removed", cache_removed);

@@ -3,6 +3,7 @@
 #include "accelhost.h"
 #include "host.h"
 #include "proc.h"
+#include "ovtpl.h"
 #include "qemu.h"
 #include "qjail.h"
 #include "util.h"
@@ -120,7 +121,7 @@ int accel_probe(const struct img *im, char *reason, size_t rsz, char *err_out, s
 		free(conn);
 		return -1;
 	}
-	if (qemu_img_overlay(im->base, in.disk, im->base_size, err, sizeof err) < 0) {
+	if (overlay_new(im->base, in.disk, im->base_size, err, sizeof err) < 0) {
 		snprintf(err_out, esz, "kvm probe: %s", err);
 		free(conn);
 		return -1;

@@ -396,13 +396,46 @@ int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t
 	return 0;
 }
 
+/* overlays/<bsha>-<key>.{qcow2,sha256} (lib/ovtpl.c) whose base,
+ * images/base-<bsha>.img, is gone (isopod image rm): no boot can use
+ * them.  One {name, bytes} per file onto out.  0, or -1 (too_long). */
+int prune_overlays(struct gcstore *g, json_t *out)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+
+	if (pathn(dir, sizeof dir, "%s/overlays", store_home()) < 0)
+		return too_long(g, store_home());
+	if (!(d = opendir(dir)))
+		return 0;
+	while ((de = readdir(d))) {
+		const char *n = de->d_name;
+		long long b = g->reclaimed;
+
+		if (hex_span(n) != 64 || n[64] != '-' ||
+		    pathn(p, sizeof p, "%s/images/base-%.64s.img", store_home(), n) < 0 ||
+		    access(p, F_OK) == 0 || errno != ENOENT)
+			continue;
+		if (pathn(p, sizeof p, "%s/%s", dir, n) < 0) {
+			closedir(d);
+			return too_long(g, dir);
+		}
+		gcstore_remove_tree(g, p);
+		json_array_append_new(out, json_pack("{s:s, s:I}", "name", n, "bytes",
+						     (json_int_t)(g->reclaimed - b)));
+	}
+	closedir(d);
+	return 0;
+}
+
 /* --df: what each part of the store takes on disk (allocated bytes; a
  * file hard-linked from the build cache counts here too), before this
  * (dry) collection.  The rest of the object says what it would reclaim. */
 json_t *store_usage(struct gcstore *g)
 {
-	static const char *const parts[] = { "kernels", "images", "stages", "vms", "warm", "accel",
-					     "locks", "jail", NULL };
+	static const char *const parts[] = { "kernels", "images", "overlays", "stages", "vms",
+					     "warm", "accel", "locks", "jail", NULL };
 	json_t *u = json_object();
 	long long all, sum = 0;
 	char p[PATH_MAX];

@@ -7,6 +7,7 @@
 #include "../../lib/config.c"
 #include "../../lib/host.c"
 #include "../../lib/proc.c"
+#include "../../lib/ovtpl.c"
 #include "../../lib/qemu.c"
 
 #include "tap.h"

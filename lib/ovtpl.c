@@ -1,0 +1,234 @@
+/* ovtpl.c - a VM's new empty overlay copied from a template (ovtpl.h). */
+
+#include "ovtpl.h"
+
+#include "proc.h"
+#include "qemu.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* An empty overlay is a few clusters (196648 bytes for a 2 GiB disk with
+ * 64 KiB clusters); one of more than this is not one qemu-img made. */
+#define TPL_MAX (4 << 20)
+/* The backing file format header extension (qcow2 spec) */
+#define EXT_BACKING_FMT 0xe2792acaULL
+
+static unsigned long long be(const unsigned char *p, int n)
+{
+	unsigned long long v = 0;
+
+	while (n-- > 0)
+		v = v << 8 | *p++;
+	return v;
+}
+
+int overlay_header_is(const unsigned char *buf, size_t n, const char *base, long long bytes)
+{
+	unsigned long long boff, bsz, l1n, l1off, off, hlen;
+	size_t blen = strlen(base);
+	int fmt = 0;
+
+	if (n < 104 || memcmp(buf, "QFI\xfb", 4) || be(buf + 4, 4) != 3 || bytes < 0 ||
+	    be(buf + 24, 8) != (unsigned long long)bytes || be(buf + 32, 4) /* encrypted */ ||
+	    be(buf + 60, 4) /* snapshots */ || be(buf + 72, 8) /* incompatible: not even dirty */)
+		return 0;
+	boff = be(buf + 8, 8);
+	bsz = be(buf + 16, 4);
+	hlen = be(buf + 100, 4);
+	if (bsz != blen || boff > n || n - boff < bsz || memcmp(buf + boff, base, blen) ||
+	    hlen < 104 || hlen % 8 || hlen > boff)
+		return 0;
+	/* the extensions, between the header and the backing name: the
+	 * format must be raw (no header of the base is ever parsed) */
+	for (off = hlen; off + 8 <= boff;) {
+		unsigned long long type = be(buf + off, 4), len = be(buf + off + 4, 4);
+
+		if (type == 0)
+			break;
+		if (len > boff - off - 8)
+			return 0;
+		if (type == EXT_BACKING_FMT)
+			fmt = len == 3 && !memcmp(buf + off + 8, "raw", 3);
+		off += 8 + ((len + 7) & ~7ULL);
+	}
+	/* empty: an L1 table of zeros, wholly in the file */
+	l1n = be(buf + 36, 4);
+	l1off = be(buf + 40, 8);
+	if (!fmt || l1off > n || (n - l1off) / 8 < l1n)
+		return 0;
+	for (unsigned long long i = 0; i < l1n * 8; i++)
+		if (buf[l1off + i])
+			return 0;
+	return 1;
+}
+
+/* A file's identity for the key: device, inode, size, mtime.  0 or -1. */
+static int ident(const char *path, char *out, size_t sz)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return -1;
+	snprintf(out, sz, "%llu:%llu:%lld:%lld.%09ld", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+		 st.st_mtim.tv_nsec);
+	return 0;
+}
+
+int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, char *sha,
+		     size_t ssz)
+{
+	const char *b = strrchr(base, '/');
+	char img[PATH_MAX], bid[128], iid[128], key[65];
+	char *in = NULL;
+	int n;
+
+	b = b ? b + 1 : base;
+	if (strncmp(b, "base-", 5) || hex_span(b + 5) != 64 || strcmp(b + 69, ".img") ||
+	    proc_path_find("qemu-img", img, sizeof img) < 0 || ident(base, bid, sizeof bid) < 0 ||
+	    ident(img, iid, sizeof iid) < 0)
+		return -1;
+	n = asprintf(&in, "isopod overlay template 1\n%s\n%s\n%lld\nraw\n%s\n%s\n", base, bid, bytes,
+		     img, iid);
+	if (n < 0)
+		return -1;
+	sha256_hex(in, (size_t)n, key);
+	free(in);
+	if (pathn(tpl, tsz, "%s/overlays/%.64s-%.32s.qcow2", store_home(), b + 5, key) < 0 ||
+	    (sha && pathn(sha, ssz, "%s/overlays/%.64s-%.32s.sha256", store_home(), b + 5, key) < 0))
+		return -1;
+	return 0;
+}
+
+/* Read a small regular file whole (at most max bytes).  Its bytes
+ * (malloc'd, *n long), or NULL. */
+static unsigned char *slurp(const char *path, size_t max, size_t *n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	unsigned char *buf = NULL;
+	struct stat st;
+	size_t got = 0;
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    (unsigned long long)st.st_size > max || !(buf = malloc((size_t)st.st_size + 1)))
+		goto out;
+	while (got <= (size_t)st.st_size) { /* one byte more: a file that grew */
+		ssize_t r = read(fd, buf + got, (size_t)st.st_size + 1 - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	if (got != (size_t)st.st_size) {
+		free(buf);
+		buf = NULL;
+	}
+	*n = got;
+out:
+	close(fd);
+	return buf;
+}
+
+/* The template's bytes when they verify (its digest, its header), else
+ * NULL. */
+static unsigned char *tpl_load(const char *tpl, const char *shap, const char *base,
+			       long long bytes, size_t *n)
+{
+	char want[80], got[65];
+	unsigned char *buf;
+	size_t sn;
+	char *s = (char *)slurp(shap, 79, &sn);
+
+	if (!s)
+		return NULL;
+	memcpy(want, s, sn);
+	free(s);
+	want[sn] = 0;
+	if (sn != 65 || want[64] != '\n' || (want[64] = 0, !hex64_ok(want)) ||
+	    !(buf = slurp(tpl, TPL_MAX, n)))
+		return NULL;
+	sha256_hex(buf, *n, got);
+	if (strcmp(got, want) || !overlay_header_is(buf, *n, base, bytes)) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* disk, new, 0600, holding buf.  0, or -1 (removed). */
+static int put(const char *disk, const unsigned char *buf, size_t n)
+{
+	int fd, e;
+
+	unlink(disk);
+	if ((fd = open(disk, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+		return -1;
+	if (write_all(fd, buf, n) < 0) {
+		e = errno;
+		close(fd);
+		unlink(disk);
+		errno = e;
+		return -1;
+	}
+	if (close(fd) < 0) {
+		e = errno;
+		unlink(disk);
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
+/* The overlay qemu-img just made (disk) as the template: its bytes, then
+ * their digest.  Quiet: without it the next boot runs qemu-img again. */
+static void tpl_save(const char *disk, const char *tpl, const char *shap, const char *base,
+		     long long bytes)
+{
+	char dir[PATH_MAX], sha[66];
+	unsigned char *buf;
+	size_t n;
+
+	if (!(buf = slurp(disk, TPL_MAX, &n)))
+		return;
+	/* only what this code would accept: no template that is never used */
+	if (overlay_header_is(buf, n, base, bytes) &&
+	    pathn(dir, sizeof dir, "%s/overlays", store_home()) == 0 &&
+	    (mkdir(dir, 0700) == 0 || errno == EEXIST) && atomic_write(tpl, buf, n, 0600) == 0) {
+		sha256_hex(buf, n, sha);
+		sha[64] = '\n';
+		atomic_write(shap, sha, 65, 0600);
+	}
+	free(buf);
+}
+
+int overlay_new(const char *base, const char *disk, long long bytes, char *err, size_t errsz)
+{
+	char tpl[PATH_MAX], shap[PATH_MAX];
+	unsigned char *buf;
+	size_t n;
+	int have = overlay_tpl_path(base, bytes, tpl, sizeof tpl, shap, sizeof shap) == 0;
+
+	if (have && (buf = tpl_load(tpl, shap, base, bytes, &n))) {
+		int r = put(disk, buf, n);
+
+		free(buf);
+		if (r == 0)
+			return 1;
+	}
+	if (qemu_img_overlay(base, disk, bytes, err, errsz) < 0)
+		return -1;
+	if (have)
+		tpl_save(disk, tpl, shap, base, bytes);
+	return 0;
+}

@@ -1,0 +1,206 @@
+/* ovtpl_test.c - a cold boot's overlay from the store's template
+ * (lib/ovtpl.c): made by qemu-img once, then copied with the very bytes
+ * qemu-img makes; a template that is missing, truncated, altered, of
+ * another base or size, or without its digest is never copied.  Runs the
+ * host's qemu-img (skipped without one). */
+#include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
+#include "../../lib/qemu.c"
+#include "../../lib/ovtpl.c"
+
+#include "tap.h"
+
+#include <sys/wait.h>
+
+#define BSHA "b8489b21e969b7be4350ac0472dd7a20bb5a2d5f3c0dcbed51090f5dc3427800"
+#define BSHA2 "ced7c514eb4972d4a9fd335ad2e433c7fc460d61fce59431766549dfd5c8a2b3"
+#define GIB2 2281701376LL
+
+static char home[PATH_MAX], base[PATH_MAX], base2[PATH_MAX], disk[PATH_MAX], ref[PATH_MAX];
+
+static unsigned char *bytes_of(const char *p, size_t *n)
+{
+	return slurp(p, TPL_MAX, n);
+}
+
+/* Are the files' bytes the same?  1 or 0. */
+static int same(const char *a, const char *b)
+{
+	size_t na = 0, nb = 0;
+	unsigned char *x = bytes_of(a, &na), *y = bytes_of(b, &nb);
+	int r = x && y && na == nb && !memcmp(x, y, na);
+
+	free(x);
+	free(y);
+	return r;
+}
+
+/* qemu-img's own overlay of (b, size) in ref. */
+static int qemu_img_ref(const char *b, long long size)
+{
+	char err[512];
+
+	return qemu_img_overlay(b, ref, size, err, sizeof err);
+}
+
+static void flip(const char *p, off_t at)
+{
+	int fd = open(p, O_RDWR);
+	unsigned char c;
+
+	if (fd < 0 || pread(fd, &c, 1, at) != 1)
+		return;
+	c ^= 0x40;
+	if (pwrite(fd, &c, 1, at) != 1)
+		perror("pwrite");
+	close(fd);
+}
+
+static void put_file(const char *p, const void *d, size_t n)
+{
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	if (fd < 0 || write(fd, d, n) != (ssize_t)n)
+		perror(p);
+	if (fd >= 0)
+		close(fd);
+}
+
+int main(void)
+{
+	char tpl[PATH_MAX], shap[PATH_MAX], tpl2[PATH_MAX], err[512], img[PATH_MAX];
+	unsigned char *buf;
+	size_t n;
+	int fd;
+
+	if (proc_path_find("qemu-img", img, sizeof img) < 0) {
+		printf("ok 1 - # SKIP no qemu-img\n1 passed, 0 failed\n");
+		return 0;
+	}
+	snprintf(home, sizeof home, "%s", store_home());
+	pathf(base, sizeof base, "%s/images", home);
+	mkdir(base, 0700);
+	pathf(base, sizeof base, "%s/images/base-" BSHA ".img", home);
+	pathf(base2, sizeof base2, "%s/images/base-" BSHA2 ".img", home);
+	pathf(disk, sizeof disk, "%s/disk.qcow2", home);
+	pathf(ref, sizeof ref, "%s/ref.qcow2", home);
+	for (const char *b = base; b; b = b == base ? base2 : NULL) {
+		fd = open(b, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0 || ftruncate(fd, 64 << 20) < 0)
+			perror(b);
+		close(fd);
+	}
+
+	ok(overlay_tpl_path(base, GIB2, tpl, sizeof tpl, shap, sizeof shap) == 0 &&
+		   strstr(tpl, "/overlays/" BSHA "-") && strstr(shap, ".sha256"),
+	   "the template of a store base: overlays/<bsha>-<key>.qcow2, its digest beside it");
+	ok(overlay_tpl_path("/elsewhere/disk.img", GIB2, tpl2, sizeof tpl2, NULL, 0) < 0,
+	   "none for a base that is not images/base-<sha>.img");
+	overlay_tpl_path(base, GIB2 + 65536, tpl2, sizeof tpl2, NULL, 0);
+	ok(strcmp(tpl, tpl2), "another size, another template");
+	overlay_tpl_path(base2, GIB2, tpl2, sizeof tpl2, NULL, 0);
+	ok(strcmp(tpl, tpl2), "another base, another template");
+
+	ok(overlay_new(base, disk, GIB2, err, sizeof err) == 0 && access(tpl, F_OK) == 0 &&
+		   access(shap, F_OK) == 0,
+	   "the first overlay is qemu-img's, and the template is saved");
+	ok(qemu_img_ref(base, GIB2) == 0 && same(disk, ref) && same(tpl, ref),
+	   "disk and template are the bytes qemu-img makes");
+	unlink(disk);
+	ok(overlay_new(base, disk, GIB2, err, sizeof err) == 1, "the next is the template's copy");
+	ok(same(disk, ref), "byte for byte qemu-img's overlay");
+	{
+		struct stat st;
+
+		ok(stat(disk, &st) == 0 && (st.st_mode & 07777) == 0600, "0600, as qemu-img's under 077");
+	}
+	buf = bytes_of(ref, &n);
+	ok(buf && overlay_header_is(buf, n, base, GIB2), "qemu-img's header passes");
+	ok(buf && !overlay_header_is(buf, n, base, GIB2 + 512), "not for another size");
+	ok(buf && !overlay_header_is(buf, n, base2, GIB2), "not for another base");
+	ok(buf && !overlay_header_is(buf, n - 1, base, GIB2) && !overlay_header_is(buf, 100, base, GIB2),
+	   "not truncated");
+	if (buf) {
+		unsigned char *m = malloc(n);
+		unsigned long long l1 = be(buf + 40, 8);
+		const unsigned char *raw = memmem(buf, 4096, "raw", 3);
+
+		memcpy(m, buf, n);
+		m[l1 + 3] = 1;
+		ok(!overlay_header_is(m, n, base, GIB2), "not with an L1 entry (not empty)");
+		memcpy(m, buf, n);
+		m[79] |= 1;
+		ok(!overlay_header_is(m, n, base, GIB2), "not dirty");
+		memcpy(m, buf, n);
+		if (raw)
+			m[raw - buf + 2] = 'x';
+		ok(raw && !overlay_header_is(m, n, base, GIB2), "not another backing format");
+		free(m);
+	}
+
+	/* The mutations: each template refused, the disk qemu-img's all the
+	 * same, and the template made again. */
+	struct {
+		const char *what;
+		int kind;
+	} mut[] = {
+		{ .what = "a byte of the template altered", .kind = 0 },
+		{ .what = "the template truncated", .kind = 1 },
+		{ .what = "the template missing", .kind = 2 },
+		{ .what = "its digest missing", .kind = 3 },
+		{ .what = "its digest not hex", .kind = 4 },
+		{ .what = "another base's template under this name, digest and all", .kind = 5 },
+		{ .what = "the template a symlink", .kind = 6 },
+	};
+	for (size_t i = 0; i < sizeof mut / sizeof *mut; i++) {
+		switch (mut[i].kind) {
+		case 0:
+			flip(tpl, 70000);
+			break;
+		case 1:
+			if (truncate(tpl, 131072) < 0)
+				perror("truncate");
+			break;
+		case 2:
+			unlink(tpl);
+			break;
+		case 3:
+			unlink(shap);
+			break;
+		case 4:
+			put_file(shap, "zz\n", 3);
+			break;
+		case 5: {
+			char o[PATH_MAX], os[PATH_MAX], e2[512];
+			unsigned char *ob;
+			size_t on;
+
+			overlay_tpl_path(base2, GIB2, o, sizeof o, os, sizeof os);
+			overlay_new(base2, disk, GIB2, e2, sizeof e2); /* base2's template */
+			if ((ob = bytes_of(o, &on))) {
+				put_file(tpl, ob, on);
+				free(ob);
+			}
+			if ((ob = bytes_of(os, &on))) {
+				put_file(shap, ob, on);
+				free(ob);
+			}
+			break;
+		}
+		case 6:
+			unlink(tpl);
+			if (symlink(ref, tpl) < 0)
+				perror("symlink");
+			break;
+		}
+		unlink(disk);
+		ok(overlay_new(base, disk, GIB2, err, sizeof err) == 0 && same(disk, ref),
+		   "refused: %s (qemu-img made the disk)", mut[i].what);
+		ok(same(tpl, ref) && overlay_new(base, disk, GIB2, err, sizeof err) == 1,
+		   "... and the template is made again, then used");
+	}
+	free(buf);
+	ok(overlay_new(base, "/nonexistent/dir/disk.qcow2", GIB2, err, sizeof err) < 0 &&
+		   strstr(err, "qemu-img"),
+	   "a disk that cannot be written: qemu-img's failure, reported");
+	return tap_done();
+}
