@@ -15,6 +15,9 @@
 
 #include <stdlib.h>
 
+#define HA "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define HB "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
 /* dir + "/" + c...: a path of exactly len bytes. */
 static void long_path(char *out, size_t len, const char *dir)
 {
@@ -72,6 +75,10 @@ int main(void)
 	   "prune_kernels: store/kernels too long is -1 ENAMETOOLONG, named");
 	g.err[0] = 0;
 	errno = 0;
+	ok(prune_overlays(&g, out) == -1 && errno == ENAMETOOLONG && !strcmp(g.err, want),
+	   "prune_overlays: store/overlays too long is -1 ENAMETOOLONG, named");
+	g.err[0] = 0;
+	errno = 0;
 	u = store_usage(&g);
 	ok(!u && errno == ENAMETOOLONG && !strcmp(g.err, want),
 	   "store_usage: store/kernels too long is NULL ENAMETOOLONG, named");
@@ -84,7 +91,43 @@ int main(void)
 		   total == 0 && prune_kernels(&g, NULL, 0, out, out) == 0,
 	   "a store and cache that fit: 0");
 	ok((u = store_usage(&g)) != NULL, "store_usage of a store that fits: an object");
+	ok(json_is_integer(json_object_get(u, "overlays")), "store_usage counts overlays/");
 	json_decref(u);
+	/* The overlay templates of a base that is gone go; the rest stay. */
+	{
+		struct gcstore w = { .trash_fd = -1 };
+		static const char *const files[] = { "images/base-" HA ".img", "overlays/" HA "-k.qcow2",
+						     "overlays/" HA "-k.sha256", "overlays/" HB "-k.qcow2",
+						     "overlays/" HB "-k.sha256", "overlays/other", NULL };
+		json_t *gone = json_array();
+		char p[PATH_MAX];
+
+		pathf(p, sizeof p, "%s/images", home);
+		mkdir(p, 0700);
+		pathf(p, sizeof p, "%s/overlays", home);
+		mkdir(p, 0700);
+		for (const char *const *f = files; *f; f++) {
+			pathf(p, sizeof p, "%s/%s", home, *f);
+			close(open(p, O_WRONLY | O_CREAT, 0600));
+		}
+		ok(prune_overlays(&w, gone) == 0 && json_array_size(gone) == 2,
+		   "prune_overlays: the two files of the base that is gone");
+		pathf(p, sizeof p, "%s/overlays/" HB "-k.qcow2", home);
+		ok(access(p, F_OK) < 0, "... removed");
+		pathf(p, sizeof p, "%s/overlays/" HA "-k.qcow2", home);
+		ok(access(p, F_OK) == 0, "... those of a base still there kept");
+		pathf(p, sizeof p, "%s/overlays/other", home);
+		ok(access(p, F_OK) == 0, "... and a name not a template's kept");
+		for (const char *const *f = files; *f; f++) {
+			pathf(p, sizeof p, "%s/%s", home, *f);
+			unlink(p);
+		}
+		pathf(p, sizeof p, "%s/overlays", home);
+		rmdir(p);
+		pathf(p, sizeof p, "%s/images", home);
+		rmdir(p);
+		json_decref(gone);
+	}
 	json_decref(out);
 	json_decref(busy);
 	rmdir(home);
