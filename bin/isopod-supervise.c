@@ -389,7 +389,7 @@ static void sup_record(struct sup *s)
 {
 	static const char *const live[] = { "booting", "running", NULL };
 	char now[32];
-	json_t *m;
+	json_t *m, *f;
 
 	/* The broker ends after QEMU and before the lock goes: its ledger is
 	 * complete when isopod-stop sees the VM stopped. */
@@ -397,20 +397,20 @@ static void sup_record(struct sup *s)
 	m = json_pack("{s:s, s:i, s:s, s:I, s:b}", "stopped_at", iso_now(now, sizeof now),
 		      "qemu_exit", proc_status(s->st), "stopped_by", s->why, "console_bytes",
 		      (json_int_t)s->con.bytes, "console_log_truncated", conlog_truncated(&s->con));
-	if (!m || vm_meta_update(s->id, NULL, m) < 0)
-		warn("supervisor: unable to update the record of %s:", s->id);
-	json_decref(m);
 	/* Before the parent confirmed the boot this is a failed boot; the
-	 * parent, if alive, overwrites error with the specific reason. */
+	 * parent, if alive, overwrites error with the specific reason.  The
+	 * state only from a live one; both in one write (isopod-stop waits
+	 * for it: each write is two fsyncs). */
 	if (s->ready)
-		m = json_pack("{s:s}", "state", "stopped");
+		f = json_pack("{s:s}", "state", "stopped");
 	else
-		m = json_pack("{s:s, s:s}", "state", "failed", "error",
+		f = json_pack("{s:s, s:s}", "state", "failed", "error",
 			      !strcmp(s->why, "boot") ? "isopod-boot failed or died before the agent answered"
 						      : "qemu stopped before the agent answered");
-	if (!m || vm_meta_update(s->id, live, m) < 0)
+	if (!m || !f || vm_meta_update_also(s->id, m, live, f) < 0)
 		warn("supervisor: unable to update the record of %s:", s->id);
 	json_decref(m);
+	json_decref(f);
 }
 
 static int fd_open(int fd)

@@ -262,7 +262,8 @@ int utf8_valid(const void *p, size_t n);
  * The one such helper: VM records (lib/vm.c) and stage seals use it. */
 int json_update_locked(const char *lockpath, const char *path,
 		       int (*edit)(json_t *obj, void *arg), void *arg);
-/* Wait until vms/<id>/lock is free (poll LOCK_EX|LOCK_NB every 20 ms) or the
+/* Wait until vms/<id>/lock is free (poll LOCK_EX|LOCK_NB every 2 ms for a
+ * second, then every 20 ms) or the
  * monotonic deadline passes.  0 free, -1 still held (errno ETIMEDOUT) or
  * the lock's path too long (ENAMETOOLONG). */
 int vm_wait_stopped(const char *id, int64_t deadline_ms);

@@ -71,13 +71,15 @@ struct update {
 	const char *id;
 	const char *const *if_states;
 	json_t *set;
+	json_t *always; /* merged whatever the state, before set */
 };
 
 static int update_edit(json_t *j, void *arg)
 {
 	const struct update *u = arg;
 	const char *st = json_string_value(json_object_get(j, "state"));
-	const char *const *s;
+	const char *const *s = NULL;
+	int match = 1;
 
 	if (!rec_ok(j, u->id)) {
 		errno = EINVAL;
@@ -87,8 +89,17 @@ static int update_edit(json_t *j, void *arg)
 		for (s = u->if_states; *s; s++)
 			if (st && !strcmp(st, *s))
 				break;
-		if (!*s)
+		match = *s != NULL;
+		if (!match && !u->always)
 			return 0;
+	}
+	/* the state as it was before always (st is the record's, borrowed) */
+	if (u->always) {
+		struct update a = { .id = u->id, .set = u->always };
+		int r = update_edit(j, &a);
+
+		if (r < 0 || !match)
+			return r;
 	}
 	/* The id is the directory's: a set cannot rename the record. */
 	if (json_object_get(u->set, "id") && !json_equal(json_object_get(u->set, "id"),
@@ -105,6 +116,22 @@ int vm_meta_update(const char *id, const char *const *if_states, json_t *set)
 	struct update u = {.id = id, .if_states = if_states, .set = set};
 
 	if (!json_is_object(set)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (rec_path(lk, sizeof lk, id, "meta.lock") < 0 ||
+	    rec_path(p, sizeof p, id, "meta.json") < 0)
+		return -1;
+	return json_update_locked(lk, p, update_edit, &u);
+}
+
+int vm_meta_update_also(const char *id, json_t *always, const char *const *if_states,
+			json_t *set)
+{
+	char lk[PATH_MAX], p[PATH_MAX];
+	struct update u = { .id = id, .if_states = if_states, .set = set, .always = always };
+
+	if (!json_is_object(set) || !json_is_object(always)) {
 		errno = EINVAL;
 		return -1;
 	}

@@ -31,6 +31,11 @@ int vm_create(const char *id, json_t *rec);
  * updated, 0 state did not match, -1 errno (EINVAL as vm_read).  set is not
  * stolen. */
 int vm_meta_update(const char *id, const char *const *if_states, json_t *set);
+/* The same, with always merged first whatever the state, in the same one
+ * locked write (a supervisor's final record: one write and its fsyncs, not
+ * two).  1 written (always, and set when the state matched), -1 errno. */
+int vm_meta_update_also(const char *id, json_t *always, const char *const *if_states,
+			json_t *set);
 
 /* Resolve ref (an id, a unique id prefix with or without "vm-", or a vanity
  * name; vm_ref_ok syntax) to an id.  0, or -1 with errno and a sentence in

@@ -117,6 +117,33 @@ static void test_update(void)
 	ok(vm_meta_update(C, NULL, bad) < 0 && errno == ENOENT, "vm_meta_update: no such vm is ENOENT");
 	errno = 0;
 	ok(vm_meta_update("vm-x/../" A, NULL, bad) < 0 && errno == EINVAL, "vm_meta_update: a bad id is EINVAL");
+	/* the supervisor's final record: always merged, the state only from a live one */
+	{
+		static const char *const claimed[] = { "claimed", NULL };
+		json_t *al = json_pack("{s:i}", "qemu_exit", 3), *st = json_pack("{s:s}", "state", "stopped");
+
+		ok(vm_meta_update_also(A, al, claimed, st) == 1,
+		   "vm_meta_update_also: state running not in if_states: still written (1)");
+		r = vm_read(A);
+		ok(r && json_integer_value(json_object_get(r, "qemu_exit")) == 3 &&
+			   !strcmp(json_string_value(json_object_get(r, "state")), "running"),
+		   "... always merged, the state kept");
+		json_decref(r);
+		json_object_set_new(al, "qemu_exit", json_integer(4));
+		ok(vm_meta_update_also(A, al, live, st) == 1, "vm_meta_update_also: state in if_states: 1");
+		r = vm_read(A);
+		ok(r && json_integer_value(json_object_get(r, "qemu_exit")) == 4 &&
+			   !strcmp(json_string_value(json_object_get(r, "state")), "stopped"),
+		   "... both merged");
+		json_decref(r);
+		errno = 0;
+		ok(vm_meta_update_also(A, bad, live, st) < 0 && errno == EINVAL,
+		   "vm_meta_update_also: an always renaming the record is refused");
+		json_object_set_new(st, "state", json_string("running"));
+		vm_meta_update(A, NULL, st); /* as the tests below want it */
+		json_decref(al);
+		json_decref(st);
+	}
 	json_decref(bad);
 }
 
