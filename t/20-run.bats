@@ -547,6 +547,54 @@ fill_checked() {
 	fill_checked
 }
 
+# The overlay a cold boot's record says made its disk (lib/ovtpl.c).
+overlay_of() {
+	jq -r .overlay "$ISOPOD_HOME/vms/$(jq -r .vm.id <<<"$output")/meta.json"
+}
+
+@test "run: a cold boot's disk is the store's overlay template copied, qemu-img's very bytes; an altered, truncated or foreign template is never used" {
+	bsha=$(cat "$ISOPOD_HOME/images/current-base")
+	base="$ISOPOD_HOME/images/base-$bsha.img"
+	rm -rf "$ISOPOD_HOME/overlays"
+	run --separate-stderr isopod run --json-only --cold -- true
+	[ "$status" -eq 0 ]
+	[ "$(overlay_of)" = qemu-img ]
+	tpl=$(echo "$ISOPOD_HOME/overlays/$bsha"-*.qcow2)
+	[ -f "$tpl" ]
+	[ -f "${tpl%.qcow2}.sha256" ]
+	# what qemu-img makes for such a VM, byte for byte: the base's absolute
+	# path in the header, raw, the base's size
+	rm -f "$DATA/ref.qcow2"
+	qemu-img create -q -f qcow2 -F raw -b "$base" "$DATA/ref.qcow2" "$(stat -c %s "$base")"
+	cmp "$tpl" "$DATA/ref.qcow2"
+	qemu-img info -U --output=json "$tpl" | jq -e --arg b "$base" \
+		'."backing-filename" == $b and ."backing-filename-format" == "raw"'
+	run --separate-stderr isopod run --json-only --cold -- echo ok
+	[ "$status" -eq 0 ]
+	[ "$(jq -r .stdout <<<"$output")" = ok ]
+	[ "$(overlay_of)" = template ]
+	# mutations: one byte of its refcount table, the file cut short, and
+	# another base's template (its digest with it) under this name
+	printf 'X' | dd of="$tpl" bs=1 seek=70000 conv=notrunc status=none
+	run --separate-stderr isopod run --json-only --cold -- true
+	[ "$status" -eq 0 ]
+	[ "$(overlay_of)" = qemu-img ]
+	cmp "$tpl" "$DATA/ref.qcow2" # made again
+	truncate -s 131072 "$tpl"
+	run --separate-stderr isopod run --json-only --cold -- true
+	[ "$status" -eq 0 ]
+	[ "$(overlay_of)" = qemu-img ]
+	cmp "$tpl" "$DATA/ref.qcow2"
+	qemu-img create -q -f qcow2 -u -F raw -b "$DATA/other-base.img" "$tpl" "$(stat -c %s "$base")"
+	sha256sum "$tpl" | cut -c1-64 > "${tpl%.qcow2}.sha256"
+	run --separate-stderr isopod run --json-only --cold -- true
+	[ "$status" -eq 0 ]
+	[ "$(overlay_of)" = qemu-img ]
+	cmp "$tpl" "$DATA/ref.qcow2"
+	# isopod df counts the templates
+	isopod df | jq -e '.usage.overlays > 0'
+}
+
 @test "run: --disk-mib above the base: filling the grown disk is ENOSPC inside, the host's overlay capped at --disk-mib" {
 	bsha=$(cat "$ISOPOD_HOME/images/current-base")
 	mib=$(( ($(stat -c %s "$ISOPOD_HOME/images/base-$bsha.img") + 1048575) / 1048576 + 64 ))
