@@ -709,15 +709,22 @@ overlay_of() {
 	[ "$status" -eq 0 ]
 	id=$(echo "$output" | jq -r .vm.id)
 	qmp="$ISOPOD_HOME/vms/$id/qmp.sock"
-	# freeze the guest while a command runs
-	( sleep 3; printf '{"execute":"qmp_capabilities"}\n{"execute":"stop"}\n' | python3 -c '
+	# freeze the guest while a command runs: once its first line is in the
+	# exec's log (written as it arrives), not after a fixed 3 s
+	( for _ in $(seq 1 100); do
+		grep -qs '^up$' "$ISOPOD_HOME/vms/$id"/exec-*.stdout && break
+		sleep 0.1
+	done
+	printf '{"execute":"qmp_capabilities"}\n{"execute":"stop"}\n' | python3 -c '
 import socket,sys,time
 s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.recv(4096)
 for l in sys.stdin: s.sendall(l.encode()); time.sleep(0.2); s.recv(4096)
 ' "$qmp" ) &
-	run --separate-stderr env ISOPOD_WATCHDOG_MS=4000 isopod-exec --vm "$id" -- sleep 60
+	run --separate-stderr env ISOPOD_WATCHDOG_MS=4000 isopod-exec --vm "$id" -- sh -c 'echo up; exec sleep 60'
 	[ "$status" -eq 111 ]
 	echo "$output" | jq -e '.ok == false and .error_kind == "unresponsive"'
+	# the command ran before the freeze
+	grep -qsx up "$ISOPOD_HOME/vms/$id"/exec-*.stdout
 	for _ in $(seq 1 100); do vm_locked "$id" || break; sleep 0.1; done
 	! vm_locked "$id" || false
 }
