@@ -39,7 +39,15 @@ LIBHDR = lib/util.h lib/proc.h lib/launch.h lib/qemu.h lib/ovtpl.h lib/conlog.h 
 # supervisor looks for it.
 MEMRO = bin/isopod-memro.so
 
-all: $(TOOLS) $(MEMRO) agent/isopod-agent build/initramfs.cpio sh/isopod.out $(JAILTEST)
+# The run options of isopod-boot and isopod-exec (--run-options=text) beside
+# them: the front end reads these (when newer than the tool) instead of
+# asking the tool, a process, on a run given one of its options.
+RUNOPTS = bin/isopod-boot.run-options bin/isopod-exec.run-options
+
+all: $(TOOLS) $(MEMRO) $(RUNOPTS) agent/isopod-agent build/initramfs.cpio sh/isopod.out $(JAILTEST)
+
+bin/isopod-%.run-options: bin/isopod-%
+	./$< --run-options=text >$@.tmp && mv $@.tmp $@
 
 $(MEMRO): lib/memro.c lib/qemu.h
 	$(CC) $(ALL_CFLAGS) -fPIC -shared -o $@ lib/memro.c
@@ -224,6 +232,7 @@ bench: all
 install: all
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1
 	for t in $(TOOLS) $(MEMRO); do cp $$t $(DESTDIR)$(BINDIR)/; done
+	for t in $(RUNOPTS); do cp $$t $(DESTDIR)$(BINDIR)/; done # after: newer
 	cp sh/isopod $(DESTDIR)$(BINDIR)/isopod
 	cp agent/isopod-agent build/initramfs.cpio $(DESTDIR)$(LIBEXECDIR)/
 	cp -R images $(DESTDIR)$(LIBEXECDIR)/
@@ -232,7 +241,7 @@ install: all
 	cp man/*.8 $(DESTDIR)$(MANDIR)/man8/
 
 clean:
-	rm -f $(TOOLS) $(MEMRO) lib/*.o agent/isopod-agent sh/isopod.out
+	rm -f $(TOOLS) $(MEMRO) $(RUNOPTS) lib/*.o agent/isopod-agent sh/isopod.out
 	rm -rf build
 
 .PHONY: all images check asan fuzz bench install clean

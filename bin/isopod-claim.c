@@ -17,7 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "isopod-claim [--name NAME] [--net none|filtered|open] [--allow PATTERN]... [--id-file FILE] [--gc-auto]"
+#define USAGE "isopod-claim [--name NAME] [--net none|filtered|open] [--allow PATTERN]... [--id-file FILE] [--gc-auto]\n" \
+	"       [--scratch PID]"
 
 static const char *const adjectives[] = {
 	"amber", "brave", "calm", "dapper", "eager", "fancy", "gentle", "happy",
@@ -154,6 +155,59 @@ static void gc_auto(int lk)
 		proc_wait(pid, &st);
 }
 
+/* Undo a claim before its record is written: the scratch directory (and
+ * its claim.json) when made, and the VM's directory; errno kept. */
+static void undo(const char *dir, const char *scratch)
+{
+	char p[PATH_MAX];
+	int e = errno;
+
+	if (scratch[0] && pathn(p, sizeof p, "%s/claim.json", scratch) == 0)
+		unlink(p);
+	if (scratch[0])
+		rmdir(scratch);
+	rmdir(dir);
+	errno = e;
+}
+
+/* --scratch: the JSON output into the scratch directory, as claim.json
+ * (isopod-result reads it there), before the record: when it fails,
+ * nothing is claimed. */
+static void scratch_json(const char *dir, const char *scratch, json_t *out)
+{
+	char p[PATH_MAX];
+
+	if (pathn(p, sizeof p, "%s/claim.json", scratch) < 0 || json_write_atomic(p, out) < 0) {
+		undo(dir, scratch);
+		die(EX_SYS, "unable to write %s/claim.json:", scratch);
+	}
+}
+
+/* --scratch PID: the scratch directory of isopod run (the front end, PID),
+ * made here so that a run starts no mktemp(1) for it: runs/<id>.<PID>.<start>
+ * under the store, 0700, its owner's start (clock ticks since boot,
+ * lib/proc.c proc_ident) in its name, so that isopod-gc knows it leaked
+ * once that process is gone (a SIGKILLed front end's), a pid reused since
+ * included.  Into out; a failure undoes the claim's directory dir. */
+static void scratch_make(const char *dir, const char *id, long long pid, char *out, size_t sz)
+{
+	char runs[PATH_MAX];
+	unsigned long long start;
+
+	if (proc_ident(pid, &start, NULL, NULL) < 0) {
+		undo(dir, "");
+		die(EX_USAGE, "--scratch %lld: no such process", pid);
+	}
+	if (pathn(runs, sizeof runs, "%s/runs", store_home()) < 0 ||
+	    pathn(out, sz, "%s/%s.%lld.%llu", runs, id, pid, start) < 0 ||
+	    (mkdir(runs, 0700) < 0 && errno != EEXIST) || mkdir(out, 0700) < 0) {
+		undo(dir, "");
+		die(EX_SYS, "unable to create the scratch directory %s:", out);
+	}
+}
+
+
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -162,17 +216,19 @@ int main(int argc, char **argv)
 		{ "allow", required_argument, NULL, 'a' },
 		{ "id-file", required_argument, NULL, 'i' },
 		{ "gc-auto", no_argument, NULL, 'g' },
+		{ "scratch", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct names ns = { 0 };
-	char vmsdir[PATH_MAX], dir[PATH_MAX];
+	char vmsdir[PATH_MAX], dir[PATH_MAX], scratch[PATH_MAX] = "";
 	char id[3 + 12 + 1], name[64], hex[13], now[32];
 	const char *want = NULL, *net = "none", *idfile = NULL;
 	json_t *rec, *out, *netj = NULL, *allow = json_array();
 	char pat[ALLOW_PATTERN_MAX];
 	const char *why;
 	size_t i;
+	long long owner = 0;
 	int c, tries, nallow = 0, gc = 0, lk;
 
 	progname = "isopod-claim";
@@ -189,6 +245,10 @@ int main(int argc, char **argv)
 			break;
 		case 'g':
 			gc = 1;
+			break;
+		case 's':
+			if (parse_ll(optarg, 1, INT_MAX, &owner) < 0)
+				die(EX_USAGE, "invalid --scratch %s: want a process id", EXC(optarg));
 			break;
 		case 'a':
 			/* Normalised here, once: the broker and the record read the
@@ -259,40 +319,42 @@ int main(int argc, char **argv)
 			die(EX_SYS, "unable to create %s:", dir);
 	}
 
-	/* The id and the name as two lines, for isopod run: a shell reads
-	 * them with `read`, without a JSON parser (a process) on every run.
-	 * Both are of [a-z0-9-] (valid_name, the id's hex).  Written before
-	 * the record: when it fails, nothing is claimed. */
+	if (owner)
+		scratch_make(dir, id, owner, scratch, sizeof scratch);
+
+	/* The id and the name as two lines, for isopod run's `read` (no JSON
+	 * parser, a process, on every run); both of [a-z0-9-] (valid_name, the
+	 * id's hex).  Written before the record: failing, nothing is claimed. */
 	if (idfile) {
 		char ids[sizeof id + sizeof name + 2];
 		int n = snprintf(ids, sizeof ids, "%s\n%s\n", id, name);
 
 		if (atomic_write(idfile, ids, (size_t)n, 0600) < 0) {
-			int e = errno;
-
-			rmdir(dir);
-			errno = e;
+			undo(dir, scratch);
 			die(EX_SYS, "unable to write --id-file %s:", idfile);
 		}
 	}
+	out = json_pack("{s:{s:s, s:s, s:s}, s:o}", "vm", "id", id, "name", name, "dir", dir,
+			"net", netj ? json_incref(netj) : json_null());
 	rec = json_pack("{s:s, s:s, s:s, s:s}", "id", id, "name", name, "created",
 			iso_now(now, sizeof now), "state", "claimed");
-	if (!rec)
+	if (!out || !rec)
 		die(EX_SYS, "unable to build the VM record");
 	if (netj)
 		json_object_set(rec, "net", netj);
+	if (scratch[0])
+		scratch_json(dir, scratch, out);
 	if (vm_create(id, rec) < 0) {
-		int e = errno;
-
-		rmdir(dir);
-		errno = e;
+		undo(dir, scratch);
 		die(EX_SYS, "unable to write %s/meta.json:", dir);
 	}
-	out = json_pack("{s:{s:s, s:s, s:s}, s:o}", "vm", "id", id, "name", name, "dir", dir,
-			"net", netj ? netj : json_null());
-	if (!out)
-		die(EX_SYS, "unable to build the output");
-	json_emit(out);
+	/* --scratch: id, name and directory, a line each, for a shell's read */
+	if (!scratch[0])
+		json_emit(out);
+	else if (printf("%s\n%s\n%s\n", id, name, scratch) < 0 || fflush(stdout) == EOF)
+		die(EX_SYS, "unable to write to standard output:");
+	else
+		json_decref(out);
 	if (gc)
 		gc_auto(lk);
 	return 0;

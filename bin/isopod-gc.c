@@ -540,6 +540,47 @@ static void stale_probes(struct gc *c)
 	closedir(d);
 }
 
+/* runs/<id>.<pid>.<start>: the scratch directory of an isopod run
+ * (isopod-claim --scratch) whose front end was killed before it removed
+ * it.  Its owner is gone when no process pid has that start (clock ticks
+ * since boot, lib/proc.c proc_ident): a pid reused since started later.
+ * Only a directory of ours, removed by the descriptor of runs/ and its
+ * name. */
+static void run_sweep(struct gc *c)
+{
+	char dir[PATH_MAX], p[PATH_MAX], shown[PATH_MAX], num[24];
+	unsigned long long now;
+	long long pid, start;
+	const char *a, *b;
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	pathf(dir, sizeof dir, "%s/runs", store_home());
+	if (!(d = opendir(dir)))
+		return;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "vm-", 3) || !(a = strchr(de->d_name, '.')) ||
+		    !(b = strchr(a + 1, '.')) || (size_t)(b - a - 1) >= sizeof num)
+			continue;
+		memcpy(num, a + 1, (size_t)(b - a - 1));
+		num[b - a - 1] = 0;
+		if (parse_ll(num, 1, INT_MAX, &pid) < 0 || parse_ll(b + 1, 0, LLONG_MAX, &start) < 0)
+			continue;
+		if (proc_ident(pid, &now, NULL, NULL) == 0 && now == (unsigned long long)start)
+			continue; /* its run is still going */
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
+		    st.st_uid != geteuid())
+			continue;
+		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		gcstore_remove_tree_at(&c->gs, dirfd(d), de->d_name, p);
+		json_array_append_new(c->leaked, json_pack("{s:s, s:s, s:b}", "kind", "run", "path",
+							as_given(c, shown, sizeof shown, p),
+							"removed", !c->gs.dry_run));
+	}
+	closedir(d);
+}
+
 /* What a warm template's builder killed mid-build left in its VM's
  * directory (lib/warm.h): its sockets' directory tpl/, which the jail's
  * uid writes (emptied by its fd, never walked; a directory in it stays,
@@ -868,6 +909,7 @@ int main(int argc, char **argv)
 	test_pause("gc-records");
 
 	stale_probes(&c);
+	run_sweep(&c);
 	tpl_leftovers(&c, recs, nrec);
 	warm_sweep(&c, warm_removed);
 	if (warm_evict(&c.gs, c.budget, recs, nrec, warm_removed, evicted, &warm_total) < 0 ||

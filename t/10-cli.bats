@@ -581,6 +581,41 @@ cgroup_ro() {
 	[ -z "$(ls -A "$t")" ]
 	TMPDIR=$t run_isopod -100 run --json-only --timeout-s 0 -- true
 	[ -z "$(ls -A "$t")" ]
+	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
+}
+
+@test "run: the scratch directory is isopod-claim's (runs/ in the store, 0700, no mktemp); gc sweeps a SIGKILLed run's, never a live one's" {
+	use_fake
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	# no TMPDIR to make one in: the run needs none
+	TMPDIR="$BATS_TEST_TMPDIR/none" run_isopod -0 run --json-only -- true
+	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
+	# a live owner's (this shell's) stays through gc
+	live=$(isopod-claim --scratch $$ | sed -n 3p)
+	[ "$(stat -c %a "$live")" = 700 ]
+	rm "$FAKE_LOG"
+	FAKE_EXEC_SLEEP=30 isopod run --json-only -- sleep 30 >/dev/null 2>&1 3>&- &
+	pid=$!
+	for _ in $(seq 1 200); do
+		grep -q '^exec' "$FAKE_LOG" 2>/dev/null && break
+		sleep 0.05
+	done
+	d=$(echo "$ISOPOD_HOME"/runs/vm-*."$pid".*)
+	[ -d "$d" ]
+	[ "$(stat -c %a "$d")" = 700 ]
+	[ -f "$d/claim.json" ]
+	kids=$(pgrep -P "$pid") || :
+	kill -KILL "$pid"
+	wait "$pid" || :
+	[ -z "$kids" ] || kill $kids 2>/dev/null || :
+	id=${d##*/}
+	"$ISOPOD_SRC/t/fake/isopod-stop" --force --vm "${id%%.*}" >/dev/null
+	[ -d "$d" ]
+	run --separate-stderr isopod-gc
+	[ "$status" -eq 0 ]
+	jq -e --arg d "$d" '[.leaked[] | select(.kind == "run" and .path == $d and .removed)] | length == 1' <<<"$output"
+	[ ! -e "$d" ]
+	[ -d "$live" ]
 }
 
 @test "run: resources and --keep reach isopod-boot; the owner pid is isopod's own" {
@@ -658,6 +693,41 @@ X
 	rm "$FAKE_LOG"
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --stdin-file "$BATS_TEST_TMPDIR/none" -- true
 	no_claim
+}
+
+@test "run: a run option's table is read from the file make wrote beside its tool (no process), unless the tool is newer" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" t
+	# make's tables are the tools' own
+	diff <(isopod-boot --run-options=text) "$ISOPOD_SRC/bin/isopod-boot.run-options"
+	diff <(isopod-exec --run-options=text) "$ISOPOD_SRC/bin/isopod-exec.run-options"
+	mkdir "$lx"
+	for t in claim exec stop result; do ln -s "$ISOPOD_SRC/t/fake/isopod-$t" "$lx/isopod-$t"; done
+	cat >"$lx/isopod-boot" <<'B'
+#!/bin/sh
+case $1 in
+--run-options=text)
+	echo asked >>"$FAKE_DIR/boot-asked"
+	echo '--frob X 0'
+	exit 0 ;;
+--check) echo '{"ok":true}'; exit 0 ;;
+esac
+exec "$ISOPOD_SRC/t/fake/isopod-boot" "$@"
+B
+	chmod +x "$lx/isopod-boot"
+	echo '--zap X 0' >"$lx/isopod-boot.run-options"
+	touch -d '1 minute ago' "$lx/isopod-boot"
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --zap 'x y' -- true
+	grep -q -- "--owner-pid [0-9]* --zap x y --timeout-ms" "$FAKE_LOG"
+	[ ! -e "$FAKE_DIR/boot-asked" ]
+	# a tool newer than its table: the table is stale, the tool is asked
+	touch "$lx/isopod-boot"
+	touch -d '1 minute ago' "$lx/isopod-boot.run-options"
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --zap x -- true
+	[[ "$stderr" == *"unknown option --zap"* ]]
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x -- true
+	grep -q -- "--owner-pid [0-9]* --frob x --timeout-ms" "$FAKE_LOG"
+	[ -s "$FAKE_DIR/boot-asked" ]
 }
 
 @test "run: exec output that is not JSON is an infrastructure failure (111)" {
