@@ -1175,6 +1175,11 @@ isopod-oci
 isopod-oci frob
 isopod-oci push x
 isopod-oci pull a b c
+isopod-pool
+isopod-pool frob
+isopod-pool ls extra
+isopod-pool take
+isopod-pool take --owner-pid 1 --id-file f --vcpus
 isopod-provenance
 isopod-provenance sign
 isopod-provenance verify a

@@ -1,0 +1,405 @@
+/* pool.c - the run pool's store and its owner hand-over (lib/pool.h).
+ *
+ * Why a pidfd over a socket and not a FIFO the run holds open: the
+ * supervisor already watches an owner's pidfd for a booted VM (--owner),
+ * so a pooled VM ends by the very path a booted one does; the run (a
+ * shell) need keep no descriptor open, which every program it starts
+ * would inherit and hold past the run's own death; and a pidfd names the
+ * run's process itself, never a recycled pid. */
+#include "config.h"
+#include "pool.h"
+#include "util.h"
+#include "vm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define ACK_MS 2000 /* the supervisor's answer to a take, at most */
+
+static int cfg_ll(const char *key, const char *env, long long lo, long long hi, long long *v,
+		  char *msg, size_t msz)
+{
+	char val[64], where[PATH_MAX + 32];
+	const char *e = getenv(env);
+	int r;
+
+	if (e && *e) {
+		if (parse_ll(e, lo, hi, v) < 0) {
+			snprintf(msg, msz, "%s=%.64s: want %lld..%lld", env, e, lo, hi);
+			return -1;
+		}
+		return 0;
+	}
+	r = config_value(key, val, sizeof val, where, sizeof where);
+	if (r < 0) {
+		snprintf(msg, msz, "unable to read %s: %s", where, strerror(errno));
+		return -1;
+	}
+	if (r > 0 && parse_ll(val, lo, hi, v) < 0) {
+		snprintf(msg, msz, "%s: %s = %.64s: want %lld..%lld", where, key, val, lo, hi);
+		return -1;
+	}
+	return 0;
+}
+
+int pool_config(struct pool_cfg *pc, char *msg, size_t msz)
+{
+	pc->size = 0;
+	pc->idle_s = POOL_IDLE_DEFAULT;
+	if (cfg_ll("pool_size", "ISOPOD_POOL_SIZE", 0, POOL_SIZE_MAX, &pc->size, msg, msz) < 0)
+		return -1;
+	return cfg_ll("pool_idle_s", "ISOPOD_POOL_IDLE_S", 1, 86400, &pc->idle_s, msg, msz);
+}
+
+int pool_path(char *out, size_t sz, const char *key)
+{
+	if (key && !hex64_ok(key)) {
+		errno = EINVAL;
+		return -1;
+	}
+	return key ? pathn(out, sz, "%s/pool/%s", store_home(), key)
+		   : pathn(out, sz, "%s/pool", store_home());
+}
+
+/* An entry's VM id: "ready-<id>" or "filling-<id>", else NULL. */
+static const char *entry_vm(const char *name, int *ready)
+{
+	const char *id = NULL;
+
+	if (!strncmp(name, "ready-", 6))
+		id = name + 6, *ready = 1;
+	else if (!strncmp(name, "filling-", 8))
+		id = name + 8, *ready = 0;
+	return id && id_vm_ok(id) ? id : NULL;
+}
+
+int pool_count(const char *key, int count_filling)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	struct dirent *d;
+	int n = 0, ready;
+	DIR *D;
+
+	if (pool_path(dir, sizeof dir, key) < 0)
+		return -1;
+	if (!(D = opendir(dir)))
+		return errno == ENOENT ? 0 : -1;
+	while ((d = readdir(D))) {
+		const char *id = entry_vm(d->d_name, &ready);
+
+		if (!id || (!ready && !count_filling))
+			continue;
+		if (vm_running(id) != 0) {
+			n++;
+		} else if (ready && pathn(p, sizeof p, "%s/%s", dir, d->d_name) == 0) {
+			unlink(p); /* gone: it serves nobody */
+		} else if (!ready) {
+			/* a filler boots it: counted until the filler says */
+			n++;
+		}
+	}
+	closedir(D);
+	return n;
+}
+
+/* A pooled VM's owner socket: pool/.own/<id>.sock, in the store owner's
+ * directory -- never in the VM's, which its jailed QEMU can write (a
+ * socket of QEMU's there would be handed the run's pidfd). */
+static int sock_path(char *out, size_t sz, const char *id)
+{
+	return pathn(out, sz, "%s/pool/.own/%s.sock", store_home(), id);
+}
+
+/* Hand the owner's pidfd to the supervisor of id; 0 when it answered 'k'
+ * (we are its one owner), -1 with msg. */
+static int hand_over(const char *id, int ownerfd, char *msg, size_t msz)
+{
+	char sp[PATH_MAX], b = 'o', ctl[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec io = { .iov_base = &b, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
+			     .msg_controllen = sizeof ctl };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	struct ucred cr;
+	socklen_t crl = sizeof cr;
+	struct pollfd pf;
+	int fd, r = -1;
+
+	if (sock_path(sp, sizeof sp, id) < 0)
+		return reason_fail(msg, msz, "vm %s: socket path too long", id);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &ownerfd, sizeof(int));
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		return reason_fail(msg, msz, "socket:");
+	if (unix_connect_nofollow(fd, sp) < 0) {
+		reason_fail(msg, msz, "vm %s: connect %s:", id, sp);
+		goto out;
+	}
+	/* the store owner's supervisor, no one else's socket */
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) < 0 || cr.uid != geteuid()) {
+		snprintf(msg, msz, "vm %s: %s is not our supervisor's", id, sp);
+		goto out;
+	}
+	if (sendmsg(fd, &mh, MSG_NOSIGNAL) != 1) {
+		reason_fail(msg, msz, "vm %s: sendmsg:", id);
+		goto out;
+	}
+	pf = (struct pollfd){ .fd = fd, .events = POLLIN };
+	b = 0;
+	if (poll(&pf, 1, ACK_MS) == 1 && read(fd, &b, 1) == 1 && b == 'k')
+		r = 0;
+	else
+		snprintf(msg, msz, "vm %s: its supervisor did not take the owner", id);
+out:
+	close(fd);
+	return r;
+}
+
+int pool_take(const char *key, int ownerfd, char id[VM_ID_SZ], json_t **boot, char *msg,
+	      size_t msz)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	struct dirent *d;
+	int ready, got = 0;
+	DIR *D;
+
+	*boot = NULL;
+	if (pool_path(dir, sizeof dir, key) < 0)
+		return reason_fail(msg, msz, "pool path:");
+	if (!(D = opendir(dir)))
+		return errno == ENOENT ? 0 : reason_fail(msg, msz, "unable to open %s:", dir);
+	while (!got && (d = readdir(D))) {
+		const char *vid = entry_vm(d->d_name, &ready);
+		json_t *j;
+		int fd;
+
+		if (!vid || !ready || pathn(p, sizeof p, "%s/%s", dir, d->d_name) < 0)
+			continue;
+		if ((fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+			continue;
+		/* The one unlink that succeeds is the take: no other taker
+		 * gets this VM, whatever happens next. */
+		if (unlink(p) < 0) {
+			close(fd);
+			continue;
+		}
+		j = json_load_close(fd);
+		snprintf(id, VM_ID_SZ, "%s", vid);
+		if (!j || hand_over(id, ownerfd, msg, msz) < 0) {
+			json_decref(j); /* not ours: its supervisor ends it (idle) */
+			continue;
+		}
+		*boot = j;
+		got = 1;
+	}
+	closedir(D);
+	return got;
+}
+
+int pool_publish(const char *key, const char *id, json_t *boot, char *msg, size_t msz)
+{
+	char dir[PATH_MAX], p[PATH_MAX], failed[PATH_MAX];
+
+	if (pool_path(dir, sizeof dir, key) < 0 || pathn(p, sizeof p, "%s/ready-%s", dir, id) < 0)
+		return reason_fail(msg, msz, "pool path:");
+	if (mkdir_p(dir, 0700, failed, sizeof failed) < 0)
+		return reason_fail(msg, msz, "unable to create %s:", failed);
+	if (json_write_atomic(p, boot) < 0)
+		return reason_fail(msg, msz, "unable to write %s:", p);
+	return 0;
+}
+
+int pool_listen(const char *id, char *msg, size_t msz)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[PATH_MAX], failed[PATH_MAX];
+	int fd;
+
+	if (sock_path(sa.sun_path, sizeof sa.sun_path, id) < 0)
+		return reason_fail(msg, msz, "vm %s: owner socket path too long", id);
+	if (pathn(dir, sizeof dir, "%s/pool/.own", store_home()) < 0 ||
+	    mkdir_p(dir, 0700, failed, sizeof failed) < 0)
+		return reason_fail(msg, msz, "unable to create %s:", failed);
+	unlink(sa.sun_path);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+		return reason_fail(msg, msz, "socket:");
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(sa.sun_path, 0600) < 0 ||
+	    listen(fd, 4) < 0) {
+		reason_fail(msg, msz, "unable to listen on %s:", sa.sun_path);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+void pool_unlisten(const char *id)
+{
+	char p[PATH_MAX];
+
+	if (sock_path(p, sizeof p, id) == 0)
+		unlink(p);
+}
+
+int pool_accept(int lfd)
+{
+	char b, ctl[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec io = { .iov_base = &b, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
+			     .msg_controllen = sizeof ctl };
+	struct pollfd pf;
+	struct cmsghdr *c;
+	int cfd, pfd = -1;
+
+	if ((cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+		return -1;
+	pf = (struct pollfd){ .fd = cfd, .events = POLLIN };
+	if (poll(&pf, 1, ACK_MS) == 1 && recvmsg(cfd, &mh, MSG_CMSG_CLOEXEC) == 1 &&
+	    (c = CMSG_FIRSTHDR(&mh)) && c->cmsg_level == SOL_SOCKET &&
+	    c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(&pfd, CMSG_DATA(c), sizeof(int));
+	/* a pidfd, nothing else: pidfd_send_signal with signal 0 says so */
+	if (pfd >= 0 && pidfd_kill(pfd, 0) < 0 && errno != ESRCH) {
+		close(pfd);
+		pfd = -1;
+	}
+	if (pfd >= 0 && write(cfd, "k", 1) != 1) {
+		close(pfd);
+		pfd = -1;
+	}
+	close(cfd);
+	return pfd;
+}
+
+/* Each shape directory under pool/, to fn. */
+static int each_shape(int (*fn)(const char *key, const char *dir, void *arg), void *arg)
+{
+	char root[PATH_MAX], dir[PATH_MAX];
+	struct dirent *d;
+	DIR *D;
+	int r = 0;
+
+	if (pool_path(root, sizeof root, NULL) < 0)
+		return -1;
+	if (!(D = opendir(root)))
+		return errno == ENOENT ? 0 : -1;
+	while ((d = readdir(D)))
+		if (hex64_ok(d->d_name) && pathn(dir, sizeof dir, "%s/%s", root, d->d_name) == 0 &&
+		    fn(d->d_name, dir, arg) < 0)
+			r = -1;
+	closedir(D);
+	return r;
+}
+
+struct sweep {
+	int dry;
+	json_t *out;
+};
+
+static int sweep_shape(const char *key, const char *dir, void *arg)
+{
+	struct sweep *sw = arg;
+	char p[PATH_MAX], lk[PATH_MAX];
+	struct dirent *d;
+	int ready, left = 0, fl;
+	DIR *D;
+
+	if (!(D = opendir(dir)))
+		return -1;
+	/* the filler's lock free: no filler, its filling-* entries are stale */
+	pathn(lk, sizeof lk, "%s/fill.lock", dir);
+	fl = lock_open(lk, LOCK_EX | LOCK_NB);
+	while ((d = readdir(D))) {
+		const char *id = entry_vm(d->d_name, &ready);
+
+		if (!id)
+			continue;
+		if (vm_running(id) != 0 && (ready || fl < 0)) {
+			left++;
+			continue;
+		}
+		if (pathn(p, sizeof p, "%s/%s", dir, d->d_name) < 0)
+			continue;
+		json_array_append_new(sw->out, json_pack("{s:s, s:s, s:b}", "key", key, "vm", id,
+							 "removed", !sw->dry && unlink(p) == 0));
+	}
+	closedir(D);
+	if (fl >= 0)
+		close(fl);
+	return 0;
+}
+
+int pool_sweep(int dry, json_t *out)
+{
+	struct sweep sw = { .dry = dry, .out = out };
+
+	return each_shape(sweep_shape, &sw);
+}
+
+/* QEMU's PSS in bytes, from /proc/PID/smaps_rollup; 0 when unknown. */
+static long long pss_bytes(long long pid)
+{
+	char p[64], line[256];
+	long long kb = 0;
+	FILE *f;
+
+	snprintf(p, sizeof p, "/proc/%lld/smaps_rollup", pid);
+	if (!(f = fopen(p, "re")))
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "Pss: %lld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb * 1024;
+}
+
+struct df {
+	long long shapes, ready, filling, pss;
+};
+
+static int df_shape(const char *key, const char *dir, void *arg)
+{
+	struct df *df = arg;
+	struct dirent *d;
+	int ready;
+	DIR *D;
+
+	(void)key;
+	if (!(D = opendir(dir)))
+		return 0;
+	df->shapes++;
+	while ((d = readdir(D))) {
+		const char *id = entry_vm(d->d_name, &ready);
+		json_t *rec;
+
+		if (!id || vm_running(id) != 1)
+			continue;
+		*(ready ? &df->ready : &df->filling) += 1;
+		if ((rec = vm_read(id))) {
+			df->pss += pss_bytes(json_integer_value(json_object_get(rec, "qemu_pid")));
+			json_decref(rec);
+		}
+	}
+	closedir(D);
+	return 0;
+}
+
+json_t *pool_df(void)
+{
+	struct df df = { 0 };
+
+	each_shape(df_shape, &df);
+	return json_pack("{s:I, s:I, s:I, s:I}", "shapes", (json_int_t)df.shapes, "ready",
+			 (json_int_t)df.ready, "filling", (json_int_t)df.filling, "pss_bytes",
+			 (json_int_t)df.pss);
+}
