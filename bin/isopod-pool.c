@@ -242,6 +242,7 @@ static int cmd_take(struct tool *t, long long owner, const char *idfile)
 	static const char *const live[] = { "running", NULL };
 	char id[VM_ID_SZ], msg[1024], line[128];
 	json_t *boot = NULL, *rec, *m;
+	int64_t t0 = mono_ms();
 	int ofd, got;
 
 	if (t->cold || t->pc.size == 0) {
@@ -271,6 +272,12 @@ static int cmd_take(struct tool *t, long long owner, const char *idfile)
 	json_decref(rec);
 	if (atomic_write(idfile, line, strlen(line), 0600) < 0)
 		die(EX_SYS, "unable to write %s:", idfile);
+	/* what the run paid for its VM is the take; the resume was the
+	 * filler's, off the run's path (kept as pool_boot_ms) */
+	json_object_set(boot, "pool_boot_ms", json_object_get(boot, "boot_ms"));
+	json_object_set_new(boot, "boot_ms", json_integer(mono_ms() - t0));
+	json_object_del(boot, "resume_ms");
+	json_object_del(boot, "build_ms");
 	json_object_set_new(boot, "path", json_string("pool"));
 	json_object_set_new(boot, "pool_key", json_string(t->key));
 	json_emit(boot);
