@@ -15,6 +15,7 @@
  * environment that changes a boot (ISOPOD_ACCEL, ISOPOD_JAIL, ISOPOD_WARM):
  * a VM is only ever taken by a run that would have booted the same one. */
 
+#include "image.h"
 #include "pool.h"
 #include "proc.h"
 #include "util.h"
@@ -63,6 +64,16 @@ static void shape(struct tool *t, int argc, char **argv)
 	if (!f)
 		die(EX_SYS, "unable to allocate memory:");
 	fprintf(f, "isopod-pool 1\nnet none\n");
+	/* the current kernel and base: a replaced one is another shape (the
+	 * pooled VMs of the old one are never taken and expire) */
+	for (int k = 0; k < 2; k++) {
+		char p[PATH_MAX], v[128] = "";
+
+		if (pathn(p, sizeof p, "%s/%s", store_home(),
+			  k ? "images/current-base" : "kernels/current") == 0)
+			read_pointer(p, v, sizeof v);
+		fprintf(f, "%s %s\n", k ? "base" : "kernel", v);
+	}
 	for (int i = 0; i < argc; i++) {
 		int k;
 
