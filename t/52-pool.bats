@@ -171,7 +171,7 @@ fake_pooled() {
 	id=$(ready_ids)
 	key=$(isopod-pool ls | jq -r --arg id "$id" 'select(.vm == $id) | .key')
 	cp "$ISOPOD_HOME/pool/$key/ready-$id" "$BATS_TEST_TMPDIR/entry"
-	isopod run -- sleep 30 >/dev/null 2>&1 &
+	"$ISOPOD_SRC/sh/isopod" run -- sleep 30 >/dev/null 2>&1 &
 	run_pid=$!
 	for i in $(seq 100); do
 		jq -e '.pool_taken == true' "$ISOPOD_HOME/vms/$id/meta.json" >/dev/null && break
@@ -194,7 +194,7 @@ fake_pooled() {
 @test "pool: SIGKILL of the run's front end stops its pooled VM (the supervisor watches the run's pidfd)" {
 	fill
 	id=$(ready_ids)
-	isopod run -- sleep 60 >/dev/null 2>&1 &
+	"$ISOPOD_SRC/sh/isopod" run -- sleep 60 >/dev/null 2>&1 &
 	run_pid=$!
 	for i in $(seq 100); do
 		jq -e '.pool_taken == true' "$ISOPOD_HOME/vms/$id/meta.json" >/dev/null && break
