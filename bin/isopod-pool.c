@@ -83,8 +83,13 @@ static void shape(struct tool *t, int argc, char **argv)
 		}
 		for (k = 0; takes[k] && strcmp(argv[i], takes[k]); k++)
 			;
-		if (!takes[k] || i + 1 >= argc)
-			die_usage(USAGE, "%s: not a boot run option with its value", EXC(argv[i]));
+		if (!takes[k] || i + 1 >= argc) {
+			/* a run option the pool does not know (a newer
+			 * isopod-boot's): such a run is not served, it boots */
+			warn("%s: not a boot run option the pool serves", EXC(argv[i]));
+			t->cold = 1;
+			break;
+		}
 		if (t->nboot + 2 > BOOT_MAX)
 			die_usage(USAGE, "too many boot options");
 		t->boot[t->nboot++] = argv[i];
@@ -257,7 +262,7 @@ static int cmd_take(struct tool *t, long long owner, const char *idfile)
 	int ofd, got;
 
 	if (t->cold || t->pc.size == 0) {
-		warn("no pooled VM: %s", t->cold ? "--cold" : "the pool is off (pool_size 0)");
+		warn("no pooled VM: %s", t->cold ? "a shape the pool does not serve" : "the pool is off (pool_size 0)");
 		return EX_NOTFOUND;
 	}
 	if ((ofd = pidfd_open_((pid_t)owner)) < 0)
@@ -405,8 +410,13 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	argc--, argv++;
-	/* ours first; the rest are the boot's run options */
-	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+	/* ours first; the rest, from the first other one, are the boot's run
+	 * options (shape() checks them) */
+	while (optind < argc && (!strncmp(argv[optind], "--owner-pid", 11) ||
+				 !strncmp(argv[optind], "--id-file", 9) ||
+				 !strncmp(argv[optind], "--key", 5) || !strcmp(argv[optind], "--help") ||
+				 !strcmp(argv[optind], "-h")) &&
+	       (c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o':
 			if (parse_ll(optarg, 1, INT_MAX, &owner) < 0)

@@ -1179,7 +1179,7 @@ isopod-pool
 isopod-pool frob
 isopod-pool ls extra
 isopod-pool take
-isopod-pool take --owner-pid 1 --id-file f --vcpus
+isopod-pool take --owner-pid 1
 isopod-provenance
 isopod-provenance sign
 isopod-provenance verify a
