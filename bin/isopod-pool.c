@@ -141,7 +141,7 @@ static int fill_one(struct tool *t, const char *dir)
 	char *cav[] = { "isopod-claim", "--id-file", idf, NULL };
 	char *bav[8 + BOOT_MAX] = { "isopod-boot", "--vm", id, "--pool-idle", idle, "--timeout-ms",
 				    tmo, NULL };
-	char *xav[] = { "isopod-exec", "--vm", id, "--", "true", NULL };
+	char *xav[] = { "isopod-exec", "--vm", id, "--pool-warm-up", "--", "true", NULL };
 	char *sav[] = { "isopod-stop", "--force", "--vm", id, NULL };
 	json_t *boot = NULL;
 	int r = -1, fd;

@@ -60,7 +60,7 @@ stopped() {
 fake_pooled() {
 	local d="$ISOPOD_HOME/vms/$1" f="$BATS_TEST_TMPDIR/ctl.$1"
 	mkdir -p "$d"
-	echo "{\"id\":\"$1\",\"state\":\"running\",\"name\":\"n-$1\"}" >"$d/meta.json"
+	echo "{\"id\":\"$1\",\"state\":\"running\",\"name\":\"n-$1\",\"pool_idle_s\":$2}" >"$d/meta.json"
 	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
 	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%f\n' | head -1)
 	mkfifo "$f"
@@ -119,6 +119,25 @@ fake_pooled() {
 	json_is '.pool_removed | map(select(.removed) | .vm) == ["vm-00000000000c"]'
 	[ ! -e "$ISOPOD_HOME/pool/$key/ready-vm-00000000000c" ]
 	rm -rf "$ISOPOD_HOME"/vms/vm-00000000000? "${ISOPOD_HOME:?}/pool/$key"
+}
+
+@test "pool (no VM): exec in a pooled VM no run has taken is refused (102, pooled), its filler's --pool-warm-up is not; after the take the run's exec is not" {
+	fake_pooled vm-00000000000d 30
+	run --separate-stderr isopod-exec --vm vm-00000000000d -- true
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"is a pooled VM no run has taken"* ]]
+	json_is '.ok == false and .error_kind == "pooled"'
+	# past the check (the fake has no agent: "not booted", also 102)
+	run --separate-stderr isopod-exec --vm vm-00000000000d --pool-warm-up -- true
+	[[ "$stderr" != *"no run has taken"* ]]
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id"
+	[ "$status" -eq 0 ]
+	run --separate-stderr isopod-exec --vm vm-00000000000d -- true
+	[[ "$stderr" != *"no run has taken"* ]]
+	kill "$owner"
+	stopped vm-00000000000d 5
 }
 
 @test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
