@@ -16,6 +16,7 @@
  * a VM is only ever taken by a run that would have booted the same one. */
 
 #include "image.h"
+#include "jail.h"
 #include "pool.h"
 #include "proc.h"
 #include "util.h"
@@ -99,6 +100,26 @@ static void shape(struct tool *t, int argc, char **argv)
 	t->boot[t->nboot] = NULL;
 	for (int k = 0; envs[k]; k++)
 		fprintf(f, "%s=%s\n", envs[k], getenv(envs[k]) ?: "");
+	/* The decisions a boot takes from more than the environment (review
+	 * M1, M2): the jail as the host's configuration sets it (a host that
+	 * turns it on serves no VM booted without it), and the cgroups the
+	 * filler starts in, which are the taking run's: a VM filled in one
+	 * Slurm job (charged to it, ended with it) never serves another's. */
+	{
+		char why[PATH_MAX + 64], *cg = NULL;
+		size_t n = 0;
+		FILE *c = fopen("/proc/self/cgroup", "re");
+
+		fprintf(f, "jail %d\n", jail_wanted(why, sizeof why));
+		if (c) {
+			while (getline(&cg, &n, c) > 0)
+				fprintf(f, "cgroup %s", cg);
+			free(cg);
+			fclose(c);
+		} else {
+			fprintf(f, "cgroup unknown\n");
+		}
+	}
 	if (fclose(f) != 0)
 		die(EX_SYS, "unable to allocate memory:");
 	sha256_hex(text, tlen, t->key);

@@ -140,6 +140,32 @@ fake_pooled() {
 	stopped vm-00000000000d 5
 }
 
+@test "pool (no VM): the shape's key holds the host's jail setting and the caller's cgroups: a VM pooled under another is not taken" {
+	fake_pooled vm-00000000000e 30
+	# the host configuration turns the jail off: another shape
+	printf 'jail = no\n' >"$BATS_TEST_TMPDIR/sysconfig"
+	ISOPOD_SYSCONFIG="$BATS_TEST_TMPDIR/sysconfig" ISOPOD_POOL=true run --separate-stderr \
+		isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id1"
+	[ "$status" -eq 101 ]
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-00000000000e" ]
+	# a run in another cgroup (a v1 pids one made here, or v2's): another shape
+	local cg
+	if [ -d /sys/fs/cgroup/pids ]; then cg=/sys/fs/cgroup/pids/isopod-t52-$$; else cg=/sys/fs/cgroup/isopod-t52-$$; fi
+	mkdir "$cg"
+	(echo "$BASHPID" >"$cg/cgroup.procs" && ISOPOD_POOL=true exec isopod-pool take --owner-pid $$ \
+		--id-file "$BATS_TEST_TMPDIR/id2" >"$BATS_TEST_TMPDIR/out2" 2>/dev/null) && st=0 || st=$?
+	rmdir "$cg"
+	[ "$st" -eq 101 ]
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-00000000000e" ]
+	# the control: the same shape takes it
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id3"
+	[ "$status" -eq 0 ]
+	kill "$owner"
+	stopped vm-00000000000e 5
+}
+
 @test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
 	local n
 	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
