@@ -155,7 +155,7 @@ static int tool(const char *name, char **av, char *out, size_t osz)
 /* Make one VM of the shape ready: claim, boot kept for the pool, one
  * exec (the warm-up: QEMU's translation cache filled on the path every
  * run's exec takes), publish.  0, or -1 (what failed is stopped). */
-static int fill_one(struct tool *t, const char *dir)
+static int fill_one(struct tool *t, const char *dir, int allfd)
 {
 	char idf[PATH_MAX], fp[PATH_MAX], id[VM_ID_SZ] = "", idle[24], tmo[24], msg[512];
 	char *out = malloc(1 << 16);
@@ -168,8 +168,10 @@ static int fill_one(struct tool *t, const char *dir)
 	int r = -1, fd;
 	FILE *f;
 
-	if (!out)
+	if (!out) {
+		close(allfd);
 		return -1;
+	}
 	snprintf(idle, sizeof idle, "%lld", t->pc.idle_s);
 	snprintf(tmo, sizeof tmo, "%d", FILL_BOOT_MS);
 	for (int i = 0; i < t->nboot; i++)
@@ -193,6 +195,8 @@ static int fill_one(struct tool *t, const char *dir)
 	pathf(fp, sizeof fp, "%s/filling-%s", dir, id);
 	if ((fd = open(fp, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) >= 0)
 		close(fd);
+	close(allfd); /* counted now: another shape's filler may count it */
+	allfd = -1;
 	if (tool("isopod-boot", bav, out, 1 << 16) != 0 ||
 	    !(boot = json_parse(out, strlen(out), JSON_DISABLE_EOF_CHECK, NULL, 0))) {
 		warn("pool %.12s: isopod-boot of %s failed", t->key, id);
@@ -208,6 +212,8 @@ static int fill_one(struct tool *t, const char *dir)
 	}
 	r = 0;
 out:
+	if (allfd >= 0)
+		close(allfd);
 	if (r < 0 && id_vm_ok(id))
 		tool("isopod-stop", sav, out, 1 << 16);
 	if (id[0])
@@ -222,7 +228,7 @@ out:
  * stops at the first failure (the next take starts another). */
 static int cmd_fill(struct tool *t)
 {
-	char dir[PATH_MAX], lk[PATH_MAX], msg[512];
+	char dir[PATH_MAX], lk[PATH_MAX], all[PATH_MAX], msg[512];
 	int fd;
 
 	if (pool_path(dir, sizeof dir, t->key) < 0 || mkdir_p(dir, 0700, msg, sizeof msg) < 0)
@@ -230,15 +236,28 @@ static int cmd_fill(struct tool *t)
 	pathf(lk, sizeof lk, "%s/fill.lock", dir);
 	if ((fd = lock_open(lk, LOCK_EX | LOCK_NB)) < 0)
 		return errno == EWOULDBLOCK ? 0 : 111; /* another filler fills it */
+	pathf(all, sizeof all, "%s/../fill.lock", dir);
 	for (;;) {
-		int n;
+		int n, afd;
 
 		if (pool_config(&t->pc, msg, sizeof msg) < 0)
 			die(EX_USAGE, "%s", msg);
 		if ((n = pool_count(t->key, 0)) < 0 || n >= t->pc.size)
 			break;
+		/* pool_max, of every shape together (review M3: any --mem-mib
+		 * is a shape of its own), counted and our VM's entry made under
+		 * one lock: two shapes' fillers never both take the last one */
+		if ((afd = lock_open(all, LOCK_EX)) < 0)
+			break;
+		if ((n = pool_count_all(t->key)) < 0 || n >= t->pc.max) {
+			if (n >= 0)
+				warn("pool %.12s: pool_max %lld reached (%d pooled VMs of every shape)",
+				     t->key, t->pc.max, n);
+			close(afd);
+			break;
+		}
 		test_pause("pool-fill");
-		if (fill_one(t, dir) < 0)
+		if (fill_one(t, dir, afd) < 0)
 			break;
 	}
 	close(fd);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -56,7 +57,9 @@ int pool_config(struct pool_cfg *pc, char *msg, size_t msz)
 {
 	pc->size = 0;
 	pc->idle_s = POOL_IDLE_DEFAULT;
-	if (cfg_ll("pool_size", "ISOPOD_POOL_SIZE", 0, POOL_SIZE_MAX, &pc->size, msg, msz) < 0)
+	pc->max = POOL_MAX_DEFAULT;
+	if (cfg_ll("pool_size", "ISOPOD_POOL_SIZE", 0, POOL_SIZE_MAX, &pc->size, msg, msz) < 0 ||
+	    cfg_ll("pool_max", "ISOPOD_POOL_MAX", 0, POOL_SIZE_MAX * 4, &pc->max, msg, msz) < 0)
 		return -1;
 	return cfg_ll("pool_idle_s", "ISOPOD_POOL_IDLE_S", 1, 86400, &pc->idle_s, msg, msz);
 }
@@ -110,6 +113,43 @@ int pool_count(const char *key, int count_filling)
 	}
 	closedir(D);
 	return n;
+}
+
+static int each_shape(int (*fn)(const char *key, const char *dir, void *arg), void *arg);
+
+struct all {
+	const char *mine;
+	int n;
+};
+
+static int count_shape(const char *key, const char *dir, void *arg)
+{
+	struct all *a = arg;
+	char lk[PATH_MAX];
+	int n, fd, live;
+
+	if ((n = pool_count(key, 0)) < 0)
+		return -1;
+	a->n += n;
+	/* its filler lives: its VM being filled counts (one at a time) */
+	if (a->mine && !strcmp(key, a->mine))
+		return 0;
+	if (pathn(lk, sizeof lk, "%s/fill.lock", dir) < 0)
+		return -1;
+	fd = lock_open(lk, LOCK_EX | LOCK_NB);
+	live = fd < 0 && errno == EWOULDBLOCK;
+	if (fd >= 0)
+		close(fd);
+	if (live && (n = pool_count(key, 1) - pool_count(key, 0)) > 0)
+		a->n += n;
+	return 0;
+}
+
+int pool_count_all(const char *mine)
+{
+	struct all a = { .mine = mine };
+
+	return each_shape(count_shape, &a) < 0 ? -1 : a.n;
 }
 
 /* A pooled VM's owner socket: pool/.own/<id>.sock, in the store owner's

@@ -23,10 +23,12 @@
 
 #define POOL_IDLE_DEFAULT 300      /* seconds a ready VM waits for a run */
 #define POOL_SIZE_MAX 16
+#define POOL_MAX_DEFAULT 4         /* pooled VMs of all shapes together */
 
 struct pool_cfg {
 	long long size;    /* VMs per shape (0: off, the default) */
 	long long idle_s;  /* a ready VM's lifetime without a run */
+	long long max;     /* VMs of all shapes together, ready or filling */
 };
 
 /* pool_size and pool_idle_s from the configuration (lib/config.c), then
@@ -39,6 +41,11 @@ int pool_path(char *out, size_t sz, const char *key);
  * removed (their supervisor died or the idle lifetime ended).  With the
  * filler's VM (filling-*) when count_filling.  -1 with errno. */
 int pool_count(const char *key, int count_filling);
+/* The pooled VMs of every shape, ready or being filled: what pool_max
+ * bounds.  A filling entry counts while its shape's filler lives (holds
+ * fill.lock); mine is the key whose filler is the caller (its own
+ * filling entries then are a killed filler's, not counted).  -1. */
+int pool_count_all(const char *mine);
 /* Take one ready VM of key for the run whose pidfd is ownerfd: its entry
  * unlinked (ours alone), then the owner handed to its supervisor.  1 with
  * id and its boot JSON (*boot, the caller's), 0 when none is ready, -1

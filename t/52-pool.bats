@@ -166,6 +166,27 @@ fake_pooled() {
 	stopped vm-00000000000e 5
 }
 
+@test "pool (no VM): pool_max bounds the pooled VMs of every shape together: another shape's filler makes none past it" {
+	fake_pooled vm-00000000000f 30
+	local n k1
+	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 | wc -l)
+	# another shape (--mem-mib 300): nothing ready, its filler starts
+	ISOPOD_POOL_MAX=1 run --separate-stderr isopod-pool take --owner-pid $$ \
+		--id-file "$BATS_TEST_TMPDIR/id" --mem-mib 300
+	[ "$status" -eq 101 ]
+	for _ in $(seq 100); do
+		k1=$(grep -l "pool_max 1 reached" "$ISOPOD_HOME"/pool/*/fill.log 2>/dev/null | head -1) && [ -n "$k1" ] && break
+		sleep 0.1
+	done
+	[ -n "$k1" ]
+	[ "$k1" != "$ISOPOD_HOME/pool/$key/fill.log" ]
+	# no VM claimed for it; the one of the first shape is still ready
+	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 | wc -l)" -eq "$n" ]
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-00000000000f" ]
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null
+	stopped vm-00000000000f 5
+}
+
 @test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
 	local n
 	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
