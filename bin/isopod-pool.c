@@ -237,7 +237,10 @@ static int cmd_fill(struct tool *t)
 	if ((fd = lock_open(lk, LOCK_EX | LOCK_NB)) < 0)
 		return errno == EWOULDBLOCK ? 0 : 111; /* another filler fills it */
 	pathf(all, sizeof all, "%s/../fill.lock", dir);
-	for (;;) {
+	/* at most pool_size VMs an invocation: where VMs expire as fast as
+	 * they are made (pool_idle_s near a fill's time) it ends; the next
+	 * take starts another (review L4) */
+	for (long long made = 0; made < t->pc.size; made++) {
 		int n, afd;
 
 		if (pool_config(&t->pc, msg, sizeof msg) < 0)

@@ -554,6 +554,10 @@ int main(int argc, char **argv)
 			die(EX_USAGE, "fd %d is not open; isopod-boot starts isopod-supervise "
 				      "(see isopod-supervise(1))", i);
 	spec = read_spec(&s, av, sizeof av / sizeof av[0]);
+	/* a pooled VM's owner is the run that takes it, handed over once */
+	if (s.pool_idle_s && s.ownerfd >= 0)
+		die_usage(USAGE, "--owner and a spec's pool_idle_s: a pooled VM gets its owner "
+				 "from its take");
 	sup_setup(&s);
 	if (s.pool_idle_s) {
 		char msg[PATH_MAX + 64];

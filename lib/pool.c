@@ -222,12 +222,19 @@ int pool_take(const char *key, int ownerfd, char id[VM_ID_SZ], json_t **boot, ch
 	while (!got && (d = readdir(D))) {
 		const char *vid = entry_vm(d->d_name, &ready);
 		json_t *j;
+		struct stat sb;
 		int fd;
 
 		if (!vid || !ready || pathn(p, sizeof p, "%s/%s", dir, d->d_name) < 0)
 			continue;
-		if ((fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		/* a regular file of ours: a FIFO planted there would block
+		 * the run's take (O_NONBLOCK; reads of a file never block) */
+		if ((fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0)
 			continue;
+		if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+			close(fd);
+			continue;
+		}
 		/* The one unlink that succeeds is the take: no other taker
 		 * gets this VM, whatever happens next. */
 		if (unlink(p) < 0) {

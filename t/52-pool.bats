@@ -187,6 +187,19 @@ fake_pooled() {
 	stopped vm-00000000000f 5
 }
 
+@test "pool (no VM): a FIFO as a ready entry never blocks a take; isopod-supervise refuses --owner with a pooled spec" {
+	mkdir -p "$ISOPOD_HOME/pool"
+	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
+	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%f\n' | head -1)
+	mkfifo "$ISOPOD_HOME/pool/$key/ready-vm-000000000010"
+	ISOPOD_POOL=true run --separate-stderr timeout 10 isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id"
+	[ "$status" -eq 101 ]
+	rm -f "$ISOPOD_HOME/pool/$key/ready-vm-000000000010"
+	run --separate-stderr isopod-supervise --owner 6<&0 <<<'{"vm":"vm-000000000011","dir":"/nonexistent","qemu":["/bin/true"],"jail":false,"pool_idle_s":5}' 3>/dev/null 4</dev/null 5>/dev/null
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"pooled VM gets its owner from its take"* ]]
+}
+
 @test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
 	local n
 	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
