@@ -9,7 +9,11 @@ descend from no other tool.  The front end's own cost is the run's wall
 time (the front end's exec to its exit) less the union of the tools'
 lifetimes (each one's exec to its exit): its shell, jq, mktemp and the
 forks that start the tools.  Prints one JSON line: {"wall_ms", "tools_ms",
-"front_ms", "tools": {name: ms}}.  Used by bench/run and bench/compare.
+"front_ms", "tools": {name: ms}, "gaps": [[label, ms]...], "spawns": N}:
+gaps the front end's own time before, between and after its tools, in
+order ("start>isopod-boot", ..., "isopod-result>exit"), spawns the
+processes it forked itself (isopod-gc's included).  Used by bench/run and
+bench/compare; doc/SPEED.md's breakdown is the gaps' medians.
 """
 import json
 import os
@@ -84,20 +88,24 @@ def main():
             continue
         s, e = max(execd[pid], t0), min(exited.get(pid, t1), t1)
         if e > s:
-            spans.append((s, e))
+            spans.append((s, e, name))
             per[name] = per.get(name, 0) + (e - s) * 1000
-    busy, end = 0.0, None
-    for s, e in sorted(spans):
+    busy, end, gaps, last = 0.0, None, [], "start"
+    for s, e, name in sorted(spans):
         if end is None or s > end:
+            gaps.append(["%s>%s" % (last, name), round((s - (t0 if end is None else end)) * 1000, 1)])
             busy += e - s
             end = e
         elif e > end:
             busy += e - end
             end = e
+        last = name
+    gaps.append(["%s>exit" % last, round((t1 - (t0 if end is None else end)) * 1000, 1)])
     wall = (t1 - t0) * 1000
     print(json.dumps({"wall_ms": round(wall, 1), "tools_ms": round(busy * 1000, 1),
                       "front_ms": round(wall - busy * 1000, 1),
-                      "tools": {k: round(v, 1) for k, v in sorted(per.items())}}))
+                      "tools": {k: round(v, 1) for k, v in sorted(per.items())},
+                      "gaps": gaps, "spawns": sum(1 for c in parent.values() if c == front)}))
 
 
 if __name__ == "__main__":

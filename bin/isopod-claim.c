@@ -1,7 +1,9 @@
 /* isopod-claim - reserve a new VM record: id, vanity name, directory. */
 
 #include "allow.h"
+#include "gcauto.h"
 #include "net.h"
+#include "proc.h"
 #include "util.h"
 #include "vm.h"
 
@@ -15,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define USAGE "isopod-claim [--name NAME] [--net none|filtered|open] [--allow PATTERN]... [--id-file FILE]"
+#define USAGE "isopod-claim [--name NAME] [--net none|filtered|open] [--allow PATTERN]... [--id-file FILE] [--gc-auto]"
 
 static const char *const adjectives[] = {
 	"amber", "brave", "calm", "dapper", "eager", "fancy", "gentle", "happy",
@@ -126,6 +128,32 @@ static int valid_name(const char *s)
 	return 1;
 }
 
+/* --gc-auto: the store looks after itself (isopod-gc --auto), started here
+ * once the record is written and the store lock released, and only when
+ * an automatic gc is due (lib/gcauto.c: a stat), so that a run when none
+ * is costs no process.  A setting gc cannot read starts it too: its report
+ * says so (isopod df).  Never the claim's failure: gc's stdio is
+ * /dev/null, and it returns at once (it detaches to collect). */
+static void gc_auto(int lk)
+{
+	char dir[PATH_MAX], gc[PATH_MAX], err[512];
+	char *av[] = { gc, "--auto", NULL };
+	struct proc_spec ps = PROC_SPEC(av);
+	long long every;
+	pid_t pid;
+	int st;
+
+	close(lk);
+	if (!gc_auto_interval(&every, err, sizeof err) && !gc_auto_due(every))
+		return;
+	if (proc_tools_dir(dir, sizeof dir) < 0 || pathn(gc, sizeof gc, "%s/isopod-gc", dir) < 0 ||
+	    access(gc, X_OK) < 0)
+		return;
+	ps.file = gc;
+	if ((pid = proc_spawn(&ps)) > 0)
+		proc_wait(pid, &st);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -133,6 +161,7 @@ int main(int argc, char **argv)
 		{ "net", required_argument, NULL, 'N' },
 		{ "allow", required_argument, NULL, 'a' },
 		{ "id-file", required_argument, NULL, 'i' },
+		{ "gc-auto", no_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -144,7 +173,7 @@ int main(int argc, char **argv)
 	char pat[ALLOW_PATTERN_MAX];
 	const char *why;
 	size_t i;
-	int c, tries, nallow = 0;
+	int c, tries, nallow = 0, gc = 0, lk;
 
 	progname = "isopod-claim";
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -157,6 +186,9 @@ int main(int argc, char **argv)
 			break;
 		case 'i':
 			idfile = optarg;
+			break;
+		case 'g':
+			gc = 1;
 			break;
 		case 'a':
 			/* Normalised here, once: the broker and the record read the
@@ -204,7 +236,7 @@ int main(int argc, char **argv)
 	}
 
 	/* Name uniqueness is read-decide-write: hold the store lock. */
-	store_lock();
+	lk = store_lock();
 	pathf(vmsdir, sizeof vmsdir, "%s/vms", store_home());
 	mkdirs(vmsdir, 0700);
 	names_load(&ns, vmsdir);
@@ -261,5 +293,7 @@ int main(int argc, char **argv)
 	if (!out)
 		die(EX_SYS, "unable to build the output");
 	json_emit(out);
+	if (gc)
+		gc_auto(lk);
 	return 0;
 }

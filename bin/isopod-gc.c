@@ -11,6 +11,7 @@
  * detached from its caller. */
 
 #include "config.h"
+#include "gcauto.h"
 #include "gcstore.h"
 #include "pool.h"
 #include "jail.h"
@@ -46,8 +47,6 @@
 #define GRACE_DEFAULT_S 3600
 /* The warm pool's byte budget (disk actually allocated). */
 #define WARM_BUDGET_DEFAULT (4LL << 30)
-/* --auto: at most one automatic gc per store this often. */
-#define AUTO_INTERVAL_DEFAULT_S 300
 
 /* isopod-gc's state: main's, passed down.  gs: the sweep's (lib/gcstore.h:
  * dry run, bytes reclaimed, the trash); leaked: what was found leaked; the
@@ -90,78 +89,6 @@ static int owner_alive(const struct rec *r)
 	return t >= 0 && t <= r->created + 2;
 }
 
-/* The kinds of setting, and what each accepts.  Across every gc key `off`
- * turns the setting off (it keeps, limits or starts nothing) and 0 is the
- * number zero: gc_keep_last and gc_grace off protect nothing, as 0 does;
- * warm_budget off sets no budget, 0 evicts every snapshot not in use;
- * gc_interval off starts no automatic gc, 0 one after every run. */
-enum { SET_COUNT, SET_DUR, SET_SIZE, SET_INTERVAL };
-#define SET_OFF (-2) /* warm_budget and gc_interval: off */
-
-static const char *const set_want[] = {
-	[SET_COUNT] = "a count (or off)",
-	[SET_DUR] = "a duration like 30s, 10m, 2h, 7d (or 0, or off)",
-	[SET_SIZE] = "a size like 512M, 4G (or 0, or off)",
-	[SET_INTERVAL] = "a duration like 5m (or 0: every run, or off)",
-};
-
-/* One value of a kind: 0 and *out, or -1. */
-static int set_parse(int kind, const char *v, long long *out)
-{
-	if (!strcmp(v, "off")) {
-		*out = kind == SET_SIZE || kind == SET_INTERVAL ? SET_OFF : 0;
-		return 0;
-	}
-	if (!strcmp(v, "0") && kind != SET_COUNT) {
-		*out = 0;
-		return 0;
-	}
-	switch (kind) {
-	case SET_COUNT: return parse_ll(v, 0, INT_MAX, out);
-	case SET_SIZE: return (*out = parse_size(v)) < 0 ? -1 : 0;
-	default: return (*out = parse_dur(v)) < 0 ? -1 : 0;
-	}
-}
-
-/* A setting: the option when given (opt != -1), else the config file's
- * key, else dflt.  0, or the exit status with err naming file:line (the
- * automatic gc, whose stderr nobody reads, puts it in its report). */
-static int policy(long long opt, const char *key, int kind, long long dflt, long long *out,
-		  char *err, size_t esz)
-{
-	char v[256], where[4200];
-	int r;
-
-	*out = opt;
-	if (opt != -1)
-		return 0;
-	if ((r = config_value(key, v, sizeof v, where, sizeof where)) < 0) {
-		snprintf(err, esz, "unable to read %s: %s", where, strerror(errno));
-		return EX_SYS;
-	}
-	*out = dflt;
-	if (r && set_parse(kind, v, out) < 0) {
-		snprintf(err, esz, "config %s: %s %s: want %s", where, key, EXC(v), set_want[kind]);
-		return EX_USAGE;
-	}
-	return 0;
-}
-
-/* The automatic gc's interval: ISOPOD_GC_INTERVAL, else gc_interval. */
-static int auto_interval(long long *every, char *err, size_t esz)
-{
-	const char *e = getenv("ISOPOD_GC_INTERVAL");
-
-	if (!e || !*e)
-		return policy(-1, "gc_interval", SET_INTERVAL, AUTO_INTERVAL_DEFAULT_S, every, err,
-			      esz);
-	if (set_parse(SET_INTERVAL, e, every) < 0) {
-		snprintf(err, esz, "ISOPOD_GC_INTERVAL %s: want %s", EXC(e), set_want[SET_INTERVAL]);
-		return EX_USAGE;
-	}
-	return 0;
-}
-
 /* --auto with a setting it cannot read: the report says so (isopod df
  * shows it), stdout too; a usage error. */
 static void auto_failed(int code, const char *msg)
@@ -194,19 +121,17 @@ static json_t *auto_error(void)
 
 /* --auto: 1 when this process should go on and collect (detached from its
  * caller, holding locks/gc), 0 when it is not due or another gc runs.
- * Costs a stat when not due: every run calls it. */
+ * Costs a stat when not due (isopod-claim --gc-auto asks the same first,
+ * lib/gcauto.c, and starts us only when due). */
 static int auto_start(long long every)
 {
 	char p[PATH_MAX], stamp[PATH_MAX], v[64];
-	struct stat st;
 	pid_t pid;
 	int lk, fd;
 
-	if (every == SET_OFF)
+	if (!gc_auto_due(every))
 		return 0;
 	pathf(stamp, sizeof stamp, "%s/locks/gc-auto", store_home());
-	if (stat(stamp, &st) == 0 && time(NULL) - st.st_mtime < every && st.st_mtime <= time(NULL))
-		return 0;
 	pathf(p, sizeof p, "%s/locks", store_home());
 	mkdirs(p, 0700);
 	pathf(p, sizeof p, "%s/locks/gc", store_home());
@@ -214,7 +139,7 @@ static int auto_start(long long every)
 	if ((lk = lock_open(p, LOCK_EX | LOCK_NB)) < 0)
 		return 0;
 	/* Checked again under the lock: another may have just finished. */
-	if (stat(stamp, &st) == 0 && time(NULL) - st.st_mtime < every && st.st_mtime <= time(NULL))
+	if (!gc_auto_due(every))
 		return 0;
 	snprintf(v, sizeof v, "%lld\n", (long long)time(NULL));
 	if (atomic_write(stamp, v, strlen(v), 0600) < 0)
@@ -847,12 +772,12 @@ static void parse_opts(struct gc *c, int argc, char **argv)
 	while ((ch = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (ch) {
 		case 'k':
-			if (set_parse(SET_COUNT, optarg, &c->keep_last) < 0)
-				die(EX_USAGE, "--keep-last %s: want %s", EXC(optarg), set_want[SET_COUNT]);
+			if (gc_set_parse(SET_COUNT, optarg, &c->keep_last) < 0)
+				die(EX_USAGE, "--keep-last %s: want %s", EXC(optarg), gc_set_want(SET_COUNT));
 			break;
 		case 'o':
-			if (set_parse(SET_DUR, optarg, &c->older) < 0)
-				die(EX_USAGE, "--older-than %s: want %s", EXC(optarg), set_want[SET_DUR]);
+			if (gc_set_parse(SET_DUR, optarg, &c->older) < 0)
+				die(EX_USAGE, "--older-than %s: want %s", EXC(optarg), gc_set_want(SET_DUR));
 			break;
 		case 'n':
 			c->gs.dry_run = 1;
@@ -870,8 +795,8 @@ static void parse_opts(struct gc *c, int argc, char **argv)
 			c->cache = 1;
 			break;
 		case 'w':
-			if (set_parse(SET_SIZE, optarg, &c->budget) < 0)
-				die(EX_USAGE, "--warm-budget %s: want %s", EXC(optarg), set_want[SET_SIZE]);
+			if (gc_set_parse(SET_SIZE, optarg, &c->budget) < 0)
+				die(EX_USAGE, "--warm-budget %s: want %s", EXC(optarg), gc_set_want(SET_SIZE));
 			break;
 		case 'h':
 			puts("usage: " USAGE);
@@ -888,13 +813,13 @@ static void parse_opts(struct gc *c, int argc, char **argv)
 		die(EX_USAGE, "--auto applies the configured policy; it takes no --all or --dry-run");
 	if (c->all)
 		c->keep_last = c->older = 0;
-	if ((r = policy(c->keep_last, "gc_keep_last", SET_COUNT, KEEP_LAST_DEFAULT, &c->keep_last,
+	if ((r = gc_policy(c->keep_last, "gc_keep_last", SET_COUNT, KEEP_LAST_DEFAULT, &c->keep_last,
 			err, sizeof err)) ||
-	    (r = policy(c->older, "gc_grace", SET_DUR, GRACE_DEFAULT_S, &c->older, err,
+	    (r = gc_policy(c->older, "gc_grace", SET_DUR, GRACE_DEFAULT_S, &c->older, err,
 			sizeof err)) ||
-	    (r = policy(c->budget, "warm_budget", SET_SIZE, WARM_BUDGET_DEFAULT, &c->budget, err,
+	    (r = gc_policy(c->budget, "warm_budget", SET_SIZE, WARM_BUDGET_DEFAULT, &c->budget, err,
 			sizeof err)) ||
-	    (c->is_auto && (r = auto_interval(&c->every, err, sizeof err)))) {
+	    (c->is_auto && (r = gc_auto_interval(&c->every, err, sizeof err)))) {
 		if (c->is_auto)
 			auto_failed(r, err);
 		die(r, "%s", err);

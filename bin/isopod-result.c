@@ -14,6 +14,7 @@
 #include "util.h"
 #include "vm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -22,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define USAGE "isopod-result [--pretty] [--vm ID --name NAME] [--usage TEXT]\n" \
+#define USAGE "isopod-result [--pretty] [--vm ID --name NAME] [--usage TEXT] [--remove-dir]\n" \
 	"       (--fail CODE --kind KIND MESSAGE | --failed STEP --rc N --dir DIR |\n" \
 	"        --dir DIR [--net MODE [--fold]] [--start-ms N] [--commit-as LABEL [--commit-rc N]]\n" \
 	"        [--provenance FILE [--provenance-rc N]] [--warning TEXT]...\n" \
@@ -33,7 +34,7 @@
 #define CLIP_MAX 600
 
 struct opts {
-	int pretty, fold;
+	int pretty, fold, remove_dir;
 	const char *vm, *name, *usage, *dir, *net, *commit_as, *ranges, *sysconf, *prov;
 	const char *fail_kind, *fail_msg, *failed;
 	long long fail_code, rc, start_ms, commit_rc, prov_rc;
@@ -68,6 +69,26 @@ static int norm_status(long long rc)
 	}
 }
 
+/* --remove-dir: the front end's scratch directory, once its result is out
+ * (every mode reads the directory before that): the files its steps wrote,
+ * then the directory, so that the front end needs no rm(1) process on
+ * every run.  A directory in it is not removed (unlinkat without
+ * AT_REMOVEDIR), nor then is DIR: the front end, which sees DIR still
+ * there, removes it.  Best effort: the result is already out. */
+static void remove_dir(const char *dir)
+{
+	DIR *d = dir ? opendir(dir) : NULL;
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			unlinkat(dirfd(d), de->d_name, 0);
+	closedir(d);
+	rmdir(dir);
+}
+
 static void emit(const struct opts *o, json_t *j)
 {
 	size_t fl = o->pretty ? JSON_INDENT(2) : JSON_COMPACT;
@@ -78,6 +99,8 @@ static void emit(const struct opts *o, json_t *j)
 	    fflush(stdout) == EOF || ferror(stdout))
 		die(EX_SYS, "unable to write to standard output:");
 	json_decref(j);
+	if (o->remove_dir)
+		remove_dir(o->dir);
 }
 
 static void add_vm(const struct opts *o, json_t *j)
@@ -767,6 +790,7 @@ int main(int argc, char **argv)
 		{"provenance-rc", required_argument, NULL, 'R'},
 		{"allow-ranges", required_argument, NULL, 'a'},
 		{"sysconfig", required_argument, NULL, 'S'},
+		{"remove-dir", no_argument, NULL, 'D'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -815,6 +839,7 @@ int main(int argc, char **argv)
 			break;
 		case 'a': o.ranges = optarg; break;
 		case 'S': o.sysconf = optarg; break;
+		case 'D': o.remove_dir = 1; break;
 		case 'h':
 			puts("usage: " USAGE);
 			return 0;

@@ -221,13 +221,16 @@ static int path_ok(const char *p)
  * cgroup namespace's).  0, or -1. */
 static int cg_self(const char *root, const char *ctl, char *out, size_t sz)
 {
-	char line[4096], p[PATH_MAX];
+	char *line = NULL, p[PATH_MAX];
+	size_t lsz = 0;
 	int found = -1;
 	FILE *fp;
 
 	if (pathn(p, sizeof p, "%s/proc/self/cgroup", root) < 0 || !(fp = fopen(p, "re")))
 		return -1;
-	while (found < 0 && fgets(line, sizeof line, fp)) {
+	/* whole lines (getline): a fixed buffer read a long path's tail as a
+	 * line of its own, and a cgroup's name may hold "N:memory:/..." */
+	while (found < 0 && getline(&line, &lsz, fp) > 0) {
 		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL, *tok, *save;
 
 		if (!b)
@@ -245,6 +248,7 @@ static int cg_self(const char *root, const char *ctl, char *out, size_t sz)
 			if (!strcmp(tok, ctl))
 				found = pathn(out, sz, "%s", b + 1);
 	}
+	free(line);
 	fclose(fp);
 	return found;
 }

@@ -3,6 +3,7 @@
 
 #include "util.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
@@ -63,23 +64,92 @@ void sha256_hex(const void *data, size_t n, char out[65])
 	hex32(h, out);
 }
 
+/* A file's SHA-256 by OpenSSL's libcrypto when it loads, else by
+ * libsodium's: the same digest.  libcrypto's uses the CPU's SHA
+ * instructions, ~6x libsodium's portable code here (256 MiB: 0.28 s
+ * against 1.6 s), and a base image is 2.2 GB hashed whole, holes included,
+ * by each `isopod stage verify` and each attestation's subjects.  Loaded
+ * at run time: the tools build without OpenSSL's headers (t/35's guest
+ * has none) and work without the library. */
+struct fhash {
+	crypto_hash_sha256_state st;
+	void *lib, *ctx;
+	int bad; /* an update libcrypto refused: the digest is not the file's */
+	int (*update)(void *, const void *, size_t);
+	int (*final)(void *, unsigned char *, unsigned int *);
+	void (*free)(void *);
+};
+
+static void fhash_init(struct fhash *f)
+{
+	void *(*ctx_new)(void);
+	const void *(*md)(void);
+	int (*init)(void *, const void *, void *);
+
+	/* RTLD_NODELETE: fhash_final's dlclose leaves it mapped, so the next
+	 * file's dlopen (attest's subjects, a chain's layers) loads nothing */
+	*f = (struct fhash){ .lib = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) };
+	if (f->lib) {
+		*(void **)&ctx_new = dlsym(f->lib, "EVP_MD_CTX_new");
+		*(void **)&md = dlsym(f->lib, "EVP_sha256");
+		*(void **)&init = dlsym(f->lib, "EVP_DigestInit_ex");
+		*(void **)&f->update = dlsym(f->lib, "EVP_DigestUpdate");
+		*(void **)&f->final = dlsym(f->lib, "EVP_DigestFinal_ex");
+		*(void **)&f->free = dlsym(f->lib, "EVP_MD_CTX_free");
+		if (ctx_new && md && init && f->update && f->final && f->free &&
+		    (f->ctx = ctx_new()) && init(f->ctx, md(), NULL) == 1)
+			return;
+		if (f->ctx && f->free)
+			f->free(f->ctx);
+		dlclose(f->lib);
+		*f = (struct fhash){ 0 };
+	}
+	crypto_hash_sha256_init(&f->st);
+}
+
+static void fhash_update(struct fhash *f, const unsigned char *b, size_t n)
+{
+	if (f->ctx) {
+		if (f->update(f->ctx, b, n) != 1)
+			f->bad = 1;
+	} else
+		crypto_hash_sha256_update(&f->st, b, (unsigned long long)n);
+}
+
+/* The digest into h, and the state freed.  -1 when libcrypto failed (an
+ * update or the final). */
+static int fhash_final(struct fhash *f, unsigned char h[crypto_hash_sha256_BYTES])
+{
+	unsigned int n = 0;
+	int r = 0;
+
+	if (!f->ctx)
+		return crypto_hash_sha256_final(&f->st, h), 0;
+	if (f->bad || f->final(f->ctx, h, &n) != 1 || n != crypto_hash_sha256_BYTES)
+		r = -1;
+	f->free(f->ctx);
+	dlclose(f->lib);
+	*f = (struct fhash){ 0 };
+	return r;
+}
+
 int sha256_fd(int fd, char out[65])
 {
 	static const unsigned char zero[1 << 16];
-	crypto_hash_sha256_state st;
+	struct fhash st;
 	unsigned char h[crypto_hash_sha256_BYTES], buf[1 << 16];
 	struct stat sb;
 	off_t pos, next, end = 0; /* [pos, end) is data, read without a seek; -1: to EOF */
 	ssize_t r;
 	size_t n;
-	int seek;
+	int seek, e;
 
 	if (!(seek = (pos = lseek(fd, 0, SEEK_CUR)) >= 0)) {
 		if (errno != ESPIPE)
 			return -1;
 		end = -1;
 	}
-	crypto_hash_sha256_init(&st);
+	fhash_init(&st);
 	for (;;) {
 		/* A hole reads as zeros: they are hashed, not read (a base is
 		 * 2 GiB of holes: read, ~6 s of kernel time, cold, and 2 GiB of
@@ -91,7 +161,7 @@ int sha256_fd(int fd, char out[65])
 					end = -1; /* no SEEK_HOLE, or a race: read */
 			} else if (errno == ENXIO) { /* a hole up to the end */
 				if (fstat(fd, &sb) < 0)
-					return -1;
+					goto fail;
 				next = sb.st_size > pos ? sb.st_size : pos;
 				end = -1;
 			} else { /* no SEEK_DATA here: read it all */
@@ -100,7 +170,7 @@ int sha256_fd(int fd, char out[65])
 			}
 			for (; pos < next; pos += (off_t)n) {
 				n = next - pos < (off_t)sizeof zero ? (size_t)(next - pos) : sizeof zero;
-				crypto_hash_sha256_update(&st, zero, n);
+				fhash_update(&st, zero, n);
 			}
 		}
 		n = end >= 0 && end - pos < (off_t)sizeof buf ? (size_t)(end - pos) : sizeof buf;
@@ -108,17 +178,23 @@ int sha256_fd(int fd, char out[65])
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			return -1;
+			goto fail;
 		if (r == 0)
 			break;
-		crypto_hash_sha256_update(&st, buf, (unsigned long long)r);
+		fhash_update(&st, buf, (size_t)r);
 		pos += r;
 	}
 	if (seek && lseek(fd, pos, SEEK_SET) < 0)
-		return -1;
-	crypto_hash_sha256_final(&st, h);
+		goto fail;
+	if (fhash_final(&st, h) < 0)
+		return errno = EIO, -1;
 	hex32(h, out);
 	return 0;
+fail:
+	e = errno; /* (fhash_final may change it) */
+	fhash_final(&st, h);
+	errno = e;
+	return -1;
 }
 
 int sha256_file(const char *path, char out[65])

@@ -168,55 +168,6 @@ int gcstore_warm_in_use(const char *key)
 	return used;
 }
 
-/* 4096, 512K, 100M, 4G, 1T (binary units) -> bytes; "off" -> -2 (no
- * budget); -1 if malformed. */
-long long parse_size(const char *s)
-{
-	char num[32];
-	size_t n = strlen(s);
-	long long v, mul = 1;
-
-	if (!strcmp(s, "off"))
-		return -2;
-	if (n < 1 || n >= sizeof num)
-		return -1;
-	switch (s[n - 1]) {
-	case 'K': mul = 1LL << 10; break;
-	case 'M': mul = 1LL << 20; break;
-	case 'G': mul = 1LL << 30; break;
-	case 'T': mul = 1LL << 40; break;
-	default: break;
-	}
-	memcpy(num, s, n);
-	num[mul > 1 ? n - 1 : n] = 0;
-	if (parse_ll(num, 0, (1LL << 50) / mul, &v) < 0)
-		return -1;
-	return v * mul;
-}
-
-/* 30s, 10m, 2h, 7d -> seconds; -1 if malformed. */
-long long parse_dur(const char *s)
-{
-	char num[32];
-	size_t n = strlen(s);
-	long long v, mul;
-
-	if (n < 2 || n >= sizeof num)
-		return -1;
-	switch (s[n - 1]) {
-	case 's': mul = 1; break;
-	case 'm': mul = 60; break;
-	case 'h': mul = 3600; break;
-	case 'd': mul = 86400; break;
-	default: return -1;
-	}
-	memcpy(num, s, n - 1);
-	num[n - 1] = 0;
-	if (parse_ll(num, 0, 100LL * 365 * 86400 / mul, &v) < 0)
-		return -1;
-	return v * mul;
-}
-
 /* Room for element n, zeroed, in an array of *cap elements of size sz
  * (doubling, from 16): the array to use from now on, or NULL (errno ENOMEM)
  * with v freed. */

@@ -62,9 +62,6 @@ void gcstore_remove_tree_at(struct gcstore *g, int at, const char *name, const c
  * Read from the records now, for a caller holding the key's lock: a boot
  * holds it shared from before it resumes until its record names the key. */
 int gcstore_warm_in_use(const char *key);
-long long parse_size(const char *s);
-/* 30s, 10m, 2h, 7d -> seconds; -1 if malformed. */
-long long parse_dur(const char *s);
 /* The sweeps: 0, or -1 with errno: ENOMEM, or ENAMETOOLONG with g->err
  * "path too long: <its start>..." (a store or cache path that does not fit
  * PATH_MAX).  store_usage: the object, or NULL likewise. */

@@ -530,10 +530,9 @@ int seal_store(const char *id, json_t *expect, json_t *seal)
 __attribute__((noreturn)) static void seal_hasher(const char *id)
 {
 	char p[PATH_MAX], sha[65], why[256], now[32];
-	const char *delay = getenv("ISOPOD_TEST_SEAL_DELAY_MS");
+	const char *gate = getenv("ISOPOD_TEST_SEAL_WAIT");
 	json_t *m = stage_meta(id), *seal, *done;
 	struct stat st;
-	long long ms;
 	int fd, r;
 
 	if (!m || !json_is_object((seal = json_object_get(m, "seal"))))
@@ -544,10 +543,15 @@ __attribute__((noreturn)) static void seal_hasher(const char *id)
 	/* Below the foreground's work: it is a check, not a step of a run. */
 	setpriority(PRIO_PROCESS, 0, 10);
 	syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, 2 << 13 | 7 /* best effort, lowest */);
-	/* Tests make the window between seal and hash wide enough to write
-	 * into. */
-	if (delay && parse_ll(delay, 0, 60000, &ms) == 0)
-		usleep((useconds_t)ms * 1000);
+	/* Tests hold the window between seal and hash open until they have
+	 * written into it (the file appears), never longer than 60 s: a poll,
+	 * not a fixed delay that is either slow or too short under load. */
+	if (gate && *gate) {
+		int64_t end = mono_ms() + 60000;
+
+		while (access(gate, F_OK) < 0 && mono_ms() < end)
+			usleep(20 * 1000);
+	}
 	fd = pathn(p, sizeof p, "%s/stages/%s/layer.qcow2", store_home(), id) < 0
 		     ? -1 : open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 || fstat(fd, &st) < 0) {

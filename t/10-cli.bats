@@ -571,6 +571,18 @@ cgroup_ro() {
 	json_is '.signal == 9'
 }
 
+@test "run: the scratch directory is gone after the run, whether it succeeded, a step failed or the front end refused" {
+	use_fake
+	local t="$BATS_TEST_TMPDIR/tmp"
+	mkdir "$t"
+	TMPDIR=$t run_isopod -0 run --json-only -- true
+	[ -z "$(ls -A "$t")" ]
+	TMPDIR=$t FAKE_CLAIM_FAIL=1 run_isopod -102 run --json-only -- true
+	[ -z "$(ls -A "$t")" ]
+	TMPDIR=$t run_isopod -100 run --json-only --timeout-s 0 -- true
+	[ -z "$(ls -A "$t")" ]
+}
+
 @test "run: resources and --keep reach isopod-boot; the owner pid is isopod's own" {
 	use_fake
 	run_isopod -0 run --json-only --vcpus 1 --mem-mib 128 --disk-mib 100 -- true
@@ -622,6 +634,30 @@ B
 	grep -q -- "--owner-pid [0-9]* --frob x y --timeout-ms" "$FAKE_LOG"
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --vcpus 1 -- true
 	[[ "$stderr" == *"unknown option --vcpus"* ]]
+	# a tool is asked for its table only for an option in none learnt so
+	# far: boot's options alone ask boot alone (one process less a run);
+	# exec --check only when it has something to check (its options, a
+	# --stdin-file)
+	rm "$lx/isopod-exec"
+	cat >"$lx/isopod-exec" <<'X'
+#!/bin/sh
+case $1 in --run-options=text | --check) echo "$1" >>"$FAKE_DIR/exec-asked" ;; esac
+exec "$ISOPOD_SRC/t/fake/isopod-exec" "$@"
+X
+	chmod +x "$lx/isopod-exec"
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x -- true
+	[ ! -e "$FAKE_DIR/exec-asked" ]
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x --env A=b -- true
+	[ "$(cat "$FAKE_DIR/exec-asked")" = "--run-options=text
+--check" ]
+	rm "$FAKE_DIR/exec-asked"
+	echo in >"$BATS_TEST_TMPDIR/in"
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --stdin-file "$BATS_TEST_TMPDIR/in" -- true
+	[ "$(cat "$FAKE_DIR/exec-asked")" = --check ]
+	grep -q -- "--owner-pid [0-9]* --frob x --timeout-ms" "$FAKE_LOG"
+	rm "$FAKE_LOG"
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --stdin-file "$BATS_TEST_TMPDIR/none" -- true
+	no_claim
 }
 
 @test "run: exec output that is not JSON is an infrastructure failure (111)" {
@@ -778,16 +814,63 @@ hi" ]
 	[ -z "$bad" ] || { echo "a && b with only b checked: $bad"; false; }
 }
 
+# bare_bang FILE...: each top-level command of a @test body that is a
+# negated pipeline (`! cmd`, `! cmd | cmd`, over continued lines) and not
+# the body's last command, as "FILE:LINE: ...".  What shellcheck's bats
+# checks SC2314/SC2315 find, in one awk pass (shellcheck per file took 24 s):
+# `! cmd || false` and `! cmd && cmd` are lists (quoted text aside), nested
+# lines are a compound command's, heredoc bodies are data.
+bare_bang() {
+	awk '
+	function strip(t) { gsub(/\x27[^\x27]*\x27/, "", t); gsub(/"([^"\\]|\\.)*"/, "", t); return t }
+	FNR == 1 { body = 0; hd = ""; inq = 0 }
+	/^@test .*\{$/ { body = 1; cont = 0; inq = 0; pend = ""; next }
+	!body { next }
+	hd != "" { t = $0; if (hdtab) sub(/^\t+/, "", t); if (t == hd) hd = ""; next }
+	/^}$/ { body = 0; hd = ""; next }
+	{
+		line = $0
+		# an odd count of single quotes (outside double ones) opens or
+		# closes a quoted text over lines: its lines are no commands
+		q = line; gsub(/"([^"\\\x27]|\\.)*"/, "", q); gsub(/[^\x27]/, "", q)
+		wasq = inq; if (length(q) % 2) inq = !inq
+		if (wasq) {
+			if (!inq) { t = line; sub(/.*\x27/, "", t); cont = t ~ /(\\|\||&&)[ \t]*$/ }
+			next
+		}
+		top = !cont && line ~ /^\t[^\t#]/ && line !~ /^\t(done|fi|esac|else|elif|then|do|[})])([ ;|&]|$)/
+		if (top) {
+			if (pend != "" && !list) print pend
+			pend = ""
+			if (line ~ /^\t! /) { pend = FILENAME ":" FNR ": " substr(line, 2); list = 0 }
+		}
+		t = strip(line)
+		if (pend != "" && (top || cont) && t ~ /\|\||&&/) list = 1
+		if (match(t, /<<-?[ \t]*[\\]?[A-Za-z_][A-Za-z_0-9]*/) && substr(t, RSTART - 1, 1) != "<") {
+			hd = substr(t, RSTART, RLENGTH); hdtab = hd ~ /^<<-/
+			sub(/^<<-?[ \t]*[\\]?/, "", hd)
+		}
+		if (match(line, /<<-?[ \t]*["\x27][A-Za-z_][A-Za-z_0-9]*["\x27]/) && substr(line, RSTART - 1, 1) != "<") {
+			hd = substr(line, RSTART, RLENGTH); hdtab = hd ~ /^<<-/
+			sub(/^<<-?[ \t]*["\x27]/, "", hd); sub(/["\x27]$/, "", hd)
+		}
+		cont = t ~ /(\\|\||&&)[ \t]*$/
+	}' "$@"
+}
+
 @test "lint: no bats check is a bare \`! cmd\` before a test's last line (errexit ignores a negated command: it could never fail the test)" {
-	command -v shellcheck >/dev/null || skip "shellcheck not installed"
 	cd "$ISOPOD_SRC"
-	# shellcheck knows bats: SC2314/SC2315 are exactly this (\`! cmd || false\`
-	# or \`run ! cmd\` can fail)
-	local f bad=
-	for f in t/*.bats; do
-		bad+=$(shellcheck -s bash -f gcc -i SC2314,SC2315 "$f" || :)
-	done
-	[ -z "$bad" ] || { echo "$bad"; false; }
+	local bad t="$BATS_TEST_TMPDIR/planted.bats"
+	bad=$(bare_bang t/*.bats)
+	[ -z "$bad" ] || { echo "$bad (\`! cmd || false\` or \`run ! cmd\` can fail)"; false; }
+	# the lint finds what it is for: bare ones, alone, piped or continued;
+	# not one last, in a list, nested, quoted or in a heredoc
+	printf '%s\n' '@test "planted" {' '	! true' '	! true | cat' '	! true \' '		x' \
+		"	! grep -q 'a||b' f" '	! true || false' '	run ! true' '	for x in 1; do' '		! true' '	done' \
+		'	cat <<-EOF' '	! true' '	EOF' "	jq '" '	! x' "	'" '	! false' '	echo' '	! true' '}' >"$t"
+	bad=$(bare_bang "$t")
+	[ "$bad" = "$t:2: ! true"$'\n'"$t:3: ! true | cat"$'\n'"$t:4: ! true \\"$'\n'"$t:6: ! grep -q 'a||b' f"$'\n'"$t:18: ! false" ] ||
+		{ echo "the planted ones, found: $bad"; false; }
 }
 
 @test "lint: no library changes the process's environment to reach a child (struct proc_spec's env does)" {
@@ -884,7 +967,7 @@ MAIN_ONLY='die|die_kind|die_usage|pathf|mkdirs|json_read_stdin|json_emit|store_l
 	ISOPOD_NET=learn run_isopod -100 run -- true
 	[[ "$stderr" == *"learn is never a default"* ]]
 	printf 'net = learn\n' >"$BATS_TEST_TMPDIR/learn.conf"
-	ISOPOD_NET= ISOPOD_CONFIG="$BATS_TEST_TMPDIR/learn.conf" run_isopod -100 run -- true
+	ISOPOD_NET="" ISOPOD_CONFIG="$BATS_TEST_TMPDIR/learn.conf" run_isopod -100 run -- true
 	[[ "$stderr" == *"learn is never a default"* ]]
 	run_isopod -100 run --net learn --allow pkg.test -- true
 	[[ "$stderr" == *"--allow needs --net filtered"* ]]
@@ -1124,27 +1207,67 @@ contract() {
 	fi
 }
 
+# contracts S K [GUARD...] <LINES: each line's words a command (its first an
+# isopod-X of bin/) that must fail as contract() says; all are run by this
+# shell (a subshell each, which opens the descriptor and execs GUARD... and
+# the tool) and their status objects checked in one jq pass (a jq per
+# command made the test slow).  Command N's stderr (N from 1) is left in
+# $BATS_TEST_TMPDIR/contracts/N.err.
+contracts() {
+	local want=$1 kind=$2 d="$BATS_TEST_TMPDIR/contracts" line n=0 st out err last bad=""
+	local -a words
+	shift 2
+	rm -rf "$d" && mkdir -p "$d"
+	while IFS= read -r line; do
+		n=$((n + 1))
+		read -r -a words <<<"$line"
+		st=0
+		(ISOPOD_STATUS_FD=5 exec "$@" "$ISOPOD_SRC/bin/${words[0]}" "${words[@]:1}" 5>"$d/$n.fd" \
+			</dev/null >"$d/$n.out" 2>"$d/$n.err") || st=$?
+		out="" err=""
+		IFS= read -r -d '' out <"$d/$n.out" || :
+		IFS= read -r -d '' err <"$d/$n.err" || :
+		err=${err%$'\n'}
+		last=${err##*$'\n'}
+		printf '%s\n' "$last" >"$d/$n.last" # for the jq pass
+		if [ "$st" -ne "$want" ] || [ -n "$out" ] || [[ "$last" != "${words[0]}: fatal: "* ]]; then
+			bad+="contract broken by: $line"$'\n'"  status $st (want $want), stdout: ${out:0:200}"$'\n'
+			bad+="  stderr's last line: $last"$'\n'
+		fi
+	done
+	[ "$n" -gt 0 ] || { echo "contracts: no command"; return 1; }
+	# each status descriptor: exactly one line, the object {error: stderr's
+	# last line, error_kind: K, exit: S}; one message per one that is not
+	bad+=$(jq -Rrn --arg k "$kind" --argjson s "$want" --argjson n "$n" '
+		reduce inputs as $l ({}; .[input_filename | sub(".*/"; "")] += [$l])
+		| . as $f | range(1; $n + 1) | tostring as $i
+		| select(($f[$i + ".fd"] | length) != 1 or
+			($f[$i + ".fd"][0] | fromjson? // null) != {error: $f[$i + ".last"][0], error_kind: $k, exit: $s})
+		| "command \($i): status descriptor: \($f[$i + ".fd"] // [] | join("\n") | .[:400])"
+		' "$d"/*.fd "$d"/*.last) || bad+="contracts: jq failed"
+	[ -z "$bad" ] || { echo "$bad"; return 1; }
+}
+
+# contract_synopses NAME...: command N's stderr (contracts) has a line
+# "usage: NAME " (the Nth NAME), or with NAME "-" any "usage: ".
+contract_synopses() {
+	local i=0 name err
+	for name in "$@"; do
+		i=$((i + 1))
+		err=""
+		IFS= read -r -d '' err <"$BATS_TEST_TMPDIR/contracts/$i.err" || :
+		[ "$name" != - ] || name=""
+		[[ "$err" == *$'\n'"usage: $name"* || "$err" == "usage: $name"* ]] ||
+			{ echo "command $i (${name:-any}): no synopsis on stderr: $err"; return 1; }
+	done
+}
+
 @test "contract: every tool in bin/ refuses a bad command line with stdout empty, the synopsis, then its fatal line last and one usage status object" {
-	local t n=0 guard=()
+	local t guard=()
+	local -a tools=() any=()
 	# a tool that failed to refuse must not touch the host: no network
 	# (isopod-netsetup as root), an empty store of our own
-	! unshare -n true 2>/dev/null || guard=(unshare -n)
-	export ISOPOD_HOME="$BATS_TEST_TMPDIR/store"
-	for t in "$ISOPOD_SRC"/bin/isopod-*; do
-		[[ "$t" != *.* ]] && [ -x "$t" ] || continue
-		n=$((n + 1))
-		contract 100 usage "${guard[@]}" "$t" --bogus-option
-		[[ "$stderr" == *$'\n'"usage: ${t##*/} "* || "$stderr" == "usage: ${t##*/} "* ]] ||
-			{ echo "${t##*/} --bogus-option: no synopsis on stderr"; false; }
-	done
-	# every tool's source built and listed: a new one is in the loop
-	[ "$n" -eq "$(ls "$ISOPOD_SRC"/bin/isopod-*.c | wc -l)" ] && [ "$n" -ge 24 ] || false
-	# an operand missing, too many or of the wrong kind, per tool and verb
-	while read -r t; do
-		# shellcheck disable=SC2086 # the line's words are the command
-		contract 100 usage "${guard[@]}" "$ISOPOD_SRC"/bin/$t
-		[[ "$stderr" == *"usage: "* ]] || { echo "$t: no synopsis"; false; }
-	done <<'CASES'
+	cat >"$BATS_TEST_TMPDIR/cases" <<'CASES'
 isopod-allow
 isopod-allow propose
 isopod-attest
@@ -1209,6 +1332,20 @@ isopod-warm ls extra
 isopod-warm rm
 isopod-warm rm --all 0123
 CASES
+	! unshare -n true 2>/dev/null || guard=(unshare -n)
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/store"
+	for t in "$ISOPOD_SRC"/bin/isopod-*; do
+		[[ "$t" != *.* ]] && [ -x "$t" ] || continue
+		tools+=("${t##*/}")
+	done
+	printf '%s --bogus-option\n' "${tools[@]}" | contracts 100 usage "${guard[@]}"
+	contract_synopses "${tools[@]/%/ }"
+	# every tool's source built and listed: a new one is in the loop
+	[ "${#tools[@]}" -eq "$(ls "$ISOPOD_SRC"/bin/isopod-*.c | wc -l)" ] && [ "${#tools[@]}" -ge 24 ] || false
+	# an operand missing, too many or of the wrong kind, per tool and verb
+	contracts 100 usage "${guard[@]}" <"$BATS_TEST_TMPDIR/cases"
+	mapfile -t any < <(sed 's/.*/-/' "$BATS_TEST_TMPDIR/cases")
+	contract_synopses "${any[@]}"
 }
 
 @test "contract: real failures (not found, a store that is a file, a usage value, warm rm busy 102 and failed 111) leave stdout empty and write one status object" {
@@ -1305,6 +1442,27 @@ C
 	run --separate-stderr isopod-result --failed boot --rc 7 --dir "$BATS_TEST_TMPDIR"
 	[ "$status" -eq 111 ]
 	json_is '. == {ok: false, error: "isopod-boot failed (exit 7)", error_kind: "infra"}'
+}
+
+@test "isopod-result --remove-dir: the directory's files, then the directory, once the result is out; a subdirectory leaves it; without the option nothing goes" {
+	local d="$BATS_TEST_TMPDIR/scratch"
+	mkdir "$d"
+	printf '{"ok":false,"error":"the why","error_kind":"busy"}\n' >"$d/boot.status"
+	printf 'noise\n' >"$d/boot.err"
+	run --separate-stderr isopod-result --failed boot --rc 102 --dir "$d"
+	json_is '. == {ok: false, error: "the why", error_kind: "busy"}'
+	[ -f "$d/boot.status" ]
+	[ -f "$d/boot.err" ]
+	run --separate-stderr isopod-result --failed boot --rc 102 --dir "$d" --remove-dir
+	[ "$status" -eq 102 ]
+	json_is '. == {ok: false, error: "the why", error_kind: "busy"}'
+	[ ! -e "$d" ]
+	mkdir -p "$d/sub"
+	printf 'the last line\n' >"$d/boot.err"
+	run --separate-stderr isopod-result --failed boot --rc 7 --dir "$d" --remove-dir
+	json_is '. == {ok: false, error: "the last line", error_kind: "infra"}'
+	[ -d "$d/sub" ]
+	[ ! -e "$d/boot.err" ]
 }
 
 @test "gc: a path that does not fit (a long ISOPOD_CACHE) is a usage error (100) naming its start, stdout empty: lib/gcstore.c returns it, isopod-gc exits" {

@@ -139,6 +139,45 @@ idfile-box" ]
 	[ "$before" = "$after" ]
 }
 
+@test "claim --gc-auto: starts isopod-gc --auto only when one is due (its stamp missing or as old as gc_interval), after the claim; off starts none; a bad setting starts it, to report" {
+	local home="$BATS_TEST_TMPDIR/gchome" stamp
+	stamp=$home/locks/gc-auto
+	export ISOPOD_HOME=$home ISOPOD_CONFIG=/dev/null ISOPOD_SYSCONFIG=/dev/null ISOPOD_GC_INTERVAL=1h
+	# without the option, no gc
+	run --separate-stderr isopod-claim
+	[ "$status" -eq 0 ]
+	[ ! -e "$stamp" ]
+	# off: none either
+	ISOPOD_GC_INTERVAL=off run --separate-stderr isopod-claim --gc-auto
+	[ "$status" -eq 0 ]
+	[ ! -e "$stamp" ]
+	# due (no stamp): gc stamped the store before the claim returned, and
+	# the claim's output is the claim's alone
+	run --separate-stderr isopod-claim --gc-auto
+	[ "$status" -eq 0 ]
+	[ -e "$stamp" ]
+	jq -e '.vm.id | startswith("vm-")' <<<"$output"
+	for _ in $(seq 1 100); do [ -e "$home/locks/gc-auto.json" ] && break; sleep 0.1; done
+	jq -e '.auto' "$home/locks/gc-auto.json"
+	# not due (10 minutes old, the interval 1 h): the stamp stays as it was
+	touch -d '10 minutes ago' "$stamp"
+	local before
+	before=$(stat -c %Y "$stamp")
+	run --separate-stderr isopod-claim --gc-auto
+	[ "$status" -eq 0 ]
+	[ "$(stat -c %Y "$stamp")" = "$before" ]
+	# due again (2 hours old)
+	touch -d '2 hours ago' "$stamp"
+	run --separate-stderr isopod-claim --gc-auto
+	[ "$status" -eq 0 ]
+	[ "$(stat -c %Y "$stamp")" -gt "$before" ]
+	for _ in $(seq 1 100); do [ "$home/locks/gc-auto.json" -nt "$stamp" ] && break; sleep 0.1; done
+	# a setting gc cannot read: the claim stands, gc's report says why
+	ISOPOD_GC_INTERVAL=soon run --separate-stderr isopod-claim --gc-auto
+	[ "$status" -eq 0 ]
+	jq -e '.started == false and (.error | contains("ISOPOD_GC_INTERVAL"))' "$home/locks/gc-auto.json"
+}
+
 @test "--vm: the VM comes from the REF and its record; stdin is not read for it" {
 	dup="{\"vm\":{\"id\":\"$A\"},\"vm\":{\"id\":\"$B\"}}"
 	for i in 1 2 3; do

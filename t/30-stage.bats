@@ -837,13 +837,17 @@ fork_on() {
 }
 
 @test "stage: a write between the seal and the background hash is recorded as changed, never sealed" {
-	run --separate-stderr env ISOPOD_TEST_SEAL_DELAY_MS=10000 "$ISOPOD_SRC/sh/isopod" run --json-only --cold \
+	# the background hash waits until the file go exists (a poll, at most
+	# 60 s: a failure before the touch leaves it that long, bounded)
+	local go="$BATS_TEST_TMPDIR/go"
+	run --separate-stderr env ISOPOD_TEST_SEAL_WAIT="$go" "$ISOPOD_SRC/sh/isopod" run --json-only --cold \
 		--commit-as seal-late -- sh -c 'yes SEALMARK0123456789 | head -c 65536 > /root/marker'
 	[ "$status" -eq 0 ]
 	id=$(echo "$output" | jq -r .commit.stage.id)
 	layer="$ISOPOD_HOME/stages/$id/layer.qcow2"
 	[ "$(jq -r .seal.hash "$ISOPOD_HOME/stages/$id/meta.json")" = pending ]
 	flip4 "$layer"
+	touch "$go"
 	wait_hashed "$id"
 	jq -e '.seal.hash == "changed" and .seal.sha256 == null and (.seal.hash_error | contains("before the hash"))' \
 		"$ISOPOD_HOME/stages/$id/meta.json"
@@ -862,9 +866,14 @@ fork_on() {
 	layer="$ISOPOD_HOME/stages/$id/layer.qcow2"
 	meta="$ISOPOD_HOME/stages/$id/meta.json"
 	wait_hashed "$id"
-	# replaced while a VM runs on it: the commit on top is refused
-	isopod run --json-only --cold --stage seal-r --commit-as seal-r2 -- sleep 6 > "$DATA/r2.json" 2>"$DATA/r2.err" &
+	# replaced while a VM runs on it: the commit on top is refused.  Its
+	# command waits for a line on its stdin (a fifo, streamed), written once
+	# the layer is replaced; the test's end closes it (EOF) at the latest.
+	mkfifo "$DATA/r2.in"
+	isopod run --json-only --cold --stdin-file - --stage seal-r --commit-as seal-r2 -- \
+		sh -c 'read -r -t 120 _' <"$DATA/r2.in" >"$DATA/r2.json" 2>"$DATA/r2.err" &
 	pid=$!
+	exec 5>"$DATA/r2.in"
 	# Booted and running its command (the layer is checked before QEMU
 	# starts). One grep, not `isopod vm ls` (a jq per record: 20 s a pass
 	# at load 12, so the loop slept through the whole run).
@@ -876,6 +885,8 @@ fork_on() {
 	cp -p "$layer" "$DATA/r.layer"
 	rm -f "$layer"
 	cp -p "$DATA/r.layer" "$layer"
+	echo go >&5
+	exec 5>&-
 	rc=0
 	wait "$pid" || rc=$?
 	[ "$rc" -eq 111 ]
@@ -1030,19 +1041,27 @@ new_base() {
 
 # commit_waiting NAME: start `isopod run --commit-as NAME` on the current
 # base (pid in $runpid, output in $DATA/NAME.json/.err), take the store lock
-# once its VM runs, and return when the command has ended and the commit
+# once its VM runs, then let its command end, and return when the command has ended and the commit
 # waits for that lock (its VM stopped, the run still going): no running VM
 # pins the base any more, only the lock orders what comes next.
 commit_waiting() {
 	local i
-	isopod run --json-only --cold --commit-as "$1" -- sleep 4 >"$DATA/$1.json" 2>"$DATA/$1.err" 3>&- &
+	# its command waits for a line on its stdin (a fifo, streamed), sent
+	# once the lock is held: the command ends then, never before (the
+	# test's end closes the fifo: EOF at the latest)
+	mkfifo "$DATA/$1.in"
+	isopod run --json-only --cold --stdin-file - --commit-as "$1" -- sh -c 'read -r -t 120 _' \
+		<"$DATA/$1.in" >"$DATA/$1.json" 2>"$DATA/$1.err" 3>&- &
 	runpid=$!
+	exec 5>"$DATA/$1.in"
 	for i in $(seq 1 600); do
 		[ -n "$(isopod vm ls | jq -r 'select(.running) | .id')" ] && break
 		kill -0 "$runpid" || { cat "$DATA/$1.err" >&2; return 1; }
 		sleep 0.2
 	done
 	hold_lock "$ISOPOD_HOME/locks/store"
+	echo go >&5
+	exec 5>&-
 	for i in $(seq 1 600); do
 		[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ] && break
 		sleep 0.2
@@ -1657,7 +1676,7 @@ uidproc() {
 
 @test "gc: prunes kernels nothing uses; never the current one or a running VM's" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
 	cur=$(cat "$ISOPOD_HOME/kernels/current")
 	unused=$(echo unused | sha256sum | cut -c1-64)
 	inuse=$(echo in-use | sha256sum | cut -c1-64)
@@ -1688,7 +1707,7 @@ uidproc() {
 
 @test "df: what each part of the store takes, and what gc would reclaim; nothing changes" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
 	old=$(mkrec "$ISOPOD_HOME" 1 stopped 7200)
 	head -c 1048576 /dev/urandom >"$ISOPOD_HOME/vms/$old/exec-1.stdout"
 	run --separate-stderr isopod df --keep-last 0
@@ -1710,7 +1729,7 @@ uidproc() {
 # to a jail (group-writable, another group).  Root's own staging names are.
 @test "gc: staging names a jail's uid planted, and any inside a directory handed to a jail, are left alone; root's own go" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
 	local v=$ISOPOD_HOME/vms/vm-0123456789ab dead=2147483000
 	mkdir -p "$v/.tmp-planted.$dead/d" "$ISOPOD_HOME/stages/.tmp-st-root.$dead"
 	echo x >"$v/.tmp-planted.$dead/d/f"
@@ -1753,7 +1772,7 @@ gc_swapped() {
 
 @test "gc: a directory swapped for a link to outside while the staging sweep is in it: the staging file the link reaches stays, the one gc looked at goes" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
 	local t=$BATS_TEST_TMPDIR d=$BATS_TEST_TMPDIR/h/x/d dead=2147483000
 	mkdir -p "$d" "$t/outside"
 	echo x >"$d/f.tmp.$dead"
@@ -1867,6 +1886,9 @@ gc_swapped() {
 
 @test "image build: the line names the base it replaced and the stages still on it" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	# the base flavor only, here and in the builds' registers: each
+	# register hashes every flavor it registers (debian's 3.2 GB too)
+	export ISOPOD_FLAVORS=base
 	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
 	cur=$(cat "$ISOPOD_HOME/images/current-base")
 	# an older build of the flavor, current until now, with a stage on it

@@ -76,6 +76,7 @@ teardown() {
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip filter 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table inet othertool 2>/dev/null || :
 	[ -n "${LAB-}" ] && sh "$LAB" exec "$LAB_NAME" nft delete table ip labcount 2>/dev/null || :
+	[ -n "${LAB_NAME-}" ] && ip netns exec "$LAB_NAME-inet" ip addr del 198.51.100.77/32 dev lo 2>/dev/null || :
 }
 
 teardown_file() {
@@ -395,8 +396,7 @@ docker_nft() {
 
 @test "filtered: nothing is forwarded — the control target answers an open slot, not a filtered one" {
 	assert_open 18 198.51.100.10
-	assert_blocked 0 198.51.100.10
-	assert_blocked 0 169.254.169.254
+	assert_blocked 0 198.51.100.10 169.254.169.254
 	# a filtered tap routes nothing on by itself (its forwarding flag is off;
 	# the mutation test below shows the table blocks it too); an open one does
 	[ "$(lab exec cat /proc/sys/net/ipv4/conf/isopod-tap0/forwarding)" = 0 ]
@@ -839,17 +839,13 @@ time.sleep(120)' &
 
 @test "deny: RFC 1918 10/8, 172.16/12, 192.168/16" {
 	assert_open 18 198.51.100.10
-	assert_blocked 18 10.99.0.5
-	assert_blocked 18 172.16.5.5
-	assert_blocked 18 192.168.5.5
+	assert_blocked 18 10.99.0.5 172.16.5.5 192.168.5.5
 }
 
 @test "deny: the host's own non-gateway address, and another slot's gateway" {
 	assert_open 18 198.51.100.10
-	assert_blocked 18 203.0.113.1
-	assert_blocked 0 203.0.113.1
-	probe_blocked 18 icmp:10.213.0.77
-	probe_blocked 0 icmp:10.213.0.77
+	probe_blocked 18 tcp:203.0.113.1:80 udp:203.0.113.1:7 icmp:203.0.113.1 icmp:10.213.0.77
+	probe_blocked 0 tcp:203.0.113.1:80 udp:203.0.113.1:7 icmp:203.0.113.1 icmp:10.213.0.77
 	# the own gateway answers ping (a gateway service)
 	icmp_ok 18 10.213.0.73
 }
@@ -1007,8 +1003,7 @@ time.sleep(120)' &
 	[ "$open_meta" -eq 0 ] && [ "$open_priv" -eq 0 ] && [ "$open_vm" -eq 0 ] && [ "$open_filtered" -eq 0 ] || false
 	[ "$sysctl_blocks" -eq 0 ]
 	[ "$(lab exec cat /proc/sys/net/ipv4/conf/isopod-tap0/forwarding)" = 0 ]
-	assert_blocked 18 169.254.169.254
-	assert_blocked 18 10.213.0.78
+	assert_blocked 18 169.254.169.254 10.213.0.78
 	assert_blocked 0 198.51.100.10
 	assert_open 18 198.51.100.10
 }
@@ -1080,9 +1075,7 @@ restore() {
 		# the positive control, from the same guest, before
 		assert_open 18 198.51.100.10
 		mutate $m
-		assert_blocked 18 169.254.169.254
-		assert_blocked 18 10.99.0.5
-		assert_blocked 18 198.51.100.10
+		assert_blocked 18 169.254.169.254 10.99.0.5 198.51.100.10
 		# the routing rules alone hold even a tap whose forwarding is on
 		lab exec sh -c 'echo 1 >/proc/sys/net/ipv4/conf/isopod-tap0/forwarding'
 		assert_blocked 0 198.51.100.10
@@ -1095,21 +1088,35 @@ restore() {
 	assert_blocked 18 169.254.169.254
 }
 
-# vxlan_hits K ADDR: stand-in guest K sends one VXLAN datagram to the host's
+# vxlan_send K ADDR: stand-in guest K sends one VXLAN datagram to the host's
 # ADDR, an inner UDP datagram to 10.99.0.5:7 for the lab host's vxlan device
-# (labvx0, VNI 42, bound on 0.0.0.0:4789); prints how many hits 10.99.0.5's
-# listener logged from it within 2 s (the lab's ground truth).
-vxlan_hits() {
-	local n0 n i
-	n0=$(_probe_count "udp 10.99.0.5 192.0.2.2")
+# (labvx0, VNI 42, bound on 0.0.0.0:4789).
+vxlan_send() {
 	lab gexec "$1" python3 "$BATS_TEST_DIRNAME/lab/fakevm.py" vxlan "$2" 42 02:00:00:00:00:42 \
 		192.0.2.2 10.99.0.5 7
-	for i in {1..20}; do
-		n=$(_probe_count "udp 10.99.0.5 192.0.2.2")
-		[ "$n" -gt "$n0" ] && break
+}
+vxlan_count() { _probe_count "udp 10.99.0.5 192.0.2.2"; }
+
+# vxlan_since N0 T0: how many hits 10.99.0.5's listener logged from inner
+# datagrams (the lab's ground truth) beyond N0 (vxlan_count before the
+# sends), looked at until one arrives or 2 s after T0 (${EPOCHREALTIME/./}
+# right after the last send): what the test did meanwhile counts as waiting.
+vxlan_since() {
+	local n i
+	for i in {1..40}; do
+		n=$(vxlan_count)
+		if [ "$n" -gt "$1" ] || [ $((${EPOCHREALTIME/./} - $2)) -ge 2000000 ]; then break; fi
 		sleep 0.1
 	done
-	echo $((n - n0))
+	echo $((n - $1))
+}
+
+# vxlan_hits K ADDR: vxlan_send, then vxlan_since.
+vxlan_hits() {
+	local n0
+	n0=$(vxlan_count)
+	vxlan_send "$1" "$2"
+	vxlan_since "$n0" "${EPOCHREALTIME/./}"
 }
 
 # A tunnel of the host, as a host might have one: vxlan on all addresses,
@@ -1155,19 +1162,23 @@ labvx_up() {
 }
 
 @test "fail closed: with the table flushed, deleted or replaced, no guest reaches a host address beyond its gateway, nor a host tunnel (vxlan) that would route it on" {
-	local m
+	local m t0 vx0
 	labvx_up
 	for m in flush delete replace; do
 		assert_open 18 198.51.100.10
 		mutate $m
+		# a vxlan packet to the host's address, or to the gateway (looked
+		# for after the probes below: they are its 2 s of waiting)
+		vx0=$(vxlan_count)
+		vxlan_send 18 203.0.113.1
+		vxlan_send 18 10.213.0.73
+		vxlan_send 0 10.213.0.1
+		t0=${EPOCHREALTIME/./}
 		# the host's own non-gateway address: TCP, UDP, ICMP, from an open
 		# and a filtered slot
 		assert_blocked 18 203.0.113.1
 		assert_blocked 0 203.0.113.1
-		# a vxlan packet to the host's address, or to the gateway
-		[ "$(vxlan_hits 18 203.0.113.1)" -eq 0 ]
-		[ "$(vxlan_hits 18 10.213.0.73)" -eq 0 ]
-		[ "$(vxlan_hits 0 10.213.0.1)" -eq 0 ]
+		[ "$(vxlan_since "$vx0" "$t0")" -eq 0 ]
 		# the gateway's ping still answers, and the guest is alive
 		icmp_ok 18 10.213.0.73
 		guest_live 18
@@ -1310,12 +1321,14 @@ dnsq() {
 
 # dns_leaks TAG: stand-in guests 18 (open) and 0 (filtered) each ask their
 # own gateway's port 53 and the host's other address's port 53, one name
-# per probe (TAG-...); prints the names the host's server logged.
+# per probe (TAG-...), all four at once; prints the names the host's server
+# logged.
 dns_leaks() {
-	dnsq 18 10.213.0.73 "$1-o-gw.test"
-	dnsq 18 203.0.113.1 "$1-o-host.test"
-	dnsq 0 10.213.0.1 "$1-f-gw.test"
-	dnsq 0 203.0.113.1 "$1-f-host.test"
+	dnsq 18 10.213.0.73 "$1-o-gw.test" &
+	dnsq 18 203.0.113.1 "$1-o-host.test" &
+	dnsq 0 10.213.0.1 "$1-f-gw.test" &
+	dnsq 0 203.0.113.1 "$1-f-host.test" &
+	wait
 	sleep 0.3
 	grep -o "^$1-[a-z-]*\.test" "$BATS_TEST_TMPDIR/hostdns.log" | sort -u | tr '\n' ' '
 }
@@ -1362,9 +1375,11 @@ dns_leaks() {
 		EOF
 	}
 	# nat: guest 18's TCP 80 to the internet, DNATed; its UDP 7, REDIRECTed
+	# (both at once)
 	natprobe() {
+		dnsq 18 198.51.100.10 "$1.test" 7 &
 		printf 'GET / HTTP/1.0\r\n\r\n' | lab gexec 18 busybox timeout 4 busybox nc -w 2 198.51.100.10 80 || :
-		dnsq 18 198.51.100.10 "$1.test" 7
+		wait
 		sleep 0.3
 	}
 	for m in replace along; do
@@ -1607,12 +1622,39 @@ canary_broker() {
 
 # ---- real VMs (isopod run --net, QEMU in the lab's host netns) ----------------
 
-# The guest's own probe loop: "tcp|udp|icmp ADDR ok|no" per target.
+# A guest that waits for the host (instead of sleeping long enough): from
+# the start of its command, or its last await_word, await_word waits
+# (≤ 120 s) until it has received an echo request (its kernel's count:
+# word_to_guest sends them), or says "no word from the host".
+# shellcheck disable=SC2016 # the guest's shell expands it
+GUEST_AWAIT='echos() { awk '\''$1 == "Icmp:" { if (c) print $c; else for (i = 2; i <= NF; i++) if ($i == "InEchos") c = i }'\'' /proc/net/snmp; }
+e0=$(echos)
+await_word() {
+	n=0
+	while [ "$(echos)" = "$e0" ] && [ "$n" -lt 600 ]; do sleep 0.2; n=$((n + 1)); done
+	[ "$(echos)" != "$e0" ] || echo "no word from the host"
+	e0=$(echos)
+}
+'
+
+# word_to_guest IP [PID]: ping the guest IP from the lab's host netns until
+# it answers (≤ 60 tries, each ≤ 1 s), or PID (its run) is gone.
+word_to_guest() {
+	for _ in $(seq 1 60); do
+		lab exec busybox ping -c1 -W1 "$1" >/dev/null && return 0
+		[ -z "${2-}" ] || kill -0 "$2" 2>/dev/null || return 1
+	done
+	return 1
+}
+
+# The guest's own probe loop: "tcp|udp|icmp ADDR ok|no" per target, all
+# at once (a blocked one waits out its timeout), lines in any order.
 GUEST_PROBE='for a in "$@"; do
-	if printf "GET / HTTP/1.0\r\n\r\n" | nc -w 2 "$a" 80 | grep -q "^lab $a\$"; then r=ok; else r=no; fi; echo "tcp $a $r"
-	if nslookup -port=7 -timeout=1 -retry=1 probe.test "$a" | grep -q NXDOMAIN; then r=ok; else r=no; fi; echo "udp $a $r"
-	if ping -c1 -W1 "$a" >/dev/null; then r=ok; else r=no; fi; echo "icmp $a $r"
-done'
+	(if printf "GET / HTTP/1.0\r\n\r\n" | nc -w 2 "$a" 80 | grep -q "^lab $a\$"; then r=ok; else r=no; fi; echo "tcp $a $r") &
+	(if nslookup -port=7 -timeout=1 -retry=1 probe.test "$a" | grep -q NXDOMAIN; then r=ok; else r=no; fi; echo "udp $a $r") &
+	(if ping -c1 -W1 "$a" >/dev/null; then r=ok; else r=no; fi; echo "icmp $a $r") &
+done
+wait'
 
 @test "vm --net none: no eth0, lo works, result says mode none" {
 	vm_tests
@@ -1713,9 +1755,30 @@ done'
 
 @test "vm: 18 concurrent networked runs on 16 open slots: 16 run, 2 get 102 'slots busy', none leaks" {
 	vm_tests
-	local d="$BATS_TEST_TMPDIR/conc" k ok busy other
-	run_many "$d" 18 'open network slots busy' vrun --net open --mem-mib 192 --timeout-s 240 -- sleep 15
+	local d="$BATS_TEST_TMPDIR/conc" k ok busy other word
+	# each guest holds its slot until the host's word: a lab address
+	# (198.51.100.77, in the allow_range) that answers ping once two runs
+	# were refused (≤ 120 s)
+	(
+		for _ in $(seq 1 600); do
+			[ "$(grep -l 'open network slots busy' "$d"/*.err 2>/dev/null | wc -l)" -lt 2 ] || break
+			sleep 0.2
+		done
+		ip netns exec "$LAB_NAME-inet" ip addr add 198.51.100.77/32 dev lo
+	) 3>&- &
+	word=$!
+	run_many "$d" 18 'open network slots busy' vrun --net open --mem-mib 192 --timeout-s 240 -- sh -c '
+		n=0
+		while ! ping -c1 -W1 198.51.100.77 >/dev/null 2>&1; do
+			n=$((n + 1))
+			[ "$n" -lt 80 ] || { echo "no word from the host"; break; }
+			sleep 0.5
+		done'
+	wait "$word"
+	ip netns exec "$LAB_NAME-inet" ip addr del 198.51.100.77/32 dev lo
 	[ "$ok" -eq 16 ] && [ "$busy" -eq 2 ] && [ "$other" -eq 0 ] || false
+	# no guest ran out of waiting: each got the word after the refusals
+	[ "$(cat "$d"/*.json | jq -r 'select(.net) | .stdout' | grep -c 'no word')" -eq 0 ]
 	# 16 distinct open slots, and every one free again
 	[ "$(cat "$d"/*.json | jq -r 'select(.net) | .net.slot' | sort -un | tr '\n' ' ')" = "$(seq -s ' ' 2 17) " ]
 	for k in $(seq 2 17); do
@@ -1835,11 +1898,15 @@ vm_mutation() {
 	local d=$BATS_TEST_TMPDIR pub other pid st a p
 	pub=$(hits 198.51.100.10)
 	other=$(grep -vc ' 198.51.100.10 ' "$ISOPOD_LAB_STATE/$LAB_NAME/hits" || :)
-	vrun --net open --timeout-s 240 -- sh -c '
+	# the guest probes once the host's word says the table is gone, and
+	# ends at its second word: its broker noticed (as the run's ledger says)
+	: >"$d/start"
+	vrun --net open --timeout-s 240 -- sh -c "$GUEST_AWAIT"'
 		if printf "GET / HTTP/1.0\r\n\r\n" | nc -w 5 198.51.100.10 80 | grep -q "^lab "; then
 			echo "control ok"; else echo "control no"; fi
-		sleep 10
-		'"$GUEST_PROBE" probe 169.254.169.254 10.99.0.5 198.51.100.10 \
+		await_word
+		'"$GUEST_PROBE"'
+		await_word' probe 169.254.169.254 10.99.0.5 198.51.100.10 \
 		>"$d/run.json" 2>"$d/run.err" 3>&- &
 	pid=$!
 	for _ in $(seq 1 900); do # ≤ 180 s for the boot under TCG
@@ -1847,8 +1914,15 @@ vm_mutation() {
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.2
 	done
-	sleep 1.5 # the control's answer on its way back (the guest sleeps 10 s)
+	sleep 1.5 # the control's answer on its way back
 	mutate "$1"
+	word_to_guest 10.213.0.10 "$pid" || echo "the guest never answered the host's word" >&2
+	for _ in $(seq 1 75); do # ≤ 15 s
+		[ -z "$(find "$ISOPOD_HOME/vms" -name ledger.jsonl -newer "$d/start" \
+			-exec grep -l '"kind": *"policy"' {} +)" ] || break
+		sleep 0.2
+	done
+	word_to_guest 10.213.0.10 "$pid" || echo "the guest never answered the host's second word" >&2
 	st=0
 	wait "$pid" || st=$?
 	# a new run, the table still gone
@@ -1861,7 +1935,7 @@ vm_mutation() {
 	output=$(cat "$d/run.json")
 	echo "$output" | jq -r .stdout
 	[ "$st" -eq 0 ]
-	json_is '.ok == true and .net.slot == 2 and (.stdout | test("^control ok\n"))'
+	json_is '.ok == true and .net.slot == 2 and (.stdout | test("^control ok\n") and (test("no word") | not))'
 	for p in tcp udp icmp; do
 		for a in 169.254.169.254 10.99.0.5 198.51.100.10; do
 			echo "$output" | jq -e --arg l "$p $a no" '.stdout | split("\n") | index($l) != null'

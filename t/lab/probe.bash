@@ -4,6 +4,7 @@
 # Needs $LAB (lab.sh), $LAB_NAME and $ISOPOD_LAB_STATE, as those files set.
 #
 #   probe_blocked K SPEC...   stand-in guest K cannot reach any SPEC
+#   assert_blocked K ADDR...  nor TCP 80, UDP 7 or ICMP of any ADDR
 #   guest_live K              stand-in guest K is alive (relay, control ping)
 #   target_live SPEC...       every SPEC has a live lab listener
 #
@@ -173,9 +174,17 @@ probe_blocked() {
 	done
 }
 
-# assert_blocked K ADDR: TCP 80, UDP 7 and ICMP from guest K to ADDR.
+# assert_blocked K ADDR...: TCP 80, UDP 7 and ICMP from guest K to every
+# ADDR, in one probe_blocked (all at once: one wait for the blocked ones'
+# timeouts, one liveness check before and after).
 assert_blocked() {
-	probe_blocked "$1" "tcp:$2:80" "udp:$2:7" "icmp:$2"
+	local k=$1 a
+	local -a specs=()
+	shift
+	for a in "$@"; do
+		specs+=("tcp:$a:80" "udp:$a:7" "icmp:$a")
+	done
+	probe_blocked "$k" "${specs[@]}"
 }
 
 # ---- real guests (QEMU): t/lab/guestprobe.sh probes, the verdict is here ----

@@ -251,6 +251,22 @@ static void test_mounts(void)
 		   l.mem.v, l.warning);
 	}
 
+	/* a line longer than any fixed buffer: its tail, a directory name that
+	 * reads "4:memory:/evil", is part of the line, never a line */
+	{
+		char cg[6000];
+		int n = snprintf(cg, sizeof cg, "8:pids:/");
+
+		memset(cg + n, 'a', 4100 - n);
+		snprintf(cg + 4100, sizeof cg - 4100, "4:memory:/evil\n4:memory:/docker/abc\n");
+		put_file(r, "proc/self/cgroup", cg);
+		put_file(r, "proc/self/mountinfo",
+			 "30 1 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+		ok(cg_dir(r, "memory", dir, sizeof dir, &mlen, why, sizeof why) == 0 &&
+		   !strstr(dir, "evil") && strstr(dir, "/docker/abc"),
+		   "cg_dir: a /proc/self/cgroup line past 4 KiB is read whole (%s; %s)", dir, why);
+	}
+
 	/* a path with ".." (a cgroup namespace over a bound host tree) */
 	put_file(r, "proc/self/cgroup", "4:memory:/../../etc\n");
 	errno = 0;
