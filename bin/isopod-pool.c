@@ -299,7 +299,7 @@ static void start_filler(struct tool *t)
 static int cmd_take(struct tool *t, long long owner, const char *idfile)
 {
 	static const char *const live[] = { "running", NULL };
-	char id[VM_ID_SZ], msg[1024], line[128];
+	char id[VM_ID_SZ], msg[1024] = "", line[128];
 	json_t *boot = NULL, *rec, *m;
 	int64_t t0 = mono_ms();
 	int ofd, got;
@@ -310,9 +310,19 @@ static int cmd_take(struct tool *t, long long owner, const char *idfile)
 	}
 	if ((ofd = pidfd_open_((pid_t)owner)) < 0)
 		die(errno == ESRCH ? EX_USAGE : EX_SYS, "unable to watch owner pid %lld:", owner);
+	/* the run that started us is older than we are: a process under a
+	 * reused pid (the run gone before our pidfd_open) is younger (review
+	 * L8); alive after the read, so the read was of the pidfd's process */
+	{
+		unsigned long long os = 0, ms = 0;
+
+		if (proc_ident(owner, &os, NULL, NULL) < 0 || proc_ident(getpid(), &ms, NULL, NULL) < 0 ||
+		    pidfd_kill(ofd, 0) < 0 || os > ms)
+			die(EX_USAGE, "owner pid %lld: not a process that started before this take", owner);
+	}
 	got = pool_take(t->key, ofd, id, &boot, msg, sizeof msg);
 	close(ofd);
-	if (got < 0)
+	if (got < 0 || (got == 0 && msg[0])) /* an entry taken but not handed over says why */
 		warn("%s", msg);
 	start_filler(t); /* the one taken replaced, or the pool filled */
 	if (got <= 0) {
@@ -373,13 +383,17 @@ static int cmd_ls(void)
 }
 
 /* Every ready VM stopped: the fillers waited for (each shape's fill.lock),
- * then each ready VM taken by a child of ours that exits at once (its
- * supervisor stops it, as it would after a run), and waited for. */
+ * then each ready VM taken for an owner that has already exited (a child
+ * of ours, `true`, its pidfd opened before we reap it: no pid reuse): its
+ * supervisor stops it at once, as after a run; each waited for. */
 static int cmd_drain(void)
 {
-	char root[PATH_MAX], p[PATH_MAX], ids[64][VM_ID_SZ];
-	int pfd[2], n = 0, st, rc = 0;
+	char root[PATH_MAX], p[PATH_MAX], id[VM_ID_SZ], msg[512];
+	char *av[] = { "true", NULL };
+	struct proc_spec ps = PROC_SPEC(av);
+	int n = 0, st, rc = 0, me;
 	struct dirent *s;
+	json_t *b;
 	pid_t c;
 	DIR *R;
 
@@ -397,33 +411,19 @@ static int cmd_drain(void)
 		if (fd >= 0)
 			close(fd);
 	}
-	if (pipe2(pfd, O_CLOEXEC) < 0)
-		die(EX_SYS, "pipe:");
-	if ((c = fork()) < 0)
-		die(EX_SYS, "fork:");
-	if (c == 0) {
-		int me = pidfd_open_(getpid());
-		char id[VM_ID_SZ], msg[512];
-		json_t *b;
-
-		rewinddir(R);
-		while (me >= 0 && (s = readdir(R)))
-			while (hex64_ok(s->d_name) && pool_take(s->d_name, me, id, &b, msg, sizeof msg) == 1) {
-				json_decref(b);
-				if (write_all(pfd[1], id, VM_ID_SZ) < 0)
-					_exit(1);
-			}
-		_exit(0);
-	}
-	close(pfd[1]);
-	while (n < 64 && read(pfd[0], ids[n], VM_ID_SZ) == VM_ID_SZ)
-		n++;
-	close(pfd[0]);
+	if ((c = proc_spawn(&ps)) < 0 || (me = pidfd_open_(c)) < 0)
+		die(EX_SYS, "unable to start the drain's owner:");
+	proc_wait(c, &st); /* exited; its pidfd still names it */
+	rewinddir(R);
+	while ((s = readdir(R)))
+		while (hex64_ok(s->d_name) && pool_take(s->d_name, me, id, &b, msg, sizeof msg) == 1) {
+			json_decref(b);
+			n++;
+			if (vm_wait_stopped(id, mono_ms() + 10000) < 0)
+				rc = 111;
+		}
+	close(me);
 	closedir(R);
-	proc_wait(c, &st);
-	for (int i = 0; i < n; i++)
-		if (vm_wait_stopped(ids[i], mono_ms() + 10000) < 0)
-			rc = 111;
 	json_emit(json_pack("{s:i}", "stopped", n));
 	return rc;
 }

@@ -80,7 +80,9 @@ struct sup {
 	int con_noted;              /* the record says the log was cut */
 	long long pool_idle_s;      /* the spec's: a pooled VM (0: not) */
 	int plfd;                   /* its owner socket, until an owner came */
+	int pifd;                   /* inotify on its shape's directory (pool_watch) */
 	int64_t idle_at;            /* no owner by then: QEMU ends */
+	int64_t take_at;            /* its entry taken: no owner by then, QEMU ends */
 };
 
 /* Before QEMU runs: a session of its own (isopod-boot asked for it), the
@@ -302,30 +304,45 @@ static void sup_console(struct sup *s, uint64_t budget)
 static void sup_pool_owner(struct sup *s)
 {
 	static const char *const live[] = { "running", NULL };
-	int pfd = pool_accept(s->plfd);
+	struct pollfd q = { .fd = s->qfd, .events = POLLIN };
+	int conn, pfd = pool_accept(s->plfd, &conn);
 	json_t *m;
 
-	if (pfd < 0 || s->killed)
+	if (pfd < 0)
 		return;
+	/* The answer last, once we know QEMU still runs and we are not
+	 * killing it: a taker answered 'k' runs in its VM (review L1). */
+	if (s->killed || poll(&q, 1, 0) != 0) {
+		close(pfd);
+		close(conn);
+		return;
+	}
 	s->ownerfd = pfd;
 	close(s->plfd);
 	s->plfd = -1;
 	pool_unlisten(s->id);
+	if (s->pifd >= 0) {
+		close(s->pifd);
+		s->pifd = -1;
+	}
 	m = json_pack("{s:b}", "pool_taken", 1);
 	if (!m || vm_meta_update(s->id, live, m) < 0)
 		warn("supervisor: unable to record the pool's take:");
 	json_decref(m);
+	if (pool_ack(conn) < 0)
+		/* the taker is gone: so is the run it took us for */
+		sup_kill(s, "owner", "the taker went before its answer");
 }
 
 /* Watch QEMU, the signals, the owner, the control pipe and the console
  * until QEMU is gone; then reap it and take the rest of its console. */
 static void sup_watch(struct sup *s)
 {
-	struct pollfd pf[6];
+	struct pollfd pf[7];
 	int64_t con_at = 0; /* the console is polled again from then */
 
 	for (;;) {
-		int n = 0, iq, is, io = -1, ic = -1, icon = -1, ip = -1, wait = -1;
+		int n = 0, iq, is, io = -1, ic = -1, icon = -1, ip = -1, ii = -1, wait = -1;
 		int64_t now = mono_ms();
 
 		pf[iq = n++] = (struct pollfd){ .fd = s->qfd, .events = POLLIN };
@@ -344,7 +361,14 @@ static void sup_watch(struct sup *s)
 				sup_kill(s, "pool-idle", "pooled, no run within its idle lifetime");
 			else if (wait < 0 || s->idle_at - now < wait)
 				wait = (int)(s->idle_at - now);
+			/* taken and no owner came: the taker died or failed */
+			if (s->take_at && now >= s->take_at)
+				sup_kill(s, "pool-orphan", "pooled, taken, no owner handed over");
+			else if (s->take_at && (wait < 0 || s->take_at - now < wait))
+				wait = (int)(s->take_at - now);
 		}
+		if (s->pifd >= 0)
+			pf[ii = n++] = (struct pollfd){ .fd = s->pifd, .events = POLLIN };
 		if (poll(pf, (nfds_t)n, wait) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -381,6 +405,8 @@ static void sup_watch(struct sup *s)
 				sup_kill(s, "signal", note);
 			}
 		}
+		if (ii >= 0 && pf[ii].revents && pool_watch_taken(s->pifd, s->id) && !s->take_at)
+			s->take_at = mono_ms() + POOL_TAKE_MS;
 		if (ip >= 0 && pf[ip].revents)
 			sup_pool_owner(s);
 		if (io >= 0 && pf[io].revents) {
@@ -529,7 +555,7 @@ int main(int argc, char **argv)
 	struct sup s = { .ctlfd = FD_CTL, .repfd = FD_REP, .ownerfd = -1, .memfd = -1,
 			 .slotfd = -1, .sfd = -1, .eg = { .pid = -1, .pidfd = -1 }, .q = -1,
 			 .qfd = -1, .why = "qemu", .con = { .rfd = -1, .logfd = -1 }, .conwfd = -1,
-			 .plfd = -1 };
+			 .plfd = -1, .pifd = -1 };
 	char *av[128];
 	json_t *spec;
 	int c, i;
@@ -567,6 +593,9 @@ int main(int argc, char **argv)
 			return 111;
 		}
 		s.idle_at = mono_ms() + s.pool_idle_s * 1000;
+		/* its entry's unlink is a take: the hand-over follows or the VM ends */
+		if ((s.pifd = pool_watch(s.id, msg, sizeof msg)) < 0)
+			warn("supervisor: %s: a take that never hands over waits for the idle lifetime", msg);
 	}
 	sup_broker(&s);
 	sup_qemu(&s);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -164,11 +165,7 @@ static int sock_path(char *out, size_t sz, const char *id)
  * (we are its one owner), -1 with msg. */
 static int hand_over(const char *id, int ownerfd, char *msg, size_t msz)
 {
-	char sp[PATH_MAX], b = 'o', ctl[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec io = { .iov_base = &b, .iov_len = 1 };
-	struct msghdr mh = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
-			     .msg_controllen = sizeof ctl };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	char sp[PATH_MAX], b = 0;
 	struct ucred cr;
 	socklen_t crl = sizeof cr;
 	struct pollfd pf;
@@ -176,10 +173,6 @@ static int hand_over(const char *id, int ownerfd, char *msg, size_t msz)
 
 	if (sock_path(sp, sizeof sp, id) < 0)
 		return reason_fail(msg, msz, "vm %s: socket path too long", id);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &ownerfd, sizeof(int));
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 		return reason_fail(msg, msz, "socket:");
 	if (unix_connect_nofollow(fd, sp) < 0) {
@@ -191,12 +184,11 @@ static int hand_over(const char *id, int ownerfd, char *msg, size_t msz)
 		snprintf(msg, msz, "vm %s: %s is not our supervisor's", id, sp);
 		goto out;
 	}
-	if (sendmsg(fd, &mh, MSG_NOSIGNAL) != 1) {
+	if (fd_send(fd, "o", 1, ownerfd) != 1) {
 		reason_fail(msg, msz, "vm %s: sendmsg:", id);
 		goto out;
 	}
 	pf = (struct pollfd){ .fd = fd, .events = POLLIN };
-	b = 0;
 	if (poll(&pf, 1, ACK_MS) == 1 && read(fd, &b, 1) == 1 && b == 'k')
 		r = 0;
 	else
@@ -243,8 +235,13 @@ int pool_take(const char *key, int ownerfd, char id[VM_ID_SZ], json_t **boot, ch
 		}
 		j = json_load_close(fd);
 		snprintf(id, VM_ID_SZ, "%s", vid);
+		/* t/52: a taker killed between its take and the hand-over */
+		test_kill("pool-take");
+		test_pause("pool-take");
 		if (!j || hand_over(id, ownerfd, msg, msz) < 0) {
-			json_decref(j); /* not ours: its supervisor ends it (idle) */
+			/* taken, not handed over: its supervisor saw the entry
+			 * go and stops it within POOL_TAKE_MS (review L2) */
+			json_decref(j);
 			continue;
 		}
 		*boot = j;
@@ -273,8 +270,12 @@ int pool_listen(const char *id, char *msg, size_t msz)
 	char dir[PATH_MAX], failed[PATH_MAX];
 	int fd;
 
+	/* bind(2) takes no longer path (the take's connect would, through
+	 * /proc/self/fd): said, not cut (review L6) */
 	if (sock_path(sa.sun_path, sizeof sa.sun_path, id) < 0)
-		return reason_fail(msg, msz, "vm %s: owner socket path too long", id);
+		return reason_fail(msg, msz, "vm %s: the owner socket %s/pool/.own/%s.sock is longer "
+				   "than a socket's path may be (%zu bytes): a shorter ISOPOD_HOME",
+				   id, store_home(), id, sizeof sa.sun_path - 1);
 	if (pathn(dir, sizeof dir, "%s/pool/.own", store_home()) < 0 ||
 	    mkdir_p(dir, 0700, failed, sizeof failed) < 0)
 		return reason_fail(msg, msz, "unable to create %s:", failed);
@@ -298,34 +299,99 @@ void pool_unlisten(const char *id)
 		unlink(p);
 }
 
-int pool_accept(int lfd)
+int pool_accept(int lfd, int *conn)
 {
-	char b, ctl[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec io = { .iov_base = &b, .iov_len = 1 };
-	struct msghdr mh = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
-			     .msg_controllen = sizeof ctl };
 	struct pollfd pf;
-	struct cmsghdr *c;
+	char b = 0;
 	int cfd, pfd = -1;
 
+	*conn = -1;
 	if ((cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
 		return -1;
 	pf = (struct pollfd){ .fd = cfd, .events = POLLIN };
-	if (poll(&pf, 1, ACK_MS) == 1 && recvmsg(cfd, &mh, MSG_CMSG_CLOEXEC) == 1 &&
-	    (c = CMSG_FIRSTHDR(&mh)) && c->cmsg_level == SOL_SOCKET &&
-	    c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
-		memcpy(&pfd, CMSG_DATA(c), sizeof(int));
+	if (poll(&pf, 1, ACK_MS) != 1 || fd_recv(cfd, &b, 1, &pfd) != 1 || b != 'o')
+		goto refuse;
 	/* a pidfd, nothing else: pidfd_send_signal with signal 0 says so */
-	if (pfd >= 0 && pidfd_kill(pfd, 0) < 0 && errno != ESRCH) {
-		close(pfd);
-		pfd = -1;
-	}
-	if (pfd >= 0 && write(cfd, "k", 1) != 1) {
-		close(pfd);
-		pfd = -1;
-	}
-	close(cfd);
+	if (pfd >= 0 && pidfd_kill(pfd, 0) < 0 && errno != ESRCH)
+		goto refuse;
+	if (pfd < 0)
+		goto refuse;
+	*conn = cfd;
 	return pfd;
+refuse:
+	if (pfd >= 0)
+		close(pfd);
+	close(cfd);
+	return -1;
+}
+
+int pool_ack(int conn)
+{
+	int r = write(conn, "k", 1) == 1 ? 0 : -1;
+
+	close(conn);
+	return r;
+}
+
+/* The shape directory whose entry (filling-<id> or ready-<id>) names id:
+ * the supervisor's, found once at its start (the filler made filling-<id>
+ * before the boot).  0, or -1. */
+static int entry_dir(const char *id, char *out, size_t sz)
+{
+	char root[PATH_MAX], p[PATH_MAX];
+	struct dirent *d;
+	int r = -1;
+	DIR *D;
+
+	if (pool_path(root, sizeof root, NULL) < 0 || !(D = opendir(root)))
+		return -1;
+	while (r < 0 && (d = readdir(D)))
+		for (int k = 0; r < 0 && k < 2 && hex64_ok(d->d_name); k++)
+			if (pathn(p, sizeof p, "%s/%s/%s-%s", root, d->d_name, k ? "ready" : "filling",
+				  id) == 0 &&
+			    access(p, F_OK) == 0 &&
+			    pathn(out, sz, "%s/%s", root, d->d_name) == 0)
+				r = 0;
+	closedir(D);
+	return r;
+}
+
+int pool_watch(const char *id, char *msg, size_t msz)
+{
+	char dir[PATH_MAX];
+	int fd;
+
+	if (entry_dir(id, dir, sizeof dir) < 0) {
+		snprintf(msg, msz, "vm %s: no entry of it in any shape of the pool", id);
+		return -1;
+	}
+	if ((fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK)) < 0)
+		return reason_fail(msg, msz, "inotify_init1:");
+	if (inotify_add_watch(fd, dir, IN_DELETE | IN_MOVED_FROM) < 0) {
+		reason_fail(msg, msz, "unable to watch %s:", dir);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int pool_watch_taken(int ifd, const char *id)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	char name[VM_ID_SZ + 8];
+	ssize_t n;
+	int taken = 0;
+
+	snprintf(name, sizeof name, "ready-%s", id);
+	while ((n = read(ifd, buf, sizeof buf)) > 0)
+		for (char *p = buf; p < buf + n;) {
+			const struct inotify_event *e = (const struct inotify_event *)p;
+
+			if (e->len && !strcmp(e->name, name))
+				taken = 1;
+			p += sizeof *e + e->len;
+		}
+	return taken;
 }
 
 /* Each shape directory under pool/, to fn. */

@@ -24,6 +24,7 @@
 #define POOL_IDLE_DEFAULT 300      /* seconds a ready VM waits for a run */
 #define POOL_SIZE_MAX 16
 #define POOL_MAX_DEFAULT 4         /* pooled VMs of all shapes together */
+#define POOL_TAKE_MS 4000          /* from a take's unlink to its hand-over, at most */
 
 struct pool_cfg {
 	long long size;    /* VMs per shape (0: off, the default) */
@@ -61,9 +62,21 @@ int pool_publish(const char *key, const char *id, json_t *boot, char *msg, size_
 int pool_listen(const char *id, char *msg, size_t msz);
 /* Remove it (the owner taken, or the VM gone). */
 void pool_unlisten(const char *id);
-/* Accept one connection on lfd and the pidfd it carries; answer 'k'.  The
- * pidfd, or -1 (not a pidfd, the peer gone: the listener stays). */
-int pool_accept(int lfd);
+/* Accept one connection on lfd and the pidfd it carries ('o' and the
+ * pidfd, SCM_RIGHTS).  The pidfd, its connection in *conn for the answer
+ * (pool_ack: the caller decides, after checking its VM still runs, review
+ * L1), or -1 (not a pidfd, the peer gone: the listener stays). */
+int pool_accept(int lfd, int *conn);
+/* Answer the taker on conn 'k' (it has the VM) and close it.  0, or -1. */
+int pool_ack(int conn);
+/* An inotify fd watching id's shape directory for its ready entry's
+ * unlink (the take), or -1 with msg (no entry of id: not a filler's VM).
+ * The supervisor arms POOL_TAKE_MS from that unlink: no owner by then (the
+ * taker was killed or failed after its take) ends the VM at once, not at
+ * its idle lifetime (review L2). */
+int pool_watch(const char *id, char *msg, size_t msz);
+/* Read ifd's events: 1 when id's ready entry was removed, else 0. */
+int pool_watch_taken(int ifd, const char *id);
 
 /* isopod-gc: entries whose VM is not running (its supervisor died, it
  * expired) and shapes without entries, removed (not with dry), listed in

@@ -64,11 +64,15 @@ fake_pooled() {
 	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
 	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%f\n' | head -1)
 	mkfifo "$f"
+	# as a filler does: the VM's entry before its boot (its supervisor
+	# finds its shape by it, pool_watch), ready once booted
+	: >"$ISOPOD_HOME/pool/$key/filling-$1"
 	echo "{\"vm\":\"$1\",\"dir\":\"$d\",\"qemu\":[\"/bin/sleep\",\"60\"],\"jail\":false,\"pool_idle_s\":$2}" |
 		(exec 3>"$d/lock" && flock 3 && exec isopod-supervise 4<"$f" 5>/dev/null >/dev/null 2>&1) &
 	printf r >"$f"
 	for _ in $(seq 50); do [ -e "$ISOPOD_HOME/pool/.own/$1.sock" ] && break; sleep 0.1; done
 	echo "{\"vm\":{\"id\":\"$1\"},\"path\":\"warm\"}" >"$ISOPOD_HOME/pool/$key/ready-$1"
+	rm -f "$ISOPOD_HOME/pool/$key/filling-$1"
 }
 
 @test "pool (no VM): a take hands the owner over once: the entry and socket go, a second take is refused, the owner's exit stops the VM" {
@@ -90,6 +94,78 @@ fake_pooled() {
 	kill -9 "$owner"
 	stopped vm-00000000000a 5
 	jq -e '.stopped_by == "owner" and .state == "stopped"' "$ISOPOD_HOME/vms/vm-00000000000a/meta.json"
+}
+
+@test "pool (no VM): a taker killed between its take and the hand-over leaves no VM running and no entry; one paused there gets no VM once its supervisor has ended it" {
+	fake_pooled vm-000000000012 60
+	sleep 60 &
+	owner=$!
+	ISOPOD_TEST_KILL_AT=pool-take ISOPOD_POOL=true run --separate-stderr \
+		isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id"
+	[ "$status" -eq 137 ]
+	[ ! -e "$BATS_TEST_TMPDIR/id" ]
+	# ended within POOL_TAKE_MS of the take, not at pool_idle_s (60)
+	stopped vm-000000000012 10
+	jq -e '.stopped_by == "pool-orphan" and (.pool_taken | not)' "$ISOPOD_HOME/vms/vm-000000000012/meta.json"
+	[ -z "$(find "$ISOPOD_HOME/pool" -name '*vm-000000000012*')" ]
+	# paused there (SIGSTOP) past the supervisor's end of the VM: continued,
+	# it gets no VM
+	fake_pooled vm-000000000013 60
+	ISOPOD_TEST_PAUSE_AT=pool-take ISOPOD_POOL=true isopod-pool take --owner-pid "$owner" \
+		--id-file "$BATS_TEST_TMPDIR/id2" >"$BATS_TEST_TMPDIR/out2" 2>&1 &
+	taker=$!
+	stopped vm-000000000013 10
+	jq -e '.stopped_by == "pool-orphan"' "$ISOPOD_HOME/vms/vm-000000000013/meta.json"
+	kill -CONT "$taker"
+	wait "$taker" && st=0 || st=$?
+	[ "$st" -eq 101 ]
+	[ ! -e "$BATS_TEST_TMPDIR/id2" ]
+	kill "$owner"
+}
+
+@test "pool (no VM): modes: pool/, pool/.own, the shape and the owner socket the store owner's alone; a take sends no owner to a socket of another uid (SO_PEERCRED)" {
+	fake_pooled vm-000000000014 30
+	[ "$(stat -c %a "$ISOPOD_HOME/pool")" = 700 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/.own")" = 700 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/$key")" = 700 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/.own/vm-000000000014.sock")" = 600 ]
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null
+	stopped vm-000000000014 5
+	# a listener of uid 65534 on an entry's socket path: bound as root,
+	# listening as 65534 (SO_PEERCRED names the listener's creds); it
+	# writes what it received
+	local id=vm-000000000015 got="$BATS_TEST_TMPDIR/got"
+	python3 -c '
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])
+out, ready = open(sys.argv[2], "wb"), open(sys.argv[3], "w")
+os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
+s.listen(4)
+ready.close()
+s.settimeout(10)
+try:
+    c, _ = s.accept()
+    c.settimeout(3)
+    d = c.recv(16)
+    c.send(b"k")
+except OSError:
+    d = b""
+out.write(d)
+' "$ISOPOD_HOME/pool/.own/$id.sock" "$got" "$BATS_TEST_TMPDIR/listening" &
+	py=$!
+	for _ in $(seq 50); do [ -e "$BATS_TEST_TMPDIR/listening" ] && break; sleep 0.1; done
+	echo "{\"vm\":{\"id\":\"$id\"}}" >"$ISOPOD_HOME/pool/$key/ready-$id"
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id"
+	kill "$owner"
+	wait "$py" || :
+	echo "$output"
+	[ "$status" -eq 101 ]
+	[[ "$stderr" == *"is not our supervisor's"* ]]
+	[ ! -s "$got" ]
+	rm -f "$ISOPOD_HOME/pool/.own/$id.sock"
 }
 
 @test "pool (no VM): of concurrent takers exactly one gets the VM" {
@@ -217,6 +293,12 @@ fake_pooled() {
 @test "pool: a run is served by a ready VM (path pool), which its supervisor stops after the run; the entry is gone" {
 	fill
 	id=$(ready_ids)
+	key=$(isopod-pool ls | jq -r --arg id "$id" 'select(.vm == $id) | .key')
+	# the filler's files: the store owner's alone
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/$key/ready-$id")" = 600 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/$key/fill.lock")" = 600 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/$key/fill.log")" = 600 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/.own/$id.sock")" = 600 ]
 	run --separate-stderr isopod run -- hostname
 	[ "$status" -eq 0 ]
 	json_is ".ok == true and .path == \"pool\" and .vm.id == \"$id\""
@@ -229,8 +311,10 @@ fake_pooled() {
 		"$ISOPOD_HOME/vms/$id/meta.json"
 }
 
-@test "pool: four concurrent runs with pool_size 1 all succeed on four VMs of their own, each with its own hostname and RNG" {
+@test "pool: with pool_size 2, two pooled VMs and two more runs, four at once: all succeed on four VMs of their own, each with its own hostname and RNG" {
+	export ISOPOD_POOL_SIZE=2
 	fill
+	wait_ready 2
 	local i
 	for i in 1 2 3 4; do
 		isopod run -- sh -c 'hostname; head -c16 /dev/urandom | od -An -tx1 | tr -d " \n"' \
@@ -241,8 +325,10 @@ fake_pooled() {
 	echo "$output"
 	json_is 'length == 4 and all(.ok) and ([.[].id] | unique | length) == 4'
 	json_is '([.[].out | split("\n")[0]] | unique | length) == 4 and ([.[].out | split("\n")[1]] | unique | length) == 4'
-	json_is '([.[] | select(.path == "pool")] | length) >= 1'
+	json_is '([.[] | select(.path == "pool")] | length) >= 2'
 	for i in $(jq -r '.[].id' <<<"$output"); do stopped "$i"; done
+	# back to one: the fillers done, the pool's extra VM stopped
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null
 }
 
 @test "pool: a taken VM accepts no second owner (its socket is gone; a forged entry serves nobody)" {
