@@ -24,15 +24,15 @@ TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/iso
 	bin/isopod-fork bin/isopod-commit bin/isopod-stage bin/isopod-netsetup bin/isopod-warm \
 	bin/isopod-broker bin/isopod-supervise bin/isopod-attest bin/isopod-image bin/isopod-doctor \
 	bin/isopod-result bin/isopod-runner bin/isopod-vm bin/isopod-mcp bin/isopod-jail bin/isopod-provenance \
-	bin/isopod-allow bin/isopod-oci bin/isopod-slurm
+	bin/isopod-allow bin/isopod-oci bin/isopod-slurm bin/isopod-pool
 # t/17-jail.bats' programs (see below)
 JAILTEST = build/jail/probe build/jail/isopod-jail-mutant
-HOSTLIB = lib/util.o lib/runopt.o lib/digest.o lib/utf8.o lib/proc.o lib/launch.o lib/qemu.o lib/ovtpl.o lib/conlog.o lib/image.o lib/accel.o lib/accelhost.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/tree.o lib/warm.o lib/warmpool.o lib/warmtpl.o lib/net.o lib/taphold.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/slurmjob.o lib/execopt.o lib/execio.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/cgroup.o lib/jail.o lib/jaildeps.o lib/jailchild.o lib/qjail.o lib/attcheck.o lib/config.o lib/gcauto.o lib/propose.o lib/psl.o
+HOSTLIB = lib/util.o lib/runopt.o lib/digest.o lib/utf8.o lib/proc.o lib/launch.o lib/qemu.o lib/ovtpl.o lib/conlog.o lib/image.o lib/accel.o lib/accelhost.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/tree.o lib/warm.o lib/warmpool.o lib/warmtpl.o lib/net.o lib/taphold.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/slurmjob.o lib/execopt.o lib/execio.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/cgroup.o lib/jail.o lib/jaildeps.o lib/jailchild.o lib/qjail.o lib/attcheck.o lib/config.o lib/gcauto.o lib/propose.o lib/psl.o lib/pool.o
 # Only the tools that read nftables link libnftnl: ruleset.o on its own.
 NETLIB = lib/ruleset.o
 # isopod-netsetup's own: the taps and routing rules (rtnetlink), the tables.
 NSLIB = lib/netslot.o lib/nftbuild.o lib/nftexpr.o lib/nftjail.o
-LIBHDR = lib/util.h lib/proc.h lib/launch.h lib/qemu.h lib/ovtpl.h lib/conlog.h lib/image.h lib/accel.h lib/accelhost.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/tree.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/slurmjob.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/cgroup.h lib/jail.h lib/jailchild.h lib/qjail.h lib/attcheck.h lib/config.h lib/gcauto.h lib/gcstore.h lib/mcpcall.h lib/propose.h lib/psl.h lib/bpfdeny.h
+LIBHDR = lib/util.h lib/proc.h lib/launch.h lib/qemu.h lib/ovtpl.h lib/conlog.h lib/image.h lib/accel.h lib/accelhost.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/tree.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/slurmjob.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/cgroup.h lib/jail.h lib/jailchild.h lib/qjail.h lib/attcheck.h lib/config.h lib/gcauto.h lib/gcstore.h lib/mcpcall.h lib/propose.h lib/psl.h lib/bpfdeny.h lib/pool.h
 
 # Preloaded into a warm clone's QEMU only (lib/qemu.c qemu_clone_env): it
 # opens the snapshot's memory file read-only.  Beside the tools, where the

@@ -45,7 +45,7 @@
 
 #define USAGE "isopod-boot [--vm REF] [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
 	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--console-max BYTES] [--check] " \
-	      "[--run-options[=text]]"
+	      "[--run-options[=text]] [--pool-idle S]"
 
 #define MIB (1024LL * 1024)
 
@@ -252,6 +252,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		{ "console-max", required_argument, NULL, 'M' },
 		{ "check", no_argument, NULL, 'K' },
 		{ "run-options", optional_argument, NULL, 'R' },
+		{ "pool-idle", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -283,6 +284,11 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 		case 'k': cf->keep = 1; break;
 		case 'C': cf->cold = 1; break;
 		case 'K': check = 1; break;
+		case 'P':
+			/* isopod-pool fill's: kept until a run takes it (lib/pool.h) */
+			range("--pool-idle", optarg, 1, 86400, "seconds", &bt->ln.pool_idle_s);
+			cf->keep = 1;
+			break;
 		case 'M':
 			range("--console-max", optarg, 0, CONSOLE_MAX_LIMIT, "bytes",
 			      &bt->ln.console_max);
@@ -759,6 +765,8 @@ static void confirm_and_emit(struct boot *bt)
 		      "overlay", bt->resumed ? NULL : bt->overlay);
 	if (m && w->resume_ms >= 0)
 		json_object_set_new(m, "resume_ms", json_integer(w->resume_ms));
+	if (m && bt->ln.pool_idle_s)
+		json_object_set_new(m, "pool_idle_s", json_integer(bt->ln.pool_idle_s));
 	if (!m || vm_meta_update(bt->id, live, m) < 0)
 		warn("unable to update %s:", bt->meta);
 	json_decref(m);

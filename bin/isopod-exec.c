@@ -27,7 +27,8 @@
 #define USAGE "isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
 	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
-	"                   [--log-max BYTES] [--check] [--run-options[=text]] -- CMD [ARG]..."
+	"                   [--log-max BYTES] [--check] [--pool-warm-up] [--run-options[=text]]\n" \
+	"                   -- CMD [ARG]..."
 
 #define MAX_ITEMS 256
 
@@ -44,6 +45,7 @@ struct opts {
 	struct exec_copy in[MAX_ITEMS], out[MAX_ITEMS];
 	int nin, nout;
 	int shell, check;
+	int pool_warm_up;         /* --pool-warm-up: isopod-pool's filler, before it publishes */
 	char **argv;
 	int argc;
 	long long watchdog_ms, copy_out_max, log_max;
@@ -109,6 +111,18 @@ static void load_vm(struct opts *o, const char *ref)
 	pathf(o->qmp_sock, sizeof o->qmp_sock, "%s", s ? s : "");
 	o->qemu_pid = json_is_integer(json_object_get(m, "qemu_pid"))
 			     ? json_integer_value(json_object_get(m, "qemu_pid")) : 0;
+	/* A pooled VM serves the ONE run that takes it: before the take
+	 * (pool_taken, set by its supervisor) only its filler's warm-up
+	 * reaches it.  Else anything that may name a VM (isopod-mcp's
+	 * sandbox_exec, listed by vm_list) could leave a process or a file in
+	 * a VM another run then gets as fresh. */
+	if (json_object_get(m, "pool_idle_s") && !json_is_true(json_object_get(m, "pool_taken")) &&
+	    !o->pool_warm_up) {
+		json_decref(m);
+		fail(o, EX_CONFLICT, "pooled",
+		     "vm %s (%s) is a pooled VM no run has taken: it serves one run only", o->id,
+		     o->name);
+	}
 	/* Every command of a filtered vm gets the proxy variables, ahead of
 	 * the caller's --env, which may override them. */
 	o->nproxy = exec_proxy_env(json_object_get(m, "net"), o->proxy_env);
@@ -144,6 +158,7 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 		{"log-max", required_argument, 0, 'L'},
 		{"shell", no_argument, 0, 's'},
 		{"check", no_argument, 0, 'K'},
+		{"pool-warm-up", no_argument, 0, 'P'},
 		{"run-options", optional_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
@@ -194,6 +209,7 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 			break;
 		case 's': o->shell = 1; break;
 		case 'K': o->check = 1; break;
+		case 'P': o->pool_warm_up = 1; break;
 		case 'R':
 			/* =text: the lines isopod run reads (util.h) */
 			if (optarg && strcmp(optarg, "text"))

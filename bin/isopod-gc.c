@@ -13,6 +13,7 @@
 #include "config.h"
 #include "gcauto.h"
 #include "gcstore.h"
+#include "pool.h"
 #include "jail.h"
 #include "proc.h"
 #include "tree.h"
@@ -105,8 +106,7 @@ static void auto_failed(int code, const char *msg)
 	die(code, "%s", msg);
 }
 
-/* --df: the last automatic gc's error (a bad setting), else null: nobody
- * reads its stderr. */
+/* --df: the last automatic gc's error (a bad setting), else null: nobody reads its stderr. */
 static json_t *auto_error(void)
 {
 	char p[PATH_MAX];
@@ -876,7 +876,7 @@ int main(int argc, char **argv)
 	size_t nrec = 0;
 	long long warm_total = 0;
 	json_t *evicted, *kernels_removed, *overlays_removed, *usage = NULL, *cache_removed = NULL, *cache_busy = NULL;
-	json_t *removed, *out, *warm_removed, *cgroups, *jcache;
+	json_t *removed, *out, *warm_removed, *cgroups, *jcache, *pooled;
 	time_t now = time(NULL);
 	int r = 0, lk;
 
@@ -889,7 +889,8 @@ int main(int argc, char **argv)
 	if (!(removed = json_array()) || !(c.leaked = json_array()) ||
 	    !(warm_removed = json_array()) || !(evicted = json_array()) ||
 	    !(kernels_removed = json_array()) || !(cgroups = json_array()) ||
-	    !(jcache = json_array()) || !(overlays_removed = json_array()))
+	    !(jcache = json_array()) || !(overlays_removed = json_array()) ||
+	    !(pooled = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
 	owner = store_pin(c.gs.store, sizeof c.gs.store);
@@ -924,10 +925,11 @@ int main(int argc, char **argv)
 			sweep_failed(&c.gs);
 	}
 	tmp_sweep(&c);
-	/* after the records: a leaked QEMU reap_stale killed has left its
-	 * cgroup (or is still leaving it: the next gc) */
+	/* after the records: a leaked QEMU reap_stale killed has left its cgroup (or is leaving it) */
 	jail_cgroups_sweep(&c.gs, recs, nrec, cgroups);
 	jail_cache_sweep(&c.gs, c.cache, jcache);
+	if (pool_sweep(c.gs.dry_run, pooled) < 0) /* entries whose VM is gone (lib/pool.c) */
+		warn("unable to sweep %s/pool:", store_home());
 	close(lk);
 	test_pause("gc-trash");
 	gcstore_trash_empty(&c.gs);
@@ -941,7 +943,8 @@ int main(int argc, char **argv)
 			"warm_budget", c.budget >= 0 ? json_integer(c.budget) : json_null());
 	if (!out || json_object_set_new(out, "cgroups", cgroups) < 0 ||
 	    json_object_set_new(out, "jail_cache_removed", jcache) < 0 ||
-	    json_object_set_new(out, "overlays_removed", overlays_removed) < 0)
+	    json_object_set_new(out, "overlays_removed", overlays_removed) < 0 ||
+	    json_object_set_new(out, "pool_removed", pooled) < 0)
 		die(EX_SYS, "unable to build the output");
 	if (cache_removed) {
 		json_object_set_new(out, "cache_removed", cache_removed);
@@ -949,6 +952,7 @@ int main(int argc, char **argv)
 	}
 	if (usage) {
 		json_object_set_new(out, "store", json_string(c.gs.store));
+		json_object_set_new(usage, "pool", pool_df()); /* the pool's VMs and their PSS */
 		json_object_set_new(out, "usage", usage);
 		json_object_set_new(out, "auto_error", auto_error());
 	}

@@ -678,6 +678,8 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 
 	if (!plan)
 		plan = load(o->dir, "claim.json");
+	if (!plan && boot && !strcmp(str(boot, "path") ?: "", "pool"))
+		plan = json_object(); /* a pooled VM: its filler claimed it (isopod-pool(1)) */
 	if (!ex || !boot || !plan ||
 	    (json_object_get(ex, "warnings") && !json_is_null(json_object_get(ex, "warnings")) &&
 	     !json_is_array(json_object_get(ex, "warnings"))))

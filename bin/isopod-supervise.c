@@ -14,7 +14,11 @@
  *         the broker's fd 3
  * stdin: one JSON object {"vm":ID, "dir":DIR, "qemu":[ARGV...],
  * "net":{"mode","gateway","allow":[...]}|null, "jail":true|false,
- * "jail_why":WHY, "console_max":BYTES}.  QEMU writes the guest's console
+ * "jail_why":WHY, "console_max":BYTES, "pool_idle_s":N}.  With pool_idle_s
+ * the VM is a pooled one (isopod-pool(1), lib/pool.h): no owner yet; one
+ * is taken on pool/.own/<id>.sock (a pidfd sent by the taker), one only
+ * (the socket goes with it), and watched as --owner's; none within N
+ * seconds of our start ends QEMU (stopped_by "pool-idle").  QEMU writes the guest's console
  * into a pipe (its fd QEMU_CONSOLE_FD) that we read for the VM's whole
  * life into DIR/console.log, its first console_max bytes (default
  * CONSOLE_MAX_DEFAULT); the rest is counted, and the record gets
@@ -29,6 +33,7 @@
 
 #include "conlog.h"
 #include "egress.h"
+#include "pool.h"
 #include "proc.h"
 #include "qemu.h"
 #include "qjail.h"
@@ -73,6 +78,11 @@ struct sup {
 	struct conlog con;          /* the console: QEMU's fd QEMU_CONSOLE_FD */
 	int conwfd;                 /* its write end, until QEMU has it */
 	int con_noted;              /* the record says the log was cut */
+	long long pool_idle_s;      /* the spec's: a pooled VM (0: not) */
+	int plfd;                   /* its owner socket, until an owner came */
+	int pifd;                   /* inotify on its shape's directory (pool_watch) */
+	int64_t idle_at;            /* no owner by then: QEMU ends */
+	int64_t take_at;            /* its entry taken: no owner by then, QEMU ends */
 };
 
 /* Before QEMU runs: a session of its own (isopod-boot asked for it), the
@@ -197,6 +207,8 @@ __attribute__((noreturn)) static void sup_start_failed(struct sup *s, const char
 			qjail_reclaim(&s->qj);
 	}
 	egress_stop(&s->eg);
+	if (s->plfd >= 0)
+		pool_unlisten(s->id);
 	dprintf(s->repfd, "error: %s\n", what);
 	_exit(111);
 }
@@ -286,15 +298,51 @@ static void sup_console(struct sup *s, uint64_t budget)
 	json_decref(m);
 }
 
+/* A pooled VM's one owner: the pidfd the taker sent, watched from now on
+ * as --owner's; the socket closed and removed, so no second owner can
+ * ever be handed this VM. */
+static void sup_pool_owner(struct sup *s)
+{
+	static const char *const live[] = { "running", NULL };
+	struct pollfd q = { .fd = s->qfd, .events = POLLIN };
+	int conn, pfd = pool_accept(s->plfd, &conn);
+	json_t *m;
+
+	if (pfd < 0)
+		return;
+	/* The answer last, once we know QEMU still runs and we are not
+	 * killing it: a taker answered 'k' runs in its VM (review L1). */
+	if (s->killed || poll(&q, 1, 0) != 0) {
+		close(pfd);
+		close(conn);
+		return;
+	}
+	s->ownerfd = pfd;
+	close(s->plfd);
+	s->plfd = -1;
+	pool_unlisten(s->id);
+	if (s->pifd >= 0) {
+		close(s->pifd);
+		s->pifd = -1;
+	}
+	m = json_pack("{s:b}", "pool_taken", 1);
+	if (!m || vm_meta_update(s->id, live, m) < 0)
+		warn("supervisor: unable to record the pool's take:");
+	json_decref(m);
+	if (pool_ack(conn) < 0)
+		/* the taker is gone: so is the run it took us for */
+		sup_kill(s, "owner", "the taker went before its answer");
+}
+
 /* Watch QEMU, the signals, the owner, the control pipe and the console
  * until QEMU is gone; then reap it and take the rest of its console. */
 static void sup_watch(struct sup *s)
 {
-	struct pollfd pf[5];
+	struct pollfd pf[7];
 	int64_t con_at = 0; /* the console is polled again from then */
 
 	for (;;) {
-		int n = 0, iq, is, io = -1, ic = -1, icon = -1, wait = -1;
+		int n = 0, iq, is, io = -1, ic = -1, icon = -1, ip = -1, ii = -1, wait = -1;
 		int64_t now = mono_ms();
 
 		pf[iq = n++] = (struct pollfd){ .fd = s->qfd, .events = POLLIN };
@@ -307,6 +355,20 @@ static void sup_watch(struct sup *s)
 			pf[io = n++] = (struct pollfd){ .fd = s->ownerfd, .events = POLLIN };
 		if (s->ctlfd >= 0)
 			pf[ic = n++] = (struct pollfd){ .fd = s->ctlfd, .events = POLLIN };
+		if (s->plfd >= 0) {
+			pf[ip = n++] = (struct pollfd){ .fd = s->plfd, .events = POLLIN };
+			if (now >= s->idle_at)
+				sup_kill(s, "pool-idle", "pooled, no run within its idle lifetime");
+			else if (wait < 0 || s->idle_at - now < wait)
+				wait = (int)(s->idle_at - now);
+			/* taken and no owner came: the taker died or failed */
+			if (s->take_at && now >= s->take_at)
+				sup_kill(s, "pool-orphan", "pooled, taken, no owner handed over");
+			else if (s->take_at && (wait < 0 || s->take_at - now < wait))
+				wait = (int)(s->take_at - now);
+		}
+		if (s->pifd >= 0)
+			pf[ii = n++] = (struct pollfd){ .fd = s->pifd, .events = POLLIN };
 		if (poll(pf, (nfds_t)n, wait) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -343,6 +405,10 @@ static void sup_watch(struct sup *s)
 				sup_kill(s, "signal", note);
 			}
 		}
+		if (ii >= 0 && pf[ii].revents && pool_watch_taken(s->pifd, s->id) && !s->take_at)
+			s->take_at = mono_ms() + POOL_TAKE_MS;
+		if (ip >= 0 && pf[ip].revents)
+			sup_pool_owner(s);
 		if (io >= 0 && pf[io].revents) {
 			sup_kill(s, "owner", "owner exited");
 			close(s->ownerfd);
@@ -369,6 +435,11 @@ static void sup_watch(struct sup *s)
 	}
 	while (waitpid(s->q, &s->st, 0) < 0 && errno == EINTR)
 		;
+	if (s->plfd >= 0) {
+		close(s->plfd);
+		s->plfd = -1;
+		pool_unlisten(s->id);
+	}
 	/* what QEMU wrote before it went: the pipe holds at most its size,
 	 * and reads never block (O_NONBLOCK: should anything of the jail's
 	 * still hold the write end, EAGAIN ends this) */
@@ -447,6 +518,10 @@ static json_t *read_spec(struct sup *s, char **av, size_t avn)
 		  json_integer_value(v) > CONSOLE_MAX_LIMIT))
 		die(EX_USAGE, "standard input: want \"console_max\": 0..%lld", CONSOLE_MAX_LIMIT);
 	s->con.max = v ? (long long)json_integer_value(v) : CONSOLE_MAX_DEFAULT;
+	v = json_object_get(spec, "pool_idle_s");
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 86400))
+		die(EX_USAGE, "standard input: want \"pool_idle_s\": 1..86400");
+	s->pool_idle_s = v ? (long long)json_integer_value(v) : 0;
 	net = json_object_get(spec, "net");
 	if (!json_is_object(net))
 		return spec;
@@ -479,7 +554,8 @@ int main(int argc, char **argv)
 	};
 	struct sup s = { .ctlfd = FD_CTL, .repfd = FD_REP, .ownerfd = -1, .memfd = -1,
 			 .slotfd = -1, .sfd = -1, .eg = { .pid = -1, .pidfd = -1 }, .q = -1,
-			 .qfd = -1, .why = "qemu", .con = { .rfd = -1, .logfd = -1 }, .conwfd = -1 };
+			 .qfd = -1, .why = "qemu", .con = { .rfd = -1, .logfd = -1 }, .conwfd = -1,
+			 .plfd = -1, .pifd = -1 };
 	char *av[128];
 	json_t *spec;
 	int c, i;
@@ -504,7 +580,23 @@ int main(int argc, char **argv)
 			die(EX_USAGE, "fd %d is not open; isopod-boot starts isopod-supervise "
 				      "(see isopod-supervise(1))", i);
 	spec = read_spec(&s, av, sizeof av / sizeof av[0]);
+	/* a pooled VM's owner is the run that takes it, handed over once */
+	if (s.pool_idle_s && s.ownerfd >= 0)
+		die_usage(USAGE, "--owner and a spec's pool_idle_s: a pooled VM gets its owner "
+				 "from its take");
 	sup_setup(&s);
+	if (s.pool_idle_s) {
+		char msg[PATH_MAX + 64];
+
+		if ((s.plfd = pool_listen(s.id, msg, sizeof msg)) < 0) {
+			dprintf(s.repfd, "error: %s\n", msg);
+			return 111;
+		}
+		s.idle_at = mono_ms() + s.pool_idle_s * 1000;
+		/* its entry's unlink is a take: the hand-over follows or the VM ends */
+		if ((s.pifd = pool_watch(s.id, msg, sizeof msg)) < 0)
+			warn("supervisor: %s: a take that never hands over waits for the idle lifetime", msg);
+	}
 	sup_broker(&s);
 	sup_qemu(&s);
 	sup_watch(&s);

@@ -33,6 +33,8 @@ static pid_t start_supervisor(struct launch *l, char *const *av, int keepfd, int
 	struct proc_spec ps = PROC_SPEC(sav);
 	pid_t pid;
 
+	if (j && l->pool_idle_s > 0)
+		json_object_set_new(j, "pool_idle_s", json_integer(l->pool_idle_s));
 	for (char *const *a = av; j && *a; a++)
 		json_array_append_new(json_object_get(j, "qemu"), json_string(*a));
 	text = j ? json_dumps(j, JSON_COMPACT) : NULL;

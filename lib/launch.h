@@ -40,6 +40,7 @@ struct launch {
 	int jail;                 /* QEMU and broker jailed? */
 	char jail_why[PATH_MAX + 64]; /* why (jail_wanted) */
 	long long console_max;    /* bytes console.log keeps (--console-max) */
+	long long pool_idle_s;    /* a pooled VM's idle lifetime (lib/pool.h), or 0 */
 	struct conn *conn;        /* the agent connection's buffers (large) */
 	struct hello h;           /* what the agent is told, and what it answers */
 	/* what launch_start started; launch_abandon undoes it */

@@ -77,30 +77,9 @@ static json_t *next_msg(struct qmp *q, int64_t deadline_ms, int *rc)
 static int send_all(struct qmp *q, const char *buf, size_t n, int fd, int64_t deadline_ms)
 {
 	while (n) {
-		struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
-		union {
-			char b[CMSG_SPACE(sizeof(int))];
-			struct cmsghdr align;
-		} cm;
-		struct msghdr mh = { 0 };
 		struct pollfd p = { .fd = q->fd, .events = POLLOUT };
-		ssize_t w;
+		ssize_t w = fd_send(q->fd, buf, n, fd);
 
-		mh.msg_iov = &iov;
-		mh.msg_iovlen = 1;
-		if (fd >= 0) {
-			struct cmsghdr *c;
-
-			memset(&cm, 0, sizeof cm);
-			mh.msg_control = cm.b;
-			mh.msg_controllen = sizeof cm.b;
-			c = CMSG_FIRSTHDR(&mh);
-			c->cmsg_level = SOL_SOCKET;
-			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(c), &fd, sizeof fd);
-		}
-		w = sendmsg(q->fd, &mh, MSG_NOSIGNAL);
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;

@@ -322,6 +322,60 @@ int unix_connect_nofollow(int fd, const char *path)
 	return r;
 }
 
+ssize_t fd_send(int sock, const void *buf, size_t n, int fd)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(&cm, 0, sizeof cm);
+		mh.msg_control = cm.b;
+		mh.msg_controllen = sizeof cm.b;
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof fd);
+	}
+	return sendmsg(sock, &mh, MSG_NOSIGNAL);
+}
+
+ssize_t fd_recv(int sock, void *buf, size_t n, int *fd)
+{
+	union {
+		char b[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = { .iov_base = buf, .iov_len = n };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+			     .msg_controllen = sizeof cm.b };
+	ssize_t r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+
+	*fd = -1;
+	for (struct cmsghdr *c = r >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
+		size_t k = c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS
+				   ? (c->cmsg_len - CMSG_LEN(0)) / sizeof(int)
+				   : 0;
+
+		for (size_t i = 0; i < k; i++) {
+			int g;
+
+			memcpy(&g, CMSG_DATA(c) + i * sizeof(int), sizeof g);
+			if (*fd < 0 && k == 1)
+				*fd = g;
+			else
+				close(g);
+		}
+	}
+	return r;
+}
+
 int write_all(int fd, const void *buf, size_t n)
 {
 	const char *p = buf;

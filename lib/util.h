@@ -245,6 +245,15 @@ int vm_running(const char *id);
  * (ELOOP: a link; ENOTSOCK: not a socket; ENOENT, ECONNREFUSED as connect). */
 int unix_connect_nofollow(int fd, const char *path);
 
+/* One sendmsg(2) of buf[0..n) on the socket sock with the descriptor fd
+ * riding along (SCM_RIGHTS) when fd >= 0, MSG_NOSIGNAL: sendmsg's answer
+ * (the bytes sent, or -1 with errno).  The one such sender: QMP's fd
+ * commands (lib/qmp.c) and the pool's owner hand-over (lib/pool.c). */
+ssize_t fd_send(int sock, const void *buf, size_t n, int fd);
+/* One recvmsg(2) into buf[0..n) on sock, MSG_CMSG_CLOEXEC; a descriptor
+ * that came with it (exactly one, SCM_RIGHTS) in *fd, else *fd = -1 (any
+ * other received is closed).  recvmsg's answer. */
+ssize_t fd_recv(int sock, void *buf, size_t n, int *fd);
 /* Write all of buf to fd, retrying on EINTR/short writes; -1 on error. */
 int write_all(int fd, const void *buf, size_t n);
 

@@ -1368,6 +1368,11 @@ isopod-oci
 isopod-oci frob
 isopod-oci push x
 isopod-oci pull a b c
+isopod-pool
+isopod-pool frob
+isopod-pool ls extra
+isopod-pool take
+isopod-pool take --owner-pid 1
 isopod-provenance
 isopod-provenance sign
 isopod-provenance verify a

@@ -1,0 +1,404 @@
+#!/usr/bin/env bats
+# The run pool (issue 13 goal 2, isopod-pool(1)): VMs already resumed and
+# warmed up, each serving ONE run, its stop off the run's path; bounded,
+# idle ones expire, killed runs stop theirs, gc sweeps dead entries, off by
+# configuration.  Real VM boots (TCG here), --net none.
+
+load helpers
+
+setup_file() {
+	isopod_setup_file --images
+	export ISOPOD_POOL_SIZE=1 ISOPOD_POOL_IDLE_S=120
+}
+
+teardown_file() {
+	# no filler may boot behind the store's removal: wait for them, stop
+	# every ready VM
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null || st=$?
+	isopod_teardown_file || st=$?
+	return "${st:-0}"
+}
+
+isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
+
+# ready_ids: the ready pooled VMs that run, one id a line.
+ready_ids() { isopod-pool ls | jq -r 'select(.state == "ready" and .running) | .vm'; }
+
+# wait_ready N: until N pooled VMs are ready (a filler started by a take).
+wait_ready() {
+	local i
+	for i in $(seq 600); do
+		[ "$(ready_ids | wc -l)" -lt "$1" ] || return 0
+		sleep 0.1
+	done
+	echo "pool: not $1 ready; fill.log:" >&2
+	cat "$ISOPOD_HOME"/pool/*/fill.log >&2 || :
+	return 1
+}
+
+# fill: start a filler (a take finds nothing, or takes for nobody) and
+# wait for one ready VM.
+fill() {
+	[ "$(ready_ids | wc -l)" -ge 1 ] || isopod-pool take --owner-pid $$ \
+		--id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
+	wait_ready 1
+}
+
+# stopped ID [SECONDS]: wait until the VM ID no longer runs.
+stopped() {
+	local i
+	for i in $(seq $((${2:-10} * 10))); do
+		[ "$(isopod-vm show "$1" | jq -r .running)" = false ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# fake_pooled ID IDLE: a pooled VM without a VM: isopod-supervise with
+# `sleep` for QEMU (no jail), confirmed, published as ready under the key
+# of no boot options (its filler a no-op: ISOPOD_POOL=true).  $key is set.
+fake_pooled() {
+	local d="$ISOPOD_HOME/vms/$1" f="$BATS_TEST_TMPDIR/ctl.$1"
+	mkdir -p "$d"
+	echo "{\"id\":\"$1\",\"state\":\"running\",\"name\":\"n-$1\",\"pool_idle_s\":$2}" >"$d/meta.json"
+	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
+	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%f\n' | head -1)
+	mkfifo "$f"
+	# as a filler does: the VM's entry before its boot (its supervisor
+	# finds its shape by it, pool_watch), ready once booted
+	: >"$ISOPOD_HOME/pool/$key/filling-$1"
+	echo "{\"vm\":\"$1\",\"dir\":\"$d\",\"qemu\":[\"/bin/sleep\",\"60\"],\"jail\":false,\"pool_idle_s\":$2}" |
+		(exec 3>"$d/lock" && flock 3 && exec isopod-supervise 4<"$f" 5>/dev/null >/dev/null 2>&1) &
+	printf r >"$f"
+	for _ in $(seq 50); do [ -e "$ISOPOD_HOME/pool/.own/$1.sock" ] && break; sleep 0.1; done
+	echo "{\"vm\":{\"id\":\"$1\"},\"path\":\"warm\"}" >"$ISOPOD_HOME/pool/$key/ready-$1"
+	rm -f "$ISOPOD_HOME/pool/$key/filling-$1"
+}
+
+@test "pool (no VM): a take hands the owner over once: the entry and socket go, a second take is refused, the owner's exit stops the VM" {
+	fake_pooled vm-00000000000a 30
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id"
+	[ "$status" -eq 0 ]
+	json_is '.path == "pool" and .vm.id == "vm-00000000000a"'
+	[ "$(head -1 "$BATS_TEST_TMPDIR/id")" = vm-00000000000a ]
+	[ ! -e "$ISOPOD_HOME/pool/$key/ready-vm-00000000000a" ]
+	[ ! -e "$ISOPOD_HOME/pool/.own/vm-00000000000a.sock" ]
+	jq -e ".pool_taken == true and .owner_pid == $owner and .keep == false" "$ISOPOD_HOME/vms/vm-00000000000a/meta.json"
+	# forged back: the supervisor takes no second owner
+	echo '{"vm":{"id":"vm-00000000000a"}}' >"$ISOPOD_HOME/pool/$key/ready-vm-00000000000a"
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id2"
+	[ "$status" -eq 101 ]
+	[ "$(isopod-vm show vm-00000000000a | jq -r .running)" = true ]
+	kill -9 "$owner"
+	stopped vm-00000000000a 5
+	jq -e '.stopped_by == "owner" and .state == "stopped"' "$ISOPOD_HOME/vms/vm-00000000000a/meta.json"
+}
+
+@test "pool (no VM): a taker killed between its take and the hand-over leaves no VM running and no entry; one paused there gets no VM once its supervisor has ended it" {
+	fake_pooled vm-000000000012 60
+	sleep 60 &
+	owner=$!
+	ISOPOD_TEST_KILL_AT=pool-take ISOPOD_POOL=true run --separate-stderr \
+		isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id"
+	[ "$status" -eq 137 ]
+	[ ! -e "$BATS_TEST_TMPDIR/id" ]
+	# ended within POOL_TAKE_MS of the take, not at pool_idle_s (60)
+	stopped vm-000000000012 10
+	jq -e '.stopped_by == "pool-orphan" and (.pool_taken | not)' "$ISOPOD_HOME/vms/vm-000000000012/meta.json"
+	[ -z "$(find "$ISOPOD_HOME/pool" -name '*vm-000000000012*')" ]
+	# paused there (SIGSTOP) past the supervisor's end of the VM: continued,
+	# it gets no VM
+	fake_pooled vm-000000000013 60
+	ISOPOD_TEST_PAUSE_AT=pool-take ISOPOD_POOL=true isopod-pool take --owner-pid "$owner" \
+		--id-file "$BATS_TEST_TMPDIR/id2" >"$BATS_TEST_TMPDIR/out2" 2>&1 &
+	taker=$!
+	stopped vm-000000000013 10
+	jq -e '.stopped_by == "pool-orphan"' "$ISOPOD_HOME/vms/vm-000000000013/meta.json"
+	kill -CONT "$taker"
+	wait "$taker" && st=0 || st=$?
+	[ "$st" -eq 101 ]
+	[ ! -e "$BATS_TEST_TMPDIR/id2" ]
+	kill "$owner"
+}
+
+@test "pool (no VM): modes: pool/, pool/.own, the shape and the owner socket the store owner's alone; a take sends no owner to a socket of another uid (SO_PEERCRED)" {
+	fake_pooled vm-000000000014 30
+	[ "$(stat -c %a "$ISOPOD_HOME/pool")" = 700 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/.own")" = 700 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/$key")" = 700 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/.own/vm-000000000014.sock")" = 600 ]
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null
+	stopped vm-000000000014 5
+	# a listener of uid 65534 on an entry's socket path: bound as root,
+	# listening as 65534 (SO_PEERCRED names the listener's creds); it
+	# writes what it received
+	local id=vm-000000000015 got="$BATS_TEST_TMPDIR/got"
+	python3 -c '
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])
+out, ready = open(sys.argv[2], "wb"), open(sys.argv[3], "w")
+os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
+s.listen(4)
+ready.close()
+s.settimeout(10)
+try:
+    c, _ = s.accept()
+    c.settimeout(3)
+    d = c.recv(16)
+    c.send(b"k")
+except OSError:
+    d = b""
+out.write(d)
+' "$ISOPOD_HOME/pool/.own/$id.sock" "$got" "$BATS_TEST_TMPDIR/listening" &
+	py=$!
+	for _ in $(seq 50); do [ -e "$BATS_TEST_TMPDIR/listening" ] && break; sleep 0.1; done
+	echo "{\"vm\":{\"id\":\"$id\"}}" >"$ISOPOD_HOME/pool/$key/ready-$id"
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id"
+	kill "$owner"
+	wait "$py" || :
+	echo "$output"
+	[ "$status" -eq 101 ]
+	[[ "$stderr" == *"is not our supervisor's"* ]]
+	[ ! -s "$got" ]
+	rm -f "$ISOPOD_HOME/pool/.own/$id.sock"
+}
+
+@test "pool (no VM): of concurrent takers exactly one gets the VM" {
+	fake_pooled vm-00000000000b 30
+	local pids=()
+	sleep 60 &
+	owner=$!
+	for i in 1 2 3 4 5 6; do
+		ISOPOD_POOL=true isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id$i" \
+			>"$BATS_TEST_TMPDIR/t$i" 2>/dev/null &
+		pids+=($!)
+	done
+	wait "${pids[@]}" || :
+	[ "$(cat "$BATS_TEST_TMPDIR"/t? | jq -s 'map(select(.vm.id == "vm-00000000000b")) | length')" -eq 1 ]
+	kill "$owner"
+	stopped vm-00000000000b 5
+}
+
+@test "pool (no VM): no owner within pool_idle_s: the supervisor stops the VM (pool-idle); gc sweeps the entry" {
+	fake_pooled vm-00000000000c 1
+	stopped vm-00000000000c 5
+	jq -e '.stopped_by == "pool-idle"' "$ISOPOD_HOME/vms/vm-00000000000c/meta.json"
+	[ ! -e "$ISOPOD_HOME/pool/.own/vm-00000000000c.sock" ]
+	run isopod-gc --dry-run
+	json_is '.pool_removed == [{key: .pool_removed[0].key, vm: "vm-00000000000c", removed: false}] and .leaked == []'
+	run isopod-gc
+	json_is '.pool_removed | map(select(.removed) | .vm) == ["vm-00000000000c"]'
+	[ ! -e "$ISOPOD_HOME/pool/$key/ready-vm-00000000000c" ]
+	rm -rf "$ISOPOD_HOME"/vms/vm-00000000000? "${ISOPOD_HOME:?}/pool/$key"
+}
+
+@test "pool (no VM): exec in a pooled VM no run has taken is refused (102, pooled), its filler's --pool-warm-up is not; after the take the run's exec is not" {
+	fake_pooled vm-00000000000d 30
+	run --separate-stderr isopod-exec --vm vm-00000000000d -- true
+	[ "$status" -eq 102 ]
+	[[ "$stderr" == *"is a pooled VM no run has taken"* ]]
+	json_is '.ok == false and .error_kind == "pooled"'
+	# past the check (the fake has no agent: "not booted", also 102)
+	run --separate-stderr isopod-exec --vm vm-00000000000d --pool-warm-up -- true
+	[[ "$stderr" != *"no run has taken"* ]]
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id"
+	[ "$status" -eq 0 ]
+	run --separate-stderr isopod-exec --vm vm-00000000000d -- true
+	[[ "$stderr" != *"no run has taken"* ]]
+	kill "$owner"
+	stopped vm-00000000000d 5
+}
+
+@test "pool (no VM): the shape's key holds the host's jail setting and the caller's cgroups: a VM pooled under another is not taken" {
+	fake_pooled vm-00000000000e 30
+	# the host configuration turns the jail off: another shape
+	printf 'jail = no\n' >"$BATS_TEST_TMPDIR/sysconfig"
+	ISOPOD_SYSCONFIG="$BATS_TEST_TMPDIR/sysconfig" ISOPOD_POOL=true run --separate-stderr \
+		isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id1"
+	[ "$status" -eq 101 ]
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-00000000000e" ]
+	# a run in another cgroup (a v1 pids one made here, or v2's): another shape
+	local cg
+	if [ -d /sys/fs/cgroup/pids ]; then cg=/sys/fs/cgroup/pids/isopod-t52-$$; else cg=/sys/fs/cgroup/isopod-t52-$$; fi
+	mkdir "$cg"
+	(echo "$BASHPID" >"$cg/cgroup.procs" && ISOPOD_POOL=true exec isopod-pool take --owner-pid $$ \
+		--id-file "$BATS_TEST_TMPDIR/id2" >"$BATS_TEST_TMPDIR/out2" 2>/dev/null) && st=0 || st=$?
+	rmdir "$cg"
+	[ "$st" -eq 101 ]
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-00000000000e" ]
+	# the control: the same shape takes it
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id3"
+	[ "$status" -eq 0 ]
+	kill "$owner"
+	stopped vm-00000000000e 5
+}
+
+@test "pool (no VM): pool_max bounds the pooled VMs of every shape together: another shape's filler makes none past it" {
+	fake_pooled vm-00000000000f 30
+	local n k1
+	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 | wc -l)
+	# another shape (--mem-mib 300): nothing ready, its filler starts
+	ISOPOD_POOL_MAX=1 run --separate-stderr isopod-pool take --owner-pid $$ \
+		--id-file "$BATS_TEST_TMPDIR/id" --mem-mib 300
+	[ "$status" -eq 101 ]
+	for _ in $(seq 100); do
+		k1=$(grep -l "pool_max 1 reached" "$ISOPOD_HOME"/pool/*/fill.log 2>/dev/null | head -1) && [ -n "$k1" ] && break
+		sleep 0.1
+	done
+	[ -n "$k1" ]
+	[ "$k1" != "$ISOPOD_HOME/pool/$key/fill.log" ]
+	# no VM claimed for it; the one of the first shape is still ready
+	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 | wc -l)" -eq "$n" ]
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-00000000000f" ]
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null
+	stopped vm-00000000000f 5
+}
+
+@test "pool (no VM): a FIFO as a ready entry never blocks a take; isopod-supervise refuses --owner with a pooled spec" {
+	mkdir -p "$ISOPOD_HOME/pool"
+	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
+	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%f\n' | head -1)
+	mkfifo "$ISOPOD_HOME/pool/$key/ready-vm-000000000010"
+	ISOPOD_POOL=true run --separate-stderr timeout 10 isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id"
+	[ "$status" -eq 101 ]
+	rm -f "$ISOPOD_HOME/pool/$key/ready-vm-000000000010"
+	run --separate-stderr isopod-supervise --owner 6<&0 <<<'{"vm":"vm-000000000011","dir":"/nonexistent","qemu":["/bin/true"],"jail":false,"pool_idle_s":5}' 3>/dev/null 4</dev/null 5>/dev/null
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"pooled VM gets its owner from its take"* ]]
+}
+
+@test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
+	local n
+	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+	ISOPOD_POOL_SIZE=0 run --separate-stderr isopod run -- true
+	[ "$status" -eq 0 ]
+	json_is '.ok == true and .path != "pool"'
+	run --separate-stderr env -u ISOPOD_POOL_SIZE isopod run -- true
+	json_is '.ok == true and .path != "pool"'
+	sleep 1
+	# two runs, two VMs: no filler claimed one, none is pooled
+	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 | wc -l)" -eq $((n + 2)) ]
+	[ -z "$(isopod-pool ls)" ]
+}
+
+@test "pool: a run is served by a ready VM (path pool), which its supervisor stops after the run; the entry is gone" {
+	fill
+	id=$(ready_ids)
+	key=$(isopod-pool ls | jq -r --arg id "$id" 'select(.vm == $id) | .key')
+	# the filler's files: the store owner's alone
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/$key/ready-$id")" = 600 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/$key/fill.lock")" = 600 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/$key/fill.log")" = 600 ]
+	[ "$(stat -c %a "$ISOPOD_HOME/pool/.own/$id.sock")" = 600 ]
+	run --separate-stderr isopod run -- hostname
+	[ "$status" -eq 0 ]
+	json_is ".ok == true and .path == \"pool\" and .vm.id == \"$id\""
+	name=$(jq -r .vm.name <<<"$output")
+	[ "$(jq -r .stdout <<<"$output")" = "$name" ]
+	# the one unlink that was the take: never ready again
+	[ -z "$(isopod-pool ls | jq -r --arg id "$id" 'select(.vm == $id) | .vm')" ]
+	stopped "$id"
+	jq -e '.stopped_by == "owner" and .pool_taken == true and .keep == false and .state == "stopped"' \
+		"$ISOPOD_HOME/vms/$id/meta.json"
+}
+
+@test "pool: with pool_size 2, two pooled VMs and two more runs, four at once: all succeed on four VMs of their own, each with its own hostname and RNG" {
+	export ISOPOD_POOL_SIZE=2
+	fill
+	# the one ready may be the last test's refill (pool_size 1 then): a
+	# filler of the shape for the second
+	key=$(isopod-pool ls | jq -r .key | head -1)
+	flock "$ISOPOD_HOME/pool/$key/fill.lock" true # that filler done
+	(isopod-pool fill --key "$key" >/dev/null 2>>"$ISOPOD_HOME/pool/$key/fill.log" &)
+	wait_ready 2
+	local i
+	for i in 1 2 3 4; do
+		isopod run -- sh -c 'hostname; head -c16 /dev/urandom | od -An -tx1 | tr -d " \n"' \
+			>"$BATS_TEST_TMPDIR/r$i.json" 2>/dev/null &
+	done
+	wait
+	run jq -s -c '[.[] | {ok, path, id: .vm.id, out: .stdout}]' "$BATS_TEST_TMPDIR"/r?.json
+	echo "$output"
+	json_is 'length == 4 and all(.ok) and ([.[].id] | unique | length) == 4'
+	json_is '([.[].out | split("\n")[0]] | unique | length) == 4 and ([.[].out | split("\n")[1]] | unique | length) == 4'
+	json_is '([.[] | select(.path == "pool")] | length) >= 2'
+	for i in $(jq -r '.[].id' <<<"$output"); do stopped "$i"; done
+	# back to one: the fillers done, the pool's extra VM stopped
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null
+}
+
+@test "pool: a taken VM accepts no second owner (its socket is gone; a forged entry serves nobody)" {
+	fill
+	id=$(ready_ids)
+	key=$(isopod-pool ls | jq -r --arg id "$id" 'select(.vm == $id) | .key')
+	cp "$ISOPOD_HOME/pool/$key/ready-$id" "$BATS_TEST_TMPDIR/entry"
+	"$ISOPOD_SRC/sh/isopod" run -- sleep 30 >/dev/null 2>&1 &
+	run_pid=$!
+	for i in $(seq 100); do
+		jq -e '.pool_taken == true' "$ISOPOD_HOME/vms/$id/meta.json" >/dev/null && break
+		sleep 0.1
+	done
+	jq -e '.pool_taken == true' "$ISOPOD_HOME/vms/$id/meta.json"
+	[ ! -e "$ISOPOD_HOME/pool/.own/$id.sock" ]
+	# the entry put back: a second take must not get this running VM
+	cp "$BATS_TEST_TMPDIR/entry" "$ISOPOD_HOME/pool/$key/ready-$id"
+	sleep 30 &
+	other=$!
+	run --separate-stderr isopod-pool take --owner-pid "$other" --id-file "$BATS_TEST_TMPDIR/id2"
+	kill "$other" || :
+	[ "$status" -ne 0 ] || jq -e --arg id "$id" '.vm.id != $id' <<<"$output"
+	kill "$run_pid" || :
+	wait "$run_pid" || :
+	stopped "$id"
+}
+
+@test "pool: SIGKILL of the run's front end stops its pooled VM (the supervisor watches the run's pidfd)" {
+	fill
+	id=$(ready_ids)
+	"$ISOPOD_SRC/sh/isopod" run -- sleep 60 >/dev/null 2>&1 &
+	run_pid=$!
+	for i in $(seq 100); do
+		jq -e '.pool_taken == true' "$ISOPOD_HOME/vms/$id/meta.json" >/dev/null && break
+		sleep 0.1
+	done
+	jq -e --arg p "$run_pid" '.pool_taken == true and .owner_pid == ($p | tonumber)' \
+		"$ISOPOD_HOME/vms/$id/meta.json"
+	kill -9 "$run_pid"
+	stopped "$id" 10
+	jq -e '.stopped_by == "owner"' "$ISOPOD_HOME/vms/$id/meta.json"
+	wait "$run_pid" || :
+}
+
+@test "pool: gc sweeps an entry whose supervisor died; a run is then not served by it" {
+	fill
+	id=$(ready_ids)
+	sup=$(jq -r .supervisor_pid "$ISOPOD_HOME/vms/$id/meta.json")
+	kill -9 "$sup"
+	stopped "$id"
+	run isopod-gc --dry-run
+	json_is ".pool_removed | map({vm, removed}) == [{vm: \"$id\", removed: false}]"
+	run isopod-gc
+	json_is ".pool_removed | map(select(.removed) | .vm) == [\"$id\"]"
+	[ -z "$(isopod-pool ls | jq -r --arg id "$id" 'select(.vm == $id) | .vm')" ]
+}
+
+@test "pool: an idle VM expires (pool_idle_s): its supervisor stops it, stopped_by pool-idle; df reports the pool" {
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null
+	ISOPOD_POOL_IDLE_S=8 fill
+	id=$(ready_ids)
+	run isopod-gc --df
+	json_is '.usage.pool.ready == 1 and .usage.pool.pss_bytes > 0'
+	stopped "$id" 30
+	jq -e '.stopped_by == "pool-idle"' "$ISOPOD_HOME/vms/$id/meta.json"
+	run isopod-gc
+	json_is ".pool_removed | map(.vm) == [\"$id\"]"
+}
