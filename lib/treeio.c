@@ -22,6 +22,8 @@ static void note(struct ts_walk *w, const char *why)
 {
 	queue(w, ts_put_entry(w->hdr, 'n', 0, 0, 0, w->path, 0, why));
 	w->skipped++;
+	if (w->note)
+		w->note(w->ctx, w->path, why);
 }
 
 int ts_walk_open(struct ts_walk *w, int fd)

@@ -36,6 +36,9 @@ struct ts_walk {
 	size_t hlen, hoff;
 	int ended;                  /* 'e' queued */
 	uint32_t skipped;           /* entries sent as notes */
+	/* each of them, also told here (may be NULL) */
+	void (*note)(void *ctx, const char *path, const char *why);
+	void *ctx;
 	char err[512];
 };
 

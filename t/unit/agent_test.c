@@ -23,6 +23,8 @@
 #include "../../agent/pid1.c"
 #include "../../agent/port.c"
 #include "../../agent/request.c"
+#include "../../lib/treeio.c"
+#include "../../lib/treestream.c"
 
 #include "tap.h"
 
