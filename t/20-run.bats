@@ -1136,7 +1136,8 @@ probe_reason() {
 	[ "$(stat -c %a "$DATA/treeout/sub")" = 750 ]
 	[ "$(stat -c %a "$DATA/treeout/sub/f")" = 640 ]
 	[ "$(stat -c %a "$DATA/treeout/x")" = 755 ]  # setuid masked on the host
-	[ -d "$DATA/treeout/empty" ] && [ -d "$DATA/treeout/sub/deep" ]
+	[ -d "$DATA/treeout/empty" ]
+	[ -d "$DATA/treeout/sub/deep" ]
 	[ "$(readlink "$DATA/treeout/sub/up")" = ../../../etc/passwd ]
 	[ "$(readlink "$DATA/treeout/out")" = "$DATA/victim" ]
 	[ "$(cat "$DATA/treeout/sub/f")" = hello ]
@@ -1147,11 +1148,14 @@ probe_reason() {
 	# the device and FIFO are skipped, no setuid and no sticky bit
 	echo "$output" | jq -e '.copied_out[1].tree == true and (.copied_out[1].skipped | map(.path) | sort == ["null","pipe"])'
 	[ "$(readlink "$DATA/evilout/up")" = ../../../../../../.. ]
-	[ -L "$DATA/evilout/via" ] && [ -L "$DATA/evilout/v" ] && [ -L "$DATA/evilout/root" ]
+	[ -L "$DATA/evilout/via" ]
+	[ -L "$DATA/evilout/v" ]
+	[ -L "$DATA/evilout/root" ]
 	[ "$(stat -c %a "$DATA/evilout/d/f")" = 755 ]
 	[ "$(stat -c %a "$DATA/evilout/d")" = 777 ]
 	[ -z "$(ls -A "$DATA/victim")" ]
-	[ ! -e "$DATA/evilout/null" ] && [ ! -e "$DATA/evilout/pipe" ]
+	[ ! -e "$DATA/evilout/null" ]
+	[ ! -e "$DATA/evilout/pipe" ]
 	# a destination that exists is not replaced, nor written into
 	mkdir "$DATA/exists"
 	echo mine >"$DATA/exists/etc"
