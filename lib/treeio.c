@@ -230,6 +230,7 @@ void ts_sink_init(struct ts_sink *k, int top, uint32_t mask)
 	k->mask = mask;
 	k->file = -1;
 	k->pfd = -1;
+	k->max_dir_bytes = TS_DIR_BYTES_MAX;
 }
 
 void ts_sink_free(struct ts_sink *k)
@@ -291,6 +292,13 @@ static int sink_fail(char *why, size_t wsz, const char *what, const char *path)
 
 static int remember_dir(struct ts_sink *k, const char *path, const struct ts_item *it)
 {
+	size_t l = strlen(path) + 1 + sizeof *k->dirs;
+
+	if (l > k->max_dir_bytes - k->dir_bytes) {
+		errno = E2BIG; /* "Argument list too long": more directories than allowed */
+		return -1;
+	}
+	k->dir_bytes += l;
 	if (k->ndirs == k->cap) {
 		size_t cap = k->cap ? 2 * k->cap : 64;
 		struct ts_dirmode *d = realloc(k->dirs, cap * sizeof *d);

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #define TS_DEPTH_MAX 64  /* directories open at once in a walk */
+#define TS_DIR_BYTES_MAX (16u << 20) /* the sink's memory of directory paths */
 
 struct ts_walk {
 	int fd[TS_DEPTH_MAX];       /* the open directories, top first */
@@ -70,6 +71,8 @@ struct ts_sink {
 	struct ts_dirmode *dirs; /* modes and times set at the end (a 0555
 				  * directory must still take its entries) */
 	size_t ndirs, cap;
+	size_t dir_bytes, max_dir_bytes; /* their paths' memory, bounded (a
+					  * guest's 100000 paths of 4000 bytes) */
 	uint64_t files, bytes;
 };
 

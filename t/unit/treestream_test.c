@@ -317,6 +317,23 @@ int main(void)
 	}
 	end(&b);
 	hostile(&b, "more entries than allowed", 3, 0);
+	{
+		char dd[120];
+		struct ts_feed *f = malloc(sizeof *f);
+		int tfd, r;
+
+		snprintf(dd, sizeof dd, "%s/dirmem", tmp);
+		mkdir(dd, 0700);
+		tfd = open(dd, O_RDONLY | O_DIRECTORY);
+		ts_feed_init(f, tfd, 0777);
+		f->sink.max_dir_bytes = 3 * (sizeof(struct ts_dirmode) + 4);
+		r = ts_feed(f, b.p, b.len, why, sizeof why);
+		ok(r < 0 && strstr(why, "remember"), "more directory paths than the sink keeps (%s)",
+		   why);
+		ts_feed_free(f);
+		free(f);
+		close(tfd);
+	}
 	add(&b, "x", 1);
 	hostile(&b, "bytes after the end", 0, 0);
 
