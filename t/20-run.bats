@@ -1110,7 +1110,7 @@ probe_reason() {
 	run --separate-stderr isopod run --json-only --timeout-s 600 \
 		--copy-in "$src:/root/tree" --copy-out "/root/tree:$DATA/treeout" \
 		--copy-out "/root/evil:$DATA/evilout" -- sh -c '
-		cd /root/tree && stat -c "%n %a %F" x sub sub/f empty sparse && readlink sub/up out
+		cd /root/tree && stat -c "%n %a %F" x sub sub/f empty sparse && readlink sub/up && readlink out
 		[ ! -e fifo ] && echo nofifo
 		echo "blocks $(stat -c %b sparse)"
 		mkdir -p /root/evil/d && cd /root/evil
