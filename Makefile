@@ -27,12 +27,12 @@ TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/iso
 	bin/isopod-allow bin/isopod-oci bin/isopod-slurm bin/isopod-pool
 # t/17-jail.bats' programs (see below)
 JAILTEST = build/jail/probe build/jail/isopod-jail-mutant
-HOSTLIB = lib/util.o lib/runopt.o lib/digest.o lib/utf8.o lib/proc.o lib/launch.o lib/qemu.o lib/ovtpl.o lib/conlog.o lib/image.o lib/accel.o lib/accelhost.o lib/frame.o lib/host.o lib/stage.o lib/qmp.o lib/tree.o lib/warm.o lib/warmpool.o lib/warmtpl.o lib/net.o lib/taphold.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/slurmjob.o lib/execopt.o lib/execio.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/cgroup.o lib/jail.o lib/jaildeps.o lib/jailchild.o lib/qjail.o lib/attcheck.o lib/config.o lib/gcauto.o lib/propose.o lib/psl.o lib/pool.o
+HOSTLIB = lib/util.o lib/runopt.o lib/digest.o lib/utf8.o lib/proc.o lib/launch.o lib/qemu.o lib/ovtpl.o lib/conlog.o lib/image.o lib/accel.o lib/accelhost.o lib/frame.o lib/treestream.o lib/treeio.o lib/host.o lib/stage.o lib/qmp.o lib/tree.o lib/warm.o lib/warmpool.o lib/warmtpl.o lib/net.o lib/taphold.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/slurmjob.o lib/execopt.o lib/execio.o lib/exectree.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/cgroup.o lib/jail.o lib/jaildeps.o lib/jailchild.o lib/qjail.o lib/attcheck.o lib/config.o lib/gcauto.o lib/propose.o lib/psl.o lib/pool.o
 # Only the tools that read nftables link libnftnl: ruleset.o on its own.
 NETLIB = lib/ruleset.o
 # isopod-netsetup's own: the taps and routing rules (rtnetlink), the tables.
 NSLIB = lib/netslot.o lib/nftbuild.o lib/nftexpr.o lib/nftjail.o
-LIBHDR = lib/util.h lib/proc.h lib/launch.h lib/qemu.h lib/ovtpl.h lib/conlog.h lib/image.h lib/accel.h lib/accelhost.h lib/frame.h lib/host.h lib/stage.h lib/qmp.h lib/tree.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/slurmjob.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/cgroup.h lib/jail.h lib/jailchild.h lib/qjail.h lib/attcheck.h lib/config.h lib/gcauto.h lib/gcstore.h lib/mcpcall.h lib/propose.h lib/psl.h lib/bpfdeny.h lib/pool.h
+LIBHDR = lib/util.h lib/proc.h lib/launch.h lib/qemu.h lib/ovtpl.h lib/conlog.h lib/image.h lib/accel.h lib/accelhost.h lib/frame.h lib/treestream.h lib/treeio.h lib/host.h lib/stage.h lib/qmp.h lib/tree.h lib/warm.h lib/warmpool.h lib/net.h lib/allow.h lib/egress.h lib/dns.h lib/http.h lib/ranges.h lib/dsse.h lib/ruleset.h lib/vm.h lib/tcfilter.h lib/attest.h lib/subjects.h lib/report.h lib/job.h lib/slurmjob.h lib/execopt.h lib/execio.h lib/adverse.h lib/advprobe.h lib/nldump.h lib/netslot.h lib/nftbuild.h lib/nftexpr.h lib/jsonrpc.h lib/jschema.h lib/mcptools.h lib/cgroup.h lib/jail.h lib/jailchild.h lib/qjail.h lib/attcheck.h lib/config.h lib/gcauto.h lib/gcstore.h lib/mcpcall.h lib/propose.h lib/psl.h lib/bpfdeny.h lib/pool.h
 
 # Preloaded into a warm clone's QEMU only (lib/qemu.c qemu_clone_env): it
 # opens the snapshot's memory file read-only.  Beside the tools, where the
@@ -160,11 +160,12 @@ build/jail/isopod-jail-mutant: bin/isopod-jail.c lib/jail.c lib/jailchild.c $(HO
 	$(CC) $(ALL_CFLAGS) -DJAIL_MUTANT -o $@ bin/isopod-jail.c lib/jail.c lib/jailchild.c \
 		$(filter-out lib/jail.o lib/jailchild.o,$(HOSTLIB)) $(LDLIBS_HOST)
 
-# The agent: static musl, PID 1.  It links frame.c (libc only) and nothing else of lib/.
+# The agent: static musl, PID 1.  It links frame.c and the tree stream
+# (treestream.c, treeio.c), libc only, and nothing else of lib/.
 AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \
 	agent/exec.c agent/file.c
-agent/isopod-agent: $(AGENTSRC) agent/agent.h lib/frame.c lib/frame.h
-	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ $(AGENTSRC) lib/frame.c
+agent/isopod-agent: $(AGENTSRC) agent/agent.h lib/frame.c lib/frame.h lib/treestream.c lib/treestream.h lib/treeio.c lib/treeio.h
+	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ $(AGENTSRC) lib/frame.c lib/treestream.c lib/treeio.c
 
 # Reproducible, no root needed, works before any kernel is built and needs
 # nothing but a shell (images/mkinitramfs writes the cpio itself, no cache).

@@ -35,6 +35,7 @@
 #define ISOPOD_AGENT_H
 
 #include "frame.h"
+#include "treeio.h"
 
 #include <limits.h>
 #include <netinet/in.h>
@@ -166,18 +167,23 @@ struct exec_state {
 };
 
 struct put_state {
-	int fd;
+	int fd;          /* the file; with tree, the top directory */
 	int failed;      /* error reported: drop stream-4 data until EOF */
+	int tree;        /* a directory: stream-4 is a tree stream into feed */
 	uint64_t bytes;
 	char path[PATH_MAX];
+	struct ts_feed feed;
 };
 
 struct get_state {
 	int fd;
+	int tree;        /* a directory: walk sends it as a tree stream */
 	uint64_t bytes;
 	uint64_t size;   /* st_size at open: never more is sent */
+	uint64_t max;    /* the most the host takes */
 	uint32_t mode;
 	char path[PATH_MAX];
+	struct ts_walk walk;
 };
 
 struct agent {
@@ -227,6 +233,7 @@ int put_parse(const struct frame *fr, char path[PATH_MAX], uint32_t *mode, char 
 	      size_t whysz);
 int get_parse(const struct frame *fr, char path[PATH_MAX], uint64_t *max, char *why,
 	      size_t whysz);
+int tree_parse(const struct frame *fr, uint32_t *tree, char *why, size_t whysz);
 
 /* ------------------------------------------------------------------ */
 /* port.c, main.c: the connection and the loop                         */

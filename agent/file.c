@@ -1,6 +1,7 @@
 /* file.c - FILE_PUT (copy-in: a file created from stream-4 DATA under
  * the credit window) and FILE_GET (copy-out: a regular file into stream-4
- * DATA while the host keeps up). */
+ * DATA while the host keeps up); with TREE, a directory as a tree stream
+ * (lib/treeio.h) both ways. */
 #include "agent.h"
 
 #include <errno.h>
@@ -32,7 +33,12 @@ static int mkdir_parents(const char *path, char *err, size_t errsz)
 
 void put_fail(struct agent *a)
 {
-	if (a->put.fd >= 0) {
+	if (a->put.tree) {
+		/* what was made of the tree stays: the ERROR says it is partial */
+		ts_feed_free(&a->put.feed);
+		close_fd(&a->put.fd);
+		a->put.tree = 0;
+	} else if (a->put.fd >= 0) {
 		close_fd(&a->put.fd);
 		unlink(a->put.path); /* no half-written file left behind */
 	}
@@ -42,7 +48,7 @@ void put_fail(struct agent *a)
 void on_file_put(struct agent *a, const struct frame *fr)
 {
 	char err[PATH_MAX + 100];
-	uint32_t mode = 0644;
+	uint32_t mode = 0644, tree;
 	struct stat sb;
 	int fd;
 
@@ -50,18 +56,38 @@ void on_file_put(struct agent *a, const struct frame *fr)
 	a->op = OP_PUT;
 	a->put.fd = -1;
 	a->put.failed = 1;
+	a->put.tree = 0;
 	a->put.bytes = 0;
 	if (put_parse(fr, a->put.path, &mode, err, sizeof err) < 0) {
 		send_error(a, "bad_request", "%s", err);
 		return;
 	}
 	mode &= 07777;
+	if (tree_parse(fr, &tree, err, sizeof err) < 0) {
+		send_error(a, "bad_request", "FILE_PUT: %s", err);
+		return;
+	}
 	if (root_make_rw(a, err, sizeof err) < 0) {
 		send_error(a, "root_unavailable", "%s", err);
 		return;
 	}
 	if (mkdir_parents(a->put.path, err, sizeof err) < 0) {
 		send_error(a, "io", "%s", err);
+		return;
+	}
+	if (tree) {
+		/* A new directory, never one that is there: what the stream
+		 * makes is all that is below it (mkdir does not follow a
+		 * symlink at PATH, O_NOFOLLOW the open). */
+		if (mkdir(a->put.path, 0700) < 0 ||
+		    (fd = open(a->put.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+			send_error(a, "io", "mkdir %s: %s", a->put.path, strerror(errno));
+			return;
+		}
+		ts_feed_init(&a->put.feed, fd, 07777);
+		a->put.fd = fd;
+		a->put.tree = 1;
+		a->put.failed = 0;
 		return;
 	}
 	/* O_NONBLOCK: a FIFO at that path must not hang PID 1. */
@@ -94,6 +120,16 @@ void on_file_data(struct agent *a, const struct frame *fr)
 	if (a->op != OP_PUT)
 		return;
 	a->credit_due[STREAM_FILE] += fr->len;
+	if (a->put.tree && !a->put.failed) {
+		char err[600];
+
+		if (ts_feed(&a->put.feed, p, left, err, sizeof err) < 0) {
+			send_error(a, "io", "%s: %s", a->put.path, err);
+			put_fail(a);
+		}
+		a->put.bytes += left;
+		return;
+	}
 	while (!a->put.failed && left) {
 		n = write(a->put.fd, p, left);
 		if (n < 0 && errno == EINTR)
@@ -120,6 +156,22 @@ void on_file_eof(struct agent *a)
 	a->op = OP_NONE;
 	if (a->put.failed)
 		return;
+	if (a->put.tree) {
+		char err[600];
+		int r = ts_feed_end(&a->put.feed, err, sizeof err);
+		uint64_t bytes = a->put.feed.sink.bytes;
+
+		put_fail(a);
+		if (r < 0) {
+			send_error(a, "io", "%s: %s", a->put.path, err);
+			return;
+		}
+		tlv_init(&w, buf, sizeof buf);
+		tlv_put_u64(&w, T_BYTES, bytes);
+		tlv_put_u32(&w, T_TREE, 1);
+		out_tlv(a, F_FILE_DONE, STREAM_CTL, &w);
+		return;
+	}
 	if (close(a->put.fd) < 0) {
 		a->put.fd = -1;
 		send_error(a, "io", "close %s: %s", a->put.path, strerror(errno));
@@ -137,9 +189,11 @@ void on_file_get(struct agent *a, const struct frame *fr)
 	char err[1024];
 	struct stat sb;
 	uint64_t max;
+	uint32_t tree;
 	int fd;
 
-	if (get_parse(fr, a->get.path, &max, err, sizeof err) < 0) {
+	if (get_parse(fr, a->get.path, &max, err, sizeof err) < 0 ||
+	    tree_parse(fr, &tree, err, sizeof err) < 0) {
 		send_error(a, "bad_request", "%s", err);
 		return;
 	}
@@ -155,6 +209,24 @@ void on_file_get(struct agent *a, const struct frame *fr)
 			send_error(a, "io", "open %s: %s", a->get.path, strerror(errno));
 		return;
 	}
+	if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode) && !tree) {
+		/* the host asks again with TREE: a directory is a tree stream */
+		close(fd);
+		send_error(a, "is_dir", "%s: a directory", a->get.path);
+		return;
+	}
+	if (tree) {
+		if (ts_walk_open(&a->get.walk, fd) < 0) { /* fd taken */
+			send_error(a, "io", "%s: %s", a->get.path, a->get.walk.err);
+			return;
+		}
+		a->get.tree = 1;
+		a->get.fd = -1;
+		a->get.bytes = 0;
+		a->get.max = max;
+		a->op = OP_GET;
+		return;
+	}
 	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
 		close(fd);
 		send_error(a, "io", "%s: not a regular file", a->get.path);
@@ -167,6 +239,7 @@ void on_file_get(struct agent *a, const struct frame *fr)
 		return;
 	}
 	clear_nonblock(fd);
+	a->get.tree = 0;
 	a->get.fd = fd;
 	a->get.bytes = 0;
 	/* The size at open bounds what is sent: a file that a survivor of the
@@ -177,6 +250,40 @@ void on_file_get(struct agent *a, const struct frame *fr)
 	a->op = OP_GET;
 }
 
+/* A directory's tree stream into DATA frames while the host keeps up. */
+static void tree_pump(struct agent *a)
+{
+	uint8_t buf[OUT_DATA_CHUNK], tl[32];
+	struct tlv_w w;
+	long n;
+
+	while (a->op == OP_GET && out_pending(a) <= OUT_HIGH) {
+		n = ts_walk_read(&a->get.walk, buf, sizeof buf);
+		if (n > 0 && (uint64_t)n <= a->get.max - a->get.bytes) {
+			out_frame(a, F_DATA, STREAM_FILE, buf, (size_t)n);
+			a->get.bytes += (uint64_t)n;
+			continue;
+		}
+		a->op = OP_NONE;
+		ts_walk_close(&a->get.walk);
+		a->get.tree = 0;
+		if (n > 0) {
+			send_error(a, "too_large", "%s: more than the %llu bytes the host takes",
+				   a->get.path, (unsigned long long)a->get.max);
+			return;
+		}
+		if (n < 0) {
+			send_error(a, "io", "%s: %s", a->get.path, a->get.walk.err);
+			return;
+		}
+		out_frame(a, F_EOF, STREAM_FILE, NULL, 0);
+		tlv_init(&w, tl, sizeof tl);
+		tlv_put_u64(&w, T_BYTES, a->get.bytes);
+		tlv_put_u32(&w, T_TREE, 1);
+		out_tlv(a, F_FILE_DONE, STREAM_CTL, &w);
+	}
+}
+
 /* File content into DATA frames while the host keeps up. */
 void get_pump(struct agent *a)
 {
@@ -184,6 +291,10 @@ void get_pump(struct agent *a)
 	struct tlv_w w;
 	ssize_t n;
 
+	if (a->get.tree) {
+		tree_pump(a);
+		return;
+	}
 	while (a->op == OP_GET && out_pending(a) <= OUT_HIGH) {
 		n = a->get.bytes < a->get.size ? out_read_data(a, a->get.fd, STREAM_FILE, a->get.size - a->get.bytes) : 0;
 		if (n > 0) {

@@ -100,7 +100,10 @@ void op_abort(struct agent *a)
 		put_fail(a);
 		break;
 	case OP_GET:
-		close_fd(&a->get.fd);
+		if (a->get.tree)
+			ts_walk_close(&a->get.walk);
+		else
+			close_fd(&a->get.fd);
 		break;
 	case OP_NONE:
 		break;

@@ -333,6 +333,29 @@ int get_parse(const struct frame *fr, char path[PATH_MAX], uint64_t *max, char *
 	return 0;
 }
 
+/* FILE_PUT / FILE_GET's TREE: *tree 0 when absent, else 0 or 1. */
+int tree_parse(const struct frame *fr, uint32_t *tree, char *why, size_t whysz)
+{
+	struct tlv_r r;
+	const uint8_t *val;
+	uint32_t len, seen = 0;
+	uint8_t tag;
+
+	*tree = 0;
+	tlv_rinit(&r, fr->payload, fr->len);
+	while (tlv_next(&r, &tag, &val, &len) == 1) {
+		if (repeated(&seen, TAG_BIT(T_TREE), tag)) {
+			snprintf(why, whysz, "TREE given twice");
+			return -1;
+		}
+		if (tag == T_TREE && (tlv_u32(val, len, tree) < 0 || *tree > 1)) {
+			snprintf(why, whysz, "TREE is not a u32 0 or 1");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* A HELLO from a new host: well-formed TLVs with VERSION and COOKIE. */
 int hello_plausible(const struct frame *fr)
 {

@@ -243,8 +243,9 @@ static void parse_args(struct opts *o, int argc, char **argv)
 
 		if (stat(o->in[i].host, &st) < 0)
 			die(EX_USAGE, "--copy-in %s:", EXC(o->in[i].host));
-		if (!S_ISREG(st.st_mode))
-			die(EX_USAGE, "--copy-in %s: only regular files can be copied", EXC(o->in[i].host));
+		if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+			die(EX_USAGE, "--copy-in %s: only regular files and directories can be copied",
+			    EXC(o->in[i].host));
 	}
 	/* --check: what the command would be given, checked before a VM exists
 	 * (isopod run refuses a bad value before anything is claimed or booted). */

@@ -40,7 +40,7 @@ static void check_exec(const struct frame *fr)
 static void check_file(const struct frame *fr)
 {
 	char path[PATH_MAX], why[1024];
-	uint32_t mode = 0644;
+	uint32_t mode = 0644, tree;
 	uint64_t max;
 
 	memset(why, 0xff, sizeof why);
@@ -53,6 +53,13 @@ static void check_file(const struct frame *fr)
 	memset(why, 0xff, sizeof why);
 	if (get_parse(fr, path, &max, why, sizeof why) == 0) {
 		if (path[0] != '/' || strlen(path) >= PATH_MAX)
+			abort();
+	} else if (!memchr(why, 0, sizeof why)) {
+		abort();
+	}
+	memset(why, 0xff, sizeof why);
+	if (tree_parse(fr, &tree, why, sizeof why) == 0) {
+		if (tree > 1)
 			abort();
 	} else if (!memchr(why, 0, sizeof why)) {
 		abort();

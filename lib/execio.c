@@ -1,6 +1,7 @@
 /* execio.c - one command in a booted VM over its agent (execio.h). */
 #include "execio.h"
 #include "qmp.h"
+#include "treeio.h"
 #include "util.h"
 
 #include <errno.h>
@@ -91,7 +92,7 @@ int exec_stop_vm(struct exec_session *s)
 
 /* The vm could not be stopped: whatever the command did, the result is the
  * infrastructure's failure, never a timeout with a vm still running. */
-static int fail_not_stopped(struct exec_session *s, const char *when)
+int exec_fail_not_stopped(struct exec_session *s, const char *when)
 {
 	return fail(s, EX_SYS, "not_stopped", "vm %s: %s, and the host could not stop the vm",
 		    s->vm_id, when);
@@ -110,7 +111,7 @@ static int watchdog_fired(struct exec_session *s)
 	if (s->deadline_ms && mono_ms() >= s->deadline_ms)
 		return EXEC_DEADLINE;
 	if (exec_stop_vm(s) < 0)
-		return fail_not_stopped(s, "the guest agent stopped answering");
+		return exec_fail_not_stopped(s, "the guest agent stopped answering");
 	return fail(s, EX_SYS, "unresponsive",
 		    "vm %s: the guest agent stopped answering for %lld ms; the vm was stopped",
 		    s->vm_id, (long long)s->watchdog_ms);
@@ -145,7 +146,7 @@ static int64_t before_deadline(const struct exec_session *s, int64_t ms)
  * why; or a failure.  The deadline and the watchdog are checked after every
  * frame, not only when none came: a steady stream of frames (PONGs,
  * CREDITs) must not keep them from being seen. */
-static int wait_frame(struct exec_session *s, struct frame *fr)
+int exec_wait_frame(struct exec_session *s, struct frame *fr)
 {
 	for (;;) {
 		int r = conn_wait(&s->c, fr, exec_next_tick(s, mono_ms()));
@@ -255,8 +256,10 @@ int exec_connect(struct exec_session *s, const char *agent_sock)
 	return 0;
 }
 
-/* Send a file's bytes on `stream` under the agent's credit. */
-static int send_stream(struct exec_session *s, int fd, uint32_t stream, const char *what)
+/* Send a file's bytes (or, with walk, a directory's tree stream) on
+ * `stream` under the agent's credit. */
+static int send_stream(struct exec_session *s, int fd, struct ts_walk *walk, uint32_t stream,
+		       const char *what)
 {
 	uint8_t buf[FRAME_DATA_CHUNK];
 	uint64_t credit = FRAME_INITIAL_CREDIT;
@@ -268,7 +271,7 @@ static int send_stream(struct exec_session *s, int fd, uint32_t stream, const ch
 		ssize_t n;
 
 		if (want == 0 || s->c.wlen - s->c.woff > 4 * FRAME_DATA_CHUNK) {
-			if ((r = wait_frame(s, &fr)) < 0)
+			if ((r = exec_wait_frame(s, &fr)) < 0)
 				return r;
 			if (r && fr.type == F_CREDIT && fr.stream == stream) {
 				uint64_t b = 0;
@@ -289,9 +292,11 @@ static int send_stream(struct exec_session *s, int fd, uint32_t stream, const ch
 			return fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame %u", s->vm_id,
 				    what, fr.type);
 		}
-		n = read(fd, buf, want);
-		if (n < 0 && errno == EINTR)
+		n = walk ? ts_walk_read(walk, buf, want) : read(fd, buf, want);
+		if (n < 0 && !walk && errno == EINTR)
 			continue;
+		if (n < 0 && walk)
+			return fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(what), walk->err);
 		if (n < 0)
 			return fail(s, EX_SYS, "io", "%s: read: %s", EXC(what), strerror(errno));
 		if (n == 0)
@@ -303,6 +308,57 @@ static int send_stream(struct exec_session *s, int fd, uint32_t stream, const ch
 			return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
 	}
 	conn_queue(&s->c, F_EOF, stream, NULL, 0);
+	return 0;
+}
+
+/* Each entry a copy-in leaves out (a device, a hard link): onto the list. */
+static void tree_note(void *ctx, const char *path, const char *why)
+{
+	json_t *skipped = ctx;
+
+	json_array_append_new(skipped, json_pack("{s:o, s:s}", "path",
+		utf8_json((const uint8_t *)path, strlen(path), 0), "why", why));
+}
+
+/* A host directory (open at fd, taken) into the guest as a tree stream:
+ * the agent makes GUEST, which must not exist, and all below it. */
+static int tree_in(struct exec_session *s, const struct exec_copy *cp, int fd, json_t *list)
+{
+	struct ts_walk *walk = malloc(sizeof *walk);
+	json_t *skipped = json_array();
+	uint8_t buf[4200];
+	struct tlv_w w;
+	struct frame fr;
+	int r;
+
+	if (!walk || !skipped || ts_walk_open(walk, fd) < 0) {
+		r = fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(cp->host),
+			 walk ? walk->err : "out of memory");
+		if (!walk)
+			close(fd);
+		free(walk);
+		json_decref(skipped);
+		return r;
+	}
+	walk->note = tree_note;
+	walk->ctx = skipped;
+	tlv_init(&w, buf, sizeof buf);
+	tlv_put_str(&w, T_PATH, cp->guest);
+	tlv_put_u32(&w, T_TREE, 1);
+	conn_queue(&s->c, F_FILE_PUT, STREAM_CTL, buf, w.len);
+	r = send_stream(s, -1, walk, STREAM_FILE, cp->host);
+	ts_walk_close(walk);
+	free(walk);
+	while (r == 0 && (r = exec_wait_frame(s, &fr)) == 1 && fr.type == F_CREDIT)
+		;
+	if (r < 0 || (r == 1 && fr.type != F_FILE_DONE)) {
+		json_decref(skipped);
+		return r < 0 ? r : fail_frame(s, &fr, cp->guest);
+	}
+	json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:b, s:o}", "host", cp->host,
+					      "guest", cp->guest, "bytes",
+					      (json_int_t)frame_tlv_u64(&fr, T_BYTES), "tree", 1,
+					      "skipped", skipped));
 	return 0;
 }
 
@@ -323,16 +379,21 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 				close(fd);
 			return r;
 		}
+		if (S_ISDIR(st.st_mode)) {
+			if ((r = tree_in(s, &in[i], fd, list)) < 0)
+				return r;
+			continue;
+		}
 		tlv_init(&w, buf, sizeof buf);
 		tlv_put_str(&w, T_PATH, in[i].guest);
 		tlv_put_u32(&w, T_MODE, st.st_mode & 0777);
 		conn_queue(&s->c, F_FILE_PUT, STREAM_CTL, buf, w.len);
-		r = send_stream(s, fd, STREAM_FILE, in[i].host);
+		r = send_stream(s, fd, NULL, STREAM_FILE, in[i].host);
 		close(fd);
 		if (r < 0)
 			return r;
 		do
-			if ((r = wait_frame(s, &fr)) < 0)
+			if ((r = exec_wait_frame(s, &fr)) < 0)
 				return r;
 		while (fr.type == F_CREDIT);
 		if (fr.type != F_FILE_DONE)
@@ -503,8 +564,8 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 }
 
 /* One copy-out that did not happen: an error entry and a warning. */
-static void copy_out_failed(struct exec_session *s, json_t *list, const char *guest,
-			    const char *dst, const char *why)
+void exec_copy_out_failed(struct exec_session *s, json_t *list, const char *guest,
+			  const char *dst, const char *why)
 {
 	json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", guest, "host", dst,
 					      "error", why));
@@ -513,7 +574,8 @@ static void copy_out_failed(struct exec_session *s, json_t *list, const char *gu
 
 /* One file from the guest into dst (NAME in the directory dfd), within
  * room bytes: 0 copied (*bytes, sha), 1 not copied and recorded on list
- * (the vm stopped when stopped[0] is now set), or a failure.  NAME is
+ * (the vm stopped when stopped[0] is now set), 2 the guest path is a
+ * directory (nothing recorded, nothing sent), or a failure.  NAME is
  * never followed: the command may have made it a symlink meanwhile (to a
  * directory, say, where the file would land outside what was named). */
 static int copy_one(struct exec_session *s, const struct exec_copy *cp, const char *dst,
@@ -530,7 +592,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	int fd, got;
 
 	if (pathn(tmp, sizeof tmp, "%.200s.isopod-tmp.%ld", name, (long)getpid()) < 0) {
-		copy_out_failed(s, list, cp->guest, dst, strerror(ENAMETOOLONG));
+		exec_copy_out_failed(s, list, cp->guest, dst, strerror(ENAMETOOLONG));
 		return 1;
 	}
 	/* BYTES: the agent refuses a larger file before sending any of it. */
@@ -541,7 +603,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	crypto_hash_sha256_init(&st);
 	why[0] = 0;
-	while ((got = wait_frame(s, &fr)) == 1) {
+	while ((got = exec_wait_frame(s, &fr)) == 1) {
 		if (fr.type == F_DATA && fr.stream == STREAM_FILE) {
 			/* More than the agent may send (the host's own cap: a
 			 * guest controls the agent) ends the copy-out here. */
@@ -578,10 +640,10 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 			close(fd);
 		unlinkat(dfd, tmp, 0);
 		if (exec_stop_vm(s) < 0)
-			return fail_not_stopped(s, "a copy-out had to be ended");
+			return exec_fail_not_stopped(s, "a copy-out had to be ended");
 		snprintf(stopped, ssz, "not copied: the vm was stopped during copy-out (%.180s)",
 			 why);
-		copy_out_failed(s, list, cp->guest, dst, why);
+		exec_copy_out_failed(s, list, cp->guest, dst, why);
 		return 1;
 	}
 	if (fr.type != F_FILE_DONE) {
@@ -591,7 +653,9 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 		if (fd >= 0)
 			close(fd);
 		unlinkat(dfd, tmp, 0);
-		copy_out_failed(s, list, cp->guest, dst, msg);
+		if (fr.type == F_ERROR && !strcmp(kind, "is_dir"))
+			return 2; /* a directory: asked for again as a tree */
+		exec_copy_out_failed(s, list, cp->guest, dst, msg);
 		return 1;
 	}
 	if (fd >= 0 && fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -600,7 +664,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 		 * says so rather than removing what the command made. */
 		close(fd);
 		unlinkat(dfd, tmp, 0);
-		copy_out_failed(s, list, cp->guest, dst, S_ISLNK(sb.st_mode) ?
+		exec_copy_out_failed(s, list, cp->guest, dst, S_ISLNK(sb.st_mode) ?
 				"the destination is a symlink (not followed); not replaced" :
 				"the destination is not a regular file; not replaced");
 		return 1;
@@ -669,19 +733,23 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 		if (r < 0)
 			return fail(s, EX_USAGE, "usage", "path too long: %.64s...", out[i].host);
 		if (stopped[0]) {
-			copy_out_failed(s, list, out[i].guest, dst, stopped);
+			exec_copy_out_failed(s, list, out[i].guest, dst, stopped);
 			continue;
 		}
 		if (!*name || strlen(name) > NAME_MAX - 40) {
-			copy_out_failed(s, list, out[i].guest, dst, "names no file (or too long a name)");
+			exec_copy_out_failed(s, list, out[i].guest, dst, "names no file (or too long a name)");
 			continue;
 		}
 		if ((dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
-			copy_out_failed(s, list, out[i].guest, dst, strerror(errno));
+			exec_copy_out_failed(s, list, out[i].guest, dst, strerror(errno));
 			continue;
 		}
 		r = copy_one(s, &out[i], dst, dfd, name, (uint64_t)s->copy_out_max - total, list,
 			     stopped, sizeof stopped, &bytes);
+		if (r == 2)
+			r = exec_tree_out(s, &out[i], dst, dfd, name,
+					  (uint64_t)s->copy_out_max - total, list, stopped,
+					  sizeof stopped, &bytes);
 		close(dfd);
 		if (r < 0)
 			return r;
@@ -700,7 +768,7 @@ int exec_at_deadline(struct exec_session *s, const struct exec_copy *out, int n,
 		     json_t **copied_out)
 {
 	if (exec_stop_vm(s) < 0)
-		return fail_not_stopped(s, "the --timeout-ms deadline passed");
+		return exec_fail_not_stopped(s, "the --timeout-ms deadline passed");
 	json_array_append_new(s->warnings,
 		json_sprintf("the guest did not report the command's end within %d ms of the "
 			     "--timeout-ms deadline; the host stopped the vm",

@@ -120,6 +120,24 @@ json_t *exec_result(struct exec_session *s, const char *vm_name, const struct ex
 /* Stop a vm whose agent cannot end what it runs, and wait until it is
  * stopped.  0, or -1 (said on stderr): the vm may still be running. */
 int exec_stop_vm(struct exec_session *s);
+/* The failure of a vm that could not be stopped (when: why it had to be). */
+int exec_fail_not_stopped(struct exec_session *s, const char *when);
+/* Wait for the agent's next frame: 1 a frame, 0 (copying out) the
+ * copy-out must end (s->copy_why), or a failure; pings and the watchdog
+ * meanwhile. */
+int exec_wait_frame(struct exec_session *s, struct frame *fr);
+/* A copy-out that did not happen: an error entry on list and a warning. */
+void exec_copy_out_failed(struct exec_session *s, json_t *list, const char *guest,
+			  const char *dst, const char *why);
+
+/* exectree.c: a guest directory copied out as a tree stream into NAME in
+ * the directory dfd (it must not exist: it is made, and all the stream
+ * makes is below it, see treeio.h), within room bytes of the stream; the
+ * same returns as a file's copy-out (0 copied, 1 recorded on list, the vm
+ * stopped when stopped[0] is set, or a failure). */
+int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char *dst, int dfd,
+		  const char *name, uint64_t room, json_t *list, char *stopped, size_t ssz,
+		  uint64_t *bytes);
 /* The next moment something must happen without the agent: a ping, the
  * watchdog, the end of the deadline's grace or of copy-out. */
 int64_t exec_next_tick(const struct exec_session *s, int64_t now);

@@ -1151,3 +1151,79 @@ probe_reason() {
 	rm -rf "$s2"
 	[ "$probed" = 0 ] && [ "$reason" = "$first (host cache)" ] || false
 }
+
+@test "run: a directory copied in and out keeps modes, symlinks (not followed), empty dirs, holes; devices skipped; the guest cannot write outside the destination" {
+	src=$DATA/tree
+	rm -rf "$src" "$DATA/treeout" "$DATA/victim"
+	mkdir -p "$src/sub/deep" "$src/empty" "$DATA/victim"
+	printf 'hello\n' >"$src/sub/f"
+	chmod 0640 "$src/sub/f"
+	printf '#!/bin/sh\n' >"$src/x"
+	chmod 04755 "$src/x"
+	chmod 0750 "$src/sub"
+	ln -s ../../../etc/passwd "$src/sub/up"
+	ln -s "$DATA/victim" "$src/out"
+	truncate -s 64M "$src/sparse"
+	printf 'mid' | dd of="$src/sparse" bs=1 seek=$((32 * 1024 * 1024)) conv=notrunc status=none
+	mkfifo "$src/fifo"
+	# In the guest: the tree as it came, then a hostile one next to it:
+	# symlinks that escape (.., absolute, to the host's victim dir) and a
+	# directory reached through a symlink; a device; a setuid file.
+	run --separate-stderr isopod run --json-only --timeout-s 600 \
+		--copy-in "$src:/root/tree" --copy-out "/root/tree:$DATA/treeout" \
+		--copy-out "/root/evil:$DATA/evilout" -- sh -c '
+		cd /root/tree && stat -c "%n %a %F" x sub sub/f empty sparse && readlink sub/up && readlink out
+		[ ! -e fifo ] && echo nofifo
+		echo "blocks $(stat -c %b sparse)"
+		mkdir -p /root/evil/d && cd /root/evil
+		ln -s ../../../../../../.. up; ln -s / root; ln -s '"$DATA"'/victim v
+		ln -s up/tmp via; echo data > d/f; chmod 4755 d/f; chmod 1777 d
+		mknod null c 1 3; mkfifo pipe'
+	echo "$output"
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	stdout=$(echo "$output" | jq -r .stdout)
+	grep -qx 'x 755 regular file' <<<"$stdout" || grep -qx 'x 4755 regular file' <<<"$stdout"
+	grep -qx 'sub 750 directory' <<<"$stdout"
+	grep -qx 'sub/f 640 regular file' <<<"$stdout"
+	grep -qx 'empty 755 directory' <<<"$stdout"
+	grep -qx '../../../etc/passwd' <<<"$stdout"
+	grep -qx "$DATA/victim" <<<"$stdout"
+	grep -qx nofifo <<<"$stdout"
+	blocks=$(awk '$1 == "blocks" {print $2}' <<<"$stdout")
+	[ "$blocks" -lt 1024 ] # 64 MiB apparent, a few KiB written
+	echo "$output" | jq -e '.copied_in[0].tree == true and (.copied_in[0].skipped | map(.path) == ["fifo"])'
+	# out: the same tree, modes, links as links, holes as holes
+	echo "$output" | jq -e '.copied_out[0].tree == true and .copied_out[0].bytes > 0'
+	[ "$(stat -c %a "$DATA/treeout/sub")" = 750 ]
+	[ "$(stat -c %a "$DATA/treeout/sub/f")" = 640 ]
+	[ "$(stat -c %a "$DATA/treeout/x")" = 755 ]  # setuid masked on the host
+	[ -d "$DATA/treeout/empty" ]
+	[ -d "$DATA/treeout/sub/deep" ]
+	[ "$(readlink "$DATA/treeout/sub/up")" = ../../../etc/passwd ]
+	[ "$(readlink "$DATA/treeout/out")" = "$DATA/victim" ]
+	[ "$(cat "$DATA/treeout/sub/f")" = hello ]
+	[ "$(stat -c %s "$DATA/treeout/sparse")" = $((64 * 1024 * 1024)) ]
+	[ "$(stat -c %b "$DATA/treeout/sparse")" -lt 1024 ]
+	cmp "$src/sparse" "$DATA/treeout/sparse"
+	# the hostile tree: its links are links, nothing went through them,
+	# the device and FIFO are skipped, no setuid and no sticky bit
+	echo "$output" | jq -e '.copied_out[1].tree == true and (.copied_out[1].skipped | map(.path) | sort == ["null","pipe"])'
+	[ "$(readlink "$DATA/evilout/up")" = ../../../../../../.. ]
+	[ -L "$DATA/evilout/via" ]
+	[ -L "$DATA/evilout/v" ]
+	[ -L "$DATA/evilout/root" ]
+	[ "$(stat -c %a "$DATA/evilout/d/f")" = 755 ]
+	[ "$(stat -c %a "$DATA/evilout/d")" = 777 ]
+	[ -z "$(ls -A "$DATA/victim")" ]
+	[ ! -e "$DATA/evilout/null" ]
+	[ ! -e "$DATA/evilout/pipe" ]
+	# a destination that exists is not replaced, nor written into
+	mkdir "$DATA/exists"
+	echo mine >"$DATA/exists/etc"
+	run --separate-stderr isopod run --json-only --copy-out "/etc:$DATA/exists/" -- true
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.copied_out[0].error | test("exists")'
+	[ "$(cat "$DATA/exists/etc")" = mine ]
+	rm -rf "$src" "$DATA/treeout" "$DATA/evilout" "$DATA/victim" "$DATA/exists"
+}

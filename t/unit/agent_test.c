@@ -23,6 +23,8 @@
 #include "../../agent/pid1.c"
 #include "../../agent/port.c"
 #include "../../agent/request.c"
+#include "../../lib/treeio.c"
+#include "../../lib/treestream.c"
 
 #include "tap.h"
 
@@ -788,6 +790,115 @@ static void test_port(void)
 	   "... the rest of it: PONG");
 }
 
+/* FILE_PUT and FILE_GET with TREE through on_frame and get_pump: a
+ * directory in (its modes, setuid kept: the host is trusted; a symlink; a
+ * hole), then out again as a tree stream that a host's sink takes whole;
+ * a directory without TREE is is_dir; PUT onto a path that is there is
+ * refused. */
+static void test_tree(void)
+{
+	char top[64], src[96], dst[96], back[96], p[160], why[600];
+	struct ts_walk *w = malloc(sizeof *w);
+	struct ts_feed *f = malloc(sizeof *f);
+	uint8_t chunk[5000];
+	struct stat sb;
+	long n;
+	int fd;
+
+	snprintf(top, sizeof top, "/tmp/agent_tree.XXXXXX");
+	if (!mkdtemp(top))
+		abort();
+	snprintf(src, sizeof src, "%s/src", top);
+	snprintf(dst, sizeof dst, "%s/in/dst", top);
+	snprintf(back, sizeof back, "%s/back", top);
+	mkdir(src, 0750);
+	snprintf(p, sizeof p, "%s/suid", src);
+	fd = open(p, O_WRONLY | O_CREAT, 0600);
+	pwrite(fd, "x", 1, 3 << 20);
+	fchmod(fd, 04711);
+	close(fd);
+	snprintf(p, sizeof p, "%s/l", src);
+	symlink("/nowhere", p);
+
+	fresh();
+	A->root.ok = A->root.rw = 1;
+	req();
+	tlv_put_str(&W, T_PATH, dst);
+	tlv_put_u32(&W, T_TREE, 1);
+	send_req(F_FILE_PUT, STREAM_CTL);
+	ok(A->op == OP_PUT && A->put.tree && !A->put.failed, "FILE_PUT TREE: a new directory");
+	fd = open(src, O_RDONLY | O_DIRECTORY);
+	ts_walk_open(w, fd);
+	while ((n = ts_walk_read(w, chunk, sizeof chunk)) > 0)
+		on_frame(A, &(struct frame){ .type = F_DATA, .stream = STREAM_FILE,
+					     .len = (uint32_t)n, .payload = chunk });
+	ts_walk_close(w);
+	A->out.off = A->out.len = 0;
+	on_frame(A, &(struct frame){ .type = F_EOF, .stream = STREAM_FILE });
+	ok(A->op == OP_NONE && A->out.len > FRAME_HDR && A->out.p[4] == F_FILE_DONE,
+	   "... FILE_DONE after EOF");
+	snprintf(p, sizeof p, "%s/suid", dst);
+	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 04711 && sb.st_size == (3 << 20) + 1 &&
+	   sb.st_blocks < 64, "... the guest keeps setuid, the size and the hole");
+	snprintf(p, sizeof p, "%s/l", dst);
+	ok(readlink(p, why, sizeof why) == 8, "... and the symlink");
+	ok(stat(dst, &sb) == 0 && (sb.st_mode & 07777) == 0750, "... and the top's mode");
+
+	req();
+	tlv_put_str(&W, T_PATH, dst);
+	tlv_put_u32(&W, T_TREE, 1);
+	send_req(F_FILE_PUT, STREAM_CTL);
+	on_frame(A, &(struct frame){ .type = F_EOF, .stream = STREAM_FILE });
+	ok(A->out.len > FRAME_HDR && A->out.p[4] == F_ERROR, "FILE_PUT TREE onto a directory that "
+	   "is there: ERROR");
+
+	req();
+	tlv_put_str(&W, T_PATH, dst);
+	send_req(F_FILE_GET, STREAM_CTL);
+	ok(A->op == OP_NONE && A->out.len > FRAME_HDR && A->out.p[4] == F_ERROR &&
+	   memmem(A->out.p, A->out.len, "is_dir", 6), "FILE_GET of a directory without TREE: is_dir");
+
+	req();
+	tlv_put_str(&W, T_PATH, dst);
+	tlv_put_u32(&W, T_TREE, 1);
+	send_req(F_FILE_GET, STREAM_CTL);
+	ok(A->op == OP_GET && A->get.tree, "FILE_GET TREE: walking");
+	mkdir(back, 0700);
+	fd = open(back, O_RDONLY | O_DIRECTORY);
+	ts_feed_init(f, fd, 0777);
+	{
+		int bad = 0, done = 0;
+
+		while (A->op == OP_GET || A->out.off < A->out.len) {
+			size_t used;
+			struct frame fr;
+
+			get_pump(A);
+			while (frame_parse(A->out.p + A->out.off, A->out.len - A->out.off, &fr,
+					   &used) == 1) {
+				A->out.off += used;
+				if (fr.type == F_DATA && ts_feed(f, fr.payload, fr.len, why,
+								 sizeof why) < 0)
+					bad = 1;
+				done |= fr.type == F_FILE_DONE;
+			}
+			A->out.off = A->out.len = 0;
+		}
+		ok(!bad && done && ts_feed_end(f, why, sizeof why) == 0,
+		   "... the stream a host's sink takes whole, then FILE_DONE");
+	}
+	ts_feed_free(f);
+	close(fd);
+	snprintf(p, sizeof p, "%s/suid", back);
+	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0711 && sb.st_blocks < 64,
+	   "... setuid masked by the host's sink, the hole a hole");
+	snprintf(p, sizeof p, "rm -rf %s", top);
+	system(p);
+	free(w);
+	free(f);
+	fresh();
+}
+
 int main(void)
 {
 	A = calloc(1, sizeof *A);
@@ -799,6 +910,7 @@ int main(void)
 	test_exec_valid();
 	test_exec_refused();
 	test_files();
+	test_tree();
 	test_duplicates();
 	test_frames();
 	test_port();

@@ -5,6 +5,10 @@
 #include "../../lib/execopt.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/execio.c"
 #include "../../lib/host.c"
+#include "../../lib/exectree.c"
+#include "../../lib/treeio.c"
+#include "../../lib/treestream.c"
+#include "../../lib/tree.c"
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -23,9 +27,6 @@ int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms, 
 	return -1;
 }
 
-/* The fake agent's behaviour after the handshake. */
-enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD };
-
 static void put(int fd, uint8_t type, uint32_t stream, const void *p, size_t n)
 {
 	uint8_t hdr[FRAME_HDR];
@@ -39,6 +40,49 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 {
 	put(fd, type, STREAM_CTL, w->buf, w->len);
 }
+
+/* The fake agent's behaviour after the handshake. */
+enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL };
+
+static char dir[64], sock[96];
+
+/* A guest directory's tree stream, in pieces of 7 bytes (record heads cut
+ * anywhere).  A_TREE: a directory, a file with a hole of 512 KiB, a
+ * symlink, a skipped device.  A_TREE_EVIL: a symlink to the test's
+ * directory (outside the destination), then a file through it. */
+static void send_tree(int fd, int mode)
+{
+	static uint8_t st[4 * TS_HDR_MAX];
+	uint8_t tb[64];
+	struct tlv_w w;
+	size_t n = 0;
+
+	n += ts_put_entry(st + n, 'd', 02755, 1, 0, ".", 0, NULL);
+	if (mode == A_TREE) {
+		n += ts_put_entry(st + n, 'd', 0750, 1, 0, "a", 0, NULL);
+		n += ts_put_entry(st + n, 'f', 04755, 1, 0, "a/f", 1 << 20, NULL);
+		n += ts_put_seg(st + n, 512 << 10, 4);
+		memcpy(st + n, "data", 4), n += 4;
+		n += ts_put_seg(st + n, 0, 0);
+		n += ts_put_entry(st + n, 'l', 0777, 1, 0, "s", 0, "/etc");
+		n += ts_put_entry(st + n, 'n', 0, 0, 0, "dev", 0, "a device: skipped");
+	} else {
+		n += ts_put_entry(st + n, 'l', 0777, 1, 0, "l", 0, dir);
+		n += ts_put_entry(st + n, 'f', 0644, 1, 0, "l/pwned", 4, NULL);
+		n += ts_put_seg(st + n, 0, 4);
+		memcpy(st + n, "evil", 4), n += 4;
+		n += ts_put_seg(st + n, 0, 0);
+	}
+	st[n++] = 'e';
+	for (size_t off = 0; off < n; off += 7)
+		put(fd, F_DATA, STREAM_FILE, st + off, n - off < 7 ? n - off : 7);
+	put(fd, F_EOF, STREAM_FILE, NULL, 0);
+	tlv_init(&w, tb, sizeof tb);
+	tlv_put_u64(&w, T_BYTES, n);
+	tlv_put_u32(&w, T_TREE, 1);
+	put_tlv(fd, F_FILE_DONE, &w);
+}
+
 
 /* Blocking read of the next frame (payload into buf). */
 static int get(int fd, uint8_t *buf, size_t *have, struct frame *fr, uint8_t *pl)
@@ -96,6 +140,17 @@ static void agent(int lfd, int mode)
 			tlv_put_u64(&w, T_BYTES, got);
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
+		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL)) {
+			if (frame_tlv_u64(&fr, T_TREE) == 1) {
+				send_tree(fd, mode);
+				continue;
+			}
+			tlv_init(&w, tb, sizeof tb);
+			tlv_put_str(&w, T_ERROR_KIND, "is_dir");
+			tlv_put_str(&w, T_MESSAGE, "a directory");
+			put_tlv(fd, F_ERROR, &w);
+			continue;
+		}
 		if (fr.type == F_FILE_GET) {
 			/* Four bytes, or (A_FLOOD) more than the host allows. */
 			size_t n = mode == A_FLOOD ? 100 : 4;
@@ -129,8 +184,6 @@ static void agent(int lfd, int mode)
 	}
 	_exit(0);
 }
-
-static char dir[64], sock[96];
 
 /* A session on a fresh fake agent; its pid in *pid. */
 static int start(struct exec_session *s, int mode, pid_t *pid)
@@ -228,6 +281,75 @@ static void test_flood(void)
 	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
 	ok(err && strstr(err, "more than the 10 bytes") && access(host, F_OK) < 0,
 	   "flood: over --copy-out-max is an error entry, no file (%s)", err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+}
+
+/* A guest directory's copy-out: the tree as sent, modes masked, the hole
+ * a hole; a stream that writes through its own symlink is refused, the vm
+ * stopped, nothing outside the destination and the destination gone; a
+ * destination that exists is not touched. */
+static void test_tree(void)
+{
+	struct exec_session s;
+	struct exec_status ex = {.code = -1};
+	json_t *out = json_array();
+	char host[128], p[200], l[64];
+	struct exec_copy cout;
+	struct stat sb;
+	const char *err;
+	pid_t pid;
+
+	snprintf(host, sizeof host, "%s/tree", dir);
+	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
+	start(&s, A_TREE, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	ok(exec_copy_out(&s, &cout, 1, out) == 0 &&
+	   json_is_true(json_object_get(json_array_get(out, 0), "tree")),
+	   "tree: a guest directory is copied out as a tree");
+	ok(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(
+		   json_array_get(out, 0), "skipped"), 0), "path")) ?: "", "dev"),
+	   "tree: the entry the guest skipped is listed");
+	ok(stat(host, &sb) == 0 && (sb.st_mode & 07777) == 0755, "tree: the top 0755 (setgid off)");
+	snprintf(p, sizeof p, "%s/a", host);
+	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0750, "tree: a 0750 directory");
+	snprintf(p, sizeof p, "%s/a/f", host);
+	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0755 && sb.st_size == 1 << 20 &&
+	   sb.st_blocks < 64, "tree: setuid off, the size kept, the hole a hole (%lld blocks)",
+	   (long long)sb.st_blocks);
+	snprintf(p, sizeof p, "%s/s", host);
+	ok(readlink(p, l, sizeof l) == 4 && !memcmp(l, "/etc", 4), "tree: a symlink as it was");
+	json_decref(out);
+	stop(&s, pid);
+
+	/* HOST a directory: the guest's /root/tree would be HOST/tree, which
+	 * is there now: refused, nothing asked of the guest */
+	out = json_array();
+	cout = (struct exec_copy){.host = dir, .guest = "/root/tree"};
+	start(&s, A_TREE, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	exec_copy_out(&s, &cout, 1, out);
+	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	snprintf(p, sizeof p, "%s/a/f", host);
+	ok(err && strstr(err, "exists") && stat(p, &sb) == 0 && sb.st_size == 1 << 20,
+	   "tree: a destination that exists is left alone (%s)", err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+
+	out = json_array();
+	snprintf(host, sizeof host, "%s/evil", dir);
+	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
+	start(&s, A_TREE_EVIL, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	ok(exec_copy_out(&s, &cout, 1, out) == 0, "evil tree: copy-out ends without failing");
+	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	snprintf(p, sizeof p, "%s/pwned", dir);
+	ok(err && access(p, F_OK) < 0 && access(host, F_OK) < 0,
+	   "evil tree: nothing written through the guest's symlink, the destination removed (%s)",
+	   err ? err : "none");
 	json_decref(out);
 	stop(&s, pid);
 }
@@ -502,6 +624,7 @@ int main(void)
 	test_wire();
 	test_session();
 	test_flood();
+	test_tree();
 	test_log_max();
 	test_failures();
 	{

@@ -1,0 +1,147 @@
+/* exectree.c - a guest directory copied out as a tree stream (execio.h).
+ *
+ * Every byte of the stream is the guest's: the decoder bounds it (paths,
+ * entries, data; treestream.h) and the sink creates below the directory it
+ * was given only, never through a symlink, never over what is there, modes
+ * & 0777 (treeio.h).  The destination is made here and must not exist: no
+ * file of the user's is replaced. */
+#include "execio.h"
+#include "tree.h"
+#include "treeio.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Each entry the guest skipped (a device, a hard link): onto the list. */
+static void on_note(void *ctx, const char *path, const char *why)
+{
+	json_t *skipped = ctx;
+
+	if (json_array_size(skipped) < 100)
+		json_array_append_new(skipped, json_pack("{s:o, s:o}",
+			"path", utf8_json((const uint8_t *)path, strlen(path), 0),
+			"why", utf8_json((const uint8_t *)why, strlen(why), 0)));
+}
+
+/* Take the frames of the tree stream until FILE_DONE: 1 done, 0 why[] set
+ * (the copy-out must end, the vm stopped), 2 the agent's ERROR (msg), or a
+ * failure. */
+static int take_tree(struct exec_session *s, struct ts_feed *f, uint64_t room, uint64_t *bytes,
+		     char *why, size_t wsz, char *msg, size_t msz)
+{
+	struct frame fr;
+	int got;
+
+	while ((got = exec_wait_frame(s, &fr)) == 1) {
+		if (fr.type == F_DATA && fr.stream == STREAM_FILE) {
+			/* the stream's bytes count, record heads too */
+			if (fr.len > room - *bytes) {
+				snprintf(why, wsz, "the guest sent more than the %llu bytes allowed "
+					 "(--copy-out-max %lld)", (unsigned long long)room,
+					 s->copy_out_max);
+				return 0;
+			}
+			*bytes += fr.len;
+			if (ts_feed(f, fr.payload, fr.len, why, wsz) < 0)
+				return 0;
+			continue;
+		}
+		if (fr.type == F_EOF || fr.type == F_PONG || fr.type == F_CREDIT)
+			continue;
+		if (fr.type == F_FILE_DONE)
+			return 1;
+		if (fr.type == F_ERROR) {
+			char kind[64];
+
+			frame_error_text(&fr, kind, sizeof kind, msg, msz);
+			return 2;
+		}
+		snprintf(why, wsz, "unexpected frame %u during a copy-out", fr.type);
+		return 0;
+	}
+	if (got == 0)
+		snprintf(why, wsz, "%s", s->copy_why);
+	return got;
+}
+
+int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char *dst, int dfd,
+		  const char *name, uint64_t room, json_t *list, char *stopped, size_t ssz,
+		  uint64_t *bytes)
+{
+	char why[700] = "", msg[600] = "", rmwhy[300];
+	uint8_t buf[4200];
+	struct ts_feed *f;
+	struct tlv_w w;
+	json_t *skipped;
+	int top, r;
+
+	/* Made before anything is asked of the guest: a destination that is
+	 * there (a file, a link, a directory, empty or not) is not touched. */
+	if (mkdirat(dfd, name, 0700) < 0) {
+		snprintf(why, sizeof why, "%s: %s (a directory copy-out makes its destination; "
+			 "nothing there is replaced)", dst, strerror(errno));
+		exec_copy_out_failed(s, list, cp->guest, dst, why);
+		return 1;
+	}
+	top = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	f = malloc(sizeof *f);
+	skipped = json_array();
+	if (top < 0 || !f || !skipped) {
+		snprintf(why, sizeof why, "%s: %s", dst, top < 0 ? strerror(errno) : "out of memory");
+		if (top >= 0)
+			close(top);
+		free(f);
+		json_decref(skipped);
+		unlinkat(dfd, name, AT_REMOVEDIR);
+		exec_copy_out_failed(s, list, cp->guest, dst, why);
+		return 1;
+	}
+	ts_feed_init(f, top, 0777);
+	f->dec.max_bytes = room;
+	f->note = on_note;
+	f->ctx = skipped;
+	tlv_init(&w, buf, sizeof buf);
+	tlv_put_str(&w, T_PATH, cp->guest);
+	tlv_put_u64(&w, T_BYTES, room);
+	tlv_put_u32(&w, T_TREE, 1);
+	conn_queue(&s->c, F_FILE_GET, STREAM_CTL, buf, w.len);
+	r = take_tree(s, f, room, bytes, why, sizeof why, msg, sizeof msg);
+	if (r == 1 && ts_feed_end(f, why, sizeof why) < 0)
+		r = 3; /* the agent said done, the stream did not */
+	ts_feed_free(f);
+	free(f);
+	close(top);
+	if (r == 1) {
+		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:b, s:o}", "guest", cp->guest,
+						      "host", dst, "bytes", (json_int_t)*bytes,
+						      "tree", 1, "skipped", skipped));
+		return 0;
+	}
+	json_decref(skipped);
+	/* Nothing of a copy-out that failed stays: the guest's half-tree is
+	 * removed as tree_remove does, links as links. */
+	if (tree_remove_at(dfd, name, NULL, rmwhy, sizeof rmwhy) < 0)
+		json_array_append_new(s->warnings, json_sprintf("copy-out %s: %s left: %s",
+								cp->guest, dst, rmwhy));
+	if (r < 0)
+		return r;
+	if (r == 2 || r == 3) {
+		/* the agent ended the stream itself (ERROR, or a FILE_DONE
+		 * after a stream cut short): the connection is still good */
+		exec_copy_out_failed(s, list, cp->guest, dst, r == 2 ? msg : why);
+		return 1;
+	}
+	/* Nothing can cancel a FILE_GET: the vm is stopped, which ends this
+	 * copy-out and the ones after it. */
+	if (exec_stop_vm(s) < 0)
+		return exec_fail_not_stopped(s, "a copy-out had to be ended");
+	snprintf(stopped, ssz, "not copied: the vm was stopped during copy-out (%.180s)", why);
+	exec_copy_out_failed(s, list, cp->guest, dst, why);
+	return 1;
+}
