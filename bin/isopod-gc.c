@@ -552,13 +552,20 @@ static void run_sweep(struct gc *c)
 	unsigned long long now;
 	long long pid, start;
 	const char *a, *b;
+	struct stat st, rs;
 	struct dirent *de;
-	struct stat st;
 	DIR *d;
+	int fd;
 
+	/* runs/ itself not followed (root's gc on a user's store: a link
+	 * there to another store's runs/), its entries only its owner's */
 	pathf(dir, sizeof dir, "%s/runs", store_home());
-	if (!(d = opendir(dir)))
+	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
 		return;
+	if (fstat(fd, &rs) < 0 || !(d = fdopendir(fd))) {
+		close(fd);
+		return;
+	}
 	while ((de = readdir(d))) {
 		if (strncmp(de->d_name, "vm-", 3) || !(a = strchr(de->d_name, '.')) ||
 		    !(b = strchr(a + 1, '.')) || (size_t)(b - a - 1) >= sizeof num)
@@ -570,7 +577,7 @@ static void run_sweep(struct gc *c)
 		if (proc_ident(pid, &now, NULL, NULL) == 0 && now == (unsigned long long)start)
 			continue; /* its run is still going */
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
-		    st.st_uid != geteuid())
+		    st.st_uid != rs.st_uid)
 			continue;
 		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
 		gcstore_remove_tree_at(&c->gs, dirfd(d), de->d_name, p);

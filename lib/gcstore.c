@@ -404,11 +404,18 @@ int prune_overlays(struct gcstore *g, json_t *out)
 	char dir[PATH_MAX], p[PATH_MAX];
 	struct dirent *de;
 	DIR *d;
+	int fd;
 
 	if (pathn(dir, sizeof dir, "%s/overlays", store_home()) < 0)
 		return too_long(g, store_home());
-	if (!(d = opendir(dir)))
+	/* not followed: a link there (root's gc on a user's store) would
+	 * empty another directory of names like ours */
+	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
 		return 0;
+	if (!(d = fdopendir(fd))) {
+		close(fd);
+		return 0;
+	}
 	while ((de = readdir(d))) {
 		const char *n = de->d_name;
 		long long b = g->reclaimed;
@@ -421,7 +428,7 @@ int prune_overlays(struct gcstore *g, json_t *out)
 			closedir(d);
 			return too_long(g, dir);
 		}
-		gcstore_remove_tree(g, p);
+		gcstore_remove_tree_at(g, dirfd(d), n, p);
 		json_array_append_new(out, json_pack("{s:s, s:I}", "name", n, "bytes",
 						     (json_int_t)(g->reclaimed - b)));
 	}

@@ -618,6 +618,16 @@ cgroup_ro() {
 	[ -d "$live" ]
 }
 
+@test "gc: a runs/ that is a symbolic link is not followed (root's gc on a user's store); a dead run's directory there stays" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	mkdir -p "$ISOPOD_HOME" "$BATS_TEST_TMPDIR/other/vm-000000000000.99999999.1"
+	ln -s "$BATS_TEST_TMPDIR/other" "$ISOPOD_HOME/runs"
+	run --separate-stderr isopod-gc
+	[ "$status" -eq 0 ]
+	jq -e '[.leaked[] | select(.kind == "run")] | length == 0' <<<"$output"
+	[ -d "$BATS_TEST_TMPDIR/other/vm-000000000000.99999999.1" ]
+}
+
 @test "run: resources and --keep reach isopod-boot; the owner pid is isopod's own" {
 	use_fake
 	run_isopod -0 run --json-only --vcpus 1 --mem-mib 128 --disk-mib 100 -- true

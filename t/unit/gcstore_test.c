@@ -124,6 +124,25 @@ int main(void)
 		}
 		pathf(p, sizeof p, "%s/overlays", home);
 		rmdir(p);
+		/* overlays/ a link to another directory (root's gc on a user's
+		 * store): not followed, nothing there removed */
+		{
+			char victim[PATH_MAX];
+
+			pathf(victim, sizeof victim, "%s/victim", dir);
+			mkdir(victim, 0700);
+			pathf(p, sizeof p, "%s/" HB "-k.qcow2", victim);
+			close(open(p, O_WRONLY | O_CREAT, 0600));
+			pathf(p, sizeof p, "%s/overlays", home);
+			ok(symlink(victim, p) == 0, "overlays/ a symlink to another directory");
+			ok(prune_overlays(&w, gone) == 0 && json_array_size(gone) == 2,
+			   "prune_overlays: a symlinked overlays/ is not swept");
+			unlink(p);
+			pathf(p, sizeof p, "%s/" HB "-k.qcow2", victim);
+			ok(access(p, F_OK) == 0, "... the file it points at kept");
+			unlink(p);
+			rmdir(victim);
+		}
 		pathf(p, sizeof p, "%s/images", home);
 		rmdir(p);
 		json_decref(gone);
