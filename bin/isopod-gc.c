@@ -574,8 +574,10 @@ static void run_sweep(struct gc *c)
 		num[b - a - 1] = 0;
 		if (parse_ll(num, 1, INT_MAX, &pid) < 0 || parse_ll(b + 1, 0, LLONG_MAX, &start) < 0)
 			continue;
-		if (proc_ident(pid, &now, NULL, NULL) == 0 && now == (unsigned long long)start)
-			continue; /* its run is still going */
+		errno = 0;
+		if (proc_ident(pid, &now, NULL, NULL) == 0 ? now == (unsigned long long)start
+							   : errno != ENOENT)
+			continue; /* its run is still going, or we cannot tell (EMFILE) */
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
 		    st.st_uid != rs.st_uid)
 			continue;

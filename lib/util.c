@@ -148,6 +148,9 @@ __attribute__((noreturn)) static void vdie(int code, const char *kind, const cha
 
 	vline(line, sizeof line, "fatal", fmt, ap);
 	fprintf(stderr, "%s\n", line);
+	/* what stdout holds first: the front end reads the status as the
+	 * last line where both share a pipe (sh/isopod run_step) */
+	fflush(stdout);
 	status_report(code, kind ? kind : exit_kind(code), line);
 	exit(code);
 }
