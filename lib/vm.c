@@ -110,12 +110,13 @@ static int update_edit(json_t *j, void *arg)
 	return json_object_update(j, u->set) < 0 ? (errno = ENOMEM, -1) : 1;
 }
 
-int vm_meta_update(const char *id, const char *const *if_states, json_t *set)
+/* Both below: always NULL (vm_meta_update) or an object. */
+static int meta_update(const char *id, json_t *always, const char *const *if_states, json_t *set)
 {
 	char lk[PATH_MAX], p[PATH_MAX];
-	struct update u = {.id = id, .if_states = if_states, .set = set};
+	struct update u = { .id = id, .if_states = if_states, .set = set, .always = always };
 
-	if (!json_is_object(set)) {
+	if (!json_is_object(set) || (always && !json_is_object(always))) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -125,20 +126,19 @@ int vm_meta_update(const char *id, const char *const *if_states, json_t *set)
 	return json_update_locked(lk, p, update_edit, &u);
 }
 
+int vm_meta_update(const char *id, const char *const *if_states, json_t *set)
+{
+	return meta_update(id, NULL, if_states, set);
+}
+
 int vm_meta_update_also(const char *id, json_t *always, const char *const *if_states,
 			json_t *set)
 {
-	char lk[PATH_MAX], p[PATH_MAX];
-	struct update u = { .id = id, .if_states = if_states, .set = set, .always = always };
-
-	if (!json_is_object(set) || !json_is_object(always)) {
+	if (!always) {
 		errno = EINVAL;
 		return -1;
 	}
-	if (rec_path(lk, sizeof lk, id, "meta.lock") < 0 ||
-	    rec_path(p, sizeof p, id, "meta.json") < 0)
-		return -1;
-	return json_update_locked(lk, p, update_edit, &u);
+	return meta_update(id, always, if_states, set);
 }
 
 /* Does the record in vms/<d_name> go by the name ref? */
