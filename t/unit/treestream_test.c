@@ -274,6 +274,23 @@ int main(void)
 	}
 	end(&b);
 	hostile(&b, "a path over TS_PATH_MAX", 0, 0);
+	/* a/a/a/...: each parent sent, one level past TS_DEPTH_MAX (the
+	 * sink reopens every component of a parent: 2000 levels were
+	 * seconds of host CPU an entry) */
+	top(&b);
+	for (int i = 0; i < TS_DEPTH_MAX + 1; i++) {
+		longp[2 * i] = 'a';
+		longp[2 * i + 1] = 0;
+		ent(&b, 'd', 0755, longp, 0, NULL);
+		longp[2 * i + 1] = '/';
+	}
+	end(&b);
+	hostile(&b, "a path deeper than TS_DEPTH_MAX", 0, 0);
+	b.len -= 1 + 19 + 2 * TS_DEPTH_MAX + 1; /* the deepest record and the end */
+	end(&b);
+	snprintf(longp, sizeof longp, "%s/deep", tmp);
+	ok(sink(&b, longp, 0, 0, 0, why, sizeof why) == 0, "a path of TS_DEPTH_MAX components (%s)",
+	   why);
 	b.len = 0, ent(&b, 'd', 0755, "a", 0, NULL), end(&b);
 	hostile(&b, "a first record that is not the top", 0, 0);
 	top(&b), ent(&b, 'f', 0644, "x", 0, NULL), seg(&b, 0, "", 0);
