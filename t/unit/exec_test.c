@@ -299,25 +299,29 @@ static void test_tree(void)
 	struct stat sb;
 	const char *err;
 	pid_t pid;
+	mode_t um;
 
 	snprintf(host, sizeof host, "%s/tree", dir);
 	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
 	start(&s, A_TREE, &pid);
 	exec_send(&s, &req);
 	exec_run(&s, -1, &ex);
+	um = umask(027); /* the user's: no mode the guest sends goes past it */
 	ok(exec_copy_out(&s, &cout, 1, out) == 0 &&
 	   json_is_true(json_object_get(json_array_get(out, 0), "tree")),
 	   "tree: a guest directory is copied out as a tree");
+	umask(um);
 	ok(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(
 		   json_array_get(out, 0), "skipped"), 0), "path")) ?: "", "dev"),
 	   "tree: the entry the guest skipped is listed");
-	ok(stat(host, &sb) == 0 && (sb.st_mode & 07777) == 0755, "tree: the top 0755 (setgid off)");
+	ok(stat(host, &sb) == 0 && (sb.st_mode & 07777) == 0750,
+	   "tree: the top 02755 made 0750 (setgid off, umask 027) (%o)", sb.st_mode & 07777);
 	snprintf(p, sizeof p, "%s/a", host);
 	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0750, "tree: a 0750 directory");
 	snprintf(p, sizeof p, "%s/a/f", host);
-	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0755 && sb.st_size == 1 << 20 &&
-	   sb.st_blocks < 64, "tree: setuid off, the size kept, the hole a hole (%lld blocks)",
-	   (long long)sb.st_blocks);
+	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0750 && sb.st_size == 1 << 20 &&
+	   sb.st_blocks < 64, "tree: setuid off and umask 027 (%o), the size kept, the hole a hole "
+	   "(%lld blocks)", sb.st_mode & 07777, (long long)sb.st_blocks);
 	snprintf(p, sizeof p, "%s/s", host);
 	ok(readlink(p, l, sizeof l) == 4 && !memcmp(l, "/etc", 4), "tree: a symlink as it was");
 	json_decref(out);
