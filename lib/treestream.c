@@ -111,6 +111,9 @@ static int entry(struct ts_dec *d, const uint8_t *buf, size_t n, struct ts_item 
 		off += 8;
 		if (it->size > TS_FILE_SIZE_MAX)
 			return bad(d, "a file larger than 1 TiB");
+		if (it->size > d->max_bytes - d->sizes)
+			return bad(d, "files larger in all (holes counted) than allowed");
+		d->sizes += it->size;
 	} else if (it->kind == 'l' || it->kind == 'n') {
 		if ((k = take_str(buf + off, n - off, it->target, &tlen)) < 0)
 			return bad(d, "symlink target too long");

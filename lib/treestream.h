@@ -59,12 +59,15 @@ struct ts_item {
 
 struct ts_dec {
 	/* limits, set by the caller after ts_dec_init (defaults there) */
-	uint64_t max_bytes;      /* data of all files together */
+	uint64_t max_bytes;      /* data of all files together, and their
+				  * sizes (holes count: 50 files of a
+				  * declared TiB, no data, are 50 TiB on
+				  * the host to whoever reads them) */
 	uint32_t max_entries;
 	/* state */
 	int st;                  /* what comes next */
 	uint32_t entries;
-	uint64_t bytes;
+	uint64_t bytes, sizes;   /* data taken; files' declared sizes */
 	uint64_t size, next;     /* the current file: its size, where data may next begin */
 	uint64_t seg_off, seg_left;
 	char why[200];
