@@ -567,9 +567,17 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 void exec_copy_out_failed(struct exec_session *s, json_t *list, const char *guest,
 			  const char *dst, const char *why)
 {
-	json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", guest, "host", dst,
-					      "error", why));
-	json_array_append_new(s->warnings, json_sprintf("copy-out %s failed: %s", guest, why));
+	char w[1400];
+
+	/* why may carry the guest's path (bytes that are not UTF-8, or a
+	 * character cut by a %.400s): json_pack "s" would return NULL and
+	 * the entry vanish, so each text is made valid here. */
+	json_array_append_new(list, json_pack("{s:o, s:o, s:o}",
+		"guest", utf8_json((const uint8_t *)guest, strlen(guest), 0),
+		"host", utf8_json((const uint8_t *)dst, strlen(dst), 0),
+		"error", utf8_json((const uint8_t *)why, strlen(why), 0)));
+	snprintf(w, sizeof w, "copy-out %s failed: %s", guest, why);
+	json_array_append_new(s->warnings, utf8_json((const uint8_t *)w, strlen(w), 1));
 }
 
 /* One file from the guest into dst (NAME in the directory dfd), within

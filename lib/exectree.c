@@ -3,7 +3,7 @@
  * Every byte of the stream is the guest's: the decoder bounds it (paths,
  * entries, data; treestream.h) and the sink creates below the directory it
  * was given only, never through a symlink, never over what is there, modes
- * & 0777 (treeio.h).  The destination is made here and must not exist: no
+ * & 0777 & ~umask (treeio.h).  The destination is made here and must not exist: no
  * file of the user's is replaced. */
 #include "execio.h"
 #include "tree.h"
@@ -79,6 +79,7 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 	struct ts_feed *f;
 	struct tlv_w w;
 	json_t *skipped;
+	mode_t um;
 	int top, r;
 
 	/* Made before anything is asked of the guest: a destination that is
@@ -102,7 +103,13 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 		exec_copy_out_failed(s, list, cp->guest, dst, why);
 		return 1;
 	}
-	ts_feed_init(f, top, 0777);
+	/* The modes the guest sends are masked by the user's umask as a
+	 * program of theirs would be (no 0777 directory, no 0666 file the
+	 * umask forbids), the top's "." record too.  umask can only be read
+	 * by setting it: set back at once (one thread). */
+	um = umask(0);
+	umask(um);
+	ts_feed_init(f, top, 0777 & ~(uint32_t)um);
 	f->dec.max_bytes = room;
 	f->note = on_note;
 	f->ctx = skipped;

@@ -80,6 +80,15 @@ static int next_seg(struct ts_walk *w)
 	hole = lseek(w->file, data, SEEK_HOLE);
 	if (hole < 0 || (uint64_t)hole > w->size)
 		hole = (off_t)w->size;
+	/* A region hole-punched between the two seeks: hole <= data.  A
+	 * segment of length 0 is the end of the file on the wire, so this
+	 * is the end of its data (the rest stays a hole, the size is sent). */
+	if (hole <= data) {
+		queue(w, ts_put_seg(w->hdr, 0, 0));
+		close(w->file);
+		w->file = -1;
+		return 0;
+	}
 	len = (uint64_t)(hole - data);
 	if (len > TS_SEG_MAX)
 		len = TS_SEG_MAX;

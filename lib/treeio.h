@@ -21,9 +21,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define TS_DEPTH_MAX 64  /* directories open at once in a walk */
 #define TS_DIR_BYTES_MAX (16u << 20) /* the sink's memory of directory paths */
 
+/* TS_DEPTH_MAX (treestream.h): directories open at once in a walk */
 struct ts_walk {
 	int fd[TS_DEPTH_MAX];       /* the open directories, top first */
 	DIR *dir[TS_DEPTH_MAX];

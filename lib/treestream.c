@@ -22,7 +22,7 @@ int ts_dec_done(const struct ts_dec *d)
 
 int ts_path_ok(const char *p, size_t len)
 {
-	size_t i, c = 0; /* start of the current component */
+	size_t i, c = 0, n = 0; /* start of the current component, their count */
 
 	if (len == 0 || len > TS_PATH_MAX || memchr(p, 0, len))
 		return 0;
@@ -30,9 +30,10 @@ int ts_path_ok(const char *p, size_t len)
 		if (i < len && p[i] != '/')
 			continue;
 		/* the component p[c..i): not empty (a leading, trailing or
-		 * doubled '/'), not "." or "..", not over NAME_MAX */
+		 * doubled '/'), not "." or "..", not over NAME_MAX, not
+		 * past TS_DEPTH_MAX of them */
 		if (i == c || i - c > TS_NAME_MAX || (i - c == 1 && p[c] == '.') ||
-		    (i - c == 2 && p[c] == '.' && p[c + 1] == '.'))
+		    (i - c == 2 && p[c] == '.' && p[c + 1] == '.') || ++n > TS_DEPTH_MAX)
 			return 0;
 		c = i + 1;
 	}
@@ -110,6 +111,9 @@ static int entry(struct ts_dec *d, const uint8_t *buf, size_t n, struct ts_item 
 		off += 8;
 		if (it->size > TS_FILE_SIZE_MAX)
 			return bad(d, "a file larger than 1 TiB");
+		if (it->size > d->max_bytes - d->sizes)
+			return bad(d, "files larger in all (holes counted) than allowed");
+		d->sizes += it->size;
 	} else if (it->kind == 'l' || it->kind == 'n') {
 		if ((k = take_str(buf + off, n - off, it->target, &tlen)) < 0)
 			return bad(d, "symlink target too long");

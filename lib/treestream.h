@@ -13,8 +13,9 @@
  *            mlen | why,
  *   kind 'e': the end; nothing may follow.
  * The first record is the top: kind 'd', path ".".  Every other path is
- * relative, its parents sent before it: no empty, "." or ".." component, no
- * leading or trailing '/', no NUL.
+ * relative, its parents sent before it, of at most TS_DEPTH_MAX
+ * components: no empty, "." or ".." component, no leading or trailing '/',
+ * no NUL.
  *
  * The decoder (ts_next) is the parser of a hostile guest's bytes on the
  * host: it bounds the path, the entries, the data; the sink (treeio.h)
@@ -27,6 +28,11 @@
 
 #define TS_PATH_MAX 4000u        /* a path below the top, a symlink target */
 #define TS_NAME_MAX 255u
+/* Components of a path below the top: the walk opens at most this many
+ * directories (treeio.h) and the sink reopens a path's parents one
+ * component at a time, so a deeper path (a/a/a/... of 2000 levels: seconds
+ * of host CPU an entry) is refused. */
+#define TS_DEPTH_MAX 64
 #define TS_FILE_SIZE_MAX (1ull << 40) /* a file's apparent size (holes count) */
 #define TS_SEG_MAX (1u << 20)    /* one segment's data */
 #define TS_ENTRIES_DEFAULT 100000u
@@ -53,12 +59,15 @@ struct ts_item {
 
 struct ts_dec {
 	/* limits, set by the caller after ts_dec_init (defaults there) */
-	uint64_t max_bytes;      /* data of all files together */
+	uint64_t max_bytes;      /* data of all files together, and their
+				  * sizes (holes count: 50 files of a
+				  * declared TiB, no data, are 50 TiB on
+				  * the host to whoever reads them) */
 	uint32_t max_entries;
 	/* state */
 	int st;                  /* what comes next */
 	uint32_t entries;
-	uint64_t bytes;
+	uint64_t bytes, sizes;   /* data taken; files' declared sizes */
 	uint64_t size, next;     /* the current file: its size, where data may next begin */
 	uint64_t seg_off, seg_left;
 	char why[200];

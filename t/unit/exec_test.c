@@ -42,7 +42,7 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 }
 
 /* The fake agent's behaviour after the handshake. */
-enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL };
+enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8 };
 
 static char dir[64], sock[96];
 
@@ -66,6 +66,10 @@ static void send_tree(int fd, int mode)
 		n += ts_put_seg(st + n, 0, 0);
 		n += ts_put_entry(st + n, 'l', 0777, 1, 0, "s", 0, "/etc");
 		n += ts_put_entry(st + n, 'n', 0, 0, 0, "dev", 0, "a device: skipped");
+	} else if (mode == A_TREE_BAD8) {
+		/* a name that is not UTF-8, sent twice: the error names it */
+		n += ts_put_entry(st + n, 'd', 0755, 1, 0, "\xff\xfe", 0, NULL);
+		n += ts_put_entry(st + n, 'd', 0755, 1, 0, "\xff\xfe", 0, NULL);
 	} else {
 		n += ts_put_entry(st + n, 'l', 0777, 1, 0, "l", 0, dir);
 		n += ts_put_entry(st + n, 'f', 0644, 1, 0, "l/pwned", 4, NULL);
@@ -140,7 +144,7 @@ static void agent(int lfd, int mode)
 			tlv_put_u64(&w, T_BYTES, got);
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
-		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL)) {
+		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL || mode == A_TREE_BAD8)) {
 			if (frame_tlv_u64(&fr, T_TREE) == 1) {
 				send_tree(fd, mode);
 				continue;
@@ -299,25 +303,29 @@ static void test_tree(void)
 	struct stat sb;
 	const char *err;
 	pid_t pid;
+	mode_t um;
 
 	snprintf(host, sizeof host, "%s/tree", dir);
 	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
 	start(&s, A_TREE, &pid);
 	exec_send(&s, &req);
 	exec_run(&s, -1, &ex);
+	um = umask(027); /* the user's: no mode the guest sends goes past it */
 	ok(exec_copy_out(&s, &cout, 1, out) == 0 &&
 	   json_is_true(json_object_get(json_array_get(out, 0), "tree")),
 	   "tree: a guest directory is copied out as a tree");
+	umask(um);
 	ok(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(
 		   json_array_get(out, 0), "skipped"), 0), "path")) ?: "", "dev"),
 	   "tree: the entry the guest skipped is listed");
-	ok(stat(host, &sb) == 0 && (sb.st_mode & 07777) == 0755, "tree: the top 0755 (setgid off)");
+	ok(stat(host, &sb) == 0 && (sb.st_mode & 07777) == 0750,
+	   "tree: the top 02755 made 0750 (setgid off, umask 027) (%o)", sb.st_mode & 07777);
 	snprintf(p, sizeof p, "%s/a", host);
 	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0750, "tree: a 0750 directory");
 	snprintf(p, sizeof p, "%s/a/f", host);
-	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0755 && sb.st_size == 1 << 20 &&
-	   sb.st_blocks < 64, "tree: setuid off, the size kept, the hole a hole (%lld blocks)",
-	   (long long)sb.st_blocks);
+	ok(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0750 && sb.st_size == 1 << 20 &&
+	   sb.st_blocks < 64, "tree: setuid off and umask 027 (%o), the size kept, the hole a hole "
+	   "(%lld blocks)", sb.st_mode & 07777, (long long)sb.st_blocks);
 	snprintf(p, sizeof p, "%s/s", host);
 	ok(readlink(p, l, sizeof l) == 4 && !memcmp(l, "/etc", 4), "tree: a symlink as it was");
 	json_decref(out);
@@ -349,6 +357,21 @@ static void test_tree(void)
 	snprintf(p, sizeof p, "%s/pwned", dir);
 	ok(err && access(p, F_OK) < 0 && access(host, F_OK) < 0,
 	   "evil tree: nothing written through the guest's symlink, the destination removed (%s)",
+	   err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+
+	/* the guest's path in the error is not UTF-8: the entry is there */
+	out = json_array();
+	snprintf(host, sizeof host, "%s/bad8", dir);
+	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
+	start(&s, A_TREE_BAD8, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	exec_copy_out(&s, &cout, 1, out);
+	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	ok(err && strstr(err, "mkdir") && access(host, F_OK) < 0,
+	   "tree: an error naming a guest path that is not UTF-8 is in the list (%s)",
 	   err ? err : "none");
 	json_decref(out);
 	stop(&s, pid);

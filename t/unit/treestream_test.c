@@ -274,6 +274,23 @@ int main(void)
 	}
 	end(&b);
 	hostile(&b, "a path over TS_PATH_MAX", 0, 0);
+	/* a/a/a/...: each parent sent, one level past TS_DEPTH_MAX (the
+	 * sink reopens every component of a parent: 2000 levels were
+	 * seconds of host CPU an entry) */
+	top(&b);
+	for (int i = 0; i < TS_DEPTH_MAX + 1; i++) {
+		longp[2 * i] = 'a';
+		longp[2 * i + 1] = 0;
+		ent(&b, 'd', 0755, longp, 0, NULL);
+		longp[2 * i + 1] = '/';
+	}
+	end(&b);
+	hostile(&b, "a path deeper than TS_DEPTH_MAX", 0, 0);
+	b.len -= 1 + 19 + 2 * TS_DEPTH_MAX + 1; /* the deepest record and the end */
+	end(&b);
+	snprintf(longp, sizeof longp, "%s/deep", tmp);
+	ok(sink(&b, longp, 0, 0, 0, why, sizeof why) == 0, "a path of TS_DEPTH_MAX components (%s)",
+	   why);
 	b.len = 0, ent(&b, 'd', 0755, "a", 0, NULL), end(&b);
 	hostile(&b, "a first record that is not the top", 0, 0);
 	top(&b), ent(&b, 'f', 0644, "x", 0, NULL), seg(&b, 0, "", 0);
@@ -308,6 +325,16 @@ int main(void)
 	top(&b), ent(&b, 'f', 0644, "f", 40, NULL), seg(&b, 0, "0123456789", 10);
 	seg(&b, 20, "0123456789", 10), seg(&b, 0, "", 0), end(&b);
 	hostile(&b, "more bytes than allowed", 0, 15);
+	/* sparse: 50 files of a declared TiB and no data, a 2 KB stream */
+	top(&b);
+	for (int i = 0; i < 50; i++) {
+		char nm[16];
+
+		snprintf(nm, sizeof nm, "f%d", i);
+		ent(&b, 'f', 0644, nm, TS_FILE_SIZE_MAX, NULL), seg(&b, 0, "", 0);
+	}
+	end(&b);
+	hostile(&b, "files whose sizes (all holes) are more than allowed", 0, 1ull << 30);
 	top(&b);
 	for (int i = 0; i < 5; i++) {
 		char nm[16];
@@ -376,7 +403,7 @@ int main(void)
 	seg(&b, 20, "0123456789", 10), seg(&b, 0, "", 0), ent(&b, 'd', 01777, "d", 0, NULL);
 	end(&b);
 	snprintf(longp, sizeof longp, "%s/ok", tmp);
-	ok(sink(&b, longp, 1, 3, 20, why, sizeof why) == 0, "a stream within its limits (%s)", why);
+	ok(sink(&b, longp, 1, 3, 40, why, sizeof why) == 0, "a stream within its limits (%s)", why);
 	snprintf(longp, sizeof longp, "%s/ok/f", tmp);
 	ok(stat(longp, &sb) == 0 && (sb.st_mode & 07777) == 0755 && sb.st_size == 40,
 	   "setuid and setgid masked off a file (%o)", sb.st_mode & 07777);
