@@ -1195,9 +1195,12 @@ probe_reason() {
 	echo "$output" | jq -e '.copied_in[0].tree == true and (.copied_in[0].skipped | map(.path) == ["fifo"])'
 	# out: the same tree, modes, links as links, holes as holes
 	echo "$output" | jq -e '.copied_out[0].tree == true and .copied_out[0].bytes > 0'
-	[ "$(stat -c %a "$DATA/treeout/sub")" = 750 ]
-	[ "$(stat -c %a "$DATA/treeout/sub/f")" = 640 ]
-	[ "$(stat -c %a "$DATA/treeout/x")" = 755 ]  # setuid masked on the host
+	# modes as sent, masked by the front end's umask (077) on the host;
+	# setuid masked
+	[ "$(stat -c %a "$DATA/treeout/sub")" = 700 ]
+	[ "$(stat -c %a "$DATA/treeout/sub/f")" = 600 ]
+	[ "$(stat -c %a "$DATA/treeout/x")" = 700 ]
+	[ "$(stat -c %a "$DATA/treeout/empty")" = 700 ]
 	[ -d "$DATA/treeout/empty" ]
 	[ -d "$DATA/treeout/sub/deep" ]
 	[ "$(readlink "$DATA/treeout/sub/up")" = ../../../etc/passwd ]
@@ -1213,8 +1216,8 @@ probe_reason() {
 	[ -L "$DATA/evilout/via" ]
 	[ -L "$DATA/evilout/v" ]
 	[ -L "$DATA/evilout/root" ]
-	[ "$(stat -c %a "$DATA/evilout/d/f")" = 755 ]
-	[ "$(stat -c %a "$DATA/evilout/d")" = 777 ]
+	[ "$(stat -c %a "$DATA/evilout/d/f")" = 700 ] # sent 4755: no setuid, and the umask
+	[ "$(stat -c %a "$DATA/evilout/d")" = 700 ]   # sent 1777: no sticky bit, nor others' write
 	[ -z "$(ls -A "$DATA/victim")" ]
 	[ ! -e "$DATA/evilout/null" ]
 	[ ! -e "$DATA/evilout/pipe" ]
