@@ -354,6 +354,11 @@ unsquat() {
 	done
 	[ -z "$(broker_pids)" ]
 	[ "$st" -eq 0 ]
+	# the killed front end's scratch directory (runs/ in the store) is its
+	# one leak, and gc removes it
+	run --separate-stderr isopod gc
+	[ "$status" -eq 0 ]
+	json_is '([.leaked[] | select(.kind != "run")] == []) and ([.leaked[] | select(.kind == "run" and .removed)] | length == 1)'
 	run --separate-stderr vrun --net filtered --allow pkg.test --timeout-s 60 -- wget -q -O- http://pkg.test/
 	[ "$status" -eq 0 ]
 	json_is '.net.slot == 0 and .stdout == "lab 198.51.100.10\n"'
