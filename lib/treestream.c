@@ -137,6 +137,23 @@ static int entry(struct ts_dec *d, const uint8_t *buf, size_t n, struct ts_item 
 	return 1;
 }
 
+/* A data item of what of the current segment is in data[0..n): its
+ * length. */
+static size_t seg_data(struct ts_dec *d, struct ts_item *it, const uint8_t *data, size_t n)
+{
+	size_t k = n < d->seg_left ? n : (size_t)d->seg_left;
+
+	it->type = TS_DATA;
+	it->off = d->seg_off;
+	it->data = data;
+	it->len = k;
+	d->seg_off += k;
+	d->seg_left -= k;
+	if (d->seg_left == 0)
+		d->st = ST_SEG;
+	return k;
+}
+
 int ts_next(struct ts_dec *d, const uint8_t *buf, size_t n, struct ts_item *it, size_t *used)
 {
 	*used = 0;
@@ -171,37 +188,14 @@ int ts_next(struct ts_dec *d, const uint8_t *buf, size_t n, struct ts_item *it, 
 		/* The data follows the head: what of it is here comes with
 		 * it (an item of length 0 when none is yet). */
 		d->st = ST_DATA;
-		{
-			size_t k = n - 12 < len ? n - 12 : len;
-
-			it->type = TS_DATA;
-			it->off = off;
-			it->data = buf + 12;
-			it->len = k;
-			d->seg_off += k;
-			d->seg_left -= k;
-			if (d->seg_left == 0)
-				d->st = ST_SEG;
-			*used = 12 + k;
-		}
+		*used = 12 + seg_data(d, it, buf + 12, n - 12);
 		return 1;
 	}
-	case ST_DATA: {
-		size_t k = n < d->seg_left ? n : (size_t)d->seg_left;
-
-		if (k == 0)
+	case ST_DATA:
+		if (!n || !d->seg_left)
 			return 0;
-		it->type = TS_DATA;
-		it->off = d->seg_off;
-		it->data = buf;
-		it->len = k;
-		d->seg_off += k;
-		d->seg_left -= k;
-		if (d->seg_left == 0)
-			d->st = ST_SEG;
-		*used = k;
+		*used = seg_data(d, it, buf, n);
 		return 1;
-	}
 	case ST_END:
 	default:
 		return n ? bad(d, "bytes after the end record") : 0;
