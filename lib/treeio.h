@@ -23,7 +23,22 @@
 
 #define TS_DIR_BYTES_MAX (16u << 20) /* the sink's memory of directory paths */
 
-/* TS_DEPTH_MAX (treestream.h): directories open at once in a walk */
+/* The walk is not tree_visit (tree.h), and its policy differs on purpose:
+ * - it is pulled, a buffer at a time, by whoever sends the stream (the
+ *   agent's credit window, exec's copy-in): tree_visit calls back over the
+ *   whole tree in one go and cannot pause between two reads;
+ * - it holds one descriptor per level, TS_DEPTH_MAX at most, and notes a
+ *   deeper directory as skipped: tree_visit's trick of queueing deep
+ *   directories by name and reaching them again from the top needs a
+ *   visit that may take its time, not a stream that is half sent;
+ * - it crosses mount points, as tar does: the caller named a directory to
+ *   copy, and what is mounted in it is what the caller sees there.
+ *   tree_visit stays on one filesystem because it removes and measures a
+ *   jail's leftovers, where a mount is never ours to empty;
+ * - a file of several names is skipped (noted): the stream has no link
+ *   record, and sending its bytes once per name would make copies where
+ *   the source had one file.
+ * TS_DEPTH_MAX (treestream.h): directories open at once in a walk */
 struct ts_walk {
 	int fd[TS_DEPTH_MAX];       /* the open directories, top first */
 	DIR *dir[TS_DEPTH_MAX];
