@@ -52,7 +52,10 @@ int policy_local_route(uint32_t a);
  * were: fd is an rtnetlink socket that every such change is announced on
  * (and a silent flush of routes, on a link going down or an address going,
  * follows an announced change), so one recv() that finds nothing says the
- * answers still hold; anything queued, or an overflow, forgets them all. */
+ * answers still hold; anything queued, or an overflow, forgets them all.
+ * The kernel queues the announcement on fd within the system call that
+ * makes the change, so a change made before a connect is seen by it, as
+ * an uncached read would see it; no time-to-live is needed. */
 #define POLICY_HOST_CACHE 64
 
 struct policy_host {

@@ -1300,7 +1300,7 @@ time.sleep(5)' >"$d/down" 2>"$d/client.err" 3>&- </dev/null &
 	json_is 'length == 2 and all(.[]; .kind == "connect" and .verdict == "allowed" and .up == 4 and .down == 4)'
 }
 
-@test "relay pipes: a broker of an unprivileged uid holding 200 tunnels leaves that uid's other pipes their size (fs.pipe-user-pages-soft)" {
+@test "relay pipes: a broker of an unprivileged uid holding 200 tunnels leaves that uid's other pipes their size (fs.pipe-user-pages-soft); a pipe grows only once filled" {
 	local d srv soft uid=$((1990000000 + $$ % 100000))
 	soft=$(cat /proc/sys/fs/pipe-user-pages-soft)
 	# 200 tunnels with a byte through each way: eager 256 KiB pipes (two
@@ -1350,17 +1350,41 @@ if pid == 0:
     os._exit(0)
 os.waitpid(pid, 0)
 size = int(os.read(r, 64))
-# a second without traffic: the empty pipes go; bytes still pass after
 fds = "/proc/%s/fd" % sys.argv[3]
 pipes = lambda: sum(os.readlink(os.path.join(fds, f)).startswith("pipe:") for f in os.listdir(fds))
-busy = pipes()
+def biggest():  # the size of the largest pipe the broker holds (F_GETPIPE_SZ)
+    m = 0
+    for f in os.listdir(fds):
+        try:
+            p = os.open(os.path.join(fds, f), os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            m = max(m, fcntl.fcntl(p, 1032))
+        except OSError:
+            pass
+        os.close(p)
+    return m
+# the pipes of the last tunnels are still there: none filled, none grown
+busy, busy_max = pipes(), biggest()
+# a second without traffic: the empty pipes go; bytes still pass after
 time.sleep(1.6)
 idle = pipes()
 again = 0
 for s in held:
     s.sendall(b"y")
     again += s.recv(1) == b"y"
-print(json.dumps({"tunnels": len(held), "pipe": size, "busy_pipes": busy, "idle_pipes": idle, "again": again}))' "$BRK" "$uid" "$pid"
+# bulk into one tunnel whose guest does not read: its pipes fill, and grow
+s, sent, stall = held[0], 0, time.time()
+s.setblocking(False)
+while time.time() - stall < 0.5 and sent < 64 << 20:
+    try:
+        sent += s.send(b"z" * 65536)
+        stall = time.time()
+    except BlockingIOError:
+        time.sleep(0.01)
+print(json.dumps({"tunnels": len(held), "pipe": size, "busy_pipes": busy, "busy_max": busy_max,
+                  "idle_pipes": idle, "again": again, "bulk_max": biggest()}))' "$BRK" "$uid" "$pid"
 	echo "$stderr" | head -5
 	echo "$output"
 	kill -TERM "$pid"
@@ -1372,6 +1396,9 @@ print(json.dumps({"tunnels": len(held), "pipe": size, "busy_pipes": busy, "idle_
 	# (the broker has one pipe of its own; the first tunnels may be idle
 	# already when busy_pipes is counted)
 	json_is '.busy_pipes > 1 and .idle_pipes <= 1 and .again == 200'
+	# a byte each way leaves a pipe its default size; bytes that fill it
+	# grow it to 256 KiB (PIPE_SIZE)
+	json_is '.busy_max == 65536 and .bulk_max == 262144'
 }
 
 @test "the host's own addresses are cached per address, yet an address the host takes (or drops) after an answer is seen at the next connect" {
