@@ -234,11 +234,12 @@ static json_t *guest_sh(struct adv *a, const struct avm *vm, const char *script,
 
 /* Shell for one guest request: "R A" lines (status, answered 0/1).
  * SH_UDP asks for A alone: without a type, busybox nslookup sends A and
- * AAAA back to back and waits out its whole timeout for both answers,
- * though one already says "answered" (a doctor run in the lab: every
- * control of the second filtered VM took its full 2 s, one of its two
- * answers late; the broker answers both types).  An answer to the one
- * query counts as before; no answer at all is still no answer. */
+ * AAAA back to back and waits until both are answered, though one already
+ * says "answered".  A guest whose clock moved in whole ticks gave both one
+ * id and nslookup dropped the second answer: its whole timeout (fixed at
+ * the cause, doc/DECISIONS.md "TSC under TCG"; one query cannot meet it).
+ * An answer to the one query counts as before; no answer at all is still
+ * no answer. */
 #define SH_TCP "o=$(printf 'GET / HTTP/1.0\\r\\n\\r\\n' | %s -w %d %s %d 2>/dev/null); r=$?; " \
 	       "if [ -n \"$o\" ]; then a=1; else a=0; fi; echo \"%s $r $a\""
 #define SH_UDP "o=$(nslookup -type=a -port=%d -timeout=%d -retry=1 doctor-probe.invalid %s 2>&1); r=$?; " \

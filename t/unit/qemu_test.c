@@ -184,7 +184,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 tsc=reliable\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -293,7 +293,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 tsc=reliable\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -348,7 +348,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 tsc=reliable\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -403,7 +403,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 tsc=reliable\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -511,7 +511,7 @@ int main(void)
 	test_clone_env();
 	test_memro_ok();
 	qemu_fingerprint(fp);
-	ok(!strcmp(fp, "3cce5a87782feb0c5ebb39fd412b05da6b4b7a03413e3634ec2ce7259ca2e9a2"),
+	ok(!strcmp(fp, "9a46631b80e619c0f3dab39cfac5a769b348ebdffb2612f295e19a872a8439d0"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
 	return tap_done();
 }
