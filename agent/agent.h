@@ -104,6 +104,7 @@ struct hello_req {
 	const uint8_t *seed;
 	uint32_t seedlen;
 	int grow;
+	int root_rw;
 	char net_addr[64], net_gw[64], net_dns[64];
 	uint32_t net_mtu;
 	uint8_t net_mac[6];
@@ -145,6 +146,7 @@ struct root_state {
 	int ok;          /* the root disk is mounted at / */
 	int rw;
 	int grow;        /* HELLO asked to grow the fs to the disk on remount rw */
+	int rw_soon;     /* HELLO asked for rw once its HELLO_ACK is written */
 	char err[512];   /* why it is not ok */
 	char dns[64];    /* T_NET_DNS, written to /etc/resolv.conf once rw */
 };
@@ -257,6 +259,7 @@ void loop_once(struct agent *a);
 void boot(struct agent *a);
 void lo_up(void);
 void grow_root(struct agent *a);
+void root_rw_soon(struct agent *a);
 void write_resolv(struct agent *a);
 int root_make_rw(struct agent *a, char *err, size_t errsz);
 void on_hello(struct agent *a, const struct frame *fr);

@@ -218,6 +218,10 @@ static void hello_apply(struct agent *a, const struct hello_req *h, char *err, s
 		if (a->root.rw)
 			grow_root(a);
 	}
+	/* Never cleared by a HELLO without it: what a host asked once of
+	 * this boot stands (a template's host never asks). */
+	if (h->root_rw)
+		a->root.rw_soon = 1;
 }
 
 void on_hello(struct agent *a, const struct frame *fr)

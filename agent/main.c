@@ -132,6 +132,10 @@ void loop_once(struct agent *a)
 	exec_maybe_finish(a, mono_ms());
 	credit_flush(a);
 	port_flush(a);
+	/* Once HELLO_ACK is on its way: the host is then between its boot
+	 * and its first command, and the remount overlaps that. */
+	if (a->root.rw_soon && !out_pending(a))
+		root_rw_soon(a);
 }
 
 #ifndef ISOPOD_AGENT_NO_MAIN

@@ -240,6 +240,20 @@ int root_make_rw(struct agent *a, char *err, size_t errsz)
 	return 0;
 }
 
+/* HELLO's ROOT_RW, once its HELLO_ACK is written: the first command's
+ * remount (ext4's journal and superblock writes, the overlay's first
+ * allocating writes and their flush) done while the host is still
+ * between its boot and that command.  A failure is the first command's
+ * to report (root_make_rw again); here it is only logged. */
+void root_rw_soon(struct agent *a)
+{
+	char err[600];
+
+	a->root.rw_soon = 0;
+	if (a->root.ok && root_make_rw(a, err, sizeof err) < 0)
+		logm("%s (the first command will try again)", err);
+}
+
 /* ------------------------------------------------------------------ */
 /* SHUTDOWN                                                            */
 

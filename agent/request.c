@@ -59,7 +59,7 @@ int parse_cidr(const char *s, in_addr_t *addr, in_addr_t *mask)
 #define HELLO_ONCE                                                                   \
 	(TAG_BIT(T_VERSION) | TAG_BIT(T_COOKIE) | TAG_BIT(T_HOSTNAME) | TAG_BIT(T_TIME_NS) | \
 	 TAG_BIT(T_SEED) | TAG_BIT(T_GROW) | TAG_BIT(T_NET_ADDR) | TAG_BIT(T_NET_GW) |      \
-	 TAG_BIT(T_NET_DNS) | TAG_BIT(T_NET_MTU) | TAG_BIT(T_NET_MAC))
+	 TAG_BIT(T_NET_DNS) | TAG_BIT(T_NET_MTU) | TAG_BIT(T_NET_MAC) | TAG_BIT(T_ROOT_RW))
 #define EXEC_ONCE (TAG_BIT(T_CWD) | TAG_BIT(T_TIMEOUT_MS) | TAG_BIT(T_STDIN))
 
 /* 1 when tag is one of `once` and was seen before. */
@@ -115,6 +115,13 @@ void hello_parse(const struct frame *fr, struct hello_req *h, char *err, size_t 
 
 			bad = tlv_u32(val, len, &g);
 			h->grow = !bad && g;
+			break;
+		}
+		case T_ROOT_RW: {
+			uint32_t v;
+
+			bad = tlv_u32(val, len, &v);
+			h->root_rw = !bad && v;
 			break;
 		}
 		case T_NET_ADDR:

@@ -616,6 +616,11 @@ static void prepare_disk(struct boot *bt)
 	h->set_time = 1;
 	h->seed = 1;
 	h->grow = bt->disk_bytes > bt->cur_bytes;
+	/* This VM's own (a cold boot, or a clone resumed: its HELLO_ACK still
+	 * says ro, as launch_resume checks): its first command would make
+	 * the root read-write anyway, and the agent does it while this
+	 * boot exits and the command's isopod-exec starts. */
+	h->root_rw = 1;
 	if (bt->net.slot >= 0) {
 		h->net_addr = bt->net.addr;
 		h->net_gw = bt->net.gw;

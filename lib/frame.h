@@ -89,7 +89,8 @@ enum tlv_tag {
 	T_NET_MAC = 26,   /* bytes, 6 */
 	T_GROW = 27,      /* u32 1 = grow the root fs to the disk size on remount rw */
 	T_TREE = 28,      /* u32 1 = FILE_PUT/FILE_GET of a directory as a tree stream */
-	T_TAG_MAX = 28
+	T_ROOT_RW = 29,   /* u32 1 = HELLO: make the root read-write once HELLO_ACK is sent */
+	T_TAG_MAX = 29
 };
 
 /* Initial stdin / file-in credit the host may send before the first F_CREDIT. */

@@ -295,6 +295,8 @@ static int hello_queue(struct conn *c, const struct hello *h, uint64_t *cookie_o
 	}
 	if (h->grow)
 		tlv_put_u32(&w, T_GROW, 1);
+	if (h->root_rw)
+		tlv_put_u32(&w, T_ROOT_RW, 1);
 	if (h->net_addr)
 		tlv_put_str(&w, T_NET_ADDR, h->net_addr);
 	if (h->net_gw)

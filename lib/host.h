@@ -25,6 +25,10 @@ struct hello {
 	int set_time;              /* send the host's CLOCK_REALTIME */
 	int seed;                  /* send 32 random bytes for the guest RNG */
 	int grow;
+	/* ROOT_RW: the agent makes its root read-write right after its
+	 * HELLO_ACK.  Never for a template, whose root must stay read-only
+	 * until its snapshot is taken (lib/warmtpl.c). */
+	int root_rw;
 	const char *net_addr, *net_gw, *net_dns;
 	uint32_t net_mtu;
 	const uint8_t *net_mac;    /* 6 bytes, or NULL (a warm clone keeps the

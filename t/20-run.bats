@@ -636,6 +636,24 @@ overlay_of() {
 	[ ! -d "$ISOPOD_HOME/vms/$id" ]
 }
 
+# HELLO's ROOT_RW (doc/PROTOCOL.md): isopod-boot asks a cold boot's agent to
+# make its root read-write right after its HELLO_ACK, while the host is
+# between the boot and the first command.  No command runs here, and a
+# read-only ext4 root writes nothing (main's agent: the overlay stays empty
+# until the first command), so a cluster in the overlay is the remount's
+# (ext4's superblock and journal).  Bounded wait, no timing asserted.
+@test "boot: a cold boot's root is made read-write before any command (the overlay is written); its HELLO_ACK said ro" {
+	vm=$(isopod-claim | jq -er .vm.id)
+	run --separate-stderr isopod-boot --vm "$vm" --keep --cold
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.path == "cold" and .root == "ro"'
+	disk="$ISOPOD_HOME/vms/$vm/disk.qcow2"
+	written() { qemu-img map -U --output=json "$disk" | jq -e 'any(.[]; .depth == 0 and .data)' >/dev/null; }
+	for _ in $(seq 150); do ! written || break; sleep 0.1; done
+	written
+	isopod-stop --force --vm "$vm" >/dev/null
+}
+
 @test "run: a kernel whose agent speaks another protocol is refused before boot (101), naming both versions and the fix; no QEMU starts" {
 	proto=$(sed -n 's/^#define ISOPOD_PROTO_NUM //p' "$ROOT/lib/frame.h")
 	k=$ISOPOD_HOME/kernels/$(cat "$ISOPOD_HOME/kernels/current")

@@ -152,6 +152,7 @@ static void test_hello(void)
 	tlv_put_str(&W, T_NET_DNS, "10.0.0.1");
 	tlv_put_u32(&W, T_NET_MTU, 1400);
 	tlv_put(&W, T_NET_MAC, mac, sizeof mac);
+	tlv_put_u32(&W, T_ROOT_RW, 1);
 	tlv_put_str(&W, 200, "a tag from the future");
 	fr = as_frame(F_HELLO);
 	memset(&h, 0, sizeof h);
@@ -162,7 +163,7 @@ static void test_hello(void)
 		   h.time_ns == 1700000000123456789ull && h.seedlen == 32 && h.seed &&
 		   !memcmp(h.seed, seed, 32) && h.grow && !strcmp(h.net_addr, "10.0.0.2/30") &&
 		   !strcmp(h.net_gw, "10.0.0.1") && !strcmp(h.net_dns, "10.0.0.1") &&
-		   h.net_mtu == 1400 && h.have_mac && !memcmp(h.net_mac, mac, 6),
+		   h.net_mtu == 1400 && h.have_mac && !memcmp(h.net_mac, mac, 6) && h.root_rw,
 	   "HELLO with every field decodes (an unknown tag is skipped)");
 	ok(hello_plausible(&fr), "... and is a new host's HELLO for a resync");
 
@@ -177,6 +178,7 @@ static void test_hello(void)
 		{ T_GROW, 1, "GROW of 1 byte" },          { T_NET_ADDR, 64, "NET_ADDR of 64 bytes" },
 		{ T_NET_GW, 64, "NET_GW of 64 bytes" },   { T_NET_DNS, 64, "NET_DNS of 64 bytes" },
 		{ T_NET_MTU, 8, "NET_MTU of 8 bytes" },   { T_NET_MAC, 5, "NET_MAC of 5 bytes" },
+		{ T_ROOT_RW, 2, "ROOT_RW of 2 bytes" },
 	};
 	static char big[100];
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -245,6 +247,46 @@ static void test_hello_ack(void)
 		ok(ver == 1 && cookie == 42 && !strcmp(root, "ro"),
 		   "HELLO_ACK carries VERSION 1, the host's COOKIE, ROOT ro");
 	}
+	ok(!A->root.rw_soon, "... and without ROOT_RW the root stays read-only until a command");
+
+	/* ROOT_RW: the remount waits for the loop, after HELLO_ACK is out
+	 * (it still says ro); a later HELLO without it (a command's host)
+	 * does not take it back; ROOT_RW 0 asks nothing. */
+	fresh();
+	A->port.helloed = 0;
+	req();
+	tlv_put_u32(&W, T_VERSION, 1);
+	tlv_put_u64(&W, T_COOKIE, 43);
+	tlv_put_u32(&W, T_ROOT_RW, 1);
+	send_req(F_HELLO, STREAM_CTL);
+	ok(answer(&t, k, m, sizeof m) == 1 && t == F_HELLO_ACK && A->root.rw_soon && !A->root.rw,
+	   "HELLO with ROOT_RW 1: HELLO_ACK first, the remount asked for after it");
+	req();
+	tlv_put_u32(&W, T_VERSION, 1);
+	tlv_put_u64(&W, T_COOKIE, 44);
+	send_req(F_HELLO, STREAM_CTL);
+	ok(A->root.rw_soon, "... a second HELLO without ROOT_RW leaves it asked");
+	root_rw_soon(A);
+	ok(!A->root.rw_soon && !A->root.rw,
+	   "... and with no root disk it is dropped, nothing mounted (the command reports why)");
+	fresh();
+	A->port.helloed = 0;
+	req();
+	tlv_put_u32(&W, T_VERSION, 1);
+	tlv_put_u64(&W, T_COOKIE, 45);
+	tlv_put_u32(&W, T_ROOT_RW, 0);
+	send_req(F_HELLO, STREAM_CTL);
+	ok(answer(&t, k, m, sizeof m) == 1 && t == F_HELLO_ACK && !A->root.rw_soon,
+	   "HELLO with ROOT_RW 0: nothing asked");
+	fresh();
+	A->port.helloed = 0;
+	req();
+	tlv_put_u32(&W, T_VERSION, 2);
+	tlv_put_u64(&W, T_COOKIE, 46);
+	tlv_put_u32(&W, T_ROOT_RW, 1);
+	send_req(F_HELLO, STREAM_CTL);
+	ok(answer(&t, k, m, sizeof m) == 1 && t == F_HELLO_ACK && !A->root.rw_soon,
+	   "HELLO of another version with ROOT_RW: not applied");
 
 	fresh();
 	A->port.helloed = 0;
