@@ -734,10 +734,13 @@ static json_t *unmap_text(struct call *c, const char *t)
 		if (!strncmp(t, "/proc/", 6))
 			json_object_foreach(c->hostmap, k, m) {
 				size_t kl = strlen(k);
-				char n = t[kl];
+				char n;
 
-				if (kl > bl && !strncmp(t, k, kl) &&
-				    !(n == '.' || n == '_' || n == '-' || (n >= '0' && n <= '9') ||
+				/* t[kl] is read only once t holds all of k */
+				if (kl <= bl || strncmp(t, k, kl))
+					continue;
+				n = t[kl];
+				if (!(n == '.' || n == '_' || n == '-' || (n >= '0' && n <= '9') ||
 				      (n >= 'A' && n <= 'Z') || (n >= 'a' && n <= 'z')))
 					best = k, bl = kl, bm = m;
 			}
