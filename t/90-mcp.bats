@@ -306,7 +306,7 @@ EOF
 	# the copied-in tree, back on the host: its links still links
 	[ -L "$IO/sub/again/esc" ] && [ "$(readlink "$IO/sub/again/esc")" = ../../outside/secret ] || false
 	[ -L "$IO/sub/again/abs" ] && [ "$(cat "$IO/sub/again/dir/f")" = in-tree ] && [ -d "$IO/sub/again/empty" ] || false
-	[ ! -e "$IO/sub/again/hl" ] && [ ! -e "$IO/sub/again/fifo" ]
+	[ ! -e "$IO/sub/again/hl" ] && [ ! -e "$IO/sub/again/fifo" ] || false
 	rm -rf "$IO/sub/back" "$IO/sub/again" "$IO/sub/into" "$IO/sub/into2"
 }
 
