@@ -1,7 +1,8 @@
 /* mcptools_test.c - unit tests of lib/mcptools.c's host paths: copy_in of
  * a directory beneath the I/O root (held as a descriptor, handed on as
  * /proc/<pid>/fd/N, which a rename of the path cannot redirect), the
- * refusals (a FIFO, a symlink out, a directory as stdin_file), and
+ * refusals (a FIFO, a symlink out, a directory as stdin_file, any host
+ * path under --backend slurm), and
  * mcp_unmap_hosts putting the client's paths back wherever the tools named
  * ours.  Built by t/run-unit with ASan + UBSan. */
 /* At -O1 gcc's range analysis flags snprintf calls the -O2 build proves
@@ -130,6 +131,24 @@ static void test_copy_in(void)
 				  "stdin_file: d2 is not a regular file") &&
 			   !strstr(json_string_value(json_object_get(err, "message")) ?: "", "directory"),
 		   "stdin_file: a directory is refused");
+		json_decref(err);
+		json_decref(args);
+		call_done(&c);
+	}
+	/* --backend slurm (doc/slurm.md): refused before a path is opened */
+	s.slurm = 1;
+	for (int i = 0; i < 2; i++) {
+		json_t *args = json_pack("{s:[s], s:[{s:s, s:s}]}", "argv", "true",
+					 i ? "copy_out" : "copy_in", "host", "d2", "guest", "/g");
+		json_t *err = NULL;
+
+		call_init(&c);
+		c.tool = &mcp_tools[0];
+		ok(!strcmp(c.tool->name, "sandbox_run") && build_run(&s, &c, args, &err) == -1 &&
+			   strstr(json_string_value(json_object_get(err, "message")) ?: "",
+				  i ? "copy_out: refused under --backend slurm" : "copy_in: refused under --backend slurm") &&
+			   c.nhold == 0,
+		   "--backend slurm: %s of a directory refused, nothing opened", i ? "copy_out" : "copy_in");
 		json_decref(err);
 		json_decref(args);
 		call_done(&c);
