@@ -331,11 +331,15 @@ static int tree_in(struct exec_session *s, const struct exec_copy *cp, int fd, j
 	struct frame fr;
 	int r;
 
-	if (!walk || !skipped || ts_walk_open(walk, fd) < 0) {
-		r = fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(cp->host),
-			 walk ? walk->err : "out of memory");
-		if (!walk)
-			close(fd);
+	if (!walk || !skipped) {
+		/* ts_walk_open never ran: fd is still ours, walk->err unset */
+		close(fd);
+		free(walk);
+		json_decref(skipped);
+		return fail(s, EX_SYS, "io", "--copy-in %s: out of memory", EXC(cp->host));
+	}
+	if (ts_walk_open(walk, fd) < 0) {
+		r = fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(cp->host), walk->err);
 		free(walk);
 		json_decref(skipped);
 		return r;

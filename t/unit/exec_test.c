@@ -489,6 +489,33 @@ static void test_dest(void)
 	stop(&s, pid);
 }
 
+static void *no_malloc(size_t n)
+{
+	(void)n;
+	return NULL;
+}
+
+/* A directory copy-in whose list cannot be made (out of memory): the
+ * directory's descriptor is closed, the error a fixed message (the walk,
+ * never opened, has none to give). */
+static void test_tree_in_nomem(void)
+{
+	struct exec_session s;
+	struct exec_copy cin = {.host = "/etc", .guest = "/root/etc"};
+	json_t *in = json_array();
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r;
+
+	exec_init(&s);
+	json_set_alloc_funcs(no_malloc, free);
+	r = tree_in(&s, &cin, fd, in);
+	json_set_alloc_funcs(malloc, free);
+	ok(r == EXEC_FAILED && strstr(s.err, "out of memory") && fcntl(fd, F_GETFD) < 0 &&
+	   errno == EBADF, "tree in: no memory for the list: the directory's fd closed, a fixed "
+	   "message (%s)", s.err);
+	json_decref(in);
+	exec_free(&s);
+}
+
 /* --log-max: the log keeps the first log_max bytes, the count is all of
  * them, and the result says the log was cut (the stream under it not). */
 static void test_log_max(void)
@@ -761,6 +788,7 @@ int main(void)
 	test_flood();
 	test_tree();
 	test_dest();
+	test_tree_in_nomem();
 	test_log_max();
 	test_failures();
 	{
