@@ -151,6 +151,16 @@ static int open_in(struct server *s, const char *path, const char *field, int di
 		return jschema_bad(err, field, "%s: %s is not a regular file%s", field, EXC(path),
 			   dir_ok ? " or a directory" : "");
 	}
+	/* A file with a second name may be one from outside the root linked
+	 * in (whoever can write there can link a file they can read, or one
+	 * left there long ago): the root confines by names, and it cannot
+	 * see that one.  Refused, as a directory copy_in's walk skips hard
+	 * links (lib/treeio.c); asked of the descriptor, not the name. */
+	if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+		close(fd);
+		return jschema_bad(err, field, "%s: %s has more than one name (a hard link): "
+			   "refused", field, EXC(path));
+	}
 	fcntl(fd, F_SETFL, 0);
 	return fd;
 }

@@ -87,6 +87,9 @@ static void test_copy_in(void)
 	snprintf(p, sizeof p, "%s/d/esc", s.root), symlink("../../outside/secret", p);
 	snprintf(p, sizeof p, "%s/out", s.root), symlink("../outside", p);
 	snprintf(p, sizeof p, "%s/fifo", s.root), mkfifo(p, 0600);
+	snprintf(p, sizeof p, "%s/one", s.root), close(open(p, O_CREAT | O_WRONLY, 0600));
+	snprintf(m, sizeof m, "%s/outside/secret", top);
+	snprintf(p, sizeof p, "%s/hard", s.root), link(m, p);
 	s.root_fd = open(s.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 
 	call_init(&c);
@@ -118,6 +121,26 @@ static void test_copy_in(void)
 	ok(copy_in(&s, &c, "fifo", m, sizeof m) == -1 && strstr(m, "is not a regular file or a directory"),
 	   "copy_in: a FIFO is refused, without blocking (%s)", m);
 	call_done(&c);
+	call_init(&c);
+	ok(copy_in(&s, &c, "one", m, sizeof m) == 0 && c.nhold == 1,
+	   "copy_in: a regular file with one name is taken (%s)", c.nhold ? "" : m);
+	call_done(&c);
+	call_init(&c);
+	ok(copy_in(&s, &c, "hard", m, sizeof m) == -1 && strstr(m, "a hard link") && c.nhold == 0,
+	   "copy_in: a file with a second name (outside the root) is refused (%s)", m);
+	call_done(&c);
+	{
+		json_t *args = json_pack("{s:s}", "stdin_file", "hard"), *err = NULL;
+
+		call_init(&c);
+		ok(build_stdin(&s, &c, args, &err) == -1 &&
+			   strstr(json_string_value(json_object_get(err, "message")) ?: "",
+				  "a hard link") && c.in_fd < 0,
+		   "stdin_file: a file with a second name is refused");
+		json_decref(err);
+		json_decref(args);
+		call_done(&c);
+	}
 	call_init(&c);
 	ok(copy_in(&s, &c, "../outside", m, sizeof m) == -1 && strstr(m, "leaves the I/O root"),
 	   "copy_in: .. out of the root is refused (%s)", m);
