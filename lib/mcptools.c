@@ -224,6 +224,7 @@ static int build_copies(struct server *s, struct call *c, json_t *args, const ch
 			const char *opt_out, json_t **err)
 {
 	char f[64], p[PATH_MAX + 32];
+	struct stat st;
 	size_t i;
 	json_t *e;
 
@@ -233,6 +234,16 @@ static int build_copies(struct server *s, struct call *c, json_t *args, const ch
 		snprintf(f, sizeof f, "copy_in[%zu].host", i);
 		if ((fd = open_in(s, json_string_value(json_object_get(e, "host")), f, 1, err)) < 0)
 			return -1;
+		/* provenance names each input by its sha256, and a directory
+		 * (a tree) has none: refused before anything runs, as the
+		 * front end would (isopod-exec --check --for-provenance). */
+		if (json_is_true(json_object_get(args, "provenance")) && fstat(fd, &st) == 0 &&
+		    S_ISDIR(st.st_mode)) {
+			close(fd);
+			return jschema_bad(err, f, "%s: %s is a directory; provenance signs regular-file "
+				   "inputs only (copy in an archive of it)", f,
+				   EXC(json_string_value(json_object_get(e, "host"))));
+		}
 		if (hold(c, fd) < 0)
 			return jschema_bad(err, f, "%s: too many host paths", f);
 		if (arg(c, opt_in) < 0 || argf(c, "/proc/%d/fd/%d:%s", (int)getpid(), fd,

@@ -141,6 +141,20 @@ static void test_copy_in(void)
 		json_decref(args);
 		call_done(&c);
 	}
+	{
+		json_t *args = json_pack("{s:[{s:s, s:s}], s:b}", "copy_in", "host", "d2", "guest", "/g",
+					 "provenance", 1), *err = NULL;
+
+		call_init(&c);
+		ok(build_copies(&s, &c, args, "--copy-in", "--copy-out", &err) == -1 &&
+			   strstr(json_string_value(json_object_get(err, "message")) ?: "",
+				  "d2 is a directory; provenance signs regular-file inputs only") &&
+			   c.nhold == 0,
+		   "copy_in of a directory with provenance: refused, nothing held");
+		json_decref(err);
+		json_decref(args);
+		call_done(&c);
+	}
 	call_init(&c);
 	ok(copy_in(&s, &c, "../outside", m, sizeof m) == -1 && strstr(m, "leaves the I/O root"),
 	   "copy_in: .. out of the root is refused (%s)", m);
