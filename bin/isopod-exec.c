@@ -27,7 +27,8 @@
 #define USAGE "isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
 	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
-	"                   [--log-max BYTES] [--check] [--pool-warm-up] [--run-options[=text]]\n" \
+	"                   [--log-max BYTES] [--check [--for-provenance]] [--pool-warm-up]\n" \
+	"                   [--run-options[=text]]\n" \
 	"                   -- CMD [ARG]..."
 
 #define MAX_ITEMS 256
@@ -45,6 +46,7 @@ struct opts {
 	struct exec_copy in[MAX_ITEMS], out[MAX_ITEMS];
 	int nin, nout;
 	int shell, check;
+	int for_prov;             /* --for-provenance: --check refuses a directory copy-in */
 	int pool_warm_up;         /* --pool-warm-up: isopod-pool's filler, before it publishes */
 	char **argv;
 	int argc;
@@ -158,6 +160,7 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 		{"log-max", required_argument, 0, 'L'},
 		{"shell", no_argument, 0, 's'},
 		{"check", no_argument, 0, 'K'},
+		{"for-provenance", no_argument, 0, 'F'},
 		{"pool-warm-up", no_argument, 0, 'P'},
 		{"run-options", optional_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'},
@@ -209,6 +212,7 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 			break;
 		case 's': o->shell = 1; break;
 		case 'K': o->check = 1; break;
+		case 'F': o->for_prov = 1; break;
 		case 'P': o->pool_warm_up = 1; break;
 		case 'R':
 			/* =text: the lines isopod run reads (util.h) */
@@ -228,6 +232,8 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 		die_usage(USAGE, "no command given");
 	if (o->shell && o->argc != 1)
 		die(EX_USAGE, "--shell takes exactly one script argument");
+	if (o->for_prov && !o->check)
+		die_usage(USAGE, "--for-provenance is a --check of a run to be signed; give --check");
 	if ((w = getenv("ISOPOD_WATCHDOG_MS")) && parse_ll(w, 100, 86400000, &v) == 0)
 		o->watchdog_ms = v;
 	return vm;
@@ -245,6 +251,14 @@ static void parse_args(struct opts *o, int argc, char **argv)
 			die(EX_USAGE, "--copy-in %s:", EXC(o->in[i].host));
 		if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
 			die(EX_USAGE, "--copy-in %s: only regular files and directories can be copied",
+			    EXC(o->in[i].host));
+		/* A signed statement names each input by its sha256; a tree
+		 * has none, and an input left out would be a statement that
+		 * lies by omission (isopod-provenance(1) refuses one too, but
+		 * only after the run: here it costs no VM). */
+		if (o->for_prov && S_ISDIR(st.st_mode))
+			die(EX_USAGE, "--copy-in %s: a directory; --provenance signs regular-file "
+			    "inputs only (each named by its sha256): copy in an archive of it",
 			    EXC(o->in[i].host));
 	}
 	/* --check: what the command would be given, checked before a VM exists

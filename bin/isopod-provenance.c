@@ -176,7 +176,13 @@ static json_t *subjects(json_t *res, json_t *outs)
 			die(EX_USAGE, "--result: copied_out entry %zu has no host or guest", i);
 		json_array_append_new(outs, need(json_pack("{s:s}", "guest", guest)));
 		if (json_object_get(e, "error") || !sha) {
-			warn("copy-out %s was not copied: not a subject", EXC(guest));
+			/* A directory copied out as a tree has no sha256 to name
+			 * it by: not a subject, and said so, not as a failure. */
+			if (!json_object_get(e, "error") && json_is_true(json_object_get(e, "tree")))
+				warn("copy-out %s is a directory (a tree has no sha256): not a "
+				     "subject, not signed", EXC(guest));
+			else
+				warn("copy-out %s was not copied: not a subject", EXC(guest));
 			continue;
 		}
 		if (!hex64_ok(sha))
@@ -349,7 +355,8 @@ static json_t *statement(const struct opts *o, json_t *res, json_t *rec, const c
 	if (o->commit)
 		commit_subject(o->commit, subj);
 	if (json_array_size(subj) == 0)
-		die(EX_GUEST, "nothing was copied out or committed: there is nothing to sign");
+		die(EX_GUEST, "nothing was copied out or committed (a directory copy-out is not "
+		    "signed): there is nothing to sign");
 	kernel_deps(rec, deps);
 	chain_deps(rec, deps);
 	json_array_foreach(json_object_get(res, "copied_in"), i, e) {
@@ -357,8 +364,15 @@ static json_t *statement(const struct opts *o, json_t *res, json_t *rec, const c
 		const char *s = json_string_value(json_object_get(e, "sha256"));
 		char name[PATH_MAX + 16];
 
-		if (!g || !s || !hex64_ok(s))
-			continue;
+		/* Every input is named, or nothing is signed: a statement that
+		 * left one out (a directory, copied as a tree, has no sha256)
+		 * would say the outputs came of less than they did. */
+		if (!g)
+			die(EX_USAGE, "a malformed result: a copied_in entry without its guest path");
+		if (!s || !hex64_ok(s))
+			die(EX_GUEST, "copy-in %s has no sha256 (a directory is copied as a tree, "
+			    "which has none): it cannot be named in the statement, so nothing is "
+			    "signed; copy in an archive of it", EXC(g));
 		snprintf(name, sizeof name, "copy-in:%s", g);
 		json_array_append_new(deps, rd(name, s));
 		json_array_append_new(ins, need(json_pack("{s:s}", "guest", g)));

@@ -3,7 +3,10 @@
  * (lib/mcptools.c): the first byte picks the tool, the rest is the
  * arguments' JSON, as a client sends them.  Checks: the answer is 0 or -1;
  * a pass leaves no error; a refusal is an object whose field and message
- * are printable ASCII and encode.  See fuzz/run. */
+ * are printable ASCII and encode.  Then the same JSON as a tool's result
+ * through mcp_unmap_hosts (whose texts, the tools' errors and warnings,
+ * may quote the guest's bytes): it must not read or write out of bounds,
+ * and the result must still encode.  See fuzz/run. */
 #include "jschema.h"
 #include "mcptools.h"
 
@@ -49,6 +52,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			free(out);
 		}
 		json_decref(err);
+		if (json_is_object(v)) {
+			struct call c = { .hostmap = json_pack("{s:s, s:s, s:s}", "/proc/1/fd/7", "tree",
+							       "/proc/1/fd/8/.", "into",
+							       "/proc/1/fd/9/back", "sub/back") };
+
+			if (!c.hostmap)
+				abort();
+			mcp_unmap_hosts(&c, v);
+			if (!(out = json_dumps(v, JSON_COMPACT)))
+				abort();
+			free(out);
+			json_decref(c.hostmap);
+		}
 		json_decref(v);
 	}
 	json_decref(sch);

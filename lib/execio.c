@@ -331,11 +331,15 @@ static int tree_in(struct exec_session *s, const struct exec_copy *cp, int fd, j
 	struct frame fr;
 	int r;
 
-	if (!walk || !skipped || ts_walk_open(walk, fd) < 0) {
-		r = fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(cp->host),
-			 walk ? walk->err : "out of memory");
-		if (!walk)
-			close(fd);
+	if (!walk || !skipped) {
+		/* ts_walk_open never ran: fd is still ours, walk->err unset */
+		close(fd);
+		free(walk);
+		json_decref(skipped);
+		return fail(s, EX_SYS, "io", "--copy-in %s: out of memory", EXC(cp->host));
+	}
+	if (ts_walk_open(walk, fd) < 0) {
+		r = fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(cp->host), walk->err);
 		free(walk);
 		json_decref(skipped);
 		return r;
@@ -712,19 +716,22 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 	s->copying_out = 1;
 	for (int i = 0; i < n; i++) {
 		char dst[PATH_MAX], dir[PATH_MAX];
-		const char *base = strrchr(out[i].guest, '/') + 1, *name;
-		struct stat sb;
+		const char *base = strrchr(out[i].guest, '/') + 1, *name, *why;
 		uint64_t bytes = 0;
-		int r, dfd;
+		int r, dfd, oe;
 
-		/* HOST's last component is looked at, not followed: a
-		 * symlink there is no directory to copy into (isopod-exec(1)). */
-		if (fstatat(AT_FDCWD, out[i].host, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    S_ISDIR(sb.st_mode)) {
-			r = pathn(dst, sizeof dst, "%s/%s", out[i].host, *base ? base : "out");
-			if (r >= 0)
-				r = pathn(dir, sizeof dir, "%s", out[i].host);
+		/* HOST is opened once, as a directory, its last component not
+		 * followed: a symlink there is no directory to copy into
+		 * (isopod-exec(1)).  Never a look at the name and then an open
+		 * of it: whoever can write beside HOST could swap a directory
+		 * for a symlink in between and have the file land where that
+		 * points.  Not a directory (or a symlink, or absent): NAME in
+		 * HOST's parent, which copy_one and exec_tree_out never follow. */
+		dfd = open(out[i].host, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		oe = errno;
+		if (dfd >= 0) {
 			name = *base ? base : "out";
+			r = pathn(dst, sizeof dst, "%s/%s", out[i].host, name);
 		} else {
 			const char *sl = strrchr(out[i].host, '/');
 
@@ -734,21 +741,30 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 					  out[i].host);
 			else if (r >= 0)
 				r = pathn(dir, sizeof dir, ".");
-			if (!dir[0])
+			if (r >= 0 && !dir[0])
 				strcpy(dir, "/");
 			name = sl ? sl + 1 : out[i].host;
 		}
-		if (r < 0)
+		if (r < 0) {
+			if (dfd >= 0)
+				close(dfd);
 			return fail(s, EX_USAGE, "usage", "path too long: %.64s...", out[i].host);
-		if (stopped[0]) {
-			exec_copy_out_failed(s, list, out[i].guest, dst, stopped);
+		}
+		if (stopped[0])
+			why = stopped;
+		else if (!*name || strlen(name) > NAME_MAX - 40)
+			why = "names no file (or too long a name)";
+		else if (dfd < 0 && oe != ENOTDIR && oe != ELOOP && oe != ENOENT)
+			why = strerror(oe);
+		else
+			why = NULL;
+		if (why) {
+			exec_copy_out_failed(s, list, out[i].guest, dst, why);
+			if (dfd >= 0)
+				close(dfd);
 			continue;
 		}
-		if (!*name || strlen(name) > NAME_MAX - 40) {
-			exec_copy_out_failed(s, list, out[i].guest, dst, "names no file (or too long a name)");
-			continue;
-		}
-		if ((dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		if (dfd < 0 && (dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
 			exec_copy_out_failed(s, list, out[i].guest, dst, strerror(errno));
 			continue;
 		}

@@ -131,24 +131,43 @@ static int hold(struct call *c, int fd)
 	return fd;
 }
 
-/* A regular file beneath the root, for reading (a FIFO must not block us). */
-static int open_in(struct server *s, const char *path, const char *field, json_t **err)
+/* A regular file beneath the root, for reading (a FIFO must not block us),
+ * or with dir_ok (copy_in) a directory.  A directory's descriptor is what
+ * the tool walks: isopod-exec reopens /proc/<pid>/fd/N (the same
+ * directory, whatever its path has become) and reads below it with openat
+ * O_NOFOLLOW, a symlink inside sent as a symlink (lib/treeio.c ts_walk):
+ * nothing below it is resolved by name, so nothing beyond the root is
+ * read through a link in it. */
+static int open_in(struct server *s, const char *path, const char *field, int dir_ok,
+		   json_t **err)
 {
 	struct stat st;
 	int fd = beneath(s, path, path, O_RDONLY | O_NONBLOCK, field, err);
 
 	if (fd < 0)
 		return -1;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st) < 0 || !(S_ISREG(st.st_mode) || (dir_ok && S_ISDIR(st.st_mode)))) {
 		close(fd);
-		return jschema_bad(err, field, "%s: %s is not a regular file", field, EXC(path));
+		return jschema_bad(err, field, "%s: %s is not a regular file%s", field, EXC(path),
+			   dir_ok ? " or a directory" : "");
+	}
+	/* A file with a second name may be one from outside the root linked
+	 * in (whoever can write there can link a file they can read, or one
+	 * left there long ago): the root confines by names, and it cannot
+	 * see that one.  Refused, as a directory copy_in's walk skips hard
+	 * links (lib/treeio.c); asked of the descriptor, not the name. */
+	if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+		close(fd);
+		return jschema_bad(err, field, "%s: %s has more than one name (a hard link): "
+			   "refused", field, EXC(path));
 	}
 	fcntl(fd, F_SETFL, 0);
 	return fd;
 }
 
 /* A copy_out destination: a directory beneath the root, or a name in one
- * that is absent or a regular file.  The destination handed on is
+ * that is absent or a regular file (a guest directory then goes to
+ * DIR/NAME or NAME, which isopod-exec makes, refusing one that exists).  The destination handed on is
  * /proc/<pid>/fd/N/{.,NAME} with N our descriptor of that directory: its
  * path can no longer be swapped.  NAME made a symlink after this check is
  * not followed: isopod-exec(1) never follows a copy-out destination's last
@@ -205,6 +224,7 @@ static int build_copies(struct server *s, struct call *c, json_t *args, const ch
 			const char *opt_out, json_t **err)
 {
 	char f[64], p[PATH_MAX + 32];
+	struct stat st;
 	size_t i;
 	json_t *e;
 
@@ -212,8 +232,18 @@ static int build_copies(struct server *s, struct call *c, json_t *args, const ch
 		int fd;
 
 		snprintf(f, sizeof f, "copy_in[%zu].host", i);
-		if ((fd = open_in(s, json_string_value(json_object_get(e, "host")), f, err)) < 0)
+		if ((fd = open_in(s, json_string_value(json_object_get(e, "host")), f, 1, err)) < 0)
 			return -1;
+		/* provenance names each input by its sha256, and a directory
+		 * (a tree) has none: refused before anything runs, as the
+		 * front end would (isopod-exec --check --for-provenance). */
+		if (json_is_true(json_object_get(args, "provenance")) && fstat(fd, &st) == 0 &&
+		    S_ISDIR(st.st_mode)) {
+			close(fd);
+			return jschema_bad(err, f, "%s: %s is a directory; provenance signs regular-file "
+				   "inputs only (copy in an archive of it)", f,
+				   EXC(json_string_value(json_object_get(e, "host"))));
+		}
 		if (hold(c, fd) < 0)
 			return jschema_bad(err, f, "%s: too many host paths", f);
 		if (arg(c, opt_in) < 0 || argf(c, "/proc/%d/fd/%d:%s", (int)getpid(), fd,
@@ -244,7 +274,7 @@ static int build_stdin(struct server *s, struct call *c, json_t *args, json_t **
 	if (text && file)
 		return jschema_bad(err, "stdin_file", "stdin and stdin_file: give one of them");
 	if (file) {
-		if ((c->in_fd = open_in(s, json_string_value(file), "stdin_file", err)) < 0)
+		if ((c->in_fd = open_in(s, json_string_value(file), "stdin_file", 0, err)) < 0)
 			return -1;
 	} else if (text) {
 		c->in_fd = memfd_create("isopod-mcp-stdin", MFD_CLOEXEC);
@@ -554,10 +584,20 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	"\"error_kind\":{\"type\":\"string\"},\"exit\":{\"type\":\"integer\"}"
 #define OUT_OBJ(extra) "{\"type\":\"object\",\"required\":[\"ok\"],\"properties\":{" OUT_FAIL extra "}}"
 #define OUT_LIST(key) OUT_OBJ(",\"" key "\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}}")
-#define HOSTCOPY(gpat) "{\"type\":\"array\",\"maxItems\":32,\"items\":{\"type\":\"object\"," \
+#define HOSTCOPY(gpat, what) "{\"type\":\"array\",\"maxItems\":32,\"description\":\"" what "\"," \
+	"\"items\":{\"type\":\"object\"," \
 	"\"additionalProperties\":false,\"required\":[\"host\",\"guest\"],\"properties\":{" \
 	"\"host\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000,\"description\":\"a host path beneath the I/O root\"}," \
 	"\"guest\":{\"type\":\"string\",\"pattern\":\"" gpat "\",\"maxLength\":4000,\"description\":\"an absolute guest path\"}}}}"
+#define COPY_IN_DESC "host files or directories copied to guest before the command (guest must not " \
+	"exist for a directory); a directory goes whole: modes, mtimes, empty directories, holes, " \
+	"symlinks as symlinks (never followed); devices, FIFOs, sockets and hard links skipped " \
+	"(copied_in[].skipped)"
+#define COPY_OUT_DESC "guest files or directories copied to host after the command: to host, or into " \
+	"it under the same name when host is a directory; a guest directory goes whole as tar " \
+	"would (symlinks as symlinks, modes masked by the umask), only to a name that does " \
+	"not exist (nothing on the host replaced; copied_out[].error says so); skipped " \
+	"entries in copied_out[].skipped"
 #define CMD_PROPS \
 	"\"argv\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":256,\"items\":{\"type\":\"string\",\"maxLength\":131071},\"description\":\"the command as words (no shell)\"}," \
 	"\"command\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":131071,\"description\":\"a shell command, run as sh -c COMMAND: a pipeline's status is its last command's unless it starts with set -o pipefail\"}," \
@@ -565,8 +605,8 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	"\"cwd\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000}," \
 	"\"stdin\":{\"type\":\"string\",\"maxLength\":1048576,\"description\":\"text for the command's standard input\"}," \
 	"\"stdin_file\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4000,\"description\":\"a host file beneath the I/O root for the command's standard input\"}," \
-	"\"copy_in\":" HOSTCOPY("^/") "," \
-	"\"copy_out\":" HOSTCOPY("^/[^:]*$") ","
+	"\"copy_in\":" HOSTCOPY("^/", COPY_IN_DESC) "," \
+	"\"copy_out\":" HOSTCOPY("^/[^:]*$", COPY_OUT_DESC) ","
 #define REF "{\"type\":\"string\",\"minLength\":1,\"maxLength\":200}"
 /* A stage passed positionally has a label's grammar (label_invalid in
  * lib/stage.c): not starting with '-' or '.' (never an option), no '/', no
@@ -691,33 +731,74 @@ const struct tool mcp_tools[] = {
 const size_t mcp_ntools = sizeof mcp_tools / sizeof mcp_tools[0];
 
 /* The result names the client's host paths, not our /proc/<pid>/fd/N:
- * a copied_in/copied_out entry's "host" (a copy into a directory is
- * /proc/<pid>/fd/N/NAME: DIR/NAME). */
+ * wherever one of the paths we handed on (a hostmap key) starts, up to a
+ * byte that cannot continue a name, it becomes the client's path: a
+ * copied_in/copied_out entry's "host" (a copy into a directory is
+ * /proc/<pid>/fd/N/./NAME: DIR/NAME), its "error", the result's "error"
+ * and "warnings" (which name the destination that could not be made).
+ * NULL: nothing to change (or out of memory: the text stays as it was). */
+static json_t *unmap_text(struct call *c, const char *t)
+{
+	char *b = NULL;
+	size_t bsz = 0;
+	json_t *r;
+	FILE *o;
+	int changed = 0;
+
+	if (!t || !strstr(t, "/proc/") || !(o = open_memstream(&b, &bsz)))
+		return NULL;
+	while (*t) {
+		const char *k, *best = NULL;
+		size_t bl = 0;
+		json_t *m, *bm = NULL;
+
+		if (!strncmp(t, "/proc/", 6))
+			json_object_foreach(c->hostmap, k, m) {
+				size_t kl = strlen(k);
+				char n;
+
+				/* t[kl] is read only once t holds all of k */
+				if (kl <= bl || strncmp(t, k, kl))
+					continue;
+				n = t[kl];
+				if (!(n == '.' || n == '_' || n == '-' || (n >= '0' && n <= '9') ||
+				      (n >= 'A' && n <= 'Z') || (n >= 'a' && n <= 'z')))
+					best = k, bl = kl, bm = m;
+			}
+		if (best) {
+			fputs(json_string_value(bm), o);
+			t += bl;
+			changed = 1;
+		} else {
+			fputc(*t++, o);
+		}
+	}
+	r = fclose(o) == 0 && changed ? json_string(b) : NULL;
+	free(b);
+	return r;
+}
+
+static void unmap_member(struct call *c, json_t *obj, const char *key)
+{
+	json_t *v = unmap_text(c, json_string_value(json_object_get(obj, key)));
+
+	if (v)
+		json_object_set_new(obj, key, v);
+}
+
 void mcp_unmap_hosts(struct call *c, json_t *res)
 {
 	static const char *const lists[] = { "copied_in", "copied_out" };
-	json_t *e, *h, *m;
+	json_t *e, *v;
 	size_t i;
 
 	for (size_t l = 0; l < 2; l++)
 		json_array_foreach(json_object_get(res, lists[l]), i, e) {
-			const char *hp = json_string_value(h = json_object_get(e, "host")), *k;
-			char b[PATH_MAX + 64];
-
-			if (!hp)
-				continue;
-			if ((m = json_object_get(c->hostmap, hp))) {
-				json_object_set(e, "host", m);
-				continue;
-			}
-			json_object_foreach(c->hostmap, k, m) {
-				size_t kl = strlen(k);
-
-				if (!strncmp(hp, k, kl) && hp[kl] == '/') {
-					snprintf(b, sizeof b, "%s%s", json_string_value(m), hp + kl);
-					json_object_set_new(e, "host", json_string(b));
-					break;
-				}
-			}
+			unmap_member(c, e, "host");
+			unmap_member(c, e, "error");
 		}
+	unmap_member(c, res, "error");
+	json_array_foreach(json_object_get(res, "warnings"), i, e)
+		if ((v = unmap_text(c, json_string_value(e))))
+			json_array_set_new(json_object_get(res, "warnings"), i, v);
 }

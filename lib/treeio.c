@@ -162,6 +162,14 @@ static int next_entry(struct ts_walk *w)
 			note(w, "a file that could not be opened: skipped");
 			return 0;
 		}
+		/* Asked again of what was opened: the look above was of a name,
+		 * which may have been given a second one (or swapped for a file
+		 * that has one) since. */
+		if (sb.st_nlink > 1) {
+			close(fd);
+			note(w, "a hard link (a file with more than one name): skipped");
+			return 0;
+		}
 		/* The size at open bounds what is sent: a file still growing is cut. */
 		w->file = fd;
 		w->size = (uint64_t)sb.st_size;

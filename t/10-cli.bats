@@ -1490,6 +1490,28 @@ CASES
 	[ ! -e "$home" ]
 }
 
+@test "--provenance: a directory --copy-in is refused (100) before anything is claimed; isopod-exec --check --for-provenance refuses it, --check alone takes it" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" t d="$BATS_TEST_TMPDIR/tree"
+	mkdir "$lx" "$d"
+	echo x >"$d/f"
+	for t in claim boot exec stop result; do ln -s "$ISOPOD_SRC/t/fake/isopod-$t" "$lx/isopod-$t"; done
+	ln -s "$ISOPOD_SRC/bin/isopod-provenance" "$lx/isopod-provenance"
+	run --separate-stderr isopod-exec --check --copy-in "$d:/d" -- true </dev/null
+	[ "$status" -eq 0 ] && [ "$output" = '{"ok":true}' ] || false
+	run --separate-stderr isopod-exec --check --for-provenance --copy-in "$d/f:/f" -- true </dev/null
+	[ "$status" -eq 0 ] || false
+	run --separate-stderr isopod-exec --check --for-provenance --copy-in "$d/f:/f" --copy-in "$d:/d" -- true </dev/null
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--copy-in $d: a directory; --provenance signs regular-file inputs only"* ]] || false
+	run --separate-stderr isopod-exec --for-provenance -- true </dev/null
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"give --check"* ]] || false
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --copy-in "$d:/d" --copy-out "/x:$BATS_TEST_TMPDIR/x" \
+		--provenance "$BATS_TEST_TMPDIR/p" -- true
+	[[ "$stderr" == *"--copy-in $d: a directory; --provenance signs regular-file inputs only"* ]] || false
+	no_claim
+	[ ! -e "$BATS_TEST_TMPDIR/p" ]
+}
+
 @test "run: a step's failure is read from its status object, not guessed from its stderr" {
 	use_fake
 	# a claim that speaks the contract with a kind no status maps to, and

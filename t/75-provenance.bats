@@ -252,7 +252,33 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 		--provenance "$BATS_TEST_TMPDIR/p" -- true
 	jq -e '.ok == false and .error_kind == "not_found"' <<<"$output"
 	[[ "$stderr" == *"nokeys"* ]]
+	# a directory --copy-in: a tree has no sha256 to name it by
+	mkdir "$BATS_TEST_TMPDIR/tree"
+	run_isopod -100 run --copy-in "$BATS_TEST_TMPDIR/tree:/t" --copy-out "/a:$BATS_TEST_TMPDIR/a" \
+		--provenance "$BATS_TEST_TMPDIR/p" -- true
+	[[ "$stderr" == *"a directory; --provenance signs regular-file inputs only"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/p" ]
 	[ "$(nvms)" = "$n" ]
+}
+
+@test "sign refuses a copy-in without a sha256 (a directory), never leaves it out; a directory copy-out is no subject, said so" {
+	local id
+	id=$(jq -r .vm.id "$D/b.json")
+	jq '.copied_in += [{host: "/h/tree", guest: "/root/tree", bytes: 10, tree: true}]' "$D/b.json" \
+		>"$BATS_TEST_TMPDIR/r.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/r.json" -o "$BATS_TEST_TMPDIR/c.prov" -- cp /opt/tool /tmp/app
+	[ "$status" -eq 1 ] && [ -z "$output" ] || false
+	[[ "$stderr" == *"copy-in /root/tree has no sha256"*"nothing is signed"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	# the only copy-out a directory: nothing to sign, the directory named
+	jq '.copied_out = [{host: "/h/out", guest: "/root/out", bytes: 10, tree: true, skipped: []}]' \
+		"$D/b.json" >"$BATS_TEST_TMPDIR/r.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/r.json" -o "$BATS_TEST_TMPDIR/c.prov" -- cp /opt/tool /tmp/app
+	[ "$status" -eq 1 ] && [ -z "$output" ] || false
+	[[ "$stderr" == *"copy-out /root/out is a directory"*"not signed"*"a directory copy-out is not signed"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 }
 
 @test "verify-artifact's exit statuses: 101 a missing file, 1 a garbage envelope, 100 usage" {

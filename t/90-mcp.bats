@@ -29,6 +29,15 @@ setup_file() {
 	ln -s ../outside "$IO/sub/link-out"
 	ln -s ../outside/secret "$IO/sub/secret-link"
 	ln -s in.txt "$IO/sub/link-in"
+	# A directory for copy_in: its links lead out of the I/O root (relative,
+	# absolute; a hard link to a file outside), a FIFO, an empty dir.
+	mkdir -p "$IO/sub/tree/dir" "$IO/sub/tree/empty"
+	printf 'in-tree\n' >"$IO/sub/tree/dir/f"
+	ln -s ../../outside/secret "$IO/sub/tree/esc"
+	ln -s "$IO/outside/secret" "$IO/sub/tree/abs"
+	printf 'hard\n' >"$IO/outside/hard"
+	ln "$IO/outside/hard" "$IO/sub/tree/hl"
+	mkfifo "$IO/sub/tree/fifo"
 }
 
 teardown_file() {
@@ -248,6 +257,10 @@ EOF
 	refused sandbox_run '{"argv":["true"],"copy_in":[{"host":"link-out/secret","guest":"/tmp/s"}]}' 'copy_in[0].host'
 	refused sandbox_run '{"argv":["true"],"copy_in":[{"host":"/etc/passwd","guest":"/tmp/s"}]}' 'outside the I/O root'
 	refused sandbox_run '{"argv":["true"],"copy_in":[{"host":"/proc/self/root/etc/passwd","guest":"/tmp/s"}]}' 'outside the I/O root'
+	# a directory: the symlink to one outside is refused, a FIFO is neither file nor directory
+	refused sandbox_run '{"argv":["true"],"copy_in":[{"host":"link-out","guest":"/tmp/s"}]}' 'leaves the I/O root'
+	refused sandbox_run '{"argv":["true"],"copy_in":[{"host":"tree/fifo","guest":"/tmp/s"}]}' 'is not a regular file or a directory'
+	refused sandbox_run '{"argv":["true"],"stdin_file":"tree"}' 'stdin_file: tree is not a regular file'
 	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"link-out/x"}]}' 'leaves the I/O root'
 	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"link-out"}]}' 'copy_out[0].host'
 	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"../x"}]}' 'leaves the I/O root'
@@ -265,6 +278,36 @@ EOF
 	[ "$(cat "$IO/sub/o1")" = made ] && [ "$(cat "$IO/sub/renamed")" = made2 ] || false
 	call sandbox_run '{"argv":["cat"],"stdin":"text-in"}'
 	echo "$output" | jq -e '.result.structuredContent.stdout == "text-in"'
+}
+
+# The I/O root's claim for a directory: what lies beyond the root is never
+# read through a link inside it (the links arrive as links).
+@test "mcp: copy_in and copy_out of directories: links out of the I/O root arrive as links; into a directory; an existing name untouched; client paths" {
+	rm -rf "$IO/sub/back" "$IO/sub/again" "$IO/sub/into" "$IO/sub/into2"
+	mkdir -p "$IO/sub/into" "$IO/sub/into2/g"
+	printf 'mine\n' >"$IO/sub/into2/g/keep"
+	call sandbox_run '{"command":"for l in esc abs; do test -L /tmp/t/$l && echo \"$l link $(readlink /tmp/t/$l)\"; done; cat /tmp/t/dir/f; test -d /tmp/t/empty && echo empty-dir; cat /tmp/t/esc /tmp/t/abs /tmp/t/hl 2>/dev/null; mkdir -p /tmp/g/sub /tmp/g/e; echo out >/tmp/g/sub/f; ln -s /etc/passwd /tmp/g/pw; mkfifo /tmp/g/fifo","copy_in":[{"host":"tree","guest":"/tmp/t"}],"copy_out":[{"guest":"/tmp/g","host":"back"},{"guest":"/tmp/g","host":"into"},{"guest":"/tmp/g","host":"'"$IO"'/sub/into2"},{"guest":"/tmp/t","host":"again"}]}'
+	echo "$output" | jq -c '.result.structuredContent | {stdout, copied_in, copied_out, warnings}'
+	echo "$output" | jq -e '.result.isError == false and .result.structuredContent.exit_code == 0'
+	echo "$output" | jq -e --arg io "$IO" '.result.structuredContent.stdout == "esc link ../../outside/secret\nabs link \($io)/outside/secret\nin-tree\nempty-dir\n"'
+	echo "$output" | jq -e '.result.structuredContent.copied_in[0] | .host == "tree" and .tree and (.skipped | map(.path) | sort == ["fifo", "hl"])'
+	echo "$output" | jq -e --arg io "$IO" '[.result.structuredContent.copied_out[].host] == ["back", "into/g", "\($io)/sub/into2/g", "again"]'
+	echo "$output" | jq -e '.result.structuredContent.copied_out | (.[0], .[1]) | .tree and (.skipped | map(.path) == ["fifo"])'
+	# an existing name is not replaced nor written into; the error names it as the client does
+	echo "$output" | jq -e --arg io "$IO" '.result.structuredContent.copied_out[2] | (.error | startswith("\($io)/sub/into2/g: File exists")) and .tree == null'
+	[ "$(cat "$IO/sub/into2/g/keep")" = mine ] && [ ! -e "$IO/sub/into2/g/sub" ] || false
+	# no path of the server's (/proc/<pid>/fd/N) reaches the client
+	[[ "$output" != */proc/* ]]
+	for d in back into/g; do
+		[ "$(cat "$IO/sub/$d/sub/f")" = out ] && [ -d "$IO/sub/$d/e" ] || false
+		[ -L "$IO/sub/$d/pw" ] && [ "$(readlink "$IO/sub/$d/pw")" = /etc/passwd ] || false
+		[ ! -e "$IO/sub/$d/fifo" ]
+	done
+	# the copied-in tree, back on the host: its links still links
+	[ -L "$IO/sub/again/esc" ] && [ "$(readlink "$IO/sub/again/esc")" = ../../outside/secret ] || false
+	[ -L "$IO/sub/again/abs" ] && [ "$(cat "$IO/sub/again/dir/f")" = in-tree ] && [ -d "$IO/sub/again/empty" ] || false
+	[ ! -e "$IO/sub/again/hl" ] && [ ! -e "$IO/sub/again/fifo" ] || false
+	rm -rf "$IO/sub/back" "$IO/sub/again" "$IO/sub/into" "$IO/sub/into2"
 }
 
 @test "mcp: sandbox_run provenance:true answers with the signed envelope, which verifies against the copied-out file; its private directory is gone" {
@@ -547,11 +590,16 @@ EOF
 	echo "$output" | jq -e '(.content[0].text | fromjson) == .structuredContent'
 }
 
-@test "mcp: a kept VM: vm_exec (a failing command is data; stdin), vm_stop, vm_rm" {
-	client kept '{"args":{"argv":["true"]}}'
+@test "mcp: a kept VM: vm_exec (a failing command is data; stdin; a directory in and out), vm_stop, vm_rm" {
+	rm -rf "$IO/sub/kept-back"
+	client kept '{"args":{"argv":["true"]},"exec3":{"command":"readlink /tmp/kt/esc; cat /tmp/kt/esc 2>/dev/null; mkdir /tmp/kt/new","copy_in":[{"host":"tree","guest":"/tmp/kt"}],"copy_out":[{"guest":"/tmp/kt","host":"kept-back"}]}}'
 	echo "$output" | jq -e '.id | startswith("vm-")'
 	echo "$output" | jq -e '.exec.result.isError == false and .exec.result.structuredContent.exit_code == 4 and .exec.result.structuredContent.stdout == "in-kept\n"'
 	echo "$output" | jq -e '.exec2.result.structuredContent.stdout == "fed"'
+	echo "$output" | jq -c '.exec3.result.structuredContent | {stdout, copied_in, copied_out}'
+	echo "$output" | jq -e '.exec3.result.structuredContent | .stdout == "../../outside/secret\n" and .copied_in[0].host == "tree" and .copied_in[0].tree and .copied_out[0].host == "kept-back" and .copied_out[0].tree'
+	[ -L "$IO/sub/kept-back/esc" ] && [ -d "$IO/sub/kept-back/new" ] && [ "$(cat "$IO/sub/kept-back/dir/f")" = in-tree ] || false
+	rm -rf "$IO/sub/kept-back"
 	echo "$output" | jq -e '.stop.result.isError == false and .stop.result.structuredContent.ok == true'
 	echo "$output" | jq -e '.rm.result.structuredContent.removed == [.id]'
 }

@@ -146,9 +146,11 @@ async function main() {
 		const id = typeof vm === 'string' ? vm : vm?.id;
 		const ex = await callOrError(client, 'vm_exec', { vm: id, argv: ['sh', '-c', 'echo in-$0; exit 4', 'kept'] });
 		const ex2 = await callOrError(client, 'vm_exec', { vm: id, command: 'cat', stdin: 'fed' });
+		// input.exec3: one more vm_exec's arguments, in the same VM
+		const ex3 = input.exec3 ? await callOrError(client, 'vm_exec', { vm: id, ...input.exec3 }) : null;
 		const stop = await callOrError(client, 'vm_stop', { vm: id });
 		const rm = await callOrError(client, 'vm_rm', { vms: [id] });
-		res = ({ id, run, exec: ex, exec2: ex2, stop, rm });
+		res = ({ id, run, exec: ex, exec2: ex2, exec3: ex3, stop, rm });
 		break;
 	}
 	default:

@@ -2,8 +2,41 @@
  * session (lib/execio.c) against a fake agent on a unix socket: output,
  * EXIT, copy-in/out, the host's copy-out cap, the watchdog and the
  * deadline, a lying EXIT. */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The race a local user can run beside a copy-out's destination: the
+ * directory named there swapped for a symlink (to a directory elsewhere)
+ * just before lib/execio.c opens it.  Armed (swap_path set), the first
+ * open() of swap_path does the swap, then opens. */
+static const char *swap_path, *swap_to;
+
+static int swap_open(const char *path, int flags, ...)
+{
+	char old[256];
+	mode_t mode = 0;
+	va_list ap;
+
+	va_start(ap, flags);
+	if (flags & (O_CREAT | O_TMPFILE))
+		mode = va_arg(ap, mode_t);
+	va_end(ap);
+	if (swap_path && !strcmp(path, swap_path)) {
+		snprintf(old, sizeof old, "%s.old", swap_path);
+		if (rename(swap_path, old) < 0 || symlink(swap_to, swap_path) < 0)
+			return -1;
+		swap_path = NULL;
+	}
+	return open(path, flags, mode);
+}
+
+#define open(...) swap_open(__VA_ARGS__)
 #include "../../lib/execopt.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/execio.c"
+#undef open
 #include "../../lib/host.c"
 #include "../../lib/exectree.c"
 #include "../../lib/treeio.c"
@@ -377,6 +410,112 @@ static void test_tree(void)
 	stop(&s, pid);
 }
 
+/* A copy-out's destination, HOST: a directory there is copied into (the
+ * file under its own name), a file there replaced, and a symlink there
+ * never followed, not even one swapped in for the directory after it was
+ * looked at (the race a user who can write beside HOST could run). */
+static void test_dest(void)
+{
+	struct exec_session s;
+	struct exec_status ex = {.code = -1};
+	json_t *out;
+	char host[128], victim[128], p[200];
+	struct exec_copy cout;
+	const char *err;
+	struct stat sb;
+	pid_t pid;
+	int fd;
+
+	snprintf(host, sizeof host, "%s/dest", dir);
+	snprintf(victim, sizeof victim, "%s/victim", dir);
+	mkdir(host, 0700);
+	mkdir(victim, 0700);
+	cout = (struct exec_copy){.host = host, .guest = "/tmp/x"};
+
+	out = json_array();
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	snprintf(p, sizeof p, "%s/x", host);
+	ok(exec_copy_out(&s, &cout, 1, out) == 0 && stat(p, &sb) == 0 && sb.st_size == 4 &&
+	   !json_object_get(json_array_get(out, 0), "error"),
+	   "dest: into a directory, under the file's own name");
+	json_decref(out);
+	stop(&s, pid);
+
+	out = json_array();
+	cout.host = p; /* HOST/x is a file now: replaced */
+	fd = open(p, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	ok(exec_copy_out(&s, &cout, 1, out) == 0 && stat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
+	   sb.st_size == 4 && !json_object_get(json_array_get(out, 0), "error"),
+	   "dest: a file there is replaced");
+	json_decref(out);
+	stop(&s, pid);
+
+	/* the directory swapped for a symlink to victim as it is opened */
+	out = json_array();
+	cout.host = host;
+	swap_path = host;
+	swap_to = victim;
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	exec_copy_out(&s, &cout, 1, out);
+	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	snprintf(p, sizeof p, "%s/x", victim);
+	ok(!swap_path && access(p, F_OK) < 0 && lstat(host, &sb) == 0 && S_ISLNK(sb.st_mode) &&
+	   err && strstr(err, "symlink"),
+	   "dest: a directory made a symlink as it is opened is not entered, nothing in "
+	   "its target, the symlink left (%s)", err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+
+	/* a symlink to a directory there all along: the same */
+	unlink(p);
+	out = json_array();
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	exec_copy_out(&s, &cout, 1, out);
+	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	ok(access(p, F_OK) < 0 && err && strstr(err, "symlink"),
+	   "dest: a symlink to a directory is not entered (%s)", err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+}
+
+static void *no_malloc(size_t n)
+{
+	(void)n;
+	return NULL;
+}
+
+/* A directory copy-in whose list cannot be made (out of memory): the
+ * directory's descriptor is closed, the error a fixed message (the walk,
+ * never opened, has none to give). */
+static void test_tree_in_nomem(void)
+{
+	struct exec_session s;
+	struct exec_copy cin = {.host = "/etc", .guest = "/root/etc"};
+	json_t *in = json_array();
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r;
+
+	exec_init(&s);
+	json_set_alloc_funcs(no_malloc, free);
+	r = tree_in(&s, &cin, fd, in);
+	json_set_alloc_funcs(malloc, free);
+	ok(r == EXEC_FAILED && strstr(s.err, "out of memory") && fcntl(fd, F_GETFD) < 0 &&
+	   errno == EBADF, "tree in: no memory for the list: the directory's fd closed, a fixed "
+	   "message (%s)", s.err);
+	json_decref(in);
+	exec_free(&s);
+}
+
 /* --log-max: the log keeps the first log_max bytes, the count is all of
  * them, and the result says the log was cut (the stream under it not). */
 static void test_log_max(void)
@@ -648,6 +787,8 @@ int main(void)
 	test_session();
 	test_flood();
 	test_tree();
+	test_dest();
+	test_tree_in_nomem();
 	test_log_max();
 	test_failures();
 	{

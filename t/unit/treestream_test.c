@@ -10,8 +10,38 @@
  * a symlink, a symlink then a file), segments overlapping, backwards or
  * past the size, more entries or bytes than allowed, bytes after the end,
  * a stream cut short.  Streams are fed whole and a byte at a time. */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A file given a second name between the walk's look at it and its open
+ * (a hard link made to it from elsewhere): armed (race_name set), the
+ * first openat() of race_name links it to race_link, then opens. */
+static const char *race_name, *race_link;
+
+static int race_openat(int dfd, const char *name, int flags, ...)
+{
+	mode_t mode = 0;
+	va_list ap;
+
+	va_start(ap, flags);
+	if (flags & (O_CREAT | O_TMPFILE))
+		mode = va_arg(ap, mode_t);
+	va_end(ap);
+	if (race_name && !strcmp(name, race_name)) {
+		race_name = NULL;
+		if (linkat(dfd, name, AT_FDCWD, race_link, 0) < 0)
+			return -1;
+	}
+	return openat(dfd, name, flags, mode);
+}
+
+#define openat(...) race_openat(__VA_ARGS__)
 #include "../../lib/treestream.c"
 #include "../../lib/treeio.c"
+#undef openat
 
 #include "tap.h"
 
@@ -221,6 +251,44 @@ static void roundtrip(void)
 	free(w);
 }
 
+/* A file with one name when the walk looks at it, two when it opens it:
+ * skipped as a hard link all the same, nothing of it sent. */
+static void linked_meanwhile(void)
+{
+	char src[120], p[200], other[120], why[600] = "";
+	struct ts_walk *w = malloc(sizeof *w);
+	struct sbuf b = {0};
+	uint8_t chunk[777];
+	long n;
+	int fd;
+
+	snprintf(src, sizeof src, "%s/src2", tmp);
+	snprintf(other, sizeof other, "%s/other-name", tmp);
+	mkdir(src, 0700);
+	snprintf(p, sizeof p, "%s/racy", src);
+	fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	write(fd, "secret", 6);
+	close(fd);
+	race_name = "racy";
+	race_link = other;
+	fd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ok(ts_walk_open(w, fd) == 0, "linked meanwhile: the walk opens");
+	while ((n = ts_walk_read(w, chunk, sizeof chunk)) > 0)
+		add(&b, chunk, (size_t)n);
+	ts_walk_close(w);
+	snprintf(p, sizeof p, "%s/dst2", tmp);
+	nnotes = 0;
+	ok(n == 0 && !race_name && w->skipped == 1,
+	   "linked meanwhile: a file given a second name after the look and before the open "
+	   "is a note (%u skipped)", w->skipped);
+	ok(sink(&b, p, 0, 0, 0, why, sizeof why) == 0 && nnotes == 1,
+	   "linked meanwhile: the stream sinks, the note in it (%s)", why);
+	snprintf(p, sizeof p, "%s/dst2/racy", tmp);
+	ok(!exists(p), "linked meanwhile: nothing of it sent");
+	free(b.p);
+	free(w);
+}
+
 int main(void)
 {
 	struct sbuf b = {0};
@@ -232,6 +300,7 @@ int main(void)
 		return 1;
 	snprintf(out, sizeof out, "%s/outside", tmp);
 	roundtrip();
+	linked_meanwhile();
 
 	top(&b), ent(&b, 'f', 0644, "..", 0, NULL), seg(&b, 0, "", 0), end(&b);
 	hostile(&b, "a path \"..\"", 0, 0);
