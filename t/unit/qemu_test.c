@@ -196,7 +196,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -256,7 +256,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -305,7 +305,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -360,7 +360,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -415,7 +415,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -468,7 +468,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -511,7 +511,7 @@ int main(void)
 	test_clone_env();
 	test_memro_ok();
 	qemu_fingerprint(fp);
-	ok(!strcmp(fp, "3cce5a87782feb0c5ebb39fd412b05da6b4b7a03413e3634ec2ce7259ca2e9a2"),
+	ok(!strcmp(fp, "5b94a534345e666243f05f73a95d724964dec79e362f13e512d38cf5f3aba00b"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
 	return tap_done();
 }
