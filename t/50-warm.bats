@@ -314,6 +314,27 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	jq -e '.state == "claimed"' "$ISOPOD_HOME/vms/$vm/meta.json"
 }
 
+@test "warm: cold and resumed QEMUs both get virtio-serial max_ports=2 (goal 7: 6 virtqueues, not 64); the agent still answers" {
+	local q mode
+	for mode in --cold ""; do
+		# shellcheck disable=SC2086 # "" is no option: the default, warm
+		boot_vm $mode
+		[ "$status" -eq 0 ]
+		if jq -e '.path == "snapshot-build"' <<<"$output" >/dev/null; then
+			stop_vm "$vm" # the first of this shape built the snapshot: resume it
+			boot_vm
+			[ "$status" -eq 0 ]
+		fi
+		if [ -n "$mode" ]; then json_is '.path == "cold"'; else json_is '.path == "warm"'; fi
+		q=$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$vm/meta.json")
+		tr '\0' ' ' <"/proc/$q/cmdline" | grep -q -- ' -device virtio-serial-device,max_ports=2 ' ||
+			{ stop_vm "$vm"; return 1; }
+		run isopod-exec --vm "$vm" -- true
+		stop_vm "$vm"
+		[ "$status" -eq 0 ]
+	done
+}
+
 @test "warm: two resumed VMs differ in hostname and /dev/urandom; the clock is the host's" {
 	cmd='hostname; head -c16 /dev/urandom | od -An -tx1 | tr -d " \n"; echo; date +%s'
 	run --separate-stderr isopod run --json-only -- sh -c "$cmd"

@@ -196,7 +196,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -256,7 +256,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -305,7 +305,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -360,7 +360,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -415,7 +415,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -468,7 +468,7 @@ int main(void)
 	"-device\n"
 	"virtio-blk-device,drive=root\n"
 	"-device\n"
-	"virtio-serial-device\n"
+	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
 	"socket,id=agent,path=/store/vms/vm-0123456789ab/agent.sock,server=on,wait=off\n"
 	"-device\n"
@@ -511,7 +511,7 @@ int main(void)
 	test_clone_env();
 	test_memro_ok();
 	qemu_fingerprint(fp);
-	ok(!strcmp(fp, "9a46631b80e619c0f3dab39cfac5a769b348ebdffb2612f295e19a872a8439d0"),
+	ok(!strcmp(fp, "10f3aa133f2966c5045cf702e337b93416fdf8afbc1cf76cf1dfade2953e40ab"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
 	return tap_done();
 }
