@@ -57,7 +57,9 @@ static void shape(struct tool *t, int argc, char **argv)
 {
 	static const char *const takes[] = { "--vcpus", "--mem-mib", "--disk-mib", "--console-max",
 					     NULL };
-	static const char *const envs[] = { "ISOPOD_ACCEL", "ISOPOD_JAIL", "ISOPOD_WARM", NULL };
+	/* each one a boot refuses a bad value of: no VM is ready under it */
+	static const char *const envs[] = { "ISOPOD_ACCEL", "ISOPOD_JAIL", "ISOPOD_WARM",
+					    "ISOPOD_WARM_WAIT_MS", NULL };
 	char *text = NULL;
 	size_t tlen = 0;
 	FILE *f = open_memstream(&text, &tlen);
@@ -237,6 +239,21 @@ static int cmd_fill(struct tool *t)
 	if ((fd = lock_open(lk, LOCK_EX | LOCK_NB)) < 0)
 		return errno == EWOULDBLOCK ? 0 : 111; /* another filler fills it */
 	pathf(all, sizeof all, "%s/../fill.lock", dir);
+	/* The boot options checked before anything is claimed for them: a
+	 * run takes before its own isopod-boot --check (isopod(1): a ready VM
+	 * proves its options good), so a take may start the filler of a shape
+	 * a boot refuses (--mem-mib abc), which then claims nothing. */
+	{
+		char *cav[3 + BOOT_MAX] = { "isopod-boot", "--check" };
+
+		for (int i = 0; i < t->nboot; i++)
+			cav[2 + i] = t->boot[i];
+		if (tool("isopod-boot", cav, NULL, 0) != 0) {
+			warn("pool %.12s: isopod-boot --check refused the shape's options", t->key);
+			close(fd);
+			return 0;
+		}
+	}
 	/* at most pool_size VMs an invocation: where VMs expire as fast as
 	 * they are made (pool_idle_s near a fill's time) it ends; the next
 	 * take starts another (review L4) */

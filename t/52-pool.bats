@@ -276,6 +276,63 @@ out.write(d)
 	[[ "$stderr" == *"pooled VM gets its owner from its take"* ]]
 }
 
+@test "pool (no VM): a bad boot option value is refused as without the pool (the take comes before isopod-boot --check); its shape's filler claims nothing" {
+	local n v before
+	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+	before=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' 2>/dev/null | sort)
+	for v in abc 99999999 1; do
+		ISOPOD_POOL_SIZE=0 run --separate-stderr isopod run --mem-mib "$v" -- true
+		# (the host's headroom, in the message, moves between runs)
+		local st0=$status err0 out0
+		err0=$(sed -E 's/\(host headroom[^)]*\)//g' <<<"$stderr")
+		out0=$(jq -c 'del(.timings)' <<<"$output" | sed -E 's/\(host headroom[^)]*\)//g')
+		run --separate-stderr isopod run --mem-mib "$v" -- true
+		echo "$v: $status $stderr $output"
+		[ "$st0" -eq 100 ] || false
+		[ "$status" -eq "$st0" ]
+		[ "$(sed -E 's/\(host headroom[^)]*\)//g' <<<"$stderr")" = "$err0" ]
+		[ "$(jq -c 'del(.timings)' <<<"$output" | sed -E 's/\(host headroom[^)]*\)//g')" = "$out0" ]
+	done
+	# each take (a miss) started its shape's filler: once each is done
+	# (its log written, its lock free), no VM was claimed for any
+	local new="" d
+	for _ in $(seq 100); do
+		new=$(comm -13 <(echo "$before") <(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' | sort))
+		[ "$(grep -c . <<<"$new")" -lt 3 ] || break
+		sleep 0.1
+	done
+	[ "$(grep -c . <<<"$new")" -eq 3 ]
+	for d in $new; do
+		for _ in $(seq 100); do [ -s "$d/fill.log" ] && flock -n "$d/fill.lock" true && break; sleep 0.1; done
+	done
+	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -eq "$n" ]
+	for d in $new; do grep -q "isopod-boot --check refused" "$d/fill.log"; done
+}
+
+@test "pool: a pooled run starts no isopod-boot (the take before any --check: a ready VM proves its boot options)" {
+	fill
+	id=$(ready_ids)
+	local lx="$BATS_TEST_TMPDIR/libexec" log="$BATS_TEST_TMPDIR/boot.log" f
+	mkdir "$lx"
+	for f in "$ISOPOD_SRC"/bin/isopod-*; do ln -s "$f" "$lx/"; done
+	rm "$lx/isopod-boot"
+	# the front end's calls logged (not the filler's: isopod-pool's child)
+	printf '#!/bin/sh
+[ "$(cat /proc/$PPID/comm)" = isopod-pool ] || echo "$*" >>"%s"
+exec "%s" "$@"
+' \
+		"$log" "$ISOPOD_SRC/bin/isopod-boot" >"$lx/isopod-boot"
+	chmod +x "$lx/isopod-boot"
+	ISOPOD_LIBEXEC=$lx run --separate-stderr isopod run -- true
+	json_is ".ok == true and .path == \"pool\" and .vm.id == \"$id\""
+	[ ! -e "$log" ]
+	stopped "$id"
+	# the control: without the pool the same front end checks, then boots
+	ISOPOD_POOL_SIZE=0 ISOPOD_LIBEXEC=$lx run --separate-stderr isopod run -- true
+	json_is '.ok == true and .path != "pool"'
+	grep -q -- '^--check' "$log"
+}
+
 @test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
 	local n
 	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
