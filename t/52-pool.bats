@@ -56,7 +56,8 @@ stopped() {
 
 # fake_pooled ID IDLE: a pooled VM without a VM: isopod-supervise with
 # `sleep` for QEMU (no jail), confirmed, published as ready under the key
-# of no boot options (its filler a no-op: ISOPOD_POOL=true).  $key is set.
+# of no boot options (its filler a no-op: ISOPOD_POOL=true).  $key and $sup
+# (its supervisor's pid) are set.
 fake_pooled() {
 	local d="$ISOPOD_HOME/vms/$1" f="$BATS_TEST_TMPDIR/ctl.$1"
 	mkdir -p "$d"
@@ -69,6 +70,7 @@ fake_pooled() {
 	: >"$ISOPOD_HOME/pool/$key/filling-$1"
 	echo "{\"vm\":\"$1\",\"dir\":\"$d\",\"qemu\":[\"/bin/sleep\",\"60\"],\"jail\":false,\"pool_idle_s\":$2}" |
 		(exec 3>"$d/lock" && flock 3 && exec isopod-supervise 4<"$f" 5>/dev/null >/dev/null 2>&1) &
+	sup=$!
 	printf r >"$f"
 	for _ in $(seq 50); do [ -e "$ISOPOD_HOME/pool/.own/$1.sock" ] && break; sleep 0.1; done
 	echo "{\"vm\":{\"id\":\"$1\"},\"path\":\"warm\"}" >"$ISOPOD_HOME/pool/$key/ready-$1"
@@ -121,6 +123,28 @@ fake_pooled() {
 	[ "$st" -eq 101 ]
 	[ ! -e "$BATS_TEST_TMPDIR/id2" ]
 	kill "$owner"
+}
+
+@test "pool (no VM): take --scratch makes the run's directory as isopod-claim --scratch does" {
+	fake_pooled vm-000000000016 30
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --scratch
+	[ "$status" -eq 0 ]
+	local lines d
+	mapfile -t lines <<<"$output"
+	[ "${#lines[@]}" -eq 3 ]
+	[ "${lines[0]}" = vm-000000000016 ] && [ "${lines[1]}" = n-vm-000000000016 ] || false
+	d=${lines[2]}
+	[ "$d" = "$ISOPOD_HOME/runs/vm-000000000016.$owner.$(awk '{print $22}' "/proc/$owner/stat")" ]
+	[ "$(stat -c %a "$d")" = 700 ]
+	jq -e '.path == "pool" and .vm.id == "vm-000000000016"' "$d/boot.json"
+	kill "$owner"
+	stopped vm-000000000016 5
+	# its owner gone: gc removes the directory, as a claim's
+	run isopod-gc
+	json_is ".leaked | map(select(.kind == \"run\" and .removed) | .path) == [\"$d\"]"
+	[ ! -e "$d" ]
 }
 
 @test "pool (no VM): modes: pool/, pool/.own, the shape and the owner socket the store owner's alone; a take sends no owner to a socket of another uid (SO_PEERCRED)" {
@@ -418,8 +442,10 @@ exec "%s" "$@"
 	stopped "$id"
 }
 
-@test "pool: SIGKILL of the run's front end stops its pooled VM (the supervisor watches the run's pidfd)" {
+@test "pool: SIGKILL of the run's front end stops its pooled VM (the supervisor watches the run's pidfd); gc removes its scratch directory, none in TMPDIR" {
 	fill
+	export TMPDIR="$BATS_TEST_TMPDIR/tmp"
+	mkdir "$TMPDIR"
 	id=$(ready_ids)
 	"$ISOPOD_SRC/sh/isopod" run -- sleep 60 >/dev/null 2>&1 &
 	run_pid=$!
@@ -433,6 +459,15 @@ exec "%s" "$@"
 	stopped "$id" 10
 	jq -e '.stopped_by == "owner"' "$ISOPOD_HOME/vms/$id/meta.json"
 	wait "$run_pid" || :
+	# its scratch directory, the one leak, is the store's (take --scratch,
+	# as a claim's): gc removes it; nothing of it in TMPDIR
+	local d
+	d=$(find "$ISOPOD_HOME/runs" -mindepth 1 -maxdepth 1 -name "$id.$run_pid.*")
+	[ -d "$d" ]
+	run isopod-gc
+	json_is ".leaked | map(select(.kind == \"run\" and .removed) | .path) == [\"$d\"]"
+	[ ! -e "$d" ]
+	[ -z "$(ls -A "$TMPDIR")" ]
 }
 
 @test "pool: gc sweeps an entry whose supervisor died; a run is then not served by it" {
