@@ -315,8 +315,8 @@ static void start_filler(struct tool *t)
 		close(lfd);
 }
 
-/* A take that cannot be completed after the hand-over (the scratch
- * directory or the id not written) is refused: the
+/* A take that cannot be completed after the hand-over (the record not
+ * updated, the scratch directory or the id not written) is refused: the
  * VM, the run's now, is stopped (not left to run until the run exits)
  * and the run boots one of its own.  The warning first (errno). */
 static int refuse(const char *id, const char *scratch, const char *what)
@@ -343,13 +343,18 @@ static int hand_out(const char *id, long long owner, const char *idfile, json_t 
 	static const char *const live[] = { "running", NULL };
 	char line[128 + PATH_MAX], dir[PATH_MAX] = "", p[PATH_MAX];
 	json_t *rec, *m;
+	int r;
 
 	/* The run owns it now: its record says so (gc pins it while the run
-	 * lives, as a booted VM's). */
+	 * lives, as a booted VM's); a VM no longer running serves nobody. */
 	m = json_pack("{s:I, s:b}", "owner_pid", (json_int_t)owner, "keep", 0);
-	if (!m || vm_meta_update(id, live, m) < 0)
-		warn("unable to update the record of %s:", id);
+	r = m ? vm_meta_update(id, live, m) : -1;
 	json_decref(m);
+	if (r != 1) {
+		if (r == 0)
+			errno = ESTALE;
+		return refuse(id, "", "unable to update the record of");
+	}
 	rec = vm_read(id);
 	snprintf(line, sizeof line, "%s\n%s\n", id,
 		 json_string_value(json_object_get(rec, "name")) ?: id);

@@ -125,7 +125,7 @@ fake_pooled() {
 	kill "$owner"
 }
 
-@test "pool (no VM): take --scratch makes the run's directory as isopod-claim --scratch does" {
+@test "pool (no VM): take --scratch makes the run's directory as isopod-claim --scratch does; a take whose record update fails is refused and its VM stopped" {
 	fake_pooled vm-000000000016 30
 	sleep 60 &
 	owner=$!
@@ -145,6 +145,21 @@ fake_pooled() {
 	run isopod-gc
 	json_is ".leaked | map(select(.kind == \"run\" and .removed) | .path) == [\"$d\"]"
 	[ ! -e "$d" ]
+	# the record no longer says running when the take updates it: refused
+	fake_pooled vm-000000000017 30
+	jq --argjson s "$sup" '.state = "stopping" | .supervisor_pid = $s' "$ISOPOD_HOME/vms/vm-000000000017/meta.json" >"$BATS_TEST_TMPDIR/m"
+	mv "$BATS_TEST_TMPDIR/m" "$ISOPOD_HOME/vms/vm-000000000017/meta.json"
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --scratch
+	echo "$status $output $stderr"
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"the take refused, the VM stopped"* ]]
+	# stopped now, not when its run (still alive) exits
+	stopped vm-000000000017 5
+	kill "$owner"
+	[ -z "$(find "$ISOPOD_HOME/runs" -name 'vm-000000000017.*')" ]
 }
 
 @test "pool (no VM): modes: pool/, pool/.own, the shape and the owner socket the store owner's alone; a take sends no owner to a socket of another uid (SO_PEERCRED)" {
