@@ -63,7 +63,7 @@ fake_pooled() {
 	mkdir -p "$d"
 	echo "{\"id\":\"$1\",\"state\":\"running\",\"name\":\"n-$1\",\"pool_idle_s\":$2}" >"$d/meta.json"
 	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
-	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%f\n' | head -1)
+	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' -printf '%f\n' | head -1)
 	mkfifo "$f"
 	# as a filler does: the VM's entry before its boot (its supervisor
 	# finds its shape by it, pool_watch), ready once booted
@@ -305,7 +305,7 @@ out.write(d)
 @test "pool (no VM): a FIFO as a ready entry never blocks a take; isopod-supervise refuses --owner with a pooled spec" {
 	mkdir -p "$ISOPOD_HOME/pool"
 	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
-	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%f\n' | head -1)
+	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' -printf '%f\n' | head -1)
 	mkfifo "$ISOPOD_HOME/pool/$key/ready-vm-000000000010"
 	ISOPOD_POOL=true run --separate-stderr timeout 10 isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id"
 	[ "$status" -eq 101 ]
@@ -348,30 +348,6 @@ out.write(d)
 	for d in $new; do grep -q "isopod-boot --check refused" "$d/fill.log"; done
 }
 
-@test "pool: a pooled run starts no isopod-boot (the take before any --check: a ready VM proves its boot options)" {
-	fill
-	id=$(ready_ids)
-	local lx="$BATS_TEST_TMPDIR/libexec" log="$BATS_TEST_TMPDIR/boot.log" f
-	mkdir "$lx"
-	for f in "$ISOPOD_SRC"/bin/isopod-*; do ln -s "$f" "$lx/"; done
-	rm "$lx/isopod-boot"
-	# the front end's calls logged (not the filler's: isopod-pool's child)
-	printf '#!/bin/sh
-[ "$(cat /proc/$PPID/comm)" = isopod-pool ] || echo "$*" >>"%s"
-exec "%s" "$@"
-' \
-		"$log" "$ISOPOD_SRC/bin/isopod-boot" >"$lx/isopod-boot"
-	chmod +x "$lx/isopod-boot"
-	ISOPOD_LIBEXEC=$lx run --separate-stderr isopod run -- true
-	json_is ".ok == true and .path == \"pool\" and .vm.id == \"$id\""
-	[ ! -e "$log" ]
-	stopped "$id"
-	# the control: without the pool the same front end checks, then boots
-	ISOPOD_POOL_SIZE=0 ISOPOD_LIBEXEC=$lx run --separate-stderr isopod run -- true
-	json_is '.ok == true and .path != "pool"'
-	grep -q -- '^--check' "$log"
-}
-
 @test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
 	local n
 	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
@@ -405,6 +381,30 @@ exec "%s" "$@"
 	stopped "$id"
 	jq -e '.stopped_by == "owner" and .pool_taken == true and .keep == false and .state == "stopped"' \
 		"$ISOPOD_HOME/vms/$id/meta.json"
+}
+
+@test "pool: a pooled run starts no isopod-boot (the take before any --check: a ready VM proves its boot options)" {
+	fill
+	id=$(ready_ids)
+	local lx="$BATS_TEST_TMPDIR/libexec" log="$BATS_TEST_TMPDIR/boot.log" f
+	mkdir "$lx"
+	for f in "$ISOPOD_SRC"/bin/isopod-*; do ln -s "$f" "$lx/"; done
+	rm "$lx/isopod-boot"
+	# the front end's calls logged (not the filler's: isopod-pool's child)
+	printf '#!/bin/sh
+[ "$(cat /proc/$PPID/comm)" = isopod-pool ] || echo "$*" >>"%s"
+exec "%s" "$@"
+' \
+		"$log" "$ISOPOD_SRC/bin/isopod-boot" >"$lx/isopod-boot"
+	chmod +x "$lx/isopod-boot"
+	ISOPOD_LIBEXEC=$lx run --separate-stderr isopod run -- true
+	json_is ".ok == true and .path == \"pool\" and .vm.id == \"$id\""
+	[ ! -e "$log" ]
+	stopped "$id"
+	# the control: without the pool the same front end checks, then boots
+	ISOPOD_POOL_SIZE=0 ISOPOD_LIBEXEC=$lx run --separate-stderr isopod run -- true
+	json_is '.ok == true and .path != "pool"'
+	grep -q -- '^--check' "$log"
 }
 
 @test "pool: with pool_size 2, two pooled VMs and two more runs, four at once: all succeed on four VMs of their own, each with its own hostname and RNG" {
