@@ -184,29 +184,16 @@ static void scratch_json(const char *dir, const char *scratch, json_t *out)
 }
 
 /* --scratch PID: the scratch directory of isopod run (the front end, PID),
- * made here so that a run starts no mktemp(1) for it: runs/<id>.<PID>.<start>
- * under the store, 0700, its owner's start (clock ticks since boot,
- * lib/proc.c proc_ident) in its name, so that isopod-gc knows it leaked
- * once that process is gone (a SIGKILLed front end's), a pid reused since
- * included.  Into out; a failure undoes the claim's directory dir. */
+ * lib/vm.c vm_scratch_make; a failure undoes the claim's directory dir. */
 static void scratch_make(const char *dir, const char *id, long long pid, char *out, size_t sz)
 {
-	char runs[PATH_MAX];
-	unsigned long long start;
-
-	if (proc_ident(pid, &start, NULL, NULL) < 0) {
-		undo(dir, "");
+	if (vm_scratch_make(id, pid, out, sz) == 0)
+		return;
+	undo(dir, "");
+	if (errno == ESRCH)
 		die(EX_USAGE, "--scratch %lld: no such process", pid);
-	}
-	if (pathn(runs, sizeof runs, "%s/runs", store_home()) < 0 ||
-	    pathn(out, sz, "%s/%s.%lld.%llu", runs, id, pid, start) < 0 ||
-	    (mkdir(runs, 0700) < 0 && errno != EEXIST) || mkdir(out, 0700) < 0) {
-		undo(dir, "");
-		die(EX_SYS, "unable to create the scratch directory %s:", out);
-	}
+	die(EX_SYS, "unable to create the scratch directory %s:", out);
 }
-
-
 
 int main(int argc, char **argv)
 {

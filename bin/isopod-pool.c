@@ -1,10 +1,12 @@
 /* isopod-pool - the run pool: VMs already resumed and warmed up, each
  * serving ONE run (lib/pool.h, isopod-pool(1)).
  *
- *   take --owner-pid PID --id-file FILE [BOOT RUN OPTIONS]
+ *   take --owner-pid PID --id-file FILE|--scratch [BOOT RUN OPTIONS]
  *       a ready VM of the shape, handed to PID (its supervisor stops the
- *       VM when PID exits); its boot's JSON on stdout with "path":"pool";
- *       then a filler started in the background.  101 when none is ready.
+ *       VM when PID exits); its boot's JSON on stdout with "path":"pool"
+ *       (--scratch: into PID's scratch directory, made as isopod-claim
+ *       --scratch makes it, and the id, name, directory on stdout); then
+ *       a filler started in the background.  101 when none is ready.
  *   fill --key KEY [BOOT RUN OPTIONS]
  *       (take's, detached) claim, boot --pool-idle, warm up (one exec of
  *       `true`), publish; until the shape holds pool_size ready VMs.
@@ -35,7 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define USAGE "isopod-pool take --owner-pid PID --id-file FILE [BOOT OPTION]... | " \
+#define USAGE "isopod-pool take --owner-pid PID --id-file FILE|--scratch [BOOT OPTION]... | " \
 	      "isopod-pool fill --key KEY [BOOT OPTION]... | isopod-pool ls | isopod-pool drain"
 
 #define BOOT_MAX 16      /* boot run options, at most (argv words) */
@@ -57,7 +59,9 @@ static void shape(struct tool *t, int argc, char **argv)
 {
 	static const char *const takes[] = { "--vcpus", "--mem-mib", "--disk-mib", "--console-max",
 					     NULL };
-	static const char *const envs[] = { "ISOPOD_ACCEL", "ISOPOD_JAIL", "ISOPOD_WARM", NULL };
+	/* each one a boot refuses a bad value of: no VM is ready under it */
+	static const char *const envs[] = { "ISOPOD_ACCEL", "ISOPOD_JAIL", "ISOPOD_WARM",
+					    "ISOPOD_WARM_WAIT_MS", NULL };
 	char *text = NULL;
 	size_t tlen = 0;
 	FILE *f = open_memstream(&text, &tlen);
@@ -237,6 +241,21 @@ static int cmd_fill(struct tool *t)
 	if ((fd = lock_open(lk, LOCK_EX | LOCK_NB)) < 0)
 		return errno == EWOULDBLOCK ? 0 : 111; /* another filler fills it */
 	pathf(all, sizeof all, "%s/../fill.lock", dir);
+	/* The boot options checked before anything is claimed for them: a
+	 * run takes before its own isopod-boot --check (isopod(1): a ready VM
+	 * proves its options good), so a take may start the filler of a shape
+	 * a boot refuses (--mem-mib abc), which then claims nothing. */
+	{
+		char *cav[3 + BOOT_MAX] = { "isopod-boot", "--check" };
+
+		for (int i = 0; i < t->nboot; i++)
+			cav[2 + i] = t->boot[i];
+		if (tool("isopod-boot", cav, NULL, 0) != 0) {
+			warn("pool %.12s: isopod-boot --check refused the shape's options", t->key);
+			close(fd);
+			return 0;
+		}
+	}
 	/* at most pool_size VMs an invocation: where VMs expire as fast as
 	 * they are made (pool_idle_s near a fill's time) it ends; the next
 	 * take starts another (review L4) */
@@ -296,13 +315,71 @@ static void start_filler(struct tool *t)
 		close(lfd);
 }
 
-static int cmd_take(struct tool *t, long long owner, const char *idfile)
+/* A take that cannot be completed after the hand-over (the record not
+ * updated, the scratch directory or the id not written) is refused: the
+ * VM, the run's now, is stopped (not left to run until the run exits)
+ * and the run boots one of its own.  The warning first (errno). */
+static int refuse(const char *id, const char *scratch, const char *what)
+{
+	char *sav[] = { "isopod-stop", "--force", "--vm", (char *)id, NULL };
+	char p[PATH_MAX];
+
+	warn("%s %s (the take refused, the VM stopped):", what, id);
+	if (tool("isopod-stop", sav, NULL, 0) != 0)
+		warn("unable to stop %s; its supervisor stops it when its run exits", id);
+	if (scratch[0] && pathn(p, sizeof p, "%s/boot.json", scratch) == 0)
+		unlink(p);
+	if (scratch[0])
+		rmdir(scratch);
+	return EX_SYS;
+}
+
+/* The taken VM given to its run: the id and name to idfile (two lines),
+ * or with scratch (idfile NULL) the run's scratch directory made as
+ * isopod-claim --scratch makes it (lib/vm.c), boot.json in it and the id,
+ * name and directory on stdout (three lines).  0, or refused. */
+static int hand_out(const char *id, long long owner, const char *idfile, json_t *boot)
 {
 	static const char *const live[] = { "running", NULL };
-	char id[VM_ID_SZ], msg[1024] = "", line[128];
-	json_t *boot = NULL, *rec, *m;
+	char line[128 + PATH_MAX], dir[PATH_MAX] = "", p[PATH_MAX];
+	json_t *rec, *m;
+	int r;
+
+	/* The run owns it now: its record says so (gc pins it while the run
+	 * lives, as a booted VM's); a VM no longer running serves nobody. */
+	m = json_pack("{s:I, s:b}", "owner_pid", (json_int_t)owner, "keep", 0);
+	r = m ? vm_meta_update(id, live, m) : -1;
+	json_decref(m);
+	if (r != 1) {
+		if (r == 0)
+			errno = ESTALE;
+		return refuse(id, "", "unable to update the record of");
+	}
+	rec = vm_read(id);
+	snprintf(line, sizeof line, "%s\n%s\n", id,
+		 json_string_value(json_object_get(rec, "name")) ?: id);
+	json_decref(rec);
+	if (idfile) {
+		if (atomic_write(idfile, line, strlen(line), 0600) < 0)
+			return refuse(id, "", "unable to write the --id-file of");
+		json_emit(boot);
+		return 0;
+	}
+	if (vm_scratch_make(id, owner, dir, sizeof dir) < 0)
+		return refuse(id, "", "unable to create the scratch directory of");
+	if (pathn(p, sizeof p, "%s/boot.json", dir) < 0 || json_write_atomic(p, boot) < 0)
+		return refuse(id, dir, "unable to write boot.json of");
+	if (printf("%s%s\n", line, dir) < 0 || fflush(stdout) == EOF)
+		return refuse(id, dir, "unable to write to standard output for");
+	return 0;
+}
+
+static int cmd_take(struct tool *t, long long owner, const char *idfile)
+{
+	char id[VM_ID_SZ], msg[1024] = "";
+	json_t *boot = NULL;
 	int64_t t0 = mono_ms();
-	int ofd, got;
+	int ofd, got, r;
 
 	if (t->cold || t->pc.size == 0) {
 		warn("no pooled VM: %s", t->cold ? "a shape the pool does not serve" : "the pool is off (pool_size 0)");
@@ -329,18 +406,6 @@ static int cmd_take(struct tool *t, long long owner, const char *idfile)
 		warn("no pooled VM ready");
 		return got < 0 ? EX_SYS : EX_NOTFOUND;
 	}
-	/* The run owns it now: its record says so (gc pins it while the run
-	 * lives, as a booted VM's). */
-	m = json_pack("{s:I, s:b}", "owner_pid", (json_int_t)owner, "keep", 0);
-	if (!m || vm_meta_update(id, live, m) < 0)
-		warn("unable to update the record of %s:", id);
-	json_decref(m);
-	rec = vm_read(id);
-	snprintf(line, sizeof line, "%s\n%s\n", id,
-		 json_string_value(json_object_get(rec, "name")) ?: id);
-	json_decref(rec);
-	if (atomic_write(idfile, line, strlen(line), 0600) < 0)
-		die(EX_SYS, "unable to write %s:", idfile);
 	/* what the run paid for its VM is the take; the resume was the
 	 * filler's, off the run's path (kept as pool_boot_ms) */
 	json_object_set(boot, "pool_boot_ms", json_object_get(boot, "boot_ms"));
@@ -349,8 +414,9 @@ static int cmd_take(struct tool *t, long long owner, const char *idfile)
 	json_object_del(boot, "build_ms");
 	json_object_set_new(boot, "path", json_string("pool"));
 	json_object_set_new(boot, "pool_key", json_string(t->key));
-	json_emit(boot);
-	return 0;
+	r = hand_out(id, owner, idfile, boot);
+	json_decref(boot);
+	return r;
 }
 
 /* Each entry of every shape, as `ls` shows it. */
@@ -433,6 +499,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "owner-pid", required_argument, NULL, 'o' },
 		{ "id-file", required_argument, NULL, 'i' },
+		{ "scratch", no_argument, NULL, 's' },
 		{ "key", required_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -441,7 +508,7 @@ int main(int argc, char **argv)
 	const char *idfile = NULL, *key = NULL, *cmd;
 	long long owner = 0;
 	char msg[PATH_MAX + 128];
-	int c;
+	int c, scratch = 0;
 
 	progname = "isopod-pool";
 	signal(SIGPIPE, SIG_IGN);
@@ -457,6 +524,7 @@ int main(int argc, char **argv)
 	 * options (shape() checks them) */
 	while (optind < argc && (!strncmp(argv[optind], "--owner-pid", 11) ||
 				 !strncmp(argv[optind], "--id-file", 9) ||
+				 !strcmp(argv[optind], "--scratch") ||
 				 !strncmp(argv[optind], "--key", 5) || !strcmp(argv[optind], "--help") ||
 				 !strcmp(argv[optind], "-h")) &&
 	       (c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -466,6 +534,7 @@ int main(int argc, char **argv)
 				die(EX_USAGE, "--owner-pid %s: want a process id", EXC(optarg));
 			break;
 		case 'i': idfile = optarg; break;
+		case 's': scratch = 1; break;
 		case 'k': key = optarg; break;
 		case 'h':
 			puts("usage: " USAGE);
@@ -483,8 +552,8 @@ int main(int argc, char **argv)
 	}
 	shape(&t, argc - optind, argv + optind);
 	if (!strcmp(cmd, "take")) {
-		if (!owner || !idfile)
-			die_usage(USAGE, "take needs --owner-pid and --id-file");
+		if (!owner || !idfile == !scratch)
+			die_usage(USAGE, "take needs --owner-pid and one of --id-file, --scratch");
 		return cmd_take(&t, owner, idfile);
 	}
 	if (!strcmp(cmd, "fill")) {

@@ -2,6 +2,7 @@
  * meta.lock, and the resolution of a VM reference.  No die(): the tools
  * decide their exit status. */
 #include "vm.h"
+#include "proc.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int rec_path(char *buf, size_t sz, const char *id, const char *leaf)
@@ -338,4 +340,26 @@ void vm_resume_undo(const char *id, const char *qlog, const char *keep)
 	if (!m || vm_meta_update(id, NULL, m) < 0)
 		warn("unable to update the record of %s:", id);
 	json_decref(m);
+}
+
+int vm_scratch_make(const char *id, long long pid, char *out, size_t sz)
+{
+	char runs[PATH_MAX];
+	unsigned long long start;
+
+	out[0] = 0;
+	if (!id_vm_ok(id)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (proc_ident(pid, &start, NULL, NULL) < 0) {
+		errno = ESRCH;
+		return -1;
+	}
+	if (pathn(runs, sizeof runs, "%s/runs", store_home()) < 0 ||
+	    pathn(out, sz, "%s/%s.%lld.%llu", runs, id, pid, start) < 0)
+		return -1;
+	if ((mkdir(runs, 0700) < 0 && errno != EEXIST) || mkdir(out, 0700) < 0)
+		return -1;
+	return 0;
 }

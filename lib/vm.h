@@ -66,6 +66,16 @@ int vm_stopped_on_purpose(const char *id, char *why, size_t wsz);
  * to booting (a warning when it cannot). */
 void vm_resume_undo(const char *id, const char *qlog, const char *keep);
 
+/* The scratch directory of isopod run (the front end, process pid) for VM
+ * id, made so that a run starts no mktemp(1) for it (isopod-claim and
+ * isopod-pool take --scratch): runs/<id>.<pid>.<start> under the store,
+ * 0700, its owner's start (clock ticks since boot, proc_ident) in its
+ * name, so that isopod-gc knows it leaked once that process is gone (a
+ * SIGKILLed front end's), a pid reused since included.  Its path in out
+ * (also on failure, when known).  0, or -1 with errno: ESRCH no such
+ * process, EINVAL a bad id, else mkdir's. */
+int vm_scratch_make(const char *id, long long pid, char *out, size_t sz);
+
 /* The exit status (doc/INTERFACES.md) for a failure of the above:
  * EINVAL 100, ENOENT 101, ENOTUNIQ 102, anything else 111. */
 int vm_exit_code(int err);

@@ -56,19 +56,21 @@ stopped() {
 
 # fake_pooled ID IDLE: a pooled VM without a VM: isopod-supervise with
 # `sleep` for QEMU (no jail), confirmed, published as ready under the key
-# of no boot options (its filler a no-op: ISOPOD_POOL=true).  $key is set.
+# of no boot options (its filler a no-op: ISOPOD_POOL=true).  $key and $sup
+# (its supervisor's pid) are set.
 fake_pooled() {
 	local d="$ISOPOD_HOME/vms/$1" f="$BATS_TEST_TMPDIR/ctl.$1"
 	mkdir -p "$d"
 	echo "{\"id\":\"$1\",\"state\":\"running\",\"name\":\"n-$1\",\"pool_idle_s\":$2}" >"$d/meta.json"
 	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
-	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%f\n' | head -1)
+	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' -printf '%f\n' | head -1)
 	mkfifo "$f"
 	# as a filler does: the VM's entry before its boot (its supervisor
 	# finds its shape by it, pool_watch), ready once booted
 	: >"$ISOPOD_HOME/pool/$key/filling-$1"
 	echo "{\"vm\":\"$1\",\"dir\":\"$d\",\"qemu\":[\"/bin/sleep\",\"60\"],\"jail\":false,\"pool_idle_s\":$2}" |
 		(exec 3>"$d/lock" && flock 3 && exec isopod-supervise 4<"$f" 5>/dev/null >/dev/null 2>&1) &
+	sup=$!
 	printf r >"$f"
 	for _ in $(seq 50); do [ -e "$ISOPOD_HOME/pool/.own/$1.sock" ] && break; sleep 0.1; done
 	echo "{\"vm\":{\"id\":\"$1\"},\"path\":\"warm\"}" >"$ISOPOD_HOME/pool/$key/ready-$1"
@@ -121,6 +123,43 @@ fake_pooled() {
 	[ "$st" -eq 101 ]
 	[ ! -e "$BATS_TEST_TMPDIR/id2" ]
 	kill "$owner"
+}
+
+@test "pool (no VM): take --scratch makes the run's directory as isopod-claim --scratch does; a take whose record update fails is refused and its VM stopped" {
+	fake_pooled vm-000000000016 30
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --scratch
+	[ "$status" -eq 0 ]
+	local lines d
+	mapfile -t lines <<<"$output"
+	[ "${#lines[@]}" -eq 3 ]
+	[ "${lines[0]}" = vm-000000000016 ] && [ "${lines[1]}" = n-vm-000000000016 ] || false
+	d=${lines[2]}
+	[ "$d" = "$ISOPOD_HOME/runs/vm-000000000016.$owner.$(awk '{print $22}' "/proc/$owner/stat")" ]
+	[ "$(stat -c %a "$d")" = 700 ]
+	jq -e '.path == "pool" and .vm.id == "vm-000000000016"' "$d/boot.json"
+	kill "$owner"
+	stopped vm-000000000016 5
+	# its owner gone: gc removes the directory, as a claim's
+	run isopod-gc
+	json_is ".leaked | map(select(.kind == \"run\" and .removed) | .path) == [\"$d\"]"
+	[ ! -e "$d" ]
+	# the record no longer says running when the take updates it: refused
+	fake_pooled vm-000000000017 30
+	jq --argjson s "$sup" '.state = "stopping" | .supervisor_pid = $s' "$ISOPOD_HOME/vms/vm-000000000017/meta.json" >"$BATS_TEST_TMPDIR/m"
+	mv "$BATS_TEST_TMPDIR/m" "$ISOPOD_HOME/vms/vm-000000000017/meta.json"
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --scratch
+	echo "$status $output $stderr"
+	[ "$status" -eq 111 ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"the take refused, the VM stopped"* ]]
+	# stopped now, not when its run (still alive) exits
+	stopped vm-000000000017 5
+	kill "$owner"
+	[ -z "$(find "$ISOPOD_HOME/runs" -name 'vm-000000000017.*')" ]
 }
 
 @test "pool (no VM): modes: pool/, pool/.own, the shape and the owner socket the store owner's alone; a take sends no owner to a socket of another uid (SO_PEERCRED)" {
@@ -266,7 +305,7 @@ out.write(d)
 @test "pool (no VM): a FIFO as a ready entry never blocks a take; isopod-supervise refuses --owner with a pooled spec" {
 	mkdir -p "$ISOPOD_HOME/pool"
 	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
-	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%f\n' | head -1)
+	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' -printf '%f\n' | head -1)
 	mkfifo "$ISOPOD_HOME/pool/$key/ready-vm-000000000010"
 	ISOPOD_POOL=true run --separate-stderr timeout 10 isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id"
 	[ "$status" -eq 101 ]
@@ -274,6 +313,39 @@ out.write(d)
 	run --separate-stderr isopod-supervise --owner 6<&0 <<<'{"vm":"vm-000000000011","dir":"/nonexistent","qemu":["/bin/true"],"jail":false,"pool_idle_s":5}' 3>/dev/null 4</dev/null 5>/dev/null
 	[ "$status" -eq 100 ]
 	[[ "$stderr" == *"pooled VM gets its owner from its take"* ]]
+}
+
+@test "pool (no VM): a bad boot option value is refused as without the pool (the take comes before isopod-boot --check); its shape's filler claims nothing" {
+	local n v before
+	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+	before=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' 2>/dev/null | sort)
+	for v in abc 99999999 1; do
+		ISOPOD_POOL_SIZE=0 run --separate-stderr isopod run --mem-mib "$v" -- true
+		# (the host's headroom, in the message, moves between runs)
+		local st0=$status err0 out0
+		err0=$(sed -E 's/\(host headroom[^)]*\)//g' <<<"$stderr")
+		out0=$(jq -c 'del(.timings)' <<<"$output" | sed -E 's/\(host headroom[^)]*\)//g')
+		run --separate-stderr isopod run --mem-mib "$v" -- true
+		echo "$v: $status $stderr $output"
+		[ "$st0" -eq 100 ] || false
+		[ "$status" -eq "$st0" ]
+		[ "$(sed -E 's/\(host headroom[^)]*\)//g' <<<"$stderr")" = "$err0" ]
+		[ "$(jq -c 'del(.timings)' <<<"$output" | sed -E 's/\(host headroom[^)]*\)//g')" = "$out0" ]
+	done
+	# each take (a miss) started its shape's filler: once each is done
+	# (its log written, its lock free), no VM was claimed for any
+	local new="" d
+	for _ in $(seq 100); do
+		new=$(comm -13 <(echo "$before") <(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' | sort))
+		[ "$(grep -c . <<<"$new")" -lt 3 ] || break
+		sleep 0.1
+	done
+	[ "$(grep -c . <<<"$new")" -eq 3 ]
+	for d in $new; do
+		for _ in $(seq 100); do [ -s "$d/fill.log" ] && flock -n "$d/fill.lock" true && break; sleep 0.1; done
+	done
+	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -eq "$n" ]
+	for d in $new; do grep -q "isopod-boot --check refused" "$d/fill.log"; done
 }
 
 @test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
@@ -309,6 +381,30 @@ out.write(d)
 	stopped "$id"
 	jq -e '.stopped_by == "owner" and .pool_taken == true and .keep == false and .state == "stopped"' \
 		"$ISOPOD_HOME/vms/$id/meta.json"
+}
+
+@test "pool: a pooled run starts no isopod-boot (the take before any --check: a ready VM proves its boot options)" {
+	fill
+	id=$(ready_ids)
+	local lx="$BATS_TEST_TMPDIR/libexec" log="$BATS_TEST_TMPDIR/boot.log" f
+	mkdir "$lx"
+	for f in "$ISOPOD_SRC"/bin/isopod-*; do ln -s "$f" "$lx/"; done
+	rm "$lx/isopod-boot"
+	# the front end's calls logged (not the filler's: isopod-pool's child)
+	printf '#!/bin/sh
+[ "$(cat /proc/$PPID/comm)" = isopod-pool ] || echo "$*" >>"%s"
+exec "%s" "$@"
+' \
+		"$log" "$ISOPOD_SRC/bin/isopod-boot" >"$lx/isopod-boot"
+	chmod +x "$lx/isopod-boot"
+	ISOPOD_LIBEXEC=$lx run --separate-stderr isopod run -- true
+	json_is ".ok == true and .path == \"pool\" and .vm.id == \"$id\""
+	[ ! -e "$log" ]
+	stopped "$id"
+	# the control: without the pool the same front end checks, then boots
+	ISOPOD_POOL_SIZE=0 ISOPOD_LIBEXEC=$lx run --separate-stderr isopod run -- true
+	json_is '.ok == true and .path != "pool"'
+	grep -q -- '^--check' "$log"
 }
 
 @test "pool: with pool_size 2, two pooled VMs and two more runs, four at once: all succeed on four VMs of their own, each with its own hostname and RNG" {
@@ -361,8 +457,10 @@ out.write(d)
 	stopped "$id"
 }
 
-@test "pool: SIGKILL of the run's front end stops its pooled VM (the supervisor watches the run's pidfd)" {
+@test "pool: SIGKILL of the run's front end stops its pooled VM (the supervisor watches the run's pidfd); gc removes its scratch directory, none in TMPDIR" {
 	fill
+	export TMPDIR="$BATS_TEST_TMPDIR/tmp"
+	mkdir "$TMPDIR"
 	id=$(ready_ids)
 	"$ISOPOD_SRC/sh/isopod" run -- sleep 60 >/dev/null 2>&1 &
 	run_pid=$!
@@ -376,6 +474,15 @@ out.write(d)
 	stopped "$id" 10
 	jq -e '.stopped_by == "owner"' "$ISOPOD_HOME/vms/$id/meta.json"
 	wait "$run_pid" || :
+	# its scratch directory, the one leak, is the store's (take --scratch,
+	# as a claim's): gc removes it; nothing of it in TMPDIR
+	local d
+	d=$(find "$ISOPOD_HOME/runs" -mindepth 1 -maxdepth 1 -name "$id.$run_pid.*")
+	[ -d "$d" ]
+	run isopod-gc
+	json_is ".leaked | map(select(.kind == \"run\" and .removed) | .path) == [\"$d\"]"
+	[ ! -e "$d" ]
+	[ -z "$(ls -A "$TMPDIR")" ]
 }
 
 @test "pool: gc sweeps an entry whose supervisor died; a run is then not served by it" {

@@ -4,6 +4,7 @@
  * checked, the listing (vm_list), and json_update_locked (util.c), which
  * stage seals share.  Built
  * by t/run-unit with ASan + UBSan. */
+#include "../../lib/proc.c" /* vm_scratch_make: proc_ident */
 #include "../../lib/vm.c" /* self-contained: t/run-unit links frame+util only */
 
 #include <errno.h>
@@ -291,6 +292,36 @@ static int edit_fail(json_t *j, void *arg)
 	return -1;
 }
 
+/* vm_scratch_make: runs/<id>.<pid>.<start>, 0700, the start the one
+ * isopod-gc compares (proc_ident); a process gone is ESRCH, nothing made. */
+static void test_scratch(void)
+{
+	char out[PATH_MAX], want[PATH_MAX];
+	unsigned long long start = 0;
+	struct stat st;
+	pid_t c;
+	int r;
+
+	proc_ident(getpid(), &start, NULL, NULL);
+	snprintf(want, sizeof want, "%s/runs/vm-00000000aaaa.%ld.%llu", home, (long)getpid(), start);
+	r = vm_scratch_make("vm-00000000aaaa", getpid(), out, sizeof out);
+	ok(r == 0 && !strcmp(out, want), "vm_scratch_make: %s", out);
+	ok(stat(out, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0700,
+	   "vm_scratch_make: a directory, 0700");
+	errno = 0;
+	ok(vm_scratch_make("vm-00000000aaaa", getpid(), out, sizeof out) < 0 && errno == EEXIST,
+	   "vm_scratch_make: made once (EEXIST)");
+	if ((c = fork()) == 0)
+		_exit(0);
+	waitpid(c, NULL, 0);
+	errno = 0;
+	r = vm_scratch_make("vm-00000000bbbb", c, out, sizeof out);
+	ok(r < 0 && errno == ESRCH, "vm_scratch_make: a process gone: ESRCH");
+	errno = 0;
+	ok(vm_scratch_make("../x", getpid(), out, sizeof out) < 0 && errno == EINVAL,
+	   "vm_scratch_make: not a vm id: EINVAL");
+}
+
 static void test_update_locked(void)
 {
 	char lk[PATH_MAX], p[PATH_MAX];
@@ -409,6 +440,7 @@ int main(void)
 	test_resolve();
 	test_list();
 	test_update_locked();
+	test_scratch();
 	snprintf(cmd, sizeof cmd, "rm -rf %s", home);
 	if (system(cmd) != 0)
 		fprintf(stderr, "unable to remove %s\n", home);
