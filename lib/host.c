@@ -320,12 +320,20 @@ static int hello_queue(struct conn *c, const struct hello *h, uint64_t *cookie_o
 
 int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms)
 {
-	uint64_t cookie;
+	/* ROOT_RW: the agent remounts right after an answer, so an answer to a
+	 * resent HELLO may say "rw" where the first said "ro".  What the root
+	 * was when the agent first answered this call (the root a resumed
+	 * clone came with: lib/launch.c refuses "rw") is that first answer's,
+	 * kept by the cookies this call sent. */
+	uint64_t cookie, sent[32];
+	size_t nsent = 0;
+	char first_root[sizeof h->root] = "";
 	struct frame fr;
 	int64_t gap = HELLO_RESEND_MS, resend = mono_ms() + gap;
 
 	if (hello_queue(c, h, &cookie) < 0)
 		return -1;
+	sent[nsent++] = cookie;
 	h->root[0] = 0;
 	h->guest_error[0] = 0;
 	h->uptime_ms = 0;
@@ -348,6 +356,8 @@ int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms)
 			 * starts a new session, so saying it twice is harmless. */
 			if (hello_queue(c, h, &cookie) < 0)
 				return -1;
+			if (nsent < sizeof sent / sizeof sent[0])
+				sent[nsent++] = cookie;
 			gap = gap * 2 < HELLO_RESEND_MAX_MS ? gap * 2 : HELLO_RESEND_MAX_MS;
 			resend = mono_ms() + gap;
 			continue;
@@ -379,8 +389,16 @@ int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms)
 			snprintf(c->err, sizeof c->err, "malformed HELLO_ACK from the guest agent");
 			return -1;
 		}
+		if (h->root_rw && !first_root[0] && ver == ISOPOD_PROTO_VERSION)
+			for (size_t i = 0; i < nsent; i++)
+				if (ck == sent[i]) {
+					memcpy(first_root, h->root, sizeof first_root);
+					break;
+				}
 		if (ck != cookie)
 			continue;
+		if (first_root[0])
+			memcpy(h->root, first_root, sizeof h->root);
 		if (ver != ISOPOD_PROTO_VERSION) {
 			snprintf(c->err, sizeof c->err,
 				 "protocol version mismatch: host %u, agent %u", ISOPOD_PROTO_VERSION, ver);

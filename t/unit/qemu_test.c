@@ -184,7 +184,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 tsc=reliable\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -293,7 +293,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 tsc=reliable\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -348,7 +348,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 tsc=reliable\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -403,7 +403,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 tsc=reliable\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -511,7 +511,7 @@ int main(void)
 	test_clone_env();
 	test_memro_ok();
 	qemu_fingerprint(fp);
-	ok(!strcmp(fp, "10f3aa133f2966c5045cf702e337b93416fdf8afbc1cf76cf1dfade2953e40ab"),
+	ok(!strcmp(fp, "5b94a534345e666243f05f73a95d724964dec79e362f13e512d38cf5f3aba00b"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
 	return tap_done();
 }
