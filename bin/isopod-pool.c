@@ -227,6 +227,23 @@ out:
 	return r;
 }
 
+/* The shape's boot options checked before anything is claimed for them
+ * (once a fill, and only when it is about to make a VM): a run takes
+ * before its own isopod-boot --check (isopod(1): a ready VM proves its
+ * options good), so a take may start the filler of a shape a boot refuses
+ * (--mem-mib abc), which then claims nothing.  1: bootable. */
+static int shape_bootable(struct tool *t)
+{
+	char *cav[3 + BOOT_MAX] = { "isopod-boot", "--check" };
+
+	for (int i = 0; i < t->nboot; i++)
+		cav[2 + i] = t->boot[i];
+	if (tool("isopod-boot", cav, NULL, 0) == 0)
+		return 1;
+	warn("pool %.12s: isopod-boot --check refused the shape's options", t->key);
+	return 0;
+}
+
 /* The filler of the shape: one at a time (fill.lock), never more ready
  * VMs than pool_size, the one it makes counted before it starts.  It
  * stops at the first failure (the next take starts another). */
@@ -241,21 +258,6 @@ static int cmd_fill(struct tool *t)
 	if ((fd = lock_open(lk, LOCK_EX | LOCK_NB)) < 0)
 		return errno == EWOULDBLOCK ? 0 : 111; /* another filler fills it */
 	pathf(all, sizeof all, "%s/../fill.lock", dir);
-	/* The boot options checked before anything is claimed for them: a
-	 * run takes before its own isopod-boot --check (isopod(1): a ready VM
-	 * proves its options good), so a take may start the filler of a shape
-	 * a boot refuses (--mem-mib abc), which then claims nothing. */
-	{
-		char *cav[3 + BOOT_MAX] = { "isopod-boot", "--check" };
-
-		for (int i = 0; i < t->nboot; i++)
-			cav[2 + i] = t->boot[i];
-		if (tool("isopod-boot", cav, NULL, 0) != 0) {
-			warn("pool %.12s: isopod-boot --check refused the shape's options", t->key);
-			close(fd);
-			return 0;
-		}
-	}
 	/* at most pool_size VMs an invocation: where VMs expire as fast as
 	 * they are made (pool_idle_s near a fill's time) it ends; the next
 	 * take starts another (review L4) */
@@ -265,6 +267,8 @@ static int cmd_fill(struct tool *t)
 		if (pool_config(&t->pc, msg, sizeof msg) < 0)
 			die(EX_USAGE, "%s", msg);
 		if ((n = pool_count(t->key, 0)) < 0 || n >= t->pc.size)
+			break;
+		if (made == 0 && !shape_bootable(t))
 			break;
 		/* pool_max, of every shape together (review M3: any --mem-mib
 		 * is a shape of its own), counted and our VM's entry made under
