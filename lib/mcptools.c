@@ -139,7 +139,7 @@ static int hold(struct call *c, int fd)
  * nothing below it is resolved by name, so nothing beyond the root is
  * read through a link in it. */
 static int open_in(struct server *s, const char *path, const char *field, int dir_ok,
-		   json_t **err)
+		   int *is_dir, json_t **err)
 {
 	struct stat st;
 	int fd = beneath(s, path, path, O_RDONLY | O_NONBLOCK, field, err);
@@ -162,6 +162,8 @@ static int open_in(struct server *s, const char *path, const char *field, int di
 			   "refused", field, EXC(path));
 	}
 	fcntl(fd, F_SETFL, 0);
+	if (is_dir)
+		*is_dir = S_ISDIR(st.st_mode);
 	return fd;
 }
 
@@ -224,21 +226,19 @@ static int build_copies(struct server *s, struct call *c, json_t *args, const ch
 			const char *opt_out, json_t **err)
 {
 	char f[64], p[PATH_MAX + 32];
-	struct stat st;
 	size_t i;
 	json_t *e;
 
 	json_array_foreach(json_object_get(args, "copy_in"), i, e) {
-		int fd;
+		int fd, dir;
 
 		snprintf(f, sizeof f, "copy_in[%zu].host", i);
-		if ((fd = open_in(s, json_string_value(json_object_get(e, "host")), f, 1, err)) < 0)
+		if ((fd = open_in(s, json_string_value(json_object_get(e, "host")), f, 1, &dir, err)) < 0)
 			return -1;
 		/* provenance names each input by its sha256, and a directory
 		 * (a tree) has none: refused before anything runs, as the
 		 * front end would (isopod-exec --check --for-provenance). */
-		if (json_is_true(json_object_get(args, "provenance")) && fstat(fd, &st) == 0 &&
-		    S_ISDIR(st.st_mode)) {
+		if (dir && json_is_true(json_object_get(args, "provenance"))) {
 			close(fd);
 			return jschema_bad(err, f, "%s: %s is a directory; provenance signs regular-file "
 				   "inputs only (copy in an archive of it)", f,
@@ -274,7 +274,7 @@ static int build_stdin(struct server *s, struct call *c, json_t *args, json_t **
 	if (text && file)
 		return jschema_bad(err, "stdin_file", "stdin and stdin_file: give one of them");
 	if (file) {
-		if ((c->in_fd = open_in(s, json_string_value(file), "stdin_file", 0, err)) < 0)
+		if ((c->in_fd = open_in(s, json_string_value(file), "stdin_file", 0, NULL, err)) < 0)
 			return -1;
 	} else if (text) {
 		c->in_fd = memfd_create("isopod-mcp-stdin", MFD_CLOEXEC);
