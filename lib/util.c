@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sodium.h>
@@ -420,7 +421,7 @@ static int fsync_dir_of(const char *path)
 	return r;
 }
 
-int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
+static int atomic_write_held(const char *path, const void *data, size_t len, mode_t mode)
 {
 	char tmp[PATH_MAX];
 	unsigned char rnd[8];
@@ -443,6 +444,7 @@ int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
 	}
 	if (fd < 0)
 		return -1;
+	test_pause("atomic-write"); /* t/unit/util_test.c: a SIGTERM here */
 	if (write_all(fd, data, len) < 0 || fsync(fd) < 0) {
 		e = errno;
 		close(fd);
@@ -457,6 +459,38 @@ int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
 		return -1;
 	}
 	return fsync_dir_of(path);
+}
+
+/* The signals that end a tool by default and are sent to a whole group:
+ * isopod-mcp's cancel (SIGTERM to a call's group), the front end's ^C. */
+static void stop_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGQUIT);
+}
+
+int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
+{
+	sigset_t stop, old;
+	int r, e;
+
+	/* Held from the temporary file's creation to its rename (or unlink):
+	 * a tool its group's SIGTERM ends in between left path.*.tmp.<pid>
+	 * behind (a record half-updated by isopod-boot when isopod-mcp
+	 * cancelled its call, which isopod-gc then reported as leaked).  A
+	 * signal that came meanwhile is delivered at the end, with the file
+	 * whole or absent.  (fsync makes the window milliseconds long.) */
+	stop_signals(&stop);
+	if ((errno = pthread_sigmask(SIG_BLOCK, &stop, &old)))
+		return -1;
+	r = atomic_write_held(path, data, len, mode);
+	e = errno;
+	(void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = e;
+	return r;
 }
 
 int json_write_atomic(const char *path, json_t *obj)

@@ -670,6 +670,7 @@ EOF
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -e '.rc == 0 and .exit_ms < 10000'
 	[ -z "$(isopod vm ls | jq -r 'select(.running) | .id')" ]
+	gc_clean
 }
 
 @test "mcp: the client stops reading mid-call: every call's VM and every kept VM stopped, then exit 111" {
@@ -711,7 +712,7 @@ EOF
 	grep -q 'unable to write to the client' "$d/err"
 	! vm_locked "$kept" || false
 	isopod vm rm "$kept" >/dev/null
-	isopod gc --dry-run | jq -e '.leaked == []'
+	gc_clean
 }
 
 @test "mcp: SIGKILL of the server: each front end stops its VM (parent-death signal), nothing leaks" {
@@ -737,7 +738,7 @@ EOF
 	wait "$spid" || true
 	echo "# VM stopped $((i * 100)) ms after the server's SIGKILL (poll granularity)" >&3
 	[ "$n" -eq 0 ]
-	isopod gc --dry-run | jq -e '.leaked == []'
+	gc_clean
 }
 
 # (the one test with a lab: the attestation's subjects include the live

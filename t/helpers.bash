@@ -356,3 +356,11 @@ jail_uid() {
 	done
 	echo $((0x78000000 + h % 65536))
 }
+
+# gc_clean: `isopod gc --dry-run` reports nothing leaked (its JSON shown when
+# it does, so a failure names what leaked).
+gc_clean() {
+	local out
+	out=$(isopod gc --dry-run) || { echo "isopod gc --dry-run failed: $out" >&2; return 1; }
+	jq -e '.leaked == []' >/dev/null <<<"$out" || { echo "leaked: $(jq -c .leaked <<<"$out")" >&2; return 1; }
+}

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -27,6 +28,22 @@ static int entries(void)
 		return -1;
 	while ((de = readdir(d)))
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* Number of entries in dir named like a staging file (*.tmp.<pid>) */
+static int tmp_names(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		if (strstr(de->d_name, ".tmp."))
 			n++;
 	closedir(d);
 	return n;
@@ -103,6 +120,35 @@ static void test_atomic_write(void)
 		unlink(planted);
 		ok(entries() == 1, "no tmp file left");
 	}
+}
+
+/* A group's SIGTERM (isopod-mcp's cancel) that reaches a tool between
+ * atomic_write's temporary file and its rename: the file is written whole
+ * and the signal ends the tool after it; no path.*.tmp.<pid> is left for
+ * isopod-gc to report as leaked. */
+static void test_atomic_write_signal(void)
+{
+	char p[256];
+	int st = 0, n0 = entries();
+	pid_t pid;
+
+	snprintf(p, sizeof p, "%s/signalled", dir);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ISOPOD_TEST_PAUSE_AT", "atomic-write", 1);
+		(void)atomic_write(p, "whole\n", 6, 0644);
+		_exit(0);
+	}
+	ok(pid > 0 && waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st),
+	   "the writer stopped between its temporary file and the rename");
+	ok(entries() == n0 + 1 && tmp_names() == 1, "its temporary file is there");
+	kill(pid, SIGTERM);
+	kill(pid, SIGCONT);
+	ok(waitpid(pid, &st, 0) == pid && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM,
+	   "the SIGTERM that came meanwhile ended it (status %#x)", st);
+	ok(file_is(p, "whole\n", 6), "after the file was written whole");
+	ok(entries() == n0 + 1 && tmp_names() == 0, "and renamed: no temporary file left");
+	unlink(p);
 }
 
 static void test_json_write(void)
@@ -650,6 +696,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	test_atomic_write();
+	test_atomic_write_signal();
 	test_json_write();
 	test_parse_ll();
 	test_rand_hex();
