@@ -461,35 +461,40 @@ static int atomic_write_held(const char *path, const void *data, size_t len, mod
 	return fsync_dir_of(path);
 }
 
-/* The signals that end a tool by default and are sent to a whole group:
- * isopod-mcp's cancel (SIGTERM to a call's group), the front end's ^C. */
-static void stop_signals(sigset_t *set)
+int stop_signals_hold(sigset_t *old)
 {
-	sigemptyset(set);
-	sigaddset(set, SIGTERM);
-	sigaddset(set, SIGINT);
-	sigaddset(set, SIGHUP);
-	sigaddset(set, SIGQUIT);
+	sigset_t stop;
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGHUP);
+	sigaddset(&stop, SIGQUIT);
+	return (errno = pthread_sigmask(SIG_BLOCK, &stop, old)) ? -1 : 0;
+}
+
+void stop_signals_release(const sigset_t *old)
+{
+	int e = errno;
+
+	(void)pthread_sigmask(SIG_SETMASK, old, NULL);
+	errno = e;
 }
 
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
 {
-	sigset_t stop, old;
-	int r, e;
+	sigset_t old;
+	int r;
 
 	/* Held from the temporary file's creation to its rename (or unlink):
-	 * a tool its group's SIGTERM ends in between left path.*.tmp.<pid>
-	 * behind (a record half-updated by isopod-boot when isopod-mcp
-	 * cancelled its call, which isopod-gc then reported as leaked).  A
-	 * signal that came meanwhile is delivered at the end, with the file
-	 * whole or absent.  (fsync makes the window milliseconds long.) */
-	stop_signals(&stop);
-	if ((errno = pthread_sigmask(SIG_BLOCK, &stop, &old)))
+	 * a tool its group's SIGTERM ended in between left path.*.tmp.<pid>
+	 * behind, which isopod-gc reports as leaked (isopod-boot's record
+	 * update when isopod-mcp cancelled its call: 2 of 25 runs SIGTERMed
+	 * as their VM came up).  fsync makes the window milliseconds long. */
+	if (stop_signals_hold(&old) < 0)
 		return -1;
 	r = atomic_write_held(path, data, len, mode);
-	e = errno;
-	(void)pthread_sigmask(SIG_SETMASK, &old, NULL);
-	errno = e;
+	stop_signals_release(&old);
 	return r;
 }
 

@@ -4,6 +4,7 @@
 #define ISOPOD_UTIL_H
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -94,6 +95,13 @@ int dir_own_openat(int at, const char *path, char *why, size_t whysz);
 /* Atomic write: tmp + fsync + rename + fsync(dir).  Returns 0 or -1 (errno;
  * ENAMETOOLONG when the temporary name beside path does not fit). */
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
+/* The signals that end a tool by default and come to its whole process
+ * group (isopod-mcp's cancel, a ^C): held over a window that must not be
+ * cut in two (a file and its rename, a claim and its report); one that
+ * came meanwhile ends the tool at stop_signals_release.  hold: 0, or -1
+ * with errno; *old the mask to give back. */
+int stop_signals_hold(sigset_t *old);
+void stop_signals_release(const sigset_t *old);
 /* Write a JSON object atomically (pretty, sorted keys off, trailing newline). */
 int json_write_atomic(const char *path, json_t *obj);
 /* Every JSON document a host tool reads goes through the four loaders below,

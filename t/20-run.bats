@@ -729,6 +729,32 @@ overlay_of() {
 	[ ! -e "$d" ]
 }
 
+@test "run: a SIGTERM to the run's group as isopod-claim reports: the report is finished, the front end removes what it names" {
+	local pid cpid i d
+	# (setsid in the background: its pid is the group's, the one signalled)
+	ISOPOD_TEST_PAUSE_AT=claim-report setsid isopod run --json-only -- true \
+		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
+	pid=$!
+	cpid=
+	for i in $(seq 1 300); do
+		cpid=$(ps -e -o pid=,pgid=,stat=,comm= | awk -v g="$pid" '$2 == g && $3 ~ /^T/ && $4 == "isopod-claim" { print $1 }')
+		[ -z "$cpid" ] || break
+		sleep 0.1
+	done
+	[ -n "$cpid" ]
+	# the claim stopped between its directory and its report
+	d=$(echo "$ISOPOD_HOME"/runs/vm-*."$pid".*)
+	[ -d "$d" ]
+	kill -TERM -- "-$pid"
+	kill -CONT "$cpid"
+	wait "$pid" || i=$?
+	cat "$BATS_TEST_TMPDIR/err"
+	[ "$i" -eq 143 ]
+	jq -e '.error_kind == "interrupted"' "$BATS_TEST_TMPDIR/out"
+	[ ! -e "$d" ]
+	gc_clean
+}
+
 @test "run: a guest that stops answering is killed by the watchdog (infra failure)" {
 	run --separate-stderr isopod run --json-only --keep -- true
 	[ "$status" -eq 0 ]
