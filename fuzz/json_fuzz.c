@@ -1,4 +1,4 @@
-/* json_fuzz.c - libFuzzer target for the tools' one JSON loader (lib/util.c
+/* json_fuzz.c - libFuzzer target for the tools' one JSON loader (lib/jsonio.c
  * json_parse: jansson with JSON_REJECT_DUPLICATES and a size bound, and the
  * code that names a duplicate key from the error's position) and for
  * excerpt(), which quotes untrusted bytes in diagnostics.  See fuzz/run. */
