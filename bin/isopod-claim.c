@@ -155,6 +155,23 @@ static void gc_auto(int lk)
 		proc_wait(pid, &st);
 }
 
+/* The VM's directory vms/<id>, id a fresh random one (into id, dir). */
+static void make_dir(const char *vmsdir, char id[3 + 12 + 1], char dir[PATH_MAX])
+{
+	char hex[13];
+
+	for (int tries = 0;; tries++) {
+		if (rand_hex(hex, 6) < 0)
+			die(EX_SYS, "unable to get random bytes:");
+		snprintf(id, 3 + 12 + 1, "vm-%s", hex);
+		pathf(dir, PATH_MAX, "%s/%s", vmsdir, id);
+		if (mkdir(dir, 0700) == 0)
+			return;
+		if (errno != EEXIST || tries > 100)
+			die(EX_SYS, "unable to create %s:", dir);
+	}
+}
+
 /* Undo a claim before its record is written: the scratch directory (and
  * its claim.json) when made, and the VM's directory; errno kept. */
 static void undo(const char *dir, const char *scratch)
@@ -209,14 +226,14 @@ int main(int argc, char **argv)
 	};
 	struct names ns = { 0 };
 	char vmsdir[PATH_MAX], dir[PATH_MAX], scratch[PATH_MAX] = "";
-	char id[3 + 12 + 1], name[64], hex[13], now[32];
+	char id[3 + 12 + 1], name[64], now[32];
 	const char *want = NULL, *net = "none", *idfile = NULL;
 	json_t *rec, *out, *netj = NULL, *allow = json_array();
 	char pat[ALLOW_PATTERN_MAX];
 	const char *why;
 	size_t i;
 	long long owner = 0;
-	int c, tries, nallow = 0, gc = 0, lk;
+	int c, nallow = 0, gc = 0, lk;
 	sigset_t held;
 
 	progname = "isopod-claim";
@@ -296,23 +313,13 @@ int main(int argc, char **argv)
 		vanity(&ns, name, sizeof name);
 	}
 
-	/* From the VM's directory to the report, the group's SIGTERM (a
-	 * cancelled isopod-mcp call, a ^C) waits: ended in between, the claim
-	 * left a scratch directory its front end never learnt of (4 runs in
-	 * 40 SIGTERMed 36-56 ms after their start).  It ends us once the
-	 * report is out: the front end removes what the report names. */
+	/* From the VM's directory to the report, the group's SIGTERM (an
+	 * isopod-mcp cancel, a ^C) waits: it left a scratch directory the
+	 * front end never learnt of (4 runs in 40, SIGTERMed 36-56 ms in);
+	 * it ends us after the report, whose directory the front end removes. */
 	if (stop_signals_hold(&held) < 0)
 		die(EX_SYS, "unable to hold signals:");
-	for (tries = 0;; tries++) {
-		if (rand_hex(hex, 6) < 0)
-			die(EX_SYS, "unable to get random bytes:");
-		snprintf(id, sizeof id, "vm-%s", hex);
-		pathf(dir, sizeof dir, "%s/%s", vmsdir, id);
-		if (mkdir(dir, 0700) == 0)
-			break;
-		if (errno != EEXIST || tries > 100)
-			die(EX_SYS, "unable to create %s:", dir);
-	}
+	make_dir(vmsdir, id, dir);
 
 	if (owner)
 		scratch_make(dir, id, owner, scratch, sizeof scratch);

@@ -150,17 +150,6 @@ json_t *json_load_path(const char *path)
 	return json_load_close(open(path, O_RDONLY | O_CLOEXEC));
 }
 
-json_t *json_read_stdin(void)
-{
-	struct jin in = {.fd = STDIN_FILENO};
-	char why[512];
-	json_t *j = json_load_jin(&in, JSON_DISABLE_EOF_CHECK, why, sizeof why);
-
-	if (!j)
-		die(EX_USAGE, "bad JSON on standard input: %s", why);
-	return j;
-}
-
 json_t *json_parse(const char *buf, size_t n, size_t flags, char *why, size_t whysz)
 {
 	json_error_t err;
@@ -182,4 +171,11 @@ json_t *json_parse(const char *buf, size_t n, size_t flags, char *why, size_t wh
 		return NULL;
 	}
 	return j;
+}
+
+json_t *json_load_stdin(char *why, size_t whysz)
+{
+	struct jin in = { .fd = STDIN_FILENO };
+
+	return json_load_jin(&in, JSON_DISABLE_EOF_CHECK, why, whysz);
 }

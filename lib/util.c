@@ -515,6 +515,16 @@ int json_write_atomic(const char *path, json_t *obj)
 	return r;
 }
 
+json_t *json_read_stdin(void)
+{
+	char why[512];
+	json_t *j = json_load_stdin(why, sizeof why);
+
+	if (!j)
+		die(EX_USAGE, "bad JSON on standard input: %s", why);
+	return j;
+}
+
 size_t hex_span(const char *s)
 {
 	size_t i = 0;

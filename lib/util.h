@@ -119,7 +119,9 @@ json_t *json_load_fd(int fd);
  * is, so that json_load_close(open(...)) says why the open failed. */
 json_t *json_load_close(int fd);
 /* Read one JSON object from standard input (what follows it is left);
- * dies with EX_USAGE naming the problem (a duplicate key by name). */
+ * NULL with the problem in why (a duplicate key by name). */
+json_t *json_load_stdin(char *why, size_t whysz);
+/* json_load_stdin, or die with EX_USAGE and why: main only. */
 json_t *json_read_stdin(void);
 /* Parse buf[0..n) (one object; trailing bytes are an error unless
  * JSON_DISABLE_EOF_CHECK is in flags).  NULL with a reason in why (a bounded
