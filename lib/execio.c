@@ -715,66 +715,31 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 	s->deadline_ms = 0;
 	s->copying_out = 1;
 	for (int i = 0; i < n; i++) {
-		char dst[PATH_MAX], dir[PATH_MAX];
-		const char *base = strrchr(out[i].guest, '/') + 1, *name, *why;
+		struct exec_dest d;
+		char why[512];
 		uint64_t bytes = 0;
-		int r, dfd, oe;
+		int r;
 
-		/* HOST is opened once, as a directory, its last component not
-		 * followed: a symlink there is no directory to copy into
-		 * (isopod-exec(1)).  Never a look at the name and then an open
-		 * of it: whoever can write beside HOST could swap a directory
-		 * for a symlink in between and have the file land where that
-		 * points.  Not a directory (or a symlink, or absent): NAME in
-		 * HOST's parent, which copy_one and exec_tree_out never follow. */
-		dfd = open(out[i].host, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		oe = errno;
-		if (dfd >= 0) {
-			name = *base ? base : "out";
-			r = pathn(dst, sizeof dst, "%s/%s", out[i].host, name);
-		} else {
-			const char *sl = strrchr(out[i].host, '/');
-
-			r = pathn(dst, sizeof dst, "%s", out[i].host);
-			if (r >= 0 && sl)
-				r = pathn(dir, sizeof dir, "%.*s", (int)(sl - out[i].host),
-					  out[i].host);
-			else if (r >= 0)
-				r = pathn(dir, sizeof dir, ".");
-			if (r >= 0 && !dir[0])
-				strcpy(dir, "/");
-			name = sl ? sl + 1 : out[i].host;
-		}
-		if (r < 0) {
-			if (dfd >= 0)
-				close(dfd);
-			return fail(s, EX_USAGE, "usage", "path too long: %.64s...", out[i].host);
-		}
-		if (stopped[0])
-			why = stopped;
-		else if (!*name || strlen(name) > NAME_MAX - 40)
-			why = "names no file (or too long a name)";
-		else if (dfd < 0 && oe != ENOTDIR && oe != ELOOP && oe != ENOENT)
-			why = strerror(oe);
-		else
-			why = NULL;
-		if (why) {
-			exec_copy_out_failed(s, list, out[i].guest, dst, why);
-			if (dfd >= 0)
-				close(dfd);
+		/* Every spelling of HOST through the one open (execopt.h):
+		 * its last component never followed, a trailing slash
+		 * included. */
+		r = exec_dest_open(out[i].host, out[i].guest, &d, why, sizeof why);
+		if (r < 0)
+			return fail(s, EX_USAGE, "usage", "%s", why);
+		if (r > 0 || stopped[0]) {
+			if (r == 0)
+				close(d.dfd);
+			exec_copy_out_failed(s, list, out[i].guest, d.path,
+					     stopped[0] ? stopped : why);
 			continue;
 		}
-		if (dfd < 0 && (dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
-			exec_copy_out_failed(s, list, out[i].guest, dst, strerror(errno));
-			continue;
-		}
-		r = copy_one(s, &out[i], dst, dfd, name, (uint64_t)s->copy_out_max - total, list,
-			     stopped, sizeof stopped, &bytes);
+		r = copy_one(s, &out[i], d.path, d.dfd, d.name, (uint64_t)s->copy_out_max - total,
+			     list, stopped, sizeof stopped, &bytes);
 		if (r == 2)
-			r = exec_tree_out(s, &out[i], dst, dfd, name,
+			r = exec_tree_out(s, &out[i], d.path, d.dfd, d.name,
 					  (uint64_t)s->copy_out_max - total, list, stopped,
 					  sizeof stopped, &bytes);
-		close(dfd);
+		close(d.dfd);
 		if (r < 0)
 			return r;
 		/* What the guest sent counts, copied or not. */

@@ -419,7 +419,7 @@ static void test_dest(void)
 	struct exec_session s;
 	struct exec_status ex = {.code = -1};
 	json_t *out;
-	char host[128], victim[128], p[200];
+	char host[128], victim[128], p[200], slashed[208];
 	struct exec_copy cout;
 	const char *err;
 	struct stat sb;
@@ -485,6 +485,62 @@ static void test_dest(void)
 	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
 	ok(access(p, F_OK) < 0 && err && strstr(err, "symlink"),
 	   "dest: a symlink to a directory is not entered (%s)", err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+
+	/* the same symlink named with a trailing slash: the kernel resolves a
+	 * symlink before a trailing slash even under O_NOFOLLOW, so "HOST/"
+	 * must be taken as HOST, a directory, and refused the same */
+	out = json_array();
+	snprintf(slashed, sizeof slashed, "%s/", host);
+	cout.host = slashed;
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	exec_copy_out(&s, &cout, 1, out);
+	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	ok(access(p, F_OK) < 0 && lstat(host, &sb) == 0 && S_ISLNK(sb.st_mode) && err &&
+	   strstr(err, "not a directory") && strstr(err, "symlink"),
+	   "dest: HOST/ with HOST a symlink to a directory is not entered, nothing in its "
+	   "target (%s)", err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+	{
+		struct exec_copy c2 = {.host = slashed, .guest = "/tmp/x"};
+		char why[512];
+
+		ok(exec_check_paths(NULL, NULL, 0, &c2, 1, why, sizeof why) < 0 &&
+		   strstr(why, "not a directory"), "--check: HOST/ a symlink is refused before "
+		   "the run (%s)", why);
+	}
+
+	/* HOST/ a real directory: into it, the path shown without "//" */
+	out = json_array();
+	snprintf(slashed, sizeof slashed, "%s//", victim);
+	cout.host = slashed;
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	ok(exec_copy_out(&s, &cout, 1, out) == 0 && stat(p, &sb) == 0 && sb.st_size == 4 &&
+	   !strcmp(json_string_value(json_object_get(json_array_get(out, 0), "host")) ?: "", p),
+	   "dest: HOST// a directory: the file lands in it as %s",
+	   json_string_value(json_object_get(json_array_get(out, 0), "host")) ?: "?");
+	json_decref(out);
+	stop(&s, pid);
+	unlink(p);
+
+	/* HOST/ absent or a file: refused, nothing made there */
+	out = json_array();
+	snprintf(p, sizeof p, "%s/none", dir);
+	snprintf(slashed, sizeof slashed, "%s/", p);
+	cout.host = slashed;
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	exec_copy_out(&s, &cout, 1, out);
+	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	ok(access(p, F_OK) < 0 && err, "dest: HOST/ absent: refused, no file HOST (%s)",
+	   err ? err : "none");
 	json_decref(out);
 	stop(&s, pid);
 }
@@ -696,8 +752,9 @@ static void test_opts(void)
 static void test_check(void)
 {
 	char why[4096], h[128];
-	struct exec_copy in = {.host = "/nonexistent/in"}, out = {.host = "/nonexistent/d/f"};
-	struct exec_copy ok_out = {.host = h};
+	struct exec_copy in = {.host = "/nonexistent/in"},
+			 out = {.host = "/nonexistent/d/f", .guest = "/g"};
+	struct exec_copy ok_out = {.host = h, .guest = "/g"};
 
 	snprintf(h, sizeof h, "%s/new-file", dir);
 	ok(exec_check_paths("/nonexistent", NULL, 0, NULL, 0, why, sizeof why) < 0 &&
