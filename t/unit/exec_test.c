@@ -11,26 +11,39 @@
 /* The race a local user can run beside a copy-out's destination: the
  * directory named there swapped for a symlink (to a directory elsewhere)
  * just before lib/execio.c opens it.  Armed (swap_path set), the first
- * open() of swap_path does the swap, then opens. */
+ * open() of swap_path does the swap, then opens.  With swap_after, the
+ * race a writer runs against a copy-in instead: the file opened, then
+ * swap_to renamed over swap_path (the path holds other bytes from then
+ * on, while the descriptor still reads the first). */
 static const char *swap_path, *swap_to;
+static int swap_after;
 
 static int swap_open(const char *path, int flags, ...)
 {
 	char old[256];
 	mode_t mode = 0;
 	va_list ap;
+	int fd;
 
 	va_start(ap, flags);
 	if (flags & (O_CREAT | O_TMPFILE))
 		mode = va_arg(ap, mode_t);
 	va_end(ap);
-	if (swap_path && !strcmp(path, swap_path)) {
+	if (swap_path && !swap_after && !strcmp(path, swap_path)) {
 		snprintf(old, sizeof old, "%s.old", swap_path);
 		if (rename(swap_path, old) < 0 || symlink(swap_to, swap_path) < 0)
 			return -1;
 		swap_path = NULL;
 	}
-	return open(path, flags, mode);
+	fd = open(path, flags, mode);
+	if (fd >= 0 && swap_path && swap_after && !strcmp(path, swap_path)) {
+		if (rename(swap_to, swap_path) < 0) {
+			close(fd);
+			return -1;
+		}
+		swap_path = NULL;
+	}
+	return fd;
 }
 
 #define open(...) swap_open(__VA_ARGS__)
@@ -75,7 +88,8 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 }
 
 /* The fake agent's behaviour after the handshake. */
-enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8 };
+enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8,
+       A_SHORT };
 
 static char dir[64], sock[96];
 
@@ -153,7 +167,7 @@ static void agent(int lfd, int mode)
 	struct frame fr;
 	struct tlv_w w;
 	uint64_t cookie, got = 0;
-	int fd = accept(lfd, NULL, NULL);
+	int fd = accept(lfd, NULL, NULL), gfd = -1;
 
 	if (fd < 0)
 		_exit(2);
@@ -170,11 +184,25 @@ static void agent(int lfd, int mode)
 			continue;
 		if (fr.type == F_PING)
 			put(fd, F_PONG, STREAM_CTL, NULL, 0);
-		if (fr.type == F_DATA && fr.stream == STREAM_FILE)
+		/* what a copy-in brings, kept as the guest got it: dir/guest-got */
+		if (fr.type == F_FILE_PUT) {
+			char gp[128];
+
+			got = 0;
+			snprintf(gp, sizeof gp, "%s/guest-got", dir);
+			if (gfd >= 0)
+				close(gfd);
+			gfd = open(gp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		}
+		if (fr.type == F_DATA && fr.stream == STREAM_FILE) {
 			got += fr.len;
+			if (gfd >= 0 && write_all(gfd, fr.payload, fr.len) < 0)
+				_exit(2);
+		}
 		if (fr.type == F_EOF && fr.stream == STREAM_FILE) {
 			tlv_init(&w, tb, sizeof tb);
-			tlv_put_u64(&w, T_BYTES, got);
+			/* A_SHORT: an agent that wrote a byte less than it got */
+			tlv_put_u64(&w, T_BYTES, mode == A_SHORT && got ? got - 1 : got);
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
 		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL || mode == A_TREE_BAD8)) {
@@ -545,6 +573,59 @@ static void test_dest(void)
 	stop(&s, pid);
 }
 
+/* A copy-in's file replaced on the host between its open and its send
+ * (a racing writer renames other bytes over the path): the recorded
+ * sha256 and bytes are those the guest received, the bytes sent, not
+ * what the path holds by the time the copy is acknowledged. */
+static void test_copy_in_race(void)
+{
+	struct exec_session s;
+	json_t *in = json_array(), *e;
+	char host[128], repl[128], got[128], want[65], now[65];
+	struct exec_copy cin;
+	pid_t pid;
+	int fd, r;
+
+	snprintf(host, sizeof host, "%s/in", dir);
+	snprintf(repl, sizeof repl, "%s/in.new", dir);
+	snprintf(got, sizeof got, "%s/guest-got", dir);
+	fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ok(fd >= 0 && write_all(fd, "the bytes sent\n", 15) == 0 && close(fd) == 0,
+	   "race: the copy-in file");
+	fd = open(repl, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ok(fd >= 0 && write_all(fd, "other bytes, put there after the open\n", 38) == 0 &&
+	   close(fd) == 0, "race: the bytes the racing writer puts there");
+	cin = (struct exec_copy){.host = host, .guest = "/tmp/in"};
+	start(&s, A_COPY, &pid);
+	swap_path = host;
+	swap_to = repl;
+	swap_after = 1;
+	r = exec_copy_in(&s, &cin, 1, in);
+	swap_after = 0;
+	stop(&s, pid); /* the agent has written guest-got: it answered FILE_DONE */
+	e = json_array_get(in, 0);
+	ok(r == 0 && !swap_path && sha256_file(got, want) == 0 && sha256_file(host, now) == 0 &&
+	   strcmp(want, now), "race: the path changed after the open (%d %s)", r, s.err);
+	ok(!strcmp(json_string_value(json_object_get(e, "sha256")) ?: "", want) &&
+	   json_integer_value(json_object_get(e, "bytes")) == 15,
+	   "race: the recorded sha256 is of the bytes the guest received (%.16s, the guest's "
+	   "%.16s, the path's now %.16s)", json_string_value(json_object_get(e, "sha256")) ?: "-",
+	   want, now);
+	json_decref(in);
+
+	/* an agent that says it wrote less than was sent: the digest would
+	 * not name what the guest holds, so the copy-in fails */
+	in = json_array();
+	start(&s, A_SHORT, &pid);
+	r = exec_copy_in(&s, &cin, 1, in);
+	ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") && json_array_size(in) == 0,
+	   "race: an agent that wrote fewer bytes than sent is a protocol failure (%s)", s.err);
+	stop(&s, pid);
+	json_decref(in);
+	unlink(host);
+	unlink(got);
+}
+
 static void *no_malloc(size_t n)
 {
 	(void)n;
@@ -842,6 +923,7 @@ int main(void)
 	test_check();
 	test_wire();
 	test_session();
+	test_copy_in_race();
 	test_flood();
 	test_tree();
 	test_dest();
