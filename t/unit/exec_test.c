@@ -389,6 +389,32 @@ static void test_tree(void)
 	   "(%lld blocks)", sb.st_mode & 07777, (long long)sb.st_blocks);
 	snprintf(p, sizeof p, "%s/s", host);
 	ok(readlink(p, l, sizeof l) == 4 && !memcmp(l, "/etc", 4), "tree: a symlink as it was");
+	{
+		/* the regular files listed with the sha256 of their bytes as
+		 * they arrived, the hole hashed as the zeros it reads as: what
+		 * the file on the host holds */
+		json_t *files = json_object_get(json_array_get(out, 0), "files");
+		uint8_t *want = calloc(1, 1 << 20);
+		unsigned char md[crypto_hash_sha256_BYTES];
+		char hex[65] = "", onhost[65] = "";
+
+		if (want) {
+			memcpy(want + (512 << 10), "data", 4);
+			crypto_hash_sha256(md, want, 1 << 20);
+			sodium_bin2hex(hex, sizeof hex, md, sizeof md);
+			free(want);
+		}
+		snprintf(p, sizeof p, "%s/a/f", host);
+		ok(json_array_size(files) == 1 &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(files, 0), "path")) ?: "",
+			   "a/f") &&
+		   json_integer_value(json_object_get(json_array_get(files, 0), "bytes")) == 1 << 20 &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(files, 0), "sha256")) ?: "",
+			   hex) && sha256_file(p, onhost) == 0 && !strcmp(onhost, hex),
+		   "tree: its one regular file listed by path with the sha256 of its bytes, holes "
+		   "included (%.16s, the file's %.16s)",
+		   json_string_value(json_object_get(json_array_get(files, 0), "sha256")) ?: "-", onhost);
+	}
 	json_decref(out);
 	stop(&s, pid);
 
