@@ -15,6 +15,7 @@
  * man isopod-provenance. */
 #include "attest.h"
 #include "dsse.h"
+#include "execio.h"
 #include "prov.h"
 #include "stage.h"
 #include "util.h"
@@ -24,11 +25,13 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define USAGE "isopod-provenance sign [--dir DIR] [--attestation FILE] [--check] --vm ID " \
@@ -159,8 +162,69 @@ static json_t *chain_of(const char *ref)
 
 /* ---- sign -------------------------------------------------------------- */
 
+/* A directory copied out: one subject per regular file it listed (exec
+ * hashed each as its bytes arrived, lib/exectree.c), each checked again
+ * in the tree on the host as a copied-out file is, named <top>/<path>
+ * (top: the tree's own name on the host, as a file's subject is its
+ * name).  Every file is named or nothing is signed: a tree whose files
+ * were not listed (past exec's bounds) is refused, as a directory
+ * copy-in is, rather than signed in part. */
+static void tree_subjects(json_t *e, const char *host, const char *guest, json_t *list)
+{
+	json_t *files = json_object_get(e, "files"), *f;
+	const char *top = strrchr(host, '/') ? strrchr(host, '/') + 1 : host;
+	size_t i;
+	int dfd;
+
+	if (!json_is_array(files))
+		die(EX_GUEST, "copy-out %s is a directory whose files were not listed (more than %d, "
+		    "their paths over %u bytes, or one not UTF-8): it cannot be signed file by file, "
+		    "so nothing is signed; copy out an archive of it", EXC(guest), EXEC_TREE_FILES_MAX,
+		    EXEC_TREE_PATHS_MAX);
+	if ((dfd = open(host, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to open the copied-out directory %s:",
+		    host);
+	json_array_foreach(files, i, f) {
+		const char *p = json_string_value(json_object_get(f, "path"));
+		const char *sha = json_string_value(json_object_get(f, "sha256"));
+		/* below the tree's top only, never through a symlink (the
+		 * guest's are copied as symlinks; a file is never reached
+		 * through one) */
+		struct open_how how = { .flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+					.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+						   RESOLVE_NO_MAGICLINKS };
+		char now[65], name[2 * PATH_MAX], gp[2 * PATH_MAX];
+		struct stat st;
+		int fd;
+
+		if (!p || !*p || *p == '/' || !sha || !hex64_ok(sha))
+			die(EX_USAGE, "--result: copied_out %s: files[%zu] has no relative path or no "
+			    "sha256 of 64 hex digits", EXC(guest), i);
+		fd = (int)syscall(SYS_openat2, dfd, p, &how, sizeof how);
+		if (fd < 0)
+			die(errno == ENOENT ? EX_NOTFOUND : EX_GUEST, "unable to open the copied-out "
+			    "%s/%s (nothing signed; not followed through a symlink):", host, EXC(p));
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+			die(EX_GUEST, "the copied-out %s/%s is no longer a regular file: not signed",
+			    host, EXC(p));
+		if (sha256_fd(fd, now) < 0)
+			die(EX_SYS, "unable to read the copied-out %s/%s:", host, EXC(p));
+		close(fd);
+		if (strcmp(now, sha))
+			die(EX_GUEST, "the copied-out %s/%s changed since the run copied it (sha256 "
+			    "%.16s…, now %.16s…): not signed", host, EXC(p), sha, now);
+		snprintf(name, sizeof name, "%s/%s", top, p);
+		snprintf(gp, sizeof gp, "%s/%s", guest, p);
+		json_array_append_new(list, need(json_pack("{s:s, s:{s:s}, s:{s:s, s:O?}}", "name",
+			name, "digest", "sha256", sha, "annotations", "isopod_guest", gp,
+			"isopod_bytes", json_object_get(f, "bytes"))));
+	}
+	close(dfd);
+}
+
 /* The subjects: each copied-out file that arrived, checked again now (the
- * digest signed is the bytes on the host, not only what the run said). */
+ * digest signed is the bytes on the host, not only what the run said);
+ * each regular file of a directory copied out. */
 static json_t *subjects(json_t *res, json_t *outs)
 {
 	json_t *list = need(json_array()), *e, *co = json_object_get(res, "copied_out");
@@ -175,14 +239,12 @@ static json_t *subjects(json_t *res, json_t *outs)
 		if (!host || !guest)
 			die(EX_USAGE, "--result: copied_out entry %zu has no host or guest", i);
 		json_array_append_new(outs, need(json_pack("{s:s}", "guest", guest)));
+		if (!json_object_get(e, "error") && json_is_true(json_object_get(e, "tree"))) {
+			tree_subjects(e, host, guest, list);
+			continue;
+		}
 		if (json_object_get(e, "error") || !sha) {
-			/* A directory copied out as a tree has no sha256 to name
-			 * it by: not a subject, and said so, not as a failure. */
-			if (!json_object_get(e, "error") && json_is_true(json_object_get(e, "tree")))
-				warn("copy-out %s is a directory (a tree has no sha256): not a "
-				     "subject, not signed", EXC(guest));
-			else
-				warn("copy-out %s was not copied: not a subject", EXC(guest));
+			warn("copy-out %s was not copied: not a subject", EXC(guest));
 			continue;
 		}
 		if (!hex64_ok(sha))
@@ -355,8 +417,8 @@ static json_t *statement(const struct opts *o, json_t *res, json_t *rec, const c
 	if (o->commit)
 		commit_subject(o->commit, subj);
 	if (json_array_size(subj) == 0)
-		die(EX_GUEST, "nothing was copied out or committed (a directory copy-out is not "
-		    "signed): there is nothing to sign");
+		die(EX_GUEST, "nothing was copied out or committed (a directory copy-out of no "
+		    "regular file has no subject): there is nothing to sign");
 	kernel_deps(rec, deps);
 	chain_deps(rec, deps);
 	json_array_foreach(json_object_get(res, "copied_in"), i, e) {
@@ -494,6 +556,13 @@ static int cmd_sign(const struct opts *o)
 	if (!env || !(envs = json_dumps(env, JSON_COMPACT)))
 		die(EX_SYS, "out of memory");
 	n = strlen(envs);
+	/* verify reads an envelope of JSON_MAX_BYTES at most: a larger one
+	 * (a directory copy-out's many subjects) would be signed and never
+	 * verify */
+	if (n + 1 > JSON_MAX_BYTES)
+		die(EX_GUEST, "the signed envelope would be %zu bytes, over the %u that verify reads: "
+		    "nothing is signed (copy out an archive instead of the directories)", n + 1,
+		    JSON_MAX_BYTES);
 	if (!(envs = realloc(envs, n + 2)))
 		die(EX_SYS, "out of memory");
 	envs[n] = '\n', envs[n + 1] = 0;

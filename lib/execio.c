@@ -257,9 +257,12 @@ int exec_connect(struct exec_session *s, const char *agent_sock)
 }
 
 /* Send a file's bytes (or, with walk, a directory's tree stream) on
- * `stream` under the agent's credit. */
+ * `stream` under the agent's credit.  With h, every byte sent is hashed
+ * into it as it goes and counted in *sent: the digest a copy-in records
+ * is of the bytes the guest got, read once (a second read of the file by
+ * name could meet other bytes: a file replaced or rewritten meanwhile). */
 static int send_stream(struct exec_session *s, int fd, struct ts_walk *walk, uint32_t stream,
-		       const char *what)
+		       const char *what, crypto_hash_sha256_state *h, uint64_t *sent)
 {
 	uint8_t buf[FRAME_DATA_CHUNK];
 	uint64_t credit = FRAME_INITIAL_CREDIT;
@@ -303,6 +306,10 @@ static int send_stream(struct exec_session *s, int fd, struct ts_walk *walk, uin
 			break;
 		if (conn_queue(&s->c, F_DATA, stream, buf, (size_t)n) < 0)
 			return fail(s, EX_SYS, "io", "out of memory");
+		if (h) {
+			crypto_hash_sha256_update(h, buf, (unsigned long long)n);
+			*sent += (uint64_t)n;
+		}
 		credit -= (uint64_t)n;
 		if (conn_flush_some(&s->c) < 0)
 			return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
@@ -350,7 +357,7 @@ static int tree_in(struct exec_session *s, const struct exec_copy *cp, int fd, j
 	tlv_put_str(&w, T_PATH, cp->guest);
 	tlv_put_u32(&w, T_TREE, 1);
 	conn_queue(&s->c, F_FILE_PUT, STREAM_CTL, buf, w.len);
-	r = send_stream(s, -1, walk, STREAM_FILE, cp->host);
+	r = send_stream(s, -1, walk, STREAM_FILE, cp->host, NULL, NULL);
 	ts_walk_close(walk);
 	free(walk);
 	while (r == 0 && (r = exec_wait_frame(s, &fr)) == 1 && fr.type == F_CREDIT)
@@ -373,6 +380,9 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		struct tlv_w w;
 		struct stat st;
 		struct frame fr;
+		crypto_hash_sha256_state h;
+		unsigned char md[crypto_hash_sha256_BYTES];
+		uint64_t sent = 0;
 		char sha[65];
 		int r, fd = open(in[i].host, O_RDONLY | O_CLOEXEC);
 
@@ -392,7 +402,8 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		tlv_put_str(&w, T_PATH, in[i].guest);
 		tlv_put_u32(&w, T_MODE, st.st_mode & 0777);
 		conn_queue(&s->c, F_FILE_PUT, STREAM_CTL, buf, w.len);
-		r = send_stream(s, fd, NULL, STREAM_FILE, in[i].host);
+		crypto_hash_sha256_init(&h);
+		r = send_stream(s, fd, NULL, STREAM_FILE, in[i].host, &h, &sent);
 		close(fd);
 		if (r < 0)
 			return r;
@@ -402,11 +413,17 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		while (fr.type == F_CREDIT);
 		if (fr.type != F_FILE_DONE)
 			return fail_frame(s, &fr, in[i].guest);
-		if (sha256_file(in[i].host, sha) < 0)
-			sha[0] = 0;
+		/* The digest names what the guest holds only if it wrote all
+		 * that was sent. */
+		if (frame_tlv_u64(&fr, T_BYTES) != sent)
+			return fail(s, EX_SYS, "protocol", "vm %s: copy-in %s: the agent wrote %llu "
+				    "of the %llu bytes sent", s->vm_id, EXC(in[i].guest),
+				    (unsigned long long)frame_tlv_u64(&fr, T_BYTES),
+				    (unsigned long long)sent);
+		crypto_hash_sha256_final(&h, md);
+		sodium_bin2hex(sha, sizeof sha, md, sizeof md);
 		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "host", in[i].host,
-						      "guest", in[i].guest,
-						      "bytes", (json_int_t)frame_tlv_u64(&fr, T_BYTES),
+						      "guest", in[i].guest, "bytes", (json_int_t)sent,
 						      "sha256", sha));
 	}
 	return 0;
@@ -715,66 +732,31 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 	s->deadline_ms = 0;
 	s->copying_out = 1;
 	for (int i = 0; i < n; i++) {
-		char dst[PATH_MAX], dir[PATH_MAX];
-		const char *base = strrchr(out[i].guest, '/') + 1, *name, *why;
+		struct exec_dest d;
+		char why[512];
 		uint64_t bytes = 0;
-		int r, dfd, oe;
+		int r;
 
-		/* HOST is opened once, as a directory, its last component not
-		 * followed: a symlink there is no directory to copy into
-		 * (isopod-exec(1)).  Never a look at the name and then an open
-		 * of it: whoever can write beside HOST could swap a directory
-		 * for a symlink in between and have the file land where that
-		 * points.  Not a directory (or a symlink, or absent): NAME in
-		 * HOST's parent, which copy_one and exec_tree_out never follow. */
-		dfd = open(out[i].host, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		oe = errno;
-		if (dfd >= 0) {
-			name = *base ? base : "out";
-			r = pathn(dst, sizeof dst, "%s/%s", out[i].host, name);
-		} else {
-			const char *sl = strrchr(out[i].host, '/');
-
-			r = pathn(dst, sizeof dst, "%s", out[i].host);
-			if (r >= 0 && sl)
-				r = pathn(dir, sizeof dir, "%.*s", (int)(sl - out[i].host),
-					  out[i].host);
-			else if (r >= 0)
-				r = pathn(dir, sizeof dir, ".");
-			if (r >= 0 && !dir[0])
-				strcpy(dir, "/");
-			name = sl ? sl + 1 : out[i].host;
-		}
-		if (r < 0) {
-			if (dfd >= 0)
-				close(dfd);
-			return fail(s, EX_USAGE, "usage", "path too long: %.64s...", out[i].host);
-		}
-		if (stopped[0])
-			why = stopped;
-		else if (!*name || strlen(name) > NAME_MAX - 40)
-			why = "names no file (or too long a name)";
-		else if (dfd < 0 && oe != ENOTDIR && oe != ELOOP && oe != ENOENT)
-			why = strerror(oe);
-		else
-			why = NULL;
-		if (why) {
-			exec_copy_out_failed(s, list, out[i].guest, dst, why);
-			if (dfd >= 0)
-				close(dfd);
+		/* Every spelling of HOST through the one open (execopt.h):
+		 * its last component never followed, a trailing slash
+		 * included. */
+		r = exec_dest_open(out[i].host, out[i].guest, &d, why, sizeof why);
+		if (r < 0)
+			return fail(s, EX_USAGE, "usage", "%s", why);
+		if (r > 0 || stopped[0]) {
+			if (r == 0)
+				close(d.dfd);
+			exec_copy_out_failed(s, list, out[i].guest, d.path,
+					     stopped[0] ? stopped : why);
 			continue;
 		}
-		if (dfd < 0 && (dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
-			exec_copy_out_failed(s, list, out[i].guest, dst, strerror(errno));
-			continue;
-		}
-		r = copy_one(s, &out[i], dst, dfd, name, (uint64_t)s->copy_out_max - total, list,
-			     stopped, sizeof stopped, &bytes);
+		r = copy_one(s, &out[i], d.path, d.dfd, d.name, (uint64_t)s->copy_out_max - total,
+			     list, stopped, sizeof stopped, &bytes);
 		if (r == 2)
-			r = exec_tree_out(s, &out[i], dst, dfd, name,
+			r = exec_tree_out(s, &out[i], d.path, d.dfd, d.name,
 					  (uint64_t)s->copy_out_max - total, list, stopped,
 					  sizeof stopped, &bytes);
-		close(dfd);
+		close(d.dfd);
 		if (r < 0)
 			return r;
 		/* What the guest sent counts, copied or not. */

@@ -130,6 +130,14 @@ int exec_wait_frame(struct exec_session *s, struct frame *fr);
 void exec_copy_out_failed(struct exec_session *s, json_t *list, const char *guest,
 			  const char *dst, const char *why);
 
+/* A tree copied out lists its regular files ({path, sha256, bytes}, the
+ * digest of the bytes as they arrived) when it has at most this many and
+ * their paths, all together, at most this many bytes: what
+ * isopod-provenance signs a directory copy-out by, and a size a result
+ * and a signed statement carry (doc/DECISIONS.md). */
+#define EXEC_TREE_FILES_MAX 1000
+#define EXEC_TREE_PATHS_MAX (64u * 1024u)
+
 /* exectree.c: a guest directory copied out as a tree stream into NAME in
  * the directory dfd (it must not exist: it is made, and all the stream
  * makes is below it, see treeio.h), within room bytes of the stream; the

@@ -76,11 +76,98 @@ int exec_proxy_env(const json_t *net, char env[EXEC_PROXY_MAX][EXEC_PROXY_SZ])
 	return n;
 }
 
+int exec_dest_trim(const char *host, char *buf, size_t bsz)
+{
+	size_t n = strlen(host);
+
+	while (n > 1 && host[n - 1] == '/')
+		n--;
+	if (n >= bsz)
+		return -1;
+	memcpy(buf, host, n);
+	buf[n] = 0;
+	return host[n] != 0;
+}
+
+int exec_dest_open(const char *host, const char *guest, struct exec_dest *d, char *why,
+		   size_t wsz)
+{
+	char h[PATH_MAX], dir[PATH_MAX];
+	const char *base = strrchr(guest, '/'), *sl;
+	int want_dir = exec_dest_trim(host, h, sizeof h), oe, r;
+
+	d->dfd = -1;
+	d->name = NULL;
+	if (want_dir < 0) {
+		snprintf(why, wsz, "path too long: %.64s...", host);
+		return -1;
+	}
+	base = base ? base + 1 : guest;
+	/* Opened once, as a directory, its last component not followed
+	 * (a symlink there is no directory to copy into).  Never a look at
+	 * the name and then an open of it: whoever can write beside HOST
+	 * could swap a directory for a symlink in between and have the file
+	 * land where that points. */
+	d->dfd = open(h, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	oe = errno;
+	if (d->dfd >= 0) {
+		r = pathn(d->path, sizeof d->path, "%s%s%s", h, strcmp(h, "/") ? "/" : "",
+			  *base ? base : "out");
+		if (r < 0) {
+			close(d->dfd);
+			d->dfd = -1;
+			snprintf(why, wsz, "path too long: %.64s...", host);
+			return -1;
+		}
+		d->name = strrchr(d->path, '/') + 1;
+		if (strlen(d->name) > NAME_MAX - 40) {
+			close(d->dfd);
+			d->dfd = -1;
+			snprintf(why, wsz, "names no file (or too long a name)");
+			return 1;
+		}
+		return 0;
+	}
+	if (pathn(d->path, sizeof d->path, "%s", h) < 0) {
+		snprintf(why, wsz, "path too long: %.64s...", host);
+		return -1;
+	}
+	if (want_dir) {
+		/* HOST/ names a directory: the same descriptor or nothing, never
+		 * HOST as a file, never what a symlink there points to. */
+		snprintf(why, wsz, "%s", oe == ENOTDIR || oe == ELOOP ?
+			 "not a directory (a symlink there is not followed; name its target, "
+			 "or HOST/.)" : strerror(oe));
+		return 1;
+	}
+	/* Not a directory (or a symlink, or absent): NAME in HOST's parent,
+	 * which the copy never follows (isopod-exec(1)). */
+	sl = strrchr(h, '/');
+	d->name = sl ? d->path + (sl - h) + 1 : d->path;
+	if (!*d->name || strlen(d->name) > NAME_MAX - 40) {
+		snprintf(why, wsz, "names no file (or too long a name)");
+		return 1;
+	}
+	if (oe != ENOTDIR && oe != ELOOP && oe != ENOENT) {
+		snprintf(why, wsz, "%s", strerror(oe));
+		return 1;
+	}
+	snprintf(dir, sizeof dir, "%.*s", sl ? (int)(sl - h) : 1, sl ? h : ".");
+	if (!dir[0])
+		strcpy(dir, "/");
+	if ((d->dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		snprintf(why, wsz, "no directory %s on the host: %s", dir, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
 int exec_check_paths(const char *stdin_file, const struct exec_copy *in, int nin,
 		     const struct exec_copy *out, int nout, char *why, size_t wsz)
 {
+	struct exec_dest dest;
 	struct stat st;
-	char d[PATH_MAX], *slash;
+	char w[512];
 	int fd;
 
 	if (stdin_file && strcmp(stdin_file, "-")) {
@@ -99,25 +186,14 @@ int exec_check_paths(const char *stdin_file, const struct exec_copy *in, int nin
 				 strerror(errno));
 			return -1;
 		}
+	/* The destination as the copy-out will open it: a HOST/ that is a
+	 * symlink is refused now, not after the command ran. */
 	for (int i = 0; i < nout; i++) {
-		if (stat(out[i].host, &st) == 0 && S_ISDIR(st.st_mode))
-			continue;
-		if (pathn(d, sizeof d, "%s", out[i].host) < 0) {
-			snprintf(why, wsz, "--copy-out %s: path too long", EXC(out[i].host));
+		if (exec_dest_open(out[i].host, out[i].guest, &dest, w, sizeof w) != 0) {
+			snprintf(why, wsz, "--copy-out %s: %s", EXC(out[i].host), w);
 			return -1;
 		}
-		slash = strrchr(d, '/');
-		if (!slash)
-			strcpy(d, ".");
-		else if (slash == d)
-			d[1] = 0;
-		else
-			*slash = 0;
-		if (stat(d, &st) < 0 || !S_ISDIR(st.st_mode)) {
-			snprintf(why, wsz, "--copy-out %s: no directory %s on the host",
-				 EXC(out[i].host), EXC(d));
-			return -1;
-		}
+		close(dest.dfd);
 	}
 	return 0;
 }

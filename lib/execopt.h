@@ -9,6 +9,7 @@
 #include "frame.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,9 +39,28 @@ const char *exec_env_invalid(const char *kv);
  * a filtered VM, http(s)_proxy (both spellings) at the gateway's broker and
  * no_proxy for loopback; none otherwise.  The count written to env. */
 int exec_proxy_env(const json_t *net, char env[EXEC_PROXY_MAX][EXEC_PROXY_SZ]);
+/* HOST of a copy-out with its trailing slashes taken off, into buf[bsz]
+ * ("/" stays "/").  1 when there were some (HOST then names a directory
+ * that must be there), 0 when not, -1 when it does not fit. */
+int exec_dest_trim(const char *host, char *buf, size_t bsz);
+/* A copy-out destination, opened the one way whatever HOST's spelling
+ * (isopod-exec(1)): its last component never followed, a trailing slash
+ * included (the kernel follows a symlink before a trailing slash even
+ * under O_NOFOLLOW, so the slashes are taken off first and HOST must then
+ * be a directory).  HOST a directory: the copy lands in it as the guest
+ * path's last component; else as HOST's last component in HOST's parent. */
+struct exec_dest {
+	int dfd;                 /* O_PATH descriptor of the directory it lands in */
+	const char *name;        /* its name there (in path) */
+	char path[PATH_MAX];     /* where it lands, as shown */
+};
+/* 0 (d->dfd open), 1 the destination cannot be used (why: recorded as the
+ * copy-out's failure, nothing open), -1 a path too long (why). */
+int exec_dest_open(const char *host, const char *guest, struct exec_dest *d, char *why,
+		   size_t wsz);
 /* --check: the stdin file (NULL or "-": none) a readable file, every
- * copy-in source readable, every copy-out destination's directory there.
- * 0, or -1 with why. */
+ * copy-in source readable, every copy-out destination usable as
+ * exec_dest_open finds it then.  0, or -1 with why. */
 int exec_check_paths(const char *stdin_file, const struct exec_copy *in, int nin,
 		     const struct exec_copy *out, int nout, char *why, size_t wsz);
 

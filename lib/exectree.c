@@ -12,21 +12,104 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* What the host keeps of a tree as it arrives: the entries the guest
+ * skipped, and each regular file's sha256 of its bytes as they arrive (the
+ * holes hashed as the zeros they read as), which isopod-provenance signs
+ * each file by after checking the file on the host still holds them. */
+struct tree_seen {
+	json_t *skipped;
+	json_t *files;          /* [{path, sha256, bytes}]; NULL once past the bounds */
+	size_t path_bytes;
+	crypto_hash_sha256_state h;
+	uint64_t size, pos;     /* the file being hashed: its size, hashed so far */
+	char path[TS_PATH_MAX + 1];
+};
+
 /* Each entry the guest skipped (a device, a hard link): onto the list. */
 static void on_note(void *ctx, const char *path, const char *why)
 {
-	json_t *skipped = ctx;
+	struct tree_seen *t = ctx;
 
-	if (json_array_size(skipped) < 100)
-		json_array_append_new(skipped, json_pack("{s:o, s:o}",
+	if (json_array_size(t->skipped) < 100)
+		json_array_append_new(t->skipped, json_pack("{s:o, s:o}",
 			"path", utf8_json((const uint8_t *)path, strlen(path), 0),
 			"why", utf8_json((const uint8_t *)why, strlen(why), 0)));
+}
+
+static void hash_zeros(crypto_hash_sha256_state *h, uint64_t n)
+{
+	uint8_t z[16384];
+
+	memset(z, 0, sizeof z);
+	while (n) {
+		size_t k = n < sizeof z ? (size_t)n : sizeof z;
+
+		crypto_hash_sha256_update(h, z, k);
+		n -= k;
+	}
+}
+
+/* The list is given up (and no more hashed) past EXEC_TREE_FILES_MAX
+ * files or EXEC_TREE_PATHS_MAX bytes of their paths, or at a path that
+ * is not UTF-8 (a JSON string could not name it): the result stays small,
+ * and isopod-provenance refuses such a tree rather than sign part of it. */
+static void give_up(struct tree_seen *t)
+{
+	json_decref(t->files);
+	t->files = NULL;
+}
+
+/* Each item the sink applied, in order: the decoder has checked that
+ * segments come in order, within the file's size. */
+static void on_item(void *ctx, const struct ts_item *it)
+{
+	struct tree_seen *t = ctx;
+	unsigned char md[crypto_hash_sha256_BYTES];
+	char sha[65];
+	size_t l;
+
+	if (!t->files)
+		return;
+	switch (it->type) {
+	case TS_ENTRY:
+		if (it->kind != 'f')
+			return;
+		l = strlen(it->path);
+		if (json_array_size(t->files) >= EXEC_TREE_FILES_MAX ||
+		    l > EXEC_TREE_PATHS_MAX - t->path_bytes || !utf8_valid(it->path, l)) {
+			give_up(t);
+			return;
+		}
+		t->path_bytes += l;
+		memcpy(t->path, it->path, l + 1);
+		t->size = it->size;
+		t->pos = 0;
+		crypto_hash_sha256_init(&t->h);
+		return;
+	case TS_DATA:
+		hash_zeros(&t->h, it->off - t->pos);
+		crypto_hash_sha256_update(&t->h, it->data, it->len);
+		t->pos = it->off + it->len;
+		return;
+	case TS_FILE_END:
+		hash_zeros(&t->h, t->size - t->pos);
+		crypto_hash_sha256_final(&t->h, md);
+		sodium_bin2hex(sha, sizeof sha, md, sizeof md);
+		if (json_array_append_new(t->files, json_pack("{s:s, s:s, s:I}", "path", t->path,
+							      "sha256", sha, "bytes",
+							      (json_int_t)t->size)) < 0)
+			give_up(t);
+		return;
+	case TS_END:
+		return;
+	}
 }
 
 /* Take the frames of the tree stream until FILE_DONE: 1 done, 0 why[] set
@@ -78,7 +161,7 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 	uint8_t buf[4200];
 	struct ts_feed *f;
 	struct tlv_w w;
-	json_t *skipped;
+	struct tree_seen *t;
 	mode_t um;
 	int top, r;
 
@@ -92,13 +175,21 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 	}
 	top = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	f = malloc(sizeof *f);
-	skipped = json_array();
-	if (top < 0 || !f || !skipped) {
+	t = calloc(1, sizeof *t);
+	if (t) {
+		t->skipped = json_array();
+		t->files = json_array();
+	}
+	if (top < 0 || !f || !t || !t->skipped || !t->files) {
 		snprintf(why, sizeof why, "%s: %s", dst, top < 0 ? strerror(errno) : "out of memory");
 		if (top >= 0)
 			close(top);
 		free(f);
-		json_decref(skipped);
+		if (t) {
+			json_decref(t->skipped);
+			json_decref(t->files);
+		}
+		free(t);
 		unlinkat(dfd, name, AT_REMOVEDIR);
 		exec_copy_out_failed(s, list, cp->guest, dst, why);
 		return 1;
@@ -112,7 +203,8 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 	ts_feed_init(f, top, 0777 & ~(uint32_t)um);
 	f->dec.max_bytes = room;
 	f->note = on_note;
-	f->ctx = skipped;
+	f->item = on_item;
+	f->ctx = t;
 	tlv_init(&w, buf, sizeof buf);
 	tlv_put_str(&w, T_PATH, cp->guest);
 	tlv_put_u64(&w, T_BYTES, room);
@@ -125,12 +217,16 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 	free(f);
 	close(top);
 	if (r == 1) {
-		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:b, s:o}", "guest", cp->guest,
-						      "host", dst, "bytes", (json_int_t)*bytes,
-						      "tree", 1, "skipped", skipped));
+		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:b, s:o, s:o*}", "guest",
+						      cp->guest, "host", dst, "bytes",
+						      (json_int_t)*bytes, "tree", 1, "skipped",
+						      t->skipped, "files", t->files));
+		free(t);
 		return 0;
 	}
-	json_decref(skipped);
+	json_decref(t->skipped);
+	json_decref(t->files);
+	free(t);
 	/* Nothing of a copy-out that failed stays: the guest's half-tree is
 	 * removed as tree_remove does, links as links. */
 	if (tree_remove_at(dfd, name, NULL, rmwhy, sizeof rmwhy) < 0)

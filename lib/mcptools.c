@@ -1,6 +1,7 @@
 /* mcptools.c - isopod-mcp's tools (mcptools.h): argv building, the I/O
  * root, the tool table. */
 #include "config.h"
+#include "execopt.h"
 #include "jschema.h"
 #include "mcptools.h"
 #include "qemu.h"
@@ -171,19 +172,29 @@ static int open_in(struct server *s, const char *path, const char *field, int di
  * that is absent or a regular file (a guest directory then goes to
  * DIR/NAME or NAME, which isopod-exec makes, refusing one that exists).  The destination handed on is
  * /proc/<pid>/fd/N/{.,NAME} with N our descriptor of that directory: its
- * path can no longer be swapped.  NAME made a symlink after this check is
- * not followed: isopod-exec(1) never follows a copy-out destination's last
- * component (hence "/." for a directory: fd/N itself is a symlink). */
+ * path can no longer be swapped.  The last component is never followed,
+ * here as in isopod-exec(1) (lib/execopt.c exec_dest_open): a symlink
+ * there, even to a directory beneath the root, is no directory to copy
+ * into, and a trailing slash (which the kernel resolves through a symlink
+ * even under O_NOFOLLOW) is taken off first and then demands a directory.
+ * NAME made a symlink after this check is not followed either (hence "/."
+ * for a directory: fd/N itself is a symlink). */
 static int dest_out(struct server *s, struct call *c, const char *path, const char *field,
 		    char *dst, size_t dsz, json_t **err)
 {
-	char parent[PATH_MAX];
+	char parent[PATH_MAX], trimmed[PATH_MAX];
 	const char *base;
 	struct stat st;
 	json_t *ignored = NULL;
-	int fd = beneath(s, path, path, O_PATH | O_DIRECTORY, field, &ignored);
+	int want_dir = exec_dest_trim(path, trimmed, sizeof trimmed), fd;
 
+	if (want_dir < 0)
+		return jschema_bad(err, field, "%s: path too long", field);
+	fd = beneath(s, trimmed, path, O_PATH | O_DIRECTORY | O_NOFOLLOW, field, &ignored);
 	json_decref(ignored);
+	if (fd < 0 && want_dir)
+		return jschema_bad(err, field, "%s: %s names no directory beneath the I/O root "
+			   "(absent, not one, or a symlink: not followed)", field, EXC(path));
 	if (fd >= 0) {
 		if (hold(c, fd) < 0)
 			return jschema_bad(err, field, "%s: too many host paths", field);
@@ -191,17 +202,16 @@ static int dest_out(struct server *s, struct call *c, const char *path, const ch
 		json_object_set_new(c->hostmap, dst, json_string(path));
 		return 0;
 	}
-	if (pathn(parent, sizeof parent, "%s", path) < 0)
-		return jschema_bad(err, field, "%s: path too long", field);
+	memcpy(parent, trimmed, sizeof parent);
 	base = strrchr(parent, '/');
 	if (base) {
 		parent[base - parent] = 0;
-		base = path + (base - parent) + 1;
+		base = trimmed + (base - parent) + 1;
 		if (!parent[0])
 			strcpy(parent, "/");
 	} else {
 		strcpy(parent, ".");
-		base = path;
+		base = trimmed;
 	}
 	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
 		return jschema_bad(err, field, "%s: %s names no file", field, EXC(path));

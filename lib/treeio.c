@@ -470,6 +470,7 @@ void ts_feed_init(struct ts_feed *f, int top, uint32_t mask)
 	ts_dec_init(&f->dec);
 	ts_sink_init(&f->sink, top, mask);
 	f->note = NULL;
+	f->item = NULL;
 	f->ctx = NULL;
 	f->failed = 0;
 	f->len = 0;
@@ -502,6 +503,8 @@ int ts_feed(struct ts_feed *f, const uint8_t *p, size_t n, char *why, size_t wsz
 				f->failed = 1;
 				return -1;
 			}
+			if (f->item)
+				f->item(f->ctx, &f->it);
 		}
 		if (r < 0) {
 			snprintf(why, wsz, "malformed tree stream: %s", f->dec.why);

@@ -107,6 +107,10 @@ struct ts_feed {
 	struct ts_item it;
 	/* each 'n' record the sender made (may be NULL) */
 	void (*note)(void *ctx, const char *path, const char *why);
+	/* each item once the sink has applied it, in the stream's order (may
+	 * be NULL): the host hashes a copied-out tree's files here, as their
+	 * bytes arrive, with what this file cannot link (libc only) */
+	void (*item)(void *ctx, const struct ts_item *it);
 	void *ctx;
 	int failed;
 	size_t len;

@@ -614,6 +614,24 @@ overlay_of() {
 	echo "$output" | jq -e '.warnings | length == 1'
 }
 
+@test "exec: a --copy-out HOST/ whose HOST is a symlink to a directory is not entered (the kernel would follow it before the slash); --check refuses it before boot" {
+	mkdir "$DATA/slash-victim"
+	ln -s slash-victim "$DATA/slash-link"
+	run --separate-stderr isopod run --json-only --copy-out "/root/f:$DATA/slash-link/" -- true
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"slash-link/: not a directory"* ]] || false
+	run --separate-stderr isopod run --json-only --keep -- sh -c 'echo x >/root/f'
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	run --separate-stderr isopod-exec --vm "$id" --copy-out "/root/f:$DATA/slash-link/" \
+		--copy-out "/root/f:$DATA/slash-link//" --copy-out "/root/f:$DATA/slash-victim/" -- true
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '[.copied_out[0,1].error | test("not a directory.*symlink")] == [true, true]'
+	echo "$output" | jq -e --arg d "$DATA/slash-victim/f" '.copied_out[2] | .host == $d and .bytes == 2'
+	[ "$(ls -A "$DATA/slash-victim")" = f ]
+	run --separate-stderr isopod vm rm --force "$id"
+	[ "$status" -eq 0 ]
+}
+
 @test "run --keep: a second command in the same VM; vm rm refuses a running VM unless forced" {
 	run --separate-stderr isopod run --json-only --keep -- sh -c 'echo one > /root/state'
 	[ "$status" -eq 0 ]

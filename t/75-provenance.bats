@@ -261,7 +261,7 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	[ "$(nvms)" = "$n" ]
 }
 
-@test "sign refuses a copy-in without a sha256 (a directory), never leaves it out; a directory copy-out is no subject, said so" {
+@test "sign refuses a copy-in without a sha256 (a directory), never leaves it out; and a directory copy-out whose files were not listed" {
 	local id
 	id=$(jq -r .vm.id "$D/b.json")
 	jq '.copied_in += [{host: "/h/tree", guest: "/root/tree", bytes: 10, tree: true}]' "$D/b.json" \
@@ -271,13 +271,55 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	[ "$status" -eq 1 ] && [ -z "$output" ] || false
 	[[ "$stderr" == *"copy-in /root/tree has no sha256"*"nothing is signed"* ]] || false
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
-	# the only copy-out a directory: nothing to sign, the directory named
-	jq '.copied_out = [{host: "/h/out", guest: "/root/out", bytes: 10, tree: true, skipped: []}]' \
+	# a directory copy-out whose files exec did not list (past its
+	# bounds): refused, never signed in part
+	jq '.copied_out += [{host: "/h/out", guest: "/root/out", bytes: 10, tree: true, skipped: []}]' \
 		"$D/b.json" >"$BATS_TEST_TMPDIR/r.json"
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
 		--result "$BATS_TEST_TMPDIR/r.json" -o "$BATS_TEST_TMPDIR/c.prov" -- cp /opt/tool /tmp/app
 	[ "$status" -eq 1 ] && [ -z "$output" ] || false
-	[[ "$stderr" == *"copy-out /root/out is a directory"*"not signed"*"a directory copy-out is not signed"* ]] || false
+	[[ "$stderr" == *"copy-out /root/out is a directory whose files were not listed"*"nothing is signed"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+}
+
+@test "a directory copy-out is signed file by file: each regular file a subject TOP/PATH that verifies; a file changed, or reached through a symlink, is refused" {
+	local t="$BATS_TEST_TMPDIR/tree" id sa sb
+	run_isopod run --json-only --copy-out "/root/tree:$t" --provenance "$BATS_TEST_TMPDIR/t.prov" -- \
+		sh -c 'mkdir -p /root/tree/sub && echo one >/root/tree/a && echo two >/root/tree/sub/b && ln -s a /root/tree/l'
+	[ "$status" -eq 0 ]
+	printf '%s\n' "$output" >"$BATS_TEST_TMPDIR/t.json"
+	id=$(jq -r .vm.id "$BATS_TEST_TMPDIR/t.json")
+	sa=$(sha256sum <"$t/a" | cut -c1-64)
+	sb=$(sha256sum <"$t/sub/b" | cut -c1-64)
+	# exec listed the tree's regular files by the digest of what arrived
+	jq -e --arg a "$sa" --arg b "$sb" '.copied_out[0].tree and
+		(.copied_out[0].files | sort_by(.path)) == [{path: "a", sha256: $a, bytes: 4},
+							    {path: "sub/b", sha256: $b, bytes: 4}]' \
+		"$BATS_TEST_TMPDIR/t.json"
+	jq -e --arg a "$sa" --arg b "$sb" '.ok and (.provenance.subjects | sort_by(.name)) ==
+		[{name: "tree/a", sha256: $a}, {name: "tree/sub/b", sha256: $b}]' "$BATS_TEST_TMPDIR/t.json"
+	payload "$BATS_TEST_TMPDIR/t.prov" | jq -e '[.subject[] | select(.name == "tree/sub/b") |
+		.annotations.isopod_guest] == ["/root/tree/sub/b"]'
+	run_isopod verify-artifact "$t/sub/b" "$BATS_TEST_TMPDIR/t.prov"
+	[ "$status" -eq 0 ]
+	jq -e '.valid and .subject.name == "tree/sub/b"' <<<"$output"
+	# sub made a symlink to a directory holding the same bytes: not
+	# followed, nothing signed
+	mv "$t/sub" "$t/sub.real"
+	ln -s sub.real "$t/sub"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 1 ] && [ -z "$output" ] || false
+	[[ "$stderr" == *"tree/sub/b"*"not followed through a symlink"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	rm "$t/sub"
+	mv "$t/sub.real" "$t/sub"
+	# one file changed since the run copied it: nothing signed
+	echo changed >"$t/a"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 1 ] && [ -z "$output" ] || false
+	[[ "$stderr" == *"tree/a changed since the run copied it"* ]] || false
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 }
 

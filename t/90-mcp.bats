@@ -267,6 +267,12 @@ EOF
 	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"secret-link"}]}' 'not a regular file'
 	refused sandbox_run "{\"argv\":[\"true\"],\"copy_out\":[{\"guest\":\"/tmp/a\",\"host\":\"$IO/outside/x\"}]}" 'outside the I/O root'
 	[ ! -e "$IO/outside/x" ] && [ ! -e "$IO/x" ] || false
+	# a copy_out destination's last component is never followed, even to a
+	# directory beneath the root, and a trailing slash does not make it so
+	ln -s tree "$IO/sub/link-tree"
+	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"link-tree/"}]}' 'symlink: not followed'
+	refused sandbox_run '{"argv":["true"],"copy_out":[{"guest":"/tmp/a","host":"link-tree"}]}' 'not a regular file'
+	rm "$IO/sub/link-tree"
 }
 
 @test "mcp: stdin_file, copy_in and copy_out beneath the I/O root, named as the client named them" {

@@ -11,26 +11,39 @@
 /* The race a local user can run beside a copy-out's destination: the
  * directory named there swapped for a symlink (to a directory elsewhere)
  * just before lib/execio.c opens it.  Armed (swap_path set), the first
- * open() of swap_path does the swap, then opens. */
+ * open() of swap_path does the swap, then opens.  With swap_after, the
+ * race a writer runs against a copy-in instead: the file opened, then
+ * swap_to renamed over swap_path (the path holds other bytes from then
+ * on, while the descriptor still reads the first). */
 static const char *swap_path, *swap_to;
+static int swap_after;
 
 static int swap_open(const char *path, int flags, ...)
 {
 	char old[256];
 	mode_t mode = 0;
 	va_list ap;
+	int fd;
 
 	va_start(ap, flags);
 	if (flags & (O_CREAT | O_TMPFILE))
 		mode = va_arg(ap, mode_t);
 	va_end(ap);
-	if (swap_path && !strcmp(path, swap_path)) {
+	if (swap_path && !swap_after && !strcmp(path, swap_path)) {
 		snprintf(old, sizeof old, "%s.old", swap_path);
 		if (rename(swap_path, old) < 0 || symlink(swap_to, swap_path) < 0)
 			return -1;
 		swap_path = NULL;
 	}
-	return open(path, flags, mode);
+	fd = open(path, flags, mode);
+	if (fd >= 0 && swap_path && swap_after && !strcmp(path, swap_path)) {
+		if (rename(swap_to, swap_path) < 0) {
+			close(fd);
+			return -1;
+		}
+		swap_path = NULL;
+	}
+	return fd;
 }
 
 #define open(...) swap_open(__VA_ARGS__)
@@ -75,7 +88,8 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 }
 
 /* The fake agent's behaviour after the handshake. */
-enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8 };
+enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8,
+       A_SHORT };
 
 static char dir[64], sock[96];
 
@@ -153,7 +167,7 @@ static void agent(int lfd, int mode)
 	struct frame fr;
 	struct tlv_w w;
 	uint64_t cookie, got = 0;
-	int fd = accept(lfd, NULL, NULL);
+	int fd = accept(lfd, NULL, NULL), gfd = -1;
 
 	if (fd < 0)
 		_exit(2);
@@ -170,11 +184,25 @@ static void agent(int lfd, int mode)
 			continue;
 		if (fr.type == F_PING)
 			put(fd, F_PONG, STREAM_CTL, NULL, 0);
-		if (fr.type == F_DATA && fr.stream == STREAM_FILE)
+		/* what a copy-in brings, kept as the guest got it: dir/guest-got */
+		if (fr.type == F_FILE_PUT) {
+			char gp[128];
+
+			got = 0;
+			snprintf(gp, sizeof gp, "%s/guest-got", dir);
+			if (gfd >= 0)
+				close(gfd);
+			gfd = open(gp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		}
+		if (fr.type == F_DATA && fr.stream == STREAM_FILE) {
 			got += fr.len;
+			if (gfd >= 0 && write_all(gfd, fr.payload, fr.len) < 0)
+				_exit(2);
+		}
 		if (fr.type == F_EOF && fr.stream == STREAM_FILE) {
 			tlv_init(&w, tb, sizeof tb);
-			tlv_put_u64(&w, T_BYTES, got);
+			/* A_SHORT: an agent that wrote a byte less than it got */
+			tlv_put_u64(&w, T_BYTES, mode == A_SHORT && got ? got - 1 : got);
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
 		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL || mode == A_TREE_BAD8)) {
@@ -361,6 +389,32 @@ static void test_tree(void)
 	   "(%lld blocks)", sb.st_mode & 07777, (long long)sb.st_blocks);
 	snprintf(p, sizeof p, "%s/s", host);
 	ok(readlink(p, l, sizeof l) == 4 && !memcmp(l, "/etc", 4), "tree: a symlink as it was");
+	{
+		/* the regular files listed with the sha256 of their bytes as
+		 * they arrived, the hole hashed as the zeros it reads as: what
+		 * the file on the host holds */
+		json_t *files = json_object_get(json_array_get(out, 0), "files");
+		uint8_t *want = calloc(1, 1 << 20);
+		unsigned char md[crypto_hash_sha256_BYTES];
+		char hex[65] = "", onhost[65] = "";
+
+		if (want) {
+			memcpy(want + (512 << 10), "data", 4);
+			crypto_hash_sha256(md, want, 1 << 20);
+			sodium_bin2hex(hex, sizeof hex, md, sizeof md);
+			free(want);
+		}
+		snprintf(p, sizeof p, "%s/a/f", host);
+		ok(json_array_size(files) == 1 &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(files, 0), "path")) ?: "",
+			   "a/f") &&
+		   json_integer_value(json_object_get(json_array_get(files, 0), "bytes")) == 1 << 20 &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(files, 0), "sha256")) ?: "",
+			   hex) && sha256_file(p, onhost) == 0 && !strcmp(onhost, hex),
+		   "tree: its one regular file listed by path with the sha256 of its bytes, holes "
+		   "included (%.16s, the file's %.16s)",
+		   json_string_value(json_object_get(json_array_get(files, 0), "sha256")) ?: "-", onhost);
+	}
 	json_decref(out);
 	stop(&s, pid);
 
@@ -419,7 +473,7 @@ static void test_dest(void)
 	struct exec_session s;
 	struct exec_status ex = {.code = -1};
 	json_t *out;
-	char host[128], victim[128], p[200];
+	char host[128], victim[128], p[200], slashed[208];
 	struct exec_copy cout;
 	const char *err;
 	struct stat sb;
@@ -487,6 +541,115 @@ static void test_dest(void)
 	   "dest: a symlink to a directory is not entered (%s)", err ? err : "none");
 	json_decref(out);
 	stop(&s, pid);
+
+	/* the same symlink named with a trailing slash: the kernel resolves a
+	 * symlink before a trailing slash even under O_NOFOLLOW, so "HOST/"
+	 * must be taken as HOST, a directory, and refused the same */
+	out = json_array();
+	snprintf(slashed, sizeof slashed, "%s/", host);
+	cout.host = slashed;
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	exec_copy_out(&s, &cout, 1, out);
+	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	ok(access(p, F_OK) < 0 && lstat(host, &sb) == 0 && S_ISLNK(sb.st_mode) && err &&
+	   strstr(err, "not a directory") && strstr(err, "symlink"),
+	   "dest: HOST/ with HOST a symlink to a directory is not entered, nothing in its "
+	   "target (%s)", err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+	{
+		struct exec_copy c2 = {.host = slashed, .guest = "/tmp/x"};
+		char why[512];
+
+		ok(exec_check_paths(NULL, NULL, 0, &c2, 1, why, sizeof why) < 0 &&
+		   strstr(why, "not a directory"), "--check: HOST/ a symlink is refused before "
+		   "the run (%s)", why);
+	}
+
+	/* HOST/ a real directory: into it, the path shown without "//" */
+	out = json_array();
+	snprintf(slashed, sizeof slashed, "%s//", victim);
+	cout.host = slashed;
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	ok(exec_copy_out(&s, &cout, 1, out) == 0 && stat(p, &sb) == 0 && sb.st_size == 4 &&
+	   !strcmp(json_string_value(json_object_get(json_array_get(out, 0), "host")) ?: "", p),
+	   "dest: HOST// a directory: the file lands in it as %s",
+	   json_string_value(json_object_get(json_array_get(out, 0), "host")) ?: "?");
+	json_decref(out);
+	stop(&s, pid);
+	unlink(p);
+
+	/* HOST/ absent or a file: refused, nothing made there */
+	out = json_array();
+	snprintf(p, sizeof p, "%s/none", dir);
+	snprintf(slashed, sizeof slashed, "%s/", p);
+	cout.host = slashed;
+	start(&s, A_COPY, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	exec_copy_out(&s, &cout, 1, out);
+	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	ok(access(p, F_OK) < 0 && err, "dest: HOST/ absent: refused, no file HOST (%s)",
+	   err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+}
+
+/* A copy-in's file replaced on the host between its open and its send
+ * (a racing writer renames other bytes over the path): the recorded
+ * sha256 and bytes are those the guest received, the bytes sent, not
+ * what the path holds by the time the copy is acknowledged. */
+static void test_copy_in_race(void)
+{
+	struct exec_session s;
+	json_t *in = json_array(), *e;
+	char host[128], repl[128], got[128], want[65], now[65];
+	struct exec_copy cin;
+	pid_t pid;
+	int fd, r;
+
+	snprintf(host, sizeof host, "%s/in", dir);
+	snprintf(repl, sizeof repl, "%s/in.new", dir);
+	snprintf(got, sizeof got, "%s/guest-got", dir);
+	fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ok(fd >= 0 && write_all(fd, "the bytes sent\n", 15) == 0 && close(fd) == 0,
+	   "race: the copy-in file");
+	fd = open(repl, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ok(fd >= 0 && write_all(fd, "other bytes, put there after the open\n", 38) == 0 &&
+	   close(fd) == 0, "race: the bytes the racing writer puts there");
+	cin = (struct exec_copy){.host = host, .guest = "/tmp/in"};
+	start(&s, A_COPY, &pid);
+	swap_path = host;
+	swap_to = repl;
+	swap_after = 1;
+	r = exec_copy_in(&s, &cin, 1, in);
+	swap_after = 0;
+	stop(&s, pid); /* the agent has written guest-got: it answered FILE_DONE */
+	e = json_array_get(in, 0);
+	ok(r == 0 && !swap_path && sha256_file(got, want) == 0 && sha256_file(host, now) == 0 &&
+	   strcmp(want, now), "race: the path changed after the open (%d %s)", r, s.err);
+	ok(!strcmp(json_string_value(json_object_get(e, "sha256")) ?: "", want) &&
+	   json_integer_value(json_object_get(e, "bytes")) == 15,
+	   "race: the recorded sha256 is of the bytes the guest received (%.16s, the guest's "
+	   "%.16s, the path's now %.16s)", json_string_value(json_object_get(e, "sha256")) ?: "-",
+	   want, now);
+	json_decref(in);
+
+	/* an agent that says it wrote less than was sent: the digest would
+	 * not name what the guest holds, so the copy-in fails */
+	in = json_array();
+	start(&s, A_SHORT, &pid);
+	r = exec_copy_in(&s, &cin, 1, in);
+	ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") && json_array_size(in) == 0,
+	   "race: an agent that wrote fewer bytes than sent is a protocol failure (%s)", s.err);
+	stop(&s, pid);
+	json_decref(in);
+	unlink(host);
+	unlink(got);
 }
 
 static void *no_malloc(size_t n)
@@ -696,8 +859,9 @@ static void test_opts(void)
 static void test_check(void)
 {
 	char why[4096], h[128];
-	struct exec_copy in = {.host = "/nonexistent/in"}, out = {.host = "/nonexistent/d/f"};
-	struct exec_copy ok_out = {.host = h};
+	struct exec_copy in = {.host = "/nonexistent/in"},
+			 out = {.host = "/nonexistent/d/f", .guest = "/g"};
+	struct exec_copy ok_out = {.host = h, .guest = "/g"};
 
 	snprintf(h, sizeof h, "%s/new-file", dir);
 	ok(exec_check_paths("/nonexistent", NULL, 0, NULL, 0, why, sizeof why) < 0 &&
@@ -785,6 +949,7 @@ int main(void)
 	test_check();
 	test_wire();
 	test_session();
+	test_copy_in_race();
 	test_flood();
 	test_tree();
 	test_dest();

@@ -11,6 +11,7 @@
 #include "../../lib/mcptools.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/jschema.c"
 #include "../../lib/config.c"
+#include "../../lib/execopt.c"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -196,6 +197,68 @@ static void test_copy_in(void)
 		fprintf(stderr, "# %s failed\n", p);
 }
 
+/* copy_out [{guest:/g/f, host}] built for c: 0 or -1, the refusal's message in m. */
+static int copy_out(struct server *s, struct call *c, const char *host, char *m, size_t msz)
+{
+	json_t *args = json_pack("{s:[{s:s, s:s}]}", "copy_out", "host", host, "guest", "/g/f");
+	json_t *err = NULL;
+	int r = build_copies(s, c, args, "--copy-in", "--copy-out", &err);
+
+	snprintf(m, msz, "%s", err ? json_string_value(json_object_get(err, "message")) : "");
+	json_decref(err);
+	json_decref(args);
+	return r;
+}
+
+/* A copy_out destination's last component is never followed, a trailing
+ * slash included (the kernel resolves a symlink before one even under
+ * O_NOFOLLOW): a symlink to a directory beneath the root is no directory
+ * to copy into, spelled "lnk" or "lnk/"; "dest/" is dest itself. */
+static void test_copy_out(void)
+{
+	char top[] = "/tmp/isopod-mcptools.XXXXXX", p[PATH_MAX + 64], m[PATH_MAX + 64], want[64];
+	struct server s = { .root_fd = -1 };
+	struct stat st, dst;
+	struct call c;
+
+	if (!mkdtemp(top)) {
+		ok(0, "mkdtemp: %s", strerror(errno));
+		return;
+	}
+	snprintf(s.root, sizeof s.root, "%s/root", top);
+	mkdir(s.root, 0700);
+	snprintf(p, sizeof p, "%s/dest", s.root), mkdir(p, 0700);
+	stat(p, &dst);
+	snprintf(p, sizeof p, "%s/lnk", s.root), symlink("dest", p);
+	s.root_fd = open(s.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+
+	for (int i = 0; i < 3; i++) {
+		const char *h = i == 0 ? "lnk/" : i == 1 ? "lnk//" : "lnk";
+
+		call_init(&c);
+		ok(copy_out(&s, &c, h, m, sizeof m) == -1 && c.nhold == 0 && c.argc == 0,
+		   "copy_out to %s (a symlink to a directory beneath the root): refused, nothing "
+		   "held (%s)", h, m);
+		call_done(&c);
+	}
+	call_init(&c);
+	ok(copy_out(&s, &c, "dest/", m, sizeof m) == 0 && c.nhold == 1 &&
+		   fstat(c.hold[0], &st) == 0 && st.st_ino == dst.st_ino && st.st_dev == dst.st_dev,
+	   "copy_out to dest/: the directory itself is held (%s)", m);
+	snprintf(want, sizeof want, "/g/f:/proc/%d/fd/%d/.", (int)getpid(), c.nhold ? c.hold[0] : -1);
+	ok(c.argc == 2 && !strcmp(c.argv[1], want), "handed on as %s", c.argc == 2 ? c.argv[1] : "?");
+	call_done(&c);
+	call_init(&c);
+	ok(copy_out(&s, &c, "new/", m, sizeof m) == -1 && c.nhold == 0 &&
+		   strstr(m, "names no directory"),
+	   "copy_out to new/ (absent): refused, not made a file (%s)", m);
+	call_done(&c);
+	close(s.root_fd);
+	snprintf(p, sizeof p, "rm -rf '%s'", top);
+	if (system(p) != 0)
+		fprintf(stderr, "# %s failed\n", p);
+}
+
 static void test_unmap(void)
 {
 	struct call c;
@@ -233,6 +296,7 @@ static void test_unmap(void)
 int main(void)
 {
 	test_copy_in();
+	test_copy_out();
 	test_unmap();
 	return tap_done();
 }
