@@ -50,6 +50,7 @@ struct broker {
 	struct flow *flows, *dead_flows; /* dead: freed at the end of a round */
 	struct pend *pends, *dead_pends;
 	int nflows, npend;
+	int bulk_pipes;           /* relay pipes grown to their bulk size (proxy.c) */
 	struct bk_ep elisten, edns, esig;
 	struct canary canary;     /* canary.port 0: no canary */
 	char fatal[512];          /* the first reason to stop (exit 111), or "" */

@@ -27,8 +27,15 @@
  * (64 MiB by default), past which each new pipe of that user, the broker's
  * or not, gets 8 KiB: so a direction has no pipe until bytes come, one of
  * the default size then, grown to PIPE_SIZE only once bytes filled it, and
- * none again once its flow has been idle PIPE_IDLE_MS with it empty. */
+ * none again once its flow has been idle PIPE_IDLE_MS with it empty.
+ * A pipe of PIPE_SIZE that fills again is a bulk transfer's: it grows to
+ * PIPE_BULK, for at most PIPE_BULK_MAX pipes of the broker at once (12 MiB
+ * more at most, 3072 pages of the soft limit), since the splices of a
+ * bulk direction are what the broker's CPU goes to (about half of it per
+ * GiB at 1 MiB against 256 KiB: perf, doc/SPEED.md goal 5). */
 #define PIPE_SIZE (256 << 10)
+#define PIPE_BULK (1 << 20)
+#define PIPE_BULK_MAX 16
 #define PIPE_IDLE_MS 1000
 #define HEAD_MS 10000
 #define CONNECT_MS 10000
@@ -53,7 +60,10 @@ struct dir {
 	int p[2];                 /* the pipe's read and write ends (-1: none
 				     yet, see PIPE_SIZE) */
 	size_t inpipe, cap;       /* bytes in the pipe; its size */
-	int grown;                /* F_SETPIPE_SZ was tried on this pipe */
+	int grown;                /* F_SETPIPE_SZ was tried on this pipe: 1 for
+				     PIPE_SIZE, 2 for PIPE_BULK */
+	int bulk;                 /* the pipe is of PIPE_BULK (counted in
+				     the broker's bulk_pipes) */
 	int full;                 /* a splice into it met EAGAIN while it held
 				     bytes: its slots may all be taken (a socket
 				     fills one per fragment, however small), so
@@ -109,15 +119,25 @@ static void note(struct flow *f, const char *name, uint32_t addr, int allowed, c
 					      .ms = mono_ms() - f->start });
 }
 
+/* d's pipe closed, whatever it holds; a bulk pipe leaves room for another. */
+static void dir_close(struct broker *b, struct dir *d)
+{
+	if (d->bulk)
+		b->bulk_pipes--;
+	d->bulk = 0;
+	bk_closefd(&d->p[0]);
+	bk_closefd(&d->p[1]);
+	d->cap = 0;
+	d->full = 0;
+}
+
 static void flow_free_fds(struct flow *f)
 {
 	bk_closefd(&f->g);
 	bk_closefd(&f->u);
 	bk_closefd(&f->r);
-	for (int i = 0; i < 2; i++) {
-		bk_closefd(&f->g2u.p[i]);
-		bk_closefd(&f->u2g.p[i]);
-	}
+	dir_close(f->b, &f->g2u);
+	dir_close(f->b, &f->u2g);
 }
 
 /* The source of d may be read: not at its end, and room in the pipe (or
@@ -309,29 +329,34 @@ static int dir_pipe(struct dir *d)
 	return 0;
 }
 
-/* d's pipe is full (of bytes, or of slots): once, ask for PIPE_SIZE.  The
- * system may refuse (past fs.pipe-max-size, or, unprivileged, past
- * fs.pipe-user-pages-soft): it then keeps its size. */
-static void dir_grow(struct dir *d)
+/* d's pipe is full (of bytes, or of slots): once, ask for PIPE_SIZE; full
+ * again at that size, for PIPE_BULK while the broker holds fewer than
+ * PIPE_BULK_MAX such pipes (else at a later fill).  The system may refuse
+ * (past fs.pipe-max-size, or, unprivileged, past fs.pipe-user-pages-soft):
+ * it then keeps its size, and is not asked again. */
+static void dir_grow(struct broker *b, struct dir *d)
 {
+	size_t want;
 	int n;
 
-	if (d->grown || d->p[1] < 0)
+	if (d->p[1] < 0 || d->grown >= 2 || (d->grown == 1 && b->bulk_pipes >= PIPE_BULK_MAX))
 		return;
-	d->grown = 1;
-	if ((n = fcntl(d->p[1], F_SETPIPE_SZ, PIPE_SIZE)) > 0 && (size_t)n > d->cap)
+	want = d->grown ? PIPE_BULK : PIPE_SIZE;
+	d->grown++;
+	if ((n = fcntl(d->p[1], F_SETPIPE_SZ, want)) > 0 && (size_t)n > d->cap)
 		d->cap = (size_t)n;
+	if (want == PIPE_BULK && d->cap >= PIPE_BULK) {
+		d->bulk = 1;
+		b->bulk_pipes++;
+	}
 }
 
 /* An idle direction's empty pipe goes: its pages count for its user. */
-static void dir_unpipe(struct dir *d)
+static void dir_unpipe(struct broker *b, struct dir *d)
 {
 	if (d->p[0] < 0 || d->inpipe)
 		return;
-	bk_closefd(&d->p[0]);
-	bk_closefd(&d->p[1]);
-	d->cap = 0;
-	d->full = 0;
+	dir_close(b, d);
 }
 
 static void start_relay(struct flow *f)
@@ -632,13 +657,13 @@ static int flush(struct flow *f, int fd, struct buf *q, uint64_t *count, int64_t
  * ones must wait behind them (full, until d->pre or the pipe is out).
  * Returns the bytes it took (counted in *in), 0, or -1 on an error that
  * ends the flow. */
-static ssize_t past_mark(struct dir *d, int src, uint64_t *in)
+static ssize_t past_mark(struct broker *b, struct dir *d, int src, uint64_t *in)
 {
 	ssize_t n;
 
 	if (dir_has_out(d)) {
 		d->full = 1;
-		dir_grow(d);
+		dir_grow(b, d);
 		return 0;
 	}
 	if (!d->pre.d && !(d->pre.d = malloc(BUF_CAP)))
@@ -682,7 +707,7 @@ static int step(struct flow *f, struct dir *d, int src, int dst, uint32_t sev, u
 		if (n > 0) {
 			d->inpipe += (size_t)n;
 			if (d->inpipe >= d->cap)
-				dir_grow(d);
+				dir_grow(f->b, d);
 			if (in)
 				*in += (uint64_t)n;
 			f->last = now;
@@ -690,7 +715,7 @@ static int step(struct flow *f, struct dir *d, int src, int dst, uint32_t sev, u
 		} else if (n == 0 || errno == EAGAIN) {
 			/* nothing to read, no slot left, the end, or TCP's
 			 * urgent mark (see past_mark) */
-			n = past_mark(d, src, in);
+			n = past_mark(f->b, d, src, in);
 			if (n > 0) {
 				f->last = now;
 				fresh = 1;
@@ -871,8 +896,8 @@ void proxy_sweep(struct broker *b, int64_t now)
 			if (now - f->last >= IDLE_MS) {
 				flow_end(f, "idle timeout");
 			} else if (now - f->last >= PIPE_IDLE_MS) {
-				dir_unpipe(&f->g2u);
-				dir_unpipe(&f->u2g);
+				dir_unpipe(b, &f->g2u);
+				dir_unpipe(b, &f->u2g);
 			}
 			break;
 		case F_DEAD:

@@ -1300,7 +1300,7 @@ time.sleep(5)' >"$d/down" 2>"$d/client.err" 3>&- </dev/null &
 	json_is 'length == 2 and all(.[]; .kind == "connect" and .verdict == "allowed" and .up == 4 and .down == 4)'
 }
 
-@test "relay pipes: a broker of an unprivileged uid holding 200 tunnels leaves that uid's other pipes their size (fs.pipe-user-pages-soft); a pipe grows only once filled" {
+@test "relay pipes: a broker of an unprivileged uid holding 200 tunnels leaves that uid's other pipes their size (fs.pipe-user-pages-soft); a pipe grows only once filled, to 1 MiB for 16 pipes at most" {
 	local d srv soft uid=$((1990000000 + $$ % 100000))
 	soft=$(cat /proc/sys/fs/pipe-user-pages-soft)
 	# 200 tunnels with a byte through each way: eager 256 KiB pipes (two
@@ -1374,17 +1374,49 @@ again = 0
 for s in held:
     s.sendall(b"y")
     again += s.recv(1) == b"y"
-# bulk into one tunnel whose guest does not read: its pipes fill, and grow
-s, sent, stall = held[0], 0, time.time()
-s.setblocking(False)
-while time.time() - stall < 0.5 and sent < 64 << 20:
-    try:
-        sent += s.send(b"z" * 65536)
-        stall = time.time()
-    except BlockingIOError:
-        time.sleep(0.01)
+def sizes():  # the sizes of the pipes the broker holds, one per pipe (two ends)
+    z = {}
+    for f in os.listdir(fds):
+        try:
+            name = os.readlink(os.path.join(fds, f))
+            p = os.open(os.path.join(fds, f), os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if name.startswith("pipe:"):
+                z[name] = fcntl.fcntl(p, 1032)
+        except OSError:
+            pass
+        os.close(p)
+    return z.values()
+# bulk into tunnels whose guest does not read: their pipes fill, and grow;
+# one tunnel first, then eight more (18 directions filled)
+def bulk(s):
+    sent, stall = 0, time.time()
+    s.setblocking(False)
+    while time.time() - stall < 0.5 and sent < 64 << 20:
+        try:
+            sent += s.send(b"z" * 65536)
+            stall = time.time()
+        except BlockingIOError:
+            time.sleep(0.01)
+bulk(held[0])
+bulk_max = biggest()
+for s in held[1:9]:
+    bulk(s)
+z = sizes()
+# those nine tunnels closed (their flows end), a tenth bulk tunnel gets
+# 1 MiB pipes again: an ended flow gives its room back
+for s in held[:9]:
+    s.close()
+end = time.time() + 5
+while time.time() < end and any(n >= 1 << 20 for n in sizes()):
+    time.sleep(0.1)
+bulk(held[9])
 print(json.dumps({"tunnels": len(held), "pipe": size, "busy_pipes": busy, "busy_max": busy_max,
-                  "idle_pipes": idle, "again": again, "bulk_max": biggest()}))' "$BRK" "$uid" "$pid"
+                  "idle_pipes": idle, "again": again, "bulk_max": bulk_max,
+                  "grown": sum(n > 65536 for n in z), "mib_pipes": sum(n >= 1 << 20 for n in z),
+                  "mib_after": sum(n >= 1 << 20 for n in sizes())}))' "$BRK" "$uid" "$pid"
 	echo "$stderr" | head -5
 	echo "$output"
 	kill -TERM "$pid"
@@ -1397,8 +1429,18 @@ print(json.dumps({"tunnels": len(held), "pipe": size, "busy_pipes": busy, "busy_
 	# already when busy_pipes is counted)
 	json_is '.busy_pipes > 1 and .idle_pipes <= 1 and .again == 200'
 	# a byte each way leaves a pipe its default size; bytes that fill it
-	# grow it to 256 KiB (PIPE_SIZE)
-	json_is '.busy_max == 65536 and .bulk_max == 262144'
+	# grow it to 256 KiB (PIPE_SIZE), and filling that to 1 MiB (PIPE_BULK,
+	# fs.pipe-max-size allowing) ...
+	json_is '.busy_max == 65536'
+	if [ "$(cat /proc/sys/fs/pipe-max-size)" -ge 1048576 ]; then
+		json_is '.bulk_max == 1048576'
+	else
+		json_is '.bulk_max == 262144'
+	fi
+	# ... for 16 pipes at most (PIPE_BULK_MAX): of 18 filled directions,
+	# the others keep 256 KiB; once their flows end, a new one grows again
+	json_is '.grown >= 17 and .mib_pipes <= 16'
+	[ "$(cat /proc/sys/fs/pipe-max-size)" -lt 1048576 ] || json_is '.mib_after >= 1'
 }
 
 @test "the host's own addresses are cached per address, yet an address the host takes (or drops) after an answer is seen at the next connect" {
