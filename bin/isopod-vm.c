@@ -19,6 +19,11 @@
 
 static void skipped(const char *id, int err)
 {
+	/* A directory without its meta.json yet (isopod-claim between its
+	 * mkdir and the record) or any more (a removal under way): a record
+	 * coming or going, no damage to warn of (`vm ls` beside every claim). */
+	if (err == ENOENT)
+		return;
 	warn("skipping unreadable record of %s: %s", id,
 	     err == EINVAL ? "malformed (not one object naming its id)" : strerror(err));
 }
