@@ -405,6 +405,17 @@ no_headroom() { sed -E 's/\(host headroom[^)]*\)//g' <<<"$1"; }
 	stopped vm-000000000018 5
 }
 
+@test "pool (no VM): isopod-doctor reports the pool, read only: its settings, shapes, ready VMs; a bad setting is a warning" {
+	fake_pooled vm-000000000019 30
+	run --separate-stderr isopod-doctor --quick
+	json_is '.pool.ready >= 1 and .pool.shapes >= 1 and .pool.size == 1 and .pool.max == 4 and .pool.idle_s == 120'
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-000000000019" ]
+	ISOPOD_POOL_MAX=x run --separate-stderr isopod-doctor --quick
+	json_is '(.pool | has("max") | not) and (.warnings | any(startswith("pool: ISOPOD_POOL_MAX=x")))'
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null
+	stopped vm-000000000019 5
+}
+
 @test "pool (no VM): gc removes a shape's directory left without entries and without a filler, not one whose filler runs" {
 	local w="$BATS_TEST_TMPDIR/pool-wrap" pidf="$BATS_TEST_TMPDIR/filler.pid" k0 d i
 	# an idle one: no entry, no filler (a killed filler's log and claim file)
@@ -601,6 +612,10 @@ exec "%s" "$@"
 	id=$(ready_ids)
 	run isopod-gc --df
 	json_is '.usage.pool.ready == 1 and .usage.pool.pss_bytes > 0'
+	# and the doctor's report, read only, with the settings
+	run --separate-stderr isopod-doctor --quick
+	json_is '.pool.ready == 1 and .pool.pss_bytes > 0 and .pool.size == 1 and .pool.idle_s == 8'
+	[ -n "$(ready_ids)" ]
 	stopped "$id" 30
 	jq -e '.stopped_by == "pool-idle"' "$ISOPOD_HOME/vms/$id/meta.json"
 	run isopod-gc
