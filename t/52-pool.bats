@@ -614,7 +614,7 @@ exec "%s" "$@"
 	json_is '.usage.pool.ready == 1 and .usage.pool.pss_bytes > 0'
 	# and the doctor's report, read only, with the settings
 	run --separate-stderr isopod-doctor --quick
-	json_is '.pool.ready == 1 and .pool.pss_bytes > 0 and .pool.size == 1 and .pool.idle_s == 8'
+	json_is '.pool.ready == 1 and .pool.pss_bytes > 0 and .pool.size == 1 and .pool.idle_s == 120'
 	[ -n "$(ready_ids)" ]
 	stopped "$id" 30
 	jq -e '.stopped_by == "pool-idle"' "$ISOPOD_HOME/vms/$id/meta.json"
