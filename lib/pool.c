@@ -129,6 +129,8 @@ static int lock_current(const char *p, int op)
 	for (int i = 0; i < 100; i++) {
 		if ((fd = lock_open(p, op)) < 0)
 			return -1;
+		if (i == 0)
+			test_pause("pool-lock"); /* t/52: its file unlinked meanwhile */
 		if (fstat(fd, &a) == 0 && stat(p, &b) == 0 && a.st_ino == b.st_ino &&
 		    a.st_dev == b.st_dev)
 			return fd;

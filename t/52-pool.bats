@@ -21,6 +21,11 @@ teardown_file() {
 
 isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
 
+# a filler a test stopped (ISOPOD_TEST_PAUSE_AT) is not left behind by its failure
+teardown() {
+	[ ! -s "$BATS_TEST_TMPDIR/filler.pid" ] || kill -9 "$(cat "$BATS_TEST_TMPDIR/filler.pid")" 2>/dev/null || :
+}
+
 # ready_ids: the ready pooled VMs that run, one id a line.
 ready_ids() { isopod-pool ls | jq -r 'select(.state == "ready" and .running) | .vm'; }
 
@@ -454,6 +459,33 @@ no_headroom() { sed -E 's/\(host headroom[^)]*\)//g' <<<"$1"; }
 	run isopod-gc
 	json_is ".pool_shapes_removed | map(select(.key == \"$(basename "$d")\") | .removed) == [true]"
 	[ ! -e "$d" ]
+}
+
+@test "pool (no VM): a filler whose fill.lock was unlinked (gc's removal) after it locked it locks the one there now" {
+	local w="$BATS_TEST_TMPDIR/pool-wrap" pidf="$BATS_TEST_TMPDIR/filler.pid" fp d st
+	printf '#!/bin/sh\necho $$ >"%s"\nexec "%s" "$@"\n' "$pidf" "$ISOPOD_SRC/bin/isopod-pool" >"$w"
+	chmod +x "$w"
+	# a new shape's filler, stopped right after its flock (pool-lock);
+	# pool_max 0: it makes no VM once it has its lock
+	ISOPOD_POOL_MAX=0 ISOPOD_TEST_PAUSE_AT=pool-lock ISOPOD_POOL=$w run --separate-stderr \
+		isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id" --mem-mib 216
+	[ "$status" -eq 101 ]
+	for _ in $(seq 100); do
+		[ -s "$pidf" ] && [ "$(awk '{print $3}' "/proc/$(cat "$pidf")/stat" 2>/dev/null)" = T ] && break
+		sleep 0.1
+	done
+	fp=$(cat "$pidf")
+	[ "$(awk '{print $3}' "/proc/$fp/stat")" = T ]
+	d=$(dirname "$(readlink -f "/proc/$fp/fd/"* 2>/dev/null | grep '/fill.lock$' | head -1)")
+	[ -e "$d/fill.lock" ]
+	# its file unlinked, as gc does (under the lock it holds in the real race)
+	rm "$d/fill.lock"
+	kill -CONT "$fp"
+	for _ in $(seq 100); do [ -e "/proc/$fp" ] || break; sleep 0.1; done
+	[ ! -e "/proc/$fp" ]
+	# it locked the file there now (made again), then went on: pool_max
+	[ -e "$d/fill.lock" ]
+	grep -q "pool_max 0 reached" "$d/fill.log"
 }
 
 @test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
