@@ -96,23 +96,6 @@ struct boot {
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static long long mem_available_mib(void)
-{
-	char line[256];
-	long long kb = -1;
-	FILE *f = fopen("/proc/meminfo", "re");
-
-	if (!f)
-		die(EX_SYS, "unable to open /proc/meminfo:");
-	while (fgets(line, sizeof line, f))
-		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
-			break;
-	fclose(f);
-	if (kb < 0)
-		die(EX_SYS, "unable to read MemAvailable from /proc/meminfo");
-	return kb / 1024;
-}
-
 /* ---- boot ------------------------------------------------------------- */
 
 /* Undo what was started, record state failed with the message, exit. */
@@ -146,11 +129,10 @@ __attribute__((noreturn, format(printf, 3, 4))) static void fail(struct boot *bt
 static void range(const char *opt, const char *arg, long long lo, long long hi, const char *why,
 		  long long *out)
 {
-	if (parse_ll(arg, lo, hi, out) < 0) {
-		if (lo > hi)
-			die(EX_USAGE, "%s %s: no valid value on this host (%s)", opt, EXC(arg), why);
-		die(EX_USAGE, "%s %s: out of range %lld..%lld (%s)", opt, EXC(arg), lo, hi, why);
-	}
+	char msg[EXCERPT_SZ + 256];
+
+	if (range_check(opt, arg, lo, hi, why, out, msg, sizeof msg) < 0)
+		die(EX_USAGE, "%s", msg);
 }
 
 /* The VM's size fitted into the caller's cgroup limits (read once, by
@@ -268,9 +250,7 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 	};
 	const char *a_vcpus = NULL, *a_mem = NULL, *a_to = NULL, *a_owner = NULL, *env;
 	struct cfg *cf = &bt->cf;
-	char why[256];
-	long long avail, memmax;
-	long ncpu;
+	char why[256], msg[EXCERPT_SZ + 256];
 	int c, check = 0;
 
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -324,22 +304,9 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 	}
 	bt->w.on = pool_wanted(bt);
 
-	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	if (ncpu < 1)
-		ncpu = 1;
-	if (a_vcpus) {
-		snprintf(why, sizeof why, "the host has %ld CPUs", ncpu);
-		range("--vcpus", a_vcpus, 1, ncpu, why, &cf->vcpus);
-	}
-	avail = mem_available_mib();
-	memmax = avail * 3 / 4 < 16384 ? avail * 3 / 4 : 16384;
-	snprintf(why, sizeof why, "host headroom: 75%% of %lld MiB available = %lld MiB", avail,
-		 avail * 3 / 4);
-	if (a_mem)
-		range("--mem-mib", a_mem, 64, memmax, why, &cf->mem_mib);
-	else if (cf->mem_mib > memmax)
-		die(EX_USAGE, "default memory %lld MiB exceeds the host headroom (%s); pass --mem-mib",
-		    cf->mem_mib, why);
+	/* the host's CPUs and memory (lib/cgroup.c, as isopod-pool's take) */
+	if (host_fit_vm(a_vcpus, a_mem, &cf->vcpus, &cf->mem_mib, msg, sizeof msg) < 0)
+		die(errno == EINVAL ? EX_USAGE : EX_SYS, "%s", msg);
 	read_limits(bt, !!a_mem, !!a_vcpus);
 	if (a_to)
 		range("--timeout-ms", a_to, 1, 86400000, "milliseconds", &cf->timeout_ms);

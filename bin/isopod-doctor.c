@@ -17,6 +17,7 @@
 #include "image.h"
 #include "jail.h"
 #include "net.h"
+#include "pool.h"
 #include "proc.h"
 #include "qemu.h"
 #include "qjail.h"
@@ -175,6 +176,28 @@ static json_t *net_facts(struct diag *d, const char *defnet)
 	}
 	return json_pack("{s:s, s:i, s:i, s:o, s:s}", "default_mode", defnet, "filtered_slots", nfilt,
 			 "open_slots", nopen, "allow_ranges", ranges, "config", conf);
+}
+
+/* The run pool as it stands, read only (lib/pool.c pool_df, as isopod
+ * gc --df reports it: shapes, ready and filling VMs, their QEMUs' PSS)
+ * with its settings; a bad setting is a warning (a run with the pool on
+ * would refuse it, 100), not missing: the pool is off by default. */
+static json_t *pool_facts(struct diag *d)
+{
+	struct pool_cfg pc;
+	char msg[512];
+	json_t *o = pool_df();
+
+	if (!o)
+		die(EX_SYS, "unable to build the report");
+	if (pool_config(&pc, msg, sizeof msg) < 0) {
+		json_array_append_new(d->warnings, json_sprintf("pool: %s", msg));
+		return o;
+	}
+	json_object_set_new(o, "size", json_integer(pc.size));
+	json_object_set_new(o, "max", json_integer(pc.max));
+	json_object_set_new(o, "idle_s", json_integer(pc.idle_s));
+	return o;
 }
 
 /* cgroup:{hierarchy, limits, paths, ok, warnings}: where a run's jail
@@ -490,7 +513,7 @@ static int doctor(const struct cli *c)
 	struct diag d = { .missing = json_array(), .warnings = json_array() };
 	const char *defnet = c->defnet, *shell = c->shell;
 	char libexec[PATH_MAX], err[1024];
-	json_t *kvm, *qemu, *net, *have, *run = NULL, *o, *att, *cg;
+	json_t *kvm, *qemu, *net, *have, *run = NULL, *o, *att, *cg, *pool;
 	int usable, run_ok;
 	size_t i;
 
@@ -523,6 +546,7 @@ static int doctor(const struct cli *c)
 		miss(&d, "flock");
 	net = net_facts(&d, defnet);
 	cg = cgroup_facts(&d);
+	pool = pool_facts(&d);
 
 	if (!c->quick && json_array_size(d.missing) == 0) {
 		run = real_run(c->front, defnet, &run_ok);
@@ -534,14 +558,14 @@ static int doctor(const struct cli *c)
 	}
 
 	o = json_pack("{s:b, s:s, s:s, s:s?, s:b, s:o, s:o, s:{s:b, s:s?}, s:{s:b, s:s, s:s?},"
-		      " s:{s:s?, s:b}, s:s, s:s, s:o, s:o, s:o, s:O, s:O}",
+		      " s:{s:s?, s:b}, s:s, s:s, s:o, s:o, s:o, s:o, s:O, s:O}",
 		      "ok", json_array_size(d.missing) == 0, "version", ISOPOD_VERSION, "accel",
 		      d.accel, "accel_reason", d.reason[0] ? d.reason : NULL, "accel_probed", d.probed,
 		      "kvm", kvm, "qemu", qemu, "kernel", "present", d.kpresent, "sha256",
 		      d.im.ksha[0] ? d.im.ksha : NULL, "base", "present", d.bpresent, "flavor", "base",
 		      "sha256", d.im.bsha[0] ? d.im.bsha : NULL, "shell", "path", shell, "pipefail",
 		      shell != NULL, "home", store_home(), "libexec", libexec, "tools", have, "net",
-		      net, "cgroup", cg, "warnings", d.warnings, "missing", d.missing);
+		      net, "cgroup", cg, "pool", pool, "warnings", d.warnings, "missing", d.missing);
 	if (!o)
 		die(EX_SYS, "unable to build the report");
 	if (run)

@@ -885,7 +885,7 @@ int main(int argc, char **argv)
 	size_t nrec = 0;
 	long long warm_total = 0;
 	json_t *evicted, *kernels_removed, *overlays_removed, *usage = NULL, *cache_removed = NULL, *cache_busy = NULL;
-	json_t *removed, *out, *warm_removed, *cgroups, *jcache, *pooled;
+	json_t *removed, *out, *warm_removed, *cgroups, *jcache, *pooled, *shapes;
 	time_t now = time(NULL);
 	int r = 0, lk;
 
@@ -899,7 +899,7 @@ int main(int argc, char **argv)
 	    !(warm_removed = json_array()) || !(evicted = json_array()) ||
 	    !(kernels_removed = json_array()) || !(cgroups = json_array()) ||
 	    !(jcache = json_array()) || !(overlays_removed = json_array()) ||
-	    !(pooled = json_array()))
+	    !(pooled = json_array()) || !(shapes = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
 
 	owner = store_pin(c.gs.store, sizeof c.gs.store);
@@ -937,7 +937,7 @@ int main(int argc, char **argv)
 	/* after the records: a leaked QEMU reap_stale killed has left its cgroup (or is leaving it) */
 	jail_cgroups_sweep(&c.gs, recs, nrec, cgroups);
 	jail_cache_sweep(&c.gs, c.cache, jcache);
-	if (pool_sweep(c.gs.dry_run, pooled) < 0) /* entries whose VM is gone (lib/pool.c) */
+	if (pool_sweep(c.gs.dry_run, pooled, shapes) < 0) /* entries whose VM is gone, idle shapes */
 		warn("unable to sweep %s/pool:", store_home());
 	close(lk);
 	test_pause("gc-trash");
@@ -953,7 +953,8 @@ int main(int argc, char **argv)
 	if (!out || json_object_set_new(out, "cgroups", cgroups) < 0 ||
 	    json_object_set_new(out, "jail_cache_removed", jcache) < 0 ||
 	    json_object_set_new(out, "overlays_removed", overlays_removed) < 0 ||
-	    json_object_set_new(out, "pool_removed", pooled) < 0)
+	    json_object_set_new(out, "pool_removed", pooled) < 0 ||
+	    json_object_set_new(out, "pool_shapes_removed", shapes) < 0)
 		die(EX_SYS, "unable to build the output");
 	if (cache_removed) {
 		json_object_set_new(out, "cache_removed", cache_removed);

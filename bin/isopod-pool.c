@@ -17,10 +17,12 @@
  * environment that changes a boot (ISOPOD_ACCEL, ISOPOD_JAIL, ISOPOD_WARM):
  * a VM is only ever taken by a run that would have booted the same one. */
 
+#include "cgroup.h"
 #include "image.h"
 #include "jail.h"
 #include "pool.h"
 #include "proc.h"
+#include "qemu.h"
 #include "util.h"
 #include "vm.h"
 
@@ -47,6 +49,7 @@
 /* One invocation: the boot options of the shape and its key. */
 struct tool {
 	char *boot[BOOT_MAX + 1];
+	const char *vcpus, *mem; /* --vcpus, --mem-mib as given, or NULL */
 	int nboot, cold;
 	char key[65];
 	struct pool_cfg pc;
@@ -97,6 +100,10 @@ static void shape(struct tool *t, int argc, char **argv)
 		}
 		if (t->nboot + 2 > BOOT_MAX)
 			die_usage(USAGE, "too many boot options");
+		if (!strcmp(argv[i], "--vcpus"))
+			t->vcpus = argv[i + 1];
+		if (!strcmp(argv[i], "--mem-mib"))
+			t->mem = argv[i + 1];
 		t->boot[t->nboot++] = argv[i];
 		t->boot[t->nboot++] = argv[++i];
 		fprintf(f, "%s %s\n", argv[i - 1], argv[i]);
@@ -249,14 +256,34 @@ static int shape_bootable(struct tool *t)
  * stops at the first failure (the next take starts another). */
 static int cmd_fill(struct tool *t)
 {
-	char dir[PATH_MAX], lk[PATH_MAX], all[PATH_MAX], msg[512];
-	int fd;
+	char dir[PATH_MAX], lg[PATH_MAX], all[PATH_MAX], msg[512];
+	int fd, checked = 0;
 
-	if (pool_path(dir, sizeof dir, t->key) < 0 || mkdir_p(dir, 0700, msg, sizeof msg) < 0)
-		die(EX_SYS, "unable to create the pool's directory:");
-	pathf(lk, sizeof lk, "%s/fill.lock", dir);
-	if ((fd = lock_open(lk, LOCK_EX | LOCK_NB)) < 0)
-		return errno == EWOULDBLOCK ? 0 : 111; /* another filler fills it */
+	if (pool_path(dir, sizeof dir, t->key) < 0)
+		die(EX_SYS, "pool path:");
+	/* a shape not made yet: its options checked before its directory,
+	 * so a shape no boot takes leaves none (review) */
+	if (access(dir, F_OK) < 0 && errno == ENOENT) {
+		if (!shape_bootable(t))
+			return 0;
+		checked = 1;
+	}
+	if ((fd = pool_fill_lock(t->key, LOCK_EX | LOCK_NB)) < 0) {
+		if (errno == EWOULDBLOCK)
+			return 0; /* another filler fills it */
+		die(EX_SYS, "unable to lock the pool's shape %.12s:", t->key);
+	}
+	/* the shape's log from here (start_filler found no directory to
+	 * open it in, or one gc has removed since) */
+	pathf(lg, sizeof lg, "%s/fill.log", dir);
+	{
+		int lfd = open(lg, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+
+		if (lfd >= 0 && lfd != 2) {
+			dup2(lfd, 2);
+			close(lfd);
+		}
+	}
 	pathf(all, sizeof all, "%s/../fill.lock", dir);
 	/* at most pool_size VMs an invocation: where VMs expire as fast as
 	 * they are made (pool_idle_s near a fill's time) it ends; the next
@@ -268,7 +295,7 @@ static int cmd_fill(struct tool *t)
 			die(EX_USAGE, "%s", msg);
 		if ((n = pool_count(t->key, 0)) < 0 || n >= t->pc.size)
 			break;
-		if (made == 0 && !shape_bootable(t))
+		if (made == 0 && !checked && !shape_bootable(t))
 			break;
 		/* pool_max, of every shape together (review M3: any --mem-mib
 		 * is a shape of its own), counted and our VM's entry made under
@@ -291,15 +318,16 @@ static int cmd_fill(struct tool *t)
 }
 
 /* The filler, detached: a session of its own, no stdio of the run's (its
- * diagnostics to pool/<key>/fill.log), not waited for. */
+ * diagnostics to pool/<key>/fill.log; none while a new shape's options
+ * are checked: the filler makes its directory only for a shape a boot
+ * takes, and the run reports its refusal), not waited for. */
 static void start_filler(struct tool *t)
 {
 	char self[PATH_MAX], dir[PATH_MAX], log[PATH_MAX], *av[8 + BOOT_MAX];
 	struct proc_spec ps = PROC_SPEC(av);
 	int k = 0, lfd;
 
-	if (pool_path(dir, sizeof dir, t->key) < 0 || mkdir_p(dir, 0700, log, sizeof log) < 0 ||
-	    pathn(log, sizeof log, "%s/fill.log", dir) < 0 ||
+	if (pool_path(dir, sizeof dir, t->key) < 0 || pathn(log, sizeof log, "%s/fill.log", dir) < 0 ||
 	    proc_sibling(self, sizeof self, "isopod-pool", "ISOPOD_POOL") == NULL)
 		return;
 	av[k++] = "isopod-pool";
@@ -388,6 +416,18 @@ static int cmd_take(struct tool *t, long long owner, const char *idfile)
 	if (t->cold || t->pc.size == 0) {
 		warn("no pooled VM: %s", t->cold ? "a shape the pool does not serve" : "the pool is off (pool_size 0)");
 		return EX_NOTFOUND;
+	}
+	/* The host's room for the run, as a cold run's boot checks it, asked
+	 * again now (doc/DECISIONS.md): a ready VM holds its QEMU and the
+	 * pages its guest touched, but the run's command may touch the rest
+	 * of its guest RAM.  Refused (100, the message isopod-boot --check
+	 * gives; isopod(1) asks it for the result) before anything is taken
+	 * or filled: no VM ever, and no directory, for values no boot takes. */
+	{
+		long long v = VM_VCPUS_DEFAULT, m = VM_MEM_MIB_DEFAULT;
+
+		if (host_fit_vm(t->vcpus, t->mem, &v, &m, msg, sizeof msg) < 0)
+			die(errno == EINVAL ? EX_USAGE : EX_SYS, "%s", msg);
 	}
 	if ((ofd = pidfd_open_((pid_t)owner)) < 0)
 		die(errno == ESRCH ? EX_USAGE : EX_SYS, "unable to watch owner pid %lld:", owner);

@@ -613,3 +613,54 @@ json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f)
 
 	return j;
 }
+
+int range_check(const char *opt, const char *arg, long long lo, long long hi, const char *why,
+		long long *out, char *msg, size_t msz)
+{
+	if (!arg || parse_ll(arg, lo, hi, out) == 0)
+		return 0;
+	errno = EINVAL;
+	if (lo > hi)
+		return reason_fail(msg, msz, "%s %s: no valid value on this host (%s)", opt, EXC(arg),
+				   why);
+	return reason_fail(msg, msz, "%s %s: out of range %lld..%lld (%s)", opt, EXC(arg), lo, hi,
+			   why);
+}
+
+int host_fit_vm(const char *vcpus, const char *mem, long long *vcpus_out, long long *mem_mib,
+		char *why, size_t wsz)
+{
+	const char *mi = getenv("ISOPOD_MEMINFO");
+	char line[256], host[160];
+	long long kb = -1, avail, most;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	FILE *f;
+
+	if (ncpu < 1)
+		ncpu = 1;
+	snprintf(host, sizeof host, "the host has %ld CPUs", ncpu);
+	if (range_check("--vcpus", vcpus, 1, ncpu, host, vcpus_out, why, wsz) < 0)
+		return -1;
+	if (!(f = fopen(mi && *mi ? mi : "/proc/meminfo", "re")))
+		return reason_fail(why, wsz, "unable to open %s:", mi && *mi ? mi : "/proc/meminfo");
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+			break;
+	fclose(f);
+	if (kb < 0) {
+		errno = ENODATA;
+		return reason_fail(why, wsz, "unable to read MemAvailable from /proc/meminfo");
+	}
+	avail = kb / 1024;
+	most = avail * 3 / 4 < 16384 ? avail * 3 / 4 : 16384;
+	snprintf(host, sizeof host, "host headroom: 75%% of %lld MiB available = %lld MiB", avail,
+		 avail * 3 / 4);
+	if (mem)
+		return range_check("--mem-mib", mem, 64, most, host, mem_mib, why, wsz);
+	if (*mem_mib > most) {
+		errno = EINVAL;
+		return reason_fail(why, wsz, "default memory %lld MiB exceeds the host headroom (%s); "
+				   "pass --mem-mib", *mem_mib, host);
+	}
+	return 0;
+}

@@ -88,6 +88,22 @@ struct cg_fit {
  * does not fit; ENOSPC, not even the smallest VM fits.  A given size that
  * fits with base_mib but not overhead_mib is kept, f->mem_tight set. */
 int cg_fit_vm(const struct cg_limits *l, struct cg_fit *f, char *why, size_t wsz);
+/* The value arg of the option opt (NULL: not given, 0) parsed into *out
+ * within lo..hi, or -1 with the usage error a boot gives (EINVAL):
+ * "OPT ARG: out of range LO..HI (why)". */
+int range_check(const char *opt, const char *arg, long long lo, long long hi, const char *why,
+		long long *out, char *msg, size_t msz);
+/* The VM's size against the host, before its cgroups (cg_fit_vm): a given
+ * --vcpus (vcpus, NULL: the default) at most the online CPUs, guest RAM
+ * (mem, or the default already in *mem_mib) at most 75 % of MemAvailable
+ * and 16 GiB (/proc/meminfo, or $ISOPOD_MEMINFO's file, for tests).
+ * isopod-boot checks a boot's with it, isopod-pool a take's, which
+ * hands over a running VM whose guest RAM the run's command may still
+ * touch, as a booted one's.  0 with *vcpus, *mem_mib set; -1 with why:
+ * EINVAL a value refused (a usage error, the text isopod-boot gives),
+ * else /proc/meminfo unreadable. */
+int host_fit_vm(const char *vcpus, const char *mem, long long *vcpus_out, long long *mem_mib,
+		char *why, size_t wsz);
 /* The result's "limits" (doc/INTERFACES.md): the limits read and the size applied. */
 json_t *cg_limits_json(const struct cg_limits *l, const struct cg_fit *f);
 

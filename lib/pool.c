@@ -118,6 +118,43 @@ int pool_count(const char *key, int count_filling)
 
 static int each_shape(int (*fn)(const char *key, const char *dir, void *arg), void *arg);
 
+/* The lock file p locked (op) as it is now: gc removes an idle shape's
+ * fill.lock while it holds it (sweep_shape), and a lock on the unlinked
+ * file locks nothing (warm_lock's rule).  The fd, or -1 with errno. */
+static int lock_current(const char *p, int op)
+{
+	struct stat a, b;
+	int fd;
+
+	for (int i = 0; i < 100; i++) {
+		if ((fd = lock_open(p, op)) < 0)
+			return -1;
+		if (i == 0)
+			test_pause("pool-lock"); /* t/52: its file unlinked meanwhile */
+		if (fstat(fd, &a) == 0 && stat(p, &b) == 0 && a.st_ino == b.st_ino &&
+		    a.st_dev == b.st_dev)
+			return fd;
+		close(fd);
+	}
+	errno = EAGAIN;
+	return -1;
+}
+
+int pool_fill_lock(const char *key, int op)
+{
+	char dir[PATH_MAX], p[PATH_MAX], failed[PATH_MAX];
+	int fd = -1;
+
+	if (pool_path(dir, sizeof dir, key) < 0 || pathn(p, sizeof p, "%s/fill.lock", dir) < 0)
+		return -1;
+	/* the directory gc removed between our mkdir and our open: again */
+	for (int i = 0; i < 100 && fd < 0; i++)
+		if (mkdir_p(dir, 0700, failed, sizeof failed) < 0 ||
+		    ((fd = lock_current(p, op)) < 0 && errno != ENOENT))
+			return -1;
+	return fd;
+}
+
 struct all {
 	const char *mine;
 	int n;
@@ -423,8 +460,31 @@ static int each_shape(int (*fn)(const char *key, const char *dir, void *arg), vo
 
 struct sweep {
 	int dry;
-	json_t *out;
+	json_t *out, *shapes;
 };
+
+/* An idle shape's directory removed, under its fill lock (fl): what is
+ * left in it is no entry's (fill.log, a killed filler's claim.* or
+ * publish temporary), fill.lock last.  A filler that opens fill.lock
+ * after its unlink makes another, and rmdir fails; one that opened it
+ * before locks the unlinked file, sees it (lock_current) and makes the
+ * directory again.  1 when removed. */
+static int drop_shape(const char *dir, const char *lk)
+{
+	struct dirent *d;
+	char p[PATH_MAX];
+	DIR *D;
+
+	if (!(D = opendir(dir)))
+		return 0;
+	while ((d = readdir(D)))
+		if (d->d_name[0] != '.' && strcmp(d->d_name, "fill.lock") &&
+		    pathn(p, sizeof p, "%s/%s", dir, d->d_name) == 0)
+			unlink(p);
+	closedir(D);
+	unlink(lk);
+	return rmdir(dir) == 0;
+}
 
 static int sweep_shape(const char *key, const char *dir, void *arg)
 {
@@ -438,7 +498,7 @@ static int sweep_shape(const char *key, const char *dir, void *arg)
 		return -1;
 	/* the filler's lock free: no filler, its filling-* entries are stale */
 	pathn(lk, sizeof lk, "%s/fill.lock", dir);
-	fl = lock_open(lk, LOCK_EX | LOCK_NB);
+	fl = lock_current(lk, LOCK_EX | LOCK_NB);
 	while ((d = readdir(D))) {
 		const char *id = entry_vm(d->d_name, &ready);
 
@@ -454,14 +514,20 @@ static int sweep_shape(const char *key, const char *dir, void *arg)
 							 "removed", !sw->dry && unlink(p) == 0));
 	}
 	closedir(D);
+	/* no entry left and no filler: the shape goes (each refused or
+	 * unused one would stay forever otherwise); a take of it finds
+	 * nothing, as in an empty one, and its filler makes it again */
+	if (fl >= 0 && left == 0)
+		json_array_append_new(sw->shapes, json_pack("{s:s, s:b}", "key", key, "removed",
+							    !sw->dry && drop_shape(dir, lk)));
 	if (fl >= 0)
 		close(fl);
 	return 0;
 }
 
-int pool_sweep(int dry, json_t *out)
+int pool_sweep(int dry, json_t *out, json_t *shapes)
 {
-	struct sweep sw = { .dry = dry, .out = out };
+	struct sweep sw = { .dry = dry, .out = out, .shapes = shapes };
 
 	return each_shape(sweep_shape, &sw);
 }

@@ -79,9 +79,16 @@ int pool_watch(const char *id, char *msg, size_t msz);
 int pool_watch_taken(int ifd, const char *id);
 
 /* isopod-gc: entries whose VM is not running (its supervisor died, it
- * expired) and shapes without entries, removed (not with dry), listed in
- * out as {key, vm, removed}.  0, or -1 with errno. */
-int pool_sweep(int dry, json_t *out);
+ * expired), removed (not with dry), listed in out as {key, vm, removed};
+ * then each shape left without entries and without a filler (its
+ * fill.lock free) removed, listed in shapes as {key, removed}.  0, or -1
+ * with errno. */
+int pool_sweep(int dry, json_t *out, json_t *shapes);
+/* The filler's lock of key's shape (op: LOCK_EX, | LOCK_NB): its
+ * directory made, fill.lock locked as it is now (not one gc unlinked
+ * while we opened it).  The fd, or -1 with errno (EWOULDBLOCK: another
+ * filler holds it). */
+int pool_fill_lock(const char *key, int op);
 /* isopod df: {"shapes":N, "ready":N, "filling":N, "pss_bytes":N} of the
  * pool's running VMs (QEMU's PSS, /proc/PID/smaps_rollup). */
 json_t *pool_df(void);

@@ -21,6 +21,11 @@ teardown_file() {
 
 isopod() { "$ISOPOD_SRC/sh/isopod" "$@"; }
 
+# a filler a test stopped (ISOPOD_TEST_PAUSE_AT) is not left behind by its failure
+teardown() {
+	[ ! -s "$BATS_TEST_TMPDIR/filler.pid" ] || kill -9 "$(cat "$BATS_TEST_TMPDIR/filler.pid")" 2>/dev/null || :
+}
+
 # ready_ids: the ready pooled VMs that run, one id a line.
 ready_ids() { isopod-pool ls | jq -r 'select(.state == "ready" and .running) | .vm'; }
 
@@ -54,16 +59,30 @@ stopped() {
 	return 1
 }
 
+# shape_of [BOOT OPTION]...: $key, the shape of the boot options, and its
+# directory, which a stand-in filler (ISOPOD_POOL) makes as the real one
+# does once the options are checked; the take finds nothing (101).
+shape_of() {
+	local f="$BATS_TEST_TMPDIR/mkshape" k="$BATS_TEST_TMPDIR/key"
+	rm -f "$k"
+	printf '#!/bin/sh\numask 077\nmkdir -p "%s/pool/$3" && echo "$3" >"%s.tmp" && mv "%s.tmp" "%s"\n' \
+		"$ISOPOD_HOME" "$k" "$k" "$k" >"$f"
+	chmod +x "$f"
+	ISOPOD_POOL=$f isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" "$@" 2>/dev/null || :
+	for _ in $(seq 50); do [ -s "$k" ] && break; sleep 0.1; done
+	key=$(cat "$k")
+	[ -d "$ISOPOD_HOME/pool/$key" ]
+}
+
 # fake_pooled ID IDLE: a pooled VM without a VM: isopod-supervise with
 # `sleep` for QEMU (no jail), confirmed, published as ready under the key
-# of no boot options (its filler a no-op: ISOPOD_POOL=true).  $key and $sup
-# (its supervisor's pid) are set.
+# of no boot options (shape_of).  $key and $sup (its supervisor's pid) are
+# set.
 fake_pooled() {
 	local d="$ISOPOD_HOME/vms/$1" f="$BATS_TEST_TMPDIR/ctl.$1"
 	mkdir -p "$d"
 	echo "{\"id\":\"$1\",\"state\":\"running\",\"name\":\"n-$1\",\"pool_idle_s\":$2}" >"$d/meta.json"
-	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
-	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' -printf '%f\n' | head -1)
+	shape_of
 	mkfifo "$f"
 	# as a filler does: the VM's entry before its boot (its supervisor
 	# finds its shape by it, pool_watch), ready once booted
@@ -303,9 +322,7 @@ out.write(d)
 }
 
 @test "pool (no VM): a FIFO as a ready entry never blocks a take; isopod-supervise refuses --owner with a pooled spec" {
-	mkdir -p "$ISOPOD_HOME/pool"
-	ISOPOD_POOL=true isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/none" 2>/dev/null || :
-	key=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' -printf '%f\n' | head -1)
+	shape_of
 	mkfifo "$ISOPOD_HOME/pool/$key/ready-vm-000000000010"
 	ISOPOD_POOL=true run --separate-stderr timeout 10 isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id"
 	[ "$status" -eq 101 ]
@@ -315,37 +332,160 @@ out.write(d)
 	[[ "$stderr" == *"pooled VM gets its owner from its take"* ]]
 }
 
-@test "pool (no VM): a bad boot option value is refused as without the pool (the take comes before isopod-boot --check); its shape's filler claims nothing" {
-	local n v before
+# no_headroom TEXT: TEXT without the host's headroom, which moves between runs
+no_headroom() { sed -E 's/\(host headroom[^)]*\)//g' <<<"$1"; }
+
+@test "pool (no VM): a bad boot option value is refused as without the pool, at the same step (after exec's check): the take refuses what the host cannot hold (100), a filler checks a new shape before its directory; no directory, no VM" {
+	local n v before st0 err0 out0 w="$BATS_TEST_TMPDIR/pool-wrap" ends="$BATS_TEST_TMPDIR/ends"
 	n=$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
 	before=$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' 2>/dev/null | sort)
-	for v in abc 99999999 1; do
-		ISOPOD_POOL_SIZE=0 run --separate-stderr isopod run --mem-mib "$v" -- true
-		# (the host's headroom, in the message, moves between runs)
-		local st0=$status err0 out0
-		err0=$(sed -E 's/\(host headroom[^)]*\)//g' <<<"$stderr")
-		out0=$(jq -c 'del(.timings)' <<<"$output" | sed -E 's/\(host headroom[^)]*\)//g')
-		run --separate-stderr isopod run --mem-mib "$v" -- true
+	# the filler as a take starts it, its exit status written down
+	printf '#!/bin/sh\n"%s" "$@"; echo "$?" >>"%s"\n' "$ISOPOD_SRC/bin/isopod-pool" "$ends" >"$w"
+	chmod +x "$w"
+	for v in "--mem-mib abc" "--mem-mib 99999999" "--mem-mib 1" "--vcpus 9999" "--disk-mib 1" \
+		"--mem-mib abc --stdin-file /nonexistent"; do
+		# shellcheck disable=SC2086 # $v: the options, split
+		ISOPOD_POOL_SIZE=0 run --separate-stderr isopod run $v -- true
+		st0=$status err0=$(no_headroom "$stderr") out0=$(no_headroom "$(jq -c 'del(.timings)' <<<"$output")")
+		# shellcheck disable=SC2086
+		ISOPOD_POOL=$w run --separate-stderr isopod run $v -- true
 		echo "$v: $status $stderr $output"
 		[ "$st0" -eq 100 ] || false
 		[ "$status" -eq "$st0" ]
-		[ "$(sed -E 's/\(host headroom[^)]*\)//g' <<<"$stderr")" = "$err0" ]
-		[ "$(jq -c 'del(.timings)' <<<"$output" | sed -E 's/\(host headroom[^)]*\)//g')" = "$out0" ]
+		[ "$(no_headroom "$stderr")" = "$err0" ]
+		[ "$(no_headroom "$(jq -c 'del(.timings)' <<<"$output")")" = "$out0" ]
 	done
-	# each take (a miss) started its shape's filler: once each is done
-	# (its log written, its lock free), no VM was claimed for any
-	local new="" d
-	for _ in $(seq 100); do
-		new=$(comm -13 <(echo "$before") <(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' | sort))
-		[ "$(grep -c . <<<"$new")" -lt 3 ] || break
+	# the take itself: the host's CPUs and memory refused as isopod-boot
+	# --check refuses them (its words), nothing filled
+	for v in "--mem-mib abc" "--mem-mib 99999999" "--mem-mib 1" "--vcpus 9999"; do
+		# shellcheck disable=SC2086
+		run --separate-stderr isopod-boot --check $v
+		err0=$(no_headroom "${stderr#isopod-boot: fatal: }")
+		# shellcheck disable=SC2086
+		ISOPOD_POOL=$w run --separate-stderr isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id" $v
+		[ "$status" -eq 100 ]
+		[ "$(no_headroom "${stderr#isopod-pool: fatal: }")" = "$err0" ]
+	done
+	# --disk-mib 1 (the host's room is not the question): a take that finds
+	# nothing, its filler started once (the run's take); it refused the
+	# shape before making its directory
+	run --separate-stderr isopod-boot --check --disk-mib 1
+	[ "$status" -eq 100 ]
+	for _ in $(seq 100); do [ -s "$ends" ] && break; sleep 0.1; done
+	[ "$(cat "$ends")" = 0 ]
+	[ "$(find "$ISOPOD_HOME/pool" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' 2>/dev/null | sort)" = "$before" ]
+	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -eq "$n" ]
+}
+
+@test "pool (no VM): a take refuses a ready VM the host could not hold now, as a cold run's check would (MemAvailable), and leaves it ready; the run is refused as without the pool" {
+	fake_pooled vm-000000000018 30
+	local mi="$BATS_TEST_TMPDIR/meminfo"
+	# 256 MiB available: 192 of headroom, the default 512 MiB does not fit
+	printf 'MemTotal:       4000000 kB\nMemAvailable:    262144 kB\n' >"$mi"
+	ISOPOD_MEMINFO=$mi run --separate-stderr isopod-boot --check
+	[ "$status" -eq 100 ]
+	local err0=${stderr#isopod-boot: fatal: }
+	[[ "$err0" == "default memory 512 MiB exceeds the host headroom"* ]]
+	ISOPOD_MEMINFO=$mi ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id"
+	[ "$status" -eq 100 ]
+	[ "${stderr#isopod-pool: fatal: }" = "$err0" ]
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-000000000018" ]
+	[ ! -e "$BATS_TEST_TMPDIR/id" ]
+	# the front end: as a run without the pool
+	ISOPOD_MEMINFO=$mi ISOPOD_POOL_SIZE=0 run --separate-stderr isopod run -- true
+	local st0=$status out0 e0=$stderr
+	out0=$(jq -c 'del(.timings)' <<<"$output")
+	ISOPOD_MEMINFO=$mi ISOPOD_POOL=true run --separate-stderr isopod run -- true
+	[ "$st0" -eq 100 ] && [ "$status" -eq 100 ] || false
+	[ "$stderr" = "$e0" ]
+	[ "$(jq -c 'del(.timings)' <<<"$output")" = "$out0" ]
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-000000000018" ]
+	# the control: with the host's own figures the take gets it
+	sleep 60 &
+	owner=$!
+	ISOPOD_POOL=true run --separate-stderr isopod-pool take --owner-pid "$owner" --id-file "$BATS_TEST_TMPDIR/id"
+	[ "$status" -eq 0 ]
+	json_is '.vm.id == "vm-000000000018"'
+	kill "$owner"
+	stopped vm-000000000018 5
+}
+
+@test "pool (no VM): isopod-doctor reports the pool, read only: its settings, shapes, ready VMs; a bad setting is a warning" {
+	fake_pooled vm-000000000019 30
+	run --separate-stderr isopod-doctor --quick
+	json_is '.pool.ready >= 1 and .pool.shapes >= 1 and .pool.size == 1 and .pool.max == 4 and .pool.idle_s == 120'
+	[ -e "$ISOPOD_HOME/pool/$key/ready-vm-000000000019" ]
+	ISOPOD_POOL_MAX=x run --separate-stderr isopod-doctor --quick
+	json_is '(.pool | has("max") | not) and (.warnings | any(startswith("pool: ISOPOD_POOL_MAX=x")))'
+	ISOPOD_POOL_SIZE=0 isopod-pool drain >/dev/null
+	stopped vm-000000000019 5
+}
+
+@test "pool (no VM): gc removes a shape's directory left without entries and without a filler, not one whose filler runs" {
+	local w="$BATS_TEST_TMPDIR/pool-wrap" pidf="$BATS_TEST_TMPDIR/filler.pid" k0 d i
+	# an idle one: no entry, no filler (a killed filler's log and claim file)
+	k0=$(printf 'shape-%s' "$$" | sha256sum | cut -c1-64)
+	mkdir -p "$ISOPOD_HOME/pool/$k0"
+	: >"$ISOPOD_HOME/pool/$k0/fill.log"
+	: >"$ISOPOD_HOME/pool/$k0/claim.1"
+	run isopod-gc --dry-run
+	json_is ".pool_shapes_removed | map(select(.key == \"$k0\")) == [{key: \"$k0\", removed: false}]"
+	[ -d "$ISOPOD_HOME/pool/$k0" ]
+	# a filler of a new shape, paused (pool-fill) while it holds its lock
+	printf '#!/bin/sh\necho $$ >"%s"\nexec "%s" "$@"\n' "$pidf" "$ISOPOD_SRC/bin/isopod-pool" >"$w"
+	chmod +x "$w"
+	ISOPOD_TEST_PAUSE_AT=pool-fill ISOPOD_POOL=$w run --separate-stderr isopod-pool take --owner-pid $$ \
+		--id-file "$BATS_TEST_TMPDIR/id" --mem-mib 208
+	[ "$status" -eq 101 ]
+	for i in $(seq 100); do
+		[ -s "$pidf" ] && [ "$(awk '{print $3}' "/proc/$(cat "$pidf")/stat" 2>/dev/null)" = T ] && break
 		sleep 0.1
 	done
-	[ "$(grep -c . <<<"$new")" -eq 3 ]
-	for d in $new; do
-		for _ in $(seq 100); do [ -s "$d/fill.log" ] && flock -n "$d/fill.lock" true && break; sleep 0.1; done
+	local fp
+	fp=$(cat "$pidf")
+	[ "$(awk '{print $3}' "/proc/$fp/stat")" = T ]
+	d=$(dirname "$(readlink -f "/proc/$fp/fd/2")")
+	[ -e "$d/fill.lock" ]
+	# made by the filler, once it had checked the shape: the store owner's alone
+	[ "$(stat -c %a "$d")" = 700 ] && [ "$(stat -c %a "$d/fill.log")" = 600 ] || false
+	run isopod-gc
+	json_is ".pool_shapes_removed | map(select(.key == \"$k0\") | .removed) == [true]"
+	json_is ".pool_shapes_removed | map(select(.key == \"$(basename "$d")\")) == []"
+	[ ! -e "$ISOPOD_HOME/pool/$k0" ]
+	[ -d "$d" ] && [ -e "$d/fill.lock" ] || false
+	# the filler gone (killed): its shape goes at the next gc
+	kill -9 "$fp"
+	for i in $(seq 50); do flock -n "$d/fill.lock" true && break; sleep 0.1; done
+	run isopod-gc
+	json_is ".pool_shapes_removed | map(select(.key == \"$(basename "$d")\") | .removed) == [true]"
+	[ ! -e "$d" ]
+}
+
+@test "pool (no VM): a filler whose fill.lock was unlinked (gc's removal) after it locked it locks the one there now" {
+	local w="$BATS_TEST_TMPDIR/pool-wrap" pidf="$BATS_TEST_TMPDIR/filler.pid" fp d st
+	printf '#!/bin/sh\necho $$ >"%s"\nexec "%s" "$@"\n' "$pidf" "$ISOPOD_SRC/bin/isopod-pool" >"$w"
+	chmod +x "$w"
+	# a new shape's filler, stopped right after its flock (pool-lock);
+	# pool_max 0: it makes no VM once it has its lock
+	ISOPOD_POOL_MAX=0 ISOPOD_TEST_PAUSE_AT=pool-lock ISOPOD_POOL=$w run --separate-stderr \
+		isopod-pool take --owner-pid $$ --id-file "$BATS_TEST_TMPDIR/id" --mem-mib 216
+	[ "$status" -eq 101 ]
+	for _ in $(seq 100); do
+		[ -s "$pidf" ] && [ "$(awk '{print $3}' "/proc/$(cat "$pidf")/stat" 2>/dev/null)" = T ] && break
+		sleep 0.1
 	done
-	[ "$(find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -eq "$n" ]
-	for d in $new; do grep -q "isopod-boot --check refused" "$d/fill.log"; done
+	fp=$(cat "$pidf")
+	[ "$(awk '{print $3}' "/proc/$fp/stat")" = T ]
+	d=$(dirname "$(readlink -f "/proc/$fp/fd/"* 2>/dev/null | grep '/fill.lock$' | head -1)")
+	[ -e "$d/fill.lock" ]
+	# its file unlinked, as gc does (under the lock it holds in the real race)
+	rm "$d/fill.lock"
+	kill -CONT "$fp"
+	for _ in $(seq 100); do [ -e "/proc/$fp" ] || break; sleep 0.1; done
+	[ ! -e "/proc/$fp" ]
+	# it locked the file there now (made again), then went on: pool_max
+	[ -e "$d/fill.lock" ]
+	grep -q "pool_max 0 reached" "$d/fill.log"
 }
 
 @test "pool: off by configuration (pool_size 0, the default): nothing served, nothing filled" {
@@ -504,6 +644,10 @@ exec "%s" "$@"
 	id=$(ready_ids)
 	run isopod-gc --df
 	json_is '.usage.pool.ready == 1 and .usage.pool.pss_bytes > 0'
+	# and the doctor's report, read only, with the settings
+	run --separate-stderr isopod-doctor --quick
+	json_is '.pool.ready == 1 and .pool.pss_bytes > 0 and .pool.size == 1 and .pool.idle_s == 120'
+	[ -n "$(ready_ids)" ]
 	stopped "$id" 30
 	jq -e '.stopped_by == "pool-idle"' "$ISOPOD_HOME/vms/$id/meta.json"
 	run isopod-gc
