@@ -458,7 +458,7 @@ doctor_json() {
 	json_is '.tools == ["claim", "boot", "exec", "stop", "gc", "broker"]'
 	json_is '.net.default_mode == "none" and (.net.filtered_slots | type == "number") and (.net.open_slots | type == "number")'
 	json_is '.warnings == [] and (has("run") | not)'
-	[ "$(jq -r 'keys_unsorted | join(",")' <<<"$output")" = ok,version,accel,accel_reason,accel_probed,kvm,qemu,kernel,base,shell,home,libexec,tools,net,cgroup,warnings,missing ]
+	[ "$(jq -r 'keys_unsorted | join(",")' <<<"$output")" = ok,version,accel,accel_reason,accel_probed,kvm,qemu,kernel,base,shell,home,libexec,tools,net,cgroup,pool,warnings,missing ]
 	# the version is the front end's
 	# and the protocol lib/frame.h's (the front end keeps no copy of either)
 	proto=$(sed -n 's/^#define ISOPOD_PROTO_NUM \([0-9]*\)$/\1/p' "$ISOPOD_SRC/lib/frame.h")
