@@ -281,6 +281,7 @@ int tsc_store_khz(long long *khz, char *why, size_t wsz)
 		close(lk);
 		return 0;
 	}
+	why[0] = 0; /* what was wrong with the file: measured again, no matter */
 	r = tsc_measure(khz, s, SAMPLES, &n, why, wsz);
 	if (r < 0 && errno != EOPNOTSUPP) {
 		/* a loaded host's: not kept, the next boot measures again */

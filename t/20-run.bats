@@ -243,7 +243,7 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	# the rate the store kept, whole MHz, is the one the guest was told
 	# (microvm appends its virtio_mmio devices to the line)
 	khz=$(jq -r .tsc_khz "$ISOPOD_HOME/accel/tsc.json")
-	[ "$khz" -ge 100000 ] && [ $((khz % 1000)) -eq 0 ]
+	[ "$khz" -ge 100000 ] && [ $((khz % 1000)) -eq 0 ] || false
 	grep -q " tsc_early_khz=$khz lpj=4000000 tsc=reliable " <<<"$cmdline"
 }
 

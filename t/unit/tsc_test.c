@@ -95,6 +95,7 @@ static void test_store(void)
 	for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		put(p, bad[i]);
 		k = -1;
+		v = NULL;
 		ok(tsc_store_khz(&k, why, sizeof why) == 0 && k >= TSC_MIN_KHZ &&
 		   k != 1234000 && k % TSC_GRAIN_KHZ == 0 && (v = json_load_path(p)) &&
 		   tsc_cache_ok(v, cpu, &k, why, sizeof why),
