@@ -530,7 +530,7 @@ static void record_booting(struct boot *bt)
 	/* TCG's guest is told the host's TSC rate, measured once per store
 	 * (lib/tsc.h); without one it keeps the old line, a slower clock */
 	if (!strcmp(bt->accel, "tcg") && tsc_store_khz(&tsc_khz, err, sizeof err) < 0)
-		warn("the guest's TSC rate: %s (its clock falls back to refined-jiffies)", err);
+		warn("the guest's TSC rate: %s (it is told 2 GHz, without tsc=reliable)", err);
 	m = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?, s:{s:s}, s:{s:s, s:s}, s:s, s:s, s:I, s:b}",
 		      "state", "booting", "vcpus", (json_int_t)cf->vcpus, "mem_mib",
 		      (json_int_t)cf->mem_mib, "disk_mib", (json_int_t)cf->disk_mib, "accel", bt->accel,
