@@ -241,6 +241,15 @@ static int kept(const char *path, const char *cpu, long long *khz, char *why, si
 	return ok;
 }
 
+int tsc_kept(long long *khz)
+{
+	char p[PATH_MAX], cpu[160], why[256];
+
+	tsc_cpu(cpu, sizeof cpu);
+	return pathn(p, sizeof p, "%s/accel/tsc.json", store_home()) == 0 &&
+	       kept(p, cpu, khz, why, sizeof why);
+}
+
 int tsc_store_khz(long long *khz, char *why, size_t wsz)
 {
 	long long s[SAMPLES];

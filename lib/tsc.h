@@ -44,5 +44,8 @@ int tsc_cache_ok(const json_t *v, const char *cpu, long long *khz, char *why, si
  * and why when it could not be measured now (the next boot tries again).
  * A failure to keep it is a warning: the rate measured is still used. */
 int tsc_store_khz(long long *khz, char *why, size_t wsz);
+/* The store's kept rate, never measured: 1 with *khz (0: none) when
+ * accel/tsc.json is valid for this CPU, else 0 (unknown). */
+int tsc_kept(long long *khz);
 
 #endif
