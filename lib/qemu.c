@@ -72,13 +72,26 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	A("-kernel"); A(c->vmlinux);
 	A("-initrd"); A(c->initrd);
 	A("-append");
-	/* Not tsc=reliable, which would keep a TCG guest's TSC clocksource (and
-	 * fix busybox nslookup's 5 s A+AAAA lookups, doc/DECISIONS.md "TSC
-	 * under TCG"): under TCG the guest's TSC is the host's, unscaled, while
-	 * tsc_early_khz tells it 2 GHz, so its clock would run at the host's
-	 * TSC rate / 2 GHz (5 % fast here, 75 % on a 3.5 GHz host).  That
-	 * waits for the host's real TSC rate on this line. */
-	A("console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000");
+	/* Under TCG the guest's TSC is the host's, unscaled (QEMU 7.2
+	 * cpu_get_ticks -> cpu_get_host_ticks): told the host's real rate
+	 * (lib/tsc.c, kept per store) its TSC clocksource keeps the host's
+	 * time, and tsc=reliable keeps it there -- no watchdog against
+	 * refined-jiffies, whose PIT ticks TCG loses, and which moves in
+	 * whole ticks: busybox nslookup's A and AAAA queries then got one
+	 * DNS id and waited out its timeout (doc/DECISIONS.md "TSC under
+	 * TCG").  Without a rate (not x86_64, a TSC the host does not call
+	 * constant) the line stays as it was: told 2 GHz, a guest on
+	 * tsc=reliable would run at the host's rate / 2 GHz.  KVM's guests
+	 * use kvm-clock: their line is unchanged. */
+	if (tcg && c->tsc_khz > 0)
+		snprintf(q->append, sizeof q->append,
+			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=%lld "
+			 "lpj=4000000 tsc=reliable", c->tsc_khz);
+	else
+		snprintf(q->append, sizeof q->append, "%s",
+			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 "
+			 "lpj=4000000");
+	A(q->append);
 	/* The console is a descriptor (QEMU_CONSOLE_FD), not a path QEMU
 	 * writes as much as the guest likes to: QEMU 7.2's file chardev opens
 	 * /dev/fdset/N by dup'ing the set's fd of the same access mode
@@ -126,7 +139,7 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 
 
 int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, long long vcpus,
-		    int nic)
+		    int nic, long long tsc_khz)
 {
 	const struct qemu_cfg c = {
 		.accel = accel,
@@ -141,6 +154,7 @@ int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, l
 		.share = 1,
 		.tap = nic ? "@tap" : NULL,
 		.mac = nic ? "@mac" : NULL,
+		.tsc_khz = tsc_khz,
 	};
 
 	return qemu_argv(q, &c);
@@ -157,7 +171,13 @@ void qemu_fingerprint(char out[65])
 
 	crypto_hash_sha256_init(&st);
 	for (i = 0; i < 4; i++) {
-		qemu_shape_argv(&q, accels[i % 2], 64, 1, i >= 2); /* placeholders: always fit */
+		qemu_shape_argv(&q, accels[i % 2], 64, 1, i >= 2, 0); /* placeholders: always fit */
+		for (a = q.av; *a; a++)
+			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
+	}
+	/* TCG's line with a rate, after the four lines as they were */
+	for (i = 0; i < 2; i++) {
+		qemu_shape_argv(&q, "tcg", 64, 1, (int)i, QEMU_TSC_KHZ_SHAPE);
 		for (a = q.av; *a; a++)
 			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
 	}
@@ -192,6 +212,7 @@ struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
 		.tap = vm->tap,
 		.mac = vm->mac,
 		.tb_mib = vm->tb_mib,
+		.tsc_khz = vm->tsc_khz,
 	};
 }
 

@@ -42,12 +42,13 @@ struct qemu_cfg {
 	int incoming;                   /* -incoming defer: a clone */
 	const char *tap, *mac;          /* the NIC (last device), or NULL: none */
 	long long tb_mib;               /* TCG's translation buffer (tb-size), 0: QEMU's own */
+	long long tsc_khz;              /* TCG: the host's TSC rate (lib/tsc.h), 0: none known */
 };
 
 struct qemu_argv {
 	char machine[160], accel[48], mem[32], smp[32], drive[PATH_MAX + 64];
 	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32], obj[PATH_MAX + 128];
-	char netdev[96], nic[96];
+	char netdev[96], nic[96], append[160];
 	char *av[64];
 };
 
@@ -56,12 +57,18 @@ struct qemu_argv {
 int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c);
 /* The command line of a shape with every per-VM part replaced by a
  * placeholder (paths @vm/..., kernel @kernel/..., RAM file @mem share=on,
- * tap @tap, MAC @mac when nic): what the warm key hashes. */
+ * tap @tap, MAC @mac when nic): what the warm key hashes.  tsc_khz is
+ * the store's (qemu_cfg's; lib/tsc.h), not a placeholder: a snapshot's
+ * guest was told that rate. */
 int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, long long vcpus,
-		    int nic);
+		    int nic, long long tsc_khz);
+/* A TSC rate that stands for any in the fingerprint (no host's: 1 MHz). */
+#define QEMU_TSC_KHZ_SHAPE 1000LL
 /* sha256 of the shape command lines of both accelerators, with and without
- * a NIC: it changes exactly when this build gives QEMU another command
- * line.  Snapshots record it; one built with another is orphaned. */
+ * a NIC, TCG's with a TSC rate (QEMU_TSC_KHZ_SHAPE) and without: it changes
+ * exactly when this build gives QEMU another command line, not with the
+ * host's rate (it keys the host-wide KVM verdicts, lib/accelhost.h).
+ * Snapshots record it; one built with another is orphaned. */
 void qemu_fingerprint(char out[65]);
 
 /* The files of one QEMU instance (a VM, or the KVM probe). */
@@ -83,6 +90,7 @@ struct qemu_vm {
 	const char *tap, *mac;          /* the NIC, or NULL */
 	long long tb_mib;               /* TCG's translation buffer (tb-size), 0: QEMU's own
 					   (1 GiB); set to fit a cgroup's limit (lib/cgroup.c) */
+	long long tsc_khz;              /* TCG: the store's TSC rate (lib/tsc.h), 0: none */
 };
 
 /* The configuration of vm's QEMU with its files at in (no RAM file, not

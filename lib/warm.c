@@ -3,6 +3,7 @@
 #include "qemu.h"
 #include "tree.h"
 #include "warm.h"
+#include "tsc.h"
 #include "util.h"
 
 #include <errno.h>
@@ -246,6 +247,22 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 		if (!was || strcmp(now, was))
 			json_array_append_new(why, json_string("built by an isopod-boot that gave "
 							       "QEMU another command line"));
+	}
+	/* A TCG snapshot's guest was told the store's TSC rate (lib/tsc.h):
+	 * one told another than the store keeps now (accel/tsc.json measured
+	 * again) has a key that never comes up again, with the same
+	 * fingerprint.  No kept rate: unknown, kept. */
+	{
+		const char *kt = json_string_value(json_object_get(meta, "key_text")), *t;
+		long long now, was = 0;
+
+		if (kt && strstr(kt, "\naccel tcg\n") && tsc_kept(&now)) {
+			if ((t = strstr(kt, " tsc_early_khz=")) && strstr(kt, " tsc=reliable"))
+				was = strtoll(t + sizeof " tsc_early_khz=" - 1, NULL, 10);
+			if (was != now)
+				json_array_append_new(why, json_sprintf("built for a TSC rate of %lld kHz "
+									"(the store's is %lld)", was, now));
+		}
 	}
 	return why;
 toolong:

@@ -17,7 +17,9 @@
  * warm/qemu-version.json  the QEMU version string, cached by the binary's
  *                         identity (running QEMU costs ~50 ms)
  * A snapshot's argv_fingerprint is lib/qemu.c's qemu_fingerprint() of the
- * isopod that built it; one that differs from this build's is orphaned.
+ * isopod that built it; one that differs from this build's is orphaned, as
+ * is a TCG one whose guest was told another TSC rate than the store keeps
+ * (accel/tsc.json, lib/tsc.h).
  *
  * The key is the sha256 of a canonical text naming everything a resume
  * depends on (kernel, disk chain and size, vCPUs, memory, net mode,

@@ -127,7 +127,6 @@ dns_once() {
 
 @test "filtered: two VMs at once (slots 0 and 1): nslookup of an allowed name asks A and AAAA once each (no retry of a dropped answer)" {
 	local id0 id1 rc=0
-	skip "the fix (tsc=reliable) waits for the host's TSC rate on the guest's command line: doc/DECISIONS.md, TSC under TCG"
 	# shellcheck disable=SC2016 # guest script
 	local look='nslookup pkg.test; echo "clock $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"'
 	run --separate-stderr vrun --net filtered --allow pkg.test --keep --timeout-s 120 -- sh -c "$look"

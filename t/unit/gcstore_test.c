@@ -7,6 +7,7 @@
 #include "../../lib/qemu.c"
 #include "../../lib/vm.c"
 #include "../../lib/tree.c"
+#include "../../lib/tsc.c"
 #include "../../lib/warm.c"
 #include "../../lib/config.c"
 #include "../../lib/gcstore.c"

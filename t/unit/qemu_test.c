@@ -219,6 +219,25 @@ int main(void)
 	}
 
 	{
+		/* the host's TSC rate (lib/tsc.c): TCG's guest is told it and
+		 * keeps its TSC clocksource (tsc=reliable); KVM's line is as it
+		 * was (kvm-clock), and so is TCG's without a rate */
+		const struct qemu_cfg t = { .accel = "tcg", .mem_mib = 512, .vcpus = 1,
+					    .tsc_khz = 2096000, FILES };
+		const struct qemu_cfg k = { .accel = "kvm", .mem_mib = 512, .vcpus = 1,
+					    .tsc_khz = 2096000, FILES };
+		const char *tline = "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
+				    "tsc_early_khz=2096000 lpj=4000000 tsc=reliable\n-add-fd\n";
+		const char *old = "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
+				  "tsc_early_khz=2000000 lpj=4000000\n-add-fd\n";
+
+		ok(qemu_argv(&q, &t) == 0 && strstr(joined(&q), tline),
+		   "TCG with the host's TSC rate: tsc_early_khz=<rate> tsc=reliable");
+		ok(qemu_argv(&q, &k) == 0 && strstr(joined(&q), old),
+		   "KVM with a TSC rate: the line as it was (kvm-clock)");
+	}
+
+	{
 		const struct qemu_cfg c = { .accel = "kvm", .mem_mib = 512, .vcpus = 2, FILES };
 
 		ok(same(&c,
@@ -503,15 +522,18 @@ int main(void)
 		errno = 0;
 		ok(qemu_argv(&q, &c) < 0 && errno == ENAMETOOLONG, "a path that does not fit: -1 ENAMETOOLONG");
 	}
-	ok(qemu_shape_argv(&q, "tcg", 352, 1, 1) == 0 && strstr(joined(&q), "@vm/disk.qcow2") &&
+	ok(qemu_shape_argv(&q, "tcg", 352, 1, 1, 0) == 0 && strstr(joined(&q), "@vm/disk.qcow2") &&
 	   strstr(joined(&q), "mem-path=@mem,share=on") && strstr(joined(&q), "ifname=@tap") &&
 	   strstr(joined(&q), "mac=@mac") && !strstr(joined(&q), "/store"),
 	   "the shape command line has placeholders for every per-VM part");
+	ok(qemu_shape_argv(&q, "tcg", 352, 1, 0, 3500000) == 0 &&
+	   strstr(joined(&q), " tsc_early_khz=3500000 lpj=4000000 tsc=reliable\n"),
+	   "the shape command line carries the store's TSC rate (warm keys differ by it)");
 	test_last_line();
 	test_clone_env();
 	test_memro_ok();
 	qemu_fingerprint(fp);
-	ok(!strcmp(fp, "5b94a534345e666243f05f73a95d724964dec79e362f13e512d38cf5f3aba00b"),
+	ok(!strcmp(fp, "a7be3d15f7c48b2763f32cec27b34b63bc07120ec3466cc430b06f6839f5098b"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
 	return tap_done();
 }

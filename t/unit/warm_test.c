@@ -1,9 +1,11 @@
 /* warm_test.c - warm_orphaned_by (lib/warm.c) in a made-up store: a
  * snapshot is orphaned by the command-line fingerprint computed from
- * lib/qemu.c, with no warm/argv.json to read (an old one is ignored). */
+ * lib/qemu.c, with no warm/argv.json to read (an old one is ignored), and
+ * a TCG one by a TSC rate the store no longer keeps (lib/tsc.c). */
 #include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/qemu.c"
 #include "../../lib/tree.c"
+#include "../../lib/tsc.c"
 #include "../../lib/warm.c"
 
 #include "tap.h"
@@ -32,6 +34,58 @@ static int has_reason(json_t *why, const char *needle)
 		if (strstr(json_string_value(v), needle))
 			return 1;
 	return 0;
+}
+
+/* TCG snapshot told rate: orphaned when the store keeps another. */
+static int tsc_orphan(json_t *meta, const char *accel, const char *rate)
+{
+	char kt[512];
+	json_t *why;
+	int r;
+
+	snprintf(kt, sizeof kt, "isopod-warm 1\nnet none\naccel %s\nqemu QEMU 7.2\narg -append\n"
+		 "arg console=ttyS0 quiet reboot=t panic=-1 rdinit=/init %s\narg -add-fd\n", accel,
+		 rate);
+	json_object_set_new(meta, "key_text", json_string(kt));
+	why = warm_orphaned_by(meta, "QEMU 7.2");
+	r = has_reason(why, "built for a TSC rate");
+	json_decref(why);
+	json_object_del(meta, "key_text");
+	return r;
+}
+
+static void keep_rate(const char *home, long long khz)
+{
+	char cpu[160], text[512];
+
+	tsc_cpu(cpu, sizeof cpu);
+	snprintf(text, sizeof text, "{\"format\":1,\"tsc_khz\":%lld,\"cpu\":\"%s\",\"reason\":\"r\"}",
+		 khz, cpu);
+	put(home, "accel/tsc.json", text);
+}
+
+static void test_tsc(const char *home, json_t *meta)
+{
+	const char *r = "tsc_early_khz=2096000 lpj=4000000 tsc=reliable";
+	const char *old = "tsc_early_khz=2000000 lpj=4000000";
+	char p[PATH_MAX];
+
+	ok(!tsc_orphan(meta, "tcg", r), "no kept TSC rate: a TCG snapshot's is not judged");
+	snprintf(p, sizeof p, "%s/accel", home);
+	mkdirs(p, 0700);
+	keep_rate(home, 2096000);
+	ok(!tsc_orphan(meta, "tcg", r), "the rate the store keeps: not orphaned");
+	ok(tsc_orphan(meta, "tcg", old), "the old line where the store keeps a rate: orphaned");
+	keep_rate(home, 3000000);
+	ok(tsc_orphan(meta, "tcg", r), "another rate than the store keeps: orphaned");
+	ok(!tsc_orphan(meta, "kvm", old), "KVM's: never judged by the rate");
+	keep_rate(home, 0);
+	ok(!tsc_orphan(meta, "tcg", old), "the old line where the store keeps none: not orphaned");
+	ok(tsc_orphan(meta, "tcg", r), "a rate where the store keeps none: orphaned");
+	put(home, "accel/tsc.json", "garbage");
+	ok(!tsc_orphan(meta, "tcg", r), "an invalid kept file: unknown, not orphaned");
+	snprintf(p, sizeof p, "%s/accel/tsc.json", home);
+	unlink(p);
 }
 
 int main(void)
@@ -67,6 +121,7 @@ int main(void)
 	ok(json_array_size(why) == 0, "a stale warm/argv.json is ignored");
 	json_decref(why);
 
+	test_tsc(home, meta);
 	json_object_set_new(meta, "argv_fingerprint", json_string(B));
 	why = warm_orphaned_by(meta, "QEMU 7.2");
 	ok(has_reason(why, "gave QEMU another command line"), "another fingerprint: orphaned");
