@@ -177,10 +177,11 @@ static void tree_subjects(json_t *e, const char *host, const char *guest, json_t
 	int dfd;
 
 	if (!json_is_array(files))
-		die(EX_GUEST, "copy-out %s is a directory whose files were not listed (more than %d, "
-		    "their paths over %u bytes, or one not UTF-8): it cannot be signed file by file, "
-		    "so nothing is signed; copy out an archive of it", EXC(guest), EXEC_TREE_FILES_MAX,
-		    EXEC_TREE_PATHS_MAX);
+		die(EX_GUEST, "copy-out %s is a directory whose files were not listed (not run for "
+		    "provenance, more than %d, one not UTF-8, or past the result's bounds: %u bytes "
+		    "of lists, %llu MiB of holes): it cannot be signed file by file, so nothing is "
+		    "signed; copy out an archive of it", EXC(guest), EXEC_TREE_FILES_MAX,
+		    EXEC_TREE_JSON_MAX, (unsigned long long)(EXEC_TREE_HOLES_MAX >> 20));
 	if ((dfd = open(host, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
 		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to open the copied-out directory %s:",
 		    host);

@@ -42,8 +42,16 @@ int exec_init(struct exec_session *s)
 	s->out[0] = (struct exec_stream){.name = "stdout", .fd = -1};
 	s->out[1] = (struct exec_stream){.name = "stderr", .fd = -1};
 	s->lock_fd = -1;
+	s->tree_json_left = EXEC_TREE_JSON_MAX;
+	s->tree_holes_left = EXEC_TREE_HOLES_MAX;
 	s->warnings = json_array();
 	return s->warnings ? 0 : -1;
+}
+
+size_t exec_json_cost(const json_t *j)
+{
+	/* json_dumpb with no buffer: the size json_emit writes it in */
+	return json_dumpb(j, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER) + 1;
 }
 
 void exec_free(struct exec_session *s)
