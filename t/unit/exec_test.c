@@ -462,6 +462,30 @@ static void test_opts(void)
 	ok(exec_proxy_env(NULL, env) == 0, "no net: no proxy");
 }
 
+/* "." or ".." as the name a copy-out would make (the guest's base name
+ * into a directory, or HOST's own last component): refused, nothing
+ * opened to write. */
+static void test_dest_dots(void)
+{
+	static const char *const cases[][2] = {
+		{"/root/..", NULL}, {"/root/.", NULL}, {"/x", "/nonexistent/.."},
+		{"/x", "/nonexistent/."}};
+	struct exec_dest d;
+	char why[256], host[128];
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int r;
+
+		snprintf(host, sizeof host, "%s%s", dir, cases[i][1] ?: "");
+		why[0] = 0;
+		r = exec_dest_open(host, cases[i][0], &d, why, sizeof why);
+		if (r == 0)
+			close(d.dfd);
+		ok(r == 1 && strstr(why, "names no file"),
+		   "dest: %s into %s refused as no file's name (%d, %s)", cases[i][0], host, r, why);
+	}
+}
+
 static void test_check(void)
 {
 	char why[4096], h[128];
@@ -553,6 +577,7 @@ int main(void)
 		return 1;
 	test_opts();
 	test_check();
+	test_dest_dots();
 	test_wire();
 	test_session();
 	test_copy_in_race();
