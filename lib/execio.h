@@ -147,6 +147,9 @@ void exec_copy_out_failed(struct exec_session *s, json_t *list, const char *gues
  * (doc/DECISIONS.md). */
 #define EXEC_TREE_FILES_MAX 1000
 #define EXEC_TREE_JSON_MAX (256u * 1024u)
+/* What exec_copy_out keeps of the 1 MiB for the result's other members
+ * when the in-band output takes much of it (the lists get less then). */
+#define EXEC_RESULT_SLACK (128u * 1024u)
 #define EXEC_TREE_HOLES_MAX (256ull << 20)
 /* What an entry of a list costs: its compact JSON, plus a comma. */
 size_t exec_json_cost(const json_t *j);

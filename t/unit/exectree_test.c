@@ -191,6 +191,38 @@ static void test_tree(void)
 	stop(&s, pid);
 }
 
+/* The lists' budget is what the in-band output leaves of the readers'
+ * 1 MiB: 64 KiB of control bytes a stream is 384 KiB of JSON, so two
+ * leave less than EXEC_TREE_JSON_MAX after EXEC_RESULT_SLACK. */
+static void test_tree_loud(void)
+{
+	struct exec_session s;
+	struct exec_status ex = {.code = -1};
+	json_t *out = json_array();
+	struct exec_copy cout;
+	char host[128], why[256];
+	size_t room = JSON_MAX_BYTES - EXEC_RESULT_SLACK - 2 * 6 * EXEC_INBAND_MAX;
+	pid_t pid;
+
+	snprintf(host, sizeof host, "%s/loud", dir);
+	tree_remove(host, NULL, why, sizeof why);
+	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
+	start(&s, A_TREE, &pid);
+	s.list_files = 1;
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	for (int i = 0; i < 2; i++) {
+		memset(s.out[i].inband, 1, EXEC_INBAND_MAX);
+		s.out[i].inlen = EXEC_INBAND_MAX;
+	}
+	exec_copy_out(&s, &cout, 1, out);
+	ok(json_array_size(json_object_get(json_array_get(out, 0), "files")) == 1 &&
+	   s.tree_json_left < room, "bounds: loud output leaves the lists less than %zu bytes (%zu)",
+	   room, s.tree_json_left);
+	json_decref(out);
+	stop(&s, pid);
+}
+
 int main(void)
 {
 	char home[96];
@@ -208,6 +240,7 @@ int main(void)
 		return 1;
 	test_tree();
 	test_tree_bounds();
+	test_tree_loud();
 	{
 		char cmd[128];
 
