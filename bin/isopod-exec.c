@@ -27,7 +27,7 @@
 #define USAGE "isopod-exec [--vm REF] [--timeout-ms N] [--env K=V]... [--cwd DIR]\n" \
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
 	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
-	"                   [--log-max BYTES] [--check [--for-provenance]] [--pool-warm-up]\n" \
+	"                   [--log-max BYTES] [--check] [--for-provenance] [--pool-warm-up]\n" \
 	"                   [--run-options[=text]]\n" \
 	"                   -- CMD [ARG]..."
 
@@ -46,7 +46,8 @@ struct opts {
 	struct exec_copy in[MAX_ITEMS], out[MAX_ITEMS];
 	int nin, nout;
 	int shell, check;
-	int for_prov;             /* --for-provenance: --check refuses a directory copy-in */
+	int for_prov;             /* --for-provenance: --check refuses a directory copy-in;
+				   * a run lists a copied-out tree's files */
 	int pool_warm_up;         /* --pool-warm-up: isopod-pool's filler, before it publishes */
 	char **argv;
 	int argc;
@@ -232,8 +233,6 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 		die_usage(USAGE, "no command given");
 	if (o->shell && o->argc != 1)
 		die(EX_USAGE, "--shell takes exactly one script argument");
-	if (o->for_prov && !o->check)
-		die_usage(USAGE, "--for-provenance is a --check of a run to be signed; give --check");
 	if ((w = getenv("ISOPOD_WATCHDOG_MS")) && parse_ll(w, 100, 86400000, &v) == 0)
 		o->watchdog_ms = v;
 	return vm;
@@ -350,6 +349,8 @@ int main(int argc, char **argv)
 	s.ping_ms = o.watchdog_ms / 6 > 0 ? o.watchdog_ms / 6 : 1;
 	s.copy_out_max = o.copy_out_max;
 	s.log_max = o.log_max;
+	/* only a run to be signed pays for a tree's file list (exectree.c) */
+	s.list_files = o.for_prov;
 	/* The budget starts once the vm is known (the front end passes --vm
 	 * and what is left of its own budget).  The agent enforces the timeout in the guest; the host enforces it too,
 	 * from this start: a guest too starved to act on its timer (a fork bomb)

@@ -177,10 +177,11 @@ static void tree_subjects(json_t *e, const char *host, const char *guest, json_t
 	int dfd;
 
 	if (!json_is_array(files))
-		die(EX_GUEST, "copy-out %s is a directory whose files were not listed (more than %d, "
-		    "their paths over %u bytes, or one not UTF-8): it cannot be signed file by file, "
-		    "so nothing is signed; copy out an archive of it", EXC(guest), EXEC_TREE_FILES_MAX,
-		    EXEC_TREE_PATHS_MAX);
+		die(EX_GUEST, "copy-out %s is a directory whose files were not listed (not run for "
+		    "provenance, more than %d, one not UTF-8, or past the result's bounds: %u bytes "
+		    "of lists, %llu MiB of holes): it cannot be signed file by file, so nothing is "
+		    "signed; copy out an archive of it", EXC(guest), EXEC_TREE_FILES_MAX,
+		    EXEC_TREE_JSON_MAX, (unsigned long long)(EXEC_TREE_HOLES_MAX >> 20));
 	if ((dfd = open(host, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
 		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to open the copied-out directory %s:",
 		    host);
@@ -201,9 +202,16 @@ static void tree_subjects(json_t *e, const char *host, const char *guest, json_t
 			die(EX_USAGE, "--result: copied_out %s: files[%zu] has no relative path or no "
 			    "sha256 of 64 hex digits", EXC(guest), i);
 		fd = (int)syscall(SYS_openat2, dfd, p, &how, sizeof how);
-		if (fd < 0)
-			die(errno == ENOENT ? EX_NOTFOUND : EX_GUEST, "unable to open the copied-out "
-			    "%s/%s (nothing signed; not followed through a symlink):", host, EXC(p));
+		/* ELOOP / EXDEV: a symlink or a way out on the path; ENOTDIR:
+		 * a directory on it is no longer one; anything else (EACCES,
+		 * EMFILE) is the host's: each said as it is */
+		if (fd < 0) {
+			int er = errno, moved = er == ELOOP || er == EXDEV || er == ENOTDIR;
+
+			die(er == ENOENT ? EX_NOTFOUND : moved ? EX_GUEST : EX_SYS, "unable to open the "
+			    "copied-out %s/%s (nothing signed%s): %s", host, EXC(p), er == ENOTDIR ? "" :
+			    moved ? "; not followed through a symlink" : "", strerror(er));
+		}
 		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 			die(EX_GUEST, "the copied-out %s/%s is no longer a regular file: not signed",
 			    host, EXC(p));
@@ -260,6 +268,32 @@ static json_t *subjects(json_t *res, json_t *outs)
 			json_object_get(e, "bytes"))));
 	}
 	return list;
+}
+
+/* Each subject's name once, and none under stage/, the commit's own
+ * (commit_subject, added after): a tree's names are <top>/<path>, the
+ * path the guest's, so two copy-outs to the same name in two directories,
+ * or a tree named stage, could name two artifacts alike, or pass one for
+ * a committed stage.  Nothing is signed then. */
+static void subjects_distinct(json_t *list)
+{
+	json_t *seen = need(json_object()), *e;
+	size_t i;
+
+	json_array_foreach(list, i, e) {
+		const char *n = json_string_value(json_object_get(e, "name"));
+
+		if (!strncmp(n, "stage/", 6))
+			die(EX_USAGE, "a copy-out's subject would be named %s: stage/ names a committed "
+			    "stage; nothing is signed (copy the directory out under another name)",
+			    EXC(n));
+		if (json_object_get(seen, n))
+			die(EX_USAGE, "two subjects would be named %s (copy-outs to one name in two "
+			    "directories): nothing is signed; copy them out under distinct names",
+			    EXC(n));
+		json_object_set_new(seen, n, json_true());
+	}
+	json_decref(seen);
 }
 
 /* The stage the run committed (isopod-commit's output): its layer, by the
@@ -414,6 +448,7 @@ static json_t *statement(const struct opts *o, json_t *res, json_t *rec, const c
 	size_t i;
 	int k;
 
+	subjects_distinct(subj);
 	if (o->commit)
 		commit_subject(o->commit, subj);
 	if (json_array_size(subj) == 0)

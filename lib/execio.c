@@ -42,8 +42,16 @@ int exec_init(struct exec_session *s)
 	s->out[0] = (struct exec_stream){.name = "stdout", .fd = -1};
 	s->out[1] = (struct exec_stream){.name = "stderr", .fd = -1};
 	s->lock_fd = -1;
+	s->tree_json_left = EXEC_TREE_JSON_MAX;
+	s->tree_holes_left = EXEC_TREE_HOLES_MAX;
 	s->warnings = json_array();
 	return s->warnings ? 0 : -1;
+}
+
+size_t exec_json_cost(const json_t *j)
+{
+	/* json_dumpb with no buffer: the size json_emit writes it in */
+	return json_dumpb(j, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) + 1;
 }
 
 void exec_free(struct exec_session *s)
@@ -723,6 +731,7 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 	char stopped[256] = ""; /* set once the vm was stopped: nothing more comes */
 	uint64_t total = 0;
 	int64_t now = mono_ms();
+	size_t used = 0;
 
 	/* The command has ended: copy-out gets what is left of its budget and
 	 * a fixed allowance, no more. */
@@ -731,6 +740,21 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 				      EXEC_COPY_OUT_GRACE_MS;
 	s->deadline_ms = 0;
 	s->copying_out = 1;
+	/* The lists share the result with the output kept in it, which the
+	 * guest chose too: 64 KiB of control bytes a stream is 384 KiB as
+	 * JSON.  What is left of the readers' 1 MiB, less EXEC_RESULT_SLACK
+	 * for the rest (names, warnings), bounds the lists as well. */
+	for (int i = 0; i < 2; i++) {
+		json_t *j = utf8_json(s->out[i].inband, s->out[i].inlen, 0);
+		size_t c = j ? exec_json_cost(j) : EXEC_INBAND_MAX * 6;
+
+		json_decref(j);
+		used += c;
+	}
+	if (used + EXEC_RESULT_SLACK >= JSON_MAX_BYTES)
+		s->tree_json_left = 0;
+	else if (s->tree_json_left > JSON_MAX_BYTES - EXEC_RESULT_SLACK - used)
+		s->tree_json_left = JSON_MAX_BYTES - EXEC_RESULT_SLACK - used;
 	for (int i = 0; i < n; i++) {
 		struct exec_dest d;
 		char why[512];

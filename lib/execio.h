@@ -66,6 +66,12 @@ struct exec_session {
 	long long copy_out_max; /* bytes, all copy-outs together */
 	long long log_max;      /* bytes each stream's log keeps (--log-max) */
 	json_t *warnings;       /* exec_init's array; the caller may add */
+	int list_files;         /* a tree copied out lists its files (--for-provenance) */
+	/* What the result may still carry of the trees' lists ("files" and
+	 * "skipped"), as serialised (escapes counted), and of holes hashed
+	 * for "files": exec_init gives EXEC_TREE_JSON_MAX, EXEC_TREE_HOLES_MAX. */
+	size_t tree_json_left;
+	uint64_t tree_holes_left;
 	/* The session's own. */
 	struct conn c;
 	struct exec_stream out[2];  /* stdout, stderr */
@@ -131,12 +137,22 @@ void exec_copy_out_failed(struct exec_session *s, json_t *list, const char *gues
 			  const char *dst, const char *why);
 
 /* A tree copied out lists its regular files ({path, sha256, bytes}, the
- * digest of the bytes as they arrived) when it has at most this many and
- * their paths, all together, at most this many bytes: what
- * isopod-provenance signs a directory copy-out by, and a size a result
- * and a signed statement carry (doc/DECISIONS.md). */
+ * digest of the bytes as they arrived) when list_files is set and it has
+ * at most EXEC_TREE_FILES_MAX of them: what isopod-provenance signs a
+ * directory copy-out by.  All the trees' lists (files and skipped) are
+ * held to EXEC_TREE_JSON_MAX bytes of the result's JSON, escapes counted
+ * (readers take 1 MiB, JSON_MAX_BYTES), and the holes hashed for the
+ * lists to EXEC_TREE_HOLES_MAX bytes (zeros hashed on the host, for no
+ * byte the guest sent); past either a tree's list is given up
+ * (doc/DECISIONS.md). */
 #define EXEC_TREE_FILES_MAX 1000
-#define EXEC_TREE_PATHS_MAX (64u * 1024u)
+#define EXEC_TREE_JSON_MAX (256u * 1024u)
+/* What exec_copy_out keeps of the 1 MiB for the result's other members
+ * when the in-band output takes much of it (the lists get less then). */
+#define EXEC_RESULT_SLACK (128u * 1024u)
+#define EXEC_TREE_HOLES_MAX (256ull << 20)
+/* What an entry of a list costs: its compact JSON, plus a comma. */
+size_t exec_json_cost(const json_t *j);
 
 /* exectree.c: a guest directory copied out as a tree stream into NAME in
  * the directory dfd (it must not exist: it is made, and all the stream

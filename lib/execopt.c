@@ -89,6 +89,14 @@ int exec_dest_trim(const char *host, char *buf, size_t bsz)
 	return host[n] != 0;
 }
 
+/* A name a copy-out may make: one component, not "." or ".." (a name
+ * for a directory that is there, never one to make or replace), with
+ * room for a temporary name's suffix. */
+static int dest_name_ok(const char *n)
+{
+	return *n && strcmp(n, ".") && strcmp(n, "..") && strlen(n) <= NAME_MAX - 40;
+}
+
 int exec_dest_open(const char *host, const char *guest, struct exec_dest *d, char *why,
 		   size_t wsz)
 {
@@ -120,10 +128,10 @@ int exec_dest_open(const char *host, const char *guest, struct exec_dest *d, cha
 			return -1;
 		}
 		d->name = strrchr(d->path, '/') + 1;
-		if (strlen(d->name) > NAME_MAX - 40) {
+		if (!dest_name_ok(d->name)) {
 			close(d->dfd);
 			d->dfd = -1;
-			snprintf(why, wsz, "names no file (or too long a name)");
+			snprintf(why, wsz, "names no file (., .., or too long a name)");
 			return 1;
 		}
 		return 0;
@@ -144,8 +152,8 @@ int exec_dest_open(const char *host, const char *guest, struct exec_dest *d, cha
 	 * which the copy never follows (isopod-exec(1)). */
 	sl = strrchr(h, '/');
 	d->name = sl ? d->path + (sl - h) + 1 : d->path;
-	if (!*d->name || strlen(d->name) > NAME_MAX - 40) {
-		snprintf(why, wsz, "names no file (or too long a name)");
+	if (!dest_name_ok(d->name)) {
+		snprintf(why, wsz, "names no file (., .., or too long a name)");
 		return 1;
 	}
 	if (oe != ENOTDIR && oe != ELOOP && oe != ENOENT) {

@@ -20,50 +20,77 @@
 #include <unistd.h>
 
 /* What the host keeps of a tree as it arrives: the entries the guest
- * skipped, and each regular file's sha256 of its bytes as they arrive (the
- * holes hashed as the zeros they read as), which isopod-provenance signs
- * each file by after checking the file on the host still holds them. */
+ * skipped, and (s->list_files) each regular file's sha256 of its bytes as
+ * they arrive (the holes hashed as the zeros they read as), which
+ * isopod-provenance signs each file by after checking the file on the
+ * host still holds them.  Both lists come out of the session's budgets. */
 struct tree_seen {
+	struct exec_session *s;
 	json_t *skipped;
 	json_t *files;          /* [{path, sha256, bytes}]; NULL once past the bounds */
-	size_t path_bytes;
+	size_t files_cost;      /* what files has taken of s->tree_json_left */
+	int skipped_cut;        /* an entry left off skipped */
 	crypto_hash_sha256_state h;
 	uint64_t size, pos;     /* the file being hashed: its size, hashed so far */
 	char path[TS_PATH_MAX + 1];
 };
 
-/* Each entry the guest skipped (a device, a hard link): onto the list. */
+/* Each entry the guest skipped (a device, a hard link): onto the list,
+ * while it and the budget have room.  A name may be 4096 control bytes,
+ * 6 bytes each escaped: the cost is the entry as serialised. */
 static void on_note(void *ctx, const char *path, const char *why)
 {
 	struct tree_seen *t = ctx;
+	json_t *e;
+	size_t c;
 
-	if (json_array_size(t->skipped) < 100)
-		json_array_append_new(t->skipped, json_pack("{s:o, s:o}",
-			"path", utf8_json((const uint8_t *)path, strlen(path), 0),
-			"why", utf8_json((const uint8_t *)why, strlen(why), 0)));
-}
-
-static void hash_zeros(crypto_hash_sha256_state *h, uint64_t n)
-{
-	uint8_t z[16384];
-
-	memset(z, 0, sizeof z);
-	while (n) {
-		size_t k = n < sizeof z ? (size_t)n : sizeof z;
-
-		crypto_hash_sha256_update(h, z, k);
-		n -= k;
+	if (json_array_size(t->skipped) >= 100) {
+		t->skipped_cut = 1;
+		return;
 	}
+	e = json_pack("{s:o, s:o}", "path", utf8_json((const uint8_t *)path, strlen(path), 0),
+		      "why", utf8_json((const uint8_t *)why, strlen(why), 0));
+	c = e ? exec_json_cost(e) : 0;
+	if (!e || c > t->s->tree_json_left || json_array_append_new(t->skipped, e) < 0) {
+		if (e && c > t->s->tree_json_left)
+			json_decref(e);
+		t->skipped_cut = 1;
+		return;
+	}
+	t->s->tree_json_left -= c;
 }
 
 /* The list is given up (and no more hashed) past EXEC_TREE_FILES_MAX
- * files or EXEC_TREE_PATHS_MAX bytes of their paths, or at a path that
- * is not UTF-8 (a JSON string could not name it): the result stays small,
- * and isopod-provenance refuses such a tree rather than sign part of it. */
+ * files, the session's budgets (the list's JSON, the holes hashed), or
+ * at a path that is not UTF-8 (a JSON string could not name it): the
+ * result stays small, the host's work bounded by what the guest sent,
+ * and isopod-provenance refuses such a tree rather than sign part of it.
+ * What the list had taken of the budget is given back. */
 static void give_up(struct tree_seen *t)
 {
 	json_decref(t->files);
 	t->files = NULL;
+	t->s->tree_json_left += t->files_cost;
+	t->files_cost = 0;
+}
+
+/* n bytes of a hole into the digest: 0, or -1 past the session's
+ * EXEC_TREE_HOLES_MAX (a 4 GiB sparse file is 4 GiB of zeros to hash). */
+static int hash_zeros(struct tree_seen *t, uint64_t n)
+{
+	uint8_t z[16384];
+
+	if (n > t->s->tree_holes_left)
+		return -1;
+	t->s->tree_holes_left -= n;
+	memset(z, 0, sizeof z);
+	while (n) {
+		size_t k = n < sizeof z ? (size_t)n : sizeof z;
+
+		crypto_hash_sha256_update(&t->h, z, k);
+		n -= k;
+	}
+	return 0;
 }
 
 /* Each item the sink applied, in order: the decoder has checked that
@@ -73,7 +100,8 @@ static void on_item(void *ctx, const struct ts_item *it)
 	struct tree_seen *t = ctx;
 	unsigned char md[crypto_hash_sha256_BYTES];
 	char sha[65];
-	size_t l;
+	json_t *e;
+	size_t l, c;
 
 	if (!t->files)
 		return;
@@ -82,30 +110,44 @@ static void on_item(void *ctx, const struct ts_item *it)
 		if (it->kind != 'f')
 			return;
 		l = strlen(it->path);
-		if (json_array_size(t->files) >= EXEC_TREE_FILES_MAX ||
-		    l > EXEC_TREE_PATHS_MAX - t->path_bytes || !utf8_valid(it->path, l)) {
+		if (json_array_size(t->files) >= EXEC_TREE_FILES_MAX || !utf8_valid(it->path, l)) {
 			give_up(t);
 			return;
 		}
-		t->path_bytes += l;
 		memcpy(t->path, it->path, l + 1);
 		t->size = it->size;
 		t->pos = 0;
 		crypto_hash_sha256_init(&t->h);
 		return;
 	case TS_DATA:
-		hash_zeros(&t->h, it->off - t->pos);
+		if (hash_zeros(t, it->off - t->pos) < 0) {
+			give_up(t);
+			return;
+		}
 		crypto_hash_sha256_update(&t->h, it->data, it->len);
 		t->pos = it->off + it->len;
 		return;
 	case TS_FILE_END:
-		hash_zeros(&t->h, t->size - t->pos);
+		if (hash_zeros(t, t->size - t->pos) < 0) {
+			give_up(t);
+			return;
+		}
 		crypto_hash_sha256_final(&t->h, md);
 		sodium_bin2hex(sha, sizeof sha, md, sizeof md);
-		if (json_array_append_new(t->files, json_pack("{s:s, s:s, s:I}", "path", t->path,
-							      "sha256", sha, "bytes",
-							      (json_int_t)t->size)) < 0)
+		e = json_pack("{s:s, s:s, s:I}", "path", t->path, "sha256", sha, "bytes",
+			      (json_int_t)t->size);
+		c = e ? exec_json_cost(e) : 0;
+		if (!e || c > t->s->tree_json_left) {
+			json_decref(e);
 			give_up(t);
+			return;
+		}
+		if (json_array_append_new(t->files, e) < 0) {
+			give_up(t);
+			return;
+		}
+		t->s->tree_json_left -= c;
+		t->files_cost += c;
 		return;
 	case TS_END:
 		return;
@@ -177,10 +219,11 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 	f = malloc(sizeof *f);
 	t = calloc(1, sizeof *t);
 	if (t) {
+		t->s = s;
 		t->skipped = json_array();
-		t->files = json_array();
+		t->files = s->list_files ? json_array() : NULL;
 	}
-	if (top < 0 || !f || !t || !t->skipped || !t->files) {
+	if (top < 0 || !f || !t || !t->skipped || (s->list_files && !t->files)) {
 		snprintf(why, sizeof why, "%s: %s", dst, top < 0 ? strerror(errno) : "out of memory");
 		if (top >= 0)
 			close(top);
@@ -217,6 +260,14 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 	free(f);
 	close(top);
 	if (r == 1) {
+		if (t->skipped_cut)
+			json_array_append_new(s->warnings, json_sprintf(
+				"copy-out %s: the list of entries not copied is cut short", cp->guest));
+		if (s->list_files && !t->files)
+			json_array_append_new(s->warnings, json_sprintf(
+				"copy-out %s: its files are not listed (more than %u, a name not UTF-8, "
+				"or past the result's bounds): it cannot be signed", cp->guest,
+				EXEC_TREE_FILES_MAX));
 		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:b, s:o, s:o*}", "guest",
 						      cp->guest, "host", dst, "bytes",
 						      (json_int_t)*bytes, "tree", 1, "skipped",
@@ -225,7 +276,7 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 		return 0;
 	}
 	json_decref(t->skipped);
-	json_decref(t->files);
+	give_up(t);
 	free(t);
 	/* Nothing of a copy-out that failed stays: the guest's half-tree is
 	 * removed as tree_remove does, links as links. */

@@ -1506,12 +1506,28 @@ CASES
 	run --separate-stderr isopod-exec --check --for-provenance --copy-in "$d/f:/f" --copy-in "$d:/d" -- true </dev/null
 	[ "$status" -eq 100 ] && [[ "$stderr" == *"--copy-in $d: a directory; --provenance signs regular-file inputs only"* ]] || false
 	run --separate-stderr isopod-exec --for-provenance -- true </dev/null
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"give --check"* ]] || false
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"no VM"* ]] || false
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --copy-in "$d:/d" --copy-out "/x:$BATS_TEST_TMPDIR/x" \
 		--provenance "$BATS_TEST_TMPDIR/p" -- true
 	[[ "$stderr" == *"--copy-in $d: a directory; --provenance signs regular-file inputs only"* ]] || false
 	no_claim
 	[ ! -e "$BATS_TEST_TMPDIR/p" ]
+}
+
+@test "run --provenance: isopod-exec is run with --for-provenance (a copied-out tree lists its files), a run without it is not" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" t
+	mkdir "$lx"
+	for t in claim boot exec stop result; do ln -s "$ISOPOD_SRC/t/fake/isopod-$t" "$lx/isopod-$t"; done
+	printf '#!/bin/sh\nexit 0\n' >"$lx/isopod-provenance"
+	chmod +x "$lx/isopod-provenance"
+	ISOPOD_LIBEXEC="$lx" run_isopod run --json-only --copy-out "/x:$BATS_TEST_TMPDIR/x" \
+		--provenance "$BATS_TEST_TMPDIR/p" -- true
+	grep -qx -- --for-provenance "$FAKE_DIR/args" || { cat "$FAKE_DIR/args"; false; }
+	[ "$(cat "$FAKE_DIR/argv")" = true ]
+	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --copy-out "/x:$BATS_TEST_TMPDIR/y" -- true
+	! grep -qx -- --for-provenance "$FAKE_DIR/args" || false
+	[ "$(cat "$FAKE_DIR/argv")" = true ]
 }
 
 @test "run: a step's failure is read from its status object, not guessed from its stderr" {

@@ -321,6 +321,38 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	[ "$status" -eq 1 ] && [ -z "$output" ] || false
 	[[ "$stderr" == *"tree/a changed since the run copied it"* ]] || false
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	echo one >"$t/a"
+	# sub now a file: the real errno is said, no symlink claimed
+	mv "$t/sub" "$t/sub.real"
+	echo x >"$t/sub"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 1 ] && [[ "$stderr" == *"tree/sub/b (nothing signed): Not a directory"* ]] || false
+	[[ "$stderr" != *symlink* ]] || false
+	rm "$t/sub"
+	mv "$t/sub.real" "$t/sub"
+	# two copy-outs whose subjects share names (one name in two
+	# directories: their paths are the guest's), or a tree named stage
+	# (stage/ is the commit's): nothing signed
+	mkdir "$BATS_TEST_TMPDIR/two"
+	cp -a "$t" "$BATS_TEST_TMPDIR/two/tree"
+	cp -a "$t" "$BATS_TEST_TMPDIR/stage"
+	jq --arg h "$BATS_TEST_TMPDIR/two/tree" '.copied_out += [.copied_out[0] | .host = $h]' \
+		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/dup.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/dup.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"two subjects would be named tree/"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	jq --arg h "$BATS_TEST_TMPDIR/stage" '.copied_out[0].host = $h' \
+		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/stage.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/stage.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"would be named stage/"*"names a committed stage"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	# the tree as the run left it signs
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 0 ] || { echo "$stderr"; false; }
 }
 
 @test "verify-artifact's exit statuses: 101 a missing file, 1 a garbage envelope, 100 usage" {
