@@ -17,8 +17,9 @@
 
 static char dir[] = "/tmp/isopod-util-test.XXXXXX";
 
-/* Number of entries in dir other than . and .. */
-static int entries(void)
+/* Number of entries in dir other than . and .., or of those whose name
+ * holds sub (".tmp.": a staging file) */
+static int entries_with(const char *sub)
 {
 	DIR *d = opendir(dir);
 	struct dirent *de;
@@ -27,26 +28,15 @@ static int entries(void)
 	if (!d)
 		return -1;
 	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && (!sub || strstr(de->d_name, sub)))
 			n++;
 	closedir(d);
 	return n;
 }
 
-/* Number of entries in dir named like a staging file (*.tmp.<pid>) */
-static int tmp_names(void)
+static int entries(void)
 {
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((de = readdir(d)))
-		if (strstr(de->d_name, ".tmp."))
-			n++;
-	closedir(d);
-	return n;
+	return entries_with(NULL);
 }
 
 static int file_is(const char *path, const char *want, size_t n)
@@ -141,13 +131,13 @@ static void test_atomic_write_signal(void)
 	}
 	ok(pid > 0 && waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st),
 	   "the writer stopped between its temporary file and the rename");
-	ok(entries() == n0 + 1 && tmp_names() == 1, "its temporary file is there");
+	ok(entries() == n0 + 1 && entries_with(".tmp.") == 1, "its temporary file is there");
 	kill(pid, SIGTERM);
 	kill(pid, SIGCONT);
 	ok(waitpid(pid, &st, 0) == pid && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM,
 	   "the SIGTERM that came meanwhile ended it (status %#x)", st);
 	ok(file_is(p, "whole\n", 6), "after the file was written whole");
-	ok(entries() == n0 + 1 && tmp_names() == 0, "and renamed: no temporary file left");
+	ok(entries() == n0 + 1 && entries_with(".tmp.") == 0, "and renamed: no temporary file left");
 	unlink(p);
 }
 
