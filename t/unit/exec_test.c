@@ -562,18 +562,7 @@ static void test_wire(void)
 
 int main(void)
 {
-	char home[96];
-
-	signal(SIGPIPE, SIG_IGN);
-	progname = "exec_test";
-	snprintf(dir, sizeof dir, "/tmp/exec_test.XXXXXX");
-	if (!mkdtemp(dir))
-		return 1;
-	snprintf(sock, sizeof sock, "%s/agent.sock", dir);
-	snprintf(home, sizeof home, "%s/home", dir);
-	mkdir(home, 0700);
-	setenv("ISOPOD_HOME", home, 1); /* no vm record: exec_stop_vm finds it stopped */
-	if (sodium_init() < 0)
+	if (fake_init("exec_test") < 0)
 		return 1;
 	test_opts();
 	test_check();
@@ -586,12 +575,5 @@ int main(void)
 	test_tree_in_nomem();
 	test_log_max();
 	test_failures();
-	{
-		char cmd[128];
-
-		snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-		if (system(cmd) != 0)
-			ok(0, "cleanup");
-	}
-	return tap_done();
+	return fake_done();
 }

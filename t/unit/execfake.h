@@ -4,9 +4,13 @@
 #ifndef EXECFAKE_H
 #define EXECFAKE_H
 #include <fcntl.h>
+#include <signal.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The race a local user can run beside a copy-out's destination: the
@@ -264,6 +268,35 @@ static void agent(int lfd, int mode)
 		put_tlv(fd, F_EXIT, &w);
 	}
 	_exit(0);
+}
+
+/* A test program's start: its scratch dir (the fake agent's socket in it)
+ * and a store without records; -1 when either cannot be had. */
+static int fake_init(const char *name)
+{
+	char home[96];
+
+	signal(SIGPIPE, SIG_IGN);
+	progname = name;
+	snprintf(dir, sizeof dir, "/tmp/%s.XXXXXX", name);
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(sock, sizeof sock, "%s/agent.sock", dir);
+	snprintf(home, sizeof home, "%s/home", dir);
+	mkdir(home, 0700);
+	setenv("ISOPOD_HOME", home, 1); /* no vm record: exec_stop_vm finds it stopped */
+	return sodium_init() < 0 ? -1 : 0;
+}
+
+/* Its end: the scratch dir removed, the TAP summary's status. */
+static int fake_done(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		ok(0, "cleanup");
+	return tap_done();
 }
 
 /* A session on a fresh fake agent; its pid in *pid. */

@@ -225,28 +225,10 @@ static void test_tree_loud(void)
 
 int main(void)
 {
-	char home[96];
-
-	signal(SIGPIPE, SIG_IGN);
-	progname = "exectree_test";
-	snprintf(dir, sizeof dir, "/tmp/exectree_test.XXXXXX");
-	if (!mkdtemp(dir))
-		return 1;
-	snprintf(sock, sizeof sock, "%s/agent.sock", dir);
-	snprintf(home, sizeof home, "%s/home", dir);
-	mkdir(home, 0700);
-	setenv("ISOPOD_HOME", home, 1); /* no vm record: exec_stop_vm finds it stopped */
-	if (sodium_init() < 0)
+	if (fake_init("exectree_test") < 0)
 		return 1;
 	test_tree();
 	test_tree_bounds();
 	test_tree_loud();
-	{
-		char cmd[128];
-
-		snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-		if (system(cmd) != 0)
-			ok(0, "cleanup");
-	}
-	return tap_done();
+	return fake_done();
 }
