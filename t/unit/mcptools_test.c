@@ -41,10 +41,12 @@ static void call_done(struct call *c)
 		close(c->in_fd);
 }
 
-/* copy_in [{host, guest:/g}] built for c: 0 or -1, the refusal's message in m. */
-static int copy_in(struct server *s, struct call *c, const char *host, char *m, size_t msz)
+/* KEY [{host, guest}] (copy_in or copy_out) built for c: 0 or -1, the
+ * refusal's message in m. */
+static int copy_one(struct server *s, struct call *c, const char *key, const char *host,
+		    const char *guest, char *m, size_t msz)
 {
-	json_t *args = json_pack("{s:[{s:s, s:s}]}", "copy_in", "host", host, "guest", "/g");
+	json_t *args = json_pack("{s:[{s:s, s:s}]}", key, "host", host, "guest", guest);
 	json_t *err = NULL;
 	int r = build_copies(s, c, args, "--copy-in", "--copy-out", &err);
 
@@ -52,6 +54,12 @@ static int copy_in(struct server *s, struct call *c, const char *host, char *m, 
 	json_decref(err);
 	json_decref(args);
 	return r;
+}
+
+/* copy_in [{host, guest:/g}] */
+static int copy_in(struct server *s, struct call *c, const char *host, char *m, size_t msz)
+{
+	return copy_one(s, c, "copy_in", host, "/g", m, msz);
 }
 
 /* Whether directory path holds a file named name. */
@@ -197,17 +205,10 @@ static void test_copy_in(void)
 		fprintf(stderr, "# %s failed\n", p);
 }
 
-/* copy_out [{guest:/g/f, host}] built for c: 0 or -1, the refusal's message in m. */
+/* copy_out [{guest:/g/f, host}] */
 static int copy_out(struct server *s, struct call *c, const char *host, char *m, size_t msz)
 {
-	json_t *args = json_pack("{s:[{s:s, s:s}]}", "copy_out", "host", host, "guest", "/g/f");
-	json_t *err = NULL;
-	int r = build_copies(s, c, args, "--copy-in", "--copy-out", &err);
-
-	snprintf(m, msz, "%s", err ? json_string_value(json_object_get(err, "message")) : "");
-	json_decref(err);
-	json_decref(args);
-	return r;
+	return copy_one(s, c, "copy_out", host, "/g/f", m, msz);
 }
 
 /* A copy_out destination's last component is never followed, a trailing
