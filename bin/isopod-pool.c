@@ -401,6 +401,7 @@ static int hand_out(const char *id, long long owner, const char *idfile, json_t 
 		return refuse(id, "", "unable to create the scratch directory of");
 	if (pathn(p, sizeof p, "%s/boot.json", dir) < 0 || json_write_atomic(p, boot) < 0)
 		return refuse(id, dir, "unable to write boot.json of");
+	test_pause("pool-report"); /* t/52: a SIGTERM here waits for the report */
 	if (printf("%s%s\n", line, dir) < 0 || fflush(stdout) == EOF)
 		return refuse(id, dir, "unable to write to standard output for");
 	return 0;
@@ -412,6 +413,7 @@ static int cmd_take(struct tool *t, long long owner, const char *idfile)
 	json_t *boot = NULL;
 	int64_t t0 = mono_ms();
 	int ofd, got, r;
+	sigset_t held;
 
 	if (t->cold || t->pc.size == 0) {
 		warn("no pooled VM: %s", t->cold ? "a shape the pool does not serve" : "the pool is off (pool_size 0)");
@@ -458,7 +460,19 @@ static int cmd_take(struct tool *t, long long owner, const char *idfile)
 	json_object_del(boot, "build_ms");
 	json_object_set_new(boot, "path", json_string("pool"));
 	json_object_set_new(boot, "pool_key", json_string(t->key));
+	/* From the hand-over to the report, as isopod-claim from its
+	 * directory: the group's SIGTERM (a cancelled isopod-mcp call, a ^C)
+	 * cut in between left the run's scratch directory behind, which its
+	 * front end never learnt of.  It ends us once the report is out (or
+	 * the take refused, its directory removed).  Before the hand-over a
+	 * killed take leaves no directory, and the VM's supervisor stops a
+	 * VM taken and not handed over (pool_take). */
+	if (stop_signals_hold(&held) < 0) {
+		json_decref(boot);
+		return refuse(id, "", "unable to hold signals for");
+	}
 	r = hand_out(id, owner, idfile, boot);
+	stop_signals_release(&held);
 	json_decref(boot);
 	return r;
 }

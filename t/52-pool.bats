@@ -181,6 +181,35 @@ fake_pooled() {
 	[ -z "$(find "$ISOPOD_HOME/runs" -name 'vm-000000000017.*')" ]
 }
 
+@test "pool (no VM): a SIGTERM to the run's group as isopod-pool take reports: the report is finished, the front end removes what it names" {
+	fake_pooled vm-00000000001a 30
+	local pid cpid i d
+	# (setsid in the background: its pid is the group's, the one signalled)
+	ISOPOD_POOL=true ISOPOD_TEST_PAUSE_AT=pool-report setsid "$ISOPOD_SRC/sh/isopod" run --json-only -- true \
+		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
+	pid=$!
+	cpid=
+	for i in $(seq 1 300); do
+		cpid=$(ps -e -o pid=,pgid=,stat=,comm= | awk -v g="$pid" '$2 == g && $3 ~ /^T/ && $4 == "isopod-pool" { print $1 }')
+		[ -z "$cpid" ] || break
+		sleep 0.1
+	done
+	[ -n "$cpid" ]
+	# the take stopped between the run's directory and its report
+	d=$(echo "$ISOPOD_HOME"/runs/vm-00000000001a."$pid".*)
+	[ -d "$d" ]
+	kill -TERM -- "-$pid"
+	kill -CONT "$cpid"
+	wait "$pid" || i=$?
+	cat "$BATS_TEST_TMPDIR/err"
+	[ "$i" -eq 143 ]
+	jq -e '.error_kind == "interrupted"' "$BATS_TEST_TMPDIR/out"
+	[ ! -e "$d" ]
+	# the VM was the run's: its supervisor stops it as the run exits
+	stopped vm-00000000001a 5
+	jq -e '.stopped_by == "owner"' "$ISOPOD_HOME/vms/vm-00000000001a/meta.json"
+}
+
 @test "pool (no VM): modes: pool/, pool/.own, the shape and the owner socket the store owner's alone; a take sends no owner to a socket of another uid (SO_PEERCRED)" {
 	fake_pooled vm-000000000014 30
 	[ "$(stat -c %a "$ISOPOD_HOME/pool")" = 700 ]
