@@ -757,8 +757,13 @@ static void confirm_and_emit(struct boot *bt)
 			bt->ln.h.root[0] ? bt->ln.h.root : "ro");
 	if (!out)
 		die(EX_SYS, "unable to build the output");
-	if (!strcmp(bt->accel, "tcg"))
+	/* TCG's: why, and the TSC rate its guest was told (tsc_early_khz,
+	 * the store's accel/tsc.json; null: none, told 2 GHz) */
+	if (!strcmp(bt->accel, "tcg")) {
 		json_object_set_new(out, "accel_reason", json_string(bt->reason));
+		json_object_set_new(out, "tsc_khz", bt->vm.tsc_khz > 0 ? json_integer(bt->vm.tsc_khz)
+									: json_null());
+	}
 	if (w->resume_ms >= 0)
 		json_object_set_new(out, "resume_ms", json_integer(w->resume_ms));
 	if (w->build_ms >= 0 && bt->resumed && !strcmp(w->path, "snapshot-build"))

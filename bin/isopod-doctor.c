@@ -22,6 +22,7 @@
 #include "qemu.h"
 #include "qjail.h"
 #include "ranges.h"
+#include "tsc.h"
 #include "util.h"
 #include "vm.h"
 #include "warm.h"
@@ -83,6 +84,22 @@ static json_t *kvm_facts(int *usable)
 	}
 	return json_pack("{s:s, s:b, s:b, s:b}", "device", dev, "present", present, "usable", *usable,
 			 "pvm", pvm);
+}
+
+/* The TSC rate a TCG guest is told here (tsc_early_khz): the store's
+ * kept one (accel/tsc.json, lib/tsc.h), never measured by the doctor
+ * (the first TCG boot measures it); null with why when there is none. */
+static json_t *tsc_of(char *why, size_t wsz)
+{
+	long long khz = 0;
+	char w[256];
+
+	if (!tsc_kept(&khz, w, sizeof w))
+		snprintf(why, wsz, "%s%s%s", w[0] ? "accel/tsc.json: " : "not measured yet",
+			 w, w[0] ? "; the next TCG boot measures it again" : ": the first TCG boot measures it");
+	else
+		snprintf(why, wsz, "%s", khz > 0 ? "" : w);
+	return khz > 0 ? json_integer(khz) : json_null();
 }
 
 /* The accelerator a boot gets here, without booting: lib/accel.c's
@@ -512,8 +529,8 @@ static int doctor(const struct cli *c)
 {
 	struct diag d = { .missing = json_array(), .warnings = json_array() };
 	const char *defnet = c->defnet, *shell = c->shell;
-	char libexec[PATH_MAX], err[1024];
-	json_t *kvm, *qemu, *net, *have, *run = NULL, *o, *att, *cg, *pool;
+	char libexec[PATH_MAX], err[1024], tsc_why[512];
+	json_t *kvm, *qemu, *net, *have, *run = NULL, *o, *att, *cg, *pool, *tsc;
 	int usable, run_ok;
 	size_t i;
 
@@ -557,11 +574,14 @@ static int doctor(const struct cli *c)
 			accel_of(&d, json_is_true(json_object_get(kvm, "pvm")));
 	}
 
-	o = json_pack("{s:b, s:s, s:s, s:s?, s:b, s:o, s:o, s:{s:b, s:s?}, s:{s:b, s:s, s:s?},"
+	/* after the run: its boot (TCG) kept the rate */
+	tsc = tsc_of(tsc_why, sizeof tsc_why);
+	o = json_pack("{s:b, s:s, s:s, s:s?, s:b, s:o, s:s?, s:o, s:o, s:{s:b, s:s?}, s:{s:b, s:s, s:s?},"
 		      " s:{s:s?, s:b}, s:s, s:s, s:o, s:o, s:o, s:o, s:O, s:O}",
 		      "ok", json_array_size(d.missing) == 0, "version", ISOPOD_VERSION, "accel",
 		      d.accel, "accel_reason", d.reason[0] ? d.reason : NULL, "accel_probed", d.probed,
-		      "kvm", kvm, "qemu", qemu, "kernel", "present", d.kpresent, "sha256",
+		      "tsc_khz", tsc, "tsc_reason", tsc_why[0] ? tsc_why : NULL, "kvm", kvm, "qemu",
+		      qemu, "kernel", "present", d.kpresent, "sha256",
 		      d.im.ksha[0] ? d.im.ksha : NULL, "base", "present", d.bpresent, "flavor", "base",
 		      "sha256", d.im.bsha[0] ? d.im.bsha : NULL, "shell", "path", shell, "pipefail",
 		      shell != NULL, "home", store_home(), "libexec", libexec, "tools", have, "net",

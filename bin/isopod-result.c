@@ -699,6 +699,9 @@ __attribute__((noreturn)) static void merge(const struct opts *o)
 	else
 		json_object_set_new(r, "path", json_string("cold"));
 	set_if(r, "accel_reason", json_object_get(boot, "accel_reason"));
+	/* TCG's guest's TSC rate: null kept (the host had none to tell it) */
+	if (json_object_get(boot, "tsc_khz"))
+		json_object_set(r, "tsc_khz", json_object_get(boot, "tsc_khz"));
 	set_if(r, "resume_ms", json_object_get(boot, "resume_ms"));
 	set_if(r, "warm_key", json_object_get(boot, "warm_key"));
 	set_if(r, "net", json_object_get(boot, "net"));

@@ -241,13 +241,19 @@ static int kept(const char *path, const char *cpu, long long *khz, char *why, si
 	return ok;
 }
 
-int tsc_kept(long long *khz)
+int tsc_kept(long long *khz, char *why, size_t wsz)
 {
-	char p[PATH_MAX], cpu[160], why[256];
+	char p[PATH_MAX], cpu[160];
 
+	why[0] = 0;
 	tsc_cpu(cpu, sizeof cpu);
-	return pathn(p, sizeof p, "%s/accel/tsc.json", store_home()) == 0 &&
-	       kept(p, cpu, khz, why, sizeof why);
+	if (pathn(p, sizeof p, "%s/accel/tsc.json", store_home()) < 0)
+		return 0;
+	if (kept(p, cpu, khz, why, wsz))
+		return 1;
+	if (!why[0] && access(p, F_OK) == 0)
+		snprintf(why, wsz, "not readable as JSON");
+	return 0;
 }
 
 int tsc_store_khz(long long *khz, char *why, size_t wsz)

@@ -44,8 +44,9 @@ int tsc_cache_ok(const json_t *v, const char *cpu, long long *khz, char *why, si
  * and why when it could not be measured now (the next boot tries again).
  * A failure to keep it is a warning: the rate measured is still used. */
 int tsc_store_khz(long long *khz, char *why, size_t wsz);
-/* The store's kept rate, never measured: 1 with *khz (0: none) when
- * accel/tsc.json is valid for this CPU, else 0 (unknown). */
-int tsc_kept(long long *khz);
+/* The store's kept rate, never measured: 1 with *khz (0: none, why the
+ * kept reason) when accel/tsc.json is valid for this CPU, else 0 (unknown:
+ * why what is wrong with it, "" when there is none). */
+int tsc_kept(long long *khz, char *why, size_t wsz);
 
 #endif

@@ -255,8 +255,9 @@ json_t *warm_orphaned_by(json_t *meta, const char *cur_qemu)
 	{
 		const char *kt = json_string_value(json_object_get(meta, "key_text")), *t;
 		long long now, was = 0;
+		char tw[256];
 
-		if (kt && strstr(kt, "\naccel tcg\n") && tsc_kept(&now)) {
+		if (kt && strstr(kt, "\naccel tcg\n") && tsc_kept(&now, tw, sizeof tw)) {
 			if ((t = strstr(kt, " tsc_early_khz=")) && strstr(kt, " tsc=reliable"))
 				was = strtoll(t + sizeof " tsc_early_khz=" - 1, NULL, 10);
 			if (was != now)

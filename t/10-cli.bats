@@ -458,7 +458,9 @@ doctor_json() {
 	json_is '.tools == ["claim", "boot", "exec", "stop", "gc", "broker"]'
 	json_is '.net.default_mode == "none" and (.net.filtered_slots | type == "number") and (.net.open_slots | type == "number")'
 	json_is '.warnings == [] and (has("run") | not)'
-	[ "$(jq -r 'keys_unsorted | join(",")' <<<"$output")" = ok,version,accel,accel_reason,accel_probed,kvm,qemu,kernel,base,shell,home,libexec,tools,net,cgroup,pool,warnings,missing ]
+	# the store's TSC rate: none kept yet (the doctor never measures it)
+	json_is '.tsc_khz == null and .tsc_reason == "not measured yet: the first TCG boot measures it"'
+	[ "$(jq -r 'keys_unsorted | join(",")' <<<"$output")" = ok,version,accel,accel_reason,accel_probed,tsc_khz,tsc_reason,kvm,qemu,kernel,base,shell,home,libexec,tools,net,cgroup,pool,warnings,missing ]
 	# the version is the front end's
 	# and the protocol lib/frame.h's (the front end keeps no copy of either)
 	proto=$(sed -n 's/^#define ISOPOD_PROTO_NUM \([0-9]*\)$/\1/p' "$ISOPOD_SRC/lib/frame.h")
@@ -498,6 +500,14 @@ doctor_json() {
 	ISOPOD_ACCEL=kvm ISOPOD_KVM_DEV=/nonexistent/kvm doctor_json -111 doctor --quick
 	json_is '.accel == "kvm" and (.accel_reason | contains("unable to open /nonexistent/kvm"))'
 	json_is '.missing | index("kvm(forced-by-ISOPOD_ACCEL:unusable)")'
+	# a kept TSC rate of another CPU is none
+	echo '{"format":1,"tsc_khz":2000000,"cpu":"another","measured":"2026-12-01T00:00:00Z"}' >"$ISOPOD_HOME/accel/tsc.json"
+	ISOPOD_KVM_DEV=/dev/null doctor_json doctor --quick
+	json_is '.tsc_khz == null and .tsc_reason == "accel/tsc.json: measured on another CPU; the next TCG boot measures it again"'
+	echo '{"format":1,' >"$ISOPOD_HOME/accel/tsc.json"
+	ISOPOD_KVM_DEV=/dev/null doctor_json doctor --quick
+	json_is '.tsc_khz == null and .tsc_reason == "accel/tsc.json: not readable as JSON; the next TCG boot measures it again"'
+	rm "$ISOPOD_HOME/accel/tsc.json"
 	# the default mode is the front end's (environment, then config)
 	ISOPOD_NET=open doctor_json doctor --quick
 	json_is '.net.default_mode == "open"'

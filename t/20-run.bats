@@ -27,6 +27,11 @@ isopod() { "$ROOT/sh/isopod" "$@"; }
 	echo "$output" | jq -e '.stderr == "" and .stderr_bytes == 0'
 	echo "$output" | jq -e '.accel == "tcg" or .accel == "kvm"'
 	echo "$output" | jq -e 'if .accel == "tcg" then (.accel_reason | length > 0) else true end'
+	# TCG's guest was told the store's TSC rate (null: the host kept none); KVM's has none
+	local t
+	t=$(cat "$ISOPOD_HOME/accel/tsc.json" 2>/dev/null || echo null)
+	echo "$output" | jq -e --argjson t "$t" \
+		'if .accel == "tcg" then .tsc_khz == ($t.tsc_khz | if . == 0 then null else . end) else has("tsc_khz") | not end'
 	echo "$output" | jq -e '.path == "cold" and (.vm.id | startswith("vm-")) and (.vm.name | length > 0)'
 	echo "$output" | jq -e '.timings.boot_ms > 0 and .timings.exec_ms >= 0 and .timings.total_ms >= .timings.boot_ms'
 	echo "$output" | jq -e '.warnings == [] and .copied_out == []'
@@ -1092,6 +1097,12 @@ EOF
 	echo "$output" | jq -e '.ok == true and .missing == [] and .net.default_mode == "none"'
 	echo "$output" | jq -e '.run.ok == true and .run.exit_code == 0 and (.run.vm.id | startswith("vm-"))'
 	echo "$output" | jq -e '.accel == .run.accel and .kernel.present and .base.present'
+	# the store's TSC rate, as the run's boot kept it (TCG) and its guest was told
+	local t
+	t=$(cat "$ISOPOD_HOME/accel/tsc.json" 2>/dev/null || echo null)
+	echo "$output" | jq -e --argjson t "$t" \
+		'.tsc_khz == ($t.tsc_khz | if . == 0 then null else . end) and (.tsc_khz == null) == (.tsc_reason != null)'
+	echo "$output" | jq -e 'if .run.accel == "tcg" then .run.tsc_khz == .tsc_khz else true end'
 	echo "$output" | jq -e 'if .kvm.usable and (.accel_reason | startswith("forced") | not) then .accel_probed else true end'
 	# a test run that fails (here a front end that is not one) is what is missing
 	run --separate-stderr isopod-doctor --net none --front-end false

@@ -543,6 +543,8 @@ no_headroom() { sed -E 's/\(host headroom[^)]*\)//g' <<<"$1"; }
 	run --separate-stderr isopod run -- hostname
 	[ "$status" -eq 0 ]
 	json_is ".ok == true and .path == \"pool\" and .vm.id == \"$id\""
+	# the filler's boot's TSC rate, the store's (TCG)
+	json_is "if .accel == \"tcg\" then .tsc_khz == $(jq .tsc_khz "$ISOPOD_HOME/accel/tsc.json" 2>/dev/null || echo null) else true end"
 	name=$(jq -r .vm.name <<<"$output")
 	[ "$(jq -r .stdout <<<"$output")" = "$name" ]
 	# the one unlink that was the take: never ready again

@@ -121,7 +121,7 @@ EOF
 	echo "$out" >&2
 	# the man page's members, each with a type (the SDK client checks every answer against it)
 	local m
-	for m in ok error error_kind vm accel accel_reason path resume_ms warm_key exit_code signal timed_out \
+	for m in ok error error_kind vm accel accel_reason tsc_khz path resume_ms warm_key exit_code signal timed_out \
 		stdout stderr stdout_bytes stderr_bytes stdout_truncated stderr_truncated stdout_log stderr_log \
 		copied_in copied_out warnings on commit provenance net egress limits timings; do
 		echo "$out" | jq -e --arg m "$m" '.properties[$m].type != null' >/dev/null ||
