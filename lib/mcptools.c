@@ -635,7 +635,7 @@ static int build_simple(struct server *s, struct call *c, json_t *args, json_t *
 	",\"vm\":{\"type\":\"object\",\"properties\":{\"id\":" STR_OR_NULL ",\"name\":" STR_OR_NULL "}}," \
 	"\"accel\":{\"type\":[\"string\",\"null\"],\"enum\":[\"kvm\",\"tcg\",null]},\"accel_reason\":" STR_OR_NULL "," \
 	"\"tsc_khz\":" INT_OR_NULL "," \
-	"\"path\":{\"type\":\"string\",\"enum\":[\"cold\",\"warm\",\"snapshot-build\"]}," \
+	"\"path\":{\"type\":\"string\",\"enum\":[\"cold\",\"warm\",\"snapshot-build\",\"pool\"]}," \
 	"\"resume_ms\":" INT_OR_NULL ",\"warm_key\":" STR_OR_NULL "," \
 	"\"exit_code\":" INT_OR_NULL ",\"signal\":" INT_OR_NULL ",\"timed_out\":{\"type\":\"boolean\"}," \
 	"\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"}," \

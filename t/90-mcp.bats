@@ -129,6 +129,12 @@ EOF
 	done
 	echo "$out" | jq -e '.required == ["ok"] and .properties.stdout_bytes.type == "integer"
 		and .properties.timings.properties.total_ms.type == ["integer", "null"]'
+	# path's enum is the man page's list (a pooled run's "pool" once missed it)
+	local paths
+	paths=$(sed -n '/^\.It Cm path$/,/^\.It /p' "$ISOPOD_SRC/man/isopod.1" |
+		sed -n 's/^\.Ql \([a-z-]*\).*/\1/p' | jq -R . | jq -sc 'sort')
+	echo "paths: $paths" >&2
+	echo "$out" | jq -e --argjson p "$paths" '($p | length) == 4 and (.properties.path.enum | sort) == $p'
 }
 
 @test "mcp: initialize answers the client's revision when supported, else our newest" {
