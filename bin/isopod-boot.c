@@ -576,9 +576,8 @@ static void prepare_disk(struct boot *bt)
 		bt->w.on = 0;
 	/* A published snapshot of a plain chain carries the empty overlay
 	 * qemu-img made for its build: a copy of it spares a qemu-img run, as
-	 * does the store's template (lib/ovtpl.c) for a cold boot. */
-	/* a forked disk: isopod-fork's record says whether it copied the
-	 * store's template (lib/ovtpl.c) or ran qemu-img */
+	 * does the store's template (lib/ovtpl.c) for a cold boot.  A forked
+	 * disk: isopod-fork's record says whether it copied the template. */
 	if (bt->forked)
 		bt->overlay = strcmp(json_string_value(json_object_get(bt->rec, "overlay")) ?: "",
 				     "template") ? "fork" : "template";

@@ -399,7 +399,8 @@ int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t
 /* overlays/<bsha>-<key>.{qcow2,sha256} (lib/ovtpl.c) whose base,
  * images/base-<bsha>.img, is gone (isopod image rm), and
  * overlays/<st-id>-<key>.* whose layer, stages/<st-id>/layer.qcow2, is
- * (isopod stage rm): no boot or fork can use them.  One {name, bytes} per file onto out.  0, or -1 (too_long). */
+ * (isopod stage rm): no boot or fork can use them.  One {name, bytes}
+ * per file onto out.  0, or -1 (too_long). */
 int prune_overlays(struct gcstore *g, json_t *out)
 {
 	char dir[PATH_MAX], p[PATH_MAX];
@@ -420,7 +421,6 @@ int prune_overlays(struct gcstore *g, json_t *out)
 	while ((de = readdir(d))) {
 		const char *n = de->d_name;
 		long long b = g->reclaimed;
-
 		int r;
 
 		if (hex_span(n) == 64 && n[64] == '-')
