@@ -576,9 +576,11 @@ static void prepare_disk(struct boot *bt)
 		bt->w.on = 0;
 	/* A published snapshot of a plain chain carries the empty overlay
 	 * qemu-img made for its build: a copy of it spares a qemu-img run, as
-	 * does the store's template (lib/ovtpl.c) for a cold boot. */
+	 * does the store's template (lib/ovtpl.c) for a cold boot.  A forked
+	 * disk: isopod-fork's record says whether it copied the template. */
 	if (bt->forked)
-		bt->overlay = "fork";
+		bt->overlay = strcmp(json_string_value(json_object_get(bt->rec, "overlay")) ?: "",
+				     "template") ? "fork" : "template";
 	else if (bt->w.on && blank_copy(&bt->w, bt->in.disk, bt->disk_bytes) == 0)
 		bt->overlay = "snapshot";
 	else

@@ -4,6 +4,8 @@
  * qcow2, the base present), and creates the VM's empty copy-on-write
  * overlay over the stage's top layer.  isopod-boot then boots that disk.
  * O(1): nothing of the chain is copied. */
+#include "image.h"
+#include "ovtpl.h"
 #include "proc.h"
 #include "qjail.h"
 #include "stage.h"
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define USAGE "isopod-fork --vm REF --stage REF"
@@ -52,6 +55,61 @@ static void chain_layers(const char *stid, json_t *layers)
 	}
 }
 
+/* disk, the VM's new empty overlay over backing (a stage's top layer
+ * when stid is not empty, else a base).  What made it: "template" or
+ * "qemu-img".  Dies on failure.  The caller holds the store lock. */
+static const char *new_disk(const char *stid, char *backing, const char *disk)
+{
+	long long vsize = -1;
+	struct stat bst;
+	char tmp[PATH_MAX];
+	char *qa[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-F",
+		      stid[0] ? "qcow2" : "raw", "-b", backing, tmp, NULL};
+	const char *rd[] = { backing };
+	char ierr[DIAG_MAX] = "";
+	int rc;
+
+	/* The store's template of the overlay (lib/ovtpl.c): the very bytes
+	 * the jailed qemu-img made for this layer (or base) and its virtual
+	 * size (a layer's read from its header here), spares the jail and the
+	 * qemu-img.  Without a template that verifies, qemu-img makes the disk
+	 * and the template is kept from it. */
+	if (stid[0])
+		vsize = qcow2_size(backing);
+	else if (stat(backing, &bst) == 0)
+		vsize = (long long)bst.st_size; /* a base is raw: its size */
+	if (vsize >= 0 && overlay_copy(backing, disk, vsize))
+		return "template";
+	/* create -b opens the backing chain (its size): stage layers
+	 * jailed QEMUs wrote, so in qemu-img's jail (lib/qjail.c).  It
+	 * writes a staging name, renamed once qemu-img gave it back: a
+	 * fork killed meanwhile leaves a file the jail's group may write
+	 * (and no disk.qcow2 that a second fork would refuse), which
+	 * isopod-gc removes as it does every staging file. */
+	pathf(tmp, sizeof tmp, "%s.tmp.%ld", disk, (long)getpid());
+	/* ours, new: a file already there (planted) is never the one
+	 * handed over and renamed into place */
+	if ((rc = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+		die(EX_SYS, "unable to create %s:", tmp);
+	close(rc);
+	rc = qjail_img(&(struct qimg_req){ .av = qa, .reads = rd, .nreads = 1, .chain = 1,
+					   .writes = tmp, .outfd = PROC_NULL,
+					   .errfd = PROC_INHERIT },
+		       ierr, sizeof ierr);
+	if (rc != 0 || rename(tmp, disk) < 0) {
+		int e = errno;
+
+		unlink(tmp);
+		errno = e;
+		if (rc == 0)
+			die(EX_SYS, "unable to rename %s to %s:", tmp, disk);
+		die(EX_SYS, "qemu-img create %s failed%s%s", disk, rc < 0 ? ": " : "", ierr);
+	}
+	if (vsize >= 0)
+		overlay_keep(backing, disk, vsize);
+	return "qemu-img";
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {{"vm", required_argument, 0, 'v'},
@@ -62,6 +120,7 @@ int main(int argc, char **argv)
 	char stid[64] = "", sha[65], backing[PATH_MAX], disk[PATH_MAX], id[VM_ID_SZ], why[512];
 	json_t *m = NULL, *vm, *layers, *out, *base;
 	char serr[DIAG_MAX];
+	const char *made;
 	int ch, depth = 0, r, lk;
 	int64_t t0 = mono_ms();
 
@@ -122,48 +181,15 @@ int main(int argc, char **argv)
 	pathf(disk, sizeof disk, "%s/vms/%s/disk.qcow2", store_home(), vmid);
 	if (access(disk, F_OK) == 0)
 		die(EX_CONFLICT, "vm %s already has a disk", vmid);
-	{
-		/* create -b opens the backing chain (its size): stage layers
-		 * jailed QEMUs wrote, so in qemu-img's jail (lib/qjail.c).  It
-		 * writes a staging name, renamed once qemu-img gave it back: a
-		 * fork killed meanwhile leaves a file the jail's group may write
-		 * (and no disk.qcow2 that a second fork would refuse), which
-		 * isopod-gc removes as it does every staging file. */
-		char tmp[PATH_MAX];
-		char *qa[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-F",
-			      stid[0] ? "qcow2" : "raw", "-b", backing, tmp, NULL};
-		const char *rd[] = { backing };
-		char ierr[DIAG_MAX] = "";
-		int rc;
-
-		pathf(tmp, sizeof tmp, "%s.tmp.%ld", disk, (long)getpid());
-		/* ours, new: a file already there (planted) is never the one
-		 * handed over and renamed into place */
-		if ((rc = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
-			die(EX_SYS, "unable to create %s:", tmp);
-		close(rc);
-		rc = qjail_img(&(struct qimg_req){ .av = qa, .reads = rd, .nreads = 1, .chain = 1,
-						   .writes = tmp, .outfd = PROC_NULL,
-						   .errfd = PROC_INHERIT },
-			       ierr, sizeof ierr);
-		if (rc != 0 || rename(tmp, disk) < 0) {
-			int e = errno;
-
-			unlink(tmp);
-			errno = e;
-			if (rc == 0)
-				die(EX_SYS, "unable to rename %s to %s:", tmp, disk);
-			die(EX_SYS, "qemu-img create %s failed%s%s", disk, rc < 0 ? ": " : "", ierr);
-		}
-	}
+	made = new_disk(stid, backing, disk);
 	test_pause("fork-created");
 	base = json_pack("{s:s, s:s}", "flavor", flavor, "sha256", bsha);
 	/* The VM record learns what it runs on: boot reads it, commit
 	 * records it as the new stage's parent. */
 	{
-		json_t *set = json_pack("{s:o, s:O, s:O, s:i}", "stage",
+		json_t *set = json_pack("{s:o, s:O, s:O, s:i, s:s}", "stage",
 					stid[0] ? json_string(stid) : json_null(), "base", base,
-					"layers", layers, "depth", depth);
+					"layers", layers, "depth", depth, "overlay", made);
 
 		if (!set || vm_meta_update(vmid, NULL, set) < 0) {
 			if (errno == ENOENT)
@@ -190,6 +216,7 @@ int main(int argc, char **argv)
 				    : json_null());
 	json_object_set_new(out, "base", base);
 	json_object_set_new(out, "layers", layers);
+	json_object_set_new(out, "overlay", json_string(made));
 	json_object_set_new(out, "fork_ms", json_integer(mono_ms() - t0));
 	json_emit(out);
 	return 0;

@@ -397,8 +397,10 @@ int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t
 }
 
 /* overlays/<bsha>-<key>.{qcow2,sha256} (lib/ovtpl.c) whose base,
- * images/base-<bsha>.img, is gone (isopod image rm): no boot can use
- * them.  One {name, bytes} per file onto out.  0, or -1 (too_long). */
+ * images/base-<bsha>.img, is gone (isopod image rm), and
+ * overlays/<st-id>-<key>.* whose layer, stages/<st-id>/layer.qcow2, is
+ * (isopod stage rm): no boot or fork can use them.  One {name, bytes}
+ * per file onto out.  0, or -1 (too_long). */
 int prune_overlays(struct gcstore *g, json_t *out)
 {
 	char dir[PATH_MAX], p[PATH_MAX];
@@ -419,10 +421,15 @@ int prune_overlays(struct gcstore *g, json_t *out)
 	while ((de = readdir(d))) {
 		const char *n = de->d_name;
 		long long b = g->reclaimed;
+		int r;
 
-		if (hex_span(n) != 64 || n[64] != '-' ||
-		    pathn(p, sizeof p, "%s/images/base-%.64s.img", store_home(), n) < 0 ||
-		    access(p, F_OK) == 0 || errno != ENOENT)
+		if (hex_span(n) == 64 && n[64] == '-')
+			r = pathn(p, sizeof p, "%s/images/base-%.64s.img", store_home(), n);
+		else if (!strncmp(n, "st-", 3) && hex_span(n + 3) == 12 && n[15] == '-')
+			r = pathn(p, sizeof p, "%s/stages/%.15s/layer.qcow2", store_home(), n);
+		else
+			continue;
+		if (r < 0 || access(p, F_OK) == 0 || errno != ENOENT)
 			continue;
 		if (pathn(p, sizeof p, "%s/%s", dir, n) < 0) {
 			closedir(d);

@@ -69,7 +69,8 @@ int warm_evict(struct gcstore *g, long long budget, const struct rec *recs, size
 	       json_t *swept, json_t *evicted, long long *total);
 int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t *swept,
 		  json_t *out);
-/* The overlay templates (lib/ovtpl.h) of bases no longer in images/. */
+/* The overlay templates (lib/ovtpl.h) of bases no longer in images/ and
+ * of stages' layers no longer in stages/. */
 int prune_overlays(struct gcstore *g, json_t *out);
 json_t *store_usage(struct gcstore *g);
 int cache_sweep(struct gcstore *g, long long grace, json_t *out, json_t *busy);

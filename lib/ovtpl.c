@@ -29,11 +29,12 @@ static unsigned long long be(const unsigned char *p, int n)
 	return v;
 }
 
-int overlay_header_is(const unsigned char *buf, size_t n, const char *base, long long bytes)
+int overlay_header_is(const unsigned char *buf, size_t n, const char *base, const char *fmt,
+		      long long bytes)
 {
 	unsigned long long boff, bsz, l1n, l1off, off, hlen;
-	size_t blen = strlen(base);
-	int fmt = 0;
+	size_t blen = strlen(base), flen = strlen(fmt);
+	int fmt_ok = 0;
 
 	if (n < 104 || memcmp(buf, "QFI\xfb", 4) || be(buf + 4, 4) != 3 || bytes < 0 ||
 	    be(buf + 24, 8) != (unsigned long long)bytes || be(buf + 32, 4) /* encrypted */ ||
@@ -46,7 +47,8 @@ int overlay_header_is(const unsigned char *buf, size_t n, const char *base, long
 	    hlen < 104 || hlen % 8 || hlen > boff)
 		return 0;
 	/* the extensions, between the header and the backing name: the
-	 * format must be raw (no header of the base is ever parsed) */
+	 * format must be the backing file's (raw: no header of a base is
+	 * ever parsed; qcow2: a stage's layer, parsed by a jailed QEMU) */
 	for (off = hlen; off + 8 <= boff;) {
 		unsigned long long type = be(buf + off, 4), len = be(buf + off + 4, 4);
 
@@ -55,13 +57,13 @@ int overlay_header_is(const unsigned char *buf, size_t n, const char *base, long
 		if (len > boff - off - 8)
 			return 0;
 		if (type == EXT_BACKING_FMT)
-			fmt = len == 3 && !memcmp(buf + off + 8, "raw", 3);
+			fmt_ok = len == flen && !memcmp(buf + off + 8, fmt, flen);
 		off += 8 + ((len + 7) & ~7ULL);
 	}
 	/* empty: an L1 table of zeros, wholly in the file */
 	l1n = be(buf + 36, 4);
 	l1off = be(buf + 40, 8);
-	if (!fmt || l1off > n || (n - l1off) / 8 < l1n)
+	if (!fmt_ok || l1off > n || (n - l1off) / 8 < l1n)
 		return 0;
 	for (unsigned long long i = 0; i < l1n * 8; i++)
 		if (buf[l1off + i])
@@ -82,29 +84,62 @@ static int ident(const char *path, char *out, size_t sz)
 	return 0;
 }
 
-int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, char *sha,
-		     size_t ssz)
+/* The template's name prefix and the backing format of a backing file,
+ * both from its place in the store: images/base-<sha>.img is a base (raw,
+ * prefix <sha>), stages/<st-id>/layer.qcow2 a stage's top layer (qcow2,
+ * prefix <st-id>).  The format never comes from the caller: a layer's
+ * template always says qcow2, a base's raw.  0, or -1 for any other. */
+static int backing_kind(const char *backing, char *pre, size_t psz, const char **fmt)
 {
-	const char *b = strrchr(base, '/');
-	char img[PATH_MAX], bid[128], iid[128], key[65];
+	const char *b = strrchr(backing, '/'), *d;
+
+	if (!b || b == backing)
+		return -1;
+	b++;
+	if (!strncmp(b, "base-", 5) && hex_span(b + 5) == 64 && !strcmp(b + 69, ".img")) {
+		*fmt = "raw";
+		return snprintf(pre, psz, "%.64s", b + 5) == 64 ? 0 : -1;
+	}
+	/* the layer's directory: "st-" and 12 hex digits */
+	for (d = b - 1; d > backing && d[-1] != '/'; d--)
+		;
+	if (strcmp(b, "layer.qcow2") || b - 1 - d != 15 || strncmp(d, "st-", 3) ||
+	    hex_span(d + 3) != 12)
+		return -1;
+	*fmt = "qcow2";
+	return snprintf(pre, psz, "%.15s", d) == 15 ? 0 : -1;
+}
+
+/* overlay_tpl_path, with the backing format (static, never NULL on 0). */
+static int tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, char *sha,
+		    size_t ssz, const char **fmt)
+{
+	char img[PATH_MAX], bid[128], iid[128], key[65], pre[65];
 	char *in = NULL;
 	int n;
 
-	b = b ? b + 1 : base;
-	if (strncmp(b, "base-", 5) || hex_span(b + 5) != 64 || strcmp(b + 69, ".img") ||
+	if (backing_kind(base, pre, sizeof pre, fmt) < 0 ||
 	    proc_path_find("qemu-img", img, sizeof img) < 0 || ident(base, bid, sizeof bid) < 0 ||
 	    ident(img, iid, sizeof iid) < 0)
 		return -1;
-	n = asprintf(&in, "isopod overlay template 1\n%s\n%s\n%lld\nraw\n%s\n%s\n", base, bid, bytes,
-		     img, iid);
+	n = asprintf(&in, "isopod overlay template 1\n%s\n%s\n%lld\n%s\n%s\n%s\n", base, bid,
+		     bytes, *fmt, img, iid);
 	if (n < 0)
 		return -1;
 	sha256_hex(in, (size_t)n, key);
 	free(in);
-	if (pathn(tpl, tsz, "%s/overlays/%.64s-%.32s.qcow2", store_home(), b + 5, key) < 0 ||
-	    (sha && pathn(sha, ssz, "%s/overlays/%.64s-%.32s.sha256", store_home(), b + 5, key) < 0))
+	if (pathn(tpl, tsz, "%s/overlays/%s-%.32s.qcow2", store_home(), pre, key) < 0 ||
+	    (sha && pathn(sha, ssz, "%s/overlays/%s-%.32s.sha256", store_home(), pre, key) < 0))
 		return -1;
 	return 0;
+}
+
+int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, char *sha,
+		     size_t ssz)
+{
+	const char *fmt;
+
+	return tpl_path(base, bytes, tpl, tsz, sha, ssz, &fmt);
 }
 
 /* Read a small regular file whole (at most max bytes).  Its bytes
@@ -143,7 +178,7 @@ out:
 /* The template's bytes when they verify (its digest, its header), else
  * NULL. */
 static unsigned char *tpl_load(const char *tpl, const char *shap, const char *base,
-			       long long bytes, size_t *n)
+			       const char *fmt, long long bytes, size_t *n)
 {
 	char want[80], got[65];
 	unsigned char *buf;
@@ -159,7 +194,7 @@ static unsigned char *tpl_load(const char *tpl, const char *shap, const char *ba
 	    !(buf = slurp(tpl, TPL_MAX, n)))
 		return NULL;
 	sha256_hex(buf, *n, got);
-	if (strcmp(got, want) || !overlay_header_is(buf, *n, base, bytes)) {
+	if (strcmp(got, want) || !overlay_header_is(buf, *n, base, fmt, bytes)) {
 		free(buf);
 		return NULL;
 	}
@@ -190,19 +225,34 @@ static int put(const char *disk, const unsigned char *buf, size_t n)
 	return 0;
 }
 
-/* The overlay qemu-img just made (disk) as the template: its bytes, then
- * their digest.  Quiet: without it the next boot runs qemu-img again. */
-static void tpl_save(const char *disk, const char *tpl, const char *shap, const char *base,
-		     long long bytes)
+int overlay_copy(const char *base, const char *disk, long long bytes)
 {
-	char dir[PATH_MAX], sha[66];
+	char tpl[PATH_MAX], shap[PATH_MAX];
+	const char *fmt;
+	unsigned char *buf;
+	size_t n;
+	int r;
+
+	if (tpl_path(base, bytes, tpl, sizeof tpl, shap, sizeof shap, &fmt) < 0 ||
+	    !(buf = tpl_load(tpl, shap, base, fmt, bytes, &n)))
+		return 0;
+	r = put(disk, buf, n);
+	free(buf);
+	return r == 0;
+}
+
+void overlay_keep(const char *base, const char *disk, long long bytes)
+{
+	char dir[PATH_MAX], tpl[PATH_MAX], shap[PATH_MAX], sha[66];
+	const char *fmt;
 	unsigned char *buf;
 	size_t n;
 
-	if (!(buf = slurp(disk, TPL_MAX, &n)))
+	if (tpl_path(base, bytes, tpl, sizeof tpl, shap, sizeof shap, &fmt) < 0 ||
+	    !(buf = slurp(disk, TPL_MAX, &n)))
 		return;
 	/* only what this code would accept: no template that is never used */
-	if (overlay_header_is(buf, n, base, bytes) &&
+	if (overlay_header_is(buf, n, base, fmt, bytes) &&
 	    pathn(dir, sizeof dir, "%s/overlays", store_home()) == 0 &&
 	    (mkdir(dir, 0700) == 0 || errno == EEXIST) && atomic_write(tpl, buf, n, 0600) == 0) {
 		sha256_hex(buf, n, sha);
@@ -214,21 +264,10 @@ static void tpl_save(const char *disk, const char *tpl, const char *shap, const 
 
 int overlay_new(const char *base, const char *disk, long long bytes, char *err, size_t errsz)
 {
-	char tpl[PATH_MAX], shap[PATH_MAX];
-	unsigned char *buf;
-	size_t n;
-	int have = overlay_tpl_path(base, bytes, tpl, sizeof tpl, shap, sizeof shap) == 0;
-
-	if (have && (buf = tpl_load(tpl, shap, base, bytes, &n))) {
-		int r = put(disk, buf, n);
-
-		free(buf);
-		if (r == 0)
-			return 1;
-	}
+	if (overlay_copy(base, disk, bytes))
+		return 1;
 	if (qemu_img_overlay(base, disk, bytes, err, errsz) < 0)
 		return -1;
-	if (have)
-		tpl_save(disk, tpl, shap, base, bytes);
+	overlay_keep(base, disk, bytes);
 	return 0;
 }

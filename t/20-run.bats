@@ -603,11 +603,6 @@ fill_checked() {
 	fill_checked
 }
 
-# The overlay a cold boot's record says made its disk (lib/ovtpl.c).
-overlay_of() {
-	jq -r .overlay "$ISOPOD_HOME/vms/$(jq -r .vm.id <<<"$output")/meta.json"
-}
-
 @test "run: a cold boot's disk is the store's overlay template copied, qemu-img's very bytes; an altered, truncated or foreign template is never used" {
 	bsha=$(cat "$ISOPOD_HOME/images/current-base")
 	base="$ISOPOD_HOME/images/base-$bsha.img"

@@ -617,6 +617,77 @@ fork_on() {
 	isopod stage rm "$st" >/dev/null
 }
 
+# fork_disk_is REF: the disk isopod-fork made for the fork in $output is
+# REF's bytes; the fork's VM removed
+fork_disk_is() {
+	local vm
+	vm=$(jq -er .vm.id <<<"$output")
+	cmp "$ISOPOD_HOME/vms/$vm/disk.qcow2" "$1"
+	isopod vm rm "$vm" >/dev/null
+}
+
+@test "fork: a stage run's disk is the layer's overlay template the second time, qemu-img's very bytes; an altered or another layer's template is refused and made again; gc drops it with the stage" {
+	local st st2 layer tpl v ref="$BATS_TEST_TMPDIR/ref.qcow2"
+	st=$(isopod run --json-only --commit-as tpl-a -- true | jq -er .commit.stage.id)
+	st2=$(isopod run --json-only --commit-as tpl-b -- true | jq -er .commit.stage.id)
+	layer="$ISOPOD_HOME/stages/$st/layer.qcow2"
+	run --separate-stderr isopod run --json-only --cold --stage "$st" -- true
+	[ "$status" -eq 0 ]
+	echo "overlay: $(overlay_of)"
+	[ "$(overlay_of)" = fork ]
+	tpl=$(echo "$ISOPOD_HOME/overlays/$st"-*.qcow2)
+	[ -f "$tpl" ]
+	[ -f "${tpl%.qcow2}.sha256" ]
+	# what qemu-img makes for a fork on this layer: its absolute path,
+	# qcow2, its virtual size
+	qemu-img create -q -f qcow2 -F qcow2 -b "$layer" "$ref"
+	cmp "$tpl" "$ref"
+	qemu-img info -U --output=json "$tpl" | jq -e --arg b "$layer" \
+		'."backing-filename" == $b and ."backing-filename-format" == "qcow2"'
+	run --separate-stderr isopod run --json-only --cold --stage "$st" -- echo ok
+	[ "$status" -eq 0 ]
+	[ "$(jq -r .stdout <<<"$output")" = ok ]
+	[ "$(overlay_of)" = template ]
+	fork_on "$st"
+	[ "$status" -eq 0 ]
+	jq -e '.overlay == "template"' <<<"$output"
+	fork_disk_is "$ref"
+	# one byte of its refcount table altered: refused, qemu-img's disk,
+	# the template made again
+	printf 'X' | dd of="$tpl" bs=1 seek=70000 conv=notrunc status=none
+	fork_on "$st"
+	[ "$status" -eq 0 ]
+	jq -e '.overlay == "qemu-img"' <<<"$output"
+	fork_disk_is "$ref"
+	cmp "$tpl" "$ref"
+	# another layer's template, its digest with it, under this one's name
+	fork_on "$st2"
+	isopod vm rm "$(jq -er .vm.id <<<"$output")" >/dev/null
+	fork_on "$st2"
+	jq -e '.overlay == "template"' <<<"$output"
+	isopod vm rm "$(jq -er .vm.id <<<"$output")" >/dev/null
+	cp "$(echo "$ISOPOD_HOME/overlays/$st2"-*.qcow2)" "$tpl"
+	cp "$(echo "$ISOPOD_HOME/overlays/$st2"-*.sha256)" "${tpl%.qcow2}.sha256"
+	fork_on "$st"
+	[ "$status" -eq 0 ]
+	jq -e '.overlay == "qemu-img"' <<<"$output"
+	fork_disk_is "$ref"
+	cmp "$tpl" "$ref"
+	isopod df | jq -e '.usage.overlays > 0'
+	# the stage removed: gc drops its template, keeps the other layer's
+	for v in "$ISOPOD_HOME"/vms/vm-*; do
+		[ "$(jq -r .stage "$v/meta.json")" != "$st" ] || isopod vm rm "$(basename "$v")" >/dev/null
+	done
+	isopod stage rm "$st" >/dev/null
+	run --separate-stderr isopod-gc --keep-last 1000 --older-than 1d
+	[ "$status" -eq 0 ]
+	jq -e --arg n "$(basename "$tpl")" '[.overlays_removed[] | select(.name == $n)] | length == 1' <<<"$output"
+	[ ! -e "$tpl" ]
+	[ ! -e "${tpl%.qcow2}.sha256" ]
+	ls "$ISOPOD_HOME/overlays/$st2"-*.qcow2
+	isopod stage rm "$st2" >/dev/null
+}
+
 # A stage flattened as isopod did before 23ffd0a (qemu-img convert -B, which
 # kept only the top layer's clusters), its meta.json as that flatten wrote
 # it and sealed: the seal holds, so only the comparison with the chain it

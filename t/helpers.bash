@@ -364,3 +364,9 @@ gc_clean() {
 	out=$(isopod gc --dry-run) || { echo "isopod gc --dry-run failed: $out" >&2; return 1; }
 	jq -e '.leaked == []' >/dev/null <<<"$out" || { echo "leaked: $(jq -c .leaked <<<"$out")" >&2; return 1; }
 }
+
+# The overlay a run's record says made its disk (lib/ovtpl.c: template,
+# qemu-img, snapshot, fork), the run's JSON in $output.
+overlay_of() {
+	jq -r .overlay "$ISOPOD_HOME/vms/$(jq -r .vm.id <<<"$output")/meta.json"
+}

@@ -99,7 +99,11 @@ int main(void)
 		struct gcstore w = { .trash_fd = -1 };
 		static const char *const files[] = { "images/base-" HA ".img", "overlays/" HA "-k.qcow2",
 						     "overlays/" HA "-k.sha256", "overlays/" HB "-k.qcow2",
-						     "overlays/" HB "-k.sha256", "overlays/other", NULL };
+						     "overlays/" HB "-k.sha256", "overlays/other",
+						     "stages/st-aaaaaaaaaaaa/layer.qcow2",
+						     "overlays/st-aaaaaaaaaaaa-k.qcow2",
+						     "overlays/st-bbbbbbbbbbbb-k.qcow2",
+						     "overlays/st-bbbbbbbbbbbb-k.sha256", NULL };
 		json_t *gone = json_array();
 		char p[PATH_MAX];
 
@@ -107,22 +111,34 @@ int main(void)
 		mkdir(p, 0700);
 		pathf(p, sizeof p, "%s/overlays", home);
 		mkdir(p, 0700);
+		pathf(p, sizeof p, "%s/stages", home);
+		mkdir(p, 0700);
+		pathf(p, sizeof p, "%s/stages/st-aaaaaaaaaaaa", home);
+		mkdir(p, 0700);
 		for (const char *const *f = files; *f; f++) {
 			pathf(p, sizeof p, "%s/%s", home, *f);
 			close(open(p, O_WRONLY | O_CREAT, 0600));
 		}
-		ok(prune_overlays(&w, gone) == 0 && json_array_size(gone) == 2,
-		   "prune_overlays: the two files of the base that is gone");
+		ok(prune_overlays(&w, gone) == 0 && json_array_size(gone) == 4,
+		   "prune_overlays: the two files of the base that is gone, two of the stage's layer");
 		pathf(p, sizeof p, "%s/overlays/" HB "-k.qcow2", home);
 		ok(access(p, F_OK) < 0, "... removed");
 		pathf(p, sizeof p, "%s/overlays/" HA "-k.qcow2", home);
 		ok(access(p, F_OK) == 0, "... those of a base still there kept");
 		pathf(p, sizeof p, "%s/overlays/other", home);
 		ok(access(p, F_OK) == 0, "... and a name not a template's kept");
+		pathf(p, sizeof p, "%s/overlays/st-bbbbbbbbbbbb-k.sha256", home);
+		ok(access(p, F_OK) < 0, "... a stage's whose layer is gone removed");
+		pathf(p, sizeof p, "%s/overlays/st-aaaaaaaaaaaa-k.qcow2", home);
+		ok(access(p, F_OK) == 0, "... one whose layer is there kept");
 		for (const char *const *f = files; *f; f++) {
 			pathf(p, sizeof p, "%s/%s", home, *f);
 			unlink(p);
 		}
+		pathf(p, sizeof p, "%s/stages/st-aaaaaaaaaaaa", home);
+		rmdir(p);
+		pathf(p, sizeof p, "%s/stages", home);
+		rmdir(p);
 		pathf(p, sizeof p, "%s/overlays", home);
 		rmdir(p);
 		/* overlays/ a link to another directory (root's gc on a user's
@@ -136,7 +152,7 @@ int main(void)
 			close(open(p, O_WRONLY | O_CREAT, 0600));
 			pathf(p, sizeof p, "%s/overlays", home);
 			ok(symlink(victim, p) == 0, "overlays/ a symlink to another directory");
-			ok(prune_overlays(&w, gone) == 0 && json_array_size(gone) == 2,
+			ok(prune_overlays(&w, gone) == 0 && json_array_size(gone) == 4,
 			   "prune_overlays: a symlinked overlays/ is not swept");
 			unlink(p);
 			pathf(p, sizeof p, "%s/" HB "-k.qcow2", victim);

@@ -65,6 +65,94 @@ static void put_file(const char *p, const void *d, size_t n)
 		close(fd);
 }
 
+/* qemu-img run by the shell: a layer, or a fork's overlay over one. */
+static int img(const char *fmt, const char *a, const char *b)
+{
+	char cmd[3 * PATH_MAX];
+
+	snprintf(cmd, sizeof cmd, fmt, a, b);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+#define LSIZE (64LL << 20)
+#define FORK "qemu-img create -q -f qcow2 -F qcow2 -b '%s' '%s'"
+
+/* A stage's top layer as the backing file (isopod-fork): qcow2, its
+ * template under the stage's id, keyed to the layer's identity, the bytes
+ * of qemu-img's overlay; another layer's, an altered one, refused. */
+static void stage_layers(void)
+{
+	char st[PATH_MAX], layer[PATH_MAX], layer2[PATH_MAX], tpl[PATH_MAX], shap[PATH_MAX],
+		t2[PATH_MAX], s2[PATH_MAX], sref[PATH_MAX];
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_sec = 1000000000 } };
+	unsigned char *b;
+	size_t n;
+
+	pathf(st, sizeof st, "%s/stages", home);
+	mkdir(st, 0700);
+	pathf(layer, sizeof layer, "%s/stages/st-0123456789ab", home);
+	mkdir(layer, 0700);
+	pathf(layer2, sizeof layer2, "%s/stages/st-ba9876543210", home);
+	mkdir(layer2, 0700);
+	pathf(layer, sizeof layer, "%s/stages/st-0123456789ab/layer.qcow2", home);
+	pathf(layer2, sizeof layer2, "%s/stages/st-ba9876543210/layer.qcow2", home);
+	pathf(sref, sizeof sref, "%s/sref.qcow2", home);
+	ok(img("qemu-img create -q -f qcow2 '%s' 64M%s", layer, "") == 0 &&
+		   img("qemu-img create -q -f qcow2 '%s' 64M%s", layer2, "") == 0,
+	   "two stage layers (qcow2)");
+	ok(overlay_tpl_path(layer, LSIZE, tpl, sizeof tpl, shap, sizeof shap) == 0 &&
+		   strstr(tpl, "/overlays/st-0123456789ab-"),
+	   "a layer's template: overlays/<st-id>-<key>.qcow2");
+	ok(overlay_tpl_path("/s/stages/st-0123456789a/layer.qcow2", LSIZE, t2, sizeof t2, NULL,
+			    0) < 0 &&
+		   overlay_tpl_path("/s/stages/st-0123456789ab/disk.qcow2", LSIZE, t2, sizeof t2,
+				    NULL, 0) < 0 &&
+		   overlay_tpl_path("layer.qcow2", LSIZE, t2, sizeof t2, NULL, 0) < 0,
+	   "none for a path that is not stages/<st-id>/layer.qcow2");
+	overlay_tpl_path(layer2, LSIZE, t2, sizeof t2, s2, sizeof s2);
+	ok(strcmp(tpl, t2), "another layer, another template");
+	ok(overlay_copy(layer, disk, LSIZE) == 0, "no template yet: nothing copied");
+	unlink(disk);
+	unlink(sref);
+	ok(img(FORK, layer, sref) == 0 && img(FORK, layer, disk) == 0, "qemu-img's fork overlay");
+	b = bytes_of(sref, &n);
+	ok(b && overlay_header_is(b, n, layer, "qcow2", LSIZE) &&
+		   !overlay_header_is(b, n, layer, "raw", LSIZE) &&
+		   !overlay_header_is(b, n, layer2, "qcow2", LSIZE),
+	   "its header: this layer, qcow2 (not raw, not another layer)");
+	free(b);
+	overlay_keep(layer, disk, LSIZE);
+	ok(same(tpl, sref), "kept as the layer's template, qemu-img's bytes");
+	unlink(disk);
+	ok(overlay_copy(layer, disk, LSIZE) == 1 && same(disk, sref),
+	   "the next fork's disk is the template's copy, byte for byte qemu-img's");
+	flip(tpl, 70000);
+	unlink(disk);
+	ok(overlay_copy(layer, disk, LSIZE) == 0 && access(disk, F_OK) < 0,
+	   "refused: a byte of the layer's template altered");
+	/* another layer's template, digest and all, under this layer's name */
+	unlink(disk);
+	if (img(FORK, layer2, disk) == 0)
+		overlay_keep(layer2, disk, LSIZE);
+	if ((b = bytes_of(t2, &n))) {
+		put_file(tpl, b, n);
+		free(b);
+	}
+	if ((b = bytes_of(s2, &n))) {
+		put_file(shap, b, n);
+		free(b);
+	}
+	unlink(disk);
+	ok(access(t2, F_OK) == 0 && overlay_copy(layer, disk, LSIZE) == 0,
+	   "refused: another layer's template under this layer's name");
+	ok(overlay_copy(layer2, disk, LSIZE) == 1, "... which serves its own layer");
+	unlink(disk);
+	/* the layer replaced (its mtime): the key is another */
+	ok(utimensat(AT_FDCWD, layer, ts, 0) == 0 &&
+		   overlay_tpl_path(layer, LSIZE, t2, sizeof t2, NULL, 0) == 0 && strcmp(tpl, t2),
+	   "the layer's identity changed: another template");
+}
+
 int main(void)
 {
 	char tpl[PATH_MAX], shap[PATH_MAX], tpl2[PATH_MAX], err[512], img[PATH_MAX];
@@ -114,10 +202,10 @@ int main(void)
 		ok(stat(disk, &st) == 0 && (st.st_mode & 07777) == 0600, "0600, as qemu-img's under 077");
 	}
 	buf = bytes_of(ref, &n);
-	ok(buf && overlay_header_is(buf, n, base, GIB2), "qemu-img's header passes");
-	ok(buf && !overlay_header_is(buf, n, base, GIB2 + 512), "not for another size");
-	ok(buf && !overlay_header_is(buf, n, base2, GIB2), "not for another base");
-	ok(buf && !overlay_header_is(buf, n - 1, base, GIB2) && !overlay_header_is(buf, 100, base, GIB2),
+	ok(buf && overlay_header_is(buf, n, base, "raw", GIB2), "qemu-img's header passes");
+	ok(buf && !overlay_header_is(buf, n, base, "raw", GIB2 + 512), "not for another size");
+	ok(buf && !overlay_header_is(buf, n, base2, "raw", GIB2), "not for another base");
+	ok(buf && !overlay_header_is(buf, n - 1, base, "raw", GIB2) && !overlay_header_is(buf, 100, base, "raw", GIB2),
 	   "not truncated");
 	if (buf) {
 		unsigned char *m = malloc(n);
@@ -126,14 +214,14 @@ int main(void)
 
 		memcpy(m, buf, n);
 		m[l1 + 3] = 1;
-		ok(!overlay_header_is(m, n, base, GIB2), "not with an L1 entry (not empty)");
+		ok(!overlay_header_is(m, n, base, "raw", GIB2), "not with an L1 entry (not empty)");
 		memcpy(m, buf, n);
 		m[79] |= 1;
-		ok(!overlay_header_is(m, n, base, GIB2), "not dirty");
+		ok(!overlay_header_is(m, n, base, "raw", GIB2), "not dirty");
 		memcpy(m, buf, n);
 		if (raw)
 			m[raw - buf + 2] = 'x';
-		ok(raw && !overlay_header_is(m, n, base, GIB2), "not another backing format");
+		ok(raw && !overlay_header_is(m, n, base, "raw", GIB2), "not another backing format");
 		free(m);
 	}
 
@@ -199,6 +287,7 @@ int main(void)
 		   "... and the template is made again, then used");
 	}
 	free(buf);
+	stage_layers();
 	ok(overlay_new(base, "/nonexistent/dir/disk.qcow2", GIB2, err, sizeof err) < 0 &&
 		   strstr(err, "qemu-img"),
 	   "a disk that cannot be written: qemu-img's failure, reported");
