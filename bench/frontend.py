@@ -1,92 +1,156 @@
 #!/usr/bin/env python3
-"""bench/frontend.py TRACE - the front end's own cost in one `isopod run`.
+"""bench/frontend.py - the front end's own cost in one `isopod run`.
 
-TRACE is what `strace -f -q -ttt -e trace=execve,fork,vfork,clone,clone3
--e signal=none -o TRACE sh/isopod run ...` wrote.  The front end is the
-traced process; its tools are the processes that exec an isopod-* program
-(isopod-gc excepted: `--auto` runs beside the run, in the background) and
-descend from no other tool.  The front end's own cost is the run's wall
-time (the front end's exec to its exit) less the union of the tools'
-lifetimes (each one's exec to its exit): its shell, jq, mktemp and the
-forks that start the tools.  Prints one JSON line: {"wall_ms", "tools_ms",
-"front_ms", "tools": {name: ms}, "gaps": [[label, ms]...], "spawns": N}:
-gaps the front end's own time before, between and after its tools, in
-order ("start>isopod-boot", ..., "isopod-result>exit"), spawns the
-processes it forked itself (isopod-gc's included).  Used by bench/run and
+    bench/frontend.py TRACE
+    bench/frontend.py --run perf|strace|auto OUT -- COMMAND...
+
+TRACE is a trace of one run, from either tracer (a perf.data file is told
+by its magic):
+
+- perf (the goal's figure): `perf record -q -o TRACE -e
+  sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit
+  -- COMMAND`.  Tracepoints written to a ring buffer: the traced processes
+  are never stopped, so the gaps between tools are the gaps an untraced run
+  has, give or take the tracepoints' own cost.
+- strace: `strace -f -q -ttt --seccomp-bpf -e
+  trace=execve,fork,vfork,clone,clone3 -e signal=none -o TRACE COMMAND`.
+  strace stops every traced process at each fork, exec and exit until it
+  has been told; each of those inflates the gap it falls in, so its
+  figure is an upper bound, kept beside perf's so nothing is hidden.
+
+--run traces COMMAND itself (its stdout to OUT, its stderr passed on) and
+prints the same JSON; auto is perf when `perf record` of the sched
+tracepoints works here (perf installed, root or a low enough
+perf_event_paranoid) and strace otherwise, with "tracer_note" saying why.
+A failing COMMAND fails this, status 1.
+
+The front end is the traced process; its tools are the processes that exec
+an isopod-* program (isopod-gc excepted: `--auto` runs beside the run, in
+the background) and descend from no other tool.  The front end's own cost
+is the run's wall time (the front end's exec to its exit) less the union
+of the tools' lifetimes (each one's exec to its exit): its shell and the
+forks that start the tools.  Prints one JSON line: {"tracer", "wall_ms",
+"tools_ms", "front_ms", "tools": {name: ms}, "gaps": [[label, ms]...],
+"spawns": N}: gaps the front end's own time before, between and after its
+tools, in order ("start>isopod-boot", ..., "isopod-result>exit"), spawns
+the processes (and threads) it forked itself.  Used by bench/run and
 bench/compare; doc/SPEED.md's breakdown is the gaps' medians.
 """
 import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
 LINE = re.compile(r"^(\d+)\s+(\d+\.\d+)\s+(.*)$")
 CALL = re.compile(r"^(execve|fork|vfork|clone|clone3)\((.*)$")
 RESUMED = re.compile(r"^<\.\.\. (execve|fork|vfork|clone|clone3) resumed>(.*)$")
 RET = re.compile(r"\)\s+=\s+(-?\d+)")
+PERF_LINE = re.compile(r"^\s*(\d+)/(\d+)\s+(\d+\.\d+):\s+sched:sched_process_(fork|exec|exit):\s*(.*)$")
+PERF_EVENTS = "sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit"
 
 
-def main():
-    parent, path, execd, exited, pending = {}, {}, {}, {}, {}
-    first = None
-    for raw in open(sys.argv[1], encoding="utf-8", errors="replace"):
+class Trace:
+    """What either tracer saw: the front end's pid, its exec time, each
+    process's parent, exec'd path, exec and exit times (seconds)."""
+
+    def __init__(self):
+        self.front, self.t0 = None, None
+        self.parent, self.path, self.execd, self.exited = {}, {}, {}, {}
+
+    def exec_(self, pid, ts, path):
+        if self.front is None:
+            self.front, self.t0 = pid, ts
+        self.path[pid], self.execd[pid] = path, ts
+
+
+def read_strace(name):
+    tr, pending = Trace(), {}
+    for raw in open(name, encoding="utf-8", errors="replace"):
         m = LINE.match(raw.rstrip("\n"))
         if not m:
             continue
         pid, ts, rest = int(m.group(1)), float(m.group(2)), m.group(3)
-        if first is None:
-            first = (pid, ts)
+        if tr.front is None:
+            # strace's first line is the front end's execve.
+            tr.front, tr.t0 = pid, ts
         if rest.startswith("+++ exited") or rest.startswith("+++ killed"):
-            exited[pid] = ts
+            tr.exited[pid] = ts
             continue
         c = CALL.match(rest)
         r = RESUMED.match(rest)
         if c:
-            name, tail = c.group(1), c.group(2)
-            if name == "execve":
+            call, tail = c.group(1), c.group(2)
+            if call == "execve":
                 q = re.match(r'"((?:[^"\\]|\\.)*)"', tail)
                 pending[pid] = (q.group(1) if q else "", ts)
             if rest.endswith("<unfinished ...>"):
                 continue
         elif r:
-            name, tail = r.group(1), r.group(2)
+            call, tail = r.group(1), r.group(2)
         else:
             continue
         ret = RET.search(tail)
         if not ret:
             continue
         v = int(ret.group(1))
-        if name == "execve":
+        if call == "execve":
             p, t = pending.pop(pid, ("", ts))
             if v == 0:
-                path[pid], execd[pid] = p, t
+                tr.exec_(pid, t, p)
         elif v > 0:
-            parent[v] = pid
-    if first is None:
-        sys.exit("bench/frontend.py: %s: no trace" % sys.argv[1])
-    front, t0 = first
-    t1 = exited.get(front)
+            tr.parent[v] = pid
+    return tr
+
+
+def read_perf(name):
+    out = subprocess.run(["perf", "script", "-i", name, "--ns", "-F", "trace:pid,tid,time,event,trace"],
+                         check=True, capture_output=True, text=True).stdout
+    tr = Trace()
+    for raw in out.splitlines():
+        m = PERF_LINE.match(raw)
+        if not m:
+            continue
+        pid, tid, ts, ev = int(m.group(1)), int(m.group(2)), float(m.group(3)), m.group(4)
+        f = dict(re.findall(r"(\w+)=(\S*)", m.group(5)))
+        if ev == "exec":
+            tr.exec_(pid, ts, f.get("filename", ""))
+        elif ev == "fork":
+            tr.parent[int(f["child_pid"])] = pid
+        elif f.get("group_dead", "true" if pid == tid else "false") == "true":
+            # A process has exited when its last thread has (the field is
+            # in kernels from 5.x; without it, its leader's exit).
+            tr.exited[pid] = ts
+    return tr
+
+
+def cost(tr, name):
+    if tr.front is None:
+        sys.exit("bench/frontend.py: %s: no trace" % name)
+    front, t0 = tr.front, tr.t0
+    t1 = tr.exited.get(front)
     if t1 is None:
         sys.exit("bench/frontend.py: the front end's exit is not in the trace")
 
     def tool(pid):
-        b = os.path.basename(path.get(pid, ""))
+        b = os.path.basename(tr.path.get(pid, ""))
         return b if b.startswith("isopod-") else None
 
     spans, per = [], {}
-    for pid in execd:
+    for pid in tr.execd:
         name = tool(pid)
         if not name or name == "isopod-gc" or pid == front:
             continue
-        a, nested = parent.get(pid), False
+        a, nested = tr.parent.get(pid), False
         while a is not None and a != front:
             if tool(a):
                 nested = True
                 break
-            a = parent.get(a)
+            a = tr.parent.get(a)
         if nested:
             continue
-        s, e = max(execd[pid], t0), min(exited.get(pid, t1), t1)
+        s, e = max(tr.execd[pid], t0), min(tr.exited.get(pid, t1), t1)
         if e > s:
             spans.append((s, e, name))
             per[name] = per.get(name, 0) + (e - s) * 1000
@@ -102,10 +166,64 @@ def main():
         last = name
     gaps.append(["%s>exit" % last, round((t1 - (t0 if end is None else end)) * 1000, 1)])
     wall = (t1 - t0) * 1000
-    print(json.dumps({"wall_ms": round(wall, 1), "tools_ms": round(busy * 1000, 1),
-                      "front_ms": round(wall - busy * 1000, 1),
-                      "tools": {k: round(v, 1) for k, v in sorted(per.items())},
-                      "gaps": gaps, "spawns": sum(1 for c in parent.values() if c == front)}))
+    return {"wall_ms": round(wall, 1), "tools_ms": round(busy * 1000, 1),
+            "front_ms": round(wall - busy * 1000, 1),
+            "tools": {k: round(v, 1) for k, v in sorted(per.items())},
+            "gaps": gaps, "spawns": sum(1 for c in tr.parent.values() if c == front)}
+
+
+def is_perf(name):
+    with open(name, "rb") as f:
+        return f.read(8) == b"PERFILE2"
+
+
+def perf_usable(tmp):
+    """Why perf cannot trace the sched tracepoints here, or None."""
+    probe = os.path.join(tmp, "probe.data")
+    try:
+        p = subprocess.run(["perf", "record", "-q", "-o", probe, "-e", PERF_EVENTS, "--", "true"],
+                           capture_output=True, text=True, check=False)
+    except OSError as e:
+        return "perf not found (%s)" % e.strerror
+    if p.returncode != 0 or not read_perf(probe).execd:
+        return "perf record of the sched tracepoints failed: %s" % (p.stderr.strip().splitlines() or ["?"])[-1]
+    return None
+
+
+def run(tracer, out, cmd):
+    with tempfile.TemporaryDirectory(prefix="isopod-frontend.") as tmp:
+        note = None
+        if tracer == "auto":
+            note = perf_usable(tmp)
+            tracer = "strace" if note else "perf"
+        trace = os.path.join(tmp, "trace")
+        if tracer == "perf":
+            argv = ["perf", "record", "-q", "-o", trace, "-e", PERF_EVENTS, "--"] + cmd
+        else:
+            argv = ["strace", "-f", "-q", "-ttt", "--seccomp-bpf", "-e", "trace=execve,fork,vfork,clone,clone3",
+                    "-e", "signal=none", "-o", trace] + cmd
+        with open(out, "wb") as o:
+            st = subprocess.run(argv, stdout=o, check=False).returncode
+        if st != 0:
+            sys.exit("bench/frontend.py: %s under %s: status %d" % (" ".join(cmd), tracer, st))
+        r = {"tracer": tracer}
+        if note:
+            r["tracer_note"] = note + "; strace's figure instead (an upper bound)"
+        r.update(cost(read_perf(trace) if tracer == "perf" else read_strace(trace), trace))
+        return r
+
+
+def main():
+    a = sys.argv[1:]
+    if len(a) >= 4 and a[0] == "--run" and a[1] in ("perf", "strace", "auto") and a[3] == "--":
+        r = run(a[1], a[2], a[4:])
+    elif len(a) == 1:
+        perf = is_perf(a[0])
+        r = {"tracer": "perf" if perf else "strace"}
+        r.update(cost(read_perf(a[0]) if perf else read_strace(a[0]), a[0]))
+    else:
+        sys.exit("usage: bench/frontend.py TRACE | --run perf|strace|auto OUT -- COMMAND...")
+    print(json.dumps(r))
 
 
 if __name__ == "__main__":

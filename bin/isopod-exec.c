@@ -10,6 +10,7 @@
 #include "execopt.h"
 #include "util.h"
 #include "vm.h"
+#include "vmstop.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +29,7 @@
 	"                   [--stdin-file FILE|-] [--copy-in HOST:GUEST]...\n" \
 	"                   [--copy-out GUEST:HOST]... [--copy-out-max BYTES] [--shell]\n" \
 	"                   [--log-max BYTES] [--check] [--for-provenance] [--pool-warm-up]\n" \
-	"                   [--run-options[=text]]\n" \
+	"                   [--stop FILE] [--run-options[=text]]\n" \
 	"                   -- CMD [ARG]..."
 
 #define MAX_ITEMS 256
@@ -49,6 +50,7 @@ struct opts {
 	int for_prov;             /* --for-provenance: --check refuses a directory copy-in;
 				   * a run lists a copied-out tree's files */
 	int pool_warm_up;         /* --pool-warm-up: isopod-pool's filler, before it publishes */
+	const char *stop_mark;    /* --stop FILE: stop the VM after the command; FILE once stopped */
 	char **argv;
 	int argc;
 	long long watchdog_ms, copy_out_max, log_max;
@@ -163,6 +165,7 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 		{"check", no_argument, 0, 'K'},
 		{"for-provenance", no_argument, 0, 'F'},
 		{"pool-warm-up", no_argument, 0, 'P'},
+		{"stop", required_argument, 0, 'S'},
 		{"run-options", optional_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
@@ -215,6 +218,7 @@ static const char *parse_opts(struct opts *o, int argc, char **argv)
 		case 'K': o->check = 1; break;
 		case 'F': o->for_prov = 1; break;
 		case 'P': o->pool_warm_up = 1; break;
+		case 'S': o->stop_mark = optarg; break;
 		case 'R':
 			/* =text: the lines isopod run reads (util.h) */
 			if (optarg && strcmp(optarg, "text"))
@@ -292,13 +296,48 @@ static int open_stdin(const struct opts *o)
 	return fd;
 }
 
+/* --stop FILE: the VM stopped once the command and its copies are done, as
+ * isopod-stop --force does (lib/vmstop.c), so that isopod run starts no
+ * isopod-stop; FILE is created once it has stopped.  A VM the deadline
+ * stopped already is stopped.  A failure is a warning in the result, and
+ * no FILE: the front end then stops the VM itself, as before. */
+static void stop_vm(const struct opts *o, struct exec_session *s)
+{
+	struct vm_stop st = {.how = "not running"};
+	json_t *meta;
+	int r = 0, fd;
+
+	if (!o->stop_mark)
+		return;
+	if (vm_running(o->id) != 0) {
+		meta = vm_read(o->id);
+		r = vm_stop_quit(o->id, o->qmp_sock, meta, 10000, &st);
+		json_decref(meta);
+		if (st.note[0])
+			warn("%s", st.note);
+	}
+	fd = r < 0 ? -1 : open(o->stop_mark, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		close(fd);
+		return;
+	}
+	if (r == 0)
+		snprintf(st.err, sizeof st.err, "vm %s stopped (%s) but --stop %s: %s", o->id, st.how,
+			 o->stop_mark, strerror(errno));
+	warn("%s", st.err);
+	json_array_append_new(s->warnings, json_sprintf("unable to stop vm %s after the command: %s",
+							  o->id, st.err));
+}
+
 /* Print the result and exit with the command's verdict. */
 static __attribute__((noreturn)) void finish(const struct opts *o, struct exec_session *s,
 					     const struct exec_status *ex, json_t *copied_in,
 					     json_t *copied_out, int64_t exec_ms)
 {
-	json_t *res = exec_result(s, o->name, ex, copied_in, copied_out, exec_ms);
+	json_t *res;
 
+	stop_vm(o, s);
+	res = exec_result(s, o->name, ex, copied_in, copied_out, exec_ms);
 	if (!res)
 		fail_session(o, s);
 	json_emit(res);

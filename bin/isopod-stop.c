@@ -1,12 +1,14 @@
 /* isopod-stop - stop a VM: ask the agent, then QEMU, then the supervisor.
  *
  * "Stopped" means the VM's lock is free (its supervisor exited after QEMU);
- * every step below waits for exactly that, never for a pid to vanish. */
+ * every step below waits for exactly that, never for a pid to vanish.  The
+ * steps after the agent are lib/vmstop.c (isopod-exec --stop's too). */
 
 #include "host.h"
 #include "qmp.h"
 #include "util.h"
 #include "vm.h"
+#include "vmstop.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -97,9 +99,9 @@ int main(int argc, char **argv)
 	};
 	char id[VM_ID_SZ], dir[PATH_MAX], p[PATH_MAX], err[256];
 	const char *name, *how = NULL, *ref = NULL;
-	long long timeout = 10000, spid;
+	long long timeout = 10000;
 	json_t *meta, *out;
-	int c, force = 0, pfd;
+	int c, force = 0;
 
 	progname = "isopod-stop";
 	signal(SIGPIPE, SIG_IGN);
@@ -147,29 +149,16 @@ int main(int argc, char **argv)
 	    vm_wait_stopped(id, mono_ms() + timeout) == 0)
 		how = "agent";
 	if (!how) {
-		pathf(p, sizeof p, "%s/qmp.sock", dir);
-		if (qmp_simple(p, "quit", mono_ms() + 3000, err, sizeof err) < 0)
-			warn("%s", err);
-		else if (vm_wait_stopped(id, mono_ms() + timeout) == 0)
-			how = "qmp";
-	}
-	if (!how) {
-		/* Last resort: the supervisor kills QEMU on SIGTERM.  Open a pidfd
-		 * first, then check the lock: a lock still held after the pidfd
-		 * was opened proves the pid was not recycled in between. */
-		json_t *v = meta ? json_object_get(meta, "supervisor_pid") : NULL;
+		struct vm_stop st;
+		int r;
 
-		spid = json_is_integer(v) ? json_integer_value(v) : 0;
-		if (spid <= 0 || spid > INT_MAX)
-			die(EX_TIMEOUT, "vm %s did not stop and its record names no supervisor", id);
-		pfd = pidfd_open_((pid_t)spid);
-		if (pfd >= 0 && vm_running(id)) {
-			if (pidfd_kill(pfd, SIGTERM) < 0 && errno != ESRCH)
-				die(EX_SYS, "unable to signal supervisor %lld:", spid);
-		}
-		if (vm_wait_stopped(id, mono_ms() + 5000) < 0)
-			die(EX_TIMEOUT, "vm %s did not stop (supervisor %lld)", id, spid);
-		how = "signal";
+		pathf(p, sizeof p, "%s/qmp.sock", dir);
+		r = vm_stop_quit(id, p, meta, timeout, &st);
+		if (st.note[0])
+			warn("%s", st.note);
+		if (r < 0)
+			die(st.code, "%s", st.err);
+		how = st.how;
 	}
 	out = json_pack("{s:{s:s, s:s?}, s:b, s:b, s:s}", "vm", "id", id, "name", name, "stopped",
 			1, "was_running", 1, "how", how);

@@ -1349,3 +1349,67 @@ probe_reason() {
 	[ "$(cat "$DATA/exists/etc")" = mine ]
 	rm -rf "$src" "$DATA/treeout" "$DATA/evilout" "$DATA/victim" "$DATA/exists"
 }
+
+@test "run: isopod-exec stops the VM after the command (--stop), the front end starts no isopod-stop; --keep passes no --stop (nor a commit: t/90 step stop)" {
+	# isopod-stop and isopod-exec wrapped: each call's arguments recorded
+	local lx="$BATS_TEST_TMPDIR/libexec" t id
+	mkdir "$lx"
+	for t in "$ROOT"/bin/isopod-*; do ln -s "$t" "$lx/${t##*/}"; done
+	for t in stop exec; do
+		rm "$lx/isopod-$t"
+		printf '#!/bin/sh\necho "$*" >>"%s/%s.calls"\nexec "%s/bin/isopod-%s" "$@"\n' \
+			"$BATS_TEST_TMPDIR" "$t" "$ROOT" "$t" >"$lx/isopod-$t"
+		chmod +x "$lx/isopod-$t"
+	done
+	ISOPOD_LIBEXEC="$lx" run --separate-stderr isopod run --json-only -- true
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.ok == true and .warnings == []'
+	id=$(echo "$output" | jq -r .vm.id)
+	! vm_locked "$id" || false
+	# QEMU quit (QMP): not its owner's exit, nor a signal
+	jq -e '.stopped_by == "qemu"' "$ISOPOD_HOME/vms/$id/meta.json"
+	grep -q -- "--stop " "$BATS_TEST_TMPDIR/exec.calls"
+	[ ! -e "$BATS_TEST_TMPDIR/stop.calls" ]
+	# a failed command too
+	ISOPOD_LIBEXEC="$lx" run --separate-stderr isopod run --json-only -- false
+	[ "$status" -eq 1 ]
+	[ ! -e "$BATS_TEST_TMPDIR/stop.calls" ]
+	# --keep: no --stop, the VM runs on
+	rm "$BATS_TEST_TMPDIR/exec.calls"
+	ISOPOD_LIBEXEC="$lx" run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	vm_locked "$id"
+	! grep -q -- "--stop" "$BATS_TEST_TMPDIR/exec.calls" || false
+	isopod-stop --force --vm "$id" >/dev/null
+}
+
+@test "isopod-exec --stop FILE: QMP quit, else the supervisor signalled (lib/vmstop.c, isopod-stop's); FILE only once stopped; a FILE it cannot make is a warning" {
+	local id
+	run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	run --separate-stderr isopod-exec --vm "$id" --stop "$BATS_TEST_TMPDIR/gone" -- echo hi
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.stdout == "hi\n" and .warnings == []'
+	[ -e "$BATS_TEST_TMPDIR/gone" ]
+	! vm_locked "$id" || false
+	jq -e '.stopped_by == "qemu"' "$ISOPOD_HOME/vms/$id/meta.json"
+	# no QMP socket: the supervisor is signalled, the QMP failure said
+	run --separate-stderr isopod run --json-only --keep -- true
+	id=$(echo "$output" | jq -r .vm.id)
+	mv "$ISOPOD_HOME/vms/$id/qmp.sock" "$ISOPOD_HOME/vms/$id/qmp.moved"
+	run --separate-stderr isopod-exec --vm "$id" --stop "$BATS_TEST_TMPDIR/sig" -- true
+	[ "$status" -eq 0 ]
+	[ -e "$BATS_TEST_TMPDIR/sig" ]
+	! vm_locked "$id" || false
+	jq -e '.stopped_by == "signal"' "$ISOPOD_HOME/vms/$id/meta.json"
+	echo "$stderr" | grep -q "qmp"
+	# a FILE that cannot be made: stopped all the same, and a warning in the result
+	run --separate-stderr isopod run --json-only --keep -- true
+	id=$(echo "$output" | jq -r .vm.id)
+	run --separate-stderr isopod-exec --vm "$id" --stop "$BATS_TEST_TMPDIR/no/such" -- true
+	[ "$status" -eq 0 ]
+	! vm_locked "$id" || false
+	echo "$output" | jq -e '.warnings | length == 1 and (.[0] | test("unable to stop vm .* stopped \\(qmp\\) but --stop"))'
+}
