@@ -201,28 +201,36 @@ static unsigned char *tpl_load(const char *tpl, const char *shap, const char *ba
 	return buf;
 }
 
-/* disk, new, 0600, holding buf.  0, or -1 (removed). */
+/* disk, new, 0600, holding buf.  0, or -1 (nothing left).  Written under a
+ * staging name and renamed: a fork or boot SIGKILLed meanwhile leaves no
+ * short disk.qcow2 that a second fork would refuse ("already has a disk"),
+ * and the stop signals are held (as atomic_write holds them) so that a
+ * SIGTERM leaves no staging file either.  No fsync: a VM's disk does not
+ * outlive a crash of its host. */
 static int put(const char *disk, const unsigned char *buf, size_t n)
 {
-	int fd, e;
+	char tmp[PATH_MAX];
+	sigset_t old;
+	int fd, e = 0;
 
-	unlink(disk);
-	if ((fd = open(disk, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+	if (pathn(tmp, sizeof tmp, "%s.tmp.%ld", disk, (long)getpid()) < 0 ||
+	    stop_signals_hold(&old) < 0)
 		return -1;
-	if (write_all(fd, buf, n) < 0) {
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0) {
 		e = errno;
-		close(fd);
-		unlink(disk);
-		errno = e;
-		return -1;
+	} else {
+		if (write_all(fd, buf, n) < 0)
+			e = errno;
+		if (close(fd) < 0 && !e)
+			e = errno;
+		if (!e && rename(tmp, disk) < 0)
+			e = errno;
+		if (e)
+			unlink(tmp);
 	}
-	if (close(fd) < 0) {
-		e = errno;
-		unlink(disk);
-		errno = e;
-		return -1;
-	}
-	return 0;
+	stop_signals_release(&old);
+	errno = e;
+	return e ? -1 : 0;
 }
 
 int overlay_copy(const char *base, const char *disk, long long bytes)
@@ -264,6 +272,16 @@ void overlay_keep(const char *base, const char *disk, long long bytes)
 
 int overlay_new(const char *base, const char *disk, long long bytes, char *err, size_t errsz)
 {
+	char pre[PATH_MAX];
+	const char *fmt;
+
+	/* qemu_img_overlay runs qemu-img unjailed with -F raw: never over a
+	 * stage's layer (a jailed QEMU wrote it: isopod-fork's jailed
+	 * qemu-img makes those). */
+	if (backing_kind(base, pre, sizeof pre, &fmt) == 0 && strcmp(fmt, "raw")) {
+		snprintf(err, errsz, "%s is not a base image of the store", base);
+		return -1;
+	}
 	if (overlay_copy(base, disk, bytes))
 		return 1;
 	if (qemu_img_overlay(base, disk, bytes, err, errsz) < 0)

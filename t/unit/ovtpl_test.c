@@ -126,6 +126,12 @@ static void stage_layers(void)
 	unlink(disk);
 	ok(overlay_copy(layer, disk, LSIZE) == 1 && same(disk, sref),
 	   "the next fork's disk is the template's copy, byte for byte qemu-img's");
+	{
+		char stg[PATH_MAX + 32];
+
+		pathf(stg, sizeof stg, "%s.tmp.%ld", disk, (long)getpid());
+		ok(access(stg, F_OK) < 0, "... renamed into place: no staging file left");
+	}
 	flip(tpl, 70000);
 	unlink(disk);
 	ok(overlay_copy(layer, disk, LSIZE) == 0 && access(disk, F_OK) < 0,
@@ -151,6 +157,14 @@ static void stage_layers(void)
 	ok(utimensat(AT_FDCWD, layer, ts, 0) == 0 &&
 		   overlay_tpl_path(layer, LSIZE, t2, sizeof t2, NULL, 0) == 0 && strcmp(tpl, t2),
 	   "the layer's identity changed: another template");
+	{
+		char e[256] = "";
+
+		unlink(disk);
+		ok(overlay_new(layer, disk, LSIZE, e, sizeof e) < 0 && strstr(e, "not a base") &&
+			   access(disk, F_OK) < 0,
+		   "overlay_new over a stage's layer: refused, no unjailed qemu-img (%s)", e);
+	}
 }
 
 int main(void)
