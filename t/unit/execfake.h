@@ -94,14 +94,15 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 
 /* The fake agent's behaviour after the handshake. */
 enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8,
-       A_SHORT, A_TREE_CTL };
+       A_SHORT, A_TREE_CTL, A_TREE_LINK };
 
 static char dir[64], sock[96];
 
 /* A guest directory's tree stream, in pieces of 7 bytes (record heads cut
  * anywhere).  A_TREE: a directory, a file with a hole of 512 KiB, a
  * symlink, a skipped device.  A_TREE_EVIL: a symlink to the test's
- * directory (outside the destination), then a file through it. */
+ * directory (outside the destination), then a file through it.
+ * A_TREE_LINK: that symlink alone (a tree the sink takes whole). */
 static void send_tree(int fd, int mode)
 {
 	static uint8_t st[4 * TS_HDR_MAX];
@@ -132,6 +133,8 @@ static void send_tree(int fd, int mode)
 		n += ts_put_seg(st + n, 0, 4);
 		memcpy(st + n, "data", 4), n += 4;
 		n += ts_put_seg(st + n, 0, 0);
+	} else if (mode == A_TREE_LINK) {
+		n += ts_put_entry(st + n, 'l', 0777, 1, 0, "l", 0, dir);
 	} else if (mode == A_TREE_BAD8) {
 		/* a name that is not UTF-8, sent twice: the error names it */
 		n += ts_put_entry(st + n, 'd', 0755, 1, 0, "\xff\xfe", 0, NULL);
@@ -225,7 +228,7 @@ static void agent(int lfd, int mode)
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
 		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL || mode == A_TREE_BAD8 ||
-					    mode == A_TREE_CTL)) {
+					    mode == A_TREE_CTL || mode == A_TREE_LINK)) {
 			if (frame_tlv_u64(&fr, T_TREE) == 1) {
 				send_tree(fd, mode);
 				continue;

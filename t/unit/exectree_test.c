@@ -223,6 +223,44 @@ static void test_tree_loud(void)
 	stop(&s, pid);
 }
 
+/* Review L2: a later copy-out's HOST through a symlink an earlier tree
+ * copy-out of the same exec brought from the guest (HOST/l -> the test's
+ * directory, then HOST/l/x): every destination is opened before the
+ * first copy-out, so the second has no directory and nothing lands
+ * where the guest's symlink points. */
+static void test_tree_then_through(void)
+{
+	struct exec_session s;
+	struct exec_status ex = {.code = -1};
+	json_t *out = json_array();
+	struct exec_copy cout[2];
+	char top[128], via[160], p[160], l[80];
+	const char *err;
+	ssize_t n;
+	pid_t pid;
+
+	snprintf(top, sizeof top, "%s/linked", dir);
+	snprintf(via, sizeof via, "%s/l/x", top);
+	cout[0] = (struct exec_copy){.host = top, .guest = "/root/t"};
+	cout[1] = (struct exec_copy){.host = via, .guest = "/root/t"};
+	start(&s, A_TREE_LINK, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	exec_copy_out(&s, cout, 2, out);
+	snprintf(p, sizeof p, "%s/l", top);
+	n = readlink(p, l, sizeof l - 1);
+	l[n > 0 ? n : 0] = 0;
+	ok(n > 0 && !strcmp(l, dir) && json_is_true(json_object_get(json_array_get(out, 0), "tree")),
+	   "through a tree: the first tree copied out with its symlink to %s (%s)", dir, l);
+	err = json_string_value(json_object_get(json_array_get(out, 1), "error"));
+	snprintf(p, sizeof p, "%s/x", dir);
+	ok(err && strstr(err, "no directory") && access(p, F_OK) < 0,
+	   "through a tree: a later copy-out's HOST through the guest's symlink is refused, "
+	   "nothing made at %s (%s)", p, err ? err : "none");
+	json_decref(out);
+	stop(&s, pid);
+}
+
 int main(void)
 {
 	if (fake_init("exectree_test") < 0)
@@ -230,5 +268,6 @@ int main(void)
 	test_tree();
 	test_tree_bounds();
 	test_tree_loud();
+	test_tree_then_through();
 	return fake_done();
 }
