@@ -282,7 +282,7 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 }
 
-@test "a directory copy-out is signed file by file: each regular file a subject TOP/PATH that verifies; a file changed, or reached through a symlink, is refused" {
+@test "a directory copy-out is signed file by file: each regular file a subject TOP/PATH that verifies, each symlink a byproduct; a file or symlink changed, or reached through a symlink, is refused" {
 	local t="$BATS_TEST_TMPDIR/tree" id sa sb
 	run_isopod run --json-only --copy-out "/root/tree:$t" --provenance "$BATS_TEST_TMPDIR/t.prov" -- \
 		sh -c 'mkdir -p /root/tree/sub && echo one >/root/tree/a && echo two >/root/tree/sub/b && ln -s a /root/tree/l'
@@ -296,6 +296,12 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 		(.copied_out[0].files | sort_by(.path)) == [{path: "a", sha256: $a, bytes: 4},
 							    {path: "sub/b", sha256: $b, bytes: 4}]' \
 		"$BATS_TEST_TMPDIR/t.json"
+	# and its symlink by its target (review L5)
+	jq -e '.copied_out[0].symlinks == [{path: "l", target: "a"}]' "$BATS_TEST_TMPDIR/t.json"
+	payload "$BATS_TEST_TMPDIR/t.prov" | jq -e '[.predicate.runDetails.byproducts[] |
+		select(.name == "tree/l")] == [{name: "tree/l", content: "YQ==",
+		annotations: {isopod_guest: "/root/tree/l", isopod_symlink: "a"}}] and
+		([.subject[].name] | index("tree/l") == null)'
 	jq -e --arg a "$sa" --arg b "$sb" '.ok and (.provenance.subjects | sort_by(.name)) ==
 		[{name: "tree/a", sha256: $a}, {name: "tree/sub/b", sha256: $b}]' "$BATS_TEST_TMPDIR/t.json"
 	payload "$BATS_TEST_TMPDIR/t.prov" | jq -e '[.subject[] | select(.name == "tree/sub/b") |
@@ -331,6 +337,22 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	[[ "$stderr" != *symlink* ]] || false
 	rm "$t/sub"
 	mv "$t/sub.real" "$t/sub"
+	# the symlink pointed elsewhere, or gone: nothing signed; a result
+	# that lists files without symlinks (an older exec): nothing signed
+	ln -sfn sub "$t/l"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 1 ] && [[ "$stderr" == *"symlink $t/l changed since the run copied it (to a; now another target)"* ]] || false
+	rm "$t/l"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 1 ] && [[ "$stderr" == *"symlink $t/l changed"*"No such file"* ]] || false
+	ln -s a "$t/l"
+	jq 'del(.copied_out[0].symlinks)' "$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/old.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/old.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"files listed without its symlinks"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 	# two copy-outs whose subjects share names (one name in two
 	# directories: their paths are the guest's), or a tree named stage
 	# (stage/ is the commit's): nothing signed

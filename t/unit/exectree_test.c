@@ -46,6 +46,7 @@ static void test_tree_bounds(void)
 
 	e = tree_with(A_TREE, 0, EXEC_TREE_JSON_MAX, EXEC_TREE_HOLES_MAX, warn, sizeof warn);
 	ok(json_is_true(json_object_get(e, "tree")) && !json_object_get(e, "files") &&
+	   !json_object_get(e, "symlinks") &&
 	   json_array_size(json_object_get(e, "skipped")) == 1 && !strstr(warn, "not listed"),
 	   "bounds: a run not for provenance lists no files, no warning (%s)", warn);
 	json_decref(e);
@@ -56,6 +57,7 @@ static void test_tree_bounds(void)
 	/* the hole of A_TREE's a/f is 1 MiB less 4 bytes */
 	e = tree_with(A_TREE, 1, EXEC_TREE_JSON_MAX, 512 << 10, warn, sizeof warn);
 	ok(json_is_true(json_object_get(e, "tree")) && !json_object_get(e, "files") &&
+	   !json_object_get(e, "symlinks") &&
 	   strstr(warn, "not listed"),
 	   "bounds: past the holes' budget the list is given up, a warning says so (%s)", warn);
 	json_decref(e);
@@ -141,6 +143,16 @@ static void test_tree(void)
 		   "tree: its one regular file listed by path with the sha256 of its bytes, holes "
 		   "included (%.16s, the file's %.16s)",
 		   json_string_value(json_object_get(json_array_get(files, 0), "sha256")) ?: "-", onhost);
+	}
+	{
+		/* review L5: the symlink is listed by its target, beside the
+		 * files (it has no bytes to be signed by) */
+		json_t *ls = json_object_get(json_array_get(out, 0), "symlinks");
+
+		ok(json_array_size(ls) == 1 &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(ls, 0), "path")) ?: "", "s") &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(ls, 0), "target")) ?: "",
+			   "/etc"), "tree: its symlink listed with its target");
 	}
 	json_decref(out);
 	stop(&s, pid);
