@@ -626,7 +626,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	crypto_hash_sha256_state st;
 	struct tlv_w w;
 	struct frame fr;
-	int fd, got;
+	int fd, got, oe = 0;
 
 	if (pathn(tmp, sizeof tmp, "%.200s.isopod-tmp.%ld", name, (long)getpid()) < 0) {
 		exec_copy_out_failed(s, list, cp->guest, dst, strerror(ENAMETOOLONG));
@@ -638,6 +638,9 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	tlv_put_u64(&w, T_BYTES, room);
 	conn_queue(&s->c, F_FILE_GET, STREAM_CTL, buf, w.len);
 	fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	/* why it failed, said once the guest's bytes are taken (the frames
+	 * between would leave errno to chance) */
+	oe = fd < 0 ? errno : 0;
 	crypto_hash_sha256_init(&st);
 	why[0] = 0;
 	while ((got = exec_wait_frame(s, &fr)) == 1) {
@@ -651,6 +654,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 				break;
 			}
 			if (fd >= 0 && write_all(fd, fr.payload, fr.len) < 0) {
+				oe = errno;
 				close(fd);
 				fd = -1;
 			}
@@ -708,7 +712,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	}
 	if (fd < 0 || fchmod(fd, (mode_t)frame_tlv_u64(&fr, T_MODE) & 0777) < 0 || fsync(fd) < 0 ||
 	    close(fd) < 0 || renameat(dfd, tmp, dfd, name) < 0) {
-		int e = errno;
+		int e = fd < 0 ? oe : errno;
 
 		unlinkat(dfd, tmp, 0);
 		json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", cp->guest,

@@ -205,6 +205,51 @@ static void test_dest(void)
 	stop(&s, pid);
 }
 
+/* A destination directory the user cannot write (EACCES): tests run as
+ * root, who writes anywhere, so the copy-out runs with the effective ids
+ * of nobody (65534) against a root-owned 0755 directory: a file's and a
+ * tree's copy-out each recorded with the errno said as it is, nothing
+ * left there (no temporary file). */
+static void test_dest_eacces(void)
+{
+	struct exec_session s;
+	struct exec_status ex = {.code = -1};
+	static const int modes[2] = { A_COPY, A_TREE };
+	char ro[128];
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		ok(1, "# SKIP dest EACCES: not root (the ids cannot be changed)");
+		return;
+	}
+	snprintf(ro, sizeof ro, "%s/ro", dir);
+	chmod(dir, 0711); /* nobody may pass through the test's directory */
+	for (int i = 0; i < 2; i++) {
+		struct exec_copy cout = {.host = ro, .guest = "/tmp/x"};
+		json_t *out = json_array();
+		const char *err;
+		int changed;
+
+		mkdir(ro, 0755);
+		start(&s, modes[i], &pid);
+		exec_send(&s, &req);
+		exec_run(&s, -1, &ex);
+		changed = setegid(65534) == 0 && seteuid(65534) == 0;
+		exec_copy_out(&s, &cout, 1, out);
+		if (seteuid(0) < 0 || setegid(0) < 0)
+			changed = 0;
+		err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+		/* rmdir: the directory is empty, no file, no temporary */
+		ok(changed && err && strstr(err, strerror(EACCES)) && rmdir(ro) == 0,
+		   "dest EACCES: a %s copy-out into a directory nobody cannot write is recorded "
+		   "with that errno, nothing left there (%s)", i ? "tree" : "file",
+		   err ? err : "none");
+		json_decref(out);
+		stop(&s, pid);
+	}
+	chmod(dir, 0700);
+}
+
 /* A copy-in's file replaced on the host between its open and its send
  * (a racing writer renames other bytes over the path): the recorded
  * sha256 and bytes are those the guest received, the bytes sent, not
@@ -572,6 +617,7 @@ int main(void)
 	test_copy_in_race();
 	test_flood();
 	test_dest();
+	test_dest_eacces();
 	test_tree_in_nomem();
 	test_log_max();
 	test_failures();
