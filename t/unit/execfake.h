@@ -336,4 +336,37 @@ static void stop(struct exec_session *s, pid_t pid)
 static char *av[] = { "echo", "hi", NULL };
 static const struct exec_request req = {.argv = av, .argc = 2};
 
+/* One exec on a fresh fake agent in mode: the command run, then the n
+ * copy-outs, with the effective ids of nobody (65534) when nobody is set
+ * (for the copy-out only: the session's logs are opened as the caller).
+ * Their entries (the caller's to free); *r exec_copy_out's return, or -100
+ * when the ids could not be changed and back. */
+static json_t *copy_out_run(int mode, const struct exec_copy *cout, int n, int nobody, int *r)
+{
+	struct exec_session s;
+	struct exec_status ex = {.code = -1};
+	json_t *out = json_array();
+	int rr, changed = 1;
+	pid_t pid;
+
+	start(&s, mode, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	if (nobody)
+		changed = setegid(65534) == 0 && seteuid(65534) == 0;
+	rr = exec_copy_out(&s, cout, n, out);
+	if (nobody && (seteuid(0) < 0 || setegid(0) < 0))
+		changed = 0;
+	if (r)
+		*r = changed ? rr : -100;
+	stop(&s, pid);
+	return out;
+}
+
+/* The error of a copy-out's entry i, or NULL. */
+static const char *entry_error(json_t *out, size_t i)
+{
+	return json_string_value(json_object_get(json_array_get(out, i), "error"));
+}
+
 #endif

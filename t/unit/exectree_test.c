@@ -93,6 +93,7 @@ static void test_tree(void)
 	const char *err;
 	pid_t pid;
 	mode_t um;
+	int r;
 
 	snprintf(host, sizeof host, "%s/tree", dir);
 	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
@@ -159,48 +160,34 @@ static void test_tree(void)
 
 	/* HOST a directory: the guest's /root/tree would be HOST/tree, which
 	 * is there now: refused, nothing asked of the guest */
-	out = json_array();
 	cout = (struct exec_copy){.host = dir, .guest = "/root/tree"};
-	start(&s, A_TREE, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	exec_copy_out(&s, &cout, 1, out);
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_TREE, &cout, 1, 0, NULL);
+	err = entry_error(out, 0);
 	snprintf(p, sizeof p, "%s/a/f", host);
 	ok(err && strstr(err, "exists") && stat(p, &sb) == 0 && sb.st_size == 1 << 20,
 	   "tree: a destination that exists is left alone (%s)", err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 
-	out = json_array();
 	snprintf(host, sizeof host, "%s/evil", dir);
 	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
-	start(&s, A_TREE_EVIL, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	ok(exec_copy_out(&s, &cout, 1, out) == 0, "evil tree: copy-out ends without failing");
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_TREE_EVIL, &cout, 1, 0, &r);
+	ok(r == 0, "evil tree: copy-out ends without failing");
+	err = entry_error(out, 0);
 	snprintf(p, sizeof p, "%s/pwned", dir);
 	ok(err && access(p, F_OK) < 0 && access(host, F_OK) < 0,
 	   "evil tree: nothing written through the guest's symlink, the destination removed (%s)",
 	   err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 
 	/* the guest's path in the error is not UTF-8: the entry is there */
-	out = json_array();
 	snprintf(host, sizeof host, "%s/bad8", dir);
 	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
-	start(&s, A_TREE_BAD8, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	exec_copy_out(&s, &cout, 1, out);
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_TREE_BAD8, &cout, 1, 0, NULL);
+	err = entry_error(out, 0);
 	ok(err && strstr(err, "mkdir") && access(host, F_OK) < 0,
 	   "tree: an error naming a guest path that is not UTF-8 is in the list (%s)",
 	   err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 }
 
 /* The lists' budget is what the in-band output leaves of the readers'
@@ -242,35 +229,28 @@ static void test_tree_loud(void)
  * where the guest's symlink points. */
 static void test_tree_then_through(void)
 {
-	struct exec_session s;
-	struct exec_status ex = {.code = -1};
-	json_t *out = json_array();
+	json_t *out;
 	struct exec_copy cout[2];
 	char top[128], via[160], p[160], l[80];
 	const char *err;
 	ssize_t n;
-	pid_t pid;
 
 	snprintf(top, sizeof top, "%s/linked", dir);
 	snprintf(via, sizeof via, "%s/l/x", top);
 	cout[0] = (struct exec_copy){.host = top, .guest = "/root/t"};
 	cout[1] = (struct exec_copy){.host = via, .guest = "/root/t"};
-	start(&s, A_TREE_LINK, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	exec_copy_out(&s, cout, 2, out);
+	out = copy_out_run(A_TREE_LINK, cout, 2, 0, NULL);
 	snprintf(p, sizeof p, "%s/l", top);
 	n = readlink(p, l, sizeof l - 1);
 	l[n > 0 ? n : 0] = 0;
 	ok(n > 0 && !strcmp(l, dir) && json_is_true(json_object_get(json_array_get(out, 0), "tree")),
 	   "through a tree: the first tree copied out with its symlink to %s (%s)", dir, l);
-	err = json_string_value(json_object_get(json_array_get(out, 1), "error"));
+	err = entry_error(out, 1);
 	snprintf(p, sizeof p, "%s/x", dir);
 	ok(err && strstr(err, "no directory") && access(p, F_OK) < 0,
 	   "through a tree: a later copy-out's HOST through the guest's symlink is refused, "
 	   "nothing made at %s (%s)", p, err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 }
 
 int main(void)
