@@ -353,6 +353,19 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 		--result "$BATS_TEST_TMPDIR/old.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
 	[ "$status" -eq 100 ] && [[ "$stderr" == *"files listed without its symlinks"* ]] || false
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	# a file of the tree the signer cannot open (EACCES; the tests run as
+	# root, so as root without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, the
+	# file nobody's 0600): the host's failure, 111, said as it is
+	chown 65534 "$t/sub/b"
+	chmod 0600 "$t/sub/b"
+	run --separate-stderr setpriv --bounding-set=-dac_override,-dac_read_search \
+		"$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 111 ] && [[ "$stderr" == *"tree/sub/b (nothing signed): Permission denied"* ]] || false
+	[[ "$stderr" != *symlink* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	chown 0 "$t/sub/b"
+	chmod 0644 "$t/sub/b"
 	# two copy-outs whose subjects share names (one name in two
 	# directories: their paths are the guest's), or a tree named stage
 	# (stage/ is the commit's): nothing signed
