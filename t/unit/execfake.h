@@ -94,7 +94,7 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 
 /* The fake agent's behaviour after the handshake. */
 enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8,
-       A_SHORT, A_TREE_CTL, A_TREE_LINK };
+       A_SHORT, A_TREE_CTL, A_TREE_LINK, A_TREE_LINKS_MAX, A_TREE_BAD8_TARGET };
 
 static char dir[64], sock[96];
 
@@ -102,7 +102,9 @@ static char dir[64], sock[96];
  * anywhere).  A_TREE: a directory, a file with a hole of 512 KiB, a
  * symlink, a skipped device.  A_TREE_EVIL: a symlink to the test's
  * directory (outside the destination), then a file through it.
- * A_TREE_LINK: that symlink alone (a tree the sink takes whole). */
+ * A_TREE_LINK: that symlink alone (a tree the sink takes whole).
+ * A_TREE_LINKS_MAX: EXEC_TREE_FILES_MAX symlinks, then a file.
+ * A_TREE_BAD8_TARGET: a symlink whose target is not UTF-8, then a file. */
 static void send_tree(int fd, int mode)
 {
 	static uint8_t st[4 * TS_HDR_MAX];
@@ -135,6 +137,19 @@ static void send_tree(int fd, int mode)
 		n += ts_put_seg(st + n, 0, 0);
 	} else if (mode == A_TREE_LINK) {
 		n += ts_put_entry(st + n, 'l', 0777, 1, 0, "l", 0, dir);
+	} else if (mode == A_TREE_LINKS_MAX || mode == A_TREE_BAD8_TARGET) {
+		/* 26 bytes a symlink: the 1000 fit the buffer */
+		char name[16];
+
+		for (unsigned i = 0; i < (mode == A_TREE_LINKS_MAX ? EXEC_TREE_FILES_MAX : 1); i++) {
+			snprintf(name, sizeof name, "l%03u", i);
+			n += ts_put_entry(st + n, 'l', 0777, 1, 0, name, 0,
+					  mode == A_TREE_LINKS_MAX ? "f" : "\xff\xfe");
+		}
+		n += ts_put_entry(st + n, 'f', 0644, 1, 0, "f", 4, NULL);
+		n += ts_put_seg(st + n, 0, 4);
+		memcpy(st + n, "data", 4), n += 4;
+		n += ts_put_seg(st + n, 0, 0);
 	} else if (mode == A_TREE_BAD8) {
 		/* a name that is not UTF-8, sent twice: the error names it */
 		n += ts_put_entry(st + n, 'd', 0755, 1, 0, "\xff\xfe", 0, NULL);
@@ -228,7 +243,8 @@ static void agent(int lfd, int mode)
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
 		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL || mode == A_TREE_BAD8 ||
-					    mode == A_TREE_CTL || mode == A_TREE_LINK)) {
+					    mode == A_TREE_CTL || mode == A_TREE_LINK ||
+					    mode == A_TREE_LINKS_MAX || mode == A_TREE_BAD8_TARGET)) {
 			if (frame_tlv_u64(&fr, T_TREE) == 1) {
 				send_tree(fd, mode);
 				continue;

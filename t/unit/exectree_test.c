@@ -71,6 +71,21 @@ static void test_tree_bounds(void)
 	   strstr(warn, "not listed"),
 	   "bounds: the budget counts the name as serialised, 6 bytes a control byte (%s)", warn);
 	json_decref(e);
+	/* review LOW-4: symlinks count toward the 1000 (a file past 1000
+	 * symlinks gives the list up), and a target JSON cannot carry
+	 * gives it up as a name does (never the link left out unsaid) */
+	e = tree_with(A_TREE_LINKS_MAX, 1, EXEC_TREE_JSON_MAX, EXEC_TREE_HOLES_MAX, warn, sizeof warn);
+	ok(json_is_true(json_object_get(e, "tree")) && !json_object_get(e, "files") &&
+	   !json_object_get(e, "symlinks") && strstr(warn, "not listed"),
+	   "bounds: %d symlinks and a file: past the bound, the list given up (%s)",
+	   EXEC_TREE_FILES_MAX, warn);
+	json_decref(e);
+	e = tree_with(A_TREE_BAD8_TARGET, 1, EXEC_TREE_JSON_MAX, EXEC_TREE_HOLES_MAX, warn,
+		      sizeof warn);
+	ok(json_is_true(json_object_get(e, "tree")) && !json_object_get(e, "files") &&
+	   !json_object_get(e, "symlinks") && strstr(warn, "not listed"),
+	   "bounds: a symlink's target not UTF-8: the list given up (%s)", warn);
+	json_decref(e);
 	e = tree_with(A_TREE, 0, 20, EXEC_TREE_HOLES_MAX, warn, sizeof warn);
 	ok(json_is_true(json_object_get(e, "tree")) &&
 	   json_array_size(json_object_get(e, "skipped")) == 0 && strstr(warn, "cut short"),
