@@ -299,7 +299,7 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	# and its symlink by its target (review L5)
 	jq -e '.copied_out[0].symlinks == [{path: "l", target: "a"}]' "$BATS_TEST_TMPDIR/t.json"
 	payload "$BATS_TEST_TMPDIR/t.prov" | jq -e '[.predicate.runDetails.byproducts[] |
-		select(.name == "tree/l")] == [{name: "tree/l", content: "YQ==",
+		select(.name == "tree/l")] == [{name: "tree/l", content: "YQ==", mediaType: "inode/symlink",
 		annotations: {isopod_guest: "/root/tree/l", isopod_symlink: "a"}}] and
 		([.subject[].name] | index("tree/l") == null)'
 	jq -e --arg a "$sa" --arg b "$sb" '.ok and (.provenance.subjects | sort_by(.name)) ==
@@ -343,10 +343,18 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
 		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
 	[ "$status" -eq 1 ] && [[ "$stderr" == *"symlink $t/l changed since the run copied it (to a; now another target)"* ]] || false
+	# no longer a symlink: changed (1); gone: 101 as a file gone is
+	# (review LOW-5)
+	rm "$t/l"
+	echo a >"$t/l"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 1 ] && [[ "$stderr" == *"symlink $t/l changed"*"now not a symlink"* ]] || false
 	rm "$t/l"
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
 		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
-	[ "$status" -eq 1 ] && [[ "$stderr" == *"symlink $t/l changed"*"No such file"* ]] || false
+	[ "$status" -eq 101 ] && [[ "$stderr" == *"unable to read the copied-out symlink $t/l (nothing signed): No such file"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 	ln -s a "$t/l"
 	jq 'del(.copied_out[0].symlinks)' "$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/old.json"
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
@@ -377,6 +385,25 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
 		--result "$BATS_TEST_TMPDIR/dup.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
 	[ "$status" -eq 100 ] && [[ "$stderr" == *"two subjects would be named tree/"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	# review LOW-1: a file of one tree and a symlink of another, or two
+	# symlinks, of one name (the symlinks are byproducts): nothing signed
+	mkdir -p "$BATS_TEST_TMPDIR/fl/tree" "$BATS_TEST_TMPDIR/ll/tree"
+	cp "$t/a" "$BATS_TEST_TMPDIR/fl/tree/l"
+	ln -s a "$BATS_TEST_TMPDIR/ll/tree/l"
+	jq --arg h "$BATS_TEST_TMPDIR/fl/tree" --arg a "$sa" '.copied_out += [{guest: "/root/o/tree",
+		host: $h, bytes: 4, tree: true, skipped: [], files: [{path: "l", sha256: $a, bytes: 4}],
+		symlinks: []}]' "$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/fl.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/fl.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"a subject and a symlink would be named tree/l "* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	jq --arg h "$BATS_TEST_TMPDIR/ll/tree" '.copied_out += [{guest: "/root/o/tree", host: $h,
+		bytes: 0, tree: true, skipped: [], files: [], symlinks: [{path: "l", target: "a"}]}]' \
+		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/ll.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/ll.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"two symlinks would be named tree/l "* ]] || false
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 	jq --arg h "$BATS_TEST_TMPDIR/stage" '.copied_out[0].host = $h' \
 		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/stage.json"
