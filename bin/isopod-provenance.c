@@ -169,7 +169,11 @@ static json_t *chain_of(const char *ref)
  * name).  Every file is named or nothing is signed: a tree whose files
  * were not listed (past exec's bounds) is refused, as a directory
  * copy-in is, rather than signed in part. */
-static void tree_subjects(json_t *e, const char *host, const char *guest, json_t *list)
+static void tree_links(json_t *e, int dfd, const char *host, const char *top,
+		       const char *guest, json_t *links);
+
+static void tree_subjects(json_t *e, const char *host, const char *guest, json_t *list,
+			  json_t *links)
 {
 	json_t *files = json_object_get(e, "files"), *f;
 	const char *top = strrchr(host, '/') ? strrchr(host, '/') + 1 : host;
@@ -227,13 +231,78 @@ static void tree_subjects(json_t *e, const char *host, const char *guest, json_t
 			name, "digest", "sha256", sha, "annotations", "isopod_guest", gp,
 			"isopod_bytes", json_object_get(f, "bytes"))));
 	}
+	tree_links(e, dfd, host, top, guest, links);
 	close(dfd);
+}
+
+/* The tree's symlinks (review L5): a symlink has no bytes, so no digest
+ * to be a subject by (in-toto: every subject has one, and a digest of
+ * its target would let a file of those bytes verify as the link); each
+ * is checked again on the host (still a symlink, the same target, below
+ * the top) and recorded among runDetails.byproducts as a
+ * ResourceDescriptor: name <top>/<path> as a file's, content its target
+ * (base64: what readlink gives), mediaType inode/symlink (review LOW-2:
+ * the spec's MIME type of the resource, shared-mime-info's name for a
+ * symlink, so a generic reader does not take the content for a file's
+ * bytes), annotations the guest's path and the target as text.  A listed tree without the list (an older exec) is
+ * refused: its symlinks would be left out unsaid. */
+static void tree_links(json_t *e, int dfd, const char *host, const char *top,
+		       const char *guest, json_t *links)
+{
+	json_t *ls = json_object_get(e, "symlinks"), *l;
+	size_t i;
+
+	if (!json_is_array(ls))
+		die(EX_USAGE, "--result: copied_out %s: a tree's files listed without its symlinks "
+		    "(a result of an older isopod-exec?): nothing is signed", EXC(guest));
+	json_array_foreach(ls, i, l) {
+		const char *p = json_string_value(json_object_get(l, "path"));
+		const char *to = json_string_value(json_object_get(l, "target"));
+		const char *sl = p ? strrchr(p, '/') : NULL;
+		struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+					.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+						   RESOLVE_NO_MAGICLINKS };
+		char parent[PATH_MAX], now[PATH_MAX], name[2 * PATH_MAX], gp[2 * PATH_MAX];
+		char b64[sodium_base64_ENCODED_LEN(PATH_MAX, sodium_base64_VARIANT_ORIGINAL)];
+		ssize_t n = -1;
+		int pfd, er;
+
+		if (!p || !*p || *p == '/' || !to || !*to || strlen(p) >= PATH_MAX ||
+		    strlen(to) >= PATH_MAX)
+			die(EX_USAGE, "--result: copied_out %s: symlinks[%zu] has no relative path or "
+			    "no target", EXC(guest), i);
+		snprintf(parent, sizeof parent, "%.*s", sl ? (int)(sl - p) : 1, sl ? p : ".");
+		pfd = (int)syscall(SYS_openat2, dfd, parent, &how, sizeof how);
+		if (pfd >= 0) {
+			n = readlinkat(pfd, sl ? sl + 1 : p, now, sizeof now - 1);
+			close(pfd);
+		}
+		/* as a file's (tree_subjects): gone is 101; not a symlink
+		 * (EINVAL), or a symlink or a way out on the path (ELOOP,
+		 * EXDEV), or a directory on it no longer one (ENOTDIR), is
+		 * changed; anything else (EACCES, EMFILE) is the host's */
+		er = n < 0 ? errno : 0;
+		if (n < 0 && er != EINVAL && er != ELOOP && er != EXDEV && er != ENOTDIR)
+			die(er == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read the copied-out symlink "
+			    "%s/%s (nothing signed): %s", host, EXC(p), strerror(er));
+		if (n < 0 || (size_t)n != strlen(to) || memcmp(now, to, (size_t)n))
+			die(EX_GUEST, "the copied-out symlink %s/%s changed since the run copied it "
+			    "(to %s; now %s): not signed", host, EXC(p), EXC(to),
+			    er == EINVAL ? "not a symlink" : n < 0 ? strerror(er) : "another target");
+		snprintf(name, sizeof name, "%s/%s", top, p);
+		snprintf(gp, sizeof gp, "%s/%s", guest, p);
+		sodium_bin2base64(b64, sizeof b64, (const unsigned char *)to, strlen(to),
+				  sodium_base64_VARIANT_ORIGINAL);
+		json_array_append_new(links, need(json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "name",
+			name, "content", b64, "mediaType", "inode/symlink", "annotations",
+			"isopod_guest", gp, "isopod_symlink", to)));
+	}
 }
 
 /* The subjects: each copied-out file that arrived, checked again now (the
  * digest signed is the bytes on the host, not only what the run said);
  * each regular file of a directory copied out. */
-static json_t *subjects(json_t *res, json_t *outs)
+static json_t *subjects(json_t *res, json_t *outs, json_t *links)
 {
 	json_t *list = need(json_array()), *e, *co = json_object_get(res, "copied_out");
 	size_t i;
@@ -248,7 +317,7 @@ static json_t *subjects(json_t *res, json_t *outs)
 			die(EX_USAGE, "--result: copied_out entry %zu has no host or guest", i);
 		json_array_append_new(outs, need(json_pack("{s:s}", "guest", guest)));
 		if (!json_object_get(e, "error") && json_is_true(json_object_get(e, "tree"))) {
-			tree_subjects(e, host, guest, list);
+			tree_subjects(e, host, guest, list, links);
 			continue;
 		}
 		if (json_object_get(e, "error") || !sha) {
@@ -270,29 +339,34 @@ static json_t *subjects(json_t *res, json_t *outs)
 	return list;
 }
 
-/* Each subject's name once, and none under stage/, the commit's own
+/* Each name once among the subjects and the trees' symlinks (byproducts
+ * by the same <top>/<path>), and none under stage/, the commit's own
  * (commit_subject, added after): a tree's names are <top>/<path>, the
  * path the guest's, so two copy-outs to the same name in two directories,
- * or a tree named stage, could name two artifacts alike, or pass one for
- * a committed stage.  Nothing is signed then. */
-static void subjects_distinct(json_t *list)
+ * or a tree named stage, could name two artifacts alike (a file one
+ * tree's, a symlink the other's: review LOW-1), or pass one for a
+ * committed stage.  Nothing is signed then. */
+static void names_distinct(json_t *subj, json_t *links)
 {
-	json_t *seen = need(json_object()), *e;
+	json_t *seen = need(json_object()), *e, *was;
+	json_t *lists[] = { subj, links };
 	size_t i;
 
-	json_array_foreach(list, i, e) {
-		const char *n = json_string_value(json_object_get(e, "name"));
+	for (int k = 0; k < 2; k++)
+		json_array_foreach(lists[k], i, e) {
+			const char *n = json_string_value(json_object_get(e, "name"));
 
-		if (!strncmp(n, "stage/", 6))
-			die(EX_USAGE, "a copy-out's subject would be named %s: stage/ names a committed "
-			    "stage; nothing is signed (copy the directory out under another name)",
-			    EXC(n));
-		if (json_object_get(seen, n))
-			die(EX_USAGE, "two subjects would be named %s (copy-outs to one name in two "
-			    "directories): nothing is signed; copy them out under distinct names",
-			    EXC(n));
-		json_object_set_new(seen, n, json_true());
-	}
+			if (!strncmp(n, "stage/", 6))
+				die(EX_USAGE, "a copy-out's %s would be named %s: stage/ names a committed "
+				    "stage; nothing is signed (copy the directory out under another name)",
+				    k ? "symlink" : "subject", EXC(n));
+			if ((was = json_object_get(seen, n)))
+				die(EX_USAGE, "%s would be named %s (copy-outs to one name in two "
+				    "directories): nothing is signed; copy them out under distinct names",
+				    !k ? "two subjects" : json_is_true(was) ? "a subject and a symlink" :
+				    "two symlinks", EXC(n));
+			json_object_set_new(seen, n, json_boolean(!k));
+		}
 	json_decref(seen);
 }
 
@@ -441,14 +515,15 @@ static json_t *ms_or_null(json_t *v)
 static json_t *statement(const struct opts *o, json_t *res, json_t *rec, const char *mid)
 {
 	json_t *outs = need(json_array()), *ins = need(json_array()), *deps = need(json_array());
-	json_t *subj = subjects(res, outs), *byp = need(json_array()), *bdeps = need(json_array());
+	json_t *byp = need(json_array()), *subj = subjects(res, outs, byp);
+	json_t *bdeps = need(json_array());
 	json_t *net = json_object_get(rec, "net"), *e, *att, *cmd = need(json_array()), *tm;
 	const char *mode = json_string_value(json_object_get(net, "mode")) ?: "none";
 	char p[PATH_MAX], sha[65], builder[128], t0[32], t1[32];
 	size_t i;
 	int k;
 
-	subjects_distinct(subj);
+	names_distinct(subj, byp);
 	if (o->commit)
 		commit_subject(o->commit, subj);
 	if (json_array_size(subj) == 0)

@@ -626,7 +626,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	crypto_hash_sha256_state st;
 	struct tlv_w w;
 	struct frame fr;
-	int fd, got;
+	int fd, got, oe = 0;
 
 	if (pathn(tmp, sizeof tmp, "%.200s.isopod-tmp.%ld", name, (long)getpid()) < 0) {
 		exec_copy_out_failed(s, list, cp->guest, dst, strerror(ENAMETOOLONG));
@@ -638,6 +638,9 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	tlv_put_u64(&w, T_BYTES, room);
 	conn_queue(&s->c, F_FILE_GET, STREAM_CTL, buf, w.len);
 	fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	/* why it failed, said once the guest's bytes are taken (the frames
+	 * between would leave errno to chance) */
+	oe = fd < 0 ? errno : 0;
 	crypto_hash_sha256_init(&st);
 	why[0] = 0;
 	while ((got = exec_wait_frame(s, &fr)) == 1) {
@@ -651,6 +654,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 				break;
 			}
 			if (fd >= 0 && write_all(fd, fr.payload, fr.len) < 0) {
+				oe = errno;
 				close(fd);
 				fd = -1;
 			}
@@ -708,7 +712,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	}
 	if (fd < 0 || fchmod(fd, (mode_t)frame_tlv_u64(&fr, T_MODE) & 0777) < 0 || fsync(fd) < 0 ||
 	    close(fd) < 0 || renameat(dfd, tmp, dfd, name) < 0) {
-		int e = errno;
+		int e = fd < 0 ? oe : errno;
 
 		unlinkat(dfd, tmp, 0);
 		json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "guest", cp->guest,
@@ -726,9 +730,26 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	return 0;
 }
 
+/* A copy-out's destination as opened before any copy-out ran. */
+struct dest_at {
+	struct exec_dest d;
+	int r;                  /* exec_dest_open's */
+	char why[512];
+};
+
+static void dests_close(struct dest_at *dest, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (dest[i].r == 0)
+			close(dest[i].d.dfd);
+	free(dest);
+}
+
 int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, json_t *list)
 {
 	char stopped[256] = ""; /* set once the vm was stopped: nothing more comes */
+	struct dest_at *dest;
+	int r;
 	uint64_t total = 0;
 	int64_t now = mono_ms();
 	size_t used = 0;
@@ -755,37 +776,50 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 		s->tree_json_left = 0;
 	else if (s->tree_json_left > JSON_MAX_BYTES - EXEC_RESULT_SLACK - used)
 		s->tree_json_left = JSON_MAX_BYTES - EXEC_RESULT_SLACK - used;
+	/* Every destination is opened before the first copy-out writes
+	 * anything: a tree copied out brings the guest's symlinks to the
+	 * host, and a later HOST resolved through one of them (HOST/link/x)
+	 * would land where the guest chose.  Opened now, a path into a tree
+	 * this exec is about to make has no directory yet and is refused,
+	 * as --check refuses it (isopod-exec(1)). */
+	dest = calloc((size_t)n ? (size_t)n : 1, sizeof *dest);
+	if (!dest)
+		return fail(s, EX_SYS, "io", "out of memory");
 	for (int i = 0; i < n; i++) {
-		struct exec_dest d;
-		char why[512];
-		uint64_t bytes = 0;
-		int r;
-
 		/* Every spelling of HOST through the one open (execopt.h):
 		 * its last component never followed, a trailing slash
 		 * included. */
-		r = exec_dest_open(out[i].host, out[i].guest, &d, why, sizeof why);
-		if (r < 0)
-			return fail(s, EX_USAGE, "usage", "%s", why);
-		if (r > 0 || stopped[0]) {
-			if (r == 0)
-				close(d.dfd);
-			exec_copy_out_failed(s, list, out[i].guest, d.path,
-					     stopped[0] ? stopped : why);
+		dest[i].r = exec_dest_open(out[i].host, out[i].guest, &dest[i].d, dest[i].why,
+					   sizeof dest[i].why);
+		if (dest[i].r < 0) {
+			r = fail(s, EX_USAGE, "usage", "%s", dest[i].why);
+			dests_close(dest, i);
+			return r;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		struct exec_dest *d = &dest[i].d;
+		uint64_t bytes = 0;
+
+		if (dest[i].r > 0 || stopped[0]) {
+			exec_copy_out_failed(s, list, out[i].guest, d->path,
+					     stopped[0] ? stopped : dest[i].why);
 			continue;
 		}
-		r = copy_one(s, &out[i], d.path, d.dfd, d.name, (uint64_t)s->copy_out_max - total,
+		r = copy_one(s, &out[i], d->path, d->dfd, d->name, (uint64_t)s->copy_out_max - total,
 			     list, stopped, sizeof stopped, &bytes);
 		if (r == 2)
-			r = exec_tree_out(s, &out[i], d.path, d.dfd, d.name,
+			r = exec_tree_out(s, &out[i], d->path, d->dfd, d->name,
 					  (uint64_t)s->copy_out_max - total, list, stopped,
 					  sizeof stopped, &bytes);
-		close(d.dfd);
-		if (r < 0)
+		if (r < 0) {
+			dests_close(dest, n);
 			return r;
+		}
 		/* What the guest sent counts, copied or not. */
 		total += bytes;
 	}
+	dests_close(dest, n);
 	if (stopped[0])
 		s->c.wlen = s->c.woff = 0; /* nothing to flush to a stopped vm */
 	if (conn_flush(&s->c, mono_ms() + 5000) < 0)

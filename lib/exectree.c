@@ -23,11 +23,15 @@
  * skipped, and (s->list_files) each regular file's sha256 of its bytes as
  * they arrive (the holes hashed as the zeros they read as), which
  * isopod-provenance signs each file by after checking the file on the
- * host still holds them.  Both lists come out of the session's budgets. */
+ * host still holds them, and each symlink's target, which it records
+ * beside them (a symlink has no bytes to sign by: review L5).  The lists
+ * come out of the session's budgets, the symlinks counted with the files
+ * against EXEC_TREE_FILES_MAX. */
 struct tree_seen {
 	struct exec_session *s;
 	json_t *skipped;
 	json_t *files;          /* [{path, sha256, bytes}]; NULL once past the bounds */
+	json_t *links;          /* [{path, target}]; NULL with files */
 	size_t files_cost;      /* what files has taken of s->tree_json_left */
 	int skipped_cut;        /* an entry left off skipped */
 	crypto_hash_sha256_state h;
@@ -69,7 +73,8 @@ static void on_note(void *ctx, const char *path, const char *why)
 static void give_up(struct tree_seen *t)
 {
 	json_decref(t->files);
-	t->files = NULL;
+	json_decref(t->links);
+	t->files = t->links = NULL;
 	t->s->tree_json_left += t->files_cost;
 	t->files_cost = 0;
 }
@@ -107,11 +112,27 @@ static void on_item(void *ctx, const struct ts_item *it)
 		return;
 	switch (it->type) {
 	case TS_ENTRY:
-		if (it->kind != 'f')
+		if (it->kind != 'f' && it->kind != 'l')
 			return;
 		l = strlen(it->path);
-		if (json_array_size(t->files) >= EXEC_TREE_FILES_MAX || !utf8_valid(it->path, l)) {
+		if (json_array_size(t->files) + json_array_size(t->links) >= EXEC_TREE_FILES_MAX ||
+		    !utf8_valid(it->path, l)) {
 			give_up(t);
+			return;
+		}
+		if (it->kind == 'l') {
+			/* a target JSON cannot carry is given up as a name is */
+			e = utf8_valid(it->target, strlen(it->target)) ?
+			    json_pack("{s:s, s:s}", "path", it->path, "target", it->target) : NULL;
+			c = e ? exec_json_cost(e) : 0;
+			if (!e || c > t->s->tree_json_left || json_array_append_new(t->links, e) < 0) {
+				if (e && c > t->s->tree_json_left)
+					json_decref(e);
+				give_up(t);
+				return;
+			}
+			t->s->tree_json_left -= c;
+			t->files_cost += c;
 			return;
 		}
 		memcpy(t->path, it->path, l + 1);
@@ -222,8 +243,9 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 		t->s = s;
 		t->skipped = json_array();
 		t->files = s->list_files ? json_array() : NULL;
+		t->links = s->list_files ? json_array() : NULL;
 	}
-	if (top < 0 || !f || !t || !t->skipped || (s->list_files && !t->files)) {
+	if (top < 0 || !f || !t || !t->skipped || (s->list_files && (!t->files || !t->links))) {
 		snprintf(why, sizeof why, "%s: %s", dst, top < 0 ? strerror(errno) : "out of memory");
 		if (top >= 0)
 			close(top);
@@ -231,6 +253,7 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 		if (t) {
 			json_decref(t->skipped);
 			json_decref(t->files);
+			json_decref(t->links);
 		}
 		free(t);
 		unlinkat(dfd, name, AT_REMOVEDIR);
@@ -265,13 +288,15 @@ int exec_tree_out(struct exec_session *s, const struct exec_copy *cp, const char
 				"copy-out %s: the list of entries not copied is cut short", cp->guest));
 		if (s->list_files && !t->files)
 			json_array_append_new(s->warnings, json_sprintf(
-				"copy-out %s: its files are not listed (more than %u, a name not UTF-8, "
-				"or past the result's bounds): it cannot be signed", cp->guest,
+				"copy-out %s: its files are not listed (more than %u files and symlinks, "
+				"a name or target not UTF-8, or past the result's bounds): it cannot be "
+				"signed", cp->guest,
 				EXEC_TREE_FILES_MAX));
-		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:b, s:o, s:o*}", "guest",
-						      cp->guest, "host", dst, "bytes",
+		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:b, s:o, s:o*, s:o*}",
+						      "guest", cp->guest, "host", dst, "bytes",
 						      (json_int_t)*bytes, "tree", 1, "skipped",
-						      t->skipped, "files", t->files));
+						      t->skipped, "files", t->files, "symlinks",
+						      t->links));
 		free(t);
 		return 0;
 	}

@@ -683,6 +683,25 @@ fill_checked() {
 	[ "$status" -eq 0 ]
 }
 
+@test "exec: a later --copy-out through a symlink an earlier tree copy-out brought from the guest is refused, nothing lands where it points (review L2)" {
+	local id
+	mkdir "$DATA/l2-victim"
+	run --separate-stderr isopod run --json-only --keep -- sh -c \
+		"mkdir /root/t && ln -s '$DATA/l2-victim' /root/t/l && echo x >/root/f"
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	# isopod-exec without --check, as only a direct call can be
+	run --separate-stderr isopod-exec --vm "$id" --copy-out "/root/t:$DATA/l2-tree" \
+		--copy-out "/root/f:$DATA/l2-tree/l/x" -- true
+	[ "$status" -eq 0 ]
+	[ "$(readlink "$DATA/l2-tree/l")" = "$DATA/l2-victim" ]
+	echo "$output" | jq -e '.copied_out[0].tree and (.copied_out[0] | has("error") | not)'
+	echo "$output" | jq -e '.copied_out[1].error | test("no directory .*/l2-tree/l on the host")'
+	[ -z "$(ls -A "$DATA/l2-victim")" ]
+	run --separate-stderr isopod vm rm --force "$id"
+	[ "$status" -eq 0 ]
+}
+
 @test "run --keep: a second command in the same VM; vm rm refuses a running VM unless forced" {
 	run --separate-stderr isopod run --json-only --keep -- sh -c 'echo one > /root/state'
 	[ "$status" -eq 0 ]

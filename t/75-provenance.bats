@@ -282,7 +282,7 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 }
 
-@test "a directory copy-out is signed file by file: each regular file a subject TOP/PATH that verifies; a file changed, or reached through a symlink, is refused" {
+@test "a directory copy-out is signed file by file: each regular file a subject TOP/PATH that verifies, each symlink a byproduct; a file or symlink changed, or reached through a symlink, is refused" {
 	local t="$BATS_TEST_TMPDIR/tree" id sa sb
 	run_isopod run --json-only --copy-out "/root/tree:$t" --provenance "$BATS_TEST_TMPDIR/t.prov" -- \
 		sh -c 'mkdir -p /root/tree/sub && echo one >/root/tree/a && echo two >/root/tree/sub/b && ln -s a /root/tree/l'
@@ -296,6 +296,12 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 		(.copied_out[0].files | sort_by(.path)) == [{path: "a", sha256: $a, bytes: 4},
 							    {path: "sub/b", sha256: $b, bytes: 4}]' \
 		"$BATS_TEST_TMPDIR/t.json"
+	# and its symlink by its target (review L5)
+	jq -e '.copied_out[0].symlinks == [{path: "l", target: "a"}]' "$BATS_TEST_TMPDIR/t.json"
+	payload "$BATS_TEST_TMPDIR/t.prov" | jq -e '[.predicate.runDetails.byproducts[] |
+		select(.name == "tree/l")] == [{name: "tree/l", content: "YQ==", mediaType: "inode/symlink",
+		annotations: {isopod_guest: "/root/tree/l", isopod_symlink: "a"}}] and
+		([.subject[].name] | index("tree/l") == null)'
 	jq -e --arg a "$sa" --arg b "$sb" '.ok and (.provenance.subjects | sort_by(.name)) ==
 		[{name: "tree/a", sha256: $a}, {name: "tree/sub/b", sha256: $b}]' "$BATS_TEST_TMPDIR/t.json"
 	payload "$BATS_TEST_TMPDIR/t.prov" | jq -e '[.subject[] | select(.name == "tree/sub/b") |
@@ -331,6 +337,43 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	[[ "$stderr" != *symlink* ]] || false
 	rm "$t/sub"
 	mv "$t/sub.real" "$t/sub"
+	# the symlink pointed elsewhere, or gone: nothing signed; a result
+	# that lists files without symlinks (an older exec): nothing signed
+	ln -sfn sub "$t/l"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 1 ] && [[ "$stderr" == *"symlink $t/l changed since the run copied it (to a; now another target)"* ]] || false
+	# no longer a symlink: changed (1); gone: 101 as a file gone is
+	# (review LOW-5)
+	rm "$t/l"
+	echo a >"$t/l"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 1 ] && [[ "$stderr" == *"symlink $t/l changed"*"now not a symlink"* ]] || false
+	rm "$t/l"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 101 ] && [[ "$stderr" == *"unable to read the copied-out symlink $t/l (nothing signed): No such file"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	ln -s a "$t/l"
+	jq 'del(.copied_out[0].symlinks)' "$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/old.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/old.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"files listed without its symlinks"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	# a file of the tree the signer cannot open (EACCES; the tests run as
+	# root, so as root without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, the
+	# file nobody's 0600): the host's failure, 111, said as it is
+	chown 65534 "$t/sub/b"
+	chmod 0600 "$t/sub/b"
+	run --separate-stderr setpriv --bounding-set=-dac_override,-dac_read_search \
+		"$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/t.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 111 ] && [[ "$stderr" == *"tree/sub/b (nothing signed): Permission denied"* ]] || false
+	[[ "$stderr" != *symlink* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	chown 0 "$t/sub/b"
+	chmod 0644 "$t/sub/b"
 	# two copy-outs whose subjects share names (one name in two
 	# directories: their paths are the guest's), or a tree named stage
 	# (stage/ is the commit's): nothing signed
@@ -342,6 +385,25 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
 		--result "$BATS_TEST_TMPDIR/dup.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
 	[ "$status" -eq 100 ] && [[ "$stderr" == *"two subjects would be named tree/"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	# review LOW-1: a file of one tree and a symlink of another, or two
+	# symlinks, of one name (the symlinks are byproducts): nothing signed
+	mkdir -p "$BATS_TEST_TMPDIR/fl/tree" "$BATS_TEST_TMPDIR/ll/tree"
+	cp "$t/a" "$BATS_TEST_TMPDIR/fl/tree/l"
+	ln -s a "$BATS_TEST_TMPDIR/ll/tree/l"
+	jq --arg h "$BATS_TEST_TMPDIR/fl/tree" --arg a "$sa" '.copied_out += [{guest: "/root/o/tree",
+		host: $h, bytes: 4, tree: true, skipped: [], files: [{path: "l", sha256: $a, bytes: 4}],
+		symlinks: []}]' "$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/fl.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/fl.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"a subject and a symlink would be named tree/l "* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	jq --arg h "$BATS_TEST_TMPDIR/ll/tree" '.copied_out += [{guest: "/root/o/tree", host: $h,
+		bytes: 0, tree: true, skipped: [], files: [], symlinks: [{path: "l", target: "a"}]}]' \
+		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/ll.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/ll.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"two symlinks would be named tree/l "* ]] || false
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 	jq --arg h "$BATS_TEST_TMPDIR/stage" '.copied_out[0].host = $h' \
 		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/stage.json"

@@ -76,15 +76,12 @@ static void test_flood(void)
  * looked at (the race a user who can write beside HOST could run). */
 static void test_dest(void)
 {
-	struct exec_session s;
-	struct exec_status ex = {.code = -1};
 	json_t *out;
 	char host[128], victim[128], p[200], slashed[208];
 	struct exec_copy cout;
 	const char *err;
 	struct stat sb;
-	pid_t pid;
-	int fd;
+	int fd, r;
 
 	snprintf(host, sizeof host, "%s/dest", dir);
 	snprintf(victim, sizeof victim, "%s/victim", dir);
@@ -92,79 +89,54 @@ static void test_dest(void)
 	mkdir(victim, 0700);
 	cout = (struct exec_copy){.host = host, .guest = "/tmp/x"};
 
-	out = json_array();
-	start(&s, A_COPY, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
+	out = copy_out_run(A_COPY, &cout, 1, 0, &r);
 	snprintf(p, sizeof p, "%s/x", host);
-	ok(exec_copy_out(&s, &cout, 1, out) == 0 && stat(p, &sb) == 0 && sb.st_size == 4 &&
-	   !json_object_get(json_array_get(out, 0), "error"),
+	ok(r == 0 && stat(p, &sb) == 0 && sb.st_size == 4 && !entry_error(out, 0),
 	   "dest: into a directory, under the file's own name");
 	json_decref(out);
-	stop(&s, pid);
 
-	out = json_array();
 	cout.host = p; /* HOST/x is a file now: replaced */
 	fd = open(p, O_WRONLY | O_TRUNC | O_CLOEXEC);
 	if (fd >= 0)
 		close(fd);
-	start(&s, A_COPY, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	ok(exec_copy_out(&s, &cout, 1, out) == 0 && stat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
-	   sb.st_size == 4 && !json_object_get(json_array_get(out, 0), "error"),
-	   "dest: a file there is replaced");
+	out = copy_out_run(A_COPY, &cout, 1, 0, &r);
+	ok(r == 0 && stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 4 &&
+	   !entry_error(out, 0), "dest: a file there is replaced");
 	json_decref(out);
-	stop(&s, pid);
 
 	/* the directory swapped for a symlink to victim as it is opened */
-	out = json_array();
 	cout.host = host;
 	swap_path = host;
 	swap_to = victim;
-	start(&s, A_COPY, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	exec_copy_out(&s, &cout, 1, out);
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_COPY, &cout, 1, 0, NULL);
+	err = entry_error(out, 0);
 	snprintf(p, sizeof p, "%s/x", victim);
 	ok(!swap_path && access(p, F_OK) < 0 && lstat(host, &sb) == 0 && S_ISLNK(sb.st_mode) &&
 	   err && strstr(err, "symlink"),
 	   "dest: a directory made a symlink as it is opened is not entered, nothing in "
 	   "its target, the symlink left (%s)", err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 
 	/* a symlink to a directory there all along: the same */
 	unlink(p);
-	out = json_array();
-	start(&s, A_COPY, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	exec_copy_out(&s, &cout, 1, out);
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_COPY, &cout, 1, 0, NULL);
+	err = entry_error(out, 0);
 	ok(access(p, F_OK) < 0 && err && strstr(err, "symlink"),
 	   "dest: a symlink to a directory is not entered (%s)", err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 
 	/* the same symlink named with a trailing slash: the kernel resolves a
 	 * symlink before a trailing slash even under O_NOFOLLOW, so "HOST/"
 	 * must be taken as HOST, a directory, and refused the same */
-	out = json_array();
 	snprintf(slashed, sizeof slashed, "%s/", host);
 	cout.host = slashed;
-	start(&s, A_COPY, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	exec_copy_out(&s, &cout, 1, out);
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_COPY, &cout, 1, 0, NULL);
+	err = entry_error(out, 0);
 	ok(access(p, F_OK) < 0 && lstat(host, &sb) == 0 && S_ISLNK(sb.st_mode) && err &&
 	   strstr(err, "not a directory") && strstr(err, "symlink"),
 	   "dest: HOST/ with HOST a symlink to a directory is not entered, nothing in its "
 	   "target (%s)", err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 	{
 		struct exec_copy c2 = {.host = slashed, .guest = "/tmp/x"};
 		char why[512];
@@ -175,34 +147,60 @@ static void test_dest(void)
 	}
 
 	/* HOST/ a real directory: into it, the path shown without "//" */
-	out = json_array();
 	snprintf(slashed, sizeof slashed, "%s//", victim);
 	cout.host = slashed;
-	start(&s, A_COPY, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	ok(exec_copy_out(&s, &cout, 1, out) == 0 && stat(p, &sb) == 0 && sb.st_size == 4 &&
+	out = copy_out_run(A_COPY, &cout, 1, 0, &r);
+	ok(r == 0 && stat(p, &sb) == 0 && sb.st_size == 4 &&
 	   !strcmp(json_string_value(json_object_get(json_array_get(out, 0), "host")) ?: "", p),
 	   "dest: HOST// a directory: the file lands in it as %s",
 	   json_string_value(json_object_get(json_array_get(out, 0), "host")) ?: "?");
 	json_decref(out);
-	stop(&s, pid);
 	unlink(p);
 
 	/* HOST/ absent or a file: refused, nothing made there */
-	out = json_array();
 	snprintf(p, sizeof p, "%s/none", dir);
 	snprintf(slashed, sizeof slashed, "%s/", p);
 	cout.host = slashed;
-	start(&s, A_COPY, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	exec_copy_out(&s, &cout, 1, out);
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_COPY, &cout, 1, 0, NULL);
+	err = entry_error(out, 0);
 	ok(access(p, F_OK) < 0 && err, "dest: HOST/ absent: refused, no file HOST (%s)",
 	   err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
+}
+
+/* A destination directory the user cannot write (EACCES): tests run as
+ * root, who writes anywhere, so the copy-out runs with the effective ids
+ * of nobody (65534) against a root-owned 0755 directory: a file's and a
+ * tree's copy-out each recorded with the errno said as it is, nothing
+ * left there (no temporary file). */
+static void test_dest_eacces(void)
+{
+	static const int modes[2] = { A_COPY, A_TREE };
+	char ro[128];
+
+	if (geteuid() != 0) {
+		ok(1, "# SKIP dest EACCES: not root (the ids cannot be changed)");
+		return;
+	}
+	snprintf(ro, sizeof ro, "%s/ro", dir);
+	chmod(dir, 0711); /* nobody may pass through the test's directory */
+	for (int i = 0; i < 2; i++) {
+		struct exec_copy cout = {.host = ro, .guest = "/tmp/x"};
+		const char *err;
+		json_t *out;
+		int r;
+
+		mkdir(ro, 0755);
+		out = copy_out_run(modes[i], &cout, 1, 1, &r);
+		err = entry_error(out, 0);
+		/* rmdir: the directory is empty, no file, no temporary */
+		ok(r == 0 && err && strstr(err, strerror(EACCES)) && rmdir(ro) == 0,
+		   "dest EACCES: a %s copy-out into a directory nobody cannot write is recorded "
+		   "with that errno, nothing left there (%s)", i ? "tree" : "file",
+		   err ? err : "none");
+		json_decref(out);
+	}
+	chmod(dir, 0700);
 }
 
 /* A copy-in's file replaced on the host between its open and its send
@@ -572,6 +570,7 @@ int main(void)
 	test_copy_in_race();
 	test_flood();
 	test_dest();
+	test_dest_eacces();
 	test_tree_in_nomem();
 	test_log_max();
 	test_failures();

@@ -94,14 +94,17 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 
 /* The fake agent's behaviour after the handshake. */
 enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8,
-       A_SHORT, A_TREE_CTL };
+       A_SHORT, A_TREE_CTL, A_TREE_LINK, A_TREE_LINKS_MAX, A_TREE_BAD8_TARGET };
 
 static char dir[64], sock[96];
 
 /* A guest directory's tree stream, in pieces of 7 bytes (record heads cut
  * anywhere).  A_TREE: a directory, a file with a hole of 512 KiB, a
  * symlink, a skipped device.  A_TREE_EVIL: a symlink to the test's
- * directory (outside the destination), then a file through it. */
+ * directory (outside the destination), then a file through it.
+ * A_TREE_LINK: that symlink alone (a tree the sink takes whole).
+ * A_TREE_LINKS_MAX: EXEC_TREE_FILES_MAX symlinks, then a file.
+ * A_TREE_BAD8_TARGET: a symlink whose target is not UTF-8, then a file. */
 static void send_tree(int fd, int mode)
 {
 	static uint8_t st[4 * TS_HDR_MAX];
@@ -129,6 +132,21 @@ static void send_tree(int fd, int mode)
 		name[200] = '/';
 		name[300] = 0;
 		n += ts_put_entry(st + n, 'f', 0644, 1, 0, name, 4, NULL);
+		n += ts_put_seg(st + n, 0, 4);
+		memcpy(st + n, "data", 4), n += 4;
+		n += ts_put_seg(st + n, 0, 0);
+	} else if (mode == A_TREE_LINK) {
+		n += ts_put_entry(st + n, 'l', 0777, 1, 0, "l", 0, dir);
+	} else if (mode == A_TREE_LINKS_MAX || mode == A_TREE_BAD8_TARGET) {
+		/* 26 bytes a symlink: the 1000 fit the buffer */
+		char name[16];
+
+		for (unsigned i = 0; i < (mode == A_TREE_LINKS_MAX ? EXEC_TREE_FILES_MAX : 1); i++) {
+			snprintf(name, sizeof name, "l%03u", i);
+			n += ts_put_entry(st + n, 'l', 0777, 1, 0, name, 0,
+					  mode == A_TREE_LINKS_MAX ? "f" : "\xff\xfe");
+		}
+		n += ts_put_entry(st + n, 'f', 0644, 1, 0, "f", 4, NULL);
 		n += ts_put_seg(st + n, 0, 4);
 		memcpy(st + n, "data", 4), n += 4;
 		n += ts_put_seg(st + n, 0, 0);
@@ -225,7 +243,8 @@ static void agent(int lfd, int mode)
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
 		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL || mode == A_TREE_BAD8 ||
-					    mode == A_TREE_CTL)) {
+					    mode == A_TREE_CTL || mode == A_TREE_LINK ||
+					    mode == A_TREE_LINKS_MAX || mode == A_TREE_BAD8_TARGET)) {
 			if (frame_tlv_u64(&fr, T_TREE) == 1) {
 				send_tree(fd, mode);
 				continue;
@@ -332,5 +351,38 @@ static void stop(struct exec_session *s, pid_t pid)
 
 static char *av[] = { "echo", "hi", NULL };
 static const struct exec_request req = {.argv = av, .argc = 2};
+
+/* One exec on a fresh fake agent in mode: the command run, then the n
+ * copy-outs, with the effective ids of nobody (65534) when nobody is set
+ * (for the copy-out only: the session's logs are opened as the caller).
+ * Their entries (the caller's to free); *r exec_copy_out's return, or -100
+ * when the ids could not be changed and back. */
+static json_t *copy_out_run(int mode, const struct exec_copy *cout, int n, int nobody, int *r)
+{
+	struct exec_session s;
+	struct exec_status ex = {.code = -1};
+	json_t *out = json_array();
+	int rr, changed = 1;
+	pid_t pid;
+
+	start(&s, mode, &pid);
+	exec_send(&s, &req);
+	exec_run(&s, -1, &ex);
+	if (nobody)
+		changed = setegid(65534) == 0 && seteuid(65534) == 0;
+	rr = exec_copy_out(&s, cout, n, out);
+	if (nobody && (seteuid(0) < 0 || setegid(0) < 0))
+		changed = 0;
+	if (r)
+		*r = changed ? rr : -100;
+	stop(&s, pid);
+	return out;
+}
+
+/* The error of a copy-out's entry i, or NULL. */
+static const char *entry_error(json_t *out, size_t i)
+{
+	return json_string_value(json_object_get(json_array_get(out, i), "error"));
+}
 
 #endif

@@ -46,6 +46,7 @@ static void test_tree_bounds(void)
 
 	e = tree_with(A_TREE, 0, EXEC_TREE_JSON_MAX, EXEC_TREE_HOLES_MAX, warn, sizeof warn);
 	ok(json_is_true(json_object_get(e, "tree")) && !json_object_get(e, "files") &&
+	   !json_object_get(e, "symlinks") &&
 	   json_array_size(json_object_get(e, "skipped")) == 1 && !strstr(warn, "not listed"),
 	   "bounds: a run not for provenance lists no files, no warning (%s)", warn);
 	json_decref(e);
@@ -56,6 +57,7 @@ static void test_tree_bounds(void)
 	/* the hole of A_TREE's a/f is 1 MiB less 4 bytes */
 	e = tree_with(A_TREE, 1, EXEC_TREE_JSON_MAX, 512 << 10, warn, sizeof warn);
 	ok(json_is_true(json_object_get(e, "tree")) && !json_object_get(e, "files") &&
+	   !json_object_get(e, "symlinks") &&
 	   strstr(warn, "not listed"),
 	   "bounds: past the holes' budget the list is given up, a warning says so (%s)", warn);
 	json_decref(e);
@@ -68,6 +70,21 @@ static void test_tree_bounds(void)
 	ok(json_is_true(json_object_get(e, "tree")) && !json_object_get(e, "files") &&
 	   strstr(warn, "not listed"),
 	   "bounds: the budget counts the name as serialised, 6 bytes a control byte (%s)", warn);
+	json_decref(e);
+	/* review LOW-4: symlinks count toward the 1000 (a file past 1000
+	 * symlinks gives the list up), and a target JSON cannot carry
+	 * gives it up as a name does (never the link left out unsaid) */
+	e = tree_with(A_TREE_LINKS_MAX, 1, EXEC_TREE_JSON_MAX, EXEC_TREE_HOLES_MAX, warn, sizeof warn);
+	ok(json_is_true(json_object_get(e, "tree")) && !json_object_get(e, "files") &&
+	   !json_object_get(e, "symlinks") && strstr(warn, "not listed"),
+	   "bounds: %d symlinks and a file: past the bound, the list given up (%s)",
+	   EXEC_TREE_FILES_MAX, warn);
+	json_decref(e);
+	e = tree_with(A_TREE_BAD8_TARGET, 1, EXEC_TREE_JSON_MAX, EXEC_TREE_HOLES_MAX, warn,
+		      sizeof warn);
+	ok(json_is_true(json_object_get(e, "tree")) && !json_object_get(e, "files") &&
+	   !json_object_get(e, "symlinks") && strstr(warn, "not listed"),
+	   "bounds: a symlink's target not UTF-8: the list given up (%s)", warn);
 	json_decref(e);
 	e = tree_with(A_TREE, 0, 20, EXEC_TREE_HOLES_MAX, warn, sizeof warn);
 	ok(json_is_true(json_object_get(e, "tree")) &&
@@ -91,6 +108,7 @@ static void test_tree(void)
 	const char *err;
 	pid_t pid;
 	mode_t um;
+	int r;
 
 	snprintf(host, sizeof host, "%s/tree", dir);
 	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
@@ -142,53 +160,49 @@ static void test_tree(void)
 		   "included (%.16s, the file's %.16s)",
 		   json_string_value(json_object_get(json_array_get(files, 0), "sha256")) ?: "-", onhost);
 	}
+	{
+		/* review L5: the symlink is listed by its target, beside the
+		 * files (it has no bytes to be signed by) */
+		json_t *ls = json_object_get(json_array_get(out, 0), "symlinks");
+
+		ok(json_array_size(ls) == 1 &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(ls, 0), "path")) ?: "", "s") &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(ls, 0), "target")) ?: "",
+			   "/etc"), "tree: its symlink listed with its target");
+	}
 	json_decref(out);
 	stop(&s, pid);
 
 	/* HOST a directory: the guest's /root/tree would be HOST/tree, which
 	 * is there now: refused, nothing asked of the guest */
-	out = json_array();
 	cout = (struct exec_copy){.host = dir, .guest = "/root/tree"};
-	start(&s, A_TREE, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	exec_copy_out(&s, &cout, 1, out);
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_TREE, &cout, 1, 0, NULL);
+	err = entry_error(out, 0);
 	snprintf(p, sizeof p, "%s/a/f", host);
 	ok(err && strstr(err, "exists") && stat(p, &sb) == 0 && sb.st_size == 1 << 20,
 	   "tree: a destination that exists is left alone (%s)", err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 
-	out = json_array();
 	snprintf(host, sizeof host, "%s/evil", dir);
 	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
-	start(&s, A_TREE_EVIL, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	ok(exec_copy_out(&s, &cout, 1, out) == 0, "evil tree: copy-out ends without failing");
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_TREE_EVIL, &cout, 1, 0, &r);
+	ok(r == 0, "evil tree: copy-out ends without failing");
+	err = entry_error(out, 0);
 	snprintf(p, sizeof p, "%s/pwned", dir);
 	ok(err && access(p, F_OK) < 0 && access(host, F_OK) < 0,
 	   "evil tree: nothing written through the guest's symlink, the destination removed (%s)",
 	   err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 
 	/* the guest's path in the error is not UTF-8: the entry is there */
-	out = json_array();
 	snprintf(host, sizeof host, "%s/bad8", dir);
 	cout = (struct exec_copy){.host = host, .guest = "/root/t"};
-	start(&s, A_TREE_BAD8, &pid);
-	exec_send(&s, &req);
-	exec_run(&s, -1, &ex);
-	exec_copy_out(&s, &cout, 1, out);
-	err = json_string_value(json_object_get(json_array_get(out, 0), "error"));
+	out = copy_out_run(A_TREE_BAD8, &cout, 1, 0, NULL);
+	err = entry_error(out, 0);
 	ok(err && strstr(err, "mkdir") && access(host, F_OK) < 0,
 	   "tree: an error naming a guest path that is not UTF-8 is in the list (%s)",
 	   err ? err : "none");
 	json_decref(out);
-	stop(&s, pid);
 }
 
 /* The lists' budget is what the in-band output leaves of the readers'
@@ -223,6 +237,37 @@ static void test_tree_loud(void)
 	stop(&s, pid);
 }
 
+/* Review L2: a later copy-out's HOST through a symlink an earlier tree
+ * copy-out of the same exec brought from the guest (HOST/l -> the test's
+ * directory, then HOST/l/x): every destination is opened before the
+ * first copy-out, so the second has no directory and nothing lands
+ * where the guest's symlink points. */
+static void test_tree_then_through(void)
+{
+	json_t *out;
+	struct exec_copy cout[2];
+	char top[128], via[160], p[160], l[80];
+	const char *err;
+	ssize_t n;
+
+	snprintf(top, sizeof top, "%s/linked", dir);
+	snprintf(via, sizeof via, "%s/l/x", top);
+	cout[0] = (struct exec_copy){.host = top, .guest = "/root/t"};
+	cout[1] = (struct exec_copy){.host = via, .guest = "/root/t"};
+	out = copy_out_run(A_TREE_LINK, cout, 2, 0, NULL);
+	snprintf(p, sizeof p, "%s/l", top);
+	n = readlink(p, l, sizeof l - 1);
+	l[n > 0 ? n : 0] = 0;
+	ok(n > 0 && !strcmp(l, dir) && json_is_true(json_object_get(json_array_get(out, 0), "tree")),
+	   "through a tree: the first tree copied out with its symlink to %s (%s)", dir, l);
+	err = entry_error(out, 1);
+	snprintf(p, sizeof p, "%s/x", dir);
+	ok(err && strstr(err, "no directory") && access(p, F_OK) < 0,
+	   "through a tree: a later copy-out's HOST through the guest's symlink is refused, "
+	   "nothing made at %s (%s)", p, err ? err : "none");
+	json_decref(out);
+}
+
 int main(void)
 {
 	if (fake_init("exectree_test") < 0)
@@ -230,5 +275,6 @@ int main(void)
 	test_tree();
 	test_tree_bounds();
 	test_tree_loud();
+	test_tree_then_through();
 	return fake_done();
 }
