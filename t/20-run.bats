@@ -823,12 +823,7 @@ fill_checked() {
 	ISOPOD_TEST_PAUSE_AT=claim-report setsid isopod run --json-only -- true \
 		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
 	pid=$!
-	cpid=
-	for i in $(seq 1 300); do
-		cpid=$(ps -e -o pid=,pgid=,stat=,comm= | awk -v g="$pid" '$2 == g && $3 ~ /^T/ && $4 == "isopod-claim" { print $1 }')
-		[ -z "$cpid" ] || break
-		sleep 0.1
-	done
+	cpid=$(stopped_in_group "$pid" isopod-claim)
 	[ -n "$cpid" ]
 	# the claim stopped between its directory and its report
 	d=$(echo "$ISOPOD_HOME"/runs/vm-*."$pid".*)

@@ -188,12 +188,7 @@ fake_pooled() {
 	ISOPOD_POOL=true ISOPOD_TEST_PAUSE_AT=pool-report setsid "$ISOPOD_SRC/sh/isopod" run --json-only -- true \
 		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
 	pid=$!
-	cpid=
-	for i in $(seq 1 300); do
-		cpid=$(ps -e -o pid=,pgid=,stat=,comm= | awk -v g="$pid" '$2 == g && $3 ~ /^T/ && $4 == "isopod-pool" { print $1 }')
-		[ -z "$cpid" ] || break
-		sleep 0.1
-	done
+	cpid=$(stopped_in_group "$pid" isopod-pool)
 	[ -n "$cpid" ]
 	# the take stopped between the run's directory and its report
 	d=$(echo "$ISOPOD_HOME"/runs/vm-00000000001a."$pid".*)

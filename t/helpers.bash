@@ -357,6 +357,18 @@ jail_uid() {
 	echo $((0x78000000 + h % 65536))
 }
 
+# stopped_in_group PGID COMM: the pid of the process COMM stopped (SIGSTOP at
+# an ISOPOD_TEST_PAUSE_AT point) in process group PGID, waited for up to 30 s;
+# nothing printed when none came.
+stopped_in_group() {
+	local i p
+	for i in $(seq 1 300); do
+		p=$(ps -e -o pid=,pgid=,stat=,comm= | awk -v g="$1" -v c="$2" '$2 == g && $3 ~ /^T/ && $4 == c { print $1 }')
+		[ -z "$p" ] || { echo "$p"; return 0; }
+		sleep 0.1
+	done
+}
+
 # gc_clean: `isopod gc --dry-run` reports nothing leaked (its JSON shown when
 # it does, so a failure names what leaked).
 gc_clean() {
