@@ -98,6 +98,26 @@ static int hash_zeros(struct tree_seen *t, uint64_t n)
 	return 0;
 }
 
+/* e (a file's or a symlink's entry, NULL when it could not be built) onto
+ * list, charged to the session's JSON budget; past it, or unbuilt, the
+ * tree's lists are given up. */
+static void list_add(struct tree_seen *t, json_t *list, json_t *e)
+{
+	size_t c = e ? exec_json_cost(e) : 0;
+
+	if (!e || c > t->s->tree_json_left) {
+		json_decref(e);
+		give_up(t);
+		return;
+	}
+	if (json_array_append_new(list, e) < 0) {
+		give_up(t);
+		return;
+	}
+	t->s->tree_json_left -= c;
+	t->files_cost += c;
+}
+
 /* Each item the sink applied, in order: the decoder has checked that
  * segments come in order, within the file's size. */
 static void on_item(void *ctx, const struct ts_item *it)
@@ -105,8 +125,7 @@ static void on_item(void *ctx, const struct ts_item *it)
 	struct tree_seen *t = ctx;
 	unsigned char md[crypto_hash_sha256_BYTES];
 	char sha[65];
-	json_t *e;
-	size_t l, c;
+	size_t l;
 
 	if (!t->files)
 		return;
@@ -122,17 +141,8 @@ static void on_item(void *ctx, const struct ts_item *it)
 		}
 		if (it->kind == 'l') {
 			/* a target JSON cannot carry is given up as a name is */
-			e = utf8_valid(it->target, strlen(it->target)) ?
-			    json_pack("{s:s, s:s}", "path", it->path, "target", it->target) : NULL;
-			c = e ? exec_json_cost(e) : 0;
-			if (!e || c > t->s->tree_json_left || json_array_append_new(t->links, e) < 0) {
-				if (e && c > t->s->tree_json_left)
-					json_decref(e);
-				give_up(t);
-				return;
-			}
-			t->s->tree_json_left -= c;
-			t->files_cost += c;
+			list_add(t, t->links, utf8_valid(it->target, strlen(it->target)) ?
+				 json_pack("{s:s, s:s}", "path", it->path, "target", it->target) : NULL);
 			return;
 		}
 		memcpy(t->path, it->path, l + 1);
@@ -155,20 +165,8 @@ static void on_item(void *ctx, const struct ts_item *it)
 		}
 		crypto_hash_sha256_final(&t->h, md);
 		sodium_bin2hex(sha, sizeof sha, md, sizeof md);
-		e = json_pack("{s:s, s:s, s:I}", "path", t->path, "sha256", sha, "bytes",
-			      (json_int_t)t->size);
-		c = e ? exec_json_cost(e) : 0;
-		if (!e || c > t->s->tree_json_left) {
-			json_decref(e);
-			give_up(t);
-			return;
-		}
-		if (json_array_append_new(t->files, e) < 0) {
-			give_up(t);
-			return;
-		}
-		t->s->tree_json_left -= c;
-		t->files_cost += c;
+		list_add(t, t->files, json_pack("{s:s, s:s, s:I}", "path", t->path, "sha256", sha,
+						"bytes", (json_int_t)t->size));
 		return;
 	case TS_END:
 		return;
