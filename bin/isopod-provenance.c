@@ -162,6 +162,71 @@ static json_t *chain_of(const char *ref)
 
 /* ---- sign -------------------------------------------------------------- */
 
+/* The tree's symlinks (review L5): a symlink has no bytes, so no digest
+ * to be a subject by (in-toto: every subject has one, and a digest of
+ * its target would let a file of those bytes verify as the link); each
+ * is checked again on the host (still a symlink, the same target, below
+ * the top) and recorded among runDetails.byproducts as a
+ * ResourceDescriptor: name <top>/<path> as a file's, content its target
+ * (base64: what readlink gives), mediaType inode/symlink (review LOW-2:
+ * the spec's MIME type of the resource, shared-mime-info's name for a
+ * symlink, so a generic reader does not take the content for a file's
+ * bytes), annotations the guest's path and the target as text.  A
+ * listed tree without the list (an older exec) is refused: its symlinks
+ * would be left out unsaid. */
+static void tree_links(json_t *e, int dfd, const char *host, const char *top,
+		       const char *guest, json_t *links)
+{
+	json_t *ls = json_object_get(e, "symlinks"), *l;
+	size_t i;
+
+	if (!json_is_array(ls))
+		die(EX_USAGE, "--result: copied_out %s: a tree's files listed without its symlinks "
+		    "(a result of an older isopod-exec?): nothing is signed", EXC(guest));
+	json_array_foreach(ls, i, l) {
+		const char *p = json_string_value(json_object_get(l, "path"));
+		const char *to = json_string_value(json_object_get(l, "target"));
+		const char *sl = p ? strrchr(p, '/') : NULL;
+		struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+					.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+						   RESOLVE_NO_MAGICLINKS };
+		char parent[PATH_MAX], now[PATH_MAX], name[2 * PATH_MAX], gp[2 * PATH_MAX];
+		char b64[sodium_base64_ENCODED_LEN(PATH_MAX, sodium_base64_VARIANT_ORIGINAL)];
+		ssize_t n = -1;
+		int pfd, er;
+
+		if (!p || !*p || *p == '/' || !to || !*to || strlen(p) >= PATH_MAX ||
+		    strlen(to) >= PATH_MAX)
+			die(EX_USAGE, "--result: copied_out %s: symlinks[%zu] has no relative path or "
+			    "no target", EXC(guest), i);
+		snprintf(parent, sizeof parent, "%.*s", sl ? (int)(sl - p) : 1, sl ? p : ".");
+		pfd = (int)syscall(SYS_openat2, dfd, parent, &how, sizeof how);
+		if (pfd >= 0) {
+			n = readlinkat(pfd, sl ? sl + 1 : p, now, sizeof now - 1);
+			close(pfd);
+		}
+		/* as a file's (tree_subjects): gone is 101; not a symlink
+		 * (EINVAL), or a symlink or a way out on the path (ELOOP,
+		 * EXDEV), or a directory on it no longer one (ENOTDIR), is
+		 * changed; anything else (EACCES, EMFILE) is the host's */
+		er = n < 0 ? errno : 0;
+		if (n < 0 && er != EINVAL && er != ELOOP && er != EXDEV && er != ENOTDIR)
+			die(er == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read the copied-out symlink "
+			    "%s/%s (nothing signed): %s", host, EXC(p), strerror(er));
+		if (n < 0 || (size_t)n != strlen(to) || memcmp(now, to, (size_t)n))
+			die(EX_GUEST, "the copied-out symlink %s/%s changed since the run copied it "
+			    "(to %s; now %s): not signed", host, EXC(p), EXC(to),
+			    er == EINVAL ? "not a symlink" : n < 0 ? strerror(er) : "another target");
+		snprintf(name, sizeof name, "%s/%s", top, p);
+		snprintf(gp, sizeof gp, "%s/%s", guest, p);
+		sodium_bin2base64(b64, sizeof b64, (const unsigned char *)to, strlen(to),
+				  sodium_base64_VARIANT_ORIGINAL);
+		json_array_append_new(links, need(json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "name",
+			name, "content", b64, "mediaType", "inode/symlink", "annotations",
+			"isopod_guest", gp, "isopod_symlink", to)));
+	}
+}
+
 /* A directory copied out: one subject per regular file it listed (exec
  * hashed each as its bytes arrived, lib/exectree.c), each checked again
  * in the tree on the host as a copied-out file is, named <top>/<path>
@@ -169,9 +234,6 @@ static json_t *chain_of(const char *ref)
  * name).  Every file is named or nothing is signed: a tree whose files
  * were not listed (past exec's bounds) is refused, as a directory
  * copy-in is, rather than signed in part. */
-static void tree_links(json_t *e, int dfd, const char *host, const char *top,
-		       const char *guest, json_t *links);
-
 static void tree_subjects(json_t *e, const char *host, const char *guest, json_t *list,
 			  json_t *links)
 {
@@ -233,70 +295,6 @@ static void tree_subjects(json_t *e, const char *host, const char *guest, json_t
 	}
 	tree_links(e, dfd, host, top, guest, links);
 	close(dfd);
-}
-
-/* The tree's symlinks (review L5): a symlink has no bytes, so no digest
- * to be a subject by (in-toto: every subject has one, and a digest of
- * its target would let a file of those bytes verify as the link); each
- * is checked again on the host (still a symlink, the same target, below
- * the top) and recorded among runDetails.byproducts as a
- * ResourceDescriptor: name <top>/<path> as a file's, content its target
- * (base64: what readlink gives), mediaType inode/symlink (review LOW-2:
- * the spec's MIME type of the resource, shared-mime-info's name for a
- * symlink, so a generic reader does not take the content for a file's
- * bytes), annotations the guest's path and the target as text.  A listed tree without the list (an older exec) is
- * refused: its symlinks would be left out unsaid. */
-static void tree_links(json_t *e, int dfd, const char *host, const char *top,
-		       const char *guest, json_t *links)
-{
-	json_t *ls = json_object_get(e, "symlinks"), *l;
-	size_t i;
-
-	if (!json_is_array(ls))
-		die(EX_USAGE, "--result: copied_out %s: a tree's files listed without its symlinks "
-		    "(a result of an older isopod-exec?): nothing is signed", EXC(guest));
-	json_array_foreach(ls, i, l) {
-		const char *p = json_string_value(json_object_get(l, "path"));
-		const char *to = json_string_value(json_object_get(l, "target"));
-		const char *sl = p ? strrchr(p, '/') : NULL;
-		struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-					.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-						   RESOLVE_NO_MAGICLINKS };
-		char parent[PATH_MAX], now[PATH_MAX], name[2 * PATH_MAX], gp[2 * PATH_MAX];
-		char b64[sodium_base64_ENCODED_LEN(PATH_MAX, sodium_base64_VARIANT_ORIGINAL)];
-		ssize_t n = -1;
-		int pfd, er;
-
-		if (!p || !*p || *p == '/' || !to || !*to || strlen(p) >= PATH_MAX ||
-		    strlen(to) >= PATH_MAX)
-			die(EX_USAGE, "--result: copied_out %s: symlinks[%zu] has no relative path or "
-			    "no target", EXC(guest), i);
-		snprintf(parent, sizeof parent, "%.*s", sl ? (int)(sl - p) : 1, sl ? p : ".");
-		pfd = (int)syscall(SYS_openat2, dfd, parent, &how, sizeof how);
-		if (pfd >= 0) {
-			n = readlinkat(pfd, sl ? sl + 1 : p, now, sizeof now - 1);
-			close(pfd);
-		}
-		/* as a file's (tree_subjects): gone is 101; not a symlink
-		 * (EINVAL), or a symlink or a way out on the path (ELOOP,
-		 * EXDEV), or a directory on it no longer one (ENOTDIR), is
-		 * changed; anything else (EACCES, EMFILE) is the host's */
-		er = n < 0 ? errno : 0;
-		if (n < 0 && er != EINVAL && er != ELOOP && er != EXDEV && er != ENOTDIR)
-			die(er == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read the copied-out symlink "
-			    "%s/%s (nothing signed): %s", host, EXC(p), strerror(er));
-		if (n < 0 || (size_t)n != strlen(to) || memcmp(now, to, (size_t)n))
-			die(EX_GUEST, "the copied-out symlink %s/%s changed since the run copied it "
-			    "(to %s; now %s): not signed", host, EXC(p), EXC(to),
-			    er == EINVAL ? "not a symlink" : n < 0 ? strerror(er) : "another target");
-		snprintf(name, sizeof name, "%s/%s", top, p);
-		snprintf(gp, sizeof gp, "%s/%s", guest, p);
-		sodium_bin2base64(b64, sizeof b64, (const unsigned char *)to, strlen(to),
-				  sodium_base64_VARIANT_ORIGINAL);
-		json_array_append_new(links, need(json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "name",
-			name, "content", b64, "mediaType", "inode/symlink", "annotations",
-			"isopod_guest", gp, "isopod_symlink", to)));
-	}
 }
 
 /* The subjects: each copied-out file that arrived, checked again now (the
