@@ -818,7 +818,7 @@ fill_checked() {
 }
 
 @test "run: a SIGTERM to the run's group as isopod-claim reports: the report is finished, the front end removes what it names" {
-	local pid cpid i d
+	local pid cpid d
 	# (setsid in the background: its pid is the group's, the one signalled)
 	ISOPOD_TEST_PAUSE_AT=claim-report setsid isopod run --json-only -- true \
 		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
@@ -828,12 +828,7 @@ fill_checked() {
 	# the claim stopped between its directory and its report
 	d=$(echo "$ISOPOD_HOME"/runs/vm-*."$pid".*)
 	[ -d "$d" ]
-	kill -TERM -- "-$pid"
-	kill -CONT "$cpid"
-	wait "$pid" || i=$?
-	cat "$BATS_TEST_TMPDIR/err"
-	[ "$i" -eq 143 ]
-	jq -e '.error_kind == "interrupted"' "$BATS_TEST_TMPDIR/out"
+	term_paused "$pid" "$cpid"
 	[ ! -e "$d" ]
 	gc_clean
 }

@@ -183,7 +183,7 @@ fake_pooled() {
 
 @test "pool (no VM): a SIGTERM to the run's group as isopod-pool take reports: the report is finished, the front end removes what it names" {
 	fake_pooled vm-00000000001a 30
-	local pid cpid i d
+	local pid cpid d
 	# (setsid in the background: its pid is the group's, the one signalled)
 	ISOPOD_POOL=true ISOPOD_TEST_PAUSE_AT=pool-report setsid "$ISOPOD_SRC/sh/isopod" run --json-only -- true \
 		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
@@ -193,12 +193,7 @@ fake_pooled() {
 	# the take stopped between the run's directory and its report
 	d=$(echo "$ISOPOD_HOME"/runs/vm-00000000001a."$pid".*)
 	[ -d "$d" ]
-	kill -TERM -- "-$pid"
-	kill -CONT "$cpid"
-	wait "$pid" || i=$?
-	cat "$BATS_TEST_TMPDIR/err"
-	[ "$i" -eq 143 ]
-	jq -e '.error_kind == "interrupted"' "$BATS_TEST_TMPDIR/out"
+	term_paused "$pid" "$cpid"
 	[ ! -e "$d" ]
 	# the VM was the run's: its supervisor stops it as the run exits
 	stopped vm-00000000001a 5

@@ -369,6 +369,19 @@ stopped_in_group() {
 	done
 }
 
+# term_paused PGID CPID: SIGTERM to the run's group PGID while its tool CPID
+# is stopped at a pause point, then CPID let go: the run (whose stdout and
+# stderr are $BATS_TEST_TMPDIR/out and err) ends 143, interrupted.
+term_paused() {
+	local rc=0
+	kill -TERM -- "-$1"
+	kill -CONT "$2"
+	wait "$1" || rc=$?
+	cat "$BATS_TEST_TMPDIR/err"
+	[ "$rc" -eq 143 ]
+	jq -e '.error_kind == "interrupted"' "$BATS_TEST_TMPDIR/out"
+}
+
 # gc_clean: `isopod gc --dry-run` reports nothing leaked (its JSON shown when
 # it does, so a failure names what leaked).
 gc_clean() {
