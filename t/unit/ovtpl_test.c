@@ -65,6 +65,17 @@ static void put_file(const char *p, const void *d, size_t n)
 		close(fd);
 }
 
+/* to, a copy of from's bytes (another template planted under this name). */
+static void copy_file(const char *from, const char *to)
+{
+	size_t n;
+	unsigned char *b = bytes_of(from, &n);
+
+	if (b)
+		put_file(to, b, n);
+	free(b);
+}
+
 /* qemu-img run by the shell: a layer, or a fork's overlay over one. */
 static int img(const char *fmt, const char *a, const char *b)
 {
@@ -140,14 +151,8 @@ static void stage_layers(void)
 	unlink(disk);
 	if (img(FORK, layer2, disk) == 0)
 		overlay_keep(layer2, disk, LSIZE);
-	if ((b = bytes_of(t2, &n))) {
-		put_file(tpl, b, n);
-		free(b);
-	}
-	if ((b = bytes_of(s2, &n))) {
-		put_file(shap, b, n);
-		free(b);
-	}
+	copy_file(t2, tpl);
+	copy_file(s2, shap);
 	unlink(disk);
 	ok(access(t2, F_OK) == 0 && overlay_copy(layer, disk, LSIZE) == 0,
 	   "refused: another layer's template under this layer's name");
@@ -273,19 +278,11 @@ int main(void)
 			break;
 		case 5: {
 			char o[PATH_MAX], os[PATH_MAX], e2[512];
-			unsigned char *ob;
-			size_t on;
 
 			overlay_tpl_path(base2, GIB2, o, sizeof o, os, sizeof os);
 			overlay_new(base2, disk, GIB2, e2, sizeof e2); /* base2's template */
-			if ((ob = bytes_of(o, &on))) {
-				put_file(tpl, ob, on);
-				free(ob);
-			}
-			if ((ob = bytes_of(os, &on))) {
-				put_file(shap, ob, on);
-				free(ob);
-			}
+			copy_file(o, tpl);
+			copy_file(os, shap);
 			break;
 		}
 		case 6:
