@@ -136,7 +136,8 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 	if (r)
 		die(r, "%s", msg);
 	if (cf->run_options >= 0) {
-		if (boot_opts_run_options(cf->run_options, msg, sizeof msg) < 0)
+		if (run_options_print(boot_opts_run(), boot_opts_long(), cf->run_options, msg,
+				      sizeof msg) < 0)
 			die(EX_SYS, "%s", msg);
 		exit(0);
 	}

@@ -211,7 +211,12 @@ int boot_opts_check(struct boot_opts *o, char *msg, size_t msz)
 	return 0;
 }
 
-int boot_opts_run_options(int text, char *err, size_t esz)
+const struct option *boot_opts_long(void)
 {
-	return run_options_print(boot_ro, boot_lo, text, err, esz);
+	return boot_lo;
+}
+
+const struct run_option *boot_opts_run(void)
+{
+	return boot_ro;
 }

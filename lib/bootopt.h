@@ -13,6 +13,7 @@
 #include "conlog.h"
 #include "qemu.h"
 
+#include <getopt.h>
 #include <jansson.h>
 #include <stddef.h>
 
@@ -61,8 +62,9 @@ int boot_opts_fit(struct boot_opts *o, int tcg, char *why, size_t wsz);
  * 64..1048576 (the base's size, a floor, is known only at boot).  0, or
  * the exit status with msg. */
 int boot_opts_check(struct boot_opts *o, char *msg, size_t msz);
-/* --run-options' answer on stdout (lib/util.h run_options_print): the
- * options above that isopod run passes on; 0, or -1 with err. */
-int boot_opts_run_options(int text, char *err, size_t esz);
+/* The tables --run-options answers from (lib/util.h run_options_print):
+ * the options above, and those of them isopod run passes on. */
+const struct option *boot_opts_long(void);
+const struct run_option *boot_opts_run(void);
 
 #endif
