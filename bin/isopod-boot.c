@@ -14,6 +14,7 @@
  * supervisor's start, the handshake and a resume (launch.c). */
 
 #include "accel.h"
+#include "bootopt.h"
 #include "cgroup.h"
 #include "host.h"
 #include "image.h"
@@ -44,25 +45,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define USAGE "isopod-boot [--vm REF] [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
-	      "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--console-max BYTES] [--check] " \
-	      "[--run-options[=text]] [--pool-idle S]"
+#define USAGE BOOT_USAGE
 
 #define MIB (1024LL * 1024)
-
-struct cfg {
-	long long vcpus, mem_mib, disk_mib, timeout_ms;
-	long long owner;
-	int keep, disk_given, cold;
-	const char *accel;        /* forced accelerator or NULL */
-	const char *accel_src;    /* who forced it */
-};
 
 /* Everything one boot holds: what it took (the vm lock, the network slot),
  * what it started (to undo when it fails), and what it learnt on the way.
  * One per process, passed down: no file-scope state. */
 struct boot {
-	struct cfg cf;
+	struct boot_opts cf;     /* the options, the limits and the fit (lib/bootopt.h) */
 	const char *id, *name, *net_mode, *accel;
 	char reason[512];         /* why this accelerator */
 	char meta[PATH_MAX];      /* vms/<id>/meta.json */
@@ -76,8 +67,6 @@ struct boot {
 	int64_t t0, deadline;
 	int resumed;
 	int recorded;             /* the record is ours: a failure goes in it */
-	const char *a_disk;       /* --disk-mib, checked once the disk is known */
-	const char *a_vm;         /* --vm REF: the VM (nothing is read on stdin) */
 	char idbuf[VM_ID_SZ];     /* the id --vm resolved to */
 	/* The supervisor and QEMU (lib/launch.h): the vm lock and the owner's
 	 * pidfd it is handed, the jail, the handshake; undone by fail(). */
@@ -88,11 +77,6 @@ struct boot {
 	struct netslot net;
 	struct conn *conn;        /* 130 KiB of buffers: on the heap */
 	struct pool w;
-	struct cg_limits lim;     /* the caller's cgroup limits (lib/cgroup.c) */
-	struct cg_fit fit;        /* the VM's size within them */
-	int tight_noted;          /* its warning that TCG may not fit given */
-	int throttle_noted;       /* its warning of vCPUs beyond a CFS quota */
-	long long want_mem, want_vcpus; /* the size before the fit */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -136,192 +120,45 @@ static void range(const char *opt, const char *arg, long long lo, long long hi, 
 		die(EX_USAGE, "%s", msg);
 }
 
-/* The VM's size fitted into the caller's cgroup limits (read once, by
- * parse_args): a default lowered, a given size (an option, or the
- * configuration the front end passes as one) that does not fit refused,
- * as a size beyond the host's headroom is.  tcg: QEMU's budget with TCG's
- * translation buffer: --check knows it only when TCG is forced or
- * /dev/kvm does not open (lib/accel.c accel_known), record_booting fits
- * again once the accelerator is chosen.  0, or -1 with why. */
-static int fit_limits(struct boot *bt, int tcg, char *why, size_t wsz)
-{
-	struct cg_fit *f = &bt->fit;
-
-	f->mem_mib = bt->want_mem;
-	f->vcpus = bt->want_vcpus;
-	f->overhead_mib = qjail_mem_mib(0, tcg);
-	f->base_mib = qjail_mem_mib(0, 0);
-	f->min_mem_mib = 64;
-	if (cg_fit_vm(&bt->lim, f, why, wsz) < 0)
-		return -1;
-	if (f->mem_tight && !bt->tight_noted && (bt->tight_noted = 1))
-		json_array_append_new(bt->w.warnings,
-				       json_sprintf("cgroup limits: --mem-mib %lld and QEMU's fixed %lld MiB fit the "
-						    "memory limit of %lld MiB (%s), TCG's translation buffer's budget "
-						    "(%lld MiB) does not: the buffer is capped at %lld MiB (tb-size), "
-						    "a guest that runs much new code runs slower",
-						    f->mem_mib, f->base_mib, bt->lim.mem.v >> 20, bt->lim.mem.dir,
-						    f->overhead_mib - f->base_mib, f->tb_mib));
-	if (f->vcpus_throttled && !bt->throttle_noted && (bt->throttle_noted = 1))
-		json_array_append_new(bt->w.warnings,
-				       json_sprintf("cgroup limits: %lld vCPUs in a CFS quota of %lld.%02lld CPUs "
-						    "(%s): each runs, throttled to share the quota (a guest's "
-						    "CPU-bound threads run slower, its timing jitters)",
-						    f->vcpus, bt->lim.quota_us / bt->lim.period_us,
-						    bt->lim.quota_us % bt->lim.period_us * 100 / bt->lim.period_us,
-						    bt->lim.cpu.dir));
-	bt->cf.mem_mib = f->mem_mib;
-	bt->cf.vcpus = f->vcpus;
-	return 0;
-}
-
-/* The limits read (garbage there: 111), their warnings, the first fit. */
-static void read_limits(struct boot *bt, int mem_given, int vcpus_given)
-{
-	char why[2 * PATH_MAX + 256], err[PATH_MAX + 256];
-	const char *acc = NULL;
-	int cached, tcg;
-
-	if (cg_limits_read("", &bt->lim, why, sizeof why) < 0)
-		die(EX_SYS, "unable to read this process's cgroup limits: %s", why);
-	if (bt->lim.warning[0])
-		json_array_append_new(bt->w.warnings, json_string(bt->lim.warning));
-	bt->fit.mem_given = mem_given;
-	bt->fit.vcpus_given = vcpus_given;
-	bt->want_mem = bt->cf.mem_mib;
-	bt->want_vcpus = bt->cf.vcpus;
-	tcg = accel_known(bt->cf.accel, bt->cf.accel_src, &bt->im, &acc, &cached, why, sizeof why,
-			  err, sizeof err) == 0 && acc && !strcmp(acc, "tcg");
-	if (fit_limits(bt, tcg, why, sizeof why) < 0)
-		die(EX_USAGE, "%s", why);
-	if (bt->lim.pids.v >= 0 && bt->lim.pids.v < QJAIL_PIDS_BASE + bt->cf.vcpus)
-		json_array_append_new(bt->w.warnings,
-				       json_sprintf("cgroup limits: pids.max %lld of %s is below the "
-						    "%lld threads QEMU's jail allows",
-						    bt->lim.pids.v, bt->lim.pids.dir,
-						    (long long)QJAIL_PIDS_BASE + bt->cf.vcpus));
-}
-
-/* The pool's settings from the environment, checked before anything
- * changes.  Is the pool wanted? */
-static int pool_wanted(struct boot *bt)
-{
-	const char *e = getenv("ISOPOD_WARM"), *w = getenv("ISOPOD_WARM_WAIT_MS");
-
-	if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
-		die(EX_USAGE, "ISOPOD_WARM=%s: want 0 (no warm pool) or 1", EXC(e));
-	bt->w.wait_ms = 60000;
-	if (w && *w && parse_ll(w, 0, 3600000, &bt->w.wait_ms) < 0)
-		die(EX_USAGE, "ISOPOD_WARM_WAIT_MS=%s: want milliseconds 0..3600000", EXC(w));
-	return !bt->cf.cold && !(e && !strcmp(e, "0"));
-}
-
 /* ---- main, phase by phase -------------------------------------------- */
 
 /* Options and environment, and the ranges that do not need the record,
- * naming the host's headroom, before anything changes. */
+ * naming the host's headroom, before anything changes (lib/bootopt.c:
+ * isopod-claim --boot-check runs the same). */
 static void parse_args(struct boot *bt, int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{ "vm", required_argument, NULL, 'v' },
-		{ "vcpus", required_argument, NULL, 'c' },
-		{ "mem-mib", required_argument, NULL, 'm' },
-		{ "disk-mib", required_argument, NULL, 'd' },
-		{ "timeout-ms", required_argument, NULL, 't' },
-		{ "owner-pid", required_argument, NULL, 'o' },
-		{ "keep", no_argument, NULL, 'k' },
-		{ "accel", required_argument, NULL, 'a' },
-		{ "cold", no_argument, NULL, 'C' },
-		{ "console-max", required_argument, NULL, 'M' },
-		{ "check", no_argument, NULL, 'K' },
-		{ "run-options", optional_argument, NULL, 'R' },
-		{ "pool-idle", required_argument, NULL, 'P' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	/* The options isopod run takes and passes on as given (isopod-boot(1),
-	 * "run options"): a new one here needs no change to the front end. */
-	static const struct run_option ro[] = {
-		{ .name = "vcpus", .arg = "N" },
-		{ .name = "mem-mib", .arg = "N" },
-		{ .name = "disk-mib", .arg = "N" },
-		{ .name = "cold" },
-		{ .name = "console-max", .arg = "BYTES" },
-		{ .name = NULL },
-	};
-	const char *a_vcpus = NULL, *a_mem = NULL, *a_to = NULL, *a_owner = NULL, *env;
-	struct cfg *cf = &bt->cf;
-	char why[256], msg[EXCERPT_SZ + 256];
-	int c, check = 0;
+	struct boot_opts *cf = &bt->cf;
+	char msg[2 * PATH_MAX + EXCERPT_SZ + 256];
+	int r;
 
-	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
-		switch (c) {
-		case 'v': bt->a_vm = optarg; break;
-		case 'c': a_vcpus = optarg; break;
-		case 'm': a_mem = optarg; break;
-		case 'd': bt->a_disk = optarg; break;
-		case 't': a_to = optarg; break;
-		case 'o': a_owner = optarg; break;
-		case 'k': cf->keep = 1; break;
-		case 'C': cf->cold = 1; break;
-		case 'K': check = 1; break;
-		case 'P':
-			/* isopod-pool fill's: kept until a run takes it (lib/pool.h) */
-			range("--pool-idle", optarg, 1, 86400, "seconds", &bt->ln.pool_idle_s);
-			cf->keep = 1;
-			break;
-		case 'M':
-			range("--console-max", optarg, 0, CONSOLE_MAX_LIMIT, "bytes",
-			      &bt->ln.console_max);
-			break;
-		case 'a':
-			if (strcmp(optarg, "kvm") && strcmp(optarg, "tcg"))
-				die(EX_USAGE, "--accel %s: want kvm or tcg", EXC(optarg));
-			cf->accel = optarg;
-			cf->accel_src = "--accel";
-			break;
-		case 'R':
-			/* =text: the lines isopod run reads (util.h) */
-			if (optarg && strcmp(optarg, "text"))
-				die_usage(USAGE, "--run-options=%s: want text, or no value for JSON",
-					  EXC(optarg));
-			if (run_options_print(ro, lo, !!optarg, why, sizeof why) < 0)
-				die(EX_SYS, "%s", why);
-			exit(0);
-		case 'h':
-			puts("usage: " USAGE);
-			exit(0);
-		default:
-			die_usage(USAGE, "bad option (usage above)");
-		}
+	if ((r = boot_opts_parse(cf, argc, argv, msg, sizeof msg)) == BOOT_OPTS_SHAPE)
+		die_usage(USAGE, "%s", msg);
+	if (r)
+		die(r, "%s", msg);
+	if (cf->run_options >= 0) {
+		if (run_options_print(boot_opts_run(), boot_opts_long(), cf->run_options, msg,
+				      sizeof msg) < 0)
+			die(EX_SYS, "%s", msg);
+		exit(0);
 	}
-	if (optind != argc)
-		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
-	if (!cf->accel && (env = getenv("ISOPOD_ACCEL")) && *env) {
-		if (strcmp(env, "kvm") && strcmp(env, "tcg"))
-			die(EX_USAGE, "ISOPOD_ACCEL=%s: want kvm or tcg", EXC(env));
-		cf->accel = env;
-		cf->accel_src = "ISOPOD_ACCEL";
+	if (cf->help) {
+		puts("usage: " USAGE);
+		exit(0);
 	}
-	bt->w.on = pool_wanted(bt);
-
-	/* the host's CPUs and memory (lib/cgroup.c, as isopod-pool's take) */
-	if (host_fit_vm(a_vcpus, a_mem, &cf->vcpus, &cf->mem_mib, msg, sizeof msg) < 0)
-		die(errno == EINVAL ? EX_USAGE : EX_SYS, "%s", msg);
-	read_limits(bt, !!a_mem, !!a_vcpus);
-	if (a_to)
-		range("--timeout-ms", a_to, 1, 86400000, "milliseconds", &cf->timeout_ms);
-	if (check) {
+	bt->w.on = cf->warm;
+	bt->w.wait_ms = cf->wait_ms;
+	bt->ln.console_max = cf->console_max;
+	bt->ln.pool_idle_s = cf->pool_idle_s;
+	if (cf->check) {
 		/* The front end's refusal before anything is claimed: the disk's
 		 * floor (the base's size) is checked again at boot. */
-		if (bt->a_disk)
-			range("--disk-mib", bt->a_disk, 64, 1048576, "at least the base image's size",
-			      &cf->disk_mib);
+		if ((r = boot_opts_check(cf, msg, sizeof msg)) != 0)
+			die(r, "%s", msg);
 		json_emit(json_pack("{s:b}", "ok", 1));
 		exit(0);
 	}
-	if (a_owner) {
-		range("--owner-pid", a_owner, 1, INT_MAX, "a process id", &cf->owner);
+	if (cf->a_owner) {
+		range("--owner-pid", cf->a_owner, 1, INT_MAX, "a process id", &cf->owner);
 	} else {
 		cf->owner = getppid();
 	}
@@ -338,16 +175,16 @@ static void parse_args(struct boot *bt, int argc, char **argv)
 /* The VM (--vm), the record, the kernel and base, the disk's size. */
 static void load_vm(struct boot *bt)
 {
-	struct cfg *cf = &bt->cf;
+	struct boot_opts *cf = &bt->cf;
 	char dir[PATH_MAX], err[PATH_MAX + 128], why[512];
 	struct sockaddr_un sa;
 	long long minmib;
 	int r;
 
 	/* The record is the channel: a claim on stdin is not read. */
-	if (!bt->a_vm)
+	if (!bt->cf.a_vm)
 		die_usage(USAGE, "no VM: name it with --vm REF (standard input is not read)");
-	if (vm_resolve(bt->a_vm, bt->idbuf, why, sizeof why) < 0)
+	if (vm_resolve(bt->cf.a_vm, bt->idbuf, why, sizeof why) < 0)
 		die(vm_exit_code(errno), "%s", why);
 	bt->id = bt->idbuf;
 	if ((bt->ln.jail = jail_wanted(bt->ln.jail_why, sizeof bt->ln.jail_why)) < 0)
@@ -396,10 +233,10 @@ static void load_vm(struct boot *bt)
 		bt->cur_bytes = bt->im.base_size;
 	}
 	minmib = (bt->cur_bytes + MIB - 1) / MIB;
-	if (bt->a_disk) {
+	if (bt->cf.a_disk) {
 		snprintf(why, sizeof why, "the %s is %lld MiB",
 			 bt->forked ? "forked disk" : "base image", minmib);
-		range("--disk-mib", bt->a_disk, minmib, 1048576, why, &cf->disk_mib);
+		range("--disk-mib", bt->cf.a_disk, minmib, 1048576, why, &cf->disk_mib);
 		cf->disk_given = 1;
 	} else {
 		cf->disk_mib = minmib;
@@ -483,7 +320,7 @@ static void take_net(struct boot *bt)
 /* The accelerator, and the record says booting with the VM's shape. */
 static void record_booting(struct boot *bt)
 {
-	const struct cfg *cf = &bt->cf;
+	const struct boot_opts *cf = &bt->cf;
 	char err[PATH_MAX + 256];
 	long long tsc_khz = 0;
 	json_t *m;
@@ -492,7 +329,7 @@ static void record_booting(struct boot *bt)
 	if ((r = accel_choose(cf->accel, cf->accel_src, &bt->im, &bt->accel, bt->reason,
 			      sizeof bt->reason, err, sizeof err)))
 		die(r, "%s", err);
-	if (fit_limits(bt, !strcmp(bt->accel, "tcg"), err, sizeof err) < 0)
+	if (boot_opts_fit(&bt->cf, !strcmp(bt->accel, "tcg"), err, sizeof err) < 0)
 		fail(bt, EX_USAGE, "%s", err);
 	/* TCG's guest is told the host's TSC rate, measured once per store
 	 * (lib/tsc.h); without one it keeps the old line, a slower clock */
@@ -526,7 +363,7 @@ static void record_booting(struct boot *bt)
 		.initrd = bt->im.initrd,
 		.tap = bt->net.slot >= 0 ? bt->net.tap : NULL,
 		.mac = bt->net.slot >= 0 ? bt->net.macs : NULL,
-		.tb_mib = bt->fit.mem_tight ? bt->fit.tb_mib : 0,
+		.tb_mib = bt->cf.fit.mem_tight ? bt->cf.fit.tb_mib : 0,
 		.tsc_khz = tsc_khz,
 	};
 }
@@ -774,7 +611,7 @@ static void confirm_and_emit(struct boot *bt)
 		json_object_set_new(out, "warm_key", json_string(w->key));
 	json_object_set_new(out, "net", net_json(&bt->net, bt->net_mode));
 	json_object_set_new(out, "jail", qjail_result(bt->ln.jail, bt->ln.jail_why, bt->id, w->warnings));
-	json_object_set_new(out, "limits", cg_limits_json(&bt->lim, &bt->fit));
+	json_object_set_new(out, "limits", cg_limits_json(&bt->cf.lim, &bt->cf.fit));
 	json_object_set(out, "warnings", w->warnings);
 	json_emit(out);
 }
@@ -788,7 +625,7 @@ int main(int argc, char **argv)
 	if (!bt || !(bt->conn = malloc(sizeof *bt->conn)))
 		die(EX_SYS, "unable to allocate memory:");
 	*bt = (struct boot){
-		.cf = { .vcpus = VM_VCPUS_DEFAULT, .mem_mib = VM_MEM_MIB_DEFAULT, .timeout_ms = 60000 },
+		.cf = BOOT_OPTS_INIT,
 		.t0 = mono_ms(),
 		.ln = LAUNCH_INIT,
 		.net = { .slot = -1, .lock_fd = -1 },
@@ -804,6 +641,7 @@ int main(int argc, char **argv)
 	bt->w.conn = bt->conn;
 	if (!(bt->w.warnings = json_array()))
 		die(EX_SYS, "unable to allocate memory:");
+	bt->cf.warnings = bt->w.warnings;
 	parse_args(bt, argc, argv);
 	load_vm(bt);
 	take_vm(bt);

@@ -1,6 +1,7 @@
 /* isopod-claim - reserve a new VM record: id, vanity name, directory. */
 
 #include "allow.h"
+#include "bootopt.h"
 #include "gcauto.h"
 #include "net.h"
 #include "proc.h"
@@ -18,7 +19,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-claim [--name NAME] [--net none|filtered|open] [--allow PATTERN]... [--id-file FILE] [--gc-auto]\n" \
-	"       [--scratch PID]"
+	"       [--scratch PID] [--boot-check -- [BOOT-OPTION]...]"
 
 static const char *const adjectives[] = {
 	"amber", "brave", "calm", "dapper", "eager", "fancy", "gentle", "happy",
@@ -212,6 +213,61 @@ static void scratch_make(const char *dir, const char *id, long long pid, char *o
 	die(EX_SYS, "unable to create the scratch directory %s:", out);
 }
 
+/* --net and --allow checked; the record's "net" (NULL: none).  Fails
+ * fast, before any record exists: no taps, no slot of the mode, or every
+ * such slot busy.  The slot itself is taken by isopod-boot, whose
+ * supervisor holds it. */
+static json_t *net_record(const char *net, int nallow, json_t *allow)
+{
+	char err[PATH_MAX + 256];
+	json_t *netj;
+	int r;
+
+	if (!net_mode_valid(net))
+		die(EX_USAGE, "invalid --net %s: want none, filtered, open or learn", EXC(net));
+	/* An allowlist means something only to the broker of a filtered VM:
+	 * with none there is no network, with open no filter to apply it. */
+	if (nallow && strcmp(net, "filtered"))
+		die(EX_USAGE, "--allow needs --net filtered (not %s)", net);
+	if (!strcmp(net, "none"))
+		return NULL;
+	if ((r = net_check_free(net, err, sizeof err)))
+		die(r, "%s", err);
+	if (!(netj = json_pack("{s:s, s:O}", "mode", net, "allow", allow)))
+		die(EX_SYS, "unable to build the net record");
+	return netj;
+}
+
+/* --boot-check -- BOOT-OPTION...: isopod-boot --check of the boot's
+ * options (lib/bootopt.c, the one parse), before anything is claimed, so
+ * that isopod run starts one tool fewer.  A refusal is the boot's, word for
+ * word (its name in the diagnostic and the status object, its usage): the
+ * front end's caller sees what isopod-boot --check said before the fold. */
+static void boot_check(int argc, char **argv)
+{
+	struct boot_opts o = BOOT_OPTS_INIT;
+	char msg[2 * PATH_MAX + EXCERPT_SZ + 256];
+	char **bv = calloc((size_t)argc + 2, sizeof *bv);
+	int r;
+
+	if (!bv)
+		die(EX_SYS, "unable to allocate memory:");
+	bv[0] = "isopod-boot"; /* getopt's own line names the tool whose option it is */
+	memcpy(bv + 1, argv, (size_t)argc * sizeof *bv);
+	r = boot_opts_parse(&o, argc + 1, bv, msg, sizeof msg);
+	if (!r && (o.help || o.run_options >= 0))
+		die_usage(USAGE, "--boot-check: -h and --run-options are not checks");
+	if (!r)
+		r = boot_opts_check(&o, msg, sizeof msg);
+	progname = "isopod-boot";
+	if (r == BOOT_OPTS_SHAPE)
+		die_usage(BOOT_USAGE, "%s", msg);
+	if (r)
+		die(r, "%s", msg);
+	progname = "isopod-claim";
+	free(bv);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -221,6 +277,7 @@ int main(int argc, char **argv)
 		{ "id-file", required_argument, NULL, 'i' },
 		{ "gc-auto", no_argument, NULL, 'g' },
 		{ "scratch", required_argument, NULL, 's' },
+		{ "boot-check", no_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -233,7 +290,7 @@ int main(int argc, char **argv)
 	const char *why;
 	size_t i;
 	long long owner = 0;
-	int c, nallow = 0, gc = 0, lk;
+	int c, nallow = 0, gc = 0, bcheck = 0, lk;
 	sigset_t held;
 
 	progname = "isopod-claim";
@@ -250,6 +307,9 @@ int main(int argc, char **argv)
 			break;
 		case 'g':
 			gc = 1;
+			break;
+		case 'B':
+			bcheck = 1;
 			break;
 		case 's':
 			if (parse_ll(optarg, 1, INT_MAX, &owner) < 0)
@@ -274,31 +334,19 @@ int main(int argc, char **argv)
 			die_usage(USAGE, "bad option (usage above)");
 		}
 	}
-	if (optind != argc)
+	/* the boot's options after --, checked first: as when the front end
+	 * ran isopod-boot --check before the claim */
+	if (bcheck && strcmp(argv[optind - 1], "--"))
+		die_usage(USAGE, "--boot-check: the boot's options follow --");
+	if (bcheck)
+		boot_check(argc - optind, argv + optind);
+	else if (optind != argc)
 		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
 	if (want && !valid_name(want))
 		die(EX_USAGE, "invalid name %s: want 1..63 of [a-z0-9-], not starting with '-' or 'vm-'",
 		    EXC(want));
 
-	if (!net_mode_valid(net))
-		die(EX_USAGE, "invalid --net %s: want none, filtered, open or learn", EXC(net));
-	/* An allowlist means something only to the broker of a filtered VM:
-	 * with none there is no network, with open no filter to apply it. */
-	if (nallow && strcmp(net, "filtered"))
-		die(EX_USAGE, "--allow needs --net filtered (not %s)", net);
-	/* Fail fast, before any record exists: no taps, no slot of the mode,
-	 * or every such slot busy.  The slot itself is taken by isopod-boot,
-	 * whose supervisor holds it. */
-	if (strcmp(net, "none")) {
-		char err[PATH_MAX + 256];
-		int r = net_check_free(net, err, sizeof err);
-
-		if (r)
-			die(r, "%s", err);
-		netj = json_pack("{s:s, s:O}", "mode", net, "allow", allow);
-		if (!netj)
-			die(EX_SYS, "unable to build the net record");
-	}
+	netj = net_record(net, nallow, allow);
 
 	/* Name uniqueness is read-decide-write: hold the store lock. */
 	lk = store_lock();

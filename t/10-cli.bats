@@ -93,7 +93,9 @@ E=" ]
 @test "run: other bad options are refused with 100 before boot" {
 	use_fake
 	run_isopod -100 run --vcpus 0 -- true
-	[[ "$stderr" == *"--vcpus"*"CPUs"* ]]
+	[[ "$stderr" == *"isopod-boot: fatal: --vcpus 0"*"CPUs"* ]]
+	json_is '.ok == false and .error_kind == "usage" and (.error | startswith("isopod-boot: fatal: --vcpus 0"))'
+	no_claim
 	run_isopod -100 run --vcpus 100000 -- true
 	run_isopod -100 run --mem-mib 1 -- true
 	[[ "$stderr" == *"--mem-mib"*"available"* ]]
@@ -1500,6 +1502,37 @@ CASES
 	ISOPOD_HOME="$home" run --separate-stderr isopod-exec --check --stdin-file "$BATS_TEST_TMPDIR" -- true </dev/null
 	[ "$status" -eq 100 ] && [[ "$stderr" == *"not a readable file"* ]] || false
 	[ ! -e "$home" ]
+}
+
+@test "claim --boot-check: the boot's options refused as isopod-boot --check refuses them (status, status object, diagnostic), before a record or a scratch directory" {
+	local home="$BATS_TEST_TMPDIR/store" fb="$BATS_TEST_TMPDIR/st-boot" fc="$BATS_TEST_TMPDIR/st-claim" a bs be
+	mkdir -p "$home/vms" "$home/runs"
+	export ISOPOD_HOME="$home"
+	for a in "--vcpus 0" "--vcpus 100000" "--disk-mib 63" "--console-max -1" "--accel x" "--timeout-ms 0" \
+		"--frob" "x" "--run-options=x" "ISOPOD_WARM=x" "ISOPOD_ACCEL=x"; do
+		# shellcheck disable=SC2086 # the words are the options
+		case $a in ISOPOD_*) export "${a?}" && set -- ;; *) set -- $a ;; esac
+		run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-boot --check "$@" 5>"$0"' "$fb" "$@"
+		bs=$status be=${stderr##*$'\n'}
+		run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-claim --scratch $$ --gc-auto --boot-check -- "$@" 5>"$0"' "$fc" "$@"
+		unset ISOPOD_WARM ISOPOD_ACCEL
+		[ "$bs" -eq 100 ] && [ "$status" -eq 100 ] && [ -z "$output" ] || false
+		[[ "$be" == "isopod-boot: fatal: "* ]]
+		[ "${stderr##*$'\n'}" = "$be" ]
+		cmp "$fb" "$fc"
+		# nothing claimed: no record, no scratch directory
+		[ -z "$(find "$home/vms" "$home/runs" -mindepth 1)" ]
+	done
+	# the claim's own refusals are its own; without -- the boot's options are not taken
+	run --separate-stderr isopod-claim --boot-check --vcpus 1
+	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: bad option"* ]] || false
+	run --separate-stderr isopod-claim --boot-check -- --run-options
+	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: --boot-check: "* ]] || false
+	[ -z "$(find "$home/vms" "$home/runs" -mindepth 1)" ]
+	# options the boot takes: the claim goes on
+	run --separate-stderr isopod-claim --boot-check -- --vcpus 1 --mem-mib 64 --disk-mib 64
+	[ "$status" -eq 0 ]
+	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
 }
 
 @test "--provenance: a directory --copy-in is refused (100) before anything is claimed; isopod-exec --check --for-provenance refuses it, --check alone takes it" {

@@ -562,10 +562,12 @@ exec "%s" "$@"
 	json_is ".ok == true and .path == \"pool\" and .vm.id == \"$id\""
 	[ ! -e "$log" ]
 	stopped "$id"
-	# the control: without the pool the same front end checks, then boots
+	# the control: without the pool the same front end boots (the boot's
+	# options checked by the claim, --boot-check: no isopod-boot --check)
 	ISOPOD_POOL_SIZE=0 ISOPOD_LIBEXEC=$lx run --separate-stderr isopod run -- true
 	json_is '.ok == true and .path != "pool"'
-	grep -q -- '^--check' "$log"
+	grep -q -- '^--vm ' "$log"
+	! grep -q -- '^--check' "$log" || false
 }
 
 @test "pool: with pool_size 2, two pooled VMs and two more runs, four at once: all succeed on four VMs of their own, each with its own hostname and RNG" {
