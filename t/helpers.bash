@@ -20,8 +20,10 @@ PATH="$ISOPOD_SRC/bin:$ISOPOD_SRC/sh:$PATH"
 # guests, through ip netns exec and lab.sh, which look python3 up on PATH).
 # Every script here needs the standard library only.
 if [ -x /usr/bin/python3 ] && [ "$(command -v python3)" != /usr/bin/python3 ]; then
-	mkdir -p "$BATS_RUN_TMPDIR/py" && ln -sfn /usr/bin/python3 "$BATS_RUN_TMPDIR/py/python3" &&
-		PATH="$BATS_RUN_TMPDIR/py:$PATH"
+	# (made once per bats run: this file is loaded by every test)
+	[ -L "$BATS_RUN_TMPDIR/py/python3" ] ||
+		{ mkdir -p "$BATS_RUN_TMPDIR/py" && ln -sfn /usr/bin/python3 "$BATS_RUN_TMPDIR/py/python3"; }
+	[ ! -L "$BATS_RUN_TMPDIR/py/python3" ] || PATH="$BATS_RUN_TMPDIR/py:$PATH"
 fi
 export PATH
 # No host or user configuration leaks into a test; runs that do not ask for a
