@@ -416,7 +416,7 @@ proof_landlock() {
 	local d=$BATS_TEST_TMPDIR/vm-00000000001a k base u jpid tcg=/usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so
 	local bios=/usr/share/qemu/bios-microvm.bin
 	# make check runs after make images: a missing image is a failure here.
-	sh "$ISOPOD_SRC/images/register" "$BATS_TEST_TMPDIR/store" >/dev/null
+	isopod_register "$BATS_TEST_TMPDIR/store"
 	k=$BATS_TEST_TMPDIR/store/kernels/$(cat "$BATS_TEST_TMPDIR/store/kernels/current")
 	base=$(readlink -f "$BATS_TEST_TMPDIR/store/images/current-base")
 	mkdir "$d"

@@ -1747,7 +1747,7 @@ uidproc() {
 
 @test "gc: prunes kernels nothing uses; never the current one or a running VM's" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	ISOPOD_FLAVORS=base isopod_register "$ISOPOD_HOME"
 	cur=$(cat "$ISOPOD_HOME/kernels/current")
 	unused=$(echo unused | sha256sum | cut -c1-64)
 	inuse=$(echo in-use | sha256sum | cut -c1-64)
@@ -1778,7 +1778,7 @@ uidproc() {
 
 @test "df: what each part of the store takes, and what gc would reclaim; nothing changes" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	ISOPOD_FLAVORS=base isopod_register "$ISOPOD_HOME"
 	old=$(mkrec "$ISOPOD_HOME" 1 stopped 7200)
 	head -c 1048576 /dev/urandom >"$ISOPOD_HOME/vms/$old/exec-1.stdout"
 	run --separate-stderr isopod df --keep-last 0
@@ -1800,7 +1800,7 @@ uidproc() {
 # to a jail (group-writable, another group).  Root's own staging names are.
 @test "gc: staging names a jail's uid planted, and any inside a directory handed to a jail, are left alone; root's own go" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	ISOPOD_FLAVORS=base isopod_register "$ISOPOD_HOME"
 	local v=$ISOPOD_HOME/vms/vm-0123456789ab dead=2147483000
 	mkdir -p "$v/.tmp-planted.$dead/d" "$ISOPOD_HOME/stages/.tmp-st-root.$dead"
 	echo x >"$v/.tmp-planted.$dead/d/f"
@@ -1843,7 +1843,7 @@ gc_swapped() {
 
 @test "gc: a directory swapped for a link to outside while the staging sweep is in it: the staging file the link reaches stays, the one gc looked at goes" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
-	ISOPOD_FLAVORS=base sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	ISOPOD_FLAVORS=base isopod_register "$ISOPOD_HOME"
 	local t=$BATS_TEST_TMPDIR d=$BATS_TEST_TMPDIR/h/x/d dead=2147483000
 	mkdir -p "$d" "$t/outside"
 	echo x >"$d/f.tmp.$dead"
@@ -1960,7 +1960,7 @@ gc_swapped() {
 	# the base flavor only, here and in the builds' registers: each
 	# register hashes every flavor it registers (debian's 3.2 GB too)
 	export ISOPOD_FLAVORS=base
-	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	isopod_register "$ISOPOD_HOME"
 	cur=$(cat "$ISOPOD_HOME/images/current-base")
 	# an older build of the flavor, current until now, with a stage on it
 	old=$(echo older | sha256sum | cut -c1-64)

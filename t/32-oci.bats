@@ -284,7 +284,7 @@ pull_altered() {
 	# the stage without a VM: /marker written into a copy of the base by
 	# debugfs, the difference kept as a qcow2 layer on the base (what
 	# flatten makes), rebased, sealed; one boot, on the other side
-	sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null
+	isopod_register "$ISOPOD_HOME"
 	sha=$(cat "$ISOPOD_HOME/images/current-base")
 	id=st-0c1000000001
 	d="$ISOPOD_HOME/stages/$id"
@@ -303,7 +303,7 @@ pull_altered() {
 	[ "$status" -eq 0 ] || { echo "$stderr"; false; }
 	# the other host: its own store with the same kernel and base registered
 	other="$T/vm-other"
-	sh "$ISOPOD_SRC/images/register" "$other" >/dev/null
+	isopod_register "$other"
 	st "$other" pull --plain-http "$REG/isopod/marker:v1"
 	[ "$status" -eq 0 ] || { echo "$stderr"; false; }
 	jq -e '.base.status == "present" and .blobs.fetched == 1 and .blobs.present == 1' <<<"$output"
@@ -315,7 +315,7 @@ pull_altered() {
 	# pulls the chain itself (what a Slurm job on a host without the stage
 	# does), then boots on it; the stage is the store's, as pulled
 	third="$T/vm-third"
-	sh "$ISOPOD_SRC/images/register" "$third" >/dev/null
+	isopod_register "$third"
 	# only from where the configuration says (pull_from): not here, nor a
 	# repository that merely starts like the entry; nothing contacted
 	printf 'pull_from = %s/isopod\n' "$REG" >"$T/pull.conf"

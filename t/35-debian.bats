@@ -74,7 +74,7 @@ EOF
 	mkdir -p "$DATA/whl"
 	make_wheel "$DATA/whl"
 	whl=isopodprobe-1.0-py3-none-any.whl
-	before=$(sha256sum <"$DEBIAN_IMG")
+	before=$(file_sha256 "$DEBIAN_IMG")
 	run --separate-stderr isopod run --json-only --timeout-s 1200 --mem-mib 1024 \
 		--stage debian --commit-as py --copy-in "$DATA/whl/$whl:/root/$whl" \
 		-- pip install "/root/$whl"
@@ -88,7 +88,7 @@ EOF
 	[ "$status" -eq 0 ] || { show; false; }
 	json_is '.stdout == "probe-42\n"'
 	# The parent (the debian base) is untouched, byte for byte; so is its name.
-	[ "$(sha256sum <"$DEBIAN_IMG")" = "$before" ]
+	[ "$(file_sha256 "$DEBIAN_IMG")" = "$before" ]
 	[ "${before%% *}" = "$(head -n 1 "$ISOPOD_HOME/images/current-debian")" ]
 }
 

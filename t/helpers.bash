@@ -14,6 +14,17 @@ bats_require_minimum_version 1.5.0
 ISOPOD_SRC=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
 export ISOPOD_SRC
 PATH="$ISOPOD_SRC/bin:$ISOPOD_SRC/sh:$PATH"
+# The system's python3 before any other on PATH: a version manager's shim
+# (pyenv's) costs ~0.5 s a start, against 0.07 s, and the lab's suites
+# start python hundreds of times (their probes, servers and stand-in
+# guests, through ip netns exec and lab.sh, which look python3 up on PATH).
+# Every script here needs the standard library only.
+if [ -x /usr/bin/python3 ] && [ "$(command -v python3)" != /usr/bin/python3 ]; then
+	# (made once per bats run: this file is loaded by every test)
+	[ -L "$BATS_RUN_TMPDIR/py/python3" ] ||
+		{ mkdir -p "$BATS_RUN_TMPDIR/py" && ln -sfn /usr/bin/python3 "$BATS_RUN_TMPDIR/py/python3"; }
+	[ ! -L "$BATS_RUN_TMPDIR/py/python3" ] || PATH="$BATS_RUN_TMPDIR/py:$PATH"
+fi
 export PATH
 # No host or user configuration leaks into a test; runs that do not ask for a
 # network mode get none (the built-in default, filtered, needs isopod-netsetup:
@@ -47,11 +58,50 @@ isopod_setup_file() {
 	if [ "${1-}" = --images ]; then
 		# make check runs after make images; a missing image is a failure here,
 		# not a skip: a suite that silently skips every boot proves nothing.
-		sh "$ISOPOD_SRC/images/register" "$ISOPOD_HOME" >/dev/null || {
+		isopod_register "$ISOPOD_HOME" || {
 			echo "# images/register failed: run make images first" >&3
 			return 1
 		}
 	fi
+}
+
+# isopod_register HOME: HOME (absent or empty) holds what images/register
+# would put there, ISOPOD_FLAVORS honoured.  register reads every byte of
+# every image to name it (base and debian: 5.5 GB, ~9 s a store, most of a
+# file's set-up), so it runs once per build into a template store,
+# build/test-store.FLAVORS, remade when an input's inode, size or mtime
+# changed (what register links: the same inode is the same bytes).  HOME
+# gets the template's files as register gives them: the kernel and the
+# images hard links, every record and pointer a copy of its own (a test may
+# edit its store's meta.json).  A store that has images or kernels already
+# gets register itself; so does a test of register, or a store on another
+# file system (no hard links there).
+isopod_register() {
+	local home=$1 b=$ISOPOD_SRC/build tpl stamp f
+	tpl=$b/test-store.$(tr -c 'a-z0-9\n' + <<<"${ISOPOD_FLAVORS:-all}")
+	# (a store with images or kernels already: register's own merge)
+	if [ -n "$(ls -A "$home/kernels" "$home/images" 2>/dev/null)" ] ||
+		! stamp=$(cd "$b" 2>/dev/null && stat -c '%n %i %s %Y' vmlinux initramfs.cpio ./*.inputs.json base-*.img 2>/dev/null); then
+		sh "$ISOPOD_SRC/images/register" "$home" >/dev/null
+		return
+	fi
+	[ -d "$home" ] || mkdir -m 0755 -- "$home" || return 1
+	(
+		flock 9 || exit 1
+		if [ "$(cat "$tpl/stamp" 2>/dev/null)" != "$stamp" ]; then
+			rm -rf -- "$tpl" "$tpl.tmp"
+			mkdir -- "$tpl.tmp" || exit 1
+			sh "$ISOPOD_SRC/images/register" "$tpl.tmp/home" >/dev/null || { rm -rf -- "$tpl.tmp"; exit 1; }
+			printf '%s\n' "$stamp" >"$tpl.tmp/stamp"
+			mv -T -- "$tpl.tmp" "$tpl" || exit 1
+		fi
+		cp -a -l -- "$tpl/home"/* "$home/" || exit 1
+		cd "$tpl/home" || exit 1
+		find . -type f ! -name vmlinux ! -name initramfs.cpio ! -name '*.img' -printf '%P\n' |
+			while IFS= read -r f; do
+				cp -p --remove-destination -- "$f" "$home/$f" || exit 1
+			done
+	) 9>"$tpl.lock"
 }
 
 # isopod_lab_up NAME [NETSETUP-OPTION...]: for setup_file, as root (network

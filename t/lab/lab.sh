@@ -64,6 +64,10 @@ HOST_ADDR=203.0.113.1
 DNS_ADDR=198.51.100.53
 INET_GW=203.0.113.254
 BASE3=10.213 # slot k: 10.213.X.Y with X.Y = 4k (isopod-netsetup's default base)
+# The system's python when there is one (as t/lab/probe.bash's PROBE_PY): a
+# version manager's shim first on PATH costs ~0.5 s a start, and a lab's
+# `up` starts some twenty (its servers, and a probe of every listener).
+PY=${PROBE_PY:-$(command -v /usr/bin/python3 || command -v python3)}
 
 die() {
 	printf 'lab: fatal: %s\n' "$*" >&2
@@ -113,18 +117,18 @@ spawn() {
 }
 
 probe_tcp() {
-	nsx "$1" python3 -c 'import socket,sys; s=socket.create_connection((sys.argv[1],80),2); s.sendall(b"GET / HTTP/1.0\r\n\r\n"); assert b"lab " in s.recv(4096)' "$2"
+	nsx "$1" "$PY" -c 'import socket,sys; s=socket.create_connection((sys.argv[1],80),2); s.sendall(b"GET / HTTP/1.0\r\n\r\n"); assert b"lab " in s.recv(4096)' "$2"
 }
 
 probe_dns() {
-	nsx "$1" python3 -c 'import socket,sys
+	nsx "$1" "$PY" -c 'import socket,sys
 s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(1)
 s.sendto(bytes.fromhex("abcd01000001000000000000")+b"\3pkg\4test\0\0\1\0\1",(sys.argv[1],53))
 r=s.recv(512); assert r[:2]==b"\xab\xcd" and r[3]&15==0 and r[-4:]==bytes([198,51,100,10])' "$2"
 }
 
 probe_tls() {
-	nsx "$1" python3 -c 'import socket,ssl,sys
+	nsx "$1" "$PY" -c 'import socket,ssl,sys
 c=ssl.create_default_context(cafile=sys.argv[2])
 s=c.wrap_socket(socket.create_connection((sys.argv[1],443),2),server_hostname="pkg.test")
 s.sendall(b"GET / HTTP/1.0\r\n\r\n"); assert b"lab tls " in s.recv(4096)' "$2" "$STATE/tls/ca.pem"
@@ -145,7 +149,7 @@ make_tls() {
 }
 
 probe_udp() {
-	nsx "$1" python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(1); s.sendto(b"x",(sys.argv[1],7)); assert s.recv(100).startswith(b"lab ")' "$2"
+	nsx "$1" "$PY" -c 'import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(1); s.sendto(b"x",(sys.argv[1],7)); assert s.recv(100).startswith(b"lab ")' "$2"
 }
 
 cmd_up() {
@@ -179,12 +183,12 @@ cmd_up() {
 	# checks that too), so a blocked probe is the table's doing.
 	nsx "$name-inet" ip route add 10.213.0.0/16 via "$HOST_ADDR" dev i0
 	# shellcheck disable=SC2086 # a list of addresses
-	spawn "$name-inet" python3 "$LAB_DIR/serve.py" "$STATE/hits" $INET_ADDRS
+	spawn "$name-inet" "$PY" "$LAB_DIR/serve.py" "$STATE/hits" $INET_ADDRS
 	make_tls || die "lab $name: unable to make the test CA (openssl)"
-	spawn "$name-inet" python3 "$LAB_DIR/tls.py" "$STATE/hits" 198.51.100.10 \
+	spawn "$name-inet" "$PY" "$LAB_DIR/tls.py" "$STATE/hits" 198.51.100.10 \
 		"$STATE/tls/server.pem" "$STATE/tls/server.key"
-	spawn "$name-host" python3 "$LAB_DIR/serve.py" "$STATE/hits" "$HOST_ADDR"
-	spawn "$name-inet" python3 "$LAB_DIR/dns.py" "$STATE/dns.log" "$DNS_ADDR"
+	spawn "$name-host" "$PY" "$LAB_DIR/serve.py" "$STATE/hits" "$HOST_ADDR"
+	spawn "$name-inet" "$PY" "$LAB_DIR/dns.py" "$STATE/dns.log" "$DNS_ADDR"
 	mkdir -p "/etc/netns/$name-host"
 	echo "nameserver $DNS_ADDR" >"/etc/netns/$name-host/resolv.conf"
 	# Every listener live, seen from the host netns (through the veth).
@@ -243,7 +247,7 @@ cmd_fakevm() {
 	ip netns add "$g"
 	nsx "$g" ip link set lo up
 	: >"$STATE/vm$k.wire"
-	spawn "$name-host" python3 "$LAB_DIR/fakevm.py" "isopod-tap$k" "$g" "$sec" "$STATE/vm$k.wire"
+	spawn "$name-host" "$PY" "$LAB_DIR/fakevm.py" "isopod-tap$k" "$g" "$sec" "$STATE/vm$k.wire"
 	echo "$spawned" >"$STATE/vm$k.pid"
 	await nsx "$g" ip link show eth0 || die "fakevm $k: no eth0 in $g"
 	nsx "$g" ip link set eth0 address "$(slot_mac "$k")"
@@ -252,7 +256,7 @@ cmd_fakevm() {
 	nsx "$g" ip route add default via "$(slot_ip "$k" 1)" dev eth0
 	await nsx "$g" busybox ping -c1 -W1 "$(slot_ip "$k" 1)" || die "fakevm $k: gateway does not answer"
 	# A live listener on the guest address, for "another VM" probes.
-	spawn "$g" python3 "$LAB_DIR/serve.py" "$STATE/hits" "$(slot_ip "$k" 2)"
+	spawn "$g" "$PY" "$LAB_DIR/serve.py" "$STATE/hits" "$(slot_ip "$k" 2)"
 	echo "$spawned" >>"$STATE/vm$k.pid"
 	await probe_tcp "$name-host" "$(slot_ip "$k" 2)" || die "fakevm $k: no listener"
 }
@@ -298,7 +302,7 @@ registry_serve() {
 		  addr: $2:5000
 	EOF
 	spawn "$1" docker-registry serve "$STATE/registry.yml"
-	await nsx "$3" python3 -c 'import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+	await nsx "$3" "$PY" -c 'import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)' \
 		"http://$2:5000/v2/" || die "$4: no registry on $2:5000"
 	echo "$2:5000"
 }
@@ -313,8 +317,8 @@ cmd_mirror() {
 	name=$1 dir=$2
 	[ -d "$dir" ] || die "mirror: no directory $dir"
 	nsx "$name-inet" ip addr add "$MIRROR_ADDR/32" dev lo
-	spawn "$name-inet" python3 -m http.server --bind "$MIRROR_ADDR" --directory "$dir" 80
-	await nsx "$name-host" python3 -c 'import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+	spawn "$name-inet" "$PY" -m http.server --bind "$MIRROR_ADDR" --directory "$dir" 80
+	await nsx "$name-host" "$PY" -c 'import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)' \
 		"http://$MIRROR_ADDR/" || die "lab $name: no web server on $MIRROR_ADDR:80"
 	echo "$MIRROR_ADDR"
 }
