@@ -147,7 +147,14 @@ static void stage_layers(void)
 	unlink(disk);
 	ok(overlay_copy(layer, disk, LSIZE) == 0 && access(disk, F_OK) < 0,
 	   "refused: a byte of the layer's template altered");
-	/* another layer's template, digest and all, under this layer's name */
+	/* another layer's template, digest and all, under this layer's name;
+	 * this layer's own made again first, and used, so that the refusal
+	 * is the plant's, not the byte flipped above */
+	unlink(disk);
+	if (img(FORK, layer, disk) == 0)
+		overlay_keep(layer, disk, LSIZE);
+	unlink(disk);
+	ok(overlay_copy(layer, disk, LSIZE) == 1, "the layer's template made again, and used");
 	unlink(disk);
 	if (img(FORK, layer2, disk) == 0)
 		overlay_keep(layer2, disk, LSIZE);
