@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,41 @@ int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, c
 	const char *fmt;
 
 	return tpl_path(base, bytes, tpl, tsz, sha, ssz, &fmt);
+}
+
+int overlay_tpl_stale(const char *name)
+{
+	char base[PATH_MAX], tpl[PATH_MAX], cur[PATH_MAX];
+	const char *fmt;
+	unsigned char h[32];
+	size_t pl = hex_span(name) == 64 ? 64 : 15;
+	ssize_t got;
+	int fd;
+
+	if (pl == 15 && (strncmp(name, "st-", 3) || hex_span(name + 3) != 12))
+		return 0;
+	if (name[pl] != '-' || hex_span(name + pl + 1) != 32 ||
+	    (strcmp(name + pl + 33, ".qcow2") && strcmp(name + pl + 33, ".sha256")) ||
+	    (pl == 64 ? pathn(base, sizeof base, "%s/images/base-%.64s.img", store_home(), name)
+		      : pathn(base, sizeof base, "%s/stages/%.15s/layer.qcow2", store_home(), name)) < 0 ||
+	    pathn(tpl, sizeof tpl, "%s/overlays/%.*s.qcow2", store_home(), (int)pl + 33, name) < 0)
+		return 0;
+	/* The size from the template's header: the key is per disk size, and
+	 * only the template says which size it was made for.  A digest whose
+	 * template is gone, or a template that is a symlink or has no qcow2
+	 * header, is nothing a boot or a fork would use. */
+	fd = open(tpl, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ELOOP;
+	got = pread(fd, h, sizeof h, 0);
+	close(fd);
+	if (got != (ssize_t)sizeof h || memcmp(h, "QFI\xfb", 4) || be(h + 24, 8) > LLONG_MAX)
+		return got >= 0;
+	/* no current key (the backing file gone, prune_overlays' other case;
+	 * no qemu-img on our PATH): kept */
+	if (tpl_path(base, (long long)be(h + 24, 8), cur, sizeof cur, NULL, 0, &fmt) < 0)
+		return 0;
+	return strcmp(cur, tpl) != 0;
 }
 
 /* Read a small regular file whole (at most max bytes).  Its bytes

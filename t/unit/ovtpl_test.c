@@ -169,6 +169,8 @@ static void stage_layers(void)
 	ok(utimensat(AT_FDCWD, layer, ts, 0) == 0 &&
 		   overlay_tpl_path(layer, LSIZE, t2, sizeof t2, NULL, 0) == 0 && strcmp(tpl, t2),
 	   "the layer's identity changed: another template");
+	ok(overlay_tpl_stale(strrchr(tpl, '/') + 1) && overlay_tpl_stale(strrchr(shap, '/') + 1),
+	   "... and its old one, digest and all, stale (isopod-gc removes them)");
 	{
 		char e[256] = "";
 
@@ -219,6 +221,8 @@ int main(void)
 	   "the first overlay is qemu-img's, and the template is saved");
 	ok(qemu_img_ref(base, GIB2) == 0 && same(disk, ref) && same(tpl, ref),
 	   "disk and template are the bytes qemu-img makes");
+	ok(!overlay_tpl_stale(strrchr(tpl, '/') + 1) && !overlay_tpl_stale(strrchr(shap, '/') + 1),
+	   "the template and its digest are the current key's: not stale (isopod-gc keeps them)");
 	unlink(disk);
 	ok(overlay_new(base, disk, GIB2, err, sizeof err) == 1, "the next is the template's copy");
 	ok(same(disk, ref), "byte for byte qemu-img's overlay");
