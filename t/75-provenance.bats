@@ -409,7 +409,17 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/stage.json"
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
 		--result "$BATS_TEST_TMPDIR/stage.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"would be named stage/"*"names a committed stage"* ]] || false
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"subject would be named stage/"*"names a committed stage"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	# a tree named stage holding a symlink alone: the byproduct's name is refused as a subject's
+	mkdir -p "$BATS_TEST_TMPDIR/ls/stage"
+	ln -s a "$BATS_TEST_TMPDIR/ls/stage/l"
+	jq --arg h "$BATS_TEST_TMPDIR/ls/stage" '.copied_out = [{guest: "/root/o/stage", host: $h,
+		bytes: 0, tree: true, skipped: [], files: [], symlinks: [{path: "l", target: "a"}]}]' \
+		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/ls.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/ls.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"symlink would be named stage/l:"*"names a committed stage"* ]] || false
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 	# the tree as the run left it signs
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
