@@ -18,6 +18,7 @@
 #include "execio.h"
 #include "prov.h"
 #include "stage.h"
+#include "tree.h"
 #include "util.h"
 #include "vm.h"
 
@@ -721,17 +722,108 @@ static void kernel_check(json_t *k, const char *want, json_t *fails)
 			"the run's kernel is not the one given: vmlinux sha256 ", have ? have : "missing")));
 }
 
+/* A directory verified: what its Statement records below it (want, from
+ * prov_tree_entries; each entry met is marked), the counts met, the
+ * failures (field "tree", the entry named top/path). */
+struct tree_check {
+	json_t *want, *fails;
+	const char *top;
+	json_int_t files, links;
+};
+
+static void tree_fail(struct tree_check *t, const char *path, const char *why)
+{
+	json_array_append_new(t->fails, need(json_pack("{s:s, s:s++++}", "field", "tree", "why",
+						       t->top, "/", path, ": ", why)));
+}
+
+/* One entry of the directory (tree_visit, never through a symlink): a
+ * regular file the Statement names with its digest, a symlink with its
+ * target; anything else it does not record (directories name nothing). */
+static int tree_entry(const struct tree_ent *e, void *arg)
+{
+	struct tree_check *t = arg;
+	json_t *x = json_object_get(t->want, e->path);
+	const char *sha = json_string_value(json_object_get(x, "sha256"));
+	const char *to = json_string_value(json_object_get(x, "target"));
+	char now[PATH_MAX];
+	ssize_t n;
+	int fd;
+
+	if (S_ISDIR(e->st->st_mode))
+		return 0;
+	if (!x) {
+		tree_fail(t, e->path, "not recorded in the Statement (added since it was signed)");
+		return 0;
+	}
+	json_object_set_new(x, "met", json_true());
+	if (S_ISREG(e->st->st_mode) && sha) {
+		t->files++;
+		fd = openat(e->dfd, e->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0 || sha256_fd(fd, now) < 0)
+			tree_fail(t, e->path, strerror(errno));
+		else if (strcmp(now, sha))
+			tree_fail(t, e->path, "its sha256 is not the one signed");
+		if (fd >= 0)
+			close(fd);
+	} else if (S_ISLNK(e->st->st_mode) && to) {
+		t->links++;
+		n = readlinkat(e->dfd, e->name, now, sizeof now);
+		if (n < 0)
+			tree_fail(t, e->path, strerror(errno));
+		else if ((size_t)n != strlen(to) || memcmp(now, to, (size_t)n))
+			tree_fail(t, e->path, "a symlink to another target than the one signed");
+	} else {
+		tree_fail(t, e->path, sha ? "not a regular file, as signed" :
+				      to ? "not a symlink, as signed" : "recorded malformed");
+	}
+	return 0;
+}
+
+/* verify of a directory copied out (FILE a directory): every regular file
+ * and symlink below it is one the Statement records under its name, with
+ * that digest or that target, and every one recorded is there. */
+static void tree_verify(const char *dir, json_t *stmt, json_t *fails, json_t *art)
+{
+	char path[PATH_MAX], why[DIAG_MAX] = "";
+	struct tree_check t = { .fails = fails };
+	const char *k;
+	json_t *v;
+	char *sl;
+
+	snprintf(path, sizeof path, "%s", dir);
+	while ((sl = strrchr(path, '/')) && sl > path && !sl[1])
+		*sl = 0; /* out/tree/ is tree */
+	t.top = (sl = strrchr(path, '/')) ? sl + 1 : path;
+	if (!(t.want = prov_tree_entries(stmt, t.top, fails)))
+		die(EX_SYS, "out of memory");
+	if (json_object_size(t.want) && tree_visit(AT_FDCWD, dir, tree_entry, &t, why, sizeof why) < 0)
+		tree_fail(&t, why[0] ? why : ".", "not all of the directory visited");
+	json_object_foreach(t.want, k, v)
+		if (!json_object_get(v, "met"))
+			tree_fail(&t, k, json_object_get(v, "target") ? "the symlink signed is missing" :
+					 "the file signed is missing");
+	json_object_set_new(art, "tree", need(json_pack("{s:I, s:I}", "files", t.files, "symlinks",
+							t.links)));
+	json_decref(t.want);
+}
+
 static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 {
 	unsigned char pk[32], *body = NULL;
 	char sha[65], kid[65], kwant[65] = "", why[DIAG_MAX], msg[512];
 	const char *field = NULL, *type = NULL;
 	json_t *fails = need(json_array()), *env, *stmt = NULL, *sum = NULL, *want = NULL, *out;
+	json_t *art = need(json_pack("{s:s}", "path", file));
 	struct attest_dir d = { .fd = -1 };
+	struct stat st;
 	size_t blen;
-	int r, valid;
+	int r, valid, tree;
 
-	if (sha256_file(file, sha) < 0)
+	/* a directory (not a link to one): a tree copied out, checked entry
+	 * by entry (tree_verify); else a file, by its digest */
+	tree = lstat(file, &st) == 0 && S_ISDIR(st.st_mode);
+	if (!tree && sha256_file(file, sha) < 0)
 		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read %s:", file);
 	/* --kernel: a digest as given, or the file's */
 	if (o->kernel && hex64_ok(o->kernel))
@@ -770,7 +862,9 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 							    "not a JSON object: ", msg)));
 		goto done;
 	}
-	sum = need(prov_read(stmt, sha, fails));
+	sum = need(prov_read(stmt, tree ? NULL : sha, fails));
+	if (tree)
+		tree_verify(file, stmt, fails, art);
 	if (want)
 		prov_chain_compare(json_object_get(sum, "chain"), want, fails);
 	/* A failed or timed-out run's files are signed (the record exists)
@@ -784,8 +878,10 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 done:
 	json_decref(env);
 	valid = json_array_size(fails) == 0;
-	out = need(json_pack("{s:b, s:{s:s, s:s}, s:s}", "valid", valid, "artifact", "path", file,
-			     "sha256", sha, "key_id", kid));
+	if (!tree)
+		json_object_set_new(art, "sha256", need(json_string(sha)));
+	out = need(json_pack("{s:b, s:O, s:s}", "valid", valid, "artifact", art, "key_id", kid));
+	json_decref(art);
 	if (sum)
 		json_object_update(out, sum);
 	if (want)

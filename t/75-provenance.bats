@@ -309,6 +309,39 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	run_isopod verify-artifact "$t/sub/b" "$BATS_TEST_TMPDIR/t.prov"
 	[ "$status" -eq 0 ]
 	jq -e '.valid and .subject.name == "tree/sub/b"' <<<"$output"
+	# the directory itself verifies: each file by its digest, its symlink
+	# by its target (a trailing slash the same); a file added, one
+	# missing, the symlink retargeted, made a file or gone: refused, each
+	# named (field tree)
+	run_isopod verify-artifact "$t/" "$BATS_TEST_TMPDIR/t.prov"
+	[ "$status" -eq 0 ]
+	jq -e --arg t "$t/" '.valid and .artifact == {path: $t, tree: {files: 2, symlinks: 1}} and
+		.subject == null and .failures == []' <<<"$output"
+	tree_refused() {
+		run_isopod -1 verify-artifact "$t" "$BATS_TEST_TMPDIR/t.prov"
+		jq -e --arg w "$1" '.valid == false and ([.failures[] | select(.field == "tree") | .why] |
+			length == 1 and (.[0] | startswith($w)))' <<<"$output"
+	}
+	echo new >"$t/sub/new"
+	tree_refused "tree/sub/new: not recorded in the Statement"
+	rm "$t/sub/new"
+	mv "$t/a" "$BATS_TEST_TMPDIR/a.moved"
+	tree_refused "tree/a: the file signed is missing"
+	mv "$BATS_TEST_TMPDIR/a.moved" "$t/a"
+	echo changed >"$t/sub/b"
+	tree_refused "tree/sub/b: its sha256 is not the one signed"
+	echo two >"$t/sub/b"
+	ln -sfn sub "$t/l"
+	tree_refused "tree/l: a symlink to another target"
+	rm "$t/l"
+	echo a >"$t/l"
+	tree_refused "tree/l: not a symlink, as signed"
+	rm "$t/l"
+	tree_refused "tree/l: the symlink signed is missing"
+	ln -s a "$t/l"
+	# a directory the Statement names nothing under (field subject)
+	run_isopod -1 verify-artifact "$t/sub" "$BATS_TEST_TMPDIR/t.prov"
+	jq -e '[.failures[].field] == ["subject"]' <<<"$output"
 	# sub made a symlink to a directory holding the same bytes: not
 	# followed, nothing signed
 	mv "$t/sub" "$t/sub.real"
