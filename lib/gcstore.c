@@ -433,7 +433,7 @@ int prune_overlays(struct gcstore *g, json_t *out)
 		else
 			continue;
 		/* a backing file still there: its template goes only when stale */
-		if (r < 0 || (access(p, F_OK) == 0 ? !overlay_tpl_stale(n) : errno != ENOENT))
+		if (r < 0 || (access(p, F_OK) == 0 ? !overlay_tpl_stale(dirfd(d), n) : errno != ENOENT))
 			continue;
 		if (pathn(p, sizeof p, "%s/%s", dir, n) < 0) {
 			closedir(d);

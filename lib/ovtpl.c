@@ -143,9 +143,9 @@ int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, c
 	return tpl_path(base, bytes, tpl, tsz, sha, ssz, &fmt);
 }
 
-int overlay_tpl_stale(const char *name)
+int overlay_tpl_stale(int dfd, const char *name)
 {
-	char base[PATH_MAX], tpl[PATH_MAX], cur[PATH_MAX];
+	char base[PATH_MAX], tpl[PATH_MAX], cur[PATH_MAX], own[128];
 	const char *fmt;
 	unsigned char h[32];
 	size_t pl = hex_span(name) == 64 ? 64 : 15;
@@ -160,11 +160,12 @@ int overlay_tpl_stale(const char *name)
 		      : pathn(base, sizeof base, "%s/stages/%.15s/layer.qcow2", store_home(), name)) < 0 ||
 	    pathn(tpl, sizeof tpl, "%s/overlays/%.*s.qcow2", store_home(), (int)pl + 33, name) < 0)
 		return 0;
+	snprintf(own, sizeof own, "%.*s.qcow2", (int)pl + 33, name);
 	/* The size from the template's header: the key is per disk size, and
 	 * only the template says which size it was made for.  A digest whose
 	 * template is gone, or a template that is a symlink or has no qcow2
 	 * header, is nothing a boot or a fork would use. */
-	fd = open(tpl, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(dfd, own, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT || errno == ELOOP;
 	got = pread(fd, h, sizeof h, 0);
