@@ -145,9 +145,10 @@ int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, c
 
 int overlay_tpl_stale(int dfd, const char *name)
 {
-	char base[PATH_MAX], tpl[PATH_MAX], cur[PATH_MAX], own[128];
-	const char *fmt;
-	unsigned char h[32];
+	char base[PATH_MAX], cur[PATH_MAX], own[128], pre[65];
+	unsigned char h[4096];
+	unsigned long long boff, bsz;
+	const char *fmt, *c;
 	size_t pl = hex_span(name) == 64 ? 64 : 15;
 	ssize_t got;
 	int fd;
@@ -155,28 +156,38 @@ int overlay_tpl_stale(int dfd, const char *name)
 	if (pl == 15 && (strncmp(name, "st-", 3) || hex_span(name + 3) != 12))
 		return 0;
 	if (name[pl] != '-' || hex_span(name + pl + 1) != 32 ||
-	    (strcmp(name + pl + 33, ".qcow2") && strcmp(name + pl + 33, ".sha256")) ||
-	    (pl == 64 ? pathn(base, sizeof base, "%s/images/base-%.64s.img", store_home(), name)
-		      : pathn(base, sizeof base, "%s/stages/%.15s/layer.qcow2", store_home(), name)) < 0 ||
-	    pathn(tpl, sizeof tpl, "%s/overlays/%.*s.qcow2", store_home(), (int)pl + 33, name) < 0)
+	    (strcmp(name + pl + 33, ".qcow2") && strcmp(name + pl + 33, ".sha256")))
 		return 0;
 	snprintf(own, sizeof own, "%.*s.qcow2", (int)pl + 33, name);
-	/* The size from the template's header: the key is per disk size, and
-	 * only the template says which size it was made for.  A digest whose
-	 * template is gone, or a template that is a symlink or has no qcow2
-	 * header, is nothing a boot or a fork would use. */
+	/* The size and the backing path from the template's own header: the
+	 * key is per size and per path as the boots named the base (their
+	 * ISOPOD_HOME, not gc's /proc/self/fd/N/.), and only the template
+	 * says which.  A digest whose template is gone, a template that is a
+	 * symlink, has no qcow2 header or names another backing file than
+	 * its name's, is nothing a boot or a fork would use. */
 	fd = openat(dfd, own, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT || errno == ELOOP;
 	got = pread(fd, h, sizeof h, 0);
 	close(fd);
-	if (got != (ssize_t)sizeof h || memcmp(h, "QFI\xfb", 4) || be(h + 24, 8) > LLONG_MAX)
-		return got >= 0;
+	if (got < 0)
+		return 0;
+	boff = got >= 104 ? be(h + 8, 8) : 0;
+	bsz = got >= 104 ? be(h + 16, 4) : 0;
+	if (got < 104 || memcmp(h, "QFI\xfb", 4) || be(h + 24, 8) > LLONG_MAX || bsz == 0 ||
+	    bsz >= sizeof base || boff > (unsigned long long)got - bsz)
+		return 1;
+	memcpy(base, h + boff, bsz);
+	base[bsz] = 0;
+	if (strlen(base) != bsz || backing_kind(base, pre, sizeof pre, &fmt) < 0 ||
+	    strncmp(pre, name, pl))
+		return 1;
 	/* no current key (the backing file gone, prune_overlays' other case;
 	 * no qemu-img on our PATH): kept */
 	if (tpl_path(base, (long long)be(h + 24, 8), cur, sizeof cur, NULL, 0, &fmt) < 0)
 		return 0;
-	return strcmp(cur, tpl) != 0;
+	c = strrchr(cur, '/') + 1;
+	return strcmp(c, own) != 0;
 }
 
 /* Read a small regular file whole (at most max bytes).  Its bytes

@@ -77,16 +77,25 @@ static void copy_file(const char *from, const char *to)
 }
 
 /* overlay_tpl_stale of the file at p, in the store's overlays/ as gc
- * opens it: 1 or 0, or -1 when the directory does not open. */
+ * opens it, the store named as gc names it (/proc/self/fd/N/.): 1 or 0,
+ * or -1 when the directory does not open. */
 static int stale(const char *p)
 {
-	char d[PATH_MAX];
-	int fd, r;
+	char d[PATH_MAX], pin[64];
+	int fd, hfd, r;
 
 	pathf(d, sizeof d, "%s/overlays", home);
 	if ((fd = open(d, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
 		return -1;
+	if ((hfd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		close(fd);
+		return -1;
+	}
+	snprintf(pin, sizeof pin, "/proc/self/fd/%d/.", hfd);
+	setenv("ISOPOD_HOME", pin, 1);
 	r = overlay_tpl_stale(fd, strrchr(p, '/') + 1);
+	setenv("ISOPOD_HOME", home, 1);
+	close(hfd);
 	close(fd);
 	return r;
 }
