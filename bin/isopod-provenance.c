@@ -724,17 +724,42 @@ static void kernel_check(json_t *k, const char *want, json_t *fails)
 
 /* A directory verified: what its Statement records below it (want, from
  * prov_tree_entries; each entry met is marked), the counts met, the
- * failures (field "tree", the entry named top/path). */
+ * failures (field "tree", the entry named top/path).  A hostile tree (a
+ * million unrecorded files, names of PATH_MAX) must not cost memory or
+ * output in its size: at most TREE_FAILS failures are listed, then one
+ * "...and more" and the walk stops (the verdict is invalid already), and
+ * the walk stops too once it has met TREE_FAILS more files and symlinks
+ * than the Statement records. */
+#define TREE_FAILS 64
 struct tree_check {
 	json_t *want, *fails;
 	const char *top;
-	json_int_t files, links;
+	json_int_t files, links, seen, nwant;
+	int nfail, stopped;
 };
 
-static void tree_fail(struct tree_check *t, const char *path, const char *why)
+/* One failure (or, past the cap, the last and the walk's stop: -1).  Its
+ * path clipped and its bytes made UTF-8 (utf8_json): a name that is not
+ * must not make the report fail to encode. */
+static int tree_fail(struct tree_check *t, const char *path, const char *why)
 {
-	json_array_append_new(t->fails, need(json_pack("{s:s, s:s++++}", "field", "tree", "why",
-						       t->top, "/", path, ": ", why)));
+	char msg[1400];
+	int n;
+
+	if (t->stopped)
+		return -1;
+	if (t->nfail++ == TREE_FAILS) {
+		t->stopped = 1;
+		n = snprintf(msg, sizeof msg, "%s/...: and more not listed (%d at most): not verified further",
+			     t->top, TREE_FAILS);
+	} else {
+		n = snprintf(msg, sizeof msg, "%.128s/%.1024s: %s", t->top, path, why);
+	}
+	if (n < 0 || (size_t)n >= sizeof msg)
+		n = (int)strlen(msg);
+	json_array_append_new(t->fails, need(json_pack("{s:s, s:o}", "field", "tree", "why",
+						       need(utf8_json((const uint8_t *)msg, (size_t)n, 1)))));
+	return t->stopped ? -1 : 0;
 }
 
 /* One entry of the directory (tree_visit, never through a symlink): a
@@ -752,10 +777,12 @@ static int tree_entry(const struct tree_ent *e, void *arg)
 
 	if (S_ISDIR(e->st->st_mode))
 		return 0;
-	if (!x) {
-		tree_fail(t, e->path, "not recorded in the Statement (added since it was signed)");
-		return 0;
+	if (++t->seen > t->nwant + TREE_FAILS) {
+		t->nfail = TREE_FAILS; /* the next failure is the last */
+		return tree_fail(t, e->path, "");
 	}
+	if (!x)
+		return tree_fail(t, e->path, "not recorded in the Statement (added since it was signed)");
 	json_object_set_new(x, "met", json_true());
 	if (S_ISREG(e->st->st_mode) && sha) {
 		t->files++;
@@ -777,7 +804,7 @@ static int tree_entry(const struct tree_ent *e, void *arg)
 		tree_fail(t, e->path, sha ? "not a regular file, as signed" :
 				      to ? "not a symlink, as signed" : "recorded malformed");
 	}
-	return 0;
+	return t->stopped ? -1 : 0;
 }
 
 /* verify of a directory copied out (FILE a directory): every regular file
@@ -797,10 +824,11 @@ static void tree_verify(const char *dir, json_t *stmt, json_t *fails, json_t *ar
 	t.top = (sl = strrchr(path, '/')) ? sl + 1 : path;
 	if (!(t.want = prov_tree_entries(stmt, t.top, fails)))
 		die(EX_SYS, "out of memory");
-	if (json_object_size(t.want) && tree_visit(AT_FDCWD, dir, tree_entry, &t, why, sizeof why) < 0)
+	t.nwant = (json_int_t)json_object_size(t.want);
+	if (t.nwant && tree_visit(AT_FDCWD, dir, tree_entry, &t, why, sizeof why) < 0)
 		tree_fail(&t, why[0] ? why : ".", "not all of the directory visited");
 	json_object_foreach(t.want, k, v)
-		if (!json_object_get(v, "met"))
+		if (!t.stopped && !json_object_get(v, "met"))
 			tree_fail(&t, k, json_object_get(v, "target") ? "the symlink signed is missing" :
 					 "the file signed is missing");
 	json_object_set_new(art, "tree", need(json_pack("{s:I, s:I}", "files", t.files, "symlinks",

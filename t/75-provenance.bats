@@ -325,6 +325,11 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	echo new >"$t/sub/new"
 	tree_refused "tree/sub/new: not recorded in the Statement"
 	rm "$t/sub/new"
+	# a name that is not UTF-8: refused by name (U+FFFD for its byte),
+	# never a verify that fails to write its report (review L3)
+	: >"$t/sub/$(printf 'bad\377')"
+	tree_refused "tree/sub/bad$(printf '\357\277\275'): not recorded in the Statement"
+	rm "$t/sub/$(printf 'bad\377')"
 	mv "$t/a" "$BATS_TEST_TMPDIR/a.moved"
 	tree_refused "tree/a: the file signed is missing"
 	mv "$BATS_TEST_TMPDIR/a.moved" "$t/a"
@@ -342,6 +347,14 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	# a directory the Statement names nothing under (field subject)
 	run_isopod -1 verify-artifact "$t/sub" "$BATS_TEST_TMPDIR/t.prov"
 	jq -e '[.failures[].field] == ["subject"]' <<<"$output"
+	# a hostile tree costs no more than the cap (review M1): 70 files
+	# nobody signed give 64 failures, one "and more", and the walk stops
+	mkdir "$t/many"
+	for i in $(seq 70); do : >"$t/many/f$i"; done
+	run_isopod -1 verify-artifact "$t" "$BATS_TEST_TMPDIR/t.prov"
+	jq -e '.valid == false and ([.failures[] | select(.field == "tree")] | length == 65 and
+		(.[64].why | test("and more not listed")))' <<<"$output"
+	rm -r "$t/many"
 	# sub made a symlink to a directory holding the same bytes: not
 	# followed, nothing signed
 	mv "$t/sub" "$t/sub.real"
