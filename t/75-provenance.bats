@@ -355,6 +355,19 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	jq -e '.valid == false and ([.failures[] | select(.field == "tree")] | length == 65 and
 		(.[64].why | test("and more not listed")))' <<<"$output"
 	rm -r "$t/many"
+	# a directory verify cannot enter (review M2: root without
+	# CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, a mode-000 directory) holding a
+	# file nobody signed: refused, never valid on what it could see
+	mkdir "$t/sub/locked"
+	echo x >"$t/sub/locked/f"
+	chmod 000 "$t/sub/locked"
+	run --separate-stderr setpriv --bounding-set=-dac_override,-dac_read_search \
+		"$ISOPOD_SRC/sh/isopod" verify-artifact "$t" "$BATS_TEST_TMPDIR/t.prov"
+	chmod 755 "$t/sub/locked"
+	rm -r "$t/sub/locked"
+	[ "$status" -eq 1 ]
+	jq -e '.valid == false and ([.failures[] | select(.field == "tree") | .why] ==
+		["tree/sub/locked: Permission denied: not all of the directory visited"])' <<<"$output"
 	# sub made a symlink to a directory holding the same bytes: not
 	# followed, nothing signed
 	mv "$t/sub" "$t/sub.real"
