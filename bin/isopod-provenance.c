@@ -16,6 +16,7 @@
 #include "attest.h"
 #include "dsse.h"
 #include "execio.h"
+#include "execopt.h"
 #include "prov.h"
 #include "stage.h"
 #include "tree.h"
@@ -809,19 +810,16 @@ static int tree_entry(const struct tree_ent *e, void *arg)
 
 /* verify of a directory copied out (FILE a directory): every regular file
  * and symlink below it is one the Statement records under its name, with
- * that digest or that target, and every one recorded is there. */
+ * that digest or that target, and every one recorded is there.  dir without
+ * trailing slashes. */
 static void tree_verify(const char *dir, json_t *stmt, json_t *fails, json_t *art)
 {
-	char path[PATH_MAX], why[DIAG_MAX] = "";
+	char why[DIAG_MAX] = "";
 	struct tree_check t = { .fails = fails };
-	const char *k;
+	const char *k, *sl = strrchr(dir, '/');
 	json_t *v;
-	char *sl;
 
-	snprintf(path, sizeof path, "%s", dir);
-	while ((sl = strrchr(path, '/')) && sl > path && !sl[1])
-		*sl = 0; /* out/tree/ is tree */
-	t.top = (sl = strrchr(path, '/')) ? sl + 1 : path;
+	t.top = sl ? sl + 1 : dir; /* dir's trailing slashes are off (cmd_verify) */
 	if (!(t.want = prov_tree_entries(stmt, t.top, fails)))
 		die(EX_SYS, "out of memory");
 	t.nwant = (json_int_t)json_object_size(t.want);
@@ -839,7 +837,7 @@ static void tree_verify(const char *dir, json_t *stmt, json_t *fails, json_t *ar
 static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 {
 	unsigned char pk[32], *body = NULL;
-	char sha[65], kid[65], kwant[65] = "", why[DIAG_MAX], msg[512];
+	char sha[65], kid[65], kwant[65] = "", why[DIAG_MAX], msg[512], dir[PATH_MAX];
 	const char *field = NULL, *type = NULL;
 	json_t *fails = need(json_array()), *env, *stmt = NULL, *sum = NULL, *want = NULL, *out;
 	json_t *art = need(json_pack("{s:s}", "path", file));
@@ -849,8 +847,17 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 	int r, valid, tree;
 
 	/* a directory (not a link to one): a tree copied out, checked entry
-	 * by entry (tree_verify); else a file, by its digest */
-	tree = lstat(file, &st) == 0 && S_ISDIR(st.st_mode);
+	 * by entry (tree_verify); else a file, by its digest.  Its trailing
+	 * slashes off first (exec_dest_trim): lstat("link/") follows the
+	 * link, and a tree must not be reached through one.  A symlink to a
+	 * directory is refused outright: followed, a file's check would fail
+	 * to read it (111), and a tree's would be the link's target's. */
+	if (exec_dest_trim(file, dir, sizeof dir) < 0)
+		die(EX_USAGE, "%.1024s: a name too long", file);
+	tree = lstat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+	if (!tree && S_ISLNK(st.st_mode) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		die(EX_GUEST, "%s is a symlink to a directory: not followed (verify the directory itself)",
+		    dir);
 	if (!tree && sha256_file(file, sha) < 0)
 		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read %s:", file);
 	/* --kernel: a digest as given, or the file's */
@@ -892,7 +899,7 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 	}
 	sum = need(prov_read(stmt, tree ? NULL : sha, fails));
 	if (tree)
-		tree_verify(file, stmt, fails, art);
+		tree_verify(dir, stmt, fails, art);
 	if (want)
 		prov_chain_compare(json_object_get(sum, "chain"), want, fails);
 	/* A failed or timed-out run's files are signed (the record exists)

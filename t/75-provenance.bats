@@ -317,6 +317,14 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	[ "$status" -eq 0 ]
 	jq -e --arg t "$t/" '.valid and .artifact == {path: $t, tree: {files: 2, symlinks: 1}} and
 		.subject == null and .failures == []' <<<"$output"
+	# a symlink to the tree, with a trailing slash or not, is not followed
+	# (review L1: lstat("link/") reports the directory it names)
+	ln -s tree "$BATS_TEST_TMPDIR/link"
+	for l in link link/; do
+		run_isopod -1 verify-artifact "$BATS_TEST_TMPDIR/$l" "$BATS_TEST_TMPDIR/t.prov"
+		[ -z "$output" ] && [[ "$stderr" == *"/link is a symlink to a directory: not followed"* ]] || false
+	done
+	rm "$BATS_TEST_TMPDIR/link"
 	tree_refused() {
 		run_isopod -1 verify-artifact "$t" "$BATS_TEST_TMPDIR/t.prov"
 		jq -e --arg w "$1" '.valid == false and ([.failures[] | select(.field == "tree") | .why] |
