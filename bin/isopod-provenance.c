@@ -773,6 +773,7 @@ static int tree_entry(const struct tree_ent *e, void *arg)
 	const char *sha = json_string_value(json_object_get(x, "sha256"));
 	const char *to = json_string_value(json_object_get(x, "target"));
 	char now[PATH_MAX];
+	struct stat fs;
 	ssize_t n;
 	int fd;
 
@@ -787,8 +788,15 @@ static int tree_entry(const struct tree_ent *e, void *arg)
 	json_object_set_new(x, "met", json_true());
 	if (S_ISREG(e->st->st_mode) && sha) {
 		t->files++;
+		/* the file the walk saw, not one swapped in since (a FIFO
+		 * would hash as empty): O_NONBLOCK so none hangs the open */
 		fd = openat(e->dfd, e->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-		if (fd < 0 || sha256_fd(fd, now) < 0)
+		if (fd < 0)
+			tree_fail(t, e->path, strerror(errno));
+		else if (fstat(fd, &fs) < 0 || !S_ISREG(fs.st_mode) || fs.st_dev != e->st->st_dev ||
+			 fs.st_ino != e->st->st_ino)
+			tree_fail(t, e->path, "replaced while it was verified");
+		else if (sha256_fd(fd, now) < 0)
 			tree_fail(t, e->path, strerror(errno));
 		else if (strcmp(now, sha))
 			tree_fail(t, e->path, "its sha256 is not the one signed");
