@@ -1446,7 +1446,7 @@ probe_reason() {
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -e '.ok == true and (.warnings | length == 2)'
 	echo "$output" | jq -e '.warnings[0] | test("^isopod-exec --stop: unable to stop the vm after the command: vm .* names no supervisor")'
-	echo "$output" | jq -e '.warnings[1] == "isopod-exec --stop failed; after the retry by isopod-stop the vm is stopped"'
+	echo "$output" | jq -e '.warnings[1] == "isopod-exec --stop did not confirm the stop; after the retry by isopod-stop the vm is stopped"'
 	id=$(echo "$output" | jq -r .vm.id)
 	! vm_locked "$id" || false
 	jq -e '.stopped_by == "qemu"' "$ISOPOD_HOME/vms/$id/meta.json"
@@ -1456,7 +1456,7 @@ probe_reason() {
 	id=$(echo "$output" | jq -r .vm.id)
 	echo "$output" | jq -e '.ok == true and (.warnings | length == 2)'
 	echo "$output" | jq -e '.warnings[0] | test("^isopod-exec --stop: unable to stop the vm after the command")'
-	echo "$output" | jq -e --arg id "$id" '.warnings[1] | test("^isopod-exec --stop failed; the retry by isopod-stop \($id) failed too \\(exit 99\\)")'
+	echo "$output" | jq -e --arg id "$id" '.warnings[1] | test("^isopod-exec --stop did not confirm the stop; the retry by isopod-stop \($id) failed too \\(exit 99\\); tried again as the run ends, else the vm runs until its supervisor sees the run end$")'
 	# (its supervisor stops the VM once the front end has gone; else we do)
 	mv "$ISOPOD_HOME/vms/$id/qmp.moved" "$ISOPOD_HOME/vms/$id/qmp.sock"
 	isopod-stop --force --vm "$id" >/dev/null
