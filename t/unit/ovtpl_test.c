@@ -188,13 +188,30 @@ static void stage_layers(void)
 	ok(access(t2, F_OK) == 0 && overlay_copy(layer, disk, LSIZE) == 0,
 	   "refused: another layer's template under this layer's name");
 	ok(overlay_copy(layer2, disk, LSIZE) == 1, "... which serves its own layer");
+	/* this layer's own template again (the plant above would make the
+	 * next checks stale by its header's backing file, not by the key) */
 	unlink(disk);
+	if (img(FORK, layer, disk) == 0)
+		overlay_keep(layer, disk, LSIZE);
+	unlink(disk);
+	ok(stale(tpl) == 0 && stale(shap) == 0, "the layer's own template: not stale");
 	/* the layer replaced (its mtime): the key is another */
 	ok(utimensat(AT_FDCWD, layer, ts, 0) == 0 &&
 		   overlay_tpl_path(layer, LSIZE, t2, sizeof t2, NULL, 0) == 0 && strcmp(tpl, t2),
 	   "the layer's identity changed: another template");
 	ok(stale(tpl) == 1 && stale(shap) == 1,
 	   "... and its old one, digest and all, stale (isopod-gc removes them)");
+	{
+		/* no qemu-img on PATH: no current key to compare with, so
+		 * that same stale template is kept (review L8) */
+		char *path = strdup(getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+
+		setenv("PATH", "/nonexistent", 1);
+		ok(stale(tpl) == 0 && stale(shap) == 0,
+		   "no qemu-img on PATH: nothing is stale (isopod-gc keeps everything)");
+		setenv("PATH", path, 1);
+		free(path);
+	}
 	{
 		char e[256] = "";
 
@@ -247,6 +264,20 @@ int main(void)
 	   "disk and template are the bytes qemu-img makes");
 	ok(stale(tpl) == 0 && stale(shap) == 0,
 	   "the template and its digest are the current key's: not stale (isopod-gc keeps them)");
+	{
+		/* a FIFO planted under a template's name: its open must not
+		 * wait for a writer (O_NONBLOCK), or gc hangs; alarm bounds
+		 * the test (review L8) */
+		char f[PATH_MAX];
+
+		pathf(f, sizeof f, "%s/overlays/%.64s-0123456789abcdef0123456789abcdef.qcow2", home,
+		      BSHA);
+		unlink(f);
+		alarm(10);
+		ok(mkfifo(f, 0600) == 0 && stale(f) == 0, "a FIFO under a template's name: gc does not hang on it");
+		alarm(0);
+		unlink(f);
+	}
 	unlink(disk);
 	ok(overlay_new(base, disk, GIB2, err, sizeof err) == 1, "the next is the template's copy");
 	ok(same(disk, ref), "byte for byte qemu-img's overlay");
