@@ -56,8 +56,9 @@ int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, c
  * layer since replaced), or it is a digest without its template, or a
  * template that is a symlink, has no qcow2 header or names another backing
  * file than its name's?  1 or 0: not a
- * template's name, or no current key to compare (its backing file gone,
- * no qemu-img on PATH), or unreadable.  A current template is never
+ * template's name, or no current key to compare (its backing file gone
+ * or a symlink in the store, $ISOPOD_HOME, whose entry is lstat'ed for the
+ * key's identity; no qemu-img on PATH), or unreadable.  A current template is never
  * stale, and a boot racing gc writes only the current key's names. */
 int overlay_tpl_stale(int dfd, const char *name);
 

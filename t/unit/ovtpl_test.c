@@ -278,6 +278,24 @@ int main(void)
 		alarm(0);
 		unlink(f);
 	}
+	{
+		/* the store's base replaced by a symlink to a copy of it (review
+		 * L5): gc takes the identity from the store, the link not
+		 * followed, and keeps the template of a base that is a symlink
+		 * (followed, the copy's inode made it stale) */
+		char keep[PATH_MAX + 8], cp[PATH_MAX + 8], cmd[3 * PATH_MAX];
+
+		pathf(keep, sizeof keep, "%s.keep", base);
+		pathf(cp, sizeof cp, "%s.copy", base);
+		snprintf(cmd, sizeof cmd, "cp '%s' '%s'", keep, cp);
+		ok(rename(base, keep) == 0 && system(cmd) == 0 && symlink(cp, base) == 0 &&
+			   stale(tpl) == 0 && stale(shap) == 0,
+		   "the store's base a symlink (to a copy): its template kept, not stale");
+		unlink(base);
+		unlink(cp);
+		rename(keep, base);
+		ok(stale(tpl) == 0, "... and the base back: still the current key's");
+	}
 	unlink(disk);
 	ok(overlay_new(base, disk, GIB2, err, sizeof err) == 1, "the next is the template's copy");
 	ok(same(disk, ref), "byte for byte qemu-img's overlay");
