@@ -124,12 +124,14 @@ bin/isopod-attest: bin/isopod-attest.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(LIBHD
 
 # Provenance for what runs copy out: signed with isopod-attest's key
 # (lib/attest.c, which verifies the host attestation in force: libnftnl);
-# the Statement's reader lib/prov.c.
-PROVLIB = lib/prov.o
+# the Statement's reader lib/prov.c, a directory's check lib/provtree.c.
+PROVLIB = lib/prov.o lib/provtree.o
 lib/prov.o: lib/prov.c lib/prov.h $(LIBHDR)
 	$(CC) $(ALL_CFLAGS) -c -o $@ lib/prov.c
+lib/provtree.o: lib/provtree.c lib/provtree.h lib/prov.h $(LIBHDR)
+	$(CC) $(ALL_CFLAGS) -c -o $@ lib/provtree.c
 
-bin/isopod-provenance: bin/isopod-provenance.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(PROVLIB) $(LIBHDR) lib/prov.h
+bin/isopod-provenance: bin/isopod-provenance.c $(HOSTLIB) $(NETLIB) $(ATTESTLIB) $(PROVLIB) $(LIBHDR) lib/prov.h lib/provtree.h
 	$(CC) $(ALL_CFLAGS) -o $@ bin/isopod-provenance.c $(PROVLIB) $(ATTESTLIB) $(HOSTLIB) $(NETLIB) $(LDLIBS_HOST) $(LDLIBS_NET)
 
 # The adverse doctor (lib/adverse.c, lib/advprobe.c, lib/advclass.c,

@@ -321,12 +321,16 @@ static void stop_vm(const struct opts *o, struct exec_session *s)
 		close(fd);
 		return;
 	}
+	/* Each warning says what this stop did, and only that: the front end
+	 * retries with isopod-stop and says what the retry did (sh/isopod
+	 * run_stop), so "unable to stop" must not stand for a VM that stopped. */
 	if (r == 0)
-		snprintf(st.err, sizeof st.err, "vm %s stopped (%s) but --stop %s: %s", o->id, st.how,
+		snprintf(st.err, sizeof st.err, "vm %s stopped (%s) but %s not made: %s", o->id, st.how,
 			 o->stop_mark, strerror(errno));
 	warn("%s", st.err);
-	json_array_append_new(s->warnings, json_sprintf("unable to stop vm %s after the command: %s",
-							  o->id, st.err));
+	json_array_append_new(s->warnings, json_sprintf("isopod-exec --stop: %s%s", r == 0 ? "" :
+							  "unable to stop the vm after the command: ",
+							  st.err));
 }
 
 /* Print the result and exit with the command's verdict. */

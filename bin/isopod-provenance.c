@@ -16,8 +16,11 @@
 #include "attest.h"
 #include "dsse.h"
 #include "execio.h"
+#include "execopt.h"
 #include "prov.h"
+#include "provtree.h"
 #include "stage.h"
+#include "tree.h"
 #include "util.h"
 #include "vm.h"
 
@@ -724,14 +727,28 @@ static void kernel_check(json_t *k, const char *want, json_t *fails)
 static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 {
 	unsigned char pk[32], *body = NULL;
-	char sha[65], kid[65], kwant[65] = "", why[DIAG_MAX], msg[512];
+	char sha[65], kid[65], kwant[65] = "", why[DIAG_MAX], msg[512], dir[PATH_MAX];
 	const char *field = NULL, *type = NULL;
 	json_t *fails = need(json_array()), *env, *stmt = NULL, *sum = NULL, *want = NULL, *out;
+	json_t *art = need(json_pack("{s:s}", "path", file));
 	struct attest_dir d = { .fd = -1 };
+	struct stat st;
 	size_t blen;
-	int r, valid;
+	int r, valid, tree;
 
-	if (sha256_file(file, sha) < 0)
+	/* a directory (not a link to one): a tree copied out, checked entry
+	 * by entry (prov_tree_verify); else a file, by its digest.  Its trailing
+	 * slashes off first (exec_dest_trim): lstat("link/") follows the
+	 * link, and a tree must not be reached through one.  A symlink to a
+	 * directory is refused outright: followed, a file's check would fail
+	 * to read it (111), and a tree's would be the link's target's. */
+	if (exec_dest_trim(file, dir, sizeof dir) < 0)
+		die(EX_USAGE, "%.1024s: a name too long", file);
+	tree = lstat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+	if (!tree && S_ISLNK(st.st_mode) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		die(EX_GUEST, "%s is a symlink to a directory: not followed (verify the directory itself)",
+		    dir);
+	if (!tree && sha256_file(file, sha) < 0)
 		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read %s:", file);
 	/* --kernel: a digest as given, or the file's */
 	if (o->kernel && hex64_ok(o->kernel))
@@ -770,7 +787,10 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 							    "not a JSON object: ", msg)));
 		goto done;
 	}
-	sum = need(prov_read(stmt, sha, fails));
+	sum = need(prov_read(stmt, tree ? NULL : sha, fails));
+	if (tree)
+		if (prov_tree_verify(dir, stmt, fails, art) < 0)
+			die(EX_SYS, "out of memory");
 	if (want)
 		prov_chain_compare(json_object_get(sum, "chain"), want, fails);
 	/* A failed or timed-out run's files are signed (the record exists)
@@ -784,8 +804,10 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 done:
 	json_decref(env);
 	valid = json_array_size(fails) == 0;
-	out = need(json_pack("{s:b, s:{s:s, s:s}, s:s}", "valid", valid, "artifact", "path", file,
-			     "sha256", sha, "key_id", kid));
+	if (!tree)
+		json_object_set_new(art, "sha256", need(json_string(sha)));
+	out = need(json_pack("{s:b, s:O, s:s}", "valid", valid, "artifact", art, "key_id", kid));
+	json_decref(art);
 	if (sum)
 		json_object_update(out, sum);
 	if (want)

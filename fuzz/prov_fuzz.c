@@ -4,7 +4,9 @@
  * key the verifier was handed is read all the same).  The input, through
  * the tools' JSON loader, must never crash prov_read; a Statement that reads
  * clean must have given its subject, kernel and base, and its chain must
- * compare equal to itself.  See fuzz/run. */
+ * compare equal to itself; the entries of a directory copied out as
+ * "tree" (verify of a directory: prov_read without a digest, then
+ * prov_tree_entries) read without a crash too.  See fuzz/run. */
 #include "prov.h"
 #include "util.h"
 
@@ -29,6 +31,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    (json_is_null(json_object_get(out, "subject")) ||
 	     json_is_null(json_object_get(chain, "kernel")) || json_is_null(json_object_get(chain, "base")) ||
 	     prov_chain_compare(chain, chain, fails) != 0))
+		abort();
+	json_decref(out);
+	json_array_clear(fails);
+	if (!(out = prov_read(stmt, NULL, fails)))
+		abort();
+	json_decref(out);
+	if (!(out = prov_tree_entries(stmt, "tree", fails)))
 		abort();
 	json_decref(out);
 	json_decref(fails);

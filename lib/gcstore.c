@@ -4,6 +4,7 @@
  * main decides the order of the sweep and the exit status. */
 #include "gcstore.h"
 #include "config.h"
+#include "ovtpl.h"
 #include "tree.h"
 #include "util.h"
 #include "vm.h"
@@ -399,8 +400,10 @@ int prune_kernels(struct gcstore *g, const struct rec *recs, size_t nrec, json_t
 /* overlays/<bsha>-<key>.{qcow2,sha256} (lib/ovtpl.c) whose base,
  * images/base-<bsha>.img, is gone (isopod image rm), and
  * overlays/<st-id>-<key>.* whose layer, stages/<st-id>/layer.qcow2, is
- * (isopod stage rm): no boot or fork can use them.  One {name, bytes}
- * per file onto out.  0, or -1 (too_long). */
+ * (isopod stage rm): no boot or fork can use them; nor a stale one
+ * (overlay_tpl_stale: made under an older key, such as another qemu-img's,
+ * which no boot would ever look up again).  One {name, bytes} per file
+ * onto out.  0, or -1 (too_long). */
 int prune_overlays(struct gcstore *g, json_t *out)
 {
 	char dir[PATH_MAX], p[PATH_MAX];
@@ -429,7 +432,8 @@ int prune_overlays(struct gcstore *g, json_t *out)
 			r = pathn(p, sizeof p, "%s/stages/%.15s/layer.qcow2", store_home(), n);
 		else
 			continue;
-		if (r < 0 || access(p, F_OK) == 0 || errno != ENOENT)
+		/* a backing file still there: its template goes only when stale */
+		if (r < 0 || (access(p, F_OK) == 0 ? !overlay_tpl_stale(dirfd(d), n) : errno != ENOENT))
 			continue;
 		if (pathn(p, sizeof p, "%s/%s", dir, n) < 0) {
 			closedir(d);

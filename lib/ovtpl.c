@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,12 +72,16 @@ int overlay_header_is(const unsigned char *buf, size_t n, const char *base, cons
 	return 1;
 }
 
-/* A file's identity for the key: device, inode, size, mtime.  0 or -1. */
-static int ident(const char *path, char *out, size_t sz)
+/* A file's identity for the key: device, inode, size, mtime; from *at
+ * when given (isopod-gc's own look at the store), else stat(path).  0 or
+ * -1. */
+static int ident(const char *path, const struct stat *at, char *out, size_t sz)
 {
 	struct stat st;
 
-	if (stat(path, &st) < 0)
+	if (at)
+		st = *at;
+	else if (stat(path, &st) < 0)
 		return -1;
 	snprintf(out, sz, "%llu:%llu:%lld:%lld.%09ld", (unsigned long long)st.st_dev,
 		 (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
@@ -111,16 +116,16 @@ static int backing_kind(const char *backing, char *pre, size_t psz, const char *
 }
 
 /* overlay_tpl_path, with the backing format (static, never NULL on 0). */
-static int tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, char *sha,
-		    size_t ssz, const char **fmt)
+static int tpl_path(const char *base, const struct stat *bst, long long bytes, char *tpl,
+		    size_t tsz, char *sha, size_t ssz, const char **fmt)
 {
 	char img[PATH_MAX], bid[128], iid[128], key[65], pre[65];
 	char *in = NULL;
 	int n;
 
 	if (backing_kind(base, pre, sizeof pre, fmt) < 0 ||
-	    proc_path_find("qemu-img", img, sizeof img) < 0 || ident(base, bid, sizeof bid) < 0 ||
-	    ident(img, iid, sizeof iid) < 0)
+	    proc_path_find("qemu-img", img, sizeof img) < 0 || ident(base, bst, bid, sizeof bid) < 0 ||
+	    ident(img, NULL, iid, sizeof iid) < 0)
 		return -1;
 	n = asprintf(&in, "isopod overlay template 1\n%s\n%s\n%lld\n%s\n%s\n%s\n", base, bid,
 		     bytes, *fmt, img, iid);
@@ -139,7 +144,61 @@ int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, c
 {
 	const char *fmt;
 
-	return tpl_path(base, bytes, tpl, tsz, sha, ssz, &fmt);
+	return tpl_path(base, NULL, bytes, tpl, tsz, sha, ssz, &fmt);
+}
+
+int overlay_tpl_stale(int dfd, const char *name)
+{
+	char base[PATH_MAX], cur[PATH_MAX], own[128], pre[65];
+	unsigned char h[4096];
+	struct stat bst;
+	unsigned long long boff, bsz;
+	const char *fmt, *c;
+	size_t pl = hex_span(name) == 64 ? 64 : 15;
+	ssize_t got;
+	int fd;
+
+	if (pl == 15 && (strncmp(name, "st-", 3) || hex_span(name + 3) != 12))
+		return 0;
+	if (name[pl] != '-' || hex_span(name + pl + 1) != 32 ||
+	    (strcmp(name + pl + 33, ".qcow2") && strcmp(name + pl + 33, ".sha256")))
+		return 0;
+	snprintf(own, sizeof own, "%.*s.qcow2", (int)pl + 33, name);
+	/* The size and the backing path from the template's own header: the
+	 * key is per size and per path as the boots named the base (their
+	 * ISOPOD_HOME, not gc's /proc/self/fd/N/.), and only the template
+	 * says which.  A digest whose template is gone, a template that is a
+	 * symlink, has no qcow2 header or names another backing file than
+	 * its name's, is nothing a boot or a fork would use. */
+	fd = openat(dfd, own, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ELOOP;
+	got = pread(fd, h, sizeof h, 0);
+	close(fd);
+	if (got < 0)
+		return 0;
+	boff = got >= 104 ? be(h + 8, 8) : 0;
+	bsz = got >= 104 ? be(h + 16, 4) : 0;
+	if (got < 104 || memcmp(h, "QFI\xfb", 4) || be(h + 24, 8) > LLONG_MAX || bsz == 0 ||
+	    bsz >= sizeof base || boff > (unsigned long long)got - bsz)
+		return 1;
+	memcpy(base, h + boff, bsz);
+	base[bsz] = 0;
+	if (strlen(base) != bsz || backing_kind(base, pre, sizeof pre, &fmt) < 0 ||
+	    strncmp(pre, name, pl))
+		return 1;
+	/* no current key (the backing file gone, prune_overlays' other case;
+	 * no qemu-img on our PATH): kept */
+	/* the backing file's identity from the store gc holds (store_home:
+	 * its pinned /proc/self/fd/N/.), its last component not followed: a
+	 * symlink there is no file a boot names by this key for sure, kept */
+	if (pathn(cur, sizeof cur, pl == 64 ? "%s/images/base-%.64s.img" : "%s/stages/%.15s/layer.qcow2",
+		  store_home(), name) < 0 || lstat(cur, &bst) < 0 || S_ISLNK(bst.st_mode))
+		return 0;
+	if (tpl_path(base, &bst, (long long)be(h + 24, 8), cur, sizeof cur, NULL, 0, &fmt) < 0)
+		return 0;
+	c = strrchr(cur, '/') + 1;
+	return strcmp(c, own) != 0;
 }
 
 /* Read a small regular file whole (at most max bytes).  Its bytes
@@ -241,7 +300,7 @@ int overlay_copy(const char *base, const char *disk, long long bytes)
 	size_t n;
 	int r;
 
-	if (tpl_path(base, bytes, tpl, sizeof tpl, shap, sizeof shap, &fmt) < 0 ||
+	if (tpl_path(base, NULL, bytes, tpl, sizeof tpl, shap, sizeof shap, &fmt) < 0 ||
 	    !(buf = tpl_load(tpl, shap, base, fmt, bytes, &n)))
 		return 0;
 	r = put(disk, buf, n);
@@ -256,7 +315,7 @@ void overlay_keep(const char *base, const char *disk, long long bytes)
 	unsigned char *buf;
 	size_t n;
 
-	if (tpl_path(base, bytes, tpl, sizeof tpl, shap, sizeof shap, &fmt) < 0 ||
+	if (tpl_path(base, NULL, bytes, tpl, sizeof tpl, shap, sizeof shap, &fmt) < 0 ||
 	    !(buf = slurp(disk, TPL_MAX, &n)))
 		return;
 	/* only what this code would accept: no template that is never used */

@@ -80,9 +80,11 @@ static void read_subject(json_t *stmt, const char *sha, json_t *out, json_t *fai
 			fail(fails, "subject", "entry %zu has no digest.sha256 of 64 lower-case hex digits", i);
 			continue;
 		}
-		if (!match && !strcmp(s, sha))
+		if (!match && sha && !strcmp(s, sha))
 			match = e;
 	}
+	if (!sha)
+		return; /* a tree: prov_tree_entries names its subjects */
 	if (!match)
 		fail(fails, "subject", "the artifact's sha256 %s is not one of the %zu subject(s)", sha,
 		     json_array_size(subj));
@@ -278,6 +280,68 @@ json_t *prov_read(json_t *stmt, const char *sha, json_t *fails)
 		json_object_set_new(out, "accelerator", json_is_object(acc) ? copy(acc) : json_null());
 	}
 	read_run(pred, out, fails);
+	return out;
+}
+
+/* Each entry of list named top/PATH, as {PATH: what(entry)} into out; a
+ * PATH twice is a failure on field. */
+static void tree_add(json_t *out, json_t *list, const char *top, const char *field,
+		     json_t *(*what)(json_t *e), json_t *fails)
+{
+	size_t tl = strlen(top), i;
+	json_t *e, *w;
+
+	json_array_foreach(list, i, e) {
+		const char *n = gets(e, "name");
+
+		if (!n || strncmp(n, top, tl) || n[tl] != '/' || !n[tl + 1])
+			continue;
+		if (!(w = what(e)))
+			fail(fails, field, "%s: recorded without a %s", n,
+			     !strcmp(field, "subject") ? "digest.sha256" : "target");
+		else if (json_object_get(out, n + tl + 1))
+			fail(fails, field, "%s: named twice", n);
+		json_object_set_new(out, n + tl + 1, w ? w : json_null());
+	}
+}
+
+static json_t *file_of(json_t *e)
+{
+	return sha_of(e) ? json_pack("{s:s}", "sha256", sha_of(e)) : NULL;
+}
+
+/* A symlink byproduct's target: its isopod_symlink annotation (the base64
+ * content as text, both signed), a string without NUL; NULL when not. */
+static json_t *link_of(json_t *e)
+{
+	json_t *t = get(get(e, "annotations"), "isopod_symlink");
+
+	if (!json_is_string(t) || !*json_string_value(t) ||
+	    json_string_length(t) != strlen(json_string_value(t)))
+		return NULL;
+	return json_pack("{s:O}", "target", t);
+}
+
+json_t *prov_tree_entries(json_t *stmt, const char *top, json_t *fails)
+{
+	json_t *out = json_object(), *links = json_array(), *e;
+	json_t *byp = get(get(get(stmt, "predicate"), "runDetails"), "byproducts");
+	size_t i;
+
+	if (!out || !links) {
+		json_decref(out);
+		json_decref(links);
+		return NULL;
+	}
+	json_array_foreach(byp, i, e)
+		if (json_is_string(get(e, "mediaType")) && !strcmp(gets(e, "mediaType"), "inode/symlink"))
+			json_array_append(links, e);
+	tree_add(out, get(stmt, "subject"), top, "subject", file_of, fails);
+	tree_add(out, links, top, "byproducts", link_of, fails);
+	json_decref(links);
+	if (json_object_size(out) == 0)
+		fail(fails, "subject", "no subject or symlink is named %s/…: not a directory this "
+		     "Statement records", top);
 	return out;
 }
 

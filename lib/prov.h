@@ -37,6 +37,16 @@
  *    timings, attestation:{sha256,valid,keyId,sequence}|null}
  * NULL only when out of memory. */
 json_t *prov_read(json_t *stmt, const char *sha, json_t *fails);
+/* sha NULL: a directory's Statement read (prov_tree_entries names what it
+ * must hold); subject stays null. */
+
+/* What a Statement records of a directory copied out as top (its name on
+ * the host): {PATH: {sha256}} for each subject named top/PATH, {PATH:
+ * {target}} for each byproduct of mediaType inode/symlink so named (its
+ * isopod_symlink).  A name recorded twice, one without its digest or
+ * target, or no entry at all is a failure (field "subject" or
+ * "byproducts").  A new object; NULL only when out of memory. */
+json_t *prov_tree_entries(json_t *stmt, const char *top, json_t *fails);
 
 /* externalParameters.stdin when the run's stdin was a pipe the front end
  * forwarded as it streamed: its bytes are not recorded (a file's are:

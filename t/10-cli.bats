@@ -578,7 +578,9 @@ cgroup_ro() {
 	[ "$(wc -l <<<"$output")" -eq 1 ]
 	id=$(jq -r .vm.id <<<"$output")
 	grep -q "^boot --vm $id --owner-pid [0-9]* --timeout-ms [0-9]*$" "$FAKE_LOG"
-	grep -qx "stop --force --vm $id" "$FAKE_LOG"
+	# exec's --stop stopped it (the file made): the front end stopped nothing
+	grep -qx "exec-stop --vm $id" "$FAKE_LOG"
+	! grep -q '^stop' "$FAKE_LOG" || false
 	! vm_locked "$id" || false
 	FAKE_EXIT=0 run_isopod -0 run --json-only -- true
 	FAKE_EXIT=137 run_isopod -137 run --json-only -- true
@@ -819,6 +821,8 @@ hi" ]
 	FAKE_EXEC=infra run_isopod -111 run --json-only -- true
 	json_is '.ok == false and .error_kind == "protocol"'
 	id=$(jq -r .vm.id <<<"$output")
+	# exec died before its stop: the front end's isopod-stop did it
+	! grep -q '^exec-stop' "$FAKE_LOG" || false
 	grep -qx "stop --force --vm $id" "$FAKE_LOG"
 	! vm_locked "$id" || false
 }

@@ -309,6 +309,73 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	run_isopod verify-artifact "$t/sub/b" "$BATS_TEST_TMPDIR/t.prov"
 	[ "$status" -eq 0 ]
 	jq -e '.valid and .subject.name == "tree/sub/b"' <<<"$output"
+	# the directory itself verifies: each file by its digest, its symlink
+	# by its target (a trailing slash the same); a file added, one
+	# missing, the symlink retargeted, made a file or gone: refused, each
+	# named (field tree)
+	run_isopod verify-artifact "$t/" "$BATS_TEST_TMPDIR/t.prov"
+	[ "$status" -eq 0 ]
+	jq -e --arg t "$t/" '.valid and .artifact == {path: $t, tree: {files: 2, symlinks: 1}} and
+		.subject == null and .failures == []' <<<"$output"
+	# a symlink to the tree, with a trailing slash or not, is not followed
+	# (review L1: lstat("link/") reports the directory it names)
+	ln -s tree "$BATS_TEST_TMPDIR/link"
+	for l in link link/; do
+		run_isopod -1 verify-artifact "$BATS_TEST_TMPDIR/$l" "$BATS_TEST_TMPDIR/t.prov"
+		[ -z "$output" ] && [[ "$stderr" == *"/link is a symlink to a directory: not followed"* ]] || false
+	done
+	rm "$BATS_TEST_TMPDIR/link"
+	tree_refused() {
+		run_isopod -1 verify-artifact "$t" "$BATS_TEST_TMPDIR/t.prov"
+		jq -e --arg w "$1" '.valid == false and ([.failures[] | select(.field == "tree") | .why] |
+			length == 1 and (.[0] | startswith($w)))' <<<"$output"
+	}
+	echo new >"$t/sub/new"
+	tree_refused "tree/sub/new: not recorded in the Statement"
+	rm "$t/sub/new"
+	# a name that is not UTF-8: refused by name (U+FFFD for its byte),
+	# never a verify that fails to write its report (review L3)
+	: >"$t/sub/$(printf 'bad\377')"
+	tree_refused "tree/sub/bad$(printf '\357\277\275'): not recorded in the Statement"
+	rm "$t/sub/$(printf 'bad\377')"
+	mv "$t/a" "$BATS_TEST_TMPDIR/a.moved"
+	tree_refused "tree/a: the file signed is missing"
+	mv "$BATS_TEST_TMPDIR/a.moved" "$t/a"
+	echo changed >"$t/sub/b"
+	tree_refused "tree/sub/b: its sha256 is not the one signed"
+	echo two >"$t/sub/b"
+	ln -sfn sub "$t/l"
+	tree_refused "tree/l: a symlink to another target"
+	rm "$t/l"
+	echo a >"$t/l"
+	tree_refused "tree/l: not a symlink, as signed"
+	rm "$t/l"
+	tree_refused "tree/l: the symlink signed is missing"
+	ln -s a "$t/l"
+	# a directory the Statement names nothing under (field subject)
+	run_isopod -1 verify-artifact "$t/sub" "$BATS_TEST_TMPDIR/t.prov"
+	jq -e '[.failures[].field] == ["subject"]' <<<"$output"
+	# a hostile tree costs no more than the cap (review M1): 70 files
+	# nobody signed give 64 failures, one "and more", and the walk stops
+	mkdir "$t/many"
+	for i in $(seq 70); do : >"$t/many/f$i"; done
+	run_isopod -1 verify-artifact "$t" "$BATS_TEST_TMPDIR/t.prov"
+	jq -e '.valid == false and ([.failures[] | select(.field == "tree")] | length == 65 and
+		(.[64].why | test("and more not listed")))' <<<"$output"
+	rm -r "$t/many"
+	# a directory verify cannot enter (review M2: root without
+	# CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, a mode-000 directory) holding a
+	# file nobody signed: refused, never valid on what it could see
+	mkdir "$t/sub/locked"
+	echo x >"$t/sub/locked/f"
+	chmod 000 "$t/sub/locked"
+	run --separate-stderr setpriv --bounding-set=-dac_override,-dac_read_search \
+		"$ISOPOD_SRC/sh/isopod" verify-artifact "$t" "$BATS_TEST_TMPDIR/t.prov"
+	chmod 755 "$t/sub/locked"
+	rm -r "$t/sub/locked"
+	[ "$status" -eq 1 ]
+	jq -e '.valid == false and ([.failures[] | select(.field == "tree") | .why] ==
+		["tree/sub/locked: Permission denied: not all of the directory visited"])' <<<"$output"
 	# sub made a symlink to a directory holding the same bytes: not
 	# followed, nothing signed
 	mv "$t/sub" "$t/sub.real"
@@ -409,7 +476,17 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/stage.json"
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
 		--result "$BATS_TEST_TMPDIR/stage.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"would be named stage/"*"names a committed stage"* ]] || false
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"subject would be named stage/"*"names a committed stage"* ]] || false
+	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
+	# a tree named stage holding a symlink alone: the byproduct's name is refused as a subject's
+	mkdir -p "$BATS_TEST_TMPDIR/ls/stage"
+	ln -s a "$BATS_TEST_TMPDIR/ls/stage/l"
+	jq --arg h "$BATS_TEST_TMPDIR/ls/stage" '.copied_out = [{guest: "/root/o/stage", host: $h,
+		bytes: 0, tree: true, skipped: [], files: [], symlinks: [{path: "l", target: "a"}]}]' \
+		"$BATS_TEST_TMPDIR/t.json" >"$BATS_TEST_TMPDIR/ls.json"
+	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \
+		--result "$BATS_TEST_TMPDIR/ls.json" -o "$BATS_TEST_TMPDIR/c.prov" -- sh -c x
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"symlink would be named stage/l:"*"names a committed stage"* ]] || false
 	[ ! -e "$BATS_TEST_TMPDIR/c.prov" ]
 	# the tree as the run left it signs
 	run --separate-stderr "$ISOPOD_SRC/bin/isopod-provenance" sign --vm "$id" \

@@ -10,6 +10,7 @@
 #include "../../lib/tsc.c"
 #include "../../lib/warm.c"
 #include "../../lib/config.c"
+#include "../../lib/ovtpl.c"
 #include "../../lib/gcstore.c"
 
 #include "tap.h"
@@ -28,6 +29,96 @@ static void long_path(char *out, size_t len, const char *dir)
 	out[n] = '/';
 	memset(out + n + 1, 'c', len - n - 1);
 	out[len] = 0;
+}
+
+/* A template file at p: a qcow2 header of size bytes over base (its name
+ * at offset 112, as qemu-img's header names the backing file). */
+static void put_tpl(const char *p, unsigned long long size, const char *base)
+{
+	unsigned char h[112 + PATH_MAX] = "QFI\xfb";
+	size_t n = strlen(base);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	for (int i = 0; i < 8; i++) {
+		h[8 + i] = (unsigned char)(112ULL >> (56 - 8 * i));
+		h[24 + i] = (unsigned char)(size >> (56 - 8 * i));
+	}
+	for (int i = 0; i < 4; i++)
+		h[16 + i] = (unsigned char)(n >> (24 - 8 * i));
+	memcpy(h + 112, base, n);
+	if (fd < 0 || write(fd, h, 112 + n) != (ssize_t)(112 + n))
+		perror(p);
+	close(fd);
+}
+
+/* Templates made under an older key (another qemu-img: here the same
+ * stand-in on PATH, its mtime changed, which is in the key) go with their
+ * digest, and so does one without a header or over another base than its
+ * name's; the current key's stay, for each size (the key is per size and
+ * per base path: both come from the header, since gc names the store
+ * /proc/self/fd/N/., not as the boots did). */
+static void stale_templates(const char *dir, const char *home)
+{
+	struct gcstore w = { .trash_fd = -1 };
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_sec = 1000000000 } };
+	char bin[PATH_MAX], img[PATH_MAX], base[PATH_MAX], old[PATH_MAX], olds[PATH_MAX],
+		cur[PATH_MAX], curs[PATH_MAX], big[PATH_MAX], junk[PATH_MAX], other[PATH_MAX],
+		p[PATH_MAX];
+	char *path = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
+	json_t *gone = json_array();
+	int fd;
+
+	pathf(bin, sizeof bin, "%s/bin", dir);
+	mkdir(bin, 0700);
+	pathf(img, sizeof img, "%s/qemu-img", bin);
+	close(open(img, O_WRONLY | O_CREAT, 0700));
+	setenv("PATH", bin, 1);
+	pathf(p, sizeof p, "%s/images", home);
+	mkdir(p, 0700);
+	pathf(p, sizeof p, "%s/overlays", home);
+	mkdir(p, 0700);
+	pathf(base, sizeof base, "%s/images/base-" HA ".img", home);
+	close(open(base, O_WRONLY | O_CREAT, 0600));
+	ok(overlay_tpl_path(base, 1LL << 31, old, sizeof old, olds, sizeof olds) == 0 &&
+		   utimensat(AT_FDCWD, img, ts, 0) == 0 &&
+		   overlay_tpl_path(base, 1LL << 31, cur, sizeof cur, curs, sizeof curs) == 0 &&
+		   overlay_tpl_path(base, 1LL << 32, big, sizeof big, NULL, 0) == 0 && strcmp(old, cur),
+	   "qemu-img replaced: another key, another template");
+	put_tpl(old, 1ULL << 31, base);
+	close(open(olds, O_WRONLY | O_CREAT, 0600));
+	put_tpl(cur, 1ULL << 31, base);
+	close(open(curs, O_WRONLY | O_CREAT, 0600));
+	put_tpl(big, 1ULL << 32, base);
+	pathf(junk, sizeof junk, "%s/overlays/" HA "-0123456789abcdef0123456789abcdef.qcow2", home);
+	close(open(junk, O_WRONLY | O_CREAT, 0600));
+	pathf(p, sizeof p, "%s/images/base-" HB ".img", home);
+	pathf(other, sizeof other, "%s/overlays/" HA "-fedcba9876543210fedcba9876543210.qcow2", home);
+	put_tpl(other, 1ULL << 31, p);
+	/* the store as isopod-gc names it (bin/isopod-gc.c store_pin) */
+	fd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	snprintf(p, sizeof p, "/proc/self/fd/%d/.", fd);
+	setenv("ISOPOD_HOME", p, 1);
+	ok(prune_overlays(&w, gone) == 0 && json_array_size(gone) == 4,
+	   "prune_overlays: a template of an older key and its digest, one without a header, one "
+	   "over another base");
+	setenv("ISOPOD_HOME", home, 1);
+	close(fd);
+	ok(access(old, F_OK) < 0 && access(olds, F_OK) < 0 && access(junk, F_OK) < 0 &&
+		   access(other, F_OK) < 0,
+	   "... removed");
+	ok(access(cur, F_OK) == 0 && access(curs, F_OK) == 0 && access(big, F_OK) == 0,
+	   "... the current key's kept, of each size");
+	for (const char *const *f = (const char *const[]){ cur, curs, big, base, img, NULL }; *f; f++)
+		unlink(*f);
+	pathf(p, sizeof p, "%s/overlays", home);
+	rmdir(p);
+	pathf(p, sizeof p, "%s/images", home);
+	rmdir(p);
+	rmdir(bin);
+	if (path)
+		setenv("PATH", path, 1);
+	free(path);
+	json_decref(gone);
 }
 
 int main(void)
@@ -164,6 +255,7 @@ int main(void)
 		rmdir(p);
 		json_decref(gone);
 	}
+	stale_templates(dir, home);
 	json_decref(out);
 	json_decref(busy);
 	rmdir(home);

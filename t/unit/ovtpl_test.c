@@ -76,6 +76,30 @@ static void copy_file(const char *from, const char *to)
 	free(b);
 }
 
+/* overlay_tpl_stale of the file at p, in the store's overlays/ as gc
+ * opens it, the store named as gc names it (/proc/self/fd/N/.): 1 or 0,
+ * or -1 when the directory does not open. */
+static int stale(const char *p)
+{
+	char d[PATH_MAX], pin[64];
+	int fd, hfd, r;
+
+	pathf(d, sizeof d, "%s/overlays", home);
+	if ((fd = open(d, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return -1;
+	if ((hfd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		close(fd);
+		return -1;
+	}
+	snprintf(pin, sizeof pin, "/proc/self/fd/%d/.", hfd);
+	setenv("ISOPOD_HOME", pin, 1);
+	r = overlay_tpl_stale(fd, strrchr(p, '/') + 1);
+	setenv("ISOPOD_HOME", home, 1);
+	close(hfd);
+	close(fd);
+	return r;
+}
+
 /* qemu-img run by the shell: a layer, or a fork's overlay over one. */
 static int img(const char *fmt, const char *a, const char *b)
 {
@@ -147,7 +171,14 @@ static void stage_layers(void)
 	unlink(disk);
 	ok(overlay_copy(layer, disk, LSIZE) == 0 && access(disk, F_OK) < 0,
 	   "refused: a byte of the layer's template altered");
-	/* another layer's template, digest and all, under this layer's name */
+	/* another layer's template, digest and all, under this layer's name;
+	 * this layer's own made again first, and used, so that the refusal
+	 * is the plant's, not the byte flipped above */
+	unlink(disk);
+	if (img(FORK, layer, disk) == 0)
+		overlay_keep(layer, disk, LSIZE);
+	unlink(disk);
+	ok(overlay_copy(layer, disk, LSIZE) == 1, "the layer's template made again, and used");
 	unlink(disk);
 	if (img(FORK, layer2, disk) == 0)
 		overlay_keep(layer2, disk, LSIZE);
@@ -157,11 +188,30 @@ static void stage_layers(void)
 	ok(access(t2, F_OK) == 0 && overlay_copy(layer, disk, LSIZE) == 0,
 	   "refused: another layer's template under this layer's name");
 	ok(overlay_copy(layer2, disk, LSIZE) == 1, "... which serves its own layer");
+	/* this layer's own template again (the plant above would make the
+	 * next checks stale by its header's backing file, not by the key) */
 	unlink(disk);
+	if (img(FORK, layer, disk) == 0)
+		overlay_keep(layer, disk, LSIZE);
+	unlink(disk);
+	ok(stale(tpl) == 0 && stale(shap) == 0, "the layer's own template: not stale");
 	/* the layer replaced (its mtime): the key is another */
 	ok(utimensat(AT_FDCWD, layer, ts, 0) == 0 &&
 		   overlay_tpl_path(layer, LSIZE, t2, sizeof t2, NULL, 0) == 0 && strcmp(tpl, t2),
 	   "the layer's identity changed: another template");
+	ok(stale(tpl) == 1 && stale(shap) == 1,
+	   "... and its old one, digest and all, stale (isopod-gc removes them)");
+	{
+		/* no qemu-img on PATH: no current key to compare with, so
+		 * that same stale template is kept (review L8) */
+		char *path = strdup(getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+
+		setenv("PATH", "/nonexistent", 1);
+		ok(stale(tpl) == 0 && stale(shap) == 0,
+		   "no qemu-img on PATH: nothing is stale (isopod-gc keeps everything)");
+		setenv("PATH", path, 1);
+		free(path);
+	}
 	{
 		char e[256] = "";
 
@@ -212,6 +262,40 @@ int main(void)
 	   "the first overlay is qemu-img's, and the template is saved");
 	ok(qemu_img_ref(base, GIB2) == 0 && same(disk, ref) && same(tpl, ref),
 	   "disk and template are the bytes qemu-img makes");
+	ok(stale(tpl) == 0 && stale(shap) == 0,
+	   "the template and its digest are the current key's: not stale (isopod-gc keeps them)");
+	{
+		/* a FIFO planted under a template's name: its open must not
+		 * wait for a writer (O_NONBLOCK), or gc hangs; alarm bounds
+		 * the test (review L8) */
+		char f[PATH_MAX];
+
+		pathf(f, sizeof f, "%s/overlays/%.64s-0123456789abcdef0123456789abcdef.qcow2", home,
+		      BSHA);
+		unlink(f);
+		alarm(10);
+		ok(mkfifo(f, 0600) == 0 && stale(f) == 0, "a FIFO under a template's name: gc does not hang on it");
+		alarm(0);
+		unlink(f);
+	}
+	{
+		/* the store's base replaced by a symlink to a copy of it (review
+		 * L5): gc takes the identity from the store, the link not
+		 * followed, and keeps the template of a base that is a symlink
+		 * (followed, the copy's inode made it stale) */
+		char keep[PATH_MAX + 8], cp[PATH_MAX + 8], cmd[3 * PATH_MAX];
+
+		pathf(keep, sizeof keep, "%s.keep", base);
+		pathf(cp, sizeof cp, "%s.copy", base);
+		snprintf(cmd, sizeof cmd, "cp '%s' '%s'", keep, cp);
+		ok(rename(base, keep) == 0 && system(cmd) == 0 && symlink(cp, base) == 0 &&
+			   stale(tpl) == 0 && stale(shap) == 0,
+		   "the store's base a symlink (to a copy): its template kept, not stale");
+		unlink(base);
+		unlink(cp);
+		rename(keep, base);
+		ok(stale(tpl) == 0, "... and the base back: still the current key's");
+	}
 	unlink(disk);
 	ok(overlay_new(base, disk, GIB2, err, sizeof err) == 1, "the next is the template's copy");
 	ok(same(disk, ref), "byte for byte qemu-img's overlay");

@@ -201,6 +201,59 @@ static int required(json_t *s)
 	return good;
 }
 
+/* A directory's entries (prov_tree_entries): its subjects and symlink
+ * byproducts named TOP/PATH, nothing of another top or name; a malformed
+ * or doubled one, or none at all, refused; prov_read of a tree (sha NULL)
+ * asks no subject digest. */
+static void tree_entries(json_t *base)
+{
+	json_t *s = json_deep_copy(base), *fails = json_array(), *out, *want;
+	json_t *byp = pred(s, "runDetails", "byproducts");
+	char got[1024];
+
+	json_array_append_new(json_object_get(s, "subject"),
+			      json_pack("{s:s, s:{s:s}}", "name", "tree/sub/b", "digest", "sha256", SHA));
+	json_array_append_new(json_object_get(s, "subject"),
+			      json_pack("{s:s, s:{s:s}}", "name", "treex/c", "digest", "sha256", SHA));
+	json_array_append_new(byp, json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "name", "tree/l",
+					     "content", "YQ==", "mediaType", "inode/symlink",
+					     "annotations", "isopod_guest", "/root/tree/l",
+					     "isopod_symlink", "a"));
+	json_array_append_new(byp, json_pack("{s:s, s:s, s:{s:s}}", "name", "tree/d", "mediaType",
+					     "application/jsonl", "digest", "sha256", SHA));
+	out = prov_tree_entries(s, "tree", fails);
+	want = json_pack("{s:{s:s}, s:{s:s}}", "sub/b", "sha256", SHA, "l", "target", "a");
+	ok(out && json_equal(out, want) && json_array_size(fails) == 0,
+	   "a tree's entries: its file by digest, its symlink by target; not another top's, nor "
+	   "a byproduct that is no symlink [%s]", fields(fails, got, sizeof got));
+	json_decref(want);
+	json_decref(out);
+	out = prov_read(s, NULL, fails);
+	ok(out && json_array_size(fails) == 0 && json_is_null(json_object_get(out, "subject")),
+	   "prov_read of a tree: no subject digest asked, subject null [%s]",
+	   fields(fails, got, sizeof got));
+	json_decref(out);
+	out = prov_tree_entries(s, "sub", fails);
+	ok(out && json_object_size(out) == 0 && strstr(fields(fails, got, sizeof got), "subject"),
+	   "a top the Statement names nothing under: refused (subject)");
+	json_decref(out);
+	json_array_clear(fails);
+	json_object_del(json_object_get(json_array_get(byp, 1), "annotations"), "isopod_symlink");
+	json_array_append_new(byp, json_pack("{s:s, s:s, s:{s:s}}", "name", "tree/sub/b",
+					     "mediaType", "inode/symlink", "annotations",
+					     "isopod_symlink", "x"));
+	out = prov_tree_entries(s, "tree", fails);
+	ok(out && json_array_size(fails) == 2 &&
+		   strstr(json_string_value(json_object_get(json_array_get(fails, 0), "why")),
+			  "tree/l: recorded without a target") &&
+		   strstr(json_string_value(json_object_get(json_array_get(fails, 1), "why")),
+			  "tree/sub/b: named twice"),
+	   "a symlink without its target, a name both a file and a symlink: refused (byproducts)");
+	json_decref(out);
+	json_decref(fails);
+	json_decref(s);
+}
+
 int main(void)
 {
 	json_t *s = json_load_file(FIXTURE, JSON_REJECT_DUPLICATES, NULL), *fails, *out, *want;
@@ -288,6 +341,7 @@ int main(void)
 	json_decref(out);
 	json_decref(fails);
 
+	tree_entries(s);
 	clean = sweep(s, s, &runs);
 	ok(runs > 200, "sweep: every member of the fixture replaced by each wrong type (%d reads, %d "
 	   "clean: optional members), no crash", runs, clean);
