@@ -1535,6 +1535,29 @@ CASES
 	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
 }
 
+@test "claim --boot-check: an option its build does not know is the boot's to judge (isopod-boot --check beside it, only on that refusal): passed, the claim goes on; refused, the boot's refusal" {
+	local home="$BATS_TEST_TMPDIR/store" lx="$BATS_TEST_TMPDIR/libexec" log="$BATS_TEST_TMPDIR/boot.log"
+	mkdir -p "$home/vms" "$lx"
+	# a boot of another build: it takes --extra, refuses --other its own way
+	cat >"$lx/isopod-boot" <<-EOF
+		#!/bin/sh
+		echo "\$*" >>"$log"
+		case " \$* " in *" --other "*) echo 'isopod-boot: fatal: other build says no' >&2; exit 100 ;; esac
+	EOF
+	chmod +x "$lx/isopod-boot"
+	export ISOPOD_HOME="$home" ISOPOD_LIBEXEC="$lx"
+	run --separate-stderr isopod-claim --boot-check -- --vcpus 1 --extra
+	[ "$status" -eq 0 ] && [ "$(cat "$log")" = "--check --vcpus 1 --extra" ] || false
+	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+	# a refusal of its own range is the claim's: no boot asked
+	rm "$log"
+	run --separate-stderr isopod-claim --boot-check -- --vcpus 0
+	[ "$status" -eq 100 ] && [ ! -e "$log" ] || false
+	run --separate-stderr isopod-claim --boot-check -- --other
+	[ "$status" -eq 100 ] && [ "$stderr" = "isopod-boot: fatal: other build says no" ] || false
+	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+}
+
 @test "--provenance: a directory --copy-in is refused (100) before anything is claimed; isopod-exec --check --for-provenance refuses it, --check alone takes it" {
 	use_fake
 	local lx="$BATS_TEST_TMPDIR/libexec" t d="$BATS_TEST_TMPDIR/tree"
