@@ -1558,6 +1558,39 @@ CASES
 	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
 }
 
+@test "claim --boot-check: the boot's refusal comes before the claim's own (--net without a slot, a bad --name); nothing locked" {
+	local home="$BATS_TEST_TMPDIR/store" locks="$BATS_TEST_TMPDIR/locks" be
+	mkdir -p "$home/vms" "$locks"
+	export ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$locks"
+	run --separate-stderr isopod-boot --check --vcpus 0
+	[ "$status" -eq 100 ] && be=${stderr##*$'\n'} && [[ "$be" == "isopod-boot: fatal: "* ]] || false
+	run --separate-stderr isopod-claim --net filtered --boot-check -- --vcpus 0
+	[ "$status" -eq 100 ] && [ "${stderr##*$'\n'}" = "$be" ] || false
+	run --separate-stderr isopod-claim --name 'BAD!' --boot-check -- --vcpus 0
+	[ "$status" -eq 100 ] && [ "${stderr##*$'\n'}" = "$be" ] || false
+	[ -z "$(find "$locks" "$home/vms" -mindepth 1)" ] && [ ! -e "$home/locks" ]
+	# the control: without the boot's refusal, the claim's own
+	run --separate-stderr isopod-claim --name 'BAD!' --boot-check -- --vcpus 1
+	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: invalid name"* ]] || false
+}
+
+@test "run --commit-as with a bad boot option: the boot's refusal (its --check, before the commit's), the commit's check not asked" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" clog="$BATS_TEST_TMPDIR/commit.log" t
+	mkdir "$lx"
+	for t in claim boot exec stop result; do ln -s "$ISOPOD_SRC/t/fake/isopod-$t" "$lx/isopod-$t"; done
+	printf '#!/bin/sh\necho "commit $*" >>"%s"\necho "isopod-commit: fatal: stub says no" >&2\nexit 100\n' "$clog" >"$lx/isopod-commit"
+	chmod +x "$lx/isopod-commit"
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --commit-as x --vcpus 0 -- true
+	[[ "${stderr}" == *"isopod-boot: fatal: --vcpus 0: out of range"* ]] && [[ "$stderr" != *"stub says no"* ]] || false
+	[ ! -e "$clog" ]
+	no_claim
+	# the control: good boot options, the commit's check refuses
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --commit-as x --vcpus 1 -- true
+	[[ "$stderr" == *"stub says no"* ]] && [ "$(cat "$clog")" = "commit --check -- x" ] || false
+	no_claim
+}
+
 @test "--provenance: a directory --copy-in is refused (100) before anything is claimed; isopod-exec --check --for-provenance refuses it, --check alone takes it" {
 	use_fake
 	local lx="$BATS_TEST_TMPDIR/libexec" t d="$BATS_TEST_TMPDIR/tree"
