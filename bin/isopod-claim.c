@@ -331,7 +331,10 @@ int main(int argc, char **argv)
 	sigset_t held;
 
 	progname = "isopod-claim";
-	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+	/* after --boot-check, parsing stops at a "--" of its own (not an
+	 * option's value "--", which getopt would take for the end) */
+	while (!(bcheck && optind < argc && !strcmp(argv[optind], "--")) &&
+	       (c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'n':
 			want = optarg;
@@ -373,10 +376,10 @@ int main(int argc, char **argv)
 	}
 	/* the boot's options after --, checked first: as when the front end
 	 * ran isopod-boot --check before the claim */
-	if (bcheck && strcmp(argv[optind - 1], "--"))
+	if (bcheck && (optind >= argc || strcmp(argv[optind], "--")))
 		die_usage(USAGE, "--boot-check: the boot's options follow --");
 	if (bcheck)
-		boot_check(argc - optind, argv + optind);
+		boot_check(argc - optind - 1, argv + optind + 1);
 	else if (optind != argc)
 		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
 	if (want && !valid_name(want))

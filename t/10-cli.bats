@@ -1526,6 +1526,12 @@ CASES
 	# the claim's own refusals are its own; without -- the boot's options are not taken
 	run --separate-stderr isopod-claim --boot-check --vcpus 1
 	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: bad option"* ]] || false
+	# an option's value -- is not the boot's --
+	run --separate-stderr isopod-claim --boot-check --id-file --
+	[ "$status" -eq 100 ] && [ "${stderr##*$'\n'}" = "isopod-claim: fatal: --boot-check: the boot's options follow --" ] || false
+	[ ! -e -- ] || false
+	run --separate-stderr "$ISOPOD_SRC/t/fake/isopod-claim" --boot-check --vcpus 1
+	[ "$status" -eq 100 ] && [ "$stderr" = "isopod-claim: fatal: --boot-check: the boot's options follow --" ] || false
 	run --separate-stderr isopod-claim --boot-check -- --run-options
 	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: --boot-check: "* ]] || false
 	[ -z "$(find "$home/vms" "$home/runs" -mindepth 1)" ]
@@ -1583,12 +1589,16 @@ CASES
 	chmod +x "$lx/isopod-commit"
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --commit-as x --vcpus 0 -- true
 	[[ "${stderr}" == *"isopod-boot: fatal: --vcpus 0: out of range"* ]] && [[ "$stderr" != *"stub says no"* ]] || false
-	[ ! -e "$clog" ]
+	[ ! -e "$clog" ] && [ "$(grep -c '^check boot --check --vcpus 0' "$FAKE_LOG")" = 1 ] || false
 	no_claim
 	# the control: good boot options, the commit's check refuses
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --commit-as x --vcpus 1 -- true
 	[[ "$stderr" == *"stub says no"* ]] && [ "$(cat "$clog")" = "commit --check -- x" ] || false
 	no_claim
+	# a plain run's boot options are the claim's to check: no isopod-boot --check
+	rm "$FAKE_LOG"
+	run_isopod -0 run --vcpus 1 -- true
+	grep -q '^claim' "$FAKE_LOG" && ! grep -q '^check boot' "$FAKE_LOG" || false
 }
 
 @test "--provenance: a directory --copy-in is refused (100) before anything is claimed; isopod-exec --check --for-provenance refuses it, --check alone takes it" {
