@@ -1574,7 +1574,7 @@ CASES
 	[ "$status" -eq 100 ] && [ "${stderr##*$'\n'}" = "$be" ] || false
 	run --separate-stderr isopod-claim --name 'BAD!' --boot-check -- --vcpus 0
 	[ "$status" -eq 100 ] && [ "${stderr##*$'\n'}" = "$be" ] || false
-	[ -z "$(find "$locks" "$home/vms" -mindepth 1)" ] && [ ! -e "$home/locks" ]
+	[ -z "$(find "$locks" "$home/vms" -mindepth 1)" ] && [ ! -e "$home/locks" ] || false
 	# the control: without the boot's refusal, the claim's own
 	run --separate-stderr isopod-claim --name 'BAD!' --boot-check -- --vcpus 1
 	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: invalid name"* ]] || false
