@@ -236,7 +236,7 @@ static void load_vm(struct boot *bt)
 	if (bt->cf.a_disk) {
 		snprintf(why, sizeof why, "the %s is %lld MiB",
 			 bt->forked ? "forked disk" : "base image", minmib);
-		range("--disk-mib", bt->cf.a_disk, minmib, 1048576, why, &cf->disk_mib);
+		range("--disk-mib", bt->cf.a_disk, minmib, BOOT_DISK_MIB_MAX, why, &cf->disk_mib);
 		cf->disk_given = 1;
 	} else {
 		cf->disk_mib = minmib;

@@ -238,6 +238,42 @@ static json_t *net_record(const char *net, int nallow, json_t *allow)
 	return netj;
 }
 
+/* A shape refusal (an option this build does not know) is not final: the
+ * front end learnt the boot's options from the isopod-boot it runs, which
+ * may be of another build than ours.  That boot's --check has the last
+ * word, its refusal passed on as it is (stderr, status object, status);
+ * it passes and the claim goes on.  Only a refusal costs the process. */
+static void boot_ask(int argc, char **argv)
+{
+	char dir[PATH_MAX], boot[PATH_MAX], fdenv[] = "ISOPOD_STATUS_FD=3";
+	char **av = calloc((size_t)argc + 3, sizeof *av);
+	char *env[] = { fdenv, NULL };
+	struct proc_spec ps = PROC_SPEC(av);
+	pid_t pid;
+	int st, fd;
+
+	if (!av)
+		die(EX_SYS, "unable to allocate memory:");
+	if (proc_tools_dir(dir, sizeof dir) < 0 || pathn(boot, sizeof boot, "%s/isopod-boot", dir) < 0)
+		die(EX_SYS, "unable to find isopod-boot:");
+	av[0] = "isopod-boot"; /* as the front end names it in getopt's line */
+	av[1] = "--check";
+	memcpy(av + 2, argv, (size_t)argc * sizeof *av);
+	ps.file = boot;
+	ps.err = PROC_INHERIT;
+	/* its status object goes where ours would: our fd N is its fd 3 */
+	if ((fd = status_fd()) >= 0) {
+		ps.keep[0] = fd;
+		ps.nkeep = 1;
+		ps.env = env;
+	}
+	if ((pid = proc_spawn(&ps)) < 0 || proc_wait(pid, &st) < 0)
+		die(EX_SYS, "unable to run %s --check:", boot);
+	if ((st = proc_status(st)) != 0)
+		exit(st);
+	free(av);
+}
+
 /* --boot-check -- BOOT-OPTION...: isopod-boot --check of the boot's
  * options (lib/bootopt.c, the one parse), before anything is claimed, so
  * that isopod run starts one tool fewer.  A refusal is the boot's, word for
@@ -254,17 +290,18 @@ static void boot_check(int argc, char **argv)
 		die(EX_SYS, "unable to allocate memory:");
 	bv[0] = "isopod-boot"; /* getopt's own line names the tool whose option it is */
 	memcpy(bv + 1, argv, (size_t)argc * sizeof *bv);
+	opterr = 0; /* getopt's line on an unknown option is the boot's to say */
 	r = boot_opts_parse(&o, argc + 1, bv, msg, sizeof msg);
 	if (!r && (o.help || o.run_options >= 0))
 		die_usage(USAGE, "--boot-check: -h and --run-options are not checks");
 	if (!r)
 		r = boot_opts_check(&o, msg, sizeof msg);
-	progname = "isopod-boot";
 	if (r == BOOT_OPTS_SHAPE)
-		die_usage(BOOT_USAGE, "%s", msg);
-	if (r)
+		boot_ask(argc, argv);
+	else if (r) {
+		progname = "isopod-boot";
 		die(r, "%s", msg);
-	progname = "isopod-claim";
+	}
 	free(bv);
 }
 
@@ -294,7 +331,10 @@ int main(int argc, char **argv)
 	sigset_t held;
 
 	progname = "isopod-claim";
-	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+	/* after --boot-check, parsing stops at a "--" of its own (not an
+	 * option's value "--", which getopt would take for the end) */
+	while (!(bcheck && optind < argc && !strcmp(argv[optind], "--")) &&
+	       (c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'n':
 			want = optarg;
@@ -336,10 +376,10 @@ int main(int argc, char **argv)
 	}
 	/* the boot's options after --, checked first: as when the front end
 	 * ran isopod-boot --check before the claim */
-	if (bcheck && strcmp(argv[optind - 1], "--"))
+	if (bcheck && (optind >= argc || strcmp(argv[optind], "--")))
 		die_usage(USAGE, "--boot-check: the boot's options follow --");
 	if (bcheck)
-		boot_check(argc - optind, argv + optind);
+		boot_check(argc - optind - 1, argv + optind + 1);
 	else if (optind != argc)
 		die_usage(USAGE, "unexpected operand %s", EXC(argv[optind]));
 	if (want && !valid_name(want))

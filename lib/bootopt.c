@@ -205,7 +205,7 @@ int boot_opts_parse(struct boot_opts *o, int argc, char **argv, char *msg, size_
 
 int boot_opts_check(struct boot_opts *o, char *msg, size_t msz)
 {
-	if (o->a_disk && range_check("--disk-mib", o->a_disk, 64, 1048576,
+	if (o->a_disk && range_check("--disk-mib", o->a_disk, 64, BOOT_DISK_MIB_MAX,
 				     "at least the base image's size", &o->disk_mib, msg, msz) < 0)
 		return EX_USAGE;
 	return 0;

@@ -3,7 +3,7 @@
  * environment (ISOPOD_ACCEL, ISOPOD_WARM, ISOPOD_WARM_WAIT_MS).  isopod-boot
  * parses its command line here; isopod-claim --boot-check runs the same
  * parse and check on the boot's options before it claims anything, so that
- * a run starts one tool fewer (doc/SPEED.md, Goal 3, third round).
+ * a run starts one tool fewer (doc/SPEED.md, Goal 3, fifth round).
  * No exit, no output: a refusal comes back as an exit status and a message
  * worded as isopod-boot's die() words it (the caller dies with it). */
 #ifndef ISOPOD_BOOTOPT_H
@@ -24,6 +24,9 @@
 /* boot_opts_parse's answer for a command line of the wrong shape: the
  * caller dies with die_usage(BOOT_USAGE, msg) (exit 100, kind usage). */
 #define BOOT_OPTS_SHAPE (-1)
+
+/* --disk-mib's ceiling (1 TiB), the check's and the boot's */
+#define BOOT_DISK_MIB_MAX 1048576
 
 struct boot_opts {
 	long long vcpus, mem_mib, disk_mib, timeout_ms, owner;
@@ -59,7 +62,7 @@ int boot_opts_parse(struct boot_opts *o, int argc, char **argv, char *msg, size_
  * buffer (once the accelerator is chosen).  0, or -1 with why. */
 int boot_opts_fit(struct boot_opts *o, int tcg, char *why, size_t wsz);
 /* isopod-boot --check's last check, after the parse: --disk-mib within
- * 64..1048576 (the base's size, a floor, is known only at boot).  0, or
+ * 64..BOOT_DISK_MIB_MAX (the base's size, a floor, is known only at boot).  0, or
  * the exit status with msg. */
 int boot_opts_check(struct boot_opts *o, char *msg, size_t msz);
 /* The tables --run-options answers from (lib/util.h run_options_print):

@@ -116,6 +116,11 @@ __attribute__((constructor)) static void status_init(void)
 	unsetenv("ISOPOD_STATUS_FD");
 }
 
+int status_fd(void)
+{
+	return *status_fdp();
+}
+
 void status_report(int code, const char *kind, const char *line)
 {
 	int *fd = status_fdp();

@@ -44,6 +44,9 @@ int exit_code_of(int err);
 /* Write the status object (once per process; later calls do nothing).  A
  * caller with a more precise kind than exit_kind(code) names it. */
 void status_report(int code, const char *kind, const char *line);
+/* The status fd taken from ISOPOD_STATUS_FD at start (the variable is then
+ * unset), for a child whose refusal is passed on as ours; -1: none. */
+int status_fd(void);
 
 /* die(code, fmt, ...): "isopod-X: fatal: <msg>" on stderr, exit code.
  * A message ending in ':' gets ": strerror(errno)" appended (sbase eprintf).

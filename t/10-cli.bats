@@ -1530,6 +1530,12 @@ CASES
 	# the claim's own refusals are its own; without -- the boot's options are not taken
 	run --separate-stderr isopod-claim --boot-check --vcpus 1
 	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: bad option"* ]] || false
+	# an option's value -- is not the boot's --
+	run --separate-stderr isopod-claim --boot-check --id-file --
+	[ "$status" -eq 100 ] && [ "${stderr##*$'\n'}" = "isopod-claim: fatal: --boot-check: the boot's options follow --" ] || false
+	[ ! -e -- ] || false
+	run --separate-stderr "$ISOPOD_SRC/t/fake/isopod-claim" --boot-check --vcpus 1
+	[ "$status" -eq 100 ] && [ "$stderr" = "isopod-claim: fatal: --boot-check: the boot's options follow --" ] || false
 	run --separate-stderr isopod-claim --boot-check -- --run-options
 	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: --boot-check: "* ]] || false
 	[ -z "$(find "$home/vms" "$home/runs" -mindepth 1)" ]
@@ -1537,6 +1543,66 @@ CASES
 	run --separate-stderr isopod-claim --boot-check -- --vcpus 1 --mem-mib 64 --disk-mib 64
 	[ "$status" -eq 0 ]
 	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+}
+
+@test "claim --boot-check: an option its build does not know is the boot's to judge (isopod-boot --check beside it, only on that refusal): passed, the claim goes on; refused, the boot's refusal" {
+	local home="$BATS_TEST_TMPDIR/store" lx="$BATS_TEST_TMPDIR/libexec" log="$BATS_TEST_TMPDIR/boot.log"
+	mkdir -p "$home/vms" "$lx"
+	# a boot of another build: it takes --extra, refuses --other its own way
+	cat >"$lx/isopod-boot" <<-EOF
+		#!/bin/sh
+		echo "\$*" >>"$log"
+		case " \$* " in *" --other "*) echo 'isopod-boot: fatal: other build says no' >&2; exit 100 ;; esac
+	EOF
+	chmod +x "$lx/isopod-boot"
+	export ISOPOD_HOME="$home" ISOPOD_LIBEXEC="$lx"
+	run --separate-stderr isopod-claim --boot-check -- --vcpus 1 --extra
+	[ "$status" -eq 0 ] && [ "$(cat "$log")" = "--check --vcpus 1 --extra" ] || false
+	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+	# a refusal of its own range is the claim's: no boot asked
+	rm "$log"
+	run --separate-stderr isopod-claim --boot-check -- --vcpus 0
+	[ "$status" -eq 100 ] && [ ! -e "$log" ] || false
+	run --separate-stderr isopod-claim --boot-check -- --other
+	[ "$status" -eq 100 ] && [ "$stderr" = "isopod-boot: fatal: other build says no" ] || false
+	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+}
+
+@test "claim --boot-check: the boot's refusal comes before the claim's own (--net without a slot, a bad --name); nothing locked" {
+	local home="$BATS_TEST_TMPDIR/store" locks="$BATS_TEST_TMPDIR/locks" be
+	mkdir -p "$home/vms" "$locks"
+	export ISOPOD_HOME="$home" ISOPOD_NET_LOCKS="$locks"
+	run --separate-stderr isopod-boot --check --vcpus 0
+	[ "$status" -eq 100 ] && be=${stderr##*$'\n'} && [[ "$be" == "isopod-boot: fatal: "* ]] || false
+	run --separate-stderr isopod-claim --net filtered --boot-check -- --vcpus 0
+	[ "$status" -eq 100 ] && [ "${stderr##*$'\n'}" = "$be" ] || false
+	run --separate-stderr isopod-claim --name 'BAD!' --boot-check -- --vcpus 0
+	[ "$status" -eq 100 ] && [ "${stderr##*$'\n'}" = "$be" ] || false
+	[ -z "$(find "$locks" "$home/vms" -mindepth 1)" ] && [ ! -e "$home/locks" ] || false
+	# the control: without the boot's refusal, the claim's own
+	run --separate-stderr isopod-claim --name 'BAD!' --boot-check -- --vcpus 1
+	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: invalid name"* ]] || false
+}
+
+@test "run --commit-as with a bad boot option: the boot's refusal (its --check, before the commit's), the commit's check not asked" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" clog="$BATS_TEST_TMPDIR/commit.log" t
+	mkdir "$lx"
+	for t in claim boot exec stop result; do ln -s "$ISOPOD_SRC/t/fake/isopod-$t" "$lx/isopod-$t"; done
+	printf '#!/bin/sh\necho "commit $*" >>"%s"\necho "isopod-commit: fatal: stub says no" >&2\nexit 100\n' "$clog" >"$lx/isopod-commit"
+	chmod +x "$lx/isopod-commit"
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --commit-as x --vcpus 0 -- true
+	[[ "${stderr}" == *"isopod-boot: fatal: --vcpus 0: out of range"* ]] && [[ "$stderr" != *"stub says no"* ]] || false
+	[ ! -e "$clog" ] && [ "$(grep -c '^check boot --check --vcpus 0' "$FAKE_LOG")" = 1 ] || false
+	no_claim
+	# the control: good boot options, the commit's check refuses
+	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --commit-as x --vcpus 1 -- true
+	[[ "$stderr" == *"stub says no"* ]] && [ "$(cat "$clog")" = "commit --check -- x" ] || false
+	no_claim
+	# a plain run's boot options are the claim's to check: no isopod-boot --check
+	rm "$FAKE_LOG"
+	run_isopod -0 run --vcpus 1 -- true
+	grep -q '^claim' "$FAKE_LOG" && ! grep -q '^check boot' "$FAKE_LOG" || false
 }
 
 @test "--provenance: a directory --copy-in is refused (100) before anything is claimed; isopod-exec --check --for-provenance refuses it, --check alone takes it" {

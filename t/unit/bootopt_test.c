@@ -47,6 +47,7 @@ int main(void)
 {
 	char home[] = "/tmp/bootopt-test.XXXXXX", msg[2048];
 	struct boot_opts o;
+	json_t *rj;
 	int r;
 
 	if (!mkdtemp(home))
@@ -98,7 +99,12 @@ int main(void)
 	   "--disk-mib 63: refused by the check, not the parse (%s)", msg);
 	r = parse(&o, msg, sizeof msg, "--disk-mib 64");
 	ok(r == 0 && boot_opts_check(&o, msg, sizeof msg) == 0 && o.disk_mib == 64, "--disk-mib 64 passes");
-	ok(boot_opts_long()[0].name && boot_opts_run()[0].name, "the tables --run-options answers from");
+	/* every run option is one of the parse's, taking a value as it does
+	 * (run_options_json refuses a drift: what --run-options answers) */
+	rj = run_options_json(boot_opts_run(), boot_opts_long(), msg, sizeof msg);
+	ok(boot_opts_run()[0].name && rj, "boot_opts_run() names only options of boot_opts_long() (%s)",
+	   rj ? "agree" : msg);
+	json_decref(rj);
 	rmdir(home);
 	return tap_done();
 }
