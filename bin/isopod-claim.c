@@ -242,8 +242,10 @@ static json_t *net_record(const char *net, int nallow, json_t *allow)
  * front end learnt the boot's options from the isopod-boot it runs, which
  * may be of another build than ours.  That boot's --check has the last
  * word, its refusal passed on as it is (stderr, status object, status);
- * it passes and the claim goes on.  Only a refusal costs the process. */
-static void boot_ask(int argc, char **argv)
+ * it passes and the claim goes on.  Only a refusal costs the process.
+ * Its status; 126 or 127 (no isopod-boot there to ask): the caller's own
+ * refusal stands. */
+static int boot_ask(int argc, char **argv)
 {
 	char dir[PATH_MAX], boot[PATH_MAX], fdenv[] = "ISOPOD_STATUS_FD=3";
 	char **av = calloc((size_t)argc + 3, sizeof *av);
@@ -269,9 +271,8 @@ static void boot_ask(int argc, char **argv)
 	}
 	if ((pid = proc_spawn(&ps)) < 0 || proc_wait(pid, &st) < 0)
 		die(EX_SYS, "unable to run %s --check:", boot);
-	if ((st = proc_status(st)) != 0)
-		exit(st);
 	free(av);
+	return proc_status(st);
 }
 
 /* --boot-check -- BOOT-OPTION...: isopod-boot --check of the boot's
@@ -284,7 +285,7 @@ static void boot_check(int argc, char **argv)
 	struct boot_opts o = BOOT_OPTS_INIT;
 	char msg[2 * PATH_MAX + EXCERPT_SZ + 256];
 	char **bv = calloc((size_t)argc + 2, sizeof *bv);
-	int r;
+	int r, st;
 
 	if (!bv)
 		die(EX_SYS, "unable to allocate memory:");
@@ -296,10 +297,13 @@ static void boot_check(int argc, char **argv)
 		die_usage(USAGE, "--boot-check: -h and --run-options are not checks");
 	if (!r)
 		r = boot_opts_check(&o, msg, sizeof msg);
-	if (r == BOOT_OPTS_SHAPE)
-		boot_ask(argc, argv);
-	else if (r) {
+	if (r == BOOT_OPTS_SHAPE && (st = boot_ask(argc, argv)) != 126 && st != 127) {
+		if (st)
+			exit(st);
+	} else if (r) {
 		progname = "isopod-boot";
+		if (r == BOOT_OPTS_SHAPE)
+			die_usage(BOOT_USAGE, "%s", msg);
 		die(r, "%s", msg);
 	}
 	free(bv);

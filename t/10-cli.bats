@@ -1566,6 +1566,12 @@ CASES
 	run --separate-stderr isopod-claim --boot-check -- --other
 	[ "$status" -eq 100 ] && [ "$stderr" = "isopod-boot: fatal: other build says no" ] || false
 	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+	# no boot there to ask (exec fails: 127): the claim's own refusal
+	# stands, a usage error (status 100), not the exec's 127
+	rm "$lx/isopod-boot"
+	run --separate-stderr isopod-claim --boot-check -- --other
+	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-boot: fatal: bad option"* ]] || false
+	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
 }
 
 @test "claim --boot-check: the boot's refusal comes before the claim's own (--net without a slot, a bad --name); nothing locked" {
