@@ -730,9 +730,9 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 	char sha[65], kid[65], kwant[65] = "", why[DIAG_MAX], msg[512], dir[PATH_MAX];
 	const char *field = NULL, *type = NULL;
 	json_t *fails = need(json_array()), *env, *stmt = NULL, *sum = NULL, *want = NULL, *out;
-	json_t *art = need(json_pack("{s:s}", "path", file));
+	json_t *art = need(json_pack("{s:o}", "path", utf8_json((const uint8_t *)file, strlen(file), 1)));
 	struct attest_dir d = { .fd = -1 };
-	struct stat st;
+	struct stat st = { .st_mode = 0 };
 	size_t blen;
 	int r, valid, tree;
 

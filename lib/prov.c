@@ -18,7 +18,10 @@ __attribute__((format(printf, 3, 4))) static void fail(json_t *fails, const char
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
-	json_array_append_new(fails, json_pack("{s:s, s:s}", "field", field, "why", why));
+	/* why made UTF-8 (a name may not be): a failure that fails to encode
+	 * is lost, and a lost failure can make an invalid artifact valid */
+	json_array_append_new(fails, json_pack("{s:s, s:o}", "field", field, "why",
+					       utf8_json((const uint8_t *)why, strlen(why), 1)));
 }
 
 static json_t *get(json_t *o, const char *k)
@@ -301,7 +304,8 @@ static void tree_add(json_t *out, json_t *list, const char *top, const char *fie
 			     !strcmp(field, "subject") ? "digest.sha256" : "target");
 		else if (json_object_get(out, n + tl + 1))
 			fail(fails, field, "%s: named twice", n);
-		json_object_set_new(out, n + tl + 1, w ? w : json_null());
+		/* malformed: an object all the same, met and refused by the walk */
+		json_object_set_new(out, n + tl + 1, w ? w : json_object());
 	}
 }
 

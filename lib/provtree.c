@@ -130,6 +130,10 @@ int prov_tree_verify(const char *dir, json_t *stmt, json_t *fails, json_t *art)
 	if (!(t.want = prov_tree_entries(stmt, t.top, fails)))
 		return -1;
 	t.nwant = (json_int_t)json_object_size(t.want);
+	/* nothing recorded under top was refused by prov_tree_entries: no
+	 * failure there means one was lost (memory), never a valid tree */
+	if (!t.nwant && !json_array_size(fails))
+		t.oom = 1;
 	if (t.nwant && tree_visit(AT_FDCWD, dir, tree_entry, &t, why, sizeof why) < 0)
 		tree_fail(&t, why[0] ? why : ".", "not all of the directory visited");
 	json_object_foreach(t.want, k, v)

@@ -6,6 +6,8 @@
  * a crash and never as a clean Statement when the member is required; the
  * chain comparison.  Built by t/run-unit with ASan + UBSan. */
 #include "../../lib/prov.c" /* self-contained: t/run-unit links frame+util only */
+#include "../../lib/provtree.c" /* and a directory's check, with its walk */
+#include "../../lib/tree.c"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,6 +256,39 @@ static void tree_entries(json_t *base)
 	json_decref(s);
 }
 
+/* prov_tree_verify of a directory whose Statement records a file without
+ * its digest: refused, the entry met and named malformed; never a failure
+ * lost to a walk stopped as if out of memory (-1, exit 111). */
+static void tree_malformed(json_t *base)
+{
+	json_t *s = json_deep_copy(base), *fails = json_array(), *art = json_object();
+	char dir[] = "/tmp/prov_test.XXXXXX", top[64], f[80], got[1024];
+	int r = -2;
+
+	json_array_append_new(json_object_get(s, "subject"), json_pack("{s:s}", "name", "tree/a"));
+	if (mkdtemp(dir) && snprintf(top, sizeof top, "%s/tree", dir) > 0 && mkdir(top, 0700) == 0 &&
+	    snprintf(f, sizeof f, "%s/a", top) > 0 && close(open(f, O_CREAT | O_WRONLY, 0600)) == 0)
+		r = prov_tree_verify(top, s, fails, art);
+	fields(fails, got, sizeof got);
+	ok(r == 0 && strstr(got, "subject") && json_array_size(fails) == 2 &&
+		   strstr(json_string_value(json_object_get(json_array_get(fails, 1), "why")),
+			  "tree/a: recorded malformed"),
+	   "a file recorded without its digest: refused (subject, tree), not a stopped walk [%d: %s]", r,
+	   got);
+	/* a failure's words that are not UTF-8 (a top's name) are kept,
+	 * made UTF-8: lost, a tree that records nothing would pass */
+	json_array_clear(fails);
+	json_decref(prov_tree_entries(s, "tr\377", fails));
+	ok(json_array_size(fails) == 1 && strstr(fields(fails, got, sizeof got), "subject"),
+	   "a top that is not UTF-8 and names nothing: refused, its failure not lost [%s]", got);
+	unlink(f);
+	rmdir(top);
+	rmdir(dir);
+	json_decref(art);
+	json_decref(fails);
+	json_decref(s);
+}
+
 int main(void)
 {
 	json_t *s = json_load_file(FIXTURE, JSON_REJECT_DUPLICATES, NULL), *fails, *out, *want;
@@ -342,6 +377,7 @@ int main(void)
 	json_decref(fails);
 
 	tree_entries(s);
+	tree_malformed(s);
 	clean = sweep(s, s, &runs);
 	ok(runs > 200, "sweep: every member of the fixture replaced by each wrong type (%d reads, %d "
 	   "clean: optional members), no crash", runs, clean);
