@@ -43,14 +43,15 @@ static const struct run_option boot_ro[] = {
 	{ .name = NULL },
 };
 
-/* msg as die() would word fmt (the caller dies with it); code back. */
+/* msg as die() would word fmt (vreason; the caller dies with it); code back. */
 __attribute__((format(printf, 4, 5))) static int refuse(int code, char *msg, size_t msz,
 							  const char *fmt, ...)
 {
+	int e = errno;
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, msz, fmt, ap);
+	vreason(msg, msz, e, fmt, ap);
 	va_end(ap);
 	return code;
 }
