@@ -187,11 +187,11 @@ int overlay_tpl_stale(int dfd, const char *name)
 	if (strlen(base) != bsz || backing_kind(base, pre, sizeof pre, &fmt) < 0 ||
 	    strncmp(pre, name, pl))
 		return 1;
-	/* no current key (the backing file gone, prune_overlays' other case;
-	 * no qemu-img on our PATH): kept */
-	/* the backing file's identity from the store gc holds (store_home:
+	/* The backing file's identity from the store gc holds (store_home:
 	 * its pinned /proc/self/fd/N/.), its last component not followed: a
-	 * symlink there is no file a boot names by this key for sure, kept */
+	 * symlink there is no file a boot names by this key for sure.  No
+	 * current key to compare (that file gone, prune_overlays' other case;
+	 * a symlink; no qemu-img on our PATH): kept. */
 	if (pathn(cur, sizeof cur, pl == 64 ? "%s/images/base-%.64s.img" : "%s/stages/%.15s/layer.qcow2",
 		  store_home(), name) < 0 || lstat(cur, &bst) < 0 || S_ISLNK(bst.st_mode))
 		return 0;

@@ -50,16 +50,16 @@ int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, c
 		     size_t ssz);
 
 /* Is <name> in dfd (the store's overlays/, open: never reached through a
- * link), a template or its digest, one that no boot or fork
- * would use now: its key is not the current key for the backing path and
- * the size its header records (made under another qemu-img, over a base or
- * layer since replaced), or it is a digest without its template, or a
- * template that is a symlink, has no qcow2 header or names another backing
- * file than its name's?  1 or 0: not a
- * template's name, or no current key to compare (its backing file gone
- * or a symlink in the store, $ISOPOD_HOME, whose entry is lstat'ed for the
- * key's identity; no qemu-img on PATH), or unreadable.  A current template is never
- * stale, and a boot racing gc writes only the current key's names. */
+ * link), a template or its digest, one that no boot or fork would use
+ * now?  Stale: its key is not the current key for the backing path and the
+ * size its header records (made under another qemu-img, over a base or
+ * layer since replaced); or a digest without its template; or a template
+ * that is a symlink, has no qcow2 header or names another backing file
+ * than its name's.  1 or 0 (not a template's name; no current key to
+ * compare: its backing file gone, or a symlink in the store, whose entry
+ * is lstat'ed for the key's identity, or no qemu-img on PATH; unreadable).
+ * A current template is never stale, and a boot racing gc writes only the
+ * current key's names. */
 int overlay_tpl_stale(int dfd, const char *name);
 
 /* Do buf[0..n) hold an empty qcow2 overlay's header over base (its

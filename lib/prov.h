@@ -27,7 +27,8 @@
 #define PROV_DEP_INITRAMFS "kernel/initramfs"
 
 /* Read a Statement for an artifact whose sha256 is sha (64 lower-case
- * hex).  Every check runs; each failure is appended to fails as
+ * hex; NULL: a directory's Statement, whose entries prov_tree_entries
+ * names, subject then null).  Every check runs; each failure is appended to fails as
  * {field, why}.  Returns what the Statement says (a new object, also when
  * there are failures: the fields it could read):
  *   {subject:{name,digest}|null, builder:{id}, buildType, invocationId,
@@ -37,8 +38,6 @@
  *    timings, attestation:{sha256,valid,keyId,sequence}|null}
  * NULL only when out of memory. */
 json_t *prov_read(json_t *stmt, const char *sha, json_t *fails);
-/* sha NULL: a directory's Statement read (prov_tree_entries names what it
- * must hold); subject stays null. */
 
 /* What a Statement records of a directory copied out as top (its name on
  * the host): {PATH: {sha256}} for each subject named top/PATH, {PATH:
