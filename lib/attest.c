@@ -24,18 +24,7 @@
 #include <unistd.h>
 
 
-/* ---- errors and the key directory -------------------------------------- */
-
-int attest_errf(int cls, char *why, size_t whysz, const char *fmt, ...)
-{
-	int e = errno;
-	va_list ap;
-
-	va_start(ap, fmt);
-	vreason(why, whysz, e, fmt, ap);
-	va_end(ap);
-	return cls;
-}
+/* ---- the key directory ------------------------------------------------ */
 
 const char *attest_key_dir(const char *opt)
 {
@@ -55,20 +44,20 @@ int attest_dir_open(struct attest_dir *d, const char *path, char *why, size_t wh
 
 	d->fd = -1;
 	if (pathn(d->path, sizeof d->path, "%s", path) < 0)
-		return attest_errf(ATTEST_ESYS, why, whysz, "key directory %s:", EXC(path));
+		return reason_code(ATTEST_ESYS, why, whysz, "key directory %s:", EXC(path));
 	if ((d->fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
 		if (errno == ENOTDIR || errno == ELOOP)
-			return attest_errf(ATTEST_ESYS, why, whysz,
+			return reason_code(ATTEST_ESYS, why, whysz,
 				    "key directory %s is not a directory (or is a symlink)", path);
-		return attest_errf(errno == ENOENT ? ATTEST_ENOTFOUND : ATTEST_ESYS, why, whysz,
+		return reason_code(errno == ENOENT ? ATTEST_ENOTFOUND : ATTEST_ESYS, why, whysz,
 			    "unable to open key directory %s:", path);
 	}
 	if (fstat(d->fd, &st) < 0)
-		cls = attest_errf(ATTEST_ESYS, why, whysz, "unable to stat key directory %s:", path);
+		cls = reason_code(ATTEST_ESYS, why, whysz, "unable to stat key directory %s:", path);
 	else if (!S_ISDIR(st.st_mode))
-		cls = attest_errf(ATTEST_ESYS, why, whysz, "key directory %s is not a directory (or is a symlink)", path);
+		cls = reason_code(ATTEST_ESYS, why, whysz, "key directory %s is not a directory (or is a symlink)", path);
 	else if (st.st_uid != 0 || (st.st_mode & 077))
-		cls = attest_errf(ATTEST_ESYS, why, whysz,
+		cls = reason_code(ATTEST_ESYS, why, whysz,
 			   "key directory %s must be owned by root with mode 0700 (is uid %ld, mode %04o)",
 			   path, (long)st.st_uid, (unsigned)(st.st_mode & 07777));
 	else
@@ -187,11 +176,11 @@ static int load_key(int at, const char *name, const char *path, const struct key
 
 	if ((fd = open_owned(at, name, k->mask, 0, &st)) < 0) {
 		if (errno == EPERM)
-			return attest_errf(ATTEST_ESYS, why, whysz,
+			return reason_code(ATTEST_ESYS, why, whysz,
 					   "%s %s must be a regular file owned by root%s (is uid %ld, mode %04o)",
 					   k->what, path, k->rule, (long)st.st_uid,
 					   (unsigned)(st.st_mode & 07777));
-		return attest_errf(errno == ENOENT ? ATTEST_ENOTFOUND : ATTEST_ESYS, why, whysz,
+		return reason_code(errno == ENOENT ? ATTEST_ENOTFOUND : ATTEST_ESYS, why, whysz,
 				   "unable to open the %s %s%s:", k->what, path, k->open_hint);
 	}
 	r = read_hex32(fd, out);
@@ -199,7 +188,7 @@ static int load_key(int at, const char *name, const char *path, const struct key
 	close(fd);
 	errno = e;
 	if (r < 0)
-		return attest_errf(ATTEST_ESYS, why, whysz, "unable to read the %s %s%s:", k->what, path,
+		return reason_code(ATTEST_ESYS, why, whysz, "unable to read the %s %s%s:", k->what, path,
 				   k->read_hint);
 	return 0;
 }
@@ -295,7 +284,7 @@ int attest_subjects(const struct attest_dir *d, json_t **list, json_t **errors, 
 		if (errno == EPERM)
 			warn("digest cache %s is not root's 0600 file: ignored (every subject read afresh)", p);
 		if (!(cache = json_object()))
-			return attest_errf(ATTEST_ESYS, why, whysz, "out of memory");
+			return reason_code(ATTEST_ESYS, why, whysz, "out of memory");
 	}
 	r = subjects_live(cache, &dirty, list, errors, why, whysz) < 0 ? ATTEST_ESYS : 0;
 	if (!r && dirty && json_write_atomic(via(d, "digests.json", v), cache) < 0)
@@ -327,16 +316,16 @@ int attest_keygen(const char *dir, int force, json_t **out, char *why, size_t wh
 	*out = NULL;
 	/* The parent (e.g. /etc/isopod) stays readable: config lives there. */
 	if (pathn(parent, sizeof parent, "%s", dir) < 0)
-		return attest_errf(ATTEST_ESYS, why, whysz, "unable to make %s:", EXC(dir));
+		return reason_code(ATTEST_ESYS, why, whysz, "unable to make %s:", EXC(dir));
 	if (mkdir_p(dirname(parent), 0755, failed, sizeof failed) < 0)
-		return attest_errf(ATTEST_ESYS, why, whysz, "unable to make %s:", failed);
+		return reason_code(ATTEST_ESYS, why, whysz, "unable to make %s:", failed);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-		return attest_errf(ATTEST_ESYS, why, whysz, "unable to make %s:", dir);
+		return reason_code(ATTEST_ESYS, why, whysz, "unable to make %s:", dir);
 	if ((r = attest_dir_open(&d, dir, why, whysz)) < 0)
 		return r;
 	shown(&d, "key", p);
 	if (!force && faccessat(d.fd, "key", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
-		r = attest_errf(ATTEST_ECONFLICT, why, whysz,
+		r = reason_code(ATTEST_ECONFLICT, why, whysz,
 			 "%s exists; --force replaces it (every attestation signed with it then fails to verify)", p);
 		goto out;
 	}
@@ -348,7 +337,7 @@ int attest_keygen(const char *dir, int force, json_t **out, char *why, size_t wh
 	sodium_memzero(line, sizeof line);
 	sodium_memzero(sk, sizeof sk);
 	if (r < 0) {
-		r = attest_errf(ATTEST_ESYS, why, whysz, "unable to write %s:", p);
+		r = reason_code(ATTEST_ESYS, why, whysz, "unable to write %s:", p);
 		goto out;
 	}
 	sodium_bin2hex(hex, sizeof hex, pk, sizeof pk);
@@ -357,13 +346,13 @@ int attest_keygen(const char *dir, int force, json_t **out, char *why, size_t wh
 	shown(&d, "key.pub", p);
 	if (atomic_write(via(&d, "key.pub", v), line, 65, 0644) < 0 ||
 	    fchmodat(d.fd, "key.pub", 0644, 0) < 0) {
-		r = attest_errf(ATTEST_ESYS, why, whysz, "unable to write %s:", p);
+		r = reason_code(ATTEST_ESYS, why, whysz, "unable to write %s:", p);
 		goto out;
 	}
 	dsse_keyid(pk, id);
 	if (!(*out = json_pack("{s:s, s:s, s:s, s:s}", "public_key", hex, "key_id", id, "dir", dir,
 			       "public_key_file", p)))
-		r = attest_errf(ATTEST_ESYS, why, whysz, "out of memory");
+		r = reason_code(ATTEST_ESYS, why, whysz, "out of memory");
 out:
 	attest_dir_close(&d);
 	return r;
@@ -383,24 +372,24 @@ static int next_sequence(const struct attest_dir *d, long long *out, char *why, 
 	shown(d, "sequence.lock", l);
 	shown(d, "sequence", p);
 	if ((lk = lock_open(via(d, "sequence.lock", v), LOCK_EX)) < 0)
-		return attest_errf(ATTEST_ESYS, why, whysz, "unable to lock %s:", l);
+		return reason_code(ATTEST_ESYS, why, whysz, "unable to lock %s:", l);
 	if ((fd = openat(d->fd, "sequence", O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) >= 0) {
 		r = read(fd, buf, sizeof buf - 1);
 		close(fd);
 		buf[r > 0 ? r : 0] = 0;
 		buf[strcspn(buf, "\n")] = 0;
 		if (r < 0)
-			cls = attest_errf(ATTEST_ESYS, why, whysz, "unable to read %s:", p);
+			cls = reason_code(ATTEST_ESYS, why, whysz, "unable to read %s:", p);
 		else if (parse_ll(buf, 0, (1LL << 53) - 2, &n) < 0)
-			cls = attest_errf(ATTEST_ESYS, why, whysz, "%s: not a sequence number: %s", p, EXC(buf));
+			cls = reason_code(ATTEST_ESYS, why, whysz, "%s: not a sequence number: %s", p, EXC(buf));
 	} else if (errno != ENOENT) {
-		cls = attest_errf(ATTEST_ESYS, why, whysz, "unable to open %s:", p);
+		cls = reason_code(ATTEST_ESYS, why, whysz, "unable to open %s:", p);
 	}
 	if (!cls) {
 		n++;
 		snprintf(buf, sizeof buf, "%lld\n", n);
 		if (atomic_write(via(d, "sequence", v), buf, strlen(buf), 0600) < 0)
-			cls = attest_errf(ATTEST_ESYS, why, whysz, "unable to write %s:", p);
+			cls = reason_code(ATTEST_ESYS, why, whysz, "unable to write %s:", p);
 	}
 	close(lk);
 	*out = n;
@@ -445,7 +434,7 @@ static int sign_in(const struct attest_dir *d, const struct attest_sign_opts *o,
 	if ((r = attest_subjects(d, &list, &errors, why, whysz)) < 0)
 		goto out;
 	if ((n = attest_subjects_warn(errors))) {
-		r = attest_errf(ATTEST_ESYS, why, whysz,
+		r = reason_code(ATTEST_ESYS, why, whysz,
 			 "unable to attest: %zu subject(s) cannot be read on this host now", n);
 		goto out;
 	}
@@ -461,7 +450,7 @@ static int sign_in(const struct attest_dir *d, const struct attest_sign_opts *o,
 			       info->expires)) ||
 	    !(body = json_dumps(stmt, JSON_COMPACT)) ||
 	    !(*env = dsse_sign(sk, info->key_id, DSSE_INTOTO_TYPE, body, strlen(body))))
-		r = attest_errf(ATTEST_ESYS, why, whysz, "out of memory");
+		r = reason_code(ATTEST_ESYS, why, whysz, "out of memory");
 out:
 	sodium_memzero(sk, sizeof sk);
 	free(body);
@@ -482,7 +471,7 @@ int attest_sign(const struct attest_sign_opts *o, json_t *rep, json_t **env,
 
 	*env = NULL;
 	if (machine_id(mid) < 0)
-		return attest_errf(ATTEST_ESYS, why, whysz, "unable to read /etc/machine-id:");
+		return reason_code(ATTEST_ESYS, why, whysz, "unable to read /etc/machine-id:");
 	/* what the doctor had to cover is what this host has now */
 	report_live_read(&live);
 	if ((r = report_check(rep, mid, &live, now, o->expires_s, o->max_age_s, &fin, why, whysz)) < 0 ||
@@ -531,12 +520,12 @@ static int seen_read(int at, const char *name, const char *path, long long *out,
 		if (errno == ENOENT)
 			return 0;
 		if (errno == EPERM)
-			return attest_errf(ATTEST_ESYS, why, whysz, "verify state %s must be a regular file owned by root with mode 0600", path);
-		return attest_errf(ATTEST_ESYS, why, whysz, "unable to read the verify state %s:", path);
+			return reason_code(ATTEST_ESYS, why, whysz, "verify state %s must be a regular file owned by root with mode 0600", path);
+		return reason_code(ATTEST_ESYS, why, whysz, "unable to read the verify state %s:", path);
 	}
 	if (!json_is_integer(json_object_get(j, "sequence"))) {
 		json_decref(j);
-		return attest_errf(ATTEST_ESYS, why, whysz, "verify state %s: no sequence", path);
+		return reason_code(ATTEST_ESYS, why, whysz, "verify state %s: no sequence", path);
 	}
 	*out = (long long)json_integer_value(json_object_get(j, "sequence"));
 	json_decref(j);
@@ -683,7 +672,7 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 	int lock = -1, valid, r;
 
 	if (!f.a)
-		return attest_errf(ATTEST_ESYS, why, whysz, "out of memory");
+		return reason_code(ATTEST_ESYS, why, whysz, "out of memory");
 	if ((r = attest_load_pubkey(d, o->pubkey, pk, why, whysz)) < 0)
 		goto out;
 	dsse_keyid(pk, id);
@@ -691,7 +680,7 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 	 * its descriptor (stpath); st is what diagnostics call it. */
 	if (o->state) {
 		if (pathn(st, sizeof st, "%s", o->state) < 0) {
-			r = attest_errf(ATTEST_ESYS, why, whysz, "verify state %s:", EXC(o->state));
+			r = reason_code(ATTEST_ESYS, why, whysz, "verify state %s:", EXC(o->state));
 			goto out;
 		}
 		snprintf(stpath, sizeof stpath, "%s", st);
@@ -711,7 +700,7 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 		env = json_load_path(o->envelope);
 	if (!env) {
 		if (errno != EINVAL && errno != EFBIG) {
-			r = attest_errf(errno == ENOENT ? ATTEST_ENOTFOUND : ATTEST_ESYS, why, whysz,
+			r = reason_code(errno == ENOENT ? ATTEST_ENOTFOUND : ATTEST_ESYS, why, whysz,
 				 "unable to read the envelope %s:", o->envelope ? o->envelope : "-");
 			goto out;
 		}
@@ -751,7 +740,7 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 		seq = -1;
 	} else {
 		if ((lock = lock_open(lkpath, LOCK_EX)) < 0) {
-			r = attest_errf(ATTEST_ESYS, why, whysz, "unable to lock %s.lock:", st);
+			r = reason_code(ATTEST_ESYS, why, whysz, "unable to lock %s.lock:", st);
 			goto out;
 		}
 		if ((r = seen_read(AT_FDCWD, stpath, st, &last, why, whysz)) < 0)
@@ -766,7 +755,7 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 			      "%lld is not the signer's latest (%lld): an older attestation", seq, cur);
 	}
 	if (machine_id(mid) < 0) {
-		r = attest_errf(ATTEST_ESYS, why, whysz, "unable to read /etc/machine-id:");
+		r = reason_code(ATTEST_ESYS, why, whysz, "unable to read /etc/machine-id:");
 		goto out;
 	}
 	if (!json_is_string(json_object_get(json_object_get(pred, "host"), "id")) ||
@@ -780,7 +769,7 @@ static int verify_in(const struct attest_dir *d, const struct attest_opts *o, js
 done:
 	r = 0;
 	if (f.oom) {
-		r = attest_errf(ATTEST_ESYS, why, whysz, "out of memory");
+		r = reason_code(ATTEST_ESYS, why, whysz, "out of memory");
 		goto out;
 	}
 	valid = json_array_size(f.a) == 0;
@@ -789,7 +778,7 @@ done:
 					"verified", attest_iso(now, t));
 
 		if (!rec || json_write_atomic(stpath, rec) < 0) {
-			r = attest_errf(ATTEST_ESYS, why, whysz, "unable to record the sequence in %s:", st);
+			r = reason_code(ATTEST_ESYS, why, whysz, "unable to record the sequence in %s:", st);
 			json_decref(rec);
 			goto out;
 		}
@@ -807,7 +796,7 @@ done:
 			     "finished", t_run[1] >= 0 ? json_string(attest_iso(t_run[1], t_s[1])) : json_null(),
 			     "failures", f.a);
 	if (!*verdict)
-		r = attest_errf(ATTEST_ESYS, why, whysz, "out of memory");
+		r = reason_code(ATTEST_ESYS, why, whysz, "out of memory");
 out:
 	if (lock >= 0)
 		close(lock);

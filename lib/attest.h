@@ -31,11 +31,6 @@ enum {
 	ATTEST_ECONFLICT = -5  /* keygen over an existing key without force */
 };
 
-/* For attest.c's own modules (report.c): why = the message as die would
- * print it after "fatal: " (a format ending in ':' gets ": strerror(errno)");
- * returns cls. */
-__attribute__((format(printf, 4, 5))) int attest_errf(int cls, char *why, size_t whysz,
-						     const char *fmt, ...);
 /* Times as the predicate writes them, exactly YYYY-MM-DDTHH:MM:SSZ (UTC);
  * lib/util.c iso_parse reads them back. */
 char *attest_iso(long long t, char buf[32]);

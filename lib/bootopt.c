@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,19 +41,6 @@ static const struct run_option boot_ro[] = {
 	{ .name = "console-max", .arg = "BYTES" },
 	{ .name = NULL },
 };
-
-/* msg as die() would word fmt (vreason; the caller dies with it); code back. */
-__attribute__((format(printf, 4, 5))) static int refuse(int code, char *msg, size_t msz,
-							  const char *fmt, ...)
-{
-	int e = errno;
-	va_list ap;
-
-	va_start(ap, fmt);
-	vreason(msg, msz, e, fmt, ap);
-	va_end(ap);
-	return code;
-}
 
 int boot_opts_fit(struct boot_opts *o, int tcg, char *why, size_t wsz)
 {
@@ -99,7 +85,7 @@ static int read_limits(struct boot_opts *o, int mem_given, int vcpus_given, char
 	int cached, tcg;
 
 	if (cg_limits_read("", &o->lim, why, sizeof why) < 0)
-		return refuse(EX_SYS, msg, msz, "unable to read this process's cgroup limits: %s", why);
+		return reason_code(EX_SYS, msg, msz, "unable to read this process's cgroup limits: %s", why);
 	if (o->lim.warning[0] && o->warnings)
 		json_array_append_new(o->warnings, json_string(o->lim.warning));
 	o->fit.mem_given = mem_given;
@@ -109,7 +95,7 @@ static int read_limits(struct boot_opts *o, int mem_given, int vcpus_given, char
 	tcg = accel_known(o->accel, o->accel_src, &im, &acc, &cached, why, sizeof why, err,
 			  sizeof err) == 0 && acc && !strcmp(acc, "tcg");
 	if (boot_opts_fit(o, tcg, why, sizeof why) < 0)
-		return refuse(EX_USAGE, msg, msz, "%s", why);
+		return reason_code(EX_USAGE, msg, msz, "%s", why);
 	if (o->lim.pids.v >= 0 && o->lim.pids.v < QJAIL_PIDS_BASE + o->vcpus && o->warnings)
 		json_array_append_new(o->warnings,
 				       json_sprintf("cgroup limits: pids.max %lld of %s is below the "
@@ -125,10 +111,10 @@ static int pool_wanted(struct boot_opts *o, char *msg, size_t msz)
 	const char *e = getenv("ISOPOD_WARM"), *w = getenv("ISOPOD_WARM_WAIT_MS");
 
 	if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
-		return refuse(EX_USAGE, msg, msz, "ISOPOD_WARM=%s: want 0 (no warm pool) or 1", EXC(e));
+		return reason_code(EX_USAGE, msg, msz, "ISOPOD_WARM=%s: want 0 (no warm pool) or 1", EXC(e));
 	if (w && *w && parse_ll(w, 0, 3600000, &o->wait_ms) < 0)
-		return refuse(EX_USAGE, msg, msz, "ISOPOD_WARM_WAIT_MS=%s: want milliseconds 0..3600000",
-			      EXC(w));
+		return reason_code(EX_USAGE, msg, msz, "ISOPOD_WARM_WAIT_MS=%s: want milliseconds 0..3600000",
+				   EXC(w));
 	o->warm = !o->cold && !(e && !strcmp(e, "0"));
 	return 0;
 }
@@ -165,29 +151,29 @@ int boot_opts_parse(struct boot_opts *o, int argc, char **argv, char *msg, size_
 			break;
 		case 'a':
 			if (strcmp(optarg, "kvm") && strcmp(optarg, "tcg"))
-				return refuse(EX_USAGE, msg, msz, "--accel %s: want kvm or tcg", EXC(optarg));
+				return reason_code(EX_USAGE, msg, msz, "--accel %s: want kvm or tcg", EXC(optarg));
 			o->accel = optarg;
 			o->accel_src = "--accel";
 			break;
 		case 'R':
 			/* =text: the lines isopod run reads (util.h) */
 			if (optarg && strcmp(optarg, "text"))
-				return refuse(BOOT_OPTS_SHAPE, msg, msz,
-					      "--run-options=%s: want text, or no value for JSON", EXC(optarg));
+				return reason_code(BOOT_OPTS_SHAPE, msg, msz,
+						   "--run-options=%s: want text, or no value for JSON", EXC(optarg));
 			o->run_options = !!optarg;
 			return 0;
 		case 'h':
 			o->help = 1;
 			return 0;
 		default:
-			return refuse(BOOT_OPTS_SHAPE, msg, msz, "bad option (usage above)");
+			return reason_code(BOOT_OPTS_SHAPE, msg, msz, "bad option (usage above)");
 		}
 	}
 	if (optind != argc)
-		return refuse(BOOT_OPTS_SHAPE, msg, msz, "unexpected operand %s", EXC(argv[optind]));
+		return reason_code(BOOT_OPTS_SHAPE, msg, msz, "unexpected operand %s", EXC(argv[optind]));
 	if (!o->accel && (env = getenv("ISOPOD_ACCEL")) && *env) {
 		if (strcmp(env, "kvm") && strcmp(env, "tcg"))
-			return refuse(EX_USAGE, msg, msz, "ISOPOD_ACCEL=%s: want kvm or tcg", EXC(env));
+			return reason_code(EX_USAGE, msg, msz, "ISOPOD_ACCEL=%s: want kvm or tcg", EXC(env));
 		o->accel = env;
 		o->accel_src = "ISOPOD_ACCEL";
 	}

@@ -29,20 +29,20 @@ static int check_steps(const char *name, json_t *steps, char *why, size_t whysz)
 	size_t k, n = sizeof want / sizeof *want;
 
 	if (json_array_size(steps) != n)
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: probe %s: %zu steps, not the %zu of a probe (liveness, tooling, control, attempt, evidence)",
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: probe %s: %zu steps, not the %zu of a probe (liveness, tooling, control, attempt, evidence)",
 		    EXC(name), json_array_size(steps), n);
 	for (k = 0; k < n; k++) {
 		json_t *st = json_array_get(steps, k), *ok = json_object_get(st, "ok");
 		const char *sn = json_string_value(json_object_get(st, "step"));
 
 		if (!sn || strcmp(sn, want[k].step))
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: probe %s: step %zu is %s, not %s", EXC(name), k + 1,
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: probe %s: step %zu is %s, not %s", EXC(name), k + 1,
 			    sn ? EXC(sn) : "missing", want[k].step);
 		if (!json_is_boolean(ok))
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: probe %s: step %s: ok is missing or not a boolean",
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: probe %s: step %s: ok is missing or not a boolean",
 			    EXC(name), want[k].step);
 		if (json_is_true(ok) != want[k].ok)
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: probe %s: step %s: ok %s (%s), yet the probe says pass",
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: probe %s: step %s: ok %s (%s), yet the probe says pass",
 			    EXC(name), want[k].step, want[k].ok ? "false" : "true",
 			    want[k].ok ? "it must succeed" : "the attempt must be blocked");
 	}
@@ -57,15 +57,15 @@ static int check_counts(json_t *counts, size_t n, char *why, size_t whysz)
 	size_t k;
 
 	if (!json_is_object(counts))
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: counts is missing or not an object");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: counts is missing or not an object");
 	for (k = 0; k < sizeof key / sizeof *key; k++) {
 		json_t *c = json_object_get(counts, key[k]);
 		json_int_t want = k < 2 ? (json_int_t)n : 0;
 
 		if (!json_is_integer(c))
-			return attest_errf(ATTEST_EINPUT, why, whysz, "report: counts.%s is missing or not an integer", key[k]);
+			return reason_code(ATTEST_EINPUT, why, whysz, "report: counts.%s is missing or not an integer", key[k]);
 		if (json_integer_value(c) != want)
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: counts.%s is %lld, but the probes say %lld", key[k],
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: counts.%s is %lld, but the probes say %lld", key[k],
 			    (long long)json_integer_value(c), (long long)want);
 	}
 	return 0;
@@ -103,16 +103,16 @@ static int check_host(json_t *hc, const struct report_live *live, char *why, siz
 	int k;
 
 	if (hc && !json_is_array(hc))
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: host_checks is not an array");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: host_checks is not an array");
 	if (live->ntaps > 0 && json_array_size(hc) == 0)
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: host_checks is missing or empty, yet this host has %d isopod tap(s): the doctor's host side did not run (a --vm run never signs)",
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: host_checks is missing or empty, yet this host has %d isopod tap(s): the doctor's host side did not run (a --vm run never signs)",
 		    live->ntaps);
 	json_array_foreach(hc, i, c) {
 		const char *ck = json_string_value(json_object_get(c, "check"));
 		const char *tap = json_string_value(json_object_get(c, "tap"));
 
 		if (!json_is_true(json_object_get(c, "ok")))
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: host check %s on %s is not ok", ck ? EXC(ck) : "?",
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: host check %s on %s is not ok", ck ? EXC(ck) : "?",
 			    tap ? EXC(tap) : "?");
 	}
 	for (k = 0; k < live->ntaps; k++)
@@ -125,7 +125,7 @@ static int check_host(json_t *hc, const struct report_live *live, char *why, siz
 				found |= !strcmp(json_string_value(json_object_get(c, "check")) ?: "", want[w]) &&
 					 !strcmp(json_string_value(json_object_get(c, "tap")) ?: "", tap);
 			if (!found)
-				return attest_errf(ATTEST_EREFUSED, why, whysz, "report: no host check %s for %s, a live tap of this host",
+				return reason_code(ATTEST_EREFUSED, why, whysz, "report: no host check %s for %s, a live tap of this host",
 				    want[w], tap);
 		}
 	for (w = 0; live->ntaps > 0 && w < sizeof when / sizeof *when; w++) {
@@ -135,7 +135,7 @@ static int check_host(json_t *hc, const struct report_live *live, char *why, siz
 			found |= !strcmp(json_string_value(json_object_get(c, "check")) ?: "", "netstate") &&
 				 !strcmp(json_string_value(json_object_get(c, "when")) ?: "", when[w]);
 		if (!found)
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: no host check netstate %s the probes, yet this host has %d isopod tap(s)",
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: no host check netstate %s the probes, yet this host has %d isopod tap(s)",
 			    when[w], live->ntaps);
 	}
 	return 0;
@@ -168,24 +168,24 @@ static int check_coverage(json_t *rep, json_t *probes, const struct report_live 
 	int r;
 
 	if (!suite || strcmp(suite, SUITE_NAME))
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: doctor.suite is %s, not " SUITE_NAME ": only the adverse suite's report signs",
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: doctor.suite is %s, not " SUITE_NAME ": only the adverse suite's report signs",
 		    suite ? EXC(suite) : "missing");
 	if (!json_is_true(json_object_get(setup, "ok")))
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: setup.ok is not true (step %s: %s): the suite did not run in full",
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: setup.ok is not true (step %s: %s): the suite did not run in full",
 		    EXC(json_string_value(json_object_get(setup, "step")) ?: "?"),
 		    EXC(json_string_value(json_object_get(setup, "why")) ?: "?"));
 	if ((r = check_host(json_object_get(rep, "host_checks"), live, why, whysz)) < 0)
 		return r;
 	if (!json_is_array(vms) || json_array_size(vms) == 0)
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: vms is missing or empty: which VMs the probes ran in is not said");
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: vms is missing or empty: which VMs the probes ran in is not said");
 	json_array_foreach(vms, i, v) {
 		const char *id = json_string_value(json_object_get(v, "id"));
 		const char *mode = json_string_value(json_object_get(v, "mode"));
 
 		if (!id || !mode)
-			return attest_errf(ATTEST_EINPUT, why, whysz, "report: vms entry %zu has no id or mode", i);
+			return reason_code(ATTEST_EINPUT, why, whysz, "report: vms entry %zu has no id or mode", i);
 		if (!json_is_true(json_object_get(v, "booted_by_doctor")))
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: VM %s (mode %s) was not booted by the doctor: a --vm run never signs",
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: VM %s (mode %s) was not booted by the doctor: a --vm run never signs",
 			    EXC(id), EXC(mode));
 	}
 	json_array_foreach(probes, i, p) {
@@ -193,7 +193,7 @@ static int check_coverage(json_t *rep, json_t *probes, const struct report_live 
 		const char *name = json_string_value(json_object_get(p, "name"));
 
 		if (!id || !vm_mode(vms, id))
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: probe %s ran in VM %s, which is not among the report's vms",
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: probe %s ran in VM %s, which is not among the report's vms",
 			    EXC(name), id ? EXC(id) : "(none named)");
 	}
 	for (m = 0; m < nm && m < REPORT_MODES_MAX; m++) {
@@ -205,7 +205,7 @@ static int check_coverage(json_t *rep, json_t *probes, const struct report_live 
 		json_array_foreach(probes, i, p)
 			ran |= !strcmp(vm_mode(vms, json_string_value(json_object_get(p, "vm"))), sm[m].mode);
 		if (!ran)
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: mode %s is missing: this host has %s slots, but no doctor VM of mode %s ran probes",
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: mode %s is missing: this host has %s slots, but no doctor VM of mode %s ran probes",
 			    sm[m].mode, sm[m].mode, sm[m].mode);
 		for (c = 0; sm[m].classes[c]; c++) {
 			int have = 0;
@@ -214,7 +214,7 @@ static int check_coverage(json_t *rep, json_t *probes, const struct report_live 
 				have |= !strcmp(vm_mode(vms, json_string_value(json_object_get(p, "vm"))), sm[m].mode) &&
 					!strcmp(json_string_value(json_object_get(p, "class")), sm[m].classes[c]);
 			if (!have)
-				return attest_errf(ATTEST_EREFUSED, why, whysz, "report: mode %s: class %s is missing (the doctor's suite runs it in every %s VM)",
+				return reason_code(ATTEST_EREFUSED, why, whysz, "report: mode %s: class %s is missing (the doctor's suite runs it in every %s VM)",
 				    sm[m].mode, sm[m].classes[c], sm[m].mode);
 		}
 	}
@@ -236,11 +236,11 @@ int report_check(json_t *rep, const char *mid, const struct report_live *live, l
 	int r;
 
 	if (!v)
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: verdict is missing or not a string");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: verdict is missing or not a string");
 	if (!json_is_array(probes))
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: probes is missing or not an array");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: probes is missing or not an array");
 	if (json_array_size(probes) == 0)
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: no probes; a report that tested nothing never signs");
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: no probes; a report that tested nothing never signs");
 	json_array_foreach(probes, i, p) {
 		const char *name = json_string_value(json_object_get(p, "name"));
 		const char *cls = json_string_value(json_object_get(p, "class"));
@@ -248,44 +248,44 @@ int report_check(json_t *rep, const char *mid, const struct report_live *live, l
 		json_t *steps = json_object_get(p, "steps");
 
 		if (!name || !*name || !cls || !*cls)
-			return attest_errf(ATTEST_EINPUT, why, whysz, "report: probe %zu has no name or class", i);
+			return reason_code(ATTEST_EINPUT, why, whysz, "report: probe %zu has no name or class", i);
 		if (!pv)
-			return attest_errf(ATTEST_EINPUT, why, whysz, "report: probe %s: verdict is missing", EXC(name));
+			return reason_code(ATTEST_EINPUT, why, whysz, "report: probe %s: verdict is missing", EXC(name));
 		if (strcmp(pv, "pass"))
-			return attest_errf(ATTEST_EREFUSED, why, whysz, "report: probe %s (class %s): verdict %s, not pass", EXC(name),
+			return reason_code(ATTEST_EREFUSED, why, whysz, "report: probe %s (class %s): verdict %s, not pass", EXC(name),
 			    EXC(cls), EXC(pv));
 		if (!json_is_array(steps) || json_array_size(steps) == 0)
-			return attest_errf(ATTEST_EINPUT, why, whysz, "report: probe %s: no steps (a pass without evidence)", EXC(name));
+			return reason_code(ATTEST_EINPUT, why, whysz, "report: probe %s: no steps (a pass without evidence)", EXC(name));
 		if ((r = check_steps(name, steps, why, whysz)) < 0)
 			return r;
 		for (j = 0; j < i; j++)
 			if (!strcmp(name, json_string_value(json_object_get(json_array_get(probes, j), "name"))))
-				return attest_errf(ATTEST_EINPUT, why, whysz, "report: probe %s appears twice", EXC(name));
+				return reason_code(ATTEST_EINPUT, why, whysz, "report: probe %s appears twice", EXC(name));
 	}
 	if (strcmp(v, "pass"))
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: verdict %s, not pass", EXC(v));
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: verdict %s, not pass", EXC(v));
 	if ((r = check_counts(json_object_get(rep, "counts"), json_array_size(probes), why, whysz)) < 0 ||
 	    (r = check_coverage(rep, probes, live, why, whysz)) < 0)
 		return r;
 	if (!hid)
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: host.id is missing");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: host.id is missing");
 	if (strcmp(hid, mid))
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: host.id %s is not this host's (%s)", EXC(hid), mid);
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: host.id %s is not this host's (%s)", EXC(hid), mid);
 	if (!ver)
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: doctor.version is missing");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: doctor.version is missing");
 	if (st < 0)
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: started is missing or not YYYY-MM-DDTHH:MM:SSZ");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: started is missing or not YYYY-MM-DDTHH:MM:SSZ");
 	if (fin < 0)
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: finished is missing or not YYYY-MM-DDTHH:MM:SSZ");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: finished is missing or not YYYY-MM-DDTHH:MM:SSZ");
 	if (fin < st)
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: finished is before started");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: finished is before started");
 	if (fin > now + SKEW_S)
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: finished is in the future");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: finished is in the future");
 	if (fin + expires_s <= now)
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: finished %s, already older than the expiry (%lld s)",
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: finished %s, already older than the expiry (%lld s)",
 		    json_string_value(json_object_get(rep, "finished")), expires_s);
 	if (fin + max_age < now)
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: finished %s, older than the %lld s a report may be (--max-report-age-s)",
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: finished %s, older than the %lld s a report may be (--max-report-age-s)",
 		    json_string_value(json_object_get(rep, "finished")), max_age);
 	*fin_out = fin;
 	return 0;
@@ -300,16 +300,16 @@ int report_subjects_check(json_t *rep, json_t *live, char *why, size_t whysz)
 	size_t i, j, bad = 0;
 
 	if (!json_is_array(rs) || json_array_size(rs) == 0)
-		return attest_errf(ATTEST_EINPUT, why, whysz, "report: subjects is missing or empty (the doctor records isopod-attest subjects before its probes)");
+		return reason_code(ATTEST_EINPUT, why, whysz, "report: subjects is missing or empty (the doctor records isopod-attest subjects before its probes)");
 	json_array_foreach(rs, i, e) {
 		const char *name = json_string_value(json_object_get(e, "name"));
 		const char *d = json_string_value(json_object_get(json_object_get(e, "digest"), "sha256"));
 
 		if (!name || !d)
-			return attest_errf(ATTEST_EINPUT, why, whysz, "report: subjects entry %zu has no name or no digest.sha256", i);
+			return reason_code(ATTEST_EINPUT, why, whysz, "report: subjects entry %zu has no name or no digest.sha256", i);
 		for (j = 0; j < i; j++)
 			if (!strcmp(name, json_string_value(json_object_get(json_array_get(rs, j), "name"))))
-				return attest_errf(ATTEST_EINPUT, why, whysz, "report: subject %s appears twice", EXC(name));
+				return reason_code(ATTEST_EINPUT, why, whysz, "report: subject %s appears twice", EXC(name));
 	}
 	json_array_foreach(live, i, l) {
 		const char *name = json_string_value(json_object_get(l, "name"));
@@ -334,6 +334,6 @@ int report_subjects_check(json_t *rep, json_t *live, char *why, size_t whysz)
 			warn("subject %s: in the report, but not on this host now", EXC(name)), bad++;
 	}
 	if (bad)
-		return attest_errf(ATTEST_EREFUSED, why, whysz, "report: %zu subject(s) differ from the live host's: the doctor did not test this host as it is now", bad);
+		return reason_code(ATTEST_EREFUSED, why, whysz, "report: %zu subject(s) differ from the live host's: the doctor did not test this host as it is now", bad);
 	return 0;
 }

@@ -56,7 +56,7 @@ void vreason(char *buf, size_t sz, int e, const char *fmt, va_list ap)
 		snprintf(buf + k, sz - k, " %s", strerror(e));
 }
 
-int reason_fail(char *err, size_t sz, const char *fmt, ...)
+int reason_code(int code, char *err, size_t sz, const char *fmt, ...)
 {
 	va_list ap;
 	int e = errno;
@@ -65,7 +65,7 @@ int reason_fail(char *err, size_t sz, const char *fmt, ...)
 	vreason(err, sz, e, fmt, ap);
 	va_end(ap);
 	errno = e;
-	return -1;
+	return code;
 }
 
 const char *exit_kind(int code)

@@ -154,8 +154,12 @@ char *excerpt(char buf[EXCERPT_SZ], const void *p, size_t n);
  * strerror(e) appended), for a library that hands its reason back. */
 __attribute__((format(printf, 4, 0))) void vreason(char *buf, size_t sz, int e, const char *fmt, va_list ap);
 /* vreason with errno's text, for a library's error return: errno kept,
- * always -1 (`return reason_fail(err, errsz, "open %s:", path);`). */
-__attribute__((format(printf, 3, 4))) int reason_fail(char *err, size_t sz, const char *fmt, ...);
+ * code back, so one line both words the reason and picks the result
+ * (`return reason_code(EX_USAGE, err, errsz, "bad %s", what);`): the one
+ * "status + message" helper (bootopt's refusals, attest's classes). */
+__attribute__((format(printf, 4, 5))) int reason_code(int code, char *err, size_t sz, const char *fmt, ...);
+/* reason_code for the usual -1 (`return reason_fail(err, errsz, "open %s:", path);`). */
+#define reason_fail(err, sz, ...) reason_code(-1, (err), (sz), __VA_ARGS__)
 
 /* Print obj compactly + "\n" to stdout and check the write (dies EX_SYS). */
 void json_emit(json_t *obj);

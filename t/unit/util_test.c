@@ -674,6 +674,31 @@ static void test_dir_own_open(void)
 	}
 }
 
+/* reason_code: the one "status + message" helper (bootopt's refusals,
+ * attest's classes, reason_fail's -1): die's wording, errno kept. */
+static void test_reason_code(void)
+{
+	char buf[128];
+	int r;
+
+	errno = ENOENT;
+	r = reason_code(102, buf, sizeof buf, "open %s:", "/x");
+	ok(r == 102 && errno == ENOENT && !strcmp(buf, "open /x: No such file or directory"),
+	   "reason_code: the code back, a trailing ':' gets strerror, errno kept (%s)", buf);
+	errno = EACCES;
+	r = reason_code(100, buf, sizeof buf, "bad %s", "option");
+	ok(r == 100 && errno == EACCES && !strcmp(buf, "bad option"),
+	   "reason_code: no ':' at the end, no strerror (%s)", buf);
+	errno = EIO;
+	r = reason_fail(buf, sizeof buf, "read:");
+	ok(r == -1 && errno == EIO && !strcmp(buf, "read: Input/output error"),
+	   "reason_fail is reason_code's -1 (%s)", buf);
+	errno = ENOENT;
+	r = reason_code(111, buf, 8, "a long reason %d:", 1);
+	ok(r == 111 && strlen(buf) == 7 && !strncmp(buf, "a long ", 7),
+	   "reason_code: cut to the buffer, never past it (%s)", buf);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "status-child"))
@@ -701,6 +726,7 @@ int main(int argc, char **argv)
 	test_run_options();
 	test_sha256_fd();
 	test_dir_own_open();
+	test_reason_code();
 	{
 		char cmd[300];
 
