@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -166,27 +167,24 @@ int resolve_base(struct img *im, const char *flavor, const char *sha, char *err,
 
 long long qcow2_size(const char *path)
 {
-	unsigned char hd[32];
-	long long v = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), i;
+	unsigned char hd[QCOW2_HDR_MAX];
+	struct qcow2_hdr q;
+	char why[160];
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	ssize_t n;
 
 	if (fd < 0)
 		return -1;
-	char why[160];
-
-	n = read(fd, hd, sizeof hd);
+	n = pread(fd, hd, sizeof hd, 0);
 	/* boot's root `qemu-img resize` follows on this size: the header first */
 	if (qcow2_header_ok(fd, why, sizeof why) < 0)
 		n = 0;
 	close(fd);
-	if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
+	if (n < 0 || qcow2_hdr_read(hd, (size_t)n, &q) < 0 || q.size > LLONG_MAX) {
 		errno = EINVAL;
 		return -1;
 	}
-	for (i = 24; i < 32; i++)
-		v = v << 8 | hd[i];
-	return v;
+	return (long long)q.size;
 }
 
 static unsigned long long be(const unsigned char *p, int n)
@@ -198,57 +196,82 @@ static unsigned long long be(const unsigned char *p, int n)
 	return v;
 }
 
+int qcow2_hdr_read(const unsigned char *buf, size_t n, struct qcow2_hdr *h)
+{
+	if (n < 72 || memcmp(buf, "QFI\xfb", 4))
+		return -1;
+	*h = (struct qcow2_hdr){
+		.version = (unsigned)be(buf + 4, 4),
+		.backing_off = be(buf + 8, 8),
+		.backing_len = (unsigned)be(buf + 16, 4),
+		.cluster_bits = (unsigned)be(buf + 20, 4),
+		.size = be(buf + 24, 8),
+		.crypt = (unsigned)be(buf + 32, 4),
+		.l1_size = (unsigned)be(buf + 36, 4),
+		.l1_off = be(buf + 40, 8),
+		.snapshots = (unsigned)be(buf + 60, 4),
+		.header_len = 72,
+	};
+	if (h->version == 3) {
+		h->incompatible = n >= QCOW2_HDR_MAX ? be(buf + 72, 8) : 0;
+		h->header_len = n >= QCOW2_HDR_MAX ? (unsigned)be(buf + 100, 4) : 0;
+	}
+	return 0;
+}
+
+void qcow2_ext_read(const unsigned char p[8], unsigned *type, unsigned *len)
+{
+	*type = (unsigned)be(p, 4);
+	*len = (unsigned)be(p + 4, 4);
+}
+
 int qcow2_header_ok(int fd, char *why, size_t wsz)
 {
-	unsigned char hd[104], ext[8];
-	unsigned long long inc, off, end;
-	unsigned version, cbits, hlen, i;
+	unsigned char hd[QCOW2_HDR_MAX], ext[8];
+	unsigned long long off, end;
+	struct qcow2_hdr q;
+	ssize_t n = pread(fd, hd, sizeof hd, 0);
+	unsigned i;
 
-	memset(hd, 0, sizeof hd);
-	if (pread(fd, hd, sizeof hd, 0) < 72 || memcmp(hd, "QFI\xfb", 4)) {
+	if (n < 0 || qcow2_hdr_read(hd, (size_t)n, &q) < 0) {
 		snprintf(why, wsz, "not a qcow2 image");
 		return -1;
 	}
-	version = (unsigned)be(hd + 4, 4);
-	cbits = (unsigned)be(hd + 20, 4);
-	if ((version != 2 && version != 3) || cbits < 9 || cbits > 21) {
+	if ((q.version != 2 && q.version != 3) || q.cluster_bits < 9 || q.cluster_bits > 21) {
 		snprintf(why, wsz, "qcow2 version %u, cluster bits %u: not one qemu-img makes",
-			 version, cbits);
+			 q.version, q.cluster_bits);
 		return -1;
 	}
-	inc = version == 3 ? be(hd + 72, 8) : 0;
-	hlen = version == 3 ? (unsigned)be(hd + 100, 4) : 72;
 	/* Only dirty (bit 0) and the compression type (bit 3): the corrupt
 	 * bit (1) and the external data file (2) are a guest's doing. */
-	if (inc & ~(1ULL | 8ULL)) {
-		snprintf(why, wsz, "qcow2 incompatible features %#llx (%s)", inc,
-			 inc & 4 ? "an external data file" : "not dirty or compression type");
+	if (q.incompatible & ~(1ULL | 8ULL)) {
+		snprintf(why, wsz, "qcow2 incompatible features %#llx (%s)", q.incompatible,
+			 q.incompatible & 4 ? "an external data file" : "not dirty or compression type");
 		return -1;
 	}
-	if (version == 3 && (hlen < 104 || hlen % 8)) {
-		snprintf(why, wsz, "qcow2 header length %u", hlen);
+	if (q.version == 3 && (q.header_len < 104 || q.header_len % 8)) {
+		snprintf(why, wsz, "qcow2 header length %u", q.header_len);
 		return -1;
 	}
 	/* The header extensions, where QEMU reads them: up to the backing
 	 * file's name, else the first cluster.  The data-file extension names
 	 * a host path QEMU would open, whatever the feature bit says. */
-	end = be(hd + 8, 8) ? be(hd + 8, 8) : 1ULL << cbits;
-	for (off = hlen, i = 0; off + sizeof ext <= end && i < 1024; i++) {
-		unsigned long long type, len;
+	end = q.backing_off ? q.backing_off : 1ULL << q.cluster_bits;
+	for (off = q.header_len, i = 0; off + sizeof ext <= end && i < 1024; i++) {
+		unsigned type, len;
 
 		if (pread(fd, ext, sizeof ext, (off_t)off) != (ssize_t)sizeof ext) {
 			snprintf(why, wsz, "qcow2 header extension at %llu: unreadable", off);
 			return -1;
 		}
-		type = be(ext, 4);
-		len = be(ext + 4, 4);
+		qcow2_ext_read(ext, &type, &len);
 		if (!type)
 			return 0;
-		if (type == 0x44415441) {
+		if (type == QCOW2_EXT_DATA_FILE) {
 			snprintf(why, wsz, "qcow2 external data file extension");
 			return -1;
 		}
-		off += sizeof ext + ((len + 7) & ~7ULL);
+		off += sizeof ext + ((len + 7ULL) & ~7ULL);
 	}
 	return 0; /* QEMU stops where the area ends too */
 }
@@ -288,15 +311,14 @@ static int backing_in_store(const char *path)
 int disk_chain(const char *disk, json_t *layers, char bsha[65])
 {
 	char cur[PATH_MAX], name[PATH_MAX], nxt[PATH_MAX];
-	unsigned char hd[20];
-	int depth, i;
+	unsigned char hd[QCOW2_HDR_MAX];
+	int depth;
 
 	if (pathn(cur, sizeof cur, "%s", disk) < 0)
 		return -1;
 	for (depth = 0; depth < 80; depth++) {
 		const char *b = strrchr(cur, '/') ? strrchr(cur, '/') + 1 : cur;
-		unsigned long long off = 0;
-		unsigned len = 0;
+		struct qcow2_hdr q;
 		ssize_t n;
 		/* a FIFO would hang us, a device be opened, a link lead out */
 		int fd = open(cur, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
@@ -310,7 +332,7 @@ int disk_chain(const char *disk, json_t *layers, char bsha[65])
 			return -1;
 		}
 		n = pread(fd, hd, sizeof hd, 0);
-		if (n != (ssize_t)sizeof hd || memcmp(hd, "QFI\xfb", 4)) {
+		if (n < 20 || memcmp(hd, "QFI\xfb", 4)) {
 			/* raw: the base image */
 			close(fd);
 			if (depth == 0 || strncmp(b, "base-", 5) || strlen(b) != 5 + 64 + 4 ||
@@ -320,7 +342,7 @@ int disk_chain(const char *disk, json_t *layers, char bsha[65])
 			bsha[64] = 0;
 			return hex64_ok(bsha) ? 0 : -1;
 		}
-		if (qcow2_header_ok(fd, name, sizeof name) < 0) {
+		if (qcow2_header_ok(fd, name, sizeof name) < 0 || qcow2_hdr_read(hd, (size_t)n, &q) < 0) {
 			close(fd);
 			errno = EINVAL;
 			return -1;
@@ -342,17 +364,14 @@ int disk_chain(const char *disk, json_t *layers, char bsha[65])
 			}
 			json_array_insert_new(layers, 0, json_string(id));
 		}
-		for (i = 8; i < 16; i++)
-			off = off << 8 | hd[i];
-		for (i = 16; i < 20; i++)
-			len = len << 8 | hd[i];
-		if (!off || !len || len >= sizeof name ||
-		    pread(fd, name, len, (off_t)off) != (ssize_t)len) {
+		if (!q.backing_off || !q.backing_len || q.backing_len >= sizeof name ||
+		    q.backing_off > LLONG_MAX ||
+		    pread(fd, name, q.backing_len, (off_t)q.backing_off) != (ssize_t)q.backing_len) {
 			close(fd);
 			return -1;
 		}
 		close(fd);
-		name[len] = 0;
+		name[q.backing_len] = 0;
 		if (name[0] == '/') {
 			snprintf(nxt, sizeof nxt, "%s", name); /* len < sizeof name */
 		} else {

@@ -40,6 +40,25 @@ int kernel_agent_ok(const struct img *im, char *err, size_t errsz);
 /* The base image: the one a fork recorded (sha given), else the current
  * build of the flavor.  0, or an exit class with err. */
 int resolve_base(struct img *im, const char *flavor, const char *sha, char *err, size_t errsz);
+/* A qcow2 header's fields (qcow2 spec, big-endian on disk), as
+ * qcow2_hdr_read found them; every field a number, nothing checked.  The
+ * version 3 fields (incompatible, header_len) are 0 in a version 3 header
+ * cut before byte 104, and 0 and 72 in a version 2 one. */
+struct qcow2_hdr {
+	unsigned version, cluster_bits, backing_len, crypt, l1_size, snapshots, header_len;
+	unsigned long long backing_off, size, l1_off, incompatible;
+};
+#define QCOW2_HDR_MAX 104 /* the bytes qcow2_hdr_read reads: a version 3 header */
+/* The header at buf[0..n): 0, or -1 when buf has no qcow2 magic or
+ * fewer than the 72 bytes of a version 2 header.  buf is a guest's: its
+ * QEMU wrote every layer and template (fuzz/qcow2_fuzz.c). */
+int qcow2_hdr_read(const unsigned char *buf, size_t n, struct qcow2_hdr *h);
+/* Header extension types (qcow2 spec): the backing file's format; the
+ * external data file's name (a host path QEMU would open). */
+#define QCOW2_EXT_BACKING_FMT 0xe2792acaU
+#define QCOW2_EXT_DATA_FILE 0x44415441U
+/* A header extension's type and length from its first 8 bytes. */
+void qcow2_ext_read(const unsigned char p[8], unsigned *type, unsigned *len);
 /* Virtual size of a qcow2 image from its header; -1 (errno) when it is not
  * one or fails qcow2_header_ok. */
 long long qcow2_size(const char *path);

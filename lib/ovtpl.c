@@ -2,6 +2,7 @@
 
 #include "ovtpl.h"
 
+#include "image.h"
 #include "proc.h"
 #include "qemu.h"
 #include "util.h"
@@ -18,56 +19,44 @@
 /* An empty overlay is a few clusters (196648 bytes for a 2 GiB disk with
  * 64 KiB clusters); one of more than this is not one qemu-img made. */
 #define TPL_MAX (4 << 20)
-/* The backing file format header extension (qcow2 spec) */
-#define EXT_BACKING_FMT 0xe2792acaULL
-
-static unsigned long long be(const unsigned char *p, int n)
-{
-	unsigned long long v = 0;
-
-	while (n-- > 0)
-		v = v << 8 | *p++;
-	return v;
-}
 
 int overlay_header_is(const unsigned char *buf, size_t n, const char *base, const char *fmt,
 		      long long bytes)
 {
-	unsigned long long boff, bsz, l1n, l1off, off, hlen;
+	unsigned long long off;
 	size_t blen = strlen(base), flen = strlen(fmt);
+	struct qcow2_hdr q;
 	int fmt_ok = 0;
 
-	if (n < 104 || memcmp(buf, "QFI\xfb", 4) || be(buf + 4, 4) != 3 || bytes < 0 ||
-	    be(buf + 24, 8) != (unsigned long long)bytes || be(buf + 32, 4) /* encrypted */ ||
-	    be(buf + 60, 4) /* snapshots */ || be(buf + 72, 8) /* incompatible: not even dirty */)
+	if (n < QCOW2_HDR_MAX || qcow2_hdr_read(buf, n, &q) < 0 || q.version != 3 || bytes < 0 ||
+	    q.size != (unsigned long long)bytes || q.crypt || q.snapshots ||
+	    q.incompatible /* not even dirty */ || q.cluster_bits < 9 || q.cluster_bits > 21)
 		return 0;
-	boff = be(buf + 8, 8);
-	bsz = be(buf + 16, 4);
-	hlen = be(buf + 100, 4);
-	if (bsz != blen || boff > n || n - boff < bsz || memcmp(buf + boff, base, blen) ||
-	    hlen < 104 || hlen % 8 || hlen > boff)
+	if (q.backing_len != blen || q.backing_off > n || n - q.backing_off < q.backing_len ||
+	    memcmp(buf + q.backing_off, base, blen) || q.header_len < 104 || q.header_len % 8 ||
+	    q.header_len > q.backing_off)
 		return 0;
 	/* the extensions, between the header and the backing name: the
 	 * format must be the backing file's (raw: no header of a base is
 	 * ever parsed; qcow2: a stage's layer, parsed by a jailed QEMU) */
-	for (off = hlen; off + 8 <= boff;) {
-		unsigned long long type = be(buf + off, 4), len = be(buf + off + 4, 4);
+	for (off = q.header_len; off + 8 <= q.backing_off;) {
+		unsigned type, len;
 
+		qcow2_ext_read(buf + off, &type, &len);
 		if (type == 0)
 			break;
-		if (len > boff - off - 8)
+		/* never one qcow2_header_ok refuses (fuzz/qcow2_fuzz.c) */
+		if (len > q.backing_off - off - 8 || type == QCOW2_EXT_DATA_FILE)
 			return 0;
-		if (type == EXT_BACKING_FMT)
+		if (type == QCOW2_EXT_BACKING_FMT)
 			fmt_ok = len == flen && !memcmp(buf + off + 8, fmt, flen);
-		off += 8 + ((len + 7) & ~7ULL);
+		off += 8 + ((len + 7ULL) & ~7ULL);
 	}
 	/* empty: an L1 table of zeros, wholly in the file */
-	l1n = be(buf + 36, 4);
-	l1off = be(buf + 40, 8);
-	if (!fmt_ok || l1off > n || (n - l1off) / 8 < l1n)
+	if (!fmt_ok || q.l1_off > n || (n - q.l1_off) / 8 < q.l1_size)
 		return 0;
-	for (unsigned long long i = 0; i < l1n * 8; i++)
-		if (buf[l1off + i])
+	for (unsigned long long i = 0; i < q.l1_size * 8ULL; i++)
+		if (buf[q.l1_off + i])
 			return 0;
 	return 1;
 }
@@ -152,7 +141,7 @@ int overlay_tpl_stale(int dfd, const char *name)
 	char base[PATH_MAX], cur[PATH_MAX], own[128], pre[65];
 	unsigned char h[4096];
 	struct stat bst;
-	unsigned long long boff, bsz;
+	struct qcow2_hdr q;
 	const char *fmt, *c;
 	size_t pl = hex_span(name) == 64 ? 64 : 15;
 	ssize_t got;
@@ -177,14 +166,13 @@ int overlay_tpl_stale(int dfd, const char *name)
 	close(fd);
 	if (got < 0)
 		return 0;
-	boff = got >= 104 ? be(h + 8, 8) : 0;
-	bsz = got >= 104 ? be(h + 16, 4) : 0;
-	if (got < 104 || memcmp(h, "QFI\xfb", 4) || be(h + 24, 8) > LLONG_MAX || bsz == 0 ||
-	    bsz >= sizeof base || boff > (unsigned long long)got - bsz)
+	if (got < QCOW2_HDR_MAX || qcow2_hdr_read(h, (size_t)got, &q) < 0 || q.size > LLONG_MAX ||
+	    q.backing_len == 0 || q.backing_len >= sizeof base ||
+	    q.backing_off > (unsigned long long)got - q.backing_len)
 		return 1;
-	memcpy(base, h + boff, bsz);
-	base[bsz] = 0;
-	if (strlen(base) != bsz || backing_kind(base, pre, sizeof pre, &fmt) < 0 ||
+	memcpy(base, h + q.backing_off, q.backing_len);
+	base[q.backing_len] = 0;
+	if (strlen(base) != q.backing_len || backing_kind(base, pre, sizeof pre, &fmt) < 0 ||
 	    strncmp(pre, name, pl))
 		return 1;
 	/* The backing file's identity from the store gc holds (store_home:
@@ -195,7 +183,7 @@ int overlay_tpl_stale(int dfd, const char *name)
 	if (pathn(cur, sizeof cur, pl == 64 ? "%s/images/base-%.64s.img" : "%s/stages/%.15s/layer.qcow2",
 		  store_home(), name) < 0 || lstat(cur, &bst) < 0 || S_ISLNK(bst.st_mode))
 		return 0;
-	if (tpl_path(base, &bst, (long long)be(h + 24, 8), cur, sizeof cur, NULL, 0, &fmt) < 0)
+	if (tpl_path(base, &bst, (long long)q.size, cur, sizeof cur, NULL, 0, &fmt) < 0)
 		return 0;
 	c = strrchr(cur, '/') + 1;
 	return strcmp(c, own) != 0;

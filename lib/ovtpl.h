@@ -63,7 +63,8 @@ int overlay_tpl_path(const char *base, long long bytes, char *tpl, size_t tsz, c
 int overlay_tpl_stale(int dfd, const char *name);
 
 /* Do buf[0..n) hold an empty qcow2 overlay's header over base (its
- * format fmt) of bytes?  1 or 0. */
+ * format fmt) of bytes?  1 or 0; never 1 for one qcow2_header_ok (image.h)
+ * refuses.  Read with image.h's qcow2_hdr_read. */
 int overlay_header_is(const unsigned char *buf, size_t n, const char *base, const char *fmt,
 		      long long bytes);
 

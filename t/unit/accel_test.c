@@ -8,6 +8,7 @@
 #include "../../lib/host.c"
 #include "../../lib/proc.c"
 #include "../../lib/ovtpl.c"
+#include "../../lib/image.c" /* ovtpl's qcow2 header reader */
 #include "../../lib/qemu.c"
 
 #include "tap.h"

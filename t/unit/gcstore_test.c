@@ -11,6 +11,7 @@
 #include "../../lib/warm.c"
 #include "../../lib/config.c"
 #include "../../lib/ovtpl.c"
+#include "../../lib/image.c" /* ovtpl's qcow2 header reader */
 #include "../../lib/gcstore.c"
 
 #include "tap.h"

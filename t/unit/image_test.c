@@ -108,6 +108,61 @@ static void test_chain(void)
 	json_decref(l);
 }
 
+/* qcow2_hdr_read, the one reader of a header's fields (image.c, ovtpl.c):
+ * the fields of an image qemu-img made, at the offsets the spec gives;
+ * a version 2 header's (no v3 fields); a header cut short or without the
+ * magic refused, and a v3 one cut before its v3 fields read with them 0. */
+static void test_hdr_read(void)
+{
+	char p[PATH_MAX], b[PATH_MAX], cmd[2 * PATH_MAX + 128];
+	unsigned char hd[1024];
+	struct qcow2_hdr q = { .version = 99 };
+	unsigned type = 0, len = 0;
+	ssize_t n = -1;
+	int fd;
+
+	snprintf(b, sizeof b, "%s/back.qcow2", dir);
+	snprintf(p, sizeof p, "%s/over.qcow2", dir);
+	snprintf(cmd, sizeof cmd, "qemu-img create -q -f qcow2 -u -F qcow2 -b '%s' '%s' 3M >/dev/null", b, p);
+	if (system(cmd) == 0 && (fd = open(p, O_RDONLY)) >= 0) {
+		n = pread(fd, hd, sizeof hd, 0);
+		close(fd);
+	}
+	ok(n == (ssize_t)sizeof hd && qcow2_hdr_read(hd, (size_t)n, &q) == 0 && q.version == 3 &&
+		   q.size == 3 << 20 && q.cluster_bits == 16 && q.backing_len == strlen(b) &&
+		   q.backing_off + q.backing_len <= sizeof hd &&
+		   !memcmp(hd + q.backing_off, b, strlen(b)) && q.header_len >= 104 &&
+		   q.header_len % 8 == 0 && q.incompatible == 0 && q.crypt == 0 && q.snapshots == 0 &&
+		   q.l1_size >= 1 && q.l1_off == 3 * 65536,
+	   "qcow2_hdr_read: v3 over a backing file (size, cluster bits, backing name, header length, L1)");
+	if (n == (ssize_t)sizeof hd)
+		qcow2_ext_read(hd + q.header_len, &type, &len);
+	ok(type == 0xe2792aca && len == 5 && !memcmp(hd + q.header_len + 8, "qcow2", 5),
+	   "qcow2_ext_read: the first extension, the backing format (%#x, %u)", type, len);
+	ok(qcow2_hdr_read(hd, 104, &q) == 0 && q.header_len >= 104 &&
+		   qcow2_hdr_read(hd, 103, &q) == 0 && q.header_len == 0 && q.incompatible == 0 &&
+		   q.size == 3 << 20,
+	   "a v3 header cut before byte 104: its v3 fields 0 (a header length no check takes)");
+	ok(qcow2_hdr_read(hd, 71, &q) < 0, "fewer than 72 bytes: no header");
+	hd[3] = 0;
+	ok(qcow2_hdr_read(hd, sizeof hd, &q) < 0, "no magic: no header");
+	hd[3] = 0xfb;
+	hd[7] = 2;
+	hd[79] = 1;
+	ok(qcow2_hdr_read(hd, sizeof hd, &q) == 0 && q.version == 2 && q.header_len == 72 &&
+		   q.incompatible == 0,
+	   "version 2: no v3 fields read (bytes 72.. are not a header's)");
+	memset(hd + 8, 0xff, 8);
+	memset(hd + 24, 0xff, 8);
+	ok(qcow2_hdr_read(hd, sizeof hd, &q) == 0 && q.backing_off == ~0ULL && q.size == ~0ULL,
+	   "an offset and a size of 2^64-1 read as numbers");
+	/* the file's own size field past LLONG_MAX: no size (was negative) */
+	poke(p, 24, hd + 24, 8);
+	ok(check(p) == 0 && qcow2_size(p) == -1 && errno == EINVAL,
+	   "qcow2_size: a size past LLONG_MAX is no size, not a negative one");
+	unlink(p);
+}
+
 int main(void)
 {
 	char p[PATH_MAX], d[PATH_MAX];
@@ -140,6 +195,7 @@ int main(void)
 	snprintf(p, sizeof p, "%s/host-file", dir);
 	ok(check(p) < 0, "a raw file is not a qcow2 image");
 	test_chain();
+	test_hdr_read();
 	snprintf(d, sizeof d, "rm -rf %s", dir);
 	if (system(d) != 0)
 		printf("# unable to remove %s\n", dir);

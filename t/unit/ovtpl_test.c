@@ -6,6 +6,7 @@
 #include "../../lib/proc.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/qemu.c"
 #include "../../lib/ovtpl.c"
+#include "../../lib/image.c" /* its qcow2 header reader */
 
 #include "tap.h"
 
@@ -312,7 +313,8 @@ int main(void)
 	   "not truncated");
 	if (buf) {
 		unsigned char *m = malloc(n);
-		unsigned long long l1 = be(buf + 40, 8);
+		struct qcow2_hdr q = { .l1_off = 0 };
+		unsigned long long l1 = qcow2_hdr_read(buf, n, &q) == 0 ? q.l1_off : 0;
 		const unsigned char *raw = memmem(buf, 4096, "raw", 3);
 
 		memcpy(m, buf, n);

@@ -1,0 +1,70 @@
+/* qcow2_fuzz.c - libFuzzer target for the qcow2 header readers
+ * (lib/image.c qcow2_hdr_read, qcow2_ext_read, qcow2_header_ok;
+ * lib/ovtpl.c overlay_header_is).  Every layer and overlay a boot, fork,
+ * commit or gc reads was written by a guest's QEMU (jailed, but the
+ * guest's): its header is untrusted bytes.  The input is the file: read
+ * from memory and, for qcow2_header_ok, from a memfd holding it.  What
+ * must hold: a header is read iff there are 72 bytes and the magic; an
+ * overlay_header_is yes is a header of the given size, backing name and
+ * format wholly inside the input, and one qcow2_header_ok passes too; a
+ * reason is always a C string.  abort() otherwise. */
+#include "image.h"
+#include "ovtpl.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The backing names overlay_header_is is asked about: a base's and a
+ * stage layer's, as the store names them. */
+static const char *const bases[] = {
+	"/var/lib/isopod/images/base-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.img",
+	"/var/lib/isopod/stages/st-0123456789ab/layer.qcow2",
+};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static int fd = -1;
+	struct qcow2_hdr q;
+	char why[256];
+	int have, is, ok;
+	size_t k;
+
+	have = qcow2_hdr_read(data, size, &q) == 0;
+	if (have != (size >= 72 && !memcmp(data, "QFI\xfb", 4)))
+		abort();
+	if (have && q.version != 3 && (q.incompatible || q.header_len != 72))
+		abort();
+	if (size >= 8) {
+		unsigned type, len;
+
+		qcow2_ext_read(data + size - 8, &type, &len);
+	}
+	if (fd < 0 && (fd = memfd_create("qcow2_fuzz", MFD_CLOEXEC)) < 0)
+		abort();
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, data, size, 0) != (ssize_t)size)
+		abort();
+	why[0] = 0;
+	ok = qcow2_header_ok(fd, why, sizeof why) == 0;
+	if (!memchr(why, 0, sizeof why) || (!ok && !why[0]))
+		abort();
+	if (ok && !have)
+		abort();
+	for (k = 0; k < sizeof bases / sizeof *bases; k++) {
+		const char *fmt = k ? "qcow2" : "raw";
+
+		is = overlay_header_is(data, size, bases[k], fmt, have ? (long long)(q.size & 0x7fffffffffffffffULL) : 0);
+		if (!is)
+			continue;
+		if (!have || q.version != 3 || q.size > (unsigned long long)INT64_MAX ||
+		    q.backing_len != strlen(bases[k]) || q.backing_off > size ||
+		    size - q.backing_off < q.backing_len ||
+		    memcmp(data + q.backing_off, bases[k], q.backing_len) || !ok)
+			abort();
+	}
+	return 0;
+}
