@@ -1510,6 +1510,7 @@ CASES
 
 @test "claim --boot-check: the boot's options refused as isopod-boot --check refuses them (status, status object, diagnostic), before a record or a scratch directory" {
 	local home="$BATS_TEST_TMPDIR/store" fb="$BATS_TEST_TMPDIR/st-boot" fc="$BATS_TEST_TMPDIR/st-claim" a bs be
+	local fs="$BATS_TEST_TMPDIR/st-stand-in"
 	mkdir -p "$home/vms" "$home/runs"
 	export ISOPOD_HOME="$home"
 	for a in "--vcpus 0" "--vcpus 100000" "--disk-mib 63" "--console-max -1" "--accel x" "--timeout-ms 0" \
@@ -1519,11 +1520,16 @@ CASES
 		run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-boot --check "$@" 5>"$0"' "$fb" "$@"
 		bs=$status be=${stderr##*$'\n'}
 		run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 isopod-claim --scratch $$ --gc-auto --boot-check -- "$@" 5>"$0"' "$fc" "$@"
-		unset ISOPOD_WARM ISOPOD_ACCEL
 		[ "$bs" -eq 100 ] && [ "$status" -eq 100 ] && [ -z "$output" ] || false
 		[[ "$be" == "isopod-boot: fatal: "* ]]
 		[ "${stderr##*$'\n'}" = "$be" ]
 		cmp "$fb" "$fc"
+		# the stand-in (t/fake) refuses as the real claim does
+		run --separate-stderr bash -c 'ISOPOD_STATUS_FD=5 "$1" --scratch $$ --gc-auto --boot-check -- "${@:2}" 5>"$0"' \
+			"$fs" "$ISOPOD_SRC/t/fake/isopod-claim" "$@"
+		unset ISOPOD_WARM ISOPOD_ACCEL
+		[ "$status" -eq 100 ] && [ -z "$output" ] && [ "${stderr##*$'\n'}" = "$be" ] || false
+		cmp "$fb" "$fs"
 		# nothing claimed: no record, no scratch directory
 		[ -z "$(find "$home/vms" "$home/runs" -mindepth 1)" ]
 	done
@@ -1545,33 +1551,41 @@ CASES
 	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
 }
 
-@test "claim --boot-check: an option its build does not know is the boot's to judge (isopod-boot --check beside it, only on that refusal): passed, the claim goes on; refused, the boot's refusal" {
-	local home="$BATS_TEST_TMPDIR/store" lx="$BATS_TEST_TMPDIR/libexec" log="$BATS_TEST_TMPDIR/boot.log"
-	mkdir -p "$home/vms" "$lx"
-	# a boot of another build: it takes --extra, refuses --other its own way
-	cat >"$lx/isopod-boot" <<-EOF
-		#!/bin/sh
-		echo "\$*" >>"$log"
-		case " \$* " in *" --other "*) echo 'isopod-boot: fatal: other build says no' >&2; exit 100 ;; esac
-	EOF
-	chmod +x "$lx/isopod-boot"
+@test "claim --boot-check: an option its build does not know is the boot's to judge (isopod-boot --check beside it, only on that refusal): passed, the claim goes on; refused, the boot's refusal; the stand-in claim (t/fake) does the same" {
+	local home="$BATS_TEST_TMPDIR/store" lx="$BATS_TEST_TMPDIR/libexec" log="$BATS_TEST_TMPDIR/boot.log" claim
+	mkdir -p "$lx"
+	# the stand-in asks the isopod-boot beside it, the real claim the one
+	# in ISOPOD_LIBEXEC: both $lx's
+	ln -s "$ISOPOD_SRC/t/fake/isopod-claim" "$lx/isopod-claim"
 	export ISOPOD_HOME="$home" ISOPOD_LIBEXEC="$lx"
-	run --separate-stderr isopod-claim --boot-check -- --vcpus 1 --extra
-	[ "$status" -eq 0 ] && [ "$(cat "$log")" = "--check --vcpus 1 --extra" ] || false
-	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
-	# a refusal of its own range is the claim's: no boot asked
-	rm "$log"
-	run --separate-stderr isopod-claim --boot-check -- --vcpus 0
-	[ "$status" -eq 100 ] && [ ! -e "$log" ] || false
-	run --separate-stderr isopod-claim --boot-check -- --other
-	[ "$status" -eq 100 ] && [ "$stderr" = "isopod-boot: fatal: other build says no" ] || false
-	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
-	# no boot there to ask (exec fails: 127): the claim's own refusal
-	# stands, a usage error (status 100), not the exec's 127
-	rm "$lx/isopod-boot"
-	run --separate-stderr isopod-claim --boot-check -- --other
-	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-boot: fatal: bad option"* ]] || false
-	[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+	for claim in isopod-claim "$lx/isopod-claim"; do
+		rm -rf "$home" "$log"
+		mkdir -p "$home/vms"
+		# a boot of another build: it takes --extra, refuses --other its own way
+		cat >"$lx/isopod-boot" <<-EOF
+			#!/bin/sh
+			echo "\$*" >>"$log"
+			case " \$* " in *" --other "*) echo 'isopod-boot: fatal: other build says no' >&2; exit 100 ;; esac
+		EOF
+		chmod +x "$lx/isopod-boot"
+		run --separate-stderr "$claim" --boot-check -- --vcpus 1 --extra
+		[ "$status" -eq 0 ] && [ "$(cat "$log")" = "--check --vcpus 1 --extra" ] || false
+		[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+		# a refusal of its own range is the claim's: no boot asked
+		rm "$log"
+		run --separate-stderr "$claim" --boot-check -- --vcpus 0
+		[ "$status" -eq 100 ] && [ ! -e "$log" ] || false
+		[[ "${stderr##*$'\n'}" == "isopod-boot: fatal: --vcpus 0: out of range"* ]]
+		run --separate-stderr "$claim" --boot-check -- --other
+		[ "$status" -eq 100 ] && [ "$stderr" = "isopod-boot: fatal: other build says no" ] || false
+		[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+		# no boot there to ask (exec fails: 127): the claim's own refusal
+		# stands, a usage error (status 100), not the exec's 127
+		rm "$lx/isopod-boot"
+		run --separate-stderr "$claim" --boot-check -- --other
+		[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-boot: fatal: bad option"* ]] || false
+		[ "$(find "$home/vms" -name meta.json | wc -l)" = 1 ]
+	done
 }
 
 @test "claim --boot-check: the boot's refusal comes before the claim's own (--net without a slot, a bad --name); nothing locked" {
