@@ -504,6 +504,27 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	run_isopod -101 verify-artifact --stage no-such-stage "$D/app.bin" "$D/app.prov"
 }
 
+@test "verify-artifact of a FILE whose name is not UTF-8: its bytes checked as under any name (a file is its digest), the report's path made UTF-8; changed, missing, or a directory of such a name: refused cleanly" {
+	local f="$BATS_TEST_TMPDIR/app"$'\xff\xfe'".bin" d="$BATS_TEST_TMPDIR/tr"$'\xff'
+	cp "$D/app.bin" "$f"
+	run_isopod -0 verify-artifact "$f" "$D/app.prov"
+	jq -e '.valid == true and (.artifact.path | endswith("/app\ufffd\ufffd.bin")) and .failures == []' <<<"$output"
+	printf 'x' >>"$f"
+	run_isopod -1 verify-artifact "$f" "$D/app.prov"
+	jq -e '.valid == false and (.artifact.path | endswith("/app\ufffd\ufffd.bin")) and
+		([.failures[].field] | index("subject"))' <<<"$output"
+	rm "$f"
+	run_isopod -101 verify-artifact "$f" "$D/app.prov"
+	[ -z "$output" ] && [[ "$stderr" == *"unable to read"* ]] || false
+	# a directory of such a name: its Statement records nothing under it
+	# (a Statement's names are UTF-8): refused, the failure kept
+	mkdir "$d"
+	cp "$D/app.bin" "$d/app.bin"
+	run_isopod -1 verify-artifact "$d" "$D/app.prov"
+	jq -e '.valid == false and (.artifact.path | endswith("/tr\ufffd")) and
+		([.failures[].field] | index("subject"))' <<<"$output"
+}
+
 # A result of run B's VM as a failed run would have it: exit_code and
 # timed_out set (isopod-exec exits 1 for both, and copies out).
 failed_result() {

@@ -289,6 +289,61 @@ static void tree_malformed(json_t *base)
 	json_decref(s);
 }
 
+/* The file the walk saw is the one hashed (review L2: provtree.c's fstat
+ * of the opened fd against the walk's st_dev and st_ino).  The swap is a
+ * race between the walk's fstatat and tree_entry's openat, so the entry is
+ * handed to tree_entry as the walk would hand it (its stat taken), then the
+ * name is swapped: for a FIFO (an O_NONBLOCK read of it hashes as empty,
+ * the digest signed here), and for a regular file of the signed bytes
+ * that is not the one the walk saw.  Each must be "replaced while it was
+ * verified", never hashed; the control, the same file, verifies. */
+#define EMPTY_SHA "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+static void tree_swapped(void)
+{
+	static const char *what[] = { "the file the walk saw (control)", "a FIFO swapped in",
+				      "another regular file of the signed bytes swapped in" };
+	char dir[] = "/tmp/prov_test.XXXXXX", a[80], b[80];
+	struct stat seen;
+	int dfd = -1, k;
+
+	if (!mkdtemp(dir) || (dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		ok(0, "a directory for the swap");
+		return;
+	}
+	snprintf(a, sizeof a, "%s/a", dir);
+	snprintf(b, sizeof b, "%s/b", dir);
+	for (k = 0; k < 3; k++) {
+		json_t *want = json_pack("{s:{s:s}}", "a", "sha256", EMPTY_SHA), *fails = json_array();
+		struct tree_check t = { .want = want, .fails = fails, .top = "tree", .nwant = 1 };
+		struct tree_ent e = { .dfd = dfd, .name = "a", .path = "a", .depth = 1, .st = &seen };
+		const char *why;
+		int r = -2, made;
+
+		unlink(a);
+		made = close(open(a, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) == 0 && lstat(a, &seen) == 0;
+		if (k == 1)
+			made = made && unlink(a) == 0 && mkfifo(a, 0600) == 0;
+		if (k == 2)
+			made = made && close(open(b, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) == 0 &&
+			       rename(b, a) == 0;
+		if (made)
+			r = tree_entry(&e, &t);
+		why = json_string_value(json_object_get(json_array_get(fails, 0), "why"));
+		if (k == 0)
+			ok(made && r == 0 && json_array_size(fails) == 0 && t.files == 1,
+			   "tree_entry: %s verifies [%s]", what[k], why ?: "");
+		else
+			ok(made && r == 0 && json_array_size(fails) == 1 && why &&
+				   !strcmp(why, "tree/a: replaced while it was verified"),
+			   "tree_entry: %s is refused, not hashed [%s]", what[k], why ?: "none");
+		json_decref(fails);
+		json_decref(want);
+	}
+	unlink(a);
+	close(dfd);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	json_t *s = json_load_file(FIXTURE, JSON_REJECT_DUPLICATES, NULL), *fails, *out, *want;
@@ -378,6 +433,7 @@ int main(void)
 
 	tree_entries(s);
 	tree_malformed(s);
+	tree_swapped();
 	clean = sweep(s, s, &runs);
 	ok(runs > 200, "sweep: every member of the fixture replaced by each wrong type (%d reads, %d "
 	   "clean: optional members), no crash", runs, clean);
