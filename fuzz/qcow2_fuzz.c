@@ -3,7 +3,9 @@
  * lib/ovtpl.c overlay_header_is).  Every layer and overlay a boot, fork,
  * commit or gc reads was written by a guest's QEMU (jailed, but the
  * guest's): its header is untrusted bytes.  The input is the file: read
- * from memory and, for qcow2_header_ok, from a memfd holding it.  What
+ * from memory; for qcow2_header_ok from a memfd holding it; for
+ * overlay_tpl_stale (root's gc on a user's store) from a file under a
+ * template's name in a store's overlays/ of our own.  What
  * must hold: a header is read iff there are 72 bytes and the magic; an
  * overlay_header_is yes is a header of the given size, backing name and
  * format wholly inside the input, and one qcow2_header_ok passes too; a
@@ -14,7 +16,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -25,6 +30,47 @@ static const char *const bases[] = {
 	"/var/lib/isopod/images/base-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.img",
 	"/var/lib/isopod/stages/st-0123456789ab/layer.qcow2",
 };
+
+/* The store stale_of writes in (tmpfs: a write per input), made once,
+ * removed at exit. */
+static char home[] = "/dev/shm/qcow2_fuzz.XXXXXX";
+static const char name[] =
+	"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-0123456789abcdef0123456789abcdef.qcow2";
+
+static void store_rm(void)
+{
+	char p[sizeof home + sizeof name + 16];
+
+	snprintf(p, sizeof p, "%s/overlays/%s", home, name);
+	unlink(p);
+	snprintf(p, sizeof p, "%s/overlays", home);
+	rmdir(p);
+	rmdir(home);
+}
+
+/* The bytes as a base's template in that store: overlay_tpl_stale reads
+ * its header for the backing name.  0 or 1. */
+static void stale_of(const uint8_t *data, size_t size)
+{
+	static int dfd = -1;
+	char d[sizeof home + 16];
+	int fd, r;
+
+	if (dfd < 0) {
+		if (!mkdtemp(home) || atexit(store_rm) != 0 ||
+		    snprintf(d, sizeof d, "%s/overlays", home) < 0 || mkdir(d, 0700) < 0 ||
+		    (dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+		    setenv("ISOPOD_HOME", home, 1) < 0)
+			abort();
+	}
+	fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, data, size) != (ssize_t)size)
+		abort();
+	close(fd);
+	r = overlay_tpl_stale(dfd, name);
+	if (r != 0 && r != 1)
+		abort();
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -46,6 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (fd < 0 && (fd = memfd_create("qcow2_fuzz", MFD_CLOEXEC)) < 0)
 		abort();
+	stale_of(data, size);
 	if (ftruncate(fd, 0) < 0 || pwrite(fd, data, size, 0) != (ssize_t)size)
 		abort();
 	why[0] = 0;

@@ -166,8 +166,10 @@ int overlay_tpl_stale(int dfd, const char *name)
 	close(fd);
 	if (got < 0)
 		return 0;
+	/* the name wholly in the bytes read: a length past them would make
+	 * got - length wrap, and the copy read beyond h */
 	if (got < QCOW2_HDR_MAX || qcow2_hdr_read(h, (size_t)got, &q) < 0 || q.size > LLONG_MAX ||
-	    q.backing_len == 0 || q.backing_len >= sizeof base ||
+	    q.backing_len == 0 || q.backing_len >= sizeof base || q.backing_len > (size_t)got ||
 	    q.backing_off > (unsigned long long)got - q.backing_len)
 		return 1;
 	memcpy(base, h + q.backing_off, q.backing_len);

@@ -280,6 +280,27 @@ int main(void)
 		unlink(f);
 	}
 	{
+		/* a short file under a template's name whose header puts a
+		 * backing name longer than the file past its end (offset 3000,
+		 * 2000 bytes, in a file of 104): no header, stale; never a copy
+		 * of the name from beyond the bytes read (ASan: it read 904
+		 * bytes past gc's 4 KiB buffer before the length was checked
+		 * against the bytes read) */
+		char f[PATH_MAX];
+		unsigned char h[104] = { 'Q', 'F', 'I', 0xfb, 0, 0, 0, 3 };
+
+		h[14] = 3000 >> 8;
+		h[15] = 3000 & 0xff;
+		h[18] = 2000 >> 8;
+		h[19] = 2000 & 0xff;
+		h[103] = 104;
+		pathf(f, sizeof f, "%s/overlays/%.64s-0123456789abcdef0123456789abcdef.qcow2", home,
+		      BSHA);
+		put_file(f, h, sizeof h);
+		ok(stale(f) == 1, "a backing name said to lie past the template's end: stale, not read");
+		unlink(f);
+	}
+	{
 		/* the store's base replaced by a symlink to a copy of it (review
 		 * L5): gc takes the identity from the store, the link not
 		 * followed, and keeps the template of a base that is a symlink
