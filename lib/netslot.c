@@ -15,7 +15,6 @@
 #include <limits.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,18 +38,8 @@
 #define LOCAL_LATE_PREF NET_LOCAL_LATE_PREF
 
 /* The reason in rt->err, as die() would print it (a format ending in ':'
- * gets errno's text); -1. */
-__attribute__((format(printf, 2, 3))) static int fail(struct rtnl *rt, const char *fmt, ...)
-{
-	int e = errno;
-	va_list ap;
-
-	va_start(ap, fmt);
-	vreason(rt->err, sizeof rt->err, e, fmt, ap);
-	va_end(ap);
-	errno = e;
-	return -1;
-}
+ * gets errno's text); -1, errno kept. */
+#define fail(rt, ...) reason_fail((rt)->err, sizeof (rt)->err, __VA_ARGS__)
 
 void slot_ip(const struct netplan *p, unsigned k, unsigned host, char *out)
 {

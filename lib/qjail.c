@@ -16,7 +16,6 @@
 #include <linux/if_tun.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,19 +26,6 @@
 /* QEMU's module directory and data files: dlopen'd (accel-tcg-x86_64.so)
  * and read at start (bios-microvm.bin), so not in ldd's list. */
 static const char *const qemu_data[] = { "/usr/lib/x86_64-linux-gnu/qemu", "/usr/share/qemu" };
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errsz, const char *fmt,
-						       ...)
-{
-	va_list ap;
-	int e = errno;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-	errno = e;
-	return -1;
-}
 
 json_t *qjail_result(int on, const char *why, const char *id, json_t *warnings)
 {
@@ -97,10 +83,10 @@ static int add(struct qjail *qj, const char *p, char *err, size_t errsz)
 			return 0;
 	if (qj->nro >= JAIL_PATHS_MAX) {
 		errno = E2BIG;
-		return fail(err, errsz, "more than %d read-only paths for QEMU", JAIL_PATHS_MAX);
+		return reason_fail(err, errsz, "more than %d read-only paths for QEMU", JAIL_PATHS_MAX);
 	}
 	if (!(qj->ro[qj->nro] = strdup(p)))
-		return fail(err, errsz, "strdup: %s", strerror(errno));
+		return reason_fail(err, errsz, "strdup: %s", strerror(errno));
 	qj->nro++;
 	return 0;
 }
@@ -117,10 +103,10 @@ static int chain(struct qjail *qj, const char *disk, char *err, size_t errsz)
 	int r = -1;
 
 	if (!layers)
-		return fail(err, errsz, "out of memory");
+		return reason_fail(err, errsz, "out of memory");
 	if (disk_chain(disk, layers, bsha) < 0) {
 		errno = EINVAL;
-		fail(err, errsz, "%s: not a chain of stage layers over a base image", disk);
+		reason_fail(err, errsz, "%s: not a chain of stage layers over a base image", disk);
 		goto out;
 	}
 	if (pathn(p, sizeof p, "%s/images/base-%s.img", store_home(), bsha) < 0 ||
@@ -152,7 +138,7 @@ static int which(const char *prog, char *out, char *err, size_t errsz)
 		path += n + (path[n] == ':');
 	}
 	errno = ENOENT;
-	return fail(err, errsz, "%s: not found in PATH", prog);
+	return reason_fail(err, errsz, "%s: not found in PATH", prog);
 }
 
 /* The NIC's tap, opened here: QEMU gets the descriptor, not the device. */
@@ -171,24 +157,24 @@ static int tap(struct qjail *qj, char *err, size_t errsz)
 	if (!(p = strstr(qj->av[i], ",ifname=")) || (n = strcspn(p += 8, ",")) == 0 ||
 	    n >= IFNAMSIZ) {
 		errno = EINVAL;
-		return fail(err, errsz, "QEMU's -netdev %s: no ifname", qj->av[i]);
+		return reason_fail(err, errsz, "QEMU's -netdev %s: no ifname", qj->av[i]);
 	}
 	memcpy(ifr.ifr_name, p, n);
 	/* the spawn's plan dups it to QEMU's fd 4 (dup2 clears CLOEXEC) */
 	if ((qj->tapfd = open("/dev/net/tun", O_RDWR | O_CLOEXEC)) < 0)
-		return fail(err, errsz, "/dev/net/tun: %s", strerror(errno));
+		return reason_fail(err, errsz, "/dev/net/tun: %s", strerror(errno));
 	if (ioctl(qj->tapfd, TUNSETIFF, &ifr) < 0) {
 		char who[256];
 		int e = errno;
 
 		if (e != EBUSY)
-			return fail(err, errsz, "TUNSETIFF %s: %s", ifr.ifr_name, strerror(e));
+			return reason_fail(err, errsz, "TUNSETIFF %s: %s", ifr.ifr_name, strerror(e));
 		/* Taken since isopod-boot found the slot's tap free (lib/taphold.c
 		 * taphold_busy): this run fails, the next one skips the slot. */
 		taphold_who(ifr.ifr_name, who, sizeof who);
 		errno = e;
-		return fail(err, errsz, "the network slot's tap %s is held open by %s, not by this VM "
-			    "(TUNSETIFF: %s): the next run skips this slot", ifr.ifr_name, who, strerror(e));
+		return reason_fail(err, errsz, "the network slot's tap %s is held open by %s, not by this VM "
+			           "(TUNSETIFF: %s): the next run skips this slot", ifr.ifr_name, who, strerror(e));
 	}
 	snprintf(qj->netdev, sizeof qj->netdev, "tap,id=net0,fd=%d", QJAIL_TAP_FD);
 	qj->av[i] = qj->netdev;
@@ -227,7 +213,7 @@ static int plan(struct qjail *qj, const char *id, const char *dir, const char *o
 	if (av[n] || !m || !smp || !acc || !k || !i || parse_ll(m, 1, 1 << 20, &mib) < 0 ||
 	    parse_ll(smp, 1, 1024, &vcpus) < 0) {
 		errno = EINVAL;
-		return fail(err, errsz, "QEMU's command line is not qemu_argv's");
+		return reason_fail(err, errsz, "QEMU's command line is not qemu_argv's");
 	}
 	tcg = !strcmp(acc, "tcg") || !strncmp(acc, "tcg,", 4); /* tcg,tb-size=N */
 	if (which(av[0], qj->prog, err, errsz) < 0 || add(qj, qj->prog, err, errsz) < 0 ||
@@ -247,7 +233,7 @@ static int plan(struct qjail *qj, const char *id, const char *dir, const char *o
 	/* a clone's RAM file read-only (lib/memro.c): its library in too */
 	if ((c = qemu_clone_env(av, qj->preload, sizeof qj->preload, why, sizeof why)) < 0) {
 		qj->preload[0] = '\0';
-		return fail(err, errsz, "%s (a warm clone's QEMU needs it)", why);
+		return reason_fail(err, errsz, "%s (a warm clone's QEMU needs it)", why);
 	}
 	if (c && add(qj, QEMU_CLONE_ENV_PATH(qj->preload), err, errsz) < 0)
 		return -1;
@@ -314,15 +300,15 @@ int qjail_give(struct qjail *qj, const char *dir, char *err, size_t errsz)
 	/* The jail's uid writes in the directory: without this sysctl it could
 	 * hard-link a root file there for root to write through. */
 	if (sysctl_value("/proc/sys/fs/protected_hardlinks") != 1)
-		return fail(err, errsz, "the jail needs fs.protected_hardlinks = 1 "
-			    "(/proc/sys/fs/protected_hardlinks); ISOPOD_JAIL=0 runs without the jail");
+		return reason_fail(err, errsz, "the jail needs fs.protected_hardlinks = 1 "
+			           "(/proc/sys/fs/protected_hardlinks); ISOPOD_JAIL=0 runs without the jail");
 	qj->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (qj->dirfd < 0 || fchown(qj->dirfd, 0, qj->js.gid) < 0 || fchmod(qj->dirfd, 01770) < 0)
-		return fail(err, errsz, "handing %s to the jail: %s", dir, strerror(errno));
+		return reason_fail(err, errsz, "handing %s to the jail: %s", dir, strerror(errno));
 	/* root's file, the jail's group: written in place, never replaced */
 	if (fchownat(qj->dirfd, "disk.qcow2", 0, qj->js.gid, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    fchmodat(qj->dirfd, "disk.qcow2", 0660, 0) < 0)
-		return fail(err, errsz, "handing %s/disk.qcow2 to the jail: %s", dir, strerror(errno));
+		return reason_fail(err, errsz, "handing %s/disk.qcow2 to the jail: %s", dir, strerror(errno));
 	return 0;
 }
 
@@ -371,7 +357,7 @@ static int img_read(struct qjail *qj, const char *path, int chained, char *err, 
 	if (fd >= 0)
 		close(fd);
 	if (fd < 0)
-		return fail(err, errsz, "%s: %s", path, strerror(errno));
+		return reason_fail(err, errsz, "%s: %s", path, strerror(errno));
 	if (add(qj, path, err, errsz) < 0)
 		return -1;
 	return chained && n == 4 && !memcmp(magic, "QFI\xfb", 4) ? chain(qj, path, err, errsz) : 0;
@@ -386,7 +372,7 @@ static int img_write(struct qimg *qi, const char *path, char *err, size_t errsz)
 	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 
 	if (fd < 0)
-		return fail(err, errsz, "%s: %s", path, strerror(errno));
+		return reason_fail(err, errsz, "%s: %s", path, strerror(errno));
 	/* A second link (a VM's QEMU can link its 0660 disk in its own
 	 * directory) would keep the inode in the jail's reach after the run:
 	 * only a file with one name is handed over. */
@@ -395,9 +381,9 @@ static int img_write(struct qimg *qi, const char *path, char *err, size_t errsz)
 
 		close(fd);
 		errno = e;
-		return fail(err, errsz, "%s: %s", path, e == EINVAL ? "not a regular file"
-							: e == EMLINK ? "has more than one link"
-								      : strerror(e));
+		return reason_fail(err, errsz, "%s: %s", path, e == EINVAL ? "not a regular file"
+							       : e == EMLINK ? "has more than one link"
+								             : strerror(e));
 	}
 	/* from here img_giveback puts owner and mode back */
 	qi->wfd = fd;
@@ -405,7 +391,7 @@ static int img_write(struct qimg *qi, const char *path, char *err, size_t errsz)
 	qi->wgid = st.st_gid;
 	qi->wmode = st.st_mode & 07777;
 	if (geteuid() == 0 && (fchown(qi->wfd, 0, qi->qj.js.gid) < 0 || fchmod(qi->wfd, 0660) < 0))
-		return fail(err, errsz, "handing %s to the jail: %s", path, strerror(errno));
+		return reason_fail(err, errsz, "handing %s to the jail: %s", path, strerror(errno));
 	qi->rw[0] = path;
 	qi->qj.js.rw = qi->rw;
 	qi->qj.js.nrw = 1;
@@ -450,11 +436,11 @@ pid_t qjail_img_spawn(struct qimg *qi, const struct qimg_req *rq, char *err, siz
 	ps.pdeathsig = SIGKILL;
 	qi->until = mono_ms() + (rq->timeout_ms > 0 ? rq->timeout_ms : QJAIL_IMG_TIMEOUT_MS);
 	if (on < 0)
-		return fail(err, errsz, "%s", why);
+		return reason_fail(err, errsz, "%s", why);
 	if (!on) {
 		warn("qemu-img %s runs unjailed (%s)", rq->av[1], why);
 		if ((qi->pid = proc_spawn(&ps)) < 0)
-			fail(err, errsz, "unable to start qemu-img: %s", strerror(errno));
+			reason_fail(err, errsz, "unable to start qemu-img: %s", strerror(errno));
 		return qi->pid;
 	}
 	qi->jailed = 1;
@@ -513,7 +499,7 @@ int qjail_img_wait(struct qimg *qi, char *err, size_t errsz)
 		kill(qi->pid, SIGKILL);
 		r = proc_wait(qi->pid, &st) < 0 ? -1 : 0;
 		errno = ETIMEDOUT;
-		r = fail(err, errsz, "qemu-img killed at its deadline%s", r < 0 ? " (not reaped)" : "");
+		r = reason_fail(err, errsz, "qemu-img killed at its deadline%s", r < 0 ? " (not reaped)" : "");
 	} else {
 		r = proc_status(st);
 	}
@@ -544,7 +530,7 @@ int qjail_img_capture(const struct qimg_req *rq, char *buf, size_t sz, char *err
 	pid_t pid;
 
 	if (pipe2(p, O_CLOEXEC) < 0)
-		return fail(err, errsz, "pipe: %s", strerror(errno));
+		return reason_fail(err, errsz, "pipe: %s", strerror(errno));
 	r.outfd = p[1];
 	if (r.errfd == PROC_PIPE)
 		r.errfd = p[1];
