@@ -1542,8 +1542,12 @@ CASES
 	[ ! -e -- ] || false
 	run --separate-stderr "$ISOPOD_SRC/t/fake/isopod-claim" --boot-check --vcpus 1
 	[ "$status" -eq 100 ] && [ "$stderr" = "isopod-claim: fatal: --boot-check: the boot's options follow --" ] || false
-	run --separate-stderr isopod-claim --boot-check -- --run-options
-	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: --boot-check: "* ]] || false
+	for a in isopod-claim "$ISOPOD_SRC/t/fake/isopod-claim"; do
+		run --separate-stderr "$a" --boot-check -- --run-options
+		[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: --boot-check: "* ]] || false
+		run --separate-stderr "$a" --boot-check -- --vcpus 1 -h
+		[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-claim: fatal: --boot-check: "* ]] || false
+	done
 	[ -z "$(find "$home/vms" "$home/runs" -mindepth 1)" ]
 	# options the boot takes: the claim goes on
 	run --separate-stderr isopod-claim --boot-check -- --vcpus 1 --mem-mib 64 --disk-mib 64
