@@ -742,19 +742,20 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 	 * link, and a tree must not be reached through one.  A symlink to a
 	 * directory is refused outright: followed, a file's check would fail
 	 * to read it (111), and a tree's would be the link's target's. */
+	/* FILE quoted (EXC): a name need not be text, nor short */
 	if (exec_dest_trim(file, dir, sizeof dir) < 0)
-		die(EX_USAGE, "%.1024s: a name too long", file);
+		die(EX_USAGE, "%s: a name too long", EXC(file));
 	tree = lstat(dir, &st) == 0 && S_ISDIR(st.st_mode);
 	if (!tree && S_ISLNK(st.st_mode) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
 		die(EX_GUEST, "%s is a symlink to a directory: not followed (verify the directory itself)",
-		    dir);
+		    EXC(dir));
 	if (!tree && sha256_file(file, sha) < 0)
-		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read %s:", file);
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read %s:", EXC(file));
 	/* --kernel: a digest as given, or the file's */
 	if (o->kernel && hex64_ok(o->kernel))
 		snprintf(kwant, sizeof kwant, "%s", o->kernel);
 	else if (o->kernel && sha256_file(o->kernel, kwant) < 0)
-		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "--kernel %s: unable to read it:", o->kernel);
+		die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "--kernel %s: unable to read it:", EXC(o->kernel));
 	if (!o->key && (r = attest_dir_open(&d, o->dir, why, sizeof why)) < 0)
 		fail(r, why);
 	if ((r = attest_load_pubkey(&d, o->key, pk, why, sizeof why)) < 0)
