@@ -273,6 +273,12 @@ int qcow2_header_ok(int fd, char *why, size_t wsz)
 		}
 		off += sizeof ext + ((len + 7ULL) & ~7ULL);
 	}
+	/* QEMU reads on to the area's end: past the cap a data-file
+	 * extension would go unseen, so the cap is a refusal, not a pass. */
+	if (off + sizeof ext <= end) {
+		snprintf(why, wsz, "qcow2: too many header extensions");
+		return -1;
+	}
 	return 0; /* QEMU stops where the area ends too */
 }
 

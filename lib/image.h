@@ -64,7 +64,8 @@ void qcow2_ext_read(const unsigned char p[8], unsigned *type, unsigned *len);
 long long qcow2_size(const char *path);
 /* A qcow2 header no root qemu-img may be trusted to open unless it holds:
  * version 2 or 3, no incompatible feature but dirty and compression type,
- * no external data file extension (a host path QEMU would open).  The
+ * no external data file extension (a host path QEMU would open), and
+ * the extensions' end reached within 1024 of them (QEMU reads on).  The
  * guest's QEMU writes its disk: commit, fork, boot and stage check every
  * layer with this before a root qemu-img reads it.  0, or -1 with why. */
 int qcow2_header_ok(int fd, char *why, size_t wsz);

@@ -163,6 +163,33 @@ static void test_hdr_read(void)
 	unlink(p);
 }
 
+/* 1024 small extensions, then a data-file one QEMU would read (it reads
+ * to the area's end): the check's cap is a refusal, never a pass. */
+static void test_many_ext(void)
+{
+	unsigned char e[1025 * 8] = { 0 }, hd[QCOW2_HDR_MAX];
+	struct qcow2_hdr q = { .header_len = 0 };
+	char p[PATH_MAX];
+	int fd, i;
+
+	for (i = 0; i < 1024; i++)
+		e[i * 8 + 3] = 1; /* type 1, length 0 */
+	memcpy(e + 1024 * 8, "DATA", 4);
+	snprintf(p, sizeof p, "%s/many.qcow2", dir);
+	if (create(p, "") == 0 && (fd = open(p, O_RDONLY)) >= 0) {
+		if (pread(fd, hd, sizeof hd, 0) != (ssize_t)sizeof hd || qcow2_hdr_read(hd, sizeof hd, &q) < 0)
+			q.header_len = 0;
+		close(fd);
+	}
+	ok(q.header_len >= 104, "an image with room for 1025 extensions in its first cluster");
+	poke(p, q.header_len, e, sizeof e);
+	ok(check(p) < 0, "a data-file extension after 1024 others: refused (too many)");
+	memset(e + 1023 * 8, 0, 16);
+	poke(p, q.header_len, e, sizeof e);
+	ok(check(p) == 0, "the control: 1023 extensions and the end mark pass (the cap's 1024th)");
+	unlink(p);
+}
+
 int main(void)
 {
 	char p[PATH_MAX], d[PATH_MAX];
@@ -194,6 +221,7 @@ int main(void)
 	ok(check(p) < 0, "the data file extension without its bit is refused");
 	snprintf(p, sizeof p, "%s/host-file", dir);
 	ok(check(p) < 0, "a raw file is not a qcow2 image");
+	test_many_ext();
 	test_chain();
 	test_hdr_read();
 	snprintf(d, sizeof d, "rm -rf %s", dir);
