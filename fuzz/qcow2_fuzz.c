@@ -83,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	have = qcow2_hdr_read(data, size, &q) == 0;
 	if (have != (size >= 72 && !memcmp(data, "QFI\xfb", 4)))
 		abort();
-	if (have && q.version != 3 && (q.incompatible || q.header_len != 72))
+	if (have && q.version < 3 && (q.incompatible || q.header_len != 72))
 		abort();
 	if (size >= 8) {
 		unsigned type, len;

@@ -212,7 +212,8 @@ int qcow2_hdr_read(const unsigned char *buf, size_t n, struct qcow2_hdr *h)
 		.snapshots = (unsigned)be(buf + 60, 4),
 		.header_len = 72,
 	};
-	if (h->version == 3) {
+	/* a later version keeps v3's fields (its callers refuse it anyway) */
+	if (h->version >= 3) {
 		h->incompatible = n >= QCOW2_HDR_MAX ? be(buf + 72, 8) : 0;
 		h->header_len = n >= QCOW2_HDR_MAX ? (unsigned)be(buf + 100, 4) : 0;
 	}

@@ -42,8 +42,10 @@ int kernel_agent_ok(const struct img *im, char *err, size_t errsz);
 int resolve_base(struct img *im, const char *flavor, const char *sha, char *err, size_t errsz);
 /* A qcow2 header's fields (qcow2 spec, big-endian on disk), as
  * qcow2_hdr_read found them; every field a number, nothing checked.  The
- * version 3 fields (incompatible, header_len) are 0 in a version 3 header
- * cut before byte 104, and 0 and 72 in a version 2 one. */
+ * version 3 fields (incompatible, header_len) are read for any version 3
+ * or later (a later one's, whatever they mean there, for its caller to
+ * refuse); 0 in such a header cut before byte 104, and 0 and 72 in a
+ * version 2 (or older) one. */
 struct qcow2_hdr {
 	unsigned version, cluster_bits, backing_len, crypt, l1_size, snapshots, header_len;
 	unsigned long long backing_off, size, l1_off, incompatible;

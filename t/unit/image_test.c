@@ -143,6 +143,14 @@ static void test_hdr_read(void)
 		   qcow2_hdr_read(hd, 103, &q) == 0 && q.header_len == 0 && q.incompatible == 0 &&
 		   q.size == 3 << 20,
 	   "a v3 header cut before byte 104: its v3 fields 0 (a header length no check takes)");
+	hd[7] = 4;
+	hd[79] = 4;
+	ok(qcow2_hdr_read(hd, 104, &q) == 0 && q.version == 4 && q.incompatible == 4 &&
+		   q.header_len >= 104,
+	   "version 4: v3's fields read, not left 0 and 72 (incompatible %#llx, length %u)",
+	   q.incompatible, q.header_len);
+	hd[7] = 3;
+	hd[79] = 0;
 	ok(qcow2_hdr_read(hd, 71, &q) < 0, "fewer than 72 bytes: no header");
 	hd[3] = 0;
 	ok(qcow2_hdr_read(hd, sizeof hd, &q) < 0, "no magic: no header");
