@@ -170,17 +170,19 @@ long long qcow2_size(const char *path)
 	unsigned char hd[QCOW2_HDR_MAX];
 	struct qcow2_hdr q;
 	char why[160];
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = -1;
 	ssize_t n;
 
 	if (fd < 0)
 		return -1;
+	/* boot's root `qemu-img resize` follows on this size: the header
+	 * first, the size from the very bytes checked (a jailed QEMU may
+	 * still be writing the file) */
 	n = pread(fd, hd, sizeof hd, 0);
-	/* boot's root `qemu-img resize` follows on this size: the header first */
-	if (qcow2_header_ok(fd, why, sizeof why) < 0)
-		n = 0;
+	if (n >= 0)
+		r = qcow2_header_check(fd, hd, (size_t)n, &q, why, sizeof why);
 	close(fd);
-	if (n < 0 || qcow2_hdr_read(hd, (size_t)n, &q) < 0 || q.size > LLONG_MAX) {
+	if (r < 0 || q.size > LLONG_MAX) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -228,16 +230,30 @@ void qcow2_ext_read(const unsigned char p[8], unsigned *type, unsigned *len)
 
 int qcow2_header_ok(int fd, char *why, size_t wsz)
 {
-	unsigned char hd[QCOW2_HDR_MAX], ext[8];
-	unsigned long long off, end;
+	unsigned char hd[QCOW2_HDR_MAX];
 	struct qcow2_hdr q;
 	ssize_t n = pread(fd, hd, sizeof hd, 0);
-	unsigned i;
 
-	if (n < 0 || qcow2_hdr_read(hd, (size_t)n, &q) < 0) {
+	if (n < 0) {
 		snprintf(why, wsz, "not a qcow2 image");
 		return -1;
 	}
+	return qcow2_header_check(fd, hd, (size_t)n, &q, why, wsz);
+}
+
+int qcow2_header_check(int fd, const unsigned char *hd, size_t n, struct qcow2_hdr *h, char *why,
+		       size_t wsz)
+{
+	unsigned char ext[8];
+	unsigned long long off, end;
+	struct qcow2_hdr q;
+	unsigned i;
+
+	if (qcow2_hdr_read(hd, n, &q) < 0) {
+		snprintf(why, wsz, "not a qcow2 image");
+		return -1;
+	}
+	*h = q;
 	if ((q.version != 2 && q.version != 3) || q.cluster_bits < 9 || q.cluster_bits > 21) {
 		snprintf(why, wsz, "qcow2 version %u, cluster bits %u: not one qemu-img makes",
 			 q.version, q.cluster_bits);
@@ -349,7 +365,8 @@ int disk_chain(const char *disk, json_t *layers, char bsha[65])
 			bsha[64] = 0;
 			return hex64_ok(bsha) ? 0 : -1;
 		}
-		if (qcow2_header_ok(fd, name, sizeof name) < 0 || qcow2_hdr_read(hd, (size_t)n, &q) < 0) {
+		/* the fields used below are those of the bytes checked */
+		if (qcow2_header_check(fd, hd, (size_t)n, &q, name, sizeof name) < 0) {
 			close(fd);
 			errno = EINVAL;
 			return -1;

@@ -71,6 +71,12 @@ long long qcow2_size(const char *path);
  * guest's QEMU writes its disk: commit, fork, boot and stage check every
  * layer with this before a root qemu-img reads it.  0, or -1 with why. */
 int qcow2_header_ok(int fd, char *why, size_t wsz);
+/* The same check of a header already read, hd[0..n) from fd's offset 0
+ * (fd for its extensions), its fields into *h (set when hd holds a header
+ * at all): a caller that uses a field checks the bytes it took it from,
+ * not a second read a QEMU still writing the file could change between. */
+int qcow2_header_check(int fd, const unsigned char *hd, size_t n, struct qcow2_hdr *h, char *why,
+		       size_t wsz);
 /* The backing chain of a qcow2 disk from the images' headers: the stage
  * ids root first (appended to layers) and the sha256 of the raw base
  * image at its end.  0, or -1 when it is not a chain of stage layers

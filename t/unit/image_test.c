@@ -1,7 +1,16 @@
 /* image_test.c - qcow2_header_ok and disk_chain (lib/image.c): the header check every
  * layer passes before a root qemu-img opens it.  Images made by qemu-img
  * itself, then bytes set as a compromised QEMU would set them in its disk. */
+#include <unistd.h>
+
+/* image.c's reads go through test_pread: with flip set, the first read of
+ * a header (offset 0) sees the external data file bit, as a QEMU still
+ * writing the file could show it, and later ones see the file; preads
+ * counts them all. */
+static ssize_t test_pread(int fd, void *buf, size_t n, off_t off);
+#define pread test_pread
 #include "../../lib/image.c"
+#undef pread
 
 #include "tap.h"
 
@@ -9,6 +18,20 @@
 #include <sys/stat.h>
 
 static char dir[] = "/tmp/isopod-image-test.XXXXXX";
+static int flip;
+static unsigned preads;
+
+static ssize_t test_pread(int fd, void *buf, size_t n, off_t off)
+{
+	ssize_t r = pread(fd, buf, n, off);
+
+	preads++;
+	if (flip && off == 0 && r >= 80) {
+		((unsigned char *)buf)[79] |= 4;
+		flip = 0;
+	}
+	return r;
+}
 
 /* PATH made by `qemu-img create -f qcow2 OPTS` (OPTS may be ""). */
 static int create(const char *path, const char *opts)
@@ -198,6 +221,34 @@ static void test_many_ext(void)
 	unlink(p);
 }
 
+/* qcow2_size and disk_chain take their fields from the bytes the check
+ * read: a first read showing the data-file bit and a second one clean
+ * (the file written between) is a refusal, not a size or a chain. */
+static void test_one_read(void)
+{
+	char p[PATH_MAX], h[256], b[65];
+	json_t *l = json_array();
+	int r;
+
+	snprintf(p, sizeof p, "%s/flip.qcow2", dir);
+	ok(create(p, "") == 0 && qcow2_size(p) == 1 << 20, "the control: a clean image's size");
+	flip = 1;
+	ok(qcow2_size(p) == -1, "qcow2_size: the size of the header read is the header checked");
+	flip = 0;
+	snprintf(h, sizeof h, "%s/store", dir);
+	setenv("ISOPOD_HOME", h, 1);
+	snprintf(p, sizeof p, "%s/stages/st-a/layer.qcow2", h);
+	r = chain_of(p, l);
+	ok(r == 0, "the control: the disk over st-a is a chain");
+	snprintf(p, sizeof p, "%s/disk.qcow2", dir);
+	flip = 1;
+	ok(r == 0 && disk_chain(p, l, b) == -1,
+	   "disk_chain: the backing name of the header read is the header checked");
+	flip = 0;
+	unsetenv("ISOPOD_HOME");
+	json_decref(l);
+}
+
 int main(void)
 {
 	char p[PATH_MAX], d[PATH_MAX];
@@ -231,6 +282,7 @@ int main(void)
 	ok(check(p) < 0, "a raw file is not a qcow2 image");
 	test_many_ext();
 	test_chain();
+	test_one_read();
 	test_hdr_read();
 	snprintf(d, sizeof d, "rm -rf %s", dir);
 	if (system(d) != 0)
