@@ -170,11 +170,18 @@ long long qcow2_size(const char *path)
 	unsigned char hd[QCOW2_HDR_MAX];
 	struct qcow2_hdr q;
 	char why[160];
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = -1;
+	/* a FIFO would hang us, a device be opened (as in disk_chain) */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY), r = -1;
+	struct stat st;
 	ssize_t n;
 
 	if (fd < 0)
 		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		errno = EINVAL;
+		return -1;
+	}
 	/* boot's root `qemu-img resize` follows on this size: the header
 	 * first, the size from the very bytes checked (a jailed QEMU may
 	 * still be writing the file) */

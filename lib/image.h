@@ -62,7 +62,8 @@ int qcow2_hdr_read(const unsigned char *buf, size_t n, struct qcow2_hdr *h);
 /* A header extension's type and length from its first 8 bytes. */
 void qcow2_ext_read(const unsigned char p[8], unsigned *type, unsigned *len);
 /* Virtual size of a qcow2 image from its header; -1 (errno) when it is not
- * one or fails qcow2_header_ok. */
+ * a regular file (a FIFO is not waited on, a tty not made ours), not a
+ * qcow2 image, or fails qcow2_header_ok. */
 long long qcow2_size(const char *path);
 /* A qcow2 header no root qemu-img may be trusted to open unless it holds:
  * version 2 or 3, no incompatible feature but dirty and compression type,

@@ -245,6 +245,12 @@ static void test_one_read(void)
 	ok(r == 0 && disk_chain(p, l, b) == -1,
 	   "disk_chain: the backing name of the header read is the header checked");
 	flip = 0;
+	snprintf(p, sizeof p, "%s/fifo", dir);
+	preads = 0;
+	alarm(10);
+	ok(mkfifo(p, 0600) == 0 && qcow2_size(p) == -1 && errno == EINVAL && preads == 0,
+	   "qcow2_size of a FIFO: refused before any read, no hang (%u reads)", preads);
+	alarm(0);
 	unsetenv("ISOPOD_HOME");
 	json_decref(l);
 }
