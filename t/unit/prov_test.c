@@ -296,12 +296,19 @@ static void tree_malformed(json_t *base)
  * name is swapped: for a FIFO (an O_NONBLOCK read of it hashes as empty,
  * the digest signed here), and for a regular file of the signed bytes
  * that is not the one the walk saw.  Each must be "replaced while it was
- * verified", never hashed; the control, the same file, verifies. */
+ * verified", never hashed; the control, the same file, verifies.  The
+ * FIFO three ways: made after the file's unlink (its inode number may be
+ * the file's again, or not: the filesystem's choice); made beside it and
+ * renamed over it (a new inode on every filesystem: the dev/ino check's
+ * case); and the walk's stat that of the FIFO's own inode, said regular
+ * (a reused inode number for certain: only the S_ISREG check catches it). */
 #define EMPTY_SHA "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 static void tree_swapped(void)
 {
 	static const char *what[] = { "the file the walk saw (control)", "a FIFO swapped in",
-				      "another regular file of the signed bytes swapped in" };
+				      "another regular file of the signed bytes swapped in",
+				      "a FIFO made beside it renamed over it",
+				      "a FIFO of the very inode the walk saw as regular" };
 	char dir[] = "/tmp/prov_test.XXXXXX", a[80], b[80];
 	struct stat seen;
 	int dfd = -1, k;
@@ -312,7 +319,7 @@ static void tree_swapped(void)
 	}
 	snprintf(a, sizeof a, "%s/a", dir);
 	snprintf(b, sizeof b, "%s/b", dir);
-	for (k = 0; k < 3; k++) {
+	for (k = 0; k < 5; k++) {
 		json_t *want = json_pack("{s:{s:s}}", "a", "sha256", EMPTY_SHA), *fails = json_array();
 		struct tree_check t = { .want = want, .fails = fails, .top = "tree", .nwant = 1 };
 		struct tree_ent e = { .dfd = dfd, .name = "a", .path = "a", .depth = 1, .st = &seen };
@@ -326,6 +333,12 @@ static void tree_swapped(void)
 		if (k == 2)
 			made = made && close(open(b, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) == 0 &&
 			       rename(b, a) == 0;
+		if (k == 3)
+			made = made && mkfifo(b, 0600) == 0 && rename(b, a) == 0;
+		if (k == 4) {
+			made = made && unlink(a) == 0 && mkfifo(a, 0600) == 0 && lstat(a, &seen) == 0;
+			seen.st_mode = S_IFREG | 0600;
+		}
 		if (made)
 			r = tree_entry(&e, &t);
 		why = json_string_value(json_object_get(json_array_get(fails, 0), "why"));
