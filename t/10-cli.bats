@@ -1740,3 +1740,26 @@ C
 	[ "$status" -eq 0 ]
 	json_is '.cache_removed == [] and .cache_busy == []'
 }
+
+@test "fuzz/qcow2_fuzz.c: a run ended without atexit (libFuzzer's out-of-memory exit, as a crash or SIGINT) leaves no input's bytes in /dev/shm, an empty directory at most" {
+	local d="$BATS_TEST_TMPDIR" srcs
+	command -v clang >/dev/null || skip "clang not installed"
+	[ "$(id -u)" -eq 0 ] || skip "needs root: a /dev/shm of its own (a mount namespace)"
+	cd "$ISOPOD_SRC"
+	# the target's sources as fuzz/run builds it (one list)
+	srcs=$(sed -n 's/^\tqcow2) srcs="\([^"]*\)"$/\1/p' fuzz/run)
+	[ -n "$srcs" ]
+	# shellcheck disable=SC2086 # a word list
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
+		-o "$d/qcow2_fuzz" $srcs
+	qemu-img create -q -f qcow2 "$d/a" 1M
+	head -c 2200000 /dev/zero >"$d/big"
+	# a is run (its template written in the store); reading big is over
+	# -malloc_limit_mb: libFuzzer's out-of-memory _Exit, no atexit
+	run unshare -m sh -c 'mount -t tmpfs none /dev/shm &&
+		{ "$1/qcow2_fuzz" -malloc_limit_mb=1 -artifact_prefix="$1/" "$1/a" "$1/big" >/dev/null 2>&1
+		echo "status $?"; find /dev/shm -mindepth 1 | sed "s|^/dev/shm/qcow2_fuzz\.......|store|"; }' sh "$d"
+	echo "$output"
+	[ "${lines[0]}" != "status 0" ] && [ "${lines[1]}" = store ] &&
+		[ "${lines[2]}" = store/overlays ] && [ "${#lines[@]}" -eq 3 ]
+}
