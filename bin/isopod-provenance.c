@@ -768,7 +768,7 @@ static int cmd_verify(const struct opts *o, const char *file, const char *provp)
 		want = chain_of(o->stage);
 	if (!(env = json_load_path(provp))) {
 		if (errno != EINVAL && errno != EFBIG)
-			die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read %s:", provp);
+			die(errno == ENOENT ? EX_NOTFOUND : EX_SYS, "unable to read %s:", EXC(provp));
 		json_array_append_new(fails, need(json_pack("{s:s, s:s}", "field", "envelope", "why",
 			"not one JSON object (or a duplicate key, or over 1 MiB)")));
 		goto done;

@@ -504,7 +504,7 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	run_isopod -101 verify-artifact --stage no-such-stage "$D/app.bin" "$D/app.prov"
 }
 
-@test "verify-artifact of a FILE whose name is not UTF-8: its bytes checked as under any name (a file is its digest), the report's path made UTF-8; changed, missing, or a directory of such a name: refused cleanly" {
+@test "verify-artifact of a FILE whose name is not UTF-8: its bytes checked as under any name (a file is its digest), the report's path made UTF-8; changed, missing, or a directory of such a name, and a missing PROVENANCE of such a name: refused cleanly" {
 	local f="$BATS_TEST_TMPDIR/app"$'\xff\xfe'".bin" d="$BATS_TEST_TMPDIR/tr"$'\xff'
 	cp "$D/app.bin" "$f"
 	run_isopod -0 verify-artifact "$f" "$D/app.prov"
@@ -516,7 +516,11 @@ nvms() { find "$ISOPOD_HOME/vms" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 	rm "$f"
 	run_isopod -101 verify-artifact "$f" "$D/app.prov"
 	# its name quoted in the diagnostic (EXC: \xHH for a byte that is not text)
-	[ -z "$output" ] && [[ "$stderr" == *"unable to read $BATS_TEST_TMPDIR/app\\xff\\xfe.bin: No such file"* ]] || false
+	# (the name alone: BATS_TEST_TMPDIR may hold bytes EXC quotes too)
+	[ -z "$output" ] && [[ "$stderr" == *"unable to read "*'/app\xff\xfe.bin: No such file'* ]] || false
+	# and PROVENANCE's name likewise
+	run_isopod -101 verify-artifact "$D/app.bin" "$BATS_TEST_TMPDIR/p"$'\xff'".prov"
+	[ -z "$output" ] && [[ "$stderr" == *"unable to read "*'/p\xff.prov: No such file'* ]] || false
 	# a directory of such a name: its Statement records nothing under it
 	# (a Statement's names are UTF-8): refused, the failure kept
 	mkdir "$d"
