@@ -1761,5 +1761,5 @@ C
 		echo "status $?"; find /dev/shm -mindepth 1 | sed "s|^/dev/shm/qcow2_fuzz\.......|store|"; }' sh "$d"
 	echo "$output"
 	[ "${lines[0]}" != "status 0" ] && [ "${lines[1]}" = store ] &&
-		[ "${lines[2]}" = store/overlays ] && [ "${#lines[@]}" -eq 3 ]
+		[ "${lines[2]}" = store/overlays ] && [ "${#lines[@]}" -eq 3 ] || false
 }
