@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-result [--pretty] [--vm ID --name NAME] [--usage TEXT] [--remove-dir]\n" \
-	"       (--fail CODE --kind KIND MESSAGE | --failed STEP --rc N --dir DIR |\n" \
+	"       (--fail CODE --kind KIND [--dir DIR] MESSAGE | --failed STEP --rc N --dir DIR |\n" \
 	"        --dir DIR [--net MODE [--fold]] [--start-ms N] [--commit-as LABEL [--commit-rc N]]\n" \
 	"        [--provenance FILE [--provenance-rc N]] [--warning TEXT]...\n" \
 	"        [--allow-ranges LINES --sysconfig PATH])"
