@@ -611,12 +611,21 @@ int main(int argc, char **argv)
 
 	progname = "isopod-run";
 	/* Signals first: held from here on and taken at each step's start and
-	 * while a step runs (sigtimedwait, sigwaitinfo), never by a handler. */
+	 * while a step runs (sigtimedwait, sigwaitinfo), never by a handler.
+	 * One ignored when we start stays ignored (nohup's HUP, the INT of a
+	 * job in the background), as the shell could not trap it either; a
+	 * blocked signal would be queued even so.  SIGCHLD ignored would reap
+	 * the steps before we could wait for them. */
 	sigemptyset(&r.sigs);
-	sigaddset(&r.sigs, SIGINT);
-	sigaddset(&r.sigs, SIGTERM);
-	sigaddset(&r.sigs, SIGHUP);
 	sigaddset(&r.sigs, SIGCHLD);
+	for (int i = 0; i < 3; i++) {
+		static const int take[] = { SIGINT, SIGTERM, SIGHUP };
+		struct sigaction sa;
+
+		if (sigaction(take[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
+			sigaddset(&r.sigs, take[i]);
+	}
+	signal(SIGCHLD, SIG_DFL);
 	sigprocmask(SIG_BLOCK, &r.sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {

@@ -876,7 +876,9 @@ signal_run() {
 	local sig=$1 at=$2 pid
 	shift 2
 	rm -f "$FAKE_LOG"
-	isopod run --json-only "$@" -- sleep 30 >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	# (bash starts a job in the background with SIGINT ignored, which the run keeps)
+	perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die' isopod run --json-only "$@" -- sleep 30 \
+		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
 	pid=$!
 	for _ in $(seq 1 400); do
 		grep -q "^$at" "$FAKE_LOG" 2>/dev/null && break
