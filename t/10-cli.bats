@@ -925,6 +925,18 @@ signal_run() {
 	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
 }
 
+@test "run: a result nobody can read (stdout closed, or its reader gone with SIGPIPE ignored): isopod-result removes the scratch directory all the same (nothing runs after it)" {
+	use_fake
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	run --separate-stderr bash -c 'isopod run --json-only -- true >&-'
+	[ "$status" -eq 111 ] && [[ "$stderr" == *"unable to write to standard output"* ]] || false
+	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
+	local d="$BATS_TEST_TMPDIR/scratch"
+	mkdir "$d" && : >"$d/exec.json"
+	run --separate-stderr bash -c 'isopod-result --dir "$1" --remove-dir --fail 143 --kind interrupted -- "interrupted by SIGTERM" >&-' sh "$d"
+	[ "$status" -eq 111 ] && [ ! -e "$d" ] || false
+}
+
 @test "isopod-run: not a user command: run by hand without what sh/isopod gives, its usage refusal (100), stdout empty; -h the man page's SYNOPSIS" {
 	run --separate-stderr isopod-run
 	[ "$status" -eq 100 ] && [ -z "$output" ] || false
