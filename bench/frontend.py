@@ -26,7 +26,11 @@ A failing COMMAND fails this, status 1.
 
 The front end is the traced process; its tools are the processes that exec
 an isopod-* program (isopod-gc excepted: `--auto` runs beside the run, in
-the background) and descend from no other tool.  The front end's own cost
+the background) and descend from no other tool.  The front end's own pid
+may exec one too: isopod-run (sh/isopod's driver of the claimed run) is the
+front end, its time the front end's; a tool the front end's pid execs after
+it (isopod-result, exec'd last) is a tool from its exec to the exit, as it
+was when the shell forked it.  The front end's own cost
 is the run's wall time (the front end's exec to its exit) less the union
 of the tools' lifetimes (each one's exec to its exit): its shell and the
 forks that start the tools.  Prints one JSON line: {"tracer", "wall_ms",
@@ -58,10 +62,13 @@ class Trace:
     def __init__(self):
         self.front, self.t0 = None, None
         self.parent, self.path, self.execd, self.exited = {}, {}, {}, {}
+        self.front_execs = []  # (time, path) of each exec by the front end's pid
 
     def exec_(self, pid, ts, path):
         if self.front is None:
             self.front, self.t0 = pid, ts
+        if pid == self.front:
+            self.front_execs.append((ts, path))
         self.path[pid], self.execd[pid] = path, ts
 
 
@@ -154,6 +161,11 @@ def cost(tr, name):
         if e > s:
             spans.append((s, e, name))
             per[name] = per.get(name, 0) + (e - s) * 1000
+    for ts, path in tr.front_execs:
+        name = os.path.basename(path)
+        if name.startswith("isopod-") and name not in ("isopod-run", "isopod-gc") and t1 > ts:
+            spans.append((ts, t1, name))
+            per[name] = per.get(name, 0) + (t1 - ts) * 1000
     busy, end, gaps, last = 0.0, None, [], "start"
     for s, e, name in sorted(spans):
         if end is None or s > end:

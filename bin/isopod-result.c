@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define USAGE "isopod-result [--pretty] [--vm ID --name NAME] [--usage TEXT] [--remove-dir]\n" \
-	"       (--fail CODE --kind KIND MESSAGE | --failed STEP --rc N --dir DIR |\n" \
+	"       (--fail CODE --kind KIND [--dir DIR] MESSAGE | --failed STEP --rc N --dir DIR |\n" \
 	"        --dir DIR [--net MODE [--fold]] [--start-ms N] [--commit-as LABEL [--commit-rc N]]\n" \
 	"        [--provenance FILE [--provenance-rc N]] [--warning TEXT]...\n" \
 	"        [--allow-ranges LINES --sysconfig PATH])"
@@ -96,8 +96,17 @@ static void emit(const struct opts *o, json_t *j)
 	if (!j)
 		die(EX_SYS, "unable to build the result");
 	if (json_dumpf(j, stdout, fl | JSON_PRESERVE_ORDER) < 0 || fputc('\n', stdout) == EOF ||
-	    fflush(stdout) == EOF || ferror(stdout))
+	    fflush(stdout) == EOF || ferror(stdout)) {
+		/* no reader (a caller that died: isopod-mcp killed, SIGPIPE
+		 * ignored): the directory goes all the same, since isopod-run
+		 * exec'd us and nothing after us would remove it */
+		int e = errno;
+
+		if (o->remove_dir)
+			remove_dir(o->dir);
+		errno = e;
 		die(EX_SYS, "unable to write to standard output:");
+	}
 	json_decref(j);
 	if (o->remove_dir)
 		remove_dir(o->dir);

@@ -869,6 +869,93 @@ hi" ]
 	! vm_locked "$id" || false
 }
 
+# signal_run SIG STEP [RUN-ARGS...]: isopod run in the background, SIG once the
+# fake STEP (boot-sleeping or exec) is logged; the run's status in $st, its
+# result in $output, its VM's id in $id, the step it ran then in $kid.
+signal_run() {
+	local sig=$1 at=$2 pid
+	shift 2
+	rm -f "$FAKE_LOG"
+	# (bash starts a job in the background with SIGINT ignored, which the run keeps)
+	perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die' isopod run --json-only "$@" -- sleep 30 \
+		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 400); do
+		grep -q "^$at" "$FAKE_LOG" 2>/dev/null && break
+		sleep 0.05
+	done
+	grep -q "^$at" "$FAKE_LOG"
+	# the run's process is the driver by now (sh/isopod exec'd it: the same pid)
+	[ "$(cat "/proc/$pid/comm")" = isopod-run ]
+	kid=$(pgrep -P "$pid")
+	[ -n "$kid" ]
+	kill "-$sig" "$pid"
+	st=0
+	wait "$pid" || st=$?
+	output=$(cat "$BATS_TEST_TMPDIR/out")
+	id=$(jq -r .vm.id <<<"$output")
+}
+
+@test "run: SIGTERM, SIGINT or SIGHUP during boot or exec (isopod-run's) stops the VM, --keep or not: 143, 130, 129, interrupted" {
+	use_fake
+	local st id kid
+	export FAKE_BOOT_SLEEP=30 FAKE_EXEC_SLEEP=30
+	signal_run TERM boot-sleeping
+	[ "$st" -eq 143 ]
+	json_is '.ok == false and .error_kind == "interrupted" and .error == "interrupted by SIGTERM"'
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
+	! grep -q '^exec' "$FAKE_LOG" || false
+	! vm_locked "$id" || false
+	# the step was ended too (SIGTERM, waited for), not left running
+	grep -qx "boot-term --vm $id" "$FAKE_LOG"
+	! kill -0 "$kid" 2>/dev/null || false
+	signal_run INT boot-sleeping --keep
+	[ "$st" -eq 130 ]
+	json_is '.error == "interrupted by SIGINT"'
+	! vm_locked "$id" || false
+	unset FAKE_BOOT_SLEEP
+	signal_run HUP exec --keep
+	[ "$st" -eq 129 ]
+	json_is '.error_kind == "interrupted" and .error == "interrupted by SIGHUP"'
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
+	! vm_locked "$id" || false
+	grep -qx "exec-term --vm $id" "$FAKE_LOG"
+	! kill -0 "$kid" 2>/dev/null || false
+	# the scratch directory went with the result
+	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
+}
+
+@test "run: a result nobody can read (stdout closed, or its reader gone with SIGPIPE ignored): isopod-result removes the scratch directory all the same (nothing runs after it)" {
+	use_fake
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	run --separate-stderr bash -c 'isopod run --json-only -- true >&-'
+	[ "$status" -eq 111 ] && [[ "$stderr" == *"unable to write to standard output"* ]] || false
+	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
+	local d="$BATS_TEST_TMPDIR/scratch"
+	mkdir "$d" && : >"$d/exec.json"
+	run --separate-stderr bash -c 'isopod-result --dir "$1" --remove-dir --fail 143 --kind interrupted -- "interrupted by SIGTERM" >&-' sh "$d"
+	[ "$status" -eq 111 ] && [ ! -e "$d" ] || false
+}
+
+@test "isopod-run: not a user command: run by hand without what sh/isopod gives, its usage refusal (100), stdout empty; -h the man page's SYNOPSIS" {
+	run --separate-stderr isopod-run
+	[ "$status" -eq 100 ] && [ -z "$output" ] || false
+	[[ "$stderr" == "usage: isopod-run --libexec DIR"* ]]
+	[[ "${stderr##*$'\n'}" == "isopod-run: fatal: --libexec, --vm, --name, --dir, --start-ms, --timeout-s and --net are sh/isopod's to give"* ]]
+	run --separate-stderr isopod-run --libexec /nonexistent --vm vm-000000000000 --name n --dir /nonexistent \
+		--start-ms 0 --timeout-s 1 --net none
+	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-run: fatal: no command given" ]] || false
+	run --separate-stderr isopod-run --libexec /x --vm v --name n --dir /x --start-ms 0 --timeout-s 0 --net none -- true
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--timeout-s 0: out of range"* ]] || false
+	run isopod-run -h
+	[ "$status" -eq 0 ]
+	syn=$(sed -n '/^\.Sh SYNOPSIS/,/^\.Sh DESCRIPTION/p' "$ISOPOD_SRC/man/isopod-run.1")
+	for w in libexec vm name dir start-ms timeout-s net fold keep pooled json-only stage commit-as provenance \
+		sign-option stdin-file notes-fd usage allow-ranges sysconfig boot-option exec-option; do
+		[[ "$output" == *"--$w"* ]] && [[ "$syn" == *"Fl -$w"* ]] || { echo "--$w"; false; }
+	done
+}
+
 @test "lint: the shell scripts are shellcheck -s sh clean" {
 	command -v shellcheck >/dev/null || skip "shellcheck not installed"
 	cd "$ISOPOD_SRC"

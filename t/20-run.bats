@@ -819,6 +819,30 @@ fill_checked() {
 	[ ! -e "$d" ]
 }
 
+@test "run: SIGTERM as isopod-run boots (or runs) the command: the step ended, the VM stopped before the result, 143 interrupted; gc finds no leak" {
+	local pid b st=0 id
+	"$ROOT/sh/isopod" run --json-only --cold -- sleep 300 >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
+	pid=$!
+	for _ in $(seq 1 600); do
+		b=$(pgrep -P "$pid" -x isopod-boot) && break
+		sleep 0.05
+	done
+	[ -n "$b" ]
+	# the run's pid (the supervisor's owner) is the driver's now
+	[ "$(cat "/proc/$pid/comm")" = isopod-run ]
+	kill -TERM "$pid"
+	wait "$pid" || st=$?
+	cat "$BATS_TEST_TMPDIR/err"
+	[ "$st" -eq 143 ]
+	jq -e '.ok == false and .error_kind == "interrupted" and .error == "interrupted by SIGTERM"' "$BATS_TEST_TMPDIR/out"
+	id=$(jq -r .vm.id "$BATS_TEST_TMPDIR/out")
+	! kill -0 "$b" 2>/dev/null || false
+	! vm_locked "$id" || false
+	# its scratch directory went with the result
+	! ls -d "$ISOPOD_HOME"/runs/vm-*."$pid".* 2>/dev/null || false
+	gc_clean
+}
+
 @test "run: a SIGTERM to the run's group as isopod-claim reports: the report is finished, the front end removes what it names" {
 	local pid cpid d
 	# (setsid in the background: its pid is the group's, the one signalled)
