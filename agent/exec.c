@@ -230,6 +230,9 @@ static int spawn(struct agent *a, const struct exec_req *sp)
 	set_nonblock(a->ex.err_fd);
 	set_nonblock(a->ex.st_fd);
 	a->op = OP_EXEC;
+	/* the rest of the window (agent.h), once the command can take stdin */
+	if (sp->with_stdin)
+		a->credit_due[STREAM_STDIN] += AGENT_WINDOW - FRAME_INITIAL_CREDIT;
 	timer_arm(a, sp->timeout_ms);
 	return 0;
 fail:

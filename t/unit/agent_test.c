@@ -754,7 +754,7 @@ static void test_frames(void)
 		A->op = OP_EXEC;
 		A->ex.with_stdin = 1;
 		A->ex.in_fd = p[1];
-		A->ex.rlen = FRAME_INITIAL_CREDIT - 2;
+		A->ex.rlen = AGENT_WINDOW - 2;
 		req();
 		tlv_put(&W, 0, "", 0); /* 5 bytes of stdin */
 		send_req(F_DATA, STREAM_STDIN);
