@@ -13,8 +13,9 @@
  * Flow control.  Toward the host, frames go through one output buffer; the
  * command's pipes (and FILE_GET) are not read while it holds more than
  * OUT_HIGH bytes, so a slow host slows the command down instead of growing
- * the buffer.  Toward the command, the host never has more than
- * FRAME_INITIAL_CREDIT bytes in flight on a stream: each byte we hand to the
+ * the buffer.  Toward the command, the host never has more than AGENT_WINDOW
+ * bytes in flight on a stream (FRAME_INITIAL_CREDIT unasked, the rest
+ * granted by one CREDIT when the operation starts): each byte we hand to the
  * command's stdin (or the file) is given back as F_CREDIT, so the stdin ring
  * below can never overflow and the port is always read (PING, EOF, the next
  * frame are never stuck behind stdin data).
@@ -67,6 +68,15 @@
 #define OUT_DATA_CHUNK (PORT_WRITE_MAX - FRAME_HDR)
 /* Bytes read from the port per loop turn, so pipes and timers get a turn. */
 #define READ_BUDGET (512u * 1024u)
+/* The window a stream's host may have in flight: FRAME_INITIAL_CREDIT
+ * unasked, the rest granted as the operation starts (a host of any version
+ * takes a CREDIT at any time).  The initial 256 KiB alone left the host
+ * waiting for credit ~400 times per 64 MiB, the guest idle meanwhile: QEMU
+ * moves 4 KiB per main-loop turn, and a credit takes a round trip through
+ * it (doc/SPEED.md, "Goal 4, where a transfer's time goes").  It is also
+ * the stdin ring's size, so it bounds what a host can make us hold. */
+#define AGENT_WINDOW (1024u * 1024u)
+_Static_assert(AGENT_WINDOW >= FRAME_INITIAL_CREDIT, "the window starts at the initial credit");
 /* Bigger pipes: fewer wake-ups per MiB under TCG, where syscalls are dear. */
 #define PIPE_SZ (1024 * 1024)
 /* After the main process exits: wait this long for its pipes to hit EOF
@@ -200,7 +210,7 @@ struct agent {
 	int sigfd, tfd;
 	struct exec_req req; /* the EXEC being decoded */
 	/* Exactly the credit window: the host can never have more in flight. */
-	uint8_t stdin_ring[FRAME_INITIAL_CREDIT];
+	uint8_t stdin_ring[AGENT_WINDOW];
 };
 
 /* ------------------------------------------------------------------ */

@@ -230,6 +230,9 @@ static int spawn(struct agent *a, const struct exec_req *sp)
 	set_nonblock(a->ex.err_fd);
 	set_nonblock(a->ex.st_fd);
 	a->op = OP_EXEC;
+	/* the rest of the window (agent.h), once the command can take stdin */
+	if (sp->with_stdin)
+		a->credit_due[STREAM_STDIN] += AGENT_WINDOW - FRAME_INITIAL_CREDIT;
 	timer_arm(a, sp->timeout_ms);
 	return 0;
 fail:
@@ -345,7 +348,9 @@ void stdin_pump(struct agent *a)
 
 void on_stdin_data(struct agent *a, const struct frame *fr)
 {
-	size_t tail, first;
+	const uint8_t *p = fr->payload;
+	size_t len = fr->len, tail, first;
+	ssize_t n;
 
 	if (a->op != OP_EXEC || !a->ex.with_stdin)
 		return; /* left over from a command that already exited */
@@ -358,13 +363,34 @@ void on_stdin_data(struct agent *a, const struct frame *fr)
 		a->port.poisoned = 1;
 		return;
 	}
+	/* Nothing queued before it: straight into the pipe, and only what
+	 * the pipe does not take into the ring.  Under TCG each copy of the
+	 * bytes inside the guest is emulated; the ring's was one of four. */
+	while (a->ex.rlen == 0 && len) {
+		n = write(a->ex.in_fd, p, len);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			a->credit_due[STREAM_STDIN] += (uint64_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			break;
+		if (n < 0 && errno != EPIPE)
+			logm("write to stdin: %s", strerror(errno));
+		stdin_close(a); /* EPIPE: the command closed its stdin */
+		a->credit_due[STREAM_STDIN] += len;
+		return;
+	}
 	tail = (a->ex.rhead + a->ex.rlen) % sizeof a->stdin_ring;
 	first = sizeof a->stdin_ring - tail;
-	if (first > fr->len)
-		first = fr->len;
-	memcpy(a->stdin_ring + tail, fr->payload, first);
-	memcpy(a->stdin_ring, fr->payload + first, fr->len - first);
-	a->ex.rlen += fr->len;
+	if (first > len)
+		first = len;
+	memcpy(a->stdin_ring + tail, p, first);
+	memcpy(a->stdin_ring, p + first, len - first);
+	a->ex.rlen += len;
 }
 
 void exec_on_timer(struct agent *a)

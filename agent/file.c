@@ -88,6 +88,7 @@ void on_file_put(struct agent *a, const struct frame *fr)
 		a->put.fd = fd;
 		a->put.tree = 1;
 		a->put.failed = 0;
+		a->credit_due[STREAM_FILE] += AGENT_WINDOW - FRAME_INITIAL_CREDIT;
 		return;
 	}
 	/* O_NONBLOCK: a FIFO at that path must not hang PID 1. */
@@ -109,6 +110,8 @@ void on_file_put(struct agent *a, const struct frame *fr)
 	}
 	a->put.fd = fd;
 	a->put.failed = 0;
+	/* the rest of the window (agent.h): the file takes what comes at once */
+	a->credit_due[STREAM_FILE] += AGENT_WINDOW - FRAME_INITIAL_CREDIT;
 }
 
 void on_file_data(struct agent *a, const struct frame *fr)

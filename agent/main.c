@@ -141,8 +141,9 @@ void loop_once(struct agent *a)
 #ifndef ISOPOD_AGENT_NO_MAIN
 int main(void)
 {
-	/* All the agent's state (~1 MiB, mostly buffers): in .bss, so there
-	 * is no allocation that could fail before the loop runs. */
+	/* All the agent's state (~1.5 MiB, mostly buffers; the stdin ring
+	 * is 1 MiB): in .bss, so there is no allocation that could fail
+	 * before the loop runs. */
 	static struct agent agent;
 	struct agent *a = &agent;
 	int64_t end;

@@ -64,31 +64,23 @@ void sha256_hex(const void *data, size_t n, char out[65])
 	hex32(h, out);
 }
 
-/* A file's SHA-256 by OpenSSL's libcrypto when it loads, else by
- * libsodium's: the same digest.  libcrypto's uses the CPU's SHA
- * instructions, ~6x libsodium's portable code here (256 MiB: 0.28 s
+/* A SHA-256 (util.h's sha256_stream) by OpenSSL's libcrypto when it
+ * loads, else by libsodium's: the same digest.  libcrypto's uses the CPU's
+ * SHA instructions, ~6x libsodium's portable code here (256 MiB: 0.28 s
  * against 1.6 s), and a base image is 2.2 GB hashed whole, holes included,
- * by each `isopod stage verify` and each attestation's subjects.  Loaded
- * at run time: the tools build without OpenSSL's headers (t/35's guest
- * has none) and work without the library. */
-struct fhash {
-	crypto_hash_sha256_state st;
-	void *lib, *ctx;
-	int bad; /* an update libcrypto refused: the digest is not the file's */
-	int (*update)(void *, const void *, size_t);
-	int (*final)(void *, unsigned char *, unsigned int *);
-	void (*free)(void *);
-};
-
-static void fhash_init(struct fhash *f)
+ * by each `isopod stage verify` and each attestation's subjects; every
+ * byte of a copy-in or copy-out is hashed as it passes.  Loaded at run
+ * time: the tools build without OpenSSL's headers (t/35's guest has none)
+ * and work without the library. */
+void sha256_begin(struct sha256_stream *f)
 {
 	void *(*ctx_new)(void);
 	const void *(*md)(void);
 	int (*init)(void *, const void *, void *);
 
-	/* RTLD_NODELETE: fhash_final's dlclose leaves it mapped, so the next
+	/* RTLD_NODELETE: sha256_end's dlclose leaves it mapped, so the next
 	 * file's dlopen (attest's subjects, a chain's layers) loads nothing */
-	*f = (struct fhash){ .lib = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) };
+	*f = (struct sha256_stream){ .lib = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) };
 	if (f->lib) {
 		*(void **)&ctx_new = dlsym(f->lib, "EVP_MD_CTX_new");
 		*(void **)&md = dlsym(f->lib, "EVP_sha256");
@@ -102,23 +94,21 @@ static void fhash_init(struct fhash *f)
 		if (f->ctx && f->free)
 			f->free(f->ctx);
 		dlclose(f->lib);
-		*f = (struct fhash){ 0 };
+		*f = (struct sha256_stream){ 0 };
 	}
 	crypto_hash_sha256_init(&f->st);
 }
 
-static void fhash_update(struct fhash *f, const unsigned char *b, size_t n)
+void sha256_add(struct sha256_stream *f, const void *b, size_t n)
 {
 	if (f->ctx) {
 		if (f->update(f->ctx, b, n) != 1)
 			f->bad = 1;
 	} else
-		crypto_hash_sha256_update(&f->st, b, (unsigned long long)n);
+		crypto_hash_sha256_update(&f->st, (const unsigned char *)b, (unsigned long long)n);
 }
 
-/* The digest into h, and the state freed.  -1 when libcrypto failed (an
- * update or the final). */
-static int fhash_final(struct fhash *f, unsigned char h[crypto_hash_sha256_BYTES])
+int sha256_end(struct sha256_stream *f, unsigned char h[32])
 {
 	unsigned int n = 0;
 	int r = 0;
@@ -129,14 +119,14 @@ static int fhash_final(struct fhash *f, unsigned char h[crypto_hash_sha256_BYTES
 		r = -1;
 	f->free(f->ctx);
 	dlclose(f->lib);
-	*f = (struct fhash){ 0 };
+	*f = (struct sha256_stream){ 0 };
 	return r;
 }
 
 int sha256_fd(int fd, char out[65])
 {
 	static const unsigned char zero[1 << 16];
-	struct fhash st;
+	struct sha256_stream st;
 	unsigned char h[crypto_hash_sha256_BYTES], buf[1 << 16];
 	struct stat sb;
 	off_t pos, next, end = 0; /* [pos, end) is data, read without a seek; -1: to EOF */
@@ -149,7 +139,7 @@ int sha256_fd(int fd, char out[65])
 			return -1;
 		end = -1;
 	}
-	fhash_init(&st);
+	sha256_begin(&st);
 	for (;;) {
 		/* A hole reads as zeros: they are hashed, not read (a base is
 		 * 2 GiB of holes: read, ~6 s of kernel time, cold, and 2 GiB of
@@ -170,7 +160,7 @@ int sha256_fd(int fd, char out[65])
 			}
 			for (; pos < next; pos += (off_t)n) {
 				n = next - pos < (off_t)sizeof zero ? (size_t)(next - pos) : sizeof zero;
-				fhash_update(&st, zero, n);
+				sha256_add(&st, zero, n);
 			}
 		}
 		n = end >= 0 && end - pos < (off_t)sizeof buf ? (size_t)(end - pos) : sizeof buf;
@@ -181,18 +171,18 @@ int sha256_fd(int fd, char out[65])
 			goto fail;
 		if (r == 0)
 			break;
-		fhash_update(&st, buf, (size_t)r);
+		sha256_add(&st, buf, (size_t)r);
 		pos += r;
 	}
 	if (seek && lseek(fd, pos, SEEK_SET) < 0)
 		goto fail;
-	if (fhash_final(&st, h) < 0)
+	if (sha256_end(&st, h) < 0)
 		return errno = EIO, -1;
 	hex32(h, out);
 	return 0;
 fail:
-	e = errno; /* (fhash_final may change it) */
-	fhash_final(&st, h);
+	e = errno; /* (sha256_end may change it) */
+	sha256_end(&st, h);
 	errno = e;
 	return -1;
 }

@@ -270,7 +270,7 @@ int exec_connect(struct exec_session *s, const char *agent_sock)
  * is of the bytes the guest got, read once (a second read of the file by
  * name could meet other bytes: a file replaced or rewritten meanwhile). */
 static int send_stream(struct exec_session *s, int fd, struct ts_walk *walk, uint32_t stream,
-		       const char *what, crypto_hash_sha256_state *h, uint64_t *sent)
+		       const char *what, struct sha256_stream *h, uint64_t *sent)
 {
 	uint8_t buf[FRAME_DATA_CHUNK];
 	uint64_t credit = FRAME_INITIAL_CREDIT;
@@ -315,7 +315,7 @@ static int send_stream(struct exec_session *s, int fd, struct ts_walk *walk, uin
 		if (conn_queue(&s->c, F_DATA, stream, buf, (size_t)n) < 0)
 			return fail(s, EX_SYS, "io", "out of memory");
 		if (h) {
-			crypto_hash_sha256_update(h, buf, (unsigned long long)n);
+			sha256_add(h, buf, (size_t)n);
 			*sent += (uint64_t)n;
 		}
 		credit -= (uint64_t)n;
@@ -388,11 +388,11 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		struct tlv_w w;
 		struct stat st;
 		struct frame fr;
-		crypto_hash_sha256_state h;
+		struct sha256_stream h;
 		unsigned char md[crypto_hash_sha256_BYTES];
 		uint64_t sent = 0;
 		char sha[65];
-		int r, fd = open(in[i].host, O_RDONLY | O_CLOEXEC);
+		int r, hr, fd = open(in[i].host, O_RDONLY | O_CLOEXEC);
 
 		if (fd < 0 || fstat(fd, &st) < 0) {
 			r = fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(in[i].host),
@@ -410,11 +410,16 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		tlv_put_str(&w, T_PATH, in[i].guest);
 		tlv_put_u32(&w, T_MODE, st.st_mode & 0777);
 		conn_queue(&s->c, F_FILE_PUT, STREAM_CTL, buf, w.len);
-		crypto_hash_sha256_init(&h);
+		sha256_begin(&h);
 		r = send_stream(s, fd, NULL, STREAM_FILE, in[i].host, &h, &sent);
 		close(fd);
+		/* ended here, whatever comes: it frees libcrypto's state */
+		hr = sha256_end(&h, md);
 		if (r < 0)
 			return r;
+		if (hr < 0)
+			return fail(s, EX_SYS, "io", "--copy-in %s: the SHA-256 of its bytes failed",
+				    EXC(in[i].host));
 		do
 			if ((r = exec_wait_frame(s, &fr)) < 0)
 				return r;
@@ -428,7 +433,6 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 				    "of the %llu bytes sent", s->vm_id, EXC(in[i].guest),
 				    (unsigned long long)frame_tlv_u64(&fr, T_BYTES),
 				    (unsigned long long)sent);
-		crypto_hash_sha256_final(&h, md);
 		sodium_bin2hex(sha, sizeof sha, md, sizeof md);
 		json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "host", in[i].host,
 						      "guest", in[i].guest, "bytes", (json_int_t)sent,
@@ -623,10 +627,10 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	struct stat sb;
 	uint8_t buf[4200];
 	unsigned char h[crypto_hash_sha256_BYTES];
-	crypto_hash_sha256_state st;
+	struct sha256_stream st;
 	struct tlv_w w;
 	struct frame fr;
-	int fd, got, oe = 0;
+	int fd, got, hr, oe = 0;
 
 	if (pathn(tmp, sizeof tmp, "%.200s.isopod-tmp.%ld", name, (long)getpid()) < 0) {
 		exec_copy_out_failed(s, list, cp->guest, dst, strerror(ENAMETOOLONG));
@@ -641,7 +645,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 	/* why it failed, said once the guest's bytes are taken (the frames
 	 * between would leave errno to chance) */
 	oe = fd < 0 ? errno : 0;
-	crypto_hash_sha256_init(&st);
+	sha256_begin(&st);
 	why[0] = 0;
 	while ((got = exec_wait_frame(s, &fr)) == 1) {
 		if (fr.type == F_DATA && fr.stream == STREAM_FILE) {
@@ -658,7 +662,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 				close(fd);
 				fd = -1;
 			}
-			crypto_hash_sha256_update(&st, fr.payload, fr.len);
+			sha256_add(&st, fr.payload, fr.len);
 			*bytes += fr.len;
 			continue;
 		}
@@ -666,6 +670,8 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 			continue;
 		break;
 	}
+	/* ended here, whatever comes: it frees libcrypto's state */
+	hr = sha256_end(&st, h);
 	if (got < 0) {
 		if (fd >= 0)
 			close(fd);
@@ -710,6 +716,12 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 				"the destination is not a regular file; not replaced");
 		return 1;
 	}
+	if (fd >= 0 && hr < 0) {
+		close(fd);
+		unlinkat(dfd, tmp, 0);
+		exec_copy_out_failed(s, list, cp->guest, dst, "the SHA-256 of its bytes failed");
+		return 1;
+	}
 	if (fd < 0 || fchmod(fd, (mode_t)frame_tlv_u64(&fr, T_MODE) & 0777) < 0 || fsync(fd) < 0 ||
 	    close(fd) < 0 || renameat(dfd, tmp, dfd, name) < 0) {
 		int e = fd < 0 ? oe : errno;
@@ -721,7 +733,6 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 								cp->guest, dst, strerror(e)));
 		return 1;
 	}
-	crypto_hash_sha256_final(&st, h);
 	for (int k = 0; k < 32; k++)
 		sprintf(sha + 2 * k, "%02x", h[k]);
 	json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "guest", cp->guest,

@@ -58,7 +58,15 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	else
 		snprintf(q->accel, sizeof q->accel, "%s", tcg ? "tcg" : "kvm");
 	A("-accel"); A(q->accel);
-	A("-cpu"); A(tcg ? "max" : "host");
+	/* erms=off: with ERMS the guest kernel copies to and from user
+	 * space (and memcpy, clear_page) with `rep movsb`, which TCG runs one
+	 * byte per translated-block turn; without it, `rep movsq`, 8 bytes a
+	 * turn.  Those copies were most of the guest's time moving stdin and
+	 * files over the agent's channel: 64 MiB of stdin 850 -> 440 ms of
+	 * vCPU time, copy-out 380 -> 110 ms (doc/SPEED.md, "Goal 4, where a
+	 * transfer's time goes").  The flag is CPUID only: TCG still runs a
+	 * `rep movsb` the guest does issue. */
+	A("-cpu"); A(tcg ? "max,erms=off" : "host");
 	A("-m"); A(q->mem);
 	if (memfile) {
 		A("-object"); A(q->obj);

@@ -4,6 +4,7 @@
 #define ISOPOD_UTIL_H
 
 #include <jansson.h>
+#include <sodium.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -233,6 +234,21 @@ int sha256_file(const char *path, char out[65]);
  * them.  A pipe is read.  -1 with errno on failure. */
 int sha256_fd(int fd, char out[65]);
 void sha256_hex(const void *data, size_t n, char out[65]);
+/* An incremental SHA-256, sha256_fd's: OpenSSL's libcrypto when it loads
+ * (the CPU's SHA instructions, ~6x libsodium's portable code here), else
+ * libsodium's; the same digest.  sha256_end writes it into h and frees
+ * the state: -1 when libcrypto failed (an update or the final). */
+struct sha256_stream {
+	crypto_hash_sha256_state st;
+	void *lib, *ctx;
+	int bad; /* an update libcrypto refused: the digest is not the input's */
+	int (*update)(void *, const void *, size_t);
+	int (*final)(void *, unsigned char *, unsigned int *);
+	void (*free)(void *);
+};
+void sha256_begin(struct sha256_stream *f);
+void sha256_add(struct sha256_stream *f, const void *b, size_t n);
+int sha256_end(struct sha256_stream *f, unsigned char h[32]);
 /* What a cache keyed by a file's identity compares: {path, dev, ino, size,
  * mtime_ns, ctime_ns} of st (path's stat).  A package upgrade replaces the
  * inode; a rewrite in place moves ctime, which nobody can set back.  NULL:

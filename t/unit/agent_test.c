@@ -754,7 +754,7 @@ static void test_frames(void)
 		A->op = OP_EXEC;
 		A->ex.with_stdin = 1;
 		A->ex.in_fd = p[1];
-		A->ex.rlen = FRAME_INITIAL_CREDIT - 2;
+		A->ex.rlen = AGENT_WINDOW - 2;
 		req();
 		tlv_put(&W, 0, "", 0); /* 5 bytes of stdin */
 		send_req(F_DATA, STREAM_STDIN);
@@ -763,8 +763,17 @@ static void test_frames(void)
 		   "stdin beyond the credit window: ERROR{protocol}, input ignored until HELLO");
 		A->ex.rlen = 0;
 		A->port.poisoned = 0;
+		A->credit_due[STREAM_STDIN] = 0;
 		send_req(F_DATA, STREAM_STDIN);
-		ok(answer(&t, k, m, sizeof m) == 0 && A->ex.rlen == 5, "... within it: queued");
+		ok(answer(&t, k, m, sizeof m) == 0 && A->ex.rlen == 0 &&
+			   A->credit_due[STREAM_STDIN] == 5 && read(p[0], m, sizeof m) == 5,
+		   "... within it, nothing queued: straight into the pipe, and credited");
+		A->ex.rlen = 1; /* a byte the pipe did not take yet */
+		A->ex.rhead = 0;
+		send_req(F_DATA, STREAM_STDIN);
+		ok(answer(&t, k, m, sizeof m) == 0 && A->ex.rlen == 6 &&
+			   A->credit_due[STREAM_STDIN] == 5,
+		   "... behind bytes still queued: queued after them, not credited yet");
 		op_abort(A); /* closes p[1]; pid 0 is never signalled */
 		close(p[0]);
 		ok(A->op == OP_NONE && A->ex.in_fd == -1, "... and the aborted command is gone");
