@@ -90,15 +90,24 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	 * TCG").  Without a rate (not x86_64, a TSC the host does not call
 	 * constant) the line stays as it was: told 2 GHz, a guest on
 	 * tsc=reliable would run at the host's rate / 2 GHz.  KVM's guests
-	 * use kvm-clock: their line is unchanged. */
+	 * use kvm-clock: their line is unchanged.
+	 * TCG's guests also run without the local APIC timer (noapictimer:
+	 * the PIT, which TCG needs anyway, is their clock event device).
+	 * QEMU 7.2's TCG has no TSC-deadline timer, so the kernel calibrated
+	 * the APIC timer against the TSC at every boot: a 100 ms busy wait
+	 * of guest time, ~230 ms of this host's (6.1's calibrate_APIC_clock);
+	 * the rest of the boot was no slower on the PIT: a bare boot-to-exit
+	 * took a median ~290 ms less without it (doc/SPEED.md "Goal 1,
+	 * third round").  KVM's guests keep theirs.
+	 */
 	if (tcg && c->tsc_khz > 0)
 		snprintf(q->append, sizeof q->append,
 			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=%lld "
-			 "lpj=4000000 tsc=reliable", c->tsc_khz);
+			 "lpj=4000000 tsc=reliable noapictimer", c->tsc_khz);
 	else
-		snprintf(q->append, sizeof q->append, "%s",
+		snprintf(q->append, sizeof q->append, "%s%s",
 			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 "
-			 "lpj=4000000");
+			 "lpj=4000000", tcg ? " noapictimer" : "");
 	A(q->append);
 	/* The console is a descriptor (QEMU_CONSOLE_FD), not a path QEMU
 	 * writes as much as the guest likes to: QEMU 7.2's file chardev opens
