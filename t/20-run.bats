@@ -1179,13 +1179,15 @@ EOF
 # ($BATS_TEST_TMPDIR/hostcache): a stand-in's verdict never reaches
 # /run/isopod/accel.  The stand-in is copied once per test: its identity is
 # in the host cache's key.
+# The verdicts are the kernel-keyed files (hex names); accel/tsc.json, the
+# host TSC rate lib/tsc.c keeps beside them (no .reason), is not one.
 probe_reason() {
 	local sb="$BATS_TEST_TMPDIR/qbin" keep="$BATS_TEST_TMPDIR/accel" vm
 	mkdir -p "$sb" "$keep"
 	[ -e "$sb/qemu-system-x86_64" ] || cp "$ISOPOD_SRC/build/jail/probe" "$sb/qemu-system-x86_64"
 	rm -rf "${keep:?}"/*
 	cp -a "$ISOPOD_HOME/accel/." "$keep/" 2>/dev/null || :
-	rm -f "$ISOPOD_HOME"/accel/*.json "$ISOPOD_HOME"/accel/*.log
+	rm -f "$ISOPOD_HOME"/accel/[0-9a-f]*.json "$ISOPOD_HOME"/accel/*.log
 	vm=$(isopod-claim | jq -er .vm.id)
 	# PROBE_REAL=1: the real QEMU, not the stand-in
 	local pre="$sb:"
@@ -1193,10 +1195,10 @@ probe_reason() {
 	PATH="$pre$PATH" ISOPOD_ACCEL_HOST_CACHE_DIR="$BATS_TEST_TMPDIR/hostcache" \
 		run --separate-stderr "$@" isopod-boot --vm "$vm" --owner-pid $$
 	echo "$stderr"
-	reason=$(jq -r .reason "$ISOPOD_HOME"/accel/*.json)
+	reason=$(jq -r .reason "$ISOPOD_HOME"/accel/[0-9a-f]*.json)
 	probed=0
 	! compgen -G "$ISOPOD_HOME/accel/*.log" >/dev/null || probed=1
-	rm -f "$ISOPOD_HOME"/accel/*.json "$ISOPOD_HOME"/accel/*.log
+	rm -f "$ISOPOD_HOME"/accel/[0-9a-f]*.json "$ISOPOD_HOME"/accel/*.log
 	cp -a "$keep/." "$ISOPOD_HOME/accel/"
 	isopod-stop --force --vm "$vm" >/dev/null 2>&1 || :
 	echo "reason: $reason probed: $probed"
