@@ -93,6 +93,11 @@ _Static_assert(AGENT_WINDOW >= FRAME_INITIAL_CREDIT, "the window starts at the i
 /* A read of 0 right after data is a hang-up only once it has lasted this
  * long (see port_read). */
 #define HANGUP_CONFIRM_MS 250
+/* With no host, the port is looked at again after this long, or at once
+ * on the SIGIO the driver sends when a host connects (port_try_open's
+ * O_ASYNC); without O_ASYNC, after NOHOST_POLL_MS. */
+#define NOHOST_WAIT_MS 1000
+#define NOHOST_POLL_MS 10
 
 /* Every string of one EXEC lives in its exec_req: the payload is at most
  * FRAME_MAX_PAYLOAD and each item costs at least 5 bytes of TLV header,
@@ -142,6 +147,7 @@ struct port_state {
 	int poisoned;    /* malformed input: ignore all until hang-up or HELLO */
 	int helloed;     /* a HELLO with our version was answered */
 	int64_t eof_since; /* a read said "no host" after data: since when */
+	int async;       /* the port sends us SIGIO when a host connects */
 	size_t rlen, roff;
 	uint8_t rbuf[RBUF_SZ];
 };

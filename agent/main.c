@@ -26,8 +26,9 @@ void agent_init(struct agent *a)
 
 void signals_setup(struct agent *a)
 {
+	/* SIGIO: the port's, when a host connects (port_try_open) */
 	static const int sigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT,
-				    SIGUSR1, SIGUSR2, SIGPWR };
+				    SIGUSR1, SIGUSR2, SIGPWR, SIGIO };
 	sigset_t set;
 	size_t i;
 
@@ -50,7 +51,9 @@ static void on_signals(struct agent *a)
 	struct signalfd_siginfo si;
 
 	while (read(a->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
-		if (si.ssi_signo != SIGCHLD)
+		if (si.ssi_signo == SIGIO)
+			a->port.retry_at = 0; /* a host came (or went): look now */
+		else if (si.ssi_signo != SIGCHLD)
 			logm("ignoring signal %u", si.ssi_signo);
 	reap(a);
 }

@@ -59,7 +59,7 @@ int port_try_open(struct agent *a)
 	struct dirent *de;
 	DIR *d;
 	ssize_t n;
-	int fd;
+	int fd, fl;
 
 	d = opendir("/sys/class/virtio-ports");
 	if (!d)
@@ -84,6 +84,18 @@ int port_try_open(struct agent *a)
 		if (a->port.fd < 0)
 			continue; /* the node may lag the sysfs entry */
 		closedir(d);
+		/* A read says "no host" at once until one connects, and poll
+		 * says so too: the driver's SIGIO on the host's connection
+		 * (virtio_console's PORT_OPEN) is what tells us one came, so
+		 * that a guest without a host sleeps rather than looks every
+		 * 10 ms -- under TCG each look woke QEMU's threads several
+		 * times (doc/SPEED.md "Goal 6, third round"). */
+		fl = fcntl(a->port.fd, F_GETFL);
+		a->port.async = fl >= 0 && fcntl(a->port.fd, F_SETOWN, getpid()) == 0 &&
+				fcntl(a->port.fd, F_SETFL, fl | O_ASYNC) == 0;
+		if (!a->port.async)
+			logm("O_ASYNC on %s: %s: looking for a host every %d ms", a->port.dev,
+			     strerror(errno), NOHOST_POLL_MS);
 		logm("serving on %s", a->port.dev);
 		return 0;
 	}
@@ -339,7 +351,7 @@ void port_read(struct agent *a)
 			}
 		}
 		conn_reset(a, "hung up");
-		a->port.retry_at = mono_ms() + 10;
+		a->port.retry_at = mono_ms() + (a->port.async ? NOHOST_WAIT_MS : NOHOST_POLL_MS);
 		return;
 	}
 }
