@@ -507,13 +507,16 @@ ok_quiet() {
 	# The agent credits stdin it discards after the reap; an older one sent
 	# that CREDIT behind EXIT, and the host took it as the first FILE_GET's
 	# reply: copy-out 1 failed, 2 got ERROR{busy}, 3 got file 1's bytes
-	# under its own guest path.  Fails only with both ends broken (the
-	# host skips such a CREDIT; the agent sends none after EXIT).
+	# under its own guest path.  The sleep: the pipe (1 MiB) and the
+	# agent's ring (1 MiB) fill, and at the exit the ring's bytes are
+	# discarded and credited in the turn that sends EXIT.  Fails only with
+	# both ends broken (the host skips such a CREDIT; the agent sends none
+	# after EXIT).
 	head -c 4194304 /dev/urandom >"$DATA/4m"
 	mkdir -p "$DATA/co3"
 	run --separate-stderr isopod run --json-only --stdin-file "$DATA/4m" \
 		--copy-out /root/c1:"$DATA/co3/" --copy-out /root/c2:"$DATA/co3/" --copy-out /root/c3:"$DATA/co3/" \
-		-- sh -c 'echo one >/root/c1; echo two two >/root/c2; echo three three three >/root/c3; head -c1 >/dev/null'
+		-- sh -c 'echo one >/root/c1; echo two two >/root/c2; echo three three three >/root/c3; sleep 3; head -c1 >/dev/null'
 	ok_quiet
 	for i in 1 2 3; do
 		case $i in 1) want="one" ;; 2) want="two two" ;; 3) want="three three three" ;; esac
