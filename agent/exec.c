@@ -498,6 +498,12 @@ void exec_maybe_finish(struct agent *a, int64_t now)
 		pipe_close(a, &a->ex.out_fd, STREAM_STDOUT);
 		pipe_close(a, &a->ex.err_fd, STREAM_STDERR);
 	}
+	/* Nothing is owed after EXIT: the host's stdin ends there, and a
+	 * CREDIT behind EXIT would be read as the reply to what the host
+	 * sends next (a copy-out's FILE_GET). What was consumed and not yet
+	 * credited goes out before EXIT, as the host may still be waiting for
+	 * it (credit_flush is also what the loop turn runs after this). */
+	credit_flush(a);
 	send_exit(a);
 	exec_clear(a);
 }

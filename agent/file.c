@@ -157,6 +157,10 @@ void on_file_eof(struct agent *a)
 	if (a->op != OP_PUT)
 		return;
 	a->op = OP_NONE;
+	/* No CREDIT after this FILE_PUT's end (FILE_DONE or its ERROR): the
+	 * host's stream is over, and a grant sent now (768 KiB for the window,
+	 * even for an empty file) would count for the next copy-in. */
+	a->credit_due[STREAM_FILE] = 0;
 	if (a->put.failed)
 		return;
 	if (a->put.tree) {

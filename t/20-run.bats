@@ -503,6 +503,31 @@ ok_quiet() {
 	rm -f "$DATA/1m" "$DATA/4m"
 }
 
+@test "run: stdin still streaming when the command exits, then three copy-outs: each its own file's bytes and sha256" {
+	# The agent credits stdin it discards after the reap; an older one sent
+	# that CREDIT behind EXIT, and the host took it as the first FILE_GET's
+	# reply: copy-out 1 failed, 2 got ERROR{busy}, 3 got file 1's bytes
+	# under its own guest path.  The sleep: the pipe (1 MiB) and the
+	# agent's ring (1 MiB) fill, and at the exit the ring's bytes are
+	# discarded and credited in the turn that sends EXIT.  Fails only with
+	# both ends broken (the host skips such a CREDIT; the agent sends none
+	# after EXIT).
+	head -c 4194304 /dev/urandom >"$DATA/4m"
+	mkdir -p "$DATA/co3"
+	run --separate-stderr isopod run --json-only --stdin-file "$DATA/4m" \
+		--copy-out /root/c1:"$DATA/co3/" --copy-out /root/c2:"$DATA/co3/" --copy-out /root/c3:"$DATA/co3/" \
+		-- sh -c 'echo one >/root/c1; echo two two >/root/c2; echo three three three >/root/c3; sleep 3; head -c1 >/dev/null'
+	ok_quiet
+	for i in 1 2 3; do
+		case $i in 1) want="one" ;; 2) want="two two" ;; 3) want="three three three" ;; esac
+		[ "$(cat "$DATA/co3/c$i")" = "$want" ]
+		sum=$(printf '%s\n' "$want" | sha256sum | cut -d' ' -f1)
+		echo "$output" | jq -e --arg s "$sum" --arg g "/root/c$i" --argjson i $((i - 1)) \
+			'.copied_out[$i].guest == $g and .copied_out[$i].sha256 == $s and (.copied_out[$i].error == null)'
+	done
+	rm -rf "$DATA/4m" "$DATA/co3"
+}
+
 @test "run: a missing --stdin-file or --copy-in source is refused before boot" {
 	run --separate-stderr isopod run --stdin-file /no/such/file -- cat
 	[ "$status" -eq 100 ]

@@ -70,6 +70,30 @@ static void test_flood(void)
 	stop(&s, pid);
 }
 
+/* An older agent's CREDIT for stdin after EXIT (and a stray PONG): not
+ * the reply to the first FILE_GET, so each copy-out gets its own file. */
+static void test_stale_credit(void)
+{
+	struct exec_copy cout[2];
+	char h0[128], h1[128];
+	struct stat s0, s1;
+	json_t *out;
+	int r;
+
+	snprintf(h0, sizeof h0, "%s/stale0", dir);
+	snprintf(h1, sizeof h1, "%s/stale1", dir);
+	cout[0] = (struct exec_copy){.host = h0, .guest = "/tmp/a"};
+	cout[1] = (struct exec_copy){.host = h1, .guest = "/tmp/b"};
+	out = copy_out_run(A_STALE, cout, 2, 0, &r);
+	ok(r == 0 && !entry_error(out, 0) && !entry_error(out, 1) && stat(h0, &s0) == 0 &&
+		   s0.st_size == 4 && stat(h1, &s1) == 0 && s1.st_size == 4,
+	   "a CREDIT and a PONG after EXIT: skipped, both copy-outs land (%s)",
+	   entry_error(out, 0) ? entry_error(out, 0) : "no error");
+	json_decref(out);
+	unlink(h0);
+	unlink(h1);
+}
+
 /* A copy-out's destination, HOST: a directory there is copied into (the
  * file under its own name), a file there replaced, and a symlink there
  * never followed, not even one swapped in for the directory after it was
@@ -569,6 +593,7 @@ int main(void)
 	test_session();
 	test_copy_in_race();
 	test_flood();
+	test_stale_credit();
 	test_dest();
 	test_dest_eacces();
 	test_tree_in_nomem();

@@ -94,7 +94,7 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 
 /* The fake agent's behaviour after the handshake. */
 enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8,
-       A_SHORT, A_TREE_CTL, A_TREE_LINK, A_TREE_LINKS_MAX, A_TREE_BAD8_TARGET };
+       A_SHORT, A_TREE_CTL, A_TREE_LINK, A_TREE_LINKS_MAX, A_TREE_BAD8_TARGET, A_STALE };
 
 static char dir[64], sock[96];
 
@@ -285,6 +285,14 @@ static void agent(int lfd, int mode)
 		tlv_put_u32(&w, T_SIGNAL, 0);
 		tlv_put_u32(&w, T_TIMED_OUT, 0);
 		put_tlv(fd, F_EXIT, &w);
+		if (mode == A_STALE) {
+			/* an older agent: stdin it discarded, credited after EXIT;
+			 * and a PONG nobody waits for */
+			tlv_init(&w, tb, sizeof tb);
+			tlv_put_u64(&w, T_BYTES, 5);
+			put(fd, F_CREDIT, STREAM_STDIN, w.buf, w.len);
+			put(fd, F_PONG, STREAM_CTL, NULL, 0);
+		}
 	}
 	_exit(0);
 }
