@@ -170,9 +170,9 @@ static void sys_fail(struct run *r, const char *what, const char *path)
 }
 
 /* Start argv's tool: stdin in, stdout out, stderr err, its fd 3 closed and
- * its status object on fd 4 (ISOPOD_STATUS_FD=4) when sfd >= 0; -1 with
- * errno when it could not be. */
-static pid_t start(char **argv, int in, int out, int err, int sfd)
+ * its status object on fd 4 (ISOPOD_STATUS_FD=4) when sfd >= 0, in a
+ * session of its own when own_session; -1 with errno when it could not be. */
+static pid_t start(char **argv, int in, int out, int err, int sfd, int own_session)
 {
 	static char fdenv[] = "ISOPOD_STATUS_FD=4";
 	static char *const env[] = { fdenv, NULL };
@@ -180,6 +180,7 @@ static pid_t start(char **argv, int in, int out, int err, int sfd)
 
 	ps.file = argv[0];
 	ps.in = in, ps.out = out, ps.err = err;
+	ps.setsid = own_session;
 	if (sfd >= 0) {
 		ps.keep[0] = PROC_NULL, ps.keep[1] = sfd, ps.nkeep = 2;
 		ps.env = env;
@@ -233,7 +234,7 @@ static int step(struct run *r, const char *name, struct av *a, int in, int captu
 		snprintf(f, sizeof f, "%s.err", name);
 		efd = open_out(r, scratch(r, f));
 	}
-	if ((pid = start(a->v, in, out, efd, sfd)) < 0)
+	if ((pid = start(a->v, in, out, efd, sfd, 0)) < 0)
 		sys_fail(r, "unable to start", a->v[0]);
 	close(out);
 	close(sfd);
@@ -263,11 +264,14 @@ static int step(struct run *r, const char *name, struct av *a, int in, int captu
 }
 
 /* isopod-stop --force of our VM, never interrupted (a signal meanwhile
- * waits for the next check): its status, 111 when it could not start. */
+ * waits for the next check): its status, 111 when it could not start.  In
+ * a session of its own: a second Ctrl-C (the terminal's SIGINT to its
+ * foreground process group) must not end the stop the first one asked
+ * for, and leave the VM running. */
 static int stop_vm(struct run *r, int quiet)
 {
 	char *av[] = { (char *)tool(r, "stop"), "--force", "--vm", (char *)r->vm, NULL };
-	pid_t pid = start(av, PROC_NULL, PROC_NULL, quiet ? PROC_NULL : PROC_INHERIT, -1);
+	pid_t pid = start(av, PROC_NULL, PROC_NULL, quiet ? PROC_NULL : PROC_INHERIT, -1, 1);
 
 	return pid < 0 ? EX_SYS : wait_child(r, pid, 0);
 }

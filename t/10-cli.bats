@@ -925,6 +925,37 @@ signal_run() {
 	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
 }
 
+@test "run: a second SIGINT to the run's process group (Ctrl-C twice) does not end the stop the first asked for: the VM stopped, 130" {
+	use_fake
+	local pid st id
+	export FAKE_EXEC_SLEEP=30 FAKE_STOP_SLEEP=1
+	rm -f "$FAKE_LOG"
+	# a process group of its own, as a terminal's foreground job, INT at its default
+	perl -e 'setpgrp(0, 0); $SIG{INT} = "DEFAULT"; exec @ARGV or die' isopod run --json-only --keep -- sleep 30 \
+		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 400); do
+		grep -q '^exec' "$FAKE_LOG" 2>/dev/null && break
+		sleep 0.05
+	done
+	grep -q '^exec' "$FAKE_LOG"
+	kill -INT "$pid"
+	for _ in $(seq 1 400); do
+		grep -q '^stop-sleeping' "$FAKE_LOG" 2>/dev/null && break
+		sleep 0.05
+	done
+	grep -q '^stop-sleeping' "$FAKE_LOG"
+	kill -INT -- "-$pid"
+	st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 130 ]
+	output=$(cat "$BATS_TEST_TMPDIR/out")
+	json_is '.error == "interrupted by SIGINT"'
+	id=$(jq -r .vm.id <<<"$output")
+	! grep -q "unable to stop" "$BATS_TEST_TMPDIR/err" || false
+	! vm_locked "$id" || false
+}
+
 @test "run: a result nobody can read (stdout closed, or its reader gone with SIGPIPE ignored): isopod-result removes the scratch directory all the same (nothing runs after it)" {
 	use_fake
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
