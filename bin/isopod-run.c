@@ -220,7 +220,7 @@ static void relay(const char *path)
 static int step(struct run *r, const char *name, struct av *a, int in, int capture)
 {
 	char f[64];
-	int out, sfd, efd = PROC_INHERIT, rc;
+	int out, sfd, efd = PROC_INHERIT, rc, sig;
 	pid_t pid;
 
 	if ((rc = pending_signal(r)))
@@ -241,6 +241,11 @@ static int step(struct run *r, const char *name, struct av *a, int in, int captu
 	if (efd >= 0)
 		close(efd);
 	rc = wait_child(r, pid, 1);
+	/* a step killed by the signal its process group was sent (the
+	 * terminal's SIGINT) may be reaped before the signal is taken: the
+	 * run was interrupted, not failed in that step */
+	if ((sig = pending_signal(r)))
+		interrupted(r, sig);
 	if (capture) {
 		snprintf(f, sizeof f, "%s.err", name);
 		relay(scratch(r, f));
