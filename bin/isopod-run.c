@@ -118,6 +118,7 @@ static int pending_signal(struct run *r)
 
 static void finish(struct run *r, struct av *res) __attribute__((noreturn));
 static void fail(struct run *r, int code, const char *kind, const char *msg) __attribute__((noreturn));
+static void sys_fail(struct run *r, const char *what, const char *path) __attribute__((noreturn));
 
 /* The run interrupted by sig: no VM kept, --keep or not (its caller, a
  * cancelled isopod-mcp call say, may never learn the VM's id). */
@@ -148,8 +149,12 @@ static int wait_child(struct run *r, pid_t pid, int interruptible)
 
 		if (w == pid)
 			return proc_status(st);
-		if (w < 0 && errno != EINTR)
-			die(EX_SYS, "waitpid:");
+		if (w < 0 && errno != EINTR) {
+			char m[64];
+
+			snprintf(m, sizeof m, "%d", (int)pid);
+			sys_fail(r, "unable to wait for", m);
+		}
 		s = sigwaitinfo(interruptible ? &r->sigs : &only_chld, &si);
 		if (s < 0 || s == SIGCHLD)
 			continue;
@@ -160,7 +165,6 @@ static int wait_child(struct run *r, pid_t pid, int interruptible)
 }
 
 /* A system call of ours failed (errno): the run's infrastructure failure. */
-static void sys_fail(struct run *r, const char *what, const char *path) __attribute__((noreturn));
 static void sys_fail(struct run *r, const char *what, const char *path)
 {
 	char m[PATH_MAX + 256];
@@ -616,7 +620,8 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct run r = { .notes_fd = -1, .start_ms = -1, .timeout_s = -1 };
-	int c;
+	char bad[256] = "";
+	int c, known;
 
 	progname = "isopod-run";
 	/* Signals first: held from here on and taken at each step's start and
@@ -644,12 +649,13 @@ int main(int argc, char **argv)
 		case O_NAME: r.name = optarg; break;
 		case O_DIR: r.dir = optarg; break;
 		case O_START:
-			if (parse_ll(optarg, 0, (long long)1 << 60, &r.start_ms) < 0)
-				die(EX_USAGE, "--start-ms %s: want milliseconds", EXC(optarg));
+			if (parse_ll(optarg, 0, (long long)1 << 60, &r.start_ms) < 0 && !*bad)
+				snprintf(bad, sizeof bad, "--start-ms %s: want milliseconds", EXC(optarg));
 			break;
 		case O_TIMEOUT:
-			if (parse_ll(optarg, 1, 86400, &r.timeout_s) < 0)
-				die(EX_USAGE, "--timeout-s %s: out of range; valid: 1..86400", EXC(optarg));
+			if (parse_ll(optarg, 1, 86400, &r.timeout_s) < 0 && !*bad)
+				snprintf(bad, sizeof bad, "--timeout-s %s: out of range; valid: 1..86400",
+					 EXC(optarg));
 			break;
 		case O_NET: r.net = optarg; break;
 		case O_FOLD: r.fold = 1; break;
@@ -662,8 +668,8 @@ int main(int argc, char **argv)
 		case O_SIGN: word(&r.sign, &r.nsign, optarg); break;
 		case O_STDIN: r.stdin_file = optarg; break;
 		case O_NOTES:
-			if (parse_ll(optarg, 3, 1 << 20, &r.notes_fd) < 0)
-				die(EX_USAGE, "--notes-fd %s: want a descriptor", EXC(optarg));
+			if (parse_ll(optarg, 3, 1 << 20, &r.notes_fd) < 0 && !*bad)
+				snprintf(bad, sizeof bad, "--notes-fd %s: want a descriptor", EXC(optarg));
 			break;
 		case O_USAGE: r.usage = optarg; break;
 		case O_RANGES: r.ranges = optarg; break;
@@ -674,26 +680,38 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die_usage(USAGE, "bad option (usage above)");
+			if (!*bad)
+				snprintf(bad, sizeof bad, "bad option (usage above)");
 		}
 	}
-	if (!r.libexec || !r.vm || !r.name || !r.dir || r.start_ms < 0 || r.timeout_s < 0 || !r.net)
-		die_usage(USAGE, "--libexec, --vm, --name, --dir, --start-ms, --timeout-s and --net "
-				 "are sh/isopod's to give (isopod-run drives a run it claimed)");
-	if (optind >= argc)
-		die_usage(USAGE, "no command given");
-	/* every path built from them fits (tool(), scratch()) */
-	if (strlen(r.libexec) > PATH_MAX - 64 || strlen(r.dir) > PATH_MAX - 64)
-		die(EX_USAGE, "--libexec or --dir: a path too long");
-	r.cmd = argv + optind;
-	r.ncmd = argc - optind;
+	/* Once we know the run (its tools, VM and directory), a refusal is the
+	 * run's result as any failure after it: the VM stopped, DIR removed
+	 * (nothing else would: the shell that claimed them is gone). */
+	known = r.libexec && r.vm && r.name && r.dir && strlen(r.libexec) <= PATH_MAX - 64 &&
+		strlen(r.dir) <= PATH_MAX - 64;
+	if (!*bad && (r.start_ms < 0 || r.timeout_s < 0 || !r.net || !known))
+		snprintf(bad, sizeof bad, "%s", known || !r.libexec || !r.vm || !r.name || !r.dir
+			 ? "--libexec, --vm, --name, --dir, --start-ms, --timeout-s and --net "
+			   "are sh/isopod's to give (isopod-run drives a run it claimed)"
+			 : "--libexec or --dir: a path too long");
+	if (!*bad && optind >= argc)
+		snprintf(bad, sizeof bad, "no command given");
+	if (*bad && !known)
+		die_usage(USAGE, "%s", bad);
 	if (r.pooled) /* its supervisor stops it when we exit */
 		r.booted = r.stopped = 1;
-	/* From here on the words are the front end's (isopod(1)). */
-	progname = "isopod";
 	/* Ours alone: no step inherits a descriptor we were given (the notes'
 	 * is written by us; the status descriptor util.c took is close-on-exec). */
 	close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+	if (*bad) {
+		fprintf(stderr, "usage: %s\nisopod-run: fatal: %s\n", USAGE, bad);
+		progname = "isopod";
+		fail(&r, EX_USAGE, "usage", bad);
+	}
+	r.cmd = argv + optind;
+	r.ncmd = argc - optind;
+	/* From here on the words are the front end's (isopod(1)). */
+	progname = "isopod";
 	the_run(&r);
 	return EX_SYS;
 }

@@ -956,6 +956,23 @@ signal_run() {
 	! vm_locked "$id" || false
 }
 
+@test "run: isopod-run that cannot be exec'd: the run's result all the same (111 infra), the VM stopped, no scratch directory left" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" f
+	mkdir "$lx"
+	for f in "$ISOPOD_SRC"/t/fake/*; do ln -s "$f" "$lx/"; done
+	printf '#!/nonexistent/interpreter\n' >"$lx/isopod-run"
+	chmod +x "$lx/isopod-run"
+	export ISOPOD_LIBEXEC="$lx" ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	run_isopod -111 run --json-only -- true
+	json_is '.ok == false and .error_kind == "infra"'
+	[[ "$(jq -r .error <<<"$output")" == "unable to run $lx/isopod-run"* ]]
+	id=$(jq -r .vm.id <<<"$output")
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
+	! vm_locked "$id" || false
+	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
+}
+
 @test "run: a result nobody can read (stdout closed, or its reader gone with SIGPIPE ignored): isopod-result removes the scratch directory all the same (nothing runs after it)" {
 	use_fake
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
@@ -973,11 +990,24 @@ signal_run() {
 	[ "$status" -eq 100 ] && [ -z "$output" ] || false
 	[[ "$stderr" == "usage: isopod-run --libexec DIR"* ]]
 	[[ "${stderr##*$'\n'}" == "isopod-run: fatal: --libexec, --vm, --name, --dir, --start-ms, --timeout-s and --net are sh/isopod's to give"* ]]
-	run --separate-stderr isopod-run --libexec /nonexistent --vm vm-000000000000 --name n --dir /nonexistent \
+	run --separate-stderr isopod-run --libexec /x --vm v --name n --start-ms 0 --timeout-s 0 --net none -- true
+	[ "$status" -eq 100 ] && [ -z "$output" ] && [[ "$stderr" == *"--timeout-s 0: out of range"* ]] || false
+	# once it knows the run (--libexec, --vm, --name, --dir), a refusal is the run's
+	# result, as a failure after it: the VM stopped, DIR removed (no shell left to)
+	use_fake
+	local d="$BATS_TEST_TMPDIR/scratch"
+	mkdir "$d" && : >"$d/exec.json"
+	run --separate-stderr isopod-run --libexec "$ISOPOD_LIBEXEC" --vm vm-000000000000 --name n --dir "$d" \
 		--start-ms 0 --timeout-s 1 --net none
-	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-run: fatal: no command given" ]] || false
-	run --separate-stderr isopod-run --libexec /x --vm v --name n --dir /x --start-ms 0 --timeout-s 0 --net none -- true
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"--timeout-s 0: out of range"* ]] || false
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"isopod-run: fatal: no command given"* ]] || false
+	json_is '.ok == false and .error_kind == "usage" and .error == "no command given"'
+	grep -qx "stop --force --vm vm-000000000000" "$FAKE_LOG"
+	[ ! -e "$d" ]
+	mkdir "$d"
+	run --separate-stderr isopod-run --timeout-s 0 --libexec "$ISOPOD_LIBEXEC" --vm vm-000000000000 --name n \
+		--dir "$d" --start-ms 0 --net none -- true
+	[ "$status" -eq 100 ] && [ ! -e "$d" ] || false
+	json_is '.error_kind == "usage" and (.error | startswith("--timeout-s 0: out of range"))'
 	run isopod-run -h
 	[ "$status" -eq 0 ]
 	syn=$(sed -n '/^\.Sh SYNOPSIS/,/^\.Sh DESCRIPTION/p' "$ISOPOD_SRC/man/isopod-run.1")
