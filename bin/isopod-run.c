@@ -116,6 +116,24 @@ static int pending_signal(struct run *r)
 	return s < 0 ? 0 : s;
 }
 
+/* INT, TERM and HUP blocked before anything else of ours runs (the
+ * earliest constructor, before any library's): the shell's traps went
+ * with its exec, and one of them now would kill the run with no result.
+ * main() decides which it takes and unblocks the others.  What is left,
+ * from the exec to here, is the kernel's and the loader's (isopod-run(1),
+ * SIGNALS). */
+static void hold_signals(void) __attribute__((constructor(101)));
+static void hold_signals(void)
+{
+	sigset_t three;
+
+	sigemptyset(&three);
+	sigaddset(&three, SIGINT);
+	sigaddset(&three, SIGTERM);
+	sigaddset(&three, SIGHUP);
+	sigprocmask(SIG_BLOCK, &three, NULL);
+}
+
 static void finish(struct run *r, struct av *res) __attribute__((noreturn));
 static void fail(struct run *r, int code, const char *kind, const char *msg) __attribute__((noreturn));
 static void sys_fail(struct run *r, const char *what, const char *path) __attribute__((noreturn));
@@ -635,9 +653,14 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++) {
 		static const int take[] = { SIGINT, SIGTERM, SIGHUP };
 		struct sigaction sa;
+		sigset_t one;
 
+		sigemptyset(&one);
+		sigaddset(&one, take[i]);
 		if (sigaction(take[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
 			sigaddset(&r.sigs, take[i]);
+		else /* held by hold_signals: one queued meanwhile is dropped */
+			sigprocmask(SIG_UNBLOCK, &one, NULL);
 	}
 	signal(SIGCHLD, SIG_DFL);
 	sigprocmask(SIG_BLOCK, &r.sigs, NULL);
