@@ -41,6 +41,7 @@ struct run {
 	long long start_ms, timeout_s, notes_fd;
 	int fold, keep, pooled, json_only, have_commit_as;
 	int booted, stopped;
+	int stdin_closed;      /* fd 0 was closed when we started (now /dev/null) */
 	char **boot, **exec, **sign, **cmd; /* NULL-ended word lists */
 	int nboot, nexec, nsign, ncmd;
 	sigset_t sigs; /* INT, TERM, HUP and CHLD: blocked, taken with sigtimedwait */
@@ -431,7 +432,7 @@ static int exec(struct run *r)
 		r->stdin_arg = r->stdin_file;
 		if (!strcmp(r->stdin_arg, "-"))
 			in = 0;
-	} else if (!isatty(0) && fcntl(0, F_GETFD) >= 0) {
+	} else if (!isatty(0) && !r->stdin_closed) {
 		r->stdin_arg = "-";
 		in = 0;
 	}
@@ -665,6 +666,13 @@ int main(int argc, char **argv)
 	signal(SIGCHLD, SIG_DFL);
 	sigprocmask(SIG_BLOCK, &r.sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* A closed 0, 1 or 2 would be the next file we open (exec's input
+	 * would be its own DIR/exec.json): /dev/null there, and a closed
+	 * stdin remembered (it is no input to send). */
+	r.stdin_closed = fcntl(0, F_GETFD) < 0;
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
+			die(EX_SYS, "unable to open /dev/null as descriptor %d:", fd);
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case O_LIBEXEC: r.libexec = optarg; break;
@@ -719,6 +727,8 @@ int main(int argc, char **argv)
 			 : "--libexec or --dir: a path too long");
 	if (!*bad && optind >= argc)
 		snprintf(bad, sizeof bad, "no command given");
+	if (!*bad && r.stdin_file && !strcmp(r.stdin_file, "-") && r.stdin_closed)
+		snprintf(bad, sizeof bad, "--stdin-file -: standard input is closed");
 	if (*bad && !known)
 		die_usage(USAGE, "%s", bad);
 	if (r.pooled) /* its supervisor stops it when we exit */

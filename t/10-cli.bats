@@ -973,6 +973,20 @@ signal_run() {
 	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
 }
 
+@test "run: --stdin-file - with stdin closed: a usage refusal (100), by the shell before the claim and by isopod-run" {
+	use_fake
+	run --separate-stderr bash -c 'isopod run --json-only --stdin-file - -- cat <&-'
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--stdin-file -: standard input is closed"* ]] || false
+	no_claim
+	local d="$BATS_TEST_TMPDIR/scratch"
+	mkdir "$d"
+	run --separate-stderr bash -c 'isopod-run --libexec "$1" --vm vm-000000000000 --name n --dir "$2" \
+		--start-ms 0 --timeout-s 1 --net none --stdin-file - -- cat <&-' sh "$ISOPOD_LIBEXEC" "$d"
+	[ "$status" -eq 100 ] && [ ! -e "$d" ] || false
+	json_is '.error_kind == "usage" and .error == "--stdin-file -: standard input is closed"'
+	! grep -q '^exec' "$FAKE_LOG" || false
+}
+
 @test "run: a result nobody can read (stdout closed, or its reader gone with SIGPIPE ignored): isopod-result removes the scratch directory all the same (nothing runs after it)" {
 	use_fake
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
