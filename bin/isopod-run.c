@@ -329,9 +329,10 @@ static void finish(struct run *r, struct av *res)
 	av_add(&a, "--remove-dir");
 	av_addv(&a, res->v, (int)res->n);
 	/* the status descriptor we were given (lib/util.c took it) is
-	 * isopod-result's, as the shell passed it on.  INT, TERM and HUP stay
-	 * blocked: isopod-result runs to its end, as it did when the shell
-	 * took the signal; there is nothing left to interrupt. */
+	 * isopod-result's, as the shell passed it on.  A signal still pending
+	 * is dropped (the result is decided); INT, TERM and HUP unblocked, so
+	 * that they end a stalled isopod-result as they did when the shell
+	 * ran it. */
 	if (status_fd() >= 0) {
 		char e[32];
 
@@ -339,6 +340,9 @@ static void finish(struct run *r, struct av *res)
 		fcntl(status_fd(), F_SETFD, 0);
 		setenv("ISOPOD_STATUS_FD", e, 1);
 	}
+	while (pending_signal(r))
+		;
+	sigprocmask(SIG_UNBLOCK, &r->sigs, NULL);
 	execv(a.v[0], a.v);
 	/* (DIR stays for isopod-gc: runs/ of a pid that is gone) */
 	die(EX_SYS, "unable to exec %s:", a.v[0]);

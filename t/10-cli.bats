@@ -987,6 +987,37 @@ signal_run() {
 	! grep -q '^exec' "$FAKE_LOG" || false
 }
 
+@test "run: isopod-result, exec'd last by isopod-run, is not left with INT, TERM and HUP blocked: SIGTERM ends a stalled result (143)" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" f pid st
+	mkdir "$lx"
+	for f in "$ISOPOD_SRC"/t/fake/*; do ln -s "$f" "$lx/"; done
+	rm "$lx/isopod-result"
+	# a result that stalls: logs, sleeps (its TERM at the default, its mask as
+	# given: perl, as dash would unblock every signal), then the real one
+	cat >"$lx/isopod-result" <<'EOF'
+#!/usr/bin/perl
+open(my $l, ">>", $ENV{FAKE_LOG}) or die; print $l "result-sleeping\n"; close($l);
+sleep 20;
+exec("$ENV{ISOPOD_SRC}/t/fake/isopod-result", @ARGV) or die;
+EOF
+	chmod +x "$lx/isopod-result"
+	# (its own store: the killed result leaves runs/ for isopod gc)
+	export ISOPOD_LIBEXEC="$lx" ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	rm -f "$FAKE_LOG"
+	isopod run --json-only -- true >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 400); do
+		grep -q '^result-sleeping' "$FAKE_LOG" 2>/dev/null && break
+		sleep 0.05
+	done
+	grep -q '^result-sleeping' "$FAKE_LOG"
+	kill -TERM "$pid"
+	st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 143 ]
+}
+
 @test "run: a result nobody can read (stdout closed, or its reader gone with SIGPIPE ignored): isopod-result removes the scratch directory all the same (nothing runs after it)" {
 	use_fake
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
