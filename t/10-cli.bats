@@ -87,7 +87,19 @@ E=" ]
 		[[ "$stderr" == *"1..86400"* ]]
 	done
 	run_isopod -100 run --timeout-s=0 -- true
+	run_isopod -100 run --timeout-s 000 -- true
+	[[ "$stderr" == *"--timeout-s 0: out of range"* ]]
 	no_claim
+}
+
+@test "run: --timeout-s with leading zeros is decimal: 08 runs (bash's arithmetic took it as a bad octal), 0600 is 600 s" {
+	use_fake
+	run_isopod -0 run --json-only --timeout-s 08 -- true
+	json_is '.ok == true'
+	rm -f "$FAKE_LOG"
+	run_isopod -0 run --json-only --timeout-s 0600 -- true
+	ms=$(sed -n 's/^boot .*--timeout-ms \([0-9]*\).*/\1/p' "$FAKE_LOG")
+	[ -n "$ms" ] && [ "$ms" -gt 384000 ] && [ "$ms" -le 600000 ] || { echo "boot --timeout-ms $ms"; false; }
 }
 
 @test "run: other bad options are refused with 100 before boot" {
