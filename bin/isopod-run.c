@@ -42,6 +42,7 @@ struct run {
 	int fold, keep, pooled, json_only, have_commit_as;
 	int booted, stopped;
 	int stdin_closed;      /* fd 0 was closed when we started (now /dev/null) */
+	int closed_std;        /* bit fd: 0, 1 or 2 was closed then (closed again for the result) */
 	char **boot, **exec, **sign, **cmd; /* NULL-ended word lists */
 	int nboot, nexec, nsign, ncmd;
 	sigset_t sigs; /* INT, TERM, HUP and CHLD: blocked, taken with sigtimedwait */
@@ -342,6 +343,10 @@ static void finish(struct run *r, struct av *res)
 	}
 	while (pending_signal(r))
 		;
+	/* isopod-result finds them as we did (a closed stdout: its 111) */
+	for (int fd = 0; fd < 3; fd++)
+		if (r->closed_std & 1 << fd)
+			close(fd);
 	sigprocmask(SIG_UNBLOCK, &r->sigs, NULL);
 	execv(a.v[0], a.v);
 	/* (DIR stays for isopod-gc: runs/ of a pid that is gone) */
@@ -675,8 +680,11 @@ int main(int argc, char **argv)
 	 * stdin remembered (it is no input to send). */
 	r.stdin_closed = fcntl(0, F_GETFD) < 0;
 	for (int fd = 0; fd < 3; fd++)
-		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
-			die(EX_SYS, "unable to open /dev/null as descriptor %d:", fd);
+		if (fcntl(fd, F_GETFD) < 0) {
+			if (open("/dev/null", O_RDWR) != fd)
+				die(EX_SYS, "unable to open /dev/null as descriptor %d:", fd);
+			r.closed_std |= 1 << fd;
+		}
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case O_LIBEXEC: r.libexec = optarg; break;
