@@ -73,8 +73,9 @@ static int norm_status(long long rc)
  * (every mode reads the directory before that): the files its steps wrote,
  * then the directory, so that the front end needs no rm(1) process on
  * every run.  A directory in it is not removed (unlinkat without
- * AT_REMOVEDIR), nor then is DIR: the front end, which sees DIR still
- * there, removes it.  Best effort: the result is already out. */
+ * AT_REMOVEDIR; the steps write none), nor then is DIR: nothing runs after
+ * us (isopod-run execs us last), so it stays for isopod gc, which reaps
+ * runs/ of a pid that is gone.  Best effort: the result is already out. */
 static void remove_dir(const char *dir)
 {
 	DIR *d = dir ? opendir(dir) : NULL;

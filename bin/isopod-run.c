@@ -41,6 +41,8 @@ struct run {
 	long long start_ms, timeout_s, notes_fd;
 	int fold, keep, pooled, json_only, have_commit_as;
 	int booted, stopped;
+	int stdin_closed;      /* fd 0 was closed when we started (now /dev/null) */
+	int closed_std;        /* bit fd: 0, 1 or 2 was closed then (closed again for the result) */
 	char **boot, **exec, **sign, **cmd; /* NULL-ended word lists */
 	int nboot, nexec, nsign, ncmd;
 	sigset_t sigs; /* INT, TERM, HUP and CHLD: blocked, taken with sigtimedwait */
@@ -116,8 +118,27 @@ static int pending_signal(struct run *r)
 	return s < 0 ? 0 : s;
 }
 
+/* INT, TERM and HUP blocked before anything else of ours runs (the
+ * earliest constructor, before any library's): the shell's traps went
+ * with its exec, and one of them now would kill the run with no result.
+ * main() decides which it takes and unblocks the others.  What is left,
+ * from the exec to here, is the kernel's and the loader's (isopod-run(1),
+ * SIGNALS). */
+static void hold_signals(void) __attribute__((constructor(101)));
+static void hold_signals(void)
+{
+	sigset_t three;
+
+	sigemptyset(&three);
+	sigaddset(&three, SIGINT);
+	sigaddset(&three, SIGTERM);
+	sigaddset(&three, SIGHUP);
+	sigprocmask(SIG_BLOCK, &three, NULL);
+}
+
 static void finish(struct run *r, struct av *res) __attribute__((noreturn));
 static void fail(struct run *r, int code, const char *kind, const char *msg) __attribute__((noreturn));
+static void sys_fail(struct run *r, const char *what, const char *path) __attribute__((noreturn));
 
 /* The run interrupted by sig: no VM kept, --keep or not (its caller, a
  * cancelled isopod-mcp call say, may never learn the VM's id). */
@@ -148,8 +169,12 @@ static int wait_child(struct run *r, pid_t pid, int interruptible)
 
 		if (w == pid)
 			return proc_status(st);
-		if (w < 0 && errno != EINTR)
-			die(EX_SYS, "waitpid:");
+		if (w < 0 && errno != EINTR) {
+			char m[64];
+
+			snprintf(m, sizeof m, "%d", (int)pid);
+			sys_fail(r, "unable to wait for", m);
+		}
 		s = sigwaitinfo(interruptible ? &r->sigs : &only_chld, &si);
 		if (s < 0 || s == SIGCHLD)
 			continue;
@@ -160,7 +185,6 @@ static int wait_child(struct run *r, pid_t pid, int interruptible)
 }
 
 /* A system call of ours failed (errno): the run's infrastructure failure. */
-static void sys_fail(struct run *r, const char *what, const char *path) __attribute__((noreturn));
 static void sys_fail(struct run *r, const char *what, const char *path)
 {
 	char m[PATH_MAX + 256];
@@ -170,9 +194,9 @@ static void sys_fail(struct run *r, const char *what, const char *path)
 }
 
 /* Start argv's tool: stdin in, stdout out, stderr err, its fd 3 closed and
- * its status object on fd 4 (ISOPOD_STATUS_FD=4) when sfd >= 0; -1 with
- * errno when it could not be. */
-static pid_t start(char **argv, int in, int out, int err, int sfd)
+ * its status object on fd 4 (ISOPOD_STATUS_FD=4) when sfd >= 0, in a
+ * session of its own when own_session; -1 with errno when it could not be. */
+static pid_t start(char **argv, int in, int out, int err, int sfd, int own_session)
 {
 	static char fdenv[] = "ISOPOD_STATUS_FD=4";
 	static char *const env[] = { fdenv, NULL };
@@ -180,6 +204,7 @@ static pid_t start(char **argv, int in, int out, int err, int sfd)
 
 	ps.file = argv[0];
 	ps.in = in, ps.out = out, ps.err = err;
+	ps.setsid = own_session;
 	if (sfd >= 0) {
 		ps.keep[0] = PROC_NULL, ps.keep[1] = sfd, ps.nkeep = 2;
 		ps.env = env;
@@ -219,7 +244,7 @@ static void relay(const char *path)
 static int step(struct run *r, const char *name, struct av *a, int in, int capture)
 {
 	char f[64];
-	int out, sfd, efd = PROC_INHERIT, rc;
+	int out, sfd, efd = PROC_INHERIT, rc, sig;
 	pid_t pid;
 
 	if ((rc = pending_signal(r)))
@@ -233,13 +258,18 @@ static int step(struct run *r, const char *name, struct av *a, int in, int captu
 		snprintf(f, sizeof f, "%s.err", name);
 		efd = open_out(r, scratch(r, f));
 	}
-	if ((pid = start(a->v, in, out, efd, sfd)) < 0)
+	if ((pid = start(a->v, in, out, efd, sfd, 0)) < 0)
 		sys_fail(r, "unable to start", a->v[0]);
 	close(out);
 	close(sfd);
 	if (efd >= 0)
 		close(efd);
 	rc = wait_child(r, pid, 1);
+	/* a step killed by the signal its process group was sent (the
+	 * terminal's SIGINT) may be reaped before the signal is taken: the
+	 * run was interrupted, not failed in that step */
+	if ((sig = pending_signal(r)))
+		interrupted(r, sig);
 	if (capture) {
 		snprintf(f, sizeof f, "%s.err", name);
 		relay(scratch(r, f));
@@ -263,11 +293,14 @@ static int step(struct run *r, const char *name, struct av *a, int in, int captu
 }
 
 /* isopod-stop --force of our VM, never interrupted (a signal meanwhile
- * waits for the next check): its status, 111 when it could not start. */
+ * waits for the next check): its status, 111 when it could not start.  In
+ * a session of its own: a second Ctrl-C (the terminal's SIGINT to its
+ * foreground process group) must not end the stop the first one asked
+ * for, and leave the VM running. */
 static int stop_vm(struct run *r, int quiet)
 {
 	char *av[] = { (char *)tool(r, "stop"), "--force", "--vm", (char *)r->vm, NULL };
-	pid_t pid = start(av, PROC_NULL, PROC_NULL, quiet ? PROC_NULL : PROC_INHERIT, -1);
+	pid_t pid = start(av, PROC_NULL, PROC_NULL, quiet ? PROC_NULL : PROC_INHERIT, -1, 1);
 
 	return pid < 0 ? EX_SYS : wait_child(r, pid, 0);
 }
@@ -297,9 +330,10 @@ static void finish(struct run *r, struct av *res)
 	av_add(&a, "--remove-dir");
 	av_addv(&a, res->v, (int)res->n);
 	/* the status descriptor we were given (lib/util.c took it) is
-	 * isopod-result's, as the shell passed it on.  INT, TERM and HUP stay
-	 * blocked: isopod-result runs to its end, as it did when the shell
-	 * took the signal; there is nothing left to interrupt. */
+	 * isopod-result's, as the shell passed it on.  A signal still pending
+	 * is dropped (the result is decided); INT, TERM and HUP unblocked, so
+	 * that they end a stalled isopod-result as they did when the shell
+	 * ran it. */
 	if (status_fd() >= 0) {
 		char e[32];
 
@@ -307,6 +341,13 @@ static void finish(struct run *r, struct av *res)
 		fcntl(status_fd(), F_SETFD, 0);
 		setenv("ISOPOD_STATUS_FD", e, 1);
 	}
+	while (pending_signal(r))
+		;
+	/* isopod-result finds them as we did (a closed stdout: its 111) */
+	for (int fd = 0; fd < 3; fd++)
+		if (r->closed_std & 1 << fd)
+			close(fd);
+	sigprocmask(SIG_UNBLOCK, &r->sigs, NULL);
 	execv(a.v[0], a.v);
 	/* (DIR stays for isopod-gc: runs/ of a pid that is gone) */
 	die(EX_SYS, "unable to exec %s:", a.v[0]);
@@ -400,7 +441,7 @@ static int exec(struct run *r)
 		r->stdin_arg = r->stdin_file;
 		if (!strcmp(r->stdin_arg, "-"))
 			in = 0;
-	} else if (!isatty(0) && fcntl(0, F_GETFD) >= 0) {
+	} else if (!isatty(0) && !r->stdin_closed) {
 		r->stdin_arg = "-";
 		in = 0;
 	}
@@ -607,7 +648,8 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct run r = { .notes_fd = -1, .start_ms = -1, .timeout_s = -1 };
-	int c;
+	char bad[256] = "";
+	int c, known;
 
 	progname = "isopod-run";
 	/* Signals first: held from here on and taken at each step's start and
@@ -621,13 +663,28 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++) {
 		static const int take[] = { SIGINT, SIGTERM, SIGHUP };
 		struct sigaction sa;
+		sigset_t one;
 
+		sigemptyset(&one);
+		sigaddset(&one, take[i]);
 		if (sigaction(take[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
 			sigaddset(&r.sigs, take[i]);
+		else /* held by hold_signals: one queued meanwhile is dropped */
+			sigprocmask(SIG_UNBLOCK, &one, NULL);
 	}
 	signal(SIGCHLD, SIG_DFL);
 	sigprocmask(SIG_BLOCK, &r.sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* A closed 0, 1 or 2 would be the next file we open (exec's input
+	 * would be its own DIR/exec.json): /dev/null there, and a closed
+	 * stdin remembered (it is no input to send). */
+	r.stdin_closed = fcntl(0, F_GETFD) < 0;
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0) {
+			if (open("/dev/null", O_RDWR) != fd)
+				die(EX_SYS, "unable to open /dev/null as descriptor %d:", fd);
+			r.closed_std |= 1 << fd;
+		}
 	while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
 		switch (c) {
 		case O_LIBEXEC: r.libexec = optarg; break;
@@ -635,12 +692,13 @@ int main(int argc, char **argv)
 		case O_NAME: r.name = optarg; break;
 		case O_DIR: r.dir = optarg; break;
 		case O_START:
-			if (parse_ll(optarg, 0, (long long)1 << 60, &r.start_ms) < 0)
-				die(EX_USAGE, "--start-ms %s: want milliseconds", EXC(optarg));
+			if (parse_ll(optarg, 0, (long long)1 << 60, &r.start_ms) < 0 && !*bad)
+				snprintf(bad, sizeof bad, "--start-ms %s: want milliseconds", EXC(optarg));
 			break;
 		case O_TIMEOUT:
-			if (parse_ll(optarg, 1, 86400, &r.timeout_s) < 0)
-				die(EX_USAGE, "--timeout-s %s: out of range; valid: 1..86400", EXC(optarg));
+			if (parse_ll(optarg, 1, 86400, &r.timeout_s) < 0 && !*bad)
+				snprintf(bad, sizeof bad, "--timeout-s %s: out of range; valid: 1..86400",
+					 EXC(optarg));
 			break;
 		case O_NET: r.net = optarg; break;
 		case O_FOLD: r.fold = 1; break;
@@ -653,8 +711,8 @@ int main(int argc, char **argv)
 		case O_SIGN: word(&r.sign, &r.nsign, optarg); break;
 		case O_STDIN: r.stdin_file = optarg; break;
 		case O_NOTES:
-			if (parse_ll(optarg, 3, 1 << 20, &r.notes_fd) < 0)
-				die(EX_USAGE, "--notes-fd %s: want a descriptor", EXC(optarg));
+			if (parse_ll(optarg, 3, 1 << 20, &r.notes_fd) < 0 && !*bad)
+				snprintf(bad, sizeof bad, "--notes-fd %s: want a descriptor", EXC(optarg));
 			break;
 		case O_USAGE: r.usage = optarg; break;
 		case O_RANGES: r.ranges = optarg; break;
@@ -665,26 +723,40 @@ int main(int argc, char **argv)
 			puts("usage: " USAGE);
 			return 0;
 		default:
-			die_usage(USAGE, "bad option (usage above)");
+			if (!*bad)
+				snprintf(bad, sizeof bad, "bad option (usage above)");
 		}
 	}
-	if (!r.libexec || !r.vm || !r.name || !r.dir || r.start_ms < 0 || r.timeout_s < 0 || !r.net)
-		die_usage(USAGE, "--libexec, --vm, --name, --dir, --start-ms, --timeout-s and --net "
-				 "are sh/isopod's to give (isopod-run drives a run it claimed)");
-	if (optind >= argc)
-		die_usage(USAGE, "no command given");
-	/* every path built from them fits (tool(), scratch()) */
-	if (strlen(r.libexec) > PATH_MAX - 64 || strlen(r.dir) > PATH_MAX - 64)
-		die(EX_USAGE, "--libexec or --dir: a path too long");
-	r.cmd = argv + optind;
-	r.ncmd = argc - optind;
+	/* Once we know the run (its tools, VM and directory), a refusal is the
+	 * run's result as any failure after it: the VM stopped, DIR removed
+	 * (nothing else would: the shell that claimed them is gone). */
+	known = r.libexec && r.vm && r.name && r.dir && strlen(r.libexec) <= PATH_MAX - 64 &&
+		strlen(r.dir) <= PATH_MAX - 64;
+	if (!*bad && (r.start_ms < 0 || r.timeout_s < 0 || !r.net || !known))
+		snprintf(bad, sizeof bad, "%s", known || !r.libexec || !r.vm || !r.name || !r.dir
+			 ? "--libexec, --vm, --name, --dir, --start-ms, --timeout-s and --net "
+			   "are sh/isopod's to give (isopod-run drives a run it claimed)"
+			 : "--libexec or --dir: a path too long");
+	if (!*bad && optind >= argc)
+		snprintf(bad, sizeof bad, "no command given");
+	if (!*bad && r.stdin_file && !strcmp(r.stdin_file, "-") && r.stdin_closed)
+		snprintf(bad, sizeof bad, "--stdin-file -: standard input is closed");
+	if (*bad && !known)
+		die_usage(USAGE, "%s", bad);
 	if (r.pooled) /* its supervisor stops it when we exit */
 		r.booted = r.stopped = 1;
-	/* From here on the words are the front end's (isopod(1)). */
-	progname = "isopod";
 	/* Ours alone: no step inherits a descriptor we were given (the notes'
 	 * is written by us; the status descriptor util.c took is close-on-exec). */
 	close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+	if (*bad) {
+		fprintf(stderr, "usage: %s\nisopod-run: fatal: %s\n", USAGE, bad);
+		progname = "isopod";
+		fail(&r, EX_USAGE, "usage", bad);
+	}
+	r.cmd = argv + optind;
+	r.ncmd = argc - optind;
+	/* From here on the words are the front end's (isopod(1)). */
+	progname = "isopod";
 	the_run(&r);
 	return EX_SYS;
 }

@@ -87,7 +87,19 @@ E=" ]
 		[[ "$stderr" == *"1..86400"* ]]
 	done
 	run_isopod -100 run --timeout-s=0 -- true
+	run_isopod -100 run --timeout-s 000 -- true
+	[[ "$stderr" == *"--timeout-s 0: out of range"* ]]
 	no_claim
+}
+
+@test "run: --timeout-s with leading zeros is decimal: 08 runs (bash's arithmetic took it as a bad octal), 0600 is 600 s" {
+	use_fake
+	run_isopod -0 run --json-only --timeout-s 08 -- true
+	json_is '.ok == true'
+	rm -f "$FAKE_LOG"
+	run_isopod -0 run --json-only --timeout-s 0600 -- true
+	ms=$(sed -n 's/^boot .*--timeout-ms \([0-9]*\).*/\1/p' "$FAKE_LOG")
+	[ -n "$ms" ] && [ "$ms" -gt 384000 ] && [ "$ms" -le 600000 ] || { echo "boot --timeout-ms $ms"; false; }
 }
 
 @test "run: other bad options are refused with 100 before boot" {
@@ -925,6 +937,99 @@ signal_run() {
 	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
 }
 
+@test "run: a second SIGINT to the run's process group (Ctrl-C twice) does not end the stop the first asked for: the VM stopped, 130" {
+	use_fake
+	local pid st id
+	export FAKE_EXEC_SLEEP=30 FAKE_STOP_SLEEP=1
+	rm -f "$FAKE_LOG"
+	# a process group of its own, as a terminal's foreground job, INT at its default
+	perl -e 'setpgrp(0, 0); $SIG{INT} = "DEFAULT"; exec @ARGV or die' isopod run --json-only --keep -- sleep 30 \
+		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 400); do
+		grep -q '^exec' "$FAKE_LOG" 2>/dev/null && break
+		sleep 0.05
+	done
+	grep -q '^exec' "$FAKE_LOG"
+	kill -INT "$pid"
+	for _ in $(seq 1 400); do
+		grep -q '^stop-sleeping' "$FAKE_LOG" 2>/dev/null && break
+		sleep 0.05
+	done
+	grep -q '^stop-sleeping' "$FAKE_LOG"
+	kill -INT -- "-$pid"
+	st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 130 ]
+	output=$(cat "$BATS_TEST_TMPDIR/out")
+	json_is '.error == "interrupted by SIGINT"'
+	id=$(jq -r .vm.id <<<"$output")
+	! grep -q "unable to stop" "$BATS_TEST_TMPDIR/err" || false
+	! vm_locked "$id" || false
+}
+
+@test "run: isopod-run that cannot be exec'd: the run's result all the same (111 infra), the VM stopped, no scratch directory left" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" f
+	mkdir "$lx"
+	for f in "$ISOPOD_SRC"/t/fake/*; do ln -s "$f" "$lx/"; done
+	printf '#!/nonexistent/interpreter\n' >"$lx/isopod-run"
+	chmod +x "$lx/isopod-run"
+	export ISOPOD_LIBEXEC="$lx" ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	run_isopod -111 run --json-only -- true
+	json_is '.ok == false and .error_kind == "infra"'
+	[[ "$(jq -r .error <<<"$output")" == "unable to run $lx/isopod-run"* ]]
+	id=$(jq -r .vm.id <<<"$output")
+	grep -qx "stop --force --vm $id" "$FAKE_LOG"
+	! vm_locked "$id" || false
+	[ -z "$(ls -A "$ISOPOD_HOME/runs")" ]
+}
+
+@test "run: --stdin-file - with stdin closed: a usage refusal (100), by the shell before the claim and by isopod-run" {
+	use_fake
+	run --separate-stderr bash -c 'isopod run --json-only --stdin-file - -- cat <&-'
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"--stdin-file -: standard input is closed"* ]] || false
+	no_claim
+	local d="$BATS_TEST_TMPDIR/scratch"
+	mkdir "$d"
+	run --separate-stderr bash -c 'isopod-run --libexec "$1" --vm vm-000000000000 --name n --dir "$2" \
+		--start-ms 0 --timeout-s 1 --net none --stdin-file - -- cat <&-' sh "$ISOPOD_LIBEXEC" "$d"
+	[ "$status" -eq 100 ] && [ ! -e "$d" ] || false
+	json_is '.error_kind == "usage" and .error == "--stdin-file -: standard input is closed"'
+	! grep -q '^exec' "$FAKE_LOG" || false
+}
+
+@test "run: isopod-result, exec'd last by isopod-run, is not left with INT, TERM and HUP blocked: SIGTERM ends a stalled result (143)" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" f pid st
+	mkdir "$lx"
+	for f in "$ISOPOD_SRC"/t/fake/*; do ln -s "$f" "$lx/"; done
+	rm "$lx/isopod-result"
+	# a result that stalls: logs, sleeps (its TERM at the default, its mask as
+	# given: perl, as dash would unblock every signal), then the real one
+	cat >"$lx/isopod-result" <<'EOF'
+#!/usr/bin/perl
+open(my $l, ">>", $ENV{FAKE_LOG}) or die; print $l "result-sleeping\n"; close($l);
+sleep 20;
+exec("$ENV{ISOPOD_SRC}/t/fake/isopod-result", @ARGV) or die;
+EOF
+	chmod +x "$lx/isopod-result"
+	# (its own store: the killed result leaves runs/ for isopod gc)
+	export ISOPOD_LIBEXEC="$lx" ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	rm -f "$FAKE_LOG"
+	isopod run --json-only -- true >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 400); do
+		grep -q '^result-sleeping' "$FAKE_LOG" 2>/dev/null && break
+		sleep 0.05
+	done
+	grep -q '^result-sleeping' "$FAKE_LOG"
+	kill -TERM "$pid"
+	st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 143 ]
+}
+
 @test "run: a result nobody can read (stdout closed, or its reader gone with SIGPIPE ignored): isopod-result removes the scratch directory all the same (nothing runs after it)" {
 	use_fake
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
@@ -942,11 +1047,24 @@ signal_run() {
 	[ "$status" -eq 100 ] && [ -z "$output" ] || false
 	[[ "$stderr" == "usage: isopod-run --libexec DIR"* ]]
 	[[ "${stderr##*$'\n'}" == "isopod-run: fatal: --libexec, --vm, --name, --dir, --start-ms, --timeout-s and --net are sh/isopod's to give"* ]]
-	run --separate-stderr isopod-run --libexec /nonexistent --vm vm-000000000000 --name n --dir /nonexistent \
+	run --separate-stderr isopod-run --libexec /x --vm v --name n --start-ms 0 --timeout-s 0 --net none -- true
+	[ "$status" -eq 100 ] && [ -z "$output" ] && [[ "$stderr" == *"--timeout-s 0: out of range"* ]] || false
+	# once it knows the run (--libexec, --vm, --name, --dir), a refusal is the run's
+	# result, as a failure after it: the VM stopped, DIR removed (no shell left to)
+	use_fake
+	local d="$BATS_TEST_TMPDIR/scratch"
+	mkdir "$d" && : >"$d/exec.json"
+	run --separate-stderr isopod-run --libexec "$ISOPOD_LIBEXEC" --vm vm-000000000000 --name n --dir "$d" \
 		--start-ms 0 --timeout-s 1 --net none
-	[ "$status" -eq 100 ] && [[ "${stderr##*$'\n'}" == "isopod-run: fatal: no command given" ]] || false
-	run --separate-stderr isopod-run --libexec /x --vm v --name n --dir /x --start-ms 0 --timeout-s 0 --net none -- true
-	[ "$status" -eq 100 ] && [[ "$stderr" == *"--timeout-s 0: out of range"* ]] || false
+	[ "$status" -eq 100 ] && [[ "$stderr" == *"isopod-run: fatal: no command given"* ]] || false
+	json_is '.ok == false and .error_kind == "usage" and .error == "no command given"'
+	grep -qx "stop --force --vm vm-000000000000" "$FAKE_LOG"
+	[ ! -e "$d" ]
+	mkdir "$d"
+	run --separate-stderr isopod-run --timeout-s 0 --libexec "$ISOPOD_LIBEXEC" --vm vm-000000000000 --name n \
+		--dir "$d" --start-ms 0 --net none -- true
+	[ "$status" -eq 100 ] && [ ! -e "$d" ] || false
+	json_is '.error_kind == "usage" and (.error | startswith("--timeout-s 0: out of range"))'
 	run isopod-run -h
 	[ "$status" -eq 0 ]
 	syn=$(sed -n '/^\.Sh SYNOPSIS/,/^\.Sh DESCRIPTION/p' "$ISOPOD_SRC/man/isopod-run.1")
