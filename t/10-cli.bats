@@ -625,7 +625,7 @@ cgroup_ro() {
 	FAKE_EXEC_SLEEP=30 isopod run --json-only -- sleep 30 >/dev/null 2>&1 3>&- &
 	pid=$!
 	for _ in $(seq 1 200); do
-		grep -q '^exec' "$FAKE_LOG" 2>/dev/null && break
+		grep -q '^exec-sleeping' "$FAKE_LOG" 2>/dev/null && break
 		sleep 0.05
 	done
 	d=$(echo "$ISOPOD_HOME"/runs/vm-*."$pid".*)
@@ -865,7 +865,7 @@ hi" ]
 	isopod run --json-only -- sleep 30 >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
 	pid=$!
 	for _ in $(seq 1 200); do
-		grep -q '^exec' "$FAKE_LOG" 2>/dev/null && break
+		grep -q '^exec-sleeping' "$FAKE_LOG" 2>/dev/null && break
 		sleep 0.05
 	done
 	sleep 0.3
@@ -926,7 +926,7 @@ signal_run() {
 	json_is '.error == "interrupted by SIGINT"'
 	! vm_locked "$id" || false
 	unset FAKE_BOOT_SLEEP
-	signal_run HUP exec --keep
+	signal_run HUP exec-sleeping --keep
 	[ "$st" -eq 129 ]
 	json_is '.error_kind == "interrupted" and .error == "interrupted by SIGHUP"'
 	grep -qx "stop --force --vm $id" "$FAKE_LOG"
@@ -947,10 +947,10 @@ signal_run() {
 		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
 	pid=$!
 	for _ in $(seq 1 400); do
-		grep -q '^exec' "$FAKE_LOG" 2>/dev/null && break
+		grep -q '^exec-sleeping' "$FAKE_LOG" 2>/dev/null && break
 		sleep 0.05
 	done
-	grep -q '^exec' "$FAKE_LOG"
+	grep -q '^exec-sleeping' "$FAKE_LOG"
 	kill -INT "$pid"
 	for _ in $(seq 1 400); do
 		grep -q '^stop-sleeping' "$FAKE_LOG" 2>/dev/null && break
