@@ -142,7 +142,7 @@ EOF
 	(cd "$ISOPOD_SRC" && tar --exclude='*.bin' --exclude='*.o' \
 		-czf "$DATA/src.tgz" \
 		Makefile lib/*.c lib/*.h bin/isopod-exec.c agent/*.c agent/*.h images/mkinitramfs \
-		images/lib.sh t/unit/tap.h t/unit/frame_test.c t/unit/util_test.c t/unit/agent_test.c \
+		images/lib.sh t/unit/tap.h t/unit/frame_test.c t/unit/util_test.c t/unit/agent_test.c t/unit/agentharness.h \
 		t/unit/execfake.h t/unit/exec_test.c t/run-unit)
 	local args
 	# The unit run's log is past the result's 64 KiB of stdout (stop 25's
