@@ -881,8 +881,17 @@ hi" ]
 	! vm_locked "$id" || false
 }
 
+# wait_log PATTERN: until a line of $FAKE_LOG matches (20 s at most); fails if none.
+wait_log() {
+	for _ in $(seq 1 400); do
+		grep -q "$1" "$FAKE_LOG" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	grep -q "$1" "$FAKE_LOG"
+}
+
 # signal_run SIG STEP [RUN-ARGS...]: isopod run in the background, SIG once the
-# fake STEP (boot-sleeping or exec) is logged; the run's status in $st, its
+# fake STEP (boot-sleeping or exec-sleeping) is logged; the run's status in $st, its
 # result in $output, its VM's id in $id, the step it ran then in $kid.
 signal_run() {
 	local sig=$1 at=$2 pid
@@ -892,11 +901,7 @@ signal_run() {
 	perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die' isopod run --json-only "$@" -- sleep 30 \
 		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
 	pid=$!
-	for _ in $(seq 1 400); do
-		grep -q "^$at" "$FAKE_LOG" 2>/dev/null && break
-		sleep 0.05
-	done
-	grep -q "^$at" "$FAKE_LOG"
+	wait_log "^$at"
 	# the run's process is the driver by now (sh/isopod exec'd it: the same pid)
 	[ "$(cat "/proc/$pid/comm")" = isopod-run ]
 	kid=$(pgrep -P "$pid")
@@ -946,17 +951,9 @@ signal_run() {
 	perl -e 'setpgrp(0, 0); $SIG{INT} = "DEFAULT"; exec @ARGV or die' isopod run --json-only --keep -- sleep 30 \
 		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
 	pid=$!
-	for _ in $(seq 1 400); do
-		grep -q '^exec-sleeping' "$FAKE_LOG" 2>/dev/null && break
-		sleep 0.05
-	done
-	grep -q '^exec-sleeping' "$FAKE_LOG"
+	wait_log '^exec-sleeping'
 	kill -INT "$pid"
-	for _ in $(seq 1 400); do
-		grep -q '^stop-sleeping' "$FAKE_LOG" 2>/dev/null && break
-		sleep 0.05
-	done
-	grep -q '^stop-sleeping' "$FAKE_LOG"
+	wait_log '^stop-sleeping'
 	kill -INT -- "-$pid"
 	st=0
 	wait "$pid" || st=$?
