@@ -142,7 +142,7 @@ EOF
 	(cd "$ISOPOD_SRC" && tar --exclude='*.bin' --exclude='*.o' \
 		-czf "$DATA/src.tgz" \
 		Makefile lib/*.c lib/*.h bin/isopod-exec.c agent/*.c agent/*.h images/mkinitramfs \
-		images/lib.sh t/unit/tap.h t/unit/frame_test.c t/unit/util_test.c t/unit/agent_test.c t/unit/agentharness.h \
+		images/lib.sh t/unit/tap.h t/unit/frame_test.c t/unit/util_test.c t/unit/agent_test.c t/unit/agentharness.h t/unit/agent_stdin_test.c \
 		t/unit/execfake.h t/unit/exec_test.c t/run-unit)
 	local args
 	# The unit run's log is past the result's 64 KiB of stdout (stop 25's
@@ -153,7 +153,7 @@ EOF
 	# thread, and CI runs nothing beside it).
 	args=$(jq -nc '{name: "sandbox_run", args: {stage: "debian", timeout_s: 3600, mem_mib: 1024,
 		vcpus: 2, disk_mib: 3072, stdin_file: "src.tgz", copy_out: [{guest: "/root/src/bin/isopod-exec", host: "out"}, {guest: "/root/src/build/initramfs.cpio", host: "out"}],
-		command: "set -e; mkdir /root/src && cd /root/src && tar -xzf -; make -j2 bin/isopod-exec build/initramfs.cpio >/tmp/make.log 2>&1 || { tail -c 30000 /tmp/make.log; exit 1; }; echo made: $(ls bin/isopod-exec agent/isopod-agent build/initramfs.cpio); UNIT_JOBS=2 UNIT_SANITIZE=0 sh t/run-unit frame util agent exec >/tmp/unit.log || { grep -E -B4 -A12 \"^not ok\" /tmp/unit.log | head -c 50000; tail -n 1 /tmp/unit.log; exit 1; }; grep -E \"^# t/unit/|^not ok|^[0-9]+ passed, [0-9]+ failed$\" /tmp/unit.log; ./bin/isopod-exec -h"}}')
+		command: "set -e; mkdir /root/src && cd /root/src && tar -xzf -; make -j2 bin/isopod-exec build/initramfs.cpio >/tmp/make.log 2>&1 || { tail -c 30000 /tmp/make.log; exit 1; }; echo made: $(ls bin/isopod-exec agent/isopod-agent build/initramfs.cpio); UNIT_JOBS=2 UNIT_SANITIZE=0 sh t/run-unit frame util agent agent_stdin exec >/tmp/unit.log || { grep -E -B4 -A12 \"^not ok\" /tmp/unit.log | head -c 50000; tail -n 1 /tmp/unit.log; exit 1; }; grep -E \"^# t/unit/|^not ok|^[0-9]+ passed, [0-9]+ failed$\" /tmp/unit.log; ./bin/isopod-exec -h"}}')
 	MCP_ARGS="[\"--io-root\",\"$DATA\"]" MCP_CALL_TIMEOUT_MS=3700000 run --separate-stderr \
 		node "$ISOPOD_SRC/t/mcp/client.mjs" call "$args"
 	[ "$status" -eq 0 ] || { show; false; }
@@ -161,7 +161,7 @@ EOF
 	out=$(jq -r .result.structuredContent.stdout <<<"$output")
 	[[ "$out" == *"made: agent/isopod-agent bin/isopod-exec build/initramfs.cpio"* ]]
 	# each of the four programs ran, in order, and their tests passed
-	[ "$(grep -E '^# t/unit/' <<<"$out" | tr '\n' ' ')" = "# t/unit/frame_test.c # t/unit/util_test.c # t/unit/agent_test.c # t/unit/exec_test.c " ]
+	[ "$(grep -E '^# t/unit/' <<<"$out" | tr '\n' ' ')" = "# t/unit/frame_test.c # t/unit/util_test.c # t/unit/agent_test.c # t/unit/agent_stdin_test.c # t/unit/exec_test.c " ]
 	[[ "$out" == *" passed, 0 failed"* ]]
 	echo "# unit tests in the guest: $(grep -E '^[0-9]+ passed, [0-9]+ failed$' <<<"$out")" >&3
 	[[ "$out" != *"not ok"* ]]
