@@ -118,12 +118,13 @@ static int pending_signal(struct run *r)
 	return s < 0 ? 0 : s;
 }
 
-/* INT, TERM and HUP blocked before anything else of ours runs (the
- * earliest constructor, before any library's): the shell's traps went
+/* INT, TERM and HUP blocked before anything else of ours runs (our
+ * earliest constructor: priority 101 orders only the executable's own;
+ * the shared libraries' initialisers ran before it): the shell's traps went
  * with its exec, and one of them now would kill the run with no result.
  * main() decides which it takes and unblocks the others.  What is left,
- * from the exec to here, is the kernel's and the loader's (isopod-run(1),
- * SIGNALS). */
+ * from the exec to here, is the kernel's, the loader's and those
+ * initialisers' (isopod-run(1), SIGNALS). */
 static void hold_signals(void) __attribute__((constructor(101)));
 static void hold_signals(void)
 {
@@ -313,7 +314,12 @@ static int stop_vm(struct run *r, int quiet)
 static void finish(struct run *r, struct av *res)
 {
 	struct av a = { 0 };
+	int kept = r->keep && r->booted && !r->stopped, s;
 
+	/* a signal already here ends the run interrupted (its VM stopped):
+	 * an interrupted run keeps no VM */
+	if (kept && (s = pending_signal(r)))
+		interrupted(r, s);
 	if (!r->stopped && (!r->keep || !r->booted) && stop_vm(r, 1) != 0)
 		warn("unable to stop %s; isopod gc will reap it", r->vm);
 	av_add(&a, tool(r, "result"));
@@ -331,9 +337,11 @@ static void finish(struct run *r, struct av *res)
 	av_addv(&a, res->v, (int)res->n);
 	/* the status descriptor we were given (lib/util.c took it) is
 	 * isopod-result's, as the shell passed it on.  A signal still pending
-	 * is dropped (the result is decided); INT, TERM and HUP unblocked, so
-	 * that they end a stalled isopod-result as they did when the shell
-	 * ran it. */
+	 * is dropped (the result is decided).  With the VM stopped, INT, TERM
+	 * and HUP are unblocked, so that they end a stalled isopod-result as
+	 * they did when the shell ran it; with the VM kept they stay blocked
+	 * through isopod-result: one that cut it short would leave a running
+	 * VM whose id nobody was told (isopod-run(1), SIGNALS). */
 	if (status_fd() >= 0) {
 		char e[32];
 
@@ -347,7 +355,15 @@ static void finish(struct run *r, struct av *res)
 	for (int fd = 0; fd < 3; fd++)
 		if (r->closed_std & 1 << fd)
 			close(fd);
-	sigprocmask(SIG_UNBLOCK, &r->sigs, NULL);
+	if (kept) {
+		sigset_t chld;
+
+		sigemptyset(&chld);
+		sigaddset(&chld, SIGCHLD);
+		sigprocmask(SIG_UNBLOCK, &chld, NULL);
+	} else {
+		sigprocmask(SIG_UNBLOCK, &r->sigs, NULL);
+	}
 	execv(a.v[0], a.v);
 	/* (DIR stays for isopod-gc: runs/ of a pid that is gone) */
 	die(EX_SYS, "unable to exec %s:", a.v[0]);
@@ -604,6 +620,29 @@ static void the_run(struct run *r)
 	finish(r, &res);
 }
 
+/* Whether dir is a run's scratch directory, the only kind a refusal may
+ * remove: isopod-claim's runs/vm-ID.PID.START of our pid (the shell's, as
+ * we are it) or sh/isopod run_tmp's isopod.XXXXXX, a directory (not a link)
+ * of our uid.  A --dir of anything else, given by hand, is never touched. */
+static int run_dir(const char *dir)
+{
+	char pid[32];
+	const char *base = strrchr(dir, '/'), *dot;
+	struct stat sb;
+	size_t b, p;
+
+	base = base ? base + 1 : dir;
+	b = (size_t)(base - dir);
+	p = (size_t)snprintf(pid, sizeof pid, ".%d.", (int)getpid());
+	dot = strchr(base, '.');
+	if (!(!strncmp(base, "isopod.", 7) && strlen(base) == 13) &&
+	    !(!strncmp(base, "vm-", 3) && dot && !strncmp(dot, pid, p) && dot[p] &&
+	      ((b == 5 && !strncmp(dir, "runs/", 5)) ||
+	       (b > 5 && !strncmp(base - 6, "/runs/", 6)))))
+		return 0;
+	return lstat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && sb.st_uid == getuid();
+}
+
 /* A repeated WORD option into its list. */
 static void word(char ***list, int *n, const char *w)
 {
@@ -737,6 +776,12 @@ int main(int argc, char **argv)
 			 ? "--libexec, --vm, --name, --dir, --start-ms, --timeout-s and --net "
 			   "are sh/isopod's to give (isopod-run drives a run it claimed)"
 			 : "--libexec or --dir: a path too long");
+	if (known && !run_dir(r.dir)) {
+		known = 0;
+		if (!*bad)
+			snprintf(bad, sizeof bad, "--dir %s: not a run's scratch directory "
+				 "(isopod-run drives a run sh/isopod claimed)", EXC(r.dir));
+	}
 	if (!*bad && optind >= argc)
 		snprintf(bad, sizeof bad, "no command given");
 	if (!*bad && r.stdin_file && !strcmp(r.stdin_file, "-") && r.stdin_closed)

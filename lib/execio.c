@@ -667,10 +667,11 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 			continue;
 		}
 		/* A CREDIT an older agent sent after EXIT or FILE_DONE (for an
-		 * operation already over) and a late PONG answer nothing here:
-		 * taken as this FILE_GET's reply they would end it, and put the
-		 * next file's bytes under the next path. */
-		if (fr.type == F_EOF || fr.type == F_CREDIT || fr.type == F_PONG)
+		 * operation already over) answers nothing here: taken as this
+		 * FILE_GET's reply it would end it, and put the next file's
+		 * bytes under the next path.  (A PONG never comes this far:
+		 * exec_wait_frame takes them.) */
+		if (fr.type == F_EOF || fr.type == F_CREDIT)
 			continue;
 		break;
 	}

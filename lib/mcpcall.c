@@ -383,44 +383,61 @@ static int reply_invalid(struct call *c, json_t *res)
 }
 
 
-/* A VM that sandbox_run kept outlives its call, not the server: the issue
- * has stdin's end stop every VM the server started.  (Cancelled calls
- * stop their own VM: the front end drops --keep on a signal.) */
-static void remember_kept(struct server *s, struct call *c, json_t *res)
+/* Whether c is a sandbox_run that asked --keep (before its "--"). */
+static int asks_keep(const struct call *c)
 {
-	const char *id = json_string_value(json_object_get(json_object_get(res, "vm"), "id"));
-	int keep = 0;
-
+	if (strcmp(c->tool->name, "sandbox_run"))
+		return 0;
 	for (int i = 0; i < c->argc && c->argv[i]; i++)
 		if (!strcmp(c->argv[i], "--"))
 			break;
 		else if (!strcmp(c->argv[i], "--keep"))
-			keep = 1;
-	if (!keep || !id || strcmp(c->tool->name, "sandbox_run"))
+			return 1;
+	return 0;
+}
+
+/* A VM that sandbox_run kept outlives its call, not the server: the issue
+ * has stdin's end stop every VM the server started.  (Cancelled calls
+ * stop their own VM: the front end drops --keep on a signal, and
+ * finish_call stops one that was kept all the same.) */
+static void remember_kept(struct server *s, struct call *c, json_t *res)
+{
+	const char *id = json_string_value(json_object_get(json_object_get(res, "vm"), "id"));
+
+	if (!asks_keep(c) || !id)
 		return;
 	if (!s->kept)
 		s->kept = json_array();
 	json_array_append_new(s->kept, json_string(id));
 }
 
-/* isopod-stop --force each kept VM (one already stopped or removed with
- * vm_stop/vm_rm answers not found: nothing to do).  The server is ending:
- * a log the client cannot be sent changes nothing (it is on stderr). */
-void stop_kept(struct server *s)
+/* isopod-stop --force of VM id (one already stopped or removed with
+ * vm_stop/vm_rm answers not found: nothing to do); 0, or -1 when its log
+ * could not be sent. */
+static int stop_one(struct server *s, const char *id, const char *when)
 {
 	char stop[PATH_MAX + 16];
+	int rc;
+
+	if (pathn(stop, sizeof stop, "%s/isopod-stop", s->libexec) < 0)
+		return logmsg(s, 1, "isopod-stop --vm %s %s: path too long", id, when);
+	rc = proc_run((char *[]){ stop, "--force", "--vm", (char *)id, NULL }, PROC_NULL, PROC_NULL);
+	if (rc != 0 && rc != 101)
+		return logmsg(s, 1, "isopod-stop --vm %s %s: exit %d", id, when, rc);
+	return 0;
+}
+
+/* Each kept VM stopped.  The server is ending: a log the client cannot
+ * be sent changes nothing (it is on stderr). */
+void stop_kept(struct server *s)
+{
 	size_t i;
 	json_t *v;
 
-	if (!s->kept || pathn(stop, sizeof stop, "%s/isopod-stop", s->libexec) < 0)
+	if (!s->kept)
 		return;
-	json_array_foreach(s->kept, i, v) {
-		char *av[] = { stop, "--force", "--vm", (char *)json_string_value(v), NULL };
-		int rc = proc_run(av, PROC_NULL, PROC_NULL);
-
-		if (rc != 0 && rc != 101)
-			(void)logmsg(s, 1, "isopod-stop --vm %s at exit: exit %d", json_string_value(v), rc);
-	}
+	json_array_foreach(s->kept, i, v)
+		(void)stop_one(s, json_string_value(v), "at exit");
 	json_decref(s->kept);
 	s->kept = NULL;
 }
@@ -489,6 +506,12 @@ int finish_call(struct server *s, struct call *c)
 	if (c->cancelled) { /* MCP: a cancelled request gets no answer */
 		sent = logmsg(s, 1, "call %s cancelled (exit %d)", c->tool->name, rc);
 		sent |= uncommit(s, c);
+		/* a --keep VM the run kept all the same (the cancel came once
+		 * isopod-result, which Ctrl-C no longer ends, had the VM kept):
+		 * nobody is told its id, so it stops now, not at our exit */
+		(void)call_notes(c, 0);
+		if (asks_keep(c) && c->vm_id[0])
+			sent |= stop_one(s, c->vm_id, "of a cancelled call");
 		call_free(c);
 		return sent;
 	}

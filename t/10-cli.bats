@@ -987,7 +987,8 @@ signal_run() {
 	run --separate-stderr bash -c 'isopod run --json-only --stdin-file - -- cat <&-'
 	[ "$status" -eq 100 ] && [[ "$stderr" == *"--stdin-file -: standard input is closed"* ]] || false
 	no_claim
-	local d="$BATS_TEST_TMPDIR/scratch"
+	# (run_tmp's shape: the only directories besides runs/ that isopod-run removes)
+	local d="$BATS_TEST_TMPDIR/isopod.AbC123"
 	mkdir "$d"
 	run --separate-stderr bash -c 'isopod-run --libexec "$1" --vm vm-000000000000 --name n --dir "$2" \
 		--start-ms 0 --timeout-s 1 --net none --stdin-file - -- cat <&-' sh "$ISOPOD_LIBEXEC" "$d"
@@ -1027,6 +1028,33 @@ EOF
 	[ "$st" -eq 143 ]
 }
 
+@test "run --keep: isopod-result, exec'd with the VM kept, runs with INT, TERM and HUP blocked (a Ctrl-C cannot cut it short and leave a running VM nobody was told of); without --keep they are not" {
+	use_fake
+	local lx="$BATS_TEST_TMPDIR/libexec" f
+	mkdir "$lx"
+	for f in "$ISOPOD_SRC"/t/fake/*; do ln -s "$f" "$lx/"; done
+	rm "$lx/isopod-result"
+	# a result that logs its blocked mask (perl: its mask as given), then the real one
+	cat >"$lx/isopod-result" <<'EOF'
+#!/usr/bin/perl
+open(my $s, "<", "/proc/self/status") or die; my ($b) = grep { /^SigBlk:/ } <$s>;
+$b =~ s/^SigBlk:\s*//; chomp $b; my $m = hex(substr($b, -8));
+open(my $l, ">>", $ENV{FAKE_LOG}) or die;
+printf $l "result-blocked %s\n", (($m & 0x4003) == 0x4003 ? "int-term-hup" : ($m & 0x4003) ? "some" : "none");
+close($l);
+exec("$ENV{ISOPOD_SRC}/t/fake/isopod-result", @ARGV) or die;
+EOF
+	chmod +x "$lx/isopod-result"
+	export ISOPOD_LIBEXEC="$lx" ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	rm -f "$FAKE_LOG"
+	run_isopod -0 run --json-only --keep -- true
+	grep -qx 'result-blocked int-term-hup' "$FAKE_LOG"
+	! grep -q '^stop' "$FAKE_LOG" || false
+	rm -f "$FAKE_LOG"
+	run_isopod -0 run --json-only -- true
+	grep -qx 'result-blocked none' "$FAKE_LOG"
+}
+
 @test "run: a result nobody can read (stdout closed, or its reader gone with SIGPIPE ignored): isopod-result removes the scratch directory all the same (nothing runs after it)" {
 	use_fake
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
@@ -1049,7 +1077,7 @@ EOF
 	# once it knows the run (--libexec, --vm, --name, --dir), a refusal is the run's
 	# result, as a failure after it: the VM stopped, DIR removed (no shell left to)
 	use_fake
-	local d="$BATS_TEST_TMPDIR/scratch"
+	local d="$BATS_TEST_TMPDIR/isopod.AbC123"
 	mkdir "$d" && : >"$d/exec.json"
 	run --separate-stderr isopod-run --libexec "$ISOPOD_LIBEXEC" --vm vm-000000000000 --name n --dir "$d" \
 		--start-ms 0 --timeout-s 1 --net none
@@ -1062,6 +1090,32 @@ EOF
 		--dir "$d" --start-ms 0 --net none -- true
 	[ "$status" -eq 100 ] && [ ! -e "$d" ] || false
 	json_is '.error_kind == "usage" and (.error | startswith("--timeout-s 0: out of range"))'
+	# by hand, a --dir that is no run's scratch directory (an ordinary one, the
+	# runs/ directory of another pid, a link to one) is refused, nothing touched
+	local o="$BATS_TEST_TMPDIR/ordinary" dd
+	mkdir -p "$o" "$BATS_TEST_TMPDIR/runs/vm-000000000000.1.1" && : >"$o/keep-me" &&
+		: >"$BATS_TEST_TMPDIR/runs/vm-000000000000.1.1/keep-me" &&
+		ln -s "$o" "$BATS_TEST_TMPDIR/isopod.L1nk00"
+	rm -f "$FAKE_LOG"
+	for dd in "$o" "$BATS_TEST_TMPDIR/runs/vm-000000000000.1.1" "$BATS_TEST_TMPDIR/isopod.L1nk00"; do
+		run --separate-stderr isopod-run --libexec "$ISOPOD_LIBEXEC" --vm vm-000000000000 --name n \
+			--dir "$dd" --start-ms 0 --timeout-s 1 --net none --bogus -- true
+		[ "$status" -eq 100 ] && [ -z "$output" ] && [[ "$stderr" == *"fatal: bad option"* ]] ||
+			{ echo "$dd: $status $stderr"; false; }
+		[ -e "$dd/keep-me" ]
+	done
+	[ ! -e "$FAKE_LOG" ]
+	run --separate-stderr isopod-run --libexec "$ISOPOD_LIBEXEC" --vm vm-000000000000 --name n \
+		--dir "$o" --start-ms 0 --timeout-s 1 --net none -- true
+	[ "$status" -eq 100 ] && [ -z "$output" ] && [ -e "$o/keep-me" ] || false
+	[[ "$stderr" == *"isopod-run: fatal: --dir $o: not a run's scratch directory"* ]]
+	# its own pid's runs/vm-ID.PID.START is one (isopod-run has the shell's pid)
+	mkdir "$BATS_TEST_TMPDIR/runs2"
+	run --separate-stderr bash -c 'd=$2/runs2/runs/vm-000000000000.$$.7 && mkdir -p "$d" && : >"$d/x" &&
+		exec isopod-run --libexec "$1" --vm vm-000000000000 --name n --dir "$d" \
+			--start-ms 0 --timeout-s 1 --net none --bogus -- true' sh "$ISOPOD_LIBEXEC" "$BATS_TEST_TMPDIR"
+	[ "$status" -eq 100 ] && [ -z "$(ls -A "$BATS_TEST_TMPDIR/runs2/runs")" ] || false
+	json_is '.error_kind == "usage"'
 	run isopod-run -h
 	[ "$status" -eq 0 ]
 	syn=$(sed -n '/^\.Sh SYNOPSIS/,/^\.Sh DESCRIPTION/p' "$ISOPOD_SRC/man/isopod-run.1")

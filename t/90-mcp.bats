@@ -394,6 +394,24 @@ EOF
 	echo "$output" | jq -e '(.running_before | length) == 1 and .running_after == []'
 }
 
+@test "mcp: a cancelled keep:true call whose run kept its VM all the same (the cancel not taken: here the front end ignores it) has that VM stopped when the call ends, not left to outlive the server" {
+	local lx="$BATS_TEST_TMPDIR/libexec" f
+	mkdir -p "$lx"
+	for f in "$ISOPOD_SRC"/bin/isopod-*; do
+		case $f in *.c) continue ;; esac
+		ln -s "$f" "$lx/"
+	done
+	# the front end with INT, TERM and HUP ignored (as isopod-result with a
+	# kept VM has them blocked): the run ends with its VM kept; the wrapper
+	# ends with the cancel's SIGTERM
+	# shellcheck disable=SC2016  # the wrapper's own $@
+	printf '#!/bin/sh\n(trap "" INT TERM HUP; exec "%s/sh/isopod" "$@")\nsleep 30\n' "$ISOPOD_SRC" >"$lx/isopod"
+	chmod +x "$lx/isopod"
+	ISOPOD_LIBEXEC=$lx client cancel '{"args":{"argv":["true"],"keep":true}}'
+	echo "# $(echo "$output" | jq -c '{running_before, running_after}')" >&3
+	echo "$output" | jq -e '(.running_before | length) == 1 and .running_after == []'
+}
+
 @test "mcp: --max-concurrent 1 queues the second call; cancelling the first frees its slot for it" {
 	# The ping is a marker in the answers' order: id 3 answered before it
 	# ran beside id 2 (the bound broken); never answered, the cancelled
