@@ -526,12 +526,14 @@ EOF
 @test "mcp: progress reads the call's own VM record, not any record naming its front end as owner" {
 	# A record planted while the call runs, owned (owner_pid) by the call's
 	# front end: matching records by owner pid reported it as the call's VM.
+	# The front end's pid is found as the shell or, once the shell exec'd it,
+	# as isopod-run (the same pid).
 	local plant="$ISOPOD_HOME/vms/vm-00000000fa4e" id
 	run --separate-stderr python3 "$RAW" --want 2 --timeout 240 -- "$MCP" <<EOF
 $INIT
 {"jsonrpc":"2.0","method":"notifications/initialized"}
 {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"argv":["sleep","4.25"]},"_meta":{"progressToken":"p2"}}}
-@SH:i=0; until f=\$(pgrep -f -o 'isopod run --json-only -- sleep [4].25'); do i=\$((i+1)); [ \$i -lt 100 ] || exit 1; sleep 0.1; done; mkdir -p "$plant" && printf '{"id":"vm-00000000fa4e","name":"planted","state":"planted","owner_pid":%d,"created":"0"}' "\$f" >"$plant/meta.json"
+@SH:i=0; until f=\$(pgrep -f -o '(isopod run --json-only|isopod-run .*) -- sleep [4].25'); do i=\$((i+1)); [ \$i -lt 100 ] || exit 1; sleep 0.1; done; mkdir -p "$plant" && printf '{"id":"vm-00000000fa4e","name":"planted","state":"planted","owner_pid":%d,"created":"0"}' "\$f" >"$plant/meta.json"
 @SLEEP:2
 EOF
 	rm -rf "$plant"
