@@ -389,18 +389,25 @@ EOF
 	echo "$output" | jq -e '.aborted.message | contains("test cancel")'
 }
 
+# libexec_links DIR: DIR holds a link to each built tool, for a test that
+# puts a wrapping `isopod` beside them (ISOPOD_LIBEXEC=DIR).
+libexec_links() {
+	local f
+	mkdir -p "$1"
+	for f in "$ISOPOD_SRC"/bin/isopod-*; do
+		case $f in *.c) continue ;; esac
+		ln -s "$f" "$1/"
+	done
+}
+
 @test "mcp: cancelling a keep:true call stops its VM too (the client never learns its id)" {
 	client cancel '{"args":{"argv":["sleep","120"],"keep":true}}'
 	echo "$output" | jq -e '(.running_before | length) == 1 and .running_after == []'
 }
 
 @test "mcp: a cancelled keep:true call whose run kept its VM all the same (the cancel not taken: here the front end ignores it) has that VM stopped when the call ends, not left to outlive the server" {
-	local lx="$BATS_TEST_TMPDIR/libexec" f
-	mkdir -p "$lx"
-	for f in "$ISOPOD_SRC"/bin/isopod-*; do
-		case $f in *.c) continue ;; esac
-		ln -s "$f" "$lx/"
-	done
+	local lx="$BATS_TEST_TMPDIR/libexec"
+	libexec_links "$lx"
 	# the front end with INT, TERM and HUP ignored (as isopod-result with a
 	# kept VM has them blocked): the run ends with its VM kept; the wrapper
 	# ends with the cancel's SIGTERM
@@ -547,12 +554,8 @@ EOF
 @test "mcp: a cancel after the commit commits nothing: the call's stage is removed" {
 	# The front end past its commit and still there (a wrapper that waits
 	# after the real run): the client sees the stage, then cancels.
-	local lx="$BATS_TEST_TMPDIR/libexec" f
-	mkdir -p "$lx"
-	for f in "$ISOPOD_SRC"/bin/isopod-*; do
-		case $f in *.c) continue ;; esac
-		ln -s "$f" "$lx/"
-	done
+	local lx="$BATS_TEST_TMPDIR/libexec"
+	libexec_links "$lx"
 	# shellcheck disable=SC2016  # the wrapper's own $@ and $?
 	printf '#!/bin/sh\n"%s/sh/isopod" "$@"\nrc=$?\nsleep 30\nexit $rc\n' "$ISOPOD_SRC" >"$lx/isopod"
 	chmod +x "$lx/isopod"
