@@ -317,30 +317,49 @@ static void stdin_close(struct agent *a)
 	a->ex.rlen = a->ex.rhead = 0;
 }
 
-void stdin_pump(struct agent *a)
+/* What the command's stdin takes of p[0..len), each byte credited, in
+ * *done: 0 when all of it went, 1 at EAGAIN, -1 when the pipe is gone
+ * (EPIPE: the command closed its stdin; another error is logged).  The
+ * caller closes stdin then, once its own count is right: stdin_close
+ * credits what is still queued. */
+static int stdin_write(struct agent *a, const uint8_t *p, size_t len, size_t *done)
 {
-	size_t chunk;
 	ssize_t n;
 
-	while (a->ex.in_fd >= 0 && a->ex.rlen) {
-		chunk = sizeof a->stdin_ring - a->ex.rhead;
-		if (chunk > a->ex.rlen)
-			chunk = a->ex.rlen;
-		n = write(a->ex.in_fd, a->stdin_ring + a->ex.rhead, chunk);
+	for (*done = 0; *done < len;) {
+		n = write(a->ex.in_fd, p + *done, len - *done);
 		if (n > 0) {
-			a->ex.rhead = (a->ex.rhead + (size_t)n) % sizeof a->stdin_ring;
-			a->ex.rlen -= (size_t)n;
+			*done += (size_t)n;
 			a->credit_due[STREAM_STDIN] += (uint64_t)n;
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)
-			return;
+			return 1;
 		if (n < 0 && errno != EPIPE)
 			logm("write to stdin: %s", strerror(errno));
-		stdin_close(a); /* EPIPE: the command closed its stdin */
-		return;
+		return -1;
+	}
+	return 0;
+}
+
+void stdin_pump(struct agent *a)
+{
+	size_t chunk, done;
+	int r;
+
+	while (a->ex.in_fd >= 0 && a->ex.rlen) {
+		chunk = sizeof a->stdin_ring - a->ex.rhead;
+		if (chunk > a->ex.rlen)
+			chunk = a->ex.rlen;
+		r = stdin_write(a, a->stdin_ring + a->ex.rhead, chunk, &done);
+		a->ex.rhead = (a->ex.rhead + done) % sizeof a->stdin_ring;
+		a->ex.rlen -= done;
+		if (r < 0)
+			stdin_close(a);
+		if (r)
+			return;
 	}
 	if (a->ex.in_fd >= 0 && a->ex.stdin_eof)
 		close_fd(&a->ex.in_fd);
@@ -349,8 +368,7 @@ void stdin_pump(struct agent *a)
 void on_stdin_data(struct agent *a, const struct frame *fr)
 {
 	const uint8_t *p = fr->payload;
-	size_t len = fr->len, tail, first;
-	ssize_t n;
+	size_t len = fr->len, tail, first, done;
 
 	if (a->op != OP_EXEC || !a->ex.with_stdin)
 		return; /* left over from a command that already exited */
@@ -366,23 +384,16 @@ void on_stdin_data(struct agent *a, const struct frame *fr)
 	/* Nothing queued before it: straight into the pipe, and only what
 	 * the pipe does not take into the ring.  Under TCG each copy of the
 	 * bytes inside the guest is emulated; the ring's was one of four. */
-	while (a->ex.rlen == 0 && len) {
-		n = write(a->ex.in_fd, p, len);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			a->credit_due[STREAM_STDIN] += (uint64_t)n;
-			continue;
+	if (a->ex.rlen == 0) {
+		int r = stdin_write(a, p, len, &done);
+
+		p += done;
+		len -= done;
+		if (r < 0) {
+			stdin_close(a);
+			a->credit_due[STREAM_STDIN] += len;
+			return;
 		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			break;
-		if (n < 0 && errno != EPIPE)
-			logm("write to stdin: %s", strerror(errno));
-		stdin_close(a); /* EPIPE: the command closed its stdin */
-		a->credit_due[STREAM_STDIN] += len;
-		return;
 	}
 	tail = (a->ex.rhead + a->ex.rlen) % sizeof a->stdin_ring;
 	first = sizeof a->stdin_ring - tail;
