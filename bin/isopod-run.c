@@ -74,26 +74,28 @@ static void av_addv(struct av *a, char *const *w, int n)
 		av_add(a, w[i]);
 }
 
+/* DIR/PREFIXNAME in a ring of buffers: a step's argv holds its tool's
+ * while the step opens and relays up to four files of its own, and
+ * provenance's argv two strdup'd ones before that; 12 leaves room. */
+static const char *path_in(const char *dir, const char *prefix, const char *name)
+{
+	static char p[12][PATH_MAX];
+	static int k;
+	char *s = p[k++ % 12];
+
+	if (pathn(s, PATH_MAX, "%s/%s%s", dir, prefix, name) < 0)
+		die(EX_SYS, "%s/%s%s: path too long", dir, prefix, name);
+	return s;
+}
+
 static const char *tool(const struct run *r, const char *name)
 {
-	static char p[8][PATH_MAX];
-	static int k;
-	char *s = p[k++ % 8];
-
-	if (pathn(s, PATH_MAX, "%s/isopod-%s", r->libexec, name) < 0)
-		die(EX_SYS, "%s/isopod-%s: path too long", r->libexec, name);
-	return s;
+	return path_in(r->libexec, "isopod-", name);
 }
 
 static const char *scratch(const struct run *r, const char *file)
 {
-	static char p[4][PATH_MAX];
-	static int k;
-	char *s = p[k++ % 4];
-
-	if (pathn(s, PATH_MAX, "%s/%s", r->dir, file) < 0)
-		die(EX_SYS, "%s/%s: path too long", r->dir, file);
-	return s;
+	return path_in(r->dir, "", file);
 }
 
 /* "LINE\n" to isopod-mcp, when it gave us a descriptor (isopod(1)):
