@@ -94,13 +94,9 @@ static void exit_then_credit(void)
 
 int main(void)
 {
-	A = calloc(1, sizeof *A);
-	if (!A)
+	if (harness_start() < 0)
 		return 1;
-	agent_init(A);
 	stdin_direct();
 	exit_then_credit();
-	free(A->out.p);
-	free(A);
-	return tap_done();
+	return harness_done();
 }

@@ -845,10 +845,8 @@ static void test_tree(void)
 
 int main(void)
 {
-	A = calloc(1, sizeof *A);
-	if (!A)
+	if (harness_start() < 0)
 		return 1;
-	agent_init(A);
 	test_hello();
 	test_hello_ack();
 	test_exec_valid();
@@ -858,7 +856,5 @@ int main(void)
 	test_duplicates();
 	test_frames();
 	test_port();
-	free(A->out.p);
-	free(A);
-	return tap_done();
+	return harness_done();
 }

@@ -115,4 +115,20 @@ static inline int accepted(uint8_t type)
 {
 	return refused(type, "root_unavailable", ROOT_ERR);
 }
+/* The session A: made before a file's tests, freed after (its tap_done). */
+static inline int harness_start(void)
+{
+	A = calloc(1, sizeof *A);
+	if (!A)
+		return -1;
+	agent_init(A);
+	return 0;
+}
+
+static inline int harness_done(void)
+{
+	free(A->out.p);
+	free(A);
+	return tap_done();
+}
 #endif
