@@ -10,10 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <linux/sockios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -316,18 +314,6 @@ static int hello_queue(struct conn *c, const struct hello *h, uint64_t *cookie_o
 	return 0;
 }
 
-/* Bytes of ours the peer has not read yet: still queued here, or in the
- * socket (SIOCOUTQ: a unix socket's unread send queue).  0 when it cannot
- * tell: then a resend is what happens, as before. */
-static int hello_unread(const struct conn *c)
-{
-	int n = 0;
-
-	if (c->woff < c->wlen)
-		return 1;
-	return ioctl(c->fd, SIOCOUTQ, &n) == 0 && n > 0;
-}
-
 /* First resend of an unanswered HELLO, and the longest gap between them. */
 #define HELLO_RESEND_MS 100
 #define HELLO_RESEND_MAX_MS 2000
@@ -359,16 +345,6 @@ int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms)
 		uint32_t l, ver = 0;
 		uint64_t ck = 0;
 
-		if (r == -3 && mono_ms() < deadline_ms && hello_unread(c)) {
-			/* Our last HELLO still lies in the socket, unread: the
-			 * guest has not seen it (QEMU takes a port's bytes only
-			 * once the guest opened the port), so another would only
-			 * queue behind it, one more for a booting guest to answer
-			 * (a cold boot met 3-4 of them, 1-2 ms of TCG guest time
-			 * each: doc/SPEED.md).  Look again after the same gap. */
-			resend = mono_ms() + gap;
-			continue;
-		}
 		if (r == -3 && mono_ms() < deadline_ms) {
 			/* No answer yet: say HELLO again, with a new cookie (only
 			 * the newest one's HELLO_ACK counts, so an answer to an
