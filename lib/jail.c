@@ -858,8 +858,11 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	cg_setup("", js, j, cg, warnings);
 	/* cgroup v1: the child joins each of them itself (release); its
 	 * `tasks` files are opened here, close-on-exec (the child closes them
-	 * once written: the program never holds one) */
-	if (j->ncg && json_integer_value(json_object_get(cg, "version")) == 1)
+	 * once written: the program never holds one).  The mutant's
+	 * parent-attach leaves them closed: the parent writes cgroup.procs, as
+	 * on v2, so that v2's order is tested on a v1 host too. */
+	if (j->ncg && json_integer_value(json_object_get(cg, "version")) == 1 &&
+	    !(mutant() & MUT_PARENT_ATTACH))
 		for (ncgfd = 0; ncgfd < j->ncg; ncgfd++) {
 			char t[PATH_MAX + 16];
 

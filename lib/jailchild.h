@@ -27,6 +27,7 @@ enum {
 	MUT_NO_CG_WAIT = 256,
 	MUT_SLOW_PARENT = 512,
 	MUT_NO_CG_JOIN = 1024,
+	MUT_PARENT_ATTACH = 2048,
 };
 #ifdef JAIL_MUTANT
 static unsigned mutant(void)
@@ -56,6 +57,10 @@ static unsigned mutant(void)
 		m |= MUT_SLOW_PARENT;
 	if (e && strstr(e, "no-cg-join"))
 		m |= MUT_NO_CG_JOIN;
+	/* not a weakening: v2's order (the parent's cgroup.procs write, the
+	 * child's second await) on a v1 host, so that t/17 tests it there */
+	if (e && strstr(e, "parent-attach"))
+		m |= MUT_PARENT_ATTACH;
 	return m;
 }
 #else

@@ -756,6 +756,23 @@ proof_prctl() {
 	[ "$output" = "not contained: 64 children" ]
 }
 
+# v2's order on a v1 host: parent-attach (no weakening) has the parent
+# write cgroup.procs, as on v2, and the child join nothing; the child's
+# second await is then what keeps the program inside.  On v2 the test
+# above covers it.
+@test "mutation: (v1 as v2) a child not awaiting the parent's cgroup.procs write escapes its limits" {
+	run --separate-stderr timeout 60 "${J[@]}" --pids 16 --json-fd 3 -- "$PROBE" id \
+		3>"$BATS_TEST_TMPDIR/applied.json"
+	[ "$status" -eq 0 ]
+	[ "$(jq -r .cgroup.version "$BATS_TEST_TMPDIR/applied.json")" = 1 ] ||
+		skip "the jail's cgroups are not v1 here: the test above covers v2's order"
+	mutant slow-parent,parent-attach
+	proof_cg_first
+	mutant slow-parent,parent-attach,no-cg-wait
+	leaks proof_cg_first
+	[ "$output" = "not contained: 64 children" ]
+}
+
 @test "mutation: with the paths compared as strings, the planted link pulls a host file in" {
 	mutant no-resolve
 	leaks proof_planted_link
