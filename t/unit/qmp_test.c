@@ -1,5 +1,6 @@
 /* qmp_test.c - the one QMP client (lib/qmp.c) against a stand-in QEMU
- * monitor: greeting, capabilities, events between replies, errors, quit. */
+ * monitor: greeting, capabilities, events between replies, errors, quit,
+ * a first line that is no greeting. */
 #include "../../lib/qmp.c" /* self-contained: t/run-unit links frame+util only */
 
 #include <signal.h>
@@ -11,8 +12,11 @@
  * qmp_capabilities and "cont" (after an event), an error for "stop",
  * and for "quit" it closes the connection without answering.  Its last
  * connection gets the greeting only once two requests came: a client that
- * waits for the greeting before it sends the command never gets it. */
-static void monitor(int lfd, int conns)
+ * waits for the greeting before it sends the command never gets it.  hello
+ * is its first line: the greeting, or (the greeting check's test) a line
+ * that is not one, after which it answers as always, so that a client
+ * that skipped the check would succeed. */
+static void monitor(int lfd, int conns, const char *hello)
 {
 	while (conns-- > 0) {
 		char buf[4096];
@@ -32,7 +36,7 @@ static void monitor(int lfd, int conns)
 			if ((a = strchr(buf, '\n')) && strchr(a + 1, '\n'))
 				break;
 		}
-		dprintf(fd, "{\"QMP\": {\"version\": {}, \"capabilities\": []}}\n");
+		dprintf(fd, "%s\n", hello);
 		for (;;) {
 			char *nl;
 			ssize_t n;
@@ -74,25 +78,44 @@ static void monitor(int lfd, int conns)
 	_exit(0);
 }
 
+/* The stand-in monitor on sa for conns connections, its first line hello:
+ * its pid, -1 when the socket could not be made. */
+static pid_t serve(const struct sockaddr_un *sa, int conns, const char *hello)
+{
+	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	pid_t pid;
+
+	unlink(sa->sun_path);
+	if (lfd < 0 || bind(lfd, (const struct sockaddr *)sa, sizeof *sa) < 0 || listen(lfd, 4) < 0) {
+		if (lfd >= 0)
+			close(lfd);
+		return -1;
+	}
+	fflush(stdout);
+	if ((pid = fork()) == 0)
+		monitor(lfd, conns, hello);
+	close(lfd);
+	return pid;
+}
+
 int main(void)
 {
+	static const char *const not_greeting[] = {
+		"{\"return\": {}, \"id\": 999999}",
+		"{\"event\": \"RESUME\", \"timestamp\": {}}",
+	};
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char err[512];
-	int lfd, st;
+	int st;
+	size_t i;
 	int64_t t0;
 	pid_t pid;
 
 	snprintf(sa.sun_path, sizeof sa.sun_path, "/tmp/qmp_test.%ld.sock", (long)getpid());
-	unlink(sa.sun_path);
-	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 4) < 0) {
+	if ((pid = serve(&sa, 3, "{\"QMP\": {\"version\": {}, \"capabilities\": []}}")) < 0) {
 		ok(0, "a listening socket");
 		return tap_done();
 	}
-	fflush(stdout);
-	if ((pid = fork()) == 0)
-		monitor(lfd, 3);
-	close(lfd);
 
 	ok(qmp_simple(sa.sun_path, "cont", mono_ms() + 3000, err, sizeof err) == 0,
 	   "cont: an event before the reply is skipped (%s)", err);
@@ -107,5 +130,17 @@ int main(void)
 	ok(qmp_simple(sa.sun_path, "quit", mono_ms() + 3000, err, sizeof err) < 0 &&
 	   mono_ms() - t0 < 1000 && strstr(err, "connect"),
 	   "no socket: fails at once, no waiting for one to appear: %s", err);
+	for (i = 0; i < sizeof not_greeting / sizeof not_greeting[0]; i++) {
+		if ((pid = serve(&sa, 1, not_greeting[i])) < 0) {
+			ok(0, "a listening socket");
+			break;
+		}
+		ok(qmp_simple(sa.sun_path, "cont", mono_ms() + 3000, err, sizeof err) < 0 &&
+		   strstr(err, "no greeting"), "a first line that is no greeting (%s) fails: %s",
+		   not_greeting[i], err);
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		unlink(sa.sun_path);
+	}
 	return tap_done();
 }
