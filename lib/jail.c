@@ -478,10 +478,11 @@ json_t *jail_cg_check(const char *name, long long mem_bytes, long long pids)
 
 /* ---- the parent --------------------------------------------------------- */
 
-/* The `tasks` descriptors jail_spawn opened for its child, closed. */
+/* The `tasks` descriptors jail_spawn opened for its child (fd[0..*n)),
+ * closed. */
 static void cg_fds_close(int *fd, int *n)
 {
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < *n; i++)
 		if (fd[i] >= 0) {
 			close(fd[i]);
 			fd[i] = -1;
@@ -833,7 +834,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	json_t *cg = json_object(), *warnings = json_array();
 	char why[1024] = "", **envp = NULL;
 	realpath_t *real = NULL;
-	int cgfd[2] = { -1, -1 }, ncgfd = 0, joins;
+	int cgfd[sizeof j->cg / sizeof j->cg[0]], ncgfd = 0, joins; /* one per cgroup of ours */
 	pid_t pid;
 
 	*j = (struct jail){ .pid = -1 };

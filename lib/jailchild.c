@@ -537,8 +537,9 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	await_go(syncfd, JAIL_GO_MAPS, errfd);
 	/* Our v1 cgroups, joined by us: "0" to each `tasks` file the parent
 	 * opened (it chose them; the write is checked against its credentials,
-	 * those of the open).  We are one thread (a raw clone of a
-	 * single-threaded caller), so moving it moves the whole process, and
+	 * those of the open).  We are one thread (a raw clone copies only the
+	 * calling thread, whatever the caller's count), so moving it moves the
+	 * whole process, and
 	 * everything started from here on (the init, the program, its threads)
 	 * is born inside.  A thread moving itself is the one migration the
 	 * kernel makes without cgroup_threadgroup_rwsem's write side, whose
