@@ -44,7 +44,8 @@ static int rec_known(const struct cgsweep *s, const char *id)
  * kernel refuses to remove a populated one anyway), of our own uid (cg_one),
  * whose ctime is CG_UNKNOWN_GRACE_S old.  A jail's cgroup is empty only
  * between its mkdir and its program's entry (milliseconds, in jail_spawn:
- * release() writes cgroup.procs before the second go) and after its program
+ * the child is in it before the second go, by release()'s write to
+ * cgroup.procs or, v1, its own to tasks after the first) and after its program
  * exited (its maker's jail_release then finds it gone: ENOENT is success);
  * its ctime is its inode's, made at its first lookup and again after an
  * eviction, never before its mkdir.  So one that old is past any entry

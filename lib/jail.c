@@ -7,7 +7,9 @@
  * its root (a first go over a socket), places it in its cgroups meanwhile,
  * then lets it go on (a second go; the child waits for it before it drops
  * its identity, before its init's fork and the exec, so nothing of the
- * program runs outside them).  The child builds its root on a
+ * program runs outside them).  Under cgroup v1 the child joins them
+ * itself right after the first go, through `tasks` files the parent opened
+ * (release() says why).  The child builds its root on a
  * tmpfs at /tmp (bubblewrap's base), pivots into that so the host stays
  * reachable as /oldroot while it binds what the spec names into /newroot,
  * pivots again into /newroot and detaches the rest, then gives up its
@@ -476,6 +478,18 @@ json_t *jail_cg_check(const char *name, long long mem_bytes, long long pids)
 
 /* ---- the parent --------------------------------------------------------- */
 
+/* The `tasks` descriptors jail_spawn opened for its child (fd[0..*n)),
+ * closed. */
+static void cg_fds_close(int *fd, int *n)
+{
+	for (int i = 0; i < *n; i++)
+		if (fd[i] >= 0) {
+			close(fd[i]);
+			fd[i] = -1;
+		}
+	*n = 0;
+}
+
 static int write_file(pid_t pid, const char *file, const char *text)
 {
 	char p[64];
@@ -750,9 +764,19 @@ static ssize_t verdict(int errfd, char *why, size_t wsz)
  * its root between the two goes (mounts, pivot_root: bounded work of ours,
  * charged to our cgroups), and waits for the second before its cgroup
  * namespace, its identity's drop, its init's fork and the exec.  The maps
- * come before the first: the child's tmpfs needs its uid mapped. */
-static int release(pid_t pid, int userns, const struct jail *j, int syncfd, int errfd, char *why,
-		   size_t wsz)
+ * come before the first: the child's tmpfs needs its uid mapped.
+ *
+ * With joins (cgroup v1) the child moved itself into each cgroup right
+ * after the first go, checked, through the `tasks` files jail_spawn opened
+ * (the cgroups ours, chosen here; the kernel checks the write against the
+ * opener's credentials): a single thread moving itself is the one
+ * migration the kernel makes without the write side of its global
+ * cgroup_threadgroup_rwsem, whose RCU grace period made our write to
+ * cgroup.procs take 8-16 ms on this host (doc/SPEED.md).  v2 has no such
+ * path for a domain cgroup (cgroup.threads moves within a threaded
+ * subtree only): there we write cgroup.procs, as before. */
+static int release(pid_t pid, int userns, const struct jail *j, int joins, int syncfd, int errfd,
+		   char *why, size_t wsz)
 {
 	char map[64], child[1024];
 	const char go[] = { JAIL_GO_MAPS, JAIL_GO_CGROUPS };
@@ -773,10 +797,12 @@ static int release(pid_t pid, int userns, const struct jail *j, int syncfd, int 
 		return reason_fail(why, wsz, "releasing the jailed child:");
 	if (mutant() & MUT_SLOW_PARENT)
 		usleep(300 * 1000);
-	for (i = 0; i < j->ncg; i++)
+	/* joins: the child joins these itself (v1, jail_spawn); either way it
+	 * is in them before it takes the second go */
+	for (i = 0; i < j->ncg && !joins; i++)
 		if (put(j->cg[i], "cgroup.procs", pid) < 0)
 			break;
-	if (i < j->ncg)
+	if (!joins && i < j->ncg)
 		reason_fail(why, wsz, "%s/cgroup.procs:", j->cg[i]);
 	else if (!(mutant() & MUT_NO_CG_WAIT) && send(syncfd, &go[1], 1, MSG_NOSIGNAL) != 1)
 		reason_fail(why, wsz, "releasing the jailed child:");
@@ -808,6 +834,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	json_t *cg = json_object(), *warnings = json_array();
 	char why[1024] = "", **envp = NULL;
 	realpath_t *real = NULL;
+	int cgfd[sizeof j->cg / sizeof j->cg[0]], ncgfd = 0, joins; /* one per cgroup of ours */
 	pid_t pid;
 
 	*j = (struct jail){ .pid = -1 };
@@ -830,6 +857,22 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	if (mutant() & MUT_NO_PIDNS)
 		flags &= ~(unsigned long)CLONE_NEWPID;
 	cg_setup("", js, j, cg, warnings);
+	/* cgroup v1: the child joins each of them itself (release); its
+	 * `tasks` files are opened here, close-on-exec (the child closes them
+	 * once written: the program never holds one).  The mutant's
+	 * parent-attach leaves them closed: the parent writes cgroup.procs, as
+	 * on v2, so that v2's order is tested on a v1 host too. */
+	if (j->ncg && json_integer_value(json_object_get(cg, "version")) == 1 &&
+	    !(mutant() & MUT_PARENT_ATTACH))
+		for (ncgfd = 0; ncgfd < j->ncg; ncgfd++) {
+			char t[PATH_MAX + 16];
+
+			if (pathn(t, sizeof t, "%s/tasks", j->cg[ncgfd]) < 0 ||
+			    (cgfd[ncgfd] = open(t, O_WRONLY | O_CLOEXEC)) < 0) {
+				reason_fail(err, errsz, "%s/tasks:", j->cg[ncgfd]);
+				goto out_cg;
+			}
+		}
 	/* The go travels on a socket: a child already dead gets EPIPE from
 	 * send(MSG_NOSIGNAL), never our caller a SIGPIPE. */
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync) < 0) {
@@ -849,11 +892,13 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	if (pid == 0) {
 		close(sync[1]);
 		close(ep[0]);
-		jail_child(js, ps, envp, real, userns, sync[0], ep[1]);
+		jail_child(js, ps, envp, real, userns, sync[0], ep[1], cgfd, ncgfd);
 	}
 	e = errno;
 	close(sync[0]);
 	close(ep[1]);
+	joins = ncgfd > 0;
+	cg_fds_close(cgfd, &ncgfd);
 	if (pid < 0) {
 		close(sync[1]);
 		close(ep[0]);
@@ -861,7 +906,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 		reason_fail(err, errsz, "clone into new namespaces:");
 		goto out_cg;
 	}
-	r = release(pid, userns, j, sync[1], ep[0], why, sizeof why);
+	r = release(pid, userns, j, joins, sync[1], ep[0], why, sizeof why);
 	e = errno;
 	close(sync[1]);
 	close(ep[0]);
@@ -878,6 +923,7 @@ pid_t jail_spawn(const struct jail_spec *js, const struct proc_spec *ps, struct 
 	errno = e;
 out_cg:
 	e = errno;
+	cg_fds_close(cgfd, &ncgfd);
 	jail_release(j, why, sizeof why);
 	errno = e;
 out:

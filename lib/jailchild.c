@@ -1,9 +1,10 @@
 /* jailchild.c - the jail's child (jail.c is the parent's side): what runs
  * after the clone, in the new namespaces, until the exec.  It waits for the
- * parent's first go (its maps written), builds its root on a tmpfs (the
- * spec's paths bound as the parent resolved them, the device nodes, a /proc
- * of its pid namespace) and pivots into it while the parent places it in its
- * cgroups, waits for the second go (it is in them), then gives up its
+ * parent's first go (its maps written), joins its cgroup v1 hierarchies
+ * itself, builds its root on a tmpfs (the spec's paths bound as the parent
+ * resolved them, the device nodes, a /proc of its pid namespace) and pivots
+ * into it while the parent places it in its v2 cgroup, waits for the second
+ * go (it is in them), then gives up its
  * identity and capabilities, installs the seccomp filter and execs.  Any
  * failure before the exec is written to the error pipe (cdie). */
 #include "bpfdeny.h"
@@ -510,7 +511,7 @@ static void jail_init(int pdeathsig, int errfd)
 
 __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const struct proc_spec *ps,
 					  char **envp, realpath_t *rp, int userns, int syncfd,
-					  int errfd)
+					  int errfd, const int *cgfd, int ncgfd)
 {
 	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
 	struct proc_spec p = *ps;
@@ -534,6 +535,22 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	 * tmpfs below makes inodes: our uid must be mapped there).  EOF here
 	 * means it failed or died. */
 	await_go(syncfd, JAIL_GO_MAPS, errfd);
+	/* Our v1 cgroups, joined by us: "0" to each `tasks` file the parent
+	 * opened (it chose them; the write is checked against its credentials,
+	 * those of the open).  We are one thread (a raw clone copies only the
+	 * calling thread, whatever the caller's count), so moving it moves the
+	 * whole process, and
+	 * everything started from here on (the init, the program, its threads)
+	 * is born inside.  A thread moving itself is the one migration the
+	 * kernel makes without cgroup_threadgroup_rwsem's write side, whose
+	 * RCU grace period made the parent's cgroup.procs write 8-16 ms of
+	 * every start (doc/SPEED.md).  Before the root is built, so its tmpfs
+	 * is charged inside too; the second go still comes after. */
+	for (i = 0; i < (size_t)ncgfd && !(mutant() & MUT_NO_CG_JOIN); i++)
+		if (write(cgfd[i], "0", 1) != 1)
+			cdie(errfd, "joining the jail's cgroup (its tasks file):");
+	for (i = 0; i < (size_t)ncgfd; i++)
+		close(cgfd[i]);
 	/* Nothing mounted below propagates back to the host. */
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		cdie(errfd, "making / private:");
@@ -578,9 +595,9 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 		cdie(errfd, "sethostname:");
 	if (chdir(js->vm_dir ? js->vm_dir : "/") < 0)
 		cdie(errfd, "chdir %s:", js->vm_dir);
-	/* The second go: the parent placed us in our cgroups (its writes to
-	 * cgroup.procs wait for an RCU grace period under cgroup v1, which is
-	 * why the root above was built meanwhile).  Only our own steps ran
+	/* The second go: we are in our cgroups (v1: joined above; v2: the
+	 * parent's write to cgroup.procs, which waits for an RCU grace period,
+	 * which is why the root above was built meanwhile).  Only our own steps ran
 	 * before: nothing of the program, no fork (the init's is below), and
 	 * the namespace below is rooted at the jail's cgroup.  EOF: the
 	 * parent failed or died. */

@@ -26,6 +26,8 @@ enum {
 	MUT_NO_INIT = 128,
 	MUT_NO_CG_WAIT = 256,
 	MUT_SLOW_PARENT = 512,
+	MUT_NO_CG_JOIN = 1024,
+	MUT_PARENT_ATTACH = 2048,
 };
 #ifdef JAIL_MUTANT
 static unsigned mutant(void)
@@ -53,6 +55,12 @@ static unsigned mutant(void)
 		m |= MUT_NO_CG_WAIT;
 	if (e && strstr(e, "slow-parent")) /* not a weakening: the parent's steps late */
 		m |= MUT_SLOW_PARENT;
+	if (e && strstr(e, "no-cg-join"))
+		m |= MUT_NO_CG_JOIN;
+	/* not a weakening: v2's order (the parent's cgroup.procs write, the
+	 * child's second await) on a v1 host, so that t/17 tests it there */
+	if (e && strstr(e, "parent-attach"))
+		m |= MUT_PARENT_ATTACH;
 	return m;
 }
 #else
@@ -60,9 +68,9 @@ static unsigned mutant(void)
 #endif
 
 /* The parent's two messages on the sync socket, in this order: the user
- * namespace's maps are written (the child may build its root), then the
- * child is in every cgroup of the jail (it may go on to its init and the
- * program). */
+ * namespace's maps are written (the child joins its v1 cgroups and may
+ * build its root), then the child is in every cgroup of the jail (it may
+ * go on to its init and the program). */
 #define JAIL_GO_MAPS '1'
 #define JAIL_GO_CGROUPS '2'
 
@@ -70,11 +78,12 @@ static unsigned mutant(void)
  * (resolve_all: ro, then rw, then vm_dir). */
 typedef char realpath_t[PATH_MAX];
 
-/* The clone's child: waits for the maps on syncfd, builds the root, waits
- * for the cgroups, drops privileges, execs ps with envp (proc_env's for
- * ps->env), or NULL: ours. */
+/* The clone's child: waits for the maps on syncfd, joins the cgroups whose
+ * `tasks` files the parent opened (cgfd[0..ncgfd): cgroup v1's, see
+ * jail.c release), builds the root, waits for the cgroups, drops
+ * privileges, execs ps with envp (proc_env's for ps->env), or NULL: ours. */
 __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const struct proc_spec *ps,
 					  char **envp, realpath_t *rp, int userns, int syncfd,
-					  int errfd);
+					  int errfd, const int *cgfd, int ncgfd);
 
 #endif

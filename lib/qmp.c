@@ -101,38 +101,36 @@ static int send_all(struct qmp *q, const char *buf, size_t n, int fd, int64_t de
 	return 0;
 }
 
-int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
-	     int64_t deadline_ms)
+/* The request line for cmd (args stolen; NULL for none) with the next id,
+ * newline-terminated, malloc'd; NULL with q->err. */
+static char *request(struct qmp *q, const char *cmd, json_t *args, unsigned *id)
 {
-	json_t *req, *m;
+	json_t *req;
 	char *s, *line = NULL;
-	size_t n;
-	int rc = 0;
-	unsigned id = ++q->id;
 
-	if (ret)
-		*ret = NULL;
-	req = json_pack("{s:s, s:I}", "execute", cmd, "id", (json_int_t)id);
+	*id = ++q->id;
+	req = json_pack("{s:s, s:I}", "execute", cmd, "id", (json_int_t)*id);
 	if (!req || (args && json_object_set_new(req, "arguments", args) < 0)) {
 		json_decref(req);
 		snprintf(q->err, sizeof q->err, "qmp: unable to build %s", cmd);
-		return -1;
+		return NULL;
 	}
 	s = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
-	if (!s || !(line = malloc(strlen(s) + 2))) {
-		free(s);
+	if (s && (line = malloc(strlen(s) + 2)))
+		sprintf(line, "%s\n", s);
+	else
 		snprintf(q->err, sizeof q->err, "qmp: unable to build %s", cmd);
-		return -1;
-	}
-	/* One write with its newline: QEMU acts on a complete object at
-	 * once, and after quit a separate newline would meet a closed socket. */
-	n = (size_t)sprintf(line, "%s\n", s);
 	free(s);
-	rc = send_all(q, line, n, fd, deadline_ms);
-	free(line);
-	if (rc)
-		return rc;
+	return line;
+}
+
+/* The reply to request id (cmd's), events and stale replies skipped. */
+static int reply(struct qmp *q, const char *cmd, unsigned id, json_t **ret, int64_t deadline_ms)
+{
+	json_t *m;
+	int rc = 0;
+
 	for (;;) {
 		json_t *e, *v;
 
@@ -162,12 +160,48 @@ int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
 	}
 }
 
-/* Connect (retrying while absent or refused until retry_ms, when retry),
- * read the greeting, negotiate capabilities. */
-static int qmp_open_(struct qmp *q, const char *sock_path, int retry, int64_t deadline_ms)
+int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
+	     int64_t deadline_ms)
+{
+	unsigned id;
+	char *line;
+	int rc;
+
+	if (ret)
+		*ret = NULL;
+	if (!(line = request(q, cmd, args, &id)))
+		return -1;
+	/* One write with its newline: QEMU acts on a complete object at
+	 * once, and after quit a separate newline would meet a closed socket. */
+	rc = send_all(q, line, strlen(line), fd, deadline_ms);
+	free(line);
+	return rc ? rc : reply(q, cmd, id, ret, deadline_ms);
+}
+
+/* The greeting, QEMU's first message on a new connection. */
+static int greeting(struct qmp *q, const char *sock_path, int64_t deadline_ms)
+{
+	json_t *g;
+	int rc;
+
+	if (!(g = next_msg(q, deadline_ms, &rc)))
+		return rc;
+	if (!json_object_get(g, "QMP")) {
+		json_decref(g);
+		snprintf(q->err, sizeof q->err, "qmp: no greeting on %s", sock_path);
+		return -1;
+	}
+	json_decref(g);
+	return 0;
+}
+
+/* Connect (retrying while absent or refused until retry_ms, when retry);
+ * unless only (the caller pipelines them), read the greeting and negotiate
+ * capabilities. */
+static int qmp_open_(struct qmp *q, const char *sock_path, int retry, int only,
+		     int64_t deadline_ms)
 {
 	struct sockaddr_un sa;
-	json_t *g;
 	int rc;
 
 	q->fd = -1;
@@ -208,18 +242,10 @@ static int qmp_open_(struct qmp *q, const char *sock_path, int retry, int64_t de
 		}
 		nanosleep(&ts, NULL);
 	}
-	if (!(g = next_msg(q, deadline_ms, &rc))) {
-		qmp_close(q);
-		return rc;
-	}
-	if (!json_object_get(g, "QMP")) {
-		json_decref(g);
-		snprintf(q->err, sizeof q->err, "qmp: no greeting on %s", sock_path);
-		qmp_close(q);
-		return -1;
-	}
-	json_decref(g);
-	if ((rc = qmp_call(q, "qmp_capabilities", NULL, -1, NULL, deadline_ms)) < 0) {
+	if (only)
+		return 0;
+	if ((rc = greeting(q, sock_path, deadline_ms)) < 0 ||
+	    (rc = qmp_call(q, "qmp_capabilities", NULL, -1, NULL, deadline_ms)) < 0) {
 		qmp_close(q);
 		return rc;
 	}
@@ -228,7 +254,7 @@ static int qmp_open_(struct qmp *q, const char *sock_path, int retry, int64_t de
 
 int qmp_open(struct qmp *q, const char *sock_path, int64_t deadline_ms)
 {
-	return qmp_open_(q, sock_path, 1, deadline_ms);
+	return qmp_open_(q, sock_path, 1, 0, deadline_ms);
 }
 
 int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms,
@@ -242,9 +268,36 @@ int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms,
 		snprintf(err, errsz, "qmp: %s", strerror(errno));
 		return -1;
 	}
-	r = qmp_open_(q, sock_path, 0, deadline_ms);
-	if (r == 0)
-		r = qmp_call(q, command, NULL, -1, NULL, deadline_ms);
+	r = qmp_open_(q, sock_path, 0, 1, deadline_ms);
+	if (r == 0) {
+		/* Both requests in one write, before the greeting is read: QEMU
+		 * dispatches a connection's requests in order, and checks each
+		 * against the commands of the monitor's mode when it runs it, so
+		 * the command finds capabilities negotiated.  Two round trips
+		 * fewer than greeting, capabilities, command (a stop's QMP quit
+		 * took 3 on a busy TCG host, 5-10 ms each: doc/SPEED.md). */
+		unsigned cid, id;
+		char *cap = request(q, "qmp_capabilities", NULL, &cid), *cmd = request(q, command, NULL, &id);
+		char *both = cap && cmd ? malloc(strlen(cap) + strlen(cmd) + 1) : NULL;
+
+		if (!both) {
+			if (cap && cmd)
+				snprintf(q->err, sizeof q->err, "qmp: %s", strerror(errno));
+			r = -1;
+		} else {
+			sprintf(both, "%s%s", cap, cmd);
+			if ((r = send_all(q, both, strlen(both), -1, deadline_ms)) == 0 &&
+			    (r = greeting(q, sock_path, deadline_ms)) == 0 &&
+			    (r = reply(q, "qmp_capabilities", cid, NULL, deadline_ms)) == 0)
+				r = reply(q, command, id, NULL, deadline_ms);
+			/* quit: QEMU gone before the capabilities' answer is quit done */
+			if (r == -2 && !strcmp(command, "quit"))
+				r = 0;
+		}
+		free(cap);
+		free(cmd);
+		free(both);
+	}
 	if (r < 0)
 		snprintf(err, errsz, "%s", q->err);
 	qmp_close(q);

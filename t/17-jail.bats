@@ -99,8 +99,9 @@ proof_submount() {
 }
 
 # The program's first act, a fork bomb, then an allocation, meets the
-# jail's limits: nothing of it runs before the parent placed the jail in its
-# cgroups (the child builds its root meanwhile, lib/jail.c release).  Not
+# jail's limits: nothing of it runs before the jail is in its cgroups (v2:
+# the parent's write while the child builds its root; v1: the child's own
+# join after the first go, lib/jail.c release).  Not
 # /proc/self/cgroup: in the jail's cgroup namespace a process still in its
 # maker's cgroup reads "/" too.  A fork before the attach would stay outside
 # for good (cgroup.procs moves the init alone).
@@ -727,16 +728,49 @@ proof_prctl() {
 
 # slow-parent is no weakening: the parent waits 0.3 s before its maps and
 # again before its writes to cgroup.procs, so that a child not waiting for
-# them would surely act first.
+# them would surely act first.  no-cg-join: the child skips its own join
+# (cgroup v1's), so that on either hierarchy nothing places it.
 @test "mutation: a program exec'd before its cgroup attach escapes its pids and memory limits" {
 	proof_cg_first
 	mutant slow-parent
 	proof_cg_first
-	mutant slow-parent,no-cg-wait
+	mutant slow-parent,no-cg-wait,no-cg-join
 	leaks proof_cg_first
 	[ "$output" = "not contained: 64 children" ]
 	run --separate-stderr timeout 60 "${J[@]}" --mem-mib 64 -- "$PROBE" mem 256
 	[ "$output" = "not contained: 256 MiB" ]
+}
+
+# Under cgroup v1 the child joins its cgroups itself (one thread moving
+# itself: no RCU grace period, lib/jail.c release) and the parent writes
+# nothing: that join alone is what holds the program, waits or not.
+@test "mutation: a v1 jail child that skips its own cgroup join escapes its limits" {
+	run --separate-stderr timeout 60 "${J[@]}" --pids 16 --json-fd 3 -- "$PROBE" id \
+		3>"$BATS_TEST_TMPDIR/applied.json"
+	[ "$status" -eq 0 ]
+	[ "$(jq -r .cgroup.version "$BATS_TEST_TMPDIR/applied.json")" = 1 ] ||
+		skip "the jail's cgroups are not v1 here: the parent places the child"
+	proof_cg_first
+	mutant no-cg-join
+	leaks proof_cg_first
+	[ "$output" = "not contained: 64 children" ]
+}
+
+# v2's order on a v1 host: parent-attach (no weakening) has the parent
+# write cgroup.procs, as on v2, and the child join nothing; the child's
+# second await is then what keeps the program inside.  On v2 the test
+# above covers it.
+@test "mutation: (v1 as v2) a child not awaiting the parent's cgroup.procs write escapes its limits" {
+	run --separate-stderr timeout 60 "${J[@]}" --pids 16 --json-fd 3 -- "$PROBE" id \
+		3>"$BATS_TEST_TMPDIR/applied.json"
+	[ "$status" -eq 0 ]
+	[ "$(jq -r .cgroup.version "$BATS_TEST_TMPDIR/applied.json")" = 1 ] ||
+		skip "the jail's cgroups are not v1 here: the test above covers v2's order"
+	mutant slow-parent,parent-attach
+	proof_cg_first
+	mutant slow-parent,parent-attach,no-cg-wait
+	leaks proof_cg_first
+	[ "$output" = "not contained: 64 children" ]
 }
 
 @test "mutation: with the paths compared as strings, the planted link pulls a host file in" {
