@@ -91,23 +91,30 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	 * constant) the line stays as it was: told 2 GHz, a guest on
 	 * tsc=reliable would run at the host's rate / 2 GHz.  KVM's guests
 	 * use kvm-clock: their line is unchanged.
-	 * TCG's guests also run without the local APIC timer (noapictimer:
-	 * the PIT, which TCG needs anyway, is their clock event device).
-	 * QEMU 7.2's TCG has no TSC-deadline timer, so the kernel calibrated
-	 * the APIC timer against the TSC at every boot: a 100 ms busy wait
-	 * of guest time, ~230 ms of this host's (6.1's calibrate_APIC_clock);
-	 * the rest of the boot was no slower on the PIT: a bare boot-to-exit
-	 * took a median ~290 ms less without it (doc/SPEED.md "Goal 1,
-	 * third round").  KVM's guests keep theirs.
+	 * TCG's guests are told their local APIC timer's rate
+	 * (lapic_timer_khz=1000000: QEMU's emulated APIC counts one per ns of
+	 * QEMU_CLOCK_VIRTUAL before its divider, hw/intc/apic_common.c
+	 * apic_next_timer), a parameter our kernel carries as a patch
+	 * (images/kernel-lapic-timer-khz.patch): 6.1 upstream learns the
+	 * rate only by calibrating against the TSC at every boot (a 100 ms
+	 * busy wait of guest time, ~230 ms of this host's), then checks it
+	 * against the PIT's jiffies, which fails under TCG.  Before, the
+	 * line said noapictimer and the PIT was the clock event device:
+	 * its one-shot reach is 0x7fff ticks of 1.193182 MHz, 27.5 ms, so an
+	 * idle tickless guest still woke QEMU ~36 times a second, for a VM
+	 * that waits for its host N times longer when N run at once
+	 * (doc/SPEED.md "Goal 6, fourth round"; "Goal 1, third round" for
+	 * the calibration).  The APIC timer's one-shot reach is 34 s.
+	 * KVM's guests have the TSC-deadline timer: their line is unchanged.
 	 */
 	if (tcg && c->tsc_khz > 0)
 		snprintf(q->append, sizeof q->append,
 			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=%lld "
-			 "lpj=4000000 tsc=reliable noapictimer", c->tsc_khz);
+			 "lpj=4000000 tsc=reliable lapic_timer_khz=1000000", c->tsc_khz);
 	else
 		snprintf(q->append, sizeof q->append, "%s%s",
 			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 "
-			 "lpj=4000000", tcg ? " noapictimer" : "");
+			 "lpj=4000000", tcg ? " lapic_timer_khz=1000000" : "");
 	A(q->append);
 	/* The console is a descriptor (QEMU_CONSOLE_FD), not a path QEMU
 	 * writes as much as the guest likes to: QEMU 7.2's file chardev opens

@@ -184,7 +184,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 noapictimer\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -227,12 +227,12 @@ int main(void)
 		const struct qemu_cfg k = { .accel = "kvm", .mem_mib = 512, .vcpus = 1,
 					    .tsc_khz = 2096000, FILES };
 		const char *tline = "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
-				    "tsc_early_khz=2096000 lpj=4000000 tsc=reliable noapictimer\n-add-fd\n";
+				    "tsc_early_khz=2096000 lpj=4000000 tsc=reliable lapic_timer_khz=1000000\n-add-fd\n";
 		const char *old = "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
 				  "tsc_early_khz=2000000 lpj=4000000\n-add-fd\n";
 
 		ok(qemu_argv(&q, &t) == 0 && strstr(joined(&q), tline),
-		   "TCG with the host's TSC rate: tsc_early_khz=<rate> tsc=reliable noapictimer");
+		   "TCG with the host's TSC rate: tsc_early_khz=<rate> tsc=reliable lapic_timer_khz=1000000");
 		ok(qemu_argv(&q, &k) == 0 && strstr(joined(&q), old),
 		   "KVM with a TSC rate: the line as it was (kvm-clock)");
 	}
@@ -312,7 +312,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 noapictimer\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -367,7 +367,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 noapictimer\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -422,7 +422,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 noapictimer\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -527,13 +527,13 @@ int main(void)
 	   strstr(joined(&q), "mac=@mac") && !strstr(joined(&q), "/store"),
 	   "the shape command line has placeholders for every per-VM part");
 	ok(qemu_shape_argv(&q, "tcg", 352, 1, 0, 3500000) == 0 &&
-	   strstr(joined(&q), " tsc_early_khz=3500000 lpj=4000000 tsc=reliable noapictimer\n"),
+	   strstr(joined(&q), " tsc_early_khz=3500000 lpj=4000000 tsc=reliable lapic_timer_khz=1000000\n"),
 	   "the shape command line carries the store's TSC rate (warm keys differ by it)");
 	test_last_line();
 	test_clone_env();
 	test_memro_ok();
 	qemu_fingerprint(fp);
-	ok(!strcmp(fp, "7b52ec9eef77a7a1bc24e488cbbc18f90841a404e94d8291499e6f01f0b667af"),
+	ok(!strcmp(fp, "e9375297f76b9ac6ccbd1fc42a73962668c9ddef2f3e1ad7e1b0119214c42725"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
 	return tap_done();
 }
