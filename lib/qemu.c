@@ -98,13 +98,14 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	 * (images/kernel-lapic-timer-khz.patch): 6.1 upstream learns the
 	 * rate only by calibrating against the TSC at every boot (a 100 ms
 	 * busy wait of guest time, ~230 ms of this host's), then checks it
-	 * against the PIT's jiffies, which fails under TCG.  Before, the
-	 * line said noapictimer and the PIT was the clock event device:
-	 * its one-shot reach is 0x7fff ticks of 1.193182 MHz, 27.5 ms, so an
-	 * idle tickless guest still woke QEMU ~36 times a second, for a VM
-	 * that waits for its host N times longer when N run at once
-	 * (doc/SPEED.md "Goal 6, fourth round"; "Goal 1, third round" for
-	 * the calibration).  The APIC timer's one-shot reach is 34 s.
+	 * for 100 ms more against the PIT's jiffies, which TCG, losing PIT
+	 * ticks, can fail.  Before, the line said noapictimer and the PIT
+	 * was the clock event device: its one-shot reach is 0x7fff ticks of
+	 * 1.193182 MHz, 27.5 ms, so an idle tickless guest still woke QEMU
+	 * ~36 times a second, for a VM that waits for its host N times
+	 * longer when N run at once (doc/SPEED.md "Goal 6, fourth round";
+	 * "Goal 1, third round" for the calibration).  The APIC timer's
+	 * one-shot reach is 34 s.
 	 * KVM's guests have the TSC-deadline timer: their line is unchanged.
 	 */
 	if (tcg && c->tsc_khz > 0)
