@@ -365,6 +365,7 @@ static void record_booting(struct boot *bt)
 		.mac = bt->net.slot >= 0 ? bt->net.macs : NULL,
 		.tb_mib = bt->cf.fit.mem_tight ? bt->cf.fit.tb_mib : 0,
 		.tsc_khz = tsc_khz,
+		.lapic_khz = kernel_lapic_khz(&bt->im),
 	};
 }
 

@@ -87,6 +87,22 @@ int kernel_agent_ok(const struct img *im, char *err, size_t errsz)
 	return 0;
 }
 
+int kernel_lapic_khz(const struct img *im)
+{
+	char p[PATH_MAX];
+	json_t *meta;
+	int r;
+
+	if (pathn(p, sizeof p, "%s/kernels/%s/meta.json", store_home(), im->ksha) < 0)
+		return 0;
+	meta = json_load_path(p);
+	r = json_is_string(json_object_get(
+		json_object_get(json_object_get(meta, "inputs"), "patches_sha256"),
+		"kernel-lapic-timer-khz.patch"));
+	json_decref(meta);
+	return r;
+}
+
 int resolve_kernel(struct img *im, char *err, size_t errsz)
 {
 	const char *h = store_home();

@@ -37,6 +37,15 @@ int resolve_kernel(struct img *im, char *err, size_t errsz);
  * 0, or an exit class with err (EX_NOTFOUND naming both versions and the
  * fix, `make images`, when another version or none is recorded). */
 int kernel_agent_ok(const struct img *im, char *err, size_t errsz);
+/* The patch a kernel carries for its local APIC timer's rate (the boot
+ * parameter lapic_timer_khz=, images/kernel-lapic-timer-khz.patch): 1 when
+ * the resolved kernel's record (kernels/<ksha>/meta.json) lists it among
+ * the inputs images/build-kernel recorded (inputs.patches_sha256), 0 when
+ * not (a kernel built before the patch, or a record without inputs).  An
+ * unpatched kernel ignores the word (it lands in PID 1's environment) and
+ * calibrates its timer at every boot: its line says noapictimer
+ * (lib/qemu.h qemu_cfg.lapic_khz). */
+int kernel_lapic_khz(const struct img *im);
 /* The base image: the one a fork recorded (sha given), else the current
  * build of the flavor.  0, or an exit class with err. */
 int resolve_base(struct img *im, const char *flavor, const char *sha, char *err, size_t errsz);

@@ -31,7 +31,9 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	int tcg = !strcmp(c->accel, "tcg"), n = 0;
 	const char *memfile = c->memfile;
 
-	/* Under TCG the minimal kernel needs the PIT for its timer. */
+	/* Under TCG the PIT: a kernel told lapic_timer_khz stops it at boot,
+	 * but one without the patch (noapictimer) has it as its clock event
+	 * device, and checks its APIC timer's calibration against it. */
 	snprintf(q->machine, sizeof q->machine, "microvm,acpi=off,x-option-roms=off%s%s",
 		 tcg ? ",pit=on" : "", memfile ? ",memory-backend=mem0" : "");
 	snprintf(q->mem, sizeof q->mem, "%lld", c->mem_mib);
@@ -91,23 +93,37 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	 * constant) the line stays as it was: told 2 GHz, a guest on
 	 * tsc=reliable would run at the host's rate / 2 GHz.  KVM's guests
 	 * use kvm-clock: their line is unchanged.
-	 * TCG's guests also run without the local APIC timer (noapictimer:
-	 * the PIT, which TCG needs anyway, is their clock event device).
-	 * QEMU 7.2's TCG has no TSC-deadline timer, so the kernel calibrated
-	 * the APIC timer against the TSC at every boot: a 100 ms busy wait
-	 * of guest time, ~230 ms of this host's (6.1's calibrate_APIC_clock);
-	 * the rest of the boot was no slower on the PIT: a bare boot-to-exit
-	 * took a median ~290 ms less without it (doc/SPEED.md "Goal 1,
-	 * third round").  KVM's guests keep theirs.
+	 * TCG's guests are told their local APIC timer's rate
+	 * (lapic_timer_khz=1000000: QEMU's emulated APIC counts one per ns of
+	 * QEMU_CLOCK_VIRTUAL before its divider, hw/intc/apic_common.c
+	 * apic_next_timer), a parameter our kernel carries as a patch
+	 * (images/kernel-lapic-timer-khz.patch): 6.1 upstream learns the
+	 * rate only by calibrating against the TSC at every boot (a 100 ms
+	 * busy wait of guest time, ~230 ms of this host's), then checks it
+	 * for 100 ms more against the PIT's jiffies, which TCG, losing PIT
+	 * ticks, can fail.  Before, the line said noapictimer and the PIT
+	 * was the clock event device: its one-shot reach is 0x7fff ticks of
+	 * 1.193182 MHz, 27.5 ms, so an idle tickless guest still woke QEMU
+	 * ~36 times a second, for a VM that waits for its host N times
+	 * longer when N run at once (doc/SPEED.md "Goal 6, fourth round";
+	 * "Goal 1, third round" for the calibration).  The APIC timer's
+	 * one-shot reach is 34 s.  Only a kernel with the patch is told
+	 * (c->lapic_khz, from its record: lib/image.h kernel_lapic_khz): an
+	 * older one in a store not rebuilt would ignore the word, pass it to
+	 * PID 1's environment and calibrate at every boot; its line keeps
+	 * noapictimer.
+	 * KVM's guests have the TSC-deadline timer: their line is unchanged.
 	 */
+	const char *timer = !tcg ? "" : c->lapic_khz ? " lapic_timer_khz=1000000" : " noapictimer";
+
 	if (tcg && c->tsc_khz > 0)
 		snprintf(q->append, sizeof q->append,
 			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=%lld "
-			 "lpj=4000000 tsc=reliable noapictimer", c->tsc_khz);
+			 "lpj=4000000 tsc=reliable%s", c->tsc_khz, timer);
 	else
 		snprintf(q->append, sizeof q->append, "%s%s",
 			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 "
-			 "lpj=4000000", tcg ? " noapictimer" : "");
+			 "lpj=4000000", timer);
 	A(q->append);
 	/* The console is a descriptor (QEMU_CONSOLE_FD), not a path QEMU
 	 * writes as much as the guest likes to: QEMU 7.2's file chardev opens
@@ -156,7 +172,7 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 
 
 int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, long long vcpus,
-		    int nic, long long tsc_khz)
+		    int nic, long long tsc_khz, int lapic_khz)
 {
 	const struct qemu_cfg c = {
 		.accel = accel,
@@ -172,6 +188,7 @@ int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, l
 		.tap = nic ? "@tap" : NULL,
 		.mac = nic ? "@mac" : NULL,
 		.tsc_khz = tsc_khz,
+		.lapic_khz = lapic_khz,
 	};
 
 	return qemu_argv(q, &c);
@@ -188,13 +205,19 @@ void qemu_fingerprint(char out[65])
 
 	crypto_hash_sha256_init(&st);
 	for (i = 0; i < 4; i++) {
-		qemu_shape_argv(&q, accels[i % 2], 64, 1, i >= 2, 0); /* placeholders: always fit */
+		qemu_shape_argv(&q, accels[i % 2], 64, 1, i >= 2, 0, 1); /* placeholders: always fit */
 		for (a = q.av; *a; a++)
 			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
 	}
 	/* TCG's line with a rate, after the four lines as they were */
 	for (i = 0; i < 2; i++) {
-		qemu_shape_argv(&q, "tcg", 64, 1, (int)i, QEMU_TSC_KHZ_SHAPE);
+		qemu_shape_argv(&q, "tcg", 64, 1, (int)i, QEMU_TSC_KHZ_SHAPE, 1);
+		for (a = q.av; *a; a++)
+			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
+	}
+	/* and for a kernel without lapic_timer_khz= (noapictimer) */
+	for (i = 0; i < 2; i++) {
+		qemu_shape_argv(&q, "tcg", 64, 1, 0, i ? QEMU_TSC_KHZ_SHAPE : 0, 0);
 		for (a = q.av; *a; a++)
 			crypto_hash_sha256_update(&st, (const unsigned char *)*a, strlen(*a) + 1);
 	}
@@ -230,6 +253,7 @@ struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
 		.mac = vm->mac,
 		.tb_mib = vm->tb_mib,
 		.tsc_khz = vm->tsc_khz,
+		.lapic_khz = vm->lapic_khz,
 	};
 }
 

@@ -43,6 +43,9 @@ struct qemu_cfg {
 	const char *tap, *mac;          /* the NIC (last device), or NULL: none */
 	long long tb_mib;               /* TCG's translation buffer (tb-size), 0: QEMU's own */
 	long long tsc_khz;              /* TCG: the host's TSC rate (lib/tsc.h), 0: none known */
+	int lapic_khz;                  /* TCG: 1 the kernel takes lapic_timer_khz= (its
+					   record says so, lib/image.h kernel_lapic_khz),
+					   0 it does not: noapictimer */
 };
 
 struct qemu_argv {
@@ -59,13 +62,14 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c);
  * placeholder (paths @vm/..., kernel @kernel/..., RAM file @mem share=on,
  * tap @tap, MAC @mac when nic): what the warm key hashes.  tsc_khz is
  * the store's (qemu_cfg's; lib/tsc.h), not a placeholder: a snapshot's
- * guest was told that rate. */
+ * guest was told that rate; so is lapic_khz (the kernel's, qemu_cfg). */
 int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, long long vcpus,
-		    int nic, long long tsc_khz);
+		    int nic, long long tsc_khz, int lapic_khz);
 /* A TSC rate that stands for any in the fingerprint (no host's: 1 MHz). */
 #define QEMU_TSC_KHZ_SHAPE 1000LL
 /* sha256 of the shape command lines of both accelerators, with and without
- * a NIC, TCG's with a TSC rate (QEMU_TSC_KHZ_SHAPE) and without: it changes
+ * a NIC, TCG's with a TSC rate (QEMU_TSC_KHZ_SHAPE) and without, and with
+ * and without lapic_timer_khz (a kernel without the patch): it changes
  * exactly when this build gives QEMU another command line, not with the
  * host's rate (it keys the host-wide KVM verdicts, lib/accelhost.h).
  * Snapshots record it; one built with another is orphaned. */
@@ -91,6 +95,7 @@ struct qemu_vm {
 	long long tb_mib;               /* TCG's translation buffer (tb-size), 0: QEMU's own
 					   (1 GiB); set to fit a cgroup's limit (lib/cgroup.c) */
 	long long tsc_khz;              /* TCG: the store's TSC rate (lib/tsc.h), 0: none */
+	int lapic_khz;                  /* TCG: the kernel takes lapic_timer_khz= (qemu_cfg) */
 };
 
 /* The configuration of vm's QEMU with its files at in (no RAM file, not

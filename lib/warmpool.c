@@ -124,7 +124,7 @@ int warm_setup(struct pool *w, json_t *rec, long long disk_bytes, const char *fo
 	/* The per-VM parts (paths, tap, MAC) are placeholders: a key names
 	 * a shape, not a VM. */
 	if (qemu_shape_argv(&q, accel, w->vm->mem_mib, w->vm->vcpus, w->vm->tap != NULL,
-			    w->vm->tsc_khz) < 0) {
+			    w->vm->tsc_khz, w->vm->lapic_khz) < 0) {
 		warm_warn(w, "warm pool not used: unable to build the QEMU command line");
 		return -1;
 	}

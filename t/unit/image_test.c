@@ -255,6 +255,45 @@ static void test_one_read(void)
 	json_decref(l);
 }
 
+/* kernel_lapic_khz: a kernel's record (kernels/<ksha>/meta.json under
+ * ISOPOD_HOME=dir) holding meta, or no record when meta is NULL. */
+static int lapic_of(const char *meta)
+{
+	char p[PATH_MAX];
+	struct img im = { .ksha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" };
+	FILE *f;
+
+	setenv("ISOPOD_HOME", dir, 1);
+	mkdir(dir, 0700);
+	snprintf(p, sizeof p, "%s/kernels", dir);
+	mkdir(p, 0700);
+	snprintf(p, sizeof p, "%s/kernels/%s", dir, im.ksha);
+	mkdir(p, 0700);
+	snprintf(p, sizeof p, "%s/kernels/%s/meta.json", dir, im.ksha);
+	unlink(p);
+	if (meta && (f = fopen(p, "w"))) {
+		fputs(meta, f);
+		fclose(f);
+	}
+	return kernel_lapic_khz(&im);
+}
+
+static void test_lapic(void)
+{
+	ok(lapic_of("{\"agent_protocol\": 3, \"inputs\": {\"key\": \"k\", \"patches_sha256\": "
+		    "{\"kernel-lapic-timer-khz.patch\": \"ab\"}}}") == 1,
+	   "a kernel whose record lists the patch takes lapic_timer_khz");
+	ok(lapic_of("{\"agent_protocol\": 3, \"inputs\": {\"key\": \"k\", "
+		    "\"build-kernel_sha256\": \"cd\"}}") == 0,
+	   "a kernel built before the patch (no patches_sha256): noapictimer");
+	ok(lapic_of("{\"agent_protocol\": 3, \"inputs\": {\"patches_sha256\": {}}}") == 0,
+	   "a record with no patches: noapictimer");
+	ok(lapic_of("{\"agent_protocol\": 3, \"inputs\": {}}") == 0,
+	   "a record without inputs (register found none): noapictimer");
+	ok(lapic_of(NULL) == 0, "no record: noapictimer");
+	ok(lapic_of("not json") == 0, "a record that is not JSON: noapictimer");
+}
+
 int main(void)
 {
 	char p[PATH_MAX], d[PATH_MAX];
@@ -290,6 +329,7 @@ int main(void)
 	test_chain();
 	test_one_read();
 	test_hdr_read();
+	test_lapic();
 	snprintf(d, sizeof d, "rm -rf %s", dir);
 	if (system(d) != 0)
 		printf("# unable to remove %s\n", dir);

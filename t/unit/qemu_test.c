@@ -10,9 +10,12 @@
 #define VM "/store/vms/vm-0123456789ab"
 #define TAP "isopod-tap3"
 #define MAC "02:69:73:00:00:03"
-#define FILES .vmlinux = "/store/kernels/K/vmlinux", .initrd = "/store/kernels/K/initramfs.cpio", \
+/* A VM's files; FILES's kernel takes lapic_timer_khz= (its record lists
+ * the patch), OLDKERNEL's predates the patch. */
+#define OLDKERNEL .vmlinux = "/store/kernels/K/vmlinux", .initrd = "/store/kernels/K/initramfs.cpio", \
 	      .disk = VM "/disk.qcow2", .agent_sock = VM "/agent.sock", \
 	      .qmp_sock = VM "/qmp.sock"
+#define FILES OLDKERNEL, .lapic_khz = 1
 
 /* The command line, one argument per line. */
 static const char *joined(const struct qemu_argv *q)
@@ -184,7 +187,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 noapictimer\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -227,14 +230,49 @@ int main(void)
 		const struct qemu_cfg k = { .accel = "kvm", .mem_mib = 512, .vcpus = 1,
 					    .tsc_khz = 2096000, FILES };
 		const char *tline = "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
-				    "tsc_early_khz=2096000 lpj=4000000 tsc=reliable noapictimer\n-add-fd\n";
+				    "tsc_early_khz=2096000 lpj=4000000 tsc=reliable lapic_timer_khz=1000000\n-add-fd\n";
 		const char *old = "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
 				  "tsc_early_khz=2000000 lpj=4000000\n-add-fd\n";
 
 		ok(qemu_argv(&q, &t) == 0 && strstr(joined(&q), tline),
-		   "TCG with the host's TSC rate: tsc_early_khz=<rate> tsc=reliable noapictimer");
+		   "TCG with the host's TSC rate: tsc_early_khz=<rate> tsc=reliable lapic_timer_khz=1000000");
 		ok(qemu_argv(&q, &k) == 0 && strstr(joined(&q), old),
 		   "KVM with a TSC rate: the line as it was (kvm-clock)");
+	}
+
+	{
+		/* the line by what the kernel is: one without the patch
+		 * (lapic_khz 0: its record does not list it) ignores
+		 * lapic_timer_khz=, so it is told noapictimer; KVM's line
+		 * has neither word either way */
+		const struct qemu_cfg o = { .accel = "tcg", .mem_mib = 512, .vcpus = 1,
+					    .tsc_khz = 2096000, OLDKERNEL };
+		const struct qemu_cfg o2 = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, OLDKERNEL };
+		const struct qemu_cfg n2 = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, FILES };
+		const struct qemu_cfg k = { .accel = "kvm", .mem_mib = 512, .vcpus = 1,
+					    .tsc_khz = 2096000, FILES };
+		const char *oline = "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
+				    "tsc_early_khz=2096000 lpj=4000000 tsc=reliable noapictimer\n-add-fd\n";
+		const char *o2line = "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
+				     "tsc_early_khz=2000000 lpj=4000000 noapictimer\n-add-fd\n";
+		const char *n2line = "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
+				     "tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000\n-add-fd\n";
+
+		ok(qemu_argv(&q, &o) == 0 && strstr(joined(&q), oline) &&
+		   !strstr(joined(&q), "lapic_timer_khz"),
+		   "TCG, a kernel without the patch, with a TSC rate: noapictimer, no lapic_timer_khz");
+		ok(qemu_argv(&q, &o2) == 0 && strstr(joined(&q), o2line) &&
+		   !strstr(joined(&q), "lapic_timer_khz"),
+		   "TCG, a kernel without the patch, no TSC rate: noapictimer, no lapic_timer_khz");
+		ok(qemu_argv(&q, &n2) == 0 && strstr(joined(&q), n2line) &&
+		   !strstr(joined(&q), "noapictimer"),
+		   "TCG, a kernel with the patch, no TSC rate: lapic_timer_khz=1000000, no noapictimer");
+		ok(qemu_argv(&q, &k) == 0 && !strstr(joined(&q), "lapic_timer_khz") &&
+		   !strstr(joined(&q), "noapictimer"),
+		   "KVM, a kernel with the patch: neither word");
+		ok(qemu_shape_argv(&q, "tcg", 352, 1, 0, 3500000, 0) == 0 &&
+		   strstr(joined(&q), " tsc=reliable noapictimer\n"),
+		   "the shape command line carries the kernel's timer word (warm keys differ by it)");
 	}
 
 	{
@@ -312,7 +350,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 noapictimer\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -367,7 +405,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 noapictimer\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -422,7 +460,7 @@ int main(void)
 	"-initrd\n"
 	"/store/kernels/K/initramfs.cpio\n"
 	"-append\n"
-	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 noapictimer\n"
+	"console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000\n"
 	"-add-fd\n"
 	"fd=5,set=5,opaque=console\n"
 	"-chardev\n"
@@ -522,18 +560,18 @@ int main(void)
 		errno = 0;
 		ok(qemu_argv(&q, &c) < 0 && errno == ENAMETOOLONG, "a path that does not fit: -1 ENAMETOOLONG");
 	}
-	ok(qemu_shape_argv(&q, "tcg", 352, 1, 1, 0) == 0 && strstr(joined(&q), "@vm/disk.qcow2") &&
+	ok(qemu_shape_argv(&q, "tcg", 352, 1, 1, 0, 1) == 0 && strstr(joined(&q), "@vm/disk.qcow2") &&
 	   strstr(joined(&q), "mem-path=@mem,share=on") && strstr(joined(&q), "ifname=@tap") &&
 	   strstr(joined(&q), "mac=@mac") && !strstr(joined(&q), "/store"),
 	   "the shape command line has placeholders for every per-VM part");
-	ok(qemu_shape_argv(&q, "tcg", 352, 1, 0, 3500000) == 0 &&
-	   strstr(joined(&q), " tsc_early_khz=3500000 lpj=4000000 tsc=reliable noapictimer\n"),
+	ok(qemu_shape_argv(&q, "tcg", 352, 1, 0, 3500000, 1) == 0 &&
+	   strstr(joined(&q), " tsc_early_khz=3500000 lpj=4000000 tsc=reliable lapic_timer_khz=1000000\n"),
 	   "the shape command line carries the store's TSC rate (warm keys differ by it)");
 	test_last_line();
 	test_clone_env();
 	test_memro_ok();
 	qemu_fingerprint(fp);
-	ok(!strcmp(fp, "7b52ec9eef77a7a1bc24e488cbbc18f90841a404e94d8291499e6f01f0b667af"),
+	ok(!strcmp(fp, "422bac2a0772cc21a0bf6029270b6b50e772eb43a9f9d1f8d4d4dc45a25e33c9"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
 	return tap_done();
 }
