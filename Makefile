@@ -171,7 +171,7 @@ build/jail/isopod-jail-mutant: bin/isopod-jail.c lib/jail.c lib/jailchild.c $(HO
 # The agent: static musl, PID 1.  It links frame.c and the tree stream
 # (treestream.c, treeio.c), libc only, and nothing else of lib/.
 AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \
-	agent/exec.c agent/file.c
+	agent/exec.c agent/file.c agent/bulk.c
 agent/isopod-agent: $(AGENTSRC) agent/agent.h lib/frame.c lib/frame.h lib/treestream.c lib/treestream.h lib/treeio.c lib/treeio.h
 	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ $(AGENTSRC) lib/frame.c lib/treestream.c lib/treeio.c
 

@@ -170,6 +170,7 @@ static void exec_clear(struct agent *a)
 	close_fd(&a->ex.out_fd);
 	close_fd(&a->ex.err_fd);
 	close_fd(&a->ex.st_fd);
+	a->ex.bq_len = 0; /* the session is over: its host lends no more */
 	timer_arm(a, 0);
 	a->ex.pid = 0;
 	a->op = OP_NONE;
@@ -315,6 +316,9 @@ static void stdin_close(struct agent *a)
 	close_fd(&a->ex.in_fd);
 	a->credit_due[STREAM_STDIN] += a->ex.rlen;
 	a->ex.rlen = a->ex.rhead = 0;
+	/* and bulk slots are returned unread: all before EXIT, as credit */
+	for (; a->ex.bq_len; a->ex.bq_len--, a->ex.bq_head = (a->ex.bq_head + 1) % BULK_SLOTS_MAX)
+		bulk_done(a, STREAM_STDIN, a->ex.bq[a->ex.bq_head]);
 }
 
 /* What the command's stdin takes of p[0..len), each byte credited, in
@@ -349,7 +353,23 @@ void stdin_pump(struct agent *a)
 	size_t chunk, done;
 	int r;
 
-	while (a->ex.in_fd >= 0 && a->ex.rlen) {
+	/* The ring empty: the next bulk slot into it, and the slot back to
+	 * the host at once (its bytes are ours now). */
+	while (a->ex.in_fd >= 0 && (a->ex.rlen || a->ex.bq_len)) {
+		if (!a->ex.rlen) {
+			uint32_t slot = a->ex.bq[a->ex.bq_head], len = a->ex.bq_n[a->ex.bq_head];
+
+			a->ex.bq_head = (a->ex.bq_head + 1) % BULK_SLOTS_MAX;
+			a->ex.bq_len--;
+			if (bulk_read(a, slot, len, a->stdin_ring) < 0) {
+				bulk_done(a, STREAM_STDIN, slot);
+				stdin_close(a);
+				return;
+			}
+			bulk_done(a, STREAM_STDIN, slot);
+			a->ex.rhead = 0;
+			a->ex.rlen = len;
+		}
 		chunk = sizeof a->stdin_ring - a->ex.rhead;
 		if (chunk > a->ex.rlen)
 			chunk = a->ex.rlen;
@@ -402,6 +422,29 @@ void on_stdin_data(struct agent *a, const struct frame *fr)
 	memcpy(a->stdin_ring + tail, p, first);
 	memcpy(a->stdin_ring, p + first, len - first);
 	a->ex.rlen += len;
+}
+
+void on_stdin_bulk(struct agent *a, uint32_t slot, uint32_t len)
+{
+	uint32_t tail;
+
+	if (a->op != OP_EXEC || !a->ex.with_stdin || a->ex.in_fd < 0 || a->ex.stdin_eof) {
+		/* left over, or the command no longer reads: returned unread */
+		bulk_done(a, STREAM_STDIN, slot);
+		return;
+	}
+	/* A host lends each slot once until it is returned: never more
+	 * queued than there are slots, so the queue cannot overflow. */
+	if (a->ex.bq_len >= a->bulk.n) {
+		send_error(a, "protocol", "BULK: more slots lent than the lane has");
+		a->port.poisoned = 1;
+		return;
+	}
+	tail = (a->ex.bq_head + a->ex.bq_len) % BULK_SLOTS_MAX;
+	a->ex.bq[tail] = slot;
+	a->ex.bq_n[tail] = len;
+	a->ex.bq_len++;
+	stdin_pump(a);
 }
 
 void exec_on_timer(struct agent *a)

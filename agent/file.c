@@ -114,15 +114,11 @@ void on_file_put(struct agent *a, const struct frame *fr)
 	a->credit_due[STREAM_FILE] += AGENT_WINDOW - FRAME_INITIAL_CREDIT;
 }
 
-void on_file_data(struct agent *a, const struct frame *fr)
+/* p[0..left) into the file (or the tree); a failure is reported once. */
+static void put_write(struct agent *a, const uint8_t *p, size_t left)
 {
-	const uint8_t *p = fr->payload;
-	size_t left = fr->len;
 	ssize_t n;
 
-	if (a->op != OP_PUT)
-		return;
-	a->credit_due[STREAM_FILE] += fr->len;
 	if (a->put.tree && !a->put.failed) {
 		char err[600];
 
@@ -147,6 +143,32 @@ void on_file_data(struct agent *a, const struct frame *fr)
 		left -= (size_t)n;
 		a->put.bytes += (uint64_t)n;
 	}
+}
+
+void on_file_data(struct agent *a, const struct frame *fr)
+{
+	if (a->op != OP_PUT)
+		return;
+	a->credit_due[STREAM_FILE] += fr->len;
+	put_write(a, fr->payload, fr->len);
+}
+
+/* A bulk slot's bytes: into the idle stdin ring (aligned for O_DIRECT),
+ * the slot back to the host, then into the file as DATA would go. */
+void on_file_bulk(struct agent *a, uint32_t slot, uint32_t len)
+{
+	if (a->op != OP_PUT || a->put.failed) {
+		bulk_done(a, STREAM_FILE, slot);
+		return;
+	}
+	if (bulk_read(a, slot, len, a->stdin_ring) < 0) {
+		bulk_done(a, STREAM_FILE, slot);
+		send_error(a, "io", "%s: the bulk lane could not be read", a->put.path);
+		put_fail(a);
+		return;
+	}
+	bulk_done(a, STREAM_FILE, slot);
+	put_write(a, a->stdin_ring, len);
 }
 
 void on_file_eof(struct agent *a)

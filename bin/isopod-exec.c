@@ -8,6 +8,7 @@
  * lib/execio.c; what needs no VM is lib/execopt.c. */
 #include "execio.h"
 #include "execopt.h"
+#include "qemu.h"
 #include "util.h"
 #include "vm.h"
 #include "vmstop.h"
@@ -403,6 +404,16 @@ int main(int argc, char **argv)
 	stdin_fd = open_stdin(&o);
 	step(&o, &s, exec_open_logs(&s, o.dir), NULL);
 	step(&o, &s, exec_connect(&s, o.agent_sock), NULL);
+	{
+		/* ISOPOD_BULK=0: the serial port even when the lane is there
+		 * (tests of that path, a comparison) */
+		const char *b = getenv("ISOPOD_BULK");
+		char lane[PATH_MAX];
+
+		s.no_bulk = b && !strcmp(b, "0");
+		pathf(lane, sizeof lane, "%s/" QEMU_BULK_FILE, o.dir);
+		step(&o, &s, exec_bulk_open(&s, lane), NULL);
+	}
 	copied_in = json_array();
 	step(&o, &s, exec_copy_in(&s, o.in, o.nin, copied_in), copied_in);
 	step(&o, &s, exec_send(&s, &(struct exec_request){

@@ -42,6 +42,7 @@ int exec_init(struct exec_session *s)
 	s->out[0] = (struct exec_stream){.name = "stdout", .fd = -1};
 	s->out[1] = (struct exec_stream){.name = "stderr", .fd = -1};
 	s->lock_fd = -1;
+	s->bulk_fd = -1;
 	s->tree_json_left = EXEC_TREE_JSON_MAX;
 	s->tree_holes_left = EXEC_TREE_HOLES_MAX;
 	s->warnings = json_array();
@@ -67,6 +68,16 @@ void exec_free(struct exec_session *s)
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
 	s->lock_fd = -1;
+	if (s->bulk_fd >= 0) {
+		/* The lane's bytes are this exec's stdin and files: none stays
+		 * in the VM's directory (nor on the store's disk) after it. */
+		fallocate(s->bulk_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+			  (off_t)s->bulk_n * BULK_SLOT);
+		close(s->bulk_fd);
+	}
+	s->bulk_fd = -1;
+	free(s->bulk_buf);
+	s->bulk_buf = NULL;
 	json_decref(s->warnings);
 	s->warnings = NULL;
 }
@@ -261,6 +272,148 @@ int exec_connect(struct exec_session *s, const char *agent_sock)
 		return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
 	}
 	s->last_rx = mono_ms();
+	s->bulk_agent = h.bulk_bytes;
+	return 0;
+}
+
+int exec_bulk_open(struct exec_session *s, const char *path)
+{
+	struct stat st;
+	uint64_t bytes;
+	int fd;
+
+	if (s->no_bulk || !s->bulk_agent)
+		return 0; /* an older agent or template, or told not to */
+	/* A VM booted before the lane existed has no file: the port then. */
+	fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT)
+		return 0;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		int e = errno;
+
+		if (fd >= 0)
+			close(fd);
+		return fail(s, EX_SYS, "io", "%s: %s", path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return fail(s, EX_SYS, "io", "%s: not a regular file", path);
+	}
+	/* The smaller of what each side has: the agent's device is the file
+	 * QEMU opened at start, which is this one unless someone replaced it. */
+	bytes = (uint64_t)st.st_size < s->bulk_agent ? (uint64_t)st.st_size : s->bulk_agent;
+	if (!(s->bulk_n = bulk_nslots(bytes))) {
+		close(fd);
+		return 0;
+	}
+	if (!(s->bulk_buf = malloc(BULK_SLOT))) {
+		close(fd);
+		return fail(s, EX_SYS, "io", "out of memory");
+	}
+	s->bulk_fd = fd;
+	s->bulk_lent = 0;
+	return 0;
+}
+
+int exec_bulk_take(struct exec_session *s, const struct frame *fr)
+{
+	uint32_t slot = 0;
+
+	/* The guest names the slot: in bounds and lent, or the transfer
+	 * ends.  Nothing is read or written here; a slot wrongly freed
+	 * would only let the host overwrite bytes the agent still reads, but
+	 * a slot out of bounds must never reach a pwrite's offset. */
+	if (bulk_done_decode(fr, s->bulk_n, &slot) < 0 || !(s->bulk_lent & (1u << slot)))
+		return fail(s, EX_SYS, "protocol", "vm %s: the agent returned bulk slot %u, "
+			    "not one lent (%u slots, payload %u bytes)", s->vm_id,
+			    fr->len == 4 ? get_le32(fr->payload) : 0, s->bulk_n, fr->len);
+	s->bulk_lent &= ~(1u << slot);
+	return 0;
+}
+
+/* A free slot, or -1 when all are lent. */
+static int bulk_free_slot(const struct exec_session *s)
+{
+	for (uint32_t i = 0; i < s->bulk_n; i++)
+		if (!(s->bulk_lent & (1u << i)))
+			return (int)i;
+	return -1;
+}
+
+/* bulk_buf[0..len) into the slot, then the frame naming it: the agent
+ * reads the slot only after the frame, and the file's page cache is
+ * QEMU's too (cache=writeback), so the bytes are there when it does. */
+static int bulk_send(struct exec_session *s, uint32_t stream, int slot, size_t len)
+{
+	uint8_t pl[BULK_PAYLOAD];
+	size_t off = 0;
+
+	while (off < len) {
+		ssize_t n = pwrite(s->bulk_fd, s->bulk_buf + off, len - off,
+				   (off_t)slot * BULK_SLOT + (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return fail(s, EX_SYS, "io", "vm %s: the bulk lane: %s", s->vm_id,
+				    n < 0 ? strerror(errno) : "wrote nothing");
+		off += (size_t)n;
+	}
+	bulk_encode(pl, (uint32_t)slot, (uint32_t)len);
+	conn_queue(&s->c, F_BULK, stream, pl, sizeof pl);
+	s->bulk_lent |= 1u << slot;
+	if (conn_flush_some(&s->c) < 0)
+		return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+	return 0;
+}
+
+/* A file's bytes through the bulk lane, a slot at a time, hashed and
+ * counted as send_stream does. */
+static int send_bulk(struct exec_session *s, int fd, uint32_t stream, const char *what,
+		     struct sha256_stream *h, uint64_t *sent)
+{
+	struct frame fr;
+	int r, slot;
+
+	for (;;) {
+		size_t have = 0;
+
+		while ((slot = bulk_free_slot(s)) < 0) {
+			if ((r = exec_wait_frame(s, &fr)) < 0)
+				return r;
+			if (r && fr.type == F_BULK_DONE && fr.stream == stream) {
+				if (exec_bulk_take(s, &fr) < 0)
+					return EXEC_FAILED;
+				continue;
+			}
+			if (r && fr.type == F_CREDIT)
+				continue; /* the port's window: not ours to use */
+			if (fr.type == F_ERROR)
+				return fail_frame(s, &fr, what);
+			return fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame %u", s->vm_id,
+				    what, fr.type);
+		}
+		while (have < BULK_SLOT) {
+			ssize_t n = read(fd, s->bulk_buf + have, BULK_SLOT - have);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0)
+				return fail(s, EX_SYS, "io", "%s: read: %s", EXC(what), strerror(errno));
+			if (n == 0)
+				break;
+			have += (size_t)n;
+		}
+		if (have == 0)
+			break;
+		sha256_add(h, s->bulk_buf, have);
+		*sent += have;
+		if ((r = bulk_send(s, stream, slot, have)) < 0)
+			return r;
+		if (have < BULK_SLOT)
+			break;
+	}
+	conn_queue(&s->c, F_EOF, stream, NULL, 0);
 	return 0;
 }
 
@@ -411,7 +564,8 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		tlv_put_u32(&w, T_MODE, st.st_mode & 0777);
 		conn_queue(&s->c, F_FILE_PUT, STREAM_CTL, buf, w.len);
 		sha256_begin(&h);
-		r = send_stream(s, fd, NULL, STREAM_FILE, in[i].host, &h, &sent);
+		r = s->bulk_fd >= 0 ? send_bulk(s, fd, STREAM_FILE, in[i].host, &h, &sent)
+				    : send_stream(s, fd, NULL, STREAM_FILE, in[i].host, &h, &sent);
 		close(fd);
 		/* ended here, whatever comes: it frees libcrypto's state */
 		hr = sha256_end(&h, md);
@@ -420,10 +574,18 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		if (hr < 0)
 			return fail(s, EX_SYS, "io", "--copy-in %s: the SHA-256 of its bytes failed",
 				    EXC(in[i].host));
-		do
+		/* the lane's slots come back before FILE_DONE */
+		for (;;) {
 			if ((r = exec_wait_frame(s, &fr)) < 0)
 				return r;
-		while (fr.type == F_CREDIT);
+			if (fr.type == F_BULK_DONE && s->bulk_fd >= 0) {
+				if (exec_bulk_take(s, &fr) < 0)
+					return EXEC_FAILED;
+				continue;
+			}
+			if (fr.type != F_CREDIT)
+				break;
+		}
 		if (fr.type != F_FILE_DONE)
 			return fail_frame(s, &fr, in[i].guest);
 		/* The digest names what the guest holds only if it wrote all
@@ -509,6 +671,13 @@ static int take_frames(struct exec_session *s, uint64_t *credit, struct exec_sta
 			if (fr.stream == STREAM_STDIN)
 				*credit += frame_tlv_u64(&fr, T_BYTES);
 			break;
+		case F_BULK_DONE:
+			if (s->bulk_fd < 0)
+				return fail(s, EX_SYS, "protocol", "vm %s: a bulk slot returned, "
+					    "none lent", s->vm_id);
+			if (exec_bulk_take(s, &fr) < 0)
+				return EXEC_FAILED;
+			break;
 		case F_PONG:
 			break;
 		case F_EXIT:
@@ -550,6 +719,39 @@ static void feed_stdin(struct exec_session *s, int fd, int *eof, uint64_t *credi
 	}
 }
 
+/* stdin is readable, and a slot free: fill it with what stdin has now
+ * (one read per readiness, so a blocking stdin never blocks us), send it;
+ * EOF as feed_stdin. */
+static int feed_stdin_bulk(struct exec_session *s, int fd, int *eof)
+{
+	int slot = bulk_free_slot(s);
+	size_t have = 0;
+	ssize_t n = 0;
+
+	while (have < BULK_SLOT) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+
+		if (have && poll(&p, 1, 0) <= 0)
+			break;
+		n = read(fd, s->bulk_buf + have, BULK_SLOT - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	if (have && bulk_send(s, STREAM_STDIN, slot, have) < 0)
+		return EXEC_FAILED;
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+		if (n < 0)
+			json_array_append_new(s->warnings,
+					      json_sprintf("stdin: read: %s", strerror(errno)));
+		conn_queue(&s->c, F_EOF, STREAM_STDIN, NULL, 0);
+		*eof = 1;
+	}
+	return 0;
+}
+
 int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 {
 	int stdin_eof = stdin_fd < 0;
@@ -562,7 +764,8 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 		int64_t now = mono_ms(), tick;
 
 		/* stdin, under credit, and only while our queue is short. */
-		if (!stdin_eof && credit > 0 && s->c.wlen - s->c.woff < 4 * FRAME_DATA_CHUNK) {
+		if (!stdin_eof && (s->bulk_fd >= 0 ? bulk_free_slot(s) >= 0 : credit > 0) &&
+		    s->c.wlen - s->c.woff < 4 * FRAME_DATA_CHUNK) {
 			p[1].fd = stdin_fd;
 			p[1].events = POLLIN;
 			p[1].revents = 0;
@@ -590,8 +793,12 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 			if (r < 0)
 				return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
 		}
-		if (np == 2 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-			feed_stdin(s, stdin_fd, &stdin_eof, &credit);
+		if (np == 2 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+			if (s->bulk_fd < 0)
+				feed_stdin(s, stdin_fd, &stdin_eof, &credit);
+			else if (feed_stdin_bulk(s, stdin_fd, &stdin_eof) < 0)
+				return EXEC_FAILED;
+		}
 	}
 	return r < 0 ? r : 0;
 }
@@ -671,7 +878,7 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 		 * FILE_GET's reply it would end it, and put the next file's
 		 * bytes under the next path.  (A PONG never comes this far:
 		 * exec_wait_frame takes them.) */
-		if (fr.type == F_EOF || fr.type == F_CREDIT)
+		if (fr.type == F_EOF || fr.type == F_CREDIT || fr.type == F_BULK_DONE)
 			continue;
 		break;
 	}

@@ -72,6 +72,15 @@ struct exec_session {
 	 * for "files": exec_init gives EXEC_TREE_JSON_MAX, EXEC_TREE_HOLES_MAX. */
 	size_t tree_json_left;
 	uint64_t tree_holes_left;
+	/* The bulk lane (exec_bulk_open; doc/PROTOCOL.md "Bulk lane"):
+	 * stdin and copy-in go through vms/<id>/bulk.raw when the agent
+	 * announced the lane and the file is there; else over the port. */
+	int no_bulk;                /* the caller's: never use the lane */
+	uint64_t bulk_agent;        /* the HELLO_ACK's BULK: the lane's size, 0: none */
+	int bulk_fd;                /* the lane's file, or -1: serial */
+	uint32_t bulk_n;            /* slots in use of it (<= BULK_SLOTS_MAX) */
+	uint32_t bulk_lent;         /* bit i: slot i holds bytes the agent has not returned */
+	uint8_t *bulk_buf;          /* one slot's bytes, BULK_SLOT */
 	/* The session's own. */
 	struct conn c;
 	struct exec_stream out[2];  /* stdout, stderr */
@@ -98,6 +107,13 @@ void exec_free(struct exec_session *s);
 int exec_open_logs(struct exec_session *s, const char *dir);
 /* Connect to the agent and shake hands, within the deadline's grace. */
 int exec_connect(struct exec_session *s, const char *agent_sock);
+/* After exec_connect: use the bulk lane at path (the VM's bulk.raw) when
+ * the agent announced it and no_bulk is unset.  0 (the lane or the
+ * serial path: bulk_fd says which), or a failure. */
+int exec_bulk_open(struct exec_session *s, const char *path);
+/* A BULK_DONE the agent sent: the slot must be one lent (bounds and
+ * ownership checked), and is free again.  0, or EXEC_FAILED. */
+int exec_bulk_take(struct exec_session *s, const struct frame *fr);
 /* Copy host files in; one {host,guest,bytes,sha256} per file onto list. */
 int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json_t *list);
 /* Send the EXEC request (its timeout: what is left of deadline_ms). */

@@ -196,7 +196,7 @@ static int take_tree(struct exec_session *s, struct ts_feed *f, uint64_t room, u
 				return 0;
 			continue;
 		}
-		if (fr.type == F_EOF || fr.type == F_PONG || fr.type == F_CREDIT)
+		if (fr.type == F_EOF || fr.type == F_PONG || fr.type == F_CREDIT || fr.type == F_BULK_DONE)
 			continue;
 		if (fr.type == F_FILE_DONE)
 			return 1;

@@ -671,6 +671,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	pathn(t.disk, sizeof t.disk, "%s/disk.qcow2", sd);
 	pathn(t.console, sizeof t.console, "%s/console.log", sd);
 	pathn(t.qlog, sizeof t.qlog, "%s/qemu.log", sd);
+	pathn(t.bulk, sizeof t.bulk, "%s/" QEMU_BULK_FILE, sd);
 	pathn(memp, sizeof memp, "%s/mem", sd);
 	pathn(statep, sizeof statep, "%s/state", sd);
 	pathn(metap, sizeof metap, "%s/meta.json", sd);
@@ -703,6 +704,14 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 			 strerror(errno));
 		if (logfd >= 0)
 			close(logfd);
+		goto out;
+	}
+	/* the template's guest has the lane too (a clone resumes into the
+	 * same machine); its agent reads nothing from it before the snapshot */
+	if (bulk_file_new(t.bulk) < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", t.bulk, strerror(errno));
+		close(logfd);
+		close(confd);
 		goto out;
 	}
 	{
@@ -767,6 +776,7 @@ out:
 	if (tpl_end(&tp, r < 0 ? scratch : msg, r < 0 ? sizeof scratch : msz) < 0 && r == 0)
 		r = -1;
 	template_console_end(w, &con); /* QEMU is gone: what it left, for the kept log */
+	unlink(t.bulk); /* holes only; each clone gets its own */
 	json_decref(tp.tj);
 	qmp_close(qm);
 	free(qm);
