@@ -1113,6 +1113,9 @@ json_t *exec_result(struct exec_session *s, const char *vm_name, const struct ex
 					      json_sprintf("%s: no end-of-stream from the agent",
 							   o->name));
 	}
+	/* which way stdin and copy-in went: tests tell the lane from the
+	 * port by it (both must stay tested), a reader of figures too */
+	json_object_set_new(res, "bulk", json_boolean(s->bulk_fd >= 0));
 	json_object_set_new(res, "copied_in", copied_in ? copied_in : json_array());
 	json_object_set_new(res, "copied_out", copied_out);
 	json_object_set(res, "warnings", s->warnings);

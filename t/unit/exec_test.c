@@ -582,6 +582,104 @@ static void test_wire(void)
 	   "a u32 TLV reads widened; an absent one as 0");
 }
 
+/* Copy-in through the bulk lane (a fake agent that announces one): the
+ * guest gets the bytes, the digest is theirs; without the lane's file, or
+ * with no_bulk, the port.  A guest that returns a slot past the lane, one
+ * never lent, or one twice ends the copy-in with a protocol failure. */
+static void test_bulk(void)
+{
+	static const size_t sizes[] = { 0, 1, 511, BULK_SLOT, BULK_SLOT + 1, 9 * BULK_SLOT + 13 };
+	static const struct { int mode; const char *what; } bad[] = {
+		{ A_BULK_OOB, "a slot past the lane" },
+		{ A_BULK_UNLENT, "a slot never lent" },
+		{ A_BULK_TWICE, "a slot returned twice" },
+	};
+	struct exec_session s;
+	char host[128], lane[128], got[128], want[65], have[65];
+	struct exec_copy cin;
+	uint8_t *buf = malloc(9 * BULK_SLOT + 13);
+	pid_t pid;
+	json_t *in;
+	int fd, r;
+
+	snprintf(host, sizeof host, "%s/in", dir);
+	snprintf(lane, sizeof lane, "%s/bulk.raw", dir);
+	snprintf(got, sizeof got, "%s/guest-got", dir);
+	cin = (struct exec_copy){.host = host, .guest = "/tmp/in"};
+	/* as lib/qemu.c's bulk_file_new makes it: BULK_FILE_BYTES of holes */
+	fd = open(lane, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ok(buf && fd >= 0 && ftruncate(fd, (off_t)BULK_FILE_BYTES) == 0 && close(fd) == 0,
+	   "bulk: the lane's file");
+	for (size_t i = 0; buf && i < 9 * BULK_SLOT + 13; i++)
+		buf[i] = (uint8_t)(i * 7 + i / 4099);
+	for (size_t k = 0; buf && k < sizeof sizes / sizeof *sizes; k++) {
+		fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write_all(fd, buf, sizes[k]) < 0 || close(fd) < 0)
+			abort();
+		in = json_array();
+		start(&s, A_BULK, &pid);
+		r = exec_bulk_open(&s, lane);
+		ok(r == 0 && s.bulk_fd >= 0 && s.bulk_n == 8, "bulk %zu: the lane is used", sizes[k]);
+		r = exec_copy_in(&s, &cin, 1, in);
+		stop(&s, pid);
+		ok(r == 0 && sha256_file(got, want) == 0 && sha256_file(host, have) == 0 &&
+		   !strcmp(want, have) &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(in, 0), "sha256")) ?: "",
+			   want) &&
+		   json_integer_value(json_object_get(json_array_get(in, 0), "bytes")) ==
+			   (json_int_t)sizes[k],
+		   "bulk %zu bytes: the guest got them, the digest is theirs (%d %s)", sizes[k], r,
+		   s.err);
+		json_decref(in);
+	}
+	{
+		struct stat st;
+
+		ok(stat(lane, &st) == 0 && st.st_size == (off_t)BULK_FILE_BYTES && st.st_blocks == 0,
+		   "bulk: the lane is all holes again after the exec (%lld blocks)",
+		   (long long)st.st_blocks);
+	}
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write_all(fd, buf, 3 * BULK_SLOT) < 0 || close(fd) < 0)
+			abort();
+		in = json_array();
+		start(&s, bad[k].mode, &pid);
+		exec_bulk_open(&s, lane);
+		r = exec_copy_in(&s, &cin, 1, in);
+		ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") && strstr(s.err, "bulk slot") &&
+		   json_array_size(in) == 0,
+		   "bulk: %s is a protocol failure (%s)", bad[k].what, s.err);
+		stop(&s, pid);
+		json_decref(in);
+	}
+	/* the port: told not to, or no file (a VM older than the lane); within
+	 * the port's first credit (the fake agent grants no more) */
+	fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write_all(fd, buf, 5000) < 0 || close(fd) < 0)
+		abort();
+	in = json_array();
+	start(&s, A_BULK_OOB, &pid);
+	s.no_bulk = 1;
+	r = exec_bulk_open(&s, lane);
+	ok(r == 0 && s.bulk_fd < 0 && exec_copy_in(&s, &cin, 1, in) == 0,
+	   "bulk: no_bulk keeps to the port (%s)", s.err);
+	stop(&s, pid);
+	json_decref(in);
+	unlink(lane);
+	in = json_array();
+	start(&s, A_BULK_OOB, &pid);
+	r = exec_bulk_open(&s, lane);
+	ok(r == 0 && s.bulk_fd < 0 && exec_copy_in(&s, &cin, 1, in) == 0 &&
+	   sha256_file(got, want) == 0 && sha256_file(host, have) == 0 && !strcmp(want, have),
+	   "bulk: without the lane's file, the port (%s)", s.err);
+	stop(&s, pid);
+	json_decref(in);
+	unlink(host);
+	unlink(got);
+	free(buf);
+}
+
 int main(void)
 {
 	if (fake_init("exec_test") < 0)
@@ -592,6 +690,7 @@ int main(void)
 	test_wire();
 	test_session();
 	test_copy_in_race();
+	test_bulk();
 	test_flood();
 	test_stale_credit();
 	test_dest();

@@ -94,7 +94,12 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 
 /* The fake agent's behaviour after the handshake. */
 enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8,
-       A_SHORT, A_TREE_CTL, A_TREE_LINK, A_TREE_LINKS_MAX, A_TREE_BAD8_TARGET, A_STALE };
+       A_SHORT, A_TREE_CTL, A_TREE_LINK, A_TREE_LINKS_MAX, A_TREE_BAD8_TARGET, A_STALE,
+       /* HELLO_ACK announces a bulk lane of 8 MiB (dir/bulk.raw); a BULK's
+	* slot is read from it into guest-got and returned.  A_BULK_OOB
+	* returns slot 16 instead (past any lane), A_BULK_UNLENT a slot in
+	* range that was never lent, A_BULK_TWICE each slot twice. */
+       A_BULK, A_BULK_OOB, A_BULK_UNLENT, A_BULK_TWICE };
 
 static char dir[64], sock[96];
 
@@ -215,6 +220,8 @@ static void agent(int lfd, int mode)
 	tlv_put_u32(&w, T_VERSION, ISOPOD_PROTO_VERSION);
 	tlv_put_u64(&w, T_COOKIE, cookie);
 	tlv_put_str(&w, T_ROOT, "ro");
+	if (mode >= A_BULK)
+		tlv_put_u64(&w, T_BULK, 8u * BULK_SLOT);
 	put_tlv(fd, F_HELLO_ACK, &w);
 	while (get(fd, buf, &have, &fr, pl) == 1) {
 		if (mode == A_SILENT)
@@ -235,6 +242,28 @@ static void agent(int lfd, int mode)
 			got += fr.len;
 			if (gfd >= 0 && write_all(gfd, fr.payload, fr.len) < 0)
 				_exit(2);
+		}
+		if (fr.type == F_BULK && fr.stream == STREAM_FILE) {
+			static uint8_t sb[BULK_SLOT];
+			char lp[128];
+			uint32_t slot, len;
+			uint8_t rp[4];
+			int lfd2;
+
+			snprintf(lp, sizeof lp, "%s/bulk.raw", dir);
+			if (bulk_decode(&fr, 8, &slot, &len) < 0 ||
+			    (lfd2 = open(lp, O_RDONLY | O_CLOEXEC)) < 0 ||
+			    pread(lfd2, sb, len, (off_t)slot * BULK_SLOT) != (ssize_t)len)
+				_exit(2);
+			close(lfd2);
+			got += len;
+			if (gfd >= 0 && write_all(gfd, sb, len) < 0)
+				_exit(2);
+			put_le32(rp, mode == A_BULK_OOB ? 16 : mode == A_BULK_UNLENT ? (slot + 1) % 8
+										  : slot);
+			put(fd, F_BULK_DONE, STREAM_FILE, rp, sizeof rp);
+			if (mode == A_BULK_TWICE)
+				put(fd, F_BULK_DONE, STREAM_FILE, rp, sizeof rp);
 		}
 		if (fr.type == F_EOF && fr.stream == STREAM_FILE) {
 			tlv_init(&w, tb, sizeof tb);
