@@ -55,6 +55,17 @@ size_t exec_json_cost(const json_t *j)
 	return json_dumpb(j, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) + 1;
 }
 
+/* The lane's bytes are this exec's stdin and files: none stays in the
+ * VM's directory (nor on the store's disk) once a transfer is over.  A
+ * failure that ends the exec early leaves them until the next exec's
+ * punch or QEMU's end (the jail's reclaim unlinks the file). */
+static void bulk_punch(struct exec_session *s)
+{
+	if (s->bulk_fd >= 0)
+		fallocate(s->bulk_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+			  (off_t)s->bulk_n * BULK_SLOT);
+}
+
 void exec_free(struct exec_session *s)
 {
 	conn_close(&s->c);
@@ -69,10 +80,7 @@ void exec_free(struct exec_session *s)
 		close(s->lock_fd);
 	s->lock_fd = -1;
 	if (s->bulk_fd >= 0) {
-		/* The lane's bytes are this exec's stdin and files: none stays
-		 * in the VM's directory (nor on the store's disk) after it. */
-		fallocate(s->bulk_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-			  (off_t)s->bulk_n * BULK_SLOT);
+		bulk_punch(s);
 		close(s->bulk_fd);
 	}
 	s->bulk_fd = -1;
@@ -600,6 +608,7 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 						      "guest", in[i].guest, "bytes", (json_int_t)sent,
 						      "sha256", sha));
 	}
+	bulk_punch(s);
 	return 0;
 }
 
@@ -800,6 +809,7 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 				return EXEC_FAILED;
 		}
 	}
+	bulk_punch(s); /* after EXIT: the agent has returned every slot */
 	return r < 0 ? r : 0;
 }
 
