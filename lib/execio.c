@@ -18,8 +18,7 @@
 #include <unistd.h>
 
 /* Record the failure; EXEC_FAILED. */
-__attribute__((format(printf, 4, 5))) static int fail(struct exec_session *s, int code,
-						       const char *kind, const char *fmt, ...)
+int exec_fail(struct exec_session *s, int code, const char *kind, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -55,17 +54,6 @@ size_t exec_json_cost(const json_t *j)
 	return json_dumpb(j, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) + 1;
 }
 
-/* The lane's bytes are this exec's stdin and files: none stays in the
- * VM's directory (nor on the store's disk) once a transfer is over.  A
- * failure that ends the exec early leaves them until the next exec's
- * punch or QEMU's end (the jail's reclaim unlinks the file). */
-static void bulk_punch(struct exec_session *s)
-{
-	if (s->bulk_fd >= 0)
-		fallocate(s->bulk_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-			  (off_t)s->bulk_n * BULK_SLOT);
-}
-
 void exec_free(struct exec_session *s)
 {
 	conn_close(&s->c);
@@ -80,7 +68,7 @@ void exec_free(struct exec_session *s)
 		close(s->lock_fd);
 	s->lock_fd = -1;
 	if (s->bulk_fd >= 0) {
-		bulk_punch(s);
+		exec_bulk_punch(s);
 		close(s->bulk_fd);
 	}
 	s->bulk_fd = -1;
@@ -121,7 +109,7 @@ int exec_stop_vm(struct exec_session *s)
  * infrastructure's failure, never a timeout with a vm still running. */
 int exec_fail_not_stopped(struct exec_session *s, const char *when)
 {
-	return fail(s, EX_SYS, "not_stopped", "vm %s: %s, and the host could not stop the vm",
+	return exec_fail(s, EX_SYS, "not_stopped", "vm %s: %s, and the host could not stop the vm",
 		    s->vm_id, when);
 }
 
@@ -139,7 +127,7 @@ static int watchdog_fired(struct exec_session *s)
 		return EXEC_DEADLINE;
 	if (exec_stop_vm(s) < 0)
 		return exec_fail_not_stopped(s, "the guest agent stopped answering");
-	return fail(s, EX_SYS, "unresponsive",
+	return exec_fail(s, EX_SYS, "unresponsive",
 		    "vm %s: the guest agent stopped answering for %lld ms; the vm was stopped",
 		    s->vm_id, (long long)s->watchdog_ms);
 }
@@ -182,7 +170,7 @@ int exec_wait_frame(struct exec_session *s, struct frame *fr)
 		if (r == 1)
 			s->last_rx = now;
 		else if (r != -3)
-			return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+			return exec_fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
 		if (deadline_over(s, now))
 			return EXEC_DEADLINE;
 		if (s->copy_deadline_ms && now >= s->copy_deadline_ms) {
@@ -204,17 +192,17 @@ int exec_wait_frame(struct exec_session *s, struct frame *fr)
 }
 
 /* An ERROR (or an unexpected frame) in answer to `what`. */
-static int fail_frame(struct exec_session *s, const struct frame *fr, const char *what)
+int exec_fail_frame(struct exec_session *s, const struct frame *fr, const char *what)
 {
 	char kind[64], msg[512];
 
 	/* what may be a path from the command line: escaped like the guest's
 	 * text, which frame_error_text escapes. */
 	if (fr->type != F_ERROR)
-		return fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame type %u", s->vm_id,
+		return exec_fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame type %u", s->vm_id,
 			    EXC(what), fr->type);
 	frame_error_text(fr, kind, sizeof kind, msg, sizeof msg);
-	return fail(s, !strcmp(kind, "bad_request") ? EX_USAGE : EX_SYS, kind, "vm %s: %s: %s",
+	return exec_fail(s, !strcmp(kind, "bad_request") ? EX_USAGE : EX_SYS, kind, "vm %s: %s: %s",
 		    s->vm_id, EXC(what), msg);
 }
 
@@ -227,36 +215,36 @@ int exec_open_logs(struct exec_session *s, const char *dir)
 	/* Exec numbers come from the files already there, under a lock that
 	 * also serialises execs in one VM (one agent client at a time). */
 	if (pathn(lp, sizeof lp, "%s/exec.lock", dir) < 0)
-		return fail(s, EX_SYS, "io", "%s/exec.lock: %s", dir, strerror(errno));
+		return exec_fail(s, EX_SYS, "io", "%s/exec.lock: %s", dir, strerror(errno));
 	s->lock_fd = lock_open(lp, LOCK_EX | LOCK_NB);
 	if (s->lock_fd < 0) {
 		if (errno == EWOULDBLOCK)
-			return fail(s, EX_CONFLICT, "busy",
+			return exec_fail(s, EX_CONFLICT, "busy",
 				    "vm %s: another isopod-exec is running in it", s->vm_id);
-		return fail(s, EX_SYS, "io", "%s: %s", lp, strerror(errno));
+		return exec_fail(s, EX_SYS, "io", "%s: %s", lp, strerror(errno));
 	}
 	for (n = 1;; n++) {
 		if (pathn(o[0].path, sizeof o[0].path, "%s/exec-%d.stdout", dir, n) < 0 ||
 		    pathn(o[1].path, sizeof o[1].path, "%s/exec-%d.stderr", dir, n) < 0)
-			return fail(s, EX_SYS, "io", "%s: %s", dir, strerror(errno));
+			return exec_fail(s, EX_SYS, "io", "%s: %s", dir, strerror(errno));
 		o[0].fd = open(o[0].path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (o[0].fd >= 0)
 			break;
 		if (errno != EEXIST || n > 100000)
-			return fail(s, EX_SYS, "io", "%s: %s", o[0].path, strerror(errno));
+			return exec_fail(s, EX_SYS, "io", "%s: %s", o[0].path, strerror(errno));
 	}
 	/* The VM's directory is the jail's to write too: an exec-N.stderr it
 	 * planted (a FIFO that would block us, a hard link to a root file we
 	 * would truncate) goes, and ours is a new file or nothing. */
 	if (unlink(o[1].path) < 0 && errno != ENOENT)
-		return fail(s, EX_SYS, "io", "%s: %s", o[1].path, strerror(errno));
+		return exec_fail(s, EX_SYS, "io", "%s: %s", o[1].path, strerror(errno));
 	o[1].fd = open(o[1].path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (o[1].fd < 0)
-		return fail(s, EX_SYS, "io", "%s: %s", o[1].path, strerror(errno));
+		return exec_fail(s, EX_SYS, "io", "%s: %s", o[1].path, strerror(errno));
 	for (int i = 0; i < 2; i++) {
 		o[i].inband = malloc(EXEC_INBAND_MAX);
 		if (!o[i].inband)
-			return fail(s, EX_SYS, "io", "out of memory");
+			return exec_fail(s, EX_SYS, "io", "out of memory");
 	}
 	return 0;
 }
@@ -271,157 +259,16 @@ int exec_connect(struct exec_session *s, const char *agent_sock)
 	if (conn_open(&s->c, agent_sock, before_deadline(s, 10000)) < 0) {
 		if (deadline_over(s, mono_ms()))
 			return EXEC_DEADLINE;
-		return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+		return exec_fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
 	}
 	s->last_rx = mono_ms();
 	if (conn_hello(&s->c, &h, before_deadline(s, s->watchdog_ms)) < 0) {
 		if (deadline_over(s, mono_ms()))
 			return EXEC_DEADLINE;
-		return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+		return exec_fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
 	}
 	s->last_rx = mono_ms();
 	s->bulk_agent = h.bulk_bytes;
-	return 0;
-}
-
-int exec_bulk_open(struct exec_session *s, const char *path)
-{
-	struct stat st;
-	uint64_t bytes;
-	int fd;
-
-	if (s->no_bulk || !s->bulk_agent)
-		return 0; /* an older agent or template, or told not to */
-	/* A VM booted before the lane existed has no file: the port then. */
-	fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 && errno == ENOENT)
-		return 0;
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		int e = errno;
-
-		if (fd >= 0)
-			close(fd);
-		return fail(s, EX_SYS, "io", "%s: %s", path, strerror(e));
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return fail(s, EX_SYS, "io", "%s: not a regular file", path);
-	}
-	/* The smaller of what each side has: the agent's device is the file
-	 * QEMU opened at start, which is this one unless someone replaced it. */
-	bytes = (uint64_t)st.st_size < s->bulk_agent ? (uint64_t)st.st_size : s->bulk_agent;
-	if (!(s->bulk_n = bulk_nslots(bytes))) {
-		close(fd);
-		return 0;
-	}
-	if (!(s->bulk_buf = malloc(BULK_SLOT))) {
-		close(fd);
-		return fail(s, EX_SYS, "io", "out of memory");
-	}
-	s->bulk_fd = fd;
-	s->bulk_lent = 0;
-	return 0;
-}
-
-int exec_bulk_take(struct exec_session *s, const struct frame *fr)
-{
-	uint32_t slot = 0;
-
-	/* The guest names the slot: in bounds and lent, or the transfer
-	 * ends.  Nothing is read or written here; a slot wrongly freed
-	 * would only let the host overwrite bytes the agent still reads, but
-	 * a slot out of bounds must never reach a pwrite's offset. */
-	if (bulk_done_decode(fr, s->bulk_n, &slot) < 0 || !(s->bulk_lent & (1u << slot)))
-		return fail(s, EX_SYS, "protocol", "vm %s: the agent returned bulk slot %u, "
-			    "not one lent (%u slots, payload %u bytes)", s->vm_id,
-			    fr->len == 4 ? get_le32(fr->payload) : 0, s->bulk_n, fr->len);
-	s->bulk_lent &= ~(1u << slot);
-	return 0;
-}
-
-/* A free slot, or -1 when all are lent. */
-static int bulk_free_slot(const struct exec_session *s)
-{
-	for (uint32_t i = 0; i < s->bulk_n; i++)
-		if (!(s->bulk_lent & (1u << i)))
-			return (int)i;
-	return -1;
-}
-
-/* bulk_buf[0..len) into the slot, then the frame naming it: the agent
- * reads the slot only after the frame, and the file's page cache is
- * QEMU's too (cache=writeback), so the bytes are there when it does. */
-static int bulk_send(struct exec_session *s, uint32_t stream, int slot, size_t len)
-{
-	uint8_t pl[BULK_PAYLOAD];
-	size_t off = 0;
-
-	while (off < len) {
-		ssize_t n = pwrite(s->bulk_fd, s->bulk_buf + off, len - off,
-				   (off_t)slot * BULK_SLOT + (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return fail(s, EX_SYS, "io", "vm %s: the bulk lane: %s", s->vm_id,
-				    n < 0 ? strerror(errno) : "wrote nothing");
-		off += (size_t)n;
-	}
-	bulk_encode(pl, (uint32_t)slot, (uint32_t)len);
-	conn_queue(&s->c, F_BULK, stream, pl, sizeof pl);
-	s->bulk_lent |= 1u << slot;
-	if (conn_flush_some(&s->c) < 0)
-		return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
-	return 0;
-}
-
-/* A file's bytes through the bulk lane, a slot at a time, hashed and
- * counted as send_stream does. */
-static int send_bulk(struct exec_session *s, int fd, uint32_t stream, const char *what,
-		     struct sha256_stream *h, uint64_t *sent)
-{
-	struct frame fr;
-	int r, slot;
-
-	for (;;) {
-		size_t have = 0;
-
-		while ((slot = bulk_free_slot(s)) < 0) {
-			if ((r = exec_wait_frame(s, &fr)) < 0)
-				return r;
-			if (r && fr.type == F_BULK_DONE && fr.stream == stream) {
-				if (exec_bulk_take(s, &fr) < 0)
-					return EXEC_FAILED;
-				continue;
-			}
-			if (r && fr.type == F_CREDIT)
-				continue; /* the port's window: not ours to use */
-			if (fr.type == F_ERROR)
-				return fail_frame(s, &fr, what);
-			return fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame %u", s->vm_id,
-				    what, fr.type);
-		}
-		while (have < BULK_SLOT) {
-			ssize_t n = read(fd, s->bulk_buf + have, BULK_SLOT - have);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0)
-				return fail(s, EX_SYS, "io", "%s: read: %s", EXC(what), strerror(errno));
-			if (n == 0)
-				break;
-			have += (size_t)n;
-		}
-		if (have == 0)
-			break;
-		sha256_add(h, s->bulk_buf, have);
-		*sent += have;
-		if ((r = bulk_send(s, stream, slot, have)) < 0)
-			return r;
-		if (have < BULK_SLOT)
-			break;
-	}
-	conn_queue(&s->c, F_EOF, stream, NULL, 0);
 	return 0;
 }
 
@@ -460,28 +307,28 @@ static int send_stream(struct exec_session *s, int fd, struct ts_walk *walk, uin
 				continue;
 			}
 			if (fr.type == F_ERROR)
-				return fail_frame(s, &fr, what);
-			return fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame %u", s->vm_id,
+				return exec_fail_frame(s, &fr, what);
+			return exec_fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame %u", s->vm_id,
 				    what, fr.type);
 		}
 		n = walk ? ts_walk_read(walk, buf, want) : read(fd, buf, want);
 		if (n < 0 && !walk && errno == EINTR)
 			continue;
 		if (n < 0 && walk)
-			return fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(what), walk->err);
+			return exec_fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(what), walk->err);
 		if (n < 0)
-			return fail(s, EX_SYS, "io", "%s: read: %s", EXC(what), strerror(errno));
+			return exec_fail(s, EX_SYS, "io", "%s: read: %s", EXC(what), strerror(errno));
 		if (n == 0)
 			break;
 		if (conn_queue(&s->c, F_DATA, stream, buf, (size_t)n) < 0)
-			return fail(s, EX_SYS, "io", "out of memory");
+			return exec_fail(s, EX_SYS, "io", "out of memory");
 		if (h) {
 			sha256_add(h, buf, (size_t)n);
 			*sent += (uint64_t)n;
 		}
 		credit -= (uint64_t)n;
 		if (conn_flush_some(&s->c) < 0)
-			return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+			return exec_fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
 	}
 	conn_queue(&s->c, F_EOF, stream, NULL, 0);
 	return 0;
@@ -512,10 +359,10 @@ static int tree_in(struct exec_session *s, const struct exec_copy *cp, int fd, j
 		close(fd);
 		free(walk);
 		json_decref(skipped);
-		return fail(s, EX_SYS, "io", "--copy-in %s: out of memory", EXC(cp->host));
+		return exec_fail(s, EX_SYS, "io", "--copy-in %s: out of memory", EXC(cp->host));
 	}
 	if (ts_walk_open(walk, fd) < 0) {
-		r = fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(cp->host), walk->err);
+		r = exec_fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(cp->host), walk->err);
 		free(walk);
 		json_decref(skipped);
 		return r;
@@ -533,7 +380,7 @@ static int tree_in(struct exec_session *s, const struct exec_copy *cp, int fd, j
 		;
 	if (r < 0 || (r == 1 && fr.type != F_FILE_DONE)) {
 		json_decref(skipped);
-		return r < 0 ? r : fail_frame(s, &fr, cp->guest);
+		return r < 0 ? r : exec_fail_frame(s, &fr, cp->guest);
 	}
 	json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:b, s:o}", "host", cp->host,
 					      "guest", cp->guest, "bytes",
@@ -556,7 +403,7 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		int r, hr, fd = open(in[i].host, O_RDONLY | O_CLOEXEC);
 
 		if (fd < 0 || fstat(fd, &st) < 0) {
-			r = fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(in[i].host),
+			r = exec_fail(s, EX_USAGE, "io", "--copy-in %s: %s", EXC(in[i].host),
 				 strerror(errno));
 			if (fd >= 0)
 				close(fd);
@@ -572,7 +419,7 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		tlv_put_u32(&w, T_MODE, st.st_mode & 0777);
 		conn_queue(&s->c, F_FILE_PUT, STREAM_CTL, buf, w.len);
 		sha256_begin(&h);
-		r = s->bulk_fd >= 0 ? send_bulk(s, fd, STREAM_FILE, in[i].host, &h, &sent)
+		r = s->bulk_fd >= 0 ? exec_bulk_send_file(s, fd, STREAM_FILE, in[i].host, &h, &sent)
 				    : send_stream(s, fd, NULL, STREAM_FILE, in[i].host, &h, &sent);
 		close(fd);
 		/* ended here, whatever comes: it frees libcrypto's state */
@@ -580,7 +427,7 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		if (r < 0)
 			return r;
 		if (hr < 0)
-			return fail(s, EX_SYS, "io", "--copy-in %s: the SHA-256 of its bytes failed",
+			return exec_fail(s, EX_SYS, "io", "--copy-in %s: the SHA-256 of its bytes failed",
 				    EXC(in[i].host));
 		/* the lane's slots come back before FILE_DONE */
 		for (;;) {
@@ -595,11 +442,11 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 				break;
 		}
 		if (fr.type != F_FILE_DONE)
-			return fail_frame(s, &fr, in[i].guest);
+			return exec_fail_frame(s, &fr, in[i].guest);
 		/* The digest names what the guest holds only if it wrote all
 		 * that was sent. */
 		if (frame_tlv_u64(&fr, T_BYTES) != sent)
-			return fail(s, EX_SYS, "protocol", "vm %s: copy-in %s: the agent wrote %llu "
+			return exec_fail(s, EX_SYS, "protocol", "vm %s: copy-in %s: the agent wrote %llu "
 				    "of the %llu bytes sent", s->vm_id, EXC(in[i].guest),
 				    (unsigned long long)frame_tlv_u64(&fr, T_BYTES),
 				    (unsigned long long)sent);
@@ -608,7 +455,7 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 						      "guest", in[i].guest, "bytes", (json_int_t)sent,
 						      "sha256", sha));
 	}
-	bulk_punch(s);
+	exec_bulk_punch(s);
 	return 0;
 }
 
@@ -619,7 +466,7 @@ int exec_send(struct exec_session *s, const struct exec_request *r)
 	long len;
 
 	if (!buf)
-		return fail(s, EX_SYS, "io", "out of memory");
+		return exec_fail(s, EX_SYS, "io", "out of memory");
 	/* The agent's timer gets what is left of the host's deadline. */
 	if (s->deadline_ms) {
 		int64_t left = s->deadline_ms - mono_ms();
@@ -629,7 +476,7 @@ int exec_send(struct exec_session *s, const struct exec_request *r)
 	len = exec_request_encode(&req, buf, FRAME_MAX_PAYLOAD);
 	if (len < 0) {
 		free(buf);
-		return fail(s, EX_USAGE, "bad_request",
+		return exec_fail(s, EX_USAGE, "bad_request",
 			    "the command line and environment exceed %u bytes", FRAME_MAX_PAYLOAD);
 	}
 	conn_queue(&s->c, F_EXEC, STREAM_CTL, buf, (size_t)len);
@@ -652,7 +499,7 @@ static int take_output(struct exec_session *s, struct exec_stream *o, const stru
 		o->inlen += k;
 	}
 	if (w && write_all(o->fd, fr->payload, w) < 0)
-		return fail(s, EX_SYS, "io", "%s: %s", o->path, strerror(errno));
+		return exec_fail(s, EX_SYS, "io", "%s: %s", o->path, strerror(errno));
 	o->bytes += fr->len;
 	return 0;
 }
@@ -682,7 +529,7 @@ static int take_frames(struct exec_session *s, uint64_t *credit, struct exec_sta
 			break;
 		case F_BULK_DONE:
 			if (s->bulk_fd < 0)
-				return fail(s, EX_SYS, "protocol", "vm %s: a bulk slot returned, "
+				return exec_fail(s, EX_SYS, "protocol", "vm %s: a bulk slot returned, "
 					    "none lent", s->vm_id);
 			if (exec_bulk_take(s, &fr) < 0)
 				return EXEC_FAILED;
@@ -691,20 +538,20 @@ static int take_frames(struct exec_session *s, uint64_t *credit, struct exec_sta
 			break;
 		case F_EXIT:
 			if (exec_status_decode(&fr, ex) < 0)
-				return fail(s, EX_SYS, "protocol",
+				return exec_fail(s, EX_SYS, "protocol",
 					    "vm %s: the agent reported exit code %d, signal %u, "
 					    "timed_out %u (want 0..255, 0..64, 0|1)", s->vm_id,
 					    (int)ex->code, ex->sig, ex->timed_out);
 			return 1;
 		case F_ERROR:
-			return fail_frame(s, &fr, "exec");
+			return exec_fail_frame(s, &fr, "exec");
 		default:
-			return fail(s, EX_SYS, "protocol",
+			return exec_fail(s, EX_SYS, "protocol",
 				    "vm %s: unexpected frame type %u during exec", s->vm_id, fr.type);
 		}
 	}
 	if (r < 0)
-		return fail(s, EX_SYS, "protocol", "vm %s: %s", s->vm_id, s->c.err);
+		return exec_fail(s, EX_SYS, "protocol", "vm %s: %s", s->vm_id, s->c.err);
 	return 0;
 }
 
@@ -728,39 +575,6 @@ static void feed_stdin(struct exec_session *s, int fd, int *eof, uint64_t *credi
 	}
 }
 
-/* stdin is readable, and a slot free: fill it with what stdin has now
- * (one read per readiness, so a blocking stdin never blocks us), send it;
- * EOF as feed_stdin. */
-static int feed_stdin_bulk(struct exec_session *s, int fd, int *eof)
-{
-	int slot = bulk_free_slot(s);
-	size_t have = 0;
-	ssize_t n = 0;
-
-	while (have < BULK_SLOT) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-
-		if (have && poll(&p, 1, 0) <= 0)
-			break;
-		n = read(fd, s->bulk_buf + have, BULK_SLOT - have);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-	}
-	if (have && bulk_send(s, STREAM_STDIN, slot, have) < 0)
-		return EXEC_FAILED;
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-		if (n < 0)
-			json_array_append_new(s->warnings,
-					      json_sprintf("stdin: read: %s", strerror(errno)));
-		conn_queue(&s->c, F_EOF, STREAM_STDIN, NULL, 0);
-		*eof = 1;
-	}
-	return 0;
-}
-
 int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 {
 	int stdin_eof = stdin_fd < 0;
@@ -773,7 +587,7 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 		int64_t now = mono_ms(), tick;
 
 		/* stdin, under credit, and only while our queue is short. */
-		if (!stdin_eof && (s->bulk_fd >= 0 ? bulk_free_slot(s) >= 0 : credit > 0) &&
+		if (!stdin_eof && (s->bulk_fd >= 0 ? exec_bulk_free_slot(s) >= 0 : credit > 0) &&
 		    s->c.wlen - s->c.woff < 4 * FRAME_DATA_CHUNK) {
 			p[1].fd = stdin_fd;
 			p[1].events = POLLIN;
@@ -781,7 +595,7 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 			np = 2;
 		}
 		if (conn_flush_some(&s->c) < 0)
-			return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+			return exec_fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
 		p[0].fd = s->c.fd;
 		p[0].events = POLLIN | (s->c.woff < s->c.wlen ? POLLOUT : 0);
 		p[0].revents = 0;
@@ -791,25 +605,25 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 			return watchdog_fired(s);
 		tick = exec_next_tick(s, mono_ms());
 		if (poll(p, (nfds_t)np, (int)(tick - now > 0 ? tick - now : 0)) < 0 && errno != EINTR)
-			return fail(s, EX_SYS, "io", "poll: %s", strerror(errno));
+			return exec_fail(s, EX_SYS, "io", "poll: %s", strerror(errno));
 		if (mono_ms() - s->last_rx >= s->ping_ms)
 			conn_queue(&s->c, F_PING, STREAM_CTL, NULL, 0);
 		if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
 			r = conn_fill(&s->c);
 			if (r == -2)
-				return fail(s, EX_SYS, "agent", "vm %s: the guest agent closed the "
+				return exec_fail(s, EX_SYS, "agent", "vm %s: the guest agent closed the "
 					    "connection during exec (did the vm stop?)", s->vm_id);
 			if (r < 0)
-				return fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
+				return exec_fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
 		}
 		if (np == 2 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
 			if (s->bulk_fd < 0)
 				feed_stdin(s, stdin_fd, &stdin_eof, &credit);
-			else if (feed_stdin_bulk(s, stdin_fd, &stdin_eof) < 0)
+			else if (exec_bulk_feed_stdin(s, stdin_fd, &stdin_eof) < 0)
 				return EXEC_FAILED;
 		}
 	}
-	bulk_punch(s); /* after EXIT: the agent has returned every slot */
+	exec_bulk_punch(s); /* after EXIT: the agent has returned every slot */
 	return r < 0 ? r : 0;
 }
 
@@ -1017,7 +831,7 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 	 * as --check refuses it (isopod-exec(1)). */
 	dest = calloc((size_t)n ? (size_t)n : 1, sizeof *dest);
 	if (!dest)
-		return fail(s, EX_SYS, "io", "out of memory");
+		return exec_fail(s, EX_SYS, "io", "out of memory");
 	for (int i = 0; i < n; i++) {
 		/* Every spelling of HOST through the one open (execopt.h):
 		 * its last component never followed, a trailing slash
@@ -1025,7 +839,7 @@ int exec_copy_out(struct exec_session *s, const struct exec_copy *out, int n, js
 		dest[i].r = exec_dest_open(out[i].host, out[i].guest, &dest[i].d, dest[i].why,
 					   sizeof dest[i].why);
 		if (dest[i].r < 0) {
-			r = fail(s, EX_USAGE, "usage", "%s", dest[i].why);
+			r = exec_fail(s, EX_USAGE, "usage", "%s", dest[i].why);
 			dests_close(dest, i);
 			return r;
 		}
@@ -1090,7 +904,7 @@ json_t *exec_result(struct exec_session *s, const char *vm_name, const struct ex
 
 	for (int i = 0; i < 2; i++)
 		if (s->out[i].fd >= 0 && fsync(s->out[i].fd) < 0 && errno != EINVAL) {
-			fail(s, EX_SYS, "io", "%s: %s", s->out[i].path, strerror(errno));
+			exec_fail(s, EX_SYS, "io", "%s: %s", s->out[i].path, strerror(errno));
 			json_decref(copied_in);
 			json_decref(copied_out);
 			return NULL;

@@ -19,6 +19,8 @@
 #include <limits.h>
 #include <stdint.h>
 
+struct sha256_stream;
+
 /* The result carries at most this much of each output stream. */
 #define EXEC_INBAND_MAX (64u * 1024u)
 #define EXEC_WATCHDOG_MS_DEFAULT 30000
@@ -169,6 +171,23 @@ void exec_copy_out_failed(struct exec_session *s, json_t *list, const char *gues
 #define EXEC_TREE_HOLES_MAX (256ull << 20)
 /* What an entry of a list costs: its compact JSON, plus a comma. */
 size_t exec_json_cost(const json_t *j);
+
+/* Record a failure (the exit status, the error kind, the message);
+ * EXEC_FAILED.  For execio.c's siblings (exectree.c, execbulk.c). */
+int exec_fail(struct exec_session *s, int code, const char *kind, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* An ERROR (or an unexpected frame) in answer to `what`: EXEC_FAILED. */
+int exec_fail_frame(struct exec_session *s, const struct frame *fr, const char *what);
+
+/* execbulk.c: the lane's free slot (-1: all lent); a file's bytes through
+ * the lane, a slot at a time, hashed into h and counted in *sent, then
+ * EOF; stdin's bytes now readable into a free slot (EOF at its end, *eof
+ * set); the lane's blocks punched (no transfer's bytes stay in it). */
+int exec_bulk_free_slot(const struct exec_session *s);
+int exec_bulk_send_file(struct exec_session *s, int fd, uint32_t stream, const char *what,
+			struct sha256_stream *h, uint64_t *sent);
+int exec_bulk_feed_stdin(struct exec_session *s, int fd, int *eof);
+void exec_bulk_punch(struct exec_session *s);
 
 /* exectree.c: a guest directory copied out as a tree stream into NAME in
  * the directory dfd (it must not exist: it is made, and all the stream

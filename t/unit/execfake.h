@@ -54,6 +54,7 @@ static int swap_open(const char *path, int flags, ...)
 #define open(...) swap_open(__VA_ARGS__)
 #include "../../lib/execopt.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/execio.c"
+#include "../../lib/execbulk.c"
 #undef open
 #include "../../lib/host.c"
 #include "../../lib/exectree.c"
