@@ -656,7 +656,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	struct qmp *qm = malloc(sizeof *qm); /* 64 KiB of buffer */
 	struct tpl tp = { .pid = -1, .qj = { .tapfd = -1, .dirfd = -1 }, .lendfd = -1 };
 	struct conlog con = { .rfd = -1, .logfd = -1 };
-	struct inst t;
+	struct inst t = { .dir = "" }; /* out: reads t.bulk */
 	struct qemu_argv q;
 	struct stat ms, ss;
 	int64_t t0 = mono_ms();
@@ -773,10 +773,13 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 		goto out;
 	r = 0;
 out:
+	/* holes only, and never published (each clone gets its own): gone
+	 * before tpl_end's look for what QEMU left in the staging directory */
+	if (t.bulk[0])
+		unlink(t.bulk);
 	if (tpl_end(&tp, r < 0 ? scratch : msg, r < 0 ? sizeof scratch : msz) < 0 && r == 0)
 		r = -1;
 	template_console_end(w, &con); /* QEMU is gone: what it left, for the kept log */
-	unlink(t.bulk); /* holes only; each clone gets its own */
 	json_decref(tp.tj);
 	qmp_close(qm);
 	free(qm);
