@@ -744,6 +744,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	}
 	tp.pid = -1;
 	template_console_end(w, &con);
+	unlink(t.bulk); /* not part of the snapshot: tpl_take_back admits no such file */
 	if (tpl_end(&tp, msg, msz) < 0 || (mfd = tpl_take_back(sd, plain, msg, msz)) < 0)
 		goto out;
 
