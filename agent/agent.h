@@ -193,7 +193,6 @@ struct put_state {
 	int fd;          /* the file; with tree, the top directory */
 	int failed;      /* error reported: drop stream-4 data until EOF */
 	int tree;        /* a directory: stream-4 is a tree stream into feed */
-	int direct;      /* bytes went past the page cache (O_DIRECT) */
 	uint64_t bytes;
 	char path[PATH_MAX];
 	struct ts_feed feed;

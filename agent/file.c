@@ -57,7 +57,6 @@ void on_file_put(struct agent *a, const struct frame *fr)
 	a->put.fd = -1;
 	a->put.failed = 1;
 	a->put.tree = 0;
-	a->put.direct = 0;
 	a->put.bytes = 0;
 	if (put_parse(fr, a->put.path, &mode, err, sizeof err) < 0) {
 		send_error(a, "bad_request", "%s", err);
@@ -180,7 +179,6 @@ static void put_write_direct(struct agent *a, const uint8_t *p, size_t len)
 			off += (size_t)n;
 		}
 		fcntl(a->put.fd, F_SETFL, fl);
-		a->put.direct |= off > 0;
 		a->put.bytes += off;
 		p += off;
 		len -= off;
@@ -210,7 +208,6 @@ void on_file_eof(struct agent *a)
 {
 	uint8_t buf[32];
 	struct tlv_w w;
-	int rfd;
 
 	if (a->op != OP_PUT)
 		return;
@@ -237,18 +234,11 @@ void on_file_eof(struct agent *a)
 		out_tlv(a, F_FILE_DONE, STREAM_CTL, &w);
 		return;
 	}
-	/* Written past the page cache: read back into it by readahead (the
-	 * disk's DMA, no copy the guest's CPU makes), as a file written
-	 * through the cache would be there for the command that reads it.
-	 * After FILE_DONE is on its way: the host goes on meanwhile.  Linux
-	 * 6.1 reads at most the device's io_pages per WILLNEED
-	 * (force_page_cache_ra), hence the steps; the reads are queued, not
-	 * waited for. */
-	rfd = a->put.direct ? dup(a->put.fd) : -1;
+	/* The bytes are on the disk (O_DIRECT) or in the page cache: a read
+	 * of a file written past the cache pays for it then, not here (a
+	 * readback here would hold PID 1 for the whole file). */
 	if (close(a->put.fd) < 0) {
 		a->put.fd = -1;
-		if (rfd >= 0)
-			close(rfd);
 		send_error(a, "io", "close %s: %s", a->put.path, strerror(errno));
 		unlink(a->put.path);
 		return;
@@ -257,12 +247,6 @@ void on_file_eof(struct agent *a)
 	tlv_init(&w, buf, sizeof buf);
 	tlv_put_u64(&w, T_BYTES, a->put.bytes);
 	out_tlv(a, F_FILE_DONE, STREAM_CTL, &w);
-	if (rfd >= 0) {
-		port_flush(a);
-		for (uint64_t off = 0; off < a->put.bytes; off += 128 * 1024)
-			posix_fadvise(rfd, (off_t)off, 128 * 1024, POSIX_FADV_WILLNEED);
-		close(rfd);
-	}
 }
 
 void on_file_get(struct agent *a, const struct frame *fr)
