@@ -88,6 +88,9 @@ __attribute__((noreturn, format(printf, 4, 5))) static void fail(const struct op
 		      o->name);
 	if (j && o->s && o->s->warnings)
 		json_object_set(j, "warnings", o->s->warnings);
+	/* under the VM's lock, which exit lets go (exec_bulk_punch) */
+	if (o->s)
+		exec_bulk_punch(o->s);
 	if (j)
 		json_emit(j);
 	exit(code);
@@ -345,6 +348,7 @@ static __attribute__((noreturn)) void finish(const struct opts *o, struct exec_s
 	res = exec_result(s, o->name, ex, copied_in, copied_out, exec_ms);
 	if (!res)
 		fail_session(o, s);
+	exec_bulk_punch(s); /* a deadline's end too; before the lock goes */
 	json_emit(res);
 	exit(ex->code == 0 && !ex->timed_out ? EX_OK : EX_GUEST);
 }

@@ -15,14 +15,17 @@
 #include <unistd.h>
 
 /* The lane's bytes are this exec's stdin and files: none stays in the
- * VM's directory (nor on the store's disk) once a transfer is over.  A
- * failure that ends the exec early leaves them until the next exec's
- * punch or QEMU's end (the jail's reclaim unlinks the file). */
+ * VM's directory (nor on the store's disk) once a transfer is over, nor
+ * after a failure (exec_fail, isopod-exec's fail and finish), always while
+ * this exec holds the VM's lock: a punch after it would zero the next
+ * exec's bytes.  An exec killed outright leaves them to the next exec's
+ * open (below) or QEMU's end (the supervisor unlinks the file). */
 void exec_bulk_punch(struct exec_session *s)
 {
-	if (s->bulk_fd >= 0)
-		fallocate(s->bulk_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-			  (off_t)s->bulk_n * BULK_SLOT);
+	if (s->bulk_fd >= 0 && s->bulk_dirty &&
+	    fallocate(s->bulk_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+		      (off_t)s->bulk_n * BULK_SLOT) == 0)
+		s->bulk_dirty = 0;
 }
 
 int exec_bulk_open(struct exec_session *s, const char *path)
@@ -61,6 +64,9 @@ int exec_bulk_open(struct exec_session *s, const char *path)
 	}
 	s->bulk_fd = fd;
 	s->bulk_lent = 0;
+	/* what an exec killed before its punch left (we hold the lock) */
+	s->bulk_dirty = 1;
+	exec_bulk_punch(s);
 	return 0;
 }
 
@@ -106,6 +112,7 @@ static int bulk_send(struct exec_session *s, uint32_t stream, int slot, size_t l
 		if (n <= 0)
 			return exec_fail(s, EX_SYS, "io", "vm %s: the bulk lane: %s", s->vm_id,
 				    n < 0 ? strerror(errno) : "wrote nothing");
+		s->bulk_dirty = 1;
 		off += (size_t)n;
 	}
 	bulk_encode(pl, (uint32_t)slot, (uint32_t)len);

@@ -27,6 +27,9 @@ int exec_fail(struct exec_session *s, int code, const char *kind, const char *fm
 	va_end(ap);
 	s->err_code = code;
 	snprintf(s->err_kind, sizeof s->err_kind, "%s", kind);
+	/* A failure ends the exec: the lane's bytes go now, under the VM's
+	 * lock (the caller exits, or exec_free, without another transfer). */
+	exec_bulk_punch(s);
 	return EXEC_FAILED;
 }
 
@@ -64,14 +67,17 @@ void exec_free(struct exec_session *s)
 		free(s->out[i].inband);
 		s->out[i].inband = NULL;
 	}
-	if (s->lock_fd >= 0)
-		close(s->lock_fd);
-	s->lock_fd = -1;
+	/* The lane punched before the lock goes: once it is gone the next
+	 * exec may fill slot 0, and a punch after would zero its bytes under
+	 * it (the guest reading zeros, the host recording their digest). */
 	if (s->bulk_fd >= 0) {
 		exec_bulk_punch(s);
 		close(s->bulk_fd);
 	}
 	s->bulk_fd = -1;
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	s->lock_fd = -1;
 	free(s->bulk_buf);
 	s->bulk_buf = NULL;
 	json_decref(s->warnings);

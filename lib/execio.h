@@ -83,6 +83,7 @@ struct exec_session {
 	uint32_t bulk_n;            /* slots in use of it (<= BULK_SLOTS_MAX) */
 	uint32_t bulk_lent;         /* bit i: slot i holds bytes the agent has not returned */
 	uint8_t *bulk_buf;          /* one slot's bytes, BULK_SLOT */
+	int bulk_dirty;             /* bytes written since the last punch */
 	/* The session's own. */
 	struct conn c;
 	struct exec_stream out[2];  /* stdout, stderr */

@@ -603,7 +603,7 @@ $size" ]
 	bulk=$(echo "$output" | jq .bulk)
 }
 
-@test "exec: stdin and copy-in through the bulk lane (0, 1, 511, a slot, a slot + 1, 5 slots + 7 bytes), byte-exact; ISOPOD_BULK=0 the port; the lane all holes after each" {
+@test "exec: stdin and copy-in through the bulk lane (0, 1, 511, a slot, a slot + 1, 5 slots + 7 bytes), byte-exact; ISOPOD_BULK=0 the port; the lane all holes after each, gone with QEMU (jailed and not)" {
 	run --separate-stderr isopod run --json-only --keep -- true
 	[ "$status" -eq 0 ]
 	id=$(echo "$output" | jq -r .vm.id)
@@ -618,8 +618,18 @@ $size" ]
 	lane_case "$id" 1048577 ISOPOD_BULK=0
 	[ "$bulk" = false ]
 	isopod-stop --vm "$id" >/dev/null
-	# QEMU is gone: so is the lane (the jail's reclaim), or it is all holes
-	[ ! -e "$lane" ] || [ "$(stat -c %b "$lane")" -eq 0 ]
+	# QEMU is gone: so is the lane (the jail's reclaim)
+	[ ! -e "$lane" ]
+	# and unjailed (the supervisor unlinks it once QEMU is reaped)
+	ISOPOD_JAIL=0 run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	lane=$ISOPOD_HOME/vms/$id/bulk.raw
+	lane_case "$id" 1048577
+	[ "$bulk" = true ]
+	[ -e "$lane" ]
+	isopod-stop --vm "$id" >/dev/null
+	[ ! -e "$lane" ]
 }
 
 @test "run: the bulk lane on every path: cold, the warm pool's build and a warm clone each have it, their own" {

@@ -650,8 +650,31 @@ static void test_bulk(void)
 		ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") && strstr(s.err, "bulk slot") &&
 		   json_array_size(in) == 0,
 		   "bulk: %s is a protocol failure (%s)", bad[k].what, s.err);
+		{
+			/* at the failure, still under the lock (before exec_free) */
+			struct stat st;
+
+			ok(stat(lane, &st) == 0 && st.st_blocks == 0,
+			   "bulk: %s: the lane is punched at the failure (%lld blocks)", bad[k].what,
+			   (long long)st.st_blocks);
+		}
 		stop(&s, pid);
 		json_decref(in);
+	}
+	{
+		/* what an exec killed before its punch left: gone at the next open */
+		struct stat st;
+
+		fd = open(lane, O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || pwrite(fd, buf, BULK_SLOT, BULK_SLOT) != (ssize_t)BULK_SLOT ||
+		    close(fd) < 0)
+			abort();
+		start(&s, A_BULK, &pid);
+		r = exec_bulk_open(&s, lane);
+		ok(r == 0 && s.bulk_fd >= 0 && stat(lane, &st) == 0 && st.st_blocks == 0,
+		   "bulk: a lane left with bytes is punched when the next exec opens it (%lld blocks)",
+		   (long long)st.st_blocks);
+		stop(&s, pid);
 	}
 	/* the port: told not to, or no file (a VM older than the lane); within
 	 * the port's first credit (the fake agent grants no more) */
