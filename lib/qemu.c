@@ -46,10 +46,12 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 		return -1;
 	/* cache=writeback (QEMU's default, said here because the lane
 	 * depends on it): QEMU reads the file through the host's page cache,
-	 * where isopod-exec's pwrite put the bytes before it named the slot */
+	 * where isopod-exec's pwrite put the bytes before it named the slot.
+	 * readonly=on: the lane carries bytes to the guest only; a guest that
+	 * writes its device stores nothing in the host's file */
 	if (c->bulk &&
 	    pathn(q->bulk, sizeof q->bulk,
-		 "id=bulk,file=%s,format=raw,if=none,cache=writeback,werror=report,rerror=report",
+		 "id=bulk,file=%s,format=raw,if=none,readonly=on,cache=writeback,werror=report,rerror=report",
 		 c->bulk) < 0)
 		return -1;
 	if (memfile &&

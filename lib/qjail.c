@@ -309,10 +309,11 @@ int qjail_give(struct qjail *qj, const char *dir, char *err, size_t errsz)
 	if (fchownat(qj->dirfd, "disk.qcow2", 0, qj->js.gid, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    fchmodat(qj->dirfd, "disk.qcow2", 0660, 0) < 0)
 		return reason_fail(err, errsz, "handing %s/disk.qcow2 to the jail: %s", dir, strerror(errno));
-	/* the bulk lane's file likewise (QEMU writes nothing there, but opens
-	 * it read-write); none when this QEMU has no lane (the KVM probe) */
+	/* the bulk lane's file likewise, to read only (its drive is
+	 * readonly=on: the lane is host to guest, the guest stores nothing in
+	 * the host's file); none when this QEMU has no lane (the KVM probe) */
 	if (fchownat(qj->dirfd, QEMU_BULK_FILE, 0, qj->js.gid, AT_SYMLINK_NOFOLLOW) < 0
-	    ? errno != ENOENT : fchmodat(qj->dirfd, QEMU_BULK_FILE, 0660, 0) < 0)
+	    ? errno != ENOENT : fchmodat(qj->dirfd, QEMU_BULK_FILE, 0640, 0) < 0)
 		return reason_fail(err, errsz, "handing %s/%s to the jail: %s", dir, QEMU_BULK_FILE,
 				   strerror(errno));
 	return 0;

@@ -603,7 +603,7 @@ $size" ]
 	bulk=$(echo "$output" | jq .bulk)
 }
 
-@test "exec: stdin and copy-in through the bulk lane (0, 1, 511, a slot, a slot + 1, 5 slots + 7 bytes), byte-exact; ISOPOD_BULK=0 the port; the lane all holes after each, gone with QEMU (jailed and not)" {
+@test "exec: stdin and copy-in through the bulk lane (0, 1, 511, a slot, a slot + 1, 5 slots + 7 bytes), byte-exact; ISOPOD_BULK=0 the port; the lane all holes after each, read-only to the guest, gone with QEMU (jailed and not)" {
 	run --separate-stderr isopod run --json-only --keep -- true
 	[ "$status" -eq 0 ]
 	id=$(echo "$output" | jq -r .vm.id)
@@ -617,6 +617,19 @@ $size" ]
 	done
 	lane_case "$id" 1048577 ISOPOD_BULK=0
 	[ "$bulk" = false ]
+	# the drive is read-only: a guest that writes its device stores
+	# nothing in the host's file (mutation: readonly=on removed in
+	# lib/qemu.c, the write lands and blocks appear)
+	run --separate-stderr isopod-exec --vm "$id" -- sh -c '
+		for d in /sys/block/vd*; do
+			[ "$(cat "$d/serial" 2>/dev/null)" = isopod.bulk ] && dev=/dev/${d##*/}
+		done
+		[ -n "$dev" ] || { echo "no lane device"; exit 3; }
+		head -c 1048576 /dev/urandom | dd of="$dev" bs=65536 oflag=direct conv=notrunc 2>/dev/null && sync
+		echo "wrote $?"'
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.stdout | test("^wrote [1-9]")'
+	[ "$(stat -c %b "$lane")" -eq 0 ]
 	isopod-stop --vm "$id" >/dev/null
 	# QEMU is gone: so is the lane (the jail's reclaim)
 	[ ! -e "$lane" ]
