@@ -47,9 +47,15 @@ int exec_bulk_open(struct exec_session *s, const char *path)
 			close(fd);
 		return exec_fail(s, EX_SYS, "io", "%s: %s", path, strerror(e));
 	}
-	if (!S_ISREG(st.st_mode)) {
+	/* Ours, and its only name: the lane's bytes are the caller's stdin
+	 * and files, never written into a file someone else owns or reaches
+	 * by another name (a hard link planted in the VM's directory). */
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1) {
 		close(fd);
-		return exec_fail(s, EX_SYS, "io", "%s: not a regular file", path);
+		return exec_fail(s, EX_SYS, "io", "%s: %s", path,
+				 !S_ISREG(st.st_mode) ? "not a regular file" :
+				 st.st_uid != geteuid() ? "not owned by this user" :
+				 "has more than one name (hard links)");
 	}
 	/* The smaller of what each side has: the agent's device is the file
 	 * QEMU opened at start, which is this one unless someone replaced it. */

@@ -676,6 +676,34 @@ static void test_bulk(void)
 		   (long long)st.st_blocks);
 		stop(&s, pid);
 	}
+	{
+		/* a lane with a second name, or someone else's: refused, nothing
+		 * written into it */
+		char lane2[140];
+
+		snprintf(lane2, sizeof lane2, "%s.link", lane);
+		start(&s, A_BULK, &pid);
+		r = link(lane, lane2) == 0 ? exec_bulk_open(&s, lane) : -99;
+		ok(r == EXEC_FAILED && s.bulk_fd < 0 && strstr(s.err, "hard links"),
+		   "bulk: a lane with a hard link is refused (%d %s)", r, s.err);
+		stop(&s, pid);
+		unlink(lane2);
+		start(&s, A_BULK, &pid);
+		r = symlink(lane, lane2) == 0 ? exec_bulk_open(&s, lane2) : -99;
+		ok(r == EXEC_FAILED && s.bulk_fd < 0 && strstr(s.err, "symbolic links"),
+		   "bulk: a lane that is a symlink is not followed (%d %s)", r, s.err);
+		stop(&s, pid);
+		unlink(lane2);
+		if (geteuid() == 0) {
+			start(&s, A_BULK, &pid);
+			r = chown(lane, 65534, 65534) == 0 ? exec_bulk_open(&s, lane) : -99;
+			ok(r == EXEC_FAILED && s.bulk_fd < 0 && strstr(s.err, "not owned"),
+			   "bulk: a lane another user owns is refused (%d %s)", r, s.err);
+			stop(&s, pid);
+			if (chown(lane, 0, 0) < 0)
+				abort();
+		}
+	}
 	/* the port: told not to, or no file (a VM older than the lane); within
 	 * the port's first credit (the fake agent grants no more) */
 	fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
