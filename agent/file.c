@@ -174,9 +174,11 @@ static void put_write_direct(struct agent *a, const uint8_t *p, size_t len)
 
 			if (n < 0 && errno == EINTR)
 				continue;
-			if (n <= 0 || (size_t)n % BULK_SECTOR)
+			if (n <= 0)
 				break; /* the buffered write below reports or finishes it */
-			off += (size_t)n;
+			off += (size_t)n; /* written, whole sectors or not */
+			if ((size_t)n % BULK_SECTOR)
+				break; /* the file's offset is no longer a sector's */
 		}
 		fcntl(a->put.fd, F_SETFL, fl);
 		a->put.bytes += off;

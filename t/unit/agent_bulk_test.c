@@ -7,8 +7,28 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 
 static char lane[64], outp[64];
+/* write() as the agent sees it: on short_fd, the next write of more than
+ * 1000 bytes writes 1000 (buffered, as O_DIRECT could not) and says so:
+ * a short write that is not whole sectors */
+static int short_fd = -1;
+
+ssize_t write(int fd, const void *p, size_t n)
+{
+	if (fd == short_fd && n > 1000) {
+		int fl = fcntl(fd, F_GETFL);
+		long r;
+
+		short_fd = -1;
+		fcntl(fd, F_SETFL, fl & ~O_DIRECT);
+		r = syscall(SYS_write, fd, p, (size_t)1000);
+		fcntl(fd, F_SETFL, fl);
+		return r;
+	}
+	return syscall(SYS_write, fd, p, n);
+}
 
 /* Send BULK{slot, len} on stream, as a host would. */
 static void bulk(uint32_t stream, uint32_t slot, uint32_t len)
@@ -169,6 +189,26 @@ static void test_file(void)
 	n = fd >= 0 ? read(fd, got, sizeof got) : -1;
 	ok(n == BULK_SLOT + 1001 && slot_is(got, 1, BULK_SLOT) && slot_is(got + BULK_SLOT, 3, 1001),
 	   "file: the bytes are slot 1's then slot 3's first 1001 (%zd)", n);
+	if (fd >= 0)
+		close(fd);
+	/* an O_DIRECT write that wrote 1000 bytes, not whole sectors: those
+	 * count, the rest goes buffered after them, nothing written twice */
+	fd = open(outp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	A->op = OP_PUT;
+	A->put.fd = fd;
+	A->put.failed = 0;
+	A->put.bytes = 0;
+	short_fd = fd;
+	bulk(STREAM_FILE, 2, BULK_SLOT);
+	ok(returned(STREAM_FILE, 2) && short_fd < 0 && A->put.bytes == BULK_SLOT,
+	   "file: a short O_DIRECT write (1000 bytes): %llu bytes counted",
+	   (unsigned long long)A->put.bytes);
+	close_fd(&A->put.fd);
+	A->op = OP_NONE;
+	fd = open(outp, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, got, sizeof got) : -1;
+	ok(n == BULK_SLOT && slot_is(got, 2, BULK_SLOT),
+	   "file: after a short O_DIRECT write the file is slot 2's bytes, once (%zd)", n);
 	if (fd >= 0)
 		close(fd);
 	/* no operation: left over, returned unread */
