@@ -122,7 +122,10 @@ static int bulk_send(struct exec_session *s, uint32_t stream, int slot, size_t l
 		off += (size_t)n;
 	}
 	bulk_encode(pl, (uint32_t)slot, (uint32_t)len);
-	conn_queue(&s->c, F_BULK, stream, pl, sizeof pl);
+	/* lent only once the frame naming it is queued */
+	if (conn_queue(&s->c, F_BULK, stream, pl, sizeof pl) < 0)
+		return exec_fail(s, EX_SYS, "io", "vm %s: the bulk lane: %s", s->vm_id,
+				 strerror(errno));
 	s->bulk_lent |= 1u << slot;
 	if (conn_flush_some(&s->c) < 0)
 		return exec_fail(s, EX_SYS, "agent", "vm %s: %s", s->vm_id, s->c.err);
@@ -184,17 +187,20 @@ int exec_bulk_send_file(struct exec_session *s, int fd, uint32_t stream, const c
  * EOF as feed_stdin. */
 int exec_bulk_feed_stdin(struct exec_session *s, int fd, int *eof)
 {
-	int slot = exec_bulk_free_slot(s);
+	int slot = exec_bulk_free_slot(s), e = 0;
 	size_t have = 0;
 	ssize_t n = 0;
 
+	if (slot < 0)
+		return 0; /* all lent: the caller polls stdin only with one free */
 	while (have < BULK_SLOT) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 
 		if (have && poll(&p, 1, 0) <= 0)
 			break;
 		n = read(fd, s->bulk_buf + have, BULK_SLOT - have);
-		if (n < 0 && errno == EINTR)
+		e = n < 0 ? errno : 0; /* before bulk_send's calls change it */
+		if (n < 0 && e == EINTR)
 			continue;
 		if (n <= 0)
 			break;
@@ -202,10 +208,10 @@ int exec_bulk_feed_stdin(struct exec_session *s, int fd, int *eof)
 	}
 	if (have && bulk_send(s, STREAM_STDIN, slot, have) < 0)
 		return EXEC_FAILED;
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+	if (n == 0 || (n < 0 && e != EAGAIN && e != EINTR)) {
 		if (n < 0)
 			json_array_append_new(s->warnings,
-					      json_sprintf("stdin: read: %s", strerror(errno)));
+					      json_sprintf("stdin: read: %s", strerror(e)));
 		conn_queue(&s->c, F_EOF, STREAM_STDIN, NULL, 0);
 		*eof = 1;
 	}

@@ -449,6 +449,12 @@ int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json
 		}
 		if (fr.type != F_FILE_DONE)
 			return exec_fail_frame(s, &fr, in[i].guest);
+		/* The agent returns each slot before it reads the next frame,
+		 * and EOF came after the last BULK: none may be out now. */
+		if (s->bulk_lent)
+			return exec_fail(s, EX_SYS, "protocol", "vm %s: copy-in %s: FILE_DONE with bulk "
+				    "slots not returned (0x%x)", s->vm_id, EXC(in[i].guest),
+				    s->bulk_lent);
 		/* The digest names what the guest holds only if it wrote all
 		 * that was sent. */
 		if (frame_tlv_u64(&fr, T_BYTES) != sent)
@@ -629,7 +635,24 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 				return EXEC_FAILED;
 		}
 	}
-	exec_bulk_punch(s); /* after EXIT: the agent has returned every slot */
+	/* After EXIT every slot lent comes back before the exec goes on: a
+	 * BULK sent as the command ended reaches the agent after its EXIT and
+	 * is returned then, unread.  Anything else now is the agent's fault. */
+	while (r == 1 && s->bulk_lent) {
+		struct frame fr;
+		int g = exec_wait_frame(s, &fr);
+
+		if (g < 0)
+			return g;
+		if (fr.type == F_BULK_DONE) {
+			if (exec_bulk_take(s, &fr) < 0)
+				return EXEC_FAILED;
+		} else if (fr.type != F_CREDIT && fr.type != F_EOF) {
+			return exec_fail(s, EX_SYS, "protocol", "vm %s: frame type %u after EXIT, "
+				    "bulk slots not returned (0x%x)", s->vm_id, fr.type, s->bulk_lent);
+		}
+	}
+	exec_bulk_punch(s);
 	return r < 0 ? r : 0;
 }
 
@@ -708,7 +731,12 @@ static int copy_one(struct exec_session *s, const struct exec_copy *cp, const ch
 		 * FILE_GET's reply it would end it, and put the next file's
 		 * bytes under the next path.  (A PONG never comes this far:
 		 * exec_wait_frame takes them.) */
-		if (fr.type == F_EOF || fr.type == F_CREDIT || fr.type == F_BULK_DONE)
+		if (fr.type == F_EOF || fr.type == F_CREDIT)
+			continue;
+		/* none is lent after EXIT (exec_run took them all): a failure */
+		if (fr.type == F_BULK_DONE && (got = exec_bulk_take(s, &fr)) < 0)
+			break;
+		if (fr.type == F_BULK_DONE)
 			continue;
 		break;
 	}

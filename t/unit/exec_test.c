@@ -662,6 +662,51 @@ static void test_bulk(void)
 		json_decref(in);
 	}
 	{
+		/* every lent slot back: at FILE_DONE (one still out is the
+		 * agent's fault), after EXIT (one lent as the command ended
+		 * comes back after it: waited for), and none during copy-out */
+		struct exec_request req = {.argv = (char *[]){"cat", NULL}, .argc = 1,
+					   .has_stdin = 1};
+		struct exec_status ex = {.code = -1};
+		struct exec_copy cout = {.host = got, .guest = "/tmp/x"};
+		json_t *out = json_array();
+		struct stat st;
+
+		fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write_all(fd, buf, 3 * BULK_SLOT) < 0 || close(fd) < 0)
+			abort();
+		in = json_array();
+		start(&s, A_BULK_LATE, &pid);
+		exec_bulk_open(&s, lane);
+		r = exec_copy_in(&s, &cin, 1, in);
+		ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") && strstr(s.err, "not returned"),
+		   "bulk: FILE_DONE with a slot still lent is a protocol failure (%s)", s.err);
+		stop(&s, pid);
+		json_decref(in);
+
+		start(&s, A_BULK_STDIN, &pid);
+		exec_bulk_open(&s, lane);
+		fd = open(host, O_RDONLY | O_CLOEXEC);
+		r = exec_send(&s, &req) == 0 ? exec_run(&s, fd, &ex) : -99;
+		ok(r == 0 && ex.code == 0 && s.bulk_lent == 0 && stat(lane, &st) == 0 &&
+		   st.st_blocks == 0,
+		   "bulk: a stdin slot returned after EXIT is waited for, the lane punched after "
+		   "(%d, lent 0x%x, %s)", r, s.bulk_lent, s.err);
+		stop(&s, pid);
+		close(fd);
+
+		start(&s, A_BULK_STRAY, &pid);
+		exec_bulk_open(&s, lane);
+		r = exec_send(&s, &req) == 0 && exec_run(&s, -1, &ex) == 0 ?
+			exec_copy_out(&s, &cout, 1, out) : -99;
+		ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") && strstr(s.err, "bulk slot"),
+		   "bulk: a BULK_DONE during copy-out (none lent) is a protocol failure (%d %s)", r,
+		   s.err);
+		stop(&s, pid);
+		json_decref(out);
+		unlink(got);
+	}
+	{
 		/* what an exec killed before its punch left: gone at the next open */
 		struct stat st;
 

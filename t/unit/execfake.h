@@ -99,8 +99,14 @@ enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVI
        /* HELLO_ACK announces a bulk lane of 8 MiB (dir/bulk.raw); a BULK's
 	* slot is read from it into guest-got and returned.  A_BULK_OOB
 	* returns slot 16 instead (past any lane), A_BULK_UNLENT a slot in
-	* range that was never lent, A_BULK_TWICE each slot twice. */
-       A_BULK, A_BULK_OOB, A_BULK_UNLENT, A_BULK_TWICE };
+	* range that was never lent, A_BULK_TWICE each slot twice,
+	* A_BULK_LATE a copy-in's last slot only after its FILE_DONE.
+	* A_BULK_STDIN: EXEC answered once a stdin BULK came, its slot
+	* returned after the EXIT (a slot lent as the command ended).
+	* A_BULK_STRAY: a BULK_DONE (slot 0, never lent) before a
+	* copy-out's bytes. */
+       A_BULK, A_BULK_OOB, A_BULK_UNLENT, A_BULK_TWICE, A_BULK_LATE, A_BULK_STDIN,
+       A_BULK_STRAY };
 
 static char dir[64], sock[96];
 
@@ -210,7 +216,8 @@ static void agent(int lfd, int mode)
 	struct frame fr;
 	struct tlv_w w;
 	uint64_t cookie, got = 0;
-	int fd = accept(lfd, NULL, NULL), gfd = -1;
+	uint8_t late[4];
+	int fd = accept(lfd, NULL, NULL), gfd = -1, held = 0;
 
 	if (fd < 0)
 		_exit(2);
@@ -262,7 +269,10 @@ static void agent(int lfd, int mode)
 				_exit(2);
 			put_le32(rp, mode == A_BULK_OOB ? 16 : mode == A_BULK_UNLENT ? (slot + 1) % 8
 										  : slot);
-			put(fd, F_BULK_DONE, STREAM_FILE, rp, sizeof rp);
+			if (mode == A_BULK_LATE)
+				memcpy(late, rp, sizeof late), held = 1;
+			else
+				put(fd, F_BULK_DONE, STREAM_FILE, rp, sizeof rp);
 			if (mode == A_BULK_TWICE)
 				put(fd, F_BULK_DONE, STREAM_FILE, rp, sizeof rp);
 		}
@@ -271,6 +281,25 @@ static void agent(int lfd, int mode)
 			/* A_SHORT: an agent that wrote a byte less than it got */
 			tlv_put_u64(&w, T_BYTES, mode == A_SHORT && got ? got - 1 : got);
 			put_tlv(fd, F_FILE_DONE, &w);
+			if (held)
+				put(fd, F_BULK_DONE, STREAM_FILE, late, sizeof late), held = 0;
+		}
+		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_STDIN && held) {
+			put(fd, F_BULK_DONE, STREAM_STDIN, fr.payload, 4);
+			continue;
+		}
+		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_STDIN) {
+			/* the command has ended meanwhile: EXIT, then the slot */
+			held = 1; /* (EXIT sent) */
+			tlv_init(&w, tb, sizeof tb);
+			tlv_put_u32(&w, T_EXIT_CODE, 0);
+			tlv_put_u32(&w, T_SIGNAL, 0);
+			tlv_put_u32(&w, T_TIMED_OUT, 0);
+			put(fd, F_EOF, STREAM_STDOUT, NULL, 0);
+			put(fd, F_EOF, STREAM_STDERR, NULL, 0);
+			put_tlv(fd, F_EXIT, &w);
+			put(fd, F_BULK_DONE, STREAM_STDIN, fr.payload, 4);
+			continue;
 		}
 		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL || mode == A_TREE_BAD8 ||
 					    mode == A_TREE_CTL || mode == A_TREE_LINK ||
@@ -291,6 +320,10 @@ static void agent(int lfd, int mode)
 			uint8_t data[100];
 
 			memset(data, 'x', sizeof data);
+			if (mode == A_BULK_STRAY) {
+				memset(data, 0, 4);
+				put(fd, F_BULK_DONE, STREAM_FILE, data, 4);
+			}
 			put(fd, F_DATA, STREAM_FILE, data, n);
 			put(fd, F_EOF, STREAM_FILE, NULL, 0);
 			tlv_init(&w, tb, sizeof tb);
@@ -298,7 +331,7 @@ static void agent(int lfd, int mode)
 			tlv_put_u32(&w, T_MODE, 0640);
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
-		if (fr.type != F_EXEC)
+		if (fr.type != F_EXEC || mode == A_BULK_STDIN)
 			continue;
 		if (mode == A_REFUSE) {
 			tlv_init(&w, tb, sizeof tb);
