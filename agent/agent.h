@@ -183,6 +183,7 @@ struct exec_state {
 	int st_stage, st_errno; /* spawn failure reported by the child */
 	int64_t drain_until, drain_cap;
 	size_t rhead, rlen; /* stdin ring */
+	int ring_bulk;      /* the ring holds a bulk slot's bytes: no CREDIT for them */
 	/* Bulk slots named for stdin and not yet read: each is read into
 	 * the ring once it is empty, then returned (BULK_DONE). */
 	uint32_t bq[BULK_SLOTS_MAX], bq_n[BULK_SLOTS_MAX], bq_head, bq_len;

@@ -314,7 +314,8 @@ void pipe_pump(struct agent *a, int *fd, uint32_t stream)
 static void stdin_close(struct agent *a)
 {
 	close_fd(&a->ex.in_fd);
-	a->credit_due[STREAM_STDIN] += a->ex.rlen;
+	if (!a->ex.ring_bulk)
+		a->credit_due[STREAM_STDIN] += a->ex.rlen;
 	a->ex.rlen = a->ex.rhead = 0;
 	/* and bulk slots are returned unread: all before EXIT, as credit */
 	for (; a->ex.bq_len; a->ex.bq_len--, a->ex.bq_head = (a->ex.bq_head + 1) % BULK_SLOTS_MAX)
@@ -326,7 +327,7 @@ static void stdin_close(struct agent *a)
  * (EPIPE: the command closed its stdin; another error is logged).  The
  * caller closes stdin then, once its own count is right: stdin_close
  * credits what is still queued. */
-static int stdin_write(struct agent *a, const uint8_t *p, size_t len, size_t *done)
+static int stdin_write(struct agent *a, const uint8_t *p, size_t len, size_t *done, int credit)
 {
 	ssize_t n;
 
@@ -334,7 +335,9 @@ static int stdin_write(struct agent *a, const uint8_t *p, size_t len, size_t *do
 		n = write(a->ex.in_fd, p + *done, len - *done);
 		if (n > 0) {
 			*done += (size_t)n;
-			a->credit_due[STREAM_STDIN] += (uint64_t)n;
+			/* the port's bytes only: a slot's come back by BULK_DONE */
+			if (credit)
+				a->credit_due[STREAM_STDIN] += (uint64_t)n;
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -369,11 +372,12 @@ void stdin_pump(struct agent *a)
 			bulk_done(a, STREAM_STDIN, slot);
 			a->ex.rhead = 0;
 			a->ex.rlen = len;
+			a->ex.ring_bulk = 1;
 		}
 		chunk = sizeof a->stdin_ring - a->ex.rhead;
 		if (chunk > a->ex.rlen)
 			chunk = a->ex.rlen;
-		r = stdin_write(a, a->stdin_ring + a->ex.rhead, chunk, &done);
+		r = stdin_write(a, a->stdin_ring + a->ex.rhead, chunk, &done, !a->ex.ring_bulk);
 		a->ex.rhead = (a->ex.rhead + done) % sizeof a->stdin_ring;
 		a->ex.rlen -= done;
 		if (r < 0)
@@ -396,16 +400,19 @@ void on_stdin_data(struct agent *a, const struct frame *fr)
 		a->credit_due[STREAM_STDIN] += fr->len;
 		return;
 	}
-	if (fr->len > sizeof a->stdin_ring - a->ex.rlen) {
-		send_error(a, "protocol", "stdin beyond the credit window");
+	if (fr->len > sizeof a->stdin_ring - a->ex.rlen || (a->ex.rlen && a->ex.ring_bulk)) {
+		send_error(a, "protocol", "%s", a->ex.rlen && a->ex.ring_bulk ?
+			   "stdin DATA while a bulk slot's bytes are being written" :
+			   "stdin beyond the credit window");
 		a->port.poisoned = 1;
 		return;
 	}
+	a->ex.ring_bulk = 0; /* the ring is empty or holds the port's bytes */
 	/* Nothing queued before it: straight into the pipe, and only what
 	 * the pipe does not take into the ring.  Under TCG each copy of the
 	 * bytes inside the guest is emulated; the ring's was one of four. */
 	if (a->ex.rlen == 0) {
-		int r = stdin_write(a, p, len, &done);
+		int r = stdin_write(a, p, len, &done, 1);
 
 		p += done;
 		len -= done;

@@ -106,6 +106,9 @@ static void test_stdin(void)
 	n = read(p[0], got, sizeof got);
 	ok(returned(STREAM_STDIN, 3) && n == 777 && slot_is(got, 3, 777),
 	   "stdin: 777 bytes (not whole sectors) of slot 3 (%zd)", n);
+	ok(A->credit_due[STREAM_STDIN] == 0,
+	   "stdin: no CREDIT for the lane's bytes (BULK_DONE is their credit): %llu due",
+	   (unsigned long long)A->credit_due[STREAM_STDIN]);
 	/* the command closed its stdin: the slot comes back unread */
 	close(p[0]);
 	bulk(STREAM_STDIN, 1, BULK_SLOT);
