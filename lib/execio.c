@@ -382,8 +382,12 @@ static int tree_in(struct exec_session *s, const struct exec_copy *cp, int fd, j
 	r = send_stream(s, -1, walk, STREAM_FILE, cp->host, NULL, NULL);
 	ts_walk_close(walk);
 	free(walk);
-	while (r == 0 && (r = exec_wait_frame(s, &fr)) == 1 && fr.type == F_CREDIT)
-		;
+	/* CREDITs for the stream's last bytes are passed over (the first
+	 * one used to end the loop: r was 1 then, and the CREDIT taken for
+	 * the reply) */
+	if (r == 0)
+		while ((r = exec_wait_frame(s, &fr)) == 1 && fr.type == F_CREDIT)
+			;
 	if (r < 0 || (r == 1 && fr.type != F_FILE_DONE)) {
 		json_decref(skipped);
 		return r < 0 ? r : exec_fail_frame(s, &fr, cp->guest);

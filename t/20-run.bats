@@ -625,8 +625,7 @@ $size" ]
 			[ "$(cat "$d/serial" 2>/dev/null)" = isopod.bulk ] && dev=/dev/${d##*/}
 		done
 		[ -n "$dev" ] || { echo "no lane device"; exit 3; }
-		head -c 1048576 /dev/urandom | dd of="$dev" bs=65536 oflag=direct conv=notrunc 2>/dev/null && sync
-		echo "wrote $?"'
+		if head -c 1048576 /dev/urandom > "$dev"; then sync; echo "wrote 0"; else echo "wrote $?"; fi'
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -e '.stdout | test("^wrote [1-9]")'
 	[ "$(stat -c %b "$lane")" -eq 0 ]

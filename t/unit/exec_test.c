@@ -280,6 +280,33 @@ static void test_copy_in_race(void)
 	unlink(got);
 }
 
+/* A directory copy-in whose FILE_DONE comes after CREDITs (the agent's
+ * grants for the last bytes): the CREDITs are passed over, not taken as
+ * the reply. */
+static void test_tree_in_credit(void)
+{
+	struct exec_session s;
+	char sub[128], f[160];
+	struct exec_copy cin = {.host = sub, .guest = "/root/t"};
+	json_t *in = json_array();
+	pid_t pid;
+	int fd, r;
+
+	snprintf(sub, sizeof sub, "%s/tree-in", dir);
+	snprintf(f, sizeof f, "%s/f", sub);
+	if (mkdir(sub, 0700) < 0 || (fd = open(f, O_WRONLY | O_CREAT | O_CLOEXEC, 0600)) < 0 ||
+	    write_all(fd, "x", 1) < 0 || close(fd) < 0)
+		abort();
+	start(&s, A_CREDIT_LATE, &pid);
+	r = exec_copy_in(&s, &cin, 1, in);
+	ok(r == 0 && json_array_size(in) == 1,
+	   "tree in: CREDITs before FILE_DONE are passed over (%d %s)", r, s.err);
+	stop(&s, pid);
+	json_decref(in);
+	unlink(f);
+	rmdir(sub);
+}
+
 static void *no_malloc(size_t n)
 {
 	(void)n;
@@ -787,6 +814,7 @@ int main(void)
 	test_session();
 	test_copy_in_race();
 	test_bulk();
+	test_tree_in_credit();
 	test_flood();
 	test_stale_credit();
 	test_dest();

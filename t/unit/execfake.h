@@ -106,7 +106,9 @@ enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVI
 	* A_BULK_STRAY: a BULK_DONE (slot 0, never lent) before a
 	* copy-out's bytes. */
        A_BULK, A_BULK_OOB, A_BULK_UNLENT, A_BULK_TWICE, A_BULK_LATE, A_BULK_STDIN,
-       A_BULK_STRAY };
+       A_BULK_STRAY,
+       /* not a lane's: two CREDITs for a copy-in's stream before its FILE_DONE */
+       A_CREDIT_LATE };
 
 static char dir[64], sock[96];
 
@@ -228,7 +230,7 @@ static void agent(int lfd, int mode)
 	tlv_put_u32(&w, T_VERSION, ISOPOD_PROTO_VERSION);
 	tlv_put_u64(&w, T_COOKIE, cookie);
 	tlv_put_str(&w, T_ROOT, "ro");
-	if (mode >= A_BULK)
+	if (mode >= A_BULK && mode != A_CREDIT_LATE)
 		tlv_put_u64(&w, T_BULK, 8u * BULK_SLOT);
 	put_tlv(fd, F_HELLO_ACK, &w);
 	while (get(fd, buf, &have, &fr, pl) == 1) {
@@ -280,6 +282,10 @@ static void agent(int lfd, int mode)
 			tlv_init(&w, tb, sizeof tb);
 			/* A_SHORT: an agent that wrote a byte less than it got */
 			tlv_put_u64(&w, T_BYTES, mode == A_SHORT && got ? got - 1 : got);
+			if (mode == A_CREDIT_LATE) {
+				put(fd, F_CREDIT, STREAM_FILE, w.buf, w.len);
+				put(fd, F_CREDIT, STREAM_FILE, w.buf, w.len);
+			}
 			put_tlv(fd, F_FILE_DONE, &w);
 			if (held)
 				put(fd, F_BULK_DONE, STREAM_FILE, late, sizeof late), held = 0;
