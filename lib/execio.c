@@ -138,6 +138,20 @@ static int watchdog_fired(struct exec_session *s)
 		    s->vm_id, (long long)s->watchdog_ms);
 }
 
+/* After EXIT the agent keeps lent slots: an honest one returns them as
+ * soon as their BULK arrives (it no longer reads them), so a guest that
+ * answers PINGs but holds a slot is not kept waiting for by the watchdog
+ * (its PONGs reset it): this bound is.  The vm is stopped first: its
+ * lane is punched after, and no later exec finds a slot still out. */
+static int slots_overdue(struct exec_session *s)
+{
+	if (exec_stop_vm(s) < 0)
+		return exec_fail_not_stopped(s, "the guest agent kept bulk slots after EXIT");
+	return exec_fail(s, EX_SYS, "protocol",
+		    "vm %s: bulk slots 0x%x not returned within %lld ms of EXIT; the vm was stopped",
+		    s->vm_id, s->bulk_lent, (long long)s->watchdog_ms);
+}
+
 int64_t exec_next_tick(const struct exec_session *s, int64_t now)
 {
 	int64_t until = now + s->ping_ms;
@@ -148,6 +162,8 @@ int64_t exec_next_tick(const struct exec_session *s, int64_t now)
 		until = s->deadline_ms + EXEC_DEADLINE_GRACE_MS;
 	if (s->copy_deadline_ms && until > s->copy_deadline_ms)
 		until = s->copy_deadline_ms;
+	if (s->slots_due_ms && until > s->slots_due_ms)
+		until = s->slots_due_ms;
 	return until;
 }
 
@@ -183,6 +199,8 @@ int exec_wait_frame(struct exec_session *s, struct frame *fr)
 			s->copy_why = "the time left of --timeout-ms, and its copy-out allowance, ran out";
 			return 0;
 		}
+		if (s->slots_due_ms && now >= s->slots_due_ms)
+			return slots_overdue(s);
 		if (now >= s->last_rx + s->watchdog_ms) {
 			if (s->copying_out) {
 				s->copy_why = "the guest agent stopped answering";
@@ -642,12 +660,17 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 	/* After EXIT every slot lent comes back before the exec goes on: a
 	 * BULK sent as the command ended reaches the agent after its EXIT and
 	 * is returned then, unread.  Anything else now is the agent's fault. */
+	if (r == 1 && s->bulk_lent)
+		s->slots_due_ms = before_deadline(s, s->watchdog_ms);
 	while (r == 1 && s->bulk_lent) {
 		struct frame fr;
 		int g = exec_wait_frame(s, &fr);
 
-		if (g < 0)
-			return g;
+		if (g <= 0) {
+			s->slots_due_ms = 0;
+			return g < 0 ? g : exec_fail(s, EX_SYS, "protocol", "vm %s: no frame after EXIT",
+						    s->vm_id);
+		}
 		if (fr.type == F_BULK_DONE) {
 			if (exec_bulk_take(s, &fr) < 0)
 				return EXEC_FAILED;
@@ -656,6 +679,7 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 				    "bulk slots not returned (0x%x)", s->vm_id, fr.type, s->bulk_lent);
 		}
 	}
+	s->slots_due_ms = 0;
 	exec_bulk_punch(s);
 	return r < 0 ? r : 0;
 }

@@ -91,6 +91,7 @@ struct exec_session {
 	int64_t last_rx;            /* when the agent last said something */
 	int64_t t_exec;             /* EXEC sent; 0 = not yet */
 	int64_t copy_deadline_ms;   /* while copying out: its end; 0 = none */
+	int64_t slots_due_ms;       /* after EXIT: the lent slots' latest return; 0 = none */
 	int copying_out;            /* the command has ended; copy-out runs */
 	const char *copy_why;       /* why a copy-out had to end */
 	/* The failure, when a step returned EXEC_FAILED. */

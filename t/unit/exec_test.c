@@ -627,6 +627,7 @@ static void test_bulk(void)
 	uint8_t *buf = malloc(9 * BULK_SLOT + 13);
 	pid_t pid;
 	json_t *in;
+	int64_t t0;
 	int fd, r;
 
 	snprintf(host, sizeof host, "%s/in", dir);
@@ -719,6 +720,22 @@ static void test_bulk(void)
 		   st.st_blocks == 0,
 		   "bulk: a stdin slot returned after EXIT is waited for, the lane punched after "
 		   "(%d, lent 0x%x, %s)", r, s.bulk_lent, s.err);
+		stop(&s, pid);
+		close(fd);
+
+		/* a guest that answers PINGs but keeps a slot after EXIT: the
+		 * watchdog never fires, the slots' own bound does */
+		start(&s, A_BULK_KEEP, &pid);
+		s.watchdog_ms = 300;
+		s.ping_ms = 50;
+		exec_bulk_open(&s, lane);
+		fd = open(host, O_RDONLY | O_CLOEXEC);
+		t0 = mono_ms();
+		r = exec_send(&s, &req) == 0 ? exec_run(&s, fd, &ex) : -99;
+		ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") &&
+		   strstr(s.err, "not returned within") && mono_ms() - t0 < 5000,
+		   "bulk: a slot kept after EXIT by a guest that answers PINGs ends the exec "
+		   "(%d, %s)", r, s.err);
 		stop(&s, pid);
 		close(fd);
 

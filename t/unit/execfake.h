@@ -104,9 +104,10 @@ enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVI
 	* A_BULK_STDIN: EXEC answered once a stdin BULK came, its slot
 	* returned after the EXIT (a slot lent as the command ended).
 	* A_BULK_STRAY: a BULK_DONE (slot 0, never lent) before a
-	* copy-out's bytes. */
+	* copy-out's bytes.  A_BULK_KEEP: as A_BULK_STDIN, but the slot is
+	* never returned (PINGs still answered). */
        A_BULK, A_BULK_OOB, A_BULK_UNLENT, A_BULK_TWICE, A_BULK_LATE, A_BULK_STDIN,
-       A_BULK_STRAY,
+       A_BULK_STRAY, A_BULK_KEEP,
        /* not a lane's: two CREDITs for a copy-in's stream before its FILE_DONE */
        A_CREDIT_LATE };
 
@@ -294,6 +295,19 @@ static void agent(int lfd, int mode)
 			put(fd, F_BULK_DONE, STREAM_STDIN, fr.payload, 4);
 			continue;
 		}
+		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_KEEP) {
+			if (held)
+				continue;
+			held = 1;
+			tlv_init(&w, tb, sizeof tb);
+			tlv_put_u32(&w, T_EXIT_CODE, 0);
+			tlv_put_u32(&w, T_SIGNAL, 0);
+			tlv_put_u32(&w, T_TIMED_OUT, 0);
+			put(fd, F_EOF, STREAM_STDOUT, NULL, 0);
+			put(fd, F_EOF, STREAM_STDERR, NULL, 0);
+			put_tlv(fd, F_EXIT, &w);
+			continue;
+		}
 		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_STDIN) {
 			/* the command has ended meanwhile: EXIT, then the slot */
 			held = 1; /* (EXIT sent) */
@@ -337,7 +351,7 @@ static void agent(int lfd, int mode)
 			tlv_put_u32(&w, T_MODE, 0640);
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
-		if (fr.type != F_EXEC || mode == A_BULK_STDIN)
+		if (fr.type != F_EXEC || mode == A_BULK_STDIN || mode == A_BULK_KEEP)
 			continue;
 		if (mode == A_REFUSE) {
 			tlv_init(&w, tb, sizeof tb);
