@@ -27,7 +27,7 @@ TOOLS = bin/isopod-claim bin/isopod-boot bin/isopod-exec bin/isopod-stop bin/iso
 	bin/isopod-allow bin/isopod-oci bin/isopod-slurm bin/isopod-pool bin/isopod-run
 # t/17-jail.bats' programs (see below)
 JAILTEST = build/jail/probe build/jail/isopod-jail-mutant
-HOSTLIB = lib/util.o lib/bootopt.o lib/runopt.o lib/digest.o lib/jsonio.o lib/utf8.o lib/proc.o lib/launch.o lib/qemu.o lib/ovtpl.o lib/conlog.o lib/image.o lib/accel.o lib/accelhost.o lib/tsc.o lib/frame.o lib/treestream.o lib/treeio.o lib/host.o lib/stage.o lib/qmp.o lib/tree.o lib/warm.o lib/warmpool.o lib/warmtpl.o lib/net.o lib/taphold.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/slurmjob.o lib/execopt.o lib/execio.o lib/exectree.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/cgroup.o lib/jail.o lib/jaildeps.o lib/jailchild.o lib/qjail.o lib/attcheck.o lib/config.o lib/gcauto.o lib/propose.o lib/psl.o lib/pool.o lib/vmstop.o
+HOSTLIB = lib/util.o lib/bootopt.o lib/runopt.o lib/digest.o lib/jsonio.o lib/utf8.o lib/proc.o lib/launch.o lib/qemu.o lib/ovtpl.o lib/conlog.o lib/image.o lib/accel.o lib/accelhost.o lib/tsc.o lib/frame.o lib/treestream.o lib/treeio.o lib/host.o lib/stage.o lib/qmp.o lib/tree.o lib/warm.o lib/warmpool.o lib/warmtpl.o lib/net.o lib/taphold.o lib/allow.o lib/egress.o lib/dns.o lib/http.o lib/ranges.o lib/dsse.o lib/vm.o lib/job.o lib/slurmjob.o lib/execopt.o lib/execio.o lib/execbulk.o lib/exectree.o lib/tcread.o lib/nldump.o lib/jsonrpc.o lib/cgroup.o lib/jail.o lib/jaildeps.o lib/jailchild.o lib/qjail.o lib/attcheck.o lib/config.o lib/gcauto.o lib/propose.o lib/psl.o lib/pool.o lib/vmstop.o
 # Only the tools that read nftables link libnftnl: ruleset.o on its own.
 NETLIB = lib/ruleset.o
 # isopod-netsetup's own: the taps and routing rules (rtnetlink), the tables.
@@ -171,7 +171,7 @@ build/jail/isopod-jail-mutant: bin/isopod-jail.c lib/jail.c lib/jailchild.c $(HO
 # The agent: static musl, PID 1.  It links frame.c and the tree stream
 # (treestream.c, treeio.c), libc only, and nothing else of lib/.
 AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \
-	agent/exec.c agent/file.c
+	agent/exec.c agent/file.c agent/bulk.c
 agent/isopod-agent: $(AGENTSRC) agent/agent.h lib/frame.c lib/frame.h lib/treestream.c lib/treestream.h lib/treeio.c lib/treeio.h
 	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ $(AGENTSRC) lib/frame.c lib/treestream.c lib/treeio.c
 

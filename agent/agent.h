@@ -77,6 +77,8 @@
  * the stdin ring's size, so it bounds what a host can make us hold. */
 #define AGENT_WINDOW (1024u * 1024u)
 _Static_assert(AGENT_WINDOW >= FRAME_INITIAL_CREDIT, "the window starts at the initial credit");
+_Static_assert(AGENT_WINDOW >= BULK_SLOT, "a bulk slot is read whole into the stdin ring");
+#define BULK_SECTOR 512u /* O_DIRECT's unit on a virtio-blk device */
 /* Bigger pipes: fewer wake-ups per MiB under TCG, where syscalls are dear. */
 #define PIPE_SZ (1024 * 1024)
 /* After the main process exits: wait this long for its pipes to hit EOF
@@ -181,6 +183,10 @@ struct exec_state {
 	int st_stage, st_errno; /* spawn failure reported by the child */
 	int64_t drain_until, drain_cap;
 	size_t rhead, rlen; /* stdin ring */
+	int ring_bulk;      /* the ring holds a bulk slot's bytes: no CREDIT for them */
+	/* Bulk slots named for stdin and not yet read: each is read into
+	 * the ring once it is empty, then returned (BULK_DONE). */
+	uint32_t bq[BULK_SLOTS_MAX], bq_n[BULK_SLOTS_MAX], bq_head, bq_len;
 	char argv0[256], cwd[PATH_MAX];
 };
 
@@ -204,8 +210,17 @@ struct get_state {
 	struct ts_walk walk;
 };
 
+/* The bulk lane's device (doc/PROTOCOL.md "Bulk lane"): read with
+ * O_DIRECT, so the guest's page cache never holds a slot's old bytes. */
+struct bulk_state {
+	int fd;             /* -1: no lane */
+	uint32_t n;         /* slots */
+	uint64_t bytes;     /* the device's size, announced in HELLO_ACK */
+};
+
 struct agent {
 	struct port_state port;
+	struct bulk_state bulk;
 	struct out_buf out;
 	struct root_state root;
 	enum op op;
@@ -215,8 +230,10 @@ struct agent {
 	uint64_t credit_due[STREAM_MAX + 1];
 	int sigfd, tfd;
 	struct exec_req req; /* the EXEC being decoded */
-	/* Exactly the credit window: the host can never have more in flight. */
-	uint8_t stdin_ring[AGENT_WINDOW];
+	/* Exactly the credit window: the host can never have more in flight.
+	 * Aligned for O_DIRECT: a bulk slot is read straight into it (stdin:
+	 * when it is empty; FILE_PUT: it is unused then). */
+	_Alignas(4096) uint8_t stdin_ring[AGENT_WINDOW];
 };
 
 /* ------------------------------------------------------------------ */
@@ -279,6 +296,14 @@ void root_rw_soon(struct agent *a);
 void write_resolv(struct agent *a);
 int root_make_rw(struct agent *a, char *err, size_t errsz);
 void on_hello(struct agent *a, const struct frame *fr);
+
+/* bulk.c: the bulk lane */
+void bulk_find(struct agent *a);
+/* Slot's first len bytes into buf (aligned, a slot's size).  0, or -1 (logged). */
+int bulk_read(struct agent *a, uint32_t slot, uint32_t len, uint8_t *buf);
+/* BULK_DONE{slot} on stream: the host may reuse the slot. */
+void bulk_done(struct agent *a, uint32_t stream, uint32_t slot);
+void on_bulk(struct agent *a, const struct frame *fr);
 void on_shutdown(struct agent *a);
 
 /* ------------------------------------------------------------------ */
@@ -289,12 +314,14 @@ void exec_abort(struct agent *a);
 void exec_read_status(struct agent *a);
 void pipe_pump(struct agent *a, int *fd, uint32_t stream);
 void stdin_pump(struct agent *a);
+void on_stdin_bulk(struct agent *a, uint32_t slot, uint32_t len);
 void on_stdin_data(struct agent *a, const struct frame *fr);
 void exec_on_timer(struct agent *a);
 void reap(struct agent *a);
 void exec_maybe_finish(struct agent *a, int64_t now);
 void on_file_put(struct agent *a, const struct frame *fr);
 void on_file_data(struct agent *a, const struct frame *fr);
+void on_file_bulk(struct agent *a, uint32_t slot, uint32_t len);
 void on_file_eof(struct agent *a);
 void on_file_get(struct agent *a, const struct frame *fr);
 void get_pump(struct agent *a);

@@ -170,6 +170,7 @@ static void exec_clear(struct agent *a)
 	close_fd(&a->ex.out_fd);
 	close_fd(&a->ex.err_fd);
 	close_fd(&a->ex.st_fd);
+	a->ex.bq_len = 0; /* the session is over: its host lends no more */
 	timer_arm(a, 0);
 	a->ex.pid = 0;
 	a->op = OP_NONE;
@@ -313,8 +314,12 @@ void pipe_pump(struct agent *a, int *fd, uint32_t stream)
 static void stdin_close(struct agent *a)
 {
 	close_fd(&a->ex.in_fd);
-	a->credit_due[STREAM_STDIN] += a->ex.rlen;
+	if (!a->ex.ring_bulk)
+		a->credit_due[STREAM_STDIN] += a->ex.rlen;
 	a->ex.rlen = a->ex.rhead = 0;
+	/* and bulk slots are returned unread: all before EXIT, as credit */
+	for (; a->ex.bq_len; a->ex.bq_len--, a->ex.bq_head = (a->ex.bq_head + 1) % BULK_SLOTS_MAX)
+		bulk_done(a, STREAM_STDIN, a->ex.bq[a->ex.bq_head]);
 }
 
 /* What the command's stdin takes of p[0..len), each byte credited, in
@@ -322,7 +327,7 @@ static void stdin_close(struct agent *a)
  * (EPIPE: the command closed its stdin; another error is logged).  The
  * caller closes stdin then, once its own count is right: stdin_close
  * credits what is still queued. */
-static int stdin_write(struct agent *a, const uint8_t *p, size_t len, size_t *done)
+static int stdin_write(struct agent *a, const uint8_t *p, size_t len, size_t *done, int credit)
 {
 	ssize_t n;
 
@@ -330,7 +335,9 @@ static int stdin_write(struct agent *a, const uint8_t *p, size_t len, size_t *do
 		n = write(a->ex.in_fd, p + *done, len - *done);
 		if (n > 0) {
 			*done += (size_t)n;
-			a->credit_due[STREAM_STDIN] += (uint64_t)n;
+			/* the port's bytes only: a slot's come back by BULK_DONE */
+			if (credit)
+				a->credit_due[STREAM_STDIN] += (uint64_t)n;
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -349,11 +356,28 @@ void stdin_pump(struct agent *a)
 	size_t chunk, done;
 	int r;
 
-	while (a->ex.in_fd >= 0 && a->ex.rlen) {
+	/* The ring empty: the next bulk slot into it, and the slot back to
+	 * the host at once (its bytes are ours now). */
+	while (a->ex.in_fd >= 0 && (a->ex.rlen || a->ex.bq_len)) {
+		if (!a->ex.rlen) {
+			uint32_t slot = a->ex.bq[a->ex.bq_head], len = a->ex.bq_n[a->ex.bq_head];
+
+			a->ex.bq_head = (a->ex.bq_head + 1) % BULK_SLOTS_MAX;
+			a->ex.bq_len--;
+			if (bulk_read(a, slot, len, a->stdin_ring) < 0) {
+				bulk_done(a, STREAM_STDIN, slot);
+				stdin_close(a);
+				return;
+			}
+			bulk_done(a, STREAM_STDIN, slot);
+			a->ex.rhead = 0;
+			a->ex.rlen = len;
+			a->ex.ring_bulk = 1;
+		}
 		chunk = sizeof a->stdin_ring - a->ex.rhead;
 		if (chunk > a->ex.rlen)
 			chunk = a->ex.rlen;
-		r = stdin_write(a, a->stdin_ring + a->ex.rhead, chunk, &done);
+		r = stdin_write(a, a->stdin_ring + a->ex.rhead, chunk, &done, !a->ex.ring_bulk);
 		a->ex.rhead = (a->ex.rhead + done) % sizeof a->stdin_ring;
 		a->ex.rlen -= done;
 		if (r < 0)
@@ -376,16 +400,19 @@ void on_stdin_data(struct agent *a, const struct frame *fr)
 		a->credit_due[STREAM_STDIN] += fr->len;
 		return;
 	}
-	if (fr->len > sizeof a->stdin_ring - a->ex.rlen) {
-		send_error(a, "protocol", "stdin beyond the credit window");
+	if (fr->len > sizeof a->stdin_ring - a->ex.rlen || (a->ex.rlen && a->ex.ring_bulk)) {
+		send_error(a, "protocol", "%s", a->ex.rlen && a->ex.ring_bulk ?
+			   "stdin DATA while a bulk slot's bytes are being written" :
+			   "stdin beyond the credit window");
 		a->port.poisoned = 1;
 		return;
 	}
+	a->ex.ring_bulk = 0; /* the ring is empty or holds the port's bytes */
 	/* Nothing queued before it: straight into the pipe, and only what
 	 * the pipe does not take into the ring.  Under TCG each copy of the
 	 * bytes inside the guest is emulated; the ring's was one of four. */
 	if (a->ex.rlen == 0) {
-		int r = stdin_write(a, p, len, &done);
+		int r = stdin_write(a, p, len, &done, 1);
 
 		p += done;
 		len -= done;
@@ -402,6 +429,29 @@ void on_stdin_data(struct agent *a, const struct frame *fr)
 	memcpy(a->stdin_ring + tail, p, first);
 	memcpy(a->stdin_ring, p + first, len - first);
 	a->ex.rlen += len;
+}
+
+void on_stdin_bulk(struct agent *a, uint32_t slot, uint32_t len)
+{
+	uint32_t tail;
+
+	if (a->op != OP_EXEC || !a->ex.with_stdin || a->ex.in_fd < 0 || a->ex.stdin_eof) {
+		/* left over, or the command no longer reads: returned unread */
+		bulk_done(a, STREAM_STDIN, slot);
+		return;
+	}
+	/* A host lends each slot once until it is returned: never more
+	 * queued than there are slots, so the queue cannot overflow. */
+	if (a->ex.bq_len >= a->bulk.n) {
+		send_error(a, "protocol", "BULK: more slots lent than the lane has");
+		a->port.poisoned = 1;
+		return;
+	}
+	tail = (a->ex.bq_head + a->ex.bq_len) % BULK_SLOTS_MAX;
+	a->ex.bq[tail] = slot;
+	a->ex.bq_n[tail] = len;
+	a->ex.bq_len++;
+	stdin_pump(a);
 }
 
 void exec_on_timer(struct agent *a)

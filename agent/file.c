@@ -114,15 +114,11 @@ void on_file_put(struct agent *a, const struct frame *fr)
 	a->credit_due[STREAM_FILE] += AGENT_WINDOW - FRAME_INITIAL_CREDIT;
 }
 
-void on_file_data(struct agent *a, const struct frame *fr)
+/* p[0..left) into the file (or the tree); a failure is reported once. */
+static void put_write(struct agent *a, const uint8_t *p, size_t left)
 {
-	const uint8_t *p = fr->payload;
-	size_t left = fr->len;
 	ssize_t n;
 
-	if (a->op != OP_PUT)
-		return;
-	a->credit_due[STREAM_FILE] += fr->len;
 	if (a->put.tree && !a->put.failed) {
 		char err[600];
 
@@ -147,6 +143,67 @@ void on_file_data(struct agent *a, const struct frame *fr)
 		left -= (size_t)n;
 		a->put.bytes += (uint64_t)n;
 	}
+}
+
+void on_file_data(struct agent *a, const struct frame *fr)
+{
+	if (a->op != OP_PUT)
+		return;
+	a->credit_due[STREAM_FILE] += fr->len;
+	put_write(a, fr->payload, fr->len);
+}
+
+/* p[0..len) (aligned) into a plain file: its whole sectors with O_DIRECT
+ * when the file's offset is a whole sector, so they go from the buffer to
+ * the disk by QEMU's DMA instead of through the page cache (under TCG the
+ * guest's copy into the page cache was most of a copy-in's time: doc/SPEED.md
+ * "Goal 4, the bulk lane"); the rest, or all of it where O_DIRECT is
+ * refused, buffered.  A slot is 1 MiB, so only a file's last piece is
+ * ever not whole sectors. */
+static void put_write_direct(struct agent *a, const uint8_t *p, size_t len)
+{
+	size_t whole = len / BULK_SECTOR * BULK_SECTOR;
+	int fl;
+
+	if (!a->put.tree && whole && a->put.bytes % BULK_SECTOR == 0 &&
+	    (fl = fcntl(a->put.fd, F_GETFL)) >= 0 && fcntl(a->put.fd, F_SETFL, fl | O_DIRECT) == 0) {
+		size_t off = 0;
+
+		while (off < whole) {
+			ssize_t n = write(a->put.fd, p + off, whole - off);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break; /* the buffered write below reports or finishes it */
+			off += (size_t)n; /* written, whole sectors or not */
+			if ((size_t)n % BULK_SECTOR)
+				break; /* the file's offset is no longer a sector's */
+		}
+		fcntl(a->put.fd, F_SETFL, fl);
+		a->put.bytes += off;
+		p += off;
+		len -= off;
+	}
+	put_write(a, p, len);
+}
+
+/* A bulk slot's bytes: into the idle stdin ring (aligned for O_DIRECT),
+ * the slot back to the host, then into the file as DATA would go. */
+void on_file_bulk(struct agent *a, uint32_t slot, uint32_t len)
+{
+	if (a->op != OP_PUT || a->put.failed) {
+		bulk_done(a, STREAM_FILE, slot);
+		return;
+	}
+	if (bulk_read(a, slot, len, a->stdin_ring) < 0) {
+		bulk_done(a, STREAM_FILE, slot);
+		send_error(a, "io", "%s: the bulk lane could not be read", a->put.path);
+		put_fail(a);
+		return;
+	}
+	bulk_done(a, STREAM_FILE, slot);
+	put_write_direct(a, a->stdin_ring, len);
 }
 
 void on_file_eof(struct agent *a)
@@ -179,6 +236,9 @@ void on_file_eof(struct agent *a)
 		out_tlv(a, F_FILE_DONE, STREAM_CTL, &w);
 		return;
 	}
+	/* The bytes are on the disk (O_DIRECT) or in the page cache: a read
+	 * of a file written past the cache pays for it then, not here (a
+	 * readback here would hold PID 1 for the whole file). */
 	if (close(a->put.fd) < 0) {
 		a->put.fd = -1;
 		send_error(a, "io", "close %s: %s", a->put.path, strerror(errno));

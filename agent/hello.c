@@ -257,6 +257,10 @@ void on_hello(struct agent *a, const struct frame *fr)
 	tlv_put_u64(&w, T_COOKIE, h.cookie);
 	tlv_put_str(&w, T_ROOT, a->root.rw ? "rw" : "ro");
 	tlv_put_u64(&w, T_UPTIME_MS, (uint64_t)clock_ms(CLOCK_BOOTTIME));
+	/* The lane, when this VM has its drive: the host uses it then. */
+	bulk_find(a);
+	if (a->bulk.fd >= 0 && a->bulk.n)
+		tlv_put_u64(&w, T_BULK, a->bulk.bytes);
 	if (err[0]) {
 		logm("HELLO_ACK error: %s", err);
 		tlv_put_str(&w, T_ERROR, err);

@@ -19,6 +19,7 @@ void agent_init(struct agent *a)
 	a->put.fd = -1;
 	a->get.fd = -1;
 	a->sigfd = a->tfd = -1;
+	a->bulk.fd = -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -98,7 +99,7 @@ void loop_once(struct agent *a)
 			pf[P_OUT].fd = a->ex.out_fd;
 			pf[P_ERR].fd = a->ex.err_fd;
 		}
-		if (a->ex.rlen) {
+		if (a->ex.rlen || a->ex.bq_len) {
 			pf[P_IN].fd = a->ex.in_fd;
 			pf[P_IN].events = POLLOUT;
 		}

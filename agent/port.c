@@ -205,6 +205,9 @@ void on_frame(struct agent *a, const struct frame *fr)
 	case F_SHUTDOWN:
 		on_shutdown(a);
 		return;
+	case F_BULK:
+		on_bulk(a, fr);
+		return;
 	case F_DATA:
 	case F_EOF:
 		/* Stray stdin / file data is dropped: it races with the end of

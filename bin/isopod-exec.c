@@ -8,6 +8,7 @@
  * lib/execio.c; what needs no VM is lib/execopt.c. */
 #include "execio.h"
 #include "execopt.h"
+#include "qemu.h"
 #include "util.h"
 #include "vm.h"
 #include "vmstop.h"
@@ -87,6 +88,9 @@ __attribute__((noreturn, format(printf, 4, 5))) static void fail(const struct op
 		      o->name);
 	if (j && o->s && o->s->warnings)
 		json_object_set(j, "warnings", o->s->warnings);
+	/* under the VM's lock, which exit lets go (exec_bulk_punch) */
+	if (o->s)
+		exec_bulk_punch(o->s);
 	if (j)
 		json_emit(j);
 	exit(code);
@@ -344,6 +348,7 @@ static __attribute__((noreturn)) void finish(const struct opts *o, struct exec_s
 	res = exec_result(s, o->name, ex, copied_in, copied_out, exec_ms);
 	if (!res)
 		fail_session(o, s);
+	exec_bulk_punch(s); /* a deadline's end too; before the lock goes */
 	json_emit(res);
 	exit(ex->code == 0 && !ex->timed_out ? EX_OK : EX_GUEST);
 }
@@ -403,6 +408,16 @@ int main(int argc, char **argv)
 	stdin_fd = open_stdin(&o);
 	step(&o, &s, exec_open_logs(&s, o.dir), NULL);
 	step(&o, &s, exec_connect(&s, o.agent_sock), NULL);
+	{
+		/* ISOPOD_BULK=0: the serial port even when the lane is there
+		 * (tests of that path, a comparison) */
+		const char *b = getenv("ISOPOD_BULK");
+		char lane[PATH_MAX];
+
+		s.no_bulk = b && !strcmp(b, "0");
+		pathf(lane, sizeof lane, "%s/" QEMU_BULK_FILE, o.dir);
+		step(&o, &s, exec_bulk_open(&s, lane), NULL);
+	}
 	copied_in = json_array();
 	step(&o, &s, exec_copy_in(&s, o.in, o.nin, copied_in), copied_in);
 	step(&o, &s, exec_send(&s, &(struct exec_request){

@@ -189,6 +189,17 @@ static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 	return s->j.pid;
 }
 
+/* Unjailed, QEMU is reaped: the lane's bytes (this VM's stdin and files)
+ * go with it, as the jail's reclaim unlinks them (lib/qjail.c); the next
+ * QEMU of this directory gets a new file (bulk_file_new). */
+static void sup_unlink_bulk(const struct sup *s)
+{
+	char p[PATH_MAX];
+
+	if (pathn(p, sizeof p, "%s/" QEMU_BULK_FILE, s->dir) == 0 && unlink(p) < 0 && errno != ENOENT)
+		warn("supervisor: unlink %s:", p);
+}
+
 /* QEMU did not start (or cannot be watched): report why and exit, the
  * broker ended first.  Its jail's cgroups are ours to remove (egress_stop):
  * exiting without would leave them to isopod-gc, as would a QEMU started
@@ -205,6 +216,8 @@ __attribute__((noreturn)) static void sup_start_failed(struct sup *s, const char
 			warn("supervisor: %s", err);
 		if (s->jailed) /* (a failed start was reclaimed by sup_jailed) */
 			qjail_reclaim(&s->qj);
+		else
+			sup_unlink_bulk(s);
 	}
 	egress_stop(&s->eg);
 	if (s->plfd >= 0)
@@ -452,6 +465,8 @@ static void sup_watch(struct sup *s)
 			warn("supervisor: %s", err);
 		qjail_reclaim(&s->qj);
 		qjail_free(&s->qj);
+	} else {
+		sup_unlink_bulk(s);
 	}
 }
 

@@ -1,7 +1,8 @@
 /* frame_fuzz.c - libFuzzer target for every parser of guest-controlled bytes
  * on the host: frame_parse (as the receive loop drives it), TLV decoding of
  * each frame, the ERROR-frame text decoder, and the UTF-8 sanitiser that
- * turns guest output into JSON strings.  See fuzz/run. */
+ * turns guest output into JSON strings, and the bulk lane's slot decoders
+ * (a slot or length they pass must lie inside the lane).  See fuzz/run. */
 #include "frame.h"
 #include "host.h"
 #include "util.h"
@@ -44,6 +45,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (fr.len > FRAME_MAX_PAYLOAD || used != FRAME_HDR + fr.len || used > size - off)
 			abort();
 		walk_tlv(&fr);
+		{
+			uint32_t n = data[0] % (BULK_SLOTS_MAX + 2), slot, len;
+
+			if (bulk_done_decode(&fr, n, &slot) == 0 &&
+			    (slot >= n || slot >= BULK_SLOTS_MAX))
+				abort();
+			if (bulk_decode(&fr, n, &slot, &len) == 0 &&
+			    (slot >= n || slot >= BULK_SLOTS_MAX || len == 0 || len > BULK_SLOT))
+				abort();
+		}
 		frame_error_text(&fr, kind, sizeof kind, msg, sizeof msg);
 		json_decref(utf8_json(fr.payload, fr.len, fr.stream & 1));
 		off += used;

@@ -19,6 +19,8 @@
 #include <limits.h>
 #include <stdint.h>
 
+struct sha256_stream;
+
 /* The result carries at most this much of each output stream. */
 #define EXEC_INBAND_MAX (64u * 1024u)
 #define EXEC_WATCHDOG_MS_DEFAULT 30000
@@ -72,6 +74,16 @@ struct exec_session {
 	 * for "files": exec_init gives EXEC_TREE_JSON_MAX, EXEC_TREE_HOLES_MAX. */
 	size_t tree_json_left;
 	uint64_t tree_holes_left;
+	/* The bulk lane (exec_bulk_open; doc/PROTOCOL.md "Bulk lane"):
+	 * stdin and copy-in go through vms/<id>/bulk.raw when the agent
+	 * announced the lane and the file is there; else over the port. */
+	int no_bulk;                /* the caller's: never use the lane */
+	uint64_t bulk_agent;        /* the HELLO_ACK's BULK: the lane's size, 0: none */
+	int bulk_fd;                /* the lane's file, or -1: serial */
+	uint32_t bulk_n;            /* slots in use of it (<= BULK_SLOTS_MAX) */
+	uint32_t bulk_lent;         /* bit i: slot i holds bytes the agent has not returned */
+	uint8_t *bulk_buf;          /* one slot's bytes, BULK_SLOT */
+	int bulk_dirty;             /* bytes written since the last punch */
 	/* The session's own. */
 	struct conn c;
 	struct exec_stream out[2];  /* stdout, stderr */
@@ -79,6 +91,7 @@ struct exec_session {
 	int64_t last_rx;            /* when the agent last said something */
 	int64_t t_exec;             /* EXEC sent; 0 = not yet */
 	int64_t copy_deadline_ms;   /* while copying out: its end; 0 = none */
+	int64_t slots_due_ms;       /* after EXIT: the lent slots' latest return; 0 = none */
 	int copying_out;            /* the command has ended; copy-out runs */
 	const char *copy_why;       /* why a copy-out had to end */
 	/* The failure, when a step returned EXEC_FAILED. */
@@ -98,6 +111,13 @@ void exec_free(struct exec_session *s);
 int exec_open_logs(struct exec_session *s, const char *dir);
 /* Connect to the agent and shake hands, within the deadline's grace. */
 int exec_connect(struct exec_session *s, const char *agent_sock);
+/* After exec_connect: use the bulk lane at path (the VM's bulk.raw) when
+ * the agent announced it and no_bulk is unset.  0 (the lane or the
+ * serial path: bulk_fd says which), or a failure. */
+int exec_bulk_open(struct exec_session *s, const char *path);
+/* A BULK_DONE the agent sent: the slot must be one lent (bounds and
+ * ownership checked), and is free again.  0, or EXEC_FAILED. */
+int exec_bulk_take(struct exec_session *s, const struct frame *fr);
 /* Copy host files in; one {host,guest,bytes,sha256} per file onto list. */
 int exec_copy_in(struct exec_session *s, const struct exec_copy *in, int n, json_t *list);
 /* Send the EXEC request (its timeout: what is left of deadline_ms). */
@@ -153,6 +173,23 @@ void exec_copy_out_failed(struct exec_session *s, json_t *list, const char *gues
 #define EXEC_TREE_HOLES_MAX (256ull << 20)
 /* What an entry of a list costs: its compact JSON, plus a comma. */
 size_t exec_json_cost(const json_t *j);
+
+/* Record a failure (the exit status, the error kind, the message);
+ * EXEC_FAILED.  For execio.c's siblings (exectree.c, execbulk.c). */
+int exec_fail(struct exec_session *s, int code, const char *kind, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* An ERROR (or an unexpected frame) in answer to `what`: EXEC_FAILED. */
+int exec_fail_frame(struct exec_session *s, const struct frame *fr, const char *what);
+
+/* execbulk.c: the lane's free slot (-1: all lent); a file's bytes through
+ * the lane, a slot at a time, hashed into h and counted in *sent, then
+ * EOF; stdin's bytes now readable into a free slot (EOF at its end, *eof
+ * set); the lane's blocks punched (no transfer's bytes stay in it). */
+int exec_bulk_free_slot(const struct exec_session *s);
+int exec_bulk_send_file(struct exec_session *s, int fd, uint32_t stream, const char *what,
+			struct sha256_stream *h, uint64_t *sent);
+int exec_bulk_feed_stdin(struct exec_session *s, int fd, int *eof);
+void exec_bulk_punch(struct exec_session *s);
 
 /* exectree.c: a guest directory copied out as a tree stream into NAME in
  * the directory dfd (it must not exist: it is made, and all the stream

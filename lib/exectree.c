@@ -198,6 +198,12 @@ static int take_tree(struct exec_session *s, struct ts_feed *f, uint64_t room, u
 		}
 		if (fr.type == F_EOF || fr.type == F_PONG || fr.type == F_CREDIT)
 			continue;
+		/* none is lent after EXIT (exec_run took them all): a failure */
+		if (fr.type == F_BULK_DONE) {
+			if (exec_bulk_take(s, &fr) < 0)
+				return EXEC_FAILED;
+			continue;
+		}
 		if (fr.type == F_FILE_DONE)
 			return 1;
 		if (fr.type == F_ERROR) {

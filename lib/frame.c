@@ -159,3 +159,37 @@ int tlv_str(const uint8_t *val, uint32_t len, char *dst, size_t dstsz)
 	dst[len] = 0;
 	return 0;
 }
+
+uint32_t bulk_nslots(uint64_t bytes)
+{
+	uint64_t n = bytes / BULK_SLOT;
+
+	return n > BULK_SLOTS_MAX ? BULK_SLOTS_MAX : (uint32_t)n;
+}
+
+void bulk_encode(uint8_t out[BULK_PAYLOAD], uint32_t slot, uint32_t len)
+{
+	put_le32(out, slot);
+	put_le32(out + 4, len);
+}
+
+int bulk_decode(const struct frame *fr, uint32_t nslots, uint32_t *slot, uint32_t *len)
+{
+	if (fr->len != BULK_PAYLOAD)
+		return -1;
+	*slot = get_le32(fr->payload);
+	*len = get_le32(fr->payload + 4);
+	if (*slot >= nslots || *slot >= BULK_SLOTS_MAX || *len == 0 || *len > BULK_SLOT)
+		return -1;
+	return 0;
+}
+
+int bulk_done_decode(const struct frame *fr, uint32_t nslots, uint32_t *slot)
+{
+	if (fr->len != 4)
+		return -1;
+	*slot = get_le32(fr->payload);
+	if (*slot >= nslots || *slot >= BULK_SLOTS_MAX)
+		return -1;
+	return 0;
+}

@@ -48,7 +48,11 @@ enum frame_type {
 	F_FILE_DONE = 13,/* g->h  TLV: BYTES [MODE] */
 	F_SHUTDOWN = 14, /* h->g  TLV: [MODE "poweroff"] sync, unmount root, power off */
 	F_SHUTDOWN_ACK = 15, /* g->h  TLV: [ERROR] sent after the root is unmounted */
-	F_TYPE_MAX = 15
+	F_BULK = 16,     /* h->g  u32 slot | u32 len: `stream`'s next len bytes are in that
+			    slot of the bulk lane (stdin, FILE_PUT); sent only to an agent
+			    whose HELLO_ACK had BULK */
+	F_BULK_DONE = 17,/* g->h  u32 slot: the agent has read the slot; the host may reuse it */
+	F_TYPE_MAX = 17
 };
 
 enum frame_stream {
@@ -90,11 +94,27 @@ enum tlv_tag {
 	T_GROW = 27,      /* u32 1 = grow the root fs to the disk size on remount rw */
 	T_TREE = 28,      /* u32 1 = FILE_PUT/FILE_GET of a directory as a tree stream */
 	T_ROOT_RW = 29,   /* u32 1 = HELLO: make the root read-write once HELLO_ACK is sent */
-	T_TAG_MAX = 29
+	T_BULK = 30,      /* u64, HELLO_ACK: the bulk lane's size in bytes (the agent found it) */
+	T_TAG_MAX = 30
 };
 
 /* Initial stdin / file-in credit the host may send before the first F_CREDIT. */
 #define FRAME_INITIAL_CREDIT (256u * 1024u)
+
+/* The bulk lane (doc/PROTOCOL.md "Bulk lane"): a second virtio-blk drive,
+ * a raw file in the VM's directory, in slots of BULK_SLOT bytes.  The
+ * serial port moves host-to-guest bytes 4 KiB per QEMU main-loop turn
+ * (doc/SPEED.md "Goal 4"); a drive moves a slot per request.  The file is
+ * BULK_FILE_BYTES; either side uses at most BULK_SLOTS_MAX slots whatever
+ * the other announces, so a slot index always fits a 32-bit mask. */
+#define BULK_SLOT (1024u * 1024u)
+#define BULK_SLOTS_MAX 16u
+#define BULK_FILE_BYTES (8ull * BULK_SLOT)
+#define BULK_PAYLOAD 8u
+
+/* Slots of a lane of `bytes` (a HELLO_ACK's BULK, a file's size): at most
+ * BULK_SLOTS_MAX, 0 when not even one fits. */
+uint32_t bulk_nslots(uint64_t bytes);
 
 struct frame {
 	uint8_t type;
@@ -102,6 +122,17 @@ struct frame {
 	uint32_t len;
 	const uint8_t *payload; /* points into the parsed buffer */
 };
+
+/* F_BULK's payload: slot, len (little endian). */
+void bulk_encode(uint8_t out[BULK_PAYLOAD], uint32_t slot, uint32_t len);
+/* Decode F_BULK; -1 unless the payload is exactly BULK_PAYLOAD bytes with
+ * slot < nslots and 0 < len <= BULK_SLOT.  The agent's check of what the
+ * host names: its reads stay inside the lane. */
+int bulk_decode(const struct frame *fr, uint32_t nslots, uint32_t *slot, uint32_t *len);
+/* Decode F_BULK_DONE; -1 unless the payload is exactly 4 bytes naming a
+ * slot < nslots.  The host's check of what the guest names (the caller
+ * also checks that the slot is one it lent). */
+int bulk_done_decode(const struct frame *fr, uint32_t nslots, uint32_t *slot);
 
 /* Parse one frame from buf[0..n).  Returns 1 and fills *fr and *used when a
  * whole frame is there; 0 when more bytes are needed (*used = 0); -1 when the

@@ -375,6 +375,7 @@ int conn_hello(struct conn *c, struct hello *h, int64_t deadline_ms)
 			case T_COOKIE: tlv_u64(v, l, &ck); break;
 			case T_ROOT: tlv_str(v, l, h->root, sizeof h->root); break;
 			case T_UPTIME_MS: tlv_u64(v, l, &h->uptime_ms); break;
+			case T_BULK: tlv_u64(v, l, &h->bulk_bytes); break;
 			case T_ERROR: {
 				char ex[EXCERPT_SZ];
 

@@ -36,6 +36,7 @@ struct hello {
 	/* filled from HELLO_ACK */
 	char root[8];
 	uint64_t uptime_ms;
+	uint64_t bulk_bytes;       /* BULK: the agent found the bulk lane, this big; 0: none */
 	char guest_error[256];
 };
 

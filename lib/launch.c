@@ -247,6 +247,14 @@ int launch_resume(struct launch *l, const struct qemu_vm *vm, struct snap *sn, i
 	unlink(in->agent);
 	unlink(in->qmp);
 	unlink(in->console);
+	if (bulk_file_new(in->bulk) < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", in->bulk, strerror(errno));
+		close(sn->memfd);
+		sn->memfd = -1;
+		l->start_failed = 1;
+		r = EX_SYS;
+		goto bad;
+	}
 	r = launch_start(l, q.av, sn->memfd, msg, msz);
 	close(sn->memfd);
 	sn->memfd = -1;

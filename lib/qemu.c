@@ -1,4 +1,5 @@
 /* qemu.c - the one QEMU command-line builder (see qemu.h). */
+#include "frame.h"
 #include "proc.h"
 #include "qemu.h"
 #include "util.h"
@@ -45,6 +46,16 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 		 c->agent_sock) < 0 ||
 	    pathn(q->qmp, sizeof q->qmp, "unix:%s,server=on,wait=off", c->qmp_sock) < 0)
 		return -1;
+	/* cache=writeback (QEMU's default, said here because the lane
+	 * depends on it): QEMU reads the file through the host's page cache,
+	 * where isopod-exec's pwrite put the bytes before it named the slot.
+	 * readonly=on: the lane carries bytes to the guest only; a guest that
+	 * writes its device stores nothing in the host's file */
+	if (c->bulk &&
+	    pathn(q->bulk, sizeof q->bulk,
+		 "id=bulk,file=%s,format=raw,if=none,readonly=on,cache=writeback,werror=report,rerror=report",
+		 c->bulk) < 0)
+		return -1;
 	if (memfile &&
 	    pathn(q->obj, sizeof q->obj,
 		 "memory-backend-file,id=mem0,size=%lldM,mem-path=%s,share=%s", c->mem_mib, memfile,
@@ -67,8 +78,10 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	 * files over the agent's channel: 64 MiB of stdin 850 -> 440 ms of
 	 * vCPU time, copy-out 380 -> 110 ms (doc/SPEED.md, "Goal 4, where a
 	 * transfer's time goes").  The flag is CPUID only: TCG still runs a
-	 * `rep movsb` the guest does issue. */
-	A("-cpu"); A(tcg ? "max,erms=off" : "host");
+	 * `rep movsb` the guest does issue.  fsrm=off for the same reason:
+	 * 7.2's TCG does not offer FSRM, a later QEMU's `max` may, and Linux
+	 * then takes `rep movsb` for its copies whatever ERMS says. */
+	A("-cpu"); A(tcg ? "max,erms=off,fsrm=off" : "host");
 	A("-m"); A(q->mem);
 	if (memfile) {
 		A("-object"); A(q->obj);
@@ -137,6 +150,11 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	A("-serial"); A("chardev:con");
 	A("-drive"); A(q->drive);
 	A("-device"); A("virtio-blk-device,drive=root");
+	/* The bulk lane: after the root, so the root stays /dev/vda. */
+	if (c->bulk) {
+		A("-drive"); A(q->bulk);
+		A("-device"); A("virtio-blk-device,drive=bulk,serial=" QEMU_BULK_SERIAL);
+	}
 	/* Two ports, not QEMU's 31: the agent's is the only one, and port 0
 	 * is kept for a console (max_ports=1 leaves virtserialport no
 	 * number).  QEMU then keeps 6 virtqueues instead of 64 and the guest
@@ -183,6 +201,7 @@ int qemu_shape_argv(struct qemu_argv *q, const char *accel, long long mem_mib, l
 		.disk = "@vm/disk.qcow2",
 		.agent_sock = "@vm/agent.sock",
 		.qmp_sock = "@vm/qmp.sock",
+		.bulk = "@vm/" QEMU_BULK_FILE,
 		.memfile = "@mem",
 		.share = 1,
 		.tap = nic ? "@tap" : NULL,
@@ -233,8 +252,29 @@ int inst_paths(struct inst *in, const char *dir)
 	    pathn(in->agent, sizeof in->agent, "%s/agent.sock", dir) < 0 ||
 	    pathn(in->qmp, sizeof in->qmp, "%s/qmp.sock", dir) < 0 ||
 	    pathn(in->console, sizeof in->console, "%s/console.log", dir) < 0 ||
-	    pathn(in->qlog, sizeof in->qlog, "%s/qemu.log", dir) < 0)
+	    pathn(in->qlog, sizeof in->qlog, "%s/qemu.log", dir) < 0 ||
+	    pathn(in->bulk, sizeof in->bulk, "%s/" QEMU_BULK_FILE, dir) < 0)
 		return -1;
+	return 0;
+}
+
+int bulk_file_new(const char *path)
+{
+	int fd, e;
+
+	/* unlink first: a file another process still holds open (an earlier
+	 * QEMU of this directory) keeps its bytes, this one starts empty */
+	if (unlink(path) < 0 && errno != ENOENT)
+		return -1;
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -1;
+	e = ftruncate(fd, (off_t)BULK_FILE_BYTES) < 0 ? errno : 0;
+	close(fd);
+	if (e) {
+		unlink(path);
+		return errno = e, -1;
+	}
 	return 0;
 }
 
@@ -249,6 +289,7 @@ struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
 		.disk = in->disk,
 		.agent_sock = in->agent,
 		.qmp_sock = in->qmp,
+		.bulk = in->bulk,
 		.tap = vm->tap,
 		.mac = vm->mac,
 		.tb_mib = vm->tb_mib,

@@ -37,6 +37,7 @@ struct qemu_cfg {
 	long long mem_mib, vcpus;
 	const char *vmlinux, *initrd;
 	const char *disk, *agent_sock, *qmp_sock;
+	const char *bulk;               /* the bulk lane's raw file (QEMU_BULK_FILE), or NULL */
 	const char *memfile;            /* guest RAM file (warm), or NULL */
 	int share;                      /* with memfile: 1 a template, 0 a clone */
 	int incoming;                   /* -incoming defer: a clone */
@@ -50,6 +51,7 @@ struct qemu_cfg {
 
 struct qemu_argv {
 	char machine[160], accel[48], mem[32], smp[32], drive[PATH_MAX + 64];
+	char bulk[PATH_MAX + 64];
 	char agent[PATH_MAX + 64], qmp[PATH_MAX + 32], obj[PATH_MAX + 128];
 	char netdev[96], nic[96], append[160];
 	char *av[64];
@@ -78,10 +80,19 @@ void qemu_fingerprint(char out[65]);
 /* The files of one QEMU instance (a VM, or the KVM probe). */
 struct inst {
 	char dir[PATH_MAX], disk[PATH_MAX], agent[PATH_MAX], qmp[PATH_MAX];
-	char console[PATH_MAX], qlog[PATH_MAX];
+	char console[PATH_MAX], qlog[PATH_MAX], bulk[PATH_MAX];
 };
 
-/* dir's disk.qcow2, agent.sock, qmp.sock, console.log, qemu.log.  0, or -1
+/* The bulk lane's file in a VM's directory (doc/PROTOCOL.md "Bulk lane"):
+ * a second virtio-blk drive, serial QEMU_BULK_SERIAL, which the agent
+ * finds by that serial.  bulk_file_new makes it afresh before every QEMU
+ * start: BULK_FILE_BYTES of holes, never another VM's or run's bytes.  0,
+ * or -1 with errno. */
+#define QEMU_BULK_FILE "bulk.raw"
+#define QEMU_BULK_SERIAL "isopod.bulk"
+int bulk_file_new(const char *path);
+
+/* dir's disk.qcow2, agent.sock, qmp.sock, console.log, qemu.log, bulk.raw.  0, or -1
  * (ENAMETOOLONG). */
 int inst_paths(struct inst *in, const char *dir);
 

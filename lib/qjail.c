@@ -309,6 +309,13 @@ int qjail_give(struct qjail *qj, const char *dir, char *err, size_t errsz)
 	if (fchownat(qj->dirfd, "disk.qcow2", 0, qj->js.gid, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    fchmodat(qj->dirfd, "disk.qcow2", 0660, 0) < 0)
 		return reason_fail(err, errsz, "handing %s/disk.qcow2 to the jail: %s", dir, strerror(errno));
+	/* the bulk lane's file likewise, to read only (its drive is
+	 * readonly=on: the lane is host to guest, the guest stores nothing in
+	 * the host's file); none when this QEMU has no lane (the KVM probe) */
+	if (fchownat(qj->dirfd, QEMU_BULK_FILE, 0, qj->js.gid, AT_SYMLINK_NOFOLLOW) < 0
+	    ? errno != ENOENT : fchmodat(qj->dirfd, QEMU_BULK_FILE, 0640, 0) < 0)
+		return reason_fail(err, errsz, "handing %s/%s to the jail: %s", dir, QEMU_BULK_FILE,
+				   strerror(errno));
 	return 0;
 }
 
@@ -339,6 +346,9 @@ void qjail_reclaim(struct qjail *qj)
 			fchmod(fd, 0600);
 		close(fd);
 	}
+	/* QEMU is gone: the lane's bytes (this VM's stdin and files) with it;
+	 * the next QEMU of this directory gets a new file (bulk_file_new) */
+	unlinkat(qj->dirfd, QEMU_BULK_FILE, 0);
 	if (fchmod(qj->dirfd, 0700) < 0 || fchown(qj->dirfd, 0, 0) < 0)
 		warn("unable to take the VM directory back from the jail:");
 	close(qj->dirfd);

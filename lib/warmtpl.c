@@ -656,7 +656,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	struct qmp *qm = malloc(sizeof *qm); /* 64 KiB of buffer */
 	struct tpl tp = { .pid = -1, .qj = { .tapfd = -1, .dirfd = -1 }, .lendfd = -1 };
 	struct conlog con = { .rfd = -1, .logfd = -1 };
-	struct inst t;
+	struct inst t = { .dir = "" }; /* out: reads t.bulk */
 	struct qemu_argv q;
 	struct stat ms, ss;
 	int64_t t0 = mono_ms();
@@ -671,6 +671,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	pathn(t.disk, sizeof t.disk, "%s/disk.qcow2", sd);
 	pathn(t.console, sizeof t.console, "%s/console.log", sd);
 	pathn(t.qlog, sizeof t.qlog, "%s/qemu.log", sd);
+	pathn(t.bulk, sizeof t.bulk, "%s/" QEMU_BULK_FILE, sd);
 	pathn(memp, sizeof memp, "%s/mem", sd);
 	pathn(statep, sizeof statep, "%s/state", sd);
 	pathn(metap, sizeof metap, "%s/meta.json", sd);
@@ -705,6 +706,14 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 			close(logfd);
 		goto out;
 	}
+	/* the template's guest has the lane too (a clone resumes into the
+	 * same machine); its agent reads nothing from it before the snapshot */
+	if (bulk_file_new(t.bulk) < 0) {
+		snprintf(msg, msz, "unable to create %.512s: %s", t.bulk, strerror(errno));
+		close(logfd);
+		close(confd);
+		goto out;
+	}
 	{
 		struct qemu_cfg qc = qemu_cfg_at(w->vm, &t);
 
@@ -735,6 +744,7 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 	}
 	tp.pid = -1;
 	template_console_end(w, &con);
+	unlink(t.bulk); /* not part of the snapshot: tpl_take_back admits no such file */
 	if (tpl_end(&tp, msg, msz) < 0 || (mfd = tpl_take_back(sd, plain, msg, msz)) < 0)
 		goto out;
 
@@ -764,6 +774,10 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 		goto out;
 	r = 0;
 out:
+	/* holes only, and never published (each clone gets its own): gone
+	 * before tpl_end's look for what QEMU left in the staging directory */
+	if (t.bulk[0])
+		unlink(t.bulk);
 	if (tpl_end(&tp, r < 0 ? scratch : msg, r < 0 ? sizeof scratch : msz) < 0 && r == 0)
 		r = -1;
 	template_console_end(w, &con); /* QEMU is gone: what it left, for the kept log */

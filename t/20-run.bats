@@ -583,6 +583,83 @@ $want" ]
 	rm -f "$DATA/big" "$DATA/out/out.bin"
 }
 
+# lane_case ID SIZE [ENV...]: SIZE bytes as stdin and as a copy-in to the
+# kept VM ID (through isopod-exec, with ENV), the guest's sha256 of each
+# and the file's size checked against the host's; the result's .bulk in $bulk
+lane_case() {
+	local id=$1 size=$2 want
+	shift 2
+	head -c "$size" /dev/urandom > "$DATA/lane"
+	want=$(sha256sum < "$DATA/lane" | cut -d' ' -f1)
+	run --separate-stderr env "$@" isopod-exec --vm "$id" --stdin-file "$DATA/lane" \
+		--copy-in "$DATA/lane:/root/lane" -- \
+		sh -c 'sha256sum | cut -d" " -f1; sha256sum < /root/lane | cut -d" " -f1; stat -c %s /root/lane'
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | jq -r .stdout)" = "$want
+$want
+$size" ]
+	echo "$output" | jq -e --arg w "$want" --argjson n "$size" \
+		'.copied_in[0].sha256 == $w and .copied_in[0].bytes == $n'
+	bulk=$(echo "$output" | jq .bulk)
+}
+
+@test "exec: stdin and copy-in through the bulk lane (0, 1, 511, a slot, a slot + 1, 5 slots + 7 bytes), byte-exact; ISOPOD_BULK=0 the port; the lane all holes after each, read-only to the guest, gone with QEMU (jailed and not)" {
+	run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	lane=$ISOPOD_HOME/vms/$id/bulk.raw
+	[ "$(stat -c %s "$lane")" -eq $((8 * 1048576)) ]
+	for n in 0 1 511 1048576 1048577 $((5 * 1048576 + 7)); do
+		lane_case "$id" "$n"
+		[ "$bulk" = true ]
+		# the exec's stdin and files do not stay in the VM's directory
+		[ "$(stat -c %b "$lane")" -eq 0 ]
+	done
+	lane_case "$id" 1048577 ISOPOD_BULK=0
+	[ "$bulk" = false ]
+	# the drive is read-only: a guest that writes its device stores
+	# nothing in the host's file (mutation: readonly=on removed in
+	# lib/qemu.c, the write lands and blocks appear)
+	run --separate-stderr isopod-exec --vm "$id" -- sh -c '
+		for d in /sys/block/vd*; do
+			[ "$(cat "$d/serial" 2>/dev/null)" = isopod.bulk ] && dev=/dev/${d##*/}
+		done
+		[ -n "$dev" ] || { echo "no lane device"; exit 3; }
+		if head -c 1048576 /dev/urandom > "$dev"; then sync; echo "wrote 0"; else echo "wrote $?"; fi'
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.stdout | test("^wrote [1-9]")'
+	[ "$(stat -c %b "$lane")" -eq 0 ]
+	isopod-stop --vm "$id" >/dev/null
+	# QEMU is gone: so is the lane (the jail's reclaim)
+	[ ! -e "$lane" ]
+	# and unjailed (the supervisor unlinks it once QEMU is reaped)
+	ISOPOD_JAIL=0 run --separate-stderr isopod run --json-only --keep -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -r .vm.id)
+	lane=$ISOPOD_HOME/vms/$id/bulk.raw
+	lane_case "$id" 1048577
+	[ "$bulk" = true ]
+	[ -e "$lane" ]
+	isopod-stop --vm "$id" >/dev/null
+	[ ! -e "$lane" ]
+}
+
+@test "run: the bulk lane on every path: cold, the warm pool's build and a warm clone each have it, their own" {
+	head -c $((3 * 1048576 + 5)) /dev/urandom > "$DATA/lane"
+	want=$(sha256sum < "$DATA/lane" | cut -d' ' -f1)
+	for path in cold snapshot-build warm; do
+		opt=
+		[ "$path" != cold ] || opt=--cold
+		run --separate-stderr isopod run --json-only --mem-mib 344 $opt --stdin-file "$DATA/lane" \
+			--copy-in "$DATA/lane:/root/lane" -- \
+			sh -c 'sha256sum | cut -d" " -f1; sha256sum < /root/lane | cut -d" " -f1'
+		[ "$status" -eq 0 ]
+		echo "$output" | jq -e --arg p "$path" '.path == $p and .bulk == true'
+		[ "$(echo "$output" | jq -r .stdout)" = "$want
+$want" ]
+	done
+}
+
 # fill_disk [RUN-OPTION...]: a kept VM (vm.id in $id) that reserves all
 # but 128 MiB of / with fallocate (2 GiB of real bytes would take a minute
 # under TCG; a reservation writes none), then writes zeros with dd until the

@@ -280,6 +280,33 @@ static void test_copy_in_race(void)
 	unlink(got);
 }
 
+/* A directory copy-in whose FILE_DONE comes after CREDITs (the agent's
+ * grants for the last bytes): the CREDITs are passed over, not taken as
+ * the reply. */
+static void test_tree_in_credit(void)
+{
+	struct exec_session s;
+	char sub[128], f[160];
+	struct exec_copy cin = {.host = sub, .guest = "/root/t"};
+	json_t *in = json_array();
+	pid_t pid;
+	int fd, r;
+
+	snprintf(sub, sizeof sub, "%s/tree-in", dir);
+	snprintf(f, sizeof f, "%s/f", sub);
+	if (mkdir(sub, 0700) < 0 || (fd = open(f, O_WRONLY | O_CREAT | O_CLOEXEC, 0600)) < 0 ||
+	    write_all(fd, "x", 1) < 0 || close(fd) < 0)
+		abort();
+	start(&s, A_CREDIT_LATE, &pid);
+	r = exec_copy_in(&s, &cin, 1, in);
+	ok(r == 0 && json_array_size(in) == 1,
+	   "tree in: CREDITs before FILE_DONE are passed over (%d %s)", r, s.err);
+	stop(&s, pid);
+	json_decref(in);
+	unlink(f);
+	rmdir(sub);
+}
+
 static void *no_malloc(size_t n)
 {
 	(void)n;
@@ -582,6 +609,217 @@ static void test_wire(void)
 	   "a u32 TLV reads widened; an absent one as 0");
 }
 
+/* Copy-in through the bulk lane (a fake agent that announces one): the
+ * guest gets the bytes, the digest is theirs; without the lane's file, or
+ * with no_bulk, the port.  A guest that returns a slot past the lane, one
+ * never lent, or one twice ends the copy-in with a protocol failure. */
+static void test_bulk(void)
+{
+	static const size_t sizes[] = { 0, 1, 511, BULK_SLOT, BULK_SLOT + 1, 9 * BULK_SLOT + 13 };
+	static const struct { int mode; const char *what; } bad[] = {
+		{ A_BULK_OOB, "a slot past the lane" },
+		{ A_BULK_UNLENT, "a slot never lent" },
+		{ A_BULK_TWICE, "a slot returned twice" },
+	};
+	struct exec_session s;
+	char host[128], lane[128], got[128], want[65], have[65];
+	struct exec_copy cin;
+	uint8_t *buf = malloc(9 * BULK_SLOT + 13);
+	pid_t pid;
+	json_t *in;
+	int64_t t0;
+	int fd, r;
+
+	snprintf(host, sizeof host, "%s/in", dir);
+	snprintf(lane, sizeof lane, "%s/bulk.raw", dir);
+	snprintf(got, sizeof got, "%s/guest-got", dir);
+	cin = (struct exec_copy){.host = host, .guest = "/tmp/in"};
+	/* as lib/qemu.c's bulk_file_new makes it: BULK_FILE_BYTES of holes */
+	fd = open(lane, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ok(buf && fd >= 0 && ftruncate(fd, (off_t)BULK_FILE_BYTES) == 0 && close(fd) == 0,
+	   "bulk: the lane's file");
+	for (size_t i = 0; buf && i < 9 * BULK_SLOT + 13; i++)
+		buf[i] = (uint8_t)(i * 7 + i / 4099);
+	for (size_t k = 0; buf && k < sizeof sizes / sizeof *sizes; k++) {
+		fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write_all(fd, buf, sizes[k]) < 0 || close(fd) < 0)
+			abort();
+		in = json_array();
+		start(&s, A_BULK, &pid);
+		r = exec_bulk_open(&s, lane);
+		ok(r == 0 && s.bulk_fd >= 0 && s.bulk_n == 8, "bulk %zu: the lane is used", sizes[k]);
+		r = exec_copy_in(&s, &cin, 1, in);
+		stop(&s, pid);
+		ok(r == 0 && sha256_file(got, want) == 0 && sha256_file(host, have) == 0 &&
+		   !strcmp(want, have) &&
+		   !strcmp(json_string_value(json_object_get(json_array_get(in, 0), "sha256")) ?: "",
+			   want) &&
+		   json_integer_value(json_object_get(json_array_get(in, 0), "bytes")) ==
+			   (json_int_t)sizes[k],
+		   "bulk %zu bytes: the guest got them, the digest is theirs (%d %s)", sizes[k], r,
+		   s.err);
+		json_decref(in);
+	}
+	{
+		struct stat st;
+
+		ok(stat(lane, &st) == 0 && st.st_size == (off_t)BULK_FILE_BYTES && st.st_blocks == 0,
+		   "bulk: the lane is all holes again after the exec (%lld blocks)",
+		   (long long)st.st_blocks);
+	}
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write_all(fd, buf, 3 * BULK_SLOT) < 0 || close(fd) < 0)
+			abort();
+		in = json_array();
+		start(&s, bad[k].mode, &pid);
+		exec_bulk_open(&s, lane);
+		r = exec_copy_in(&s, &cin, 1, in);
+		ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") && strstr(s.err, "bulk slot") &&
+		   json_array_size(in) == 0,
+		   "bulk: %s is a protocol failure (%s)", bad[k].what, s.err);
+		{
+			/* at the failure, still under the lock (before exec_free) */
+			struct stat st;
+
+			ok(stat(lane, &st) == 0 && st.st_blocks == 0,
+			   "bulk: %s: the lane is punched at the failure (%lld blocks)", bad[k].what,
+			   (long long)st.st_blocks);
+		}
+		stop(&s, pid);
+		json_decref(in);
+	}
+	{
+		/* every lent slot back: at FILE_DONE (one still out is the
+		 * agent's fault), after EXIT (one lent as the command ended
+		 * comes back after it: waited for), and none during copy-out */
+		struct exec_request req = {.argv = (char *[]){"cat", NULL}, .argc = 1,
+					   .has_stdin = 1};
+		struct exec_status ex = {.code = -1};
+		struct exec_copy cout = {.host = got, .guest = "/tmp/x"};
+		json_t *out = json_array();
+		struct stat st;
+
+		fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write_all(fd, buf, 3 * BULK_SLOT) < 0 || close(fd) < 0)
+			abort();
+		in = json_array();
+		start(&s, A_BULK_LATE, &pid);
+		exec_bulk_open(&s, lane);
+		r = exec_copy_in(&s, &cin, 1, in);
+		ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") && strstr(s.err, "not returned"),
+		   "bulk: FILE_DONE with a slot still lent is a protocol failure (%s)", s.err);
+		stop(&s, pid);
+		json_decref(in);
+
+		start(&s, A_BULK_STDIN, &pid);
+		exec_bulk_open(&s, lane);
+		fd = open(host, O_RDONLY | O_CLOEXEC);
+		r = exec_send(&s, &req) == 0 ? exec_run(&s, fd, &ex) : -99;
+		ok(r == 0 && ex.code == 0 && s.bulk_lent == 0 && stat(lane, &st) == 0 &&
+		   st.st_blocks == 0,
+		   "bulk: a stdin slot returned after EXIT is waited for, the lane punched after "
+		   "(%d, lent 0x%x, %s)", r, s.bulk_lent, s.err);
+		stop(&s, pid);
+		close(fd);
+
+		/* a guest that answers PINGs but keeps a slot after EXIT: the
+		 * watchdog never fires, the slots' own bound does */
+		start(&s, A_BULK_KEEP, &pid);
+		s.watchdog_ms = 300;
+		s.ping_ms = 50;
+		exec_bulk_open(&s, lane);
+		fd = open(host, O_RDONLY | O_CLOEXEC);
+		t0 = mono_ms();
+		r = exec_send(&s, &req) == 0 ? exec_run(&s, fd, &ex) : -99;
+		ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") &&
+		   strstr(s.err, "not returned within") && mono_ms() - t0 < 5000,
+		   "bulk: a slot kept after EXIT by a guest that answers PINGs ends the exec "
+		   "(%d, %s)", r, s.err);
+		stop(&s, pid);
+		close(fd);
+
+		start(&s, A_BULK_STRAY, &pid);
+		exec_bulk_open(&s, lane);
+		r = exec_send(&s, &req) == 0 && exec_run(&s, -1, &ex) == 0 ?
+			exec_copy_out(&s, &cout, 1, out) : -99;
+		ok(r == EXEC_FAILED && !strcmp(s.err_kind, "protocol") && strstr(s.err, "bulk slot"),
+		   "bulk: a BULK_DONE during copy-out (none lent) is a protocol failure (%d %s)", r,
+		   s.err);
+		stop(&s, pid);
+		json_decref(out);
+		unlink(got);
+	}
+	{
+		/* what an exec killed before its punch left: gone at the next open */
+		struct stat st;
+
+		fd = open(lane, O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || pwrite(fd, buf, BULK_SLOT, BULK_SLOT) != (ssize_t)BULK_SLOT ||
+		    close(fd) < 0)
+			abort();
+		start(&s, A_BULK, &pid);
+		r = exec_bulk_open(&s, lane);
+		ok(r == 0 && s.bulk_fd >= 0 && stat(lane, &st) == 0 && st.st_blocks == 0,
+		   "bulk: a lane left with bytes is punched when the next exec opens it (%lld blocks)",
+		   (long long)st.st_blocks);
+		stop(&s, pid);
+	}
+	{
+		/* a lane with a second name, or someone else's: refused, nothing
+		 * written into it */
+		char lane2[140];
+
+		snprintf(lane2, sizeof lane2, "%s.link", lane);
+		start(&s, A_BULK, &pid);
+		r = link(lane, lane2) == 0 ? exec_bulk_open(&s, lane) : -99;
+		ok(r == EXEC_FAILED && s.bulk_fd < 0 && strstr(s.err, "hard links"),
+		   "bulk: a lane with a hard link is refused (%d %s)", r, s.err);
+		stop(&s, pid);
+		unlink(lane2);
+		start(&s, A_BULK, &pid);
+		r = symlink(lane, lane2) == 0 ? exec_bulk_open(&s, lane2) : -99;
+		ok(r == EXEC_FAILED && s.bulk_fd < 0 && strstr(s.err, "symbolic links"),
+		   "bulk: a lane that is a symlink is not followed (%d %s)", r, s.err);
+		stop(&s, pid);
+		unlink(lane2);
+		if (geteuid() == 0) {
+			start(&s, A_BULK, &pid);
+			r = chown(lane, 65534, 65534) == 0 ? exec_bulk_open(&s, lane) : -99;
+			ok(r == EXEC_FAILED && s.bulk_fd < 0 && strstr(s.err, "not owned"),
+			   "bulk: a lane another user owns is refused (%d %s)", r, s.err);
+			stop(&s, pid);
+			if (chown(lane, 0, 0) < 0)
+				abort();
+		}
+	}
+	/* the port: told not to, or no file (a VM older than the lane); within
+	 * the port's first credit (the fake agent grants no more) */
+	fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write_all(fd, buf, 5000) < 0 || close(fd) < 0)
+		abort();
+	in = json_array();
+	start(&s, A_BULK_OOB, &pid);
+	s.no_bulk = 1;
+	r = exec_bulk_open(&s, lane);
+	ok(r == 0 && s.bulk_fd < 0 && exec_copy_in(&s, &cin, 1, in) == 0,
+	   "bulk: no_bulk keeps to the port (%s)", s.err);
+	stop(&s, pid);
+	json_decref(in);
+	unlink(lane);
+	in = json_array();
+	start(&s, A_BULK_OOB, &pid);
+	r = exec_bulk_open(&s, lane);
+	ok(r == 0 && s.bulk_fd < 0 && exec_copy_in(&s, &cin, 1, in) == 0 &&
+	   sha256_file(got, want) == 0 && sha256_file(host, have) == 0 && !strcmp(want, have),
+	   "bulk: without the lane's file, the port (%s)", s.err);
+	stop(&s, pid);
+	json_decref(in);
+	unlink(host);
+	unlink(got);
+	free(buf);
+}
+
 int main(void)
 {
 	if (fake_init("exec_test") < 0)
@@ -592,6 +830,8 @@ int main(void)
 	test_wire();
 	test_session();
 	test_copy_in_race();
+	test_bulk();
+	test_tree_in_credit();
 	test_flood();
 	test_stale_credit();
 	test_dest();

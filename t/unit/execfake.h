@@ -54,6 +54,7 @@ static int swap_open(const char *path, int flags, ...)
 #define open(...) swap_open(__VA_ARGS__)
 #include "../../lib/execopt.c" /* self-contained: t/run-unit links frame+util only */
 #include "../../lib/execio.c"
+#include "../../lib/execbulk.c"
 #undef open
 #include "../../lib/host.c"
 #include "../../lib/exectree.c"
@@ -94,7 +95,21 @@ static void put_tlv(int fd, uint8_t type, const struct tlv_w *w)
 
 /* The fake agent's behaviour after the handshake. */
 enum { A_OK, A_SILENT, A_BAD_EXIT, A_REFUSE, A_COPY, A_FLOOD, A_TREE, A_TREE_EVIL, A_TREE_BAD8,
-       A_SHORT, A_TREE_CTL, A_TREE_LINK, A_TREE_LINKS_MAX, A_TREE_BAD8_TARGET, A_STALE };
+       A_SHORT, A_TREE_CTL, A_TREE_LINK, A_TREE_LINKS_MAX, A_TREE_BAD8_TARGET, A_STALE,
+       /* HELLO_ACK announces a bulk lane of 8 MiB (dir/bulk.raw); a BULK's
+	* slot is read from it into guest-got and returned.  A_BULK_OOB
+	* returns slot 16 instead (past any lane), A_BULK_UNLENT a slot in
+	* range that was never lent, A_BULK_TWICE each slot twice,
+	* A_BULK_LATE a copy-in's last slot only after its FILE_DONE.
+	* A_BULK_STDIN: EXEC answered once a stdin BULK came, its slot
+	* returned after the EXIT (a slot lent as the command ended).
+	* A_BULK_STRAY: a BULK_DONE (slot 0, never lent) before a
+	* copy-out's bytes.  A_BULK_KEEP: as A_BULK_STDIN, but the slot is
+	* never returned (PINGs still answered). */
+       A_BULK, A_BULK_OOB, A_BULK_UNLENT, A_BULK_TWICE, A_BULK_LATE, A_BULK_STDIN,
+       A_BULK_STRAY, A_BULK_KEEP,
+       /* not a lane's: two CREDITs for a copy-in's stream before its FILE_DONE */
+       A_CREDIT_LATE };
 
 static char dir[64], sock[96];
 
@@ -204,7 +219,8 @@ static void agent(int lfd, int mode)
 	struct frame fr;
 	struct tlv_w w;
 	uint64_t cookie, got = 0;
-	int fd = accept(lfd, NULL, NULL), gfd = -1;
+	uint8_t late[4];
+	int fd = accept(lfd, NULL, NULL), gfd = -1, held = 0;
 
 	if (fd < 0)
 		_exit(2);
@@ -215,6 +231,8 @@ static void agent(int lfd, int mode)
 	tlv_put_u32(&w, T_VERSION, ISOPOD_PROTO_VERSION);
 	tlv_put_u64(&w, T_COOKIE, cookie);
 	tlv_put_str(&w, T_ROOT, "ro");
+	if (mode >= A_BULK && mode != A_CREDIT_LATE)
+		tlv_put_u64(&w, T_BULK, 8u * BULK_SLOT);
 	put_tlv(fd, F_HELLO_ACK, &w);
 	while (get(fd, buf, &have, &fr, pl) == 1) {
 		if (mode == A_SILENT)
@@ -236,11 +254,72 @@ static void agent(int lfd, int mode)
 			if (gfd >= 0 && write_all(gfd, fr.payload, fr.len) < 0)
 				_exit(2);
 		}
+		if (fr.type == F_BULK && fr.stream == STREAM_FILE) {
+			static uint8_t sb[BULK_SLOT];
+			char lp[128];
+			uint32_t slot, len;
+			uint8_t rp[4];
+			int lfd2;
+
+			snprintf(lp, sizeof lp, "%s/bulk.raw", dir);
+			if (bulk_decode(&fr, 8, &slot, &len) < 0 ||
+			    (lfd2 = open(lp, O_RDONLY | O_CLOEXEC)) < 0 ||
+			    pread(lfd2, sb, len, (off_t)slot * BULK_SLOT) != (ssize_t)len)
+				_exit(2);
+			close(lfd2);
+			got += len;
+			if (gfd >= 0 && write_all(gfd, sb, len) < 0)
+				_exit(2);
+			put_le32(rp, mode == A_BULK_OOB ? 16 : mode == A_BULK_UNLENT ? (slot + 1) % 8
+										  : slot);
+			if (mode == A_BULK_LATE)
+				memcpy(late, rp, sizeof late), held = 1;
+			else
+				put(fd, F_BULK_DONE, STREAM_FILE, rp, sizeof rp);
+			if (mode == A_BULK_TWICE)
+				put(fd, F_BULK_DONE, STREAM_FILE, rp, sizeof rp);
+		}
 		if (fr.type == F_EOF && fr.stream == STREAM_FILE) {
 			tlv_init(&w, tb, sizeof tb);
 			/* A_SHORT: an agent that wrote a byte less than it got */
 			tlv_put_u64(&w, T_BYTES, mode == A_SHORT && got ? got - 1 : got);
+			if (mode == A_CREDIT_LATE) {
+				put(fd, F_CREDIT, STREAM_FILE, w.buf, w.len);
+				put(fd, F_CREDIT, STREAM_FILE, w.buf, w.len);
+			}
 			put_tlv(fd, F_FILE_DONE, &w);
+			if (held)
+				put(fd, F_BULK_DONE, STREAM_FILE, late, sizeof late), held = 0;
+		}
+		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_STDIN && held) {
+			put(fd, F_BULK_DONE, STREAM_STDIN, fr.payload, 4);
+			continue;
+		}
+		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_KEEP) {
+			if (held)
+				continue;
+			held = 1;
+			tlv_init(&w, tb, sizeof tb);
+			tlv_put_u32(&w, T_EXIT_CODE, 0);
+			tlv_put_u32(&w, T_SIGNAL, 0);
+			tlv_put_u32(&w, T_TIMED_OUT, 0);
+			put(fd, F_EOF, STREAM_STDOUT, NULL, 0);
+			put(fd, F_EOF, STREAM_STDERR, NULL, 0);
+			put_tlv(fd, F_EXIT, &w);
+			continue;
+		}
+		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_STDIN) {
+			/* the command has ended meanwhile: EXIT, then the slot */
+			held = 1; /* (EXIT sent) */
+			tlv_init(&w, tb, sizeof tb);
+			tlv_put_u32(&w, T_EXIT_CODE, 0);
+			tlv_put_u32(&w, T_SIGNAL, 0);
+			tlv_put_u32(&w, T_TIMED_OUT, 0);
+			put(fd, F_EOF, STREAM_STDOUT, NULL, 0);
+			put(fd, F_EOF, STREAM_STDERR, NULL, 0);
+			put_tlv(fd, F_EXIT, &w);
+			put(fd, F_BULK_DONE, STREAM_STDIN, fr.payload, 4);
+			continue;
 		}
 		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL || mode == A_TREE_BAD8 ||
 					    mode == A_TREE_CTL || mode == A_TREE_LINK ||
@@ -261,6 +340,10 @@ static void agent(int lfd, int mode)
 			uint8_t data[100];
 
 			memset(data, 'x', sizeof data);
+			if (mode == A_BULK_STRAY) {
+				memset(data, 0, 4);
+				put(fd, F_BULK_DONE, STREAM_FILE, data, 4);
+			}
 			put(fd, F_DATA, STREAM_FILE, data, n);
 			put(fd, F_EOF, STREAM_FILE, NULL, 0);
 			tlv_init(&w, tb, sizeof tb);
@@ -268,7 +351,7 @@ static void agent(int lfd, int mode)
 			tlv_put_u32(&w, T_MODE, 0640);
 			put_tlv(fd, F_FILE_DONE, &w);
 		}
-		if (fr.type != F_EXEC)
+		if (fr.type != F_EXEC || mode == A_BULK_STDIN || mode == A_BULK_KEEP)
 			continue;
 		if (mode == A_REFUSE) {
 			tlv_init(&w, tb, sizeof tb);

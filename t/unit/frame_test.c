@@ -208,9 +208,47 @@ static void test_tlv(void)
 	ok(w.err && w.len == 9, "tlv writer overflow sets err and stops writing");
 }
 
+/* The bulk lane's decoders: a slot or length outside the lane never
+ * passes, whatever the peer sends. */
+static void test_bulk(void)
+{
+	uint8_t pl[BULK_PAYLOAD + 1];
+	struct frame fr = { .type = F_BULK, .stream = STREAM_FILE, .payload = pl,
+			    .len = BULK_PAYLOAD };
+	uint32_t slot = 99, len = 99;
+
+	ok(bulk_nslots(0) == 0 && bulk_nslots(BULK_SLOT - 1) == 0 && bulk_nslots(BULK_SLOT) == 1 &&
+	   bulk_nslots(BULK_FILE_BYTES) == 8 && bulk_nslots(1ull << 40) == BULK_SLOTS_MAX,
+	   "bulk_nslots: whole slots, at most BULK_SLOTS_MAX");
+	bulk_encode(pl, 7, BULK_SLOT);
+	ok(bulk_decode(&fr, 8, &slot, &len) == 0 && slot == 7 && len == BULK_SLOT,
+	   "BULK: the last slot, a whole slot's length");
+	ok(bulk_decode(&fr, 7, &slot, &len) < 0, "BULK: slot == nslots refused");
+	bulk_encode(pl, 0xffffffffu, 1);
+	ok(bulk_decode(&fr, 0xffffffffu, &slot, &len) < 0, "BULK: a slot past BULK_SLOTS_MAX refused");
+	bulk_encode(pl, 0, 0);
+	ok(bulk_decode(&fr, 8, &slot, &len) < 0, "BULK: length 0 refused");
+	bulk_encode(pl, 0, BULK_SLOT + 1);
+	ok(bulk_decode(&fr, 8, &slot, &len) < 0, "BULK: a length over a slot refused");
+	bulk_encode(pl, 0, 1);
+	fr.len = BULK_PAYLOAD + 1;
+	ok(bulk_decode(&fr, 8, &slot, &len) < 0, "BULK: a payload of 9 bytes refused");
+	fr.len = BULK_PAYLOAD - 1;
+	ok(bulk_decode(&fr, 8, &slot, &len) < 0, "BULK: a payload of 7 bytes refused");
+	fr = (struct frame){ .type = F_BULK_DONE, .stream = STREAM_FILE, .payload = pl, .len = 4 };
+	put_le32(pl, 7);
+	ok(bulk_done_decode(&fr, 8, &slot) == 0 && slot == 7, "BULK_DONE: the last slot");
+	ok(bulk_done_decode(&fr, 7, &slot) < 0, "BULK_DONE: slot == nslots refused");
+	put_le32(pl, 16);
+	ok(bulk_done_decode(&fr, 0xffffffffu, &slot) < 0, "BULK_DONE: a slot past BULK_SLOTS_MAX refused");
+	fr.len = 3;
+	ok(bulk_done_decode(&fr, 8, &slot) < 0, "BULK_DONE: a payload of 3 bytes refused");
+}
+
 int main(void)
 {
 	test_frames();
+	test_bulk();
 	test_tlv();
 	return tap_done();
 }

@@ -1,0 +1,123 @@
+/* bulk.c - the bulk lane (doc/PROTOCOL.md "Bulk lane"): a second
+ * virtio-blk drive the host writes stdin and copy-in bytes into, slot by
+ * slot, naming each slot in a BULK frame on the port.  The port moves
+ * host-to-guest bytes 4 KiB per QEMU main-loop turn; the drive moves a
+ * slot per request (doc/SPEED.md "Goal 4, the bulk lane").
+ *
+ * The device is read with O_DIRECT: the guest's page cache never holds a
+ * slot, so a slot the host rewrote is never read stale.  A slot goes back
+ * to the host (BULK_DONE) as soon as its bytes are out of it. */
+#include "agent.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Read a short sysfs file into buf (its newline cut).  0, or -1. */
+static int sys_read(const char *path, char *buf, size_t sz)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sz - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}
+
+/* The virtio-blk disk whose serial is QEMU's isopod.bulk (lib/qemu.h
+ * QEMU_BULK_SERIAL), opened; nothing when there is none (a VM of an
+ * older isopod): the host then keeps to the port. */
+void bulk_find(struct agent *a)
+{
+	char path[300], val[64];
+	struct dirent *de;
+	DIR *d;
+
+	if (a->bulk.fd >= 0 || !(d = opendir("/sys/block")))
+		return;
+	while ((de = readdir(d))) {
+		unsigned long long sectors;
+		int fd;
+
+		if (strncmp(de->d_name, "vd", 2) || strlen(de->d_name) > 16)
+			continue;
+		snprintf(path, sizeof path, "/sys/block/%s/serial", de->d_name);
+		if (sys_read(path, val, sizeof val) < 0 || strcmp(val, "isopod.bulk"))
+			continue;
+		snprintf(path, sizeof path, "/sys/block/%s/size", de->d_name);
+		if (sys_read(path, val, sizeof val) < 0)
+			break;
+		sectors = strtoull(val, NULL, 10);
+		snprintf(path, sizeof path, "/dev/%s", de->d_name);
+		fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		if (fd < 0) {
+			logm("open %s: %s: no bulk lane", path, strerror(errno));
+			break;
+		}
+		a->bulk.fd = fd;
+		a->bulk.bytes = (uint64_t)sectors * 512u;
+		a->bulk.n = bulk_nslots(a->bulk.bytes);
+		break;
+	}
+	closedir(d);
+}
+
+void bulk_done(struct agent *a, uint32_t stream, uint32_t slot)
+{
+	uint8_t pl[4];
+
+	put_le32(pl, slot);
+	out_frame(a, F_BULK_DONE, stream, pl, sizeof pl);
+}
+
+int bulk_read(struct agent *a, uint32_t slot, uint32_t len, uint8_t *buf)
+{
+	/* O_DIRECT reads whole sectors into an aligned buffer: a slot is a
+	 * whole number of them, so rounding up stays inside it. */
+	size_t want = (len + BULK_SECTOR - 1) / BULK_SECTOR * BULK_SECTOR, got = 0;
+
+	while (got < want) {
+		ssize_t n = pread(a->bulk.fd, buf + got, want - got,
+				  (off_t)slot * BULK_SLOT + (off_t)got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			logm("bulk slot %u: %s", slot, n < 0 ? strerror(errno) : "short read");
+			return -1;
+		}
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+void on_bulk(struct agent *a, const struct frame *fr)
+{
+	uint32_t slot, len;
+
+	/* The host names slot and length: both checked against the lane
+	 * before anything is read.  A host that gets them wrong is broken:
+	 * as for stdin beyond the window, an ERROR{protocol}, and the
+	 * session's input is ignored until a new HELLO. */
+	if (a->bulk.fd < 0 || bulk_decode(fr, a->bulk.n, &slot, &len) < 0 ||
+	    (fr->stream != STREAM_STDIN && fr->stream != STREAM_FILE)) {
+		send_error(a, "protocol", "BULK on stream %u: no such slot, length or lane",
+			   fr->stream);
+		a->port.poisoned = 1;
+		return;
+	}
+	if (fr->stream == STREAM_STDIN)
+		on_stdin_bulk(a, slot, len);
+	else
+		on_file_bulk(a, slot, len);
+}
