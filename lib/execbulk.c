@@ -218,3 +218,28 @@ int exec_bulk_feed_stdin(struct exec_session *s, int fd, int *eof)
 	return 0;
 }
 
+
+/* After EXIT every slot lent comes back before the exec goes on: a BULK
+ * sent as the command ended reaches the agent after its EXIT and is
+ * returned then, unread.  Anything else now is the agent's fault; so is a
+ * slot still out at s->slots_due_ms (exec_wait_frame stops the vm). */
+int exec_bulk_after_exit(struct exec_session *s)
+{
+	while (s->bulk_lent) {
+		struct frame fr;
+		int g = exec_wait_frame(s, &fr);
+
+		if (g < 0)
+			return g;
+		if (g == 0)
+			return exec_fail(s, EX_SYS, "protocol", "vm %s: no frame after EXIT", s->vm_id);
+		if (fr.type == F_BULK_DONE) {
+			if (exec_bulk_take(s, &fr) < 0)
+				return EXEC_FAILED;
+		} else if (fr.type != F_CREDIT && fr.type != F_EOF) {
+			return exec_fail(s, EX_SYS, "protocol", "vm %s: frame type %u after EXIT, "
+				    "bulk slots not returned (0x%x)", s->vm_id, fr.type, s->bulk_lent);
+		}
+	}
+	return 1;
+}

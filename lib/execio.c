@@ -657,29 +657,13 @@ int exec_run(struct exec_session *s, int stdin_fd, struct exec_status *ex)
 				return EXEC_FAILED;
 		}
 	}
-	/* After EXIT every slot lent comes back before the exec goes on: a
-	 * BULK sent as the command ended reaches the agent after its EXIT and
-	 * is returned then, unread.  Anything else now is the agent's fault. */
-	if (r == 1 && s->bulk_lent)
+	if (r == 1 && s->bulk_lent) {
 		s->slots_due_ms = before_deadline(s, s->watchdog_ms);
-	while (r == 1 && s->bulk_lent) {
-		struct frame fr;
-		int g = exec_wait_frame(s, &fr);
-
-		if (g <= 0) {
-			s->slots_due_ms = 0;
-			return g < 0 ? g : exec_fail(s, EX_SYS, "protocol", "vm %s: no frame after EXIT",
-						    s->vm_id);
-		}
-		if (fr.type == F_BULK_DONE) {
-			if (exec_bulk_take(s, &fr) < 0)
-				return EXEC_FAILED;
-		} else if (fr.type != F_CREDIT && fr.type != F_EOF) {
-			return exec_fail(s, EX_SYS, "protocol", "vm %s: frame type %u after EXIT, "
-				    "bulk slots not returned (0x%x)", s->vm_id, fr.type, s->bulk_lent);
-		}
+		r = exec_bulk_after_exit(s);
+		s->slots_due_ms = 0;
+		if (r < 0)
+			return r;
 	}
-	s->slots_due_ms = 0;
 	exec_bulk_punch(s);
 	return r < 0 ? r : 0;
 }

@@ -190,6 +190,7 @@ int exec_bulk_send_file(struct exec_session *s, int fd, uint32_t stream, const c
 			struct sha256_stream *h, uint64_t *sent);
 int exec_bulk_feed_stdin(struct exec_session *s, int fd, int *eof);
 void exec_bulk_punch(struct exec_session *s);
+int exec_bulk_after_exit(struct exec_session *s);
 
 /* exectree.c: a guest directory copied out as a tree stream into NAME in
  * the directory dfd (it must not exist: it is made, and all the stream
