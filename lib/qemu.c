@@ -15,6 +15,53 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The guest kernel's command line, for TCG or KVM. */
+static void kernel_line(char *buf, size_t sz, const struct qemu_cfg *c, int tcg)
+{
+	/* Under TCG the guest's TSC is the host's, unscaled (QEMU 7.2
+	 * cpu_get_ticks -> cpu_get_host_ticks): told the host's real rate
+	 * (lib/tsc.c, kept per store) its TSC clocksource keeps the host's
+	 * time, and tsc=reliable keeps it there -- no watchdog against
+	 * refined-jiffies, whose PIT ticks TCG loses, and which moves in
+	 * whole ticks: busybox nslookup's A and AAAA queries then got one
+	 * DNS id and waited out its timeout (doc/DECISIONS.md "TSC under
+	 * TCG").  Without a rate (not x86_64, a TSC the host does not call
+	 * constant) the line stays as it was: told 2 GHz, a guest on
+	 * tsc=reliable would run at the host's rate / 2 GHz.  KVM's guests
+	 * use kvm-clock: their line is unchanged.
+	 * TCG's guests are told their local APIC timer's rate
+	 * (lapic_timer_khz=1000000: QEMU's emulated APIC counts one per ns of
+	 * QEMU_CLOCK_VIRTUAL before its divider, hw/intc/apic_common.c
+	 * apic_next_timer), a parameter our kernel carries as a patch
+	 * (images/kernel-lapic-timer-khz.patch): 6.1 upstream learns the
+	 * rate only by calibrating against the TSC at every boot (a 100 ms
+	 * busy wait of guest time, ~230 ms of this host's), then checks it
+	 * for 100 ms more against the PIT's jiffies, which TCG, losing PIT
+	 * ticks, can fail.  Before, the line said noapictimer and the PIT
+	 * was the clock event device: its one-shot reach is 0x7fff ticks of
+	 * 1.193182 MHz, 27.5 ms, so an idle tickless guest still woke QEMU
+	 * ~36 times a second, for a VM that waits for its host N times
+	 * longer when N run at once (doc/SPEED.md "Goal 6, fourth round";
+	 * "Goal 1, third round" for the calibration).  The APIC timer's
+	 * one-shot reach is 34 s.  Only a kernel with the patch is told
+	 * (c->lapic_khz, from its record: lib/image.h kernel_lapic_khz): an
+	 * older one in a store not rebuilt would ignore the word, pass it to
+	 * PID 1's environment and calibrate at every boot; its line keeps
+	 * noapictimer.
+	 * KVM's guests have the TSC-deadline timer: their line is unchanged.
+	 */
+	const char *timer = !tcg ? "" : c->lapic_khz ? " lapic_timer_khz=1000000" : " noapictimer";
+
+	if (tcg && c->tsc_khz > 0)
+		snprintf(buf, sz,
+			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=%lld "
+			 "lpj=4000000 tsc=reliable%s", c->tsc_khz, timer);
+	else
+		snprintf(buf, sz, "%s%s",
+			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 "
+			 "lpj=4000000", timer);
+}
+
 /* The command line.  Device order is fixed: memory snapshots are only
  * restorable into an identical machine.  With memfile, guest RAM is that
  * file (memory-backend-file): share=1 for a warm template (its RAM lands
@@ -95,48 +142,7 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	A("-kernel"); A(c->vmlinux);
 	A("-initrd"); A(c->initrd);
 	A("-append");
-	/* Under TCG the guest's TSC is the host's, unscaled (QEMU 7.2
-	 * cpu_get_ticks -> cpu_get_host_ticks): told the host's real rate
-	 * (lib/tsc.c, kept per store) its TSC clocksource keeps the host's
-	 * time, and tsc=reliable keeps it there -- no watchdog against
-	 * refined-jiffies, whose PIT ticks TCG loses, and which moves in
-	 * whole ticks: busybox nslookup's A and AAAA queries then got one
-	 * DNS id and waited out its timeout (doc/DECISIONS.md "TSC under
-	 * TCG").  Without a rate (not x86_64, a TSC the host does not call
-	 * constant) the line stays as it was: told 2 GHz, a guest on
-	 * tsc=reliable would run at the host's rate / 2 GHz.  KVM's guests
-	 * use kvm-clock: their line is unchanged.
-	 * TCG's guests are told their local APIC timer's rate
-	 * (lapic_timer_khz=1000000: QEMU's emulated APIC counts one per ns of
-	 * QEMU_CLOCK_VIRTUAL before its divider, hw/intc/apic_common.c
-	 * apic_next_timer), a parameter our kernel carries as a patch
-	 * (images/kernel-lapic-timer-khz.patch): 6.1 upstream learns the
-	 * rate only by calibrating against the TSC at every boot (a 100 ms
-	 * busy wait of guest time, ~230 ms of this host's), then checks it
-	 * for 100 ms more against the PIT's jiffies, which TCG, losing PIT
-	 * ticks, can fail.  Before, the line said noapictimer and the PIT
-	 * was the clock event device: its one-shot reach is 0x7fff ticks of
-	 * 1.193182 MHz, 27.5 ms, so an idle tickless guest still woke QEMU
-	 * ~36 times a second, for a VM that waits for its host N times
-	 * longer when N run at once (doc/SPEED.md "Goal 6, fourth round";
-	 * "Goal 1, third round" for the calibration).  The APIC timer's
-	 * one-shot reach is 34 s.  Only a kernel with the patch is told
-	 * (c->lapic_khz, from its record: lib/image.h kernel_lapic_khz): an
-	 * older one in a store not rebuilt would ignore the word, pass it to
-	 * PID 1's environment and calibrate at every boot; its line keeps
-	 * noapictimer.
-	 * KVM's guests have the TSC-deadline timer: their line is unchanged.
-	 */
-	const char *timer = !tcg ? "" : c->lapic_khz ? " lapic_timer_khz=1000000" : " noapictimer";
-
-	if (tcg && c->tsc_khz > 0)
-		snprintf(q->append, sizeof q->append,
-			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=%lld "
-			 "lpj=4000000 tsc=reliable%s", c->tsc_khz, timer);
-	else
-		snprintf(q->append, sizeof q->append, "%s%s",
-			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 "
-			 "lpj=4000000", timer);
+	kernel_line(q->append, sizeof q->append, c, tcg);
 	A(q->append);
 	/* The console is a descriptor (QEMU_CONSOLE_FD), not a path QEMU
 	 * writes as much as the guest likes to: QEMU 7.2's file chardev opens
