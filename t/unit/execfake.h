@@ -295,21 +295,12 @@ static void agent(int lfd, int mode)
 			put(fd, F_BULK_DONE, STREAM_STDIN, fr.payload, 4);
 			continue;
 		}
-		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_KEEP) {
-			if (held)
-				continue;
-			held = 1;
-			tlv_init(&w, tb, sizeof tb);
-			tlv_put_u32(&w, T_EXIT_CODE, 0);
-			tlv_put_u32(&w, T_SIGNAL, 0);
-			tlv_put_u32(&w, T_TIMED_OUT, 0);
-			put(fd, F_EOF, STREAM_STDOUT, NULL, 0);
-			put(fd, F_EOF, STREAM_STDERR, NULL, 0);
-			put_tlv(fd, F_EXIT, &w);
+		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_KEEP && held)
 			continue;
-		}
-		if (fr.type == F_BULK && fr.stream == STREAM_STDIN && mode == A_BULK_STDIN) {
-			/* the command has ended meanwhile: EXIT, then the slot */
+		if (fr.type == F_BULK && fr.stream == STREAM_STDIN &&
+		    (mode == A_BULK_STDIN || mode == A_BULK_KEEP)) {
+			/* the command has ended meanwhile: EXIT, then the slot
+			 * (A_BULK_KEEP: never) */
 			held = 1; /* (EXIT sent) */
 			tlv_init(&w, tb, sizeof tb);
 			tlv_put_u32(&w, T_EXIT_CODE, 0);
@@ -318,7 +309,8 @@ static void agent(int lfd, int mode)
 			put(fd, F_EOF, STREAM_STDOUT, NULL, 0);
 			put(fd, F_EOF, STREAM_STDERR, NULL, 0);
 			put_tlv(fd, F_EXIT, &w);
-			put(fd, F_BULK_DONE, STREAM_STDIN, fr.payload, 4);
+			if (mode == A_BULK_STDIN)
+				put(fd, F_BULK_DONE, STREAM_STDIN, fr.payload, 4);
 			continue;
 		}
 		if (fr.type == F_FILE_GET && (mode == A_TREE || mode == A_TREE_EVIL || mode == A_TREE_BAD8 ||
