@@ -1047,11 +1047,13 @@ EOF
 	chmod +x "$lx/isopod-result"
 	export ISOPOD_LIBEXEC="$lx" ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	rm -f "$FAKE_LOG"
-	run_isopod -0 run --json-only --keep -- true
+	# (as a user's shell starts it: a background job of a script has INT
+	# ignored, and isopod-run leaves an ignored signal alone)
+	run -0 --separate-stderr env --default-signal=INT,TERM,HUP isopod run --json-only --keep -- true
 	grep -qx 'result-blocked int-term-hup' "$FAKE_LOG"
 	! grep -q '^stop' "$FAKE_LOG" || false
 	rm -f "$FAKE_LOG"
-	run_isopod -0 run --json-only -- true
+	run -0 --separate-stderr env --default-signal=INT,TERM,HUP isopod run --json-only -- true
 	grep -qx 'result-blocked none' "$FAKE_LOG"
 }
 
