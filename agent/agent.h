@@ -277,6 +277,7 @@ void agent_init(struct agent *a);
 void conn_reset(struct agent *a, const char *why);
 void port_flush(struct agent *a);
 int port_try_open(struct agent *a);
+int sys_read(const char *path, char *buf, size_t sz);
 void port_parse(struct agent *a);
 void port_read(struct agent *a);
 void on_frame(struct agent *a, const struct frame *fr);

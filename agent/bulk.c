@@ -17,23 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Read a short sysfs file into buf (its newline cut).  0, or -1. */
-static int sys_read(const char *path, char *buf, size_t sz)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sz - 1);
-	close(fd);
-	if (n < 0)
-		return -1;
-	buf[n] = 0;
-	buf[strcspn(buf, "\n")] = 0;
-	return 0;
-}
-
 /* The virtio-blk disk whose serial is QEMU's isopod.bulk (lib/qemu.h
  * QEMU_BULK_SERIAL), opened; nothing when there is none (a VM of an
  * older isopod): the host then keeps to the port. */

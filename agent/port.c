@@ -51,6 +51,24 @@ void port_flush(struct agent *a)
 	}
 }
 
+/* A short sysfs file into buf, its newline cut (empty when it is).  0, or
+ * -1.  The port's name here, the bulk lane's serial and size (bulk.c). */
+int sys_read(const char *path, char *buf, size_t sz)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sz - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}
+
 /* Read the name files under /sys/class/virtio-ports; open the port whose
  * name is isopod.agent.  0 when open. */
 int port_try_open(struct agent *a)
@@ -58,8 +76,7 @@ int port_try_open(struct agent *a)
 	char path[600], name[64];
 	struct dirent *de;
 	DIR *d;
-	ssize_t n;
-	int fd, fl;
+	int fl;
 
 	d = opendir("/sys/class/virtio-ports");
 	if (!d)
@@ -68,16 +85,7 @@ int port_try_open(struct agent *a)
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof path, "/sys/class/virtio-ports/%s/name", de->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		n = read(fd, name, sizeof name - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		name[n] = 0;
-		name[strcspn(name, "\n")] = 0;
-		if (strcmp(name, PORT_NAME) != 0)
+		if (sys_read(path, name, sizeof name) < 0 || strcmp(name, PORT_NAME) != 0)
 			continue;
 		snprintf(a->port.dev, sizeof a->port.dev, "/dev/%s", de->d_name);
 		a->port.fd = open(a->port.dev, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
