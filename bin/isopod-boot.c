@@ -551,13 +551,10 @@ static void boot_cold(struct boot *bt)
 	if (mono_ms() >= bt->deadline)
 		fail(bt, EX_TIMEOUT, "the guest agent did not answer within %lld ms",
 		     bt->cf.timeout_ms);
-	unlink(bt->in.agent);
-	unlink(bt->in.qmp);
-	unlink(bt->in.console);
 	if (qemu_argv(&q, &qc) < 0) /* the store's paths (a resume keeps its snapshot) */
 		fail(bt, EX_USAGE, "the VM's paths are too long for QEMU's command line (its disk %.512s...)",
 		     bt->in.disk);
-	if (bulk_file_new(bt->in.bulk) < 0)
+	if (inst_fresh(&bt->in) < 0)
 		fail(bt, EX_SYS, "unable to create %s: %s", bt->in.bulk, strerror(errno));
 	if (launch_start(&bt->ln, q.av, -1, msg, sizeof msg) < 0)
 		fail(bt, EX_SYS, "%s", msg);

@@ -244,10 +244,7 @@ int launch_resume(struct launch *l, const struct qemu_vm *vm, struct snap *sn, i
 			goto bad;
 		}
 	}
-	unlink(in->agent);
-	unlink(in->qmp);
-	unlink(in->console);
-	if (bulk_file_new(in->bulk) < 0) {
+	if (inst_fresh(in) < 0) {
 		snprintf(msg, msz, "unable to create %.512s: %s", in->bulk, strerror(errno));
 		close(sn->memfd);
 		sn->memfd = -1;

@@ -284,6 +284,14 @@ int bulk_file_new(const char *path)
 	return 0;
 }
 
+int inst_fresh(const struct inst *in)
+{
+	unlink(in->agent);
+	unlink(in->qmp);
+	unlink(in->console);
+	return bulk_file_new(in->bulk);
+}
+
 struct qemu_cfg qemu_cfg_at(const struct qemu_vm *vm, const struct inst *in)
 {
 	return (struct qemu_cfg){

@@ -95,6 +95,10 @@ int bulk_file_new(const char *path);
 /* dir's disk.qcow2, agent.sock, qmp.sock, console.log, qemu.log, bulk.raw.  0, or -1
  * (ENAMETOOLONG). */
 int inst_paths(struct inst *in, const char *dir);
+/* Before a QEMU starts in in's directory (a cold boot, a resume): the
+ * last one's sockets and console gone, and a new lane (bulk_file_new).
+ * 0, or -1 with errno (the lane could not be made). */
+int inst_fresh(const struct inst *in);
 
 /* What every QEMU of one VM shares -- its cold boot, its warm template and
  * its clone -- apart from its files and how its RAM starts. */
