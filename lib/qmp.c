@@ -270,7 +270,7 @@ int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms,
 	}
 	r = qmp_open_(q, sock_path, 0, 1, deadline_ms);
 	if (r == 0) {
-		/* Both requests in one write, before the greeting is read: QEMU
+		/* Both requests sent before the greeting is read: QEMU
 		 * dispatches a connection's requests in order, and checks each
 		 * against the commands of the monitor's mode when it runs it, so
 		 * the command finds capabilities negotiated.  Two round trips
@@ -278,15 +278,12 @@ int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms,
 		 * took 3 on a busy TCG host, 5-10 ms each: doc/SPEED.md). */
 		unsigned cid, id;
 		char *cap = request(q, "qmp_capabilities", NULL, &cid), *cmd = request(q, command, NULL, &id);
-		char *both = cap && cmd ? malloc(strlen(cap) + strlen(cmd) + 1) : NULL;
 
-		if (!both) {
-			if (cap && cmd)
-				snprintf(q->err, sizeof q->err, "qmp: %s", strerror(errno));
+		if (!cap || !cmd) {
 			r = -1;
 		} else {
-			sprintf(both, "%s%s", cap, cmd);
-			if ((r = send_all(q, both, strlen(both), -1, deadline_ms)) == 0 &&
+			if ((r = send_all(q, cap, strlen(cap), -1, deadline_ms)) == 0 &&
+			    (r = send_all(q, cmd, strlen(cmd), -1, deadline_ms)) == 0 &&
 			    (r = greeting(q, sock_path, deadline_ms)) == 0 &&
 			    (r = reply(q, "qmp_capabilities", cid, NULL, deadline_ms)) == 0)
 				r = reply(q, command, id, NULL, deadline_ms);
@@ -296,7 +293,6 @@ int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms,
 		}
 		free(cap);
 		free(cmd);
-		free(both);
 	}
 	if (r < 0)
 		snprintf(err, errsz, "%s", q->err);

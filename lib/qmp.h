@@ -35,13 +35,13 @@ int qmp_call(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
 
 /* Run one argument-less QMP command ("quit", "stop", "cont", ...) on the
  * VM's QMP socket: one connection attempt (no waiting for a socket that is
- * not there), then qmp_capabilities and the command in one write, before
+ * not there), then qmp_capabilities and the command, both sent before
  * the greeting is read; then the greeting (a first line that is not one
  * fails, "no greeting"), the capabilities' reply, the command's.  0 when
  * QEMU answered "return", or, for quit, when the connection closed at any
- * point after that write, before the greeting included.  -1 with err set;
+ * point after those writes, before the greeting included.  -1 with err set;
  * the command may have been sent, and even run, all the same: a failure
- * (a timeout included) after the write does not mean "not sent".  The
+ * (a timeout included) after the writes does not mean "not sent".  The
  * tree's callers use it for quit only. */
 int qmp_simple(const char *sock_path, const char *command, int64_t deadline_ms,
 	       char *err, size_t errsz);
