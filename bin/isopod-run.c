@@ -41,8 +41,8 @@ struct run {
 	long long start_ms, timeout_s, notes_fd;
 	int fold, keep, pooled, json_only, have_commit_as;
 	int booted, stopped;
-	int stdin_closed;      /* fd 0 was closed when we started (now /dev/null) */
-	int closed_std;        /* bit fd: 0, 1 or 2 was closed then (closed again for the result) */
+	int closed_std;        /* bit fd: 0, 1 or 2 was closed then (now /dev/null; closed
+				  again for the result): a closed stdin is no input */
 	char **boot, **exec, **sign, **cmd; /* NULL-ended word lists */
 	int nboot, nexec, nsign, ncmd;
 	sigset_t sigs; /* INT, TERM, HUP and CHLD: blocked, taken with sigtimedwait */
@@ -459,7 +459,7 @@ static int exec(struct run *r)
 		r->stdin_arg = r->stdin_file;
 		if (!strcmp(r->stdin_arg, "-"))
 			in = 0;
-	} else if (!isatty(0) && !r->stdin_closed) {
+	} else if (!isatty(0) && !(r->closed_std & 1)) {
 		r->stdin_arg = "-";
 		in = 0;
 	}
@@ -719,7 +719,6 @@ int main(int argc, char **argv)
 	/* A closed 0, 1 or 2 would be the next file we open (exec's input
 	 * would be its own DIR/exec.json): /dev/null there, and a closed
 	 * stdin remembered (it is no input to send). */
-	r.stdin_closed = fcntl(0, F_GETFD) < 0;
 	for (int fd = 0; fd < 3; fd++)
 		if (fcntl(fd, F_GETFD) < 0) {
 			if (open("/dev/null", O_RDWR) != fd)
@@ -786,7 +785,7 @@ int main(int argc, char **argv)
 	}
 	if (!*bad && optind >= argc)
 		snprintf(bad, sizeof bad, "no command given");
-	if (!*bad && r.stdin_file && !strcmp(r.stdin_file, "-") && r.stdin_closed)
+	if (!*bad && r.stdin_file && !strcmp(r.stdin_file, "-") && (r.closed_std & 1))
 		snprintf(bad, sizeof bad, "--stdin-file -: standard input is closed");
 	if (*bad && !known)
 		die_usage(USAGE, "%s", bad);
