@@ -58,6 +58,22 @@ boot_vm() {
 
 stop_vm() { isopod-stop --force --vm "$1" > /dev/null; }
 
+# boot_as --cold|"": a VM booted cold, or resumed (the first of its shape
+# builds the snapshot: that one is stopped and another resumed), its result
+# in $output, its path the one asked for (else it is stopped, and this fails).
+boot_as() {
+	# shellcheck disable=SC2086 # "" is no option: the default, warm
+	boot_vm $1
+	[ "$status" -eq 0 ]
+	if jq -e '.path == "snapshot-build"' <<<"$output" >/dev/null; then
+		stop_vm "$vm"
+		boot_vm
+		[ "$status" -eq 0 ]
+	fi
+	if [ -n "$1" ]; then json_is '.path == "cold"'; else json_is '.path == "warm"'; fi ||
+		{ stop_vm "$vm"; return 1; }
+}
+
 # ro_fds PID FILE: PID's descriptors of FILE's inode in fds; fails unless
 # there are two or more (a clone's QEMU: fd 3, the supervisor's, and its
 # own reopen of /proc/self/fd/3) and each is read-only (O_ACCMODE of the
@@ -317,15 +333,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 @test "warm: cold and resumed QEMUs both get virtio-serial max_ports=2 (goal 7: 6 virtqueues, not 64); the agent still answers" {
 	local q mode
 	for mode in --cold ""; do
-		# shellcheck disable=SC2086 # "" is no option: the default, warm
-		boot_vm $mode
-		[ "$status" -eq 0 ]
-		if jq -e '.path == "snapshot-build"' <<<"$output" >/dev/null; then
-			stop_vm "$vm" # the first of this shape built the snapshot: resume it
-			boot_vm
-			[ "$status" -eq 0 ]
-		fi
-		if [ -n "$mode" ]; then json_is '.path == "cold"'; else json_is '.path == "warm"'; fi
+		boot_as "$mode"
 		q=$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$vm/meta.json")
 		tr '\0' ' ' <"/proc/$q/cmdline" | grep -q -- ' -device virtio-serial-device,max_ports=2 ' ||
 			{ stop_vm "$vm"; return 1; }
@@ -346,16 +354,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 @test "warm: a TCG guest, cold or resumed, ticks on its local APIC timer (lapic_timer_khz), not the PIT" {
 	local q mode
 	for mode in --cold ""; do
-		# shellcheck disable=SC2086 # "" is no option: the default, warm
-		boot_vm $mode
-		[ "$status" -eq 0 ]
-		if jq -e '.path == "snapshot-build"' <<<"$output" >/dev/null; then
-			stop_vm "$vm" # the first of this shape built the snapshot: resume it
-			boot_vm
-			[ "$status" -eq 0 ]
-		fi
-		if [ -n "$mode" ]; then json_is '.path == "cold"'; else json_is '.path == "warm"'; fi ||
-			{ stop_vm "$vm"; return 1; }
+		boot_as "$mode"
 		if [ "$(jq -r .accel <<<"$output")" != tcg ]; then
 			stop_vm "$vm"
 			skip "KVM: its guests have the TSC-deadline timer, their line is unchanged"
