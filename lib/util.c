@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <pthread.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sodium.h>
@@ -795,8 +796,14 @@ out:
 
 int vm_wait_stopped(const char *id, int64_t deadline_ms)
 {
+	return vm_wait_stopped_fd(id, deadline_ms, -1);
+}
+
+int vm_wait_stopped_fd(const char *id, int64_t deadline_ms, int wake_fd)
+{
 	char p[PATH_MAX];
 	int64_t fine = mono_ms() + 1000;
+	struct pollfd w = { .fd = wake_fd, .events = POLLIN };
 	int fd;
 
 	if (pathn(p, sizeof p, "%s/vms/%s/lock", store_home(), id) < 0)
@@ -818,7 +825,17 @@ int vm_wait_stopped(const char *id, int64_t deadline_ms)
 		 * every 20 ms cost a run ~10 ms on average between its exit
 		 * and ours.  2 ms for the first second (an open and a flock,
 		 * microseconds each), then 20. */
-		usleep(mono_ms() < fine ? 2000 : 20 * 1000);
+		if (mono_ms() >= fine) {
+			usleep(20 * 1000);
+		} else if (w.fd < 0) {
+			usleep(2000);
+		} else if (poll(&w, 1, 2) != 0) {
+			/* The supervisor gone (its files, the lock's among them,
+			 * are closed before a pidfd turns readable), or poll
+			 * failed: check now, and sleep from then on (a readable
+			 * pidfd stays readable). */
+			w.fd = -1;
+		}
 	}
 }
 

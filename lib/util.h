@@ -307,8 +307,12 @@ int json_update_locked(const char *lockpath, const char *path,
 /* Wait until vms/<id>/lock is free (poll LOCK_EX|LOCK_NB every 2 ms for a
  * second, then every 20 ms) or the
  * monotonic deadline passes.  0 free, -1 still held (errno ETIMEDOUT) or
- * the lock's path too long (ENAMETOOLONG). */
+ * the lock's path too long (ENAMETOOLONG).  vm_wait_stopped_fd: the same,
+ * but the 2 ms waits end early when wake_fd (a pidfd of the supervisor,
+ * or -1) turns readable; the lock is what is checked, always, so a wrong
+ * or stale wake_fd only leaves the polls as they were. */
 int vm_wait_stopped(const char *id, int64_t deadline_ms);
+int vm_wait_stopped_fd(const char *id, int64_t deadline_ms, int wake_fd);
 /* pidfd_open(2) / pidfd_send_signal(2) through syscall(2). */
 int pidfd_open_(pid_t pid);
 int pidfd_kill(int pidfd, int sig);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -496,6 +497,48 @@ static void test_vm_running(void)
 	errno = 0;
 	ok(vm_running("vm-0123456789ab") == -1 && errno == EISDIR,
 	   "vm_running: a lock it cannot open: -1 (%s), not 0", strerror(errno));
+	/* vm_wait_stopped_fd: its wake fd only ends a wait early; "stopped" is
+	 * the lock free, whatever the fd says.  A child holds the lock as a
+	 * supervisor does, until its exit. */
+	{
+		int held[2], go[2], wake[2], pfd;
+		char c = 0;
+		pid_t pid;
+
+		snprintf(p, sizeof p, "%s/vms/vm-aaaaaaaaaaaa", home);
+		mkdir_p(p, 0755, NULL, 0);
+		snprintf(p, sizeof p, "%s/vms/vm-aaaaaaaaaaaa/lock", home);
+		if (pipe(held) < 0 || pipe(go) < 0 || pipe(wake) < 0)
+			abort();
+		pid = fork();
+		if (pid == 0) {
+			int fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+
+			if (fd < 0 || flock(fd, LOCK_EX) < 0 || write(held[1], "h", 1) != 1)
+				_exit(1);
+			if (read(go[0], &c, 1) < 0)
+				_exit(1);
+			_exit(0);
+		}
+		ok(pid > 0 && read(held[0], &c, 1) == 1, "vm_wait_stopped_fd: a child holds the lock");
+		pfd = pidfd_open_(pid);
+		if (write(wake[1], "w", 1) != 1)
+			abort();
+		errno = 0;
+		ok(vm_wait_stopped_fd("vm-aaaaaaaaaaaa", mono_ms() + 50, wake[0]) == -1 &&
+		   errno == ETIMEDOUT,
+		   "vm_wait_stopped_fd: a readable wake fd, the lock held: -1 ETIMEDOUT, not stopped");
+		if (write(go[1], "g", 1) != 1)
+			abort();
+		ok(pfd >= 0 && vm_wait_stopped_fd("vm-aaaaaaaaaaaa", mono_ms() + 5000, pfd) == 0,
+		   "vm_wait_stopped_fd: the holder's pidfd, the holder gone: 0");
+		ok(vm_running("vm-aaaaaaaaaaaa") == 0, "vm_wait_stopped_fd: its 0 is a free lock");
+		waitpid(pid, NULL, 0);
+		if (pfd >= 0)
+			close(pfd);
+		close(held[0]), close(held[1]), close(go[0]), close(go[1]);
+		close(wake[0]), close(wake[1]);
+	}
 	if (keep) {
 		setenv("ISOPOD_HOME", keep, 1);
 		free(keep);
