@@ -209,6 +209,9 @@ struct cold_read {
 	uint64_t rpos, rlen;/* the ring holds the file's [rpos, rpos + rlen) */
 	uint64_t cached_end;/* [.., cached_end) was found in the page cache */
 	int nodirect;       /* O_DIRECT refused (tmpfs, ...): buffered only */
+	uint8_t *map;       /* the file mapped (never touched) for mincore, or NULL */
+	size_t maplen;
+	int nomap;          /* it could not be */
 };
 
 struct get_state {
@@ -345,6 +348,7 @@ void on_file_bulk(struct agent *a, uint32_t slot, uint32_t len);
 void on_file_eof(struct agent *a);
 void on_file_get(struct agent *a, const struct frame *fr);
 void get_pump(struct agent *a);
+void cold_release(struct agent *a);
 void put_fail(struct agent *a);
 
 #endif
