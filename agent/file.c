@@ -497,8 +497,8 @@ void get_pump(struct agent *a)
 
 		if (left && !out_pending(a) && cold_fill(a, 1, a->get.fd, a->get.bytes, a->get.size)) {
 			/* The frame written from the ring, its header over
-			 * bytes already sent: under TCG the copy into the
-			 * output buffer cost as much as the disk read. */
+			 * bytes already sent: no copy into the output buffer
+			 * (under TCG every copy inside the guest is emulated). */
 			size_t k = left < OUT_DATA_CHUNK ? (size_t)left : OUT_DATA_CHUNK;
 			uint8_t *p = cold_at(a, a->get.bytes, &k) - FRAME_HDR;
 
