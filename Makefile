@@ -173,7 +173,7 @@ build/jail/isopod-jail-mutant: bin/isopod-jail.c lib/jail.c lib/jailchild.c $(HO
 AGENTSRC = agent/main.c agent/port.c agent/out.c agent/request.c agent/hello.c agent/pid1.c \
 	agent/exec.c agent/file.c agent/bulk.c
 agent/isopod-agent: $(AGENTSRC) agent/agent.h lib/frame.c lib/frame.h lib/treestream.c lib/treestream.h lib/treeio.c lib/treeio.h
-	$(MUSLCC) -static -Os $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ $(AGENTSRC) lib/frame.c lib/treestream.c lib/treeio.c
+	$(MUSLCC) -static -Os -mstringop-strategy=libcall $(WARN) -std=c11 -D_GNU_SOURCE -Ilib -o $@ $(AGENTSRC) lib/frame.c lib/treestream.c lib/treeio.c
 
 # Reproducible, no root needed, works before any kernel is built and needs
 # nothing but a shell (images/mkinitramfs writes the cpio itself, no cache).

@@ -199,6 +199,21 @@ struct put_state {
 	struct ts_feed feed;
 };
 
+/* A copy-out's reads (doc/SPEED.md "Goal 4, a cold copy-out"): what the
+ * page cache holds is read buffered; the rest with O_DIRECT, a chunk at a
+ * time, into the idle stdin ring, so QEMU's DMA fills it where a buffered
+ * read of the disk went through the page cache at several times the cost
+ * under TCG.  The ring's bytes belong to one file, named by key. */
+struct cold_read {
+	uint64_t key;       /* whose bytes: 0 none; a FILE_GET's file 1, a tree's its nth */
+	uint64_t rpos, rlen;/* the ring holds the file's [rpos, rpos + rlen) */
+	uint64_t cached_end;/* [.., cached_end) was found in the page cache */
+	int nodirect;       /* O_DIRECT refused (tmpfs, ...): buffered only */
+	uint8_t *map;       /* the file mapped (never touched) for mincore, or NULL */
+	size_t maplen;
+	int nomap;          /* it could not be */
+};
+
 struct get_state {
 	int fd;
 	int tree;        /* a directory: walk sends it as a tree stream */
@@ -208,6 +223,7 @@ struct get_state {
 	uint32_t mode;
 	char path[PATH_MAX];
 	struct ts_walk walk;
+	struct cold_read cold;
 };
 
 /* The bulk lane's device (doc/PROTOCOL.md "Bulk lane"): read with
@@ -245,6 +261,7 @@ int64_t mono_ms(void);
 void sleep_ms(int ms);
 int set_nonblock(int fd);
 int clear_nonblock(int fd);
+int set_direct(int fd, int on);
 void close_fd(int *fd);
 size_t out_pending(const struct agent *a);
 void out_frame(struct agent *a, uint8_t type, uint32_t stream, const void *payload, size_t n);
@@ -253,6 +270,9 @@ void send_error(struct agent *a, const char *kind, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void credit_flush(struct agent *a);
 ssize_t out_read_data(struct agent *a, int fd, uint32_t stream, uint64_t max);
+uint8_t *out_data_reserve(struct agent *a);
+void out_frame_now(struct agent *a, const uint8_t *p, size_t n);
+void out_data_commit(struct agent *a, uint32_t stream, size_t n);
 size_t out_next_write(const struct agent *a);
 
 /* ------------------------------------------------------------------ */
@@ -302,6 +322,8 @@ void on_hello(struct agent *a, const struct frame *fr);
 void bulk_find(struct agent *a);
 /* Slot's first len bytes into buf (aligned, a slot's size).  0, or -1 (logged). */
 int bulk_read(struct agent *a, uint32_t slot, uint32_t len, uint8_t *buf);
+/* pread until len bytes, end of file or an error: the bytes read, or -1. */
+ssize_t pread_full(int fd, uint8_t *buf, size_t len, off_t off);
 /* BULK_DONE{slot} on stream: the host may reuse the slot. */
 void bulk_done(struct agent *a, uint32_t stream, uint32_t slot);
 void on_bulk(struct agent *a, const struct frame *fr);
@@ -326,6 +348,7 @@ void on_file_bulk(struct agent *a, uint32_t slot, uint32_t len);
 void on_file_eof(struct agent *a);
 void on_file_get(struct agent *a, const struct frame *fr);
 void get_pump(struct agent *a);
+void cold_release(struct agent *a);
 void put_fail(struct agent *a);
 
 #endif

@@ -63,23 +63,34 @@ void bulk_done(struct agent *a, uint32_t stream, uint32_t slot)
 	out_frame(a, F_BULK_DONE, stream, pl, sizeof pl);
 }
 
+ssize_t pread_full(int fd, uint8_t *buf, size_t len, off_t off)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = pread(fd, buf + got, len - got, off + (off_t)got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
 int bulk_read(struct agent *a, uint32_t slot, uint32_t len, uint8_t *buf)
 {
 	/* O_DIRECT reads whole sectors into an aligned buffer: a slot is a
 	 * whole number of them, so rounding up stays inside it. */
-	size_t want = (len + BULK_SECTOR - 1) / BULK_SECTOR * BULK_SECTOR, got = 0;
+	size_t want = (len + BULK_SECTOR - 1) / BULK_SECTOR * BULK_SECTOR;
+	ssize_t n = pread_full(a->bulk.fd, buf, want, (off_t)slot * BULK_SLOT);
 
-	while (got < want) {
-		ssize_t n = pread(a->bulk.fd, buf + got, want - got,
-				  (off_t)slot * BULK_SLOT + (off_t)got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			logm("bulk slot %u: %s", slot, n < 0 ? strerror(errno) : "short read");
-			return -1;
-		}
-		got += (size_t)n;
+	if (n < 0 || (size_t)n < want) {
+		logm("bulk slot %u: %s", slot, n < 0 ? strerror(errno) : "short read");
+		return -1;
 	}
 	return 0;
 }

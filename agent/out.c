@@ -69,6 +69,15 @@ int clear_nonblock(int fd)
 	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
 }
 
+/* O_DIRECT on or off for fd's file: -1 (EINVAL) where the file system
+ * has no direct I/O (tmpfs). */
+int set_direct(int fd, int on)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return fl < 0 ? -1 : fcntl(fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT);
+}
+
 void close_fd(int *fd)
 {
 	if (*fd >= 0)
@@ -172,21 +181,68 @@ void credit_flush(struct agent *a)
 	}
 }
 
+/* A whole frame at p (its header included, at most PORT_WRITE_MAX long)
+ * toward the host: written from p at once when nothing is queued before
+ * it, so its bytes are not copied into the output buffer first (under TCG
+ * every copy inside the guest is emulated code); what the port does not
+ * take now is queued as out_frame queues, and port_flush goes on with it
+ * (and reports a broken port). */
+void out_frame_now(struct agent *a, const uint8_t *p, size_t n)
+{
+	ssize_t w = 0;
+	uint8_t *dst;
+
+	if (!out_pending(a) && a->port.fd >= 0) {
+		do
+			w = write(a->port.fd, p, n);
+		while (w < 0 && errno == EINTR);
+		if (w < 0)
+			w = 0;
+		if ((size_t)w == n)
+			return;
+	}
+	dst = out_reserve(a, n - (size_t)w);
+	if (!dst) {
+		logm("no room for a frame's %zu bytes: dropped", n - (size_t)w);
+		return;
+	}
+	memcpy(dst, p + w, n - (size_t)w);
+	a->out.len += n - (size_t)w;
+	if (w)
+		a->out.split = n - (size_t)w; /* the rest of a write taken in part */
+}
+
+/* Room for a DATA frame of up to OUT_DATA_CHUNK bytes, its payload
+ * returned (NULL when out of memory); out_data_commit queues the first n
+ * (n may be 0: nothing is queued). */
+uint8_t *out_data_reserve(struct agent *a)
+{
+	uint8_t *dst = out_reserve(a, FRAME_HDR + OUT_DATA_CHUNK);
+
+	return dst ? dst + FRAME_HDR : NULL;
+}
+
+void out_data_commit(struct agent *a, uint32_t stream, size_t n)
+{
+	if (!n)
+		return;
+	frame_hdr(a->out.p + a->out.len, F_DATA, stream, (uint32_t)n);
+	a->out.len += FRAME_HDR + n;
+}
+
 /* Queue a DATA frame of at most `max` bytes read straight from fd into the
  * output buffer.  Returns the read() result (-1 with errno; -2 when out of
  * memory). */
 ssize_t out_read_data(struct agent *a, int fd, uint32_t stream, uint64_t max)
 {
-	uint8_t *dst = out_reserve(a, FRAME_HDR + OUT_DATA_CHUNK);
+	uint8_t *dst = out_data_reserve(a);
 	ssize_t n;
 
 	if (!dst)
 		return -2;
-	n = read(fd, dst + FRAME_HDR, max < OUT_DATA_CHUNK ? (size_t)max : OUT_DATA_CHUNK);
-	if (n > 0) {
-		frame_hdr(dst, F_DATA, stream, (uint32_t)n);
-		a->out.len += FRAME_HDR + (size_t)n;
-	}
+	n = read(fd, dst, max < OUT_DATA_CHUNK ? (size_t)max : OUT_DATA_CHUNK);
+	if (n > 0)
+		out_data_commit(a, stream, (size_t)n);
 	return n;
 }
 

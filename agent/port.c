@@ -124,6 +124,7 @@ void op_abort(struct agent *a)
 			ts_walk_close(&a->get.walk);
 		else
 			close_fd(&a->get.fd);
+		cold_release(a);
 		break;
 	case OP_NONE:
 		break;

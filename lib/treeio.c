@@ -172,6 +172,7 @@ static int next_entry(struct ts_walk *w)
 		}
 		/* The size at open bounds what is sent: a file still growing is cut. */
 		w->file = fd;
+		w->nth++;
 		w->size = (uint64_t)sb.st_size;
 		w->pos = 0;
 		w->seg_left = 0;
@@ -204,7 +205,8 @@ long ts_walk_read(struct ts_walk *w, uint8_t *buf, size_t cap)
 		}
 		if (w->file >= 0 && w->seg_left) {
 			size_t want = w->seg_left < cap ? (size_t)w->seg_left : cap;
-			ssize_t n = pread(w->file, buf, want, (off_t)w->seg_off);
+			ssize_t n = w->pread ? w->pread(w->ctx, w->nth, w->file, buf, want, w->seg_off, w->size)
+					     : pread(w->file, buf, want, (off_t)w->seg_off);
 
 			if (n < 0 && errno == EINTR)
 				continue;

@@ -55,6 +55,13 @@ struct ts_walk {
 	/* each of them, also told here (may be NULL) */
 	void (*note)(void *ctx, const char *path, const char *why);
 	void *ctx;
+	/* Reads the current file's bytes as pread does (may be NULL:
+	 * pread); nth counts the walk's files from 1, so a reader that
+	 * keeps a file's bytes ahead knows when they are another's.  Set
+	 * after ts_walk_open, as note is. */
+	ssize_t (*pread)(void *ctx, uint64_t nth, int fd, uint8_t *buf, size_t n, uint64_t off,
+			 uint64_t size);
+	uint64_t nth;
 	char err[512];
 };
 

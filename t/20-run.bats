@@ -583,6 +583,45 @@ $want" ]
 	rm -f "$DATA/big" "$DATA/out/out.bin"
 }
 
+@test "run: copy-outs of files cold on the guest's disk are byte-identical: past one O_DIRECT chunk, not whole blocks, part cached, sparse, in a directory" {
+	# The agent reads what the page cache lacks with O_DIRECT, a chunk
+	# (1 MiB less a page) at a time, into its ring and sends frames from
+	# there (doc/SPEED.md "Goal 4, a cold copy-out").  Copy-in writes past
+	# the page cache and the caches are dropped: these are read from the
+	# disk.  cold: 3 chunks and a tail that is no whole sector; part: its
+	# first 1.5 MB read back (cached, buffered), the rest cold, so the
+	# reads switch at an offset no sector starts at; the directory: a
+	# sparse file with data past its first chunk and a short tail, and a
+	# plain one; shm: tmpfs, where O_DIRECT is refused.
+	local src=$DATA/coldtree f
+	rm -rf "$src" "$DATA/coldout"
+	mkdir -p "$src" "$DATA/coldout"
+	head -c $((3 * 1024 * 1024 + 1234)) /dev/urandom > "$DATA/cold"
+	truncate -s $((8 * 1024 * 1024 + 77)) "$src/sparse"
+	head -c $((1024 * 1024 + 300)) /dev/urandom |
+		dd of="$src/sparse" bs=4096 seek=700 conv=notrunc status=none
+	head -c $((2 * 1024 * 1024 + 7)) /dev/urandom > "$src/plain"
+	run --separate-stderr isopod run --json-only --timeout-s 600 \
+		--copy-in "$DATA/cold:/root/cold" --copy-in "$DATA/cold:/root/part" --copy-in "$src:/root/coldtree" \
+		--copy-out "/root/cold:$DATA/coldout/" --copy-out "/root/part:$DATA/coldout/" \
+		--copy-out "/dev/shm/shm:$DATA/coldout/" --copy-out "/root/coldtree:$DATA/coldout/tree" -- sh -c '
+		cp /root/cold /dev/shm/shm && sync && echo 3 > /proc/sys/vm/drop_caches &&
+		head -c 1500000 /root/part > /dev/null'
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	for f in cold part shm; do
+		cmp "$DATA/cold" "$DATA/coldout/$f"
+	done
+	echo "$output" | jq -e --arg w "$(sha256sum < "$DATA/cold" | cut -d' ' -f1)" \
+		'[.copied_out[0:3][] | .sha256 == $w and .bytes == 3146962] == [true, true, true]'
+	cmp "$src/sparse" "$DATA/coldout/tree/sparse"
+	cmp "$src/plain" "$DATA/coldout/tree/plain"
+	[ "$(stat -c %s "$DATA/coldout/tree/sparse")" = $((8 * 1024 * 1024 + 77)) ]
+	# holes stay holes: 1 MiB and a page of data in 8 MiB
+	[ "$(stat -c %b "$DATA/coldout/tree/sparse")" -lt 4096 ]
+	rm -rf "$src" "$DATA/cold" "$DATA/coldout"
+}
+
 # lane_case ID SIZE [ENV...]: SIZE bytes as stdin and as a copy-in to the
 # kept VM ID (through isopod-exec, with ENV), the guest's sha256 of each
 # and the file's size checked against the host's; the result's .bulk in $bulk
