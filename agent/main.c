@@ -20,6 +20,8 @@ void agent_init(struct agent *a)
 	a->get.fd = -1;
 	a->sigfd = a->tfd = -1;
 	a->bulk.fd = -1;
+	a->out.p = a->out_first;
+	a->out.cap = sizeof a->out_first;
 }
 
 /* ------------------------------------------------------------------ */
