@@ -57,6 +57,9 @@
 #define OUT_STOP_INPUT (4u * 1024u * 1024u)
 /* Frames beyond this are dropped (logged) rather than kill PID 1. */
 #define OUT_MAX (16u * 1024u * 1024u)
+/* The output buffer's first bytes, in .bss: a cold run never grows past
+ * them, so it never calls malloc (out.c out_reserve). */
+#define OUT_FIRST (64u * 1024u)
 #define RBUF_SZ (2u * (FRAME_HDR + FRAME_MAX_PAYLOAD))
 /* virtio_console turns each write() into one buffer of at most 32 KiB, and
  * QEMU drops the unsent rest of a buffer when its client hangs up.  Writing
@@ -250,12 +253,14 @@ struct agent {
 	 * Aligned for O_DIRECT: a bulk slot is read straight into it (stdin:
 	 * when it is empty; FILE_PUT: it is unused then). */
 	_Alignas(4096) uint8_t stdin_ring[AGENT_WINDOW];
+	uint8_t out_first[OUT_FIRST]; /* out.p until more is needed */
 };
 
 /* ------------------------------------------------------------------ */
 /* out.c: diagnostics, time, output toward the host                    */
 
 void logm(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void out_free(struct agent *a);
 int64_t clock_ms(clockid_t id);
 int64_t mono_ms(void);
 void sleep_ms(int ms);
@@ -298,6 +303,7 @@ void conn_reset(struct agent *a, const char *why);
 void port_flush(struct agent *a);
 int port_try_open(struct agent *a);
 int sys_read(const char *path, char *buf, size_t sz);
+int sys_each(const char *dir, int (*fn)(struct agent *, const char *), struct agent *a);
 void port_parse(struct agent *a);
 void port_read(struct agent *a);
 void on_frame(struct agent *a, const struct frame *fr);

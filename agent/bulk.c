@@ -9,7 +9,6 @@
  * to the host (BULK_DONE) as soon as its bytes are out of it. */
 #include "agent.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,42 +16,42 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The virtio-blk disk whose serial is QEMU's isopod.bulk (lib/qemu.h
- * QEMU_BULK_SERIAL), opened; nothing when there is none (a VM of an
- * older isopod): the host then keeps to the port. */
-void bulk_find(struct agent *a)
+/* The lane, if entry is a virtio-blk disk whose serial is QEMU's
+ * isopod.bulk (lib/qemu.h QEMU_BULK_SERIAL): opened.  0 ends the search
+ * (found, or found and unusable). */
+static int bulk_entry(struct agent *a, const char *entry)
 {
 	char path[300], val[64];
-	struct dirent *de;
-	DIR *d;
+	unsigned long long sectors;
+	int fd;
 
-	if (a->bulk.fd >= 0 || !(d = opendir("/sys/block")))
-		return;
-	while ((de = readdir(d))) {
-		unsigned long long sectors;
-		int fd;
-
-		if (strncmp(de->d_name, "vd", 2) || strlen(de->d_name) > 16)
-			continue;
-		snprintf(path, sizeof path, "/sys/block/%s/serial", de->d_name);
-		if (sys_read(path, val, sizeof val) < 0 || strcmp(val, "isopod.bulk"))
-			continue;
-		snprintf(path, sizeof path, "/sys/block/%s/size", de->d_name);
-		if (sys_read(path, val, sizeof val) < 0)
-			break;
-		sectors = strtoull(val, NULL, 10);
-		snprintf(path, sizeof path, "/dev/%s", de->d_name);
-		fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-		if (fd < 0) {
-			logm("open %s: %s: no bulk lane", path, strerror(errno));
-			break;
-		}
-		a->bulk.fd = fd;
-		a->bulk.bytes = (uint64_t)sectors * 512u;
-		a->bulk.n = bulk_nslots(a->bulk.bytes);
-		break;
+	if (strncmp(entry, "vd", 2) || strlen(entry) > 16)
+		return -1;
+	snprintf(path, sizeof path, "/sys/block/%s/serial", entry);
+	if (sys_read(path, val, sizeof val) < 0 || strcmp(val, "isopod.bulk"))
+		return -1;
+	snprintf(path, sizeof path, "/sys/block/%s/size", entry);
+	if (sys_read(path, val, sizeof val) < 0)
+		return 0;
+	sectors = strtoull(val, NULL, 10);
+	snprintf(path, sizeof path, "/dev/%s", entry);
+	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (fd < 0) {
+		logm("open %s: %s: no bulk lane", path, strerror(errno));
+		return 0;
 	}
-	closedir(d);
+	a->bulk.fd = fd;
+	a->bulk.bytes = (uint64_t)sectors * 512u;
+	a->bulk.n = bulk_nslots(a->bulk.bytes);
+	return 0;
+}
+
+/* The lane's drive, opened; nothing when there is none (a VM of an older
+ * isopod): the host then keeps to the port. */
+void bulk_find(struct agent *a)
+{
+	if (a->bulk.fd < 0)
+		sys_each("/sys/block", bulk_entry, a);
 }
 
 void bulk_done(struct agent *a, uint32_t stream, uint32_t slot)

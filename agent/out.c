@@ -93,6 +93,16 @@ size_t out_pending(const struct agent *a)
 	return a->out.len - a->out.off;
 }
 
+/* The output buffer back to out_first (harnesses, between sessions). */
+void out_free(struct agent *a)
+{
+	if (a->out.p != a->out_first)
+		free(a->out.p);
+	a->out.p = a->out_first;
+	a->out.cap = sizeof a->out_first;
+	a->out.off = a->out.len = a->out.split = 0;
+}
+
 /* Room for n more bytes at the end of the output buffer; NULL when memory
  * ran out (the caller drops the frame: PID 1 must not die for a buffer). */
 static uint8_t *out_reserve(struct agent *a, size_t n)
@@ -114,11 +124,16 @@ static uint8_t *out_reserve(struct agent *a, size_t n)
 	need = a->out.len + n;
 	if (need > OUT_MAX)
 		return NULL;
-	for (cap = a->out.cap ? a->out.cap : 64 * 1024; cap < need; cap *= 2)
+	for (cap = a->out.cap; cap < need; cap *= 2)
 		;
-	p = realloc(a->out.p, cap);
+	/* Out of out_first only now: musl's first malloc costs a cold boot's
+	 * guest 4-12 ms under TCG (doc/SPEED.md "Goal 1, the port's
+	 * lookup"), and a run that stays within it never pays that. */
+	p = a->out.p == a->out_first ? malloc(cap) : realloc(a->out.p, cap);
 	if (!p)
 		return NULL;
+	if (a->out.p == a->out_first)
+		memcpy(p, a->out_first, a->out.len);
 	a->out.p = p;
 	a->out.cap = cap;
 	return a->out.p + a->out.len;

@@ -3,12 +3,13 @@
  * host's HELLO), dispatching each frame, and writing whole frames back. */
 #include "agent.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------ */
@@ -69,46 +70,77 @@ int sys_read(const char *path, char *buf, size_t sz)
 	return 0;
 }
 
-/* Read the name files under /sys/class/virtio-ports; open the port whose
- * name is isopod.agent.  0 when open. */
-int port_try_open(struct agent *a)
+/* Each name in directory dir (dot-entries skipped) to fn, until fn
+ * returns 0: 0 then, -1 when none did or dir is unreadable.  getdents64
+ * into the stack rather than opendir: opendir's calloc was the agent's
+ * first allocation, and musl's first malloc costs a cold boot's guest
+ * 4-12 ms under TCG (doc/SPEED.md "Goal 1, the port's lookup"); the
+ * agent allocates nothing else on a run's path. */
+int sys_each(const char *dir, int (*fn)(struct agent *, const char *), struct agent *a)
+{
+	/* linux_dirent64; its name is NUL-terminated within reclen */
+	struct ent {
+		uint64_t ino;
+		int64_t off;
+		unsigned short reclen;
+		unsigned char type;
+		char name[];
+	};
+	_Alignas(8) char buf[4096];
+	const size_t hdr = offsetof(struct ent, name);
+	const struct ent *e;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = -1;
+	long n;
+	size_t off;
+
+	if (fd < 0)
+		return -1;
+	while (r < 0 && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0)
+		for (off = 0; r < 0 && off + hdr < (size_t)n; off += e->reclen) {
+			e = (const struct ent *)(buf + off);
+			if (e->reclen <= hdr || e->reclen > (size_t)n - off)
+				break; /* not the kernel's layout: stop reading */
+			if (e->name[0] != '.' && memchr(e->name, 0, e->reclen - hdr))
+				r = fn(a, e->name);
+		}
+	close(fd);
+	return r;
+}
+
+/* The port, if entry's name file says isopod.agent: opened.  0 when open. */
+static int port_open_entry(struct agent *a, const char *entry)
 {
 	char path[600], name[64];
-	struct dirent *de;
-	DIR *d;
 	int fl;
 
-	d = opendir("/sys/class/virtio-ports");
-	if (!d)
+	snprintf(path, sizeof path, "/sys/class/virtio-ports/%s/name", entry);
+	if (sys_read(path, name, sizeof name) < 0 || strcmp(name, PORT_NAME) != 0)
 		return -1;
-	while ((de = readdir(d)) != NULL) {
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof path, "/sys/class/virtio-ports/%s/name", de->d_name);
-		if (sys_read(path, name, sizeof name) < 0 || strcmp(name, PORT_NAME) != 0)
-			continue;
-		snprintf(a->port.dev, sizeof a->port.dev, "/dev/%s", de->d_name);
-		a->port.fd = open(a->port.dev, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-		if (a->port.fd < 0)
-			continue; /* the node may lag the sysfs entry */
-		closedir(d);
-		/* A read says "no host" at once until one connects, and poll
-		 * says so too: the driver's SIGIO on the host's connection
-		 * (virtio_console's PORT_OPEN) is what tells us one came, so
-		 * that a guest without a host sleeps rather than looks every
-		 * 10 ms -- under TCG each look woke QEMU's threads several
-		 * times (doc/SPEED.md "Goal 6, third round"). */
-		fl = fcntl(a->port.fd, F_GETFL);
-		a->port.async = fl >= 0 && fcntl(a->port.fd, F_SETOWN, getpid()) == 0 &&
-				fcntl(a->port.fd, F_SETFL, fl | O_ASYNC) == 0;
-		if (!a->port.async)
-			logm("O_ASYNC on %s: %s: looking for a host every %d ms", a->port.dev,
-			     strerror(errno), NOHOST_POLL_MS);
-		logm("serving on %s", a->port.dev);
-		return 0;
-	}
-	closedir(d);
-	return -1;
+	snprintf(a->port.dev, sizeof a->port.dev, "/dev/%s", entry);
+	a->port.fd = open(a->port.dev, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (a->port.fd < 0)
+		return -1; /* the node may lag the sysfs entry */
+	/* A read says "no host" at once until one connects, and poll says
+	 * so too: the driver's SIGIO on the host's connection
+	 * (virtio_console's PORT_OPEN) is what tells us one came, so that a
+	 * guest without a host sleeps rather than looks every 10 ms -- under
+	 * TCG each look woke QEMU's threads several times (doc/SPEED.md
+	 * "Goal 6, third round"). */
+	fl = fcntl(a->port.fd, F_GETFL);
+	a->port.async = fl >= 0 && fcntl(a->port.fd, F_SETOWN, getpid()) == 0 &&
+			fcntl(a->port.fd, F_SETFL, fl | O_ASYNC) == 0;
+	if (!a->port.async)
+		logm("O_ASYNC on %s: %s: looking for a host every %d ms", a->port.dev,
+		     strerror(errno), NOHOST_POLL_MS);
+	logm("serving on %s", a->port.dev);
+	return 0;
+}
+
+/* Open the port under /sys/class/virtio-ports whose name is isopod.agent.
+ * 0 when open. */
+int port_try_open(struct agent *a)
+{
+	return sys_each("/sys/class/virtio-ports", port_open_entry, a);
 }
 void op_abort(struct agent *a)
 {

@@ -843,6 +843,68 @@ static void test_tree(void)
 	fresh();
 }
 
+/* sys_each: every name once, no dot-entries, across several getdents
+ * reads; stops at the callback's 0; -1 for no directory.  And the output
+ * buffer: out_first until a frame needs more, then the heap, its bytes
+ * kept. */
+static int seen[300], stop_at = -1;
+static int each_cb(struct agent *a, const char *name)
+{
+	int i;
+
+	(void)a;
+	if (sscanf(name, "entry-with-a-long-name-%d", &i) != 1 || i < 0 || i >= 300)
+		return seen[0] = -1000, -1; /* "." or a stranger: fails the count */
+	seen[i]++;
+	return i == stop_at ? 0 : -1;
+}
+static void test_sys_each(void)
+{
+	char dir[] = "/tmp/agent_each.XXXXXX", p[200];
+	int i, all = 1, fd;
+	uint8_t big[OUT_FIRST];
+
+	if (!mkdtemp(dir)) {
+		ok(0, "mkdtemp");
+		return;
+	}
+	for (i = 0; i < 300; i++) {
+		snprintf(p, sizeof p, "%s/entry-with-a-long-name-%d", dir, i);
+		fd = open(p, O_CREAT | O_WRONLY, 0600);
+		if (fd >= 0)
+			close(fd);
+	}
+	ok(sys_each(dir, each_cb, A) == -1, "sys_each: -1 when no callback said 0");
+	for (i = 0; i < 300; i++)
+		all &= seen[i] == 1;
+	ok(all && seen[0] == 1, "sys_each: each of 300 names (~13 KiB of entries) once, no dot-entries");
+	memset(seen, 0, sizeof seen);
+	stop_at = 7;
+	ok(sys_each(dir, each_cb, A) == 0 && seen[7] == 1, "sys_each: 0 at the callback's 0");
+	for (i = 0; i < 300; i++) {
+		snprintf(p, sizeof p, "%s/entry-with-a-long-name-%d", dir, i);
+		unlink(p);
+	}
+	rmdir(dir);
+	ok(sys_each(dir, each_cb, A) == -1, "sys_each: -1 for a missing directory");
+
+	fresh();
+	ok(A->out.p == A->out_first, "the output buffer starts in out_first");
+	memset(big, 0x5a, sizeof big);
+	out_frame(A, F_PING, STREAM_CTL, big, 1000);
+	out_frame(A, F_PING, STREAM_CTL, big, 2000);
+	ok(A->out.p == A->out_first && A->out.len == 3000 + 2 * FRAME_HDR,
+	   "small frames stay in out_first");
+	for (i = 0; i < 3; i++)
+		out_frame(A, F_PING, STREAM_CTL, big, 30000);
+	ok(A->out.p != A->out_first && A->out.cap >= A->out.len &&
+		   A->out.len == 93000 + 5 * FRAME_HDR && A->out.p[4] == F_PING &&
+		   A->out.p[FRAME_HDR] == 0x5a && A->out.p[FRAME_HDR + 1000 + 4] == F_PING &&
+		   A->out.p[4 * FRAME_HDR + 63000 + 4] == F_PING,
+	   "past out_first: the heap, the queued frames kept");
+	fresh();
+}
+
 int main(void)
 {
 	if (harness_start() < 0)
@@ -856,5 +918,6 @@ int main(void)
 	test_duplicates();
 	test_frames();
 	test_port();
+	test_sys_each();
 	return harness_done();
 }

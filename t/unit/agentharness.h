@@ -32,7 +32,7 @@ static struct tlv_w W;
 /* A fresh session with a host that said HELLO. */
 static inline void fresh(void)
 {
-	free(A->out.p);
+	out_free(A);
 	memset(A, 0, sizeof *A);
 	agent_init(A);
 	snprintf(A->root.err, sizeof A->root.err, "%s", ROOT_ERR);
@@ -133,7 +133,7 @@ static inline int harness_start(void)
 
 static inline int harness_done(void)
 {
-	free(A->out.p);
+	out_free(A);
 	free(A);
 	return tap_done();
 }
