@@ -486,12 +486,18 @@ void get_pump(struct agent *a)
 	uint8_t buf[32];
 	struct tlv_w w;
 	ssize_t n;
+	/* Frames written in place (below) leave nothing pending, so
+	 * out_pending alone would not end the loop: a whole file would go
+	 * out in one call, PID 1 not back to poll (no reaping, no PING, no
+	 * timers).  This bounds a call's in-place bytes as OUT_HIGH bounds
+	 * the queued ones; loop_once polls with timeout 0 and comes back. */
+	size_t budget = OUT_HIGH;
 
 	if (a->get.tree) {
 		tree_pump(a);
 		return;
 	}
-	while (a->op == OP_GET && out_pending(a) <= OUT_HIGH) {
+	while (a->op == OP_GET && out_pending(a) <= OUT_HIGH && budget) {
 		uint64_t left = a->get.size - a->get.bytes;
 		uint8_t *dst;
 
@@ -505,6 +511,7 @@ void get_pump(struct agent *a)
 			frame_hdr(p, F_DATA, STREAM_FILE, (uint32_t)k);
 			out_frame_now(a, p, FRAME_HDR + k);
 			a->get.bytes += k;
+			budget -= k < budget ? k : budget;
 			continue;
 		}
 		dst = out_data_reserve(a);
