@@ -207,7 +207,7 @@ struct put_state {
 struct cold_read {
 	uint64_t key;       /* whose bytes: 0 none; a FILE_GET's file 1, a tree's its nth */
 	uint64_t rpos, rlen;/* the ring holds the file's [rpos, rpos + rlen) */
-	uint64_t cached_end;/* [.., cached_end) was found in the page cache */
+	uint64_t cached_end;/* [.., cached_end) read buffered: in the page cache, or O_DIRECT failed */
 	int nodirect;       /* O_DIRECT refused (tmpfs, ...): buffered only */
 	uint8_t *map;       /* the file mapped (never touched) for mincore, or NULL */
 	size_t maplen;

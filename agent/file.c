@@ -305,7 +305,7 @@ void cold_release(struct agent *a)
  * the ring's size, aligned, read with O_DIRECT.  1 when the ring holds
  * it; 0 when off is to be read buffered (the page cache holds its chunk,
  * O_DIRECT is refused here, or the read failed: the buffered read then
- * reports it).  Blocks PID 1 for one chunk's read, as a buffered read of
+ * reports it, for the rest of the chunk).  Blocks PID 1 for one chunk's read, as a buffered read of
  * a cold chunk did. */
 static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64_t size)
 {
@@ -338,8 +338,14 @@ static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64
 	if (got < 0 && errno == EINVAL)
 		c->nodirect = 1;
 	set_direct(fd, 0);
-	if (got <= 0 || (uint64_t)got <= off - start)
-		return 0; /* shorter than at open: the buffered read finds where it ends */
+	if (got <= 0 || (uint64_t)got <= off - start) {
+		/* The rest of this chunk is read buffered, not retried with
+		 * O_DIRECT at each frame (a bad sector cost ~64 blocking
+		 * reads of the chunk); the buffered read reports an error
+		 * or finds where a file shorter than at open ends. */
+		c->cached_end = end;
+		return 0;
+	}
 	c->rpos = start;
 	c->rlen = (uint64_t)got;
 	return 1;
