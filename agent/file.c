@@ -305,8 +305,8 @@ void cold_release(struct agent *a)
  * the ring's size, aligned, read with O_DIRECT.  1 when the ring holds
  * it; 0 when off is to be read buffered (the page cache holds its chunk,
  * O_DIRECT is refused here, or the read failed: the buffered read then
- * reports it, for the rest of the chunk).  Blocks PID 1 for one chunk's read, as a buffered read of
- * a cold chunk did. */
+ * reports it, for the rest of the chunk).  Blocks PID 1 for one chunk's
+ * read, as a buffered read of a cold chunk did. */
 static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64_t size)
 {
 	struct cold_read *c = &a->get.cold;
