@@ -271,7 +271,7 @@ void send_error(struct agent *a, const char *kind, const char *fmt, ...)
 void credit_flush(struct agent *a);
 ssize_t out_read_data(struct agent *a, int fd, uint32_t stream, uint64_t max);
 uint8_t *out_data_reserve(struct agent *a);
-void out_frame_now(struct agent *a, const uint8_t *p, size_t n);
+int out_frame_now(struct agent *a, const uint8_t *p, size_t n);
 void out_data_commit(struct agent *a, uint32_t stream, size_t n);
 size_t out_next_write(const struct agent *a);
 

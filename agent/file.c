@@ -515,7 +515,8 @@ void get_pump(struct agent *a)
 			uint8_t *p = cold_at(a, a->get.bytes, &k) - FRAME_HDR;
 
 			frame_hdr(p, F_DATA, STREAM_FILE, (uint32_t)k);
-			out_frame_now(a, p, FRAME_HDR + k);
+			if (out_frame_now(a, p, FRAME_HDR + k) < 0)
+				return; /* out of memory: as below, tried again later */
 			a->get.bytes += k;
 			budget -= k < budget ? k : budget;
 			continue;
