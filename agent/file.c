@@ -280,6 +280,8 @@ static int in_cache(struct cold_read *c, int fd, uint64_t off, size_t len, uint6
 		return 0;
 	if (len > c->maplen - off)
 		len = c->maplen - (size_t)off;
+	if (len > sizeof vec * COLD_ALIGN)
+		return 0; /* more than vec covers: not known cached (cold_fill asks no more) */
 	if (mincore(c->map + off, len, vec) < 0)
 		return 0;
 	for (i = 0; i < (len + COLD_ALIGN - 1) / COLD_ALIGN; i++)
@@ -323,6 +325,8 @@ static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64
 		return 0;
 	start = off / COLD_ALIGN * COLD_ALIGN;
 	end = (size + COLD_ALIGN - 1) / COLD_ALIGN * COLD_ALIGN;
+	/* in_cache's vec covers a ring's chunk */
+	_Static_assert(sizeof a->stdin_ring - COLD_HEAD <= AGENT_WINDOW, "chunk beyond in_cache's vec");
 	if (end - start > sizeof a->stdin_ring - COLD_HEAD)
 		end = start + sizeof a->stdin_ring - COLD_HEAD;
 	c->rlen = 0;
