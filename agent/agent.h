@@ -295,6 +295,7 @@ int tree_parse(const struct frame *fr, uint32_t *tree, char *why, size_t whysz);
 
 void agent_init(struct agent *a);
 void conn_reset(struct agent *a, const char *why);
+ssize_t port_write(struct agent *a, const uint8_t *p, size_t n);
 void port_flush(struct agent *a);
 int port_try_open(struct agent *a);
 int sys_read(const char *path, char *buf, size_t sz);

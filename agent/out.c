@@ -197,11 +197,9 @@ int out_frame_now(struct agent *a, const uint8_t *p, size_t n)
 	if (!dst)
 		return -1;
 	if (!out_pending(a) && a->port.fd >= 0) {
-		do
-			w = write(a->port.fd, p, n);
-		while (w < 0 && errno == EINTR);
+		w = port_write(a, p, n);
 		if (w < 0)
-			w = 0;
+			w = 0; /* queued: port_flush meets the error and reports it */
 		if ((size_t)w == n)
 			return 0;
 	}
