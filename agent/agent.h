@@ -209,6 +209,7 @@ struct cold_read {
 	uint64_t rpos, rlen;/* the ring holds the file's [rpos, rpos + rlen) */
 	uint64_t cached_end;/* [.., cached_end) read buffered: in the page cache, or O_DIRECT failed */
 	int nodirect;       /* O_DIRECT refused (tmpfs, ...): buffered only */
+	int stuck;          /* O_DIRECT could not be cleared: no buffered reads */
 	uint8_t *map;       /* the file mapped (never touched) for mincore, or NULL */
 	size_t maplen;
 	int nomap;          /* it could not be */

@@ -321,7 +321,7 @@ static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64
 	}
 	if (off >= c->rpos && off < c->rpos + c->rlen)
 		return 1;
-	if (c->nodirect || off < c->cached_end || off >= size)
+	if (c->nodirect || off >= size || (off < c->cached_end && !c->stuck))
 		return 0;
 	start = off / COLD_ALIGN * COLD_ALIGN;
 	end = (size + COLD_ALIGN - 1) / COLD_ALIGN * COLD_ALIGN;
@@ -330,6 +330,8 @@ static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64
 	if (end - start > sizeof a->stdin_ring - COLD_HEAD)
 		end = start + sizeof a->stdin_ring - COLD_HEAD;
 	c->rlen = 0;
+	if (c->stuck)
+		goto read; /* O_DIRECT cannot be cleared: every read through the ring */
 	if (in_cache(c, fd, start, (size_t)(end - start), size)) {
 		c->cached_end = end;
 		return 0;
@@ -338,10 +340,18 @@ static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64
 		c->nodirect = 1; /* tmpfs, ...: buffered, as before */
 		return 0;
 	}
+read:
 	got = pread_full(fd, a->stdin_ring + COLD_HEAD, (size_t)(end - start), (off_t)start);
 	if (got < 0 && errno == EINVAL)
 		c->nodirect = 1;
-	set_direct(fd, 0);
+	if (!c->stuck && set_direct(fd, 0) < 0) {
+		/* A buffered pread at an unaligned offset would fail with
+		 * EINVAL: this file's chunks all come through the ring, and a
+		 * read that fails there fails the copy-out (the buffered
+		 * read reports it) rather than being retried. */
+		logm("%s: O_DIRECT not cleared: %s", a->get.path, strerror(errno));
+		c->stuck = 1;
+	}
 	if (got <= 0 || (uint64_t)got <= off - start) {
 		/* The rest of this chunk is read buffered, not retried with
 		 * O_DIRECT at each frame (a bad sector cost ~64 blocking
