@@ -210,8 +210,9 @@ struct put_state {
 struct cold_read {
 	uint64_t key;       /* whose bytes: 0 none; a FILE_GET's file 1, a tree's its nth */
 	uint64_t rpos, rlen;/* the ring holds the file's [rpos, rpos + rlen) */
-	uint64_t cached_end;/* [.., cached_end) was found in the page cache */
+	uint64_t cached_end;/* [.., cached_end) read buffered: in the page cache, or O_DIRECT failed */
 	int nodirect;       /* O_DIRECT refused (tmpfs, ...): buffered only */
+	int stuck;          /* O_DIRECT could not be cleared: no buffered reads */
 	uint8_t *map;       /* the file mapped (never touched) for mincore, or NULL */
 	size_t maplen;
 	int nomap;          /* it could not be */
@@ -276,7 +277,7 @@ void send_error(struct agent *a, const char *kind, const char *fmt, ...)
 void credit_flush(struct agent *a);
 ssize_t out_read_data(struct agent *a, int fd, uint32_t stream, uint64_t max);
 uint8_t *out_data_reserve(struct agent *a);
-void out_frame_now(struct agent *a, const uint8_t *p, size_t n);
+int out_frame_now(struct agent *a, const uint8_t *p, size_t n);
 void out_data_commit(struct agent *a, uint32_t stream, size_t n);
 size_t out_next_write(const struct agent *a);
 
@@ -300,6 +301,7 @@ int tree_parse(const struct frame *fr, uint32_t *tree, char *why, size_t whysz);
 
 void agent_init(struct agent *a);
 void conn_reset(struct agent *a, const char *why);
+ssize_t port_write(struct agent *a, const uint8_t *p, size_t n);
 void port_flush(struct agent *a);
 int port_try_open(struct agent *a);
 int sys_read(const char *path, char *buf, size_t sz);

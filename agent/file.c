@@ -280,6 +280,8 @@ static int in_cache(struct cold_read *c, int fd, uint64_t off, size_t len, uint6
 		return 0;
 	if (len > c->maplen - off)
 		len = c->maplen - (size_t)off;
+	if (len > sizeof vec * COLD_ALIGN)
+		return 0; /* more than vec covers: not known cached (cold_fill asks no more) */
 	if (mincore(c->map + off, len, vec) < 0)
 		return 0;
 	for (i = 0; i < (len + COLD_ALIGN - 1) / COLD_ALIGN; i++)
@@ -305,8 +307,8 @@ void cold_release(struct agent *a)
  * the ring's size, aligned, read with O_DIRECT.  1 when the ring holds
  * it; 0 when off is to be read buffered (the page cache holds its chunk,
  * O_DIRECT is refused here, or the read failed: the buffered read then
- * reports it).  Blocks PID 1 for one chunk's read, as a buffered read of
- * a cold chunk did. */
+ * reports it, for the rest of the chunk).  Blocks PID 1 for one chunk's
+ * read, as a buffered read of a cold chunk did. */
 static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64_t size)
 {
 	struct cold_read *c = &a->get.cold;
@@ -319,13 +321,17 @@ static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64
 	}
 	if (off >= c->rpos && off < c->rpos + c->rlen)
 		return 1;
-	if (c->nodirect || off < c->cached_end || off >= size)
+	if (c->nodirect || off >= size || (off < c->cached_end && !c->stuck))
 		return 0;
 	start = off / COLD_ALIGN * COLD_ALIGN;
 	end = (size + COLD_ALIGN - 1) / COLD_ALIGN * COLD_ALIGN;
+	/* in_cache's vec covers a ring's chunk */
+	_Static_assert(sizeof a->stdin_ring - COLD_HEAD <= AGENT_WINDOW, "chunk beyond in_cache's vec");
 	if (end - start > sizeof a->stdin_ring - COLD_HEAD)
 		end = start + sizeof a->stdin_ring - COLD_HEAD;
 	c->rlen = 0;
+	if (c->stuck)
+		goto read; /* O_DIRECT cannot be cleared: every read through the ring */
 	if (in_cache(c, fd, start, (size_t)(end - start), size)) {
 		c->cached_end = end;
 		return 0;
@@ -334,12 +340,26 @@ static int cold_fill(struct agent *a, uint64_t key, int fd, uint64_t off, uint64
 		c->nodirect = 1; /* tmpfs, ...: buffered, as before */
 		return 0;
 	}
+read:
 	got = pread_full(fd, a->stdin_ring + COLD_HEAD, (size_t)(end - start), (off_t)start);
 	if (got < 0 && errno == EINVAL)
 		c->nodirect = 1;
-	set_direct(fd, 0);
-	if (got <= 0 || (uint64_t)got <= off - start)
-		return 0; /* shorter than at open: the buffered read finds where it ends */
+	if (!c->stuck && set_direct(fd, 0) < 0) {
+		/* A buffered pread at an unaligned offset would fail with
+		 * EINVAL: this file's chunks all come through the ring, and a
+		 * read that fails there fails the copy-out (the buffered
+		 * read reports it) rather than being retried. */
+		logm("%s: O_DIRECT not cleared: %s", a->get.path, strerror(errno));
+		c->stuck = 1;
+	}
+	if (got <= 0 || (uint64_t)got <= off - start) {
+		/* The rest of this chunk is read buffered, not retried with
+		 * O_DIRECT at each frame (a bad sector cost ~64 blocking
+		 * reads of the chunk); the buffered read reports an error
+		 * or finds where a file shorter than at open ends. */
+		c->cached_end = end;
+		return 0;
+	}
 	c->rpos = start;
 	c->rlen = (uint64_t)got;
 	return 1;
@@ -486,12 +506,18 @@ void get_pump(struct agent *a)
 	uint8_t buf[32];
 	struct tlv_w w;
 	ssize_t n;
+	/* Frames written in place (below) leave nothing pending, so
+	 * out_pending alone would not end the loop: a whole file would go
+	 * out in one call, PID 1 not back to poll (no reaping, no PING, no
+	 * timers).  This bounds a call's in-place bytes as OUT_HIGH bounds
+	 * the queued ones; loop_once polls with timeout 0 and comes back. */
+	size_t budget = OUT_HIGH;
 
 	if (a->get.tree) {
 		tree_pump(a);
 		return;
 	}
-	while (a->op == OP_GET && out_pending(a) <= OUT_HIGH) {
+	while (a->op == OP_GET && out_pending(a) <= OUT_HIGH && budget) {
 		uint64_t left = a->get.size - a->get.bytes;
 		uint8_t *dst;
 
@@ -503,8 +529,10 @@ void get_pump(struct agent *a)
 			uint8_t *p = cold_at(a, a->get.bytes, &k) - FRAME_HDR;
 
 			frame_hdr(p, F_DATA, STREAM_FILE, (uint32_t)k);
-			out_frame_now(a, p, FRAME_HDR + k);
+			if (out_frame_now(a, p, FRAME_HDR + k) < 0)
+				return; /* out of memory: as below, tried again later */
 			a->get.bytes += k;
+			budget -= k < budget ? k : budget;
 			continue;
 		}
 		dst = out_data_reserve(a);

@@ -201,30 +201,28 @@ void credit_flush(struct agent *a)
  * it, so its bytes are not copied into the output buffer first (under TCG
  * every copy inside the guest is emulated code); what the port does not
  * take now is queued as out_frame queues, and port_flush goes on with it
- * (and reports a broken port). */
-void out_frame_now(struct agent *a, const uint8_t *p, size_t n)
+ * (and reports a broken port).  0, or -1 when there is no room to queue
+ * what the port might not take: nothing was sent, the caller tries
+ * again later (a frame dropped here would cut a file short silently). */
+int out_frame_now(struct agent *a, const uint8_t *p, size_t n)
 {
+	uint8_t *dst = out_reserve(a, n); /* before any byte is written */
 	ssize_t w = 0;
-	uint8_t *dst;
 
+	if (!dst)
+		return -1;
 	if (!out_pending(a) && a->port.fd >= 0) {
-		do
-			w = write(a->port.fd, p, n);
-		while (w < 0 && errno == EINTR);
+		w = port_write(a, p, n);
 		if (w < 0)
-			w = 0;
+			w = 0; /* queued: port_flush meets the error and reports it */
 		if ((size_t)w == n)
-			return;
-	}
-	dst = out_reserve(a, n - (size_t)w);
-	if (!dst) {
-		logm("no room for a frame's %zu bytes: dropped", n - (size_t)w);
-		return;
+			return 0;
 	}
 	memcpy(dst, p + w, n - (size_t)w);
 	a->out.len += n - (size_t)w;
 	if (w)
 		a->out.split = n - (size_t)w; /* the rest of a write taken in part */
+	return 0;
 }
 
 /* Room for a DATA frame of up to OUT_DATA_CHUNK bytes, its payload

@@ -27,23 +27,35 @@ void conn_reset(struct agent *a, const char *why)
 	a->port.active = a->port.poisoned = a->port.helloed = 0;
 	a->port.eof_since = 0;
 }
+/* p's first n bytes to the port, as far as the driver takes them now:
+ * the bytes written, 0 when it takes none yet (it says EAGAIN, or POLLOUT,
+ * once it can), -1 with errno when the port is broken.  The one write to
+ * the port, for port_flush and out_frame_now. */
+ssize_t port_write(struct agent *a, const uint8_t *p, size_t n)
+{
+	ssize_t w;
+
+	do
+		w = write(a->port.fd, p, n);
+	while (w < 0 && errno == EINTR);
+	if (w < 0 && errno == EAGAIN)
+		return 0;
+	return w;
+}
+
 void port_flush(struct agent *a)
 {
 	size_t want;
 	ssize_t n;
 
 	while (a->port.fd >= 0 && (want = out_next_write(a)) > 0) {
-		n = write(a->port.fd, a->out.p + a->out.off, want);
+		n = port_write(a, a->out.p + a->out.off, want);
 		if (n > 0) {
 			a->out.off += (size_t)n;
 			a->out.split = want - (size_t)n;
 			continue;
 		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		/* 0: the driver could not queue the buffer; it says EAGAIN
-		 * (or POLLOUT) once it can. */
-		if (n == 0 || errno == EAGAIN)
+		if (n == 0)
 			return;
 		logm("write %s: %s", a->port.dev, strerror(errno));
 		conn_reset(a, "unwritable");
