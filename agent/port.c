@@ -111,7 +111,7 @@ int sys_each(const char *dir, int (*fn)(struct agent *, const char *), struct ag
 		for (off = 0; r < 0 && off + hdr < (size_t)n; off += e->reclen) {
 			e = (const struct ent *)(buf + off);
 			if (e->reclen <= hdr || e->reclen > (size_t)n - off)
-				break; /* not the kernel's layout: stop reading */
+				break; /* not the kernel's layout: the rest of this batch is skipped */
 			if (e->name[0] != '.' && memchr(e->name, 0, e->reclen - hdr))
 				r = fn(a, e->name);
 		}
