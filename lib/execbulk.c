@@ -153,10 +153,7 @@ int exec_bulk_send_file(struct exec_session *s, int fd, uint32_t stream, const c
 			}
 			if (r && fr.type == F_CREDIT)
 				continue; /* the port's window: not ours to use */
-			if (fr.type == F_ERROR)
-				return exec_fail_frame(s, &fr, what);
-			return exec_fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame %u", s->vm_id,
-				    what, fr.type);
+			return exec_fail_frame(s, &fr, what); /* an ERROR, or unexpected */
 		}
 		while (have < BULK_SLOT) {
 			ssize_t n = read(fd, s->bulk_buf + have, BULK_SLOT - have);

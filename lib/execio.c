@@ -330,10 +330,7 @@ static int send_stream(struct exec_session *s, int fd, struct ts_walk *walk, uin
 				credit += b;
 				continue;
 			}
-			if (fr.type == F_ERROR)
-				return exec_fail_frame(s, &fr, what);
-			return exec_fail(s, EX_SYS, "protocol", "vm %s: %s: unexpected frame %u", s->vm_id,
-				    what, fr.type);
+			return exec_fail_frame(s, &fr, what); /* an ERROR, or unexpected */
 		}
 		n = walk ? ts_walk_read(walk, buf, want) : read(fd, buf, want);
 		if (n < 0 && !walk && errno == EINTR)
