@@ -937,6 +937,12 @@ fill_checked() {
 	isopod-stop --force --vm "$vm" >/dev/null
 }
 
+@test "run: the root drive says its optimal request is 1 MiB: the guest reads ahead 2 MiB on it (doc/SPEED.md, the root's readahead)" {
+	run --separate-stderr isopod run --json-only --cold --net none -- cat /sys/block/vda/queue/optimal_io_size /sys/block/vda/queue/read_ahead_kb
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | jq -r .stdout)" = "$(printf '1048576\n2048')" ]
+}
+
 @test "run: a kernel whose agent speaks another protocol is refused before boot (101), naming both versions and the fix; no QEMU starts" {
 	proto=$(sed -n 's/^#define ISOPOD_PROTO_NUM //p' "$ROOT/lib/frame.h")
 	k=$ISOPOD_HOME/kernels/$(cat "$ISOPOD_HOME/kernels/current")

@@ -197,7 +197,7 @@ int main(void)
 	"-drive\n"
 	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
 	"-device\n"
-	"virtio-blk-device,drive=root\n"
+	"virtio-blk-device,drive=root,opt_io_size=1048576\n"
 	"-device\n"
 	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
@@ -311,7 +311,7 @@ int main(void)
 	"-drive\n"
 	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
 	"-device\n"
-	"virtio-blk-device,drive=root\n"
+	"virtio-blk-device,drive=root,opt_io_size=1048576\n"
 	"-device\n"
 	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
@@ -360,7 +360,7 @@ int main(void)
 	"-drive\n"
 	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
 	"-device\n"
-	"virtio-blk-device,drive=root\n"
+	"virtio-blk-device,drive=root,opt_io_size=1048576\n"
 	"-device\n"
 	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
@@ -415,7 +415,7 @@ int main(void)
 	"-drive\n"
 	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
 	"-device\n"
-	"virtio-blk-device,drive=root\n"
+	"virtio-blk-device,drive=root,opt_io_size=1048576\n"
 	"-device\n"
 	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
@@ -470,7 +470,7 @@ int main(void)
 	"-drive\n"
 	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
 	"-device\n"
-	"virtio-blk-device,drive=root\n"
+	"virtio-blk-device,drive=root,opt_io_size=1048576\n"
 	"-device\n"
 	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
@@ -523,7 +523,7 @@ int main(void)
 	"-drive\n"
 	"id=root,file=/store/vms/vm-0123456789ab/disk.qcow2,format=qcow2,if=none,discard=unmap,werror=report,rerror=report\n"
 	"-device\n"
-	"virtio-blk-device,drive=root\n"
+	"virtio-blk-device,drive=root,opt_io_size=1048576\n"
 	"-device\n"
 	"virtio-serial-device,max_ports=2\n"
 	"-chardev\n"
@@ -567,7 +567,7 @@ int main(void)
 	/* the bulk lane's drive is in every warm shape (templates and clones
 	 * must match), after the root: the root stays /dev/vda */
 	ok(qemu_shape_argv(&q, "tcg", 352, 1, 0, 0, 1) == 0 &&
-	   strstr(joined(&q), "virtio-blk-device,drive=root\n-drive\nid=bulk,file=@vm/bulk.raw,"
+	   strstr(joined(&q), "virtio-blk-device,drive=root,opt_io_size=1048576\n-drive\nid=bulk,file=@vm/bulk.raw,"
 			      "format=raw,if=none,readonly=on,cache=writeback,") &&
 	   strstr(joined(&q), "\n-device\nvirtio-blk-device,drive=bulk,serial=isopod.bulk\n"),
 	   "the shape command line has the bulk lane's drive, read-only, after the root's");
@@ -578,7 +578,7 @@ int main(void)
 	test_clone_env();
 	test_memro_ok();
 	qemu_fingerprint(fp);
-	ok(!strcmp(fp, "a774de6c2f700c03a257079b2016ef3d467c16d5b6c166b6f8cbbb001d9e665c"),
+	ok(!strcmp(fp, "368ea5490d3112e126d12809a6b29acf7bb564b47299c2dd87a9f99f8e5c2612"),
 	   "the argv fingerprint is the one isopod-boot wrote to warm/argv.json: %s", fp);
 	return tap_done();
 }
