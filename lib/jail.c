@@ -599,7 +599,7 @@ static int spec_ok(const struct jail_spec *js, char *err, size_t errsz)
  * resolution passes through would let it name any host file, so passing
  * through one is refused, not only ending below one. */
 static int resolve(const char *path, char *out, size_t sz, realpath_t *rw, size_t nrw, size_t self,
-		   char *err, size_t errsz)
+		   struct walk_memo *m, char *err, size_t errsz)
 {
 	char todo[PATH_MAX], done[PATH_MAX] = "", link[PATH_MAX], rest[PATH_MAX], cand[PATH_MAX];
 	int hops = 0;
@@ -610,9 +610,9 @@ static int resolve(const char *path, char *out, size_t sz, realpath_t *rw, size_
 		return reason_fail(err, errsz, "jail: %s: path too long", path);
 	}
 	for (;;) {
-		char *p = todo, *c;
-		struct stat st;
-		ssize_t n;
+		char *p = todo, *c, failed = 0;
+		struct walk_seen *seen;
+		int dir;
 
 		while (*p == '/')
 			p++;
@@ -640,16 +640,16 @@ static int resolve(const char *path, char *out, size_t sz, realpath_t *rw, size_
 				return reason_fail(err, errsz, "%s: passes through %s, below the jail's read-write "
 					    "path %s", EXC(path), EXC(cand), EXC(rw[k]));
 			}
-		if (lstat(cand, &st) < 0)
-			return reason_fail(err, errsz, "jail: %s: %s:", path, cand);
-		if (S_ISLNK(st.st_mode)) {
+		/* (after the checks above: they are made for every step, what
+		 * the walk's memory saves is lstat and readlink) */
+		if (walk_step(m, cand, cand, &dir, link, sizeof link, &seen, &failed) < 0)
+			return failed == 'r' ? reason_fail(err, errsz, "jail: readlink %s:", cand)
+					     : reason_fail(err, errsz, "jail: %s: %s:", path, cand);
+		if (link[0]) {
 			if (++hops > 40) {
 				errno = ELOOP;
 				return reason_fail(err, errsz, "jail: %s:", path);
 			}
-			if ((n = readlink(cand, link, sizeof link - 1)) < 0)
-				return reason_fail(err, errsz, "jail: readlink %s:", cand);
-			link[n] = '\0';
 			if (link[0] == '/')
 				done[0] = '\0';
 			if (pathn(todo, sizeof todo, "%s%s", link, rest) < 0) {
@@ -660,7 +660,7 @@ static int resolve(const char *path, char *out, size_t sz, realpath_t *rw, size_
 		}
 		snprintf(done, sizeof done, "%s", cand);
 		memmove(todo, rest, strlen(rest) + 1);
-		if (todo[strspn(todo, "/")] != '\0' && !S_ISDIR(st.st_mode)) {
+		if (todo[strspn(todo, "/")] != '\0' && !dir) {
 			errno = ENOTDIR;
 			return reason_fail(err, errsz, "jail: %s: %s:", path, cand);
 		}
@@ -680,6 +680,8 @@ static int resolve_all(const struct jail_spec *js, realpath_t *real, char *err, 
 {
 	size_t n = js->nro + js->nrw + (js->vm_dir ? 1 : 0), nw = n - js->nro, i, k;
 	realpath_t *rw = real + js->nro;
+	struct walk_memo *m;
+	int r = -1;
 
 	if (mutant() & MUT_NO_RESOLVE) { /* the strings as given: the old check */
 		for (i = 0; i < n; i++)
@@ -688,34 +690,45 @@ static int resolve_all(const struct jail_spec *js, realpath_t *real, char *err, 
 		return 0;
 	}
 
+	/* one memory for all the walks below (walk_step): the checks of
+	 * each step do not depend on it */
+	if (!(m = malloc(sizeof *m)))
+		return reason_fail(err, errsz, "malloc:");
+	m->n = 0;
 	/* The read-write paths first, each by itself, then again each checked
 	 * against the others. */
 	for (i = 0; i < nw; i++) {
 		const char *p = i < js->nrw ? js->rw[i] : js->vm_dir;
 
-		if (resolve(p, rw[i], PATH_MAX, rw, 0, 0, err, errsz) < 0)
-			return -1;
+		if (resolve(p, rw[i], PATH_MAX, rw, 0, 0, m, err, errsz) < 0)
+			goto out;
 	}
 	for (i = 0; i < n; i++) {
 		const char *p = i < js->nro ? js->ro[i] : i < js->nro + js->nrw ? js->rw[i - js->nro]
 										 : js->vm_dir;
 
-		if (resolve(p, real[i], PATH_MAX, rw, nw, i < js->nro ? nw : i - js->nro, err, errsz) < 0)
-			return -1;
+		if (resolve(p, real[i], PATH_MAX, rw, nw, i < js->nro ? nw : i - js->nro, m, err,
+			    errsz) < 0)
+			goto out;
 		for (k = 0; k < sizeof forbidden / sizeof forbidden[0]; k++)
 			if (below(real[i], forbidden[k]) || below(forbidden[k], real[i])) {
 				errno = EINVAL;
-				return reason_fail(err, errsz, "%s: resolves to %s: the host's %s is never "
+				reason_fail(err, errsz, "%s: resolves to %s: the host's %s is never "
 					    "bound into the jail", EXC(p), EXC(real[i]),
 					    strcmp(real[i], "/") ? forbidden[k] : "/");
+				goto out;
 			}
 		if (js->vm_dir && i != n - 1 && below(rw[nw - 1], real[i])) {
 			errno = EINVAL;
-			return reason_fail(err, errsz, "%s: resolves to %s, an ancestor of the VM's directory "
+			reason_fail(err, errsz, "%s: resolves to %s, an ancestor of the VM's directory "
 				    "%s", EXC(p), EXC(real[i]), EXC(rw[nw - 1]));
+			goto out;
 		}
 	}
-	return 0;
+	r = 0;
+out:
+	free(m);
+	return r;
 }
 
 /* A directory descriptor handed in would be a way out of the new root

@@ -164,7 +164,7 @@ int jail_landlock_abi(void);
  * (malloc'd strings, at most max).  0, or -1 with a reason.  The answer is
  * cached in <store>/jail/deps-<sha256(prog):16>.json (lib/jaildeps.c),
  * valid while prog, /etc/ld.so.cache, /etc/ld.so.preload, every library
- * and its directory keep their identity. */
+ * and its directory keep their identity (one stamp of them all). */
 int jail_deps(const char *prog, char **out, size_t *n, size_t max, char *err, size_t errsz);
 /* jail_deps with the cache in cache_dir (NULL: none, ldd every time) and
  * the loader's cache at ldcache (a stand-in in tests); *hit (may be NULL)

@@ -54,12 +54,57 @@ __attribute__((noreturn, format(printf, 2, 3))) static void cdie(int errfd, cons
 	_exit(126);
 }
 
+int walk_step(struct walk_memo *m, const char *key, const char *host, int *dir, char *link,
+	      size_t lsz, struct walk_seen **seen, char *failed)
+{
+	struct walk_seen *e;
+	struct stat st;
+	ssize_t n;
+	size_t i;
+
+	*seen = NULL;
+	for (i = 0; i < m->n; i++)
+		if (!strcmp(m->e[i].path, key)) {
+			*dir = m->e[i].dir;
+			if (pathn(link, lsz, "%s", m->e[i].link) < 0)
+				break; /* (never: a kept target fits any caller's buffer) */
+			*seen = &m->e[i];
+			return 0;
+		}
+	*failed = 'l';
+	if (lstat(host, &st) < 0)
+		return -1;
+	*dir = S_ISDIR(st.st_mode);
+	link[0] = '\0';
+	if (S_ISLNK(st.st_mode)) {
+		*failed = 'r';
+		if ((n = readlink(host, link, lsz - 1)) < 0)
+			return -1;
+		link[n] = '\0';
+		if (n == 0) { /* (no such link: the kernel refuses an empty target) */
+			errno = ENOENT;
+			return -1;
+		}
+	}
+	/* only what another path may walk through again: a directory, a link */
+	if (m->n < WALK_MAX && (*dir || link[0]) && strlen(key) < WALK_PATH &&
+	    strlen(link) < WALK_PATH) {
+		e = &m->e[m->n++];
+		*e = (struct walk_seen){ .dir = *dir };
+		memcpy(e->path, key, strlen(key) + 1);
+		memcpy(e->link, link, strlen(link) + 1);
+		*seen = e;
+	}
+	return 0;
+}
+
 /* Recreate path's parents under /newroot as they are on the host (now at
  * /oldroot): directories as directories, symlinks as the same symlinks, each
  * followed, so merged-/usr links and /lib64/ld-linux-x86-64.so.2 resolve
  * inside as outside.  The host path the last component finally names (its
- * symlinks resolved) goes to real. */
-static int mirror(const char *path, char *real, size_t rsz, int errfd)
+ * symlinks resolved) goes to real.  m: what this child's earlier walks saw
+ * (walk_step), and made in the new root. */
+static int mirror(const char *path, char *real, size_t rsz, struct walk_memo *m, int errfd)
 {
 	char todo[PATH_MAX], done[PATH_MAX] = "", host[PATH_MAX + 16], in[PATH_MAX + 16];
 	char link[PATH_MAX], rest[PATH_MAX];
@@ -68,9 +113,9 @@ static int mirror(const char *path, char *real, size_t rsz, int errfd)
 	if (pathn(todo, sizeof todo, "%s", path) < 0)
 		cdie(errfd, "%s: path too long", path);
 	for (;;) {
-		char *p = todo, *c, cand[PATH_MAX];
-		struct stat st;
-		ssize_t n;
+		char *p = todo, *c, cand[PATH_MAX], failed = 0;
+		struct walk_seen *seen;
+		int dir;
 
 		while (*p == '/')
 			p++;
@@ -96,18 +141,20 @@ static int mirror(const char *path, char *real, size_t rsz, int errfd)
 		    pathn(host, sizeof host, "/oldroot%s", cand) < 0 ||
 		    pathn(in, sizeof in, "/newroot%s", cand) < 0)
 			cdie(errfd, "%s: path too long", path);
-		if (lstat(host, &st) < 0)
+		if (walk_step(m, cand, host, &dir, link, sizeof link, &seen, &failed) < 0) {
+			if (failed == 'r')
+				cdie(errfd, "readlink %s:", cand);
 			cdie(errfd, "%s: %s:", path, cand);
-		if (S_ISLNK(st.st_mode)) {
+		}
+		if (link[0]) {
 			if (++hops > 40) {
 				errno = ELOOP;
 				cdie(errfd, "%s:", path);
 			}
-			if ((n = readlink(host, link, sizeof link - 1)) < 0)
-				cdie(errfd, "readlink %s:", cand);
-			link[n] = '\0';
-			if (symlink(link, in) < 0 && errno != EEXIST)
+			if (!(seen && seen->made) && symlink(link, in) < 0 && errno != EEXIST)
 				cdie(errfd, "symlink %s in the jail:", cand);
+			if (seen)
+				seen->made = 1;
 			if (link[0] == '/')
 				done[0] = '\0';
 			if (pathn(todo, sizeof todo, "%s%s", link, rest) < 0)
@@ -118,12 +165,14 @@ static int mirror(const char *path, char *real, size_t rsz, int errfd)
 		memmove(todo, rest, strlen(rest) + 1);
 		if (todo[strspn(todo, "/")] == '\0')
 			return pathn(real, rsz, "%s", done);
-		if (!S_ISDIR(st.st_mode)) {
+		if (!dir) {
 			errno = ENOTDIR;
 			cdie(errfd, "%s: %s:", path, cand);
 		}
-		if (mkdir(in, 0755) < 0 && errno != EEXIST)
+		if (!(seen && seen->made) && mkdir(in, 0755) < 0 && errno != EEXIST)
 			cdie(errfd, "mkdir %s in the jail:", cand);
+		if (seen)
+			seen->made = 1;
 	}
 }
 
@@ -162,7 +211,8 @@ static void await_go(int syncfd, char want, int errfd)
 	}
 }
 
-static void bind_path(const char *path, const char *want, int kind, int errfd)
+static void bind_path(const char *path, const char *want, int kind, int root, struct walk_memo *m,
+		      int errfd)
 {
 	char real[PATH_MAX], in[PATH_MAX + 16];
 	struct mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
@@ -171,9 +221,9 @@ static void bind_path(const char *path, const char *want, int kind, int errfd)
 					   RESOLVE_BENEATH };
 	unsigned rec = mutant() & MUT_NO_RECURSIVE ? 0 : AT_RECURSIVE;
 	struct stat st;
-	int fd, root, src;
+	int fd, src;
 
-	if (mirror(path, real, sizeof real, errfd) < 0 ||
+	if (mirror(path, real, sizeof real, m, errfd) < 0 ||
 	    pathn(in, sizeof in, "/newroot%s", real) < 0)
 		cdie(errfd, "%s: path too long", path);
 	if (mutant() & MUT_NO_RESOLVE)
@@ -183,19 +233,16 @@ static void bind_path(const char *path, const char *want, int kind, int errfd)
 		cdie(errfd, "%s: resolved to %s, now to %s: changed while the jail was made", path,
 		     want, real);
 	}
-	if ((root = open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
-		cdie(errfd, "/oldroot:");
 	src = (int)syscall(SYS_openat2, root, want[1] ? want + 1 : ".", &how, sizeof how);
 	if (src < 0)
 		cdie(errfd, "%s: opening %s (no symlink followed):", path, want);
-	close(root);
 	if (fstat(src, &st) < 0)
 		cdie(errfd, "%s:", path);
-	/* The mount point: it may exist already, below a bind made before. */
+	/* The mount point: it may exist already, below a bind made before.
+	 * A file's is made by mknod (a regular file needs no privilege):
+	 * open and close were two calls for the same empty file. */
 	if (S_ISDIR(st.st_mode) ? mkdir(in, 0755) < 0 && errno != EEXIST
-				: (fd = open(in, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444)) < 0
-					  ? errno != EEXIST
-					  : close(fd) < 0)
+				: mknod(in, S_IFREG | 0444, 0) < 0 && errno != EEXIST)
 		cdie(errfd, "%s: mount point in the jail:", path);
 	if (kind == B_RO)
 		a.attr_set |= MOUNT_ATTR_RDONLY;
@@ -239,13 +286,21 @@ static void drop_privs(const struct jail_spec *js, int userns, int errfd)
 	int keep = mutant() & MUT_KEEP_CAP ? CAP_SYS_ADMIN : -1;
 	uid_t uid = userns ? getuid() : js->uid;
 	gid_t gid = userns ? getgid() : js->gid, kg = 0;
-	int c;
+	int c, r;
 
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		cdie(errfd, "PR_SET_NO_NEW_PRIVS:");
-	for (c = 0; prctl(PR_CAPBSET_READ, c, 0, 0, 0) >= 0; c++)
-		if (c != keep && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0)
+	/* Each capability dropped up to the first the kernel does not know:
+	 * PR_CAPBSET_DROP checks CAP_SETPCAP first (EPERM), then the number
+	 * (EINVAL), as PR_CAPBSET_READ does; one call each, not a READ
+	 * before each DROP (there is no bulk form).  The re-check below reads
+	 * the whole set back. */
+	for (c = 0;; c++)
+		if (c != keep && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0) {
+			if (errno == EINVAL && c > 0)
+				break;
 			cdie(errfd, "PR_CAPBSET_DROP %d:", c);
+		}
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
 		cdie(errfd, "PR_CAP_AMBIENT_CLEAR_ALL:");
 	if (keep >= 0 && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
@@ -276,11 +331,13 @@ static void drop_privs(const struct jail_spec *js, int userns, int errfd)
 		errno = EPERM;
 		cdie(errfd, "capabilities left after the drop");
 	}
-	for (c = 0; prctl(PR_CAPBSET_READ, c, 0, 0, 0) >= 0; c++)
-		if (prctl(PR_CAPBSET_READ, c, 0, 0, 0) == 1) {
+	for (c = 0; (r = prctl(PR_CAPBSET_READ, c, 0, 0, 0)) >= 0; c++)
+		if (r == 1) {
 			errno = EPERM;
 			cdie(errfd, "capability %d left in the bounding set", c);
 		}
+	if (c == 0 || errno != EINVAL)
+		cdie(errfd, "PR_CAPBSET_READ %d:", c);
 	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1 || setresuid(0, 0, 0) == 0 ||
 	    getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid) {
 		errno = EPERM;
@@ -517,7 +574,9 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	struct proc_spec p = *ps;
 	struct pollfd pf = { .fd = syncfd, .events = POLLIN };
 	struct bindreq b[2 * JAIL_PATHS_MAX + 1];
+	struct walk_memo m = { .n = 0 };
 	size_t i, nb = 0;
+	int root;
 
 	for (i = 0; i < js->nro; i++, nb++)
 		b[nb] = (struct bindreq){ .path = js->ro[i], .real = rp[nb], .kind = B_RO };
@@ -562,6 +621,11 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 	if (mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV,
 		  "mode=0755,size=1m,nr_inodes=4096") < 0)
 		cdie(errfd, "the jail's root tmpfs:");
+	/* The host's root, where every bind is opened from (no symlink
+	 * followed): a way out of the jail, closed once the binds are made
+	 * (and close-on-exec). */
+	if ((root = open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		cdie(errfd, "/oldroot:");
 	/* Shorter host paths first: a parent is bound before what lies below
 	 * it, which then covers it (a mount point below a read-only bind
 	 * already exists). */
@@ -571,13 +635,15 @@ __attribute__((noreturn)) void jail_child(const struct jail_spec *js, const stru
 		for (k = i + 1; k < nb; k++)
 			if (strlen(b[k].real) < strlen(b[best].real))
 				best = k;
-		bind_path(b[best].path, b[best].real, b[best].kind, errfd);
+		bind_path(b[best].path, b[best].real, b[best].kind, root, &m, errfd);
 		b[best] = b[i];
 	}
-	bind_path("/dev/null", "/dev/null", B_DEV, errfd);
-	bind_path("/dev/urandom", "/dev/urandom", B_DEV, errfd);
+	bind_path("/dev/null", "/dev/null", B_DEV, root, &m, errfd);
+	bind_path("/dev/urandom", "/dev/urandom", B_DEV, root, &m, errfd);
 	if (js->kvm)
-		bind_path("/dev/kvm", "/dev/kvm", B_DEV, errfd);
+		bind_path("/dev/kvm", "/dev/kvm", B_DEV, root, &m, errfd);
+	if (close(root) < 0)
+		cdie(errfd, "close /oldroot:");
 	/* The jail's own pid namespace's processes, and nothing else of /proc
 	 * (subset=pid: no /proc/sys, /proc/kcore, ...). */
 	if ((mkdir("/newroot/proc", 0555) < 0 && errno != EEXIST) ||

@@ -78,6 +78,39 @@ static unsigned mutant(void)
  * (resolve_all: ro, then rw, then vm_dir). */
 typedef char realpath_t[PATH_MAX];
 
+/* What the jail's two path walks (jail.c's resolve in the parent,
+ * jailchild.c's mirror in the child) learnt of the components they went
+ * through: a directory, or a symlink and its target.  The ~60 paths of a
+ * QEMU jail lie below the same few directories (its ~50 libraries in
+ * one), so each walk asked lstat and readlink again what the previous one
+ * had just been told: ~5 syscalls per path, ~300 per walk.  A walk's memory
+ * lives for one walk of all the paths (one resolve_all, one child's
+ * binds: a few milliseconds) and changes no verdict: each step's checks
+ * (the parent's against the read-write paths, the child's comparison
+ * with the parent's resolution) are still made for every component, and
+ * what is bound is still opened by the parent's resolution with no
+ * symlink followed (openat2, RESOLVE_NO_SYMLINKS), so a host path changed
+ * meanwhile is refused, as before, never bound.  Components longer than
+ * WALK_PATH, and past WALK_MAX of them, are walked as before. */
+#define WALK_MAX 64
+#define WALK_PATH 256
+struct walk_seen {
+	char path[WALK_PATH]; /* the component's path on the host, as walked */
+	char link[WALK_PATH]; /* a symlink's target; "" for a directory */
+	int dir;
+	int made; /* the child's: made in its new root (mkdir or symlink) */
+};
+struct walk_memo {
+	size_t n;
+	struct walk_seen e[WALK_MAX];
+};
+/* lstat(host) as the walk needs it, from m when key was seen: *dir, or
+ * the symlink's target in link (a symlink: *dir 0 and link non-empty;
+ * anything else: *dir 0, link ""), and the memory's entry (NULL: not
+ * kept).  0, or -1 with errno from lstat (*failed 'l') or readlink ('r'). */
+int walk_step(struct walk_memo *m, const char *key, const char *host, int *dir, char *link,
+	      size_t lsz, struct walk_seen **seen, char *failed);
+
 /* The clone's child: waits for the maps on syncfd, joins the cgroups whose
  * `tasks` files the parent opened (cgfd[0..ncgfd): cgroup v1's, see
  * jail.c release), builds the root, waits for the cgroups, drops

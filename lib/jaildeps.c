@@ -4,9 +4,10 @@
  * ldd was ~20 ms of every jailed run (issue 12's bench: a warm run is
  * ~300 ms): it runs the dynamic loader over QEMU each time, for an answer
  * that changes only when QEMU, a library or the loader's cache does.  The
- * cache keeps that answer with the identity (lib/util.c file_identity) of
- * the program, /etc/ld.so.cache, /etc/ld.so.preload, each library and each
- * library's directory; a hit needs every one unchanged.
+ * cache keeps that answer with a key made of the identity (device, inode,
+ * size, mtime, ctime) of the program, /etc/ld.so.cache,
+ * /etc/ld.so.preload, each library and each library's directory, hashed
+ * into one stamp (deps_key); a hit needs every one unchanged.
  *
  * What a cache may not do is weaken the jail.  Its answer only names what
  * is bound read-only, and every path still goes through jail_spawn's
@@ -23,6 +24,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,50 +84,108 @@ static int run_ldd(const char *prog, char **out, size_t *n, size_t max, char *er
 	return 0;
 }
 
-/* One member of the key: path's identity; with may_lack, null when it
- * does not exist (/etc/ld.so.preload, usually).  NULL: doubt (another
- * error, or a library that is gone: ldd's answer is then already stale). */
-static json_t *ident(const char *path, int may_lack)
+/* The key of an answer, built up by stamp_add. */
+struct stamp {
+	char *buf;
+	size_t len, cap;
+	int doubt; /* a file that could not be read: no key */
+};
+
+/* One member of the key: path, then its identity (lib/util.c
+ * file_identity's: device, inode, size, mtime and ctime), each number at
+ * a fixed width after the path's NUL, so no two lists read the same; with
+ * may_lack, a file that does not exist (/etc/ld.so.preload, usually) is
+ * the path and a mark.  Any other failure, or a library that is gone
+ * (ldd's answer is then already stale), is doubt. */
+static void stamp_add(struct stamp *k, const char *path, int may_lack)
 {
 	struct stat st;
+	int64_t v[5];
+	size_t pl = strlen(path) + 1, need;
+	char *nb;
 
-	if (stat(path, &st) < 0)
-		return errno == ENOENT && may_lack ? json_null() : NULL;
-	return file_identity(path, &st);
-}
-
-static int push(json_t *key, const char *path, int may_lack)
-{
-	return json_array_append_new(key, ident(path, may_lack));
-}
-
-/* The key of an answer: prog, the loader's cache and preload list, then
- * each library and its directory (a library added beside one, which the
- * loader could now pick first, moves the directory's mtime).  NULL: doubt. */
-static json_t *deps_key(const char *prog, const char *ldcache, char *const *deps, size_t nd)
-{
-	json_t *key = json_array();
-	char dir[PATH_MAX];
-	size_t i;
-
-	if (!key || push(key, prog, 0) < 0 || push(key, ldcache, 0) < 0 ||
-	    push(key, "/etc/ld.so.preload", 1) < 0)
-		goto doubt;
-	for (i = 0; i < nd; i++) {
-		char *sl;
-
-		if (deps[i][0] != '/' || pathn(dir, sizeof dir, "%s", deps[i]) < 0 ||
-		    push(key, deps[i], 0) < 0)
-			goto doubt;
-		sl = strrchr(dir, '/');
-		sl[sl == dir] = '\0';
-		if (push(key, dir, 0) < 0)
-			goto doubt;
+	if (k->doubt)
+		return;
+	if (stat(path, &st) < 0) {
+		if (errno != ENOENT || !may_lack) {
+			k->doubt = 1;
+			return;
+		}
+		memset(v, 0xff, sizeof v);
+	} else {
+		v[0] = (int64_t)st.st_dev;
+		v[1] = (int64_t)st.st_ino;
+		v[2] = (int64_t)st.st_size;
+		v[3] = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+		v[4] = (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
 	}
-	return key;
-doubt:
-	json_decref(key);
-	return NULL;
+	need = k->len + pl + sizeof v;
+	if (need > k->cap) {
+		if (!(nb = realloc(k->buf, need * 2))) {
+			k->doubt = 1;
+			return;
+		}
+		k->buf = nb;
+		k->cap = need * 2;
+	}
+	memcpy(k->buf + k->len, path, pl);
+	memcpy(k->buf + k->len + pl, v, sizeof v);
+	k->len = need;
+}
+
+/* path's directory ("/" for a file in the root) into dir. */
+static int dir_of(const char *path, char dir[PATH_MAX])
+{
+	char *sl;
+
+	if (pathn(dir, PATH_MAX, "%s", path) < 0 || !(sl = strrchr(dir, '/')))
+		return -1;
+	sl[sl == dir] = '\0';
+	return 0;
+}
+
+/* The key of an answer as one stamp (sha256, hex, into out): prog, the
+ * loader's cache and preload list, each library, then each library's
+ * directory, once however many libraries it holds (a library added
+ * beside one, which the loader could now pick first, moves the
+ * directory's mtime).  The same files as a key of one identity per file
+ * and per library (the stat of each, ~55 for QEMU, not ~100: its ~50
+ * libraries are in one directory), hashed: no identity is read back from
+ * the cache, only compared, so the stamp is all the file needs.  0, or -1
+ * (doubt: any file unreadable or gone). */
+static int deps_key(const char *prog, const char *ldcache, char *const *deps, size_t nd,
+		    char out[65])
+{
+	struct stamp k = { .buf = NULL };
+	char dir[PATH_MAX], other[PATH_MAX];
+	size_t i, j;
+	int r = -1;
+
+	stamp_add(&k, prog, 0);
+	stamp_add(&k, ldcache, 0);
+	stamp_add(&k, "/etc/ld.so.preload", 1);
+	for (i = 0; i < nd && !k.doubt; i++) {
+		if (deps[i][0] != '/')
+			goto out;
+		stamp_add(&k, deps[i], 0);
+	}
+	for (i = 0; i < nd && !k.doubt; i++) {
+		if (dir_of(deps[i], dir) < 0)
+			goto out;
+		/* each directory once, with its first library */
+		for (j = 0; j < i; j++)
+			if (dir_of(deps[j], other) == 0 && !strcmp(other, dir))
+				break;
+		if (j == i)
+			stamp_add(&k, dir, 0);
+	}
+	if (!k.doubt && k.buf) {
+		sha256_hex(k.buf, k.len, out);
+		r = 0;
+	}
+out:
+	free(k.buf);
+	return r;
 }
 
 /* ldd's answer depends on these (GLIBC_TUNABLES: glibc.cpu.hwcaps picks
@@ -168,69 +228,71 @@ static void cache_name(const char *prog, char name[32])
 	snprintf(name, 32, "deps-%.16s.json", sha);
 }
 
+/* The cache file's version: 2 keeps the key as one stamp (deps_key);
+ * version 1 kept each identity, and is a miss (rewritten by the run). */
+#define DEPS_VERSION 2
+
 /* c (cache_load's, still the caller's) as the answer for prog: out[*n..]
  * filled and 1 when it holds and its key is still the files' own. */
 static int cache_read(json_t *c, const char *prog, const char *ldcache, char **out, size_t *n,
 		      size_t max)
 {
-	json_t *deps, *key = NULL, *v;
-	char *list[DEPS_MAX];
+	json_t *deps, *v;
+	char *list[DEPS_MAX], key[65];
+	const char *was;
 	size_t i, nd;
-	int hit = 0;
 
 	if (!c)
 		return 0;
 	deps = json_object_get(c, "deps");
 	v = json_object_get(c, "prog");
+	was = json_string_value(json_object_get(c, "key"));
 	nd = json_array_size(deps);
-	if (!json_is_string(v) || strcmp(json_string_value(v), prog) || !json_is_array(deps) ||
-	    nd > DEPS_MAX || *n + nd > max)
-		goto out;
+	if (json_integer_value(json_object_get(c, "version")) != DEPS_VERSION ||
+	    !json_is_string(v) || strcmp(json_string_value(v), prog) || !json_is_array(deps) ||
+	    !was || nd > DEPS_MAX || *n + nd > max)
+		return 0;
 	json_array_foreach(deps, i, v) {
 		if (!json_is_string(v))
-			goto out;
+			return 0;
 		list[i] = (char *)json_string_value(v);
 	}
-	if (!(key = deps_key(prog, ldcache, list, nd)) || !json_equal(key, json_object_get(c, "key")))
-		goto out;
+	if (deps_key(prog, ldcache, list, nd, key) < 0 || strcmp(key, was))
+		return 0;
 	for (i = 0; i < nd; i++)
 		if (!(out[*n + i] = strdup(list[i]))) {
 			while (i > 0)
 				free(out[*n + --i]);
-			goto out;
+			return 0;
 		}
 	*n += nd;
-	hit = 1;
-out:
-	json_decref(key);
-	return hit;
+	return 1;
 }
 
-/* Keep ldd's answer out[from..to) for prog, when the key read before ldd
- * ran (before) still holds: a file that changed while ldd read it is not
- * cached with its new identity.  A failure costs only the next run's ldd. */
-static void cache_write(const char *path, const char *prog, const char *ldcache, json_t *before,
-			char *const *deps, size_t nd)
+/* Keep ldd's answer deps[0..nd) for prog, when the key of prog and the
+ * loader's files read before ldd ran (before) still holds: a file that
+ * changed while ldd read it is not cached with its new identity.  A
+ * failure costs only the next run's ldd. */
+static void cache_write(const char *path, const char *prog, const char *ldcache,
+			const char *before, char *const *deps, size_t nd)
 {
-	json_t *key = deps_key(prog, ldcache, deps, nd), *c = NULL, *list = json_array();
-	char *s = NULL;
+	json_t *c = NULL, *list = json_array();
+	char *s = NULL, key[65], now[65];
 	size_t i;
 
-	if (!key || !list || json_array_size(key) < 3)
+	if (!list || deps_key(prog, ldcache, NULL, 0, now) < 0 || strcmp(now, before) ||
+	    deps_key(prog, ldcache, deps, nd, key) < 0)
 		goto out;
-	for (i = 0; i < 3; i++)
-		if (!json_equal(json_array_get(key, i), json_array_get(before, i)))
-			goto out;
 	for (i = 0; i < nd; i++)
 		json_array_append_new(list, json_string(deps[i]));
-	c = json_pack("{s:i, s:s, s:O, s:O}", "version", 1, "prog", prog, "deps", list, "key", key);
+	c = json_pack("{s:i, s:s, s:O, s:s}", "version", DEPS_VERSION, "prog", prog, "deps", list,
+		      "key", key);
 	if (c && (s = json_dumps(c, JSON_COMPACT)))
 		atomic_write(path, s, strlen(s), 0600);
 out:
 	free(s);
 	json_decref(c);
 	json_decref(list);
-	json_decref(key);
 }
 
 /* Whether ldd's answer deps[0..nd) is settled enough to keep: the key of
@@ -241,30 +303,28 @@ out:
  * shows in the second answer, one between the keys in the keys. */
 static int settled(const char *prog, const char *ldcache, char *const *deps, size_t nd)
 {
-	json_t *k1 = deps_key(prog, ldcache, deps, nd), *k2 = NULL;
-	char *again[DEPS_MAX], err[256];
+	char *again[DEPS_MAX], err[256], k1[65], k2[65];
 	size_t n = 0, i;
 	int same = 0;
 
-	if (k1 && run_ldd(prog, again, &n, DEPS_MAX, err, sizeof err) == 0 && n == nd) {
+	if (deps_key(prog, ldcache, deps, nd, k1) == 0 &&
+	    run_ldd(prog, again, &n, DEPS_MAX, err, sizeof err) == 0 && n == nd) {
 		for (same = 1, i = 0; i < nd; i++)
 			same &= !strcmp(again[i], deps[i]);
-		same = same && (k2 = deps_key(prog, ldcache, deps, nd)) && json_equal(k1, k2);
+		same = same && deps_key(prog, ldcache, deps, nd, k2) == 0 && !strcmp(k1, k2);
 	}
 	for (i = 0; i < n; i++)
 		free(again[i]);
-	json_decref(k1);
-	json_decref(k2);
 	return same;
 }
 
 int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcache, char **out,
 		     size_t *n, size_t max, int *hit, char *err, size_t errsz)
 {
-	char path[PATH_MAX], name[32];
-	json_t *before = NULL, *c;
+	char path[PATH_MAX], name[32], before[65];
 	size_t from = *n;
-	int r;
+	json_t *c;
+	int r, b;
 
 	if (hit)
 		*hit = 0;
@@ -279,11 +339,10 @@ int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcach
 			*hit = 1;
 		return 0;
 	}
-	before = deps_key(prog, ldcache, NULL, 0);
-	if ((r = run_ldd(prog, out, n, max, err, errsz)) == 0 && before && *n - from <= DEPS_MAX &&
+	b = deps_key(prog, ldcache, NULL, 0, before);
+	if ((r = run_ldd(prog, out, n, max, err, errsz)) == 0 && b == 0 && *n - from <= DEPS_MAX &&
 	    settled(prog, ldcache, out + from, *n - from))
 		cache_write(path, prog, ldcache, before, out + from, *n - from);
-	json_decref(before);
 	return r;
 }
 

@@ -332,6 +332,31 @@ proof_landlock() {
 	[ "$output" = "read $BATS_TEST_TMPDIR/klink/vmlinux: kernel" ]
 }
 
+@test "jail: paths through one link and one directory are each walked and checked (the walks' memory)" {
+	local d=$BATS_TEST_TMPDIR/d l=$BATS_TEST_TMPDIR/dlink
+	mkdir -p "$d/b"
+	echo one >"$d/a"
+	echo two >"$d/b/f"
+	ln -sfn "$d" "$l"
+	# the second path goes through the link and directories the first
+	# walked: both bound, the link made once inside, both readable there
+	run --separate-stderr timeout 60 isopod-jail --vm-dir "$VM" --ro "$l/a" --ro "$l/b/f" -- \
+		"$PROBE" read "$l/b/f"
+	[ "$status" -eq 0 ]
+	[ "$output" = "read $l/b/f: two" ]
+	run --separate-stderr timeout 60 isopod-jail --vm-dir "$VM" --ro "$l/b/f" --ro "$l/a" -- \
+		"$PROBE" read "$l/a"
+	[ "$status" -eq 0 ]
+	[ "$output" = "read $l/a: one" ]
+	# a first path through the link passes; a second through the same
+	# link, then a link into the VM's directory, is refused all the same
+	ln -sfn "$VM" "$d/vm"
+	run --separate-stderr isopod-jail --vm-dir "$VM" --ro "$l/a" --ro "$l/vm/disk.qcow2" -- \
+		"$PROBE" id
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"$l/vm/disk.qcow2: passes through $VM, below the jail's read-write path $VM" ]]
+}
+
 @test "jail: refuses the host's /, /proc, /sys, /run, /dev and an ancestor of the VM's directory" {
 	local p
 	ln -sfn / "$BATS_TEST_TMPDIR/rootlink"

@@ -72,14 +72,13 @@ static int look(struct fix *f, int *same, int *planted)
  * right key for all of them: as if written by us. */
 static void plant(struct fix *f)
 {
-	char *list[DEPS_MAX];
-	json_t *before = deps_key(f->prog, f->ldc, NULL, 0);
+	char *list[DEPS_MAX], before[65];
 
 	memcpy(list, f->ldd, f->nldd * sizeof *list);
 	list[f->nldd] = f->lib;
 	unlink(f->file);
-	cache_write(f->file, f->prog, f->ldc, before, list, f->nldd + 1);
-	json_decref(before);
+	if (deps_key(f->prog, f->ldc, NULL, 0, before) == 0)
+		cache_write(f->file, f->prog, f->ldc, before, list, f->nldd + 1);
 }
 
 static void later(const char *path)
@@ -136,6 +135,93 @@ static void test_cache(struct fix *f)
 	h = look(f, &same, &planted);
 	ok(h == 0 && same && !planted, "a listed library touched: recomputed");
 
+	/* A library replaced by another file with the same size and times (a
+	 * package's rename over it; the times copied on purpose): its inode
+	 * moved, the answer is stale. */
+	{
+		char tmp[160];
+		struct stat a;
+		struct timespec t[2];
+
+		plant(f);
+		snprintf(tmp, sizeof tmp, "%s/libplanted.so.new", f->dir);
+		if (stat(f->lib, &a) == 0 && copy(f->lib, tmp) == 0) {
+			t[0] = a.st_atim;
+			t[1] = a.st_mtim;
+			utimensat(AT_FDCWD, tmp, t, 0);
+		}
+		/* (the new file in the directory moved its mtime: put it back,
+		 * so that only the library's own identity tells) */
+		{
+			struct stat d;
+			char dir[PATH_MAX];
+
+			dir_of(f->lib, dir);
+			if (stat(dir, &d) == 0 && rename(tmp, f->lib) == 0) {
+				t[0] = d.st_atim;
+				t[1] = d.st_mtim;
+				utimensat(AT_FDCWD, dir, t, 0);
+			}
+		}
+		ok(jail_deps_valid(f->file, f->ldc) == 0,
+		   "jail_deps_valid: stale once a library was replaced (another inode and ctime, same size and mtime)");
+		h = look(f, &same, &planted);
+		ok(h == 0 && same && !planted, "a listed library replaced: recomputed");
+	}
+
+	/* A file added beside a library (one the loader could now pick
+	 * first): only the directory's identity tells.  The planted library's
+	 * directory is the program's too; the library itself untouched. */
+	{
+		char beside[160];
+
+		plant(f);
+		ok(jail_deps_valid(f->file, f->ldc) == 1, "(planted again: valid)");
+		snprintf(beside, sizeof beside, "%s/libbeside.so", f->dir);
+		put_file(beside, "another library\n", 0644);
+		ok(jail_deps_valid(f->file, f->ldc) == 0,
+		   "jail_deps_valid: stale once a file was added in a library's directory");
+		h = look(f, &same, &planted);
+		ok(h == 0 && same && !planted, "a file added beside a library: recomputed");
+		unlink(beside);
+	}
+
+	/* The key names each directory once however many libraries it holds:
+	 * a second library in the planted one's directory changes only the
+	 * libraries' part (the test of deps_key's own dedup). */
+	{
+		char *one[2] = { f->lib, f->prog }, *two[1] = { f->lib }, k1[65], k2[65];
+		struct stamp a = { .buf = NULL };
+		char dir[PATH_MAX];
+
+		dir_of(f->lib, dir);
+		stamp_add(&a, f->prog, 0);
+		stamp_add(&a, f->ldc, 0);
+		stamp_add(&a, "/etc/ld.so.preload", 1);
+		stamp_add(&a, f->lib, 0);
+		stamp_add(&a, f->prog, 0);
+		stamp_add(&a, dir, 0);
+		ok(!a.doubt && deps_key(f->prog, f->ldc, one, 2, k1) == 0 &&
+		   (sha256_hex(a.buf, a.len, k2), !strcmp(k1, k2)),
+		   "deps_key: two libraries of one directory: the directory once");
+		ok(deps_key(f->prog, f->ldc, two, 1, k2) == 0 && strcmp(k1, k2),
+		   "deps_key: another list, another key");
+		free(a.buf);
+	}
+
+	/* a cache file of version 1 (each identity kept): a miss, rewritten */
+	{
+		json_t *c;
+
+		plant(f);
+		c = json_load_file(f->file, 0, NULL);
+		json_object_set_new(c, "version", json_integer(1));
+		json_dump_file(c, f->file, JSON_COMPACT);
+		json_decref(c);
+		h = look(f, &same, &planted);
+		ok(h == 0 && same && !planted, "a cache file of another version is a miss");
+	}
+
 	plant(f);
 	chmod(f->file, 0620);
 	h = look(f, &same, &planted);
@@ -172,15 +258,14 @@ static void test_cache(struct fix *f)
 	ok(h == 0 && !planted, "with GLIBC_TUNABLES set (it picks the loader's hwcaps directory), the cache is not read");
 
 	{
-		char *list[DEPS_MAX];
-		json_t *before = deps_key(f->prog, f->ldc, NULL, 0);
+		char *list[DEPS_MAX], before[65];
 		struct stat gone;
 
 		memcpy(list, f->ldd, f->nldd * sizeof *list);
 		list[f->nldd] = "/nonexistent/libgone.so";
 		unlink(f->file);
-		cache_write(f->file, f->prog, f->ldc, before, list, f->nldd + 1);
-		json_decref(before);
+		if (deps_key(f->prog, f->ldc, NULL, 0, before) == 0)
+			cache_write(f->file, f->prog, f->ldc, before, list, f->nldd + 1);
 		ok(lstat(f->file, &gone) < 0 && errno == ENOENT,
 		   "an answer naming a library that is gone is not kept (doubt, not a null identity)");
 	}
