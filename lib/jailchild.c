@@ -78,8 +78,12 @@ int walk_step(struct walk_memo *m, const char *key, const char *host, int *dir, 
 	link[0] = '\0';
 	if (S_ISLNK(st.st_mode)) {
 		*failed = 'r';
-		if ((n = readlink(host, link, lsz - 1)) < 0)
+		if ((n = readlink(host, link, lsz)) < 0)
 			return -1;
+		if ((size_t)n == lsz) { /* (cut short: readlink does not say) */
+			errno = ENAMETOOLONG;
+			return -1;
+		}
 		link[n] = '\0';
 		if (n == 0) { /* (no such link: the kernel refuses an empty target) */
 			errno = ENOENT;
