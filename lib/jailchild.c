@@ -78,8 +78,12 @@ int walk_step(struct walk_memo *m, const char *key, const char *host, int *dir, 
 	link[0] = '\0';
 	if (S_ISLNK(st.st_mode)) {
 		*failed = 'r';
-		if ((n = readlink(host, link, lsz - 1)) < 0)
+		if ((n = readlink(host, link, lsz)) < 0)
 			return -1;
+		if ((size_t)n == lsz) { /* (cut short: readlink does not say) */
+			errno = ENAMETOOLONG;
+			return -1;
+		}
 		link[n] = '\0';
 		if (n == 0) { /* (no such link: the kernel refuses an empty target) */
 			errno = ENOENT;
@@ -279,6 +283,12 @@ static size_t kvm_group(const struct jail_spec *js, gid_t *g)
 	return 1;
 }
 
+/* The capabilities there can be: kernel_cap_t is 64 bits (capget and
+ * capset below, with their d[2], assume it); a kernel that still knew a
+ * capability at 64 is not one this code was written for, and the loops
+ * over the bounding set stop there rather than never. */
+enum { CAP_BITS = 64 };
+
 static void drop_privs(const struct jail_spec *js, int userns, int errfd)
 {
 	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
@@ -295,12 +305,16 @@ static void drop_privs(const struct jail_spec *js, int userns, int errfd)
 	 * (EINVAL), as PR_CAPBSET_READ does; one call each, not a READ
 	 * before each DROP (there is no bulk form).  The re-check below reads
 	 * the whole set back. */
-	for (c = 0;; c++)
+	for (c = 0; c < CAP_BITS; c++)
 		if (c != keep && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0) {
 			if (errno == EINVAL && c > 0)
 				break;
 			cdie(errfd, "PR_CAPBSET_DROP %d:", c);
 		}
+	if (c == CAP_BITS) {
+		errno = ERANGE;
+		cdie(errfd, "PR_CAPBSET_DROP: no end by capability %d", CAP_BITS);
+	}
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
 		cdie(errfd, "PR_CAP_AMBIENT_CLEAR_ALL:");
 	if (keep >= 0 && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
@@ -331,11 +345,15 @@ static void drop_privs(const struct jail_spec *js, int userns, int errfd)
 		errno = EPERM;
 		cdie(errfd, "capabilities left after the drop");
 	}
-	for (c = 0; (r = prctl(PR_CAPBSET_READ, c, 0, 0, 0)) >= 0; c++)
+	for (c = 0; c < CAP_BITS && (r = prctl(PR_CAPBSET_READ, c, 0, 0, 0)) >= 0; c++)
 		if (r == 1) {
 			errno = EPERM;
 			cdie(errfd, "capability %d left in the bounding set", c);
 		}
+	if (c == CAP_BITS) {
+		errno = ERANGE;
+		cdie(errfd, "PR_CAPBSET_READ: no end by capability %d", CAP_BITS);
+	}
 	if (c == 0 || errno != EINVAL)
 		cdie(errfd, "PR_CAPBSET_READ %d:", c);
 	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1 || setresuid(0, 0, 0) == 0 ||

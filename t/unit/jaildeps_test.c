@@ -81,6 +81,14 @@ static void plant(struct fix *f)
 		cache_write(f->file, f->prog, f->ldc, before, list, f->nldd + 1);
 }
 
+/* The directory's whole identity, as the key takes it (stamp_add). */
+static int same_identity(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+	       a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
 static void later(const char *path)
 {
 	struct timespec t[2] = { { .tv_sec = 1000000000, .tv_nsec = 0 },
@@ -135,38 +143,77 @@ static void test_cache(struct fix *f)
 	h = look(f, &same, &planted);
 	ok(h == 0 && same && !planted, "a listed library touched: recomputed");
 
-	/* A library replaced by another file with the same size and times (a
-	 * package's rename over it; the times copied on purpose): its inode
-	 * moved, the answer is stale. */
+	/* The library's own identity, its directory's left as it was (which
+	 * would tell on its own: the key holds it too).  First a chmod to the
+	 * same mode: only the library's ctime moves. */
 	{
-		char tmp[160];
-		struct stat a;
-		struct timespec t[2];
+		struct stat a, b, d0, d1;
+		char dir[PATH_MAX];
+		int i;
 
 		plant(f);
-		snprintf(tmp, sizeof tmp, "%s/libplanted.so.new", f->dir);
-		if (stat(f->lib, &a) == 0 && copy(f->lib, tmp) == 0) {
+		dir_of(f->lib, dir);
+		stat(dir, &d0);
+		stat(f->lib, &a);
+		/* (a coarse clock may give the chmod the ctime it had: again,
+		 * bounded, until it moved) */
+		for (i = 0; i < 100; i++) {
+			chmod(f->lib, a.st_mode & 07777);
+			if (stat(f->lib, &b) == 0 && (b.st_ctim.tv_sec != a.st_ctim.tv_sec ||
+						     b.st_ctim.tv_nsec != a.st_ctim.tv_nsec))
+				break;
+			nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
+		}
+		ok(stat(dir, &d1) == 0 && same_identity(&d0, &d1) && b.st_ino == a.st_ino &&
+		   b.st_size == a.st_size && b.st_mtim.tv_nsec == a.st_mtim.tv_nsec &&
+		   b.st_mtim.tv_sec == a.st_mtim.tv_sec &&
+		   (b.st_ctim.tv_sec != a.st_ctim.tv_sec || b.st_ctim.tv_nsec != a.st_ctim.tv_nsec),
+		   "(chmod to the same mode: the library's ctime moved, nothing else, its directory's neither)");
+		ok(jail_deps_valid(f->file, f->ldc) == 0,
+		   "jail_deps_valid: stale once a library's ctime moved (same inode, size, mtime)");
+		h = look(f, &same, &planted);
+		ok(h == 0 && same && !planted, "a listed library's ctime moved: recomputed");
+	}
+
+	/* A library replaced by another file with the same size and times (a
+	 * package's rename over it; the times copied on purpose): its inode
+	 * and ctime moved, the answer is stale.  The library listed is a
+	 * symlink to a file in a directory of its own, and the rename happens
+	 * there: the listed library's directory (the one in the key) is left
+	 * as it was, so only the library's own identity tells. */
+	{
+		char real[160], tmp[160], lib[sizeof f->lib], dir[PATH_MAX];
+		struct stat a, b, d0, d1;
+		struct timespec t[2];
+
+		snprintf(real, sizeof real, "%s/real", f->dir);
+		mkdir(real, 0755);
+		snprintf(real, sizeof real, "%s/real/libreal.so", f->dir);
+		snprintf(tmp, sizeof tmp, "%s/real/libreal.so.new", f->dir);
+		put_file(real, "a library\n", 0644);
+		memcpy(lib, f->lib, sizeof lib);
+		snprintf(f->lib, sizeof f->lib, "%s/libvia.so", f->dir);
+		symlink(real, f->lib);
+		plant(f);
+		ok(jail_deps_valid(f->file, f->ldc) == 1, "(a library through a symlink planted: valid)");
+		dir_of(f->lib, dir);
+		stat(dir, &d0);
+		if (stat(real, &a) == 0 && copy(real, tmp) == 0) {
 			t[0] = a.st_atim;
 			t[1] = a.st_mtim;
 			utimensat(AT_FDCWD, tmp, t, 0);
+			rename(tmp, real);
 		}
-		/* (the new file in the directory moved its mtime: put it back,
-		 * so that only the library's own identity tells) */
-		{
-			struct stat d;
-			char dir[PATH_MAX];
-
-			dir_of(f->lib, dir);
-			if (stat(dir, &d) == 0 && rename(tmp, f->lib) == 0) {
-				t[0] = d.st_atim;
-				t[1] = d.st_mtim;
-				utimensat(AT_FDCWD, dir, t, 0);
-			}
-		}
+		ok(stat(dir, &d1) == 0 && same_identity(&d0, &d1) && stat(f->lib, &b) == 0 &&
+		   b.st_ino != a.st_ino && b.st_size == a.st_size &&
+		   b.st_mtim.tv_sec == a.st_mtim.tv_sec && b.st_mtim.tv_nsec == a.st_mtim.tv_nsec,
+		   "(replaced: another inode, the same size and mtime; the key's directory as it was)");
 		ok(jail_deps_valid(f->file, f->ldc) == 0,
 		   "jail_deps_valid: stale once a library was replaced (another inode and ctime, same size and mtime)");
 		h = look(f, &same, &planted);
 		ok(h == 0 && same && !planted, "a listed library replaced: recomputed");
+		unlink(f->lib);
+		memcpy(f->lib, lib, sizeof lib);
 	}
 
 	/* A file added beside a library (one the loader could now pick
