@@ -275,6 +275,43 @@ static void test_resolve(void)
 	   vm_exit_code(ENOTUNIQ) == 102 && vm_exit_code(EIO) == 111, "vm_exit_code: 100/101/102/111");
 }
 
+/* An exact id is found without reading another record: every other
+ * record of this store is a FIFO, which a read would block on (the walk
+ * read each entry's record before the exact id came up, in readdir's
+ * order).  In a child under alarm(10), in a store of its own. */
+static void test_resolve_exact(void)
+{
+	char h2[] = "/tmp/isopod-vm-test2.XXXXXX", p[PATH_MAX + 64], id[VM_ID_SZ], why[512];
+	const char *target = "vm-0000000000ff";
+	int st = -1;
+	pid_t pid;
+
+	if (!mkdtemp(h2)) {
+		ok(0, "vm_resolve: mkdtemp: %s", strerror(errno));
+		return;
+	}
+	setenv("ISOPOD_HOME", h2, 1);
+	for (int i = 0; i < 24; i++) {
+		snprintf(p, sizeof p, "%s/vms/vm-0000000000%02x", h2, i);
+		mkdir_p(p, 0700, NULL, 0);
+		snprintf(p + strlen(p), 64, "/meta.json");
+		mkfifo(p, 0600);
+	}
+	rec_dir(target);
+	if ((pid = fork()) == 0) {
+		alarm(10);
+		_exit(vm_resolve(target, id, why, sizeof why) == 0 && !strcmp(id, target) ? 0 : 1);
+	}
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	ok(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "vm_resolve: an exact id reads no other record (status %#x)", st);
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h2);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h2);
+}
+
 static int edit_calls;
 static int edit_skip(json_t *j, void *arg)
 {
@@ -438,6 +475,7 @@ int main(void)
 	test_concurrent();
 	test_refused();
 	test_resolve();
+	test_resolve_exact();
 	test_list();
 	test_update_locked();
 	test_scratch();
