@@ -19,6 +19,67 @@
 /* v1's "no limit" is 2^63 - 1 rounded down to a page; any page size. */
 #define CG_V1_UNLIMITED (1LL << 62)
 
+/* /proc/self/cgroup and /proc/self/mountinfo as cg_limits_read read them
+ * once: its four controllers each placed ourselves in v2 and then in v1,
+ * up to eight reads of each file (the kernel formats mountinfo's every
+ * mount on each), on every boot's check and every boot.  A NULL text (or
+ * no snapshot): the file is read where it is parsed, as cg_dir does. */
+struct cg_snap {
+	char *cgroup, *mountinfo;
+	size_t ncgroup, nmountinfo;
+};
+
+/* The whole file root/proc/self/leaf into *buf (malloc'd, *n bytes);
+ * NULL when it cannot be read (the parse then opens it itself). */
+static void snap_read(const char *root, const char *leaf, char **buf, size_t *n)
+{
+	char p[PATH_MAX];
+	size_t cap = 0;
+	ssize_t r = -1;
+	int fd;
+
+	*buf = NULL;
+	*n = 0;
+	if (pathn(p, sizeof p, "%s/proc/self/%s", root, leaf) < 0 ||
+	    (fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+		return;
+	for (;;) {
+		if (*n == cap) {
+			char *nb = realloc(*buf, cap = cap ? 2 * cap : 16384);
+
+			if (!nb) {
+				r = -1;
+				break;
+			}
+			*buf = nb;
+		}
+		if ((r = read(fd, *buf + *n, cap - *n)) <= 0)
+			break;
+		*n += (size_t)r;
+	}
+	close(fd);
+	/* a failed read, or nothing (fmemopen wants a size): the parse opens
+	 * the file itself, and says what it finds there */
+	if (r < 0 || !*n) {
+		free(*buf);
+		*buf = NULL;
+		*n = 0;
+	}
+}
+
+/* The file root/proc/self/leaf to parse: the snapshot's text when there
+ * is one, else the file itself. */
+static FILE *snap_open(const char *root, const char *leaf, const char *text, size_t n)
+{
+	char p[PATH_MAX];
+
+	if (text)
+		return fmemopen((void *)text, n, "r");
+	if (pathn(p, sizeof p, "%s/proc/self/%s", root, leaf) < 0)
+		return NULL;
+	return fopen(p, "re");
+}
+
 /* Does a mount whose root (mountinfo's 4th field) is mr show the cgroup
  * self: mr is "/" or self's ancestor (whole components) or self? */
 static int covers(const char *mr, const char *self)
@@ -59,15 +120,15 @@ static int field(const char **s, char *out, size_t sz)
  * field longer than our buffers (1023 bytes) is skipped, never read cut.
  * 0; -1, no mount of it; -2, none shows self; -3, none found but such a
  * line was skipped (it may have been ours: not known). */
-static int mount_of(const char *root, const char *fstype, const char *ctl, const char *self,
-		    char *out, size_t sz, char *mroot, size_t msz)
+static int mount_of(const char *root, const struct cg_snap *sn, const char *fstype, const char *ctl,
+		    const char *self, char *out, size_t sz, char *mroot, size_t msz)
 {
-	char *line = NULL, p[PATH_MAX];
+	char *line = NULL;
 	size_t lsz = 0, best = 0;
 	int found = -1, skipped = 0;
-	FILE *fp;
+	FILE *fp = snap_open(root, "mountinfo", sn ? sn->mountinfo : NULL, sn ? sn->nmountinfo : 0);
 
-	if (pathn(p, sizeof p, "%s/proc/self/mountinfo", root) < 0 || !(fp = fopen(p, "re")))
+	if (!fp)
 		return -1;
 	while ((found != 0 || self) && getline(&line, &lsz, fp) > 0) {
 		char mnt[1024], mr[1024], fs[64], opts[1024], *tok, *save;
@@ -113,7 +174,7 @@ static int mount_of(const char *root, const char *fstype, const char *ctl, const
 
 int cg_mount(const char *root, const char *fstype, const char *ctl, char *out, size_t sz)
 {
-	return mount_of(root, fstype, ctl, NULL, out, sz, NULL, 0);
+	return mount_of(root, NULL, fstype, ctl, NULL, out, sz, NULL, 0);
 }
 
 int cg_has_word(const char *path, const char *w)
@@ -219,14 +280,14 @@ static int path_ok(const char *p)
 /* Our own cgroup in the hierarchy of ctl (NULL: v2's "0::" line), as
  * /proc/self/cgroup says it (relative to that hierarchy's root, or our
  * cgroup namespace's).  0, or -1. */
-static int cg_self(const char *root, const char *ctl, char *out, size_t sz)
+static int cg_self(const char *root, const struct cg_snap *sn, const char *ctl, char *out, size_t sz)
 {
-	char *line = NULL, p[PATH_MAX];
+	char *line = NULL;
 	size_t lsz = 0;
 	int found = -1;
-	FILE *fp;
+	FILE *fp = snap_open(root, "cgroup", sn ? sn->cgroup : NULL, sn ? sn->ncgroup : 0);
 
-	if (pathn(p, sizeof p, "%s/proc/self/cgroup", root) < 0 || !(fp = fopen(p, "re")))
+	if (!fp)
 		return -1;
 	/* whole lines (getline): a fixed buffer read a long path's tail as a
 	 * line of its own, and a cgroup's name may hold "N:memory:/..." */
@@ -253,14 +314,15 @@ static int cg_self(const char *root, const char *ctl, char *out, size_t sz)
 	return found;
 }
 
-int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen, char *why,
-	   size_t wsz)
+/* cg_dir, its two files from the snapshot sn when there is one. */
+static int dir_of(const char *root, const struct cg_snap *sn, const char *ctl, char *dir, size_t sz,
+		  size_t *mlen, char *why, size_t wsz)
 {
 	char mnt[PATH_MAX], mr[PATH_MAX], self[PATH_MAX];
 	const char *rel;
 	int r;
 
-	if (cg_self(root, ctl, self, sizeof self) < 0) {
+	if (cg_self(root, sn, ctl, self, sizeof self) < 0) {
 		errno = ENOENT;
 		return reason_fail(why, wsz, "we are in no %s hierarchy", ctl ? ctl : "cgroup v2");
 	}
@@ -271,7 +333,7 @@ int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen
 		return reason_fail(why, wsz, "our %s cgroup %s is not a clean absolute path",
 				   ctl ? ctl : "v2", EXC(self));
 	}
-	if ((r = mount_of(root, ctl ? "cgroup" : "cgroup2", ctl, self, mnt, sizeof mnt, mr, sizeof mr)) < 0) {
+	if ((r = mount_of(root, sn, ctl ? "cgroup" : "cgroup2", ctl, self, mnt, sizeof mnt, mr, sizeof mr)) < 0) {
 		errno = r == -1 ? ENOENT : r == -2 ? ENOTDIR : E2BIG;
 		return reason_fail(why, wsz, r == -1 ? "no %s hierarchy is mounted" : r == -2 ? "our %s cgroup "
 				   "%s is below no mount of its hierarchy (each a bind of another subtree)" :
@@ -296,24 +358,31 @@ int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen
 	return 0;
 }
 
+int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen, char *why,
+	   size_t wsz)
+{
+	return dir_of(root, NULL, ctl, dir, sz, mlen, why, wsz);
+}
+
 /* Our cgroup's directory for controller ctl: v2's when the controller is
  * bound there (listed in the v2 mount's cgroup.controllers), else v1's.
  * 2 or 1 (the version) with dir and *mlen (the mount point's length: the
  * walk's end), 0 when we are in no hierarchy of ctl or cannot place
  * ourselves in it (a warning: no limit known, never a run refused, as it
  * booted before limits were read). */
-static int ctl_dir(const char *root, const char *ctl, char *dir, size_t *mlen, struct cg_limits *l)
+static int ctl_dir(const char *root, const struct cg_snap *sn, const char *ctl, char *dir, size_t *mlen,
+		   struct cg_limits *l)
 {
 	char p[PATH_MAX + 32], w2[PATH_MAX + 128], w1[PATH_MAX + 128];
 	int v = 0, e2 = ENOENT, e1 = ENOENT;
 	struct stat st;
 
-	if (cg_dir(root, NULL, dir, PATH_MAX, mlen, w2, sizeof w2) < 0)
+	if (dir_of(root, sn, NULL, dir, PATH_MAX, mlen, w2, sizeof w2) < 0)
 		e2 = errno;
 	else if (pathn(p, sizeof p, "%.*s/cgroup.controllers", (int)*mlen, dir) == 0 &&
 		 cg_has_word(p, ctl))
 		v = 2;
-	if (!v && cg_dir(root, ctl, dir, PATH_MAX, mlen, w1, sizeof w1) == 0)
+	if (!v && dir_of(root, sn, ctl, dir, PATH_MAX, mlen, w1, sizeof w1) == 0)
 		v = 1;
 	else if (!v)
 		e1 = errno;
@@ -470,7 +539,8 @@ static int rd_cpuset(char *dir, size_t mlen, int ver, struct cg_limit *out, char
 	}
 }
 
-int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
+static int limits_read(const char *root, const struct cg_snap *sn, struct cg_limits *l, char *why,
+		       size_t wsz)
 {
 	char dir[PATH_MAX];
 	size_t mlen;
@@ -478,24 +548,37 @@ int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
 
 	*l = (struct cg_limits){ .mem.v = -1, .cpu.v = -1, .cpuset.v = -1, .pids.v = -1,
 				 .quota_us = -1, .period_us = -1 };
-	if ((v = ctl_dir(root, "memory", dir, &mlen, l)) &&
+	if ((v = ctl_dir(root, sn, "memory", dir, &mlen, l)) &&
 	    (walk(dir, mlen, v, v == 2 ? "memory.max" : "memory.limit_in_bytes", rd_num,
 		       &l->mem, NULL, NULL, why, wsz) < 0))
 		return -1;
 	l->version = v;
-	if ((v = ctl_dir(root, "cpu", dir, &mlen, l)) &&
+	if ((v = ctl_dir(root, sn, "cpu", dir, &mlen, l)) &&
 	    (walk(dir, mlen, v, v == 2 ? "cpu.max" : "cpu.cfs_quota_us", rd_cpu, &l->cpu,
 		       &l->quota_us, &l->period_us, why, wsz) < 0))
 		return -1;
 	if (!l->version)
 		l->version = v;
-	if ((v = ctl_dir(root, "cpuset", dir, &mlen, l)) &&
+	if ((v = ctl_dir(root, sn, "cpuset", dir, &mlen, l)) &&
 	    (rd_cpuset(dir, mlen, v, &l->cpuset, why, wsz) < 0))
 		return -1;
-	if ((v = ctl_dir(root, "pids", dir, &mlen, l)) &&
+	if ((v = ctl_dir(root, sn, "pids", dir, &mlen, l)) &&
 	    (walk(dir, mlen, v, "pids.max", rd_num, &l->pids, NULL, NULL, why, wsz) < 0))
 		return -1;
 	return 0;
+}
+
+int cg_limits_read(const char *root, struct cg_limits *l, char *why, size_t wsz)
+{
+	struct cg_snap sn = { 0 };
+	int r;
+
+	snap_read(root, "cgroup", &sn.cgroup, &sn.ncgroup);
+	snap_read(root, "mountinfo", &sn.mountinfo, &sn.nmountinfo);
+	r = limits_read(root, &sn, l, why, wsz);
+	free(sn.cgroup);
+	free(sn.mountinfo);
+	return r;
 }
 
 long long cg_cpus(const struct cg_limits *l)

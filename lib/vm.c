@@ -168,6 +168,16 @@ int vm_resolve(const char *ref, char id[VM_ID_SZ], char *why, size_t wsz)
 		return -1;
 	}
 	reflen = strlen(ref);
+	/* An exact id wins outright (the walk below breaks on it): one lstat,
+	 * not a record read for every entry readdir gives before it (each
+	 * VM's tool resolves the id it was given; the store keeps up to 20
+	 * stopped records, ~4 KiB of JSON each).  Anything else (ENOENT,
+	 * an unreadable store) is the walk's to decide and to word. */
+	if (id_vm_ok(ref) && pathn(dir, sizeof dir, "%s/vms/%s", store_home(), ref) == 0 &&
+	    lstat(dir, &(struct stat){ 0 }) == 0) {
+		memcpy(id, ref, VM_ID_SZ);
+		return 0;
+	}
 	if (pathn(dir, sizeof dir, "%s/vms", store_home()) < 0 || !(d = opendir(dir))) {
 		int e = errno;
 
@@ -226,6 +236,97 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
 		return -1;
 	}
 	return 0;
+}
+
+/* vms/.names.json: the names vm_names last found, {"format": 1, "vms":
+ * {ID: {"ino": N, "name": NAME}}}; a cache only (below). */
+static int names_path(char *buf, size_t sz)
+{
+	return pathn(buf, sz, "%s/vms/.names.json", store_home());
+}
+
+json_t *vm_names(char *why, size_t wsz)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	json_t *old = NULL, *was, *vms = json_object(), *out = json_pack("{s:i, s:o}", "format", 1, "vms", vms);
+	struct dirent *de;
+	DIR *d;
+	int e = 0;
+
+	if (!out) {
+		errno = ENOMEM;
+		snprintf(why, wsz, "unable to allocate memory");
+		return NULL;
+	}
+	if (names_path(p, sizeof p) == 0 && (old = json_load_path(p)) &&
+	    json_integer_value(json_object_get(old, "format")) != 1) {
+		json_decref(old);
+		old = NULL;
+	}
+	was = json_object_get(old, "vms");
+	if (pathn(dir, sizeof dir, "%s/vms", store_home()) < 0 || !(d = opendir(dir))) {
+		e = errno;
+		json_decref(old);
+		if (e == ENOENT)
+			return out;
+		json_decref(out);
+		snprintf(why, wsz, "unable to open %s: %s", dir, strerror(e));
+		errno = e;
+		return NULL;
+	}
+	while ((errno = 0, de = readdir(d))) {
+		json_t *c = json_object_get(was, de->d_name), *rec = NULL;
+		const char *name;
+
+		if (!id_vm_ok(de->d_name))
+			continue;
+		/* The cached name stands only for the very directory it was
+		 * read from (its inode, as readdir gives it); anything else is
+		 * read from the record, as a store without the cache is.  Only
+		 * the claim writes a name, and never changes one. */
+		if (de->d_ino && json_is_string(json_object_get(c, "name")) &&
+		    json_integer_value(json_object_get(c, "ino")) == (json_int_t)de->d_ino)
+			name = json_string_value(json_object_get(c, "name"));
+		else if ((rec = vm_read(de->d_name)))
+			name = json_string_value(json_object_get(rec, "name"));
+		else
+			continue;
+		if (name && json_object_set_new(vms, de->d_name, json_pack("{s:I, s:s}", "ino",
+				(json_int_t)de->d_ino, "name", name)) < 0)
+			e = ENOMEM;
+		json_decref(rec);
+		if (e)
+			break;
+	}
+	if (!e && errno)
+		e = errno;
+	closedir(d);
+	json_decref(old);
+	if (e) {
+		json_decref(out);
+		snprintf(why, wsz, "unable to read %s: %s", dir, strerror(e));
+		errno = e;
+		return NULL;
+	}
+	return out;
+}
+
+int vm_names_save(json_t *names, const char *id, const char *name)
+{
+	char p[PATH_MAX];
+	struct stat st;
+	json_t *e;
+
+	if (rec_path(p, sizeof p, id, "") < 0 || stat(p, &st) < 0)
+		return -1;
+	if (!(e = json_pack("{s:I, s:s}", "ino", (json_int_t)st.st_ino, "name", name)) ||
+	    json_object_set_new(json_object_get(names, "vms"), id, e) < 0) {
+		errno = ENOMEM;
+		return -1;
+	}
+	if (names_path(p, sizeof p) < 0)
+		return -1;
+	return json_write_atomic(p, names);
 }
 
 /* Oldest first; "created" missing (or not a string) sorts as "", as the

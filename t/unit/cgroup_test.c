@@ -7,6 +7,8 @@
 #include "tap.h"
 
 #include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static char top[256];
 
@@ -438,6 +440,57 @@ static void test_fit(void)
 	   "fit: no memory limit, a cpuset of 1: 1 vCPU (%lld)", f.vcpus);
 }
 
+/* The limits read /proc/self/cgroup and /proc/self/mountinfo once, not
+ * once per controller and hierarchy: here both are FIFOs a writer fills
+ * once each, and a second open would wait for a writer that never comes
+ * (the reader is under alarm(10): the test fails, not hangs). */
+static void test_once(void)
+{
+	static const char cgroup[] = "8:pids:/a/b\n4:memory:/a/b\n3:cpuset:/a/b\n2:cpu,cpuacct:/a/b\n0::/\n";
+	const char *r = fresh("once");
+	char p[PATH_MAX], why[1024] = "";
+	int st = -1, wst = -1;
+	pid_t rd, wr;
+
+	put_file(r, "proc/self/x", "");
+	put_file(r, "sys/fs/cgroup/unified/cgroup.controllers", "hugetlb\n");
+	put_file(r, "sys/fs/cgroup/memory/a/memory.limit_in_bytes", "1073741824\n");
+	put_file(r, "sys/fs/cgroup/memory/a/b", NULL);
+	put_file(r, "sys/fs/cgroup/pids/a/b/pids.max", "40\n");
+	snprintf(p, sizeof p, "%s/proc/self/cgroup", r);
+	mkfifo(p, 0600);
+	snprintf(p, sizeof p, "%s/proc/self/mountinfo", r);
+	mkfifo(p, 0600);
+	if ((wr = fork()) == 0) {
+		static const char *const leaf[] = { "cgroup", "mountinfo" };
+		static const char *const text[] = { cgroup, V1_MOUNTS };
+		int fd;
+
+		alarm(10);
+		for (int i = 0; i < 2; i++) {
+			snprintf(p, sizeof p, "%s/proc/self/%s", r, leaf[i]);
+			if ((fd = open(p, O_WRONLY)) < 0 || write(fd, text[i], strlen(text[i])) < 0)
+				_exit(1);
+			close(fd);
+		}
+		_exit(0);
+	}
+	if ((rd = fork()) == 0) {
+		struct cg_limits l;
+
+		alarm(10);
+		_exit(cg_limits_read(r, &l, why, sizeof why) == 0 && l.mem.v == 1073741824 &&
+		      l.pids.v == 40 ? 0 : 1);
+	}
+	if (rd > 0)
+		waitpid(rd, &st, 0);
+	if (wr > 0)
+		waitpid(wr, &wst, 0);
+	ok(rd > 0 && wr > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && WIFEXITED(wst) &&
+	   WEXITSTATUS(wst) == 0, "cg_limits_read: /proc/self/cgroup and mountinfo read once each, "
+	   "the limits from them (reader %#x, writer %#x)", st, wst);
+}
+
 int main(void)
 {
 	char cmd[PATH_MAX + 16];
@@ -450,6 +503,7 @@ int main(void)
 	test_mounts();
 	test_garbage();
 	test_fit();
+	test_once();
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
 	if (system(cmd) != 0)
 		ok(0, "remove %s", top);
