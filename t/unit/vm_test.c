@@ -239,6 +239,40 @@ static void test_refused(void)
 	put_str(C, "{\"id\":\"" C "\",\"name\":\"calm-heron\"}");
 }
 
+/* An exact id reads no other VM's record: with eight records that are
+ * FIFOs (an open of one waits for a writer that never comes), a scan that
+ * read any of them for its name would hang, and the child's alarm ends it
+ * (the scan's order is the directory's, so eight make a miss unlikely). */
+static void test_resolve_exact(void)
+{
+	char p[PATH_MAX], id[VM_ID_SZ], why[512];
+	int st = -1, i;
+	pid_t pid;
+
+	for (i = 0; i < 8; i++) {
+		snprintf(p, sizeof p, "%s/vms/vm-00000000000%d", home, i);
+		mkdir(p, 0700);
+		snprintf(p, sizeof p, "%s/vms/vm-00000000000%d/meta.json", home, i);
+		unlink(p);
+		mkfifo(p, 0600);
+	}
+	fflush(NULL);
+	if ((pid = fork()) == 0) {
+		alarm(5);
+		_exit(vm_resolve(A, id, why, sizeof why) == 0 && !strcmp(id, A) &&
+		      vm_resolve(C, id, why, sizeof why) == 0 && !strcmp(id, C) ? 0 : 1);
+	}
+	waitpid(pid, &st, 0);
+	ok(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "vm_resolve: an exact id reads no other VM's record (status %#x)", st);
+	for (i = 0; i < 8; i++) {
+		snprintf(p, sizeof p, "%s/vms/vm-00000000000%d/meta.json", home, i);
+		unlink(p);
+		snprintf(p, sizeof p, "%s/vms/vm-00000000000%d", home, i);
+		rmdir(p);
+	}
+}
+
 static void test_resolve(void)
 {
 	char id[VM_ID_SZ], why[512];
@@ -271,6 +305,7 @@ static void test_resolve(void)
 	errno = 0;
 	ok(vm_open(B, id, &r, why, sizeof why) < 0 && errno == EIO && strstr(why, "malformed"),
 	   "vm_open: a malformed record behind a good ref is the store's failure (EIO: %s)", why);
+	test_resolve_exact();
 	ok(vm_exit_code(EINVAL) == 100 && vm_exit_code(ENOENT) == 101 &&
 	   vm_exit_code(ENOTUNIQ) == 102 && vm_exit_code(EIO) == 111, "vm_exit_code: 100/101/102/111");
 }
