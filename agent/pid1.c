@@ -117,8 +117,8 @@ static void root_switch(struct agent *a)
 	a->root.ok = 1;
 	a->root.rw = rw;
 	/* The initramfs /dev /proc /sys stay mounted underneath, unreachable
-	 * and harmless; the root disk gets its own (its dirs exist: the root
-	 * is read-only now, so nothing can be created on it). */
+	 * and harmless; the root disk gets its own (its dirs exist: nothing
+	 * is created on the root here, read-only or read-write). */
 	mnt("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
 	mnt("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mnt("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
