@@ -1,6 +1,7 @@
 /* agent.h - the isopod guest agent: /init, PID 1 of every isopod microVM.
  *
- * It mounts the root disk read-only and switches to it, finds the
+ * It mounts the root disk read-only (read-write when the kernel's line
+ * says isopod.root_rw=1: a cold run's boot) and switches to it, finds the
  * virtio-serial port named isopod.agent and serves doc/PROTOCOL.md on it:
  * one host at a time, one operation at a time, all of it in one poll() loop
  * over the port, a signalfd, a timerfd and the running command's pipes.

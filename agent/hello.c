@@ -208,14 +208,17 @@ static void hello_apply(struct agent *a, const struct hello_req *h, char *err, s
 		net_config(h, err, errsz);
 	else if (h->net_gw[0] || h->net_mtu || h->have_mac)
 		errcat(err, errsz, "net: NET_* given without NET_ADDR");
+	/* GROW and DNS on a writable root now; with ROOT_RW, after the
+	 * HELLO_ACK (root_rw_soon), as on a read-only root: the resize
+	 * stays off the boot's path on a root mounted read-write at boot. */
 	if (h->net_dns[0]) {
 		snprintf(a->root.dns, sizeof a->root.dns, "%s", h->net_dns);
-		if (a->root.rw)
+		if (a->root.rw && !h->root_rw)
 			write_resolv(a);
 	}
 	if (h->grow) {
 		a->root.grow = 1;
-		if (a->root.rw)
+		if (a->root.rw && !h->root_rw)
 			grow_root(a);
 	}
 	/* Never cleared by a HELLO without it: what a host asked once of

@@ -74,12 +74,14 @@ static void dev_extras(void)
 	mnt("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 }
 
+static int cmdline_has(const char *word);
+
 /* Mount the root disk read-only and make it / (the switch_root idiom:
  * pivot_root cannot leave an initramfs).  On failure we stay in the
  * initramfs and refuse to run anything: never run on a wrong root. */
 static void root_switch(struct agent *a)
 {
-	int waited;
+	int waited, rw;
 
 	for (waited = 0; access(ROOT_DEV, F_OK) < 0; waited += 10) {
 		if (waited >= WAIT_DEV_MS) {
@@ -91,10 +93,14 @@ static void root_switch(struct agent *a)
 		sleep_ms(10);
 	}
 	/* Read-only until the first command: a warm snapshot taken now can
-	 * resume over any fresh overlay of the same disk chain. */
-	if (mount(ROOT_DEV, "/newroot", "ext4", MS_RDONLY, NULL) < 0) {
-		snprintf(a->root.err, sizeof a->root.err, "mount %s (ext4, read-only) on /newroot: %s",
-			 ROOT_DEV, strerror(errno));
+	 * resume over any fresh overlay of the same disk chain.  Read-write
+	 * at once when the host's command line says so (a cold run's boot,
+	 * never a template's: lib/qemu.h root_rw), sparing the remount after
+	 * the boot's HELLO_ACK. */
+	rw = cmdline_has("isopod.root_rw=1");
+	if (mount(ROOT_DEV, "/newroot", "ext4", rw ? 0 : MS_RDONLY, NULL) < 0) {
+		snprintf(a->root.err, sizeof a->root.err, "mount %s (ext4, %s) on /newroot: %s",
+			 ROOT_DEV, rw ? "read-write" : "read-only", strerror(errno));
 		return;
 	}
 	if (chdir("/newroot") < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0) {
@@ -109,9 +115,10 @@ static void root_switch(struct agent *a)
 		return;
 	}
 	a->root.ok = 1;
+	a->root.rw = rw;
 	/* The initramfs /dev /proc /sys stay mounted underneath, unreachable
-	 * and harmless; the root disk gets its own (its dirs exist: the root
-	 * is read-only now, so nothing can be created on it). */
+	 * and harmless; the root disk gets its own (its dirs exist: nothing
+	 * is created on the root here, read-only or read-write). */
 	mnt("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
 	mnt("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mnt("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
@@ -226,13 +233,13 @@ int root_make_rw(struct agent *a, char *err, size_t errsz)
 		snprintf(err, errsz, "%s", a->root.err);
 		return -1;
 	}
-	if (a->root.rw)
-		return 0;
-	if (mount(NULL, "/", NULL, MS_REMOUNT, NULL) < 0) {
+	if (!a->root.rw && mount(NULL, "/", NULL, MS_REMOUNT, NULL) < 0) {
 		snprintf(err, errsz, "remount / read-write: %s", strerror(errno));
 		return -1;
 	}
 	a->root.rw = 1;
+	/* a HELLO's GROW and DNS wait for this, also on a root mounted
+	 * read-write at boot (hello_apply: after the HELLO_ACK) */
 	if (a->root.grow)
 		grow_root(a);
 	if (a->root.dns[0])

@@ -543,10 +543,15 @@ static void try_warm(struct boot *bt)
  * from our start. */
 static void boot_cold(struct boot *bt)
 {
-	const struct qemu_cfg qc = qemu_cfg_at(&bt->vm, &bt->in);
+	struct qemu_cfg qc = qemu_cfg_at(&bt->vm, &bt->in);
 	struct qemu_argv q;
 	char msg[2048];
 	int r;
+
+	/* Never a template (lib/warmtpl.c starts those) nor a clone
+	 * (launch_resume): its root read-write from the start, as its first
+	 * command would make it anyway (lib/qemu.h root_rw). */
+	qc.root_rw = 1;
 
 	if (mono_ms() >= bt->deadline)
 		fail(bt, EX_TIMEOUT, "the guest agent did not answer within %lld ms",

@@ -315,7 +315,7 @@ static int cg_self(const char *root, const struct cg_snap *sn, const char *ctl, 
 }
 
 /* cg_dir, its two files from the snapshot sn when there is one. */
-static int dir_of(const char *root, const struct cg_snap *sn, const char *ctl, char *dir, size_t sz,
+static int cg_snap_dir(const char *root, const struct cg_snap *sn, const char *ctl, char *dir, size_t sz,
 		  size_t *mlen, char *why, size_t wsz)
 {
 	char mnt[PATH_MAX], mr[PATH_MAX], self[PATH_MAX];
@@ -361,7 +361,7 @@ static int dir_of(const char *root, const struct cg_snap *sn, const char *ctl, c
 int cg_dir(const char *root, const char *ctl, char *dir, size_t sz, size_t *mlen, char *why,
 	   size_t wsz)
 {
-	return dir_of(root, NULL, ctl, dir, sz, mlen, why, wsz);
+	return cg_snap_dir(root, NULL, ctl, dir, sz, mlen, why, wsz);
 }
 
 /* Our cgroup's directory for controller ctl: v2's when the controller is
@@ -377,12 +377,12 @@ static int ctl_dir(const char *root, const struct cg_snap *sn, const char *ctl, 
 	int v = 0, e2 = ENOENT, e1 = ENOENT;
 	struct stat st;
 
-	if (dir_of(root, sn, NULL, dir, PATH_MAX, mlen, w2, sizeof w2) < 0)
+	if (cg_snap_dir(root, sn, NULL, dir, PATH_MAX, mlen, w2, sizeof w2) < 0)
 		e2 = errno;
 	else if (pathn(p, sizeof p, "%.*s/cgroup.controllers", (int)*mlen, dir) == 0 &&
 		 cg_has_word(p, ctl))
 		v = 2;
-	if (!v && dir_of(root, sn, ctl, dir, PATH_MAX, mlen, w1, sizeof w1) == 0)
+	if (!v && cg_snap_dir(root, sn, ctl, dir, PATH_MAX, mlen, w1, sizeof w1) == 0)
 		v = 1;
 	else if (!v)
 		e1 = errno;

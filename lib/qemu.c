@@ -51,15 +51,22 @@ static void kernel_line(char *buf, size_t sz, const struct qemu_cfg *c, int tcg)
 	 * KVM's guests have the TSC-deadline timer: their line is unchanged.
 	 */
 	const char *timer = !tcg ? "" : c->lapic_khz ? " lapic_timer_khz=1000000" : " noapictimer";
+	/* A cold run's guest mounts its root read-write at boot: the remount
+	 * its first command needs (~6.5 ms under TCG) was the floor of the
+	 * hand-off from isopod-boot to isopod-exec (doc/SPEED.md, "the
+	 * boot-to-exec hand-off").  Only a VM that is neither a warm template
+	 * nor its clone is told: a template's root must stay read-only (its
+	 * snapshot resumes over any fresh overlay of the chain). */
+	const char *rw = c->root_rw ? " isopod.root_rw=1" : "";
 
 	if (tcg && c->tsc_khz > 0)
 		snprintf(buf, sz,
 			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=%lld "
-			 "lpj=4000000 tsc=reliable%s", c->tsc_khz, timer);
+			 "lpj=4000000 tsc=reliable%s%s", c->tsc_khz, timer, rw);
 	else
-		snprintf(buf, sz, "%s%s",
+		snprintf(buf, sz, "%s%s%s",
 			 "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init tsc_early_khz=2000000 "
-			 "lpj=4000000", timer);
+			 "lpj=4000000", timer, rw);
 }
 
 /* The command line.  Device order is fixed: memory snapshots are only

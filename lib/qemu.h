@@ -44,6 +44,10 @@ struct qemu_cfg {
 	const char *tap, *mac;          /* the NIC (last device), or NULL: none */
 	long long tb_mib;               /* TCG's translation buffer (tb-size), 0: QEMU's own */
 	long long tsc_khz;              /* TCG: the host's TSC rate (lib/tsc.h), 0: none known */
+	int root_rw;                    /* a cold run's boot (isopod-boot's boot_cold):
+					   isopod.root_rw=1, the agent mounts its root
+					   read-write at once; never a template's or a
+					   clone's (their root stays read-only) */
 	int lapic_khz;                  /* TCG: 1 the kernel takes lapic_timer_khz= (its
 					   record says so, lib/image.h kernel_lapic_khz),
 					   0 it does not: noapictimer */

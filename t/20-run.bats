@@ -919,17 +919,20 @@ fill_checked() {
 	[ ! -d "$ISOPOD_HOME/vms/$id" ]
 }
 
-# HELLO's ROOT_RW (doc/PROTOCOL.md): isopod-boot asks a cold boot's agent to
-# make its root read-write right after its HELLO_ACK, while the host is
-# between the boot and the first command.  No command runs here, and a
-# read-only ext4 root writes nothing (main's agent: the overlay stays empty
-# until the first command), so a cluster in the overlay is the remount's
-# (ext4's superblock and journal).  Bounded wait, no timing asserted.
-@test "boot: a cold boot's root is made read-write before any command (the overlay is written); its HELLO_ACK said ro" {
+# A cold boot's kernel command line says isopod.root_rw=1 (lib/qemu.h
+# root_rw): its agent mounts the root read-write at boot, before the
+# HELLO, so its HELLO_ACK says rw (a template's never does: t/50's warm
+# clone answers ro).  No command runs here, and a read-only ext4 root
+# writes nothing (the overlay stays empty until the first command), so a
+# cluster in the overlay is the read-write mount's (ext4's superblock).
+# Bounded wait, no timing asserted.
+@test "boot: a cold boot's root is read-write before any command (the overlay is written); its HELLO_ACK said rw, its kernel was told isopod.root_rw=1" {
 	vm=$(isopod-claim | jq -er .vm.id)
 	run --separate-stderr isopod-boot --vm "$vm" --keep --cold
 	[ "$status" -eq 0 ]
-	echo "$output" | jq -e '.path == "cold" and .root == "ro"'
+	echo "$output" | jq -e '.path == "cold" and .root == "rw"'
+	qpid=$(jq -er .qemu_pid "$ISOPOD_HOME/vms/$vm/meta.json")
+	tr '\0' '\n' <"/proc/$qpid/cmdline" | grep -qx -- '.* isopod\.root_rw=1'
 	disk="$ISOPOD_HOME/vms/$vm/disk.qcow2"
 	written() { qemu-img map -U --output=json "$disk" | jq -e 'any(.[]; .depth == 0 and .data)' >/dev/null; }
 	for _ in $(seq 150); do ! written || break; sleep 0.1; done

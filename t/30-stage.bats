@@ -841,12 +841,14 @@ fork_disk_is() {
 	echo "$sha" >"$ISOPOD_HOME/images/current-noroot"
 	nwarm=$(isopod-warm ls | wc -l)
 	# the default path: the warm template refuses it, then the cold boot
+	# (the template's mount read-only, the cold run's read-write: its
+	# kernel line says isopod.root_rw=1)
 	run --separate-stderr isopod run --json-only --stage noroot -- true
 	echo "$stderr" >&2
 	rm -f "$ISOPOD_HOME/images/current-noroot" "$ISOPOD_HOME/images/base-$sha.json"
 	[ "$status" -eq 111 ]
 	json_is '.ok == false and .error_kind == "infra" and (has("exit_code") | not) and
-		(.error | startswith("isopod-boot: fatal: the guest agent reported: mount /dev/vda (ext4, read-only)"))'
+		(.error | startswith("isopod-boot: fatal: the guest agent reported: mount /dev/vda (ext4, read-write)"))'
 	[[ "$stderr" == *"not built: template: mount /dev/vda (ext4, read-only)"* ]]
 	vm=$(jq -r .vm.id <<<"$output")
 	jq -e '.state == "failed" and (.error | contains("/dev/vda"))' "$ISOPOD_HOME/vms/$vm/meta.json"

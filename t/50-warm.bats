@@ -305,6 +305,12 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	[ "$status" -eq 0 ]
 	json_is '.path == "warm" and .resume_ms > 0 and (.warm_key | length) == 64 and .warnings == [] and .root == "ro"'
 	json_is '.jail.enabled == true'
+	# a clone's (and so its template's) kernel line never says
+	# isopod.root_rw=1: only a cold boot's does (t/20); a template told it
+	# would answer rw above, and launch_resume would refuse the clone
+	qpid=$(jq -er .qemu_pid "$ISOPOD_HOME/vms/$vm/meta.json")
+	tr '\0' '\n' <"/proc/$qpid/cmdline" | grep -q -- '-append'
+	! tr '\0' '\n' <"/proc/$qpid/cmdline" | grep -q 'isopod\.root_rw' || false
 	st=0
 	jail_check "$vm" || st=1 # a warm resume runs jailed
 	stop_vm "$vm"

@@ -276,6 +276,25 @@ int main(void)
 	}
 
 	{
+		/* root_rw (a cold run's boot): isopod.root_rw=1 last on the
+		 * line, TCG or KVM; the lines above (root_rw 0: templates,
+		 * clones, the probe) end without it */
+		const struct qemu_cfg t = { .accel = "tcg", .mem_mib = 512, .vcpus = 1,
+					    .tsc_khz = 2096000, .root_rw = 1, FILES };
+		const struct qemu_cfg n = { .accel = "tcg", .mem_mib = 512, .vcpus = 1,
+					    .root_rw = 1, FILES };
+		const struct qemu_cfg k = { .accel = "kvm", .mem_mib = 512, .vcpus = 1,
+					    .root_rw = 1, FILES };
+
+		ok(qemu_argv(&q, &t) == 0 &&
+		   strstr(joined(&q), " tsc=reliable lapic_timer_khz=1000000 isopod.root_rw=1\n-add-fd\n") &&
+		   qemu_argv(&q, &n) == 0 &&
+		   strstr(joined(&q), " lpj=4000000 lapic_timer_khz=1000000 isopod.root_rw=1\n-add-fd\n") &&
+		   qemu_argv(&q, &k) == 0 && strstr(joined(&q), " lpj=4000000 isopod.root_rw=1\n-add-fd\n"),
+		   "root_rw: isopod.root_rw=1 ends the kernel's line (TCG with and without a rate, KVM)");
+	}
+
+	{
 		const struct qemu_cfg c = { .accel = "kvm", .mem_mib = 512, .vcpus = 2, FILES };
 
 		ok(same(&c,
