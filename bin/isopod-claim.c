@@ -8,6 +8,7 @@
 #include "util.h"
 #include "vm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -44,27 +45,34 @@ struct names {
 	size_t n, cap;
 };
 
-/* Every name in the store (lib/vm.c vm_names: from the last claim's
- * cache where it still holds for the directory, else from the record). */
-static json_t *names_load(struct names *ns)
+static void names_load(struct names *ns, const char *vmsdir)
 {
-	char why[PATH_MAX + 256];
-	const char *id;
-	json_t *nj = vm_names(why, sizeof why), *e;
+	struct dirent *de;
+	DIR *d = opendir(vmsdir);
 
-	if (!nj)
-		die(EX_SYS, "%s", why);
-	json_object_foreach(json_object_get(nj, "vms"), id, e) {
-		if (ns->n == ns->cap) {
-			ns->cap = ns->cap ? 2 * ns->cap : 64;
-			ns->v = realloc(ns->v, ns->cap * sizeof *ns->v);
-			if (!ns->v)
+	if (!d)
+		die(EX_SYS, "unable to open %s:", vmsdir);
+	while ((de = readdir(d))) {
+		const char *name;
+		json_t *j;
+
+		if (strncmp(de->d_name, "vm-", 3))
+			continue;
+		j = vm_read(de->d_name);
+		name = j ? json_string_value(json_object_get(j, "name")) : NULL;
+		if (name) {
+			if (ns->n == ns->cap) {
+				ns->cap = ns->cap ? 2 * ns->cap : 64;
+				ns->v = realloc(ns->v, ns->cap * sizeof *ns->v);
+				if (!ns->v)
+					die(EX_SYS, "unable to allocate memory:");
+			}
+			if (!(ns->v[ns->n++] = strdup(name)))
 				die(EX_SYS, "unable to allocate memory:");
 		}
-		if (!(ns->v[ns->n++] = strdup(json_string_value(json_object_get(e, "name")))))
-			die(EX_SYS, "unable to allocate memory:");
+		json_decref(j);
 	}
-	return nj;
+	closedir(d);
 }
 
 static int names_has(const struct names *ns, const char *name)
@@ -318,7 +326,7 @@ int main(int argc, char **argv)
 	char vmsdir[PATH_MAX], dir[PATH_MAX], scratch[PATH_MAX] = "";
 	char id[3 + 12 + 1], name[64], now[32];
 	const char *want = NULL, *net = "none", *idfile = NULL;
-	json_t *rec, *out, *netj = NULL, *allow = json_array(), *nj;
+	json_t *rec, *out, *netj = NULL, *allow = json_array();
 	char pat[ALLOW_PATTERN_MAX];
 	const char *why;
 	size_t i;
@@ -388,7 +396,7 @@ int main(int argc, char **argv)
 	lk = store_lock();
 	pathf(vmsdir, sizeof vmsdir, "%s/vms", store_home());
 	mkdirs(vmsdir, 0700);
-	nj = names_load(&ns);
+	names_load(&ns, vmsdir);
 	if (want) {
 		if (names_has(&ns, want))
 			die(EX_CONFLICT, "name %s is taken", want);
@@ -434,11 +442,6 @@ int main(int argc, char **argv)
 		undo(dir, scratch);
 		die(EX_SYS, "unable to write %s/meta.json:", dir);
 	}
-	/* the next claim's names, this one's included (a cache: failing, the
-	 * next claim reads the records instead) */
-	if (vm_names_save(nj, id, name) < 0)
-		warn("unable to write %s/.names.json:", vmsdir);
-	json_decref(nj);
 	test_pause("claim-report"); /* t/20: a SIGTERM here waits for the report */
 	/* --scratch: id, name and directory, a line each, for a shell's read */
 	if (!scratch[0])

@@ -57,21 +57,6 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
  * cannot be read. */
 json_t *vm_list(void (*skip)(const char *id, int err), char *why, size_t wsz);
 
-/* The names of the store's records, for isopod-claim's uniqueness check
- * (under the store lock): {"format": 1, "vms": {ID: {"ino": N, "name":
- * NAME}}}, one member per directory vms/vm-<12 hex> whose record has a
- * name.  A name comes from vms/.names.json (the last claim's answer) when
- * that file has it for the same id and the same directory inode readdir
- * gives now, else from the record itself (vm_read): a cache that is gone,
- * stale or not JSON only costs the reads.  An empty object when there is
- * no vms/.  NULL with errno and a sentence in why when vms/ cannot be
- * read. */
-json_t *vm_names(char *why, size_t wsz);
-/* The new record id (its directory made) named name added to names, and
- * names written to vms/.names.json (atomically).  0, or -1 with errno:
- * the cache is not written (the next vm_names reads the records). */
-int vm_names_save(json_t *names, const char *id, const char *name);
-
 /* 1 when the supervisor ended VM id on purpose (its record's stopped_by
  * owner or signal: the owner gone, a signal), why saying which. */
 int vm_stopped_on_purpose(const char *id, char *why, size_t wsz);

@@ -312,108 +312,6 @@ static void test_resolve_exact(void)
 		fprintf(stderr, "unable to remove %s\n", h2);
 }
 
-#define D "vm-00000000dddd"
-#define E "vm-00000000eeee"
-
-/* vm_names: every named record's name; from vms/.names.json only for the
- * same id and directory inode, else from the record. */
-static void test_names(void)
-{
-	char h3[] = "/tmp/isopod-vm-test3.XXXXXX", p[PATH_MAX + 64], why[512];
-	json_t *n, *rec;
-	int st = -1;
-	pid_t pid;
-	FILE *f;
-
-	if (!mkdtemp(h3)) {
-		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
-		return;
-	}
-	setenv("ISOPOD_HOME", h3, 1);
-	n = vm_names(why, sizeof why);
-	ok(n && json_object_size(json_object_get(n, "vms")) == 0, "vm_names: no vms/ is none (%s)", n ? "" : why);
-	json_decref(n);
-	put_str(D, "{\"id\":\"" D "\",\"name\":\"dusty-toad\"}");
-	put_str(E, "{\"id\":\"" E "\"}");
-	n = vm_names(why, sizeof why);
-	ok(n && json_object_size(json_object_get(n, "vms")) == 1 &&
-	   !strcmp(json_string_value(json_object_get(json_object_get(json_object_get(n, "vms"), D), "name")) ?: "",
-		   "dusty-toad"), "vm_names: the named records' names, from the records (no cache yet)");
-	/* a new record, saved with the names: the cache */
-	rec_dir(A);
-	rec = json_pack("{s:s, s:s}", "id", A, "name", "amber-yak");
-	ok(n && rec && vm_create(A, rec) == 0 && vm_names_save(n, A, "amber-yak") == 0,
-	   "vm_names_save: the new name added and written");
-	json_decref(rec);
-	json_decref(n);
-	/* the records are now FIFOs a read would block on: the names come from
-	 * the cache (a child, under alarm) */
-	snprintf(p, sizeof p, "%s/vms/%s/meta.json", h3, D);
-	unlink(p);
-	mkfifo(p, 0600);
-	snprintf(p, sizeof p, "%s/vms/%s/meta.json", h3, A);
-	unlink(p);
-	mkfifo(p, 0600);
-	if ((pid = fork()) == 0) {
-		json_t *c;
-
-		alarm(10);
-		c = vm_names(why, sizeof why);
-		_exit(c && json_object_size(json_object_get(c, "vms")) == 2 &&
-		      !strcmp(json_string_value(json_object_get(json_object_get(json_object_get(c, "vms"), A),
-								"name")) ?: "", "amber-yak") ? 0 : 1);
-	}
-	if (pid > 0)
-		waitpid(pid, &st, 0);
-	ok(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-	   "vm_names: a name the cache holds for the same directory is not read again (status %#x)", st);
-	/* A's record a file again: the reads below may read it */
-	snprintf(p, sizeof p, "%s/vms/%s/meta.json", h3, A);
-	unlink(p);
-	put_str(A, "{\"id\":\"" A "\",\"name\":\"amber-yak\"}");
-	/* another directory under a cached id (its inode not the cached one):
-	 * read from its record */
-	snprintf(p, sizeof p, "rm -rf %s/vms/%s", h3, D);
-	if (system(p) != 0)
-		fprintf(stderr, "unable to remove %s\n", D);
-	put_str(D, "{\"id\":\"" D "\",\"name\":\"other-name\"}");
-	snprintf(p, sizeof p, "%s/vms/%s", h3, D);
-	{
-		struct stat sd;
-		json_t *c, *ent;
-		char cp[PATH_MAX + 32];
-
-		/* the cache as a claim left it before D was replaced: D's old
-		 * name under another inode */
-		stat(p, &sd);
-		c = json_load_path(strcat(strcpy(cp, h3), "/vms/.names.json"));
-		ent = json_pack("{s:I, s:s}", "ino", (json_int_t)sd.st_ino + 1, "name", "dusty-toad");
-		json_object_set_new(json_object_get(c, "vms"), D, ent);
-		json_write_atomic(cp, c);
-		json_decref(c);
-		n = vm_names(why, sizeof why);
-		ok(n && !strcmp(json_string_value(json_object_get(json_object_get(json_object_get(n, "vms"), D),
-								  "name")) ?: "", "other-name"),
-		   "vm_names: a cached name for another inode is read again from the record");
-		json_decref(n);
-		/* a cache that is not JSON: the records */
-		if ((f = fopen(cp, "w"))) {
-			fputs("{not json", f);
-			fclose(f);
-		}
-		n = vm_names(why, sizeof why);
-		ok(n && !strcmp(json_string_value(json_object_get(json_object_get(json_object_get(n, "vms"), D),
-								  "name")) ?: "", "other-name"),
-		   "vm_names: a cache that is not JSON is ignored");
-		json_decref(n);
-	}
-	/* FIFOs out of the way before rm */
-	setenv("ISOPOD_HOME", home, 1);
-	snprintf(p, sizeof p, "rm -rf %s", h3);
-	if (system(p) != 0)
-		fprintf(stderr, "unable to remove %s\n", h3);
-}
-
 static int edit_calls;
 static int edit_skip(json_t *j, void *arg)
 {
@@ -578,7 +476,6 @@ int main(void)
 	test_refused();
 	test_resolve();
 	test_resolve_exact();
-	test_names();
 	test_list();
 	test_update_locked();
 	test_scratch();
