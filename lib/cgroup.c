@@ -29,6 +29,8 @@ struct cg_snap {
 	size_t ncgroup, nmountinfo;
 };
 
+#define SNAP_MAX (4u << 20)
+
 /* The whole file root/proc/self/leaf into *buf (malloc'd, *n bytes);
  * NULL when it cannot be read (the parse then opens it itself). */
 static void snap_read(const char *root, const char *leaf, char **buf, size_t *n)
@@ -45,9 +47,16 @@ static void snap_read(const char *root, const char *leaf, char **buf, size_t *n)
 		return;
 	for (;;) {
 		if (*n == cap) {
-			char *nb = realloc(*buf, cap = cap ? 2 * cap : 16384);
+			char *nb;
 
-			if (!nb) {
+			/* A host's mountinfo is KiBs; a bigger one (a fake root's,
+			 * a container host's) is parsed from the file, a line at a
+			 * time, as before: no snapshot of unbounded size. */
+			if (cap >= SNAP_MAX) {
+				r = -1;
+				break;
+			}
+			if (!(nb = realloc(*buf, cap = cap ? 2 * cap : 16384))) {
 				r = -1;
 				break;
 			}
