@@ -210,7 +210,11 @@ static void hello_apply(struct agent *a, const struct hello_req *h, char *err, s
 		errcat(err, errsz, "net: NET_* given without NET_ADDR");
 	/* GROW and DNS on a writable root now; with ROOT_RW, after the
 	 * HELLO_ACK (root_rw_soon), as on a read-only root: the resize
-	 * stays off the boot's path on a root mounted read-write at boot. */
+	 * stays off the boot's path on a root mounted read-write at boot.
+	 * No test checks the `!h->root_rw` deferral: it changes only when
+	 * the resize and resolv.conf happen (before or just after the
+	 * HELLO_ACK), not what the guest ends up with, and tests assert no
+	 * timing; the suites that grow a disk or resolve names cover the result. */
 	if (h->net_dns[0]) {
 		snprintf(a->root.dns, sizeof a->root.dns, "%s", h->net_dns);
 		if (a->root.rw && !h->root_rw)

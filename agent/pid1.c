@@ -74,7 +74,7 @@ static void dev_extras(void)
 	mnt("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 }
 
-static int cmdline_has(const char *word);
+static int cmdline_on(const char *key);
 
 /* Mount the root disk read-only and make it / (the switch_root idiom:
  * pivot_root cannot leave an initramfs).  On failure we stay in the
@@ -97,7 +97,7 @@ static void root_switch(struct agent *a)
 	 * at once when the host's command line says so (a cold run's boot,
 	 * never a template's: lib/qemu.h root_rw), sparing the remount after
 	 * the boot's HELLO_ACK. */
-	rw = cmdline_has("isopod.root_rw=1");
+	rw = cmdline_on("isopod.root_rw");
 	if (mount(ROOT_DEV, "/newroot", "ext4", rw ? 0 : MS_RDONLY, NULL) < 0) {
 		snprintf(a->root.err, sizeof a->root.err, "mount %s (ext4, %s) on /newroot: %s",
 			 ROOT_DEV, rw ? "read-write" : "read-only", strerror(errno));
@@ -127,10 +127,25 @@ static void root_switch(struct agent *a)
 	dev_extras();
 }
 
-/* Is `word` one of the kernel command line's words? */
-static int cmdline_has(const char *word)
+/* Is the last `key=` word of the line `buf` (split in place) `key=1`?
+ * The last one wins, as for the kernel's own parameters (a line with
+ * `key=1 key=0` is off); the host never writes a key twice. */
+static int cmdline_flag(char *buf, const char *key)
 {
-	char buf[2048], *tok, *save = NULL;
+	char *tok, *save = NULL;
+	size_t kl = strlen(key);
+	int on = 0;
+
+	for (tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save))
+		if (!strncmp(tok, key, kl) && tok[kl] == '=')
+			on = !strcmp(tok + kl + 1, "1");
+	return on;
+}
+
+/* The kernel's command line says `key=1` (last one winning)? */
+static int cmdline_on(const char *key)
+{
+	char buf[2048];
 	int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
 	ssize_t n;
 
@@ -141,10 +156,7 @@ static int cmdline_has(const char *word)
 	if (n <= 0)
 		return 0;
 	buf[n] = 0;
-	for (tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save))
-		if (!strcmp(tok, word))
-			return 1;
-	return 0;
+	return cmdline_flag(buf, key);
 }
 
 /* The protocol stamp images/register reads out of the initramfs (the agent
@@ -170,7 +182,7 @@ void boot(struct agent *a)
 	lo_up();
 	/* make bench's baseline: the very same boot up to a mounted root,
 	 * then power off, with no host in the loop. */
-	if (cmdline_has("isopod.bench_exit=1")) {
+	if (cmdline_on("isopod.bench_exit")) {
 		sync();
 		reboot(RB_AUTOBOOT);
 	}

@@ -86,6 +86,15 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	int tcg = !strcmp(c->accel, "tcg"), n = 0;
 	const char *memfile = c->memfile;
 
+	/* A template's or a clone's root must stay read-only until a host
+	 * sends ROOT_RW (DESIGN: a snapshot holds no mount a clone's host
+	 * did not ask for); isopod.root_rw=1 is a cold run's word only, so a
+	 * caller that combines them has made a mistake: refuse it here. */
+	if (c->root_rw && (memfile || c->incoming)) {
+		errno = EINVAL;
+		return -1;
+	}
+
 	/* Under TCG the PIT: a kernel told lapic_timer_khz stops it at boot,
 	 * but one without the patch (noapictimer) has it as its clock event
 	 * device, and checks its APIC timer's calibration against it. */

@@ -905,8 +905,24 @@ static void test_sys_each(void)
 	fresh();
 }
 
+/* pid1.c's kernel command line words: `key=1` on, the last `key=` wins
+ * (as the kernel's own parameters), a longer key is another key. */
+static void test_cmdline_flag(void)
+{
+	char a[] = "console=ttyS0 quiet isopod.root_rw=1\n", b[] = "isopod.root_rw=1 isopod.root_rw=0",
+	     c[] = "isopod.root_rw=0 isopod.root_rw=1", d[] = "isopod.root_rw=10 isopod.root_rwx=1",
+	     e[] = "isopod.root_rw isopod.bench_exit=1";
+
+	ok(cmdline_flag(a, "isopod.root_rw") == 1, "cmdline: key=1 at the line's end (newline) is on");
+	ok(cmdline_flag(b, "isopod.root_rw") == 0, "cmdline: key=1 then key=0: the last wins, off");
+	ok(cmdline_flag(c, "isopod.root_rw") == 1, "cmdline: key=0 then key=1: the last wins, on");
+	ok(cmdline_flag(d, "isopod.root_rw") == 0, "cmdline: key=10 and a longer key=1: off");
+	ok(cmdline_flag(e, "isopod.root_rw") == 0, "cmdline: the bare key and another key=1: off");
+}
+
 int main(void)
 {
+	test_cmdline_flag();
 	if (harness_start() < 0)
 		return 1;
 	test_hello();

@@ -207,7 +207,38 @@ int main(void)
 	"-device\n"
 	"virtio-rng-device\n"
 	"-qmp\n"
-	"unix:/store/vms/vm-0123456789ab/qmp.sock,server=on,wait=off\n"), "cold, TCG, no NIC (--net none)");
+	"unix:/store/vms/vm-0123456789ab/qmp.sock,server=on,wait=off\n"),
+		   "the base line (TCG, no NIC, root_rw off: what a template's boot gets, less its memory file)");
+	}
+
+	{
+		/* a cold run's boot (isopod-boot's boot_cold): the base line
+		 * with isopod.root_rw=1 last on the kernel's line */
+		const struct qemu_cfg c = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, FILES, .root_rw = 1 };
+
+		ok(qemu_argv(&q, &c) == 0 &&
+		   strstr(joined(&q), "\n-append\nconsole=ttyS0 quiet reboot=t panic=-1 rdinit=/init "
+				      "tsc_early_khz=2000000 lpj=4000000 lapic_timer_khz=1000000 "
+				      "isopod.root_rw=1\n-add-fd\n"),
+		   "cold, TCG, no NIC (--net none): isopod.root_rw=1 on the kernel's line");
+	}
+
+	{
+		/* root_rw with a memory file or -incoming (a template's or a
+		 * clone's line): refused, their root stays read-only */
+		const struct qemu_cfg tpl = { .accel = "tcg", .mem_mib = 64, .vcpus = 1, FILES,
+					      .memfile = VM "/mem", .share = 1, .root_rw = 1 };
+		const struct qemu_cfg clone = { .accel = "tcg", .mem_mib = 64, .vcpus = 1, FILES,
+						.memfile = QEMU_CLONE_MEM, .incoming = 1, .root_rw = 1 };
+		const struct qemu_cfg inc = { .accel = "tcg", .mem_mib = 64, .vcpus = 1, FILES,
+					      .incoming = 1, .root_rw = 1 };
+
+		errno = 0;
+		ok(qemu_argv(&q, &tpl) == -1 && errno == EINVAL, "root_rw with a memory file (a template): EINVAL");
+		errno = 0;
+		ok(qemu_argv(&q, &clone) == -1 && errno == EINVAL, "root_rw on a clone's line: EINVAL");
+		errno = 0;
+		ok(qemu_argv(&q, &inc) == -1 && errno == EINVAL, "root_rw with -incoming alone: EINVAL");
 	}
 
 	{
