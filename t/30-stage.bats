@@ -1876,8 +1876,9 @@ gc_swapped() {
 	[ -f "$a" ] && [ -f "$b" ] || false
 	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc --df
 	jq -e --argjson n "$(du -sB1 "$h/jail" | cut -f1)" '.usage.jail == $n and $n > 0 and .jail_cache_removed == []' <<<"$output"
-	# a library of its answer replaced: here, its key says another identity
-	jq -c '.key[0].ino = 1' "$a" >"$a.new"
+	# a library of its answer replaced: here, its key (one stamp of every
+	# identity, lib/jaildeps.c) says another
+	jq -c '.key |= (if startswith("0") then "1" else "0" end) + .[1:]' "$a" >"$a.new"
 	chmod 600 "$a.new"
 	mv "$a.new" "$a"
 	ISOPOD_HOME=$h ISOPOD_CONFIG=/dev/null run --separate-stderr isopod-gc
