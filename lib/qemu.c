@@ -87,8 +87,9 @@ int qemu_argv(struct qemu_argv *q, const struct qemu_cfg *c)
 	const char *memfile = c->memfile;
 
 	/* A template's or a clone's root must stay read-only until a host
-	 * sends ROOT_RW (DESIGN: a snapshot holds no mount a clone's host
-	 * did not ask for); isopod.root_rw=1 is a cold run's word only, so a
+	 * sends ROOT_RW (DESIGN: read-only until the first command, so a warm
+	 * snapshot resumes over any fresh overlay of the same chain);
+	 * isopod.root_rw=1 is a cold run's word only (doc/DECISIONS.md), so a
 	 * caller that combines them has made a mistake: refuse it here. */
 	if (c->root_rw && (memfile || c->incoming)) {
 		errno = EINVAL;

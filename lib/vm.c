@@ -170,8 +170,8 @@ int vm_resolve(const char *ref, char id[VM_ID_SZ], char *why, size_t wsz)
 	reflen = strlen(ref);
 	/* An exact id wins outright (the walk below breaks on it): one lstat,
 	 * not a record read for every entry readdir gives before it (each
-	 * VM's tool resolves the id it was given; the store keeps up to 20
-	 * stopped records, ~4 KiB of JSON each).  Anything else (ENOENT,
+	 * VM's tool resolves the id it was given; gc keeps stopped records
+	 * for an hour, and the newest 20 always, ~4 KiB of JSON each).  Anything else (ENOENT,
 	 * an unreadable store) is the walk's to decide and to word. */
 	if (id_vm_ok(ref) && pathn(dir, sizeof dir, "%s/vms/%s", store_home(), ref) == 0 &&
 	    lstat(dir, &(struct stat){ 0 }) == 0) {
