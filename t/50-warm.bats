@@ -351,8 +351,8 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 
 # Goal 7: a TCG QEMU runs without transparent huge pages (PR_SET_THP_DISABLE
 # as it starts, lib/qemu.c qemu_nothp; kept across execve and stronger than
-# QEMU's own MADV_HUGEPAGE).  A cold guest's RAM in 2 MiB pages took 39 MiB
-# of the host's for the 25 MiB it touched (doc/SPEED.md, "THP off for
+# QEMU's own MADV_HUGEPAGE).  A cold guest's RAM in 2 MiB pages took 38 MiB
+# of the host's for the 24 MiB it touched (doc/SPEED.md, "THP off for
 # QEMU").  The kernel says so in /proc/PID/status (THP_enabled, 0 with the
 # flag, 1 without on a kernel with THP), and smaps_rollup shows no huge
 # page once the guest ran a command.
