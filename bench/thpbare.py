@@ -10,6 +10,11 @@ from getrusage of the waited child its CPU time (user, system), minor
 faults and peak RSS.  JSON lines on stdout, medians and paired
 differences on stderr.  From the source tree, under the bench lock:
 flock /work/vmtest.lock python3 bench/thpbare.py 30
+
+With OLD_TREE=DIR (a built tree without lib/qemu.c's qemu_nothp) each
+boot also has a cold `isopod run -- true` (cold_ms): DIR's in the "thp"
+arm, this tree's in the "nothp" arm, bare first or cold first alternating
+every two pairs -- goal 1's ratio with THP on both sides or off on both.
 """
 import ctypes, json, os, subprocess, sys, tempfile, time, statistics as S, shutil
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -42,6 +47,14 @@ cmd = ["qemu-system-x86_64", "-M", opt("-M"), "-accel", opt("-accel"), "-cpu", o
        "-drive", f"id=root,file={work}/ov.qcow2,format=qcow2,if=none", "-device", rootdev, "-device", serial,
        "-chardev", f"socket,id=agent,path={work}/a.sock,server=on,wait=off",
        "-device", "virtserialport,chardev=agent,name=isopod.agent", "-device", "virtio-rng-device"]
+OLD = os.environ.get("OLD_TREE")
+def cold(mode):
+    tree = OLD if mode == "thp" else root
+    e = dict(env, PATH=tree + "/bin:" + os.environ["PATH"])
+    t0 = time.monotonic()
+    subprocess.run([tree + "/sh/isopod", "run", "--json-only", "--mem-mib", "256", "--", "true"], env=e,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
+    return round((time.monotonic() - t0) * 1000)
 def boot(mode):
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base, f"{work}/ov.qcow2"], check=True)
     t0 = time.monotonic()
@@ -56,10 +69,16 @@ rows = []
 try:
     for i in range(int(sys.argv[1])):
         for m in (("thp", "nothp") if i % 2 == 0 else ("nothp", "thp")):
-            x = boot(m); x["pair"] = i; rows.append(x); print(json.dumps(x), flush=True)
+            if OLD and (i // 2) % 2:
+                c = cold(m); x = boot(m)
+            else:
+                x = boot(m); c = cold(m) if OLD else None
+            if OLD:
+                x["cold_ms"] = c
+            x["pair"] = i; rows.append(x); print(json.dumps(x), flush=True)
 finally:
     shutil.rmtree(home, ignore_errors=True); shutil.rmtree(work, ignore_errors=True)
-for k in ("wall_ms", "cpu_ms", "utime_ms", "stime_ms", "minflt", "maxrss"):
+for k in (("cold_ms",) if OLD else ()) + ("wall_ms", "cpu_ms", "utime_ms", "stime_ms", "minflt", "maxrss"):
     a = {m: S.median(r[k] for r in rows if r["mode"] == m) for m in ("thp", "nothp")}
     d = [b[k] - a_[k] for a_, b in ((next(r for r in rows if r["pair"] == i and r["mode"] == "thp"),
           next(r for r in rows if r["pair"] == i and r["mode"] == "nothp")) for i in range(int(sys.argv[1])))]
