@@ -175,6 +175,7 @@ static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 	ps.nkeep = 3;
 	ps.pdeathsig = SIGKILL;
 	ps.umask = 0177; /* as qemu_spawn: its sockets 0600 from the start */
+	ps.nothp = qemu_nothp(s->av); /* as qemu_spawn */
 	if (jail_spawn(&s->qj.js, &ps, &s->j, msg, msz) < 0) {
 		qjail_reclaim(&s->qj);
 		return -1;

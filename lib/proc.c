@@ -37,6 +37,8 @@ int proc_child_setup(const struct proc_spec *ps, pid_t parent)
 	signal(SIGPIPE, SIG_DFL);
 	if (ps->umask >= 0)
 		umask((mode_t)ps->umask);
+	if (ps->nothp && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) < 0)
+		return -1;
 	src[0] = ps->in;
 	src[1] = ps->out;
 	src[2] = ps->err;

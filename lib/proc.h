@@ -36,6 +36,9 @@ struct proc_spec {
 	char *const *unset;     /* NULL, or NAMEs, NULL-ended, taken out of the caller's
 				   environment before env is set (a NAME ending in '*':
 				   every name that starts with what comes before it) */
+	int nothp;              /* 1: no transparent huge pages for the program nor
+				   what it starts (PR_SET_THP_DISABLE, kept across fork
+				   and execve, even over the program's MADV_HUGEPAGE) */
 };
 
 /* A spec with every member in its neutral state: argv set, std fds
@@ -45,8 +48,8 @@ struct proc_spec {
 
 /* In a child just forked (by proc_spawn, or by a caller that runs code of
  * its own rather than exec, like the stage seal's hasher): apply the plan
- * (session, parent-death signal, umask, descriptors; every fd not in the
- * plan closed).  parent is the forking process's pid.  0, or -1: the
+ * (session, parent-death signal, umask, huge pages, descriptors; every fd
+ * not in the plan closed).  parent is the forking process's pid.  0, or -1: the
  * child should _exit. */
 int proc_child_setup(const struct proc_spec *ps, pid_t parent);
 /* ps's program's environment, built before a fork (the child only

@@ -385,6 +385,14 @@ int qemu_clone_env(char *const av[], char *buf, size_t sz, char *why, size_t wsz
 	return qemu_memro_ok(so, why, wsz) < 0 ? -1 : 1;
 }
 
+int qemu_nothp(char *const av[])
+{
+	for (; *av && av[1]; av++)
+		if (!strcmp(*av, "-accel"))
+			return !strncmp(av[1], "tcg", 3) && (!av[1][3] || av[1][3] == ',');
+	return 0;
+}
+
 pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd, int confd)
 {
 	struct proc_spec ps = PROC_SPEC(av);
@@ -406,6 +414,7 @@ pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd, int confd)
 	 * after the bind would leave.  The files QEMU and qemu-img create are
 	 * 0600 under 077 too; neither makes a directory. */
 	ps.umask = 0177;
+	ps.nothp = qemu_nothp(av);
 	return proc_spawn(&ps);
 }
 

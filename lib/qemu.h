@@ -149,6 +149,14 @@ int qemu_memro_ok(const char *so, char *why, size_t wsz);
  * as fd QEMU_CONSOLE_FD, nothing else open.  With pdeath, SIGKILLed when
  * the caller dies. */
 pid_t qemu_spawn(char *const av[], int outfd, int pdeath, int keepfd, int confd);
+/* 1 when av (qemu_argv's) runs its guest under TCG (`-accel tcg...`): such
+ * a QEMU is started without transparent huge pages (proc_spec's nothp, set
+ * by qemu_spawn and by each jailed start of a VM's QEMU).  A cold guest
+ * touches its RAM a few KiB here and there: in 2 MiB pages its 24 MiB
+ * took 38 of the host's, for no boot time saved (doc/SPEED.md, "THP off
+ * for QEMU").  Under KVM huge pages also map the guest's RAM in the
+ * second-level page tables, a gain not measurable here: left as it is. */
+int qemu_nothp(char *const av[]);
 
 /* qemu-img create -q -f qcow2 -F raw -b <base> <disk> <bytes>. */
 int qemu_img_overlay(const char *base, const char *disk, long long bytes, char *err, size_t errsz);

@@ -461,6 +461,7 @@ static int tpl_start(struct tpl *tp, const struct pool *w, const char *sd, const
 	ps.nkeep = 3;
 	ps.pdeathsig = SIGKILL;
 	ps.umask = 0177; /* as qemu_spawn: its sockets 0600 from the start */
+	ps.nothp = qemu_nothp(av); /* as qemu_spawn */
 	if (jail_spawn(&tp->qj.js, &ps, &tp->j, msg, msz) < 0)
 		return -1;
 	tp->pid = tp->j.pid;

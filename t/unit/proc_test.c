@@ -21,6 +21,20 @@ static int capture(struct proc_spec *ps, char *out, size_t sz)
 	return r;
 }
 
+/* Our own /proc/self/status THP_enabled line, without its newline. */
+static const char *own_thp(char *buf, size_t sz)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+
+	buf[0] = 0;
+	while (f && fgets(buf, (int)sz, f) && strncmp(buf, "THP_enabled:", 12))
+		buf[0] = 0;
+	if (f)
+		fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
+	return buf;
+}
+
 /* pid is there and not a zombie (a killed child of a shell that exited
  * is its new parent's to reap, whenever that is) */
 static int alive(long pid)
@@ -55,11 +69,12 @@ static int fds_of(struct proc_spec *ps, char *out, size_t sz)
 
 int main(void)
 {
-	char out[512], p1[64], p2[64];
+	char out[512], p1[64], p2[64], thp[64];
 	char *t_true[] = { "true", NULL }, *t_false[] = { "false", NULL };
 	char *t_missing[] = { "/nonexistent/isopod-no-such-program", NULL };
 	char *t_kill[] = { "sh", "-c", "kill -9 $$", NULL };
 	char *t_umask[] = { "sh", "-c", "umask", NULL };
+	char *t_thp[] = { "sh", "-c", "exec grep -E '^THP_enabled' /proc/self/status", NULL };
 	char *t_sid[] = { "sh", "-c", "[ \"$(cut -d' ' -f6 /proc/$$/stat)\" = $$ ] && echo leader", NULL };
 	char *t_mask[] = { "sh", "-c", "exec grep -E '^SigBlk' /proc/self/status", NULL };
 	char *t_arg0[] = { "custom-name", "-c", "echo $0", NULL };
@@ -148,6 +163,15 @@ int main(void)
 	ps.umask = 077;
 	r = capture(&ps, out, sizeof out);
 	ok(r == 0 && !strcmp(out, "0077"), "umask 077: %s", out);
+	/* nothp: the kernel says THP is off for the program (exec'd after
+	 * the prctl: the flag is kept across execve); by default as ours
+	 * (1, or 0 on a kernel without THP: t/35's guest) */
+	ps = (struct proc_spec)PROC_SPEC(t_thp);
+	r = capture(&ps, out, sizeof out);
+	ok(r == 0 && !strcmp(out, own_thp(thp, sizeof thp)), "THP as ours by default: %s", out);
+	ps.nothp = 1;
+	r = capture(&ps, out, sizeof out);
+	ok(r == 0 && !strcmp(out, "THP_enabled:\t0"), "nothp: THP_enabled 0: %s", out);
 	ps = (struct proc_spec)PROC_SPEC(t_sid);
 	r = capture(&ps, out, sizeof out);
 	ok(r == 1 && !out[0], "no session of its own unless asked");

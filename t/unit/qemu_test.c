@@ -253,6 +253,23 @@ int main(void)
 	}
 
 	{
+		/* THP off for a TCG QEMU only (its -accel, with or without
+		 * options), never for KVM's or a program without -accel */
+		const struct qemu_cfg t = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, FILES };
+		const struct qemu_cfg tb = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, .tb_mib = 88, FILES };
+		const struct qemu_cfg k = { .accel = "kvm", .mem_mib = 512, .vcpus = 1, FILES };
+		char *img[] = { "qemu-img", "create", "-q", "-f", "qcow2", "x", NULL };
+		char *odd[] = { "qemu-system-x86_64", "-accel", "tcgx", NULL };
+		char *last[] = { "qemu-system-x86_64", "-accel", NULL };
+
+		ok(qemu_argv(&q, &t) == 0 && qemu_nothp(q.av) == 1 && qemu_argv(&q, &tb) == 0 &&
+		   qemu_nothp(q.av) == 1, "qemu_nothp: -accel tcg and tcg,tb-size=88");
+		ok(qemu_argv(&q, &k) == 0 && qemu_nothp(q.av) == 0 && qemu_nothp(img) == 0 &&
+		   qemu_nothp(odd) == 0 && qemu_nothp(last) == 0,
+		   "qemu_nothp: not KVM, qemu-img, -accel tcgx, nor -accel without a value");
+	}
+
+	{
 		/* the host's TSC rate (lib/tsc.c): TCG's guest is told it and
 		 * keeps its TSC clocksource (tsc=reliable); KVM's line is as it
 		 * was (kvm-clock), and so is TCG's without a rate */
