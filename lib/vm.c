@@ -35,14 +35,24 @@ static int rec_ok(const json_t *j, const char *id)
 	       (!name || json_is_string(name)) && (!state || json_is_string(state));
 }
 
-json_t *vm_read(const char *id)
+/* vm_read, and when st is not NULL the fstat of the very file it read
+ * (vm_names keeps it with the name). */
+static json_t *rec_load(const char *id, struct stat *st)
 {
 	char p[PATH_MAX];
 	json_t *j;
+	int fd, e;
 
 	if (rec_path(p, sizeof p, id, "meta.json") < 0)
 		return NULL;
-	if (!(j = json_load_path(p)))
+	/* json_load_path's open: a link followed, a FIFO waited on */
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) >= 0 && st && fstat(fd, st) < 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return NULL;
+	}
+	if (!(j = json_load_close(fd)))
 		return NULL;
 	if (!rec_ok(j, id)) {
 		json_decref(j);
@@ -50,6 +60,11 @@ json_t *vm_read(const char *id)
 		return NULL;
 	}
 	return j;
+}
+
+json_t *vm_read(const char *id)
+{
+	return rec_load(id, NULL);
 }
 
 int vm_create(const char *id, json_t *rec)
