@@ -253,6 +253,147 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
 	return 0;
 }
 
+/* <store>/names.json, the names vm_names found, for the next claim's:
+ * {"version": 1, "vms": {ID: STAMP}}, STAMP {"name", "dev", "ino", "size",
+ * "mtime_ns", "ctime_ns"}: the name read from vms/ID/meta.json and the
+ * identity of the very file it was read from (fstat of the fd).  Beside
+ * vms/, not in it: vms/ holds records only. */
+#define NAMES_VERSION 1
+
+static int names_path(char *buf, size_t sz)
+{
+	return pathn(buf, sz, "%s/names.json", store_home());
+}
+
+static json_int_t ns_of(struct timespec t)
+{
+	return (json_int_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static json_t *names_stamp(const char *name, const struct stat *st)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "name", name, "dev", (json_int_t)st->st_dev,
+			 "ino", (json_int_t)st->st_ino, "size", (json_int_t)st->st_size, "mtime_ns",
+			 ns_of(st->st_mtim), "ctime_ns", ns_of(st->st_ctim));
+}
+
+/* The cache's "vms", or NULL: absent, unreadable, not JSON, another
+ * version -- the records are read then, as without it.  Only a regular
+ * file of our euid that no other user may write (opened without following
+ * a link): a name another user planted could hide a record's name from the
+ * check, and two VMs would then share it (lib/jaildeps.c's cache_load). */
+static json_t *names_load(void)
+{
+	char p[PATH_MAX];
+	struct stat st;
+	json_t *j, *vms;
+	int fd;
+
+	if (names_path(p, sizeof p) < 0)
+		return NULL;
+	/* O_NONBLOCK: a FIFO here would otherwise hold the open */
+	if ((fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 022)) {
+		close(fd);
+		return NULL;
+	}
+	j = json_load_close(fd);
+	vms = json_object_get(j, "vms");
+	if (json_integer_value(json_object_get(j, "version")) != NAMES_VERSION || !json_is_object(vms))
+		vms = NULL;
+	json_incref(vms);
+	json_decref(j);
+	return vms;
+}
+
+json_t *vm_names(size_t *reads, char *why, size_t wsz)
+{
+	char dir[PATH_MAX], meta[VM_ID_SZ + sizeof "/meta.json"];
+	json_t *was = names_load(), *vms = json_object(), *out = NULL;
+	struct dirent *de;
+	struct stat st;
+	DIR *d = NULL;
+	int e = 0;
+
+	*reads = 0;
+	if (!vms || !(out = json_pack("{s:i, s:O}", "version", NAMES_VERSION, "vms", vms))) {
+		e = ENOMEM;
+		snprintf(why, wsz, "unable to allocate memory");
+		goto out;
+	}
+	if (pathn(dir, sizeof dir, "%s/vms", store_home()) < 0 || !(d = opendir(dir))) {
+		e = errno;
+		snprintf(why, wsz, "unable to open %s: %s", dir, strerror(e));
+		goto out;
+	}
+	/* readdir's end or error ends the scan, as isopod-claim's own did */
+	while ((de = readdir(d))) {
+		json_t *c = json_object_get(was, de->d_name), *s = NULL, *rec;
+		const char *name;
+
+		if (!id_vm_ok(de->d_name))
+			continue;
+		/* A cached name holds only while the record's meta.json is the
+		 * very file it was read from, unchanged: every write of a
+		 * record (rename of a new file: another inode; in place: mtime,
+		 * ctime, size) and every record removed (gc, rm -rf) or made
+		 * anew under the same id fails this, and is read again below.
+		 * Ids the cache has and vms/ no longer has are never asked. */
+		snprintf(meta, sizeof meta, "%.15s/meta.json", de->d_name); /* an id is 15 */
+		if (c && fstatat(dirfd(d), meta, &st, 0) == 0 &&
+		    (s = names_stamp(json_string_value(json_object_get(c, "name")), &st)) &&
+		    json_equal(s, c)) {
+			if (json_object_set_new(vms, de->d_name, s) < 0)
+				e = ENOMEM;
+		} else {
+			json_decref(s);
+			s = NULL;
+			++*reads;
+			/* as vm_read: a record that cannot be read, or has no
+			 * name, holds none */
+			rec = rec_load(de->d_name, &st);
+			name = json_string_value(json_object_get(rec, "name"));
+			if (name && (!(s = names_stamp(name, &st)) ||
+				     json_object_set_new(vms, de->d_name, s) < 0))
+				e = ENOMEM;
+			json_decref(rec);
+		}
+		if (e) {
+			snprintf(why, wsz, "unable to allocate memory");
+			break;
+		}
+	}
+out:
+	if (d)
+		closedir(d);
+	json_decref(was);
+	json_decref(vms);
+	if (e) {
+		json_decref(out);
+		errno = e;
+		return NULL;
+	}
+	return out;
+}
+
+int vm_names_save(json_t *names)
+{
+	char p[PATH_MAX], *s;
+	int r;
+
+	if (names_path(p, sizeof p) < 0)
+		return -1;
+	if (!(s = json_dumps(names, JSON_COMPACT))) {
+		errno = ENOMEM;
+		return -1;
+	}
+	r = atomic_write(p, s, strlen(s), 0600);
+	free(s);
+	return r;
+}
+
 /* Oldest first; "created" missing (or not a string) sorts as "", as the
  * shell's `sort_by(.created // "")` did; ties by id (the directory order
  * the shell's glob gave). */
