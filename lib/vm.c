@@ -254,10 +254,11 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
 }
 
 /* <store>/names.json, the names vm_names found, for the next claim's:
- * {"version": 1, "vms": {ID: STAMP}}, STAMP {"name", "dev", "ino", "size",
- * "mtime_ns", "ctime_ns"}: the name read from vms/ID/meta.json and the
- * identity of the very file it was read from (fstat of the fd).  Beside
- * vms/, not in it: vms/ holds records only. */
+ * {"version": 1, "vms": {ID: STAMP}}, STAMP [NAME, dev, ino, size,
+ * mtime_ns, ctime_ns]: the name read from vms/ID/meta.json and the
+ * identity of the very file it was read from (fstat of the fd).  An array,
+ * not an object: ~2/3 of the bytes to parse, 500 of them on every claim.
+ * Beside vms/, not in it: vms/ holds records only. */
 #define NAMES_VERSION 1
 
 static int names_path(char *buf, size_t sz)
@@ -272,9 +273,24 @@ static json_int_t ns_of(struct timespec t)
 
 static json_t *names_stamp(const char *name, const struct stat *st)
 {
-	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "name", name, "dev", (json_int_t)st->st_dev,
-			 "ino", (json_int_t)st->st_ino, "size", (json_int_t)st->st_size, "mtime_ns",
-			 ns_of(st->st_mtim), "ctime_ns", ns_of(st->st_ctim));
+	return json_pack("[s, I, I, I, I, I]", name, (json_int_t)st->st_dev, (json_int_t)st->st_ino,
+			 (json_int_t)st->st_size, ns_of(st->st_mtim), ns_of(st->st_ctim));
+}
+
+/* Whether c, a cached stamp, is a name with st's identity. */
+static int stamp_holds(const json_t *c, const struct stat *st)
+{
+	const json_int_t id[] = { (json_int_t)st->st_dev, (json_int_t)st->st_ino,
+				  (json_int_t)st->st_size, ns_of(st->st_mtim), ns_of(st->st_ctim) };
+	size_t i;
+
+	if (json_array_size(c) != 6 || !json_is_string(json_array_get(c, 0)))
+		return 0;
+	for (i = 0; i < 5; i++)
+		if (!json_is_integer(json_array_get(c, i + 1)) ||
+		    json_integer_value(json_array_get(c, i + 1)) != id[i])
+			return 0;
+	return 1;
 }
 
 /* The cache's "vms", or NULL: absent, unreadable, not JSON, another
@@ -330,7 +346,7 @@ json_t *vm_names(size_t *reads, char *why, size_t wsz)
 	}
 	/* readdir's end or error ends the scan, as isopod-claim's own did */
 	while ((de = readdir(d))) {
-		json_t *c = json_object_get(was, de->d_name), *s = NULL, *rec;
+		json_t *c = json_object_get(was, de->d_name), *s, *rec;
 		const char *name;
 
 		if (!id_vm_ok(de->d_name))
@@ -342,14 +358,10 @@ json_t *vm_names(size_t *reads, char *why, size_t wsz)
 		 * anew under the same id fails this, and is read again below.
 		 * Ids the cache has and vms/ no longer has are never asked. */
 		snprintf(meta, sizeof meta, "%.15s/meta.json", de->d_name); /* an id is 15 */
-		if (c && fstatat(dirfd(d), meta, &st, 0) == 0 &&
-		    (s = names_stamp(json_string_value(json_object_get(c, "name")), &st)) &&
-		    json_equal(s, c)) {
-			if (json_object_set_new(vms, de->d_name, s) < 0)
+		if (c && fstatat(dirfd(d), meta, &st, 0) == 0 && stamp_holds(c, &st)) {
+			if (json_object_set(vms, de->d_name, c) < 0)
 				e = ENOMEM;
 		} else {
-			json_decref(s);
-			s = NULL;
 			++*reads;
 			/* as vm_read: a record that cannot be read, or has no
 			 * name, holds none */

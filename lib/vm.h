@@ -58,8 +58,8 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
 json_t *vm_list(void (*skip)(const char *id, int err), char *why, size_t wsz);
 
 /* The names of the store's records, for isopod-claim's uniqueness check
- * (under the store lock): {"version": 1, "vms": {ID: {"name", "dev",
- * "ino", "size", "mtime_ns", "ctime_ns"}}}, a member for each vms/ID
+ * (under the store lock): {"version": 1, "vms": {ID: [NAME, dev, ino,
+ * size, mtime_ns, ctime_ns]}}, a member for each vms/ID
  * whose record (vm_read) has a name: the name and the identity of the
  * meta.json it was read from.  The name is taken from <store>/names.json
  * (the last vm_names_save) without reading the record only while that

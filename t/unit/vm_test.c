@@ -352,7 +352,7 @@ static int names_check(size_t want_reads)
 	int r;
 
 	json_object_foreach(json_object_get(n, "vms"), id, e)
-		json_object_set(got, id, json_object_get(e, "name"));
+		json_object_set(got, id, json_array_get(e, 0));
 	r = n && json_equal(got, ref) && reads == want_reads;
 	if (!r)
 		fprintf(stderr, "# vm_names read %zu (want %zu): %s\n", reads, want_reads, n ? "" : why);
@@ -450,8 +450,7 @@ static void names_lie(const char *h, mode_t mode, uid_t uid, int link, int versi
 	size_t reads;
 	json_t *n = vm_names(&reads, why, sizeof why);
 
-	json_object_set_new(json_object_get(json_object_get(n, "vms"), NA), "name",
-			    json_string("a-lie"));
+	json_array_set_new(json_object_get(json_object_get(n, "vms"), NA), 0, json_string("a-lie"));
 	json_object_set_new(n, "version", json_integer(version));
 	snprintf(p, sizeof p, "%s/names.json", h);
 	snprintf(l, sizeof l, "%s/lie.json", h);
@@ -472,8 +471,7 @@ static const char *names_of_a(size_t *reads, json_t **n)
 	char why[512];
 
 	*n = vm_names(reads, why, sizeof why);
-	return json_string_value(json_object_get(json_object_get(json_object_get(*n, "vms"), NA),
-						 "name")) ?: "";
+	return json_string_value(json_array_get(json_object_get(json_object_get(*n, "vms"), NA), 0)) ?: "";
 }
 
 static void test_names_trust(void)
