@@ -256,9 +256,9 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
 /* <store>/names.json, the names vm_names found, for the next claim's:
  * {"version": 1, "vms": {ID: STAMP}}, STAMP [NAME, dev, ino, size,
  * mtime_ns, ctime_ns]: the name read from vms/ID/meta.json and the
- * identity of the very file it was read from (fstat of the fd).  An array,
- * not an object: ~2/3 of the bytes to parse, 500 of them on every claim.
- * Beside vms/, not in it: vms/ holds records only. */
+ * identity of the very file it was read from (fstat of the fd).  Arrays,
+ * not objects: 505 records made 49 KB and 0.8 ms CPU to parse, not 74 KB
+ * and 1.4 ms.  Beside vms/, not in it: vms/ holds records only. */
 #define NAMES_VERSION 1
 
 static int names_path(char *buf, size_t sz)
@@ -356,7 +356,8 @@ json_t *vm_names(size_t *reads, char *why, size_t wsz)
 		 * record (rename of a new file: another inode; in place: mtime,
 		 * ctime, size) and every record removed (gc, rm -rf) or made
 		 * anew under the same id fails this, and is read again below.
-		 * Ids the cache has and vms/ no longer has are never asked. */
+		 * Ids the cache has and vms/ no longer has are never asked.
+		 * fstatat follows a link as the read's open does. */
 		snprintf(meta, sizeof meta, "%.15s/meta.json", de->d_name); /* an id is 15 */
 		if (c && fstatat(dirfd(d), meta, &st, 0) == 0 && stamp_holds(c, &st)) {
 			if (json_object_set(vms, de->d_name, c) < 0)
