@@ -537,6 +537,58 @@ static void test_names_trust(void)
 		fprintf(stderr, "unable to remove %s\n", h);
 }
 
+/* names.json as vm_names would write it, but NA's entry named "a-lie" and
+ * its stamp's field k (1 dev .. 5 ctime_ns; 0: none) one off: a cache of
+ * ours whose one difference from NA's meta.json is that field. */
+static void names_off_by_one(size_t k)
+{
+	char why[512];
+	size_t reads;
+	json_t *n = vm_names(&reads, why, sizeof why),
+	       *a = json_object_get(json_object_get(n, "vms"), NA);
+
+	json_array_set_new(a, 0, json_string("a-lie"));
+	if (k)
+		json_array_set_new(a, k, json_integer(json_integer_value(json_array_get(a, k)) + 1));
+	if (!a || vm_names_save(n) < 0)
+		fprintf(stderr, "unable to write names.json\n");
+	json_decref(n);
+}
+
+/* Each field of the stamp alone: a cache entry that matches NA's
+ * meta.json in all but one is not used (every write a test can make
+ * changes mtime and ctime together, so test_names alone would not see
+ * one comparison of the five removed). */
+static void test_names_fields(void)
+{
+	static const char *const field[] = { "none", "dev", "ino", "size", "mtime_ns", "ctime_ns" };
+	char h[] = "/tmp/isopod-vm-names.XXXXXX", p[PATH_MAX + 32];
+	size_t reads, k;
+	json_t *n;
+
+	if (!mkdtemp(h)) {
+		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+		return;
+	}
+	setenv("ISOPOD_HOME", h, 1);
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
+	names_check(1);
+	names_off_by_one(0);
+	ok(!strcmp(names_of_a(&reads, &n), "a-lie") && reads == 0,
+	   "vm_names: a stamp that matches in every field is used (the control)");
+	json_decref(n);
+	for (k = 1; k <= 5; k++) {
+		names_off_by_one(k);
+		ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1,
+		   "vm_names: a stamp off in %s alone is not used: the record is read", field[k]);
+		json_decref(n);
+	}
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h);
+}
+
 static int edit_calls;
 static int edit_skip(json_t *j, void *arg)
 {
@@ -703,6 +755,7 @@ int main(void)
 	test_resolve_exact();
 	test_names();
 	test_names_trust();
+	test_names_fields();
 	test_list();
 	test_update_locked();
 	test_scratch();
