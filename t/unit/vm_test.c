@@ -537,6 +537,41 @@ static void test_names_trust(void)
 		fprintf(stderr, "unable to remove %s\n", h);
 }
 
+/* A FIFO at <store>/names.json (no writer): the open must not wait for
+ * one, or every claim would hang under the store lock.  In a child under
+ * alarm(10), as test_resolve_exact. */
+static void test_names_fifo(void)
+{
+	char h[] = "/tmp/isopod-vm-names.XXXXXX", p[PATH_MAX + 32];
+	int st = -1;
+	pid_t pid;
+
+	if (!mkdtemp(h)) {
+		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+		return;
+	}
+	setenv("ISOPOD_HOME", h, 1);
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
+	snprintf(p, sizeof p, "%s/names.json", h);
+	if (mkfifo(p, 0600) < 0)
+		fprintf(stderr, "unable to make %s\n", p);
+	if ((pid = fork()) == 0) {
+		size_t reads;
+		json_t *n;
+
+		alarm(10);
+		_exit(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1 ? 0 : 1);
+	}
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	ok(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "vm_names: a FIFO as names.json is ignored, not waited on (status %#x)", st);
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h);
+}
+
 /* names.json as vm_names would write it, but NA's entry named "a-lie" and
  * its stamp's field k (1 dev .. 5 ctime_ns; 0: none) one off: a cache of
  * ours whose one difference from NA's meta.json is that field. */
@@ -756,6 +791,7 @@ int main(void)
 	test_names();
 	test_names_trust();
 	test_names_fields();
+	test_names_fifo();
 	test_list();
 	test_update_locked();
 	test_scratch();
