@@ -402,7 +402,12 @@ int vm_names_save(json_t *names)
 		errno = ENOMEM;
 		return -1;
 	}
-	r = atomic_write(p, s, strlen(s), 0600);
+	/* No fsync: a cache needs no durability.  One a crash lost or tore
+	 * is ignored (absent, not JSON) or, an older one, checked name by
+	 * name as any cache is, and the next claim rebuilds it; the rename
+	 * alone keeps a reader from half a file.  The two fsyncs held the
+	 * store lock, which every claim waits on, for nothing. */
+	r = atomic_write(p, s, strlen(s), 0600 | ATOMIC_NOSYNC);
 	free(s);
 	return r;
 }
