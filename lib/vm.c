@@ -394,6 +394,7 @@ out:
 int vm_names_save(json_t *names)
 {
 	char p[PATH_MAX], *s;
+	size_t n;
 	int r;
 
 	if (names_path(p, sizeof p) < 0)
@@ -402,12 +403,22 @@ int vm_names_save(json_t *names)
 		errno = ENOMEM;
 		return -1;
 	}
+	/* Over the loaders' cap names_load could not read it back: not
+	 * written at all (each claim in a store that large would otherwise
+	 * write 1 MiB and more under the store lock for nothing; it reads
+	 * every record, as without a cache), and an older one removed: never
+	 * rewritten again, it would be parsed by every claim for ever fewer
+	 * of the records (still right: each of its names is checked). */
+	if ((n = strlen(s)) > JSON_MAX_BYTES) {
+		free(s);
+		return unlink(p) < 0 && errno != ENOENT ? -1 : 0;
+	}
 	/* No fsync: a cache needs no durability.  One a crash lost or tore
 	 * is ignored (absent, not JSON) or, an older one, checked name by
 	 * name as any cache is, and the next claim rebuilds it; the rename
 	 * alone keeps a reader from half a file.  The two fsyncs held the
 	 * store lock, which every claim waits on, for nothing. */
-	r = atomic_write(p, s, strlen(s), 0600 | ATOMIC_NOSYNC);
+	r = atomic_write(p, s, n, 0600 | ATOMIC_NOSYNC);
 	free(s);
 	return r;
 }

@@ -69,8 +69,9 @@ json_t *vm_list(void (*skip)(const char *id, int err), char *why, size_t wsz);
  * why when vms/ cannot be opened, or memory is short. */
 json_t *vm_names(size_t *reads, char *why, size_t wsz);
 /* names (vm_names's) written to <store>/names.json (0600, atomically, no
- * fsync), for the next vm_names.  0, or -1 with errno: a cache only, the
- * next vm_names then reads the records. */
+ * fsync), for the next vm_names; over JSON_MAX_BYTES (which vm_names could
+ * not read) not written, and an older one removed.  0, or -1 with errno:
+ * a cache only, the next vm_names then reads the records. */
 int vm_names_save(json_t *names);
 
 /* 1 when the supervisor ended VM id on purpose (its record's stopped_by

@@ -572,6 +572,44 @@ static void test_names_fifo(void)
 		fprintf(stderr, "unable to remove %s\n", h);
 }
 
+/* names over JSON_MAX_BYTES (which names_load could not read back) are
+ * not written, and an older names.json is removed. */
+static void test_names_cap(void)
+{
+	char h[] = "/tmp/isopod-vm-names.XXXXXX", p[PATH_MAX + 32], id[VM_ID_SZ], name[256];
+	struct stat st;
+	json_t *n, *vms;
+	int i;
+
+	if (!mkdtemp(h)) {
+		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+		return;
+	}
+	setenv("ISOPOD_HOME", h, 1);
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
+	names_check(1);
+	snprintf(p, sizeof p, "%s/names.json", h);
+	ok(stat(p, &st) == 0, "vm_names_save: names.json written (the control)");
+	/* 5000 entries of ~240 bytes: ~1.2 MB */
+	n = json_pack("{s:i, s:{}}", "version", NAMES_VERSION, "vms");
+	vms = json_object_get(n, "vms");
+	memset(name, 'n', sizeof name - 1);
+	name[sizeof name - 1] = 0;
+	for (i = 0; i < 5000; i++) {
+		snprintf(id, sizeof id, "vm-%012x", i);
+		json_object_set_new(vms, id, json_pack("[s, i, i, i, i, i]", name, 1, 2, 3, 4, 5));
+	}
+	errno = 0;
+	ok(vm_names_save(n) == 0 && stat(p, &st) < 0 && errno == ENOENT,
+	   "vm_names_save: names over JSON_MAX_BYTES not written, the older names.json removed");
+	ok(vm_names_save(n) == 0, "vm_names_save: over JSON_MAX_BYTES with no names.json: 0");
+	json_decref(n);
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h);
+}
+
 /* names.json as vm_names would write it, but NA's entry named "a-lie" and
  * its stamp's field k (1 dev .. 5 ctime_ns; 0: none) one off: a cache of
  * ours whose one difference from NA's meta.json is that field. */
@@ -792,6 +830,7 @@ int main(void)
 	test_names_trust();
 	test_names_fields();
 	test_names_fifo();
+	test_names_cap();
 	test_list();
 	test_update_locked();
 	test_scratch();
