@@ -258,7 +258,13 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
  * mtime_ns, ctime_ns]: the name read from vms/ID/meta.json and the
  * identity of the very file it was read from (fstat of the fd).  Arrays,
  * not objects: 505 records made 49 KB and 0.8 ms CPU to parse, not 74 KB
- * and 1.4 ms.  Beside vms/, not in it: vms/ holds records only. */
+ * and 1.4 ms.  Beside vms/, not in it: vms/ holds records only.
+ * A cached name vouches for a verdict made when it was written: rec_load
+ * read that file, rec_ok accepted it, and its "name" was that string (and
+ * a record without one is left out).  Any change to what rec_ok accepts,
+ * to how rec_load reads a record, or to how a name is taken from one must
+ * bump NAMES_VERSION: a cache written under the old rules would keep
+ * giving their answer for every record not written since. */
 #define NAMES_VERSION 1
 
 static int names_path(char *buf, size_t sz)
