@@ -363,7 +363,13 @@ json_t *vm_names(size_t *reads, char *why, size_t wsz)
 		 * ctime, size) and every record removed (gc, rm -rf) or made
 		 * anew under the same id fails this, and is read again below.
 		 * Ids the cache has and vms/ no longer has are never asked.
-		 * fstatat follows a link as the read's open does. */
+		 * fstatat follows a link as the read's open does.  One case
+		 * passes unseen, accepted: on a filesystem whose timestamps
+		 * are coarse (a second, not ns), a meta.json written in place,
+		 * or replaced by a file that reuses the freed inode number,
+		 * within one tick and at the same size.  isopod never rewrites
+		 * a name after the claim, so only a hand edit of meta.json
+		 * could be missed, until the record's next write. */
 		snprintf(meta, sizeof meta, "%.15s/meta.json", de->d_name); /* an id is 15 */
 		if (c && fstatat(dirfd(d), meta, &st, 0) == 0 && stamp_holds(c, &st)) {
 			if (json_object_set(vms, de->d_name, c) < 0)
