@@ -8,7 +8,6 @@
 #include "util.h"
 #include "vm.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -45,34 +44,42 @@ struct names {
 	size_t n, cap;
 };
 
-static void names_load(struct names *ns, const char *vmsdir)
+/* Every name in the store (lib/vm.c vm_names: a record's name from the
+ * last claim's cache while its meta.json is unchanged, else read).  The
+ * names and the identities they were read with, for vm_names_save. */
+static json_t *names_load(struct names *ns)
 {
-	struct dirent *de;
-	DIR *d = opendir(vmsdir);
+	char why[PATH_MAX + 256];
+	const char *id;
+	size_t reads;
+	json_t *nj = vm_names(&reads, why, sizeof why), *e;
 
-	if (!d)
-		die(EX_SYS, "unable to open %s:", vmsdir);
-	while ((de = readdir(d))) {
-		const char *name;
-		json_t *j;
-
-		if (strncmp(de->d_name, "vm-", 3))
-			continue;
-		j = vm_read(de->d_name);
-		name = j ? json_string_value(json_object_get(j, "name")) : NULL;
-		if (name) {
-			if (ns->n == ns->cap) {
-				ns->cap = ns->cap ? 2 * ns->cap : 64;
-				ns->v = realloc(ns->v, ns->cap * sizeof *ns->v);
-				if (!ns->v)
-					die(EX_SYS, "unable to allocate memory:");
-			}
-			if (!(ns->v[ns->n++] = strdup(name)))
+	if (!nj)
+		die(EX_SYS, "%s", why);
+	json_object_foreach(json_object_get(nj, "vms"), id, e) {
+		if (ns->n == ns->cap) {
+			ns->cap = ns->cap ? 2 * ns->cap : 64;
+			ns->v = realloc(ns->v, ns->cap * sizeof *ns->v);
+			if (!ns->v)
 				die(EX_SYS, "unable to allocate memory:");
 		}
-		json_decref(j);
+		if (!(ns->v[ns->n++] = strdup(json_string_value(json_array_get(e, 0)))))
+			die(EX_SYS, "unable to allocate memory:");
 	}
-	closedir(d);
+	return nj;
+}
+
+/* The next claim's names (names_load's nj, released), written under the
+ * store lock after our record (itself not in it: boot rewrites it, so the
+ * next claim reads it anyway).  A cache only: failing, the next claim
+ * finds an older one or none, and reads each record it does not vouch
+ * for, as it reads one changed or removed since (gc, rm -rf: vm_names
+ * checks each cached name against its record's meta.json). */
+static void names_save(json_t *nj)
+{
+	if (vm_names_save(nj) < 0)
+		warn("unable to write the names' cache %s/names.json:", store_home());
+	json_decref(nj);
 }
 
 static int names_has(const struct names *ns, const char *name)
@@ -326,7 +333,7 @@ int main(int argc, char **argv)
 	char vmsdir[PATH_MAX], dir[PATH_MAX], scratch[PATH_MAX] = "";
 	char id[3 + 12 + 1], name[64], now[32];
 	const char *want = NULL, *net = "none", *idfile = NULL;
-	json_t *rec, *out, *netj = NULL, *allow = json_array();
+	json_t *rec, *out, *netj = NULL, *allow = json_array(), *nj;
 	char pat[ALLOW_PATTERN_MAX];
 	const char *why;
 	size_t i;
@@ -396,7 +403,7 @@ int main(int argc, char **argv)
 	lk = store_lock();
 	pathf(vmsdir, sizeof vmsdir, "%s/vms", store_home());
 	mkdirs(vmsdir, 0700);
-	names_load(&ns, vmsdir);
+	nj = names_load(&ns);
 	if (want) {
 		if (names_has(&ns, want))
 			die(EX_CONFLICT, "name %s is taken", want);
@@ -442,6 +449,7 @@ int main(int argc, char **argv)
 		undo(dir, scratch);
 		die(EX_SYS, "unable to write %s/meta.json:", dir);
 	}
+	names_save(nj);
 	test_pause("claim-report"); /* t/20: a SIGTERM here waits for the report */
 	/* --scratch: id, name and directory, a line each, for a shell's read */
 	if (!scratch[0])

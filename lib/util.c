@@ -444,14 +444,14 @@ static int atomic_write_held(const char *path, const void *data, size_t len, mod
 		if (pathn(tmp, sizeof tmp, "%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp.%ld", path, rnd[0],
 			  rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7], (long)getpid()) < 0)
 			return -1;
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode & 07777);
 		if (fd < 0 && errno != EEXIST)
 			return -1;
 	}
 	if (fd < 0)
 		return -1;
 	test_pause("atomic-write"); /* t/unit/util_test.c: a SIGTERM here */
-	if (write_all(fd, data, len) < 0 || fsync(fd) < 0) {
+	if (write_all(fd, data, len) < 0 || (!(mode & ATOMIC_NOSYNC) && fsync(fd) < 0)) {
 		e = errno;
 		close(fd);
 		unlink(tmp);
@@ -464,7 +464,7 @@ static int atomic_write_held(const char *path, const void *data, size_t len, mod
 		errno = e;
 		return -1;
 	}
-	return fsync_dir_of(path);
+	return mode & ATOMIC_NOSYNC ? 0 : fsync_dir_of(path);
 }
 
 int stop_signals_hold(sigset_t *old)

@@ -97,7 +97,13 @@ int dir_own_open(const char *path, char *why, size_t whysz);
 int dir_own_openat(int at, const char *path, char *why, size_t whysz);
 
 /* Atomic write: tmp + fsync + rename + fsync(dir).  Returns 0 or -1 (errno;
- * ENAMETOOLONG when the temporary name beside path does not fit). */
+ * ENAMETOOLONG when the temporary name beside path does not fit).  mode:
+ * the file's permission bits, or'ed with ATOMIC_NOSYNC for a file that
+ * needs no durability (a cache, rebuilt when lost or torn): the rename
+ * still gives a reader the old file or the new one, never half of one,
+ * but neither fsync is made (a flag, not a second helper: one copy of
+ * the temporary file's naming and cleanup). */
+#define ATOMIC_NOSYNC 010000000u /* above every permission and type bit of mode_t */
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
 /* The signals that end a tool by default and come to its whole process
  * group (isopod-mcp's cancel, a ^C): held over a window that must not be

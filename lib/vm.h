@@ -57,6 +57,23 @@ int vm_open(const char *ref, char id[VM_ID_SZ], json_t **rec, char *why, size_t 
  * cannot be read. */
 json_t *vm_list(void (*skip)(const char *id, int err), char *why, size_t wsz);
 
+/* The names of the store's records, for isopod-claim's uniqueness check
+ * (under the store lock): {"version": 1, "vms": {ID: [NAME, dev, ino,
+ * size, mtime_ns, ctime_ns]}}, a member for each vms/ID
+ * whose record (vm_read) has a name: the name and the identity of the
+ * meta.json it was read from.  The name is taken from <store>/names.json
+ * (the last vm_names_save) without reading the record only while that
+ * meta.json's identity is still the one the cache recorded; the cache
+ * trusted only when ours (below).  The same names as vm_read of every
+ * record; *reads the records it read.  NULL with errno and a sentence in
+ * why when vms/ cannot be opened, or memory is short. */
+json_t *vm_names(size_t *reads, char *why, size_t wsz);
+/* names (vm_names's) written to <store>/names.json (0600, atomically, no
+ * fsync), for the next vm_names; over JSON_MAX_BYTES (which vm_names could
+ * not read) not written, and an older one removed.  0, or -1 with errno:
+ * a cache only, the next vm_names then reads the records. */
+int vm_names_save(json_t *names);
+
 /* 1 when the supervisor ended VM id on purpose (its record's stopped_by
  * owner or signal: the owner gone, a signal), why saying which. */
 int vm_stopped_on_purpose(const char *id, char *why, size_t wsz);

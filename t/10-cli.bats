@@ -646,6 +646,29 @@ cgroup_ro() {
 	[ -d "$live" ]
 }
 
+@test "claim: names stay unique with the names cache (<store>/names.json, 0600, not in vms/): a record renamed or removed behind it frees its name" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local a b
+	a=$(isopod-claim --name cache-a | jq -r .vm.id)
+	b=$(isopod-claim --name cache-b | jq -r .vm.id)
+	[ "$(stat -c %a "$ISOPOD_HOME/names.json")" = 600 ]
+	[ -z "$(ls -A "$ISOPOD_HOME/vms" | grep -v '^vm-[0-9a-f]\{12\}$')" ]
+	jq -e --arg a "$a" '.vms[$a][0] == "cache-a"' "$ISOPOD_HOME/names.json"
+	run --separate-stderr isopod-claim --name cache-a
+	[ "$status" -eq 102 ] && [ "$stderr" = "isopod-claim: fatal: name cache-a is taken" ] || false
+	# a's record another file now (as lib/vm.c writes one), named otherwise
+	jq '.name = "cache-c"' "$ISOPOD_HOME/vms/$a/meta.json" >"$BATS_TEST_TMPDIR/m"
+	mv "$BATS_TEST_TMPDIR/m" "$ISOPOD_HOME/vms/$a/meta.json"
+	run --separate-stderr isopod-claim --name cache-c
+	[ "$status" -eq 102 ]
+	run --separate-stderr isopod-claim --name cache-a
+	[ "$status" -eq 0 ] && [ -z "$stderr" ] || false
+	# b removed (as gc does): its name free again
+	rm -r "${ISOPOD_HOME:?}/vms/$b"
+	run --separate-stderr isopod-claim --name cache-b
+	[ "$status" -eq 0 ]
+}
+
 @test "gc: a runs/ that is a symbolic link is not followed (root's gc on a user's store); a dead run's directory there stays" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	mkdir -p "$ISOPOD_HOME" "$BATS_TEST_TMPDIR/other/vm-000000000000.99999999.1"

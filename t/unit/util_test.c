@@ -69,6 +69,9 @@ static void test_atomic_write(void)
 	   "atomic_write replaces the file, binary-safe");
 	ok(atomic_write(p, "", 0, 0644) == 0 && file_is(p, "", 0), "atomic_write of 0 bytes");
 	ok(entries() == 1, "still no tmp file after replacing");
+	ok(atomic_write(p, "cache\n", 6, 0600 | ATOMIC_NOSYNC) == 0 && file_is(p, "cache\n", 6) &&
+	   stat(p, &st) == 0 && (st.st_mode & 07777) == 0600 && entries() == 1,
+	   "atomic_write with ATOMIC_NOSYNC: the content, mode 0600 (the flag no mode bit), no tmp file");
 	snprintf(p, sizeof p, "%s/no/such/dir/file", dir);
 	errno = 0;
 	ok(atomic_write(p, "x", 1, 0644) == -1 && errno == ENOENT,

@@ -312,6 +312,356 @@ static void test_resolve_exact(void)
 		fprintf(stderr, "unable to remove %s\n", h2);
 }
 
+/* isopod-claim's names before the cache (main's names_load), the
+ * reference vm_names must agree with: every readdir entry "vm-*" whose
+ * record vm_read reads, with a name.  {id: name}. */
+static json_t *names_ref(void)
+{
+	char dir[PATH_MAX];
+	json_t *o = json_object();
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(dir, sizeof dir, "%s/vms", store_home());
+	if (!(d = opendir(dir)))
+		return o;
+	while ((de = readdir(d))) {
+		const char *name;
+		json_t *j;
+
+		if (strncmp(de->d_name, "vm-", 3))
+			continue;
+		j = vm_read(de->d_name);
+		name = j ? json_string_value(json_object_get(j, "name")) : NULL;
+		if (name)
+			json_object_set_new(o, de->d_name, json_string(name));
+		json_decref(j);
+	}
+	closedir(d);
+	return o;
+}
+
+/* vm_names against the reference, then saved (the claim's steps): 1 when
+ * they agree and it read want_reads records. */
+static int names_check(size_t want_reads)
+{
+	char why[512];
+	size_t reads = 99;
+	json_t *n = vm_names(&reads, why, sizeof why), *got = json_object(), *ref = names_ref(), *e;
+	const char *id;
+	int r;
+
+	json_object_foreach(json_object_get(n, "vms"), id, e)
+		json_object_set(got, id, json_array_get(e, 0));
+	r = n && json_equal(got, ref) && reads == want_reads;
+	if (!r)
+		fprintf(stderr, "# vm_names read %zu (want %zu): %s\n", reads, want_reads, n ? "" : why);
+	if (n && vm_names_save(n) < 0)
+		r = 0;
+	json_decref(n);
+	json_decref(got);
+	json_decref(ref);
+	return r;
+}
+
+/* vms/<id>/meta.json replaced by rename, as lib/vm.c writes it: another
+ * inode (the old one still existed), maybe the same mtime and size. */
+static void put_renamed(const char *id, const char *text)
+{
+	char p[PATH_MAX], t[PATH_MAX + 8];
+
+	snprintf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), id);
+	snprintf(t, sizeof t, "%s.new", p);
+	if (atomic_write(t, text, strlen(text), 0644) < 0 || rename(t, p) < 0)
+		fprintf(stderr, "unable to replace %s\n", p);
+}
+
+#define NA "vm-00000000000a"
+#define NB "vm-00000000000b"
+#define NC "vm-00000000000c"
+#define ND "vm-00000000000d"
+#define NE "vm-00000000000e"
+
+/* vm_names: the names main's scan finds, the cached ones only while their
+ * meta.json is the very file they were read from. */
+static void test_names(void)
+{
+	char h[] = "/tmp/isopod-vm-names.XXXXXX", p[PATH_MAX + 64];
+	struct stat st;
+	DIR *d;
+	int n = 0;
+
+	if (!mkdtemp(h)) {
+		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+		return;
+	}
+	setenv("ISOPOD_HOME", h, 1);
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
+	put_str(NB, "{\"id\":\"" NB "\",\"name\":\"amber-yak\"}");
+	put_str(NC, "{\"id\":\"" NC "\"}");				/* no name */
+	put_str(ND, "{\"id\":\"" NE "\",\"name\":\"not-mine\"}");	/* another id */
+	put_str(NE, "{\"id\":");					/* not JSON */
+	rec_dir("vm-0000000000ff");					/* no meta.json */
+	put_str("vm-notanid", "{\"id\":\"vm-notanid\",\"name\":\"bad-id\"}");
+	ok(names_check(6), "vm_names: no cache: main's names, every record read");
+	snprintf(p, sizeof p, "%s/names.json", h);
+	ok(stat(p, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600,
+	   "vm_names_save: <store>/names.json, 0600");
+	snprintf(p, sizeof p, "%s/vms", h);
+	if ((d = opendir(p))) {
+		for (struct dirent *de; (de = readdir(d));)
+			n += de->d_name[0] != '.';
+		closedir(d);
+	}
+	ok(n == 7, "vm_names_save: nothing new in vms/ (%d entries, 7 records)", n);
+	ok(names_check(4), "vm_names: the cached names not read again (only the 4 without one)");
+	/* the same size, a new inode (the old one existed still at the
+	 * rename), perhaps the same mtime: the cache's name must not stand */
+	put_renamed(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-newt\"}");
+	ok(names_check(5), "vm_names: a record replaced (rename) read again: its new name");
+	/* written in place: the same inode, another size */
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad-2\"}");
+	ok(names_check(5), "vm_names: a record written in place read again: its new name");
+	/* its meta.json gone: no name, as main */
+	snprintf(p, sizeof p, "%s/vms/%s/meta.json", h, NA);
+	unlink(p);
+	ok(names_check(5), "vm_names: a cached record whose meta.json is gone holds no name");
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad-3\"}");
+	ok(names_check(5), "vm_names: its meta.json back, its name read");
+	/* removed (gc, rm -rf) and made anew under the same id */
+	snprintf(p, sizeof p, "rm -rf %s/vms/%s", h, NB);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", NB);
+	ok(names_check(4), "vm_names: a removed record's cached name is gone with it");
+	put_str(NB, "{\"id\":\"" NB "\",\"name\":\"amber-yak-again\"}");
+	ok(names_check(5), "vm_names: an id made anew is read: its new name");
+	ok(names_check(4), "vm_names: and cached from then on");
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h);
+}
+
+/* names.json as another user could leave it: A's stamp, the name a lie.
+ * mode and owner set on the file; link: names.json a link to it. */
+static void names_lie(const char *h, mode_t mode, uid_t uid, int link, int version)
+{
+	char p[PATH_MAX + 32], l[PATH_MAX + 32], why[512], *s;
+	size_t reads;
+	json_t *n = vm_names(&reads, why, sizeof why);
+
+	json_array_set_new(json_object_get(json_object_get(n, "vms"), NA), 0, json_string("a-lie"));
+	json_object_set_new(n, "version", json_integer(version));
+	snprintf(p, sizeof p, "%s/names.json", h);
+	snprintf(l, sizeof l, "%s/lie.json", h);
+	unlink(p);
+	unlink(l);
+	s = json_dumps(n, JSON_COMPACT);
+	if (!s || atomic_write(link ? l : p, s, strlen(s), 0600) < 0 ||
+	    chmod(link ? l : p, mode) < 0 || chown(link ? l : p, uid, (gid_t)-1) < 0 ||
+	    (link && symlink(l, p) < 0))
+		fprintf(stderr, "unable to write %s\n", p);
+	free(s);
+	json_decref(n);
+}
+
+/* the name vm_names gives NA, *reads its reads */
+static const char *names_of_a(size_t *reads, json_t **n)
+{
+	char why[512];
+
+	*n = vm_names(reads, why, sizeof why);
+	return json_string_value(json_array_get(json_object_get(json_object_get(*n, "vms"), NA), 0)) ?: "";
+}
+
+static void test_names_trust(void)
+{
+	char h[] = "/tmp/isopod-vm-names.XXXXXX", p[PATH_MAX + 32];
+	size_t reads;
+	json_t *n;
+	FILE *f;
+
+	if (!mkdtemp(h)) {
+		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+		return;
+	}
+	setenv("ISOPOD_HOME", h, 1);
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
+	names_check(1);
+	/* the control: the lie in a file that passes is believed (what the
+	 * checks below keep out) */
+	names_lie(h, 0600, geteuid(), 0, 1);
+	ok(!strcmp(names_of_a(&reads, &n), "a-lie") && reads == 0,
+	   "vm_names: a cache of ours, 0600, is believed (the control)");
+	json_decref(n);
+	names_lie(h, 0620, geteuid(), 0, 1);
+	ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1,
+	   "vm_names: a cache its group may write is ignored");
+	json_decref(n);
+	names_lie(h, 0602, geteuid(), 0, 1);
+	ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1,
+	   "vm_names: a cache others may write is ignored");
+	json_decref(n);
+	if (geteuid() == 0) {
+		names_lie(h, 0600, 65534, 0, 1);
+		ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1,
+		   "vm_names: a cache of another user is ignored");
+		json_decref(n);
+	} else {
+		ok(1, "# skip vm_names: another user's cache (needs root to chown)");
+	}
+	names_lie(h, 0600, geteuid(), 1, 1);
+	ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1,
+	   "vm_names: a cache that is a link (to a file that would pass) is ignored");
+	json_decref(n);
+	names_lie(h, 0600, geteuid(), 0, 2);
+	ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1,
+	   "vm_names: a cache of another version is ignored");
+	/* and rewritten: the claim's save */
+	ok(n && vm_names_save(n) == 0, "vm_names_save over a cache it ignored");
+	json_decref(n);
+	ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 0,
+	   "vm_names: the rewritten cache is used");
+	json_decref(n);
+	snprintf(p, sizeof p, "%s/names.json", h);
+	if ((f = fopen(p, "w"))) {
+		fputs("{not json", f);
+		fclose(f);
+	}
+	ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1,
+	   "vm_names: a cache that is not JSON is ignored");
+	json_decref(n);
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h);
+}
+
+/* A FIFO at <store>/names.json (no writer): the open must not wait for
+ * one, or every claim would hang under the store lock.  In a child under
+ * alarm(10), as test_resolve_exact. */
+static void test_names_fifo(void)
+{
+	char h[] = "/tmp/isopod-vm-names.XXXXXX", p[PATH_MAX + 32];
+	int st = -1;
+	pid_t pid;
+
+	if (!mkdtemp(h)) {
+		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+		return;
+	}
+	setenv("ISOPOD_HOME", h, 1);
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
+	snprintf(p, sizeof p, "%s/names.json", h);
+	if (mkfifo(p, 0600) < 0)
+		fprintf(stderr, "unable to make %s\n", p);
+	if ((pid = fork()) == 0) {
+		size_t reads;
+		json_t *n;
+
+		alarm(10);
+		_exit(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1 ? 0 : 1);
+	}
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	ok(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "vm_names: a FIFO as names.json is ignored, not waited on (status %#x)", st);
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h);
+}
+
+/* names over JSON_MAX_BYTES (which names_load could not read back) are
+ * not written, and an older names.json is removed. */
+static void test_names_cap(void)
+{
+	char h[] = "/tmp/isopod-vm-names.XXXXXX", p[PATH_MAX + 32], id[VM_ID_SZ], name[256];
+	struct stat st;
+	json_t *n, *vms;
+	int i;
+
+	if (!mkdtemp(h)) {
+		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+		return;
+	}
+	setenv("ISOPOD_HOME", h, 1);
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
+	names_check(1);
+	snprintf(p, sizeof p, "%s/names.json", h);
+	ok(stat(p, &st) == 0, "vm_names_save: names.json written (the control)");
+	/* 5000 entries of ~240 bytes: ~1.2 MB */
+	n = json_pack("{s:i, s:{}}", "version", NAMES_VERSION, "vms");
+	vms = json_object_get(n, "vms");
+	memset(name, 'n', sizeof name - 1);
+	name[sizeof name - 1] = 0;
+	for (i = 0; i < 5000; i++) {
+		snprintf(id, sizeof id, "vm-%012x", i);
+		json_object_set_new(vms, id, json_pack("[s, i, i, i, i, i]", name, 1, 2, 3, 4, 5));
+	}
+	errno = 0;
+	ok(vm_names_save(n) == 0 && stat(p, &st) < 0 && errno == ENOENT,
+	   "vm_names_save: names over JSON_MAX_BYTES not written, the older names.json removed");
+	ok(vm_names_save(n) == 0, "vm_names_save: over JSON_MAX_BYTES with no names.json: 0");
+	json_decref(n);
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h);
+}
+
+/* names.json as vm_names would write it, but NA's entry named "a-lie" and
+ * its stamp's field k (1 dev .. 5 ctime_ns; 0: none) one off: a cache of
+ * ours whose one difference from NA's meta.json is that field. */
+static void names_off_by_one(size_t k)
+{
+	char why[512];
+	size_t reads;
+	json_t *n = vm_names(&reads, why, sizeof why),
+	       *a = json_object_get(json_object_get(n, "vms"), NA);
+
+	json_array_set_new(a, 0, json_string("a-lie"));
+	if (k)
+		json_array_set_new(a, k, json_integer(json_integer_value(json_array_get(a, k)) + 1));
+	if (!a || vm_names_save(n) < 0)
+		fprintf(stderr, "unable to write names.json\n");
+	json_decref(n);
+}
+
+/* Each field of the stamp alone: a cache entry that matches NA's
+ * meta.json in all but one is not used (every write a test can make
+ * changes mtime and ctime together, so test_names alone would not see
+ * one comparison of the five removed). */
+static void test_names_fields(void)
+{
+	static const char *const field[] = { "none", "dev", "ino", "size", "mtime_ns", "ctime_ns" };
+	char h[] = "/tmp/isopod-vm-names.XXXXXX", p[PATH_MAX + 32];
+	size_t reads, k;
+	json_t *n;
+
+	if (!mkdtemp(h)) {
+		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+		return;
+	}
+	setenv("ISOPOD_HOME", h, 1);
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
+	names_check(1);
+	names_off_by_one(0);
+	ok(!strcmp(names_of_a(&reads, &n), "a-lie") && reads == 0,
+	   "vm_names: a stamp that matches in every field is used (the control)");
+	json_decref(n);
+	for (k = 1; k <= 5; k++) {
+		names_off_by_one(k);
+		ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1,
+		   "vm_names: a stamp off in %s alone is not used: the record is read", field[k]);
+		json_decref(n);
+	}
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h);
+}
+
 static int edit_calls;
 static int edit_skip(json_t *j, void *arg)
 {
@@ -476,6 +826,11 @@ int main(void)
 	test_refused();
 	test_resolve();
 	test_resolve_exact();
+	test_names();
+	test_names_trust();
+	test_names_fields();
+	test_names_fifo();
+	test_names_cap();
 	test_list();
 	test_update_locked();
 	test_scratch();
