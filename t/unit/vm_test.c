@@ -382,6 +382,29 @@ static void put_renamed(const char *id, const char *text)
 #define ND "vm-00000000000d"
 #define NE "vm-00000000000e"
 
+/* A store of its own at h (a mkdtemp template) for a names test, with NA
+ * named dusty-toad in it; and its removal, the tests' store back. */
+static int names_home(char *h)
+{
+	if (!mkdtemp(h)) {
+		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+		return -1;
+	}
+	setenv("ISOPOD_HOME", h, 1);
+	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
+	return 0;
+}
+
+static void names_home_gone(const char *h)
+{
+	char p[PATH_MAX + 32];
+
+	setenv("ISOPOD_HOME", home, 1);
+	snprintf(p, sizeof p, "rm -rf %s", h);
+	if (system(p) != 0)
+		fprintf(stderr, "unable to remove %s\n", h);
+}
+
 /* vm_names: the names main's scan finds, the cached ones only while their
  * meta.json is the very file they were read from. */
 static void test_names(void)
@@ -391,12 +414,8 @@ static void test_names(void)
 	DIR *d;
 	int n = 0;
 
-	if (!mkdtemp(h)) {
-		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+	if (names_home(h) < 0)
 		return;
-	}
-	setenv("ISOPOD_HOME", h, 1);
-	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
 	put_str(NB, "{\"id\":\"" NB "\",\"name\":\"amber-yak\"}");
 	put_str(NC, "{\"id\":\"" NC "\"}");				/* no name */
 	put_str(ND, "{\"id\":\"" NE "\",\"name\":\"not-mine\"}");	/* another id */
@@ -436,10 +455,7 @@ static void test_names(void)
 	put_str(NB, "{\"id\":\"" NB "\",\"name\":\"amber-yak-again\"}");
 	ok(names_check(5), "vm_names: an id made anew is read: its new name");
 	ok(names_check(4), "vm_names: and cached from then on");
-	setenv("ISOPOD_HOME", home, 1);
-	snprintf(p, sizeof p, "rm -rf %s", h);
-	if (system(p) != 0)
-		fprintf(stderr, "unable to remove %s\n", h);
+	names_home_gone(h);
 }
 
 /* names.json as another user could leave it: A's stamp, the name a lie.
@@ -481,12 +497,8 @@ static void test_names_trust(void)
 	json_t *n;
 	FILE *f;
 
-	if (!mkdtemp(h)) {
-		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+	if (names_home(h) < 0)
 		return;
-	}
-	setenv("ISOPOD_HOME", h, 1);
-	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
 	names_check(1);
 	/* the control: the lie in a file that passes is believed (what the
 	 * checks below keep out) */
@@ -531,10 +543,7 @@ static void test_names_trust(void)
 	ok(!strcmp(names_of_a(&reads, &n), "dusty-toad") && reads == 1,
 	   "vm_names: a cache that is not JSON is ignored");
 	json_decref(n);
-	setenv("ISOPOD_HOME", home, 1);
-	snprintf(p, sizeof p, "rm -rf %s", h);
-	if (system(p) != 0)
-		fprintf(stderr, "unable to remove %s\n", h);
+	names_home_gone(h);
 }
 
 /* A FIFO at <store>/names.json (no writer): the open must not wait for
@@ -546,12 +555,8 @@ static void test_names_fifo(void)
 	int st = -1;
 	pid_t pid;
 
-	if (!mkdtemp(h)) {
-		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+	if (names_home(h) < 0)
 		return;
-	}
-	setenv("ISOPOD_HOME", h, 1);
-	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
 	snprintf(p, sizeof p, "%s/names.json", h);
 	if (mkfifo(p, 0600) < 0)
 		fprintf(stderr, "unable to make %s\n", p);
@@ -566,10 +571,7 @@ static void test_names_fifo(void)
 		waitpid(pid, &st, 0);
 	ok(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	   "vm_names: a FIFO as names.json is ignored, not waited on (status %#x)", st);
-	setenv("ISOPOD_HOME", home, 1);
-	snprintf(p, sizeof p, "rm -rf %s", h);
-	if (system(p) != 0)
-		fprintf(stderr, "unable to remove %s\n", h);
+	names_home_gone(h);
 }
 
 /* names over JSON_MAX_BYTES (which names_load could not read back) are
@@ -581,12 +583,8 @@ static void test_names_cap(void)
 	json_t *n, *vms;
 	int i;
 
-	if (!mkdtemp(h)) {
-		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+	if (names_home(h) < 0)
 		return;
-	}
-	setenv("ISOPOD_HOME", h, 1);
-	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
 	names_check(1);
 	snprintf(p, sizeof p, "%s/names.json", h);
 	ok(stat(p, &st) == 0, "vm_names_save: names.json written (the control)");
@@ -604,10 +602,7 @@ static void test_names_cap(void)
 	   "vm_names_save: names over JSON_MAX_BYTES not written, the older names.json removed");
 	ok(vm_names_save(n) == 0, "vm_names_save: over JSON_MAX_BYTES with no names.json: 0");
 	json_decref(n);
-	setenv("ISOPOD_HOME", home, 1);
-	snprintf(p, sizeof p, "rm -rf %s", h);
-	if (system(p) != 0)
-		fprintf(stderr, "unable to remove %s\n", h);
+	names_home_gone(h);
 }
 
 /* names.json as vm_names would write it, but NA's entry named "a-lie" and
@@ -635,16 +630,12 @@ static void names_off_by_one(size_t k)
 static void test_names_fields(void)
 {
 	static const char *const field[] = { "none", "dev", "ino", "size", "mtime_ns", "ctime_ns" };
-	char h[] = "/tmp/isopod-vm-names.XXXXXX", p[PATH_MAX + 32];
+	char h[] = "/tmp/isopod-vm-names.XXXXXX";
 	size_t reads, k;
 	json_t *n;
 
-	if (!mkdtemp(h)) {
-		ok(0, "vm_names: mkdtemp: %s", strerror(errno));
+	if (names_home(h) < 0)
 		return;
-	}
-	setenv("ISOPOD_HOME", h, 1);
-	put_str(NA, "{\"id\":\"" NA "\",\"name\":\"dusty-toad\"}");
 	names_check(1);
 	names_off_by_one(0);
 	ok(!strcmp(names_of_a(&reads, &n), "a-lie") && reads == 0,
@@ -656,10 +647,7 @@ static void test_names_fields(void)
 		   "vm_names: a stamp off in %s alone is not used: the record is read", field[k]);
 		json_decref(n);
 	}
-	setenv("ISOPOD_HOME", home, 1);
-	snprintf(p, sizeof p, "rm -rf %s", h);
-	if (system(p) != 0)
-		fprintf(stderr, "unable to remove %s\n", h);
+	names_home_gone(h);
 }
 
 static int edit_calls;
