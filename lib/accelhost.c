@@ -208,9 +208,8 @@ int accel_host_read(const json_t *key, const char **accel, char *reason, size_t 
 		    size_t psz)
 {
 	char where[PATH_MAX], why[PATH_MAX + 256], p[64 + 80];
-	struct stat st;
 	json_t *c;
-	int dfd, fd, hit;
+	int dfd, hit;
 
 	if (!key || (dfd = host_dir(0, where, sizeof where, why, sizeof why)) < 0)
 		return 0;
@@ -218,19 +217,12 @@ int accel_host_read(const json_t *key, const char **accel, char *reason, size_t 
 		close(dfd);
 		return 0;
 	}
-	/* O_NOFOLLOW: not a link; O_NONBLOCK: a FIFO would hold the open */
-	fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	/* not a link, a regular file of ours that nobody else may write: one
+	 * another user could have put here, or changed, is no verdict */
+	c = json_load_ours(p); /* bounded: JSON_MAX_BYTES */
 	close(dfd);
-	if (fd < 0)
+	if (!c)
 		return 0;
-	/* A regular file of ours that nobody else may write: one another user
-	 * could have put here, or changed, is no verdict. */
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_mode & 022)) {
-		close(fd);
-		return 0;
-	}
-	c = json_load_close(fd); /* bounded: JSON_MAX_BYTES */
 	hit = host_parse(c, key, accel, reason, rsz, probed, psz);
 	json_decref(c);
 	return hit;

@@ -199,26 +199,6 @@ static int ld_env(void)
 	return 0;
 }
 
-/* The cached answer for prog, appended to out[*n..]: 1 (a hit), else 0 (a
- * miss: absent, not ours, writable by another, unreadable, another key). */
-static json_t *cache_load(const char *path)
-{
-	/* O_NONBLOCK: a FIFO here would otherwise hold the open */
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	struct stat st;
-
-	if (fd < 0)
-		return NULL;
-	/* Ours and nobody else's to write: a file another user could have put
-	 * or changed here is no answer. */
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_mode & 022)) {
-		close(fd);
-		return NULL;
-	}
-	return json_load_close(fd);
-}
-
 /* "deps-<sha256(prog):16>.json": the file of prog's answer. */
 static void cache_name(const char *prog, char name[32])
 {
@@ -232,7 +212,7 @@ static void cache_name(const char *prog, char name[32])
  * version 1 kept each identity, and is a miss (rewritten by the run). */
 #define DEPS_VERSION 2
 
-/* c (cache_load's, still the caller's) as the answer for prog: out[*n..]
+/* c (json_load_ours's, still the caller's) as the answer for prog: out[*n..]
  * filled and 1 when it holds and its key is still the files' own. */
 static int cache_read(json_t *c, const char *prog, const char *ldcache, char **out, size_t *n,
 		      size_t max)
@@ -331,7 +311,7 @@ int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcach
 	cache_name(prog, name);
 	if (!cache_dir || ld_env() || pathn(path, sizeof path, "%s/%s", cache_dir, name) < 0)
 		return run_ldd(prog, out, n, max, err, errsz);
-	c = cache_load(path);
+	c = json_load_ours(path);
 	r = c && cache_read(c, prog, ldcache, out, n, max);
 	json_decref(c);
 	if (r) {
@@ -348,7 +328,7 @@ int jail_deps_cached(const char *prog, const char *cache_dir, const char *ldcach
 
 int jail_deps_valid(const char *path, const char *ldcache)
 {
-	json_t *c = cache_load(path);
+	json_t *c = json_load_ours(path);
 	const char *prog = json_string_value(json_object_get(c, "prog")), *b = strrchr(path, '/');
 	char *out[DEPS_MAX], name[32];
 	size_t n = 0;

@@ -128,6 +128,12 @@ json_t *json_load_fd(int fd);
 /* json_load_fd, then fd closed, errno kept.  fd < 0: NULL with errno as it
  * is, so that json_load_close(open(...)) says why the open failed. */
 json_t *json_load_close(int fd);
+/* json_load_path for a file whose contents we trust because we wrote it (a
+ * cache): opened without following a link or waiting on a FIFO, and read
+ * only when it is a regular file owned by our effective uid that neither
+ * its group nor others may write; else NULL with errno (EPERM: a file
+ * another user could have put or changed). */
+json_t *json_load_ours(const char *path);
 /* Read one JSON object from standard input (what follows it is left);
  * NULL with the problem in why (a duplicate key by name). */
 json_t *json_load_stdin(char *why, size_t whysz);

@@ -303,25 +303,16 @@ static int stamp_holds(const json_t *c, const struct stat *st)
  * version -- the records are read then, as without it.  Only a regular
  * file of our euid that no other user may write (opened without following
  * a link): a name another user planted could hide a record's name from the
- * check, and two VMs would then share it (lib/jaildeps.c's cache_load). */
+ * check, and two VMs would then share it (json_load_ours, the rule of
+ * the jail's deps cache and the host's accelerator verdict too). */
 static json_t *names_load(void)
 {
 	char p[PATH_MAX];
-	struct stat st;
 	json_t *j, *vms;
-	int fd;
 
 	if (names_path(p, sizeof p) < 0)
 		return NULL;
-	/* O_NONBLOCK: a FIFO here would otherwise hold the open */
-	if ((fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
-		return NULL;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_mode & 022)) {
-		close(fd);
-		return NULL;
-	}
-	j = json_load_close(fd);
+	j = json_load_ours(p);
 	vms = json_object_get(j, "vms");
 	if (json_integer_value(json_object_get(j, "version")) != NAMES_VERSION || !json_is_object(vms))
 		vms = NULL;
