@@ -100,7 +100,7 @@ struct stamp {
 static void stamp_add(struct stamp *k, const char *path, int may_lack)
 {
 	struct stat st;
-	int64_t v[5];
+	int64_t v[STAT_IDENTITY_N];
 	size_t pl = strlen(path) + 1, need;
 	char *nb;
 
@@ -113,11 +113,7 @@ static void stamp_add(struct stamp *k, const char *path, int may_lack)
 		}
 		memset(v, 0xff, sizeof v);
 	} else {
-		v[0] = (int64_t)st.st_dev;
-		v[1] = (int64_t)st.st_ino;
-		v[2] = (int64_t)st.st_size;
-		v[3] = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-		v[4] = (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+		stat_identity(&st, v);
 	}
 	need = k->len + pl + sizeof v;
 	if (need > k->cap) {

@@ -720,14 +720,23 @@ long long iso_parse(const char *s)
 	return (long long)t;
 }
 
+void stat_identity(const struct stat *st, int64_t v[STAT_IDENTITY_N])
+{
+	v[0] = (int64_t)st->st_dev;
+	v[1] = (int64_t)st->st_ino;
+	v[2] = (int64_t)st->st_size;
+	v[3] = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+	v[4] = (int64_t)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+}
+
 json_t *file_identity(const char *path, const struct stat *st)
 {
-	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", path, "dev",
-			 (json_int_t)st->st_dev, "ino", (json_int_t)st->st_ino, "size",
-			 (json_int_t)st->st_size, "mtime_ns",
-			 (json_int_t)(st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec),
-			 "ctime_ns",
-			 (json_int_t)(st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec));
+	int64_t v[STAT_IDENTITY_N];
+
+	stat_identity(st, v);
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", path, "dev", (json_int_t)v[0],
+			 "ino", (json_int_t)v[1], "size", (json_int_t)v[2], "mtime_ns",
+			 (json_int_t)v[3], "ctime_ns", (json_int_t)v[4]);
 }
 
 int parse_ll(const char *s, long long lo, long long hi, long long *out)

@@ -261,6 +261,12 @@ struct sha256_stream {
 void sha256_begin(struct sha256_stream *f);
 void sha256_add(struct sha256_stream *f, const void *b, size_t n);
 int sha256_end(struct sha256_stream *f, unsigned char h[32]);
+/* A file's identity as the caches keyed by one compare it: st's dev, ino,
+ * size, mtime and ctime (both in ns), in that order.  A package upgrade
+ * replaces the inode; a rewrite in place moves ctime, which nobody can set
+ * back. */
+#define STAT_IDENTITY_N 5
+void stat_identity(const struct stat *st, int64_t v[STAT_IDENTITY_N]);
 /* What a cache keyed by a file's identity compares: {path, dev, ino, size,
  * mtime_ns, ctime_ns} of st (path's stat).  A package upgrade replaces the
  * inode; a rewrite in place moves ctime, which nobody can set back.  NULL:

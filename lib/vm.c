@@ -272,29 +272,27 @@ static int names_path(char *buf, size_t sz)
 	return pathn(buf, sz, "%s/names.json", store_home());
 }
 
-static json_int_t ns_of(struct timespec t)
-{
-	return (json_int_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 static json_t *names_stamp(const char *name, const struct stat *st)
 {
-	return json_pack("[s, I, I, I, I, I]", name, (json_int_t)st->st_dev, (json_int_t)st->st_ino,
-			 (json_int_t)st->st_size, ns_of(st->st_mtim), ns_of(st->st_ctim));
+	int64_t v[STAT_IDENTITY_N];
+
+	stat_identity(st, v);
+	return json_pack("[s, I, I, I, I, I]", name, (json_int_t)v[0], (json_int_t)v[1],
+			 (json_int_t)v[2], (json_int_t)v[3], (json_int_t)v[4]);
 }
 
 /* Whether c, a cached stamp, is a name with st's identity. */
 static int stamp_holds(const json_t *c, const struct stat *st)
 {
-	const json_int_t id[] = { (json_int_t)st->st_dev, (json_int_t)st->st_ino,
-				  (json_int_t)st->st_size, ns_of(st->st_mtim), ns_of(st->st_ctim) };
+	int64_t v[STAT_IDENTITY_N];
 	size_t i;
 
-	if (json_array_size(c) != 6 || !json_is_string(json_array_get(c, 0)))
+	if (json_array_size(c) != 1 + STAT_IDENTITY_N || !json_is_string(json_array_get(c, 0)))
 		return 0;
-	for (i = 0; i < 5; i++)
+	stat_identity(st, v);
+	for (i = 0; i < STAT_IDENTITY_N; i++)
 		if (!json_is_integer(json_array_get(c, i + 1)) ||
-		    json_integer_value(json_array_get(c, i + 1)) != id[i])
+		    json_integer_value(json_array_get(c, i + 1)) != (json_int_t)v[i])
 			return 0;
 	return 1;
 }
