@@ -429,7 +429,7 @@ static void test_failures(void)
 	}
 	/* What the jail could plant as the next stderr log: a hard link to a
 	 * file root owns (truncated through it, before) and a FIFO (an open
-	 * for writing blocks without a reader: the alarm ends the test). */
+	 * for writing blocks without a reader: ok_bounded fails the test). */
 	{
 		struct exec_session a;
 		char d[PATH_MAX], p[PATH_MAX + 32], q[PATH_MAX + 32];
@@ -454,10 +454,8 @@ static void test_failures(void)
 		ok(mkfifo(p, 0600) == 0, "a FIFO planted");
 		exec_init(&a);
 		a.vm_id = "vm-000000000000";
-		alarm(10);
-		ok(exec_open_logs(&a, d) == 0 && lstat(p, &st) == 0 && S_ISREG(st.st_mode),
-		   "the FIFO is replaced by a regular file, without blocking");
-		alarm(0);
+		ok_bounded(10, exec_open_logs(&a, d) == 0 && lstat(p, &st) == 0 && S_ISREG(st.st_mode),
+			   "the FIFO is replaced by a regular file, without blocking");
 		exec_free(&a);
 	}
 }

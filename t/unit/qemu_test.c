@@ -55,7 +55,7 @@ static int has(const struct qemu_cfg *c, const char *arg)
 }
 
 /* last_line on what a jail could plant as console.log: a FIFO (without
- * O_NONBLOCK the open blocks: the alarm ends the test) and a hard link. */
+ * O_NONBLOCK the open blocks: ok_bounded fails the test) and a hard link. */
 static void test_last_line(void)
 {
 	char d[] = "/tmp/qemu_test.XXXXXX", p[64], q[64], out[128];
@@ -73,10 +73,8 @@ static void test_last_line(void)
 	   "a hard-linked log reads as empty: %s", out);
 	unlink(p);
 	unlink(q);
-	alarm(10);
-	ok(mkfifo(p, 0600) == 0 && !strcmp(last_line(p, out, sizeof out), ""),
-	   "a FIFO in its place neither blocks nor reads");
-	alarm(0);
+	ok_bounded(10, mkfifo(p, 0600) == 0 && !strcmp(last_line(p, out, sizeof out), ""),
+		   "a FIFO in its place neither blocks nor reads");
 	unlink(p);
 	rmdir(d);
 }
