@@ -150,10 +150,15 @@ EOF
 	# compiler's, and prints what is checked here, its not-ok lines (with
 	# their context when one fails), the programs it ran and its summary.
 	# Two vCPUs and two compilers at a time (MTTCG runs a vCPU per host
-	# thread, and CI runs nothing beside it).
+	# thread, and CI runs nothing beside it).  Each unit program's run
+	# bounded at 1200 s (UNIT_TIMEOUT: run-unit's default, 300 s, is ~100x
+	# the slowest one's CPU on the host, agent_test's 2.6 s at -O0, and
+	# TCG is many times slower): a hang there is a "timed out" line within
+	# the sandbox's hour, not the hour gone.  The guest's timeout(1) is
+	# coreutils' (debootstrap's minbase).
 	args=$(jq -nc '{name: "sandbox_run", args: {stage: "debian", timeout_s: 3600, mem_mib: 1024,
 		vcpus: 2, disk_mib: 3072, stdin_file: "src.tgz", copy_out: [{guest: "/root/src/bin/isopod-exec", host: "out"}, {guest: "/root/src/build/initramfs.cpio", host: "out"}],
-		command: "set -e; mkdir /root/src && cd /root/src && tar -xzf -; make -j2 bin/isopod-exec build/initramfs.cpio >/tmp/make.log 2>&1 || { tail -c 30000 /tmp/make.log; exit 1; }; echo made: $(ls bin/isopod-exec agent/isopod-agent build/initramfs.cpio); UNIT_JOBS=2 UNIT_SANITIZE=0 sh t/run-unit frame util agent agent_stdin exec >/tmp/unit.log || { grep -E -B4 -A12 \"^not ok\" /tmp/unit.log | head -c 50000; tail -n 1 /tmp/unit.log; exit 1; }; grep -E \"^# t/unit/|^not ok|^[0-9]+ passed, [0-9]+ failed$\" /tmp/unit.log; ./bin/isopod-exec -h"}}')
+		command: "set -e; mkdir /root/src && cd /root/src && tar -xzf -; make -j2 bin/isopod-exec build/initramfs.cpio >/tmp/make.log 2>&1 || { tail -c 30000 /tmp/make.log; exit 1; }; echo made: $(ls bin/isopod-exec agent/isopod-agent build/initramfs.cpio); UNIT_JOBS=2 UNIT_SANITIZE=0 UNIT_TIMEOUT=1200 sh t/run-unit frame util agent agent_stdin exec >/tmp/unit.log || { grep -E -B4 -A12 \"^not ok\" /tmp/unit.log | head -c 50000; tail -n 1 /tmp/unit.log; exit 1; }; grep -E \"^# t/unit/|^not ok|^[0-9]+ passed, [0-9]+ failed$\" /tmp/unit.log; ./bin/isopod-exec -h"}}')
 	MCP_ARGS="[\"--io-root\",\"$DATA\"]" MCP_CALL_TIMEOUT_MS=3700000 run --separate-stderr \
 		node "$ISOPOD_SRC/t/mcp/client.mjs" call "$args"
 	[ "$status" -eq 0 ] || { show; false; }
