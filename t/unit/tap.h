@@ -41,7 +41,8 @@ static int tap_n, tap_fail;
  * and the rest of the program runs, rather than stalling the whole run.
  * Only the child sees what cond does to memory: a message must not print
  * what cond computes (its effects on files are seen, the child has gone by
- * then).  cond must not call ok() (its line would die with the child). */
+ * then; its "# " notes on stdout are kept).  cond must not call ok(): the
+ * child's count dies with it. */
 #define ok_bounded(secs, cond, ...)                                                \
 	do {                                                                       \
 		char ok_how_[96];                                                  \
