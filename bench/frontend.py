@@ -35,7 +35,9 @@ is the run's wall time (the front end's exec to its exit) less the union
 of the tools' lifetimes (each one's exec to its exit): its shell and the
 forks that start the tools.  Prints one JSON line: {"tracer", "wall_ms",
 "tools_ms", "front_ms", "tools": {name: ms}, "gaps": [[label, ms]...],
-"spawns": N}: gaps the front end's own time before, between and after its
+"spawns": N}, each time in ms to 0.1 but front_ms, unrounded (goal 3's
+figure, which bench/run compares with the goal: bench/verdict.jq): gaps
+the front end's own time before, between and after its
 tools, in order ("start>isopod-boot", ..., "isopod-result>exit"), spawns
 the processes (and threads) it forked itself.  Used by bench/run and
 bench/compare; doc/SPEED.md's breakdown is the gaps' medians.
@@ -179,7 +181,7 @@ def cost(tr, name):
     gaps.append(["%s>exit" % last, round((t1 - (t0 if end is None else end)) * 1000, 1)])
     wall = (t1 - t0) * 1000
     return {"wall_ms": round(wall, 1), "tools_ms": round(busy * 1000, 1),
-            "front_ms": round(wall - busy * 1000, 1),
+            "front_ms": wall - busy * 1000,
             "tools": {k: round(v, 1) for k, v in sorted(per.items())},
             "gaps": gaps, "spawns": sum(1 for c in tr.parent.values() if c == front)}
 

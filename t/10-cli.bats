@@ -2044,3 +2044,63 @@ C
 	[ "${lines[0]}" != "status 0" ] && [ "${lines[1]}" = store ] &&
 		[ "${lines[2]}" = store/overlays ] && [ "${#lines[@]}" -eq 3 ] || false
 }
+
+# ---- the bench's tables (bench/verdict.jq), on canned figures -----------------
+
+# t/bench/*.json hold figures just over or at their goals: each verdict must
+# be of the unrounded figure (716 / 621 = 1.153 once read "1.15 ... met")
+@test "bench/run --table: a ratio just over its goal is NOT met, printed with 3 decimals; one at its goal is met" {
+	run --separate-stderr sh "$ISOPOD_SRC/bench/run" --table "$ISOPOD_SRC/t/bench/results.json"
+	[ "$status" -eq 0 ]
+	echo "$output"
+	# goal 1: 716 / 621 = 1.1530 against 1.15
+	[[ "$output" == *"orchestration ratio "*" 1.153 "*"goal <= 1.15: NOT met"* ]]
+	# goal 8: 660 / 600 = 1.1, at the line
+	[[ "$output" == *"ratio 1.100, goal <= 1.1: met"* ]]
+	# goal 4: stdin 249.8 / 500 = 0.4996 against >= 0.5 (printed 0.500); copy-out 0.5, at the line
+	[[ "$output" == *"stdin throughput "*"0.500 x the drive (by round 0.500-0.500), goal >= 0.5: NOT met"* ]]
+	[[ "$output" == *"copy-out throughput "*"0.500 x the drive (by round 0.500-0.500), goal >= 0.5: met"* ]]
+	# goal 2: 72 / 716 = 0.1006 against 0.10
+	[[ "$output" == *"72 ms, 0.101x cold"*"goal <= 0.1: NOT met"* ]]
+	# goal 3: 30.04 ms against 30
+	[[ "$output" == *"front end own cost "*"30.0 / 12.3 ms"*"goal <= 30 ms: NOT met"* ]]
+	# goal 7: a mean of 25600.125 KiB, not floored to 25600, against 25600
+	[[ "$output" == *"QEMU PSS beyond guest RAM, resumed"*"against 25600.125): NOT met"* ]]
+	[ "$(grep -c ': met' <<<"$output")" -eq 4 ]
+	[ "$(grep -c 'NOT met' <<<"$output")" -eq 6 ]
+}
+
+@test "bench/jail --table, bench/scale --table: each verdict of the unrounded ratio" {
+	run --separate-stderr sh "$ISOPOD_SRC/bench/jail" --table "$ISOPOD_SRC/t/bench/jail.json"
+	[ "$status" -eq 0 ]
+	echo "$output"
+	# 1580 / 1500 = 1.0533 against 1.05; 210 / 200 = 1.05, at the line
+	[[ "$output" == *"ratio 1.053, goal <= 1.05: NOT met"* ]]
+	[[ "$output" == *"ratio 1.050, goal <= 1.05: met"* ]]
+	run --separate-stderr sh "$ISOPOD_SRC/bench/scale" --table "$ISOPOD_SRC/t/bench/scale.json"
+	[ "$status" -eq 0 ]
+	echo "$output"
+	# 1102 / (8 / 2 x 250) = 1.102 against 1.1; 4400 / 4000 = 1.1, at the line
+	[[ "$output" == *"8 runs at once"*"one run 1.102, goal <= 1.1: NOT met"* ]]
+	[[ "$output" == *"32 runs at once"*"one run 1.100, goal <= 1.1: met"* ]]
+	run --separate-stderr sh "$ISOPOD_SRC/bench/jail" --table
+	[ "$status" -eq 100 ]
+	[[ "$stderr" == *"usage: bench/jail"* ]]
+}
+
+@test "bench/verdict.jq: fixed(n) prints n decimals, rounding only the print" {
+	run jq -L "$ISOPOD_SRC/bench" -nc 'include "verdict";
+		[(716 / 621, 1.15, 2, 0.4996, -0.0004, -1.2345, null) | fixed(3)], [30.04 | fixed(1)], [12.5 | fixed(0)]'
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = '["1.153","1.150","2.000","0.500","0.000","-1.235","null"]' ]
+	[ "${lines[1]}" = '["30.0"]' ]
+	[ "${lines[2]}" = '["13"]' ]
+}
+
+@test "bench/*: no ratio, and no figure a goal is compared with, is rounded before its JSON" {
+	# the form the bench once stored its ratios in: (a / b * 100 | round) / 100
+	cd "$ISOPOD_SRC"
+	run grep -nE '\* 100 \| round' bench/run bench/jail bench/scale bench/broker bench/compare bench/pool
+	echo "$output"
+	[ "$status" -eq 1 ]
+}
