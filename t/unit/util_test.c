@@ -745,6 +745,60 @@ static void test_reason_code(void)
 	   "reason_code: cut to the buffer, never past it (%s)", buf);
 }
 
+/* stat_identity: st's dev, ino, size, mtime and ctime in ns, in that
+ * order, the bytes the three caches keyed by it compare (a change of any
+ * would make every stored key stale, or worse, let two files agree) */
+static void test_stat_identity(void)
+{
+	static const struct {
+		long long msec, mnsec, csec, cnsec;
+		int64_t mns, cns;
+	} cs[] = {
+		{ .msec = 1700000000, .mnsec = 123456789, .csec = 1700000001, .cnsec = 987654321,
+		  .mns = 1700000000123456789LL, .cns = 1700000001987654321LL },
+		/* before 1970: the same bytes as the signed product's */
+		{ .msec = -1, .mnsec = 500000000, .csec = -2, .cnsec = 1,
+		  .mns = -500000000LL, .cns = -1999999999LL },
+	};
+	char path[sizeof dir + 16];
+	struct timespec ts[2] = { { .tv_sec = 1600000000, .tv_nsec = 123456789 },
+				  { .tv_sec = 1600000000, .tv_nsec = 123456789 } };
+	struct stat st;
+	int64_t v[STAT_IDENTITY_N];
+	size_t i;
+	int fd;
+
+	for (i = 0; i < sizeof cs / sizeof *cs; i++) {
+		st = (struct stat){ .st_dev = 0x0102030405060708ULL, .st_ino = 0x1112131415161718ULL,
+				    .st_size = 0x2122232425262728LL };
+		st.st_mtim = (struct timespec){ .tv_sec = cs[i].msec, .tv_nsec = cs[i].mnsec };
+		st.st_ctim = (struct timespec){ .tv_sec = cs[i].csec, .tv_nsec = cs[i].cnsec };
+		stat_identity(&st, v);
+		ok(v[0] == 0x0102030405060708LL && v[1] == 0x1112131415161718LL &&
+			   v[2] == 0x2122232425262728LL && v[3] == cs[i].mns && v[4] == cs[i].cns,
+		   "stat_identity of a made-up stat %zu: %lld %lld %lld %lld %lld", i,
+		   (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
+		   (long long)v[4]);
+	}
+
+	/* a real file: its mtime set back (ctime stays now: the two differ),
+	 * with nanoseconds */
+	snprintf(path, sizeof path, "%s/ident", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ok(fd >= 0 && write(fd, "seven b", 7) == 7 && futimens(fd, ts) == 0 &&
+		   fstat(fd, &st) == 0 && st.st_size == 7 && st.st_mtim.tv_nsec == 123456789 &&
+		   st.st_mtim.tv_sec != st.st_ctim.tv_sec,
+	   "a file of 7 bytes, its mtime 1600000000.123456789");
+	stat_identity(&st, v);
+	ok(v[0] == (int64_t)st.st_dev && v[1] == (int64_t)st.st_ino && v[2] == 7 &&
+		   v[3] == 1600000000123456789LL &&
+		   v[4] == (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec,
+	   "stat_identity of it: dev, ino, size, mtime ns, ctime ns");
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "status-child"))
@@ -773,6 +827,7 @@ int main(int argc, char **argv)
 	test_sha256_fd();
 	test_dir_own_open();
 	test_reason_code();
+	test_stat_identity();
 	{
 		char cmd[300];
 
