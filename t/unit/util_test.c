@@ -759,6 +759,10 @@ static void test_stat_identity(void)
 		/* before 1970: the same bytes as the signed product's */
 		{ .msec = -1, .mnsec = 500000000, .csec = -2, .cnsec = 1,
 		  .mns = -500000000LL, .cns = -1999999999LL },
+		/* past 2262 (touch -d @10000000000, anyone may): int64 ns
+		 * overflow, wrapped modulo 2^64 rather than undefined */
+		{ .msec = 10000000000LL, .mnsec = 0, .csec = 10000000000LL, .cnsec = 7,
+		  .mns = -8446744073709551616LL, .cns = -8446744073709551609LL },
 	};
 	char path[sizeof dir + 16];
 	struct timespec ts[2] = { { .tv_sec = 1600000000, .tv_nsec = 123456789 },
@@ -782,7 +786,7 @@ static void test_stat_identity(void)
 	}
 
 	/* a real file: its mtime set back (ctime stays now: the two differ),
-	 * with nanoseconds */
+	 * with nanoseconds, then past 2262 */
 	snprintf(path, sizeof path, "%s/ident", dir);
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	ok(fd >= 0 && write(fd, "seven b", 7) == 7 && futimens(fd, ts) == 0 &&
@@ -794,6 +798,14 @@ static void test_stat_identity(void)
 		   v[3] == 1600000000123456789LL &&
 		   v[4] == (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec,
 	   "stat_identity of it: dev, ino, size, mtime ns, ctime ns");
+	ts[0].tv_sec = ts[1].tv_sec = 10000000000LL;
+	ts[0].tv_nsec = ts[1].tv_nsec = 0;
+	ok(fd >= 0 && futimens(fd, ts) == 0 && fstat(fd, &st) == 0 &&
+		   st.st_mtim.tv_sec == 10000000000LL,
+	   "its mtime @10000000000 (%lld)", (long long)st.st_mtim.tv_sec);
+	stat_identity(&st, v);
+	ok(v[3] == -8446744073709551616LL, "stat_identity of it: mtime wrapped, %lld",
+	   (long long)v[3]);
 	if (fd >= 0)
 		close(fd);
 	unlink(path);
