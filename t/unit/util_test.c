@@ -18,6 +18,22 @@
 
 static char dir[] = "/tmp/isopod-util-test.XXXXXX";
 
+/* fstat, ours over libc's for the whole program (the linker binds
+ * lib/jsonio.c's call here): fails with fstat_errno when that is set, to
+ * test what a caller says of an fstat that failed (it cannot be made to
+ * fail on a file just opened); counted, so a test sees it ran. */
+static int fstat_errno, fstat_calls;
+
+int fstat(int fd, struct stat *st)
+{
+	fstat_calls++;
+	if (fstat_errno) {
+		errno = fstat_errno;
+		return -1;
+	}
+	return fstatat(fd, "", st, AT_EMPTY_PATH);
+}
+
 /* Number of entries in dir other than . and .., or of those whose name
  * holds sub (".tmp.": a staging file) */
 static int entries_with(const char *sub)
@@ -183,6 +199,27 @@ static void test_json_write(void)
 	atomic_write(p, "[1,2]", 5, 0644);
 	errno = 0;
 	ok(json_load_path(p) == NULL && errno == EINVAL, "json_load_path of a non-object: EINVAL");
+	unlink(p);
+
+	/* json_load_ours: an fstat that failed says its own errno, not the
+	 * EPERM of a file refused (a caller reports it as it is) */
+	snprintf(p, sizeof p, "%s/ours.json", dir);
+	atomic_write(p, "{\"a\":1}", 7, 0600);
+	o = json_load_ours(p);
+	ok(o != NULL, "json_load_ours of a file of ours, 0600");
+	json_decref(o);
+	fstat_errno = EIO;
+	fstat_calls = 0;
+	errno = 0;
+	o = json_load_ours(p);
+	ok(o == NULL && errno == EIO && fstat_calls == 1,
+	   "json_load_ours when fstat fails: NULL, fstat's errno (%s), %d call", strerror(errno),
+	   fstat_calls);
+	fstat_errno = 0;
+	json_decref(o);
+	chmod(p, 0620);
+	errno = 0;
+	ok(json_load_ours(p) == NULL && errno == EPERM, "json_load_ours of a group-writable file: EPERM");
 	unlink(p);
 }
 
