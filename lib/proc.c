@@ -167,9 +167,10 @@ pid_t proc_spawn(const struct proc_spec *ps)
 	 * life up to its exec, seen by any other thread of ours (none
 	 * today, this is a library) and by all it forks meanwhile, and adds
 	 * a failure after the child is started.  The price is the page-table
-	 * copy, a few ms (fork 4-6 ms against vfork 1.3 from a 4 MiB heap,
-	 * doc/SPEED.md), on an unjailed TCG start only: a jailed one
-	 * clones without CLONE_VM already (lib/jail.c). */
+	 * copy, +0.3 ms a spawn from a 4 MiB heap on this host (doc/SPEED.md
+	 * "THP off for QEMU: its caller's left as it was"), on an unjailed
+	 * TCG start only: a jailed one clones without CLONE_VM already
+	 * (lib/jail.c). */
 	if (ps->nothp)
 		pid = fork();
 	else
