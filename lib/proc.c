@@ -138,11 +138,11 @@ static void child_signals_default(void)
 			sigaction(s, &dfl, NULL);
 }
 
-/* vfork, not fork (but with nothp, below): the child only sets its descriptors up and execs, and
- * copying the parent's page tables only to drop them at the exec cost
- * 2-4 ms a start on a host where page-table work is dear (PVM; a 4 MiB
- * heap: fork 4-6 ms, vfork 1.3, /bin/true included; doc/SPEED.md "Goal 3,
- * sixth round").  Until its exec the child makes system calls only (no
+/* vfork, not fork (but with nothp, below): the child only sets its
+ * descriptors up and execs, and copying the parent's page tables only to
+ * drop them at the exec cost 2-4 ms a start on a host where page-table
+ * work is dear (PVM; a 4 MiB heap: fork 4-6 ms, vfork 1.3, /bin/true
+ * included; doc/SPEED.md "Goal 3, sixth round").  Until its exec the child makes system calls only (no
  * stdio, no allocation, no return), with every signal blocked until its
  * handlers are back to their defaults. */
 pid_t proc_spawn(const struct proc_spec *ps)
