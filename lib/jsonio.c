@@ -159,10 +159,17 @@ json_t *json_load_ours(const char *path)
 
 	if (fd < 0)
 		return NULL;
+	/* fstat's own error, not the EPERM of a file refused below */
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+
+		close(fd);
+		errno = e;
+		return NULL;
+	}
 	/* A regular file of ours that nobody else may write: one another user
 	 * could have put here, or changed, is no answer. */
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_mode & 022)) {
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
 		close(fd);
 		errno = EPERM;
 		return NULL;

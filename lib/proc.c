@@ -138,11 +138,11 @@ static void child_signals_default(void)
 			sigaction(s, &dfl, NULL);
 }
 
-/* vfork, not fork: the child only sets its descriptors up and execs, and
- * copying the parent's page tables only to drop them at the exec cost
- * 2-4 ms a start on a host where page-table work is dear (PVM; a 4 MiB
- * heap: fork 4-6 ms, vfork 1.3, /bin/true included; doc/SPEED.md "Goal 3,
- * sixth round").  Until its exec the child makes system calls only (no
+/* vfork, not fork (but with nothp, below): the child only sets its
+ * descriptors up and execs, and copying the parent's page tables only to
+ * drop them at the exec cost 2-4 ms a start on a host where page-table
+ * work is dear (PVM; a 4 MiB heap: fork 4-6 ms, vfork 1.3, /bin/true
+ * included; doc/SPEED.md "Goal 3, sixth round").  Until its exec the child makes system calls only (no
  * stdio, no allocation, no return), with every signal blocked until its
  * handlers are back to their defaults. */
 pid_t proc_spawn(const struct proc_spec *ps)
@@ -158,7 +158,23 @@ pid_t proc_spawn(const struct proc_spec *ps)
 	fflush(NULL);
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pid = vfork();
+	/* nothp: fork.  PR_SET_THP_DISABLE marks the mm, which a vfork
+	 * child shares with us until its exec: the flag would stay on the
+	 * caller and on all it starts later (a KVM QEMU, qemu-img, the
+	 * supervisor).  Not chosen: vfork, then the flag put back here
+	 * after it (the kernel copies it into the new mm at the exec, so
+	 * the program keeps it): that leaves it on our mm for the child's
+	 * life up to its exec, seen by any other thread of ours (none
+	 * today, this is a library) and by all it forks meanwhile, and adds
+	 * a failure after the child is started.  The price is the page-table
+	 * copy, +0.3 ms a spawn from a 4 MiB heap on this host (doc/SPEED.md
+	 * "THP off for QEMU: its caller's left as it was"), on an unjailed
+	 * TCG start only: a jailed one clones without CLONE_VM already
+	 * (lib/jail.c). */
+	if (ps->nothp)
+		pid = fork();
+	else
+		pid = vfork();
 	if (pid == 0) {
 		char msg[512];
 		int n;

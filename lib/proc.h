@@ -38,7 +38,9 @@ struct proc_spec {
 				   every name that starts with what comes before it) */
 	int nothp;              /* 1: no transparent huge pages for the program nor
 				   what it starts (PR_SET_THP_DISABLE, kept across fork
-				   and execve, even over the program's MADV_HUGEPAGE) */
+				   and execve, even over the program's MADV_HUGEPAGE);
+				   the caller's own THP is untouched (proc_spawn forks
+				   then, rather than vfork: the flag is the mm's) */
 };
 
 /* A spec with every member in its neutral state: argv set, std fds

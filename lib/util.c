@@ -720,13 +720,22 @@ long long iso_parse(const char *s)
 	return (long long)t;
 }
 
+/* A time in ns, computed in uint64_t: anyone may set a file's mtime past
+ * 2262 (touch -d @10000000000), where the signed product overflows
+ * (undefined); unsigned wraps modulo 2^64, and for every time that fits
+ * the bytes are the signed product's (stored cache keys stay valid). */
+static int64_t ts_ns(const struct timespec *t)
+{
+	return (int64_t)((uint64_t)t->tv_sec * 1000000000u + (uint64_t)t->tv_nsec);
+}
+
 void stat_identity(const struct stat *st, int64_t v[STAT_IDENTITY_N])
 {
 	v[0] = (int64_t)st->st_dev;
 	v[1] = (int64_t)st->st_ino;
 	v[2] = (int64_t)st->st_size;
-	v[3] = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
-	v[4] = (int64_t)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+	v[3] = ts_ns(&st->st_mtim);
+	v[4] = ts_ns(&st->st_ctim);
 }
 
 json_t *file_identity(const char *path, const struct stat *st)

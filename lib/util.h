@@ -131,8 +131,9 @@ json_t *json_load_close(int fd);
 /* json_load_path for a file whose contents we trust because we wrote it (a
  * cache): opened without following a link or waiting on a FIFO, and read
  * only when it is a regular file owned by our effective uid that neither
- * its group nor others may write; else NULL with errno (EPERM: a file
- * another user could have put or changed). */
+ * its group nor others may write; else NULL with errno (open's, fstat's,
+ * EPERM: a file another user could have put or changed, or
+ * json_load_fd's). */
 json_t *json_load_ours(const char *path);
 /* Read one JSON object from standard input (what follows it is left);
  * NULL with the problem in why (a duplicate key by name). */

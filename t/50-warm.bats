@@ -374,6 +374,34 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	done
 }
 
+# The flag is the mm's, and a vfork child runs on its parent's until its
+# exec: set there it landed on the parent too, and on all the parent
+# started later (a KVM QEMU, qemu-img).  lib/proc.c forks for it.  Unjailed,
+# QEMU's parent is the supervisor (qemu_spawn): it keeps the host's THP,
+# as this shell has it (jailed, lib/jail.c's clone never shared the mm).
+@test "warm: unjailed, a TCG QEMU's THP off is its own: the supervisor that started it keeps THP as the host has it" {
+	local q s mine
+	mine=$(grep '^THP_enabled:' /proc/$$/status)
+	[ "$mine" = "$(printf 'THP_enabled:\t1')" ] ||
+		skip "this shell runs with THP off ($mine): no difference to see"
+	ISOPOD_JAIL=0 boot_vm --cold
+	[ "$status" -eq 0 ]
+	if [ "$(jq -r .accel <<<"$output")" != tcg ]; then
+		stop_vm "$vm"
+		skip "KVM: huge pages are left as the host has them"
+	fi
+	json_is '.path == "cold" and .jail.enabled == false' || { stop_vm "$vm"; return 1; }
+	q=$(jq -r .qemu_pid "$ISOPOD_HOME/vms/$vm/meta.json")
+	s=$(jq -r .supervisor_pid "$ISOPOD_HOME/vms/$vm/meta.json")
+	grep '^THP_enabled:' "/proc/$q/status" "/proc/$s/status" >&2 || :
+	if ! grep -qx 'THP_enabled:[[:space:]]*0' "/proc/$q/status" ||
+		! grep -qx "$mine" "/proc/$s/status"; then
+		stop_vm "$vm"
+		return 1
+	fi
+	stop_vm "$vm"
+}
+
 # A TCG guest's clock event device is its local APIC timer, told its rate on
 # the line (lapic_timer_khz, lib/qemu.c; the kernel's patch in images/), not
 # the PIT, whose 27.5 ms reach woke an idle guest's QEMU ~36 times a second

@@ -18,6 +18,22 @@
 
 static char dir[] = "/tmp/isopod-util-test.XXXXXX";
 
+/* fstat, ours over libc's for the whole program (the linker binds
+ * lib/jsonio.c's call here): fails with fstat_errno when that is set, to
+ * test what a caller says of an fstat that failed (it cannot be made to
+ * fail on a file just opened); counted, so a test sees it ran. */
+static int fstat_errno, fstat_calls;
+
+int fstat(int fd, struct stat *st)
+{
+	fstat_calls++;
+	if (fstat_errno) {
+		errno = fstat_errno;
+		return -1;
+	}
+	return fstatat(fd, "", st, AT_EMPTY_PATH);
+}
+
 /* Number of entries in dir other than . and .., or of those whose name
  * holds sub (".tmp.": a staging file) */
 static int entries_with(const char *sub)
@@ -183,6 +199,27 @@ static void test_json_write(void)
 	atomic_write(p, "[1,2]", 5, 0644);
 	errno = 0;
 	ok(json_load_path(p) == NULL && errno == EINVAL, "json_load_path of a non-object: EINVAL");
+	unlink(p);
+
+	/* json_load_ours: an fstat that failed says its own errno, not the
+	 * EPERM of a file refused (a caller reports it as it is) */
+	snprintf(p, sizeof p, "%s/ours.json", dir);
+	atomic_write(p, "{\"a\":1}", 7, 0600);
+	o = json_load_ours(p);
+	ok(o != NULL, "json_load_ours of a file of ours, 0600");
+	json_decref(o);
+	fstat_errno = EIO;
+	fstat_calls = 0;
+	errno = 0;
+	o = json_load_ours(p);
+	ok(o == NULL && errno == EIO && fstat_calls == 1,
+	   "json_load_ours when fstat fails: NULL, fstat's errno (%s), %d call", strerror(errno),
+	   fstat_calls);
+	fstat_errno = 0;
+	json_decref(o);
+	chmod(p, 0620);
+	errno = 0;
+	ok(json_load_ours(p) == NULL && errno == EPERM, "json_load_ours of a group-writable file: EPERM");
 	unlink(p);
 }
 
@@ -745,6 +782,72 @@ static void test_reason_code(void)
 	   "reason_code: cut to the buffer, never past it (%s)", buf);
 }
 
+/* stat_identity: st's dev, ino, size, mtime and ctime in ns, in that
+ * order, the bytes the three caches keyed by it compare (a change of any
+ * would make every stored key stale, or worse, let two files agree) */
+static void test_stat_identity(void)
+{
+	static const struct {
+		long long msec, mnsec, csec, cnsec;
+		int64_t mns, cns;
+	} cs[] = {
+		{ .msec = 1700000000, .mnsec = 123456789, .csec = 1700000001, .cnsec = 987654321,
+		  .mns = 1700000000123456789LL, .cns = 1700000001987654321LL },
+		/* before 1970: the same bytes as the signed product's */
+		{ .msec = -1, .mnsec = 500000000, .csec = -2, .cnsec = 1,
+		  .mns = -500000000LL, .cns = -1999999999LL },
+		/* past 2262 (touch -d @10000000000, anyone may): int64 ns
+		 * overflow, wrapped modulo 2^64 rather than undefined */
+		{ .msec = 10000000000LL, .mnsec = 0, .csec = 10000000000LL, .cnsec = 7,
+		  .mns = -8446744073709551616LL, .cns = -8446744073709551609LL },
+	};
+	char path[sizeof dir + 16];
+	struct timespec ts[2] = { { .tv_sec = 1600000000, .tv_nsec = 123456789 },
+				  { .tv_sec = 1600000000, .tv_nsec = 123456789 } };
+	struct stat st;
+	int64_t v[STAT_IDENTITY_N];
+	size_t i;
+	int fd;
+
+	for (i = 0; i < sizeof cs / sizeof *cs; i++) {
+		st = (struct stat){ .st_dev = 0x0102030405060708ULL, .st_ino = 0x1112131415161718ULL,
+				    .st_size = 0x2122232425262728LL };
+		st.st_mtim = (struct timespec){ .tv_sec = cs[i].msec, .tv_nsec = cs[i].mnsec };
+		st.st_ctim = (struct timespec){ .tv_sec = cs[i].csec, .tv_nsec = cs[i].cnsec };
+		stat_identity(&st, v);
+		ok(v[0] == 0x0102030405060708LL && v[1] == 0x1112131415161718LL &&
+			   v[2] == 0x2122232425262728LL && v[3] == cs[i].mns && v[4] == cs[i].cns,
+		   "stat_identity of a made-up stat %zu: %lld %lld %lld %lld %lld", i,
+		   (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
+		   (long long)v[4]);
+	}
+
+	/* a real file: its mtime set back (ctime stays now: the two differ),
+	 * with nanoseconds, then past 2262 */
+	snprintf(path, sizeof path, "%s/ident", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ok(fd >= 0 && write(fd, "seven b", 7) == 7 && futimens(fd, ts) == 0 &&
+		   fstat(fd, &st) == 0 && st.st_size == 7 && st.st_mtim.tv_nsec == 123456789 &&
+		   st.st_mtim.tv_sec != st.st_ctim.tv_sec,
+	   "a file of 7 bytes, its mtime 1600000000.123456789");
+	stat_identity(&st, v);
+	ok(v[0] == (int64_t)st.st_dev && v[1] == (int64_t)st.st_ino && v[2] == 7 &&
+		   v[3] == 1600000000123456789LL &&
+		   v[4] == (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec,
+	   "stat_identity of it: dev, ino, size, mtime ns, ctime ns");
+	ts[0].tv_sec = ts[1].tv_sec = 10000000000LL;
+	ts[0].tv_nsec = ts[1].tv_nsec = 0;
+	ok(fd >= 0 && futimens(fd, ts) == 0 && fstat(fd, &st) == 0 &&
+		   st.st_mtim.tv_sec == 10000000000LL,
+	   "its mtime @10000000000 (%lld)", (long long)st.st_mtim.tv_sec);
+	stat_identity(&st, v);
+	ok(v[3] == -8446744073709551616LL, "stat_identity of it: mtime wrapped, %lld",
+	   (long long)v[3]);
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "status-child"))
@@ -773,6 +876,7 @@ int main(int argc, char **argv)
 	test_sha256_fd();
 	test_dir_own_open();
 	test_reason_code();
+	test_stat_identity();
 	{
 		char cmd[300];
 
