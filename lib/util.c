@@ -506,6 +506,11 @@ int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
 
 int json_write_atomic(const char *path, json_t *obj)
 {
+	return json_write_atomic_mode(path, obj, 0644);
+}
+
+int json_write_atomic_mode(const char *path, json_t *obj, mode_t mode)
+{
 	char *s = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	size_t n;
 	int r;
@@ -516,7 +521,7 @@ int json_write_atomic(const char *path, json_t *obj)
 	}
 	n = strlen(s);
 	s[n] = '\n'; /* json_dumps leaves room for its NUL; reuse it */
-	r = atomic_write(path, s, n + 1, 0644);
+	r = atomic_write(path, s, n + 1, mode);
 	free(s);
 	return r;
 }

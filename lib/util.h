@@ -112,8 +112,10 @@ int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
  * with errno; *old the mask to give back. */
 int stop_signals_hold(sigset_t *old);
 void stop_signals_release(const sigset_t *old);
-/* Write a JSON object atomically (pretty, sorted keys off, trailing newline). */
+/* Write a JSON object atomically (pretty, sorted keys off, trailing newline),
+ * 0644; _mode: with atomic_write's mode (permission bits and its flag). */
 int json_write_atomic(const char *path, json_t *obj);
+int json_write_atomic_mode(const char *path, json_t *obj, mode_t mode);
 /* Every JSON document a host tool reads goes through the four loaders below,
  * which refuse duplicate keys (JSON_REJECT_DUPLICATES: with "last one wins",
  * {"vm":{"id":A},"vm":{"id":B}} reads as B here and as A in a reader that
