@@ -184,7 +184,7 @@ static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 		close(s->qj.tapfd); /* QEMU's now, as its fd 4 */
 	s->qj.tapfd = -1;
 	m = json_pack("{s:O}", "jail", s->j.applied);
-	if (!m || vm_meta_update(s->id, NULL, m) < 0)
+	if (!m || vm_meta_note(s->id, NULL, m) < 0) /* sup_record's write carries it again */
 		warn("supervisor: unable to record the jail:");
 	json_decref(m);
 	return s->j.pid;
@@ -272,8 +272,10 @@ static void sup_qemu(struct sup *s)
 		     "kill it should it leak, only report it):");
 		start = 0;
 	}
+	/* A note: it names a process that a host crash, the only thing
+	 * that could undo the note, ends */
 	m = json_pack("{s:I}", "qemu_start", (json_int_t)start);
-	if (!m || vm_meta_update(s->id, NULL, m) < 0)
+	if (!m || vm_meta_note(s->id, NULL, m) < 0)
 		warn("supervisor: unable to record QEMU's start:");
 	json_decref(m);
 	dprintf(s->repfd, "%ld\n", (long)s->q);

@@ -464,7 +464,7 @@ static int atomic_write_held(const char *path, const void *data, size_t len, mod
 		errno = e;
 		return -1;
 	}
-	return mode & ATOMIC_NOSYNC ? 0 : fsync_dir_of(path);
+	return mode & (ATOMIC_NOSYNC | ATOMIC_NODIRSYNC) ? 0 : fsync_dir_of(path);
 }
 
 int stop_signals_hold(sigset_t *old)
@@ -786,7 +786,7 @@ int vm_running(const char *id)
 }
 
 int json_update_locked(const char *lockpath, const char *path,
-		       int (*edit)(json_t *obj, void *arg), void *arg)
+		       int (*edit)(json_t *obj, void *arg), void *arg, mode_t mode)
 {
 	json_t *j;
 	int lk, r, e;
@@ -798,7 +798,7 @@ int json_update_locked(const char *lockpath, const char *path,
 		goto out;
 	}
 	r = edit(j, arg);
-	if (r > 0 && json_write_atomic(path, j) < 0)
+	if (r > 0 && json_write_atomic_mode(path, j, mode) < 0)
 		r = -1;
 out:
 	e = errno;

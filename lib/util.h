@@ -104,6 +104,13 @@ int dir_own_openat(int at, const char *path, char *why, size_t whysz);
  * but neither fsync is made (a flag, not a second helper: one copy of
  * the temporary file's naming and cleanup). */
 #define ATOMIC_NOSYNC 010000000u /* above every permission and type bit of mode_t */
+/* Or'ed in mode instead: the bytes fsynced before the rename (a crash never
+ * leaves a torn file in place of the whole one it replaced), but the
+ * directory not, so the rename is not waited for (a crash may keep the
+ * previous version, whole): for an update that a later fully synced write
+ * of the same file supersedes, or one whose loss costs nothing
+ * (doc/SPEED.md, "A run's fsyncs, audited"). */
+#define ATOMIC_NODIRSYNC 020000000u
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
 /* The signals that end a tool by default and come to its whole process
  * group (isopod-mcp's cancel, a ^C): held over a window that must not be
@@ -321,9 +328,11 @@ int utf8_valid(const void *p, size_t n);
  * and edit(obj, arg) decides: 1 write obj back atomically, 0 leave the file
  * as it is, -1 fail (errno).  Returns edit's answer, or -1 with errno (the
  * lock, the load or the write failed: ENOENT when path does not exist).
+ * mode: the write's, as json_write_atomic_mode's (0644, or'ed with
+ * ATOMIC_NODIRSYNC for an update a later synced one supersedes).
  * The one such helper: VM records (lib/vm.c) and stage seals use it. */
 int json_update_locked(const char *lockpath, const char *path,
-		       int (*edit)(json_t *obj, void *arg), void *arg);
+		       int (*edit)(json_t *obj, void *arg), void *arg, mode_t mode);
 /* Wait until vms/<id>/lock is free (poll LOCK_EX|LOCK_NB every 2 ms for a
  * second, then every 20 ms) or the
  * monotonic deadline passes.  0 free, -1 still held (errno ETIMEDOUT) or

@@ -72,6 +72,9 @@ static void test_atomic_write(void)
 	ok(atomic_write(p, "cache\n", 6, 0600 | ATOMIC_NOSYNC) == 0 && file_is(p, "cache\n", 6) &&
 	   stat(p, &st) == 0 && (st.st_mode & 07777) == 0600 && entries() == 1,
 	   "atomic_write with ATOMIC_NOSYNC: the content, mode 0600 (the flag no mode bit), no tmp file");
+	ok(atomic_write(p, "note\n", 5, 0640 | ATOMIC_NODIRSYNC) == 0 && file_is(p, "note\n", 5) &&
+	   stat(p, &st) == 0 && (st.st_mode & 07777) == 0640 && entries() == 1,
+	   "atomic_write with ATOMIC_NODIRSYNC: the content, mode 0640 (the flag no mode bit), no tmp file");
 	snprintf(p, sizeof p, "%s/no/such/dir/file", dir);
 	errno = 0;
 	ok(atomic_write(p, "x", 1, 0644) == -1 && errno == ENOENT,
