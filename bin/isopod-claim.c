@@ -208,7 +208,7 @@ static void scratch_json(const char *dir, const char *scratch, json_t *out)
 	char p[PATH_MAX];
 
 	if (pathn(p, sizeof p, "%s/claim.json", scratch) < 0 ||
-	    json_write_atomic_mode(p, out, 0644 | ATOMIC_NOSYNC) < 0) {
+	    json_write_atomic_flags(p, out, ATOMIC_NOSYNC) < 0) {
 		undo(dir, scratch);
 		die(EX_SYS, "unable to write %s/claim.json:", scratch);
 	}

@@ -506,22 +506,27 @@ int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
 
 int json_write_atomic(const char *path, json_t *obj)
 {
-	return json_write_atomic_mode(path, obj, 0644);
+	return json_write_atomic_flags(path, obj, 0);
 }
 
-int json_write_atomic_mode(const char *path, json_t *obj, mode_t mode)
+int json_write_atomic_flags(const char *path, json_t *obj, unsigned flags)
 {
-	char *s = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	char *s;
 	size_t n;
 	int r;
 
+	if (flags & ~(ATOMIC_NOSYNC | ATOMIC_NODIRSYNC)) {
+		errno = EINVAL;
+		return -1;
+	}
+	s = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	if (!s) {
 		errno = ENOMEM;
 		return -1;
 	}
 	n = strlen(s);
 	s[n] = '\n'; /* json_dumps leaves room for its NUL; reuse it */
-	r = atomic_write(path, s, n + 1, mode);
+	r = atomic_write(path, s, n + 1, 0644 | flags);
 	free(s);
 	return r;
 }
@@ -786,7 +791,7 @@ int vm_running(const char *id)
 }
 
 int json_update_locked(const char *lockpath, const char *path,
-		       int (*edit)(json_t *obj, void *arg), void *arg, mode_t mode)
+		       int (*edit)(json_t *obj, void *arg), void *arg, unsigned flags)
 {
 	json_t *j;
 	int lk, r, e;
@@ -798,7 +803,7 @@ int json_update_locked(const char *lockpath, const char *path,
 		goto out;
 	}
 	r = edit(j, arg);
-	if (r > 0 && json_write_atomic_mode(path, j, mode) < 0)
+	if (r > 0 && json_write_atomic_flags(path, j, flags) < 0)
 		r = -1;
 out:
 	e = errno;

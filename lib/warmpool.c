@@ -535,7 +535,7 @@ void warm_touch(struct pool *w, int hit)
 		/* The bytes synced (a torn meta.json would lose the template),
 		 * the rename not waited for: a crash that undid it keeps the
 		 * previous one, whole, a use fewer counted. */
-		if (json_write_atomic_mode(p, m, 0644 | ATOMIC_NODIRSYNC) < 0)
+		if (json_write_atomic_flags(p, m, ATOMIC_NODIRSYNC) < 0)
 			warn("unable to update %s:", p);
 		json_decref(m);
 	}

@@ -705,22 +705,22 @@ static void test_update_locked(void)
 	snprintf(lk, sizeof lk, "%s/x.lock", home);
 	snprintf(p, sizeof p, "%s/x.json", home);
 	errno = 0;
-	ok(json_update_locked(lk, p, edit_skip, NULL, 0644) < 0 && errno == ENOENT && edit_calls == 0,
+	ok(json_update_locked(lk, p, edit_skip, NULL, 0) < 0 && errno == ENOENT && edit_calls == 0,
 	   "json_update_locked: no file is ENOENT, edit not called");
 	r = json_pack("{s:i}", "n", 1);
 	json_write_atomic(p, r);
 	json_decref(r);
-	ok(json_update_locked(lk, p, edit_skip, NULL, 0644) == 0 && edit_calls == 1,
+	ok(json_update_locked(lk, p, edit_skip, NULL, 0) == 0 && edit_calls == 1,
 	   "json_update_locked: edit answering 0 gives 0");
 	r = json_load_path(p);
 	ok(r && !json_object_get(r, "touched"), "... and the file is not written");
 	json_decref(r);
 	errno = 0;
-	ok(json_update_locked(lk, p, edit_fail, NULL, 0644) < 0 && errno == EPERM,
+	ok(json_update_locked(lk, p, edit_fail, NULL, 0) < 0 && errno == EPERM,
 	   "json_update_locked: edit's -1 and errno come back");
 	snprintf(lk, sizeof lk, "%s/no/such/x.lock", home);
 	errno = 0;
-	ok(json_update_locked(lk, p, edit_skip, NULL, 0644) < 0 && errno == ENOENT && edit_calls == 1,
+	ok(json_update_locked(lk, p, edit_skip, NULL, 0) < 0 && errno == ENOENT && edit_calls == 1,
 	   "json_update_locked: a lock that cannot be taken fails before the edit");
 }
 
