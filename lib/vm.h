@@ -36,7 +36,11 @@ int vm_meta_update(const char *id, const char *const *if_states, json_t *set);
  * fsynced before the rename (never a torn record), the directory not
  * (ATOMIC_NODIRSYNC).  A host crash may then keep the record as it was
  * before the note: whole, and in a state isopod-gc already handles (booting
- * or running with a free lock: failed), of a VM the crash ended.  Not for
+ * or running with a free lock: failed), of a VM the crash ended; and beside
+ * it, for a window of seconds (the next journal commit) rather than
+ * milliseconds, the note's meta.json.<rnd>.tmp.<pid>, which isopod-gc's
+ * tmp sweep removes and reports as leaked ("tmp"), or which goes with the
+ * directory (one still handed to the jail is not swept).  Not for
  * the turn from claimed to booting (only a claimed record can be booted:
  * that one must be durable before the disk is written), nor for what a
  * caller is told of and a crash does not make untrue (a claim, a result). */
