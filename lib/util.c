@@ -790,6 +790,34 @@ int vm_running(const char *id)
 	return 0;
 }
 
+int boot_id_of(const char *s, char out[37])
+{
+	size_t i, n = strcspn(s, "\n");
+
+	if (n != 36)
+		return -1;
+	for (i = 0; i < 36; i++)
+		if ((i == 8 || i == 13 || i == 18 || i == 23) ? s[i] != '-'
+							     : !strchr("0123456789abcdef", s[i]))
+			return -1;
+	memcpy(out, s, 36);
+	out[36] = 0;
+	return 0;
+}
+
+int host_boot_id(char out[37])
+{
+	char buf[64] = "";
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+	if (f) {
+		if (!fgets(buf, sizeof buf, f))
+			buf[0] = 0;
+		fclose(f);
+	}
+	return boot_id_of(buf, out);
+}
+
 int json_update_locked(const char *lockpath, const char *path,
 		       int (*edit)(json_t *obj, void *arg), void *arg, unsigned flags)
 {

@@ -300,6 +300,14 @@ int progress_fd(void);
  * be opened or probed), which every caller takes as running: the answer
  * that removes and starts nothing. */
 int vm_running(const char *id);
+/* The host's boot id (/proc/sys/kernel/random/boot_id,
+ * "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"): a new one after every boot of
+ * the host, so what names a process by its pid and start (ticks since
+ * boot) can tell this boot from an earlier one.  0, or -1 when it cannot
+ * be read or is not of that shape.  boot_id_of: s (a line, its newline
+ * dropped) checked and copied to out, the same answers. */
+int host_boot_id(char out[37]);
+int boot_id_of(const char *s, char out[37]);
 
 /* connect(2) the AF_UNIX stream socket fd to the socket at path, never
  * through a symbolic link: a VM's sockets are in a directory its jailed

@@ -54,6 +54,30 @@ static int file_is(const char *path, const char *want, size_t n)
 	return got == n && !memcmp(buf, want, n);
 }
 
+/* boot_id_of: the shape of /proc/sys/kernel/random/boot_id, nothing
+ * else; host_boot_id: this host's, as /proc says */
+static void test_boot_id(void)
+{
+	char b[37], want[64] = "";
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+	ok(boot_id_of("0123abcd-4567-89ab-cdef-0123456789ab\n", b) == 0 &&
+		   !strcmp(b, "0123abcd-4567-89ab-cdef-0123456789ab"),
+	   "boot_id_of: an id and its newline: the id");
+	ok(boot_id_of("0123ABCD-4567-89ab-cdef-0123456789ab", b) < 0 &&
+		   boot_id_of("0123abcd-4567-89ab-cdef-0123456789a", b) < 0 &&
+		   boot_id_of("0123abcd-4567-89ab-cdef-0123456789abc", b) < 0 &&
+		   boot_id_of("0123abcd+4567-89ab-cdef-0123456789ab", b) < 0 && boot_id_of("", b) < 0,
+	   "boot_id_of: upper case, short, long, a wrong separator, empty: refused");
+	if (f) {
+		if (!fgets(want, sizeof want, f))
+			want[0] = 0;
+		fclose(f);
+	}
+	want[strcspn(want, "\n")] = 0;
+	ok(host_boot_id(b) == 0 && strlen(want) == 36 && !strcmp(b, want), "host_boot_id: %s", b);
+}
+
 static void test_atomic_write(void)
 {
 	char p[256];
@@ -798,6 +822,7 @@ int main(int argc, char **argv)
 		perror("mkdtemp");
 		return 1;
 	}
+	test_boot_id();
 	test_atomic_write();
 	test_atomic_write_signal();
 	test_json_write();
