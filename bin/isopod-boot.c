@@ -590,7 +590,10 @@ static void confirm_and_emit(struct boot *bt)
 		json_object_set_new(m, "resume_ms", json_integer(w->resume_ms));
 	if (m && bt->ln.pool_idle_s)
 		json_object_set_new(m, "pool_idle_s", json_integer(bt->ln.pool_idle_s));
-	if (!m || vm_meta_update(bt->id, live, m) < 0)
+	/* A note (vm_meta_note): a crash that undid it leaves "booting",
+	 * which isopod-gc fails as it would "running", of a VM the crash
+	 * ended; the final record carries these fields again, synced. */
+	if (!m || vm_meta_note(bt->id, live, m) < 0)
 		warn("unable to update %s:", bt->meta);
 	json_decref(m);
 	out = json_pack("{s:{s:s, s:s, s:s}, s:s, s:s, s:s, s:s, s:I, s:{s:s}, s:{s:s, s:s}, s:s}",

@@ -197,12 +197,18 @@ static void undo(const char *dir, const char *scratch)
 
 /* --scratch: the JSON output into the scratch directory, as claim.json
  * (isopod-result reads it there), before the record: when it fails,
- * nothing is claimed. */
+ * nothing is claimed.  No fsync (ATOMIC_NOSYNC): it is read back in this
+ * boot of the host and removed with its directory at the run's end; after
+ * a crash of the host its front end is dead and isopod-gc removes the
+ * directory (run_sweep) whatever claim.json holds.  Its two fsyncs held
+ * the store lock, which every claim queues on, for nothing
+ * (doc/SPEED.md, "A run's fsyncs, audited", #1-2). */
 static void scratch_json(const char *dir, const char *scratch, json_t *out)
 {
 	char p[PATH_MAX];
 
-	if (pathn(p, sizeof p, "%s/claim.json", scratch) < 0 || json_write_atomic(p, out) < 0) {
+	if (pathn(p, sizeof p, "%s/claim.json", scratch) < 0 ||
+	    json_write_atomic_flags(p, out, ATOMIC_NOSYNC) < 0) {
 		undo(dir, scratch);
 		die(EX_SYS, "unable to write %s/claim.json:", scratch);
 	}

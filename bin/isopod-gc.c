@@ -246,6 +246,9 @@ static void load_rec(struct rec *r, const char *vmsdir, const char *id)
 					  ? (unsigned long long)json_integer_value(v) : 0;
 		v = json_object_get(j, "broker_uid");
 		r->broker_uid = json_is_integer(v) ? json_integer_value(v) : -1;
+		s = json_string_value(json_object_get(j, "boot_id"));
+		if (!s || boot_id_of(s, r->boot_id) < 0)
+			r->boot_id[0] = 0;
 		v = json_object_get(j, "owner_pid");
 		r->owner_pid = json_is_integer(v) ? json_integer_value(v) : 0;
 		r->keep = json_is_true(json_object_get(j, "keep"));
@@ -335,13 +338,20 @@ static int store_uid(long long u, long long owner)
  * started (store_uid).  1 yes; 0 no; -1 unknown: no start recorded (a
  * supervisor that could not read it, or an older isopod) and its cmdline,
  * which a process can rewrite, names dir/: never killed on that alone
- * (review L5), reported. */
-static int still_ours(long long pid, unsigned long long start, long long uid, const char *dir,
-		      long long owner)
+ * (review L5), reported.  The start is ticks since the host booted: a
+ * record of another boot (boot_id, the host's when the supervisor wrote
+ * it) names no process of this one, whatever has that pid and start now
+ * (a record left by a host crash).  A record without one (an older
+ * isopod, an unreadable boot id) goes by the start alone. */
+static int still_ours(long long pid, unsigned long long start, long long uid, const char *boot,
+		      const char *dir, long long owner)
 {
 	unsigned long long t;
 	long long ru, eu;
+	char now[37];
 
+	if (*boot && host_boot_id(now) == 0 && strcmp(boot, now))
+		return 0;
 	if (!start)
 		return cmdline_names((int)pid, dir) ? -1 : 0;
 	if (proc_ident(pid, &t, &ru, &eu) < 0 || t != start || (uid >= 0 && (ru != uid || eu != uid)))
@@ -357,7 +367,7 @@ static int still_ours(long long pid, unsigned long long start, long long uid, co
  * (still_ours): pidfd first, then verify, so a recycled pid cannot slip
  * in between.  kind: "qemu" or "broker". */
 static void reap_pid(struct gc *c, const char *kind, long long pid, unsigned long long start, long long uid,
-		     const char *id, long long owner)
+		     const char *boot, const char *id, long long owner)
 {
 	int pfd = pid > 0 && pid <= INT_MAX ? pidfd_open_((pid_t)pid) : -1;
 	char dir[PATH_MAX];
@@ -365,7 +375,7 @@ static void reap_pid(struct gc *c, const char *kind, long long pid, unsigned lon
 
 	/* the store by the path given: what cmdlines and the user name */
 	pathf(dir, sizeof dir, "%s/vms/%s", c->gs.store, id);
-	ours = pfd >= 0 ? still_ours(pid, start, uid, dir, owner) : 0;
+	ours = pfd >= 0 ? still_ours(pid, start, uid, boot, dir, owner) : 0;
 	if (ours < 0) {
 		warn("leaked %s %lld of %s not killed: its start time was not recorded, and a "
 		     "cmdline naming the VM does not prove it is the VM's", kind, pid, id);
@@ -400,8 +410,8 @@ static void reap_stale(struct gc *c, struct rec *r, long long owner)
 
 	if (strcmp(r->state, "booting") && strcmp(r->state, "running"))
 		return;
-	reap_pid(c, "qemu", r->qemu_pid, r->qemu_start, -1, r->id, owner);
-	reap_pid(c, "broker", r->broker_pid, r->broker_start, r->broker_uid, r->id, owner);
+	reap_pid(c, "qemu", r->qemu_pid, r->qemu_start, -1, r->boot_id, r->id, owner);
+	reap_pid(c, "broker", r->broker_pid, r->broker_start, r->broker_uid, r->boot_id, r->id, owner);
 	if (c->gs.dry_run)
 		return;
 	m = json_pack("{s:s, s:s, s:s}", "state", "failed", "error",

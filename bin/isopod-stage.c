@@ -198,9 +198,15 @@ static void subtree(json_t *all, const char *id, json_t *out)
 	json_decref(kids);
 }
 
-/* A VM that runs (or is about to boot: claimed or booting) on a disk whose
- * chain holds one of these stages would lose its backing file: refuse,
- * naming it.  Under the store lock, like the removal. */
+/* A VM that runs (or is about to boot: claimed) on a disk whose chain
+ * holds one of these stages would lose its backing file: refuse, naming
+ * it.  Under the store lock, like the removal.  Booting and running are
+ * the lock's (vm_list's "running"), not the record's: isopod-boot takes
+ * the VM's lock before it writes "booting" and builds the disk, and
+ * vm_list reads the record before it tries the lock, so a record read as
+ * booting or running whose lock is then free is of a VM that is gone (a
+ * killed boot, a host crash that undid the running note: isopod-gc marks
+ * it failed), and refusing for it would fail `stage rm` until gc ran. */
 static void refuse_in_use(json_t *ids)
 {
 	char why[DIAG_MAX];
@@ -212,8 +218,7 @@ static void refuse_in_use(json_t *ids)
 	json_array_foreach(vms, i, v) {
 		const char *st = json_string_value(json_object_get(v, "state"));
 
-		if (!json_is_true(json_object_get(v, "running")) &&
-		    (!st || (strcmp(st, "claimed") && strcmp(st, "booting"))))
+		if (!json_is_true(json_object_get(v, "running")) && (!st || strcmp(st, "claimed")))
 			continue;
 		l = json_object_get(v, "layers");
 		json_array_foreach(l, j, s)

@@ -114,6 +114,19 @@ static void sup_setup(struct sup *s)
 	close(logfd); /* it lives on as fd 2 */
 }
 
+/* A process's pid and start (ticks since the host booted) name it only
+ * within one boot of the host: the host's boot id beside them, so that
+ * isopod-gc, after a reboot, never takes a new process with the same pid
+ * and start for the VM's (its still_ours).  None when it cannot be read:
+ * gc then goes by the start alone, as for an older record. */
+static void with_boot_id(json_t *m)
+{
+	char bid[37];
+
+	if (m && host_boot_id(bid) == 0)
+		json_object_set_new(m, "boot_id", json_string(bid));
+}
+
 /* The VM's egress broker, before QEMU: filtered, proxy + DNS for the
  * allowlist; open, DNS. */
 static void sup_broker(struct sup *s)
@@ -146,6 +159,7 @@ static void sup_broker(struct sup *s)
 	}
 	m = json_pack("{s:I, s:I, s:I}", "broker_pid", (json_int_t)s->eg.pid, "broker_start",
 		      (json_int_t)start, "broker_uid", (json_int_t)uid);
+	with_boot_id(m);
 	if (!m || vm_meta_update(s->id, NULL, m) < 0)
 		warn("supervisor: unable to record the broker's pid:");
 	json_decref(m);
@@ -184,7 +198,7 @@ static pid_t sup_jailed(struct sup *s, char *msg, size_t msz)
 		close(s->qj.tapfd); /* QEMU's now, as its fd 4 */
 	s->qj.tapfd = -1;
 	m = json_pack("{s:O}", "jail", s->j.applied);
-	if (!m || vm_meta_update(s->id, NULL, m) < 0)
+	if (!m || vm_meta_note(s->id, NULL, m) < 0) /* sup_record's write carries it again */
 		warn("supervisor: unable to record the jail:");
 	json_decref(m);
 	return s->j.pid;
@@ -272,8 +286,11 @@ static void sup_qemu(struct sup *s)
 		     "kill it should it leak, only report it):");
 		start = 0;
 	}
+	/* A note: it names a process that a host crash, the only thing
+	 * that could undo the note, ends */
 	m = json_pack("{s:I}", "qemu_start", (json_int_t)start);
-	if (!m || vm_meta_update(s->id, NULL, m) < 0)
+	with_boot_id(m);
+	if (!m || vm_meta_note(s->id, NULL, m) < 0)
 		warn("supervisor: unable to record QEMU's start:");
 	json_decref(m);
 	dprintf(s->repfd, "%ld\n", (long)s->q);

@@ -25,29 +25,13 @@
 static int boot_id(char out[37])
 {
 	const char *t = getenv("ISOPOD_TEST_BOOT_ID");
-	char buf[64] = "";
-	size_t i;
-	FILE *f;
 
 	/* only beside a cache directory of the test's own: the default ones
 	 * (tmpfs) are emptied at boot, and a fake id must never make a
 	 * verdict there outlive one */
 	if (t && *t && getenv("ISOPOD_ACCEL_HOST_CACHE_DIR"))
-		snprintf(buf, sizeof buf, "%s", t);
-	else if ((f = fopen("/proc/sys/kernel/random/boot_id", "re"))) {
-		if (!fgets(buf, sizeof buf, f))
-			buf[0] = 0;
-		fclose(f);
-	}
-	buf[strcspn(buf, "\n")] = 0;
-	if (strlen(buf) != 36)
-		return -1;
-	for (i = 0; i < 36; i++)
-		if ((i == 8 || i == 13 || i == 18 || i == 23) ? buf[i] != '-'
-							     : !strchr("0123456789abcdef", buf[i]))
-			return -1;
-	memcpy(out, buf, 37);
-	return 0;
+		return boot_id_of(t, out);
+	return host_boot_id(out);
 }
 
 json_t *accel_host_key(const char *ksha, const char *dev)

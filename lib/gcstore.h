@@ -20,6 +20,7 @@ struct rec {
 	long long qemu_pid, broker_pid, owner_pid;
 	unsigned long long qemu_start, broker_start; /* /proc stat start (ticks), 0: none recorded */
 	long long broker_uid;            /* -1: none recorded */
+	char boot_id[37];                /* the host's boot when they were recorded; "": none */
 	int running, candidate, keep, in_use;
 };
 

@@ -131,8 +131,10 @@ int launch_start(struct launch *l, char *const *av, int keepfd, char *msg, size_
 		snprintf(msg, msz, "supervisor failed to start qemu: %s", got ? line : "no report");
 		return -1;
 	}
+	/* A note (lib/vm.h): pids that a host crash, the only thing that
+	 * could undo it, ends */
 	m = json_pack("{s:I, s:I}", "supervisor_pid", (json_int_t)l->sup, "qemu_pid", (json_int_t)v);
-	if (!m || vm_meta_update(l->id, booting, m) < 0)
+	if (!m || vm_meta_note(l->id, booting, m) < 0)
 		warn("unable to update the record of %s:", l->id);
 	json_decref(m);
 	return 0;

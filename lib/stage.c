@@ -522,7 +522,7 @@ int seal_store(const char *id, json_t *expect, json_t *seal)
 		if (mkdir(ld, 0700) < 0 && errno != EEXIST)
 			return -1;
 	}
-	r = json_update_locked(p, mp, seal_edit, &ss);
+	r = json_update_locked(p, mp, seal_edit, &ss, 0);
 	return r < 0 && errno == ENOENT ? 0 : r;
 }
 

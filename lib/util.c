@@ -464,7 +464,7 @@ static int atomic_write_held(const char *path, const void *data, size_t len, mod
 		errno = e;
 		return -1;
 	}
-	return mode & ATOMIC_NOSYNC ? 0 : fsync_dir_of(path);
+	return mode & (ATOMIC_NOSYNC | ATOMIC_NODIRSYNC) ? 0 : fsync_dir_of(path);
 }
 
 int stop_signals_hold(sigset_t *old)
@@ -506,17 +506,27 @@ int atomic_write(const char *path, const void *data, size_t len, mode_t mode)
 
 int json_write_atomic(const char *path, json_t *obj)
 {
-	char *s = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	return json_write_atomic_flags(path, obj, 0);
+}
+
+int json_write_atomic_flags(const char *path, json_t *obj, unsigned flags)
+{
+	char *s;
 	size_t n;
 	int r;
 
+	if (flags & ~(ATOMIC_NOSYNC | ATOMIC_NODIRSYNC)) {
+		errno = EINVAL;
+		return -1;
+	}
+	s = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	if (!s) {
 		errno = ENOMEM;
 		return -1;
 	}
 	n = strlen(s);
 	s[n] = '\n'; /* json_dumps leaves room for its NUL; reuse it */
-	r = atomic_write(path, s, n + 1, 0644);
+	r = atomic_write(path, s, n + 1, 0644 | flags);
 	free(s);
 	return r;
 }
@@ -789,8 +799,36 @@ int vm_running(const char *id)
 	return 0;
 }
 
+int boot_id_of(const char *s, char out[37])
+{
+	size_t i, n = strcspn(s, "\n");
+
+	if (n != 36)
+		return -1;
+	for (i = 0; i < 36; i++)
+		if ((i == 8 || i == 13 || i == 18 || i == 23) ? s[i] != '-'
+							     : !strchr("0123456789abcdef", s[i]))
+			return -1;
+	memcpy(out, s, 36);
+	out[36] = 0;
+	return 0;
+}
+
+int host_boot_id(char out[37])
+{
+	char buf[64] = "";
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+	if (f) {
+		if (!fgets(buf, sizeof buf, f))
+			buf[0] = 0;
+		fclose(f);
+	}
+	return boot_id_of(buf, out);
+}
+
 int json_update_locked(const char *lockpath, const char *path,
-		       int (*edit)(json_t *obj, void *arg), void *arg)
+		       int (*edit)(json_t *obj, void *arg), void *arg, unsigned flags)
 {
 	json_t *j;
 	int lk, r, e;
@@ -802,7 +840,7 @@ int json_update_locked(const char *lockpath, const char *path,
 		goto out;
 	}
 	r = edit(j, arg);
-	if (r > 0 && json_write_atomic(path, j) < 0)
+	if (r > 0 && json_write_atomic_flags(path, j, flags) < 0)
 		r = -1;
 out:
 	e = errno;

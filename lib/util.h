@@ -104,6 +104,15 @@ int dir_own_openat(int at, const char *path, char *why, size_t whysz);
  * but neither fsync is made (a flag, not a second helper: one copy of
  * the temporary file's naming and cleanup). */
 #define ATOMIC_NOSYNC 010000000u /* above every permission and type bit of mode_t */
+/* Or'ed in mode instead: the bytes fsynced before the rename (a crash never
+ * leaves a torn file in place of the whole one it replaced), but the
+ * directory not, so the rename is not waited for (a crash may keep the
+ * previous version, whole): for an update that a later fully synced write
+ * of the same file supersedes, or one whose loss costs nothing
+ * (doc/SPEED.md, "A run's fsyncs, audited"). */
+#define ATOMIC_NODIRSYNC 020000000u /* above every permission and type bit, as ATOMIC_NOSYNC */
+_Static_assert(((ATOMIC_NOSYNC | ATOMIC_NODIRSYNC) & (S_IFMT | 07777)) == 0,
+	       "atomic_write's flags must not be permission or type bits of a mode");
 int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
 /* The signals that end a tool by default and come to its whole process
  * group (isopod-mcp's cancel, a ^C): held over a window that must not be
@@ -112,8 +121,12 @@ int atomic_write(const char *path, const void *data, size_t len, mode_t mode);
  * with errno; *old the mask to give back. */
 int stop_signals_hold(sigset_t *old);
 void stop_signals_release(const sigset_t *old);
-/* Write a JSON object atomically (pretty, sorted keys off, trailing newline). */
+/* Write a JSON object atomically (pretty, sorted keys off, trailing newline),
+ * 0644; _flags: with atomic_write's flags (ATOMIC_NOSYNC, ATOMIC_NODIRSYNC:
+ * flags only, the mode stays 0644; any other bit is EINVAL, so a
+ * permission passed by mistake fails rather than making a 0000 file). */
 int json_write_atomic(const char *path, json_t *obj);
+int json_write_atomic_flags(const char *path, json_t *obj, unsigned flags);
 /* Every JSON document a host tool reads goes through the four loaders below,
  * which refuse duplicate keys (JSON_REJECT_DUPLICATES: with "last one wins",
  * {"vm":{"id":A},"vm":{"id":B}} reads as B here and as A in a reader that
@@ -288,6 +301,14 @@ int progress_fd(void);
  * be opened or probed), which every caller takes as running: the answer
  * that removes and starts nothing. */
 int vm_running(const char *id);
+/* The host's boot id (/proc/sys/kernel/random/boot_id,
+ * "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"): a new one after every boot of
+ * the host, so what names a process by its pid and start (ticks since
+ * boot) can tell this boot from an earlier one.  0, or -1 when it cannot
+ * be read or is not of that shape.  boot_id_of: s (a line, its newline
+ * dropped) checked and copied to out, the same answers. */
+int host_boot_id(char out[37]);
+int boot_id_of(const char *s, char out[37]);
 
 /* connect(2) the AF_UNIX stream socket fd to the socket at path, never
  * through a symbolic link: a VM's sockets are in a directory its jailed
@@ -320,9 +341,11 @@ int utf8_valid(const void *p, size_t n);
  * and edit(obj, arg) decides: 1 write obj back atomically, 0 leave the file
  * as it is, -1 fail (errno).  Returns edit's answer, or -1 with errno (the
  * lock, the load or the write failed: ENOENT when path does not exist).
+ * flags: the write's, as json_write_atomic_flags's (0, or ATOMIC_NODIRSYNC
+ * for an update a later synced one supersedes); the file is 0644.
  * The one such helper: VM records (lib/vm.c) and stage seals use it. */
 int json_update_locked(const char *lockpath, const char *path,
-		       int (*edit)(json_t *obj, void *arg), void *arg);
+		       int (*edit)(json_t *obj, void *arg), void *arg, unsigned flags);
 /* Wait until vms/<id>/lock is free (poll LOCK_EX|LOCK_NB every 2 ms for a
  * second, then every 20 ms) or the
  * monotonic deadline passes.  0 free, -1 still held (errno ETIMEDOUT) or

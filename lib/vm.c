@@ -127,8 +127,10 @@ static int update_edit(json_t *j, void *arg)
 	return json_object_update(j, u->set) < 0 ? (errno = ENOMEM, -1) : 1;
 }
 
-/* Both below: always NULL (vm_meta_update) or an object. */
-static int meta_update(const char *id, json_t *always, const char *const *if_states, json_t *set)
+/* All below: always NULL (vm_meta_update) or an object; flags the write's
+ * (json_update_locked). */
+static int meta_update(const char *id, json_t *always, const char *const *if_states, json_t *set,
+		       unsigned flags)
 {
 	char lk[PATH_MAX], p[PATH_MAX];
 	struct update u = { .id = id, .if_states = if_states, .set = set, .always = always };
@@ -140,12 +142,17 @@ static int meta_update(const char *id, json_t *always, const char *const *if_sta
 	if (rec_path(lk, sizeof lk, id, "meta.lock") < 0 ||
 	    rec_path(p, sizeof p, id, "meta.json") < 0)
 		return -1;
-	return json_update_locked(lk, p, update_edit, &u);
+	return json_update_locked(lk, p, update_edit, &u, flags);
 }
 
 int vm_meta_update(const char *id, const char *const *if_states, json_t *set)
 {
-	return meta_update(id, NULL, if_states, set);
+	return meta_update(id, NULL, if_states, set, 0);
+}
+
+int vm_meta_note(const char *id, const char *const *if_states, json_t *set)
+{
+	return meta_update(id, NULL, if_states, set, ATOMIC_NODIRSYNC);
 }
 
 int vm_meta_update_also(const char *id, json_t *always, const char *const *if_states,
@@ -155,7 +162,7 @@ int vm_meta_update_also(const char *id, json_t *always, const char *const *if_st
 		errno = EINVAL;
 		return -1;
 	}
-	return meta_update(id, always, if_states, set);
+	return meta_update(id, always, if_states, set, 0);
 }
 
 /* Does the record in vms/<d_name> go by the name ref? */

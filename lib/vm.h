@@ -31,6 +31,20 @@ int vm_create(const char *id, json_t *rec);
  * updated, 0 state did not match, -1 errno (EINVAL as vm_read).  set is not
  * stolen. */
 int vm_meta_update(const char *id, const char *const *if_states, json_t *set);
+/* The same for a note of the running VM that the supervisor's final record
+ * (a vm_meta_update_also, fully synced) carries again: its bytes are
+ * fsynced before the rename (never a torn record), the directory not
+ * (ATOMIC_NODIRSYNC).  A host crash may then keep the record as it was
+ * before the note: whole, and in a state isopod-gc already handles (booting
+ * or running with a free lock: failed), of a VM the crash ended; and beside
+ * it, for a window of seconds (the next journal commit) rather than
+ * milliseconds, the note's meta.json.<rnd>.tmp.<pid>, which isopod-gc's
+ * tmp sweep removes and reports as leaked ("tmp"), or which goes with the
+ * directory (one still handed to the jail is not swept).  Not for
+ * the turn from claimed to booting (only a claimed record can be booted:
+ * that one must be durable before the disk is written), nor for what a
+ * caller is told of and a crash does not make untrue (a claim, a result). */
+int vm_meta_note(const char *id, const char *const *if_states, json_t *set);
 /* The same, with always merged first whatever the state, in the same one
  * locked write (a supervisor's final record: one write and its fsyncs, not
  * two).  1 written (always, and set when the state matched), -1 errno. */

@@ -377,6 +377,37 @@ fake_stage() {
 	[ ! -e "$ISOPOD_HOME/images/base-$a.img" ]
 }
 
+@test "stage rm: a record booting or running is in use only while its VM's lock is held; a claimed one always (102, naming it)" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local a st=st-00000000000c vm=vm-0123456789ab s
+	a=$(printf a | sha256sum | cut -d' ' -f1)
+	fake_base "$a"
+	mkdir -p "$ISOPOD_HOME/vms/$vm"
+	for s in claimed booting running; do
+		fake_stage "$st" "$a"
+		jq -n --arg id "$vm" --arg st "$st" --arg s "$s" '{id: $id, name: "on-stage", state: $s,
+			layers: [$st]}' >"$ISOPOD_HOME/vms/$vm/meta.json"
+		hold_lock "$ISOPOD_HOME/vms/$vm/lock"
+		run_isopod -102 stage rm "$st"
+		kill "$holder"
+		wait "$holder" 2>/dev/null || true
+		[[ "$stderr" == *"stage $st is in use by vm $vm (on-stage, "* ]]
+		[ -e "$ISOPOD_HOME/stages/$st/meta.json" ]
+		if [ "$s" = claimed ]; then
+			# claimed, about to boot: refused with its lock free
+			run_isopod -102 stage rm "$st"
+			[[ "$stderr" == *"stage $st is in use by vm $vm (on-stage, claimed)"* ]]
+			rm -rf "${ISOPOD_HOME:?}/stages/$st"
+			continue
+		fi
+		# the lock free: a boot that was killed, or a host crash that
+		# undid the running note; gone, whatever the record says
+		run_isopod -0 stage rm "$st"
+		json_is '.removed == ["'"$st"'"]'
+		[ ! -e "$ISOPOD_HOME/stages/$st" ]
+	done
+}
+
 @test "image rm: decides under the store lock; a stage published meanwhile (as a commit does, under that lock) pins the base" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	local a pid rc=0

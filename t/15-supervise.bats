@@ -55,6 +55,9 @@ rec() { jq -e "$1" "$VDIR/meta.json"; }
 	[[ "$output" == *"exit: 3"* ]]
 	[[ "$output" == *"lock: free"* ]]
 	rec '.state == "stopped" and .qemu_exit == 3 and .stopped_by == "qemu" and (.stopped_at | length > 0)'
+	# QEMU's start beside the host's boot (isopod-gc's still_ours: a
+	# start in ticks since boot names nothing after a reboot)
+	rec ".qemu_start > 0 and .boot_id == \"$(cat /proc/sys/kernel/random/boot_id)\""
 	[ "$(sed -n 1,2p "$FAKE_QEMU_DIR/qemu.argv" | tr '\n' ' ')" = "-M microvm " ]
 }
 

@@ -1424,6 +1424,42 @@ leaked_rec() {
 	wait "$fake1" "$fake2" "$fake4" "$real3" "$real5" 2>/dev/null || true
 }
 
+@test "gc: a record of another boot of the host (its boot_id) names no process of this one, whatever has its pid and start now: left alone; of this boot, killed" {
+	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
+	local d=$ISOPOD_HOME/vms now other r1 r2 r3 p1 p2 p3
+	now=$(cat /proc/sys/kernel/random/boot_id)
+	other=$(printf '%s' "$now" | tr 0-9a-f 1-9a-f0)
+	[ "$other" != "$now" ]
+	# what a reboot can bring: a process with the pid and the start tick
+	# a record of the boot before names (here: its very start)
+	sleep 60 3>&- &
+	p1=$!
+	sleep 60 3>&- &
+	p2=$!
+	sleep 60 3>&- &
+	p3=$!
+	sleep 0.3
+	r1=$(leaked_rec 1 qemu "$p1" "$(start_of "$p1")")
+	r2=$(leaked_rec 2 broker "$p2" "$(start_of "$p2")" "$(id -u)")
+	r3=$(leaked_rec 3 qemu "$p3" "$(start_of "$p3")")
+	for r in "$r1" "$r2"; do
+		command jq --arg b "$other" '.boot_id = $b' "$d/$r/meta.json" >"$BATS_TEST_TMPDIR/m" &&
+			mv "$BATS_TEST_TMPDIR/m" "$d/$r/meta.json"
+	done
+	command jq --arg b "$now" '.boot_id = $b' "$d/$r3/meta.json" >"$BATS_TEST_TMPDIR/m" &&
+		mv "$BATS_TEST_TMPDIR/m" "$d/$r3/meta.json"
+	run --separate-stderr isopod-gc
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	jq -e --arg r3 "$r3" --argjson p3 "$p3" '.leaked == [{kind: "qemu", vm: $r3, pid: $p3, killed: true}]' <<<"$output"
+	for p in "$p1" "$p2"; do [ "$(proc_state "$p")" = S ]; done
+	for _ in $(seq 1 50); do [[ "$(proc_state "$p3")" == @(|Z) ]] && break; sleep 0.1; done
+	[[ "$(proc_state "$p3")" == @(|Z) ]]
+	for r in "$r1" "$r2" "$r3"; do jq -e '.state == "failed"' "$d/$r/meta.json"; done
+	kill "$p1" "$p2"
+	wait "$p1" "$p2" "$p3" 2>/dev/null || true
+}
+
 @test "gc: a leaked process whose start time was not recorded is never killed on its cmdline: left alone, reported (killed false, why) and named on stderr" {
 	export ISOPOD_HOME="$BATS_TEST_TMPDIR/h"
 	local d=$ISOPOD_HOME/vms r1 r2 p1 p2

@@ -2,6 +2,7 @@
  * parsing, random ids.  Built by t/run-unit with ASan + UBSan. */
 #include "util.h"
 #include "tap.h"
+#include "fsyncs.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -69,6 +70,30 @@ static int file_is(const char *path, const char *want, size_t n)
 	return got == n && !memcmp(buf, want, n);
 }
 
+/* boot_id_of: the shape of /proc/sys/kernel/random/boot_id, nothing
+ * else; host_boot_id: this host's, as /proc says */
+static void test_boot_id(void)
+{
+	char b[37], want[64] = "";
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+	ok(boot_id_of("0123abcd-4567-89ab-cdef-0123456789ab\n", b) == 0 &&
+		   !strcmp(b, "0123abcd-4567-89ab-cdef-0123456789ab"),
+	   "boot_id_of: an id and its newline: the id");
+	ok(boot_id_of("0123ABCD-4567-89ab-cdef-0123456789ab", b) < 0 &&
+		   boot_id_of("0123abcd-4567-89ab-cdef-0123456789a", b) < 0 &&
+		   boot_id_of("0123abcd-4567-89ab-cdef-0123456789abc", b) < 0 &&
+		   boot_id_of("0123abcd+4567-89ab-cdef-0123456789ab", b) < 0 && boot_id_of("", b) < 0,
+	   "boot_id_of: upper case, short, long, a wrong separator, empty: refused");
+	if (f) {
+		if (!fgets(want, sizeof want, f))
+			want[0] = 0;
+		fclose(f);
+	}
+	want[strcspn(want, "\n")] = 0;
+	ok(host_boot_id(b) == 0 && strlen(want) == 36 && !strcmp(b, want), "host_boot_id: %s", b);
+}
+
 static void test_atomic_write(void)
 {
 	char p[256];
@@ -88,6 +113,47 @@ static void test_atomic_write(void)
 	ok(atomic_write(p, "cache\n", 6, 0600 | ATOMIC_NOSYNC) == 0 && file_is(p, "cache\n", 6) &&
 	   stat(p, &st) == 0 && (st.st_mode & 07777) == 0600 && entries() == 1,
 	   "atomic_write with ATOMIC_NOSYNC: the content, mode 0600 (the flag no mode bit), no tmp file");
+	ok(atomic_write(p, "note\n", 5, 0640 | ATOMIC_NODIRSYNC) == 0 && file_is(p, "note\n", 5) &&
+	   stat(p, &st) == 0 && (st.st_mode & 07777) == 0640 && entries() == 1,
+	   "atomic_write with ATOMIC_NODIRSYNC: the content, mode 0640 (the flag no mode bit), no tmp file");
+	/* Which fsyncs each flag leaves: ATOMIC_NODIRSYNC drops only the
+	 * directory's (the bytes stay synced before the rename: a crash never
+	 * puts a torn file in place of a whole one), ATOMIC_NOSYNC both */
+	{
+		static const struct {
+			unsigned flags;
+			int file, dir;
+			const char *what;
+		} fs[] = {
+			{ .flags = 0, .file = 1, .dir = 1, .what = "no flag" },
+			{ .flags = ATOMIC_NOSYNC, .file = 0, .dir = 0, .what = "ATOMIC_NOSYNC" },
+			{ .flags = ATOMIC_NODIRSYNC, .file = 1, .dir = 0, .what = "ATOMIC_NODIRSYNC" },
+			{ .flags = ATOMIC_NOSYNC | ATOMIC_NODIRSYNC, .file = 0, .dir = 0,
+			  .what = "ATOMIC_NOSYNC | ATOMIC_NODIRSYNC" },
+		};
+		json_t *empty = json_object();
+
+		for (size_t i = 0; i < sizeof fs / sizeof *fs; i++) {
+			fsyncs_reset();
+			ok(atomic_write(p, "s\n", 2, 0644 | fs[i].flags) == 0 && file_is(p, "s\n", 2) &&
+				   fsyncs_file == fs[i].file && fsyncs_dir == fs[i].dir,
+			   "atomic_write with %s: %d file fsync(s), %d of the directory (want %d, %d)",
+			   fs[i].what, fsyncs_file, fsyncs_dir, fs[i].file, fs[i].dir);
+			fsyncs_reset();
+			ok(json_write_atomic_flags(p, empty, fs[i].flags) == 0 &&
+				   file_is(p, "{}\n", 3) && stat(p, &st) == 0 && (st.st_mode & 07777) == 0644 &&
+				   fsyncs_file == fs[i].file && fsyncs_dir == fs[i].dir,
+			   "json_write_atomic_flags with %s: 0644, %d file fsync(s), %d of the directory",
+			   fs[i].what, fsyncs_file, fsyncs_dir);
+		}
+		ok(entries() == 1, "... and no tmp file left");
+		/* a mode passed where flags go: refused, not a 0000 file */
+		errno = 0;
+		ok(json_write_atomic_flags(p, empty, 0600) == -1 && errno == EINVAL &&
+			   file_is(p, "{}\n", 3) && entries() == 1,
+		   "json_write_atomic_flags with permission bits for flags: EINVAL, the file kept");
+		json_decref(empty);
+	}
 	snprintf(p, sizeof p, "%s/no/such/dir/file", dir);
 	errno = 0;
 	ok(atomic_write(p, "x", 1, 0644) == -1 && errno == ENOENT,
@@ -859,6 +925,7 @@ int main(int argc, char **argv)
 		perror("mkdtemp");
 		return 1;
 	}
+	test_boot_id();
 	test_atomic_write();
 	test_atomic_write_signal();
 	test_json_write();

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "fsyncs.h"
 
 static char home[] = "/tmp/isopod-vm-test.XXXXXX";
 
@@ -146,6 +147,65 @@ static void test_update(void)
 		json_decref(st);
 	}
 	json_decref(bad);
+}
+
+/* Staging files (".tmp.") left in vms/<id> */
+static int tmp_files(const char *id)
+{
+	char p[PATH_MAX];
+	DIR *d;
+	struct dirent *de;
+	int n = 0;
+
+	snprintf(p, sizeof p, "%s/vms/%s", store_home(), id);
+	if (!(d = opendir(p)))
+		return -1;
+	while ((de = readdir(d)))
+		n += strstr(de->d_name, ".tmp.") != NULL;
+	closedir(d);
+	return n;
+}
+
+/* vm_meta_note: vm_meta_update's answers, its record's mode, and of its
+ * fsyncs only the file's (ATOMIC_NODIRSYNC): a note whose bytes were not
+ * synced could leave a torn record after a crash (lib/vm.h) */
+static void test_note(void)
+{
+	static const char *const live[] = { "booting", "running", NULL };
+	static const char *const claimed[] = { "claimed", NULL };
+	json_t *set = json_pack("{s:i}", "qemu_pid", 4242), *r;
+	char p[PATH_MAX];
+	struct stat st;
+
+	snprintf(p, sizeof p, "%s/vms/%s/meta.json", store_home(), A);
+	fsyncs_reset();
+	ok(vm_meta_update(A, NULL, set) == 1 && fsyncs_file == 1 && fsyncs_dir == 1,
+	   "vm_meta_update: 1, the file's fsync and the directory's (%d, %d)", fsyncs_file,
+	   fsyncs_dir);
+	json_object_set_new(set, "qemu_pid", json_integer(4343));
+	fsyncs_reset();
+	ok(vm_meta_note(A, claimed, set) == 0 && fsyncs_file == 0 && fsyncs_dir == 0,
+	   "vm_meta_note: state running not in if_states: 0, nothing written (%d, %d fsyncs)",
+	   fsyncs_file, fsyncs_dir);
+	r = vm_read(A);
+	ok(r && json_integer_value(json_object_get(r, "qemu_pid")) == 4242, "... the record unchanged");
+	json_decref(r);
+	fsyncs_reset();
+	ok(vm_meta_note(A, live, set) == 1, "vm_meta_note: state in if_states: 1");
+	ok(fsyncs_file == 1 && fsyncs_dir == 0,
+	   "... exactly one fsync, the file's, not the directory's (%d, %d)", fsyncs_file, fsyncs_dir);
+	r = vm_read(A);
+	ok(r && json_integer_value(json_object_get(r, "qemu_pid")) == 4343 &&
+		   !strcmp(json_string_value(json_object_get(r, "state")), "running") &&
+		   !strcmp(json_string_value(json_object_get(r, "id")), A),
+	   "... merged, the others kept");
+	json_decref(r);
+	ok(stat(p, &st) == 0 && (st.st_mode & 07777) == 0644, "... meta.json still 0644 (%o)",
+	   (unsigned)(st.st_mode & 07777));
+	ok(tmp_files(A) == 0, "... no temporary file left");
+	errno = 0;
+	ok(vm_meta_note(C, NULL, set) < 0 && errno == ENOENT, "vm_meta_note: no such vm is ENOENT");
+	json_decref(set);
 }
 
 /* Two processes each merge their own members into one record, interleaved:
@@ -688,22 +748,22 @@ static void test_update_locked(void)
 	snprintf(lk, sizeof lk, "%s/x.lock", home);
 	snprintf(p, sizeof p, "%s/x.json", home);
 	errno = 0;
-	ok(json_update_locked(lk, p, edit_skip, NULL) < 0 && errno == ENOENT && edit_calls == 0,
+	ok(json_update_locked(lk, p, edit_skip, NULL, 0) < 0 && errno == ENOENT && edit_calls == 0,
 	   "json_update_locked: no file is ENOENT, edit not called");
 	r = json_pack("{s:i}", "n", 1);
 	json_write_atomic(p, r);
 	json_decref(r);
-	ok(json_update_locked(lk, p, edit_skip, NULL) == 0 && edit_calls == 1,
+	ok(json_update_locked(lk, p, edit_skip, NULL, 0) == 0 && edit_calls == 1,
 	   "json_update_locked: edit answering 0 gives 0");
 	r = json_load_path(p);
 	ok(r && !json_object_get(r, "touched"), "... and the file is not written");
 	json_decref(r);
 	errno = 0;
-	ok(json_update_locked(lk, p, edit_fail, NULL) < 0 && errno == EPERM,
+	ok(json_update_locked(lk, p, edit_fail, NULL, 0) < 0 && errno == EPERM,
 	   "json_update_locked: edit's -1 and errno come back");
 	snprintf(lk, sizeof lk, "%s/no/such/x.lock", home);
 	errno = 0;
-	ok(json_update_locked(lk, p, edit_skip, NULL) < 0 && errno == ENOENT && edit_calls == 1,
+	ok(json_update_locked(lk, p, edit_skip, NULL, 0) < 0 && errno == ENOENT && edit_calls == 1,
 	   "json_update_locked: a lock that cannot be taken fails before the edit");
 }
 
@@ -793,6 +853,7 @@ int main(void)
 	setenv("ISOPOD_HOME", home, 1);
 	test_create_read();
 	test_update();
+	test_note();
 	test_concurrent();
 	test_refused();
 	test_resolve();
