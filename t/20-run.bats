@@ -962,7 +962,7 @@ fill_checked() {
 	qpid=''
 	for _ in $(seq 600); do
 		id=$(head -n 1 "$idf" 2>/dev/null) || id=''
-		[ -z "$id" ] || qpid=$(jq -er .qemu_pid "$ISOPOD_HOME/vms/$id/meta.json" 2>/dev/null) || qpid=''
+		[ -z "$id" ] || qpid=$(jq -er 'select(.state == "running") | .qemu_pid' "$ISOPOD_HOME/vms/$id/meta.json" 2>/dev/null) || qpid=''
 		[ -z "$qpid" ] || break
 		sleep 0.1
 	done
