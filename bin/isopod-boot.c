@@ -335,13 +335,13 @@ static void record_booting(struct boot *bt)
 	 * (lib/tsc.h); without one it keeps the old line, a slower clock */
 	if (!strcmp(bt->accel, "tcg") && tsc_store_khz(&tsc_khz, err, sizeof err) < 0)
 		warn("the guest's TSC rate: %s (it is told 2 GHz, without tsc=reliable)", err);
-	m = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?, s:{s:s}, s:{s:s, s:s}, s:s, s:s, s:I, s:b}",
+	m = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?, s:{s:s}, s:{s:s, s:s}, s:s, s:s, s:I, s:b, s:b}",
 		      "state", "booting", "vcpus", (json_int_t)cf->vcpus, "mem_mib",
 		      (json_int_t)cf->mem_mib, "disk_mib", (json_int_t)cf->disk_mib, "accel", bt->accel,
 		      "accel_reason", !strcmp(bt->accel, "tcg") ? bt->reason : NULL, "kernel", "sha256",
 		      bt->im.ksha, "base", "flavor", bt->im.flavor, "sha256", bt->im.bsha, "agent_sock",
 		      bt->in.agent, "qmp_sock", bt->in.qmp, "owner_pid", (json_int_t)cf->owner, "keep",
-		      cf->keep);
+		      cf->keep, "no_flush", cf->ephemeral);
 	if (m) {
 		json_t *nj = net_json(&bt->net, bt->net_mode);
 		json_t *al = json_object_get(json_object_get(bt->rec, "net"), "allow");
@@ -366,6 +366,9 @@ static void record_booting(struct boot *bt)
 		.tb_mib = bt->cf.fit.mem_tight ? bt->cf.fit.tb_mib : 0,
 		.tsc_khz = tsc_khz,
 		.lapic_khz = kernel_lapic_khz(&bt->im),
+		/* the one place that decides: the caller said nothing reads
+		 * this disk once the VM stops (--ephemeral, never with --keep) */
+		.no_flush = cf->ephemeral,
 	};
 }
 

@@ -436,6 +436,11 @@ static void boot(struct run *r)
 		av_addv(&a, r->boot, r->nboot);
 		if (r->keep)
 			av_add(&a, "--keep");
+		/* nothing reads this VM's disk once it stops (no --keep, no
+		 * commit; isopod-commit takes only a running VM): QEMU may
+		 * skip the guest's flushes (lib/qemu.h qemu_vm no_flush) */
+		else if (!r->have_commit_as)
+			av_add(&a, "--ephemeral");
 		av_add(&a, "--timeout-ms");
 		av_add(&a, rem);
 		step(r, "boot", &a, PROC_NULL, 1);

@@ -27,6 +27,7 @@ static const struct option boot_lo[] = {
 	{ "check", no_argument, NULL, 'K' },
 	{ "run-options", optional_argument, NULL, 'R' },
 	{ "pool-idle", required_argument, NULL, 'P' },
+	{ "ephemeral", no_argument, NULL, 'E' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -137,6 +138,7 @@ int boot_opts_parse(struct boot_opts *o, int argc, char **argv, char *msg, size_
 		case 'k': o->keep = 1; break;
 		case 'C': o->cold = 1; break;
 		case 'K': o->check = 1; break;
+		case 'E': o->ephemeral = 1; break;
 		case 'P':
 			/* isopod-pool fill's: kept until a run takes it (lib/pool.h) */
 			if (range_check("--pool-idle", optarg, 1, 86400, "seconds", &o->pool_idle_s, msg,
@@ -171,6 +173,11 @@ int boot_opts_parse(struct boot_opts *o, int argc, char **argv, char *msg, size_
 	}
 	if (optind != argc)
 		return reason_code(BOOT_OPTS_SHAPE, msg, msz, "unexpected operand %s", EXC(argv[optind]));
+	/* a kept VM outlives its run: its disk may be committed or booted
+	 * again, its flushes are kept (qemu_vm no_flush) */
+	if (o->ephemeral && o->keep)
+		return reason_code(EX_USAGE, msg, msz, "--ephemeral: not with --%s: a kept VM's disk "
+				   "is read again", o->pool_idle_s ? "pool-idle" : "keep");
 	if (!o->accel && (env = getenv("ISOPOD_ACCEL")) && *env) {
 		if (strcmp(env, "kvm") && strcmp(env, "tcg"))
 			return reason_code(EX_USAGE, msg, msz, "ISOPOD_ACCEL=%s: want kvm or tcg", EXC(env));

@@ -19,7 +19,7 @@
 
 #define BOOT_USAGE "isopod-boot [--vm REF] [--vcpus N] [--mem-mib N] [--disk-mib N] [--timeout-ms N] " \
 		   "[--owner-pid PID] [--keep] [--accel kvm|tcg] [--cold] [--console-max BYTES] [--check] " \
-		   "[--run-options[=text]] [--pool-idle S]"
+		   "[--run-options[=text]] [--pool-idle S] [--ephemeral]"
 
 /* boot_opts_parse's answer for a command line of the wrong shape: the
  * caller dies with die_usage(BOOT_USAGE, msg) (exit 100, kind usage). */
@@ -32,6 +32,8 @@ struct boot_opts {
 	long long vcpus, mem_mib, disk_mib, timeout_ms, owner;
 	long long console_max, pool_idle_s, wait_ms;
 	int keep, cold, check, disk_given;
+	int ephemeral;            /* --ephemeral: the disk is thrown away when the VM
+				     stops (isopod-run's plain run): qemu_vm no_flush */
 	int warm;                 /* the warm pool is consulted (not --cold, ISOPOD_WARM) */
 	int help;                 /* -h: print BOOT_USAGE */
 	int run_options;          /* --run-options: -1 not asked, 0 JSON, 1 text */

@@ -51,6 +51,10 @@ struct qemu_cfg {
 	int lapic_khz;                  /* TCG: 1 the kernel takes lapic_timer_khz= (its
 					   record says so, lib/image.h kernel_lapic_khz),
 					   0 it does not: noapictimer */
+	int no_flush;                   /* the root's disk is thrown away when its VM
+					   stops and nothing reads it again (qemu_vm's
+					   no_flush): cache.no-flush=on, the guest's
+					   flushes end in the host's page cache */
 };
 
 struct qemu_argv {
@@ -115,6 +119,13 @@ struct qemu_vm {
 					   (1 GiB); set to fit a cgroup's limit (lib/cgroup.c) */
 	long long tsc_khz;              /* TCG: the store's TSC rate (lib/tsc.h), 0: none */
 	int lapic_khz;                  /* TCG: the kernel takes lapic_timer_khz= (qemu_cfg) */
+	int no_flush;                   /* its cold boot's and its clone's root drive get
+					   cache.no-flush=on: set by isopod-boot only for a
+					   VM whose disk no one reads once it stops
+					   (isopod-boot --ephemeral: isopod-run's plain
+					   run, neither --keep nor --commit-as nor the
+					   pool's); never its warm template's, whose
+					   start clears it (lib/warmtpl.c) */
 };
 
 /* The configuration of vm's QEMU with its files at in (no RAM file, not

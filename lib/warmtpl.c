@@ -720,6 +720,10 @@ int warm_build(struct pool *w, const struct inst *vin, int plain, const char *sd
 
 		qc.memfile = memp;
 		qc.share = 1;
+		/* the template's disk belongs to the snapshot it builds,
+		 * not to the run that asked for it: its flushes stay, whatever
+		 * the builder's own VM is (lib/qemu.h qemu_vm no_flush) */
+		qc.no_flush = 0;
 		if (qemu_argv(&q, &qc) < 0) {
 			snprintf(msg, msz, "template: path too long in %.512s", sd);
 			close(logfd);

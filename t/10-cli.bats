@@ -620,7 +620,7 @@ cgroup_ro() {
 	json_is '.warnings == []'
 	[ "$(wc -l <<<"$output")" -eq 1 ]
 	id=$(jq -r .vm.id <<<"$output")
-	grep -q "^boot --vm $id --owner-pid [0-9]* --timeout-ms [0-9]*$" "$FAKE_LOG"
+	grep -q "^boot --vm $id --owner-pid [0-9]* --ephemeral --timeout-ms [0-9]*$" "$FAKE_LOG"
 	# exec's --stop stopped it (the file made): the front end stopped nothing
 	grep -qx "exec-stop --vm $id" "$FAKE_LOG"
 	! grep -q '^stop' "$FAKE_LOG" || false
@@ -713,11 +713,11 @@ cgroup_ro() {
 @test "run: resources and --keep reach isopod-boot; the owner pid is isopod's own" {
 	use_fake
 	run_isopod -0 run --json-only --vcpus 1 --mem-mib 128 --disk-mib 100 -- true
-	grep -q "^boot --vm vm-[0-9a-f]\{12\} --owner-pid [0-9]* --vcpus 1 --mem-mib 128 --disk-mib 100 --timeout-ms [0-9]*$" "$FAKE_LOG"
+	grep -q "^boot --vm vm-[0-9a-f]\{12\} --owner-pid [0-9]* --vcpus 1 --mem-mib 128 --disk-mib 100 --ephemeral --timeout-ms [0-9]*$" "$FAKE_LOG"
 	owner=$(grep '^boot' "$FAKE_LOG" | sed 's/^boot --vm [^ ]* --owner-pid \([0-9]*\).*/\1/')
 	[ "$owner" = "$(cat "$FAKE_DIR/boot.ppid")" ]
 	ISOPOD_MEM_MIB=96 run_isopod -0 run --json-only -- true
-	grep -q -- "--mem-mib 96 --timeout-ms" "$FAKE_LOG"
+	grep -q -- "--mem-mib 96 --ephemeral --timeout-ms" "$FAKE_LOG"
 	id=$(jq -r .vm.id <<<"$output")
 	! vm_locked "$id" || false
 }
@@ -739,7 +739,7 @@ cgroup_ro() {
 	run_isopod -0 run --help
 	[[ "$output" == *"[--cold]"*"[--env K=V]..."* ]]
 	run_isopod -0 run --json-only --cold --cwd /tmp --env 'A=b c' -- true
-	grep -q "^boot --vm vm-[0-9a-f]\{12\} --owner-pid [0-9]* --cold --timeout-ms [0-9]*$" "$FAKE_LOG"
+	grep -q "^boot --vm vm-[0-9a-f]\{12\} --owner-pid [0-9]* --cold --ephemeral --timeout-ms [0-9]*$" "$FAKE_LOG"
 	[[ "$(tr '\n' '|' <"$FAKE_DIR/args")" == *"|--cwd|/tmp|--env|A=b c|--|true|" ]]
 	# an option the front end has never heard of, declared by isopod-boot,
 	# reaches it; undeclared, it is unknown
@@ -758,7 +758,7 @@ exec "$ISOPOD_SRC/t/fake/isopod-boot" "$@"
 B
 	chmod +x "$lx/isopod-boot"
 	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob 'x y' -- true
-	grep -q -- "--owner-pid [0-9]* --frob x y --timeout-ms" "$FAKE_LOG"
+	grep -q -- "--owner-pid [0-9]* --frob x y --ephemeral --timeout-ms" "$FAKE_LOG"
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --vcpus 1 -- true
 	[[ "$stderr" == *"unknown option --vcpus"* ]]
 	# a tool is asked for its table only for an option in none learnt so
@@ -781,7 +781,7 @@ X
 	echo in >"$BATS_TEST_TMPDIR/in"
 	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --stdin-file "$BATS_TEST_TMPDIR/in" -- true
 	[ "$(cat "$FAKE_DIR/exec-asked")" = --check ]
-	grep -q -- "--owner-pid [0-9]* --frob x --timeout-ms" "$FAKE_LOG"
+	grep -q -- "--owner-pid [0-9]* --frob x --ephemeral --timeout-ms" "$FAKE_LOG"
 	rm "$FAKE_LOG"
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --stdin-file "$BATS_TEST_TMPDIR/none" -- true
 	no_claim
@@ -810,7 +810,7 @@ B
 	echo '--zap X 0' >"$lx/isopod-boot.run-options"
 	touch -d '1 minute ago' "$lx/isopod-boot"
 	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --zap 'x y' -- true
-	grep -q -- "--owner-pid [0-9]* --zap x y --timeout-ms" "$FAKE_LOG"
+	grep -q -- "--owner-pid [0-9]* --zap x y --ephemeral --timeout-ms" "$FAKE_LOG"
 	[ ! -e "$FAKE_DIR/boot-asked" ]
 	# a tool newer than its table: the table is stale, the tool is asked
 	touch "$lx/isopod-boot"
@@ -818,7 +818,7 @@ B
 	ISOPOD_LIBEXEC="$lx" run_isopod -100 run --json-only --zap x -- true
 	[[ "$stderr" == *"unknown option --zap"* ]]
 	ISOPOD_LIBEXEC="$lx" run_isopod -0 run --json-only --frob x -- true
-	grep -q -- "--owner-pid [0-9]* --frob x --timeout-ms" "$FAKE_LOG"
+	grep -q -- "--owner-pid [0-9]* --frob x --ephemeral --timeout-ms" "$FAKE_LOG"
 	[ -s "$FAKE_DIR/boot-asked" ]
 }
 
@@ -900,6 +900,8 @@ hi" ]
 	! grep -q '^stop' "$FAKE_LOG" || false
 	vm_locked "$id"
 	grep -q -- '--keep' <(grep '^boot' "$FAKE_LOG")
+	# a kept VM's disk may be read again: its QEMU keeps the flushes
+	! grep -q -- '--ephemeral' <(grep '^boot' "$FAKE_LOG") || false
 	run_isopod -0 vm ls
 	[ "$(jq -r --arg id "$id" 'select(.id == $id) | .running' <<<"$output")" = true ]
 	run_isopod -102 vm rm kept-one

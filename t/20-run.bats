@@ -940,6 +940,43 @@ fill_checked() {
 	isopod-stop --force --vm "$vm" >/dev/null
 }
 
+# A run's VM thrown away at its end (no --keep, no --commit-as) has its
+# root drive's flushes dropped by QEMU (cache.no-flush=on: they protect a
+# disk nobody reads again, doc/DECISIONS.md); a --keep VM's disk may be
+# committed or run again: its flushes stay.  The QEMU's own command line is
+# read while it runs; bounded waits, no timing asserted.
+@test "run: a throwaway VM's root drive has cache.no-flush=on, a --keep VM's has none; the record says which" {
+	local id qpid bg idf=$BATS_TEST_TMPDIR/vm.id
+	run --separate-stderr isopod run --json-only --keep --cold --net none -- true
+	[ "$status" -eq 0 ]
+	id=$(echo "$output" | jq -er .vm.id)
+	qpid=$(jq -er .qemu_pid "$ISOPOD_HOME/vms/$id/meta.json")
+	tr '\0' '\n' <"/proc/$qpid/cmdline" | grep -q -- '^id=root,file=.*/disk\.qcow2,format=qcow2,'
+	! tr '\0' '\n' <"/proc/$qpid/cmdline" | grep -q 'no-flush' || false
+	jq -e '.keep == true and .no_flush == false' "$ISOPOD_HOME/vms/$id/meta.json"
+	isopod vm rm --force "$id" >/dev/null
+	# a plain run: its VM id on fd 5 (isopod(1) ISOPOD_VM_ID_FD), its
+	# QEMU's line read while the command sleeps, then the run stopped
+	ISOPOD_VM_ID_FD=5 isopod run --json-only --cold --net none -- sleep 60 5>"$idf" >/dev/null 2>&1 &
+	bg=$!
+	qpid=''
+	for _ in $(seq 600); do
+		id=$(head -n 1 "$idf" 2>/dev/null) || id=''
+		[ -z "$id" ] || qpid=$(jq -er 'select(.state == "running") | .qemu_pid' "$ISOPOD_HOME/vms/$id/meta.json" 2>/dev/null) || qpid=''
+		[ -z "$qpid" ] || break
+		sleep 0.1
+	done
+	st=0
+	[ -n "$qpid" ] && tr '\0' '\n' <"/proc/$qpid/cmdline" |
+		grep -qx -- 'id=root,file=.*/disk\.qcow2,format=qcow2,.*,cache\.no-flush=on' || st=1
+	jq -e '.keep == false and .no_flush == true' "$ISOPOD_HOME/vms/$id/meta.json" || st=1
+	# the VM stopped under the command (its run then ends)
+	isopod-stop --force --vm "$id" >/dev/null || st=1
+	wait "$bg" || :
+	! vm_locked "$id" || st=1
+	[ "$st" -eq 0 ]
+}
+
 @test "run: the root drive says its optimal request is 1 MiB: the guest reads ahead 2 MiB on it (doc/SPEED.md, the root's readahead)" {
 	run --separate-stderr isopod run --json-only --cold --net none -- cat /sys/block/vda/queue/optimal_io_size /sys/block/vda/queue/read_ahead_kb
 	[ "$status" -eq 0 ]

@@ -76,6 +76,9 @@ fork_on() {
 	json_is '.commit.stage.base.flavor == "base" and (.commit.stage.base.sha256 | length) == 64'
 	json_is '(.commit.stage.id | test("^st-[0-9a-f]{12}$")) and .commit.stage.commit_ms >= 0 and .commit.stage.size > 0'
 	id=$(echo "$output" | jq -r .commit.stage.id)
+	# a VM whose disk a commit reads kept QEMU's flushes (lib/qemu.h
+	# qemu_vm no_flush; t/20 checks the QEMU's own line)
+	jq -e '.no_flush == false' "$ISOPOD_HOME/vms/$(echo "$output" | jq -r .vm.id)/meta.json"
 	layer="$ISOPOD_HOME/stages/$id/layer.qcow2"
 	[ "$(stat -c %a "$layer")" = 444 ]
 	before=$(sha256sum < "$layer")
@@ -86,6 +89,8 @@ fork_on() {
 	json_is '.on.stage.label == "first" and (.on.layers | length) == 1'
 	run --separate-stderr isopod run --json-only --stage first -- cat /root/one
 	json_is '.stdout == "one\n"'
+	# a fork's disk with no commit is thrown away with its VM: no flushes
+	jq -e '.no_flush == true' "$ISOPOD_HOME/vms/$(echo "$output" | jq -r .vm.id)/meta.json"
 	[ "$(sha256sum < "$layer")" = "$before" ]
 	run --separate-stderr isopod run --json-only --stage second -- cat /root/one /root/two
 	json_is '.stdout == "changed\ntwo\n" and (.on.layers | length) == 2'

@@ -1169,3 +1169,36 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	ISOPOD_CONFIG="$BATS_TEST_TMPDIR/config" run --separate-stderr isopod-gc --dry-run
 	json_is '.policy.warm_budget == 1073741824'
 }
+
+# A plain run's clone has its root drive's flushes dropped (cache.no-flush=on,
+# lib/qemu.h qemu_vm no_flush, as t/20's cold run) and still resumes from a
+# template whose QEMU had no such option (the guest cannot see it); a --keep
+# clone has none.  Bounded waits, no timing asserted.
+@test "warm: a plain run's clone has cache.no-flush=on on its root drive and resumes; a --keep clone has none" {
+	local id qpid bg st=0 idf=$BATS_TEST_TMPDIR/vm.id
+	run --separate-stderr isopod run --json-only --keep --net none -- true
+	[ "$status" -eq 0 ]
+	json_is '.path == "warm" or .path == "snapshot-build"'
+	id=$(echo "$output" | jq -er .vm.id)
+	qpid=$(jq -er .qemu_pid "$ISOPOD_HOME/vms/$id/meta.json")
+	tr '\0' '\n' <"/proc/$qpid/cmdline" | grep -qx -- 'defer'
+	! tr '\0' '\n' <"/proc/$qpid/cmdline" | grep -q 'no-flush' || false
+	isopod vm rm --force "$id" >/dev/null
+	ISOPOD_VM_ID_FD=5 isopod run --json-only --net none -- sleep 60 5>"$idf" >/dev/null 2>&1 &
+	bg=$!
+	qpid=''
+	for _ in $(seq 600); do
+		id=$(head -n 1 "$idf" 2>/dev/null) || id=''
+		[ -z "$id" ] || qpid=$(jq -er 'select(.state == "running") | .qemu_pid' "$ISOPOD_HOME/vms/$id/meta.json" 2>/dev/null) || qpid=''
+		[ -z "$qpid" ] || break
+		sleep 0.1
+	done
+	[ -n "$qpid" ] && tr '\0' '\n' <"/proc/$qpid/cmdline" | grep -qx -- 'defer' || st=1
+	tr '\0' '\n' <"/proc/$qpid/cmdline" |
+		grep -qx -- 'id=root,file=.*/disk\.qcow2,format=qcow2,.*,cache\.no-flush=on' || st=1
+	jq -e '.path == "warm" and .no_flush == true' "$ISOPOD_HOME/vms/$id/meta.json" || st=1
+	isopod-stop --force --vm "$id" >/dev/null || st=1
+	wait "$bg" || :
+	! vm_locked "$id" || st=1
+	[ "$st" -eq 0 ]
+}

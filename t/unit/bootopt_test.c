@@ -78,6 +78,13 @@ int main(void)
 	ok(r == EX_USAGE && strstr(msg, "--timeout-ms 0: out of range 1..86400000"), "--timeout-ms 0 (%s)", msg);
 	r = parse(&o, msg, sizeof msg, "--pool-idle 5");
 	ok(r == 0 && o.pool_idle_s == 5 && o.keep, "--pool-idle keeps the VM");
+	r = parse(&o, msg, sizeof msg, "--ephemeral");
+	ok(r == 0 && o.ephemeral && !o.keep, "--ephemeral: a throwaway disk");
+	r = parse(&o, msg, sizeof msg, "--keep --ephemeral");
+	ok(r == EX_USAGE && strstr(msg, "--ephemeral: not with --keep"), "--ephemeral with --keep: 100 (%s)", msg);
+	r = parse(&o, msg, sizeof msg, "--ephemeral --pool-idle 5");
+	ok(r == EX_USAGE && strstr(msg, "--ephemeral: not with --pool-idle"),
+	   "--ephemeral with --pool-idle: 100 (%s)", msg);
 	setenv("ISOPOD_WARM", "x", 1);
 	r = parse(&o, msg, sizeof msg, "");
 	ok(r == EX_USAGE && strstr(msg, "ISOPOD_WARM=x: want 0"), "ISOPOD_WARM=x (%s)", msg);

@@ -240,6 +240,32 @@ int main(void)
 	}
 
 	{
+		/* no_flush: only the root's drive of a VM whose disk is thrown
+		 * away gets cache.no-flush=on; a kept VM's (--keep, a commit,
+		 * the pool's, a template's) keeps QEMU's flushes */
+		const struct qemu_cfg eph = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, FILES,
+					      .bulk = VM "/bulk.raw", .root_rw = 1, .no_flush = 1 };
+		const struct qemu_cfg kept = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, FILES,
+					       .bulk = VM "/bulk.raw", .root_rw = 1 };
+		const struct qemu_vm vm = { .accel = "tcg", .mem_mib = 512, .vcpus = 1,
+					    .vmlinux = "/k", .initrd = "/i", .no_flush = 1 };
+		struct inst in;
+		struct qemu_cfg at;
+
+		ok(qemu_argv(&q, &eph) == 0 &&
+		   strstr(joined(&q), "\n-drive\nid=root,file=" VM "/disk.qcow2,format=qcow2,if=none,"
+				      "discard=unmap,werror=report,rerror=report,cache.no-flush=on\n-device\n") &&
+		   strstr(joined(&q), "id=bulk,") && !strstr(strstr(joined(&q), "id=bulk,"), "no-flush"),
+		   "a throwaway VM's root drive: cache.no-flush=on, its bulk lane's not");
+		ok(qemu_argv(&q, &kept) == 0 && !strstr(joined(&q), "no-flush"),
+		   "a kept VM's: no cache.no-flush anywhere");
+		ok(inst_paths(&in, VM) == 0 && (at = qemu_cfg_at(&vm, &in)).no_flush == 1,
+		   "qemu_cfg_at carries the VM's no_flush (its cold boot's and its clone's line)");
+		ok(qemu_shape_argv(&q, "tcg", 512, 1, 0, 0, 1) == 0 && !strstr(joined(&q), "no-flush"),
+		   "the shape (the warm key, the fingerprint) has no cache.no-flush");
+	}
+
+	{
 		/* tb-size (a cgroup's limit, lib/cgroup.c): under TCG only */
 		const struct qemu_cfg t = { .accel = "tcg", .mem_mib = 512, .vcpus = 1, .tb_mib = 88, FILES };
 		const struct qemu_cfg k = { .accel = "kvm", .mem_mib = 512, .vcpus = 1, .tb_mib = 88, FILES };
