@@ -437,8 +437,10 @@ static void boot(struct run *r)
 		if (r->keep)
 			av_add(&a, "--keep");
 		/* nothing reads this VM's disk once it stops (no --keep, no
-		 * commit; isopod-commit takes only a running VM): QEMU may
-		 * skip the guest's flushes (lib/qemu.h qemu_vm no_flush) */
+		 * --commit-as): QEMU may skip the guest's fdatasyncs (lib/qemu.h
+		 * qemu_vm no_flush).  A commit of it while it runs stays whole:
+		 * the flushes still write QEMU's qcow2 tables to the file, and
+		 * isopod-commit fsyncs the layer (doc/DECISIONS.md) */
 		else if (!r->have_commit_as)
 			av_add(&a, "--ephemeral");
 		av_add(&a, "--timeout-ms");
