@@ -1186,13 +1186,7 @@ line() { jq -r --arg p "$2" '.stdout | split("\n")[] | select(startswith($p))' <
 	isopod vm rm --force "$id" >/dev/null
 	ISOPOD_VM_ID_FD=5 isopod run --json-only --net none -- sleep 60 5>"$idf" >/dev/null 2>&1 &
 	bg=$!
-	qpid=''
-	for _ in $(seq 600); do
-		id=$(head -n 1 "$idf" 2>/dev/null) || id=''
-		[ -z "$id" ] || qpid=$(jq -er 'select(.state == "running") | .qemu_pid' "$ISOPOD_HOME/vms/$id/meta.json" 2>/dev/null) || qpid=''
-		[ -z "$qpid" ] || break
-		sleep 0.1
-	done
+	await_running "$idf"
 	[ -n "$qpid" ] && tr '\0' '\n' <"/proc/$qpid/cmdline" | grep -qx -- 'defer' || st=1
 	tr '\0' '\n' <"/proc/$qpid/cmdline" |
 		grep -qx -- 'id=root,file=.*/disk\.qcow2,format=qcow2,.*,cache\.no-flush=on' || st=1

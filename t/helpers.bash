@@ -445,3 +445,17 @@ gc_clean() {
 overlay_of() {
 	jq -r .overlay "$ISOPOD_HOME/vms/$(jq -r .vm.id <<<"$output")/meta.json"
 }
+
+# await_running IDFILE: wait (60 s at most) until the VM whose id a run in
+# the background writes to IDFILE (isopod(1) ISOPOD_VM_ID_FD) is running.
+# Sets the caller's id and qpid (its QEMU's pid; empty if it never ran).
+await_running() {
+	local _
+	id='' qpid=''
+	for _ in $(seq 600); do
+		id=$(head -n 1 "$1" 2>/dev/null) || id=''
+		[ -z "$id" ] || qpid=$(jq -er 'select(.state == "running") | .qemu_pid' "$ISOPOD_HOME/vms/$id/meta.json" 2>/dev/null) || qpid=''
+		[ -z "$qpid" ] || return 0
+		sleep 0.1
+	done
+}
