@@ -138,12 +138,14 @@ EOF
 	# tool) and the agent (static musl) with its initramfs made by the
 	# Makefile's own rules, the unit tests of that code passing in the
 	# guest, the binary and the initramfs out by copy_out, and the binary
-	# running on the host.
+	# running on the host.  Every test header goes in (t/unit/*.h): a
+	# test that includes a new one must not fail to build here only (stop
+	# 43's rehearsal: util_test's fsyncs.h was left out of a list).
 	(cd "$ISOPOD_SRC" && tar --exclude='*.bin' --exclude='*.o' \
 		-czf "$DATA/src.tgz" \
 		Makefile lib/*.c lib/*.h bin/isopod-exec.c agent/*.c agent/*.h images/mkinitramfs \
-		images/lib.sh t/unit/tap.h t/unit/frame_test.c t/unit/util_test.c t/unit/agent_test.c t/unit/agentharness.h t/unit/agent_stdin_test.c \
-		t/unit/execfake.h t/unit/exec_test.c t/run-unit)
+		images/lib.sh t/unit/*.h t/unit/frame_test.c t/unit/util_test.c t/unit/agent_test.c t/unit/agent_stdin_test.c \
+		t/unit/exec_test.c t/run-unit)
 	local args
 	# The unit run's log is past the result's 64 KiB of stdout (stop 25's
 	# CI lost its summary line to that): the guest keeps it and the
